@@ -1,0 +1,138 @@
+/* The compute backend: a table of kernels over raw float32 pointers with explicit sizes
+ * (the ggml {ops, ctx} pattern with llm.c-style kernels). Models call only these, so the
+ * same model code runs on the CPU backend (OpenBLAS + OpenMP) and the CUDA backend.
+ *
+ * Conventions: all matrices are row-major. "Writes" overwrites the output; "accumulates"
+ * adds into it (gradients of shared inputs accumulate). Pointers live in the backend's
+ * memory (rt_backend_alloc); int32 id arrays too. */
+#ifndef RT_BACKEND_H
+#define RT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_status.h"
+
+typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU } rt_act_kind;
+
+/* Scaled-dot-product attention over heads. q is (B, Tq, NH, HS) with row stride ldq floats
+ * between consecutive tokens (so q, k and v can be views into one fused qkv buffer); same
+ * for k, v (B, Tk, NH, HS) and out (B, Tq, NH, HS). */
+typedef struct {
+    int B, NH, Tq, Tk, HS;
+    size_t ldq, ldk, ldv, ldo; /* floats between tokens */
+    float scale;               /* usually 1/sqrt(HS) */
+    bool causal;               /* key j > query i masked (Tq == Tk) */
+    const float *key_mask;     /* (B, Tk) additive, e.g. 0 or -inf/-1e9 for padding; may be NULL */
+    const float *bias;         /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
+    float dropout_p;           /* dropout on the probabilities; 0 = off */
+    uint64_t seed, stream;     /* counter RNG for that dropout */
+} rt_attn_desc;
+
+typedef struct rt_backend_ops {
+    const char *name;
+    /* memory */
+    void *(*alloc)(void *ctx, size_t bytes); /* zeroed; NULL when out of memory */
+    void (*free)(void *ctx, void *p);
+    void (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void (*zero)(void *ctx, void *p, size_t bytes);
+    void (*sync)(void *ctx);
+
+    /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
+     * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. */
+    void (*gemm)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, size_t stride_a, const float *B, int ldb, size_t stride_b,
+                 float beta, float *C, int ldc, size_t stride_c, int batch);
+
+    /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
+    void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, size_t N, int C, float eps);
+    /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
+    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, size_t N, int C);
+    /* RMSNorm (T5): out = inp * rstd * weight. Writes out, rstd; bwd accumulates dinp, dweight. */
+    void (*rmsnorm_fwd)(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+                        size_t N, int C, float eps);
+    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, const float *rstd, size_t N, int C);
+
+    /* out = act(inp); bwd writes dinp = dout * act'(inp). */
+    void (*act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
+    void (*act_bwd)(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
+    void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
+    void (*bias_bwd)(void *ctx, float *dbias, const float *dout, size_t N, int C);
+    /* out = a + b (out may alias a or b); accumulate: y += alpha * x; scale: x *= s. */
+    void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
+    void (*scale)(void *ctx, float *x, float s, size_t n);
+
+    /* Attention. fwd writes out and probs (B, NH, Tq, Tk): the softmax before dropout, kept
+     * for backward. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one
+     * dqkv buffer) and accumulates dbias (NH, Tq, Tk) when non-NULL. */
+    void (*attention_fwd)(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+                          const float *q, const float *k, const float *v);
+    void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                          float *dbias, const float *dout, const float *probs, const float *q,
+                          const float *k, const float *v);
+
+    /* Embedding rows of a vocab shard [vocab_start, vocab_start + V): ids outside give zero
+     * rows (vocab-parallel). fwd writes out (N, C) (accumulate=true adds into out, e.g. token +
+     * position); bwd accumulates into dtable (V, C). */
+    void (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
+                          int C, int vocab_start, int V, bool accumulate);
+    void (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                          size_t N, int C, int vocab_start, int V);
+
+    /* Fused softmax cross-entropy over rows of logits (N, V). Writes losses (N) (0 where
+     * target == -100) and dlogits = (softmax - onehot) * grad_scale (0 rows where ignored).
+     * dlogits may alias logits. probs, when non-NULL, receives the softmax (N, V). */
+    void (*softmax_xent)(void *ctx, float *losses, float *dlogits, float *probs,
+                         const float *logits, const int32_t *targets, size_t N, int V,
+                         float grad_scale);
+
+    /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
+     * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. */
+    void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
+                        uint64_t stream);
+    void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                        uint64_t seed, uint64_t stream);
+
+    /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
+    void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
+    void (*scatter_rows_add)(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B, int C);
+
+    /* AdamW on n elements, PyTorch semantics (decoupled decay: p -= lr*wd*p first; bias
+     * correction with step t >= 1). grads may be scaled by grad_scale first (clipping). */
+    void (*adamw)(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int64_t t);
+    /* Sum of squares of x, in double. */
+    double (*sumsq)(void *ctx, const float *x, size_t n);
+} rt_backend_ops;
+
+typedef struct rt_backend {
+    const rt_backend_ops *ops;
+    void *ctx;
+    int device; /* -1 for CPU */
+} rt_backend;
+
+/* "cpu" or "cuda:N". threads <= 0 keeps OpenMP's default. */
+rt_status rt_backend_init(const char *device, int threads, rt_backend **out);
+void rt_backend_free(rt_backend *be);
+
+/* The CPU backend; the CUDA one lives in runtime/cuda and is reached through rt_backend_init. */
+rt_status rt_cpu_backend_init(int threads, rt_backend **out);
+#ifdef TZ_USE_CUDA
+rt_status rt_cuda_backend_init(int device, rt_backend **out);
+#endif
+
+/* Convenience: allocate or fail with a message naming what. */
+rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);
+
+#endif

@@ -1,0 +1,24 @@
+/* Element types and the fp16/bf16 <-> fp32 conversions used by checkpoint I/O and the
+ * mixed-precision paths. Conversions round to nearest even, as PyTorch does. */
+#ifndef RT_DTYPE_H
+#define RT_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { RT_F32 = 0, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8, RT_BOOL, RT_F64, RT_DTYPE_COUNT } rt_dtype;
+
+size_t rt_dtype_size(rt_dtype t);
+const char *rt_dtype_name(rt_dtype t);
+/* Parses a name as safetensors writes it ("F32", "BF16", ...); returns 0 when unknown. */
+int rt_dtype_from_name(const char *name, rt_dtype *out);
+
+float rt_f16_to_f32(uint16_t h);
+uint16_t rt_f32_to_f16(float f);
+float rt_bf16_to_f32(uint16_t b);
+uint16_t rt_f32_to_bf16(float f);
+
+/* Converts n elements of type `from` at src into float32 at dst (F32, F16, BF16, F64). */
+void rt_convert_to_f32(float *dst, const void *src, rt_dtype from, size_t n);
+
+#endif

@@ -1,0 +1,72 @@
+/* Implementation of the shared test helpers (see testutil.h). */
+#include "tests/testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tz_test_failures = 0;
+int tz_test_checks = 0;
+
+int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol) {
+    size_t worst = 0;
+    double worst_excess = -1.0;
+    size_t bad = 0;
+    tz_test_checks++;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)got[i] - (double)ref[i]);
+        double tol = atol + rtol * fabs((double)ref[i]);
+        double excess = isfinite(diff) ? diff - tol : INFINITY;
+        if (!(diff <= tol)) bad++;
+        if (excess > worst_excess) {
+            worst_excess = excess;
+            worst = i;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "FAILED %s: %zu of %zu elements out of tolerance (atol %g rtol %g); worst [%zu] got %.8g ref %.8g\n",
+                what, bad, n, atol, rtol, worst, got[worst], ref[worst]);
+        tz_test_failures++;
+        return 0;
+    }
+    return 1;
+}
+
+static const char *tz_env_or(const char *var, const char *fallback) {
+    const char *v = getenv(var);
+    return v && *v ? v : fallback;
+}
+
+const char *tz_shared_path(const char *rel) {
+    static char buf[4][4096];
+    static int slot = 0;
+    char *b = buf[slot++ & 3];
+    snprintf(b, 4096, "%s/%s", tz_env_or("TZ_SHARED_DATA", TZ_SOURCE_DIR "/../shared/data"), rel);
+    return b;
+}
+
+const char *tz_source_path(const char *rel) {
+    static char buf[4][4096];
+    static int slot = 0;
+    char *b = buf[slot++ & 3];
+    snprintf(b, 4096, "%s/%s", tz_env_or("TZ_SOURCE_DIR", TZ_SOURCE_DIR), rel);
+    return b;
+}
+
+const char *tz_tmpdir(void) {
+    static char buf[8][64];
+    static int slot = 0;
+    char *b = buf[slot++ & 7];
+    snprintf(b, 64, "/tmp/tz_test_XXXXXX");
+    if (!mkdtemp(b)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return b;
+}
+
+int tz_test_result(const char *name) {
+    printf("%s: %d passed, %d failed\n", name, tz_test_checks - tz_test_failures, tz_test_failures);
+    return tz_test_failures ? 1 : 0;
+}

@@ -1,0 +1,46 @@
+/* Shared test helpers: tolerance checks that report the worst element, and the paths that
+ * ctest passes in (TZ_SOURCE_DIR, TZ_SHARED_DATA, TZ_BIN_DIR). Every check counts a failure;
+ * a test returns tz_test_result() so it exits non-zero when anything mismatched. */
+#ifndef TZ_TESTUTIL_H
+#define TZ_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_status.h"
+
+extern int tz_test_failures;
+extern int tz_test_checks;
+
+/* |a-b| <= atol + rtol*|ref| per element; prints the worst element on failure. Returns 1 ok. */
+int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol);
+/* Prints and counts a failure unless cond. */
+#define TZ_EXPECT(cond, ...)                                                                   \
+    do {                                                                                       \
+        tz_test_checks++;                                                                      \
+        if (!(cond)) {                                                                         \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);                 \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fputc('\n', stderr);                                                               \
+            tz_test_failures++;                                                                \
+        }                                                                                      \
+    } while (0)
+/* Fails the test (and prints the message) unless st == RT_OK. */
+#define TZ_EXPECT_OK(expr)                                                                     \
+    do {                                                                                       \
+        rt_status tz_st_ = (expr);                                                             \
+        TZ_EXPECT(tz_st_ == RT_OK, "%s: %s", rt_status_name(tz_st_), rt_error_message());      \
+    } while (0)
+
+/* $TZ_SHARED_DATA/rel (falls back to ../shared/data next to the source tree). Static buffer
+ * per call slot: copy if you need several at once. */
+const char *tz_shared_path(const char *rel);
+/* $TZ_SOURCE_DIR/rel. */
+const char *tz_source_path(const char *rel);
+/* A fresh temporary directory (mkdtemp), removed by nothing: tests run in /tmp. */
+const char *tz_tmpdir(void);
+
+/* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
+int tz_test_result(const char *name);
+
+#endif

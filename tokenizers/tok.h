@@ -1,0 +1,50 @@
+/* One tokenizer interface for the whole suite. Byte-level BPE (GPT-2, RoBERTa) lives in
+ * tok_bpe.c; WordPiece (BERT) and SentencePiece (T5, GLM) plug in behind the same calls.
+ * A tokenizer is loaded from an HF model directory or a single tokenizer file and is
+ * read-only afterwards, so encoding is thread-safe. */
+#ifndef TOK_H
+#define TOK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_status.h"
+
+typedef struct tok_tokenizer tok_tokenizer; /* opaque */
+
+/* A growable id buffer; tok_encode appends to it. */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} tok_ids;
+
+void tok_ids_push(tok_ids *v, int32_t id);
+void tok_ids_clear(tok_ids *v);
+void tok_ids_free(tok_ids *v);
+
+/* path: an HF model directory (tokenizer.json, or vocab.json + merges.txt, or encoder.json +
+ * vocab.bpe) or one of those files. Errors name the file and the line or field. */
+rt_status tok_load(const char *path, tok_tokenizer **out);
+void tok_free(tok_tokenizer *t);
+
+/* Encodes UTF-8 text of len bytes (no special tokens added), appending ids to out. */
+rt_status tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+/* Encodes a sentence pair as the model's HF tokenizer does with add_special_tokens=True
+ * (GPT-2: a + b, nothing between; BERT: [CLS] a [SEP] b [SEP]). b may be NULL for one text. */
+rt_status tok_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
+/* Decodes ids to a malloc'd NUL-terminated UTF-8 string (invalid bytes become U+FFFD, as HF). */
+rt_status tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out);
+
+int tok_vocab_size(const tok_tokenizer *t);
+/* The token string for id (the BPE piece as stored in the vocab, e.g. "Ġthe"); NULL if out of range. */
+const char *tok_id_to_piece(const tok_tokenizer *t, int32_t id);
+/* -1 when the piece is unknown. */
+int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece);
+
+/* Special ids, -1 when the tokenizer has none. GPT-2: bos = eos = 50256, pad = -1. */
+int32_t tok_bos_id(const tok_tokenizer *t);
+int32_t tok_eos_id(const tok_tokenizer *t);
+int32_t tok_pad_id(const tok_tokenizer *t);
+const char *tok_kind_name(const tok_tokenizer *t); /* "gpt2-bpe", ... */
+
+#endif
