@@ -1,0 +1,83 @@
+/* Dynamic padding into a reusable rt_batch (see data_collate.h). */
+#include "data/data_collate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_glue.h"
+
+rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
+    RT_CHECK(B >= 0 && T >= 0, "B=%d T=%d", B, T);
+    if (B <= batch->capacity_B && T <= batch->capacity_T) return RT_OK;
+    int nb = B > batch->capacity_B ? B : batch->capacity_B;
+    int nt = T > batch->capacity_T ? T : batch->capacity_T;
+    size_t cells = (size_t)nb * (size_t)nt;
+    /* Contents are rewritten by the next collate, so realloc's copy is wasted but harmless. */
+    int32_t *ids = realloc(batch->input_ids, (cells ? cells : 1) * sizeof *ids);
+    if (ids) batch->input_ids = ids;
+    int32_t *mask = realloc(batch->attention_mask, (cells ? cells : 1) * sizeof *mask);
+    if (mask) batch->attention_mask = mask;
+    int32_t *lengths = realloc(batch->lengths, (size_t)(nb ? nb : 1) * sizeof *lengths);
+    if (lengths) batch->lengths = lengths;
+    int32_t *labels = realloc(batch->labels, (size_t)(nb ? nb : 1) * sizeof *labels);
+    if (labels) batch->labels = labels;
+    int32_t *index = realloc(batch->example_index, (size_t)(nb ? nb : 1) * sizeof *index);
+    if (index) batch->example_index = index;
+    if (!ids || !mask || !lengths || !labels || !index)
+        return rt_errorf(RT_ERR_NOMEM, "batch: out of memory for %d x %d tokens", nb, nt);
+    /* Capacities grow only once every buffer has the new size. */
+    batch->capacity_B = nb;
+    batch->capacity_T = nt;
+    return RT_OK;
+}
+
+rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
+                                      int pad_multiple, rt_batch *batch) {
+    rt_status st = RT_OK;
+    RT_CHECK(count >= 0, "count=%d", count);
+    RT_CHECK(pad_multiple >= 1, "pad_multiple=%d", pad_multiple);
+    RT_CHECK(pad_id >= 0, "pad_id=%d (pass the eos id for tokenizers without a pad token)", pad_id);
+    int longest = 0;
+    for (int b = 0; b < count; b++) {
+        int32_t i = indices[b];
+        RT_CHECK(i >= 0 && (size_t)i < ds->n, "index %d of a dataset of %zu", i, ds->n);
+        if (ds->lengths[i] > longest) longest = ds->lengths[i];
+    }
+    batch->B = count;
+    batch->n_targets = 0;
+    batch->n_tokens = 0;
+    if (count == 0) {
+        batch->T = 0;
+        return RT_OK;
+    }
+    int T = longest > 0 ? longest : 1;
+    T = (T + pad_multiple - 1) / pad_multiple * pad_multiple;
+    RT_TRY(data_batch_reserve(batch, count, T));
+    batch->T = T;
+    for (int b = 0; b < count; b++) {
+        int32_t i = indices[b];
+        int len = ds->lengths[i];
+        int32_t *row = batch->input_ids + (size_t)b * T;
+        int32_t *mask = batch->attention_mask + (size_t)b * T;
+        memcpy(row, ds->ids + ds->offsets[i], (size_t)len * sizeof *row);
+        for (int t = len; t < T; t++) row[t] = pad_id;
+        for (int t = 0; t < T; t++) mask[t] = t < len;
+        batch->lengths[b] = len;
+        batch->labels[b] = ds->labels[i];
+        batch->example_index[b] = i;
+        batch->n_targets += ds->labels[i] != DATA_LABEL_NONE;
+        batch->n_tokens += (size_t)len;
+    }
+fail:
+    return st;
+}
+
+void data_batch_free(rt_batch *batch) {
+    if (!batch) return;
+    free(batch->input_ids);
+    free(batch->attention_mask);
+    free(batch->lengths);
+    free(batch->labels);
+    free(batch->example_index);
+    memset(batch, 0, sizeof *batch);
+}

@@ -1,0 +1,29 @@
+/* The dynamic-padding collator for sequence classification: it gathers the rows a sampler
+ * picked into an rt_batch padded to the longest row of that batch (not to max_len), which
+ * is what HF's DataCollatorWithPadding does and saves most of the compute on GLUE, whose
+ * sentences are short. Padding is on the right; rounding T up to a multiple of 8 keeps
+ * tensor-core shapes (HF pad_to_multiple_of=8). The batch's buffers are reused and only
+ * grow, so after the first batches (or a data_batch_reserve at set-up) the step loop
+ * allocates nothing. */
+#ifndef DATA_COLLATE_H
+#define DATA_COLLATE_H
+
+#include <stdint.h>
+
+#include "data/data_dataset.h"
+#include "runtime/rt_batch.h"
+#include "runtime/rt_status.h"
+
+/* Fills batch with rows indices[0..count) of ds. T = the longest of those rows rounded up
+ * to pad_multiple (1 or 8), at least 1. pad_id >= 0 (GPT-2 has no pad token: pass its eos,
+ * 50256, as HF scripts do; the attention mask hides it). count may be 0 (a rank with an
+ * empty share of the last global batch): B = 0, nothing else is touched. */
+rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
+                                      int pad_multiple, rt_batch *batch);
+/* Grows the buffers to hold B rows of T tokens, so that later batches up to that size never
+ * allocate. */
+rt_status data_batch_reserve(rt_batch *batch, int B, int T);
+/* Frees the buffers; the struct is zeroed. Accepts NULL. */
+void data_batch_free(rt_batch *batch);
+
+#endif

@@ -1,0 +1,79 @@
+/* A tokenized classification dataset: every example's ids, back to back in one int32 array
+ * with offsets, plus its label. Built once at start-up from data_examples; the collator
+ * slices rows out of it without copying the dataset again.
+ *
+ * Pairs are tokenized as HF does with truncation=True (strategy 'longest_first'): text a and
+ * text b are encoded separately, cut down to max_len minus the special tokens, then joined
+ * with the tokenizer's special tokens, [prefix] a [middle] b [suffix]:
+ *   GPT-2     a b                       (no special tokens)
+ *   BERT      [CLS] a [SEP] b [SEP]     single: [CLS] a [SEP]
+ *   RoBERTa   <s> a </s></s> b </s>     single: <s> a </s>
+ * The template is found by asking tok_encode_pair for an empty pair (see
+ * data_pair_template_detect), and the first example is checked against tok_encode_pair, so
+ * a tokenizer whose template is not one of these fails loudly instead of training on
+ * wrongly joined ids. */
+#ifndef DATA_DATASET_H
+#define DATA_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/data_glue.h"
+#include "runtime/rt_status.h"
+#include "tokenizers/tok.h"
+
+/* How longest_first splits the budget when both texts are too long; the two HF code paths
+ * differ when the budget is odd:
+ *   HF_FAST (Rust `tokenizers`, what AutoTokenizer gives by default): if only the longer
+ *     text must shrink, it keeps budget - shorter; otherwise the text that was longer keeps
+ *     ceil(budget/2) and the other floor(budget/2); on equal lengths b keeps the ceil.
+ *   HF_SLOW (Python truncate_sequences, use_fast=False): remove from the longer text, from b
+ *     on ties, one token at a time; the net effect is that a keeps ceil(budget/2).
+ * Tokens are always removed from the end (truncation_side='right'). */
+typedef enum { DATA_TRUNC_HF_FAST = 0, DATA_TRUNC_HF_SLOW = 1 } data_trunc_rule;
+
+/* How many tokens of a and b to keep so that keep_a + keep_b <= budget. Pure; len_b = 0 with
+ * no second text truncates a alone. */
+void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule,
+                                 size_t *keep_a, size_t *keep_b);
+
+/* Special tokens around a pair and around a single text (HF TemplateProcessing, restricted
+ * to the shapes above). */
+typedef struct {
+    int32_t prefix[2], middle[2], suffix[2];
+    int n_prefix, n_middle, n_suffix;
+    int32_t single_suffix[2];
+    int n_single_suffix; /* single text: [prefix] a [single_suffix] */
+} data_pair_template;
+
+/* Finds the template from tok_encode_pair("", "") and the tokenizer's special ids:
+ * empty -> none (GPT-2); [CLS][SEP][SEP] -> BERT; <s></s></s></s> -> RoBERTa. Anything
+ * else is RT_ERR_UNSUPPORTED naming the tokenizer kind. */
+rt_status data_pair_template_detect(const tok_tokenizer *tok, data_pair_template *out);
+
+typedef struct {
+    size_t n;
+    int32_t *ids;       /* (offsets[n]) all rows back to back */
+    size_t *offsets;    /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
+    int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
+    int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
+    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE */
+    int max_len;        /* the limit it was built with */
+    int longest;        /* longest row after truncation */
+    size_t n_truncated; /* rows that lost tokens to max_len */
+} data_tokenized;
+
+/* Tokenizes every example (OpenMP over examples; the tokenizer is read-only), truncating
+ * with DATA_TRUNC_HF_FAST to max_len tokens including special tokens. */
+rt_status data_tokenize_pairs(const data_examples *ex, const tok_tokenizer *tok, int max_len, data_tokenized *out);
+/* The same with an explicit truncation rule. */
+rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len,
+                                   data_trunc_rule rule, data_tokenized *out);
+/* Builds a dataset from rows of ids already made (tests, cached data). rows[i] has
+ * lengths[i] ids; len_a may be NULL (= lengths), labels may be NULL (all DATA_LABEL_NONE).
+ * Copies everything; max_len is set to the longest row. */
+rt_status data_tokenized_from_rows(const int32_t *const *rows, const int32_t *lengths, const int32_t *len_a,
+                                   const int32_t *labels, size_t n, data_tokenized *out);
+void data_tokenized_free(data_tokenized *d);
+
+#endif

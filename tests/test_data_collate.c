@@ -1,0 +1,122 @@
+/* The collator (dynamic padding, multiple of 8, masks, labels, n_targets, buffer reuse) and
+ * the longest_first truncation rule against hand-computed cases, including the cases of
+ * the Rust `tokenizers` unit test (budget 7 over texts of 0, 2, 4 and 8 tokens). */
+#include <stdio.h>
+#include <string.h>
+
+#include "data/data_collate.h"
+#include "data/data_dataset.h"
+#include "tests/testutil.h"
+
+static void test_truncation(void) {
+    /* {len_a, len_b, budget, fast_a, fast_b, slow_a, slow_b} */
+    static const size_t cases[][7] = {
+        {0, 0, 7, 0, 0, 0, 0},   {0, 8, 7, 0, 7, 0, 7},   {2, 2, 7, 2, 2, 2, 2},   {2, 8, 7, 2, 5, 2, 5},
+        {4, 4, 7, 3, 4, 4, 3},   {4, 8, 7, 3, 4, 4, 3},   {8, 2, 7, 5, 2, 5, 2},   {8, 4, 7, 4, 3, 4, 3},
+        {8, 8, 7, 3, 4, 4, 3},   {8, 0, 7, 7, 0, 7, 0},   {4, 2, 7, 4, 2, 4, 2},   {6, 5, 9, 5, 4, 5, 4},
+        {5, 6, 9, 4, 5, 5, 4},   {10, 3, 9, 6, 3, 6, 3},  {3, 10, 9, 3, 6, 3, 6},  {5, 5, 8, 4, 4, 4, 4},
+        {100, 100, 0, 0, 0, 0, 0}, {9, 1, 4, 3, 1, 3, 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const size_t *c = cases[k];
+        size_t a, b;
+        data_truncate_longest_first(c[0], c[1], c[2], DATA_TRUNC_HF_FAST, &a, &b);
+        TZ_EXPECT(a == c[3] && b == c[4], "fast (%zu, %zu) budget %zu -> (%zu, %zu), expected (%zu, %zu)", c[0], c[1],
+                  c[2], a, b, c[3], c[4]);
+        data_truncate_longest_first(c[0], c[1], c[2], DATA_TRUNC_HF_SLOW, &a, &b);
+        TZ_EXPECT(a == c[5] && b == c[6], "slow (%zu, %zu) budget %zu -> (%zu, %zu), expected (%zu, %zu)", c[0], c[1],
+                  c[2], a, b, c[5], c[6]);
+    }
+    /* The slow rule is the one-token-at-a-time loop: from the longer, from b on ties. */
+    for (size_t la = 0; la < 12; la++)
+        for (size_t lb = 0; lb < 12; lb++)
+            for (size_t budget = 0; budget < 25; budget++) {
+                size_t ra = la, rb = lb;
+                while (ra + rb > budget) {
+                    if (lb == 0 || ra > rb) ra--;
+                    else rb--;
+                }
+                size_t a, b, fa, fb;
+                data_truncate_longest_first(la, lb, budget, DATA_TRUNC_HF_SLOW, &a, &b);
+                data_truncate_longest_first(la, lb, budget, DATA_TRUNC_HF_FAST, &fa, &fb);
+                if (a != ra || b != rb || fa + fb != (la + lb < budget ? la + lb : budget) || fa > la || fb > lb) {
+                    TZ_EXPECT(0, "(%zu, %zu) budget %zu: slow (%zu, %zu) loop (%zu, %zu) fast (%zu, %zu)", la, lb,
+                              budget, a, b, ra, rb, fa, fb);
+                    return;
+                }
+            }
+    TZ_EXPECT(1, "exhaustive small cases");
+}
+
+static void test_collate(void) {
+    const int32_t r0[] = {11, 12, 13}, r1[] = {21}, r2[] = {31, 32, 33, 34, 35, 36, 37, 38, 39, 40}, r3[] = {41, 42};
+    const int32_t *rows[] = {r0, r1, r2, r3};
+    const int32_t lengths[] = {3, 1, 10, 2};
+    const int32_t labels[] = {1, 0, DATA_LABEL_NONE, 1};
+    data_tokenized ds;
+    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, NULL, labels, 4, &ds));
+    TZ_EXPECT(ds.n == 4 && ds.offsets[4] == 16 && ds.longest == 10, "packed %zu rows, %zu ids", ds.n, ds.offsets[4]);
+
+    rt_batch batch;
+    memset(&batch, 0, sizeof batch);
+    const int32_t pick[] = {3, 0, 1};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 50256, 1, &batch));
+    const int32_t want_ids[] = {41, 42, 50256, 11, 12, 13, 21, 50256, 50256};
+    const int32_t want_mask[] = {1, 1, 0, 1, 1, 1, 1, 0, 0};
+    TZ_EXPECT(batch.B == 3 && batch.T == 3, "B=%d T=%d (padded to the longest row)", batch.B, batch.T);
+    TZ_EXPECT(memcmp(batch.input_ids, want_ids, sizeof want_ids) == 0, "ids right-padded with pad_id");
+    TZ_EXPECT(memcmp(batch.attention_mask, want_mask, sizeof want_mask) == 0, "attention mask");
+    TZ_EXPECT(batch.lengths[0] == 2 && batch.lengths[1] == 3 && batch.lengths[2] == 1, "lengths");
+    TZ_EXPECT(batch.labels[0] == 1 && batch.labels[1] == 1 && batch.labels[2] == 0, "labels");
+    TZ_EXPECT(batch.example_index[0] == 3 && batch.example_index[1] == 0 && batch.example_index[2] == 1,
+              "example_index");
+    TZ_EXPECT(batch.n_targets == 3 && batch.n_tokens == 6, "n_targets %d n_tokens %zu", batch.n_targets,
+              batch.n_tokens);
+
+    /* Multiple of 8 with the long row; the unlabelled row does not count as a target. */
+    const int32_t pick2[] = {2, 1};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 2, 0, 8, &batch));
+    TZ_EXPECT(batch.B == 2 && batch.T == 16, "T=%d, expected 10 rounded up to 16", batch.T);
+    int ok = 1;
+    for (int t = 0; t < 16; t++) {
+        ok &= batch.input_ids[t] == (t < 10 ? 31 + t : 0);
+        ok &= batch.attention_mask[t] == (t < 10);
+        ok &= batch.input_ids[16 + t] == (t < 1 ? 21 : 0);
+        ok &= batch.attention_mask[16 + t] == (t < 1);
+    }
+    TZ_EXPECT(ok, "rows of a multiple-of-8 batch");
+    TZ_EXPECT(batch.n_targets == 1 && batch.n_tokens == 11, "n_targets %d (one -100) n_tokens %zu", batch.n_targets,
+              batch.n_tokens);
+
+    /* T = 3 rounds up to 8; the buffers are reused, not reallocated, for a smaller batch. */
+    int32_t *ids_before = batch.input_ids;
+    int capB = batch.capacity_B, capT = batch.capacity_T;
+    const int32_t pick3[] = {0};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 1, 0, 8, &batch));
+    TZ_EXPECT(batch.T == 8 && batch.input_ids == ids_before && batch.capacity_B == capB && batch.capacity_T == capT,
+              "reuse: T=%d cap %dx%d", batch.T, batch.capacity_B, batch.capacity_T);
+
+    /* A reserve up front means a later batch within it does not allocate. */
+    TZ_EXPECT_OK(data_batch_reserve(&batch, 32, 64));
+    ids_before = batch.input_ids;
+    const int32_t pick4[] = {0, 1, 2, 3, 0, 1, 2, 3};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick4, 8, 0, 8, &batch));
+    TZ_EXPECT(batch.input_ids == ids_before && batch.B == 8 && batch.T == 16 && batch.n_targets == 6,
+              "within reserve: B=%d T=%d n_targets=%d", batch.B, batch.T, batch.n_targets);
+
+    /* An empty share (a rank's slice of a short last batch). */
+    TZ_EXPECT_OK(data_collate_classification(&ds, NULL, 0, 0, 8, &batch));
+    TZ_EXPECT(batch.B == 0 && batch.n_targets == 0 && batch.n_tokens == 0, "empty batch");
+
+    data_batch_free(&batch);
+    TZ_EXPECT(batch.input_ids == NULL && batch.capacity_B == 0, "freed");
+    data_batch_free(&batch); /* twice is fine */
+    data_batch_free(NULL);
+    data_tokenized_free(&ds);
+}
+
+int main(void) {
+    test_truncation();
+    test_collate();
+    return tz_test_result("test_data_collate");
+}
