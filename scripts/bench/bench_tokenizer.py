@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Tokenizer throughput: tz-tokenize against Hugging Face `tokenizers` on GPT-2 byte-level BPE.
+
+The text is every MRPC sentence (train + dev), one per line, repeated to about --mb megabytes.
+HF runs in this process with one thread (RAYON_NUM_THREADS=1): `encode_batch` over all lines,
+and a plain loop of `encode` per line. tz-tokenize runs as a subprocess (stdin -> stdout), so
+its time includes loading the vocab (reported separately) and writing the ids as text. HF's BPE
+keeps a word cache (10k words), tz-tokenize has none. The ids of both are compared line by line.
+
+    pip install tokenizers
+    python3 scripts/bench/bench_tokenizer.py [build/bin/tz-tokenize] [--mb 10] [--data ../shared/data]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ["RAYON_NUM_THREADS"] = "1"  # must be set before tokenizers starts its thread pool
+os.environ["TOKENIZERS_PARALLELISM"] = "true"  # let encode_batch use its (one-thread) pool
+
+from tokenizers import Tokenizer, decoders, pre_tokenizers  # noqa: E402
+from tokenizers.models import BPE  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_lines(data, mb):
+    sents = []
+    for name in ("train.tsv", "dev.tsv"):
+        with open(os.path.join(data, "glue-mrpc", name), encoding="utf-8") as f:
+            for line in f.read().split("\n")[1:]:
+                cols = line.split("\t")
+                if len(cols) == 5:
+                    sents += [cols[3], cols[4]]
+    base = sum(len(s.encode()) + 1 for s in sents)
+    reps = max(1, int(mb * 1e6 / base + 0.5))
+    return sents * reps
+
+
+def hf_tokenizer(data):
+    tok = Tokenizer(BPE.from_file(os.path.join(data, "gpt2-bpe", "encoder.json"),
+                                  os.path.join(data, "gpt2-bpe", "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    return tok
+
+
+def best_of(n, fn):
+    best = None
+    for _ in range(n):
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+        best = dt if best is None or dt < best else best
+    return best, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("binary", nargs="?", default=os.path.join(ROOT, "build", "bin", "tz-tokenize"))
+    ap.add_argument("--mb", type=float, default=10.0, help="text size in MB (default 10)")
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(ROOT), "shared", "data"))
+    ap.add_argument("--repeat", type=int, default=3, help="best of N runs (default 3)")
+    args = ap.parse_args()
+    if not os.path.exists(args.binary):
+        sys.exit(f"{args.binary}: not found (build it: cmake --build build --target tz-tokenize)")
+
+    lines = load_lines(args.data, args.mb)
+    text = "\n".join(lines) + "\n"
+    nbytes = len(text.encode())
+    mb = nbytes / 1e6
+    print(f"text: {len(lines)} MRPC lines, {mb:.2f} MB")
+    tok = hf_tokenizer(args.data)
+
+    t_batch, enc = best_of(args.repeat, lambda: tok.encode_batch(lines, add_special_tokens=False))
+    hf_ids = [e.ids for e in enc]
+    t_plain, _ = best_of(args.repeat, lambda: [tok.encode(s, add_special_tokens=False) for s in lines])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        inp = os.path.join(tmp, "in.txt")
+        with open(inp, "w", encoding="utf-8") as f:
+            f.write(text)
+        tokenizer = os.path.join(args.data, "gpt2-bpe")
+
+        def run_tz(path):
+            with open(path, "rb") as fi:
+                return subprocess.run([args.binary, "--tokenizer", tokenizer], stdin=fi, stdout=subprocess.PIPE,
+                                      check=True).stdout
+
+        empty = os.path.join(tmp, "empty.txt")
+        open(empty, "w").close()
+        t_load, _ = best_of(args.repeat, lambda: run_tz(empty))
+        t_tz, out = best_of(args.repeat, lambda: run_tz(inp))
+    tz_ids = [[int(x) for x in l.split()] for l in out.decode().split("\n")[:-1]]
+    same = tz_ids == hf_ids
+    mismatches = sum(a != b for a, b in zip(tz_ids, hf_ids)) + abs(len(tz_ids) - len(hf_ids))
+
+    rows = [("HF tokenizers encode_batch (1 thread)", t_batch), ("HF tokenizers encode per line", t_plain),
+            ("tz-tokenize (process, incl. load + output)", t_tz),
+            ("tz-tokenize (excl. %.0f ms load)" % (1000 * t_load), max(t_tz - t_load, 1e-9))]
+    for name, t in rows:
+        print(f"{name:45s} {t:7.3f} s {mb / t:8.2f} MB/s")
+    print(f"ratio tz-tokenize / HF batch: {t_batch / t_tz:.2f}x (excl. load {t_batch / max(t_tz - t_load, 1e-9):.2f}x)")
+    print(f"ratio tz-tokenize / HF plain: {t_plain / t_tz:.2f}x")
+    print("ids identical to HF: %s%s" % ("yes" if same else "NO", "" if same else f" ({mismatches} lines differ)"))
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
