@@ -1,0 +1,35 @@
+/* AdamW and clipping over the parameter slab (see rt_optim.h). Contiguous runs of
+ * parameters with the same decay setting go to the backend as one call. */
+#include "runtime/rt_optim.h"
+
+#include <math.h>
+
+double rt_grad_norm(const rt_params *p) {
+    return sqrt(p->be->ops->sumsq(p->be->ctx, p->grad, p->numel));
+}
+
+float rt_clip_coef(double grad_norm, double max_norm) {
+    if (max_norm <= 0) return 1.0f;
+    /* PyTorch computes this in float32 from the float32 norm */
+    float coef = (float)max_norm / ((float)grad_norm + 1e-6f);
+    return coef < 1.0f ? coef : 1.0f;
+}
+
+rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scale, int64_t t) {
+    rt_status st = RT_OK;
+    RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
+    RT_TRY(rt_params_alloc_moments(p));
+    for (int i = 0; i < p->n;) {
+        int j = i + 1;
+        while (j < p->n && p->specs[j].no_decay == p->specs[i].no_decay) j++;
+        size_t begin = p->specs[i].offset;
+        size_t end = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        /* the alignment gaps between parameters hold zeros in every buffer, so they stay zero */
+        float wd = p->specs[i].no_decay ? 0.0f : (float)h->weight_decay;
+        p->be->ops->adamw(p->be->ctx, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin,
+                          (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
+        i = j;
+    }
+fail:
+    return st;
+}

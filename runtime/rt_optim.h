@@ -1,0 +1,24 @@
+/* AdamW over the whole parameter slab, with weight decay skipped for no_decay parameters
+ * (biases and norm weights), and global-norm gradient clipping as
+ * torch.nn.utils.clip_grad_norm_ computes it. */
+#ifndef RT_OPTIM_H
+#define RT_OPTIM_H
+
+#include <stdint.h>
+
+#include "runtime/rt_params.h"
+
+typedef struct {
+    double lr;           /* this step's learning rate (from the schedule) */
+    double beta1, beta2, eps, weight_decay;
+} rt_adamw_hparams;
+
+/* Global L2 norm of all gradients. */
+double rt_grad_norm(const rt_params *p);
+/* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
+ * or 1 when max_norm <= 0 (clipping off). */
+float rt_clip_coef(double grad_norm, double max_norm);
+/* One AdamW step t (t >= 1) with gradients multiplied by grad_scale first. */
+rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scale, int64_t t);
+
+#endif

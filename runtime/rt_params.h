@@ -1,0 +1,68 @@
+/* The parameter slab (the llm.c pattern). A model declares its parameters as specs
+ * {name, shape, tp rule, no_decay, init}; one allocation then holds all parameters, and
+ * gradients, AdamW m and v use the same layout. The optimizer, the gradient norm, the
+ * data-parallel all-reduce and checkpoint I/O are each one call over a slab. */
+#ifndef RT_PARAMS_H
+#define RT_PARAMS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_backend.h"
+
+/* How a parameter is split across tensor-parallel ranks (weights are stored [out, in]). */
+typedef enum {
+    RT_TP_NONE = 0, /* replicated */
+    RT_TP_COL,      /* split dim 0 (output features) */
+    RT_TP_ROW,      /* split dim 1 (input features) */
+    RT_TP_VOCAB,    /* split dim 0 of an embedding table (vocab rows) */
+    RT_TP_QKV       /* split q, k and v by heads: dim 0 holds [q; k; v] */
+} rt_tp_rule;
+
+typedef enum { RT_INIT_ZEROS = 0, RT_INIT_ONES, RT_INIT_NORMAL } rt_init_kind;
+
+#define RT_PARAM_NAME_MAX 96
+#define RT_PARAM_MAX_DIMS 4
+
+typedef struct {
+    char name[RT_PARAM_NAME_MAX];
+    int ndim;
+    int64_t shape[RT_PARAM_MAX_DIMS]; /* local shape on this rank */
+    rt_tp_rule tp;
+    bool no_decay;                    /* excluded from weight decay (biases, norm weights) */
+    rt_init_kind init;
+    float init_std;                   /* RT_INIT_NORMAL: N(0, init_std^2) */
+    size_t offset, numel;             /* position in the slab, in floats */
+} rt_param_spec;
+
+typedef struct {
+    rt_param_spec *specs;
+    int n, cap;
+    size_t numel;       /* total floats */
+    rt_backend *be;
+    float *param;       /* (numel) backend memory */
+    float *grad;        /* (numel) */
+    float *m, *v;       /* (numel) AdamW moments; allocated on first use by the optimizer */
+} rt_params;
+
+void rt_params_init(rt_params *p, rt_backend *be);
+void rt_params_free(rt_params *p);
+/* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. */
+int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
+                  bool no_decay, rt_init_kind init, float init_std);
+/* Lays out and allocates parameters and gradients (zeroed). */
+rt_status rt_params_alloc(rt_params *p);
+/* Allocates the AdamW moments (zeroed) if not yet there. */
+rt_status rt_params_alloc_moments(rt_params *p);
+/* Fills every parameter from its init rule with the counter RNG (parameter i draws from
+ * stream RT_STREAM(RT_STREAM_INIT, i) of seed), so init is independent of thread count. */
+void rt_params_init_weights(rt_params *p, uint64_t seed);
+
+float *rt_params_data(const rt_params *p, int idx);
+float *rt_params_grad(const rt_params *p, int idx);
+/* -1 when absent. */
+int rt_params_find(const rt_params *p, const char *name);
+void rt_params_zero_grad(rt_params *p);
+
+#endif

@@ -1,0 +1,318 @@
+/* The shared training loop (see rt_trainer.h). */
+#define _GNU_SOURCE
+#include "runtime/rt_trainer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/rt_log.h"
+#include "runtime/rt_optim.h"
+#include "runtime/rt_sched.h"
+
+static volatile sig_atomic_t rt_train_stop_signal = 0;
+
+static void rt_train_on_signal(int sig) { rt_train_stop_signal = sig; }
+
+static double rt_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+rt_status rt_train_prepare_dir(const char *dir) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return rt_errorf(RT_ERR_USAGE, "--save-dir: path is too long");
+    /* mkdir -p */
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return rt_errorf(RT_ERR_IO, "--save-dir %s: cannot create %s: %s", dir, path, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(path, 0777) != 0 && errno != EEXIST)
+        return rt_errorf(RT_ERR_IO, "--save-dir %s: cannot create it: %s", dir, strerror(errno));
+    if (access(path, W_OK | X_OK) != 0)
+        return rt_errorf(RT_ERR_IO, "--save-dir %s: not writable: %s", dir, strerror(errno));
+    return RT_OK;
+}
+
+typedef struct {
+    const rt_train_opts *o;
+    FILE *metrics;
+    bool tty;
+    int64_t total_steps;
+} rt_train_state;
+
+static void rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
+    char *line = cJSON_PrintUnformatted(obj);
+    if (s->metrics && line) {
+        fprintf(s->metrics, "%s\n", line);
+        fflush(s->metrics);
+    }
+    cJSON_free(line);
+}
+
+static void rt_train_clear_bar(rt_train_state *s) {
+    if (s->tty && rt_log_rank() == 0) {
+        fputs("\r\033[K", stdout);
+        fflush(stdout);
+    }
+}
+
+static rt_status rt_train_evaluate(rt_train_state *s, rt_train_eval *eval, int64_t step, double epoch,
+                                   rt_train_result *result) {
+    if (!eval || !eval->evaluate) return RT_OK;
+    rt_metrics m = {0};
+    double t0 = rt_now_ms();
+    rt_status st = eval->evaluate(eval->ctx, &m);
+    if (st != RT_OK) return st;
+    char line[512];
+    int n = snprintf(line, sizeof line, "eval  step %lld | epoch %.2f", (long long)step, epoch);
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddStringToObject(obj, "type", "eval");
+    cJSON_AddNumberToObject(obj, "step", (double)step);
+    cJSON_AddNumberToObject(obj, "epoch", epoch);
+    for (int i = 0; i < m.n && n < (int)sizeof line; i++) {
+        n += snprintf(line + n, sizeof line - (size_t)n, " | %s %.4f", m.names[i], m.values[i]);
+        cJSON_AddNumberToObject(obj, m.names[i], m.values[i]);
+    }
+    if (n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, " | %.1f s", (rt_now_ms() - t0) / 1e3);
+    rt_train_clear_bar(s);
+    rt_log_info("%s", line);
+    rt_train_metrics_line(s, obj);
+    cJSON_Delete(obj);
+    result->last_eval = m;
+    return RT_OK;
+}
+
+static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
+                               int64_t step) {
+    rt_status st = RT_OK;
+    char path[4096];
+    char *meta = NULL;
+    int64_t epoch, pos;
+    data->get_state(data->ctx, &epoch, &pos);
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddStringToObject(obj, "format", "tunezoo-train");
+    cJSON_AddNumberToObject(obj, "step", (double)step);
+    cJSON_AddNumberToObject(obj, "data_epoch", (double)epoch);
+    cJSON_AddNumberToObject(obj, "data_position", (double)pos);
+    cJSON_AddNumberToObject(obj, "seed", (double)s->o->seed);
+    if (s->o->options_json) {
+        cJSON *opts = cJSON_Parse(s->o->options_json);
+        if (opts) cJSON_AddItemToObject(obj, "options", opts);
+    }
+    meta = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    RT_TRY(io->step_path(s->o->save_dir, (long long)step, path, sizeof path));
+    RT_TRY(io->save(path, model->params, meta));
+    if (s->o->keep > 0) RT_TRY(io->prune(s->o->save_dir, (size_t)s->o->keep));
+    rt_train_clear_bar(s);
+    rt_log_info("saved checkpoint %s", path);
+fail:
+    cJSON_free(meta);
+    return st;
+}
+
+static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_train_model *model,
+                                 rt_train_data *data, int64_t *step) {
+    rt_status st = RT_OK;
+    char path[4096];
+    char *meta = NULL;
+    cJSON *obj = NULL;
+    if (io->latest(s->o->save_dir, path, sizeof path) != RT_OK) {
+        rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", s->o->save_dir);
+        return RT_OK;
+    }
+    RT_TRY(io->load(path, model->params, &meta));
+    obj = cJSON_Parse(meta);
+    cJSON *jstep = cJSON_GetObjectItemCaseSensitive(obj, "step");
+    cJSON *jep = cJSON_GetObjectItemCaseSensitive(obj, "data_epoch");
+    cJSON *jpos = cJSON_GetObjectItemCaseSensitive(obj, "data_position");
+    cJSON *jseed = cJSON_GetObjectItemCaseSensitive(obj, "seed");
+    if (!cJSON_IsNumber(jstep) || !cJSON_IsNumber(jep) || !cJSON_IsNumber(jpos) || !cJSON_IsNumber(jseed))
+        RT_FAIL(RT_ERR_FORMAT, "%s: metadata lacks step, data_epoch, data_position or seed", path);
+    if ((uint64_t)jseed->valuedouble != s->o->seed)
+        rt_log_warn("%s was trained with --seed %.0f, this run has --seed %llu: the data order will differ", path,
+                    jseed->valuedouble, (unsigned long long)s->o->seed);
+    RT_TRY(data->set_state(data->ctx, (int64_t)jep->valuedouble, (int64_t)jpos->valuedouble));
+    *step = (int64_t)jstep->valuedouble;
+    rt_log_info("resumed from %s (step %lld)", path, (long long)*step);
+fail:
+    cJSON_Delete(obj);
+    free(meta);
+    return st;
+}
+
+rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
+                   const rt_train_io *io, rt_train_result *result) {
+    rt_status st = RT_OK;
+    rt_train_state s = {.o = o};
+    rt_batch *win = NULL;
+    int accum = (int)o->grad_accum;
+    struct sigaction sa = {0}, old_int, old_term;
+    bool handlers = false;
+    memset(result, 0, sizeof *result);
+    RT_CHECK(o->batch_size >= 1 && o->grad_accum >= 1, "batch %lld accum %lld", (long long)o->batch_size,
+             (long long)o->grad_accum);
+    if (data->batches_per_epoch < 1) RT_FAIL(RT_ERR_CONFIG, "the training set is empty");
+
+    int64_t steps_per_epoch = (data->batches_per_epoch + accum - 1) / accum;
+    s.total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * steps_per_epoch;
+    rt_sched sched;
+    RT_TRY(rt_sched_init(&sched, o->schedule, o->lr, o->warmup, s.total_steps));
+    rt_adamw_hparams hp = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
+    RT_TRY(rt_params_alloc_moments(model->params));
+
+    RT_TRY(rt_train_prepare_dir(o->save_dir));
+    char mpath[4096];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->save_dir);
+    if (rt_log_rank() == 0) {
+        s.metrics = fopen(mpath, "a");
+        if (!s.metrics) RT_FAIL(RT_ERR_IO, "%s: cannot open for appending: %s", mpath, strerror(errno));
+    }
+    s.tty = isatty(STDOUT_FILENO) == 1;
+
+    int64_t step = 0;
+    if (o->resume) RT_TRY(rt_train_resume(&s, io, model, data, &step));
+    rt_log_info("training: %lld steps (%lld per epoch), batch %lld x %lld accumulation, lr %g %s, warmup %lld steps",
+                (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
+                o->lr, o->schedule, (long long)sched.warmup_steps);
+
+    sa.sa_handler = rt_train_on_signal;
+    sigemptyset(&sa.sa_mask);
+    rt_train_stop_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    handlers = true;
+
+    win = rt_xcalloc((size_t)accum, sizeof *win);
+    double log_loss = 0, log_ms = 0, log_tokens = 0, last_norm = 0;
+    int64_t log_steps = 0, last_eval_step = -1;
+    while (step < s.total_steps) {
+        int nb = 0;
+        bool epoch_end = false;
+        while (nb < accum) {
+            RT_TRY(data->next(data->ctx, &win[nb], &epoch_end));
+            if (epoch_end) break;
+            nb++;
+        }
+        if (nb > 0) {
+            double t0 = rt_now_ms();
+            int targets = 0;
+            size_t tokens = 0;
+            for (int i = 0; i < nb; i++) {
+                targets += win[i].n_targets;
+                tokens += win[i].n_tokens;
+            }
+            rt_params_zero_grad(model->params);
+            double loss_sum = 0;
+            /* the loss is the mean over every target of the accumulated batch, not a mean of
+             * per-micro-batch means */
+            float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
+            for (int i = 0; i < nb; i++) {
+                double l = 0;
+                RT_TRY(model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l));
+                loss_sum += l;
+            }
+            double loss = targets > 0 ? loss_sum / targets : 0.0;
+            if (!isfinite(loss))
+                RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
+                        loss, (long long)step + 1);
+            double norm = rt_grad_norm(model->params);
+            float coef = rt_clip_coef(norm, o->clip);
+            hp.lr = rt_sched_lr(&sched, step);
+            RT_TRY(rt_adamw_step(model->params, &hp, coef, step + 1));
+            step++;
+            double ms = rt_now_ms() - t0;
+            log_loss += loss;
+            log_ms += ms;
+            log_tokens += (double)tokens;
+            log_steps++;
+            last_norm = norm;
+            result->last_train_loss = loss;
+
+            int64_t ep;
+            int64_t pos;
+            data->get_state(data->ctx, &ep, &pos);
+            double epoch = (double)(step) / (double)steps_per_epoch;
+            if (s.tty && rt_log_rank() == 0) {
+                int width = 24, done = (int)((double)width * (double)step / (double)s.total_steps);
+                char bar[32];
+                for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '-';
+                bar[width] = '\0';
+                printf("\r\033[K[%s] %lld/%lld | loss %.4f | %.0f ms/step", bar, (long long)step,
+                       (long long)s.total_steps, loss, ms);
+                fflush(stdout);
+            }
+            if (o->log_interval > 0 && (step % o->log_interval == 0 || step == s.total_steps)) {
+                double avg_ms = log_ms / (double)log_steps;
+                double tps = log_tokens / (log_ms / 1e3);
+                rt_train_clear_bar(&s);
+                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s",
+                            (long long)step, (long long)s.total_steps, epoch, log_loss / (double)log_steps, hp.lr,
+                            last_norm, avg_ms, tps);
+                cJSON *obj = cJSON_CreateObject();
+                cJSON_AddStringToObject(obj, "type", "train");
+                cJSON_AddNumberToObject(obj, "step", (double)step);
+                cJSON_AddNumberToObject(obj, "epoch", epoch);
+                cJSON_AddNumberToObject(obj, "loss", log_loss / (double)log_steps);
+                cJSON_AddNumberToObject(obj, "lr", hp.lr);
+                cJSON_AddNumberToObject(obj, "grad_norm", last_norm);
+                cJSON_AddNumberToObject(obj, "ms_per_step", avg_ms);
+                cJSON_AddNumberToObject(obj, "tokens_per_s", tps);
+                int shape[2] = {win[nb - 1].B, win[nb - 1].T};
+                cJSON_AddItemToObject(obj, "batch_shape", cJSON_CreateIntArray(shape, 2));
+                rt_train_metrics_line(&s, obj);
+                cJSON_Delete(obj);
+                log_loss = log_ms = log_tokens = 0;
+                log_steps = 0;
+            }
+            if (o->eval_interval > 0 && step % o->eval_interval == 0) {
+                RT_TRY(rt_train_evaluate(&s, eval, step, epoch, result));
+                last_eval_step = step;
+            }
+            if (rt_train_stop_signal) {
+                int sig = rt_train_stop_signal;
+                rt_train_clear_bar(&s);
+                rt_log_info("%s received at step %lld: saving a checkpoint and stopping",
+                            sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);
+                RT_TRY(rt_train_save(&s, io, model, data, step));
+                result->signal = sig;
+                break;
+            }
+            if (o->save_interval > 0 && step % o->save_interval == 0) RT_TRY(rt_train_save(&s, io, model, data, step));
+        }
+        if (epoch_end && last_eval_step != step) {
+            RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
+            last_eval_step = step;
+        }
+    }
+    result->steps = step;
+    if (!result->signal) {
+        if (last_eval_step != step) RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
+        if (o->save_interval >= 0) RT_TRY(rt_train_save(&s, io, model, data, step));
+    }
+fail:
+    if (handlers) {
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
+    }
+    rt_train_clear_bar(&s);
+    if (win) {
+        for (int i = 0; i < accum; i++)
+            if (data->batch_free) data->batch_free(&win[i]);
+        free(win);
+    }
+    if (s.metrics) fclose(s.metrics);
+    return st;
+}

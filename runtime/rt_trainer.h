@@ -1,0 +1,85 @@
+/* The one training loop every program shares (FlagAI's forward_step idea, in C). A program
+ * plugs in a model (one micro-batch forward+backward), a data iterator, an evaluator and the
+ * checkpoint I/O; the loop owns accumulation, clipping, AdamW, the LR schedule, logging,
+ * metrics.jsonl, periodic evaluation and checkpoints, signals, and bit-exact resume. It never
+ * learns which model it runs. */
+#ifndef RT_TRAINER_H
+#define RT_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/rt_batch.h"
+#include "runtime/rt_params.h"
+
+typedef struct {
+    void *ctx;
+    rt_params *params;
+    /* Forward and backward of one micro-batch: accumulates gradients of grad_scale * (summed
+     * loss) and writes the summed loss. Dropout draws from (seed, step, micro). */
+    rt_status (*forward_backward)(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                  float grad_scale, double *loss_sum);
+} rt_train_model;
+
+typedef struct {
+    void *ctx;
+    int64_t batches_per_epoch;
+    /* Collates the next micro-batch of the current epoch into *into (buffers reused); sets
+     * *end at the epoch's end instead (the next call starts the next epoch). */
+    rt_status (*next)(void *ctx, rt_batch *into, bool *end);
+    /* Position for checkpoints: epoch and examples consumed in it. */
+    void (*get_state)(void *ctx, int64_t *epoch, int64_t *position);
+    rt_status (*set_state)(void *ctx, int64_t epoch, int64_t position);
+    void (*batch_free)(rt_batch *b);
+} rt_train_data;
+
+#define RT_MAX_METRICS 8
+typedef struct {
+    int n;
+    const char *names[RT_MAX_METRICS]; /* static strings, e.g. "loss", "accuracy", "f1" */
+    double values[RT_MAX_METRICS];
+} rt_metrics;
+
+typedef struct {
+    void *ctx;
+    rt_status (*evaluate)(void *ctx, rt_metrics *out); /* NULL: no evaluation */
+} rt_train_eval;
+
+/* Checkpoint I/O (checkpoints/ckpt_train.c implements it; kept behind pointers so the loop
+ * depends on nothing above runtime/). meta_json carries step, epoch, data position, options. */
+typedef struct {
+    rt_status (*save)(const char *path, const rt_params *p, const char *meta_json);
+    rt_status (*load)(const char *path, rt_params *p, char **meta_json); /* meta is malloc'd */
+    rt_status (*latest)(const char *dir, char *out, size_t size);        /* RT_ERR_IO when none */
+    rt_status (*prune)(const char *dir, size_t keep);
+    rt_status (*step_path)(const char *dir, long long step, char *out, size_t size);
+} rt_train_io;
+
+typedef struct {
+    const char *prog;
+    int64_t epochs, max_steps;  /* max_steps > 0 overrides epochs */
+    int64_t batch_size, grad_accum;
+    double lr, weight_decay, warmup, clip;
+    double beta1, beta2, adam_eps;
+    const char *schedule;       /* constant | linear | cosine */
+    uint64_t seed;
+    int64_t eval_interval, log_interval, save_interval, keep;
+    const char *save_dir;
+    bool resume;
+    const char *options_json;   /* resolved options, stored in checkpoints and metrics */
+} rt_train_opts;
+
+typedef struct {
+    int64_t steps;              /* optimizer steps completed */
+    double last_train_loss;
+    rt_metrics last_eval;       /* n = 0 when none ran */
+    int signal;                 /* SIGINT/SIGTERM that stopped training (after a save), else 0 */
+} rt_train_result;
+
+rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
+                   const rt_train_io *io, rt_train_result *result);
+
+/* Creates save_dir (and parents) and checks it is writable, before any work starts. */
+rt_status rt_train_prepare_dir(const char *dir);
+
+#endif
