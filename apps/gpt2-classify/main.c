@@ -1,0 +1,452 @@
+/* gpt2-classify: fine-tunes GPT-2 for GLUE sentence(-pair) classification, the way HF's
+ * run_glue.py does with GPT2ForSequenceClassification, and reports dev accuracy and F1.
+ * The program only wires things together: options, the model source, the tokenizer, the
+ * data, and the shared training loop in runtime/rt_trainer.c. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_train.h"
+#include "data/data_collate.h"
+#include "data/data_dataset.h"
+#include "data/data_glue.h"
+#include "data/data_loader.h"
+#include "models/gpt2.h"
+#include "runtime/rt_args.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_log.h"
+#include "runtime/rt_metrics.h"
+#include "runtime/rt_trainer.h"
+#include "tokenizers/tok.h"
+
+#define PROG "gpt2-classify"
+
+typedef struct {
+    const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out;
+    int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
+        threads;
+    double lr, weight_decay, warmup, clip;
+    bool resume, pad8;
+} gc_opts;
+
+static gc_opts O;
+
+static const rt_opt gc_options[] = {
+    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", "TASK", "GLUE task", "mrpc|sst2|rte|cola|wnli", 0, 0},
+    {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
+     "HF GPT-2 directory (config.json, model.safetensors, tokenizer files); default: HF cache 'gpt2', else a small "
+     "GPT-2 from scratch", NULL, 0, 0},
+    {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build a GPT-2 from scratch (no weights)", NULL, 0,
+     0},
+    {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
+     "tokenizer directory or file when --model has none (default: the shipped GPT-2 BPE)", NULL, 0, 0},
+    {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with train.tsv and dev.tsv (default: shipped MRPC copy)",
+     NULL, 0, 0},
+    {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs", NULL, 1, 1e6},
+    {"max-steps", RT_OPT_INT, &O.max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL, 0, 1e12},
+    {"batch-size", RT_OPT_INT, &O.batch_size, "16", NULL, "examples per micro-batch", NULL, 1, 65536},
+    {"grad-accum", RT_OPT_INT, &O.grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
+    {"lr", RT_OPT_FLOAT, &O.lr, "1e-4", NULL, "peak learning rate", NULL, 0, 10},
+    {"weight-decay", RT_OPT_FLOAT, &O.weight_decay, "0.01", NULL, "AdamW weight decay (not on biases and LayerNorm)", NULL,
+     0, 10},
+    {"warmup", RT_OPT_FLOAT, &O.warmup, "0.1", NULL, "warmup: steps when >= 1, a fraction of all steps when < 1", NULL, 0,
+     1e12},
+    {"schedule", RT_OPT_CHOICE, &O.schedule, "linear", NULL, "learning-rate decay after warmup", "constant|linear|cosine", 0,
+     0},
+    {"clip", RT_OPT_FLOAT, &O.clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
+    {"max-len", RT_OPT_INT, &O.max_len, "128", NULL, "truncate each pair to N tokens (longest first)", NULL, 1, 1 << 20},
+    {"pad-to-8", RT_OPT_FLAG, &O.pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
+    {"seed", RT_OPT_INT, &O.seed, "42", NULL, "seed for init, data order and dropout", NULL, 0, 9e15},
+    {"eval-interval", RT_OPT_INT, &O.eval_interval, "0", NULL, "evaluate every N steps (0 = at each epoch's end only)",
+     NULL, 0, 1e12},
+    {"log-interval", RT_OPT_INT, &O.log_interval, "10", NULL, "print a step line every N steps", NULL, 0, 1e12},
+    {"save-dir", RT_OPT_STRING, &O.save_dir, "runs/gpt2-classify", "DIR", "checkpoints, metrics.jsonl, predictions", NULL,
+     0, 0},
+    {"save-interval", RT_OPT_INT, &O.save_interval, "0", NULL,
+     "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
+    {"keep", RT_OPT_INT, &O.keep, "2", NULL, "keep the newest K checkpoints", NULL, 1, 1e6},
+    {"resume", RT_OPT_FLAG, &O.resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0, 0},
+    {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE.tsv", "after training, predict every row of a GLUE-format TSV",
+     NULL, 0, 0},
+    {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
+     "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
+    {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train", "cpu|cuda:N", 0, 0},
+};
+
+static const rt_args_spec gc_spec = {
+    .prog = PROG,
+    .summary = "Fine-tunes GPT-2 (GPT2ForSequenceClassification) on a GLUE task and reports dev loss, accuracy\n"
+               "and F1. Checkpoints and metrics.jsonl go to --save-dir; --resume continues bit-exactly.",
+    .epilog = "examples:\n  gpt2-classify --dataset mrpc\n  gpt2-classify --model ~/models/gpt2 --epochs 3 --lr 2e-5\n"
+              "  gpt2-classify --resume --save-dir runs/gpt2-classify",
+    .opts = gc_options,
+    .n_opts = (int)(sizeof gc_options / sizeof gc_options[0]),
+};
+
+/* ---- where the weights come from ---- */
+
+typedef struct {
+    char config[4096];  /* config.json, or "" for the built-in small config */
+    char weights[4096]; /* safetensors file, or "" for from-scratch init */
+    char tokenizer[4096];
+    const char *what;   /* for the log line */
+} gc_source;
+
+static int gc_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* ~/.cache/huggingface/hub/models--gpt2/snapshots/<rev>/ with config.json and weights. */
+static int gc_find_hf_cache(char *dir, size_t size) {
+    const char *hf_home = getenv("HF_HOME"), *home = getenv("HOME");
+    char hub[4096];
+    if (hf_home && *hf_home)
+        snprintf(hub, sizeof hub, "%s/hub/models--gpt2/snapshots", hf_home);
+    else if (home && *home)
+        snprintf(hub, sizeof hub, "%s/.cache/huggingface/hub/models--gpt2/snapshots", home);
+    else
+        return 0;
+    DIR *d = opendir(hub);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char cfg[4096 + 300], w[4096 + 300];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.json", hub, e->d_name);
+        snprintf(w, sizeof w, "%s/%s/model.safetensors", hub, e->d_name);
+        if (gc_exists(cfg) && gc_exists(w)) {
+            snprintf(dir, size, "%s/%s", hub, e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static int gc_has_tokenizer_files(const char *dir) {
+    const char *names[] = {"tokenizer.json", "vocab.json", "encoder.json"};
+    char p[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (gc_exists(p)) return 1;
+    }
+    return 0;
+}
+
+static rt_status gc_resolve_source(gc_source *s) {
+    rt_status st = RT_OK;
+    char dir[4096] = "";
+    memset(s, 0, sizeof *s);
+    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (O.model) {
+        snprintf(dir, sizeof dir, "%s", O.model);
+        struct stat sb;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF GPT-2 folder with config.json and "
+                                        "model.safetensors, e.g. from huggingface-cli download gpt2)", dir);
+        s->what = "pretrained weights from --model";
+    } else if (O.arch) {
+        snprintf(s->config, sizeof s->config, "%s", O.arch);
+        s->what = "random init (HF's scheme) with the architecture from --arch";
+    } else if (gc_find_hf_cache(dir, sizeof dir)) {
+        s->what = "pretrained gpt2 from the local HF cache";
+    } else {
+        s->what = "random init of a small GPT-2 (4 layers, 256 wide; no HF 'gpt2' in the local cache, see --model)";
+    }
+    if (dir[0]) {
+        snprintf(s->config, sizeof s->config, "%s/config.json", dir);
+        RT_TRY(ckpt_hf_find_weights(dir, s->weights, sizeof s->weights));
+        if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
+    }
+    if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : TZ_SOURCE_DIR "/assets/gpt2-bpe");
+fail:
+    return st;
+}
+
+/* ---- evaluation ---- */
+
+typedef struct {
+    gpt2_model *model;
+    const data_tokenized *ds;
+    const data_glue_task *task;
+    int batch_size;
+    int32_t pad_id;
+    int pad_multiple;
+    rt_batch batch;
+    int32_t *pred;  /* (n) */
+    float *probs;   /* (n, num_labels) */
+    float *logits;  /* (batch_size, num_labels) */
+    int32_t *idx;
+} gc_eval;
+
+/* Runs the model over every row in order; fills pred and probs; returns the summed loss. */
+static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
+    rt_status st = RT_OK;
+    int NL = gpt2_model_config(e->model)->num_labels;
+    gpt2_pass pass = {.training = false};
+    *loss_sum = 0;
+    for (size_t start = 0; start < e->ds->n; start += (size_t)e->batch_size) {
+        int count = (int)((e->ds->n - start) < (size_t)e->batch_size ? e->ds->n - start : (size_t)e->batch_size);
+        for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
+        RT_TRY(data_collate_classification(e->ds, e->idx, count, e->pad_id, e->pad_multiple, &e->batch));
+        double l = 0;
+        RT_TRY(gpt2_cls_step(e->model, &e->batch, &pass, 0.0f, &l, e->logits));
+        *loss_sum += l;
+        for (int i = 0; i < count; i++) {
+            const float *z = e->logits + (size_t)i * NL;
+            float *p = e->probs + (start + (size_t)i) * NL;
+            double mx = z[0], sum = 0;
+            int arg = 0;
+            for (int k = 1; k < NL; k++)
+                if (z[k] > mx) mx = z[arg = k];
+            for (int k = 0; k < NL; k++) sum += exp((double)z[k] - mx);
+            for (int k = 0; k < NL; k++) p[k] = (float)(exp((double)z[k] - mx) / sum);
+            e->pred[start + (size_t)i] = arg;
+        }
+    }
+fail:
+    return st;
+}
+
+static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
+    gc_eval *e = ctx;
+    double loss_sum;
+    rt_status st = gc_predict_all(e, &loss_sum);
+    if (st != RT_OK) return st;
+    size_t labelled = 0;
+    for (size_t i = 0; i < e->ds->n; i++) labelled += e->ds->labels[i] != DATA_LABEL_NONE;
+    out->n = 0;
+    out->names[out->n] = "loss";
+    out->values[out->n++] = labelled ? loss_sum / (double)labelled : 0.0;
+    out->names[out->n] = "accuracy";
+    out->values[out->n++] = rt_metric_accuracy(e->pred, e->ds->labels, e->ds->n);
+    if (e->task->metric == DATA_METRIC_ACC_F1) {
+        out->names[out->n] = "f1";
+        out->values[out->n++] = rt_metric_f1_binary(e->pred, e->ds->labels, e->ds->n);
+    } else if (e->task->metric == DATA_METRIC_MCC) {
+        out->names[out->n] = "mcc";
+        out->values[out->n++] = rt_metric_mcc_binary(e->pred, e->ds->labels, e->ds->n);
+    }
+    return RT_OK;
+}
+
+static void gc_eval_init(gc_eval *e, gpt2_model *m, const data_tokenized *ds, const data_glue_task *task, int32_t pad) {
+    int NL = gpt2_model_config(m)->num_labels;
+    memset(e, 0, sizeof *e);
+    e->model = m;
+    e->ds = ds;
+    e->task = task;
+    e->batch_size = (int)O.batch_size;
+    e->pad_id = pad;
+    e->pad_multiple = O.pad8 ? 8 : 1;
+    e->pred = rt_xcalloc(ds->n + 1, sizeof(int32_t));
+    e->probs = rt_xcalloc((ds->n + 1) * (size_t)NL, sizeof(float));
+    e->logits = rt_xcalloc((size_t)O.batch_size * (size_t)NL, sizeof(float));
+    e->idx = rt_xcalloc((size_t)O.batch_size, sizeof(int32_t));
+}
+
+static void gc_eval_free(gc_eval *e) {
+    data_batch_free(&e->batch);
+    free(e->pred);
+    free(e->probs);
+    free(e->logits);
+    free(e->idx);
+}
+
+/* ---- training callbacks ---- */
+
+static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                     float grad_scale, double *loss_sum) {
+    gpt2_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    return gpt2_cls_step(ctx, b, &pass, grad_scale, loss_sum, NULL);
+}
+
+/* ---- --predict ---- */
+
+static rt_status gc_predict_file(gpt2_model *m, const tok_tokenizer *tok, const data_glue_task *task, int32_t pad) {
+    rt_status st = RT_OK;
+    data_examples ex = {0};
+    data_tokenized ds = {0};
+    gc_eval e = {0};
+    FILE *f = NULL;
+    char out_path[4096];
+    /* a labelled split (train/dev) or the unlabelled test layout */
+    if (data_glue_load(task, O.predict, true, &ex) != RT_OK) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", rt_error_message());
+        data_examples_free(&ex);
+        memset(&ex, 0, sizeof ex);
+        if (data_glue_load(task, O.predict, false, &ex) != RT_OK)
+            RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
+    }
+    RT_TRY(data_tokenize_pairs(&ex, tok, (int)O.max_len, &ds));
+    gc_eval_init(&e, m, &ds, task, pad);
+    double loss;
+    RT_TRY(gc_predict_all(&e, &loss));
+    if (O.predict_out)
+        snprintf(out_path, sizeof out_path, "%s", O.predict_out);
+    else
+        snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.save_dir);
+    f = fopen(out_path, "w");
+    if (!f) RT_FAIL(RT_ERR_IO, "--predict-out %s: cannot write: %s", out_path, strerror(errno));
+    int NL = gpt2_model_config(m)->num_labels;
+    fprintf(f, "index\tprediction");
+    for (int k = 0; k < NL; k++) fprintf(f, "\tprob_%d", k);
+    fprintf(f, "\n");
+    for (size_t i = 0; i < ds.n; i++) {
+        fprintf(f, "%zu\t%d", i, e.pred[i]);
+        for (int k = 0; k < NL; k++) fprintf(f, "\t%.6f", e.probs[i * NL + k]);
+        fprintf(f, "\n");
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        RT_FAIL(RT_ERR_IO, "%s: write failed: %s", out_path, strerror(errno));
+    }
+    f = NULL;
+    rt_log_info("wrote %zu predictions to %s", ds.n, out_path);
+fail:
+    if (f) fclose(f);
+    gc_eval_free(&e);
+    data_tokenized_free(&ds);
+    data_examples_free(&ex);
+    return st;
+}
+
+/* ---- main ---- */
+
+static rt_status gc_run(int argc, char **argv, int *signal_out) {
+    rt_status st = RT_OK;
+    const char *pos[1];
+    int n_pos = 0;
+    gc_source src;
+    gpt2_config cfg;
+    tok_tokenizer *tok = NULL;
+    rt_backend *be = NULL;
+    gpt2_model *model = NULL;
+    data_examples train_ex = {0}, dev_ex = {0};
+    data_tokenized train = {0}, dev = {0};
+    data_loader *loader = NULL;
+    gc_eval ev = {0};
+    char *options_json = NULL;
+    bool ev_ready = false;
+
+    RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    const data_glue_task *task = data_glue_task_find(O.dataset);
+    RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
+    RT_TRY(gc_resolve_source(&src));
+    /* fail early on an unusable save dir, before minutes of tokenizing */
+    RT_TRY(rt_train_prepare_dir(O.save_dir));
+
+    if (src.config[0]) {
+        RT_TRY(gpt2_config_load(src.config, &cfg));
+    } else {
+        gpt2_config_default(&cfg);
+        cfg.n_layer = 4;
+        cfg.n_embd = 256;
+        cfg.n_head = 4;
+        cfg.n_positions = 512;
+    }
+    cfg.num_labels = task->n_labels;
+    RT_TRY(tok_load(src.tokenizer, &tok));
+    if (tok_vocab_size(tok) > cfg.vocab_size)
+        RT_FAIL(RT_ERR_CONFIG, "tokenizer %s has %d tokens but the model's vocab_size is %d", src.tokenizer,
+                tok_vocab_size(tok), cfg.vocab_size);
+    /* GPT-2 has no pad token: pad with eos, as HF's examples do; the mask hides it */
+    int32_t pad = cfg.pad_token_id >= 0 ? cfg.pad_token_id : tok_pad_id(tok) >= 0 ? tok_pad_id(tok) : tok_eos_id(tok);
+    if (pad < 0) pad = cfg.eos_token_id;
+    cfg.pad_token_id = pad;
+    int pad_multiple = O.pad8 ? 8 : 1;
+    int max_T = (int)((O.max_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+    if (max_T > cfg.n_positions)
+        RT_FAIL(RT_ERR_USAGE, "--max-len %lld is longer than the model's n_positions %d", (long long)O.max_len,
+                cfg.n_positions);
+
+    char train_path[4096], dev_path[4096];
+    const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
+    if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
+        RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir (only MRPC ships with tunezoo; GLUE's files for %s go in "
+                              "that folder as %s and %s)", task->name, task->name, task->train_file, task->dev_file);
+    snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
+    snprintf(dev_path, sizeof dev_path, "%s/%s", data_dir, task->dev_file);
+    RT_TRY(data_glue_load(task, train_path, true, &train_ex));
+    RT_TRY(data_glue_load(task, dev_path, true, &dev_ex));
+    RT_TRY(data_tokenize_pairs(&train_ex, tok, (int)O.max_len, &train));
+    RT_TRY(data_tokenize_pairs(&dev_ex, tok, (int)O.max_len, &dev));
+    rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows, from %s", task->name, train.n,
+                train.n_truncated, (long long)O.max_len, dev.n, data_dir);
+
+    RT_TRY(rt_backend_init(O.device, (int)O.threads, &be));
+    RT_TRY(gpt2_model_init(&cfg, be, rt_comm_self(), (int)O.batch_size, max_T, (uint64_t)O.seed, &model));
+    rt_params *params = gpt2_model_params(model);
+    if (src.weights[0]) {
+        ckpt_hf_load_report rep;
+        RT_TRY(ckpt_hf_gpt2_load(src.weights, params, &rep));
+        rt_log_info("weights: %s (%s): %d tensors loaded%s%s%s", src.what, src.weights, rep.loaded,
+                    rep.missing ? "; newly initialized: " : "", rep.missing ? rep.first_missing : "",
+                    rep.missing > 1 ? " and others" : "");
+    } else {
+        rt_log_info("weights: %s", src.what);
+    }
+    rt_log_info("model: GPT-2 %d layers, %d wide, %d heads, vocab %d, %zu parameters; tokenizer %s; device %s",
+                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params->numel, src.tokenizer, O.device);
+
+    data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = 0, .world = 1};
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.batch_size, pad, pad_multiple, &loader));
+    gc_eval_init(&ev, model, &dev, task, pad);
+    ev_ready = true;
+
+    options_json = rt_args_to_json(&gc_spec);
+    rt_train_opts to = {
+        .prog = PROG, .epochs = O.epochs, .max_steps = O.max_steps, .batch_size = O.batch_size,
+        .grad_accum = O.grad_accum, .lr = O.lr, .weight_decay = O.weight_decay, .warmup = O.warmup, .clip = O.clip,
+        .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .schedule = O.schedule, .seed = (uint64_t)O.seed,
+        .eval_interval = O.eval_interval, .log_interval = O.log_interval, .save_interval = O.save_interval,
+        .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
+    };
+    rt_train_model tm = {.ctx = model, .params = params, .forward_backward = gc_forward_backward};
+    rt_train_data td = data_loader_train_data(loader);
+    rt_train_eval te = {.ctx = &ev, .evaluate = gc_evaluate};
+    rt_train_result res;
+    RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    *signal_out = res.signal;
+    if (res.signal) goto fail;
+    if (res.last_eval.n) {
+        char line[512];
+        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", task->name, dev.n,
+                         (long long)res.steps);
+        for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+        rt_log_info("%s", line);
+    }
+    if (O.predict) RT_TRY(gc_predict_file(model, tok, task, pad));
+fail:
+    free(options_json);
+    if (ev_ready) gc_eval_free(&ev);
+    data_loader_free(loader);
+    gpt2_model_free(model);
+    rt_backend_free(be);
+    data_tokenized_free(&train);
+    data_tokenized_free(&dev);
+    data_examples_free(&train_ex);
+    data_examples_free(&dev_ex);
+    tok_free(tok);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    int sig = 0;
+    rt_status st = gc_run(argc, argv, &sig);
+    if (st == RT_OK && sig) return 128 + sig; /* stopped by a signal after saving a checkpoint */
+    return rt_status_exit_code(PROG, st);
+}

@@ -1,0 +1,497 @@
+/* GPT-2 forward and backward over the backend ops (see gpt2.h). Activations for the largest
+ * batch are allocated once at init; a step allocates nothing. */
+#include "models/gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_json.h"
+#include "models/parallel.h"
+#include "runtime/rt_rng.h"
+
+/* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
+ * cannot turn a fully masked row into NaN. */
+#define GPT2_MASKED (-1e30f)
+
+typedef struct {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+} gpt2_layer_params;
+
+struct gpt2_model {
+    gpt2_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params params;
+    int wte, wpe, lnf_w, lnf_b, score;
+    gpt2_layer_params *layer;
+    int max_B, max_T;
+    int C, C_local, NH_local, HS, F_local, V_local, vocab_start;
+    size_t max_BT;
+
+    void *act_block;    /* every buffer below lives in this one allocation */
+    float *res;         /* (L+1, BT, C) residual stream entering each block, and its output */
+    float *xmid;        /* (L, BT, C) residual after attention */
+    float *ln1, *ln1_mean, *ln1_rstd; /* (L, BT, C), (L, BT), (L, BT) */
+    float *qkv;         /* (L, BT, 3*C_local) column-parallel, [q; k; v] per token */
+    float *probs;       /* (L, B, NH_local, T, T) softmax before dropout */
+    float *atty;        /* (L, BT, C_local) attention output, input of the row-parallel proj */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;  /* (L, BT, F_local) before and after GELU */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
+    float *pooled;      /* (B, C) */
+    float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
+    float *tmp, *dres, *dln; /* (BT, C) scratch */
+    float *dqkv;        /* (BT, 3*C_local) */
+    float *datty;       /* (BT, C_local) */
+    float *dfch, *dfchg; /* (BT, F_local) */
+    float *dpooled;     /* (B, C) */
+    float *key_mask;    /* (B, T) additive */
+    int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
+
+    int32_t *h_pos, *h_last; /* host staging */
+    float *h_mask, *h_losses;
+};
+
+void gpt2_config_default(gpt2_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 50257;
+    c->n_positions = 1024;
+    c->n_embd = 768;
+    c->n_layer = 12;
+    c->n_head = 12;
+    c->n_inner = 0; /* 0 = 4 * n_embd */
+    c->layer_norm_eps = 1e-5f;
+    c->initializer_range = 0.02f;
+    c->embd_pdrop = c->resid_pdrop = c->attn_pdrop = 0.1f;
+    c->act = RT_ACT_GELU_TANH;
+    c->num_labels = 2;
+    c->pad_token_id = -1;
+    c->eos_token_id = 50256;
+}
+
+rt_status gpt2_config_load(const char *path, gpt2_config *c) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    const char *model_type = NULL, *act = NULL;
+    double d;
+    gpt2_config_default(c);
+    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    if (strcmp(model_type, "gpt2") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'gpt2' (this program fine-tunes GPT-2)", path,
+                model_type);
+    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
+    RT_TRY(ckpt_json_get_int(root, path, "n_positions", &c->n_positions, false, c->n_positions));
+    RT_TRY(ckpt_json_get_int(root, path, "n_embd", &c->n_embd, false, c->n_embd));
+    RT_TRY(ckpt_json_get_int(root, path, "n_layer", &c->n_layer, false, c->n_layer));
+    RT_TRY(ckpt_json_get_int(root, path, "n_head", &c->n_head, false, c->n_head));
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "n_inner")))
+        RT_TRY(ckpt_json_get_int(root, path, "n_inner", &c->n_inner, false, 0));
+    RT_TRY(ckpt_json_get_double(root, path, "layer_norm_epsilon", &d, false, 1e-5));
+    c->layer_norm_eps = (float)d;
+    RT_TRY(ckpt_json_get_double(root, path, "initializer_range", &d, false, 0.02));
+    c->initializer_range = (float)d;
+    RT_TRY(ckpt_json_get_double(root, path, "embd_pdrop", &d, false, 0.1));
+    c->embd_pdrop = (float)d;
+    RT_TRY(ckpt_json_get_double(root, path, "resid_pdrop", &d, false, 0.1));
+    c->resid_pdrop = (float)d;
+    RT_TRY(ckpt_json_get_double(root, path, "attn_pdrop", &d, false, 0.1));
+    c->attn_pdrop = (float)d;
+    RT_TRY(ckpt_json_get_string(root, path, "activation_function", &act, false, "gelu_new"));
+    if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0 || strcmp(act, "gelu_fast") == 0)
+        c->act = RT_ACT_GELU_TANH;
+    else if (strcmp(act, "gelu") == 0)
+        c->act = RT_ACT_GELU_ERF;
+    else if (strcmp(act, "relu") == 0)
+        c->act = RT_ACT_RELU;
+    else
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'activation_function' is '%s', expected gelu_new, gelu or relu", path, act);
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "pad_token_id")))
+        RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, -1));
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
+        RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, 50256));
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "id2label"))) {
+        int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "id2label"));
+        if (n >= 1) c->num_labels = n;
+    }
+    RT_TRY(gpt2_config_validate(c, 1));
+fail:
+    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    cJSON_Delete(root);
+    return st;
+}
+
+rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
+    int inner = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd;
+    if (c->vocab_size < 1 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 || c->n_head < 1)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: vocab_size, n_positions, n_embd, n_layer and n_head must be >= 1");
+    if (c->n_embd % c->n_head)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);
+    if (c->num_labels < 1) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d < 1", c->num_labels);
+    if (c->n_head % tp || inner % tp || c->vocab_size % tp)
+        return rt_errorf(RT_ERR_CONFIG,
+                         "--tp %d must divide n_head (%d), the FFN width (%d) and the vocab (%d; pad it to a multiple)",
+                         tp, c->n_head, inner, c->vocab_size);
+    float p[3] = {c->embd_pdrop, c->resid_pdrop, c->attn_pdrop};
+    for (int i = 0; i < 3; i++)
+        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: dropout %g not in [0, 1)", p[i]);
+    return RT_OK;
+}
+
+static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
+                    rt_init_kind init, float std) {
+    char name[RT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = {d0, d1};
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init, std);
+}
+
+static void gpt2_declare_params(gpt2_model *m) {
+    const gpt2_config *c = &m->cfg;
+    float std = c->initializer_range;
+    /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
+    float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
+    int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, RT_TP_VOCAB, false, RT_INIT_NORMAL, std);
+    m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
+    m->layer = rt_xcalloc((size_t)c->n_layer, sizeof *m->layer);
+    for (int l = 0; l < c->n_layer; l++) {
+        gpt2_layer_params *p = &m->layer[l];
+        p->ln1_w = gpt2_add(m, "h.%d.ln_1.weight", l, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
+        p->ln1_b = gpt2_add(m, "h.%d.ln_1.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+        p->qkv_w = gpt2_add(m, "h.%d.attn.c_attn.weight", l, 3 * Cl, C, RT_TP_QKV, false, RT_INIT_NORMAL, std);
+        p->qkv_b = gpt2_add(m, "h.%d.attn.c_attn.bias", l, 3 * Cl, 0, RT_TP_QKV, true, RT_INIT_ZEROS, 0);
+        p->proj_w = gpt2_add(m, "h.%d.attn.c_proj.weight", l, C, Cl, RT_TP_ROW, false, RT_INIT_NORMAL, proj_std);
+        p->proj_b = gpt2_add(m, "h.%d.attn.c_proj.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+        p->ln2_w = gpt2_add(m, "h.%d.ln_2.weight", l, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
+        p->ln2_b = gpt2_add(m, "h.%d.ln_2.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+        p->fc_w = gpt2_add(m, "h.%d.mlp.c_fc.weight", l, Fl, C, RT_TP_COL, false, RT_INIT_NORMAL, std);
+        p->fc_b = gpt2_add(m, "h.%d.mlp.c_fc.bias", l, Fl, 0, RT_TP_COL, true, RT_INIT_ZEROS, 0);
+        p->fcproj_w = gpt2_add(m, "h.%d.mlp.c_proj.weight", l, C, Fl, RT_TP_ROW, false, RT_INIT_NORMAL, proj_std);
+        p->fcproj_b = gpt2_add(m, "h.%d.mlp.c_proj.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+    }
+    m->lnf_w = gpt2_add(m, "ln_f.weight", 0, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
+    m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+    m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
+}
+
+/* Carves the activation block into buffers; with base == NULL it only measures. */
+static size_t gpt2_layout(gpt2_model *m, char *base) {
+    size_t off = 0;
+    const size_t L = (size_t)m->cfg.n_layer, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
+    const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
+#define GPT2_CARVE(ptr, type, count)                                                                                   \
+    do {                                                                                                               \
+        off = (off + 63) & ~(size_t)63;                                                                                \
+        if (base) m->ptr = (type *)(base + off);                                                                       \
+        off += (size_t)(count) * sizeof(type);                                                                         \
+    } while (0)
+    GPT2_CARVE(res, float, (L + 1) * BT * C);
+    GPT2_CARVE(xmid, float, L * BT * C);
+    GPT2_CARVE(ln1, float, L * BT * C);
+    GPT2_CARVE(ln1_mean, float, L * BT);
+    GPT2_CARVE(ln1_rstd, float, L * BT);
+    GPT2_CARVE(qkv, float, L * BT * 3 * Cl);
+    GPT2_CARVE(probs, float, L * B * (size_t)m->NH_local * T * T);
+    GPT2_CARVE(atty, float, L * BT * Cl);
+    GPT2_CARVE(ln2, float, L * BT * C);
+    GPT2_CARVE(ln2_mean, float, L * BT);
+    GPT2_CARVE(ln2_rstd, float, L * BT);
+    GPT2_CARVE(fch, float, L * BT * Fl);
+    GPT2_CARVE(fchg, float, L * BT * Fl);
+    GPT2_CARVE(lnf, float, BT * C);
+    GPT2_CARVE(lnf_mean, float, BT);
+    GPT2_CARVE(lnf_rstd, float, BT);
+    GPT2_CARVE(pooled, float, B * C);
+    GPT2_CARVE(logits, float, B * NL);
+    GPT2_CARVE(dlogits, float, B * NL);
+    GPT2_CARVE(losses, float, B);
+    GPT2_CARVE(tmp, float, BT * C);
+    GPT2_CARVE(dres, float, BT * C);
+    GPT2_CARVE(dln, float, BT * C);
+    GPT2_CARVE(dqkv, float, BT * 3 * Cl);
+    GPT2_CARVE(datty, float, BT * Cl);
+    GPT2_CARVE(dfch, float, BT * Fl);
+    GPT2_CARVE(dfchg, float, BT * Fl);
+    GPT2_CARVE(dpooled, float, B * C);
+    GPT2_CARVE(key_mask, float, BT);
+    GPT2_CARVE(ids, int32_t, BT);
+    GPT2_CARVE(pos, int32_t, BT);
+    GPT2_CARVE(last, int32_t, B);
+    GPT2_CARVE(labels, int32_t, B);
+#undef GPT2_CARVE
+    return off;
+}
+
+rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                          gpt2_model **out) {
+    rt_status st = RT_OK;
+    gpt2_model *m = rt_xcalloc(1, sizeof *m);
+    *out = NULL;
+    RT_TRY(gpt2_config_validate(c, tp->size));
+    if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: batch size %d and length %d must be >= 1", max_B, max_T);
+    if (max_T > c->n_positions)
+        RT_FAIL(RT_ERR_CONFIG, "GPT-2: max length %d exceeds the model's n_positions %d", max_T, c->n_positions);
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->max_BT = (size_t)max_B * (size_t)max_T;
+    m->C = c->n_embd;
+    m->C_local = c->n_embd / tp->size;
+    m->NH_local = c->n_head / tp->size;
+    m->HS = c->n_embd / c->n_head;
+    m->F_local = (c->n_inner > 0 ? c->n_inner : 4 * c->n_embd) / tp->size;
+    m->V_local = c->vocab_size / tp->size;
+    m->vocab_start = m->V_local * tp->rank;
+    rt_params_init(&m->params, be);
+    gpt2_declare_params(m);
+    RT_TRY(rt_params_alloc(&m->params));
+    rt_params_init_weights(&m->params, seed);
+    size_t bytes = gpt2_layout(m, NULL);
+    RT_TRY(rt_backend_alloc(be, bytes, "GPT-2 activations (lower --batch-size or --max-len)", &m->act_block));
+    gpt2_layout(m, m->act_block);
+    m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
+    m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
+    m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
+    *out = m;
+    return RT_OK;
+fail:
+    gpt2_model_free(m);
+    return st;
+}
+
+void gpt2_model_free(gpt2_model *m) {
+    if (!m) return;
+    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    rt_params_free(&m->params);
+    free(m->layer);
+    free(m->h_pos);
+    free(m->h_last);
+    free(m->h_mask);
+    free(m->h_losses);
+    free(m);
+}
+
+rt_params *gpt2_model_params(gpt2_model *m) { return &m->params; }
+const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
+
+static uint64_t gpt2_stream(const gpt2_pass *p, int site) {
+    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+}
+
+#define P(idx) rt_params_data(&m->params, (idx))
+#define G(idx) rt_params_grad(&m->params, (idx))
+
+/* Uploads ids and builds positions and the key mask; pool_rows gets b*T + the last non-pad
+ * position of each row (HF: the last token that is not pad_token_id, 0 when none). */
+static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T,
+                             bool pool) {
+    const gpt2_config *c = &m->cfg;
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
+                         m->max_T);
+    int pad = c->pad_token_id >= 0 ? c->pad_token_id : c->eos_token_id;
+    for (int b = 0; b < B; b++) {
+        int last = 0;
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            int32_t id = host_ids[i];
+            if (id < 0 || id >= c->vocab_size)
+                return rt_errorf(RT_ERR_FORMAT, "GPT-2: token id %d at row %d position %d is outside the vocab [0, %d)",
+                                 id, b, t, c->vocab_size);
+            m->h_pos[i] = t;
+            m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : GPT2_MASKED;
+            if (id != pad) last = t;
+        }
+        m->h_last[b] = b * T + last;
+    }
+    rt_backend *be = m->be;
+    size_t BT = (size_t)B * T;
+    be->ops->to_device(be->ctx, m->ids, host_ids, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->pos, m->h_pos, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BT * sizeof(float));
+    if (pool) be->ops->to_device(be->ctx, m->last, m->h_last, (size_t)B * sizeof(int32_t));
+    return RT_OK;
+}
+
+/* The transformer body: embeddings through ln_f into m->lnf. */
+static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const gpt2_pass *pass) {
+    rt_status st = RT_OK;
+    const gpt2_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T, MBT = m->max_BT;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const bool drop = pass->training;
+
+    float *x = m->res;
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
+    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, c->n_positions, true);
+    if (drop && c->embd_pdrop > 0) ops->dropout_fwd(be->ctx, x, x, BT * C, c->embd_pdrop, pass->seed, gpt2_stream(pass, 0));
+
+    for (int l = 0; l < c->n_layer; l++) {
+        const gpt2_layer_params *p = &m->layer[l];
+        float *res_in = m->res + (size_t)l * MBT * C;
+        float *res_out = m->res + (size_t)(l + 1) * MBT * C;
+        float *xmid = m->xmid + (size_t)l * MBT * C;
+        float *ln1 = m->ln1 + (size_t)l * MBT * C, *ln2 = m->ln2 + (size_t)l * MBT * C;
+        float *qkv = m->qkv + (size_t)l * MBT * 3 * Cl;
+        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
+        float *atty = m->atty + (size_t)l * MBT * Cl;
+        float *fch = m->fch + (size_t)l * MBT * Fl, *fchg = m->fchg + (size_t)l * MBT * Fl;
+        int site = 1 + 3 * l;
+
+        ops->layernorm_fwd(be->ctx, ln1, m->ln1_mean + l * MBT, m->ln1_rstd + l * MBT, res_in, P(p->ln1_w), P(p->ln1_b),
+                           BT, C, c->layer_norm_eps);
+        mdl_col_linear_fwd(be, qkv, ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
+        rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
+                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
+                          .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
+                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site)};
+        ops->attention_fwd(be->ctx, &d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
+        if (drop && c->resid_pdrop > 0)
+            ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 1));
+        ops->add(be->ctx, xmid, res_in, m->tmp, BT * C);
+
+        ops->layernorm_fwd(be->ctx, ln2, m->ln2_mean + l * MBT, m->ln2_rstd + l * MBT, xmid, P(p->ln2_w), P(p->ln2_b),
+                           BT, C, c->layer_norm_eps);
+        mdl_col_linear_fwd(be, fch, ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
+        ops->act_fwd(be->ctx, c->act, fchg, fch, BT * Fl);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
+        if (drop && c->resid_pdrop > 0)
+            ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 2));
+        ops->add(be->ctx, res_out, xmid, m->tmp, BT * C);
+    }
+    float *x_last = m->res + (size_t)c->n_layer * MBT * C;
+    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x_last, P(m->lnf_w), P(m->lnf_b), BT, C,
+                       c->layer_norm_eps);
+fail:
+    return st;
+}
+
+/* Backward of the body, from dL/d(ln_f output) in m->dln. */
+static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const gpt2_pass *pass) {
+    rt_status st = RT_OK;
+    const gpt2_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T, MBT = m->max_BT;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const bool drop = pass->training;
+    float *x_last = m->res + (size_t)c->n_layer * MBT * C;
+
+    ops->zero(be->ctx, m->dres, BT * C * sizeof(float));
+    ops->layernorm_bwd(be->ctx, m->dres, G(m->lnf_w), G(m->lnf_b), m->dln, x_last, P(m->lnf_w), m->lnf_mean, m->lnf_rstd,
+                       BT, C);
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const gpt2_layer_params *p = &m->layer[l];
+        float *res_in = m->res + (size_t)l * MBT * C;
+        float *xmid = m->xmid + (size_t)l * MBT * C;
+        float *ln1 = m->ln1 + (size_t)l * MBT * C, *ln2 = m->ln2 + (size_t)l * MBT * C;
+        float *qkv = m->qkv + (size_t)l * MBT * 3 * Cl;
+        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
+        float *atty = m->atty + (size_t)l * MBT * Cl;
+        float *fch = m->fch + (size_t)l * MBT * Fl, *fchg = m->fchg + (size_t)l * MBT * Fl;
+        int site = 1 + 3 * l;
+
+        /* MLP: res_out = xmid + drop(c_proj(gelu(c_fc(ln_2(xmid))))); dres holds dL/dres_out */
+        const float *dmlp = m->dres;
+        if (drop && c->resid_pdrop > 0) {
+            ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 2));
+            dmlp = m->tmp;
+        }
+        mdl_row_linear_bwd(be, m->dfchg, G(p->fcproj_w), G(p->fcproj_b), dmlp, fchg, P(p->fcproj_w), BT, Fl, C);
+        ops->act_bwd(be->ctx, c->act, m->dfch, fch, m->dfchg, BT * Fl);
+        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->fc_w), G(p->fc_b), m->dfch, ln2, P(p->fc_w), BT, C, Fl));
+        ops->layernorm_bwd(be->ctx, m->dres, G(p->ln2_w), G(p->ln2_b), m->dln, xmid, P(p->ln2_w),
+                           m->ln2_mean + l * MBT, m->ln2_rstd + l * MBT, BT, C);
+        /* attention: xmid = res_in + drop(c_proj(attn(c_attn(ln_1(res_in))))); dres = dL/dxmid */
+        const float *dattn = m->dres;
+        if (drop && c->resid_pdrop > 0) {
+            ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 1));
+            dattn = m->tmp;
+        }
+        mdl_row_linear_bwd(be, m->datty, G(p->proj_w), G(p->proj_b), dattn, atty, P(p->proj_w), BT, Cl, C);
+        rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
+                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
+                          .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
+                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site)};
+        ops->attention_bwd(be->ctx, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
+                           qkv + 2 * Cl);
+        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, ln1, P(p->qkv_w), BT, C, 3 * Cl));
+        ops->layernorm_bwd(be->ctx, m->dres, G(p->ln1_w), G(p->ln1_b), m->dln, res_in, P(p->ln1_w),
+                           m->ln1_mean + l * MBT, m->ln1_rstd + l * MBT, BT, C);
+    }
+    const float *demb = m->dres;
+    if (drop && c->embd_pdrop > 0) {
+        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->embd_pdrop, pass->seed, gpt2_stream(pass, 0));
+        demb = m->tmp;
+    }
+    ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
+    ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, c->n_positions);
+fail:
+    return st;
+}
+
+rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits) {
+    rt_status st = RT_OK;
+    const gpt2_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
+    const size_t BT = (size_t)B * T;
+    for (int i = 0; i < B; i++)
+        if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= NL))
+            return rt_errorf(RT_ERR_FORMAT, "GPT-2: label %d of example %d is not in [0, %d)", b->labels[i],
+                             b->example_index ? b->example_index[i] : i, NL);
+    RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
+    ops->to_device(be->ctx, m->labels, b->labels, (size_t)B * sizeof(int32_t));
+    RT_TRY(gpt2_forward_body(m, B, T, pass));
+    ops->gather_rows(be->ctx, m->pooled, m->lnf, m->last, B, C);
+    /* score has no bias and is replicated: a plain linear */
+    mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
+    if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
+    ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
+    ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < B; i++) sum += m->h_losses[i];
+    *loss_sum = sum;
+    if (!(grad_scale > 0)) return RT_OK;
+
+    /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
+    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B,
+                              C, NL));
+    ops->zero(be->ctx, m->dln, BT * C * sizeof(float));
+    ops->scatter_rows_add(be->ctx, m->dln, m->dpooled, m->last, B, C);
+    RT_TRY(gpt2_backward_body(m, B, T, pass));
+fail:
+    return st;
+}
+
+rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const int C = m->C, V = m->V_local;
+    const size_t BT = (size_t)B * T;
+    float *logits = NULL;
+    gpt2_pass pass = {0};
+    RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
+    RT_TRY(gpt2_forward_body(m, B, T, &pass));
+    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
+    if (host_logits) {
+        RT_CHECK(m->tp->size == 1, "gpt2_lm_logits gathers no vocab shards (tp=%d)", m->tp->size);
+        RT_TRY(rt_backend_alloc(be, BT * (size_t)V * sizeof(float), "LM logits", (void **)&logits));
+        /* tied head: logits = h wte^T */
+        mdl_col_linear_fwd(be, logits, m->lnf, P(m->wte), NULL, BT, C, V);
+        be->ops->to_host(be->ctx, host_logits, logits, BT * (size_t)V * sizeof(float));
+    }
+fail:
+    if (logits) be->ops->free(be->ctx, logits);
+    return st;
+}

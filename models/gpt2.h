@@ -1,0 +1,66 @@
+/* GPT-2 (Radford et al., 2019) as Hugging Face's GPT2Model defines it: learned positions,
+ * pre-LayerNorm blocks, GELU (tanh), dropout, and the GPT2ForSequenceClassification head
+ * (`score`, no bias, pooled at the last non-pad token). Linears are Megatron column/row-
+ * parallel layers over a tp communicator, so tensor parallelism needs no model changes.
+ *
+ * Parameter names are HF's without the "transformer." prefix ("h.0.attn.c_attn.weight"),
+ * and weights are stored [out, in] (HF's Conv1D is [in, out]: converters transpose). */
+#ifndef GPT2_H
+#define GPT2_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/rt_backend.h"
+#include "runtime/rt_batch.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
+
+typedef struct {
+    int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;
+    float layer_norm_eps, initializer_range;
+    float embd_pdrop, resid_pdrop, attn_pdrop;
+    rt_act_kind act;
+    int num_labels;
+    int pad_token_id; /* -1 when the config has none */
+    int eos_token_id;
+} gpt2_config;
+
+/* HF defaults (gpt2 124M) with num_labels 2. */
+void gpt2_config_default(gpt2_config *c);
+/* Reads an HF config.json; model_type must be "gpt2". Missing fields take HF's defaults. */
+rt_status gpt2_config_load(const char *path, gpt2_config *c);
+/* Checks sizes (heads divide width, ...) and that tp divides heads, vocab and FFN width. */
+rt_status gpt2_config_validate(const gpt2_config *c, int tp);
+
+typedef struct gpt2_model gpt2_model;
+
+/* Randomness of one forward pass: dropout draws from (seed, step, micro-batch). */
+typedef struct {
+    uint64_t seed;
+    int64_t step;
+    int micro;
+    bool training; /* dropout on */
+} gpt2_pass;
+
+/* Builds the model and its activation memory for batches up to max_B x max_T. Weights are
+ * initialised as HF initialises them (normal(0, initializer_range), c_proj scaled by
+ * 1/sqrt(2 n_layer), LayerNorm 1/0, biases 0) from the counter RNG with `seed`. */
+rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                          gpt2_model **out);
+void gpt2_model_free(gpt2_model *m);
+rt_params *gpt2_model_params(gpt2_model *m);
+const gpt2_config *gpt2_model_config(const gpt2_model *m);
+
+/* Sequence classification: forward (and backward when grad_scale > 0, accumulating
+ * parameter gradients with dL/dlogits scaled by grad_scale). Writes the summed loss over
+ * labelled rows to *loss_sum, and the logits (B, num_labels) to host_logits when non-NULL. */
+rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits);
+
+/* Language-model logits (B, T, vocab) through the tied head, and the final hidden states
+ * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. */
+rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
+                         float *host_hidden);
+
+#endif

@@ -1,0 +1,37 @@
+/* Megatron-style tensor-parallel layers (Shoeybi et al., 2019), written over the backend and
+ * the comm vtable so that every model gets tensor parallelism by using them. Weights are
+ * [out, in]. With a one-rank comm the collectives are no-ops and these are plain linears.
+ *
+ *   column-parallel: Y_r = X W_r^T + b_r          f: identity forward, all-reduce dX backward
+ *   row-parallel:    Y = sum_r X_r W_r^T, then + b g: all-reduce forward, identity backward
+ */
+#ifndef MDL_PARALLEL_H
+#define MDL_PARALLEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+
+/* out (N, out_local) = inp (N, in) w (out_local, in)^T + b; b may be NULL. */
+void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
+                        int in, int out_local);
+/* Accumulates dw, db (db may be NULL); writes dinp (N, in), all-reduced over tp. */
+rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, size_t N, int in, int out_local);
+/* out (N, out) = all_reduce(inp (N, in_local) w (out, in_local)^T) + b; the bias is added once,
+ * after the reduce. */
+rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
+                             const float *b, size_t N, int in_local, int out_features);
+/* Accumulates dw, db; writes dinp (N, in_local). */
+void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, size_t N, int in_local, int out_features);
+/* Vocab-parallel embedding: this rank holds rows [vocab_start, vocab_start + V_local);
+ * out (N, C) = all_reduce(partial lookup). accumulate adds into out (before the reduce only
+ * the local part is added, so it must be 0 on all but one rank when tp > 1: callers add
+ * positions after the reduce). */
+rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const int32_t *ids, const float *table,
+                                  size_t N, int C, int vocab_start, int V_local);
+
+#endif
