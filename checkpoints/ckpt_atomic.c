@@ -1,0 +1,128 @@
+/* Temporary file + fsync + rename (see ckpt_atomic.h). A FILE* buffers the many small writes
+ * of a checkpoint; errors that stdio defers (ENOSPC on a buffered write) surface at fflush or
+ * fsync, and every one of those is checked before the rename. */
+#include "checkpoints/ckpt_atomic.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ckpt_atomic_file {
+    char *path;     /* target */
+    char *tmp_path; /* "<path>.tmp.<pid>" */
+    FILE *fp;
+    uint64_t offset;
+    int failed; /* a write failed: only abort is meaningful now */
+};
+
+static void atomic_free(ckpt_atomic_file *f) {
+    free(f->path);
+    free(f->tmp_path);
+    free(f);
+}
+
+rt_status ckpt_atomic_begin(const char *path, ckpt_atomic_file **out) {
+    rt_status st = RT_OK;
+    *out = NULL;
+    ckpt_atomic_file *f = rt_xcalloc(1, sizeof *f);
+    f->path = rt_xstrdup(path);
+    size_t n = strlen(path) + 32;
+    f->tmp_path = rt_xmalloc(n);
+    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
+    /* O_EXCL is not used: a leftover temp file from a crashed run with the same pid is ours
+     * to overwrite, and O_TRUNC does that. */
+    int fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) RT_FAIL(RT_ERR_IO, "%s: cannot create temporary file %s: %s", path, f->tmp_path, strerror(errno));
+    f->fp = fdopen(fd, "wb");
+    if (!f->fp) {
+        int e = errno;
+        close(fd);
+        unlink(f->tmp_path);
+        RT_FAIL(RT_ERR_IO, "%s: fdopen failed: %s", path, strerror(e));
+    }
+    *out = f;
+    return RT_OK;
+fail:
+    atomic_free(f);
+    return st;
+}
+
+rt_status ckpt_atomic_write(ckpt_atomic_file *f, const void *data, size_t n) {
+    if (f->failed) return rt_errorf(RT_ERR_IO, "%s: write after an earlier failure", f->path);
+    if (n && fwrite(data, 1, n, f->fp) != n) {
+        f->failed = 1;
+        return rt_errorf(RT_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
+    }
+    f->offset += n;
+    return RT_OK;
+}
+
+rt_status ckpt_atomic_pad(ckpt_atomic_file *f, size_t align) {
+    static const unsigned char zeros[256];
+    RT_CHECK(align > 0 && (align & (align - 1)) == 0 && align <= sizeof zeros, "align=%zu", align);
+    size_t pad = (size_t)((align - (f->offset & (align - 1))) & (align - 1));
+    return ckpt_atomic_write(f, zeros, pad);
+}
+
+uint64_t ckpt_atomic_tell(const ckpt_atomic_file *f) { return f->offset; }
+
+/* fsync the directory holding path so the rename itself is durable. Some file systems refuse
+ * fsync on a directory (EINVAL); the rename has happened by then, so that is not an error. */
+static rt_status fsync_parent_dir(const char *path) {
+    char *dir = rt_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+    } else if (slash == dir) {
+        dir[1] = '\0';
+    } else {
+        *slash = '\0';
+    }
+    rt_status st = RT_OK;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+            st = rt_errorf(RT_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir, strerror(errno));
+        close(fd);
+    }
+    free(dir);
+    return st;
+}
+
+rt_status ckpt_atomic_commit(ckpt_atomic_file *f) {
+    rt_status st = RT_OK;
+    if (f->failed) RT_FAIL(RT_ERR_IO, "%s: not committed: an earlier write failed", f->path);
+    if (fflush(f->fp) != 0) RT_FAIL(RT_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
+    if (fsync(fileno(f->fp)) != 0) RT_FAIL(RT_ERR_IO, "%s: fsync failed: %s", f->path, strerror(errno));
+    FILE *fp = f->fp;
+    f->fp = NULL;
+    if (fclose(fp) != 0) RT_FAIL(RT_ERR_IO, "%s: close failed: %s", f->path, strerror(errno));
+    if (rename(f->tmp_path, f->path) != 0)
+        RT_FAIL(RT_ERR_IO, "%s: cannot rename %s over it: %s", f->path, f->tmp_path, strerror(errno));
+    st = fsync_parent_dir(f->path);
+    atomic_free(f);
+    return st;
+fail:
+    ckpt_atomic_abort(f);
+    return st;
+}
+
+void ckpt_atomic_abort(ckpt_atomic_file *f) {
+    if (!f) return;
+    if (f->fp) fclose(f->fp);
+    unlink(f->tmp_path);
+    atomic_free(f);
+}
+
+rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n) {
+    rt_status st = RT_OK;
+    ckpt_atomic_file *f = NULL;
+    RT_TRY(ckpt_atomic_begin(path, &f));
+    RT_TRY(ckpt_atomic_write(f, data, n));
+    st = ckpt_atomic_commit(f);
+    f = NULL;
+fail:
+    ckpt_atomic_abort(f);
+    return st;
+}

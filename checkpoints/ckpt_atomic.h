@@ -1,0 +1,42 @@
+/* Atomic file writing for everything tunezoo writes (checkpoints, safetensors, caches).
+ *
+ * Data goes to "<path>.tmp.<pid>" next to the target; commit flushes and fsyncs it, renames
+ * it over path and fsyncs the directory. A crash or an error at any point therefore leaves
+ * either the old file or the complete new one under path, never half of one. Any failure
+ * (no space, no permission, missing directory) returns RT_ERR_IO naming the path and the
+ * system's reason, and removes the temporary file.
+ *
+ *     ckpt_atomic_file *f = NULL;
+ *     RT_TRY(ckpt_atomic_begin(path, &f));
+ *     RT_TRY(ckpt_atomic_write(f, buf, n));
+ *     st = ckpt_atomic_commit(f);   // consumes f, success or not
+ *     f = NULL;
+ *   fail:
+ *     ckpt_atomic_abort(f);         // NULL is fine
+ */
+#ifndef CKPT_ATOMIC_H
+#define CKPT_ATOMIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_status.h"
+
+typedef struct ckpt_atomic_file ckpt_atomic_file;
+
+rt_status ckpt_atomic_begin(const char *path, ckpt_atomic_file **out);
+/* Appends n bytes. After a failure the handle only accepts abort (commit fails too). */
+rt_status ckpt_atomic_write(ckpt_atomic_file *f, const void *data, size_t n);
+/* Appends zero bytes until the file offset is a multiple of align (a power of two). */
+rt_status ckpt_atomic_pad(ckpt_atomic_file *f, size_t align);
+/* Bytes written so far. */
+uint64_t ckpt_atomic_tell(const ckpt_atomic_file *f);
+/* Flush, fsync, rename over the target, fsync the directory. Frees f in every case. */
+rt_status ckpt_atomic_commit(ckpt_atomic_file *f);
+/* Removes the temporary file and frees f; the target is untouched. Accepts NULL. */
+void ckpt_atomic_abort(ckpt_atomic_file *f);
+
+/* Whole-buffer convenience: begin, write, commit. */
+rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
+
+#endif

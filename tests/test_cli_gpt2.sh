@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# gpt2-classify end to end on a tiny GPT-2 (1 layer, 16 wide) and a 64-row slice of MRPC:
+# train + eval + checkpoint, --resume, --predict, --help, and every bad input the README
+# promises a one-line error for (exit 1, or 2 for usage), with the last good checkpoint left
+# byte-identical.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+[ -x "$BIN" ] || { echo "test_cli_gpt2: $BIN not built"; exit 1; }
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
+# expect_fail NAME RC PATTERN ARGS...: exit code RC and a single stderr line matching PATTERN
+expect_fail() {
+    local name=$1 want_rc=$2 pattern=$3
+    shift 3
+    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
+    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
+    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
+    ok
+}
+
+# a tiny model and a small data slice
+cat > "$TMP/arch.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2}
+JSON
+mkdir -p "$TMP/data"
+head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
+head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
+COMMON=(--arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --threads 2)
+
+# train, evaluate, checkpoint
+"$BIN" "${COMMON[@]}" --max-steps 4 --log-interval 2 --save-dir "$TMP/run" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "training run failed"
+grep -q "dev results (mrpc, 32 examples, step 4): loss .* accuracy .* f1 " "$TMP/out" && ok || bad "no dev results line"
+grep -q '"type":"train","step":2' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks the step-2 line"
+grep -q '"type":"eval"' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks an eval line"
+[ -f "$TMP/run/step-00000004.tzck" ] || [ -n "$(ls "$TMP/run"/step-*4.tzck 2>/dev/null)" ] && ok || bad "no step-4 checkpoint"
+
+# resume continues from step 4
+"$BIN" "${COMMON[@]}" --max-steps 6 --save-dir "$TMP/run" --resume > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "resume run failed"
+grep -q "resumed from .*step.*4" "$TMP/out" && ok || bad "resume did not start from step 4"
+grep -q "step 6)" "$TMP/out" && ok || bad "resumed run did not reach step 6"
+
+# --predict on the unlabelled test layout
+head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
+"$BIN" "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/pred" --predict "$TMP/test.tsv" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "predict run failed"
+[ "$(wc -l < "$TMP/pred/predictions.tsv" 2>/dev/null)" = "11" ] && ok || bad "predictions.tsv should have a header and 10 rows"
+head -n 1 "$TMP/pred/predictions.tsv" | grep -q $'^index\tprediction\tprob_0\tprob_1$' && ok || bad "predictions header"
+
+# --help tells the options
+"$BIN" --help > "$TMP/out" 2>&1 && grep -q -- "--batch-size" "$TMP/out" && grep -q -- "--resume" "$TMP/out" && ok || bad "--help"
+
+# bad inputs; the last good checkpoint must survive each of them untouched
+ckpt=$(ls "$TMP/run"/step-*.tzck | tail -n 1)
+sum_before=$(sha256sum "$ckpt" | cut -d' ' -f1)
+expect_fail "unknown option" 2 "did you mean --batch-size" --batch-sise 4
+expect_fail "batch size 0" 2 "batch-size" --batch-size 0
+expect_fail "bad number" 2 "expected a number" --lr fast
+expect_fail "unknown dataset" 2 "not one of" --dataset mnli
+mkdir -p "$TMP/m_missing" && cp "$SRC/tests/golden/gpt2-tiny-cls/config.json" "$TMP/m_missing/"
+expect_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run"
+mkdir -p "$TMP/m_trunc" && cp "$TMP/arch.json" "$TMP/m_trunc/config.json"
+head -c 5000 "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" > "$TMP/m_trunc/model.safetensors"
+expect_fail "truncated safetensors" 1 "model.safetensors" --model "$TMP/m_trunc" --max-len 48 --save-dir "$TMP/run"
+mkdir -p "$TMP/m_corrupt" && cp "$TMP/arch.json" "$TMP/m_corrupt/config.json"
+{ printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": nonsense!}'; head -c 100 /dev/zero; } > "$TMP/m_corrupt/model.safetensors"
+expect_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt" --max-len 48 --save-dir "$TMP/run"
+mkdir -p "$TMP/m_bert" && sed 's/"gpt2"/"bert"/' "$SRC/tests/golden/gpt2-tiny-cls/config.json" > "$TMP/m_bert/config.json"
+cp "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" "$TMP/m_bert/"
+expect_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run"
+mkdir -p "$TMP/d_col" && cp "$TMP/data/dev.tsv" "$TMP/d_col/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_col/train.tsv"
+printf '1\t2\t3\tonly four columns\n' >> "$TMP/d_col/train.tsv"
+expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run"
+mkdir -p "$TMP/d_lab" && cp "$TMP/data/dev.tsv" "$TMP/d_lab/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_lab/train.tsv"
+printf 'yes\t1\t2\ta\tb\n' >> "$TMP/d_lab/train.tsv"
+expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run"
+mkdir -p "$TMP/tok" && cp "$SRC/assets/gpt2-bpe/encoder.json" "$TMP/tok/vocab.json"
+{ head -n 3 "$SRC/assets/gpt2-bpe/vocab.bpe"; echo "onlyonetoken"; } > "$TMP/tok/merges.txt"
+expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run"
+touch "$TMP/a_file"
+expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
+[ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"
+
+echo "test_cli_gpt2: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
