@@ -40,7 +40,7 @@ typedef struct {
 static gc_opts O;
 
 static const rt_opt gc_options[] = {
-    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", "TASK", "GLUE task", "mrpc|sst2|rte|cola|wnli", 0, 0},
+    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)", "mrpc|sst2|rte|cola|wnli", 0, 0},
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
      "HF GPT-2 directory (config.json, model.safetensors, tokenizer files); default: HF cache 'gpt2', else a small "
      "GPT-2 from scratch", NULL, 0, 0},
@@ -72,7 +72,7 @@ static const rt_opt gc_options[] = {
      0, 0},
     {"save-interval", RT_OPT_INT, &O.save_interval, "0", NULL,
      "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
-    {"keep", RT_OPT_INT, &O.keep, "2", NULL, "keep the newest K checkpoints", NULL, 1, 1e6},
+    {"keep", RT_OPT_INT, &O.keep, "2", NULL, "keep the newest N checkpoints", NULL, 1, 1e6},
     {"resume", RT_OPT_FLAG, &O.resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0, 0},
     {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE.tsv", "after training, predict every row of a GLUE-format TSV",
      NULL, 0, 0},
@@ -162,7 +162,7 @@ static rt_status gc_resolve_source(gc_source *s) {
     } else if (gc_find_hf_cache(dir, sizeof dir)) {
         s->what = "pretrained gpt2 from the local HF cache";
     } else {
-        s->what = "random init of a small GPT-2 (4 layers, 256 wide; no HF 'gpt2' in the local cache, see --model)";
+        s->what = "random init of a small GPT-2 (4 layers, 128 wide; no HF 'gpt2' in the local cache, see --model)";
     }
     if (dir[0]) {
         snprintf(s->config, sizeof s->config, "%s/config.json", dir);
@@ -353,7 +353,7 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
     } else {
         gpt2_config_default(&cfg);
         cfg.n_layer = 4;
-        cfg.n_embd = 256;
+        cfg.n_embd = 128;
         cfg.n_head = 4;
         cfg.n_positions = 512;
     }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the distribution packages tunezoo builds against, skipping those already there.
+# Debian/Ubuntu (apt). Runs as root, or through sudo when it is available. The CUDA toolkit
+# is optional and not installed here: when nvcc is on PATH the build adds the CUDA backend.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev   # BLAS on OpenMP (shares our thread pool)
+  libcjson-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin
+  libsentencepiece-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+
+if ! command -v apt-get > /dev/null; then
+  echo "setup: apt-get not found; install these packages with your package manager: ${missing[*]}" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo > /dev/null; then SUDO=sudo; else
+    echo "setup: not root and no sudo; as root run: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
