@@ -8,6 +8,7 @@
 
 #include "checkpoints/ckpt_json.h"
 #include "models/parallel.h"
+#include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
@@ -176,52 +177,44 @@ static void gpt2_declare_params(gpt2_model *m) {
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
 }
 
-/* Carves the activation block into buffers; with base == NULL it only measures. */
-static size_t gpt2_layout(gpt2_model *m, char *base) {
-    size_t off = 0;
+/* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
+static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     const size_t L = (size_t)m->cfg.n_layer, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
     const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
-#define GPT2_CARVE(ptr, type, count)                                                                                   \
-    do {                                                                                                               \
-        off = (off + 63) & ~(size_t)63;                                                                                \
-        if (base) m->ptr = (type *)(base + off);                                                                       \
-        off += (size_t)(count) * sizeof(type);                                                                         \
-    } while (0)
-    GPT2_CARVE(res, float, (L + 1) * BT * C);
-    GPT2_CARVE(xmid, float, L * BT * C);
-    GPT2_CARVE(ln1, float, L * BT * C);
-    GPT2_CARVE(ln1_mean, float, L * BT);
-    GPT2_CARVE(ln1_rstd, float, L * BT);
-    GPT2_CARVE(qkv, float, L * BT * 3 * Cl);
-    GPT2_CARVE(probs, float, L * B * (size_t)m->NH_local * T * T);
-    GPT2_CARVE(atty, float, L * BT * Cl);
-    GPT2_CARVE(ln2, float, L * BT * C);
-    GPT2_CARVE(ln2_mean, float, L * BT);
-    GPT2_CARVE(ln2_rstd, float, L * BT);
-    GPT2_CARVE(fch, float, L * BT * Fl);
-    GPT2_CARVE(fchg, float, L * BT * Fl);
-    GPT2_CARVE(lnf, float, BT * C);
-    GPT2_CARVE(lnf_mean, float, BT);
-    GPT2_CARVE(lnf_rstd, float, BT);
-    GPT2_CARVE(pooled, float, B * C);
-    GPT2_CARVE(logits, float, B * NL);
-    GPT2_CARVE(dlogits, float, B * NL);
-    GPT2_CARVE(losses, float, B);
-    GPT2_CARVE(tmp, float, BT * C);
-    GPT2_CARVE(dres, float, BT * C);
-    GPT2_CARVE(dln, float, BT * C);
-    GPT2_CARVE(dqkv, float, BT * 3 * Cl);
-    GPT2_CARVE(datty, float, BT * Cl);
-    GPT2_CARVE(dfch, float, BT * Fl);
-    GPT2_CARVE(dfchg, float, BT * Fl);
-    GPT2_CARVE(dpooled, float, B * C);
-    GPT2_CARVE(key_mask, float, BT);
-    GPT2_CARVE(ids, int32_t, BT);
-    GPT2_CARVE(pos, int32_t, BT);
-    GPT2_CARVE(last, int32_t, B);
-    GPT2_CARVE(labels, int32_t, B);
-#undef GPT2_CARVE
-    return off;
+    const size_t f = sizeof(float), i = sizeof(int32_t);
+    m->res = rt_arena_take(a, (L + 1) * BT * C, f);
+    m->xmid = rt_arena_take(a, L * BT * C, f);
+    m->ln1 = rt_arena_take(a, L * BT * C, f);
+    m->ln1_mean = rt_arena_take(a, L * BT, f);
+    m->ln1_rstd = rt_arena_take(a, L * BT, f);
+    m->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
+    m->probs = rt_arena_take(a, L * B * (size_t)m->NH_local * T * T, f);
+    m->atty = rt_arena_take(a, L * BT * Cl, f);
+    m->ln2 = rt_arena_take(a, L * BT * C, f);
+    m->ln2_mean = rt_arena_take(a, L * BT, f);
+    m->ln2_rstd = rt_arena_take(a, L * BT, f);
+    m->fch = rt_arena_take(a, L * BT * Fl, f);
+    m->fchg = rt_arena_take(a, L * BT * Fl, f);
+    m->lnf = rt_arena_take(a, BT * C, f);
+    m->lnf_mean = rt_arena_take(a, BT, f);
+    m->lnf_rstd = rt_arena_take(a, BT, f);
+    m->pooled = rt_arena_take(a, B * C, f);
+    m->logits = rt_arena_take(a, B * NL, f);
+    m->dlogits = rt_arena_take(a, B * NL, f);
+    m->losses = rt_arena_take(a, B, f);
+    m->tmp = rt_arena_take(a, BT * C, f);
+    m->dres = rt_arena_take(a, BT * C, f);
+    m->dln = rt_arena_take(a, BT * C, f);
+    m->dqkv = rt_arena_take(a, BT * 3 * Cl, f);
+    m->datty = rt_arena_take(a, BT * Cl, f);
+    m->dfch = rt_arena_take(a, BT * Fl, f);
+    m->dfchg = rt_arena_take(a, BT * Fl, f);
+    m->dpooled = rt_arena_take(a, B * C, f);
+    m->key_mask = rt_arena_take(a, BT, f);
+    m->ids = rt_arena_take(a, BT, i);
+    m->pos = rt_arena_take(a, BT, i);
+    m->last = rt_arena_take(a, B, i);
+    m->labels = rt_arena_take(a, B, i);
 }
 
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
@@ -250,9 +243,11 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     gpt2_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    size_t bytes = gpt2_layout(m, NULL);
-    RT_TRY(rt_backend_alloc(be, bytes, "GPT-2 activations (lower --batch-size or --max-len)", &m->act_block));
-    gpt2_layout(m, m->act_block);
+    rt_arena arena = {0};
+    gpt2_layout(m, &arena);
+    RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len)", &m->act_block));
+    arena = (rt_arena){.base = m->act_block};
+    gpt2_layout(m, &arena);
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
