@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# End-to-end checks of tz-tokenize: ids, --pieces, --decode, --pair, --help and the exit codes
+# for usage (2) and load (1) errors. Expected ids are HF's (GPT2Tokenizer / RobertaTokenizer).
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/tz-tokenize"
+DATA="${TZ_SHARED_DATA:-$(dirname "$0")/../../shared/data}"
+GPT2="$DATA/gpt2-bpe"
+ROB="$DATA/roberta-bpe/roberta-vocab.json"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+if [ ! -x "$BIN" ]; then
+    echo "test_cli_tokenize: $BIN not built"
+    exit 1
+fi
+
+check() { # name, expected, actual
+    if [ "$2" == "$3" ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        printf 'FAILED: %s\n  want: %q\n  got:  %q\n' "$1" "$2" "$3" >&2
+    fi
+}
+
+printf 'Hello world\n a <|endoftext|> b\n\n' | "$BIN" --tokenizer "$GPT2" > "$TMP/out.txt"
+check "ids rc" 0 $?
+check "ids" $'15496 995\n257 220 50256 275\n\nx' "$(cat "$TMP/out.txt"; echo x)"
+check "empty line gives an empty line" 3 "$(wc -l < "$TMP/out.txt")"
+got=$(printf "don't stop\n" | "$BIN" --tokenizer "$GPT2/encoder.json" --pieces)
+check "pieces" "don 't Ġstop" "$got"
+got=$(printf '15496 995\n31373\n\n447\n' | "$BIN" --tokenizer "$GPT2" --decode)
+check "decode" $'Hello world\nhello\n\n\xef\xbf\xbd' "$got"
+got=$(printf 'hello\tworld\nhello\n' | "$BIN" --tokenizer "$ROB" --pair)
+check "roberta pair" $'0 42891 2 2 8331 2\n0 42891 2' "$got"
+got=$(printf 'hello\tworld\n' | "$BIN" --tokenizer "$GPT2" --pair)
+check "gpt2 pair" "31373 6894" "$got"
+got=$(printf 'Hello world\n' | "$BIN" --tokenizer "$DATA/tiny-gpt2")
+check "tiny-gpt2 dir" "15496 995" "$got"
+
+# round trip over MRPC sentences through ids and back
+cut -f4 "$DATA/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"
+"$BIN" --tokenizer "$GPT2" < "$TMP/in.txt" > "$TMP/ids.txt"
+"$BIN" --tokenizer "$GPT2" --decode < "$TMP/ids.txt" > "$TMP/back.txt"
+check "mrpc round trip" "" "$(cmp "$TMP/in.txt" "$TMP/back.txt" 2>&1)"
+check "mrpc line count" "$(wc -l < "$TMP/in.txt")" "$(wc -l < "$TMP/ids.txt")"
+
+"$BIN" --help > "$TMP/help.txt"
+check "help rc" 0 $?
+for opt in tokenizer decode pieces pair; do
+    check "help mentions --$opt" 1 "$(grep -c -- "^  --$opt" "$TMP/help.txt")"
+done
+
+"$BIN" --tokenizer "$GPT2" --bogus < /dev/null 2> "$TMP/err.txt"
+check "unknown option rc" 2 $?
+check "unknown option message" 1 "$(grep -c "unknown option '--bogus'" "$TMP/err.txt")"
+"$BIN" < /dev/null 2> "$TMP/err.txt"
+check "missing --tokenizer rc" 2 $?
+check "missing --tokenizer message" 1 "$(wc -l < "$TMP/err.txt")"
+"$BIN" --tokenizer "$TMP/nope" < /dev/null 2> "$TMP/err.txt"
+check "missing file rc" 1 $?
+check "missing file message" 1 "$(grep -c "$TMP/nope" "$TMP/err.txt")"
+printf 'a b\nx\n' > "$TMP/merges.txt"
+printf '{"a":0,"b":1,"ab":2}' > "$TMP/vocab.json"
+"$BIN" --tokenizer "$TMP" < /dev/null 2> "$TMP/err.txt"
+check "broken merges rc" 1 $?
+check "broken merges names file:line" 1 "$(grep -c "merges.txt:2:" "$TMP/err.txt")"
+printf '1 2\n3 x\n' | "$BIN" --tokenizer "$GPT2" --decode > /dev/null 2> "$TMP/err.txt"
+check "bad id line rc" 1 $?
+check "bad id line names stdin:2" 1 "$(grep -c "stdin:2:" "$TMP/err.txt")"
+"$BIN" --tokenizer "$GPT2" --decode --pair < /dev/null 2> /dev/null
+check "--decode --pair rc" 2 $?
+
+echo "test_cli_tokenize: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
