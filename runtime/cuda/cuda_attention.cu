@@ -1,0 +1,217 @@
+/* Scaled-dot-product attention on CUDA (rt_attn_desc in rt_backend.h), the straightforward
+ * way: the two products per (batch, head) are cuBLAS strided-batched GEMMs (one call per
+ * batch element, the heads as the batch, since q/k/v rows are strided by ld), and the masked
+ * softmax, dropout and softmax backward are one-warp-per-row kernels. Forward writes the
+ * scores straight into the caller's probs buffer and softmaxes them in place; the dropped
+ * probabilities and the backward's dS live in scratch owned by the backend. A fused
+ * (flash-style) kernel can replace this later; this one is the reference for it.
+ *
+ * Semantics are the CPU backend's (runtime/cpu/cpu_attention.c): score = scale * q.k +
+ * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal, a row with no key left
+ * gives zero probabilities and a zero output, and dropout keeps element
+ * ((b*NH + h)*Tq + i)*Tk + j when rt_rng_uniform(seed, stream, that index) >= p. */
+#include "runtime/cuda/rt_cuda.h"
+
+#define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
+
+static void rt_cuda_attn_check(const rt_attn_desc *d) {
+    RT_CHECK(d->B > 0 && d->NH > 0 && d->Tq > 0 && d->Tk > 0 && d->HS > 0,
+             "B=%d NH=%d Tq=%d Tk=%d HS=%d", d->B, d->NH, d->Tq, d->Tk, d->HS);
+    size_t row = (size_t)d->NH * d->HS;
+    RT_CHECK(d->ldq >= row && d->ldk >= row && d->ldv >= row && d->ldo >= row,
+             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu must each be >= NH*HS=%zu", d->ldq, d->ldk, d->ldv,
+             d->ldo, row);
+    /* cuBLAS takes int leading dimensions */
+    RT_CHECK(d->ldq <= 0x7fffffff && d->ldk <= 0x7fffffff && d->ldv <= 0x7fffffff &&
+                 d->ldo <= 0x7fffffff,
+             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu exceed INT_MAX", d->ldq, d->ldk, d->ldv, d->ldo);
+    RT_CHECK(!d->causal || d->Tq == d->Tk, "causal attention needs Tq == Tk (Tq=%d Tk=%d)", d->Tq,
+             d->Tk);
+    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
+             (double)d->dropout_p);
+}
+
+static unsigned rt_cuda_attn_row_grid(size_t rows) {
+    size_t blocks = (rows + RT_CUDA_ATTN_ROWS_PER_BLOCK - 1) / RT_CUDA_ATTN_ROWS_PER_BLOCK;
+    RT_CHECK(blocks <= 0x7fffffffu, "%zu attention rows is too many for one launch", rows);
+    return (unsigned)blocks;
+}
+
+/* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
+ * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities. */
+__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *key_mask,
+                                            const float *bias, int NH, int Tq, int Tk,
+                                            bool causal, float p, float keep_scale, uint64_t seed,
+                                            uint64_t stream, size_t rows) {
+    size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return; /* whole warp together */
+    int i = (int)(r % (size_t)Tq);
+    int h = (int)((r / (size_t)Tq) % (size_t)NH);
+    size_t b = r / ((size_t)Tq * NH);
+    float *P = S + r * (size_t)Tk;
+    float *Pd = pd ? pd + r * (size_t)Tk : NULL;
+    const float *km = key_mask ? key_mask + b * (size_t)Tk : NULL;
+    const float *bi = bias ? bias + ((size_t)h * Tq + i) * (size_t)Tk : NULL;
+    int jend = causal ? i + 1 : Tk; /* keys j >= jend are excluded */
+
+    float mx = -INFINITY;
+    for (int j = lane; j < jend; j += 32) {
+        float s = P[j];
+        if (km) s += km[j];
+        if (bi) s += bi[j];
+        P[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = rt_cuda_warp_max(mx);
+    if (mx == -INFINITY) { /* every key masked: zero row (and zero output after the GEMM) */
+        for (int j = lane; j < Tk; j += 32) {
+            P[j] = 0.0f;
+            if (Pd) Pd[j] = 0.0f;
+        }
+        return;
+    }
+    float sum = 0.0f;
+    for (int j = lane; j < jend; j += 32) {
+        float e = expf(P[j] - mx);
+        P[j] = e;
+        sum += e;
+    }
+    sum = rt_cuda_warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int j = lane; j < Tk; j += 32) {
+        float pj = j < jend ? P[j] * inv : 0.0f;
+        P[j] = pj;
+        if (Pd) Pd[j] = rt_rng_uniform(seed, stream, r * (size_t)Tk + j) >= p ? pj * keep_scale : 0.0f;
+    }
+}
+
+/* Pd = dropout(P) over all B*NH*Tq*Tk elements, for the backward's dv product. */
+__global__ void rt_cuda_attn_dropout_kernel(float *pd, const float *P, size_t n, float p,
+                                            float keep_scale, uint64_t seed, uint64_t stream) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        pd[i] = rt_rng_uniform(seed, stream, i) >= p ? P[i] * keep_scale : 0.0f;
+}
+
+/* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
+ * dS = P * (dP - sum_j P dP). */
+__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const float *probs, int Tk, bool dropout,
+                                                float p, float keep_scale, uint64_t seed,
+                                                uint64_t stream, size_t rows) {
+    size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float *g = dS + r * (size_t)Tk;
+    const float *P = probs + r * (size_t)Tk;
+    float dot = 0.0f;
+    for (int j = lane; j < Tk; j += 32) {
+        float dp = g[j];
+        if (dropout) dp = rt_rng_uniform(seed, stream, r * (size_t)Tk + j) >= p ? dp * keep_scale : 0.0f;
+        g[j] = dp;
+        dot += P[j] * dp;
+    }
+    dot = rt_cuda_warp_sum(dot);
+    for (int j = lane; j < Tk; j += 32) g[j] = P[j] * (g[j] - dot);
+}
+
+/* dbias[h, i, j] += sum over b of dS[b, h, i, j], b in order (one thread per element). */
+__global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, size_t per_batch) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < per_batch;
+         e += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += dS[(size_t)b * per_batch + e];
+        dbias[e] += s;
+    }
+}
+
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+                           const float *q, const float *k, const float *v) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    rt_cuda_attn_check(d);
+    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk floats)");
+    const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
+    const size_t head = (size_t)Tq * Tk; /* one (b, h) block of probs */
+    const size_t rows = (size_t)B * NH * Tq;
+    const float p = d->dropout_p;
+    const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+
+    /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
+    for (int b = 0; b < B; b++)
+        rt_cuda_gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
+                     (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
+                     0.0f, probs + (size_t)b * NH * head, Tk, head, NH);
+
+    float *pd = NULL;
+    if (p > 0.0f)
+        pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
+    rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
+        probs, pd, d->key_mask, d->bias, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
+        rows);
+    CUDA_LAUNCH_CHECK();
+
+    /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS) */
+    const float *P = pd ? pd : probs;
+    for (int b = 0; b < B; b++)
+        rt_cuda_gemm(ctx, false, false, Tq, HS, Tk, 1.0f, P + (size_t)b * NH * head, Tk, head,
+                     v + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, 0.0f,
+                     out + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, NH);
+}
+
+void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                           float *dbias, const float *dout, const float *probs, const float *q,
+                           const float *k, const float *v) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    rt_cuda_attn_check(d);
+    const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
+    const size_t head = (size_t)Tq * Tk;
+    const size_t rows = (size_t)B * NH * Tq;
+    const size_t total = rows * Tk;
+    const float p = d->dropout_p;
+    const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+
+    /* the probabilities the forward multiplied v by: regenerate the dropped ones */
+    const float *P = probs;
+    if (p > 0.0f) {
+        float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
+        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+            pd, probs, total, p, keep_scale, d->seed, d->stream);
+        CUDA_LAUNCH_CHECK();
+        P = pd;
+    }
+    float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
+
+    for (int b = 0; b < B; b++) {
+        /* dv[b, :, h] (Tk x HS) = Pd[b, h]^T (Tk x Tq) dout[b, :, h] (Tq x HS) */
+        rt_cuda_gemm(ctx, true, false, Tk, HS, Tq, 1.0f, P + (size_t)b * NH * head, Tk, head,
+                     dout + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, 0.0f,
+                     dv + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, NH);
+        /* dP'[b, h] (Tq x Tk) = dout[b, :, h] (Tq x HS) v[b, :, h]^T (HS x Tk) */
+        rt_cuda_gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
+                     (int)d->ldo, (size_t)HS, v + (size_t)b * Tk * d->ldv, (int)d->ldv,
+                     (size_t)HS, 0.0f, dS + (size_t)b * NH * head, Tk, head, NH);
+    }
+
+    rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
+                                      32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
+        dS, probs, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, rows);
+    CUDA_LAUNCH_CHECK();
+
+    if (dbias) {
+        size_t per_batch = (size_t)NH * head;
+        rt_cuda_attn_dbias_kernel<<<rt_cuda_grid(per_batch, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+            dbias, dS, B, per_batch);
+        CUDA_LAUNCH_CHECK();
+    }
+
+    for (int b = 0; b < B; b++) {
+        /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
+        rt_cuda_gemm(ctx, false, false, Tq, HS, Tk, d->scale, dS + (size_t)b * NH * head, Tk, head,
+                     k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, 0.0f,
+                     dq + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, NH);
+        /* dk[b, :, h] (Tk x HS) = scale * dS[b, h]^T (Tk x Tq) q[b, :, h] (Tq x HS) */
+        rt_cuda_gemm(ctx, true, false, Tk, HS, Tq, d->scale, dS + (size_t)b * NH * head, Tk, head,
+                     q + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, 0.0f,
+                     dk + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, NH);
+    }
+}

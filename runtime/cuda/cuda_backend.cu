@@ -1,0 +1,201 @@
+/* The CUDA backend: the rt_backend_ops table over device memory, with GEMM from cuBLAS and
+ * the other kernels in the sibling .cu files. It is checked op by op against the CPU
+ * backend (tests/test_cuda_ops.c), so this first version favours plain, obviously correct
+ * kernels and exact fp32 GEMM (no TF32) over speed.
+ *
+ * Set-up failures (no device, bad index, cuBLAS init) return an rt_status; anything that
+ * goes wrong once the backend runs is a fault and aborts through CUDA_CHECK/CUBLAS_CHECK. */
+#include "runtime/cuda/rt_cuda.h"
+
+#include <string.h>
+
+void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes) {
+    RT_CHECK(slot >= 0 && slot < RT_CUDA_SCRATCH_COUNT, "scratch slot %d", slot);
+    if (bytes <= c->scratch_bytes[slot]) return c->scratch[slot];
+    /* grow by at least half again so a slowly growing shape does not reallocate each call;
+     * cudaFree waits for the device, so kernels still reading the old buffer are done */
+    size_t want = c->scratch_bytes[slot] + c->scratch_bytes[slot] / 2;
+    if (want < bytes) want = bytes;
+    CUDA_CHECK(cudaFree(c->scratch[slot]));
+    c->scratch[slot] = NULL;
+    c->scratch_bytes[slot] = 0;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, want);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear the sticky-free error so it is not reported later */
+        want = bytes;             /* the headroom may be what did not fit */
+        e = cudaMalloc(&p, want);
+    }
+    RT_CHECK(e == cudaSuccess, "cuda scratch slot %d: cudaMalloc(%zu bytes) failed: %s", slot,
+             want, cudaGetErrorString(e));
+    c->scratch[slot] = p;
+    c->scratch_bytes[slot] = want;
+    return p;
+}
+
+static void *cuda_alloc(void *ctx, size_t bytes) {
+    void *p = NULL;
+    /* cudaMalloc(0) may give NULL, which callers would read as out of memory */
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    CUDA_CHECK(e);
+    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+    return p;
+}
+
+static void cuda_free(void *ctx, void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_to_device(void *ctx, void *dst, const void *host_src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+static void cuda_to_host(void *ctx, void *host_dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+static void cuda_zero(void *ctx, void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+
+static void cuda_sync(void *ctx) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
+ * with row stride ld is its own transpose in column-major with the same ld. So cuBLAS gets
+ * B first, A second, M and N swapped, and each operand keeps its own trans flag. */
+void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const float *A, int lda, size_t stride_a, const float *B, int ldb,
+                  size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    RT_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "M=%d N=%d K=%d batch=%d", M, N, K, batch);
+    if (M == 0 || N == 0 || batch == 0) return;
+    RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K,
+             (int)trans_a);
+    RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N,
+             (int)trans_b);
+    RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
+    CUBLAS_CHECK(cublasSgemmStridedBatched(
+        c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
+        K, &alpha, B, ldb, (long long)stride_b, A, lda, (long long)stride_a, &beta, C, ldc,
+        (long long)stride_c, batch));
+}
+
+/* Filled by assignment rather than designated initializers, which C++17 lacks. */
+static rt_backend_ops rt_cuda_make_ops(void) {
+    rt_backend_ops ops;
+    rt_backend_ops *o = &ops;
+    memset(o, 0, sizeof *o);
+    o->name = "cuda";
+    o->alloc = cuda_alloc;
+    o->free = cuda_free;
+    o->to_device = cuda_to_device;
+    o->to_host = cuda_to_host;
+    o->copy = cuda_copy;
+    o->zero = cuda_zero;
+    o->sync = cuda_sync;
+    o->gemm = rt_cuda_gemm;
+    o->layernorm_fwd = rt_cuda_layernorm_fwd;
+    o->layernorm_bwd = rt_cuda_layernorm_bwd;
+    o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
+    o->rmsnorm_bwd = rt_cuda_rmsnorm_bwd;
+    o->act_fwd = rt_cuda_act_fwd;
+    o->act_bwd = rt_cuda_act_bwd;
+    o->add_bias = rt_cuda_add_bias;
+    o->bias_bwd = rt_cuda_bias_bwd;
+    o->add = rt_cuda_add;
+    o->axpy = rt_cuda_axpy;
+    o->scale = rt_cuda_scale;
+    o->attention_fwd = rt_cuda_attention_fwd;
+    o->attention_bwd = rt_cuda_attention_bwd;
+    o->embedding_fwd = rt_cuda_embedding_fwd;
+    o->embedding_bwd = rt_cuda_embedding_bwd;
+    o->softmax_xent = rt_cuda_softmax_xent;
+    o->dropout_fwd = rt_cuda_dropout_fwd;
+    o->dropout_bwd = rt_cuda_dropout_bwd;
+    o->gather_rows = rt_cuda_gather_rows;
+    o->scatter_rows_add = rt_cuda_scatter_rows_add;
+    o->adamw = rt_cuda_adamw;
+    o->sumsq = rt_cuda_sumsq;
+    return ops;
+}
+
+/* A function-local static: C++ initializes it once even when threads race to the first call. */
+static const rt_backend_ops *rt_cuda_ops(void) {
+    static const rt_backend_ops ops = rt_cuda_make_ops();
+    return &ops;
+}
+
+extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
+    rt_status st = RT_OK;
+    rt_cuda_ctx *c = NULL;
+    rt_backend *be = NULL;
+    bool have_cublas = false;
+    int count = 0;
+    cudaError_t e;
+    cublasStatus_t bs;
+    struct cudaDeviceProp prop;
+    *out = NULL;
+
+    e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d: no CUDA device is visible (cudaGetDeviceCount: %s)",
+                device, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    if (device < 0 || device >= count)
+        RT_FAIL(RT_ERR_CONFIG, "cuda:%d: expected a device index in [0, %d): %d CUDA device%s visible",
+                device, count, count, count == 1 ? " is" : "s are");
+    e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d: cudaSetDevice failed: %s", device,
+                cudaGetErrorString(e));
+    }
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+
+    c = (rt_cuda_ctx *)rt_xcalloc(1, sizeof *c);
+    c->device = device;
+    bs = cublasCreate(&c->cublas);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
+                cublasGetStatusString(bs));
+    have_cublas = true;
+    /* Plain fp32 (the default mode never uses TF32 tensor cores for Sgemm; set explicitly
+     * so nothing inherited changes it) so results track the CPU backend within fp32
+     * rounding. TF32 can come once the model tests pin their tolerances. */
+    CUBLAS_CHECK(cublasSetMathMode(c->cublas, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_HOST));
+
+    be = (rt_backend *)rt_xcalloc(1, sizeof *be);
+    be->ops = rt_cuda_ops();
+    be->ctx = c;
+    be->device = device;
+    *out = be;
+    return RT_OK;
+fail:
+    if (have_cublas) cublasDestroy(c->cublas);
+    free(c);
+    free(be);
+    return st;
+}
+
+extern "C" void rt_cuda_backend_free(rt_backend *be) {
+    if (!be) return;
+    rt_cuda_ctx *c = (rt_cuda_ctx *)be->ctx;
+    if (c) {
+        CUDA_CHECK(cudaSetDevice(c->device));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (int i = 0; i < RT_CUDA_SCRATCH_COUNT; i++) CUDA_CHECK(cudaFree(c->scratch[i]));
+        CUBLAS_CHECK(cublasDestroy(c->cublas));
+        free(c);
+    }
+    free(be);
+}

@@ -1,0 +1,227 @@
+/* Elementwise CUDA kernels: activations and their derivatives, bias add, add/axpy/scale,
+ * dropout from the counter RNG, AdamW over a slab, and the sum of squares for clipping. The
+ * formulas are the CPU backend's (runtime/cpu/cpu_elementwise.c) term by term, so the two
+ * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
+ * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits.
+ * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
+#include "runtime/cuda/rt_cuda.h"
+
+/* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
+#define RT_GELU_BETA 0.7978845608028654f
+#define RT_GELU_KAPPA 0.044715f
+/* 1/sqrt(2) and 1/sqrt(2 pi) for the exact (erf) GELU. */
+#define RT_SQRT1_2 0.7071067811865476f
+#define RT_INV_SQRT_2PI 0.3989422804014327f
+
+#define RT_CUDA_FOR_EACH(i, n)                                                                 \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void rt_cuda_act_fwd_kernel(int kind, float *out, const float *inp, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) {
+        float x = inp[i];
+        float y;
+        if (kind == RT_ACT_GELU_TANH) {
+            float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
+            y = 0.5f * x * (1.0f + tanhf(u));
+        } else if (kind == RT_ACT_GELU_ERF) {
+            y = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+        } else {
+            y = x > 0.0f ? x : 0.0f;
+        }
+        out[i] = y;
+    }
+}
+
+__global__ void rt_cuda_act_bwd_kernel(int kind, float *dinp, const float *inp, const float *dout,
+                                       size_t n) {
+    RT_CUDA_FOR_EACH(i, n) {
+        float x = inp[i];
+        float d;
+        if (kind == RT_ACT_GELU_TANH) {
+            float x2 = x * x;
+            float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+            float left = 0.5f * (1.0f + t);
+            float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
+            d = dout[i] * (left + right);
+        } else if (kind == RT_ACT_GELU_ERF) {
+            float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
+            float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
+            d = dout[i] * (cdf + x * pdf);
+        } else {
+            d = x > 0.0f ? dout[i] : 0.0f;
+        }
+        dinp[i] = d;
+    }
+}
+
+__global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t n, int C) {
+    RT_CUDA_FOR_EACH(i, n) out[i] += bias[i % (size_t)C];
+}
+
+__global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) x[i] *= s;
+}
+
+/* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. */
+__global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
+                                       uint64_t seed, uint64_t stream) {
+    RT_CUDA_FOR_EACH(i, n) y[i] = rt_rng_uniform(seed, stream, i) >= p ? x[i] * s : 0.0f;
+}
+
+__global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v,
+                                     size_t n, float decay, float w1, float beta2, float w2,
+                                     float step_size, float bc2_sqrt, float eps, float grad_scale,
+                                     bool lerp_low) {
+    RT_CUDA_FOR_EACH(i, n) {
+        float g = grads[i] * grad_scale;
+        float p = params[i] * decay;
+        float mi = m[i];
+        /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
+        mi = lerp_low ? mi + w1 * (g - mi) : g - (g - mi) * (1.0f - w1);
+        float vi = v[i] * beta2 + w2 * g * g;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p = p + (-step_size) * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+    }
+}
+
+/* Pass 1 of sumsq: a fixed grid (it depends on n only) writes one double per block. */
+__global__ void rt_cuda_sumsq_partial_kernel(double *partial, const float *x, size_t n) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    RT_CUDA_FOR_EACH(i, n) s += (double)x[i] * x[i];
+    s = rt_cuda_block_sum_d(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* Pass 2: one block adds the partials (strided by thread, then a fixed tree) into out[0]. */
+__global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, int nblocks) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nblocks; i += blockDim.x) s += partial[i];
+    s = rt_cuda_block_sum_d(s, sh);
+    if (threadIdx.x == 0) out[0] = s;
+}
+
+void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU,
+             "unknown activation kind %d", (int)kind);
+    if (n == 0) return;
+    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, out,
+                                                                                inp, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
+                     const float *dout, size_t n) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU,
+             "unknown activation kind %d", (int)kind);
+    if (n == 0) return;
+    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, dinp,
+                                                                                inp, dout, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) {
+    RT_CHECK(C > 0, "C=%d", C);
+    size_t n = N * (size_t)C;
+    if (n == 0) return;
+    rt_cuda_add_bias_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(out, bias, n, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    if (n == 0) return;
+    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(out, a, b, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
+    if (n == 0) return;
+    rt_cuda_axpy_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(y, alpha, x, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
+    if (n == 0) return;
+    rt_cuda_scale_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, s, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply). */
+static void rt_cuda_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,
+                                  uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    if (n == 0) return;
+    if (p == 0.0f) {
+        if (y != x) CUDA_CHECK(cudaMemcpy(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+        return;
+    }
+    if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
+        CUDA_CHECK(cudaMemset(y, 0, n * sizeof(float)));
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+    rt_cuda_dropout_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(y, x, n, p, s,
+                                                                                seed, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
+                         uint64_t seed, uint64_t stream) {
+    rt_cuda_dropout_apply(out, inp, n, p, seed, stream);
+}
+
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                         uint64_t seed, uint64_t stream) {
+    rt_cuda_dropout_apply(dinp, dout, n, p, seed, stream);
+}
+
+/* torch.optim.AdamW (single-tensor path): the step scalars are computed once in double on
+ * the host and cast to float, the per-element math is float, as in the CPU backend. */
+void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay,
+                   float grad_scale, int64_t t) {
+    RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
+    if (n == 0) return;
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    float w1 = (float)(1.0 - (double)beta1);
+    float w2 = (float)(1.0 - (double)beta2);
+    float step_size = (float)((double)lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    bool lerp_low = w1 < 0.5f;
+    rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        params, grads, m, v, n, decay, w1, beta2, w2, step_size, bc2_sqrt, eps, grad_scale,
+        lerp_low);
+    CUDA_LAUNCH_CHECK();
+}
+
+double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    /* at most 1024 blocks of partials: plenty to fill the device, few enough for one block
+     * to finish the sum; the grid depends on n only, so the result is reproducible */
+    unsigned blocks = rt_cuda_grid(n, RT_CUDA_THREADS);
+    if (blocks > 1024) blocks = 1024;
+    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ,
+                                            (blocks + 1) * sizeof(double));
+    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS>>>(buf + 1, x, n);
+    CUDA_LAUNCH_CHECK();
+    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS>>>(buf, buf + 1, (int)blocks);
+    CUDA_LAUNCH_CHECK();
+    double s = 0.0;
+    CUDA_CHECK(cudaMemcpy(&s, buf, sizeof s, cudaMemcpyDeviceToHost));
+    return s;
+}

@@ -1,0 +1,187 @@
+/* Private to the CUDA backend: the context behind its rt_backend, the CUDA_CHECK and
+ * CUBLAS_CHECK wrappers, launch helpers, warp/block reductions, and the kernels each .cu
+ * file in runtime/cuda provides to the ops table in cuda_backend.cu. Nothing outside
+ * runtime/cuda includes this; models reach the kernels only through rt_backend_ops.
+ *
+ * Everything runs on the legacy default stream, so ops are ordered exactly as they are
+ * called and a to_host copy waits for all earlier work; the device is the one made current
+ * by rt_cuda_backend_init on the calling thread.
+ *
+ * Reductions across rows (dweight, dbias, embedding and scatter gradients, attention dbias)
+ * never use float atomics: each output element is summed by one thread in a fixed order,
+ * so a run gives the same bits every time (resume depends on that). */
+#ifndef RT_CUDA_H
+#define RT_CUDA_H
+
+/* The C headers below include these; taking them first, outside extern "C", keeps the C++
+ * overloads of <math.h> out of a C-linkage block. */
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "runtime/rt_backend.h"
+#include "runtime/rt_status.h"
+}
+/* Inline __host__ __device__ helpers only (no linkage to match), so C++ linkage is fine. */
+#include "runtime/rt_rng.h"
+
+/* Every CUDA and cuBLAS call is checked, in every build: a device fault aborts with file:line. */
+#define CUDA_CHECK(call)                                                                       \
+    do {                                                                                       \
+        cudaError_t rt_cuda_err_ = (call);                                                     \
+        if (rt_cuda_err_ != cudaSuccess)                                                       \
+            rt_abort_at(__FILE__, __LINE__, #call, "%s (%s)", cudaGetErrorString(rt_cuda_err_), \
+                        cudaGetErrorName(rt_cuda_err_));                                       \
+    } while (0)
+
+#define CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                       \
+        cublasStatus_t rt_cublas_st_ = (call);                                                 \
+        if (rt_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                            \
+            rt_abort_at(__FILE__, __LINE__, #call, "%s (cuBLAS status %d)",                    \
+                        cublasGetStatusString(rt_cublas_st_), (int)rt_cublas_st_);             \
+    } while (0)
+
+/* After every kernel launch: catches a bad launch configuration at the call that made it
+ * (a fault inside the kernel surfaces at the next checked call). */
+#define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+/* Scratch buffers the backend owns, one per purpose so two users never overlap. Each is
+ * allocated on first use and only grows, so the training loop allocates nothing once its
+ * first step has run. */
+enum {
+    RT_CUDA_SCRATCH_ATTN_P = 0, /* attention: dropped probabilities (B, NH, Tq, Tk) */
+    RT_CUDA_SCRATCH_ATTN_DS,    /* attention backward: dP then dS (B, NH, Tq, Tk) */
+    RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
+    RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
+    RT_CUDA_SCRATCH_COUNT
+};
+
+typedef struct {
+    int device;
+    cublasHandle_t cublas;
+    void *scratch[RT_CUDA_SCRATCH_COUNT];
+    size_t scratch_bytes[RT_CUDA_SCRATCH_COUNT];
+} rt_cuda_ctx;
+
+/* At least bytes of the given scratch slot (contents undefined); aborts when the device is
+ * out of memory, since this runs inside the step loop where there is no way to recover. */
+void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes);
+
+/* Threads per block for the simple kernels, and the block count for n work items (capped;
+ * the kernels loop with a grid stride, so a capped grid still covers every item). */
+#define RT_CUDA_THREADS 256
+static inline unsigned rt_cuda_grid(size_t n, unsigned threads) {
+    size_t blocks = (n + threads - 1) / threads;
+    if (blocks < 1) blocks = 1;
+    if (blocks > 65536u * 16u) blocks = 65536u * 16u;
+    return (unsigned)blocks;
+}
+
+/* Warp and block reductions. block_* need blockDim.x a multiple of 32 (<= 1024), every
+ * thread of the block calling, and shared scratch of 32 elements; every thread gets the
+ * result. The leading __syncthreads lets a block call them back to back with one buffer. */
+__device__ __forceinline__ float rt_cuda_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float rt_cuda_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ double rt_cuda_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float rt_cuda_block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = rt_cuda_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : 0.0f;
+    return rt_cuda_warp_sum(v);
+}
+__device__ __forceinline__ float rt_cuda_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = rt_cuda_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : -INFINITY;
+    return rt_cuda_warp_max(v);
+}
+__device__ __forceinline__ double rt_cuda_block_sum_d(double v, double *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = rt_cuda_warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? sh[lane] : 0.0;
+    return rt_cuda_warp_sum_d(v);
+}
+
+/* cuda_backend.cu: releases what rt_cuda_backend_init made (called by rt_backend_free, which
+ * declares it itself since rt_backend.h does not). */
+extern "C" void rt_cuda_backend_free(rt_backend *be);
+/* cuda_backend.cu: the gemm behind the ops table, also used by attention. */
+void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                  const float *A, int lda, size_t stride_a, const float *B, int ldb,
+                  size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch);
+
+/* cuda_norm.cu: also the column sums behind bias_bwd. */
+void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, size_t N, int C, float eps);
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, size_t N, int C);
+void rt_cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+                         size_t N, int C, float eps);
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
+void rt_cuda_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C);
+
+/* cuda_elementwise.cu */
+void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
+void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
+                     const float *dout, size_t n);
+void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
+void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
+void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
+                         uint64_t seed, uint64_t stream);
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                         uint64_t seed, uint64_t stream);
+void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay,
+                   float grad_scale, int64_t t);
+double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
+
+/* cuda_attention.cu */
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+                           const float *q, const float *k, const float *v);
+void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                           float *dbias, const float *dout, const float *probs, const float *q,
+                           const float *k, const float *v);
+
+/* cuda_rows.cu */
+void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
+                           size_t N, int C, int vocab_start, int V, bool accumulate);
+void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                           size_t N, int C, int vocab_start, int V);
+void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
+                          const float *logits, const int32_t *targets, size_t N, int V,
+                          float grad_scale);
+void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
+void rt_cuda_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
+                              int C);
+
+#endif

@@ -1,0 +1,634 @@
+/* The CUDA backend against the CPU backend, op by op: every op runs on the same random
+ * inputs on both, and the outputs must agree within fp32 tolerances (1e-5 abs / 1e-4 rel for
+ * elementwise and row ops, looser for GEMM and attention, whose sums run in another order).
+ * Dropout masks must be the same bits, and the reductions that are meant to be
+ * deterministic (norm and bias gradients, embedding scatter, sumsq) must give the same bits
+ * when run twice. Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_backend.h"
+#include "tests/testutil.h"
+
+#ifndef TZ_USE_CUDA
+
+int main(void) {
+    printf("test_cuda_ops: skipped: built without CUDA\n");
+    return 77;
+}
+
+#else
+
+static rt_backend *g_cpu, *g_gpu;
+
+/* xorshift64*: the test's own inputs, independent of the RNG under test */
+static uint64_t g_state = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_state ^= g_state >> 12;
+    g_state ^= g_state << 25;
+    g_state ^= g_state >> 27;
+    uint64_t r = g_state * 0x2545F4914F6CDD1Dull;
+    return (float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static float *host_rand(size_t n, float scale, float offset) {
+    float *h = rt_xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = frand() * scale + offset;
+    return h;
+}
+
+/* The same data on both backends: c on the CPU one, g on the CUDA one. */
+typedef struct {
+    size_t n;
+    float *c, *g;
+} dbuf;
+
+typedef struct {
+    size_t n;
+    int32_t *c, *g;
+} ibuf;
+
+static void *be_alloc(rt_backend *be, size_t bytes) {
+    void *p = NULL;
+    rt_status st = rt_backend_alloc(be, bytes, "test buffer", &p);
+    RT_CHECK(st == RT_OK, "%s", rt_error_message());
+    return p;
+}
+
+static dbuf dbuf_from(const float *h, size_t n) {
+    dbuf b = {n, be_alloc(g_cpu, n * sizeof(float)), be_alloc(g_gpu, n * sizeof(float))};
+    g_cpu->ops->to_device(g_cpu->ctx, b.c, h, n * sizeof(float));
+    g_gpu->ops->to_device(g_gpu->ctx, b.g, h, n * sizeof(float));
+    return b;
+}
+
+static dbuf dbuf_rand(size_t n, float scale, float offset) {
+    float *h = host_rand(n, scale, offset);
+    dbuf b = dbuf_from(h, n);
+    free(h);
+    return b;
+}
+
+static dbuf dbuf_zero(size_t n) {
+    dbuf b = {n, be_alloc(g_cpu, n * sizeof(float)), be_alloc(g_gpu, n * sizeof(float))};
+    return b; /* alloc zeroes */
+}
+
+static void dbuf_free(dbuf *b) {
+    g_cpu->ops->free(g_cpu->ctx, b->c);
+    g_gpu->ops->free(g_gpu->ctx, b->g);
+    b->c = b->g = NULL;
+}
+
+static ibuf ibuf_from(const int32_t *h, size_t n) {
+    ibuf b = {n, be_alloc(g_cpu, n * sizeof(int32_t)), be_alloc(g_gpu, n * sizeof(int32_t))};
+    g_cpu->ops->to_device(g_cpu->ctx, b.c, h, n * sizeof(int32_t));
+    g_gpu->ops->to_device(g_gpu->ctx, b.g, h, n * sizeof(int32_t));
+    return b;
+}
+
+static void ibuf_free(ibuf *b) {
+    g_cpu->ops->free(g_cpu->ctx, b->c);
+    g_gpu->ops->free(g_gpu->ctx, b->g);
+    b->c = b->g = NULL;
+}
+
+/* Host copies of both sides; caller frees both. */
+static void dbuf_fetch(const dbuf *b, float **hc, float **hg) {
+    *hc = rt_xmalloc(b->n * sizeof(float));
+    *hg = rt_xmalloc(b->n * sizeof(float));
+    g_cpu->ops->to_host(g_cpu->ctx, *hc, b->c, b->n * sizeof(float));
+    g_gpu->ops->to_host(g_gpu->ctx, *hg, b->g, b->n * sizeof(float));
+}
+
+/* CUDA result against the CPU reference. */
+static void dbuf_check(const char *what, const dbuf *b, float atol, float rtol) {
+    float *hc, *hg;
+    dbuf_fetch(b, &hc, &hg);
+    tz_check_close(what, hg, hc, b->n, atol, rtol);
+    free(hc);
+    free(hg);
+}
+
+/* Makes the CUDA copy equal to the CPU copy, to test a backward on exactly the forward's
+ * saved statistics. */
+static void dbuf_sync_from_cpu(dbuf *b) {
+    float *h = rt_xmalloc(b->n * sizeof(float));
+    g_cpu->ops->to_host(g_cpu->ctx, h, b->c, b->n * sizeof(float));
+    g_gpu->ops->to_device(g_gpu->ctx, b->g, h, b->n * sizeof(float));
+    free(h);
+}
+
+static float *gpu_fetch(const float *g, size_t n) {
+    float *h = rt_xmalloc(n * sizeof(float));
+    g_gpu->ops->to_host(g_gpu->ctx, h, g, n * sizeof(float));
+    return h;
+}
+
+#define ATOL 1e-5f
+#define RTOL 1e-4f
+#define GEMM_ATOL 1e-4f
+#define GEMM_RTOL 1e-4f
+#define ATTN_ATOL 1e-4f
+#define ATTN_RTOL 1e-3f
+
+static void test_memory(void) {
+    const size_t n = 1000;
+    float *h = host_rand(n, 1.0f, 0.0f);
+    void *empty = be_alloc(g_gpu, 0); /* a zero-byte buffer is valid, not out of memory */
+    g_gpu->ops->free(g_gpu->ctx, empty);
+    float *p = be_alloc(g_gpu, n * sizeof(float));
+    float *back = gpu_fetch(p, n);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += back[i] != 0.0f;
+    TZ_EXPECT(nonzero == 0, "alloc left %zu nonzero floats", nonzero);
+    free(back);
+
+    float *q = be_alloc(g_gpu, n * sizeof(float));
+    g_gpu->ops->to_device(g_gpu->ctx, p, h, n * sizeof(float));
+    g_gpu->ops->copy(g_gpu->ctx, q, p, n * sizeof(float));
+    g_gpu->ops->zero(g_gpu->ctx, q + 100, 50 * sizeof(float));
+    g_gpu->ops->sync(g_gpu->ctx);
+    back = gpu_fetch(q, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = (i >= 100 && i < 150) ? 0.0f : h[i];
+        bad += back[i] != want;
+    }
+    TZ_EXPECT(bad == 0, "to_device/copy/zero/to_host: %zu floats differ", bad);
+    free(back);
+    g_gpu->ops->free(g_gpu->ctx, p);
+    g_gpu->ops->free(g_gpu->ctx, q);
+    g_gpu->ops->free(g_gpu->ctx, NULL);
+    free(h);
+}
+
+static void test_gemm(void) {
+    const int M = 37, N = 29, K = 41, batch = 3;
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            for (int broadcast_b = 0; broadcast_b < 2; broadcast_b++) {
+                int rows_a = ta ? K : M, cols_a = ta ? M : K;
+                int rows_b = tb ? N : K, cols_b = tb ? K : N;
+                int lda = cols_a + 3, ldb = cols_b + 5, ldc = N + 2;
+                size_t sa = (size_t)rows_a * lda + 7, sb = broadcast_b ? 0 : (size_t)rows_b * ldb + 1;
+                size_t sc = (size_t)M * ldc + 4;
+                dbuf A = dbuf_rand(sa * batch, 1.0f, 0.0f);
+                dbuf B = dbuf_rand(broadcast_b ? sb + (size_t)rows_b * ldb : sb * batch, 1.0f, 0.0f);
+                dbuf C = dbuf_rand(sc * batch, 1.0f, 0.0f);
+                float alpha = 0.75f, beta = (ta ^ tb) ? 0.0f : 0.5f;
+                g_cpu->ops->gemm(g_cpu->ctx, ta, tb, M, N, K, alpha, A.c, lda, sa, B.c, ldb, sb,
+                                 beta, C.c, ldc, sc, batch);
+                g_gpu->ops->gemm(g_gpu->ctx, ta, tb, M, N, K, alpha, A.g, lda, sa, B.g, ldb, sb,
+                                 beta, C.g, ldc, sc, batch);
+                char what[64];
+                snprintf(what, sizeof what, "gemm ta=%d tb=%d bcast=%d", ta, tb, broadcast_b);
+                dbuf_check(what, &C, GEMM_ATOL, GEMM_RTOL);
+                dbuf_free(&A);
+                dbuf_free(&B);
+                dbuf_free(&C);
+            }
+        }
+    }
+}
+
+static void test_norms(void) {
+    const size_t N = 150; /* more than one 64-row chunk of the column sums */
+    const int C = 300;    /* not a multiple of 32 */
+    const size_t n = N * (size_t)C;
+    const float eps = 1e-5f;
+    dbuf x = dbuf_rand(n, 2.0f, 0.5f);
+    dbuf w = dbuf_rand(C, 0.5f, 1.0f);
+    dbuf bias = dbuf_rand(C, 0.5f, 0.0f);
+    dbuf out = dbuf_zero(n), mean = dbuf_zero(N), rstd = dbuf_zero(N);
+
+    g_cpu->ops->layernorm_fwd(g_cpu->ctx, out.c, mean.c, rstd.c, x.c, w.c, bias.c, N, C, eps);
+    g_gpu->ops->layernorm_fwd(g_gpu->ctx, out.g, mean.g, rstd.g, x.g, w.g, bias.g, N, C, eps);
+    dbuf_check("layernorm_fwd out", &out, ATOL, RTOL);
+    dbuf_check("layernorm_fwd mean", &mean, ATOL, RTOL);
+    dbuf_check("layernorm_fwd rstd", &rstd, ATOL, RTOL);
+    g_cpu->ops->layernorm_fwd(g_cpu->ctx, out.c, mean.c, rstd.c, x.c, w.c, NULL, N, C, eps);
+    g_gpu->ops->layernorm_fwd(g_gpu->ctx, out.g, mean.g, rstd.g, x.g, w.g, NULL, N, C, eps);
+    dbuf_check("layernorm_fwd out (no bias)", &out, ATOL, RTOL);
+
+    /* backward accumulates into non-zero gradients, from the same saved statistics */
+    dbuf_sync_from_cpu(&mean);
+    dbuf_sync_from_cpu(&rstd);
+    dbuf dout = dbuf_rand(n, 1.0f, 0.0f);
+    dbuf dx = dbuf_rand(n, 1.0f, 0.0f), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
+    g_cpu->ops->layernorm_bwd(g_cpu->ctx, dx.c, dw.c, db.c, dout.c, x.c, w.c, mean.c, rstd.c, N, C);
+    g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx.g, dw.g, db.g, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+    dbuf_check("layernorm_bwd dinp", &dx, ATOL, RTOL);
+    dbuf_check("layernorm_bwd dweight", &dw, 1e-4f, RTOL);
+    dbuf_check("layernorm_bwd dbias", &db, 1e-4f, RTOL);
+
+    /* the same backward twice from zero gives the same bits */
+    {
+        dbuf dw1 = dbuf_zero(C), dw2 = dbuf_zero(C), dx1 = dbuf_zero(n);
+        g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx1.g, dw1.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+        g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx1.g, dw2.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+        float *a = gpu_fetch(dw1.g, C), *b = gpu_fetch(dw2.g, C);
+        TZ_EXPECT(memcmp(a, b, C * sizeof(float)) == 0, "layernorm_bwd dweight differs between runs");
+        free(a);
+        free(b);
+        dbuf_free(&dw1);
+        dbuf_free(&dw2);
+        dbuf_free(&dx1);
+    }
+
+    g_cpu->ops->rmsnorm_fwd(g_cpu->ctx, out.c, rstd.c, x.c, w.c, N, C, eps);
+    g_gpu->ops->rmsnorm_fwd(g_gpu->ctx, out.g, rstd.g, x.g, w.g, N, C, eps);
+    dbuf_check("rmsnorm_fwd out", &out, ATOL, RTOL);
+    dbuf_check("rmsnorm_fwd rstd", &rstd, ATOL, RTOL);
+    dbuf_sync_from_cpu(&rstd);
+    g_cpu->ops->rmsnorm_bwd(g_cpu->ctx, dx.c, dw.c, dout.c, x.c, w.c, rstd.c, N, C);
+    g_gpu->ops->rmsnorm_bwd(g_gpu->ctx, dx.g, dw.g, dout.g, x.g, w.g, rstd.g, N, C);
+    dbuf_check("rmsnorm_bwd dinp", &dx, ATOL, RTOL);
+    dbuf_check("rmsnorm_bwd dweight", &dw, 1e-4f, RTOL);
+
+    dbuf_free(&x);
+    dbuf_free(&w);
+    dbuf_free(&bias);
+    dbuf_free(&out);
+    dbuf_free(&mean);
+    dbuf_free(&rstd);
+    dbuf_free(&dout);
+    dbuf_free(&dx);
+    dbuf_free(&dw);
+    dbuf_free(&db);
+}
+
+static void test_elementwise(void) {
+    const size_t n = 1003;
+    dbuf x = dbuf_rand(n, 4.0f, 0.0f), dout = dbuf_rand(n, 1.0f, 0.0f);
+    dbuf y = dbuf_zero(n);
+    static const char *names[] = {"gelu_tanh", "gelu_erf", "relu"};
+    for (int k = 0; k < 3; k++) {
+        char what[64];
+        g_cpu->ops->act_fwd(g_cpu->ctx, (rt_act_kind)k, y.c, x.c, n);
+        g_gpu->ops->act_fwd(g_gpu->ctx, (rt_act_kind)k, y.g, x.g, n);
+        snprintf(what, sizeof what, "act_fwd %s", names[k]);
+        dbuf_check(what, &y, ATOL, RTOL);
+        g_cpu->ops->act_bwd(g_cpu->ctx, (rt_act_kind)k, y.c, x.c, dout.c, n);
+        g_gpu->ops->act_bwd(g_gpu->ctx, (rt_act_kind)k, y.g, x.g, dout.g, n);
+        snprintf(what, sizeof what, "act_bwd %s", names[k]);
+        dbuf_check(what, &y, ATOL, RTOL);
+    }
+
+    /* add with out aliasing a, then axpy and scale */
+    g_cpu->ops->add(g_cpu->ctx, y.c, y.c, x.c, n);
+    g_gpu->ops->add(g_gpu->ctx, y.g, y.g, x.g, n);
+    dbuf_check("add", &y, ATOL, RTOL);
+    g_cpu->ops->axpy(g_cpu->ctx, y.c, -0.3f, dout.c, n);
+    g_gpu->ops->axpy(g_gpu->ctx, y.g, -0.3f, dout.g, n);
+    dbuf_check("axpy", &y, ATOL, RTOL);
+    g_cpu->ops->scale(g_cpu->ctx, y.c, 1.7f, n);
+    g_gpu->ops->scale(g_gpu->ctx, y.g, 1.7f, n);
+    dbuf_check("scale", &y, ATOL, RTOL);
+
+    const size_t N = 150;
+    const int C = 77;
+    dbuf m = dbuf_rand(N * C, 1.0f, 0.0f), bias = dbuf_rand(C, 1.0f, 0.0f);
+    dbuf dbias = dbuf_rand(C, 1.0f, 0.0f);
+    g_cpu->ops->add_bias(g_cpu->ctx, m.c, bias.c, N, C);
+    g_gpu->ops->add_bias(g_gpu->ctx, m.g, bias.g, N, C);
+    dbuf_check("add_bias", &m, ATOL, RTOL);
+    g_cpu->ops->bias_bwd(g_cpu->ctx, dbias.c, m.c, N, C);
+    g_gpu->ops->bias_bwd(g_gpu->ctx, dbias.g, m.g, N, C);
+    dbuf_check("bias_bwd", &dbias, 1e-4f, RTOL);
+
+    dbuf_free(&x);
+    dbuf_free(&dout);
+    dbuf_free(&y);
+    dbuf_free(&m);
+    dbuf_free(&bias);
+    dbuf_free(&dbias);
+}
+
+static void test_dropout(void) {
+    const size_t n = 10007;
+    const float p = 0.3f;
+    const uint64_t seed = 1234, stream = ((uint64_t)3 << 56) | 42u;
+    dbuf x = dbuf_rand(n, 1.0f, 2.0f); /* in [1, 3): never 0, so 0 means dropped */
+    dbuf y = dbuf_zero(n);
+    g_cpu->ops->dropout_fwd(g_cpu->ctx, y.c, x.c, n, p, seed, stream);
+    g_gpu->ops->dropout_fwd(g_gpu->ctx, y.g, x.g, n, p, seed, stream);
+    float *hc, *hg;
+    dbuf_fetch(&y, &hc, &hg);
+    size_t differ = 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        differ += (hc[i] == 0.0f) != (hg[i] == 0.0f);
+        dropped += hg[i] == 0.0f;
+    }
+    TZ_EXPECT(differ == 0, "dropout masks differ at %zu of %zu elements", differ, n);
+    TZ_EXPECT(dropped > n * 0.27 && dropped < n * 0.33, "dropped %zu of %zu at p=0.3", dropped, n);
+    tz_check_close("dropout_fwd", hg, hc, n, ATOL, RTOL);
+    free(hc);
+    free(hg);
+
+    /* backward in place (dinp aliasing dout) regenerates the same mask */
+    g_cpu->ops->dropout_bwd(g_cpu->ctx, x.c, x.c, n, p, seed, stream);
+    g_gpu->ops->dropout_bwd(g_gpu->ctx, x.g, x.g, n, p, seed, stream);
+    dbuf_check("dropout_bwd", &x, ATOL, RTOL);
+    float *hx = gpu_fetch(x.g, n), *hy = gpu_fetch(y.g, n);
+    size_t mismatch = 0;
+    for (size_t i = 0; i < n; i++) mismatch += (hx[i] == 0.0f) != (hy[i] == 0.0f);
+    TZ_EXPECT(mismatch == 0, "dropout_bwd mask differs from fwd at %zu elements", mismatch);
+    free(hx);
+    free(hy);
+
+    /* p = 0 is a copy */
+    g_cpu->ops->dropout_fwd(g_cpu->ctx, y.c, x.c, n, 0.0f, seed, stream);
+    g_gpu->ops->dropout_fwd(g_gpu->ctx, y.g, x.g, n, 0.0f, seed, stream);
+    dbuf_check("dropout_fwd p=0", &y, 0.0f, 0.0f);
+    dbuf_free(&x);
+    dbuf_free(&y);
+}
+
+/* One attention configuration forward and backward on both backends. When fused, q/k/v
+ * (and dq/dk/dv) are views into one (B, T, 3*NH*HS) buffer as a fused QKV projection gives. */
+typedef struct {
+    const char *name;
+    int B, NH, Tq, Tk, HS;
+    bool causal, fused, use_mask, use_bias;
+    int masked_batch; /* batch whose keys are all -inf, or -1 */
+    float dropout_p;
+} attn_case;
+
+static void test_attention_case(const attn_case *tc) {
+    const int B = tc->B, NH = tc->NH, Tq = tc->Tq, Tk = tc->Tk, HS = tc->HS, C = NH * HS;
+    rt_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = B;
+    d.NH = NH;
+    d.Tq = Tq;
+    d.Tk = Tk;
+    d.HS = HS;
+    d.scale = 1.0f / sqrtf((float)HS);
+    d.causal = tc->causal;
+    d.dropout_p = tc->dropout_p;
+    d.seed = 777;
+    d.stream = ((uint64_t)3 << 56) | 5u;
+
+    size_t nq, nk, nv;
+    dbuf qkv = {0}, qb = {0}, kb = {0}, vb = {0}, dqkv = {0}, dqb = {0}, dkb = {0}, dvb = {0};
+    const float *qc, *kc, *vc, *qg, *kg, *vg;
+    float *dqc, *dkc, *dvc, *dqg, *dkg, *dvg;
+    if (tc->fused) {
+        d.ldq = d.ldk = d.ldv = (size_t)3 * C;
+        size_t n = (size_t)B * Tq * 3 * C;
+        qkv = dbuf_rand(n, 1.0f, 0.0f);
+        dqkv = dbuf_zero(n);
+        qc = qkv.c, kc = qkv.c + C, vc = qkv.c + 2 * C;
+        qg = qkv.g, kg = qkv.g + C, vg = qkv.g + 2 * C;
+        dqc = dqkv.c, dkc = dqkv.c + C, dvc = dqkv.c + 2 * C;
+        dqg = dqkv.g, dkg = dqkv.g + C, dvg = dqkv.g + 2 * C;
+    } else {
+        /* padded rows: ld larger than NH*HS, and the padding must stay untouched */
+        d.ldq = (size_t)C + 3;
+        d.ldk = (size_t)C + 1;
+        d.ldv = (size_t)C + 5;
+        nq = (size_t)B * Tq * d.ldq;
+        nk = (size_t)B * Tk * d.ldk;
+        nv = (size_t)B * Tk * d.ldv;
+        qb = dbuf_rand(nq, 1.0f, 0.0f);
+        kb = dbuf_rand(nk, 1.0f, 0.0f);
+        vb = dbuf_rand(nv, 1.0f, 0.0f);
+        dqb = dbuf_zero(nq);
+        dkb = dbuf_zero(nk);
+        dvb = dbuf_zero(nv);
+        qc = qb.c, kc = kb.c, vc = vb.c, qg = qb.g, kg = kb.g, vg = vb.g;
+        dqc = dqb.c, dkc = dkb.c, dvc = dvb.c, dqg = dqb.g, dkg = dkb.g, dvg = dvb.g;
+    }
+    d.ldo = (size_t)C + (tc->fused ? 0 : 2);
+    size_t no = (size_t)B * Tq * d.ldo;
+    dbuf out = dbuf_zero(no), dout = dbuf_rand(no, 1.0f, 0.0f);
+    dbuf probs = dbuf_zero((size_t)B * NH * Tq * Tk);
+
+    dbuf mask = {0}, bias = {0}, dbias = {0};
+    if (tc->use_mask) {
+        float *h = rt_xmalloc((size_t)B * Tk * sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < Tk; j++) {
+                float m = 0.0f;
+                if (b == tc->masked_batch) m = -INFINITY;
+                else if (j % 5 == 3) m = -1e9f;      /* HF-style large negative */
+                else if (j % 7 == 6) m = -INFINITY;  /* and a true -inf */
+                h[(size_t)b * Tk + j] = m;
+            }
+        mask = dbuf_from(h, (size_t)B * Tk);
+        free(h);
+    }
+    if (tc->use_bias) {
+        bias = dbuf_rand((size_t)NH * Tq * Tk, 1.0f, 0.0f);
+        dbias = dbuf_rand((size_t)NH * Tq * Tk, 1.0f, 0.0f);
+    }
+
+    rt_attn_desc dc = d, dg = d;
+    dc.key_mask = mask.c;
+    dg.key_mask = mask.g;
+    dc.bias = bias.c;
+    dg.bias = bias.g;
+    g_cpu->ops->attention_fwd(g_cpu->ctx, &dc, out.c, probs.c, qc, kc, vc);
+    g_gpu->ops->attention_fwd(g_gpu->ctx, &dg, out.g, probs.g, qg, kg, vg);
+    char what[128];
+    snprintf(what, sizeof what, "attention_fwd %s out", tc->name);
+    dbuf_check(what, &out, ATTN_ATOL, ATTN_RTOL);
+    snprintf(what, sizeof what, "attention_fwd %s probs", tc->name);
+    dbuf_check(what, &probs, ATTN_ATOL, ATTN_RTOL);
+
+    /* backward from the CPU's probabilities on both, so it is tested on its own */
+    dbuf_sync_from_cpu(&probs);
+    g_cpu->ops->attention_bwd(g_cpu->ctx, &dc, dqc, dkc, dvc, dbias.c, dout.c, probs.c, qc, kc, vc);
+    g_gpu->ops->attention_bwd(g_gpu->ctx, &dg, dqg, dkg, dvg, dbias.g, dout.g, probs.g, qg, kg, vg);
+    if (tc->fused) {
+        snprintf(what, sizeof what, "attention_bwd %s dqkv", tc->name);
+        dbuf_check(what, &dqkv, ATTN_ATOL, ATTN_RTOL);
+    } else {
+        snprintf(what, sizeof what, "attention_bwd %s dq", tc->name);
+        dbuf_check(what, &dqb, ATTN_ATOL, ATTN_RTOL);
+        snprintf(what, sizeof what, "attention_bwd %s dk", tc->name);
+        dbuf_check(what, &dkb, ATTN_ATOL, ATTN_RTOL);
+        snprintf(what, sizeof what, "attention_bwd %s dv", tc->name);
+        dbuf_check(what, &dvb, ATTN_ATOL, ATTN_RTOL);
+    }
+    if (tc->use_bias) {
+        snprintf(what, sizeof what, "attention_bwd %s dbias", tc->name);
+        dbuf_check(what, &dbias, ATTN_ATOL, ATTN_RTOL);
+    }
+
+    if (tc->fused) {
+        dbuf_free(&qkv);
+        dbuf_free(&dqkv);
+    } else {
+        dbuf_free(&qb);
+        dbuf_free(&kb);
+        dbuf_free(&vb);
+        dbuf_free(&dqb);
+        dbuf_free(&dkb);
+        dbuf_free(&dvb);
+    }
+    dbuf_free(&out);
+    dbuf_free(&dout);
+    dbuf_free(&probs);
+    if (tc->use_mask) dbuf_free(&mask);
+    if (tc->use_bias) {
+        dbuf_free(&bias);
+        dbuf_free(&dbias);
+    }
+}
+
+static void test_attention(void) {
+    static const attn_case cases[] = {
+        /* GPT-2 style: causal, fused qkv, no dropout */
+        {"causal fused", 2, 3, 17, 17, 8, true, true, false, false, -1, 0.0f},
+        /* GPT-2 training: causal with dropout and a padding mask */
+        {"causal dropout mask", 2, 2, 33, 33, 16, true, true, true, false, -1, 0.1f},
+        /* T5 cross-attention: Tq != Tk, padded lds, mask, position bias, dropout */
+        {"cross bias dropout", 2, 2, 5, 19, 16, false, false, true, true, -1, 0.2f},
+        /* a batch whose keys are all masked: zero probabilities, output and gradients */
+        {"fully masked", 2, 2, 4, 6, 8, false, false, true, true, 1, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(&cases[i]);
+}
+
+static void test_embedding(void) {
+    const size_t N = 50;
+    const int C = 37, V = 40, vocab_start = 10;
+    int32_t ids[50];
+    for (size_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() + 1.0f) * 30.0f); /* [0, 60): some outside the shard */
+    ids[3] = ids[7] = ids[11] = 25; /* repeats accumulate */
+    ids[5] = -1;                    /* padding id */
+    ibuf id = ibuf_from(ids, N);
+    dbuf table = dbuf_rand((size_t)V * C, 1.0f, 0.0f);
+    dbuf out = dbuf_rand(N * C, 1.0f, 0.0f);
+
+    g_cpu->ops->embedding_fwd(g_cpu->ctx, out.c, id.c, table.c, N, C, vocab_start, V, true);
+    g_gpu->ops->embedding_fwd(g_gpu->ctx, out.g, id.g, table.g, N, C, vocab_start, V, true);
+    dbuf_check("embedding_fwd accumulate", &out, ATOL, RTOL);
+    g_cpu->ops->embedding_fwd(g_cpu->ctx, out.c, id.c, table.c, N, C, vocab_start, V, false);
+    g_gpu->ops->embedding_fwd(g_gpu->ctx, out.g, id.g, table.g, N, C, vocab_start, V, false);
+    dbuf_check("embedding_fwd", &out, 0.0f, 0.0f);
+
+    dbuf dout = dbuf_rand(N * C, 1.0f, 0.0f);
+    dbuf dtable = dbuf_rand((size_t)V * C, 1.0f, 0.0f);
+    g_cpu->ops->embedding_bwd(g_cpu->ctx, dtable.c, dout.c, id.c, N, C, vocab_start, V);
+    g_gpu->ops->embedding_bwd(g_gpu->ctx, dtable.g, dout.g, id.g, N, C, vocab_start, V);
+    /* same ids in the same order: the same sums in the same order as the CPU */
+    dbuf_check("embedding_bwd", &dtable, 0.0f, 0.0f);
+
+    /* gather / scatter rows of a (10, C) matrix, with a repeated index */
+    int32_t idx[7] = {3, 0, 9, 3, 5, 3, 1};
+    ibuf ix = ibuf_from(idx, 7);
+    dbuf src = dbuf_rand((size_t)10 * C, 1.0f, 0.0f), rows = dbuf_zero((size_t)7 * C);
+    g_cpu->ops->gather_rows(g_cpu->ctx, rows.c, src.c, ix.c, 7, C);
+    g_gpu->ops->gather_rows(g_gpu->ctx, rows.g, src.g, ix.g, 7, C);
+    dbuf_check("gather_rows", &rows, 0.0f, 0.0f);
+    g_cpu->ops->scatter_rows_add(g_cpu->ctx, src.c, rows.c, ix.c, 7, C);
+    g_gpu->ops->scatter_rows_add(g_gpu->ctx, src.g, rows.g, ix.g, 7, C);
+    dbuf_check("scatter_rows_add", &src, 0.0f, 0.0f);
+
+    ibuf_free(&id);
+    ibuf_free(&ix);
+    dbuf_free(&table);
+    dbuf_free(&out);
+    dbuf_free(&dout);
+    dbuf_free(&dtable);
+    dbuf_free(&src);
+    dbuf_free(&rows);
+}
+
+static void test_xent(void) {
+    const size_t N = 9;
+    const int V = 1237;
+    int32_t t[9] = {0, 5, -100, 1236, 77, -100, 600, 3, 1000};
+    ibuf tg = ibuf_from(t, N);
+    dbuf logits = dbuf_rand(N * V, 3.0f, 0.0f);
+    dbuf losses = dbuf_zero(N), dlogits = dbuf_zero(N * V), probs = dbuf_zero(N * V);
+    g_cpu->ops->softmax_xent(g_cpu->ctx, losses.c, dlogits.c, probs.c, logits.c, tg.c, N, V, 0.5f);
+    g_gpu->ops->softmax_xent(g_gpu->ctx, losses.g, dlogits.g, probs.g, logits.g, tg.g, N, V, 0.5f);
+    dbuf_check("softmax_xent losses", &losses, ATOL, RTOL);
+    dbuf_check("softmax_xent dlogits", &dlogits, ATOL, RTOL);
+    dbuf_check("softmax_xent probs", &probs, ATOL, RTOL);
+
+    /* dlogits aliasing logits gives the same result as separate buffers */
+    float *sep = gpu_fetch(dlogits.g, N * V);
+    g_gpu->ops->softmax_xent(g_gpu->ctx, losses.g, logits.g, NULL, logits.g, tg.g, N, V, 0.5f);
+    float *alias = gpu_fetch(logits.g, N * V);
+    tz_check_close("softmax_xent aliased dlogits", alias, sep, N * V, 0.0f, 0.0f);
+    free(sep);
+    free(alias);
+    ibuf_free(&tg);
+    dbuf_free(&logits);
+    dbuf_free(&losses);
+    dbuf_free(&dlogits);
+    dbuf_free(&probs);
+}
+
+static void test_adamw(void) {
+    const size_t n = 5000;
+    dbuf p = dbuf_rand(n, 1.0f, 0.0f), m = dbuf_zero(n), v = dbuf_zero(n);
+    for (int step = 1; step <= 3; step++) {
+        dbuf g = dbuf_rand(n, 0.1f, 0.0f);
+        float beta1 = step == 3 ? 0.3f : 0.9f; /* 0.3 takes torch's other lerp branch */
+        g_cpu->ops->adamw(g_cpu->ctx, p.c, g.c, m.c, v.c, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
+        g_gpu->ops->adamw(g_gpu->ctx, p.g, g.g, m.g, v.g, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
+        dbuf_free(&g);
+    }
+    dbuf_check("adamw params", &p, ATOL, RTOL);
+    dbuf_check("adamw m", &m, ATOL, RTOL);
+    dbuf_check("adamw v", &v, 1e-7f, RTOL);
+    dbuf_free(&p);
+    dbuf_free(&m);
+    dbuf_free(&v);
+}
+
+static void test_sumsq(void) {
+    const size_t sizes[] = {1, 1000, 1000003};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        dbuf x = dbuf_rand(n, 1.0f, 0.0f);
+        double c = g_cpu->ops->sumsq(g_cpu->ctx, x.c, n);
+        double g = g_gpu->ops->sumsq(g_gpu->ctx, x.g, n);
+        double g2 = g_gpu->ops->sumsq(g_gpu->ctx, x.g, n);
+        TZ_EXPECT(fabs(g - c) <= 1e-9 * fabs(c), "sumsq n=%zu: cuda %.17g cpu %.17g", n, g, c);
+        TZ_EXPECT(g == g2, "sumsq n=%zu differs between runs: %.17g %.17g", n, g, g2);
+        dbuf_free(&x);
+    }
+}
+
+int main(void) {
+    rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
+    if (st == RT_ERR_UNSUPPORTED) {
+        printf("test_cuda_ops: skipped: no CUDA device\n");
+        fprintf(stderr, "test_cuda_ops: %s\n", rt_error_message());
+        return 77;
+    }
+    TZ_EXPECT_OK(st);
+    if (st != RT_OK) return tz_test_result("test_cuda_ops");
+    st = rt_backend_init("cpu", 0, &g_cpu);
+    TZ_EXPECT_OK(st);
+    if (st != RT_OK) {
+        rt_backend_free(g_gpu);
+        return tz_test_result("test_cuda_ops");
+    }
+
+    test_memory();
+    test_gemm();
+    test_norms();
+    test_elementwise();
+    test_dropout();
+    test_attention();
+    test_embedding();
+    test_xent();
+    test_adamw();
+    test_sumsq();
+
+    rt_backend_free(g_cpu);
+    rt_backend_free(g_gpu);
+    return tz_test_result("test_cuda_ops");
+}
+
+#endif
