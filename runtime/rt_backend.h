@@ -130,6 +130,7 @@ void rt_backend_free(rt_backend *be);
 rt_status rt_cpu_backend_init(int threads, rt_backend **out);
 #ifdef TZ_USE_CUDA
 rt_status rt_cuda_backend_init(int device, rt_backend **out);
+void rt_cuda_backend_free(rt_backend *be);
 #endif
 
 /* Convenience: allocate or fail with a message naming what. */

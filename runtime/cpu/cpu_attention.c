@@ -1,0 +1,203 @@
+/* Scaled-dot-product attention on the CPU (rt_attn_desc in rt_backend.h), one (batch, head)
+ * pair per OpenMP task. Each task does its head's products with single-threaded cblas_sgemm
+ * (OpenBLAS picks AVX2/AVX-512 kernels at run time, which our -march=x86-64-v2 loops
+ * cannot) and the softmax, masks and dropout with plain loops. The probabilities buffer
+ * doubles as the scores buffer; only dropout and backward need per-thread scratch.
+ *
+ * Masking: a causal-excluded score or a -inf key mask gives exp(-inf) = 0; a row with no
+ * key left gives all-zero probabilities and a zero output (not NaN), and no gradient. The
+ * dropout mask on the probabilities is regenerated in backward from the element index
+ * ((b*NH + h)*Tq + i)*Tk + j, so CUDA and CPU drop the same elements. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/cpu_internal.h"
+
+/* Whether a call has enough work for a parallel region: tiny heads (tests, short
+ * sequences) run faster on one thread than they take to wake the others. */
+static bool rt_cpu_attn_parallel(const rt_attn_desc *d) {
+    size_t work = (size_t)d->B * d->NH * d->Tq * d->Tk * ((size_t)d->HS + 8);
+    return work >= (size_t)RT_CPU_PAR_MIN * 8;
+}
+
+static void rt_cpu_attn_check(const rt_attn_desc *d) {
+    RT_CHECK(d->B > 0 && d->NH > 0 && d->Tq > 0 && d->Tk > 0 && d->HS > 0,
+             "B=%d NH=%d Tq=%d Tk=%d HS=%d", d->B, d->NH, d->Tq, d->Tk, d->HS);
+    size_t row = (size_t)d->NH * d->HS;
+    RT_CHECK(d->ldq >= row && d->ldk >= row && d->ldv >= row && d->ldo >= row,
+             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu must each be >= NH*HS=%zu", d->ldq, d->ldk, d->ldv,
+             d->ldo, row);
+    RT_CHECK(d->ldq <= INT32_MAX && d->ldk <= INT32_MAX && d->ldv <= INT32_MAX && d->ldo <= INT32_MAX,
+             "row strides must fit cblas int");
+    RT_CHECK(!d->causal || d->Tq == d->Tk, "causal attention needs Tq == Tk (Tq=%d Tk=%d)", d->Tq,
+             d->Tk);
+    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
+             (double)d->dropout_p);
+}
+
+/* Rows of the (b, h) probabilities with dropout applied: dst = P * keep / (1 - p), and, when
+ * g is non-NULL, the same mask on the gradient rows g (backward). u is Tk floats of scratch. */
+static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *P, float *g,
+                                size_t pbase, float *u) {
+    const float p = d->dropout_p, s = 1.0f / (1.0f - p);
+    const int Tq = d->Tq, Tk = d->Tk;
+    for (int i = 0; i < Tq; i++) {
+        size_t off = (size_t)i * Tk;
+        rt_cpu_uniform_row(d->seed, d->stream, pbase + off, (size_t)Tk, u);
+        for (int j = 0; j < Tk; j++) {
+            float m = u[j] >= p ? s : 0.0f;
+            dst[off + j] = P[off + j] * m;
+            if (g) g[off + j] *= m;
+        }
+    }
+}
+
+static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out, float *probs,
+                                 const float *q, const float *k, const float *v, float *scratch) {
+    const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
+    const float *qh = q + (size_t)b * Tq * d->ldq + (size_t)h * HS;
+    const float *kh = k + (size_t)b * Tk * d->ldk + (size_t)h * HS;
+    const float *vh = v + (size_t)b * Tk * d->ldv + (size_t)h * HS;
+    float *oh = out + (size_t)b * Tq * d->ldo + (size_t)h * HS;
+    size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk;
+    float *P = probs + pbase;
+    const float *kmask = d->key_mask ? d->key_mask + (size_t)b * Tk : NULL;
+
+    /* S = scale * Q K^T, straight into the probabilities buffer */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, d->scale, qh, (int)d->ldq,
+                kh, (int)d->ldk, 0.0f, P, Tk);
+    for (int i = 0; i < Tq; i++) {
+        float *row = P + (size_t)i * Tk;
+        const float *bias = d->bias ? d->bias + ((size_t)h * Tq + i) * Tk : NULL;
+        int jend = d->causal ? i + 1 : Tk; /* keys j >= jend are excluded */
+        float mx = -INFINITY;
+        for (int j = 0; j < jend; j++) {
+            float s = row[j];
+            if (kmask) s += kmask[j];
+            if (bias) s += bias[j];
+            row[j] = s;
+            mx = s > mx ? s : mx;
+        }
+        for (int j = jend; j < Tk; j++) row[j] = 0.0f;
+        if (mx == -INFINITY) { /* every key masked: zero row, hence zero output */
+            for (int j = 0; j < jend; j++) row[j] = 0.0f;
+            continue;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < jend; j++) {
+            float e = expf(row[j] - mx);
+            row[j] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < jend; j++) row[j] *= inv;
+    }
+    const float *Pd = P;
+    if (d->dropout_p > 0.0f) {
+        rt_cpu_attn_dropout(d, scratch, P, NULL, pbase, scratch + (size_t)Tq * Tk);
+        Pd = scratch;
+    }
+    /* out = P' V */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, 1.0f, Pd, Tk, vh,
+                (int)d->ldv, 0.0f, oh, (int)d->ldo);
+}
+
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+                          const float *q, const float *k, const float *v) {
+    rt_cpu_attn_check(d);
+    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk floats)");
+    int tasks = d->B * d->NH;
+    int saved = rt_cpu_blas_serial_begin();
+#pragma omp parallel if (rt_cpu_attn_parallel(d))
+    {
+        /* P after dropout (Tq x Tk) and a row of uniforms (Tk) */
+        float *scratch = d->dropout_p > 0.0f
+                             ? rt_xmalloc(((size_t)d->Tq + 1) * d->Tk * sizeof(float))
+                             : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < tasks; t++)
+            rt_cpu_attn_fwd_head(d, t / d->NH, t % d->NH, out, probs, q, k, v, scratch);
+        free(scratch);
+    }
+    rt_cpu_blas_serial_end(saved);
+}
+
+/* dP' = dO V^T; dP = dP' * keep/(1-p); dV = P'^T dO; dS = P (dP - rowsum(P dP));
+ * dQ = scale dS K; dK = scale dS^T Q; dbias += dS. Scratch: dS (Tq x Tk) and, with
+ * dropout, Pd (Tq x Tk for P', then Tk for a row of uniforms). */
+static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq, float *dk,
+                                 float *dv, float *dbias, const float *dout, const float *probs,
+                                 const float *q, const float *k, const float *v, float *dS,
+                                 float *Pd) {
+    const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
+    const size_t hs = (size_t)h * HS;
+    const float *qh = q + (size_t)b * Tq * d->ldq + hs;
+    const float *kh = k + (size_t)b * Tk * d->ldk + hs;
+    const float *vh = v + (size_t)b * Tk * d->ldv + hs;
+    const float *doh = dout + (size_t)b * Tq * d->ldo + hs;
+    float *dqh = dq + (size_t)b * Tq * d->ldq + hs;
+    float *dkh = dk + (size_t)b * Tk * d->ldk + hs;
+    float *dvh = dv + (size_t)b * Tk * d->ldv + hs;
+    size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk;
+    const float *P = probs + pbase;
+    const size_t tt = (size_t)Tq * Tk;
+
+    /* dP' = dO V^T */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, 1.0f, doh, (int)d->ldo, vh,
+                (int)d->ldv, 0.0f, dS, Tk);
+    const float *Pk = P; /* the probabilities as used in the output (after dropout) */
+    if (d->dropout_p > 0.0f) {
+        rt_cpu_attn_dropout(d, Pd, P, dS, pbase, Pd + tt);
+        Pk = Pd;
+    }
+    /* dV = P'^T dO (written) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, 1.0f, Pk, Tk, doh,
+                (int)d->ldo, 0.0f, dvh, (int)d->ldv);
+    /* softmax backward, in place over dS; masked entries have P = 0 and get dS = 0 */
+    for (int i = 0; i < Tq; i++) {
+        const float *pr = P + (size_t)i * Tk;
+        float *g = dS + (size_t)i * Tk;
+        float dot = 0.0f;
+        for (int j = 0; j < Tk; j++) dot += pr[j] * g[j];
+        for (int j = 0; j < Tk; j++) g[j] = pr[j] * (g[j] - dot);
+        if (dbias) {
+            float *db = dbias + ((size_t)h * Tq + i) * Tk;
+            for (int j = 0; j < Tk; j++) db[j] += g[j];
+        }
+    }
+    /* dQ = scale dS K; dK = scale dS^T Q (written) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, d->scale, dS, Tk, kh,
+                (int)d->ldk, 0.0f, dqh, (int)d->ldq);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, d->scale, dS, Tk, qh,
+                (int)d->ldq, 0.0f, dkh, (int)d->ldk);
+}
+
+void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                          float *dbias, const float *dout, const float *probs, const float *q,
+                          const float *k, const float *v) {
+    rt_cpu_attn_check(d);
+    const int B = d->B, NH = d->NH;
+    const size_t tt = (size_t)d->Tq * d->Tk;
+    int saved = rt_cpu_blas_serial_begin();
+#pragma omp parallel if (rt_cpu_attn_parallel(d))
+    {
+        float *dS = rt_xmalloc(tt * sizeof(float));
+        float *Pd = d->dropout_p > 0.0f ? rt_xmalloc((tt + (size_t)d->Tk) * sizeof(float)) : NULL;
+        if (dbias) {
+            /* dbias[h] sums over the batch: each head to one thread, batch in order */
+#pragma omp for schedule(dynamic, 1)
+            for (int h = 0; h < NH; h++)
+                for (int b = 0; b < B; b++)
+                    rt_cpu_attn_bwd_head(d, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pd);
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int t = 0; t < B * NH; t++)
+                rt_cpu_attn_bwd_head(d, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pd);
+        }
+        free(dS);
+        free(Pd);
+    }
+    rt_cpu_blas_serial_end(saved);
+}

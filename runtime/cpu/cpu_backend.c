@@ -1,0 +1,135 @@
+/* The CPU backend: the rt_backend_ops table over host memory, with GEMM from OpenBLAS and
+ * every other kernel an OpenMP loop (see the other files in runtime/cpu). "Device" memory
+ * is plain host memory, 64-byte aligned so that rows start on a cache line and the
+ * compiler's vector loads never split one; copies are memcpy and sync has nothing to wait
+ * for. It is the reference the CUDA backend is checked against, so correctness comes first. */
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/cpu_internal.h"
+
+/* Not every cblas.h declares these (a redundant compatible declaration is harmless). */
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+int openblas_get_parallel(void);
+
+typedef struct {
+    int threads; /* as asked for; <= 0 means OpenMP's default */
+} rt_cpu_ctx;
+
+static void *cpu_alloc(void *ctx, size_t bytes) {
+    void *p = NULL;
+    /* posix_memalign(0) may return NULL, which callers would read as out of memory */
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_free(void *ctx, void *p) { free(p); }
+
+static void cpu_memcpy(void *ctx, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero(void *ctx, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_sync(void *ctx) {}
+
+static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, size_t stride_a, const float *B, int ldb,
+                     size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch) {
+    RT_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "M=%d N=%d K=%d batch=%d", M, N, K, batch);
+    if (M == 0 || N == 0) return;
+    /* Row-major strides must cover a row as stored: cblas rejects (and prints, not aborts)
+     * a short ld, so catch it here with the shapes in the message. */
+    RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K, trans_a);
+    RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N, trans_b);
+    RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
+    for (int b = 0; b < batch; b++) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A + (size_t)b * stride_a,
+                    lda, B + (size_t)b * stride_b, ldb, beta, C + (size_t)b * stride_c, ldc);
+    }
+}
+
+int rt_cpu_blas_serial_begin(void) {
+    /* 1 = pthreads build; an OpenMP build already runs serially inside a parallel region, and
+     * its openblas_set_num_threads would also change OpenMP's thread count */
+    if (openblas_get_parallel() != 1) return 0;
+    int n = openblas_get_num_threads();
+    if (n > 1) openblas_set_num_threads(1);
+    return n;
+}
+
+void rt_cpu_blas_serial_end(int saved) {
+    if (saved > 1) openblas_set_num_threads(saved);
+}
+
+static const rt_backend_ops rt_cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_device = cpu_memcpy,
+    .to_host = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .layernorm_fwd = rt_cpu_layernorm_fwd,
+    .layernorm_bwd = rt_cpu_layernorm_bwd,
+    .rmsnorm_fwd = rt_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = rt_cpu_rmsnorm_bwd,
+    .act_fwd = rt_cpu_act_fwd,
+    .act_bwd = rt_cpu_act_bwd,
+    .add_bias = rt_cpu_add_bias,
+    .bias_bwd = rt_cpu_bias_bwd,
+    .add = rt_cpu_add,
+    .axpy = rt_cpu_axpy,
+    .scale = rt_cpu_scale,
+    .attention_fwd = rt_cpu_attention_fwd,
+    .attention_bwd = rt_cpu_attention_bwd,
+    .embedding_fwd = rt_cpu_embedding_fwd,
+    .embedding_bwd = rt_cpu_embedding_bwd,
+    .softmax_xent = rt_cpu_softmax_xent,
+    .dropout_fwd = rt_cpu_dropout_fwd,
+    .dropout_bwd = rt_cpu_dropout_bwd,
+    .gather_rows = rt_cpu_gather_rows,
+    .scatter_rows_add = rt_cpu_scatter_rows_add,
+    .adamw = rt_cpu_adamw,
+    .sumsq = rt_cpu_sumsq,
+};
+
+rt_status rt_cpu_backend_init(int threads, rt_backend **out) {
+    rt_status st = RT_OK;
+    rt_backend *be = NULL;
+    rt_cpu_ctx *cx = NULL;
+    *out = NULL;
+    be = calloc(1, sizeof *be);
+    cx = calloc(1, sizeof *cx);
+    if (!be || !cx) RT_FAIL(RT_ERR_NOMEM, "rt_cpu_backend_init: out of memory for the backend");
+    cx->threads = threads;
+    if (threads > 0) {
+        /* OpenBLAS (pthread build) keeps its own pool: size both so they do not oversubscribe */
+        omp_set_num_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    be->ops = &rt_cpu_ops;
+    be->ctx = cx;
+    be->device = -1;
+    *out = be;
+    return RT_OK;
+fail:
+    free(cx);
+    free(be);
+    return st;
+}
+
+void rt_cpu_backend_free(rt_backend *be) {
+    if (!be) return;
+    free(be->ctx);
+    free(be);
+}

@@ -1,0 +1,205 @@
+/* Elementwise CPU kernels: activations and their exact derivatives, bias add and its
+ * gradient, add/axpy/scale, dropout from the counter RNG, AdamW over a slab, and the sum of
+ * squares for gradient clipping. The formulas follow PyTorch's CPU kernels term by term
+ * (float math, same operation order where it matters) so the golden files match to ~1 ulp. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/cpu/cpu_internal.h"
+
+/* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
+#define RT_GELU_BETA 0.7978845608028654f
+#define RT_GELU_KAPPA 0.044715f
+/* 1/sqrt(2) and 1/sqrt(2 pi) for the exact (erf) GELU. */
+#define RT_SQRT1_2 0.7071067811865476f
+#define RT_INV_SQRT_2PI 0.3989422804014327f
+
+void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
+    switch (kind) {
+    case RT_ACT_GELU_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float x = inp[i];
+            float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
+            out[i] = 0.5f * x * (1.0f + tanhf(u));
+        }
+        break;
+    case RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float x = inp[i];
+            out[i] = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+        }
+        break;
+    case RT_ACT_RELU:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+        break;
+    default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
+    }
+}
+
+void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
+                    size_t n) {
+    switch (kind) {
+    case RT_ACT_GELU_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float x = inp[i];
+            float x2 = x * x;
+            float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+            float left = 0.5f * (1.0f + t);
+            float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
+            dinp[i] = dout[i] * (left + right);
+        }
+        break;
+    case RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float x = inp[i];
+            float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
+            float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
+            dinp[i] = dout[i] * (cdf + x * pdf);
+        }
+        break;
+    case RT_ACT_RELU:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+        break;
+    default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
+    }
+}
+
+void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) {
+#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    for (size_t n = 0; n < N; n++) {
+        float *y = out + n * (size_t)C;
+        for (int c = 0; c < C; c++) y[c] += bias[c];
+    }
+}
+
+void rt_cpu_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C) {
+    int nblk = (C + RT_CPU_COL_BLOCK - 1) / RT_CPU_COL_BLOCK;
+#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * RT_CPU_COL_BLOCK;
+        int c1 = c0 + RT_CPU_COL_BLOCK < C ? c0 + RT_CPU_COL_BLOCK : C;
+        float acc[RT_CPU_COL_BLOCK] = {0};
+        for (size_t n = 0; n < N; n++) {
+            const float *dy = dout + n * (size_t)C;
+            for (int c = c0; c < c1; c++) acc[c - c0] += dy[c];
+        }
+        for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
+    }
+}
+
+void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void rt_cpu_scale(void *ctx, float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* Shared by fwd and bwd, which apply the same mask: y = keep(i) ? x * 1/(1-p) : 0, in
+ * chunks of 1024 draws (a multiple of 4, so no Philox block is computed twice). */
+static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,
+                                 uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    if (p == 0.0f) {
+        if (y != x)
+            for (size_t i = 0; i < n; i++) y[i] = x[i];
+        return;
+    }
+    if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
+        for (size_t i = 0; i < n; i++) y[i] = 0.0f;
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+    size_t nchunk = (n + 1023) / 1024;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t ch = 0; ch < nchunk; ch++) {
+        size_t i0 = ch * 1024, m = i0 + 1024 < n ? 1024 : n - i0;
+        float u[1024];
+        rt_cpu_uniform_row(seed, stream, i0, m, u);
+        for (size_t k = 0; k < m; k++) y[i0 + k] = u[k] >= p ? x[i0 + k] * s : 0.0f;
+    }
+}
+
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
+                        uint64_t stream) {
+    rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
+}
+
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                        uint64_t seed, uint64_t stream) {
+    rt_cpu_dropout_apply(dinp, dout, n, p, seed, stream);
+}
+
+/* The double a user most likely meant by a float hyperparameter: the shortest decimal that
+ * rounds to it (0.9f -> 0.9, not 0.89999997615814209). PyTorch holds betas, eps, lr and
+ * weight decay as Python floats and derives 1 - beta1, lr / (1 - beta1^t) and so on in
+ * double, so starting from the same doubles gives the same float scalars, bit for bit. */
+static double rt_cpu_intended_double(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f;
+}
+
+/* torch.optim.AdamW, single-tensor path (PyTorch 2.x _single_tensor_adamw, the default for
+ * CPU tensors): the scalars are Python floats (double), computed once per step and cast to
+ * float where they meet a float tensor; the per-element math is float, in PyTorch's order:
+ *   p *= 1 - lr*wd;  m.lerp_(g, 1-b1);  v = v*b2 + (1-b2)*g*g;
+ *   p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
+ * lerp with weight < 0.5 is m + w*(g - m), which equals b1*m + (1-b1)*g (PyTorch 1.13's
+ * mul_/add_) up to rounding. */
+void rt_cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int64_t t) {
+    RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
+    double dlr = rt_cpu_intended_double(lr), db1 = rt_cpu_intended_double(beta1),
+           db2 = rt_cpu_intended_double(beta2), dwd = rt_cpu_intended_double(weight_decay);
+    double bc1 = 1.0 - pow(db1, (double)t);
+    double bc2 = 1.0 - pow(db2, (double)t);
+    const float decay = (float)(1.0 - dlr * dwd);
+    const float w1 = (float)(1.0 - db1);
+    const float w2 = (float)(1.0 - db2);
+    const float b2 = (float)db2;
+    const float step_size = (float)(dlr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float feps = (float)rt_cpu_intended_double(eps);
+    const bool lerp_low = w1 < 0.5f;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] * grad_scale;
+        float p = params[i] * decay;
+        float mi = m[i];
+        /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
+        mi = lerp_low ? mi + w1 * (g - mi) : g - (g - mi) * (1.0f - w1);
+        float vi = v[i] * b2 + w2 * g * g; /* addcmul: self + value * t1 * t2 */
+        float denom = sqrtf(vi) / bc2_sqrt + feps;
+        p = p + (-step_size) * mi / denom; /* addcdiv: self + value * t1 / t2 */
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+    }
+}
+
+double rt_cpu_sumsq(void *ctx, const float *x, size_t n) {
+    double s = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : s) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}

@@ -1,0 +1,94 @@
+/* Private to the CPU backend: the kernels each file in runtime/cpu provides to the ops
+ * table in cpu_backend.c, and the helpers they share. Outside runtime/cpu only
+ * rt_backend.c includes it (for rt_cpu_backend_free); models reach the kernels only
+ * through rt_backend_ops.
+ *
+ * Reductions that cross rows (dweight, dbias, embedding and scatter gradients) are split by
+ * column blocks, never by rows, so there are no races and no atomics, and the result is the
+ * same bits whatever the thread count (resume and tests depend on that). */
+#ifndef RT_CPU_INTERNAL_H
+#define RT_CPU_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_backend.h"
+#include "runtime/rt_rng.h"
+
+/* Columns per task when a reduction over rows is parallelised by columns: whole cache lines
+ * (4 of them), so no two tasks write one line, and enough blocks for the threads at C=768. */
+#define RT_CPU_COL_BLOCK 64
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define RT_CPU_PAR_MIN 16384
+
+/* u[k] = rt_rng_uniform(seed, stream, start + k) for k < n, with one Philox block per four
+ * consecutive indices instead of one per index (same bits, ~4x cheaper). */
+static inline void rt_cpu_uniform_row(uint64_t seed, uint64_t stream, uint64_t start, size_t n,
+                                      float *u) {
+    uint64_t i = start, end = start + n;
+    while (i < end) {
+        rt_philox_out o = rt_philox4x32(seed, stream, i >> 2);
+        for (unsigned w = (unsigned)(i & 3); w < 4 && i < end; w++, i++)
+            u[i - start] = (float)(o.v[w] >> 8) * (1.0f / 16777216.0f); /* as rt_rng_uniform */
+    }
+}
+
+/* cpu_norm.c */
+void rt_cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, size_t N, int C, float eps);
+void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const float *weight, const float *mean,
+                          const float *rstd, size_t N, int C);
+void rt_cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+                        size_t N, int C, float eps);
+void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
+                        const float *inp, const float *weight, const float *rstd, size_t N, int C);
+
+/* cpu_elementwise.c */
+void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
+void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
+                    size_t n);
+void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
+void rt_cpu_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C);
+void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
+void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
+                        uint64_t stream);
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                        uint64_t seed, uint64_t stream);
+void rt_cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay,
+                  float grad_scale, int64_t t);
+double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
+
+/* cpu_attention.c */
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+                          const float *q, const float *k, const float *v);
+void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                          float *dbias, const float *dout, const float *probs, const float *q,
+                          const float *k, const float *v);
+
+/* cpu_rows.c */
+void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
+                          int C, int vocab_start, int V, bool accumulate);
+void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
+                          size_t N, int C, int vocab_start, int V);
+void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
+                         const float *logits, const int32_t *targets, size_t N, int V,
+                         float grad_scale);
+void rt_cpu_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
+void rt_cpu_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
+                             int C);
+
+/* cpu_backend.c: frees what rt_cpu_backend_init made (called by rt_backend_free). */
+void rt_cpu_backend_free(rt_backend *be);
+/* Around an OpenMP region whose tasks call cblas: makes the pthread OpenBLAS run each call
+ * on the calling thread (its pool would otherwise be shared by every task at once), and
+ * gives back the previous count. No-op for a sequential or OpenMP OpenBLAS. */
+int rt_cpu_blas_serial_begin(void);
+void rt_cpu_blas_serial_end(int saved);
+
+#endif

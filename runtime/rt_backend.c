@@ -1,0 +1,66 @@
+/* Backend selection: turns the device string a user typed ("cpu", "cuda:N") into a backend,
+ * so programs never name a backend's init directly and a CPU-only build still parses
+ * "cuda:0" and says clearly that it has no CUDA, instead of failing as a typo would. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cpu/cpu_internal.h"
+#include "runtime/rt_backend.h"
+
+/* Parses the N of "cuda:N": decimal digits only, no sign or spaces. */
+static int rt_parse_device_index(const char *s, int *out) {
+    if (*s < '0' || *s > '9') return 0;
+    errno = 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0 || v > INT_MAX) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+rt_status rt_backend_init(const char *device, int threads, rt_backend **out) {
+    rt_status st = RT_OK;
+    *out = NULL;
+    if (!device) RT_FAIL(RT_ERR_USAGE, "--device: expected \"cpu\" or \"cuda:N\", got nothing");
+    if (strcmp(device, "cpu") == 0) return rt_cpu_backend_init(threads, out);
+    if (strncmp(device, "cuda:", 5) == 0) {
+        int index = 0;
+        if (!rt_parse_device_index(device + 5, &index))
+            RT_FAIL(RT_ERR_USAGE, "--device %s: expected \"cuda:N\" with N a GPU index >= 0",
+                    device);
+#ifdef TZ_USE_CUDA
+        return rt_cuda_backend_init(index, out);
+#else
+        RT_FAIL(RT_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend (rebuild with "
+                "USE_CUDA=ON on a machine with the CUDA toolkit, or use --device cpu)", device);
+#endif
+    }
+    RT_FAIL(RT_ERR_USAGE, "--device %s: expected \"cpu\" or \"cuda:N\"", device);
+fail:
+    return st;
+}
+
+void rt_backend_free(rt_backend *be) {
+    if (!be) return;
+    if (be->device < 0) {
+        rt_cpu_backend_free(be);
+        return;
+    }
+#ifdef TZ_USE_CUDA
+    rt_cuda_backend_free(be);
+#else
+    RT_CHECK(be->device < 0, "device %d backend in a build without CUDA", be->device);
+#endif
+}
+
+rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out) {
+    rt_status st = RT_OK;
+    *out = be->ops->alloc(be->ctx, bytes);
+    if (!*out)
+        RT_FAIL(RT_ERR_NOMEM, "%s: out of %s memory allocating %zu bytes (%.1f MiB)",
+                what ? what : "buffer", be->ops->name, bytes, (double)bytes / (1024.0 * 1024.0));
+fail:
+    return st;
+}
