@@ -292,14 +292,15 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             if (o->save_interval > 0 && step % o->save_interval == 0) RT_TRY(rt_train_save(&s, io, model, data, step));
         }
-        if (epoch_end && last_eval_step != step) {
+        if (epoch_end && last_eval_step != step && o->eval_interval >= 0) {
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
             last_eval_step = step;
         }
     }
     result->steps = step;
     if (!result->signal) {
-        if (last_eval_step != step) RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
+        if (last_eval_step != step && o->eval_interval >= 0)
+            RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
         if (o->save_interval >= 0) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
 fail:

@@ -63,7 +63,8 @@ typedef struct {
     double beta1, beta2, adam_eps;
     const char *schedule;       /* constant | linear | cosine */
     uint64_t seed;
-    int64_t eval_interval, log_interval, save_interval, keep;
+    int64_t eval_interval;      /* > 0: every N steps; and at each epoch's end and the end unless < 0 */
+    int64_t log_interval, save_interval, keep;
     const char *save_dir;
     bool resume;
     const char *options_json;   /* resolved options, stored in checkpoints and metrics */

@@ -148,7 +148,7 @@ def run_tunezoo(args, name, arch_path, workdir):
     os.makedirs(save_dir, exist_ok=True)
     cmd = [args.bin, "--dataset", args.dataset, "--arch", arch_path,
            "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
-           "--max-len", str(args.max_len), "--log-interval", "1", "--eval-interval", "0",
+           "--max-len", str(args.max_len), "--log-interval", "1", "--eval-interval", "-1",
            "--save-interval", "-1", "--threads", str(args.threads), "--save-dir", save_dir]
     cmd += args.bin_args.split() if args.bin_args else []
     log = os.path.join(workdir, f"tz-{name}.log")
