@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
 #include "models/parallel.h"
 #include "runtime/rt_arena.h"
@@ -120,6 +121,46 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
 fail:
     if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
     cJSON_Delete(root);
+    return st;
+}
+
+rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
+    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
+                                            [RT_ACT_RELU] = "relu"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", "gpt2");
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2ForSequenceClassification"));
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "n_positions", c->n_positions);
+    cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
+    cJSON_AddNumberToObject(o, "n_layer", c->n_layer);
+    cJSON_AddNumberToObject(o, "n_head", c->n_head);
+    if (c->n_inner > 0)
+        cJSON_AddNumberToObject(o, "n_inner", c->n_inner);
+    else
+        cJSON_AddNullToObject(o, "n_inner");
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->layer_norm_eps);
+    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
+    cJSON_AddNumberToObject(o, "embd_pdrop", c->embd_pdrop);
+    cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_pdrop);
+    cJSON_AddNumberToObject(o, "attn_pdrop", c->attn_pdrop);
+    cJSON_AddStringToObject(o, "activation_function", act_names[c->act]);
+    if (c->pad_token_id >= 0) cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
+    cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
+    cJSON_AddNumberToObject(o, "bos_token_id", c->eos_token_id);
+    cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
+    for (int i = 0; i < c->num_labels; i++) {
+        char key[32], name[32];
+        snprintf(key, sizeof key, "%d", i);
+        snprintf(name, sizeof name, "LABEL_%d", i);
+        cJSON_AddStringToObject(id2label, key, name);
+        cJSON_AddNumberToObject(label2id, name, i);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
     return st;
 }
 

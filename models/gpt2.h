@@ -30,6 +30,9 @@ typedef struct {
 void gpt2_config_default(gpt2_config *c);
 /* Reads an HF config.json; model_type must be "gpt2". Missing fields take HF's defaults. */
 rt_status gpt2_config_load(const char *path, gpt2_config *c);
+/* Writes an HF config.json for GPT2ForSequenceClassification (atomically), so that
+ * Transformers loads an exported model with from_pretrained. */
+rt_status gpt2_config_save(const gpt2_config *c, const char *path);
 /* Checks sizes (heads divide width, ...) and that tp divides heads, vocab and FFN width. */
 rt_status gpt2_config_validate(const gpt2_config *c, int tp);
 

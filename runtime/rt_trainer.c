@@ -301,7 +301,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     if (!result->signal) {
         if (last_eval_step != step && o->eval_interval >= 0)
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
-        if (o->save_interval >= 0) RT_TRY(rt_train_save(&s, io, model, data, step));
+        /* a run that trained nothing (--epochs 0) leaves no checkpoint behind */
+        if (o->save_interval >= 0 && step > 0) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
 fail:
     if (handlers) {

@@ -56,6 +56,22 @@ head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
 [ "$(wc -l < "$TMP/pred/predictions.tsv" 2>/dev/null)" = "11" ] && ok || bad "predictions.tsv should have a header and 10 rows"
 head -n 1 "$TMP/pred/predictions.tsv" | grep -q $'^index\tprediction\tprob_0\tprob_1$' && ok || bad "predictions header"
 
+# --save-hf writes a folder that loads back as --model with every tensor (that Transformers
+# loads it with the same outputs is checked by scripts/golden/check_hf_export.py)
+"$BIN" "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/hfrun" --save-hf "$TMP/hf" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && [ -f "$TMP/hf/config.json" ] && [ -f "$TMP/hf/model.safetensors" ] && [ -f "$TMP/hf/vocab.json" ] && ok || bad "--save-hf"
+"$BIN" --model "$TMP/hf" --data-dir "$TMP/data" --max-len 48 --epochs 0 --save-dir "$TMP/hfeval" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && grep -q "weights: pretrained weights from --model .*: [0-9]* tensors loaded$" "$TMP/out" && ok || bad "reload of --save-hf output"
+grep -q "dev results (mrpc, 32 examples, step 0)" "$TMP/out" && ok || bad "--epochs 0 evaluates only"
+[ -z "$(ls "$TMP/hfeval"/*.tzck 2>/dev/null)" ] && ok || bad "--epochs 0 should write no checkpoint"
+
+# without --model, an HF 'gpt2' in the local HF cache is used (tiny-gpt2 stands in for it)
+SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+snap="$TMP/hfhome/hub/models--gpt2/snapshots/0123abc"
+mkdir -p "$snap" && cp "$SHARED/tiny-gpt2/"{config.json,model.safetensors,vocab.json,merges.txt} "$snap/"
+HF_HOME="$TMP/hfhome" "$BIN" --data-dir "$TMP/data" --max-len 48 --max-steps 1 --save-dir "$TMP/cache" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && grep -q "pretrained gpt2 from the local HF cache" "$TMP/out" && grep -q "newly initialized: score.weight" "$TMP/out" && ok || bad "HF cache gpt2"
+
 # --help tells the options
 "$BIN" --help > "$TMP/out" 2>&1 && grep -q -- "--batch-size" "$TMP/out" && grep -q -- "--resume" "$TMP/out" && ok || bad "--help"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_hf_gpt2.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_train.h"
@@ -30,7 +31,8 @@
 #define PROG "gpt2-classify"
 
 typedef struct {
-    const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out;
+    const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out,
+        *save_hf;
     int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads;
     double lr, weight_decay, warmup, clip;
@@ -50,7 +52,7 @@ static const rt_opt gc_options[] = {
      "tokenizer directory or file when --model has none (default: the shipped GPT-2 BPE)", NULL, 0, 0},
     {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with train.tsv and dev.tsv (default: shipped MRPC copy)",
      NULL, 0, 0},
-    {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs", NULL, 1, 1e6},
+    {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
     {"max-steps", RT_OPT_INT, &O.max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL, 0, 1e12},
     {"batch-size", RT_OPT_INT, &O.batch_size, "16", NULL, "examples per micro-batch", NULL, 1, 65536},
     {"grad-accum", RT_OPT_INT, &O.grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
@@ -77,6 +79,8 @@ static const rt_opt gc_options[] = {
      NULL, 0, 0},
     {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
      "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
+    {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
+     "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
     {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
     {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train", "cpu|cuda:N", 0, 0},
 };
@@ -322,6 +326,51 @@ fail:
     return st;
 }
 
+/* ---- --save-hf ---- */
+
+static rt_status gc_copy_file(const char *from, const char *to) {
+    rt_status st = RT_OK;
+    char *buf = NULL;
+    FILE *f = fopen(from, "rb");
+    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    buf = rt_xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = rt_xrealloc(buf, cap *= 2);
+    }
+    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
+    RT_TRY(ckpt_atomic_write_file(to, buf, n));
+fail:
+    fclose(f);
+    free(buf);
+    return st;
+}
+
+/* An HF folder Transformers loads with from_pretrained: config.json, model.safetensors and
+ * the tokenizer files under HF's names (encoder.json/vocab.bpe are the same bytes as
+ * vocab.json/merges.txt). */
+static rt_status gc_save_hf(gpt2_model *m, const char *tokenizer_path) {
+    rt_status st = RT_OK;
+    char path[4096], from[4096];
+    RT_TRY(rt_train_prepare_dir(O.save_hf));
+    snprintf(path, sizeof path, "%s/config.json", O.save_hf);
+    RT_TRY(gpt2_config_save(gpt2_model_config(m), path));
+    snprintf(path, sizeof path, "%s/model.safetensors", O.save_hf);
+    RT_TRY(ckpt_hf_gpt2_save(path, gpt2_model_params(m)));
+    static const char *const names[][2] = {{"tokenizer.json", "tokenizer.json"}, {"vocab.json", "vocab.json"},
+                                           {"merges.txt", "merges.txt"},         {"encoder.json", "vocab.json"},
+                                           {"vocab.bpe", "merges.txt"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
+        snprintf(path, sizeof path, "%s/%s", O.save_hf, names[i][1]);
+        if (gc_exists(from) && !gc_exists(path)) RT_TRY(gc_copy_file(from, path));
+    }
+    rt_log_info("wrote HF model folder %s", O.save_hf);
+fail:
+    return st;
+}
+
 /* ---- main ---- */
 
 static rt_status gc_run(int argc, char **argv, int *signal_out) {
@@ -429,6 +478,7 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
         rt_log_info("%s", line);
     }
     if (O.predict) RT_TRY(gc_predict_file(model, tok, task, pad));
+    if (O.save_hf) RT_TRY(gc_save_hf(model, src.tokenizer));
 fail:
     free(options_json);
     if (ev_ready) gc_eval_free(&ev);
