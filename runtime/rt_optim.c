@@ -8,6 +8,25 @@ double rt_grad_norm(const rt_params *p) {
     return sqrt(p->be->ops->sumsq(p->be->ctx, p->grad, p->numel));
 }
 
+rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
+    if (!tp || tp->size == 1) {
+        *norm = rt_grad_norm(p);
+        return RT_OK;
+    }
+    double sharded = 0, replicated = 0;
+    for (int i = 0; i < p->n; i++) {
+        double s = p->be->ops->sumsq(p->be->ctx, p->grad + p->specs[i].offset, p->specs[i].numel);
+        if (p->specs[i].tp == RT_TP_NONE)
+            replicated += s;
+        else
+            sharded += s;
+    }
+    float total = (float)sharded;
+    rt_status st = tp->ops->all_reduce(tp->ctx, &total, 1, RT_REDUCE_SUM);
+    *norm = sqrt((double)total + replicated);
+    return st;
+}
+
 float rt_clip_coef(double grad_norm, double max_norm) {
     if (max_norm <= 0) return 1.0f;
     /* PyTorch computes this in float32 from the float32 norm */

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
 typedef struct {
@@ -15,6 +16,10 @@ typedef struct {
 
 /* Global L2 norm of all gradients. */
 double rt_grad_norm(const rt_params *p);
+/* The same over a tensor-parallel group: sharded parameters' squares summed over the ranks,
+ * replicated ones counted once (they hold the same gradient on every tp rank). With one
+ * rank this is rt_grad_norm. */
+rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm);
 /* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm <= 0 (clipping off). */
 float rt_clip_coef(double grad_norm, double max_norm);

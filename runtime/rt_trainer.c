@@ -47,10 +47,31 @@ rt_status rt_train_prepare_dir(const char *dir) {
 
 typedef struct {
     const rt_train_opts *o;
+    rt_comm *dp, *tp;
+    bool lead; /* the first rank of the grid: it alone prints progress and writes files */
     FILE *metrics;
     bool tty;
     int64_t total_steps;
 } rt_train_state;
+
+/* Sums n floats over the data-parallel group in place. */
+static rt_status rt_train_dp_sum(rt_train_state *s, float *v, size_t n) {
+    if (s->dp->size == 1) return RT_OK;
+    return s->dp->ops->all_reduce(s->dp->ctx, v, n, RT_REDUCE_SUM);
+}
+
+/* Sums gradients over dp in buckets, so a reduction never needs a second slab-sized buffer
+ * and (on GPU, later) buckets can go out while backward still runs. */
+static rt_status rt_train_allreduce_grads(rt_train_state *s, rt_params *p) {
+    const size_t bucket = (size_t)1 << 22; /* 16 MiB of floats */
+    if (s->dp->size == 1) return RT_OK;
+    for (size_t off = 0; off < p->numel; off += bucket) {
+        size_t n = p->numel - off < bucket ? p->numel - off : bucket;
+        rt_status st = s->dp->ops->all_reduce(s->dp->ctx, p->grad + off, n, RT_REDUCE_SUM);
+        if (st != RT_OK) return st;
+    }
+    return RT_OK;
+}
 
 static void rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
     char *line = cJSON_PrintUnformatted(obj);
@@ -62,7 +83,7 @@ static void rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
 }
 
 static void rt_train_clear_bar(rt_train_state *s) {
-    if (s->tty && rt_log_rank() == 0) {
+    if (s->tty && s->lead) {
         fputs("\r\033[K", stdout);
         fflush(stdout);
     }
@@ -100,6 +121,11 @@ static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_trai
     char path[4096];
     char *meta = NULL;
     int64_t epoch, pos;
+    if (s->tp->size > 1)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "checkpoints at tensor-parallel size %d are not implemented yet "
+                                             "(pass --save-interval -1)", s->tp->size);
+    /* dp replicas hold identical weights and optimizer state: the first writes them */
+    if (!s->lead) return RT_OK;
     data->get_state(data->ctx, &epoch, &pos);
     cJSON *obj = cJSON_CreateObject();
     cJSON_AddStringToObject(obj, "format", "tunezoo-train");
@@ -156,7 +182,8 @@ fail:
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
-    rt_train_state s = {.o = o};
+    rt_train_state s = {.o = o, .dp = o->dp ? o->dp : rt_comm_self(), .tp = o->tp ? o->tp : rt_comm_self()};
+    s.lead = s.dp->rank == 0 && s.tp->rank == 0;
     rt_batch *win = NULL;
     int accum = (int)o->grad_accum;
     struct sigaction sa = {0}, old_int, old_term;
@@ -176,7 +203,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     char mpath[4096];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->save_dir);
-    if (rt_log_rank() == 0) {
+    if (s.lead) {
         s.metrics = fopen(mpath, "a");
         if (!s.metrics) RT_FAIL(RT_ERR_IO, "%s: cannot open for appending: %s", mpath, strerror(errno));
     }
@@ -208,27 +235,37 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         }
         if (nb > 0) {
             double t0 = rt_now_ms();
-            int targets = 0;
-            size_t tokens = 0;
+            /* counts over the whole global batch: every dp rank sees only its slice */
+            float counts[2] = {0, 0}; /* targets, tokens */
             for (int i = 0; i < nb; i++) {
-                targets += win[i].n_targets;
-                tokens += win[i].n_tokens;
+                counts[0] += (float)win[i].n_targets;
+                counts[1] += (float)win[i].n_tokens;
             }
+            RT_TRY(rt_train_dp_sum(&s, counts, 2));
+            double targets = counts[0], tokens = counts[1];
             rt_params_zero_grad(model->params);
             double loss_sum = 0;
-            /* the loss is the mean over every target of the accumulated batch, not a mean of
-             * per-micro-batch means */
-            float scale = targets > 0 ? 1.0f / (float)targets : 0.0f;
+            /* the loss is the mean over every target of the accumulated global batch, not a
+             * mean of per-micro-batch (or per-rank) means */
+            float scale = targets > 0 ? (float)(1.0 / targets) : 0.0f;
             for (int i = 0; i < nb; i++) {
                 double l = 0;
+                if (win[i].B == 0) continue; /* this rank's slice of a short last batch is empty */
                 RT_TRY(model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l));
                 loss_sum += l;
+            }
+            RT_TRY(rt_train_allreduce_grads(&s, model->params));
+            float lsum = (float)loss_sum;
+            if (s.dp->size > 1) {
+                RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
+                loss_sum = lsum;
             }
             double loss = targets > 0 ? loss_sum / targets : 0.0;
             if (!isfinite(loss))
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
-            double norm = rt_grad_norm(model->params);
+            double norm;
+            RT_TRY(rt_grad_norm_tp(model->params, s.tp, &norm));
             float coef = rt_clip_coef(norm, o->clip);
             hp.lr = rt_sched_lr(&sched, step);
             RT_TRY(rt_adamw_step(model->params, &hp, coef, step + 1));
@@ -236,7 +273,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             double ms = rt_now_ms() - t0;
             log_loss += loss;
             log_ms += ms;
-            log_tokens += (double)tokens;
+            log_tokens += tokens;
             log_steps++;
             last_norm = norm;
             result->last_train_loss = loss;
@@ -245,7 +282,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             int64_t pos;
             data->get_state(data->ctx, &ep, &pos);
             double epoch = (double)(step) / (double)steps_per_epoch;
-            if (s.tty && rt_log_rank() == 0) {
+            if (s.tty && s.lead) {
                 int width = 24, done = (int)((double)width * (double)step / (double)s.total_steps);
                 char bar[32];
                 for (int i = 0; i < width; i++) bar[i] = i < done ? '#' : '-';
@@ -281,8 +318,15 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_TRY(rt_train_evaluate(&s, eval, step, epoch, result));
                 last_eval_step = step;
             }
-            if (rt_train_stop_signal) {
-                int sig = rt_train_stop_signal;
+            /* every rank stops at the same step, whichever got the signal */
+            float stop = (float)rt_train_stop_signal;
+            if (s.dp->size * s.tp->size > 1) {
+                rt_comm *w = s.dp; /* the signal reaches every rank of a launch; max over dp, then tp */
+                RT_TRY(w->ops->all_reduce(w->ctx, &stop, 1, RT_REDUCE_MAX));
+                if (s.tp->size > 1) RT_TRY(s.tp->ops->all_reduce(s.tp->ctx, &stop, 1, RT_REDUCE_MAX));
+            }
+            if (stop > 0) {
+                int sig = (int)stop;
                 rt_train_clear_bar(&s);
                 rt_log_info("%s received at step %lld: saving a checkpoint and stopping",
                             sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)step);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "runtime/rt_batch.h"
+#include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
 typedef struct {
@@ -68,6 +69,10 @@ typedef struct {
     const char *save_dir;
     bool resume;
     const char *options_json;   /* resolved options, stored in checkpoints and metrics */
+    /* Data-parallel and tensor-parallel groups (NULL = one rank). The data iterator gives each
+     * dp rank its slice of the same global batch; gradients are summed over dp, the loss is
+     * normalised by the global number of targets, and only the first rank writes files. */
+    rt_comm *dp, *tp;
 } rt_train_opts;
 
 typedef struct {
