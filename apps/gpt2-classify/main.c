@@ -23,6 +23,8 @@
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_grid.h"
+#include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_metrics.h"
 #include "runtime/rt_trainer.h"
@@ -34,7 +36,7 @@ typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out,
         *save_hf;
     int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads;
+        threads, tp;
     double lr, weight_decay, warmup, clip;
     bool resume, pad8;
 } gc_opts;
@@ -82,6 +84,8 @@ static const rt_opt gc_options[] = {
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
     {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"tp", RT_OPT_INT, &O.tp, "1", NULL,
+     "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
     {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train", "cpu|cuda:N", 0, 0},
 };
 
@@ -191,33 +195,46 @@ typedef struct {
     float *probs;   /* (n, num_labels) */
     float *logits;  /* (batch_size, num_labels) */
     int32_t *idx;
+    float *reduce;  /* (n * (num_labels + 1) + 1) results assembled over dp */
+    rt_comm *dp;
 } gc_eval;
 
-/* Runs the model over every row in order; fills pred and probs; returns the summed loss. */
+/* Runs the model over every row; fills pred and probs; returns the summed loss. Each dp rank
+ * takes a contiguous share of the rows, and one all-reduce assembles the full results on
+ * every rank (rows outside a rank's share are zero there). */
 static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
     rt_status st = RT_OK;
-    int NL = gpt2_model_config(e->model)->num_labels;
+    const int NL = gpt2_model_config(e->model)->num_labels;
+    const size_t n = e->ds->n, w = (size_t)e->dp->size, r = (size_t)e->dp->rank;
+    const size_t lo = n * r / w, hi = n * (r + 1) / w;
+    float *red = e->reduce; /* (n*NL) probs, (n) predictions, (1) loss */
     gpt2_pass pass = {.training = false};
-    *loss_sum = 0;
-    for (size_t start = 0; start < e->ds->n; start += (size_t)e->batch_size) {
-        int count = (int)((e->ds->n - start) < (size_t)e->batch_size ? e->ds->n - start : (size_t)e->batch_size);
+    memset(red, 0, (n * (size_t)(NL + 1) + 1) * sizeof(float));
+    double local_loss = 0;
+    for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
+        int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
         for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
         RT_TRY(data_collate_classification(e->ds, e->idx, count, e->pad_id, e->pad_multiple, &e->batch));
         double l = 0;
         RT_TRY(gpt2_cls_step(e->model, &e->batch, &pass, 0.0f, &l, e->logits));
-        *loss_sum += l;
+        local_loss += l;
         for (int i = 0; i < count; i++) {
             const float *z = e->logits + (size_t)i * NL;
-            float *p = e->probs + (start + (size_t)i) * NL;
+            float *p = red + (start + (size_t)i) * NL;
             double mx = z[0], sum = 0;
             int arg = 0;
             for (int k = 1; k < NL; k++)
                 if (z[k] > mx) mx = z[arg = k];
             for (int k = 0; k < NL; k++) sum += exp((double)z[k] - mx);
             for (int k = 0; k < NL; k++) p[k] = (float)(exp((double)z[k] - mx) / sum);
-            e->pred[start + (size_t)i] = arg;
+            red[n * NL + start + (size_t)i] = (float)arg;
         }
     }
+    red[n * (size_t)(NL + 1)] = (float)local_loss;
+    if (w > 1) RT_TRY(e->dp->ops->all_reduce(e->dp->ctx, red, n * (size_t)(NL + 1) + 1, RT_REDUCE_SUM));
+    memcpy(e->probs, red, n * (size_t)NL * sizeof(float));
+    for (size_t i = 0; i < n; i++) e->pred[i] = (int32_t)red[n * NL + i];
+    *loss_sum = w > 1 ? (double)red[n * (size_t)(NL + 1)] : local_loss;
 fail:
     return st;
 }
@@ -244,7 +261,8 @@ static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
     return RT_OK;
 }
 
-static void gc_eval_init(gc_eval *e, gpt2_model *m, const data_tokenized *ds, const data_glue_task *task, int32_t pad) {
+static void gc_eval_init(gc_eval *e, gpt2_model *m, const data_tokenized *ds, const data_glue_task *task, int32_t pad,
+                         rt_comm *dp) {
     int NL = gpt2_model_config(m)->num_labels;
     memset(e, 0, sizeof *e);
     e->model = m;
@@ -257,6 +275,8 @@ static void gc_eval_init(gc_eval *e, gpt2_model *m, const data_tokenized *ds, co
     e->probs = rt_xcalloc((ds->n + 1) * (size_t)NL, sizeof(float));
     e->logits = rt_xcalloc((size_t)O.batch_size * (size_t)NL, sizeof(float));
     e->idx = rt_xcalloc((size_t)O.batch_size, sizeof(int32_t));
+    e->reduce = rt_xcalloc(ds->n * (size_t)(NL + 1) + 1, sizeof(float));
+    e->dp = dp;
 }
 
 static void gc_eval_free(gc_eval *e) {
@@ -265,6 +285,7 @@ static void gc_eval_free(gc_eval *e) {
     free(e->probs);
     free(e->logits);
     free(e->idx);
+    free(e->reduce);
 }
 
 /* ---- training callbacks ---- */
@@ -277,7 +298,8 @@ static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed
 
 /* ---- --predict ---- */
 
-static rt_status gc_predict_file(gpt2_model *m, const tok_tokenizer *tok, const data_glue_task *task, int32_t pad) {
+static rt_status gc_predict_file(gpt2_model *m, const tok_tokenizer *tok, const data_glue_task *task, int32_t pad,
+                                 const rt_grid *grid) {
     rt_status st = RT_OK;
     data_examples ex = {0};
     data_tokenized ds = {0};
@@ -294,9 +316,10 @@ static rt_status gc_predict_file(gpt2_model *m, const tok_tokenizer *tok, const 
             RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
     }
     RT_TRY(data_tokenize_pairs(&ex, tok, (int)O.max_len, &ds));
-    gc_eval_init(&e, m, &ds, task, pad);
+    gc_eval_init(&e, m, &ds, task, pad, grid->dp);
     double loss;
     RT_TRY(gc_predict_all(&e, &loss));
+    if (grid->world->rank != 0) goto fail; /* every rank has the results; one writes them */
     if (O.predict_out)
         snprintf(out_path, sizeof out_path, "%s", O.predict_out);
     else
@@ -357,7 +380,7 @@ static rt_status gc_save_hf(gpt2_model *m, const char *tokenizer_path) {
     snprintf(path, sizeof path, "%s/config.json", O.save_hf);
     RT_TRY(gpt2_config_save(gpt2_model_config(m), path));
     snprintf(path, sizeof path, "%s/model.safetensors", O.save_hf);
-    RT_TRY(ckpt_hf_gpt2_save(path, gpt2_model_params(m)));
+    RT_TRY(ckpt_hf_gpt2_save(path, gpt2_model_params(m), gpt2_model_config(m)->vocab_size, gpt2_model_tp(m)));
     static const char *const names[][2] = {{"tokenizer.json", "tokenizer.json"}, {"vocab.json", "vocab.json"},
                                            {"merges.txt", "merges.txt"},         {"encoder.json", "vocab.json"},
                                            {"vocab.bpe", "merges.txt"}};
@@ -373,7 +396,7 @@ fail:
 
 /* ---- main ---- */
 
-static rt_status gc_run(int argc, char **argv, int *signal_out) {
+static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[1];
     int n_pos = 0;
@@ -389,7 +412,10 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
     char *options_json = NULL;
     bool ev_ready = false;
 
+    rt_grid grid_storage = {0};
+    const rt_grid *grid = &grid_storage;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    RT_TRY(rt_grid_init(world, (int)O.tp, &grid_storage));
     const data_glue_task *task = data_glue_task_find(O.dataset);
     RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
     RT_TRY(gc_resolve_source(&src));
@@ -435,7 +461,7 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
                 train.n_truncated, (long long)O.max_len, dev.n, data_dir);
 
     RT_TRY(rt_backend_init(O.device, (int)O.threads, &be));
-    RT_TRY(gpt2_model_init(&cfg, be, rt_comm_self(), (int)O.batch_size, max_T, (uint64_t)O.seed, &model));
+    RT_TRY(gpt2_model_init(&cfg, be, grid->tp, (int)O.batch_size, max_T, (uint64_t)O.seed, &model));
     rt_params *params = gpt2_model_params(model);
     if (src.weights[0]) {
         ckpt_hf_load_report rep;
@@ -449,9 +475,11 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
     rt_log_info("model: GPT-2 %d layers, %d wide, %d heads, vocab %d, %zu parameters; tokenizer %s; device %s",
                 cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params->numel, src.tokenizer, O.device);
 
-    data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = 0, .world = 1};
+    /* --batch-size is the global batch: each dp rank collates its slice of it */
+    data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
+                               .world = grid->dp_size};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.batch_size, pad, pad_multiple, &loader));
-    gc_eval_init(&ev, model, &dev, task, pad);
+    gc_eval_init(&ev, model, &dev, task, pad, grid->dp);
     ev_ready = true;
 
     options_json = rt_args_to_json(&gc_spec);
@@ -461,6 +489,7 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
         .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .schedule = O.schedule, .seed = (uint64_t)O.seed,
         .eval_interval = O.eval_interval, .log_interval = O.log_interval, .save_interval = O.save_interval,
         .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
+        .dp = grid->dp, .tp = grid->tp,
     };
     rt_train_model tm = {.ctx = model, .params = params, .forward_backward = gc_forward_backward};
     rt_train_data td = data_loader_train_data(loader);
@@ -477,8 +506,11 @@ static rt_status gc_run(int argc, char **argv, int *signal_out) {
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
         rt_log_info("%s", line);
     }
-    if (O.predict) RT_TRY(gc_predict_file(model, tok, task, pad));
-    if (O.save_hf) RT_TRY(gc_save_hf(model, src.tokenizer));
+    if (O.predict) RT_TRY(gc_predict_file(model, tok, task, pad, grid));
+    if (O.save_hf) {
+        if (grid->tp_size > 1) RT_FAIL(RT_ERR_UNSUPPORTED, "--save-hf at --tp > 1 is not implemented yet");
+        if (grid->world->rank == 0) RT_TRY(gc_save_hf(model, src.tokenizer));
+    }
 fail:
     free(options_json);
     if (ev_ready) gc_eval_free(&ev);
@@ -490,12 +522,22 @@ fail:
     data_examples_free(&train_ex);
     data_examples_free(&dev_ex);
     tok_free(tok);
+    rt_grid_free(&grid_storage);
     return st;
 }
 
 int main(int argc, char **argv) {
-    int sig = 0;
-    rt_status st = gc_run(argc, argv, &sig);
-    if (st == RT_OK && sig) return 128 + sig; /* stopped by a signal after saving a checkpoint */
-    return rt_status_exit_code(PROG, st);
+    int sig = 0, code;
+    rt_comm *world = NULL;
+    /* collectives give up after 10 minutes: a dead rank ends the run instead of hanging it */
+    rt_status st = rt_comm_world_init(&argc, &argv, 600.0, &world);
+    if (st == RT_OK) {
+        rt_log_set_rank(world->rank, world->size);
+        st = gc_run(argc, argv, world, &sig);
+    }
+    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
+                                : rt_status_exit_code(PROG, st);
+    rt_comm_free(world);
+    rt_comm_mpi_finalize();
+    return code;
 }
