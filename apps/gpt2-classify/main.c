@@ -86,7 +86,7 @@ static const rt_opt gc_options[] = {
     {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
     {"tp", RT_OPT_INT, &O.tp, "1", NULL,
      "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
-    {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train", "cpu|cuda:N", 0, 0},
+    {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
 };
 
 static const rt_args_spec gc_spec = {
@@ -460,7 +460,14 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows, from %s", task->name, train.n,
                 train.n_truncated, (long long)O.max_len, dev.n, data_dir);
 
-    RT_TRY(rt_backend_init(O.device, (int)O.threads, &be));
+    char device[32];
+    snprintf(device, sizeof device, "%s", O.device);
+    if (strcmp(O.device, "cuda") == 0) { /* one GPU per rank on each node */
+        rt_launch_info li;
+        RT_TRY(rt_launch_detect(&li));
+        snprintf(device, sizeof device, "cuda:%d", li.local_rank);
+    }
+    RT_TRY(rt_backend_init(device, (int)O.threads, &be));
     RT_TRY(gpt2_model_init(&cfg, be, grid->tp, (int)O.batch_size, max_T, (uint64_t)O.seed, &model));
     rt_params *params = gpt2_model_params(model);
     if (src.weights[0]) {
@@ -473,7 +480,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         rt_log_info("weights: %s", src.what);
     }
     rt_log_info("model: GPT-2 %d layers, %d wide, %d heads, vocab %d, %zu parameters; tokenizer %s; device %s",
-                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params->numel, src.tokenizer, O.device);
+                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, params->numel, src.tokenizer, device);
 
     /* --batch-size is the global batch: each dp rank collates its slice of it */
     data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
