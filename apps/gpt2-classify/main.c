@@ -462,6 +462,10 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     char device[32];
     snprintf(device, sizeof device, "%s", O.device);
+    if (strncmp(O.device, "cuda", 4) == 0 && world->size > 1)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "--device %s with %d ranks: multi-process GPU training (NCCL) is not wired into "
+                                    "the programs yet; run one process per GPU job, or on CPU under mpirun",
+                O.device, world->size);
     if (strcmp(O.device, "cuda") == 0) { /* one GPU per rank on each node */
         rt_launch_info li;
         RT_TRY(rt_launch_detect(&li));
