@@ -2,11 +2,11 @@
 # Turns FlagAI-style launch options into an mpirun line and runs it:
 #
 #   scripts/launch.sh --hostfile hosts --num-nodes 2 --gpus-per-node 4 -- \
-#       build/bin/gpt2-classify --dataset mrpc --tp 2 --device cuda
+#       build/bin/gpt2-classify --dataset mrpc --tp 2
 #
 # The hostfile lists one node per line, as FlagAI's does ("node1 slots=4"; a bare name gets
-# --gpus-per-node slots). Each rank picks its GPU from its local rank: pass --device
-# cuda. --dry-run prints the command instead of running it.
+# --gpus-per-node slots). With --device cuda each rank takes the GPU of its local rank (once
+# multi-process GPU runs are wired in). --dry-run prints the command instead of running it.
 set -euo pipefail
 
 usage() {
