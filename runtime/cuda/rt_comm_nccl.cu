@@ -1,0 +1,337 @@
+/* NCCL communicators: collectives on device buffers, with the timeouts NCCL itself lacks.
+ *
+ * Communicators are created non-blocking (config.blocking = 0): then init, split and every
+ * collective return at once, and we poll ncclCommGetAsyncError and cudaStreamQuery against a
+ * deadline. On timeout, or when NCCL reports an asynchronous error (a peer died), the
+ * communicator is aborted with ncclCommAbort, which also ends kernels stuck waiting for the
+ * peer, and every later call fails at once. Splits use ncclCommSplit (NCCL >= 2.18); older
+ * NCCL re-initializes from a split of the bootstrap communicator.
+ *
+ * NCCL_CHECK aborts with file:line for calls that only fail on a broken installation or a
+ * programming error; the collectives' own failures come back as rt_status. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+/* C headers with C linkage; the guards make rt_comm_nccl.h's own includes no-ops. */
+extern "C" {
+#include "runtime/rt_comm.h"
+#include "runtime/rt_status.h"
+}
+#include "runtime/cuda/rt_comm_nccl.h"
+
+#ifdef TZ_USE_NCCL
+
+#include <nccl.h>
+
+#define NCCL_CHECK(call)                                                                       \
+    do {                                                                                       \
+        ncclResult_t rt_nccl_rc_ = (call);                                                     \
+        if (rt_nccl_rc_ != ncclSuccess && rt_nccl_rc_ != ncclInProgress)                       \
+            rt_abort_at(__FILE__, __LINE__, #call, "NCCL error %d: %s", (int)rt_nccl_rc_,      \
+                        ncclGetErrorString(rt_nccl_rc_));                                      \
+    } while (0)
+
+#define NCCL_CUDA_CHECK(call)                                                                  \
+    do {                                                                                       \
+        cudaError_t rt_cuda_err_ = (call);                                                     \
+        if (rt_cuda_err_ != cudaSuccess)                                                       \
+            rt_abort_at(__FILE__, __LINE__, #call, "%s (%s)", cudaGetErrorString(rt_cuda_err_), \
+                        cudaGetErrorName(rt_cuda_err_));                                       \
+    } while (0)
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+#define RT_NCCL_HAS_SPLIT 1
+#else
+#define RT_NCCL_HAS_SPLIT 0
+#endif
+
+struct nccl_ctx {
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int device, rank, size;
+    double timeout_s;
+    rt_comm *bootstrap; /* not owned unless own_bootstrap */
+    int own_bootstrap;
+    int aborted;
+    char broken[200]; /* why the communicator is unusable, "" if fine */
+};
+
+static const rt_comm_ops *nccl_ops_ptr(void);
+
+static double nccl_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nccl_sleep(long *ns) {
+    struct timespec ts = {0, *ns};
+    nanosleep(&ts, NULL);
+    if (*ns < 1000000) *ns *= 2;
+}
+
+static void nccl_abort(nccl_ctx *c) {
+    if (!c->aborted && c->comm) ncclCommAbort(c->comm);
+    c->aborted = 1;
+}
+
+/* Waits for the communicator to leave ncclInProgress (init, split, an enqueue) and, when
+ * stream_too, for the stream to drain. */
+static rt_status nccl_wait(nccl_ctx *c, const char *what, size_t count, int stream_too) {
+    double deadline = nccl_now() + c->timeout_s;
+    long ns = 10000;
+    int comm_done = 0;
+    for (;;) {
+        if (!comm_done) {
+            ncclResult_t ares = ncclSuccess;
+            NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ares));
+            if (ares == ncclSuccess) {
+                comm_done = 1;
+            } else if (ares != ncclInProgress) {
+                nccl_abort(c);
+                snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", what, ncclGetErrorString(ares));
+                return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d, device %d): %s of %zu elements failed: %s",
+                                 c->size, c->rank, c->device, what, count, ncclGetErrorString(ares));
+            }
+        }
+        if (comm_done) {
+            if (!stream_too) return RT_OK;
+            cudaError_t e = cudaStreamQuery(c->stream);
+            if (e == cudaSuccess) {
+                /* a peer failing mid-kernel shows up only as an async error */
+                ncclResult_t ares = ncclSuccess;
+                NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ares));
+                if (ares == ncclSuccess) return RT_OK;
+                comm_done = 0;
+                continue;
+            }
+            if (e != cudaErrorNotReady) NCCL_CUDA_CHECK(e);
+        }
+        if (nccl_now() > deadline) break;
+        nccl_sleep(&ns);
+    }
+    nccl_abort(c);
+    snprintf(c->broken, sizeof c->broken, "%s did not complete within %g s", what, c->timeout_s);
+    return rt_errorf(RT_ERR_RUNTIME,
+                     "nccl comm (size %d, rank %d, device %d): %s of %zu elements did not complete within %g s "
+                     "(a rank died, hangs, or skipped it); the communicator was aborted",
+                     c->size, c->rank, c->device, what, count, c->timeout_s);
+}
+
+static rt_status nccl_usable(nccl_ctx *c, const char *what) {
+    if (!c->broken[0]) return RT_OK;
+    return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d): %s after %s", c->size, what, c->broken);
+}
+
+/* Enqueues a collective: the result is ncclSuccess or ncclInProgress on a healthy comm. */
+static rt_status nccl_enqueued(nccl_ctx *c, ncclResult_t rc, const char *what, size_t count) {
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_abort(c);
+        snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", what, ncclGetErrorString(rc));
+        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): %s of %zu elements failed: %s", c->size, c->rank,
+                         what, count, ncclGetErrorString(rc));
+    }
+    return nccl_wait(c, what, count, 1);
+}
+
+static ncclRedOp_t nccl_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? ncclMax : ncclSum; }
+
+static void nccl_set_device(nccl_ctx *c) { NCCL_CUDA_CHECK(cudaSetDevice(c->device)); }
+
+static rt_status nccl_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op op) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "all_reduce");
+    if (st != RT_OK || n == 0) return st;
+    nccl_set_device(c);
+    return nccl_enqueued(c, ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->stream), "all_reduce", n);
+}
+
+static rt_status nccl_reduce_scatter(void *vctx, float *out, const float *in, size_t n_out, rt_reduce_op op) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "reduce_scatter");
+    if (st != RT_OK || n_out == 0) return st;
+    nccl_set_device(c);
+    return nccl_enqueued(c, ncclReduceScatter(in, out, n_out, ncclFloat32, nccl_op(op), c->comm, c->stream),
+                         "reduce_scatter", n_out);
+}
+
+static rt_status nccl_all_gather(void *vctx, float *out, const float *in, size_t n_in) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "all_gather");
+    if (st != RT_OK || n_in == 0) return st;
+    nccl_set_device(c);
+    return nccl_enqueued(c, ncclAllGather(in, out, n_in, ncclFloat32, c->comm, c->stream), "all_gather", n_in);
+}
+
+static rt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "broadcast");
+    if (st != RT_OK || bytes == 0) return st;
+    if (root < 0 || root >= c->size)
+        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d): broadcast root %d is out of range", c->size, root);
+    nccl_set_device(c);
+    return nccl_enqueued(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream), "broadcast", bytes);
+}
+
+/* NCCL has no barrier: an all-reduce of one float does the same job. */
+static rt_status nccl_barrier(void *vctx) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "barrier");
+    if (st != RT_OK) return st;
+    nccl_set_device(c);
+    float *d = NULL;
+    NCCL_CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float)));
+    NCCL_CUDA_CHECK(cudaMemset(d, 0, sizeof(float)));
+    st = nccl_enqueued(c, ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c->comm, c->stream), "barrier", 1);
+    /* after an abort the buffer may still be referenced by a dead kernel: leak it then */
+    if (st == RT_OK) NCCL_CUDA_CHECK(cudaFree(d));
+    return st;
+}
+
+static nccl_ctx *nccl_ctx_new(int device, double timeout_s) {
+    nccl_ctx *c = (nccl_ctx *)rt_xcalloc(1, sizeof *c);
+    c->device = device;
+    c->timeout_s = timeout_s;
+    NCCL_CUDA_CHECK(cudaSetDevice(device));
+    /* a blocking stream: implicitly ordered with the legacy default stream the backend uses */
+    NCCL_CUDA_CHECK(cudaStreamCreate(&c->stream));
+    return c;
+}
+
+static ncclConfig_t nccl_config(void) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    return cfg;
+}
+
+static void nccl_free(void *vctx);
+
+static rt_comm *nccl_wrap(nccl_ctx *c) {
+    rt_comm *out = (rt_comm *)rt_xmalloc(sizeof *out);
+    out->ops = nccl_ops_ptr();
+    out->ctx = c;
+    out->rank = c->rank;
+    out->size = c->size;
+    return out;
+}
+
+/* Fills c->comm from bootstrap: rank 0 makes the id, everyone joins. */
+static rt_status nccl_init_from(nccl_ctx *c, rt_comm *bootstrap) {
+    rt_status st = RT_OK;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    c->rank = bootstrap->rank;
+    c->size = bootstrap->size;
+    if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    st = bootstrap->ops->broadcast(bootstrap->ctx, &id, sizeof id, 0);
+    if (st != RT_OK) return rt_error_wrap(st, "nccl init: broadcasting the unique id over the %s comm", bootstrap->ops->name);
+    ncclConfig_t cfg = nccl_config();
+    ncclResult_t rc = ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &cfg);
+    if (rc != ncclSuccess && rc != ncclInProgress)
+        return rt_errorf(RT_ERR_RUNTIME, "nccl init (rank %d of %d, device %d): %s", c->rank, c->size, c->device,
+                         ncclGetErrorString(rc));
+    return nccl_wait(c, "init", (size_t)c->size, 0);
+}
+
+static rt_status nccl_split(void *vctx, int color, int key, rt_comm **out) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    *out = NULL;
+    rt_status st = nccl_usable(c, "split");
+    if (st != RT_OK) return st;
+    if (color < 0) return rt_errorf(RT_ERR_CONFIG, "nccl comm: split color %d, expected a non-negative color", color);
+    nccl_ctx *s = nccl_ctx_new(c->device, c->timeout_s);
+    s->bootstrap = c->bootstrap;
+#if RT_NCCL_HAS_SPLIT
+    {
+        ncclConfig_t cfg = nccl_config();
+        ncclResult_t rc = ncclCommSplit(c->comm, color, key, &s->comm, &cfg);
+        if (rc != ncclSuccess && rc != ncclInProgress) {
+            st = rt_errorf(RT_ERR_RUNTIME, "nccl split (color %d, key %d): %s", color, key, ncclGetErrorString(rc));
+            goto fail;
+        }
+        /* the parent is busy until the split completes, and so is the child */
+        st = nccl_wait(c, "split", 0, 0);
+        if (st != RT_OK) goto fail;
+        st = nccl_wait(s, "split", 0, 0);
+        if (st != RT_OK) goto fail;
+        NCCL_CHECK(ncclCommUserRank(s->comm, &s->rank));
+        NCCL_CHECK(ncclCommCount(s->comm, &s->size));
+    }
+#else
+    {
+        rt_comm *sub = NULL;
+        st = c->bootstrap->ops->split(c->bootstrap->ctx, color, key, &sub);
+        if (st != RT_OK) goto fail;
+        s->bootstrap = sub;
+        s->own_bootstrap = 1;
+        st = nccl_init_from(s, sub);
+        if (st != RT_OK) goto fail;
+    }
+#endif
+    *out = nccl_wrap(s);
+    return RT_OK;
+fail:
+    nccl_free(s);
+    return st;
+}
+
+static void nccl_free(void *vctx) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    if (!c) return;
+    if (c->comm) {
+        cudaSetDevice(c->device);
+        if (c->aborted || c->broken[0]) {
+            nccl_abort(c);
+        } else {
+            /* finalize flushes outstanding work; a peer gone by now must not hang us here */
+            ncclResult_t rc = ncclCommFinalize(c->comm);
+            rt_status st = rc == ncclSuccess || rc == ncclInProgress ? nccl_wait(c, "finalize", 0, 0) : RT_ERR_RUNTIME;
+            if (st == RT_OK)
+                ncclCommDestroy(c->comm);
+            else
+                nccl_abort(c);
+        }
+    }
+    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->own_bootstrap) rt_comm_free(c->bootstrap);
+    free(c);
+}
+
+static const rt_comm_ops nccl_ops = {
+    "nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_split, nccl_free,
+};
+
+static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
+
+extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out) {
+    *out = NULL;
+    if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "nccl comm: timeout %g s, expected a positive number", timeout_s);
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "nccl comm: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (device < 0 || device >= n_dev)
+        return rt_errorf(RT_ERR_CONFIG, "nccl comm: device %d, expected 0..%d (rank %d)", device, n_dev - 1, bootstrap->rank);
+    nccl_ctx *c = nccl_ctx_new(device, timeout_s);
+    c->bootstrap = bootstrap;
+    rt_status st = nccl_init_from(c, bootstrap);
+    if (st != RT_OK) {
+        nccl_free(c);
+        return st;
+    }
+    *out = nccl_wrap(c);
+    return RT_OK;
+}
+
+#else /* !TZ_USE_NCCL */
+
+extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out) {
+    *out = NULL;
+    return rt_errorf(RT_ERR_UNSUPPORTED, "this build of tunezoo has no NCCL: install NCCL and rebuild with -DUSE_NCCL=ON");
+}
+
+#endif

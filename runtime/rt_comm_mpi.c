@@ -1,0 +1,243 @@
+/* MPI communicators over CPU buffers: what mpirun and srun launches use for data and tensor
+ * parallelism on CPU, and what bootstraps NCCL on GPU.
+ *
+ * Every collective is the nonblocking form (MPI_Iallreduce, ...) polled with MPI_Test until
+ * the communicator's deadline, because a blocking MPI call waits forever for a rank that
+ * died or took another branch. On timeout the call returns RT_ERR_RUNTIME naming the
+ * operation; the request cannot be cancelled, so the communicator is marked broken and every
+ * later call fails at once. MPI itself reports errors through MPI_CHECK, which aborts with
+ * file:line and MPI's message: an MPI failure is not something a program recovers from.
+ *
+ * MPI counts are int: all_reduce and broadcast run in chunks, so any size works; a
+ * reduce_scatter or all_gather chunk above INT_MAX floats per rank is refused. */
+#include "runtime/rt_comm.h"
+#include "runtime/rt_launch.h"
+
+#ifdef TZ_USE_MPI
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define MPI_CHECK(call)                                                                        \
+    do {                                                                                       \
+        int rt_mpi_rc_ = (call);                                                               \
+        if (rt_mpi_rc_ != MPI_SUCCESS) {                                                       \
+            char rt_mpi_msg_[MPI_MAX_ERROR_STRING];                                            \
+            int rt_mpi_len_ = 0;                                                               \
+            MPI_Error_string(rt_mpi_rc_, rt_mpi_msg_, &rt_mpi_len_);                           \
+            rt_abort_at(__FILE__, __LINE__, #call, "MPI error %d: %s", rt_mpi_rc_, rt_mpi_msg_); \
+        }                                                                                      \
+    } while (0)
+
+/* Largest chunk per call: INT_MAX rounded down, so chunks stay aligned. */
+#define MPI_CHUNK ((size_t)1 << 30)
+
+typedef struct {
+    MPI_Comm comm;
+    double timeout_s;
+    int rank, size;
+    MPI_Request pending; /* left behind by a timed-out call */
+    char broken[160];    /* why the communicator is unusable, "" if it is fine */
+} mpi_ctx;
+
+static const rt_comm_ops mpi_ops;
+static int mpi_we_initialized;
+
+static double mpi_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static rt_status mpi_usable(mpi_ctx *c, const char *what) {
+    if (!c->broken[0]) return RT_OK;
+    return rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): %s after %s", c->size, what, c->broken);
+}
+
+/* Polls req until it completes or the deadline passes. Sleeps grow from 20 us to 1 ms, so
+ * an oversubscribed machine is not spent spinning while MPI still makes progress. */
+static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t count) {
+    double deadline = mpi_now() + c->timeout_s;
+    long sleep_ns = 20000;
+    for (int spins = 0;; spins++) {
+        int done = 0;
+        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return RT_OK;
+        if (mpi_now() > deadline) break;
+        if (spins > 100) {
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            if (sleep_ns < 1000000) sleep_ns *= 2;
+        }
+    }
+    c->pending = *req;
+    snprintf(c->broken, sizeof c->broken, "%s of %zu elements did not complete within %g s", what, count, c->timeout_s);
+    return rt_errorf(RT_ERR_RUNTIME,
+                     "mpi comm (size %d, rank %d): %s of %zu elements did not complete within %g s "
+                     "(a rank died, hangs, or skipped it)",
+                     c->size, c->rank, what, count, c->timeout_s);
+}
+
+static MPI_Op mpi_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
+
+static rt_status mpi_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op op) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "all_reduce");
+    for (size_t off = 0; st == RT_OK && off < n; off += MPI_CHUNK) {
+        size_t m = n - off < MPI_CHUNK ? n - off : MPI_CHUNK;
+        MPI_Request req;
+        MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)m, MPI_FLOAT, mpi_op(op), c->comm, &req));
+        st = mpi_wait(c, &req, "all_reduce", n);
+    }
+    return st;
+}
+
+static rt_status mpi_reduce_scatter(void *vctx, float *out, const float *in, size_t n_out, rt_reduce_op op) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "reduce_scatter");
+    if (st != RT_OK) return st;
+    if (n_out > INT_MAX)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: reduce_scatter of %zu floats per rank exceeds MPI's int count", n_out);
+    MPI_Request req;
+    MPI_CHECK(MPI_Ireduce_scatter_block(in, out, (int)n_out, MPI_FLOAT, mpi_op(op), c->comm, &req));
+    return mpi_wait(c, &req, "reduce_scatter", n_out);
+}
+
+static rt_status mpi_all_gather(void *vctx, float *out, const float *in, size_t n_in) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "all_gather");
+    if (st != RT_OK) return st;
+    if (n_in > INT_MAX)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: all_gather of %zu floats per rank exceeds MPI's int count", n_in);
+    /* in may already sit at its place in out (this rank's chunk): MPI wants IN_PLACE then */
+    const void *send = in == out + (size_t)c->rank * n_in ? MPI_IN_PLACE : (const void *)in;
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallgather(send, (int)n_in, MPI_FLOAT, out, (int)n_in, MPI_FLOAT, c->comm, &req));
+    return mpi_wait(c, &req, "all_gather", n_in);
+}
+
+static rt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "broadcast");
+    if (st == RT_OK && (root < 0 || root >= c->size))
+        return rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): broadcast root %d is out of range", c->size, root);
+    for (size_t off = 0; st == RT_OK && off < bytes; off += MPI_CHUNK) {
+        size_t m = bytes - off < MPI_CHUNK ? bytes - off : MPI_CHUNK;
+        MPI_Request req;
+        MPI_CHECK(MPI_Ibcast((char *)buf + off, (int)m, MPI_BYTE, root, c->comm, &req));
+        st = mpi_wait(c, &req, "broadcast", bytes);
+    }
+    return st;
+}
+
+static rt_status mpi_barrier(void *vctx) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "barrier");
+    if (st != RT_OK) return st;
+    MPI_Request req;
+    MPI_CHECK(MPI_Ibarrier(c->comm, &req));
+    return mpi_wait(c, &req, "barrier", 0);
+}
+
+static rt_comm *mpi_comm_wrap(MPI_Comm comm, double timeout_s) {
+    mpi_ctx *ctx = rt_xcalloc(1, sizeof *ctx);
+    ctx->comm = comm;
+    ctx->timeout_s = timeout_s;
+    ctx->pending = MPI_REQUEST_NULL;
+    /* errors come back to MPI_CHECK, which prints MPI's message with our file:line */
+    MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    MPI_CHECK(MPI_Comm_rank(comm, &ctx->rank));
+    MPI_CHECK(MPI_Comm_size(comm, &ctx->size));
+    rt_comm *c = rt_xmalloc(sizeof *c);
+    c->ops = &mpi_ops;
+    c->ctx = ctx;
+    c->rank = ctx->rank;
+    c->size = ctx->size;
+    return c;
+}
+
+static rt_status mpi_split(void *vctx, int color, int key, rt_comm **out) {
+    mpi_ctx *c = vctx;
+    *out = NULL;
+    rt_status st = mpi_usable(c, "split");
+    if (st != RT_OK) return st;
+    if (color < 0) return rt_errorf(RT_ERR_CONFIG, "mpi comm: split color %d, expected a non-negative color", color);
+    /* MPI_Comm_split has no nonblocking form; a barrier with the timeout first makes a
+     * missing rank fail here rather than hang inside the split */
+    RT_TRY(mpi_barrier(c));
+    MPI_Comm sub;
+    MPI_CHECK(MPI_Comm_split(c->comm, color, key, &sub));
+    *out = mpi_comm_wrap(sub, c->timeout_s);
+fail:
+    return st;
+}
+
+static void mpi_free(void *vctx) {
+    mpi_ctx *c = vctx;
+    if (!c) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+        int done = 1;
+        if (c->pending != MPI_REQUEST_NULL) {
+            /* the late ranks may have arrived since: then the request is complete and the
+             * communicator can go; otherwise it is leaked, since freeing a communicator
+             * with a collective in flight is an error */
+            MPI_Test(&c->pending, &done, MPI_STATUS_IGNORE);
+        }
+        if (done) MPI_Comm_free(&c->comm);
+    }
+    free(c);
+}
+
+static const rt_comm_ops mpi_ops = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .broadcast = mpi_broadcast,
+    .barrier = mpi_barrier,
+    .split = mpi_split,
+    .free = mpi_free,
+};
+
+rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
+    *world = NULL;
+    if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "mpi comm: timeout %g s, expected a positive number", timeout_s);
+    int inited = 0;
+    MPI_CHECK(MPI_Initialized(&inited));
+    if (!inited) {
+        int provided = 0;
+        /* SERIALIZED: MPI may be called from any one thread at a time (the trainer calls it
+         * from the main thread; OpenMP workers never do) */
+        MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+        mpi_we_initialized = 1;
+    }
+    /* a duplicate keeps our traffic apart from any other library using MPI_COMM_WORLD */
+    MPI_Comm dup;
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+    *world = mpi_comm_wrap(dup, timeout_s);
+    return RT_OK;
+}
+
+void rt_comm_mpi_finalize(void) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (mpi_we_initialized && !finalized) MPI_Finalize();
+    mpi_we_initialized = 0;
+}
+
+#else /* !TZ_USE_MPI */
+
+rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
+    *world = NULL;
+    return rt_errorf(RT_ERR_UNSUPPORTED,
+                     "this build of tunezoo has no MPI: install OpenMPI (libopenmpi-dev) and rebuild with -DUSE_MPI=ON");
+}
+
+void rt_comm_mpi_finalize(void) {}
+
+#endif

@@ -1,0 +1,145 @@
+/* The MPI communicator under mpirun (registered at -np 2 and -np 4): launch detection sees
+ * OpenMPI's variables and agrees with MPI, every collective matches a reference computed on
+ * each rank and gives the same bits on every rank, the dp x tp grid at tp = 2, and a rank
+ * that arrives late makes the others time out with an error instead of hanging.
+ *
+ * Started without mpirun it runs as one rank on rt_comm_self, which is still a valid run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/rt_comm.h"
+#include "runtime/rt_grid.h"
+#include "runtime/rt_launch.h"
+#include "tests/testutil.h"
+
+#define N 1001
+
+static float input(int rank, int i) {
+    uint32_t h = (uint32_t)(rank * 7919 + i * 104729) * 2654435761u;
+    float u = (float)(h >> 8) / (float)(1u << 24) - 0.5f;
+    return u * (float)(1 + (i % 5) * 1000) + (float)rank * 1e-3f;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Every rank must hold the same n floats: gather them all and compare with rank 0's. */
+static void expect_same_on_all_ranks(rt_comm *w, const char *what, const float *x, size_t n) {
+    float *all = rt_xmalloc((size_t)w->size * n * sizeof(float));
+    TZ_EXPECT_OK(w->ops->all_gather(w->ctx, all, x, n));
+    for (int r = 1; r < w->size; r++)
+        TZ_EXPECT(memcmp(all, all + (size_t)r * n, n * sizeof(float)) == 0, "%s: rank %d's bits differ from rank 0's", what,
+                  r);
+    free(all);
+}
+
+static void test_ops(rt_comm *w) {
+    int r = w->rank, n = w->size;
+    static float sum[N], mx[N], ref_sum[N], ref_max[N], in[4 * N], rs[N], ag[4 * N];
+    for (int i = 0; i < N; i++) {
+        sum[i] = mx[i] = input(r, i);
+        ref_sum[i] = ref_max[i] = input(0, i);
+        for (int k = 1; k < n; k++) {
+            ref_sum[i] += input(k, i);
+            ref_max[i] = input(k, i) > ref_max[i] ? input(k, i) : ref_max[i];
+        }
+    }
+    TZ_EXPECT_OK(w->ops->all_reduce(w->ctx, sum, N, RT_REDUCE_SUM));
+    tz_check_close("all_reduce sum", sum, ref_sum, N, 1e-3f, 1e-5f);
+    expect_same_on_all_ranks(w, "all_reduce sum", sum, N);
+    TZ_EXPECT_OK(w->ops->all_reduce(w->ctx, mx, N, RT_REDUCE_MAX));
+    TZ_EXPECT(memcmp(mx, ref_max, sizeof mx) == 0, "all_reduce max differs on rank %d", r);
+
+    int chunk = N / n;
+    for (int i = 0; i < n * chunk; i++) in[i] = input(r, i);
+    TZ_EXPECT_OK(w->ops->reduce_scatter(w->ctx, rs, in, (size_t)chunk, RT_REDUCE_SUM));
+    tz_check_close("reduce_scatter", rs, ref_sum + (size_t)r * chunk, (size_t)chunk, 1e-3f, 1e-5f);
+    TZ_EXPECT_OK(w->ops->all_gather(w->ctx, ag, rs, (size_t)chunk));
+    tz_check_close("reduce_scatter + all_gather", ag, ref_sum, (size_t)n * chunk, 1e-3f, 1e-5f);
+    expect_same_on_all_ranks(w, "all_gather", ag, (size_t)n * chunk);
+    /* in place: this rank's chunk already sits at its place in the output */
+    for (int i = 0; i < n * chunk; i++) ag[i] = i / chunk == r ? rs[i % chunk] : -1.0f;
+    TZ_EXPECT_OK(w->ops->all_gather(w->ctx, ag, ag + (size_t)r * chunk, (size_t)chunk));
+    tz_check_close("all_gather in place", ag, ref_sum, (size_t)n * chunk, 1e-3f, 1e-5f);
+
+    unsigned char bc[37];
+    memset(bc, r, sizeof bc);
+    if (r == n - 1)
+        for (size_t i = 0; i < sizeof bc; i++) bc[i] = (unsigned char)(200 - i);
+    TZ_EXPECT_OK(w->ops->broadcast(w->ctx, bc, sizeof bc, n - 1));
+    for (size_t i = 0; i < sizeof bc; i++) TZ_EXPECT(bc[i] == 200 - i, "rank %d broadcast byte %zu = %d", r, i, bc[i]);
+    TZ_EXPECT_OK(w->ops->barrier(w->ctx));
+}
+
+static void test_grid(rt_comm *w, int tp) {
+    rt_grid g;
+    TZ_EXPECT_OK(rt_grid_init(w, tp, &g));
+    if (!g.tp) return;
+    TZ_EXPECT(g.tp_rank == w->rank % tp && g.dp_rank == w->rank / tp && g.tp->size == tp && g.dp->size == w->size / tp,
+              "rank %d: tp %d/%d dp %d/%d", w->rank, g.tp_rank, g.tp->size, g.dp_rank, g.dp->size);
+    float t = (float)w->rank, d = (float)w->rank, t_ref = 0, d_ref = 0;
+    TZ_EXPECT_OK(g.tp->ops->all_reduce(g.tp->ctx, &t, 1, RT_REDUCE_SUM));
+    TZ_EXPECT_OK(g.dp->ops->all_reduce(g.dp->ctx, &d, 1, RT_REDUCE_SUM));
+    for (int k = 0; k < tp; k++) t_ref += (float)(g.dp_rank * tp + k);
+    for (int k = 0; k < w->size / tp; k++) d_ref += (float)(g.tp_rank + k * tp);
+    TZ_EXPECT(t == t_ref && d == d_ref, "rank %d: tp sum %g (expected %g), dp sum %g (expected %g)", w->rank, t, t_ref, d,
+              d_ref);
+    rt_grid_free(&g);
+    rt_grid bad;
+    if (w->size % 3 != 0) TZ_EXPECT(rt_grid_init(w, 3, &bad) == RT_ERR_CONFIG, "tp 3 accepted at world %d", w->size);
+}
+
+/* Rank 0 waits at a barrier the others reach only after 1 s; with a 0.3 s timeout it must
+ * fail within about that, and the communicator stays failed. Then the late ranks arrive,
+ * so the abandoned barrier completes and everything can be freed. */
+static void test_timeout(rt_comm *w, int *argc, char ***argv) {
+    rt_comm *quick = NULL;
+    TZ_EXPECT_OK(rt_comm_mpi_init(argc, argv, 0.3, &quick));
+    if (!quick) return;
+    if (w->rank == 0) {
+        double t0 = now_s();
+        rt_status st = quick->ops->barrier(quick->ctx);
+        double dt = now_s() - t0;
+        TZ_EXPECT(st == RT_ERR_RUNTIME, "late ranks: got %s", rt_status_name(st));
+        TZ_EXPECT(strstr(rt_error_message(), "barrier") && strstr(rt_error_message(), "within 0.3 s"), "message: %s",
+                  rt_error_message());
+        TZ_EXPECT(dt < 1.0, "rank 0 waited %.2f s with a 0.3 s timeout", dt);
+        float x = 1;
+        TZ_EXPECT(quick->ops->all_reduce(quick->ctx, &x, 1, RT_REDUCE_SUM) == RT_ERR_RUNTIME,
+                  "a timed-out communicator was used again");
+    } else {
+        usleep(1000000);
+        TZ_EXPECT_OK(quick->ops->barrier(quick->ctx));
+    }
+    TZ_EXPECT_OK(w->ops->barrier(w->ctx));
+    rt_comm_free(quick);
+}
+
+int main(int argc, char **argv) {
+    rt_launch_info info;
+    TZ_EXPECT_OK(rt_launch_detect(&info));
+    rt_comm *w = NULL;
+    TZ_EXPECT_OK(rt_comm_world_init(&argc, &argv, 30.0, &w));
+    if (!w) return tz_test_result("test_mpi_comm");
+    TZ_EXPECT(info.world_size == w->size && info.rank == w->rank, "launch says %d/%d, comm says %d/%d", info.rank,
+              info.world_size, w->rank, w->size);
+    if (w->size > 1) {
+        TZ_EXPECT(info.source == RT_LAUNCH_OPENMPI, "launched by %s, expected OpenMPI mpirun",
+                  rt_launch_source_name(info.source));
+        TZ_EXPECT(strcmp(w->ops->name, "mpi") == 0, "world comm is %s", w->ops->name);
+    }
+    test_ops(w);
+    test_grid(w, 1);
+    if (w->size % 2 == 0) test_grid(w, 2);
+    test_grid(w, w->size);
+    if (w->size > 1) test_timeout(w, &argc, &argv);
+    rt_comm_free(w);
+    rt_comm_mpi_finalize();
+    return tz_test_result("test_mpi_comm");
+}
