@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_tp.h"
 
 /* HF's GPT-2 Conv1D layers store weights [in, out]. */
 int ckpt_hf_gpt2_is_conv1d(const char *name) {
@@ -29,12 +30,41 @@ static const char *ckpt_gpt2_strip(const char *name) {
     return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
 }
 
-rt_status ckpt_hf_gpt2_load(const char *path, rt_params *p, ckpt_hf_load_report *report) {
+/* The full tensor's shape in our [out, in] layout from a local spec (vocab: vocab_size rows). */
+static void ckpt_gpt2_full_desc(const rt_param_spec *s, int vocab_size, int rank, int size, ckpt_tp_desc *d) {
+    *d = (ckpt_tp_desc){.rule = s->tp, .ndim = s->ndim, .rank = rank, .size = size};
+    for (int k = 0; k < s->ndim; k++) d->full[k] = s->shape[k];
+    switch (s->tp) {
+    case RT_TP_COL:
+    case RT_TP_QKV:
+        d->full[0] *= size;
+        break;
+    case RT_TP_ROW:
+        d->full[1] *= size;
+        break;
+    case RT_TP_VOCAB:
+        d->full[0] = vocab_size;
+        break;
+    case RT_TP_NONE:
+        break;
+    }
+}
+
+/* Transposes a rows x cols matrix into dst (cols x rows). */
+static void ckpt_gpt2_transpose(float *dst, const float *src, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
+}
+
+/* vocab_size < 0: take it from the file's embedding. */
+static rt_status ckpt_gpt2_load_impl(const char *path, rt_params *p, int vocab_size, int tp_rank, int tp_size,
+                                     ckpt_hf_load_report *report) {
     rt_status st = RT_OK;
     ckpt_st_file *f = NULL;
-    float *host = NULL, *tr = NULL;
+    float *host = NULL, *tr = NULL, *shard = NULL;
     char *seen = rt_xcalloc((size_t)p->n, 1);
     memset(report, 0, sizeof *report);
+    RT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank %d of %d", tp_rank, tp_size);
     RT_TRY(ckpt_safetensors_open(path, &f));
     size_t count = ckpt_safetensors_count(f);
     for (size_t i = 0; i < count; i++) {
@@ -49,31 +79,40 @@ rt_status ckpt_hf_gpt2_load(const char *path, rt_params *p, ckpt_hf_load_report 
         }
         const rt_param_spec *s = &p->specs[idx];
         int conv = ckpt_hf_gpt2_is_conv1d(name);
-        /* the file's shape, after undoing Conv1D's [in, out] */
+        /* the file's tensor is the full one: it must be exactly what this rank's shard and
+         * rule come from (the embedding: vocab_size rows, padded here) */
+        ckpt_tp_desc d;
+        int vocab = vocab_size >= 0 ? vocab_size : (t.ndim == 2 ? (int)t.shape[0] : -1);
+        ckpt_gpt2_full_desc(s, vocab, tp_rank, tp_size, &d);
         int ok = t.ndim == s->ndim;
-        for (int d = 0; ok && d < s->ndim; d++) {
-            size_t want = (size_t)s->shape[conv ? s->ndim - 1 - d : d];
-            ok = t.shape[d] == want;
+        for (int k = 0; ok && k < s->ndim; k++) ok = t.shape[k] == (size_t)d.full[conv ? s->ndim - 1 - k : k];
+        if (ok && s->tp == RT_TP_VOCAB) {
+            int64_t ls[RT_PARAM_MAX_DIMS];
+            ok = vocab >= 1 && ckpt_tp_local_shape(&d, t.name, ls) == RT_OK && ls[0] == s->shape[0];
         }
         if (!ok) {
             char got[96], want[96];
             size_t ws[RT_PARAM_MAX_DIMS];
-            for (int d = 0; d < s->ndim; d++) ws[d] = (size_t)s->shape[conv ? s->ndim - 1 - d : d];
+            for (int k = 0; k < s->ndim; k++) ws[k] = (size_t)d.full[conv ? s->ndim - 1 - k : k];
+            if (s->tp == RT_TP_VOCAB && vocab_size < 0)
+                RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' has shape %s, which does not pad to the model's %lld rows", path,
+                        t.name, ckpt_shape_str(t.ndim, t.shape, got, sizeof got), (long long)s->shape[0] * tp_size);
             RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s for this config", path, t.name,
                     ckpt_shape_str(t.ndim, t.shape, got, sizeof got), ckpt_shape_str(s->ndim, ws, want, sizeof want));
         }
         if (seen[idx]) RT_FAIL(RT_ERR_FORMAT, "%s: parameter '%s' appears twice (with and without 'transformer.')", path, name);
-        host = rt_xrealloc(host, s->numel * sizeof(float));
-        RT_TRY(ckpt_safetensors_read_f32(f, t.name, host, s->numel));
-        const float *src = host;
-        if (conv) {
-            size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1]; /* ours: [out, in] */
-            tr = rt_xrealloc(tr, s->numel * sizeof(float));
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < cols; c++) tr[r * cols + c] = host[c * rows + r];
-            src = tr;
+        size_t full_n = t.numel;
+        host = rt_xrealloc(host, full_n * sizeof(float));
+        RT_TRY(ckpt_safetensors_read_f32(f, t.name, host, full_n));
+        const float *full = host;
+        if (conv) { /* HF [in, out] -> ours [out, in] */
+            tr = rt_xrealloc(tr, full_n * sizeof(float));
+            ckpt_gpt2_transpose(tr, host, t.shape[0], t.shape[1]);
+            full = tr;
         }
-        p->be->ops->to_device(p->be->ctx, rt_params_data(p, idx), src, s->numel * sizeof(float));
+        shard = rt_xrealloc(shard, s->numel * sizeof(float));
+        ckpt_tp_shard(&d, shard, full);
+        p->be->ops->to_device(p->be->ctx, rt_params_data(p, idx), shard, s->numel * sizeof(float));
         seen[idx] = 1;
         report->loaded++;
     }
@@ -85,38 +124,80 @@ fail:
     free(seen);
     free(host);
     free(tr);
+    free(shard);
     ckpt_safetensors_close(f);
     return st;
 }
 
-rt_status ckpt_hf_gpt2_save(const char *path, const rt_params *p) {
+rt_status ckpt_hf_gpt2_load_tp(const char *path, rt_params *p, int vocab_size, int tp_rank, int tp_size,
+                               ckpt_hf_load_report *report) {
+    RT_CHECK(vocab_size >= 1, "vocab_size %d", vocab_size);
+    return ckpt_gpt2_load_impl(path, p, vocab_size, tp_rank, tp_size, report);
+}
+
+rt_status ckpt_hf_gpt2_load(const char *path, rt_params *p, ckpt_hf_load_report *report) {
+    return ckpt_gpt2_load_impl(path, p, -1, 0, 1, report);
+}
+
+rt_status ckpt_hf_gpt2_save(const char *path, const rt_params *p, int vocab_size, rt_comm *tp) {
     rt_status st = RT_OK;
-    ckpt_st_write_entry *entries = rt_xcalloc((size_t)p->n, sizeof *entries);
-    char (*names)[RT_PARAM_NAME_MAX + 16] = rt_xcalloc((size_t)p->n, sizeof *names);
-    size_t (*shapes)[RT_PARAM_MAX_DIMS] = rt_xcalloc((size_t)p->n, sizeof *shapes);
-    float **bufs = rt_xcalloc((size_t)p->n, sizeof *bufs);
-    for (int i = 0; i < p->n; i++) {
+    const int n = p->n, size = tp->size;
+    rt_backend *be = p->be;
+    ckpt_st_write_entry *entries = rt_xcalloc((size_t)n, sizeof *entries);
+    char (*names)[RT_PARAM_NAME_MAX + 16] = rt_xcalloc((size_t)n, sizeof *names);
+    size_t (*shapes)[RT_PARAM_MAX_DIMS] = rt_xcalloc((size_t)n, sizeof *shapes);
+    float **bufs = rt_xcalloc((size_t)n, sizeof *bufs);
+    float *gathered = NULL, *shards = NULL;
+    size_t gathered_cap = 0;
+    for (int i = 0; i < n; i++) {
         const rt_param_spec *s = &p->specs[i];
         int conv = ckpt_hf_gpt2_is_conv1d(s->name);
-        float *host = rt_xmalloc(s->numel * sizeof(float));
-        p->be->ops->to_host(p->be->ctx, host, p->param + s->offset, s->numel * sizeof(float));
-        if (conv) {
-            size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1];
-            float *tr = rt_xmalloc(s->numel * sizeof(float));
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < cols; c++) tr[c * rows + r] = host[r * cols + c];
-            free(host);
-            host = tr;
+        ckpt_tp_desc d;
+        ckpt_gpt2_full_desc(s, vocab_size, tp->rank, size, &d);
+        size_t full_n = 1;
+        for (int k = 0; k < s->ndim; k++) full_n *= (size_t)d.full[k];
+        /* every rank's shard, rank-major; a replicated tensor needs only this rank's copy */
+        int parts = s->tp == RT_TP_NONE ? 1 : size;
+        const float *src = p->param + s->offset;
+        if (parts > 1) {
+            if (gathered_cap < s->numel * (size_t)parts) {
+                if (gathered) be->ops->free(be->ctx, gathered);
+                gathered = NULL;
+                gathered_cap = s->numel * (size_t)parts;
+                RT_TRY(rt_backend_alloc(be, gathered_cap * sizeof(float), "HF export (gathered shards)",
+                                        (void **)&gathered));
+            }
+            RT_TRY(tp->ops->all_gather(tp->ctx, gathered, src, s->numel));
+            src = gathered;
         }
-        bufs[i] = host;
+        if (tp->rank != 0) continue;
+        shards = rt_xrealloc(shards, s->numel * (size_t)parts * sizeof(float));
+        be->ops->to_host(be->ctx, shards, src, s->numel * (size_t)parts * sizeof(float));
+        float *full = rt_xmalloc(full_n * sizeof(float));
+        ckpt_tp_gather(&d, full, shards);
+        if (conv) { /* ours [out, in] -> HF [in, out] */
+            float *t = rt_xmalloc(full_n * sizeof(float));
+            ckpt_gpt2_transpose(t, full, (size_t)d.full[0], (size_t)d.full[1]);
+            free(full);
+            full = t;
+        }
+        bufs[i] = full;
         const char *prefix = strcmp(s->name, "score.weight") == 0 ? "" : "transformer.";
         snprintf(names[i], sizeof names[i], "%s%s", prefix, s->name);
-        for (int d = 0; d < s->ndim; d++) shapes[i][d] = (size_t)s->shape[conv ? s->ndim - 1 - d : d];
-        entries[i] = (ckpt_st_write_entry){.name = names[i], .ndim = s->ndim, .shape = shapes[i], .data = host};
+        for (int k = 0; k < s->ndim; k++) shapes[i][k] = (size_t)d.full[conv ? s->ndim - 1 - k : k];
+        entries[i] = (ckpt_st_write_entry){.name = names[i], .ndim = s->ndim, .shape = shapes[i], .data = full};
     }
-    RT_TRY(ckpt_safetensors_write(path, (size_t)p->n, entries, "{\"format\":\"pt\"}"));
+    if (tp->rank == 0) st = ckpt_safetensors_write(path, (size_t)n, entries, "{\"format\":\"pt\"}");
+    if (size > 1) { /* every rank reports whether the file was written */
+        int code = (int)st;
+        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
+        if (bst != RT_OK) RT_FAIL(bst, "%s: %s", path, rt_error_message());
+        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write the HF export", path);
+    }
 fail:
-    for (int i = 0; i < p->n; i++) free(bufs[i]);
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    if (gathered) be->ops->free(be->ctx, gathered);
+    free(shards);
     free(bufs);
     free(shapes);
     free(names);

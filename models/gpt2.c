@@ -8,6 +8,7 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
+#include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
@@ -28,7 +29,9 @@ struct gpt2_model {
     int wte, wpe, lnf_w, lnf_b, score;
     gpt2_layer_params *layer;
     int max_B, max_T;
-    int C, C_local, NH_local, HS, F_local, V_local, vocab_start;
+    int C, C_local, NH_local, HS, F_local;
+    int V_pad, V_local, vocab_start; /* wte: V_pad = ckpt_tp_padded_vocab rows over all ranks */
+    int head_offset;                 /* first global head on this rank */
     size_t max_BT;
 
     void *act_block;    /* every buffer below lives in this one allocation */
@@ -171,10 +174,13 @@ rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
     if (c->n_embd % c->n_head)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);
     if (c->num_labels < 1) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d < 1", c->num_labels);
-    if (c->n_head % tp || inner % tp || c->vocab_size % tp)
-        return rt_errorf(RT_ERR_CONFIG,
-                         "--tp %d must divide n_head (%d), the FFN width (%d) and the vocab (%d; pad it to a multiple)",
-                         tp, c->n_head, inner, c->vocab_size);
+    /* the vocab needs no check: the embedding is padded to a multiple of 128*tp rows */
+    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
+    if (c->n_head % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's n_head %d (attention heads are split across "
+                         "tensor-parallel ranks)", tp, c->n_head);
+    if (inner % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's FFN width %d (n_inner)", tp, inner);
     float p[3] = {c->embd_pdrop, c->resid_pdrop, c->attn_pdrop};
     for (int i = 0; i < 3; i++)
         if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: dropout %g not in [0, 1)", p[i]);
@@ -217,6 +223,9 @@ static void gpt2_declare_params(gpt2_model *m) {
     m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
 }
+
+#define P(idx) rt_params_data(&m->params, (idx))
+#define G(idx) rt_params_grad(&m->params, (idx))
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void gpt2_layout(gpt2_model *m, rt_arena *a) {
@@ -278,12 +287,19 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     m->NH_local = c->n_head / tp->size;
     m->HS = c->n_embd / c->n_head;
     m->F_local = (c->n_inner > 0 ? c->n_inner : 4 * c->n_embd) / tp->size;
-    m->V_local = c->vocab_size / tp->size;
+    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
+    m->V_local = m->V_pad / tp->size;
     m->vocab_start = m->V_local * tp->rank;
+    m->head_offset = m->NH_local * tp->rank;
     rt_params_init(&m->params, be);
     gpt2_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
+    /* padding rows: never indexed by a real id, zero so that they stay out of every result */
+    if (m->vocab_start + m->V_local > c->vocab_size) {
+        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
+        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+    }
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len)", &m->act_block));
@@ -313,14 +329,14 @@ void gpt2_model_free(gpt2_model *m) {
 }
 
 rt_params *gpt2_model_params(gpt2_model *m) { return &m->params; }
+rt_comm *gpt2_model_tp(gpt2_model *m) { return m->tp; }
+int gpt2_model_padded_vocab(const gpt2_model *m) { return m->V_pad; }
 const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
 static uint64_t gpt2_stream(const gpt2_pass *p, int site) {
     return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
 }
 
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
 
 /* Uploads ids and builds positions and the key mask; pool_rows gets b*T + the last non-pad
  * position of each row (HF: the last token that is not pad_token_id, 0 when none). */
@@ -387,7 +403,8 @@ static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const gpt2_pass 
         rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
                           .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
                           .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
-                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site)};
+                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site),
+                          .head_offset = m->head_offset, .heads_total = c->n_head};
         ops->attention_fwd(be->ctx, &d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
         RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
         if (drop && c->resid_pdrop > 0)
@@ -456,7 +473,8 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const gpt2_pass
         rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
                           .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
                           .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
-                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site)};
+                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site),
+                          .head_offset = m->head_offset, .heads_total = c->n_head};
         ops->attention_bwd(be->ctx, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
                            qkv + 2 * Cl);
         RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, ln1, P(p->qkv_w), BT, C, 3 * Cl));
@@ -501,8 +519,8 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass,
     if (!(grad_scale > 0)) return RT_OK;
 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
-    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B,
-                              C, NL));
+    /* score is replicated: each rank already has the whole dL/dpooled, so no all-reduce */
+    mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C, NL);
     ops->zero(be->ctx, m->dln, BT * C * sizeof(float));
     ops->scatter_rows_add(be->ctx, m->dln, m->dpooled, m->last, B, C);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
@@ -513,21 +531,38 @@ fail:
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    const int C = m->C, V = m->V_local;
-    const size_t BT = (size_t)B * T;
-    float *logits = NULL;
+    rt_comm *tp = m->tp;
+    const int C = m->C, Vl = m->V_local, V = m->cfg.vocab_size;
+    const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
+    float *logits = NULL, *gathered = NULL, *host = NULL;
     gpt2_pass pass = {0};
     RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
     RT_TRY(gpt2_forward_body(m, B, T, &pass));
     if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
     if (host_logits) {
-        RT_CHECK(m->tp->size == 1, "gpt2_lm_logits gathers no vocab shards (tp=%d)", m->tp->size);
-        RT_TRY(rt_backend_alloc(be, BT * (size_t)V * sizeof(float), "LM logits", (void **)&logits));
-        /* tied head: logits = h wte^T */
-        mdl_col_linear_fwd(be, logits, m->lnf, P(m->wte), NULL, BT, C, V);
-        be->ops->to_host(be->ctx, host_logits, logits, BT * (size_t)V * sizeof(float));
+        RT_TRY(rt_backend_alloc(be, n_local * sizeof(float), "LM logits", (void **)&logits));
+        /* tied head: this rank's vocab columns, logits = h wte_r^T */
+        mdl_col_linear_fwd(be, logits, m->lnf, P(m->wte), NULL, BT, C, Vl);
+        const float *all = logits;
+        if (tp->size > 1) { /* a checking path: gathering the full logits is fine here */
+            RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "LM logits (gathered)",
+                                    (void **)&gathered));
+            RT_TRY(tp->ops->all_gather(tp->ctx, gathered, logits, n_local));
+            all = gathered;
+        }
+        host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
+        be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+        /* rank-major (tp, BT, Vl) -> (BT, V), dropping the padding columns */
+        for (int r = 0; r < tp->size; r++)
+            for (size_t t = 0; t < BT; t++)
+                for (int j = 0; j < Vl; j++) {
+                    int v = r * Vl + j;
+                    if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * BT + t) * Vl + (size_t)j];
+                }
     }
 fail:
     if (logits) be->ops->free(be->ctx, logits);
+    if (gathered) be->ops->free(be->ctx, gathered);
+    free(host);
     return st;
 }

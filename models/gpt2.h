@@ -33,7 +33,10 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c);
 /* Writes an HF config.json for GPT2ForSequenceClassification (atomically), so that
  * Transformers loads an exported model with from_pretrained. */
 rt_status gpt2_config_save(const gpt2_config *c, const char *path);
-/* Checks sizes (heads divide width, ...) and that tp divides heads, vocab and FFN width. */
+/* Checks sizes (heads divide width, ...) and that tp divides n_head and the FFN width, with a
+ * message naming the one that does not. The vocab need not divide: the model pads its
+ * embedding to ckpt_tp_padded_vocab(vocab_size, tp) rows (Megatron's
+ * make-vocab-size-divisible-by 128, times tp), zero rows never indexed by a real id. */
 rt_status gpt2_config_validate(const gpt2_config *c, int tp);
 
 typedef struct gpt2_model gpt2_model;
@@ -52,7 +55,12 @@ typedef struct {
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out);
 void gpt2_model_free(gpt2_model *m);
+/* The slab holds this rank's shards (shapes and tp rules in its specs); wte.weight has
+ * gpt2_model_padded_vocab()/tp rows. */
 rt_params *gpt2_model_params(gpt2_model *m);
+rt_comm *gpt2_model_tp(gpt2_model *m);
+/* Rows of the whole (all ranks) padded embedding table; config's vocab_size stays the real one. */
+int gpt2_model_padded_vocab(const gpt2_model *m);
 const gpt2_config *gpt2_model_config(const gpt2_model *m);
 
 /* Sequence classification: forward (and backward when grad_scale > 0, accumulating
@@ -62,7 +70,9 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass,
                         float *host_logits);
 
 /* Language-model logits (B, T, vocab) through the tied head, and the final hidden states
- * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. */
+ * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
+ * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:
+ * every rank calls it, and every rank gets the full logits). */
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
                          float *host_hidden);
 

@@ -1,6 +1,8 @@
 /* Megatron column/row-parallel linears and the vocab-parallel embedding (see parallel.h). */
 #include "models/parallel.h"
 
+#include <math.h>
+
 void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
                         int in, int out_local) {
     be->ops->gemm(be->ctx, false, true, (int)N, out_local, in, 1.0f, inp, in, 0, w, in, 0, 0.0f, out, out_local, 0, 1);
@@ -46,4 +48,22 @@ rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const
     be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V_local, false);
     if (tp->size > 1) return tp->ops->all_reduce(tp->ctx, out, N * (size_t)C, RT_REDUCE_SUM);
     return RT_OK;
+}
+
+
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats,
+                         const float *logits, const int32_t *targets, size_t N, int V_local, int vocab_start,
+                         float grad_scale) {
+    rt_status st = RT_OK;
+    const rt_backend_ops *ops = be->ops;
+    ops->xent_vocab(be->ctx, 0, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    if (tp->size > 1) {
+        RT_TRY(tp->ops->all_reduce(tp->ctx, stats, N, RT_REDUCE_MAX));
+        RT_TRY(tp->ops->all_reduce(tp->ctx, stats + N, N, RT_REDUCE_SUM));
+    }
+    ops->xent_vocab(be->ctx, 1, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    if (tp->size > 1) RT_TRY(tp->ops->all_reduce(tp->ctx, stats + 2 * N, N, RT_REDUCE_SUM));
+    ops->xent_vocab(be->ctx, 2, stats, losses, dlogits, logits, targets, N, V_local, vocab_start, grad_scale);
+fail:
+    return st;
 }

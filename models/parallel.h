@@ -13,6 +13,7 @@
 
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
 
 /* out (N, out_local) = inp (N, in) w (out_local, in)^T + b; b may be NULL. */
 void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
@@ -33,5 +34,16 @@ void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const
  * positions after the reduce). */
 rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const int32_t *ids, const float *table,
                                   size_t N, int C, int vocab_start, int V_local);
+
+/* Vocab-parallel cross-entropy (Megatron): logits (N, V_local) are this rank's vocab columns
+ * [vocab_start, vocab_start + V_local); targets are global ids or -100. Writes losses (N) and
+ * dlogits (N, V_local) = (softmax - onehot) * grad_scale, like softmax_xent over the full
+ * vocab, from three all-reduces of N floats each (row max, target logit, sum of exps), never
+ * the logits. stats is (3 * N) floats of backend scratch. dlogits may alias logits. Columns
+ * that are vocab padding must be masked by the caller (e.g. logits set to -1e30). */
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats,
+                         const float *logits, const int32_t *targets, size_t N, int V_local, int vocab_start,
+                         float grad_scale);
+
 
 #endif

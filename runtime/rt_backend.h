@@ -28,6 +28,11 @@ typedef struct {
     const float *bias;         /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
     float dropout_p;           /* dropout on the probabilities; 0 = off */
     uint64_t seed, stream;     /* counter RNG for that dropout */
+    /* Tensor parallelism: these NH heads are heads [head_offset, head_offset + NH) of
+     * heads_total, and the dropout mask is drawn at the global index
+     * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j, so every tp size drops the same
+     * elements. 0 and 0 (or NH) mean all heads are here. */
+    int head_offset, heads_total;
 } rt_attn_desc;
 
 typedef struct rt_backend_ops {
@@ -95,6 +100,19 @@ typedef struct rt_backend_ops {
     void (*softmax_xent)(void *ctx, float *losses, float *dlogits, float *probs,
                          const float *logits, const int32_t *targets, size_t N, int V,
                          float grad_scale);
+
+    /* Vocab-parallel cross-entropy (Megatron): logits (N, V) are this rank's vocab columns
+     * [vocab_start, vocab_start + V); targets are global ids (or -100). stats is (3, N):
+     *   phase 0 writes stats[0:N) = row max and stats[N:2N) = the target's logit (0 where the
+     *           target is not in this shard); the caller all-reduces MAX over [0:N) and SUM
+     *           over [N:2N);
+     *   phase 1 writes stats[2N:3N) = sum_j exp(logit - max); the caller all-reduces SUM;
+     *   phase 2 writes losses (N) = log(sum) + max - target logit (0 where -100) and
+     *           dlogits = (exp(logit - max) / sum - onehot) * grad_scale (0 rows where -100).
+     * dlogits may alias logits in phase 2. The full logits are never gathered. */
+    void (*xent_vocab)(void *ctx, int phase, float *stats, float *losses, float *dlogits,
+                       const float *logits, const int32_t *targets, size_t N, int V,
+                       int vocab_start, float grad_scale);
 
     /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
      * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. */

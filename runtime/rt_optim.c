@@ -13,18 +13,43 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
         *norm = rt_grad_norm(p);
         return RT_OK;
     }
-    double sharded = 0, replicated = 0;
-    for (int i = 0; i < p->n; i++) {
-        double s = p->be->ops->sumsq(p->be->ctx, p->grad + p->specs[i].offset, p->specs[i].numel);
-        if (p->specs[i].tp == RT_TP_NONE)
-            replicated += s;
+    const rt_backend_ops *ops = p->be->ops;
+    double rep = 0, split = 0;
+    /* runs of parameters with the same kind go to the backend as one sum (the alignment gaps
+     * between parameters hold zeros) */
+    for (int i = 0; i < p->n;) {
+        int sharded = p->specs[i].tp != RT_TP_NONE, j = i + 1;
+        while (j < p->n && (p->specs[j].tp != RT_TP_NONE) == sharded) j++;
+        size_t begin = p->specs[i].offset, end = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        double s = ops->sumsq(p->be->ctx, p->grad + begin, end - begin);
+        if (sharded)
+            split += s;
         else
-            sharded += s;
+            rep += s;
+        i = j;
     }
-    float total = (float)sharded;
-    rt_status st = tp->ops->all_reduce(tp->ctx, &total, 1, RT_REDUCE_SUM);
-    *norm = sqrt((double)total + replicated);
-    return st;
+    {
+        /* comm buffers are float32: send the double as hi + lo (about 48 bits), gather every
+         * rank's pair and add them in rank order, so all ranks agree bit for bit */
+        float mine[2], *all = NULL;
+        mine[0] = (float)split;
+        mine[1] = (float)(split - (double)mine[0]);
+        rt_status st = rt_backend_alloc(p->be, 2 * sizeof(float) * (size_t)(tp->size + 1), "grad norm", (void **)&all);
+        if (st != RT_OK) return st;
+        float *host = rt_xmalloc(2 * sizeof(float) * (size_t)tp->size);
+        ops->to_device(p->be->ctx, all, mine, sizeof mine);
+        st = tp->ops->all_gather(tp->ctx, all + 2, all, 2);
+        if (st == RT_OK) {
+            ops->to_host(p->be->ctx, host, all + 2, 2 * sizeof(float) * (size_t)tp->size);
+            split = 0;
+            for (int r = 0; r < tp->size; r++) split += (double)host[2 * r] + (double)host[2 * r + 1];
+        }
+        free(host);
+        ops->free(p->be->ctx, all);
+        if (st != RT_OK) return st;
+    }
+    *norm = sqrt(rep + split);
+    return RT_OK;
 }
 
 float rt_clip_coef(double grad_norm, double max_norm) {

@@ -16,9 +16,10 @@ typedef struct {
 
 /* Global L2 norm of all gradients. */
 double rt_grad_norm(const rt_params *p);
-/* The same over a tensor-parallel group: sharded parameters' squares summed over the ranks,
- * replicated ones counted once (they hold the same gradient on every tp rank). With one
- * rank this is rt_grad_norm. */
+/* The same over a tensor-parallel group, for clipping: replicated parameters' squares
+ * counted once (every tp rank holds the same gradient), sharded ones summed over the ranks.
+ * Collective over tp; every rank gets the same bits (partial sums travel as double-float
+ * pairs, added in rank order). With one rank this is rt_grad_norm. */
 rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm);
 /* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm <= 0 (clipping off). */

@@ -7,7 +7,8 @@
  * Masking: a causal-excluded score or a -inf key mask gives exp(-inf) = 0; a row with no
  * key left gives all-zero probabilities and a zero output (not NaN), and no gradient. The
  * dropout mask on the probabilities is regenerated in backward from the element index
- * ((b*NH + h)*Tq + i)*Tk + j, so CUDA and CPU drop the same elements. */
+ * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head, so tensor-parallel
+ * ranks drop what one rank would), and CUDA and CPU drop the same elements. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,17 +36,27 @@ static void rt_cpu_attn_check(const rt_attn_desc *d) {
              d->Tk);
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
              (double)d->dropout_p);
+    RT_CHECK(d->head_offset >= 0 && (d->heads_total == 0 ? d->head_offset == 0
+                                                          : d->head_offset + d->NH <= d->heads_total),
+             "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
+}
+
+/* The counter-RNG index of element (i=0, j=0) of head h of batch row b: global heads. */
+static size_t rt_cpu_attn_rng_base(const rt_attn_desc *d, int b, int h) {
+    size_t total = d->heads_total > 0 ? (size_t)d->heads_total : (size_t)d->NH;
+    return ((size_t)b * total + (size_t)d->head_offset + (size_t)h) * d->Tq * (size_t)d->Tk;
 }
 
 /* Rows of the (b, h) probabilities with dropout applied: dst = P * keep / (1 - p), and, when
- * g is non-NULL, the same mask on the gradient rows g (backward). u is Tk floats of scratch. */
+ * g is non-NULL, the same mask on the gradient rows g (backward). rbase is the RNG index of
+ * the head's first element; u is Tk floats of scratch. */
 static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *P, float *g,
-                                size_t pbase, float *u) {
+                                size_t rbase, float *u) {
     const float p = d->dropout_p, s = 1.0f / (1.0f - p);
     const int Tq = d->Tq, Tk = d->Tk;
     for (int i = 0; i < Tq; i++) {
         size_t off = (size_t)i * Tk;
-        rt_cpu_uniform_row(d->seed, d->stream, pbase + off, (size_t)Tk, u);
+        rt_cpu_uniform_row(d->seed, d->stream, rbase + off, (size_t)Tk, u);
         for (int j = 0; j < Tk; j++) {
             float m = u[j] >= p ? s : 0.0f;
             dst[off + j] = P[off + j] * m;
@@ -96,7 +107,8 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
     }
     const float *Pd = P;
     if (d->dropout_p > 0.0f) {
-        rt_cpu_attn_dropout(d, scratch, P, NULL, pbase, scratch + (size_t)Tq * Tk);
+        rt_cpu_attn_dropout(d, scratch, P, NULL, rt_cpu_attn_rng_base(d, b, h),
+                            scratch + (size_t)Tq * Tk);
         Pd = scratch;
     }
     /* out = P' V */
@@ -149,7 +161,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
                 (int)d->ldv, 0.0f, dS, Tk);
     const float *Pk = P; /* the probabilities as used in the output (after dropout) */
     if (d->dropout_p > 0.0f) {
-        rt_cpu_attn_dropout(d, Pd, P, dS, pbase, Pd + tt);
+        rt_cpu_attn_dropout(d, Pd, P, dS, rt_cpu_attn_rng_base(d, b, h), Pd + tt);
         Pk = Pd;
     }
     /* dV = P'^T dO (written) */

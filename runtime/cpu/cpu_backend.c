@@ -95,6 +95,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .embedding_fwd = rt_cpu_embedding_fwd,
     .embedding_bwd = rt_cpu_embedding_bwd,
     .softmax_xent = rt_cpu_softmax_xent,
+    .xent_vocab = rt_cpu_xent_vocab,
     .dropout_fwd = rt_cpu_dropout_fwd,
     .dropout_bwd = rt_cpu_dropout_bwd,
     .gather_rows = rt_cpu_gather_rows,

@@ -9,7 +9,8 @@
  * Semantics are the CPU backend's (runtime/cpu/cpu_attention.c): score = scale * q.k +
  * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal, a row with no key left
  * gives zero probabilities and a zero output, and dropout keeps element
- * ((b*NH + h)*Tq + i)*Tk + j when rt_rng_uniform(seed, stream, that index) >= p. */
+ * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
+ * parallelism) when rt_rng_uniform(seed, stream, that index) >= p. */
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
@@ -29,6 +30,9 @@ static void rt_cuda_attn_check(const rt_attn_desc *d) {
              d->Tk);
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
              (double)d->dropout_p);
+    RT_CHECK(d->head_offset >= 0 && (d->heads_total == 0 ? d->head_offset == 0
+                                                          : d->head_offset + d->NH <= d->heads_total),
+             "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
 }
 
 static unsigned rt_cuda_attn_row_grid(size_t rows) {
@@ -37,12 +41,21 @@ static unsigned rt_cuda_attn_row_grid(size_t rows) {
     return (unsigned)blocks;
 }
 
+/* The RNG row of local row r = (b*NH + h)*Tq + i: the same row with the global head
+ * (b*heads_total + head_offset + h); r itself when all heads are local. */
+__device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq, int head_offset,
+                                                       int heads_total) {
+    size_t per_b = (size_t)NH * Tq;
+    return (r / per_b) * (size_t)heads_total * Tq + (size_t)head_offset * Tq + r % per_b;
+}
+
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
  * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities. */
 __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *key_mask,
                                             const float *bias, int NH, int Tq, int Tk,
                                             bool causal, float p, float keep_scale, uint64_t seed,
-                                            uint64_t stream, size_t rows) {
+                                            uint64_t stream, int head_offset, int heads_total,
+                                            size_t rows) {
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return; /* whole warp together */
@@ -79,35 +92,43 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *ke
     }
     sum = rt_cuda_warp_sum(sum);
     float inv = 1.0f / sum;
+    size_t rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total);
     for (int j = lane; j < Tk; j += 32) {
         float pj = j < jend ? P[j] * inv : 0.0f;
         P[j] = pj;
-        if (Pd) Pd[j] = rt_rng_uniform(seed, stream, r * (size_t)Tk + j) >= p ? pj * keep_scale : 0.0f;
+        if (Pd) Pd[j] = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? pj * keep_scale : 0.0f;
     }
 }
 
 /* Pd = dropout(P) over all B*NH*Tq*Tk elements, for the backward's dv product. */
 __global__ void rt_cuda_attn_dropout_kernel(float *pd, const float *P, size_t n, float p,
-                                            float keep_scale, uint64_t seed, uint64_t stream) {
+                                            float keep_scale, uint64_t seed, uint64_t stream,
+                                            int NH, int Tq, int Tk, int head_offset,
+                                            int heads_total) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        pd[i] = rt_rng_uniform(seed, stream, i) >= p ? P[i] * keep_scale : 0.0f;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t g = rt_cuda_attn_rng_row(i / (size_t)Tk, NH, Tq, head_offset, heads_total) * (size_t)Tk +
+                   i % (size_t)Tk;
+        pd[i] = rt_rng_uniform(seed, stream, g) >= p ? P[i] * keep_scale : 0.0f;
+    }
 }
 
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
  * dS = P * (dP - sum_j P dP). */
-__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const float *probs, int Tk, bool dropout,
-                                                float p, float keep_scale, uint64_t seed,
-                                                uint64_t stream, size_t rows) {
+__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const float *probs, int NH, int Tq, int Tk,
+                                                bool dropout, float p, float keep_scale,
+                                                uint64_t seed, uint64_t stream, int head_offset,
+                                                int heads_total, size_t rows) {
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     float *g = dS + r * (size_t)Tk;
     const float *P = probs + r * (size_t)Tk;
+    size_t rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total);
     float dot = 0.0f;
     for (int j = lane; j < Tk; j += 32) {
         float dp = g[j];
-        if (dropout) dp = rt_rng_uniform(seed, stream, r * (size_t)Tk + j) >= p ? dp * keep_scale : 0.0f;
+        if (dropout) dp = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? dp * keep_scale : 0.0f;
         g[j] = dp;
         dot += P[j] * dp;
     }
@@ -147,7 +168,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
         probs, pd, d->key_mask, d->bias, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
-        rows);
+        d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS) */
@@ -169,13 +190,15 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const size_t total = rows * Tk;
     const float p = d->dropout_p;
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    const int heads_total = d->heads_total > 0 ? d->heads_total : NH;
 
     /* the probabilities the forward multiplied v by: regenerate the dropped ones */
     const float *P = probs;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
-            pd, probs, total, p, keep_scale, d->seed, d->stream);
+            pd, probs, total, p, keep_scale, d->seed, d->stream, NH, Tq, Tk, d->head_offset,
+            heads_total);
         CUDA_LAUNCH_CHECK();
         P = pd;
     }
@@ -194,7 +217,8 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
                                       32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
-        dS, probs, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, rows);
+        dS, probs, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
+        heads_total, rows);
     CUDA_LAUNCH_CHECK();
 
     if (dbias) {

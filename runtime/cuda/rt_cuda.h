@@ -177,6 +177,9 @@ void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const floa
                            size_t N, int C, int vocab_start, int V, bool accumulate);
 void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
                            size_t N, int C, int vocab_start, int V);
+void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
+                        const float *logits, const int32_t *targets, size_t N, int V,
+                        int vocab_start, float grad_scale);
 void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale);

@@ -1,0 +1,115 @@
+/* Tensor-parallel shard <-> full tensor maps (see ckpt_tp.h). Every rule is a map from a
+ * local (row, col) to a full (row, col), or to "padding"; shard and unshard walk the local
+ * tensor once with it, so the two directions cannot disagree. */
+#include "checkpoints/ckpt_tp.h"
+
+#include <string.h>
+
+int64_t ckpt_tp_padded_vocab(int64_t vocab, int tp_size) {
+    int64_t m = (int64_t)CKPT_TP_VOCAB_DIVISOR * tp_size;
+    return (vocab + m - 1) / m * m;
+}
+
+static int64_t ckpt_tp_rows(const ckpt_tp_desc *d) { return d->full[0]; }
+static int64_t ckpt_tp_cols(const ckpt_tp_desc *d) { return d->ndim == 2 ? d->full[1] : 1; }
+
+rt_status ckpt_tp_local_shape(const ckpt_tp_desc *d, const char *what, int64_t *local) {
+    const int64_t rows = ckpt_tp_rows(d), cols = ckpt_tp_cols(d);
+    const int tp = d->size;
+    RT_CHECK(d->ndim == 1 || d->ndim == 2, "%s: ndim %d", what, d->ndim);
+    RT_CHECK(tp >= 1 && d->rank >= 0 && d->rank < tp, "%s: tp rank %d of %d", what, d->rank, tp);
+    local[0] = rows;
+    if (d->ndim == 2) local[1] = cols;
+    switch (d->rule) {
+    case RT_TP_NONE:
+        break;
+    case RT_TP_COL:
+        if (rows % tp)
+            return rt_errorf(RT_ERR_CONFIG, "%s: %lld output rows do not split over tp=%d", what, (long long)rows, tp);
+        local[0] = rows / tp;
+        break;
+    case RT_TP_ROW:
+        if (d->ndim != 2 || cols % tp)
+            return rt_errorf(RT_ERR_CONFIG, "%s: %lld input columns do not split over tp=%d (row-parallel)", what,
+                             (long long)(d->ndim == 2 ? cols : 0), tp);
+        local[1] = cols / tp;
+        break;
+    case RT_TP_VOCAB:
+        local[0] = ckpt_tp_padded_vocab(rows, tp) / tp;
+        break;
+    case RT_TP_QKV:
+        if (rows % (3 * (int64_t)tp))
+            return rt_errorf(RT_ERR_CONFIG, "%s: %lld rows are not [q; k; v] splitting over tp=%d", what,
+                             (long long)rows, tp);
+        if (d->n_head > 0 && (d->n_head % tp || (rows / 3) % d->n_head))
+            return rt_errorf(RT_ERR_CONFIG, "%s: n_head %d does not split over tp=%d (or divide %lld rows per q/k/v)",
+                             what, d->n_head, tp, (long long)(rows / 3));
+        local[0] = rows / tp;
+        break;
+    }
+    return RT_OK;
+}
+
+/* The full row of local row r for `rank`, or -1 for a padding row. */
+static int64_t ckpt_tp_full_row(const ckpt_tp_desc *d, int rank, int64_t r) {
+    const int64_t rows = ckpt_tp_rows(d);
+    switch (d->rule) {
+    case RT_TP_COL:
+        return rank * (rows / d->size) + r;
+    case RT_TP_VOCAB: {
+        int64_t g = rank * (ckpt_tp_padded_vocab(rows, d->size) / d->size) + r;
+        return g < rows ? g : -1;
+    }
+    case RT_TP_QKV: {
+        /* the rank's heads are contiguous rows within each of q, k and v */
+        int64_t per = rows / 3, lpart = per / d->size;
+        return (r / lpart) * per + rank * lpart + r % lpart;
+    }
+    default:
+        return r;
+    }
+}
+
+/* Walks the shard of `rank`: to_local copies full -> local, else local -> full. */
+static void ckpt_tp_walk(const ckpt_tp_desc *d, int rank, float *full, float *local, int to_local) {
+    int64_t ls[RT_PARAM_MAX_DIMS] = {0};
+    ckpt_tp_desc dd = *d;
+    dd.rank = rank;
+    rt_status st = ckpt_tp_local_shape(&dd, "ckpt_tp", ls);
+    RT_CHECK(st == RT_OK, "%s", rt_error_message());
+    const int64_t lrows = ls[0], lcols = d->ndim == 2 ? ls[1] : 1, cols = ckpt_tp_cols(d);
+    const int64_t col0 = d->rule == RT_TP_ROW ? rank * lcols : 0;
+    for (int64_t r = 0; r < lrows; r++) {
+        int64_t g = ckpt_tp_full_row(d, rank, r);
+        float *lp = local + (size_t)r * (size_t)lcols;
+        if (g < 0) {
+            if (to_local) memset(lp, 0, (size_t)lcols * sizeof(float));
+            continue;
+        }
+        float *fp = full + (size_t)g * (size_t)cols + (size_t)col0;
+        if (to_local)
+            memcpy(lp, fp, (size_t)lcols * sizeof(float));
+        else
+            memcpy(fp, lp, (size_t)lcols * sizeof(float));
+    }
+}
+
+void ckpt_tp_shard(const ckpt_tp_desc *d, float *local, const float *full) {
+    ckpt_tp_walk(d, d->rank, (float *)full, local, 1); /* full is only read on this path */
+}
+
+void ckpt_tp_unshard(const ckpt_tp_desc *d, float *full, const float *local) {
+    ckpt_tp_walk(d, d->rank, full, (float *)local, 0); /* local is only read on this path */
+}
+
+void ckpt_tp_gather(const ckpt_tp_desc *d, float *full, const float *shards) {
+    int64_t ls[RT_PARAM_MAX_DIMS] = {0};
+    ckpt_tp_desc dd = *d;
+    dd.rank = 0;
+    rt_status st = ckpt_tp_local_shape(&dd, "ckpt_tp", ls);
+    RT_CHECK(st == RT_OK, "%s", rt_error_message());
+    size_t n = (size_t)ls[0] * (size_t)(d->ndim == 2 ? ls[1] : 1);
+    /* a replicated tensor's shards are all the full tensor: rank 0's is enough */
+    int ranks = d->rule == RT_TP_NONE ? 1 : d->size;
+    for (int r = 0; r < ranks; r++) ckpt_tp_walk(d, r, full, (float *)shards + (size_t)r * n, 0);
+}

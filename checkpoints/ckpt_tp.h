@@ -1,0 +1,49 @@
+/* Tensor-parallel sharding rules (Megatron's layout, as its tools/checkpoint and
+ * FasterTransformer's converters split HF weights): from a full tensor, the shard one tp rank
+ * holds, and back. One place knows the rules, so HF loading, HF export and checkpoint
+ * resharding (tp=2 saved, tp=4 resumed) agree by construction.
+ *
+ * Weights are [out, in] (row-major); a 1-D tensor (a bias) is [out].
+ *   RT_TP_NONE   replicated: the shard is the full tensor.
+ *   RT_TP_COL    dim 0 split in size equal blocks (a column-parallel weight and its bias).
+ *   RT_TP_ROW    dim 1 split (a row-parallel weight; its bias is replicated, rule NONE).
+ *   RT_TP_VOCAB  dim 0 (vocab rows) padded with zero rows to ckpt_tp_padded_vocab(), then
+ *                split; the inverse drops the padding.
+ *   RT_TP_QKV    dim 0 is [q; k; v], each n_head*hs rows; rank r takes heads
+ *                [r*nh/tp, (r+1)*nh/tp) of q, of k and of v, laid out [q_r; k_r; v_r].
+ *                A contiguous third of [q; k; v] would mix q of some heads with k of others.
+ */
+#ifndef CKPT_TP_H
+#define CKPT_TP_H
+
+#include <stdint.h>
+
+#include "runtime/rt_params.h"
+
+/* Megatron's --make-vocab-size-divisible-by default: the padded vocab is a multiple of this
+ * times tp, so each rank's shard is a multiple of 128 rows (GEMM-friendly). */
+#define CKPT_TP_VOCAB_DIVISOR 128
+
+/* round_up(vocab, CKPT_TP_VOCAB_DIVISOR * tp_size). */
+int64_t ckpt_tp_padded_vocab(int64_t vocab, int tp_size);
+
+/* One tensor's split: its full (unpadded, e.g. HF's) shape, its rule and this rank. */
+typedef struct {
+    rt_tp_rule rule;
+    int ndim;                          /* 1 or 2 */
+    int64_t full[RT_PARAM_MAX_DIMS];   /* full shape, vocab unpadded */
+    int n_head;                        /* RT_TP_QKV: heads in each of q, k, v; 0 = skip the check */
+    int rank, size;                    /* tp rank and size */
+} ckpt_tp_desc;
+
+/* The shard's shape; RT_ERR_CONFIG (naming `what`) when the rule does not divide the tensor. */
+rt_status ckpt_tp_local_shape(const ckpt_tp_desc *d, const char *what, int64_t *local);
+/* local (the shard's numel) = this rank's shard of full; padding rows are written as 0. */
+void ckpt_tp_shard(const ckpt_tp_desc *d, float *local, const float *full);
+/* The inverse: writes this rank's part of full from its shard (padding rows dropped). */
+void ckpt_tp_unshard(const ckpt_tp_desc *d, float *full, const float *local);
+/* full from every rank's shard, back to back in rank order (what all_gather returns);
+ * d->rank is ignored. */
+void ckpt_tp_gather(const ckpt_tp_desc *d, float *full, const float *shards);
+
+#endif
