@@ -373,14 +373,21 @@ fail:
 /* An HF folder Transformers loads with from_pretrained: config.json, model.safetensors and
  * the tokenizer files under HF's names (encoder.json/vocab.bpe are the same bytes as
  * vocab.json/merges.txt). */
-static rt_status gc_save_hf(gpt2_model *m, const char *tokenizer_path) {
+static rt_status gc_save_hf(gpt2_model *m, const char *tokenizer_path, const rt_grid *grid) {
     rt_status st = RT_OK;
     char path[4096], from[4096];
-    RT_TRY(rt_train_prepare_dir(O.save_hf));
-    snprintf(path, sizeof path, "%s/config.json", O.save_hf);
-    RT_TRY(gpt2_config_save(gpt2_model_config(m), path));
-    snprintf(path, sizeof path, "%s/model.safetensors", O.save_hf);
-    RT_TRY(ckpt_hf_gpt2_save(path, gpt2_model_params(m), gpt2_model_config(m)->vocab_size, gpt2_model_tp(m)));
+    const bool writer = grid->world->rank == 0;
+    if (writer) {
+        RT_TRY(rt_train_prepare_dir(O.save_hf));
+        snprintf(path, sizeof path, "%s/config.json", O.save_hf);
+        RT_TRY(gpt2_config_save(gpt2_model_config(m), path));
+    }
+    /* collective over tp (it gathers the shards); the first replica's tp group does it */
+    if (grid->dp_rank == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", O.save_hf);
+        RT_TRY(ckpt_hf_gpt2_save(path, gpt2_model_params(m), gpt2_model_config(m)->vocab_size, gpt2_model_tp(m)));
+    }
+    if (!writer) goto fail;
     static const char *const names[][2] = {{"tokenizer.json", "tokenizer.json"}, {"vocab.json", "vocab.json"},
                                            {"merges.txt", "merges.txt"},         {"encoder.json", "vocab.json"},
                                            {"vocab.bpe", "merges.txt"}};
@@ -432,6 +439,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         cfg.n_positions = 512;
     }
     cfg.num_labels = task->n_labels;
+    /* a layout that cannot work fails here, before tokenizing or allocating anything */
+    RT_TRY(gpt2_config_validate(&cfg, grid->tp_size));
     RT_TRY(tok_load(src.tokenizer, &tok));
     if (tok_vocab_size(tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "tokenizer %s has %d tokens but the model's vocab_size is %d", src.tokenizer,
@@ -476,7 +485,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_params *params = gpt2_model_params(model);
     if (src.weights[0]) {
         ckpt_hf_load_report rep;
-        RT_TRY(ckpt_hf_gpt2_load(src.weights, params, &rep));
+        RT_TRY(ckpt_hf_gpt2_load_tp(src.weights, params, cfg.vocab_size, grid->tp_rank, grid->tp_size, &rep));
         rt_log_info("weights: %s (%s): %d tensors loaded%s%s%s", src.what, src.weights, rep.loaded,
                     rep.missing ? "; newly initialized: " : "", rep.missing ? rep.first_missing : "",
                     rep.missing > 1 ? " and others" : "");
@@ -518,10 +527,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         rt_log_info("%s", line);
     }
     if (O.predict) RT_TRY(gc_predict_file(model, tok, task, pad, grid));
-    if (O.save_hf) {
-        if (grid->tp_size > 1) RT_FAIL(RT_ERR_UNSUPPORTED, "--save-hf at --tp > 1 is not implemented yet");
-        if (grid->world->rank == 0) RT_TRY(gc_save_hf(model, src.tokenizer));
-    }
+    if (O.save_hf) RT_TRY(gc_save_hf(model, src.tokenizer, grid));
 fail:
     free(options_json);
     if (ev_ready) gc_eval_free(&ev);
