@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A rank killed mid-run (SIGKILL, no goodbye) must not leave the others hanging: the whole
+# mpirun job exits non-zero within the timeout.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+TMP=$(mktemp -d)
+trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+command -v mpirun > /dev/null || { echo "test_mpi_dead_rank: skipped: no mpirun"; exit 77; }
+ldd "$BIN" | grep -q libmpi || { echo "test_mpi_dead_rank: skipped: built without MPI"; exit 77; }
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cat > "$TMP/arch.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2}
+JSON
+mkdir -p "$TMP/data"
+head -n 257 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
+head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
+# long enough to be killed in the middle: many small steps
+mpirun -np 2 "$BIN" --arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size 4 --epochs 1000 --log-interval 1 \
+    --threads 1 --save-interval -1 --eval-interval -1 --save-dir "$TMP/run" > "$TMP/log" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do # up to 30 s for training to start
+    grep -aq "step [0-9]" "$TMP/log" 2>/dev/null && break
+    sleep 0.1
+done
+victim=$(pgrep -f -- "--save-dir $TMP/run" | while read -r p; do
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "gpt2-classify" ] && echo "$p"; done | tail -n 1)
+if [ -z "$victim" ]; then
+    echo "FAILED: no rank to kill (training did not start?)"; cat "$TMP/log"; exit 1
+fi
+kill -9 "$victim"
+for _ in $(seq 1 600); do # the others must be gone within 60 s
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+done
+if kill -0 "$job" 2>/dev/null; then
+    echo "FAILED: the job still runs 60 s after rank $victim was killed"; exit 1
+fi
+wait "$job"
+rc=$?
+[ "$rc" -ne 0 ] || { echo "FAILED: the job exited 0 after a rank was killed"; exit 1; }
+echo "test_mpi_dead_rank: 1 passed, 0 failed (job exit $rc)"
