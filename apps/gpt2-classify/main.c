@@ -23,6 +23,7 @@
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_comm_stats.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
@@ -38,7 +39,7 @@ typedef struct {
     int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads, tp;
     double lr, weight_decay, warmup, clip;
-    bool resume, pad8;
+    bool resume, pad8, comm_stats;
 } gc_opts;
 
 static gc_opts O;
@@ -84,6 +85,8 @@ static const rt_opt gc_options[] = {
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
     {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
+     "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
     {"tp", RT_OPT_INT, &O.tp, "1", NULL,
      "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
     {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
@@ -290,10 +293,47 @@ static void gc_eval_free(gc_eval *e) {
 
 /* ---- training callbacks ---- */
 
+typedef struct {
+    gpt2_model *model;
+    double padded_tokens; /* sum of B x T over the micro-batches this rank trained on */
+} gc_train_ctx;
+
 static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
                                      float grad_scale, double *loss_sum) {
+    gc_train_ctx *c = ctx;
     gpt2_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
-    return gpt2_cls_step(ctx, b, &pass, grad_scale, loss_sum, NULL);
+    c->padded_tokens += (double)b->B * (double)b->T;
+    return gpt2_cls_step(c->model, b, &pass, grad_scale, loss_sum, NULL);
+}
+
+/* ---- --comm-stats ---- */
+
+/* Measured payload per optimizer step next to what the layout predicts: dp sums the whole
+ * gradient slab once per step (plus the target count, token count, loss and stop flag);
+ * Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding and
+ * four times per layer (two row-parallel outputs forward, two column-parallel input
+ * gradients backward). */
+static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const gpt2_model *m,
+                                const rt_params *p, const rt_grid *grid, int64_t steps, double padded_tokens) {
+    if (grid->world->rank != 0 || steps <= 0) return;
+    const gpt2_config *c = gpt2_model_config(m);
+    double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 16.0 : 0.0;
+    double tp_formula =
+        grid->tp_size > 1 ? 4.0 * (double)c->n_embd * (4.0 * c->n_layer + 1) * padded_tokens / (double)steps + 4.0 : 0.0;
+    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, dp %d x tp %d):",
+                (long long)steps, grid->dp_size, grid->tp_size);
+    const rt_comm_stats *groups[2] = {dp, tp};
+    const char *names[2] = {"dp", "tp"};
+    for (int g = 0; g < 2; g++)
+        for (int op = 0; op < RT_COMM_OP_COUNT; op++)
+            if (groups[g]->calls[op])
+                rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
+                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
+    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 16 B of counts = %.4f MB (ring traffic per rank: "
+                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
+                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+    rt_log_info("  formula tp all_reduce: 4 B x C %d x (4 L + 1 = %d) x B*T %.1f per step + 4 B stop flag = %.4f MB",
+                c->n_embd, 4 * c->n_layer + 1, padded_tokens / (double)steps, tp_formula / 1e6);
 }
 
 /* ---- --predict ---- */
@@ -421,8 +461,17 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     rt_grid grid_storage = {0};
     const rt_grid *grid = &grid_storage;
+    rt_comm_stats dp_stats = {0}, tp_stats = {0};
+    rt_comm *dp_owned = NULL, *tp_owned = NULL;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     RT_TRY(rt_grid_init(world, (int)O.tp, &grid_storage));
+    /* --comm-stats: the model and the loop talk through counting views of the groups */
+    dp_owned = grid_storage.dp;
+    tp_owned = grid_storage.tp;
+    if (O.comm_stats) {
+        grid_storage.dp = rt_comm_stats_wrap(dp_owned, &dp_stats);
+        grid_storage.tp = rt_comm_stats_wrap(tp_owned, &tp_stats);
+    }
     const data_glue_task *task = data_glue_task_find(O.dataset);
     RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
     RT_TRY(gc_resolve_source(&src));
@@ -511,11 +560,13 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
         .dp = grid->dp, .tp = grid->tp,
     };
-    rt_train_model tm = {.ctx = model, .params = params, .forward_backward = gc_forward_backward};
+    gc_train_ctx train_ctx = {.model = model};
+    rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = &ev, .evaluate = gc_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    if (O.comm_stats) gc_print_comm_stats(&dp_stats, &tp_stats, model, params, grid, res.steps, train_ctx.padded_tokens);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n) {
@@ -539,6 +590,12 @@ fail:
     data_examples_free(&train_ex);
     data_examples_free(&dev_ex);
     tok_free(tok);
+    if (dp_owned && grid_storage.dp != dp_owned) {
+        rt_comm_free(grid_storage.dp);
+        rt_comm_free(grid_storage.tp);
+        grid_storage.dp = dp_owned;
+        grid_storage.tp = tp_owned;
+    }
     rt_grid_free(&grid_storage);
     return st;
 }
