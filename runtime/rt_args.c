@@ -1,6 +1,7 @@
 /* Option parsing for every program (see rt_args.h). Order of precedence: defaults, then the
  * --config JSON file, then the command line. */
 #include "runtime/rt_args.h"
+#include "runtime/rt_deepspeed.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -169,12 +170,37 @@ static rt_status rt_args_set(const rt_args_spec *spec, const rt_opt *o, const ch
     return RT_OK;
 }
 
-static rt_status rt_args_apply_config(const rt_args_spec *spec, const char *path) {
+#define RT_ARGS_MAX_OPTS 256
+static rt_arg_source rt_args_sources[RT_ARGS_MAX_OPTS];
+
+static void rt_args_mark(const rt_args_spec *spec, const rt_opt *o, rt_arg_source src) {
+    long i = o - spec->opts;
+    if (i >= 0 && i < RT_ARGS_MAX_OPTS) rt_args_sources[i] = src;
+}
+
+rt_arg_source rt_args_source_of(const rt_args_spec *spec, const char *name) {
+    const rt_opt *o = rt_args_find(spec, name, strlen(name));
+    long i = o ? o - spec->opts : -1;
+    return i >= 0 && i < RT_ARGS_MAX_OPTS ? rt_args_sources[i] : RT_ARG_DEFAULT;
+}
+
+rt_status rt_args_set_from(const rt_args_spec *spec, const char *name, const char *value, const char *where,
+                           rt_arg_source source) {
+    const rt_opt *o = rt_args_find(spec, name, strlen(name));
+    if (!o) return rt_errorf(RT_ERR_UNSUPPORTED, "%s: %s has no option --%s", where, spec->prog, name);
+    /* the value must outlive the parse, as argv does */
+    rt_status st = rt_args_set(spec, o, rt_args_keep(value), where, RT_ERR_CONFIG);
+    if (st == RT_OK) rt_args_mark(spec, o, source);
+    return st;
+}
+
+rt_status rt_args_read_json_object(const char *path, const char *option, cJSON **out) {
     rt_status st = RT_OK;
     char *text = NULL;
     cJSON *root = NULL;
+    *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return rt_errorf(RT_ERR_IO, "--config %s: cannot open: %s", path, strerror(errno));
+    if (!f) return rt_errorf(RT_ERR_IO, "%s %s: cannot open: %s", option, path, strerror(errno));
     size_t cap = 4096, n = 0;
     text = rt_xmalloc(cap);
     for (;;) {
@@ -191,8 +217,20 @@ static rt_status rt_args_apply_config(const rt_args_spec *spec, const char *path
         int line = 1;
         if (root == NULL && at && at >= text && at <= text + n)
             for (const char *p = text; p < at; p++) line += *p == '\n';
-        RT_FAIL(RT_ERR_CONFIG, "%s:%d: not a valid JSON object of options", path, line);
+        cJSON_Delete(root);
+        root = NULL;
+        RT_FAIL(RT_ERR_CONFIG, "%s:%d: not a valid JSON object", path, line);
     }
+    *out = root;
+fail:
+    free(text);
+    return st;
+}
+
+static rt_status rt_args_apply_config(const rt_args_spec *spec, const char *path) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    RT_TRY(rt_args_read_json_object(path, "--config", &root));
     for (cJSON *it = root->child; it; it = it->next) {
         const rt_opt *o = rt_args_find(spec, it->string, strlen(it->string));
         char where[512];
@@ -218,15 +256,17 @@ static rt_status rt_args_apply_config(const rt_args_spec *spec, const char *path
             RT_FAIL(RT_ERR_CONFIG, "%s: expected a string, number or boolean", where);
         }
         RT_TRY(rt_args_set(spec, o, value, where, RT_ERR_CONFIG));
+        rt_args_mark(spec, o, RT_ARG_CONFIG);
     }
 fail:
     cJSON_Delete(root);
-    free(text);
     return st;
 }
 
 rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const char **pos, int *n_pos) {
     *n_pos = 0;
+    RT_CHECK(spec->n_opts <= RT_ARGS_MAX_OPTS, "%s declares %d options", spec->prog, spec->n_opts);
+    memset(rt_args_sources, 0, sizeof rt_args_sources);
     /* defaults */
     for (int i = 0; i < spec->n_opts; i++) {
         const rt_opt *o = &spec->opts[i];
@@ -245,6 +285,19 @@ rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const c
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             rt_args_print_help(spec);
             return RT_HELP_SHOWN;
+        }
+    }
+    /* a DeepSpeed JSON comes first: --config and the command line override it */
+    if (rt_args_find(spec, "deepspeed-config", 16)) {
+        for (int i = 1; i < argc; i++) {
+            if (strcmp(argv[i], "--") == 0) break;
+            const char *ds = NULL;
+            if (strcmp(argv[i], "--deepspeed-config") == 0 && i + 1 < argc) ds = argv[i + 1];
+            if (strncmp(argv[i], "--deepspeed-config=", 19) == 0) ds = argv[i] + 19;
+            if (ds) {
+                rt_status st = rt_deepspeed_apply(spec, ds);
+                if (st != RT_OK) return st;
+            }
         }
     }
     for (int i = 1; i < argc; i++) {
@@ -301,6 +354,7 @@ rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const c
         snprintf(where, sizeof where, "--%s", o->name);
         rt_status st = rt_args_set(spec, o, value, where, RT_ERR_USAGE);
         if (st != RT_OK) return st;
+        rt_args_mark(spec, o, RT_ARG_COMMAND_LINE);
     }
     if (*n_pos < spec->min_positional)
         return rt_args_usage_error(spec, "missing argument: expected %s%s", spec->positional ? spec->positional : "",

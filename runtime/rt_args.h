@@ -48,6 +48,20 @@ typedef struct {
  * --config file. */
 rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
 
+/* Where an option's value came from, for options whose meaning depends on it (a DeepSpeed
+ * micro-batch is per rank; tunezoo's --batch-size is global). */
+typedef enum { RT_ARG_DEFAULT = 0, RT_ARG_DEEPSPEED, RT_ARG_CONFIG, RT_ARG_COMMAND_LINE } rt_arg_source;
+rt_arg_source rt_args_source_of(const rt_args_spec *spec, const char *name);
+/* Sets option `name` from text as a config file would (RT_ERR_CONFIG naming `where` on a bad
+ * value); RT_ERR_UNSUPPORTED when the program has no such option. */
+rt_status rt_args_set_from(const rt_args_spec *spec, const char *name, const char *value, const char *where,
+                           rt_arg_source source);
+
+/* Reads a file holding one JSON object (for --config and --deepspeed-config); errors name
+ * the option, the file and the line. The caller frees *out with cJSON_Delete. */
+struct cJSON;
+rt_status rt_args_read_json_object(const char *path, const char *option, struct cJSON **out);
+
 /* Writes the resolved options as a JSON object (for checkpoints and metrics); malloc'd. */
 char *rt_args_to_json(const rt_args_spec *spec);
 

@@ -1,0 +1,172 @@
+/* DeepSpeed JSON -> tunezoo options (see rt_deepspeed.h). */
+#include "runtime/rt_deepspeed.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "runtime/rt_log.h"
+
+typedef struct {
+    const rt_args_spec *spec;
+    const char *path;
+} rt_ds;
+
+/* Sets an option from a JSON number, bool or string; a program without that option gets a
+ * warning, not an error (the same ds.json serves every program). */
+static rt_status rt_ds_set(rt_ds *d, const char *field, const cJSON *v, const char *option) {
+    char text[64], where[512];
+    snprintf(where, sizeof where, "%s: field '%s'", d->path, field);
+    if (cJSON_IsBool(v)) {
+        snprintf(text, sizeof text, "%s", cJSON_IsTrue(v) ? "true" : "false");
+    } else if (cJSON_IsNumber(v)) {
+        snprintf(text, sizeof text, "%.17g", v->valuedouble);
+    } else if (cJSON_IsString(v)) {
+        snprintf(text, sizeof text, "%s", v->valuestring);
+    } else {
+        return rt_errorf(RT_ERR_CONFIG, "%s: expected a number, string or boolean", where);
+    }
+    rt_status st = rt_args_set_from(d->spec, option, text, where, RT_ARG_DEEPSPEED);
+    if (st == RT_ERR_UNSUPPORTED) {
+        rt_log_warn("%s: ignored (%s has no --%s)", where, d->spec->prog, option);
+        return RT_OK;
+    }
+    return st;
+}
+
+static void rt_ds_ignored(rt_ds *d, const char *field, const char *why) {
+    rt_log_warn("%s: field '%s' ignored: %s", d->path, field, why);
+}
+
+static rt_status rt_ds_zero(rt_ds *d, const cJSON *z) {
+    rt_status st = RT_OK;
+    for (const cJSON *it = z ? z->child : NULL; it; it = it->next) {
+        char field[128];
+        snprintf(field, sizeof field, "zero_optimization.%s", it->string);
+        if (strcmp(it->string, "stage") == 0) {
+            if (cJSON_IsNumber(it) && it->valuedouble > 2) {
+                rt_ds_ignored(d, field, "ZeRO-3 (sharded parameters) is not implemented; using stage 2");
+                cJSON two = *it;
+                two.valuedouble = 2;
+                RT_TRY(rt_ds_set(d, field, &two, "zero"));
+            } else {
+                RT_TRY(rt_ds_set(d, field, it, "zero"));
+            }
+        } else if (strcmp(it->string, "cpu_offload") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "offload-optimizer"));
+        } else if (strcmp(it->string, "offload_optimizer") == 0) {
+            const cJSON *dev = cJSON_GetObjectItemCaseSensitive(it, "device");
+            cJSON on = {0};
+            on.type = (cJSON_IsString(dev) && strcmp(dev->valuestring, "cpu") == 0) ? cJSON_True : cJSON_False;
+            RT_TRY(rt_ds_set(d, field, &on, "offload-optimizer"));
+        } else {
+            rt_ds_ignored(d, field, "no counterpart here (buckets and overlap are chosen by tunezoo)");
+        }
+    }
+fail:
+    return st;
+}
+
+static rt_status rt_ds_optimizer(rt_ds *d, const cJSON *o) {
+    rt_status st = RT_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    if (cJSON_IsString(type) && strcasecmp(type->valuestring, "adam") != 0 && strcasecmp(type->valuestring, "adamw") != 0)
+        rt_ds_ignored(d, "optimizer.type", "tunezoo trains with AdamW");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
+    for (const cJSON *it = params ? params->child : NULL; it; it = it->next) {
+        char field[128];
+        snprintf(field, sizeof field, "optimizer.params.%s", it->string);
+        if (strcmp(it->string, "lr") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "lr"));
+        } else if (strcmp(it->string, "weight_decay") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "weight-decay"));
+        } else if (strcmp(it->string, "eps") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "adam-eps"));
+        } else if (strcmp(it->string, "betas") == 0 && cJSON_GetArraySize(it) == 2) {
+            RT_TRY(rt_ds_set(d, field, cJSON_GetArrayItem(it, 0), "adam-beta1"));
+            RT_TRY(rt_ds_set(d, field, cJSON_GetArrayItem(it, 1), "adam-beta2"));
+        } else {
+            rt_ds_ignored(d, field, "no counterpart here");
+        }
+    }
+fail:
+    return st;
+}
+
+static rt_status rt_ds_scheduler(rt_ds *d, const cJSON *s) {
+    rt_status st = RT_OK;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (cJSON_IsString(type)) {
+        static const char *const map[][2] = {{"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"},
+                                             {"WarmupCosineLR", "cosine"}};
+        const char *ours = NULL;
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+            if (strcmp(type->valuestring, map[i][0]) == 0) ours = map[i][1];
+        if (ours) {
+            cJSON v = {0};
+            v.type = cJSON_String;
+            v.valuestring = (char *)ours;
+            RT_TRY(rt_ds_set(d, "scheduler.type", &v, "schedule"));
+        } else {
+            rt_ds_ignored(d, "scheduler.type", "only WarmupLR, WarmupDecayLR and WarmupCosineLR map to a schedule here");
+        }
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(s, "params");
+    for (const cJSON *it = params ? params->child : NULL; it; it = it->next) {
+        char field[128];
+        snprintf(field, sizeof field, "scheduler.params.%s", it->string);
+        if (strcmp(it->string, "warmup_num_steps") == 0)
+            RT_TRY(rt_ds_set(d, field, it, "warmup"));
+        else if (strcmp(it->string, "total_num_steps") == 0)
+            RT_TRY(rt_ds_set(d, field, it, "max-steps"));
+        else if (strcmp(it->string, "warmup_max_lr") == 0)
+            RT_TRY(rt_ds_set(d, field, it, "lr"));
+        else
+            rt_ds_ignored(d, field, "warmup starts at 0 and is linear here");
+    }
+fail:
+    return st;
+}
+
+static void rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(b, "enabled");
+    /* DeepSpeed's "auto" defers to the launcher; here there is nothing to defer to */
+    if (cJSON_IsTrue(en) || (cJSON_IsString(en) && strcmp(en->valuestring, "auto") == 0)) {
+        char field[64];
+        snprintf(field, sizeof field, "%s.enabled", block);
+        rt_ds_ignored(d, field, "mixed precision is not implemented yet; training in fp32 (its loss-scale fields are "
+                                "ignored too)");
+    }
+}
+
+rt_status rt_deepspeed_apply(const rt_args_spec *spec, const char *path) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    rt_ds d = {spec, path};
+    RT_TRY(rt_args_read_json_object(path, "--deepspeed-config", &root));
+    for (const cJSON *it = root->child; it; it = it->next) {
+        const char *k = it->string;
+        if (strcmp(k, "train_micro_batch_size_per_gpu") == 0)
+            RT_TRY(rt_ds_set(&d, k, it, "batch-size"));
+        else if (strcmp(k, "gradient_accumulation_steps") == 0)
+            RT_TRY(rt_ds_set(&d, k, it, "grad-accum"));
+        else if (strcmp(k, "gradient_clipping") == 0)
+            RT_TRY(rt_ds_set(&d, k, it, "clip"));
+        else if (strcmp(k, "zero_optimization") == 0)
+            RT_TRY(rt_ds_zero(&d, it));
+        else if (strcmp(k, "optimizer") == 0)
+            RT_TRY(rt_ds_optimizer(&d, it));
+        else if (strcmp(k, "scheduler") == 0)
+            RT_TRY(rt_ds_scheduler(&d, it));
+        else if (strcmp(k, "fp16") == 0 || strcmp(k, "bf16") == 0)
+            rt_ds_precision(&d, k, it);
+        else if (strcmp(k, "train_batch_size") == 0)
+            rt_ds_ignored(&d, k, "derived here as micro-batch x accumulation x data-parallel size");
+        else
+            rt_ds_ignored(&d, k, "no counterpart in tunezoo");
+    }
+fail:
+    cJSON_Delete(root);
+    return st;
+}
