@@ -30,26 +30,6 @@ static const char *ckpt_gpt2_strip(const char *name) {
     return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
 }
 
-/* The full tensor's shape in our [out, in] layout from a local spec (vocab: vocab_size rows). */
-static void ckpt_gpt2_full_desc(const rt_param_spec *s, int vocab_size, int rank, int size, ckpt_tp_desc *d) {
-    *d = (ckpt_tp_desc){.rule = s->tp, .ndim = s->ndim, .rank = rank, .size = size};
-    for (int k = 0; k < s->ndim; k++) d->full[k] = s->shape[k];
-    switch (s->tp) {
-    case RT_TP_COL:
-    case RT_TP_QKV:
-        d->full[0] *= size;
-        break;
-    case RT_TP_ROW:
-        d->full[1] *= size;
-        break;
-    case RT_TP_VOCAB:
-        d->full[0] = vocab_size;
-        break;
-    case RT_TP_NONE:
-        break;
-    }
-}
-
 /* Transposes a rows x cols matrix into dst (cols x rows). */
 static void ckpt_gpt2_transpose(float *dst, const float *src, size_t rows, size_t cols) {
     for (size_t r = 0; r < rows; r++)
@@ -83,7 +63,7 @@ static rt_status ckpt_gpt2_load_impl(const char *path, rt_params *p, int vocab_s
          * rule come from (the embedding: vocab_size rows, padded here) */
         ckpt_tp_desc d;
         int vocab = vocab_size >= 0 ? vocab_size : (t.ndim == 2 ? (int)t.shape[0] : -1);
-        ckpt_gpt2_full_desc(s, vocab, tp_rank, tp_size, &d);
+        ckpt_tp_param_desc(s, vocab, tp_rank, tp_size, &d);
         int ok = t.ndim == s->ndim;
         for (int k = 0; ok && k < s->ndim; k++) ok = t.shape[k] == (size_t)d.full[conv ? s->ndim - 1 - k : k];
         if (ok && s->tp == RT_TP_VOCAB) {
@@ -147,41 +127,23 @@ rt_status ckpt_hf_gpt2_save(const char *path, const rt_params *p, int vocab_size
     char (*names)[RT_PARAM_NAME_MAX + 16] = rt_xcalloc((size_t)n, sizeof *names);
     size_t (*shapes)[RT_PARAM_MAX_DIMS] = rt_xcalloc((size_t)n, sizeof *shapes);
     float **bufs = rt_xcalloc((size_t)n, sizeof *bufs);
-    float *gathered = NULL, *shards = NULL;
-    size_t gathered_cap = 0;
+    ckpt_tp_scratch scr = {0};
     for (int i = 0; i < n; i++) {
         const rt_param_spec *s = &p->specs[i];
         int conv = ckpt_hf_gpt2_is_conv1d(s->name);
         ckpt_tp_desc d;
-        ckpt_gpt2_full_desc(s, vocab_size, tp->rank, size, &d);
-        size_t full_n = 1;
-        for (int k = 0; k < s->ndim; k++) full_n *= (size_t)d.full[k];
-        /* every rank's shard, rank-major; a replicated tensor needs only this rank's copy */
-        int parts = s->tp == RT_TP_NONE ? 1 : size;
-        const float *src = p->param + s->offset;
-        if (parts > 1) {
-            if (gathered_cap < s->numel * (size_t)parts) {
-                if (gathered) be->ops->free(be->ctx, gathered);
-                gathered = NULL;
-                gathered_cap = s->numel * (size_t)parts;
-                RT_TRY(rt_backend_alloc(be, gathered_cap * sizeof(float), "HF export (gathered shards)",
-                                        (void **)&gathered));
-            }
-            RT_TRY(tp->ops->all_gather(tp->ctx, gathered, src, s->numel));
-            src = gathered;
-        }
+        ckpt_tp_param_desc(s, vocab_size, tp->rank, size, &d);
+        size_t full_n = ckpt_tp_full_numel(&d);
+        float *full = tp->rank == 0 ? rt_xmalloc(full_n * sizeof(float)) : NULL;
+        bufs[i] = full; /* freed at the end even when the gather fails */
+        RT_TRY(ckpt_tp_gather_param(be, tp, &d, p->param + s->offset, s->numel, &scr, full));
         if (tp->rank != 0) continue;
-        shards = rt_xrealloc(shards, s->numel * (size_t)parts * sizeof(float));
-        be->ops->to_host(be->ctx, shards, src, s->numel * (size_t)parts * sizeof(float));
-        float *full = rt_xmalloc(full_n * sizeof(float));
-        ckpt_tp_gather(&d, full, shards);
         if (conv) { /* ours [out, in] -> HF [in, out] */
             float *t = rt_xmalloc(full_n * sizeof(float));
             ckpt_gpt2_transpose(t, full, (size_t)d.full[0], (size_t)d.full[1]);
             free(full);
-            full = t;
+            bufs[i] = full = t;
         }
-        bufs[i] = full;
         const char *prefix = strcmp(s->name, "score.weight") == 0 ? "" : "transformer.";
         snprintf(names[i], sizeof names[i], "%s%s", prefix, s->name);
         for (int k = 0; k < s->ndim; k++) shapes[i][k] = (size_t)d.full[conv ? s->ndim - 1 - k : k];
@@ -196,8 +158,7 @@ rt_status ckpt_hf_gpt2_save(const char *path, const rt_params *p, int vocab_size
     }
 fail:
     for (int i = 0; i < n; i++) free(bufs[i]);
-    if (gathered) be->ops->free(be->ctx, gathered);
-    free(shards);
+    ckpt_tp_scratch_free(be, &scr);
     free(bufs);
     free(shapes);
     free(names);

@@ -3,6 +3,7 @@
  * tensor once with it, so the two directions cannot disagree. */
 #include "checkpoints/ckpt_tp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int64_t ckpt_tp_padded_vocab(int64_t vocab, int tp_size) {
@@ -112,4 +113,66 @@ void ckpt_tp_gather(const ckpt_tp_desc *d, float *full, const float *shards) {
     /* a replicated tensor's shards are all the full tensor: rank 0's is enough */
     int ranks = d->rule == RT_TP_NONE ? 1 : d->size;
     for (int r = 0; r < ranks; r++) ckpt_tp_walk(d, r, full, (float *)shards + (size_t)r * n, 0);
+}
+
+void ckpt_tp_param_desc(const rt_param_spec *s, int64_t vocab_rows, int rank, int size, ckpt_tp_desc *d) {
+    *d = (ckpt_tp_desc){.rule = s->tp, .ndim = s->ndim, .rank = rank, .size = size};
+    for (int k = 0; k < s->ndim; k++) d->full[k] = s->shape[k];
+    switch (s->tp) {
+    case RT_TP_COL:
+    case RT_TP_QKV:
+        d->full[0] *= size;
+        break;
+    case RT_TP_ROW:
+        d->full[1] *= size;
+        break;
+    case RT_TP_VOCAB:
+        d->full[0] = vocab_rows;
+        break;
+    case RT_TP_NONE:
+        break;
+    }
+}
+
+size_t ckpt_tp_full_numel(const ckpt_tp_desc *d) {
+    size_t n = 1;
+    for (int k = 0; k < d->ndim; k++) n *= (size_t)d->full[k];
+    return n;
+}
+
+rt_status ckpt_tp_gather_param(rt_backend *be, rt_comm *tp, const ckpt_tp_desc *d, const float *local, size_t local_n,
+                               ckpt_tp_scratch *scr, float *full) {
+    rt_status st = RT_OK;
+    RT_CHECK(d->size == tp->size && d->rank == tp->rank, "desc tp %d/%d, comm %d/%d", d->rank, d->size, tp->rank,
+             tp->size);
+    /* a replicated tensor needs only this rank's copy */
+    const size_t parts = d->rule == RT_TP_NONE ? 1 : (size_t)tp->size;
+    const float *src = local;
+    if (parts > 1) {
+        if (scr->dev_cap < local_n * parts) {
+            if (scr->dev) be->ops->free(be->ctx, scr->dev);
+            scr->dev = NULL;
+            scr->dev_cap = 0;
+            RT_TRY(rt_backend_alloc(be, local_n * parts * sizeof(float), "checkpoint (gathered shards)",
+                                    (void **)&scr->dev));
+            scr->dev_cap = local_n * parts;
+        }
+        RT_TRY(tp->ops->all_gather(tp->ctx, scr->dev, local, local_n));
+        src = scr->dev;
+    }
+    if (tp->rank != 0) return RT_OK;
+    if (scr->host_cap < local_n * parts) {
+        scr->host_cap = local_n * parts;
+        scr->host = rt_xrealloc(scr->host, scr->host_cap * sizeof(float));
+    }
+    be->ops->to_host(be->ctx, scr->host, src, local_n * parts * sizeof(float));
+    ckpt_tp_gather(d, full, scr->host);
+fail:
+    return st;
+}
+
+void ckpt_tp_scratch_free(rt_backend *be, ckpt_tp_scratch *scr) {
+    if (scr->dev) be->ops->free(be->ctx, scr->dev);
+    free(scr->host);
+    *scr = (ckpt_tp_scratch){0};
 }

@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
 /* Megatron's --make-vocab-size-divisible-by default: the padded vocab is a multiple of this
@@ -45,5 +46,28 @@ void ckpt_tp_unshard(const ckpt_tp_desc *d, float *full, const float *local);
 /* full from every rank's shard, back to back in rank order (what all_gather returns);
  * d->rank is ignored. */
 void ckpt_tp_gather(const ckpt_tp_desc *d, float *full, const float *shards);
+
+/* The desc of a parameter from its spec (which holds the LOCAL shape) at tp rank/size: the
+ * dims the rule splits are multiplied back by size, and an RT_TP_VOCAB table gets vocab_rows
+ * rows (the real vocab, unpadded). n_head stays 0: the model checked the heads split. */
+void ckpt_tp_param_desc(const rt_param_spec *s, int64_t vocab_rows, int rank, int size, ckpt_tp_desc *d);
+/* Elements of the full tensor (vocab unpadded). */
+size_t ckpt_tp_full_numel(const ckpt_tp_desc *d);
+
+/* Buffers ckpt_tp_gather_param reuses from one parameter to the next. */
+typedef struct {
+    float *dev;  /* backend memory: every rank's shard, all-gathered */
+    size_t dev_cap;
+    float *host; /* the same on the host (tp rank 0) */
+    size_t host_cap;
+} ckpt_tp_scratch;
+
+/* Collective over tp (d->size == tp->size, d->rank == tp->rank): every rank passes its shard
+ * `local` (backend memory, local_n floats); tp rank 0 gets the full tensor in `full` (host,
+ * ckpt_tp_full_numel floats); other ranks may pass full = NULL. A replicated tensor moves no
+ * data: rank 0's copy is the full tensor. HF export and training checkpoints both use it. */
+rt_status ckpt_tp_gather_param(rt_backend *be, rt_comm *tp, const ckpt_tp_desc *d, const float *local, size_t local_n,
+                               ckpt_tp_scratch *scr, float *full);
+void ckpt_tp_scratch_free(rt_backend *be, ckpt_tp_scratch *scr);
 
 #endif

@@ -1,10 +1,12 @@
-/* Training checkpoints over the native container (see ckpt_train.h). */
+/* Training checkpoints over the native container (see ckpt_train.h). Shards travel through
+ * ckpt_tp's rules, the same ones HF import and export use, so every layout agrees. */
 #include "checkpoints/ckpt_train.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "checkpoints/ckpt_native.h"
+#include "checkpoints/ckpt_tp.h"
 
 static const char *const ckpt_train_kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 
@@ -12,40 +14,68 @@ static float *ckpt_train_buffer(const rt_params *p, int kind) {
     return kind == 0 ? p->param : kind == 1 ? p->m : p->v;
 }
 
-rt_status ckpt_train_save(const char *path, const rt_params *p, const char *meta_json) {
+/* The full tensor behind a spec at this tp layout; a vocab-parallel table needs its real rows. */
+static rt_status ckpt_train_desc(const char *path, const rt_param_spec *s, const rt_comm *tp, ckpt_tp_desc *d) {
+    if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
+        return rt_errorf(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows "
+                                        "(the model must set the real vocab size)", path, s->name);
+    ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, d);
+    return RT_OK;
+}
+
+rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json) {
     rt_status st = RT_OK;
+    /* the lead's write outcome: after a write error it keeps gathering, so every rank still
+     * takes part in every collective, and reports the error at the end */
+    rt_status wst = RT_OK;
+    const bool lead = tp->rank == 0;
     ckpt_native_writer *w = NULL;
-    float *host = NULL;
+    ckpt_tp_scratch scr = {0};
+    float *full = NULL;
     size_t cap = 0;
-    RT_TRY(ckpt_native_writer_begin(path, meta_json, &w));
+    if (lead) wst = ckpt_native_writer_begin(path, meta_json, &w);
     for (int kind = 0; kind < 3; kind++) {
         const float *buf = ckpt_train_buffer(p, kind);
         if (!buf) continue; /* moments exist once the optimizer ran */
         for (int i = 0; i < p->n; i++) {
             const rt_param_spec *s = &p->specs[i];
+            ckpt_tp_desc d;
+            RT_TRY(ckpt_train_desc(path, s, tp, &d));
+            size_t n = ckpt_tp_full_numel(&d);
+            if (lead && n > cap) full = rt_xrealloc(full, (cap = n) * sizeof(float));
+            RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, &scr, lead ? full : NULL));
+            if (!lead || wst != RT_OK) continue;
             char name[RT_PARAM_NAME_MAX + 16];
             size_t shape[RT_PARAM_MAX_DIMS];
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
-            for (int d = 0; d < s->ndim; d++) shape[d] = (size_t)s->shape[d];
-            if (s->numel > cap) host = rt_xrealloc(host, (cap = s->numel) * sizeof(float));
-            p->be->ops->to_host(p->be->ctx, host, buf + s->offset, s->numel * sizeof(float));
-            RT_TRY(ckpt_native_writer_add(w, name, RT_F32, s->ndim, shape, host));
+            for (int k = 0; k < d.ndim; k++) shape[k] = (size_t)d.full[k];
+            wst = ckpt_native_writer_add(w, name, RT_F32, d.ndim, shape, full);
         }
     }
-    st = ckpt_native_writer_commit(w);
-    w = NULL;
+    if (lead) {
+        if (wst == RT_OK) wst = ckpt_native_writer_commit(w);
+        else ckpt_native_writer_abort(w);
+        w = NULL;
+    }
+    if (tp->size > 1) { /* every rank learns whether the file was written */
+        int code = (int)wst;
+        RT_TRY(tp->ops->broadcast(tp->ctx, &code, sizeof code, 0));
+        if (!lead && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write the checkpoint", path);
+    }
+    st = wst;
 fail:
     if (w) ckpt_native_writer_abort(w);
-    free(host);
+    ckpt_tp_scratch_free(p->be, &scr);
+    free(full);
     return st;
 }
 
-rt_status ckpt_train_load(const char *path, rt_params *p, char **meta_json) {
+/* This rank's part of ckpt_train_load: no collectives, so a failure cannot strand the others. */
+static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_comm *tp, char **meta_json) {
     rt_status st = RT_OK;
     ckpt_native_file *f = NULL;
-    float *host = NULL;
-    size_t cap = 0;
-    *meta_json = NULL;
+    float *full = NULL, *shard = NULL;
+    size_t full_cap = 0, shard_cap = 0;
     RT_TRY(ckpt_native_open(path, &f));
     RT_TRY(rt_params_alloc_moments(p));
     for (int kind = 0; kind < 3; kind++) {
@@ -54,31 +84,54 @@ rt_status ckpt_train_load(const char *path, rt_params *p, char **meta_json) {
             const rt_param_spec *s = &p->specs[i];
             char name[RT_PARAM_NAME_MAX + 16];
             ckpt_native_record r;
+            ckpt_tp_desc d;
+            RT_TRY(ckpt_train_desc(path, s, tp, &d));
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
             if (!ckpt_native_has(f, name))
                 RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
                         name);
             RT_TRY(ckpt_native_find(f, name, &r));
-            int same = r.ndim == s->ndim;
-            for (int d = 0; same && d < s->ndim; d++) same = r.shape[d] == (size_t)s->shape[d];
+            int same = r.ndim == d.ndim;
+            for (int k = 0; same && k < d.ndim; k++) same = r.shape[k] == (size_t)d.full[k];
             if (!same) {
                 char got[96], want[96];
                 size_t ws[RT_PARAM_MAX_DIMS];
-                for (int d = 0; d < s->ndim; d++) ws[d] = (size_t)s->shape[d];
-                RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' has shape %s, this model needs %s", path, name,
-                        ckpt_shape_str(r.ndim, r.shape, got, sizeof got),
-                        ckpt_shape_str(s->ndim, ws, want, sizeof want));
+                for (int k = 0; k < d.ndim; k++) ws[k] = (size_t)d.full[k];
+                RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' has shape %s, this model needs %s (full, unsharded)", path,
+                        name, ckpt_shape_str(r.ndim, r.shape, got, sizeof got),
+                        ckpt_shape_str(d.ndim, ws, want, sizeof want));
             }
-            if (s->numel > cap) host = rt_xrealloc(host, (cap = s->numel) * sizeof(float));
-            RT_TRY(ckpt_native_read_f32(f, name, host, s->numel));
-            p->be->ops->to_device(p->be->ctx, buf + s->offset, host, s->numel * sizeof(float));
+            size_t n = ckpt_tp_full_numel(&d);
+            if (n > full_cap) full = rt_xrealloc(full, (full_cap = n) * sizeof(float));
+            if (s->numel > shard_cap) shard = rt_xrealloc(shard, (shard_cap = s->numel) * sizeof(float));
+            RT_TRY(ckpt_native_read_f32(f, name, full, n));
+            ckpt_tp_shard(&d, shard, full);
+            p->be->ops->to_device(p->be->ctx, buf + s->offset, shard, s->numel * sizeof(float));
         }
     }
     *meta_json = rt_xstrdup(ckpt_native_metadata(f));
 fail:
-    free(host);
+    free(full);
+    free(shard);
     ckpt_native_close(f);
     return st;
+}
+
+rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, char **meta_json) {
+    *meta_json = NULL;
+    rt_status st = ckpt_train_load_local(path, p, tp, meta_json);
+    if (tp->size == 1) return st;
+    /* agree: a rank that loaded must not train on while another rank stopped */
+    float worst = (float)st;
+    rt_status cst = tp->ops->all_reduce(tp->ctx, &worst, 1, RT_REDUCE_MAX);
+    if (st == RT_OK && (cst != RT_OK || worst != 0.0f)) {
+        free(*meta_json);
+        *meta_json = NULL;
+        if (cst != RT_OK) return cst;
+        return rt_errorf((rt_status)(int)worst, "%s: another tp rank failed to load the checkpoint (%s)", path,
+                         rt_status_name((rt_status)(int)worst));
+    }
+    return st; /* this rank's own error keeps its message */
 }
 
 const rt_train_io *ckpt_train_io(void) {

@@ -1,15 +1,24 @@
 /* Training checkpoints: the parameter slab, AdamW moments and the loop's metadata in one
  * native .tzck file, one record per parameter ("param/h.0.ln_1.weight", "exp_avg/...",
- * "exp_avg_sq/..."), so a later resharder can split or merge them by name. This is the
- * rt_train_io the shared training loop uses. */
+ * "exp_avg_sq/..."). This is the rt_train_io the shared training loop uses.
+ *
+ * Records hold FULL tensors in tunezoo's layout whatever the tensor-parallel size: weights
+ * [out, in], QKV as [q; k; v] over all heads, and the vocab-parallel embedding with exactly
+ * the real vocab's rows (spec vocab_rows; Megatron's padding rows are dropped, they are zero
+ * and depend on tp). So a checkpoint saved at tp=2 resumes at tp=1 or tp=4: the ckpt_tp rules
+ * split it again on load. */
 #ifndef CKPT_TRAIN_H
 #define CKPT_TRAIN_H
 
 #include "runtime/rt_trainer.h"
 
-rt_status ckpt_train_save(const char *path, const rt_params *p, const char *meta_json);
-/* Every parameter must be present with its shape; errors name the file and the record. */
-rt_status ckpt_train_load(const char *path, rt_params *p, char **meta_json);
+/* Collective over tp: every rank gathers each tensor's shards to tp rank 0, which writes the
+ * file; every rank returns rank 0's outcome. Call it on one tp group (dp replicas skip it). */
+rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json);
+/* Every rank reads the full tensors and keeps its shard; every parameter must be present with
+ * its full shape (errors name the file and the record). Collective over tp (tp > 1): when any
+ * rank fails, every rank fails. */
+rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, char **meta_json);
 /* The rt_train_io backed by the functions above and ckpt_native's directory helpers. */
 const rt_train_io *ckpt_train_io(void);
 

@@ -202,6 +202,7 @@ static void gpt2_declare_params(gpt2_model *m) {
     float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
     int C = m->C, Cl = m->C_local, Fl = m->F_local;
     m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, RT_TP_VOCAB, false, RT_INIT_NORMAL, std);
+    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
     m->layer = rt_xcalloc((size_t)c->n_layer, sizeof *m->layer);
     for (int l = 0; l < c->n_layer; l++) {

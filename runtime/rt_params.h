@@ -30,6 +30,10 @@ typedef struct {
     int ndim;
     int64_t shape[RT_PARAM_MAX_DIMS]; /* local shape on this rank */
     rt_tp_rule tp;
+    /* RT_TP_VOCAB only: the real (unpadded) vocab size, which the local shape cannot tell (the
+     * shards are padded to a multiple of 128*tp rows). Set by the model after rt_params_add;
+     * checkpoints use it to store the full, unpadded table that any tp can reshard. */
+    int64_t vocab_rows;
     bool no_decay;                    /* excluded from weight decay (biases, norm weights) */
     rt_init_kind init;
     float init_std;                   /* RT_INIT_NORMAL: N(0, init_std^2) */

@@ -15,6 +15,7 @@
 #include "runtime/rt_log.h"
 #include "runtime/rt_optim.h"
 #include "runtime/rt_sched.h"
+#include "runtime/rt_zero.h"
 
 static volatile sig_atomic_t rt_train_stop_signal = 0;
 
@@ -52,6 +53,7 @@ typedef struct {
     FILE *metrics;
     bool tty;
     int64_t total_steps;
+    rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
 } rt_train_state;
 
 /* Sums n floats over the data-parallel group in place. */
@@ -115,17 +117,15 @@ static rt_status rt_train_evaluate(rt_train_state *s, rt_train_eval *eval, int64
     return RT_OK;
 }
 
-static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
-                               int64_t step) {
+static rt_status rt_train_save_io(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
+                                  int64_t step) {
     rt_status st = RT_OK;
     char path[4096];
     char *meta = NULL;
     int64_t epoch, pos;
-    if (s->tp->size > 1)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "checkpoints at tensor-parallel size %d are not implemented yet "
-                                             "(pass --save-interval -1)", s->tp->size);
-    /* dp replicas hold identical weights and optimizer state: the first writes them */
-    if (!s->lead) return RT_OK;
+    /* dp replicas hold identical weights and optimizer state: the first replica's tp group
+     * saves (collectively: its tp rank 0 writes full tensors, loadable at any tp) */
+    if (s->dp->rank != 0) return RT_OK;
     data->get_state(data->ctx, &epoch, &pos);
     cJSON *obj = cJSON_CreateObject();
     cJSON_AddStringToObject(obj, "format", "tunezoo-train");
@@ -140,12 +140,25 @@ static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_trai
     meta = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     RT_TRY(io->step_path(s->o->save_dir, (long long)step, path, sizeof path));
-    RT_TRY(io->save(path, model->params, meta));
-    if (s->o->keep > 0) RT_TRY(io->prune(s->o->save_dir, (size_t)s->o->keep));
-    rt_train_clear_bar(s);
-    rt_log_info("saved checkpoint %s", path);
+    RT_TRY(io->save(path, model->params, s->tp, meta));
+    if (s->lead) {
+        if (s->o->keep > 0) RT_TRY(io->prune(s->o->save_dir, (size_t)s->o->keep));
+        rt_train_clear_bar(s);
+        rt_log_info("saved checkpoint %s", path);
+    }
 fail:
     cJSON_free(meta);
+    return st;
+}
+
+/* With ZeRO the moments are sharded over dp: they are gathered into full slabs (collective
+ * over dp, so every rank takes part) for the ordinary checkpoint writer, then dropped. */
+static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
+                               int64_t step) {
+    if (!s->zero) return rt_train_save_io(s, io, model, data, step);
+    rt_status st = rt_zero_gather_state(s->zero);
+    if (st == RT_OK) st = rt_train_save_io(s, io, model, data, step);
+    rt_zero_release_state(s->zero);
     return st;
 }
 
@@ -159,7 +172,8 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
         rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", s->o->save_dir);
         return RT_OK;
     }
-    RT_TRY(io->load(path, model->params, &meta));
+    RT_TRY(io->load(path, model->params, s->tp, &meta));
+    if (s->zero) RT_TRY(rt_zero_scatter_state(s->zero)); /* keep this rank's slice of the full state */
     obj = cJSON_Parse(meta);
     cJSON *jstep = cJSON_GetObjectItemCaseSensitive(obj, "step");
     cJSON *jep = cJSON_GetObjectItemCaseSensitive(obj, "data_epoch");
@@ -198,7 +212,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_sched sched;
     RT_TRY(rt_sched_init(&sched, o->schedule, o->lr, o->warmup, s.total_steps));
     rt_adamw_hparams hp = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
-    RT_TRY(rt_params_alloc_moments(model->params));
+    if (o->zero > 0 || o->offload_optimizer)
+        RT_TRY(rt_zero_init(model->params, s.dp, s.tp, o->zero, o->offload_optimizer, &s.zero));
+    else
+        RT_TRY(rt_params_alloc_moments(model->params));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     char mpath[4096];
@@ -243,7 +260,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             RT_TRY(rt_train_dp_sum(&s, counts, 2));
             double targets = counts[0], tokens = counts[1];
-            rt_params_zero_grad(model->params);
+            if (s.zero)
+                RT_TRY(rt_zero_begin_step(s.zero));
+            else
+                rt_params_zero_grad(model->params);
             double loss_sum = 0;
             /* the loss is the mean over every target of the accumulated global batch, not a
              * mean of per-micro-batch (or per-rank) means */
@@ -254,7 +274,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_TRY(model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l));
                 loss_sum += l;
             }
-            RT_TRY(rt_train_allreduce_grads(&s, model->params));
+            /* ZeRO: each rank gets only its slice of the summed gradient */
+            RT_TRY(s.zero ? rt_zero_reduce_grads(s.zero) : rt_train_allreduce_grads(&s, model->params));
             float lsum = (float)loss_sum;
             if (s.dp->size > 1) {
                 RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
@@ -265,10 +286,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
             double norm;
-            RT_TRY(rt_grad_norm_tp(model->params, s.tp, &norm));
+            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm) : rt_grad_norm_tp(model->params, s.tp, &norm));
             float coef = rt_clip_coef(norm, o->clip);
             hp.lr = rt_sched_lr(&sched, step);
-            RT_TRY(rt_adamw_step(model->params, &hp, coef, step + 1));
+            RT_TRY(s.zero ? rt_zero_step(s.zero, &hp, coef, step + 1) : rt_adamw_step(model->params, &hp, coef, step + 1));
             step++;
             double ms = rt_now_ms() - t0;
             log_loss += loss;
@@ -360,5 +381,6 @@ fail:
         free(win);
     }
     if (s.metrics) fclose(s.metrics);
+    rt_zero_free(s.zero);
     return st;
 }

@@ -47,10 +47,12 @@ typedef struct {
 } rt_train_eval;
 
 /* Checkpoint I/O (checkpoints/ckpt_train.c implements it; kept behind pointers so the loop
- * depends on nothing above runtime/). meta_json carries step, epoch, data position, options. */
+ * depends on nothing above runtime/). meta_json carries step, epoch, data position, options.
+ * Both are collective over tp: files hold full tensors, so save gathers the shards (tp rank 0
+ * writes) and load keeps this rank's shard; a checkpoint resumes at any tp. */
 typedef struct {
-    rt_status (*save)(const char *path, const rt_params *p, const char *meta_json);
-    rt_status (*load)(const char *path, rt_params *p, char **meta_json); /* meta is malloc'd */
+    rt_status (*save)(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json);
+    rt_status (*load)(const char *path, rt_params *p, rt_comm *tp, char **meta_json); /* meta is malloc'd */
     rt_status (*latest)(const char *dir, char *out, size_t size);        /* RT_ERR_IO when none */
     rt_status (*prune)(const char *dir, size_t keep);
     rt_status (*step_path)(const char *dir, long long step, char *out, size_t size);
@@ -73,6 +75,13 @@ typedef struct {
      * dp rank its slice of the same global batch; gradients are summed over dp, the loss is
      * normalised by the global number of targets, and only the first rank writes files. */
     rt_comm *dp, *tp;
+    /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
+     * update this rank's slice, all-gather the parameters); 2 also gives back the full
+     * gradient between steps (CPU backend). offload_optimizer keeps the slice's fp32 master
+     * weights, m and v in host memory and runs AdamW there; it needs zero >= 1. Checkpoints
+     * keep the full layout, so they resume at any dp and zero. 0/false: off. */
+    int zero;
+    bool offload_optimizer;
 } rt_train_opts;
 
 typedef struct {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpt2-classify under mpirun must give the single-process losses, gradient norms and dev
-# metrics at dp=2, dp=4, tp=2, tp=4 and dp=2 x tp=2 (--batch-size is the global batch, each dp
+# metrics at dp=2, dp=4, tp=2, tp=4, dp=2 x tp=2, and with ZeRO-1/2 and optimizer offload (--batch-size is the global batch, each dp
 # rank takes a slice; tp ranks shard the same HF weights). Dropout is off: its masks are drawn
-# per rank-local batch element, as in PyTorch DDP.
+# per rank-local batch element, as in PyTorch DDP. A checkpoint saved at tp=2 resumes at tp=1,
+# tp=2 and tp=4 and continues as the single process does.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -27,11 +28,13 @@ head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
 ARGS=(--model "$TMP/model" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --grad-accum 2 --max-steps 5
       --log-interval 1 --threads 1 --save-interval -1)
 
-run() { # name, ranks, tp
+run() { # name, ranks, tp, [zero stage], [offload]
+    local extra=(--zero "${4:-0}")
+    [ "${5:-}" = offload ] && extra+=(--offload-optimizer)
     if [ "$2" -eq 1 ]; then
         "$BIN" "${ARGS[@]}" --save-dir "$TMP/$1" > "$TMP/$1.log" 2>&1
     else
-        mpirun -np "$2" "$BIN" "${ARGS[@]}" --tp "$3" --save-dir "$TMP/$1" > "$TMP/$1.log" 2>&1
+        mpirun -np "$2" "$BIN" "${ARGS[@]}" --tp "$3" "${extra[@]}" --save-dir "$TMP/$1" > "$TMP/$1.log" 2>&1
     fi
 }
 # loss and grad_norm of each step, and the dev metrics, from metrics.jsonl
@@ -40,10 +43,11 @@ numbers() { grep -o '"\(loss\|grad_norm\|accuracy\|f1\)":[-0-9.e]*' "$TMP/$1/met
 run one 1 || { echo "FAILED: single-process run"; cat "$TMP/one.log"; exit 1; }
 # 5 steps x (loss, grad_norm) + at least one eval (loss, accuracy, f1)
 [ "$(numbers one | wc -l)" -ge 13 ] || { echo "FAILED: expected at least 13 numbers in metrics.jsonl"; numbers one; exit 1; }
-for layout in "2 1" "4 1" "2 2" "4 4" "4 2"; do # ranks tp
+# ZeRO layouts (third field: stage, fourth: optimizer offload) must match one process as well
+for layout in "2 1" "4 1" "2 2" "4 4" "4 2" "2 1 1" "4 1 2" "4 2 1" "3 1 2 offload"; do # ranks tp [zero] [offload]
     set -- $layout
-    name="np$1_tp$2"
-    if ! run "$name" "$1" "$2"; then
+    name="np$1_tp$2_zero${3:-0}${4:+_$4}"
+    if ! run "$name" "$1" "$2" "${3:-0}" "${4:-}"; then
         fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
     fi
     if paste <(numbers one) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \
@@ -54,6 +58,30 @@ for layout in "2 1" "4 1" "2 2" "4 4" "4 2"; do # ranks tp
         paste <(numbers one) <(numbers "$name") >&2
     fi
 done
+# checkpoints hold full tensors: save at tp=2 (step 3), resume at tp=1, 2 and 4; steps 4-5 and the
+# dev metrics must be the single process's (its numbers after step 3's loss and grad_norm)
+if mpirun -np 2 "$BIN" "${ARGS[@]}" --save-interval 3 --tp 2 --save-dir "$TMP/ck" \
+    > "$TMP/ck.log" 2>&1 && [ -f "$TMP/ck/step-000003.tzck" ]; then
+    for tp in 1 2 4; do
+        name="resume_tp$tp"
+        mkdir -p "$TMP/$name" && cp "$TMP/ck/step-000003.tzck" "$TMP/$name/"
+        if [ "$tp" -eq 1 ]; then
+            "$BIN" "${ARGS[@]}" --resume --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+        else
+            mpirun -np "$tp" "$BIN" "${ARGS[@]}" --tp "$tp" --resume --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+        fi || { fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue; }
+        if paste <(numbers one | tail -n +7) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \
+            && [ "$(numbers one | tail -n +7 | wc -l)" -eq "$(numbers "$name" | wc -l)" ] \
+            && grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1)); echo "FAILED: $name differs from one process:" >&2
+            paste <(numbers one | tail -n +7) <(numbers "$name") >&2
+        fi
+    done
+else
+    fail=$((fail + 1)); echo "FAILED: save at tp=2" >&2; tail -5 "$TMP/ck.log" >&2
+fi
 # a tp that does not divide the heads fails before any work, on every rank, with exit 1
 mpirun -np 3 "$BIN" "${ARGS[@]}" --tp 3 --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
 rc=$?

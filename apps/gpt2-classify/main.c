@@ -35,11 +35,11 @@
 
 typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out,
-        *save_hf;
+        *save_hf, *deepspeed_config;
     int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads, tp;
-    double lr, weight_decay, warmup, clip;
-    bool resume, pad8, comm_stats;
+        threads, tp, zero;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
+    bool resume, pad8, comm_stats, offload_optimizer;
 } gc_opts;
 
 static gc_opts O;
@@ -64,6 +64,9 @@ static const rt_opt gc_options[] = {
      0, 10},
     {"warmup", RT_OPT_FLOAT, &O.warmup, "0.1", NULL, "warmup: steps when >= 1, a fraction of all steps when < 1", NULL, 0,
      1e12},
+    {"adam-beta1", RT_OPT_FLOAT, &O.adam_beta1, "0.9", NULL, "AdamW beta1", NULL, 0, 0.999999},
+    {"adam-beta2", RT_OPT_FLOAT, &O.adam_beta2, "0.999", NULL, "AdamW beta2", NULL, 0, 0.999999},
+    {"adam-eps", RT_OPT_FLOAT, &O.adam_eps, "1e-8", NULL, "AdamW epsilon", NULL, 1e-30, 1},
     {"schedule", RT_OPT_CHOICE, &O.schedule, "linear", NULL, "learning-rate decay after warmup", "constant|linear|cosine", 0,
      0},
     {"clip", RT_OPT_FLOAT, &O.clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
@@ -85,10 +88,18 @@ static const rt_opt gc_options[] = {
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
     {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"deepspeed-config", RT_OPT_STRING, &O.deepspeed_config, NULL, "FILE",
+     "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
+     "and the command line override it", NULL, 0, 0},
     {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
      "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
     {"tp", RT_OPT_INT, &O.tp, "1", NULL,
      "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
+    {"zero", RT_OPT_INT, &O.zero, "0", NULL,
+     "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
+    {"offload-optimizer", RT_OPT_FLAG, &O.offload_optimizer, "false", NULL,
+     "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL, 0,
+     0},
     {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
 };
 
@@ -332,6 +343,16 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
     rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 16 B of counts = %.4f MB (ring traffic per rank: "
                 "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
                 dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+    if (O.zero > 0 && grid->dp_size > 1) {
+        /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
+         * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
+         * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
+        size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
+        rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
+                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 16 B of counts",
+                    (long long)O.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
+                    (4.0 * (double)shard + 16.0) / 1e6);
+    }
     rt_log_info("  formula tp all_reduce: 4 B x C %d x (4 L + 1 = %d) x B*T %.1f per step + 4 B stop flag = %.4f MB",
                 c->n_embd, 4 * c->n_layer + 1, padded_tokens / (double)steps, tp_formula / 1e6);
 }
@@ -464,7 +485,15 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_comm_stats dp_stats = {0}, tp_stats = {0};
     rt_comm *dp_owned = NULL, *tp_owned = NULL;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    if (O.offload_optimizer && O.zero == 0)
+        RT_FAIL(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
     RT_TRY(rt_grid_init(world, (int)O.tp, &grid_storage));
+    if (rt_args_source_of(&gc_spec, "batch-size") == RT_ARG_DEEPSPEED) {
+        /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
+        O.batch_size *= grid_storage.dp_size;
+        rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",
+                    grid_storage.dp_size, (long long)O.batch_size);
+    }
     /* --comm-stats: the model and the loop talk through counting views of the groups */
     dp_owned = grid_storage.dp;
     tp_owned = grid_storage.tp;
@@ -555,10 +584,10 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_opts to = {
         .prog = PROG, .epochs = O.epochs, .max_steps = O.max_steps, .batch_size = O.batch_size,
         .grad_accum = O.grad_accum, .lr = O.lr, .weight_decay = O.weight_decay, .warmup = O.warmup, .clip = O.clip,
-        .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .schedule = O.schedule, .seed = (uint64_t)O.seed,
+        .beta1 = O.adam_beta1, .beta2 = O.adam_beta2, .adam_eps = O.adam_eps, .schedule = O.schedule, .seed = (uint64_t)O.seed,
         .eval_interval = O.eval_interval, .log_interval = O.log_interval, .save_interval = O.save_interval,
         .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
-        .dp = grid->dp, .tp = grid->tp,
+        .dp = grid->dp, .tp = grid->tp, .zero = (int)O.zero, .offload_optimizer = O.offload_optimizer,
     };
     gc_train_ctx train_ctx = {.model = model};
     rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};

@@ -1,0 +1,286 @@
+/* ZeRO stages 1 and 2 and optimizer offload over the parameter slab (see rt_zero.h). */
+#include "runtime/rt_zero.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "runtime/rt_log.h"
+
+/* A sub-range [off, off + n) of this rank's slice (slice-relative) lying inside one run of
+ * parameters that share key (no_decay, or "tensor-parallel sharded"). */
+typedef struct {
+    size_t off, n;
+    bool key;
+} zero_range;
+
+static bool zero_key(const rt_param_spec *s, bool by_decay) { return by_decay ? s->no_decay : s->tp != RT_TP_NONE; }
+
+/* Cuts the slab into runs of parameters with the same key and intersects each with this
+ * rank's slice, so a slice that starts or ends inside a parameter still gets that parameter's
+ * setting. The alignment gaps inside a run hold zeros everywhere and stay zero under AdamW and
+ * add nothing to a norm; gaps between runs and the padding are never touched. Returns the
+ * count; out holds at least p->n entries. */
+static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
+    const rt_params *p = z->p;
+    const size_t lo = z->begin, hi = z->begin + z->shard;
+    int n = 0;
+    for (int i = 0; i < p->n;) {
+        bool key = zero_key(&p->specs[i], by_decay);
+        int j = i + 1;
+        while (j < p->n && zero_key(&p->specs[j], by_decay) == key) j++;
+        size_t b = p->specs[i].offset, e = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        if (b < lo) b = lo;
+        if (e > hi) e = hi;
+        if (b < e) out[n++] = (zero_range){.off = b - lo, .n = e - b, .key = key};
+        i = j;
+    }
+    return n;
+}
+
+/* Replaces *buf (p->numel floats of backend memory) by a zeroed buffer of z->padded floats
+ * holding the same first p->numel values. */
+static rt_status zero_grow(rt_zero *z, float **buf, const char *what) {
+    rt_params *p = z->p;
+    float *nb = NULL;
+    if (z->padded == p->numel || !*buf) return RT_OK;
+    rt_status st = rt_backend_alloc(p->be, z->padded * sizeof(float), what, (void **)&nb);
+    if (st != RT_OK) return st;
+    p->be->ops->copy(p->be->ctx, nb, *buf, p->numel * sizeof(float));
+    p->be->ops->free(p->be->ctx, *buf);
+    *buf = nb;
+    return RT_OK;
+}
+
+rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool offload, rt_zero **out) {
+    rt_status st = RT_OK;
+    *out = NULL;
+    if (stage < 1 || stage > 2)
+        return rt_errorf(RT_ERR_CONFIG, "--zero %d: expected 1 or 2 (--offload-optimizer needs --zero 1 or 2)", stage);
+    rt_zero *z = rt_xcalloc(1, sizeof *z);
+    z->p = p;
+    z->dp = dp ? dp : rt_comm_self();
+    z->tp = tp ? tp : rt_comm_self();
+    z->stage = stage;
+    z->offload = offload;
+    const size_t ranks = (size_t)z->dp->size;
+    z->shard = (p->numel + ranks - 1) / ranks;
+    z->padded = z->shard * ranks;
+    z->begin = (size_t)z->dp->rank * z->shard;
+    RT_TRY(zero_grow(z, &p->param, "parameters (padded for ZeRO)"));
+    RT_TRY(zero_grow(z, &p->grad, "gradients (padded for ZeRO)"));
+    rt_zero_release_state(z); /* full moments, if any, are not kept */
+    RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "ZeRO gradient shard", (void **)&z->gshard));
+    if (offload) {
+        if (p->be->device < 0) {
+            z->host_be = p->be;
+        } else {
+            RT_TRY(rt_cpu_backend_init(0, &z->host_be));
+            z->own_host_be = true;
+        }
+        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded master weights", (void **)&z->h_master));
+        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded gradient shard", (void **)&z->h_grad));
+        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW first moments", (void **)&z->m));
+        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW second moments", (void **)&z->v));
+        p->be->ops->to_host(p->be->ctx, z->h_master, p->param + z->begin, z->shard * sizeof(float));
+    } else {
+        RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW first moments (ZeRO shard)", (void **)&z->m));
+        RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW second moments (ZeRO shard)", (void **)&z->v));
+    }
+    if (z->dp->rank == 0 && z->tp->rank == 0) {
+        const double mib = 4.0 / (1 << 20);
+        rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s", stage,
+                    z->dp->size, offload ? ", optimizer offloaded to host memory" : "", 2.0 * (double)z->shard * mib,
+                    2.0 * (double)p->numel * mib,
+                    stage == 2 && p->be->device < 0 ? "; the full gradient is released between steps" : "");
+    }
+    *out = z;
+    return RT_OK;
+fail:
+    rt_zero_free(z);
+    return st;
+}
+
+void rt_zero_free(rt_zero *z) {
+    if (!z) return;
+    rt_params *p = z->p;
+    rt_zero_release_state(z);
+    if (z->grad_released && !p->grad) {
+        /* leave the slab whole for whoever uses it after training */
+        p->grad = p->be->ops->alloc(p->be->ctx, z->padded * sizeof(float));
+    }
+    if (z->gshard) p->be->ops->free(p->be->ctx, z->gshard);
+    rt_backend *mbe = z->offload ? z->host_be : p->be;
+    if (mbe) {
+        if (z->m) mbe->ops->free(mbe->ctx, z->m);
+        if (z->v) mbe->ops->free(mbe->ctx, z->v);
+    }
+    if (z->host_be) {
+        if (z->h_master) z->host_be->ops->free(z->host_be->ctx, z->h_master);
+        if (z->h_grad) z->host_be->ops->free(z->host_be->ctx, z->h_grad);
+        if (z->own_host_be) rt_backend_free(z->host_be);
+    }
+    free(z);
+}
+
+rt_status rt_zero_begin_step(rt_zero *z) {
+    rt_params *p = z->p;
+    if (z->grad_released) {
+        rt_status st = rt_backend_alloc(p->be, z->padded * sizeof(float), "gradients", (void **)&p->grad);
+        if (st != RT_OK) return st;
+        z->grad_released = false;
+        return RT_OK;
+    }
+    rt_params_zero_grad(p); /* the padding beyond p->numel is never written: it stays zero */
+    return RT_OK;
+}
+
+rt_status rt_zero_reduce_grads(rt_zero *z) {
+    rt_params *p = z->p;
+    rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->gshard, p->grad, z->shard, RT_REDUCE_SUM);
+    if (st != RT_OK) return st;
+    /* stage 2: nothing reads the full gradient again before the next backward, so its memory
+     * goes back (on CPU a fresh zeroed allocation is cheap; on a GPU a cudaMalloc per step
+     * would synchronise, so the buffer stays there until a caching allocator exists) */
+    if (z->stage == 2 && p->be->device < 0) {
+        p->be->ops->free(p->be->ctx, p->grad);
+        p->grad = NULL;
+        z->grad_released = true;
+    }
+    return RT_OK;
+}
+
+/* Gathers k doubles from every rank of c into all (c->size * k, rank-major). Comm buffers are
+ * float32: each double travels as hi + lo floats (about 48 bits). */
+static rt_status zero_gather_doubles(rt_backend *be, rt_comm *c, const double *mine, int k, double *all) {
+    rt_status st = RT_OK;
+    const size_t n = 2 * (size_t)k, size = (size_t)c->size;
+    float *dev = NULL;
+    float *host = rt_xmalloc(sizeof(float) * n * (size + 1));
+    for (int i = 0; i < k; i++) {
+        host[2 * i] = (float)mine[i];
+        host[2 * i + 1] = (float)(mine[i] - (double)host[2 * i]);
+    }
+    RT_TRY(rt_backend_alloc(be, sizeof(float) * n * (size + 1), "grad norm", (void **)&dev));
+    be->ops->to_device(be->ctx, dev, host, sizeof(float) * n);
+    RT_TRY(c->ops->all_gather(c->ctx, dev + n, dev, n));
+    be->ops->to_host(be->ctx, host + n, dev + n, sizeof(float) * n * size);
+    for (size_t r = 0; r < size; r++)
+        for (int i = 0; i < k; i++)
+            all[r * (size_t)k + (size_t)i] = (double)host[n + r * n + 2 * (size_t)i] + (double)host[n + r * n + 2 * (size_t)i + 1];
+fail:
+    if (dev) be->ops->free(be->ctx, dev);
+    free(host);
+    return st;
+}
+
+rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
+    rt_status st = RT_OK;
+    rt_params *p = z->p;
+    zero_range *r = rt_xmalloc(sizeof *r * (size_t)(p->n > 0 ? p->n : 1));
+    double *all = rt_xmalloc(sizeof(double) * 2 * (size_t)(z->dp->size > z->tp->size ? z->dp->size : z->tp->size));
+    double mine[2] = {0, 0}; /* replicated, tensor-parallel sharded */
+    int nr = zero_ranges(z, false, r);
+    for (int i = 0; i < nr; i++) mine[r[i].key] += p->be->ops->sumsq(p->be->ctx, z->gshard + r[i].off, r[i].n);
+    /* the slices hold the dp-summed gradient: their squares add up to the summed gradient's */
+    RT_TRY(zero_gather_doubles(p->be, z->dp, mine, 2, all));
+    mine[0] = mine[1] = 0;
+    for (int k = 0; k < z->dp->size; k++) { /* rank order, so every rank gets the same bits */
+        mine[0] += all[2 * k];
+        mine[1] += all[2 * k + 1];
+    }
+    if (z->tp->size > 1) {
+        /* replicated parameters: every tp rank holds the same gradient, but its slab (and so
+         * its slicing) differs, so the sums can differ in the last bits; take tp rank 0's so the
+         * whole grid clips with one coefficient. Sharded ones add over tp. */
+        RT_TRY(zero_gather_doubles(p->be, z->tp, mine, 2, all));
+        mine[0] = all[0];
+        mine[1] = 0;
+        for (int k = 0; k < z->tp->size; k++) mine[1] += all[2 * k + 1];
+    }
+    *norm = sqrt(mine[0] + mine[1]);
+fail:
+    free(r);
+    free(all);
+    return st;
+}
+
+rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, int64_t t) {
+    rt_status st = RT_OK;
+    rt_params *p = z->p;
+    RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
+    zero_range *r = rt_xmalloc(sizeof *r * (size_t)(p->n > 0 ? p->n : 1));
+    int nr = zero_ranges(z, true, r);
+    const size_t bytes = z->shard * sizeof(float);
+    if (z->offload) {
+        /* gradient shard down, AdamW on the host's fp32 master copy, parameters back up */
+        rt_backend *hb = z->host_be;
+        p->be->ops->to_host(p->be->ctx, z->h_grad, z->gshard, bytes);
+        for (int i = 0; i < nr; i++)
+            hb->ops->adamw(hb->ctx, z->h_master + r[i].off, z->h_grad + r[i].off, z->m + r[i].off, z->v + r[i].off,
+                           r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
+                           r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
+        p->be->ops->to_device(p->be->ctx, p->param + z->begin, z->h_master, bytes);
+    } else {
+        float *param = p->param + z->begin;
+        for (int i = 0; i < nr; i++)
+            p->be->ops->adamw(p->be->ctx, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off,
+                              r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
+                              r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
+    }
+    /* in place: this rank's slice already sits at its spot in the slab */
+    RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
+fail:
+    free(r);
+    return st;
+}
+
+rt_status rt_zero_gather_state(rt_zero *z) {
+    rt_status st = RT_OK;
+    rt_params *p = z->p;
+    float **full[2] = {&p->m, &p->v};
+    const float *mine[2] = {z->m, z->v};
+    rt_zero_release_state(z);
+    for (int k = 0; k < 2; k++) {
+        RT_TRY(rt_backend_alloc(p->be, z->padded * sizeof(float), k ? "AdamW second moments (checkpoint)"
+                                                                     : "AdamW first moments (checkpoint)",
+                                (void **)full[k]));
+        float *at = *full[k] + z->begin;
+        if (z->offload)
+            p->be->ops->to_device(p->be->ctx, at, mine[k], z->shard * sizeof(float));
+        else
+            p->be->ops->copy(p->be->ctx, at, mine[k], z->shard * sizeof(float));
+        RT_TRY(z->dp->ops->all_gather(z->dp->ctx, *full[k], at, z->shard));
+    }
+fail:
+    if (st != RT_OK) rt_zero_release_state(z);
+    return st;
+}
+
+void rt_zero_release_state(rt_zero *z) {
+    rt_params *p = z->p;
+    if (p->m) p->be->ops->free(p->be->ctx, p->m);
+    if (p->v) p->be->ops->free(p->be->ctx, p->v);
+    p->m = p->v = NULL;
+}
+
+rt_status rt_zero_scatter_state(rt_zero *z) {
+    rt_params *p = z->p;
+    const float *full[2] = {p->m, p->v};
+    float *mine[2] = {z->m, z->v};
+    const size_t bytes = z->shard * sizeof(float);
+    /* a reader fills p->numel floats: the last slice may reach into the padding */
+    const size_t have = z->begin < p->numel ? p->numel - z->begin : 0;
+    const size_t n = have < z->shard ? have : z->shard;
+    for (int k = 0; k < 2; k++) {
+        if (z->offload) {
+            memset(mine[k], 0, bytes);
+            if (full[k] && n) p->be->ops->to_host(p->be->ctx, mine[k], full[k] + z->begin, n * sizeof(float));
+        } else {
+            p->be->ops->zero(p->be->ctx, mine[k], bytes);
+            if (full[k] && n) p->be->ops->copy(p->be->ctx, mine[k], full[k] + z->begin, n * sizeof(float));
+        }
+    }
+    if (z->offload) p->be->ops->to_host(p->be->ctx, z->h_master, p->param + z->begin, bytes);
+    rt_zero_release_state(z);
+    return RT_OK;
+}
