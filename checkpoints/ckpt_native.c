@@ -3,6 +3,7 @@
  * untrusted: each length is checked against the bytes that remain before it is used, and
  * each count against what the table could hold, so a corrupt file cannot make it read out
  * of bounds or allocate without limit. */
+#include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_native.h"
 
 #include <dirent.h>
@@ -223,13 +224,8 @@ struct ckpt_native_file {
     char *metadata;
     nat_entry *entries; /* file order */
     size_t n;
-    size_t *by_name;
+    ckpt_name_index by_name; /* entries by name */
 };
-
-static _Thread_local const nat_entry *nat_sort_entries;
-static int nat_cmp_name(const void *a, const void *b) {
-    return strcmp(nat_sort_entries[*(const size_t *)a].name, nat_sort_entries[*(const size_t *)b].name);
-}
 
 /* The writer's padding is zeros and shorter than the alignment; checking that means every
  * byte of a file is covered by a check (CRC, bound or this), so no flipped bit goes unseen. */
@@ -389,13 +385,13 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     if (pos != table_len)
         RT_FAIL(RT_ERR_FORMAT, "%s: %llu unexpected bytes after the last record in the table", path,
                 (unsigned long long)(table_len - pos));
-    f->by_name = rt_xmalloc((f->n ? f->n : 1) * sizeof *f->by_name);
-    for (size_t i = 0; i < f->n; i++) f->by_name[i] = i;
-    nat_sort_entries = f->entries;
-    if (f->n) qsort(f->by_name, f->n, sizeof *f->by_name, nat_cmp_name);
-    for (size_t i = 1; i < f->n; i++)
-        if (strcmp(f->entries[f->by_name[i]].name, f->entries[f->by_name[i - 1]].name) == 0)
-            RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' appears twice", path, f->entries[f->by_name[i]].name);
+    {
+        const char **names = rt_xmalloc((f->n ? f->n : 1) * sizeof *names);
+        for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+        const char *dup = ckpt_name_index_build(&f->by_name, names, f->n);
+        free(names);
+        if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' appears twice", path, dup);
+    }
     *out = f;
     return RT_OK;
 fail:
@@ -409,7 +405,7 @@ void ckpt_native_close(ckpt_native_file *f) {
     if (f->map) munmap(f->map, f->map_size);
     for (size_t i = 0; i < f->n; i++) free(f->entries[i].name);
     free(f->entries);
-    free(f->by_name);
+    ckpt_name_index_free(&f->by_name);
     free(f->metadata);
     free(f->path);
     free(f);
@@ -433,17 +429,7 @@ void ckpt_native_record_at(const ckpt_native_file *f, size_t i, ckpt_native_reco
 }
 
 static long nat_lookup(const ckpt_native_file *f, const char *name) {
-    size_t lo = 0, hi = f->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(f->entries[f->by_name[mid]].name, name);
-        if (c == 0) return (long)f->by_name[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return ckpt_name_index_find(&f->by_name, name);
 }
 
 bool ckpt_native_has(const ckpt_native_file *f, const char *name) { return nat_lookup(f, name) >= 0; }

@@ -4,6 +4,7 @@
  * that fits, shape products and byte sizes are checked for overflow before they are
  * compared, and offsets are checked against the data section and against each other (sorted
  * by offset, so overlap is one pass). Only then is any data pointer handed out. */
+#include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_safetensors.h"
 
 #include <errno.h>
@@ -44,7 +45,7 @@ struct ckpt_st_file {
     const cJSON *metadata; /* "__metadata__" or NULL */
     st_entry *entries;     /* sorted by begin */
     size_t n;
-    size_t *by_name; /* indices into entries, sorted by name */
+    ckpt_name_index by_name; /* entries by name */
 };
 
 const char *ckpt_shape_str(int ndim, const size_t *shape, char *buf, size_t size) {
@@ -147,12 +148,6 @@ static int st_cmp_offset(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* qsort has no context argument, so the name sort sees the entries through this. Only used
- * inside open, which does not call back into itself. */
-static _Thread_local const st_entry *st_sort_entries;
-static int st_cmp_name(const void *a, const void *b) {
-    return strcmp(st_sort_entries[*(const size_t *)a].name, st_sort_entries[*(const size_t *)b].name);
-}
 
 rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
     rt_status st = RT_OK;
@@ -224,13 +219,12 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
                     f->entries[i - 1].name, f->entries[i - 1].begin, f->entries[i - 1].end, f->entries[i].name,
                     f->entries[i].begin, f->entries[i].end);
     }
-    f->by_name = rt_xmalloc((f->n ? f->n : 1) * sizeof *f->by_name);
-    for (size_t i = 0; i < f->n; i++) f->by_name[i] = i;
-    st_sort_entries = f->entries;
-    if (f->n) qsort(f->by_name, f->n, sizeof *f->by_name, st_cmp_name);
-    for (size_t i = 1; i < f->n; i++) {
-        if (strcmp(f->entries[f->by_name[i]].name, f->entries[f->by_name[i - 1]].name) == 0)
-            RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, f->entries[f->by_name[i]].name);
+    {
+        const char **names = rt_xmalloc((f->n ? f->n : 1) * sizeof *names);
+        for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
+        const char *dup = ckpt_name_index_build(&f->by_name, names, f->n);
+        free(names);
+        if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, dup);
     }
     *out = f;
     return RT_OK;
@@ -245,7 +239,7 @@ void ckpt_safetensors_close(ckpt_st_file *f) {
     if (f->map) munmap(f->map, f->map_size);
     cJSON_Delete(f->header);
     free(f->entries);
-    free(f->by_name);
+    ckpt_name_index_free(&f->by_name);
     free(f->path);
     free(f);
 }
@@ -272,17 +266,7 @@ void ckpt_safetensors_tensor(const ckpt_st_file *f, size_t i, ckpt_st_tensor *ou
 }
 
 static long st_lookup(const ckpt_st_file *f, const char *name) {
-    size_t lo = 0, hi = f->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(f->entries[f->by_name[mid]].name, name);
-        if (c == 0) return (long)f->by_name[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return ckpt_name_index_find(&f->by_name, name);
 }
 
 bool ckpt_safetensors_has(const ckpt_st_file *f, const char *name) { return st_lookup(f, name) >= 0; }
@@ -302,7 +286,7 @@ const char *ckpt_safetensors_metadata(const ckpt_st_file *f, const char *key) {
 
 rt_status ckpt_safetensors_read_f32(const ckpt_st_file *f, const char *name, float *dst, size_t numel_expected) {
     rt_status st = RT_OK;
-    ckpt_st_tensor t;
+    ckpt_st_tensor t = {0};
     char sbuf[160];
     RT_TRY(ckpt_safetensors_find(f, name, &t));
     if (t.dtype != RT_F32 && t.dtype != RT_F16 && t.dtype != RT_BF16 && t.dtype != RT_F64)

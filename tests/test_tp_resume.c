@@ -33,23 +33,6 @@ static void config(gpt2_config *cfg) {
     cfg->embd_pdrop = cfg->resid_pdrop = cfg->attn_pdrop = 0.0f;
 }
 
-static data_tokenized make_data(void) {
-    static int32_t storage[N_EXAMPLES][20];
-    const int32_t *rows[N_EXAMPLES];
-    int32_t lengths[N_EXAMPLES], len_a[N_EXAMPLES], labels[N_EXAMPLES];
-    for (int i = 0; i < N_EXAMPLES; i++) {
-        lengths[i] = 5 + (i * 7) % 14;
-        len_a[i] = lengths[i] / 2;
-        labels[i] = (i * 5 + 3) % 2;
-        /* ids reach the last real rows, next to the padding */
-        for (int t = 0; t < lengths[i]; t++) storage[i][t] = (i * 131 + t * 17 + 250) % (VOCAB - 1);
-        rows[i] = storage[i];
-    }
-    data_tokenized d = {0};
-    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, len_a, labels, N_EXAMPLES, &d));
-    return d;
-}
-
 /* One run: what rank 0 reports (losses of the steps it ran, the full final weights). */
 typedef struct {
     float losses[STEPS];
@@ -221,7 +204,8 @@ static void copy_prefix(const char *from, const char *to, long keep_bytes) {
 
 int main(void) {
     rt_log_set_quiet(true);
-    data_tokenized ds = make_data();
+    /* ids reach the last real rows, next to the padding */
+    data_tokenized ds = tz_synthetic_pairs(N_EXAMPLES, VOCAB, 250);
     char init_path[4096], ckpt[4096], bad[4096];
     const char *init_dir = tz_tmpdir();
     snprintf(init_path, sizeof init_path, "%s/init.safetensors", init_dir);

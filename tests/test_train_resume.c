@@ -18,22 +18,6 @@
 
 enum { N_EXAMPLES = 24, VOCAB = 1000 };
 
-static data_tokenized make_data(void) {
-    static int32_t storage[N_EXAMPLES][20];
-    const int32_t *rows[N_EXAMPLES];
-    int32_t lengths[N_EXAMPLES], len_a[N_EXAMPLES], labels[N_EXAMPLES];
-    for (int i = 0; i < N_EXAMPLES; i++) {
-        lengths[i] = 5 + (i * 7) % 14;
-        len_a[i] = lengths[i] / 2;
-        labels[i] = (i * 5 + 3) % 2;
-        for (int t = 0; t < lengths[i]; t++) storage[i][t] = (i * 131 + t * 17) % (VOCAB - 1);
-        rows[i] = storage[i];
-    }
-    data_tokenized d = {0};
-    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, len_a, labels, N_EXAMPLES, &d));
-    return d;
-}
-
 typedef struct {
     gpt2_model *m;
     int64_t stop_at_step; /* raise SIGINT during this step (0-based), -1 never */
@@ -96,7 +80,7 @@ int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
     if (!be) return tz_test_result("test_train_resume");
-    data_tokenized ds = make_data();
+    data_tokenized ds = tz_synthetic_pairs(N_EXAMPLES, VOCAB, 0);
 
     /* bit-exact resume, with dropout and accumulation on; 24 examples / (3 x 2) = 4 steps per
      * epoch, so 8 steps cross an epoch boundary */

@@ -28,22 +28,6 @@ enum { N_EXAMPLES = 36, VOCAB = 1000, MAX_DP = 5, STEPS = 5, BATCH = 6 };
 
 static data_tokenized g_ds;
 
-static data_tokenized make_data(void) {
-    static int32_t storage[N_EXAMPLES][20];
-    const int32_t *rows[N_EXAMPLES];
-    int32_t lengths[N_EXAMPLES], len_a[N_EXAMPLES], labels[N_EXAMPLES];
-    for (int i = 0; i < N_EXAMPLES; i++) {
-        lengths[i] = 5 + (i * 7) % 14;
-        len_a[i] = lengths[i] / 2;
-        labels[i] = (i * 5 + 3) % 2;
-        for (int t = 0; t < lengths[i]; t++) storage[i][t] = (i * 131 + t * 17) % (VOCAB - 1);
-        rows[i] = storage[i];
-    }
-    data_tokenized d = {0};
-    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, len_a, labels, N_EXAMPLES, &d));
-    return d;
-}
-
 typedef struct {
     int dp, zero;
     bool offload, resume;
@@ -222,7 +206,7 @@ int main(void) {
     rt_log_set_quiet(true);
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
-    g_ds = make_data();
+    g_ds = tz_synthetic_pairs(N_EXAMPLES, VOCAB, 0);
 
     /* equivalence with plain dp at dp = 2 and 5 (save at the end: the moments are compared
      * through the checkpoint, which ZeRO regathers) */

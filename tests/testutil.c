@@ -70,3 +70,25 @@ int tz_test_result(const char *name) {
     printf("%s: %d passed, %d failed\n", name, tz_test_checks - tz_test_failures, tz_test_failures);
     return tz_test_failures ? 1 : 0;
 }
+
+data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset) {
+    int32_t *storage = rt_xcalloc((size_t)n * 18, sizeof(int32_t));
+    const int32_t **rows = rt_xcalloc((size_t)n, sizeof *rows);
+    int32_t *lengths = rt_xcalloc((size_t)n, sizeof(int32_t)), *len_a = rt_xcalloc((size_t)n, sizeof(int32_t));
+    int32_t *labels = rt_xcalloc((size_t)n, sizeof(int32_t));
+    for (int i = 0; i < n; i++) {
+        lengths[i] = 5 + (i * 7) % 14;
+        len_a[i] = lengths[i] / 2;
+        labels[i] = (i * 5 + 3) % 2;
+        for (int t = 0; t < lengths[i]; t++) storage[(size_t)i * 18 + t] = (i * 131 + t * 17 + id_offset) % (vocab - 1);
+        rows[i] = storage + (size_t)i * 18;
+    }
+    data_tokenized d = {0};
+    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, len_a, labels, (size_t)n, &d));
+    free(storage);
+    free(rows);
+    free(lengths);
+    free(len_a);
+    free(labels);
+    return d;
+}

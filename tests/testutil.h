@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/data_dataset.h"
 #include "runtime/rt_status.h"
 
 extern int tz_test_failures;
@@ -39,6 +40,10 @@ const char *tz_shared_path(const char *rel);
 const char *tz_source_path(const char *rel);
 /* A fresh temporary directory (mkdtemp), removed by nothing: tests run in /tmp. */
 const char *tz_tmpdir(void);
+
+/* n synthetic labelled sentence pairs of 5..18 tokens with ids in [0, vocab - 1) shifted by
+ * id_offset (the loop and parallel tests train on them; vocab - 1 is left for padding). */
+data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset);
 
 /* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
 int tz_test_result(const char *name);
