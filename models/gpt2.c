@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_hf_gpt2.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
@@ -334,7 +335,7 @@ rt_comm *gpt2_model_tp(gpt2_model *m) { return m->tp; }
 int gpt2_model_padded_vocab(const gpt2_model *m) { return m->V_pad; }
 const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
-static uint64_t gpt2_stream(const gpt2_pass *p, int site) {
+static uint64_t gpt2_stream(const mdl_pass *p, int site) {
     return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
 }
 
@@ -372,7 +373,7 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
 }
 
 /* The transformer body: embeddings through ln_f into m->lnf. */
-static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const gpt2_pass *pass) {
+static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
@@ -429,7 +430,7 @@ fail:
 }
 
 /* Backward of the body, from dL/d(ln_f output) in m->dln. */
-static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const gpt2_pass *pass) {
+static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
@@ -493,7 +494,7 @@ fail:
     return st;
 }
 
-rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass, float grad_scale, double *loss_sum,
+rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits) {
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
@@ -536,7 +537,7 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
     const int C = m->C, Vl = m->V_local, V = m->cfg.vocab_size;
     const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
     float *logits = NULL, *gathered = NULL, *host = NULL;
-    gpt2_pass pass = {0};
+    mdl_pass pass = {0};
     RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
     RT_TRY(gpt2_forward_body(m, B, T, &pass));
     if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
@@ -566,4 +567,38 @@ fail:
     if (gathered) be->ops->free(be->ctx, gathered);
     free(host);
     return st;
+}
+
+/* ---- the model as a classifier for the shared GLUE driver ---- */
+
+static rt_status gpt2_cls_vstep(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                double *loss_sum, float *host_logits) {
+    return gpt2_cls_step(model, b, pass, grad_scale, loss_sum, host_logits);
+}
+
+static rt_params *gpt2_cls_vparams(void *model) { return gpt2_model_params(model); }
+
+static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
+    gpt2_model *m = model;
+    char path[4096];
+    rt_status st = RT_OK;
+    if (m->tp->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        st = gpt2_config_save(&m->cfg, path);
+    }
+    /* the weights are gathered over tp even when the config failed, so no rank waits forever */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rt_status st2 = ckpt_hf_gpt2_save(path, &m->params, m->cfg.vocab_size, m->tp);
+    return st != RT_OK ? st : st2;
+}
+
+static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
+
+void gpt2_classifier(gpt2_model *m, mdl_classifier *out) {
+    *out = (mdl_classifier){.model = m,
+                            .num_labels = m->cfg.num_labels,
+                            .step = gpt2_cls_vstep,
+                            .params = gpt2_cls_vparams,
+                            .save_hf = gpt2_cls_vsave_hf,
+                            .free = gpt2_cls_vfree};
 }

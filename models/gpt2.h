@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "models/classifier.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_batch.h"
 #include "runtime/rt_comm.h"
@@ -41,14 +42,6 @@ rt_status gpt2_config_validate(const gpt2_config *c, int tp);
 
 typedef struct gpt2_model gpt2_model;
 
-/* Randomness of one forward pass: dropout draws from (seed, step, micro-batch). */
-typedef struct {
-    uint64_t seed;
-    int64_t step;
-    int micro;
-    bool training; /* dropout on */
-} gpt2_pass;
-
 /* Builds the model and its activation memory for batches up to max_B x max_T. Weights are
  * initialised as HF initialises them (normal(0, initializer_range), c_proj scaled by
  * 1/sqrt(2 n_layer), LayerNorm 1/0, biases 0) from the counter RNG with `seed`. */
@@ -66,13 +59,16 @@ const gpt2_config *gpt2_model_config(const gpt2_model *m);
 /* Sequence classification: forward (and backward when grad_scale > 0, accumulating
  * parameter gradients with dL/dlogits scaled by grad_scale). Writes the summed loss over
  * labelled rows to *loss_sum, and the logits (B, num_labels) to host_logits when non-NULL. */
-rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const gpt2_pass *pass, float grad_scale, double *loss_sum,
+rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits);
 
 /* Language-model logits (B, T, vocab) through the tied head, and the final hidden states
  * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
  * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:
  * every rank calls it, and every rank gets the full logits). */
+/* The model as a sequence classifier for the shared GLUE driver (models/classifier.h). */
+void gpt2_classifier(gpt2_model *m, mdl_classifier *out);
+
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
                          float *host_hidden);
 

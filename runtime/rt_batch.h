@@ -12,6 +12,10 @@ typedef struct {
     int32_t *attention_mask; /* (B, T), 1 for real tokens, 0 for padding */
     int32_t *lengths;        /* (B) real tokens per row */
     int32_t *labels;         /* (B) class labels (classification), -100 = none */
+    float *targets;          /* (B) regression targets (num_labels == 1, e.g. STS-B), NaN = none;
+                              * NULL for classification data */
+    int32_t *token_type_ids; /* (B, T) segment ids (BERT: 0 for text A, 1 for text B, 0 on padding);
+                              * NULL when the data has no segments */
     int32_t *example_index;  /* (B) row of each example in its dataset */
     int n_targets;           /* labelled targets in this batch (for loss normalisation) */
     size_t n_tokens;         /* real tokens in this batch */

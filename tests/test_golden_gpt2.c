@@ -115,7 +115,7 @@ static void test_tiny_cls(rt_backend *be) {
     gpt2_model *m = load_tiny_cls(be, dir);
     if (!m) return;
     rt_params *p = gpt2_model_params(m);
-    gpt2_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
+    mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
     float logits[B * 2], ref_logits[B * 2], ref_loss;
     double loss_sum = 0;
     rt_params_zero_grad(p);

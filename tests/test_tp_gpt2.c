@@ -115,7 +115,7 @@ static rt_status rank_run(tp_rank_arg *a) {
         RT_FAIL(RT_ERR_FORMAT, "rank %d: %d missing (%s), %d unused", tp->rank, rep.missing, rep.first_missing,
                 rep.unused);
     rt_params *p = gpt2_model_params(m);
-    gpt2_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
+    mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
 
     if (a->dropout) {
         for (int s = 0; s < DROP_STEPS; s++) {

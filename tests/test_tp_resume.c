@@ -57,7 +57,7 @@ static rt_status fwd_bwd(void *ctx, const rt_batch *b, uint64_t seed, int64_t st
                          double *loss) {
     rank_arg *a = ctx;
     if (step == a->fail_at) return rt_errorf(RT_ERR_RUNTIME, "simulated crash at step %lld", (long long)step);
-    gpt2_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
     rt_status st = gpt2_cls_step(a->m, b, &pass, scale, loss, NULL);
     if (st == RT_OK && a->comm->rank == 0 && step < STEPS) { /* one micro-batch per step, dp = 1 */
         a->res->losses[step] = (float)(*loss / (double)b->n_targets);

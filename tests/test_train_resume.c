@@ -27,7 +27,7 @@ static rt_status fwd_bwd(void *ctx, const rt_batch *b, uint64_t seed, int64_t st
                          double *loss) {
     run_ctx *r = ctx;
     if (step == r->stop_at_step && micro == 0) raise(SIGINT);
-    gpt2_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
     return gpt2_cls_step(r->m, b, &pass, scale, loss, NULL);
 }
 

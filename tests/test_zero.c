@@ -48,7 +48,7 @@ typedef struct {
 
 static rt_status fwd_bwd(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro, float scale,
                          double *loss) {
-    gpt2_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
     return gpt2_cls_step(ctx, b, &pass, scale, loss, NULL);
 }
 

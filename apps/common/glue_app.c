@@ -1,0 +1,633 @@
+/* The shared GLUE fine-tuning driver (see glue_app.h): everything gpt2-classify and
+ * bert-classify have in common, with the model family plugged in. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_train.h"
+#include "data/data_collate.h"
+#include "data/data_dataset.h"
+#include "data/data_glue.h"
+#include "data/data_loader.h"
+#include "apps/common/glue_app.h"
+#include "runtime/rt_args.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_comm_stats.h"
+#include "runtime/rt_grid.h"
+#include "runtime/rt_launch.h"
+#include "runtime/rt_log.h"
+#include "runtime/rt_metrics.h"
+#include "runtime/rt_trainer.h"
+#include "tokenizers/tok.h"
+
+
+typedef struct {
+    const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out,
+        *save_hf, *deepspeed_config;
+    int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
+        threads, tp, zero;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
+    bool resume, pad8, comm_stats, offload_optimizer;
+} gc_opts;
+
+static gc_opts O;
+
+static const rt_opt gc_options[] = {
+    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)", "mrpc|sst2|rte|cola|wnli", 0, 0},
+    {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
+     "HF model directory (config.json, model.safetensors, tokenizer files); default: the HF cache when the program "
+     "names a model there, else a small model from scratch", NULL, 0, 0},
+    {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build that model from scratch (no weights)", NULL, 0,
+     0},
+    {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
+     "tokenizer directory or file when --model has none (default: the one shipped for the model family)", NULL, 0, 0},
+    {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with train.tsv and dev.tsv (default: shipped MRPC copy)",
+     NULL, 0, 0},
+    {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
+    {"max-steps", RT_OPT_INT, &O.max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL, 0, 1e12},
+    {"batch-size", RT_OPT_INT, &O.batch_size, "16", NULL, "examples per micro-batch", NULL, 1, 65536},
+    {"grad-accum", RT_OPT_INT, &O.grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
+    {"lr", RT_OPT_FLOAT, &O.lr, "1e-4", NULL, "peak learning rate", NULL, 0, 10},
+    {"weight-decay", RT_OPT_FLOAT, &O.weight_decay, "0.01", NULL, "AdamW weight decay (not on biases and LayerNorm)", NULL,
+     0, 10},
+    {"warmup", RT_OPT_FLOAT, &O.warmup, "0.1", NULL, "warmup: steps when >= 1, a fraction of all steps when < 1", NULL, 0,
+     1e12},
+    {"adam-beta1", RT_OPT_FLOAT, &O.adam_beta1, "0.9", NULL, "AdamW beta1", NULL, 0, 0.999999},
+    {"adam-beta2", RT_OPT_FLOAT, &O.adam_beta2, "0.999", NULL, "AdamW beta2", NULL, 0, 0.999999},
+    {"adam-eps", RT_OPT_FLOAT, &O.adam_eps, "1e-8", NULL, "AdamW epsilon", NULL, 1e-30, 1},
+    {"schedule", RT_OPT_CHOICE, &O.schedule, "linear", NULL, "learning-rate decay after warmup", "constant|linear|cosine", 0,
+     0},
+    {"clip", RT_OPT_FLOAT, &O.clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
+    {"max-len", RT_OPT_INT, &O.max_len, "128", NULL, "truncate each pair to N tokens (longest first)", NULL, 1, 1 << 20},
+    {"pad-to-8", RT_OPT_FLAG, &O.pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
+    {"seed", RT_OPT_INT, &O.seed, "42", NULL, "seed for init, data order and dropout", NULL, 0, 9e15},
+    {"eval-interval", RT_OPT_INT, &O.eval_interval, "0", NULL, "evaluate every N steps and at each epoch's end (0 = epoch ends only, -1 = never)", NULL, -1, 1e12},
+    {"log-interval", RT_OPT_INT, &O.log_interval, "10", NULL, "print a step line every N steps", NULL, 0, 1e12},
+    {"save-dir", RT_OPT_STRING, &O.save_dir, NULL, "DIR", "checkpoints, metrics.jsonl, predictions (default runs/PROGRAM)", NULL,
+     0, 0},
+    {"save-interval", RT_OPT_INT, &O.save_interval, "0", NULL,
+     "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
+    {"keep", RT_OPT_INT, &O.keep, "2", NULL, "keep the newest N checkpoints", NULL, 1, 1e6},
+    {"resume", RT_OPT_FLAG, &O.resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0, 0},
+    {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE.tsv", "after training, predict every row of a GLUE-format TSV",
+     NULL, 0, 0},
+    {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
+     "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
+    {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
+     "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
+    {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+    {"deepspeed-config", RT_OPT_STRING, &O.deepspeed_config, NULL, "FILE",
+     "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
+     "and the command line override it", NULL, 0, 0},
+    {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
+     "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
+    {"tp", RT_OPT_INT, &O.tp, "1", NULL,
+     "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
+    {"zero", RT_OPT_INT, &O.zero, "0", NULL,
+     "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
+    {"offload-optimizer", RT_OPT_FLAG, &O.offload_optimizer, "false", NULL,
+     "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL, 0,
+     0},
+    {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
+};
+
+static rt_args_spec gc_spec = {
+    .prog = "glue",
+    .opts = gc_options,
+    .n_opts = (int)(sizeof gc_options / sizeof gc_options[0]),
+};
+
+/* The model family of this program (glue_app_main sets it). */
+static const glue_app_model *F;
+
+/* ---- where the weights come from ---- */
+
+typedef struct {
+    char config[4096];  /* config.json, or "" for the built-in small config */
+    char weights[4096]; /* safetensors file, or "" for from-scratch init */
+    char tokenizer[4096];
+    const char *what;   /* for the log line */
+    char what_buf[256];
+} gc_source;
+
+static int gc_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* ~/.cache/huggingface/hub/models--<repo>/snapshots/<rev>/ with config.json and weights. */
+static int gc_find_hf_cache(const char *repo, char *dir, size_t size) {
+    const char *hf_home = getenv("HF_HOME"), *home = getenv("HOME");
+    char hub[4096];
+    if (!repo) return 0;
+    if (hf_home && *hf_home)
+        snprintf(hub, sizeof hub, "%s/hub/models--%s/snapshots", hf_home, repo);
+    else if (home && *home)
+        snprintf(hub, sizeof hub, "%s/.cache/huggingface/hub/models--%s/snapshots", home, repo);
+    else
+        return 0;
+    DIR *d = opendir(hub);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char cfg[4096 + 300], w[4096 + 300];
+        snprintf(cfg, sizeof cfg, "%s/%s/config.json", hub, e->d_name);
+        snprintf(w, sizeof w, "%s/%s/model.safetensors", hub, e->d_name);
+        if (gc_exists(cfg) && gc_exists(w)) {
+            snprintf(dir, size, "%s/%s", hub, e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static int gc_has_tokenizer_files(const char *dir) {
+    const char *names[] = {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"};
+    char p[4200];
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (gc_exists(p)) return 1;
+    }
+    return 0;
+}
+
+static rt_status gc_resolve_source(gc_source *s) {
+    rt_status st = RT_OK;
+    char dir[4096] = "";
+    memset(s, 0, sizeof *s);
+    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (O.model) {
+        snprintf(dir, sizeof dir, "%s", O.model);
+        struct stat sb;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF %s folder with config.json and "
+                                        "model.safetensors, as huggingface-cli download writes)", dir, F->family);
+        s->what = "pretrained weights from --model";
+    } else if (O.arch) {
+        snprintf(s->config, sizeof s->config, "%s", O.arch);
+        s->what = "random init (HF's scheme) with the architecture from --arch";
+    } else if (gc_find_hf_cache(F->hf_cache_repo, dir, sizeof dir)) {
+        snprintf(s->what_buf, sizeof s->what_buf, "pretrained %s from the local HF cache", F->hf_cache_repo);
+        s->what = s->what_buf;
+    } else {
+        snprintf(s->what_buf, sizeof s->what_buf, "random init of %s (no --model%s%s%s)", F->scratch_desc,
+                 F->hf_cache_repo ? ", and no HF '" : "", F->hf_cache_repo ? F->hf_cache_repo : "",
+                 F->hf_cache_repo ? "' in the local cache" : "");
+        s->what = s->what_buf;
+    }
+    if (dir[0]) {
+        snprintf(s->config, sizeof s->config, "%s/config.json", dir);
+        RT_TRY(ckpt_hf_find_weights(dir, s->weights, sizeof s->weights));
+        if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
+    }
+    if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : F->default_tokenizer);
+fail:
+    return st;
+}
+
+/* ---- evaluation ---- */
+
+typedef struct {
+    const mdl_classifier *model;
+    const data_tokenized *ds;
+    const data_glue_task *task;
+    int batch_size;
+    int32_t pad_id;
+    int pad_multiple;
+    rt_batch batch;
+    int32_t *pred;  /* (n) */
+    float *probs;   /* (n, num_labels) */
+    float *logits;  /* (batch_size, num_labels) */
+    int32_t *idx;
+    float *reduce;  /* (n * (num_labels + 1) + 1) results assembled over dp */
+    rt_comm *dp;
+} gc_eval;
+
+/* Runs the model over every row; fills pred and probs; returns the summed loss. Each dp rank
+ * takes a contiguous share of the rows, and one all-reduce assembles the full results on
+ * every rank (rows outside a rank's share are zero there). */
+static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
+    rt_status st = RT_OK;
+    const int NL = e->model->num_labels;
+    const size_t n = e->ds->n, w = (size_t)e->dp->size, r = (size_t)e->dp->rank;
+    const size_t lo = n * r / w, hi = n * (r + 1) / w;
+    float *red = e->reduce; /* (n*NL) probs, (n) predictions, (1) loss */
+    mdl_pass pass = {.training = false};
+    memset(red, 0, (n * (size_t)(NL + 1) + 1) * sizeof(float));
+    double local_loss = 0;
+    for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
+        int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
+        for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
+        RT_TRY(data_collate_classification(e->ds, e->idx, count, e->pad_id, e->pad_multiple, &e->batch));
+        double l = 0;
+        RT_TRY(e->model->step(e->model->model, &e->batch, &pass, 0.0f, &l, e->logits));
+        local_loss += l;
+        for (int i = 0; i < count; i++) {
+            const float *z = e->logits + (size_t)i * NL;
+            float *p = red + (start + (size_t)i) * NL;
+            double mx = z[0], sum = 0;
+            int arg = 0;
+            for (int k = 1; k < NL; k++)
+                if (z[k] > mx) mx = z[arg = k];
+            for (int k = 0; k < NL; k++) sum += exp((double)z[k] - mx);
+            for (int k = 0; k < NL; k++) p[k] = (float)(exp((double)z[k] - mx) / sum);
+            red[n * NL + start + (size_t)i] = (float)arg;
+        }
+    }
+    red[n * (size_t)(NL + 1)] = (float)local_loss;
+    if (w > 1) RT_TRY(e->dp->ops->all_reduce(e->dp->ctx, red, n * (size_t)(NL + 1) + 1, RT_REDUCE_SUM));
+    memcpy(e->probs, red, n * (size_t)NL * sizeof(float));
+    for (size_t i = 0; i < n; i++) e->pred[i] = (int32_t)red[n * NL + i];
+    *loss_sum = w > 1 ? (double)red[n * (size_t)(NL + 1)] : local_loss;
+fail:
+    return st;
+}
+
+static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
+    gc_eval *e = ctx;
+    double loss_sum;
+    rt_status st = gc_predict_all(e, &loss_sum);
+    if (st != RT_OK) return st;
+    size_t labelled = 0;
+    for (size_t i = 0; i < e->ds->n; i++) labelled += e->ds->labels[i] != DATA_LABEL_NONE;
+    out->n = 0;
+    out->names[out->n] = "loss";
+    out->values[out->n++] = labelled ? loss_sum / (double)labelled : 0.0;
+    out->names[out->n] = "accuracy";
+    out->values[out->n++] = rt_metric_accuracy(e->pred, e->ds->labels, e->ds->n);
+    if (e->task->metric == DATA_METRIC_ACC_F1) {
+        out->names[out->n] = "f1";
+        out->values[out->n++] = rt_metric_f1_binary(e->pred, e->ds->labels, e->ds->n);
+    } else if (e->task->metric == DATA_METRIC_MCC) {
+        out->names[out->n] = "mcc";
+        out->values[out->n++] = rt_metric_mcc_binary(e->pred, e->ds->labels, e->ds->n);
+    }
+    return RT_OK;
+}
+
+static void gc_eval_init(gc_eval *e, const mdl_classifier *m, const data_tokenized *ds, const data_glue_task *task,
+                         int32_t pad,
+                         rt_comm *dp) {
+    int NL = m->num_labels;
+    memset(e, 0, sizeof *e);
+    e->model = m;
+    e->ds = ds;
+    e->task = task;
+    e->batch_size = (int)O.batch_size;
+    e->pad_id = pad;
+    e->pad_multiple = O.pad8 ? 8 : 1;
+    e->pred = rt_xcalloc(ds->n + 1, sizeof(int32_t));
+    e->probs = rt_xcalloc((ds->n + 1) * (size_t)NL, sizeof(float));
+    e->logits = rt_xcalloc((size_t)O.batch_size * (size_t)NL, sizeof(float));
+    e->idx = rt_xcalloc((size_t)O.batch_size, sizeof(int32_t));
+    e->reduce = rt_xcalloc(ds->n * (size_t)(NL + 1) + 1, sizeof(float));
+    e->dp = dp;
+}
+
+static void gc_eval_free(gc_eval *e) {
+    data_batch_free(&e->batch);
+    free(e->pred);
+    free(e->probs);
+    free(e->logits);
+    free(e->idx);
+    free(e->reduce);
+}
+
+/* ---- training callbacks ---- */
+
+typedef struct {
+    const mdl_classifier *model;
+    double padded_tokens; /* sum of B x T over the micro-batches this rank trained on */
+} gc_train_ctx;
+
+static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                     float grad_scale, double *loss_sum) {
+    gc_train_ctx *c = ctx;
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    c->padded_tokens += (double)b->B * (double)b->T;
+    return c->model->step(c->model->model, b, &pass, grad_scale, loss_sum, NULL);
+}
+
+/* ---- --comm-stats ---- */
+
+/* Measured payload per optimizer step next to what the layout predicts: dp sums the whole
+ * gradient slab once per step (plus the target count, token count, loss and stop flag);
+ * Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding and
+ * four times per layer (two row-parallel outputs forward, two column-parallel input
+ * gradients backward). */
+static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const glue_model *m,
+                                const rt_params *p, const rt_grid *grid, int64_t steps, double padded_tokens) {
+    if (grid->world->rank != 0 || steps <= 0) return;
+    double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 16.0 : 0.0;
+    double tp_formula =
+        grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
+    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, dp %d x tp %d):",
+                (long long)steps, grid->dp_size, grid->tp_size);
+    const rt_comm_stats *groups[2] = {dp, tp};
+    const char *names[2] = {"dp", "tp"};
+    for (int g = 0; g < 2; g++)
+        for (int op = 0; op < RT_COMM_OP_COUNT; op++)
+            if (groups[g]->calls[op])
+                rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
+                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
+    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 16 B of counts = %.4f MB (ring traffic per rank: "
+                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
+                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+    if (O.zero > 0 && grid->dp_size > 1) {
+        /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
+         * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
+         * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
+        size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
+        rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
+                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 16 B of counts",
+                    (long long)O.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
+                    (4.0 * (double)shard + 16.0) / 1e6);
+    }
+    rt_log_info("  formula tp all_reduce: 4 B x %.0f floats per token (C x (4 L + 1) for GPT-2) x B*T %.1f per step "
+                "+ 4 B stop flag = %.4f MB", m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
+}
+
+/* ---- --predict ---- */
+
+static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *tok, const data_glue_task *task,
+                                 int32_t pad,
+                                 const rt_grid *grid) {
+    rt_status st = RT_OK;
+    data_examples ex = {0};
+    data_tokenized ds = {0};
+    gc_eval e = {0};
+    FILE *f = NULL;
+    char out_path[4096];
+    /* a labelled split (train/dev) or the unlabelled test layout */
+    if (data_glue_load(task, O.predict, true, &ex) != RT_OK) {
+        char first[1024];
+        snprintf(first, sizeof first, "%s", rt_error_message());
+        data_examples_free(&ex);
+        memset(&ex, 0, sizeof ex);
+        if (data_glue_load(task, O.predict, false, &ex) != RT_OK)
+            RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
+    }
+    RT_TRY(data_tokenize_pairs(&ex, tok, (int)O.max_len, &ds));
+    gc_eval_init(&e, m, &ds, task, pad, grid->dp);
+    double loss;
+    RT_TRY(gc_predict_all(&e, &loss));
+    if (grid->world->rank != 0) goto fail; /* every rank has the results; one writes them */
+    if (O.predict_out)
+        snprintf(out_path, sizeof out_path, "%s", O.predict_out);
+    else
+        snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.save_dir);
+    f = fopen(out_path, "w");
+    if (!f) RT_FAIL(RT_ERR_IO, "--predict-out %s: cannot write: %s", out_path, strerror(errno));
+    int NL = m->num_labels;
+    fprintf(f, "index\tprediction");
+    for (int k = 0; k < NL; k++) fprintf(f, "\tprob_%d", k);
+    fprintf(f, "\n");
+    for (size_t i = 0; i < ds.n; i++) {
+        fprintf(f, "%zu\t%d", i, e.pred[i]);
+        for (int k = 0; k < NL; k++) fprintf(f, "\t%.6f", e.probs[i * NL + k]);
+        fprintf(f, "\n");
+    }
+    if (fclose(f) != 0) {
+        f = NULL;
+        RT_FAIL(RT_ERR_IO, "%s: write failed: %s", out_path, strerror(errno));
+    }
+    f = NULL;
+    rt_log_info("wrote %zu predictions to %s", ds.n, out_path);
+fail:
+    if (f) fclose(f);
+    gc_eval_free(&e);
+    data_tokenized_free(&ds);
+    data_examples_free(&ex);
+    return st;
+}
+
+/* ---- --save-hf ---- */
+
+static rt_status gc_copy_file(const char *from, const char *to) {
+    rt_status st = RT_OK;
+    char *buf = NULL;
+    FILE *f = fopen(from, "rb");
+    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    buf = rt_xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = rt_xrealloc(buf, cap *= 2);
+    }
+    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
+    RT_TRY(ckpt_atomic_write_file(to, buf, n));
+fail:
+    fclose(f);
+    free(buf);
+    return st;
+}
+
+/* An HF folder Transformers loads with from_pretrained: config.json, model.safetensors and
+ * the tokenizer files under HF's names (encoder.json/vocab.bpe are the same bytes as
+ * vocab.json/merges.txt). */
+static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    char path[4096], from[4096];
+    const bool writer = grid->world->rank == 0;
+    if (writer) RT_TRY(rt_train_prepare_dir(O.save_hf));
+    /* config.json and the weights (gathered over tp); the first replica's tp group does it */
+    if (grid->dp_rank == 0) RT_TRY(m->save_hf(m->model, O.save_hf));
+    if (!writer) goto fail;
+    /* HF's names; GPT-2's encoder.json / vocab.bpe are the same bytes as vocab.json / merges.txt */
+    static const char *const names[][2] = {
+        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+        {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
+        {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
+        {"vocab.bpe", "merges.txt"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
+        snprintf(path, sizeof path, "%s/%s", O.save_hf, names[i][1]);
+        if (gc_exists(from) && !gc_exists(path)) RT_TRY(gc_copy_file(from, path));
+    }
+    rt_log_info("wrote HF model folder %s", O.save_hf);
+fail:
+    return st;
+}
+
+/* ---- main ---- */
+
+static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) {
+    rt_status st = RT_OK;
+    const char *pos[1];
+    int n_pos = 0;
+    gc_source src;
+    tok_tokenizer *tok = NULL;
+    rt_backend *be = NULL;
+    glue_model gm = {0};
+    data_examples train_ex = {0}, dev_ex = {0};
+    data_tokenized train = {0}, dev = {0};
+    data_loader *loader = NULL;
+    gc_eval ev = {0};
+    char *options_json = NULL;
+    bool ev_ready = false;
+
+    rt_grid grid_storage = {0};
+    const rt_grid *grid = &grid_storage;
+    rt_comm_stats dp_stats = {0}, tp_stats = {0};
+    rt_comm *dp_owned = NULL, *tp_owned = NULL;
+    RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    static char default_save_dir[256];
+    if (!O.save_dir) {
+        snprintf(default_save_dir, sizeof default_save_dir, "runs/%s", F->prog);
+        O.save_dir = default_save_dir;
+    }
+    if (O.offload_optimizer && O.zero == 0)
+        RT_FAIL(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
+    RT_TRY(rt_grid_init(world, (int)O.tp, &grid_storage));
+    if (rt_args_source_of(&gc_spec, "batch-size") == RT_ARG_DEEPSPEED) {
+        /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
+        O.batch_size *= grid_storage.dp_size;
+        rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",
+                    grid_storage.dp_size, (long long)O.batch_size);
+    }
+    /* --comm-stats: the model and the loop talk through counting views of the groups */
+    dp_owned = grid_storage.dp;
+    tp_owned = grid_storage.tp;
+    if (O.comm_stats) {
+        grid_storage.dp = rt_comm_stats_wrap(dp_owned, &dp_stats);
+        grid_storage.tp = rt_comm_stats_wrap(tp_owned, &tp_stats);
+    }
+    const data_glue_task *task = data_glue_task_find(O.dataset);
+    RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
+    RT_TRY(gc_resolve_source(&src));
+    /* fail early on an unusable save dir, before minutes of tokenizing */
+    RT_TRY(rt_train_prepare_dir(O.save_dir));
+
+    RT_TRY(tok_load(src.tokenizer, &tok));
+    int pad_multiple = O.pad8 ? 8 : 1;
+    int max_T = (int)((O.max_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+
+    /* the device, then the model: a config or layout that cannot work fails here, before the
+     * data is read and tokenized */
+    char device[32];
+    snprintf(device, sizeof device, "%s", O.device);
+    if (strncmp(O.device, "cuda", 4) == 0 && world->size > 1)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "--device %s with %d ranks: multi-process GPU training (NCCL) is not wired into "
+                                    "the programs yet; run one process per GPU job, or on CPU under mpirun",
+                O.device, world->size);
+    if (strcmp(O.device, "cuda") == 0) { /* one GPU per rank on each node */
+        rt_launch_info li;
+        RT_TRY(rt_launch_detect(&li));
+        snprintf(device, sizeof device, "cuda:%d", li.local_rank);
+    }
+    RT_TRY(rt_backend_init(device, (int)O.threads, &be));
+    glue_model_args ma = {.config_path = src.config[0] ? src.config : NULL, .num_labels = task->n_labels, .tok = tok,
+                          .be = be, .tp = grid->tp, .max_B = (int)O.batch_size, .max_T = max_T,
+                          .seed = (uint64_t)O.seed};
+    RT_TRY(F->create(&ma, &gm));
+    const int32_t pad = gm.pad_id;
+    rt_params *params = gm.cls.params(gm.cls.model);
+    if (src.weights[0]) {
+        char report[512];
+        RT_TRY(F->load_hf(&gm, src.weights, report, sizeof report));
+        rt_log_info("weights: %s (%s): %s", src.what, src.weights, report);
+    } else {
+        rt_log_info("weights: %s", src.what);
+    }
+    rt_log_info("model: %s, %zu parameters; tokenizer %s; device %s", gm.desc, params->numel, src.tokenizer, device);
+
+    char train_path[4096], dev_path[4096];
+    const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
+    if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
+        RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir (only MRPC ships with tunezoo; GLUE's files for %s go in "
+                              "that folder as %s and %s)", task->name, task->name, task->train_file, task->dev_file);
+    snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
+    snprintf(dev_path, sizeof dev_path, "%s/%s", data_dir, task->dev_file);
+    RT_TRY(data_glue_load(task, train_path, true, &train_ex));
+    RT_TRY(data_glue_load(task, dev_path, true, &dev_ex));
+    RT_TRY(data_tokenize_pairs(&train_ex, tok, (int)O.max_len, &train));
+    RT_TRY(data_tokenize_pairs(&dev_ex, tok, (int)O.max_len, &dev));
+    rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows, from %s", task->name, train.n,
+                train.n_truncated, (long long)O.max_len, dev.n, data_dir);
+
+    /* --batch-size is the global batch: each dp rank collates its slice of it */
+    data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
+                               .world = grid->dp_size};
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.batch_size, pad, pad_multiple, &loader));
+    gc_eval_init(&ev, &gm.cls, &dev, task, pad, grid->dp);
+    ev_ready = true;
+
+    options_json = rt_args_to_json(&gc_spec);
+    rt_train_opts to = {
+        .prog = F->prog, .epochs = O.epochs, .max_steps = O.max_steps, .batch_size = O.batch_size,
+        .grad_accum = O.grad_accum, .lr = O.lr, .weight_decay = O.weight_decay, .warmup = O.warmup, .clip = O.clip,
+        .beta1 = O.adam_beta1, .beta2 = O.adam_beta2, .adam_eps = O.adam_eps, .schedule = O.schedule, .seed = (uint64_t)O.seed,
+        .eval_interval = O.eval_interval, .log_interval = O.log_interval, .save_interval = O.save_interval,
+        .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
+        .dp = grid->dp, .tp = grid->tp, .zero = (int)O.zero, .offload_optimizer = O.offload_optimizer,
+    };
+    gc_train_ctx train_ctx = {.model = &gm.cls};
+    rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};
+    rt_train_data td = data_loader_train_data(loader);
+    rt_train_eval te = {.ctx = &ev, .evaluate = gc_evaluate};
+    rt_train_result res;
+    RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    if (O.comm_stats) gc_print_comm_stats(&dp_stats, &tp_stats, &gm, params, grid, res.steps, train_ctx.padded_tokens);
+    *signal_out = res.signal;
+    if (res.signal) goto fail;
+    if (res.last_eval.n) {
+        char line[512];
+        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", task->name, dev.n,
+                         (long long)res.steps);
+        for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+        rt_log_info("%s", line);
+    }
+    if (O.predict) RT_TRY(gc_predict_file(&gm.cls, tok, task, pad, grid));
+    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, src.tokenizer, grid));
+fail:
+    free(options_json);
+    if (ev_ready) gc_eval_free(&ev);
+    data_loader_free(loader);
+    if (gm.cls.free) gm.cls.free(gm.cls.model);
+    rt_backend_free(be);
+    data_tokenized_free(&train);
+    data_tokenized_free(&dev);
+    data_examples_free(&train_ex);
+    data_examples_free(&dev_ex);
+    tok_free(tok);
+    if (dp_owned && grid_storage.dp != dp_owned) {
+        rt_comm_free(grid_storage.dp);
+        rt_comm_free(grid_storage.tp);
+        grid_storage.dp = dp_owned;
+        grid_storage.tp = tp_owned;
+    }
+    rt_grid_free(&grid_storage);
+    return st;
+}
+
+int glue_app_main(const glue_app_model *family, int argc, char **argv) {
+    int sig = 0, code;
+    rt_comm *world = NULL;
+    F = family;
+    gc_spec.prog = family->prog;
+    gc_spec.summary = family->summary;
+    gc_spec.epilog = family->epilog;
+    /* collectives give up after 10 minutes: a dead rank ends the run instead of hanging it */
+    rt_status st = rt_comm_world_init(&argc, &argv, 600.0, &world);
+    if (st == RT_OK) {
+        rt_log_set_rank(world->rank, world->size);
+        st = gc_run(argc, argv, world, &sig);
+    }
+    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
+                                : rt_status_exit_code(family->prog, st);
+    rt_comm_free(world);
+    rt_comm_mpi_finalize();
+    return code;
+}

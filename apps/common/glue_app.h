@@ -1,0 +1,49 @@
+/* The GLUE fine-tuning driver every classification program shares (gpt2-classify,
+ * bert-classify): the options, where the weights and the tokenizer come from, the data, the
+ * parallel grid, evaluation and metrics, --predict, --save-hf and --comm-stats, around the
+ * one training loop in runtime/. A program supplies only its model family (glue_app_model)
+ * and calls glue_app_main. */
+#ifndef GLUE_APP_H
+#define GLUE_APP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/classifier.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "tokenizers/tok.h"
+
+typedef struct {
+    const char *config_path;   /* an HF config.json, or NULL for the family's small default */
+    int num_labels;            /* 1 = regression */
+    const tok_tokenizer *tok;
+    rt_backend *be;
+    rt_comm *tp;
+    int max_B, max_T;          /* the largest batch the model must hold */
+    uint64_t seed;
+} glue_model_args;
+
+typedef struct {
+    mdl_classifier cls;
+    int32_t pad_id;             /* the id batches are padded with (the model pools against it) */
+    double tp_floats_per_token; /* activation all-reduce floats per token per step at tp > 1 */
+    char desc[256];             /* one line for the log: "GPT-2 4 layers, 128 wide, ..." */
+} glue_model;
+
+typedef struct {
+    const char *prog, *summary, *epilog;
+    const char *family;            /* "GPT-2", for messages */
+    const char *hf_cache_repo;     /* used without --model when in the HF cache ("gpt2"); NULL = none */
+    const char *default_tokenizer; /* relative to the source tree, for --arch and the small default */
+    const char *scratch_desc;      /* what the small default is, for the log */
+    /* Validates the config against the tokenizer and the tp size, then builds the model. */
+    rt_status (*create)(const glue_model_args *a, glue_model *out);
+    /* Loads HF weights, keeping this tp rank's shard; writes a one-line report. */
+    rt_status (*load_hf)(glue_model *m, const char *weights_path, char *report, size_t size);
+} glue_app_model;
+
+/* Runs the program: returns the process exit status. */
+int glue_app_main(const glue_app_model *family, int argc, char **argv);
+
+#endif
