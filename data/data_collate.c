@@ -1,10 +1,17 @@
 /* Dynamic padding into a reusable rt_batch (see data_collate.h). */
 #include "data/data_collate.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/data_glue.h"
+
+/* Where the targets of a batch go: after the labels, in the labels' block (see reserve). */
+static float *data_batch_targets_slot(rt_batch *batch) {
+    return (float *)(void *)(batch->labels + (batch->capacity_B ? batch->capacity_B : 1));
+}
 
 rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
     RT_CHECK(B >= 0 && T >= 0, "B=%d T=%d", B, T);
@@ -12,22 +19,30 @@ rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
     int nb = B > batch->capacity_B ? B : batch->capacity_B;
     int nt = T > batch->capacity_T ? T : batch->capacity_T;
     size_t cells = (size_t)nb * (size_t)nt;
+    size_t rows = (size_t)(nb ? nb : 1);
+    bool had_targets = batch->targets != NULL;
     /* Contents are rewritten by the next collate, so realloc's copy is wasted but harmless. */
     int32_t *ids = realloc(batch->input_ids, (cells ? cells : 1) * sizeof *ids);
     if (ids) batch->input_ids = ids;
     int32_t *mask = realloc(batch->attention_mask, (cells ? cells : 1) * sizeof *mask);
     if (mask) batch->attention_mask = mask;
-    int32_t *lengths = realloc(batch->lengths, (size_t)(nb ? nb : 1) * sizeof *lengths);
+    int32_t *types = realloc(batch->token_type_ids, (cells ? cells : 1) * sizeof *types);
+    if (types) batch->token_type_ids = types;
+    int32_t *lengths = realloc(batch->lengths, rows * sizeof *lengths);
     if (lengths) batch->lengths = lengths;
-    int32_t *labels = realloc(batch->labels, (size_t)(nb ? nb : 1) * sizeof *labels);
+    /* The targets live in the same block as the labels, after capacity_B of them: the batch
+     * of classification data must show targets == NULL, and with its own allocation that
+     * pointer would then be lost. So only labels is ever freed. */
+    int32_t *labels = realloc(batch->labels, rows * (sizeof *labels + sizeof(float)));
     if (labels) batch->labels = labels;
-    int32_t *index = realloc(batch->example_index, (size_t)(nb ? nb : 1) * sizeof *index);
+    int32_t *index = realloc(batch->example_index, rows * sizeof *index);
     if (index) batch->example_index = index;
-    if (!ids || !mask || !lengths || !labels || !index)
+    if (!ids || !mask || !types || !lengths || !labels || !index)
         return rt_errorf(RT_ERR_NOMEM, "batch: out of memory for %d x %d tokens", nb, nt);
     /* Capacities grow only once every buffer has the new size. */
     batch->capacity_B = nb;
     batch->capacity_T = nt;
+    batch->targets = had_targets ? data_batch_targets_slot(batch) : NULL;
     return RT_OK;
 }
 
@@ -44,6 +59,7 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
         if (ds->lengths[i] > longest) longest = ds->lengths[i];
     }
     batch->B = count;
+    batch->targets = NULL;
     batch->n_targets = 0;
     batch->n_tokens = 0;
     if (count == 0) {
@@ -54,18 +70,29 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
     T = (T + pad_multiple - 1) / pad_multiple * pad_multiple;
     RT_TRY(data_batch_reserve(batch, count, T));
     batch->T = T;
+    if (ds->targets) batch->targets = data_batch_targets_slot(batch);
     for (int b = 0; b < count; b++) {
         int32_t i = indices[b];
         int len = ds->lengths[i];
+        int len_a = ds->len_a[i];
         int32_t *row = batch->input_ids + (size_t)b * T;
         int32_t *mask = batch->attention_mask + (size_t)b * T;
+        int32_t *types = batch->token_type_ids + (size_t)b * T;
         memcpy(row, ds->ids + ds->offsets[i], (size_t)len * sizeof *row);
         for (int t = len; t < T; t++) row[t] = pad_id;
         for (int t = 0; t < T; t++) mask[t] = t < len;
+        /* BERT segments: 0 over text A and its specials, 1 after it, 0 on padding (HF pads
+         * token_type_ids with 0). */
+        for (int t = 0; t < T; t++) types[t] = t >= len_a && t < len;
         batch->lengths[b] = len;
         batch->labels[b] = ds->labels[i];
         batch->example_index[b] = i;
-        batch->n_targets += ds->labels[i] != DATA_LABEL_NONE;
+        if (ds->targets) {
+            batch->targets[b] = ds->targets[i];
+            batch->n_targets += !isnan(ds->targets[i]);
+        } else {
+            batch->n_targets += ds->labels[i] != DATA_LABEL_NONE;
+        }
         batch->n_tokens += (size_t)len;
     }
 fail:
@@ -79,5 +106,6 @@ void data_batch_free(rt_batch *batch) {
     free(batch->lengths);
     free(batch->labels);
     free(batch->example_index);
+    free(batch->token_type_ids);
     memset(batch, 0, sizeof *batch);
 }

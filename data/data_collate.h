@@ -17,11 +17,15 @@
 /* Fills batch with rows indices[0..count) of ds. T = the longest of those rows rounded up
  * to pad_multiple (1 or 8), at least 1. pad_id >= 0 (GPT-2 has no pad token: pass its eos,
  * 50256, as HF scripts do; the attention mask hides it). count may be 0 (a rank with an
- * empty share of the last global batch): B = 0, nothing else is touched. */
+ * empty share of the last global batch): B = 0, targets NULL, nothing else is touched.
+ * token_type_ids are always filled from ds->len_a (0 over text A with its specials, 1 after,
+ * 0 on padding); models without token types ignore them. Regression data (ds->targets set):
+ * batch->targets holds the rows' targets and n_targets counts the non-NaN ones; otherwise
+ * batch->targets is NULL and n_targets counts labels other than -100. */
 rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
                                       int pad_multiple, rt_batch *batch);
-/* Grows the buffers to hold B rows of T tokens, so that later batches up to that size never
- * allocate. */
+/* Grows the buffers (ids, mask, token types, lengths, labels with room for targets, example
+ * index) to hold B rows of T tokens, so that later batches up to that size never allocate. */
 rt_status data_batch_reserve(rt_batch *batch, int B, int T);
 /* Frees the buffers; the struct is zeroed. Accepts NULL. */
 void data_batch_free(rt_batch *batch);

@@ -156,8 +156,8 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
                     if (i < fail_i) {
                         fail_i = i;
                         fail_st = s;
-                        snprintf(fail_msg, sizeof fail_msg, "%s:%d: %s: %s", src, ex->line ? ex->line[i] : (int)i + 1,
-                                 what, rt_error_message());
+                        snprintf(fail_msg, sizeof fail_msg, "%s:%d: %s: %s", data_examples_row_path(ex, i),
+                                 ex->line ? ex->line[i] : (int)i + 1, what, rt_error_message());
                     }
 #pragma omp atomic write
                     failed = 1;
@@ -180,13 +180,15 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
             RT_FAIL(RT_ERR_UNSUPPORTED,
                     "%s:%d: tokenizer %s: joining the separately encoded texts gives %d ids but "
                     "tok_encode_pair gives %zu (or different ids)",
-                    src, ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok), lens[i], check.n);
+                    data_examples_row_path(ex, i), ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok), lens[i],
+                    check.n);
         break;
     }
 
     size_t n_trunc = 0;
     for (size_t i = 0; i < n; i++) n_trunc += truncated[i];
     RT_TRY(data_tokenized_from_rows((const int32_t *const *)rows, lens, lens_a, ex->labels, n, out));
+    RT_TRY(data_tokenized_set_targets(out, ex->targets));
     out->max_len = max_len;
     out->n_truncated = n_trunc;
 

@@ -57,14 +57,16 @@ typedef struct {
     size_t *offsets;    /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
     int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
     int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
-    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE */
+    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE for regression) */
+    float *targets;     /* (n) regression targets, NaN = unlabelled; NULL for classification */
     int max_len;        /* the limit it was built with */
     int longest;        /* longest row after truncation */
     size_t n_truncated; /* rows that lost tokens to max_len */
 } data_tokenized;
 
 /* Tokenizes every example (OpenMP over examples; the tokenizer is read-only), truncating
- * with DATA_TRUNC_HF_FAST to max_len tokens including special tokens. */
+ * with DATA_TRUNC_HF_FAST to max_len tokens including special tokens. Labels and, for
+ * regression data (ex->targets), targets are copied. */
 rt_status data_tokenize_pairs(const data_examples *ex, const tok_tokenizer *tok, int max_len, data_tokenized *out);
 /* The same with an explicit truncation rule. */
 rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len,
@@ -74,6 +76,9 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
  * Copies everything; max_len is set to the longest row. */
 rt_status data_tokenized_from_rows(const int32_t *const *rows, const int32_t *lengths, const int32_t *len_a,
                                    const int32_t *labels, size_t n, data_tokenized *out);
+/* Copies n = d->n regression targets into d (NaN = unlabelled), replacing any it had;
+ * targets NULL makes d classification data again. */
+rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets);
 void data_tokenized_free(data_tokenized *d);
 
 #endif

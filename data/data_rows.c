@@ -87,8 +87,19 @@ fail:
     return st;
 }
 
+rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets) {
+    free(d->targets);
+    d->targets = NULL;
+    if (!targets) return RT_OK;
+    d->targets = malloc((d->n ? d->n : 1) * sizeof *d->targets);
+    if (!d->targets) return rt_errorf(RT_ERR_NOMEM, "tokenized dataset: out of memory for %zu targets", d->n);
+    if (d->n) memcpy(d->targets, targets, d->n * sizeof *d->targets);
+    return RT_OK;
+}
+
 void data_tokenized_free(data_tokenized *d) {
     if (!d) return;
+    free(d->targets);
     free(d->ids);
     free(d->offsets);
     free(d->lengths);

@@ -1,7 +1,10 @@
-/* Classification metrics (see rt_metrics.h). Degenerate cases return 0 as sklearn does. */
+/* Evaluation metrics (see rt_metrics.h). Classification degenerate cases return 0 as sklearn
+ * does; the correlations return NaN where scipy does. */
 #include "runtime/rt_metrics.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 
 typedef struct {
     double tp, fp, tn, fn, n;
@@ -41,4 +44,110 @@ double rt_metric_mcc_binary(const int32_t *pred, const int32_t *label, size_t n)
     rt_confusion c = rt_confusion_count(pred, label, n);
     double denom = sqrt((c.tp + c.fp) * (c.tp + c.fn) * (c.tn + c.fp) * (c.tn + c.fn));
     return denom > 0 ? (c.tp * c.tn - c.fp * c.fn) / denom : 0.0;
+}
+
+/* Pearson over m pairs already in double. Two passes (means first, then centred sums) keep
+ * the cancellation error of the one-pass formula out of near-constant inputs. */
+static double rt_pearson_d(const double *x, const double *y, size_t m) {
+    if (m < 2) return NAN;
+    double mx = 0, my = 0;
+    bool cx = true, cy = true;
+    for (size_t i = 0; i < m; i++) {
+        mx += x[i];
+        my += y[i];
+        cx &= x[i] == x[0];
+        cy &= y[i] == y[0];
+    }
+    /* Exactly constant input: scipy warns and returns NaN. Tested on the values, since a mean
+     * rounded off the constant would leave tiny nonzero deviations. */
+    if (cx || cy) return NAN;
+    mx /= (double)m;
+    my /= (double)m;
+    double sxy = 0, sxx = 0, syy = 0;
+    for (size_t i = 0; i < m; i++) {
+        double dx = x[i] - mx, dy = y[i] - my;
+        sxy += dx * dy;
+        sxx += dx * dx;
+        syy += dy * dy;
+    }
+    if (sxx == 0 || syy == 0) return NAN;
+    double r = sxy / sqrt(sxx * syy);
+    return r > 1 ? 1 : (r < -1 ? -1 : r);
+}
+
+/* The labelled pairs as doubles; *m of them. NULL only when allocation failed. */
+static double *rt_labelled_pairs(const float *pred, const float *target, size_t n, size_t *m, bool *nan_pred) {
+    double *xy = malloc(2 * (n ? n : 1) * sizeof *xy);
+    *m = 0;
+    *nan_pred = false;
+    if (!xy) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(target[i])) continue;
+        if (isnan(pred[i])) *nan_pred = true;
+        xy[*m] = pred[i];
+        xy[n + *m] = target[i];
+        (*m)++;
+    }
+    return xy;
+}
+
+double rt_metric_pearson(const float *pred, const float *target, size_t n) {
+    size_t m;
+    bool nan_pred;
+    double *xy = rt_labelled_pairs(pred, target, n, &m, &nan_pred);
+    /* Out of memory has no NaN-free answer to give; this is evaluation, not set-up. */
+    double r = !xy || nan_pred ? NAN : rt_pearson_d(xy, xy + n, m);
+    free(xy);
+    return r;
+}
+
+typedef struct {
+    double v;
+    size_t i;
+} rt_rank_item;
+
+static int rt_rank_cmp(const void *a, const void *b) {
+    const rt_rank_item *x = a, *y = b;
+    if (x->v < y->v) return -1;
+    if (x->v > y->v) return 1;
+    return x->i < y->i ? -1 : (x->i > y->i); /* a total order: qsort is not stable */
+}
+
+/* Replaces v[0..m) by its ranks 1..m, tied values by the mean of the ranks they span
+ * (scipy.stats.rankdata method='average'). */
+static void rt_average_ranks(double *v, size_t m, rt_rank_item *tmp) {
+    for (size_t i = 0; i < m; i++) {
+        tmp[i].v = v[i];
+        tmp[i].i = i;
+    }
+    qsort(tmp, m, sizeof *tmp, rt_rank_cmp);
+    for (size_t s = 0; s < m;) {
+        size_t e = s + 1;
+        while (e < m && tmp[e].v == tmp[s].v) e++;
+        double r = 0.5 * (double)(s + 1 + e); /* mean of ranks s+1 .. e */
+        for (size_t k = s; k < e; k++) v[tmp[k].i] = r;
+        s = e;
+    }
+}
+
+rt_status rt_metric_spearman(const float *pred, const float *target, size_t n, double *out) {
+    size_t m;
+    bool nan_pred;
+    *out = NAN;
+    double *xy = rt_labelled_pairs(pred, target, n, &m, &nan_pred);
+    rt_rank_item *tmp = malloc((m ? m : 1) * sizeof *tmp);
+    if (!xy || !tmp) {
+        free(xy);
+        free(tmp);
+        return rt_errorf(RT_ERR_NOMEM, "spearman: out of memory for %zu rows", n);
+    }
+    if (!nan_pred) {
+        /* Targets sit at xy + n (rt_labelled_pairs' layout). */
+        rt_average_ranks(xy, m, tmp);
+        rt_average_ranks(xy + n, m, tmp);
+        *out = rt_pearson_d(xy, xy + n, m);
+    }
+    free(xy);
+    free(tmp);
+    return RT_OK;
 }

@@ -1,7 +1,10 @@
 /* The collator (dynamic padding, multiple of 8, masks, labels, n_targets, buffer reuse) and
  * the longest_first truncation rule against hand-computed cases, including the cases of
- * the Rust `tokenizers` unit test (budget 7 over texts of 0, 2, 4 and 8 tokens). */
+ * the Rust `tokenizers` unit test (budget 7 over texts of 0, 2, 4 and 8 tokens), and the
+ * token_type_ids and regression targets the collator fills. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data/data_collate.h"
@@ -115,8 +118,64 @@ static void test_collate(void) {
     data_tokenized_free(&ds);
 }
 
+/* token_type_ids from len_a (BERT pairs, single texts, padding) and regression targets. */
+static void test_types_and_targets(void) {
+    /* [CLS] a a [SEP] b b [SEP] | [CLS] a [SEP] (single text) | [CLS] a [SEP] b [SEP] */
+    const int32_t r0[] = {101, 5, 6, 102, 7, 8, 102}, r1[] = {101, 5, 102}, r2[] = {101, 9, 102, 10, 102};
+    const int32_t *rows[] = {r0, r1, r2};
+    const int32_t lengths[] = {7, 3, 5}, len_a[] = {4, 3, 3};
+    data_tokenized ds;
+    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, len_a, NULL, 3, &ds));
+    TZ_EXPECT(ds.targets == NULL, "no targets by default");
+    rt_batch batch;
+    memset(&batch, 0, sizeof batch);
+    const int32_t pick[] = {0, 1, 2};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, 8, &batch));
+    const int32_t want_types[3][8] = {{0, 0, 0, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 1, 1, 0, 0, 0}};
+    TZ_EXPECT(batch.T == 8 && batch.token_type_ids != NULL &&
+                  memcmp(batch.token_type_ids, want_types, sizeof want_types) == 0,
+              "token_type_ids: 0 over A with its specials, 1 after, 0 on padding");
+    TZ_EXPECT(batch.targets == NULL && batch.n_targets == 0, "classification data: targets NULL, n_targets %d",
+              batch.n_targets);
+
+    /* Regression: targets follow the picked rows, NaN rows do not count, labels stay -100. */
+    const float targets[] = {4.5f, NAN, 0.25f};
+    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, targets));
+    const int32_t pick2[] = {2, 1, 0, 2};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 4, 0, 1, &batch));
+    TZ_EXPECT(batch.targets != NULL && batch.targets[0] == 0.25f && isnan(batch.targets[1]) &&
+                  batch.targets[2] == 4.5f && batch.targets[3] == 0.25f,
+              "targets gathered");
+    TZ_EXPECT(batch.n_targets == 3, "n_targets %d (one NaN)", batch.n_targets);
+    TZ_EXPECT(batch.labels[0] == DATA_LABEL_NONE && batch.labels[3] == DATA_LABEL_NONE, "labels -100");
+    TZ_EXPECT(batch.T == 7 && batch.token_type_ids[0 * 7 + 3] == 1 && batch.token_type_ids[2 * 7 + 4] == 1 &&
+                  batch.token_type_ids[1 * 7 + 4] == 0,
+              "types at T=7");
+    /* Growing the buffers keeps targets valid; targets do not overlap the labels. */
+    TZ_EXPECT_OK(data_batch_reserve(&batch, 64, 64));
+    TZ_EXPECT(batch.targets != NULL && (void *)batch.targets >= (void *)(batch.labels + 64), "targets after labels");
+    int32_t *pick3 = malloc(64 * sizeof *pick3);
+    for (int i = 0; i < 64; i++) pick3[i] = i % 3;
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 64, 0, 8, &batch));
+    int ok = 1;
+    for (int i = 0; i < 64; i++) {
+        float want = targets[i % 3];
+        ok &= batch.labels[i] == DATA_LABEL_NONE && (isnan(want) ? isnan(batch.targets[i]) : batch.targets[i] == want);
+    }
+    TZ_EXPECT(ok && batch.n_targets == 43, "64 rows: labels and targets side by side, n_targets %d", batch.n_targets);
+    free(pick3);
+    /* Back to classification data with the same batch: targets NULL again. */
+    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, NULL));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, 8, &batch));
+    TZ_EXPECT(batch.targets == NULL, "targets NULL for classification");
+    data_batch_free(&batch);
+    TZ_EXPECT(batch.token_type_ids == NULL && batch.targets == NULL, "freed");
+    data_tokenized_free(&ds);
+}
+
 int main(void) {
     test_truncation();
     test_collate();
+    test_types_and_targets();
     return tz_test_result("test_data_collate");
 }

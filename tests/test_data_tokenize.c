@@ -98,6 +98,16 @@ int main(void) {
     tok_ids_clear(&a);
     TZ_EXPECT_OK(tok_encode(tok, ex.text_a[5], strlen(ex.text_a[5]), &a));
     TZ_EXPECT(row_equals(&ds, 5, a.ids, a.n) && ds.n == 872, "sst2 row 5 = encode(sentence)");
+    TZ_EXPECT(ds.targets == NULL, "classification data has no targets");
+    data_tokenized_free(&ds);
+    data_examples_free(&ex);
+
+    /* STS-B (regression): the float scores travel with the rows; class labels stay -100. */
+    TZ_EXPECT_OK(data_glue_load(data_glue_task_find("stsb"), tz_shared_path("glue-stsb/dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_tokenize_pairs(&ex, tok, 128, &ds));
+    int same = ds.n == ex.n && ds.targets != NULL;
+    for (size_t i = 0; same && i < ds.n; i++) same = ds.targets[i] == ex.targets[i] && ds.labels[i] == DATA_LABEL_NONE;
+    TZ_EXPECT(same && ds.n == 1500 && ds.targets[1] == 4.75f, "stsb targets carried (%zu rows)", ds.n);
     data_tokenized_free(&ds);
     data_examples_free(&ex);
 
