@@ -10,6 +10,7 @@
 #include "checkpoints/ckpt_hf_gpt2.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
+#include "models/heads.h"
 #include "models/parallel.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
@@ -310,7 +311,7 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
-    m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
+    m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float)); /* losses, or the MSE head's scratch */
     *out = m;
     return RT_OK;
 fail:
@@ -502,7 +503,10 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     const rt_backend_ops *ops = be->ops;
     const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
     const size_t BT = (size_t)B * T;
-    for (int i = 0; i < B; i++)
+    const bool regression = NL == 1;
+    if (regression && !b->targets)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2: a regression head (num_labels 1) needs float targets (e.g. STS-B)");
+    for (int i = 0; i < B && !regression; i++)
         if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= NL))
             return rt_errorf(RT_ERR_FORMAT, "GPT-2: label %d of example %d is not in [0, %d)", b->labels[i],
                              b->example_index ? b->example_index[i] : i, NL);
@@ -513,11 +517,15 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
-    ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
-    ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
-    double sum = 0;
-    for (int i = 0; i < B; i++) sum += m->h_losses[i];
-    *loss_sum = sum;
+    if (regression) {
+        mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
+    } else {
+        ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
+        ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
+        double sum = 0;
+        for (int i = 0; i < B; i++) sum += m->h_losses[i];
+        *loss_sum = sum;
+    }
     if (!(grad_scale > 0)) return RT_OK;
 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */

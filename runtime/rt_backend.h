@@ -14,7 +14,8 @@
 
 #include "runtime/rt_status.h"
 
-typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU } rt_act_kind;
+/* RT_ACT_TANH is plain tanh (BERT's pooler, RoBERTa's classification head). */
+typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU, RT_ACT_TANH } rt_act_kind;
 
 /* Scaled-dot-product attention over heads. q is (B, Tq, NH, HS) with row stride ldq floats
  * between consecutive tokens (so q, k and v can be views into one fused qkv buffer); same

@@ -149,8 +149,8 @@ static double act_loss(void *p) {
 }
 
 static void grad_activations(void) {
-    const char *names[3] = {"gelu_tanh dinp", "gelu_erf dinp", "relu dinp"};
-    for (int kind = 0; kind < 3; kind++) {
+    const char *names[4] = {"gelu_tanh dinp", "gelu_erf dinp", "relu dinp", "tanh dinp"};
+    for (int kind = 0; kind < 4; kind++) {
         act_st s = {.kind = (rt_act_kind)kind, .n = 40};
         s.x = fill(s.n, 20, -3, 3), s.out = zeros(s.n), s.R = fill(s.n, 21, -1, 1);
         /* keep ReLU's kink out of reach of the +-h step */

@@ -140,7 +140,7 @@ static void test_activations(void) {
     float *dy = fill(n, 40, -1, 1), *y = zeros(n), *dx = zeros(n);
     double *ry = rt_xcalloc(n, sizeof(double)), *rdx = rt_xcalloc(n, sizeof(double));
     const double beta = sqrt(2.0 / M_PI), kappa = 0.044715;
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         for (size_t i = 0; i < n; i++) {
             double v = x[i], f, df;
             if (kind == RT_ACT_GELU_TANH) {
@@ -150,6 +150,9 @@ static void test_activations(void) {
             } else if (kind == RT_ACT_GELU_ERF) {
                 f = 0.5 * v * (1 + erf(v / sqrt(2.0)));
                 df = 0.5 * (1 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2 * M_PI);
+            } else if (kind == RT_ACT_TANH) {
+                f = tanh(v);
+                df = 1 - f * f;
             } else {
                 f = v > 0 ? v : 0;
                 df = v > 0 ? 1 : 0;

@@ -36,6 +36,10 @@ void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, s
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
         break;
+    case RT_ACT_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = tanhf(inp[i]);
+        break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
     }
 }
@@ -66,6 +70,14 @@ void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, 
     case RT_ACT_RELU:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+        break;
+    case RT_ACT_TANH:
+        /* from the input, as the interface passes it: 1 - tanh(x)^2 */
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float t = tanhf(inp[i]);
+            dinp[i] = dout[i] * (1.0f - t * t);
+        }
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
     }

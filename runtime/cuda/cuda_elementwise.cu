@@ -26,6 +26,8 @@ __global__ void rt_cuda_act_fwd_kernel(int kind, float *out, const float *inp, s
             y = 0.5f * x * (1.0f + tanhf(u));
         } else if (kind == RT_ACT_GELU_ERF) {
             y = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+        } else if (kind == RT_ACT_TANH) {
+            y = tanhf(x);
         } else {
             y = x > 0.0f ? x : 0.0f;
         }
@@ -48,6 +50,9 @@ __global__ void rt_cuda_act_bwd_kernel(int kind, float *dinp, const float *inp, 
             float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
             float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
             d = dout[i] * (cdf + x * pdf);
+        } else if (kind == RT_ACT_TANH) {
+            float t = tanhf(x);
+            d = dout[i] * (1.0f - t * t);
         } else {
             d = x > 0.0f ? dout[i] : 0.0f;
         }
@@ -115,7 +120,8 @@ __global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, i
 }
 
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU,
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
+                 kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
     rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, out,
@@ -125,7 +131,8 @@ void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, 
 
 void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
                      const float *dout, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU,
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
+                 kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
     rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, dinp,

@@ -1,0 +1,718 @@
+/* BERT and RoBERTa forward and backward over the backend ops and the Megatron layers (see
+ * bert.h). Activations for the largest batch are allocated once at init; a step allocates
+ * nothing. The structure is gpt2.c's: one arena layout, a forward body, a backward body and a
+ * classification step around them. */
+#include "models/bert.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_hf_bert.h"
+#include "checkpoints/ckpt_json.h"
+#include "checkpoints/ckpt_tp.h"
+#include "models/heads.h"
+#include "models/parallel.h"
+#include "runtime/rt_arena.h"
+#include "runtime/rt_rng.h"
+
+/* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
+ * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */
+#define BERT_MASKED (-1e30f)
+
+typedef struct {
+    int qkv_w, qkv_b, ao_w, ao_b, ln1_w, ln1_b, in_w, in_b, out_w, out_b, ln2_w, ln2_b;
+} bert_layer_params;
+
+struct bert_model {
+    bert_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params params;
+    int wte, wpe, wtt, eln_w, eln_b;
+    bert_layer_params *layer;
+    int hd_w, hd_b, ho_w, ho_b; /* head: pooler/classifier.dense, classifier/classifier.out_proj */
+    int max_B, max_T;
+    size_t max_BT;
+    int C, C_local, NH_local, HS, F_local;
+    int V_pad, V_local, vocab_start; /* word embedding: V_pad = ckpt_tp_padded_vocab rows over all ranks */
+    int head_offset;                 /* first global head on this rank */
+
+    void *act_block;    /* every buffer below lives in this one allocation */
+    float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
+    float *emb_mean, *emb_rstd; /* (BT) */
+    float *res;         /* (L+1, BT, C) input of each layer (res[0]: embeddings), and the output */
+    float *qkv;         /* (L, BT, 3*C_local) column-parallel, [q; k; v] per token */
+    float *probs;       /* (L, B, NH_local, T, T) softmax before dropout */
+    float *atty;        /* (L, BT, C_local) attention output, input of the row-parallel dense */
+    float *sum1, *ln1_mean, *ln1_rstd; /* (L, BT, C) LN input x + attn, (L, BT), (L, BT) */
+    float *ln1;         /* (L, BT, C) attention block output */
+    float *fch, *fchg;  /* (L, BT, F_local) intermediate before and after the activation */
+    float *sum2, *ln2_mean, *ln2_rstd; /* (L, BT, C), (L, BT), (L, BT) */
+    float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
+    float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
+    float *tmp, *dres, *dsum, *dln; /* (BT, C) scratch */
+    float *dqkv;        /* (BT, 3*C_local) */
+    float *datty;       /* (BT, C_local) */
+    float *dfch, *dfchg; /* (BT, F_local) */
+    float *dh1, *dh2, *dh3; /* (B, C) head gradients */
+    float *key_mask;    /* (B, T) additive */
+    int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
+
+    int32_t *h_pos, *h_types, *h_cls; /* host staging */
+    float *h_mask, *h_losses;         /* (BT), (2B): losses, or the MSE head's scratch */
+};
+
+void bert_config_default(bert_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 30522;
+    c->hidden_size = 768;
+    c->num_hidden_layers = 12;
+    c->num_attention_heads = 12;
+    c->intermediate_size = 3072;
+    c->max_position_embeddings = 512;
+    c->type_vocab_size = 2;
+    c->pad_token_id = 0;
+    c->layer_norm_eps = 1e-12f;
+    c->initializer_range = 0.02f;
+    c->hidden_dropout_prob = c->attention_probs_dropout_prob = c->classifier_dropout = 0.1f;
+    c->act = RT_ACT_GELU_ERF;
+    c->num_labels = 2;
+}
+
+static rt_status bert_get_float(const cJSON *root, const char *path, const char *key, float *out, double def) {
+    double d;
+    rt_status st = ckpt_json_get_double(root, path, key, &d, false, def);
+    if (st == RT_OK) *out = (float)d;
+    return st;
+}
+
+rt_status bert_config_load(const char *config_json, bert_config *c) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    const char *path = config_json, *model_type = NULL, *act = NULL, *pe = NULL;
+    bert_config_default(c);
+    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    if (strcmp(model_type, "bert") == 0) {
+        c->roberta = false;
+    } else if (strcmp(model_type, "roberta") == 0) {
+        c->roberta = true;
+        c->vocab_size = 50265;
+        c->pad_token_id = 1;
+    } else {
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'bert' or 'roberta'", path, model_type);
+    }
+    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
+    RT_TRY(ckpt_json_get_int(root, path, "hidden_size", &c->hidden_size, false, c->hidden_size));
+    RT_TRY(ckpt_json_get_int(root, path, "num_hidden_layers", &c->num_hidden_layers, false, c->num_hidden_layers));
+    RT_TRY(ckpt_json_get_int(root, path, "num_attention_heads", &c->num_attention_heads, false,
+                             c->num_attention_heads));
+    RT_TRY(ckpt_json_get_int(root, path, "intermediate_size", &c->intermediate_size, false, c->intermediate_size));
+    RT_TRY(ckpt_json_get_int(root, path, "max_position_embeddings", &c->max_position_embeddings, false,
+                             c->max_position_embeddings));
+    RT_TRY(ckpt_json_get_int(root, path, "type_vocab_size", &c->type_vocab_size, false, c->type_vocab_size));
+    RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
+    RT_TRY(bert_get_float(root, path, "layer_norm_eps", &c->layer_norm_eps, 1e-12));
+    RT_TRY(bert_get_float(root, path, "initializer_range", &c->initializer_range, 0.02));
+    RT_TRY(bert_get_float(root, path, "hidden_dropout_prob", &c->hidden_dropout_prob, 0.1));
+    RT_TRY(bert_get_float(root, path, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob, 0.1));
+    /* null (HF's default) means "use hidden_dropout_prob" */
+    RT_TRY(bert_get_float(root, path, "classifier_dropout", &c->classifier_dropout, c->hidden_dropout_prob));
+    RT_TRY(ckpt_json_get_string(root, path, "hidden_act", &act, false, "gelu"));
+    if (strcmp(act, "gelu") == 0)
+        c->act = RT_ACT_GELU_ERF;
+    else if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0)
+        c->act = RT_ACT_GELU_TANH;
+    else if (strcmp(act, "relu") == 0)
+        c->act = RT_ACT_RELU;
+    else
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'hidden_act' is '%s', expected gelu, gelu_new or relu", path, act);
+    RT_TRY(ckpt_json_get_string(root, path, "position_embedding_type", &pe, false, "absolute"));
+    if (strcmp(pe, "absolute") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "
+                "are not supported)", path, pe);
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (cJSON_IsObject(id2label) && cJSON_GetArraySize(id2label) >= 1)
+        c->num_labels = cJSON_GetArraySize(id2label);
+    else
+        RT_TRY(ckpt_json_get_int(root, path, "num_labels", &c->num_labels, false, c->num_labels));
+    st = bert_config_validate(c, 1);
+    if (st != RT_OK) {
+        char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
+        snprintf(msg, sizeof msg, "%s", rt_error_message());
+        RT_FAIL(st, "%s: %s", path, msg);
+    }
+fail:
+    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    cJSON_Delete(root);
+    return st;
+}
+
+rt_status bert_config_save(const bert_config *c, const char *path) {
+    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
+                                            [RT_ACT_RELU] = "relu", [RT_ACT_TANH] = "tanh"};
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", c->roberta ? "roberta" : "bert");
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(c->roberta ? "RobertaForSequenceClassification"
+                                                             : "BertForSequenceClassification"));
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    cJSON_AddStringToObject(o, "hidden_act", act_names[c->act]);
+    cJSON_AddNumberToObject(o, "hidden_dropout_prob", c->hidden_dropout_prob);
+    cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", c->attention_probs_dropout_prob);
+    cJSON_AddNumberToObject(o, "classifier_dropout", c->classifier_dropout);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddNumberToObject(o, "type_vocab_size", c->type_vocab_size);
+    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
+    cJSON_AddNumberToObject(o, "layer_norm_eps", c->layer_norm_eps);
+    cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
+    cJSON_AddStringToObject(o, "position_embedding_type", "absolute");
+    if (c->num_labels == 1) cJSON_AddStringToObject(o, "problem_type", "regression");
+    cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
+    for (int i = 0; i < c->num_labels; i++) {
+        char key[32], name[32];
+        snprintf(key, sizeof key, "%d", i);
+        snprintf(name, sizeof name, "LABEL_%d", i);
+        cJSON_AddStringToObject(id2label, key, name);
+        cJSON_AddNumberToObject(label2id, name, i);
+    }
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
+}
+
+rt_status bert_config_validate(const bert_config *c, int tp) {
+    const char *what = c->roberta ? "RoBERTa config" : "BERT config";
+    if (c->vocab_size < 1 || c->hidden_size < 1 || c->num_hidden_layers < 1 || c->num_attention_heads < 1 ||
+        c->intermediate_size < 1 || c->max_position_embeddings < 1 || c->type_vocab_size < 1)
+        return rt_errorf(RT_ERR_CONFIG, "%s: vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
+                         "intermediate_size, max_position_embeddings and type_vocab_size must be >= 1", what);
+    if (c->hidden_size % c->num_attention_heads)
+        return rt_errorf(RT_ERR_CONFIG, "%s: hidden_size %d is not divisible by num_attention_heads %d", what,
+                         c->hidden_size, c->num_attention_heads);
+    if (c->num_labels < 1) return rt_errorf(RT_ERR_CONFIG, "%s: num_labels %d < 1", what, c->num_labels);
+    /* RoBERTa needs a pad id (positions count from it); BERT may have none (-1) */
+    if (c->pad_token_id >= c->vocab_size || c->pad_token_id < (c->roberta ? 0 : -1))
+        return rt_errorf(RT_ERR_CONFIG, "%s: pad_token_id %d is not in [0, vocab_size %d)", what, c->pad_token_id,
+                         c->vocab_size);
+    if (c->roberta && c->max_position_embeddings <= c->pad_token_id + 1)
+        return rt_errorf(RT_ERR_CONFIG, "%s: max_position_embeddings %d leaves no positions after pad_token_id %d + 1",
+                         what, c->max_position_embeddings, c->pad_token_id);
+    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
+    if (c->num_attention_heads % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's num_attention_heads %d (attention heads "
+                         "are split across tensor-parallel ranks)", tp, c->num_attention_heads);
+    if (c->intermediate_size % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's intermediate_size %d", tp,
+                         c->intermediate_size);
+    float p[3] = {c->hidden_dropout_prob, c->attention_probs_dropout_prob, c->classifier_dropout};
+    for (int i = 0; i < 3; i++)
+        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "%s: dropout %g not in [0, 1)", what, p[i]);
+    return RT_OK;
+}
+
+static int bert_add(bert_model *m, const char *fmt, int l, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
+                    rt_init_kind init) {
+    char name[RT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = {d0, d1};
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init,
+                         init == RT_INIT_NORMAL ? m->cfg.initializer_range : 0.0f);
+}
+
+/* HF's _init_weights: Linear and Embedding N(0, initializer_range), LayerNorm 1/0, biases 0.
+ * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). */
+static void bert_declare_params(bert_model *m) {
+    const bert_config *c = &m->cfg;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS, O = RT_INIT_ONES;
+    m->wte = bert_add(m, "embeddings.word_embeddings.weight", 0, m->V_local, C, RT_TP_VOCAB, false, N);
+    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", 0, c->max_position_embeddings, C, RT_TP_NONE, false,
+                      N);
+    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", 0, c->type_vocab_size, C, RT_TP_NONE, false, N);
+    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", 0, C, 0, RT_TP_NONE, true, O);
+    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", 0, C, 0, RT_TP_NONE, true, Z);
+    m->layer = rt_xcalloc((size_t)c->num_hidden_layers, sizeof *m->layer);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        bert_layer_params *p = &m->layer[l];
+        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * Cl, C, RT_TP_QKV, false, N);
+        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * Cl, 0, RT_TP_QKV, true, Z);
+        p->ao_w = bert_add(m, "encoder.layer.%d.attention.output.dense.weight", l, C, Cl, RT_TP_ROW, false, N);
+        p->ao_b = bert_add(m, "encoder.layer.%d.attention.output.dense.bias", l, C, 0, RT_TP_NONE, true, Z);
+        p->ln1_w = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.weight", l, C, 0, RT_TP_NONE, true, O);
+        p->ln1_b = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.bias", l, C, 0, RT_TP_NONE, true, Z);
+        p->in_w = bert_add(m, "encoder.layer.%d.intermediate.dense.weight", l, Fl, C, RT_TP_COL, false, N);
+        p->in_b = bert_add(m, "encoder.layer.%d.intermediate.dense.bias", l, Fl, 0, RT_TP_COL, true, Z);
+        p->out_w = bert_add(m, "encoder.layer.%d.output.dense.weight", l, C, Fl, RT_TP_ROW, false, N);
+        p->out_b = bert_add(m, "encoder.layer.%d.output.dense.bias", l, C, 0, RT_TP_NONE, true, Z);
+        p->ln2_w = bert_add(m, "encoder.layer.%d.output.LayerNorm.weight", l, C, 0, RT_TP_NONE, true, O);
+        p->ln2_b = bert_add(m, "encoder.layer.%d.output.LayerNorm.bias", l, C, 0, RT_TP_NONE, true, Z);
+    }
+    /* the head is small and replicated on every tp rank */
+    const int NL = c->num_labels;
+    if (c->roberta) {
+        m->hd_w = bert_add(m, "classifier.dense.weight", 0, C, C, RT_TP_NONE, false, N);
+        m->hd_b = bert_add(m, "classifier.dense.bias", 0, C, 0, RT_TP_NONE, true, Z);
+        m->ho_w = bert_add(m, "classifier.out_proj.weight", 0, NL, C, RT_TP_NONE, false, N);
+        m->ho_b = bert_add(m, "classifier.out_proj.bias", 0, NL, 0, RT_TP_NONE, true, Z);
+    } else {
+        m->hd_w = bert_add(m, "pooler.dense.weight", 0, C, C, RT_TP_NONE, false, N);
+        m->hd_b = bert_add(m, "pooler.dense.bias", 0, C, 0, RT_TP_NONE, true, Z);
+        m->ho_w = bert_add(m, "classifier.weight", 0, NL, C, RT_TP_NONE, false, N);
+        m->ho_b = bert_add(m, "classifier.bias", 0, NL, 0, RT_TP_NONE, true, Z);
+    }
+}
+
+#define P(idx) rt_params_data(&m->params, (idx))
+#define G(idx) rt_params_grad(&m->params, (idx))
+
+/* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
+static void bert_layout(bert_model *m, rt_arena *a) {
+    const size_t L = (size_t)m->cfg.num_hidden_layers, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
+    const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
+    const size_t f = sizeof(float), i = sizeof(int32_t);
+    m->emb = rt_arena_take(a, BT * C, f);
+    m->emb_mean = rt_arena_take(a, BT, f);
+    m->emb_rstd = rt_arena_take(a, BT, f);
+    m->res = rt_arena_take(a, (L + 1) * BT * C, f);
+    m->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
+    m->probs = rt_arena_take(a, L * B * (size_t)m->NH_local * T * T, f);
+    m->atty = rt_arena_take(a, L * BT * Cl, f);
+    m->sum1 = rt_arena_take(a, L * BT * C, f);
+    m->ln1_mean = rt_arena_take(a, L * BT, f);
+    m->ln1_rstd = rt_arena_take(a, L * BT, f);
+    m->ln1 = rt_arena_take(a, L * BT * C, f);
+    m->fch = rt_arena_take(a, L * BT * Fl, f);
+    m->fchg = rt_arena_take(a, L * BT * Fl, f);
+    m->sum2 = rt_arena_take(a, L * BT * C, f);
+    m->ln2_mean = rt_arena_take(a, L * BT, f);
+    m->ln2_rstd = rt_arena_take(a, L * BT, f);
+    m->cls = rt_arena_take(a, B * C, f);
+    m->cls_drop = rt_arena_take(a, B * C, f);
+    m->hpre = rt_arena_take(a, B * C, f);
+    m->hact = rt_arena_take(a, B * C, f);
+    m->hdrop = rt_arena_take(a, B * C, f);
+    m->logits = rt_arena_take(a, B * NL, f);
+    m->dlogits = rt_arena_take(a, B * NL, f);
+    m->losses = rt_arena_take(a, B, f);
+    m->tmp = rt_arena_take(a, BT * C, f);
+    m->dres = rt_arena_take(a, BT * C, f);
+    m->dsum = rt_arena_take(a, BT * C, f);
+    m->dln = rt_arena_take(a, BT * C, f);
+    m->dqkv = rt_arena_take(a, BT * 3 * Cl, f);
+    m->datty = rt_arena_take(a, BT * Cl, f);
+    m->dfch = rt_arena_take(a, BT * Fl, f);
+    m->dfchg = rt_arena_take(a, BT * Fl, f);
+    m->dh1 = rt_arena_take(a, B * C, f);
+    m->dh2 = rt_arena_take(a, B * C, f);
+    m->dh3 = rt_arena_take(a, B * C, f);
+    m->key_mask = rt_arena_take(a, BT, f);
+    m->ids = rt_arena_take(a, BT, i);
+    m->pos = rt_arena_take(a, BT, i);
+    m->types = rt_arena_take(a, BT, i);
+    m->cls_idx = rt_arena_take(a, B, i);
+    m->labels = rt_arena_take(a, B, i);
+}
+
+/* Zeroes one row of a table (rows of C floats) if it lies in [row0, row0 + rows). */
+static void bert_zero_row(bert_model *m, float *table, int row, int row0, int rows) {
+    if (row >= row0 && row < row0 + rows)
+        m->be->ops->zero(m->be->ctx, table + (size_t)(row - row0) * m->C, (size_t)m->C * sizeof(float));
+}
+
+rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                          bert_model **out) {
+    rt_status st = RT_OK;
+    bert_model *m = rt_xcalloc(1, sizeof *m);
+    *out = NULL;
+    RT_TRY(bert_config_validate(c, tp->size));
+    if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "BERT: batch size %d and length %d must be >= 1", max_B, max_T);
+    /* RoBERTa's positions start after the pad id, so pad_token_id + 1 positions are unusable */
+    int max_len = c->roberta ? c->max_position_embeddings - c->pad_token_id - 1 : c->max_position_embeddings;
+    if (max_T > max_len)
+        RT_FAIL(RT_ERR_CONFIG, "%s: max length %d exceeds the model's %d usable positions (max_position_embeddings %d)",
+                c->roberta ? "RoBERTa" : "BERT", max_T, max_len, c->max_position_embeddings);
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->max_BT = (size_t)max_B * (size_t)max_T;
+    m->C = c->hidden_size;
+    m->C_local = c->hidden_size / tp->size;
+    m->NH_local = c->num_attention_heads / tp->size;
+    m->HS = c->hidden_size / c->num_attention_heads;
+    m->F_local = c->intermediate_size / tp->size;
+    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
+    m->V_local = m->V_pad / tp->size;
+    m->vocab_start = m->V_local * tp->rank;
+    m->head_offset = m->NH_local * tp->rank;
+    rt_params_init(&m->params, be);
+    bert_declare_params(m);
+    RT_TRY(rt_params_alloc(&m->params));
+    rt_params_init_weights(&m->params, seed);
+    /* vocab padding rows: never indexed by a real id, zero so that they stay out of every result */
+    if (m->vocab_start + m->V_local > c->vocab_size) {
+        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
+        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+    }
+    /* HF's nn.Embedding(padding_idx=pad) starts that row at 0 (RoBERTa's positions too) */
+    if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
+    if (c->roberta) bert_zero_row(m, P(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
+    rt_arena arena = {0};
+    bert_layout(m, &arena);
+    RT_TRY(rt_backend_alloc(be, arena.used, "BERT activations (lower --batch-size or --max-len)", &m->act_block));
+    arena = (rt_arena){.base = m->act_block};
+    bert_layout(m, &arena);
+    m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
+    m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
+    m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float));
+    *out = m;
+    return RT_OK;
+fail:
+    bert_model_free(m);
+    return st;
+}
+
+void bert_model_free(bert_model *m) {
+    if (!m) return;
+    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    rt_params_free(&m->params);
+    free(m->layer);
+    free(m->h_pos);
+    free(m->h_types);
+    free(m->h_cls);
+    free(m->h_mask);
+    free(m->h_losses);
+    free(m);
+}
+
+rt_params *bert_model_params(bert_model *m) { return &m->params; }
+rt_comm *bert_model_tp(bert_model *m) { return m->tp; }
+const bert_config *bert_model_config(const bert_model *m) { return &m->cfg; }
+int bert_model_padded_vocab(const bert_model *m) { return m->V_pad; }
+
+static uint64_t bert_stream(const mdl_pass *p, int site) {
+    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+}
+
+/* Dropout sites: 0 the embeddings; per layer 1 + 3l attention probabilities, 2 + 3l the
+ * attention output, 3 + 3l the FFN output; then the head's two. */
+static int bert_head_site(const bert_model *m, int k) { return 1 + 3 * m->cfg.num_hidden_layers + k; }
+
+/* Uploads ids, token types, positions (BERT: 0..T-1; RoBERTa: HF's
+ * create_position_ids_from_input_ids, i.e. pad + the count of non-pad tokens so far, and pad
+ * on pad tokens), the additive key mask and the [CLS] rows. */
+static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32_t *host_mask,
+                             const int32_t *host_types, int B, int T) {
+    const bert_config *c = &m->cfg;
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return rt_errorf(RT_ERR_CONFIG, "BERT: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
+                         m->max_T);
+    for (int b = 0; b < B; b++) {
+        int count = 0;
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            int32_t id = host_ids[i], type = host_types ? host_types[i] : 0;
+            if (id < 0 || id >= c->vocab_size)
+                return rt_errorf(RT_ERR_FORMAT, "BERT: token id %d at row %d position %d is outside the vocab [0, %d)",
+                                 id, b, t, c->vocab_size);
+            if (type < 0 || type >= c->type_vocab_size)
+                return rt_errorf(RT_ERR_FORMAT, "BERT: token type %d at row %d position %d is not in [0, %d) "
+                                 "(type_vocab_size)", type, b, t, c->type_vocab_size);
+            if (c->roberta)
+                m->h_pos[i] = id != c->pad_token_id ? c->pad_token_id + ++count : c->pad_token_id;
+            else
+                m->h_pos[i] = t;
+            m->h_types[i] = type;
+            m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : BERT_MASKED;
+        }
+        m->h_cls[b] = b * T;
+    }
+    rt_backend *be = m->be;
+    const size_t BT = (size_t)B * T;
+    be->ops->to_device(be->ctx, m->ids, host_ids, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->pos, m->h_pos, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->types, m->h_types, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BT * sizeof(float));
+    be->ops->to_device(be->ctx, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
+    return RT_OK;
+}
+
+static rt_attn_desc bert_attn_desc(const bert_model *m, int B, int T, const mdl_pass *pass, int l) {
+    const int Cl = m->C_local;
+    return (rt_attn_desc){.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
+                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
+                          .scale = 1.0f / sqrtf((float)m->HS), .causal = false, .key_mask = m->key_mask, .bias = NULL,
+                          .dropout_p = pass->training ? m->cfg.attention_probs_dropout_prob : 0.0f,
+                          .seed = pass->seed, .stream = bert_stream(pass, 1 + 3 * l),
+                          .head_offset = m->head_offset, .heads_total = m->cfg.num_attention_heads};
+}
+
+/* Embeddings through the last layer: the encoder output is res + L*max_BT*C. */
+static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const bert_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T, MBT = m->max_BT;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const bool drop = pass->training && c->hidden_dropout_prob > 0;
+    const float ph = c->hidden_dropout_prob, eps = c->layer_norm_eps;
+
+    /* HF: (word + token type) + position, then LayerNorm and dropout. Types and positions are
+     * replicated: added after the vocab-parallel all-reduce. */
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
+    ops->embedding_fwd(be->ctx, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
+    ops->embedding_fwd(be->ctx, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
+    ops->layernorm_fwd(be->ctx, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
+    if (drop) ops->dropout_fwd(be->ctx, m->res, m->res, BT * C, ph, pass->seed, bert_stream(pass, 0));
+
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const bert_layer_params *p = &m->layer[l];
+        const size_t o = (size_t)l * MBT;
+        float *x = m->res + o * C, *y = m->res + (o + MBT) * C;
+        float *qkv = m->qkv + o * 3 * Cl, *atty = m->atty + o * Cl;
+        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
+        float *sum1 = m->sum1 + o * C, *ln1 = m->ln1 + o * C, *sum2 = m->sum2 + o * C;
+        float *fch = m->fch + o * Fl, *fchg = m->fchg + o * Fl;
+
+        /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
+        mdl_col_linear_fwd(be, qkv, x, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
+        rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
+        ops->attention_fwd(be->ctx, &d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
+        if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
+        ops->add(be->ctx, sum1, m->tmp, x, BT * C);
+        ops->layernorm_fwd(be->ctx, ln1, m->ln1_mean + o, m->ln1_rstd + o, sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
+        /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
+        mdl_col_linear_fwd(be, fch, ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
+        ops->act_fwd(be->ctx, c->act, fchg, fch, BT * Fl);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
+        if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
+        ops->add(be->ctx, sum2, m->tmp, ln1, BT * C);
+        ops->layernorm_fwd(be->ctx, y, m->ln2_mean + o, m->ln2_rstd + o, sum2, P(p->ln2_w), P(p->ln2_b), BT, C, eps);
+    }
+fail:
+    return st;
+}
+
+/* Backward of the body from dL/d(encoder output) in m->dres. */
+static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const bert_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T, MBT = m->max_BT;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const bool drop = pass->training && c->hidden_dropout_prob > 0;
+    const float ph = c->hidden_dropout_prob;
+
+    for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        const bert_layer_params *p = &m->layer[l];
+        const size_t o = (size_t)l * MBT;
+        float *x = m->res + o * C;
+        float *qkv = m->qkv + o * 3 * Cl, *atty = m->atty + o * Cl;
+        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
+        float *sum1 = m->sum1 + o * C, *ln1 = m->ln1 + o * C, *sum2 = m->sum2 + o * C;
+        float *fch = m->fch + o * Fl, *fchg = m->fchg + o * Fl;
+
+        /* FFN: dres = dL/dy -> dsum = dL/dsum2, which reaches ln1 directly and through the FFN */
+        ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
+        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w),
+                           m->ln2_mean + o, m->ln2_rstd + o, BT, C);
+        const float *dbranch = m->dsum;
+        if (drop) {
+            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
+            dbranch = m->tmp;
+        }
+        mdl_row_linear_bwd(be, m->dfchg, G(p->out_w), G(p->out_b), dbranch, fchg, P(p->out_w), BT, Fl, C);
+        ops->act_bwd(be->ctx, c->act, m->dfch, fch, m->dfchg, BT * Fl);
+        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->in_w), G(p->in_b), m->dfch, ln1, P(p->in_w), BT, C, Fl));
+        ops->add(be->ctx, m->dres, m->dsum, m->dln, BT * C); /* dL/dln1 */
+
+        /* attention: dL/dsum1, which reaches x directly and through attention */
+        ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
+        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w),
+                           m->ln1_mean + o, m->ln1_rstd + o, BT, C);
+        dbranch = m->dsum;
+        if (drop) {
+            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
+            dbranch = m->tmp;
+        }
+        mdl_row_linear_bwd(be, m->datty, G(p->ao_w), G(p->ao_b), dbranch, atty, P(p->ao_w), BT, Cl, C);
+        rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
+        ops->attention_bwd(be->ctx, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
+                           qkv + 2 * Cl);
+        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, x, P(p->qkv_w), BT, C,
+                                  3 * Cl));
+        ops->add(be->ctx, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
+    }
+    /* embeddings: dres = dL/d(dropout(LN(emb))) */
+    const float *dln_out = m->dres;
+    if (drop) {
+        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, ph, pass->seed, bert_stream(pass, 0));
+        dln_out = m->tmp;
+    }
+    ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
+    ops->layernorm_bwd(be->ctx, m->dsum, G(m->eln_w), G(m->eln_b), dln_out, m->emb, P(m->eln_w), m->emb_mean,
+                       m->emb_rstd, BT, C);
+    ops->embedding_bwd(be->ctx, G(m->wte), m->dsum, m->ids, BT, C, m->vocab_start, m->V_local);
+    ops->embedding_bwd(be->ctx, G(m->wtt), m->dsum, m->types, BT, C, 0, c->type_vocab_size);
+    ops->embedding_bwd(be->ctx, G(m->wpe), m->dsum, m->pos, BT, C, 0, c->max_position_embeddings);
+    /* HF's padding_idx rows get no gradient (the pad row stays 0 through training) */
+    if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
+    if (c->roberta) bert_zero_row(m, G(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
+fail:
+    return st;
+}
+
+rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits) {
+    rt_status st = RT_OK;
+    const bert_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
+    const size_t BT = (size_t)B * T;
+    /* RoBERTa drops out before the dense too; BERT's pooler has no dropout before it */
+    const bool drop = pass->training && c->classifier_dropout > 0;
+    const float pc = c->classifier_dropout;
+    const bool regression = NL == 1;
+    if (regression && !b->targets)
+        return rt_errorf(RT_ERR_CONFIG, "BERT: a regression head (num_labels 1) needs float targets (e.g. STS-B)");
+    for (int i = 0; i < B && !regression; i++)
+        if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= NL))
+            return rt_errorf(RT_ERR_FORMAT, "BERT: label %d of example %d is not in [0, %d)", b->labels[i],
+                             b->example_index ? b->example_index[i] : i, NL);
+    RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
+    RT_TRY(bert_forward_body(m, B, T, pass));
+
+    /* head: first token -> [drop] -> dense -> tanh -> drop -> out */
+    const float *enc = m->res + (size_t)c->num_hidden_layers * m->max_BT * C;
+    ops->gather_rows(be->ctx, m->cls, enc, m->cls_idx, B, C);
+    const float *x0 = m->cls;
+    if (drop && c->roberta) {
+        ops->dropout_fwd(be->ctx, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 0)));
+        x0 = m->cls_drop;
+    }
+    mdl_col_linear_fwd(be, m->hpre, x0, P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
+    ops->act_fwd(be->ctx, RT_ACT_TANH, m->hact, m->hpre, (size_t)B * C);
+    const float *x1 = m->hact;
+    if (drop) {
+        ops->dropout_fwd(be->ctx, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 1)));
+        x1 = m->hdrop;
+    }
+    mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
+    if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
+    /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
+    if (regression) {
+        mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
+    } else {
+        ops->to_device(be->ctx, m->labels, b->labels, (size_t)B * sizeof(int32_t));
+        ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
+        ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
+        double sum = 0;
+        for (int i = 0; i < B; i++) sum += m->h_losses[i];
+        *loss_sum = sum;
+    }
+    if (!(grad_scale > 0)) return RT_OK;
+
+    /* head backward; the head is replicated, so each rank has all of dL/d(head input) */
+    mdl_row_linear_bwd(be, m->dh1, G(m->ho_w), G(m->ho_b), m->dlogits, x1, P(m->ho_w), (size_t)B, C, NL);
+    const float *dact = m->dh1;
+    if (drop) {
+        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 1)));
+        dact = m->dh2;
+    }
+    ops->act_bwd(be->ctx, RT_ACT_TANH, m->dh3, m->hpre, dact, (size_t)B * C);
+    mdl_row_linear_bwd(be, m->dh1, G(m->hd_w), G(m->hd_b), m->dh3, x0, P(m->hd_w), (size_t)B, C, C);
+    const float *dcls = m->dh1;
+    if (drop && c->roberta) {
+        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 0)));
+        dcls = m->dh2;
+    }
+    ops->zero(be->ctx, m->dres, BT * C * sizeof(float));
+    ops->scatter_rows_add(be->ctx, m->dres, dcls, m->cls_idx, B, C);
+    RT_TRY(bert_backward_body(m, B, T, pass));
+fail:
+    return st;
+}
+
+rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_types,
+                      int B, int T, float *host_hidden) {
+    rt_status st = RT_OK;
+    mdl_pass pass = {0};
+    RT_TRY(bert_upload(m, host_ids, host_mask, host_types, B, T));
+    RT_TRY(bert_forward_body(m, B, T, &pass));
+    const float *enc = m->res + (size_t)m->cfg.num_hidden_layers * m->max_BT * m->C;
+    m->be->ops->to_host(m->be->ctx, host_hidden, enc, (size_t)B * T * m->C * sizeof(float));
+fail:
+    return st;
+}
+
+rt_status bert_save_hf(bert_model *m, const char *dir) {
+    rt_status st = RT_OK;
+    rt_comm *tp = m->tp;
+    char path[4096];
+    /* a failure here shows as the write's error below, which every rank learns (no early
+     * return on one rank: the save is a collective) */
+    if (tp->rank == 0) (void)mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    /* collective: every rank takes part, and every rank returns rank 0's status */
+    RT_TRY(ckpt_hf_bert_save(path, &m->params, m->cfg.roberta, m->cfg.vocab_size, tp));
+    if (tp->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        st = bert_config_save(&m->cfg, path);
+    }
+    if (tp->size > 1) {
+        int code = (int)st;
+        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
+        if (bst != RT_OK) return bst;
+        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
+    }
+fail:
+    return st;
+}
+
+rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size) {
+    ckpt_hf_load_report rep;
+    rt_status st = ckpt_hf_bert_load_tp(weights, &m->params, m->cfg.vocab_size, m->cfg.num_attention_heads,
+                                        m->tp->rank, m->tp->size, &rep);
+    if (st == RT_OK && report)
+        snprintf(report, size, "%d tensors loaded%s%s%s%s", rep.loaded, rep.missing ? "; newly initialized: " : "",
+                 rep.missing ? rep.first_missing : "", rep.missing > 1 ? " and others" : "",
+                 rep.unused ? "; some tensors in the file map to no parameter" : "");
+    return st;
+}
+
+static rt_status bert_vt_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                              double *loss_sum, float *host_logits) {
+    return bert_cls_step(model, b, pass, grad_scale, loss_sum, host_logits);
+}
+static rt_params *bert_vt_params(void *model) { return bert_model_params(model); }
+static rt_status bert_vt_save_hf(void *model, const char *dir) { return bert_save_hf(model, dir); }
+static void bert_vt_free(void *model) { bert_model_free(model); }
+
+rt_status bert_classifier(bert_model *m, mdl_classifier *out) {
+    if (!m) return rt_errorf(RT_ERR_CONFIG, "bert_classifier: no model");
+    *out = (mdl_classifier){.model = m,
+                            .num_labels = m->cfg.num_labels,
+                            .step = bert_vt_step,
+                            .params = bert_vt_params,
+                            .save_hf = bert_vt_save_hf,
+                            .free = bert_vt_free};
+    return RT_OK;
+}

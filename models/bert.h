@@ -1,0 +1,87 @@
+/* BERT (Devlin et al., 2019) and RoBERTa (Liu et al., 2019) as Hugging Face's BertModel and
+ * RobertaModel define them: post-LayerNorm blocks, GELU (erf), learned absolute positions,
+ * token type embeddings and an embedding LayerNorm, with dropout where HF has it. RoBERTa is
+ * BERT with flags: positions are computed from the non-pad tokens and start at
+ * pad_token_id + 1 (HF's create_position_ids_from_input_ids), and there is one token type.
+ *
+ * Heads: BertForSequenceClassification (pooler dense + tanh on [CLS], dropout, classifier)
+ * and RobertaForSequenceClassification (dropout, dense, tanh, dropout, out_proj on <s>).
+ * num_labels == 1 is regression with HF's MSE loss on rt_batch.targets (STS-B).
+ *
+ * The linears are Megatron column/row-parallel layers (models/parallel.h): fused QKV (rule
+ * QKV, per head) and the intermediate dense are column-parallel, the attention output and
+ * FFN output denses row-parallel, and the word embedding vocab-parallel (padded to
+ * ckpt_tp_padded_vocab rows). Parameter names are HF's without the "bert."/"roberta."
+ * prefix, except that q, k and v are one parameter "encoder.layer.N.attention.self.qkv.*"
+ * ([q; k; v] rows); checkpoints/ckpt_hf_bert.h maps them to and from HF files. */
+#ifndef BERT_H
+#define BERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/classifier.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_batch.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
+
+typedef struct {
+    bool roberta; /* model_type "roberta": position ids from non-pad tokens, RoBERTa head */
+    int vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size;
+    int max_position_embeddings, type_vocab_size;
+    int pad_token_id;
+    float layer_norm_eps, initializer_range;
+    float hidden_dropout_prob, attention_probs_dropout_prob;
+    float classifier_dropout; /* HF's classifier_dropout, or hidden_dropout_prob when null */
+    rt_act_kind act;
+    int num_labels; /* 1 = regression (MSE) */
+} bert_config;
+
+/* HF defaults (bert-base-uncased) with num_labels 2. */
+void bert_config_default(bert_config *c);
+/* Reads an HF config.json; model_type must be "bert" or "roberta" (errors name the field).
+ * Missing fields take HF's defaults; num_labels comes from id2label (or "num_labels"). */
+rt_status bert_config_load(const char *config_json, bert_config *c);
+/* Writes an HF config.json for Bert/RobertaForSequenceClassification (atomically). */
+rt_status bert_config_save(const bert_config *c, const char *path);
+/* Checks sizes, and that tp divides the heads and the intermediate size. */
+rt_status bert_config_validate(const bert_config *c, int tp);
+
+typedef struct bert_model bert_model;
+
+/* Builds the model and its activation memory for batches up to max_B x max_T, weights
+ * initialised as HF does (normal(0, initializer_range), LayerNorm 1/0, biases 0, the padding
+ * rows of the word (and RoBERTa position) embeddings 0) from the counter RNG with `seed`. */
+rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                          bert_model **out);
+void bert_model_free(bert_model *m);
+rt_params *bert_model_params(bert_model *m);
+rt_comm *bert_model_tp(bert_model *m);
+const bert_config *bert_model_config(const bert_model *m);
+/* Rows of the whole (all ranks) padded word embedding table. */
+int bert_model_padded_vocab(const bert_model *m);
+
+/* Sequence classification or regression: forward, and backward when grad_scale > 0
+ * (gradients of grad_scale * loss accumulate). Writes the summed loss over labelled rows
+ * (labels != -100, or targets not NaN for regression) and, when host_logits is non-NULL, the
+ * logits (B, num_labels). Uses b->token_type_ids when non-NULL (else type 0 everywhere). */
+rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits);
+/* The last encoder hidden states (B, T, hidden) for ids (and optional mask and token types),
+ * without dropout; for checking against HF. */
+rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_types,
+                      int B, int T, float *host_hidden);
+/* Loads HF weights (a .safetensors file) into this tp rank's shards (ckpt_hf_bert_load_tp);
+ * report (may be NULL) gets one line: tensors loaded, and which parameters kept their init
+ * (e.g. the head of a pre-trained checkpoint). */
+rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size);
+/* config.json and model.safetensors in HF's names into dir (which must exist); collective
+ * over tp, tp rank 0 writes. */
+rt_status bert_save_hf(bert_model *m, const char *dir);
+
+/* Fills the classifier vtable (step, params, save_hf, free); free releases the model. */
+rt_status bert_classifier(bert_model *m, mdl_classifier *out);
+
+#endif
