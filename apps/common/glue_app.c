@@ -41,7 +41,8 @@ typedef struct {
 static gc_opts O;
 
 static const rt_opt gc_options[] = {
-    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)", "mrpc|sst2|rte|cola|wnli", 0, 0},
+    {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)",
+     "cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli", 0, 0},
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
      "HF model directory (config.json, model.safetensors, tokenizer files); default: the HF cache when the program "
      "names a model there, else a small model from scratch", NULL, 0, 0},
@@ -49,7 +50,7 @@ static const rt_opt gc_options[] = {
      0},
     {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
      "tokenizer directory or file when --model has none (default: the one shipped for the model family)", NULL, 0, 0},
-    {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with train.tsv and dev.tsv (default: shipped MRPC copy)",
+    {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with the task's GLUE files (default: the shipped MRPC copy)",
      NULL, 0, 0},
     {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
     {"max-steps", RT_OPT_INT, &O.max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL, 0, 1e12},
@@ -212,6 +213,9 @@ typedef struct {
     int32_t *idx;
     float *reduce;  /* (n * (num_labels + 1) + 1) results assembled over dp */
     rt_comm *dp;
+    const char *prefix; /* the split's name in metric names, when the task has several */
+    int n_splits;       /* in the first of an array of splits: how many there are */
+    char names[RT_MAX_METRICS][48];
 } gc_eval;
 
 /* Runs the model over every row; fills pred and probs; returns the summed loss. Each dp rank
@@ -236,6 +240,10 @@ static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
         for (int i = 0; i < count; i++) {
             const float *z = e->logits + (size_t)i * NL;
             float *p = red + (start + (size_t)i) * NL;
+            if (NL == 1) { /* regression: the output itself is the prediction */
+                p[0] = z[0];
+                continue;
+            }
             double mx = z[0], sum = 0;
             int arg = 0;
             for (int k = 1; k < NL; k++)
@@ -254,24 +262,49 @@ fail:
     return st;
 }
 
-static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
-    gc_eval *e = ctx;
+/* Adds one metric, prefixed with the split's name when the task has several dev sets. */
+static void gc_metric(gc_eval *e, rt_metrics *out, const char *name, double value) {
+    if (out->n >= RT_MAX_METRICS) return;
+    char *slot = e->names[out->n];
+    if (e->prefix)
+        snprintf(slot, sizeof e->names[0], "%s_%s", e->prefix, name);
+    else
+        snprintf(slot, sizeof e->names[0], "%s", name);
+    out->names[out->n] = slot;
+    out->values[out->n++] = value;
+}
+
+/* Scores one dev set as GLUE does: accuracy (+ F1 or MCC), or Pearson and Spearman. */
+static rt_status gc_evaluate_split(gc_eval *e, rt_metrics *out) {
     double loss_sum;
     rt_status st = gc_predict_all(e, &loss_sum);
     if (st != RT_OK) return st;
+    const data_tokenized *ds = e->ds;
     size_t labelled = 0;
-    for (size_t i = 0; i < e->ds->n; i++) labelled += e->ds->labels[i] != DATA_LABEL_NONE;
+    for (size_t i = 0; i < ds->n; i++)
+        labelled += ds->targets ? !isnan(ds->targets[i]) : ds->labels[i] != DATA_LABEL_NONE;
+    gc_metric(e, out, "loss", labelled ? loss_sum / (double)labelled : 0.0);
+    if (e->task->metric == DATA_METRIC_PEARSON_SPEARMAN) {
+        double spearman;
+        gc_metric(e, out, "pearson", rt_metric_pearson(e->probs, ds->targets, ds->n));
+        st = rt_metric_spearman(e->probs, ds->targets, ds->n, &spearman);
+        if (st != RT_OK) return st;
+        gc_metric(e, out, "spearman", spearman);
+        return RT_OK;
+    }
+    gc_metric(e, out, "accuracy", rt_metric_accuracy(e->pred, ds->labels, ds->n));
+    if (e->task->metric == DATA_METRIC_ACC_F1) gc_metric(e, out, "f1", rt_metric_f1_binary(e->pred, ds->labels, ds->n));
+    if (e->task->metric == DATA_METRIC_MCC) gc_metric(e, out, "mcc", rt_metric_mcc_binary(e->pred, ds->labels, ds->n));
+    return RT_OK;
+}
+
+/* The loop's evaluation: every dev set of the task (MNLI: matched and mismatched). */
+static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
+    gc_eval *splits = ctx;
     out->n = 0;
-    out->names[out->n] = "loss";
-    out->values[out->n++] = labelled ? loss_sum / (double)labelled : 0.0;
-    out->names[out->n] = "accuracy";
-    out->values[out->n++] = rt_metric_accuracy(e->pred, e->ds->labels, e->ds->n);
-    if (e->task->metric == DATA_METRIC_ACC_F1) {
-        out->names[out->n] = "f1";
-        out->values[out->n++] = rt_metric_f1_binary(e->pred, e->ds->labels, e->ds->n);
-    } else if (e->task->metric == DATA_METRIC_MCC) {
-        out->names[out->n] = "mcc";
-        out->values[out->n++] = rt_metric_mcc_binary(e->pred, e->ds->labels, e->ds->n);
+    for (int k = 0; k < splits[0].n_splits; k++) {
+        rt_status st = gc_evaluate_split(&splits[k], out);
+        if (st != RT_OK) return st;
     }
     return RT_OK;
 }
@@ -391,9 +424,13 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
     if (!f) RT_FAIL(RT_ERR_IO, "--predict-out %s: cannot write: %s", out_path, strerror(errno));
     int NL = m->num_labels;
     fprintf(f, "index\tprediction");
-    for (int k = 0; k < NL; k++) fprintf(f, "\tprob_%d", k);
+    for (int k = 0; k < NL && NL > 1; k++) fprintf(f, "\tprob_%d", k);
     fprintf(f, "\n");
     for (size_t i = 0; i < ds.n; i++) {
+        if (NL == 1) { /* regression: the predicted score */
+            fprintf(f, "%zu\t%.6f\n", i, e.probs[i]);
+            continue;
+        }
         fprintf(f, "%zu\t%d", i, e.pred[i]);
         for (int k = 0; k < NL; k++) fprintf(f, "\t%.6f", e.probs[i * NL + k]);
         fprintf(f, "\n");
@@ -470,10 +507,11 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     tok_tokenizer *tok = NULL;
     rt_backend *be = NULL;
     glue_model gm = {0};
-    data_examples train_ex = {0}, dev_ex = {0};
-    data_tokenized train = {0}, dev = {0};
+    data_examples train_ex = {0}, dev_ex[DATA_GLUE_MAX_SPLITS] = {{0}};
+    data_tokenized train = {0}, dev[DATA_GLUE_MAX_SPLITS] = {{0}};
     data_loader *loader = NULL;
-    gc_eval ev = {0};
+    gc_eval ev[DATA_GLUE_MAX_SPLITS] = {{0}};
+    int n_dev = 0;
     char *options_json = NULL;
     bool ev_ready = false;
 
@@ -542,25 +580,32 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
     rt_log_info("model: %s, %zu parameters; tokenizer %s; device %s", gm.desc, params->numel, src.tokenizer, device);
 
-    char train_path[4096], dev_path[4096];
+    char train_path[4096];
     const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
     if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
-        RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir (only MRPC ships with tunezoo; GLUE's files for %s go in "
-                              "that folder as %s and %s)", task->name, task->name, task->train_file, task->dev_file);
+        RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir: only MRPC ships with tunezoo", task->name);
+    RT_TRY(data_glue_check_dir(task, data_dir));
     snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
-    snprintf(dev_path, sizeof dev_path, "%s/%s", data_dir, task->dev_file);
     RT_TRY(data_glue_load(task, train_path, true, &train_ex));
-    RT_TRY(data_glue_load(task, dev_path, true, &dev_ex));
     RT_TRY(data_tokenize_pairs(&train_ex, tok, (int)O.max_len, &train));
-    RT_TRY(data_tokenize_pairs(&dev_ex, tok, (int)O.max_len, &dev));
-    rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows, from %s", task->name, train.n,
-                train.n_truncated, (long long)O.max_len, dev.n, data_dir);
+    size_t dev_rows = 0;
+    for (n_dev = 0; n_dev < task->n_dev; n_dev++) {
+        RT_TRY(data_glue_load_split(task, data_dir, &task->dev[n_dev], true, &dev_ex[n_dev]));
+        RT_TRY(data_tokenize_pairs(&dev_ex[n_dev], tok, (int)O.max_len, &dev[n_dev]));
+        dev_rows += dev[n_dev].n;
+    }
+    rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows%s, from %s", task->name, train.n,
+                train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
 
     /* --batch-size is the global batch: each dp rank collates its slice of it */
     data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
                                .world = grid->dp_size};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.batch_size, pad, pad_multiple, &loader));
-    gc_eval_init(&ev, &gm.cls, &dev, task, pad, grid->dp);
+    for (int k = 0; k < n_dev; k++) {
+        gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp);
+        ev[k].prefix = n_dev > 1 ? task->dev[k].name : NULL;
+    }
+    ev[0].n_splits = n_dev;
     ev_ready = true;
 
     options_json = rt_args_to_json(&gc_spec);
@@ -575,7 +620,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     gc_train_ctx train_ctx = {.model = &gm.cls};
     rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};
     rt_train_data td = data_loader_train_data(loader);
-    rt_train_eval te = {.ctx = &ev, .evaluate = gc_evaluate};
+    rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
     if (O.comm_stats) gc_print_comm_stats(&dp_stats, &tp_stats, &gm, params, grid, res.steps, train_ctx.padded_tokens);
@@ -583,7 +628,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (res.signal) goto fail;
     if (res.last_eval.n) {
         char line[512];
-        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", task->name, dev.n,
+        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", task->name, dev_rows,
                          (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
@@ -593,14 +638,14 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, src.tokenizer, grid));
 fail:
     free(options_json);
-    if (ev_ready) gc_eval_free(&ev);
+    for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);
     data_loader_free(loader);
     if (gm.cls.free) gm.cls.free(gm.cls.model);
     rt_backend_free(be);
     data_tokenized_free(&train);
-    data_tokenized_free(&dev);
+    for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_tokenized_free(&dev[k]);
     data_examples_free(&train_ex);
-    data_examples_free(&dev_ex);
+    for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_examples_free(&dev_ex[k]);
     tok_free(tok);
     if (dp_owned && grid_storage.dp != dp_owned) {
         rt_comm_free(grid_storage.dp);

