@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of tz-tokenize: ids, --pieces, --decode, --pair, --help and the exit codes
-# for usage (2) and load (1) errors. Expected ids are HF's (GPT2Tokenizer / RobertaTokenizer).
+# for usage (2) and load (1) errors. Expected ids are HF's (GPT2Tokenizer / RobertaTokenizer /
+# BertTokenizer).
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/tz-tokenize"
 DATA="${TZ_SHARED_DATA:-$(dirname "$0")/../../shared/data}"
@@ -39,6 +40,25 @@ got=$(printf 'hello\tworld\n' | "$BIN" --tokenizer "$GPT2" --pair)
 check "gpt2 pair" "31373 6894" "$got"
 got=$(printf 'Hello world\n' | "$BIN" --tokenizer "$DATA/tiny-gpt2")
 check "tiny-gpt2 dir" "15496 995" "$got"
+
+# BERT WordPiece: a vocab.txt, a folder holding one (--pair adds [CLS] a [SEP] b [SEP]), the cased
+# vocab (its name says cased), decode, and the copy shipped in assets/
+BERT="$DATA/bert-wordpiece"
+got=$(printf 'Hello, world!\n' | "$BIN" --tokenizer "$BERT/bert-base-uncased-vocab.txt")
+check "bert vocab.txt" "7592 1010 2088 999" "$got"
+mkdir "$TMP/bert" && cp "$BERT/bert-base-uncased-vocab.txt" "$TMP/bert/vocab.txt"
+got=$(printf 'hello\tworld\nhello\n' | "$BIN" --tokenizer "$TMP/bert" --pair)
+check "bert dir pair" $'101 7592 102 2088 102\n101 7592 102' "$got"
+got=$(printf 'Hello, Führer!\n' | "$BIN" --tokenizer "$BERT/bert_base_cased_vocab.txt" --pieces)
+check "bert cased pieces" "Hello , F ##ührer !" "$got"
+got=$(printf '101 7592 1010 2088 999 102\n' | "$BIN" --tokenizer "$TMP/bert" --decode)
+check "bert decode" "[CLS] hello, world! [SEP]" "$got"
+got=$(printf 'Hello\n' | "$BIN" --tokenizer "$(dirname "$0")/../assets/bert-wordpiece/bert-base-uncased-vocab.txt")
+check "bert vocab in assets" "7592" "$got"
+printf '[PAD]\n[UNK]\n[SEP]\nx\n' > "$TMP/bad-vocab.txt"
+"$BIN" --tokenizer "$TMP/bad-vocab.txt" < /dev/null 2> "$TMP/err.txt"
+check "bert vocab without [CLS] rc" 1 $?
+check "bert vocab without [CLS] message" 1 "$(grep -c "bad-vocab.txt: .*\[CLS\]" "$TMP/err.txt")"
 
 # round trip over MRPC sentences through ids and back
 cut -f4 "$DATA/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"

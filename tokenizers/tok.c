@@ -1,5 +1,6 @@
 /* The tokenizer front door: tok_load finds the tokenizer files in an HF directory (or takes
- * one file and finds its partner beside it) and hands them to the right loader; the other
+ * one file and finds its partner beside it) and hands them to the right loader (byte-level BPE,
+ * or WordPiece for a vocab.txt or a tokenizer.json whose model.type is "WordPiece"); the other
  * public calls dispatch through the tokenizer's vtable or read its vocabulary. Also the
  * helpers every tokenizer needs: the id buffer, the piece <-> id hash map, UTF-8 and files. */
 #include <errno.h>
@@ -346,7 +347,7 @@ static bool tok_json_is_tokenizer_json(const char *path) {
 
 rt_status tok_load(const char *path, tok_tokenizer **out) {
     rt_status st = RT_OK;
-    char *dir = NULL, *vocab = NULL, *merges = NULL, *config = NULL, *json = NULL;
+    char *dir = NULL, *vocab = NULL, *merges = NULL, *config = NULL, *json = NULL, *wp_vocab = NULL;
     static const char *const json_names[] = {"tokenizer.json", NULL};
     static const char *const vocab_names[] = {"vocab.json", "encoder.json", NULL};
     static const char *const merges_names[] = {"merges.txt", "vocab.bpe", NULL};
@@ -372,10 +373,12 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
                 } else {
                     free(v);
                     free(m);
-                    RT_FAIL(RT_ERR_IO,
-                            "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, or "
-                            "encoder.json + vocab.bpe in this directory",
-                            path);
+                    wp_vocab = tok_path_join(dir, "vocab.txt");
+                    if (!tok_file_exists(wp_vocab))
+                        RT_FAIL(RT_ERR_IO,
+                                "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, "
+                                "encoder.json + vocab.bpe, or vocab.txt (WordPiece) in this directory",
+                                path);
                 }
             }
         }
@@ -395,6 +398,9 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
                     RT_FAIL(RT_ERR_IO, "%s: no merges file beside it (expected merges.txt or vocab.bpe in %s)",
                             path, dir);
             }
+        } else if (tok_ends_with(base, ".txt") && !tok_ends_with(base, "merges.txt") &&
+                   tok_txt_is_wordpiece_vocab(path)) {
+            wp_vocab = rt_xstrdup(path);
         } else {
             merges = rt_xstrdup(path);
             vocab = tok_sibling_swap(path, "merges.txt", "vocab.json");
@@ -407,8 +413,11 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
     }
     config = tok_find_in_dir(dir, config_names);
     if (json) {
-        /* WordPiece and SentencePiece tokenizer.json files will dispatch on model.type here */
-        RT_TRY(tok_bpe_load_json(json, config, out));
+        /* SentencePiece (Unigram) tokenizer.json files will dispatch on model.type here too */
+        if (tok_json_is_wordpiece(json)) RT_TRY(tok_wordpiece_load_json(json, config, out));
+        else RT_TRY(tok_bpe_load_json(json, config, out));
+    } else if (wp_vocab) {
+        RT_TRY(tok_wordpiece_load_vocab(wp_vocab, config, out));
     } else {
         RT_TRY(tok_bpe_load_files(vocab, merges, config, out));
     }
@@ -418,6 +427,7 @@ fail:
     free(merges);
     free(config);
     free(json);
+    free(wp_vocab);
     return st;
 }
 

@@ -23,7 +23,8 @@ void tok_ids_clear(tok_ids *v);
 void tok_ids_free(tok_ids *v);
 
 /* path: an HF model directory (tokenizer.json, or vocab.json + merges.txt, or encoder.json +
- * vocab.bpe) or one of those files. Errors name the file and the line or field. */
+ * vocab.bpe, or a BERT vocab.txt) or one of those files; a tokenizer.json whose model is
+ * WordPiece loads as BERT. Errors name the file and the line or field. */
 rt_status tok_load(const char *path, tok_tokenizer **out);
 void tok_free(tok_tokenizer *t);
 

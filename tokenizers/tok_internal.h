@@ -17,6 +17,25 @@ extern const uint8_t tok_ascii_class[128];
 /* \p{L} -> LETTER, \p{N} -> NUMBER, White_Space -> SPACE, else OTHER (Unicode 16, as HF). */
 int tok_unicode_class(uint32_t cp);
 
+/* What HF BertNormalizer and BertPreTokenizer do to a code point (tok_unicode.c, probed from HF
+ * tokenizers by gen_tok_unicode.py, so HF's own mix of Unicode versions is kept). */
+enum {
+    TOK_BC_DROP = 1,        /* clean_text removes it (NUL, U+FFFD, controls, format chars) */
+    TOK_BC_CLEAN_SPACE = 2, /* clean_text turns it into ' ' */
+    TOK_BC_SPLIT = 4,       /* the pre-tokenizer splits on it (whitespace) */
+    TOK_BC_PUNCT = 8,       /* the pre-tokenizer makes it a word of its own (punctuation) */
+    TOK_BC_CJK = 16,        /* handle_chinese_chars puts spaces around it */
+    TOK_BC_MARK = 32,       /* strip_accents removes it (a nonspacing mark) */
+    TOK_BC_DECOMP = 64,     /* strip_accents replaces it: tok_bert_strip */
+    TOK_BC_LOWER = 128,     /* lowercase changes it: tok_bert_lower */
+};
+extern const uint8_t tok_bert_ascii[128];
+unsigned tok_bert_class(uint32_t cp);
+/* What strip_accents (NFD, then marks dropped) and lowercase make of one code point: writes
+ * 1..4 code points to out and returns the count (cp itself when it has no mapping). */
+size_t tok_bert_strip(uint32_t cp, uint32_t *out);
+size_t tok_bert_lower(uint32_t cp, uint32_t *out);
+
 /* Decodes one UTF-8 code point at s[0..n). Returns its length (1..4) and sets *cp, or returns 0
  * for an invalid or truncated sequence (overlong forms and surrogates included). */
 size_t tok_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
@@ -52,7 +71,7 @@ typedef struct {
 } tok_ops;
 
 struct tok_tokenizer {
-    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe" */
+    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece" */
     const tok_ops *ops;
     void *impl;
     tok_vocab vocab;  /* model vocab plus added tokens */
@@ -76,6 +95,17 @@ char *tok_path_join(const char *dir, const char *name);
 rt_status tok_bpe_load_files(const char *vocab_path, const char *merges_path, const char *config_path,
                              tok_tokenizer **out);
 rt_status tok_bpe_load_json(const char *json_path, const char *config_path, tok_tokenizer **out);
+
+/* ---- WordPiece (tok_wordpiece.c) ---- */
+/* vocab.txt (id = line number - 1); config_path (tokenizer_config.json) may be NULL. */
+rt_status tok_wordpiece_load_vocab(const char *vocab_path, const char *config_path, tok_tokenizer **out);
+/* A tokenizer.json whose model.type is "WordPiece". */
+rt_status tok_wordpiece_load_json(const char *json_path, const char *config_path, tok_tokenizer **out);
+/* True when the tokenizer.json at path parses and its model.type is "WordPiece". */
+bool tok_json_is_wordpiece(const char *path);
+/* True when a .txt file looks like a WordPiece vocab.txt rather than a BPE merges file: its
+ * name ends in "vocab.txt", or its first line is one piece with no space and not "#version". */
+bool tok_txt_is_wordpiece_vocab(const char *path);
 
 /* Words of at least this many initial symbols are merged with a heap (O(n log n)) instead of
  * the quadratic scan that is faster for short words. Tests lower it to cover the heap path. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Generates the byte-level BPE goldens in tests/golden/tok/ with Hugging Face tokenizers, so
-that tests/test_tok_bpe.c can check tokenizers/tok_bpe.c against HF without Python.
+"""Generates the tokenizer goldens in tests/golden/tok/ with Hugging Face tokenizers, so that
+tests/test_tok_bpe.c and tests/test_tok_wordpiece.c can check tokenizers/tok_bpe.c and
+tokenizers/tok_wordpiece.c against HF without Python.
 
     pip install tokenizers transformers        # no torch needed
     python3 scripts/golden/gen_tok_golden.py   # reads ../shared/data, writes tests/golden/tok/
@@ -15,6 +16,21 @@ Files written (ids are space-separated, one line per case):
                  replaced by U+FFFD exactly as HF does
   README.md      the library versions used
 
+BERT WordPiece (transformers' BertTokenizer over ../shared/data/bert-wordpiece:
+bert-base-uncased-vocab.txt with do_lower_case=True, bert_base_cased_vocab.txt with
+do_lower_case=False; add_special_tokens=False unless said):
+  bert_mrpc_{uncased,cased}.ids.gz  every MRPC sentence, as mrpc_*.ids.gz
+  bert_sst2_{uncased,cased}.crc32   every SST-2 sentence of train.tsv then dev.tsv (column 1,
+                 header skipped): one little-endian uint32 per sentence, zlib.crc32 of its ids as
+                 little-endian int32 (full ids would be 1.4 MB gzipped per vocab)
+  bert_extra.tsv hex(utf-8 input) TAB uncased ids TAB cased ids: normalizer and pre-tokenizer
+                 edge cases, special tokens in the text, long words, seeded random strings over
+                 code points whose tables HF takes from old Unicode versions
+  bert_decode.tsv  uncased ids TAB hex(decode(ids)) with HF's default decode (WordPiece
+                 decoder, cleanup on, special tokens kept)
+  bert_pairs.tsv uncased ids TAB token_type_ids of encode(a, b, truncation=True, max_length=24)
+                 for the first 200 MRPC dev pairs (a TAB b is the test's input: columns 4, 5)
+
 The GPT-2 tokenizer is transformers' GPT2Tokenizer over encoder.json + vocab.bpe (renamed to
 vocab.json + merges.txt in a temporary directory), RoBERTa's is RobertaTokenizer over
 roberta-vocab.json + roberta-merges.txt; both run on HF `tokenizers` underneath.
@@ -24,12 +40,14 @@ import os
 import platform
 import random
 import shutil
+import struct
 import sys
 import tempfile
+import zlib
 
 import tokenizers
 import transformers
-from transformers import GPT2Tokenizer, RobertaTokenizer
+from transformers import BertTokenizer, GPT2Tokenizer, RobertaTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -85,6 +103,105 @@ def extra_strings():
     return s
 
 
+def sst2_sentences():
+    out = []
+    for name in ("train.tsv", "dev.tsv"):
+        with open(os.path.join(DATA, "glue-sst2", name), "rb") as f:
+            lines = f.read().decode("utf-8").split("\n")
+        for line in lines[1:]:
+            if not line:
+                continue
+            cols = line.split("\t")
+            assert len(cols) == 2, (name, line)
+            out.append(cols[0])
+    return out
+
+
+def mrpc_dev_pairs(n):
+    with open(os.path.join(DATA, "glue-mrpc", "dev.tsv"), "rb") as f:
+        lines = f.read().decode("utf-8").split("\n")[1:]
+    return [tuple(line.split("\t")[3:5]) for line in lines if line][:n]
+
+
+def bert_extra_strings():
+    s = [
+        "", " ", "\t\n", "Hello world", "HELLO World", "héllo wörld", "naïve café Ångström", "Führer", "İstanbul",
+        "ΣΑΣ σας ς", "ß ẞ Straße", "ǅǈǋ titlecase", "Ｆｕｌｌｗｉｄｔｈ", "ﬁ ligature", "e\u0301 a\u0308\u0301 o\u0327\u0301",
+        "\u0301leading mark", "Cửa Việt", "한국어 텍스트 각", "你好世界", "我想在apple工作1314151天～", "こんにちは カタカナ",
+        "\uF900\uFA0E compat", "\U00020000\U0002A6DF\U0002B820\U0002B91F\U0002B920\U0002CEAF ext", "\u3400\u4DBF",
+        "a\u0000b\u0001c\u001fd\u007fe", "a\ufffdb", "zero\u200bwidth", "soft\u00adhyphen", "bom\ufeffx",
+        "nbsp\u00a0x", "a\u2003em\u3000ideo", "line\u2028sep", "\u0085nel", "a\x0bb\x0cc", "a\rb\r\nc",
+        "private\ue000use", "unassigned\u0378x", "Hello, y'all! How are you?", "don't can't won't", "it's 5 o'clock",
+        "$100,000.00!!!", "(a) [b] {c} <d>", "a-b_c=d+e", "~`^|\\@#%&*", "¡Hola! ¿Qué?", "«quotes» „low“ ‹s›",
+        "em—dash en–dash", "…ellipsis", "§¶†‡•", "٪ ، ؛ ؟", "।॥", "〈〉《》「」", "\u2E5D\u2E43\u061D\U00010D6E",
+        "\u166D\u0F3A", "x" * 99, "x" * 100, "x" * 101, "é" * 100, "é" * 101, "a" * 50 + "\u0301" * 60,
+        "supercalifragilisticexpialidocious", "antidisestablishmentarianism" * 3, "ab" * 120,
+        "[CLS]", "[cls]", "[SEP] [PAD] [UNK] [MASK]", "a[MASK]b", "[MASK][MASK]", "[[MASK]]", "[unused0]", "[CLS",
+        " [SEP] ", "xx[UNK]yy", "http://example.com/a?b=c&d=e", "def f(x):\n    return x ** 2\n", "🤗 emoji 👍🏽",
+        "👨‍👩‍👧", "½ ² Ⅻ ③ ⁴", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "mixed CASE Words And ACRONYMS like NASA",
+        "Привет мир", "Ελληνικά", "مرحبا بالعالم", "שלום עולם", "ภาษาไทย", "हिन्दी", "ꯀ\uABED",
+    ]
+    rng = random.Random(4321)
+    alphabet = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") + [" "] * 15 +
+                list("'\t\n.,!?-\"$%()[]#") + list("éüßçñøÅЖжЯΣς中文字日本語한국ابت१२३٤٥ÀÉÎÕÜİ") +
+                ["\u00a0", "\u2009", "\u3000", "\u0301", "\u0308", "\u07FD", "\u0903", "\u200b", "\u00ad",
+                 "\ufeff", "\ue000", "\u0378", "\u2E5D", "\u166D", "²", "Ⅻ", "🤗", "\u200d", "\U0001F600",
+                 "\u0000", "\u0085", "\ufffd", "\uF900", "\U0002B820", "[MASK]", "[CLS]", "[SEP]", "##", "\u1C89"])
+    for _ in range(400):
+        s.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))))
+    # random code points, mostly assigned ones in the BMP and plane 1
+    for _ in range(600):
+        cps = []
+        for _ in range(rng.randint(1, 12)):
+            while True:
+                cp = rng.randrange(0x30000) if rng.random() < 0.2 else rng.randrange(0x20000)
+                if not 0xD800 <= cp < 0xE000:
+                    break
+            cps.append(chr(cp))
+            if rng.random() < 0.3:
+                cps.append(rng.choice("abc XYZ,"))
+        s.append("".join(cps))
+    return s
+
+
+def load_bert(cased):
+    name = "bert_base_cased_vocab.txt" if cased else "bert-base-uncased-vocab.txt"
+    return BertTokenizer(os.path.join(DATA, "bert-wordpiece", name), do_lower_case=not cased)
+
+
+def crc_ids(x):
+    return zlib.crc32(struct.pack("<%di" % len(x), *x)) & 0xFFFFFFFF
+
+
+def write_bert():
+    u, c = load_bert(False), load_bert(True)
+    mrpc, sst2 = mrpc_sentences(), sst2_sentences()
+    for name, tok in (("uncased", u), ("cased", c)):
+        enc = tok(mrpc, add_special_tokens=False)["input_ids"]
+        with gzip.GzipFile(os.path.join(OUT, f"bert_mrpc_{name}.ids.gz"), "wb", mtime=0) as f:
+            f.write(("\n".join(ids(x) for x in enc) + "\n").encode())
+        enc = tok(sst2, add_special_tokens=False)["input_ids"]
+        with open(os.path.join(OUT, f"bert_sst2_{name}.crc32"), "wb") as f:
+            f.write(b"".join(struct.pack("<I", crc_ids(x)) for x in enc))
+    extra = bert_extra_strings()
+    eu = u(extra, add_special_tokens=False)["input_ids"]
+    ec = c(extra, add_special_tokens=False)["input_ids"]
+    with open(os.path.join(OUT, "bert_extra.tsv"), "w") as f:
+        for text, a, b in zip(extra, eu, ec):
+            f.write("%s\t%s\t%s\n" % (text.encode("utf-8").hex(), ids(a), ids(b)))
+    rng = random.Random(77)
+    punct = [u.convert_tokens_to_ids(x) for x in list(".,!?'\"-()") + ["n", "##t", "do", "not", "s", "m", "re", "ve"]]
+    with open(os.path.join(OUT, "bert_decode.tsv"), "w") as f:
+        for _ in range(300):
+            seq = [rng.choice(punct) if rng.random() < 0.4 else rng.randrange(len(u)) for _ in range(rng.randint(1, 12))]
+            f.write("%s\t%s\n" % (ids(seq), u.decode(seq).encode("utf-8").hex()))
+    with open(os.path.join(OUT, "bert_pairs.tsv"), "w") as f:
+        for a, b in mrpc_dev_pairs(200):
+            e = u(a, b, truncation=True, max_length=24)
+            f.write("%s\t%s\n" % (ids(e["input_ids"]), ids(e["token_type_ids"])))
+    return len(mrpc), len(sst2), len(extra)
+
+
 def ids(x):
     return " ".join(str(i) for i in x)
 
@@ -112,13 +229,16 @@ def main():
                    for _ in range(rng.randint(1, 12))]
             text = g.decode(seq, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             f.write("%s\t%s\n" % (ids(seq), text.encode("utf-8").hex()))
+    n_mrpc, n_sst2, n_extra = write_bert()
     with open(os.path.join(OUT, "README.md"), "w") as f:
-        f.write("# Byte-level BPE goldens\n\n")
+        f.write("# Tokenizer goldens (byte-level BPE and BERT WordPiece)\n\n")
         f.write("Written by `scripts/golden/gen_tok_golden.py` (see its docstring for the file formats) with\n")
         f.write(f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}, "
                 f"Python {platform.python_version()}.\n")
         f.write(f"MRPC: {len(sents)} sentences (train.tsv then dev.tsv, columns 4 and 5 of each row).\n")
-        f.write("Read by `tests/test_tok_bpe.c`. Regenerate only when the data or HF's behaviour changes.\n")
+        f.write(f"SST-2: {n_sst2} sentences (train.tsv then dev.tsv, column 1); BERT extra cases: {n_extra}.\n")
+        f.write("Read by `tests/test_tok_bpe.c` and `tests/test_tok_wordpiece.c`. Regenerate only when the data or "
+                "HF's behaviour changes.\n")
     print(f"wrote {OUT}: {len(sents)} MRPC sentences, {len(extra_strings())} extra cases")
 
 
