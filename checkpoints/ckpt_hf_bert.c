@@ -185,15 +185,7 @@ rt_status ckpt_hf_bert_save(const char *path, const rt_params *p, bool roberta, 
         }
     }
     if (tp->rank == 0) st = ckpt_safetensors_write(path, ne, entries, "{\"format\":\"pt\"}");
-    if (tp->size > 1) { /* every rank reports whether the file was written */
-        int code = (int)st;
-        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
-        if (bst != RT_OK) { /* the comm's own message stands */
-            st = bst;
-            goto fail;
-        }
-        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write the HF export", path);
-    }
+    st = ckpt_tp_agree(tp, st, path, "HF export");
 fail:
     for (int i = 0; i < n; i++) free(bufs[i]);
     ckpt_tp_scratch_free(be, &scr);

@@ -150,12 +150,7 @@ rt_status ckpt_hf_gpt2_save(const char *path, const rt_params *p, int vocab_size
         entries[i] = (ckpt_st_write_entry){.name = names[i], .ndim = s->ndim, .shape = shapes[i], .data = full};
     }
     if (tp->rank == 0) st = ckpt_safetensors_write(path, (size_t)n, entries, "{\"format\":\"pt\"}");
-    if (size > 1) { /* every rank reports whether the file was written */
-        int code = (int)st;
-        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
-        if (bst != RT_OK) RT_FAIL(bst, "%s: %s", path, rt_error_message());
-        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write the HF export", path);
-    }
+    st = ckpt_tp_agree(tp, st, path, "HF export");
 fail:
     for (int i = 0; i < n; i++) free(bufs[i]);
     ckpt_tp_scratch_free(be, &scr);

@@ -176,3 +176,13 @@ void ckpt_tp_scratch_free(rt_backend *be, ckpt_tp_scratch *scr) {
     free(scr->host);
     *scr = (ckpt_tp_scratch){0};
 }
+
+rt_status ckpt_tp_agree(rt_comm *tp, rt_status written, const char *path, const char *what) {
+    if (tp->size == 1) return written;
+    int code = (int)written;
+    rt_status st = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0); /* on failure its own message stands */
+    if (st != RT_OK) return st;
+    if (tp->rank != 0 && code != RT_OK)
+        return rt_errorf((rt_status)code, "%s: tp rank 0 failed to write the %s", path, what);
+    return written;
+}

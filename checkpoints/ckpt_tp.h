@@ -70,4 +70,9 @@ rt_status ckpt_tp_gather_param(rt_backend *be, rt_comm *tp, const ckpt_tp_desc *
                                ckpt_tp_scratch *scr, float *full);
 void ckpt_tp_scratch_free(rt_backend *be, ckpt_tp_scratch *scr);
 
+/* After tp rank 0 wrote a file (with status `written` there), every rank of the group learns
+ * the outcome: rank 0 keeps its own status and message; the others fail with `what` naming
+ * path when rank 0 failed. Collective over tp; a one-rank group returns `written`. */
+rt_status ckpt_tp_agree(rt_comm *tp, rt_status written, const char *path, const char *what);
+
 #endif

@@ -57,12 +57,7 @@ rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, con
         else ckpt_native_writer_abort(w);
         w = NULL;
     }
-    if (tp->size > 1) { /* every rank learns whether the file was written */
-        int code = (int)wst;
-        RT_TRY(tp->ops->broadcast(tp->ctx, &code, sizeof code, 0));
-        if (!lead && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write the checkpoint", path);
-    }
-    st = wst;
+    st = ckpt_tp_agree(tp, wst, path, "checkpoint");
 fail:
     if (w) ckpt_native_writer_abort(w);
     ckpt_tp_scratch_free(p->be, &scr);
