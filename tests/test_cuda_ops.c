@@ -264,16 +264,20 @@ static void test_elementwise(void) {
     const size_t n = 1003;
     dbuf x = dbuf_rand(n, 4.0f, 0.0f), dout = dbuf_rand(n, 1.0f, 0.0f);
     dbuf y = dbuf_zero(n);
-    static const char *names[] = {"gelu_tanh", "gelu_erf", "relu"};
-    for (int k = 0; k < 3; k++) {
+    static const struct {
+        rt_act_kind kind;
+        const char *name;
+    } acts[] = {{RT_ACT_GELU_TANH, "gelu_tanh"}, {RT_ACT_GELU_ERF, "gelu_erf"}, {RT_ACT_RELU, "relu"}, {RT_ACT_TANH, "tanh"}};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        const rt_act_kind k = acts[a].kind;
         char what[64];
-        g_cpu->ops->act_fwd(g_cpu->ctx, (rt_act_kind)k, y.c, x.c, n);
-        g_gpu->ops->act_fwd(g_gpu->ctx, (rt_act_kind)k, y.g, x.g, n);
-        snprintf(what, sizeof what, "act_fwd %s", names[k]);
+        g_cpu->ops->act_fwd(g_cpu->ctx, k, y.c, x.c, n);
+        g_gpu->ops->act_fwd(g_gpu->ctx, k, y.g, x.g, n);
+        snprintf(what, sizeof what, "act_fwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
-        g_cpu->ops->act_bwd(g_cpu->ctx, (rt_act_kind)k, y.c, x.c, dout.c, n);
-        g_gpu->ops->act_bwd(g_gpu->ctx, (rt_act_kind)k, y.g, x.g, dout.g, n);
-        snprintf(what, sizeof what, "act_bwd %s", names[k]);
+        g_cpu->ops->act_bwd(g_cpu->ctx, k, y.c, x.c, dout.c, n);
+        g_gpu->ops->act_bwd(g_gpu->ctx, k, y.g, x.g, dout.g, n);
+        snprintf(what, sizeof what, "act_bwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
     }
 
