@@ -11,10 +11,15 @@ static int ckpt_name_slot_cmp(const void *a, const void *b) {
     return strcmp(((const ckpt_name_slot *)a)->name, ((const ckpt_name_slot *)b)->name);
 }
 
-const char *ckpt_name_index_build(ckpt_name_index *ix, const char *const *names, size_t n) {
+const char *ckpt_name_index_build(ckpt_name_index *ix, const void *entries, size_t stride, size_t name_offset,
+                                  size_t n) {
     ix->n = n;
     ix->slots = rt_xmalloc((n ? n : 1) * sizeof *ix->slots);
-    for (size_t i = 0; i < n; i++) ix->slots[i] = (ckpt_name_slot){names[i], i};
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        memcpy(&name, (const char *)entries + i * stride + name_offset, sizeof name);
+        ix->slots[i] = (ckpt_name_slot){name, i};
+    }
     if (n) qsort(ix->slots, n, sizeof *ix->slots, ckpt_name_slot_cmp);
     for (size_t i = 1; i < n; i++)
         if (strcmp(ix->slots[i].name, ix->slots[i - 1].name) == 0) return ix->slots[i].name;

@@ -16,8 +16,10 @@ typedef struct {
     size_t n;
 } ckpt_name_index;
 
-/* names[i] is entry i's name. Returns NULL, or the first name that appears twice. */
-const char *ckpt_name_index_build(ckpt_name_index *ix, const char *const *names, size_t n);
+/* Indexes n entries of `stride` bytes each, whose `const char *` name sits at byte
+ * `name_offset` (offsetof(entry, name)). Returns NULL, or the first name that appears twice. */
+const char *ckpt_name_index_build(ckpt_name_index *ix, const void *entries, size_t stride, size_t name_offset,
+                                  size_t n);
 /* The entry named `name`, or -1. */
 long ckpt_name_index_find(const ckpt_name_index *ix, const char *name);
 void ckpt_name_index_free(ckpt_name_index *ix);

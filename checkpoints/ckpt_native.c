@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -385,13 +386,9 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     if (pos != table_len)
         RT_FAIL(RT_ERR_FORMAT, "%s: %llu unexpected bytes after the last record in the table", path,
                 (unsigned long long)(table_len - pos));
-    {
-        const char **names = rt_xmalloc((f->n ? f->n : 1) * sizeof *names);
-        for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
-        const char *dup = ckpt_name_index_build(&f->by_name, names, f->n);
-        free(names);
-        if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' appears twice", path, dup);
-    }
+    const char *dup = ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries,
+                                            offsetof(nat_entry, name), f->n);
+    if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' appears twice", path, dup);
     *out = f;
     return RT_OK;
 fail:

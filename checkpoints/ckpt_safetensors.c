@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -219,13 +220,9 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
                     f->entries[i - 1].name, f->entries[i - 1].begin, f->entries[i - 1].end, f->entries[i].name,
                     f->entries[i].begin, f->entries[i].end);
     }
-    {
-        const char **names = rt_xmalloc((f->n ? f->n : 1) * sizeof *names);
-        for (size_t i = 0; i < f->n; i++) names[i] = f->entries[i].name;
-        const char *dup = ckpt_name_index_build(&f->by_name, names, f->n);
-        free(names);
-        if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, dup);
-    }
+    const char *dup = ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries,
+                                            offsetof(st_entry, name), f->n);
+    if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, dup);
     *out = f;
     return RT_OK;
 fail:
