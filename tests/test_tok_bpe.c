@@ -9,108 +9,17 @@
 #include <zlib.h>
 
 #include "tests/testutil.h"
+#include "tests/toktest.h"
 #include "tokenizers/tok.h"
 #include "tokenizers/tok_internal.h"
-
-static int n_reported = 0; /* print the first few mismatches in full, count the rest */
-
-static char *read_all(const char *path, size_t *len) {
-    char *data = NULL;
-    size_t n = 0;
-    rt_status st = tok_read_file(path, &data, &n);
-    TZ_EXPECT(st == RT_OK, "%s", rt_error_message());
-    if (len) *len = n;
-    return data;
-}
-
-static char *read_gz(const char *path) {
-    gzFile f = gzopen(path, "rb");
-    TZ_EXPECT(f != NULL, "cannot open %s", path);
-    if (!f) return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    int got;
-    while ((got = gzread(f, buf + n, (unsigned)(cap - n - 1))) > 0) {
-        n += (size_t)got;
-        if (cap - n < 2) buf = realloc(buf, cap *= 2);
-    }
-    gzclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
-static void parse_ids(const char *s, tok_ids *out) {
-    tok_ids_clear(out);
-    char *end;
-    for (;;) {
-        while (*s == ' ') s++;
-        if (*s < '0' || *s > '9') break;
-        tok_ids_push(out, (int32_t)strtol(s, &end, 10));
-        s = end;
-    }
-}
-
-static int ids_equal(const tok_ids *a, const tok_ids *b) {
-    return a->n == b->n && (a->n == 0 || memcmp(a->ids, b->ids, a->n * sizeof *a->ids) == 0);
-}
-
-static void print_ids(const char *label, const tok_ids *v) {
-    fprintf(stderr, "  %s:", label);
-    for (size_t i = 0; i < v->n && i < 80; i++) fprintf(stderr, " %d", v->ids[i]);
-    fputc('\n', stderr);
-}
-
-/* Encodes text and compares with the expected ids; returns 1 on a match. */
-static int check_encode(const tok_tokenizer *t, const char *what, const char *text, size_t len,
-                        const tok_ids *want) {
-    tok_ids got = {0};
-    rt_status st = tok_encode(t, text, len, &got);
-    int ok = st == RT_OK && ids_equal(&got, want);
-    if (!ok && n_reported++ < 8) {
-        fprintf(stderr, "%s: mismatch on \"%.*s\"\n", what, (int)(len > 200 ? 200 : len), text);
-        print_ids("want", want);
-        print_ids("got ", &got);
-    }
-    tok_ids_free(&got);
-    return ok;
-}
-
-static int check_roundtrip(const tok_tokenizer *t, const char *text, size_t len) {
-    tok_ids ids = {0};
-    char *back = NULL;
-    /* tok_decode returns a C string, so text with a NUL byte compares up to that byte */
-    size_t visible = strnlen(text, len);
-    int ok = tok_encode(t, text, len, &ids) == RT_OK && tok_decode(t, ids.ids, ids.n, &back) == RT_OK &&
-             strlen(back) == visible && memcmp(back, text, visible) == 0;
-    if (!ok && n_reported++ < 8) fprintf(stderr, "round trip failed on \"%.*s\"\n", (int)len, text);
-    free(back);
-    tok_ids_free(&ids);
-    return ok;
-}
-
-static size_t unhex(const char *h, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        char b[3] = {h[i], h[i + 1], 0};
-        out[o++] = (char)strtol(b, NULL, 16);
-    }
-    return o;
-}
-
-static tok_tokenizer *load_ok(const char *path) {
-    tok_tokenizer *t = NULL;
-    rt_status st = tok_load(path, &t);
-    TZ_EXPECT(st == RT_OK, "loading %s: %s", path, rt_error_message());
-    return t;
-}
 
 /* llama.cpp's vectors: inputs split by "\n__ggml_vocab_test__\n", one output line per input. */
 static void test_vectors(const tok_tokenizer *t, const char *name) {
     char inp_path[256], out_path[256];
     snprintf(inp_path, sizeof inp_path, "tokenizer-test-vectors/ggml-vocab-%s.gguf.inp", name);
     snprintf(out_path, sizeof out_path, "tokenizer-test-vectors/ggml-vocab-%s.gguf.out", name);
-    char *inp = read_all(tz_shared_path(inp_path), NULL);
-    char *outs = read_all(tz_shared_path(out_path), NULL);
+    char *inp = tzt_read_all(tz_shared_path(inp_path), NULL);
+    char *outs = tzt_read_all(tz_shared_path(out_path), NULL);
     if (!inp || !outs) goto done;
     const char *marker = "\n__ggml_vocab_test__\n";
     char *p = inp, *o = outs;
@@ -120,11 +29,11 @@ static void test_vectors(const tok_tokenizer *t, const char *name) {
         char *nl = strchr(o, '\n');
         if (!nl) break;
         *nl = '\0';
-        parse_ids(o, &want);
+        tzt_parse_ids(o, &want);
         o = nl + 1;
         n++;
-        good += check_encode(t, name, p, (size_t)(m - p), &want);
-        check_roundtrip(t, p, (size_t)(m - p));
+        good += tzt_check_encode(t, name, p, (size_t)(m - p), &want);
+        tzt_check_roundtrip(t, p, (size_t)(m - p));
     }
     tok_ids_free(&want);
     TZ_EXPECT(n == 46 && good == n, "%s vectors: %d of %d match", name, good, n);
@@ -135,14 +44,14 @@ done:
 
 /* Every MRPC sentence (train then dev, columns 4 and 5) against the HF golden ids. */
 static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *what) {
-    char *gold = read_gz(tz_source_path(golden));
+    char *gold = tzt_read_gz(tz_source_path(golden));
     if (!gold) return;
     char *g = gold;
     size_t n = 0, good = 0, trips = 0;
     tok_ids want = {0};
     static const char *const files[] = {"glue-mrpc/train.tsv", "glue-mrpc/dev.tsv"};
     for (int f = 0; f < 2; f++) {
-        char *data = read_all(tz_shared_path(files[f]), NULL);
+        char *data = tzt_read_all(tz_shared_path(files[f]), NULL);
         if (!data) break;
         char *line = strchr(data, '\n'); /* skip the header */
         for (line = line ? line + 1 : NULL; line && *line;) {
@@ -165,11 +74,11 @@ static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *wh
                 char *gnl = strchr(g, '\n');
                 if (!gnl) break;
                 *gnl = '\0';
-                parse_ids(g, &want);
+                tzt_parse_ids(g, &want);
                 g = gnl + 1;
                 n++;
-                good += (size_t)check_encode(t, what, cols[k], strlen(cols[k]), &want);
-                trips += (size_t)check_roundtrip(t, cols[k], strlen(cols[k]));
+                good += (size_t)tzt_check_encode(t, what, cols[k], strlen(cols[k]), &want);
+                trips += (size_t)tzt_check_roundtrip(t, cols[k], strlen(cols[k]));
             }
             line = nl ? nl + 1 : NULL;
         }
@@ -183,7 +92,7 @@ static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *wh
 
 /* extra.tsv: hex input, GPT-2 ids, RoBERTa ids. */
 static void test_extra(const tok_tokenizer *gpt2, const tok_tokenizer *rob) {
-    char *data = read_all(tz_source_path("tests/golden/tok/extra.tsv"), NULL);
+    char *data = tzt_read_all(tz_source_path("tests/golden/tok/extra.tsv"), NULL);
     if (!data) return;
     size_t n = 0, good = 0;
     tok_ids want = {0};
@@ -194,12 +103,12 @@ static void test_extra(const tok_tokenizer *gpt2, const tok_tokenizer *rob) {
         TZ_EXPECT(t2 != NULL, "extra.tsv: expected 3 columns");
         if (!t2) break;
         char *text = malloc((size_t)(t1 - line) / 2 + 1);
-        size_t len = unhex(line, (size_t)(t1 - line), text);
-        parse_ids(t1 + 1, &want);
-        int ok = check_encode(gpt2, "gpt2 extra", text, len, &want);
-        parse_ids(t2 + 1, &want);
-        ok &= check_encode(rob, "roberta extra", text, len, &want);
-        ok &= check_roundtrip(gpt2, text, len);
+        size_t len = tzt_unhex(line, (size_t)(t1 - line), text);
+        tzt_parse_ids(t1 + 1, &want);
+        int ok = tzt_check_encode(gpt2, "gpt2 extra", text, len, &want);
+        tzt_parse_ids(t2 + 1, &want);
+        ok &= tzt_check_encode(rob, "roberta extra", text, len, &want);
+        ok &= tzt_check_roundtrip(gpt2, text, len);
         good += (size_t)ok;
         n++;
         free(text);
@@ -212,7 +121,7 @@ static void test_extra(const tok_tokenizer *gpt2, const tok_tokenizer *rob) {
 
 /* decode.tsv: random ids and HF's decoded text (with U+FFFD for broken UTF-8). */
 static void test_decode_golden(const tok_tokenizer *t) {
-    char *data = read_all(tz_source_path("tests/golden/tok/decode.tsv"), NULL);
+    char *data = tzt_read_all(tz_source_path("tests/golden/tok/decode.tsv"), NULL);
     if (!data) return;
     size_t n = 0, good = 0;
     tok_ids ids = {0};
@@ -221,12 +130,12 @@ static void test_decode_golden(const tok_tokenizer *t) {
         *nl = '\0';
         char *tab = strchr(line, '\t');
         *tab = '\0';
-        parse_ids(line, &ids);
+        tzt_parse_ids(line, &ids);
         char *want = malloc(strlen(tab + 1) / 2 + 1);
-        size_t wl = unhex(tab + 1, strlen(tab + 1), want);
+        size_t wl = tzt_unhex(tab + 1, strlen(tab + 1), want);
         char *got = NULL;
         int ok = tok_decode(t, ids.ids, ids.n, &got) == RT_OK && strlen(got) == wl && memcmp(got, want, wl) == 0;
-        if (!ok && n_reported++ < 8) fprintf(stderr, "decode mismatch for ids %s: got \"%s\"\n", line, got);
+        if (!ok && tzt_n_reported++ < 8) fprintf(stderr, "decode mismatch for ids %s: got \"%s\"\n", line, got);
         good += (size_t)ok;
         n++;
         free(got);
@@ -238,17 +147,9 @@ static void test_decode_golden(const tok_tokenizer *t) {
     free(data);
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    TZ_EXPECT(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-}
-
 static void expect_ids(const tok_tokenizer *t, const char *text, const int32_t *want, size_t n, const char *what) {
     tok_ids w = {(int32_t *)want, n, n};
-    TZ_EXPECT(check_encode(t, what, text, strlen(text), &w), "%s", what);
+    TZ_EXPECT(tzt_check_encode(t, what, text, strlen(text), &w), "%s", what);
 }
 
 static void expect_pair(const tok_tokenizer *t, const char *a, const char *b, const int32_t *want, size_t n,
@@ -256,8 +157,8 @@ static void expect_pair(const tok_tokenizer *t, const char *a, const char *b, co
     tok_ids got = {0};
     TZ_EXPECT_OK(tok_encode_pair(t, a, b, &got));
     tok_ids w = {(int32_t *)want, n, n};
-    TZ_EXPECT(ids_equal(&got, &w), "%s", what);
-    if (!ids_equal(&got, &w)) print_ids("got", &got);
+    TZ_EXPECT(tzt_ids_equal(&got, &w), "%s", what);
+    if (!tzt_ids_equal(&got, &w)) tzt_print_ids("got", &got);
     tok_ids_free(&got);
 }
 
@@ -288,8 +189,8 @@ static void test_small_files(void) {
              "\"post_processor\":null,\"model\":{\"type\":\"BPE\",\"vocab\":%s,"
              "\"merges\":[\"a b\",[\"ab\",\"c\"],[\"\\u0120\",\"ab\"]]}}",
              vocab);
-    write_file(path, json);
-    tok_tokenizer *t = load_ok(dir);
+    tzt_write_file(path, json, strlen(json));
+    tok_tokenizer *t = tzt_load_ok(dir);
     if (t) {
         static const int32_t want[] = {4, 6, 7, 2, 3};
         expect_ids(t, "abc ab<eot>  cxab", want, 5, "tokenizer.json with string and pair merges");
@@ -308,8 +209,8 @@ static void test_small_files(void) {
              "\"model\":{\"type\":\"BPE\",\"vocab\":%s,\"merges\":[\"a b\",\"\\u0120 ab\"]}}",
              vocab);
     snprintf(path, sizeof path, "%s/rob.json", dir);
-    write_file(path, json);
-    t = load_ok(path);
+    tzt_write_file(path, json, strlen(json));
+    t = tzt_load_ok(path);
     if (t) {
         static const int32_t want[] = {1, 6, 2, 2, 6, 2}; /* add_prefix_space turns "ab" into " ab" */
         expect_pair(t, "ab", "ab", want, 6, "RobertaProcessing pair");
@@ -318,43 +219,43 @@ static void test_small_files(void) {
     tok_free(t);
 
     snprintf(json, sizeof json, "{\"version\":\"1.0\",\"model\":{\"type\":\"WordPiece\",\"vocab\":%s}}", vocab);
-    write_file(path, json);
+    tzt_write_file(path, json, strlen(json));
     expect_load_error(path, RT_ERR_UNSUPPORTED, "model.type", "WordPiece");
 
     snprintf(json, sizeof json,
              "{\"version\":\"1.0\",\"pre_tokenizer\":{\"type\":\"ByteLevel\"},"
              "\"model\":{\"type\":\"BPE\",\"vocab\":%s,\"merges\":[\"a b\",[\"ab\",\"q\"]]}}",
              vocab);
-    write_file(path, json);
+    tzt_write_file(path, json, strlen(json));
     expect_load_error(path, RT_ERR_FORMAT, "model.merges[1]", "\"q\"");
 
     /* vocab.json + merges.txt: #version header, broken lines name file:line */
     snprintf(path, sizeof path, "%s/vocab.json", dir);
-    write_file(path, vocab);
+    tzt_write_file(path, vocab, strlen(vocab));
     snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-    write_file(path2, "#version: 0.2\na b\nab c\n");
+    tzt_write_file(path2, "#version: 0.2\na b\nab c\n", strlen("#version: 0.2\na b\nab c\n"));
     /* the directory also holds tokenizer.json (preferred); the vocab file picks its merges */
-    t = load_ok(path);
+    t = tzt_load_ok(path);
     if (t) {
         static const int32_t want[] = {4, 5, 3};
         expect_ids(t, "abc ab", want, 3, "vocab.json + merges.txt");
     }
     tok_free(t);
-    t = load_ok(path2); /* the merges file finds its vocab */
+    t = tzt_load_ok(path2); /* the merges file finds its vocab */
     tok_free(t);
 
-    write_file(path2, "#version: 0.2\na b\nab c extra\n");
+    tzt_write_file(path2, "#version: 0.2\na b\nab c extra\n", strlen("#version: 0.2\na b\nab c extra\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:3:", "two space-separated");
-    write_file(path2, "a b\nab q\n");
+    tzt_write_file(path2, "a b\nab q\n", strlen("a b\nab q\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:2:", "\"q\"");
-    write_file(path2, "a b\n\nab c\n");
+    tzt_write_file(path2, "a b\n\nab c\n", strlen("a b\n\nab c\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:2:", "two space-separated");
-    write_file(path2, "a c\n"); /* "ac" is not in the vocab */
+    tzt_write_file(path2, "a c\n", strlen("a c\n")); /* "ac" is not in the vocab */
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:1:", "\"ac\"");
-    write_file(path2, "a b\n");
-    write_file(path, "{\"a\":0,\n\"b\":1,\n\"c\" 2}");
+    tzt_write_file(path2, "a b\n", strlen("a b\n"));
+    tzt_write_file(path, "{\"a\":0,\n\"b\":1,\n\"c\" 2}", strlen("{\"a\":0,\n\"b\":1,\n\"c\" 2}"));
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json:3:", "invalid JSON");
-    write_file(path, "{\"a\":0,\"b\":\"one\"}");
+    tzt_write_file(path, "{\"a\":0,\"b\":\"one\"}", strlen("{\"a\":0,\"b\":\"one\"}"));
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json", "\"b\"");
 
     /* missing files */
@@ -365,7 +266,7 @@ static void test_small_files(void) {
     TZ_EXPECT(system(cmd) == 0, "mkdir");
     expect_load_error(path, RT_ERR_IO, "no tokenizer found", NULL);
     snprintf(path, sizeof path, "%s/empty/encoder.json", dir);
-    write_file(path, vocab);
+    tzt_write_file(path, vocab, strlen(vocab));
     expect_load_error(path, RT_ERR_IO, "no merges file", NULL);
 }
 
@@ -373,8 +274,8 @@ int main(void) {
     char gpt2_dir[512], rob_vocab[512];
     snprintf(gpt2_dir, sizeof gpt2_dir, "%s", tz_shared_path("gpt2-bpe"));
     snprintf(rob_vocab, sizeof rob_vocab, "%s", tz_shared_path("roberta-bpe/roberta-vocab.json"));
-    tok_tokenizer *gpt2 = load_ok(gpt2_dir);
-    tok_tokenizer *rob = load_ok(rob_vocab);
+    tok_tokenizer *gpt2 = tzt_load_ok(gpt2_dir);
+    tok_tokenizer *rob = tzt_load_ok(rob_vocab);
     if (!gpt2 || !rob) return tz_test_result("test_tok_bpe");
 
     TZ_EXPECT(tok_vocab_size(gpt2) == 50257, "gpt2 vocab %d", tok_vocab_size(gpt2));
@@ -433,16 +334,16 @@ int main(void) {
     char *longw = malloc(big + 1);
     for (size_t i = 0; i < big; i++) longw[i] = "!?"[i % 7 == 0];
     longw[big] = '\0';
-    TZ_EXPECT(check_roundtrip(gpt2, longw, big), "200 KB punctuation word round-trips");
+    TZ_EXPECT(tzt_check_roundtrip(gpt2, longw, big), "200 KB punctuation word round-trips");
     free(longw);
     tok_ids_free(&ids);
 
     /* the other ways to name the GPT-2 files, and tiny-gpt2's HF directory */
-    tok_tokenizer *t = load_ok(tz_shared_path("gpt2-bpe/vocab.bpe"));
+    tok_tokenizer *t = tzt_load_ok(tz_shared_path("gpt2-bpe/vocab.bpe"));
     static const int32_t hw[] = {15496, 995};
     if (t) expect_ids(t, "Hello world", hw, 2, "loaded from vocab.bpe");
     tok_free(t);
-    t = load_ok(tz_shared_path("tiny-gpt2"));
+    t = tzt_load_ok(tz_shared_path("tiny-gpt2"));
     if (t) {
         expect_ids(t, "Hello world", hw, 2, "tiny-gpt2");
         TZ_EXPECT(tok_vocab_size(t) == 50257 && tok_eos_id(t) == 50256 && tok_bos_id(t) == 50256, "tiny-gpt2 ids");

@@ -11,98 +11,14 @@
 
 #include "data/data_dataset.h"
 #include "tests/testutil.h"
+#include "tests/toktest.h"
 #include "tokenizers/tok.h"
 #include "tokenizers/tok_internal.h"
 
-static int n_reported = 0; /* print the first few mismatches in full */
-
-static char *read_all(const char *path, size_t *len) {
-    char *data = NULL;
-    size_t n = 0;
-    rt_status st = tok_read_file(path, &data, &n);
-    TZ_EXPECT(st == RT_OK, "%s", rt_error_message());
-    if (len) *len = n;
-    return data;
-}
-
-static char *read_gz(const char *path) {
-    gzFile f = gzopen(path, "rb");
-    TZ_EXPECT(f != NULL, "cannot open %s", path);
-    if (!f) return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    int got;
-    while ((got = gzread(f, buf + n, (unsigned)(cap - n - 1))) > 0) {
-        n += (size_t)got;
-        if (cap - n < 2) buf = realloc(buf, cap *= 2);
-    }
-    gzclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
-static void write_file(const char *path, const char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    TZ_EXPECT(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
-static void parse_ids(const char *s, tok_ids *out) {
-    tok_ids_clear(out);
-    char *end;
-    for (;;) {
-        while (*s == ' ') s++;
-        if (*s < '0' || *s > '9') break;
-        tok_ids_push(out, (int32_t)strtol(s, &end, 10));
-        s = end;
-    }
-}
-
-static int ids_equal(const tok_ids *a, const tok_ids *b) {
-    return a->n == b->n && (a->n == 0 || memcmp(a->ids, b->ids, a->n * sizeof *a->ids) == 0);
-}
-
-static void print_ids(const char *label, const tok_ids *v) {
-    fprintf(stderr, "  %s:", label);
-    for (size_t i = 0; i < v->n && i < 80; i++) fprintf(stderr, " %d", v->ids[i]);
-    fputc('\n', stderr);
-}
-
-static int check_encode(const tok_tokenizer *t, const char *what, const char *text, size_t len, const tok_ids *want) {
-    tok_ids got = {0};
-    rt_status st = tok_encode(t, text, len, &got);
-    int ok = st == RT_OK && ids_equal(&got, want);
-    if (!ok && n_reported++ < 8) {
-        fprintf(stderr, "%s: mismatch on \"%.*s\"\n", what, (int)(len > 200 ? 200 : len), text);
-        print_ids("want", want);
-        print_ids("got ", &got);
-    }
-    tok_ids_free(&got);
-    return ok;
-}
-
-static size_t unhex(const char *h, size_t n, char *out) {
-    size_t o = 0;
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        char b[3] = {h[i], h[i + 1], 0};
-        out[o++] = (char)strtol(b, NULL, 16);
-    }
-    return o;
-}
-
-static tok_tokenizer *load_ok(const char *path) {
-    tok_tokenizer *t = NULL;
-    rt_status st = tok_load(path, &t);
-    TZ_EXPECT(st == RT_OK, "loading %s: %s", path, rt_error_message());
-    return t;
-}
-
 /* llama.cpp's bert-bge vectors (bge-small-en-v1.5 uses the bert-base-uncased vocab). */
 static void test_vectors(const tok_tokenizer *t) {
-    char *inp = read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.inp"), NULL);
-    char *outs = read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.out"), NULL);
+    char *inp = tzt_read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.inp"), NULL);
+    char *outs = tzt_read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.out"), NULL);
     if (!inp || !outs) goto done;
     const char *marker = "\n__ggml_vocab_test__\n";
     char *p = inp, *o = outs;
@@ -112,10 +28,10 @@ static void test_vectors(const tok_tokenizer *t) {
         char *nl = strchr(o, '\n');
         if (!nl) break;
         *nl = '\0';
-        parse_ids(o, &want);
+        tzt_parse_ids(o, &want);
         o = nl + 1;
         n++;
-        good += check_encode(t, "bert-bge", p, (size_t)(m - p), &want);
+        good += tzt_check_encode(t, "bert-bge", p, (size_t)(m - p), &want);
     }
     tok_ids_free(&want);
     TZ_EXPECT(n == 46 && good == n, "bert-bge vectors: %d of %d match", good, n);
@@ -128,7 +44,7 @@ done:
 typedef void (*sentence_fn)(const char *text, void *ctx);
 
 static size_t for_each_sentence(const char *rel, int n_cols, int first, int last, sentence_fn fn, void *ctx) {
-    char *data = read_all(tz_shared_path(rel), NULL);
+    char *data = tzt_read_all(tz_shared_path(rel), NULL);
     if (!data) return 0;
     size_t n = 0;
     char *line = strchr(data, '\n');
@@ -170,14 +86,14 @@ static void mrpc_one(const char *text, void *vctx) {
     c->n++;
     if (!nl) return;
     *nl = '\0';
-    parse_ids(c->gold, &c->want);
+    tzt_parse_ids(c->gold, &c->want);
     c->gold = nl + 1;
-    c->good += (size_t)check_encode(c->t, c->what, text, strlen(text), &c->want);
+    c->good += (size_t)tzt_check_encode(c->t, c->what, text, strlen(text), &c->want);
 }
 
 /* Every MRPC sentence (train then dev, columns 4 and 5) against HF's ids. */
 static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *what) {
-    char *gold = read_gz(tz_source_path(golden));
+    char *gold = tzt_read_gz(tz_source_path(golden));
     if (!gold) return;
     golden_ctx c = {t, what, gold, NULL, 0, 0, 0, {0}};
     for_each_sentence("glue-mrpc/train.tsv", 5, 3, 4, mrpc_one, &c);
@@ -208,9 +124,9 @@ static void sst2_one(const char *text, void *vctx) {
     tok_ids_clear(&c->want);
     rt_status st = tok_encode(c->t, text, strlen(text), &c->want);
     int ok = st == RT_OK && crc_ids(&c->want) == want;
-    if (!ok && n_reported++ < 8) {
+    if (!ok && tzt_n_reported++ < 8) {
         fprintf(stderr, "%s: SST-2 sentence %zu differs from HF (crc32): \"%.200s\"\n", c->what, i, text);
-        print_ids("got ", &c->want);
+        tzt_print_ids("got ", &c->want);
     }
     c->good += (size_t)ok;
 }
@@ -218,7 +134,7 @@ static void sst2_one(const char *text, void *vctx) {
 /* Every SST-2 sentence (train then dev, column 1) against the CRC of HF's ids. */
 static void test_sst2(const tok_tokenizer *t, const char *golden, const char *what) {
     size_t len = 0;
-    char *crc = read_all(tz_source_path(golden), &len);
+    char *crc = tzt_read_all(tz_source_path(golden), &len);
     if (!crc) return;
     golden_ctx c = {t, what, NULL, (const unsigned char *)crc, len / 4, 0, 0, {0}};
     for_each_sentence("glue-sst2/train.tsv", 2, 0, 0, sst2_one, &c);
@@ -231,7 +147,7 @@ static void test_sst2(const tok_tokenizer *t, const char *golden, const char *wh
 
 /* bert_extra.tsv: hex input, uncased ids, cased ids. */
 static void test_extra(const tok_tokenizer *unc, const tok_tokenizer *cas) {
-    char *data = read_all(tz_source_path("tests/golden/tok/bert_extra.tsv"), NULL);
+    char *data = tzt_read_all(tz_source_path("tests/golden/tok/bert_extra.tsv"), NULL);
     if (!data) return;
     size_t n = 0, good = 0;
     tok_ids want = {0};
@@ -242,11 +158,11 @@ static void test_extra(const tok_tokenizer *unc, const tok_tokenizer *cas) {
         TZ_EXPECT(t2 != NULL, "bert_extra.tsv: expected 3 columns");
         if (!t2) break;
         char *text = malloc((size_t)(t1 - line) / 2 + 1);
-        size_t len = unhex(line, (size_t)(t1 - line), text);
-        parse_ids(t1 + 1, &want);
-        int ok = check_encode(unc, "uncased extra", text, len, &want);
-        parse_ids(t2 + 1, &want);
-        ok &= check_encode(cas, "cased extra", text, len, &want);
+        size_t len = tzt_unhex(line, (size_t)(t1 - line), text);
+        tzt_parse_ids(t1 + 1, &want);
+        int ok = tzt_check_encode(unc, "uncased extra", text, len, &want);
+        tzt_parse_ids(t2 + 1, &want);
+        ok &= tzt_check_encode(cas, "cased extra", text, len, &want);
         good += (size_t)ok;
         n++;
         free(text);
@@ -259,7 +175,7 @@ static void test_extra(const tok_tokenizer *unc, const tok_tokenizer *cas) {
 
 /* bert_decode.tsv: ids and HF's decode (the WordPiece decoder with its cleanup). */
 static void test_decode(const tok_tokenizer *t) {
-    char *data = read_all(tz_source_path("tests/golden/tok/bert_decode.tsv"), NULL);
+    char *data = tzt_read_all(tz_source_path("tests/golden/tok/bert_decode.tsv"), NULL);
     if (!data) return;
     size_t n = 0, good = 0;
     tok_ids ids = {0};
@@ -268,14 +184,14 @@ static void test_decode(const tok_tokenizer *t) {
         *nl = '\0';
         char *tab = strchr(line, '\t');
         *tab = '\0';
-        parse_ids(line, &ids);
+        tzt_parse_ids(line, &ids);
         char *want = malloc(strlen(tab + 1) / 2 + 1);
-        size_t wl = unhex(tab + 1, strlen(tab + 1), want);
+        size_t wl = tzt_unhex(tab + 1, strlen(tab + 1), want);
         want[wl] = '\0';
         char *got = NULL;
         rt_status st = tok_decode(t, ids.ids, ids.n, &got);
         int ok = st == RT_OK && strcmp(got, want) == 0;
-        if (!ok && n_reported++ < 8) fprintf(stderr, "decode %s:\n  want \"%s\"\n  got  \"%s\"\n", line, want, got);
+        if (!ok && tzt_n_reported++ < 8) fprintf(stderr, "decode %s:\n  want \"%s\"\n  got  \"%s\"\n", line, want, got);
         good += (size_t)ok;
         n++;
         free(got);
@@ -317,8 +233,8 @@ static void test_pairs(const tok_tokenizer *t) {
     enum { N = 200 };
     const char *a[N], *b[N];
     size_t n = 0;
-    char *dev = read_all(tz_shared_path("glue-mrpc/dev.tsv"), NULL);
-    char *gold = read_all(tz_source_path("tests/golden/tok/bert_pairs.tsv"), NULL);
+    char *dev = tzt_read_all(tz_shared_path("glue-mrpc/dev.tsv"), NULL);
+    char *gold = tzt_read_all(tz_source_path("tests/golden/tok/bert_pairs.tsv"), NULL);
     if (!dev || !gold) goto done;
     char *line = strchr(dev, '\n') + 1;
     while (n < N && line && *line) {
@@ -349,16 +265,16 @@ static void test_pairs(const tok_tokenizer *t) {
         char *nl = strchr(g, '\n'), *tab = strchr(g, '\t');
         if (!nl || !tab) break;
         *nl = *tab = '\0';
-        parse_ids(g, &want);
-        parse_ids(tab + 1, &types);
+        tzt_parse_ids(g, &want);
+        tzt_parse_ids(tab + 1, &types);
         g = nl + 1;
         size_t len = d.offsets[i + 1] - d.offsets[i], len_a = 0;
         while (len_a < types.n && types.ids[len_a] == 0) len_a++;
         int ok = len == want.n && memcmp(d.ids + d.offsets[i], want.ids, len * sizeof(int32_t)) == 0 &&
                  (size_t)d.len_a[i] == len_a;
-        if (!ok && n_reported++ < 8) {
+        if (!ok && tzt_n_reported++ < 8) {
             fprintf(stderr, "pair %zu: len_a %d, want %zu\n", i, d.len_a[i], len_a);
-            print_ids("want", &want);
+            tzt_print_ids("want", &want);
         }
         good += (size_t)ok;
     }
@@ -390,8 +306,8 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
 
     /* vocab.txt alone: lower-cased by default */
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    write_file(path, tiny_vocab, strlen(tiny_vocab));
-    t = load_ok(dir);
+    tzt_write_file(path, tiny_vocab, strlen(tiny_vocab));
+    t = tzt_load_ok(dir);
     const int32_t lower[] = {5, 9, 12, 10, 11};
     if (t) expect_ids(t, "HELLO! Café world", lower, 5, "default do_lower_case");
     tok_free(t);
@@ -399,20 +315,20 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     /* tokenizer_config.json turns lower-casing off; strip_accents follows it */
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
     const char *c1 = "{\"do_lower_case\": false, \"tokenize_chinese_chars\": true}";
-    write_file(cfg, c1, strlen(c1));
-    t = load_ok(path);
+    tzt_write_file(cfg, c1, strlen(c1));
+    t = tzt_load_ok(path);
     const int32_t cased[] = {6, 9, 13, 10, 11};
     if (t) expect_ids(t, "Hello! café world", cased, 5, "do_lower_case false");
     tok_free(t);
     /* strip_accents set on its own */
     const char *c2 = "{\"do_lower_case\": false, \"strip_accents\": true}";
-    write_file(cfg, c2, strlen(c2));
-    t = load_ok(dir);
+    tzt_write_file(cfg, c2, strlen(c2));
+    t = tzt_load_ok(dir);
     const int32_t strip[] = {6, 12};
     if (t) expect_ids(t, "Hello café", strip, 2, "strip_accents without lower-casing");
     tok_free(t);
     const char *c3 = "{\"do_lower_case\": \"yes\"}";
-    write_file(cfg, c3, strlen(c3));
+    tzt_write_file(cfg, c3, strlen(c3));
     st = tok_load(dir, &t);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "do_lower_case"), "bad do_lower_case: %s",
               rt_error_message());
@@ -422,8 +338,8 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     snprintf(sub, sizeof sub, "%s/bert-base-cased", dir);
     TZ_EXPECT(mkdir(sub, 0755) == 0, "mkdir %s", sub);
     snprintf(path, sizeof path, "%s/vocab.txt", sub);
-    write_file(path, tiny_vocab, strlen(tiny_vocab));
-    t = load_ok(sub);
+    tzt_write_file(path, tiny_vocab, strlen(tiny_vocab));
+    t = tzt_load_ok(sub);
     if (t) expect_ids(t, "Hello", cased, 1, "cased folder name");
     tok_free(t);
 
@@ -438,8 +354,8 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
         " \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"continuing_subword_prefix\": \"##\",\n"
         "   \"max_input_chars_per_word\": 4, \"vocab\": {\"[PAD]\": 0, \"[UNK]\": 1, \"[CLS]\": 2, \"[SEP]\": 3,\n"
         "   \"[MASK]\": 4, \"hello\": 5, \"hel\": 6, \"##lo\": 7, \"!\": 8}}}\n";
-    write_file(path, js, strlen(js));
-    t = load_ok(sub);
+    tzt_write_file(path, js, strlen(js));
+    t = tzt_load_ok(sub);
     if (t) {
         /* "#" is punctuation, and max_input_chars_per_word 4 makes "hello" [UNK] */
         expect_ids(t, "hel##lo ! [MASK] hello", (const int32_t[]){6, 1, 1, 1, 8, 4, 1}, 7, "tokenizer.json");
@@ -447,13 +363,13 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
         TZ_EXPECT(strcmp(tok_kind_name(t), "bert-wordpiece") == 0, "kind");
     }
     tok_free(t);
-    t = load_ok(path);
+    t = tzt_load_ok(path);
     if (t) expect_ids(t, "HEL!", (const int32_t[]){6, 8}, 2, "tokenizer.json lowercase");
     tok_free(t);
     /* a tokenizer_config.json beside it decides, as transformers' BertTokenizer does */
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", sub);
-    write_file(cfg, c1, strlen(c1));
-    t = load_ok(sub);
+    tzt_write_file(cfg, c1, strlen(c1));
+    t = tzt_load_ok(sub);
     if (t) expect_ids(t, "HEL!", (const int32_t[]){1, 8}, 2, "tokenizer_config.json over tokenizer.json");
     tok_free(t);
 
@@ -462,7 +378,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     static const char *const vocabs[] = {"[PAD]\n[UNK]\n[SEP]\nx\n", "[PAD]\n[UNK]\n[CLS]\nx\n", "[CLS]\n[SEP]\nx\n"};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/broken%d-vocab.txt", dir, i);
-        write_file(path, vocabs[i], strlen(vocabs[i]));
+        tzt_write_file(path, vocabs[i], strlen(vocabs[i]));
         t = NULL;
         st = tok_load(path, &t);
         TZ_EXPECT(st == RT_ERR_FORMAT && t == NULL && strstr(rt_error_message(), path) &&
@@ -470,12 +386,12 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
                   "missing %s: %s", missing[i], rt_error_message());
     }
     snprintf(path, sizeof path, "%s/empty-vocab.txt", dir);
-    write_file(path, "", 0);
+    tzt_write_file(path, "", 0);
     st = tok_load(path, &t);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), path), "empty vocab: %s", rt_error_message());
 
     /* the shared vocab files: by name, uncased lower-cases and cased does not */
-    tok_tokenizer *u = load_ok(uncased_path), *c = load_ok(cased_path);
+    tok_tokenizer *u = tzt_load_ok(uncased_path), *c = tzt_load_ok(cased_path);
     if (u && c) {
         expect_ids(u, "Hello", (const int32_t[]){7592}, 1, "uncased file");
         expect_ids(c, "Hello", (const int32_t[]){8667}, 1, "cased file");
@@ -488,7 +404,7 @@ int main(void) {
     char unc_path[1024], cas_path[1024];
     snprintf(unc_path, sizeof unc_path, "%s", tz_shared_path("bert-wordpiece/bert-base-uncased-vocab.txt"));
     snprintf(cas_path, sizeof cas_path, "%s", tz_shared_path("bert-wordpiece/bert_base_cased_vocab.txt"));
-    tok_tokenizer *unc = load_ok(unc_path), *cas = load_ok(cas_path);
+    tok_tokenizer *unc = tzt_load_ok(unc_path), *cas = tzt_load_ok(cas_path);
     if (unc && cas) {
         test_vectors(unc);
         test_mrpc(unc, "tests/golden/tok/bert_mrpc_uncased.ids.gz", "uncased");
