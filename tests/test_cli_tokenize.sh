@@ -60,6 +60,19 @@ printf '[PAD]\n[UNK]\n[SEP]\nx\n' > "$TMP/bad-vocab.txt"
 check "bert vocab without [CLS] rc" 1 $?
 check "bert vocab without [CLS] message" 1 "$(grep -c "bad-vocab.txt: .*\[CLS\]" "$TMP/err.txt")"
 
+# T5 SentencePiece through the same tok_load: the .model file or a folder holding spiece.model;
+# sentinels in the text, --pair appends </s> to each side, decode is the slow T5Tokenizer's
+T5="$DATA/t5-spiece/t5_tokenizer_base.model"
+got=$(printf 'Hello world\nHello <extra_id_0>.\n' | "$BIN" --tokenizer "$T5")
+check "t5 ids" $'8774 296\n8774 32099 3 5' "$got"
+mkdir "$TMP/t5" && cp "$T5" "$TMP/t5/spiece.model"
+got=$(printf 'Hello world\tHallo Welt\n' | "$BIN" --tokenizer "$TMP/t5" --pair)
+check "t5 dir pair" "8774 296 1 2501 32 3779 1" "$got"
+got=$(printf 'Hello <extra_id_0>.\n' | "$BIN" --tokenizer "$T5" --pieces)
+check "t5 pieces" $'\xe2\x96\x81Hello <extra_id_0> \xe2\x96\x81 .' "$got"
+got=$(printf '8774 32099 3 5 1\n' | "$BIN" --tokenizer "$T5" --decode)
+check "t5 decode" "Hello <extra_id_0> .</s>" "$got"
+
 # round trip over MRPC sentences through ids and back
 cut -f4 "$DATA/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"
 "$BIN" --tokenizer "$GPT2" < "$TMP/in.txt" > "$TMP/ids.txt"

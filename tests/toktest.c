@@ -57,18 +57,37 @@ void tzt_print_ids(const char *label, const tok_ids *v) {
     fputc('\n', stderr);
 }
 
+int tzt_check_ids(const char *what, const char *text, size_t len, const tok_ids *got, const tok_ids *want) {
+    int ok = tzt_ids_equal(got, want);
+    if (!ok && tzt_n_reported++ < 8) {
+        fprintf(stderr, "%s: mismatch on \"%.*s\"\n", what, (int)(len > 200 ? 200 : len), text);
+        tzt_print_ids("want", want);
+        tzt_print_ids("got ", got);
+    }
+    return ok;
+}
+
 /* Encodes text and compares with the expected ids; returns 1 on a match. */
 int tzt_check_encode(const tok_tokenizer *t, const char *what, const char *text, size_t len,
                         const tok_ids *want) {
     tok_ids got = {0};
     rt_status st = tok_encode(t, text, len, &got);
-    int ok = st == RT_OK && tzt_ids_equal(&got, want);
-    if (!ok && tzt_n_reported++ < 8) {
-        fprintf(stderr, "%s: mismatch on \"%.*s\"\n", what, (int)(len > 200 ? 200 : len), text);
-        tzt_print_ids("want", want);
-        tzt_print_ids("got ", &got);
-    }
+    if (st != RT_OK) fprintf(stderr, "%s: encode failed: %s\n", what, rt_error_message());
+    int ok = st == RT_OK && tzt_check_ids(what, text, len, &got, want);
     tok_ids_free(&got);
+    return ok;
+}
+
+int tzt_check_decode(const tok_tokenizer *t, const char *what, const tok_ids *ids, const char *want, size_t wl) {
+    char *got = NULL;
+    rt_status st = tok_decode(t, ids->ids, ids->n, &got);
+    int ok = st == RT_OK && strlen(got) == wl && memcmp(got, want, wl) == 0;
+    if (!ok && tzt_n_reported++ < 8) {
+        fprintf(stderr, "%s: decode mismatch (%s)\n  want \"%.*s\"\n  got  \"%s\"\n", what, rt_status_name(st),
+                (int)wl, want, got ? got : "");
+        tzt_print_ids("ids", ids);
+    }
+    free(got);
     return ok;
 }
 
@@ -107,4 +126,51 @@ void tzt_write_file(const char *path, const char *data, size_t n) {
     if (!f) return;
     fwrite(data, 1, n, f);
     fclose(f);
+}
+
+char *tzt_next_line(char **cursor) {
+    char *line = *cursor;
+    if (!line || !*line) return NULL;
+    char *nl = strchr(line, '\n');
+    if (nl) {
+        *nl = '\0';
+        *cursor = nl + 1;
+    } else {
+        *cursor = line + strlen(line);
+    }
+    return line;
+}
+
+uint32_t tzt_crc_ids(const tok_ids *v) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t i = 0; i < v->n; i++) {
+        uint32_t u = (uint32_t)v->ids[i];
+        unsigned char b[4] = {(unsigned char)u, (unsigned char)(u >> 8), (unsigned char)(u >> 16),
+                              (unsigned char)(u >> 24)};
+        crc = crc32(crc, b, 4);
+    }
+    return (uint32_t)crc;
+}
+
+size_t tzt_for_each_vector(const char *inp_rel, const char *out_rel, tzt_vector_fn fn, void *ctx) {
+    char *inp = tzt_read_all(tz_shared_path(inp_rel), NULL);
+    char *outs = tzt_read_all(tz_shared_path(out_rel), NULL);
+    size_t n = 0;
+    if (!inp || !outs) goto done;
+    const char *marker = "\n__ggml_vocab_test__\n";
+    char *p = inp, *o = outs;
+    tok_ids want = {0};
+    for (char *m; (m = strstr(p, marker)) != NULL; p = m + strlen(marker)) {
+        char *line = tzt_next_line(&o);
+        TZ_EXPECT(line != NULL, "%s: fewer id lines than inputs in %s", out_rel, inp_rel);
+        if (!line) break;
+        tzt_parse_ids(line, &want);
+        fn(p, (size_t)(m - p), &want, ctx);
+        n++;
+    }
+    tok_ids_free(&want);
+done:
+    free(inp);
+    free(outs);
+    return n;
 }

@@ -4,6 +4,7 @@
 #define TZ_TOKTEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tokenizers/tok.h"
 
@@ -23,5 +24,20 @@ int tzt_check_roundtrip(const tok_tokenizer *t, const char *text, size_t len);
 /* Hex digits to bytes; returns the byte count. */
 size_t tzt_unhex(const char *h, size_t n, char *out);
 tok_tokenizer *tzt_load_ok(const char *path);
+/* The line at *cursor (NUL-terminated in place; a final line may lack its '\n'), advancing
+ * *cursor past it; NULL at the end of the text. */
+char *tzt_next_line(char **cursor);
+/* zlib.crc32 of the ids as little-endian int32, as the golden generators write it. */
+uint32_t tzt_crc_ids(const tok_ids *v);
+/* Compares ids already computed with the expected ones; prints the first few mismatches with
+ * the text. Returns 1 on a match. */
+int tzt_check_ids(const char *what, const char *text, size_t len, const tok_ids *got, const tok_ids *want);
+/* Decodes ids and compares with want[0..wl); returns 1 on a match. */
+int tzt_check_decode(const tok_tokenizer *t, const char *what, const tok_ids *ids, const char *want, size_t wl);
+/* llama.cpp-style test vectors: inputs split by "\n__ggml_vocab_test__\n" in inp_rel, one line of
+ * ids per input in out_rel (both under the shared data folder). Calls fn for each pair and
+ * returns the number of inputs (0 when a file is missing, which also fails the test). */
+typedef void (*tzt_vector_fn)(const char *text, size_t len, const tok_ids *want, void *ctx);
+size_t tzt_for_each_vector(const char *inp_rel, const char *out_rel, tzt_vector_fn fn, void *ctx);
 
 #endif

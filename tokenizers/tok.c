@@ -1,8 +1,10 @@
 /* The tokenizer front door: tok_load finds the tokenizer files in an HF directory (or takes
  * one file and finds its partner beside it) and hands them to the right loader (byte-level BPE,
- * or WordPiece for a vocab.txt or a tokenizer.json whose model.type is "WordPiece"); the other
+ * WordPiece for a vocab.txt or a tokenizer.json whose model.type is "WordPiece", or T5's
+ * SentencePiece for a spiece.model or any .model file); the other
  * public calls dispatch through the tokenizer's vtable or read its vocabulary. Also the
  * helpers every tokenizer needs: the id buffer, the piece <-> id hash map, UTF-8 and files. */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +257,25 @@ fail:
     return st;
 }
 
+rt_status tok_json_load(const char *path, cJSON **out) {
+    rt_status st = RT_OK;
+    char *data = NULL;
+    size_t len;
+    *out = NULL;
+    RT_TRY(tok_read_file(path, &data, &len));
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (!*out) {
+        size_t line = 1;
+        if (end && end >= data && end <= data + len)
+            for (const char *p = data; p < end; p++) line += *p == '\n';
+        RT_FAIL(RT_ERR_FORMAT, "%s:%zu: invalid JSON", path, line);
+    }
+fail:
+    free(data);
+    return st;
+}
+
 bool tok_file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -347,16 +368,19 @@ static bool tok_json_is_tokenizer_json(const char *path) {
 
 rt_status tok_load(const char *path, tok_tokenizer **out) {
     rt_status st = RT_OK;
-    char *dir = NULL, *vocab = NULL, *merges = NULL, *config = NULL, *json = NULL, *wp_vocab = NULL;
+    char *dir = NULL, *vocab = NULL, *merges = NULL, *config = NULL, *json = NULL, *wp_vocab = NULL, *spm = NULL;
     static const char *const json_names[] = {"tokenizer.json", NULL};
     static const char *const vocab_names[] = {"vocab.json", "encoder.json", NULL};
     static const char *const merges_names[] = {"merges.txt", "vocab.bpe", NULL};
     static const char *const config_names[] = {"tokenizer_config.json", NULL};
+    static const char *const spm_names[] = {"spiece.model", NULL};
     *out = NULL;
     if (tok_is_dir(path)) {
         dir = rt_xstrdup(path);
-        json = tok_find_in_dir(dir, json_names);
-        if (!json) {
+        /* an HF T5 folder also has a tokenizer.json (a Unigram model): spiece.model comes first */
+        spm = tok_find_in_dir(dir, spm_names);
+        if (!spm) json = tok_find_in_dir(dir, json_names);
+        if (!spm && !json) {
             /* the pairs go together: vocab.json + merges.txt (HF), encoder.json + vocab.bpe (OpenAI) */
             char *v = tok_path_join(dir, "vocab.json"), *m = tok_path_join(dir, "merges.txt");
             if (tok_file_exists(v) && tok_file_exists(m)) {
@@ -377,7 +401,8 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
                     if (!tok_file_exists(wp_vocab))
                         RT_FAIL(RT_ERR_IO,
                                 "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, "
-                                "encoder.json + vocab.bpe, or vocab.txt (WordPiece) in this directory",
+                                "encoder.json + vocab.bpe, vocab.txt (WordPiece) or spiece.model (SentencePiece) "
+                                "in this directory",
                                 path);
                 }
             }
@@ -386,7 +411,9 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
         if (!tok_file_exists(path)) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(ENOENT));
         dir = tok_dirname(path);
         const char *base = tok_basename(path);
-        if (tok_ends_with(base, ".json")) {
+        if (tok_ends_with(base, ".model")) {
+            spm = rt_xstrdup(path);
+        } else if (tok_ends_with(base, ".json")) {
             if (strcmp(base, "tokenizer.json") == 0 || tok_json_is_tokenizer_json(path)) {
                 json = rt_xstrdup(path);
             } else {
@@ -412,7 +439,9 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
         }
     }
     config = tok_find_in_dir(dir, config_names);
-    if (json) {
+    if (spm) {
+        RT_TRY(tok_t5_load(spm, dir, out));
+    } else if (json) {
         /* SentencePiece (Unigram) tokenizer.json files will dispatch on model.type here too */
         if (tok_json_is_wordpiece(json)) RT_TRY(tok_wordpiece_load_json(json, config, out));
         else RT_TRY(tok_bpe_load_json(json, config, out));
@@ -428,6 +457,7 @@ fail:
     free(config);
     free(json);
     free(wp_vocab);
+    free(spm);
     return st;
 }
 

@@ -71,7 +71,7 @@ typedef struct {
 } tok_ops;
 
 struct tok_tokenizer {
-    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece" */
+    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece" */
     const tok_ops *ops;
     void *impl;
     tok_vocab vocab;  /* model vocab plus added tokens */
@@ -88,6 +88,9 @@ bool tok_file_exists(const char *path);
 bool tok_is_dir(const char *path);
 /* dir + "/" + name into a malloc'd string. */
 char *tok_path_join(const char *dir, const char *name);
+struct cJSON;
+/* Reads and parses a JSON file; a syntax error is RT_ERR_FORMAT naming file:line. */
+rt_status tok_json_load(const char *path, struct cJSON **out);
 
 /* ---- byte-level BPE (tok_bpe.c) ---- */
 /* Loaders called by tok_load once it has found the files. config_path (tokenizer_config.json)
@@ -106,6 +109,11 @@ bool tok_json_is_wordpiece(const char *path);
 /* True when a .txt file looks like a WordPiece vocab.txt rather than a BPE merges file: its
  * name ends in "vocab.txt", or its first line is one piece with no space and not "#version". */
 bool tok_txt_is_wordpiece_vocab(const char *path);
+
+/* ---- SentencePiece, T5 (tok_t5.c over tok_spm.h) ---- */
+/* A .model file; tokenizer_config.json, special_tokens_map.json and added_tokens.json are
+ * looked for in dir. */
+rt_status tok_t5_load(const char *model_path, const char *dir, tok_tokenizer **out);
 
 /* Words of at least this many initial symbols are merged with a heap (O(n log n)) instead of
  * the quadratic scan that is faster for short words. Tests lower it to cover the heap path. */
