@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "runtime/cpu/cpu_internal.h"
+#include "runtime/cpu/cpu_math.h"
 
 /* Whether a call has enough work for a parallel region: tiny heads (tests, short
  * sequences) run faster on one thread than they take to wake the others. */
@@ -83,25 +84,26 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
         float *row = P + (size_t)i * Tk;
         const float *bias = d->bias ? d->bias + ((size_t)h * Tq + i) * Tk : NULL;
         int jend = d->causal ? i + 1 : Tk; /* keys j >= jend are excluded */
-        float mx = -INFINITY;
-        for (int j = 0; j < jend; j++) {
-            float s = row[j];
-            if (kmask) s += kmask[j];
-            if (bias) s += bias[j];
-            row[j] = s;
-            mx = s > mx ? s : mx;
+        if (kmask) {
+#pragma omp simd
+            for (int j = 0; j < jend; j++) row[j] += kmask[j];
         }
+        if (bias) {
+#pragma omp simd
+            for (int j = 0; j < jend; j++) row[j] += bias[j];
+        }
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < jend; j++) mx = row[j] > mx ? row[j] : mx;
         for (int j = jend; j < Tk; j++) row[j] = 0.0f;
         if (mx == -INFINITY) { /* every key masked: zero row, hence zero output */
             for (int j = 0; j < jend; j++) row[j] = 0.0f;
             continue;
         }
-        float sum = 0.0f;
-        for (int j = 0; j < jend; j++) {
-            float e = expf(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
+#pragma omp simd
+        for (int j = 0; j < jend; j++) row[j] = rt_fast_expf(row[j] - mx);
+        float sum = 0.0f; /* in order, not vectorized: the same bits at any vector width */
+        for (int j = 0; j < jend; j++) sum += row[j];
         float inv = 1.0f / sum;
         for (int j = 0; j < jend; j++) row[j] *= inv;
     }
