@@ -69,6 +69,12 @@ typedef struct rt_backend_ops {
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
     void (*act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
     void (*act_bwd)(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout, size_t n);
+    /* Gated activation (T5 v1.1's gated-gelu): out = act(gate) * lin, elementwise. bwd writes
+     * dgate = dout * lin * act'(gate) and dlin = dout * act(gate) (act(gate) is recomputed, so
+     * only the two inputs are kept for backward). */
+    void (*gated_act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *gate, const float *lin, size_t n);
+    void (*gated_act_bwd)(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
+                          const float *lin, const float *dout, size_t n);
 
     /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
     void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
@@ -86,6 +92,15 @@ typedef struct rt_backend_ops {
     void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
                           float *dbias, const float *dout, const float *probs, const float *q,
                           const float *k, const float *v);
+    /* T5's relative position bias from its bucket table. table is (num_buckets, NH): a row per
+     * bucket, a column per head (HF's nn.Embedding(num_buckets, n_heads); under tensor
+     * parallelism the rank's column block of heads). buckets (Tq*Tk) holds the bucket of key j
+     * seen from query i at [i*Tk + j], in [0, num_buckets). fwd writes bias (NH, Tq, Tk) = table[buckets[i*Tk+j], h];
+     * bwd accumulates dtable[bucket, h] += the dbias (NH, Tq, Tk) elements of that bucket. */
+    void (*relbias_fwd)(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets);
+    void (*relbias_bwd)(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq,
+                        int Tk, int num_buckets);
 
     /* Embedding rows of a vocab shard [vocab_start, vocab_start + V): ids outside give zero
      * rows (vocab-parallel). fwd writes out (N, C) (accumulate=true adds into out, e.g. token +
@@ -121,6 +136,13 @@ typedef struct rt_backend_ops {
                         uint64_t stream);
     void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p,
                         uint64_t seed, uint64_t stream);
+    /* Dropout on a column block of a (rows, cols_total) matrix, stored as (rows, cols): element
+     * (r, c) is kept when uniform(seed, stream, r*cols_total + col_offset + c) >= p, the bit
+     * dropout_fwd draws for that element of the whole matrix, so a column-parallel shard drops
+     * what one rank would. The mask is its own backward: call it again on the gradient with
+     * the same arguments. out may alias inp. */
+    void (*dropout_cols)(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
+                         int col_offset, float p, uint64_t seed, uint64_t stream);
 
     /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
     void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);

@@ -163,6 +163,44 @@ static void grad_activations(void) {
     }
 }
 
+/* ---- gated activations (T5 v1.1): out = act(gate) * lin ---- */
+typedef struct {
+    rt_act_kind kind;
+    float *gate, *lin, *out, *R;
+    size_t n;
+} gated_st;
+
+static double gated_loss(void *p) {
+    gated_st *s = p;
+    ops->gated_act_fwd(cx, s->kind, s->out, s->gate, s->lin, s->n);
+    return dot_d(s->out, s->R, s->n);
+}
+
+static void grad_gated_activations(void) {
+    const char *names[4] = {"gated gelu_tanh", "gated gelu_erf", "gated relu", "gated tanh"};
+    for (int kind = 0; kind < 4; kind++) {
+        gated_st s = {.kind = (rt_act_kind)kind, .n = 40};
+        s.gate = fill(s.n, 22, -3, 3), s.lin = fill(s.n, 23, -2, 2), s.out = zeros(s.n), s.R = fill(s.n, 24, -1, 1);
+        for (size_t i = 0; i < s.n; i++) /* ReLU's kink out of the step's reach */
+            if (fabsf(s.gate[i]) < 0.05f) s.gate[i] = 0.1f;
+        /* the forward is act() times lin, element by element */
+        float *act = zeros(s.n);
+        ops->act_fwd(cx, s.kind, act, s.gate, s.n);
+        gated_loss(&s);
+        for (size_t i = 0; i < s.n; i++) act[i] *= s.lin[i];
+        char what[80];
+        snprintf(what, sizeof what, "%s fwd = act(gate) * lin", names[kind]);
+        tz_check_close(what, s.out, act, s.n, 0.0f, 0.0f);
+        float *dgate = fill(s.n, 25, -5, 5), *dlin = fill(s.n, 26, -5, 5); /* written, not accumulated */
+        ops->gated_act_bwd(cx, s.kind, dgate, dlin, s.gate, s.lin, s.R, s.n);
+        snprintf(what, sizeof what, "%s dgate", names[kind]);
+        fd_check(what, s.gate, s.n, dgate, gated_loss, &s);
+        snprintf(what, sizeof what, "%s dlin", names[kind]);
+        fd_check(what, s.lin, s.n, dlin, gated_loss, &s);
+        free(s.gate), free(s.lin), free(s.out), free(s.R), free(act), free(dgate), free(dlin);
+    }
+}
+
 /* ---- bias ---- */
 typedef struct {
     float *x, *bias, *out, *R;
@@ -250,6 +288,41 @@ static void grad_attention_cross(void) {
     fd_check("cross-attention dq", q, nq, dq, attn_loss, &s);
     fd_check("cross-attention dk,dv (fused kv)", kv, nkv, dkv, attn_loss, &s);
     free(q), free(kv), free(mask), free(s.out), free(s.probs), free(s.R), free(dq), free(dkv);
+}
+
+/* ---- T5 relative position bias: gather by bucket, scatter-add back ---- */
+typedef struct {
+    float *table, *bias, *R;
+    const int32_t *buckets;
+    int NH, Tq, Tk, nb;
+} relbias_st;
+
+static double relbias_loss(void *p) {
+    relbias_st *s = p;
+    ops->relbias_fwd(cx, s->bias, s->table, s->buckets, s->NH, s->Tq, s->Tk, s->nb);
+    return dot_d(s->bias, s->R, (size_t)s->NH * s->Tq * s->Tk);
+}
+
+static void grad_relbias(void) {
+    enum { NH = 3, Tq = 4, Tk = 5, NB = 6 };
+    int32_t buckets[Tq * Tk];
+    for (int i = 0; i < Tq; i++) /* bidirectional-style buckets in [0, 6): several pairs per bucket */
+        for (int j = 0; j < Tk; j++) buckets[i * Tk + j] = (j - i > 0 ? 3 : 0) + (abs(j - i) < 2 ? abs(j - i) : 2);
+    size_t nb = (size_t)NH * Tq * Tk;
+    relbias_st s = {.buckets = buckets, .NH = NH, .Tq = Tq, .Tk = Tk, .nb = NB};
+    s.table = fill((size_t)NB * NH, 100, -1, 1), s.bias = zeros(nb), s.R = fill(nb, 101, -1, 1);
+    relbias_loss(&s);
+    int bad = 0;
+    for (int h = 0; h < NH; h++)
+        for (int t = 0; t < Tq * Tk; t++) bad += s.bias[(size_t)h * Tq * Tk + t] != s.table[buckets[t] * NH + h];
+    TZ_EXPECT(bad == 0, "relbias_fwd: %d elements are not table[bucket, head]", bad);
+    float *dt = zeros((size_t)NB * NH);
+    ops->relbias_bwd(cx, dt, s.R, buckets, NH, Tq, Tk, NB);
+    float *dt1 = dup(dt, (size_t)NB * NH);
+    ops->relbias_bwd(cx, dt, s.R, buckets, NH, Tq, Tk, NB);
+    check_accumulates("relbias_bwd accumulates dtable", dt, dt1, (size_t)NB * NH);
+    fd_check("relbias_bwd dtable", s.table, (size_t)NB * NH, dt1, relbias_loss, &s);
+    free(s.table), free(s.bias), free(s.R), free(dt), free(dt1);
 }
 
 /* ---- embedding ---- */
@@ -348,6 +421,43 @@ static void grad_dropout(void) {
     free(s.x), free(s.out), free(s.R), free(dx);
 }
 
+/* Dropout on a column block draws the whole matrix's bits (tensor-parallel FFN shards), and
+ * as its own backward passes the FD check like dropout_fwd. */
+typedef struct {
+    float *x, *out, *R;
+    size_t rows;
+    int cols, total, offset;
+} dcols_st;
+
+static double dcols_loss(void *p) {
+    dcols_st *s = p;
+    ops->dropout_cols(cx, s->out, s->x, s->rows, s->cols, s->total, s->offset, 0.4f, 9, 5);
+    return dot_d(s->out, s->R, s->rows * (size_t)s->cols);
+}
+
+static void grad_dropout_cols(void) {
+    enum { ROWS = 5, TOTAL = 12, COLS = 5, OFFSET = 4 };
+    float *full = fill(ROWS * TOTAL, 92, -1, 1), *full_out = zeros(ROWS * TOTAL);
+    ops->dropout_fwd(cx, full_out, full, ROWS * TOTAL, 0.4f, 9, 5);
+    dcols_st s = {.rows = ROWS, .cols = COLS, .total = TOTAL, .offset = OFFSET};
+    s.x = zeros(ROWS * COLS), s.out = zeros(ROWS * COLS), s.R = fill(ROWS * COLS, 93, -1, 1);
+    float *ref = zeros(ROWS * COLS);
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) {
+            s.x[r * COLS + c] = full[r * TOTAL + OFFSET + c];
+            ref[r * COLS + c] = full_out[r * TOTAL + OFFSET + c];
+        }
+    dcols_loss(&s);
+    tz_check_close("dropout_cols = dropout_fwd's columns", s.out, ref, ROWS * COLS, 0.0f, 0.0f);
+    float *inplace = dup(s.x, ROWS * COLS);
+    ops->dropout_cols(cx, inplace, inplace, ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    tz_check_close("dropout_cols in place", inplace, ref, ROWS * COLS, 0.0f, 0.0f);
+    float *dx = zeros(ROWS * COLS);
+    ops->dropout_cols(cx, dx, s.R, ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    fd_check("dropout_cols (its own backward)", s.x, ROWS * COLS, dx, dcols_loss, &s);
+    free(full), free(full_out), free(s.x), free(s.out), free(s.R), free(ref), free(inplace), free(dx);
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 0, &be));
@@ -357,14 +467,17 @@ int main(void) {
     grad_layernorm();
     grad_rmsnorm();
     grad_activations();
+    grad_gated_activations();
     grad_bias();
     grad_attention_self(0.0f, "");
     grad_attention_self(0.3f, " (dropout 0.3)");
     grad_attention_cross();
+    grad_relbias();
     grad_embedding();
     grad_softmax_xent();
     grad_rows();
     grad_dropout();
+    grad_dropout_cols();
     rt_backend_free(be);
     return tz_test_result("test_cpu_grad");
 }

@@ -279,6 +279,20 @@ static void test_elementwise(void) {
         g_gpu->ops->act_bwd(g_gpu->ctx, k, y.g, x.g, dout.g, n);
         snprintf(what, sizeof what, "act_bwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
+        /* gated (T5 v1.1): act(x) * dout as the linear half, then both gradients */
+        g_cpu->ops->gated_act_fwd(g_cpu->ctx, k, y.c, x.c, dout.c, n);
+        g_gpu->ops->gated_act_fwd(g_gpu->ctx, k, y.g, x.g, dout.g, n);
+        snprintf(what, sizeof what, "gated_act_fwd %s", acts[a].name);
+        dbuf_check(what, &y, ATOL, RTOL);
+        dbuf dgate = dbuf_zero(n), dlin = dbuf_zero(n);
+        g_cpu->ops->gated_act_bwd(g_cpu->ctx, k, dgate.c, dlin.c, x.c, dout.c, y.c, n);
+        g_gpu->ops->gated_act_bwd(g_gpu->ctx, k, dgate.g, dlin.g, x.g, dout.g, y.g, n);
+        snprintf(what, sizeof what, "gated_act_bwd %s dgate", acts[a].name);
+        dbuf_check(what, &dgate, ATOL, RTOL);
+        snprintf(what, sizeof what, "gated_act_bwd %s dlin", acts[a].name);
+        dbuf_check(what, &dlin, ATOL, RTOL);
+        dbuf_free(&dgate);
+        dbuf_free(&dlin);
     }
 
     /* add with out aliasing a, then axpy and scale */
@@ -349,6 +363,67 @@ static void test_dropout(void) {
     dbuf_check("dropout_fwd p=0", &y, 0.0f, 0.0f);
     dbuf_free(&x);
     dbuf_free(&y);
+}
+
+/* Dropout on a column block (a tensor-parallel FFN shard): the CPU's bits, and on the GPU
+ * the columns dropout_fwd drops in the whole matrix. */
+static void test_dropout_cols(void) {
+    const size_t rows = 37;
+    const int total = 300, cols = 75, offset = 150;
+    const float p = 0.3f;
+    const uint64_t seed = 77, stream = ((uint64_t)3 << 56) | 7u;
+    dbuf full = dbuf_rand(rows * total, 1.0f, 2.0f), full_y = dbuf_zero(rows * total);
+    dbuf x = dbuf_rand(rows * cols, 1.0f, 2.0f), y = dbuf_zero(rows * cols);
+    g_cpu->ops->dropout_cols(g_cpu->ctx, y.c, x.c, rows, cols, total, offset, p, seed, stream);
+    g_gpu->ops->dropout_cols(g_gpu->ctx, y.g, x.g, rows, cols, total, offset, p, seed, stream);
+    dbuf_check("dropout_cols", &y, 0.0f, 0.0f);
+    g_gpu->ops->dropout_fwd(g_gpu->ctx, full_y.g, full.g, rows * total, p, seed, stream);
+    float *hf = gpu_fetch(full_y.g, rows * total), *hy = gpu_fetch(y.g, rows * cols);
+    size_t differ = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) differ += (hf[r * total + offset + c] == 0.0f) != (hy[r * cols + c] == 0.0f);
+    TZ_EXPECT(differ == 0, "dropout_cols: %zu elements differ from dropout_fwd's columns", differ);
+    free(hf);
+    free(hy);
+    dbuf_free(&full);
+    dbuf_free(&full_y);
+    dbuf_free(&x);
+    dbuf_free(&y);
+}
+
+/* T5's relative position bias: the gather is exact, the scatter-add close to the CPU's and the
+ * same bits when run twice. */
+static void test_relbias(void) {
+    const int NH = 6, Tq = 33, Tk = 41, NB = 32;
+    int32_t *hb = rt_xmalloc((size_t)Tq * Tk * sizeof(int32_t));
+    for (int i = 0; i < Tq; i++)
+        for (int j = 0; j < Tk; j++) {
+            int d = j - i, a = d < 0 ? -d : d;
+            hb[i * Tk + j] = (d > 0 ? NB / 2 : 0) + (a < NB / 2 ? a : NB / 2 - 1);
+        }
+    ibuf buckets = ibuf_from(hb, (size_t)Tq * Tk);
+    dbuf table = dbuf_rand((size_t)NB * NH, 1.0f, 0.0f), bias = dbuf_zero((size_t)NH * Tq * Tk);
+    g_cpu->ops->relbias_fwd(g_cpu->ctx, bias.c, table.c, buckets.c, NH, Tq, Tk, NB);
+    g_gpu->ops->relbias_fwd(g_gpu->ctx, bias.g, table.g, buckets.g, NH, Tq, Tk, NB);
+    dbuf_check("relbias_fwd", &bias, 0.0f, 0.0f);
+    dbuf dbias = dbuf_rand((size_t)NH * Tq * Tk, 1.0f, 0.0f), dt = dbuf_rand((size_t)NB * NH, 1.0f, 0.0f);
+    dbuf dt2 = dbuf_zero((size_t)NB * NH);
+    g_gpu->ops->copy(g_gpu->ctx, dt2.g, dt.g, dt.n * sizeof(float));
+    g_cpu->ops->relbias_bwd(g_cpu->ctx, dt.c, dbias.c, buckets.c, NH, Tq, Tk, NB);
+    g_gpu->ops->relbias_bwd(g_gpu->ctx, dt.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
+    dbuf_check("relbias_bwd (accumulates)", &dt, 1e-4f, RTOL);
+    g_gpu->ops->relbias_bwd(g_gpu->ctx, dt2.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
+    float *h1 = gpu_fetch(dt.g, dt.n), *h2 = gpu_fetch(dt2.g, dt.n);
+    TZ_EXPECT(memcmp(h1, h2, dt.n * sizeof(float)) == 0, "relbias_bwd differs between runs");
+    free(h1);
+    free(h2);
+    free(hb);
+    ibuf_free(&buckets);
+    dbuf_free(&table);
+    dbuf_free(&bias);
+    dbuf_free(&dbias);
+    dbuf_free(&dt);
+    dbuf_free(&dt2);
 }
 
 /* One attention configuration forward and backward on both backends. When fused, q/k/v
@@ -624,7 +699,9 @@ int main(void) {
     test_norms();
     test_elementwise();
     test_dropout();
+    test_dropout_cols();
     test_attention();
+    test_relbias();
     test_embedding();
     test_xent();
     test_adamw();

@@ -1,12 +1,14 @@
-/* Elementwise CPU kernels: activations and their exact derivatives, bias add and its
- * gradient, add/axpy/scale, dropout from the counter RNG, AdamW over a slab, and the sum of
- * squares for gradient clipping. The formulas follow PyTorch's CPU kernels term by term
- * (float math, same operation order where it matters) so the golden files match to ~1 ulp. */
+/* Elementwise CPU kernels: activations (plain and gated) and their exact derivatives, bias
+ * add and its gradient, add/axpy/scale, dropout from the counter RNG (whole buffers and column
+ * shards), AdamW over a slab, and the sum of squares for gradient clipping. The formulas
+ * follow PyTorch's CPU kernels term by term (float math, same operation order where it
+ * matters) so the golden files match to ~1 ulp. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "runtime/cpu/cpu_internal.h"
+#include "runtime/cpu/cpu_math.h"
 
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
 #define RT_GELU_BETA 0.7978845608028654f
@@ -15,26 +17,54 @@
 #define RT_SQRT1_2 0.7071067811865476f
 #define RT_INV_SQRT_2PI 0.3989422804014327f
 
+/* One element of each activation and of its derivative, shared by the plain and the gated
+ * kernels (one copy of each formula). */
+static inline float rt_cpu_gelu_tanh(float x) {
+    float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+static inline float rt_cpu_gelu_tanh_grad(float x) {
+    float x2 = x * x;
+    float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+    float left = 0.5f * (1.0f + t);
+    float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
+    return left + right;
+}
+
+/* The exact GELU with the vectorizable erf and exp of cpu_math.h, as PyTorch's CPU GELU
+ * also uses an approximate vector erf; the loops below are `simd` so they vectorize. */
+static inline float rt_cpu_gelu_erf(float x) {
+    return 0.5f * x * (1.0f + rt_fast_erff(x * RT_SQRT1_2));
+}
+
+static inline float rt_cpu_gelu_erf_grad(float x) {
+    float cdf = 0.5f * (1.0f + rt_fast_erff(x * RT_SQRT1_2));
+    float pdf = rt_fast_expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
+    return cdf + x * pdf;
+}
+
+static inline float rt_cpu_relu(float x) { return x > 0.0f ? x : 0.0f; }
+
+/* from the input, as the interface passes it: 1 - tanh(x)^2 */
+static inline float rt_cpu_tanh_grad(float x) {
+    float t = tanhf(x);
+    return 1.0f - t * t;
+}
+
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
-            out[i] = 0.5f * x * (1.0f + tanhf(u));
-        }
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            out[i] = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
-        }
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_erf(inp[i]);
         break;
     case RT_ACT_RELU:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_relu(inp[i]);
         break;
     case RT_ACT_TANH:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
@@ -49,34 +79,83 @@ void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, 
     switch (kind) {
     case RT_ACT_GELU_TANH:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float x2 = x * x;
-            float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
-            float left = 0.5f * (1.0f + t);
-            float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
-            dinp[i] = dout[i] * (left + right);
-        }
+        for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_gelu_tanh_grad(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
-            float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
-            dinp[i] = dout[i] * (cdf + x * pdf);
-        }
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_gelu_erf_grad(inp[i]);
         break;
     case RT_ACT_RELU:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
         break;
     case RT_ACT_TANH:
-        /* from the input, as the interface passes it: 1 - tanh(x)^2 */
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_tanh_grad(inp[i]);
+        break;
+    default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
+    }
+}
+
+/* out = act(gate) * lin, as HF's T5DenseGatedActDense: the activation in float, then the
+ * product. */
+void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate, const float *lin,
+                          size_t n) {
+    switch (kind) {
+    case RT_ACT_GELU_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(gate[i]) * lin[i];
+        break;
+    case RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_erf(gate[i]) * lin[i];
+        break;
+    case RT_ACT_RELU:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = rt_cpu_relu(gate[i]) * lin[i];
+        break;
+    case RT_ACT_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = tanhf(gate[i]) * lin[i];
+        break;
+    default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
+    }
+}
+
+/* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), the order autograd takes. */
+void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
+                          const float *lin, const float *dout, size_t n) {
+    switch (kind) {
+    case RT_ACT_GELU_TANH:
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float t = tanhf(inp[i]);
-            dinp[i] = dout[i] * (1.0f - t * t);
+            float g = gate[i], dy = dout[i];
+            dlin[i] = dy * rt_cpu_gelu_tanh(g);
+            dgate[i] = (dy * lin[i]) * rt_cpu_gelu_tanh_grad(g);
+        }
+        break;
+    case RT_ACT_GELU_ERF:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i], dy = dout[i];
+            dlin[i] = dy * rt_cpu_gelu_erf(g);
+            dgate[i] = (dy * lin[i]) * rt_cpu_gelu_erf_grad(g);
+        }
+        break;
+    case RT_ACT_RELU:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i], dy = dout[i];
+            dlin[i] = dy * rt_cpu_relu(g);
+            dgate[i] = g > 0.0f ? dy * lin[i] : 0.0f;
+        }
+        break;
+    case RT_ACT_TANH:
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) {
+            float g = gate[i], dy = dout[i];
+            dlin[i] = dy * tanhf(g);
+            dgate[i] = (dy * lin[i]) * rt_cpu_tanh_grad(g);
         }
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
@@ -154,6 +233,31 @@ void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float
 void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                         uint64_t seed, uint64_t stream) {
     rt_cpu_dropout_apply(dinp, dout, n, p, seed, stream);
+}
+
+void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
+                         int col_offset, float p, uint64_t seed, uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
+             "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
+    size_t n = rows * (size_t)cols;
+    if (p == 0.0f || p >= 1.0f) { /* no draws: the whole-matrix rules give the same result */
+        rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const float *x = inp + r * (size_t)cols;
+        float *y = out + r * (size_t)cols;
+        uint64_t base = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
+        float u[1024];
+        for (int c0 = 0; c0 < cols; c0 += 1024) {
+            int m = cols - c0 < 1024 ? cols - c0 : 1024;
+            rt_cpu_uniform_row(seed, stream, base + (uint64_t)c0, (size_t)m, u);
+            for (int k = 0; k < m; k++) y[c0 + k] = u[k] >= p ? x[c0 + k] * s : 0.0f;
+        }
+    }
 }
 
 /* The double a user most likely meant by a float hyperparameter: the shortest decimal that

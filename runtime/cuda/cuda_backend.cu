@@ -108,6 +108,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->rmsnorm_bwd = rt_cuda_rmsnorm_bwd;
     o->act_fwd = rt_cuda_act_fwd;
     o->act_bwd = rt_cuda_act_bwd;
+    o->gated_act_fwd = rt_cuda_gated_act_fwd;
+    o->gated_act_bwd = rt_cuda_gated_act_bwd;
     o->add_bias = rt_cuda_add_bias;
     o->bias_bwd = rt_cuda_bias_bwd;
     o->add = rt_cuda_add;
@@ -115,12 +117,15 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->scale = rt_cuda_scale;
     o->attention_fwd = rt_cuda_attention_fwd;
     o->attention_bwd = rt_cuda_attention_bwd;
+    o->relbias_fwd = rt_cuda_relbias_fwd;
+    o->relbias_bwd = rt_cuda_relbias_bwd;
     o->embedding_fwd = rt_cuda_embedding_fwd;
     o->embedding_bwd = rt_cuda_embedding_bwd;
     o->softmax_xent = rt_cuda_softmax_xent;
     o->xent_vocab = rt_cuda_xent_vocab;
     o->dropout_fwd = rt_cuda_dropout_fwd;
     o->dropout_bwd = rt_cuda_dropout_bwd;
+    o->dropout_cols = rt_cuda_dropout_cols;
     o->gather_rows = rt_cuda_gather_rows;
     o->scatter_rows_add = rt_cuda_scatter_rows_add;
     o->adamw = rt_cuda_adamw;

@@ -1,6 +1,7 @@
-/* Elementwise CUDA kernels: activations and their derivatives, bias add, add/axpy/scale,
- * dropout from the counter RNG, AdamW over a slab, and the sum of squares for clipping. The
- * formulas are the CPU backend's (runtime/cpu/cpu_elementwise.c) term by term, so the two
+/* Elementwise CUDA kernels: activations (plain and gated) and their derivatives, bias add,
+ * add/axpy/scale, dropout from the counter RNG (whole buffers and column shards), AdamW over a
+ * slab, and the sum of squares for clipping. The formulas are the CPU backend's
+ * (runtime/cpu/cpu_elementwise.c) term by term, so the two
  * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
  * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits.
  * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
@@ -17,46 +18,69 @@
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
          i += (size_t)gridDim.x * blockDim.x)
 
-__global__ void rt_cuda_act_fwd_kernel(int kind, float *out, const float *inp, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) {
-        float x = inp[i];
-        float y;
-        if (kind == RT_ACT_GELU_TANH) {
-            float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
-            y = 0.5f * x * (1.0f + tanhf(u));
-        } else if (kind == RT_ACT_GELU_ERF) {
-            y = 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
-        } else if (kind == RT_ACT_TANH) {
-            y = tanhf(x);
-        } else {
-            y = x > 0.0f ? x : 0.0f;
-        }
-        out[i] = y;
+/* One element of each activation and of its derivative (the CPU backend's formulas), shared
+ * by the plain and the gated kernels. */
+__device__ __forceinline__ float rt_cuda_act1(int kind, float x) {
+    if (kind == RT_ACT_GELU_TANH) {
+        float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
     }
+    if (kind == RT_ACT_GELU_ERF) return 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+    if (kind == RT_ACT_TANH) return tanhf(x);
+    return x > 0.0f ? x : 0.0f;
+}
+
+/* act'(x); ReLU's is handled by the callers (they pass dout through, not dout * 1). */
+__device__ __forceinline__ float rt_cuda_act1_grad(int kind, float x) {
+    if (kind == RT_ACT_GELU_TANH) {
+        float x2 = x * x;
+        float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+        float left = 0.5f * (1.0f + t);
+        float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
+        return left + right;
+    }
+    if (kind == RT_ACT_GELU_ERF) {
+        float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
+        float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
+        return cdf + x * pdf;
+    }
+    if (kind == RT_ACT_TANH) {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    return x > 0.0f ? 1.0f : 0.0f;
+}
+
+__global__ void rt_cuda_act_fwd_kernel(int kind, float *out, const float *inp, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_act1(kind, inp[i]);
 }
 
 __global__ void rt_cuda_act_bwd_kernel(int kind, float *dinp, const float *inp, const float *dout,
                                        size_t n) {
     RT_CUDA_FOR_EACH(i, n) {
         float x = inp[i];
-        float d;
-        if (kind == RT_ACT_GELU_TANH) {
-            float x2 = x * x;
-            float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
-            float left = 0.5f * (1.0f + t);
-            float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
-            d = dout[i] * (left + right);
-        } else if (kind == RT_ACT_GELU_ERF) {
-            float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
-            float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
-            d = dout[i] * (cdf + x * pdf);
-        } else if (kind == RT_ACT_TANH) {
-            float t = tanhf(x);
-            d = dout[i] * (1.0f - t * t);
-        } else {
-            d = x > 0.0f ? dout[i] : 0.0f;
-        }
-        dinp[i] = d;
+        if (kind == RT_ACT_RELU)
+            dinp[i] = x > 0.0f ? dout[i] : 0.0f;
+        else
+            dinp[i] = dout[i] * rt_cuda_act1_grad(kind, x);
+    }
+}
+
+__global__ void rt_cuda_gated_act_fwd_kernel(int kind, float *out, const float *gate,
+                                             const float *lin, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_act1(kind, gate[i]) * lin[i];
+}
+
+/* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), as the CPU backend. */
+__global__ void rt_cuda_gated_act_bwd_kernel(int kind, float *dgate, float *dlin, const float *gate,
+                                             const float *lin, const float *dout, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) {
+        float g = gate[i], dy = dout[i];
+        dlin[i] = dy * rt_cuda_act1(kind, g);
+        if (kind == RT_ACT_RELU)
+            dgate[i] = g > 0.0f ? dy * lin[i] : 0.0f;
+        else
+            dgate[i] = (dy * lin[i]) * rt_cuda_act1_grad(kind, g);
     }
 }
 
@@ -80,6 +104,19 @@ __global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
                                        uint64_t seed, uint64_t stream) {
     RT_CUDA_FOR_EACH(i, n) y[i] = rt_rng_uniform(seed, stream, i) >= p ? x[i] * s : 0.0f;
+}
+
+/* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
+ * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
+__global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t rows, int cols,
+                                            int cols_total, int col_offset, float p, float s,
+                                            uint64_t seed, uint64_t stream) {
+    size_t n = rows * (size_t)cols;
+    RT_CUDA_FOR_EACH(i, n) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        uint64_t g = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset + c;
+        y[i] = rt_rng_uniform(seed, stream, g) >= p ? x[i] * s : 0.0f;
+    }
 }
 
 __global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v,
@@ -140,6 +177,28 @@ void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
     CUDA_LAUNCH_CHECK();
 }
 
+void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate,
+                           const float *lin, size_t n) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
+                 kind == RT_ACT_TANH,
+             "unknown activation kind %d", (int)kind);
+    if (n == 0) return;
+    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        (int)kind, out, gate, lin, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
+                           const float *lin, const float *dout, size_t n) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
+                 kind == RT_ACT_TANH,
+             "unknown activation kind %d", (int)kind);
+    if (n == 0) return;
+    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        (int)kind, dgate, dlin, gate, lin, dout, n);
+    CUDA_LAUNCH_CHECK();
+}
+
 void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     size_t n = N * (size_t)C;
@@ -193,6 +252,23 @@ void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, floa
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                          uint64_t seed, uint64_t stream) {
     rt_cuda_dropout_apply(dinp, dout, n, p, seed, stream);
+}
+
+void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols,
+                          int cols_total, int col_offset, float p, uint64_t seed, uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
+             "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
+    size_t n = rows * (size_t)cols;
+    if (n == 0) return;
+    if (p == 0.0f || p >= 1.0f) { /* no draws: the whole-matrix rules give the same result */
+        rt_cuda_dropout_apply(out, inp, n, p, seed, stream);
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        out, inp, rows, cols, cols_total, col_offset, p, s, seed, stream);
+    CUDA_LAUNCH_CHECK();
 }
 
 /* torch.optim.AdamW (single-tensor path): the step scalars are computed once in double on

@@ -152,6 +152,10 @@ void rt_cuda_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int 
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
 void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
                      const float *dout, size_t n);
+void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate,
+                           const float *lin, size_t n);
+void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
+                           const float *lin, const float *dout, size_t n);
 void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
 void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
@@ -160,6 +164,8 @@ void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, floa
                          uint64_t seed, uint64_t stream);
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                          uint64_t seed, uint64_t stream);
+void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols,
+                          int cols_total, int col_offset, float p, uint64_t seed, uint64_t stream);
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
                    float lr, float beta1, float beta2, float eps, float weight_decay,
                    float grad_scale, int64_t t);
@@ -171,6 +177,12 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
                            float *dbias, const float *dout, const float *probs, const float *q,
                            const float *k, const float *v);
+
+/* cuda_relbias.cu */
+void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH,
+                         int Tq, int Tk, int num_buckets);
+void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH,
+                         int Tq, int Tk, int num_buckets);
 
 /* cuda_rows.cu */
 void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,

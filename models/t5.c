@@ -1,0 +1,837 @@
+/* T5 forward and backward over the backend ops and the Megatron layers (see t5.h). The
+ * structure is gpt2.c's and bert.c's: parameters declared from one table, activations laid
+ * out once in an arena for the largest batch, a forward and a backward per stack, and a step
+ * around them. The encoder and the decoder share one block body; the decoder's blocks add
+ * cross-attention over the encoder's output, whose gradient the decoder accumulates over all
+ * its blocks before the encoder's backward starts. */
+#include "models/t5.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoints/ckpt_hf_t5.h"
+#include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_tp.h"
+#include "models/parallel.h"
+#include "runtime/rt_arena.h"
+#include "runtime/rt_rng.h"
+
+/* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
+ * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */
+#define T5_MASKED (-1e30f)
+
+/* Parameter indices of one block; -1 where the block has none. */
+typedef struct {
+    int ln_self, q, k, v, o, rel_bias;  /* layer.0 (rel_bias in block 0 only) */
+    int ln_cross, cq, ck, cv, co;       /* decoder layer.1 EncDecAttention */
+    int ln_ff, wi, wi1, wo;             /* DenseReluDense: wi (or wi_0), wi_1 when gated */
+} t5_block_params;
+
+/* ---- the HF name map as a table: one row per parameter of a block ---- */
+
+typedef enum { T5_SHAPE_C, T5_SHAPE_IN_PROJ, T5_SHAPE_OUT_PROJ, T5_SHAPE_FF_IN, T5_SHAPE_FF_OUT, T5_SHAPE_BUCKETS } t5_shape;
+typedef enum { T5_STD_NORM, T5_STD_Q, T5_STD_KV, T5_STD_O, T5_STD_WI, T5_STD_WO, T5_STD_REL } t5_std;
+typedef enum { T5_SUB_SELF, T5_SUB_CROSS, T5_SUB_FF } t5_sub;
+enum { T5_ALL = 0, T5_DECODER = 1, T5_BLOCK0 = 2, T5_GATED = 4, T5_PLAIN = 8 };
+
+typedef struct {
+    const char *name; /* after "<stack>.block.<n>.layer.<sub>." */
+    size_t field;     /* offsetof(t5_block_params, ...) */
+    t5_shape shape;
+    rt_tp_rule tp;
+    t5_std std;
+    t5_sub sub;
+    unsigned when;
+} t5_param_row;
+
+#define T5_F(x) offsetof(t5_block_params, x)
+/* HF's named_parameters order within a block. */
+static const t5_param_row t5_block_rows[] = {
+    {"SelfAttention.q.weight", T5_F(q), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_Q, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.k.weight", T5_F(k), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.v.weight", T5_F(v), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.o.weight", T5_F(o), T5_SHAPE_OUT_PROJ, RT_TP_ROW, T5_STD_O, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.relative_attention_bias.weight", T5_F(rel_bias), T5_SHAPE_BUCKETS, RT_TP_ROW, T5_STD_REL,
+     T5_SUB_SELF, T5_BLOCK0},
+    {"layer_norm.weight", T5_F(ln_self), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
+    {"EncDecAttention.q.weight", T5_F(cq), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.k.weight", T5_F(ck), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.v.weight", T5_F(cv), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.o.weight", T5_F(co), T5_SHAPE_OUT_PROJ, RT_TP_ROW, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
+    {"layer_norm.weight", T5_F(ln_cross), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
+    {"DenseReluDense.wi.weight", T5_F(wi), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
+    {"DenseReluDense.wi_0.weight", T5_F(wi), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wi_1.weight", T5_F(wi1), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wo.weight", T5_F(wo), T5_SHAPE_FF_OUT, RT_TP_ROW, T5_STD_WO, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(ln_ff), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_FF, T5_ALL},
+};
+#undef T5_F
+
+/* Activations of one stack. R is the stack's rows (B*T), MR its maximum; per-block buffers
+ * are L blocks of MR rows. */
+typedef struct {
+    bool decoder;
+    int L, max_T;
+    size_t MR;
+    t5_block_params *blk;
+    int final_ln;
+    float *res;            /* (L+1, MR, C) residual entering each block; res[L] enters the final norm */
+    float *mid;            /* (L, MR, C) after self-attention */
+    float *mid2;           /* (L, MR, C) after cross-attention (decoder) */
+    float *ln1, *ln1_rstd; /* (L, MR, C), (L, MR) */
+    float *q, *k, *v;      /* (L, MR, I_local) column-parallel */
+    float *probs;          /* (L, B, NH_local, T, T) softmax before dropout */
+    float *atty;           /* (L, MR, I_local) attention output, input of o */
+    float *lnc, *lnc_rstd; /* (L, MR, C), (L, MR) decoder: the cross-attention's norm */
+    float *cq;             /* (L, MR, I_local) */
+    float *ck, *cv;        /* (L, B*S max, I_local) from the encoder's output */
+    float *cprobs;         /* (L, B, NH_local, T, S) */
+    float *catty;          /* (L, MR, I_local) */
+    float *ln2, *ln2_rstd; /* (L, MR, C), (L, MR) */
+    float *fa, *fb;        /* (L, MR, F_local) wi (wi_0) and wi_1 outputs */
+    float *fh;             /* (L, MR, F_local) input of wo: act(fa) (* fb), after dropout */
+    float *lnf, *lnf_rstd; /* (MR, C), (MR) the final norm */
+    float *out;            /* (MR, C) after the final dropout (decoder: and the rescale) */
+    float *bias, *dbias;   /* (NH_local, T, T) the relative position bias, and its gradient */
+    int32_t *buckets;      /* (T*T) */
+    int32_t *ids;          /* (MR) */
+    int buckets_T;         /* the length buckets holds, 0 for none yet */
+} t5_stack;
+
+struct t5_model {
+    t5_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params params;
+    int shared, lm_head; /* lm_head -1 when tied to shared */
+    int max_B, max_S, max_T;
+    int C, HS, NH_local, I_local, F_local;
+    int head_offset, ff_offset;      /* this rank's first head and first FFN column */
+    int V_pad, V_local, vocab_start; /* shared/lm_head: V_pad = ckpt_tp_padded_vocab rows over all ranks */
+    bool vocab_padded_here;          /* this rank's shard holds padding rows */
+    t5_stack enc, dec;
+
+    void *act_block;
+    float *logits;      /* (max_B*max_T, V_local); the gradient overwrites it */
+    float *losses;      /* (max_B*max_T) */
+    float *xent_stats;  /* (3 * max_B*max_T) */
+    float *vocab_mask;  /* (V_local) 0, or T5_MASKED on padding columns */
+    float *key_mask;    /* (max_B, max_S) additive */
+    int32_t *targets;   /* (max_B*max_T) labels with ignored ones -100 */
+    float *tmp, *dres, *dln, *dtop; /* (max rows, C) scratch; dtop: dL/d(decoder output) */
+    float *denc;        /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
+    float *dq, *dk, *dv, *datty; /* (max rows, I_local) */
+    float *dfa, *dfb, *dfh;      /* (max rows, F_local); dfb only when gated */
+
+    int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
+    float *h_mask, *h_losses;
+};
+
+#define P(idx) rt_params_data(&m->params, (idx))
+#define G(idx) rt_params_grad(&m->params, (idx))
+
+/* ---- relative positions ---- */
+
+int t5_relative_bucket(int relative_position, bool bidirectional, int num_buckets, int max_distance) {
+    int bucket = 0, n = num_buckets, rp = relative_position;
+    if (bidirectional) {
+        n /= 2;
+        if (rp > 0) bucket += n;
+        rp = rp < 0 ? -rp : rp;
+    } else {
+        rp = rp < 0 ? -rp : 0; /* -min(rp, 0): a key after the query is bucket 0 (masked anyway) */
+    }
+    int max_exact = n / 2;
+    if (rp < max_exact) return bucket + rp;
+    /* torch's float32 ops in HF's order: log(rp / max_exact) / log(max_distance / max_exact) *
+     * (n - max_exact), truncated; the Python scalars become float32 where they meet the tensor */
+    float scaled = logf((float)rp / (float)max_exact) / (float)log((double)max_distance / (double)max_exact) *
+                   (float)(n - max_exact);
+    int large = max_exact + (int)scaled;
+    return bucket + (large < n - 1 ? large : n - 1);
+}
+
+/* ---- construction ---- */
+
+static int t5_add(t5_model *m, const char *name, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
+                  rt_init_kind init, float std) {
+    int64_t shape[2] = {d0, d1};
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init, std);
+}
+
+static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
+    const t5_config *c = &m->cfg;
+    const float f = c->initializer_factor;
+    const int C = m->C, Il = m->I_local, Fl = m->F_local;
+    for (int b = 0; b < s->L; b++) {
+        t5_block_params *bp = &s->blk[b];
+        memset(bp, 0xff, sizeof *bp); /* every index -1 */
+        for (size_t r = 0; r < sizeof t5_block_rows / sizeof *t5_block_rows; r++) {
+            const t5_param_row *row = &t5_block_rows[r];
+            if (((row->when & T5_DECODER) && !s->decoder) || ((row->when & T5_BLOCK0) && b != 0) ||
+                ((row->when & T5_GATED) && !c->gated) || ((row->when & T5_PLAIN) && c->gated))
+                continue;
+            int sub = row->sub == T5_SUB_SELF ? 0 : row->sub == T5_SUB_CROSS ? 1 : (s->decoder ? 2 : 1);
+            char name[RT_PARAM_NAME_MAX];
+            snprintf(name, sizeof name, "%s.block.%d.layer.%d.%s", prefix, b, sub, row->name);
+            int64_t d0 = C, d1 = 0;
+            switch (row->shape) {
+            case T5_SHAPE_C: break;
+            case T5_SHAPE_IN_PROJ: d0 = Il, d1 = C; break;
+            case T5_SHAPE_OUT_PROJ: d0 = C, d1 = Il; break;
+            case T5_SHAPE_FF_IN: d0 = Fl, d1 = C; break;
+            case T5_SHAPE_FF_OUT: d0 = C, d1 = Fl; break;
+            case T5_SHAPE_BUCKETS: d0 = c->relative_attention_num_buckets, d1 = m->NH_local; break;
+            }
+            /* HF's T5PreTrainedModel._init_weights */
+            float std = 0.0f;
+            switch (row->std) {
+            case T5_STD_NORM: break;
+            case T5_STD_Q: std = f / sqrtf((float)c->d_model * (float)c->d_kv); break;
+            case T5_STD_KV: std = f / sqrtf((float)c->d_model); break;
+            case T5_STD_O: std = f / sqrtf((float)c->num_heads * (float)c->d_kv); break;
+            case T5_STD_WI: std = f / sqrtf((float)c->d_model); break;
+            case T5_STD_WO: std = f / sqrtf((float)c->d_ff); break;
+            case T5_STD_REL: std = f / sqrtf((float)c->d_model); break;
+            }
+            bool norm = row->std == T5_STD_NORM;
+            int idx = t5_add(m, name, d0, d1, row->tp, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
+            *(int *)((char *)bp + row->field) = idx;
+        }
+    }
+    char name[RT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "%s.final_layer_norm.weight", prefix);
+    s->final_ln = t5_add(m, name, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
+}
+
+static void t5_declare_params(t5_model *m) {
+    const t5_config *c = &m->cfg;
+    m->shared = t5_add(m, "shared.weight", m->V_local, m->C, RT_TP_VOCAB, false, RT_INIT_NORMAL, c->initializer_factor);
+    m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+    t5_declare_stack(m, &m->enc, "encoder");
+    t5_declare_stack(m, &m->dec, "decoder");
+    m->lm_head = -1;
+    if (!c->tie_word_embeddings) {
+        m->lm_head = t5_add(m, "lm_head.weight", m->V_local, m->C, RT_TP_VOCAB, false, RT_INIT_NORMAL,
+                            c->initializer_factor);
+        m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
+    }
+}
+
+/* Lays out one stack's buffers (measuring when a->base is NULL). */
+static void t5_layout_stack(t5_model *m, t5_stack *s, rt_arena *a) {
+    const size_t L = (size_t)s->L, MR = s->MR, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
+    const size_t B = (size_t)m->max_B, T = (size_t)s->max_T, S = (size_t)m->max_S, NH = (size_t)m->NH_local;
+    const size_t f = sizeof(float);
+    s->res = rt_arena_take(a, (L + 1) * MR * C, f);
+    s->mid = rt_arena_take(a, L * MR * C, f);
+    s->ln1 = rt_arena_take(a, L * MR * C, f);
+    s->ln1_rstd = rt_arena_take(a, L * MR, f);
+    s->q = rt_arena_take(a, L * MR * Il, f);
+    s->k = rt_arena_take(a, L * MR * Il, f);
+    s->v = rt_arena_take(a, L * MR * Il, f);
+    s->probs = rt_arena_take(a, L * B * NH * T * T, f);
+    s->atty = rt_arena_take(a, L * MR * Il, f);
+    if (s->decoder) {
+        s->mid2 = rt_arena_take(a, L * MR * C, f);
+        s->lnc = rt_arena_take(a, L * MR * C, f);
+        s->lnc_rstd = rt_arena_take(a, L * MR, f);
+        s->cq = rt_arena_take(a, L * MR * Il, f);
+        s->ck = rt_arena_take(a, L * B * S * Il, f);
+        s->cv = rt_arena_take(a, L * B * S * Il, f);
+        s->cprobs = rt_arena_take(a, L * B * NH * T * S, f);
+        s->catty = rt_arena_take(a, L * MR * Il, f);
+    }
+    s->ln2 = rt_arena_take(a, L * MR * C, f);
+    s->ln2_rstd = rt_arena_take(a, L * MR, f);
+    s->fa = rt_arena_take(a, L * MR * Fl, f);
+    s->fb = m->cfg.gated ? rt_arena_take(a, L * MR * Fl, f) : NULL;
+    s->fh = rt_arena_take(a, L * MR * Fl, f);
+    s->lnf = rt_arena_take(a, MR * C, f);
+    s->lnf_rstd = rt_arena_take(a, MR, f);
+    s->out = rt_arena_take(a, MR * C, f);
+    s->bias = rt_arena_take(a, NH * T * T, f);
+    s->dbias = rt_arena_take(a, NH * T * T, f);
+    s->buckets = rt_arena_take(a, T * T, sizeof(int32_t));
+    s->ids = rt_arena_take(a, MR, sizeof(int32_t));
+}
+
+static void t5_layout(t5_model *m, rt_arena *a) {
+    const size_t BS = (size_t)m->max_B * m->max_S, BT = (size_t)m->max_B * m->max_T;
+    const size_t R = BS > BT ? BS : BT, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
+    const size_t f = sizeof(float);
+    t5_layout_stack(m, &m->enc, a);
+    t5_layout_stack(m, &m->dec, a);
+    m->logits = rt_arena_take(a, BT * (size_t)m->V_local, f);
+    m->losses = rt_arena_take(a, BT, f);
+    m->xent_stats = rt_arena_take(a, 3 * BT, f);
+    m->vocab_mask = rt_arena_take(a, (size_t)m->V_local, f);
+    m->key_mask = rt_arena_take(a, BS, f);
+    m->targets = rt_arena_take(a, BT, sizeof(int32_t));
+    m->tmp = rt_arena_take(a, R * C, f);
+    m->dres = rt_arena_take(a, R * C, f);
+    m->dln = rt_arena_take(a, R * C, f);
+    m->dtop = rt_arena_take(a, BT * C, f);
+    m->denc = rt_arena_take(a, BS * C, f);
+    m->dq = rt_arena_take(a, R * Il, f);
+    m->dk = rt_arena_take(a, R * Il, f);
+    m->dv = rt_arena_take(a, R * Il, f);
+    m->datty = rt_arena_take(a, R * Il, f);
+    m->dfa = rt_arena_take(a, R * Fl, f);
+    m->dfb = m->cfg.gated ? rt_arena_take(a, R * Fl, f) : NULL;
+    m->dfh = rt_arena_take(a, R * Fl, f);
+}
+
+rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
+                        uint64_t seed, t5_model **out) {
+    rt_status st = RT_OK;
+    t5_model *m = rt_xcalloc(1, sizeof *m);
+    *out = NULL;
+    RT_TRY(t5_config_validate(c, tp->size));
+    if (max_B < 1 || max_src < 1 || max_tgt < 1)
+        RT_FAIL(RT_ERR_CONFIG, "T5: batch size %d, source length %d and target length %d must be >= 1", max_B,
+                max_src, max_tgt);
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->max_B = max_B;
+    m->max_S = max_src;
+    m->max_T = max_tgt;
+    m->C = c->d_model;
+    m->HS = c->d_kv;
+    m->NH_local = c->num_heads / tp->size;
+    m->I_local = m->NH_local * c->d_kv;
+    m->F_local = c->d_ff / tp->size;
+    m->head_offset = m->NH_local * tp->rank;
+    m->ff_offset = m->F_local * tp->rank;
+    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
+    m->V_local = m->V_pad / tp->size;
+    m->vocab_start = m->V_local * tp->rank;
+    m->vocab_padded_here = m->vocab_start + m->V_local > c->vocab_size;
+    m->enc = (t5_stack){.decoder = false, .L = c->num_layers, .max_T = max_src, .MR = (size_t)max_B * max_src};
+    m->dec = (t5_stack){.decoder = true, .L = c->num_decoder_layers, .max_T = max_tgt, .MR = (size_t)max_B * max_tgt};
+    m->enc.blk = rt_xcalloc((size_t)m->enc.L, sizeof *m->enc.blk);
+    m->dec.blk = rt_xcalloc((size_t)m->dec.L, sizeof *m->dec.blk);
+    rt_params_init(&m->params, be);
+    t5_declare_params(m);
+    RT_TRY(rt_params_alloc(&m->params));
+    rt_params_init_weights(&m->params, seed);
+    if (c->initializer_factor != 1.0f) /* HF sets the norms to the factor itself */
+        for (int i = 0; i < m->params.n; i++)
+            if (m->params.specs[i].init == RT_INIT_ONES)
+                be->ops->scale(be->ctx, P(i), c->initializer_factor, m->params.specs[i].numel);
+    rt_arena arena = {0};
+    t5_layout(m, &arena);
+    RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower the batch size or the lengths)", &m->act_block));
+    arena = (rt_arena){.base = m->act_block};
+    t5_layout(m, &arena);
+    /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */
+    float *h_vmask = rt_xcalloc((size_t)m->V_local, sizeof(float));
+    if (m->vocab_padded_here) {
+        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
+        size_t n = (size_t)(m->V_local - first) * m->C * sizeof(float);
+        be->ops->zero(be->ctx, P(m->shared) + (size_t)first * m->C, n);
+        if (m->lm_head >= 0) be->ops->zero(be->ctx, P(m->lm_head) + (size_t)first * m->C, n);
+        for (int j = first; j < m->V_local; j++) h_vmask[j] = T5_MASKED;
+    }
+    be->ops->to_device(be->ctx, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
+    free(h_vmask);
+    int maxT = max_src > max_tgt ? max_src : max_tgt;
+    size_t BS = (size_t)max_B * max_src, BT = (size_t)max_B * max_tgt;
+    m->h_buckets = rt_xmalloc((size_t)maxT * maxT * sizeof(int32_t));
+    m->h_dec_ids = rt_xmalloc(BT * sizeof(int32_t));
+    m->h_targets = rt_xmalloc(BT * sizeof(int32_t));
+    m->h_mask = rt_xmalloc(BS * sizeof(float));
+    m->h_losses = rt_xmalloc(BT * sizeof(float));
+    *out = m;
+    return RT_OK;
+fail:
+    t5_model_free(m);
+    return st;
+}
+
+void t5_model_free(t5_model *m) {
+    if (!m) return;
+    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    rt_params_free(&m->params);
+    free(m->enc.blk);
+    free(m->dec.blk);
+    free(m->h_buckets);
+    free(m->h_dec_ids);
+    free(m->h_targets);
+    free(m->h_mask);
+    free(m->h_losses);
+    free(m);
+}
+
+rt_params *t5_model_params(t5_model *m) { return &m->params; }
+rt_comm *t5_model_tp(t5_model *m) { return m->tp; }
+const t5_config *t5_model_config(const t5_model *m) { return &m->cfg; }
+int t5_model_padded_vocab(const t5_model *m) { return m->V_pad; }
+
+rt_status t5_set_dropout(t5_model *m, float p) {
+    if (!(p >= 0 && p < 1)) return rt_errorf(RT_ERR_CONFIG, "T5: dropout %g not in [0, 1)", p);
+    m->cfg.dropout_rate = p;
+    return RT_OK;
+}
+
+/* ---- HF folders ---- */
+
+rt_status t5_load_hf(t5_model *m, const char *weights, char *report, size_t report_size) {
+    rt_status st = RT_OK;
+    ckpt_hf_load_report rep;
+    RT_TRY(ckpt_hf_t5_load_tp(weights, &m->params, m->cfg.vocab_size, m->tp->rank, m->tp->size, &rep));
+    if (rep.missing)
+        RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a T5ForConditionalGeneration checkpoint with this "
+                "config?)", weights, rep.first_missing, rep.missing > 1 ? " and others" : "");
+    if (report)
+        snprintf(report, report_size, "%d tensors loaded, LM head %s%s", rep.loaded,
+                 m->lm_head >= 0 ? "lm_head.weight" : "tied to shared.weight",
+                 rep.unused ? "; some tensors in the file map to no parameter" : "");
+fail:
+    return st;
+}
+
+rt_status t5_model_from_hf(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
+                           t5_model **out, char *report, size_t report_size) {
+    rt_status st = RT_OK;
+    char path[4096], weights[4096];
+    t5_config cfg;
+    bool own_head = false;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    RT_TRY(t5_config_load(path, &cfg));
+    RT_TRY(ckpt_hf_find_weights(dir, weights, sizeof weights));
+    RT_TRY(ckpt_hf_t5_has_own_head(weights, &own_head));
+    /* transformers 5 ties the head unless the file holds a different one, whatever the config */
+    cfg.tie_word_embeddings = !own_head;
+    RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, 0, out));
+    RT_TRY(t5_load_hf(*out, weights, report, report_size));
+    return RT_OK;
+fail:
+    t5_model_free(*out);
+    *out = NULL;
+    return st;
+}
+
+rt_status t5_save_hf(t5_model *m, const char *dir) {
+    rt_status st = RT_OK;
+    rt_comm *tp = m->tp;
+    char path[4096];
+    /* a failure here shows as the write's error below, which every rank learns */
+    if (tp->rank == 0) (void)mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    RT_TRY(ckpt_hf_t5_save(path, &m->params, m->cfg.vocab_size, tp));
+    if (tp->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        st = t5_config_save(&m->cfg, path);
+    }
+    if (tp->size > 1) {
+        int code = (int)st;
+        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
+        if (bst != RT_OK) return bst;
+        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
+    }
+fail:
+    return st;
+}
+
+/* ---- dropout ---- */
+
+/* Dropout sites: the stacks' embeddings and final norms, then 8 per block (encoder blocks
+ * first, then the decoder's), indexed by t5_drop_kind. */
+enum { T5_SITE_ENC_EMBED = 1, T5_SITE_ENC_FINAL, T5_SITE_DEC_EMBED, T5_SITE_DEC_FINAL, T5_SITE_BLOCKS = 8 };
+typedef enum { T5_DROP_SELF_PROBS, T5_DROP_SELF_OUT, T5_DROP_CROSS_PROBS, T5_DROP_CROSS_OUT, T5_DROP_FF_INNER,
+               T5_DROP_FF_OUT } t5_drop_kind;
+
+static int t5_block_site(const t5_model *m, const t5_stack *s, int b, t5_drop_kind kind) {
+    int global = s->decoder ? m->cfg.num_layers + b : b;
+    return T5_SITE_BLOCKS + 8 * global + (int)kind;
+}
+
+static uint64_t t5_stream(const mdl_pass *p, int site) {
+    RT_CHECK(site >= 0 && site < 4096, "dropout site %d", site);
+    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+}
+
+static float t5_drop_p(const t5_model *m, const mdl_pass *pass) {
+    return pass->training ? m->cfg.dropout_rate : 0.0f;
+}
+
+/* out = dropout(inp) (a copy when dropout is off; out may alias inp). */
+static void t5_drop(t5_model *m, const mdl_pass *pass, float *out, const float *inp, size_t n, int site) {
+    const rt_backend_ops *ops = m->be->ops;
+    float p = t5_drop_p(m, pass);
+    if (p > 0)
+        ops->dropout_fwd(m->be->ctx, out, inp, n, p, pass->seed, t5_stream(pass, site));
+    else if (out != inp)
+        ops->copy(m->be->ctx, out, inp, n * sizeof(float));
+}
+
+/* The gradient through t5_drop: dout itself when dropout is off, else scratch. */
+static const float *t5_drop_bwd(t5_model *m, const mdl_pass *pass, float *scratch, const float *dout, size_t n,
+                                int site) {
+    float p = t5_drop_p(m, pass);
+    if (!(p > 0)) return dout;
+    m->be->ops->dropout_bwd(m->be->ctx, scratch, dout, n, p, pass->seed, t5_stream(pass, site));
+    return scratch;
+}
+
+/* The FFN's inner dropout on this rank's F_local columns of the (R, d_ff) activations, drawn
+ * at the whole matrix's indices (in place; the same call is its own backward). */
+static void t5_drop_ff(t5_model *m, const mdl_pass *pass, float *x, size_t R, int site) {
+    float p = t5_drop_p(m, pass);
+    if (p > 0)
+        m->be->ops->dropout_cols(m->be->ctx, x, x, R, m->F_local, m->cfg.d_ff, m->ff_offset, p, pass->seed,
+                                 t5_stream(pass, site));
+}
+
+/* ---- the blocks ---- */
+
+/* Backward of n column-parallel linears that read the same input x (N, in): accumulates
+ * each weight gradient, and dinp = sum_k dout_k W_k, written or (accumulate) added, then
+ * all-reduced over tp once when reduce is set (the caller reduces later otherwise). */
+static rt_status t5_cols_bwd(t5_model *m, float *dinp, bool accumulate, bool reduce, int n, const int *w_idx,
+                             float *const *dout, const float *x, size_t N, int in, int out_local) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    for (int k = 0; k < n; k++) {
+        /* dinp NULL: the weight gradient only, no collective */
+        RT_TRY(mdl_col_linear_bwd(be, m->tp, NULL, G(w_idx[k]), NULL, dout[k], x, P(w_idx[k]), N, in, out_local));
+        be->ops->gemm(be->ctx, false, false, (int)N, in, out_local, 1.0f, dout[k], out_local, 0, P(w_idx[k]), in, 0,
+                      (k == 0 && !accumulate) ? 0.0f : 1.0f, dinp, in, 0, 1);
+    }
+    if (reduce && m->tp->size > 1) RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, dinp, N * (size_t)in, RT_REDUCE_SUM));
+fail:
+    return st;
+}
+
+static rt_attn_desc t5_attn_desc(const t5_model *m, const mdl_pass *pass, int B, int Tq, int Tk, bool causal,
+                                 const float *key_mask, const float *bias, int site) {
+    return (rt_attn_desc){.B = B, .NH = m->NH_local, .Tq = Tq, .Tk = Tk, .HS = m->HS, .ldq = (size_t)m->I_local,
+                          .ldk = (size_t)m->I_local, .ldv = (size_t)m->I_local, .ldo = (size_t)m->I_local,
+                          .scale = 1.0f, /* T5 folds the scaling into its init */
+                          .causal = causal, .key_mask = key_mask, .bias = bias, .dropout_p = t5_drop_p(m, pass),
+                          .seed = pass->seed, .stream = t5_stream(pass, site), .head_offset = m->head_offset,
+                          .heads_total = m->cfg.num_heads};
+}
+
+/* One stack forward: ids in s->ids (B*T rows) through the final norm and dropout into s->out.
+ * The decoder reads the encoder's output m->enc.out (B*S rows). */
+static rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR, MRS = (size_t)m->max_B * m->max_S;
+    const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
+    const float eps = c->layer_norm_epsilon;
+
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, s->res, s->ids, P(m->shared), R, C, m->vocab_start, m->V_local));
+    t5_drop(m, pass, s->res, s->res, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
+    ops->relbias_fwd(be->ctx, s->bias, P(s->blk[0].rel_bias), s->buckets, NH, T, T, c->relative_attention_num_buckets);
+
+    for (int l = 0; l < s->L; l++) {
+        const t5_block_params *p = &s->blk[l];
+        float *x = s->res + (size_t)l * MR * C, *res_out = s->res + (size_t)(l + 1) * MR * C;
+        float *mid = s->mid + (size_t)l * MR * C;
+        float *ln1 = s->ln1 + (size_t)l * MR * C, *ln2 = s->ln2 + (size_t)l * MR * C;
+        float *q = s->q + (size_t)l * MR * Il, *k = s->k + (size_t)l * MR * Il, *v = s->v + (size_t)l * MR * Il;
+        float *atty = s->atty + (size_t)l * MR * Il;
+        float *probs = s->probs + (size_t)l * m->max_B * NH * s->max_T * s->max_T;
+        float *fa = s->fa + (size_t)l * MR * Fl, *fh = s->fh + (size_t)l * MR * Fl;
+
+        /* self-attention: mid = x + drop(o(attn(norm(x)))) */
+        ops->rmsnorm_fwd(be->ctx, ln1, s->ln1_rstd + l * MR, x, P(p->ln_self), R, C, eps);
+        mdl_col_linear_fwd(be, q, ln1, P(p->q), NULL, R, C, Il);
+        mdl_col_linear_fwd(be, k, ln1, P(p->k), NULL, R, C, Il);
+        mdl_col_linear_fwd(be, v, ln1, P(p->v), NULL, R, C, Il);
+        rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
+                                      t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
+        ops->attention_fwd(be->ctx, &d, atty, probs, q, k, v);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->o), NULL, R, Il, C));
+        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
+        ops->add(be->ctx, mid, x, m->tmp, R * C);
+        float *ff_in = mid;
+
+        if (s->decoder) { /* cross-attention: mid2 = mid + drop(o(attn(norm(mid), enc))) */
+            float *lnc = s->lnc + (size_t)l * MR * C, *mid2 = s->mid2 + (size_t)l * MR * C;
+            float *cq = s->cq + (size_t)l * MR * Il, *catty = s->catty + (size_t)l * MR * Il;
+            float *ck = s->ck + (size_t)l * MRS * Il, *cv = s->cv + (size_t)l * MRS * Il;
+            float *cprobs = s->cprobs + (size_t)l * m->max_B * NH * s->max_T * m->max_S;
+            ops->rmsnorm_fwd(be->ctx, lnc, s->lnc_rstd + l * MR, mid, P(p->ln_cross), R, C, eps);
+            mdl_col_linear_fwd(be, cq, lnc, P(p->cq), NULL, R, C, Il);
+            mdl_col_linear_fwd(be, ck, m->enc.out, P(p->ck), NULL, RS, C, Il);
+            mdl_col_linear_fwd(be, cv, m->enc.out, P(p->cv), NULL, RS, C, Il);
+            rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
+                                           t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
+            ops->attention_fwd(be->ctx, &dc, catty, cprobs, cq, ck, cv);
+            RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, catty, P(p->co), NULL, R, Il, C));
+            t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
+            ops->add(be->ctx, mid2, mid, m->tmp, R * C);
+            ff_in = mid2;
+        }
+
+        /* FFN: res_out = ff_in + drop(wo(drop(act(wi h) [* wi_1 h]))), h = norm(ff_in) */
+        ops->rmsnorm_fwd(be->ctx, ln2, s->ln2_rstd + l * MR, ff_in, P(p->ln_ff), R, C, eps);
+        mdl_col_linear_fwd(be, fa, ln2, P(p->wi), NULL, R, C, Fl);
+        if (c->gated) {
+            float *fb = s->fb + (size_t)l * MR * Fl;
+            mdl_col_linear_fwd(be, fb, ln2, P(p->wi1), NULL, R, C, Fl);
+            ops->gated_act_fwd(be->ctx, c->act, fh, fa, fb, R * Fl);
+        } else {
+            ops->act_fwd(be->ctx, c->act, fh, fa, R * Fl);
+        }
+        t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fh, P(p->wo), NULL, R, Fl, C));
+        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
+        ops->add(be->ctx, res_out, ff_in, m->tmp, R * C);
+    }
+    float *x_last = s->res + (size_t)s->L * MR * C;
+    ops->rmsnorm_fwd(be->ctx, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, eps);
+    t5_drop(m, pass, s->out, s->lnf, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
+fail:
+    return st;
+}
+
+/* One stack backward from dL/d(s->out) in dtop (overwritten). The decoder adds
+ * dL/d(encoder output) of its cross-attention keys and values into m->denc, not yet reduced
+ * over tp. */
+static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int S, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR, MRS = (size_t)m->max_B * m->max_S;
+    const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
+    const float *g;
+
+    g = t5_drop_bwd(m, pass, dtop, dtop, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
+    float *x_last = s->res + (size_t)s->L * MR * C;
+    ops->zero(be->ctx, m->dres, R * C * sizeof(float));
+    ops->rmsnorm_bwd(be->ctx, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
+    ops->zero(be->ctx, s->dbias, (size_t)NH * T * T * sizeof(float));
+
+    for (int l = s->L - 1; l >= 0; l--) {
+        const t5_block_params *p = &s->blk[l];
+        float *x = s->res + (size_t)l * MR * C, *mid = s->mid + (size_t)l * MR * C;
+        float *ln1 = s->ln1 + (size_t)l * MR * C, *ln2 = s->ln2 + (size_t)l * MR * C;
+        float *q = s->q + (size_t)l * MR * Il, *k = s->k + (size_t)l * MR * Il, *v = s->v + (size_t)l * MR * Il;
+        float *atty = s->atty + (size_t)l * MR * Il;
+        float *probs = s->probs + (size_t)l * m->max_B * NH * s->max_T * s->max_T;
+        float *fa = s->fa + (size_t)l * MR * Fl, *fh = s->fh + (size_t)l * MR * Fl;
+        float *ff_in = s->decoder ? s->mid2 + (size_t)l * MR * C : mid;
+
+        /* FFN; m->dres holds dL/d(block output) */
+        g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
+        mdl_row_linear_bwd(be, m->dfh, G(p->wo), NULL, g, fh, P(p->wo), R, Fl, C);
+        t5_drop_ff(m, pass, m->dfh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
+        if (c->gated) {
+            float *fb = s->fb + (size_t)l * MR * Fl;
+            ops->gated_act_bwd(be->ctx, c->act, m->dfa, m->dfb, fa, fb, m->dfh, R * Fl);
+            int w[2] = {p->wi, p->wi1};
+            float *d[2] = {m->dfa, m->dfb};
+            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 2, w, d, ln2, R, C, Fl));
+        } else {
+            ops->act_bwd(be->ctx, c->act, m->dfa, fa, m->dfh, R * Fl);
+            int w[1] = {p->wi};
+            float *d[1] = {m->dfa};
+            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, w, d, ln2, R, C, Fl));
+        }
+        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), s->ln2_rstd + l * MR, R, C);
+
+        if (s->decoder) { /* m->dres: dL/d mid2 */
+            float *lnc = s->lnc + (size_t)l * MR * C;
+            float *cq = s->cq + (size_t)l * MR * Il, *catty = s->catty + (size_t)l * MR * Il;
+            float *ck = s->ck + (size_t)l * MRS * Il, *cv = s->cv + (size_t)l * MRS * Il;
+            float *cprobs = s->cprobs + (size_t)l * m->max_B * NH * s->max_T * m->max_S;
+            g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
+            mdl_row_linear_bwd(be, m->datty, G(p->co), NULL, g, catty, P(p->co), R, Il, C);
+            rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
+                                           t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
+            ops->attention_bwd(be->ctx, &dc, m->dq, m->dk, m->dv, NULL, m->datty, cprobs, cq, ck, cv);
+            int wq[1] = {p->cq};
+            float *dqs[1] = {m->dq};
+            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, wq, dqs, lnc, R, C, Il));
+            ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), s->lnc_rstd + l * MR, R,
+                             C);
+            int wkv[2] = {p->ck, p->cv};
+            float *dkv[2] = {m->dk, m->dv};
+            RT_TRY(t5_cols_bwd(m, m->denc, true, false, 2, wkv, dkv, m->enc.out, RS, C, Il));
+        }
+
+        /* self-attention; m->dres: dL/d mid */
+        g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
+        mdl_row_linear_bwd(be, m->datty, G(p->o), NULL, g, atty, P(p->o), R, Il, C);
+        rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
+                                      t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
+        ops->attention_bwd(be->ctx, &d, m->dq, m->dk, m->dv, s->dbias, m->datty, probs, q, k, v);
+        int w[3] = {p->q, p->k, p->v};
+        float *dqkv[3] = {m->dq, m->dk, m->dv};
+        RT_TRY(t5_cols_bwd(m, m->dln, false, true, 3, w, dqkv, ln1, R, C, Il));
+        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), s->ln1_rstd + l * MR, R, C);
+    }
+    /* every block added the one bias: its gradient is the sum over blocks, taken once */
+    ops->relbias_bwd(be->ctx, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
+    g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
+    ops->embedding_bwd(be->ctx, G(m->shared), g, s->ids, R, C, m->vocab_start, m->V_local);
+fail:
+    return st;
+}
+
+/* ---- inputs ---- */
+
+/* The stack's bucket table for length T (uploaded only when T changes). */
+static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
+    if (s->buckets_T == T) return;
+    const t5_config *c = &m->cfg;
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++)
+            m->h_buckets[(size_t)i * T + j] = t5_relative_bucket(j - i, !s->decoder, c->relative_attention_num_buckets,
+                                                                 c->relative_attention_max_distance);
+    m->be->ops->to_device(m->be->ctx, s->buckets, m->h_buckets, (size_t)T * T * sizeof(int32_t));
+    s->buckets_T = T;
+}
+
+static rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
+    const t5_config *c = &m->cfg;
+    if (B < 1 || S < 1 || B > m->max_B || S > m->max_S)
+        return rt_errorf(RT_ERR_CONFIG, "T5: a batch of %d rows of %d source tokens exceeds the %d x %d the model was "
+                         "sized for", B, S, m->max_B, m->max_S);
+    const size_t BS = (size_t)B * S;
+    for (size_t i = 0; i < BS; i++) {
+        if (src_ids[i] < 0 || src_ids[i] >= c->vocab_size)
+            return rt_errorf(RT_ERR_FORMAT, "T5: source token id %d at row %zu position %zu is outside the vocab "
+                             "[0, %d)", (int)src_ids[i], i / (size_t)S, i % (size_t)S, c->vocab_size);
+        m->h_mask[i] = (!src_mask || src_mask[i]) ? 0.0f : T5_MASKED;
+    }
+    rt_backend *be = m->be;
+    be->ops->to_device(be->ctx, m->enc.ids, src_ids, BS * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BS * sizeof(float));
+    t5_upload_buckets(m, &m->enc, S);
+    return RT_OK;
+}
+
+/* Targets (ignored ones -100) and decoder inputs (HF's _shift_right unless given). */
+static rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
+    const t5_config *c = &m->cfg;
+    const int B = b->B, T = b->T;
+    if (!b->labels) return rt_errorf(RT_ERR_CONFIG, "T5: the batch has no labels (the decoder needs targets)");
+    if (T < 1 || T > m->max_T)
+        return rt_errorf(RT_ERR_CONFIG, "T5: %d target tokens exceed the %d the model was sized for", T, m->max_T);
+    int n = 0;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)r * T + t;
+            int32_t y = b->labels[i];
+            if (y != -100 && (y < 0 || y >= c->vocab_size))
+                return rt_errorf(RT_ERR_FORMAT, "T5: label %d at row %d position %d is neither -100 nor in the vocab "
+                                 "[0, %d)", (int)y, r, t, c->vocab_size);
+            bool ignored = y == -100 || y == c->pad_token_id;
+            m->h_targets[i] = ignored ? -100 : y;
+            n += !ignored;
+            int32_t prev = t == 0 ? c->decoder_start_token_id : b->labels[i - 1];
+            int32_t din = b->decoder_input_ids ? b->decoder_input_ids[i] : prev == -100 ? c->pad_token_id : prev;
+            if (din < 0 || din >= c->vocab_size)
+                return rt_errorf(RT_ERR_FORMAT, "T5: decoder input id %d at row %d position %d is outside the vocab "
+                                 "[0, %d)", (int)din, r, t, c->vocab_size);
+            m->h_dec_ids[i] = din;
+        }
+    rt_backend *be = m->be;
+    const size_t BT = (size_t)B * T;
+    be->ops->to_device(be->ctx, m->targets, m->h_targets, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
+    t5_upload_buckets(m, &m->dec, T);
+    *n_targets = n;
+    return RT_OK;
+}
+
+/* logits (R, V_local) to host_logits (R, vocab_size): this rank's columns, or with tp > 1 all
+ * ranks' gathered (a collective), the padding columns dropped. */
+static rt_status t5_logits_to_host(t5_model *m, size_t R, float *host_logits) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    rt_comm *tp = m->tp;
+    const int Vl = m->V_local, V = m->cfg.vocab_size;
+    const size_t n_local = R * (size_t)Vl;
+    float *gathered = NULL, *host = NULL;
+    const float *all = m->logits;
+    if (tp->size > 1) {
+        RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "T5 logits (gathered)",
+                                (void **)&gathered));
+        RT_TRY(tp->ops->all_gather(tp->ctx, gathered, m->logits, n_local));
+        all = gathered;
+    }
+    host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
+    be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+    /* rank-major (tp, R, Vl) -> (R, V) */
+    for (int r = 0; r < tp->size; r++)
+        for (size_t t = 0; t < R; t++)
+            for (int j = 0; j < Vl; j++) {
+                int v = r * Vl + j;
+                if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * R + t) * Vl + (size_t)j];
+            }
+fail:
+    if (gathered) be->ops->free(be->ctx, gathered);
+    free(host);
+    return st;
+}
+
+/* ---- the step ---- */
+
+rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                  int *n_targets, float *host_logits) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->V_local;
+    const size_t R = (size_t)B * T;
+    const bool backward = grad_scale > 0;
+    const int head = m->lm_head >= 0 ? m->lm_head : m->shared;
+    int n = 0;
+    RT_TRY(t5_upload_src(m, b->src_ids, b->src_mask, B, S));
+    RT_TRY(t5_upload_tgt(m, b, &n));
+    RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
+    RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
+    /* HF: sequence_output * d_model^-0.5 with a Python float, i.e. a float32 multiply */
+    const float out_scale = (float)pow((double)c->d_model, -0.5);
+    if (c->scale_decoder_outputs) ops->scale(be->ctx, m->dec.out, out_scale, R * C);
+
+    /* LM head over this rank's vocab columns; padding columns never win the softmax */
+    mdl_col_linear_fwd(be, m->logits, m->dec.out, P(head), NULL, R, C, Vl);
+    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, R, Vl);
+    if (host_logits) RT_TRY(t5_logits_to_host(m, R, host_logits));
+    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
+                          Vl, m->vocab_start, grad_scale));
+    ops->to_host(be->ctx, m->h_losses, m->losses, R * sizeof(float));
+    double sum = 0;
+    for (size_t i = 0; i < R; i++) sum += m->h_losses[i];
+    *loss_sum = sum;
+    if (n_targets) *n_targets = n;
+    if (!backward) return RT_OK;
+
+    /* dL/d(decoder output): the head is vocab-parallel, so the partial sums are all-reduced */
+    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.out, P(head), R, C, Vl));
+    if (c->scale_decoder_outputs) ops->scale(be->ctx, m->dtop, out_scale, R * C);
+    ops->zero(be->ctx, m->denc, (size_t)B * S * C * sizeof(float));
+    RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass));
+    if (m->tp->size > 1)
+        RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
+    RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass));
+fail:
+    return st;
+}
+
+rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S, float *host_hidden) {
+    rt_status st = RT_OK;
+    mdl_pass pass = {0};
+    RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
+    RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
+    m->be->ops->to_host(m->be->ctx, host_hidden, m->enc.out, (size_t)B * S * m->C * sizeof(float));
+fail:
+    return st;
+}

@@ -1,0 +1,179 @@
+/* T5's config.json: HF's T5Config fields and defaults (transformers 5), read and written so
+ * that a folder Transformers saved loads here and a folder exported from here loads there.
+ * The head's two switches follow the file (see t5.h); feed_forward_proj is "ACT" or
+ * "gated-ACT", with HF's rule that "gated-gelu" means gelu_new. */
+#include "models/t5.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_json.h"
+
+void t5_config_default(t5_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 32128;
+    c->d_model = 512;
+    c->d_kv = 64;
+    c->d_ff = 2048;
+    c->num_heads = 8;
+    c->num_layers = 6;
+    c->num_decoder_layers = 6;
+    c->relative_attention_num_buckets = 32;
+    c->relative_attention_max_distance = 128;
+    c->dropout_rate = 0.1f;
+    c->layer_norm_epsilon = 1e-6f;
+    c->initializer_factor = 1.0f;
+    c->gated = false;
+    c->act = RT_ACT_RELU;
+    c->tie_word_embeddings = true;
+    c->scale_decoder_outputs = true;
+    c->pad_token_id = 0;
+    c->eos_token_id = 1;
+    c->decoder_start_token_id = 0;
+}
+
+/* The activation named by feed_forward_proj's last part; false when unknown. */
+static bool t5_act_from_name(const char *name, bool gated, rt_act_kind *act) {
+    if (strcmp(name, "relu") == 0)
+        *act = RT_ACT_RELU;
+    else if (strcmp(name, "gelu_new") == 0 || strcmp(name, "gelu_pytorch_tanh") == 0)
+        *act = RT_ACT_GELU_TANH;
+    else if (strcmp(name, "gelu") == 0) /* HF: "gated-gelu" is gelu_new, a plain "gelu" the erf one */
+        *act = gated ? RT_ACT_GELU_TANH : RT_ACT_GELU_ERF;
+    else
+        return false;
+    return true;
+}
+
+static rt_status t5_get_float(const cJSON *root, const char *path, const char *key, float *out, double def) {
+    double d;
+    rt_status st = ckpt_json_get_double(root, path, key, &d, false, def);
+    if (st == RT_OK) *out = (float)d;
+    return st;
+}
+
+rt_status t5_config_load(const char *config_json, t5_config *c) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    const char *path = config_json, *model_type = NULL, *ffp = NULL;
+    t5_config_default(c);
+    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    if (strcmp(model_type, "t5") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 't5'", path, model_type);
+    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
+    RT_TRY(ckpt_json_get_int(root, path, "d_model", &c->d_model, false, c->d_model));
+    RT_TRY(ckpt_json_get_int(root, path, "d_kv", &c->d_kv, false, c->d_kv));
+    RT_TRY(ckpt_json_get_int(root, path, "d_ff", &c->d_ff, false, c->d_ff));
+    RT_TRY(ckpt_json_get_int(root, path, "num_heads", &c->num_heads, false, c->num_heads));
+    RT_TRY(ckpt_json_get_int(root, path, "num_layers", &c->num_layers, false, c->num_layers));
+    /* null (HF's default) means as many as the encoder */
+    RT_TRY(ckpt_json_get_int(root, path, "num_decoder_layers", &c->num_decoder_layers, false, c->num_layers));
+    RT_TRY(ckpt_json_get_int(root, path, "relative_attention_num_buckets", &c->relative_attention_num_buckets, false,
+                             c->relative_attention_num_buckets));
+    RT_TRY(ckpt_json_get_int(root, path, "relative_attention_max_distance", &c->relative_attention_max_distance,
+                             false, c->relative_attention_max_distance));
+    RT_TRY(t5_get_float(root, path, "dropout_rate", &c->dropout_rate, 0.1));
+    RT_TRY(t5_get_float(root, path, "layer_norm_epsilon", &c->layer_norm_epsilon, 1e-6));
+    RT_TRY(t5_get_float(root, path, "initializer_factor", &c->initializer_factor, 1.0));
+    RT_TRY(ckpt_json_get_string(root, path, "feed_forward_proj", &ffp, false, "relu"));
+    {
+        const char *dash = strchr(ffp, '-');
+        c->gated = dash != NULL;
+        if ((dash && (strncmp(ffp, "gated-", 6) != 0 || strchr(dash + 1, '-'))) ||
+            !t5_act_from_name(dash ? dash + 1 : ffp, c->gated, &c->act))
+            RT_FAIL(RT_ERR_CONFIG, "%s: field 'feed_forward_proj' is '%s', expected relu, gelu, gelu_new, or one of "
+                    "them after 'gated-' (e.g. gated-gelu)", path, ffp);
+    }
+    RT_TRY(ckpt_json_get_bool(root, path, "tie_word_embeddings", &c->tie_word_embeddings, false, true));
+    RT_TRY(ckpt_json_get_bool(root, path, "scale_decoder_outputs", &c->scale_decoder_outputs, false,
+                              c->tie_word_embeddings));
+    RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
+    /* eos may be a list in some configs; only generation uses it */
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
+        RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
+    RT_TRY(ckpt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false,
+                             c->pad_token_id));
+    st = t5_config_validate(c, 1);
+    if (st != RT_OK) {
+        char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
+        snprintf(msg, sizeof msg, "%s", rt_error_message());
+        RT_FAIL(st, "%s: %s", path, msg);
+    }
+fail:
+    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    cJSON_Delete(root);
+    return st;
+}
+
+rt_status t5_config_save(const t5_config *c, const char *path) {
+    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
+                                            [RT_ACT_RELU] = "relu", [RT_ACT_TANH] = "tanh"};
+    char ffp[64];
+    if (c->gated && c->act == RT_ACT_GELU_TANH)
+        snprintf(ffp, sizeof ffp, "gated-gelu");
+    else
+        snprintf(ffp, sizeof ffp, "%s%s", c->gated ? "gated-" : "", act_names[c->act]);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", "t5");
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("T5ForConditionalGeneration"));
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "d_model", c->d_model);
+    cJSON_AddNumberToObject(o, "d_kv", c->d_kv);
+    cJSON_AddNumberToObject(o, "d_ff", c->d_ff);
+    cJSON_AddNumberToObject(o, "num_heads", c->num_heads);
+    cJSON_AddNumberToObject(o, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(o, "num_decoder_layers", c->num_decoder_layers);
+    cJSON_AddNumberToObject(o, "relative_attention_num_buckets", c->relative_attention_num_buckets);
+    cJSON_AddNumberToObject(o, "relative_attention_max_distance", c->relative_attention_max_distance);
+    cJSON_AddNumberToObject(o, "dropout_rate", c->dropout_rate);
+    cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->layer_norm_epsilon);
+    cJSON_AddNumberToObject(o, "initializer_factor", c->initializer_factor);
+    cJSON_AddStringToObject(o, "feed_forward_proj", ffp);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddBoolToObject(o, "scale_decoder_outputs", c->scale_decoder_outputs);
+    cJSON_AddBoolToObject(o, "is_encoder_decoder", 1);
+    cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
+    cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
+    cJSON_AddNumberToObject(o, "decoder_start_token_id", c->decoder_start_token_id);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
+}
+
+rt_status t5_config_validate(const t5_config *c, int tp) {
+    if (c->vocab_size < 1 || c->d_model < 1 || c->d_kv < 1 || c->d_ff < 1 || c->num_heads < 1 || c->num_layers < 1 ||
+        c->num_decoder_layers < 1)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: vocab_size, d_model, d_kv, d_ff, num_heads, num_layers and "
+                         "num_decoder_layers must be >= 1");
+    /* the log-spaced buckets need max_exact >= 1 and max_distance beyond it (bidirectional and
+     * causal alike), else HF's formula divides by log(1) = 0 */
+    if (c->relative_attention_num_buckets < 4 || c->relative_attention_max_distance <= c->relative_attention_num_buckets / 2)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: relative_attention_num_buckets %d must be >= 4 and "
+                         "relative_attention_max_distance %d > num_buckets / 2", c->relative_attention_num_buckets,
+                         c->relative_attention_max_distance);
+    /* dropout streams number the sites of every block in 12 bits */
+    if (c->num_layers + c->num_decoder_layers > 500)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: %d + %d blocks is more than the 500 supported",
+                         c->num_layers, c->num_decoder_layers);
+    if (c->gated && c->act == RT_ACT_GELU_ERF)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: a gated erf GELU has no feed_forward_proj name in HF "
+                         "('gated-gelu' means gelu_new)");
+    if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size || c->decoder_start_token_id < 0 ||
+        c->decoder_start_token_id >= c->vocab_size)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: pad_token_id %d and decoder_start_token_id %d must be in "
+                         "[0, vocab_size %d)", c->pad_token_id, c->decoder_start_token_id, c->vocab_size);
+    if (!(c->dropout_rate >= 0 && c->dropout_rate < 1))
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: dropout_rate %g not in [0, 1)", c->dropout_rate);
+    if (!(c->layer_norm_epsilon > 0)) return rt_errorf(RT_ERR_CONFIG, "T5 config: layer_norm_epsilon must be > 0");
+    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
+    if (c->num_heads % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's num_heads %d (attention heads are split "
+                         "across tensor-parallel ranks)", tp, c->num_heads);
+    if (c->d_ff % tp) return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's d_ff %d", tp, c->d_ff);
+    return RT_OK;
+}
