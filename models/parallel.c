@@ -1,4 +1,6 @@
-/* Megatron column/row-parallel linears and the vocab-parallel embedding (see parallel.h). */
+/* Megatron column/row-parallel linears and the vocab-parallel embedding (see parallel.h).
+ * Every collective here is on backend memory (activations, their gradients, the xent's
+ * per-row stats), so tp is the grid's device comm: NCCL on CUDA (rt_grid.h). */
 #include "models/parallel.h"
 
 #include <math.h>

@@ -7,6 +7,7 @@
 #include "runtime/rt_launch.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,21 @@ rt_status rt_launch_detect(rt_launch_info *out) {
             RT_FAIL(RT_ERR_CONFIG, "environment variable MASTER_PORT=%d: expected a port in 1..65535", info.master_port);
     }
     *out = info;
+fail:
+    return st;
+}
+
+rt_status rt_launch_device_name(const char *opt, char *out, size_t size) {
+    rt_status st = RT_OK;
+    rt_launch_info li;
+    int n = 0;
+    if (opt && strcmp(opt, "cuda") == 0) {
+        RT_TRY(rt_launch_detect(&li));
+        n = snprintf(out, size, "cuda:%d", li.local_rank);
+    } else {
+        n = snprintf(out, size, "%s", opt ? opt : "");
+    }
+    if (n < 0 || (size_t)n >= size) RT_FAIL(RT_ERR_USAGE, "--device %s: too long", opt ? opt : "");
 fail:
     return st;
 }

@@ -40,6 +40,13 @@ typedef struct {
 rt_status rt_launch_detect(rt_launch_info *out);
 const char *rt_launch_source_name(rt_launch_source s);
 
+/* The backend device string for --device: "cuda" means the GPU numbered by this rank's local
+ * rank on its node (one process per GPU, as mpirun and srun place them), so it becomes
+ * "cuda:<local rank>"; anything else ("cpu", "cuda:N", a typo for rt_backend_init to reject)
+ * is copied as it is. Reads the launcher's environment (rt_launch_detect's errors). After the
+ * backend exists, rt_grid_init_device(grid, be->device, ...) gives a multi-rank run NCCL. */
+rt_status rt_launch_device_name(const char *opt, char *out, size_t size);
+
 /* The world communicator for this launch: rt_comm_self() for one rank, MPI for mpirun or
  * srun (checking that MPI agrees with the launcher's world size), RT_ERR_UNSUPPORTED for a
  * torchrun-style launch or an MPI launch of a build without MPI. timeout_s bounds every

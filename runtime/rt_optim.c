@@ -3,6 +3,7 @@
 #include "runtime/rt_optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 double rt_grad_norm(const rt_params *p) {
     return sqrt(p->be->ops->sumsq(p->be->ctx, p->grad, p->numel));
@@ -30,22 +31,18 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
     }
     {
         /* comm buffers are float32: send the double as hi + lo (about 48 bits), gather every
-         * rank's pair and add them in rank order, so all ranks agree bit for bit */
-        float mine[2], *all = NULL;
+         * rank's pair and add them in rank order, so all ranks agree bit for bit. Host memory:
+         * tp is the group's host comm (rt_grid.h), so no device buffer per step. */
+        float mine[2];
         mine[0] = (float)split;
         mine[1] = (float)(split - (double)mine[0]);
-        rt_status st = rt_backend_alloc(p->be, 2 * sizeof(float) * (size_t)(tp->size + 1), "grad norm", (void **)&all);
-        if (st != RT_OK) return st;
-        float *host = rt_xmalloc(2 * sizeof(float) * (size_t)tp->size);
-        ops->to_device(p->be->ctx, all, mine, sizeof mine);
-        st = tp->ops->all_gather(tp->ctx, all + 2, all, 2);
+        float *all = rt_xmalloc(2 * sizeof(float) * (size_t)tp->size);
+        rt_status st = tp->ops->all_gather(tp->ctx, all, mine, 2);
         if (st == RT_OK) {
-            ops->to_host(p->be->ctx, host, all + 2, 2 * sizeof(float) * (size_t)tp->size);
             split = 0;
-            for (int r = 0; r < tp->size; r++) split += (double)host[2 * r] + (double)host[2 * r + 1];
+            for (int r = 0; r < tp->size; r++) split += (double)all[2 * r] + (double)all[2 * r + 1];
         }
-        free(host);
-        ops->free(p->be->ctx, all);
+        free(all);
         if (st != RT_OK) return st;
     }
     *norm = sqrt(rep + split);

@@ -18,8 +18,9 @@ typedef struct {
 double rt_grad_norm(const rt_params *p);
 /* The same over a tensor-parallel group, for clipping: replicated parameters' squares
  * counted once (every tp rank holds the same gradient), sharded ones summed over the ranks.
- * Collective over tp; every rank gets the same bits (partial sums travel as double-float
- * pairs, added in rank order). With one rank this is rt_grad_norm. */
+ * Collective over tp, the group's host comm (rt_grid.h: the partial sums travel from host
+ * memory); every rank gets the same bits (double-float pairs, added in rank order). With one
+ * rank this is rt_grad_norm. */
 rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm);
 /* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm <= 0 (clipping off). */

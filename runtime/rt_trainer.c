@@ -48,7 +48,8 @@ rt_status rt_train_prepare_dir(const char *dir) {
 
 typedef struct {
     const rt_train_opts *o;
-    rt_comm *dp, *tp;
+    rt_comm *dp, *tp;           /* device comms: gradient buckets, checkpoint shards */
+    rt_comm *dp_host, *tp_host; /* host comms: counts, loss, norm, stop flag (rt_grid.h) */
     bool lead; /* the first rank of the grid: it alone prints progress and writes files */
     FILE *metrics;
     bool tty;
@@ -56,10 +57,10 @@ typedef struct {
     rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
 } rt_train_state;
 
-/* Sums n floats over the data-parallel group in place. */
+/* Sums n host floats over the data-parallel group in place. */
 static rt_status rt_train_dp_sum(rt_train_state *s, float *v, size_t n) {
-    if (s->dp->size == 1) return RT_OK;
-    return s->dp->ops->all_reduce(s->dp->ctx, v, n, RT_REDUCE_SUM);
+    if (s->dp_host->size == 1) return RT_OK;
+    return s->dp_host->ops->all_reduce(s->dp_host->ctx, v, n, RT_REDUCE_SUM);
 }
 
 /* Sums gradients over dp in buckets, so a reduction never needs a second slab-sized buffer
@@ -140,6 +141,8 @@ static rt_status rt_train_save_io(rt_train_state *s, const rt_train_io *io, rt_t
     meta = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     RT_TRY(io->step_path(s->o->save_dir, (long long)step, path, sizeof path));
+    /* device comm: it gathers the shards from the slab (its agreement on the outcome is a host
+     * int, which an NCCL comm hands to its host twin) */
     RT_TRY(io->save(path, model->params, s->tp, meta));
     if (s->lead) {
         if (s->o->keep > 0) RT_TRY(io->prune(s->o->save_dir, (size_t)s->o->keep));
@@ -172,7 +175,9 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
         rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", s->o->save_dir);
         return RT_OK;
     }
-    RT_TRY(io->load(path, model->params, s->tp, &meta));
+    /* the reader fills the slab from the file itself; only its agreement crosses ranks, in a
+     * host float */
+    RT_TRY(io->load(path, model->params, s->tp_host, &meta));
     if (s->zero) RT_TRY(rt_zero_scatter_state(s->zero)); /* keep this rank's slice of the full state */
     obj = cJSON_Parse(meta);
     cJSON *jstep = cJSON_GetObjectItemCaseSensitive(obj, "step");
@@ -197,6 +202,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
     rt_train_state s = {.o = o, .dp = o->dp ? o->dp : rt_comm_self(), .tp = o->tp ? o->tp : rt_comm_self()};
+    s.dp_host = o->dp_host ? o->dp_host : s.dp;
+    s.tp_host = o->tp_host ? o->tp_host : s.tp;
+    RT_CHECK(s.dp_host->size == s.dp->size && s.dp_host->rank == s.dp->rank && s.tp_host->size == s.tp->size &&
+                 s.tp_host->rank == s.tp->rank,
+             "host comms dp %d/%d tp %d/%d, device comms dp %d/%d tp %d/%d", s.dp_host->rank, s.dp_host->size,
+             s.tp_host->rank, s.tp_host->size, s.dp->rank, s.dp->size, s.tp->rank, s.tp->size);
     s.lead = s.dp->rank == 0 && s.tp->rank == 0;
     rt_batch *win = NULL;
     int accum = (int)o->grad_accum;
@@ -212,9 +223,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_sched sched;
     RT_TRY(rt_sched_init(&sched, o->schedule, o->lr, o->warmup, s.total_steps));
     rt_adamw_hparams hp = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
-    if (o->zero > 0 || o->offload_optimizer)
+    if (o->zero > 0 || o->offload_optimizer) {
         RT_TRY(rt_zero_init(model->params, s.dp, s.tp, o->zero, o->offload_optimizer, &s.zero));
-    else
+        rt_zero_set_host_comms(s.zero, s.dp_host, s.tp_host);
+    } else
         RT_TRY(rt_params_alloc_moments(model->params));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
@@ -277,7 +289,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             /* ZeRO: each rank gets only its slice of the summed gradient */
             RT_TRY(s.zero ? rt_zero_reduce_grads(s.zero) : rt_train_allreduce_grads(&s, model->params));
             float lsum = (float)loss_sum;
-            if (s.dp->size > 1) {
+            if (s.dp_host->size > 1) {
                 RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
                 loss_sum = lsum;
             }
@@ -286,7 +298,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
             double norm;
-            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm) : rt_grad_norm_tp(model->params, s.tp, &norm));
+            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm) : rt_grad_norm_tp(model->params, s.tp_host, &norm));
             float coef = rt_clip_coef(norm, o->clip);
             hp.lr = rt_sched_lr(&sched, step);
             RT_TRY(s.zero ? rt_zero_step(s.zero, &hp, coef, step + 1) : rt_adamw_step(model->params, &hp, coef, step + 1));
@@ -342,9 +354,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             /* every rank stops at the same step, whichever got the signal */
             float stop = (float)rt_train_stop_signal;
             if (s.dp->size * s.tp->size > 1) {
-                rt_comm *w = s.dp; /* the signal reaches every rank of a launch; max over dp, then tp */
+                rt_comm *w = s.dp_host; /* the signal reaches every rank of a launch; max over dp, then tp */
                 RT_TRY(w->ops->all_reduce(w->ctx, &stop, 1, RT_REDUCE_MAX));
-                if (s.tp->size > 1) RT_TRY(s.tp->ops->all_reduce(s.tp->ctx, &stop, 1, RT_REDUCE_MAX));
+                if (s.tp->size > 1) RT_TRY(s.tp_host->ops->all_reduce(s.tp_host->ctx, &stop, 1, RT_REDUCE_MAX));
             }
             if (stop > 0) {
                 int sig = (int)stop;

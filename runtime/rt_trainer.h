@@ -73,8 +73,13 @@ typedef struct {
     const char *options_json;   /* resolved options, stored in checkpoints and metrics */
     /* Data-parallel and tensor-parallel groups (NULL = one rank). The data iterator gives each
      * dp rank its slice of the same global batch; gradients are summed over dp, the loss is
-     * normalised by the global number of targets, and only the first rank writes files. */
+     * normalised by the global number of targets, and only the first rank writes files.
+     * dp and tp are the device comms (the gradient slab, ZeRO's slab traffic, the shards a
+     * checkpoint gathers); dp_host and tp_host the same groups' host comms (counts, the loss
+     * sum, the norm's partial sums, the stop flag, a checkpoint load's agreement), NULL = dp,
+     * tp: see rt_grid.h. On CPU they are the same objects. */
     rt_comm *dp, *tp;
+    rt_comm *dp_host, *tp_host;
     /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
      * update this rank's slice, all-gather the parameters); 2 also gives back the full
      * gradient between steps (CPU backend). offload_optimizer keeps the slice's fp32 master

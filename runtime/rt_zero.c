@@ -60,6 +60,8 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool o
     z->p = p;
     z->dp = dp ? dp : rt_comm_self();
     z->tp = tp ? tp : rt_comm_self();
+    z->dp_host = z->dp; /* on CPU the same comm; rt_zero_set_host_comms gives the host twins */
+    z->tp_host = z->tp;
     z->stage = stage;
     z->offload = offload;
     const size_t ranks = (size_t)z->dp->size;
@@ -149,26 +151,29 @@ rt_status rt_zero_reduce_grads(rt_zero *z) {
     return RT_OK;
 }
 
-/* Gathers k doubles from every rank of c into all (c->size * k, rank-major). Comm buffers are
- * float32: each double travels as hi + lo floats (about 48 bits). */
-static rt_status zero_gather_doubles(rt_backend *be, rt_comm *c, const double *mine, int k, double *all) {
+void rt_zero_set_host_comms(rt_zero *z, rt_comm *dp_host, rt_comm *tp_host) {
+    RT_CHECK(dp_host && tp_host && dp_host->size == z->dp->size && dp_host->rank == z->dp->rank &&
+                 tp_host->size == z->tp->size && tp_host->rank == z->tp->rank,
+             "ZeRO host comms do not match the device comms' ranks");
+    z->dp_host = dp_host;
+    z->tp_host = tp_host;
+}
+
+/* Gathers k doubles from every rank of the host comm c into all (c->size * k, rank-major).
+ * Comm buffers are float32: each double travels as hi + lo floats (about 48 bits). */
+static rt_status zero_gather_doubles(rt_comm *c, const double *mine, int k, double *all) {
     rt_status st = RT_OK;
     const size_t n = 2 * (size_t)k, size = (size_t)c->size;
-    float *dev = NULL;
     float *host = rt_xmalloc(sizeof(float) * n * (size + 1));
     for (int i = 0; i < k; i++) {
         host[2 * i] = (float)mine[i];
         host[2 * i + 1] = (float)(mine[i] - (double)host[2 * i]);
     }
-    RT_TRY(rt_backend_alloc(be, sizeof(float) * n * (size + 1), "grad norm", (void **)&dev));
-    be->ops->to_device(be->ctx, dev, host, sizeof(float) * n);
-    RT_TRY(c->ops->all_gather(c->ctx, dev + n, dev, n));
-    be->ops->to_host(be->ctx, host + n, dev + n, sizeof(float) * n * size);
+    RT_TRY(c->ops->all_gather(c->ctx, host + n, host, n));
     for (size_t r = 0; r < size; r++)
         for (int i = 0; i < k; i++)
             all[r * (size_t)k + (size_t)i] = (double)host[n + r * n + 2 * (size_t)i] + (double)host[n + r * n + 2 * (size_t)i + 1];
 fail:
-    if (dev) be->ops->free(be->ctx, dev);
     free(host);
     return st;
 }
@@ -182,7 +187,7 @@ rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
     int nr = zero_ranges(z, false, r);
     for (int i = 0; i < nr; i++) mine[r[i].key] += p->be->ops->sumsq(p->be->ctx, z->gshard + r[i].off, r[i].n);
     /* the slices hold the dp-summed gradient: their squares add up to the summed gradient's */
-    RT_TRY(zero_gather_doubles(p->be, z->dp, mine, 2, all));
+    RT_TRY(zero_gather_doubles(z->dp_host, mine, 2, all));
     mine[0] = mine[1] = 0;
     for (int k = 0; k < z->dp->size; k++) { /* rank order, so every rank gets the same bits */
         mine[0] += all[2 * k];
@@ -192,7 +197,7 @@ rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
         /* replicated parameters: every tp rank holds the same gradient, but its slab (and so
          * its slicing) differs, so the sums can differ in the last bits; take tp rank 0's so the
          * whole grid clips with one coefficient. Sharded ones add over tp. */
-        RT_TRY(zero_gather_doubles(p->be, z->tp, mine, 2, all));
+        RT_TRY(zero_gather_doubles(z->tp_host, mine, 2, all));
         mine[0] = all[0];
         mine[1] = 0;
         for (int k = 0; k < z->tp->size; k++) mine[1] += all[2 * k + 1];

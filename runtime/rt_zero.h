@@ -31,7 +31,8 @@
 
 typedef struct {
     rt_params *p;
-    rt_comm *dp, *tp;   /* not owned */
+    rt_comm *dp, *tp;   /* device comms (the slab's reduce-scatter and all-gather); not owned */
+    rt_comm *dp_host, *tp_host; /* host comms for the norm's partial sums (dp, tp until set) */
     int stage;          /* 1 or 2 */
     bool offload;
     size_t padded;      /* slab length rounded up to a multiple of dp (p->param, p->grad hold this many) */
@@ -51,6 +52,10 @@ typedef struct {
  * length (contents kept), frees full moments if p has them, and allocates the slice's m and v
  * (zeroed). tp may be NULL. Logs the per-rank optimizer memory. */
 rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool offload, rt_zero **out);
+/* The groups' host comms (rt_grid.h), same ranks as dp and tp, for the clipping norm's partial
+ * sums, which travel from host memory (until set: dp and tp themselves; an NCCL comm hands
+ * host buffers to its host twin). Not owned. */
+void rt_zero_set_host_comms(rt_zero *z, rt_comm *dp_host, rt_comm *tp_host);
 /* Frees the slices; gives p back a gradient buffer if stage 2 had released it (p->m, p->v stay
  * NULL: the full moments exist only in checkpoints). Accepts NULL. */
 void rt_zero_free(rt_zero *z);

@@ -5,7 +5,8 @@
  * deadline. On timeout, or when NCCL reports an asynchronous error (a peer died), the
  * communicator is aborted with ncclCommAbort, which also ends kernels stuck waiting for the
  * peer, and every later call fails at once. Splits use ncclCommSplit (NCCL >= 2.18); older
- * NCCL re-initializes from a split of the bootstrap communicator.
+ * NCCL re-initializes from a split of the bootstrap communicator. Host buffers go over the
+ * bootstrap (see rt_comm_nccl.h).
  *
  * NCCL_CHECK aborts with file:line for calls that only fail on a broken installation or a
  * programming error; the collectives' own failures come back as rt_status. */
@@ -54,7 +55,7 @@ struct nccl_ctx {
     cudaStream_t stream;
     int device, rank, size;
     double timeout_s;
-    rt_comm *bootstrap; /* not owned unless own_bootstrap */
+    rt_comm *bootstrap; /* the host twin (same ranks); not owned unless own_bootstrap */
     int own_bootstrap;
     int aborted;
     char broken[200]; /* why the communicator is unusable, "" if fine */
@@ -140,12 +141,33 @@ static rt_status nccl_enqueued(nccl_ctx *c, ncclResult_t rc, const char *what, s
 
 static ncclRedOp_t nccl_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? ncclMax : ncclSum; }
 
+/* Host memory, pageable or pinned: NCCL kernels cannot read pageable memory, so such a buffer
+ * travels over the host twin. Before CUDA 11 a pageable pointer is an error here (cleared). */
+static int nccl_is_host(const void *p) {
+    cudaPointerAttributes a;
+    memset(&a, 0, sizeof a);
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+}
+
+/* Both buffers of a gather or scatter on the same side; a mix is a caller's bug. */
+static int nccl_is_host2(const void *out, const void *in, const char *what) {
+    int ho = nccl_is_host(out), hi = nccl_is_host(in);
+    RT_CHECK(ho == hi, "nccl %s: output in %s memory, input in %s memory", what, ho ? "host" : "device",
+             hi ? "host" : "device");
+    return ho;
+}
+
 static void nccl_set_device(nccl_ctx *c) { NCCL_CUDA_CHECK(cudaSetDevice(c->device)); }
 
 static rt_status nccl_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op op) {
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "all_reduce");
     if (st != RT_OK || n == 0) return st;
+    if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
     nccl_set_device(c);
     return nccl_enqueued(c, ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->stream), "all_reduce", n);
 }
@@ -154,6 +176,8 @@ static rt_status nccl_reduce_scatter(void *vctx, float *out, const float *in, si
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "reduce_scatter");
     if (st != RT_OK || n_out == 0) return st;
+    if (nccl_is_host2(out, in, "reduce_scatter"))
+        return c->bootstrap->ops->reduce_scatter(c->bootstrap->ctx, out, in, n_out, op);
     nccl_set_device(c);
     return nccl_enqueued(c, ncclReduceScatter(in, out, n_out, ncclFloat32, nccl_op(op), c->comm, c->stream),
                          "reduce_scatter", n_out);
@@ -163,6 +187,7 @@ static rt_status nccl_all_gather(void *vctx, float *out, const float *in, size_t
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "all_gather");
     if (st != RT_OK || n_in == 0) return st;
+    if (nccl_is_host2(out, in, "all_gather")) return c->bootstrap->ops->all_gather(c->bootstrap->ctx, out, in, n_in);
     nccl_set_device(c);
     return nccl_enqueued(c, ncclAllGather(in, out, n_in, ncclFloat32, c->comm, c->stream), "all_gather", n_in);
 }
@@ -173,6 +198,7 @@ static rt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     if (st != RT_OK || bytes == 0) return st;
     if (root < 0 || root >= c->size)
         return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d): broadcast root %d is out of range", c->size, root);
+    if (nccl_is_host(buf)) return c->bootstrap->ops->broadcast(c->bootstrap->ctx, buf, bytes, root);
     nccl_set_device(c);
     return nccl_enqueued(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream), "broadcast", bytes);
 }
@@ -240,11 +266,18 @@ static rt_status nccl_init_from(nccl_ctx *c, rt_comm *bootstrap) {
 static rt_status nccl_split(void *vctx, int color, int key, rt_comm **out) {
     nccl_ctx *c = (nccl_ctx *)vctx;
     *out = NULL;
+    rt_comm *sub = NULL;
+    nccl_ctx *s = NULL;
     rt_status st = nccl_usable(c, "split");
     if (st != RT_OK) return st;
     if (color < 0) return rt_errorf(RT_ERR_CONFIG, "nccl comm: split color %d, expected a non-negative color", color);
-    nccl_ctx *s = nccl_ctx_new(c->device, c->timeout_s);
-    s->bootstrap = c->bootstrap;
+    /* the child's host twin first: the same color and key order the ranks the same way in
+     * MPI_Comm_split, the threads comm and ncclCommSplit */
+    st = c->bootstrap->ops->split(c->bootstrap->ctx, color, key, &sub);
+    if (st != RT_OK) return st;
+    s = nccl_ctx_new(c->device, c->timeout_s);
+    s->bootstrap = sub;
+    s->own_bootstrap = 1;
 #if RT_NCCL_HAS_SPLIT
     {
         ncclConfig_t cfg = nccl_config();
@@ -260,22 +293,20 @@ static rt_status nccl_split(void *vctx, int color, int key, rt_comm **out) {
         if (st != RT_OK) goto fail;
         NCCL_CHECK(ncclCommUserRank(s->comm, &s->rank));
         NCCL_CHECK(ncclCommCount(s->comm, &s->size));
+        RT_CHECK(s->rank == sub->rank && s->size == sub->size, "nccl split rank %d/%d, host twin %d/%d", s->rank,
+                 s->size, sub->rank, sub->size);
     }
 #else
-    {
-        rt_comm *sub = NULL;
-        st = c->bootstrap->ops->split(c->bootstrap->ctx, color, key, &sub);
-        if (st != RT_OK) goto fail;
-        s->bootstrap = sub;
-        s->own_bootstrap = 1;
-        st = nccl_init_from(s, sub);
-        if (st != RT_OK) goto fail;
-    }
+    st = nccl_init_from(s, sub);
+    if (st != RT_OK) goto fail;
 #endif
     *out = nccl_wrap(s);
     return RT_OK;
 fail:
-    nccl_free(s);
+    if (s)
+        nccl_free(s); /* frees sub too */
+    else
+        rt_comm_free(sub);
     return st;
 }
 
@@ -307,18 +338,27 @@ static const rt_comm_ops nccl_ops = {
 
 static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
 
+extern "C" rt_status rt_comm_nccl_probe(int device) {
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        (void)cudaGetLastError();
+        return rt_errorf(RT_ERR_UNSUPPORTED, "nccl comm: no CUDA device (%s)",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    if (device < 0 || device >= n_dev)
+        return rt_errorf(RT_ERR_CONFIG, "nccl comm: device %d, expected 0..%d", device, n_dev - 1);
+    return RT_OK;
+}
+
 extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out) {
     *out = NULL;
     if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "nccl comm: timeout %g s, expected a positive number", timeout_s);
-    int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "nccl comm: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    if (device < 0 || device >= n_dev)
-        return rt_errorf(RT_ERR_CONFIG, "nccl comm: device %d, expected 0..%d (rank %d)", device, n_dev - 1, bootstrap->rank);
+    rt_status st = rt_comm_nccl_probe(device);
+    if (st != RT_OK) return rt_error_wrap(st, "rank %d", bootstrap->rank);
     nccl_ctx *c = nccl_ctx_new(device, timeout_s);
     c->bootstrap = bootstrap;
-    rt_status st = nccl_init_from(c, bootstrap);
+    st = nccl_init_from(c, bootstrap);
     if (st != RT_OK) {
         nccl_free(c);
         return st;
@@ -329,9 +369,15 @@ extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double ti
 
 #else /* !TZ_USE_NCCL */
 
+static rt_status nccl_missing(void) {
+    return rt_errorf(RT_ERR_UNSUPPORTED, "this build of tunezoo has no NCCL: install NCCL and rebuild with -DUSE_NCCL=ON");
+}
+
+extern "C" rt_status rt_comm_nccl_probe(int device) { return nccl_missing(); }
+
 extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out) {
     *out = NULL;
-    return rt_errorf(RT_ERR_UNSUPPORTED, "this build of tunezoo has no NCCL: install NCCL and rebuild with -DUSE_NCCL=ON");
+    return nccl_missing();
 }
 
 #endif

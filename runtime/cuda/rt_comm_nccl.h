@@ -1,7 +1,13 @@
 /* NCCL communicators over GPU buffers (runtime/cuda/rt_comm_nccl.cu): the comm for tensor
- * and data parallelism on CUDA. Every buffer passed to its ops is a device pointer on the
- * communicator's device. Bootstrapped over any CPU communicator (MPI in a real run, threads
- * in a test with several GPUs): rank 0 makes the NCCL unique id and broadcasts it.
+ * and data parallelism on CUDA (rt_grid_init_device builds them). Bootstrapped over any CPU
+ * communicator (MPI in a real run, threads in a test with several GPUs): rank 0 makes the
+ * NCCL unique id and broadcasts it. That bootstrap is the group's host comm, with the same
+ * ranks, and it stays linked: a buffer in host memory (pageable or pinned) passed to an op
+ * goes over the bootstrap instead of NCCL, as a CUDA-aware MPI routes by pointer. Call sites
+ * that know they hold host data use the grid's host comm directly (rt_grid.h); this is the net
+ * for the few that take one comm for both kinds (a checkpoint writer gathers device shards,
+ * then agrees on the outcome in a host int). A split also splits the bootstrap, so the child
+ * keeps a host twin of its own.
  *
  * Each collective is enqueued on the communicator's own stream, which is a blocking stream,
  * so it is ordered after the work the CUDA backend queued on the legacy default stream and
@@ -19,9 +25,14 @@ extern "C" {
 #endif
 
 /* Collective over bootstrap (size and rank are taken from it). device is the CUDA device
- * this rank uses (typically its local rank). The bootstrap must outlive the result (splits
- * may use it). RT_ERR_UNSUPPORTED in a build without NCCL. */
+ * this rank uses (typically its local rank). The bootstrap must outlive the result (host
+ * buffers and splits use it). RT_ERR_UNSUPPORTED in a build without NCCL. */
 rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out);
+/* Whether this process could make an NCCL communicator on device, with no communication:
+ * RT_OK; RT_ERR_UNSUPPORTED (a build without NCCL, or no CUDA device) or RT_ERR_CONFIG (no
+ * such device), with a message. A group checks this and agrees before the collective init,
+ * so one rank without a GPU fails every rank at once instead of leaving them waiting. */
+rt_status rt_comm_nccl_probe(int device);
 
 #ifdef __cplusplus
 }
