@@ -17,6 +17,7 @@
 #include "data/data_glue.h"
 #include "data/data_loader.h"
 #include "apps/common/glue_app.h"
+#include "apps/common/train_app.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -30,17 +31,19 @@
 
 
 typedef struct {
-    const char *dataset, *model, *arch, *tokenizer, *data_dir, *save_dir, *device, *schedule, *predict, *predict_out,
-        *save_hf, *deepspeed_config;
-    int64_t epochs, max_steps, batch_size, max_len, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads, tp, zero;
-    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
-    bool resume, pad8, comm_stats, offload_optimizer;
+    const char *dataset, *model, *arch, *tokenizer, *data_dir, *predict, *predict_out, *save_hf;
+    int64_t max_len;
+    bool comm_stats;
+    train_app_opts t; /* the options every training program shares */
 } gc_opts;
 
 static gc_opts O;
 
-static const rt_opt gc_options[] = {
+/* collectives give up after 10 minutes: a dead rank ends the run instead of hanging it */
+#define GC_COMM_TIMEOUT_S 600.0
+
+/* This program's own options; main appends the shared training ones (train_app.h). */
+static const rt_opt gc_own_options[] = {
     {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)",
      "cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli", 0, 0},
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
@@ -52,58 +55,22 @@ static const rt_opt gc_options[] = {
      "tokenizer directory or file when --model has none (default: the one shipped for the model family)", NULL, 0, 0},
     {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with the task's GLUE files (default: the shipped MRPC copy)",
      NULL, 0, 0},
-    {"epochs", RT_OPT_INT, &O.epochs, "1", NULL, "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
-    {"max-steps", RT_OPT_INT, &O.max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL, 0, 1e12},
-    {"batch-size", RT_OPT_INT, &O.batch_size, "16", NULL, "examples per micro-batch", NULL, 1, 65536},
-    {"grad-accum", RT_OPT_INT, &O.grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
-    {"lr", RT_OPT_FLOAT, &O.lr, "1e-4", NULL, "peak learning rate", NULL, 0, 10},
-    {"weight-decay", RT_OPT_FLOAT, &O.weight_decay, "0.01", NULL, "AdamW weight decay (not on biases and LayerNorm)", NULL,
-     0, 10},
-    {"warmup", RT_OPT_FLOAT, &O.warmup, "0.1", NULL, "warmup: steps when >= 1, a fraction of all steps when < 1", NULL, 0,
-     1e12},
-    {"adam-beta1", RT_OPT_FLOAT, &O.adam_beta1, "0.9", NULL, "AdamW beta1", NULL, 0, 0.999999},
-    {"adam-beta2", RT_OPT_FLOAT, &O.adam_beta2, "0.999", NULL, "AdamW beta2", NULL, 0, 0.999999},
-    {"adam-eps", RT_OPT_FLOAT, &O.adam_eps, "1e-8", NULL, "AdamW epsilon", NULL, 1e-30, 1},
-    {"schedule", RT_OPT_CHOICE, &O.schedule, "linear", NULL, "learning-rate decay after warmup", "constant|linear|cosine", 0,
-     0},
-    {"clip", RT_OPT_FLOAT, &O.clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
     {"max-len", RT_OPT_INT, &O.max_len, "128", NULL, "truncate each pair to N tokens (longest first)", NULL, 1, 1 << 20},
-    {"pad-to-8", RT_OPT_FLAG, &O.pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
-    {"seed", RT_OPT_INT, &O.seed, "42", NULL, "seed for init, data order and dropout", NULL, 0, 9e15},
-    {"eval-interval", RT_OPT_INT, &O.eval_interval, "0", NULL, "evaluate every N steps and at each epoch's end (0 = epoch ends only, -1 = never)", NULL, -1, 1e12},
-    {"log-interval", RT_OPT_INT, &O.log_interval, "10", NULL, "print a step line every N steps", NULL, 0, 1e12},
-    {"save-dir", RT_OPT_STRING, &O.save_dir, NULL, "DIR", "checkpoints, metrics.jsonl, predictions (default runs/PROGRAM)", NULL,
-     0, 0},
-    {"save-interval", RT_OPT_INT, &O.save_interval, "0", NULL,
-     "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
-    {"keep", RT_OPT_INT, &O.keep, "2", NULL, "keep the newest N checkpoints", NULL, 1, 1e6},
-    {"resume", RT_OPT_FLAG, &O.resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0, 0},
     {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE.tsv", "after training, predict every row of a GLUE-format TSV",
      NULL, 0, 0},
     {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
      "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
-    {"threads", RT_OPT_INT, &O.threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
-    {"deepspeed-config", RT_OPT_STRING, &O.deepspeed_config, NULL, "FILE",
-     "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
-     "and the command line override it", NULL, 0, 0},
     {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
      "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
-    {"tp", RT_OPT_INT, &O.tp, "1", NULL,
-     "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
-    {"zero", RT_OPT_INT, &O.zero, "0", NULL,
-     "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
-    {"offload-optimizer", RT_OPT_FLAG, &O.offload_optimizer, "false", NULL,
-     "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL, 0,
-     0},
-    {"device", RT_OPT_CHOICE, &O.device, "cpu", NULL, "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
 };
+#define GC_N_OWN ((int)(sizeof gc_own_options / sizeof gc_own_options[0]))
+static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS];
 
 static rt_args_spec gc_spec = {
     .prog = "glue",
     .opts = gc_options,
-    .n_opts = (int)(sizeof gc_options / sizeof gc_options[0]),
 };
 
 /* The model family of this program (glue_app_main sets it). */
@@ -317,13 +284,13 @@ static void gc_eval_init(gc_eval *e, const mdl_classifier *m, const data_tokeniz
     e->model = m;
     e->ds = ds;
     e->task = task;
-    e->batch_size = (int)O.batch_size;
+    e->batch_size = (int)O.t.batch_size;
     e->pad_id = pad;
-    e->pad_multiple = O.pad8 ? 8 : 1;
+    e->pad_multiple = O.t.pad8 ? 8 : 1;
     e->pred = rt_xcalloc(ds->n + 1, sizeof(int32_t));
     e->probs = rt_xcalloc((ds->n + 1) * (size_t)NL, sizeof(float));
-    e->logits = rt_xcalloc((size_t)O.batch_size * (size_t)NL, sizeof(float));
-    e->idx = rt_xcalloc((size_t)O.batch_size, sizeof(int32_t));
+    e->logits = rt_xcalloc((size_t)O.t.batch_size * (size_t)NL, sizeof(float));
+    e->idx = rt_xcalloc((size_t)O.t.batch_size, sizeof(int32_t));
     e->reduce = rt_xcalloc(ds->n * (size_t)(NL + 1) + 1, sizeof(float));
     e->dp = dp;
 }
@@ -377,18 +344,38 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
     rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 16 B of counts = %.4f MB (ring traffic per rank: "
                 "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
                 dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
-    if (O.zero > 0 && grid->dp_size > 1) {
+    if (O.t.zero > 0 && grid->dp_size > 1) {
         /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
          * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
          * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
         size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
         rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
                     "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 16 B of counts",
-                    (long long)O.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
+                    (long long)O.t.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
                     (4.0 * (double)shard + 16.0) / 1e6);
     }
     rt_log_info("  formula tp all_reduce: 4 B x %.0f floats per token (C x (4 L + 1) for GPT-2) x B*T %.1f per step "
                 "+ 4 B stop flag = %.4f MB", m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
+}
+
+/* A view of the grid whose comms count into dp and tp (rt_comm_stats): host and device comms
+ * of a group count into the same table, and a host comm that is its device comm's object (on
+ * CPU) gets the same view, so each call counts once. */
+static void gc_grid_count(const rt_grid *owned, rt_grid *view, rt_comm_stats *dp, rt_comm_stats *tp) {
+    *view = *owned;
+    view->dp = rt_comm_stats_wrap(owned->dp, dp);
+    view->tp = rt_comm_stats_wrap(owned->tp, tp);
+    view->dp_host = owned->dp_host == owned->dp ? view->dp : rt_comm_stats_wrap(owned->dp_host, dp);
+    view->tp_host = owned->tp_host == owned->tp ? view->tp : rt_comm_stats_wrap(owned->tp_host, tp);
+}
+
+/* Frees gc_grid_count's views (not the comms they count). */
+static void gc_grid_uncount(const rt_grid *owned, rt_grid *view) {
+    if (view->dp_host != view->dp) rt_comm_free(view->dp_host);
+    if (view->tp_host != view->tp) rt_comm_free(view->tp_host);
+    rt_comm_free(view->dp);
+    rt_comm_free(view->tp);
+    *view = *owned;
 }
 
 /* ---- --predict ---- */
@@ -412,14 +399,14 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
             RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
     }
     RT_TRY(data_tokenize_pairs(&ex, tok, (int)O.max_len, &ds));
-    gc_eval_init(&e, m, &ds, task, pad, grid->dp);
+    gc_eval_init(&e, m, &ds, task, pad, grid->dp_host);
     double loss;
     RT_TRY(gc_predict_all(&e, &loss));
     if (grid->world->rank != 0) goto fail; /* every rank has the results; one writes them */
     if (O.predict_out)
         snprintf(out_path, sizeof out_path, "%s", O.predict_out);
     else
-        snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.save_dir);
+        snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.t.save_dir);
     f = fopen(out_path, "w");
     if (!f) RT_FAIL(RT_ERR_IO, "--predict-out %s: cannot write: %s", out_path, strerror(errno));
     int NL = m->num_labels;
@@ -515,59 +502,36 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     char *options_json = NULL;
     bool ev_ready = false;
 
-    rt_grid grid_storage = {0};
-    const rt_grid *grid = &grid_storage;
+    /* grid_storage owns the comms; grid is what the model, the loop and evaluation use: the
+     * same comms, or counting views of them with --comm-stats */
+    rt_grid grid_storage = {0}, grid_view = {0};
+    const rt_grid *grid = &grid_view;
     rt_comm_stats dp_stats = {0}, tp_stats = {0};
-    rt_comm *dp_owned = NULL, *tp_owned = NULL;
+    bool counting = false;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
-    static char default_save_dir[256];
-    if (!O.save_dir) {
-        snprintf(default_save_dir, sizeof default_save_dir, "runs/%s", F->prog);
-        O.save_dir = default_save_dir;
-    }
-    if (O.offload_optimizer && O.zero == 0)
-        RT_FAIL(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
-    RT_TRY(rt_grid_init(world, (int)O.tp, &grid_storage));
-    if (rt_args_source_of(&gc_spec, "batch-size") == RT_ARG_DEEPSPEED) {
-        /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
-        O.batch_size *= grid_storage.dp_size;
-        rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",
-                    grid_storage.dp_size, (long long)O.batch_size);
-    }
-    /* --comm-stats: the model and the loop talk through counting views of the groups */
-    dp_owned = grid_storage.dp;
-    tp_owned = grid_storage.tp;
-    if (O.comm_stats) {
-        grid_storage.dp = rt_comm_stats_wrap(dp_owned, &dp_stats);
-        grid_storage.tp = rt_comm_stats_wrap(tp_owned, &tp_stats);
-    }
+    RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
+    grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);
     RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
     RT_TRY(gc_resolve_source(&src));
-    /* fail early on an unusable save dir, before minutes of tokenizing */
-    RT_TRY(rt_train_prepare_dir(O.save_dir));
 
     RT_TRY(tok_load(src.tokenizer, &tok));
-    int pad_multiple = O.pad8 ? 8 : 1;
+    int pad_multiple = O.t.pad8 ? 8 : 1;
     int max_T = (int)((O.max_len + pad_multiple - 1) / pad_multiple * pad_multiple);
 
     /* the device, then the model: a config or layout that cannot work fails here, before the
      * data is read and tokenized */
     char device[32];
-    snprintf(device, sizeof device, "%s", O.device);
-    if (strncmp(O.device, "cuda", 4) == 0 && world->size > 1)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "--device %s with %d ranks: multi-process GPU training (NCCL) is not wired into "
-                                    "the programs yet; run one process per GPU job, or on CPU under mpirun",
-                O.device, world->size);
-    if (strcmp(O.device, "cuda") == 0) { /* one GPU per rank on each node */
-        rt_launch_info li;
-        RT_TRY(rt_launch_detect(&li));
-        snprintf(device, sizeof device, "cuda:%d", li.local_rank);
+    RT_TRY(train_app_device(&O.t, &grid_storage, GC_COMM_TIMEOUT_S, device, sizeof device, &be));
+    grid_view = grid_storage;
+    /* --comm-stats: the model and the loop talk through counting views of the groups */
+    if (O.comm_stats) {
+        gc_grid_count(&grid_storage, &grid_view, &dp_stats, &tp_stats);
+        counting = true;
     }
-    RT_TRY(rt_backend_init(device, (int)O.threads, &be));
     glue_model_args ma = {.config_path = src.config[0] ? src.config : NULL, .num_labels = task->n_labels, .tok = tok,
-                          .be = be, .tp = grid->tp, .max_B = (int)O.batch_size, .max_T = max_T,
-                          .seed = (uint64_t)O.seed};
+                          .be = be, .tp = grid->tp, .max_B = (int)O.t.batch_size, .max_T = max_T,
+                          .seed = (uint64_t)O.t.seed};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);
@@ -598,25 +562,18 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                 train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
 
     /* --batch-size is the global batch: each dp rank collates its slice of it */
-    data_sampler_opts sopts = {.seed = (uint64_t)O.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
                                .world = grid->dp_size};
-    RT_TRY(data_loader_init(&train, &sopts, (int)O.batch_size, pad, pad_multiple, &loader));
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, pad_multiple, &loader));
     for (int k = 0; k < n_dev; k++) {
-        gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp);
+        gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp_host);
         ev[k].prefix = n_dev > 1 ? task->dev[k].name : NULL;
     }
     ev[0].n_splits = n_dev;
     ev_ready = true;
 
     options_json = rt_args_to_json(&gc_spec);
-    rt_train_opts to = {
-        .prog = F->prog, .epochs = O.epochs, .max_steps = O.max_steps, .batch_size = O.batch_size,
-        .grad_accum = O.grad_accum, .lr = O.lr, .weight_decay = O.weight_decay, .warmup = O.warmup, .clip = O.clip,
-        .beta1 = O.adam_beta1, .beta2 = O.adam_beta2, .adam_eps = O.adam_eps, .schedule = O.schedule, .seed = (uint64_t)O.seed,
-        .eval_interval = O.eval_interval, .log_interval = O.log_interval, .save_interval = O.save_interval,
-        .keep = O.keep, .save_dir = O.save_dir, .resume = O.resume, .options_json = options_json,
-        .dp = grid->dp, .tp = grid->tp, .zero = (int)O.zero, .offload_optimizer = O.offload_optimizer,
-    };
+    rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
     gc_train_ctx train_ctx = {.model = &gm.cls};
     rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};
     rt_train_data td = data_loader_train_data(loader);
@@ -647,12 +604,7 @@ fail:
     data_examples_free(&train_ex);
     for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_examples_free(&dev_ex[k]);
     tok_free(tok);
-    if (dp_owned && grid_storage.dp != dp_owned) {
-        rt_comm_free(grid_storage.dp);
-        rt_comm_free(grid_storage.tp);
-        grid_storage.dp = dp_owned;
-        grid_storage.tp = tp_owned;
-    }
+    if (counting) gc_grid_uncount(&grid_storage, &grid_view);
     rt_grid_free(&grid_storage);
     return st;
 }
@@ -662,10 +614,13 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     rt_comm *world = NULL;
     F = family;
     gc_spec.prog = family->prog;
+    train_app_defaults defaults = {0};
+    memcpy(gc_options, gc_own_options, sizeof gc_own_options);
+    gc_spec.n_opts = GC_N_OWN;
+    train_app_add_options(&O.t, &defaults, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
-    /* collectives give up after 10 minutes: a dead rank ends the run instead of hanging it */
-    rt_status st = rt_comm_world_init(&argc, &argv, 600.0, &world);
+    rt_status st = rt_comm_world_init(&argc, &argv, GC_COMM_TIMEOUT_S, &world);
     if (st == RT_OK) {
         rt_log_set_rank(world->rank, world->size);
         st = gc_run(argc, argv, world, &sig);

@@ -1,0 +1,107 @@
+/* The training options and set-up every program shares (see train_app.h). */
+#include "apps/common/train_app.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/rt_launch.h"
+#include "runtime/rt_log.h"
+
+void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n) {
+    const rt_opt shared[TRAIN_APP_N_OPTS] = {
+        {"epochs", RT_OPT_INT, &o->epochs, d->epochs ? d->epochs : "1", NULL,
+         "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
+        {"max-steps", RT_OPT_INT, &o->max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL,
+         0, 1e12},
+        {"batch-size", RT_OPT_INT, &o->batch_size, d->batch_size ? d->batch_size : "16", NULL,
+         "examples per optimizer micro-batch, over all data-parallel ranks", NULL, 1, 65536},
+        {"grad-accum", RT_OPT_INT, &o->grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
+        {"lr", RT_OPT_FLOAT, &o->lr, d->lr ? d->lr : "1e-4", NULL, "peak learning rate", NULL, 0, 10},
+        {"weight-decay", RT_OPT_FLOAT, &o->weight_decay, d->weight_decay ? d->weight_decay : "0.01", NULL,
+         "AdamW weight decay (not on biases and norms)", NULL, 0, 10},
+        {"warmup", RT_OPT_FLOAT, &o->warmup, d->warmup ? d->warmup : "0.1", NULL,
+         "warmup: steps when >= 1, a fraction of all steps when < 1", NULL, 0, 1e12},
+        {"adam-beta1", RT_OPT_FLOAT, &o->adam_beta1, "0.9", NULL, "AdamW beta1", NULL, 0, 0.999999},
+        {"adam-beta2", RT_OPT_FLOAT, &o->adam_beta2, "0.999", NULL, "AdamW beta2", NULL, 0, 0.999999},
+        {"adam-eps", RT_OPT_FLOAT, &o->adam_eps, "1e-8", NULL, "AdamW epsilon", NULL, 1e-30, 1},
+        {"schedule", RT_OPT_CHOICE, &o->schedule, "linear", NULL, "learning-rate decay after warmup",
+         "constant|linear|cosine", 0, 0},
+        {"clip", RT_OPT_FLOAT, &o->clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
+        {"pad-to-8", RT_OPT_FLAG, &o->pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
+        {"seed", RT_OPT_INT, &o->seed, "42", NULL, "seed for init, data order and dropout", NULL, 0, 9e15},
+        {"eval-interval", RT_OPT_INT, &o->eval_interval, "0", NULL,
+         "evaluate every N steps and at each epoch's end (0 = epoch ends only, -1 = never)", NULL, -1, 1e12},
+        {"log-interval", RT_OPT_INT, &o->log_interval, "10", NULL, "print a step line every N steps", NULL, 0, 1e12},
+        {"save-dir", RT_OPT_STRING, &o->save_dir, NULL, "DIR",
+         "checkpoints, metrics.jsonl, predictions (default runs/PROGRAM)", NULL, 0, 0},
+        {"save-interval", RT_OPT_INT, &o->save_interval, "0", NULL,
+         "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
+        {"keep", RT_OPT_INT, &o->keep, "2", NULL, "keep the newest N checkpoints", NULL, 1, 1e6},
+        {"resume", RT_OPT_FLAG, &o->resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0,
+         0},
+        {"threads", RT_OPT_INT, &o->threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"deepspeed-config", RT_OPT_STRING, &o->deepspeed_config, NULL, "FILE",
+         "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
+         "and the command line override it",
+         NULL, 0, 0},
+        {"tp", RT_OPT_INT, &o->tp, "1", NULL,
+         "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
+        {"zero", RT_OPT_INT, &o->zero, "0", NULL,
+         "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
+        {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,
+         "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL,
+         0, 0},
+        {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
+         "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
+    };
+    memcpy(opts + *n, shared, sizeof shared);
+    *n += TRAIN_APP_N_OPTS;
+}
+
+rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
+                          rt_grid *grid) {
+    static char default_save_dir[256];
+    if (!o->save_dir) {
+        snprintf(default_save_dir, sizeof default_save_dir, "runs/%s", prog);
+        o->save_dir = default_save_dir;
+    }
+    if (o->offload_optimizer && o->zero == 0)
+        return rt_errorf(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
+    rt_status st = rt_grid_init(world, (int)o->tp, grid);
+    if (st != RT_OK) return st;
+    if (rt_args_source_of(spec, "batch-size") == RT_ARG_DEEPSPEED) {
+        /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
+        o->batch_size *= grid->dp_size;
+        rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",
+                    grid->dp_size, (long long)o->batch_size);
+    }
+    /* fail early on an unusable save dir, before minutes of tokenizing */
+    return rt_train_prepare_dir(o->save_dir);
+}
+
+rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_timeout_s, char *device,
+                           size_t device_size, rt_backend **be) {
+    rt_status st = rt_launch_device_name(o->device, device, device_size); /* "cuda": this rank's local GPU */
+    if (st == RT_OK) st = rt_backend_init(device, (int)o->threads, be);
+    /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
+    if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, comm_timeout_s);
+    if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host))
+        rt_log_info("comm: NCCL for device buffers, %s for host values (dp %d x tp %d)", grid->world->ops->name,
+                    grid->dp_size, grid->tp_size);
+    return st;
+}
+
+rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
+                                  const char *options_json) {
+    rt_train_opts to = {
+        .prog = prog, .epochs = o->epochs, .max_steps = o->max_steps, .batch_size = o->batch_size,
+        .grad_accum = o->grad_accum, .lr = o->lr, .weight_decay = o->weight_decay, .warmup = o->warmup,
+        .clip = o->clip, .beta1 = o->adam_beta1, .beta2 = o->adam_beta2, .adam_eps = o->adam_eps,
+        .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
+        .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
+        .save_dir = o->save_dir, .resume = o->resume, .options_json = options_json, .dp = grid->dp,
+        .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .zero = (int)o->zero,
+        .offload_optimizer = o->offload_optimizer,
+    };
+    return to;
+}

@@ -1,0 +1,51 @@
+/* What every training program shares around the one training loop: the training options
+ * (optimizer, schedule, batching, evaluation and checkpoint cadence, parallel layout,
+ * device), their --help entries, and the set-up from them of the parallel grid, the device
+ * and rt_train_opts. gpt2-classify, bert-classify (through glue_app) and t5-finetune list
+ * their own options and append these, so each option has one definition and one meaning. */
+#ifndef TRAIN_APP_H
+#define TRAIN_APP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/rt_args.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_grid.h"
+#include "runtime/rt_trainer.h"
+
+typedef struct {
+    const char *save_dir, *device, *schedule, *deepspeed_config;
+    int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
+        threads, tp, zero;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
+    bool resume, pad8, offload_optimizer;
+} train_app_opts;
+
+/* The program's defaults where they differ between programs (as text, as rt_opt takes them). */
+typedef struct {
+    const char *lr, *batch_size, *epochs, *weight_decay, *warmup;
+} train_app_defaults;
+
+/* How many options train_app_add_options appends. */
+#define TRAIN_APP_N_OPTS 26
+
+/* Appends the shared options, writing into *o, to opts[*n ..] (room for TRAIN_APP_N_OPTS
+ * more is the caller's); *n grows by TRAIN_APP_N_OPTS. */
+void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n);
+
+/* After rt_args_parse: the default save dir (runs/PROG), option combinations that cannot
+ * work, the dp x tp grid over world, a DeepSpeed micro-batch turned into the global batch,
+ * and a usable save dir. */
+rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
+                          rt_grid *grid);
+/* The device ("cuda" = this rank's local GPU) and its backend; on GPUs with several ranks,
+ * NCCL for the grid's device buffers. device gets the resolved name. */
+rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_timeout_s, char *device,
+                           size_t device_size, rt_backend **be);
+/* The loop's options from these (the grid's comms; options_json stored in checkpoints). */
+rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
+                                  const char *options_json);
+
+#endif
