@@ -99,8 +99,42 @@ fail:
     return st;
 }
 
+rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
+                               int count, int32_t pad_id, int pad_multiple, rt_batch *batch) {
+    rt_status st = RT_OK;
+    RT_CHECK(src->n == tgt->n, "seq2seq: %zu sources but %zu targets", src->n, tgt->n);
+    RT_TRY(data_collate_classification(src, indices, count, pad_id, pad_multiple, batch));
+    batch->n_targets = 0;
+    batch->T_dec = 0;
+    if (count == 0) return RT_OK;
+    int longest = 1;
+    for (int b = 0; b < count; b++)
+        if (tgt->lengths[indices[b]] > longest) longest = tgt->lengths[indices[b]];
+    int T = (longest + pad_multiple - 1) / pad_multiple * pad_multiple;
+    size_t cells = (size_t)count * (size_t)T;
+    if (cells > (size_t)batch->capacity_dec) {
+        int32_t *grown = realloc(batch->dec_labels, cells * sizeof *grown);
+        if (!grown) return rt_errorf(RT_ERR_NOMEM, "batch: out of memory for %d x %d target tokens", count, T);
+        batch->dec_labels = grown;
+        batch->capacity_dec = (int)cells;
+    }
+    batch->T_dec = T;
+    for (int b = 0; b < count; b++) {
+        int32_t i = indices[b];
+        int len = tgt->lengths[i];
+        int32_t *row = batch->dec_labels + (size_t)b * T;
+        memcpy(row, tgt->ids + tgt->offsets[i], (size_t)len * sizeof *row);
+        for (int t = len; t < T; t++) row[t] = -100;
+        batch->n_targets += len;
+        batch->n_tokens += (size_t)len;
+    }
+fail:
+    return st;
+}
+
 void data_batch_free(rt_batch *batch) {
     if (!batch) return;
+    free(batch->dec_labels);
     free(batch->input_ids);
     free(batch->attention_mask);
     free(batch->lengths);

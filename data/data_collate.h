@@ -24,6 +24,13 @@
  * batch->targets is NULL and n_targets counts labels other than -100. */
 rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
                                       int pad_multiple, rt_batch *batch);
+/* Seq2seq (HF DataCollatorForSeq2Seq): the source rows of src as the classification
+ * collator lays them out (input_ids, attention_mask, lengths, padded with pad_id; labels all
+ * -100), and the same rows of tgt into dec_labels, padded with -100 to the longest target
+ * (rounded up to pad_multiple). The model derives its decoder inputs from the labels.
+ * n_targets counts the target tokens; n_tokens both sides' real tokens. */
+rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
+                               int count, int32_t pad_id, int pad_multiple, rt_batch *batch);
 /* Grows the buffers (ids, mask, token types, lengths, labels with room for targets, example
  * index) to hold B rows of T tokens, so that later batches up to that size never allocate. */
 rt_status data_batch_reserve(rt_batch *batch, int B, int T);

@@ -5,6 +5,7 @@
 
 struct data_loader {
     const data_tokenized *ds;
+    const data_tokenized *tgt; /* seq2seq targets, NULL for classification */
     data_sampler *sampler;
     int batch_size;
     int32_t pad_id;
@@ -29,6 +30,16 @@ fail:
     return st;
 }
 
+rt_status data_loader_init_seq2seq(const data_tokenized *src, const data_tokenized *tgt,
+                                   const data_sampler_opts *opts, int batch_size, int32_t pad_id, int pad_multiple,
+                                   data_loader **out) {
+    if (src->n != tgt->n)
+        return rt_errorf(RT_ERR_CONFIG, "seq2seq data: %zu sources but %zu targets", src->n, tgt->n);
+    rt_status st = data_loader_init(src, opts, batch_size, pad_id, pad_multiple, out);
+    if (st == RT_OK) (*out)->tgt = tgt;
+    return st;
+}
+
 void data_loader_free(data_loader *l) {
     if (!l) return;
     data_sampler_free(l->sampler);
@@ -44,6 +55,7 @@ static rt_status data_loader_next(void *ctx, rt_batch *into, bool *end) {
         *end = true;
         return RT_OK;
     }
+    if (l->tgt) return data_collate_seq2seq(l->ds, l->tgt, l->indices, count, l->pad_id, l->pad_multiple, into);
     return data_collate_classification(l->ds, l->indices, count, l->pad_id, l->pad_multiple, into);
 }
 

@@ -6,6 +6,7 @@
 
 static int rt_log_rank_ = 0, rt_log_world_ = 1;
 static bool rt_log_quiet_ = false;
+static bool rt_log_info_to_stderr_ = false;
 
 void rt_log_set_rank(int rank, int world) {
     rt_log_rank_ = rank;
@@ -16,14 +17,17 @@ int rt_log_rank(void) { return rt_log_rank_; }
 
 void rt_log_set_quiet(bool quiet) { rt_log_quiet_ = quiet; }
 
+void rt_log_info_to_stderr(bool on) { rt_log_info_to_stderr_ = on; }
+
 void rt_log_info(const char *fmt, ...) {
     if (rt_log_rank_ != 0 || rt_log_quiet_) return;
+    FILE *out = rt_log_info_to_stderr_ ? stderr : stdout;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    vfprintf(out, fmt, ap);
     va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
+    fputc('\n', out);
+    fflush(out);
 }
 
 static void rt_log_stderr(const char *level, const char *fmt, va_list ap) {

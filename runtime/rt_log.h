@@ -8,6 +8,8 @@
 void rt_log_set_rank(int rank, int world);
 int rt_log_rank(void);
 void rt_log_set_quiet(bool quiet);
+/* Progress lines to stderr too, for a program whose stdout carries its output (a filter). */
+void rt_log_info_to_stderr(bool on);
 
 void rt_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void rt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -480,6 +480,21 @@ rt_status tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char 
     return t->ops->decode(t, ids, n, out);
 }
 
+bool tok_is_special(const tok_tokenizer *t, int32_t id) {
+    if (id == t->bos || id == t->eos || id == t->pad || id == t->unk) return id >= 0;
+    return t->ops->is_special && t->ops->is_special(t, id);
+}
+
+rt_status tok_decode_skip_special(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
+    int32_t *kept = rt_xmalloc((n ? n : 1) * sizeof *kept);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!tok_is_special(t, ids[i])) kept[k++] = ids[i];
+    rt_status st = t->ops->decode(t, kept, k, out);
+    free(kept);
+    return st;
+}
+
 int tok_vocab_size(const tok_tokenizer *t) { return (int)t->vocab.n_ids; }
 
 const char *tok_id_to_piece(const tok_tokenizer *t, int32_t id) {

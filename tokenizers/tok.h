@@ -1,10 +1,12 @@
 /* One tokenizer interface for the whole suite. Byte-level BPE (GPT-2, RoBERTa) lives in
- * tok_bpe.c; WordPiece (BERT) and SentencePiece (T5, GLM) plug in behind the same calls.
+ * tok_bpe.c, WordPiece (BERT) in tok_wordpiece.c, SentencePiece for T5 in tok_t5.c over the
+ * libsentencepiece wrapper tok_spm.h; GLM's SentencePiece will plug in behind the same calls.
  * A tokenizer is loaded from an HF model directory or a single tokenizer file and is
  * read-only afterwards, so encoding is thread-safe. */
 #ifndef TOK_H
 #define TOK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,18 +25,26 @@ void tok_ids_clear(tok_ids *v);
 void tok_ids_free(tok_ids *v);
 
 /* path: an HF model directory (tokenizer.json, or vocab.json + merges.txt, or encoder.json +
- * vocab.bpe, or a BERT vocab.txt) or one of those files; a tokenizer.json whose model is
- * WordPiece loads as BERT. Errors name the file and the line or field. */
+ * vocab.bpe, or a BERT vocab.txt, or a T5 spiece.model, which wins over a tokenizer.json beside
+ * it) or one of those files; a tokenizer.json whose model is WordPiece loads as BERT, and any
+ * SentencePiece .model as T5. Errors name the file and the line or field. */
 rt_status tok_load(const char *path, tok_tokenizer **out);
 void tok_free(tok_tokenizer *t);
 
 /* Encodes UTF-8 text of len bytes (no special tokens added), appending ids to out. */
 rt_status tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
 /* Encodes a sentence pair as the model's HF tokenizer does with add_special_tokens=True
- * (GPT-2: a + b, nothing between; BERT: [CLS] a [SEP] b [SEP]). b may be NULL for one text. */
+ * (GPT-2: a + b, nothing between; BERT: [CLS] a [SEP] b [SEP]; T5: a </s> b </s>, with no
+ * second </s> after a text that already ends with one). b may be NULL for one text. */
 rt_status tok_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
-/* Decodes ids to a malloc'd NUL-terminated UTF-8 string (invalid bytes become U+FFFD, as HF). */
+/* Decodes ids to a malloc'd NUL-terminated UTF-8 string (invalid bytes become U+FFFD, as HF),
+ * as HF's decode(ids) with its defaults: special tokens are kept (T5: the slow T5Tokenizer's). */
 rt_status tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out);
+/* The same without special tokens, as HF's decode(ids, skip_special_tokens=True): bos, eos,
+ * pad, unk and the tokenizer's other special tokens (T5's <extra_id_N>) are dropped first. */
+rt_status tok_decode_skip_special(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out);
+/* Whether id is one of those special tokens. */
+bool tok_is_special(const tok_tokenizer *t, int32_t id);
 
 int tok_vocab_size(const tok_tokenizer *t);
 /* The token string for id (the BPE piece as stored in the vocab, e.g. "Ġthe"); NULL if out of range. */
@@ -46,6 +56,14 @@ int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece);
 int32_t tok_bos_id(const tok_tokenizer *t);
 int32_t tok_eos_id(const tok_tokenizer *t);
 int32_t tok_pad_id(const tok_tokenizer *t);
-const char *tok_kind_name(const tok_tokenizer *t); /* "gpt2-bpe", ... */
+const char *tok_kind_name(const tok_tokenizer *t); /* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece" */
+
+/* Text helpers the data readers share with the tokenizers. */
+/* The byte offset of the first invalid UTF-8 sequence in s[0..n), or n when it is valid. */
+size_t tok_utf8_check(const char *s, size_t n);
+/* s[0..n) lower-cased code point by code point (Unicode's simple and special mappings, as
+ * Python's str.lower, except Greek final sigma), malloc'd and NUL-terminated. s must be valid
+ * UTF-8 (RT_ERR_FORMAT otherwise). */
+rt_status tok_lowercase(const char *s, size_t n, char **out);
 
 #endif

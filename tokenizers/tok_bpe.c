@@ -431,7 +431,7 @@ static void tok_bpe_free_impl(void *impl) {
     free(b);
 }
 
-static const tok_ops tok_bpe_ops = {tok_bpe_encode, tok_bpe_encode_pair, tok_bpe_decode, tok_bpe_free_impl};
+static const tok_ops tok_bpe_ops = {tok_bpe_encode, tok_bpe_encode_pair, tok_bpe_decode, tok_bpe_free_impl, NULL};
 
 /* ---- loading ---- */
 

@@ -68,6 +68,8 @@ typedef struct {
     rt_status (*encode_pair)(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
     rt_status (*decode)(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out);
     void (*free_impl)(void *impl);
+    /* Special tokens beyond bos/eos/pad/unk (T5's sentinels); NULL when there are none. */
+    bool (*is_special)(const tok_tokenizer *t, int32_t id);
 } tok_ops;
 
 struct tok_tokenizer {

@@ -293,7 +293,14 @@ static void tok_t5_free_impl(void *impl) {
     free(p);
 }
 
-static const tok_ops tok_t5_ops = {tok_t5_encode, tok_t5_encode_pair, tok_t5_decode, tok_t5_free_impl};
+/* HF's all_special_ids: </s>, <pad>, <unk> and every added token (the sentinels). */
+static bool tok_t5_is_special_or_added(const tok_tokenizer *t, int32_t id) {
+    const tok_t5 *p = t->impl;
+    return id >= p->n_spm || (id >= 0 && tok_t5_is_special(t, id));
+}
+
+static const tok_ops tok_t5_ops = {tok_t5_encode, tok_t5_encode_pair, tok_t5_decode, tok_t5_free_impl,
+                                   tok_t5_is_special_or_added};
 
 /* ---- settings ---- */
 

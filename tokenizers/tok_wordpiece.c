@@ -313,7 +313,7 @@ static void tok_wp_free_impl(void *impl) {
     free(p);
 }
 
-static const tok_ops tok_wp_ops = {tok_wp_encode, tok_wp_encode_pair, tok_wp_decode, tok_wp_free_impl};
+static const tok_ops tok_wp_ops = {tok_wp_encode, tok_wp_encode_pair, tok_wp_decode, tok_wp_free_impl, NULL};
 
 /* ---- loading ---- */
 

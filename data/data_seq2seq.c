@@ -1,0 +1,179 @@
+/* Line-aligned seq2seq files and their tokenization (see data_seq2seq.h). */
+#include "data/data_seq2seq.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_log.h"
+
+void data_lines_free(data_lines *l) {
+    if (!l) return;
+    free(l->path);
+    free(l->buf);
+    free(l->line);
+    memset(l, 0, sizeof *l);
+}
+
+rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data_lines *out) {
+    rt_status st = RT_OK;
+    memset(out, 0, sizeof *out);
+    out->path = rt_xstrdup(name);
+    out->buf = malloc(len + 1);
+    if (!out->buf) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory for %zu bytes", name, len);
+    memcpy(out->buf, bytes, len);
+    out->buf[len] = '\0';
+    char *p = out->buf, *end = out->buf + len;
+    if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
+    size_t cap = 0;
+    for (size_t lineno = 1; p < end; lineno++) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *stop = nl ? nl : end;
+        size_t n = (size_t)(stop - p);
+        if (n > 0 && p[n - 1] == '\r') n--;
+        if (memchr(p, '\0', n))
+            RT_FAIL(RT_ERR_FORMAT, "%s:%zu: a NUL byte in the text (is this a binary file?)", name, lineno);
+        size_t bad = tok_utf8_check(p, n);
+        if (bad < n) RT_FAIL(RT_ERR_FORMAT, "%s:%zu: invalid UTF-8 at byte %zu of the line", name, lineno, bad + 1);
+        p[n] = '\0';
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            out->line = rt_xrealloc(out->line, cap * sizeof *out->line);
+        }
+        out->line[out->n++] = p;
+        p = nl ? nl + 1 : end;
+    }
+    if (out->n == 0) RT_FAIL(RT_ERR_FORMAT, "%s: the file is empty (one example per line expected)", name);
+    return RT_OK;
+fail:
+    data_lines_free(out);
+    return st;
+}
+
+rt_status data_lines_read(const char *path, data_lines *out) {
+    rt_status st = RT_OK;
+    char *bytes = NULL;
+    size_t len = 0;
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    size_t cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            char *grown = realloc(bytes, cap);
+            if (!grown) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory reading it", path);
+            bytes = grown;
+        }
+        size_t got = fread(bytes + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read error", path);
+    st = data_lines_parse(path, bytes ? bytes : "", len, out);
+fail:
+    fclose(f);
+    free(bytes);
+    return st;
+}
+
+rt_status data_lines_read_pair(const char *src_path, const char *tgt_path, data_lines *src, data_lines *tgt) {
+    rt_status st = RT_OK;
+    memset(tgt, 0, sizeof *tgt);
+    RT_TRY(data_lines_read(src_path, src));
+    RT_TRY(data_lines_read(tgt_path, tgt));
+    if (src->n != tgt->n)
+        RT_FAIL(RT_ERR_FORMAT, "%s has %zu lines but %s has %zu: source and target files must be line-aligned",
+                src_path, src->n, tgt_path, tgt->n);
+    return RT_OK;
+fail:
+    data_lines_free(src);
+    data_lines_free(tgt);
+    return st;
+}
+
+rt_status data_seq2seq_encode(const tok_tokenizer *tok, const char *prefix, bool lowercase, const char *text,
+                              int max_len, tok_ids *out, bool *truncated) {
+    rt_status st = RT_OK;
+    char *joined = NULL, *lowered = NULL;
+    size_t plen = prefix ? strlen(prefix) : 0, tlen = strlen(text);
+    if (max_len < 1) return rt_errorf(RT_ERR_CONFIG, "max length %d: must be at least 1", max_len);
+    joined = rt_xmalloc(plen + tlen + 1);
+    memcpy(joined, prefix ? prefix : "", plen);
+    memcpy(joined + plen, text, tlen + 1);
+    const char *s = joined;
+    if (lowercase) {
+        RT_TRY(tok_lowercase(joined, plen + tlen, &lowered));
+        s = lowered;
+    }
+    tok_ids_clear(out);
+    RT_TRY(tok_encode(tok, s, strlen(s), out));
+    int32_t eos = tok_eos_id(tok);
+    size_t room = (size_t)max_len - (eos >= 0 ? 1 : 0);
+    *truncated = out->n > room;
+    if (out->n > room) out->n = room;
+    if (eos >= 0) tok_ids_push(out, eos);
+fail:
+    free(joined);
+    free(lowered);
+    return st;
+}
+
+/* One side of lines [begin, end) as a data_tokenized. */
+static rt_status data_seq2seq_side(const data_lines *lines, size_t begin, size_t end, const tok_tokenizer *tok,
+                                   const char *prefix, bool lowercase, int max_len, data_tokenized *out) {
+    rt_status st = RT_OK;
+    size_t n = end - begin;
+    tok_ids *rows = rt_xcalloc(n ? n : 1, sizeof *rows);
+    rt_status *row_st = rt_xcalloc(n ? n : 1, sizeof *row_st);
+    char **row_err = rt_xcalloc(n ? n : 1, sizeof *row_err);
+    bool *cut = rt_xcalloc(n ? n : 1, sizeof *cut);
+    int32_t **ptrs = rt_xcalloc(n ? n : 1, sizeof *ptrs);
+    int32_t *lengths = rt_xcalloc(n ? n : 1, sizeof *lengths);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < n; i++) {
+        row_st[i] = data_seq2seq_encode(tok, prefix, lowercase, lines->line[begin + i], max_len, &rows[i], &cut[i]);
+        if (row_st[i] != RT_OK) row_err[i] = rt_xstrdup(rt_error_message()); /* messages are per thread */
+    }
+    size_t n_cut = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (row_st[i] != RT_OK) RT_FAIL(row_st[i], "%s:%zu: %s", lines->path, begin + i + 1, row_err[i]);
+        ptrs[i] = rows[i].ids;
+        lengths[i] = (int32_t)rows[i].n;
+        n_cut += cut[i];
+    }
+    RT_TRY(data_tokenized_from_rows((const int32_t *const *)ptrs, lengths, NULL, NULL, n, out));
+    out->max_len = max_len;
+    out->n_truncated = n_cut;
+fail:
+    for (size_t i = 0; i < n; i++) {
+        tok_ids_free(&rows[i]);
+        free(row_err[i]);
+    }
+    free(rows);
+    free(row_st);
+    free(row_err);
+    free(cut);
+    free(ptrs);
+    free(lengths);
+    return st;
+}
+
+rt_status data_seq2seq_tokenize(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
+                                const tok_tokenizer *tok, const data_seq2seq_opts *o, data_tokenized *src_out,
+                                data_tokenized *tgt_out) {
+    rt_status st = RT_OK;
+    memset(src_out, 0, sizeof *src_out);
+    memset(tgt_out, 0, sizeof *tgt_out);
+    if (src->n != tgt->n || begin > end || end > src->n)
+        return rt_errorf(RT_ERR_CONFIG, "seq2seq: lines [%zu, %zu) of %zu sources and %zu targets", begin, end,
+                         src->n, tgt->n);
+    RT_TRY(data_seq2seq_side(src, begin, end, tok, o->source_prefix, o->lowercase, o->max_source_len, src_out));
+    RT_TRY(data_seq2seq_side(tgt, begin, end, tok, NULL, o->lowercase, o->max_target_len, tgt_out));
+    return RT_OK;
+fail:
+    data_tokenized_free(src_out);
+    data_tokenized_free(tgt_out);
+    return st;
+}
