@@ -58,9 +58,7 @@ int32_t tok_eos_id(const tok_tokenizer *t);
 int32_t tok_pad_id(const tok_tokenizer *t);
 const char *tok_kind_name(const tok_tokenizer *t); /* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece" */
 
-/* Text helpers the data readers share with the tokenizers. */
-/* The byte offset of the first invalid UTF-8 sequence in s[0..n), or n when it is valid. */
-size_t tok_utf8_check(const char *s, size_t n);
+/* Text helpers the data readers share with the tokenizers (UTF-8 validity: runtime/rt_utf8.h). */
 /* s[0..n) lower-cased code point by code point (Unicode's simple and special mappings, as
  * Python's str.lower, except Greek final sigma), malloc'd and NUL-terminated. s must be valid
  * UTF-8 (RT_ERR_FORMAT otherwise). */

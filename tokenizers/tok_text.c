@@ -1,25 +1,9 @@
-/* UTF-8 checking and lower-casing for the data readers (tok.h), over the tokenizers' own
- * UTF-8 codec and Unicode tables, so there is one copy of each. */
+/* Lower-casing for the data readers (tok.h), over the tokenizers' own UTF-8 codec and Unicode
+ * tables, so there is one copy of each. */
 #include <stdlib.h>
 
 #include "tokenizers/tok.h"
 #include "tokenizers/tok_internal.h"
-
-size_t tok_utf8_check(const char *s, size_t n) {
-    const uint8_t *u = (const uint8_t *)s;
-    size_t i = 0;
-    while (i < n) {
-        if (u[i] < 0x80) { /* ASCII, most of any corpus */
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        size_t len = tok_utf8_decode(u + i, n - i, &cp);
-        if (len == 0) return i;
-        i += len;
-    }
-    return n;
-}
 
 rt_status tok_lowercase(const char *s, size_t n, char **out) {
     const uint8_t *u = (const uint8_t *)s;

@@ -1,0 +1,22 @@
+/* UTF-8 as the text metrics need it: strict validation (what Python's bytes.decode('utf-8')
+ * accepts: no overlong forms, no surrogates, nothing above U+10FFFF), decoding one code
+ * point, and Python's str.isspace(), which decides where str.split() and str.rstrip() cut.
+ * sacrebleu and rouge_score work on Python strings, so these rules fix where tokens end. */
+#ifndef RT_UTF8_H
+#define RT_UTF8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* True when s[0..len) is valid UTF-8; otherwise *bad_offset (may be NULL) is the offset of
+ * the first byte of the first invalid sequence. */
+bool rt_utf8_valid(const char *s, size_t len, size_t *bad_offset);
+/* The code point at s (valid UTF-8, at least one byte); *len gets its byte length, 1..4. */
+uint32_t rt_utf8_decode(const char *s, size_t *len);
+/* Python's str.isspace() for one code point (Unicode 15: the 29 whitespace code points). */
+bool rt_unicode_is_space(uint32_t cp);
+/* Byte length of s without its trailing whitespace (Python's str.rstrip()); s valid UTF-8. */
+size_t rt_utf8_rstrip_len(const char *s, size_t len);
+
+#endif
