@@ -3,7 +3,8 @@
  * out once in an arena for the largest batch, a forward and a backward per stack, and a step
  * around them. The encoder and the decoder share one block body; the decoder's blocks add
  * cross-attention over the encoder's output, whose gradient the decoder accumulates over all
- * its blocks before the encoder's backward starts. */
+ * its blocks before the encoder's backward starts. The model's layout and the pieces that
+ * generation (t5_generate.c) reuses are declared in t5_internal.h. */
 #include "models/t5.h"
 
 #include <math.h>
@@ -16,19 +17,9 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
+#include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
-
-/* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
- * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */
-#define T5_MASKED (-1e30f)
-
-/* Parameter indices of one block; -1 where the block has none. */
-typedef struct {
-    int ln_self, q, k, v, o, rel_bias;  /* layer.0 (rel_bias in block 0 only) */
-    int ln_cross, cq, ck, cv, co;       /* decoder layer.1 EncDecAttention */
-    int ln_ff, wi, wi1, wo;             /* DenseReluDense: wi (or wi_0), wi_1 when gated */
-} t5_block_params;
 
 /* ---- the HF name map as a table: one row per parameter of a block ---- */
 
@@ -69,66 +60,6 @@ static const t5_param_row t5_block_rows[] = {
     {"layer_norm.weight", T5_F(ln_ff), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_FF, T5_ALL},
 };
 #undef T5_F
-
-/* Activations of one stack. R is the stack's rows (B*T), MR its maximum; per-block buffers
- * are L blocks of MR rows. */
-typedef struct {
-    bool decoder;
-    int L, max_T;
-    size_t MR;
-    t5_block_params *blk;
-    int final_ln;
-    float *res;            /* (L+1, MR, C) residual entering each block; res[L] enters the final norm */
-    float *mid;            /* (L, MR, C) after self-attention */
-    float *mid2;           /* (L, MR, C) after cross-attention (decoder) */
-    float *ln1, *ln1_rstd; /* (L, MR, C), (L, MR) */
-    float *q, *k, *v;      /* (L, MR, I_local) column-parallel */
-    float *probs;          /* (L, B, NH_local, T, T) softmax before dropout */
-    float *atty;           /* (L, MR, I_local) attention output, input of o */
-    float *lnc, *lnc_rstd; /* (L, MR, C), (L, MR) decoder: the cross-attention's norm */
-    float *cq;             /* (L, MR, I_local) */
-    float *ck, *cv;        /* (L, B*S max, I_local) from the encoder's output */
-    float *cprobs;         /* (L, B, NH_local, T, S) */
-    float *catty;          /* (L, MR, I_local) */
-    float *ln2, *ln2_rstd; /* (L, MR, C), (L, MR) */
-    float *fa, *fb;        /* (L, MR, F_local) wi (wi_0) and wi_1 outputs */
-    float *fh;             /* (L, MR, F_local) input of wo: act(fa) (* fb), after dropout */
-    float *lnf, *lnf_rstd; /* (MR, C), (MR) the final norm */
-    float *out;            /* (MR, C) after the final dropout (decoder: and the rescale) */
-    float *bias, *dbias;   /* (NH_local, T, T) the relative position bias, and its gradient */
-    int32_t *buckets;      /* (T*T) */
-    int32_t *ids;          /* (MR) */
-    int buckets_T;         /* the length buckets holds, 0 for none yet */
-} t5_stack;
-
-struct t5_model {
-    t5_config cfg;
-    rt_backend *be;
-    rt_comm *tp;
-    rt_params params;
-    int shared, lm_head; /* lm_head -1 when tied to shared */
-    int max_B, max_S, max_T;
-    int C, HS, NH_local, I_local, F_local;
-    int head_offset, ff_offset;      /* this rank's first head and first FFN column */
-    int V_pad, V_local, vocab_start; /* shared/lm_head: V_pad = ckpt_tp_padded_vocab rows over all ranks */
-    bool vocab_padded_here;          /* this rank's shard holds padding rows */
-    t5_stack enc, dec;
-
-    void *act_block;
-    float *logits;      /* (max_B*max_T, V_local); the gradient overwrites it */
-    float *losses;      /* (max_B*max_T) */
-    float *xent_stats;  /* (3 * max_B*max_T) */
-    float *vocab_mask;  /* (V_local) 0, or T5_MASKED on padding columns */
-    float *key_mask;    /* (max_B, max_S) additive */
-    int32_t *targets;   /* (max_B*max_T) labels with ignored ones -100 */
-    float *tmp, *dres, *dln, *dtop; /* (max rows, C) scratch; dtop: dL/d(decoder output) */
-    float *denc;        /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
-    float *dq, *dk, *dv, *datty; /* (max rows, I_local) */
-    float *dfa, *dfb, *dfh;      /* (max rows, F_local); dfb only when gated */
-
-    int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
-    float *h_mask, *h_losses;
-};
 
 #define P(idx) rt_params_data(&m->params, (idx))
 #define G(idx) rt_params_grad(&m->params, (idx))
@@ -519,9 +450,33 @@ static rt_attn_desc t5_attn_desc(const t5_model *m, const mdl_pass *pass, int B,
                           .heads_total = m->cfg.num_heads};
 }
 
+rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass, float *out, const float *in,
+                     float *ln, float *rstd, float *fa, float *fb, float *fh, float *tmp, size_t R) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const t5_block_params *p = &s->blk[l];
+    const int C = m->C, Fl = m->F_local;
+    ops->rmsnorm_fwd(be->ctx, ln, rstd, in, P(p->ln_ff), R, C, c->layer_norm_epsilon);
+    mdl_col_linear_fwd(be, fa, ln, P(p->wi), NULL, R, C, Fl);
+    if (c->gated) {
+        mdl_col_linear_fwd(be, fb, ln, P(p->wi1), NULL, R, C, Fl);
+        ops->gated_act_fwd(be->ctx, c->act, fh, fa, fb, R * Fl);
+    } else {
+        ops->act_fwd(be->ctx, c->act, fh, fa, R * Fl);
+    }
+    t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
+    RT_TRY(mdl_row_linear_fwd(be, m->tp, tmp, fh, P(p->wo), NULL, R, Fl, C));
+    t5_drop(m, pass, tmp, tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
+    ops->add(be->ctx, out, in, tmp, R * C);
+fail:
+    return st;
+}
+
 /* One stack forward: ids in s->ids (B*T rows) through the final norm and dropout into s->out.
  * The decoder reads the encoder's output m->enc.out (B*S rows). */
-static rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass) {
+rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
@@ -575,20 +530,8 @@ static rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, con
             ff_in = mid2;
         }
 
-        /* FFN: res_out = ff_in + drop(wo(drop(act(wi h) [* wi_1 h]))), h = norm(ff_in) */
-        ops->rmsnorm_fwd(be->ctx, ln2, s->ln2_rstd + l * MR, ff_in, P(p->ln_ff), R, C, eps);
-        mdl_col_linear_fwd(be, fa, ln2, P(p->wi), NULL, R, C, Fl);
-        if (c->gated) {
-            float *fb = s->fb + (size_t)l * MR * Fl;
-            mdl_col_linear_fwd(be, fb, ln2, P(p->wi1), NULL, R, C, Fl);
-            ops->gated_act_fwd(be->ctx, c->act, fh, fa, fb, R * Fl);
-        } else {
-            ops->act_fwd(be->ctx, c->act, fh, fa, R * Fl);
-        }
-        t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fh, P(p->wo), NULL, R, Fl, C));
-        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
-        ops->add(be->ctx, res_out, ff_in, m->tmp, R * C);
+        float *fb = c->gated ? s->fb + (size_t)l * MR * Fl : NULL;
+        RT_TRY(t5_ffn_fwd(m, s, l, pass, res_out, ff_in, ln2, s->ln2_rstd + l * MR, fa, fb, fh, m->tmp, R));
     }
     float *x_last = s->res + (size_t)s->L * MR * C;
     ops->rmsnorm_fwd(be->ctx, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, eps);
@@ -696,7 +639,7 @@ static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
     s->buckets_T = T;
 }
 
-static rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
+rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
     const t5_config *c = &m->cfg;
     if (B < 1 || S < 1 || B > m->max_B || S > m->max_S)
         return rt_errorf(RT_ERR_CONFIG, "T5: a batch of %d rows of %d source tokens exceeds the %d x %d the model was "
@@ -749,23 +692,24 @@ static rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
     return RT_OK;
 }
 
-/* logits (R, V_local) to host_logits (R, vocab_size): this rank's columns, or with tp > 1 all
- * ranks' gathered (a collective), the padding columns dropped. */
-static rt_status t5_logits_to_host(t5_model *m, size_t R, float *host_logits) {
+rt_status t5_logits_to_host(t5_model *m, const float *logits, size_t R, float *host_logits, float *dev_scratch,
+                            float *host_scratch) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;
     const int Vl = m->V_local, V = m->cfg.vocab_size;
     const size_t n_local = R * (size_t)Vl;
-    float *gathered = NULL, *host = NULL;
-    const float *all = m->logits;
+    float *gathered = NULL, *host = host_scratch;
+    const float *all = logits;
     if (tp->size > 1) {
-        RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "T5 logits (gathered)",
-                                (void **)&gathered));
-        RT_TRY(tp->ops->all_gather(tp->ctx, gathered, m->logits, n_local));
-        all = gathered;
+        if (!dev_scratch)
+            RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "T5 logits (gathered)",
+                                    (void **)&gathered));
+        float *dst = dev_scratch ? dev_scratch : gathered;
+        RT_TRY(tp->ops->all_gather(tp->ctx, dst, logits, n_local));
+        all = dst;
     }
-    host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
+    if (!host_scratch) host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
     be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
     /* rank-major (tp, R, Vl) -> (R, V) */
     for (int r = 0; r < tp->size; r++)
@@ -776,7 +720,7 @@ static rt_status t5_logits_to_host(t5_model *m, size_t R, float *host_logits) {
             }
 fail:
     if (gathered) be->ops->free(be->ctx, gathered);
-    free(host);
+    if (!host_scratch) free(host);
     return st;
 }
 
@@ -791,20 +735,19 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->V_local;
     const size_t R = (size_t)B * T;
     const bool backward = grad_scale > 0;
-    const int head = m->lm_head >= 0 ? m->lm_head : m->shared;
+    const int head = t5_head_param(m);
     int n = 0;
     RT_TRY(t5_upload_src(m, b->src_ids, b->src_mask, B, S));
     RT_TRY(t5_upload_tgt(m, b, &n));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
-    /* HF: sequence_output * d_model^-0.5 with a Python float, i.e. a float32 multiply */
-    const float out_scale = (float)pow((double)c->d_model, -0.5);
+    const float out_scale = t5_decoder_out_scale(c);
     if (c->scale_decoder_outputs) ops->scale(be->ctx, m->dec.out, out_scale, R * C);
 
     /* LM head over this rank's vocab columns; padding columns never win the softmax */
     mdl_col_linear_fwd(be, m->logits, m->dec.out, P(head), NULL, R, C, Vl);
     if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, R, Vl);
-    if (host_logits) RT_TRY(t5_logits_to_host(m, R, host_logits));
+    if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
     RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
                           Vl, m->vocab_start, grad_scale));
     ops->to_host(be->ctx, m->h_losses, m->losses, R * sizeof(float));
