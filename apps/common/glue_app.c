@@ -438,25 +438,6 @@ fail:
 
 /* ---- --save-hf ---- */
 
-static rt_status gc_copy_file(const char *from, const char *to) {
-    rt_status st = RT_OK;
-    char *buf = NULL;
-    FILE *f = fopen(from, "rb");
-    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
-    size_t cap = 1 << 16, n = 0, got;
-    buf = rt_xmalloc(cap);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) buf = rt_xrealloc(buf, cap *= 2);
-    }
-    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
-    RT_TRY(ckpt_atomic_write_file(to, buf, n));
-fail:
-    fclose(f);
-    free(buf);
-    return st;
-}
-
 /* An HF folder Transformers loads with from_pretrained: config.json, model.safetensors and
  * the tokenizer files under HF's names (encoder.json/vocab.bpe are the same bytes as
  * vocab.json/merges.txt). */
@@ -477,7 +458,7 @@ static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path,
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
         snprintf(path, sizeof path, "%s/%s", O.save_hf, names[i][1]);
-        if (gc_exists(from) && !gc_exists(path)) RT_TRY(gc_copy_file(from, path));
+        if (gc_exists(from) && !gc_exists(path)) RT_TRY(train_app_copy_file(from, path));
     }
     rt_log_info("wrote HF model folder %s", O.save_hf);
 fail:

@@ -1,8 +1,12 @@
 /* The training options and set-up every program shares (see train_app.h). */
 #include "apps/common/train_app.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "checkpoints/ckpt_atomic.h"
 
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
@@ -104,4 +108,23 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .offload_optimizer = o->offload_optimizer,
     };
     return to;
+}
+
+rt_status train_app_copy_file(const char *from, const char *to) {
+    rt_status st = RT_OK;
+    char *buf = NULL;
+    FILE *f = fopen(from, "rb");
+    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
+    size_t cap = 1 << 16, n = 0, got;
+    buf = rt_xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) buf = rt_xrealloc(buf, cap *= 2);
+    }
+    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
+    RT_TRY(ckpt_atomic_write_file(to, buf, n));
+fail:
+    fclose(f);
+    free(buf);
+    return st;
 }

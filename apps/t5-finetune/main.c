@@ -1,0 +1,552 @@
+/* t5-finetune: fine-tunes T5 (v1.0, v1.1, flan-t5) on line-aligned source and target files,
+ * as HF's run_translation.py / run_summarization.py do with T5ForConditionalGeneration, and
+ * translates or summarizes a file with the result (--predict). Each evaluation reports the
+ * validation loss and, from real generation (greedy or beam, KV-cached), corpus BLEU as
+ * sacrebleu computes it and ROUGE-1/2/L as rouge_score does. The training loop, options and
+ * parallel layout are the ones every program shares (apps/common/train_app.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "apps/common/train_app.h"
+#include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_train.h"
+#include "data/data_collate.h"
+#include "data/data_loader.h"
+#include "data/data_seq2seq.h"
+#include "models/t5.h"
+#include "models/t5_generate.h"
+#include "runtime/rt_args.h"
+#include "runtime/rt_launch.h"
+#include "runtime/rt_log.h"
+#include "runtime/rt_bleu.h"
+#include "runtime/rt_rouge.h"
+#include "tokenizers/tok.h"
+
+#define T5_PROG "t5-finetune"
+#define T5_COMM_TIMEOUT_S 600.0
+
+typedef struct {
+    const char *model, *arch, *tokenizer, *val_src, *val_tgt, *source_prefix, *predict, *predict_out, *save_hf;
+    int64_t max_source_len, max_target_len, num_beams, max_new_tokens, eval_batch_size;
+    double length_penalty, dropout, val_split;
+    bool lowercase, eval_generate, early_stopping;
+    train_app_opts t;
+} t5_opts;
+
+static t5_opts O;
+
+static const rt_opt t5_own_options[] = {
+    {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
+     "HF T5 folder (config.json, model.safetensors, spiece.model), e.g. t5-small or a --save-hf export; default: "
+     "a small T5 from scratch", NULL, 0, 0},
+    {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build that T5 from scratch (no weights)", NULL, 0,
+     0},
+    {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
+     "spiece.model or a folder with one, when --model has none (default: the shipped T5 SentencePiece model)", NULL, 0,
+     0},
+    {"val-src", RT_OPT_STRING, &O.val_src, NULL, "FILE", "validation sources (default: the last 20% of SRC)", NULL, 0, 0},
+    {"val-tgt", RT_OPT_STRING, &O.val_tgt, NULL, "FILE", "validation targets, line-aligned with --val-src", NULL, 0, 0},
+    {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", NULL,
+     "without --val-src: the share of the last lines of SRC/TGT held out for validation", NULL, 0.0001, 0.9999},
+    {"source-prefix", RT_OPT_STRING, &O.source_prefix, "", "TEXT",
+     "prepended to every source, e.g. \"translate English to German: \" or \"summarize: \"", NULL, 0, 0},
+    {"lowercase", RT_OPT_FLAG, &O.lowercase, "false", NULL, "lower-case sources, targets and references", NULL, 0, 0},
+    {"max-source-len", RT_OPT_INT, &O.max_source_len, "128", NULL, "truncate sources to N tokens, </s> included", NULL, 2,
+     1 << 16},
+    {"max-target-len", RT_OPT_INT, &O.max_target_len, "128", NULL, "truncate targets to N tokens, </s> included", NULL, 2,
+     1 << 16},
+    {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
+     "generate for the validation set at each evaluation and report BLEU and ROUGE (--eval-generate=false: loss only)",
+     NULL, 0, 0},
+    {"num-beams", RT_OPT_INT, &O.num_beams, "1", NULL, "beam width for generation (1 = greedy)", NULL, 1, 64},
+    {"max-new-tokens", RT_OPT_INT, &O.max_new_tokens, "0", NULL,
+     "generation length limit (0 = --max-target-len)", NULL, 0, 1 << 16},
+    {"length-penalty", RT_OPT_FLOAT, &O.length_penalty, "1.0", NULL,
+     "beam search: scores are divided by length^penalty (HF's length_penalty)", NULL, -10, 10},
+    {"early-stopping", RT_OPT_FLAG, &O.early_stopping, "false", NULL,
+     "beam search: stop a row once num_beams hypotheses are finished (HF's early_stopping=True)", NULL, 0, 0},
+    {"eval-batch-size", RT_OPT_INT, &O.eval_batch_size, "0", NULL, "rows per generation batch (0 = --batch-size)",
+     NULL, 0, 65536},
+    {"dropout", RT_OPT_FLOAT, &O.dropout, "-1", NULL, "dropout rate everywhere (-1 = the config's dropout_rate)", NULL,
+     -1, 0.99},
+    {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE",
+     "generate for every line of FILE with --model and write one output line each (stdout, or --predict-out); "
+     "no training", NULL, 0, 0},
+    {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE", "where --predict writes (default: stdout)", NULL, 0,
+     0},
+    {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
+     "where the trained model goes as an HF folder (default: SAVE_DIR/hf); --predict --model DIR reads it", NULL, 0,
+     0},
+};
+#define T5_N_OWN ((int)(sizeof t5_own_options / sizeof t5_own_options[0]))
+static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS];
+
+static rt_args_spec t5_spec = {
+    .prog = T5_PROG,
+    .positional = "SRC TGT",
+    .min_positional = 0,
+    .max_positional = 2,
+    .summary = "Fine-tunes T5 (T5ForConditionalGeneration: t5-small .. t5-11b, v1.1, flan-t5) on line-aligned\n"
+               "source and target files and reports validation loss, BLEU (sacrebleu, 13a) and ROUGE-1/2/L\n"
+               "(rouge_score) from generation. Without --val-src the last 20% of the lines are held out.\n"
+               "Checkpoints, metrics.jsonl and val_predictions.txt go to --save-dir; the trained model to\n"
+               "SAVE_DIR/hf. --predict FILE --model DIR translates or summarizes a file instead.",
+    .epilog = "examples:\n"
+              "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --source-prefix \"summarize: \"\n"
+              "  t5-finetune assets/multi30k-en-de/val.en assets/multi30k-en-de/val.de   # small T5 from scratch\n"
+              "  t5-finetune --predict test.en --model runs/t5-finetune/hf --num-beams 4 > test.de",
+    .opts = t5_options,
+};
+
+static int t5_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* ---- the model ---- */
+
+/* A small T5 v1.0 for runs from scratch: trains on the shipped Multi30k sample in minutes. */
+static void t5_small_config(t5_config *c, int vocab) {
+    t5_config_default(c);
+    c->vocab_size = vocab;
+    c->d_model = 128;
+    c->d_kv = 32;
+    c->d_ff = 512;
+    c->num_heads = 4;
+    c->num_layers = 2;
+    c->num_decoder_layers = 2;
+}
+
+typedef struct {
+    char tokenizer[4096];
+    const char *what;
+} t5_source;
+
+static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer *tok, int max_B, int max_src,
+                                int max_tgt, t5_model **out) {
+    rt_status st = RT_OK;
+    char report[512] = "";
+    t5_config cfg;
+    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (O.model) {
+        char cfg_path[4200];
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", O.model);
+        if (!t5_exists(cfg_path))
+            return rt_errorf(RT_ERR_IO, "--model %s: no config.json (expected an HF T5 folder with config.json and "
+                                        "model.safetensors, or a --save-hf export)", O.model);
+        RT_TRY(t5_model_from_hf(O.model, be, tp, max_B, max_src, max_tgt, out, report, sizeof report));
+        rt_log_info("weights: %s: %s", O.model, report);
+    } else {
+        if (O.arch)
+            RT_TRY(t5_config_load(O.arch, &cfg));
+        else
+            t5_small_config(&cfg, tok_vocab_size(tok));
+        RT_TRY(t5_config_validate(&cfg, tp->size));
+        RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
+        rt_log_info("weights: random init (HF's scheme) of %s", O.arch ? O.arch : "a small T5 (2+2 layers, 128 wide)");
+    }
+    const t5_config *c = t5_model_config(*out);
+    if (tok_vocab_size(tok) > c->vocab_size)
+        RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(tok),
+                c->vocab_size);
+    if (O.dropout >= 0) RT_TRY(t5_set_dropout(*out, (float)O.dropout));
+    rt_log_info("model: T5 %s, %d+%d layers, d_model %d, %d heads, d_ff %d, vocab %d, %zu parameters",
+                c->gated ? "v1.1 (gated)" : "v1.0", c->num_layers, c->num_decoder_layers, c->d_model, c->num_heads,
+                c->d_ff, c->vocab_size, t5_model_params(*out)->numel);
+fail:
+    return st;
+}
+
+static rt_status t5_resolve_tokenizer(char *out, size_t size) {
+    char p[4200];
+    if (O.tokenizer) {
+        snprintf(out, size, "%s", O.tokenizer);
+        return RT_OK;
+    }
+    if (O.model) {
+        snprintf(p, sizeof p, "%s/spiece.model", O.model);
+        if (t5_exists(p)) {
+            snprintf(out, size, "%s", O.model);
+            return RT_OK;
+        }
+    }
+    snprintf(out, size, "%s", TZ_SOURCE_DIR "/assets/t5-spiece/spiece.model");
+    return RT_OK;
+}
+
+/* ---- generation and scoring ---- */
+
+static int t5_eval_rows(void) { return (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size); }
+static int t5_new_tokens(void) { return (int)(O.max_new_tokens ? O.max_new_tokens : O.max_target_len); }
+
+static rt_status t5_generator_for(t5_model *m, t5_generator **out) {
+    return t5_generator_init(m, t5_eval_rows(), (int)O.max_source_len, (int)O.num_beams, t5_new_tokens(), out);
+}
+
+/* Generates for every row of src in batches; texts[i] gets the decoded output (special
+ * tokens skipped, as HF's batch_decode(skip_special_tokens=True)). Every rank of a tp group
+ * joins; each dp replica generates all rows (the outputs are the same everywhere). */
+static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_tokenizer *tok,
+                                 const data_tokenized *src, char **texts) {
+    rt_status st = RT_OK;
+    const int bs = t5_eval_rows(), max_new = t5_new_tokens();
+    rt_batch batch = {0};
+    int32_t *idx = rt_xcalloc((size_t)bs, sizeof *idx);
+    int32_t *ids = rt_xcalloc((size_t)bs * (size_t)max_new, sizeof *ids);
+    int *lens = rt_xcalloc((size_t)bs, sizeof *lens);
+    t5_gen_options g;
+    t5_gen_options_default(t5_model_config(m), &g);
+    g.num_beams = (int)O.num_beams;
+    g.max_new_tokens = max_new;
+    g.length_penalty = (float)O.length_penalty;
+    g.early_stopping = O.early_stopping ? T5_EARLY_STOP_TRUE : T5_EARLY_STOP_HEURISTIC;
+    for (size_t start = 0; start < src->n; start += (size_t)bs) {
+        int count = (int)(src->n - start < (size_t)bs ? src->n - start : (size_t)bs);
+        for (int i = 0; i < count; i++) idx[i] = (int32_t)(start + (size_t)i);
+        RT_TRY(data_collate_classification(src, idx, count, tok_pad_id(tok), 1, &batch));
+        RT_TRY(t5_generate(gen, batch.input_ids, batch.attention_mask, count, batch.T, &g, NULL, NULL, ids, lens,
+                           NULL));
+        for (int i = 0; i < count; i++)
+            RT_TRY(tok_decode_skip_special(tok, ids + (size_t)i * (size_t)max_new, (size_t)lens[i],
+                                           &texts[start + (size_t)i]));
+    }
+fail:
+    data_batch_free(&batch);
+    free(idx);
+    free(ids);
+    free(lens);
+    return st;
+}
+
+/* ---- evaluation ---- */
+
+typedef struct {
+    t5_model *model;
+    t5_generator *gen;
+    const tok_tokenizer *tok;
+    const data_tokenized *src, *tgt;
+    const data_lines *ref_lines; /* the references, as read */
+    size_t ref_begin;            /* first reference line of the set */
+    const rt_grid *grid;
+    const char *save_dir;
+    rt_batch batch;
+    int32_t *idx;
+    int batch_size;
+} t5_eval;
+
+static rt_status t5_eval_loss(t5_eval *e, double *loss) {
+    rt_status st = RT_OK;
+    const size_t n = e->src->n, w = (size_t)e->grid->dp_size, r = (size_t)e->grid->dp_rank;
+    const size_t lo = n * r / w, hi = n * (r + 1) / w;
+    mdl_pass pass = {.training = false};
+    float sums[2] = {0, 0}; /* loss sum, target tokens */
+    double local = 0, targets = 0;
+    for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
+        int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
+        for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
+        RT_TRY(data_collate_seq2seq(e->src, e->tgt, e->idx, count, tok_pad_id(e->tok), O.t.pad8 ? 8 : 1, &e->batch));
+        t5_batch tb = {.B = count, .S = e->batch.T, .T = e->batch.T_dec, .src_ids = e->batch.input_ids,
+                       .src_mask = e->batch.attention_mask, .labels = e->batch.dec_labels};
+        double l = 0;
+        int nt = 0;
+        RT_TRY(t5_step(e->model, &tb, &pass, 0.0f, &l, &nt, NULL));
+        local += l;
+        targets += nt;
+    }
+    sums[0] = (float)local;
+    sums[1] = (float)targets;
+    if (w > 1) RT_TRY(e->grid->dp_host->ops->all_reduce(e->grid->dp_host->ctx, sums, 2, RT_REDUCE_SUM));
+    *loss = sums[1] > 0 ? (double)sums[0] / (double)sums[1] : 0.0;
+fail:
+    return st;
+}
+
+/* Writes the predictions, one per line, atomically (the lead rank only). */
+static rt_status t5_write_lines(const char *path, char *const *texts, size_t n) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += strlen(texts[i]) + 1;
+    char *buf = rt_xmalloc(total + 1), *p = buf;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(texts[i]);
+        memcpy(p, texts[i], len);
+        for (size_t k = 0; k < len; k++) /* one output line per input line, whatever the model made */
+            if (p[k] == '\n' || p[k] == '\r') p[k] = ' ';
+        p += len;
+        *p++ = '\n';
+    }
+    rt_status st = ckpt_atomic_write_file(path, buf, total);
+    free(buf);
+    return st;
+}
+
+static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
+    t5_eval *e = ctx;
+    rt_status st = RT_OK;
+    char **hyps = NULL, **refs = NULL;
+    size_t n = e->src->n;
+    double loss;
+    out->n = 0;
+    RT_TRY(t5_eval_loss(e, &loss));
+    out->names[out->n] = "loss";
+    out->values[out->n++] = loss;
+    if (!O.eval_generate) return RT_OK;
+    hyps = rt_xcalloc(n, sizeof *hyps);
+    refs = rt_xcalloc(n, sizeof *refs);
+    RT_TRY(t5_generate_all(e->model, e->gen, e->tok, e->src, hyps));
+    for (size_t i = 0; i < n; i++) {
+        const char *ref = e->ref_lines->line[e->ref_begin + i];
+        if (O.lowercase)
+            RT_TRY(tok_lowercase(ref, strlen(ref), &refs[i]));
+        else
+            refs[i] = rt_xstrdup(ref);
+    }
+    rt_bleu_result bleu;
+    rt_rouge_scores rouge;
+    RT_TRY(rt_bleu_corpus((const char *const *)hyps, (const char *const *)refs, n, &bleu));
+    RT_TRY(rt_rouge_corpus((const char *const *)hyps, (const char *const *)refs, n, true, NULL, &rouge));
+    out->names[out->n] = "bleu";
+    out->values[out->n++] = bleu.score;
+    out->names[out->n] = "rouge1";
+    out->values[out->n++] = 100.0 * rouge.rouge1.fmeasure;
+    out->names[out->n] = "rouge2";
+    out->values[out->n++] = 100.0 * rouge.rouge2.fmeasure;
+    out->names[out->n] = "rougeL";
+    out->values[out->n++] = 100.0 * rouge.rougeL.fmeasure;
+    if (e->grid->world->rank == 0) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/val_predictions.txt", e->save_dir);
+        RT_TRY(t5_write_lines(path, hyps, n));
+    }
+fail:
+    for (size_t i = 0; hyps && i < n; i++) free(hyps[i]);
+    for (size_t i = 0; refs && i < n; i++) free(refs[i]);
+    free(hyps);
+    free(refs);
+    return st;
+}
+
+/* ---- training callbacks ---- */
+
+static rt_status t5_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                     float grad_scale, double *loss_sum) {
+    t5_model *m = ctx;
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    t5_batch tb = {.B = b->B, .S = b->T, .T = b->T_dec, .src_ids = b->input_ids, .src_mask = b->attention_mask,
+                   .labels = b->dec_labels};
+    int n_targets = 0;
+    if (b->B == 0) { /* an empty share of the last global batch */
+        *loss_sum = 0;
+        return RT_OK;
+    }
+    return t5_step(m, &tb, &pass, grad_scale, loss_sum, &n_targets, NULL);
+}
+
+/* ---- HF export ---- */
+
+static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir) {
+    rt_status st = RT_OK;
+    char from[4300], to[4300];
+    if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
+    if (grid->dp_rank == 0) RT_TRY(t5_save_hf(m, dir));
+    if (grid->world->rank != 0) return RT_OK;
+    struct stat sb;
+    if (stat(tokenizer_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        static const char *const names[] = {"spiece.model", "tokenizer_config.json", "special_tokens_map.json"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i]);
+            snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+            if (t5_exists(from)) RT_TRY(train_app_copy_file(from, to));
+        }
+    } else {
+        snprintf(to, sizeof to, "%s/spiece.model", dir);
+        RT_TRY(train_app_copy_file(tokenizer_path, to));
+    }
+    rt_log_info("wrote HF model folder %s", dir);
+fail:
+    return st;
+}
+
+/* ---- --predict ---- */
+
+static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    data_lines in = {0};
+    data_tokenized src = {0}, unused = {0};
+    char **texts = NULL;
+    t5_generator *gen = NULL;
+    RT_TRY(t5_generator_for(m, &gen));
+    RT_TRY(data_lines_read(O.predict, &in));
+    data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
+                            .max_source_len = (int)O.max_source_len, .max_target_len = 2};
+    RT_TRY(data_seq2seq_tokenize(&in, &in, 0, in.n, tok, &so, &src, &unused));
+    texts = rt_xcalloc(src.n, sizeof *texts);
+    RT_TRY(t5_generate_all(m, gen, tok, &src, texts));
+    if (grid->world->rank == 0) {
+        if (O.predict_out) {
+            RT_TRY(t5_write_lines(O.predict_out, texts, src.n));
+            rt_log_info("wrote %zu outputs to %s", src.n, O.predict_out);
+        } else {
+            for (size_t i = 0; i < src.n; i++) {
+                for (char *p = texts[i]; *p; p++)
+                    if (*p == '\n' || *p == '\r') *p = ' ';
+                printf("%s\n", texts[i]);
+            }
+            if (fflush(stdout) != 0) RT_FAIL(RT_ERR_IO, "stdout: write failed: %s", strerror(errno));
+        }
+    }
+fail:
+    for (size_t i = 0; texts && i < src.n; i++) free(texts[i]);
+    free(texts);
+    t5_generator_free(gen);
+    data_tokenized_free(&src);
+    data_tokenized_free(&unused);
+    data_lines_free(&in);
+    return st;
+}
+
+/* ---- main ---- */
+
+static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) {
+    rt_status st = RT_OK;
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0;
+    char tok_path[4096], device[32], hf_dir[4200];
+    tok_tokenizer *tok = NULL;
+    rt_backend *be = NULL;
+    t5_model *model = NULL;
+    data_lines src_lines = {0}, tgt_lines = {0}, vsrc_lines = {0}, vtgt_lines = {0};
+    data_tokenized train_src = {0}, train_tgt = {0}, val_src = {0}, val_tgt = {0};
+    data_loader *loader = NULL;
+    t5_eval ev = {0};
+    char *options_json = NULL;
+    rt_grid grid = {0};
+
+    RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
+    if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
+    if (O.predict && n_pos > 0) RT_FAIL(RT_ERR_USAGE, "--predict FILE takes no SRC TGT (it generates; it does not train)");
+    if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
+    if (!O.predict && n_pos != 2)
+        RT_FAIL(RT_ERR_USAGE, "expected SRC TGT (two line-aligned files), got %d argument%s; see --help", n_pos,
+                n_pos == 1 ? "" : "s");
+    if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
+    RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
+    RT_TRY(t5_resolve_tokenizer(tok_path, sizeof tok_path));
+    RT_TRY(tok_load(tok_path, &tok));
+    if (tok_pad_id(tok) < 0 || tok_eos_id(tok) < 0)
+        RT_FAIL(RT_ERR_CONFIG, "%s: a T5 tokenizer needs pad and </s> tokens (this one is %s)", tok_path,
+                tok_kind_name(tok));
+
+    RT_TRY(train_app_device(&O.t, &grid, T5_COMM_TIMEOUT_S, device, sizeof device, &be));
+    int pad_multiple = O.t.pad8 ? 8 : 1;
+    int max_src = (int)((O.max_source_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+    int max_tgt = (int)((O.max_target_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+    int gen_rows = t5_eval_rows() * (int)O.num_beams;
+    int max_B = (int)O.t.batch_size > gen_rows ? (int)O.t.batch_size : gen_rows;
+    RT_TRY(t5_build_model(be, grid.tp, tok, max_B, max_src, max_tgt, &model));
+    rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
+
+    if (O.predict) {
+        RT_TRY(t5_predict_file(model, tok, &grid));
+        goto fail;
+    }
+
+    /* data: SRC/TGT, and the validation set given or held out from their end */
+    RT_TRY(data_lines_read_pair(pos[0], pos[1], &src_lines, &tgt_lines));
+    data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
+                            .max_source_len = (int)O.max_source_len, .max_target_len = (int)O.max_target_len};
+    size_t n_train = src_lines.n;
+    const data_lines *vs = &src_lines, *vt = &tgt_lines;
+    size_t v_begin;
+    if (O.val_src) {
+        RT_TRY(data_lines_read_pair(O.val_src, O.val_tgt, &vsrc_lines, &vtgt_lines));
+        vs = &vsrc_lines;
+        vt = &vtgt_lines;
+        v_begin = 0;
+    } else {
+        size_t n_val = (size_t)((double)src_lines.n * O.val_split + 0.5);
+        if (n_val == 0 || n_val >= src_lines.n)
+            RT_FAIL(RT_ERR_USAGE, "%s has %zu lines: too few to hold out %.0f%% for validation (give --val-src/--val-tgt)",
+                    pos[0], src_lines.n, 100 * O.val_split);
+        n_train = src_lines.n - n_val;
+        v_begin = n_train;
+    }
+    RT_TRY(data_seq2seq_tokenize(&src_lines, &tgt_lines, 0, n_train, tok, &so, &train_src, &train_tgt));
+    RT_TRY(data_seq2seq_tokenize(vs, vt, v_begin, vs->n, tok, &so, &val_src, &val_tgt));
+    rt_log_info("data: train %zu pairs (%zu sources, %zu targets truncated), validation %zu pairs%s", train_src.n,
+                train_src.n_truncated, train_tgt.n_truncated, val_src.n,
+                O.val_src ? "" : " held out from the end of SRC/TGT");
+
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false,
+                               .rank = grid.dp_rank, .world = grid.dp_size};
+    RT_TRY(data_loader_init_seq2seq(&train_src, &train_tgt, &sopts, (int)O.t.batch_size, tok_pad_id(tok),
+                                    pad_multiple, &loader));
+    ev = (t5_eval){.model = model, .tok = tok, .src = &val_src, .tgt = &val_tgt, .ref_lines = vt, .ref_begin = v_begin,
+                   .grid = &grid, .save_dir = O.t.save_dir, .batch_size = (int)O.t.batch_size};
+    ev.idx = rt_xcalloc((size_t)O.t.batch_size, sizeof *ev.idx);
+    if (O.eval_generate) RT_TRY(t5_generator_for(model, &ev.gen));
+
+    options_json = rt_args_to_json(&t5_spec);
+    rt_train_opts to = train_app_loop_opts(&O.t, T5_PROG, &grid, options_json);
+    rt_train_model tm = {.ctx = model, .params = t5_model_params(model), .forward_backward = t5_forward_backward};
+    rt_train_data td = data_loader_train_data(loader);
+    rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};
+    rt_train_result res;
+    RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    *signal_out = res.signal;
+    if (res.signal) goto fail;
+    if (res.last_eval.n) {
+        char line[512];
+        int n = snprintf(line, sizeof line, "validation results (%zu pairs, step %lld):", val_src.n,
+                         (long long)res.steps);
+        for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+        rt_log_info("%s", line);
+    }
+    if (O.save_hf)
+        snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+    else
+        snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+    RT_TRY(t5_export(model, tok_path, &grid, hf_dir));
+fail:
+    free(options_json);
+    free(ev.idx);
+    t5_generator_free(ev.gen);
+    data_batch_free(&ev.batch);
+    data_loader_free(loader);
+    t5_model_free(model);
+    rt_backend_free(be);
+    data_tokenized_free(&train_src);
+    data_tokenized_free(&train_tgt);
+    data_tokenized_free(&val_src);
+    data_tokenized_free(&val_tgt);
+    data_lines_free(&src_lines);
+    data_lines_free(&tgt_lines);
+    data_lines_free(&vsrc_lines);
+    data_lines_free(&vtgt_lines);
+    tok_free(tok);
+    rt_grid_free(&grid);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    int sig = 0, code;
+    rt_comm *world = NULL;
+    train_app_defaults defaults = {.lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0",
+                                   .warmup = "0"};
+    memcpy(t5_options, t5_own_options, sizeof t5_own_options);
+    t5_spec.n_opts = T5_N_OWN;
+    train_app_add_options(&O.t, &defaults, t5_options, &t5_spec.n_opts);
+    rt_status st = rt_comm_world_init(&argc, &argv, T5_COMM_TIMEOUT_S, &world);
+    if (st == RT_OK) {
+        rt_log_set_rank(world->rank, world->size);
+        st = t5_run(argc, argv, world, &sig);
+    }
+    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
+                                : rt_status_exit_code(T5_PROG, st);
+    rt_comm_free(world);
+    rt_comm_mpi_finalize();
+    return code;
+}

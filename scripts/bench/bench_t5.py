@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""T5 training step and generation speed: t5-finetune against HF T5ForConditionalGeneration
+(PyTorch, CPU) on the same random weights, data, batch size and threads.
+
+    /usr/bin/python3 scripts/bench/bench_t5.py --bin build/bin/t5-finetune --configs t5-small,4x256
+
+For each config it writes one random HF T5 folder (safetensors + the shipped spiece.model) that
+both sides load, then
+- training: one epoch over the first --rows Multi30k pairs (en -> de, "translate English to
+  German: " prefix), batch --batch-size, dropout 0.1, AdamW; the mean ms per optimizer step
+  over the steps after the first two (tunezoo: its metrics.jsonl; HF: a plain loop of
+  forward, backward, clip, AdamW step, timed the same way).
+- generation: --gen-rows source lines, --num-beams beams, --max-new-tokens; generated tokens per
+  second (tunezoo: the --predict process's wall time, model loading included; HF: generate()
+  plus decoding, loading excluded).
+Needs torch + transformers; never needed to build or test tunezoo."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = {
+    # name: (d_model, d_ff, layers, heads, d_kv)
+    "t5-small": (512, 2048, 6, 8, 64),    # 6 layers, 512 wide: t5-small's shape
+    "4x256": (256, 1024, 4, 4, 64),
+}
+
+
+def make_model(name, workdir, spiece):
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+    d, ff, L, H, dkv = CONFIGS[name]
+    cfg = T5Config(vocab_size=32128, d_model=d, d_ff=ff, num_layers=L, num_decoder_layers=L, num_heads=H, d_kv=dkv,
+                   dropout_rate=0.1, feed_forward_proj="relu", tie_word_embeddings=True, decoder_start_token_id=0,
+                   pad_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(cfg)
+    out = os.path.join(workdir, name)
+    model.save_pretrained(out, safe_serialization=True)
+    subprocess.check_call(["cp", spiece, os.path.join(out, "spiece.model")])
+    return out
+
+
+def hf_train(model_dir, src, tgt, args):
+    import torch
+    from transformers import T5ForConditionalGeneration, T5TokenizerFast
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tok = T5TokenizerFast(vocab_file=os.path.join(model_dir, "spiece.model"))
+    model = T5ForConditionalGeneration.from_pretrained(model_dir)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.0)
+    prefix = "translate English to German: "
+    order = torch.randperm(len(src), generator=torch.Generator().manual_seed(args.seed)).tolist()
+    times = []
+    for start in range(0, len(order), args.batch_size):
+        rows = order[start:start + args.batch_size]
+        enc = tok([prefix + src[i] for i in rows], max_length=128, truncation=True, padding=True, return_tensors="pt")
+        lab = tok(text_target=[tgt[i] for i in rows], max_length=128, truncation=True, padding=True,
+                  return_tensors="pt").input_ids
+        lab[lab == tok.pad_token_id] = -100
+        t0 = time.perf_counter()
+        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    return 1000 * sum(times[2:]) / max(1, len(times) - 2), len(times)
+
+
+def hf_generate(model_dir, src, args):
+    import torch
+    from transformers import T5ForConditionalGeneration, T5TokenizerFast
+    torch.set_num_threads(args.threads)
+    tok = T5TokenizerFast(vocab_file=os.path.join(model_dir, "spiece.model"))
+    model = T5ForConditionalGeneration.from_pretrained(model_dir).eval()
+    prefix = "translate English to German: "
+    tokens = 0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for start in range(0, len(src), args.batch_size):
+            enc = tok([prefix + s for s in src[start:start + args.batch_size]], max_length=128, truncation=True,
+                      padding=True, return_tensors="pt")
+            out = model.generate(**enc, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens,
+                                 do_sample=False, early_stopping=False, length_penalty=1.0)
+            tok.batch_decode(out, skip_special_tokens=True)
+            tokens += int((out[:, 1:] != tok.pad_token_id).sum())
+    return tokens / (time.perf_counter() - t0), tokens
+
+
+def tz_train(bin_path, model_dir, src_path, tgt_path, args, workdir):
+    save = os.path.join(workdir, "tz_train")
+    cmd = [bin_path, src_path, tgt_path, "--val-src", src_path, "--val-tgt", tgt_path, "--model", model_dir,
+           "--epochs", "1", "--batch-size", str(args.batch_size), "--lr", "5e-4", "--weight-decay", "0",
+           "--dropout", "0.1", "--max-source-len", "128", "--max-target-len", "128", "--seed", str(args.seed),
+           "--threads", str(args.threads), "--eval-interval", "-1", "--save-interval", "-1", "--log-interval", "1",
+           "--source-prefix", "translate English to German: ", "--save-dir", save]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    steps = [json.loads(l) for l in open(os.path.join(save, "metrics.jsonl")) if '"train"' in l]
+    ms = [s["ms_per_step"] for s in steps]
+    return sum(ms[2:]) / max(1, len(ms) - 2), len(ms)
+
+
+def tz_generate(bin_path, model_dir, src_path, args, workdir):
+    cmd = [bin_path, "--predict", src_path, "--model", model_dir, "--num-beams", str(args.num_beams),
+           "--max-new-tokens", str(args.max_new_tokens), "--eval-batch-size", str(args.batch_size),
+           "--batch-size", str(args.batch_size), "--threads", str(args.threads), "--max-source-len", "128",
+           "--source-prefix", "translate English to German: ", "--save-dir", os.path.join(workdir, "tz_pred"),
+           "--predict-out", os.path.join(workdir, "tz_pred.txt")]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    # count generated tokens as HF does: re-encode the outputs (special tokens were skipped)
+    from transformers import T5TokenizerFast
+    tok = T5TokenizerFast(vocab_file=os.path.join(model_dir, "spiece.model"))
+    lines = open(os.path.join(workdir, "tz_pred.txt"), encoding="utf-8").read().split("\n")[:-1]
+    tokens = sum(len(tok(l).input_ids) for l in lines)  # + </s> per line, as HF's count includes eos
+    return tokens / wall, tokens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default="build/bin/t5-finetune")
+    ap.add_argument("--configs", default="t5-small")
+    ap.add_argument("--rows", type=int, default=256)
+    ap.add_argument("--gen-rows", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--num-beams", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "../../../shared/data/multi30k-en-de"))
+    ap.add_argument("--skip-gen", action="store_true")
+    args = ap.parse_args()
+    root = os.path.dirname(os.path.abspath(__file__))
+    spiece = os.path.join(root, "../../assets/t5-spiece/spiece.model")
+    workdir = tempfile.mkdtemp(prefix="bench_t5_")
+    src = open(os.path.join(args.data, "train.en"), encoding="utf-8").read().split("\n")[:args.rows]
+    tgt = open(os.path.join(args.data, "train.de"), encoding="utf-8").read().split("\n")[:args.rows]
+    src_path, tgt_path = os.path.join(workdir, "s.en"), os.path.join(workdir, "s.de")
+    open(src_path, "w", encoding="utf-8").write("\n".join(src) + "\n")
+    open(tgt_path, "w", encoding="utf-8").write("\n".join(tgt) + "\n")
+    gen_path = os.path.join(workdir, "g.en")
+    open(gen_path, "w", encoding="utf-8").write("\n".join(src[:args.gen_rows]) + "\n")
+    import torch
+    import transformers
+    print(f"PyTorch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, "
+          f"batch {args.batch_size}, {args.rows} training pairs, generation {args.gen_rows} rows x {args.num_beams} "
+          f"beams x {args.max_new_tokens} new tokens")
+    for name in args.configs.split(","):
+        model_dir = make_model(name, workdir, spiece)
+        tz_ms, tz_steps = tz_train(args.bin, model_dir, src_path, tgt_path, args, workdir)
+        hf_ms, hf_steps = hf_train(model_dir, src, tgt, args)
+        print(f"{name:9} train  tunezoo {tz_ms:8.1f} ms/step ({tz_steps} steps)  HF {hf_ms:8.1f} ms/step "
+              f"({hf_steps} steps)  speedup x{hf_ms / tz_ms:.2f}", flush=True)
+        if args.skip_gen:
+            continue
+        tz_tps, tz_tok = tz_generate(args.bin, model_dir, gen_path, args, workdir)
+        hf_tps, hf_tok = hf_generate(model_dir, src[:args.gen_rows], args)
+        print(f"{name:9} generate tunezoo {tz_tps:8.1f} tok/s ({tz_tok} tokens, load included)  HF {hf_tps:8.1f} "
+              f"tok/s ({hf_tok} tokens)  speedup x{tz_tps / hf_tps:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
