@@ -32,14 +32,6 @@ static void ckpt_bert_hf_name(const char *ours, int qkv, int part, char *out, si
     snprintf(out, size, "%.*s%s%s", (int)head, ours, ckpt_bert_parts[part], ours + head + 3);
 }
 
-static long ckpt_bert_index(const ckpt_st_file *f, const char *name) {
-    if (!ckpt_safetensors_has(f, name)) return -1;
-    size_t n = ckpt_safetensors_count(f);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(ckpt_safetensors_name(f, i), name) == 0) return (long)i;
-    return -1;
-}
-
 /* Finds an HF name under the prefixes files use, and the old gamma/beta LayerNorm names. */
 static long ckpt_bert_lookup(const ckpt_st_file *f, const char *hf) {
     static const char *const prefixes[] = {"bert.", "roberta.", ""};
@@ -51,10 +43,10 @@ static long ckpt_bert_lookup(const ckpt_st_file *f, const char *hf) {
         snprintf(legacy, sizeof legacy, "%.*sbeta", (int)(n - 4), hf);
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
         snprintf(name, sizeof name, "%s%s", prefixes[i], hf);
-        long idx = ckpt_bert_index(f, name);
+        long idx = ckpt_safetensors_index(f, name);
         if (idx < 0 && legacy[0]) {
             snprintf(name, sizeof name, "%s%s", prefixes[i], legacy);
-            idx = ckpt_bert_index(f, name);
+            idx = ckpt_safetensors_index(f, name);
         }
         if (idx >= 0) return idx;
     }

@@ -17,18 +17,10 @@ static const char *const ckpt_t5_shared_names[] = {"shared.weight", "encoder.emb
 static const char *const ckpt_t5_skipped[] = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
                                               "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"};
 
-static long ckpt_t5_index(const ckpt_st_file *f, const char *name) {
-    if (!ckpt_safetensors_has(f, name)) return -1;
-    size_t n = ckpt_safetensors_count(f);
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(ckpt_safetensors_name(f, i), name) == 0) return (long)i;
-    return -1;
-}
-
 static long ckpt_t5_lookup(const ckpt_st_file *f, const char *name) {
-    if (strcmp(name, "shared.weight") != 0) return ckpt_t5_index(f, name);
+    if (strcmp(name, "shared.weight") != 0) return ckpt_safetensors_index(f, name);
     for (size_t k = 0; k < sizeof ckpt_t5_shared_names / sizeof *ckpt_t5_shared_names; k++) {
-        long i = ckpt_t5_index(f, ckpt_t5_shared_names[k]);
+        long i = ckpt_safetensors_index(f, ckpt_t5_shared_names[k]);
         if (i >= 0) return i;
     }
     return -1;
@@ -36,7 +28,7 @@ static long ckpt_t5_lookup(const ckpt_st_file *f, const char *name) {
 
 /* Whether lm_head.weight is present and not a byte copy of the shared table (alias included). */
 static bool ckpt_t5_own_head(const ckpt_st_file *f) {
-    long h = ckpt_t5_index(f, "lm_head.weight");
+    long h = ckpt_safetensors_index(f, "lm_head.weight");
     if (h < 0) return false;
     long s = ckpt_t5_lookup(f, "shared.weight");
     if (s < 0) return true;

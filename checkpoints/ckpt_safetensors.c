@@ -268,6 +268,8 @@ static long st_lookup(const ckpt_st_file *f, const char *name) {
 
 bool ckpt_safetensors_has(const ckpt_st_file *f, const char *name) { return st_lookup(f, name) >= 0; }
 
+long ckpt_safetensors_index(const ckpt_st_file *f, const char *name) { return st_lookup(f, name); }
+
 rt_status ckpt_safetensors_find(const ckpt_st_file *f, const char *name, ckpt_st_tensor *out) {
     long i = st_lookup(f, name);
     if (i < 0) return rt_errorf(RT_ERR_FORMAT, "%s: no tensor '%s' (the file holds %zu tensors)", f->path, name, f->n);

@@ -39,6 +39,8 @@ size_t ckpt_safetensors_count(const ckpt_st_file *f);
 const char *ckpt_safetensors_name(const ckpt_st_file *f, size_t i);
 void ckpt_safetensors_tensor(const ckpt_st_file *f, size_t i, ckpt_st_tensor *out);
 bool ckpt_safetensors_has(const ckpt_st_file *f, const char *name);
+/* The index of the tensor called name (for ckpt_safetensors_tensor), or -1. */
+long ckpt_safetensors_index(const ckpt_st_file *f, const char *name);
 /* RT_ERR_FORMAT "path: no tensor 'name'" when absent (use _has for optional tensors). */
 rt_status ckpt_safetensors_find(const ckpt_st_file *f, const char *name, ckpt_st_tensor *out);
 /* A "__metadata__" value, or NULL. */
