@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "apps/common/train_app.h"
 #include "checkpoints/ckpt_atomic.h"
@@ -190,7 +191,7 @@ static rt_status t5_generator_for(t5_model *m, t5_generator **out) {
  * tokens skipped, as HF's batch_decode(skip_special_tokens=True)). Every rank of a tp group
  * joins; each dp replica generates all rows (the outputs are the same everywhere). */
 static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_tokenizer *tok,
-                                 const data_tokenized *src, char **texts) {
+                                 const data_tokenized *src, char **texts, size_t *n_generated) {
     rt_status st = RT_OK;
     const int bs = t5_eval_rows(), max_new = t5_new_tokens();
     rt_batch batch = {0};
@@ -209,9 +210,11 @@ static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_token
         RT_TRY(data_collate_classification(src, idx, count, tok_pad_id(tok), 1, &batch));
         RT_TRY(t5_generate(gen, batch.input_ids, batch.attention_mask, count, batch.T, &g, NULL, NULL, ids, lens,
                            NULL));
-        for (int i = 0; i < count; i++)
+        for (int i = 0; i < count; i++) {
             RT_TRY(tok_decode_skip_special(tok, ids + (size_t)i * (size_t)max_new, (size_t)lens[i],
                                            &texts[start + (size_t)i]));
+            if (n_generated) *n_generated += (size_t)lens[i];
+        }
     }
 fail:
     data_batch_free(&batch);
@@ -295,7 +298,7 @@ static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
     if (!O.eval_generate) return RT_OK;
     hyps = rt_xcalloc(n, sizeof *hyps);
     refs = rt_xcalloc(n, sizeof *refs);
-    RT_TRY(t5_generate_all(e->model, e->gen, e->tok, e->src, hyps));
+    RT_TRY(t5_generate_all(e->model, e->gen, e->tok, e->src, hyps, NULL));
     for (size_t i = 0; i < n; i++) {
         const char *ref = e->ref_lines->line[e->ref_begin + i];
         if (O.lowercase)
@@ -383,7 +386,14 @@ static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt
                             .max_source_len = (int)O.max_source_len, .max_target_len = 2};
     RT_TRY(data_seq2seq_tokenize(&in, &in, 0, in.n, tok, &so, &src, &unused));
     texts = rt_xcalloc(src.n, sizeof *texts);
-    RT_TRY(t5_generate_all(m, gen, tok, &src, texts));
+    size_t n_generated = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    RT_TRY(t5_generate_all(m, gen, tok, &src, texts, &n_generated));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    rt_log_info("generated %zu tokens for %zu inputs in %.2f s (%.1f tokens/s, %lld beam%s)", n_generated, src.n, secs,
+                secs > 0 ? (double)n_generated / secs : 0.0, (long long)O.num_beams, O.num_beams == 1 ? "" : "s");
     if (grid->world->rank == 0) {
         if (O.predict_out) {
             RT_TRY(t5_write_lines(O.predict_out, texts, src.n));
