@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# t5-finetune under mpirun gives the single-process losses, gradient norms and validation
+# numbers (loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2
+# and dp=2 x tp=2. Dropout is off and every run starts from the same exported weights.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+command -v mpirun > /dev/null || { echo "test_mpi_t5: skipped: no mpirun"; exit 77; }
+ldd "$BIN" | grep -q libmpi || { echo "test_mpi_t5: skipped: built without MPI"; exit 77; }
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cat > "$TMP/arch.json" <<JSON
+{"model_type": "t5", "vocab_size": 32128, "d_model": 16, "d_kv": 4, "d_ff": 32, "num_heads": 4, "num_layers": 1,
+ "num_decoder_layers": 1, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
+ "dropout_rate": 0.0, "feed_forward_proj": "relu", "tie_word_embeddings": true}
+JSON
+head -n 30 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.en"
+head -n 30 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/s.de"
+COMMON=(--max-source-len 24 --max-target-len 16 --max-new-tokens 5 --threads 1 --save-interval -1)
+"$BIN" "$TMP/s.en" "$TMP/s.de" --arch "$TMP/arch.json" "${COMMON[@]}" --epochs 0 --eval-interval -1 \
+    --save-dir "$TMP/init" > "$TMP/init.log" 2>&1 || { echo "FAILED: export"; tail -5 "$TMP/init.log"; exit 1; }
+ARGS=("$TMP/s.en" "$TMP/s.de" --model "$TMP/init/hf" "${COMMON[@]}" --batch-size 8 --grad-accum 2 --max-steps 3
+      --log-interval 1 --lr 1e-3)
+
+numbers() { grep -o '"\(loss\|grad_norm\|bleu\|rouge1\|rouge2\|rougeL\)":[-0-9.e]*' "$TMP/$1/metrics.jsonl" | cut -d: -f2; }
+"$BIN" "${ARGS[@]}" --save-dir "$TMP/one" > "$TMP/one.log" 2>&1 || { echo "FAILED: one process"; tail -5 "$TMP/one.log"; exit 1; }
+[ "$(numbers one | wc -l)" -ge 11 ] || { echo "FAILED: expected 3 x 2 training and 5 eval numbers"; numbers one; exit 1; }
+# the generated outputs are compared too (the same text at every layout); they must say something
+[ "$(tr -d ' \n' < "$TMP/one/val_predictions.txt" | wc -c)" -gt 0 ] || { echo "FAILED: empty generations"; exit 1; }
+for layout in "2 1" "2 2" "4 2"; do
+    set -- $layout
+    name="np$1_tp$2"
+    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
+        fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
+    fi
+    if paste <(numbers one) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \
+        && [ "$(numbers one | wc -l)" -eq "$(numbers "$name" | wc -l)" ] \
+        && cmp -s "$TMP/one/val_predictions.txt" "$TMP/$name/val_predictions.txt"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $name differs from one process:" >&2
+        paste <(numbers one) <(numbers "$name") >&2
+    fi
+done
+echo "test_mpi_t5: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
