@@ -54,7 +54,7 @@ def hf_worker(args):
                               DataCollatorWithPadding)
     torch.set_num_threads(args.threads)
     folder, trf, devf, a, b, label = TASKS[args.task]
-    data = os.path.join(args.data_root, folder)
+    data = args.task_dir
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
 
@@ -120,6 +120,9 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data-root", default=os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+    ap.add_argument("--train-rows", type=int, default=0,
+                    help="train on the first N rows of train.tsv only (0 = all); dev is always whole")
+    ap.add_argument("--task-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--model", default="")
     ap.add_argument("--workdir", default="")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
@@ -132,10 +135,21 @@ def main():
         return hf_worker(args)
 
     folder = TASKS[args.task][0]
+    if not args.task_dir:
+        args.task_dir = os.path.join(args.data_root, folder)
+        if args.train_rows > 0:  # both sides read the same truncated copy
+            sub = os.path.join(args.workdir, "data")
+            os.makedirs(sub, exist_ok=True)
+            with open(os.path.join(args.task_dir, TASKS[args.task][1]), encoding="utf-8") as f:
+                lines = f.readlines()[:args.train_rows + 1]  # the header and N rows
+            with open(os.path.join(sub, TASKS[args.task][1]), "w", encoding="utf-8") as f:
+                f.writelines(lines)
+            subprocess.check_call(["cp", os.path.join(args.task_dir, TASKS[args.task][2]), sub])
+            args.task_dir = sub
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     rows = []
-    tz_cmd = [args.bin, "--model", args.model, "--dataset", args.task, "--data-dir",
-              os.path.join(args.data_root, folder), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+    tz_cmd = [args.bin, "--model", args.model, "--dataset", args.task, "--data-dir", args.task_dir,
+              "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
               "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--warmup", str(args.warmup),
               "--max-len", str(args.max_len), "--seed", str(args.seed), "--threads", str(args.threads),
               "--save-interval", "-1", "--eval-interval", "0", "--log-interval", "1",
@@ -154,8 +168,8 @@ def main():
         rows.append(("tunezoo bert-classify", float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
                      train_s / args.epochs, rss))
     if not args.skip_hf:
-        hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + ["--model", args.model,
-                                                                                              "--workdir", args.workdir]
+        hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + [
+            "--model", args.model, "--workdir", args.workdir, "--task-dir", args.task_dir]
         print("HF Trainer:", " ".join(hf_cmd), flush=True)
         rc, out, err, wall, rss = run_child(hf_cmd, env)
         if rc != 0:
@@ -165,7 +179,8 @@ def main():
     import torch
     import transformers
     print(f"\nPyTorch {torch.__version__}, transformers {transformers.__version__}")
-    print(f"all-MiniLM-L6-v2 on {args.task}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
+    subset = f" (first {args.train_rows} training rows)" if args.train_rows else ""
+    print(f"all-MiniLM-L6-v2 on {args.task}{subset}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
           f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads")
     print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
     for name, acc, f1, spe, rss in rows:
