@@ -52,7 +52,7 @@ static const rt_opt t5_own_options[] = {
     {"val-tgt", RT_OPT_STRING, &O.val_tgt, NULL, "FILE", "validation targets, line-aligned with --val-src", NULL, 0, 0},
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", NULL,
      "without --val-src: the share of the last lines of SRC/TGT held out for validation", NULL, 0.0001, 0.9999},
-    {"source-prefix", RT_OPT_STRING, &O.source_prefix, "", "TEXT",
+    {"source-prefix", RT_OPT_STRING, &O.source_prefix, NULL, "TEXT",
      "prepended to every source, e.g. \"translate English to German: \" or \"summarize: \"", NULL, 0, 0},
     {"lowercase", RT_OPT_FLAG, &O.lowercase, "false", NULL, "lower-case sources, targets and references", NULL, 0, 0},
     {"max-source-len", RT_OPT_INT, &O.max_source_len, "128", NULL, "truncate sources to N tokens, </s> included", NULL, 2,
@@ -60,7 +60,8 @@ static const rt_opt t5_own_options[] = {
     {"max-target-len", RT_OPT_INT, &O.max_target_len, "128", NULL, "truncate targets to N tokens, </s> included", NULL, 2,
      1 << 16},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
-     "generate for the validation set at each evaluation and report BLEU and ROUGE (--eval-generate=false: loss only)",
+     "on by default: generate for the validation set at each evaluation and report BLEU and ROUGE "
+     "(--eval-generate=false: loss only)",
      NULL, 0, 0},
     {"num-beams", RT_OPT_INT, &O.num_beams, "1", NULL, "beam width for generation (1 = greedy)", NULL, 1, 64},
     {"max-new-tokens", RT_OPT_INT, &O.max_new_tokens, "0", NULL,
