@@ -59,8 +59,10 @@ rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void 
     rt_status st = RT_OK;
     *out = be->ops->alloc(be->ctx, bytes);
     if (!*out)
-        RT_FAIL(RT_ERR_NOMEM, "%s: out of %s memory allocating %zu bytes (%.1f MiB)",
-                what ? what : "buffer", be->ops->name, bytes, (double)bytes / (1024.0 * 1024.0));
+        RT_FAIL(RT_ERR_NOMEM, "%s: out of %s memory allocating %zu bytes (%.1f MiB; %.1f MiB allocated before it)",
+                what ? what : "buffer", be->ops->name, bytes, (double)bytes / (1024.0 * 1024.0),
+                (double)be->bytes_allocated / (1024.0 * 1024.0));
+    be->bytes_allocated += bytes;
 fail:
     return st;
 }

@@ -41,6 +41,9 @@ typedef struct rt_backend_ops {
     /* memory */
     void *(*alloc)(void *ctx, size_t bytes); /* zeroed; NULL when out of memory */
     void (*free)(void *ctx, void *p);
+    /* Bytes the device could still hand out (CPU: the OS's MemAvailable), for the memory
+     * report; 0 when unknown. */
+    size_t (*free_memory)(void *ctx);
     void (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
@@ -161,6 +164,7 @@ typedef struct rt_backend {
     const rt_backend_ops *ops;
     void *ctx;
     int device; /* -1 for CPU */
+    size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
 } rt_backend;
 
 /* "cpu" or "cuda:N". threads <= 0 keeps OpenMP's default. */

@@ -198,6 +198,23 @@ fail:
     return st;
 }
 
+/* Before step 1: what this rank holds on its device, and what is left. Everything the
+ * model, the loop and the optimizer allocated goes through rt_backend_alloc, so the part that
+ * is not weights, gradients or AdamW state is activations and work buffers (sized for the
+ * largest batch the program set up), plus the ZeRO shard when sharding is on. */
+static void rt_train_log_memory(const rt_params *p, bool sharded) {
+    const double mib = 1024.0 * 1024.0, slab = (double)p->numel * sizeof(float) / mib;
+    const rt_backend *be = p->be;
+    double total = (double)be->bytes_allocated / mib, moments = p->m ? 2 * slab : 0;
+    double rest = total - 2 * slab - moments;
+    size_t avail = be->ops->free_memory ? be->ops->free_memory(be->ctx) : 0;
+    char free_txt[64] = "";
+    if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
+    rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,
+                total, slab, slab, moments, sharded ? "activations, buffers and the ZeRO shards" : "activations and buffers",
+                rest > 0 ? rest : 0.0, free_txt);
+}
+
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
@@ -243,6 +260,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_log_info("training: %lld steps (%lld per epoch), batch %lld x %lld accumulation, lr %g %s, warmup %lld steps",
                 (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
                 o->lr, o->schedule, (long long)sched.warmup_steps);
+    rt_train_log_memory(model->params, s.zero != NULL);
 
     sa.sa_handler = rt_train_on_signal;
     sigemptyset(&sa.sa_mask);

@@ -41,6 +41,8 @@ COMMON=(--arch "$TMP/tiny.json" --max-source-len 24 --max-target-len 16 --max-ne
 rc=$?
 [ $rc -eq 0 ] && ok || bad "train: exit $rc"
 grep -q "train 32 pairs .* validation 8 pairs held out" "$TMP/out" && ok || bad "80/20 split"
+grep -q "memory on cpu: [0-9.]* MiB (weights [0-9.]*, gradients [0-9.]*, AdamW state [0-9.]*, activations and buffers [0-9.]*); [0-9.]* GiB free" \
+    "$TMP/out" && ok || bad "memory line"
 grep -q "validation results (8 pairs, step 4): loss [0-9.]* bleu [0-9.]* rouge1 [0-9.]* rouge2 [0-9.]* rougeL [0-9.]*" \
     "$TMP/out" && ok || bad "validation line"
 [ "$(wc -l < "$TMP/run/val_predictions.txt")" -eq 8 ] && ok || bad "val_predictions.txt has 8 lines"

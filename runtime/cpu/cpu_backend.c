@@ -4,6 +4,7 @@
  * compiler's vector loads never split one; copies are memcpy and sync has nothing to wait
  * for. It is the reference the CUDA backend is checked against, so correctness comes first. */
 #include <cblas.h>
+#include <stdio.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +70,23 @@ void rt_cpu_blas_serial_end(int saved) {
     if (saved > 1) openblas_set_num_threads(saved);
 }
 
+/* MemAvailable from /proc/meminfo: what the kernel could give without swapping. */
+static size_t cpu_free_memory(void *ctx) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (size_t)kib * 1024;
+}
+
 static const rt_backend_ops rt_cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .free_memory = cpu_free_memory,
     .to_device = cpu_memcpy,
     .to_host = cpu_memcpy,
     .copy = cpu_memcpy,

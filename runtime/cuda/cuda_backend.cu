@@ -58,6 +58,15 @@ static void cuda_to_host(void *ctx, void *host_dst, const void *src, size_t byte
     if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+static size_t cuda_free_memory(void *ctx) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the report is best effort: clear the error */
+        return 0;
+    }
+    return free_b;
+}
+
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
@@ -96,6 +105,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->name = "cuda";
     o->alloc = cuda_alloc;
     o->free = cuda_free;
+    o->free_memory = cuda_free_memory;
     o->to_device = cuda_to_device;
     o->to_host = cuda_to_host;
     o->copy = cuda_copy;
