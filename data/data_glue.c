@@ -69,6 +69,23 @@ static const data_glue_task glue_tasks[] = {
      .test = {{"test", {"test.tsv"}}}},
 };
 
+/* CoLA as GLUE's download script writes it (CoLA/train.tsv, dev.tsv: the raw layout, dev =
+ * in_domain_dev + out_of_domain_dev already joined); data_glue_task_for_dir picks it. */
+static const data_glue_task glue_cola_glue_layout = {
+    .name = "cola", .dir = "glue-cola", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+    .labeled = {false, 3, -1, 1}, .unlabeled = {true, 1, -1, -1}, .n_labels = 2, .metric = DATA_METRIC_MCC,
+    .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}};
+
+static bool glue_exists(const char *path, bool want_dir);
+
+const data_glue_task *data_glue_task_for_dir(const data_glue_task *task, const char *dir) {
+    char raw[4096], glue[4096];
+    if (!task || !dir || strcmp(task->name, "cola") != 0) return task;
+    snprintf(raw, sizeof raw, "%s/%s", dir, task->train_file);
+    snprintf(glue, sizeof glue, "%s/%s", dir, glue_cola_glue_layout.train_file);
+    return !glue_exists(raw, false) && glue_exists(glue, false) ? &glue_cola_glue_layout : task;
+}
+
 const data_glue_task *data_glue_task_find(const char *name) {
     if (!name) return NULL;
     for (size_t i = 0; i < sizeof glue_tasks / sizeof glue_tasks[0]; i++)
@@ -105,7 +122,7 @@ static rt_status glue_missing(const data_glue_task *task, const char *what, cons
     glue_expected_files(task, files, sizeof files);
     const char *source = strcmp(task->name, "cola") == 0
                              ? "the CoLA public release (raw/ folder of cola_public_1.0, from the CoLA site of "
-                               "NYU or the GLUE benchmark site)"
+                               "NYU) or GLUE's CoLA folder (train.tsv, dev.tsv; gluebenchmark.com)"
                              : "the GLUE benchmark site (gluebenchmark.com, its download_glue_data.py script) or "
                                "the Hugging Face datasets hub (dataset 'glue', written out as these TSV files)";
     return rt_errorf(RT_ERR_IO,

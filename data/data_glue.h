@@ -97,6 +97,10 @@ typedef struct {
 
 /* NULL when name is not a known task (case-sensitive: see data_glue_task_names). */
 const data_glue_task *data_glue_task_find(const char *name);
+/* The layout of task that dir holds: CoLA comes as its public release (raw/in_domain_*.tsv)
+ * or as GLUE's CoLA folder (train.tsv, dev.tsv); every other task has one layout and comes
+ * back as it is. */
+const data_glue_task *data_glue_task_for_dir(const data_glue_task *task, const char *dir);
 /* The known task names, comma-separated, for usage messages. */
 const char *data_glue_task_names(void);
 

@@ -327,6 +327,56 @@ static void test_missing(const char *dir) {
     TZ_EXPECT(st == RT_ERR_IO && contains(rt_error_message(), p) && ex.n == 0, "got '%s'", rt_error_message());
 }
 
+/* GLUE's CoLA folder (train.tsv, dev.tsv in the raw layout, dev already joined) loads as the
+ * release layout does: the same rows. */
+static void copy_file(const char *from, const char *to, bool append) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, append ? "ab" : "wb");
+    char buf[65536];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+}
+
+static void test_cola_glue_layout(const char *dir) {
+    char sub[700], from[1024], to[1024];
+    snprintf(sub, sizeof sub, "%s/cola_glue", dir);
+    mkdir(sub, 0755);
+    const char *raw = tz_shared_path("glue-cola");
+    char rawdir[1024];
+    snprintf(rawdir, sizeof rawdir, "%s", raw);
+    snprintf(from, sizeof from, "%s/raw/in_domain_train.tsv", rawdir);
+    snprintf(to, sizeof to, "%s/train.tsv", sub);
+    copy_file(from, to, false);
+    snprintf(from, sizeof from, "%s/raw/in_domain_dev.tsv", rawdir);
+    snprintf(to, sizeof to, "%s/dev.tsv", sub);
+    copy_file(from, to, false);
+    snprintf(from, sizeof from, "%s/raw/out_of_domain_dev.tsv", rawdir);
+    copy_file(from, to, true);
+    const data_glue_task *release = data_glue_task_find("cola");
+    const data_glue_task *glue = data_glue_task_for_dir(release, sub);
+    TZ_EXPECT(glue != release && strcmp(glue->train_file, "train.tsv") == 0, "GLUE layout picked");
+    TZ_EXPECT(data_glue_task_for_dir(release, rawdir) == release, "release layout kept");
+    TZ_EXPECT(data_glue_task_for_dir(data_glue_task_find("mrpc"), sub) == data_glue_task_find("mrpc"), "others kept");
+    TZ_EXPECT_OK(data_glue_check_dir(glue, sub));
+    data_examples a, b;
+    TZ_EXPECT_OK(data_glue_load_split(glue, sub, &glue->dev[0], true, &a));
+    TZ_EXPECT_OK(data_glue_load_split(release, rawdir, &release->dev[0], true, &b));
+    TZ_EXPECT(a.n == b.n && a.n == 1043, "dev rows %zu %zu", a.n, b.n);
+    for (size_t i = 0; i < a.n && a.n == b.n; i++)
+        if (a.labels[i] != b.labels[i] || strcmp(a.text_a[i], b.text_a[i]) != 0) {
+            TZ_EXPECT(0, "row %zu differs", i);
+            break;
+        }
+    data_examples_free(&a);
+    data_examples_free(&b);
+    snprintf(to, sizeof to, "%s/train.tsv", sub);
+    unlink(to);
+    snprintf(to, sizeof to, "%s/dev.tsv", sub);
+    unlink(to);
+    rmdir(sub);
+}
+
 int main(void) {
     test_table();
     test_stsb();
@@ -340,6 +390,7 @@ int main(void) {
     }
     test_synthetic(dir);
     test_missing(dir);
+    test_cola_glue_layout(dir);
     for (int i = 0; i < n_tmp_files; i++) unlink(tmp_files[i]);
     for (int i = 0; i < 3; i++) {
         snprintf(sub, sizeof sub, "%s/%s", dir, subs[i]);

@@ -11,6 +11,7 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_collate.h"
 #include "data/data_dataset.h"
@@ -156,7 +157,7 @@ static rt_status gc_resolve_source(gc_source *s) {
     }
     if (dir[0]) {
         snprintf(s->config, sizeof s->config, "%s/config.json", dir);
-        RT_TRY(ckpt_hf_find_weights(dir, s->weights, sizeof s->weights));
+        RT_TRY(ckpt_source_find_weights(dir, s->weights, sizeof s->weights));
         if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
     }
     if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : F->default_tokenizer);
@@ -529,6 +530,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
     if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
         RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir: only MRPC ships with tunezoo", task->name);
+    task = data_glue_task_for_dir(task, data_dir); /* CoLA: its release layout or GLUE's */
     RT_TRY(data_glue_check_dir(task, data_dir));
     snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
     RT_TRY(data_glue_load(task, train_path, true, &train_ex));
