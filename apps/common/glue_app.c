@@ -11,7 +11,6 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_safetensors.h"
-#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_collate.h"
 #include "data/data_dataset.h"
@@ -87,11 +86,6 @@ typedef struct {
     char what_buf[256];
 } gc_source;
 
-static int gc_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
 /* ~/.cache/huggingface/hub/models--<repo>/snapshots/<rev>/ with config.json and weights. */
 static int gc_find_hf_cache(const char *repo, char *dir, size_t size) {
     const char *hf_home = getenv("HF_HOME"), *home = getenv("HOME");
@@ -112,7 +106,7 @@ static int gc_find_hf_cache(const char *repo, char *dir, size_t size) {
         char cfg[4096 + 300], w[4096 + 300];
         snprintf(cfg, sizeof cfg, "%s/%s/config.json", hub, e->d_name);
         snprintf(w, sizeof w, "%s/%s/model.safetensors", hub, e->d_name);
-        if (gc_exists(cfg) && gc_exists(w)) {
+        if (train_app_exists(cfg) && train_app_exists(w)) {
             snprintf(dir, size, "%s/%s", hub, e->d_name);
             found = 1;
         }
@@ -126,7 +120,7 @@ static int gc_has_tokenizer_files(const char *dir) {
     char p[4200];
     for (int i = 0; i < 4; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        if (gc_exists(p)) return 1;
+        if (train_app_exists(p)) return 1;
     }
     return 0;
 }
@@ -157,7 +151,7 @@ static rt_status gc_resolve_source(gc_source *s) {
     }
     if (dir[0]) {
         snprintf(s->config, sizeof s->config, "%s/config.json", dir);
-        RT_TRY(ckpt_source_find_weights(dir, s->weights, sizeof s->weights));
+        RT_TRY(ckpt_hf_find_weights(dir, s->weights, sizeof s->weights));
         if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
     }
     if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : F->default_tokenizer);
@@ -459,7 +453,7 @@ static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path,
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
         snprintf(path, sizeof path, "%s/%s", O.save_hf, names[i][1]);
-        if (gc_exists(from) && !gc_exists(path)) RT_TRY(train_app_copy_file(from, path));
+        if (train_app_exists(from) && !train_app_exists(path)) RT_TRY(train_app_copy_file(from, path));
     }
     rt_log_info("wrote HF model folder %s", O.save_hf);
 fail:

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoints/ckpt_atomic.h"
 
@@ -108,6 +109,11 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .offload_optimizer = o->offload_optimizer,
     };
     return to;
+}
+
+bool train_app_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
 }
 
 rt_status train_app_copy_file(const char *from, const char *to) {

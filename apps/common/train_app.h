@@ -48,6 +48,8 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_t
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json);
 
+/* Whether path names something that exists (a file or a folder). */
+bool train_app_exists(const char *path);
 /* Copies a file (atomically: a reader never sees half of it), e.g. tokenizer files into an HF
  * export. */
 rt_status train_app_copy_file(const char *from, const char *to);

@@ -103,11 +103,6 @@ static rt_args_spec t5_spec = {
     .opts = t5_options,
 };
 
-static int t5_exists(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0;
-}
-
 /* ---- the model ---- */
 
 /* A small T5 v1.0 for runs from scratch: trains on the shipped Multi30k sample in minutes. */
@@ -136,7 +131,7 @@ static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer
     if (O.model) {
         char cfg_path[4200];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", O.model);
-        if (!t5_exists(cfg_path))
+        if (!train_app_exists(cfg_path))
             return rt_errorf(RT_ERR_IO, "--model %s: no config.json (expected an HF T5 folder with config.json and "
                                         "model.safetensors, or a --save-hf export)", O.model);
         RT_TRY(t5_model_from_hf(O.model, be, tp, max_B, max_src, max_tgt, out, report, sizeof report));
@@ -170,7 +165,7 @@ static rt_status t5_resolve_tokenizer(char *out, size_t size) {
     }
     if (O.model) {
         snprintf(p, sizeof p, "%s/spiece.model", O.model);
-        if (t5_exists(p)) {
+        if (train_app_exists(p)) {
             snprintf(out, size, "%s", O.model);
             return RT_OK;
         }
@@ -362,7 +357,7 @@ static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_gri
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i]);
             snprintf(to, sizeof to, "%s/%s", dir, names[i]);
-            if (t5_exists(from)) RT_TRY(train_app_copy_file(from, to));
+            if (train_app_exists(from)) RT_TRY(train_app_copy_file(from, to));
         }
     } else {
         snprintf(to, sizeof to, "%s/spiece.model", dir);
