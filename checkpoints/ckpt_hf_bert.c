@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 #include "runtime/rt_log.h"
 
@@ -33,7 +34,7 @@ static void ckpt_bert_hf_name(const char *ours, int qkv, int part, char *out, si
 }
 
 /* Finds an HF name under the prefixes files use, and the old gamma/beta LayerNorm names. */
-static long ckpt_bert_lookup(const ckpt_st_file *f, const char *hf) {
+static long ckpt_bert_lookup(const ckpt_source *f, const char *hf) {
     static const char *const prefixes[] = {"bert.", "roberta.", ""};
     char legacy[CKPT_BERT_NAME_MAX] = "", name[CKPT_BERT_NAME_MAX + 16];
     size_t n = strlen(hf);
@@ -43,10 +44,10 @@ static long ckpt_bert_lookup(const ckpt_st_file *f, const char *hf) {
         snprintf(legacy, sizeof legacy, "%.*sbeta", (int)(n - 4), hf);
     for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++) {
         snprintf(name, sizeof name, "%s%s", prefixes[i], hf);
-        long idx = ckpt_safetensors_index(f, name);
+        long idx = ckpt_source_index(f, name);
         if (idx < 0 && legacy[0]) {
             snprintf(name, sizeof name, "%s%s", prefixes[i], legacy);
-            idx = ckpt_safetensors_index(f, name);
+            idx = ckpt_source_index(f, name);
         }
         if (idx >= 0) return idx;
     }
@@ -62,14 +63,14 @@ static const char *ckpt_bert_strip(const char *name) {
 rt_status ckpt_hf_bert_load_tp(const char *path, rt_params *p, int vocab_size, int n_head, int tp_rank, int tp_size,
                                ckpt_hf_load_report *report) {
     rt_status st = RT_OK;
-    ckpt_st_file *f = NULL;
+    ckpt_source *f = NULL;
     float *full = NULL, *shard = NULL;
     char *used = NULL;
     memset(report, 0, sizeof *report);
     RT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank %d of %d", tp_rank, tp_size);
     RT_CHECK(vocab_size >= 1 && n_head >= 1, "vocab_size %d n_head %d", vocab_size, n_head);
-    RT_TRY(ckpt_safetensors_open(path, &f));
-    const size_t count = ckpt_safetensors_count(f);
+    RT_TRY(ckpt_source_open(path, &f));
+    const size_t count = ckpt_source_count(f);
     used = rt_xcalloc(count ? count : 1, 1);
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
@@ -102,7 +103,7 @@ rt_status ckpt_hf_bert_load_tp(const char *path, rt_params *p, int vocab_size, i
         full = rt_xrealloc(full, ckpt_tp_full_numel(&d) * sizeof(float));
         for (int k = 0; k < parts; k++) {
             ckpt_st_tensor t;
-            ckpt_safetensors_tensor(f, (size_t)idx[k], &t);
+            ckpt_source_tensor(f, (size_t)idx[k], &t);
             int ok = t.ndim == s->ndim;
             for (int j = 0; ok && j < s->ndim; j++) ok = t.shape[j] == want[j];
             if (!ok) {
@@ -114,7 +115,7 @@ rt_status ckpt_hf_bert_load_tp(const char *path, rt_params *p, int vocab_size, i
                 RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' maps to two parameters (a duplicate with another prefix?)",
                         path, t.name);
             used[idx[k]] = 1;
-            RT_TRY(ckpt_safetensors_read_f32(f, t.name, full + (size_t)k * part_n, part_n));
+            RT_TRY(ckpt_source_read_f32(f, t.name, full + (size_t)k * part_n, part_n));
         }
         int64_t ls[RT_PARAM_MAX_DIMS];
         RT_TRY(ckpt_tp_local_shape(&d, s->name, ls));
@@ -130,7 +131,7 @@ rt_status ckpt_hf_bert_load_tp(const char *path, rt_params *p, int vocab_size, i
     int skipped = 0;
     for (size_t i = 0; i < count; i++) {
         if (used[i]) continue;
-        const char *name = ckpt_bert_strip(ckpt_safetensors_name(f, i));
+        const char *name = ckpt_bert_strip(ckpt_source_name(f, i));
         if (strncmp(name, "cls.", 4) == 0 || strncmp(name, "lm_head.", 8) == 0)
             skipped++;
         else if (!ckpt_bert_ends_with(name, "position_ids")) /* a buffer, not a parameter */
@@ -141,7 +142,7 @@ fail:
     free(used);
     free(full);
     free(shard);
-    ckpt_safetensors_close(f);
+    ckpt_source_close(f);
     return st;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 
 /* HF's GPT-2 Conv1D layers store weights [in, out]. */
@@ -40,16 +41,16 @@ static void ckpt_gpt2_transpose(float *dst, const float *src, size_t rows, size_
 static rt_status ckpt_gpt2_load_impl(const char *path, rt_params *p, int vocab_size, int tp_rank, int tp_size,
                                      ckpt_hf_load_report *report) {
     rt_status st = RT_OK;
-    ckpt_st_file *f = NULL;
+    ckpt_source *f = NULL;
     float *host = NULL, *tr = NULL, *shard = NULL;
     char *seen = rt_xcalloc((size_t)p->n, 1);
     memset(report, 0, sizeof *report);
     RT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank %d of %d", tp_rank, tp_size);
-    RT_TRY(ckpt_safetensors_open(path, &f));
-    size_t count = ckpt_safetensors_count(f);
+    RT_TRY(ckpt_source_open(path, &f));
+    size_t count = ckpt_source_count(f);
     for (size_t i = 0; i < count; i++) {
         ckpt_st_tensor t;
-        ckpt_safetensors_tensor(f, i, &t);
+        ckpt_source_tensor(f, i, &t);
         const char *name = ckpt_gpt2_strip(t.name);
         if (ckpt_gpt2_is_skipped(name)) continue;
         int idx = rt_params_find(p, name);
@@ -83,7 +84,7 @@ static rt_status ckpt_gpt2_load_impl(const char *path, rt_params *p, int vocab_s
         if (seen[idx]) RT_FAIL(RT_ERR_FORMAT, "%s: parameter '%s' appears twice (with and without 'transformer.')", path, name);
         size_t full_n = t.numel;
         host = rt_xrealloc(host, full_n * sizeof(float));
-        RT_TRY(ckpt_safetensors_read_f32(f, t.name, host, full_n));
+        RT_TRY(ckpt_source_read_f32(f, t.name, host, full_n));
         const float *full = host;
         if (conv) { /* HF [in, out] -> ours [out, in] */
             tr = rt_xrealloc(tr, full_n * sizeof(float));
@@ -105,7 +106,7 @@ fail:
     free(host);
     free(tr);
     free(shard);
-    ckpt_safetensors_close(f);
+    ckpt_source_close(f);
     return st;
 }
 

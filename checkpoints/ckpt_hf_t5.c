@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 
 /* Where a checkpoint may keep each parameter, first match wins. */
@@ -17,49 +18,49 @@ static const char *const ckpt_t5_shared_names[] = {"shared.weight", "encoder.emb
 static const char *const ckpt_t5_skipped[] = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
                                               "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight"};
 
-static long ckpt_t5_lookup(const ckpt_st_file *f, const char *name) {
-    if (strcmp(name, "shared.weight") != 0) return ckpt_safetensors_index(f, name);
+static long ckpt_t5_lookup(const ckpt_source *f, const char *name) {
+    if (strcmp(name, "shared.weight") != 0) return ckpt_source_index(f, name);
     for (size_t k = 0; k < sizeof ckpt_t5_shared_names / sizeof *ckpt_t5_shared_names; k++) {
-        long i = ckpt_safetensors_index(f, ckpt_t5_shared_names[k]);
+        long i = ckpt_source_index(f, ckpt_t5_shared_names[k]);
         if (i >= 0) return i;
     }
     return -1;
 }
 
 /* Whether lm_head.weight is present and not a byte copy of the shared table (alias included). */
-static bool ckpt_t5_own_head(const ckpt_st_file *f) {
-    long h = ckpt_safetensors_index(f, "lm_head.weight");
+static bool ckpt_t5_own_head(const ckpt_source *f) {
+    long h = ckpt_source_index(f, "lm_head.weight");
     if (h < 0) return false;
     long s = ckpt_t5_lookup(f, "shared.weight");
     if (s < 0) return true;
     ckpt_st_tensor th, ts;
-    ckpt_safetensors_tensor(f, (size_t)h, &th);
-    ckpt_safetensors_tensor(f, (size_t)s, &ts);
+    ckpt_source_tensor(f, (size_t)h, &th);
+    ckpt_source_tensor(f, (size_t)s, &ts);
     return th.dtype != ts.dtype || th.nbytes != ts.nbytes || memcmp(th.data, ts.data, th.nbytes) != 0;
 }
 
 rt_status ckpt_hf_t5_has_own_head(const char *path, bool *own_head) {
     rt_status st = RT_OK;
-    ckpt_st_file *f = NULL;
+    ckpt_source *f = NULL;
     *own_head = false;
-    RT_TRY(ckpt_safetensors_open(path, &f));
+    RT_TRY(ckpt_source_open(path, &f));
     *own_head = ckpt_t5_own_head(f);
 fail:
-    ckpt_safetensors_close(f);
+    ckpt_source_close(f);
     return st;
 }
 
 rt_status ckpt_hf_t5_load_tp(const char *path, rt_params *p, int vocab_size, int tp_rank, int tp_size,
                              ckpt_hf_load_report *report) {
     rt_status st = RT_OK;
-    ckpt_st_file *f = NULL;
+    ckpt_source *f = NULL;
     float *full = NULL, *shard = NULL;
     char *used = NULL;
     memset(report, 0, sizeof *report);
     RT_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tp rank %d of %d", tp_rank, tp_size);
     RT_CHECK(vocab_size >= 1, "vocab_size %d", vocab_size);
-    RT_TRY(ckpt_safetensors_open(path, &f));
-    const size_t count = ckpt_safetensors_count(f);
+    RT_TRY(ckpt_source_open(path, &f));
+    const size_t count = ckpt_source_count(f);
     used = rt_xcalloc(count ? count : 1, 1);
     const bool has_head_param = rt_params_find(p, "lm_head.weight") >= 0;
     if (!has_head_param && ckpt_t5_own_head(f))
@@ -76,7 +77,7 @@ rt_status ckpt_hf_t5_load_tp(const char *path, rt_params *p, int vocab_size, int
         ckpt_tp_desc d;
         ckpt_tp_param_desc(s, vocab_size, tp_rank, tp_size, &d);
         ckpt_st_tensor t;
-        ckpt_safetensors_tensor(f, (size_t)idx, &t);
+        ckpt_source_tensor(f, (size_t)idx, &t);
         size_t want[RT_PARAM_MAX_DIMS];
         int ok = t.ndim == s->ndim;
         for (int k = 0; k < s->ndim; k++) {
@@ -96,7 +97,7 @@ rt_status ckpt_hf_t5_load_tp(const char *path, rt_params *p, int vocab_size, int
                         path, s->name, (long long)ls[k], tp_rank, (long long)s->shape[k]);
         used[idx] = 1;
         full = rt_xrealloc(full, t.numel * sizeof(float));
-        RT_TRY(ckpt_safetensors_read_f32(f, t.name, full, t.numel));
+        RT_TRY(ckpt_source_read_f32(f, t.name, full, t.numel));
         shard = rt_xrealloc(shard, s->numel * sizeof(float));
         ckpt_tp_shard(&d, shard, full);
         p->be->ops->to_device(p->be->ctx, rt_params_data(p, i), shard, s->numel * sizeof(float));
@@ -104,7 +105,7 @@ rt_status ckpt_hf_t5_load_tp(const char *path, rt_params *p, int vocab_size, int
     }
     for (size_t i = 0; i < count; i++) {
         if (used[i]) continue;
-        const char *name = ckpt_safetensors_name(f, i);
+        const char *name = ckpt_source_name(f, i);
         int skip = !has_head_param && strcmp(name, "lm_head.weight") == 0; /* a copy of shared (checked above) */
         for (size_t k = 0; !skip && k < sizeof ckpt_t5_skipped / sizeof *ckpt_t5_skipped; k++)
             skip = strcmp(name, ckpt_t5_skipped[k]) == 0;
@@ -114,7 +115,7 @@ fail:
     free(used);
     free(full);
     free(shard);
-    ckpt_safetensors_close(f);
+    ckpt_source_close(f);
     return st;
 }
 

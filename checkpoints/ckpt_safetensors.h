@@ -68,9 +68,4 @@ typedef struct {
 rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write_entry *entries,
                                  const char *metadata_json);
 
-/* Finds the weights file of a Hugging Face model directory: dir/model.safetensors. A
- * directory holding only pytorch_model.bin or a sharded index gets RT_ERR_UNSUPPORTED that
- * says so and how to convert; no weights at all is RT_ERR_IO. */
-rt_status ckpt_hf_find_weights(const char *dir, char *out_path, size_t size);
-
 #endif

@@ -73,7 +73,8 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
  * without dropout; for checking against HF. */
 rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_types,
                       int B, int T, float *host_hidden);
-/* Loads HF weights (a .safetensors file) into this tp rank's shards (ckpt_hf_bert_load_tp);
+/* Loads HF weights (a .safetensors or .bin file, or a sharded index: ckpt_source.h) into this
+ * tp rank's shards (ckpt_hf_bert_load_tp);
  * report (may be NULL) gets one line: tensors loaded, and which parameters kept their init
  * (e.g. the head of a pre-trained checkpoint). */
 rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size);

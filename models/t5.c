@@ -15,6 +15,7 @@
 
 #include "checkpoints/ckpt_hf_t5.h"
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
 #include "models/t5_internal.h"
@@ -335,7 +336,7 @@ rt_status t5_model_from_hf(const char *dir, rt_backend *be, rt_comm *tp, int max
     *out = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     RT_TRY(t5_config_load(path, &cfg));
-    RT_TRY(ckpt_hf_find_weights(dir, weights, sizeof weights));
+    RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
     RT_TRY(ckpt_hf_t5_has_own_head(weights, &own_head));
     /* transformers 5 ties the head unless the file holds a different one, whatever the config */
     cfg.tie_word_embeddings = !own_head;

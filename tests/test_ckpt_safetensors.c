@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "tests/testutil.h"
 
 #define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
@@ -115,7 +116,7 @@ static void test_round_trip(void) {
 static void test_tiny_gpt2(void) {
     const char *dir = tz_shared_path("tiny-gpt2");
     char wpath[4096];
-    TZ_EXPECT_OK(ckpt_hf_find_weights(dir, wpath, sizeof wpath));
+    TZ_EXPECT_OK(ckpt_source_find_weights(dir, wpath, sizeof wpath));
     TZ_EXPECT(strstr(wpath, "tiny-gpt2/model.safetensors") != NULL, "weights path %s", wpath);
     ckpt_st_file *f = NULL;
     TZ_EXPECT_OK(ckpt_safetensors_open(wpath, &f));
@@ -290,28 +291,26 @@ static void test_bad_files(void) {
     ckpt_safetensors_close(f);
 }
 
+/* Which weights an HF folder offers, in HF's order (ckpt_source.h reads them all). */
 static void test_hf_dirs(void) {
     char d[512], p[600], out[600];
     snprintf(d, sizeof d, "%s/hf-bin", g_dir);
     mkdir(d, 0755);
     snprintf(p, sizeof p, "%s/pytorch_model.bin", d);
     fclose(fopen(p, "wb"));
-    TZ_EXPECT(ckpt_hf_find_weights(d, out, sizeof out) == RT_ERR_UNSUPPORTED, "pytorch_model.bin");
-    EXPECT_MSG("pytorch_model.bin is not supported yet");
-
-    snprintf(d, sizeof d, "%s/hf-sharded", g_dir);
-    mkdir(d, 0755);
+    TZ_EXPECT_OK(ckpt_source_find_weights(d, out, sizeof out));
+    TZ_EXPECT(strcmp(out, p) == 0, "pytorch_model.bin: '%s'", out);
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", d);
     fclose(fopen(p, "wb"));
-    TZ_EXPECT(ckpt_hf_find_weights(d, out, sizeof out) == RT_ERR_UNSUPPORTED, "sharded index");
-    EXPECT_MSG("sharded safetensors");
+    TZ_EXPECT_OK(ckpt_source_find_weights(d, out, sizeof out));
+    TZ_EXPECT(strcmp(out, p) == 0, "safetensors (sharded) before .bin: '%s'", out);
 
     snprintf(d, sizeof d, "%s/hf-empty", g_dir);
     mkdir(d, 0755);
-    TZ_EXPECT(ckpt_hf_find_weights(d, out, sizeof out) == RT_ERR_IO, "no weights");
-    EXPECT_MSG("no model.safetensors");
+    TZ_EXPECT(ckpt_source_find_weights(d, out, sizeof out) == RT_ERR_IO, "no weights");
+    EXPECT_MSG("no weights in this directory");
     snprintf(d, sizeof d, "%s/hf-missing", g_dir);
-    TZ_EXPECT(ckpt_hf_find_weights(d, out, sizeof out) == RT_ERR_IO, "missing dir");
+    TZ_EXPECT(ckpt_source_find_weights(d, out, sizeof out) == RT_ERR_IO, "missing dir");
     EXPECT_MSG("hf-missing: cannot open model directory");
 }
 

@@ -11,6 +11,7 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_collate.h"
 #include "data/data_dataset.h"
@@ -151,7 +152,7 @@ static rt_status gc_resolve_source(gc_source *s) {
     }
     if (dir[0]) {
         snprintf(s->config, sizeof s->config, "%s/config.json", dir);
-        RT_TRY(ckpt_hf_find_weights(dir, s->weights, sizeof s->weights));
+        RT_TRY(ckpt_source_find_weights(dir, s->weights, sizeof s->weights));
         if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
     }
     if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : F->default_tokenizer);
