@@ -10,6 +10,7 @@ packages=(
   libcjson-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev
+  clang libclang-rt-dev    # libFuzzer: tests/test_fuzz_smoke.sh runs the parsers' fuzz targets
 )
 
 missing=()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The parsers' libFuzzer targets (tests/fuzz/), each built with clang (ASan + UBSan) and run for
+# a bounded time from a seed corpus: a crash, a sanitizer report or a leak fails the test. The
+# fuzzer's own output is kept on failure. FUZZ_SECONDS sets the time per target (default 10).
+# fuzz_tok_load is not run here: the tokenizers link libsentencepiece's C++ code.
+set -u
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+SECONDS_EACH="${FUZZ_SECONDS:-10}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+command -v clang > /dev/null || { echo "test_fuzz_smoke: skipped: no clang (scripts/setup.sh installs it)"; exit 77; }
+echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' > "$TMP/probe.c"
+clang -fsanitize=fuzzer "$TMP/probe.c" -o "$TMP/probe" 2> /dev/null \
+    || { echo "test_fuzz_smoke: skipped: clang has no libFuzzer (libclang-rt-dev)"; exit 77; }
+cd "$SRC"
+CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+        -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
+CKPT=(checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
+      checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c)
+pass=0
+fail=0
+# name, seed files (a folder or files; may be empty), then the sources after --
+fuzz() {
+    local name=$1 seeds=$2
+    shift 3
+    if ! clang "${CFLAGS[@]}" "tests/fuzz/$name.c" "$@" -lcjson -lz -lm -o "$TMP/$name" 2> "$TMP/$name.build"; then
+        fail=$((fail + 1)); echo "FAILED: $name does not build:" >&2; tail -5 "$TMP/$name.build" >&2; return
+    fi
+    mkdir -p "$TMP/corpus_$name"
+    [ -n "$seeds" ] && cp -r $seeds "$TMP/corpus_$name/" 2> /dev/null
+    if (cd "$TMP" && "./$name" -max_total_time="$SECONDS_EACH" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+            "corpus_$name" > "$name.log" 2>&1); then
+        pass=$((pass + 1)); echo "$name: $(grep -o 'Done [0-9]* runs' "$TMP/$name.log" | tail -1)"
+    else
+        fail=$((fail + 1)); echo "FAILED: $name found a bug:" >&2; grep -E "ERROR|SUMMARY|runtime error" "$TMP/$name.log" | head -5 >&2
+        cp "$TMP"/crash-* "$TMP"/leak-* "$TMP"/timeout-* /tmp/ 2> /dev/null && echo "    (the input is in /tmp)" >&2
+    fi
+}
+fuzz fuzz_ckpt_safetensors "$SHARED/tiny-gpt2/model.safetensors" -- "${CKPT[@]}"
+fuzz fuzz_ckpt_native "" -- "${CKPT[@]}"
+fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt_pickle.c runtime/rt_status.c \
+    runtime/rt_dtype.c
+fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
+    checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c
+fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c
+echo "test_fuzz_smoke: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
