@@ -73,6 +73,14 @@ check "t5 pieces" $'\xe2\x96\x81Hello <extra_id_0> \xe2\x96\x81 .' "$got"
 got=$(printf '8774 32099 3 5 1\n' | "$BIN" --tokenizer "$T5" --decode)
 check "t5 decode" "Hello <extra_id_0> .</s>" "$got"
 
+# GLM's Chinese SentencePiece: cog-pretrain.model loads as GLM's tokenizer, [MASK] in the text is
+# one command token (FlagAI GLMLargeChTokenizer's ids), decode glues command tokens to the text
+GLM="$DATA/glm-chinese-sentencepiece/cog-pretrain.model"
+got=$(printf '今天吃饭吃了肯德基\n北京故宫是中国 [MASK]非物质文化遗产。\n' | "$BIN" --tokenizer "$GLM")
+check "glm ids" $'3378 1567 2613 20282\n2531 17450 3005 50003 4918 1098 10511 43361' "$got"
+got=$(printf '50002 3378 50003 50009\n' | "$BIN" --tokenizer "$GLM" --decode)
+check "glm decode" "[CLS]今天[MASK][gMASK]" "$got"
+
 # round trip over MRPC sentences through ids and back
 cut -f4 "$DATA/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"
 "$BIN" --tokenizer "$GPT2" < "$TMP/in.txt" > "$TMP/ids.txt"

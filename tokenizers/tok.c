@@ -1,7 +1,8 @@
 /* The tokenizer front door: tok_load finds the tokenizer files in an HF directory (or takes
  * one file and finds its partner beside it) and hands them to the right loader (byte-level BPE,
  * WordPiece for a vocab.txt or a tokenizer.json whose model.type is "WordPiece", or T5's
- * SentencePiece for a spiece.model or any .model file); the other
+ * SentencePiece for a spiece.model or any .model file, or GLM's Chinese SentencePiece for its
+ * cog-pretrain.model, see tok_glm_wanted); the other
  * public calls dispatch through the tokenizer's vtable or read its vocabulary. Also the
  * helpers every tokenizer needs: the id buffer, the piece <-> id hash map, UTF-8 and files. */
 #include <cjson/cJSON.h>
@@ -162,6 +163,24 @@ size_t tok_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     }
     *cp = v;
     return len;
+}
+
+bool tok_py_isspace(uint32_t cp) {
+    if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+size_t tok_py_rstrip_len(const char *s, size_t n) {
+    size_t keep = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = tok_utf8_decode((const uint8_t *)s + i, n - i, &cp);
+        if (!l) l = 1, cp = 0xFFFD;
+        i += l;
+        if (!tok_py_isspace(cp)) keep = i;
+    }
+    return keep;
 }
 
 size_t tok_utf8_encode(uint32_t cp, uint8_t *out) {
@@ -373,7 +392,7 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
     static const char *const vocab_names[] = {"vocab.json", "encoder.json", NULL};
     static const char *const merges_names[] = {"merges.txt", "vocab.bpe", NULL};
     static const char *const config_names[] = {"tokenizer_config.json", NULL};
-    static const char *const spm_names[] = {"spiece.model", NULL};
+    static const char *const spm_names[] = {"spiece.model", "cog-pretrain.model", NULL};
     *out = NULL;
     if (tok_is_dir(path)) {
         dir = rt_xstrdup(path);
@@ -401,7 +420,8 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
                     if (!tok_file_exists(wp_vocab))
                         RT_FAIL(RT_ERR_IO,
                                 "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, "
-                                "encoder.json + vocab.bpe, vocab.txt (WordPiece) or spiece.model (SentencePiece) "
+                                "encoder.json + vocab.bpe, vocab.txt (WordPiece), spiece.model (T5 SentencePiece) or "
+                                "cog-pretrain.model (GLM SentencePiece) "
                                 "in this directory",
                                 path);
                 }
@@ -440,7 +460,8 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
     }
     config = tok_find_in_dir(dir, config_names);
     if (spm) {
-        RT_TRY(tok_t5_load(spm, dir, out));
+        if (tok_glm_wanted(spm, dir)) RT_TRY(tok_glm_load(spm, dir, out));
+        else RT_TRY(tok_t5_load(spm, dir, out));
     } else if (json) {
         /* SentencePiece (Unigram) tokenizer.json files will dispatch on model.type here too */
         if (tok_json_is_wordpiece(json)) RT_TRY(tok_wordpiece_load_json(json, config, out));

@@ -1,6 +1,6 @@
 /* One tokenizer interface for the whole suite. Byte-level BPE (GPT-2, RoBERTa) lives in
  * tok_bpe.c, WordPiece (BERT) in tok_wordpiece.c, SentencePiece for T5 in tok_t5.c over the
- * libsentencepiece wrapper tok_spm.h; GLM's SentencePiece will plug in behind the same calls.
+ * libsentencepiece wrapper tok_spm.h, GLM's Chinese SentencePiece in tok_glm.c over that wrapper.
  * A tokenizer is loaded from an HF model directory or a single tokenizer file and is
  * read-only afterwards, so encoding is thread-safe. */
 #ifndef TOK_H
@@ -27,7 +27,9 @@ void tok_ids_free(tok_ids *v);
 /* path: an HF model directory (tokenizer.json, or vocab.json + merges.txt, or encoder.json +
  * vocab.bpe, or a BERT vocab.txt, or a T5 spiece.model, which wins over a tokenizer.json beside
  * it) or one of those files; a tokenizer.json whose model is WordPiece loads as BERT, and any
- * SentencePiece .model as T5. Errors name the file and the line or field. */
+ * SentencePiece .model as T5, except GLM's (cog-pretrain.model, or a folder holding it, or its
+ * 50000-piece vocabulary, or a tokenizer_config.json naming ChineseSPTokenizer, GLMChineseTokenizer
+ * or GLMLargeChTokenizer). Errors name the file and the line or field. */
 rt_status tok_load(const char *path, tok_tokenizer **out);
 void tok_free(tok_tokenizer *t);
 
@@ -35,7 +37,8 @@ void tok_free(tok_tokenizer *t);
 rt_status tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
 /* Encodes a sentence pair as the model's HF tokenizer does with add_special_tokens=True
  * (GPT-2: a + b, nothing between; BERT: [CLS] a [SEP] b [SEP]; T5: a </s> b </s>, with no
- * second </s> after a text that already ends with one). b may be NULL for one text. */
+ * second </s> after a text that already ends with one; GLM: RT_ERR_UNSUPPORTED, GLM's tasks build
+ * their inputs themselves). b may be NULL for one text. */
 rt_status tok_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
 /* Decodes ids to a malloc'd NUL-terminated UTF-8 string (invalid bytes become U+FFFD, as HF),
  * as HF's decode(ids) with its defaults: special tokens are kept (T5: the slow T5Tokenizer's). */
@@ -56,7 +59,8 @@ int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece);
 int32_t tok_bos_id(const tok_tokenizer *t);
 int32_t tok_eos_id(const tok_tokenizer *t);
 int32_t tok_pad_id(const tok_tokenizer *t);
-const char *tok_kind_name(const tok_tokenizer *t); /* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece" */
+/* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece", "glm-chinese-spm" */
+const char *tok_kind_name(const tok_tokenizer *t);
 
 /* Text helpers the data readers share with the tokenizers (UTF-8 validity: runtime/rt_utf8.h). */
 /* s[0..n) lower-cased code point by code point (Unicode's simple and special mappings, as

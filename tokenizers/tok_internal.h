@@ -39,6 +39,11 @@ size_t tok_bert_lower(uint32_t cp, uint32_t *out);
 /* Decodes one UTF-8 code point at s[0..n). Returns its length (1..4) and sets *cp, or returns 0
  * for an invalid or truncated sequence (overlong forms and surrogates included). */
 size_t tok_utf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
+/* Python's str.isspace for one code point (the whitespace GLM's and T5's rules strip). */
+bool tok_py_isspace(uint32_t cp);
+/* Length of s[0..n) without its trailing whitespace (Python's str.rstrip; an invalid byte is not
+ * whitespace). */
+size_t tok_py_rstrip_len(const char *s, size_t n);
 /* Encodes cp as UTF-8 into out (4 bytes room); returns the length. */
 size_t tok_utf8_encode(uint32_t cp, uint8_t *out);
 /* Copies bytes into a malloc'd NUL-terminated string, replacing each maximal invalid subpart
@@ -73,7 +78,8 @@ typedef struct {
 } tok_ops;
 
 struct tok_tokenizer {
-    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece" */
+    const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece",
+                       "glm-chinese-spm" */
     const tok_ops *ops;
     void *impl;
     tok_vocab vocab;  /* model vocab plus added tokens */
@@ -116,6 +122,16 @@ bool tok_txt_is_wordpiece_vocab(const char *path);
 /* A .model file; tokenizer_config.json, special_tokens_map.json and added_tokens.json are
  * looked for in dir. */
 rt_status tok_t5_load(const char *model_path, const char *dir, tok_tokenizer **out);
+
+/* ---- SentencePiece, GLM Chinese (tok_glm.c over tok_spm.h) ---- */
+/* True when the .model file is GLM's cog-pretrain vocabulary: tokenizer_config.json in dir names
+ * a GLM class (ChineseSPTokenizer, GLMChineseTokenizer, GLMLargeChTokenizer; another class says
+ * no), else the file is cog-pretrain.model, else (unless it is spiece.model) it has 50000 pieces
+ * and <n> at id 3. */
+bool tok_glm_wanted(const char *model_path, const char *dir);
+/* The flags add_block_symbols, add_task_mask, add_decoder_mask and fix_command_token are read
+ * from tokenizer_config.json in dir when present. */
+rt_status tok_glm_load(const char *model_path, const char *dir, tok_tokenizer **out);
 
 /* Words of at least this many initial symbols are merged with a heap (O(n log n)) instead of
  * the quadratic scan that is faster for short words. Tests lower it to cover the heap path. */

@@ -56,35 +56,16 @@ typedef struct {
 
 /* ---- Python's str.isspace and strip on UTF-8 ---- */
 
-static bool tok_t5_py_space(uint32_t cp) {
-    if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20);
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
 /* Bytes of leading whitespace in s[0..n) (an invalid UTF-8 byte is not whitespace). */
 static size_t tok_t5_space_prefix(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
         size_t l = tok_utf8_decode((const uint8_t *)s + i, n - i, &cp);
-        if (!l || !tok_t5_py_space(cp)) break;
+        if (!l || !tok_py_isspace(cp)) break;
         i += l;
     }
     return i;
-}
-
-/* Length of s[0..n) without its trailing whitespace. */
-static size_t tok_t5_rstrip_len(const char *s, size_t n) {
-    size_t keep = 0;
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t l = tok_utf8_decode((const uint8_t *)s + i, n - i, &cp);
-        if (!l) l = 1, cp = 0xFFFD;
-        i += l;
-        if (!tok_t5_py_space(cp)) keep = i;
-    }
-    return keep;
 }
 
 /* ---- added tokens ---- */
@@ -141,7 +122,7 @@ static rt_status tok_t5_encode(const tok_tokenizer *t, const char *text, size_t 
         }
         size_t b = seg, e = i;
         if (strip_left) b += tok_t5_space_prefix(text + b, e - b);
-        if (a && a->lstrip) e = b + tok_t5_rstrip_len(text + b, e - b);
+        if (a && a->lstrip) e = b + tok_py_rstrip_len(text + b, e - b);
         if (e > b) {
             rt_status st = tok_spm_encode(p->spm, text + b, e - b, out);
             if (st != RT_OK) return st;
@@ -232,7 +213,7 @@ static rt_status tok_t5_run_to_string(const tok_tokenizer *t, const int32_t *ids
         }
     }
     size_t lead = run.s ? tok_t5_space_prefix(run.s, run.n) : 0;
-    size_t keep = run.s ? tok_t5_rstrip_len(run.s + lead, run.n - lead) : 0;
+    size_t keep = run.s ? tok_py_rstrip_len(run.s + lead, run.n - lead) : 0;
     if (keep) tok_t5_put(b, run.s + lead, keep);
 fail:
     free(run.s);
