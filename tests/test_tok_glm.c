@@ -101,57 +101,21 @@ static void test_basics(const tok_tokenizer *t) {
 }
 
 /* (b) glm_extra.tsv: hex input, FlagAI's EncodeAsIds, hex of its DecodeIds of those ids. */
+static rt_status glm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+    return tok_encode(t, text, len, out);
+}
+
 static void test_extra(const tok_tokenizer *t) {
-    char *data = tzt_read_all(tz_source_path("tests/golden/tok/glm_extra.tsv"), NULL);
-    if (!data) return;
-    size_t n = 0, good = 0, dec = 0;
-    tok_ids want = {0}, got = {0};
-    char *cur = data;
-    for (char *line; (line = tzt_next_line(&cur)) != NULL; n++) {
-        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
-        TZ_EXPECT(t2 != NULL, "glm_extra.tsv: expected 3 columns");
-        if (!t2) break;
-        *t2 = '\0';
-        char *text = malloc((size_t)(t1 - line) / 2 + 1), *want_dec = malloc(strlen(t2 + 1) / 2 + 1);
-        size_t len = tzt_unhex(line, (size_t)(t1 - line), text);
-        text[len] = '\0';
-        size_t wl = tzt_unhex(t2 + 1, strlen(t2 + 1), want_dec);
-        tzt_parse_ids(t1 + 1, &want);
-        tok_ids_clear(&got);
-        TZ_EXPECT_OK(tok_encode(t, text, len, &got));
-        good += (size_t)tzt_check_ids("glm extra", text, len, &got, &want);
-        dec += (size_t)tzt_check_decode(t, "glm extra", &got, want_dec, wl);
-        free(text);
-        free(want_dec);
-    }
+    size_t n = 0, dec = 0;
+    size_t good = tzt_check_extra_file(t, "tests/golden/tok/glm_extra.tsv", "glm extra", glm_encode, &n, &dec);
     TZ_EXPECT(n == 300 && good == n && dec == n, "glm extra: %zu ids and %zu decodes of %zu match FlagAI", good,
               dec, n);
-    tok_ids_free(&want);
-    tok_ids_free(&got);
-    free(data);
 }
 
 /* glm_decode.tsv: random id runs (pieces, <unk>, <s>, </s>, <n>, command tokens) and DecodeIds. */
 static void test_decode(const tok_tokenizer *t) {
-    char *data = tzt_read_all(tz_source_path("tests/golden/tok/glm_decode.tsv"), NULL);
-    if (!data) return;
-    size_t n = 0, good = 0;
-    tok_ids ids = {0};
-    char *cur = data;
-    for (char *line; (line = tzt_next_line(&cur)) != NULL; n++) {
-        char *tab = strchr(line, '\t');
-        TZ_EXPECT(tab != NULL, "glm_decode.tsv: expected 2 columns");
-        if (!tab) break;
-        *tab = '\0';
-        tzt_parse_ids(line, &ids);
-        char *want = malloc(strlen(tab + 1) / 2 + 1);
-        size_t wl = tzt_unhex(tab + 1, strlen(tab + 1), want);
-        good += (size_t)tzt_check_decode(t, "glm decode", &ids, want, wl);
-        free(want);
-    }
+    size_t n = 0, good = tzt_check_decode_file(t, "tests/golden/tok/glm_decode.tsv", "glm decode", &n);
     TZ_EXPECT(n == 200 && good == n, "glm decode: %zu of %zu match FlagAI", good, n);
-    tok_ids_free(&ids);
-    free(data);
 }
 
 /* A folder holding cog-pretrain.model (a link) and, when cfg is not NULL, this tokenizer_config.json. */

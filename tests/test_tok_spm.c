@@ -232,52 +232,14 @@ static void test_multi30k_head(const tok_tokenizer *t) {
 
 /* t5_extra.tsv: hex input, ids with </s>, hex of HF's decode of those ids. */
 static void test_extra(const tok_tokenizer *t) {
-    char *data = tzt_read_all(tz_source_path("tests/golden/tok/t5_extra.tsv"), NULL);
-    if (!data) return;
-    size_t n = 0, good = 0, dec = 0;
-    tok_ids want = {0}, got = {0};
-    char *cur = data;
-    for (char *line; (line = tzt_next_line(&cur)) != NULL; n++) {
-        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
-        TZ_EXPECT(t2 != NULL, "t5_extra.tsv: expected 3 columns");
-        if (!t2) break;
-        *t2 = '\0';
-        char *text = malloc((size_t)(t1 - line) / 2 + 1), *want_dec = malloc(strlen(t2 + 1) / 2 + 1);
-        size_t len = tzt_unhex(line, (size_t)(t1 - line), text);
-        text[len] = '\0';
-        size_t wl = tzt_unhex(t2 + 1, strlen(t2 + 1), want_dec);
-        tzt_parse_ids(t1 + 1, &want);
-        TZ_EXPECT_OK(encode_with_eos(t, text, len, &got));
-        good += (size_t)tzt_check_ids("t5 extra", text, len, &got, &want);
-        /* decoding our own ids gives HF's decode of its ids */
-        dec += (size_t)tzt_check_decode(t, "t5 extra", &got, want_dec, wl);
-        free(text);
-        free(want_dec);
-    }
+    size_t n = 0, dec = 0;
+    size_t good = tzt_check_extra_file(t, "tests/golden/tok/t5_extra.tsv", "t5 extra", encode_with_eos, &n, &dec);
     TZ_EXPECT(n > 400 && good == n && dec == n, "t5 extra: %zu ids and %zu decodes of %zu match HF", good, dec, n);
-    tok_ids_free(&want);
-    tok_ids_free(&got);
-    free(data);
 }
 
 /* t5_decode.tsv: random id runs (pieces, </s>, <pad>, <unk>, "▁", sentinels) and HF's decode. */
 static void test_decode(const tok_tokenizer *t) {
-    char *data = tzt_read_all(tz_source_path("tests/golden/tok/t5_decode.tsv"), NULL);
-    if (!data) return;
-    size_t n = 0, good = 0;
-    tok_ids ids = {0};
-    char *cur = data;
-    for (char *line; (line = tzt_next_line(&cur)) != NULL; n++) {
-        char *tab = strchr(line, '\t');
-        TZ_EXPECT(tab != NULL, "t5_decode.tsv: expected 2 columns");
-        if (!tab) break;
-        *tab = '\0';
-        tzt_parse_ids(line, &ids);
-        char *want = malloc(strlen(tab + 1) / 2 + 1);
-        size_t wl = tzt_unhex(tab + 1, strlen(tab + 1), want);
-        good += (size_t)tzt_check_decode(t, "t5 decode", &ids, want, wl);
-        free(want);
-    }
+    size_t n = 0, good = tzt_check_decode_file(t, "tests/golden/tok/t5_decode.tsv", "t5 decode", &n);
     TZ_EXPECT(n == 300 && good == n, "t5 decode: %zu of %zu match HF", good, n);
     int32_t bad[] = {8774, 32100};
     char *out = NULL;
@@ -286,8 +248,6 @@ static void test_decode(const tok_tokenizer *t) {
     TZ_EXPECT_OK(tok_decode(t, NULL, 0, &out));
     TZ_EXPECT(out && out[0] == '\0', "empty decode");
     free(out);
-    tok_ids_free(&ids);
-    free(data);
 }
 
 /* t5_pairs.tsv: hex a, hex b, tokenizer(a, b)["input_ids"]. */

@@ -174,3 +174,57 @@ done:
     free(outs);
     return n;
 }
+
+size_t tzt_check_decode_file(const tok_tokenizer *t, const char *rel, const char *what, size_t *rows) {
+    char *data = tzt_read_all(tz_source_path(rel), NULL);
+    size_t n = 0, good = 0;
+    tok_ids ids = {0};
+    char *cur = data;
+    for (char *line; data && (line = tzt_next_line(&cur)) != NULL; n++) {
+        char *tab = strchr(line, '\t');
+        TZ_EXPECT(tab != NULL, "%s: expected 2 columns", rel);
+        if (!tab) break;
+        *tab = '\0';
+        tzt_parse_ids(line, &ids);
+        char *want = malloc(strlen(tab + 1) / 2 + 1);
+        size_t wl = tzt_unhex(tab + 1, strlen(tab + 1), want);
+        good += (size_t)tzt_check_decode(t, what, &ids, want, wl);
+        free(want);
+    }
+    tok_ids_free(&ids);
+    free(data);
+    *rows = n;
+    return good;
+}
+
+size_t tzt_check_extra_file(const tok_tokenizer *t, const char *rel, const char *what, tzt_encode_fn encode,
+                            size_t *rows, size_t *decodes_ok) {
+    char *data = tzt_read_all(tz_source_path(rel), NULL);
+    size_t n = 0, good = 0, dec = 0;
+    tok_ids want = {0}, got = {0};
+    char *cur = data;
+    for (char *line; data && (line = tzt_next_line(&cur)) != NULL; n++) {
+        char *t1 = strchr(line, '\t'), *t2 = t1 ? strchr(t1 + 1, '\t') : NULL;
+        TZ_EXPECT(t2 != NULL, "%s: expected 3 columns", rel);
+        if (!t2) break;
+        *t2 = '\0';
+        char *text = malloc((size_t)(t1 - line) / 2 + 1), *want_dec = malloc(strlen(t2 + 1) / 2 + 1);
+        size_t len = tzt_unhex(line, (size_t)(t1 - line), text);
+        text[len] = '\0';
+        size_t wl = tzt_unhex(t2 + 1, strlen(t2 + 1), want_dec);
+        tzt_parse_ids(t1 + 1, &want);
+        tok_ids_clear(&got);
+        TZ_EXPECT_OK(encode(t, text, len, &got));
+        good += (size_t)tzt_check_ids(what, text, len, &got, &want);
+        /* decoding our own ids gives the reference decode of its ids */
+        dec += (size_t)tzt_check_decode(t, what, &got, want_dec, wl);
+        free(text);
+        free(want_dec);
+    }
+    tok_ids_free(&want);
+    tok_ids_free(&got);
+    free(data);
+    *rows = n;
+    *decodes_ok = dec;
+    return good;
+}

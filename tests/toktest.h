@@ -40,4 +40,15 @@ int tzt_check_decode(const tok_tokenizer *t, const char *what, const tok_ids *id
 typedef void (*tzt_vector_fn)(const char *text, size_t len, const tok_ids *want, void *ctx);
 size_t tzt_for_each_vector(const char *inp_rel, const char *out_rel, tzt_vector_fn fn, void *ctx);
 
+/* A golden file of random id runs: "ids<TAB>hex of the reference decode" per line. Checks every
+ * decode; returns how many matched and sets *rows. */
+size_t tzt_check_decode_file(const tok_tokenizer *t, const char *rel, const char *what, size_t *rows);
+/* A golden file of "hex text<TAB>reference ids<TAB>hex of the reference decode of those ids"
+ * per line: encodes each text with encode (which appends to a cleared out), compares the ids,
+ * and compares the decode of our ids with the reference decode. Returns the rows whose ids
+ * matched; sets *rows and *decodes_ok. */
+typedef rt_status (*tzt_encode_fn)(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+size_t tzt_check_extra_file(const tok_tokenizer *t, const char *rel, const char *what, tzt_encode_fn encode,
+                            size_t *rows, size_t *decodes_ok);
+
 #endif
