@@ -150,6 +150,14 @@ rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, co
     return RT_OK;
 }
 
+rt_status ckpt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out,
+                              bool required, double def) {
+    double d = def;
+    rt_status st = ckpt_json_get_double(obj, path_for_errors, key, &d, required, def);
+    if (st == RT_OK) *out = (float)d;
+    return st;
+}
+
 rt_status ckpt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key,
                                const char **out, bool required, const char *def) {
     const char *expected = "a string";

@@ -31,6 +31,9 @@ rt_status ckpt_json_get_int(const cJSON *obj, const char *path_for_errors, const
                             bool required, int def);
 rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out,
                                bool required, double def);
+/* A number stored as float (config hyperparameters: dropout rates, epsilons). */
+rt_status ckpt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out,
+                              bool required, double def);
 rt_status ckpt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key,
                                const char **out, bool required, const char *def);
 rt_status ckpt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out,

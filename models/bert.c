@@ -4,6 +4,7 @@
  * classification step around them. */
 #include "models/bert.h"
 
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "checkpoints/ckpt_hf_bert.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
+#include "models/hf_config.h"
 #include "models/heads.h"
 #include "models/parallel.h"
 #include "runtime/rt_arena.h"
@@ -82,13 +84,6 @@ void bert_config_default(bert_config *c) {
     c->num_labels = 2;
 }
 
-static rt_status bert_get_float(const cJSON *root, const char *path, const char *key, float *out, double def) {
-    double d;
-    rt_status st = ckpt_json_get_double(root, path, key, &d, false, def);
-    if (st == RT_OK) *out = (float)d;
-    return st;
-}
-
 rt_status bert_config_load(const char *config_json, bert_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
@@ -115,20 +110,16 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
                              c->max_position_embeddings));
     RT_TRY(ckpt_json_get_int(root, path, "type_vocab_size", &c->type_vocab_size, false, c->type_vocab_size));
     RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
-    RT_TRY(bert_get_float(root, path, "layer_norm_eps", &c->layer_norm_eps, 1e-12));
-    RT_TRY(bert_get_float(root, path, "initializer_range", &c->initializer_range, 0.02));
-    RT_TRY(bert_get_float(root, path, "hidden_dropout_prob", &c->hidden_dropout_prob, 0.1));
-    RT_TRY(bert_get_float(root, path, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "layer_norm_eps", &c->layer_norm_eps, false, 1e-12));
+    RT_TRY(ckpt_json_get_float(root, path, "initializer_range", &c->initializer_range, false, 0.02));
+    RT_TRY(ckpt_json_get_float(root, path, "hidden_dropout_prob", &c->hidden_dropout_prob, false, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob, false,
+                               0.1));
     /* null (HF's default) means "use hidden_dropout_prob" */
-    RT_TRY(bert_get_float(root, path, "classifier_dropout", &c->classifier_dropout, c->hidden_dropout_prob));
+    RT_TRY(ckpt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false,
+                               c->hidden_dropout_prob));
     RT_TRY(ckpt_json_get_string(root, path, "hidden_act", &act, false, "gelu"));
-    if (strcmp(act, "gelu") == 0)
-        c->act = RT_ACT_GELU_ERF;
-    else if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0)
-        c->act = RT_ACT_GELU_TANH;
-    else if (strcmp(act, "relu") == 0)
-        c->act = RT_ACT_RELU;
-    else
+    if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'hidden_act' is '%s', expected gelu, gelu_new or relu", path, act);
     RT_TRY(ckpt_json_get_string(root, path, "position_embedding_type", &pe, false, "absolute"));
     if (strcmp(pe, "absolute") != 0)
@@ -139,21 +130,14 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
         c->num_labels = cJSON_GetArraySize(id2label);
     else
         RT_TRY(ckpt_json_get_int(root, path, "num_labels", &c->num_labels, false, c->num_labels));
-    st = bert_config_validate(c, 1);
-    if (st != RT_OK) {
-        char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
-        snprintf(msg, sizeof msg, "%s", rt_error_message());
-        RT_FAIL(st, "%s: %s", path, msg);
-    }
+    st = mdl_hf_config_result(bert_config_validate(c, 1), path, true);
 fail:
-    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    st = mdl_hf_config_result(st, path, false);
     cJSON_Delete(root);
     return st;
 }
 
 rt_status bert_config_save(const bert_config *c, const char *path) {
-    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
-                                            [RT_ACT_RELU] = "relu", [RT_ACT_TANH] = "tanh"};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", c->roberta ? "roberta" : "bert");
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -164,7 +148,7 @@ rt_status bert_config_save(const bert_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
     cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
-    cJSON_AddStringToObject(o, "hidden_act", act_names[c->act]);
+    cJSON_AddStringToObject(o, "hidden_act", mdl_hf_act_name(c->act));
     cJSON_AddNumberToObject(o, "hidden_dropout_prob", c->hidden_dropout_prob);
     cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", c->attention_probs_dropout_prob);
     cJSON_AddNumberToObject(o, "classifier_dropout", c->classifier_dropout);

@@ -11,6 +11,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/heads.h"
+#include "models/hf_config.h"
 #include "models/parallel.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
@@ -106,13 +107,7 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     RT_TRY(ckpt_json_get_double(root, path, "attn_pdrop", &d, false, 0.1));
     c->attn_pdrop = (float)d;
     RT_TRY(ckpt_json_get_string(root, path, "activation_function", &act, false, "gelu_new"));
-    if (strcmp(act, "gelu_new") == 0 || strcmp(act, "gelu_pytorch_tanh") == 0 || strcmp(act, "gelu_fast") == 0)
-        c->act = RT_ACT_GELU_TANH;
-    else if (strcmp(act, "gelu") == 0)
-        c->act = RT_ACT_GELU_ERF;
-    else if (strcmp(act, "relu") == 0)
-        c->act = RT_ACT_RELU;
-    else
+    if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'activation_function' is '%s', expected gelu_new, gelu or relu", path, act);
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "pad_token_id")))
         RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, -1));
@@ -124,14 +119,12 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     }
     RT_TRY(gpt2_config_validate(c, 1));
 fail:
-    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    st = mdl_hf_config_result(st, path, false);
     cJSON_Delete(root);
     return st;
 }
 
 rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
-    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
-                                            [RT_ACT_RELU] = "relu"};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", "gpt2");
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -150,7 +143,7 @@ rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "embd_pdrop", c->embd_pdrop);
     cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_pdrop);
     cJSON_AddNumberToObject(o, "attn_pdrop", c->attn_pdrop);
-    cJSON_AddStringToObject(o, "activation_function", act_names[c->act]);
+    cJSON_AddStringToObject(o, "activation_function", mdl_hf_act_name(c->act));
     if (c->pad_token_id >= 0) cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(o, "bos_token_id", c->eos_token_id);

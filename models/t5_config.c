@@ -9,6 +9,7 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
+#include "models/hf_config.h"
 
 void t5_config_default(t5_config *c) {
     memset(c, 0, sizeof *c);
@@ -33,24 +34,12 @@ void t5_config_default(t5_config *c) {
     c->decoder_start_token_id = 0;
 }
 
-/* The activation named by feed_forward_proj's last part; false when unknown. */
+/* The activation named by feed_forward_proj's last part; false when unknown. HF: "gated-gelu"
+ * means gelu_new, a plain "gelu" the erf one. */
 static bool t5_act_from_name(const char *name, bool gated, rt_act_kind *act) {
-    if (strcmp(name, "relu") == 0)
-        *act = RT_ACT_RELU;
-    else if (strcmp(name, "gelu_new") == 0 || strcmp(name, "gelu_pytorch_tanh") == 0)
-        *act = RT_ACT_GELU_TANH;
-    else if (strcmp(name, "gelu") == 0) /* HF: "gated-gelu" is gelu_new, a plain "gelu" the erf one */
-        *act = gated ? RT_ACT_GELU_TANH : RT_ACT_GELU_ERF;
-    else
-        return false;
+    if (!mdl_hf_act_from_name(name, act)) return false;
+    if (gated && strcmp(name, "gelu") == 0) *act = RT_ACT_GELU_TANH;
     return true;
-}
-
-static rt_status t5_get_float(const cJSON *root, const char *path, const char *key, float *out, double def) {
-    double d;
-    rt_status st = ckpt_json_get_double(root, path, key, &d, false, def);
-    if (st == RT_OK) *out = (float)d;
-    return st;
 }
 
 rt_status t5_config_load(const char *config_json, t5_config *c) {
@@ -74,9 +63,9 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
                              c->relative_attention_num_buckets));
     RT_TRY(ckpt_json_get_int(root, path, "relative_attention_max_distance", &c->relative_attention_max_distance,
                              false, c->relative_attention_max_distance));
-    RT_TRY(t5_get_float(root, path, "dropout_rate", &c->dropout_rate, 0.1));
-    RT_TRY(t5_get_float(root, path, "layer_norm_epsilon", &c->layer_norm_epsilon, 1e-6));
-    RT_TRY(t5_get_float(root, path, "initializer_factor", &c->initializer_factor, 1.0));
+    RT_TRY(ckpt_json_get_float(root, path, "dropout_rate", &c->dropout_rate, false, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "layer_norm_epsilon", &c->layer_norm_epsilon, false, 1e-6));
+    RT_TRY(ckpt_json_get_float(root, path, "initializer_factor", &c->initializer_factor, false, 1.0));
     RT_TRY(ckpt_json_get_string(root, path, "feed_forward_proj", &ffp, false, "relu"));
     {
         const char *dash = strchr(ffp, '-');
@@ -95,26 +84,19 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
         RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
     RT_TRY(ckpt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false,
                              c->pad_token_id));
-    st = t5_config_validate(c, 1);
-    if (st != RT_OK) {
-        char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
-        snprintf(msg, sizeof msg, "%s", rt_error_message());
-        RT_FAIL(st, "%s: %s", path, msg);
-    }
+    st = mdl_hf_config_result(t5_config_validate(c, 1), path, true);
 fail:
-    if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
+    st = mdl_hf_config_result(st, path, false);
     cJSON_Delete(root);
     return st;
 }
 
 rt_status t5_config_save(const t5_config *c, const char *path) {
-    static const char *const act_names[] = {[RT_ACT_GELU_TANH] = "gelu_new", [RT_ACT_GELU_ERF] = "gelu",
-                                            [RT_ACT_RELU] = "relu", [RT_ACT_TANH] = "tanh"};
     char ffp[64];
     if (c->gated && c->act == RT_ACT_GELU_TANH)
         snprintf(ffp, sizeof ffp, "gated-gelu");
     else
-        snprintf(ffp, sizeof ffp, "%s%s", c->gated ? "gated-" : "", act_names[c->act]);
+        snprintf(ffp, sizeof ffp, "%s%s", c->gated ? "gated-" : "", mdl_hf_act_name(c->act));
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", "t5");
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
