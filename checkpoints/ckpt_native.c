@@ -40,7 +40,7 @@ static const char nat_end_magic[8] = {'T', 'Z', 'C', 'K', 'E', 'N', 'D', 0};
 #endif
 
 /* zlib's crc32 takes a 32-bit length; feed it in pieces. */
-static uint32_t nat_crc(const void *p, size_t n) {
+uint32_t ckpt_native_crc32(const void *p, size_t n) {
     uLong c = crc32(0L, Z_NULL, 0);
     const unsigned char *b = p;
     while (n) {
@@ -119,7 +119,7 @@ rt_status ckpt_native_writer_begin(const char *path, const char *metadata_json, 
     put_u32(hdr + 8, CKPT_NATIVE_VERSION);
     put_u32(hdr + 12, 0);
     put_u64(hdr + 16, mlen);
-    w->meta_crc = nat_crc(meta, mlen);
+    w->meta_crc = ckpt_native_crc32(meta, mlen);
     RT_TRY(ckpt_atomic_begin(path, &w->af));
     RT_TRY(ckpt_atomic_write(w->af, hdr, sizeof hdr));
     RT_TRY(ckpt_atomic_write(w->af, meta, mlen));
@@ -172,7 +172,7 @@ rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dty
     tbl_put(w, b, 8);
     put_u64(b, nbytes);
     tbl_put(w, b, 8);
-    put_u32(b, nat_crc(data, nbytes));
+    put_u32(b, ckpt_native_crc32(data, nbytes));
     tbl_put(w, b, 4);
     w->names = rt_xrealloc(w->names, (size_t)(w->n_records + 1) * sizeof *w->names);
     w->names[w->n_records++] = rt_xstrdup(name);
@@ -189,7 +189,7 @@ rt_status ckpt_native_writer_commit(ckpt_native_writer *w) {
     put_u64(foot, table_offset);
     put_u64(foot + 8, w->table_len);
     put_u64(foot + 16, w->n_records);
-    put_u32(foot + 24, nat_crc(w->table, w->table_len));
+    put_u32(foot + 24, ckpt_native_crc32(w->table, w->table_len));
     put_u32(foot + 28, w->meta_crc);
     put_u64(foot + 32, 0);
     memcpy(foot + 40, nat_end_magic, 8);
@@ -216,6 +216,7 @@ typedef struct {
     size_t shape[CKPT_MAX_DIMS];
     size_t numel;
     uint64_t offset, nbytes;
+    uint32_t crc32;
 } nat_entry;
 
 struct ckpt_native_file {
@@ -295,6 +296,7 @@ static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char 
     e->offset = get_u64(tbl + p);
     e->nbytes = get_u64(tbl + p + 8);
     uint32_t crc = get_u32(tbl + p + 16);
+    e->crc32 = crc;
     p += 20;
     if (e->nbytes != (uint64_t)e->numel * esize) {
         char sbuf[160];
@@ -308,7 +310,7 @@ static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char 
                          path, e->name, (unsigned long long)e->offset, (unsigned long long)e->nbytes);
     if (!nat_is_padding(f->map + prev_end, e->offset - prev_end))
         return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': unexpected bytes before the record (corrupt padding)", path, e->name);
-    if (!NAT_CRC_OK(nat_crc(f->map + e->offset, (size_t)e->nbytes), crc))
+    if (!NAT_CRC_OK(ckpt_native_crc32(f->map + e->offset, (size_t)e->nbytes), crc))
         return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': CRC mismatch (the data is corrupt)", path, e->name);
     *pos = p;
     return RT_OK;
@@ -358,9 +360,9 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     if (table_offset < data_begin || table_offset > body_end || table_len != body_end - table_offset)
         RT_FAIL(RT_ERR_FORMAT, "%s: record table at %llu (+%llu bytes) does not fit between the metadata and the footer",
                 path, (unsigned long long)table_offset, (unsigned long long)table_len);
-    if (!NAT_CRC_OK(nat_crc(f->map + table_offset, (size_t)table_len), get_u32(foot + 24)))
+    if (!NAT_CRC_OK(ckpt_native_crc32(f->map + table_offset, (size_t)table_len), get_u32(foot + 24)))
         RT_FAIL(RT_ERR_FORMAT, "%s: record table CRC mismatch (the file is corrupt)", path);
-    if (!NAT_CRC_OK(nat_crc(f->map + NAT_HEADER_SIZE, (size_t)meta_len), get_u32(foot + 28)))
+    if (!NAT_CRC_OK(ckpt_native_crc32(f->map + NAT_HEADER_SIZE, (size_t)meta_len), get_u32(foot + 28)))
         RT_FAIL(RT_ERR_FORMAT, "%s: metadata CRC mismatch (the file is corrupt)", path);
     if (memchr(f->map + NAT_HEADER_SIZE, 0, (size_t)meta_len))
         RT_FAIL(RT_ERR_FORMAT, "%s: metadata holds a NUL byte", path);
@@ -423,6 +425,7 @@ void ckpt_native_record_at(const ckpt_native_file *f, size_t i, ckpt_native_reco
     out->data = f->map + e->offset;
     out->numel = e->numel;
     out->nbytes = (size_t)e->nbytes;
+    out->crc32 = e->crc32;
 }
 
 static long nat_lookup(const ckpt_native_file *f, const char *name) {

@@ -27,6 +27,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS, ckpt_shape_str */
 #include "runtime/rt_dtype.h"
@@ -48,7 +49,11 @@ typedef struct {
     const void *data; /* into the mapping, 64-byte aligned; lives until close */
     size_t numel;
     size_t nbytes;
+    uint32_t crc32; /* of the data, as the table records it (checked at open) */
 } ckpt_native_record;
+
+/* zlib's CRC-32 of n bytes (any n), the checksum every record carries. */
+uint32_t ckpt_native_crc32(const void *data, size_t n);
 
 /* ---- writing ---- */
 /* metadata_json must be valid JSON (checked: a typo here would only show at resume time). */

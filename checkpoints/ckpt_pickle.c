@@ -23,7 +23,7 @@
     } while (0)
 
 typedef enum { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR, PV_TUPLE, PV_LIST, PV_DICT, PV_GLOBAL, PV_STORAGE, PV_TENSOR } pv_kind;
-typedef enum { PG_ORDERED_DICT, PG_REBUILD_V2, PG_REBUILD, PG_REBUILD_PARAM, PG_STORAGE_TYPE } pg_kind;
+typedef enum { PG_ORDERED_DICT, PG_REBUILD_V2, PG_REBUILD, PG_REBUILD_PARAM, PG_STORAGE_TYPE, PG_NAMESPACE } pg_kind;
 
 typedef struct pv pv;
 struct pv {
@@ -34,6 +34,7 @@ struct pv {
     pv **items;     /* TUPLE, LIST; DICT: key, value, key, value, ... */
     size_t n, cap;  /* items used (a DICT holds n / 2 pairs) */
     pg_kind g;      /* GLOBAL */
+    int object;     /* DICT: an argparse.Namespace, whose BUILD state becomes its items */
     rt_dtype dtype; /* GLOBAL storage type, STORAGE, TENSOR */
     /* TENSOR */
     const pv *storage;
@@ -142,6 +143,14 @@ static const struct {
     {"LongStorage", RT_I64},  {"IntStorage", RT_I32},  {"ByteStorage", RT_U8},       {"BoolStorage", RT_BOOL},
 };
 
+static int pk_is_torch_dtype(const char *n) {
+    static const char *const dtypes[] = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16",
+                                         "int8", "uint8", "bool"};
+    for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++)
+        if (!strcmp(n, dtypes[k])) return 1;
+    return 0;
+}
+
 /* The allowlist. Everything else is refused here, before any REDUCE could use it. */
 static rt_status pk_global(pk_reader *r, const char *mod, size_t mlen, const char *name, size_t nlen) {
     char m[96], n[96], msg[320];
@@ -155,7 +164,11 @@ static rt_status pk_global(pk_reader *r, const char *mod, size_t mlen, const cha
     else if (!strcmp(m, "torch._utils") && !strcmp(n, "_rebuild_tensor")) g->g = PG_REBUILD;
     else if (!strcmp(m, "torch._utils") && (!strcmp(n, "_rebuild_parameter") || !strcmp(n, "_rebuild_parameter_with_state")))
         g->g = PG_REBUILD_PARAM;
-    else if (!strcmp(m, "torch")) {
+    else if (!strcmp(m, "argparse") && !strcmp(n, "Namespace")) g->g = PG_NAMESPACE; /* Megatron's 'args' */
+    else if (!strcmp(m, "torch") && pk_is_torch_dtype(n)) {
+        pk_push(r, pv_new(r, PV_NONE)); /* a dtype value (Megatron's args.params_dtype): inert, skipped */
+        return RT_OK;
+    } else if (!strcmp(m, "torch")) {
         ok = 0;
         for (size_t k = 0; k < sizeof pk_storages / sizeof *pk_storages; k++) {
             if (!strcmp(n, pk_storages[k].name)) {
@@ -238,6 +251,25 @@ static rt_status pk_rebuild_tensor(pk_reader *r, const pv *args, pv **out) {
     return RT_OK;
 }
 
+/* argparse.Namespace() as an empty dict; its BUILD state fills it. */
+static rt_status pk_new_namespace(pk_reader *r, const pv *args, pv **out) {
+    if (args->kind != PV_TUPLE || args->n != 0) return pk_err(r, "argparse.Namespace(...) with arguments");
+    *out = pv_new(r, PV_DICT);
+    (*out)->object = 1;
+    return RT_OK;
+}
+
+/* NEWOBJ: cls.__new__(cls, *args), allowed for argparse.Namespace only. */
+static rt_status pk_newobj(pk_reader *r) {
+    pv *args = NULL, *cls = NULL, *res = NULL;
+    PK_TRY(pk_pop(r, &args));
+    PK_TRY(pk_pop(r, &cls));
+    if (cls->kind != PV_GLOBAL || cls->g != PG_NAMESPACE) return pk_err(r, "NEWOBJ of a class other than argparse.Namespace");
+    PK_TRY(pk_new_namespace(r, args, &res));
+    pk_push(r, res);
+    return RT_OK;
+}
+
 static rt_status pk_reduce(pk_reader *r) {
     pv *args = NULL, *fn = NULL, *res = NULL;
     PK_TRY(pk_pop(r, &args));
@@ -256,6 +288,7 @@ static rt_status pk_reduce(pk_reader *r) {
         res = args->items[0];
         break;
     case PG_STORAGE_TYPE: return pk_err(r, "refusing to call a torch storage type");
+    case PG_NAMESPACE: PK_TRY(pk_new_namespace(r, args, &res)); break;
     }
     pk_push(r, res);
     return RT_OK;
@@ -484,10 +517,13 @@ static rt_status pk_run(pk_reader *r, pv **result) {
             PK_TRY(pk_global(r, a->s, a->n, b->s, b->n));
             break;
         case 'R': PK_TRY(pk_reduce(r)); break;
-        case 'b': /* BUILD: the state of an OrderedDict (_metadata) or a tensor; not needed */
+        case 0x81: PK_TRY(pk_newobj(r)); break;
+        case 'b': /* BUILD: a Namespace's fields; else the state of an OrderedDict (_metadata) or a tensor, not needed */
             PK_TRY(pk_pop(r, &a));
             PK_TRY(pk_top(r, &v));
             if (v->kind != PV_DICT && v->kind != PV_TENSOR) return pk_err(r, "BUILD of something other than a dict or tensor");
+            if (v->object && a->kind == PV_DICT)
+                for (size_t k = 0; k < a->n; k++) pv_append(v, a->items[k]);
             break;
         case 'Q': PK_TRY(pk_persid(r)); break;
         case '0': PK_TRY(pk_pop(r, &v)); break;

@@ -4,8 +4,9 @@
  * GLOBAL the file names, which is how a hostile .bin runs code. This reader interprets the
  * opcodes that state dicts use (protocol 2 as torch writes it, plus the protocol 4 forms of
  * the same things) on its own small value stack, and the only callables it knows are
- * collections.OrderedDict, torch._utils._rebuild_tensor(_v2) and _rebuild_parameter(_with_state)
- * and the torch.*Storage type tags of persistent ids. Any other GLOBAL is refused at once, with
+ * collections.OrderedDict, torch._utils._rebuild_tensor(_v2) and _rebuild_parameter(_with_state),
+ * the torch.*Storage type tags of persistent ids, and argparse.Namespace (Megatron's 'args', read as
+ * a dict of its fields); torch dtype names (torch.float32) are inert values. Any other GLOBAL is refused at once, with
  * its module.name in the message, before anything could call it.
  *
  * The result is flat: nested dicts (FlagAI's {'module': sd}, Megatron's {'model':

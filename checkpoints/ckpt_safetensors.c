@@ -338,14 +338,21 @@ static void sb_json_string(st_buf *b, const char *s) {
 
 static int st_cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write_entry *entries,
-                                 const char *metadata_json) {
+struct ckpt_st_writer {
+    ckpt_atomic_file *af;
+    const ckpt_st_write_entry *entries; /* the caller's, alive until commit */
+    size_t n, next;
+};
+
+rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_st_write_entry *entries,
+                                        const char *metadata_json, ckpt_st_writer **out) {
     rt_status st = RT_OK;
     st_buf hdr = {0};
     cJSON *meta = NULL;
     char *meta_text = NULL;
     const char **names = NULL;
     ckpt_atomic_file *af = NULL;
+    *out = NULL;
 
     /* duplicate names would make a file that our own reader (and HF's) rejects */
     names = rt_xmalloc((n ? n : 1) * sizeof *names);
@@ -383,7 +390,6 @@ rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write
             RT_CHECK(e->shape[d] == 0 || numel <= SIZE_MAX / e->shape[d], "tensor '%s' shape overflows", e->name);
             numel *= e->shape[d];
         }
-        RT_CHECK(numel == 0 || e->data != NULL, "tensor '%s' has no data", e->name);
         size_t nbytes = numel * rt_dtype_size(e->store);
         char num[64];
         if (i || metadata_json) sb_puts(&hdr, ",");
@@ -409,30 +415,61 @@ rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write
     RT_TRY(ckpt_atomic_begin(path, &af));
     RT_TRY(ckpt_atomic_write(af, lenbuf, 8));
     RT_TRY(ckpt_atomic_write(af, hdr.p, hdr.len));
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_st_write_entry *e = &entries[i];
-        size_t numel = 1;
-        for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
-        if (e->store == RT_F32) {
-            RT_TRY(ckpt_atomic_write(af, e->data, numel * sizeof(float)));
-            continue;
-        }
-        uint16_t tmp[2048];
-        for (size_t j = 0; j < numel;) {
-            size_t m = numel - j < 2048 ? numel - j : 2048;
-            for (size_t k = 0; k < m; k++)
-                tmp[k] = e->store == RT_F16 ? rt_f32_to_f16(e->data[j + k]) : rt_f32_to_bf16(e->data[j + k]);
-            RT_TRY(ckpt_atomic_write(af, tmp, m * 2));
-            j += m;
-        }
-    }
-    st = ckpt_atomic_commit(af);
+    ckpt_st_writer *w = rt_xcalloc(1, sizeof *w);
+    w->af = af;
+    w->entries = entries;
+    w->n = n;
     af = NULL;
+    *out = w;
 fail:
     ckpt_atomic_abort(af);
     free(names);
     free(hdr.p);
     cJSON_free(meta_text);
     cJSON_Delete(meta);
+    return st;
+}
+
+rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data) {
+    RT_CHECK(w->next < w->n, "more tensors than the header lists (%zu)", w->n);
+    const ckpt_st_write_entry *e = &w->entries[w->next++];
+    size_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
+    RT_CHECK(numel == 0 || data != NULL, "tensor '%s' has no data", e->name);
+    if (e->store == RT_F32) return ckpt_atomic_write(w->af, data, numel * sizeof(float));
+    uint16_t tmp[2048];
+    for (size_t j = 0; j < numel;) {
+        size_t m = numel - j < 2048 ? numel - j : 2048;
+        for (size_t k = 0; k < m; k++) tmp[k] = e->store == RT_F16 ? rt_f32_to_f16(data[j + k]) : rt_f32_to_bf16(data[j + k]);
+        rt_status st = ckpt_atomic_write(w->af, tmp, m * 2);
+        if (st != RT_OK) return st;
+        j += m;
+    }
+    return RT_OK;
+}
+
+rt_status ckpt_safetensors_writer_commit(ckpt_st_writer *w) {
+    RT_CHECK(w->next == w->n, "%zu of %zu tensors written", w->next, w->n);
+    rt_status st = ckpt_atomic_commit(w->af);
+    free(w);
+    return st;
+}
+
+void ckpt_safetensors_writer_abort(ckpt_st_writer *w) {
+    if (!w) return;
+    ckpt_atomic_abort(w->af);
+    free(w);
+}
+
+rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write_entry *entries,
+                                 const char *metadata_json) {
+    rt_status st = RT_OK;
+    ckpt_st_writer *w = NULL;
+    RT_TRY(ckpt_safetensors_writer_begin(path, n, entries, metadata_json, &w));
+    for (size_t i = 0; i < n; i++) RT_TRY(ckpt_safetensors_writer_put(w, entries[i].data));
+    st = ckpt_safetensors_writer_commit(w);
+    w = NULL;
+fail:
+    ckpt_safetensors_writer_abort(w);
     return st;
 }

@@ -68,4 +68,14 @@ typedef struct {
 rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write_entry *entries,
                                  const char *metadata_json);
 
+/* The same, streamed: begin writes the header from the entries' names, shapes and store types
+ * (their data is not read), put appends the next tensor's float32 data in entry order, and
+ * commit renames the complete file into place. entries must live until commit or abort. */
+typedef struct ckpt_st_writer ckpt_st_writer;
+rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_st_write_entry *entries,
+                                        const char *metadata_json, ckpt_st_writer **out);
+rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data);
+rt_status ckpt_safetensors_writer_commit(ckpt_st_writer *w); /* frees w */
+void ckpt_safetensors_writer_abort(ckpt_st_writer *w);        /* accepts NULL */
+
 #endif

@@ -14,6 +14,7 @@
 
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_name_index.h"
+#include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_torch.h"
 #include "checkpoints/ckpt_zip.h"
 
@@ -55,6 +56,10 @@ rt_status ckpt_source_find_weights(const char *dir, char *out_path, size_t size)
         return RT_OK;
     }
     if (!S_ISDIR(sb.st_mode)) return rt_errorf(RT_ERR_IO, "%s: not a directory", dir);
+    if (ckpt_sharded_is_dir(dir)) { /* tz-convert's folder: ckpt_weights reads it whole */
+        if ((size_t)snprintf(out_path, size, "%s", dir) >= size) return rt_errorf(RT_ERR_IO, "%s: path too long", dir);
+        return RT_OK;
+    }
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         if (src_is_file(dir, names[k], out_path, size)) return RT_OK;
     return rt_errorf(RT_ERR_IO, "%s: no weights in this directory (looked for model.safetensors, "

@@ -19,7 +19,8 @@ typedef struct ckpt_source ckpt_source;
 
 /* Finds the weights of an HF model folder, in HF's order of preference: model.safetensors,
  * model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json. A file path
- * is returned as it is. No weights is RT_ERR_IO saying what was looked for. */
+ * is returned as it is, and so is a tunezoo sharded folder (tz-manifest.json; open it with
+ * ckpt_weights, not ckpt_source). No weights is RT_ERR_IO saying what was looked for. */
 rt_status ckpt_source_find_weights(const char *dir, char *out_path, size_t size);
 
 /* path: a folder (as ckpt_source_find_weights), a .safetensors or torch .bin file, or an

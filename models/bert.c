@@ -11,7 +11,8 @@
 #include <sys/stat.h>
 
 #include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_hf_bert.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/hf_config.h"
@@ -204,12 +205,12 @@ rt_status bert_config_validate(const bert_config *c, int tp) {
     return RT_OK;
 }
 
-static int bert_add(bert_model *m, const char *fmt, int l, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
-                    rt_init_kind init) {
+/* The tp rule comes from the BERT map, which the HF loader and tz-convert also read. */
+static int bert_add(bert_model *m, const char *fmt, int l, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init) {
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, fmt, l);
     int64_t shape[2] = {d0, d1};
-    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init,
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_bert, name), no_decay, init,
                          init == RT_INIT_NORMAL ? m->cfg.initializer_range : 0.0f);
 }
 
@@ -219,41 +220,41 @@ static void bert_declare_params(bert_model *m) {
     const bert_config *c = &m->cfg;
     const int C = m->C, Cl = m->C_local, Fl = m->F_local;
     const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS, O = RT_INIT_ONES;
-    m->wte = bert_add(m, "embeddings.word_embeddings.weight", 0, m->V_local, C, RT_TP_VOCAB, false, N);
+    m->wte = bert_add(m, "embeddings.word_embeddings.weight", 0, m->V_local, C, false, N);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", 0, c->max_position_embeddings, C, RT_TP_NONE, false,
+    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", 0, c->max_position_embeddings, C, false,
                       N);
-    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", 0, c->type_vocab_size, C, RT_TP_NONE, false, N);
-    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", 0, C, 0, RT_TP_NONE, true, O);
-    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", 0, C, 0, RT_TP_NONE, true, Z);
+    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", 0, c->type_vocab_size, C, false, N);
+    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", 0, C, 0, true, O);
+    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", 0, C, 0, true, Z);
     m->layer = rt_xcalloc((size_t)c->num_hidden_layers, sizeof *m->layer);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         bert_layer_params *p = &m->layer[l];
-        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * Cl, C, RT_TP_QKV, false, N);
-        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * Cl, 0, RT_TP_QKV, true, Z);
-        p->ao_w = bert_add(m, "encoder.layer.%d.attention.output.dense.weight", l, C, Cl, RT_TP_ROW, false, N);
-        p->ao_b = bert_add(m, "encoder.layer.%d.attention.output.dense.bias", l, C, 0, RT_TP_NONE, true, Z);
-        p->ln1_w = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.weight", l, C, 0, RT_TP_NONE, true, O);
-        p->ln1_b = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.bias", l, C, 0, RT_TP_NONE, true, Z);
-        p->in_w = bert_add(m, "encoder.layer.%d.intermediate.dense.weight", l, Fl, C, RT_TP_COL, false, N);
-        p->in_b = bert_add(m, "encoder.layer.%d.intermediate.dense.bias", l, Fl, 0, RT_TP_COL, true, Z);
-        p->out_w = bert_add(m, "encoder.layer.%d.output.dense.weight", l, C, Fl, RT_TP_ROW, false, N);
-        p->out_b = bert_add(m, "encoder.layer.%d.output.dense.bias", l, C, 0, RT_TP_NONE, true, Z);
-        p->ln2_w = bert_add(m, "encoder.layer.%d.output.LayerNorm.weight", l, C, 0, RT_TP_NONE, true, O);
-        p->ln2_b = bert_add(m, "encoder.layer.%d.output.LayerNorm.bias", l, C, 0, RT_TP_NONE, true, Z);
+        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * Cl, C, false, N);
+        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * Cl, 0, true, Z);
+        p->ao_w = bert_add(m, "encoder.layer.%d.attention.output.dense.weight", l, C, Cl, false, N);
+        p->ao_b = bert_add(m, "encoder.layer.%d.attention.output.dense.bias", l, C, 0, true, Z);
+        p->ln1_w = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.weight", l, C, 0, true, O);
+        p->ln1_b = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.bias", l, C, 0, true, Z);
+        p->in_w = bert_add(m, "encoder.layer.%d.intermediate.dense.weight", l, Fl, C, false, N);
+        p->in_b = bert_add(m, "encoder.layer.%d.intermediate.dense.bias", l, Fl, 0, true, Z);
+        p->out_w = bert_add(m, "encoder.layer.%d.output.dense.weight", l, C, Fl, false, N);
+        p->out_b = bert_add(m, "encoder.layer.%d.output.dense.bias", l, C, 0, true, Z);
+        p->ln2_w = bert_add(m, "encoder.layer.%d.output.LayerNorm.weight", l, C, 0, true, O);
+        p->ln2_b = bert_add(m, "encoder.layer.%d.output.LayerNorm.bias", l, C, 0, true, Z);
     }
     /* the head is small and replicated on every tp rank */
     const int NL = c->num_labels;
     if (c->roberta) {
-        m->hd_w = bert_add(m, "classifier.dense.weight", 0, C, C, RT_TP_NONE, false, N);
-        m->hd_b = bert_add(m, "classifier.dense.bias", 0, C, 0, RT_TP_NONE, true, Z);
-        m->ho_w = bert_add(m, "classifier.out_proj.weight", 0, NL, C, RT_TP_NONE, false, N);
-        m->ho_b = bert_add(m, "classifier.out_proj.bias", 0, NL, 0, RT_TP_NONE, true, Z);
+        m->hd_w = bert_add(m, "classifier.dense.weight", 0, C, C, false, N);
+        m->hd_b = bert_add(m, "classifier.dense.bias", 0, C, 0, true, Z);
+        m->ho_w = bert_add(m, "classifier.out_proj.weight", 0, NL, C, false, N);
+        m->ho_b = bert_add(m, "classifier.out_proj.bias", 0, NL, 0, true, Z);
     } else {
-        m->hd_w = bert_add(m, "pooler.dense.weight", 0, C, C, RT_TP_NONE, false, N);
-        m->hd_b = bert_add(m, "pooler.dense.bias", 0, C, 0, RT_TP_NONE, true, Z);
-        m->ho_w = bert_add(m, "classifier.weight", 0, NL, C, RT_TP_NONE, false, N);
-        m->ho_b = bert_add(m, "classifier.bias", 0, NL, 0, RT_TP_NONE, true, Z);
+        m->hd_w = bert_add(m, "pooler.dense.weight", 0, C, C, false, N);
+        m->hd_b = bert_add(m, "pooler.dense.bias", 0, C, 0, true, Z);
+        m->ho_w = bert_add(m, "classifier.weight", 0, NL, C, false, N);
+        m->ho_b = bert_add(m, "classifier.bias", 0, NL, 0, true, Z);
     }
 }
 
@@ -656,7 +657,8 @@ rt_status bert_save_hf(bert_model *m, const char *dir) {
     if (tp->rank == 0) (void)mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     /* collective: every rank takes part, and every rank returns rank 0's status */
-    RT_TRY(ckpt_hf_bert_save(path, &m->params, m->cfg.roberta, m->cfg.vocab_size, tp));
+    RT_TRY(ckpt_save_hf(path, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params, m->cfg.vocab_size,
+                      m->cfg.num_attention_heads, tp));
     if (tp->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         st = bert_config_save(&m->cfg, path);
@@ -672,9 +674,9 @@ fail:
 }
 
 rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size) {
-    ckpt_hf_load_report rep;
-    rt_status st = ckpt_hf_bert_load_tp(weights, &m->params, m->cfg.vocab_size, m->cfg.num_attention_heads,
-                                        m->tp->rank, m->tp->size, &rep);
+    ckpt_load_report rep;
+    rt_status st = ckpt_load_hf(weights, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params,
+                                m->cfg.vocab_size, m->cfg.num_attention_heads, m->tp->rank, m->tp->size, NULL, &rep);
     if (st == RT_OK && report)
         snprintf(report, size, "%d tensors loaded%s%s%s%s", rep.loaded, rep.missing ? "; newly initialized: " : "",
                  rep.missing ? rep.first_missing : "", rep.missing > 1 ? " and others" : "",

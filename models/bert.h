@@ -13,7 +13,7 @@
  * FFN output denses row-parallel, and the word embedding vocab-parallel (padded to
  * ckpt_tp_padded_vocab rows). Parameter names are HF's without the "bert."/"roberta."
  * prefix, except that q, k and v are one parameter "encoder.layer.N.attention.self.qkv.*"
- * ([q; k; v] rows); checkpoints/ckpt_hf_bert.h maps them to and from HF files. */
+ * ([q; k; v] rows); the BERT table in checkpoints/ckpt_map_tables.c maps them to and from HF files. */
 #ifndef BERT_H
 #define BERT_H
 
@@ -74,7 +74,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
 rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_types,
                       int B, int T, float *host_hidden);
 /* Loads HF weights (a .safetensors or .bin file, or a sharded index: ckpt_source.h) into this
- * tp rank's shards (ckpt_hf_bert_load_tp);
+ * tp rank's shards (ckpt_load_hf);
  * report (may be NULL) gets one line: tensors loaded, and which parameters kept their init
  * (e.g. the head of a pre-trained checkpoint). */
 rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size);

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/heads.h"
@@ -182,12 +183,14 @@ rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
     return RT_OK;
 }
 
-static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
-                    rt_init_kind init, float std) {
+/* The tp rule comes from the GPT-2 map, which the HF loader and tz-convert also read. */
+static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init,
+                    float std) {
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, fmt, l);
     int64_t shape[2] = {d0, d1};
-    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init, std);
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_gpt2, name), no_decay, init,
+                         std);
 }
 
 static void gpt2_declare_params(gpt2_model *m) {
@@ -196,28 +199,28 @@ static void gpt2_declare_params(gpt2_model *m) {
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
     float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
     int C = m->C, Cl = m->C_local, Fl = m->F_local;
-    m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, RT_TP_VOCAB, false, RT_INIT_NORMAL, std);
+    m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, false, RT_INIT_NORMAL, std);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
+    m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     m->layer = rt_xcalloc((size_t)c->n_layer, sizeof *m->layer);
     for (int l = 0; l < c->n_layer; l++) {
         gpt2_layer_params *p = &m->layer[l];
-        p->ln1_w = gpt2_add(m, "h.%d.ln_1.weight", l, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
-        p->ln1_b = gpt2_add(m, "h.%d.ln_1.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
-        p->qkv_w = gpt2_add(m, "h.%d.attn.c_attn.weight", l, 3 * Cl, C, RT_TP_QKV, false, RT_INIT_NORMAL, std);
-        p->qkv_b = gpt2_add(m, "h.%d.attn.c_attn.bias", l, 3 * Cl, 0, RT_TP_QKV, true, RT_INIT_ZEROS, 0);
-        p->proj_w = gpt2_add(m, "h.%d.attn.c_proj.weight", l, C, Cl, RT_TP_ROW, false, RT_INIT_NORMAL, proj_std);
-        p->proj_b = gpt2_add(m, "h.%d.attn.c_proj.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
-        p->ln2_w = gpt2_add(m, "h.%d.ln_2.weight", l, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
-        p->ln2_b = gpt2_add(m, "h.%d.ln_2.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
-        p->fc_w = gpt2_add(m, "h.%d.mlp.c_fc.weight", l, Fl, C, RT_TP_COL, false, RT_INIT_NORMAL, std);
-        p->fc_b = gpt2_add(m, "h.%d.mlp.c_fc.bias", l, Fl, 0, RT_TP_COL, true, RT_INIT_ZEROS, 0);
-        p->fcproj_w = gpt2_add(m, "h.%d.mlp.c_proj.weight", l, C, Fl, RT_TP_ROW, false, RT_INIT_NORMAL, proj_std);
-        p->fcproj_b = gpt2_add(m, "h.%d.mlp.c_proj.bias", l, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
+        p->ln1_w = gpt2_add(m, "h.%d.ln_1.weight", l, C, 0, true, RT_INIT_ONES, 0);
+        p->ln1_b = gpt2_add(m, "h.%d.ln_1.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
+        p->qkv_w = gpt2_add(m, "h.%d.attn.c_attn.weight", l, 3 * Cl, C, false, RT_INIT_NORMAL, std);
+        p->qkv_b = gpt2_add(m, "h.%d.attn.c_attn.bias", l, 3 * Cl, 0, true, RT_INIT_ZEROS, 0);
+        p->proj_w = gpt2_add(m, "h.%d.attn.c_proj.weight", l, C, Cl, false, RT_INIT_NORMAL, proj_std);
+        p->proj_b = gpt2_add(m, "h.%d.attn.c_proj.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
+        p->ln2_w = gpt2_add(m, "h.%d.ln_2.weight", l, C, 0, true, RT_INIT_ONES, 0);
+        p->ln2_b = gpt2_add(m, "h.%d.ln_2.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
+        p->fc_w = gpt2_add(m, "h.%d.mlp.c_fc.weight", l, Fl, C, false, RT_INIT_NORMAL, std);
+        p->fc_b = gpt2_add(m, "h.%d.mlp.c_fc.bias", l, Fl, 0, true, RT_INIT_ZEROS, 0);
+        p->fcproj_w = gpt2_add(m, "h.%d.mlp.c_proj.weight", l, C, Fl, false, RT_INIT_NORMAL, proj_std);
+        p->fcproj_b = gpt2_add(m, "h.%d.mlp.c_proj.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
     }
-    m->lnf_w = gpt2_add(m, "ln_f.weight", 0, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
-    m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, RT_TP_NONE, true, RT_INIT_ZEROS, 0);
-    m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, RT_TP_NONE, false, RT_INIT_NORMAL, std);
+    m->lnf_w = gpt2_add(m, "ln_f.weight", 0, C, 0, true, RT_INIT_ONES, 0);
+    m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, true, RT_INIT_ZEROS, 0);
+    m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
 
 #define P(idx) rt_params_data(&m->params, (idx))
@@ -589,7 +592,7 @@ static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
     }
     /* the weights are gathered over tp even when the config failed, so no rank waits forever */
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    rt_status st2 = ckpt_hf_gpt2_save(path, &m->params, m->cfg.vocab_size, m->tp);
+    rt_status st2 = ckpt_save_hf(path, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp);
     return st != RT_OK ? st : st2;
 }
 

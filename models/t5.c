@@ -13,7 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoints/ckpt_hf_t5.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
@@ -22,7 +23,8 @@
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
 
-/* ---- the HF name map as a table: one row per parameter of a block ---- */
+/* ---- a block's parameters as a table: one row per parameter (their tp rules and HF names
+ * are in checkpoints/ckpt_map_tables.c) ---- */
 
 typedef enum { T5_SHAPE_C, T5_SHAPE_IN_PROJ, T5_SHAPE_OUT_PROJ, T5_SHAPE_FF_IN, T5_SHAPE_FF_OUT, T5_SHAPE_BUCKETS } t5_shape;
 typedef enum { T5_STD_NORM, T5_STD_Q, T5_STD_KV, T5_STD_O, T5_STD_WI, T5_STD_WO, T5_STD_REL } t5_std;
@@ -33,7 +35,6 @@ typedef struct {
     const char *name; /* after "<stack>.block.<n>.layer.<sub>." */
     size_t field;     /* offsetof(t5_block_params, ...) */
     t5_shape shape;
-    rt_tp_rule tp;
     t5_std std;
     t5_sub sub;
     unsigned when;
@@ -42,23 +43,23 @@ typedef struct {
 #define T5_F(x) offsetof(t5_block_params, x)
 /* HF's named_parameters order within a block. */
 static const t5_param_row t5_block_rows[] = {
-    {"SelfAttention.q.weight", T5_F(q), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_Q, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.k.weight", T5_F(k), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.v.weight", T5_F(v), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.o.weight", T5_F(o), T5_SHAPE_OUT_PROJ, RT_TP_ROW, T5_STD_O, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.relative_attention_bias.weight", T5_F(rel_bias), T5_SHAPE_BUCKETS, RT_TP_ROW, T5_STD_REL,
+    {"SelfAttention.q.weight", T5_F(q), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.k.weight", T5_F(k), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.v.weight", T5_F(v), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.o.weight", T5_F(o), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.relative_attention_bias.weight", T5_F(rel_bias), T5_SHAPE_BUCKETS, T5_STD_REL,
      T5_SUB_SELF, T5_BLOCK0},
-    {"layer_norm.weight", T5_F(ln_self), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
-    {"EncDecAttention.q.weight", T5_F(cq), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.k.weight", T5_F(ck), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.v.weight", T5_F(cv), T5_SHAPE_IN_PROJ, RT_TP_COL, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.o.weight", T5_F(co), T5_SHAPE_OUT_PROJ, RT_TP_ROW, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
-    {"layer_norm.weight", T5_F(ln_cross), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
-    {"DenseReluDense.wi.weight", T5_F(wi), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
-    {"DenseReluDense.wi_0.weight", T5_F(wi), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wi_1.weight", T5_F(wi1), T5_SHAPE_FF_IN, RT_TP_COL, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wo.weight", T5_F(wo), T5_SHAPE_FF_OUT, RT_TP_ROW, T5_STD_WO, T5_SUB_FF, T5_ALL},
-    {"layer_norm.weight", T5_F(ln_ff), T5_SHAPE_C, RT_TP_NONE, T5_STD_NORM, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(ln_self), T5_SHAPE_C, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
+    {"EncDecAttention.q.weight", T5_F(cq), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.k.weight", T5_F(ck), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.v.weight", T5_F(cv), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.o.weight", T5_F(co), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
+    {"layer_norm.weight", T5_F(ln_cross), T5_SHAPE_C, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
+    {"DenseReluDense.wi.weight", T5_F(wi), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
+    {"DenseReluDense.wi_0.weight", T5_F(wi), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wi_1.weight", T5_F(wi1), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wo.weight", T5_F(wo), T5_SHAPE_FF_OUT, T5_STD_WO, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(ln_ff), T5_SHAPE_C, T5_STD_NORM, T5_SUB_FF, T5_ALL},
 };
 #undef T5_F
 
@@ -88,10 +89,11 @@ int t5_relative_bucket(int relative_position, bool bidirectional, int num_bucket
 
 /* ---- construction ---- */
 
-static int t5_add(t5_model *m, const char *name, int64_t d0, int64_t d1, rt_tp_rule tp, bool no_decay,
-                  rt_init_kind init, float std) {
+/* The tp rule comes from the T5 map, which the HF loader and tz-convert also read. */
+static int t5_add(t5_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init, float std) {
     int64_t shape[2] = {d0, d1};
-    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, tp, no_decay, init, std);
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_t5, name), no_decay, init,
+                         std);
 }
 
 static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
@@ -130,24 +132,24 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             case T5_STD_REL: std = f / sqrtf((float)c->d_model); break;
             }
             bool norm = row->std == T5_STD_NORM;
-            int idx = t5_add(m, name, d0, d1, row->tp, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
+            int idx = t5_add(m, name, d0, d1, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
             *(int *)((char *)bp + row->field) = idx;
         }
     }
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, "%s.final_layer_norm.weight", prefix);
-    s->final_ln = t5_add(m, name, C, 0, RT_TP_NONE, true, RT_INIT_ONES, 0);
+    s->final_ln = t5_add(m, name, C, 0, true, RT_INIT_ONES, 0);
 }
 
 static void t5_declare_params(t5_model *m) {
     const t5_config *c = &m->cfg;
-    m->shared = t5_add(m, "shared.weight", m->V_local, m->C, RT_TP_VOCAB, false, RT_INIT_NORMAL, c->initializer_factor);
+    m->shared = t5_add(m, "shared.weight", m->V_local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
     m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     t5_declare_stack(m, &m->enc, "encoder");
     t5_declare_stack(m, &m->dec, "decoder");
     m->lm_head = -1;
     if (!c->tie_word_embeddings) {
-        m->lm_head = t5_add(m, "lm_head.weight", m->V_local, m->C, RT_TP_VOCAB, false, RT_INIT_NORMAL,
+        m->lm_head = t5_add(m, "lm_head.weight", m->V_local, m->C, false, RT_INIT_NORMAL,
                             c->initializer_factor);
         m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
     }
@@ -312,10 +314,33 @@ rt_status t5_set_dropout(t5_model *m, float p) {
 
 /* ---- HF folders ---- */
 
+/* Whether the weights hold their own LM head: an lm_head.weight that is not a byte copy of the
+ * shared table (as transformers 5 decides whether to tie, whatever the config says). */
+static rt_status t5_weights_own_head(const char *weights, bool *own_head) {
+    rt_status st = RT_OK;
+    ckpt_weights *w = NULL;
+    *own_head = false;
+    RT_TRY(ckpt_weights_open(weights, &ckpt_map_t5, 0, &w));
+    long head = ckpt_weights_find(w, "lm_head.weight"), shared = ckpt_weights_find(w, "shared.weight");
+    *own_head = head >= 0 && (shared < 0 || !ckpt_weights_same_bytes(w, (size_t)head, (size_t)shared));
+fail:
+    ckpt_weights_close(w);
+    return st;
+}
+
 rt_status t5_load_hf(t5_model *m, const char *weights, char *report, size_t report_size) {
     rt_status st = RT_OK;
-    ckpt_hf_load_report rep;
-    RT_TRY(ckpt_hf_t5_load_tp(weights, &m->params, m->cfg.vocab_size, m->tp->rank, m->tp->size, &rep));
+    ckpt_load_report rep;
+    /* a tied model may find the head's copy in the file (T5 v1.0 exports often write one) */
+    static const char *const tied_copy[] = {"lm_head.weight", NULL};
+    bool own_head = false;
+    if (m->lm_head < 0) RT_TRY(t5_weights_own_head(weights, &own_head));
+    if (own_head)
+        RT_FAIL(RT_ERR_FORMAT, "%s: lm_head.weight differs from the shared embedding (an untied head, as T5 v1.1 and "
+                "flan-t5 have), but the model ties its head to 'shared' (set tie_word_embeddings false, or build "
+                "the model with t5_model_from_hf)", weights);
+    RT_TRY(ckpt_load_hf(weights, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp->rank,
+                        m->tp->size, m->lm_head < 0 ? tied_copy : NULL, &rep));
     if (rep.missing)
         RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a T5ForConditionalGeneration checkpoint with this "
                 "config?)", weights, rep.first_missing, rep.missing > 1 ? " and others" : "");
@@ -337,7 +362,7 @@ rt_status t5_model_from_hf(const char *dir, rt_backend *be, rt_comm *tp, int max
     snprintf(path, sizeof path, "%s/config.json", dir);
     RT_TRY(t5_config_load(path, &cfg));
     RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
-    RT_TRY(ckpt_hf_t5_has_own_head(weights, &own_head));
+    RT_TRY(t5_weights_own_head(weights, &own_head));
     /* transformers 5 ties the head unless the file holds a different one, whatever the config */
     cfg.tie_word_embeddings = !own_head;
     RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, 0, out));
@@ -356,7 +381,7 @@ rt_status t5_save_hf(t5_model *m, const char *dir) {
     /* a failure here shows as the write's error below, which every rank learns */
     if (tp->rank == 0) (void)mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    RT_TRY(ckpt_hf_t5_save(path, &m->params, m->cfg.vocab_size, tp));
+    RT_TRY(ckpt_save_hf(path, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, tp));
     if (tp->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         st = t5_config_save(&m->cfg, path);

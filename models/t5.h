@@ -17,7 +17,7 @@
  * masks tp = 1 draws.
  *
  * Parameters carry HF's names exactly ("encoder.block.0.layer.0.SelfAttention.q.weight", ...;
- * checkpoints/ckpt_hf_t5.h), linears are [out, in] and have no biases. Tensor parallelism
+ * the T5 table in checkpoints/ckpt_map_tables.c), linears are [out, in] and have no biases. Tensor parallelism
  * uses the Megatron layers of models/parallel.h: q, k, v, wi* column-parallel (heads and FFN
  * columns split), o and wo row-parallel, `shared` and lm_head vocab-parallel (padded to
  * ckpt_tp_padded_vocab rows), the relative bias tables split by heads (rule ROW on

@@ -19,7 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_pickle.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
@@ -323,13 +324,13 @@ static void test_damaged(void) {
 static float *load_gpt2(rt_backend *be, const char *from, size_t *numel) {
     gpt2_config cfg;
     gpt2_model *m = NULL;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     float *out = NULL;
     TZ_EXPECT_OK(gpt2_config_load(tz_shared_path("tiny-gpt2/config.json"), &cfg));
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 1, 5, 7, &m));
     if (!m) return NULL;
     rt_params *p = gpt2_model_params(m);
-    TZ_EXPECT_OK(ckpt_hf_gpt2_load(from, p, &rep));
+    TZ_EXPECT_OK(ckpt_load_hf(from, &ckpt_map_gpt2, p, cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
     TZ_EXPECT(rep.missing == 1 && rep.unused == 0, "%s: missing %d (%s) unused %d", from, rep.missing,
               rep.first_missing, rep.unused);
     *numel = p->numel;

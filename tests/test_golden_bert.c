@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_hf_bert.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/bert.h"
@@ -121,14 +122,14 @@ static bert_model *load_model(rt_backend *be, const char *dir, const char *weigh
     char path[4096];
     bert_config cfg;
     bert_model *m = NULL;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     snprintf(path, sizeof path, "%s/config.json", dir);
     TZ_EXPECT_OK(bert_config_load(path, &cfg));
     TZ_EXPECT(cfg.num_hidden_layers == 2 && cfg.hidden_size == 64 && cfg.intermediate_size == 128, "config fields");
     TZ_EXPECT_OK(bert_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
     if (!m) return NULL;
-    TZ_EXPECT_OK(ckpt_hf_bert_load_tp(weights, bert_model_params(m), cfg.vocab_size, cfg.num_attention_heads, 0, 1,
-                                      &rep));
+    TZ_EXPECT_OK(ckpt_load_hf(weights, cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, bert_model_params(m),
+                              cfg.vocab_size, cfg.num_attention_heads, 0, 1, NULL, &rep));
     TZ_EXPECT(rep.missing == 0 && rep.unused == 0, "%s: loaded %d, missing %d (%s), unused %d", weights, rep.loaded,
               rep.missing, rep.first_missing, rep.unused);
     return m;
@@ -338,7 +339,7 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
     rt_backend *be = NULL;
     bert_model *m = NULL;
     bert_config cfg;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     ckpt_tp_scratch scr = {0};
     char path[4096];
     rt_comm *tp = a->comm;
@@ -351,8 +352,8 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
     if (a->dropout) cfg.hidden_dropout_prob = cfg.attention_probs_dropout_prob = cfg.classifier_dropout = 0.1f;
     RT_TRY(bert_model_init(&cfg, be, tp, B, T, 7, &m));
     snprintf(path, sizeof path, "%s/model.safetensors", a->dir);
-    RT_TRY(ckpt_hf_bert_load_tp(path, bert_model_params(m), cfg.vocab_size, cfg.num_attention_heads, tp->rank,
-                                tp->size, &rep));
+    RT_TRY(ckpt_load_hf(path, cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, bert_model_params(m), cfg.vocab_size,
+                        cfg.num_attention_heads, tp->rank, tp->size, NULL, &rep));
     if (rep.missing || rep.unused)
         RT_FAIL(RT_ERR_FORMAT, "rank %d: %d missing (%s), %d unused", tp->rank, rep.missing, rep.first_missing,
                 rep.unused);

@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "models/gpt2.h"
 #include "runtime/rt_optim.h"
@@ -41,7 +42,9 @@ static void compare_params(const ckpt_st_file *f, const ckpt_st_file *grad_file,
         float *got = rt_xmalloc(n * sizeof(float));
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(f, name, ref, n));
         memcpy(got, (use_grad ? p->grad : p->param) + s->offset, n * sizeof(float));
-        if (ckpt_hf_gpt2_is_conv1d(s->name)) { /* ours [out, in] -> HF [in, out] */
+        long nums[CKPT_MAP_MAX_NUMS];
+        int n_nums;
+        if (ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout == CKPT_LAYOUT_TRANSPOSE) { /* ours [out, in] -> HF [in, out] */
             size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1];
             float *tr = rt_xmalloc(s->numel * sizeof(float));
             for (size_t r = 0; r < rows; r++)
@@ -77,13 +80,13 @@ static gpt2_model *load_tiny_cls(rt_backend *be, const char *dir) {
     char path[4096];
     gpt2_config cfg;
     gpt2_model *m = NULL;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     snprintf(path, sizeof path, "%s/config.json", dir);
     TZ_EXPECT_OK(gpt2_config_load(path, &cfg));
     TZ_EXPECT(cfg.n_layer == 2 && cfg.n_embd == 64 && cfg.pad_token_id == 999, "config fields");
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 3, 16, 7, &m));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    TZ_EXPECT_OK(ckpt_hf_gpt2_load(path, gpt2_model_params(m), &rep));
+    TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
     TZ_EXPECT(rep.missing == 0 && rep.unused == 0, "loaded %d, missing %d (%s), unused %d", rep.loaded, rep.missing,
               rep.first_missing, rep.unused);
     return m;
@@ -161,11 +164,12 @@ static void test_tiny_gpt2_lm(rt_backend *be) {
     gpt2_config cfg;
     gpt2_model *m = NULL;
     ckpt_st_file *g = NULL;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     TZ_EXPECT_OK(gpt2_config_load(tz_shared_path("tiny-gpt2/config.json"), &cfg));
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 1, 5, 7, &m));
     if (!m) return;
-    TZ_EXPECT_OK(ckpt_hf_gpt2_load(tz_shared_path("tiny-gpt2/model.safetensors"), gpt2_model_params(m), &rep));
+    TZ_EXPECT_OK(ckpt_load_hf(tz_shared_path("tiny-gpt2/model.safetensors"), &ckpt_map_gpt2, gpt2_model_params(m),
+                              cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
     /* an LM checkpoint has no score head: exactly that one is left at its init */
     TZ_EXPECT(rep.missing == 1 && strcmp(rep.first_missing, "score.weight") == 0, "missing %d (%s)", rep.missing,
               rep.first_missing);

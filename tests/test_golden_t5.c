@@ -16,7 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_hf_t5.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/t5.h"

@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/gpt2.h"
@@ -79,7 +80,9 @@ static rt_status gather_grads(gpt2_model *m, tp_result *res) {
         res->numel[i] = n;
         res->rows[i] = d.full[0];
         res->cols[i] = s->ndim == 2 ? d.full[1] : 1;
-        res->conv[i] = ckpt_hf_gpt2_is_conv1d(s->name);
+        long nums[CKPT_MAP_MAX_NUMS];
+        int n_nums;
+        res->conv[i] = ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout == CKPT_LAYOUT_TRANSPOSE;
         snprintf(res->names[i], sizeof res->names[i], "%s", s->name);
     }
     if (tp->rank == 0) res->n = p->n;
@@ -94,7 +97,7 @@ static rt_status rank_run(tp_rank_arg *a) {
     gpt2_model *m = NULL;
     gpt2_config cfg;
     char path[4096];
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     rt_comm *tp = a->comm;
     tp_result *res = tp->rank == 0 ? a->res : NULL;
     const tp_batch *tb = a->batch;
@@ -110,7 +113,8 @@ static rt_status rank_run(tp_rank_arg *a) {
     if (a->dropout) cfg.embd_pdrop = cfg.resid_pdrop = cfg.attn_pdrop = 0.1f;
     RT_TRY(gpt2_model_init(&cfg, be, tp, B, T, 7, &m));
     snprintf(path, sizeof path, "%s/model.safetensors", a->dir);
-    RT_TRY(ckpt_hf_gpt2_load_tp(path, gpt2_model_params(m), cfg.vocab_size, tp->rank, tp->size, &rep));
+    RT_TRY(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, tp->rank, tp->size, NULL,
+                        &rep));
     if (rep.missing || rep.unused)
         RT_FAIL(RT_ERR_FORMAT, "rank %d: %d missing (%s), %d unused", tp->rank, rep.missing, rep.first_missing,
                 rep.unused);

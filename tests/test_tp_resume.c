@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_train.h"
@@ -101,13 +102,13 @@ static rt_status rank_run(rank_arg *a) {
     rt_backend *be = NULL;
     data_loader *loader = NULL;
     gpt2_config cfg;
-    ckpt_hf_load_report rep;
+    ckpt_load_report rep;
     rt_comm *tp = a->comm;
     config(&cfg);
     RT_TRY(rt_backend_init("cpu", 1, &be));
     RT_TRY(gpt2_model_init(&cfg, be, tp, BATCH, MAX_T, 11, &a->m));
     rt_params *p = gpt2_model_params(a->m);
-    RT_TRY(ckpt_hf_gpt2_load_tp(a->init_path, p, VOCAB, tp->rank, tp->size, &rep));
+    RT_TRY(ckpt_load_hf(a->init_path, &ckpt_map_gpt2, p, VOCAB, cfg.n_head, tp->rank, tp->size, NULL, &rep));
     if (rep.missing || rep.unused)
         RT_FAIL(RT_ERR_FORMAT, "%s: %d missing (%s), %d unused", a->init_path, rep.missing, rep.first_missing,
                 rep.unused);
@@ -217,7 +218,7 @@ int main(void) {
     config(&cfg);
     TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
     if (be) TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), BATCH, MAX_T, 11, &m0));
-    if (m0) TZ_EXPECT_OK(ckpt_hf_gpt2_save(init_path, gpt2_model_params(m0), VOCAB, rt_comm_self()));
+    if (m0) TZ_EXPECT_OK(ckpt_save_hf(init_path, &ckpt_map_gpt2, gpt2_model_params(m0), VOCAB, 4, rt_comm_self()));
     gpt2_model_free(m0);
     rt_backend_free(be);
     if (tz_test_failures) return tz_test_result("test_tp_resume");

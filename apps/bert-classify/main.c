@@ -5,7 +5,6 @@
 #include <stdio.h>
 
 #include "apps/common/glue_app.h"
-#include "checkpoints/ckpt_hf_bert.h"
 #include "models/bert.h"
 
 static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {

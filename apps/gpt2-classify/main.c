@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "apps/common/glue_app.h"
-#include "checkpoints/ckpt_hf_gpt2.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_weights.h"
 #include "models/gpt2.h"
 
 static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
@@ -46,9 +47,10 @@ fail:
 static rt_status gpt2_app_load_hf(glue_model *m, const char *weights, char *report, size_t size) {
     gpt2_model *model = m->cls.model;
     rt_comm *tp = gpt2_model_tp(model);
-    ckpt_hf_load_report rep;
-    rt_status st = ckpt_hf_gpt2_load_tp(weights, gpt2_model_params(model), gpt2_model_config(model)->vocab_size,
-                                        tp->rank, tp->size, &rep);
+    ckpt_load_report rep;
+    rt_status st = ckpt_load_hf(weights, &ckpt_map_gpt2, gpt2_model_params(model),
+                                gpt2_model_config(model)->vocab_size, gpt2_model_config(model)->n_head, tp->rank,
+                                tp->size, NULL, &rep);
     if (st == RT_OK)
         snprintf(report, size, "%d tensors loaded%s%s%s", rep.loaded, rep.missing ? "; newly initialized: " : "",
                  rep.missing ? rep.first_missing : "", rep.missing > 1 ? " and others" : "");
