@@ -2,7 +2,8 @@
 # The parsers' libFuzzer targets (tests/fuzz/), each built with clang (ASan + UBSan) and run for
 # a bounded time from a seed corpus: a crash, a sanitizer report or a leak fails the test. The
 # fuzzer's own output is kept on failure. FUZZ_SECONDS sets the time per target (default 10).
-# fuzz_tok_load is not run here: the tokenizers link libsentencepiece's C++ code.
+# C++ sources (tokenizers/tok_spm.cc over libsentencepiece) are compiled with clang++ and then
+# the target links with clang++.
 set -u
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
@@ -16,15 +17,33 @@ clang -fsanitize=fuzzer "$TMP/probe.c" -o "$TMP/probe" 2> /dev/null \
 cd "$SRC"
 CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
+CXXFLAGS=(-std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I.)
 CKPT=(checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
       checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c)
 pass=0
 fail=0
-# name, seed files (a folder or files; may be empty), then the sources after --
+# name, seed files (a folder or files; may be empty), then the sources after --; an argument
+# that starts with '-' is a link flag, a .cc file is compiled with clang++ first
 fuzz() {
-    local name=$1 seeds=$2
+    local name=$1 seeds=$2 src cxx_objs=() c_srcs=() flags=() libs=(-lcjson -lz -lm)
     shift 3
-    if ! clang "${CFLAGS[@]}" "tests/fuzz/$name.c" "$@" -lcjson -lz -lm -o "$TMP/$name" 2> "$TMP/$name.build"; then
+    for src in "$@"; do
+        case $src in
+        -*) flags+=("$src") ;;
+        *.cc)
+            local obj="$TMP/${name}_$(basename "$src" .cc).o"
+            if ! clang++ "${CXXFLAGS[@]}" -c "$src" -o "$obj" 2>> "$TMP/$name.build"; then
+                fail=$((fail + 1)); echo "FAILED: $name does not build:" >&2; tail -5 "$TMP/$name.build" >&2; return
+            fi
+            cxx_objs+=("$obj") ;;
+        *) c_srcs+=("$src") ;;
+        esac
+    done
+    local link=(clang "${CFLAGS[@]}" "tests/fuzz/$name.c" "${c_srcs[@]}")
+    if [ ${#cxx_objs[@]} -gt 0 ]; then
+        link=(clang++ -x c "${CFLAGS[@]}" "tests/fuzz/$name.c" "${c_srcs[@]}" -x none "${cxx_objs[@]}")
+    fi
+    if ! "${link[@]}" "${flags[@]}" "${libs[@]}" -o "$TMP/$name" 2>> "$TMP/$name.build"; then
         fail=$((fail + 1)); echo "FAILED: $name does not build:" >&2; tail -5 "$TMP/$name.build" >&2; return
     fi
     mkdir -p "$TMP/corpus_$name"
@@ -44,5 +63,13 @@ fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt
 fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c
 fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c
+# gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
+# sanitizers' metadata would keep them) so that their backend code need not be linked
+fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
+    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c runtime/rt_status.c \
+    -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
+fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_glm.c \
+    tokenizers/tok_t5.c tokenizers/tok_text.c tokenizers/tok_unicode.c tokenizers/tok_wordpiece.c \
+    tokenizers/tok_spm.cc runtime/rt_status.c runtime/rt_utf8.c -lsentencepiece
 echo "test_fuzz_smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
