@@ -242,6 +242,9 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
         if (c->vocab < 1) c->vocab = conv_megatron_int(c->rank_paths[0], "args.padded_vocab_size", 0);
         if (!c->config) RT_TRY(conv_megatron_config(c->rank_paths[0], c->vocab, &c->made_config));
     }
+    if (o->tp < 1) RT_FAIL(RT_ERR_CONFIG, "--tp %d must be >= 1", o->tp);
+    if (c->n_head > 0 && c->n_head % o->tp)
+        RT_FAIL(RT_ERR_CONFIG, "--tp %d does not divide the model's %d attention heads", o->tp, c->n_head);
     if (c->n_ranks > 1 && c->vocab < 1)
         RT_FAIL(RT_ERR_CONFIG, "%s: the vocab size is needed to join the embedding's shards; pass --vocab-size", o->src);
 fail:

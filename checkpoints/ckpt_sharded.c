@@ -18,6 +18,7 @@
 #define SHARDED_FORMAT "tunezoo-sharded"
 #define SHARDED_VERSION 1
 #define SHARDED_PATH_MAX 4096
+#define CKPT_SHARDED_NAME_MSG (SHARDED_PATH_MAX + 256)
 
 static const char *const sharded_rules[] = {"none", "col", "row", "vocab", "qkv"};
 
@@ -162,7 +163,9 @@ rt_status ckpt_sharded_writer_add(ckpt_sharded_writer *w, const char *name, rt_t
     for (int r = 0; r < tp; r++) {
         int64_t ls[RT_PARAM_MAX_DIMS];
         d.rank = r;
-        RT_TRY(ckpt_tp_local_shape(&d, name, ls));
+        char what[CKPT_SHARDED_NAME_MSG];
+        snprintf(what, sizeof what, "%s: tensor '%s'", w->dir, name);
+        RT_TRY(ckpt_tp_local_shape(&d, what, ls));
         size_t local[CKPT_MAX_DIMS], n = 1;
         for (int k = 0; k < ndim; k++) n *= local[k] = (size_t)ls[k];
         if (n > w->cap) {
