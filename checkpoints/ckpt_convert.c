@@ -288,6 +288,13 @@ rt_status ckpt_convert_import(const ckpt_import_opts *o, ckpt_convert_stats *sta
     } else {
         RT_TRY(ckpt_weights_open(o->src, c->map, c->n_head, &w));
     }
+    /* the megatron-gpt2 table reads checkpoint_version >= 2 ([head][q, k, v] rows); version 0
+     * ([q; k; v]) and 1.0 ([head][head_dim][q, k, v]) order them otherwise; Megatron reads a
+     * missing version as 0 */
+    double version = 0;
+    if (!strcmp(c->map->arch, "megatron-gpt2") && (!ckpt_weights_scalar(w, "checkpoint_version", &version) || version < 2))
+        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: Megatron checkpoint_version %g; tz-convert reads version 2 and later (load "
+                "and save it once with a recent Megatron-LM to upgrade it)", o->src, version);
     const char *first_unused = NULL;
     if (ckpt_weights_unused(w, &first_unused))
         rt_log_warn("%s: %zu tensors map to no %s parameter and are left out (the first: '%s')", o->src,

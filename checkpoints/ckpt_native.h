@@ -61,6 +61,8 @@ rt_status ckpt_native_writer_begin(const char *path, const char *metadata_json, 
 /* Streams one record (numel(shape) elements of dtype at data) to disk. Names must be unique. */
 rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dtype dtype, int ndim,
                                  const size_t *shape, const void *data);
+/* The CRC-32 of the record just added (what the table stores for it). */
+uint32_t ckpt_native_writer_last_crc(const ckpt_native_writer *w);
 /* Writes the table and footer and renames into place. Frees w in every case. */
 rt_status ckpt_native_writer_commit(ckpt_native_writer *w);
 /* Drops the temporary file; the previous file at path is untouched. Accepts NULL. */
@@ -78,6 +80,8 @@ void ckpt_native_record_at(const ckpt_native_file *f, size_t i, ckpt_native_reco
 bool ckpt_native_has(const ckpt_native_file *f, const char *name);
 /* RT_ERR_FORMAT "path: no record 'name'" when absent. */
 rt_status ckpt_native_find(const ckpt_native_file *f, const char *name, ckpt_native_record *out);
+/* Drops the mapped pages under a record's data once the caller has converted it (ckpt_pages.h). */
+void ckpt_native_release(const ckpt_native_file *f, const void *data, size_t nbytes);
 /* Converts a float record (F32, F16, BF16, F64) into dst of numel floats; a different
  * element count is RT_ERR_FORMAT naming the file, the record and both sizes. */
 rt_status ckpt_native_read_f32(const ckpt_native_file *f, const char *name, float *dst, size_t numel);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_pages.h"
 #include "checkpoints/ckpt_json.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -473,3 +474,5 @@ fail:
     ckpt_safetensors_writer_abort(w);
     return st;
 }
+
+void ckpt_safetensors_release(const ckpt_st_file *f, const void *p, size_t n) { ckpt_pages_release(f->map, f->map_size, p, n); }

@@ -50,6 +50,8 @@ const char *ckpt_safetensors_metadata(const ckpt_st_file *f, const char *key);
  * numel_expected floats; a different element count is RT_ERR_FORMAT naming file, tensor and
  * both shapes; an integer dtype is RT_ERR_UNSUPPORTED. */
 rt_status ckpt_safetensors_read_f32(const ckpt_st_file *f, const char *name, float *dst, size_t numel_expected);
+/* Drops the mapped pages under a tensor's data once the caller has converted it (ckpt_pages.h). */
+void ckpt_safetensors_release(const ckpt_st_file *f, const void *data, size_t nbytes);
 /* "[50257, 2]" into buf, for messages. */
 const char *ckpt_shape_str(int ndim, const size_t *shape, char *buf, size_t size);
 

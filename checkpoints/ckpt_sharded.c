@@ -53,12 +53,8 @@ static const char *sharded_base(const char *path) {
 
 static void sharded_crc_hex(uint32_t crc, char out[9]) { snprintf(out, 9, "%08x", (unsigned)crc); }
 
-/* Float32 into dtype bytes (round to nearest even for the half types). */
+/* Float32 into F16 or BF16 bytes, rounding to nearest even. */
 static void sharded_from_f32(void *dst, const float *src, size_t n, rt_dtype dtype) {
-    if (dtype == RT_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
     uint16_t *h = dst;
     for (size_t i = 0; i < n; i++) h[i] = dtype == RT_BF16 ? rt_f32_to_bf16(src[i]) : rt_f32_to_f16(src[i]);
 }
@@ -173,12 +169,21 @@ rt_status ckpt_sharded_writer_add(ckpt_sharded_writer *w, const char *name, rt_t
             w->shard = rt_xrealloc(w->shard, n * sizeof(float));
             w->bytes = rt_xrealloc(w->bytes, n * sizeof(float));
         }
-        ckpt_tp_shard(&d, w->shard, full);
-        sharded_from_f32(w->bytes, w->shard, n, w->spec.dtype);
+        /* a replicated tensor's shard is the tensor: no copy (a VOCAB one is padded even at tp 1) */
+        const float *shard = full;
+        if (rule == RT_TP_VOCAB || (tp > 1 && rule != RT_TP_NONE)) {
+            ckpt_tp_shard(&d, w->shard, full);
+            shard = w->shard;
+        }
+        const void *bytes = shard;
+        if (w->spec.dtype != RT_F32) {
+            sharded_from_f32(w->bytes, shard, n, w->spec.dtype);
+            bytes = w->bytes;
+        }
+        RT_TRY(ckpt_native_writer_add(w->ranks[r], name, w->spec.dtype, ndim, local, bytes));
         char hex[9];
-        sharded_crc_hex(ckpt_native_crc32(w->bytes, n * rt_dtype_size(w->spec.dtype)), hex);
+        sharded_crc_hex(ckpt_native_writer_last_crc(w->ranks[r]), hex);
         cJSON_AddItemToArray(crcs, cJSON_CreateString(hex));
-        RT_TRY(ckpt_native_writer_add(w->ranks[r], name, w->spec.dtype, ndim, local, w->bytes));
     }
 fail:
     return st;
@@ -529,6 +534,7 @@ rt_status ckpt_sharded_read_full(ckpt_sharded *s, size_t i, float *dst) {
         ckpt_native_record rec;
         RT_CHECK(ckpt_native_find(s->ranks[r], e->name, &rec) == RT_OK, "record checked at open");
         rt_convert_to_f32(s->scratch + at, rec.data, rec.dtype, rec.numel);
+        ckpt_native_release(s->ranks[r], rec.data, rec.nbytes);
         at += rec.numel;
     }
     ckpt_tp_desc d;

@@ -224,6 +224,11 @@ rt_status ckpt_source_read_f32(const ckpt_source *s, const char *name, float *ds
     if (t.numel != numel_expected)
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has shape %s (%zu elements), expected %zu elements", file, name,
                          ckpt_shape_str(t.ndim, t.shape, sbuf, sizeof sbuf), t.numel, numel_expected);
+    const src_file *f = &s->files[s->e[i].file];
+    if (f->torch) { /* a stored zip entry is read in place: its CRC is checked on first read */
+        rt_status st = ckpt_torch_verify_tensor(f->torch, s->e[i].index);
+        if (st != RT_OK) return st;
+    }
     rt_convert_to_f32(dst, t.data, t.dtype, t.numel);
     return RT_OK;
 }
@@ -232,4 +237,16 @@ bool ckpt_source_scalar(const ckpt_source *s, const char *name, double *value) {
     for (size_t k = 0; k < s->n_files; k++)
         if (s->files[k].torch && ckpt_torch_find_scalar(s->files[k].torch, name, value)) return true;
     return false;
+}
+
+void ckpt_source_release(const ckpt_source *s, size_t i) {
+    RT_CHECK(i < s->n, "tensor index %zu of %zu", i, s->n);
+    const src_file *f = &s->files[s->e[i].file];
+    if (f->torch) {
+        ckpt_torch_release(f->torch, s->e[i].index);
+    } else {
+        ckpt_st_tensor t;
+        ckpt_safetensors_tensor(f->st, s->e[i].index, &t);
+        ckpt_safetensors_release(f->st, t.data, t.nbytes);
+    }
 }

@@ -38,8 +38,12 @@ const char *ckpt_source_file_of(const ckpt_source *s, size_t i);
 /* The index of the tensor called name, or -1. */
 long ckpt_source_index(const ckpt_source *s, const char *name);
 /* Converts a floating tensor to float32 into dst (numel_expected floats); another element
- * count is RT_ERR_FORMAT naming file, tensor and shape; an integer dtype RT_ERR_UNSUPPORTED. */
+ * count is RT_ERR_FORMAT naming file, tensor and shape; an integer dtype RT_ERR_UNSUPPORTED.
+ * A torch file's storage entry is checked against its zip CRC-32 the first time it is read. */
 rt_status ckpt_source_read_f32(const ckpt_source *s, const char *name, float *dst, size_t numel_expected);
+/* Drops tensor i's mapped pages from the resident set once it has been read (a streamed
+ * conversion then holds about one tensor, not the file). */
+void ckpt_source_release(const ckpt_source *s, size_t i);
 /* A non-tensor number of a torch checkpoint (checkpoint_version), or false. */
 bool ckpt_source_scalar(const ckpt_source *s, const char *name, double *value);
 

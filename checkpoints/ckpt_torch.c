@@ -20,6 +20,8 @@ struct ckpt_torch_file {
     ckpt_zip *zip;
     ckpt_pickle_state state;
     const unsigned char **data; /* (n_tensors) first byte of each tensor */
+    size_t *entry;              /* (n_tensors) the zip entry of each tensor's storage */
+    unsigned char *checked;     /* (zip entries) CRC already checked */
 };
 
 bool ckpt_torch_sniff_legacy(const void *head, size_t n) {
@@ -94,6 +96,8 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
     RT_TRY(ckpt_pickle_read(pdata, psize, what, &f->state));
 
     f->data = rt_xcalloc(f->state.n_tensors ? f->state.n_tensors : 1, sizeof *f->data);
+    f->entry = rt_xcalloc(f->state.n_tensors ? f->state.n_tensors : 1, sizeof *f->entry);
+    f->checked = rt_xcalloc(ckpt_zip_count(f->zip) + 1, 1);
     for (size_t i = 0; i < f->state.n_tensors; i++) {
         const ckpt_pickle_tensor *t = &f->state.tensors[i];
         snprintf(ename, elen + 256, "%.*s/data/%s", (int)plen, pname, t->storage_key);
@@ -108,6 +112,7 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
         RT_TRY(ckpt_zip_data(f->zip, (size_t)e, &d, &n));
         /* rebuild checked offset + numel <= storage_numel for non-empty tensors */
         f->data[i] = (const unsigned char *)d + (t->numel ? t->storage_offset * es : 0);
+        f->entry[i] = (size_t)e;
     }
     ckpt_name_index ix = {0};
     const char *dup = ckpt_name_index_build(&ix, f->state.tensors, sizeof *f->state.tensors,
@@ -130,6 +135,8 @@ void ckpt_torch_close(ckpt_torch_file *f) {
     ckpt_pickle_state_free(&f->state);
     ckpt_zip_close(f->zip);
     free(f->data);
+    free(f->entry);
+    free(f->checked);
     free(f->path);
     free(f);
 }
@@ -149,6 +156,15 @@ void ckpt_torch_tensor(const ckpt_torch_file *f, size_t i, ckpt_st_tensor *out) 
     out->nbytes = t->numel * rt_dtype_size(t->dtype);
 }
 
+rt_status ckpt_torch_verify_tensor(const ckpt_torch_file *f, size_t i) {
+    RT_CHECK(i < f->state.n_tensors, "tensor index %zu of %zu", i, f->state.n_tensors);
+    size_t e = f->entry[i];
+    if (f->checked[e]) return RT_OK;
+    rt_status st = ckpt_zip_verify(f->zip, e);
+    if (st == RT_OK) f->checked[e] = 1;
+    return st;
+}
+
 size_t ckpt_torch_scalar_count(const ckpt_torch_file *f) { return f->state.n_scalars; }
 
 const ckpt_pickle_scalar *ckpt_torch_scalar(const ckpt_torch_file *f, size_t i) {
@@ -164,4 +180,10 @@ bool ckpt_torch_find_scalar(const ckpt_torch_file *f, const char *name, double *
         }
     }
     return false;
+}
+
+void ckpt_torch_release(const ckpt_torch_file *f, size_t i) {
+    ckpt_st_tensor t;
+    ckpt_torch_tensor(f, i, &t);
+    ckpt_zip_release(f->zip, t.data, t.nbytes);
 }

@@ -26,6 +26,11 @@ void ckpt_torch_close(ckpt_torch_file *f); /* accepts NULL */
 size_t ckpt_torch_count(const ckpt_torch_file *f);
 /* Tensor i in pickle order; data points into the mapping (or the inflated entry). */
 void ckpt_torch_tensor(const ckpt_torch_file *f, size_t i, ckpt_st_tensor *out);
+/* Checks the CRC-32 of the storage entry tensor i lies in, once per entry (a corrupt byte in
+ * the data is RT_ERR_FORMAT naming the file and the entry). */
+rt_status ckpt_torch_verify_tensor(const ckpt_torch_file *f, size_t i);
+/* Drops the mapped pages under tensor i's data (a stored entry) once it has been converted. */
+void ckpt_torch_release(const ckpt_torch_file *f, size_t i);
 /* Non-tensor numbers of the checkpoint (checkpoint_version, iteration, ...). */
 size_t ckpt_torch_scalar_count(const ckpt_torch_file *f);
 const ckpt_pickle_scalar *ckpt_torch_scalar(const ckpt_torch_file *f, size_t i);

@@ -354,6 +354,7 @@ static rt_status w_read_parts(ckpt_weights *w, const w_entry *e, const ckpt_sour
     for (int k = 0; k < ckpt_map_parts(e->row); k++) {
         const char *name = w_their_name(w, e, k);
         RT_TRY(ckpt_source_read_f32(src, name, dst + (size_t)k * part_n, part_n));
+        ckpt_source_release(src, (size_t)ckpt_source_index(src, name));
     }
 fail:
     return st;
@@ -366,6 +367,8 @@ rt_status ckpt_weights_read(ckpt_weights *w, size_t i, float *dst) {
     const int parts = ckpt_map_parts(e->row);
     if (w->kind == W_SHARDED) return ckpt_sharded_read_full(w->sharded, (size_t)e->part[0], dst);
     if (w->kind == W_SOURCE) {
+        if (e->row->layout == CKPT_LAYOUT_SAME || e->row->layout == CKPT_LAYOUT_QKV_PARTS)
+            return w_read_parts(w, e, w->src[0], e->numel / (size_t)parts, dst); /* theirs is ours */
         w_scratch(w, e->numel);
         RT_TRY(w_read_parts(w, e, w->src[0], e->numel / (size_t)parts, w->scratch));
         ckpt_map_to_ours(e->row, e->ndim, e->shape, w->n_head, w->scratch, dst);

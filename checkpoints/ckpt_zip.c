@@ -6,6 +6,7 @@
  * data. We trust nothing: the directory must lie inside the file before the EOCD, each
  * record inside the directory, each entry's local header and data before the directory, and
  * entries, sorted by offset, must not overlap. */
+#include "checkpoints/ckpt_pages.h"
 #include "checkpoints/ckpt_zip.h"
 
 #include <errno.h>
@@ -340,3 +341,5 @@ rt_status ckpt_zip_verify(ckpt_zip *z, size_t i) {
         return rt_errorf(RT_ERR_FORMAT, "%s: entry '%s': CRC mismatch (corrupt data)", z->path, z->e[i].name);
     return RT_OK;
 }
+
+void ckpt_zip_release(const ckpt_zip *z, const void *p, size_t n) { ckpt_pages_release(z->map, z->map_size, p, n); }

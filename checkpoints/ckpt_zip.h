@@ -33,6 +33,10 @@ long ckpt_zip_find(const ckpt_zip *z, const char *name);
  * deflated one. Valid until close. */
 rt_status ckpt_zip_data(ckpt_zip *z, size_t i, const void **data, size_t *size);
 
+/* Drops the mapped pages under [p, p + n) if they lie in the file's mapping (a stored entry's
+ * data); an inflated entry's heap copy is left alone. */
+void ckpt_zip_release(const ckpt_zip *z, const void *p, size_t n);
+
 /* Checks entry i against the CRC-32 its directory record holds (a pass over its bytes;
  * deflated entries are checked when inflated). */
 rt_status ckpt_zip_verify(ckpt_zip *z, size_t i);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "checkpoints/ckpt_native.h"
 #include "tests/testutil.h"
@@ -54,6 +55,21 @@ static void spit(const char *path, const unsigned char *b, size_t n) {
     FILE *fp = fopen(path, "wb");
     if (n) fwrite(b, 1, n, fp);
     fclose(fp);
+}
+
+/* The threaded CRC (pieces joined by crc32_combine) equals zlib's one pass, below, at and above
+ * the size where it splits. */
+static void test_crc32(void) {
+    const size_t sizes[] = {0, 1, 4095, ((size_t)16 << 20) - 1, (size_t)16 << 20, ((size_t)16 << 20) + 17, 100000007};
+    unsigned char *b = rt_xmalloc(100000007);
+    for (size_t j = 0; j < 100000007; j++) b[j] = (unsigned char)((j * 2654435761u) >> 13);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        uLong c = crc32(0L, Z_NULL, 0);
+        for (size_t o = 0; o < sizes[i]; o += 1u << 20)
+            c = crc32(c, b + o, (uInt)(sizes[i] - o < (1u << 20) ? sizes[i] - o : (1u << 20)));
+        TZ_EXPECT((uint32_t)c == ckpt_native_crc32(b, sizes[i]), "crc32 of %zu bytes", sizes[i]);
+    }
+    free(b);
 }
 
 static void test_round_trip(const char *path) {
@@ -315,6 +331,7 @@ static void test_directory(void) {
 }
 
 int main(void) {
+    test_crc32();
     g_dir = tz_tmpdir();
     for (int i = 0; i < 15; i++) g_wte[i] = (float)i * 0.25f - 1.0f;
     for (int i = 0; i < 7; i++) g_m[i] = rt_f32_to_bf16((float)i / 3.0f);

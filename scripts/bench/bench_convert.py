@@ -11,7 +11,8 @@ init, save_pretrained) into --cache and reused while its config matches. Each me
 in its own child process, so its peak RSS (GNU time's %M, else os.wait4) is its own; it includes the interpreter
 and torch for HF. The jobs:
 - tunezoo: `tz-convert import SRC OUT --tp N [--dtype D]` for each --tp (default 1,2);
-- HF: GPT2LMHeadModel.from_pretrained(SRC), then save_pretrained(OUT), under this Python.
+- HF: GPT2LMHeadModel.from_pretrained(SRC), then save_pretrained(OUT) and an fsync of each file it
+  wrote (tz-convert's output is durable when it exits, so HF's is made so too), under this Python.
 GB/s is the bytes of the source tensors (the safetensors payload, 1 GB = 1e9 bytes) over the
 child's wall time, start-up included. Before each timed run the page cache either is dropped
 (--drop-caches: cold, needs root) or holds the source after one untimed read (warm, default).
@@ -44,7 +45,13 @@ model = GPT2LMHeadModel.from_pretrained(sys.argv[1])
 t2 = time.perf_counter()
 model.save_pretrained(sys.argv[2])
 t3 = time.perf_counter()
-print(f"HF import {t1 - t0:.2f} s, from_pretrained {t2 - t1:.2f} s, save_pretrained {t3 - t2:.2f} s")
+import os
+for name in os.listdir(sys.argv[2]):  # durable, as tz-convert's atomic write is: fsync what was written
+    fd = os.open(os.path.join(sys.argv[2], name), os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+t4 = time.perf_counter()
+print(f"HF import {t1 - t0:.2f} s, from_pretrained {t2 - t1:.2f} s, save_pretrained {t3 - t2:.2f} s, fsync {t4 - t3:.2f} s")
 """
 
 
@@ -196,6 +203,8 @@ def main():
     ap.add_argument("--skip-tz", action="store_true", help="measure the HF side only")
     ap.add_argument("--skip-hf", action="store_true", help="measure tz-convert only")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", default=None,
+                    help="where the outputs are written (default: under --cache; /dev/shm takes the disk out)")
     args = ap.parse_args()
     if args.drop_caches and not can_drop_caches():
         sys.exit("bench_convert: --drop-caches needs write access to /proc/sys/vm/drop_caches (root)")
@@ -218,7 +227,7 @@ def main():
 
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
-    workdir = tempfile.mkdtemp(prefix="bench_convert_", dir=args.cache)
+    workdir = tempfile.mkdtemp(prefix="bench_convert_", dir=args.out_dir or args.cache)
     out = os.path.join(workdir, "out")
     results = []
     try:
@@ -234,8 +243,8 @@ def main():
 
     for r in results:  # the time spent on the checkpoint itself, without interpreter and import start-up
         if r["label"].startswith("HF"):
-            m = re.search(r"from_pretrained ([0-9.]+) s, save_pretrained ([0-9.]+) s", r["text"])
-            r["work"] = float(m.group(1)) + float(m.group(2)) if m else None
+            m = re.search(r"from_pretrained ([0-9.]+) s, save_pretrained ([0-9.]+) s, fsync ([0-9.]+) s", r["text"])
+            r["work"] = float(m.group(1)) + float(m.group(2)) + float(m.group(3)) if m else None
         else:
             rep = tz_reported_gbps(r["text"])
             r["work"] = nbytes / 1e9 / rep if rep else None
@@ -258,9 +267,8 @@ def main():
         elif r["work"] is None:
             print(f"{r['label']}: printed no GB/s line, so no work time")
     print("wall: the child process from start to exit (HF's includes ~5 s of importing torch and transformers); "
-          "work: HF's from_pretrained + save_pretrained, tz-convert's own GB/s line. GB/s = source tensor bytes "
-          "(1e9) / seconds. Neither side's time includes flushing the written files to disk. RSS is the child's "
-          "own peak.")
+          "work: HF's from_pretrained + save_pretrained + fsync of the files it wrote, tz-convert's own GB/s line "
+          "(its atomic writes fsync). GB/s = source tensor bytes (1e9) / seconds. RSS is the child's own peak.")
 
 if __name__ == "__main__":
     sys.exit(main())
