@@ -48,8 +48,9 @@ static const rt_opt gc_own_options[] = {
     {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)",
      "cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli", 0, 0},
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
-     "HF model directory (config.json, model.safetensors, tokenizer files); default: the HF cache when the program "
-     "names a model there, else a small model from scratch", NULL, 0, 0},
+     "HF model directory (config.json, model.safetensors or pytorch_model.bin, tokenizer files) or a tz-convert "
+     "folder at any tp; default: the HF cache when the program names a model there, else a small model from scratch",
+     NULL, 0, 0},
     {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build that model from scratch (no weights)", NULL, 0,
      0},
     {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",

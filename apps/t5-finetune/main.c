@@ -41,8 +41,8 @@ static t5_opts O;
 
 static const rt_opt t5_own_options[] = {
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
-     "HF T5 folder (config.json, model.safetensors, spiece.model), e.g. t5-small or a --save-hf export; default: "
-     "a small T5 from scratch", NULL, 0, 0},
+     "HF T5 folder (config.json, model.safetensors, spiece.model), e.g. t5-small or a --save-hf export, or a "
+     "tz-convert folder at any tp; default: a small T5 from scratch", NULL, 0, 0},
     {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build that T5 from scratch (no weights)", NULL, 0,
      0},
     {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
