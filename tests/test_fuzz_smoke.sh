@@ -19,7 +19,7 @@ CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recove
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
 CXXFLAGS=(-std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I.)
 CKPT=(checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
-      checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c)
+      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c)
 pass=0
 fail=0
 # name, seed files (a folder or files; may be empty), then the sources after --; an argument
@@ -61,7 +61,8 @@ fuzz fuzz_ckpt_native "" -- "${CKPT[@]}"
 fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt_pickle.c runtime/rt_status.c \
     runtime/rt_dtype.c
 fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
-    checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c
+    checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c \
+    runtime/rt_dtype.c
 fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
