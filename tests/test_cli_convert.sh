@@ -61,6 +61,8 @@ same_import() { # NAME REFERENCE_SOURCE SOURCE
     run import "$2" "$TMP/ref-$1" --tp 2 && run import "$3" "$TMP/alt-$1" --tp 2 || { bad "$1: import failed"; return; }
     [ "$(tensors "$TMP/ref-$1")" = "$(tensors "$TMP/alt-$1")" ] && ok || bad "$1: imports differ"
 }
+same_import bert-bin "$G/bert-tiny-cls" "$C/bert-tiny-cls-bin"
+same_import roberta-st-sharded "$G/roberta-tiny-cls" "$C/roberta-tiny-cls-st-sharded"
 same_import t5-bin-sharded "$G/t5-tiny-v1_0" "$C/t5-tiny-v1_0-bin-sharded"
 same_import t5-st-sharded "$G/t5-tiny-v1_1" "$C/t5-tiny-v1_1-st-sharded"
 same_import gpt2-bin "$SHARED/tiny-gpt2" "$G/torch-ckpt/gpt2-bin"

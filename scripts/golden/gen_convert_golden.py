@@ -40,8 +40,8 @@ OUT = os.path.join(GOLDEN, "convert")
 # sharded containers (a sharded .bin reader reads single .bin files too). --full writes the
 # whole matrix.
 HF_FORMATS = {
-    "bert-tiny-cls": [],
-    "roberta-tiny-cls": [],
+    "bert-tiny-cls": [("bin", 1)],
+    "roberta-tiny-cls": [("st-sharded", 2)],
     "t5-tiny-v1_0": [("bin-sharded", 2)],
     "t5-tiny-v1_1": [("st-sharded", 3)],
     "gpt2-tiny-cls": [],
@@ -572,9 +572,14 @@ def main():
     ap.add_argument("flagai", help="folder holding FlagAI 1.8's unpacked wheel (the one with flagai/)")
     ap.add_argument("--full", action="store_true", help="everything, ~6 MB (not for committing)")
     a = ap.parse_args()
+    # export.tsv is gen_convert_export_golden.py's: kept
+    export = os.path.join(OUT, "export.tsv")
+    kept = open(export).read() if os.path.exists(export) else None
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
+    if kept is not None:
+        open(export, "w").write(kept)
     hf_written = hf_fixtures(a.full)
     meg_written, enc = megatron_fixtures(a.full)
     glm_sd = glm_fixtures(os.path.abspath(a.flagai), a.full)
