@@ -25,6 +25,8 @@ typedef struct {
     size_t ldq, ldk, ldv, ldo; /* floats between tokens */
     float scale;               /* usually 1/sqrt(HS) */
     bool causal;               /* key j > query i masked (Tq == Tk) */
+    const int32_t *prefix;     /* (B), causal only: keys j < prefix[b] are seen by every query
+                                * (GLM's bidirectional context before its causal span); NULL = none */
     const float *key_mask;     /* (B, Tk) additive, e.g. 0 or -inf/-1e9 for padding; may be NULL */
     const float *bias;         /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
     float dropout_p;           /* dropout on the probabilities; 0 = off */

@@ -240,7 +240,7 @@ static double attn_loss(void *p) {
 
 /* Self-attention over one fused qkv buffer (ldq = 3C): causal, a -inf padding key, additive
  * bias, with and without dropout. */
-static void grad_attention_self(float p, const char *tag) {
+static void grad_attention_self(float p, const char *tag, const int32_t *prefix) {
     const int B = 2, NH = 2, T = 4, HS = 3, C = NH * HS;
     size_t nqkv = (size_t)B * T * 3 * C, nbias = (size_t)NH * T * T;
     float *qkv = fill(nqkv, 40, -1, 1), *bias = fill(nbias, 41, -1, 1), *mask = zeros((size_t)B * T);
@@ -248,7 +248,8 @@ static void grad_attention_self(float p, const char *tag) {
     mask[0 * T + 2] = -2.0f; /* a finite additive mask too */
     attn_st s = {.d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C,
                        .ldv = 3 * C, .ldo = C, .scale = 1.0f / sqrtf((float)HS), .causal = true,
-                       .key_mask = mask, .bias = bias, .dropout_p = p, .seed = 3, .stream = 17}};
+                       .key_mask = mask, .bias = bias, .dropout_p = p, .seed = 3, .stream = 17,
+                       .prefix = prefix}};
     s.q = qkv, s.k = qkv + C, s.v = qkv + 2 * C;
     s.nout = (size_t)B * T * C;
     s.out = zeros(s.nout), s.probs = zeros((size_t)B * NH * T * T), s.R = fill(s.nout, 42, -1, 1);
@@ -469,8 +470,9 @@ int main(void) {
     grad_activations();
     grad_gated_activations();
     grad_bias();
-    grad_attention_self(0.0f, "");
-    grad_attention_self(0.3f, " (dropout 0.3)");
+    grad_attention_self(0.0f, "", NULL);
+    grad_attention_self(0.0f, " (GLM prefix)", (const int32_t[]){3, 1});
+    grad_attention_self(0.3f, " (dropout 0.3)", NULL);
     grad_attention_cross();
     grad_relbias();
     grad_embedding();

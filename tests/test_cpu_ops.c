@@ -237,7 +237,7 @@ static void ref_attention(const rt_attn_desc *d, double *out, double *probs, con
             for (int i = 0; i < Tq; i++) {
                 double mx = -INFINITY;
                 for (int j = 0; j < Tk; j++) {
-                    if (d->causal && j > i) {
+                    if (d->causal && j > i && !(d->prefix && j < d->prefix[b])) {
                         s[j] = -INFINITY;
                         continue;
                     }
@@ -285,12 +285,15 @@ static void test_attention(void) {
     size_t no = (size_t)B * T * C, np = (size_t)B * NH * T * T;
     float *out = zeros(no), *probs = zeros(np);
     double *ro = rt_xcalloc(no, sizeof(double)), *rp = rt_xcalloc(np, sizeof(double));
-    const char *names[4] = {"causal+mask+bias", "causal+mask+bias+dropout", "no mask",
+    const int32_t prefix[2] = {4, 1}; /* GLM: the first 4 (1) keys seen by every query */
+    const char *names[5] = {"causal+mask+bias", "causal+mask+bias+dropout", "causal+prefix+dropout", "no mask",
                             "fully masked rows"};
-    for (int cfg = 0; cfg < 4; cfg++) {
-        d.dropout_p = cfg == 1 ? 0.3f : 0.0f;
-        if (cfg == 2) d.causal = false, d.key_mask = NULL, d.bias = NULL, d.scale = 0.8f;
-        if (cfg == 3) { /* every key of sequence 1 masked: its rows must be zero, not NaN */
+    for (int cfg = 0; cfg < 5; cfg++) {
+        d.dropout_p = cfg == 1 || cfg == 2 ? 0.3f : 0.0f;
+        d.prefix = cfg == 2 ? prefix : NULL;
+        if (cfg == 2) d.key_mask = NULL;
+        if (cfg == 3) d.causal = false, d.key_mask = NULL, d.bias = NULL, d.scale = 0.8f;
+        if (cfg == 4) { /* every key of sequence 1 masked: its rows must be zero, not NaN */
             d.key_mask = mask;
             for (int j = 0; j < T; j++) mask[1 * T + j] = -INFINITY;
         }

@@ -434,6 +434,7 @@ typedef struct {
     bool causal, fused, use_mask, use_bias;
     int masked_batch; /* batch whose keys are all -inf, or -1 */
     float dropout_p;
+    bool use_prefix; /* GLM: batch b sees keys j < 2 + 5b whatever the query */
 } attn_case;
 
 static void test_attention_case(const attn_case *tc) {
@@ -505,7 +506,13 @@ static void test_attention_case(const attn_case *tc) {
         dbias = dbuf_rand((size_t)NH * Tq * Tk, 1.0f, 0.0f);
     }
 
+    int32_t prefix_h[8];
+    for (int b = 0; b < 8; b++) prefix_h[b] = 2 + 5 * b;
+    ibuf prefix = {0};
+    if (tc->use_prefix) prefix = ibuf_from(prefix_h, (size_t)B);
     rt_attn_desc dc = d, dg = d;
+    dc.prefix = prefix.c;
+    dg.prefix = prefix.g;
     dc.key_mask = mask.c;
     dg.key_mask = mask.g;
     dc.bias = bias.c;
@@ -553,6 +560,7 @@ static void test_attention_case(const attn_case *tc) {
     dbuf_free(&dout);
     dbuf_free(&probs);
     if (tc->use_mask) dbuf_free(&mask);
+    if (tc->use_prefix) ibuf_free(&prefix);
     if (tc->use_bias) {
         dbuf_free(&bias);
         dbuf_free(&dbias);
@@ -562,13 +570,15 @@ static void test_attention_case(const attn_case *tc) {
 static void test_attention(void) {
     static const attn_case cases[] = {
         /* GPT-2 style: causal, fused qkv, no dropout */
-        {"causal fused", 2, 3, 17, 17, 8, true, true, false, false, -1, 0.0f},
+        {"causal fused", 2, 3, 17, 17, 8, true, true, false, false, -1, 0.0f, false},
         /* GPT-2 training: causal with dropout and a padding mask */
-        {"causal dropout mask", 2, 2, 33, 33, 16, true, true, true, false, -1, 0.1f},
+        {"causal dropout mask", 2, 2, 33, 33, 16, true, true, true, false, -1, 0.1f, false},
         /* T5 cross-attention: Tq != Tk, padded lds, mask, position bias, dropout */
-        {"cross bias dropout", 2, 2, 5, 19, 16, false, false, true, true, -1, 0.2f},
+        {"cross bias dropout", 2, 2, 5, 19, 16, false, false, true, true, -1, 0.2f, false},
         /* a batch whose keys are all masked: zero probabilities, output and gradients */
-        {"fully masked", 2, 2, 4, 6, 8, false, false, true, true, 1, 0.0f},
+        {"fully masked", 2, 2, 4, 6, 8, false, false, true, true, 1, 0.0f, false},
+        /* GLM: a bidirectional prefix per batch row, then causal, with dropout */
+        {"glm prefix dropout", 2, 2, 13, 13, 8, true, true, false, false, -1, 0.1f, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(&cases[i]);
 }

@@ -4,7 +4,8 @@
  * cannot) and the softmax, masks and dropout with plain loops. The probabilities buffer
  * doubles as the scores buffer; only dropout and backward need per-thread scratch.
  *
- * Masking: a causal-excluded score or a -inf key mask gives exp(-inf) = 0; a row with no
+ * Masking: keys [0, jend) are scored, jend = i + 1 when causal (or the row's prefix length if
+ * that is longer: GLM), else Tk; a -inf key mask gives exp(-inf) = 0; a row with no
  * key left gives all-zero probabilities and a zero output (not NaN), and no gradient. The
  * dropout mask on the probabilities is regenerated in backward from the element index
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head, so tensor-parallel
@@ -84,6 +85,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
         float *row = P + (size_t)i * Tk;
         const float *bias = d->bias ? d->bias + ((size_t)h * Tq + i) * Tk : NULL;
         int jend = d->causal ? i + 1 : Tk; /* keys j >= jend are excluded */
+        if (d->causal && d->prefix && d->prefix[b] > jend) jend = d->prefix[b] < Tk ? d->prefix[b] : Tk;
         if (kmask) {
 #pragma omp simd
             for (int j = 0; j < jend; j++) row[j] += kmask[j];

@@ -7,7 +7,7 @@
  * (flash-style) kernel can replace this later; this one is the reference for it.
  *
  * Semantics are the CPU backend's (runtime/cpu/cpu_attention.c): score = scale * q.k +
- * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal, a row with no key left
+ * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal (unless j < prefix[b]), a row with no key left
  * gives zero probabilities and a zero output, and dropout keeps element
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
  * parallelism) when rt_rng_uniform(seed, stream, that index) >= p. */
@@ -52,7 +52,7 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
  * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities. */
 __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *key_mask,
-                                            const float *bias, int NH, int Tq, int Tk,
+                                            const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
                                             bool causal, float p, float keep_scale, uint64_t seed,
                                             uint64_t stream, int head_offset, int heads_total,
                                             size_t rows) {
@@ -67,6 +67,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *ke
     const float *km = key_mask ? key_mask + b * (size_t)Tk : NULL;
     const float *bi = bias ? bias + ((size_t)h * Tq + i) * (size_t)Tk : NULL;
     int jend = causal ? i + 1 : Tk; /* keys j >= jend are excluded */
+    if (causal && prefix && prefix[b] > jend) jend = prefix[b] < Tk ? prefix[b] : Tk; /* GLM's context */
 
     float mx = -INFINITY;
     for (int j = lane; j < jend; j += 32) {
@@ -167,7 +168,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *
     if (p > 0.0f)
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
-        probs, pd, d->key_mask, d->bias, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
+        probs, pd, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
