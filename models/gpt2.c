@@ -14,16 +14,12 @@
 #include "models/heads.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
+#include "models/preln_stack.h"
 #include "runtime/rt_arena.h"
-#include "runtime/rt_rng.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
  * cannot turn a fully masked row into NaN. */
 #define GPT2_MASKED (-1e30f)
-
-typedef struct {
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
-} gpt2_layer_params;
 
 struct gpt2_model {
     gpt2_config cfg;
@@ -31,29 +27,16 @@ struct gpt2_model {
     rt_comm *tp;
     rt_params params;
     int wte, wpe, lnf_w, lnf_b, score;
-    gpt2_layer_params *layer;
+    mdl_preln blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
-    int C, C_local, NH_local, HS, F_local;
+    int C;
     int V_pad, V_local, vocab_start; /* wte: V_pad = ckpt_tp_padded_vocab rows over all ranks */
-    int head_offset;                 /* first global head on this rank */
     size_t max_BT;
 
-    void *act_block;    /* every buffer below lives in this one allocation */
-    float *res;         /* (L+1, BT, C) residual stream entering each block, and its output */
-    float *xmid;        /* (L, BT, C) residual after attention */
-    float *ln1, *ln1_mean, *ln1_rstd; /* (L, BT, C), (L, BT), (L, BT) */
-    float *qkv;         /* (L, BT, 3*C_local) column-parallel, [q; k; v] per token */
-    float *probs;       /* (L, B, NH_local, T, T) softmax before dropout */
-    float *atty;        /* (L, BT, C_local) attention output, input of the row-parallel proj */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fchg;  /* (L, BT, F_local) before and after GELU */
+    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
     float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
     float *pooled;      /* (B, C) */
     float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
-    float *tmp, *dres, *dln; /* (BT, C) scratch */
-    float *dqkv;        /* (BT, 3*C_local) */
-    float *datty;       /* (BT, C_local) */
-    float *dfch, *dfchg; /* (BT, F_local) */
     float *dpooled;     /* (B, C) */
     float *key_mask;    /* (B, T) additive */
     int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
@@ -193,31 +176,24 @@ static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d
                          std);
 }
 
+static const mdl_preln_names gpt2_block_names = {
+    "h.%d.ln_1.weight", "h.%d.ln_1.bias", "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight",
+    "h.%d.attn.c_proj.bias", "h.%d.ln_2.weight", "h.%d.ln_2.bias", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias",
+    "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias"};
+
 static void gpt2_declare_params(gpt2_model *m) {
     const gpt2_config *c = &m->cfg;
     float std = c->initializer_range;
-    /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
-    float proj_std = std / sqrtf(2.0f * (float)c->n_layer);
-    int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    int C = m->C;
     m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, false, RT_INIT_NORMAL, std);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
-    m->layer = rt_xcalloc((size_t)c->n_layer, sizeof *m->layer);
-    for (int l = 0; l < c->n_layer; l++) {
-        gpt2_layer_params *p = &m->layer[l];
-        p->ln1_w = gpt2_add(m, "h.%d.ln_1.weight", l, C, 0, true, RT_INIT_ONES, 0);
-        p->ln1_b = gpt2_add(m, "h.%d.ln_1.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
-        p->qkv_w = gpt2_add(m, "h.%d.attn.c_attn.weight", l, 3 * Cl, C, false, RT_INIT_NORMAL, std);
-        p->qkv_b = gpt2_add(m, "h.%d.attn.c_attn.bias", l, 3 * Cl, 0, true, RT_INIT_ZEROS, 0);
-        p->proj_w = gpt2_add(m, "h.%d.attn.c_proj.weight", l, C, Cl, false, RT_INIT_NORMAL, proj_std);
-        p->proj_b = gpt2_add(m, "h.%d.attn.c_proj.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
-        p->ln2_w = gpt2_add(m, "h.%d.ln_2.weight", l, C, 0, true, RT_INIT_ONES, 0);
-        p->ln2_b = gpt2_add(m, "h.%d.ln_2.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
-        p->fc_w = gpt2_add(m, "h.%d.mlp.c_fc.weight", l, Fl, C, false, RT_INIT_NORMAL, std);
-        p->fc_b = gpt2_add(m, "h.%d.mlp.c_fc.bias", l, Fl, 0, true, RT_INIT_ZEROS, 0);
-        p->fcproj_w = gpt2_add(m, "h.%d.mlp.c_proj.weight", l, C, Fl, false, RT_INIT_NORMAL, proj_std);
-        p->fcproj_b = gpt2_add(m, "h.%d.mlp.c_proj.bias", l, C, 0, true, RT_INIT_ZEROS, 0);
-    }
+    /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
+    mdl_preln_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head,
+                           .F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd, .ln_eps = c->layer_norm_eps, .act = c->act,
+                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .init_std = std,
+                           .proj_std = std / sqrtf(2.0f * (float)c->n_layer)};
+    mdl_preln_declare(&m->blocks, &bc, &gpt2_block_names, &ckpt_map_gpt2, m->be, m->tp, &m->params);
     m->lnf_w = gpt2_add(m, "ln_f.weight", 0, C, 0, true, RT_INIT_ONES, 0);
     m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, true, RT_INIT_ZEROS, 0);
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
@@ -228,22 +204,10 @@ static void gpt2_declare_params(gpt2_model *m) {
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void gpt2_layout(gpt2_model *m, rt_arena *a) {
-    const size_t L = (size_t)m->cfg.n_layer, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
-    const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
+    const size_t BT = m->max_BT, B = (size_t)m->max_B;
+    const size_t C = (size_t)m->C, NL = (size_t)m->cfg.num_labels;
     const size_t f = sizeof(float), i = sizeof(int32_t);
-    m->res = rt_arena_take(a, (L + 1) * BT * C, f);
-    m->xmid = rt_arena_take(a, L * BT * C, f);
-    m->ln1 = rt_arena_take(a, L * BT * C, f);
-    m->ln1_mean = rt_arena_take(a, L * BT, f);
-    m->ln1_rstd = rt_arena_take(a, L * BT, f);
-    m->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
-    m->probs = rt_arena_take(a, L * B * (size_t)m->NH_local * T * T, f);
-    m->atty = rt_arena_take(a, L * BT * Cl, f);
-    m->ln2 = rt_arena_take(a, L * BT * C, f);
-    m->ln2_mean = rt_arena_take(a, L * BT, f);
-    m->ln2_rstd = rt_arena_take(a, L * BT, f);
-    m->fch = rt_arena_take(a, L * BT * Fl, f);
-    m->fchg = rt_arena_take(a, L * BT * Fl, f);
+    mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
     m->lnf = rt_arena_take(a, BT * C, f);
     m->lnf_mean = rt_arena_take(a, BT, f);
     m->lnf_rstd = rt_arena_take(a, BT, f);
@@ -251,13 +215,6 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     m->logits = rt_arena_take(a, B * NL, f);
     m->dlogits = rt_arena_take(a, B * NL, f);
     m->losses = rt_arena_take(a, B, f);
-    m->tmp = rt_arena_take(a, BT * C, f);
-    m->dres = rt_arena_take(a, BT * C, f);
-    m->dln = rt_arena_take(a, BT * C, f);
-    m->dqkv = rt_arena_take(a, BT * 3 * Cl, f);
-    m->datty = rt_arena_take(a, BT * Cl, f);
-    m->dfch = rt_arena_take(a, BT * Fl, f);
-    m->dfchg = rt_arena_take(a, BT * Fl, f);
     m->dpooled = rt_arena_take(a, B * C, f);
     m->key_mask = rt_arena_take(a, BT, f);
     m->ids = rt_arena_take(a, BT, i);
@@ -282,14 +239,9 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->n_embd;
-    m->C_local = c->n_embd / tp->size;
-    m->NH_local = c->n_head / tp->size;
-    m->HS = c->n_embd / c->n_head;
-    m->F_local = (c->n_inner > 0 ? c->n_inner : 4 * c->n_embd) / tp->size;
     m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
     m->V_local = m->V_pad / tp->size;
     m->vocab_start = m->V_local * tp->rank;
-    m->head_offset = m->NH_local * tp->rank;
     rt_params_init(&m->params, be);
     gpt2_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
@@ -319,7 +271,7 @@ void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
     if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
     rt_params_free(&m->params);
-    free(m->layer);
+    mdl_preln_free(&m->blocks);
     free(m->h_pos);
     free(m->h_last);
     free(m->h_mask);
@@ -332,9 +284,6 @@ rt_comm *gpt2_model_tp(gpt2_model *m) { return m->tp; }
 int gpt2_model_padded_vocab(const gpt2_model *m) { return m->V_pad; }
 const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
-static uint64_t gpt2_stream(const mdl_pass *p, int site) {
-    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
-}
 
 
 /* Uploads ids and builds positions and the key mask; pool_rows gets b*T + the last non-pad
@@ -369,121 +318,48 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
     return RT_OK;
 }
 
+/* GPT-2 attends causally, with padded keys masked. */
+static mdl_preln_mask gpt2_mask(const gpt2_model *m) { return (mdl_preln_mask){.causal = true, .key_mask = m->key_mask}; }
+
 /* The transformer body: embeddings through ln_f into m->lnf. */
 static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t BT = (size_t)B * T, MBT = m->max_BT;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
-    const bool drop = pass->training;
-
-    float *x = m->res;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C;
+    mdl_preln_mask mask = gpt2_mask(m);
+    float *x = mdl_preln_residual(&m->blocks, 0);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
     ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, c->n_positions, true);
-    if (drop && c->embd_pdrop > 0) ops->dropout_fwd(be->ctx, x, x, BT * C, c->embd_pdrop, pass->seed, gpt2_stream(pass, 0));
-
-    for (int l = 0; l < c->n_layer; l++) {
-        const gpt2_layer_params *p = &m->layer[l];
-        float *res_in = m->res + (size_t)l * MBT * C;
-        float *res_out = m->res + (size_t)(l + 1) * MBT * C;
-        float *xmid = m->xmid + (size_t)l * MBT * C;
-        float *ln1 = m->ln1 + (size_t)l * MBT * C, *ln2 = m->ln2 + (size_t)l * MBT * C;
-        float *qkv = m->qkv + (size_t)l * MBT * 3 * Cl;
-        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
-        float *atty = m->atty + (size_t)l * MBT * Cl;
-        float *fch = m->fch + (size_t)l * MBT * Fl, *fchg = m->fchg + (size_t)l * MBT * Fl;
-        int site = 1 + 3 * l;
-
-        ops->layernorm_fwd(be->ctx, ln1, m->ln1_mean + l * MBT, m->ln1_rstd + l * MBT, res_in, P(p->ln1_w), P(p->ln1_b),
-                           BT, C, c->layer_norm_eps);
-        mdl_col_linear_fwd(be, qkv, ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
-        rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
-                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
-                          .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
-                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site),
-                          .head_offset = m->head_offset, .heads_total = c->n_head};
-        ops->attention_fwd(be->ctx, &d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
-        if (drop && c->resid_pdrop > 0)
-            ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 1));
-        ops->add(be->ctx, xmid, res_in, m->tmp, BT * C);
-
-        ops->layernorm_fwd(be->ctx, ln2, m->ln2_mean + l * MBT, m->ln2_rstd + l * MBT, xmid, P(p->ln2_w), P(p->ln2_b),
-                           BT, C, c->layer_norm_eps);
-        mdl_col_linear_fwd(be, fch, ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
-        ops->act_fwd(be->ctx, c->act, fchg, fch, BT * Fl);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
-        if (drop && c->resid_pdrop > 0)
-            ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 2));
-        ops->add(be->ctx, res_out, xmid, m->tmp, BT * C);
-    }
-    float *x_last = m->res + (size_t)c->n_layer * MBT * C;
-    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x_last, P(m->lnf_w), P(m->lnf_b), BT, C,
-                       c->layer_norm_eps);
+    if (pass->training && c->embd_pdrop > 0)
+        ops->dropout_fwd(be->ctx, x, x, BT * C, c->embd_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+    RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
+    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, mdl_preln_residual(&m->blocks, c->n_layer),
+                       P(m->lnf_w), P(m->lnf_b), BT, C, c->layer_norm_eps);
 fail:
     return st;
 }
 
-/* Backward of the body, from dL/d(ln_f output) in m->dln. */
+/* Backward of the body, from dL/d(ln_f output) in m->blocks.dln. */
 static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t BT = (size_t)B * T, MBT = m->max_BT;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
-    const bool drop = pass->training;
-    float *x_last = m->res + (size_t)c->n_layer * MBT * C;
-
-    ops->zero(be->ctx, m->dres, BT * C * sizeof(float));
-    ops->layernorm_bwd(be->ctx, m->dres, G(m->lnf_w), G(m->lnf_b), m->dln, x_last, P(m->lnf_w), m->lnf_mean, m->lnf_rstd,
-                       BT, C);
-    for (int l = c->n_layer - 1; l >= 0; l--) {
-        const gpt2_layer_params *p = &m->layer[l];
-        float *res_in = m->res + (size_t)l * MBT * C;
-        float *xmid = m->xmid + (size_t)l * MBT * C;
-        float *ln1 = m->ln1 + (size_t)l * MBT * C, *ln2 = m->ln2 + (size_t)l * MBT * C;
-        float *qkv = m->qkv + (size_t)l * MBT * 3 * Cl;
-        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
-        float *atty = m->atty + (size_t)l * MBT * Cl;
-        float *fch = m->fch + (size_t)l * MBT * Fl, *fchg = m->fchg + (size_t)l * MBT * Fl;
-        int site = 1 + 3 * l;
-
-        /* MLP: res_out = xmid + drop(c_proj(gelu(c_fc(ln_2(xmid))))); dres holds dL/dres_out */
-        const float *dmlp = m->dres;
-        if (drop && c->resid_pdrop > 0) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 2));
-            dmlp = m->tmp;
-        }
-        mdl_row_linear_bwd(be, m->dfchg, G(p->fcproj_w), G(p->fcproj_b), dmlp, fchg, P(p->fcproj_w), BT, Fl, C);
-        ops->act_bwd(be->ctx, c->act, m->dfch, fch, m->dfchg, BT * Fl);
-        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->fc_w), G(p->fc_b), m->dfch, ln2, P(p->fc_w), BT, C, Fl));
-        ops->layernorm_bwd(be->ctx, m->dres, G(p->ln2_w), G(p->ln2_b), m->dln, xmid, P(p->ln2_w),
-                           m->ln2_mean + l * MBT, m->ln2_rstd + l * MBT, BT, C);
-        /* attention: xmid = res_in + drop(c_proj(attn(c_attn(ln_1(res_in))))); dres = dL/dxmid */
-        const float *dattn = m->dres;
-        if (drop && c->resid_pdrop > 0) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->resid_pdrop, pass->seed, gpt2_stream(pass, site + 1));
-            dattn = m->tmp;
-        }
-        mdl_row_linear_bwd(be, m->datty, G(p->proj_w), G(p->proj_b), dattn, atty, P(p->proj_w), BT, Cl, C);
-        rt_attn_desc d = {.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
-                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
-                          .scale = 1.0f / sqrtf((float)m->HS), .causal = true, .key_mask = m->key_mask, .bias = NULL,
-                          .dropout_p = drop ? c->attn_pdrop : 0.0f, .seed = pass->seed, .stream = gpt2_stream(pass, site),
-                          .head_offset = m->head_offset, .heads_total = c->n_head};
-        ops->attention_bwd(be->ctx, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
-                           qkv + 2 * Cl);
-        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, ln1, P(p->qkv_w), BT, C, 3 * Cl));
-        ops->layernorm_bwd(be->ctx, m->dres, G(p->ln1_w), G(p->ln1_b), m->dln, res_in, P(p->ln1_w),
-                           m->ln1_mean + l * MBT, m->ln1_rstd + l * MBT, BT, C);
-    }
-    const float *demb = m->dres;
-    if (drop && c->embd_pdrop > 0) {
-        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, c->embd_pdrop, pass->seed, gpt2_stream(pass, 0));
-        demb = m->tmp;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C;
+    mdl_preln *s = &m->blocks;
+    mdl_preln_mask mask = gpt2_mask(m);
+    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
+    ops->layernorm_bwd(be->ctx, s->dres, G(m->lnf_w), G(m->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
+                       P(m->lnf_w), m->lnf_mean, m->lnf_rstd, BT, C);
+    RT_TRY(mdl_preln_backward(s, B, T, &mask, pass));
+    const float *demb = s->dres;
+    if (pass->training && c->embd_pdrop > 0) {
+        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->embd_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+        demb = s->tmp;
     }
     ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
     ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, c->n_positions);
@@ -527,8 +403,8 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
     /* score is replicated: each rank already has the whole dL/dpooled, so no all-reduce */
     mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C, NL);
-    ops->zero(be->ctx, m->dln, BT * C * sizeof(float));
-    ops->scatter_rows_add(be->ctx, m->dln, m->dpooled, m->last, B, C);
+    ops->zero(be->ctx, m->blocks.dln, BT * C * sizeof(float));
+    ops->scatter_rows_add(be->ctx, m->blocks.dln, m->dpooled, m->last, B, C);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;

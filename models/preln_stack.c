@@ -1,0 +1,192 @@
+/* The pre-LayerNorm block stack GPT-2 and GLM share (see preln_stack.h). */
+#include "models/preln_stack.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "models/parallel.h"
+#include "runtime/rt_rng.h"
+
+#define P(idx) rt_params_data(s->params, (idx))
+#define G(idx) rt_params_grad(s->params, (idx))
+
+uint64_t mdl_dropout_stream(const mdl_pass *p, int site) {
+    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+}
+
+static int preln_add(mdl_preln *s, const ckpt_map *map, const char *fmt, int l, int64_t d0, int64_t d1, bool no_decay,
+                     rt_init_kind init, float std) {
+    char name[RT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = {d0, d1};
+    return rt_params_add(s->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(map, name), no_decay, init, std);
+}
+
+void mdl_preln_declare(mdl_preln *s, const mdl_preln_config *c, const mdl_preln_names *n, const ckpt_map *map,
+                       rt_backend *be, rt_comm *tp, rt_params *p) {
+    s->cfg = *c;
+    s->be = be;
+    s->tp = tp;
+    s->params = p;
+    s->C_local = c->C / tp->size;
+    s->NH_local = c->n_head / tp->size;
+    s->HS = c->C / c->n_head;
+    s->F_local = c->F / tp->size;
+    s->head_offset = s->NH_local * tp->rank;
+    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
+    const float std = c->init_std, pstd = c->proj_std;
+    s->layer = rt_xcalloc((size_t)c->n_layer, sizeof *s->layer);
+    for (int l = 0; l < c->n_layer; l++) {
+        mdl_preln_layer *y = &s->layer[l];
+        y->ln1_w = preln_add(s, map, n->ln1_w, l, C, 0, true, RT_INIT_ONES, 0);
+        y->ln1_b = preln_add(s, map, n->ln1_b, l, C, 0, true, RT_INIT_ZEROS, 0);
+        y->qkv_w = preln_add(s, map, n->qkv_w, l, 3 * Cl, C, false, RT_INIT_NORMAL, std);
+        y->qkv_b = preln_add(s, map, n->qkv_b, l, 3 * Cl, 0, true, RT_INIT_ZEROS, 0);
+        y->proj_w = preln_add(s, map, n->proj_w, l, C, Cl, false, RT_INIT_NORMAL, pstd);
+        y->proj_b = preln_add(s, map, n->proj_b, l, C, 0, true, RT_INIT_ZEROS, 0);
+        y->ln2_w = preln_add(s, map, n->ln2_w, l, C, 0, true, RT_INIT_ONES, 0);
+        y->ln2_b = preln_add(s, map, n->ln2_b, l, C, 0, true, RT_INIT_ZEROS, 0);
+        y->fc_w = preln_add(s, map, n->fc_w, l, Fl, C, false, RT_INIT_NORMAL, std);
+        y->fc_b = preln_add(s, map, n->fc_b, l, Fl, 0, true, RT_INIT_ZEROS, 0);
+        y->fcproj_w = preln_add(s, map, n->fcproj_w, l, C, Fl, false, RT_INIT_NORMAL, pstd);
+        y->fcproj_b = preln_add(s, map, n->fcproj_b, l, C, 0, true, RT_INIT_ZEROS, 0);
+    }
+}
+
+void mdl_preln_free(mdl_preln *s) {
+    free(s->layer);
+    s->layer = NULL;
+}
+
+void mdl_preln_layout(mdl_preln *s, rt_arena *a, int max_B, int max_T) {
+    s->max_B = max_B;
+    s->max_T = max_T;
+    s->max_BT = (size_t)max_B * (size_t)max_T;
+    const size_t L = (size_t)s->cfg.n_layer, BT = s->max_BT, B = (size_t)max_B, T = (size_t)max_T;
+    const size_t C = (size_t)s->cfg.C, Cl = (size_t)s->C_local, Fl = (size_t)s->F_local, f = sizeof(float);
+    s->res = rt_arena_take(a, (L + 1) * BT * C, f);
+    s->xmid = rt_arena_take(a, L * BT * C, f);
+    s->ln1 = rt_arena_take(a, L * BT * C, f);
+    s->ln1_mean = rt_arena_take(a, L * BT, f);
+    s->ln1_rstd = rt_arena_take(a, L * BT, f);
+    s->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
+    s->probs = rt_arena_take(a, L * B * (size_t)s->NH_local * T * T, f);
+    s->atty = rt_arena_take(a, L * BT * Cl, f);
+    s->ln2 = rt_arena_take(a, L * BT * C, f);
+    s->ln2_mean = rt_arena_take(a, L * BT, f);
+    s->ln2_rstd = rt_arena_take(a, L * BT, f);
+    s->fch = rt_arena_take(a, L * BT * Fl, f);
+    s->fchg = rt_arena_take(a, L * BT * Fl, f);
+    s->tmp = rt_arena_take(a, BT * C, f);
+    s->dres = rt_arena_take(a, BT * C, f);
+    s->dln = rt_arena_take(a, BT * C, f);
+    s->dqkv = rt_arena_take(a, BT * 3 * Cl, f);
+    s->datty = rt_arena_take(a, BT * Cl, f);
+    s->dfch = rt_arena_take(a, BT * Fl, f);
+    s->dfchg = rt_arena_take(a, BT * Fl, f);
+}
+
+float *mdl_preln_residual(const mdl_preln *s, int l) { return s->res + (size_t)l * s->max_BT * (size_t)s->cfg.C; }
+
+/* Block l's activation slices. */
+typedef struct {
+    float *res_in, *res_out, *xmid, *ln1, *ln1_mean, *ln1_rstd, *qkv, *probs, *atty, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fchg;
+} preln_slices;
+
+static preln_slices preln_at(const mdl_preln *s, int l) {
+    const size_t MBT = s->max_BT, C = (size_t)s->cfg.C, Cl = (size_t)s->C_local, Fl = (size_t)s->F_local;
+    const size_t probs = (size_t)s->max_B * s->NH_local * s->max_T * s->max_T;
+    return (preln_slices){.res_in = mdl_preln_residual(s, l), .res_out = mdl_preln_residual(s, l + 1),
+                          .xmid = s->xmid + l * MBT * C, .ln1 = s->ln1 + l * MBT * C, .ln1_mean = s->ln1_mean + l * MBT,
+                          .ln1_rstd = s->ln1_rstd + l * MBT, .qkv = s->qkv + l * MBT * 3 * Cl,
+                          .probs = s->probs + l * probs, .atty = s->atty + l * MBT * Cl, .ln2 = s->ln2 + l * MBT * C,
+                          .ln2_mean = s->ln2_mean + l * MBT, .ln2_rstd = s->ln2_rstd + l * MBT,
+                          .fch = s->fch + l * MBT * Fl, .fchg = s->fchg + l * MBT * Fl};
+}
+
+static rt_attn_desc preln_attn(const mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
+                               int site) {
+    const size_t ld = 3 * (size_t)s->C_local;
+    return (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = T, .HS = s->HS, .ldq = ld, .ldk = ld, .ldv = ld,
+                          .ldo = (size_t)s->C_local, .scale = 1.0f / sqrtf((float)s->HS), .causal = mask->causal,
+                          .prefix = mask->prefix, .key_mask = mask->key_mask, .bias = NULL,
+                          .dropout_p = pass->training ? s->cfg.attn_pdrop : 0.0f, .seed = pass->seed,
+                          .stream = mdl_dropout_stream(pass, site), .head_offset = s->head_offset,
+                          .heads_total = s->cfg.n_head};
+}
+
+rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const mdl_preln_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T;
+    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
+    const bool drop = pass->training && c->resid_pdrop > 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        const mdl_preln_layer *p = &s->layer[l];
+        preln_slices a = preln_at(s, l);
+        const int site = 1 + 3 * l;
+        ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
+        mdl_col_linear_fwd(be, a.qkv, a.ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
+        rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
+        ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
+        if (drop)
+            ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+        ops->add(be->ctx, a.xmid, a.res_in, s->tmp, BT * C);
+
+        ops->layernorm_fwd(be->ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
+        mdl_col_linear_fwd(be, a.fch, a.ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
+        ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
+        if (drop)
+            ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+        ops->add(be->ctx, a.res_out, a.xmid, s->tmp, BT * C);
+    }
+fail:
+    return st;
+}
+
+rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const mdl_preln_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T;
+    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
+    const bool drop = pass->training && c->resid_pdrop > 0;
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        const mdl_preln_layer *p = &s->layer[l];
+        preln_slices a = preln_at(s, l);
+        const int site = 1 + 3 * l;
+        /* MLP: res_out = xmid + drop(fc_proj(act(fc(ln_2(xmid))))); dres holds dL/dres_out */
+        const float *dmlp = s->dres;
+        if (drop) {
+            ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+            dmlp = s->tmp;
+        }
+        mdl_row_linear_bwd(be, s->dfchg, G(p->fcproj_w), G(p->fcproj_b), dmlp, a.fchg, P(p->fcproj_w), BT, Fl, C);
+        ops->act_bwd(be->ctx, c->act, s->dfch, a.fch, s->dfchg, BT * Fl);
+        RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->fc_w), G(p->fc_b), s->dfch, a.ln2, P(p->fc_w), BT, C, Fl));
+        ops->layernorm_bwd(be->ctx, s->dres, G(p->ln2_w), G(p->ln2_b), s->dln, a.xmid, P(p->ln2_w), a.ln2_mean,
+                           a.ln2_rstd, BT, C);
+        /* attention: xmid = res_in + drop(proj(attn(qkv(ln_1(res_in))))); dres = dL/dxmid */
+        const float *dattn = s->dres;
+        if (drop) {
+            ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+            dattn = s->tmp;
+        }
+        mdl_row_linear_bwd(be, s->datty, G(p->proj_w), G(p->proj_b), dattn, a.atty, P(p->proj_w), BT, Cl, C);
+        rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
+        ops->attention_bwd(be->ctx, &d, s->dqkv, s->dqkv + Cl, s->dqkv + 2 * Cl, NULL, s->datty, a.probs, a.qkv,
+                           a.qkv + Cl, a.qkv + 2 * Cl);
+        RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->qkv_w), G(p->qkv_b), s->dqkv, a.ln1, P(p->qkv_w), BT, C, 3 * Cl));
+        ops->layernorm_bwd(be->ctx, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
+                           a.ln1_rstd, BT, C);
+    }
+fail:
+    return st;
+}

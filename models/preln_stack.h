@@ -1,0 +1,92 @@
+/* The GPT-style pre-LayerNorm transformer stack that GPT-2 and GLM share:
+ *
+ *     x = x + drop(proj(attn(qkv(ln_1(x)))))      attention over a fused [q; k; v]
+ *     x = x + drop(fc_proj(act(fc(ln_2(x)))))     MLP
+ *
+ * for n_layer blocks, over the backend ops and the Megatron layers of models/parallel.h (qkv
+ * and fc column-parallel, the projections row-parallel, heads split over tp). A model writes
+ * its embeddings into the stack's first residual slice, runs forward, reads the last slice
+ * (before its own final LayerNorm); backward takes dL/d(last slice) in `dres` and leaves
+ * dL/d(first slice) there. The model owns everything outside the blocks.
+ *
+ * Activations for max_B x max_T are laid out once (llm.c's pattern); a step allocates
+ * nothing. Parameter names come from per-model formats with one %d (the layer), and each
+ * parameter's tp rule from the model's checkpoint map (checkpoints/ckpt_map_tables.c). */
+#ifndef MDL_PRELN_STACK_H
+#define MDL_PRELN_STACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoints/ckpt_map.h"
+#include "models/classifier.h" /* mdl_pass */
+#include "runtime/rt_arena.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
+
+/* printf formats with one %d, in block order. */
+typedef struct {
+    const char *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} mdl_preln_names;
+
+typedef struct {
+    int n_layer, C, n_head, F;  /* full (all ranks) sizes; F is the MLP width */
+    float ln_eps;
+    rt_act_kind act;
+    float attn_pdrop, resid_pdrop;
+    float init_std, proj_std;   /* weights N(0, init_std); both projections N(0, proj_std) */
+} mdl_preln_config;
+
+typedef struct {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+} mdl_preln_layer;
+
+/* Which keys a query sees: causal (with an optional per-row bidirectional prefix, GLM) or
+ * all, minus an additive key mask (padding). Backend buffers, or NULL. */
+typedef struct {
+    bool causal;
+    const int32_t *prefix;  /* (B) */
+    const float *key_mask;  /* (B, T) */
+} mdl_preln_mask;
+
+typedef struct {
+    mdl_preln_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params *params;
+    mdl_preln_layer *layer;
+    int C_local, NH_local, HS, F_local, head_offset;
+    int max_B, max_T;
+    size_t max_BT;
+    /* activations */
+    float *res;                        /* (L+1, BT, C) the residual entering each block, and the output */
+    float *xmid;                       /* (L, BT, C) residual after attention */
+    float *ln1, *ln1_mean, *ln1_rstd;  /* (L, BT, C), (L, BT), (L, BT) */
+    float *qkv;                        /* (L, BT, 3*C_local) [q; k; v] per token */
+    float *probs;                      /* (L, B, NH_local, T, T) softmax before dropout */
+    float *atty;                       /* (L, BT, C_local) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fchg;                 /* (L, BT, F_local) before and after the activation */
+    /* scratch, also lent to the model around the stack */
+    float *tmp, *dres, *dln;           /* (BT, C) */
+    float *dqkv, *datty, *dfch, *dfchg;
+} mdl_preln;
+
+/* Declares the blocks' parameters in p (tp rules from map), sized for tp. The caller has
+ * checked that tp divides n_head and F. */
+void mdl_preln_declare(mdl_preln *s, const mdl_preln_config *c, const mdl_preln_names *names, const ckpt_map *map,
+                       rt_backend *be, rt_comm *tp, rt_params *p);
+void mdl_preln_free(mdl_preln *s);
+/* Takes the activation buffers for max_B x max_T from a (measuring when a->base is NULL). */
+void mdl_preln_layout(mdl_preln *s, rt_arena *a, int max_B, int max_T);
+/* The residual slice entering block l (l = n_layer: the stack's output). */
+float *mdl_preln_residual(const mdl_preln *s, int l);
+rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
+/* From dL/d(output) in s->dres; leaves dL/d(input) in s->dres, gradients accumulated. */
+rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
+/* The dropout stream of a call site: 0 is the embeddings', blocks use 1 + 3l .. 3 + 3l. */
+uint64_t mdl_dropout_stream(const mdl_pass *p, int site);
+
+#endif
