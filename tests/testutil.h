@@ -15,6 +15,13 @@ extern int tz_test_checks;
 
 /* |a-b| <= atol + rtol*|ref| per element; prints the worst element on failure. Returns 1 ok. */
 int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol);
+/* Weights after the first AdamW step (lr 1e-3) against a reference. An element whose reference
+ * gradient is at noise level (|ref_grad| < 1e-7, e.g. the key bias, whose exact gradient is 0:
+ * softmax ignores it) moves by lr * g / (|g| + eps) with g noise, i.e. anywhere in [-lr, lr] in
+ * either framework: it is checked against that bound (got is set to ref there); the others with
+ * tz_check_close. */
+int tz_check_after_adamw(const char *what, float *got, const float *ref, const float *ref_grad, size_t n, float atol,
+                         float rtol);
 /* Prints and counts a failure unless cond. */
 #define TZ_EXPECT(cond, ...)                                                                   \
     do {                                                                                       \

@@ -11,7 +11,7 @@ transformers, safetensors) and FlagAI 1.8's wheel unpacked (not installed):
 Every tensor written from a tests/golden/<model>/model.safetensors is bit-identical to it
 (checked below after writing). The FlagAI GLM comes from FlagAI's own GLMModel class and its
 mp=2 files from FlagAI's own flagai/mp_tools.py (both executed from the unpacked wheel, with
-the parent packages as empty stand-ins so nothing else of FlagAI is imported).
+the parent packages as empty stand-ins so nothing else of FlagAI is imported: flagai_wheel.py).
 
 What is written is cut to about 3 MB (see the README for what was left out and why); --full
 also writes every (model x HF format) pair, megatron-gpt2-tp2-noargs/, megatron-gpt2-tp1/ and
@@ -22,12 +22,14 @@ import os
 import shutil
 import sys
 import tempfile
-import types
 from collections import OrderedDict
 
 import torch
 import safetensors
 from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flagai_wheel import GLM_CONFIG, load_flagai  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -50,15 +52,6 @@ ALL_FORMATS = [("bin", 1), ("bin-sharded", 2), ("st-sharded", 2)]
 
 MEGATRON_ITER = 7
 MAKE_VOCAB_DIVISIBLE_BY = 128   # Megatron's default --make-vocab-size-divisible-by
-
-GLM_CONFIG = {  # every field FlagAI 1.8's GLMModel.__init__ reads (flagai/model/glm_model.py)
-    "num_layers": 2, "vocab_size": 128, "hidden_size": 64, "num_attention_heads": 4,
-    "embedding_dropout_prob": 0.1, "attention_dropout_prob": 0.1, "output_dropout_prob": 0.1,
-    "max_sequence_length": 64, "max_memory_length": 0, "checkpoint_activations": False,
-    "checkpoint_num_layers": 1, "parallel_output": True, "relative_encoding": False,
-    "block_position_encoding": True, "output_predict": True, "spell_length": None,
-    "spell_func": "lstm", "attention_scale": 1.0, "tune_prefix_layers": None,
-}
 
 
 def nbytes(t):
@@ -318,21 +311,6 @@ def check_megatron_roundtrip(ranks, hf, cfg):
 
 
 # ---------------------------------------------------------------- FlagAI GLM
-
-def load_flagai(flagai_root):
-    """FlagAI's modules straight from the unpacked wheel; flagai and flagai.model are empty
-    stand-ins so that their __init__ files (which import every model and heavy optional
-    dependencies) do not run."""
-    for pkg, sub in (("flagai", "flagai"), ("flagai.model", "flagai/model")):
-        m = types.ModuleType(pkg)
-        m.__path__ = [os.path.join(flagai_root, sub)]
-        sys.modules[pkg] = m
-    os.environ.pop("ENV_TYPE", None)  # FlagAI's single-process (no mpu) layers
-    import flagai.model.glm_model as glm_model
-    import flagai.model.base_model as base_model
-    import flagai.mp_tools as mp_tools
-    return glm_model, base_model, mp_tools
-
 
 def glm_fixtures(flagai_root, full):
     glm_model, base_model, mp_tools = load_flagai(flagai_root)

@@ -1,0 +1,419 @@
+/* GLM forward and backward over the shared pre-LN stack (see glm.h). Activations for the
+ * largest batch are allocated once at init; a step allocates nothing. */
+#include "models/glm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_source.h"
+#include "checkpoints/ckpt_tp.h"
+#include "checkpoints/ckpt_weights.h"
+#include "models/parallel.h"
+#include "models/preln_stack.h"
+#include "runtime/rt_arena.h"
+
+/* Added to the logits of vocab padding columns: they never win a softmax. */
+#define GLM_MASKED (-1e30f)
+
+struct glm_model {
+    glm_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params params;
+    int wte, wpe, wbpe, lnf_w, lnf_b;
+    mdl_preln blocks;
+    int max_B, max_T, C, P; /* P: rows of each position table */
+    int V_pad, V_local, vocab_start;
+    size_t max_BT;
+
+    void *act_block;
+    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
+    float *rows, *drows;              /* (BT, C) the hidden states that reach the output layer */
+    float *logits;                    /* (BT, V_local) */
+    float *losses, *xent_stats;       /* (BT), (3 BT) */
+    float *vocab_mask;                /* (V_local) 0, or GLM_MASKED on padding columns */
+    float *cand, *dcand;              /* (B*K_MAX, C) cloze candidates' embeddings */
+    float *cand_scores;               /* (B, B*K_MAX) */
+    int32_t *ids, *pos, *bpos, *sep, *row_idx, *targets, *cand_ids;
+
+    int32_t *h_idx, *h_targets; /* host staging */
+    float *h_losses, *h_scores;
+    bool vocab_padded_here;
+};
+
+/* Cloze candidates per row: verbalizers have a handful of words. */
+#define GLM_K_MAX 16
+
+#define P(idx) rt_params_data(&m->params, (idx))
+#define G(idx) rt_params_grad(&m->params, (idx))
+
+static const mdl_preln_names glm_block_names = {
+    "transformer.layers.%d.input_layernorm.weight",    "transformer.layers.%d.input_layernorm.bias",
+    "transformer.layers.%d.attention.query_key_value.weight", "transformer.layers.%d.attention.query_key_value.bias",
+    "transformer.layers.%d.attention.dense.weight",    "transformer.layers.%d.attention.dense.bias",
+    "transformer.layers.%d.post_attention_layernorm.weight", "transformer.layers.%d.post_attention_layernorm.bias",
+    "transformer.layers.%d.mlp.dense_h_to_4h.weight",  "transformer.layers.%d.mlp.dense_h_to_4h.bias",
+    "transformer.layers.%d.mlp.dense_4h_to_h.weight",  "transformer.layers.%d.mlp.dense_4h_to_h.bias"};
+
+static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init, float std) {
+    int64_t shape[2] = {d0, d1};
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_glm, name), no_decay, init, std);
+}
+
+static void glm_declare_params(glm_model *m) {
+    const glm_config *c = &m->cfg;
+    const float std = c->init_std;
+    m->wte = glm_add(m, "word_embeddings.weight", m->V_local, m->C, false, RT_INIT_NORMAL, std);
+    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+    m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+    m->wbpe = -1;
+    if (c->block_position_encoding)
+        m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+    /* FlagAI: output layers (attention dense, dense_4h_to_h) scaled by 1/sqrt(2 num_layers) */
+    mdl_preln_config bc = {.n_layer = c->num_layers, .C = m->C, .n_head = c->num_attention_heads,
+                           .F = 4 * c->hidden_size, .ln_eps = c->layernorm_epsilon, .act = RT_ACT_GELU_TANH,
+                           .attn_pdrop = c->attention_dropout_prob, .resid_pdrop = c->output_dropout_prob,
+                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->num_layers)};
+    mdl_preln_declare(&m->blocks, &bc, &glm_block_names, &ckpt_map_glm, m->be, m->tp, &m->params);
+    m->lnf_w = glm_add(m, "transformer.final_layernorm.weight", m->C, 0, true, RT_INIT_ONES, 0);
+    m->lnf_b = glm_add(m, "transformer.final_layernorm.bias", m->C, 0, true, RT_INIT_ZEROS, 0);
+}
+
+static void glm_layout(glm_model *m, rt_arena *a) {
+    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->V_local;
+    const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
+    mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
+    m->lnf = rt_arena_take(a, BT * C, f);
+    m->lnf_mean = rt_arena_take(a, BT, f);
+    m->lnf_rstd = rt_arena_take(a, BT, f);
+    m->rows = rt_arena_take(a, BT * C, f);
+    m->drows = rt_arena_take(a, BT * C, f);
+    m->logits = rt_arena_take(a, BT * Vl, f);
+    m->losses = rt_arena_take(a, BT, f);
+    m->xent_stats = rt_arena_take(a, 3 * BT, f);
+    m->vocab_mask = rt_arena_take(a, Vl, f);
+    m->cand = rt_arena_take(a, B * K * C, f);
+    m->dcand = rt_arena_take(a, B * K * C, f);
+    m->cand_scores = rt_arena_take(a, B * B * K, f);
+    m->ids = rt_arena_take(a, BT, i);
+    m->pos = rt_arena_take(a, BT, i);
+    m->bpos = rt_arena_take(a, BT, i);
+    m->sep = rt_arena_take(a, B, i);
+    m->row_idx = rt_arena_take(a, BT, i);
+    m->targets = rt_arena_take(a, BT, i);
+    m->cand_ids = rt_arena_take(a, B * K, i);
+}
+
+rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                         glm_model **out) {
+    rt_status st = RT_OK;
+    glm_model *m = rt_xcalloc(1, sizeof *m);
+    *out = NULL;
+    RT_TRY(glm_config_validate(c, tp->size));
+    m->P = c->block_position_encoding ? c->max_sequence_length + 1 : c->max_sequence_length;
+    if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GLM: batch size %d and length %d must be >= 1", max_B, max_T);
+    if (max_T > m->P)
+        RT_FAIL(RT_ERR_CONFIG, "GLM: max length %d exceeds the model's max_sequence_length %d", max_T,
+                c->max_sequence_length);
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    m->max_BT = (size_t)max_B * (size_t)max_T;
+    m->C = c->hidden_size;
+    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
+    m->V_local = m->V_pad / tp->size;
+    m->vocab_start = m->V_local * tp->rank;
+    m->vocab_padded_here = m->vocab_start + m->V_local > c->vocab_size;
+    rt_params_init(&m->params, be);
+    glm_declare_params(m);
+    RT_TRY(rt_params_alloc(&m->params));
+    rt_params_init_weights(&m->params, seed);
+    rt_arena arena = {0};
+    glm_layout(m, &arena);
+    RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower the batch size or the length)", &m->act_block));
+    arena = (rt_arena){.base = m->act_block};
+    glm_layout(m, &arena);
+    /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */
+    float *h_vmask = rt_xcalloc((size_t)m->V_local, sizeof(float));
+    if (m->vocab_padded_here) {
+        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
+        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+        for (int j = first; j < m->V_local; j++) h_vmask[j] = GLM_MASKED;
+    }
+    be->ops->to_device(be->ctx, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
+    free(h_vmask);
+    m->h_idx = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_targets = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_losses = rt_xmalloc(m->max_BT * sizeof(float));
+    m->h_scores = rt_xmalloc((size_t)max_B * max_B * GLM_K_MAX * sizeof(float));
+    *out = m;
+    return RT_OK;
+fail:
+    glm_model_free(m);
+    return st;
+}
+
+void glm_model_free(glm_model *m) {
+    if (!m) return;
+    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    rt_params_free(&m->params);
+    mdl_preln_free(&m->blocks);
+    free(m->h_idx);
+    free(m->h_targets);
+    free(m->h_losses);
+    free(m->h_scores);
+    free(m);
+}
+
+rt_params *glm_model_params(glm_model *m) { return &m->params; }
+rt_comm *glm_model_tp(glm_model *m) { return m->tp; }
+const glm_config *glm_model_config(const glm_model *m) { return &m->cfg; }
+
+/* Checks a batch against the model and uploads ids, positions and separators. */
+static rt_status glm_upload(glm_model *m, const glm_inputs *in) {
+    const int B = in->B, T = in->T;
+    if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
+        return rt_errorf(RT_ERR_CONFIG, "GLM: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
+                         m->max_T);
+    for (int b = 0; b < B; b++) {
+        if (in->sep[b] < 0 || in->sep[b] > T)
+            return rt_errorf(RT_ERR_FORMAT, "GLM: row %d: separator %d is outside [0, %d]", b, in->sep[b], T);
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            if (in->ids[i] < 0 || in->ids[i] >= m->cfg.vocab_size)
+                return rt_errorf(RT_ERR_FORMAT, "GLM: token id %d at row %d position %d is outside the vocab [0, %d)",
+                                 in->ids[i], b, t, m->cfg.vocab_size);
+            if (in->pos[i] < 0 || in->pos[i] >= m->P || (m->wbpe >= 0 && (in->block_pos[i] < 0 || in->block_pos[i] >= m->P)))
+                return rt_errorf(RT_ERR_FORMAT, "GLM: row %d position %d: position %d or block position %d is outside "
+                                 "[0, %d)", b, t, in->pos[i], m->wbpe >= 0 ? in->block_pos[i] : 0, m->P);
+        }
+    }
+    rt_backend *be = m->be;
+    const size_t BT = (size_t)B * T;
+    be->ops->to_device(be->ctx, m->ids, in->ids, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->pos, in->pos, BT * sizeof(int32_t));
+    if (m->wbpe >= 0) be->ops->to_device(be->ctx, m->bpos, in->block_pos, BT * sizeof(int32_t));
+    be->ops->to_device(be->ctx, m->sep, in->sep, (size_t)B * sizeof(int32_t));
+    return RT_OK;
+}
+
+static mdl_preln_mask glm_mask(const glm_model *m) { return (mdl_preln_mask){.causal = true, .prefix = m->sep}; }
+
+/* Embeddings through the final LayerNorm into m->lnf. */
+static rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const glm_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C;
+    mdl_preln_mask mask = glm_mask(m);
+    float *x = mdl_preln_residual(&m->blocks, 0);
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
+    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
+    if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
+    if (pass->training && c->embedding_dropout_prob > 0)
+        ops->dropout_fwd(be->ctx, x, x, BT * C, c->embedding_dropout_prob, pass->seed, mdl_dropout_stream(pass, 0));
+    RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
+    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, mdl_preln_residual(&m->blocks, c->num_layers),
+                       P(m->lnf_w), P(m->lnf_b), BT, C, c->layernorm_epsilon);
+fail:
+    return st;
+}
+
+/* Backward from dL/d(final LayerNorm output) in m->blocks.dln. */
+static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const glm_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C;
+    mdl_preln *s = &m->blocks;
+    mdl_preln_mask mask = glm_mask(m);
+    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
+    ops->layernorm_bwd(be->ctx, s->dres, G(m->lnf_w), G(m->lnf_b), s->dln, mdl_preln_residual(s, c->num_layers),
+                       P(m->lnf_w), m->lnf_mean, m->lnf_rstd, BT, C);
+    RT_TRY(mdl_preln_backward(s, B, T, &mask, pass));
+    const float *demb = s->dres;
+    if (pass->training && c->embedding_dropout_prob > 0) {
+        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->embedding_dropout_prob, pass->seed,
+                         mdl_dropout_stream(pass, 0));
+        demb = s->tmp;
+    }
+    ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
+    ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
+    if (m->wbpe >= 0) ops->embedding_bwd(be->ctx, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
+fail:
+    return st;
+}
+
+/* dL/d(rows) (n, C) in m->drows back into the body at the rows' positions. */
+static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
+    rt_backend *be = m->be;
+    be->ops->zero(be->ctx, m->blocks.dln, (size_t)B * T * m->C * sizeof(float));
+    be->ops->scatter_rows_add(be->ctx, m->blocks.dln, m->drows, m->row_idx, (size_t)n, m->C);
+    return glm_backward_body(m, B, T, pass);
+}
+
+rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
+                      double *loss_sum, int *n_targets) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int B = in->B, T = in->T, C = m->C, Vl = m->V_local;
+    int n = 0;
+    *loss_sum = 0;
+    if (n_targets) *n_targets = 0;
+    RT_TRY(glm_upload(m, in));
+    for (int i = 0; i < B * T; i++) {
+        if (labels[i] == -100) continue;
+        if (labels[i] < 0 || labels[i] >= m->cfg.vocab_size)
+            RT_FAIL(RT_ERR_FORMAT, "GLM: label %d at row %d position %d is outside the vocab [0, %d)", labels[i], i / T,
+                    i % T, m->cfg.vocab_size);
+        m->h_idx[n] = i;
+        m->h_targets[n++] = labels[i];
+    }
+    RT_TRY(glm_forward_body(m, B, T, pass));
+    if (n == 0) return RT_OK;
+    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
+    ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
+    /* only the labelled rows go through the tied output layer, over this rank's vocab columns */
+    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, (size_t)n, C);
+    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
+    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
+    const bool backward = grad_scale > 0;
+    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets,
+                          (size_t)n, Vl, m->vocab_start, grad_scale));
+    ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)n * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += m->h_losses[i];
+    *loss_sum = sum;
+    if (n_targets) *n_targets = n;
+    if (!backward) return RT_OK;
+    /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
+    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->drows, G(m->wte), NULL, m->logits, m->rows, P(m->wte), (size_t)n, C, Vl));
+    RT_TRY(glm_backward_from_rows(m, B, T, n, pass));
+fail:
+    return st;
+}
+
+rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask_pos, const int32_t *cand, int K,
+                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int B = in->B, T = in->T, C = m->C, BK = B * K;
+    *loss_sum = 0;
+    if (K < 1 || K > GLM_K_MAX) return rt_errorf(RT_ERR_CONFIG, "GLM cloze: %d candidates (1 to %d)", K, GLM_K_MAX);
+    RT_TRY(glm_upload(m, in));
+    for (int b = 0; b < B; b++) {
+        if (mask_pos[b] < 0 || mask_pos[b] >= T)
+            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: mask position %d is outside [0, %d)", b, mask_pos[b], T);
+        if (label[b] != -100 && (label[b] < 0 || label[b] >= K))
+            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: label %d is not one of its %d candidates", b, label[b], K);
+        for (int k = 0; k < K; k++)
+            if (cand[b * K + k] < 0 || cand[b * K + k] >= m->cfg.vocab_size)
+                RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: candidate token %d is outside the vocab", b, cand[b * K + k]);
+        m->h_idx[b] = b * T + mask_pos[b];
+    }
+    RT_TRY(glm_forward_body(m, B, T, pass));
+    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
+    ops->to_device(be->ctx, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
+    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, (size_t)B, C);
+    /* the candidates' embedding rows on every rank, then every row against every candidate
+     * (B x BK, tiny); row b's scores are its own K */
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab_start, m->V_local));
+    mdl_col_linear_fwd(be, m->cand_scores, m->rows, m->cand, NULL, (size_t)B, C, BK);
+    ops->to_host(be->ctx, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
+    double sum = 0;
+    float *dscore = m->h_scores; /* reused in place: row b keeps only its own K, as gradients */
+    for (int b = 0; b < B; b++) {
+        float *row = m->h_scores + (size_t)b * BK, s[GLM_K_MAX];
+        memcpy(s, row + (size_t)b * K, (size_t)K * sizeof(float));
+        if (scores) memcpy(scores + (size_t)b * K, s, (size_t)K * sizeof(float));
+        memset(row, 0, (size_t)BK * sizeof(float));
+        if (label[b] == -100) continue;
+        double mx = s[0], z = 0;
+        for (int k = 1; k < K; k++) mx = s[k] > mx ? s[k] : mx;
+        for (int k = 0; k < K; k++) z += exp((double)s[k] - mx);
+        sum += mx + log(z) - s[label[b]];
+        for (int k = 0; k < K; k++)
+            dscore[(size_t)b * BK + (size_t)b * K + k] =
+                (float)((exp((double)s[k] - mx) / z - (k == label[b] ? 1.0 : 0.0)) * grad_scale);
+    }
+    *loss_sum = sum;
+    if (!(grad_scale > 0)) return RT_OK;
+    /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
+    ops->to_device(be->ctx, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
+    ops->zero(be->ctx, m->dcand, (size_t)BK * C * sizeof(float));
+    mdl_row_linear_bwd(be, m->drows, m->dcand, NULL, m->cand_scores, m->rows, m->cand, (size_t)B, C, BK);
+    ops->embedding_bwd(be->ctx, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab_start, m->V_local);
+    RT_TRY(glm_backward_from_rows(m, B, T, B, pass));
+fail:
+    return st;
+}
+
+rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    rt_comm *tp = m->tp;
+    const int B = in->B, T = in->T, C = m->C, Vl = m->V_local, V = m->cfg.vocab_size;
+    const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
+    float *gathered = NULL, *host = NULL;
+    mdl_pass pass = {0};
+    RT_TRY(glm_upload(m, in));
+    RT_TRY(glm_forward_body(m, B, T, &pass));
+    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
+    if (!host_logits) return RT_OK;
+    mdl_col_linear_fwd(be, m->logits, m->lnf, P(m->wte), NULL, BT, C, Vl);
+    const float *all = m->logits;
+    if (tp->size > 1) { /* a checking path: gathering the full logits is fine here */
+        RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "GLM logits (gathered)",
+                                (void **)&gathered));
+        RT_TRY(tp->ops->all_gather(tp->ctx, gathered, m->logits, n_local));
+        all = gathered;
+    }
+    host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
+    be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+    for (int r = 0; r < tp->size; r++) /* rank-major (tp, BT, Vl) -> (BT, V), padding dropped */
+        for (size_t t = 0; t < BT; t++)
+            for (int j = 0; j < Vl; j++) {
+                int v = r * Vl + j;
+                if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * BT + t) * Vl + (size_t)j];
+            }
+fail:
+    if (gathered) be->ops->free(be->ctx, gathered);
+    free(host);
+    return st;
+}
+
+rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
+                             char *report, size_t report_size) {
+    rt_status st = RT_OK;
+    char path[4096], weights[4096];
+    glm_config cfg;
+    ckpt_load_report rep;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    RT_TRY(glm_config_load(path, &cfg));
+    RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
+    RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, 0, out));
+    RT_TRY(ckpt_load_hf(weights, &ckpt_map_glm, &(*out)->params, cfg.vocab_size, cfg.num_attention_heads, tp->rank,
+                        tp->size, NULL, &rep));
+    if (rep.missing)
+        RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a GLM checkpoint with this config?)", weights,
+                rep.first_missing, rep.missing > 1 ? " and others" : "");
+    if (report)
+        snprintf(report, report_size, "%d tensors loaded%s%s", rep.loaded,
+                 rep.unused ? "; tensors that map to no parameter, the first: " : "", rep.unused ? rep.first_unused : "");
+    return RT_OK;
+fail:
+    glm_model_free(*out);
+    *out = NULL;
+    return st;
+}

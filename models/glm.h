@@ -1,0 +1,82 @@
+/* GLM (Du et al., 2022) as FlagAI's GLMModel and THUDM/GLM define it: word embeddings plus
+ * two learned position tables (positions and block positions, GLM's 2D positions), the
+ * pre-LayerNorm blocks GPT-2 uses (models/preln_stack.h, GELU tanh), a final LayerNorm, and
+ * the output through the tied word embeddings. Attention is bidirectional over each row's
+ * context (keys before its separator `sep`) and causal after it, as GLMStack's mask.
+ *
+ * Parameter names are FlagAI's GLMModel keys ("word_embeddings.weight",
+ * "transformer.layers.0.attention.query_key_value.weight", ...; the GLM table in
+ * checkpoints/ckpt_map_tables.c), weights [out, in], query_key_value as [Q; K; V] blocks.
+ * Tensor parallelism splits the vocab, the heads (each of Q, K, V by heads) and the MLP. */
+#ifndef GLM_H
+#define GLM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/classifier.h" /* mdl_pass */
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
+
+typedef struct {
+    int vocab_size, hidden_size, num_layers, num_attention_heads, max_sequence_length;
+    float embedding_dropout_prob, attention_dropout_prob, output_dropout_prob;
+    float layernorm_epsilon, init_std;
+    bool block_position_encoding; /* two position tables of max_sequence_length + 1 rows */
+} glm_config;
+
+/* GLM-large-chinese's sizes (FlagAI's defaults) with dropout 0.1. */
+void glm_config_default(glm_config *c);
+/* Reads a FlagAI GLM config.json (vocab_size, hidden_size, num_layers, num_attention_heads,
+ * max_sequence_length, the three dropouts, block_position_encoding, ...). Options tunezoo
+ * does not implement (relative_encoding, attention_scale != 1, max_memory_length > 0,
+ * spell_length) are refused by name. */
+rt_status glm_config_load(const char *path, glm_config *c);
+/* Writes it back in FlagAI's field names (atomically). */
+rt_status glm_config_save(const glm_config *c, const char *path);
+/* Sizes are positive, heads divide the width, tp divides the heads and the MLP width. */
+rt_status glm_config_validate(const glm_config *c, int tp);
+
+typedef struct glm_model glm_model;
+
+/* A batch as GLM takes it: token ids, positions and block positions (each B x T), and each
+ * row's separator: keys before sep[b] are seen by every query of row b, later keys only
+ * causally (FlagAI's attention_mask of one number per row). Host arrays. */
+typedef struct {
+    int B, T;
+    const int32_t *ids, *pos, *block_pos, *sep;
+} glm_inputs;
+
+rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
+                         glm_model **out);
+void glm_model_free(glm_model *m);
+rt_params *glm_model_params(glm_model *m);
+rt_comm *glm_model_tp(glm_model *m);
+const glm_config *glm_model_config(const glm_model *m);
+
+/* Language-model loss over the positions whose label is not -100 (labels B x T, host):
+ * *loss_sum is the summed cross-entropy over the full vocab and *n_targets their count;
+ * gradients of grad_scale * loss_sum accumulate when grad_scale > 0. Only the labelled rows
+ * go through the output layer. */
+rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
+                      double *loss_sum, int *n_targets);
+
+/* Single-token cloze (GLM's classification): the logits at row b's [MASK] position
+ * mask_pos[b] of its K candidate tokens cand[b*K + k] (the verbalizers), scored against
+ * label[b] (in [0, K), or -100 to skip) with cross-entropy over the K. The same numbers as
+ * slicing the full-vocab logits, without computing them. scores (B x K, host) may be NULL. */
+rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask_pos, const int32_t *cand, int K,
+                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                         float *scores);
+
+/* Full-vocab logits (B, T, vocab) and the final hidden states (B, T, hidden) to the host, for
+ * checking; either may be NULL. Collective over tp (the vocab shards are gathered). */
+rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden);
+
+/* A FlagAI folder (config.json + pytorch_model.bin, model.safetensors, or a tz-convert folder
+ * at any tp): the config, then the weights, every one required. */
+rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
+                             char *report, size_t report_size);
+
+#endif

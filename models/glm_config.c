@@ -1,0 +1,99 @@
+/* GLM's config.json as FlagAI writes and reads it (see glm.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_json.h"
+#include "models/glm.h"
+#include "models/hf_config.h"
+
+void glm_config_default(glm_config *c) {
+    *c = (glm_config){.vocab_size = 50048, .hidden_size = 1024, .num_layers = 24, .num_attention_heads = 16,
+                      .max_sequence_length = 1024, .embedding_dropout_prob = 0.1f, .attention_dropout_prob = 0.1f,
+                      .output_dropout_prob = 0.1f, .layernorm_epsilon = 1e-5f, .init_std = 0.02f,
+                      .block_position_encoding = true};
+}
+
+rt_status glm_config_validate(const glm_config *c, int tp) {
+    if (c->vocab_size < 1 || c->hidden_size < 1 || c->num_layers < 1 || c->num_attention_heads < 1 ||
+        c->max_sequence_length < 1)
+        return rt_errorf(RT_ERR_CONFIG, "GLM config: vocab_size, hidden_size, num_layers, num_attention_heads and "
+                         "max_sequence_length must be >= 1");
+    if (c->hidden_size % c->num_attention_heads)
+        return rt_errorf(RT_ERR_CONFIG, "GLM config: hidden_size %d is not divisible by num_attention_heads %d",
+                         c->hidden_size, c->num_attention_heads);
+    float p[3] = {c->embedding_dropout_prob, c->attention_dropout_prob, c->output_dropout_prob};
+    for (int i = 0; i < 3; i++)
+        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "GLM config: dropout %g not in [0, 1)", p[i]);
+    if (!(c->layernorm_epsilon > 0)) return rt_errorf(RT_ERR_CONFIG, "GLM config: layernorm_epsilon must be > 0");
+    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
+    if (c->num_attention_heads % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %d attention heads (heads are split "
+                         "across tensor-parallel ranks)", tp, c->num_attention_heads);
+    if ((4 * c->hidden_size) % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's MLP width %d", tp, 4 * c->hidden_size);
+    return RT_OK;
+}
+
+rt_status glm_config_load(const char *path, glm_config *c) {
+    rt_status st = RT_OK;
+    cJSON *root = NULL;
+    bool relative = false;
+    double scale = 1.0;
+    int memory = 0;
+    glm_config_default(c);
+    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, true, 0));
+    RT_TRY(ckpt_json_get_int(root, path, "hidden_size", &c->hidden_size, true, 0));
+    RT_TRY(ckpt_json_get_int(root, path, "num_layers", &c->num_layers, true, 0));
+    RT_TRY(ckpt_json_get_int(root, path, "num_attention_heads", &c->num_attention_heads, true, 0));
+    RT_TRY(ckpt_json_get_int(root, path, "max_sequence_length", &c->max_sequence_length, true, 0));
+    RT_TRY(ckpt_json_get_float(root, path, "embedding_dropout_prob", &c->embedding_dropout_prob, false, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "attention_dropout_prob", &c->attention_dropout_prob, false, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "output_dropout_prob", &c->output_dropout_prob, false, 0.1));
+    RT_TRY(ckpt_json_get_float(root, path, "layernorm_epsilon", &c->layernorm_epsilon, false, 1e-5));
+    RT_TRY(ckpt_json_get_bool(root, path, "block_position_encoding", &c->block_position_encoding, false, true));
+    /* what FlagAI's GLM can do and tunezoo's cannot yet: refused rather than ignored */
+    RT_TRY(ckpt_json_get_bool(root, path, "relative_encoding", &relative, false, false));
+    RT_TRY(ckpt_json_get_double(root, path, "attention_scale", &scale, false, 1.0));
+    RT_TRY(ckpt_json_get_int(root, path, "max_memory_length", &memory, false, 0));
+    if (relative) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: relative_encoding true (Transformer-XL positions) is not supported", path);
+    if (scale != 1.0) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: attention_scale %g is not supported (only 1.0)", path, scale);
+    if (memory != 0) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: max_memory_length %d is not supported (only 0)", path, memory);
+    const cJSON *spell = cJSON_GetObjectItemCaseSensitive(root, "spell_length");
+    if (spell && !cJSON_IsNull(spell))
+        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: spell_length (P-tuning prompts) is not supported", path);
+    st = mdl_hf_config_result(glm_config_validate(c, 1), path, true);
+fail:
+    st = mdl_hf_config_result(st, path, false);
+    cJSON_Delete(root);
+    return st;
+}
+
+rt_status glm_config_save(const glm_config *c, const char *path) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "num_layers", c->num_layers);
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(o, "embedding_dropout_prob", c->embedding_dropout_prob);
+    cJSON_AddNumberToObject(o, "attention_dropout_prob", c->attention_dropout_prob);
+    cJSON_AddNumberToObject(o, "output_dropout_prob", c->output_dropout_prob);
+    cJSON_AddNumberToObject(o, "max_sequence_length", c->max_sequence_length);
+    cJSON_AddNumberToObject(o, "max_memory_length", 0);
+    cJSON_AddBoolToObject(o, "checkpoint_activations", false);
+    cJSON_AddNumberToObject(o, "checkpoint_num_layers", 1);
+    cJSON_AddBoolToObject(o, "parallel_output", true);
+    cJSON_AddBoolToObject(o, "relative_encoding", false);
+    cJSON_AddBoolToObject(o, "block_position_encoding", c->block_position_encoding);
+    cJSON_AddBoolToObject(o, "output_predict", true);
+    cJSON_AddNullToObject(o, "spell_length");
+    cJSON_AddStringToObject(o, "spell_func", "lstm");
+    cJSON_AddNumberToObject(o, "attention_scale", 1.0);
+    cJSON_AddNumberToObject(o, "layernorm_epsilon", c->layernorm_epsilon);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
+}

@@ -1,0 +1,293 @@
+/* GLM against FlagAI's own GLMModel: the tiny random model scripts/golden/gen_glm_golden.py
+ * built with FlagAI 1.8 (tests/golden/glm-tiny/README.md) must give FlagAI's logits, final
+ * hidden states, loss, every parameter gradient, the weights after one AdamW step, the losses
+ * and gradient norms of 5 clipped steps, and the cloze scores (logits of the verbalizer ids at
+ * a position). The batch mixes a single-token cloze row (sep = T) with two blank-infilling rows
+ * (bidirectional context, causal span), so the mask and the 2D positions are exercised. At
+ * tp = 2 (two threads) the logits, loss and every gathered gradient must match too. Tolerances
+ * are DESIGN.md's. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_tp.h"
+#include "models/glm.h"
+#include "runtime/rt_launch.h"
+#include "runtime/rt_optim.h"
+#include "tests/testutil.h"
+
+#define FWD_ATOL 1e-5f
+#define FWD_RTOL 1e-4f
+#define GRAD_ATOL 1e-4f
+#define GRAD_RTOL 1e-3f
+
+enum { B = 3, T = 12, V = 128, H = 64, K = 3 };
+
+typedef struct {
+    int32_t ids[B * T], pos[B * T], bpos[B * T], sep[B], labels[B * T], cloze_pos[B], cloze_ids[K];
+} glm_batch;
+
+static void read_i32(const ckpt_st_file *f, const char *name, int32_t *dst, size_t n) {
+    ckpt_st_tensor t;
+    TZ_EXPECT_OK(ckpt_safetensors_find(f, name, &t));
+    TZ_EXPECT(t.dtype == RT_I32 && t.numel == n, "%s: dtype %d numel %zu", name, (int)t.dtype, t.numel);
+    if (t.dtype == RT_I32 && t.numel == n) memcpy(dst, t.data, n * sizeof(int32_t));
+}
+
+static void read_batch(const ckpt_st_file *g, glm_batch *b) {
+    int32_t pos2[B * 2 * T];
+    read_i32(g, "input_ids", b->ids, B * T);
+    read_i32(g, "position_ids", pos2, B * 2 * T);
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            b->pos[r * T + t] = pos2[(r * 2 + 0) * T + t];
+            b->bpos[r * T + t] = pos2[(r * 2 + 1) * T + t];
+        }
+    read_i32(g, "attention_mask", b->sep, B);
+    read_i32(g, "labels", b->labels, B * T);
+    read_i32(g, "cloze_pos", b->cloze_pos, B);
+    read_i32(g, "cloze_ids", b->cloze_ids, K);
+}
+
+static glm_inputs inputs_of(const glm_batch *b) {
+    return (glm_inputs){.B = B, .T = T, .ids = b->ids, .pos = b->pos, .block_pos = b->bpos, .sep = b->sep};
+}
+
+static void read_f32(const ckpt_st_file *f, const char *name, float *dst, size_t n) {
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(f, name, dst, n));
+}
+
+/* Every parameter (gradients, or weights after a step: grads then holds FlagAI's gradients)
+ * against `prefix<name>` in f; the vocab may be padded. */
+static void compare_params(const ckpt_st_file *f, const ckpt_st_file *grads, const char *prefix, rt_params *p,
+                           int use_grad, float atol, float rtol) {
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        char name[256], gname[256];
+        ckpt_st_tensor t;
+        snprintf(name, sizeof name, "%s%s", prefix, s->name);
+        TZ_EXPECT_OK(ckpt_safetensors_find(f, name, &t));
+        size_t n = t.numel < s->numel ? t.numel : s->numel;
+        float *ref = rt_xmalloc(n * sizeof(float)), *got = rt_xmalloc(n * sizeof(float));
+        read_f32(f, name, ref, n);
+        memcpy(got, (use_grad ? p->grad : p->param) + s->offset, n * sizeof(float));
+        if (use_grad) {
+            tz_check_close(name, got, ref, n, atol, rtol);
+        } else {
+            float *g = rt_xmalloc(n * sizeof(float));
+            snprintf(gname, sizeof gname, "grad.%s", s->name);
+            read_f32(grads, gname, g, n);
+            tz_check_after_adamw(name, got, ref, g, n, atol, rtol);
+            free(g);
+        }
+        free(ref);
+        free(got);
+    }
+}
+
+static glm_model *load(rt_backend *be, rt_comm *tp) {
+    glm_model *m = NULL;
+    char report[256];
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, tp, B, T, &m, report, sizeof report));
+    return m;
+}
+
+static void test_tp1(rt_backend *be, const ckpt_st_file *g, const ckpt_st_file *after, const glm_batch *b) {
+    glm_model *m = load(be, rt_comm_self());
+    if (!m) return;
+    glm_inputs in = inputs_of(b);
+    static float logits[B * T * V], ref_logits[B * T * V], hidden[B * T * H], ref_hidden[B * T * H];
+    TZ_EXPECT_OK(glm_logits(m, &in, logits, hidden));
+    read_f32(g, "logits", ref_logits, B * T * V);
+    read_f32(g, "hidden", ref_hidden, B * T * H);
+    tz_check_close("logits", logits, ref_logits, B * T * V, FWD_ATOL, FWD_RTOL);
+    tz_check_close("hidden", hidden, ref_hidden, B * T * H, FWD_ATOL, FWD_RTOL);
+
+    /* the cloze scores: the same numbers without the full-vocab logits */
+    int32_t cand[B * K], label[B] = {0, 1, 2};
+    for (int r = 0; r < B; r++) memcpy(cand + r * K, b->cloze_ids, sizeof b->cloze_ids);
+    float scores[B * K], ref_scores[B * K];
+    double cloze_loss = 0;
+    mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
+    TZ_EXPECT_OK(glm_cloze_step(m, &in, b->cloze_pos, cand, K, label, &pass, 0.0f, &cloze_loss, scores));
+    read_f32(g, "cloze_scores", ref_scores, B * K);
+    tz_check_close("cloze_scores", scores, ref_scores, B * K, FWD_ATOL, FWD_RTOL);
+
+    /* loss and gradients: FlagAI's mean over the labelled positions */
+    rt_params *p = glm_model_params(m);
+    double loss_sum = 0;
+    int n = 0;
+    rt_params_zero_grad(p);
+    TZ_EXPECT_OK(glm_lm_step(m, &in, b->labels, &pass, 1.0f, &loss_sum, &n));
+    float ref_loss, got_loss;
+    read_f32(g, "loss", &ref_loss, 1);
+    got_loss = (float)(loss_sum / n);
+    tz_check_close("loss", &got_loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    /* the step scaled by 1 (sum); FlagAI's gradient is of the mean */
+    for (size_t i = 0; i < p->numel; i++) p->grad[i] /= (float)n;
+    compare_params(g, g, "grad.", p, 1, GRAD_ATOL, GRAD_RTOL);
+
+    rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
+    compare_params(after, g, "after_step.", p, 0, FWD_ATOL, FWD_RTOL);
+    glm_model_free(m);
+
+    /* five clipped steps from the initial weights */
+    m = load(be, rt_comm_self());
+    if (!m) return;
+    p = glm_model_params(m);
+    float losses[5], norms[5], ref_losses[5], ref_norms[5];
+    for (int s = 0; s < 5; s++) {
+        rt_params_zero_grad(p);
+        pass.step = s;
+        TZ_EXPECT_OK(glm_lm_step(m, &in, b->labels, &pass, 1.0f / (float)n, &loss_sum, NULL));
+        losses[s] = (float)(loss_sum / n);
+        double norm = rt_grad_norm(p);
+        norms[s] = (float)norm;
+        TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+    }
+    read_f32(g, "losses5", ref_losses, 5);
+    read_f32(g, "gradnorm5", ref_norms, 5);
+    tz_check_close("losses5", losses, ref_losses, 5, FWD_ATOL, FWD_RTOL);
+    tz_check_close("gradnorm5", norms, ref_norms, 5, GRAD_ATOL, GRAD_RTOL);
+    glm_model_free(m);
+}
+
+/* ---- tp = 2 on two threads ---- */
+
+typedef struct {
+    rt_comm *comm;
+    const glm_batch *b;
+    const ckpt_st_file *g;
+    rt_status st;
+    char msg[512];
+    float loss;
+    float *logits;
+} tp_arg;
+
+static rt_status tp_rank(tp_arg *a) {
+    rt_status st = RT_OK;
+    rt_backend *be = NULL;
+    glm_model *m = NULL;
+    ckpt_tp_scratch scr = {0};
+    float *full = NULL;
+    char report[256];
+    rt_comm *tp = a->comm;
+    glm_inputs in = inputs_of(a->b);
+    RT_TRY(rt_backend_init("cpu", 1, &be));
+    RT_TRY(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, tp, B, T, &m, report, sizeof report));
+    RT_TRY(glm_logits(m, &in, a->logits, NULL));
+    rt_params *p = glm_model_params(m);
+    mdl_pass pass = {.seed = 1, .training = true};
+    double loss_sum = 0;
+    int n = 0;
+    rt_params_zero_grad(p);
+    RT_TRY(glm_lm_step(m, &in, a->b->labels, &pass, 1.0f, &loss_sum, &n));
+    a->loss = (float)(loss_sum / n);
+    /* every gradient gathered to rank 0 and compared there with FlagAI's */
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        ckpt_tp_desc d;
+        ckpt_tp_param_desc(s, V, tp->rank, tp->size, &d);
+        d.n_head = 4;
+        size_t full_n = ckpt_tp_full_numel(&d);
+        full = rt_xrealloc(full, full_n * sizeof(float));
+        RT_TRY(ckpt_tp_gather_param(be, tp, &d, p->grad + s->offset, s->numel, &scr, tp->rank == 0 ? full : NULL));
+        if (tp->rank != 0) continue;
+        for (size_t k = 0; k < full_n; k++) full[k] /= (float)n;
+        char name[256], what[300];
+        snprintf(name, sizeof name, "grad.%s", s->name);
+        float *ref = rt_xmalloc(full_n * sizeof(float));
+        read_f32(a->g, name, ref, full_n);
+        snprintf(what, sizeof what, "tp=2 %s", name);
+        tz_check_close(what, full, ref, full_n, GRAD_ATOL, GRAD_RTOL);
+        free(ref);
+    }
+fail:
+    free(full);
+    if (be) ckpt_tp_scratch_free(be, &scr);
+    glm_model_free(m);
+    rt_backend_free(be);
+    return st;
+}
+
+static void *tp_main(void *arg) {
+    tp_arg *a = arg;
+    a->st = tp_rank(a);
+    if (a->st != RT_OK) snprintf(a->msg, sizeof a->msg, "%s", rt_error_message());
+    return NULL;
+}
+
+static void test_tp2(const ckpt_st_file *g, const glm_batch *b) {
+    rt_comm *comms[2] = {0};
+    pthread_t th[2];
+    tp_arg args[2];
+    static float logits[2][B * T * V], ref_logits[B * T * V];
+    TZ_EXPECT_OK(rt_comm_threads_create(2, 30.0, comms));
+    if (!comms[0]) return;
+    for (int r = 0; r < 2; r++) {
+        args[r] = (tp_arg){.comm = comms[r], .b = b, .g = g, .logits = logits[r]};
+        TZ_EXPECT(pthread_create(&th[r], NULL, tp_main, &args[r]) == 0, "pthread_create");
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        TZ_EXPECT(args[r].st == RT_OK, "tp=2 rank %d: %s", r, args[r].msg);
+        rt_comm_free(comms[r]);
+    }
+    float ref_loss;
+    read_f32(g, "logits", ref_logits, B * T * V);
+    read_f32(g, "loss", &ref_loss, 1);
+    tz_check_close("tp=2 logits", logits[1], ref_logits, B * T * V, FWD_ATOL, FWD_RTOL);
+    tz_check_close("tp=2 loss", &args[1].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+}
+
+static void test_bad_input(rt_backend *be, const glm_batch *b) {
+    glm_model *m = load(be, rt_comm_self());
+    if (!m) return;
+    glm_batch bad = *b;
+    glm_inputs in = inputs_of(&bad);
+    double loss = 0;
+    mdl_pass pass = {0};
+    bad.sep[1] = T + 1;
+    TZ_EXPECT(glm_lm_step(m, &in, bad.labels, &pass, 0.0f, &loss, NULL) == RT_ERR_FORMAT, "a separator past the row");
+    bad = *b;
+    bad.ids[4] = V;
+    TZ_EXPECT(glm_lm_step(m, &in, bad.labels, &pass, 0.0f, &loss, NULL) == RT_ERR_FORMAT, "an id outside the vocab");
+    bad = *b;
+    bad.labels[3] = V + 5;
+    TZ_EXPECT(glm_lm_step(m, &in, bad.labels, &pass, 0.0f, &loss, NULL) == RT_ERR_FORMAT, "a label outside the vocab");
+    int32_t cand[B * K] = {0}, label[B] = {0, 3, 0};
+    TZ_EXPECT(glm_cloze_step(m, &in, b->cloze_pos, cand, K, label, &pass, 0.0f, &loss, NULL) == RT_ERR_FORMAT,
+              "a cloze label that is not one of the candidates");
+    glm_model_free(m);
+    /* a config option tunezoo does not implement is refused by name */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", tz_tmpdir());
+    FILE *f = fopen(path, "w");
+    fputs("{\"vocab_size\": 128, \"hidden_size\": 64, \"num_layers\": 2, \"num_attention_heads\": 4, "
+          "\"max_sequence_length\": 32, \"relative_encoding\": true}", f);
+    fclose(f);
+    glm_config c;
+    TZ_EXPECT(glm_config_load(path, &c) != RT_OK && strstr(rt_error_message(), "relative_encoding"),
+              "relative_encoding refused: %s", rt_error_message());
+}
+
+int main(void) {
+    rt_backend *be = NULL;
+    ckpt_st_file *g = NULL, *after = NULL;
+    glm_batch b;
+    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/glm-tiny/golden.safetensors"), &g));
+    TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/glm-tiny/after_step.safetensors"), &after));
+    if (be && g && after) {
+        read_batch(g, &b);
+        test_tp1(be, g, after, &b);
+        test_tp2(g, &b);
+        test_bad_input(be, &b);
+    }
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(after);
+    rt_backend_free(be);
+    return tz_test_result("test_golden_glm");
+}
