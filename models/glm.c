@@ -260,44 +260,115 @@ static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const
     return glm_backward_body(m, B, T, pass);
 }
 
+/* The labelled positions (label != -100) into h_idx / h_targets; their count. */
+static rt_status glm_collect_targets(glm_model *m, const glm_inputs *in, const int32_t *labels, int *n_out) {
+    const int T = in->T;
+    int n = 0;
+    for (int i = 0; i < in->B * T; i++) {
+        if (labels[i] == -100) continue;
+        if (labels[i] < 0 || labels[i] >= m->cfg.vocab_size)
+            return rt_errorf(RT_ERR_FORMAT, "GLM: label %d at row %d position %d is outside the vocab [0, %d)", labels[i],
+                             i / T, i % T, m->cfg.vocab_size);
+        m->h_idx[n] = i;
+        m->h_targets[n++] = labels[i];
+    }
+    *n_out = n;
+    return RT_OK;
+}
+
+/* The n collected rows through the tied output layer (this rank's vocab columns) and the
+ * vocab-parallel cross-entropy: per-target losses in h_losses; with backward, the logits
+ * buffer then holds dL/dlogits scaled by grad_scale. */
+static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_scale) {
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const int C = m->C, Vl = m->V_local;
+    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
+    ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
+    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, n, C);
+    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
+    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
+    rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
+                                  m->targets, (size_t)n, Vl, m->vocab_start, grad_scale);
+    if (st == RT_OK) ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)n * sizeof(float));
+    return st;
+}
+
+/* Backward from dL/dlogits of the n output rows (in m->logits). */
+static rt_status glm_output_backward(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
+    RT_TRY(mdl_col_linear_bwd(m->be, m->tp, m->drows, G(m->wte), NULL, m->logits, m->rows, P(m->wte), (size_t)n, m->C,
+                              m->V_local));
+    RT_TRY(glm_backward_from_rows(m, B, T, n, pass));
+fail:
+    return st;
+}
+
 rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
                       double *loss_sum, int *n_targets) {
     rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
-    const int B = in->B, T = in->T, C = m->C, Vl = m->V_local;
     int n = 0;
     *loss_sum = 0;
     if (n_targets) *n_targets = 0;
     RT_TRY(glm_upload(m, in));
-    for (int i = 0; i < B * T; i++) {
-        if (labels[i] == -100) continue;
-        if (labels[i] < 0 || labels[i] >= m->cfg.vocab_size)
-            RT_FAIL(RT_ERR_FORMAT, "GLM: label %d at row %d position %d is outside the vocab [0, %d)", labels[i], i / T,
-                    i % T, m->cfg.vocab_size);
-        m->h_idx[n] = i;
-        m->h_targets[n++] = labels[i];
-    }
-    RT_TRY(glm_forward_body(m, B, T, pass));
+    RT_TRY(glm_collect_targets(m, in, labels, &n));
+    RT_TRY(glm_forward_body(m, in->B, in->T, pass));
     if (n == 0) return RT_OK;
-    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
-    ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
-    /* only the labelled rows go through the tied output layer, over this rank's vocab columns */
-    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, (size_t)n, C);
-    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
-    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
     const bool backward = grad_scale > 0;
-    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets,
-                          (size_t)n, Vl, m->vocab_start, grad_scale));
-    ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)n * sizeof(float));
+    RT_TRY(glm_output_xent(m, n, backward, grad_scale));
     double sum = 0;
     for (int i = 0; i < n; i++) sum += m->h_losses[i];
     *loss_sum = sum;
     if (n_targets) *n_targets = n;
+    if (backward) RT_TRY(glm_output_backward(m, in->B, in->T, n, pass));
+fail:
+    return st;
+}
+
+rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *labels, int n_choices,
+                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    rt_status st = RT_OK;
+    const int B = in->B, T = in->T, G_n = n_choices > 0 ? B / n_choices : 0;
+    int n = 0;
+    *loss_sum = 0;
+    if (n_choices < 1 || n_choices > GLM_K_MAX || B % n_choices)
+        return rt_errorf(RT_ERR_CONFIG, "GLM choices: %d rows do not form groups of %d choices", B, n_choices);
+    for (int g = 0; g < G_n; g++)
+        if (label[g] != -100 && (label[g] < 0 || label[g] >= n_choices))
+            return rt_errorf(RT_ERR_FORMAT, "GLM choices: group %d: label %d is not one of its %d choices", g, label[g],
+                             n_choices);
+    RT_TRY(glm_upload(m, in));
+    RT_TRY(glm_collect_targets(m, in, labels, &n));
+    RT_TRY(glm_forward_body(m, B, T, pass));
+    if (n == 0) RT_FAIL(RT_ERR_FORMAT, "GLM choices: no answer tokens in the batch");
+    const bool backward = grad_scale > 0;
+    RT_TRY(glm_output_xent(m, n, backward, 1.0f));
+    /* a choice's score: the summed log-probability of its answer tokens */
+    double sc[GLM_K_MAX * 64];
+    RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
+    for (int r = 0; r < B; r++) sc[r] = 0;
+    for (int i = 0; i < n; i++) sc[m->h_idx[i] / T] -= m->h_losses[i];
+    if (scores)
+        for (int r = 0; r < B; r++) scores[r] = (float)sc[r];
+    /* cross-entropy over each group; d loss / d (token loss t of choice c) = -(p_c - y_c) */
+    double w[GLM_K_MAX * 64] = {0}, sum = 0;
+    for (int g = 0; g < G_n; g++) {
+        if (label[g] == -100) continue;
+        const double *s = sc + (size_t)g * n_choices;
+        double mx = s[0], z = 0;
+        for (int k = 1; k < n_choices; k++) mx = s[k] > mx ? s[k] : mx;
+        for (int k = 0; k < n_choices; k++) z += exp(s[k] - mx);
+        sum += mx + log(z) - s[label[g]];
+        for (int k = 0; k < n_choices; k++)
+            w[g * n_choices + k] = -(exp(s[k] - mx) / z - (k == label[g] ? 1.0 : 0.0)) * grad_scale;
+    }
+    *loss_sum = sum;
     if (!backward) return RT_OK;
-    /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
-    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->drows, G(m->wte), NULL, m->logits, m->rows, P(m->wte), (size_t)n, C, Vl));
-    RT_TRY(glm_backward_from_rows(m, B, T, n, pass));
+    for (int i = 0; i < n; i++) m->h_losses[i] = (float)w[m->h_idx[i] / T]; /* per-target weights */
+    m->be->ops->to_device(m->be->ctx, m->losses, m->h_losses, (size_t)n * sizeof(float));
+    m->be->ops->scale_rows(m->be->ctx, m->logits, m->losses, (size_t)n, m->V_local);
+    RT_TRY(glm_output_backward(m, B, T, n, pass));
 fail:
     return st;
 }
@@ -324,7 +395,7 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask
     RT_TRY(glm_forward_body(m, B, T, pass));
     ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
     ops->to_device(be->ctx, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
-    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, (size_t)B, C);
+    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, B, C);
     /* the candidates' embedding rows on every rank, then every row against every candidate
      * (B x BK, tiny); row b's scores are its own K */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab_start, m->V_local));

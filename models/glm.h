@@ -70,6 +70,15 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask
                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
                          float *scores);
 
+/* Multi-token cloze (GLM's COPA): rows come in groups of n_choices, one row per candidate
+ * answer put in the blank (its tokens labelled in labels, B x T, host); a candidate's score is
+ * the summed log-probability of its answer tokens, and the loss is cross-entropy over each
+ * group's scores against label[g] (in [0, n_choices), or -100 to skip), as FlagAI's
+ * GLMForMultiTokenCloze trains. scores (B, host) may be NULL. */
+rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *labels, int n_choices,
+                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                          float *scores);
+
 /* Full-vocab logits (B, T, vocab) and the final hidden states (B, T, hidden) to the host, for
  * checking; either may be NULL. Collective over tp (the vocab shards are gathered). */
 rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden);

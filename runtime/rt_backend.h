@@ -88,6 +88,8 @@ typedef struct rt_backend_ops {
     void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
     void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
     void (*scale)(void *ctx, float *x, float s, size_t n);
+    /* x (N, C): row i *= w[i] (per-row loss weights, e.g. GLM's multi-token cloze). */
+    void (*scale_rows)(void *ctx, float *x, const float *w, size_t N, int C);
 
     /* Attention. fwd writes out and probs (B, NH, Tq, Tk): the softmax before dropout, kept
      * for backward. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one

@@ -305,6 +305,11 @@ static void test_elementwise(void) {
     g_cpu->ops->scale(g_cpu->ctx, y.c, 1.7f, n);
     g_gpu->ops->scale(g_gpu->ctx, y.g, 1.7f, n);
     dbuf_check("scale", &y, ATOL, RTOL);
+    dbuf rw = dbuf_rand(17, 2.0f, -1.0f); /* 1003 = 17 rows of 59 */
+    g_cpu->ops->scale_rows(g_cpu->ctx, y.c, rw.c, 17, 59);
+    g_gpu->ops->scale_rows(g_gpu->ctx, y.g, rw.g, 17, 59);
+    dbuf_check("scale_rows", &y, ATOL, RTOL);
+    dbuf_free(&rw);
 
     const size_t N = 150;
     const int C = 77;

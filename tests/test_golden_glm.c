@@ -6,6 +6,7 @@
  * (bidirectional context, causal span), so the mask and the 2D positions are exercised. At
  * tp = 2 (two threads) the logits, loss and every gathered gradient must match too. Tolerances
  * are DESIGN.md's. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,6 +155,57 @@ static void test_tp1(rt_backend *be, const ckpt_st_file *g, const ckpt_st_file *
     glm_model_free(m);
 }
 
+/* Multi-token cloze: the three rows as three choices of one group. The scores must be the
+ * summed log-softmax of FlagAI's logits at the labelled positions; the gradient must be the
+ * per-choice weights (p_c - y_c) times each row's own LM gradient, each taken with glm_lm_step
+ * (itself checked above against FlagAI). */
+static void test_choices(rt_backend *be, const ckpt_st_file *g, const glm_batch *b) {
+    glm_model *m = load(be, rt_comm_self());
+    if (!m) return;
+    glm_inputs in = inputs_of(b);
+    static float ref_logits[B * T * V];
+    read_f32(g, "logits", ref_logits, B * T * V);
+    double ref[B] = {0};
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            int y = b->labels[r * T + t];
+            if (y == -100) continue;
+            const float *l = ref_logits + ((size_t)r * T + t) * V;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            for (int v = 0; v < V; v++) z += exp((double)l[v] - mx);
+            ref[r] += (double)l[y] - mx - log(z);
+        }
+    float scores[B], ref_f[B];
+    for (int r = 0; r < B; r++) ref_f[r] = (float)ref[r];
+    int32_t label[1] = {1};
+    double loss = 0;
+    mdl_pass pass = {.seed = 1, .training = true};
+    rt_params *p = glm_model_params(m);
+    rt_params_zero_grad(p);
+    TZ_EXPECT_OK(glm_choice_step(m, &in, b->labels, B, label, &pass, 1.0f, &loss, scores));
+    tz_check_close("choice scores", scores, ref_f, B, FWD_ATOL, FWD_RTOL);
+    double mx = ref[0], z = 0;
+    for (int r = 1; r < B; r++) mx = ref[r] > mx ? ref[r] : mx;
+    for (int r = 0; r < B; r++) z += exp(ref[r] - mx);
+    float got_loss = (float)loss, want_loss = (float)(mx + log(z) - ref[1]);
+    tz_check_close("choice loss", &got_loss, &want_loss, 1, FWD_ATOL, FWD_RTOL);
+    float *grad = rt_xmalloc(p->numel * sizeof(float)), *want = rt_xcalloc(p->numel, sizeof(float));
+    memcpy(grad, p->grad, p->numel * sizeof(float));
+    for (int r = 0; r < B; r++) { /* row r alone: its labels, the others' -100 */
+        int32_t row_labels[B * T];
+        for (int i = 0; i < B * T; i++) row_labels[i] = i / T == r ? b->labels[i] : -100;
+        double w = -(exp(ref[r] - mx) / z - (r == 1 ? 1.0 : 0.0)), s = 0;
+        rt_params_zero_grad(p);
+        TZ_EXPECT_OK(glm_lm_step(m, &in, row_labels, &pass, 1.0f, &s, NULL));
+        for (size_t i = 0; i < p->numel; i++) want[i] += (float)w * p->grad[i];
+    }
+    tz_check_close("choice gradients", grad, want, p->numel, GRAD_ATOL, GRAD_RTOL);
+    free(grad);
+    free(want);
+    glm_model_free(m);
+}
+
 /* ---- tp = 2 on two threads ---- */
 
 typedef struct {
@@ -283,6 +335,7 @@ int main(void) {
     if (be && g && after) {
         read_batch(g, &b);
         test_tp1(be, g, after, &b);
+        test_choices(be, g, &b);
         test_tp2(g, &b);
         test_bad_input(be, &b);
     }

@@ -106,6 +106,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .add = rt_cpu_add,
     .axpy = rt_cpu_axpy,
     .scale = rt_cpu_scale,
+    .scale_rows = rt_cpu_scale_rows,
     .attention_fwd = rt_cpu_attention_fwd,
     .attention_bwd = rt_cpu_attention_bwd,
     .relbias_fwd = rt_cpu_relbias_fwd,

@@ -200,6 +200,12 @@ void rt_cpu_scale(void *ctx, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
+void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
+#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < N; i++)
+        for (int j = 0; j < C; j++) x[i * (size_t)C + (size_t)j] *= w[i];
+}
+
 /* Shared by fwd and bwd, which apply the same mask: y = keep(i) ? x * 1/(1-p) : 0, in
  * chunks of 1024 draws (a multiple of 4, so no Philox block is computed twice). */
 static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,

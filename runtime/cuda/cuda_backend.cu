@@ -125,6 +125,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->add = rt_cuda_add;
     o->axpy = rt_cuda_axpy;
     o->scale = rt_cuda_scale;
+    o->scale_rows = rt_cuda_scale_rows;
     o->attention_fwd = rt_cuda_attention_fwd;
     o->attention_bwd = rt_cuda_attention_bwd;
     o->relbias_fwd = rt_cuda_relbias_fwd;

@@ -100,6 +100,10 @@ __global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
     RT_CUDA_FOR_EACH(i, n) x[i] *= s;
 }
 
+__global__ void rt_cuda_scale_rows_kernel(float *x, const float *w, size_t n, int C) {
+    RT_CUDA_FOR_EACH(i, n) x[i] *= w[i / (size_t)C];
+}
+
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
                                        uint64_t seed, uint64_t stream) {
@@ -222,6 +226,13 @@ void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
     if (n == 0) return;
     rt_cuda_scale_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, s, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
+    size_t n = N * (size_t)C;
+    if (n == 0) return;
+    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, w, n, C);
     CUDA_LAUNCH_CHECK();
 }
 

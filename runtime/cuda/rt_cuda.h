@@ -160,6 +160,7 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
 void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
+void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
 void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
                          uint64_t seed, uint64_t stream);
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
