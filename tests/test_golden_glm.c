@@ -294,6 +294,18 @@ static void test_tp2(const ckpt_st_file *g, const glm_batch *b) {
     tz_check_close("tp=2 loss", &args[1].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
 }
 
+/* A byte copy of a file. */
+static rt_status copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int ok = in && out;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (in) fclose(in);
+    if (out && fclose(out) != 0) ok = 0;
+    return ok ? RT_OK : rt_errorf(RT_ERR_IO, "copying %s to %s failed", from, to);
+}
+
 static void test_bad_input(rt_backend *be, const glm_batch *b) {
     glm_model *m = load(be, rt_comm_self());
     if (!m) return;
@@ -313,6 +325,21 @@ static void test_bad_input(rt_backend *be, const glm_batch *b) {
     TZ_EXPECT(glm_cloze_step(m, &in, b->cloze_pos, cand, K, label, &pass, 0.0f, &loss, NULL) == RT_ERR_FORMAT,
               "a cloze label that is not one of the candidates");
     glm_model_free(m);
+    /* a checkpoint with a missing layer: the config says 3 layers, the file has 2 */
+    char dir[4096], path2[4200];
+    snprintf(dir, sizeof dir, "%s", tz_tmpdir());
+    snprintf(path2, sizeof path2, "%s/config.json", dir);
+    FILE *cf = fopen(path2, "w");
+    fputs("{\"vocab_size\": 128, \"hidden_size\": 64, \"num_layers\": 3, \"num_attention_heads\": 4, "
+          "\"max_sequence_length\": 32}", cf);
+    fclose(cf);
+    snprintf(path2, sizeof path2, "%s/model.safetensors", dir);
+    TZ_EXPECT_OK(copy_file(tz_source_path("tests/golden/glm-tiny/model.safetensors"), path2));
+    glm_model *m3 = NULL;
+    TZ_EXPECT(glm_model_from_dir(dir, be, rt_comm_self(), B, T, &m3, NULL, 0) == RT_ERR_FORMAT &&
+                  strstr(rt_error_message(), "transformer.layers.2"),
+              "a missing layer is named: %s", rt_error_message());
+    glm_model_free(m3);
     /* a config option tunezoo does not implement is refused by name */
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", tz_tmpdir());

@@ -1,0 +1,60 @@
+/* GLM's fine-tuning inputs, built as FlagAI builds them (flagai/data/dataset/data_utils.py
+ * build_input_from_ids, superglue/pvp.py encode, GLM's seq2seq dataset):
+ *
+ *   cloze, one token   [CLS] pattern-with-[MASK] <eos>; every token sees the whole row (sep = the
+ *                      row's length); the verbalizer tokens are scored at the [MASK]
+ *   cloze, choices     per candidate answer: [CLS] pattern-with-[MASK] <eos> [sop] answer, the
+ *                      context bidirectional (sep = its length), the answer at the [MASK]'s
+ *                      position with block positions 1, 2, ...; labels answer + [eop]
+ *   seq2seq            [CLS] source [gMASK] [sop] target, labels target + [eop] on the span
+ *
+ * A glm_rows set holds the rows of all examples; an example owns n_rows consecutive rows
+ * (choices: one per candidate). Rows keep their own length; batches pad them. */
+#ifndef GLM_TASKS_H
+#define GLM_TASKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/data_seq2seq.h"
+#include "data/data_superglue.h"
+#include "tokenizers/tok.h"
+
+typedef enum { GLM_TASK_CLOZE, GLM_TASK_CHOICES, GLM_TASK_SEQ2SEQ } glm_task_kind;
+
+typedef struct {
+    int32_t *ids, *pos, *block_pos, *labels; /* (len) each; labels -100 off the answer */
+    int len, sep, mask_pos;
+} glm_row;
+
+typedef struct {
+    glm_task_kind kind;
+    glm_row *rows;
+    int n_rows;
+    int *first_row;   /* (n_examples) */
+    int *label;       /* (n_examples) class id, the right choice, or -100 */
+    int n_examples, rows_per_example;
+    int32_t verbalizer[16]; /* cloze: one token per class */
+    int n_classes;
+    int n_truncated;
+} glm_rows;
+
+/* The command tokens the inputs need, from the tokenizer ([CLS], [MASK], [gMASK],
+ * <|startofpiece|>, <|endofpiece|>, and its end-of-text token); RT_ERR_CONFIG naming a missing
+ * one. */
+typedef struct {
+    int32_t cls, mask, gmask, eos, sop, eop;
+} glm_specials;
+rt_status glm_specials_of(const tok_tokenizer *tok, glm_specials *out);
+
+/* SuperGLUE examples through the task's pattern: cloze rows (BoolQ, CB, RTE, WiC, MultiRC) or
+ * choice rows (COPA). Rows longer than max_len lose tokens from the pattern's shortenable parts
+ * as FlagAI truncates. A verbalizer that is not one token is RT_ERR_CONFIG naming it. */
+rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
+                                  glm_rows *out);
+/* Line-aligned source/target texts (targets may be NULL: generation rows, span empty). */
+rt_status glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
+                              const tok_tokenizer *tok, int max_source_len, int max_target_len, glm_rows *out);
+void glm_rows_free(glm_rows *r);
+
+#endif

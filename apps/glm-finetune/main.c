@@ -1,0 +1,689 @@
+/* glm-finetune: fine-tunes GLM as GLM and FlagAI do: SuperGLUE tasks as cloze questions (the
+ * verbalizer tokens scored at the [MASK]; COPA's answers by their summed log-probability) and
+ * seq2seq as blank infilling (source [gMASK], the target generated in the blank). The model,
+ * the inputs and the loop are shared code (models/glm.c, apps/glm-finetune/glm_tasks.c,
+ * runtime/rt_trainer.c); this file wires options, data, evaluation and export. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "apps/common/train_app.h"
+#include "apps/glm-finetune/glm_tasks.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_train.h"
+#include "checkpoints/ckpt_weights.h"
+#include "data/data_pvp.h"
+#include "data/data_sampler.h"
+#include "models/glm.h"
+#include "runtime/rt_args.h"
+#include "runtime/rt_launch.h"
+#include "runtime/rt_log.h"
+#include "runtime/rt_rouge.h"
+#include "runtime/rt_superglue_metrics.h"
+#include "tokenizers/tok.h"
+
+#define GLM_PROG "glm-finetune"
+#define GLM_COMM_TIMEOUT_S 600.0
+
+typedef struct {
+    const char *task, *data_dir, *model, *arch, *tokenizer, *val_src, *val_tgt, *save_hf;
+    int64_t pattern, max_len, max_target_len, eval_batch_size;
+    double val_split;
+    bool eval_generate;
+    train_app_opts t;
+} glm_opts;
+
+static glm_opts O;
+
+static const rt_opt glm_own_options[] = {
+    {"task", RT_OPT_CHOICE, &O.task, "copa", NULL,
+     "copa, rte, boolq, cb, wic, multirc (cloze, SuperGLUE JSONL in --data-dir) or seq2seq (SRC TGT files)",
+     "copa|rte|boolq|cb|wic|multirc|seq2seq", 0, 0},
+    {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR",
+     "folder with the task's train.jsonl and val.jsonl (default: the shipped COPA copy for copa)", NULL, 0, 0},
+    {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
+     "FlagAI GLM folder (config.json + pytorch_model.bin or model.safetensors) or a tz-convert folder at any tp; "
+     "default: a small GLM from scratch", NULL, 0, 0},
+    {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "GLM config.json (FlagAI's fields) to build from scratch", NULL, 0, 0},
+    {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
+     "GLM tokenizer (cog-pretrain.model or a folder with one; default: --model's, else the shipped one)", NULL, 0, 0},
+    {"pattern", RT_OPT_INT, &O.pattern, "0", "N", "cloze pattern id (FlagAI's pattern_id)", NULL, 0, 16},
+    {"max-len", RT_OPT_INT, &O.max_len, "256", "N", "tokens per input row (seq2seq: the source's)", NULL, 8, 1 << 16},
+    {"max-target-len", RT_OPT_INT, &O.max_target_len, "64", "N", "seq2seq: target tokens, [eop] included", NULL, 2,
+     1 << 16},
+    {"val-src", RT_OPT_STRING, &O.val_src, NULL, "FILE", "seq2seq validation sources (default: the last 20% of SRC)",
+     NULL, 0, 0},
+    {"val-tgt", RT_OPT_STRING, &O.val_tgt, NULL, "FILE", "seq2seq validation targets, line-aligned with --val-src", NULL,
+     0, 0},
+    {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F", "seq2seq: share of SRC/TGT held out without --val-src", NULL,
+     0.01, 0.9},
+    {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
+     "seq2seq: generate (greedy) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
+    {"eval-batch-size", RT_OPT_INT, &O.eval_batch_size, "0", "N", "examples per evaluation batch (0: --batch-size)",
+     NULL, 0, 1 << 20},
+    {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
+     "where the trained model goes (config.json, model.safetensors with FlagAI's names, the tokenizer; default "
+     "SAVE_DIR/hf)", NULL, 0, 0},
+};
+#define GLM_N_OWN ((int)(sizeof glm_own_options / sizeof glm_own_options[0]))
+static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS];
+
+static rt_args_spec glm_spec = {
+    .prog = GLM_PROG,
+    .positional = "[SRC TGT]",
+    .min_positional = 0,
+    .max_positional = 2,
+    .summary = "Fine-tunes GLM (FlagAI's GLMModel: GLM-large-chinese, GLM-10B, ...) the way GLM does: SuperGLUE\n"
+               "tasks as cloze questions (FlagAI's patterns and verbalizers; COPA by the summed log-probability of\n"
+               "each answer) and seq2seq as blank infilling ([CLS] source [gMASK], the target generated in the\n"
+               "blank). Reports accuracy (CB: also macro-F1; MultiRC: F1a and EM) or loss and ROUGE-1/2/L.\n"
+               "Checkpoints and metrics.jsonl go to --save-dir, the trained model to SAVE_DIR/hf.",
+    .epilog = "examples:\n"
+              "  glm-finetune --task copa                       # small GLM from scratch on the shipped COPA copy\n"
+              "  glm-finetune --task rte --data-dir ../shared/data/superglue-rte --model path/to/glm-large-ch\n"
+              "  glm-finetune --task seq2seq train.src train.tgt --model path/to/glm-large-ch\n"
+              "exit status: 0 ok, 1 bad input or run failure, 2 usage error",
+    .opts = glm_options,
+};
+
+/* ---- data: a sampler over examples; the batch carries their indices ---- */
+
+typedef struct {
+    const glm_rows *rows;
+    data_sampler *sampler;
+    int batch_size;
+} glm_data;
+
+static void glm_batch_free(rt_batch *b) {
+    free(b->example_index);
+    free(b->labels);
+    memset(b, 0, sizeof *b);
+}
+
+/* Labelled targets of examples: cloze and choices count examples, seq2seq answer tokens. */
+static int glm_targets_of(const glm_rows *R, const int32_t *ex, int n) {
+    int t = 0;
+    for (int i = 0; i < n; i++) {
+        if (R->kind != GLM_TASK_SEQ2SEQ) {
+            t += R->label[ex[i]] != -100;
+            continue;
+        }
+        const glm_row *row = &R->rows[R->first_row[ex[i]]];
+        for (int k = 0; k < row->len; k++) t += row->labels[k] != -100;
+    }
+    return t;
+}
+
+static rt_status glm_data_next(void *ctx, rt_batch *into, bool *end) {
+    glm_data *d = ctx;
+    if (into->capacity_B < d->batch_size) {
+        glm_batch_free(into);
+        into->example_index = rt_xcalloc((size_t)d->batch_size + 1, sizeof(int32_t));
+        into->labels = rt_xcalloc((size_t)d->batch_size + 1, sizeof(int32_t));
+        into->capacity_B = d->batch_size;
+    }
+    int count = 0;
+    *end = !data_sampler_next_batch(d->sampler, d->batch_size, into->example_index, &count);
+    into->B = count;
+    for (int i = 0; i < count; i++) into->labels[i] = d->rows->label[into->example_index[i]];
+    into->n_targets = glm_targets_of(d->rows, into->example_index, count);
+    into->n_tokens = 0;
+    for (int i = 0; i < count; i++)
+        for (int k = 0; k < d->rows->rows_per_example; k++)
+            into->n_tokens += (size_t)d->rows->rows[d->rows->first_row[into->example_index[i]] + k].len;
+    return RT_OK;
+}
+
+static void glm_data_get_state(void *ctx, int64_t *epoch, int64_t *position) {
+    data_sampler_state s = data_sampler_get_state(((glm_data *)ctx)->sampler);
+    *epoch = (int64_t)s.epoch;
+    *position = (int64_t)s.position;
+}
+
+static rt_status glm_data_set_state(void *ctx, int64_t epoch, int64_t position) {
+    glm_data *d = ctx;
+    data_sampler_state s = data_sampler_get_state(d->sampler);
+    s.epoch = (uint64_t)epoch;
+    s.position = (uint64_t)position;
+    return data_sampler_set_state(d->sampler, &s);
+}
+
+/* ---- batches of rows as the model takes them ---- */
+
+typedef struct {
+    int32_t *ids, *pos, *bpos, *sep, *labels, *mask_pos, *cand, *label;
+    size_t cap_cells, cap_rows;
+} glm_buf;
+
+static void glm_buf_free(glm_buf *b) {
+    free(b->ids);
+    free(b->pos);
+    free(b->bpos);
+    free(b->sep);
+    free(b->labels);
+    free(b->mask_pos);
+    free(b->cand);
+    free(b->label);
+    memset(b, 0, sizeof *b);
+}
+
+/* The rows of n examples, padded to the longest (a multiple of 8 with --pad-to-8) with <eos>
+ * at position 0, block position 0, no label: after every row's separator, so no real token
+ * sees them. */
+static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad_id, glm_buf *b, glm_inputs *in) {
+    const int per = R->rows_per_example;
+    const int B = n * per;
+    int T = 1;
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < per; k++) {
+            int len = R->rows[R->first_row[ex[i]] + k].len;
+            T = len > T ? len : T;
+        }
+    if (O.t.pad8) T = (T + 7) / 8 * 8;
+    size_t cells = (size_t)B * T;
+    if (cells > b->cap_cells || (size_t)B > b->cap_rows) {
+        glm_buf_free(b);
+        b->cap_cells = cells;
+        b->cap_rows = (size_t)B;
+        b->ids = rt_xmalloc(cells * sizeof(int32_t));
+        b->pos = rt_xmalloc(cells * sizeof(int32_t));
+        b->bpos = rt_xmalloc(cells * sizeof(int32_t));
+        b->labels = rt_xmalloc(cells * sizeof(int32_t));
+        b->sep = rt_xmalloc((size_t)B * sizeof(int32_t));
+        b->mask_pos = rt_xmalloc((size_t)B * sizeof(int32_t));
+        b->label = rt_xmalloc((size_t)B * sizeof(int32_t));
+        b->cand = rt_xmalloc((size_t)B * 16 * sizeof(int32_t));
+    }
+    for (int i = 0; i < n; i++) {
+        b->label[i] = R->label[ex[i]];
+        for (int k = 0; k < per; k++) {
+            const glm_row *row = &R->rows[R->first_row[ex[i]] + k];
+            int r = i * per + k;
+            for (int t = 0; t < T; t++) {
+                size_t c = (size_t)r * T + t;
+                bool real = t < row->len;
+                b->ids[c] = real ? row->ids[t] : pad_id;
+                b->pos[c] = real ? row->pos[t] : 0;
+                b->bpos[c] = real ? row->block_pos[t] : 0;
+                b->labels[c] = real ? row->labels[t] : -100;
+            }
+            b->sep[r] = row->sep;
+            b->mask_pos[r] = row->mask_pos;
+            for (int c = 0; c < R->n_classes; c++) b->cand[r * R->n_classes + c] = R->verbalizer[c];
+        }
+    }
+    *in = (glm_inputs){.B = B, .T = T, .ids = b->ids, .pos = b->pos, .block_pos = b->bpos, .sep = b->sep};
+}
+
+typedef struct {
+    glm_model *model;
+    const glm_rows *train;
+    glm_buf buf;
+    int32_t pad_id;
+} glm_trainer;
+
+/* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
+ * cloze) may be NULL. */
+static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const int32_t *ex, int n, int32_t pad_id,
+                         const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    glm_inputs in;
+    glm_collate(R, ex, n, pad_id, buf, &in);
+    switch (R->kind) {
+    case GLM_TASK_CLOZE:
+        return glm_cloze_step(m, &in, buf->mask_pos, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
+                              scores);
+    case GLM_TASK_CHOICES:
+        return glm_choice_step(m, &in, buf->labels, R->rows_per_example, buf->label, pass, grad_scale, loss_sum, scores);
+    case GLM_TASK_SEQ2SEQ: break;
+    }
+    return glm_lm_step(m, &in, buf->labels, pass, grad_scale, loss_sum, NULL);
+}
+
+static rt_status glm_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                      float grad_scale, double *loss_sum) {
+    glm_trainer *g = ctx;
+    *loss_sum = 0;
+    if (b->B == 0) return RT_OK; /* this dp rank's slice of the last batch is empty */
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    return glm_run(g->model, g->train, &g->buf, b->example_index, b->B, g->pad_id, &pass, grad_scale, loss_sum, NULL);
+}
+
+/* ---- evaluation ---- */
+
+typedef struct {
+    glm_model *model;
+    const tok_tokenizer *tok;
+    const glm_rows *val;
+    const data_sg_examples *sg;   /* cloze tasks: the examples (MultiRC question ids) */
+    const data_lines *refs;       /* seq2seq: reference targets from ref_begin */
+    size_t ref_begin;
+    glm_specials sp;
+    glm_buf buf;
+    int32_t pad_id;
+    int batch;
+    const char *save_dir;
+    rt_grid *grid;
+} glm_eval;
+
+static int glm_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
+    return best;
+}
+
+/* Greedy continuation of n seq2seq examples into texts (caller frees each): the context,
+ * [sop], then each step's argmax at the blank's last position, until [eop] or max_target_len.
+ * Recomputes the whole row at every step (no KV cache yet). */
+static rt_status glm_generate(glm_eval *e, const int32_t *ex, int n, char **texts) {
+    rt_status st = RT_OK;
+    const glm_rows *R = e->val;
+    const int steps = (int)O.max_target_len;
+    int T = 0;
+    for (int i = 0; i < n; i++) {
+        int s = R->rows[R->first_row[ex[i]]].sep;
+        T = s > T ? s : T;
+    }
+    T += steps;
+    const size_t cells = (size_t)n * T;
+    int32_t *ids = rt_xcalloc(cells, sizeof *ids), *pos = rt_xcalloc(cells, sizeof *pos),
+            *bpos = rt_xcalloc(cells, sizeof *bpos), *sep = rt_xcalloc((size_t)n, sizeof *sep),
+            *len = rt_xcalloc((size_t)n, sizeof *len), *at = rt_xcalloc((size_t)n, sizeof *at);
+    bool *done = rt_xcalloc((size_t)n, sizeof *done);
+    int V = glm_model_config(e->model)->vocab_size;
+    float *logits = rt_xmalloc((size_t)n * V * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        const glm_row *row = &R->rows[R->first_row[ex[i]]];
+        for (int t = 0; t < T; t++) ids[(size_t)i * T + t] = e->pad_id;
+        memcpy(ids + (size_t)i * T, row->ids, (size_t)row->sep * sizeof(int32_t));
+        for (int t = 0; t < row->sep; t++) pos[(size_t)i * T + t] = t;
+        sep[i] = row->sep;
+        ids[(size_t)i * T + row->sep] = e->sp.sop;
+        pos[(size_t)i * T + row->sep] = row->mask_pos;
+        bpos[(size_t)i * T + row->sep] = 1;
+        len[i] = row->sep + 1;
+    }
+    for (int s = 0; s < steps; s++) {
+        bool all = true;
+        for (int i = 0; i < n; i++) all &= done[i];
+        if (all) break;
+        for (int i = 0; i < n; i++) at[i] = len[i] - 1;
+        /* the rows' unused tail is <eos> padding after the separator: causal, never seen */
+        glm_inputs in = {.B = n, .T = T, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
+        RT_TRY(glm_logits_at(e->model, &in, at, logits));
+        for (int i = 0; i < n; i++) {
+            if (done[i]) continue;
+            int32_t next = glm_argmax(logits + (size_t)i * V, V);
+            if (next == e->sp.eop || len[i] >= T) {
+                done[i] = true;
+                continue;
+            }
+            size_t c = (size_t)i * T + len[i];
+            ids[c] = next;
+            pos[c] = R->rows[R->first_row[ex[i]]].mask_pos;
+            bpos[c] = len[i] - sep[i] + 1;
+            len[i]++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        int first = sep[i] + 1;
+        RT_TRY(tok_decode_skip_special(e->tok, ids + (size_t)i * T + first, (size_t)(len[i] - first), &texts[i]));
+    }
+fail:
+    free(ids);
+    free(pos);
+    free(bpos);
+    free(sep);
+    free(len);
+    free(at);
+    free(done);
+    free(logits);
+    return st;
+}
+
+static rt_status glm_write_lines(const char *path, char **lines, size_t n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    for (size_t i = 0; i < n; i++) {
+        for (char *p = lines[i]; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        fprintf(f, "%s\n", lines[i]);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return rt_errorf(RT_ERR_IO, "%s: write failed", path);
+    return RT_OK;
+}
+
+static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
+    rt_status st = RT_OK;
+    glm_eval *e = ctx;
+    const glm_rows *R = e->val;
+    const int n_ex = R->n_examples, per = R->rows_per_example;
+    const int K = R->kind == GLM_TASK_CLOZE ? R->n_classes : per;
+    int32_t *ex = rt_xmalloc((size_t)e->batch * sizeof(int32_t));
+    float *scores = rt_xmalloc((size_t)e->batch * per * (K > 0 ? K : 1) * sizeof(float));
+    int32_t *pred = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t)), *label = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t));
+    int32_t *question = NULL;
+    char **texts = NULL;
+    double loss = 0;
+    int64_t targets = 0;
+    mdl_pass pass = {0};
+    for (int b0 = 0; b0 < n_ex; b0 += e->batch) {
+        int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
+        for (int i = 0; i < n; i++) ex[i] = b0 + i;
+        double l = 0;
+        RT_TRY(glm_run(e->model, R, &e->buf, ex, n, e->pad_id, &pass, 0.0f, &l, scores));
+        loss += l;
+        targets += glm_targets_of(R, ex, n);
+        for (int i = 0; R->kind != GLM_TASK_SEQ2SEQ && i < n; i++) {
+            pred[b0 + i] = glm_argmax(scores + (size_t)i * K, K);
+            label[b0 + i] = R->label[b0 + i] == -100 ? -1 : R->label[b0 + i];
+        }
+    }
+    out->n = 0;
+    out->names[out->n] = "loss";
+    out->values[out->n++] = targets ? loss / (double)targets : 0.0;
+    if (R->kind != GLM_TASK_SEQ2SEQ) {
+        rt_sg_metric m[RT_SG_MAX_METRICS];
+        int nm = 0;
+        if (e->sg->task->id == DATA_SG_MULTIRC) {
+            question = rt_xmalloc((size_t)n_ex * sizeof(int32_t));
+            for (int i = 0; i < n_ex; i++) question[i] = e->sg->ex[i].question_idx;
+        }
+        RT_TRY(rt_superglue_metrics(e->sg->task->name, pred, label, question, (size_t)n_ex, m, &nm));
+        for (int i = 0; i < nm && out->n < RT_MAX_METRICS; i++) {
+            out->names[out->n] = m[i].name;
+            out->values[out->n++] = m[i].value;
+        }
+    } else if (O.eval_generate) {
+        texts = rt_xcalloc((size_t)n_ex, sizeof *texts);
+        for (int b0 = 0; b0 < n_ex; b0 += e->batch) {
+            int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
+            for (int i = 0; i < n; i++) ex[i] = b0 + i;
+            RT_TRY(glm_generate(e, ex, n, texts + b0));
+        }
+        rt_rouge_scores rouge;
+        RT_TRY(rt_rouge_corpus((const char *const *)texts, (const char *const *)(e->refs->line + e->ref_begin),
+                               (size_t)n_ex, true, NULL, &rouge));
+        out->names[out->n] = "rouge1";
+        out->values[out->n++] = rouge.rouge1.fmeasure;
+        out->names[out->n] = "rouge2";
+        out->values[out->n++] = rouge.rouge2.fmeasure;
+        out->names[out->n] = "rougeL";
+        out->values[out->n++] = rouge.rougeL.fmeasure;
+        if (e->grid->world->rank == 0 && e->save_dir) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/val_predictions.txt", e->save_dir);
+            RT_TRY(glm_write_lines(path, texts, (size_t)n_ex));
+        }
+    }
+fail:
+    for (int i = 0; texts && i < n_ex; i++) free(texts[i]);
+    free(texts);
+    free(question);
+    free(ex);
+    free(scores);
+    free(pred);
+    free(label);
+    return st;
+}
+
+/* ---- model, tokenizer, export ---- */
+
+static rt_status glm_resolve_tokenizer(char *out, size_t size) {
+    char p[4200];
+    if (O.tokenizer) {
+        snprintf(out, size, "%s", O.tokenizer);
+        return RT_OK;
+    }
+    if (O.model) { /* the model's own: GLM's Chinese SentencePiece, or an English vocab.txt */
+        static const char *const names[] = {"cog-pretrain.model", "tokenizer_config.json", "vocab.txt"};
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+            snprintf(p, sizeof p, "%s/%s", O.model, names[k]);
+            if (train_app_exists(p)) {
+                snprintf(out, size, "%s", k == 0 ? p : O.model);
+                return RT_OK;
+            }
+        }
+    }
+    snprintf(out, size, "%s", TZ_SOURCE_DIR "/assets/glm-chinese-spm/cog-pretrain.model");
+    return RT_OK;
+}
+
+/* A small GLM for runs from scratch: a COPA epoch takes about a minute on 2 cores. */
+static void glm_small_config(glm_config *c, int vocab, int max_len) {
+    glm_config_default(c);
+    c->vocab_size = vocab;
+    c->hidden_size = 128;
+    c->num_layers = 2;
+    c->num_attention_heads = 4;
+    c->max_sequence_length = max_len;
+}
+
+static rt_status glm_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer *tok, int max_B, int max_T,
+                                 glm_model **out) {
+    rt_status st = RT_OK;
+    char report[512] = "", path[4200];
+    glm_config cfg;
+    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (O.model) {
+        snprintf(path, sizeof path, "%s/config.json", O.model);
+        RT_TRY(glm_config_load(path, &cfg));
+    } else if (O.arch) {
+        RT_TRY(glm_config_load(O.arch, &cfg));
+    } else {
+        glm_small_config(&cfg, tok_vocab_size(tok), max_T > 512 ? max_T : 512);
+    }
+    /* what the data and the tokenizer need, before any weights are read */
+    if (cfg.vocab_size < tok_vocab_size(tok))
+        RT_FAIL(RT_ERR_CONFIG, "%s: the model's vocab_size %d is smaller than the tokenizer's %d tokens (pass the "
+                "model's own tokenizer with --tokenizer)", O.model ? O.model : O.arch, cfg.vocab_size,
+                tok_vocab_size(tok));
+    if (max_T > cfg.max_sequence_length + 1)
+        RT_FAIL(RT_ERR_CONFIG, "rows of up to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s)",
+                max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "");
+    if (O.model) {
+        RT_TRY(glm_model_from_dir(O.model, be, tp, max_B, max_T, out, report, sizeof report));
+        rt_log_info("weights: %s: %s", O.model, report);
+    } else {
+        RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, (uint64_t)O.t.seed, out));
+        rt_log_info("weights: random init (%s)", O.arch ? O.arch : "a small GLM: 2 layers, 128 wide, 4 heads");
+    }
+    rt_log_info("model: GLM %d layers, %d wide, %d heads, vocab %d, positions %d", cfg.num_layers, cfg.hidden_size,
+                cfg.num_attention_heads, cfg.vocab_size, cfg.max_sequence_length);
+    return RT_OK;
+fail:
+    glm_model_free(*out);
+    *out = NULL;
+    return st;
+}
+
+/* SAVE_DIR/hf: config.json, model.safetensors (FlagAI's names) and the tokenizer. */
+static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, const char *dir) {
+    rt_status st = RT_OK;
+    char path[4300];
+    const glm_config *c = glm_model_config(m);
+    if (grid->world->rank == 0) (void)mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    RT_TRY(ckpt_save_hf(path, &ckpt_map_glm, glm_model_params(m), c->vocab_size, c->num_attention_heads,
+                        glm_model_tp(m)));
+    if (grid->world->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        RT_TRY(glm_config_save(c, path));
+        snprintf(path, sizeof path, "%s/cog-pretrain.model", dir);
+        RT_TRY(train_app_copy_file(tok_path, path));
+        rt_log_info("saved the model to %s (config.json, model.safetensors, cog-pretrain.model)", dir);
+    }
+fail:
+    return st;
+}
+
+/* ---- main ---- */
+
+static int glm_max_len(const glm_rows *r) {
+    int T = 1;
+    for (int i = 0; i < r->n_rows; i++) T = r->rows[i].len > T ? r->rows[i].len : T;
+    return T;
+}
+
+static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal_out) {
+    rt_status st = RT_OK;
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0;
+    char tok_path[4096], device[32], hf_dir[4200], data_dir[4200];
+    tok_tokenizer *tok = NULL;
+    rt_backend *be = NULL;
+    glm_model *model = NULL;
+    data_sg_examples sg_train = {0}, sg_val = {0};
+    data_lines src = {0}, tgt = {0}, vsrc = {0}, vtgt = {0};
+    glm_rows train = {0}, val = {0};
+    data_sampler *sampler = NULL;
+    char *options_json = NULL;
+    rt_grid grid = {0};
+    glm_trainer tr = {0};
+    glm_eval ev = {0};
+
+    RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
+    const bool seq2seq = strcmp(O.task, "seq2seq") == 0;
+    if (seq2seq && n_pos != 2)
+        RT_FAIL(RT_ERR_USAGE, "--task seq2seq expects SRC TGT (two line-aligned files), got %d argument%s", n_pos,
+                n_pos == 1 ? "" : "s");
+    if (!seq2seq && n_pos) RT_FAIL(RT_ERR_USAGE, "--task %s reads --data-dir; SRC TGT are for --task seq2seq", O.task);
+    if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
+    RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
+    RT_TRY(glm_resolve_tokenizer(tok_path, sizeof tok_path));
+    RT_TRY(tok_load(tok_path, &tok));
+    RT_TRY(glm_specials_of(tok, &ev.sp));
+
+    if (seq2seq) {
+        RT_TRY(data_lines_read_pair(pos[0], pos[1], &src, &tgt));
+        size_t n_train = src.n, v_begin = 0;
+        const data_lines *vs = &src, *vt = &tgt;
+        if (O.val_src) {
+            RT_TRY(data_lines_read_pair(O.val_src, O.val_tgt, &vsrc, &vtgt));
+            vs = &vsrc;
+            vt = &vtgt;
+        } else {
+            size_t n_val = (size_t)((double)src.n * O.val_split + 0.5);
+            if (n_val == 0 || n_val >= src.n)
+                RT_FAIL(RT_ERR_USAGE, "%s has %zu lines: too few to hold out %.0f%% for validation (give --val-src)",
+                        pos[0], src.n, 100 * O.val_split);
+            n_train = src.n - n_val;
+            v_begin = n_train;
+        }
+        RT_TRY(glm_rows_from_lines(&src, &tgt, 0, n_train, tok, (int)O.max_len, (int)O.max_target_len, &train));
+        RT_TRY(glm_rows_from_lines(vs, vt, v_begin, vs->n, tok, (int)O.max_len, (int)O.max_target_len, &val));
+        ev.refs = vt;
+        ev.ref_begin = v_begin;
+        rt_log_info("data: train %d pairs, validation %d pairs%s; %d rows truncated", train.n_examples, val.n_examples,
+                    O.val_src ? "" : " held out from the end", train.n_truncated + val.n_truncated);
+    } else {
+        const data_sg_task *task = data_sg_task_find(O.task);
+        RT_CHECK(task != NULL, "task %s", O.task);
+        if (O.data_dir) snprintf(data_dir, sizeof data_dir, "%s", O.data_dir);
+        else if (task->id == DATA_SG_COPA) snprintf(data_dir, sizeof data_dir, "%s", TZ_SOURCE_DIR "/assets/superglue-copa");
+        else
+            RT_FAIL(RT_ERR_USAGE, "--task %s needs --data-dir DIR with train.jsonl and val.jsonl (SuperGLUE's %s)",
+                    O.task, task->zip);
+        if (O.pattern >= data_pvp_n_patterns(task->id))
+            RT_FAIL(RT_ERR_USAGE, "--pattern %lld: task %s has patterns 0 to %d", (long long)O.pattern, O.task,
+                    data_pvp_n_patterns(task->id) - 1);
+        RT_TRY(data_sg_load_split(task, data_dir, "train", &sg_train));
+        RT_TRY(data_sg_load_split(task, data_dir, "val", &sg_val));
+        RT_TRY(glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, &train));
+        RT_TRY(glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, &val));
+        ev.sg = &sg_val;
+        rt_log_info("data: %s train %d, val %d examples (pattern %lld, %s); %d rows truncated", task->name,
+                    train.n_examples, val.n_examples, (long long)O.pattern,
+                    train.kind == GLM_TASK_CLOZE ? "verbalizer tokens at [MASK]" : "answers scored by log-probability",
+                    train.n_truncated + val.n_truncated);
+    }
+
+    RT_TRY(train_app_device(&O.t, &grid, GLM_COMM_TIMEOUT_S, device, sizeof device, &be));
+    const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
+    int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
+    if (seq2seq && O.eval_generate) {
+        int gen = 0;
+        for (int i = 0; i < val.n_rows; i++) gen = val.rows[i].sep > gen ? val.rows[i].sep : gen;
+        gen += (int)O.max_target_len;
+        max_T = gen > max_T ? gen : max_T;
+    }
+    max_T = (max_T + 7) / 8 * 8;
+    int per = train.rows_per_example;
+    int max_B = (int)O.t.batch_size * per > eval_batch * per ? (int)O.t.batch_size * per : eval_batch * per;
+    RT_TRY(glm_build_model(be, grid.tp, tok, max_B, max_T, &model));
+    rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
+
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank, .world = grid.dp_size};
+    RT_TRY(data_sampler_init((size_t)train.n_examples, &sopts, &sampler));
+    glm_data gd = {.rows = &train, .sampler = sampler, .batch_size = (int)O.t.batch_size};
+    tr = (glm_trainer){.model = model, .train = &train, .pad_id = ev.sp.eos};
+    ev.model = model;
+    ev.tok = tok;
+    ev.val = &val;
+    ev.pad_id = ev.sp.eos;
+    ev.batch = eval_batch;
+    ev.save_dir = O.t.save_dir;
+    ev.grid = &grid;
+
+    options_json = rt_args_to_json(&glm_spec);
+    rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
+    rt_train_model tm = {.ctx = &tr, .params = glm_model_params(model), .forward_backward = glm_forward_backward};
+    rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
+                        .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
+                        .batch_free = glm_batch_free};
+    rt_train_eval te = {.ctx = &ev, .evaluate = glm_evaluate};
+    rt_train_result res;
+    RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    *signal_out = res.signal;
+    if (res.signal) goto fail;
+    if (res.last_eval.n) {
+        char line[512];
+        int n = snprintf(line, sizeof line, "validation results (%s, %d examples, step %lld):", O.task, val.n_examples,
+                         (long long)res.steps);
+        for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+        rt_log_info("%s", line);
+    }
+    if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+    else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+    RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
+fail:
+    free(options_json);
+    glm_buf_free(&tr.buf);
+    glm_buf_free(&ev.buf);
+    data_sampler_free(sampler);
+    glm_model_free(model);
+    rt_backend_free(be);
+    glm_rows_free(&train);
+    glm_rows_free(&val);
+    data_sg_examples_free(&sg_train);
+    data_sg_examples_free(&sg_val);
+    data_lines_free(&src);
+    data_lines_free(&tgt);
+    data_lines_free(&vsrc);
+    data_lines_free(&vtgt);
+    tok_free(tok);
+    rt_grid_free(&grid);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    int sig = 0, code;
+    rt_comm *world = NULL;
+    train_app_defaults defaults = {.lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01",
+                                   .warmup = "0.1"};
+    memcpy(glm_options, glm_own_options, sizeof glm_own_options);
+    glm_spec.n_opts = GLM_N_OWN;
+    train_app_add_options(&O.t, &defaults, glm_options, &glm_spec.n_opts);
+    rt_status st = rt_comm_world_init(&argc, &argv, GLM_COMM_TIMEOUT_S, &world);
+    if (st == RT_OK) {
+        rt_log_set_rank(world->rank, world->size);
+        st = glm_run_main(argc, argv, world, &sig);
+    }
+    code = (st == RT_OK && sig) ? 128 + sig : rt_status_exit_code(GLM_PROG, st);
+    rt_comm_free(world);
+    rt_comm_mpi_finalize();
+    return code;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# glm-finetune end to end: COPA (answers scored by log-probability) from scratch with evaluation,
+# checkpoint, resume and the export, which loads back as --model with the same validation
+# numbers; RTE (single-token cloze with the English GLM tokenizer) on a slice; seq2seq with
+# generation and ROUGE; and the bad inputs the README promises one-line errors for.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/glm-finetune"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+[ -x "$BIN" ] || { echo "test_cli_glm: $BIN not built"; exit 1; }
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
+# expect_fail NAME RC PATTERN ARGS...: exit code RC and, for RC 1, one stderr line matching PATTERN
+expect_fail() {
+    local name=$1 want_rc=$2 pattern=$3
+    shift 3
+    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
+    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
+    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
+    ok
+}
+COMMON=(--threads 2 --batch-size 8 --log-interval 2)
+
+# COPA from scratch on the shipped copy: train, evaluate, checkpoint, export
+"$BIN" --task copa "${COMMON[@]}" --max-steps 4 --save-dir "$TMP/copa" > "$TMP/out" 2> "$TMP/err" && ok || bad "copa run"
+grep -q "validation results (copa, 100 examples, step 4): loss [0-9.]* accuracy [0-9.]*" "$TMP/out" && ok ||
+    bad "copa: no validation line"
+grep -q '"type":"eval".*"accuracy"' "$TMP/copa/metrics.jsonl" && ok || bad "copa: metrics.jsonl lacks the eval line"
+for f in config.json model.safetensors cog-pretrain.model; do
+    [ -f "$TMP/copa/hf/$f" ] && ok || bad "copa: the export lacks $f"
+done
+# resume continues from step 4
+"$BIN" --task copa "${COMMON[@]}" --max-steps 6 --save-dir "$TMP/copa" --resume > "$TMP/out" 2> "$TMP/err" && ok ||
+    bad "copa resume"
+grep -q "resumed from .*step.*4" "$TMP/out" && grep -q "step 6)" "$TMP/out" && ok || bad "copa: resume did not go 4 -> 6"
+# the export is a --model: evaluating it gives the numbers the run ended with
+want=$(grep -o "accuracy [0-9.]*" "$TMP/out" | tail -1)
+"$BIN" --task copa "${COMMON[@]}" --model "$TMP/copa/hf" --epochs 0 --save-dir "$TMP/copa-eval" > "$TMP/out" 2> "$TMP/err" &&
+    ok || bad "copa: evaluating the export"
+got=$(grep -o "accuracy [0-9.]*" "$TMP/out" | tail -1)
+[ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "copa: the export evaluates to '$got', the run ended at '$want'"
+
+# RTE: single-token cloze needs one-token verbalizers, which the English GLM tokenizer has
+if [ -f "$SRC/assets/glm-en-wordpiece/vocab.txt" ] && [ -f "$SHARED/superglue-rte/train.jsonl" ]; then
+    mkdir -p "$TMP/rte"
+    head -n 48 "$SHARED/superglue-rte/train.jsonl" > "$TMP/rte/train.jsonl"
+    head -n 24 "$SHARED/superglue-rte/val.jsonl" > "$TMP/rte/val.jsonl"
+    "$BIN" --task rte --data-dir "$TMP/rte" --tokenizer "$SRC/assets/glm-en-wordpiece" "${COMMON[@]}" --max-steps 2 \
+        --max-len 128 --save-dir "$TMP/rte-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "rte run"
+    grep -q "validation results (rte, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "rte: no validation line"
+else
+    echo "test_cli_glm: RTE part skipped (no English GLM tokenizer asset or no ../shared/data RTE)"
+fi
+
+# seq2seq: [CLS] source [gMASK], the target generated in the blank
+head -n 40 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.txt"
+head -n 40 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/t.txt"
+"$BIN" --task seq2seq "$TMP/s.txt" "$TMP/t.txt" "${COMMON[@]}" --max-steps 2 --max-target-len 16 \
+    --save-dir "$TMP/s2s" > "$TMP/out" 2> "$TMP/err" && ok || bad "seq2seq run"
+grep -q "validation results (seq2seq, 8 examples, step 2): loss [0-9.]* rouge1 [0-9.]* rouge2 [0-9.]* rougeL" "$TMP/out" &&
+    ok || bad "seq2seq: no validation line with ROUGE"
+[ "$(wc -l < "$TMP/s2s/val_predictions.txt" 2> /dev/null)" = "8" ] && ok || bad "seq2seq: val_predictions.txt should have 8 lines"
+
+# bad inputs
+mkdir -p "$TMP/badjson"
+head -n 8 "$SRC/assets/superglue-copa/train.jsonl" > "$TMP/badjson/train.jsonl"
+echo '[1, 2, 3]' >> "$TMP/badjson/train.jsonl"
+cp "$SRC/assets/superglue-copa/val.jsonl" "$TMP/badjson/"
+expect_fail "a JSONL line that is not an object" 1 "train.jsonl:9" --task copa --data-dir "$TMP/badjson" --save-dir "$TMP/x1"
+mkdir -p "$TMP/badlabel"
+sed '3s/"label": [01]/"label": 7/' "$SRC/assets/superglue-copa/train.jsonl" > "$TMP/badlabel/train.jsonl"
+cp "$SRC/assets/superglue-copa/val.jsonl" "$TMP/badlabel/"
+expect_fail "a label not in the task's set" 1 "train.jsonl:3" --task copa --data-dir "$TMP/badlabel" --save-dir "$TMP/x2"
+expect_fail "a GLM smaller than the tokenizer" 1 "vocab_size 128 is smaller" --task copa \
+    --model "$SRC/tests/golden/glm-tiny" --save-dir "$TMP/x4"
+expect_fail "an unknown task" 2 "task" --task mnli
+expect_fail "rte without --data-dir" 2 "needs --data-dir" --task rte
+expect_fail "seq2seq without files" 2 "SRC TGT" --task seq2seq
+"$BIN" --help | grep -q "blank infilling" && ok || bad "--help describes the program"
+
+echo "test_cli_glm: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
