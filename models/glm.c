@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_source.h"
@@ -429,21 +430,17 @@ fail:
     return st;
 }
 
-rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden) {
+/* m->logits (n rows of this rank's vocab columns) to the host as (n, vocab): the shards are
+ * all-gathered over tp (a checking and generation path) and the padding columns dropped. */
+static rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;
-    const int B = in->B, T = in->T, C = m->C, Vl = m->V_local, V = m->cfg.vocab_size;
-    const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
+    const int Vl = m->V_local, V = m->cfg.vocab_size;
+    const size_t n_local = n * (size_t)Vl;
     float *gathered = NULL, *host = NULL;
-    mdl_pass pass = {0};
-    RT_TRY(glm_upload(m, in));
-    RT_TRY(glm_forward_body(m, B, T, &pass));
-    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
-    if (!host_logits) return RT_OK;
-    mdl_col_linear_fwd(be, m->logits, m->lnf, P(m->wte), NULL, BT, C, Vl);
     const float *all = m->logits;
-    if (tp->size > 1) { /* a checking path: gathering the full logits is fine here */
+    if (tp->size > 1) {
         RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "GLM logits (gathered)",
                                 (void **)&gathered));
         RT_TRY(tp->ops->all_gather(tp->ctx, gathered, m->logits, n_local));
@@ -451,15 +448,49 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     }
     host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
     be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
-    for (int r = 0; r < tp->size; r++) /* rank-major (tp, BT, Vl) -> (BT, V), padding dropped */
-        for (size_t t = 0; t < BT; t++)
+    for (int r = 0; r < tp->size; r++) /* rank-major (tp, n, Vl) -> (n, V) */
+        for (size_t t = 0; t < n; t++)
             for (int j = 0; j < Vl; j++) {
                 int v = r * Vl + j;
-                if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * BT + t) * Vl + (size_t)j];
+                if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * n + t) * Vl + (size_t)j];
             }
 fail:
     if (gathered) be->ops->free(be->ctx, gathered);
     free(host);
+    return st;
+}
+
+rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const size_t BT = (size_t)in->B * in->T;
+    mdl_pass pass = {0};
+    RT_TRY(glm_upload(m, in));
+    RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
+    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * m->C * sizeof(float));
+    if (!host_logits) return RT_OK;
+    mdl_col_linear_fwd(be, m->logits, m->lnf, P(m->wte), NULL, BT, m->C, m->V_local);
+    RT_TRY(glm_vocab_to_host(m, BT, host_logits));
+fail:
+    return st;
+}
+
+rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, float *host_logits) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const int B = in->B, T = in->T;
+    mdl_pass pass = {0};
+    RT_TRY(glm_upload(m, in));
+    for (int b = 0; b < B; b++) {
+        if (at[b] < 0 || at[b] >= T) RT_FAIL(RT_ERR_CONFIG, "GLM: row %d: position %d outside [0, %d)", b, at[b], T);
+        m->h_idx[b] = b * T + at[b];
+    }
+    RT_TRY(glm_forward_body(m, B, T, &pass));
+    be->ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
+    be->ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, B, m->C);
+    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->V_local);
+    RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));
+fail:
     return st;
 }
 
@@ -469,21 +500,42 @@ rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int m
     char path[4096], weights[4096];
     glm_config cfg;
     ckpt_load_report rep;
+    ckpt_weights *w = NULL;
     *out = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     RT_TRY(glm_config_load(path, &cfg));
-    RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
     RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, 0, out));
-    RT_TRY(ckpt_load_hf(weights, &ckpt_map_glm, &(*out)->params, cfg.vocab_size, cfg.num_attention_heads, tp->rank,
-                        tp->size, NULL, &rep));
+    /* FlagAI's model-parallel files (pytorch_model_00.bin, _01, ...) are joined by the GLM
+     * table's tp rules; anything else is one weights source */
+    int n_mp = 0;
+    char mp[16][4200];
+    while (n_mp < 16) {
+        struct stat sb;
+        snprintf(mp[n_mp], sizeof mp[n_mp], "%s/pytorch_model_%02d.bin", dir, n_mp);
+        if (stat(mp[n_mp], &sb) != 0) break;
+        n_mp++;
+    }
+    if (n_mp > 0) {
+        const char *paths[16];
+        for (int r = 0; r < n_mp; r++) paths[r] = mp[r];
+        snprintf(weights, sizeof weights, "%s (%d model-parallel files)", mp[0], n_mp);
+        RT_TRY(ckpt_weights_open_ranks(paths, n_mp, &ckpt_map_glm, cfg.num_attention_heads, cfg.vocab_size, &w));
+        RT_TRY(ckpt_weights_load_params(w, &(*out)->params, cfg.vocab_size, tp->rank, tp->size, NULL, &rep));
+    } else {
+        RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
+        RT_TRY(ckpt_load_hf(weights, &ckpt_map_glm, &(*out)->params, cfg.vocab_size, cfg.num_attention_heads, tp->rank,
+                            tp->size, NULL, &rep));
+    }
     if (rep.missing)
         RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a GLM checkpoint with this config?)", weights,
                 rep.first_missing, rep.missing > 1 ? " and others" : "");
     if (report)
         snprintf(report, report_size, "%d tensors loaded%s%s", rep.loaded,
                  rep.unused ? "; tensors that map to no parameter, the first: " : "", rep.unused ? rep.first_unused : "");
+    ckpt_weights_close(w);
     return RT_OK;
 fail:
+    ckpt_weights_close(w);
     glm_model_free(*out);
     *out = NULL;
     return st;

@@ -83,8 +83,13 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
  * checking; either may be NULL. Collective over tp (the vocab shards are gathered). */
 rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden);
 
-/* A FlagAI folder (config.json + pytorch_model.bin, model.safetensors, or a tz-convert folder
- * at any tp): the config, then the weights, every one required. */
+/* Full-vocab logits at one position per row (at[b] in [0, T)), (B, vocab) to the host: the
+ * next-token distribution for generation. Collective over tp. */
+rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, float *host_logits);
+
+/* A FlagAI folder (config.json + pytorch_model.bin holding {'module': ...}, FlagAI's
+ * model-parallel pytorch_model_NN.bin files, model.safetensors, or a tz-convert folder at any
+ * tp): the config, then the weights, every one required, split for this tp. */
 rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
                              char *report, size_t report_size);
 

@@ -340,6 +340,19 @@ static void test_bad_input(rt_backend *be, const glm_batch *b) {
                   strstr(rt_error_message(), "transformer.layers.2"),
               "a missing layer is named: %s", rt_error_message());
     glm_model_free(m3);
+    /* FlagAI's model-parallel files load to exactly what its single file loads */
+    glm_model *single = NULL, *mp2 = NULL;
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai"), be, rt_comm_self(), 1, 8, &single,
+                                    NULL, 0));
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai-mp2"), be, rt_comm_self(), 1, 8, &mp2,
+                                    NULL, 0));
+    if (single && mp2) {
+        rt_params *ps = glm_model_params(single), *pm = glm_model_params(mp2);
+        TZ_EXPECT(ps->numel == pm->numel && memcmp(ps->param, pm->param, ps->numel * sizeof(float)) == 0,
+                  "glm-flagai-mp2 loads other weights than glm-flagai");
+    }
+    glm_model_free(single);
+    glm_model_free(mp2);
     /* a config option tunezoo does not implement is refused by name */
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", tz_tmpdir());
