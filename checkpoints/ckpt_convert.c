@@ -15,6 +15,7 @@
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_source.h"
+#include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_weights.h"
 #include "runtime/rt_log.h"
 
@@ -215,6 +216,8 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
     if (conv_is_file(c->config_path)) {
         RT_TRY(ckpt_json_load(c->config_path, &c->config));
         RT_TRY(ckpt_json_get_string(c->config, c->config_path, "model_type", &model_type, false, NULL));
+        /* FlagAI's GLM config has no model_type; its block_position_encoding says GLM */
+        if (!model_type && cJSON_GetObjectItemCaseSensitive(c->config, "block_position_encoding")) model_type = "glm";
     } else if (o->hf_config) {
         RT_FAIL(RT_ERR_IO, "%s: cannot open the --hf-config file", o->hf_config);
     } else {
@@ -435,10 +438,31 @@ static rt_status conv_export_names(const ckpt_sharded *s, const ckpt_map *map, c
     return RT_OK;
 }
 
+/* One tensor part into a torch writer, in the folder's stored dtype. */
+static rt_status conv_torch_put(ckpt_torch_writer *tw, const ckpt_st_write_entry *e, const float *data, void **bytes,
+                                size_t *cap) {
+    size_t n = 1;
+    for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
+    const void *src = data;
+    if (e->store != RT_F32) {
+        if (n * 2 > *cap) {
+            *cap = n * 2;
+            *bytes = rt_xrealloc(*bytes, *cap);
+        }
+        uint16_t *h = *bytes;
+        for (size_t i = 0; i < n; i++) h[i] = e->store == RT_BF16 ? rt_f32_to_bf16(data[i]) : rt_f32_to_f16(data[i]);
+        src = h;
+    }
+    return ckpt_torch_writer_add(tw, e->name, e->store, e->ndim, e->shape, src);
+}
+
 rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_stats *stats) {
     rt_status st = RT_OK;
     ckpt_sharded *s = NULL;
     ckpt_st_writer *sw = NULL;
+    ckpt_torch_writer *tw = NULL;
+    void *bytes = NULL;
+    size_t bytes_cap = 0, entry = 0;
     conv_export_plan plan = {0};
     float *full = NULL, *theirs = NULL;
     size_t cap = 0;
@@ -455,8 +479,9 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         RT_FAIL(RT_ERR_IO, "%s: path too long", out_dir);
     if (!mkdtemp(partial)) RT_FAIL(RT_ERR_IO, "%s: cannot create the output folder next to it: %s", out_dir, strerror(errno));
     made = true;
-    snprintf(path, sizeof path, "%s/model.safetensors", partial);
-    RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
+    snprintf(path, sizeof path, "%s/%s", partial, ckpt_map_weights_file(map));
+    if (map->torch_wrap) RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
+    else RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
     const size_t n = ckpt_sharded_count(s);
     double total = 0;
     for (size_t i = 0; i < n; i++) {
@@ -480,11 +505,20 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         RT_TRY(ckpt_sharded_read_full(s, i, full));
         ckpt_map_to_theirs(row, t.ndim, t.shape, ckpt_sharded_n_head(s), full, theirs);
         const int parts = ckpt_map_parts(row);
-        for (int k = 0; k < parts; k++) RT_TRY(ckpt_safetensors_writer_put(sw, theirs + (size_t)k * (t.numel / (size_t)parts)));
+        for (int k = 0; k < parts; k++) {
+            const float *part = theirs + (size_t)k * (t.numel / (size_t)parts);
+            if (sw) {
+                RT_TRY(ckpt_safetensors_writer_put(sw, part));
+                continue;
+            }
+            const ckpt_st_write_entry *e = &plan.entries[entry++];
+            RT_TRY(conv_torch_put(tw, e, part, &bytes, &bytes_cap));
+        }
         conv_progress_step(&p, (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s)));
     }
-    st = ckpt_safetensors_writer_commit(sw);
+    st = sw ? ckpt_safetensors_writer_commit(sw) : ckpt_torch_writer_commit(tw);
     sw = NULL;
+    tw = NULL;
     RT_TRY(st);
     for (size_t i = 0; i < ckpt_sharded_file_count(s); i++) {
         char *text = NULL, src[CONV_PATH_MAX + 256];
@@ -501,8 +535,11 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     conv_progress_end(&p, out_dir, stats);
 fail:
     ckpt_safetensors_writer_abort(sw);
+    ckpt_torch_writer_abort(tw);
+    free(bytes);
     if (made) { /* remove what we wrote */
-        snprintf(path, sizeof path, "%s/model.safetensors", partial);
+        snprintf(path, sizeof path, "%s/%s", partial, s ? ckpt_map_weights_file(ckpt_map_for_arch(ckpt_sharded_arch(s))) :
+                                                          "model.safetensors");
         (void)unlink(path);
         for (size_t i = 0; s && i < ckpt_sharded_file_count(s); i++) {
             snprintf(path, sizeof path, "%s/%s", partial, ckpt_sharded_file(s, i));

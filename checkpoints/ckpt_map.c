@@ -14,6 +14,10 @@ const ckpt_map *ckpt_map_for_arch(const char *arch) {
     return NULL;
 }
 
+const char *ckpt_map_weights_file(const ckpt_map *map) {
+    return map->torch_wrap ? "pytorch_model.bin" : "model.safetensors";
+}
+
 const char *ckpt_map_arch_list(void) { return "gpt2, bert, roberta, t5, glm, megatron-gpt2"; }
 
 int ckpt_map_parts(const ckpt_map_row *row) { return row->layout == CKPT_LAYOUT_QKV_PARTS ? 3 : 1; }

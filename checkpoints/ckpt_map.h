@@ -61,12 +61,18 @@ typedef struct {
     const char *const *ignored;      /* their names known and not loaded (buffers, pre-training
                                       * heads), patterns as in rows; NULL-terminated or NULL */
     const char *const *qkv_parts;    /* the three "{p}" words, or NULL */
+    const char *torch_wrap;          /* export as a torch pytorch_model.bin holding {torch_wrap:
+                                      * state_dict} (FlagAI's "module") instead of safetensors */
     const char *heads_key;           /* the config.json key of the attention head count */
     const char *vocab_key;           /* and of the vocabulary size */
 } ckpt_map;
 
 extern const ckpt_map ckpt_map_gpt2, ckpt_map_bert, ckpt_map_roberta, ckpt_map_t5, ckpt_map_glm,
     ckpt_map_megatron_gpt2;
+
+/* The weights file an export of this architecture writes: "pytorch_model.bin" (torch_wrap
+ * set: FlagAI loads only that) or "model.safetensors". */
+const char *ckpt_map_weights_file(const ckpt_map *map);
 
 /* The map called arch (a config.json model_type, or "megatron-gpt2"); NULL when unknown. */
 const ckpt_map *ckpt_map_for_arch(const char *arch);

@@ -155,6 +155,7 @@ static const ckpt_map_row glm_rows[] = {
 /* FlagAI saves {'module': state_dict}; its task models wrap GLMModel as `model` */
 static const char *const glm_also[] = {"module.", "model.", NULL};
 const ckpt_map ckpt_map_glm = {.arch = "glm", .prefix = "", .also_prefixes = glm_also, .rows = ROWS(glm_rows),
+                               .torch_wrap = "module",
                                .heads_key = "num_attention_heads", .vocab_key = "vocab_size"};
 
 /* ---- Megatron-LM legacy GPT (checkpoint_version 3) into our GPT-2 parameters ---- */

@@ -8,6 +8,7 @@
 
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_source.h"
+#include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_tp.h"
 
 typedef enum { W_SOURCE, W_RANKS, W_SHARDED } w_kind;
@@ -493,6 +494,19 @@ fail:
     return st;
 }
 
+/* The entries as a torch checkpoint {wrap: state_dict} (float32 tensors). */
+static rt_status ckpt_save_torch_entries(const char *path, const char *wrap, size_t n, const ckpt_st_write_entry *e) {
+    rt_status st = RT_OK;
+    ckpt_torch_writer *w = NULL;
+    RT_TRY(ckpt_torch_writer_begin(path, wrap, &w));
+    for (size_t i = 0; i < n; i++) RT_TRY(ckpt_torch_writer_add(w, e[i].name, RT_F32, e[i].ndim, e[i].shape, e[i].data));
+    st = ckpt_torch_writer_commit(w);
+    w = NULL;
+fail:
+    ckpt_torch_writer_abort(w);
+    return st;
+}
+
 rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p, int vocab_size, int n_head,
                        rt_comm *tp) {
     rt_status st = RT_OK;
@@ -530,7 +544,8 @@ rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p
                                                 .data = bufs[i] + (size_t)k * (full_n / (size_t)parts)};
         }
     }
-    if (tp->rank == 0) st = ckpt_safetensors_write(path, ne, entries, "{\"format\":\"pt\"}");
+    if (tp->rank == 0) st = map->torch_wrap ? ckpt_save_torch_entries(path, map->torch_wrap, ne, entries)
+                                            : ckpt_safetensors_write(path, ne, entries, "{\"format\":\"pt\"}");
     st = ckpt_tp_agree(tp, st, path, "HF export");
 fail:
     for (int i = 0; i < n; i++) free(bufs[i]);

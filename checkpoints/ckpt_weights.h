@@ -78,7 +78,9 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
 /* Opens path with map, loads as above and closes. */
 rt_status ckpt_load_hf(const char *path, const ckpt_map *map, rt_params *p, int vocab_size, int n_head, int tp_rank,
                        int tp_size, const char *const *may_be_unused, ckpt_load_report *report);
-/* Writes the slab as one HF safetensors file with the map's names and layouts. Collective over
+/* Writes the slab as one file with the map's names and layouts: safetensors, or a torch
+ * checkpoint {torch_wrap: ...} for maps that set it (GLM: FlagAI's pytorch_model.bin; see
+ * ckpt_map_weights_file). Collective over
  * tp (rt_comm_self() for one process): every rank's shards are gathered to tp rank 0, which
  * writes; every rank returns rank 0's status. */
 rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p, int vocab_size, int n_head,

@@ -85,6 +85,14 @@ expect_fail "megatron without args or --hf-config" "pass --hf-config" import "$C
 run import "$C/glm-flagai" "$TMP/glm" --arch glm && run import "$C/glm-flagai-mp2" "$TMP/glm-mp" --arch glm ||
     bad "glm: import failed"
 cmp -s "$TMP/glm/rank-00-of-01.tzck" "$TMP/glm-mp/rank-00-of-01.tzck" && ok || bad "glm: mp=2 files import differently"
+# export writes FlagAI's own layout back: pytorch_model.bin holding {'module': ...}, the same
+# tensors in the same order (a reshard to tp 2 between), and it imports again unchanged
+run reshard "$TMP/glm" "$TMP/glm-2" --tp 2 && run export "$TMP/glm-2" "$TMP/glm-flagai-out" &&
+    run import "$TMP/glm-flagai-out" "$TMP/glm-again" || bad "glm: reshard/export/import failed"
+[ "$("$BIN" inspect "$C/glm-flagai/pytorch_model.bin" | awk 'NF == 4 && $4 ~ /^[0-9a-f]+$/ {print $1, $2, $3, $4}')" = \
+  "$("$BIN" inspect "$TMP/glm-flagai-out/pytorch_model.bin" | awk 'NF == 4 && $4 ~ /^[0-9a-f]+$/ {print $1, $2, $3, $4}')" ] &&
+    ok || bad "glm: the exported pytorch_model.bin differs from FlagAI's (names, order, dtypes, shapes or bytes)"
+cmp -s "$TMP/glm/rank-00-of-01.tzck" "$TMP/glm-again/rank-00-of-01.tzck" && ok || bad "glm: export + import is not the identity"
 # FlagAI's {'module': ...} tensors are ours as they are (the GLM table maps names one to one)
 [ "$("$BIN" inspect "$C/glm-flagai/pytorch_model.bin" | awk 'NF == 4 && $4 ~ /^[0-9a-f]+$/ {sub(/^module\./, "", $1); print $1, $4}' | sort)" = \
   "$("$BIN" inspect "$TMP/glm" | awk 'NF == 5 {print $1, $5}' | sort)" ] && ok || bad "glm: tensors differ from FlagAI's"

@@ -33,7 +33,7 @@ COMMON=(--threads 2 --batch-size 8 --log-interval 2)
 grep -q "validation results (copa, 100 examples, step 4): loss [0-9.]* accuracy [0-9.]*" "$TMP/out" && ok ||
     bad "copa: no validation line"
 grep -q '"type":"eval".*"accuracy"' "$TMP/copa/metrics.jsonl" && ok || bad "copa: metrics.jsonl lacks the eval line"
-for f in config.json model.safetensors cog-pretrain.model; do
+for f in config.json pytorch_model.bin cog-pretrain.model; do
     [ -f "$TMP/copa/hf/$f" ] && ok || bad "copa: the export lacks $f"
 done
 # resume continues from step 4

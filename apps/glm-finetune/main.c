@@ -64,8 +64,8 @@ static const rt_opt glm_own_options[] = {
     {"eval-batch-size", RT_OPT_INT, &O.eval_batch_size, "0", "N", "examples per evaluation batch (0: --batch-size)",
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
-     "where the trained model goes (config.json, model.safetensors with FlagAI's names, the tokenizer; default "
-     "SAVE_DIR/hf)", NULL, 0, 0},
+     "where the trained model goes as FlagAI's layout (config.json, pytorch_model.bin holding {'module': ...}, the "
+     "tokenizer; default SAVE_DIR/hf)", NULL, 0, 0},
 };
 #define GLM_N_OWN ((int)(sizeof glm_own_options / sizeof glm_own_options[0]))
 static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS];
@@ -505,15 +505,27 @@ static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, c
     char path[4300];
     const glm_config *c = glm_model_config(m);
     if (grid->world->rank == 0) (void)mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, ckpt_map_weights_file(&ckpt_map_glm));
     RT_TRY(ckpt_save_hf(path, &ckpt_map_glm, glm_model_params(m), c->vocab_size, c->num_attention_heads,
                         glm_model_tp(m)));
     if (grid->world->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         RT_TRY(glm_config_save(c, path));
-        snprintf(path, sizeof path, "%s/cog-pretrain.model", dir);
-        RT_TRY(train_app_copy_file(tok_path, path));
-        rt_log_info("saved the model to %s (config.json, model.safetensors, cog-pretrain.model)", dir);
+        /* the tokenizer: a SentencePiece file, or an English folder's vocab and config */
+        static const char *const tok_files[] = {"cog-pretrain.model", "vocab.txt", "tokenizer_config.json"};
+        struct stat sb;
+        bool is_dir = stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        for (size_t k = 0; k < sizeof tok_files / sizeof *tok_files; k++) {
+            char from[4300];
+            if (is_dir) snprintf(from, sizeof from, "%s/%s", tok_path, tok_files[k]);
+            else if (k == 0) snprintf(from, sizeof from, "%s", tok_path);
+            else continue;
+            if (!train_app_exists(from)) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, tok_files[k]);
+            RT_TRY(train_app_copy_file(from, path));
+        }
+        rt_log_info("saved the model to %s (config.json, %s as FlagAI writes it, the tokenizer)", dir,
+                    ckpt_map_weights_file(&ckpt_map_glm));
     }
 fail:
     return st;
