@@ -33,7 +33,7 @@ COMMON=(--threads 2 --batch-size 8 --log-interval 2)
 grep -q "validation results (copa, 100 examples, step 4): loss [0-9.]* accuracy [0-9.]*" "$TMP/out" && ok ||
     bad "copa: no validation line"
 grep -q '"type":"eval".*"accuracy"' "$TMP/copa/metrics.jsonl" && ok || bad "copa: metrics.jsonl lacks the eval line"
-for f in config.json pytorch_model.bin cog-pretrain.model; do
+for f in config.json pytorch_model.bin vocab.txt tokenizer_config.json; do
     [ -f "$TMP/copa/hf/$f" ] && ok || bad "copa: the export lacks $f"
 done
 # resume continues from step 4
@@ -52,7 +52,7 @@ if [ -f "$SRC/assets/glm-en-wordpiece/vocab.txt" ] && [ -f "$SHARED/superglue-rt
     mkdir -p "$TMP/rte"
     head -n 48 "$SHARED/superglue-rte/train.jsonl" > "$TMP/rte/train.jsonl"
     head -n 24 "$SHARED/superglue-rte/val.jsonl" > "$TMP/rte/val.jsonl"
-    "$BIN" --task rte --data-dir "$TMP/rte" --tokenizer "$SRC/assets/glm-en-wordpiece" "${COMMON[@]}" --max-steps 2 \
+    "$BIN" --task rte --data-dir "$TMP/rte" "${COMMON[@]}" --max-steps 2 \
         --max-len 128 --save-dir "$TMP/rte-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "rte run"
     grep -q "validation results (rte, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "rte: no validation line"
 else

@@ -2,7 +2,8 @@
  * one file and finds its partner beside it) and hands them to the right loader (byte-level BPE,
  * WordPiece for a vocab.txt or a tokenizer.json whose model.type is "WordPiece", or T5's
  * SentencePiece for a spiece.model or any .model file, or GLM's Chinese SentencePiece for its
- * cog-pretrain.model, see tok_glm_wanted); the other
+ * cog-pretrain.model, see tok_glm_wanted, or GLM's English WordPiece for a vocab.txt whose
+ * tokenizer_config.json names GLMLargeEnWordPieceTokenizer, see tok_glm_en_wanted); the other
  * public calls dispatch through the tokenizer's vtable or read its vocabulary. Also the
  * helpers every tokenizer needs: the id buffer, the piece <-> id hash map, UTF-8 and files. */
 #include <cjson/cJSON.h>
@@ -314,6 +315,18 @@ char *tok_path_join(const char *dir, const char *name) {
     return p;
 }
 
+char *tok_config_class(const char *dir) {
+    char *path = tok_path_join(dir, "tokenizer_config.json"), *name = NULL;
+    cJSON *cfg = NULL;
+    if (tok_file_exists(path) && tok_json_load(path, &cfg) == RT_OK) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
+        if (cJSON_IsString(c)) name = rt_xstrdup(c->valuestring);
+    }
+    cJSON_Delete(cfg);
+    free(path);
+    return name;
+}
+
 /* ---- loading ---- */
 
 static const char *tok_basename(const char *path) {
@@ -467,7 +480,8 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
         if (tok_json_is_wordpiece(json)) RT_TRY(tok_wordpiece_load_json(json, config, out));
         else RT_TRY(tok_bpe_load_json(json, config, out));
     } else if (wp_vocab) {
-        RT_TRY(tok_wordpiece_load_vocab(wp_vocab, config, out));
+        if (tok_glm_en_wanted(dir)) RT_TRY(tok_glm_en_load(wp_vocab, dir, out));
+        else RT_TRY(tok_wordpiece_load_vocab(wp_vocab, config, out));
     } else {
         RT_TRY(tok_bpe_load_files(vocab, merges, config, out));
     }

@@ -1,6 +1,8 @@
 /* One tokenizer interface for the whole suite. Byte-level BPE (GPT-2, RoBERTa) lives in
  * tok_bpe.c, WordPiece (BERT) in tok_wordpiece.c, SentencePiece for T5 in tok_t5.c over the
- * libsentencepiece wrapper tok_spm.h, GLM's Chinese SentencePiece in tok_glm.c over that wrapper.
+ * libsentencepiece wrapper tok_spm.h, GLM's Chinese SentencePiece in tok_glm.c over that wrapper,
+ * GLM's English WordPiece (FlagAI's GLMLargeEnWordPieceTokenizer) in tok_glm_en.c over
+ * tok_wordpiece.c.
  * A tokenizer is loaded from an HF model directory or a single tokenizer file and is
  * read-only afterwards, so encoding is thread-safe. */
 #ifndef TOK_H
@@ -29,7 +31,12 @@ void tok_ids_free(tok_ids *v);
  * it) or one of those files; a tokenizer.json whose model is WordPiece loads as BERT, and any
  * SentencePiece .model as T5, except GLM's (cog-pretrain.model, or a folder holding it, or its
  * 50000-piece vocabulary, or a tokenizer_config.json naming ChineseSPTokenizer, GLMChineseTokenizer
- * or GLMLargeChTokenizer). Errors name the file and the line or field. */
+ * or GLMLargeChTokenizer). A vocab.txt (or a folder holding one) whose tokenizer_config.json says
+ * "tokenizer_class": "GLMLargeEnWordPieceTokenizer" loads as GLM's English tokenizer
+ * ("glm-en-wordpiece": BERT uncased WordPiece plus GLM's command tokens <|startofpiece|>,
+ * <|endofpiece|>, [gMASK], [sMASK] after the vocab; the config's add_block_symbols, add_task_mask
+ * and add_decoder_mask flags are honoured, its BERT settings are not: FlagAI's are fixed).
+ * Errors name the file and the line or field. */
 rt_status tok_load(const char *path, tok_tokenizer **out);
 void tok_free(tok_tokenizer *t);
 
@@ -37,8 +44,8 @@ void tok_free(tok_tokenizer *t);
 rt_status tok_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
 /* Encodes a sentence pair as the model's HF tokenizer does with add_special_tokens=True
  * (GPT-2: a + b, nothing between; BERT: [CLS] a [SEP] b [SEP]; T5: a </s> b </s>, with no
- * second </s> after a text that already ends with one; GLM: RT_ERR_UNSUPPORTED, GLM's tasks build
- * their inputs themselves). b may be NULL for one text. */
+ * second </s> after a text that already ends with one; GLM, both kinds: RT_ERR_UNSUPPORTED, GLM's
+ * tasks build their inputs themselves). b may be NULL for one text. */
 rt_status tok_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
 /* Decodes ids to a malloc'd NUL-terminated UTF-8 string (invalid bytes become U+FFFD, as HF),
  * as HF's decode(ids) with its defaults: special tokens are kept (T5: the slow T5Tokenizer's). */
@@ -59,7 +66,7 @@ int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece);
 int32_t tok_bos_id(const tok_tokenizer *t);
 int32_t tok_eos_id(const tok_tokenizer *t);
 int32_t tok_pad_id(const tok_tokenizer *t);
-/* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece", "glm-chinese-spm" */
+/* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece", "glm-chinese-spm", "glm-en-wordpiece" */
 const char *tok_kind_name(const tok_tokenizer *t);
 
 /* Text helpers the data readers share with the tokenizers (UTF-8 validity: runtime/rt_utf8.h). */

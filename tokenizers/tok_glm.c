@@ -127,12 +127,13 @@ static rt_status tok_glm_encode(const tok_tokenizer *t, const char *text, size_t
     return RT_OK;
 }
 
-static rt_status tok_glm_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out) {
-    (void)t, (void)a, (void)b, (void)out;
+rt_status tok_glm_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out) {
+    (void)a, (void)b, (void)out;
     return rt_errorf(RT_ERR_UNSUPPORTED,
-                     "glm-chinese-spm: GLM's tokenizer has no rule for a text or a sentence pair with special "
+                     "%s: GLM's tokenizer has no rule for a text or a sentence pair with special "
                      "tokens; GLM builds each task's input itself ([CLS] a [SEP]? b <|endoftext|>, "
-                     "build_input_from_ids): encode the texts with tok_encode and add the command tokens");
+                     "build_input_from_ids): encode the texts with tok_encode and add the command tokens",
+                     t->kind);
 }
 
 static rt_status tok_glm_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
@@ -205,21 +206,8 @@ static bool tok_glm_class_name(const char *name) {
            strcmp(name, "GLMLargeChTokenizer") == 0;
 }
 
-/* tokenizer_config.json's "tokenizer_class", or NULL (no file, no field, or not a string). */
-static char *tok_glm_config_class(const char *dir) {
-    char *path = tok_path_join(dir, "tokenizer_config.json"), *name = NULL;
-    cJSON *cfg = NULL;
-    if (tok_file_exists(path) && tok_json_load(path, &cfg) == RT_OK) {
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
-        if (cJSON_IsString(c)) name = rt_xstrdup(c->valuestring);
-    }
-    cJSON_Delete(cfg);
-    free(path);
-    return name;
-}
-
 bool tok_glm_wanted(const char *model_path, const char *dir) {
-    char *cls = tok_glm_config_class(dir);
+    char *cls = tok_config_class(dir);
     if (cls) {
         bool glm = tok_glm_class_name(cls);
         free(cls);
@@ -239,7 +227,7 @@ bool tok_glm_wanted(const char *model_path, const char *dir) {
 
 /* ---- load ---- */
 
-static rt_status tok_glm_read_flag(const cJSON *cfg, const char *path, const char *key, bool *flag) {
+rt_status tok_glm_read_flag(const cJSON *cfg, const char *path, const char *key, bool *flag) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
     if (!v || cJSON_IsNull(v)) return RT_OK;
     if (!cJSON_IsBool(v)) return rt_errorf(RT_ERR_FORMAT, "%s: %s: expected true or false", path, key);

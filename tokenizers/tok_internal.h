@@ -79,7 +79,7 @@ typedef struct {
 
 struct tok_tokenizer {
     const char *kind; /* static string: "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece",
-                       "glm-chinese-spm" */
+                       "glm-chinese-spm", "glm-en-wordpiece" */
     const tok_ops *ops;
     void *impl;
     tok_vocab vocab;  /* model vocab plus added tokens */
@@ -99,6 +99,9 @@ char *tok_path_join(const char *dir, const char *name);
 struct cJSON;
 /* Reads and parses a JSON file; a syntax error is RT_ERR_FORMAT naming file:line. */
 rt_status tok_json_load(const char *path, struct cJSON **out);
+/* tokenizer_config.json's "tokenizer_class" in dir (malloc'd), or NULL (no file, no field, not a
+ * string, or not JSON: the loader that reads the file reports that). */
+char *tok_config_class(const char *dir);
 
 /* ---- byte-level BPE (tok_bpe.c) ---- */
 /* Loaders called by tok_load once it has found the files. config_path (tokenizer_config.json)
@@ -117,6 +120,18 @@ bool tok_json_is_wordpiece(const char *path);
 /* True when a .txt file looks like a WordPiece vocab.txt rather than a BPE merges file: its
  * name ends in "vocab.txt", or its first line is one piece with no space and not "#version". */
 bool tok_txt_is_wordpiece_vocab(const char *path);
+/* What GLM's English tokenizer (tok_glm_en.c) builds on. A vocab.txt with the settings of FlagAI's
+ * GLMLargeEnTokenizer (pytorch-pretrained-BERT's BertTokenizer): lower-case with Python's
+ * str.lower (a word-final capital sigma becomes U+03C2), strip accents, CJK split, [PAD] [UNK]
+ * [CLS] [SEP] [MASK] cut out of the raw text, and a decoder without HF's " ." -> "." cleanup. */
+rt_status tok_wordpiece_load_flagai(const char *vocab_path, tok_tokenizer **out);
+/* Adds a token that is cut out of the raw text before normalization (an HF added token). */
+void tok_wordpiece_add_token(tok_tokenizer *t, const char *text, int32_t id);
+/* Whether id is one of those tokens (the specials included). */
+bool tok_wordpiece_is_added(const tok_tokenizer *t, int32_t id);
+rt_status tok_wordpiece_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out);
+rt_status tok_wordpiece_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out);
+void tok_wordpiece_free_impl(void *impl);
 
 /* ---- SentencePiece, T5 (tok_t5.c over tok_spm.h) ---- */
 /* A .model file; tokenizer_config.json, special_tokens_map.json and added_tokens.json are
@@ -132,6 +147,18 @@ bool tok_glm_wanted(const char *model_path, const char *dir);
 /* The flags add_block_symbols, add_task_mask, add_decoder_mask and fix_command_token are read
  * from tokenizer_config.json in dir when present. */
 rt_status tok_glm_load(const char *model_path, const char *dir, tok_tokenizer **out);
+/* GLM builds its task inputs itself: tok_encode_pair is RT_ERR_UNSUPPORTED, naming t->kind. */
+rt_status tok_glm_encode_pair(const tok_tokenizer *t, const char *a, const char *b, tok_ids *out);
+/* A boolean flag of tokenizer_config.json (cfg, read from path): true/false sets *flag, absent or
+ * null leaves it, anything else is RT_ERR_FORMAT naming path and key. */
+rt_status tok_glm_read_flag(const struct cJSON *cfg, const char *path, const char *key, bool *flag);
+
+/* ---- WordPiece, GLM English (tok_glm_en.c over tok_wordpiece.c) ---- */
+/* True when tokenizer_config.json in dir names FlagAI's GLMLargeEnWordPieceTokenizer. */
+bool tok_glm_en_wanted(const char *dir);
+/* vocab_path: bert-large-uncased's vocab.txt; the flags add_block_symbols, add_task_mask and
+ * add_decoder_mask are read from tokenizer_config.json in dir when present. */
+rt_status tok_glm_en_load(const char *vocab_path, const char *dir, tok_tokenizer **out);
 
 /* Words of at least this many initial symbols are merged with a heap (O(n log n)) instead of
  * the quadratic scan that is faster for short words. Tests lower it to cover the heap path. */

@@ -53,6 +53,8 @@ typedef struct {
     size_t prefix_len;
     size_t max_chars;    /* max_input_chars_per_word: longer words are [UNK] */
     size_t max_piece;    /* longest vocab piece in bytes: no longer match is worth a lookup */
+    bool cleanup;        /* the decoder's " ." -> "." cleanup (HF's; FlagAI's DecodeIds has none) */
+    bool final_sigma;    /* Python's str.lower: a word-final capital sigma becomes U+03C2 */
     int32_t cls, sep, mask;
     tok_wp_added *added; /* matched in the raw text before normalization */
     size_t n_added;
@@ -154,9 +156,78 @@ static void tok_wp_normalize_cp(const tok_tokenizer *t, const tok_wp *p, tok_wp_
     }
 }
 
+/* What Python's final-sigma rule makes of a code point of the word around a capital sigma. */
+enum { TOK_SIGMA_STOP, TOK_SIGMA_SKIP, TOK_SIGMA_CASED, TOK_SIGMA_OTHER };
+
+/* Case_Ignorable, approximated: nonspacing marks, the modifier letters and symbols of Latin and
+ * Greek, and Word_Break MidLetter/MidNumLet/Single_Quote ('.:·’ and their kin). */
+static bool tok_wp_case_ignorable(uint32_t cp, unsigned fl) {
+    static const uint32_t single[] = {0x27,   0x2E,   0x3A,   0x5E,   0x60,   0xA8,   0xAF,   0xB4,   0xB7,
+                                      0xB8,   0x374,  0x375,  0x37A,  0x384,  0x385,  0x387,  0x5F4,  0x1D78,
+                                      0x1FBD, 0x1FFD, 0x1FFE, 0x2018, 0x2019, 0x2024, 0x2027, 0xFE13, 0xFE52,
+                                      0xFE55, 0xFF07, 0xFF0E, 0xFF1A, 0xFF3E, 0xFF40};
+    static const uint32_t range[][2] = {{0x2B0, 0x36F},   {0x1D2C, 0x1D6A}, {0x1D9B, 0x1DFF}, {0x1FBF, 0x1FC1},
+                                        {0x1FCD, 0x1FCF}, {0x1FDD, 0x1FDF}, {0x1FED, 0x1FEF}, {0x20D0, 0x20FF}};
+    if (fl & TOK_BC_MARK) return true;
+    for (size_t i = 0; i < sizeof single / sizeof single[0]; i++)
+        if (cp == single[i]) return true;
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+        if (cp >= range[i][0] && cp <= range[i][1]) return true;
+    return false;
+}
+
+/* Cased, approximated: a letter of a script with case (Latin, IPA, Greek, Cyrillic, Armenian,
+ * Georgian, Cherokee, Glagolitic, Coptic, full-width Latin, Deseret and the like, mathematical
+ * letters). */
+static bool tok_wp_cased(uint32_t cp) {
+    static const uint32_t range[][2] = {
+        {0x41, 0x5A},       {0x61, 0x7A},       {0xAA, 0xAA},       {0xB5, 0xB5},       {0xBA, 0xBA},
+        {0xC0, 0x2AF},      {0x370, 0x52F},     {0x531, 0x58F},     {0x10A0, 0x10FF},   {0x13A0, 0x13FD},
+        {0x1C80, 0x1CBF},   {0x1D00, 0x1DBF},   {0x1E00, 0x1FFF},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},
+        {0xA720, 0xA7FF},   {0xAB30, 0xAB6F},   {0xFB00, 0xFB06},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},
+        {0x10400, 0x1044F}, {0x104B0, 0x104FF}, {0x10C80, 0x10CFF}, {0x118A0, 0x118DF}, {0x16E40, 0x16E7F},
+        {0x1D400, 0x1D7FF}, {0x1E900, 0x1E94B}};
+    if (tok_unicode_class(cp) != TOK_CC_LETTER) return false;
+    for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+        if (cp >= range[i][0] && cp <= range[i][1]) return true;
+    return false;
+}
+
+static int tok_wp_sigma_class(uint32_t cp) {
+    unsigned fl = cp < 128 ? tok_bert_ascii[cp] : tok_bert_class(cp);
+    if (fl & (TOK_BC_SPLIT | TOK_BC_CLEAN_SPACE | TOK_BC_CJK)) return TOK_SIGMA_STOP; /* the word ends */
+    if ((fl & TOK_BC_DROP) || tok_wp_case_ignorable(cp, fl)) return TOK_SIGMA_SKIP;  /* clean_text drops it */
+    return tok_wp_cased(cp) ? TOK_SIGMA_CASED : TOK_SIGMA_OTHER;
+}
+
+/* Python's str.lower, which FlagAI applies to each whitespace-separated word, writes U+03A3 at
+ * s[at..end) as the final sigma U+03C2 when a cased letter comes before it and none after it
+ * (case-ignorable characters skipped). Invalid bytes count as U+FFFD, which clean_text drops. */
+static bool tok_wp_sigma_is_final(const uint8_t *s, size_t n, size_t at, size_t end) {
+    int c = TOK_SIGMA_STOP;
+    for (size_t j = at; j > 0;) {
+        size_t k = j - 1, len;
+        while (k > 0 && (s[k] & 0xC0) == 0x80 && j - k < 4) k--;
+        uint32_t cp;
+        if ((len = tok_utf8_decode(s + k, j - k, &cp)) != j - k) k = j - 1, cp = 0xFFFD;
+        j = k;
+        if ((c = tok_wp_sigma_class(cp)) != TOK_SIGMA_SKIP) break;
+    }
+    if (c != TOK_SIGMA_CASED) return false;
+    for (size_t j = end; j < n;) {
+        uint32_t cp;
+        size_t len = tok_utf8_decode(s + j, n - j, &cp);
+        if (!len) len = 1, cp = 0xFFFD;
+        j += len;
+        if ((c = tok_wp_sigma_class(cp)) != TOK_SIGMA_SKIP) return c != TOK_SIGMA_CASED;
+    }
+    return true;
+}
+
 static void tok_wp_segment(const tok_tokenizer *t, const tok_wp *p, const uint8_t *s, size_t n, tok_wp_word *wd,
                            tok_ids *out) {
     for (size_t i = 0; i < n;) {
+        const size_t at = i;
         uint32_t cp = s[i];
         unsigned fl;
         if (cp < 128) {
@@ -175,6 +246,10 @@ static void tok_wp_segment(const tok_tokenizer *t, const tok_wp *p, const uint8_
                 i++;
             }
             fl = tok_bert_class(cp);
+            if (cp == 0x3A3 && p->final_sigma && p->lowercase && tok_wp_sigma_is_final(s, n, at, i)) {
+                tok_wp_word_put(wd, 0x3C2);
+                continue;
+            }
         }
         if (p->clean_text) {
             if (fl & TOK_BC_DROP) continue;
@@ -194,7 +269,7 @@ static void tok_wp_segment(const tok_tokenizer *t, const tok_wp *p, const uint8_
     tok_wp_flush(t, p, wd, out);
 }
 
-static rt_status tok_wp_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
+rt_status tok_wordpiece_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
     const tok_wp *p = t->impl;
     const uint8_t *s = (const uint8_t *)text;
     tok_wp_word wd = {0};
@@ -223,10 +298,10 @@ static rt_status tok_wp_encode_pair(const tok_tokenizer *t, const char *a, const
     rt_status st = RT_OK;
     const tok_wp *p = t->impl;
     tok_ids_push(out, p->cls);
-    RT_TRY(tok_wp_encode(t, a, strlen(a), out));
+    RT_TRY(tok_wordpiece_encode(t, a, strlen(a), out));
     tok_ids_push(out, p->sep);
     if (b) {
-        RT_TRY(tok_wp_encode(t, b, strlen(b), out));
+        RT_TRY(tok_wordpiece_encode(t, b, strlen(b), out));
         tok_ids_push(out, p->sep);
     }
 fail:
@@ -270,7 +345,7 @@ static void tok_wp_cleanup(tok_wp_str *tok, tok_wp_str *tmp) {
     }
 }
 
-static rt_status tok_wp_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
+rt_status tok_wordpiece_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
     const tok_wp *p = t->impl;
     tok_wp_str res = {0}, tok = {0}, tmp = {0};
     *out = NULL;
@@ -295,7 +370,7 @@ static rt_status tok_wp_decode(const tok_tokenizer *t, const int32_t *ids, size_
             }
         }
         tok_wp_str_add(&tok, piece, len);
-        tok_wp_cleanup(&tok, &tmp);
+        if (p->cleanup) tok_wp_cleanup(&tok, &tmp);
         tok_wp_str_add(&res, tok.s, tok.n);
     }
     *out = tok_utf8_lossy((const uint8_t *)res.s, res.n);
@@ -305,7 +380,7 @@ static rt_status tok_wp_decode(const tok_tokenizer *t, const int32_t *ids, size_
     return RT_OK;
 }
 
-static void tok_wp_free_impl(void *impl) {
+void tok_wordpiece_free_impl(void *impl) {
     tok_wp *p = impl;
     if (!p) return;
     for (size_t i = 0; i < p->n_added; i++) free(p->added[i].content);
@@ -313,7 +388,8 @@ static void tok_wp_free_impl(void *impl) {
     free(p);
 }
 
-static const tok_ops tok_wp_ops = {tok_wp_encode, tok_wp_encode_pair, tok_wp_decode, tok_wp_free_impl, NULL};
+static const tok_ops tok_wp_ops = {tok_wordpiece_encode, tok_wp_encode_pair, tok_wordpiece_decode,
+                                   tok_wordpiece_free_impl, NULL};
 
 /* ---- loading ---- */
 
@@ -325,7 +401,7 @@ static tok_tokenizer *tok_wp_new(void) {
     t->impl = p;
     t->kind = "bert-wordpiece";
     t->bos = t->eos = t->pad = t->unk = -1;
-    p->clean_text = p->handle_cjk = p->lowercase = p->strip_accents = true;
+    p->clean_text = p->handle_cjk = p->lowercase = p->strip_accents = p->cleanup = true;
     memcpy(p->prefix, "##", 3);
     p->prefix_len = 2;
     p->max_chars = 100;
@@ -473,17 +549,13 @@ fail:
     return st;
 }
 
-rt_status tok_wordpiece_load_vocab(const char *vocab_path, const char *config_path, tok_tokenizer **out) {
+/* vocab.txt into t->vocab: Python's readlines() in text mode (\n, \r\n and \r end a line), the id
+ * is the line index. */
+static rt_status tok_wp_read_vocab(tok_tokenizer *t, const char *vocab_path) {
     rt_status st = RT_OK;
     char *data = NULL;
     size_t len;
-    cJSON *cfg = NULL;
-    tok_tokenizer *t = tok_wp_new();
-    tok_wp *p = t->impl;
-    tok_wp_names nm = {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"};
-    *out = NULL;
     RT_TRY(tok_read_file(vocab_path, &data, &len));
-    /* Python's readlines() in text mode: \n, \r\n and \r end a line; the id is the line index */
     int32_t id = 0;
     for (size_t i = 0; i < len;) {
         size_t j = i;
@@ -493,6 +565,19 @@ rt_status tok_wordpiece_load_vocab(const char *vocab_path, const char *config_pa
         i = j + 1;
     }
     if (id == 0) RT_FAIL(RT_ERR_FORMAT, "%s: the vocab is empty (expected one piece per line)", vocab_path);
+fail:
+    free(data);
+    return st;
+}
+
+rt_status tok_wordpiece_load_vocab(const char *vocab_path, const char *config_path, tok_tokenizer **out) {
+    rt_status st = RT_OK;
+    cJSON *cfg = NULL;
+    tok_tokenizer *t = tok_wp_new();
+    tok_wp *p = t->impl;
+    tok_wp_names nm = {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"};
+    *out = NULL;
+    RT_TRY(tok_wp_read_vocab(t, vocab_path));
     if (config_path) {
         RT_TRY(tok_wp_read_config(t, config_path, &nm, &cfg));
     } else {
@@ -504,9 +589,35 @@ rt_status tok_wordpiece_load_vocab(const char *vocab_path, const char *config_pa
     t = NULL;
 fail:
     cJSON_Delete(cfg);
-    free(data);
     tok_free(t);
     return st;
+}
+
+rt_status tok_wordpiece_load_flagai(const char *vocab_path, tok_tokenizer **out) {
+    rt_status st = RT_OK;
+    tok_tokenizer *t = tok_wp_new();
+    tok_wp *p = t->impl;
+    const tok_wp_names nm = {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"};
+    *out = NULL;
+    p->final_sigma = true;
+    p->cleanup = false;
+    RT_TRY(tok_wp_read_vocab(t, vocab_path));
+    RT_TRY(tok_wp_specials(t, &nm, vocab_path));
+    tok_wp_finish(t);
+    *out = t;
+    t = NULL;
+fail:
+    tok_free(t);
+    return st;
+}
+
+void tok_wordpiece_add_token(tok_tokenizer *t, const char *text, int32_t id) { tok_wp_add_added(t, text, id); }
+
+bool tok_wordpiece_is_added(const tok_tokenizer *t, int32_t id) {
+    const tok_wp *p = t->impl;
+    for (size_t i = 0; i < p->n_added; i++)
+        if (p->added[i].id == id) return true;
+    return false;
 }
 
 rt_status tok_wordpiece_load_json(const char *json_path, const char *config_path, tok_tokenizer **out) {

@@ -48,7 +48,8 @@ static const rt_opt glm_own_options[] = {
      "default: a small GLM from scratch", NULL, 0, 0},
     {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "GLM config.json (FlagAI's fields) to build from scratch", NULL, 0, 0},
     {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
-     "GLM tokenizer (cog-pretrain.model or a folder with one; default: --model's, else the shipped one)", NULL, 0, 0},
+     "GLM tokenizer: GLM's English WordPiece (a folder with vocab.txt and tokenizer_config.json) or Chinese "
+     "SentencePiece (cog-pretrain.model); default: --model's, else the shipped English one", NULL, 0, 0},
     {"pattern", RT_OPT_INT, &O.pattern, "0", "N", "cloze pattern id (FlagAI's pattern_id)", NULL, 0, 16},
     {"max-len", RT_OPT_INT, &O.max_len, "256", "N", "tokens per input row (seq2seq: the source's)", NULL, 8, 1 << 16},
     {"max-target-len", RT_OPT_INT, &O.max_target_len, "64", "N", "seq2seq: target tokens, [eop] included", NULL, 2,
@@ -447,7 +448,8 @@ static rt_status glm_resolve_tokenizer(char *out, size_t size) {
             }
         }
     }
-    snprintf(out, size, "%s", TZ_SOURCE_DIR "/assets/glm-chinese-spm/cog-pretrain.model");
+    /* SuperGLUE is English: GLM's English WordPiece has one-token verbalizers (" Yes", " No") */
+    snprintf(out, size, "%s", TZ_SOURCE_DIR "/assets/glm-en-wordpiece");
     return RT_OK;
 }
 

@@ -83,7 +83,8 @@ static rt_status run(int argc, char **argv) {
     const rt_opt opts[] = {
         {"tokenizer", RT_OPT_STRING, &path, NULL, "PATH",
          "HF tokenizer directory (tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, a BERT "
-         "vocab.txt, a T5 spiece.model or GLM's cog-pretrain.model) or one of those files (required)", NULL, 0, 0},
+         "vocab.txt (GLM's English one when tokenizer_config.json names GLMLargeEnWordPieceTokenizer), a T5 "
+         "spiece.model or GLM's cog-pretrain.model) or one of those files (required)", NULL, 0, 0},
         {"decode", RT_OPT_FLAG, &decode, NULL, NULL, "read lines of ids and write the decoded text", NULL, 0, 0},
         {"pieces", RT_OPT_FLAG, &pieces, NULL, NULL, "write the token pieces (e.g. \"\xc4\xa0the\") instead of ids",
          NULL, 0, 0},

@@ -34,3 +34,39 @@ def load_flagai(flagai_root):
     import flagai.model.base_model as base_model
     import flagai.mp_tools as mp_tools
     return glm_model, base_model, mp_tools
+
+
+def read_flagai_source(flagai, rel):
+    """rel (e.g. "flagai/data/tokenizer/tokenizer.py") from the wheel (a .whl file) or from a folder
+    holding the flagai package."""
+    import zipfile
+    if flagai.endswith(".whl"):
+        with zipfile.ZipFile(flagai) as z:
+            return z.read(rel).decode("utf-8")
+    with open(os.path.join(flagai, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+def exec_flagai_modules(flagai, packages, modules):
+    """Executes FlagAI modules straight from the wheel or folder `flagai`, for the tokenizer
+    golden generators: packages (dotted names) become empty stand-ins, so that their __init__
+    files (which import every model and heavy optional dependencies) do not run;
+    flagai.model.file_utils, which the tokenizers use only to download a missing vocab, is a stub;
+    then each (dotted name, path in the wheel) of modules runs in order. Returns the last one."""
+    import importlib.util
+    for pkg in ["flagai", "flagai.data", "flagai.data.tokenizer", "flagai.model"] + list(packages):
+        m = types.ModuleType(pkg)
+        m.__path__ = []
+        sys.modules[pkg] = m
+    stub = types.ModuleType("flagai.model.file_utils")
+    stub._get_model_id = stub._get_vocab_path = lambda *a, **k: None
+    sys.modules["flagai.model.file_utils"] = stub
+    mod = None
+    for name, rel in modules:
+        spec = importlib.util.spec_from_loader(name, loader=None)
+        mod = importlib.util.module_from_spec(spec)
+        mod.__package__ = name.rsplit(".", 1)[0]
+        sys.modules[name] = mod
+        setattr(sys.modules[mod.__package__], name.rsplit(".", 1)[1], mod)
+        exec(compile(read_flagai_source(flagai, rel), flagai + ":" + rel, "exec"), mod.__dict__)
+    return mod

@@ -8,7 +8,7 @@ cog-pretrain.model.
 Nothing is reimplemented and no FlagAI source is copied: the two modules are executed straight
 from FlagAI's wheel (the package's other imports, and its heavy dependencies, are not needed, so
 the parent packages are empty stand-ins and flagai.model.file_utils, used only when no vocab path
-is given, is a stub). Get the wheel without installing it:
+is given, is a stub: flagai_wheel.exec_flagai_modules). Get the wheel without installing it:
 
     pip download flagai==1.8.0 --no-deps -d /tmp/flagai
     /usr/bin/python3 scripts/golden/gen_glm_tok_golden.py /tmp/flagai/flagai-1.8.0-py3-none-any.whl
@@ -29,15 +29,15 @@ Files written (ids space-separated):
   glm_alt.tsv     flags TAB hex(input) TAB ids: other flag combinations (fix_command_token=False,
                   add_task_mask=False, add_block_symbols=False, add_decoder_mask=True)
 """
-import importlib.util
 import os
 import platform
 import random
 import sys
-import types
-import zipfile
 
 import sentencepiece
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flagai_wheel import exec_flagai_modules  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -50,36 +50,12 @@ GLM_CH_PY = "flagai/data/tokenizer/glm_large_ch/glm_large_ch.py"
 GLM_CH_TOK_PY = "flagai/data/tokenizer/glm_large_ch/glm_large_ch_tokenizer.py"
 
 
-def read_source(flagai, rel):
-    """rel from the wheel (a .whl file) or from a folder holding the flagai package."""
-    if flagai.endswith(".whl"):
-        with zipfile.ZipFile(flagai) as z:
-            return z.read(rel).decode("utf-8")
-    with open(os.path.join(flagai, rel), encoding="utf-8") as f:
-        return f.read()
-
-
 def load_flagai_glm_tokenizer(flagai):
-    for pkg in ["flagai", "flagai.data", "flagai.data.tokenizer", "flagai.data.tokenizer.glm_large_ch", "flagai.model"]:
-        m = types.ModuleType(pkg)
-        m.__path__ = []
-        sys.modules[pkg] = m
-    stub = types.ModuleType("flagai.model.file_utils")
-    stub._get_model_id = stub._get_vocab_path = lambda *a, **k: None
-    sys.modules["flagai.model.file_utils"] = stub
-
-    def run(name, rel):
-        spec = importlib.util.spec_from_loader(name, loader=None)
-        mod = importlib.util.module_from_spec(spec)
-        mod.__package__ = name.rsplit(".", 1)[0]
-        sys.modules[name] = mod
-        setattr(sys.modules[mod.__package__], name.rsplit(".", 1)[1], mod)
-        exec(compile(read_source(flagai, rel), flagai + ":" + rel, "exec"), mod.__dict__)
-        return mod
-
-    run("flagai.data.tokenizer.tokenizer", TOKENIZER_PY)
-    run("flagai.data.tokenizer.glm_large_ch.glm_large_ch", GLM_CH_PY)
-    return run("flagai.data.tokenizer.glm_large_ch.glm_large_ch_tokenizer", GLM_CH_TOK_PY).GLMLargeChTokenizer
+    return exec_flagai_modules(flagai, ["flagai.data.tokenizer.glm_large_ch"], [
+        ("flagai.data.tokenizer.tokenizer", TOKENIZER_PY),
+        ("flagai.data.tokenizer.glm_large_ch.glm_large_ch", GLM_CH_PY),
+        ("flagai.data.tokenizer.glm_large_ch.glm_large_ch_tokenizer", GLM_CH_TOK_PY),
+    ]).GLMLargeChTokenizer
 
 
 def hexs(s):
