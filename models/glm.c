@@ -15,40 +15,8 @@
 #include "models/preln_stack.h"
 #include "runtime/rt_arena.h"
 
-/* Added to the logits of vocab padding columns: they never win a softmax. */
-#define GLM_MASKED (-1e30f)
+#include "models/glm_internal.h"
 
-struct glm_model {
-    glm_config cfg;
-    rt_backend *be;
-    rt_comm *tp;
-    rt_params params;
-    int wte, wpe, wbpe, lnf_w, lnf_b;
-    mdl_preln blocks;
-    int max_B, max_T, C, P; /* P: rows of each position table */
-    int V_pad, V_local, vocab_start;
-    size_t max_BT;
-
-    void *act_block;
-    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
-    float *rows, *drows;              /* (BT, C) the hidden states that reach the output layer */
-    float *logits;                    /* (BT, V_local) */
-    float *losses, *xent_stats;       /* (BT), (3 BT) */
-    float *vocab_mask;                /* (V_local) 0, or GLM_MASKED on padding columns */
-    float *cand, *dcand;              /* (B*K_MAX, C) cloze candidates' embeddings */
-    float *cand_scores;               /* (B, B*K_MAX) */
-    int32_t *ids, *pos, *bpos, *sep, *row_idx, *targets, *cand_ids;
-
-    int32_t *h_idx, *h_targets; /* host staging */
-    float *h_losses, *h_scores;
-    bool vocab_padded_here;
-};
-
-/* Cloze candidates per row: verbalizers have a handful of words. */
-#define GLM_K_MAX 16
-
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
 
 static const mdl_preln_names glm_block_names = {
     "transformer.layers.%d.input_layernorm.weight",    "transformer.layers.%d.input_layernorm.bias",
@@ -175,7 +143,7 @@ rt_comm *glm_model_tp(glm_model *m) { return m->tp; }
 const glm_config *glm_model_config(const glm_model *m) { return &m->cfg; }
 
 /* Checks a batch against the model and uploads ids, positions and separators. */
-static rt_status glm_upload(glm_model *m, const glm_inputs *in) {
+rt_status glm_upload(glm_model *m, const glm_inputs *in) {
     const int B = in->B, T = in->T;
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return rt_errorf(RT_ERR_CONFIG, "GLM: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
@@ -205,7 +173,7 @@ static rt_status glm_upload(glm_model *m, const glm_inputs *in) {
 static mdl_preln_mask glm_mask(const glm_model *m) { return (mdl_preln_mask){.causal = true, .prefix = m->sep}; }
 
 /* Embeddings through the final LayerNorm into m->lnf. */
-static rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
+rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const glm_config *c = &m->cfg;
     rt_backend *be = m->be;
@@ -432,7 +400,7 @@ fail:
 
 /* m->logits (n rows of this rank's vocab columns) to the host as (n, vocab): the shards are
  * all-gathered over tp (a checking and generation path) and the padding columns dropped. */
-static rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
+rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;

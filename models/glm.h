@@ -87,6 +87,17 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
  * next-token distribution for generation. Collective over tp. */
 rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, float *host_logits);
 
+/* Greedy generation with a key/value cache: the contexts (B x S rows, sep[b] the real tokens of
+ * row b, its blank at mask_pos[b]) run once; then [sop] and each chosen token go through the
+ * model one per row, at the blank's position with block positions 1, 2, ..., until a row emits
+ * eop or max_new tokens. out_ids (B x max_new) and out_len (B, eop included) get the tokens;
+ * step_logits (max_new x B x vocab, may be NULL) each step's logits. Collective over tp. */
+typedef struct glm_decoder glm_decoder;
+rt_status glm_decoder_init(glm_model *m, int max_B, int max_S, int max_new, glm_decoder **out);
+void glm_decoder_free(glm_decoder *d);
+rt_status glm_greedy(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_pos, int32_t sop, int32_t eop,
+                     int max_new, int32_t *out_ids, int *out_len, float *step_logits);
+
 /* A FlagAI folder (config.json + pytorch_model.bin holding {'module': ...}, FlagAI's
  * model-parallel pytorch_model_NN.bin files, model.safetensors, or a tz-convert folder at any
  * tp): the config, then the weights, every one required, split for this tp. */

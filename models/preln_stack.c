@@ -150,6 +150,52 @@ fail:
     return st;
 }
 
+void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k, float *v) {
+    const mdl_preln_layer *p = &s->layer[l];
+    const size_t C = (size_t)s->cfg.C, Cl = (size_t)s->C_local;
+    /* the fused [q; k; v] weight's k and v row blocks (and their biases) */
+    mdl_col_linear_fwd(s->be, k, ln1_rows, P(p->qkv_w) + Cl * C, P(p->qkv_b) + Cl, n, (int)C, (int)Cl);
+    mdl_col_linear_fwd(s->be, v, ln1_rows, P(p->qkv_w) + 2 * Cl * C, P(p->qkv_b) + 2 * Cl, n, (int)C, (int)Cl);
+}
+
+const float *mdl_preln_ln1(const mdl_preln *s, int l) { return s->ln1 + (size_t)l * s->max_BT * (size_t)s->cfg.C; }
+
+rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
+                           const int32_t *at_idx, const float *key_mask) {
+    rt_status st = RT_OK;
+    const mdl_preln_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const rt_backend_ops *ops = be->ops;
+    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
+    const size_t n = (size_t)B;
+    /* scratch: the first layer's activation slices, (B, ...) of them */
+    float *ln = s->ln1, *mean = s->ln1_mean, *rstd = s->ln1_rstd, *q = s->qkv, *k = s->qkv + n * Cl,
+          *v = s->qkv + 2 * n * Cl, *atty = s->atty, *fch = s->fch, *fchg = s->fchg;
+    /* probs holds B x NH x Tmax here: within the forward's B x NH x T x T */
+    RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B, Tmax);
+    for (int l = 0; l < c->n_layer; l++) {
+        const mdl_preln_layer *p = &s->layer[l];
+        ops->layernorm_fwd(be->ctx, ln, mean, rstd, x, P(p->ln1_w), P(p->ln1_b), n, C, c->ln_eps);
+        mdl_col_linear_fwd(be, q, ln, P(p->qkv_w), P(p->qkv_b), n, C, Cl);
+        mdl_preln_kv(s, l, ln, n, k, v);
+        ops->scatter_rows_add(be->ctx, kcache[l], k, at_idx, B, Cl);
+        ops->scatter_rows_add(be->ctx, vcache[l], v, at_idx, B, Cl);
+        rt_attn_desc d = {.B = B, .NH = s->NH_local, .Tq = 1, .Tk = Tmax, .HS = s->HS, .ldq = (size_t)Cl,
+                          .ldk = (size_t)Cl, .ldv = (size_t)Cl, .ldo = (size_t)Cl, .scale = 1.0f / sqrtf((float)s->HS),
+                          .key_mask = key_mask, .head_offset = s->head_offset, .heads_total = c->n_head};
+        ops->attention_fwd(be->ctx, &d, atty, s->probs, q, kcache[l], vcache[l]);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, atty, P(p->proj_w), P(p->proj_b), n, Cl, C));
+        ops->add(be->ctx, x, x, s->tmp, n * C);
+        ops->layernorm_fwd(be->ctx, ln, mean, rstd, x, P(p->ln2_w), P(p->ln2_b), n, C, c->ln_eps);
+        mdl_col_linear_fwd(be, fch, ln, P(p->fc_w), P(p->fc_b), n, C, Fl);
+        ops->act_fwd(be->ctx, c->act, fchg, fch, n * Fl);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, fchg, P(p->fcproj_w), P(p->fcproj_b), n, Fl, C));
+        ops->add(be->ctx, x, x, s->tmp, n * C);
+    }
+fail:
+    return st;
+}
+
 rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;

@@ -86,6 +86,20 @@ float *mdl_preln_residual(const mdl_preln *s, int l);
 rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
 /* From dL/d(output) in s->dres; leaves dL/d(input) in s->dres, gradients accumulated. */
 rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
+/* Incremental decoding: one new token per row, x (B, C) in and out (the residual stream), run
+ * through every block against per-layer key and value caches kcache[l], vcache[l] (B, Tmax,
+ * C_local each, row b's key j at b*Tmax + j). The new token's key and value are added at cache
+ * slot `at` (slots start zeroed and are written once); its query attends to all Tmax slots
+ * minus key_mask (B, Tmax, additive: -inf for slots it must not see). at_idx (B) holds b*Tmax +
+ * at (backend int32). Uses the stack's first-layer activation buffers as scratch. */
+rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
+                           const int32_t *at_idx, const float *key_mask);
+/* The keys and values of block l for n rows of its input LayerNorm output (the forward's ln1
+ * activations), into k and v (n, C_local) each: to fill the caches after a full forward. */
+void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k, float *v);
+/* Block l's input-LayerNorm output of the last forward (BT, C) rows. */
+const float *mdl_preln_ln1(const mdl_preln *s, int l);
+
 /* The dropout stream of a call site: 0 is the embeddings', blocks use 1 + 3l .. 3 + 3l. */
 uint64_t mdl_dropout_stream(const mdl_pass *p, int site);
 

@@ -206,6 +206,70 @@ static void test_choices(rt_backend *be, const ckpt_st_file *g, const glm_batch 
     glm_model_free(m);
 }
 
+/* Greedy generation with the key/value cache gives, step by step, the logits a full recompute
+ * of [context, sop, tokens so far] gives (glm_logits_at, itself checked against FlagAI). */
+static void test_generation(rt_backend *be, const glm_batch *b) {
+    enum { NEW = 6, TT = 12 + NEW };
+    glm_model *m = NULL;
+    char report[256];
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, rt_comm_self(), B, TT, &m, report,
+                                    sizeof report));
+    if (!m) return;
+    glm_decoder *d = NULL;
+    TZ_EXPECT_OK(glm_decoder_init(m, B, T, NEW, &d));
+    /* the contexts: each row's tokens before its separator, padded */
+    int32_t ids[B * T], pos[B * T], bpos[B * T] = {0}, sep[B], mask_pos[B] = {5, 3, 2};
+    for (int r = 0; r < B; r++) {
+        sep[r] = b->sep[r];
+        for (int t = 0; t < T; t++) {
+            ids[r * T + t] = t < sep[r] ? b->ids[r * T + t] : 0;
+            pos[r * T + t] = t < sep[r] ? t : 0;
+        }
+    }
+    glm_inputs ctx = {.B = B, .T = T, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
+    static float step_logits[NEW * B * V], full[B * V];
+    int32_t out[B * NEW];
+    int len[B];
+    const int32_t sop = 4, eop = 5;
+    if (d) TZ_EXPECT_OK(glm_greedy(d, &ctx, mask_pos, sop, eop, NEW, out, len, step_logits));
+    /* the same steps recomputed from scratch */
+    int32_t rid[B * TT], rpos[B * TT], rbpos[B * TT], rsep[B], at[B];
+    int steps = 0;
+    for (int r = 0; r < B; r++) steps = len[r] > steps ? len[r] : steps;
+    TZ_EXPECT(steps >= 1, "generated nothing");
+    for (int k = 0; k < steps; k++) {
+        for (int r = 0; r < B; r++) {
+            for (int t = 0; t < TT; t++) {
+                rid[r * TT + t] = 0;
+                rpos[r * TT + t] = 0;
+                rbpos[r * TT + t] = 0;
+            }
+            for (int t = 0; t < sep[r]; t++) {
+                rid[r * TT + t] = ids[r * T + t];
+                rpos[r * TT + t] = t;
+            }
+            for (int j = 0; j <= k; j++) { /* sop, then the chosen tokens (a finished row repeats eop) */
+                int c = sep[r] + j;
+                rid[r * TT + c] = j == 0 ? sop : (j - 1 < len[r] ? out[r * NEW + j - 1] : eop);
+                rpos[r * TT + c] = mask_pos[r];
+                rbpos[r * TT + c] = j + 1;
+            }
+            rsep[r] = sep[r];
+            at[r] = sep[r] + k;
+        }
+        glm_inputs in = {.B = B, .T = TT, .ids = rid, .pos = rpos, .block_pos = rbpos, .sep = rsep};
+        TZ_EXPECT_OK(glm_logits_at(m, &in, at, full));
+        for (int r = 0; r < B; r++) {
+            if (k >= len[r]) continue; /* the row had finished */
+            char what[64];
+            snprintf(what, sizeof what, "cached step %d row %d logits", k, r);
+            tz_check_close(what, step_logits + ((size_t)k * B + r) * V, full + (size_t)r * V, V, FWD_ATOL, FWD_RTOL);
+        }
+    }
+    glm_decoder_free(d);
+    glm_model_free(m);
+}
+
 /* ---- tp = 2 on two threads ---- */
 
 typedef struct {
@@ -376,6 +440,7 @@ int main(void) {
         read_batch(g, &b);
         test_tp1(be, g, after, &b);
         test_choices(be, g, &b);
+        test_generation(be, &b);
         test_tp2(g, &b);
         test_bad_input(be, &b);
     }

@@ -61,7 +61,7 @@ static const rt_opt glm_own_options[] = {
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F", "seq2seq: share of SRC/TGT held out without --val-src", NULL,
      0.01, 0.9},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
-     "seq2seq: generate (greedy) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
+     "seq2seq: generate (greedy, with a key/value cache) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
     {"eval-batch-size", RT_OPT_INT, &O.eval_batch_size, "0", "N", "examples per evaluation batch (0: --batch-size)",
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
@@ -266,6 +266,7 @@ typedef struct {
     int batch;
     const char *save_dir;
     rt_grid *grid;
+    glm_decoder *decoder;         /* seq2seq generation */
 } glm_eval;
 
 static int glm_argmax(const float *x, int n) {
@@ -274,72 +275,43 @@ static int glm_argmax(const float *x, int n) {
     return best;
 }
 
-/* Greedy continuation of n seq2seq examples into texts (caller frees each): the context,
- * [sop], then each step's argmax at the blank's last position, until [eop] or max_target_len.
- * Recomputes the whole row at every step (no KV cache yet). */
+/* Greedy continuation of n seq2seq examples into texts (caller frees each): the contexts run
+ * once, then one token per row per step against the key/value cache (glm_greedy). */
 static rt_status glm_generate(glm_eval *e, const int32_t *ex, int n, char **texts) {
     rt_status st = RT_OK;
     const glm_rows *R = e->val;
     const int steps = (int)O.max_target_len;
-    int T = 0;
+    int S = 1;
     for (int i = 0; i < n; i++) {
         int s = R->rows[R->first_row[ex[i]]].sep;
-        T = s > T ? s : T;
+        S = s > S ? s : S;
     }
-    T += steps;
-    const size_t cells = (size_t)n * T;
+    const size_t cells = (size_t)n * S;
     int32_t *ids = rt_xcalloc(cells, sizeof *ids), *pos = rt_xcalloc(cells, sizeof *pos),
             *bpos = rt_xcalloc(cells, sizeof *bpos), *sep = rt_xcalloc((size_t)n, sizeof *sep),
-            *len = rt_xcalloc((size_t)n, sizeof *len), *at = rt_xcalloc((size_t)n, sizeof *at);
-    bool *done = rt_xcalloc((size_t)n, sizeof *done);
-    int V = glm_model_config(e->model)->vocab_size;
-    float *logits = rt_xmalloc((size_t)n * V * sizeof(float));
+            *mask_pos = rt_xcalloc((size_t)n, sizeof *mask_pos), *out = rt_xcalloc((size_t)n * steps, sizeof *out);
+    int *len = rt_xcalloc((size_t)n, sizeof *len);
     for (int i = 0; i < n; i++) {
         const glm_row *row = &R->rows[R->first_row[ex[i]]];
-        for (int t = 0; t < T; t++) ids[(size_t)i * T + t] = e->pad_id;
-        memcpy(ids + (size_t)i * T, row->ids, (size_t)row->sep * sizeof(int32_t));
-        for (int t = 0; t < row->sep; t++) pos[(size_t)i * T + t] = t;
+        for (int t = 0; t < S; t++) ids[(size_t)i * S + t] = t < row->sep ? row->ids[t] : e->pad_id;
+        for (int t = 0; t < row->sep; t++) pos[(size_t)i * S + t] = t;
         sep[i] = row->sep;
-        ids[(size_t)i * T + row->sep] = e->sp.sop;
-        pos[(size_t)i * T + row->sep] = row->mask_pos;
-        bpos[(size_t)i * T + row->sep] = 1;
-        len[i] = row->sep + 1;
+        mask_pos[i] = row->mask_pos;
     }
-    for (int s = 0; s < steps; s++) {
-        bool all = true;
-        for (int i = 0; i < n; i++) all &= done[i];
-        if (all) break;
-        for (int i = 0; i < n; i++) at[i] = len[i] - 1;
-        /* the rows' unused tail is <eos> padding after the separator: causal, never seen */
-        glm_inputs in = {.B = n, .T = T, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
-        RT_TRY(glm_logits_at(e->model, &in, at, logits));
-        for (int i = 0; i < n; i++) {
-            if (done[i]) continue;
-            int32_t next = glm_argmax(logits + (size_t)i * V, V);
-            if (next == e->sp.eop || len[i] >= T) {
-                done[i] = true;
-                continue;
-            }
-            size_t c = (size_t)i * T + len[i];
-            ids[c] = next;
-            pos[c] = R->rows[R->first_row[ex[i]]].mask_pos;
-            bpos[c] = len[i] - sep[i] + 1;
-            len[i]++;
-        }
-    }
+    glm_inputs ctx = {.B = n, .T = S, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
+    RT_TRY(glm_greedy(e->decoder, &ctx, mask_pos, e->sp.sop, e->sp.eop, steps, out, len, NULL));
     for (int i = 0; i < n; i++) {
-        int first = sep[i] + 1;
-        RT_TRY(tok_decode_skip_special(e->tok, ids + (size_t)i * T + first, (size_t)(len[i] - first), &texts[i]));
+        int k = len[i] > 0 && out[(size_t)i * steps + len[i] - 1] == e->sp.eop ? len[i] - 1 : len[i];
+        RT_TRY(tok_decode_skip_special(e->tok, out + (size_t)i * steps, (size_t)k, &texts[i]));
     }
 fail:
     free(ids);
     free(pos);
     free(bpos);
     free(sep);
+    free(mask_pos);
+    free(out);
     free(len);
-    free(at);
-    free(done);
-    free(logits);
     return st;
 }
 
@@ -617,12 +589,6 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(train_app_device(&O.t, &grid, GLM_COMM_TIMEOUT_S, device, sizeof device, &be));
     const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
     int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
-    if (seq2seq && O.eval_generate) {
-        int gen = 0;
-        for (int i = 0; i < val.n_rows; i++) gen = val.rows[i].sep > gen ? val.rows[i].sep : gen;
-        gen += (int)O.max_target_len;
-        max_T = gen > max_T ? gen : max_T;
-    }
     max_T = (max_T + 7) / 8 * 8;
     int per = train.rows_per_example;
     int max_B = (int)O.t.batch_size * per > eval_batch * per ? (int)O.t.batch_size * per : eval_batch * per;
@@ -640,6 +606,11 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     ev.batch = eval_batch;
     ev.save_dir = O.t.save_dir;
     ev.grid = &grid;
+    if (seq2seq && O.eval_generate) {
+        int ctx_len = 1;
+        for (int i = 0; i < val.n_rows; i++) ctx_len = val.rows[i].sep > ctx_len ? val.rows[i].sep : ctx_len;
+        RT_TRY(glm_decoder_init(model, eval_batch, ctx_len, (int)O.max_target_len, &ev.decoder));
+    }
 
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
@@ -667,6 +638,7 @@ fail:
     free(options_json);
     glm_buf_free(&tr.buf);
     glm_buf_free(&ev.buf);
+    glm_decoder_free(ev.decoder);
     data_sampler_free(sampler);
     glm_model_free(model);
     rt_backend_free(be);
