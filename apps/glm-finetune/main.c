@@ -478,10 +478,12 @@ static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, c
     rt_status st = RT_OK;
     char path[4300];
     const glm_config *c = glm_model_config(m);
-    if (grid->world->rank == 0) (void)mkdir(dir, 0755);
+    /* the first data-parallel replica writes (its tp rank 0 is world rank 0, which made the folder) */
+    if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
     snprintf(path, sizeof path, "%s/%s", dir, ckpt_map_weights_file(&ckpt_map_glm));
-    RT_TRY(ckpt_save_hf(path, &ckpt_map_glm, glm_model_params(m), c->vocab_size, c->num_attention_heads,
-                        glm_model_tp(m)));
+    if (grid->dp_rank == 0)
+        RT_TRY(ckpt_save_hf(path, &ckpt_map_glm, glm_model_params(m), c->vocab_size, c->num_attention_heads,
+                            glm_model_tp(m)));
     if (grid->world->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         RT_TRY(glm_config_save(c, path));
