@@ -24,7 +24,8 @@ static const mdl_preln_names glm_block_names = {
     "transformer.layers.%d.attention.dense.weight",    "transformer.layers.%d.attention.dense.bias",
     "transformer.layers.%d.post_attention_layernorm.weight", "transformer.layers.%d.post_attention_layernorm.bias",
     "transformer.layers.%d.mlp.dense_h_to_4h.weight",  "transformer.layers.%d.mlp.dense_h_to_4h.bias",
-    "transformer.layers.%d.mlp.dense_4h_to_h.weight",  "transformer.layers.%d.mlp.dense_4h_to_h.bias"};
+    "transformer.layers.%d.mlp.dense_4h_to_h.weight",  "transformer.layers.%d.mlp.dense_4h_to_h.bias",
+    "transformer.final_layernorm.weight",              "transformer.final_layernorm.bias"};
 
 static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init, float std) {
     int64_t shape[2] = {d0, d1};
@@ -44,19 +45,15 @@ static void glm_declare_params(glm_model *m) {
     mdl_preln_config bc = {.n_layer = c->num_layers, .C = m->C, .n_head = c->num_attention_heads,
                            .F = 4 * c->hidden_size, .ln_eps = c->layernorm_epsilon, .act = RT_ACT_GELU_TANH,
                            .attn_pdrop = c->attention_dropout_prob, .resid_pdrop = c->output_dropout_prob,
+                           .emb_pdrop = c->embedding_dropout_prob,
                            .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->num_layers)};
     mdl_preln_declare(&m->blocks, &bc, &glm_block_names, &ckpt_map_glm, m->be, m->tp, &m->params);
-    m->lnf_w = glm_add(m, "transformer.final_layernorm.weight", m->C, 0, true, RT_INIT_ONES, 0);
-    m->lnf_b = glm_add(m, "transformer.final_layernorm.bias", m->C, 0, true, RT_INIT_ZEROS, 0);
 }
 
 static void glm_layout(glm_model *m, rt_arena *a) {
     const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->V_local;
     const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
     mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
-    m->lnf = rt_arena_take(a, BT * C, f);
-    m->lnf_mean = rt_arena_take(a, BT, f);
-    m->lnf_rstd = rt_arena_take(a, BT, f);
     m->rows = rt_arena_take(a, BT * C, f);
     m->drows = rt_arena_take(a, BT * C, f);
     m->logits = rt_arena_take(a, BT * Vl, f);
@@ -172,10 +169,9 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
 
 static mdl_preln_mask glm_mask(const glm_model *m) { return (mdl_preln_mask){.causal = true, .prefix = m->sep}; }
 
-/* Embeddings through the final LayerNorm into m->lnf. */
+/* Embeddings through the final LayerNorm into m->blocks.out. */
 rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    const glm_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
@@ -185,11 +181,7 @@ rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
     ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
     if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
-    if (pass->training && c->embedding_dropout_prob > 0)
-        ops->dropout_fwd(be->ctx, x, x, BT * C, c->embedding_dropout_prob, pass->seed, mdl_dropout_stream(pass, 0));
     RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
-    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, mdl_preln_residual(&m->blocks, c->num_layers),
-                       P(m->lnf_w), P(m->lnf_b), BT, C, c->layernorm_epsilon);
 fail:
     return st;
 }
@@ -197,23 +189,13 @@ fail:
 /* Backward from dL/d(final LayerNorm output) in m->blocks.dln. */
 static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    const glm_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
-    mdl_preln *s = &m->blocks;
+    const float *demb = NULL;
     mdl_preln_mask mask = glm_mask(m);
-    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
-    ops->layernorm_bwd(be->ctx, s->dres, G(m->lnf_w), G(m->lnf_b), s->dln, mdl_preln_residual(s, c->num_layers),
-                       P(m->lnf_w), m->lnf_mean, m->lnf_rstd, BT, C);
-    RT_TRY(mdl_preln_backward(s, B, T, &mask, pass));
-    const float *demb = s->dres;
-    if (pass->training && c->embedding_dropout_prob > 0) {
-        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->embedding_dropout_prob, pass->seed,
-                         mdl_dropout_stream(pass, 0));
-        demb = s->tmp;
-    }
+    RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
     ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
     ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
     if (m->wbpe >= 0) ops->embedding_bwd(be->ctx, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
@@ -254,7 +236,7 @@ static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_
     const int C = m->C, Vl = m->V_local;
     ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
     ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
-    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, n, C);
+    ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, n, C);
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
     if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
     rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
@@ -364,7 +346,7 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask
     RT_TRY(glm_forward_body(m, B, T, pass));
     ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
     ops->to_device(be->ctx, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
-    ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, B, C);
+    ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, B, C);
     /* the candidates' embedding rows on every rank, then every row against every candidate
      * (B x BK, tiny); row b's scores are its own K */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab_start, m->V_local));
@@ -435,9 +417,9 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     mdl_pass pass = {0};
     RT_TRY(glm_upload(m, in));
     RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
-    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * m->C * sizeof(float));
+    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
-    mdl_col_linear_fwd(be, m->logits, m->lnf, P(m->wte), NULL, BT, m->C, m->V_local);
+    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, BT, host_logits));
 fail:
     return st;
@@ -455,7 +437,7 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     }
     RT_TRY(glm_forward_body(m, B, T, &pass));
     be->ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
-    be->ops->gather_rows(be->ctx, m->rows, m->lnf, m->row_idx, B, m->C);
+    be->ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, B, m->C);
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));
 fail:

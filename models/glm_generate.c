@@ -150,9 +150,8 @@ rt_status glm_greedy(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_
         ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), (size_t)B, C, 0, m->P, true);
         if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), (size_t)B, C, 0, m->P, true);
         RT_TRY(mdl_preln_decode(&m->blocks, B, x, d->k, d->v, Tmax, d->at_idx, d->key_mask));
-        ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, x, P(m->lnf_w), P(m->lnf_b), (size_t)B, C,
-                           m->cfg.layernorm_epsilon);
-        mdl_col_linear_fwd(be, m->logits, m->lnf, P(m->wte), NULL, (size_t)B, C, m->V_local);
+        mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)B);
+        mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)B, C, m->V_local);
         RT_TRY(glm_vocab_to_host(m, (size_t)B, d->h_logits));
         if (step_logits) memcpy(step_logits + (size_t)k * B * V, d->h_logits, (size_t)B * V * sizeof(float));
         for (int b = 0; b < B; b++) {

@@ -16,14 +16,13 @@ struct glm_model {
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    int wte, wpe, wbpe, lnf_w, lnf_b;
+    int wte, wpe, wbpe;
     mdl_preln blocks;
     int max_B, max_T, C, P; /* P: rows of each position table */
     int V_pad, V_local, vocab_start;
     size_t max_BT;
 
     void *act_block;
-    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
     float *rows, *drows;              /* (BT, C) the hidden states that reach the output layer */
     float *logits;                    /* (BT, V_local) */
     float *losses, *xent_stats;       /* (BT), (3 BT) */
@@ -45,7 +44,7 @@ struct glm_model {
 
 /* Checks a batch and uploads ids, positions, block positions and separators. */
 rt_status glm_upload(glm_model *m, const glm_inputs *in);
-/* Embeddings through the final LayerNorm into m->lnf (the blocks keep their activations). */
+/* Embeddings through the final LayerNorm into m->blocks.out (the blocks keep their activations). */
 rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass);
 /* m->logits (n rows of this rank's vocab columns) to the host as (n, vocab), gathered over tp. */
 rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits);

@@ -26,7 +26,7 @@ struct gpt2_model {
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    int wte, wpe, lnf_w, lnf_b, score;
+    int wte, wpe, score;
     mdl_preln blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
     int C;
@@ -34,7 +34,6 @@ struct gpt2_model {
     size_t max_BT;
 
     void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, C) */
     float *pooled;      /* (B, C) */
     float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
     float *dpooled;     /* (B, C) */
@@ -179,7 +178,7 @@ static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d
 static const mdl_preln_names gpt2_block_names = {
     "h.%d.ln_1.weight", "h.%d.ln_1.bias", "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight",
     "h.%d.attn.c_proj.bias", "h.%d.ln_2.weight", "h.%d.ln_2.bias", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias",
-    "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias"};
+    "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
 
 static void gpt2_declare_params(gpt2_model *m) {
     const gpt2_config *c = &m->cfg;
@@ -191,11 +190,10 @@ static void gpt2_declare_params(gpt2_model *m) {
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
     mdl_preln_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head,
                            .F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd, .ln_eps = c->layer_norm_eps, .act = c->act,
-                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .init_std = std,
+                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .emb_pdrop = c->embd_pdrop,
+                           .init_std = std,
                            .proj_std = std / sqrtf(2.0f * (float)c->n_layer)};
     mdl_preln_declare(&m->blocks, &bc, &gpt2_block_names, &ckpt_map_gpt2, m->be, m->tp, &m->params);
-    m->lnf_w = gpt2_add(m, "ln_f.weight", 0, C, 0, true, RT_INIT_ONES, 0);
-    m->lnf_b = gpt2_add(m, "ln_f.bias", 0, C, 0, true, RT_INIT_ZEROS, 0);
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
 
@@ -208,9 +206,6 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     const size_t C = (size_t)m->C, NL = (size_t)m->cfg.num_labels;
     const size_t f = sizeof(float), i = sizeof(int32_t);
     mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
-    m->lnf = rt_arena_take(a, BT * C, f);
-    m->lnf_mean = rt_arena_take(a, BT, f);
-    m->lnf_rstd = rt_arena_take(a, BT, f);
     m->pooled = rt_arena_take(a, B * C, f);
     m->logits = rt_arena_take(a, B * NL, f);
     m->dlogits = rt_arena_take(a, B * NL, f);
@@ -321,23 +316,16 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
 /* GPT-2 attends causally, with padded keys masked. */
 static mdl_preln_mask gpt2_mask(const gpt2_model *m) { return (mdl_preln_mask){.causal = true, .key_mask = m->key_mask}; }
 
-/* The transformer body: embeddings through ln_f into m->lnf. */
+/* The transformer body: embeddings through ln_f into m->blocks.out. */
 static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
-    const int C = m->C;
     mdl_preln_mask mask = gpt2_mask(m);
     float *x = mdl_preln_residual(&m->blocks, 0);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
-    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, c->n_positions, true);
-    if (pass->training && c->embd_pdrop > 0)
-        ops->dropout_fwd(be->ctx, x, x, BT * C, c->embd_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab_start, m->V_local));
+    be->ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
     RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
-    ops->layernorm_fwd(be->ctx, m->lnf, m->lnf_mean, m->lnf_rstd, mdl_preln_residual(&m->blocks, c->n_layer),
-                       P(m->lnf_w), P(m->lnf_b), BT, C, c->layer_norm_eps);
 fail:
     return st;
 }
@@ -345,24 +333,13 @@ fail:
 /* Backward of the body, from dL/d(ln_f output) in m->blocks.dln. */
 static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
-    const int C = m->C;
-    mdl_preln *s = &m->blocks;
+    const float *demb = NULL;
     mdl_preln_mask mask = gpt2_mask(m);
-    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
-    ops->layernorm_bwd(be->ctx, s->dres, G(m->lnf_w), G(m->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
-                       P(m->lnf_w), m->lnf_mean, m->lnf_rstd, BT, C);
-    RT_TRY(mdl_preln_backward(s, B, T, &mask, pass));
-    const float *demb = s->dres;
-    if (pass->training && c->embd_pdrop > 0) {
-        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->embd_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
-        demb = s->tmp;
-    }
-    ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
-    ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, c->n_positions);
+    RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
+    be->ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, m->C, m->vocab_start, m->V_local);
+    be->ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
 fail:
     return st;
 }
@@ -385,7 +362,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     ops->to_device(be->ctx, m->labels, b->labels, (size_t)B * sizeof(int32_t));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
-    ops->gather_rows(be->ctx, m->pooled, m->lnf, m->last, B, C);
+    ops->gather_rows(be->ctx, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
@@ -420,11 +397,11 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
     mdl_pass pass = {0};
     RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
     RT_TRY(gpt2_forward_body(m, B, T, &pass));
-    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->lnf, BT * C * sizeof(float));
+    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->blocks.out, BT * C * sizeof(float));
     if (host_logits) {
         RT_TRY(rt_backend_alloc(be, n_local * sizeof(float), "LM logits", (void **)&logits));
         /* tied head: this rank's vocab columns, logits = h wte_r^T */
-        mdl_col_linear_fwd(be, logits, m->lnf, P(m->wte), NULL, BT, C, Vl);
+        mdl_col_linear_fwd(be, logits, m->blocks.out, P(m->wte), NULL, BT, C, Vl);
         const float *all = logits;
         if (tp->size > 1) { /* a checking path: gathering the full logits is fine here */
             RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "LM logits (gathered)",

@@ -52,6 +52,8 @@ void mdl_preln_declare(mdl_preln *s, const mdl_preln_config *c, const mdl_preln_
         y->fcproj_w = preln_add(s, map, n->fcproj_w, l, C, Fl, false, RT_INIT_NORMAL, pstd);
         y->fcproj_b = preln_add(s, map, n->fcproj_b, l, C, 0, true, RT_INIT_ZEROS, 0);
     }
+    s->lnf_w = preln_add(s, map, n->lnf_w, 0, C, 0, true, RT_INIT_ONES, 0);
+    s->lnf_b = preln_add(s, map, n->lnf_b, 0, C, 0, true, RT_INIT_ZEROS, 0);
 }
 
 void mdl_preln_free(mdl_preln *s) {
@@ -78,6 +80,9 @@ void mdl_preln_layout(mdl_preln *s, rt_arena *a, int max_B, int max_T) {
     s->ln2_rstd = rt_arena_take(a, L * BT, f);
     s->fch = rt_arena_take(a, L * BT * Fl, f);
     s->fchg = rt_arena_take(a, L * BT * Fl, f);
+    s->out = rt_arena_take(a, BT * C, f);
+    s->out_mean = rt_arena_take(a, BT, f);
+    s->out_rstd = rt_arena_take(a, BT, f);
     s->tmp = rt_arena_take(a, BT * C, f);
     s->dres = rt_arena_take(a, BT * C, f);
     s->dln = rt_arena_take(a, BT * C, f);
@@ -125,6 +130,10 @@ rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *ma
     const size_t BT = (size_t)B * T;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const bool drop = pass->training && c->resid_pdrop > 0;
+    if (pass->training && c->emb_pdrop > 0) {
+        float *x = mdl_preln_residual(s, 0);
+        ops->dropout_fwd(be->ctx, x, x, BT * C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+    }
     for (int l = 0; l < c->n_layer; l++) {
         const mdl_preln_layer *p = &s->layer[l];
         preln_slices a = preln_at(s, l);
@@ -146,6 +155,8 @@ rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *ma
             ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
         ops->add(be->ctx, a.res_out, a.xmid, s->tmp, BT * C);
     }
+    ops->layernorm_fwd(be->ctx, s->out, s->out_mean, s->out_rstd, mdl_preln_residual(s, c->n_layer), P(s->lnf_w),
+                       P(s->lnf_b), BT, C, c->ln_eps);
 fail:
     return st;
 }
@@ -196,7 +207,12 @@ fail:
     return st;
 }
 
-rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
+void mdl_preln_final_norm(mdl_preln *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
+    s->be->ops->layernorm_fwd(s->be->ctx, y, mean, rstd, x, P(s->lnf_w), P(s->lnf_b), n, s->cfg.C, s->cfg.ln_eps);
+}
+
+rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
+                             const float **demb) {
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
@@ -204,6 +220,9 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
     const size_t BT = (size_t)B * T;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const bool drop = pass->training && c->resid_pdrop > 0;
+    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
+    ops->layernorm_bwd(be->ctx, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
+                       P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
     for (int l = c->n_layer - 1; l >= 0; l--) {
         const mdl_preln_layer *p = &s->layer[l];
         preln_slices a = preln_at(s, l);
@@ -232,6 +251,11 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
         RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->qkv_w), G(p->qkv_b), s->dqkv, a.ln1, P(p->qkv_w), BT, C, 3 * Cl));
         ops->layernorm_bwd(be->ctx, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
                            a.ln1_rstd, BT, C);
+    }
+    *demb = s->dres;
+    if (pass->training && c->emb_pdrop > 0) {
+        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+        *demb = s->tmp;
     }
 fail:
     return st;

@@ -4,10 +4,11 @@
  *     x = x + drop(fc_proj(act(fc(ln_2(x)))))     MLP
  *
  * for n_layer blocks, over the backend ops and the Megatron layers of models/parallel.h (qkv
- * and fc column-parallel, the projections row-parallel, heads split over tp). A model writes
- * its embeddings into the stack's first residual slice, runs forward, reads the last slice
- * (before its own final LayerNorm); backward takes dL/d(last slice) in `dres` and leaves
- * dL/d(first slice) there. The model owns everything outside the blocks.
+ * and fc column-parallel, the projections row-parallel, heads split over tp), then a final
+ * LayerNorm. A model writes its embeddings into the stack's first residual slice and runs
+ * forward (embedding dropout, the blocks, the final LayerNorm into `out`); backward takes
+ * dL/d(out) in `dln` and gives dL/d(embeddings). The model owns what is outside: embeddings,
+ * heads and losses.
  *
  * Activations for max_B x max_T are laid out once (llm.c's pattern); a step allocates
  * nothing. Parameter names come from per-model formats with one %d (the layer), and each
@@ -26,9 +27,10 @@
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
-/* printf formats with one %d, in block order. */
+/* printf formats with one %d, in block order; then the final LayerNorm's plain names. */
 typedef struct {
     const char *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+    const char *lnf_w, *lnf_b;
 } mdl_preln_names;
 
 typedef struct {
@@ -36,6 +38,7 @@ typedef struct {
     float ln_eps;
     rt_act_kind act;
     float attn_pdrop, resid_pdrop;
+    float emb_pdrop;            /* dropout on the embeddings the model wrote into the first slice */
     float init_std, proj_std;   /* weights N(0, init_std); both projections N(0, proj_std) */
 } mdl_preln_config;
 
@@ -57,6 +60,7 @@ typedef struct {
     rt_comm *tp;
     rt_params *params;
     mdl_preln_layer *layer;
+    int lnf_w, lnf_b;           /* the final LayerNorm */
     int C_local, NH_local, HS, F_local, head_offset;
     int max_B, max_T;
     size_t max_BT;
@@ -69,6 +73,7 @@ typedef struct {
     float *atty;                       /* (L, BT, C_local) */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fchg;                 /* (L, BT, F_local) before and after the activation */
+    float *out, *out_mean, *out_rstd;  /* (BT, C) the final LayerNorm's output: the stack's result */
     /* scratch, also lent to the model around the stack */
     float *tmp, *dres, *dln;           /* (BT, C) */
     float *dqkv, *datty, *dfch, *dfchg;
@@ -84,8 +89,12 @@ void mdl_preln_layout(mdl_preln *s, rt_arena *a, int max_B, int max_T);
 /* The residual slice entering block l (l = n_layer: the stack's output). */
 float *mdl_preln_residual(const mdl_preln *s, int l);
 rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
-/* From dL/d(output) in s->dres; leaves dL/d(input) in s->dres, gradients accumulated. */
-rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass);
+/* From dL/d(out) in s->dln: accumulates the gradients and points *demb at dL/d(embeddings)
+ * (one of the stack's scratch buffers, valid until its next use). */
+rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
+                             const float **demb);
+/* The final LayerNorm of n rows x into y (mean, rstd: n floats of scratch), for decoding. */
+void mdl_preln_final_norm(mdl_preln *s, float *y, float *mean, float *rstd, const float *x, size_t n);
 /* Incremental decoding: one new token per row, x (B, C) in and out (the residual stream), run
  * through every block against per-layer key and value caches kcache[l], vcache[l] (B, Tmax,
  * C_local each, row b's key j at b*Tmax + j). The new token's key and value are added at cache
