@@ -354,6 +354,17 @@ fail:
 
 /* ---- reshard ---- */
 
+/* Bytes the folder's tensors take as stored (for the progress lines). */
+static double conv_sharded_bytes(const ckpt_sharded *s) {
+    double total = 0;
+    for (size_t i = 0; i < ckpt_sharded_count(s); i++) {
+        ckpt_sharded_tensor t;
+        ckpt_sharded_tensor_at(s, i, &t);
+        total += (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s));
+    }
+    return total;
+}
+
 rt_status ckpt_convert_reshard(const char *in, const char *out, int tp, ckpt_convert_stats *stats) {
     rt_status st = RT_OK;
     ckpt_sharded *s = NULL;
@@ -375,12 +386,7 @@ rt_status ckpt_convert_reshard(const char *in, const char *out, int tp, ckpt_con
         RT_TRY(ckpt_sharded_writer_copy(w, path));
     }
     const size_t n = ckpt_sharded_count(s);
-    double total = 0;
-    for (size_t i = 0; i < n; i++) {
-        ckpt_sharded_tensor t;
-        ckpt_sharded_tensor_at(s, i, &t);
-        total += (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s));
-    }
+    const double total = conv_sharded_bytes(s);
     conv_progress p;
     conv_progress_start(&p, "reshard", n, total);
     for (size_t i = 0; i < n; i++) {
@@ -483,12 +489,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     if (map->torch_wrap) RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
     else RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
     const size_t n = ckpt_sharded_count(s);
-    double total = 0;
-    for (size_t i = 0; i < n; i++) {
-        ckpt_sharded_tensor t;
-        ckpt_sharded_tensor_at(s, i, &t);
-        total += (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s));
-    }
+    const double total = conv_sharded_bytes(s);
     conv_progress p;
     conv_progress_start(&p, "export", n, total);
     for (size_t i = 0; i < n; i++) {

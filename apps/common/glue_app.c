@@ -589,8 +589,6 @@ fail:
 }
 
 int glue_app_main(const glue_app_model *family, int argc, char **argv) {
-    int sig = 0, code;
-    rt_comm *world = NULL;
     F = family;
     gc_spec.prog = family->prog;
     train_app_defaults defaults = {0};
@@ -599,14 +597,5 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     train_app_add_options(&O.t, &defaults, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
-    rt_status st = rt_comm_world_init(&argc, &argv, GC_COMM_TIMEOUT_S, &world);
-    if (st == RT_OK) {
-        rt_log_set_rank(world->rank, world->size);
-        st = gc_run(argc, argv, world, &sig);
-    }
-    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
-                                : rt_status_exit_code(family->prog, st);
-    rt_comm_free(world);
-    rt_comm_mpi_finalize();
-    return code;
+    return train_app_main(argc, argv, family->prog, GC_COMM_TIMEOUT_S, gc_run);
 }

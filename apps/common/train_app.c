@@ -111,6 +111,21 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
     return to;
 }
 
+int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_s, train_app_run_fn run) {
+    int sig = 0, code;
+    rt_comm *world = NULL;
+    rt_status st = rt_comm_world_init(&argc, &argv, comm_timeout_s, &world);
+    if (st == RT_OK) {
+        rt_log_set_rank(world->rank, world->size);
+        st = run(argc, argv, world, &sig);
+    }
+    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
+                                : rt_status_exit_code(prog, st);
+    rt_comm_free(world);
+    rt_comm_mpi_finalize();
+    return code;
+}
+
 bool train_app_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;

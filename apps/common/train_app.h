@@ -48,6 +48,12 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_t
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json);
 
+/* A training program's main after its options are set up: MPI/launcher world, rank-aware logs,
+ * run, and the exit code (128 + signal when a signal stopped training after a checkpoint,
+ * else the status's code). */
+typedef rt_status (*train_app_run_fn)(int argc, char **argv, rt_comm *world, int *signal_out);
+int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_s, train_app_run_fn run);
+
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);
 /* Copies a file (atomically: a reader never sees half of it), e.g. tokenizer files into an HF

@@ -658,20 +658,10 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    int sig = 0, code;
-    rt_comm *world = NULL;
     train_app_defaults defaults = {.lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01",
                                    .warmup = "0.1"};
     memcpy(glm_options, glm_own_options, sizeof glm_own_options);
     glm_spec.n_opts = GLM_N_OWN;
     train_app_add_options(&O.t, &defaults, glm_options, &glm_spec.n_opts);
-    rt_status st = rt_comm_world_init(&argc, &argv, GLM_COMM_TIMEOUT_S, &world);
-    if (st == RT_OK) {
-        rt_log_set_rank(world->rank, world->size);
-        st = glm_run_main(argc, argv, world, &sig);
-    }
-    code = (st == RT_OK && sig) ? 128 + sig : rt_status_exit_code(GLM_PROG, st);
-    rt_comm_free(world);
-    rt_comm_mpi_finalize();
-    return code;
+    return train_app_main(argc, argv, GLM_PROG, GLM_COMM_TIMEOUT_S, glm_run_main);
 }

@@ -538,21 +538,10 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    int sig = 0, code;
-    rt_comm *world = NULL;
     train_app_defaults defaults = {.lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0",
                                    .warmup = "0"};
     memcpy(t5_options, t5_own_options, sizeof t5_own_options);
     t5_spec.n_opts = T5_N_OWN;
     train_app_add_options(&O.t, &defaults, t5_options, &t5_spec.n_opts);
-    rt_status st = rt_comm_world_init(&argc, &argv, T5_COMM_TIMEOUT_S, &world);
-    if (st == RT_OK) {
-        rt_log_set_rank(world->rank, world->size);
-        st = t5_run(argc, argv, world, &sig);
-    }
-    code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
-                                : rt_status_exit_code(T5_PROG, st);
-    rt_comm_free(world);
-    rt_comm_mpi_finalize();
-    return code;
+    return train_app_main(argc, argv, T5_PROG, T5_COMM_TIMEOUT_S, t5_run);
 }
