@@ -56,6 +56,12 @@ while IFS=$'\t' read -r name sha size; do
         bad "$name: exported tensors differ from the source's"
 done < "$C/export.tsv"
 
+# --- bf16 storage: resharding stays bit-exact, and the export is BF16 safetensors ---
+run import "$G/gpt2-tiny-cls" "$TMP/bf-1" --dtype bf16 && run reshard "$TMP/bf-1" "$TMP/bf-2" --tp 2 &&
+    run reshard "$TMP/bf-2" "$TMP/bf-1b" --tp 1 && run export "$TMP/bf-1b" "$TMP/bf-hf" || bad "bf16: import/reshard/export"
+cmp -s "$TMP/bf-1/rank-00-of-01.tzck" "$TMP/bf-1b/rank-00-of-01.tzck" && ok || bad "bf16: 1 -> 2 -> 1 is not bit-exact"
+[ "$(tensors "$TMP/bf-hf/model.safetensors" | awk '$2 != "BF16"' | wc -l)" -eq 0 ] && ok || bad "bf16: the export is not all BF16"
+
 # --- every HF file layout imports to the same tensors ---
 same_import() { # NAME REFERENCE_SOURCE SOURCE
     run import "$2" "$TMP/ref-$1" --tp 2 && run import "$3" "$TMP/alt-$1" --tp 2 || { bad "$1: import failed"; return; }
