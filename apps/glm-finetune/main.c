@@ -131,9 +131,13 @@ static rt_status glm_data_next(void *ctx, rt_batch *into, bool *end) {
     for (int i = 0; i < count; i++) into->labels[i] = d->rows->label[into->example_index[i]];
     into->n_targets = glm_targets_of(d->rows, into->example_index, count);
     into->n_tokens = 0;
+    into->T = 0; /* the longest row (the batch's shape in the logs) */
     for (int i = 0; i < count; i++)
-        for (int k = 0; k < d->rows->rows_per_example; k++)
-            into->n_tokens += (size_t)d->rows->rows[d->rows->first_row[into->example_index[i]] + k].len;
+        for (int k = 0; k < d->rows->rows_per_example; k++) {
+            int len = d->rows->rows[d->rows->first_row[into->example_index[i]] + k].len;
+            into->n_tokens += (size_t)len;
+            into->T = len > into->T ? len : into->T;
+        }
     return RT_OK;
 }
 
