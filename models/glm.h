@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "models/classifier.h" /* mdl_pass */
+#include "models/gen_search.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
@@ -87,16 +88,19 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
  * next-token distribution for generation. Collective over tp. */
 rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, float *host_logits);
 
-/* Greedy generation with a key/value cache: the contexts (B x S rows, sep[b] the real tokens of
- * row b, its blank at mask_pos[b]) run once; then [sop] and each chosen token go through the
- * model one per row, at the blank's position with block positions 1, 2, ..., until a row emits
- * eop or max_new tokens. out_ids (B x max_new) and out_len (B, eop included) get the tokens;
- * step_logits (max_new x B x vocab, may be NULL) each step's logits. Collective over tp. */
+/* Generation in the blank with a key/value cache, greedy or beam search as HF's generate
+ * (models/gen_search.h, the search T5 uses): the contexts (B x S rows, sep[b] the real tokens
+ * of row b, its blank at mask_pos[b]) run once; then [sop] and each chosen token go through the
+ * model one per row, at the blank's position with block positions 1, 2, ..., until a row's
+ * search ends at o->eos_token_id (GLM's <|endofpiece|>) or o->max_new_tokens. out_ids
+ * (B x max_new_tokens, then eos as padding), out_len and out_scores as gen_search_run writes them;
+ * observer (may be NULL) sees every step's logits. Collective over tp. */
 typedef struct glm_decoder glm_decoder;
-rt_status glm_decoder_init(glm_model *m, int max_B, int max_S, int max_new, glm_decoder **out);
+rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, int max_new, glm_decoder **out);
 void glm_decoder_free(glm_decoder *d);
-rt_status glm_greedy(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_pos, int32_t sop, int32_t eop,
-                     int max_new, int32_t *out_ids, int *out_len, float *step_logits);
+rt_status glm_generate(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_pos, int32_t sop,
+                       const gen_options *o, gen_observer obs, void *user, int32_t *out_ids, int *out_len,
+                       float *out_scores);
 
 /* A FlagAI folder (config.json + pytorch_model.bin holding {'module': ...}, FlagAI's
  * model-parallel pytorch_model_NN.bin files, model.safetensors, or a tz-convert folder at any

@@ -1,60 +1,79 @@
-/* Greedy generation for GLM with a key/value cache (see glm.h). The contexts run through the
- * model once; each block's keys and values of them fill its cache; then every step runs one
- * new token per row (its position the blank's, its block position 1, 2, ...) through the
- * blocks against the caches. Cache slots are [row][0 .. S) for the padded contexts and
- * [row][S + k] for generated token k, so every row writes the same slot each step; a row's
- * padding slots are masked out. */
+/* GLM generation with a key/value cache, greedy or beam (see glm.h). The contexts run through
+ * the model once; each block's keys and values of them fill its cache; then every step runs one
+ * new token per row (at the blank's position, block positions 1, 2, ...) through the blocks
+ * against the caches. Cache slots are [row][0 .. S) for the padded contexts and [row][S + t]
+ * for the token of step t, so every row writes the same slot each step; a row sees its own
+ * context slots and the generated ones. The search (which rows go on, beams, scores) is
+ * models/gen_search.c's, the one T5 uses; rows follow its reorders by a gather of their cache
+ * rows into the second buffer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/gen_search.h"
 #include "models/glm_internal.h"
 #include "models/parallel.h"
 
 struct glm_decoder {
     glm_model *m;
-    int max_B, max_S, max_new;
-    void *block;            /* backend memory: caches, mask, slot indices */
-    float **k, **v;         /* (L) each (max_B, Tmax, C_local) */
-    float *key_mask;        /* (max_B, Tmax) */
-    int32_t *at_idx;        /* (max_B) */
-    float *h_mask, *h_logits;
-    int32_t *h_ids, *h_pos, *h_bpos, *h_at;
+    int max_B, max_beams, max_S, max_new, max_rows;
+    int S, cur;             /* this search's context length; which cache buffer is live */
+    void *block;            /* backend memory: caches, mask, slot and gather indices */
+    float **k[2], **v[2];   /* (L) each (max_rows, Tmax, C_local), two buffers */
+    float *key_mask;        /* (max_rows, Tmax) */
+    int32_t *at_idx;        /* (max_rows) */
+    int32_t *gather_idx;    /* (max_rows * Tmax) */
+    float *h_mask;
+    int32_t *h_ids, *h_pos, *h_bpos, *h_at, *h_idx;
+    int32_t *h_sep, *h_mask_pos, *h_tmp; /* (max_rows) per row, following the search's reorders */
+    gen_search *search;
 };
 
-rt_status glm_decoder_init(glm_model *m, int max_B, int max_S, int max_new, glm_decoder **out) {
+static int glm_dec_tmax(const glm_decoder *d) { return d->max_S + d->max_new; }
+
+rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, int max_new, glm_decoder **out) {
     rt_status st = RT_OK;
     *out = NULL;
-    if (max_B < 1 || max_B > m->max_B || max_S < 1 || max_S > m->max_T || max_new < 1)
-        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d context tokens and %d new ones (the model holds %d x %d)",
-                         max_B, max_S, max_new, m->max_B, m->max_T);
+    if (max_B < 1 || max_B > m->max_B || max_S < 1 || max_S > m->max_T || max_new < 1 || max_beams < 1)
+        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d context tokens, %d beams and %d new tokens (the "
+                         "model holds %d x %d)", max_B, max_S, max_beams, max_new, m->max_B, m->max_T);
     glm_decoder *d = rt_xcalloc(1, sizeof *d);
-    const int L = m->cfg.num_layers, Tmax = max_S + max_new, Cl = m->blocks.C_local;
+    const int L = m->cfg.num_layers, Cl = m->blocks.C_local;
     d->m = m;
     d->max_B = max_B;
+    d->max_beams = max_beams;
     d->max_S = max_S;
     d->max_new = max_new;
-    const size_t cache = (size_t)max_B * Tmax * Cl;
-    size_t bytes = 2 * (size_t)L * cache * sizeof(float) + (size_t)max_B * Tmax * sizeof(float) + (size_t)max_B * 4 + 64;
-    RT_TRY(rt_backend_alloc(m->be, bytes, "GLM generation caches (lower the batch or the lengths)", &d->block));
-    d->k = rt_xcalloc((size_t)L, sizeof *d->k);
-    d->v = rt_xcalloc((size_t)L, sizeof *d->v);
+    d->max_rows = max_B * max_beams;
+    const int Tmax = glm_dec_tmax(d);
+    const size_t rows = (size_t)d->max_rows, cache = rows * Tmax * Cl;
+    size_t bytes = (4 * (size_t)L * cache + rows * Tmax) * sizeof(float) + (rows + rows * Tmax) * sizeof(int32_t) + 64;
+    RT_TRY(rt_backend_alloc(m->be, bytes, "GLM generation caches (lower the batch, beams or lengths)", &d->block));
     float *f = d->block;
-    for (int l = 0; l < L; l++) {
-        d->k[l] = f;
-        f += cache;
-        d->v[l] = f;
-        f += cache;
+    for (int b = 0; b < 2; b++) {
+        d->k[b] = rt_xcalloc((size_t)L, sizeof(float *));
+        d->v[b] = rt_xcalloc((size_t)L, sizeof(float *));
+        for (int l = 0; l < L; l++) {
+            d->k[b][l] = f;
+            f += cache;
+            d->v[b][l] = f;
+            f += cache;
+        }
     }
     d->key_mask = f;
-    f += (size_t)max_B * Tmax;
+    f += rows * Tmax;
     d->at_idx = (int32_t *)f;
-    d->h_mask = rt_xmalloc((size_t)max_B * Tmax * sizeof(float));
-    d->h_logits = rt_xmalloc((size_t)max_B * m->cfg.vocab_size * sizeof(float));
-    d->h_ids = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    d->h_pos = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    d->h_bpos = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    d->h_at = rt_xmalloc((size_t)max_B * max_S * sizeof(int32_t));
+    d->gather_idx = d->at_idx + rows;
+    d->h_mask = rt_xmalloc(rows * Tmax * sizeof(float));
+    d->h_ids = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_pos = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_bpos = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_at = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_idx = rt_xmalloc(rows * Tmax * sizeof(int32_t));
+    d->h_sep = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_mask_pos = rt_xmalloc(rows * sizeof(int32_t));
+    d->h_tmp = rt_xmalloc(rows * sizeof(int32_t));
+    RT_TRY(gen_search_init(max_B, max_beams, max_new, m->cfg.vocab_size, &d->search));
     *out = d;
     return RT_OK;
 fail:
@@ -65,104 +84,135 @@ fail:
 void glm_decoder_free(glm_decoder *d) {
     if (!d) return;
     if (d->block) d->m->be->ops->free(d->m->be->ctx, d->block);
-    free(d->k);
-    free(d->v);
+    for (int b = 0; b < 2; b++) {
+        free(d->k[b]);
+        free(d->v[b]);
+    }
     free(d->h_mask);
-    free(d->h_logits);
     free(d->h_ids);
     free(d->h_pos);
     free(d->h_bpos);
     free(d->h_at);
+    free(d->h_idx);
+    free(d->h_sep);
+    free(d->h_mask_pos);
+    free(d->h_tmp);
+    gen_search_free(d->search);
     free(d);
 }
 
 /* The contexts through the model, and each block's keys and values of them into the caches. */
-static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx, int Tmax) {
+static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     rt_status st = RT_OK;
     glm_model *m = d->m;
     rt_backend *be = m->be;
-    const int B = ctx->B, S = ctx->T, Cl = m->blocks.C_local;
+    const int B = ctx->B, S = ctx->T, Cl = m->blocks.C_local, Tmax = glm_dec_tmax(d);
     const size_t n = (size_t)B * S;
     mdl_pass pass = {0};
     RT_TRY(glm_upload(m, ctx));
     RT_TRY(glm_forward_body(m, B, S, &pass));
+    d->cur = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) {
-        be->ops->zero(be->ctx, d->k[l], (size_t)B * Tmax * Cl * sizeof(float));
-        be->ops->zero(be->ctx, d->v[l], (size_t)B * Tmax * Cl * sizeof(float));
+        be->ops->zero(be->ctx, d->k[0][l], (size_t)B * Tmax * Cl * sizeof(float));
+        be->ops->zero(be->ctx, d->v[0][l], (size_t)B * Tmax * Cl * sizeof(float));
     }
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < S; t++) d->h_at[b * S + t] = b * Tmax + t;
-    be->ops->to_device(be->ctx, m->row_idx, d->h_at, n * sizeof(int32_t));
+        for (int t = 0; t < S; t++) d->h_idx[b * S + t] = b * Tmax + t;
+    be->ops->to_device(be->ctx, m->row_idx, d->h_idx, n * sizeof(int32_t));
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
         mdl_preln_kv(&m->blocks, l, mdl_preln_ln1(&m->blocks, l), n, m->rows, m->drows);
-        be->ops->scatter_rows_add(be->ctx, d->k[l], m->rows, m->row_idx, (int)n, Cl);
-        be->ops->scatter_rows_add(be->ctx, d->v[l], m->drows, m->row_idx, (int)n, Cl);
+        be->ops->scatter_rows_add(be->ctx, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
+        be->ops->scatter_rows_add(be->ctx, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
     }
 fail:
     return st;
 }
 
-static int glm_argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++) best = x[i] > x[best] ? i : best;
-    return best;
-}
-
-rt_status glm_greedy(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_pos, int32_t sop, int32_t eop,
-                     int max_new, int32_t *out_ids, int *out_len, float *step_logits) {
+/* gen_model's forward: step t's tokens (one per row) into cache slot S + t, and their logits. */
+static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const int32_t *ids, float *host_logits) {
     rt_status st = RT_OK;
+    glm_decoder *d = ctx;
     glm_model *m = d->m;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const int B = ctx->B, S = ctx->T, C = m->C, V = m->cfg.vocab_size, Tmax = S + max_new;
-    bool *done = NULL;
-    if (B > d->max_B || S > d->max_S || max_new > d->max_new)
-        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d x %d + %d exceeds the %d x %d + %d it was sized for", B, S,
-                         max_new, d->max_B, d->max_S, d->max_new);
-    RT_TRY(glm_prefill(d, ctx, Tmax));
-    done = rt_xcalloc((size_t)B, sizeof *done);
-    for (int b = 0; b < B; b++) {
-        out_len[b] = 0;
-        for (int j = 0; j < Tmax; j++) d->h_mask[b * Tmax + j] = j < ctx->sep[b] ? 0.0f : -INFINITY;
+    const int R = n_src * beams, C = m->C, S = d->S, Tmax = glm_dec_tmax(d);
+    for (int r = 0; r < R; r++) {
+        d->h_ids[r] = ids[r];
+        d->h_pos[r] = d->h_mask_pos[r];
+        d->h_bpos[r] = t + 1;
+        d->h_at[r] = r * Tmax + S + t;
+        for (int j = 0; j < Tmax; j++) /* its context, then the tokens generated so far */
+            d->h_mask[(size_t)r * Tmax + j] = j < d->h_sep[r] || (j >= S && j <= S + t) ? 0.0f : -INFINITY;
     }
-    for (int k = 0; k < max_new; k++) {
-        bool all = true;
-        for (int b = 0; b < B; b++) all &= done[b];
-        if (all) break;
-        const int at = S + k;
-        for (int b = 0; b < B; b++) {
-            d->h_ids[b] = k == 0 ? sop : out_ids[b * max_new + k - 1];
-            if (done[b]) d->h_ids[b] = eop; /* a finished row runs along; its output is ignored */
-            d->h_pos[b] = mask_pos[b];
-            d->h_bpos[b] = k + 1;
-            d->h_at[b] = b * Tmax + at;
-            d->h_mask[b * Tmax + at] = 0.0f;
-        }
-        ops->to_device(be->ctx, m->ids, d->h_ids, (size_t)B * sizeof(int32_t));
-        ops->to_device(be->ctx, m->pos, d->h_pos, (size_t)B * sizeof(int32_t));
-        ops->to_device(be->ctx, m->bpos, d->h_bpos, (size_t)B * sizeof(int32_t));
-        ops->to_device(be->ctx, d->at_idx, d->h_at, (size_t)B * sizeof(int32_t));
-        ops->to_device(be->ctx, d->key_mask, d->h_mask, (size_t)B * Tmax * sizeof(float));
-        /* the new tokens' embeddings, through the blocks, the final LayerNorm and the output */
-        float *x = m->rows;
-        RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)B, C, m->vocab_start, m->V_local));
-        ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), (size_t)B, C, 0, m->P, true);
-        if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), (size_t)B, C, 0, m->P, true);
-        RT_TRY(mdl_preln_decode(&m->blocks, B, x, d->k, d->v, Tmax, d->at_idx, d->key_mask));
-        mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)B);
-        mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)B, C, m->V_local);
-        RT_TRY(glm_vocab_to_host(m, (size_t)B, d->h_logits));
-        if (step_logits) memcpy(step_logits + (size_t)k * B * V, d->h_logits, (size_t)B * V * sizeof(float));
-        for (int b = 0; b < B; b++) {
-            if (done[b]) continue;
-            int32_t next = glm_argmax(d->h_logits + (size_t)b * V, V);
-            out_ids[b * max_new + k] = next;
-            out_len[b] = k + 1;
-            done[b] = next == eop;
-        }
-    }
+    ops->to_device(be->ctx, m->ids, d->h_ids, (size_t)R * sizeof(int32_t));
+    ops->to_device(be->ctx, m->pos, d->h_pos, (size_t)R * sizeof(int32_t));
+    ops->to_device(be->ctx, m->bpos, d->h_bpos, (size_t)R * sizeof(int32_t));
+    ops->to_device(be->ctx, d->at_idx, d->h_at, (size_t)R * sizeof(int32_t));
+    ops->to_device(be->ctx, d->key_mask, d->h_mask, (size_t)R * Tmax * sizeof(float));
+    float *x = m->rows;
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab_start, m->V_local));
+    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
+    if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
+    RT_TRY(mdl_preln_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
+    mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
+    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->V_local);
+    RT_TRY(glm_vocab_to_host(m, (size_t)R, host_logits));
 fail:
-    free(done);
+    return st;
+}
+
+/* gen_model's reorder: new row r takes old row parent[r]'s cache rows (every slot written so
+ * far), context length and blank position. */
+static void glm_dec_reorder(void *ctx, int t, int R_old, int R_new, const int32_t *parent) {
+    glm_decoder *d = ctx;
+    glm_model *m = d->m;
+    rt_backend *be = m->be;
+    const int Tmax = glm_dec_tmax(d), used = d->S + t + 1, Cl = m->blocks.C_local;
+    (void)R_old;
+    for (int r = 0; r < R_new; r++)
+        for (int j = 0; j < used; j++) d->h_idx[(size_t)r * used + j] = parent[r] * Tmax + j;
+    be->ops->to_device(be->ctx, d->gather_idx, d->h_idx, (size_t)R_new * used * sizeof(int32_t));
+    const int other = 1 - d->cur;
+    for (int l = 0; l < m->cfg.num_layers; l++)
+        for (int r = 0; r < R_new; r++) { /* row r's slots 0 .. used-1 (the rest are never read unmasked) */
+            be->ops->gather_rows(be->ctx, d->k[other][l] + (size_t)r * Tmax * Cl, d->k[d->cur][l],
+                                 d->gather_idx + (size_t)r * used, used, Cl);
+            be->ops->gather_rows(be->ctx, d->v[other][l] + (size_t)r * Tmax * Cl, d->v[d->cur][l],
+                                 d->gather_idx + (size_t)r * used, used, Cl);
+        }
+    d->cur = other;
+    for (int r = 0; r < R_new; r++) d->h_tmp[r] = d->h_sep[parent[r]];
+    memcpy(d->h_sep, d->h_tmp, (size_t)R_new * sizeof(int32_t));
+    for (int r = 0; r < R_new; r++) d->h_tmp[r] = d->h_mask_pos[parent[r]];
+    memcpy(d->h_mask_pos, d->h_tmp, (size_t)R_new * sizeof(int32_t));
+}
+
+/* gen_model's squeeze: GLM keeps nothing per source row besides its rows. */
+static void glm_dec_squeeze(void *ctx, const int32_t *keep, int n) {
+    (void)ctx;
+    (void)keep;
+    (void)n;
+}
+
+rt_status glm_generate(glm_decoder *d, const glm_inputs *ctx, const int32_t *mask_pos, int32_t sop,
+                       const gen_options *o, gen_observer obs, void *user, int32_t *out_ids, int *out_len,
+                       float *out_scores) {
+    rt_status st = RT_OK;
+    const int B = ctx->B;
+    if (B > d->max_B || ctx->T > d->max_S || o->max_new_tokens > d->max_new || o->num_beams > d->max_beams)
+        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d tokens, %d beams, %d new tokens exceed the %d x %d, "
+                         "%d, %d it was sized for", B, ctx->T, o->num_beams, o->max_new_tokens, d->max_B, d->max_S,
+                         d->max_beams, d->max_new);
+    d->S = ctx->T;
+    for (int b = 0; b < B; b++) {
+        d->h_sep[b] = ctx->sep[b];
+        d->h_mask_pos[b] = mask_pos[b];
+    }
+    RT_TRY(glm_prefill(d, ctx));
+    gen_model gm = {.ctx = d, .forward = glm_dec_forward, .reorder = glm_dec_reorder, .squeeze = glm_dec_squeeze};
+    const int32_t pad = o->eos_token_id; /* after a row's end: the end token again */
+    RT_TRY(gen_search_run(d->search, &gm, B, sop, pad, o, obs, user, out_ids, out_len, out_scores));
+fail:
     return st;
 }

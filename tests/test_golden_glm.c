@@ -206,17 +206,46 @@ static void test_choices(rt_backend *be, const ckpt_st_file *g, const glm_batch 
     glm_model_free(m);
 }
 
-/* Greedy generation with the key/value cache gives, step by step, the logits a full recompute
- * of [context, sop, tokens so far] gives (glm_logits_at, itself checked against FlagAI). */
+/* The logits a full recompute gives for row r's context, [sop] and its first k generated tokens. */
+static void recompute_logits(glm_model *m, const int32_t *ctx_ids, int sep, int mask_pos, const int32_t *gen, int k,
+                             float *logits) {
+    enum { TT = 24 };
+    int32_t ids[TT] = {0}, pos[TT] = {0}, bpos[TT] = {0}, s[1] = {sep}, at[1] = {sep + k};
+    for (int t = 0; t < sep; t++) {
+        ids[t] = ctx_ids[t];
+        pos[t] = t;
+    }
+    for (int j = 0; j <= k; j++) {
+        ids[sep + j] = j == 0 ? 4 /* sop */ : gen[j - 1];
+        pos[sep + j] = mask_pos;
+        bpos[sep + j] = j + 1;
+    }
+    glm_inputs in = {.B = 1, .T = TT, .ids = ids, .pos = pos, .block_pos = bpos, .sep = s};
+    TZ_EXPECT_OK(glm_logits_at(m, &in, at, logits));
+}
+
+typedef struct {
+    float *logits; /* (NEW, B, V): each step's logits of each source row (greedy) */
+} step_record;
+
+static void record_step(void *user, const gen_step *st) {
+    step_record *rec = user;
+    for (int r = 0; r < st->n_rows; r++)
+        memcpy(rec->logits + ((size_t)st->step * B + st->src_row[r]) * V, st->logits + (size_t)r * V, V * sizeof(float));
+}
+
+/* Generation with the key/value cache: greedy gives, step by step, the logits a full recompute
+ * gives (glm_logits_at, itself checked against FlagAI); beam search's answer has the score HF
+ * defines (summed log-probabilities / length), recomputed from scratch. */
 static void test_generation(rt_backend *be, const glm_batch *b) {
-    enum { NEW = 6, TT = 12 + NEW };
+    enum { NEW = 6, NB = 3 };
     glm_model *m = NULL;
     char report[256];
-    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, rt_comm_self(), B, TT, &m, report,
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, rt_comm_self(), B * NB, 24, &m, report,
                                     sizeof report));
     if (!m) return;
     glm_decoder *d = NULL;
-    TZ_EXPECT_OK(glm_decoder_init(m, B, T, NEW, &d));
+    TZ_EXPECT_OK(glm_decoder_init(m, B, NB, T, NEW, &d));
     /* the contexts: each row's tokens before its separator, padded */
     int32_t ids[B * T], pos[B * T], bpos[B * T] = {0}, sep[B], mask_pos[B] = {5, 3, 2};
     for (int r = 0; r < B; r++) {
@@ -227,44 +256,38 @@ static void test_generation(rt_backend *be, const glm_batch *b) {
         }
     }
     glm_inputs ctx = {.B = B, .T = T, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
-    static float step_logits[NEW * B * V], full[B * V];
+    static float step_logits[NEW * B * V], full[V];
+    step_record rec = {.logits = step_logits};
     int32_t out[B * NEW];
     int len[B];
+    float scores[B];
     const int32_t sop = 4, eop = 5;
-    if (d) TZ_EXPECT_OK(glm_greedy(d, &ctx, mask_pos, sop, eop, NEW, out, len, step_logits));
-    /* the same steps recomputed from scratch */
-    int32_t rid[B * TT], rpos[B * TT], rbpos[B * TT], rsep[B], at[B];
-    int steps = 0;
-    for (int r = 0; r < B; r++) steps = len[r] > steps ? len[r] : steps;
-    TZ_EXPECT(steps >= 1, "generated nothing");
-    for (int k = 0; k < steps; k++) {
-        for (int r = 0; r < B; r++) {
-            for (int t = 0; t < TT; t++) {
-                rid[r * TT + t] = 0;
-                rpos[r * TT + t] = 0;
-                rbpos[r * TT + t] = 0;
-            }
-            for (int t = 0; t < sep[r]; t++) {
-                rid[r * TT + t] = ids[r * T + t];
-                rpos[r * TT + t] = t;
-            }
-            for (int j = 0; j <= k; j++) { /* sop, then the chosen tokens (a finished row repeats eop) */
-                int c = sep[r] + j;
-                rid[r * TT + c] = j == 0 ? sop : (j - 1 < len[r] ? out[r * NEW + j - 1] : eop);
-                rpos[r * TT + c] = mask_pos[r];
-                rbpos[r * TT + c] = j + 1;
-            }
-            rsep[r] = sep[r];
-            at[r] = sep[r] + k;
-        }
-        glm_inputs in = {.B = B, .T = TT, .ids = rid, .pos = rpos, .block_pos = rbpos, .sep = rsep};
-        TZ_EXPECT_OK(glm_logits_at(m, &in, at, full));
-        for (int r = 0; r < B; r++) {
-            if (k >= len[r]) continue; /* the row had finished */
+    gen_options go = {.max_new_tokens = NEW, .num_beams = 1, .length_penalty = 1.0, .eos_token_id = eop};
+    if (d) TZ_EXPECT_OK(glm_generate(d, &ctx, mask_pos, sop, &go, record_step, &rec, out, len, scores));
+    for (int r = 0; r < B; r++)
+        for (int k = 0; k < len[r]; k++) {
             char what[64];
+            recompute_logits(m, ids + r * T, sep[r], mask_pos[r], out + r * NEW, k, full);
             snprintf(what, sizeof what, "cached step %d row %d logits", k, r);
-            tz_check_close(what, step_logits + ((size_t)k * B + r) * V, full + (size_t)r * V, V, FWD_ATOL, FWD_RTOL);
+            tz_check_close(what, step_logits + ((size_t)k * B + r) * V, full, V, FWD_ATOL, FWD_RTOL);
         }
+    /* beam search: the answer's score is its summed log-probability over its length */
+    go.num_beams = NB;
+    if (d) TZ_EXPECT_OK(glm_generate(d, &ctx, mask_pos, sop, &go, NULL, NULL, out, len, scores));
+    for (int r = 0; r < B; r++) {
+        double lp = 0;
+        for (int k = 0; k < len[r]; k++) {
+            recompute_logits(m, ids + r * T, sep[r], mask_pos[r], out + r * NEW, k, full);
+            double mx = full[0], z = 0;
+            for (int v = 1; v < V; v++) mx = full[v] > mx ? full[v] : mx;
+            for (int v = 0; v < V; v++) z += exp((double)full[v] - mx);
+            lp += (double)full[out[r * NEW + k]] - mx - log(z);
+        }
+        float want = (float)(lp / len[r]);
+        char what[64];
+        snprintf(what, sizeof what, "beam row %d score", r);
+        tz_check_close(what, &scores[r], &want, 1, FWD_ATOL, FWD_RTOL);
+        TZ_EXPECT(len[r] >= 1 && len[r] <= NEW, "beam row %d length %d", r, len[r]);
     }
     glm_decoder_free(d);
     glm_model_free(m);

@@ -32,7 +32,7 @@ enum { B = 3, S = 12, V = 100, NB = 3, MAXT = 12, MAXR = B * NB, MAX_CASES = 32 
 
 typedef struct {
     int num_beams, eos, max_new;
-    t5_early_stopping early;
+    gen_early_stopping early;
     double length_penalty;
     int32_t hf_ids[B][MAXT];   /* HF's tokens without the start token */
     int hf_len[B];             /* up to and including the first eos */
@@ -56,7 +56,7 @@ typedef struct {
     float logits[MAXT][MAXR][V];
 } recording;
 
-static void record_step(void *user, const t5_gen_step *s) {
+static void record_step(void *user, const gen_step *s) {
     recording *rec = user;
     TZ_EXPECT(s->step == rec->n_steps && s->step < MAXT && s->n_rows <= MAXR, "step %d (expected %d), %d rows",
               s->step, rec->n_steps, s->n_rows);
@@ -101,7 +101,7 @@ static bool load_golden(const char *dir, golden_file *gf) {
         ok = read_i32(f, name, cfg, 5, NULL, NULL);
         if (!ok) break;
         gc->num_beams = cfg[0];
-        gc->early = cfg[1] == 0 ? T5_EARLY_STOP_HEURISTIC : cfg[1] == 1 ? T5_EARLY_STOP_TRUE : T5_EARLY_STOP_NEVER;
+        gc->early = cfg[1] == 0 ? GEN_EARLY_STOP_HEURISTIC : cfg[1] == 1 ? GEN_EARLY_STOP_TRUE : GEN_EARLY_STOP_NEVER;
         gc->eos = cfg[2];
         gc->max_new = cfg[3];
         gc->length_penalty = cfg[4] / 1000.0;
@@ -142,8 +142,8 @@ static void case_name(char *buf, size_t size, const char *model, int c, const go
              gc->eos, gc->max_new, gc->length_penalty, early[gc->early], what);
 }
 
-static t5_gen_options case_options(const golden_case *gc) {
-    return (t5_gen_options){.max_new_tokens = gc->max_new, .num_beams = gc->num_beams,
+static gen_options case_options(const golden_case *gc) {
+    return (gen_options){.max_new_tokens = gc->max_new, .num_beams = gc->num_beams,
                             .length_penalty = gc->length_penalty, .early_stopping = gc->early,
                             .eos_token_id = gc->eos};
 }
@@ -257,7 +257,7 @@ static void test_model(rt_backend *be, const char *name) {
     if (!g) goto done;
     for (int c = 0; c < gf.n_cases; c++) {
         const golden_case *gc = &gf.cases[c];
-        t5_gen_options o = case_options(gc);
+        gen_options o = case_options(gc);
         int32_t ids[B * MAXT];
         int len[B];
         float scores[B];
@@ -314,7 +314,7 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
     RT_TRY(t5_model_from_hf(a->dir, be, a->comm, B, S, MAXT, &m, NULL, 0));
     RT_TRY(t5_generator_init(m, B, S, NB, MAXT, &g));
     for (int c = 0; c < a->gf->n_cases; c++) {
-        t5_gen_options o = case_options(&a->gf->cases[c]);
+        gen_options o = case_options(&a->gf->cases[c]);
         RT_TRY(t5_generate(g, a->gf->ids, a->gf->mask, B, S, &o, NULL, NULL, a->ids[c], a->len[c], NULL));
     }
 fail:
@@ -378,7 +378,7 @@ static void test_errors(rt_backend *be) {
     int32_t ids[B * S] = {0}, out[B * MAXT];
     int len[B];
     for (int i = 0; i < B * S; i++) ids[i] = 2 + i;
-    t5_gen_options o;
+    gen_options o;
     t5_gen_options_default(t5_model_config(m), &o);
     TZ_EXPECT(o.num_beams == 1 && o.eos_token_id == 1 && o.max_new_tokens == 20 && o.length_penalty == 1.0,
               "defaults");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # glm-finetune under mpirun gives the single-process losses, gradient norms and validation
 # numbers at dp=2, tp=2 and dp=2 x tp=2: COPA (answers scored by log-probability: vocab-parallel
-# cross-entropy and the weighted backward) and seq2seq (with generated text, compared too).
+# cross-entropy and the weighted backward) and seq2seq (with beam-search text, compared too).
 # Dropout is off and every run starts from the same exported weights.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/glm-finetune"
@@ -27,7 +27,8 @@ COMMON=(--threads 1 --save-interval -1 --max-len 64 --max-target-len 12)
 numbers() { grep -o '"\(loss\|grad_norm\|accuracy\|rouge1\|rouge2\|rougeL\)":[-0-9.e]*' "$TMP/$1/metrics.jsonl" | cut -d: -f2; }
 
 for task in copa seq2seq; do
-    if [ "$task" = copa ]; then DATA=(--task copa --data-dir "$TMP/copa"); else DATA=(--task seq2seq "$TMP/s.en" "$TMP/s.de"); fi
+    DATA=(--task seq2seq "$TMP/s.en" "$TMP/s.de" --num-beams 2)
+    [ "$task" = copa ] && DATA=(--task copa --data-dir "$TMP/copa")
     "$BIN" "${DATA[@]}" --arch "$TMP/arch.json" "${COMMON[@]}" --epochs 0 --eval-interval -1 --save-dir "$TMP/$task-init" \
         > "$TMP/$task-init.log" 2>&1 || { echo "FAILED: $task export"; tail -5 "$TMP/$task-init.log"; exit 1; }
     ARGS=("${DATA[@]}" --model "$TMP/$task-init/hf" "${COMMON[@]}" --batch-size 8 --grad-accum 2 --max-steps 3

@@ -29,8 +29,8 @@
 
 typedef struct {
     const char *task, *data_dir, *model, *arch, *tokenizer, *val_src, *val_tgt, *save_hf;
-    int64_t pattern, max_len, max_target_len, eval_batch_size;
-    double val_split;
+    int64_t pattern, max_len, max_target_len, eval_batch_size, num_beams;
+    double val_split, length_penalty;
     bool eval_generate;
     train_app_opts t;
 } glm_opts;
@@ -61,7 +61,11 @@ static const rt_opt glm_own_options[] = {
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F", "seq2seq: share of SRC/TGT held out without --val-src", NULL,
      0.01, 0.9},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
-     "seq2seq: generate (greedy, with a key/value cache) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
+     "seq2seq: generate (with a key/value cache) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
+    {"num-beams", RT_OPT_INT, &O.num_beams, "1", "N", "seq2seq generation: 1 = greedy, else beam search (HF's)", NULL,
+     1, 64},
+    {"length-penalty", RT_OPT_FLOAT, &O.length_penalty, "1.0", "F",
+     "beam search: scores are divided by length^F (HF's length_penalty)", NULL, 0, 0},
     {"eval-batch-size", RT_OPT_INT, &O.eval_batch_size, "0", "N", "examples per evaluation batch (0: --batch-size)",
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
@@ -279,9 +283,9 @@ static int glm_argmax(const float *x, int n) {
     return best;
 }
 
-/* Greedy continuation of n seq2seq examples into texts (caller frees each): the contexts run
- * once, then one token per row per step against the key/value cache (glm_greedy). */
-static rt_status glm_generate(glm_eval *e, const int32_t *ex, int n, char **texts) {
+/* n seq2seq examples continued into texts (caller frees each): greedy or beam search, the
+ * contexts run once, then one token per row per step against the key/value cache. */
+static rt_status glm_eval_generate(glm_eval *e, const int32_t *ex, int n, char **texts) {
     rt_status st = RT_OK;
     const glm_rows *R = e->val;
     const int steps = (int)O.max_target_len;
@@ -303,7 +307,9 @@ static rt_status glm_generate(glm_eval *e, const int32_t *ex, int n, char **text
         mask_pos[i] = row->mask_pos;
     }
     glm_inputs ctx = {.B = n, .T = S, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
-    RT_TRY(glm_greedy(e->decoder, &ctx, mask_pos, e->sp.sop, e->sp.eop, steps, out, len, NULL));
+    gen_options go = {.max_new_tokens = steps, .num_beams = (int)O.num_beams, .length_penalty = O.length_penalty,
+                      .early_stopping = GEN_EARLY_STOP_HEURISTIC, .eos_token_id = e->sp.eop};
+    RT_TRY(glm_generate(e->decoder, &ctx, mask_pos, e->sp.sop, &go, NULL, NULL, out, len, NULL));
     for (int i = 0; i < n; i++) {
         int k = len[i] > 0 && out[(size_t)i * steps + len[i] - 1] == e->sp.eop ? len[i] - 1 : len[i];
         RT_TRY(tok_decode_skip_special(e->tok, out + (size_t)i * steps, (size_t)k, &texts[i]));
@@ -378,7 +384,7 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         for (int b0 = 0; b0 < n_ex; b0 += e->batch) {
             int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
             for (int i = 0; i < n; i++) ex[i] = b0 + i;
-            RT_TRY(glm_generate(e, ex, n, texts + b0));
+            RT_TRY(glm_eval_generate(e, ex, n, texts + b0));
         }
         rt_rouge_scores rouge;
         RT_TRY(rt_rouge_corpus((const char *const *)texts, (const char *const *)(e->refs->line + e->ref_begin),
@@ -615,7 +621,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     if (seq2seq && O.eval_generate) {
         int ctx_len = 1;
         for (int i = 0; i < val.n_rows; i++) ctx_len = val.rows[i].sep > ctx_len ? val.rows[i].sep : ctx_len;
-        RT_TRY(glm_decoder_init(model, eval_batch, ctx_len, (int)O.max_target_len, &ev.decoder));
+        RT_TRY(glm_decoder_init(model, eval_batch, (int)O.num_beams, ctx_len, (int)O.max_target_len, &ev.decoder));
     }
 
     options_json = rt_args_to_json(&glm_spec);

@@ -194,12 +194,12 @@ static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_token
     int32_t *idx = rt_xcalloc((size_t)bs, sizeof *idx);
     int32_t *ids = rt_xcalloc((size_t)bs * (size_t)max_new, sizeof *ids);
     int *lens = rt_xcalloc((size_t)bs, sizeof *lens);
-    t5_gen_options g;
+    gen_options g;
     t5_gen_options_default(t5_model_config(m), &g);
     g.num_beams = (int)O.num_beams;
     g.max_new_tokens = max_new;
     g.length_penalty = (float)O.length_penalty;
-    g.early_stopping = O.early_stopping ? T5_EARLY_STOP_TRUE : T5_EARLY_STOP_HEURISTIC;
+    g.early_stopping = O.early_stopping ? GEN_EARLY_STOP_TRUE : GEN_EARLY_STOP_HEURISTIC;
     for (size_t start = 0; start < src->n; start += (size_t)bs) {
         int count = (int)(src->n - start < (size_t)bs ? src->n - start : (size_t)bs);
         for (int i = 0; i < count; i++) idx[i] = (int32_t)(start + (size_t)i);
