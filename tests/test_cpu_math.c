@@ -65,8 +65,28 @@ static void test_erf(void) {
               "erf saturates at +-1");
 }
 
+static void test_tanh(void) {
+    double worst_abs = 0, worst_rel = 0;
+    size_t n = 0;
+    for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 257) {
+        uint32_t b = (uint32_t)bits;
+        float x;
+        memcpy(&x, &b, 4);
+        if (x != x) continue;
+        double ref = tanh((double)x), d = fabs((double)rt_fast_tanhf(x) - ref);
+        n++;
+        if (d > worst_abs) worst_abs = d;
+        if (fabs(x) < 0.0625 && ref != 0 && d / fabs(ref) > worst_rel) worst_rel = d / fabs(ref);
+    }
+    TZ_EXPECT(n > 1000000 && worst_abs <= 3e-7 && worst_rel <= 1e-6, "tanh: worst %.3g absolute, %.3g relative below "
+              "1/16, over %zu", worst_abs, worst_rel, n);
+    TZ_EXPECT(isnan(rt_fast_tanhf(NAN)) && rt_fast_tanhf(0.0f) == 0.0f && rt_fast_tanhf(INFINITY) == 1.0f &&
+                  rt_fast_tanhf(-INFINITY) == -1.0f, "tanh(nan) = nan, tanh(0) = 0, tanh(+-inf) = +-1");
+}
+
 int main(void) {
     test_exp();
     test_erf();
+    test_tanh();
     return tz_test_result("test_cpu_math");
 }

@@ -21,12 +21,12 @@
  * kernels (one copy of each formula). */
 static inline float rt_cpu_gelu_tanh(float x) {
     float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
+    return 0.5f * x * (1.0f + rt_fast_tanhf(u));
 }
 
 static inline float rt_cpu_gelu_tanh_grad(float x) {
     float x2 = x * x;
-    float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+    float t = rt_fast_tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
     float left = 0.5f * (1.0f + t);
     float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
     return left + right;
@@ -55,7 +55,7 @@ static inline float rt_cpu_tanh_grad(float x) {
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
@@ -78,7 +78,7 @@ void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, 
                     size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_gelu_tanh_grad(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
@@ -103,11 +103,11 @@ void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *
                           size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(gate[i]) * lin[i];
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_erf(gate[i]) * lin[i];
         break;
     case RT_ACT_RELU:
@@ -127,7 +127,7 @@ void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin
                           const float *lin, const float *dout, size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
             float g = gate[i], dy = dout[i];
             dlin[i] = dy * rt_cpu_gelu_tanh(g);
