@@ -56,7 +56,6 @@ static void glm_layout(glm_model *m, rt_arena *a) {
     mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
     m->rows = rt_arena_take(a, BT * C, f);
     m->drows = rt_arena_take(a, BT * C, f);
-    m->logits = rt_arena_take(a, BT * Vl, f);
     m->losses = rt_arena_take(a, BT, f);
     m->xent_stats = rt_arena_take(a, 3 * BT, f);
     m->vocab_mask = rt_arena_take(a, Vl, f);
@@ -123,8 +122,20 @@ fail:
     return st;
 }
 
+rt_status glm_logits_rows(glm_model *m, size_t n) {
+    if (n <= m->logits_rows) return RT_OK;
+    if (m->logits) m->be->ops->free(m->be->ctx, m->logits);
+    m->logits = NULL;
+    m->logits_rows = 0;
+    rt_status st = rt_backend_alloc(m->be, n * (size_t)m->V_local * sizeof(float),
+                                    "GLM output logits (lower the batch or the target length)", (void **)&m->logits);
+    if (st == RT_OK) m->logits_rows = n;
+    return st;
+}
+
 void glm_model_free(glm_model *m) {
     if (!m) return;
+    if (m->logits) m->be->ops->free(m->be->ctx, m->logits);
     if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
     rt_params_free(&m->params);
     mdl_preln_free(&m->blocks);
@@ -237,6 +248,8 @@ static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_
     ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
     ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
     ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, n, C);
+    rt_status ast = glm_logits_rows(m, (size_t)n);
+    if (ast != RT_OK) return ast;
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
     if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
     rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
@@ -419,6 +432,7 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
     if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
+    RT_TRY(glm_logits_rows(m, BT));
     mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, BT, host_logits));
 fail:
@@ -438,6 +452,7 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     RT_TRY(glm_forward_body(m, B, T, &pass));
     be->ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
     be->ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, B, m->C);
+    RT_TRY(glm_logits_rows(m, (size_t)B));
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));
 fail:

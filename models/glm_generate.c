@@ -156,6 +156,7 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
     RT_TRY(mdl_preln_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
     mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
+    RT_TRY(glm_logits_rows(m, (size_t)R));
     mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, (size_t)R, host_logits));
 fail:

@@ -24,7 +24,8 @@ struct glm_model {
 
     void *act_block;
     float *rows, *drows;              /* (BT, C) the hidden states that reach the output layer */
-    float *logits;                    /* (BT, V_local) */
+    float *logits;                    /* (logits_rows, V_local): grown on demand (glm_logits_rows) */
+    size_t logits_rows;
     float *losses, *xent_stats;       /* (BT), (3 BT) */
     float *vocab_mask;                /* (V_local) 0, or GLM_MASKED on padding columns */
     float *cand, *dcand;              /* (B*K_MAX, C) cloze candidates' embeddings */
@@ -46,6 +47,10 @@ struct glm_model {
 rt_status glm_upload(glm_model *m, const glm_inputs *in);
 /* Embeddings through the final LayerNorm into m->blocks.out (the blocks keep their activations). */
 rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass);
+/* Makes m->logits hold n rows of this rank's vocab columns. The output layer's buffer is sized
+ * by the rows that reach it (labelled targets, generated rows), not by B x T: a GLM-large batch
+ * of 8 x 512 would otherwise hold 800 MB of logits that single-token cloze never uses. */
+rt_status glm_logits_rows(glm_model *m, size_t n);
 /* m->logits (n rows of this rank's vocab columns) to the host as (n, vocab), gathered over tp. */
 rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits);
 
