@@ -3,6 +3,7 @@
 #include "models/glm.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -287,6 +288,34 @@ rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels,
     if (n_targets) *n_targets = n;
     if (backward) RT_TRY(glm_output_backward(m, in->B, in->T, n, pass));
 fail:
+    return st;
+}
+
+rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labels, double *loss_sum, int32_t *match) {
+    rt_status st = RT_OK;
+    const mdl_pass pass = {0};
+    int n = 0;
+    float *stats = NULL;
+    *loss_sum = 0;
+    for (int b = 0; b < in->B; b++) match[b] = 0;
+    RT_TRY(glm_upload(m, in));
+    RT_TRY(glm_collect_targets(m, in, labels, &n));
+    RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
+    if (n == 0) return RT_OK;
+    RT_TRY(glm_output_xent(m, n, false, 0.0f));
+    /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
+    stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
+    m->be->ops->to_host(m->be->ctx, stats, m->xent_stats, 2 * (size_t)n * sizeof(float));
+    int32_t *miss = rt_xcalloc((size_t)in->B, sizeof *miss);
+    for (int i = 0; i < n; i++) {
+        *loss_sum += m->h_losses[i];
+        miss[m->h_idx[i] / in->T] |= stats[n + i] < stats[i];
+        match[m->h_idx[i] / in->T] = 1;
+    }
+    for (int b = 0; b < in->B; b++) match[b] &= !miss[b];
+    free(miss);
+fail:
+    free(stats);
     return st;
 }
 

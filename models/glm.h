@@ -63,6 +63,14 @@ const glm_config *glm_model_config(const glm_model *m);
 rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
                       double *loss_sum, int *n_targets);
 
+/* GLM's WSC check without candidate lists (THUDM/GLM tasks/language_model/finetune.py,
+ * lm_forward_step with eval_metric 'classify'): match[b] is 1 when every labelled token of row b
+ * is the argmax of the full-vocab logits at its position under teacher forcing, else 0 (also
+ * for a row without labels). Forward only, no dropout; *loss_sum as glm_lm_step's. A target
+ * tied with another token for the maximum counts as a match (torch's argmax takes the lower
+ * id). Collective over tp: each rank's vocab shard gives its maximum, never the logits. */
+rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labels, double *loss_sum, int32_t *match);
+
 /* Single-token cloze (GLM's classification): the logits at row b's [MASK] position
  * mask_pos[b] of its K candidate tokens cand[b*K + k] (the verbalizers), scored against
  * label[b] (in [0, K), or -100 to skip) with cross-entropy over the K. The same numbers as

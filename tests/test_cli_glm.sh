@@ -59,6 +59,20 @@ else
     echo "test_cli_glm: RTE part skipped (no English GLM tokenizer asset or no ../shared/data RTE)"
 fi
 
+# WSC: span1 in the blank, trained on the true examples only, judged by argmax match
+if [ -f "$SRC/assets/glm-en-wordpiece/vocab.txt" ] && [ -f "$SHARED/superglue-wsc/train.jsonl" ]; then
+    mkdir -p "$TMP/wsc"
+    head -n 48 "$SHARED/superglue-wsc/train.jsonl" > "$TMP/wsc/train.jsonl"
+    head -n 24 "$SHARED/superglue-wsc/val.jsonl" > "$TMP/wsc/val.jsonl"
+    n_true=$(grep -c '"label": true' "$TMP/wsc/train.jsonl")
+    "$BIN" --task wsc --data-dir "$TMP/wsc" "${COMMON[@]}" --max-steps 2 \
+        --max-len 128 --save-dir "$TMP/wsc-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "wsc run"
+    grep -q "data: wsc train $n_true, val 24 examples" "$TMP/out" && ok || bad "wsc: training is not the $n_true true examples"
+    grep -q "validation results (wsc, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "wsc: no validation line"
+else
+    echo "test_cli_glm: WSC part skipped (no English GLM tokenizer asset or no ../shared/data WSC)"
+fi
+
 # seq2seq: [CLS] source [gMASK], the target generated in the blank
 head -n 40 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.txt"
 head -n 40 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/t.txt"

@@ -2,7 +2,7 @@
  * built with FlagAI 1.8 (tests/golden/glm-tiny/README.md) must give FlagAI's logits, final
  * hidden states, loss, every parameter gradient, the weights after one AdamW step, the losses
  * and gradient norms of 5 clipped steps, and the cloze scores (logits of the verbalizer ids at
- * a position). The batch mixes a single-token cloze row (sep = T) with two blank-infilling rows
+ * a position), and the WSC span check (every answer token the argmax). The batch mixes a single-token cloze row (sep = T) with two blank-infilling rows
  * (bidirectional context, causal span), so the mask and the 2D positions are exercised. At
  * tp = 2 (two threads) the logits, loss and every gathered gradient must match too. Tolerances
  * are DESIGN.md's. */
@@ -206,6 +206,83 @@ static void test_choices(rt_backend *be, const ckpt_st_file *g, const glm_batch 
     glm_model_free(m);
 }
 
+/* Labels for glm_span_match and the matches FlagAI's logits give them (GLM's classify: every
+ * labelled token the argmax). variant 0: the batch's own labels; 1: each labelled position's
+ * argmax; 2: as 1, but the first labelled row's last position gets the runner-up. Positions
+ * whose best two logits are within 1e-3 would make the check depend on rounding: the fixture
+ * has none (checked). */
+static void span_case(const float *ref_logits, const glm_batch *b, int variant, int32_t *labels, int32_t *want) {
+    int first_row = -1, last_pos = -1;
+    for (int r = 0; r < B; r++) want[r] = 0;
+    for (int i = 0; i < B * T; i++) {
+        labels[i] = b->labels[i];
+        if (labels[i] == -100) continue;
+        const float *l = ref_logits + (size_t)i * V;
+        int best = 0, second = -1;
+        for (int v = 1; v < V; v++) {
+            if (l[v] > l[best]) {
+                second = best;
+                best = v;
+            } else if (second < 0 || l[v] > l[second]) {
+                second = v;
+            }
+        }
+        TZ_EXPECT(l[best] - l[second] > 1e-3f, "span fixture: row %d position %d has a near tie", i / T, i % T);
+        if (variant > 0) labels[i] = best;
+        if (first_row < 0) first_row = i / T;
+        if (i / T == first_row) last_pos = i;
+    }
+    if (variant == 2 && last_pos >= 0) {
+        const float *l = ref_logits + (size_t)last_pos * V;
+        int second = labels[last_pos] == 0 ? 1 : 0;
+        for (int v = 0; v < V; v++)
+            if (v != labels[last_pos] && l[v] > l[second]) second = v;
+        labels[last_pos] = second;
+    }
+    int32_t miss[B] = {0};
+    for (int i = 0; i < B * T; i++) {
+        if (labels[i] == -100) continue;
+        const float *l = ref_logits + (size_t)i * V;
+        for (int v = 0; v < V; v++) miss[i / T] |= l[v] > l[labels[i]];
+        want[i / T] = 1;
+    }
+    for (int r = 0; r < B; r++) want[r] &= !miss[r];
+}
+
+/* glm_span_match against the argmax of FlagAI's logits, and its loss against their
+ * cross-entropy. */
+static void test_span_match(rt_backend *be, const ckpt_st_file *g, const glm_batch *b) {
+    glm_model *m = load(be, rt_comm_self());
+    if (!m) return;
+    glm_inputs in = inputs_of(b);
+    static float ref_logits[B * T * V];
+    read_f32(g, "logits", ref_logits, B * T * V);
+    int n_match = 0;
+    for (int variant = 0; variant < 3; variant++) {
+        int32_t labels[B * T], want[B], got[B];
+        span_case(ref_logits, b, variant, labels, want);
+        double ref_loss = 0, loss = 0;
+        for (int i = 0; i < B * T; i++) {
+            if (labels[i] == -100) continue;
+            const float *l = ref_logits + (size_t)i * V;
+            double mx = l[0], z = 0;
+            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+            for (int v = 0; v < V; v++) z += exp((double)l[v] - mx);
+            ref_loss += mx + log(z) - l[labels[i]];
+        }
+        TZ_EXPECT_OK(glm_span_match(m, &in, labels, &loss, got));
+        for (int r = 0; r < B; r++) {
+            TZ_EXPECT(got[r] == want[r], "span match variant %d row %d: %d, FlagAI's logits say %d", variant, r, got[r],
+                      want[r]);
+            n_match += want[r];
+        }
+        float gl = (float)loss, wl = (float)ref_loss;
+        tz_check_close("span match loss", &gl, &wl, 1, FWD_ATOL, FWD_RTOL);
+    }
+    TZ_EXPECT(n_match >= 2, "span match: the cases hold %d matching rows; the check needs some", n_match);
+    glm_model_free(m);
+}
+
 /* The logits a full recompute gives for row r's context, [sop] and its first k generated tokens. */
 static void recompute_logits(glm_model *m, const int32_t *ctx_ids, int sep, int mask_pos, const int32_t *gen, int k,
                              float *logits) {
@@ -303,6 +380,7 @@ typedef struct {
     char msg[512];
     float loss;
     float *logits;
+    int32_t span_got[3][B], span_want[3][B];
 } tp_arg;
 
 static rt_status tp_rank(tp_arg *a) {
@@ -317,6 +395,14 @@ static rt_status tp_rank(tp_arg *a) {
     RT_TRY(rt_backend_init("cpu", 1, &be));
     RT_TRY(glm_model_from_dir(tz_source_path("tests/golden/glm-tiny"), be, tp, B, T, &m, report, sizeof report));
     RT_TRY(glm_logits(m, &in, a->logits, NULL));
+    static float ref_logits[2][B * T * V];
+    read_f32(a->g, "logits", ref_logits[tp->rank], B * T * V);
+    for (int variant = 0; variant < 3; variant++) {
+        int32_t labels[B * T];
+        double span_loss;
+        span_case(ref_logits[tp->rank], a->b, variant, labels, a->span_want[variant]);
+        RT_TRY(glm_span_match(m, &in, labels, &span_loss, a->span_got[variant]));
+    }
     rt_params *p = glm_model_params(m);
     mdl_pass pass = {.seed = 1, .training = true};
     double loss_sum = 0;
@@ -379,6 +465,10 @@ static void test_tp2(const ckpt_st_file *g, const glm_batch *b) {
     read_f32(g, "loss", &ref_loss, 1);
     tz_check_close("tp=2 logits", logits[1], ref_logits, B * T * V, FWD_ATOL, FWD_RTOL);
     tz_check_close("tp=2 loss", &args[1].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    for (int r = 0; r < 2; r++)
+        for (int v = 0; v < 3; v++)
+            TZ_EXPECT(memcmp(args[r].span_got[v], args[r].span_want[v], sizeof args[r].span_got[v]) == 0,
+                      "tp=2 rank %d: span matches of variant %d differ from FlagAI's argmax", r, v);
 }
 
 /* A byte copy of a file. */
@@ -463,6 +553,7 @@ int main(void) {
         read_batch(g, &b);
         test_tp1(be, g, after, &b);
         test_choices(be, g, &b);
+        test_span_match(be, g, &b);
         test_generation(be, &b);
         test_tp2(g, &b);
         test_bad_input(be, &b);

@@ -116,7 +116,7 @@ static int join_context(const enc_part *p, int n, const glm_specials *sp, tok_id
 }
 
 rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  glm_rows *out) {
+                                  bool training, glm_rows *out) {
     rt_status st = RT_OK;
     glm_specials sp;
     data_pvp_filled f = {0};
@@ -127,11 +127,8 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
     memset(parts, 0, sizeof parts);
     const data_sg_task *task = ex->task;
     const bool choices = data_pvp_is_multi_token(task->id);
-    out->kind = choices ? GLM_TASK_CHOICES : GLM_TASK_CLOZE;
+    out->kind = task->id == DATA_SG_WSC ? GLM_TASK_SPAN : choices ? GLM_TASK_CHOICES : GLM_TASK_CLOZE;
     RT_TRY(glm_specials_of(tok, &sp));
-    if (task->id == DATA_SG_WSC)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "task wsc: GLM scores its one candidate with a binary multi-token head, which "
-                "glm-finetune does not have yet");
     if (!choices) { /* one verbalizer token per class */
         out->n_classes = task->n_labels;
         for (int c = 0; c < task->n_labels; c++) {
@@ -144,10 +141,14 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
             out->verbalizer[c] = answer.ids[0];
         }
     }
-    out->n_examples = (int)ex->n;
     out->first_row = rt_xcalloc(ex->n + 1, sizeof *out->first_row);
     out->label = rt_xcalloc(ex->n + 1, sizeof *out->label);
+    /* GLM trains WSC on the examples whose span1 is the pronoun's referent (dataset.py: cloze_eval
+     * skips the others in the train split) */
+    const int32_t keep_only = out->kind == GLM_TASK_SPAN && training ? data_sg_label_id(task, "true") : -2;
     for (size_t e = 0; e < ex->n; e++) {
+        if (keep_only != -2 && ex->ex[e].label != keep_only) continue;
+        const int k = out->n_examples++;
         RT_TRY(data_pvp_fill(task, pattern, &ex->ex[e], &f));
         int n = f.n_parts;
         for (int i = 0; i < n; i++) {
@@ -157,8 +158,8 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
             tok_ids_clear(&parts[i].ids);
             if (!parts[i].mask) RT_TRY(encode_text(tok, f.parts[i].text, &parts[i].ids));
         }
-        out->first_row[e] = out->n_rows;
-        out->label[e] = ex->ex[e].label == DATA_SG_LABEL_NONE ? -100 : ex->ex[e].label;
+        out->first_row[k] = out->n_rows;
+        out->label[k] = ex->ex[e].label == DATA_SG_LABEL_NONE ? -100 : ex->ex[e].label;
         if (!choices) {
             out->n_truncated += truncate_parts(parts, n, 0, max_len);
             int mask_pos = join_context(parts, n, &sp, &ctx);
@@ -179,7 +180,7 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
         }
         data_pvp_filled_free(&f);
     }
-    if (out->kind == GLM_TASK_CLOZE) out->rows_per_example = 1;
+    if (out->kind != GLM_TASK_CHOICES) out->rows_per_example = 1;
 fail:
     data_pvp_filled_free(&f);
     for (int i = 0; i < DATA_PVP_MAX_PARTS; i++) tok_ids_free(&parts[i].ids);

@@ -6,6 +6,10 @@
  *   cloze, choices     per candidate answer: [CLS] pattern-with-[MASK] <eos> [sop] answer, the
  *                      context bidirectional (sep = its length), the answer at the [MASK]'s
  *                      position with block positions 1, 2, ...; labels answer + [eop]
+ *   span (WSC)         one row as a choice row, the answer span1's text: GLM without candidate
+ *                      lists (THUDM/GLM tasks/superglue/finetune.py) trains it with the language-
+ *                      model loss on the True examples only, and predicts True when every
+ *                      answer token is the argmax under teacher forcing (classify_evaluate)
  *   seq2seq            [CLS] source [gMASK] [sop] target, labels target + [eop] on the span
  *
  * A glm_rows set holds the rows of all examples; an example owns n_rows consecutive rows
@@ -20,7 +24,7 @@
 #include "data/data_superglue.h"
 #include "tokenizers/tok.h"
 
-typedef enum { GLM_TASK_CLOZE, GLM_TASK_CHOICES, GLM_TASK_SEQ2SEQ } glm_task_kind;
+typedef enum { GLM_TASK_CLOZE, GLM_TASK_CHOICES, GLM_TASK_SPAN, GLM_TASK_SEQ2SEQ } glm_task_kind;
 
 typedef struct {
     int32_t *ids, *pos, *block_pos, *labels; /* (len) each; labels -100 off the answer */
@@ -47,11 +51,12 @@ typedef struct {
 } glm_specials;
 rt_status glm_specials_of(const tok_tokenizer *tok, glm_specials *out);
 
-/* SuperGLUE examples through the task's pattern: cloze rows (BoolQ, CB, RTE, WiC, MultiRC) or
- * choice rows (COPA). Rows longer than max_len lose tokens from the pattern's shortenable parts
- * as FlagAI truncates. A verbalizer that is not one token is RT_ERR_CONFIG naming it. */
+/* SuperGLUE examples through the task's pattern: cloze rows (BoolQ, CB, RTE, WiC, MultiRC),
+ * choice rows (COPA) or span rows (WSC; for training, those of its True examples only). Rows
+ * longer than max_len lose tokens from the pattern's shortenable parts as FlagAI truncates. A
+ * verbalizer that is not one token is RT_ERR_CONFIG naming it. */
 rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  glm_rows *out);
+                                  bool training, glm_rows *out);
 /* Line-aligned source/target texts (targets may be NULL: generation rows, span empty). */
 rt_status glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
                               const tok_tokenizer *tok, int max_source_len, int max_target_len, glm_rows *out);

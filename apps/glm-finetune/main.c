@@ -39,8 +39,8 @@ static glm_opts O;
 
 static const rt_opt glm_own_options[] = {
     {"task", RT_OPT_CHOICE, &O.task, "copa", NULL,
-     "copa, rte, boolq, cb, wic, multirc (cloze, SuperGLUE JSONL in --data-dir) or seq2seq (SRC TGT files)",
-     "copa|rte|boolq|cb|wic|multirc|seq2seq", 0, 0},
+     "copa, rte, boolq, cb, wic, multirc, wsc (cloze, SuperGLUE JSONL in --data-dir) or seq2seq (SRC TGT files)",
+     "copa|rte|boolq|cb|wic|multirc|wsc|seq2seq", 0, 0},
     {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR",
      "folder with the task's train.jsonl and val.jsonl (default: the shipped COPA copy for copa)", NULL, 0, 0},
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
@@ -107,11 +107,12 @@ static void glm_batch_free(rt_batch *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* Labelled targets of examples: cloze and choices count examples, seq2seq answer tokens. */
+/* Labelled targets of examples: cloze and choices count examples; span and seq2seq, trained by
+ * the language-model loss, their answer tokens. */
 static int glm_targets_of(const glm_rows *R, const int32_t *ex, int n) {
     int t = 0;
     for (int i = 0; i < n; i++) {
-        if (R->kind != GLM_TASK_SEQ2SEQ) {
+        if (R->kind == GLM_TASK_CLOZE || R->kind == GLM_TASK_CHOICES) {
             t += R->label[ex[i]] != -100;
             continue;
         }
@@ -245,6 +246,14 @@ static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const in
                               scores);
     case GLM_TASK_CHOICES:
         return glm_choice_step(m, &in, buf->labels, R->rows_per_example, buf->label, pass, grad_scale, loss_sum, scores);
+    case GLM_TASK_SPAN: {
+        if (!scores) break; /* training: the language-model loss on the answer */
+        int32_t *match = rt_xmalloc((size_t)in.B * sizeof *match);
+        rt_status st = glm_span_match(m, &in, buf->labels, loss_sum, match);
+        for (int r = 0; r < in.B; r++) scores[r] = (float)match[r];
+        free(match);
+        return st;
+    }
     case GLM_TASK_SEQ2SEQ: break;
     }
     return glm_lm_step(m, &in, buf->labels, pass, grad_scale, loss_sum, NULL);
@@ -360,7 +369,8 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         loss += l;
         targets += glm_targets_of(R, ex, n);
         for (int i = 0; R->kind != GLM_TASK_SEQ2SEQ && i < n; i++) {
-            pred[b0 + i] = glm_argmax(scores + (size_t)i * K, K);
+            /* span: WSC's labels are false (0) and true (1), its score the match */
+            pred[b0 + i] = R->kind == GLM_TASK_SPAN ? scores[i] > 0.5f : glm_argmax(scores + (size_t)i * K, K);
             label[b0 + i] = R->label[b0 + i] == -100 ? -1 : R->label[b0 + i];
         }
     }
@@ -589,12 +599,18 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                     data_pvp_n_patterns(task->id) - 1);
         RT_TRY(data_sg_load_split(task, data_dir, "train", &sg_train));
         RT_TRY(data_sg_load_split(task, data_dir, "val", &sg_val));
-        RT_TRY(glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, &train));
-        RT_TRY(glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, &val));
+        RT_TRY(glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, true, &train));
+        RT_TRY(glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, false, &val));
+        if (train.n_examples == 0) RT_FAIL(RT_ERR_FORMAT, "%s: no training examples", sg_train.path);
         ev.sg = &sg_val;
+        static const char *const how[] = {
+            [GLM_TASK_CLOZE] = "verbalizer tokens at [MASK]",
+            [GLM_TASK_CHOICES] = "answers scored by log-probability",
+            [GLM_TASK_SPAN] = "span1 in the blank: trained on the true examples, true when every token is the argmax",
+            [GLM_TASK_SEQ2SEQ] = "",
+        };
         rt_log_info("data: %s train %d, val %d examples (pattern %lld, %s); %d rows truncated", task->name,
-                    train.n_examples, val.n_examples, (long long)O.pattern,
-                    train.kind == GLM_TASK_CLOZE ? "verbalizer tokens at [MASK]" : "answers scored by log-probability",
+                    train.n_examples, val.n_examples, (long long)O.pattern, how[train.kind],
                     train.n_truncated + val.n_truncated);
     }
 
