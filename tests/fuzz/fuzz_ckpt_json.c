@@ -56,7 +56,9 @@ static void try_getters(const cJSON *obj) {
         }
         (void)ckpt_json_type_name(it);
     }
-    /* a key that is absent: the default when optional, an error when required */
+    /* a key that is absent: the default when optional, an error when required (the fuzzer
+     * learns the probe's name from the comparisons and puts it in the input) */
+    if (cJSON_GetObjectItemCaseSensitive(obj, "\x01missing")) return;
     int i = 0;
     if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, false, 42) != RT_OK || i != 42) abort();
     if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, true, 42) == RT_OK) abort();
