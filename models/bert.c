@@ -46,6 +46,7 @@ struct bert_model {
     void *act_block;    /* every buffer below lives in this one allocation */
     float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
+    int slots;          /* layers whose activations below are kept: L, or checkpoint_layers (layer l in slot l % slots) */
     float *res;         /* (L+1, BT, C) input of each layer (res[0]: embeddings), and the output */
     float *qkv;         /* (L, BT, 3*C_local) column-parallel, [q; k; v] per token */
     float *probs;       /* (L, B, NH_local, T, T) softmax before dropout */
@@ -263,13 +264,15 @@ static void bert_declare_params(bert_model *m) {
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void bert_layout(bert_model *m, rt_arena *a) {
-    const size_t L = (size_t)m->cfg.num_hidden_layers, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
+    const int K = m->cfg.checkpoint_layers, n_layer = m->cfg.num_hidden_layers;
+    m->slots = K > 0 && K < n_layer ? K : n_layer;
+    const size_t L = (size_t)m->slots, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
     const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
     const size_t f = sizeof(float), i = sizeof(int32_t);
     m->emb = rt_arena_take(a, BT * C, f);
     m->emb_mean = rt_arena_take(a, BT, f);
     m->emb_rstd = rt_arena_take(a, BT, f);
-    m->res = rt_arena_take(a, (L + 1) * BT * C, f);
+    m->res = rt_arena_take(a, ((size_t)n_layer + 1) * BT * C, f);
     m->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
     m->probs = rt_arena_take(a, L * B * (size_t)m->NH_local * T * T, f);
     m->atty = rt_arena_take(a, L * BT * Cl, f);
@@ -447,13 +450,64 @@ static rt_attn_desc bert_attn_desc(const bert_model *m, int B, int T, const mdl_
 }
 
 /* Embeddings through the last layer: the encoder output is res + L*max_BT*C. */
+/* Layer l's activation slices: its input and output in res, the rest in its slot. */
+typedef struct {
+    float *x, *y, *qkv, *atty, *probs, *sum1, *ln1, *ln1_mean, *ln1_rstd, *sum2, *ln2_mean, *ln2_rstd, *fch, *fchg;
+} bert_slices;
+
+static bert_slices bert_at(const bert_model *m, int l) {
+    const size_t MBT = m->max_BT, C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local;
+    const size_t o = (size_t)(l % m->slots) * MBT;
+    return (bert_slices){.x = m->res + (size_t)l * MBT * C, .y = m->res + ((size_t)l + 1) * MBT * C,
+                         .qkv = m->qkv + o * 3 * Cl, .atty = m->atty + o * Cl,
+                         .probs = m->probs + (size_t)(l % m->slots) * m->max_B * m->NH_local * m->max_T * m->max_T,
+                         .sum1 = m->sum1 + o * C, .ln1 = m->ln1 + o * C, .ln1_mean = m->ln1_mean + o,
+                         .ln1_rstd = m->ln1_rstd + o, .sum2 = m->sum2 + o * C, .ln2_mean = m->ln2_mean + o,
+                         .ln2_rstd = m->ln2_rstd + o, .fch = m->fch + o * Fl, .fchg = m->fchg + o * Fl};
+}
+
+/* Layer l forward from its input; its output goes to res (the next layer's kept input), or to
+ * scratch when recomputing. */
+static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pass *pass, bool write_out) {
+    rt_status st = RT_OK;
+    const bert_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const bool drop = pass->training && c->hidden_dropout_prob > 0;
+    const float ph = c->hidden_dropout_prob, eps = c->layer_norm_eps;
+    const bert_layer_params *p = &m->layer[l];
+    bert_slices a = bert_at(m, l);
+
+    /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
+    mdl_col_linear_fwd(be, a.qkv, a.x, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
+    rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
+    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
+    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
+    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
+    ops->add(be->ctx, a.sum1, m->tmp, a.x, BT * C);
+    ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
+    /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
+    mdl_col_linear_fwd(be, a.fch, a.ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
+    ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
+    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
+    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
+    ops->add(be->ctx, a.sum2, m->tmp, a.ln1, BT * C);
+    /* the backward needs only sum2 and the statistics; a recompute's output lands in tmp */
+    ops->layernorm_fwd(be->ctx, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
+                       C, eps);
+fail:
+    return st;
+}
+
 static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t BT = (size_t)B * T, MBT = m->max_BT;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const size_t BT = (size_t)B * T;
+    const int C = m->C;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
     const float ph = c->hidden_dropout_prob, eps = c->layer_norm_eps;
 
@@ -464,32 +518,7 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
     ops->embedding_fwd(be->ctx, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
     ops->layernorm_fwd(be->ctx, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
     if (drop) ops->dropout_fwd(be->ctx, m->res, m->res, BT * C, ph, pass->seed, bert_stream(pass, 0));
-
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        const bert_layer_params *p = &m->layer[l];
-        const size_t o = (size_t)l * MBT;
-        float *x = m->res + o * C, *y = m->res + (o + MBT) * C;
-        float *qkv = m->qkv + o * 3 * Cl, *atty = m->atty + o * Cl;
-        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
-        float *sum1 = m->sum1 + o * C, *ln1 = m->ln1 + o * C, *sum2 = m->sum2 + o * C;
-        float *fch = m->fch + o * Fl, *fchg = m->fchg + o * Fl;
-
-        /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
-        mdl_col_linear_fwd(be, qkv, x, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
-        rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-        ops->attention_fwd(be->ctx, &d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
-        if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
-        ops->add(be->ctx, sum1, m->tmp, x, BT * C);
-        ops->layernorm_fwd(be->ctx, ln1, m->ln1_mean + o, m->ln1_rstd + o, sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
-        /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
-        mdl_col_linear_fwd(be, fch, ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
-        ops->act_fwd(be->ctx, c->act, fchg, fch, BT * Fl);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
-        if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
-        ops->add(be->ctx, sum2, m->tmp, ln1, BT * C);
-        ops->layernorm_fwd(be->ctx, y, m->ln2_mean + o, m->ln2_rstd + o, sum2, P(p->ln2_w), P(p->ln2_b), BT, C, eps);
-    }
+    for (int l = 0; l < c->num_hidden_layers; l++) RT_TRY(bert_layer_fwd(m, l, B, T, pass, true));
 fail:
     return st;
 }
@@ -500,24 +529,26 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t BT = (size_t)B * T, MBT = m->max_BT;
+    const size_t BT = (size_t)B * T;
     const int C = m->C, Cl = m->C_local, Fl = m->F_local;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
     const float ph = c->hidden_dropout_prob;
+    const int K = m->slots, last_segment = (c->num_hidden_layers - 1) / K * K;
 
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        /* checkpointing: entering a segment, recompute its layers (the forward left the last
+         * segment's in place) */
+        if (K < c->num_hidden_layers && l % K == K - 1 && l < last_segment)
+            for (int j = l - K + 1; j <= l; j++) RT_TRY(bert_layer_fwd(m, j, B, T, pass, false));
         const bert_layer_params *p = &m->layer[l];
-        const size_t o = (size_t)l * MBT;
-        float *x = m->res + o * C;
-        float *qkv = m->qkv + o * 3 * Cl, *atty = m->atty + o * Cl;
-        float *probs = m->probs + (size_t)l * m->max_B * m->NH_local * m->max_T * m->max_T;
-        float *sum1 = m->sum1 + o * C, *ln1 = m->ln1 + o * C, *sum2 = m->sum2 + o * C;
-        float *fch = m->fch + o * Fl, *fchg = m->fchg + o * Fl;
+        bert_slices a = bert_at(m, l);
+        float *x = a.x, *qkv = a.qkv, *atty = a.atty, *probs = a.probs, *sum1 = a.sum1, *ln1 = a.ln1, *sum2 = a.sum2;
+        float *fch = a.fch, *fchg = a.fchg;
 
         /* FFN: dres = dL/dy -> dsum = dL/dsum2, which reaches ln1 directly and through the FFN */
         ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
-        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w),
-                           m->ln2_mean + o, m->ln2_rstd + o, BT, C);
+        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w), a.ln2_mean,
+                           a.ln2_rstd, BT, C);
         const float *dbranch = m->dsum;
         if (drop) {
             ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
@@ -530,8 +561,8 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
 
         /* attention: dL/dsum1, which reaches x directly and through attention */
         ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
-        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w),
-                           m->ln1_mean + o, m->ln1_rstd + o, BT, C);
+        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w), a.ln1_mean,
+                           a.ln1_rstd, BT, C);
         dbranch = m->dsum;
         if (drop) {
             ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));

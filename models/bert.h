@@ -37,6 +37,9 @@ typedef struct {
     float classifier_dropout; /* HF's classifier_dropout, or hidden_dropout_prob when null */
     rt_act_kind act;
     int num_labels; /* 1 = regression (MSE) */
+    int checkpoint_layers; /* activation checkpointing: 0 keeps every layer's activations; K keeps
+                            * each layer's input and recomputes K layers at a time in backward.
+                            * A run option, not in config.json */
 } bert_config;
 
 /* HF defaults (bert-base-uncased) with num_labels 2. */

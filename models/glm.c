@@ -47,7 +47,8 @@ static void glm_declare_params(glm_model *m) {
                            .F = 4 * c->hidden_size, .ln_eps = c->layernorm_epsilon, .act = RT_ACT_GELU_TANH,
                            .attn_pdrop = c->attention_dropout_prob, .resid_pdrop = c->output_dropout_prob,
                            .emb_pdrop = c->embedding_dropout_prob,
-                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->num_layers)};
+                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->num_layers),
+                           .checkpoint_layers = c->checkpoint_layers};
     mdl_preln_declare(&m->blocks, &bc, &glm_block_names, &ckpt_map_glm, m->be, m->tp, &m->params);
 }
 
@@ -488,17 +489,13 @@ fail:
     return st;
 }
 
-rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
-                             char *report, size_t report_size) {
+rt_status glm_model_load_dir(glm_model *m, const char *dir, char *report, size_t report_size) {
     rt_status st = RT_OK;
-    char path[4096], weights[4096];
-    glm_config cfg;
+    char weights[4096];
+    const glm_config *cfg = &m->cfg;
+    rt_comm *tp = m->tp;
     ckpt_load_report rep;
     ckpt_weights *w = NULL;
-    *out = NULL;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    RT_TRY(glm_config_load(path, &cfg));
-    RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, 0, out));
     /* FlagAI's model-parallel files (pytorch_model_00.bin, _01, ...) are joined by the GLM
      * table's tp rules; anything else is one weights source */
     int n_mp = 0;
@@ -513,11 +510,11 @@ rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int m
         const char *paths[16];
         for (int r = 0; r < n_mp; r++) paths[r] = mp[r];
         snprintf(weights, sizeof weights, "%s (%d model-parallel files)", mp[0], n_mp);
-        RT_TRY(ckpt_weights_open_ranks(paths, n_mp, &ckpt_map_glm, cfg.num_attention_heads, cfg.vocab_size, &w));
-        RT_TRY(ckpt_weights_load_params(w, &(*out)->params, cfg.vocab_size, tp->rank, tp->size, NULL, &rep));
+        RT_TRY(ckpt_weights_open_ranks(paths, n_mp, &ckpt_map_glm, cfg->num_attention_heads, cfg->vocab_size, &w));
+        RT_TRY(ckpt_weights_load_params(w, &m->params, cfg->vocab_size, tp->rank, tp->size, NULL, &rep));
     } else {
         RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
-        RT_TRY(ckpt_load_hf(weights, &ckpt_map_glm, &(*out)->params, cfg.vocab_size, cfg.num_attention_heads, tp->rank,
+        RT_TRY(ckpt_load_hf(weights, &ckpt_map_glm, &m->params, cfg->vocab_size, cfg->num_attention_heads, tp->rank,
                             tp->size, NULL, &rep));
     }
     if (rep.missing)
@@ -526,10 +523,23 @@ rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int m
     if (report)
         snprintf(report, report_size, "%d tensors loaded%s%s", rep.loaded,
                  rep.unused ? "; tensors that map to no parameter, the first: " : "", rep.unused ? rep.first_unused : "");
-    ckpt_weights_close(w);
-    return RT_OK;
 fail:
     ckpt_weights_close(w);
+    return st;
+}
+
+rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
+                             char *report, size_t report_size) {
+    rt_status st = RT_OK;
+    char path[4096];
+    glm_config cfg;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    RT_TRY(glm_config_load(path, &cfg));
+    RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, 0, out));
+    RT_TRY(glm_model_load_dir(*out, dir, report, report_size));
+    return RT_OK;
+fail:
     glm_model_free(*out);
     *out = NULL;
     return st;

@@ -25,6 +25,7 @@ typedef struct {
     float embedding_dropout_prob, attention_dropout_prob, output_dropout_prob;
     float layernorm_epsilon, init_std;
     bool block_position_encoding; /* two position tables of max_sequence_length + 1 rows */
+    int checkpoint_layers; /* activation checkpointing (models/preln_stack.h); a run option, not saved */
 } glm_config;
 
 /* GLM-large-chinese's sizes (FlagAI's defaults) with dropout 0.1. */
@@ -115,5 +116,8 @@ rt_status glm_generate(glm_decoder *d, const glm_inputs *ctx, const int32_t *mas
  * tp): the config, then the weights, every one required, split for this tp. */
 rt_status glm_model_from_dir(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_T, glm_model **out,
                              char *report, size_t report_size);
+/* The weights of such a folder into a model built from its config (e.g. with run options such
+ * as checkpoint_layers set); report as glm_model_from_dir's. */
+rt_status glm_model_load_dir(glm_model *m, const char *dir, char *report, size_t report_size);
 
 #endif

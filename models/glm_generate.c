@@ -121,7 +121,7 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     be->ops->to_device(be->ctx, m->row_idx, d->h_idx, n * sizeof(int32_t));
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
-        mdl_preln_kv(&m->blocks, l, mdl_preln_ln1(&m->blocks, l), n, m->rows, m->drows);
+        mdl_preln_kv(&m->blocks, l, mdl_preln_ln1(&m->blocks, l, n), n, m->rows, m->drows);
         be->ops->scatter_rows_add(be->ctx, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
         be->ops->scatter_rows_add(be->ctx, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
     }

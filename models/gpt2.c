@@ -191,8 +191,8 @@ static void gpt2_declare_params(gpt2_model *m) {
     mdl_preln_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head,
                            .F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd, .ln_eps = c->layer_norm_eps, .act = c->act,
                            .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .emb_pdrop = c->embd_pdrop,
-                           .init_std = std,
-                           .proj_std = std / sqrtf(2.0f * (float)c->n_layer)};
+                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->n_layer),
+                           .checkpoint_layers = c->checkpoint_layers};
     mdl_preln_declare(&m->blocks, &bc, &gpt2_block_names, &ckpt_map_gpt2, m->be, m->tp, &m->params);
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }

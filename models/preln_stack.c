@@ -65,9 +65,11 @@ void mdl_preln_layout(mdl_preln *s, rt_arena *a, int max_B, int max_T) {
     s->max_B = max_B;
     s->max_T = max_T;
     s->max_BT = (size_t)max_B * (size_t)max_T;
-    const size_t L = (size_t)s->cfg.n_layer, BT = s->max_BT, B = (size_t)max_B, T = (size_t)max_T;
+    const int K = s->cfg.checkpoint_layers;
+    s->slots = K > 0 && K < s->cfg.n_layer ? K : s->cfg.n_layer;
+    const size_t L = (size_t)s->slots, BT = s->max_BT, B = (size_t)max_B, T = (size_t)max_T;
     const size_t C = (size_t)s->cfg.C, Cl = (size_t)s->C_local, Fl = (size_t)s->F_local, f = sizeof(float);
-    s->res = rt_arena_take(a, (L + 1) * BT * C, f);
+    s->res = rt_arena_take(a, ((size_t)s->cfg.n_layer + 1) * BT * C, f);
     s->xmid = rt_arena_take(a, L * BT * C, f);
     s->ln1 = rt_arena_take(a, L * BT * C, f);
     s->ln1_mean = rt_arena_take(a, L * BT, f);
@@ -100,10 +102,11 @@ typedef struct {
         *fchg;
 } preln_slices;
 
-static preln_slices preln_at(const mdl_preln *s, int l) {
+static preln_slices preln_at(const mdl_preln *s, int block) {
     const size_t MBT = s->max_BT, C = (size_t)s->cfg.C, Cl = (size_t)s->C_local, Fl = (size_t)s->F_local;
     const size_t probs = (size_t)s->max_B * s->NH_local * s->max_T * s->max_T;
-    return (preln_slices){.res_in = mdl_preln_residual(s, l), .res_out = mdl_preln_residual(s, l + 1),
+    const size_t l = (size_t)(block % s->slots);
+    return (preln_slices){.res_in = mdl_preln_residual(s, block), .res_out = mdl_preln_residual(s, block + 1),
                           .xmid = s->xmid + l * MBT * C, .ln1 = s->ln1 + l * MBT * C, .ln1_mean = s->ln1_mean + l * MBT,
                           .ln1_rstd = s->ln1_rstd + l * MBT, .qkv = s->qkv + l * MBT * 3 * Cl,
                           .probs = s->probs + l * probs, .atty = s->atty + l * MBT * Cl, .ln2 = s->ln2 + l * MBT * C,
@@ -122,7 +125,10 @@ static rt_attn_desc preln_attn(const mdl_preln *s, int B, int T, const mdl_preln
                           .heads_total = s->cfg.n_head};
 }
 
-rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
+/* Block l forward from its residual input into its slot; the residual output too when
+ * write_out (a recompute leaves the kept one alone). */
+static rt_status preln_block_fwd(mdl_preln *s, int l, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
+                                 bool write_out) {
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
@@ -130,33 +136,40 @@ rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *ma
     const size_t BT = (size_t)B * T;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const bool drop = pass->training && c->resid_pdrop > 0;
+    const mdl_preln_layer *p = &s->layer[l];
+    preln_slices a = preln_at(s, l);
+    const int site = 1 + 3 * l;
+    ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
+    mdl_col_linear_fwd(be, a.qkv, a.ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
+    rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
+    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
+    RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
+    if (drop) ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+    ops->add(be->ctx, a.xmid, a.res_in, s->tmp, BT * C);
+
+    ops->layernorm_fwd(be->ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
+    mdl_col_linear_fwd(be, a.fch, a.ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
+    ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
+    if (!write_out) return RT_OK; /* the MLP's output only feeds the next block's kept input */
+    RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
+    if (drop) ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+    ops->add(be->ctx, a.res_out, a.xmid, s->tmp, BT * C);
+fail:
+    return st;
+}
+
+rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const mdl_preln_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const size_t BT = (size_t)B * T;
     if (pass->training && c->emb_pdrop > 0) {
         float *x = mdl_preln_residual(s, 0);
-        ops->dropout_fwd(be->ctx, x, x, BT * C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+        be->ops->dropout_fwd(be->ctx, x, x, BT * c->C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
     }
-    for (int l = 0; l < c->n_layer; l++) {
-        const mdl_preln_layer *p = &s->layer[l];
-        preln_slices a = preln_at(s, l);
-        const int site = 1 + 3 * l;
-        ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
-        mdl_col_linear_fwd(be, a.qkv, a.ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
-        rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
-        ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
-        if (drop)
-            ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
-        ops->add(be->ctx, a.xmid, a.res_in, s->tmp, BT * C);
-
-        ops->layernorm_fwd(be->ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
-        mdl_col_linear_fwd(be, a.fch, a.ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
-        ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
-        if (drop)
-            ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
-        ops->add(be->ctx, a.res_out, a.xmid, s->tmp, BT * C);
-    }
-    ops->layernorm_fwd(be->ctx, s->out, s->out_mean, s->out_rstd, mdl_preln_residual(s, c->n_layer), P(s->lnf_w),
-                       P(s->lnf_b), BT, C, c->ln_eps);
+    for (int l = 0; l < c->n_layer; l++) RT_TRY(preln_block_fwd(s, l, B, T, mask, pass, true));
+    be->ops->layernorm_fwd(be->ctx, s->out, s->out_mean, s->out_rstd, mdl_preln_residual(s, c->n_layer), P(s->lnf_w),
+                           P(s->lnf_b), BT, c->C, c->ln_eps);
 fail:
     return st;
 }
@@ -169,7 +182,13 @@ void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k
     mdl_col_linear_fwd(s->be, v, ln1_rows, P(p->qkv_w) + 2 * Cl * C, P(p->qkv_b) + 2 * Cl, n, (int)C, (int)Cl);
 }
 
-const float *mdl_preln_ln1(const mdl_preln *s, int l) { return s->ln1 + (size_t)l * s->max_BT * (size_t)s->cfg.C; }
+const float *mdl_preln_ln1(mdl_preln *s, int l, size_t n) {
+    preln_slices a = preln_at(s, l);
+    if (s->slots < s->cfg.n_layer) /* the slot may hold a later block's */
+        s->be->ops->layernorm_fwd(s->be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(s->layer[l].ln1_w),
+                                  P(s->layer[l].ln1_b), n, s->cfg.C, s->cfg.ln_eps);
+    return a.ln1;
+}
 
 rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
                            const int32_t *at_idx, const float *key_mask) {
@@ -223,7 +242,12 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
     ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
     ops->layernorm_bwd(be->ctx, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
                        P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
+    const int K = s->slots, last_segment = (c->n_layer - 1) / K * K;
     for (int l = c->n_layer - 1; l >= 0; l--) {
+        /* checkpointing: entering a segment, recompute its blocks (the forward left the last
+         * segment's in place) */
+        if (K < c->n_layer && l % K == K - 1 && l < last_segment)
+            for (int j = l - K + 1; j <= l; j++) RT_TRY(preln_block_fwd(s, j, B, T, mask, pass, false));
         const mdl_preln_layer *p = &s->layer[l];
         preln_slices a = preln_at(s, l);
         const int site = 1 + 3 * l;

@@ -11,7 +11,10 @@
  * heads and losses.
  *
  * Activations for max_B x max_T are laid out once (llm.c's pattern); a step allocates
- * nothing. Parameter names come from per-model formats with one %d (the layer), and each
+ * nothing. With activation checkpointing (checkpoint_layers K > 0) only the residual entering
+ * each block is kept for every block; the other activations have K slots, and backward
+ * recomputes each segment of K blocks from its inputs, with the same dropout bits, before
+ * going back through it, so the gradients are the ones without checkpointing. Parameter names come from per-model formats with one %d (the layer), and each
  * parameter's tp rule from the model's checkpoint map (checkpoints/ckpt_map_tables.c). */
 #ifndef MDL_PRELN_STACK_H
 #define MDL_PRELN_STACK_H
@@ -40,6 +43,7 @@ typedef struct {
     float attn_pdrop, resid_pdrop;
     float emb_pdrop;            /* dropout on the embeddings the model wrote into the first slice */
     float init_std, proj_std;   /* weights N(0, init_std); both projections N(0, proj_std) */
+    int checkpoint_layers;      /* 0: keep every block's activations; K: recompute K blocks at a time */
 } mdl_preln_config;
 
 typedef struct {
@@ -65,8 +69,9 @@ typedef struct {
     int max_B, max_T;
     size_t max_BT;
     /* activations */
+    int slots;                         /* L, or checkpoint_layers: the per-block activations kept */
     float *res;                        /* (L+1, BT, C) the residual entering each block, and the output */
-    float *xmid;                       /* (L, BT, C) residual after attention */
+    float *xmid;                       /* (slots, BT, C) residual after attention; block l in slot l % slots */
     float *ln1, *ln1_mean, *ln1_rstd;  /* (L, BT, C), (L, BT), (L, BT) */
     float *qkv;                        /* (L, BT, 3*C_local) [q; k; v] per token */
     float *probs;                      /* (L, B, NH_local, T, T) softmax before dropout */
@@ -106,8 +111,9 @@ rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, 
 /* The keys and values of block l for n rows of its input LayerNorm output (the forward's ln1
  * activations), into k and v (n, C_local) each: to fill the caches after a full forward. */
 void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k, float *v);
-/* Block l's input-LayerNorm output of the last forward (BT, C) rows. */
-const float *mdl_preln_ln1(const mdl_preln *s, int l);
+/* Block l's input-LayerNorm output for the last forward's n rows (recomputed from the block's
+ * input when checkpointing has reused its slot). */
+const float *mdl_preln_ln1(mdl_preln *s, int l, size_t n);
 
 /* The dropout stream of a call site: 0 is the embeddings', blocks use 1 + 3l .. 3 + 3l. */
 uint64_t mdl_dropout_stream(const mdl_pass *p, int site);

@@ -33,6 +33,18 @@ COMMON=(--threads 2 --batch-size 8 --log-interval 2)
 grep -q "validation results (copa, 100 examples, step 4): loss [0-9.]* accuracy [0-9.]*" "$TMP/out" && ok ||
     bad "copa: no validation line"
 grep -q '"type":"eval".*"accuracy"' "$TMP/copa/metrics.jsonl" && ok || bad "copa: metrics.jsonl lacks the eval line"
+copa_result=$(grep "validation results" "$TMP/out")
+copa_losses=$(grep -o "^step [0-9/]* | epoch [0-9.]* | loss [0-9.]*" "$TMP/out")
+copa_act=$(grep -o "activations and buffers [0-9.]*" "$TMP/out" | grep -o "[0-9.]*$")
+# activation checkpointing: the same losses and validation numbers, less activation memory
+"$BIN" --task copa "${COMMON[@]}" --max-steps 4 --checkpoint-activations --save-dir "$TMP/copa-ckpt" > "$TMP/out" \
+    2> "$TMP/err" && ok || bad "copa run with --checkpoint-activations"
+[ -n "$copa_result" ] && [ "$(grep "validation results" "$TMP/out")" = "$copa_result" ] &&
+    [ "$(grep -o "^step [0-9/]* | epoch [0-9.]* | loss [0-9.]*" "$TMP/out")" = "$copa_losses" ] && ok ||
+    bad "copa: --checkpoint-activations changed the numbers"
+ckpt_act=$(grep -o "activations and buffers [0-9.]*" "$TMP/out" | grep -o "[0-9.]*$")
+awk -v a="$ckpt_act" -v b="$copa_act" 'BEGIN { exit !(a + 0 < b + 0) }' && ok ||
+    bad "copa: --checkpoint-activations uses $ckpt_act MiB of activations, $copa_act MiB without"
 for f in config.json pytorch_model.bin vocab.txt tokenizer_config.json; do
     [ -f "$TMP/copa/hf/$f" ] && ok || bad "copa: the export lacks $f"
 done

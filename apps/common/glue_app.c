@@ -68,7 +68,7 @@ static const rt_opt gc_own_options[] = {
      "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
 };
 #define GC_N_OWN ((int)(sizeof gc_own_options / sizeof gc_own_options[0]))
-static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS];
+static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
 
 static rt_args_spec gc_spec = {
     .prog = "glue",
@@ -509,7 +509,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
     glue_model_args ma = {.config_path = src.config[0] ? src.config : NULL, .num_labels = task->n_labels, .tok = tok,
                           .be = be, .tp = grid->tp, .max_B = (int)O.t.batch_size, .max_T = max_T,
-                          .seed = (uint64_t)O.t.seed};
+                          .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t)};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);
@@ -595,6 +595,7 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     memcpy(gc_options, gc_own_options, sizeof gc_own_options);
     gc_spec.n_opts = GC_N_OWN;
     train_app_add_options(&O.t, &defaults, gc_options, &gc_spec.n_opts);
+    train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
     return train_app_main(argc, argv, family->prog, GC_COMM_TIMEOUT_S, gc_run);

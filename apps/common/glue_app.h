@@ -22,6 +22,7 @@ typedef struct {
     rt_comm *tp;
     int max_B, max_T;          /* the largest batch the model must hold */
     uint64_t seed;
+    int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
 } glue_model_args;
 
 typedef struct {

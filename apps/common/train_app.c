@@ -63,6 +63,23 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_op
     *n += TRAIN_APP_N_OPTS;
 }
 
+void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
+    const rt_opt ckpt[TRAIN_APP_N_CHECKPOINT_OPTS] = {
+        {"checkpoint-activations", RT_OPT_FLAG, &o->checkpoint_activations, "false", NULL,
+         "keep only each block's input and recompute the block in backward: less activation memory, the same "
+         "gradients, about a third more compute", NULL, 0, 0},
+        {"checkpoint-num-layers", RT_OPT_INT, &o->checkpoint_num_layers, "1", NULL,
+         "with --checkpoint-activations: blocks recomputed together (activations of N blocks at once)", NULL, 1,
+         1 << 20},
+    };
+    memcpy(opts + *n, ckpt, sizeof ckpt);
+    *n += TRAIN_APP_N_CHECKPOINT_OPTS;
+}
+
+int train_app_checkpoint_layers(const train_app_opts *o) {
+    return o->checkpoint_activations ? (int)o->checkpoint_num_layers : 0;
+}
+
 rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
                           rt_grid *grid) {
     static char default_save_dir[256];

@@ -21,6 +21,8 @@ typedef struct {
         threads, tp, zero;
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
     bool resume, pad8, offload_optimizer;
+    bool checkpoint_activations; /* train_app_add_checkpoint_options */
+    int64_t checkpoint_num_layers;
 } train_app_opts;
 
 /* The program's defaults where they differ between programs (as text, as rt_opt takes them). */
@@ -34,6 +36,13 @@ typedef struct {
 /* Appends the shared options, writing into *o, to opts[*n ..] (room for TRAIN_APP_N_OPTS
  * more is the caller's); *n grows by TRAIN_APP_N_OPTS. */
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n);
+
+/* Activation checkpointing's two options (--checkpoint-activations, --checkpoint-num-layers),
+ * for the programs whose models implement it; TRAIN_APP_N_CHECKPOINT_OPTS more entries. */
+#define TRAIN_APP_N_CHECKPOINT_OPTS 2
+void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n);
+/* The models' checkpoint_layers from those options: 0 when off, else K. */
+int train_app_checkpoint_layers(const train_app_opts *o);
 
 /* After rt_args_parse: the default save dir (runs/PROG), option combinations that cannot
  * work, the dp x tp grid over world, a DeepSpeed micro-batch turned into the global batch,

@@ -73,7 +73,7 @@ static const rt_opt glm_own_options[] = {
      "tokenizer; default SAVE_DIR/hf)", NULL, 0, 0},
 };
 #define GLM_N_OWN ((int)(sizeof glm_own_options / sizeof glm_own_options[0]))
-static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS];
+static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
 
 static rt_args_spec glm_spec = {
     .prog = GLM_PROG,
@@ -477,11 +477,12 @@ static rt_status glm_build_model(rt_backend *be, rt_comm *tp, const tok_tokenize
     if (max_T > cfg.max_sequence_length + 1)
         RT_FAIL(RT_ERR_CONFIG, "rows of up to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s)",
                 max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "");
+    cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+    RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, (uint64_t)O.t.seed, out));
     if (O.model) {
-        RT_TRY(glm_model_from_dir(O.model, be, tp, max_B, max_T, out, report, sizeof report));
+        RT_TRY(glm_model_load_dir(*out, O.model, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
     } else {
-        RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, (uint64_t)O.t.seed, out));
         rt_log_info("weights: random init (%s)", O.arch ? O.arch : "a small GLM: 2 layers, 128 wide, 4 heads");
     }
     rt_log_info("model: GLM %d layers, %d wide, %d heads, vocab %d, positions %d", cfg.num_layers, cfg.hidden_size,
@@ -689,5 +690,6 @@ int main(int argc, char **argv) {
     memcpy(glm_options, glm_own_options, sizeof glm_own_options);
     glm_spec.n_opts = GLM_N_OWN;
     train_app_add_options(&O.t, &defaults, glm_options, &glm_spec.n_opts);
+    train_app_add_checkpoint_options(&O.t, glm_options, &glm_spec.n_opts);
     return train_app_main(argc, argv, GLM_PROG, GLM_COMM_TIMEOUT_S, glm_run_main);
 }
