@@ -157,10 +157,12 @@ static void t5_declare_params(t5_model *m) {
 
 /* Lays out one stack's buffers (measuring when a->base is NULL). */
 static void t5_layout_stack(t5_model *m, t5_stack *s, rt_arena *a) {
-    const size_t L = (size_t)s->L, MR = s->MR, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
+    const int K = m->cfg.checkpoint_layers;
+    s->slots = K > 0 && K < s->L ? K : s->L;
+    const size_t L = (size_t)s->slots, MR = s->MR, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
     const size_t B = (size_t)m->max_B, T = (size_t)s->max_T, S = (size_t)m->max_S, NH = (size_t)m->NH_local;
     const size_t f = sizeof(float);
-    s->res = rt_arena_take(a, (L + 1) * MR * C, f);
+    s->res = rt_arena_take(a, ((size_t)s->L + 1) * MR * C, f);
     s->mid = rt_arena_take(a, L * MR * C, f);
     s->ln1 = rt_arena_take(a, L * MR * C, f);
     s->ln1_rstd = rt_arena_take(a, L * MR, f);
@@ -352,19 +354,27 @@ fail:
     return st;
 }
 
+rt_status t5_config_from_hf(const char *dir, t5_config *c, char *weights, size_t weights_size) {
+    rt_status st = RT_OK;
+    char path[4096];
+    bool own_head = false;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    RT_TRY(t5_config_load(path, c));
+    RT_TRY(ckpt_source_find_weights(dir, weights, weights_size));
+    RT_TRY(t5_weights_own_head(weights, &own_head));
+    /* transformers 5 ties the head unless the file holds a different one, whatever the config */
+    c->tie_word_embeddings = !own_head;
+fail:
+    return st;
+}
+
 rt_status t5_model_from_hf(const char *dir, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
                            t5_model **out, char *report, size_t report_size) {
     rt_status st = RT_OK;
-    char path[4096], weights[4096];
+    char weights[4096];
     t5_config cfg;
-    bool own_head = false;
     *out = NULL;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    RT_TRY(t5_config_load(path, &cfg));
-    RT_TRY(ckpt_source_find_weights(dir, weights, sizeof weights));
-    RT_TRY(t5_weights_own_head(weights, &own_head));
-    /* transformers 5 ties the head unless the file holds a different one, whatever the config */
-    cfg.tie_word_embeddings = !own_head;
+    RT_TRY(t5_config_from_hf(dir, &cfg, weights, sizeof weights));
     RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, 0, out));
     RT_TRY(t5_load_hf(*out, weights, report, report_size));
     return RT_OK;
@@ -493,9 +503,86 @@ rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass
         ops->act_fwd(be->ctx, c->act, fh, fa, R * Fl);
     }
     t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
+    if (!out) return RT_OK;
     RT_TRY(mdl_row_linear_fwd(be, m->tp, tmp, fh, P(p->wo), NULL, R, Fl, C));
     t5_drop(m, pass, tmp, tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
     ops->add(be->ctx, out, in, tmp, R * C);
+fail:
+    return st;
+}
+
+/* Block l's activation slices: its input and output in res, the rest in its slot. */
+typedef struct {
+    float *x, *res_out, *mid, *ln1, *ln1_rstd, *q, *k, *v, *atty, *probs;
+    float *lnc, *lnc_rstd, *mid2, *cq, *ck, *cv, *cprobs, *catty; /* decoder */
+    float *ln2, *ln2_rstd, *fa, *fb, *fh;
+} t5_slices;
+
+static t5_slices t5_at(const t5_model *m, const t5_stack *s, int l) {
+    const size_t MR = s->MR, MRS = (size_t)m->max_B * m->max_S, C = (size_t)m->C, Il = (size_t)m->I_local;
+    const size_t Fl = (size_t)m->F_local, NH = (size_t)m->NH_local, B = (size_t)m->max_B, T = (size_t)s->max_T;
+    const size_t o = (size_t)(l % s->slots);
+    t5_slices a = {.x = s->res + (size_t)l * MR * C, .res_out = s->res + (size_t)(l + 1) * MR * C,
+                   .mid = s->mid + o * MR * C, .ln1 = s->ln1 + o * MR * C, .ln1_rstd = s->ln1_rstd + o * MR,
+                   .q = s->q + o * MR * Il, .k = s->k + o * MR * Il, .v = s->v + o * MR * Il,
+                   .atty = s->atty + o * MR * Il, .probs = s->probs + o * B * NH * T * T, .ln2 = s->ln2 + o * MR * C,
+                   .ln2_rstd = s->ln2_rstd + o * MR, .fa = s->fa + o * MR * Fl,
+                   .fb = m->cfg.gated ? s->fb + o * MR * Fl : NULL, .fh = s->fh + o * MR * Fl};
+    if (s->decoder) {
+        a.lnc = s->lnc + o * MR * C;
+        a.lnc_rstd = s->lnc_rstd + o * MR;
+        a.mid2 = s->mid2 + o * MR * C;
+        a.cq = s->cq + o * MR * Il;
+        a.ck = s->ck + o * MRS * Il;
+        a.cv = s->cv + o * MRS * Il;
+        a.cprobs = s->cprobs + o * B * NH * T * (size_t)m->max_S;
+        a.catty = s->catty + o * MR * Il;
+    }
+    return a;
+}
+
+/* Block l forward from its input in res into its slot, and its output into res[l + 1] when
+ * write_out (a recompute leaves the kept one alone). The decoder reads m->enc.out. */
+static rt_status t5_block_fwd(t5_model *m, t5_stack *s, int l, int B, int T, int S, const mdl_pass *pass,
+                              bool write_out) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const rt_backend_ops *ops = be->ops;
+    const size_t R = (size_t)B * T, RS = (size_t)B * S;
+    const int C = m->C, Il = m->I_local;
+    const float eps = c->layer_norm_epsilon;
+    const t5_block_params *p = &s->blk[l];
+    t5_slices a = t5_at(m, s, l);
+
+    /* self-attention: mid = x + drop(o(attn(norm(x)))) */
+    ops->rmsnorm_fwd(be->ctx, a.ln1, a.ln1_rstd, a.x, P(p->ln_self), R, C, eps);
+    mdl_col_linear_fwd(be, a.q, a.ln1, P(p->q), NULL, R, C, Il);
+    mdl_col_linear_fwd(be, a.k, a.ln1, P(p->k), NULL, R, C, Il);
+    mdl_col_linear_fwd(be, a.v, a.ln1, P(p->v), NULL, R, C, Il);
+    rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
+                                  t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
+    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.q, a.k, a.v);
+    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->o), NULL, R, Il, C));
+    t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
+    ops->add(be->ctx, a.mid, a.x, m->tmp, R * C);
+    float *ff_in = a.mid;
+
+    if (s->decoder) { /* cross-attention: mid2 = mid + drop(o(attn(norm(mid), enc))) */
+        ops->rmsnorm_fwd(be->ctx, a.lnc, a.lnc_rstd, a.mid, P(p->ln_cross), R, C, eps);
+        mdl_col_linear_fwd(be, a.cq, a.lnc, P(p->cq), NULL, R, C, Il);
+        mdl_col_linear_fwd(be, a.ck, m->enc.out, P(p->ck), NULL, RS, C, Il);
+        mdl_col_linear_fwd(be, a.cv, m->enc.out, P(p->cv), NULL, RS, C, Il);
+        rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
+                                       t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
+        ops->attention_fwd(be->ctx, &dc, a.catty, a.cprobs, a.cq, a.ck, a.cv);
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.catty, P(p->co), NULL, R, Il, C));
+        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
+        ops->add(be->ctx, a.mid2, a.mid, m->tmp, R * C);
+        ff_in = a.mid2;
+    }
+    RT_TRY(t5_ffn_fwd(m, s, l, pass, write_out ? a.res_out : NULL, ff_in, a.ln2, a.ln2_rstd, a.fa, a.fb, a.fh, m->tmp,
+                      R));
 fail:
     return st;
 }
@@ -507,60 +594,15 @@ rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR, MRS = (size_t)m->max_B * m->max_S;
-    const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
-    const float eps = c->layer_norm_epsilon;
+    const size_t R = (size_t)B * T, MR = s->MR;
+    const int C = m->C, NH = m->NH_local;
 
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, s->res, s->ids, P(m->shared), R, C, m->vocab_start, m->V_local));
     t5_drop(m, pass, s->res, s->res, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
     ops->relbias_fwd(be->ctx, s->bias, P(s->blk[0].rel_bias), s->buckets, NH, T, T, c->relative_attention_num_buckets);
-
-    for (int l = 0; l < s->L; l++) {
-        const t5_block_params *p = &s->blk[l];
-        float *x = s->res + (size_t)l * MR * C, *res_out = s->res + (size_t)(l + 1) * MR * C;
-        float *mid = s->mid + (size_t)l * MR * C;
-        float *ln1 = s->ln1 + (size_t)l * MR * C, *ln2 = s->ln2 + (size_t)l * MR * C;
-        float *q = s->q + (size_t)l * MR * Il, *k = s->k + (size_t)l * MR * Il, *v = s->v + (size_t)l * MR * Il;
-        float *atty = s->atty + (size_t)l * MR * Il;
-        float *probs = s->probs + (size_t)l * m->max_B * NH * s->max_T * s->max_T;
-        float *fa = s->fa + (size_t)l * MR * Fl, *fh = s->fh + (size_t)l * MR * Fl;
-
-        /* self-attention: mid = x + drop(o(attn(norm(x)))) */
-        ops->rmsnorm_fwd(be->ctx, ln1, s->ln1_rstd + l * MR, x, P(p->ln_self), R, C, eps);
-        mdl_col_linear_fwd(be, q, ln1, P(p->q), NULL, R, C, Il);
-        mdl_col_linear_fwd(be, k, ln1, P(p->k), NULL, R, C, Il);
-        mdl_col_linear_fwd(be, v, ln1, P(p->v), NULL, R, C, Il);
-        rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
-                                      t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
-        ops->attention_fwd(be->ctx, &d, atty, probs, q, k, v);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, atty, P(p->o), NULL, R, Il, C));
-        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
-        ops->add(be->ctx, mid, x, m->tmp, R * C);
-        float *ff_in = mid;
-
-        if (s->decoder) { /* cross-attention: mid2 = mid + drop(o(attn(norm(mid), enc))) */
-            float *lnc = s->lnc + (size_t)l * MR * C, *mid2 = s->mid2 + (size_t)l * MR * C;
-            float *cq = s->cq + (size_t)l * MR * Il, *catty = s->catty + (size_t)l * MR * Il;
-            float *ck = s->ck + (size_t)l * MRS * Il, *cv = s->cv + (size_t)l * MRS * Il;
-            float *cprobs = s->cprobs + (size_t)l * m->max_B * NH * s->max_T * m->max_S;
-            ops->rmsnorm_fwd(be->ctx, lnc, s->lnc_rstd + l * MR, mid, P(p->ln_cross), R, C, eps);
-            mdl_col_linear_fwd(be, cq, lnc, P(p->cq), NULL, R, C, Il);
-            mdl_col_linear_fwd(be, ck, m->enc.out, P(p->ck), NULL, RS, C, Il);
-            mdl_col_linear_fwd(be, cv, m->enc.out, P(p->cv), NULL, RS, C, Il);
-            rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
-                                           t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
-            ops->attention_fwd(be->ctx, &dc, catty, cprobs, cq, ck, cv);
-            RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, catty, P(p->co), NULL, R, Il, C));
-            t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
-            ops->add(be->ctx, mid2, mid, m->tmp, R * C);
-            ff_in = mid2;
-        }
-
-        float *fb = c->gated ? s->fb + (size_t)l * MR * Fl : NULL;
-        RT_TRY(t5_ffn_fwd(m, s, l, pass, res_out, ff_in, ln2, s->ln2_rstd + l * MR, fa, fb, fh, m->tmp, R));
-    }
+    for (int l = 0; l < s->L; l++) RT_TRY(t5_block_fwd(m, s, l, B, T, S, pass, true));
     float *x_last = s->res + (size_t)s->L * MR * C;
-    ops->rmsnorm_fwd(be->ctx, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, eps);
+    ops->rmsnorm_fwd(be->ctx, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, c->layer_norm_epsilon);
     t5_drop(m, pass, s->out, s->lnf, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
 fail:
     return st;
@@ -574,7 +616,7 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
     const rt_backend_ops *ops = be->ops;
-    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR, MRS = (size_t)m->max_B * m->max_S;
+    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR;
     const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
     const float *g;
 
@@ -584,22 +626,24 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
     ops->rmsnorm_bwd(be->ctx, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
     ops->zero(be->ctx, s->dbias, (size_t)NH * T * T * sizeof(float));
 
+    const int K = s->slots, last_segment = (s->L - 1) / K * K;
     for (int l = s->L - 1; l >= 0; l--) {
+        /* checkpointing: entering a segment, recompute its blocks (the forward left the last
+         * segment's in place) */
+        if (K < s->L && l % K == K - 1 && l < last_segment)
+            for (int j = l - K + 1; j <= l; j++) RT_TRY(t5_block_fwd(m, s, j, B, T, S, pass, false));
         const t5_block_params *p = &s->blk[l];
-        float *x = s->res + (size_t)l * MR * C, *mid = s->mid + (size_t)l * MR * C;
-        float *ln1 = s->ln1 + (size_t)l * MR * C, *ln2 = s->ln2 + (size_t)l * MR * C;
-        float *q = s->q + (size_t)l * MR * Il, *k = s->k + (size_t)l * MR * Il, *v = s->v + (size_t)l * MR * Il;
-        float *atty = s->atty + (size_t)l * MR * Il;
-        float *probs = s->probs + (size_t)l * m->max_B * NH * s->max_T * s->max_T;
-        float *fa = s->fa + (size_t)l * MR * Fl, *fh = s->fh + (size_t)l * MR * Fl;
-        float *ff_in = s->decoder ? s->mid2 + (size_t)l * MR * C : mid;
+        t5_slices a = t5_at(m, s, l);
+        float *x = a.x, *mid = a.mid, *ln1 = a.ln1, *ln2 = a.ln2, *q = a.q, *k = a.k, *v = a.v, *atty = a.atty;
+        float *probs = a.probs, *fa = a.fa, *fh = a.fh;
+        float *ff_in = s->decoder ? a.mid2 : mid;
 
         /* FFN; m->dres holds dL/d(block output) */
         g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
         mdl_row_linear_bwd(be, m->dfh, G(p->wo), NULL, g, fh, P(p->wo), R, Fl, C);
         t5_drop_ff(m, pass, m->dfh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
         if (c->gated) {
-            float *fb = s->fb + (size_t)l * MR * Fl;
+            float *fb = a.fb;
             ops->gated_act_bwd(be->ctx, c->act, m->dfa, m->dfb, fa, fb, m->dfh, R * Fl);
             int w[2] = {p->wi, p->wi1};
             float *d[2] = {m->dfa, m->dfb};
@@ -610,13 +654,10 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
             float *d[1] = {m->dfa};
             RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, w, d, ln2, R, C, Fl));
         }
-        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), s->ln2_rstd + l * MR, R, C);
+        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), a.ln2_rstd, R, C);
 
         if (s->decoder) { /* m->dres: dL/d mid2 */
-            float *lnc = s->lnc + (size_t)l * MR * C;
-            float *cq = s->cq + (size_t)l * MR * Il, *catty = s->catty + (size_t)l * MR * Il;
-            float *ck = s->ck + (size_t)l * MRS * Il, *cv = s->cv + (size_t)l * MRS * Il;
-            float *cprobs = s->cprobs + (size_t)l * m->max_B * NH * s->max_T * m->max_S;
+            float *lnc = a.lnc, *cq = a.cq, *catty = a.catty, *ck = a.ck, *cv = a.cv, *cprobs = a.cprobs;
             g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
             mdl_row_linear_bwd(be, m->datty, G(p->co), NULL, g, catty, P(p->co), R, Il, C);
             rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
@@ -625,8 +666,7 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
             int wq[1] = {p->cq};
             float *dqs[1] = {m->dq};
             RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, wq, dqs, lnc, R, C, Il));
-            ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), s->lnc_rstd + l * MR, R,
-                             C);
+            ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), a.lnc_rstd, R, C);
             int wkv[2] = {p->ck, p->cv};
             float *dkv[2] = {m->dk, m->dv};
             RT_TRY(t5_cols_bwd(m, m->denc, true, false, 2, wkv, dkv, m->enc.out, RS, C, Il));
@@ -641,7 +681,7 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
         int w[3] = {p->q, p->k, p->v};
         float *dqkv[3] = {m->dq, m->dk, m->dv};
         RT_TRY(t5_cols_bwd(m, m->dln, false, true, 3, w, dqkv, ln1, R, C, Il));
-        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), s->ln1_rstd + l * MR, R, C);
+        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), a.ln1_rstd, R, C);
     }
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
     ops->relbias_bwd(be->ctx, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);

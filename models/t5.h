@@ -44,6 +44,9 @@ typedef struct {
     bool tie_word_embeddings;               /* the LM head is `shared` (no lm_head.weight) */
     bool scale_decoder_outputs;             /* decoder output * d_model^-0.5 before the head */
     int pad_token_id, eos_token_id, decoder_start_token_id;
+    int checkpoint_layers;                  /* activation checkpointing: 0 keeps every block's activations;
+                                             * K keeps each block's input and recomputes K blocks at a time
+                                             * in backward. A run option, not in config.json */
 } t5_config;
 
 /* HF's defaults (t5-small): relu FFN, tied head, scaled decoder output. */
@@ -76,6 +79,9 @@ int t5_model_padded_vocab(const t5_model *m);
  * config says 0); in [0, 1). */
 rt_status t5_set_dropout(t5_model *m, float p);
 
+/* An HF folder's config as the model it holds: config.json, with the head decided from the
+ * weights too (see t5_model_from_hf); weights gets the weights file's path. */
+rt_status t5_config_from_hf(const char *dir, t5_config *c, char *weights, size_t weights_size);
 /* An HF folder (config.json + model.safetensors) as a model: reads the config, decides the
  * head from the weights too (an lm_head.weight that differs from shared.weight is an untied
  * head, as transformers 5 loads it, whatever the config says), builds the model and loads

@@ -21,10 +21,11 @@ typedef struct {
 } t5_block_params;
 
 /* Activations of one stack. R is the stack's rows (B*T), MR its maximum; per-block buffers
- * are L blocks of MR rows. */
+ * are `slots` blocks of MR rows: L, or with activation checkpointing K, block l in slot l % K
+ * (backward recomputes a segment of K blocks from their kept inputs in res). */
 typedef struct {
     bool decoder;
-    int L, max_T;
+    int L, max_T, slots;
     size_t MR;
     t5_block_params *blk;
     int final_ln;
@@ -94,8 +95,8 @@ rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_
 rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass);
 /* The FFN sublayer of block l of stack s on R rows: out = in + drop(wo(drop(act(wi h) [* wi_1 h]))),
  * h = norm(in). ln (R, C), rstd (R), fa, fb (gated only) and fh (R, F_local) keep its
- * activations for backward; tmp (R, C) is scratch; out may alias in. Collective over tp (wo is
- * row-parallel). */
+ * activations for backward; tmp (R, C) is scratch; out may alias in, or be NULL to stop once
+ * fh is kept (a recompute). Collective over tp (wo is row-parallel). */
 rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass, float *out, const float *in,
                      float *ln, float *rstd, float *fa, float *fb, float *fh, float *tmp, size_t R);
 /* logits (R, V_local) on the device to host_logits (R, vocab_size): this rank's columns, or with

@@ -86,6 +86,23 @@ expect_fail "invalid UTF-8" "bad.en:3: invalid UTF-8 at byte 5" "$TMP/bad.en" "$
 expect_fail "one positional" "expected SRC TGT" "$TMP/s.en" "${COMMON[@]}" --save-dir "$TMP/x"
 expect_fail "predict without model" "--predict needs --model" --predict "$TMP/s.en" --save-dir "$TMP/x"
 expect_fail "missing file" "nope.en: cannot open" "$TMP/nope.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
+# activation checkpointing (3+2 blocks, 2 at a time): the same losses and validation numbers,
+# less activation memory
+sed 's/"num_layers": 1/"num_layers": 3/; s/"num_decoder_layers": 1/"num_decoder_layers": 2/' "$TMP/tiny.json" \
+    > "$TMP/deep.json"
+for mode in plain ckpt; do
+    flags=()
+    [ "$mode" = ckpt ] && flags=(--checkpoint-activations --checkpoint-num-layers 2)
+    "$BIN" "$TMP/s.en" "$TMP/s.de" "${COMMON[@]}" --arch "$TMP/deep.json" --max-steps 3 --save-dir "$TMP/$mode" \
+        "${flags[@]}" > "$TMP/$mode.out" 2> "$TMP/err" && ok || bad "run ($mode)"
+    grep -o "^step [0-9/]* | epoch [0-9.]* | loss [0-9.]*\|^validation results.*" "$TMP/$mode.out" > "$TMP/$mode.nums"
+    grep -o "activations and buffers [0-9.]*" "$TMP/$mode.out" | grep -o "[0-9.]*$" > "$TMP/$mode.act"
+done
+[ -s "$TMP/plain.nums" ] && cmp -s "$TMP/plain.nums" "$TMP/ckpt.nums" && ok ||
+    bad "--checkpoint-activations changed the numbers: $(diff "$TMP/plain.nums" "$TMP/ckpt.nums" | head -3)"
+awk -v a="$(cat "$TMP/ckpt.act")" -v b="$(cat "$TMP/plain.act")" 'BEGIN { exit !(a + 0 < b + 0) }' && ok ||
+    bad "--checkpoint-activations: $(cat "$TMP/ckpt.act") MiB of activations, $(cat "$TMP/plain.act") MiB without"
+
 "$BIN" --help > "$TMP/out" 2>&1 && grep -q -- "--source-prefix" "$TMP/out" && grep -q -- "--num-beams" "$TMP/out" \
     && grep -q -- "--lr" "$TMP/out" && ok || bad "--help"
 

@@ -84,7 +84,7 @@ static const rt_opt t5_own_options[] = {
      0},
 };
 #define T5_N_OWN ((int)(sizeof t5_own_options / sizeof t5_own_options[0]))
-static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS];
+static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
 
 static rt_args_spec t5_spec = {
     .prog = T5_PROG,
@@ -134,7 +134,11 @@ static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer
         if (!train_app_exists(cfg_path))
             return rt_errorf(RT_ERR_IO, "--model %s: no config.json (expected an HF T5 folder with config.json and "
                                         "model.safetensors, or a --save-hf export)", O.model);
-        RT_TRY(t5_model_from_hf(O.model, be, tp, max_B, max_src, max_tgt, out, report, sizeof report));
+        char weights[4096];
+        RT_TRY(t5_config_from_hf(O.model, &cfg, weights, sizeof weights));
+        cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+        RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
+        RT_TRY(t5_load_hf(*out, weights, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
     } else {
         if (O.arch)
@@ -142,6 +146,7 @@ static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer
         else
             t5_small_config(&cfg, tok_vocab_size(tok));
         RT_TRY(t5_config_validate(&cfg, tp->size));
+        cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
         RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         rt_log_info("weights: random init (HF's scheme) of %s", O.arch ? O.arch : "a small T5 (2+2 layers, 128 wide)");
     }
@@ -543,5 +548,6 @@ int main(int argc, char **argv) {
     memcpy(t5_options, t5_own_options, sizeof t5_own_options);
     t5_spec.n_opts = T5_N_OWN;
     train_app_add_options(&O.t, &defaults, t5_options, &t5_spec.n_opts);
+    train_app_add_checkpoint_options(&O.t, t5_options, &t5_spec.n_opts);
     return train_app_main(argc, argv, T5_PROG, T5_COMM_TIMEOUT_S, t5_run);
 }
