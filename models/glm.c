@@ -367,7 +367,7 @@ fail:
     return st;
 }
 
-rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask_pos, const int32_t *cand, int K,
+rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
@@ -377,14 +377,14 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask
     if (K < 1 || K > GLM_K_MAX) return rt_errorf(RT_ERR_CONFIG, "GLM cloze: %d candidates (1 to %d)", K, GLM_K_MAX);
     RT_TRY(glm_upload(m, in));
     for (int b = 0; b < B; b++) {
-        if (mask_pos[b] < 0 || mask_pos[b] >= T)
-            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: mask position %d is outside [0, %d)", b, mask_pos[b], T);
+        if (at[b] < 0 || at[b] >= T)
+            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: scoring position %d is outside [0, %d)", b, at[b], T);
         if (label[b] != -100 && (label[b] < 0 || label[b] >= K))
             RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: label %d is not one of its %d candidates", b, label[b], K);
         for (int k = 0; k < K; k++)
             if (cand[b * K + k] < 0 || cand[b * K + k] >= m->cfg.vocab_size)
                 RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: candidate token %d is outside the vocab", b, cand[b * K + k]);
-        m->h_idx[b] = b * T + mask_pos[b];
+        m->h_idx[b] = b * T + at[b];
     }
     RT_TRY(glm_forward_body(m, B, T, pass));
     ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));

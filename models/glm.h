@@ -72,11 +72,12 @@ rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels,
  * id). Collective over tp: each rank's vocab shard gives its maximum, never the logits. */
 rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labels, double *loss_sum, int32_t *match);
 
-/* Single-token cloze (GLM's classification): the logits at row b's [MASK] position
- * mask_pos[b] of its K candidate tokens cand[b*K + k] (the verbalizers), scored against
- * label[b] (in [0, K), or -100 to skip) with cross-entropy over the K. The same numbers as
- * slicing the full-vocab logits, without computing them. scores (B x K, host) may be NULL. */
-rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *mask_pos, const int32_t *cand, int K,
+/* Single-token cloze (GLM's classification): the logits at row b's position at[b] of its K
+ * candidate tokens cand[b*K + k] (the verbalizers), scored against label[b] (in [0, K), or -100
+ * to skip) with cross-entropy over the K. GLM reads them at the [sop] that opens the blank
+ * (FlagAI's GLMForSingleTokenCloze: outputs[b, attention_mask[b]]). The same numbers as slicing
+ * the full-vocab logits, without computing them. scores (B x K, host) may be NULL. */
+rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
                          float *scores);
 

@@ -36,7 +36,8 @@ static glm_row *rows_add(glm_rows *r, int *cap) {
 }
 
 /* context (n ids, bidirectional) then, when answer is non-NULL, [sop] answer[0 .. m-2] at the
- * mask's position with block positions 1 .. m, labelled answer[0 .. m-1]. */
+ * mask's position with block positions 1 .. m, labelled answer[0 .. m-1] (-100 where the answer
+ * is -100: a cloze row's [sop] alone). */
 static void row_fill(glm_row *row, const int32_t *ctx, int n, int mask_pos, int32_t sop, const int32_t *answer, int m) {
     int len = n + (answer ? m : 0);
     row->ids = rt_xmalloc((size_t)len * sizeof(int32_t));
@@ -160,10 +161,11 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
         }
         out->first_row[k] = out->n_rows;
         out->label[k] = ex->ex[e].label == DATA_SG_LABEL_NONE ? -100 : ex->ex[e].label;
-        if (!choices) {
+        if (!choices) { /* the [sop] opens the blank; its logits score the verbalizers */
+            const int32_t no_label = -100;
             out->n_truncated += truncate_parts(parts, n, 0, max_len);
             int mask_pos = join_context(parts, n, &sp, &ctx);
-            row_fill(rows_add(out, &cap), ctx.ids, (int)ctx.n, mask_pos, sp.sop, NULL, 0);
+            row_fill(rows_add(out, &cap), ctx.ids, (int)ctx.n, mask_pos, sp.sop, &no_label, 1);
         } else {
             out->rows_per_example = f.n_candidates;
             for (int c = 0; c < f.n_candidates; c++) {

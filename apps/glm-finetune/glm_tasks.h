@@ -1,8 +1,10 @@
 /* GLM's fine-tuning inputs, built as FlagAI builds them (flagai/data/dataset/data_utils.py
  * build_input_from_ids, superglue/pvp.py encode, GLM's seq2seq dataset):
  *
- *   cloze, one token   [CLS] pattern-with-[MASK] <eos>; every token sees the whole row (sep = the
- *                      row's length); the verbalizer tokens are scored at the [MASK]
+ *   cloze, one token   [CLS] pattern-with-[MASK] <eos> [sop], the [sop] at the [MASK]'s position
+ *                      with block position 1, the context bidirectional (sep = its length); the
+ *                      verbalizer tokens are scored at the [sop] (FlagAI's GLMForSingleTokenCloze
+ *                      reads outputs[b, attention_mask[b]], attention_mask being sep)
  *   cloze, choices     per candidate answer: [CLS] pattern-with-[MASK] <eos> [sop] answer, the
  *                      context bidirectional (sep = its length), the answer at the [MASK]'s
  *                      position with block positions 1, 2, ...; labels answer + [eop]
@@ -28,7 +30,7 @@ typedef enum { GLM_TASK_CLOZE, GLM_TASK_CHOICES, GLM_TASK_SPAN, GLM_TASK_SEQ2SEQ
 
 typedef struct {
     int32_t *ids, *pos, *block_pos, *labels; /* (len) each; labels -100 off the answer */
-    int len, sep, mask_pos;
+    int len, sep, mask_pos;                  /* mask_pos: the blank's index in the context */
 } glm_row;
 
 typedef struct {

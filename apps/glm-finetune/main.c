@@ -163,7 +163,7 @@ static rt_status glm_data_set_state(void *ctx, int64_t epoch, int64_t position) 
 /* ---- batches of rows as the model takes them ---- */
 
 typedef struct {
-    int32_t *ids, *pos, *bpos, *sep, *labels, *mask_pos, *cand, *label;
+    int32_t *ids, *pos, *bpos, *sep, *labels, *cloze_at, *cand, *label;
     size_t cap_cells, cap_rows;
 } glm_buf;
 
@@ -173,7 +173,7 @@ static void glm_buf_free(glm_buf *b) {
     free(b->bpos);
     free(b->sep);
     free(b->labels);
-    free(b->mask_pos);
+    free(b->cloze_at);
     free(b->cand);
     free(b->label);
     memset(b, 0, sizeof *b);
@@ -202,7 +202,7 @@ static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad
         b->bpos = rt_xmalloc(cells * sizeof(int32_t));
         b->labels = rt_xmalloc(cells * sizeof(int32_t));
         b->sep = rt_xmalloc((size_t)B * sizeof(int32_t));
-        b->mask_pos = rt_xmalloc((size_t)B * sizeof(int32_t));
+        b->cloze_at = rt_xmalloc((size_t)B * sizeof(int32_t));
         b->label = rt_xmalloc((size_t)B * sizeof(int32_t));
         b->cand = rt_xmalloc((size_t)B * 16 * sizeof(int32_t));
     }
@@ -220,7 +220,7 @@ static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad
                 b->labels[c] = real ? row->labels[t] : -100;
             }
             b->sep[r] = row->sep;
-            b->mask_pos[r] = row->mask_pos;
+            b->cloze_at[r] = row->sep; /* cloze rows: the [sop] after the context */
             for (int c = 0; c < R->n_classes; c++) b->cand[r * R->n_classes + c] = R->verbalizer[c];
         }
     }
@@ -242,7 +242,7 @@ static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const in
     glm_collate(R, ex, n, pad_id, buf, &in);
     switch (R->kind) {
     case GLM_TASK_CLOZE:
-        return glm_cloze_step(m, &in, buf->mask_pos, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
+        return glm_cloze_step(m, &in, buf->cloze_at, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
                               scores);
     case GLM_TASK_CHOICES:
         return glm_choice_step(m, &in, buf->labels, R->rows_per_example, buf->label, pass, grad_scale, loss_sum, scores);

@@ -31,20 +31,26 @@ def read_source(wheel, rel):
         return z.read(rel).decode("utf-8")
 
 
-def load_flagai(wheel):
+def load_flagai(wheel, builders=False):
+    """(processor, pvp) modules from the wheel. builders: data_utils' input builders
+    (build_input_from_ids, build_sample, ...) run as the wheel has them, for PVP.encode;
+    otherwise they are None (get_parts and verbalize need none)."""
     for pkg in ["flagai", "flagai.data", "flagai.data.dataset", "flagai.data.dataset.superglue"]:
         m = types.ModuleType(pkg)
         m.__path__ = []
         sys.modules[pkg] = m
     du = types.ModuleType("flagai.data.dataset.data_utils")
     src = read_source(wheel, "flagai/data/dataset/data_utils.py")
-    # InputExample and punctuation_standardization exactly as the wheel has them
-    for name in ["class InputExample", "def punctuation_standardization"]:
-        start = src.index(name)
+    # InputExample and punctuation_standardization (and the builders) exactly as the wheel has them
+    built = ["build_input_from_ids", "build_sample", "build_decoder_input", "build_decoder_sample",
+             "num_special_tokens_to_add"]
+    names = ["class InputExample", "def punctuation_standardization"] + (["def " + f for f in built] if builders else [])
+    for name in names:
+        start = src.index(name + "(" if name.startswith("def") else name)
         end = re.search(r"\n(?=\S)", src[start + 1:]).start() + start + 1
-        exec(compile("import copy, json\nfrom typing import *\n" + src[start:end], "data_utils", "exec"), du.__dict__)
-    for fn in ["build_input_from_ids", "build_sample", "build_decoder_input", "build_decoder_sample",
-               "num_special_tokens_to_add"]:
+        exec(compile("import copy, json\nimport numpy as np\nfrom typing import *\n" + src[start:end], "data_utils",
+                     "exec"), du.__dict__)
+    for fn in built if not builders else []:
         setattr(du, fn, None)
     from typing import List
     du.List = List
