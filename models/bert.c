@@ -359,7 +359,7 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     if (c->roberta) bert_zero_row(m, P(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
     rt_arena arena = {0};
     bert_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "BERT activations (lower --batch-size or --max-len)", &m->act_block));
+    RT_TRY(rt_backend_alloc(be, arena.used, "BERT activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     bert_layout(m, &arena);
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));

@@ -101,7 +101,7 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     rt_params_init_weights(&m->params, seed);
     rt_arena arena = {0};
     glm_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower the batch size or the length)", &m->act_block));
+    RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     glm_layout(m, &arena);
     /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */

@@ -248,7 +248,7 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     }
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len)", &m->act_block));
+    RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     gpt2_layout(m, &arena);
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));

@@ -261,7 +261,7 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
                 be->ops->scale(be->ctx, P(i), c->initializer_factor, m->params.specs[i].numel);
     rt_arena arena = {0};
     t5_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower the batch size or the lengths)", &m->act_block));
+    RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     t5_layout(m, &arena);
     /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */

@@ -12,6 +12,10 @@ os.wait4 reports belongs to that side alone.
     /usr/bin/python3 scripts/bench/bench_gpt2_train.py --bin build/bin/gpt2-classify \\
         --steps 10 --threads 2 --configs small,124m
     /usr/bin/python3 scripts/bench/bench_gpt2_train.py --torch-only --shapes 8x57,8x61
+    /usr/bin/python3 scripts/bench/bench_gpt2_train.py --configs 124m --checkpoint-activations
+
+--checkpoint-activations turns on activation checkpointing on both sides: gpt2-classify's
+option of that name, and HF's gradient_checkpointing_enable() with its defaults.
 
 See scripts/bench/README.md. The Python side needs torch and transformers
 (scripts/setup_python.sh).
@@ -151,6 +155,7 @@ def run_tunezoo(args, name, arch_path, workdir):
            "--max-len", str(args.max_len), "--log-interval", "1", "--eval-interval", "-1",
            "--save-interval", "-1", "--threads", str(args.threads), "--save-dir", save_dir]
     cmd += args.bin_args.split() if args.bin_args else []
+    cmd += ["--checkpoint-activations"] if args.checkpoint_activations else []
     log = os.path.join(workdir, f"tz-{name}.log")
     print(f"[{name}] tunezoo: {' '.join(cmd)}", flush=True)
     rc, rss, wall = run_child(cmd, thread_env(args.threads), log)
@@ -172,6 +177,7 @@ def run_torch(args, name, arch_path, shapes, workdir):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--arch", arch_path,
            "--shapes", shapes_text(shapes), "--threads", str(args.threads),
            "--worker-out", out, "--seed", str(args.seed)]
+    cmd += ["--checkpoint-activations"] if args.checkpoint_activations else []
     log = os.path.join(workdir, f"torch-{name}.log")
     print(f"[{name}] pytorch: {len(shapes)} steps, shapes {shapes_text(shapes)}", flush=True)
     rc, rss, wall = run_child(cmd, thread_env(args.threads), log)
@@ -199,6 +205,8 @@ def worker(args):
     with open(args.arch) as f:
         cfg = GPT2Config(**json.load(f))
     model = GPT2ForSequenceClassification(cfg)
+    if args.checkpoint_activations:
+        model.gradient_checkpointing_enable()
     model.train()
     decay = [p for n, p in model.named_parameters() if not (n.endswith(".bias") or ".ln_" in n)]
     no_decay = [p for n, p in model.named_parameters() if n.endswith(".bias") or ".ln_" in n]
@@ -247,6 +255,8 @@ def main():
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--checkpoint-activations", action="store_true",
+                    help="activation checkpointing on both sides (see the module doc)")
     ap.add_argument("--torch-only", action="store_true",
                     help="skip gpt2-classify; time PyTorch on --shapes only")
     ap.add_argument("--shapes", default="",
@@ -297,7 +307,8 @@ def main():
 
     print()
     print(f"PyTorch {versions['torch']}, transformers {versions['transformers']}; "
-          f"{args.steps} steps, first {WARMUP} not timed; batch {args.batch_size}, max-len {args.max_len}")
+          f"{args.steps} steps, first {WARMUP} not timed; batch {args.batch_size}, max-len {args.max_len}"
+          f"{'; activation checkpointing on both sides' if args.checkpoint_activations else ''}")
     hdr = f"{'config':7s} {'threads':>7s} {'tunezoo ms/step':>16s} {'PyTorch ms/step':>16s} " \
           f"{'ratio':>6s} {'tunezoo RSS MiB':>16s} {'PyTorch RSS MiB':>16s}  shapes"
     print(hdr)
