@@ -48,6 +48,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import run_child, tail, thread_env  # noqa: E402
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 # name: (num_layers, hidden_size, num_attention_heads); vocab 50048, max_sequence_length 256 in all
@@ -74,31 +77,6 @@ def glm_config(name, dropout):
         "block_position_encoding": True, "output_predict": True, "spell_length": None,
         "spell_func": "lstm", "attention_scale": 1.0, "tune_prefix_layers": None,
     }
-
-
-def thread_env(threads):
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    return env
-
-
-def run_child(cmd, env, log_path):
-    """Run cmd to completion; (exit code, peak RSS MiB, wall s). wait4 gives this child's rusage."""
-    t0 = time.perf_counter()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, ru.ru_maxrss / 1024.0, time.perf_counter() - t0
-
-
-def tail(path, n=20):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
 
 
 def tokenize(tok_bin, tokenizer, lines):

@@ -24,10 +24,12 @@ See scripts/bench/README.md. The Python side needs torch and transformers
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import read_train_metrics, run_child, tail, thread_env  # noqa: E402
 
 WARMUP = 2
 
@@ -94,57 +96,6 @@ def parse_shapes(text):
 
 def shapes_text(shapes):
     return ",".join(f"{b}x{t}" for b, t in shapes)
-
-
-def thread_env(threads):
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(threads)
-    return env
-
-
-def run_child(cmd, env, log_path):
-    """Run cmd to completion; return (exit code, peak RSS in MiB, wall seconds)."""
-    t0 = time.perf_counter()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        # wait4 gives this child's own rusage; Popen.wait would not.
-        _, status, ru = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, ru.ru_maxrss / 1024.0, time.perf_counter() - t0
-
-
-def tail(path, n=20):
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return ""
-
-
-def read_train_metrics(path):
-    rows = []
-    with open(path) as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{lineno}: expected one JSON object per line ({e})")
-            if rec.get("type") != "train":
-                continue
-            for key in ("step", "ms_per_step", "batch_shape"):
-                if key not in rec:
-                    raise SystemExit(f"{path}:{lineno}: train line has no \"{key}\"")
-            shape = rec["batch_shape"]
-            if not (isinstance(shape, list) and len(shape) == 2):
-                raise SystemExit(f"{path}:{lineno}: expected batch_shape [B, T], found {shape!r}")
-            rows.append((int(rec["step"]), float(rec["ms_per_step"]), (int(shape[0]), int(shape[1])),
-                         rec.get("loss")))
-    rows.sort(key=lambda r: r[0])
-    return rows
 
 
 def run_tunezoo(args, name, arch_path, workdir):
