@@ -55,6 +55,8 @@ typedef struct {
     bool tty;
     int64_t total_steps;
     rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
+    bool scaling;           /* dynamic loss scaling is on */
+    rt_loss_scaler scaler;
 } rt_train_state;
 
 /* Sums n host floats over the data-parallel group in place. */
@@ -134,6 +136,14 @@ static rt_status rt_train_save_io(rt_train_state *s, const rt_train_io *io, rt_t
     cJSON_AddNumberToObject(obj, "data_epoch", (double)epoch);
     cJSON_AddNumberToObject(obj, "data_position", (double)pos);
     cJSON_AddNumberToObject(obj, "seed", (double)s->o->seed);
+    if (s->scaling) { /* the scaler's state, for a resume that goes on as this run would */
+        cJSON *ls = cJSON_AddObjectToObject(obj, "loss_scale");
+        cJSON_AddNumberToObject(ls, "scale", s->scaler.scale);
+        cJSON_AddNumberToObject(ls, "hysteresis", s->scaler.cur_hysteresis);
+        cJSON_AddNumberToObject(ls, "iter", (double)s->scaler.iter);
+        cJSON_AddNumberToObject(ls, "last_overflow_iter", (double)s->scaler.last_overflow_iter);
+        cJSON_AddNumberToObject(ls, "skipped", (double)s->scaler.skipped);
+    }
     if (s->o->options_json) {
         cJSON *opts = cJSON_Parse(s->o->options_json);
         if (opts) cJSON_AddItemToObject(obj, "options", opts);
@@ -191,6 +201,21 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
                     jseed->valuedouble, (unsigned long long)s->o->seed);
     RT_TRY(data->set_state(data->ctx, (int64_t)jep->valuedouble, (int64_t)jpos->valuedouble));
     *step = (int64_t)jstep->valuedouble;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(obj, "loss_scale");
+    if (s->scaling && ls) {
+        const char *keys[5] = {"scale", "hysteresis", "iter", "last_overflow_iter", "skipped"};
+        double v[5];
+        for (int i = 0; i < 5; i++) {
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(ls, keys[i]);
+            if (!cJSON_IsNumber(j)) RT_FAIL(RT_ERR_FORMAT, "%s: metadata loss_scale lacks %s", path, keys[i]);
+            v[i] = j->valuedouble;
+        }
+        s->scaler.scale = v[0];
+        s->scaler.cur_hysteresis = (int)v[1];
+        s->scaler.iter = (int64_t)v[2];
+        s->scaler.last_overflow_iter = (int64_t)v[3];
+        s->scaler.skipped = (int64_t)v[4];
+    }
     rt_log_info("resumed from %s (step %lld)", path, (long long)*step);
 fail:
     cJSON_Delete(obj);
@@ -240,6 +265,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_sched sched;
     RT_TRY(rt_sched_init(&sched, o->schedule, o->lr, o->warmup, s.total_steps));
     rt_adamw_hparams hp = {.beta1 = o->beta1, .beta2 = o->beta2, .eps = o->adam_eps, .weight_decay = o->weight_decay};
+    if (o->loss_scale) {
+        RT_TRY(rt_loss_scaler_init(&s.scaler, o->loss_scale));
+        s.scaling = true;
+    }
     if (o->zero > 0 || o->offload_optimizer) {
         RT_TRY(rt_zero_init(model->params, s.dp, s.tp, o->zero, o->offload_optimizer, &s.zero));
         rt_zero_set_host_comms(s.zero, s.dp_host, s.tp_host);
@@ -271,7 +300,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
 
     win = rt_xcalloc((size_t)accum, sizeof *win);
     double log_loss = 0, log_ms = 0, log_tokens = 0, last_norm = 0;
-    int64_t log_steps = 0, last_eval_step = -1;
+    int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
     while (step < s.total_steps) {
         int nb = 0;
         bool epoch_end = false;
@@ -298,6 +327,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             /* the loss is the mean over every target of the accumulated global batch, not a
              * mean of per-micro-batch (or per-rank) means */
             float scale = targets > 0 ? (float)(1.0 / targets) : 0.0f;
+            const double S = s.scaling ? s.scaler.scale : 1.0; /* the loss scale of this step */
+            scale *= (float)S;
             for (int i = 0; i < nb; i++) {
                 double l = 0;
                 if (win[i].B == 0) continue; /* this rank's slice of a short last batch is empty */
@@ -312,17 +343,31 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 loss_sum = lsum;
             }
             double loss = targets > 0 ? loss_sum / targets : 0.0;
-            if (!isfinite(loss))
+            if (!isfinite(loss) && !s.scaling)
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
             double norm;
             RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm) : rt_grad_norm_tp(model->params, s.tp_host, &norm));
-            float coef = rt_clip_coef(norm, o->clip);
-            hp.lr = rt_sched_lr(&sched, step);
-            RT_TRY(s.zero ? rt_zero_step(s.zero, &hp, coef, step + 1) : rt_adamw_step(model->params, &hp, coef, step + 1));
+            norm /= S; /* exact: scales are powers of two */
+            const bool overflow = !isfinite(norm) || !isfinite(loss);
+            if (overflow && !s.scaling)
+                RT_FAIL(RT_ERR_RUNTIME, "the gradient norm is %g at step %lld; stopping (the last checkpoint is kept)",
+                        norm, (long long)step + 1);
+            const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
+            if (!overflow) {
+                /* the unscaling rides on the clipping coefficient: AdamW sees grad * coef */
+                float coef = (float)(rt_clip_coef(norm, o->clip) / S);
+                hp.lr = rt_sched_lr(&sched, applied);
+                RT_TRY(s.zero ? rt_zero_step(s.zero, &hp, coef, applied + 1)
+                              : rt_adamw_step(model->params, &hp, coef, applied + 1));
+            }
+            if (s.scaling) RT_TRY(rt_loss_scaler_update(&s.scaler, overflow));
             step++;
             double ms = rt_now_ms() - t0;
-            log_loss += loss;
+            if (isfinite(loss)) {
+                log_loss += loss;
+                log_loss_steps++;
+            }
             log_ms += ms;
             log_tokens += tokens;
             log_steps++;
@@ -345,15 +390,25 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             if (o->log_interval > 0 && (step % o->log_interval == 0 || step == s.total_steps)) {
                 double avg_ms = log_ms / (double)log_steps;
                 double tps = log_tokens / (log_ms / 1e3);
+                /* overflowed steps (loss scaling) have no loss to average */
+                double avg_loss = log_loss_steps ? log_loss / (double)log_loss_steps : NAN;
+                char scaling[96] = "";
+                if (s.scaling)
+                    snprintf(scaling, sizeof scaling, " | loss scale %g | skipped %lld", s.scaler.scale,
+                             (long long)s.scaler.skipped);
                 rt_train_clear_bar(&s);
-                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s",
-                            (long long)step, (long long)s.total_steps, epoch, log_loss / (double)log_steps, hp.lr,
-                            last_norm, avg_ms, tps);
+                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s%s",
+                            (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, last_norm, avg_ms, tps,
+                            scaling);
                 cJSON *obj = cJSON_CreateObject();
                 cJSON_AddStringToObject(obj, "type", "train");
                 cJSON_AddNumberToObject(obj, "step", (double)step);
                 cJSON_AddNumberToObject(obj, "epoch", epoch);
-                cJSON_AddNumberToObject(obj, "loss", log_loss / (double)log_steps);
+                cJSON_AddNumberToObject(obj, "loss", avg_loss);
+                if (s.scaling) {
+                    cJSON_AddNumberToObject(obj, "loss_scale", s.scaler.scale);
+                    cJSON_AddNumberToObject(obj, "skipped_steps", (double)s.scaler.skipped);
+                }
                 cJSON_AddNumberToObject(obj, "lr", hp.lr);
                 cJSON_AddNumberToObject(obj, "grad_norm", last_norm);
                 cJSON_AddNumberToObject(obj, "ms_per_step", avg_ms);
@@ -363,7 +418,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 rt_train_metrics_line(&s, obj);
                 cJSON_Delete(obj);
                 log_loss = log_ms = log_tokens = 0;
-                log_steps = 0;
+                log_steps = log_loss_steps = 0;
             }
             if (o->eval_interval > 0 && step % o->eval_interval == 0) {
                 RT_TRY(rt_train_evaluate(&s, eval, step, epoch, result));
@@ -393,6 +448,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         }
     }
     result->steps = step;
+    result->skipped_steps = s.scaling ? s.scaler.skipped : 0;
+    result->loss_scale = s.scaling ? s.scaler.scale : 0.0;
     if (!result->signal) {
         if (last_eval_step != step && o->eval_interval >= 0)
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));

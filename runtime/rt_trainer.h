@@ -11,6 +11,7 @@
 
 #include "runtime/rt_batch.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_loss_scale.h"
 #include "runtime/rt_params.h"
 
 typedef struct {
@@ -87,6 +88,12 @@ typedef struct {
      * keep the full layout, so they resume at any dp and zero. 0/false: off. */
     int zero;
     bool offload_optimizer;
+    /* fp16's dynamic loss scaling (runtime/rt_loss_scale.h), NULL = none: the loss gradient is
+     * scaled, a step whose gradient norm or loss is not finite is skipped (its data consumed,
+     * no update; the LR schedule and AdamW's step count follow the updates made), and the
+     * norm, clipping and update see the unscaled gradients. The scaler's state is in the
+     * checkpoints. No program sets it yet: it waits for the CUDA fp16 path. */
+    const rt_loss_scale_opts *loss_scale;
 } rt_train_opts;
 
 typedef struct {
@@ -94,6 +101,8 @@ typedef struct {
     double last_train_loss;
     rt_metrics last_eval;       /* n = 0 when none ran */
     int signal;                 /* SIGINT/SIGTERM that stopped training (after a save), else 0 */
+    int64_t skipped_steps;      /* loss scaling: steps skipped for overflow */
+    double loss_scale;          /* loss scaling: the scale at the end, else 0 */
 } rt_train_result;
 
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
