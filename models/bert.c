@@ -575,6 +575,7 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
         RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, x, P(p->qkv_w), BT, C,
                                   3 * Cl));
         ops->add(be->ctx, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
+        mdl_grads_ready(pass, &m->params, p->qkv_w); /* this layer and all above it, the head included */
     }
     /* embeddings: dres = dL/d(dropout(LN(emb))) */
     const float *dln_out = m->dres;

@@ -242,6 +242,7 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
     ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
     ops->layernorm_bwd(be->ctx, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
                        P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
+    mdl_grads_ready(pass, s->params, s->lnf_w); /* the final norm and the model's head above it */
     const int K = s->slots, last_segment = (c->n_layer - 1) / K * K;
     for (int l = c->n_layer - 1; l >= 0; l--) {
         /* checkpointing: entering a segment, recompute its blocks (the forward left the last
@@ -275,6 +276,7 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
         RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->qkv_w), G(p->qkv_b), s->dqkv, a.ln1, P(p->qkv_w), BT, C, 3 * Cl));
         ops->layernorm_bwd(be->ctx, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
                            a.ln1_rstd, BT, C);
+        mdl_grads_ready(pass, s->params, p->ln1_w);
     }
     *demb = s->dres;
     if (pass->training && c->emb_pdrop > 0) {

@@ -103,6 +103,7 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
     for (int b = 0; b < s->L; b++) {
         t5_block_params *bp = &s->blk[b];
         memset(bp, 0xff, sizeof *bp); /* every index -1 */
+        int first = -1;
         for (size_t r = 0; r < sizeof t5_block_rows / sizeof *t5_block_rows; r++) {
             const t5_param_row *row = &t5_block_rows[r];
             if (((row->when & T5_DECODER) && !s->decoder) || ((row->when & T5_BLOCK0) && b != 0) ||
@@ -134,7 +135,9 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             bool norm = row->std == T5_STD_NORM;
             int idx = t5_add(m, name, d0, d1, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
             *(int *)((char *)bp + row->field) = idx;
+            if (first < 0) first = idx;
         }
+        bp->first = first;
     }
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, "%s.final_layer_norm.weight", prefix);
@@ -624,6 +627,7 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
     float *x_last = s->res + (size_t)s->L * MR * C;
     ops->zero(be->ctx, m->dres, R * C * sizeof(float));
     ops->rmsnorm_bwd(be->ctx, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
+    mdl_grads_ready(pass, &m->params, s->final_ln);
     ops->zero(be->ctx, s->dbias, (size_t)NH * T * T * sizeof(float));
 
     const int K = s->slots, last_segment = (s->L - 1) / K * K;
@@ -682,9 +686,11 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
         float *dqkv[3] = {m->dq, m->dk, m->dv};
         RT_TRY(t5_cols_bwd(m, m->dln, false, true, 3, w, dqkv, ln1, R, C, Il));
         ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), a.ln1_rstd, R, C);
+        if (l > 0) mdl_grads_ready(pass, &m->params, p->first); /* block 0 also waits for the bias */
     }
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
     ops->relbias_bwd(be->ctx, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
+    mdl_grads_ready(pass, &m->params, s->blk[0].first);
     g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
     ops->embedding_bwd(be->ctx, G(m->shared), g, s->ids, R, C, m->vocab_start, m->V_local);
 fail:

@@ -18,6 +18,7 @@ typedef struct {
     int ln_self, q, k, v, o, rel_bias;  /* layer.0 (rel_bias in block 0 only) */
     int ln_cross, cq, ck, cv, co;       /* decoder layer.1 EncDecAttention */
     int ln_ff, wi, wi1, wo;             /* DenseReluDense: wi (or wi_0), wi_1 when gated */
+    int first;                          /* the block's first parameter: its place in the slab */
 } t5_block_params;
 
 /* Activations of one stack. R is the stack's rows (B*T), MR its maximum; per-block buffers

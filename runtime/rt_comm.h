@@ -30,6 +30,11 @@ typedef struct rt_comm_ops {
      * collective over this communicator. */
     rt_status (*split)(void *ctx, int color, int key, rt_comm **out);
     void (*free)(void *ctx); /* releases ctx (not the rt_comm itself) */
+    /* Optional (NULL: the blocking all_reduce stands in): an all-reduce that may still run when
+     * this returns, so that it overlaps other work; buf is not to be touched until
+     * wait(*req) returns. Requests on one comm are started in the same order on every rank. */
+    rt_status (*all_reduce_start)(void *ctx, float *buf, size_t n, rt_reduce_op op, void **req);
+    rt_status (*wait)(void *ctx, void *req); /* completes and releases a request, with the timeout */
 } rt_comm_ops;
 
 struct rt_comm {
@@ -37,6 +42,14 @@ struct rt_comm {
     void *ctx;
     int rank, size;
 };
+
+/* all_reduce_start where the comm has it, else the blocking all-reduce (*req NULL). */
+static inline rt_status rt_comm_all_reduce_start(rt_comm *c, float *buf, size_t n, rt_reduce_op op, void **req) {
+    *req = NULL;
+    if (c->ops->all_reduce_start) return c->ops->all_reduce_start(c->ctx, buf, n, op, req);
+    return c->ops->all_reduce(c->ctx, buf, n, op);
+}
+static inline rt_status rt_comm_wait(rt_comm *c, void *req) { return req ? c->ops->wait(c->ctx, req) : RT_OK; }
 
 /* A communicator of one rank (static; rt_comm_free ignores it). */
 rt_comm *rt_comm_self(void);

@@ -95,6 +95,25 @@ static rt_status mpi_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op o
     return st;
 }
 
+static rt_status mpi_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduce_op op, void **out) {
+    mpi_ctx *c = vctx;
+    *out = NULL;
+    rt_status st = mpi_usable(c, "all_reduce");
+    if (st != RT_OK || n == 0) return st;
+    if (n > MPI_CHUNK) return mpi_all_reduce(vctx, buf, n, op); /* beyond one request: blocking */
+    MPI_Request *req = rt_xmalloc(sizeof *req);
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c->comm, req));
+    *out = req;
+    return RT_OK;
+}
+
+static rt_status mpi_wait_request(void *vctx, void *vreq) {
+    MPI_Request *req = vreq;
+    rt_status st = mpi_wait(vctx, req, "all_reduce (started earlier)", 0);
+    free(req);
+    return st;
+}
+
 static rt_status mpi_reduce_scatter(void *vctx, float *out, const float *in, size_t n_out, rt_reduce_op op) {
     mpi_ctx *c = vctx;
     rt_status st = mpi_usable(c, "reduce_scatter");
@@ -202,6 +221,8 @@ static const rt_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .split = mpi_split,
     .free = mpi_free,
+    .all_reduce_start = mpi_all_reduce_start,
+    .wait = mpi_wait_request,
 };
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {

@@ -47,6 +47,14 @@ static rt_status stats_split(void *ctx, int color, int key, rt_comm **out) {
     return c->inner->ops->split(c->inner->ctx, color, key, out);
 }
 
+static rt_status stats_all_reduce_start(void *ctx, float *buf, size_t n, rt_reduce_op op, void **req) {
+    rt_stats_ctx *c = ctx;
+    rt_stats_add(c, RT_COMM_OP_ALL_REDUCE, n * sizeof(float));
+    return rt_comm_all_reduce_start(c->inner, buf, n, op, req);
+}
+
+static rt_status stats_wait(void *ctx, void *req) { return rt_comm_wait(((rt_stats_ctx *)ctx)->inner, req); }
+
 static void stats_free(void *ctx) { free(ctx); }
 
 static const rt_comm_ops rt_comm_stats_ops = {
@@ -58,6 +66,8 @@ static const rt_comm_ops rt_comm_stats_ops = {
     .barrier = stats_barrier,
     .split = stats_split,
     .free = stats_free,
+    .all_reduce_start = stats_all_reduce_start,
+    .wait = stats_wait,
 };
 
 rt_comm *rt_comm_stats_wrap(rt_comm *inner, rt_comm_stats *stats) {

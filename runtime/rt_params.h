@@ -50,6 +50,14 @@ typedef struct {
     float *m, *v;       /* (numel) AdamW moments; allocated on first use by the optimizer */
 } rt_params;
 
+/* Told during a backward pass, as it goes, that every gradient at slab offsets >= first is final
+ * for this step (the trainer starts the data-parallel all-reduce of those buckets while the
+ * backward goes on). Calls come with first decreasing. */
+typedef struct {
+    void (*ready)(void *user, size_t first);
+    void *user;
+} rt_grads_hook;
+
 void rt_params_init(rt_params *p, rt_backend *be);
 void rt_params_free(rt_params *p);
 /* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. */

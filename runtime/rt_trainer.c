@@ -67,15 +67,72 @@ static rt_status rt_train_dp_sum(rt_train_state *s, float *v, size_t n) {
 
 /* Sums gradients over dp in buckets, so a reduction never needs a second slab-sized buffer
  * and (on GPU, later) buckets can go out while backward still runs. */
-static rt_status rt_train_allreduce_grads(rt_train_state *s, rt_params *p) {
-    const size_t bucket = (size_t)1 << 22; /* 16 MiB of floats */
-    if (s->dp->size == 1) return RT_OK;
-    for (size_t off = 0; off < p->numel; off += bucket) {
-        size_t n = p->numel - off < bucket ? p->numel - off : bucket;
-        rt_status st = s->dp->ops->all_reduce(s->dp->ctx, p->grad + off, n, RT_REDUCE_SUM);
-        if (st != RT_OK) return st;
+/* The data-parallel gradient all-reduce, in buckets taken from the top of the slab down (the
+ * order a backward finishes them in). During the last micro-batch's backward the model reports
+ * how far its gradients are final (rt_grads_hook); each full bucket above that mark starts at
+ * once, asynchronously where the comm can, and the rest starts after the backward. All are
+ * waited for in start order. An all-reduce is elementwise, so the buckets do not change the
+ * sums. */
+typedef struct {
+    rt_comm *dp;
+    float *grad;
+    size_t bucket;
+    size_t next;     /* gradients at offsets >= next have their all-reduce started */
+    void **req;      /* (n_req) started requests, NULL where the comm finished at once */
+    int n_req, cap_req;
+    int64_t early;   /* buckets started inside a backward */
+    rt_status st;    /* the first failure, reported once the backward is over */
+} rt_grad_reduce;
+
+static size_t rt_grad_bucket(const rt_train_opts *o, size_t numel) {
+    if (o->dp_bucket > 0) return (size_t)o->dp_bucket;
+    size_t b = numel / 4 + 1;
+    return b < ((size_t)1 << 22) ? b : (size_t)1 << 22; /* at most 16 MiB of floats */
+}
+
+static void rt_grad_reduce_begin(rt_grad_reduce *r, rt_train_state *s, rt_params *p, bool overlap) {
+    r->dp = s->dp;
+    r->grad = p->grad;
+    /* after the backward, fewer and larger all-reduces are cheaper */
+    r->bucket = overlap ? rt_grad_bucket(s->o, p->numel) : (size_t)1 << 22;
+    r->next = p->numel;
+    r->n_req = 0;
+    r->st = RT_OK;
+}
+
+/* Starts [from, r->next) in buckets from the top. */
+static void rt_grad_reduce_start(rt_grad_reduce *r, size_t from) {
+    while (r->st == RT_OK && r->next > from) {
+        size_t n = r->next - from < r->bucket ? r->next - from : r->bucket;
+        if (r->n_req == r->cap_req) {
+            r->cap_req = r->cap_req ? 2 * r->cap_req : 16;
+            r->req = rt_xrealloc(r->req, (size_t)r->cap_req * sizeof *r->req);
+        }
+        r->next -= n;
+        r->st = rt_comm_all_reduce_start(r->dp, r->grad + r->next, n, RT_REDUCE_SUM, &r->req[r->n_req++]);
     }
-    return RT_OK;
+}
+
+/* rt_grads_hook.ready: full buckets above the mark go now; a partial one waits for more. */
+static void rt_grad_reduce_ready(void *user, size_t first) {
+    rt_grad_reduce *r = user;
+    if (r->st != RT_OK || first >= r->next || r->next - first < r->bucket) return;
+    size_t full = (r->next - first) / r->bucket * r->bucket;
+    int before = r->n_req;
+    rt_grad_reduce_start(r, r->next - full);
+    r->early += r->n_req - before;
+}
+
+/* After the backward: the rest starts, then everything completes. */
+static rt_status rt_grad_reduce_finish(rt_grad_reduce *r) {
+    rt_grad_reduce_start(r, 0);
+    rt_status st = r->st;
+    for (int i = 0; i < r->n_req; i++) {
+        rt_status w = rt_comm_wait(r->dp, r->req[i]); /* wait even after a failure: no request is left */
+        if (st == RT_OK) st = w;
+    }
+    r->n_req = 0;
+    return st;
 }
 
 static void rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
@@ -252,6 +309,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
              s.tp_host->rank, s.tp_host->size, s.dp->rank, s.dp->size, s.tp->rank, s.tp->size);
     s.lead = s.dp->rank == 0 && s.tp->rank == 0;
     rt_batch *win = NULL;
+    rt_grad_reduce reduce = {0};
+    const rt_grads_hook reduce_hook = {.ready = rt_grad_reduce_ready, .user = &reduce};
     int accum = (int)o->grad_accum;
     struct sigaction sa = {0}, old_int, old_term;
     bool handlers = false;
@@ -290,6 +349,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
                 o->lr, o->schedule, (long long)sched.warmup_steps);
     rt_train_log_memory(model->params, s.zero != NULL);
+    if (s.dp->size > 1 && !s.zero) {
+        const bool ov = o->dp_bucket >= 0 && model->set_grads_hook;
+        rt_log_info("gradients: all-reduced over %d data-parallel ranks in buckets of %zu floats, %s", s.dp->size,
+                    ov ? rt_grad_bucket(o, model->params->numel) : (size_t)1 << 22,
+                    ov ? "each started as the backward finishes it" : "after the backward");
+    }
 
     sa.sa_handler = rt_train_on_signal;
     sigemptyset(&sa.sa_mask);
@@ -324,6 +389,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             else
                 rt_params_zero_grad(model->params);
             double loss_sum = 0;
+            /* overlap the dp all-reduce with the last micro-batch's backward */
+            const bool overlap = !s.zero && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
+            rt_grad_reduce_begin(&reduce, &s, model->params, overlap);
             /* the loss is the mean over every target of the accumulated global batch, not a
              * mean of per-micro-batch (or per-rank) means */
             float scale = targets > 0 ? (float)(1.0 / targets) : 0.0f;
@@ -332,11 +400,17 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             for (int i = 0; i < nb; i++) {
                 double l = 0;
                 if (win[i].B == 0) continue; /* this rank's slice of a short last batch is empty */
-                RT_TRY(model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l));
+                if (overlap && i == nb - 1) model->set_grads_hook(model->ctx, &reduce_hook);
+                rt_status fb = model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l);
+                if (overlap) model->set_grads_hook(model->ctx, NULL);
+                RT_TRY(fb);
                 loss_sum += l;
             }
             /* ZeRO: each rank gets only its slice of the summed gradient */
-            RT_TRY(s.zero ? rt_zero_reduce_grads(s.zero) : rt_train_allreduce_grads(&s, model->params));
+            if (s.zero)
+                RT_TRY(rt_zero_reduce_grads(s.zero));
+            else if (s.dp->size > 1)
+                RT_TRY(rt_grad_reduce_finish(&reduce));
             float lsum = (float)loss_sum;
             if (s.dp_host->size > 1) {
                 RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
@@ -450,6 +524,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     result->steps = step;
     result->skipped_steps = s.scaling ? s.scaler.skipped : 0;
     result->loss_scale = s.scaling ? s.scaler.scale : 0.0;
+    result->early_buckets = reduce.early;
     if (!result->signal) {
         if (last_eval_step != step && o->eval_interval >= 0)
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
@@ -469,5 +544,6 @@ fail:
     }
     if (s.metrics) fclose(s.metrics);
     rt_zero_free(s.zero);
+    free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;
 }

@@ -21,6 +21,10 @@ typedef struct {
      * loss) and writes the summed loss. Dropout draws from (seed, step, micro). */
     rt_status (*forward_backward)(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
                                   float grad_scale, double *loss_sum);
+    /* Optional: the hook the next forward_backward calls give their backward (mdl_pass.grads),
+     * or NULL for none. With it, the data-parallel all-reduce of the finished gradient buckets
+     * starts while the backward goes on (on NCCL and MPI; see rt_train_opts.dp_bucket). */
+    void (*set_grads_hook)(void *ctx, const rt_grads_hook *hook);
 } rt_train_model;
 
 typedef struct {
@@ -94,6 +98,10 @@ typedef struct {
      * norm, clipping and update see the unscaled gradients. The scaler's state is in the
      * checkpoints. No program sets it yet: it waits for the CUDA fp16 path. */
     const rt_loss_scale_opts *loss_scale;
+    /* Floats per bucket of the data-parallel gradient all-reduce: 0 picks one (at most 16 MiB,
+     * at least 4 buckets per slab), -1 reduces everything after the backward instead of
+     * overlapping (the model must offer set_grads_hook to overlap; ZeRO never does). */
+    int64_t dp_bucket;
 } rt_train_opts;
 
 typedef struct {
@@ -103,6 +111,7 @@ typedef struct {
     int signal;                 /* SIGINT/SIGTERM that stopped training (after a save), else 0 */
     int64_t skipped_steps;      /* loss scaling: steps skipped for overflow */
     double loss_scale;          /* loss scaling: the scale at the end, else 0 */
+    int64_t early_buckets;      /* gradient buckets whose all-reduce started inside a backward */
 } rt_train_result;
 
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,

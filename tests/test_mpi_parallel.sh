@@ -58,6 +58,13 @@ for layout in "2 1" "4 1" "2 2" "4 4" "4 2" "2 1 1" "4 1 2" "4 2 1" "3 1 2 offlo
         paste <(numbers one) <(numbers "$name") >&2
     fi
 done
+# without ZeRO the dp all-reduce overlaps the backward: the runs above matched one process with it
+if grep -q "buckets of [0-9]* floats, each started as the backward finishes it" "$TMP/np2_tp1_zero0.log"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: np2_tp1_zero0 did not overlap its gradient all-reduce:" >&2
+    grep "gradients:" "$TMP/np2_tp1_zero0.log" >&2
+fi
 # checkpoints hold full tensors: save at tp=2 (step 3), resume at tp=1, 2 and 4; steps 4-5 and the
 # dev metrics must be the single process's (its numbers after step 3's loss and grad_norm)
 if mpirun -np 2 "$BIN" "${ARGS[@]}" --save-interval 3 --tp 2 --save-dir "$TMP/ck" \

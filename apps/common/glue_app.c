@@ -306,12 +306,15 @@ static void gc_eval_free(gc_eval *e) {
 typedef struct {
     const mdl_classifier *model;
     double padded_tokens; /* sum of B x T over the micro-batches this rank trained on */
+    const rt_grads_hook *grads;
 } gc_train_ctx;
+
+static void gc_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((gc_train_ctx *)ctx)->grads = hook; }
 
 static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
                                      float grad_scale, double *loss_sum) {
     gc_train_ctx *c = ctx;
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = c->grads};
     c->padded_tokens += (double)b->B * (double)b->T;
     return c->model->step(c->model->model, b, &pass, grad_scale, loss_sum, NULL);
 }
@@ -554,7 +557,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     options_json = rt_args_to_json(&gc_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
     gc_train_ctx train_ctx = {.model = &gm.cls};
-    rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward};
+    rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward,
+                           .set_grads_hook = gc_set_grads_hook};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;

@@ -232,7 +232,10 @@ typedef struct {
     const glm_rows *train;
     glm_buf buf;
     int32_t pad_id;
+    const rt_grads_hook *grads;
 } glm_trainer;
+
+static void glm_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((glm_trainer *)ctx)->grads = hook; }
 
 /* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
  * cloze) may be NULL. */
@@ -264,7 +267,7 @@ static rt_status glm_forward_backward(void *ctx, const rt_batch *b, uint64_t see
     glm_trainer *g = ctx;
     *loss_sum = 0;
     if (b->B == 0) return RT_OK; /* this dp rank's slice of the last batch is empty */
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = g->grads};
     return glm_run(g->model, g->train, &g->buf, b->example_index, b->B, g->pad_id, &pass, grad_scale, loss_sum, NULL);
 }
 
@@ -643,7 +646,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
 
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
-    rt_train_model tm = {.ctx = &tr, .params = glm_model_params(model), .forward_backward = glm_forward_backward};
+    rt_train_model tm = {.ctx = &tr, .params = glm_model_params(model), .forward_backward = glm_forward_backward,
+                           .set_grads_hook = glm_set_grads_hook};
     rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
                         .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
                         .batch_free = glm_batch_free};

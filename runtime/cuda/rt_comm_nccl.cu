@@ -53,6 +53,7 @@ extern "C" {
 struct nccl_ctx {
     ncclComm_t comm;
     cudaStream_t stream;
+    cudaStream_t async_stream; /* non-blocking, for all_reduce_start; made on first use */
     int device, rank, size;
     double timeout_s;
     rt_comm *bootstrap; /* the host twin (same ranks); not owned unless own_bootstrap */
@@ -170,6 +171,80 @@ static rt_status nccl_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op 
     if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
     nccl_set_device(c);
     return nccl_enqueued(c, ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->stream), "all_reduce", n);
+}
+
+/* An all-reduce that overlaps the backend's work: it waits (on the GPU) for what the legacy
+ * default stream queued so far, runs on a non-blocking stream, and its completion is an event
+ * the request polls, with the timeout. */
+typedef struct {
+    cudaEvent_t ready, done;
+    size_t n;
+} nccl_request;
+
+static rt_status nccl_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduce_op op, void **out) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    *out = NULL;
+    rt_status st = nccl_usable(c, "all_reduce");
+    if (st != RT_OK || n == 0) return st;
+    if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
+    nccl_set_device(c);
+    if (!c->async_stream) NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&c->async_stream, cudaStreamNonBlocking));
+    nccl_request *r = (nccl_request *)rt_xcalloc(1, sizeof *r);
+    r->n = n;
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaEventRecord(r->ready, 0)); /* the gradients the backend wrote so far */
+    NCCL_CUDA_CHECK(cudaStreamWaitEvent(c->async_stream, r->ready, 0));
+    ncclResult_t rc = ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->async_stream);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_abort(c);
+        snprintf(c->broken, sizeof c->broken, "all_reduce failed: NCCL %s", ncclGetErrorString(rc));
+        cudaEventDestroy(r->ready);
+        cudaEventDestroy(r->done);
+        free(r);
+        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): all_reduce of %zu elements failed: %s", c->size,
+                         c->rank, n, ncclGetErrorString(rc));
+    }
+    NCCL_CUDA_CHECK(cudaEventRecord(r->done, c->async_stream));
+    *out = r;
+    return RT_OK;
+}
+
+static rt_status nccl_wait_request(void *vctx, void *vreq) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    nccl_request *r = (nccl_request *)vreq;
+    double deadline = nccl_now() + c->timeout_s;
+    long ns = 10000;
+    rt_status st = RT_OK;
+    nccl_set_device(c);
+    for (;;) {
+        cudaError_t e = cudaEventQuery(r->done);
+        ncclResult_t ares = ncclSuccess;
+        NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ares));
+        if (ares != ncclSuccess && ares != ncclInProgress) {
+            nccl_abort(c);
+            snprintf(c->broken, sizeof c->broken, "all_reduce failed: NCCL %s", ncclGetErrorString(ares));
+            st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d, device %d): all_reduce of %zu elements failed: %s",
+                           c->size, c->rank, c->device, r->n, ncclGetErrorString(ares));
+            break;
+        }
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) NCCL_CUDA_CHECK(e);
+        if (nccl_now() > deadline) {
+            nccl_abort(c);
+            snprintf(c->broken, sizeof c->broken, "all_reduce did not complete within %g s", c->timeout_s);
+            st = rt_errorf(RT_ERR_RUNTIME,
+                           "nccl comm (size %d, rank %d, device %d): all_reduce of %zu elements did not complete within "
+                           "%g s (a rank died, hangs, or skipped it); the communicator was aborted",
+                           c->size, c->rank, c->device, r->n, c->timeout_s);
+            break;
+        }
+        nccl_sleep(&ns);
+    }
+    cudaEventDestroy(r->ready);
+    cudaEventDestroy(r->done);
+    free(r);
+    return st;
 }
 
 static rt_status nccl_reduce_scatter(void *vctx, float *out, const float *in, size_t n_out, rt_reduce_op op) {
@@ -328,12 +403,14 @@ static void nccl_free(void *vctx) {
         }
     }
     if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->async_stream) cudaStreamDestroy(c->async_stream);
     if (c->own_bootstrap) rt_comm_free(c->bootstrap);
     free(c);
 }
 
 static const rt_comm_ops nccl_ops = {
     "nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_split, nccl_free,
+    nccl_all_reduce_start, nccl_wait_request,
 };
 
 static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
