@@ -2,6 +2,7 @@
 #include "runtime/rt_zero.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "runtime/rt_log.h"
@@ -209,22 +210,71 @@ fail:
     return st;
 }
 
+/* One chunk [lo, hi) of the shard through the host AdamW, range by range (a range keeps its
+ * weight-decay setting wherever the chunk cuts it). */
+typedef struct {
+    rt_zero *z;
+    const zero_range *r;
+    int nr;
+    const rt_adamw_hparams *h;
+    float grad_scale;
+    int64_t t;
+    size_t lo, hi;
+} offload_chunk;
+
+static void *offload_adamw(void *arg) {
+    const offload_chunk *c = arg;
+    rt_backend *hb = c->z->host_be;
+    for (int i = 0; i < c->nr; i++) {
+        size_t b = c->r[i].off > c->lo ? c->r[i].off : c->lo, e = c->r[i].off + c->r[i].n;
+        e = e < c->hi ? e : c->hi;
+        if (b >= e) continue;
+        hb->ops->adamw(hb->ctx, c->z->h_master + b, c->z->h_grad + b, c->z->m + b, c->z->v + b, e - b,
+                       (float)c->h->lr, (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps,
+                       c->r[i].key ? 0.0f : (float)c->h->weight_decay, c->grad_scale, c->t);
+    }
+    return NULL;
+}
+
+/* The offloaded update, pipelined over 4 chunks of the shard: while a worker thread runs AdamW
+ * on chunk k in host memory, this thread copies chunk k + 1's gradients down and chunk k - 1's
+ * parameters back up, so on a GPU the copies and the CPU update overlap. The same arithmetic as
+ * one pass, element by element. */
+static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw_hparams *h, float grad_scale,
+                         int64_t t) {
+    rt_params *p = z->p;
+    const rt_backend_ops *ops = p->be->ops;
+    const size_t n = z->shard, chunk = n / 4 + 1, f = sizeof(float);
+    const size_t K = (n + chunk - 1) / chunk;
+    if (K > 0) ops->to_host(p->be->ctx, z->h_grad, z->gshard, (chunk < n ? chunk : n) * f);
+    for (size_t k = 0; k < K; k++) {
+        size_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        offload_chunk job = {.z = z, .r = r, .nr = nr, .h = h, .grad_scale = grad_scale, .t = t, .lo = lo, .hi = hi};
+        pthread_t worker;
+        bool threaded = pthread_create(&worker, NULL, offload_adamw, &job) == 0;
+        if (!threaded) offload_adamw(&job); /* no thread to be had: the same work, in turn */
+        if (k + 1 < K) {
+            size_t nlo = hi, nhi = nlo + chunk < n ? nlo + chunk : n;
+            ops->to_host(p->be->ctx, z->h_grad + nlo, z->gshard + nlo, (nhi - nlo) * f);
+        }
+        if (k > 0) ops->to_device(p->be->ctx, p->param + z->begin + lo - chunk, z->h_master + lo - chunk, chunk * f);
+        if (threaded) pthread_join(worker, NULL);
+    }
+    if (K > 0) {
+        size_t lo = (K - 1) * chunk;
+        ops->to_device(p->be->ctx, p->param + z->begin + lo, z->h_master + lo, (n - lo) * f);
+    }
+}
+
 rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, int64_t t) {
     rt_status st = RT_OK;
     rt_params *p = z->p;
     RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
     zero_range *r = rt_xmalloc(sizeof *r * (size_t)(p->n > 0 ? p->n : 1));
     int nr = zero_ranges(z, true, r);
-    const size_t bytes = z->shard * sizeof(float);
     if (z->offload) {
         /* gradient shard down, AdamW on the host's fp32 master copy, parameters back up */
-        rt_backend *hb = z->host_be;
-        p->be->ops->to_host(p->be->ctx, z->h_grad, z->gshard, bytes);
-        for (int i = 0; i < nr; i++)
-            hb->ops->adamw(hb->ctx, z->h_master + r[i].off, z->h_grad + r[i].off, z->m + r[i].off, z->v + r[i].off,
-                           r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
-                           r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
-        p->be->ops->to_device(p->be->ctx, p->param + z->begin, z->h_master, bytes);
+        offload_step(z, r, nr, h, grad_scale, t);
     } else {
         float *param = p->param + z->begin;
         for (int i = 0; i < nr; i++)
