@@ -56,6 +56,7 @@ typedef struct {
     pv **memo;
     size_t cap_memo, n_memo; /* n_memo: slots set, where MEMOIZE stores next */
     size_t flatten_budget;   /* dict items flattening may still visit */
+    size_t build_budget;     /* items BUILD may still copy: a file's own items need a byte each */
 } pk_reader;
 
 static void *pk_grow(void *p, size_t *cap, size_t need, size_t elem) {
@@ -522,8 +523,13 @@ static rt_status pk_run(pk_reader *r, pv **result) {
             PK_TRY(pk_pop(r, &a));
             PK_TRY(pk_top(r, &v));
             if (v->kind != PV_DICT && v->kind != PV_TENSOR) return pk_err(r, "BUILD of something other than a dict or tensor");
-            if (v->object && a->kind == PV_DICT)
-                for (size_t k = 0; k < a->n; k++) pv_append(v, a->items[k]);
+            if (v->object && a->kind == PV_DICT) {
+                /* a BUILD of an object with itself doubles it: copies are bounded by the file */
+                const size_t n = a->n;
+                if (n > r->build_budget) return pk_err(r, "BUILD copies more items than the file holds (a pickle bomb?)");
+                r->build_budget -= n;
+                for (size_t k = 0; k < n; k++) pv_append(v, a->items[k]);
+            }
             break;
         case 'Q': PK_TRY(pk_persid(r)); break;
         case '0': PK_TRY(pk_pop(r, &v)); break;
@@ -586,7 +592,7 @@ static rt_status pk_flatten(pk_reader *r, const pv *d, const char *prefix, int d
 
 rt_status ckpt_pickle_read(const void *data, size_t size, const char *what, ckpt_pickle_state *out) {
     rt_status st = RT_OK;
-    pk_reader r = {.p = data, .size = size, .what = what};
+    pk_reader r = {.p = data, .size = size, .what = what, .build_budget = size};
     size_t cap_t = 0, cap_s = 0;
     pv *root = NULL;
     memset(out, 0, sizeof *out);

@@ -195,6 +195,25 @@ static void test_pickle_bomb(void) {
     ckpt_pickle_state_free(&s);
 }
 
+/* An argparse.Namespace BUILT with itself 40 times (DUP, BUILD): 2^40 fields if each BUILD
+ * copied them; the copies are bounded by the file's size instead (the fuzzer found this). */
+static void test_build_bomb(void) {
+    unsigned char b[256];
+    const unsigned char head[] = {0x80, 2, 'c', 'a', 'r', 'g', 'p', 'a', 'r', 's', 'e', '\n', 'N', 'a', 'm', 'e',
+                                  's', 'p', 'a', 'c', 'e', '\n', ')', 0x81, '}', 0x8c, 1, 'a', 'K', 1, 's', 'b'};
+    size_t n = sizeof head;
+    memcpy(b, head, n);
+    for (int k = 0; k < 40; k++) {
+        b[n++] = '2';
+        b[n++] = 'b';
+    }
+    b[n++] = '.';
+    ckpt_pickle_state s;
+    rt_status st = ckpt_pickle_read(b, n, "build-bomb.pkl", &s);
+    TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "build-bomb.pkl") &&
+                  strstr(rt_error_message(), "pickle bomb"), "%s", rt_error_message());
+}
+
 /* An index whose weight_map reaches outside its folder, or misplaces a tensor, is refused. */
 static void test_bad_index(void) {
     char dir[600], link[700], target[700], *src = golden("gpt2-bin-sharded");
@@ -365,6 +384,7 @@ int main(void) {
     test_refused();
     test_bad_index();
     test_pickle_bomb();
+    test_build_bomb();
     test_nested();
     test_damaged();
     test_gpt2_layouts();
