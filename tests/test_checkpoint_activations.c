@@ -6,7 +6,6 @@
  * whose key/value prefill reads each block's input LayerNorm back, gives the same tokens and
  * scores. At tp = 2 (two threads) each rank's GLM gradient shard is the same with and without
  * checkpointing: the recompute repeats the forward's collectives in the same order. */
-#include <pthread.h>
 #include <string.h>
 
 #include "models/bert.h"
@@ -256,15 +255,13 @@ done:
 
 /* ---- GLM at tp = 2 ---- */
 
-/* Checks happen on the main thread after the ranks join (the counters are not shared safely). */
 typedef struct {
-    rt_comm *comm;
-    rt_status st;
     size_t diff, numel;
     double loss[2]; /* K = 0, K = 1 */
-} tp_arg;
+} tp_out;
 
-static rt_status tp_rank_run(tp_arg *a) {
+static rt_status tp_rank(rt_comm *comm, void *arg) {
+    tp_out *a = arg;
     rt_status st = RT_OK;
     rt_backend *be = NULL;
     glm_model *m = NULL;
@@ -276,7 +273,7 @@ static rt_status tp_rank_run(tp_arg *a) {
     RT_TRY(rt_backend_init("cpu", 1, &be));
     for (int k = 0; k < 2; k++) {
         glm_small(&c, k);
-        RT_TRY(glm_model_init(&c, be, a->comm, B, T, 5, &m));
+        RT_TRY(glm_model_init(&c, be, comm, B, T, 5, &m));
         rt_params *p = glm_model_params(m);
         rt_params_zero_grad(p);
         mdl_pass pass = {.seed = 3, .step = 1, .training = true};
@@ -298,30 +295,13 @@ fail:
     return st;
 }
 
-static void *tp_rank(void *arg) {
-    tp_arg *a = arg;
-    a->st = tp_rank_run(a);
-    return NULL;
-}
-
 static void test_glm_tp2(void) {
-    rt_comm *comms[2] = {0};
-    pthread_t th[2];
-    tp_arg args[2] = {{0}};
-    TZ_EXPECT_OK(rt_comm_threads_create(2, 30.0, comms));
-    if (!comms[0]) return;
-    for (int r = 0; r < 2; r++) {
-        args[r].comm = comms[r];
-        TZ_EXPECT(pthread_create(&th[r], NULL, tp_rank, &args[r]) == 0, "pthread_create");
-    }
-    for (int r = 0; r < 2; r++) {
-        pthread_join(th[r], NULL);
-        rt_comm_free(comms[r]);
-        TZ_EXPECT(args[r].st == RT_OK, "GLM tp=2 rank %d failed", r);
-        TZ_EXPECT(args[r].numel > 0 && args[r].diff == 0 && args[r].loss[0] == args[r].loss[1],
+    tp_out out[2] = {{0}};
+    TZ_EXPECT_OK(tz_run_ranks(2, 30.0, tp_rank, out, sizeof *out));
+    for (int r = 0; r < 2; r++)
+        TZ_EXPECT(out[r].numel > 0 && out[r].diff == 0 && out[r].loss[0] == out[r].loss[1],
                   "GLM tp=2 rank %d: %zu of %zu gradients differ with checkpointing (loss %.9g, %.9g without)", r,
-                  args[r].diff, args[r].numel, args[r].loss[1], args[r].loss[0]);
-    }
+                  out[r].diff, out[r].numel, out[r].loss[1], out[r].loss[0]);
 }
 
 int main(void) {

@@ -2,9 +2,12 @@
 #include "tests/testutil.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/rt_launch.h"
 
 int tz_test_failures = 0;
 int tz_test_checks = 0;
@@ -101,4 +104,46 @@ data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset) {
     free(len_a);
     free(labels);
     return d;
+}
+
+typedef struct {
+    rt_status (*fn)(rt_comm *comm, void *arg);
+    rt_comm *comm;
+    void *arg;
+    rt_status st;
+    char msg[512];
+} tz_rank;
+
+static void *tz_rank_main(void *p) {
+    tz_rank *r = p;
+    r->st = r->fn(r->comm, r->arg);
+    if (r->st != RT_OK) snprintf(r->msg, sizeof r->msg, "%s", rt_error_message());
+    return NULL;
+}
+
+rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, void *arg), void *args,
+                       size_t arg_size) {
+    rt_comm **comms = calloc((size_t)n, sizeof *comms);
+    tz_rank *ranks = calloc((size_t)n, sizeof *ranks);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    rt_status st = rt_comm_threads_create(n, timeout_s, comms);
+    for (int r = 0; st == RT_OK && r < n; r++) {
+        ranks[r] = (tz_rank){.fn = fn, .comm = comms[r], .arg = (char *)args + (size_t)r * arg_size};
+        if (pthread_create(&th[r], NULL, tz_rank_main, &ranks[r]) != 0) {
+            /* the ranks already started would wait for this one until their timeout */
+            fprintf(stderr, "tz_run_ranks: cannot start thread %d\n", r);
+            abort();
+        }
+    }
+    for (int r = 0; st == RT_OK && r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; comms && r < n; r++) rt_comm_free(comms[r]);
+    for (int r = 0; st == RT_OK && r < n; r++)
+        if (ranks[r].st != RT_OK) {
+            fprintf(stderr, "rank %d of %d: %s\n", r, n, ranks[r].msg);
+            st = ranks[r].st;
+        }
+    free(comms);
+    free(ranks);
+    free(th);
+    return st;
 }

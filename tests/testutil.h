@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "data/data_dataset.h"
+#include "runtime/rt_comm.h"
 #include "runtime/rt_status.h"
 
 extern int tz_test_failures;
@@ -51,6 +52,13 @@ const char *tz_tmpdir(void);
 /* n synthetic labelled sentence pairs of 5..18 tokens with ids in [0, vocab - 1) shifted by
  * id_offset (the loop and parallel tests train on them; vocab - 1 is left for padding). */
 data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset);
+
+/* Runs fn(comm of rank r, args + r * arg_size) for r < n on n threads, the ranks of one
+ * in-process threads communicator (timeout_s), and waits for all; the comms are freed after.
+ * Returns RT_OK, or the first failing rank's status (its message printed). Checks belong on
+ * the calling thread, after it returns. */
+rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, void *arg), void *args,
+                       size_t arg_size);
 
 /* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
 int tz_test_result(const char *name);
