@@ -107,6 +107,8 @@ expect_fail "a label not in the task's set" 1 "train.jsonl:3" --task copa --data
 expect_fail "a GLM smaller than the tokenizer" 1 "vocab_size 128 is smaller" --task copa \
     --model "$SRC/tests/golden/glm-tiny" --save-dir "$TMP/x4"
 expect_fail "an unknown task" 2 "task" --task mnli
+expect_fail "a checkpoint group without checkpointing" 2 "needs --checkpoint-activations" --task copa \
+    --checkpoint-num-layers 2
 expect_fail "rte without --data-dir" 2 "needs --data-dir" --task rte
 expect_fail "seq2seq without files" 2 "SRC TGT" --task seq2seq
 "$BIN" --help | grep -q "blank infilling" && ok || bad "--help describes the program"

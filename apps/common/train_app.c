@@ -89,6 +89,9 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     }
     if (o->offload_optimizer && o->zero == 0)
         return rt_errorf(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
+    if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)
+        return rt_errorf(RT_ERR_USAGE, "--checkpoint-num-layers %lld needs --checkpoint-activations",
+                         (long long)o->checkpoint_num_layers);
     rt_status st = rt_grid_init(world, (int)o->tp, grid);
     if (st != RT_OK) return st;
     if (rt_args_source_of(spec, "batch-size") == RT_ARG_DEEPSPEED) {
