@@ -15,6 +15,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
+#include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/heads.h"
 #include "models/parallel.h"
@@ -723,6 +724,11 @@ static rt_status bert_vt_step(void *model, const rt_batch *b, const mdl_pass *pa
 static rt_params *bert_vt_params(void *model) { return bert_model_params(model); }
 static rt_status bert_vt_save_hf(void *model, const char *dir) { return bert_save_hf(model, dir); }
 static void bert_vt_free(void *model) { bert_model_free(model); }
+static double bert_vt_flops(void *model, int B, int T) {
+    const bert_config *c = &((bert_model *)model)->cfg;
+    return c->num_hidden_layers *
+           mdl_layer_train_flops(B, T, c->hidden_size, c->hidden_size, c->intermediate_size, 0, T, 0);
+}
 
 rt_status bert_classifier(bert_model *m, mdl_classifier *out) {
     if (!m) return rt_errorf(RT_ERR_CONFIG, "bert_classifier: no model");
@@ -731,6 +737,7 @@ rt_status bert_classifier(bert_model *m, mdl_classifier *out) {
                             .step = bert_vt_step,
                             .params = bert_vt_params,
                             .save_hf = bert_vt_save_hf,
-                            .free = bert_vt_free};
+                            .free = bert_vt_free,
+                            .train_flops = bert_vt_flops};
     return RT_OK;
 }

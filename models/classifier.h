@@ -38,6 +38,8 @@ typedef struct {
      * tp rank 0 writes. */
     rt_status (*save_hf)(void *model, const char *dir);
     void (*free)(void *model);
+    /* Model FLOPs of training on B rows of T tokens (models/flops.h), for MFU. */
+    double (*train_flops)(void *model, int B, int T);
 } mdl_classifier;
 
 #endif

@@ -12,6 +12,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
+#include "models/flops.h"
 #include "models/parallel.h"
 #include "models/preln_stack.h"
 #include "runtime/rt_arena.h"
@@ -543,4 +544,11 @@ fail:
     glm_model_free(*out);
     *out = NULL;
     return st;
+}
+
+double glm_train_flops(const glm_model *m, int B, int T, int n_targets) {
+    const glm_config *c = &m->cfg;
+    const double C = c->hidden_size;
+    return c->num_layers * mdl_layer_train_flops(B, T, C, C, 4 * C, 0, T, 0) +
+           mdl_head_train_flops(n_targets, C, c->vocab_size);
 }

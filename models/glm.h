@@ -90,6 +90,10 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
                           const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
                           float *scores);
 
+/* Model FLOPs of training on B rows of T tokens, n_targets of them through the output layer
+ * (models/flops.h). */
+double glm_train_flops(const glm_model *m, int B, int T, int n_targets);
+
 /* Full-vocab logits (B, T, vocab) and the final hidden states (B, T, hidden) to the host, for
  * checking; either may be NULL. Collective over tp (the vocab shards are gathered). */
 rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden);

@@ -12,6 +12,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/heads.h"
+#include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
 #include "models/preln_stack.h"
@@ -451,11 +452,18 @@ static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
 
 static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 
+static double gpt2_cls_vflops(void *model, int B, int T) {
+    const gpt2_config *c = &((gpt2_model *)model)->cfg;
+    const double F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd;
+    return c->n_layer * mdl_layer_train_flops(B, T, c->n_embd, c->n_embd, F, 0, T, 0);
+}
+
 void gpt2_classifier(gpt2_model *m, mdl_classifier *out) {
     *out = (mdl_classifier){.model = m,
                             .num_labels = m->cfg.num_labels,
                             .step = gpt2_cls_vstep,
                             .params = gpt2_cls_vparams,
                             .save_hf = gpt2_cls_vsave_hf,
-                            .free = gpt2_cls_vfree};
+                            .free = gpt2_cls_vfree,
+                            .train_flops = gpt2_cls_vflops};
 }

@@ -19,6 +19,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
+#include "models/flops.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
@@ -849,4 +850,12 @@ rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask
     m->be->ops->to_host(m->be->ctx, host_hidden, m->enc.out, (size_t)B * S * m->C * sizeof(float));
 fail:
     return st;
+}
+
+double t5_train_flops(const t5_model *m, int B, int S, int T) {
+    const t5_config *c = &m->cfg;
+    const double C = c->d_model, I = (double)c->num_heads * c->d_kv, F = c->d_ff;
+    return c->num_layers * mdl_layer_train_flops(B, S, C, I, F, c->gated, S, 0) +
+           c->num_decoder_layers * mdl_layer_train_flops(B, T, C, I, F, c->gated, T, S) +
+           mdl_head_train_flops((double)B * T, C, c->vocab_size);
 }

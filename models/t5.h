@@ -110,6 +110,8 @@ typedef struct {
  * tp > 1 a gather every rank joins). */
 rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                   int *n_targets, float *host_logits);
+/* Model FLOPs of training on B pairs of S source and T target tokens (models/flops.h). */
+double t5_train_flops(const t5_model *m, int B, int S, int T);
 /* The encoder's output (B, S, d_model) after its final norm, without dropout; for checks. */
 rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S, float *host_hidden);
 

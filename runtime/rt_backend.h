@@ -46,6 +46,8 @@ typedef struct rt_backend_ops {
     /* Bytes the device could still hand out (CPU: the OS's MemAvailable), for the memory
      * report; 0 when unknown. */
     size_t (*free_memory)(void *ctx);
+    /* The device's model name ("NVIDIA H100 80GB HBM3"), for the MFU peak table; NULL op: none. */
+    const char *(*device_model)(void *ctx);
     void (*to_device)(void *ctx, void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *ctx, void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);

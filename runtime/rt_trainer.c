@@ -280,6 +280,19 @@ fail:
     return st;
 }
 
+/* One device's dense fp32 peak (no TF32, as the CUDA backend's cuBLAS runs), by model name:
+ * the MFU denominator when --peak-tflops is not given. 0: unknown (the CPU). */
+static double rt_train_peak_tflops(const rt_backend *be) {
+    static const struct {
+        const char *name;
+        double tflops;
+    } table[] = {{"H100 PCIe", 51.2}, {"H100", 66.9}, {"H200", 66.9}, {"A100", 19.5}, {"L40S", 91.6}};
+    const char *model = be->ops->device_model ? be->ops->device_model(be->ctx) : NULL;
+    for (size_t i = 0; model && i < sizeof table / sizeof *table; i++)
+        if (strstr(model, table[i].name)) return table[i].tflops;
+    return 0;
+}
+
 /* Before step 1: what this rank holds on its device, and what is left. Everything the
  * model, the loop and the optimizer allocated goes through rt_backend_alloc, so the part that
  * is not weights, gradients or AdamW state is activations and work buffers (sized for the
@@ -364,7 +377,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     handlers = true;
 
     win = rt_xcalloc((size_t)accum, sizeof *win);
-    double log_loss = 0, log_ms = 0, log_tokens = 0, last_norm = 0;
+    double log_loss = 0, log_ms = 0, log_tokens = 0, log_flops = 0, last_norm = 0;
+    /* every rank of the grid holds a device; MFU is the job's FLOPs over all of their peaks */
+    const double peak = o->peak_tflops > 0 ? o->peak_tflops : rt_train_peak_tflops(model->params->be);
+    const double devices = (double)s.dp->size * (double)s.tp->size;
     int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
     while (step < s.total_steps) {
         int nb = 0;
@@ -377,13 +393,14 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         if (nb > 0) {
             double t0 = rt_now_ms();
             /* counts over the whole global batch: every dp rank sees only its slice */
-            float counts[2] = {0, 0}; /* targets, tokens */
+            float counts[3] = {0, 0, 0}; /* targets, tokens, model FLOPs (this rank's share of the batch) */
             for (int i = 0; i < nb; i++) {
                 counts[0] += (float)win[i].n_targets;
                 counts[1] += (float)win[i].n_tokens;
+                if (model->flops && win[i].B > 0) counts[2] += (float)model->flops(model->ctx, &win[i]);
             }
-            RT_TRY(rt_train_dp_sum(&s, counts, 2));
-            double targets = counts[0], tokens = counts[1];
+            RT_TRY(rt_train_dp_sum(&s, counts, 3));
+            double targets = counts[0], tokens = counts[1], flops = counts[2];
             if (s.zero)
                 RT_TRY(rt_zero_begin_step(s.zero));
             else
@@ -444,6 +461,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             log_ms += ms;
             log_tokens += tokens;
+            log_flops += flops;
             log_steps++;
             last_norm = norm;
             result->last_train_loss = loss;
@@ -466,19 +484,26 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 double tps = log_tokens / (log_ms / 1e3);
                 /* overflowed steps (loss scaling) have no loss to average */
                 double avg_loss = log_loss_steps ? log_loss / (double)log_loss_steps : NAN;
-                char scaling[96] = "";
+                char scaling[96] = "", perf[64] = "";
                 if (s.scaling)
                     snprintf(scaling, sizeof scaling, " | loss scale %g | skipped %lld", s.scaler.scale,
                              (long long)s.scaler.skipped);
+                const double tflops = log_flops / (log_ms / 1e3) / 1e12, mfu = peak > 0 ? tflops / (peak * devices) : 0;
+                if (log_flops > 0 && mfu > 0)
+                    snprintf(perf, sizeof perf, " | %.3g TFLOP/s | MFU %.1f%%", tflops, 100 * mfu);
+                else if (log_flops > 0)
+                    snprintf(perf, sizeof perf, " | %.3g TFLOP/s", tflops);
                 rt_train_clear_bar(&s);
-                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s%s",
+                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s%s%s",
                             (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, last_norm, avg_ms, tps,
-                            scaling);
+                            perf, scaling);
                 cJSON *obj = cJSON_CreateObject();
                 cJSON_AddStringToObject(obj, "type", "train");
                 cJSON_AddNumberToObject(obj, "step", (double)step);
                 cJSON_AddNumberToObject(obj, "epoch", epoch);
                 cJSON_AddNumberToObject(obj, "loss", avg_loss);
+                if (log_flops > 0) cJSON_AddNumberToObject(obj, "tflops", tflops);
+                if (log_flops > 0 && mfu > 0) cJSON_AddNumberToObject(obj, "mfu", mfu);
                 if (s.scaling) {
                     cJSON_AddNumberToObject(obj, "loss_scale", s.scaler.scale);
                     cJSON_AddNumberToObject(obj, "skipped_steps", (double)s.scaler.skipped);
@@ -491,7 +516,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 cJSON_AddItemToObject(obj, "batch_shape", cJSON_CreateIntArray(shape, 2));
                 rt_train_metrics_line(&s, obj);
                 cJSON_Delete(obj);
-                log_loss = log_ms = log_tokens = 0;
+                log_loss = log_ms = log_tokens = log_flops = 0;
                 log_steps = log_loss_steps = 0;
             }
             if (o->eval_interval > 0 && step % o->eval_interval == 0) {

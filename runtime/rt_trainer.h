@@ -25,6 +25,9 @@ typedef struct {
      * or NULL for none. With it, the data-parallel all-reduce of the finished gradient buckets
      * starts while the backward goes on (on NCCL and MPI; see rt_train_opts.dp_bucket). */
     void (*set_grads_hook)(void *ctx, const rt_grads_hook *hook);
+    /* Optional: model FLOPs of training on one micro-batch (models/flops.h), for the step
+     * line's TFLOP/s and MFU. */
+    double (*flops)(void *ctx, const rt_batch *b);
 } rt_train_model;
 
 typedef struct {
@@ -102,6 +105,9 @@ typedef struct {
      * at least 4 buckets per slab), -1 reduces everything after the backward instead of
      * overlapping (the model must offer set_grads_hook to overlap; ZeRO never does). */
     int64_t dp_bucket;
+    /* One device's peak TFLOP/s for MFU; 0: the fp32 peak of a GPU the table knows (H100,
+     * H200, A100, L40S), else no MFU. */
+    double peak_tflops;
 } rt_train_opts;
 
 typedef struct {

@@ -42,6 +42,11 @@ grep -q "dev results (mrpc, 32 examples, step 4): loss .* accuracy .* f1 " "$TMP
 grep -q '"type":"train","step":2' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks the step-2 line"
 grep -q '"type":"eval"' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks an eval line"
 [ -f "$TMP/run/step-00000004.tzck" ] || [ -n "$(ls "$TMP/run"/step-*4.tzck 2>/dev/null)" ] && ok || bad "no step-4 checkpoint"
+# the step line's model TFLOP/s, and MFU against a given peak
+grep -q "tokens/s | [0-9.e+-]* TFLOP/s$" "$TMP/out" && ok || bad "the step line lacks TFLOP/s"
+"$BIN" "${COMMON[@]}" --max-steps 2 --log-interval 1 --eval-interval -1 --peak-tflops 0.5 --save-dir "$TMP/mfu" \
+    > "$TMP/out" 2> "$TMP/err" && grep -q "TFLOP/s | MFU [0-9.]*%" "$TMP/out" &&
+    grep -q '"mfu":' "$TMP/mfu/metrics.jsonl" && ok || bad "--peak-tflops gives no MFU"
 
 # resume continues from step 4
 "$BIN" "${COMMON[@]}" --max-steps 6 --save-dir "$TMP/run" --resume > "$TMP/out" 2> "$TMP/err"

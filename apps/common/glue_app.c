@@ -311,6 +311,11 @@ typedef struct {
 
 static void gc_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((gc_train_ctx *)ctx)->grads = hook; }
 
+static double gc_flops(void *ctx, const rt_batch *b) {
+    const mdl_classifier *m = ((gc_train_ctx *)ctx)->model;
+    return m->train_flops ? m->train_flops(m->model, b->B, b->T) : 0;
+}
+
 static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
                                      float grad_scale, double *loss_sum) {
     gc_train_ctx *c = ctx;
@@ -558,7 +563,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
     gc_train_ctx train_ctx = {.model = &gm.cls};
     rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward,
-                           .set_grads_hook = gc_set_grads_hook};
+                           .set_grads_hook = gc_set_grads_hook, .flops = gc_flops};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;

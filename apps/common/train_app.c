@@ -56,6 +56,9 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_op
         {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,
          "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL,
          0, 0},
+        {"peak-tflops", RT_OPT_FLOAT, &o->peak_tflops, "0", NULL,
+         "one device's peak TFLOP/s, for the MFU in the step line (0 = the fp32 peak of a known GPU, else none)",
+         NULL, 0, 1e6},
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
     };
@@ -126,7 +129,7 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
         .save_dir = o->save_dir, .resume = o->resume, .options_json = options_json, .dp = grid->dp,
         .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .zero = (int)o->zero,
-        .offload_optimizer = o->offload_optimizer,
+        .offload_optimizer = o->offload_optimizer, .peak_tflops = o->peak_tflops,
     };
     return to;
 }

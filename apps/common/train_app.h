@@ -19,7 +19,7 @@ typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads, tp, zero;
-    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops;
     bool resume, pad8, offload_optimizer;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
@@ -31,7 +31,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 26
+#define TRAIN_APP_N_OPTS 27
 
 /* Appends the shared options, writing into *o, to opts[*n ..] (room for TRAIN_APP_N_OPTS
  * more is the caller's); *n grows by TRAIN_APP_N_OPTS. */

@@ -237,6 +237,13 @@ typedef struct {
 
 static void glm_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((glm_trainer *)ctx)->grads = hook; }
 
+/* rows x the longest row of the batch (choices: every example's candidate rows) */
+static double glm_flops(void *ctx, const rt_batch *b) {
+    glm_trainer *g = ctx;
+    int per = g->train->rows_per_example;
+    return glm_train_flops(g->model, b->B * per, b->T, b->n_targets);
+}
+
 /* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
  * cloze) may be NULL. */
 static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const int32_t *ex, int n, int32_t pad_id,
@@ -647,7 +654,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
     rt_train_model tm = {.ctx = &tr, .params = glm_model_params(model), .forward_backward = glm_forward_backward,
-                           .set_grads_hook = glm_set_grads_hook};
+                           .set_grads_hook = glm_set_grads_hook, .flops = glm_flops};
     rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
                         .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
                         .batch_free = glm_batch_free};

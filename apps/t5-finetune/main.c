@@ -341,6 +341,10 @@ typedef struct {
 
 static void t5_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((t5_trainer *)ctx)->grads = hook; }
 
+static double t5_flops(void *ctx, const rt_batch *b) {
+    return t5_train_flops(((t5_trainer *)ctx)->model, b->B, b->T, b->T_dec);
+}
+
 static rt_status t5_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
                                      float grad_scale, double *loss_sum) {
     t5_trainer *tr = ctx;
@@ -511,7 +515,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_opts to = train_app_loop_opts(&O.t, T5_PROG, &grid, options_json);
     t5_trainer tr = {.model = model};
     rt_train_model tm = {.ctx = &tr, .params = t5_model_params(model), .forward_backward = t5_forward_backward,
-                         .set_grads_hook = t5_set_grads_hook};
+                         .set_grads_hook = t5_set_grads_hook, .flops = t5_flops};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};
     rt_train_result res;

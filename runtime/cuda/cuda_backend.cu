@@ -7,6 +7,7 @@
  * goes wrong once the backend runs is a fault and aborts through CUDA_CHECK/CUBLAS_CHECK. */
 #include "runtime/cuda/rt_cuda.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes) {
@@ -67,6 +68,8 @@ static size_t cuda_free_memory(void *ctx) {
     return free_b;
 }
 
+static const char *cuda_device_model(void *ctx) { return ((rt_cuda_ctx *)ctx)->model; }
+
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
@@ -106,6 +109,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->alloc = cuda_alloc;
     o->free = cuda_free;
     o->free_memory = cuda_free_memory;
+    o->device_model = cuda_device_model;
     o->to_device = cuda_to_device;
     o->to_host = cuda_to_host;
     o->copy = cuda_copy;
@@ -180,6 +184,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
 
     c = (rt_cuda_ctx *)rt_xcalloc(1, sizeof *c);
     c->device = device;
+    snprintf(c->model, sizeof c->model, "%s", prop.name);
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,

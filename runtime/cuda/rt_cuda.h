@@ -66,6 +66,7 @@ enum {
 
 typedef struct {
     int device;
+    char model[256]; /* cudaDeviceProp.name */
     cublasHandle_t cublas;
     void *scratch[RT_CUDA_SCRATCH_COUNT];
     size_t scratch_bytes[RT_CUDA_SCRATCH_COUNT];
