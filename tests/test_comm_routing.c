@@ -11,7 +11,7 @@
  *   per step one dp all-reduce of the gradient slab (ZeRO-1: a reduce-scatter from the slab
  *   and an all-gather into the parameters, of one shard each);
  * - the host log must hold exactly the scalars, in order, per step: the dp sum of
- *   (targets, tokens), the dp loss sum, the norm's partial sums (tp all-gather of one
+ *   (targets, tokens, model FLOPs), the dp loss sum, the norm's partial sums (tp all-gather of one
  *   double-float pair; ZeRO-1: dp and tp all-gathers of two pairs), the stop flag's dp and
  *   tp maxima;
  * - the loss sums of every micro-batch, the last loss and every rank's final parameter slab
@@ -295,7 +295,7 @@ static void check_host_log(const char *what, int rank, const rank_arg *a) {
     const call_rec *c;
     TZ_EXPECT(h->dropped == 0, "%s rank %d: %d host calls beyond the log", what, rank, h->dropped);
     for (int s = 0; s < STEPS; s++) {
-        EXPECT_CALL(c, what, rank, h, &i, 'd', RT_COMM_OP_ALL_REDUCE, 2, RT_REDUCE_SUM); /* targets, tokens */
+        EXPECT_CALL(c, what, rank, h, &i, 'd', RT_COMM_OP_ALL_REDUCE, 3, RT_REDUCE_SUM); /* targets, tokens, FLOPs */
         EXPECT_CALL(c, what, rank, h, &i, 'd', RT_COMM_OP_ALL_REDUCE, 1, RT_REDUCE_SUM); /* loss sum */
         if (a->zero) { /* (replicated, sharded) squares as two double-float pairs, over dp then tp */
             EXPECT_CALL(c, what, rank, h, &i, 'd', RT_COMM_OP_ALL_GATHER, 4, RT_REDUCE_SUM);
