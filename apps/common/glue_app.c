@@ -327,14 +327,14 @@ static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed
 /* ---- --comm-stats ---- */
 
 /* Measured payload per optimizer step next to what the layout predicts: dp sums the whole
- * gradient slab once per step (plus the target count, token count, loss and stop flag);
+ * gradient slab once per step (plus the target, token and FLOP counts, loss and stop flag);
  * Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding and
  * four times per layer (two row-parallel outputs forward, two column-parallel input
  * gradients backward). */
 static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const glue_model *m,
                                 const rt_params *p, const rt_grid *grid, int64_t steps, double padded_tokens) {
     if (grid->world->rank != 0 || steps <= 0) return;
-    double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 16.0 : 0.0;
+    double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 20.0 : 0.0;
     double tp_formula =
         grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
     rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, dp %d x tp %d):",
@@ -346,7 +346,7 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
             if (groups[g]->calls[op])
                 rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
                             (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
-    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 16 B of counts = %.4f MB (ring traffic per rank: "
+    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
                 "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
                 dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
     if (O.t.zero > 0 && grid->dp_size > 1) {
@@ -355,7 +355,7 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
          * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
         size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
         rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
-                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 16 B of counts",
+                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 20 B of counts",
                     (long long)O.t.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
                     (4.0 * (double)shard + 16.0) / 1e6);
     }
