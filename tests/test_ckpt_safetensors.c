@@ -114,7 +114,7 @@ static void test_round_trip(void) {
 }
 
 static void test_tiny_gpt2(void) {
-    const char *dir = tz_shared_path("tiny-gpt2");
+    const char *dir = tz_data_path("tiny-gpt2");
     char wpath[4096];
     TZ_EXPECT_OK(ckpt_source_find_weights(dir, wpath, sizeof wpath));
     TZ_EXPECT(strstr(wpath, "tiny-gpt2/model.safetensors") != NULL, "weights path %s", wpath);

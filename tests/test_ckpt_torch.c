@@ -345,7 +345,9 @@ static float *load_gpt2(rt_backend *be, const char *from, size_t *numel) {
     gpt2_model *m = NULL;
     ckpt_load_report rep;
     float *out = NULL;
-    TZ_EXPECT_OK(gpt2_config_load(tz_shared_path("tiny-gpt2/config.json"), &cfg));
+    rt_status st = gpt2_config_load(tz_data_path("tiny-gpt2/config.json"), &cfg);
+    TZ_EXPECT(st == RT_OK, "tiny-gpt2 config: %s", rt_error_message());
+    if (st != RT_OK) return NULL;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 1, 5, 7, &m));
     if (!m) return NULL;
     rt_params *p = gpt2_model_params(m);
@@ -364,7 +366,7 @@ static void test_gpt2_layouts(void) {
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
     if (!be) return;
     size_t n_ref = 0, n = 0;
-    float *ref = load_gpt2(be, tz_shared_path("tiny-gpt2"), &n_ref);
+    float *ref = load_gpt2(be, tz_data_path("tiny-gpt2"), &n_ref);
     const char *dirs[] = {"gpt2-bin", "gpt2-bin-sharded", "gpt2-st-sharded"};
     for (size_t k = 0; ref && k < 3; k++) {
         char *d = golden(dirs[k]);

@@ -6,7 +6,8 @@
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/bert-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$FIXTURES/glue-stsb/train.tsv" "$FIXTURES/glue-stsb/dev.tsv" "$FIXTURES/roberta-bpe/roberta-vocab.json"
 pass=0
 fail=0
 TMP=$(mktemp -d)
@@ -37,8 +38,8 @@ VOCAB="$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt"
 mkdir -p "$TMP/mrpc" "$TMP/stsb"
 head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/mrpc/train.tsv"
 head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/mrpc/dev.tsv"
-head -n 65 "$SHARED/glue-stsb/train.tsv" > "$TMP/stsb/train.tsv"
-head -n 33 "$SHARED/glue-stsb/dev.tsv" > "$TMP/stsb/dev.tsv"
+head -n 65 "$FIXTURES/glue-stsb/train.tsv" > "$TMP/stsb/train.tsv"
+head -n 33 "$FIXTURES/glue-stsb/dev.tsv" > "$TMP/stsb/dev.tsv"
 COMMON=(--max-len 48 --batch-size 8 --max-steps 3 --threads 2 --save-interval -1)
 
 # BERT classification, then export and reload
@@ -55,7 +56,7 @@ COMMON=(--max-len 48 --batch-size 8 --max-steps 3 --threads 2 --save-interval -1
     && ok || bad "BERT stsb regression"
 
 # RoBERTa with its BPE
-"$BIN" --arch "$TMP/roberta.json" --tokenizer "$SHARED/roberta-bpe/roberta-vocab.json" --data-dir "$TMP/mrpc" \
+"$BIN" --arch "$TMP/roberta.json" --tokenizer "$FIXTURES/roberta-bpe/roberta-vocab.json" --data-dir "$TMP/mrpc" \
     "${COMMON[@]}" --save-dir "$TMP/r" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && grep -q "RoBERTa 1 layers" "$TMP/out" && grep -q "dev results (mrpc" "$TMP/out" && ok || bad "RoBERTa mrpc"
 

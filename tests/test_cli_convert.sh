@@ -14,7 +14,8 @@ set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 BIN="$BIN_DIR/tz-convert"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$FIXTURES/tiny-gpt2/model.safetensors"
 G="$SRC/tests/golden"
 C="$G/convert"
 pass=0
@@ -71,9 +72,9 @@ same_import bert-bin "$G/bert-tiny-cls" "$C/bert-tiny-cls-bin"
 same_import roberta-st-sharded "$G/roberta-tiny-cls" "$C/roberta-tiny-cls-st-sharded"
 same_import t5-bin-sharded "$G/t5-tiny-v1_0" "$C/t5-tiny-v1_0-bin-sharded"
 same_import t5-st-sharded "$G/t5-tiny-v1_1" "$C/t5-tiny-v1_1-st-sharded"
-same_import gpt2-bin "$SHARED/tiny-gpt2" "$G/torch-ckpt/gpt2-bin"
-same_import gpt2-bin-sharded "$SHARED/tiny-gpt2" "$G/torch-ckpt/gpt2-bin-sharded"
-same_import gpt2-st-sharded "$SHARED/tiny-gpt2" "$G/torch-ckpt/gpt2-st-sharded"
+same_import gpt2-bin "$FIXTURES/tiny-gpt2" "$G/torch-ckpt/gpt2-bin"
+same_import gpt2-bin-sharded "$FIXTURES/tiny-gpt2" "$G/torch-ckpt/gpt2-bin-sharded"
+same_import gpt2-st-sharded "$FIXTURES/tiny-gpt2" "$G/torch-ckpt/gpt2-st-sharded"
 
 # --- Megatron-LM and FlagAI ---
 tensors "$G/gpt2-tiny-cls/model.safetensors" | grep -v '^score\.' > "$TMP/gpt2-tensors"
@@ -107,9 +108,9 @@ cmp -s "$TMP/glm/rank-00-of-01.tzck" "$TMP/glm-again/rank-00-of-01.tzck" && ok |
 mkdir -p "$TMP/data"
 head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
 head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
-expect_fail "tp that does not divide the heads (import)" "does not divide" import "$SHARED/tiny-gpt2" "$TMP/y" --tp 4
-run import "$SHARED/tiny-gpt2" "$TMP/tg2" --tp 2 || bad "tiny-gpt2 import"
-for m in "$SHARED/tiny-gpt2" "$TMP/tg2"; do
+expect_fail "tp that does not divide the heads (import)" "does not divide" import "$FIXTURES/tiny-gpt2" "$TMP/y" --tp 4
+run import "$FIXTURES/tiny-gpt2" "$TMP/tg2" --tp 2 || bad "tiny-gpt2 import"
+for m in "$FIXTURES/tiny-gpt2" "$TMP/tg2"; do
     "$BIN_DIR/gpt2-classify" --model "$m" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --threads 2 --max-steps 3 \
         --save-dir "$TMP/run-$(basename "$m")" 2> "$TMP/err" | grep "dev results" > "$TMP/dev-$(basename "$m")"
 done

@@ -6,7 +6,9 @@
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/glm-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$ASSETS/glm-en-wordpiece/vocab.txt" "$FIXTURES/superglue-rte/train.jsonl" \
+    "$FIXTURES/superglue-rte/val.jsonl" "$FIXTURES/superglue-wsc/train.jsonl" "$FIXTURES/superglue-wsc/val.jsonl"
 pass=0
 fail=0
 TMP=$(mktemp -d)
@@ -60,30 +62,22 @@ got=$(grep -o "accuracy [0-9.]*" "$TMP/out" | tail -1)
 [ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "copa: the export evaluates to '$got', the run ended at '$want'"
 
 # RTE: single-token cloze needs one-token verbalizers, which the English GLM tokenizer has
-if [ -f "$SRC/assets/glm-en-wordpiece/vocab.txt" ] && [ -f "$SHARED/superglue-rte/train.jsonl" ]; then
-    mkdir -p "$TMP/rte"
-    head -n 48 "$SHARED/superglue-rte/train.jsonl" > "$TMP/rte/train.jsonl"
-    head -n 24 "$SHARED/superglue-rte/val.jsonl" > "$TMP/rte/val.jsonl"
-    "$BIN" --task rte --data-dir "$TMP/rte" "${COMMON[@]}" --max-steps 2 \
-        --max-len 128 --save-dir "$TMP/rte-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "rte run"
-    grep -q "validation results (rte, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "rte: no validation line"
-else
-    echo "test_cli_glm: RTE part skipped (no English GLM tokenizer asset or no ../shared/data RTE)"
-fi
+mkdir -p "$TMP/rte"
+head -n 48 "$FIXTURES/superglue-rte/train.jsonl" > "$TMP/rte/train.jsonl"
+head -n 24 "$FIXTURES/superglue-rte/val.jsonl" > "$TMP/rte/val.jsonl"
+"$BIN" --task rte --data-dir "$TMP/rte" "${COMMON[@]}" --max-steps 2 \
+    --max-len 128 --save-dir "$TMP/rte-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "rte run"
+grep -q "validation results (rte, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "rte: no validation line"
 
 # WSC: span1 in the blank, trained on the true examples only, judged by argmax match
-if [ -f "$SRC/assets/glm-en-wordpiece/vocab.txt" ] && [ -f "$SHARED/superglue-wsc/train.jsonl" ]; then
-    mkdir -p "$TMP/wsc"
-    head -n 48 "$SHARED/superglue-wsc/train.jsonl" > "$TMP/wsc/train.jsonl"
-    head -n 24 "$SHARED/superglue-wsc/val.jsonl" > "$TMP/wsc/val.jsonl"
-    n_true=$(grep -c '"label": true' "$TMP/wsc/train.jsonl")
-    "$BIN" --task wsc --data-dir "$TMP/wsc" "${COMMON[@]}" --max-steps 2 \
-        --max-len 128 --save-dir "$TMP/wsc-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "wsc run"
-    grep -q "data: wsc train $n_true, val 24 examples" "$TMP/out" && ok || bad "wsc: training is not the $n_true true examples"
-    grep -q "validation results (wsc, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "wsc: no validation line"
-else
-    echo "test_cli_glm: WSC part skipped (no English GLM tokenizer asset or no ../shared/data WSC)"
-fi
+mkdir -p "$TMP/wsc"
+head -n 48 "$FIXTURES/superglue-wsc/train.jsonl" > "$TMP/wsc/train.jsonl"
+head -n 24 "$FIXTURES/superglue-wsc/val.jsonl" > "$TMP/wsc/val.jsonl"
+n_true=$(grep -c '"label": true' "$TMP/wsc/train.jsonl")
+"$BIN" --task wsc --data-dir "$TMP/wsc" "${COMMON[@]}" --max-steps 2 \
+    --max-len 128 --save-dir "$TMP/wsc-run" > "$TMP/out" 2> "$TMP/err" && ok || bad "wsc run"
+grep -q "data: wsc train $n_true, val 24 examples" "$TMP/out" && ok || bad "wsc: training is not the $n_true true examples"
+grep -q "validation results (wsc, 24 examples, step 2): loss [0-9.]* accuracy" "$TMP/out" && ok || bad "wsc: no validation line"
 
 # seq2seq: [CLS] source [gMASK], the target generated in the blank
 head -n 40 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.txt"

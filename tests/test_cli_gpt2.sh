@@ -71,9 +71,10 @@ grep -q "dev results (mrpc, 32 examples, step 0)" "$TMP/out" && ok || bad "--epo
 [ -z "$(ls "$TMP/hfeval"/*.tzck 2>/dev/null)" ] && ok || bad "--epochs 0 should write no checkpoint"
 
 # without --model, an HF 'gpt2' in the local HF cache is used (tiny-gpt2 stands in for it)
-SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$FIXTURES/tiny-gpt2/model.safetensors"
 snap="$TMP/hfhome/hub/models--gpt2/snapshots/0123abc"
-mkdir -p "$snap" && cp "$SHARED/tiny-gpt2/"{config.json,model.safetensors,vocab.json,merges.txt} "$snap/"
+mkdir -p "$snap" && cp "$FIXTURES/tiny-gpt2/"{config.json,model.safetensors,vocab.json,merges.txt} "$snap/"
 HF_HOME="$TMP/hfhome" "$BIN" --data-dir "$TMP/data" --max-len 48 --max-steps 1 --save-dir "$TMP/cache" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && grep -q "pretrained gpt2 from the local HF cache" "$TMP/out" && grep -q "newly initialized: score.weight" "$TMP/out" && ok || bad "HF cache gpt2"
 

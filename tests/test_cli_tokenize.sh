@@ -4,9 +4,15 @@
 # BertTokenizer).
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/tz-tokenize"
-DATA="${TZ_SHARED_DATA:-$(dirname "$0")/../../shared/data}"
-GPT2="$DATA/gpt2-bpe"
-ROB="$DATA/roberta-bpe/roberta-vocab.json"
+. "$(dirname "$0")/fixtures.sh"
+GPT2="$ASSETS/gpt2-bpe"
+ROB="$FIXTURES/roberta-bpe/roberta-vocab.json"
+BERT_UNCASED="$ASSETS/bert-wordpiece/bert-base-uncased-vocab.txt"
+BERT_CASED="$FIXTURES/bert-wordpiece/bert_base_cased_vocab.txt"
+T5="$ASSETS/t5-spiece/spiece.model"
+GLM="$ASSETS/glm-chinese-spm/cog-pretrain.model"
+need_fixture "$GPT2/encoder.json" "$GPT2/vocab.bpe" "$ROB" "$FIXTURES/tiny-gpt2/vocab.json" "$BERT_UNCASED" \
+    "$BERT_CASED" "$T5" "$GLM" "$ASSETS/glue-mrpc/dev.tsv"
 pass=0
 fail=0
 TMP=$(mktemp -d)
@@ -38,23 +44,20 @@ got=$(printf 'hello\tworld\nhello\n' | "$BIN" --tokenizer "$ROB" --pair)
 check "roberta pair" $'0 42891 2 2 8331 2\n0 42891 2' "$got"
 got=$(printf 'hello\tworld\n' | "$BIN" --tokenizer "$GPT2" --pair)
 check "gpt2 pair" "31373 6894" "$got"
-got=$(printf 'Hello world\n' | "$BIN" --tokenizer "$DATA/tiny-gpt2")
+got=$(printf 'Hello world\n' | "$BIN" --tokenizer "$FIXTURES/tiny-gpt2")
 check "tiny-gpt2 dir" "15496 995" "$got"
 
 # BERT WordPiece: a vocab.txt, a folder holding one (--pair adds [CLS] a [SEP] b [SEP]), the cased
-# vocab (its name says cased), decode, and the copy shipped in assets/
-BERT="$DATA/bert-wordpiece"
-got=$(printf 'Hello, world!\n' | "$BIN" --tokenizer "$BERT/bert-base-uncased-vocab.txt")
+# vocab (its name says cased), decode
+got=$(printf 'Hello, world!\n' | "$BIN" --tokenizer "$BERT_UNCASED")
 check "bert vocab.txt" "7592 1010 2088 999" "$got"
-mkdir "$TMP/bert" && cp "$BERT/bert-base-uncased-vocab.txt" "$TMP/bert/vocab.txt"
+mkdir "$TMP/bert" && cp "$BERT_UNCASED" "$TMP/bert/vocab.txt"
 got=$(printf 'hello\tworld\nhello\n' | "$BIN" --tokenizer "$TMP/bert" --pair)
 check "bert dir pair" $'101 7592 102 2088 102\n101 7592 102' "$got"
-got=$(printf 'Hello, Führer!\n' | "$BIN" --tokenizer "$BERT/bert_base_cased_vocab.txt" --pieces)
+got=$(printf 'Hello, Führer!\n' | "$BIN" --tokenizer "$BERT_CASED" --pieces)
 check "bert cased pieces" "Hello , F ##ührer !" "$got"
 got=$(printf '101 7592 1010 2088 999 102\n' | "$BIN" --tokenizer "$TMP/bert" --decode)
 check "bert decode" "[CLS] hello, world! [SEP]" "$got"
-got=$(printf 'Hello\n' | "$BIN" --tokenizer "$(dirname "$0")/../assets/bert-wordpiece/bert-base-uncased-vocab.txt")
-check "bert vocab in assets" "7592" "$got"
 printf '[PAD]\n[UNK]\n[SEP]\nx\n' > "$TMP/bad-vocab.txt"
 "$BIN" --tokenizer "$TMP/bad-vocab.txt" < /dev/null 2> "$TMP/err.txt"
 check "bert vocab without [CLS] rc" 1 $?
@@ -62,7 +65,6 @@ check "bert vocab without [CLS] message" 1 "$(grep -c "bad-vocab.txt: .*\[CLS\]"
 
 # T5 SentencePiece through the same tok_load: the .model file or a folder holding spiece.model;
 # sentinels in the text, --pair appends </s> to each side, decode is the slow T5Tokenizer's
-T5="$DATA/t5-spiece/t5_tokenizer_base.model"
 got=$(printf 'Hello world\nHello <extra_id_0>.\n' | "$BIN" --tokenizer "$T5")
 check "t5 ids" $'8774 296\n8774 32099 3 5' "$got"
 mkdir "$TMP/t5" && cp "$T5" "$TMP/t5/spiece.model"
@@ -75,14 +77,13 @@ check "t5 decode" "Hello <extra_id_0> .</s>" "$got"
 
 # GLM's Chinese SentencePiece: cog-pretrain.model loads as GLM's tokenizer, [MASK] in the text is
 # one command token (FlagAI GLMLargeChTokenizer's ids), decode glues command tokens to the text
-GLM="$DATA/glm-chinese-sentencepiece/cog-pretrain.model"
 got=$(printf '今天吃饭吃了肯德基\n北京故宫是中国 [MASK]非物质文化遗产。\n' | "$BIN" --tokenizer "$GLM")
 check "glm ids" $'3378 1567 2613 20282\n2531 17450 3005 50003 4918 1098 10511 43361' "$got"
 got=$(printf '50002 3378 50003 50009\n' | "$BIN" --tokenizer "$GLM" --decode)
 check "glm decode" "[CLS]今天[MASK][gMASK]" "$got"
 
 # round trip over MRPC sentences through ids and back
-cut -f4 "$DATA/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"
+cut -f4 "$ASSETS/glue-mrpc/dev.tsv" | tail -n +2 > "$TMP/in.txt"
 "$BIN" --tokenizer "$GPT2" < "$TMP/in.txt" > "$TMP/ids.txt"
 "$BIN" --tokenizer "$GPT2" --decode < "$TMP/ids.txt" > "$TMP/back.txt"
 check "mrpc round trip" "" "$(cmp "$TMP/in.txt" "$TMP/back.txt" 2>&1)"

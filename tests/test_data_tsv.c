@@ -1,5 +1,6 @@
 /* The GLUE TSV reader and task loader: BOM, CRLF, no quote handling, the real GLUE files
- * (row counts and label counts from their SOURCES.md), and bad inputs whose messages must
+ * (MRPC whole from assets/, the others whole or sliced in tests/data/; row and label counts from
+ * their SOURCES.md and from the slices), and bad inputs whose messages must
  * name file:line and the field. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,7 +102,7 @@ static void test_mrpc(void) {
     data_examples ex;
     size_t c0, c1, other;
 
-    TZ_EXPECT_OK(data_glue_load(mrpc, tz_shared_path("glue-mrpc/train.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(mrpc, tz_asset_path("glue-mrpc/train.tsv"), true, &ex));
     TZ_EXPECT(ex.n == 3668, "train rows %zu", ex.n);
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(c1 == 2474 && c0 == 1194 && other == 0, "train labels 1:%zu 0:%zu other:%zu", c1, c0, other);
@@ -110,7 +111,7 @@ static void test_mrpc(void) {
     TZ_EXPECT(ex.n > 0 && ex.line[0] == 2, "first row is line 2");
     data_examples_free(&ex);
 
-    TZ_EXPECT_OK(data_glue_load(mrpc, tz_shared_path("glue-mrpc/dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(mrpc, tz_asset_path("glue-mrpc/dev.tsv"), true, &ex));
     TZ_EXPECT(ex.n == 408, "dev rows %zu", ex.n);
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(c1 == 279 && c0 == 129 && other == 0, "dev labels 1:%zu 0:%zu other:%zu", c1, c0, other);
@@ -124,7 +125,7 @@ static void test_mrpc(void) {
     }
     data_examples_free(&ex);
 
-    TZ_EXPECT_OK(data_glue_load(mrpc, tz_shared_path("glue-mrpc/test.tsv"), false, &ex));
+    TZ_EXPECT_OK(data_glue_load(mrpc, tz_asset_path("glue-mrpc/test.tsv"), false, &ex));
     TZ_EXPECT(ex.n == 1725, "test rows %zu", ex.n);
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(other == 1725 && ex.labels[0] == DATA_LABEL_NONE, "test is unlabelled");
@@ -137,39 +138,39 @@ static void test_other_tasks(void) {
     data_examples ex;
     size_t c0, c1, other;
     const data_glue_task *t = data_glue_task_find("sst2");
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-sst2/dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-sst2/dev.tsv"), true, &ex));
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(ex.n == 872 && ex.text_b == NULL && other == 0, "sst2 dev %zu rows", ex.n);
     data_examples_free(&ex);
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-sst2/test.tsv"), false, &ex));
-    TZ_EXPECT(ex.n == 1821, "sst2 test %zu rows", ex.n);
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-sst2/test.tsv"), false, &ex));
+    TZ_EXPECT(ex.n == 200, "sst2 test %zu rows (the fixture's slice)", ex.n);
     TZ_EXPECT(ex.n && strcmp(ex.text_a[0], "uneasy mishmash of styles and genres .") == 0, "sst2 test a[0] '%s'",
               ex.n ? ex.text_a[0] : "");
     data_examples_free(&ex);
 
     t = data_glue_task_find("rte");
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-rte/dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-rte/dev.tsv"), true, &ex));
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(ex.n == 277 && other == 0 && c0 > 0 && c1 > 0, "rte dev %zu rows, %zu/%zu", ex.n, c0, c1);
     data_examples_free(&ex);
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-rte/train.tsv"), true, &ex));
-    TZ_EXPECT(ex.n == 2490 && ex.labels[0] == 1, "rte train %zu rows, first label not_entailment = 1", ex.n);
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-rte/train.tsv"), true, &ex));
+    TZ_EXPECT(ex.n == 300 && ex.labels[0] == 1, "rte train %zu rows (the fixture's slice), first label not_entailment = 1", ex.n);
     data_examples_free(&ex);
 
     t = data_glue_task_find("cola");
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-cola/raw/in_domain_dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-cola/raw/in_domain_dev.tsv"), true, &ex));
     count_labels(&ex, &c0, &c1, &other);
     TZ_EXPECT(ex.n == 527 && other == 0, "cola in-domain dev %zu rows", ex.n);
     TZ_EXPECT(ex.n && strcmp(ex.text_a[0], "The sailors rode the breeze clear of the rocks.") == 0, "cola a[0] '%s'",
               ex.n ? ex.text_a[0] : "");
     TZ_EXPECT(ex.n && ex.line[0] == 1, "no header: first row is line 1");
     data_examples_free(&ex);
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-cola/raw/in_domain_train.tsv"), true, &ex));
-    TZ_EXPECT(ex.n == 8551, "cola train %zu rows", ex.n);
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-cola/raw/in_domain_train.tsv"), true, &ex));
+    TZ_EXPECT(ex.n == 1000, "cola train %zu rows (the fixture's slice)", ex.n);
     data_examples_free(&ex);
 
     t = data_glue_task_find("wnli");
-    TZ_EXPECT_OK(data_glue_load(t, tz_shared_path("glue-wnli/dev.tsv"), true, &ex));
+    TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-wnli/dev.tsv"), true, &ex));
     TZ_EXPECT(ex.n == 71, "wnli dev %zu rows", ex.n);
     data_examples_free(&ex);
 }

@@ -6,14 +6,15 @@
 # the target links with clang++.
 set -u
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-SHARED="${TZ_SHARED_DATA:-$SRC/../shared/data}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$FIXTURES/tiny-gpt2/model.safetensors"
 SECONDS_EACH="${FUZZ_SECONDS:-10}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-command -v clang > /dev/null || { echo "test_fuzz_smoke: skipped: no clang (scripts/setup.sh installs it)"; exit 77; }
+command -v clang > /dev/null || { echo "FAILED: test_fuzz_smoke: no clang (scripts/setup.sh installs it)" >&2; exit 1; }
 echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' > "$TMP/probe.c"
 clang -fsanitize=fuzzer "$TMP/probe.c" -o "$TMP/probe" 2> /dev/null \
-    || { echo "test_fuzz_smoke: skipped: clang has no libFuzzer (libclang-rt-dev)"; exit 77; }
+    || { echo "FAILED: test_fuzz_smoke: clang has no libFuzzer (scripts/setup.sh installs libclang-rt-dev)" >&2; exit 1; }
 cd "$SRC"
 CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
@@ -56,7 +57,7 @@ fuzz() {
         cp "$TMP"/crash-* "$TMP"/leak-* "$TMP"/timeout-* /tmp/ 2> /dev/null && echo "    (the input is in /tmp)" >&2
     fi
 }
-fuzz fuzz_ckpt_safetensors "$SHARED/tiny-gpt2/model.safetensors" -- "${CKPT[@]}"
+fuzz fuzz_ckpt_safetensors "$FIXTURES/tiny-gpt2/model.safetensors" -- "${CKPT[@]}"
 fuzz fuzz_ckpt_native "" -- "${CKPT[@]}"
 fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt_pickle.c runtime/rt_status.c \
     runtime/rt_dtype.c

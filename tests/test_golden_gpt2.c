@@ -2,7 +2,7 @@
  * by scripts/golden/gen_gpt2_golden.py (versions in the files' metadata) must give HF's
  * logits, loss, every parameter gradient, the weights after one AdamW step and the losses
  * and gradient norms of 5 clipped training steps; and the real HF file
- * ../shared/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's. */
+ * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -155,15 +155,22 @@ static void test_tiny_gpt2_lm(rt_backend *be) {
     gpt2_config cfg;
     gpt2_model *m = NULL;
     ckpt_st_file *g = NULL;
-    ckpt_load_report rep;
-    TZ_EXPECT_OK(gpt2_config_load(tz_shared_path("tiny-gpt2/config.json"), &cfg));
+    ckpt_load_report rep = {0};
+    rt_status st = gpt2_config_load(tz_data_path("tiny-gpt2/config.json"), &cfg);
+    TZ_EXPECT(st == RT_OK, "tiny-gpt2 config: %s", rt_error_message());
+    if (st != RT_OK) return;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 1, 5, 7, &m));
     if (!m) return;
-    TZ_EXPECT_OK(ckpt_load_hf(tz_shared_path("tiny-gpt2/model.safetensors"), &ckpt_map_gpt2, gpt2_model_params(m),
-                              cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
+    st = ckpt_load_hf(tz_data_path("tiny-gpt2/model.safetensors"), &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size,
+                      cfg.n_head, 0, 1, NULL, &rep);
+    TZ_EXPECT(st == RT_OK, "tiny-gpt2 weights: %s", rt_error_message());
     /* an LM checkpoint has no score head: exactly that one is left at its init */
-    TZ_EXPECT(rep.missing == 1 && strcmp(rep.first_missing, "score.weight") == 0, "missing %d (%s)", rep.missing,
-              rep.first_missing);
+    TZ_EXPECT(st == RT_OK && rep.missing == 1 && strcmp(rep.first_missing, "score.weight") == 0, "missing %d (%s)",
+              rep.missing, rep.first_missing);
+    if (st != RT_OK) {
+        gpt2_model_free(m);
+        return;
+    }
     TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/tiny-gpt2-logits.safetensors"), &g));
     if (g) {
         int32_t ids[5];

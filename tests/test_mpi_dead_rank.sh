@@ -6,8 +6,8 @@ BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
-command -v mpirun > /dev/null || { echo "test_mpi_dead_rank: skipped: no mpirun"; exit 77; }
-ldd "$BIN" | grep -q libmpi || { echo "test_mpi_dead_rank: skipped: built without MPI"; exit 77; }
+command -v mpirun > /dev/null || { echo "FAILED: test_mpi_dead_rank: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_dead_rank: the programs were built without MPI" >&2; exit 1; }
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cat > "$TMP/arch.json" <<JSON

@@ -11,8 +11,8 @@ pass=0
 fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-command -v mpirun > /dev/null || { echo "test_mpi_parallel: skipped: no mpirun"; exit 77; }
-ldd "$BIN" | grep -q libmpi || { echo "test_mpi_parallel: skipped: built without MPI"; exit 77; }
+command -v mpirun > /dev/null || { echo "FAILED: test_mpi_parallel: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_parallel: the programs were built without MPI" >&2; exit 1; }
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cat > "$TMP/arch.json" <<JSON

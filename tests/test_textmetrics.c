@@ -2,7 +2,7 @@
  * scripts/golden/gen_textmetrics_golden.py (tests/golden/textmetrics/):
  * - sacrebleu's 13a tokenizer output for hard strings, exactly; corpus BLEU (score to 1e-6,
  *   precisions and bp to 1e-9 relative, counts, totals and lengths exactly) on hard cases and on
- *   multi30k val (../shared/data), one and two reference streams; the CRC-32 of the 13a
+ *   multi30k val (assets/), one and two reference streams; the CRC-32 of the 13a
  *   tokenization of every val line;
  * - rouge_score's tokens (with and without the stemmer), per-pair P/R/F and corpus means to
  *   1e-9 on hard cases, and on scitldr-a dev (targets vs the first sentence of the source) the
@@ -239,9 +239,9 @@ static unsigned long crc_13a(const data_lines *l) {
 static void test_bleu_real(const cJSON *real) {
     const cJSON *g = json_item(real, "bleu");
     data_lines de = {0}, en = {0};
-    if (data_lines_read(tz_shared_path("multi30k-en-de/val.de"), &de) != RT_OK ||
-        data_lines_read(tz_shared_path("multi30k-en-de/val.en"), &en) != RT_OK) {
-        printf("skipped the multi30k BLEU checks: %s\n", rt_error_message());
+    if (data_lines_read(tz_asset_path("multi30k-en-de/val.de"), &de) != RT_OK ||
+        data_lines_read(tz_asset_path("multi30k-en-de/val.en"), &en) != RT_OK) {
+        TZ_EXPECT(0, "multi30k val: %s", rt_error_message());
         data_lines_free(&de);
         data_lines_free(&en);
         return;
@@ -301,9 +301,9 @@ static char *first_sentence(const char *line) {
 static void test_rouge_real(const cJSON *real) {
     const cJSON *g = json_item(real, "rouge");
     data_lines src = {0}, tgt = {0};
-    if (data_lines_read_pair(tz_shared_path("scitldr-a/line-aligned/dev.source"),
-                             tz_shared_path("scitldr-a/line-aligned/dev.target"), &src, &tgt) != RT_OK) {
-        printf("skipped the scitldr-a ROUGE checks: %s\n", rt_error_message());
+    if (data_lines_read_pair(tz_data_path("scitldr-a/line-aligned/dev.source"),
+                             tz_data_path("scitldr-a/line-aligned/dev.target"), &src, &tgt) != RT_OK) {
+        TZ_EXPECT(0, "scitldr-a dev: %s", rt_error_message());
         return;
     }
     size_t n = tgt.n;
@@ -389,8 +389,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static void test_porter_dev_source(const cJSON *real) {
     const cJSON *g = json_item(real, "porter_dev_source");
     data_lines src = {0};
-    if (data_lines_read(tz_shared_path("scitldr-a/line-aligned/dev.source"), &src) != RT_OK) {
-        printf("skipped the scitldr-a Porter check: %s\n", rt_error_message());
+    if (data_lines_read(tz_data_path("scitldr-a/line-aligned/dev.source"), &src) != RT_OK) {
+        TZ_EXPECT(0, "scitldr-a dev.source: %s", rt_error_message());
         return;
     }
     size_t n = 0, cap = 1024;

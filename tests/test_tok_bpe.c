@@ -18,8 +18,8 @@ static void test_vectors(const tok_tokenizer *t, const char *name) {
     char inp_path[256], out_path[256];
     snprintf(inp_path, sizeof inp_path, "tokenizer-test-vectors/ggml-vocab-%s.gguf.inp", name);
     snprintf(out_path, sizeof out_path, "tokenizer-test-vectors/ggml-vocab-%s.gguf.out", name);
-    char *inp = tzt_read_all(tz_shared_path(inp_path), NULL);
-    char *outs = tzt_read_all(tz_shared_path(out_path), NULL);
+    char *inp = tzt_read_all(tz_data_path(inp_path), NULL);
+    char *outs = tzt_read_all(tz_data_path(out_path), NULL);
     if (!inp || !outs) goto done;
     const char *marker = "\n__ggml_vocab_test__\n";
     char *p = inp, *o = outs;
@@ -51,7 +51,7 @@ static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *wh
     tok_ids want = {0};
     static const char *const files[] = {"glue-mrpc/train.tsv", "glue-mrpc/dev.tsv"};
     for (int f = 0; f < 2; f++) {
-        char *data = tzt_read_all(tz_shared_path(files[f]), NULL);
+        char *data = tzt_read_all(tz_asset_path(files[f]), NULL);
         if (!data) break;
         char *line = strchr(data, '\n'); /* skip the header */
         for (line = line ? line + 1 : NULL; line && *line;) {
@@ -272,8 +272,8 @@ static void test_small_files(void) {
 
 int main(void) {
     char gpt2_dir[512], rob_vocab[512];
-    snprintf(gpt2_dir, sizeof gpt2_dir, "%s", tz_shared_path("gpt2-bpe"));
-    snprintf(rob_vocab, sizeof rob_vocab, "%s", tz_shared_path("roberta-bpe/roberta-vocab.json"));
+    snprintf(gpt2_dir, sizeof gpt2_dir, "%s", tz_asset_path("gpt2-bpe"));
+    snprintf(rob_vocab, sizeof rob_vocab, "%s", tz_data_path("roberta-bpe/roberta-vocab.json"));
     tok_tokenizer *gpt2 = tzt_load_ok(gpt2_dir);
     tok_tokenizer *rob = tzt_load_ok(rob_vocab);
     if (!gpt2 || !rob) return tz_test_result("test_tok_bpe");
@@ -339,11 +339,11 @@ int main(void) {
     tok_ids_free(&ids);
 
     /* the other ways to name the GPT-2 files, and tiny-gpt2's HF directory */
-    tok_tokenizer *t = tzt_load_ok(tz_shared_path("gpt2-bpe/vocab.bpe"));
+    tok_tokenizer *t = tzt_load_ok(tz_asset_path("gpt2-bpe/vocab.bpe"));
     static const int32_t hw[] = {15496, 995};
     if (t) expect_ids(t, "Hello world", hw, 2, "loaded from vocab.bpe");
     tok_free(t);
-    t = tzt_load_ok(tz_shared_path("tiny-gpt2"));
+    t = tzt_load_ok(tz_data_path("tiny-gpt2"));
     if (t) {
         expect_ids(t, "Hello world", hw, 2, "tiny-gpt2");
         TZ_EXPECT(tok_vocab_size(t) == 50257 && tok_eos_id(t) == 50256 && tok_bos_id(t) == 50256, "tiny-gpt2 ids");

@@ -14,7 +14,7 @@
 #include "tests/toktest.h"
 #include "tokenizers/tok.h"
 
-#define GLM_MODEL "glm-chinese-sentencepiece/cog-pretrain.model"
+#define GLM_MODEL "glm-chinese-spm/cog-pretrain.model" /* under assets/ */
 #define VEC_INP "tokenizer-test-vectors/ggml-vocab-gpt-2.gguf.inp"
 
 typedef struct {
@@ -119,7 +119,7 @@ static const char *glm_dir(const char *cfg) {
     const char *dir = tz_tmpdir();
     char path[600];
     snprintf(path, sizeof path, "%s/cog-pretrain.model", dir);
-    TZ_EXPECT(symlink(tz_shared_path(GLM_MODEL), path) == 0, "symlink %s", path);
+    TZ_EXPECT(symlink(tz_asset_path(GLM_MODEL), path) == 0, "symlink %s", path);
     if (cfg) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
         tzt_write_file(path, cfg, strlen(cfg));
@@ -187,7 +187,7 @@ static void test_loaders(void) {
     const char *dir = tz_tmpdir();
     char path[600];
     snprintf(path, sizeof path, "%s/other-name.model", dir);
-    TZ_EXPECT(symlink(tz_shared_path(GLM_MODEL), path) == 0, "symlink %s", path);
+    TZ_EXPECT(symlink(tz_asset_path(GLM_MODEL), path) == 0, "symlink %s", path);
     t = tzt_load_ok(path);
     TZ_EXPECT(t && strcmp(tok_kind_name(t), "glm-chinese-spm") == 0, "GLM model under another name");
     tok_free(t);
@@ -199,13 +199,13 @@ static void test_loaders(void) {
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     tzt_write_file(path, "{\"tokenizer_class\": \"T5Tokenizer\"}", 34);
     snprintf(path, sizeof path, "%s/x.model", dir);
-    TZ_EXPECT(symlink(tz_shared_path(GLM_MODEL), path) == 0, "symlink %s", path);
+    TZ_EXPECT(symlink(tz_asset_path(GLM_MODEL), path) == 0, "symlink %s", path);
     TZ_EXPECT(tok_load(path, &bad) == RT_ERR_FORMAT && bad == NULL && strstr(rt_error_message(), "pad_token"),
               "tokenizer_class T5Tokenizer wins: %s", rt_error_message());
-    t = tzt_load_ok(tz_shared_path("t5-spiece/t5_tokenizer_base.model"));
+    t = tzt_load_ok(tz_asset_path("t5-spiece/spiece.model"));
     TZ_EXPECT(t && strcmp(tok_kind_name(t), "t5-spiece") == 0, "T5 model stays T5");
     tok_free(t);
-    TZ_EXPECT(tok_load(tz_shared_path("sentencepiece-testdata/test_model.model"), &bad) == RT_ERR_FORMAT &&
+    TZ_EXPECT(tok_load(tz_data_path("sentencepiece-testdata/test_model.model"), &bad) == RT_ERR_FORMAT &&
                   strstr(rt_error_message(), "pad_token"),
               "another SentencePiece model goes to the T5 loader: %s", rt_error_message());
 
@@ -215,7 +215,7 @@ static void test_loaders(void) {
     const char *cfg = "{\"tokenizer_class\": \"ChineseSPTokenizer\"}";
     tzt_write_file(path, cfg, strlen(cfg));
     snprintf(path, sizeof path, "%s/spiece.model", dir);
-    TZ_EXPECT(symlink(tz_shared_path("t5-spiece/t5_tokenizer_base.model"), path) == 0, "symlink %s", path);
+    TZ_EXPECT(symlink(tz_asset_path("t5-spiece/spiece.model"), path) == 0, "symlink %s", path);
     t = tzt_load_ok(dir);
     TZ_EXPECT(t && strcmp(tok_kind_name(t), "glm-chinese-spm") == 0 && tok_eos_id(t) == 32000,
               "tokenizer_class ChineseSPTokenizer wins");
@@ -229,11 +229,7 @@ static void test_loaders(void) {
 }
 
 int main(void) {
-    if (access(tz_shared_path(GLM_MODEL), R_OK) != 0) {
-        printf("test_tok_glm: %s not found, skipped\n", tz_shared_path(GLM_MODEL));
-        return 77;
-    }
-    tok_tokenizer *t = tzt_load_ok(tz_shared_path(GLM_MODEL));
+    tok_tokenizer *t = tzt_load_ok(tz_asset_path(GLM_MODEL));
     if (t) {
         test_vectors(t);
         test_basics(t);

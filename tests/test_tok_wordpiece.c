@@ -1,6 +1,6 @@
 /* BERT WordPiece (tokenizers/tok_wordpiece.c) against Hugging Face BertTokenizer: llama.cpp's
- * bert-bge vectors, every MRPC and SST-2 sentence with the uncased and the cased vocab, normalizer
- * edge cases and random code points, decoding, pair encoding with truncation and token types
+ * bert-bge vectors, every MRPC sentence and 2872 SST-2 sentences (the fixture's 2000 train rows
+ * and all of dev) with the uncased and the cased vocab, normalizer edge cases and random code points, decoding, pair encoding with truncation and token types
  * through data/ (goldens from scripts/golden/gen_tok_golden.py), the loaders (vocab.txt alone, a
  * directory with tokenizer_config.json, tokenizer.json) and the errors for a broken vocab. */
 #include <stdio.h>
@@ -17,8 +17,8 @@
 
 /* llama.cpp's bert-bge vectors (bge-small-en-v1.5 uses the bert-base-uncased vocab). */
 static void test_vectors(const tok_tokenizer *t) {
-    char *inp = tzt_read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.inp"), NULL);
-    char *outs = tzt_read_all(tz_shared_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.out"), NULL);
+    char *inp = tzt_read_all(tz_data_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.inp"), NULL);
+    char *outs = tzt_read_all(tz_data_path("tokenizer-test-vectors/ggml-vocab-bert-bge.gguf.out"), NULL);
     if (!inp || !outs) goto done;
     const char *marker = "\n__ggml_vocab_test__\n";
     char *p = inp, *o = outs;
@@ -43,8 +43,8 @@ done:
 /* Calls fn on each sentence of a GLUE file's columns (header skipped). */
 typedef void (*sentence_fn)(const char *text, void *ctx);
 
-static size_t for_each_sentence(const char *rel, int n_cols, int first, int last, sentence_fn fn, void *ctx) {
-    char *data = tzt_read_all(tz_shared_path(rel), NULL);
+static size_t for_each_sentence(const char *path, int n_cols, int first, int last, sentence_fn fn, void *ctx) {
+    char *data = tzt_read_all(path, NULL);
     if (!data) return 0;
     size_t n = 0;
     char *line = strchr(data, '\n');
@@ -63,7 +63,7 @@ static size_t for_each_sentence(const char *rel, int n_cols, int first, int last
             *tab = '\0';
             c = tab + 1;
         }
-        TZ_EXPECT(nc == n_cols, "%s: expected %d columns, found %d", rel, n_cols, nc);
+        TZ_EXPECT(nc == n_cols, "%s: expected %d columns, found %d", path, n_cols, nc);
         for (int k = first; k <= last && nc == n_cols; k++, n++) fn(cols[k], ctx);
         line = nl ? nl + 1 : NULL;
     }
@@ -96,8 +96,8 @@ static void test_mrpc(const tok_tokenizer *t, const char *golden, const char *wh
     char *gold = tzt_read_gz(tz_source_path(golden));
     if (!gold) return;
     golden_ctx c = {t, what, gold, NULL, 0, 0, 0, {0}};
-    for_each_sentence("glue-mrpc/train.tsv", 5, 3, 4, mrpc_one, &c);
-    for_each_sentence("glue-mrpc/dev.tsv", 5, 3, 4, mrpc_one, &c);
+    for_each_sentence(tz_asset_path("glue-mrpc/train.tsv"), 5, 3, 4, mrpc_one, &c);
+    for_each_sentence(tz_asset_path("glue-mrpc/dev.tsv"), 5, 3, 4, mrpc_one, &c);
     TZ_EXPECT(c.n == 8152 && c.good == c.n, "%s: %zu of %zu MRPC sentences match HF", what, c.good, c.n);
     tok_ids_free(&c.want);
     free(gold);
@@ -131,15 +131,16 @@ static void sst2_one(const char *text, void *vctx) {
     c->good += (size_t)ok;
 }
 
-/* Every SST-2 sentence (train then dev, column 1) against the CRC of HF's ids. */
+/* Every SST-2 sentence of the fixture (train's 2000 rows then dev, column 1) against the CRC of
+ * HF's ids. */
 static void test_sst2(const tok_tokenizer *t, const char *golden, const char *what) {
     size_t len = 0;
     char *crc = tzt_read_all(tz_source_path(golden), &len);
     if (!crc) return;
     golden_ctx c = {t, what, NULL, (const unsigned char *)crc, len / 4, 0, 0, {0}};
-    for_each_sentence("glue-sst2/train.tsv", 2, 0, 0, sst2_one, &c);
-    for_each_sentence("glue-sst2/dev.tsv", 2, 0, 0, sst2_one, &c);
-    TZ_EXPECT(c.n == 68221 && c.n == c.n_crc && c.good == c.n, "%s: %zu of %zu SST-2 sentences match HF (%zu CRCs)",
+    for_each_sentence(tz_data_path("glue-sst2/train.tsv"), 2, 0, 0, sst2_one, &c);
+    for_each_sentence(tz_data_path("glue-sst2/dev.tsv"), 2, 0, 0, sst2_one, &c);
+    TZ_EXPECT(c.n == 2872 && c.n == c.n_crc && c.good == c.n, "%s: %zu of %zu SST-2 sentences match HF (%zu CRCs)",
               what, c.good, c.n, c.n_crc);
     tok_ids_free(&c.want);
     free(crc);
@@ -233,7 +234,7 @@ static void test_pairs(const tok_tokenizer *t) {
     enum { N = 200 };
     const char *a[N], *b[N];
     size_t n = 0;
-    char *dev = tzt_read_all(tz_shared_path("glue-mrpc/dev.tsv"), NULL);
+    char *dev = tzt_read_all(tz_asset_path("glue-mrpc/dev.tsv"), NULL);
     char *gold = tzt_read_all(tz_source_path("tests/golden/tok/bert_pairs.tsv"), NULL);
     if (!dev || !gold) goto done;
     char *line = strchr(dev, '\n') + 1;
@@ -402,8 +403,8 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
 
 int main(void) {
     char unc_path[1024], cas_path[1024];
-    snprintf(unc_path, sizeof unc_path, "%s", tz_shared_path("bert-wordpiece/bert-base-uncased-vocab.txt"));
-    snprintf(cas_path, sizeof cas_path, "%s", tz_shared_path("bert-wordpiece/bert_base_cased_vocab.txt"));
+    snprintf(unc_path, sizeof unc_path, "%s", tz_asset_path("bert-wordpiece/bert-base-uncased-vocab.txt"));
+    snprintf(cas_path, sizeof cas_path, "%s", tz_data_path("bert-wordpiece/bert_base_cased_vocab.txt"));
     tok_tokenizer *unc = tzt_load_ok(unc_path), *cas = tzt_load_ok(cas_path);
     if (unc && cas) {
         test_vectors(unc);

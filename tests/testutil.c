@@ -1,11 +1,13 @@
 /* Implementation of the shared test helpers (see testutil.h). */
 #include "tests/testutil.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/rt_launch.h"
 
@@ -41,21 +43,23 @@ static const char *tz_env_or(const char *var, const char *fallback) {
     return v && *v ? v : fallback;
 }
 
-const char *tz_shared_path(const char *rel) {
-    static char buf[4][4096];
+/* $TZ_SOURCE_DIR/dir/rel, or exit 1 with one line when it is not there to read. */
+static const char *fixture_path(const char *dir, const char *rel) {
+    static char buf[16][4096];
     static int slot = 0;
-    char *b = buf[slot++ & 3];
-    snprintf(b, 4096, "%s/%s", tz_env_or("TZ_SHARED_DATA", TZ_SOURCE_DIR "/../shared/data"), rel);
+    char *b = buf[slot++ & 15];
+    snprintf(b, 4096, "%s/%s%s", tz_env_or("TZ_SOURCE_DIR", TZ_SOURCE_DIR), dir, rel);
+    if (access(b, R_OK) != 0) {
+        fprintf(stderr, "FAILED: test fixture %s: %s (tests read only files inside the repository)\n", b,
+                strerror(errno));
+        exit(1);
+    }
     return b;
 }
 
-const char *tz_source_path(const char *rel) {
-    static char buf[4][4096];
-    static int slot = 0;
-    char *b = buf[slot++ & 3];
-    snprintf(b, 4096, "%s/%s", tz_env_or("TZ_SOURCE_DIR", TZ_SOURCE_DIR), rel);
-    return b;
-}
+const char *tz_source_path(const char *rel) { return fixture_path("", rel); }
+const char *tz_data_path(const char *rel) { return fixture_path("tests/data/", rel); }
+const char *tz_asset_path(const char *rel) { return fixture_path("assets/", rel); }
 
 const char *tz_tmpdir(void) {
     static char buf[8][64];

@@ -1,6 +1,7 @@
-/* Shared test helpers: tolerance checks that report the worst element, and the paths that
- * ctest passes in (TZ_SOURCE_DIR, TZ_SHARED_DATA, TZ_BIN_DIR). Every check counts a failure;
- * a test returns tz_test_result() so it exits non-zero when anything mismatched. */
+/* Shared test helpers: tolerance checks that report the worst element, and the paths of the
+ * fixtures, all inside the repository (TZ_SOURCE_DIR, which ctest passes in with TZ_BIN_DIR).
+ * Every check counts a failure; a test returns tz_test_result() so it exits non-zero when
+ * anything mismatched. */
 #ifndef TZ_TESTUTIL_H
 #define TZ_TESTUTIL_H
 
@@ -41,11 +42,14 @@ int tz_check_after_adamw(const char *what, float *got, const float *ref, const f
         TZ_EXPECT(tz_st_ == RT_OK, "%s: %s", rt_status_name(tz_st_), rt_error_message());      \
     } while (0)
 
-/* $TZ_SHARED_DATA/rel (falls back to ../shared/data next to the source tree). Static buffer
- * per call slot: copy if you need several at once. */
-const char *tz_shared_path(const char *rel);
-/* $TZ_SOURCE_DIR/rel. */
+/* Paths of files the tests read, all inside the repository: $TZ_SOURCE_DIR/rel, its
+ * tests/data/rel (test-only fixtures) and its assets/rel (what the programs ship). A path that
+ * does not exist or cannot be read ends the test at once with one line naming it (exit 1):
+ * a missing fixture is a failure, never a crash or a skip. The result lives in one of 16
+ * static slots, reused in turn: copy it to keep it longer. */
 const char *tz_source_path(const char *rel);
+const char *tz_data_path(const char *rel);
+const char *tz_asset_path(const char *rel);
 /* A fresh temporary directory (mkdtemp), removed by nothing: tests run in /tmp. */
 const char *tz_tmpdir(void);
 

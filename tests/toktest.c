@@ -153,8 +153,8 @@ uint32_t tzt_crc_ids(const tok_ids *v) {
 }
 
 size_t tzt_for_each_vector(const char *inp_rel, const char *out_rel, tzt_vector_fn fn, void *ctx) {
-    char *inp = tzt_read_all(tz_shared_path(inp_rel), NULL);
-    char *outs = tzt_read_all(tz_shared_path(out_rel), NULL);
+    char *inp = tzt_read_all(tz_data_path(inp_rel), NULL);
+    char *outs = tzt_read_all(tz_data_path(out_rel), NULL);
     size_t n = 0;
     if (!inp || !outs) goto done;
     const char *marker = "\n__ggml_vocab_test__\n";

@@ -35,7 +35,7 @@ int tzt_check_ids(const char *what, const char *text, size_t len, const tok_ids 
 /* Decodes ids and compares with want[0..wl); returns 1 on a match. */
 int tzt_check_decode(const tok_tokenizer *t, const char *what, const tok_ids *ids, const char *want, size_t wl);
 /* llama.cpp-style test vectors: inputs split by "\n__ggml_vocab_test__\n" in inp_rel, one line of
- * ids per input in out_rel (both under the shared data folder). Calls fn for each pair and
+ * ids per input in out_rel (both under tests/data/). Calls fn for each pair and
  * returns the number of inputs (0 when a file is missing, which also fails the test). */
 typedef void (*tzt_vector_fn)(const char *text, size_t len, const tok_ids *want, void *ctx);
 size_t tzt_for_each_vector(const char *inp_rel, const char *out_rel, tzt_vector_fn fn, void *ctx);
