@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpt2-classify end to end on a tiny GPT-2 (1 layer, 16 wide) and a 64-row slice of MRPC:
-# train + eval + checkpoint, --resume, --predict, --help, and every bad input the README
-# promises a one-line error for (exit 1, or 2 for usage), with the last good checkpoint left
-# byte-identical.
+# train + eval + checkpoint, --resume, the run folder's lock, --predict, --help, and every bad
+# input the README promises a one-line error for (exit 1, or 2 for usage), with the last good
+# checkpoint left byte-identical.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -53,6 +53,18 @@ grep -q "tokens/s | [0-9.e+-]* TFLOP/s$" "$TMP/out" && ok || bad "the step line 
 [ $? -eq 0 ] && ok || bad "resume run failed"
 grep -q "resumed from .*step.*4" "$TMP/out" && ok || bad "resume did not start from step 4"
 grep -q "step 6)" "$TMP/out" && ok || bad "resumed run did not reach step 6"
+
+# one run per --save-dir: a second run on a folder in use is refused with one line naming the
+# holder, and the folder is free again once the holder is killed (SIGKILL leaves no stale lock)
+"$BIN" "${COMMON[@]}" --max-steps 100000 --save-interval 0 --save-dir "$TMP/busy" > /dev/null 2>&1 &
+holder=$!
+for _ in $(seq 100); do grep -q "^pid $holder " "$TMP/busy/.lock" 2> /dev/null && break; sleep 0.1; done
+expect_fail "a second run on a locked --save-dir" 1 "run folder $TMP/busy is in use by another run (pid $holder host " \
+    "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/busy"
+kill -9 "$holder" 2> /dev/null
+wait "$holder" 2> /dev/null
+"$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/busy" > "$TMP/out" 2> "$TMP/err" && ok ||
+    bad "the folder of a killed run stays locked"
 
 # --predict on the unlabelled test layout
 head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"

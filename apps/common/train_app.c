@@ -11,6 +11,7 @@
 
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
+#include "runtime/rt_run_lock.h"
 
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n) {
     const rt_opt shared[TRAIN_APP_N_OPTS] = {
@@ -83,6 +84,9 @@ int train_app_checkpoint_layers(const train_app_opts *o) {
     return o->checkpoint_activations ? (int)o->checkpoint_num_layers : 0;
 }
 
+/* The save dir's lock, held from train_app_setup to the end of train_app_main (first rank). */
+static rt_run_lock *run_lock;
+
 rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
                           rt_grid *grid) {
     static char default_save_dir[256];
@@ -103,8 +107,10 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",
                     grid->dp_size, (long long)o->batch_size);
     }
-    /* fail early on an unusable save dir, before minutes of tokenizing */
-    return rt_train_prepare_dir(o->save_dir);
+    /* fail early on an unusable or busy save dir, before minutes of tokenizing */
+    st = rt_train_prepare_dir(o->save_dir);
+    if (st == RT_OK && world->rank == 0) st = rt_run_lock_acquire(o->save_dir, &run_lock);
+    return st;
 }
 
 rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_timeout_s, char *device,
@@ -144,6 +150,8 @@ int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_
     }
     code = (st == RT_OK && sig) ? 128 + sig /* stopped by a signal after saving a checkpoint */
                                 : rt_status_exit_code(prog, st);
+    rt_run_lock_release(run_lock);
+    run_lock = NULL;
     rt_comm_free(world);
     rt_comm_mpi_finalize();
     return code;
