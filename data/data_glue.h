@@ -1,8 +1,8 @@
 /* GLUE tasks: one table row per task says which files hold each split, which columns hold
  * the texts and the label, how labels are spelled, and how the task is scored. Adding a task
  * is adding a row in data_glue.c. The layouts follow the files GLUE's download script
- * produces (and the raw CoLA release, which has no header), as found in ../shared/data/glue-*
- * and as transformers' GLUE processors read them.
+ * produces (and the raw CoLA release, which has no header), as GLUE's own files are laid out
+ * (assets/glue-mrpc, tests/data/glue-*) and as transformers' GLUE processors read them.
  *
  * Classification labels become class ids 0..n_labels-1: numeric labels must be one of those
  * integers, string labels (RTE's "entailment"/"not_entailment") are looked up in
@@ -62,7 +62,7 @@ typedef struct {
 
 typedef struct {
     const char *name;     /* "mrpc" */
-    const char *dir;      /* the folder name in shared data: "glue-mrpc" */
+    const char *dir;      /* the task's usual folder name (as in assets/, tests/data/): "glue-mrpc" */
     /* Relative to the task folder; test may be NULL. dev_file is the first file of dev[0]
      * (for CoLA only in_domain_dev; the full GLUE dev set is dev[0]). */
     const char *train_file, *dev_file, *test_file;

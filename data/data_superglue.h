@@ -1,6 +1,6 @@
 /* SuperGLUE tasks as their official JSONL files hold them (BoolQ, CB, COPA, MultiRC, RTE,
- * WiC, WSC; the v2 zips from dl.fbaipublicfiles.com/glue/superglue/data/v2/, as found in
- * ../shared/data/superglue-*). Every task reads into one example struct: up to three texts,
+ * WiC, WSC; the v2 zips from dl.fbaipublicfiles.com/glue/superglue/data/v2/, with their files
+ * laid out as in tests/data/superglue-*). Every task reads into one example struct: up to three texts,
  * a class id and the few task-specific numbers (COPA's question, WSC's word positions,
  * MultiRC's passage and question ids). The texts are the file's strings as they are:
  * FlagAI's clean-ups (punctuation standardization, WSC index repair) belong to the cloze
@@ -49,7 +49,7 @@ typedef enum {
 typedef struct {
     data_sg_task_id id;
     const char *name;               /* "boolq" */
-    const char *dir;                /* folder in shared data: "superglue-boolq" */
+    const char *dir;                /* the task's usual folder name (as in tests/data/): "superglue-boolq" */
     const char *zip;                /* official archive name, for "where to get it": "BoolQ.zip" */
     int n_labels;
     const char *const *label_names; /* (n_labels) see the table above */

@@ -87,7 +87,7 @@ static rt_args_spec glm_spec = {
                "Checkpoints and metrics.jsonl go to --save-dir, the trained model to SAVE_DIR/hf.",
     .epilog = "examples:\n"
               "  glm-finetune --task copa                       # small GLM from scratch on the shipped COPA copy\n"
-              "  glm-finetune --task rte --data-dir ../shared/data/superglue-rte --model path/to/glm-large-ch\n"
+              "  glm-finetune --task rte --data-dir path/to/superglue-rte --model path/to/glm-large-ch\n"
               "  glm-finetune --task seq2seq train.src train.tgt --model path/to/glm-large-ch\n"
               "exit status: 0 ok, 1 bad input or run failure, 2 usage error",
     .opts = glm_options,

@@ -42,7 +42,7 @@ static rt_status run(int argc, char **argv) {
         "own reader, which refuses anything but tensors and plain containers. Outputs are written under a temporary\n"
         "name and renamed when complete; an existing OUT is never overwritten.",
         "examples:\n"
-        "  tz-convert import ../shared/data/tiny-gpt2 /tmp/gpt2-tp2 --tp 2\n"
+        "  tz-convert import tests/data/tiny-gpt2 /tmp/gpt2-tp2 --tp 2\n"
         "  tz-convert reshard /tmp/gpt2-tp2 /tmp/gpt2-tp4 --tp 4\n"
         "  tz-convert export /tmp/gpt2-tp4 /tmp/gpt2-hf\n"
         "  tz-convert import megatron/ckpt /tmp/meg --tp 1 --vocab-size 50257\n"

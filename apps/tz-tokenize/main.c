@@ -97,8 +97,8 @@ static rt_status run(int argc, char **argv) {
         "Tokenizes UTF-8 text from stdin, one line at a time, and writes one line of space-separated ids per "
         "input line (the newline itself is not encoded).",
         "examples:\n"
-        "  echo 'Hello world' | tz-tokenize --tokenizer ../shared/data/gpt2-bpe      # 15496 995\n"
-        "  echo '15496 995' | tz-tokenize --tokenizer ../shared/data/gpt2-bpe --decode\n"
+        "  echo 'Hello world' | tz-tokenize --tokenizer assets/gpt2-bpe              # 15496 995\n"
+        "  echo '15496 995' | tz-tokenize --tokenizer assets/gpt2-bpe --decode\n"
         "  printf 'a\\tb\\n' | tz-tokenize --tokenizer roberta-vocab.json --pair       # 0 102 2 2 428 2\n"
         "exit status: 0 ok, 1 tokenizer or input error, 2 usage error",
         opts, (int)(sizeof opts / sizeof opts[0]),

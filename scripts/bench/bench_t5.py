@@ -7,7 +7,9 @@
 For each config it writes one random HF T5 folder (safetensors + the shipped spiece.model) that
 both sides load, then
 - training: one epoch over the first --rows Multi30k pairs (en -> de, "translate English to
-  German: " prefix), batch --batch-size, dropout 0.1, AdamW; the mean ms per optimizer step
+  German: " prefix) of --data's train.en/train.de, or of its val.en/val.de when it has no train
+  files (the default, the repository's assets/multi30k-en-de, ships val only: 1014 pairs),
+  batch --batch-size, dropout 0.1, AdamW; the mean ms per optimizer step
   over the steps after the first two (tunezoo: its metrics.jsonl; HF: a plain loop of
   forward, backward, clip, AdamW step, timed the same way).
 - generation: --gen-rows source lines, --num-beams beams, --max-new-tokens; generated tokens per
@@ -132,14 +134,18 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "../../../shared/data/multi30k-en-de"))
+    ap.add_argument("--data", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                    "../../assets/multi30k-en-de")),
+                    help="Multi30k folder: train.en/train.de, else val.en/val.de (default assets/multi30k-en-de)")
     ap.add_argument("--skip-gen", action="store_true")
     args = ap.parse_args()
     root = os.path.dirname(os.path.abspath(__file__))
     spiece = os.path.join(root, "../../assets/t5-spiece/spiece.model")
     workdir = tempfile.mkdtemp(prefix="bench_t5_")
-    src = open(os.path.join(args.data, "train.en"), encoding="utf-8").read().split("\n")[:args.rows]
-    tgt = open(os.path.join(args.data, "train.de"), encoding="utf-8").read().split("\n")[:args.rows]
+    split = "train" if os.path.exists(os.path.join(args.data, "train.en")) else "val"
+    src = open(os.path.join(args.data, split + ".en"), encoding="utf-8").read().rstrip("\n").split("\n")
+    tgt = open(os.path.join(args.data, split + ".de"), encoding="utf-8").read().rstrip("\n").split("\n")
+    src, tgt = src[:args.rows], tgt[:args.rows]
     src_path, tgt_path = os.path.join(workdir, "s.en"), os.path.join(workdir, "s.de")
     open(src_path, "w", encoding="utf-8").write("\n".join(src) + "\n")
     open(tgt_path, "w", encoding="utf-8").write("\n".join(tgt) + "\n")
@@ -148,7 +154,8 @@ def main():
     import torch
     import transformers
     print(f"PyTorch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, "
-          f"batch {args.batch_size}, {args.rows} training pairs, generation {args.gen_rows} rows x {args.num_beams} "
+          f"batch {args.batch_size}, {len(src)} training pairs ({split}), generation {args.gen_rows} rows x "
+          f"{args.num_beams} "
           f"beams x {args.max_new_tokens} new tokens")
     for name in args.configs.split(","):
         model_dir = make_model(name, workdir, spiece)

@@ -2,13 +2,16 @@
 """Tokenizer throughput: tz-tokenize against Hugging Face `tokenizers` on GPT-2 byte-level BPE.
 
 The text is every MRPC sentence (train + dev), one per line, repeated to about --mb megabytes.
+MRPC and the GPT-2 vocab are read from --data (default the repository's assets/, which ships
+glue-mrpc/ and gpt2-bpe/ whole; any folder laid out the same, such as the project's shared data
+folder, will do).
 HF runs in this process with one thread (RAYON_NUM_THREADS=1): `encode_batch` over all lines,
 and a plain loop of `encode` per line. tz-tokenize runs as a subprocess (stdin -> stdout), so
 its time includes loading the vocab (reported separately) and writing the ids as text. HF's BPE
 keeps a word cache (10k words), tz-tokenize has none. The ids of both are compared line by line.
 
     pip install tokenizers
-    python3 scripts/bench/bench_tokenizer.py [build/bin/tz-tokenize] [--mb 10] [--data ../shared/data]
+    python3 scripts/bench/bench_tokenizer.py [build/bin/tz-tokenize] [--mb 10] [--data DIR]
 """
 import argparse
 import os
@@ -69,7 +72,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("binary", nargs="?", default=os.path.join(ROOT, "build", "bin", "tz-tokenize"))
     ap.add_argument("--mb", type=float, default=10.0, help="text size in MB (default 10)")
-    ap.add_argument("--data", default=os.path.join(os.path.dirname(ROOT), "shared", "data"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "assets"),
+                    help="folder holding glue-mrpc/ and gpt2-bpe/ (default assets/)")
     ap.add_argument("--repeat", type=int, default=2, help="best of N runs (default 2)")
     args = ap.parse_args()
     if not os.path.exists(args.binary):

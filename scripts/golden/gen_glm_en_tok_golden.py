@@ -3,8 +3,9 @@
 tokenizer code, FlagAI's GLMLargeEnWordPieceTokenizer (flagai/data/tokenizer/glm_large_en/: its
 GLMLargeEnTokenizer text tokenizer, BERT's BasicTokenizer + WordPiece, under tokenizer.py's
 GLMTokenizer.EncodeAsIds), so that tests/test_tok_glm_en.c can check tokenizers/tok_glm_en.c
-without Python. The vocab is ../shared/data/bert-wordpiece/bert-base-uncased-vocab.txt, which is
-bert-large-uncased's vocab too (GLM-large-en's).
+without Python. The vocab is assets/bert-wordpiece/bert-base-uncased-vocab.txt, which is
+bert-large-uncased's vocab too (GLM-large-en's). The texts come from tests/data/ and assets/ (the
+first few lines of GLUE/SuperGLUE dev and val files): only files inside the repository are read.
 
 Nothing is reimplemented and no FlagAI source is copied: the modules are executed straight from
 FlagAI's wheel (flagai_wheel.exec_flagai_modules). FlagAI's from_pretrained reads
@@ -42,9 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flagai_wheel import exec_flagai_modules  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+DATA = os.path.join(ROOT, "tests", "data")  # test-only fixtures
+ASSETS = os.path.join(ROOT, "assets")  # shipped files
 OUT = os.path.join(ROOT, "tests", "golden", "tok")
-VOCAB = os.path.join(DATA, "bert-wordpiece", "bert-base-uncased-vocab.txt")
+VOCAB = os.path.join(ASSETS, "bert-wordpiece", "bert-base-uncased-vocab.txt")
 VEC_INP = os.path.join(DATA, "tokenizer-test-vectors", "ggml-vocab-bert-bge.gguf.inp")
 
 PKG = "flagai.data.tokenizer.glm_large_en"
@@ -85,7 +87,7 @@ def cases(rng):
         os.path.join(DATA, "glue-rte", "dev.tsv"), 2, 4)
     out += jsonl_fields(os.path.join(DATA, "superglue-boolq", "val.jsonl"), ["question", "passage"], 4)
     out += jsonl_fields(os.path.join(DATA, "superglue-cb", "val.jsonl"), ["premise", "hypothesis"], 5)
-    out += jsonl_fields(os.path.join(DATA, "superglue-copa", "val.jsonl"), ["premise", "choice1", "choice2"], 4)
+    out += jsonl_fields(os.path.join(ASSETS, "superglue-copa", "val.jsonl"), ["premise", "choice1", "choice2"], 4)
     out += jsonl_fields(os.path.join(DATA, "superglue-wic", "val.jsonl"), ["word", "sentence1", "sentence2"], 4)
     out += [
         # the SuperGLUE verbalizers GLM's cloze patterns use

@@ -5,6 +5,8 @@ ids, position and block position ids, the separator, the targets and loss mask, 
 the verbalizer ids) with the English GLM tokenizer (GLMLargeEnWordPieceTokenizer over
 bert-base-uncased's vocab, as gen_glm_en_tok_golden.py builds it), at max_seq_length 128 so that
 long BoolQ and MultiRC passages are truncated. Written to tests/golden/superglue/glm_rows.json.
+The val files are the in-repo ones gen_superglue_golden.val_path names (tests/data/superglue-*,
+COPA's in assets/), which hold every line used here.
 
 FlagAI's own code runs from the wheel (pvp.py, processor.py and data_utils' builders, through
 gen_superglue_golden.load_flagai; the tokenizer through gen_glm_en_tok_golden); nothing is
@@ -69,7 +71,7 @@ def main():
     out = {"flagai": "1.8.0", "python": sys.version.split()[0], "max_seq_length": MAX_LEN, "pattern": 0,
            "cases": []}
     for task, (P, V, _) in sg_gen.cases(proc, pvp).items():
-        path = os.path.join(sg_gen.SHARED, "superglue-" + task, "val.jsonl")
+        path = sg_gen.val_path(task)
         processor = P.__new__(P)
         exs = processor._create_examples(path, "dev")
         labels = P.get_labels(processor)

@@ -2,8 +2,8 @@
 """Generates the GLM Chinese tokenizer goldens in tests/golden/tok/ (glm_*.tsv) with GLM's own
 tokenizer code, FlagAI's GLMLargeChTokenizer (flagai/data/tokenizer/glm_large_ch/ over
 flagai/data/tokenizer/tokenizer.py's GLMTokenizer), so that tests/test_tok_glm.c can check
-tokenizers/tok_glm.c without Python. The model is ../shared/data/glm-chinese-sentencepiece/
-cog-pretrain.model.
+tokenizers/tok_glm.c without Python. The model is assets/glm-chinese-spm/cog-pretrain.model; the
+46 test inputs are tests/data/tokenizer-test-vectors' (only files inside the repository are read).
 
 Nothing is reimplemented and no FlagAI source is copied: the two modules are executed straight
 from FlagAI's wheel (the package's other imports, and its heavy dependencies, are not needed, so
@@ -40,10 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flagai_wheel import exec_flagai_modules  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 OUT = os.path.join(ROOT, "tests", "golden", "tok")
-MODEL = os.path.join(DATA, "glm-chinese-sentencepiece", "cog-pretrain.model")
-VEC_INP = os.path.join(DATA, "tokenizer-test-vectors", "ggml-vocab-gpt-2.gguf.inp")
+MODEL = os.path.join(ROOT, "assets", "glm-chinese-spm", "cog-pretrain.model")
+VEC_INP = os.path.join(ROOT, "tests", "data", "tokenizer-test-vectors", "ggml-vocab-gpt-2.gguf.inp")
 
 TOKENIZER_PY = "flagai/data/tokenizer/tokenizer.py"
 GLM_CH_PY = "flagai/data/tokenizer/glm_large_ch/glm_large_ch.py"

@@ -9,8 +9,9 @@ loss, every parameter gradient, the weights after one AdamW step and the losses
 and gradient norms of five clipped training steps. The weights after the
 AdamW step are in after_step.safetensors beside golden.safetensors (kept apart
 so that each file stays under 1 MiB). It also runs the real HF
-checkpoint in ../shared/data/tiny-gpt2 on five GPT-2 token ids so the loader
-and LM-head tying can be checked against HF numbers.
+checkpoint in tests/data/tiny-gpt2 (--tiny-gpt2 DIR to use another copy) on
+five GPT-2 token ids so the loader and LM-head tying can be checked against HF
+numbers.
 
 The outputs are small and committed, and the torch and transformers versions go
 into each file's metadata, so neither CI nor the C tests need Python. Run it
@@ -286,8 +287,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden"),
                     help="output folder (default tests/golden)")
-    ap.add_argument("--tiny-gpt2", default=os.path.join(REPO, "..", "shared", "data", "tiny-gpt2"),
-                    help="HF tiny-gpt2 folder (default ../shared/data/tiny-gpt2)")
+    ap.add_argument("--tiny-gpt2", default=os.path.join(REPO, "tests", "data", "tiny-gpt2"),
+                    help="HF tiny-gpt2 folder (default tests/data/tiny-gpt2)")
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
     args = ap.parse_args()
 

@@ -3,14 +3,17 @@
 Loads flagai/data/dataset/superglue/processor.py and pvp.py out of the FlagAI wheel (never
 installed: their heavy imports, torch and deepspeed through data_utils, are replaced by a stub
 module holding InputExample and the wheel's own punctuation_standardization), reads the val files
-in ../shared/data/superglue-* with FlagAI's processors, and for a few examples per task writes
-what PVP.get_parts, verbalize and get_answers return for every pattern, into
-tests/golden/superglue/pvp_golden.json. The mask slot is written as {"mask": true}.
+of tests/data/superglue-* (COPA's: assets/superglue-copa) with FlagAI's processors, and for a few
+examples per task writes what PVP.get_parts, verbalize and get_answers return for every pattern,
+into tests/golden/superglue/pvp_golden.json. The mask slot is written as {"mask": true}. The
+fixtures keep every val line a case uses, and a case's "line" is its line in the full val file,
+so `--data DIR` (a folder laid out like the project's shared data, superglue-*/val.jsonl) writes
+the same file from the full val sets.
 
 It also prints the scikit-learn numbers that the metric test hard-codes (inputs made by the
 same integer formulas as the C test).
 
-    python3 scripts/golden/gen_superglue_golden.py /tmp/flagai-dl/flagai-1.8.0-py3-none-any.whl
+    python3 scripts/golden/gen_superglue_golden.py /tmp/flagai-dl/flagai-1.8.0-py3-none-any.whl [--data DIR]
 """
 import importlib.util
 import json
@@ -22,8 +25,16 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-SHARED = os.environ.get("TZ_SHARED_DATA", os.path.join(ROOT, "..", "shared", "data"))
+DATA = os.path.join(ROOT, "tests", "data")  # test-only fixtures; --data DIR reads DIR instead
+ASSETS = os.path.join(ROOT, "assets")  # superglue-copa's val.jsonl is shipped
 OUT = os.path.join(ROOT, "tests", "golden", "superglue", "pvp_golden.json")
+
+
+def val_path(task, data=None):
+    """superglue-<task>/val.jsonl in data (a folder laid out like the shared data) when given,
+    otherwise in tests/data (COPA's in assets)."""
+    folder = data or (ASSETS if task == "copa" else DATA)
+    return os.path.join(folder, "superglue-" + task, "val.jsonl")
 
 
 def read_source(wheel, rel):
@@ -103,11 +114,19 @@ def part_json(p, segment):
 
 
 def main():
-    wheel = sys.argv[1] if len(sys.argv) > 1 else "/tmp/flagai-dl/flagai-1.8.0-py3-none-any.whl"
+    argv = sys.argv[1:]
+    data = None
+    if "--data" in argv:
+        k = argv.index("--data")
+        if k + 1 >= len(argv):
+            sys.exit("--data needs a folder (laid out like the project's shared data)")
+        data = argv[k + 1]
+        del argv[k:k + 2]
+    wheel = argv[0] if argv else "/tmp/flagai-dl/flagai-1.8.0-py3-none-any.whl"
     proc, pvp = load_flagai(wheel)
     out = {"flagai": "1.8.0", "python": sys.version.split()[0], "cases": []}
     for task, (P, V, lines) in cases(proc, pvp).items():
-        path = os.path.join(SHARED, "superglue-" + task, "val.jsonl")
+        path = val_path(task, data)
         processor = P.__new__(P)
         exs = processor._create_examples(path, "dev")
         if task == "multirc":
@@ -116,7 +135,9 @@ def main():
             picks = [(e, None) for e in exs if e.meta["passage_idx"] == best.meta["passage_idx"]][:2]
         elif task == "boolq":
             i = min(range(len(exs)), key=lambda k: len(exs[k].text_a))
-            picks = [(exs[i], i + 1)]
+            # its line in the full val.jsonl, whose idx numbers the lines from 0 (the fixture's
+            # slice holds it on another line)
+            picks = [(exs[i], exs[i].idx + 1)]
         else:
             picks = [(exs[ln - 1], ln) for ln in lines]
         labels = P.get_labels(processor)

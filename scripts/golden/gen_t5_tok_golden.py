@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Generates the T5 tokenizer goldens in tests/golden/tok/ with Hugging Face's slow T5Tokenizer
 (the sentencepiece-based one, legacy=True, its default), so that tests/test_tok_spm.c can check
-tokenizers/tok_t5.c without Python. The model is ../shared/data/t5-spiece/t5_tokenizer_base.model
-(t5-small/t5-base's spiece.model), with extra_ids=100.
+tokenizers/tok_t5.c without Python. The model is assets/t5-spiece/spiece.model (t5-small/t5-base's
+spiece.model, the shared data's t5_tokenizer_base.model), with extra_ids=100. Only files inside the
+repository are read.
 
 transformers 5 dropped the slow T5Tokenizer, so this needs transformers 4.x; the committed files
 were made with 4.57.6 over Debian's python3-sentencepiece 0.1.97, the same SentencePiece as the
@@ -23,8 +24,9 @@ README).
 
 Files written (ids space-separated; "with </s>" means tokenizer(text)["input_ids"], i.e.
 add_special_tokens=True):
-  t5_multi30k_{train,val}_{en,de}.crc32  every line of ../shared/data/multi30k-en-de/{train,val}.
-                {en,de}: one little-endian uint32 per line, zlib.crc32 of its ids with </s> as
+  t5_multi30k_{train,val}_{en,de}.crc32  every line of tests/data/multi30k-en-de/train.{en,de}
+                (the first 2000 lines of Multi30k's train) and assets/multi30k-en-de/val.{en,de}
+                (whole): one little-endian uint32 per line, zlib.crc32 of its ids with </s> as
                 little-endian int32 (as bert_sst2_*.crc32)
   t5_multi30k_head.tsv  the first 50 lines of each of those four files (train.en, train.de,
                 val.en, val.de): ids with </s> TAB decode(ids) as text, so a mismatch shows
@@ -54,10 +56,12 @@ import tokenizers  # noqa: E402
 import transformers  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
 OUT = os.path.join(ROOT, "tests", "golden", "tok")
-MODEL = os.path.join(DATA, "t5-spiece", "t5_tokenizer_base.model")
+MODEL = os.path.join(ROOT, "assets", "t5-spiece", "spiece.model")
 MULTI30K = [("train", "en"), ("train", "de"), ("val", "en"), ("val", "de")]
+# train is the test-only slice (first 2000 lines), val is shipped whole
+MULTI30K_DIR = {"train": os.path.join(ROOT, "tests", "data", "multi30k-en-de"),
+                "val": os.path.join(ROOT, "assets", "multi30k-en-de")}
 HEAD_LINES = 50
 
 
@@ -92,7 +96,7 @@ def crc_ids(x):
 
 
 def multi30k_lines(split, lang):
-    with open(os.path.join(DATA, "multi30k-en-de", f"{split}.{lang}"), "rb") as f:
+    with open(os.path.join(MULTI30K_DIR[split], f"{split}.{lang}"), "rb") as f:
         lines = f.read().decode("utf-8").split("\n")
     assert lines[-1] == ""
     return lines[:-1]

@@ -11,8 +11,8 @@ Writes, under tests/golden/textmetrics/ (read by tests/test_textmetrics.c):
   `rouge_tok`: [input, rouge tokens joined by ' ' without stemmer, with stemmer]; `bleu`:
   small corpora with every field of sacrebleu's BLEUScore; `rouge`: small corpora with
   per-pair [P, R, F] for rouge1, rouge2, rougeL and the mean of each over the corpus.
-- real.json: the same metrics on real data in ../shared/data (the tests read those files
-  through tz_shared_path; nothing is copied). BLEU: multi30k-en-de val.de as references
+- real.json: the same metrics on real data, whole files in the repository that the tests read
+  too: assets/multi30k-en-de and tests/data/scitldr-a. BLEU: multi30k-en-de val.de as references
   against (a) val.en and (b) a deterministic corruption of val.de (see corrupt_line), and
   (c) two reference streams, the second with holes (None). Also the zlib CRC-32 of the 13a
   tokenization of every line of val.de and val.en (rstripped, as sacrebleu preprocesses
@@ -46,12 +46,13 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 OUT = os.path.join(ROOT, "tests", "golden", "textmetrics")
-DATA = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
+# where each data folder is: multi30k-en-de's val files are shipped, scitldr-a is a test fixture
+DATA = {"multi30k-en-de": os.path.join(ROOT, "assets"), "scitldr-a": os.path.join(ROOT, "tests", "data")}
 TYPES = ["rouge1", "rouge2", "rougeL"]
 
 
 def read_lines(rel):
-    with open(os.path.join(DATA, rel), encoding="utf-8") as f:
+    with open(os.path.join(DATA[rel.split("/")[0]], rel), encoding="utf-8") as f:
         text = f.read()
     lines = text.split("\n")
     if lines and lines[-1] == "":

@@ -4,7 +4,7 @@ tests/test_tok_bpe.c and tests/test_tok_wordpiece.c can check tokenizers/tok_bpe
 tokenizers/tok_wordpiece.c against HF without Python.
 
     pip install tokenizers transformers        # no torch needed
-    python3 scripts/golden/gen_tok_golden.py   # reads ../shared/data, writes tests/golden/tok/
+    python3 scripts/golden/gen_tok_golden.py   # reads assets/ and tests/data/, writes tests/golden/tok/
 
 Files written (ids are space-separated, one line per case):
   mrpc_gpt2.ids.gz, mrpc_roberta.ids.gz  every MRPC sentence of train.tsv then dev.tsv, per row
@@ -16,13 +16,14 @@ Files written (ids are space-separated, one line per case):
                  replaced by U+FFFD exactly as HF does
   README.md      the library versions used
 
-BERT WordPiece (transformers' BertTokenizer over ../shared/data/bert-wordpiece:
-bert-base-uncased-vocab.txt with do_lower_case=True, bert_base_cased_vocab.txt with
+BERT WordPiece (transformers' BertTokenizer over assets/bert-wordpiece/bert-base-uncased-vocab.txt
+with do_lower_case=True and tests/data/bert-wordpiece/bert_base_cased_vocab.txt with
 do_lower_case=False; add_special_tokens=False unless said):
   bert_mrpc_{uncased,cased}.ids.gz  every MRPC sentence, as mrpc_*.ids.gz
-  bert_sst2_{uncased,cased}.crc32   every SST-2 sentence of train.tsv then dev.tsv (column 1,
-                 header skipped): one little-endian uint32 per sentence, zlib.crc32 of its ids as
-                 little-endian int32 (full ids would be 1.4 MB gzipped per vocab)
+  bert_sst2_{uncased,cased}.crc32   every SST-2 sentence of tests/data/glue-sst2's train.tsv (its
+                 first 2000 rows) then dev.tsv (all 872; column 1, header skipped): one
+                 little-endian uint32 per sentence, zlib.crc32 of its ids as little-endian int32
+                 (CRCs keep it small: full ids would be 1.4 MB gzipped per vocab on all of train)
   bert_extra.tsv hex(utf-8 input) TAB uncased ids TAB cased ids: normalizer and pre-tokenizer
                  edge cases, special tokens in the text, long words, seeded random strings over
                  code points whose tables HF takes from old Unicode versions
@@ -31,9 +32,10 @@ do_lower_case=False; add_special_tokens=False unless said):
   bert_pairs.tsv uncased ids TAB token_type_ids of encode(a, b, truncation=True, max_length=24)
                  for the first 200 MRPC dev pairs (a TAB b is the test's input: columns 4, 5)
 
-The GPT-2 tokenizer is transformers' GPT2Tokenizer over encoder.json + vocab.bpe (renamed to
-vocab.json + merges.txt in a temporary directory), RoBERTa's is RobertaTokenizer over
-roberta-vocab.json + roberta-merges.txt; both run on HF `tokenizers` underneath.
+The GPT-2 tokenizer is transformers' GPT2Tokenizer over assets/gpt2-bpe's encoder.json + vocab.bpe
+(renamed to vocab.json + merges.txt in a temporary directory), RoBERTa's is RobertaTokenizer over
+tests/data/roberta-bpe's roberta-vocab.json + roberta-merges.txt; both run on HF `tokenizers`
+underneath. MRPC is assets/glue-mrpc (whole). Only files inside the repository are read.
 """
 import gzip
 import os
@@ -50,16 +52,17 @@ import transformers
 from transformers import BertTokenizer, GPT2Tokenizer, RobertaTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA = os.path.join(os.path.dirname(ROOT), "shared", "data")
+ASSETS = os.path.join(ROOT, "assets")  # shipped files
+TESTDATA = os.path.join(ROOT, "tests", "data")  # test-only fixtures (glue-sst2's train.tsv is a slice)
 OUT = os.path.join(ROOT, "tests", "golden", "tok")
 
 
 def load(kind):
     tmp = tempfile.mkdtemp()
-    src = {"gpt2": ("gpt2-bpe/encoder.json", "gpt2-bpe/vocab.bpe"),
-           "roberta": ("roberta-bpe/roberta-vocab.json", "roberta-bpe/roberta-merges.txt")}[kind]
-    shutil.copy(os.path.join(DATA, src[0]), os.path.join(tmp, "vocab.json"))
-    shutil.copy(os.path.join(DATA, src[1]), os.path.join(tmp, "merges.txt"))
+    src = {"gpt2": (ASSETS, "gpt2-bpe/encoder.json", "gpt2-bpe/vocab.bpe"),
+           "roberta": (TESTDATA, "roberta-bpe/roberta-vocab.json", "roberta-bpe/roberta-merges.txt")}[kind]
+    shutil.copy(os.path.join(src[0], src[1]), os.path.join(tmp, "vocab.json"))
+    shutil.copy(os.path.join(src[0], src[2]), os.path.join(tmp, "merges.txt"))
     cls = GPT2Tokenizer if kind == "gpt2" else RobertaTokenizer
     tok = cls.from_pretrained(tmp)
     shutil.rmtree(tmp)
@@ -69,7 +72,7 @@ def load(kind):
 def mrpc_sentences():
     out = []
     for name in ("train.tsv", "dev.tsv"):
-        with open(os.path.join(DATA, "glue-mrpc", name), "rb") as f:
+        with open(os.path.join(ASSETS, "glue-mrpc", name), "rb") as f:
             lines = f.read().decode("utf-8").split("\n")
         for line in lines[1:]:
             if not line:
@@ -106,7 +109,7 @@ def extra_strings():
 def sst2_sentences():
     out = []
     for name in ("train.tsv", "dev.tsv"):
-        with open(os.path.join(DATA, "glue-sst2", name), "rb") as f:
+        with open(os.path.join(TESTDATA, "glue-sst2", name), "rb") as f:
             lines = f.read().decode("utf-8").split("\n")
         for line in lines[1:]:
             if not line:
@@ -118,7 +121,7 @@ def sst2_sentences():
 
 
 def mrpc_dev_pairs(n):
-    with open(os.path.join(DATA, "glue-mrpc", "dev.tsv"), "rb") as f:
+    with open(os.path.join(ASSETS, "glue-mrpc", "dev.tsv"), "rb") as f:
         lines = f.read().decode("utf-8").split("\n")[1:]
     return [tuple(line.split("\t")[3:5]) for line in lines if line][:n]
 
@@ -165,8 +168,9 @@ def bert_extra_strings():
 
 
 def load_bert(cased):
-    name = "bert_base_cased_vocab.txt" if cased else "bert-base-uncased-vocab.txt"
-    return BertTokenizer(os.path.join(DATA, "bert-wordpiece", name), do_lower_case=not cased)
+    path = os.path.join(TESTDATA, "bert-wordpiece", "bert_base_cased_vocab.txt") if cased else \
+        os.path.join(ASSETS, "bert-wordpiece", "bert-base-uncased-vocab.txt")
+    return BertTokenizer(path, do_lower_case=not cased)
 
 
 def crc_ids(x):

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes tests/golden/torch-ckpt/: small PyTorch checkpoints for the safe .bin reader
 (checkpoints/ckpt_zip.c, ckpt_pickle.c, ckpt_source.c) and the safetensors twins the test
-compares them with. Run with /usr/bin/python3 (torch + transformers + safetensors):
+compares them with. The GPT-2 folders are made from tests/data/tiny-gpt2 (the shared data's
+tiny-gpt2, whole). Run with /usr/bin/python3 (torch + transformers + safetensors):
 
     /usr/bin/python3 scripts/golden/gen_torch_ckpt_golden.py
 
@@ -20,7 +21,7 @@ from safetensors.torch import save_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 OUT = os.path.join(ROOT, "tests", "golden", "torch-ckpt")
-GPT2 = os.path.abspath(os.path.join(ROOT, "..", "shared", "data", "tiny-gpt2"))
+GPT2 = os.path.join(ROOT, "tests", "data", "tiny-gpt2")
 
 
 def small_dict():
