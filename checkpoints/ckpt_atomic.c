@@ -10,7 +10,7 @@
 
 struct ckpt_atomic_file {
     char *path;     /* target */
-    char *tmp_path; /* "<path>.tmp.<pid>" */
+    char *tmp_path; /* "<path>.tmp.<pid>.<k>", the first k not taken */
     FILE *fp;
     uint64_t offset;
     uint64_t flushed; /* bytes already handed to the kernel for writeback */
@@ -28,12 +28,17 @@ rt_status ckpt_atomic_begin(const char *path, ckpt_atomic_file **out) {
     *out = NULL;
     ckpt_atomic_file *f = rt_xcalloc(1, sizeof *f);
     f->path = rt_xstrdup(path);
-    size_t n = strlen(path) + 32;
+    size_t n = strlen(path) + 48;
     f->tmp_path = rt_xmalloc(n);
-    snprintf(f->tmp_path, n, "%s.tmp.%ld", path, (long)getpid());
-    /* O_EXCL is not used: a leftover temp file from a crashed run with the same pid is ours
-     * to overwrite, and O_TRUNC does that. */
-    int fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* A fresh name, created exclusively: O_EXCL fails on anything already there, a symlink
+     * planted at the name included (O_NOFOLLOW says so for the final component), so no write
+     * ever lands in a file we did not create. Mode 0666 lets the umask decide, as for any file. */
+    int fd = -1;
+    for (int k = 0; fd < 0 && k < 1000; k++) {
+        snprintf(f->tmp_path, n, "%s.tmp.%ld.%d", path, (long)getpid(), k);
+        fd = open(f->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) RT_FAIL(RT_ERR_IO, "%s: cannot create temporary file %s: %s", path, f->tmp_path, strerror(errno));
     f->fp = fdopen(fd, "wb");
     if (!f->fp) {

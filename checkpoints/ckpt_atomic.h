@@ -1,7 +1,8 @@
 /* Atomic file writing for everything tunezoo writes (checkpoints, safetensors, caches).
  *
- * Data goes to "<path>.tmp.<pid>" next to the target; commit flushes and fsyncs it, renames
- * it over path and fsyncs the directory. A crash or an error at any point therefore leaves
+ * Data goes to a new file "<path>.tmp.<pid>.<k>" next to the target, created exclusively (a
+ * file or a symlink already at that name is never opened: the next k is tried); commit
+ * flushes and fsyncs it, renames it over path and fsyncs the directory. A crash or an error at any point therefore leaves
  * either the old file or the complete new one under path, never half of one. Any failure
  * (no space, no permission, missing directory) returns RT_ERR_IO naming the path and the
  * system's reason, and removes the temporary file.

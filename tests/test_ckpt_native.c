@@ -2,9 +2,11 @@
  * (every length) detected with RT_ERR_FORMAT-family errors, a failed atomic write leaving
  * the previous file byte-identical, and the keep-last-K directory helpers. */
 #include <dirent.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -223,17 +225,45 @@ static void test_atomic_failure(void) {
     size_t n0 = 0, n1 = 0;
     unsigned char *before = slurp(path, &n0);
 
-    /* no space left: the temp file name is a link to /dev/full, so the data cannot land */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    /* links planted at this process's first temp names (one to a victim file, one to /dev/full)
+     * are not followed: the write goes to a fresh name and the victim keeps its bytes */
+    char victim[800];
+    snprintf(victim, sizeof victim, "%s/victim", sub);
+    FILE *vf = fopen(victim, "w");
+    TZ_EXPECT(vf && fputs("precious\n", vf) >= 0 && fclose(vf) == 0, "victim written");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)getpid());
+    TZ_EXPECT(symlink(victim, tmp) == 0, "symlink to the victim");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.1", path, (long)getpid());
     TZ_EXPECT(symlink("/dev/full", tmp) == 0, "symlink to /dev/full");
-    rt_status st = write_sample(path, "{\"step\": 2}");
-    TZ_EXPECT(st == RT_ERR_IO, "ENOSPC gives RT_ERR_IO, got %s", rt_status_name(st));
-    EXPECT_MSG(path);
-    EXPECT_MSG("No space left on device");
+    rt_status st = write_sample(path, g_meta);
+    TZ_EXPECT(st == RT_OK, "write beside planted links: %s", rt_error_message());
     struct stat sb;
-    TZ_EXPECT(lstat(tmp, &sb) != 0, "temp file removed");
+    TZ_EXPECT(stat(victim, &sb) == 0 && sb.st_size == 9, "the victim is untouched (%lld bytes)", (long long)sb.st_size);
+    TZ_EXPECT(lstat(tmp, &sb) == 0 && S_ISLNK(sb.st_mode), "the planted link is left as it was");
     unsigned char *after = slurp(path, &n1);
-    TZ_EXPECT(after && n0 == n1 && memcmp(before, after, n0) == 0, "old file byte-identical after ENOSPC");
+    TZ_EXPECT(after && n0 == n1 && memcmp(before, after, n0) == 0, "the checkpoint written in full");
+    free(after);
+    unlink(tmp);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)getpid());
+    unlink(tmp);
+    unlink(victim);
+
+    /* a write the kernel refuses (a file size limit stands in for a full disk: the same failed
+     * write(2), without root or a small file system) gives RT_ERR_IO and leaves the old file */
+    struct rlimit old_limit, small = {16, 16};
+    TZ_EXPECT(getrlimit(RLIMIT_FSIZE, &old_limit) == 0, "getrlimit");
+    small.rlim_max = old_limit.rlim_max;
+    signal(SIGXFSZ, SIG_IGN); /* EFBIG from write(2) instead of the signal */
+    TZ_EXPECT(setrlimit(RLIMIT_FSIZE, &small) == 0, "setrlimit");
+    st = write_sample(path, "{\"step\": 2}");
+    TZ_EXPECT(setrlimit(RLIMIT_FSIZE, &old_limit) == 0, "restore the limit");
+    signal(SIGXFSZ, SIG_DFL);
+    TZ_EXPECT(st == RT_ERR_IO, "a refused write gives RT_ERR_IO, got %s", rt_status_name(st));
+    EXPECT_MSG(path);
+    EXPECT_MSG("File too large");
+    TZ_EXPECT(!count_tmp_files(sub), "temp file removed");
+    after = slurp(path, &n1);
+    TZ_EXPECT(after && n0 == n1 && memcmp(before, after, n0) == 0, "old file byte-identical after the failed write");
     free(after);
 
     /* an unwritable directory (root ignores permissions, so only checked as a user) */
