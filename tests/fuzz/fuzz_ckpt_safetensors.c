@@ -5,7 +5,7 @@
  *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
  *     runtime/rt_status.c runtime/rt_dtype.c -lcjson -lz -lm -o /tmp/fuzz_st
- *   mkdir -p /tmp/st_corpus && cp ../shared/data/tiny-gpt2/model.safetensors /tmp/st_corpus/
+ *   mkdir -p /tmp/st_corpus && cp tests/data/tiny-gpt2/model.safetensors /tmp/st_corpus/
  *   /tmp/fuzz_st -max_total_time=60 -max_len=8192 /tmp/st_corpus
  *
  * The reader takes a path (it mmaps), so each input goes through a per-process temp file. */

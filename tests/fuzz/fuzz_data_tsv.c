@@ -5,7 +5,7 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
  *       -I. tests/fuzz/fuzz_data_tsv.c data/data_tsv.c runtime/rt_status.c -o /tmp/fuzz_data_tsv
- *   mkdir -p /tmp/tsv_corpus && cp ../shared/data/glue-mrpc/dev.tsv /tmp/tsv_corpus/
+ *   mkdir -p /tmp/tsv_corpus && cp assets/glue-mrpc/dev.tsv /tmp/tsv_corpus/
  *   /tmp/fuzz_data_tsv -max_total_time=60 /tmp/tsv_corpus
  */
 #include <stddef.h>
