@@ -114,6 +114,11 @@ check "bad id line rc" 1 $?
 check "bad id line names stdin:2" 1 "$(grep -c "stdin:2:" "$TMP/err.txt")"
 "$BIN" --tokenizer "$GPT2" --decode --pair < /dev/null 2> /dev/null
 check "--decode --pair rc" 2 $?
+# an id outside the vocabulary: the whole message, once, after its line
+printf '5 6\n7 -1\n' | "$BIN" --tokenizer "$GPT2" --decode > /dev/null 2> "$TMP/err.txt"
+check "id out of range rc" 1 $?
+check "id out of range message" "tz-tokenize: error: stdin:2: id -1 (position 1) is not in the vocabulary of 50257 ids" \
+    "$(cat "$TMP/err.txt")"
 
 echo "test_cli_tokenize: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

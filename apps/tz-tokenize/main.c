@@ -123,7 +123,10 @@ static rt_status run(int argc, char **argv) {
             free(text);
             text = NULL;
             st = tok_decode(t, ids.ids, ids.n, &text);
-            if (st != RT_OK) RT_FAIL(st, "stdin:%zu: %s", lineno, rt_error_message());
+            if (st != RT_OK) {
+                st = rt_error_wrap(st, "stdin:%zu", lineno); /* the message names the bad id */
+                goto fail;
+            }
             fputs(text, stdout);
             fputc('\n', stdout);
             continue;
