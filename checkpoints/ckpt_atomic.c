@@ -3,10 +3,15 @@
  * fsync, and every one of those is checked before the rename. */
 #include "checkpoints/ckpt_atomic.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "runtime/rt_log.h"
 
 struct ckpt_atomic_file {
     char *path;     /* target */
@@ -142,4 +147,41 @@ rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n) {
 fail:
     ckpt_atomic_abort(f);
     return st;
+}
+
+/* "<something>.tmp.<digits>" or "<something>.tmp.<digits>.<digits>": the names begin makes. */
+static int is_temp_name(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name) return 0;
+    for (const char *next; (next = strstr(t + 1, ".tmp.")) != NULL;) t = next; /* the last one */
+    const char *p = t + 5;
+    int dots = 0;
+    if (!isdigit((unsigned char)*p)) return 0;
+    for (; *p; p++) {
+        if (*p == '.' && dots == 0 && isdigit((unsigned char)p[1])) dots++;
+        else if (!isdigit((unsigned char)*p)) return 0;
+    }
+    return 1;
+}
+
+rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
+    if (n_removed) *n_removed = 0;
+    DIR *d = opendir(dir);
+    if (!d) return rt_errorf(RT_ERR_IO, "%s: cannot list it: %s", dir, strerror(errno));
+    struct dirent *de;
+    char path[4096];
+    while ((de = readdir(d)) != NULL) {
+        if (!is_temp_name(de->d_name)) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) continue;
+        if (unlink(path) == 0) {
+            rt_log_warn("removed %s, a temporary file left by a run that was killed while writing", path);
+            if (n_removed) (*n_removed)++;
+        } else {
+            rt_log_warn("cannot remove %s, a temporary file left by a killed run: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    return RT_OK;
 }

@@ -40,4 +40,10 @@ void ckpt_atomic_abort(ckpt_atomic_file *f);
 /* Whole-buffer convenience: begin, write, commit. */
 rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
 
+/* Removes the temporary files a killed writer left in dir ("<name>.tmp.<pid>.<k>", and the older
+ * "<name>.tmp.<pid>"), logging a warning that names each; links are removed, never followed.
+ * Only for a caller that holds dir's run lock (rt_run_lock.h): then no live writer owns them.
+ * *n_removed (may be NULL) counts them. A folder that cannot be read is RT_ERR_IO. */
+rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed);
+
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_native.h"
 #include "tests/testutil.h"
 
@@ -360,6 +361,37 @@ static void test_directory(void) {
     TZ_EXPECT(ckpt_native_prune(p, 1) == RT_ERR_IO, "prune of a missing dir");
 }
 
+/* A killed writer's temp files go (its links too, unfollowed); everything else stays. */
+static void test_remove_stale(void) {
+    char d[600], p[800], victim[800];
+    snprintf(d, sizeof d, "%s/stale", g_dir);
+    mkdir(d, 0755);
+    touch(d, "step-000010.tzck.tmp.4242.0");
+    touch(d, "metrics.jsonl.tmp.77"); /* the older name */
+    touch(d, "step-000010.tzck");
+    touch(d, "notes.tmp.txt");
+    touch(d, "a.tmp.12x");
+    snprintf(victim, sizeof victim, "%s/victim", g_dir);
+    FILE *f = fopen(victim, "w");
+    TZ_EXPECT(f && fputs("precious\n", f) >= 0 && fclose(f) == 0, "victim written");
+    snprintf(p, sizeof p, "%s/step-000020.tzck.tmp.9.1", d);
+    TZ_EXPECT(symlink(victim, p) == 0, "symlink");
+    snprintf(p, sizeof p, "%s/dir.tmp.5", d);
+    mkdir(p, 0755); /* a folder is not a temp file */
+    int n = -1;
+    TZ_EXPECT_OK(ckpt_atomic_remove_stale(d, &n));
+    TZ_EXPECT(n == 3, "removed %d", n);
+    TZ_EXPECT(!exists(d, "step-000010.tzck.tmp.4242.0") && !exists(d, "metrics.jsonl.tmp.77"), "temp files removed");
+    struct stat sb;
+    TZ_EXPECT(lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode), "folder kept");
+    snprintf(p, sizeof p, "%s/step-000020.tzck.tmp.9.1", d);
+    TZ_EXPECT(lstat(p, &sb) != 0, "the planted link removed");
+    TZ_EXPECT(stat(victim, &sb) == 0 && sb.st_size == 9, "its target untouched");
+    TZ_EXPECT(exists(d, "step-000010.tzck") && exists(d, "notes.tmp.txt") && exists(d, "a.tmp.12x"), "others kept");
+    snprintf(p, sizeof p, "%s/no-such", d);
+    TZ_EXPECT(ckpt_atomic_remove_stale(p, &n) == RT_ERR_IO && strstr(rt_error_message(), p), "missing folder");
+}
+
 int main(void) {
     test_crc32();
     g_dir = tz_tmpdir();
@@ -371,5 +403,6 @@ int main(void) {
     test_corruption(path);
     test_atomic_failure();
     test_directory();
+    test_remove_stale();
     return tz_test_result("test_ckpt_native");
 }

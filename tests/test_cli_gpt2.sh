@@ -63,8 +63,12 @@ expect_fail "a second run on a locked --save-dir" 1 "run folder $TMP/busy is in 
     "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/busy"
 kill -9 "$holder" 2> /dev/null
 wait "$holder" 2> /dev/null
+# ... and the next run there removes what a writer killed mid-checkpoint left, naming it
+touch "$TMP/busy/step-00000003.tzck.tmp.$holder.0"
 "$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/busy" > "$TMP/out" 2> "$TMP/err" && ok ||
     bad "the folder of a killed run stays locked"
+[ ! -e "$TMP/busy/step-00000003.tzck.tmp.$holder.0" ] && grep -q "removed .*step-00000003.tzck.tmp.$holder.0" "$TMP/err" &&
+    ok || bad "a killed writer's temp file is left behind"
 
 # --predict on the unlabelled test layout
 head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"

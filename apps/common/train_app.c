@@ -110,6 +110,8 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     /* fail early on an unusable or busy save dir, before minutes of tokenizing */
     st = rt_train_prepare_dir(o->save_dir);
     if (st == RT_OK && world->rank == 0) st = rt_run_lock_acquire(o->save_dir, &run_lock);
+    /* holding the lock, any temp file in the folder is a killed run's leftover */
+    if (st == RT_OK && world->rank == 0) st = ckpt_atomic_remove_stale(o->save_dir, NULL);
     return st;
 }
 
