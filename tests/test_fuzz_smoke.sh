@@ -20,7 +20,7 @@ CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recove
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
 CXXFLAGS=(-std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I.)
 CKPT=(checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
-      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c)
+      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c runtime/rt_log.c)
 pass=0
 fail=0
 # name, seed files (a folder or files; may be empty), then the sources after --; an argument
