@@ -185,3 +185,15 @@ rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
     closedir(d);
     return RT_OK;
 }
+
+rt_status ckpt_atomic_mkdtemp(char *templ) {
+    if (!mkdtemp(templ)) return rt_errorf(RT_ERR_IO, "cannot create the output folder %s: %s", templ, strerror(errno));
+    mode_t mask = umask(0); /* read it: umask has no query-only form */
+    umask(mask);
+    if (chmod(templ, 0777 & ~mask) != 0) {
+        int e = errno;
+        rmdir(templ);
+        return rt_errorf(RT_ERR_IO, "%s: cannot set its mode: %s", templ, strerror(e));
+    }
+    return RT_OK;
+}

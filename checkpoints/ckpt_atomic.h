@@ -40,6 +40,11 @@ void ckpt_atomic_abort(ckpt_atomic_file *f);
 /* Whole-buffer convenience: begin, write, commit. */
 rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
 
+/* mkdtemp(templ) for an output folder built in place and renamed when complete: the folder then
+ * gets the umask's mode (mkdtemp's 0700 would make every finished output private). Returns
+ * RT_ERR_IO with the system's reason; templ ends in "XXXXXX" and is filled in. */
+rt_status ckpt_atomic_mkdtemp(char *templ);
+
 /* Removes the temporary files a killed writer left in dir ("<name>.tmp.<pid>.<k>", and the older
  * "<name>.tmp.<pid>"), logging a warning that names each; links are removed, never followed.
  * Only for a caller that holds dir's run lock (rt_run_lock.h): then no live writer owns them.

@@ -483,7 +483,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     RT_TRY(conv_export_names(s, map, &plan));
     if ((size_t)snprintf(partial, sizeof partial, "%s.partial-XXXXXX", out_dir) >= sizeof partial)
         RT_FAIL(RT_ERR_IO, "%s: path too long", out_dir);
-    if (!mkdtemp(partial)) RT_FAIL(RT_ERR_IO, "%s: cannot create the output folder next to it: %s", out_dir, strerror(errno));
+    RT_TRY(ckpt_atomic_mkdtemp(partial));
     made = true;
     snprintf(path, sizeof path, "%s/%s", partial, ckpt_map_weights_file(map));
     if (map->torch_wrap) RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));

@@ -110,10 +110,11 @@ rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *sp
     w->tensors = cJSON_CreateArray();
     w->files = cJSON_CreateArray();
     w->ranks = rt_xcalloc((size_t)spec->tp, sizeof *w->ranks);
-    if (!mkdtemp(w->partial)) {
+    st = ckpt_atomic_mkdtemp(w->partial);
+    if (st != RT_OK) {
         free(w->partial);
         w->partial = NULL;
-        RT_FAIL(RT_ERR_IO, "%s: cannot create the output folder next to it: %s", dir, strerror(errno));
+        goto fail;
     }
     for (int r = 0; r < spec->tp; r++) {
         char path[SHARDED_PATH_MAX], meta[128];

@@ -118,6 +118,13 @@ done
     bad "gpt2-classify on the sharded folder: $(cat "$TMP/dev-tg2") vs $(cat "$TMP/dev-tiny-gpt2")"
 expect_fail "a BERT folder given to gpt2-classify" "holds a bert model" import "$TMP/bert-tiny-cls-4" "$TMP/x" --arch gpt2
 
+# output folders get the umask's mode, not mkdtemp's private 0700 (import, reshard and export)
+"$BIN" reshard "$TMP/tg2" "$TMP/mode-reshard" --tp 1 > /dev/null 2>&1
+"$BIN" export "$TMP/tg2" "$TMP/mode-export" > /dev/null 2>&1
+want_mode=$(printf '%o' $((0777 & ~0$(umask))))
+[ "$(stat -c %a "$TMP/tg2" "$TMP/mode-reshard" "$TMP/mode-export" 2> /dev/null | sort -u)" = "$want_mode" ] && ok ||
+    bad "output folder modes: $(stat -c '%a %n' "$TMP/tg2" "$TMP/mode-reshard" "$TMP/mode-export" 2>&1 | tr '\n' ' ')"
+
 # --- hostile and broken inputs ---
 expect_fail "pickle calling posix.system" "refusing pickle GLOBAL 'posix.system'" import "$G/torch-ckpt/hostile_posix_system.pt" "$TMP/x" --arch gpt2
 expect_fail "pickle calling os.system (inspect)" "refusing pickle GLOBAL 'os.system'" inspect "$G/torch-ckpt/hostile_os_system.pt"
