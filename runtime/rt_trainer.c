@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/rt_jsonl.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_optim.h"
 #include "runtime/rt_sched.h"
@@ -51,7 +52,7 @@ typedef struct {
     rt_comm *dp, *tp;           /* device comms: gradient buckets, checkpoint shards */
     rt_comm *dp_host, *tp_host; /* host comms: counts, loss, norm, stop flag (rt_grid.h) */
     bool lead; /* the first rank of the grid: it alone prints progress and writes files */
-    FILE *metrics;
+    rt_jsonl *metrics; /* metrics.jsonl, first rank only */
     bool tty;
     int64_t total_steps;
     rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
@@ -135,13 +136,15 @@ static rt_status rt_grad_reduce_finish(rt_grad_reduce *r) {
     return st;
 }
 
-static void rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
+/* A record that cannot be written stops the run: a metrics file with silent gaps is worse
+ * than a clear error, and the last checkpoint is intact either way. */
+static rt_status rt_train_metrics_line(rt_train_state *s, cJSON *obj) {
+    if (!s->metrics) return RT_OK;
     char *line = cJSON_PrintUnformatted(obj);
-    if (s->metrics && line) {
-        fprintf(s->metrics, "%s\n", line);
-        fflush(s->metrics);
-    }
+    RT_CHECK(line != NULL, "cJSON_PrintUnformatted");
+    rt_status st = rt_jsonl_append(s->metrics, line);
     cJSON_free(line);
+    return st;
 }
 
 static void rt_train_clear_bar(rt_train_state *s) {
@@ -171,10 +174,10 @@ static rt_status rt_train_evaluate(rt_train_state *s, rt_train_eval *eval, int64
     if (n < (int)sizeof line) snprintf(line + n, sizeof line - (size_t)n, " | %.1f s", (rt_now_ms() - t0) / 1e3);
     rt_train_clear_bar(s);
     rt_log_info("%s", line);
-    rt_train_metrics_line(s, obj);
+    st = rt_train_metrics_line(s, obj);
     cJSON_Delete(obj);
     result->last_eval = m;
-    return RT_OK;
+    return st;
 }
 
 static rt_status rt_train_save_io(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
@@ -348,16 +351,16 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         RT_TRY(rt_params_alloc_moments(model->params));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
-    char mpath[4096];
-    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->save_dir);
-    if (s.lead) {
-        s.metrics = fopen(mpath, "a");
-        if (!s.metrics) RT_FAIL(RT_ERR_IO, "%s: cannot open for appending: %s", mpath, strerror(errno));
-    }
     s.tty = isatty(STDOUT_FILENO) == 1;
 
     int64_t step = 0;
     if (o->resume) RT_TRY(rt_train_resume(&s, io, model, data, &step));
+    if (s.lead) {
+        /* a resumed run replays the steps after its checkpoint: their old records go first */
+        char mpath[4096];
+        snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", o->save_dir);
+        RT_TRY(rt_jsonl_open(mpath, o->resume ? step : -1, &s.metrics));
+    }
     rt_log_info("training: %lld steps (%lld per epoch), batch %lld x %lld accumulation, lr %g %s, warmup %lld steps",
                 (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
                 o->lr, o->schedule, (long long)sched.warmup_steps);
@@ -514,8 +517,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 cJSON_AddNumberToObject(obj, "tokens_per_s", tps);
                 int shape[2] = {win[nb - 1].B, win[nb - 1].T};
                 cJSON_AddItemToObject(obj, "batch_shape", cJSON_CreateIntArray(shape, 2));
-                rt_train_metrics_line(&s, obj);
+                st = rt_train_metrics_line(&s, obj);
                 cJSON_Delete(obj);
+                RT_TRY(st);
                 log_loss = log_ms = log_tokens = log_flops = 0;
                 log_steps = log_loss_steps = 0;
             }
@@ -567,7 +571,8 @@ fail:
             if (data->batch_free) data->batch_free(&win[i]);
         free(win);
     }
-    if (s.metrics) fclose(s.metrics);
+    rt_status closed = rt_jsonl_close(s.metrics);
+    if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);
     free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;

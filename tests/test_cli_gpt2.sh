@@ -70,6 +70,26 @@ touch "$TMP/busy/step-00000003.tzck.tmp.$holder.0"
 [ ! -e "$TMP/busy/step-00000003.tzck.tmp.$holder.0" ] && grep -q "removed .*step-00000003.tzck.tmp.$holder.0" "$TMP/err" &&
     ok || bad "a killed writer's temp file is left behind"
 
+# a kill between a step's metrics record and its checkpoint: the resumed run replays those steps,
+# and metrics.jsonl still holds each step once
+"$BIN" "${COMMON[@]}" --max-steps 6 --save-interval 4 --log-interval 1 --eval-interval -1 --save-dir "$TMP/replay" \
+    > /dev/null 2>&1 && ok || bad "replay: first run"
+rm -f "$TMP/replay"/step-*6.tzck
+printf '{"type":"train","step":7,"lo' >> "$TMP/replay/metrics.jsonl" # and a record cut short by the kill
+"$BIN" "${COMMON[@]}" --max-steps 6 --save-interval 4 --log-interval 1 --eval-interval -1 --save-dir "$TMP/replay" \
+    --resume > "$TMP/out" 2> "$TMP/err" && grep -q "resumed from .*step-0*4.tzck" "$TMP/out" && ok || bad "replay: resume"
+steps=$(grep -o '"type":"train","step":[0-9]*' "$TMP/replay/metrics.jsonl" | grep -o '[0-9]*$' | tr '\n' ' ')
+[ "$steps" = "1 2 3 4 5 6 " ] && [ "$(tail -c 1 "$TMP/replay/metrics.jsonl" | od -An -c | tr -d ' ')" = '\n' ] && ok ||
+    bad "metrics.jsonl after a replay holds train steps '$steps'"
+
+# a metrics record that cannot be written (a file-size limit stands in for a full disk) stops the
+# run with one line naming the file
+(ulimit -f 1 && exec "$BIN" "${COMMON[@]}" --max-steps 40 --log-interval 1 --eval-interval -1 --save-interval 0 \
+    --save-dir "$TMP/full" > /dev/null 2> "$TMP/err")
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "$TMP/full/metrics.jsonl: cannot write a record: File too large" \
+    "$TMP/err" && ok || bad "a refused metrics write: exit $rc, '$(cat "$TMP/err")'"
+
 # --predict on the unlabelled test layout
 head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
 "$BIN" "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/pred" --predict "$TMP/test.tsv" > "$TMP/out" 2> "$TMP/err"

@@ -2,6 +2,7 @@
 #include "apps/common/train_app.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,9 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
 
 int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_s, train_app_run_fn run) {
     int sig = 0, code;
+    /* a file-size limit (ulimit -f) then fails the write with EFBIG, which every writer reports
+     * as an error naming the file, instead of killing the run without a word */
+    signal(SIGXFSZ, SIG_IGN);
     rt_comm *world = NULL;
     rt_status st = rt_comm_world_init(&argc, &argv, comm_timeout_s, &world);
     if (st == RT_OK) {
