@@ -96,6 +96,16 @@ head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
 [ $? -eq 0 ] && ok || bad "predict run failed"
 [ "$(wc -l < "$TMP/pred/predictions.tsv" 2>/dev/null)" = "11" ] && ok || bad "predictions.tsv should have a header and 10 rows"
 head -n 1 "$TMP/pred/predictions.tsv" | grep -q $'^index\tprediction\tprob_0\tprob_1$' && ok || bad "predictions header"
+# --predict-out that cannot be written in full (a file-size limit stands in for a full disk): one
+# line naming the file, the previous file byte-identical, no temp file left
+head -n 101 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test100.tsv"
+cp "$TMP/pred/predictions.tsv" "$TMP/pred/keep.tsv"
+(ulimit -f 1 && exec "$BIN" "${COMMON[@]}" --epochs 0 --save-dir "$TMP/pred" --predict "$TMP/test100.tsv" \
+    --predict-out "$TMP/pred/keep.tsv" > /dev/null 2> "$TMP/err")
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "$TMP/pred/keep.tsv: .*File too large" "$TMP/err" &&
+    cmp -s "$TMP/pred/predictions.tsv" "$TMP/pred/keep.tsv" && [ -z "$(ls "$TMP/pred" | grep '\.tmp\.')" ] && ok ||
+    bad "a refused --predict-out write: exit $rc, '$(cat "$TMP/err")'"
 
 # --save-hf writes a folder that loads back as --model with every tensor (that Transformers
 # loads it with the same outputs is checked by scripts/golden/check_hf_export.py)

@@ -392,7 +392,7 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
     data_examples ex = {0};
     data_tokenized ds = {0};
     gc_eval e = {0};
-    FILE *f = NULL;
+    ckpt_atomic_file *f = NULL;
     char out_path[4096];
     /* a labelled split (train/dev) or the unlabelled test layout */
     if (data_glue_load(task, O.predict, true, &ex) != RT_OK) {
@@ -412,29 +412,31 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
         snprintf(out_path, sizeof out_path, "%s", O.predict_out);
     else
         snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.t.save_dir);
-    f = fopen(out_path, "w");
-    if (!f) RT_FAIL(RT_ERR_IO, "--predict-out %s: cannot write: %s", out_path, strerror(errno));
+    /* written whole or not at all: a full disk leaves the old file, not half of a new one */
+    RT_TRY(ckpt_atomic_begin(out_path, &f));
     int NL = m->num_labels;
-    fprintf(f, "index\tprediction");
-    for (int k = 0; k < NL && NL > 1; k++) fprintf(f, "\tprob_%d", k);
-    fprintf(f, "\n");
+    char row[1024]; /* one row: an index, the label and 15 bytes per probability */
+    RT_CHECK(NL >= 1 && NL <= 60, "num_labels %d", NL);
+    int n = snprintf(row, sizeof row, "index\tprediction");
+    for (int k = 0; k < NL && NL > 1; k++) n += snprintf(row + n, sizeof row - (size_t)n, "\tprob_%d", k);
+    n += snprintf(row + n, sizeof row - (size_t)n, "\n");
+    RT_TRY(ckpt_atomic_write(f, row, (size_t)n));
     for (size_t i = 0; i < ds.n; i++) {
         if (NL == 1) { /* regression: the predicted score */
-            fprintf(f, "%zu\t%.6f\n", i, e.probs[i]);
-            continue;
+            n = snprintf(row, sizeof row, "%zu\t%.6f\n", i, e.probs[i]);
+        } else {
+            n = snprintf(row, sizeof row, "%zu\t%d", i, e.pred[i]);
+            for (int k = 0; k < NL; k++) n += snprintf(row + n, sizeof row - (size_t)n, "\t%.6f", e.probs[i * NL + k]);
+            n += snprintf(row + n, sizeof row - (size_t)n, "\n");
         }
-        fprintf(f, "%zu\t%d", i, e.pred[i]);
-        for (int k = 0; k < NL; k++) fprintf(f, "\t%.6f", e.probs[i * NL + k]);
-        fprintf(f, "\n");
+        RT_TRY(ckpt_atomic_write(f, row, (size_t)n));
     }
-    if (fclose(f) != 0) {
-        f = NULL;
-        RT_FAIL(RT_ERR_IO, "%s: write failed: %s", out_path, strerror(errno));
-    }
+    st = ckpt_atomic_commit(f);
     f = NULL;
+    RT_TRY(st);
     rt_log_info("wrote %zu predictions to %s", ds.n, out_path);
 fail:
-    if (f) fclose(f);
+    ckpt_atomic_abort(f);
     gc_eval_free(&e);
     data_tokenized_free(&ds);
     data_examples_free(&ex);

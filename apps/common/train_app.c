@@ -186,3 +186,20 @@ fail:
     free(buf);
     return st;
 }
+
+rt_status train_app_write_lines(const char *path, char *const *texts, size_t n) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += strlen(texts[i]) + 1;
+    char *buf = rt_xmalloc(total + 1), *p = buf;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(texts[i]);
+        memcpy(p, texts[i], len);
+        for (size_t k = 0; k < len; k++)
+            if (p[k] == '\n' || p[k] == '\r') p[k] = ' ';
+        p += len;
+        *p++ = '\n';
+    }
+    rt_status st = ckpt_atomic_write_file(path, buf, total);
+    free(buf);
+    return st;
+}

@@ -65,6 +65,9 @@ int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_
 
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);
+/* Writes one line per text (a newline or CR the model produced becomes a space, so line i is
+ * output i) atomically: the file is complete or absent, never cut short by a full disk. */
+rt_status train_app_write_lines(const char *path, char *const *texts, size_t n);
 /* Copies a file (atomically: a reader never sees half of it), e.g. tokenizer files into an HF
  * export. */
 rt_status train_app_copy_file(const char *from, const char *to);

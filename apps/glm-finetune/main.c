@@ -344,19 +344,6 @@ fail:
     return st;
 }
 
-static rt_status glm_write_lines(const char *path, char **lines, size_t n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    for (size_t i = 0; i < n; i++) {
-        for (char *p = lines[i]; *p; p++)
-            if (*p == '\n' || *p == '\r') *p = ' ';
-        fprintf(f, "%s\n", lines[i]);
-    }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return rt_errorf(RT_ERR_IO, "%s: write failed", path);
-    return RT_OK;
-}
-
 static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
     rt_status st = RT_OK;
     glm_eval *e = ctx;
@@ -418,7 +405,7 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         if (e->grid->world->rank == 0 && e->save_dir) {
             char path[4200];
             snprintf(path, sizeof path, "%s/val_predictions.txt", e->save_dir);
-            RT_TRY(glm_write_lines(path, texts, (size_t)n_ex));
+            RT_TRY(train_app_write_lines(path, texts, (size_t)n_ex));
         }
     }
 fail:

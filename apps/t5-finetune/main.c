@@ -269,23 +269,6 @@ fail:
 }
 
 /* Writes the predictions, one per line, atomically (the lead rank only). */
-static rt_status t5_write_lines(const char *path, char *const *texts, size_t n) {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += strlen(texts[i]) + 1;
-    char *buf = rt_xmalloc(total + 1), *p = buf;
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(texts[i]);
-        memcpy(p, texts[i], len);
-        for (size_t k = 0; k < len; k++) /* one output line per input line, whatever the model made */
-            if (p[k] == '\n' || p[k] == '\r') p[k] = ' ';
-        p += len;
-        *p++ = '\n';
-    }
-    rt_status st = ckpt_atomic_write_file(path, buf, total);
-    free(buf);
-    return st;
-}
-
 static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
     t5_eval *e = ctx;
     rt_status st = RT_OK;
@@ -322,7 +305,7 @@ static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
     if (e->grid->world->rank == 0) {
         char path[4200];
         snprintf(path, sizeof path, "%s/val_predictions.txt", e->save_dir);
-        RT_TRY(t5_write_lines(path, hyps, n));
+        RT_TRY(train_app_write_lines(path, hyps, n));
     }
 fail:
     for (size_t i = 0; hyps && i < n; i++) free(hyps[i]);
@@ -409,7 +392,7 @@ static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt
                 secs > 0 ? (double)n_generated / secs : 0.0, (long long)O.num_beams, O.num_beams == 1 ? "" : "s");
     if (grid->world->rank == 0) {
         if (O.predict_out) {
-            RT_TRY(t5_write_lines(O.predict_out, texts, src.n));
+            RT_TRY(train_app_write_lines(O.predict_out, texts, src.n));
             rt_log_info("wrote %zu outputs to %s", src.n, O.predict_out);
         } else {
             for (size_t i = 0; i < src.n; i++) {
