@@ -602,6 +602,32 @@ fail:
     return st;
 }
 
+rt_status ckpt_native_resume_list(const char *dir_or_file, char ***paths, size_t *n) {
+    rt_status st = RT_OK;
+    ckpt_native_entry *list = NULL;
+    size_t count = 0;
+    struct stat sb;
+    *paths = NULL;
+    *n = 0;
+    if (stat(dir_or_file, &sb) != 0) return rt_errorf(RT_ERR_IO, "%s: cannot resume: %s", dir_or_file, strerror(errno));
+    if (S_ISREG(sb.st_mode)) {
+        *paths = rt_xmalloc(sizeof **paths);
+        (*paths)[0] = rt_xstrdup(dir_or_file);
+        *n = 1;
+        return RT_OK;
+    }
+    RT_TRY(ckpt_native_list(dir_or_file, NULL, &list, &count));
+    *paths = rt_xcalloc(count ? count : 1, sizeof **paths);
+    for (size_t i = 0; i < count; i++) { /* newest first: take the paths from the end */
+        (*paths)[i] = list[count - 1 - i].path;
+        list[count - 1 - i].path = NULL;
+    }
+    *n = count;
+fail:
+    ckpt_native_list_free(list, count);
+    return st;
+}
+
 void ckpt_native_release(const ckpt_native_file *f, const void *data, size_t nbytes) {
     ckpt_pages_release(f->map, f->map_size, data, nbytes);
 }

@@ -133,7 +133,7 @@ const rt_train_io *ckpt_train_io(void) {
     static const rt_train_io io = {
         .save = ckpt_train_save,
         .load = ckpt_train_load,
-        .latest = ckpt_native_latest,
+        .resume_list = ckpt_native_resume_list,
         .prune = ckpt_native_prune,
         .step_path = ckpt_native_step_path,
     };

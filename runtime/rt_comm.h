@@ -35,6 +35,9 @@ typedef struct rt_comm_ops {
      * wait(*req) returns. Requests on one comm are started in the same order on every rank. */
     rt_status (*all_reduce_start)(void *ctx, float *buf, size_t n, rt_reduce_op op, void **req);
     rt_status (*wait)(void *ctx, void *req); /* completes and releases a request, with the timeout */
+    /* Optional (NULL: the timeout is fixed): how long a collective waits for every rank from now
+     * on; sub-communicators split afterwards inherit it. seconds > 0. */
+    void (*set_timeout)(void *ctx, double seconds);
 } rt_comm_ops;
 
 struct rt_comm {

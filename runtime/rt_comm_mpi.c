@@ -45,6 +45,7 @@ typedef struct {
 
 static const rt_comm_ops mpi_ops;
 static int mpi_we_initialized;
+static int mpi_timed_out; /* a collective gave up on a rank: the job cannot finalize */
 
 static double mpi_now(void) {
     struct timespec ts;
@@ -74,11 +75,16 @@ static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t
         }
     }
     c->pending = *req;
+    mpi_timed_out = 1;
     snprintf(c->broken, sizeof c->broken, "%s of %zu elements did not complete within %g s", what, count, c->timeout_s);
+    /* MPI cannot say which rank is missing from a collective; with two ranks it is the other */
+    char who[64];
+    if (c->size == 2) snprintf(who, sizeof who, "rank %d", 1 - c->rank);
+    else snprintf(who, sizeof who, "one of the other %d ranks", c->size - 1);
     return rt_errorf(RT_ERR_RUNTIME,
-                     "mpi comm (size %d, rank %d): %s of %zu elements did not complete within %g s "
-                     "(a rank died, hangs, or skipped it)",
-                     c->size, c->rank, what, count, c->timeout_s);
+                     "mpi comm (size %d, rank %d): %s of %zu elements did not complete within %g s: %s died, hangs "
+                     "or skipped it (--comm-timeout sets the wait)",
+                     c->size, c->rank, what, count, c->timeout_s, who);
 }
 
 static MPI_Op mpi_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
@@ -212,6 +218,11 @@ static void mpi_free(void *vctx) {
     free(c);
 }
 
+static void mpi_set_timeout(void *vctx, double seconds) {
+    RT_CHECK(seconds > 0, "timeout %g", seconds);
+    ((mpi_ctx *)vctx)->timeout_s = seconds;
+}
+
 static const rt_comm_ops mpi_ops = {
     .name = "mpi",
     .all_reduce = mpi_all_reduce,
@@ -223,6 +234,7 @@ static const rt_comm_ops mpi_ops = {
     .free = mpi_free,
     .all_reduce_start = mpi_all_reduce_start,
     .wait = mpi_wait_request,
+    .set_timeout = mpi_set_timeout,
 };
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
@@ -251,6 +263,15 @@ void rt_comm_mpi_finalize(void) {
     mpi_we_initialized = 0;
 }
 
+void rt_comm_mpi_end(int exit_code) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    /* MPI_Finalize would wait for the rank that never arrived: end the whole job instead, so
+     * that mpirun stops the silent rank too */
+    if (mpi_we_initialized && !finalized && mpi_timed_out) MPI_Abort(MPI_COMM_WORLD, exit_code ? exit_code : 1);
+    rt_comm_mpi_finalize();
+}
+
 #else /* !TZ_USE_MPI */
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
@@ -260,5 +281,7 @@ rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **
 }
 
 void rt_comm_mpi_finalize(void) {}
+
+void rt_comm_mpi_end(int exit_code) { (void)exit_code; }
 
 #endif

@@ -59,6 +59,10 @@ rt_status rt_comm_world_init(int *argc, char ***argv, double timeout_s, rt_comm 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world);
 /* Finalizes MPI if rt_comm_mpi_init initialized it; a no-op otherwise (and without MPI). */
 void rt_comm_mpi_finalize(void);
+/* A program's last MPI call: finalizes, or, when a collective timed out on a silent rank (which
+ * MPI_Finalize would wait for forever), aborts the whole job with exit_code so that the
+ * launcher stops every rank. Print the error first. */
+void rt_comm_mpi_end(int exit_code);
 
 /* n in-process communicators sharing one group (runtime/rt_comm_threads.c): comms[i] is rank
  * i of n and is used by one thread. Reductions run in rank order, so every rank gets the

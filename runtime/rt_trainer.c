@@ -235,19 +235,56 @@ static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_trai
     return st;
 }
 
+/* Every rank has finished with the files a resume looked at (a max over both host groups). */
+static rt_status rt_train_barrier(rt_train_state *s) {
+    float x = 0;
+    if (s->dp->size * s->tp->size == 1) return RT_OK;
+    rt_status st = s->dp_host->ops->all_reduce(s->dp_host->ctx, &x, 1, RT_REDUCE_MAX);
+    if (st == RT_OK && s->tp->size > 1) st = s->tp_host->ops->all_reduce(s->tp_host->ctx, &x, 1, RT_REDUCE_MAX);
+    return st;
+}
+
+/* Keeps a damaged checkpoint for inspection under NAME.corrupt (NAME.corrupt.K if taken): out
+ * of the resume list, never deleted. */
+static void rt_train_set_aside(const char *path, const char *loaded) {
+    char to[4200];
+    snprintf(to, sizeof to, "%s.corrupt", path);
+    for (int k = 1; k < 100 && access(to, F_OK) == 0; k++) snprintf(to, sizeof to, "%s.corrupt.%d", path, k);
+    if (rename(path, to) == 0)
+        rt_log_warn("%s is damaged: kept as %s; resumed from %s instead", path, to, loaded);
+    else
+        rt_log_warn("%s is damaged and could not be renamed (%s); resumed from %s instead", path, strerror(errno),
+                    loaded);
+}
+
+/* Loads the newest checkpoint that reads back whole. A damaged one (RT_ERR_FORMAT: truncated,
+ * a flipped byte, bad metadata) is skipped with a warning naming it and, once every rank has
+ * moved on, set aside as NAME.corrupt; any other failure, or a damaged --resume-from file,
+ * stops the resume. Every rank reads the same files, so every rank skips the same ones. */
 static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_train_model *model,
                                  rt_train_data *data, int64_t *step) {
     rt_status st = RT_OK;
-    char path[4096];
-    char *meta = NULL;
+    const char *source = s->o->resume_from ? s->o->resume_from : s->o->save_dir;
+    char **paths = NULL, *meta = NULL;
+    size_t n = 0, k = 0;
     cJSON *obj = NULL;
-    if (io->latest(s->o->save_dir, path, sizeof path) != RT_OK) {
-        rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", s->o->save_dir);
-        return RT_OK;
+    RT_TRY(io->resume_list(source, &paths, &n));
+    if (n == 0) {
+        rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", source);
+        goto fail;
     }
-    /* the reader fills the slab from the file itself; only its agreement crosses ranks, in a
-     * host float */
-    RT_TRY(io->load(path, model->params, s->tp_host, &meta));
+    for (k = 0; k < n; k++) {
+        /* the reader fills the slab from the file itself; only its agreement crosses ranks, in
+         * a host float */
+        st = io->load(paths[k], model->params, s->tp_host, &meta);
+        if (st == RT_OK) break;
+        if (st != RT_ERR_FORMAT || s->o->resume_from) goto fail;
+        if (s->lead) rt_log_warn("%s; trying the next older checkpoint", rt_error_message());
+        if (k + 1 == n) RT_FAIL(RT_ERR_FORMAT, "%s: every checkpoint there is damaged (the newest: %s)", source, paths[0]);
+    }
+    RT_TRY(rt_train_barrier(s));
+    for (size_t j = 0; s->lead && j < k; j++) rt_train_set_aside(paths[j], paths[k]);
+    const char *path = paths[k];
     if (s->zero) RT_TRY(rt_zero_scatter_state(s->zero)); /* keep this rank's slice of the full state */
     obj = cJSON_Parse(meta);
     cJSON *jstep = cJSON_GetObjectItemCaseSensitive(obj, "step");
@@ -280,6 +317,8 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
 fail:
     cJSON_Delete(obj);
     free(meta);
+    for (size_t j = 0; j < n; j++) free(paths[j]);
+    free(paths);
     return st;
 }
 

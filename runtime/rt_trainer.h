@@ -61,7 +61,9 @@ typedef struct {
 typedef struct {
     rt_status (*save)(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json);
     rt_status (*load)(const char *path, rt_params *p, rt_comm *tp, char **meta_json); /* meta is malloc'd */
-    rt_status (*latest)(const char *dir, char *out, size_t size);        /* RT_ERR_IO when none */
+    /* The checkpoints a resume may start from, newest first (malloc'd paths in a malloc'd
+     * array; none is not an error); a path to a file lists just that file. */
+    rt_status (*resume_list)(const char *dir_or_file, char ***paths, size_t *n);
     rt_status (*prune)(const char *dir, size_t keep);
     rt_status (*step_path)(const char *dir, long long step, char *out, size_t size);
 } rt_train_io;
@@ -78,6 +80,9 @@ typedef struct {
     int64_t log_interval, save_interval, keep;
     const char *save_dir;
     bool resume;
+    /* With resume: this checkpoint file exactly (no fallback), instead of the newest intact
+     * one in save_dir. NULL: the newest. */
+    const char *resume_from;
     const char *options_json;   /* resolved options, stored in checkpoints and metrics */
     /* Data-parallel and tensor-parallel groups (NULL = one rank). The data iterator gives each
      * dp rank its slice of the same global batch; gradients are summed over dp, the loss is

@@ -90,6 +90,29 @@ rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "$TMP/full/metrics.jsonl: cannot write a record: File too large" \
     "$TMP/err" && ok || bad "a refused metrics write: exit $rc, '$(cat "$TMP/err")'"
 
+# a damaged newest checkpoint: --resume falls back to the newest intact one, keeps the damaged
+# file as NAME.corrupt, and ends where an undisturbed run ends (resume is bit-exact; a constant
+# learning rate, so that a 4-step run's first steps are a 6-step run's)
+R=(--max-steps 6 --save-interval 2 --keep 5 --log-interval 1 --schedule constant --warmup 0)
+"$BIN" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/straight" > "$TMP/out" 2> "$TMP/err" && ok || bad "fallback: straight run"
+want=$(grep "dev results" "$TMP/out")
+"$BIN" "${COMMON[@]}" "${R[@]}" --max-steps 4 --save-dir "$TMP/fall" > /dev/null 2>&1 && ok || bad "fallback: first run"
+newest=$(ls "$TMP/fall"/step-*4.tzck)
+size=$(stat -c %s "$newest")
+printf 'XXXX' | dd of="$newest" bs=1 seek=$((size / 2)) conv=notrunc status=none # damage its middle
+"$BIN" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall" --resume > "$TMP/out" 2> "$TMP/err"
+rc=$?
+[ $rc -eq 0 ] && grep -q "resumed from .*step-0*2.tzck" "$TMP/out" && [ -f "$newest.corrupt" ] &&
+    grep -q "$newest is damaged: kept as $newest.corrupt; resumed from .*step-0*2.tzck" "$TMP/err" && ok ||
+    bad "fallback: exit $rc, '$(cat "$TMP/err")'"
+[ -n "$want" ] && [ "$(grep "dev results" "$TMP/out")" = "$want" ] && ok || bad "fallback: the resumed run ends elsewhere"
+# --resume-from names one file exactly: an intact one resumes, the damaged one is an error (no fallback)
+"$BIN" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall2" --resume-from "$(ls "$TMP/fall"/step-*2.tzck)" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "resumed from .*step-0*2.tzck" "$TMP/out" && [ "$(grep "dev results" "$TMP/out")" = "$want" ] && ok ||
+    bad "--resume-from an intact file"
+expect_fail "--resume-from a damaged file" 1 "$newest.corrupt" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall3" \
+    --resume-from "$newest.corrupt"
+
 # --predict on the unlabelled test layout
 head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
 "$BIN" "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/pred" --predict "$TMP/test.tsv" > "$TMP/out" 2> "$TMP/err"

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
 #include "models/gpt2.h"
@@ -165,7 +166,7 @@ static gpt2_model *load_latest(rt_backend *be, const char *dir) {
     gpt2_model *m = NULL;
     char path[4096], *meta = NULL;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), BATCH, 24, 11, &m));
-    TZ_EXPECT_OK(ckpt_train_io()->latest(dir, path, sizeof path));
+    TZ_EXPECT_OK(ckpt_native_latest(dir, path, sizeof path));
     if (m) TZ_EXPECT_OK(ckpt_train_io()->load(path, gpt2_model_params(m), rt_comm_self(), &meta));
     free(meta);
     return m;

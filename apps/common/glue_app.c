@@ -40,8 +40,6 @@ typedef struct {
 
 static gc_opts O;
 
-/* collectives give up after 10 minutes: a dead rank ends the run instead of hanging it */
-#define GC_COMM_TIMEOUT_S 600.0
 
 /* This program's own options; main appends the shared training ones (train_app.h). */
 static const rt_opt gc_own_options[] = {
@@ -510,7 +508,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     /* the device, then the model: a config or layout that cannot work fails here, before the
      * data is read and tokenized */
     char device[32];
-    RT_TRY(train_app_device(&O.t, &grid_storage, GC_COMM_TIMEOUT_S, device, sizeof device, &be));
+    RT_TRY(train_app_device(&O.t, &grid_storage, device, sizeof device, &be));
     grid_view = grid_storage;
     /* --comm-stats: the model and the loop talk through counting views of the groups */
     if (O.comm_stats) {
@@ -609,5 +607,5 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
-    return train_app_main(argc, argv, family->prog, GC_COMM_TIMEOUT_S, gc_run);
+    return train_app_main(argc, argv, family->prog, gc_run);
 }

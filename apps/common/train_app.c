@@ -44,9 +44,15 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_op
         {"save-interval", RT_OPT_INT, &o->save_interval, "0", NULL,
          "checkpoint every N steps and at the end (0 = at the end only, -1 = never)", NULL, -1, 1e12},
         {"keep", RT_OPT_INT, &o->keep, "2", NULL, "keep the newest N checkpoints", NULL, 1, 1e6},
-        {"resume", RT_OPT_FLAG, &o->resume, "false", NULL, "continue from the newest checkpoint in --save-dir", NULL, 0,
-         0},
+        {"resume", RT_OPT_FLAG, &o->resume, "false", NULL,
+         "continue from the newest intact checkpoint in --save-dir (a damaged newer one is kept as NAME.corrupt)", NULL,
+         0, 0},
+        {"resume-from", RT_OPT_STRING, &o->resume_from, NULL, "FILE",
+         "continue from exactly this checkpoint file (implies --resume; no fallback)", NULL, 0, 0},
         {"threads", RT_OPT_INT, &o->threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"comm-timeout", RT_OPT_FLOAT, &o->comm_timeout, "600", NULL,
+         "seconds a collective waits for every rank before the run stops with an error naming the wait", NULL, 1,
+         1e7},
         {"deepspeed-config", RT_OPT_STRING, &o->deepspeed_config, NULL, "FILE",
          "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
          "and the command line override it",
@@ -100,6 +106,8 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)
         return rt_errorf(RT_ERR_USAGE, "--checkpoint-num-layers %lld needs --checkpoint-activations",
                          (long long)o->checkpoint_num_layers);
+    /* before the grid splits the world: its sub-communicators inherit the timeout */
+    if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
     rt_status st = rt_grid_init(world, (int)o->tp, grid);
     if (st != RT_OK) return st;
     if (rt_args_source_of(spec, "batch-size") == RT_ARG_DEEPSPEED) {
@@ -116,12 +124,12 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     return st;
 }
 
-rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_timeout_s, char *device,
-                           size_t device_size, rt_backend **be) {
+rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device, size_t device_size,
+                           rt_backend **be) {
     rt_status st = rt_launch_device_name(o->device, device, device_size); /* "cuda": this rank's local GPU */
     if (st == RT_OK) st = rt_backend_init(device, (int)o->threads, be);
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
-    if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, comm_timeout_s);
+    if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
     if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host))
         rt_log_info("comm: NCCL for device buffers, %s for host values (dp %d x tp %d)", grid->world->ops->name,
                     grid->dp_size, grid->tp_size);
@@ -136,20 +144,21 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .clip = o->clip, .beta1 = o->adam_beta1, .beta2 = o->adam_beta2, .adam_eps = o->adam_eps,
         .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
         .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
-        .save_dir = o->save_dir, .resume = o->resume, .options_json = options_json, .dp = grid->dp,
+        .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from, .options_json = options_json, .dp = grid->dp,
         .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .zero = (int)o->zero,
         .offload_optimizer = o->offload_optimizer, .peak_tflops = o->peak_tflops,
     };
     return to;
 }
 
-int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_s, train_app_run_fn run) {
+int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run) {
     int sig = 0, code;
     /* a file-size limit (ulimit -f) then fails the write with EFBIG, which every writer reports
      * as an error naming the file, instead of killing the run without a word */
     signal(SIGXFSZ, SIG_IGN);
     rt_comm *world = NULL;
-    rt_status st = rt_comm_world_init(&argc, &argv, comm_timeout_s, &world);
+    /* the wait until the options are read and --comm-timeout replaces it */
+    rt_status st = rt_comm_world_init(&argc, &argv, TRAIN_APP_COMM_TIMEOUT_S, &world);
     if (st == RT_OK) {
         rt_log_set_rank(world->rank, world->size);
         st = run(argc, argv, world, &sig);
@@ -159,7 +168,7 @@ int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_
     rt_run_lock_release(run_lock);
     run_lock = NULL;
     rt_comm_free(world);
-    rt_comm_mpi_finalize();
+    rt_comm_mpi_end(code);
     return code;
 }
 

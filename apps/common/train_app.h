@@ -16,10 +16,10 @@
 #include "runtime/rt_trainer.h"
 
 typedef struct {
-    const char *save_dir, *device, *schedule, *deepspeed_config;
+    const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads, tp, zero;
-    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout;
     bool resume, pad8, offload_optimizer;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
@@ -31,7 +31,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 27
+#define TRAIN_APP_N_OPTS 29
 
 /* Appends the shared options, writing into *o, to opts[*n ..] (room for TRAIN_APP_N_OPTS
  * more is the caller's); *n grows by TRAIN_APP_N_OPTS. */
@@ -50,9 +50,9 @@ int train_app_checkpoint_layers(const train_app_opts *o);
 rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
                           rt_grid *grid);
 /* The device ("cuda" = this rank's local GPU) and its backend; on GPUs with several ranks,
- * NCCL for the grid's device buffers. device gets the resolved name. */
-rt_status train_app_device(const train_app_opts *o, rt_grid *grid, double comm_timeout_s, char *device,
-                           size_t device_size, rt_backend **be);
+ * NCCL for the grid's device buffers (with --comm-timeout). device gets the resolved name. */
+rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device, size_t device_size,
+                           rt_backend **be);
 /* The loop's options from these (the grid's comms; options_json stored in checkpoints). */
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json);
@@ -61,7 +61,9 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
  * run, and the exit code (128 + signal when a signal stopped training after a checkpoint,
  * else the status's code). */
 typedef rt_status (*train_app_run_fn)(int argc, char **argv, rt_comm *world, int *signal_out);
-int train_app_main(int argc, char **argv, const char *prog, double comm_timeout_s, train_app_run_fn run);
+int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run);
+/* How long the world's collectives wait before --comm-timeout is read (and its default). */
+#define TRAIN_APP_COMM_TIMEOUT_S 600.0
 
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);

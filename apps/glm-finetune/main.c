@@ -25,7 +25,6 @@
 #include "tokenizers/tok.h"
 
 #define GLM_PROG "glm-finetune"
-#define GLM_COMM_TIMEOUT_S 600.0
 
 typedef struct {
     const char *task, *data_dir, *model, *arch, *tokenizer, *val_src, *val_tgt, *save_hf;
@@ -612,7 +611,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                     train.n_truncated + val.n_truncated);
     }
 
-    RT_TRY(train_app_device(&O.t, &grid, GLM_COMM_TIMEOUT_S, device, sizeof device, &be));
+    RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
     int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
     max_T = (max_T + 7) / 8 * 8;
@@ -689,5 +688,5 @@ int main(int argc, char **argv) {
     glm_spec.n_opts = GLM_N_OWN;
     train_app_add_options(&O.t, &defaults, glm_options, &glm_spec.n_opts);
     train_app_add_checkpoint_options(&O.t, glm_options, &glm_spec.n_opts);
-    return train_app_main(argc, argv, GLM_PROG, GLM_COMM_TIMEOUT_S, glm_run_main);
+    return train_app_main(argc, argv, GLM_PROG, glm_run_main);
 }

@@ -27,7 +27,6 @@
 #include "tokenizers/tok.h"
 
 #define T5_PROG "t5-finetune"
-#define T5_COMM_TIMEOUT_S 600.0
 
 typedef struct {
     const char *model, *arch, *tokenizer, *val_src, *val_tgt, *source_prefix, *predict, *predict_out, *save_hf;
@@ -445,7 +444,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         RT_FAIL(RT_ERR_CONFIG, "%s: a T5 tokenizer needs pad and </s> tokens (this one is %s)", tok_path,
                 tok_kind_name(tok));
 
-    RT_TRY(train_app_device(&O.t, &grid, T5_COMM_TIMEOUT_S, device, sizeof device, &be));
+    RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     int pad_multiple = O.t.pad8 ? 8 : 1;
     int max_src = (int)((O.max_source_len + pad_multiple - 1) / pad_multiple * pad_multiple);
     int max_tgt = (int)((O.max_target_len + pad_multiple - 1) / pad_multiple * pad_multiple);
@@ -546,5 +545,5 @@ int main(int argc, char **argv) {
     t5_spec.n_opts = T5_N_OWN;
     train_app_add_options(&O.t, &defaults, t5_options, &t5_spec.n_opts);
     train_app_add_checkpoint_options(&O.t, t5_options, &t5_spec.n_opts);
-    return train_app_main(argc, argv, T5_PROG, T5_COMM_TIMEOUT_S, t5_run);
+    return train_app_main(argc, argv, T5_PROG, t5_run);
 }

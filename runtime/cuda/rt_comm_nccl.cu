@@ -411,6 +411,7 @@ static void nccl_free(void *vctx) {
 static const rt_comm_ops nccl_ops = {
     "nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_split, nccl_free,
     nccl_all_reduce_start, nccl_wait_request,
+    NULL, /* set_timeout: the wait is fixed when the communicator is made (rt_grid_init_device) */
 };
 
 static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
