@@ -7,6 +7,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -186,14 +188,70 @@ rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
     return RT_OK;
 }
 
-rt_status ckpt_atomic_mkdtemp(char *templ) {
-    if (!mkdtemp(templ)) return rt_errorf(RT_ERR_IO, "cannot create the output folder %s: %s", templ, strerror(errno));
+void ckpt_atomic_partial_dir_remove(const char *partial) {
+    DIR *d = opendir(partial);
+    if (!d) return;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", partial, e->d_name) < sizeof p) (void)unlink(p);
+    }
+    closedir(d);
+    (void)rmdir(partial);
+}
+
+/* The partial folders of final_dir whose writer is gone: "<base>.partial-<pid>-XXXXXX" with no
+ * process pid. One without a pid (an older tunezoo's) is only named: it may still be in use. */
+static void remove_stale_partials(const char *final_dir) {
+    char parent[4096] = ".", prefix[512];
+    const char *base = final_dir, *slash = strrchr(final_dir, '/');
+    if (slash) {
+        base = slash + 1;
+        int len = slash == final_dir ? 1 : (int)(slash - final_dir); /* "/x": the parent is "/" */
+        snprintf(parent, sizeof parent, "%.*s", len, final_dir);
+    }
+    snprintf(prefix, sizeof prefix, "%s.partial-", base);
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *e;
+    char path[4600];
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        char *end = NULL;
+        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+        if (end == e->d_name + strlen(prefix) || *end != '-') {
+            rt_log_warn("%s looks like a conversion's leftover; remove it if no conversion is running", path);
+            continue;
+        }
+        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+            ckpt_atomic_partial_dir_remove(path);
+            rt_log_warn("removed %s, left by a conversion (pid %ld) that was killed", path, pid);
+        }
+    }
+    closedir(d);
+}
+
+rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial) {
+    *partial = NULL;
+    remove_stale_partials(final_dir);
+    size_t n = strlen(final_dir) + 48;
+    char *templ = rt_xmalloc(n);
+    snprintf(templ, n, "%s.partial-%ld-XXXXXX", final_dir, (long)getpid());
+    if (!mkdtemp(templ)) {
+        rt_status st = rt_errorf(RT_ERR_IO, "%s: cannot create the output folder %s: %s", final_dir, templ, strerror(errno));
+        free(templ);
+        return st;
+    }
     mode_t mask = umask(0); /* read it: umask has no query-only form */
     umask(mask);
     if (chmod(templ, 0777 & ~mask) != 0) {
-        int e = errno;
+        rt_status st = rt_errorf(RT_ERR_IO, "%s: cannot set the mode of %s: %s", final_dir, templ, strerror(errno));
         rmdir(templ);
-        return rt_errorf(RT_ERR_IO, "%s: cannot set its mode: %s", templ, strerror(e));
+        free(templ);
+        return st;
     }
+    *partial = templ;
     return RT_OK;
 }

@@ -40,10 +40,13 @@ void ckpt_atomic_abort(ckpt_atomic_file *f);
 /* Whole-buffer convenience: begin, write, commit. */
 rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
 
-/* mkdtemp(templ) for an output folder built in place and renamed when complete: the folder then
- * gets the umask's mode (mkdtemp's 0700 would make every finished output private). Returns
- * RT_ERR_IO with the system's reason; templ ends in "XXXXXX" and is filled in. */
-rt_status ckpt_atomic_mkdtemp(char *templ);
+/* An output folder built beside its final name and renamed into place when complete:
+ * "<final>.partial-<pid>-XXXXXX", with the umask's mode (mkdtemp's 0700 would make every
+ * finished output private). First removes the partial folders of final that a killed writer
+ * left (their pid is gone), naming each in a warning. *partial is malloc'd. */
+rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial);
+/* Removes a partial folder and the files in it (links removed, never followed); best effort. */
+void ckpt_atomic_partial_dir_remove(const char *partial);
 
 /* Removes the temporary files a killed writer left in dir ("<name>.tmp.<pid>.<k>", and the older
  * "<name>.tmp.<pid>"), logging a warning that names each; links are removed, never followed.

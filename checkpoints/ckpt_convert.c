@@ -18,6 +18,7 @@
 #include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_weights.h"
 #include "runtime/rt_log.h"
+#include "runtime/rt_signal.h"
 
 #define CONV_PATH_MAX 4096
 #define CONV_MAX_RANKS 512
@@ -69,14 +70,20 @@ static void conv_progress_start(conv_progress *p, const char *what, size_t n_tot
 }
 
 /* A line every two seconds: enough to see a large conversion move, few enough for a log. */
-static void conv_progress_step(conv_progress *p, double bytes) {
+/* Counts a tensor done; a SIGINT or SIGTERM since the start ends the conversion here, and the
+ * caller's cleanup removes the half-built output. */
+static rt_status conv_progress_step(conv_progress *p, double bytes) {
     p->n++;
     p->bytes += bytes;
+    int sig = rt_signal_stop_requested();
+    if (sig) return rt_errorf(RT_ERR_RUNTIME, "%s stopped by %s after %zu of %zu tensors; nothing was written", p->what,
+                              sig == SIGINT ? "SIGINT" : "SIGTERM", p->n, p->n_total);
     double t = conv_now();
-    if (t - p->last < 2.0) return;
+    if (t - p->last < 2.0) return RT_OK;
     p->last = t;
     rt_log_info("%s: %zu/%zu tensors, %.2f/%.2f GB, %.2f GB/s", p->what, p->n, p->n_total, p->bytes / 1e9,
                 p->bytes_total / 1e9, p->bytes / 1e9 / (t - p->t0));
+    return RT_OK;
 }
 
 static void conv_progress_end(conv_progress *p, const char *out, ckpt_convert_stats *stats) {
@@ -336,7 +343,7 @@ rt_status ckpt_convert_import(const ckpt_import_opts *o, ckpt_convert_stats *sta
         }
         RT_TRY(ckpt_weights_read(w, i, full));
         RT_TRY(ckpt_sharded_writer_add(out, info.name, info.row->tp, info.ndim, info.shape, full));
-        conv_progress_step(&p, (double)info.numel * (double)rt_dtype_size(info.dtype));
+        RT_TRY(conv_progress_step(&p, (double)info.numel * (double)rt_dtype_size(info.dtype)));
     }
     st = ckpt_sharded_writer_commit(out);
     out = NULL;
@@ -399,7 +406,7 @@ rt_status ckpt_convert_reshard(const char *in, const char *out, int tp, ckpt_con
         /* stored values convert to float32 and back exactly, so this is bit-exact */
         RT_TRY(ckpt_sharded_read_full(s, i, full));
         RT_TRY(ckpt_sharded_writer_add(w, t.name, t.rule, t.ndim, t.shape, full));
-        conv_progress_step(&p, (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s)));
+        RT_TRY(conv_progress_step(&p, (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s))));
     }
     st = ckpt_sharded_writer_commit(w);
     w = NULL;
@@ -472,8 +479,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     conv_export_plan plan = {0};
     float *full = NULL, *theirs = NULL;
     size_t cap = 0;
-    char partial[CONV_PATH_MAX], path[CONV_PATH_MAX + 256];
-    bool made = false;
+    char *partial = NULL, path[CONV_PATH_MAX + 256];
     struct stat sb;
     if (stat(out_dir, &sb) == 0)
         return rt_errorf(RT_ERR_IO, "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", out_dir);
@@ -481,10 +487,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     const ckpt_map *map = ckpt_map_for_arch(ckpt_sharded_arch(s));
     if (!map) RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows", in, ckpt_sharded_arch(s));
     RT_TRY(conv_export_names(s, map, &plan));
-    if ((size_t)snprintf(partial, sizeof partial, "%s.partial-XXXXXX", out_dir) >= sizeof partial)
-        RT_FAIL(RT_ERR_IO, "%s: path too long", out_dir);
-    RT_TRY(ckpt_atomic_mkdtemp(partial));
-    made = true;
+    RT_TRY(ckpt_atomic_partial_dir(out_dir, &partial));
     snprintf(path, sizeof path, "%s/%s", partial, ckpt_map_weights_file(map));
     if (map->torch_wrap) RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
     else RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
@@ -515,7 +518,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
             const ckpt_st_write_entry *e = &plan.entries[entry++];
             RT_TRY(conv_torch_put(tw, e, part, &bytes, &bytes_cap));
         }
-        conv_progress_step(&p, (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s)));
+        RT_TRY(conv_progress_step(&p, (double)t.numel * (double)rt_dtype_size(ckpt_sharded_dtype(s))));
     }
     st = sw ? ckpt_safetensors_writer_commit(sw) : ckpt_torch_writer_commit(tw);
     sw = NULL;
@@ -532,22 +535,15 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         RT_TRY(st);
     }
     if (rename(partial, out_dir) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", out_dir, strerror(errno));
-    made = false;
+    free(partial);
+    partial = NULL;
     conv_progress_end(&p, out_dir, stats);
 fail:
     ckpt_safetensors_writer_abort(sw);
     ckpt_torch_writer_abort(tw);
     free(bytes);
-    if (made) { /* remove what we wrote */
-        snprintf(path, sizeof path, "%s/%s", partial, s ? ckpt_map_weights_file(ckpt_map_for_arch(ckpt_sharded_arch(s))) :
-                                                          "model.safetensors");
-        (void)unlink(path);
-        for (size_t i = 0; s && i < ckpt_sharded_file_count(s); i++) {
-            snprintf(path, sizeof path, "%s/%s", partial, ckpt_sharded_file(s, i));
-            (void)unlink(path);
-        }
-        (void)rmdir(partial);
-    }
+    if (partial) ckpt_atomic_partial_dir_remove(partial); /* what we wrote */
+    free(partial);
     ckpt_sharded_close(s);
     free(plan.entries);
     free(plan.names);

@@ -76,19 +76,6 @@ struct ckpt_sharded_writer {
 };
 
 /* Removes the files of a folder we created, then the folder. */
-static void sharded_remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[SHARDED_PATH_MAX];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) (void)unlink(p);
-    }
-    closedir(d);
-    (void)rmdir(dir);
-}
-
 rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *spec, ckpt_sharded_writer **out) {
     rt_status st = RT_OK;
     struct stat sb;
@@ -100,9 +87,6 @@ rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *sp
         return rt_errorf(RT_ERR_IO, "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", dir);
     ckpt_sharded_writer *w = rt_xcalloc(1, sizeof *w);
     w->dir = rt_xstrdup(dir);
-    size_t n = strlen(dir) + 32;
-    w->partial = rt_xmalloc(n);
-    snprintf(w->partial, n, "%s.partial-XXXXXX", dir);
     w->spec = *spec;
     w->arch = rt_xstrdup(spec->arch);
     w->source_arch = rt_xstrdup(spec->source_arch ? spec->source_arch : spec->arch);
@@ -110,12 +94,7 @@ rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *sp
     w->tensors = cJSON_CreateArray();
     w->files = cJSON_CreateArray();
     w->ranks = rt_xcalloc((size_t)spec->tp, sizeof *w->ranks);
-    st = ckpt_atomic_mkdtemp(w->partial);
-    if (st != RT_OK) {
-        free(w->partial);
-        w->partial = NULL;
-        goto fail;
-    }
+    RT_TRY(ckpt_atomic_partial_dir(dir, &w->partial));
     for (int r = 0; r < spec->tp; r++) {
         char path[SHARDED_PATH_MAX], meta[128];
         sharded_rank_path(w->partial, r, spec->tp, path, sizeof path);
@@ -271,7 +250,7 @@ fail:
 void ckpt_sharded_writer_abort(ckpt_sharded_writer *w) {
     if (!w) return;
     for (int r = 0; r < w->spec.tp; r++) ckpt_native_writer_abort(w->ranks[r]);
-    if (w->partial) sharded_remove_dir(w->partial);
+    if (w->partial) ckpt_atomic_partial_dir_remove(w->partial);
     sharded_writer_free(w);
 }
 

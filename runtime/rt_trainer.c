@@ -16,11 +16,8 @@
 #include "runtime/rt_log.h"
 #include "runtime/rt_optim.h"
 #include "runtime/rt_sched.h"
+#include "runtime/rt_signal.h"
 #include "runtime/rt_zero.h"
-
-static volatile sig_atomic_t rt_train_stop_signal = 0;
-
-static void rt_train_on_signal(int sig) { rt_train_stop_signal = sig; }
 
 static double rt_now_ms(void) {
     struct timespec ts;
@@ -367,7 +364,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_grad_reduce reduce = {0};
     const rt_grads_hook reduce_hook = {.ready = rt_grad_reduce_ready, .user = &reduce};
     int accum = (int)o->grad_accum;
-    struct sigaction sa = {0}, old_int, old_term;
+    rt_signal_guard signals;
     bool handlers = false;
     memset(result, 0, sizeof *result);
     RT_CHECK(o->batch_size >= 1 && o->grad_accum >= 1, "batch %lld accum %lld", (long long)o->batch_size,
@@ -411,11 +408,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                     ov ? "each started as the backward finishes it" : "after the backward");
     }
 
-    sa.sa_handler = rt_train_on_signal;
-    sigemptyset(&sa.sa_mask);
-    rt_train_stop_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    rt_signal_catch_stop(&signals);
     handlers = true;
 
     win = rt_xcalloc((size_t)accum, sizeof *win);
@@ -567,7 +560,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 last_eval_step = step;
             }
             /* every rank stops at the same step, whichever got the signal */
-            float stop = (float)rt_train_stop_signal;
+            float stop = (float)rt_signal_stop_requested();
             if (s.dp->size * s.tp->size > 1) {
                 rt_comm *w = s.dp_host; /* the signal reaches every rank of a launch; max over dp, then tp */
                 RT_TRY(w->ops->all_reduce(w->ctx, &stop, 1, RT_REDUCE_MAX));
@@ -600,10 +593,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         if (o->save_interval >= 0 && step > 0) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
 fail:
-    if (handlers) {
-        sigaction(SIGINT, &old_int, NULL);
-        sigaction(SIGTERM, &old_term, NULL);
-    }
+    if (handlers) rt_signal_release(&signals);
     rt_train_clear_bar(&s);
     if (win) {
         for (int i = 0; i < accum; i++)

@@ -6,6 +6,7 @@
 
 #include "checkpoints/ckpt_convert.h"
 #include "runtime/rt_args.h"
+#include "runtime/rt_signal.h"
 
 static const char *prog = "tz-convert";
 
@@ -83,4 +84,13 @@ fail:
     return st;
 }
 
-int main(int argc, char **argv) { return rt_status_exit_code(prog, run(argc, argv)); }
+/* SIGINT/SIGTERM stop a conversion between tensors: its half-built folder is removed and the
+ * exit status is 128 + the signal, as for the training programs. */
+int main(int argc, char **argv) {
+    rt_signal_guard signals;
+    rt_signal_catch_stop(&signals);
+    int code = rt_status_exit_code(prog, run(argc, argv));
+    int sig = rt_signal_stop_requested();
+    rt_signal_release(&signals);
+    return sig && code ? 128 + sig : code;
+}
