@@ -106,7 +106,8 @@ const char *data_glue_task_names(void);
 
 /* Reads one file. has_labels picks the layout: true for train/dev, false for test. A path
  * that does not exist is RT_ERR_IO with a message listing the task's files and where GLUE
- * can be downloaded. */
+ * can be downloaded; a bad row (too few columns, a bad label, invalid UTF-8) is RT_ERR_FORMAT
+ * naming path:line (see data_tsv.h). */
 rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_labels, data_examples *out);
 /* Reads the files of split from the task folder dir, one after the other, into one set of
  * examples (line numbers stay per file; see data_examples_row_path). */

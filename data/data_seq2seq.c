@@ -35,8 +35,7 @@ rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data
         if (n > 0 && p[n - 1] == '\r') n--;
         if (memchr(p, '\0', n))
             RT_FAIL(RT_ERR_FORMAT, "%s:%zu: a NUL byte in the text (is this a binary file?)", name, lineno);
-        size_t bad = 0;
-        if (!rt_utf8_valid(p, n, &bad)) RT_FAIL(RT_ERR_FORMAT, "%s:%zu: invalid UTF-8 at byte %zu of the line", name, lineno, bad + 1);
+        RT_TRY(rt_utf8_check_line(name, lineno, p, n));
         p[n] = '\0';
         if (out->n == cap) {
             cap = cap ? 2 * cap : 1024;

@@ -287,11 +287,10 @@ fail:
 static rt_status sg_read_line(sg_reader *r, const char *s, size_t len) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
-    size_t bad;
     const char *nul = memchr(s, '\0', len);
     if (nul) RT_FAIL(RT_ERR_FORMAT, "%s: NUL byte at column %zu (expected UTF-8 JSON text)", r->where, (size_t)(nul - s) + 1);
-    if (!rt_utf8_valid(s, len, &bad))
-        RT_FAIL(RT_ERR_FORMAT, "%s: invalid UTF-8 at byte column %zu", r->where, bad + 1);
+    /* The raw line, since cJSON copies invalid bytes inside strings through untouched. */
+    RT_TRY(rt_utf8_check_line(r->name, r->line, s, len));
     if (ckpt_json_parse(s, len, r->name, &root) != RT_OK) {
         /* The parser sees one line and says "name:1:col: ..."; put the file's line back. */
         const char *msg = rt_error_message();

@@ -22,8 +22,9 @@
  * "label" key (the unlabelled test files) gets DATA_SG_LABEL_NONE.
  *
  * Errors are RT_ERR_FORMAT naming path:line and the field: a line that is not a JSON object,
- * a missing or mistyped field, a label outside the task's set, invalid UTF-8. A BOM is
- * skipped, '\r\n' accepted, blank lines at the end ignored (one in the middle is an error). */
+ * a missing or mistyped field, a label outside the task's set, invalid UTF-8 (t5-finetune's
+ * "path:line: invalid UTF-8 at byte N of the line"). A BOM is skipped, '\r\n' accepted,
+ * blank lines at the end ignored (one in the middle is an error). */
 #ifndef DATA_SUPERGLUE_H
 #define DATA_SUPERGLUE_H
 

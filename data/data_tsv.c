@@ -1,12 +1,15 @@
 /* GLUE TSV reader: one read, one buffer, fields split in place (see data_tsv.h). Two passes
  * over the bytes: the first counts lines and tabs so the index arrays are allocated once,
- * the second cuts the buffer into NUL-terminated fields and checks the column counts. */
+ * the second checks each line's UTF-8, cuts the buffer into NUL-terminated fields and checks
+ * the column counts. */
 #include "data/data_tsv.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/rt_utf8.h"
 
 /* 1-based line of byte offset off (for the rare error that is found before line splitting). */
 static size_t tsv_line_of(const char *buf, size_t off) {
@@ -66,6 +69,9 @@ static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_hea
         if (blank_line)
             RT_FAIL(RT_ERR_FORMAT, "%s:%zu: blank line (expected at least %d tab-separated columns)", name,
                     blank_line, min_cols);
+        /* The whole line before the cut: tabs are ASCII, so this covers every field, and the
+         * byte is counted from the line's start (after a BOM), as t5-finetune counts it. */
+        RT_TRY(rt_utf8_check_line(name, line, p, (size_t)(le - p)));
         size_t first = nf;
         out->fields[nf++] = p;
         for (char *q = p; q < le; q++) {

@@ -3,7 +3,9 @@
  * allocated per field. GLUE (and HF `datasets`) read these files with no quote handling
  * (csv.QUOTE_NONE): MRPC sentences contain bare `"` characters, so a quote is ordinary text
  * here. A UTF-8 BOM is skipped, lines end at '\n' with an optional '\r' before it, fields
- * are split on '\t'. Errors name path:line and what was expected. */
+ * are split on '\t'. Errors name path:line and what was expected. Every line must be valid
+ * UTF-8: a bad byte is RT_ERR_FORMAT "path:line: invalid UTF-8 at byte N of the line", as
+ * t5-finetune says it, rather than text each tokenizer would mangle its own way. */
 #ifndef DATA_TSV_H
 #define DATA_TSV_H
 

@@ -36,6 +36,12 @@ bool rt_utf8_valid(const char *s, size_t len, size_t *bad_offset) {
     return true;
 }
 
+rt_status rt_utf8_check_line(const char *name, size_t lineno, const char *s, size_t len) {
+    size_t bad = 0;
+    if (rt_utf8_valid(s, len, &bad)) return RT_OK;
+    return rt_errorf(RT_ERR_FORMAT, "%s:%zu: invalid UTF-8 at byte %zu of the line", name, lineno, bad + 1);
+}
+
 uint32_t rt_utf8_decode(const char *s, size_t *len) {
     const unsigned char *p = (const unsigned char *)s;
     if (p[0] < 0x80) {

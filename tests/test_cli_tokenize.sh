@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of tz-tokenize: ids, --pieces, --decode, --pair, --help and the exit codes
-# for usage (2) and load (1) errors. Expected ids are HF's (GPT2Tokenizer / RobertaTokenizer /
-# BertTokenizer).
+# for usage (2), load and input (1) errors, invalid UTF-8 among the latter. Expected ids are HF's
+# (GPT2Tokenizer / RobertaTokenizer / BertTokenizer).
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/tz-tokenize"
 . "$(dirname "$0")/fixtures.sh"
@@ -114,6 +114,21 @@ check "bad id line rc" 1 $?
 check "bad id line names stdin:2" 1 "$(grep -c "stdin:2:" "$TMP/err.txt")"
 "$BIN" --tokenizer "$GPT2" --decode --pair < /dev/null 2> /dev/null
 check "--decode --pair rc" 2 $?
+# invalid UTF-8 in text: one message naming stdin:LINE and the byte (t5-finetune's wording), in
+# every text mode and for every tokenizer kind, after the good lines before it were written
+printf 'ok\n\xff bad\n' | "$BIN" --tokenizer "$GPT2" > "$TMP/out.txt" 2> "$TMP/err.txt"
+check "invalid utf-8 rc" 1 $?
+check "invalid utf-8 message" "tz-tokenize: error: stdin:2: invalid UTF-8 at byte 1 of the line" "$(cat "$TMP/err.txt")"
+check "invalid utf-8: earlier lines written" "482" "$(cat "$TMP/out.txt")"
+printf 'a\tcaf\xc3\n' | "$BIN" --tokenizer "$ROB" --pair > /dev/null 2> "$TMP/err.txt"
+check "invalid utf-8 --pair rc" 1 $?
+check "invalid utf-8 --pair message" 1 "$(grep -c "stdin:1: invalid UTF-8 at byte 6 of the line" "$TMP/err.txt")"
+for tok in "$BERT_UNCASED" "$T5"; do
+    printf 'x \xed\xa0\x80\n' | "$BIN" --tokenizer "$tok" --pieces > /dev/null 2> "$TMP/err.txt"
+    check "invalid utf-8 --pieces rc ($tok)" 1 $?
+    check "invalid utf-8 --pieces message ($tok)" 1 \
+        "$(grep -c "stdin:1: invalid UTF-8 at byte 3 of the line" "$TMP/err.txt")"
+done
 # an id outside the vocabulary: the whole message, once, after its line
 printf '5 6\n7 -1\n' | "$BIN" --tokenizer "$GPT2" --decode > /dev/null 2> "$TMP/err.txt"
 check "id out of range rc" 1 $?

@@ -230,9 +230,18 @@ static void test_bad_lines(void) {
                  "0 or 1");
     expect_error("multirc", "{\"idx\": 0, \"passage\": {\"text\": \"p\", \"questions\": 3}}", true, RT_ERR_FORMAT,
                  "passage: field 'questions' is a number", "array");
-    /* invalid UTF-8: raw bytes, and an escape that decodes to a lone surrogate */
+    /* invalid UTF-8, in t5-finetune's words: a sequence cut short, a stray byte inside a string on
+     * line 3 after a BOM and a CRLF line (the byte counts from the line's start), an overlong '/',
+     * an encoded surrogate, and an escape that decodes to a lone surrogate */
     expect_error("rte", "{\"premise\": \"caf\xC3\", \"hypothesis\": \"b\", \"label\": \"entailment\", \"idx\": 0}",
-                 true, RT_ERR_FORMAT, "bad.jsonl:1: invalid UTF-8 at byte column 17", NULL);
+                 true, RT_ERR_FORMAT, "bad.jsonl:1: invalid UTF-8 at byte 17 of the line", NULL);
+    snprintf(buf, sizeof buf, "\xEF\xBB\xBF%.*s\r\n%s{\"premise\": \"a\", \"hypothesis\": \"b\xFF\", \"idx\": 2}\n",
+             (int)strlen(rte_ok) - 1, rte_ok, rte_ok);
+    expect_error("rte", buf, true, RT_ERR_FORMAT, "bad.jsonl:3: invalid UTF-8 at byte 34 of the line", NULL);
+    expect_error("rte", "{\"premise\": \"\xC0\xAF\", \"hypothesis\": \"b\", \"label\": \"entailment\", \"idx\": 0}",
+                 true, RT_ERR_FORMAT, "bad.jsonl:1: invalid UTF-8 at byte 14 of the line", NULL);
+    expect_error("rte", "{\"premise\": \"\xED\xA0\x80\", \"hypothesis\": \"b\", \"label\": \"entailment\", \"idx\": 0}",
+                 true, RT_ERR_FORMAT, "bad.jsonl:1: invalid UTF-8 at byte 14 of the line", NULL);
     expect_error("rte", "{\"premise\": \"\\udc00\", \"hypothesis\": \"b\", \"label\": \"entailment\", \"idx\": 0}",
                  true, RT_ERR_FORMAT, "bad.jsonl:1:", "invalid JSON");
     /* blank line in the middle; empty file */

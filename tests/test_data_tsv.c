@@ -1,6 +1,6 @@
-/* The GLUE TSV reader and task loader: BOM, CRLF, no quote handling, the real GLUE files
- * (MRPC whole from assets/, the others whole or sliced in tests/data/; row and label counts from
- * their SOURCES.md and from the slices), and bad inputs whose messages must
+/* The GLUE TSV reader and task loader: BOM, CRLF, no quote handling, invalid UTF-8, the real
+ * GLUE files (MRPC whole from assets/, the others whole or sliced in tests/data/; row and label
+ * counts from their SOURCES.md and from the slices), and bad inputs whose messages must
  * name file:line and the field. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +82,46 @@ static void test_parse_basics(void) {
     st = data_tsv_read("/nonexistent/dir/x.tsv", true, 1, &t);
     TZ_EXPECT(st == RT_ERR_IO && contains(rt_error_message(), "/nonexistent/dir/x.tsv: cannot open"), "%s",
               rt_error_message());
+}
+
+/* Expects data_tsv_parse of text (a C string) to fail with want in the message. */
+static void expect_tsv_error(const char *name, const char *text, bool has_header, const char *want) {
+    data_tsv t;
+    rt_status st = data_tsv_parse(name, text, strlen(text), has_header, 2, &t);
+    TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), want), "%s: got %s '%s', want '%s'", name,
+              rt_status_name(st), rt_error_message(), want);
+    TZ_EXPECT(t.fields == NULL && t.buf == NULL, "%s: freed on error", name);
+    if (st == RT_OK) data_tsv_free(&t);
+}
+
+/* Invalid UTF-8 anywhere is t5-finetune's error, byte counted from the line's start (after the
+ * BOM, before the CR); valid multi-byte text, a BOM and CRLF still load. */
+static void test_utf8(void) {
+    data_tsv t;
+    const char good[] = "\xEF\xBB\xBFh1\th2\r\ncaf\xC3\xA9\t\xE6\x97\xA5\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF\r\n";
+    TZ_EXPECT_OK(data_tsv_parse("good.tsv", good, sizeof good - 1, true, 2, &t));
+    TZ_EXPECT(t.n_rows == 1 && strcmp(t.header[0], "h1") == 0, "BOM and CRLF: %zu rows", t.n_rows);
+    TZ_EXPECT(t.n_rows == 1 && strcmp(data_tsv_field(&t, 0, 0), "caf\xC3\xA9") == 0 &&
+                  strcmp(data_tsv_field(&t, 0, 1), "\xE6\x97\xA5\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF") == 0,
+              "multi-byte text kept as it is");
+    data_tsv_free(&t);
+
+    expect_tsv_error("latin1.tsv", "h1\th2\na\tb\nc\td\xE9j\xE0 vu\n", true,
+                     "latin1.tsv:3: invalid UTF-8 at byte 4 of the line");
+    expect_tsv_error("bom.tsv", "\xEF\xBB\xBFh\xFF" "1\th2\na\tb\n", true,
+                     "bom.tsv:1: invalid UTF-8 at byte 2 of the line");
+    expect_tsv_error("overlong.tsv", "a\tb\r\nc\t/\xC0\xAF\r\n", false,
+                     "overlong.tsv:2: invalid UTF-8 at byte 4 of the line");
+    expect_tsv_error("overlong3.tsv", "a\t\xE0\x80\xAF\n", false,
+                     "overlong3.tsv:1: invalid UTF-8 at byte 3 of the line");
+    expect_tsv_error("surrogate.tsv", "a\tb\nc\td\xED\xA0\x80\n", false,
+                     "surrogate.tsv:2: invalid UTF-8 at byte 4 of the line");
+    expect_tsv_error("above.tsv", "a\t\xF4\x90\x80\x80\n", false, "above.tsv:1: invalid UTF-8 at byte 3 of the line");
+    expect_tsv_error("cont.tsv", "\x80" "a\tb\n", false, "cont.tsv:1: invalid UTF-8 at byte 1 of the line");
+    /* cut short: at the end of the file, and before a CRLF (the CR is not part of the text) */
+    expect_tsv_error("cut.tsv", "a\tb\nc\td\xE2\x82", false, "cut.tsv:2: invalid UTF-8 at byte 4 of the line");
+    expect_tsv_error("cutcr.tsv", "a\tb\xF0\x9F\x98\r\nc\td\r\n", false,
+                     "cutcr.tsv:1: invalid UTF-8 at byte 4 of the line");
 }
 
 static void count_labels(const data_examples *ex, size_t *c0, size_t *c1, size_t *other) {
@@ -215,6 +255,18 @@ static void test_bad_files(void) {
                            "'contradiction'"),
               "got '%s'", rt_error_message());
 
+    /* A Latin-1 byte in text_b (#2 String) on line 3, after a BOM and CRLF lines: the whole
+     * message, file:line and the byte from the line's start. */
+    const char latin1[] = "\xEF\xBB\xBFQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n"
+                          "1\t1\t2\tA.\tB.\r\n"
+                          "0\t3\t4\tC.\tCaf\xE9.\r\n";
+    p = write_file(dir, "latin1.tsv", latin1, sizeof latin1 - 1);
+    st = data_glue_load(mrpc, p, true, &ex);
+    snprintf(want, sizeof want, "%s:3: invalid UTF-8 at byte 13 of the line", p);
+    TZ_EXPECT(st == RT_ERR_FORMAT && strcmp(rt_error_message(), want) == 0, "got '%s', want '%s'", rt_error_message(),
+              want);
+    TZ_EXPECT(ex.n == 0 && ex.text_a == NULL, "nothing left behind on error");
+
     /* The unlabelled layout of a file that is fine: labels are -100. */
     const char ok[] = "index\tsentence1\tsentence2\n0\tA.\tB.\n\n";
     p = write_file(dir, "rte_test.tsv", ok, sizeof ok - 1);
@@ -228,6 +280,7 @@ static void test_bad_files(void) {
 
 int main(void) {
     test_parse_basics();
+    test_utf8();
     test_mrpc();
     test_other_tasks();
     test_bad_files();

@@ -64,7 +64,7 @@ fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt
 fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c \
     runtime/rt_dtype.c
-fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c
+fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \

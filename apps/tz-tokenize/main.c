@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/rt_args.h"
+#include "runtime/rt_utf8.h"
 #include "tokenizers/tok.h"
 
 static const char *prog = "tz-tokenize";
@@ -95,7 +96,8 @@ static rt_status run(int argc, char **argv) {
     const rt_args_spec spec = {
         prog, NULL, 0, 0,
         "Tokenizes UTF-8 text from stdin, one line at a time, and writes one line of space-separated ids per "
-        "input line (the newline itself is not encoded).",
+        "input line (the newline itself is not encoded). A line that is not valid UTF-8 is an error "
+        "(stdin:LINE: invalid UTF-8 at byte N of the line).",
         "examples:\n"
         "  echo 'Hello world' | tz-tokenize --tokenizer assets/gpt2-bpe              # 15496 995\n"
         "  echo '15496 995' | tz-tokenize --tokenizer assets/gpt2-bpe --decode\n"
@@ -117,6 +119,9 @@ static rt_status run(int argc, char **argv) {
         size_t len = (size_t)got;
         lineno++;
         if (len && line[len - 1] == '\n') line[--len] = '\0';
+        /* Each tokenizer would treat a bad byte its own way (drop, byte-encode, <unk>), so it
+         * is an error, worded as the data readers word it. */
+        RT_TRY(rt_utf8_check_line("stdin", lineno, line, len));
         tok_ids_clear(&ids);
         if (decode) {
             RT_TRY(parse_ids(line, lineno, &ids));
