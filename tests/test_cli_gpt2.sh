@@ -65,9 +65,11 @@ kill -9 "$holder" 2> /dev/null
 wait "$holder" 2> /dev/null
 # ... and the next run there removes what a writer killed mid-checkpoint left, naming it
 touch "$TMP/busy/step-00000003.tzck.tmp.$holder.0"
+mkdir -p "$TMP/busy/hf" && touch "$TMP/busy/hf/model.safetensors.tmp.$holder.1"
 "$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/busy" > "$TMP/out" 2> "$TMP/err" && ok ||
     bad "the folder of a killed run stays locked"
 [ ! -e "$TMP/busy/step-00000003.tzck.tmp.$holder.0" ] && grep -q "removed .*step-00000003.tzck.tmp.$holder.0" "$TMP/err" &&
+    [ ! -e "$TMP/busy/hf/model.safetensors.tmp.$holder.1" ] &&
     ok || bad "a killed writer's temp file is left behind"
 
 # a kill between a step's metrics record and its checkpoint: the resumed run replays those steps,
@@ -181,6 +183,10 @@ expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$T
 touch "$TMP/a_file"
 expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
 [ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"
+# a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
+printf '{"model_type": "gpt2", "n_embd": 1000000000}\n' > "$TMP/huge.json"
+expect_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \
+    --arch "$TMP/huge.json" --data-dir "$TMP/data" --max-steps 1 --save-dir "$TMP/huge"
 
 echo "test_cli_gpt2: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -119,8 +119,11 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     /* fail early on an unusable or busy save dir, before minutes of tokenizing */
     st = rt_train_prepare_dir(o->save_dir);
     if (st == RT_OK && world->rank == 0) st = rt_run_lock_acquire(o->save_dir, &run_lock);
-    /* holding the lock, any temp file in the folder is a killed run's leftover */
+    /* holding the lock, any temp file in the folder (or its hf/ export) is a killed run's */
     if (st == RT_OK && world->rank == 0) st = ckpt_atomic_remove_stale(o->save_dir, NULL);
+    char hf[4200];
+    snprintf(hf, sizeof hf, "%s/hf", o->save_dir);
+    if (st == RT_OK && world->rank == 0 && train_app_exists(hf)) st = ckpt_atomic_remove_stale(hf, NULL);
     return st;
 }
 
