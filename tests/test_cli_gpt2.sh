@@ -115,6 +115,18 @@ rc=$?
 expect_fail "--resume-from a damaged file" 1 "$newest.corrupt" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall3" \
     --resume-from "$newest.corrupt"
 
+# a checkpoint that cannot be written in full: one line naming it, the previous checkpoint
+# byte-identical, no temp file left (a 16 KiB file-size limit: metrics fit, the model does not)
+"$BIN" "${COMMON[@]}" --max-steps 2 --log-interval 100 --eval-interval -1 --save-dir "$TMP/ckfull" > /dev/null 2>&1
+cp "$TMP/ckfull"/step-*2.tzck "$TMP/ck-before.tzck"
+(ulimit -f 16 && exec "$BIN" "${COMMON[@]}" --max-steps 3 --log-interval 100 --eval-interval -1 --save-dir "$TMP/ckfull" \
+    --resume > /dev/null 2> "$TMP/err")
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "$TMP/ckfull/step-0*3.tzck: .*File too large" "$TMP/err" &&
+    cmp -s "$TMP/ck-before.tzck" "$TMP/ckfull"/step-*2.tzck && [ -z "$(ls "$TMP/ckfull" | grep '\.tmp\.')" ] &&
+    [ ! -e "$(ls "$TMP/ckfull"/step-*2.tzck | sed 's/2.tzck$/3.tzck/')" ] && ok ||
+    bad "a refused checkpoint write: exit $rc, '$(cat "$TMP/err")'"
+
 # --predict on the unlabelled test layout
 head -n 11 "$SRC/assets/glue-mrpc/test.tsv" > "$TMP/test.tsv"
 "$BIN" "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/pred" --predict "$TMP/test.tsv" > "$TMP/out" 2> "$TMP/err"
