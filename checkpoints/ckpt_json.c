@@ -135,6 +135,25 @@ rt_status ckpt_json_get_int(const cJSON *obj, const char *path_for_errors, const
     return RT_OK;
 }
 
+rt_status ckpt_json_get_int_range(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
+                                  bool required, int def, int min, int max) {
+    const cJSON *it;
+    rt_status st = json_lookup(obj, path_for_errors, key, "an integer", required, &it);
+    if (st != RT_OK) return st;
+    if (!it) {
+        *out = def;
+        return RT_OK;
+    }
+    /* the bounds come first, so that 2^31 is "more than the limit", not "not an int" */
+    if (cJSON_IsNumber(it) && it->valuedouble > (double)max)
+        return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %.15g, more than the limit %d", path_for_errors, key,
+                         it->valuedouble, max);
+    if (cJSON_IsNumber(it) && it->valuedouble < (double)min)
+        return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %.15g, less than the minimum %d", path_for_errors, key,
+                         it->valuedouble, min);
+    return ckpt_json_get_int(obj, path_for_errors, key, out, required, def);
+}
+
 rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out,
                                bool required, double def) {
     const char *expected = "a number";

@@ -4,6 +4,7 @@
  * through these so that all of them fail the same way:
  *
  *     config.json: field 'n_embd' is missing (expected an integer)
+ *     config.json: field 'n_embd' is 1000000000, more than the limit 65536
  *     config.json:3:14: invalid JSON near '}'
  */
 #ifndef CKPT_JSON_H
@@ -29,6 +30,14 @@ rt_status ckpt_json_parse(const char *text, size_t len, const char *name_for_err
  * points into obj and lives as long as it. */
 rt_status ckpt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
                             bool required, int def);
+/* An integer in [min, max] (a size from a config). A value outside, even one past int range,
+ * gets one line naming the file, the field and the bound it broke:
+ *
+ *     config.json: field 'n_embd' is 1000000000, more than the limit 65536
+ *
+ * def is not checked: the caller's default is trusted. */
+rt_status ckpt_json_get_int_range(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
+                                  bool required, int def, int min, int max);
 rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out,
                                bool required, double def);
 /* A number stored as float (config hyperparameters: dropout rates, epsilons). */

@@ -6,6 +6,7 @@
 
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -87,6 +88,18 @@ void bert_config_default(bert_config *c) {
     c->num_labels = 2;
 }
 
+/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
+static const mdl_size_field bert_sizes[] = {
+    {"vocab_size", offsetof(bert_config, vocab_size), 1, MDL_MAX_VOCAB},
+    {"hidden_size", offsetof(bert_config, hidden_size), 1, MDL_MAX_WIDTH},
+    {"num_hidden_layers", offsetof(bert_config, num_hidden_layers), 1, MDL_MAX_LAYERS},
+    {"num_attention_heads", offsetof(bert_config, num_attention_heads), 1, MDL_MAX_HEADS},
+    {"intermediate_size", offsetof(bert_config, intermediate_size), 1, MDL_MAX_FFN},
+    {"max_position_embeddings", offsetof(bert_config, max_position_embeddings), 1, MDL_MAX_POSITIONS},
+    {"type_vocab_size", offsetof(bert_config, type_vocab_size), 1, MDL_MAX_VOCAB},
+};
+#define BERT_N_SIZES (sizeof bert_sizes / sizeof *bert_sizes)
+
 rt_status bert_config_load(const char *config_json, bert_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
@@ -103,15 +116,7 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     } else {
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'bert' or 'roberta'", path, model_type);
     }
-    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
-    RT_TRY(ckpt_json_get_int(root, path, "hidden_size", &c->hidden_size, false, c->hidden_size));
-    RT_TRY(ckpt_json_get_int(root, path, "num_hidden_layers", &c->num_hidden_layers, false, c->num_hidden_layers));
-    RT_TRY(ckpt_json_get_int(root, path, "num_attention_heads", &c->num_attention_heads, false,
-                             c->num_attention_heads));
-    RT_TRY(ckpt_json_get_int(root, path, "intermediate_size", &c->intermediate_size, false, c->intermediate_size));
-    RT_TRY(ckpt_json_get_int(root, path, "max_position_embeddings", &c->max_position_embeddings, false,
-                             c->max_position_embeddings));
-    RT_TRY(ckpt_json_get_int(root, path, "type_vocab_size", &c->type_vocab_size, false, c->type_vocab_size));
+    RT_TRY(mdl_sizes_read(root, path, bert_sizes, BERT_N_SIZES, false, c));
     RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
     RT_TRY(ckpt_json_get_float(root, path, "layer_norm_eps", &c->layer_norm_eps, false, 1e-12));
     RT_TRY(ckpt_json_get_float(root, path, "initializer_range", &c->initializer_range, false, 0.02));
@@ -129,10 +134,14 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "
                 "are not supported)", path, pe);
     const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (cJSON_IsObject(id2label) && cJSON_GetArraySize(id2label) > MDL_MAX_LABELS)
+        RT_FAIL(RT_ERR_CONFIG, "%s: field 'id2label' has %d labels, more than the limit %d", path,
+                cJSON_GetArraySize(id2label), MDL_MAX_LABELS);
     if (cJSON_IsObject(id2label) && cJSON_GetArraySize(id2label) >= 1)
         c->num_labels = cJSON_GetArraySize(id2label);
     else
-        RT_TRY(ckpt_json_get_int(root, path, "num_labels", &c->num_labels, false, c->num_labels));
+        RT_TRY(ckpt_json_get_int_range(root, path, "num_labels", &c->num_labels, false, c->num_labels, 1,
+                                       MDL_MAX_LABELS));
     st = mdl_hf_config_result(bert_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);
@@ -177,16 +186,29 @@ rt_status bert_config_save(const bert_config *c, const char *path) {
     return st;
 }
 
+/* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
+static uint64_t bert_param_count(const bert_config *c) {
+    const uint64_t C = (uint64_t)c->hidden_size, F = (uint64_t)c->intermediate_size, NL = (uint64_t)c->num_labels;
+    /* a layer: qkv and the attention output 4 C^2 + 4 C, the FFN 2 C F + F + C, two LayerNorms 4 C */
+    uint64_t layer = mdl_size_add(mdl_size_mul(C, mdl_size_add(4 * C, 2 * F)), F + 9 * C);
+    uint64_t rows = (uint64_t)c->vocab_size + (uint64_t)c->max_position_embeddings + (uint64_t)c->type_vocab_size;
+    uint64_t n = mdl_size_add(mdl_size_mul(rows, C), 2 * C);              /* embeddings and their LayerNorm */
+    n = mdl_size_add(n, mdl_size_mul((uint64_t)c->num_hidden_layers, layer));
+    return mdl_size_add(n, mdl_size_add(mdl_size_mul(C + 1, C), (C + 1) * NL)); /* the head */
+}
+
 rt_status bert_config_validate(const bert_config *c, int tp) {
     const char *what = c->roberta ? "RoBERTa config" : "BERT config";
-    if (c->vocab_size < 1 || c->hidden_size < 1 || c->num_hidden_layers < 1 || c->num_attention_heads < 1 ||
-        c->intermediate_size < 1 || c->max_position_embeddings < 1 || c->type_vocab_size < 1)
-        return rt_errorf(RT_ERR_CONFIG, "%s: vocab_size, hidden_size, num_hidden_layers, num_attention_heads, "
-                         "intermediate_size, max_position_embeddings and type_vocab_size must be >= 1", what);
+    rt_status st = mdl_sizes_check(what, bert_sizes, BERT_N_SIZES, c);
+    if (st != RT_OK) return st;
     if (c->hidden_size % c->num_attention_heads)
         return rt_errorf(RT_ERR_CONFIG, "%s: hidden_size %d is not divisible by num_attention_heads %d", what,
                          c->hidden_size, c->num_attention_heads);
-    if (c->num_labels < 1) return rt_errorf(RT_ERR_CONFIG, "%s: num_labels %d < 1", what, c->num_labels);
+    if (c->num_labels < 1 || c->num_labels > MDL_MAX_LABELS)
+        return rt_errorf(RT_ERR_CONFIG, "%s: num_labels %d is not in [1, %d]", what, c->num_labels, MDL_MAX_LABELS);
+    st = mdl_check_params(what, "vocab_size, max_position_embeddings, type_vocab_size, hidden_size, "
+                          "num_hidden_layers and intermediate_size", bert_param_count(c));
+    if (st != RT_OK) return st;
     /* RoBERTa needs a pad id (positions count from it); BERT may have none (-1) */
     if (c->pad_token_id >= c->vocab_size || c->pad_token_id < (c->roberta ? 0 : -1))
         return rt_errorf(RT_ERR_CONFIG, "%s: pad_token_id %d is not in [0, vocab_size %d)", what, c->pad_token_id,
@@ -232,8 +254,8 @@ static void bert_declare_params(bert_model *m) {
     m->layer = rt_xcalloc((size_t)c->num_hidden_layers, sizeof *m->layer);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         bert_layer_params *p = &m->layer[l];
-        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * Cl, C, false, N);
-        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * Cl, 0, true, Z);
+        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * (int64_t)Cl, C, false, N);
+        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * (int64_t)Cl, 0, true, Z);
         p->ao_w = bert_add(m, "encoder.layer.%d.attention.output.dense.weight", l, C, Cl, false, N);
         p->ao_b = bert_add(m, "encoder.layer.%d.attention.output.dense.bias", l, C, 0, true, Z);
         p->ln1_w = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.weight", l, C, 0, true, O);
@@ -319,6 +341,14 @@ static void bert_zero_row(bert_model *m, float *table, int row, int row0, int ro
         m->be->ops->zero(m->be->ctx, table + (size_t)(row - row0) * m->C, (size_t)m->C * sizeof(float));
 }
 
+/* The widest per-token row of any activation buffer (mdl_check_activations): 3 C for qkv, the
+ * FFN, num_heads x T attention probabilities, the head's labels. */
+static uint64_t bert_act_width(const bert_config *c, int max_T) {
+    uint64_t w = mdl_size_max(3 * (uint64_t)c->hidden_size, (uint64_t)c->intermediate_size);
+    w = mdl_size_max(w, (uint64_t)c->num_attention_heads * (uint64_t)max_T);
+    return mdl_size_max(w, (uint64_t)c->num_labels);
+}
+
 rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           bert_model **out) {
     rt_status st = RT_OK;
@@ -331,6 +361,9 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     if (max_T > max_len)
         RT_FAIL(RT_ERR_CONFIG, "%s: max length %d exceeds the model's %d usable positions (max_position_embeddings %d)",
                 c->roberta ? "RoBERTa" : "BERT", max_T, max_len, c->max_position_embeddings);
+    RT_TRY(mdl_check_activations(c->roberta ? "RoBERTa activations" : "BERT activations",
+                                 (uint64_t)c->num_hidden_layers, (uint64_t)max_B, (uint64_t)max_T,
+                                 bert_act_width(c, max_T), "lower --batch-size or --max-len"));
     m->cfg = *c;
     m->be = be;
     m->tp = tp;

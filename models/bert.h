@@ -49,7 +49,8 @@ void bert_config_default(bert_config *c);
 rt_status bert_config_load(const char *config_json, bert_config *c);
 /* Writes an HF config.json for Bert/RobertaForSequenceClassification (atomically). */
 rt_status bert_config_save(const bert_config *c, const char *path);
-/* Checks sizes, and that tp divides the heads and the intermediate size. */
+/* Checks sizes (each within its limit in models/hf_config.h, and the parameter count), and that
+ * tp divides the heads and the intermediate size. */
 rt_status bert_config_validate(const bert_config *c, int tp);
 
 typedef struct bert_model bert_model;

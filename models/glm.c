@@ -13,6 +13,7 @@
 #include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
 #include "models/flops.h"
+#include "models/hf_config.h"
 #include "models/parallel.h"
 #include "models/preln_stack.h"
 #include "runtime/rt_arena.h"
@@ -74,6 +75,15 @@ static void glm_layout(glm_model *m, rt_arena *a) {
     m->cand_ids = rt_arena_take(a, B * K, i);
 }
 
+/* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 4 C MLP
+ * and num_heads x T attention probabilities, the logits' vocab, the candidates' (B, K, C) and
+ * (B, B, K) rows. */
+static uint64_t glm_act_width(const glm_config *c, int max_B, int max_T) {
+    uint64_t w = mdl_size_max(4 * (uint64_t)c->hidden_size, (uint64_t)c->num_attention_heads * (uint64_t)max_T);
+    w = mdl_size_max(w, (uint64_t)ckpt_tp_padded_vocab(c->vocab_size, 1));
+    return mdl_size_max(w, GLM_K_MAX * mdl_size_max((uint64_t)c->hidden_size, (uint64_t)max_B));
+}
+
 rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                          glm_model **out) {
     rt_status st = RT_OK;
@@ -85,6 +95,8 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     if (max_T > m->P)
         RT_FAIL(RT_ERR_CONFIG, "GLM: max length %d exceeds the model's max_sequence_length %d", max_T,
                 c->max_sequence_length);
+    RT_TRY(mdl_check_activations("GLM activations", (uint64_t)c->num_layers, (uint64_t)max_B, (uint64_t)max_T,
+                                 glm_act_width(c, max_B, max_T), "lower --batch-size or --max-len"));
     m->cfg = *c;
     m->be = be;
     m->tp = tp;

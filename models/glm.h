@@ -37,7 +37,8 @@ void glm_config_default(glm_config *c);
 rt_status glm_config_load(const char *path, glm_config *c);
 /* Writes it back in FlagAI's field names (atomically). */
 rt_status glm_config_save(const glm_config *c, const char *path);
-/* Sizes are positive, heads divide the width, tp divides the heads and the MLP width. */
+/* Sizes are within their limits (models/hf_config.h, and the parameter count), heads divide the
+ * width, tp divides the heads and the MLP width. */
 rt_status glm_config_validate(const glm_config *c, int tp);
 
 typedef struct glm_model glm_model;

@@ -1,4 +1,5 @@
 /* GLM's config.json as FlagAI writes and reads it (see glm.h). */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,11 +15,34 @@ void glm_config_default(glm_config *c) {
                       .block_position_encoding = true};
 }
 
+/* config.json's size fields, all required, read and validated with one table (limits:
+ * models/hf_config.h) */
+static const mdl_size_field glm_sizes[] = {
+    {"vocab_size", offsetof(glm_config, vocab_size), 1, MDL_MAX_VOCAB},
+    {"hidden_size", offsetof(glm_config, hidden_size), 1, MDL_MAX_WIDTH},
+    {"num_layers", offsetof(glm_config, num_layers), 1, MDL_MAX_LAYERS},
+    {"num_attention_heads", offsetof(glm_config, num_attention_heads), 1, MDL_MAX_HEADS},
+    {"max_sequence_length", offsetof(glm_config, max_sequence_length), 1, MDL_MAX_POSITIONS},
+};
+#define GLM_N_SIZES (sizeof glm_sizes / sizeof *glm_sizes)
+
+/* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
+static uint64_t glm_param_count(const glm_config *c) {
+    const uint64_t C = (uint64_t)c->hidden_size;
+    /* a block: qkv and dense 4 C^2 + 4 C, the 4 C wide MLP 8 C^2 + 5 C, two LayerNorms 4 C */
+    const uint64_t block = mdl_size_add(mdl_size_mul(12 * C, C), 13 * C);
+    const uint64_t positions = ((uint64_t)c->max_sequence_length + 1) * (c->block_position_encoding ? 2 : 1);
+    uint64_t n = mdl_size_mul((uint64_t)c->vocab_size + positions, C);
+    n = mdl_size_add(n, mdl_size_mul((uint64_t)c->num_layers, block));
+    return mdl_size_add(n, 2 * C); /* the final LayerNorm */
+}
+
 rt_status glm_config_validate(const glm_config *c, int tp) {
-    if (c->vocab_size < 1 || c->hidden_size < 1 || c->num_layers < 1 || c->num_attention_heads < 1 ||
-        c->max_sequence_length < 1)
-        return rt_errorf(RT_ERR_CONFIG, "GLM config: vocab_size, hidden_size, num_layers, num_attention_heads and "
-                         "max_sequence_length must be >= 1");
+    rt_status st = mdl_sizes_check("GLM config", glm_sizes, GLM_N_SIZES, c);
+    if (st != RT_OK) return st;
+    st = mdl_check_params("GLM config", "vocab_size, hidden_size, num_layers and max_sequence_length",
+                          glm_param_count(c));
+    if (st != RT_OK) return st;
     if (c->hidden_size % c->num_attention_heads)
         return rt_errorf(RT_ERR_CONFIG, "GLM config: hidden_size %d is not divisible by num_attention_heads %d",
                          c->hidden_size, c->num_attention_heads);
@@ -43,11 +67,7 @@ rt_status glm_config_load(const char *path, glm_config *c) {
     int memory = 0;
     glm_config_default(c);
     RT_TRY(ckpt_json_load(path, &root));
-    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, true, 0));
-    RT_TRY(ckpt_json_get_int(root, path, "hidden_size", &c->hidden_size, true, 0));
-    RT_TRY(ckpt_json_get_int(root, path, "num_layers", &c->num_layers, true, 0));
-    RT_TRY(ckpt_json_get_int(root, path, "num_attention_heads", &c->num_attention_heads, true, 0));
-    RT_TRY(ckpt_json_get_int(root, path, "max_sequence_length", &c->max_sequence_length, true, 0));
+    RT_TRY(mdl_sizes_read(root, path, glm_sizes, GLM_N_SIZES, true, c));
     RT_TRY(ckpt_json_get_float(root, path, "embedding_dropout_prob", &c->embedding_dropout_prob, false, 0.1));
     RT_TRY(ckpt_json_get_float(root, path, "attention_dropout_prob", &c->attention_dropout_prob, false, 0.1));
     RT_TRY(ckpt_json_get_float(root, path, "output_dropout_prob", &c->output_dropout_prob, false, 0.1));

@@ -12,6 +12,7 @@
 
 #include "models/gen_search.h"
 #include "models/glm_internal.h"
+#include "models/hf_config.h"
 #include "models/parallel.h"
 
 struct glm_decoder {
@@ -37,6 +38,13 @@ rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, in
     if (max_B < 1 || max_B > m->max_B || max_S < 1 || max_S > m->max_T || max_new < 1 || max_beams < 1)
         return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d context tokens, %d beams and %d new tokens (the "
                          "model holds %d x %d)", max_B, max_S, max_beams, max_new, m->max_B, m->max_T);
+    /* the caches: 4 x layers of (rows, context + new, C_local), and the search's logits; this also
+     * keeps rows (max_B x max_beams) and context + new within int */
+    const uint64_t n_rows = (uint64_t)max_B * (uint64_t)max_beams, n_len = (uint64_t)max_S + (uint64_t)max_new;
+    rt_status cst = mdl_check_activations("GLM generation caches", 4 * (uint64_t)m->cfg.num_layers, n_rows, n_len,
+                                          mdl_size_max((uint64_t)m->blocks.C_local, (uint64_t)m->V_pad),
+                                          "lower the batch, beams or lengths");
+    if (cst != RT_OK) return cst;
     glm_decoder *d = rt_xcalloc(1, sizeof *d);
     const int L = m->cfg.num_layers, Cl = m->blocks.C_local;
     d->m = m;

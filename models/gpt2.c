@@ -3,6 +3,7 @@
 #include "models/gpt2.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -62,6 +63,20 @@ void gpt2_config_default(gpt2_config *c) {
     c->eos_token_id = 50256;
 }
 
+/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
+static const mdl_size_field gpt2_sizes[] = {
+    {"vocab_size", offsetof(gpt2_config, vocab_size), 1, MDL_MAX_VOCAB},
+    {"n_positions", offsetof(gpt2_config, n_positions), 1, MDL_MAX_POSITIONS},
+    {"n_embd", offsetof(gpt2_config, n_embd), 1, MDL_MAX_WIDTH},
+    {"n_layer", offsetof(gpt2_config, n_layer), 1, MDL_MAX_LAYERS},
+    {"n_head", offsetof(gpt2_config, n_head), 1, MDL_MAX_HEADS},
+    {"n_inner", offsetof(gpt2_config, n_inner), 0, MDL_MAX_FFN}, /* 0 or null: 4 * n_embd */
+};
+#define GPT2_N_SIZES (sizeof gpt2_sizes / sizeof *gpt2_sizes)
+
+/* The MLP width; within int once the sizes are checked (4 * MDL_MAX_WIDTH). */
+static int gpt2_inner(const gpt2_config *c) { return c->n_inner > 0 ? c->n_inner : 4 * c->n_embd; }
+
 rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
@@ -73,13 +88,7 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     if (strcmp(model_type, "gpt2") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'gpt2' (this program fine-tunes GPT-2)", path,
                 model_type);
-    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
-    RT_TRY(ckpt_json_get_int(root, path, "n_positions", &c->n_positions, false, c->n_positions));
-    RT_TRY(ckpt_json_get_int(root, path, "n_embd", &c->n_embd, false, c->n_embd));
-    RT_TRY(ckpt_json_get_int(root, path, "n_layer", &c->n_layer, false, c->n_layer));
-    RT_TRY(ckpt_json_get_int(root, path, "n_head", &c->n_head, false, c->n_head));
-    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "n_inner")))
-        RT_TRY(ckpt_json_get_int(root, path, "n_inner", &c->n_inner, false, 0));
+    RT_TRY(mdl_sizes_read(root, path, gpt2_sizes, GPT2_N_SIZES, false, c));
     RT_TRY(ckpt_json_get_double(root, path, "layer_norm_epsilon", &d, false, 1e-5));
     c->layer_norm_eps = (float)d;
     RT_TRY(ckpt_json_get_double(root, path, "initializer_range", &d, false, 0.02));
@@ -99,9 +108,12 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
         RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, 50256));
     if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "id2label"))) {
         int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "id2label"));
+        if (n > MDL_MAX_LABELS)
+            RT_FAIL(RT_ERR_CONFIG, "%s: field 'id2label' has %d labels, more than the limit %d", path, n,
+                    MDL_MAX_LABELS);
         if (n >= 1) c->num_labels = n;
     }
-    RT_TRY(gpt2_config_validate(c, 1));
+    st = mdl_hf_config_result(gpt2_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);
     cJSON_Delete(root);
@@ -146,13 +158,25 @@ rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
     return st;
 }
 
+/* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
+static uint64_t gpt2_param_count(const gpt2_config *c) {
+    const uint64_t C = (uint64_t)c->n_embd, F = (uint64_t)gpt2_inner(c);
+    /* a block: qkv and proj 4 C^2 + 4 C, the MLP 2 C F + F + C, two LayerNorms 4 C */
+    uint64_t block = mdl_size_add(mdl_size_mul(C, mdl_size_add(4 * C, 2 * F)), F + 9 * C);
+    uint64_t rows = (uint64_t)c->vocab_size + (uint64_t)c->n_positions + (uint64_t)c->num_labels; /* wte, wpe, score */
+    return mdl_size_add(mdl_size_add(mdl_size_mul(rows, C), mdl_size_mul((uint64_t)c->n_layer, block)), 2 * C);
+}
+
 rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
-    int inner = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd;
-    if (c->vocab_size < 1 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 || c->n_head < 1)
-        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: vocab_size, n_positions, n_embd, n_layer and n_head must be >= 1");
+    rt_status st = mdl_sizes_check("GPT-2 config", gpt2_sizes, GPT2_N_SIZES, c);
+    if (st != RT_OK) return st;
     if (c->n_embd % c->n_head)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);
-    if (c->num_labels < 1) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d < 1", c->num_labels);
+    if (c->num_labels < 1 || c->num_labels > MDL_MAX_LABELS)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d is not in [1, %d]", c->num_labels, MDL_MAX_LABELS);
+    st = mdl_check_params("GPT-2 config", "vocab_size, n_positions, n_embd, n_layer and n_inner", gpt2_param_count(c));
+    if (st != RT_OK) return st;
+    const int inner = gpt2_inner(c);
     /* the vocab needs no check: the embedding is padded to a multiple of 128*tp rows */
     if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
     if (c->n_head % tp)
@@ -190,7 +214,7 @@ static void gpt2_declare_params(gpt2_model *m) {
     m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
     mdl_preln_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head,
-                           .F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd, .ln_eps = c->layer_norm_eps, .act = c->act,
+                           .F = gpt2_inner(c), .ln_eps = c->layer_norm_eps, .act = c->act,
                            .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .emb_pdrop = c->embd_pdrop,
                            .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->n_layer),
                            .checkpoint_layers = c->checkpoint_layers};
@@ -219,6 +243,15 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     m->labels = rt_arena_take(a, B, i);
 }
 
+/* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 3 C,
+ * F and n_head x T attention probabilities, the LM logits' vocab, the head's labels. */
+static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
+    uint64_t w = mdl_size_max(3 * (uint64_t)c->n_embd, (uint64_t)gpt2_inner(c));
+    w = mdl_size_max(w, (uint64_t)c->n_head * (uint64_t)max_T);
+    w = mdl_size_max(w, (uint64_t)ckpt_tp_padded_vocab(c->vocab_size, 1));
+    return mdl_size_max(w, (uint64_t)c->num_labels);
+}
+
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out) {
     rt_status st = RT_OK;
@@ -228,6 +261,8 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: batch size %d and length %d must be >= 1", max_B, max_T);
     if (max_T > c->n_positions)
         RT_FAIL(RT_ERR_CONFIG, "GPT-2: max length %d exceeds the model's n_positions %d", max_T, c->n_positions);
+    RT_TRY(mdl_check_activations("GPT-2 activations", (uint64_t)c->n_layer, (uint64_t)max_B, (uint64_t)max_T,
+                                 gpt2_act_width(c, max_T), "lower --batch-size or --max-len"));
     m->cfg = *c;
     m->be = be;
     m->tp = tp;
@@ -454,7 +489,7 @@ static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 
 static double gpt2_cls_vflops(void *model, int B, int T) {
     const gpt2_config *c = &((gpt2_model *)model)->cfg;
-    const double F = c->n_inner > 0 ? c->n_inner : 4 * c->n_embd;
+    const double F = gpt2_inner(c);
     return c->n_layer * mdl_layer_train_flops(B, T, c->n_embd, c->n_embd, F, 0, T, 0);
 }
 

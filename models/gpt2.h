@@ -35,10 +35,11 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c);
 /* Writes an HF config.json for GPT2ForSequenceClassification (atomically), so that
  * Transformers loads an exported model with from_pretrained. */
 rt_status gpt2_config_save(const gpt2_config *c, const char *path);
-/* Checks sizes (heads divide width, ...) and that tp divides n_head and the FFN width, with a
- * message naming the one that does not. The vocab need not divide: the model pads its
- * embedding to ckpt_tp_padded_vocab(vocab_size, tp) rows (Megatron's
- * make-vocab-size-divisible-by 128, times tp), zero rows never indexed by a real id. */
+/* Checks sizes (each within its limit in models/hf_config.h, the parameter count, heads divide
+ * width, ...) and that tp divides n_head and the FFN width, with a message naming the one that
+ * does not. The vocab need not divide: the model pads its embedding to
+ * ckpt_tp_padded_vocab(vocab_size, tp) rows (Megatron's make-vocab-size-divisible-by 128, times
+ * tp), zero rows never indexed by a real id. */
 rt_status gpt2_config_validate(const gpt2_config *c, int tp);
 
 typedef struct gpt2_model gpt2_model;

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_json.h"
+
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)
         *out = RT_ACT_GELU_ERF;
@@ -36,4 +38,51 @@ rt_status mdl_hf_config_result(rt_status st, const char *path, bool from_validat
     }
     if (st != RT_OK && st != RT_ERR_CONFIG && st != RT_ERR_IO && st != RT_ERR_FORMAT) st = RT_ERR_CONFIG;
     return st;
+}
+
+rt_status mdl_sizes_read(const cJSON *root, const char *path, const mdl_size_field *fields, size_t n, bool required,
+                         void *cfg) {
+    for (size_t i = 0; i < n; i++) {
+        const mdl_size_field *f = &fields[i];
+        int *v = (int *)((char *)cfg + f->offset);
+        rt_status st = ckpt_json_get_int_range(root, path, f->key, v, required, *v, f->min, f->max);
+        if (st != RT_OK) return st;
+    }
+    return RT_OK;
+}
+
+rt_status mdl_sizes_check(const char *what, const mdl_size_field *fields, size_t n, const void *cfg) {
+    for (size_t i = 0; i < n; i++) {
+        const mdl_size_field *f = &fields[i];
+        int v = *(const int *)((const char *)cfg + f->offset);
+        if (v > f->max)
+            return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %d, more than the limit %d", what, f->key, v, f->max);
+        if (v < f->min)
+            return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %d, less than the minimum %d", what, f->key, v, f->min);
+    }
+    return RT_OK;
+}
+
+rt_status mdl_check_params(const char *what, const char *fields, uint64_t params) {
+    if (params <= MDL_MAX_PARAMS) return RT_OK;
+    if (params == UINT64_MAX)
+        return rt_errorf(RT_ERR_CONFIG, "%s: %s give more than 2^64 parameters, more than the limit %llu", what,
+                         fields, (unsigned long long)MDL_MAX_PARAMS);
+    return rt_errorf(RT_ERR_CONFIG, "%s: %s give %llu parameters, more than the limit %llu", what, fields,
+                     (unsigned long long)params, (unsigned long long)MDL_MAX_PARAMS);
+}
+
+rt_status mdl_check_activations(const char *what, uint64_t layers, uint64_t rows, uint64_t len, uint64_t width,
+                                const char *hint) {
+    uint64_t bytes = mdl_size_mul(mdl_size_mul(mdl_size_add(layers, 1), rows), mdl_size_mul(len, width));
+    bytes = mdl_size_mul(bytes, sizeof(float));
+    if (bytes <= MDL_MAX_ACT_BYTES) {
+        /* kernels index token rows (gathers, the pooled rows) with int32 */
+        if (mdl_size_mul(rows, len) <= INT32_MAX) return RT_OK;
+        return rt_errorf(RT_ERR_CONFIG, "%s: %llu rows of %llu tokens is more than the limit of %d token rows (%s)",
+                         what, (unsigned long long)rows, (unsigned long long)len, INT32_MAX, hint);
+    }
+    return rt_errorf(RT_ERR_NOMEM, "%s: %llu rows of %llu tokens, %llu layer(s) with up to %llu floats per token, "
+                     "need more than the limit of 2^56 bytes (%s)", what, (unsigned long long)rows,
+                     (unsigned long long)len, (unsigned long long)layers, (unsigned long long)width, hint);
 }

@@ -1,13 +1,77 @@
 /* What the model families share when they read and write an HF config.json: HF's activation
- * names, and the way a config's errors are reported (the file named, the status a caller can
- * act on). */
+ * names, the way a config's errors are reported (the file named, the status a caller can act
+ * on), and the size limits every family checks before it allocates anything. */
 #ifndef HF_CONFIG_H
 #define HF_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
 
 #include "runtime/rt_backend.h"
 #include "runtime/rt_status.h"
+
+/* Size limits for config fields, one set for every family. Each is many times the largest
+ * released model's, and low enough that any product a model forms from them (3 * C,
+ * num_heads * d_kv, padded vocab rows) fits an int and a shape product fits 64 bits. */
+#define MDL_MAX_WIDTH (1 << 16)     /* hidden width (n_embd, hidden_size, d_model) and T5's d_kv */
+#define MDL_MAX_FFN (1 << 20)       /* MLP width (n_inner, intermediate_size, d_ff), T5's num_heads * d_kv */
+#define MDL_MAX_LAYERS 1024         /* per stack; dropout streams number a layer's sites in 12 bits */
+#define MDL_MAX_HEADS 1024
+#define MDL_MAX_VOCAB (1 << 24)     /* vocab_size, type_vocab_size */
+#define MDL_MAX_POSITIONS (1 << 20) /* learned positions; T5's relative buckets and distance */
+#define MDL_MAX_LABELS (1 << 16)    /* classifier outputs */
+/* The whole model: 2^40 parameters (over a trillion; 16 TiB for fp32 weights, gradients and
+ * AdamW moments) is past anything a run of this suite can hold, and keeps every slab size far
+ * from overflowing. */
+#define MDL_MAX_PARAMS ((uint64_t)1 << 40)
+/* An activation slab's bound (see mdl_check_activations): no machine has 2^56 bytes, and a
+ * layout's few dozen terms under it cannot overflow size_t when summed. */
+#define MDL_MAX_ACT_BYTES ((uint64_t)1 << 56)
+
+/* One int size field of a config struct, with its range. A family lists its fields once; the
+ * loader reads them and validation checks them with the same table. */
+typedef struct {
+    const char *key; /* the config.json name */
+    size_t offset;   /* of the int in the config struct */
+    int min, max;
+} mdl_size_field;
+
+/* Reads each field of the table into cfg; an absent or null one keeps the value there (the
+ * default), or is an error when required. A value outside its range is RT_ERR_CONFIG
+ * "path: field 'n_embd' is 1000000000, more than the limit 65536". */
+rt_status mdl_sizes_read(const cJSON *root, const char *path, const mdl_size_field *fields, size_t n, bool required,
+                         void *cfg);
+/* Checks each field of cfg against its range (a config built in code, or edited after loading):
+ * "GPT-2 config: field 'n_embd' is 1000000000, more than the limit 65536". */
+rt_status mdl_sizes_check(const char *what, const mdl_size_field *fields, size_t n, const void *cfg);
+
+/* a * b and a + b, saturating at UINT64_MAX: a count that overflowed stays above every limit. */
+static inline uint64_t mdl_size_mul(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+static inline uint64_t mdl_size_add(uint64_t a, uint64_t b) {
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static inline uint64_t mdl_size_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+/* RT_ERR_CONFIG "what: fields give N parameters, more than the limit 2^40" when params (a
+ * saturated count) is over MDL_MAX_PARAMS. */
+rt_status mdl_check_params(const char *what, const char *fields, uint64_t params);
+
+/* Every buffer of an activation slab is at most (layers + 1) x rows x len x width floats, width
+ * being the widest per-token row of any buffer (C, 3 C_local, F_local, NH_local * len, the
+ * local vocab, ...). Checking that bound in 64 bits before the layout measures its terms means
+ * no term and no sum of them can wrap; the bound over MDL_MAX_ACT_BYTES is RT_ERR_NOMEM, one
+ * line ending with `hint`, and rows x len over INT32_MAX (token rows are indexed with int32)
+ * RT_ERR_CONFIG. The real allocation then fails, if it must, as out of memory. */
+rt_status mdl_check_activations(const char *what, uint64_t layers, uint64_t rows, uint64_t len, uint64_t width,
+                                const char *hint);
 
 /* HF's ACT2FN names: "gelu" is the erf GELU; "gelu_new", "gelu_pytorch_tanh" and "gelu_fast"
  * the tanh one; "relu", "tanh". False for any other name. */

@@ -41,8 +41,8 @@ void mdl_preln_declare(mdl_preln *s, const mdl_preln_config *c, const mdl_preln_
         mdl_preln_layer *y = &s->layer[l];
         y->ln1_w = preln_add(s, map, n->ln1_w, l, C, 0, true, RT_INIT_ONES, 0);
         y->ln1_b = preln_add(s, map, n->ln1_b, l, C, 0, true, RT_INIT_ZEROS, 0);
-        y->qkv_w = preln_add(s, map, n->qkv_w, l, 3 * Cl, C, false, RT_INIT_NORMAL, std);
-        y->qkv_b = preln_add(s, map, n->qkv_b, l, 3 * Cl, 0, true, RT_INIT_ZEROS, 0);
+        y->qkv_w = preln_add(s, map, n->qkv_w, l, 3 * (int64_t)Cl, C, false, RT_INIT_NORMAL, std);
+        y->qkv_b = preln_add(s, map, n->qkv_b, l, 3 * (int64_t)Cl, 0, true, RT_INIT_ZEROS, 0);
         y->proj_w = preln_add(s, map, n->proj_w, l, C, Cl, false, RT_INIT_NORMAL, pstd);
         y->proj_b = preln_add(s, map, n->proj_b, l, C, 0, true, RT_INIT_ZEROS, 0);
         y->ln2_w = preln_add(s, map, n->ln2_w, l, C, 0, true, RT_INIT_ONES, 0);

@@ -20,6 +20,7 @@
 #include "checkpoints/ckpt_tp.h"
 #include "models/parallel.h"
 #include "models/flops.h"
+#include "models/hf_config.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
@@ -225,6 +226,15 @@ static void t5_layout(t5_model *m, rt_arena *a) {
     m->dfh = rt_arena_take(a, R * Fl, f);
 }
 
+/* The widest per-token row of any activation buffer (mdl_check_activations): C, the attention's
+ * num_heads x d_kv, the FFN, num_heads x len attention probabilities, the logits' vocab. */
+static uint64_t t5_act_width(const t5_config *c, int len) {
+    uint64_t w = mdl_size_max((uint64_t)c->d_model, (uint64_t)c->num_heads * (uint64_t)c->d_kv);
+    w = mdl_size_max(w, (uint64_t)c->d_ff);
+    w = mdl_size_max(w, (uint64_t)c->num_heads * (uint64_t)len);
+    return mdl_size_max(w, (uint64_t)ckpt_tp_padded_vocab(c->vocab_size, 1));
+}
+
 rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
                         uint64_t seed, t5_model **out) {
     rt_status st = RT_OK;
@@ -234,6 +244,10 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     if (max_B < 1 || max_src < 1 || max_tgt < 1)
         RT_FAIL(RT_ERR_CONFIG, "T5: batch size %d, source length %d and target length %d must be >= 1", max_B,
                 max_src, max_tgt);
+    const int max_len = max_src > max_tgt ? max_src : max_tgt;
+    RT_TRY(mdl_check_activations("T5 activations", (uint64_t)c->num_layers + (uint64_t)c->num_decoder_layers,
+                                 (uint64_t)max_B, (uint64_t)max_len, t5_act_width(c, max_len),
+                                 "lower --batch-size or the lengths"));
     m->cfg = *c;
     m->be = be;
     m->tp = tp;

@@ -58,7 +58,8 @@ void t5_config_default(t5_config *c);
 rt_status t5_config_load(const char *config_json, t5_config *c);
 /* Writes an HF config.json for T5ForConditionalGeneration (atomically). */
 rt_status t5_config_save(const t5_config *c, const char *path);
-/* Checks sizes, and that tp divides num_heads and d_ff, naming what does not. */
+/* Checks sizes (each within its limit in models/hf_config.h, num_heads x d_kv, and the parameter
+ * count), and that tp divides num_heads and d_ff, naming what does not. */
 rt_status t5_config_validate(const t5_config *c, int tp);
 
 typedef struct t5_model t5_model;

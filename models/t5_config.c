@@ -4,6 +4,7 @@
  * "gated-ACT", with HF's rule that "gated-gelu" means gelu_new. */
 #include "models/t5.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,6 +43,20 @@ static bool t5_act_from_name(const char *name, bool gated, rt_act_kind *act) {
     return true;
 }
 
+/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
+static const mdl_size_field t5_sizes[] = {
+    {"vocab_size", offsetof(t5_config, vocab_size), 1, MDL_MAX_VOCAB},
+    {"d_model", offsetof(t5_config, d_model), 1, MDL_MAX_WIDTH},
+    {"d_kv", offsetof(t5_config, d_kv), 1, MDL_MAX_WIDTH},
+    {"d_ff", offsetof(t5_config, d_ff), 1, MDL_MAX_FFN},
+    {"num_heads", offsetof(t5_config, num_heads), 1, MDL_MAX_HEADS},
+    {"num_layers", offsetof(t5_config, num_layers), 1, MDL_MAX_LAYERS},
+    {"num_decoder_layers", offsetof(t5_config, num_decoder_layers), 1, MDL_MAX_LAYERS},
+    {"relative_attention_num_buckets", offsetof(t5_config, relative_attention_num_buckets), 1, MDL_MAX_POSITIONS},
+    {"relative_attention_max_distance", offsetof(t5_config, relative_attention_max_distance), 1, MDL_MAX_POSITIONS},
+};
+#define T5_N_SIZES (sizeof t5_sizes / sizeof *t5_sizes)
+
 rt_status t5_config_load(const char *config_json, t5_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
@@ -51,18 +66,10 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
     RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "t5") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 't5'", path, model_type);
-    RT_TRY(ckpt_json_get_int(root, path, "vocab_size", &c->vocab_size, false, c->vocab_size));
-    RT_TRY(ckpt_json_get_int(root, path, "d_model", &c->d_model, false, c->d_model));
-    RT_TRY(ckpt_json_get_int(root, path, "d_kv", &c->d_kv, false, c->d_kv));
-    RT_TRY(ckpt_json_get_int(root, path, "d_ff", &c->d_ff, false, c->d_ff));
-    RT_TRY(ckpt_json_get_int(root, path, "num_heads", &c->num_heads, false, c->num_heads));
-    RT_TRY(ckpt_json_get_int(root, path, "num_layers", &c->num_layers, false, c->num_layers));
-    /* null (HF's default) means as many as the encoder */
-    RT_TRY(ckpt_json_get_int(root, path, "num_decoder_layers", &c->num_decoder_layers, false, c->num_layers));
-    RT_TRY(ckpt_json_get_int(root, path, "relative_attention_num_buckets", &c->relative_attention_num_buckets, false,
-                             c->relative_attention_num_buckets));
-    RT_TRY(ckpt_json_get_int(root, path, "relative_attention_max_distance", &c->relative_attention_max_distance,
-                             false, c->relative_attention_max_distance));
+    RT_TRY(mdl_sizes_read(root, path, t5_sizes, T5_N_SIZES, false, c));
+    /* num_decoder_layers absent or null (HF's default) means as many as the encoder */
+    const cJSON *dec_layers = cJSON_GetObjectItemCaseSensitive(root, "num_decoder_layers");
+    if (!dec_layers || cJSON_IsNull(dec_layers)) c->num_decoder_layers = c->num_layers;
     RT_TRY(ckpt_json_get_float(root, path, "dropout_rate", &c->dropout_rate, false, 0.1));
     RT_TRY(ckpt_json_get_float(root, path, "layer_norm_epsilon", &c->layer_norm_epsilon, false, 1e-6));
     RT_TRY(ckpt_json_get_float(root, path, "initializer_factor", &c->initializer_factor, false, 1.0));
@@ -127,11 +134,30 @@ rt_status t5_config_save(const t5_config *c, const char *path) {
     return st;
 }
 
+/* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
+static uint64_t t5_param_count(const t5_config *c) {
+    const uint64_t C = (uint64_t)c->d_model, F = (uint64_t)c->d_ff;
+    const uint64_t I = (uint64_t)c->num_heads * (uint64_t)c->d_kv; /* attention's inner width */
+    const uint64_t attn = mdl_size_add(mdl_size_mul(4 * I, C), C);   /* q, k, v, o and the LayerNorm */
+    const uint64_t ff = mdl_size_add(mdl_size_mul((c->gated ? 3 : 2) * F, C), C);
+    const uint64_t enc = mdl_size_add(attn, ff), dec = mdl_size_add(enc, attn); /* + cross-attention */
+    uint64_t n = mdl_size_mul((uint64_t)c->vocab_size * (c->tie_word_embeddings ? 1 : 2), C);
+    n = mdl_size_add(n, mdl_size_mul((uint64_t)c->num_layers, enc));
+    n = mdl_size_add(n, mdl_size_mul((uint64_t)c->num_decoder_layers, dec));
+    /* each stack's relative bias (block 0) and final LayerNorm */
+    return mdl_size_add(n, 2 * ((uint64_t)c->relative_attention_num_buckets * (uint64_t)c->num_heads + C));
+}
+
 rt_status t5_config_validate(const t5_config *c, int tp) {
-    if (c->vocab_size < 1 || c->d_model < 1 || c->d_kv < 1 || c->d_ff < 1 || c->num_heads < 1 || c->num_layers < 1 ||
-        c->num_decoder_layers < 1)
-        return rt_errorf(RT_ERR_CONFIG, "T5 config: vocab_size, d_model, d_kv, d_ff, num_heads, num_layers and "
-                         "num_decoder_layers must be >= 1");
+    rt_status st = mdl_sizes_check("T5 config", t5_sizes, T5_N_SIZES, c);
+    if (st != RT_OK) return st;
+    /* the attention's inner width: an int in every kernel */
+    if ((int64_t)c->num_heads * c->d_kv > MDL_MAX_FFN)
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: num_heads %d x d_kv %d is %lld, more than the limit %d",
+                         c->num_heads, c->d_kv, (long long)c->num_heads * c->d_kv, MDL_MAX_FFN);
+    st = mdl_check_params("T5 config", "vocab_size, d_model, d_kv, d_ff, num_heads, num_layers and num_decoder_layers",
+                          t5_param_count(c));
+    if (st != RT_OK) return st;
     /* the log-spaced buckets need max_exact >= 1 and max_distance beyond it (bidirectional and
      * causal alike), else HF's formula divides by log(1) = 0 */
     if (c->relative_attention_num_buckets < 4 || c->relative_attention_max_distance <= c->relative_attention_num_buckets / 2)

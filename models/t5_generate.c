@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/hf_config.h"
 #include "models/parallel.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
@@ -110,6 +111,15 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
     if (max_beams < 1 || max_new_tokens < 1)
         RT_FAIL(RT_ERR_CONFIG, "T5 generation: num_beams %d and max_new_tokens %d must be >= 1", max_beams,
                 max_new_tokens);
+    /* the caches: 2 x layers of (rows, len, num_heads x d_kv) keys and values, the logits' vocab;
+     * this also keeps rows (max_B x max_beams) within int */
+    const uint64_t rows = (uint64_t)max_B * (uint64_t)max_beams;
+    const uint64_t len = (uint64_t)(max_new_tokens > max_src ? max_new_tokens : max_src);
+    const uint64_t width = mdl_size_max(mdl_size_max((uint64_t)m->C, (uint64_t)m->I_local),
+                                        mdl_size_max((uint64_t)m->F_local, (uint64_t)m->NH_local * len));
+    RT_TRY(mdl_check_activations("T5 generation caches", 2 * (uint64_t)c->num_decoder_layers, rows, len,
+                                 mdl_size_max(width, (uint64_t)m->V_local * (uint64_t)m->tp->size),
+                                 "lower the batch, beams or max_new_tokens"));
     g->m = m;
     g->max_B = max_B;
     g->max_S = max_src;

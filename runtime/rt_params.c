@@ -1,6 +1,9 @@
-/* Parameter slab layout, allocation and seeded initialisation (see rt_params.h). */
+/* Parameter slab layout, allocation and seeded initialisation (see rt_params.h). Shape and
+ * slab sizes are multiplied and summed with overflow checks: a model checks its config's
+ * sizes first, so a wrap here is a caller's bug, never a negative or tiny slab. */
 #include "runtime/rt_params.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "runtime/rt_rng.h"
@@ -37,9 +40,12 @@ int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape
     s->ndim = ndim;
     s->numel = 1;
     for (int d = 0; d < ndim; d++) {
-        RT_CHECK(shape[d] > 0, "%s: dim %d is %lld", name, d, (long long)shape[d]);
+        RT_CHECK(shape[d] > 0, "%s: dim %d is %lld (expected >= 1; did a size overflow before it got here?)", name, d,
+                 (long long)shape[d]);
         s->shape[d] = shape[d];
-        s->numel *= (size_t)shape[d];
+        RT_CHECK(!__builtin_mul_overflow(s->numel, (size_t)shape[d], &s->numel),
+                 "%s: the product of its %d dims overflows size_t at dim %d (%lld)", name, ndim, d,
+                 (long long)shape[d]);
     }
     s->tp = tp;
     s->no_decay = no_decay;
@@ -48,18 +54,28 @@ int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape
     return p->n++;
 }
 
+/* Rounds n up to a multiple of 16 floats, false when that overflows. */
+static bool params_align16(size_t n, size_t *out) {
+    if (n > SIZE_MAX - 15) return false;
+    *out = (n + 15) & ~(size_t)15;
+    return true;
+}
+
 rt_status rt_params_alloc(rt_params *p) {
     rt_status st = RT_OK;
-    size_t off = 0;
+    size_t off = 0, end = 0, bytes = 0;
     for (int i = 0; i < p->n; i++) {
         /* 16-float alignment keeps every parameter on a 64-byte boundary for SIMD and copies */
-        off = (off + 15) & ~(size_t)15;
+        if (!params_align16(off, &off) || __builtin_add_overflow(off, p->specs[i].numel, &end))
+            RT_FAIL(RT_ERR_NOMEM, "parameters: the slab overflows size_t at %s (%zu floats)", p->specs[i].name,
+                    p->specs[i].numel);
         p->specs[i].offset = off;
-        off += p->specs[i].numel;
+        off = end;
     }
-    p->numel = (off + 15) & ~(size_t)15;
-    RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "parameters", (void **)&p->param));
-    RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "gradients", (void **)&p->grad));
+    if (!params_align16(off, &p->numel) || __builtin_mul_overflow(p->numel, sizeof(float), &bytes))
+        RT_FAIL(RT_ERR_NOMEM, "parameters: %zu floats overflow size_t in bytes", off);
+    RT_TRY(rt_backend_alloc(p->be, bytes, "parameters", (void **)&p->param));
+    RT_TRY(rt_backend_alloc(p->be, bytes, "gradients", (void **)&p->grad));
 fail:
     return st;
 }

@@ -60,10 +60,13 @@ typedef struct {
 
 void rt_params_init(rt_params *p, rt_backend *be);
 void rt_params_free(rt_params *p);
-/* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. */
+/* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. Every dim must
+ * be >= 1 and their product fit size_t, else it aborts naming the parameter: a model checks its
+ * config's sizes before it declares anything (models/hf_config.h). */
 int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
                   bool no_decay, rt_init_kind init, float init_std);
-/* Lays out and allocates parameters and gradients (zeroed). */
+/* Lays out and allocates parameters and gradients (zeroed); RT_ERR_NOMEM also when the slab's
+ * size overflows size_t. */
 rt_status rt_params_alloc(rt_params *p);
 /* Allocates the AdamW moments (zeroed) if not yet there. */
 rt_status rt_params_alloc_moments(rt_params *p);

@@ -88,6 +88,10 @@ expect_fail "label outside num_labels" "train.tsv:6" --arch "$TMP/bert.json" --t
     "${COMMON[@]}" --save-dir "$TMP/x"
 expect_fail "missing task files" "dev_matched.tsv" --arch "$TMP/bert.json" --tokenizer "$VOCAB" --dataset mnli \
     --data-dir "$TMP/mrpc" "${COMMON[@]}" --save-dir "$TMP/x"
+# a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
+sed 's/"hidden_size": 16/"hidden_size": 1000000000/' "$TMP/bert.json" > "$TMP/huge.json"
+expect_fail "hidden_size 1e9" "huge.json: field 'hidden_size' is 1000000000, more than the limit 65536" \
+    --arch "$TMP/huge.json" --tokenizer "$VOCAB" --data-dir "$TMP/mrpc" "${COMMON[@]}" --save-dir "$TMP/huge"
 
 echo "test_cli_bert: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -68,7 +68,7 @@ fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_stat
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
-    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c runtime/rt_status.c \
+    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/rt_status.c \
     -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_glm.c \
     tokenizers/tok_glm_en.c tokenizers/tok_t5.c tokenizers/tok_text.c tokenizers/tok_unicode.c tokenizers/tok_wordpiece.c \

@@ -1,14 +1,16 @@
 /* libFuzzer target for the JSON config path: ckpt_json_parse and its typed getters on every
- * key of the input, then the input as a config.json through the GPT-2, BERT/RoBERTa and T5
- * config loaders. Any byte string must give an error or a config that validates, never a
- * crash, a sanitizer report or a leak; a config that loads must also save and load again.
+ * key of the input (the ranged size getter too), then the input as a config.json through the
+ * GPT-2, BERT/RoBERTa, T5 and GLM config loaders. Any byte string must give an error or a
+ * config that validates, never a crash, a sanitizer report or a leak; an error is one line; a
+ * config that loads must hold every size within its limit (models/hf_config.h), with the
+ * products a model forms from them far from 64-bit overflow, and must also save and load again.
  * Not built by ctest. Build and run from the repository root:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc \
  *     tests/fuzz/fuzz_ckpt_json.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
- *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c runtime/rt_status.c \
- *     -lcjson -lm -o /tmp/fuzz_json
+ *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c \
+ *     runtime/rt_status.c -lcjson -lm -o /tmp/fuzz_json
  *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_ckpt_json
  *
  * gpt2.c and bert.c also hold the models; --gc-sections drops those functions (nothing here
@@ -23,7 +25,9 @@
 
 #include "checkpoints/ckpt_json.h"
 #include "models/bert.h"
+#include "models/glm.h"
 #include "models/gpt2.h"
+#include "models/hf_config.h"
 #include "models/t5.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -53,6 +57,11 @@ static void try_getters(const cJSON *obj) {
             (void)ckpt_json_get_float(obj, "fuzz.json", key, &f, req, 0.25);
             if (ckpt_json_get_string(obj, "fuzz.json", key, &s, req, "def") == RT_OK && !s) abort();
             (void)ckpt_json_get_bool(obj, "fuzz.json", key, &b, req, true);
+            /* a size: its default or within its range */
+            i = -7;
+            if (ckpt_json_get_int_range(obj, "fuzz.json", key, &i, req, 7, 1, MDL_MAX_WIDTH) == RT_OK &&
+                !(i == 7 || (i >= 1 && i <= MDL_MAX_WIDTH)))
+                abort();
         }
         (void)ckpt_json_type_name(it);
     }
@@ -62,6 +71,73 @@ static void try_getters(const cJSON *obj) {
     int i = 0;
     if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, false, 42) != RT_OK || i != 42) abort();
     if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, true, 42) == RT_OK) abort();
+}
+
+/* The size checks' promise: every size of a loaded config is within its limit, so the largest
+ * products a model forms (parameter counts, 3 C, num_heads x d_kv) fit with room to spare. */
+static void in_range(int v, int lo, int hi) {
+    if (v < lo || v > hi) abort();
+}
+
+static void check_gpt2(const gpt2_config *c) {
+    in_range(c->vocab_size, 1, MDL_MAX_VOCAB);
+    in_range(c->n_positions, 1, MDL_MAX_POSITIONS);
+    in_range(c->n_embd, 1, MDL_MAX_WIDTH);
+    in_range(c->n_layer, 1, MDL_MAX_LAYERS);
+    in_range(c->n_head, 1, MDL_MAX_HEADS);
+    in_range(c->n_inner, 0, MDL_MAX_FFN);
+    in_range(c->num_labels, 1, MDL_MAX_LABELS);
+    const uint64_t C = (uint64_t)c->n_embd, F = c->n_inner ? (uint64_t)c->n_inner : 4 * C;
+    if ((uint64_t)c->vocab_size * C + (uint64_t)c->n_layer * (4 * C + 2 * F) * C > ((uint64_t)1 << 41)) abort();
+}
+
+static void check_bert(const bert_config *c) {
+    in_range(c->vocab_size, 1, MDL_MAX_VOCAB);
+    in_range(c->hidden_size, 1, MDL_MAX_WIDTH);
+    in_range(c->num_hidden_layers, 1, MDL_MAX_LAYERS);
+    in_range(c->num_attention_heads, 1, MDL_MAX_HEADS);
+    in_range(c->intermediate_size, 1, MDL_MAX_FFN);
+    in_range(c->max_position_embeddings, 1, MDL_MAX_POSITIONS);
+    in_range(c->type_vocab_size, 1, MDL_MAX_VOCAB);
+    in_range(c->num_labels, 1, MDL_MAX_LABELS);
+    const uint64_t C = (uint64_t)c->hidden_size, F = (uint64_t)c->intermediate_size;
+    if ((uint64_t)c->vocab_size * C + (uint64_t)c->num_hidden_layers * (4 * C + 2 * F) * C > ((uint64_t)1 << 41))
+        abort();
+}
+
+static void check_t5(const t5_config *c) {
+    in_range(c->vocab_size, 1, MDL_MAX_VOCAB);
+    in_range(c->d_model, 1, MDL_MAX_WIDTH);
+    in_range(c->d_kv, 1, MDL_MAX_WIDTH);
+    in_range(c->d_ff, 1, MDL_MAX_FFN);
+    in_range(c->num_heads, 1, MDL_MAX_HEADS);
+    in_range(c->num_layers, 1, MDL_MAX_LAYERS);
+    in_range(c->num_decoder_layers, 1, MDL_MAX_LAYERS);
+    in_range(c->relative_attention_num_buckets, 1, MDL_MAX_POSITIONS);
+    in_range(c->relative_attention_max_distance, 1, MDL_MAX_POSITIONS);
+    if ((int64_t)c->num_heads * c->d_kv > MDL_MAX_FFN) abort();
+    const uint64_t C = (uint64_t)c->d_model, I = (uint64_t)c->num_heads * (uint64_t)c->d_kv, F = (uint64_t)c->d_ff;
+    const uint64_t L = (uint64_t)c->num_layers + (uint64_t)c->num_decoder_layers;
+    if ((uint64_t)c->vocab_size * C + L * (4 * I + 3 * F) * C > ((uint64_t)1 << 41)) abort();
+}
+
+static void check_glm(const glm_config *c) {
+    in_range(c->vocab_size, 1, MDL_MAX_VOCAB);
+    in_range(c->hidden_size, 1, MDL_MAX_WIDTH);
+    in_range(c->num_layers, 1, MDL_MAX_LAYERS);
+    in_range(c->num_attention_heads, 1, MDL_MAX_HEADS);
+    in_range(c->max_sequence_length, 1, MDL_MAX_POSITIONS);
+    const uint64_t C = (uint64_t)c->hidden_size;
+    if ((uint64_t)c->vocab_size * C + (uint64_t)c->num_layers * 12 * C * C > ((uint64_t)1 << 41)) abort();
+}
+
+/* A size refused says so in one line (the loaders' field names and numbers; other refusals may
+ * quote the input's own strings). */
+static void check_refusal(rt_status st) {
+    const char *msg = rt_error_message();
+    if (st != RT_OK && (strstr(msg, "more than the limit") || strstr(msg, "less than the minimum")) &&
+        strchr(msg, '\n'))
+        abort();
 }
 
 static void write_input(const uint8_t *data, size_t size) {
@@ -85,19 +161,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     write_input(data, size);
     gpt2_config g, g2;
-    if (gpt2_config_load(in_path, &g) == RT_OK) {
+    rt_status st = gpt2_config_load(in_path, &g);
+    check_refusal(st);
+    if (st == RT_OK) {
         if (gpt2_config_validate(&g, 1) != RT_OK) abort();
+        check_gpt2(&g);
         if (gpt2_config_save(&g, out_path) != RT_OK || gpt2_config_load(out_path, &g2) != RT_OK) abort();
     }
     bert_config b, b2;
-    if (bert_config_load(in_path, &b) == RT_OK) {
+    st = bert_config_load(in_path, &b);
+    check_refusal(st);
+    if (st == RT_OK) {
         if (bert_config_validate(&b, 1) != RT_OK) abort();
+        check_bert(&b);
         if (bert_config_save(&b, out_path) != RT_OK || bert_config_load(out_path, &b2) != RT_OK) abort();
     }
     t5_config t, t2;
-    if (t5_config_load(in_path, &t) == RT_OK) {
+    st = t5_config_load(in_path, &t);
+    check_refusal(st);
+    if (st == RT_OK) {
         if (t5_config_validate(&t, 1) != RT_OK) abort();
+        check_t5(&t);
         if (t5_config_save(&t, out_path) != RT_OK || t5_config_load(out_path, &t2) != RT_OK) abort();
+    }
+    glm_config l, l2;
+    st = glm_config_load(in_path, &l);
+    check_refusal(st);
+    if (st == RT_OK) {
+        if (glm_config_validate(&l, 1) != RT_OK) abort();
+        check_glm(&l);
+        if (glm_config_save(&l, out_path) != RT_OK || glm_config_load(out_path, &l2) != RT_OK) abort();
     }
     return 0;
 }
