@@ -426,10 +426,6 @@ rt_comm *bert_model_tp(bert_model *m) { return m->tp; }
 const bert_config *bert_model_config(const bert_model *m) { return &m->cfg; }
 int bert_model_padded_vocab(const bert_model *m) { return m->V_pad; }
 
-static uint64_t bert_stream(const mdl_pass *p, int site) {
-    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
-}
-
 /* Dropout sites: 0 the embeddings; per layer 1 + 3l attention probabilities, 2 + 3l the
  * attention output, 3 + 3l the FFN output; then the head's two. */
 static int bert_head_site(const bert_model *m, int k) { return 1 + 3 * m->cfg.num_hidden_layers + k; }
@@ -479,7 +475,7 @@ static rt_attn_desc bert_attn_desc(const bert_model *m, int B, int T, const mdl_
                           .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
                           .scale = 1.0f / sqrtf((float)m->HS), .causal = false, .key_mask = m->key_mask, .bias = NULL,
                           .dropout_p = pass->training ? m->cfg.attention_probs_dropout_prob : 0.0f,
-                          .seed = pass->seed, .stream = bert_stream(pass, 1 + 3 * l),
+                          .seed = pass->seed, .stream = mdl_dropout_stream(pass, 1 + 3 * l),
                           .head_offset = m->head_offset, .heads_total = m->cfg.num_attention_heads};
 }
 
@@ -519,14 +515,14 @@ static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pa
     rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
     ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
     RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
-    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
+    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
     ops->add(be->ctx, a.sum1, m->tmp, a.x, BT * C);
     ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
     /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
     mdl_col_linear_fwd(be, a.fch, a.ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
     ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
     RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
-    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
+    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
     ops->add(be->ctx, a.sum2, m->tmp, a.ln1, BT * C);
     /* the backward needs only sum2 and the statistics; a recompute's output lands in tmp */
     ops->layernorm_fwd(be->ctx, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
@@ -551,7 +547,7 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
     ops->embedding_fwd(be->ctx, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
     ops->embedding_fwd(be->ctx, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
     ops->layernorm_fwd(be->ctx, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
-    if (drop) ops->dropout_fwd(be->ctx, m->res, m->res, BT * C, ph, pass->seed, bert_stream(pass, 0));
+    if (drop) ops->dropout_fwd(be->ctx, m->res, m->res, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
     for (int l = 0; l < c->num_hidden_layers; l++) RT_TRY(bert_layer_fwd(m, l, B, T, pass, true));
 fail:
     return st;
@@ -585,7 +581,7 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
                            a.ln2_rstd, BT, C);
         const float *dbranch = m->dsum;
         if (drop) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 3 + 3 * l));
+            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
             dbranch = m->tmp;
         }
         mdl_row_linear_bwd(be, m->dfchg, G(p->out_w), G(p->out_b), dbranch, fchg, P(p->out_w), BT, Fl, C);
@@ -599,7 +595,7 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
                            a.ln1_rstd, BT, C);
         dbranch = m->dsum;
         if (drop) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, bert_stream(pass, 2 + 3 * l));
+            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
             dbranch = m->tmp;
         }
         mdl_row_linear_bwd(be, m->datty, G(p->ao_w), G(p->ao_b), dbranch, atty, P(p->ao_w), BT, Cl, C);
@@ -614,7 +610,7 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     /* embeddings: dres = dL/d(dropout(LN(emb))) */
     const float *dln_out = m->dres;
     if (drop) {
-        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, ph, pass->seed, bert_stream(pass, 0));
+        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
         dln_out = m->tmp;
     }
     ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
@@ -656,14 +652,14 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     ops->gather_rows(be->ctx, m->cls, enc, m->cls_idx, B, C);
     const float *x0 = m->cls;
     if (drop && c->roberta) {
-        ops->dropout_fwd(be->ctx, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 0)));
+        ops->dropout_fwd(be->ctx, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         x0 = m->cls_drop;
     }
     mdl_col_linear_fwd(be, m->hpre, x0, P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
     ops->act_fwd(be->ctx, RT_ACT_TANH, m->hact, m->hpre, (size_t)B * C);
     const float *x1 = m->hact;
     if (drop) {
-        ops->dropout_fwd(be->ctx, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 1)));
+        ops->dropout_fwd(be->ctx, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         x1 = m->hdrop;
     }
     mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
@@ -685,14 +681,14 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     mdl_row_linear_bwd(be, m->dh1, G(m->ho_w), G(m->ho_b), m->dlogits, x1, P(m->ho_w), (size_t)B, C, NL);
     const float *dact = m->dh1;
     if (drop) {
-        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 1)));
+        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         dact = m->dh2;
     }
     ops->act_bwd(be->ctx, RT_ACT_TANH, m->dh3, m->hpre, dact, (size_t)B * C);
     mdl_row_linear_bwd(be, m->dh1, G(m->hd_w), G(m->hd_b), m->dh3, x0, P(m->hd_w), (size_t)B, C, C);
     const float *dcls = m->dh1;
     if (drop && c->roberta) {
-        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, bert_stream(pass, bert_head_site(m, 0)));
+        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         dcls = m->dh2;
     }
     ops->zero(be->ctx, m->dres, BT * C * sizeof(float));

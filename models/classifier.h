@@ -11,20 +11,7 @@
 #include "runtime/rt_batch.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
-
-/* Randomness of one forward pass: dropout draws from (seed, step, micro-batch). */
-typedef struct {
-    uint64_t seed;
-    int64_t step;
-    int micro;
-    bool training; /* dropout on */
-    const rt_grads_hook *grads; /* backward reports finished gradients here (NULL: nobody asks) */
-} mdl_pass;
-
-/* Backward: every gradient from parameter `param`'s place in the slab up is final. */
-static inline void mdl_grads_ready(const mdl_pass *pass, const rt_params *p, int param) {
-    if (pass->grads && pass->grads->ready) pass->grads->ready(pass->grads->user, p->specs[param].offset);
-}
+#include "models/pass.h"
 
 typedef struct {
     void *model;

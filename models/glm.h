@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "models/classifier.h" /* mdl_pass */
+#include "models/pass.h"
 #include "models/gen_search.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"

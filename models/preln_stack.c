@@ -11,10 +11,6 @@
 #define P(idx) rt_params_data(s->params, (idx))
 #define G(idx) rt_params_grad(s->params, (idx))
 
-uint64_t mdl_dropout_stream(const mdl_pass *p, int site) {
-    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
-}
-
 static int preln_add(mdl_preln *s, const ckpt_map *map, const char *fmt, int l, int64_t d0, int64_t d1, bool no_decay,
                      rt_init_kind init, float std) {
     char name[RT_PARAM_NAME_MAX];

@@ -14,8 +14,10 @@
  * nothing. With activation checkpointing (checkpoint_layers K > 0) only the residual entering
  * each block is kept for every block; the other activations have K slots, and backward
  * recomputes each segment of K blocks from its inputs, with the same dropout bits, before
- * going back through it, so the gradients are the ones without checkpointing. Parameter names come from per-model formats with one %d (the layer), and each
- * parameter's tp rule from the model's checkpoint map (checkpoints/ckpt_map_tables.c). */
+ * going back through it, so the gradients are the ones without checkpointing. Dropout sites
+ * (models/pass.h): 0 the embeddings, 1 + 3l .. 3 + 3l block l's. Parameter names come from
+ * per-model formats with one %d (the layer), and each parameter's tp rule from the model's
+ * checkpoint map (checkpoints/ckpt_map_tables.c). */
 #ifndef MDL_PRELN_STACK_H
 #define MDL_PRELN_STACK_H
 
@@ -24,7 +26,7 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_map.h"
-#include "models/classifier.h" /* mdl_pass */
+#include "models/pass.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -114,8 +116,5 @@ void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k
 /* Block l's input-LayerNorm output for the last forward's n rows (recomputed from the block's
  * input when checkpointing has reused its slot). */
 const float *mdl_preln_ln1(mdl_preln *s, int l, size_t n);
-
-/* The dropout stream of a call site: 0 is the embeddings', blocks use 1 + 3l .. 3 + 3l. */
-uint64_t mdl_dropout_stream(const mdl_pass *p, int site);
 
 #endif

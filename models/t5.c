@@ -437,11 +437,6 @@ static int t5_block_site(const t5_model *m, const t5_stack *s, int b, t5_drop_ki
     return T5_SITE_BLOCKS + 8 * global + (int)kind;
 }
 
-static uint64_t t5_stream(const mdl_pass *p, int site) {
-    RT_CHECK(site >= 0 && site < 4096, "dropout site %d", site);
-    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
-}
-
 static float t5_drop_p(const t5_model *m, const mdl_pass *pass) {
     return pass->training ? m->cfg.dropout_rate : 0.0f;
 }
@@ -451,7 +446,7 @@ static void t5_drop(t5_model *m, const mdl_pass *pass, float *out, const float *
     const rt_backend_ops *ops = m->be->ops;
     float p = t5_drop_p(m, pass);
     if (p > 0)
-        ops->dropout_fwd(m->be->ctx, out, inp, n, p, pass->seed, t5_stream(pass, site));
+        ops->dropout_fwd(m->be->ctx, out, inp, n, p, pass->seed, mdl_dropout_stream(pass, site));
     else if (out != inp)
         ops->copy(m->be->ctx, out, inp, n * sizeof(float));
 }
@@ -461,7 +456,7 @@ static const float *t5_drop_bwd(t5_model *m, const mdl_pass *pass, float *scratc
                                 int site) {
     float p = t5_drop_p(m, pass);
     if (!(p > 0)) return dout;
-    m->be->ops->dropout_bwd(m->be->ctx, scratch, dout, n, p, pass->seed, t5_stream(pass, site));
+    m->be->ops->dropout_bwd(m->be->ctx, scratch, dout, n, p, pass->seed, mdl_dropout_stream(pass, site));
     return scratch;
 }
 
@@ -471,7 +466,7 @@ static void t5_drop_ff(t5_model *m, const mdl_pass *pass, float *x, size_t R, in
     float p = t5_drop_p(m, pass);
     if (p > 0)
         m->be->ops->dropout_cols(m->be->ctx, x, x, R, m->F_local, m->cfg.d_ff, m->ff_offset, p, pass->seed,
-                                 t5_stream(pass, site));
+                                 mdl_dropout_stream(pass, site));
 }
 
 /* ---- the blocks ---- */
@@ -500,7 +495,7 @@ static rt_attn_desc t5_attn_desc(const t5_model *m, const mdl_pass *pass, int B,
                           .ldk = (size_t)m->I_local, .ldv = (size_t)m->I_local, .ldo = (size_t)m->I_local,
                           .scale = 1.0f, /* T5 folds the scaling into its init */
                           .causal = causal, .key_mask = key_mask, .bias = bias, .dropout_p = t5_drop_p(m, pass),
-                          .seed = pass->seed, .stream = t5_stream(pass, site), .head_offset = m->head_offset,
+                          .seed = pass->seed, .stream = mdl_dropout_stream(pass, site), .head_offset = m->head_offset,
                           .heads_total = m->cfg.num_heads};
 }
 

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "models/classifier.h" /* mdl_pass */
+#include "models/pass.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
