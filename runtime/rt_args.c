@@ -1,7 +1,6 @@
 /* Option parsing for every program (see rt_args.h). Order of precedence: defaults, then the
  * --config JSON file, then the command line. */
 #include "runtime/rt_args.h"
-#include "runtime/rt_deepspeed.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -287,15 +286,18 @@ rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const c
             return RT_HELP_SHOWN;
         }
     }
-    /* a DeepSpeed JSON comes first: --config and the command line override it */
-    if (rt_args_find(spec, "deepspeed-config", 16)) {
+    /* a presets file comes first: --config and the command line override it */
+    if (spec->preset_option && spec->apply_preset) {
+        size_t len = strlen(spec->preset_option);
         for (int i = 1; i < argc; i++) {
             if (strcmp(argv[i], "--") == 0) break;
-            const char *ds = NULL;
-            if (strcmp(argv[i], "--deepspeed-config") == 0 && i + 1 < argc) ds = argv[i + 1];
-            if (strncmp(argv[i], "--deepspeed-config=", 19) == 0) ds = argv[i] + 19;
-            if (ds) {
-                rt_status st = rt_deepspeed_apply(spec, ds);
+            const char *file = NULL;
+            if (strncmp(argv[i], "--", 2) == 0 && strncmp(argv[i] + 2, spec->preset_option, len) == 0) {
+                if (argv[i][2 + len] == '\0' && i + 1 < argc) file = argv[i + 1];
+                if (argv[i][2 + len] == '=') file = argv[i] + 3 + len;
+            }
+            if (file) {
+                rt_status st = spec->apply_preset(spec, file);
                 if (st != RT_OK) return st;
             }
         }

@@ -32,7 +32,7 @@ typedef struct {
     double min, max;     /* numeric range, checked when min < max */
 } rt_opt;
 
-typedef struct {
+typedef struct rt_args_spec {
     const char *prog;       /* program name for messages */
     const char *positional; /* e.g. "train.src train.tgt"; NULL = none accepted */
     int min_positional, max_positional;
@@ -40,6 +40,11 @@ typedef struct {
     const char *epilog;     /* examples printed after the options; may be NULL */
     const rt_opt *opts;
     int n_opts;
+    /* An option whose value names a file of presets in another tool's format (a DeepSpeed JSON),
+     * read by apply_preset before --config and the command line, which override it; it sets
+     * options with rt_args_set_from(..., RT_ARG_PRESET). NULL: none. */
+    const char *preset_option;
+    rt_status (*apply_preset)(const struct rt_args_spec *spec, const char *path);
 } rt_args_spec;
 
 /* Parses argv. Positional arguments are returned through pos (pointers into argv; the caller
@@ -50,7 +55,7 @@ rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const c
 
 /* Where an option's value came from, for options whose meaning depends on it (a DeepSpeed
  * micro-batch is per rank; tunezoo's --batch-size is global). */
-typedef enum { RT_ARG_DEFAULT = 0, RT_ARG_DEEPSPEED, RT_ARG_CONFIG, RT_ARG_COMMAND_LINE } rt_arg_source;
+typedef enum { RT_ARG_DEFAULT = 0, RT_ARG_PRESET, RT_ARG_CONFIG, RT_ARG_COMMAND_LINE } rt_arg_source;
 rt_arg_source rt_args_source_of(const rt_args_spec *spec, const char *name);
 /* Sets option `name` from text as a config file would (RT_ERR_CONFIG naming `where` on a bad
  * value); RT_ERR_UNSUPPORTED when the program has no such option. */

@@ -11,7 +11,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "data/data_pvp.h"
 #include "data/data_superglue.h"
-#include "runtime/rt_superglue_metrics.h"
+#include "metrics/metric_superglue.h"
 #include "tests/testutil.h"
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
@@ -295,9 +295,9 @@ static void test_metrics(void) {
         pred[i] = (i * 13) % 5 != 0 ? lab[i] : (lab[i] + 1 + i % 2) % 3;
         if (i % 11 == 4) pred[i] = 2;
     }
-    rt_sg_metric m[RT_SG_MAX_METRICS];
+    metric_sg_score m[METRIC_SG_MAX_SCORES];
     int nm = 0;
-    TZ_EXPECT_OK(rt_superglue_metrics("cb", pred, lab, NULL, 60, m, &nm));
+    TZ_EXPECT_OK(metric_superglue("cb", pred, lab, NULL, 60, m, &nm));
     TZ_EXPECT(nm == 2 && strcmp(m[0].name, "accuracy") == 0 && strcmp(m[1].name, "f1-macro") == 0, "cb names");
     TZ_EXPECT(fabs(m[0].value - 0.75) < 1e-12, "cb acc %.17g", m[0].value);
     TZ_EXPECT(fabs(m[1].value - 0.75008630700185164) < 1e-12, "cb macro f1 %.17g", m[1].value);
@@ -308,7 +308,7 @@ static void test_metrics(void) {
         pred[i] = i % 4 != 0 ? lab[i] : 1 - lab[i];
         if (i % 9 == 2) pred[i] = 1;
     }
-    double f = rt_metric_macro_f1(pred, lab, 45, 3);
+    double f = metric_macro_f1(pred, lab, 45, 3);
     TZ_EXPECT(fabs(f - 0.70168281489036211) < 1e-12, "two-class macro f1 %.17g", f);
 
     for (int i = 0; i < 64; i++) {
@@ -316,7 +316,7 @@ static void test_metrics(void) {
         lab[i] = (i * 3 + i / 7) % 2;
         pred[i] = (i % 6 != 1 && i % 10 != 3) ? lab[i] : 1 - lab[i];
     }
-    TZ_EXPECT_OK(rt_superglue_metrics("multirc", pred, lab, q, 64, m, &nm));
+    TZ_EXPECT_OK(metric_superglue("multirc", pred, lab, q, 64, m, &nm));
     TZ_EXPECT(nm == 3 && strcmp(m[0].name, "f1a") == 0 && strcmp(m[1].name, "em") == 0, "multirc names");
     TZ_EXPECT(fabs(m[0].value - 0.7142857142857143) < 1e-12, "f1a %.17g", m[0].value);
     TZ_EXPECT(fabs(m[1].value - 0.15384615384615385) < 1e-12, "em %.17g (2 of 13 questions)", m[1].value);
@@ -324,9 +324,9 @@ static void test_metrics(void) {
 
     /* unlabelled rows (-1) are skipped */
     int32_t l2[4] = {1, -1, 0, -1}, p2[4] = {1, 0, 1, 1};
-    TZ_EXPECT_OK(rt_superglue_metrics("rte", p2, l2, NULL, 4, m, &nm));
+    TZ_EXPECT_OK(metric_superglue("rte", p2, l2, NULL, 4, m, &nm));
     TZ_EXPECT(nm == 1 && m[0].value == 0.5, "rte acc %.17g", m[0].value);
-    TZ_EXPECT(rt_superglue_metrics("mnli", p2, l2, NULL, 4, m, &nm) == RT_ERR_CONFIG, "unknown task");
+    TZ_EXPECT(metric_superglue("mnli", p2, l2, NULL, 4, m, &nm) == RT_ERR_CONFIG, "unknown task");
 }
 
 /* ---- patterns ---- */

@@ -1,4 +1,4 @@
-/* runtime/rt_metrics against scikit-learn (accuracy, F1, MCC) and scipy (Pearson, Spearman
+/* metrics/metric_glue against scikit-learn (accuracy, F1, MCC) and scipy (Pearson, Spearman
  * with average ranks for ties) on the fixed inputs of scripts/golden/gen_metrics_golden.py,
  * committed as tests/golden/metrics/metrics.txt: seeded random cases, ties, unlabelled rows
  * (-100 labels, NaN targets) and degenerate ones (0 from sklearn, NaN from scipy). */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_metrics.h"
+#include "metrics/metric_glue.h"
 #include "tests/testutil.h"
 
 #define MAX_N 1024
@@ -44,10 +44,10 @@ static void check_metric(golden_case *c, const char *metric, double want) {
             t[i] = (float)c->ref[i];
         }
         if (strcmp(metric, "pearson") == 0) {
-            check_value(c, metric, rt_metric_pearson(p, t, n), want);
+            check_value(c, metric, metric_pearson(p, t, n), want);
         } else if (strcmp(metric, "spearman") == 0) {
             double s = 0;
-            TZ_EXPECT_OK(rt_metric_spearman(p, t, n, &s));
+            TZ_EXPECT_OK(metric_spearman(p, t, n, &s));
             check_value(c, metric, s, want);
         } else {
             TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
@@ -61,9 +61,9 @@ static void check_metric(golden_case *c, const char *metric, double want) {
         p[i] = (int32_t)c->pred[i];
         l[i] = (int32_t)c->ref[i];
     }
-    if (strcmp(metric, "accuracy") == 0) check_value(c, metric, rt_metric_accuracy(p, l, n), want);
-    else if (strcmp(metric, "f1") == 0) check_value(c, metric, rt_metric_f1_binary(p, l, n), want);
-    else if (strcmp(metric, "mcc") == 0) check_value(c, metric, rt_metric_mcc_binary(p, l, n), want);
+    if (strcmp(metric, "accuracy") == 0) check_value(c, metric, metric_accuracy(p, l, n), want);
+    else if (strcmp(metric, "f1") == 0) check_value(c, metric, metric_f1_binary(p, l, n), want);
+    else if (strcmp(metric, "mcc") == 0) check_value(c, metric, metric_mcc_binary(p, l, n), want);
     else TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
     free(p);
     free(l);
@@ -107,26 +107,36 @@ static void test_golden(void) {
 static void test_small(void) {
     const float p[] = {1, 2, 2, 3, 100}, t[] = {10, 20, 20, 30, NAN};
     double s = 0;
-    TZ_EXPECT_OK(rt_metric_spearman(p, t, 5, &s));
+    TZ_EXPECT_OK(metric_spearman(p, t, 5, &s));
     TZ_EXPECT(fabs(s - 1) < 1e-15, "identical ties: spearman %.17g", s);
-    TZ_EXPECT(fabs(rt_metric_pearson(p, t, 5) - 1) < 1e-12, "NaN target row skipped: pearson %.17g",
-              rt_metric_pearson(p, t, 5));
-    TZ_EXPECT(isnan(rt_metric_pearson(p, t, 1)), "one row: NaN");
-    TZ_EXPECT_OK(rt_metric_spearman(p, t, 0, &s));
+    TZ_EXPECT(fabs(metric_pearson(p, t, 5) - 1) < 1e-12, "NaN target row skipped: pearson %.17g",
+              metric_pearson(p, t, 5));
+    TZ_EXPECT(isnan(metric_pearson(p, t, 1)), "one row: NaN");
+    TZ_EXPECT_OK(metric_spearman(p, t, 0, &s));
     TZ_EXPECT(isnan(s), "no rows: NaN");
     const float pn[] = {1, NAN, 3}, tn[] = {1, 2, 3};
-    TZ_EXPECT(isnan(rt_metric_pearson(pn, tn, 3)), "NaN prediction: NaN");
-    TZ_EXPECT_OK(rt_metric_spearman(pn, tn, 3, &s));
+    TZ_EXPECT(isnan(metric_pearson(pn, tn, 3)), "NaN prediction: NaN");
+    TZ_EXPECT_OK(metric_spearman(pn, tn, 3, &s));
     TZ_EXPECT(isnan(s), "NaN prediction: spearman NaN");
     /* A constant that is not exactly representable as a mean of itself. */
     const float pc[] = {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f}, tc[] = {1, 2, 3, 4, 5, 6, 7};
-    TZ_EXPECT(isnan(rt_metric_pearson(pc, tc, 7)), "constant 0.1: NaN");
+    TZ_EXPECT(isnan(metric_pearson(pc, tc, 7)), "constant 0.1: NaN");
     const int32_t pred[] = {0, 1, 2, 2, 1}, label[] = {0, 1, 1, 2, -100};
-    TZ_EXPECT(fabs(rt_metric_accuracy(pred, label, 5) - 0.75) < 1e-15, "3-class accuracy skipping -100");
+    TZ_EXPECT(fabs(metric_accuracy(pred, label, 5) - 0.75) < 1e-15, "3-class accuracy skipping -100");
+}
+
+/* A binary case worked by hand: tp 3, fp 1, fn 1, tn 1 over the 6 labelled rows. */
+static void test_hand_binary(void) {
+    int32_t pred[] = {1, 1, 0, 0, 1, 0, 1};
+    int32_t gold[] = {1, 0, 0, 1, 1, -100, 1};
+    TZ_EXPECT(fabs(metric_accuracy(pred, gold, 7) - 4.0 / 6) < 1e-12, "accuracy");
+    TZ_EXPECT(fabs(metric_f1_binary(pred, gold, 7) - 6.0 / 8) < 1e-12, "f1");
+    TZ_EXPECT(fabs(metric_mcc_binary(pred, gold, 7) - (3.0 - 1.0) / sqrt(4.0 * 4 * 2 * 2)) < 1e-12, "mcc");
 }
 
 int main(void) {
     test_golden();
     test_small();
+    test_hand_binary();
     return tz_test_result("test_metrics");
 }

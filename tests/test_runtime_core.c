@@ -1,13 +1,11 @@
 /* The small runtime pieces every program leans on: option parsing (both spellings, --config
  * with the command line winning, errors that name the closest option), the LR schedules
- * against HF's formulas, the Philox generator against its published known answers, and the
- * GLUE metrics against hand-computed values. */
+ * against HF's formulas, and the Philox generator against its published known answers. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/rt_args.h"
-#include "runtime/rt_metrics.h"
 #include "runtime/rt_rng.h"
 #include "runtime/rt_sched.h"
 #include "tests/testutil.h"
@@ -84,57 +82,39 @@ static void test_args(void) {
     free(json);
 }
 
-/* --deepspeed-config: the fields with a meaning here set options; --config and the command
- * line win; the micro-batch is marked as coming from DeepSpeed (it is per rank). */
-static void test_deepspeed(void) {
-    static int64_t bs, accum, zero;
-    static double clip, lr, wd, b1, b2, eps, warmup;
-    static const char *sched, *dsfile;
-    static bool offload;
-    static const rt_opt ds_opts[] = {
+/* A spec's presets file: read before --config and the command line (which win), in both the
+ * "--opt FILE" and "--opt=FILE" forms, and what it sets is marked RT_ARG_PRESET. */
+static const char *g_preset_seen;
+static rt_status fake_preset(const rt_args_spec *spec, const char *path) {
+    g_preset_seen = path;
+    rt_status st = rt_args_set_from(spec, "batch-size", "4", path, RT_ARG_PRESET);
+    if (st == RT_OK) st = rt_args_set_from(spec, "lr", "2e-5", path, RT_ARG_PRESET);
+    return st;
+}
+
+static void test_preset_hook(void) {
+    static int64_t bs;
+    static double lr;
+    static const char *file;
+    static const rt_opt opts[] = {
         {"batch-size", RT_OPT_INT, &bs, "16", NULL, "", NULL, 1, 1e6},
-        {"grad-accum", RT_OPT_INT, &accum, "1", NULL, "", NULL, 1, 1e6},
-        {"zero", RT_OPT_INT, &zero, "0", NULL, "", NULL, 0, 2},
-        {"clip", RT_OPT_FLOAT, &clip, "1", NULL, "", NULL, 0, 0},
         {"lr", RT_OPT_FLOAT, &lr, "1e-4", NULL, "", NULL, 0, 0},
-        {"weight-decay", RT_OPT_FLOAT, &wd, "0", NULL, "", NULL, 0, 0},
-        {"adam-beta1", RT_OPT_FLOAT, &b1, "0.9", NULL, "", NULL, 0, 0},
-        {"adam-beta2", RT_OPT_FLOAT, &b2, "0.999", NULL, "", NULL, 0, 0},
-        {"adam-eps", RT_OPT_FLOAT, &eps, "1e-8", NULL, "", NULL, 0, 0},
-        {"warmup", RT_OPT_FLOAT, &warmup, "0", NULL, "", NULL, 0, 0},
-        {"schedule", RT_OPT_CHOICE, &sched, "linear", NULL, "", "constant|linear|cosine", 0, 0},
-        {"offload-optimizer", RT_OPT_FLAG, &offload, "false", NULL, "", NULL, 0, 0},
-        {"deepspeed-config", RT_OPT_STRING, &dsfile, NULL, NULL, "", NULL, 0, 0},
+        {"presets", RT_OPT_STRING, &file, NULL, NULL, "", NULL, 0, 0},
     };
-    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 13};
-    const char *dir = tz_tmpdir();
-    char ds[256];
-    snprintf(ds, sizeof ds, "%s/ds.json", dir);
-    FILE *f = fopen(ds, "w");
-    fputs("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 8, \"gradient_clipping\": 0.5,"
-          " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}, \"overlap_comm\": true},"
-          " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5, \"betas\": [0.8, 0.95], \"eps\": 1e-6,"
-          " \"weight_decay\": 0.1}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 50}},"
-          " \"fp16\": {\"enabled\": true, \"loss_scale\": 0}, \"steps_per_print\": 10}",
-          f);
-    fclose(f);
+    static const rt_args_spec spec = {
+        .prog = "t", .opts = opts, .n_opts = 3, .preset_option = "presets", .apply_preset = fake_preset};
     const char *pos[1];
     int n = 0;
-    char *argv[] = {"t", "--deepspeed-config", ds, "--lr", "3e-5", NULL};
-    TZ_EXPECT_OK(rt_args_parse(&ds_spec, 5, argv, pos, &n));
-    TZ_EXPECT(bs == 4 && accum == 8 && clip == 0.5 && zero == 2 && offload, "batch/accum/clip/zero/offload");
-    TZ_EXPECT(b1 == 0.8 && b2 == 0.95 && eps == 1e-6 && wd == 0.1, "optimizer params");
-    TZ_EXPECT(warmup == 50 && strcmp(sched, "cosine") == 0, "scheduler");
-    TZ_EXPECT(lr == 3e-5, "the command line overrides the DeepSpeed lr (%g)", lr);
-    TZ_EXPECT(rt_args_source_of(&ds_spec, "batch-size") == RT_ARG_DEEPSPEED, "micro batch marked as per-rank");
-    TZ_EXPECT(rt_args_source_of(&ds_spec, "lr") == RT_ARG_COMMAND_LINE, "lr from the command line");
-    f = fopen(ds, "w");
-    fputs("{\"gradient_clipping\": \"lots\"}", f);
-    fclose(f);
-    char *argv2[] = {"t", "--deepspeed-config", ds, NULL};
-    rt_status st = rt_args_parse(&ds_spec, 3, argv2, pos, &n);
-    TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "gradient_clipping"), "bad value names the field: %s",
-              rt_error_message());
+    char *argv[] = {"t", "--presets", "p.json", "--lr", "3e-5", NULL};
+    TZ_EXPECT_OK(rt_args_parse(&spec, 5, argv, pos, &n));
+    TZ_EXPECT(g_preset_seen && strcmp(g_preset_seen, "p.json") == 0 && bs == 4 && lr == 3e-5, "bs %lld lr %g",
+              (long long)bs, lr);
+    TZ_EXPECT(rt_args_source_of(&spec, "batch-size") == RT_ARG_PRESET, "batch size marked as a preset");
+    TZ_EXPECT(rt_args_source_of(&spec, "lr") == RT_ARG_COMMAND_LINE, "lr from the command line");
+    g_preset_seen = NULL;
+    char *argv2[] = {"t", "--presets=q.json", NULL};
+    TZ_EXPECT_OK(rt_args_parse(&spec, 2, argv2, pos, &n));
+    TZ_EXPECT(g_preset_seen && strcmp(g_preset_seen, "q.json") == 0 && lr == 2e-5, "--presets=FILE: lr %g", lr);
 }
 
 /* HF get_{constant,linear,cosine}_schedule_with_warmup, evaluated by hand. */
@@ -171,20 +151,10 @@ static void test_philox(void) {
     TZ_EXPECT(fabs(sum / 1e5) < 0.02 && fabs(sq / 1e5 - 1) < 0.02, "normal mean %g var %g", sum / 1e5, sq / 1e5);
 }
 
-static void test_metrics(void) {
-    int32_t pred[] = {1, 1, 0, 0, 1, 0, 1};
-    int32_t gold[] = {1, 0, 0, 1, 1, -100, 1};
-    /* tp 3, fp 1, fn 1, tn 1 over 6 labelled rows */
-    TZ_EXPECT(fabs(rt_metric_accuracy(pred, gold, 7) - 4.0 / 6) < 1e-12, "accuracy");
-    TZ_EXPECT(fabs(rt_metric_f1_binary(pred, gold, 7) - 6.0 / 8) < 1e-12, "f1");
-    TZ_EXPECT(fabs(rt_metric_mcc_binary(pred, gold, 7) - (3.0 - 1.0) / sqrt(4.0 * 4 * 2 * 2)) < 1e-12, "mcc");
-}
-
 int main(void) {
     test_args();
-    test_deepspeed();
+    test_preset_hook();
     test_sched();
     test_philox();
-    test_metrics();
     return tz_test_result("test_runtime_core");
 }

@@ -19,9 +19,9 @@
 
 #include "checkpoints/ckpt_json.h"
 #include "data/data_seq2seq.h"
-#include "runtime/rt_bleu.h"
-#include "runtime/rt_porter.h"
-#include "runtime/rt_rouge.h"
+#include "metrics/metric_bleu.h"
+#include "metrics/metric_porter.h"
+#include "metrics/metric_rouge.h"
 #include "runtime/rt_utf8.h"
 #include "tests/testutil.h"
 
@@ -52,7 +52,7 @@ static const char **json_strings(const cJSON *arr, size_t *n) {
     return v;
 }
 
-static void check_bleu(const char *name, const rt_bleu_result *got, const cJSON *want) {
+static void check_bleu(const char *name, const metric_bleu_result *got, const cJSON *want) {
     /* The same integer statistics and the same double operations as Python: agreement is to
      * rounding at most; the score is checked to the 1e-6 the issue asks, and more below. */
     expect_close("score", name, got->score, json_num(want, "score"), 1e-6, 0);
@@ -60,7 +60,7 @@ static void check_bleu(const char *name, const rt_bleu_result *got, const cJSON 
     expect_close("bp", name, got->bp, json_num(want, "bp"), 0, 1e-12);
     const cJSON *prec = json_item(want, "precisions"), *counts = json_item(want, "counts"),
                 *totals = json_item(want, "totals");
-    for (int k = 0; k < RT_BLEU_MAX_ORDER; k++) {
+    for (int k = 0; k < METRIC_BLEU_MAX_ORDER; k++) {
         char what[32];
         snprintf(what, sizeof what, "precision %d", k + 1);
         expect_close(what, name, got->precisions[k], cJSON_GetArrayItem(prec, k)->valuedouble, 0, 1e-9);
@@ -75,10 +75,10 @@ static void check_bleu(const char *name, const rt_bleu_result *got, const cJSON 
               (long long)got->ref_len, json_num(want, "ref_len"));
 }
 
-static void check_rouge_scores(const char *name, const rt_rouge_scores *got, const double want[9]) {
+static void check_rouge_scores(const char *name, const metric_rouge_scores *got, const double want[9]) {
     static const char *const what[9] = {"rouge1 P", "rouge1 R", "rouge1 F", "rouge2 P", "rouge2 R",
                                         "rouge2 F", "rougeL P", "rougeL R", "rougeL F"};
-    const rt_rouge_score *s[3] = {&got->rouge1, &got->rouge2, &got->rougeL};
+    const metric_rouge_score *s[3] = {&got->rouge1, &got->rouge2, &got->rougeL};
     for (int t = 0; t < 3; t++) {
         expect_close(what[3 * t], name, s[t]->precision, want[3 * t], 1e-9, 0);
         expect_close(what[3 * t + 1], name, s[t]->recall, want[3 * t + 1], 1e-9, 0);
@@ -97,7 +97,7 @@ static void test_tok13a(const cJSON *hard) {
     cJSON_ArrayForEach(c, json_item(hard, "tok13a")) {
         const char *in = cJSON_GetArrayItem(c, 0)->valuestring, *want = cJSON_GetArrayItem(c, 1)->valuestring;
         char *got = NULL;
-        TZ_EXPECT_OK(rt_bleu_tokenize_13a(in, &got));
+        TZ_EXPECT_OK(metric_bleu_tokenize_13a(in, &got));
         TZ_EXPECT(got && strcmp(got, want) == 0, "13a of '%s': got '%s', sacrebleu '%s'", in, got ? got : "(null)",
                   want);
         free(got);
@@ -114,7 +114,7 @@ static void test_rouge_tok(const cJSON *hard) {
         for (int stem = 0; stem < 2; stem++) {
             const char *want = cJSON_GetArrayItem(c, 1 + stem)->valuestring;
             char *got = NULL;
-            TZ_EXPECT_OK(rt_rouge_tokenize(in, stem, &got));
+            TZ_EXPECT_OK(metric_rouge_tokenize(in, stem, &got));
             TZ_EXPECT(got && strcmp(got, want) == 0, "rouge tokens (stem %d) of '%s': got '%s', rouge_score '%s'", stem,
                       in, got ? got : "(null)", want);
             free(got);
@@ -139,8 +139,8 @@ static void test_bleu_hard(const cJSON *hard) {
             memcpy(refs + r * n, stream, (m < n ? m : n) * sizeof *refs);
             free(stream);
         }
-        rt_bleu_result got;
-        TZ_EXPECT_OK(rt_bleu_corpus_multi(hyps, refs, n_refs, n, &got));
+        metric_bleu_result got;
+        TZ_EXPECT_OK(metric_bleu_corpus_multi(hyps, refs, n_refs, n, &got));
         check_bleu(name, &got, c);
         free(hyps);
         free(refs);
@@ -159,16 +159,16 @@ static void test_rouge_hard(const cJSON *hard) {
         const char **targets = json_strings(json_item(c, "targets"), &n);
         const char **preds = json_strings(json_item(c, "predictions"), &m);
         TZ_EXPECT(n == m && n == (size_t)cJSON_GetArraySize(json_item(c, "pairs")), "%s: sizes", name);
-        rt_rouge_scores *per = rt_xcalloc(n, sizeof *per), mean;
-        TZ_EXPECT_OK(rt_rouge_corpus(preds, targets, n, stem, per, &mean));
+        metric_rouge_scores *per = rt_xcalloc(n, sizeof *per), mean;
+        TZ_EXPECT_OK(metric_rouge_corpus(preds, targets, n, stem, per, &mean));
         for (size_t i = 0; i < n; i++) {
             double want[9];
             char what[96];
             json_doubles(cJSON_GetArrayItem(json_item(c, "pairs"), (int)i), want, 9);
             snprintf(what, sizeof what, "%s pair %zu", name, i);
             check_rouge_scores(what, &per[i], want);
-            rt_rouge_scores one;
-            TZ_EXPECT_OK(rt_rouge_pair(preds[i], targets[i], stem, &one));
+            metric_rouge_scores one;
+            TZ_EXPECT_OK(metric_rouge_pair(preds[i], targets[i], stem, &one));
             check_rouge_scores(what, &one, want);
         }
         double want_mean[9];
@@ -227,7 +227,7 @@ static unsigned long crc_13a(const data_lines *l) {
         char *s = rt_xmalloc(keep + 1), *tok = NULL;
         memcpy(s, l->line[i], keep);
         s[keep] = '\0';
-        TZ_EXPECT_OK(rt_bleu_tokenize_13a(s, &tok));
+        TZ_EXPECT_OK(metric_bleu_tokenize_13a(s, &tok));
         if (i) crc = crc32(crc, (const Bytef *)"\n", 1);
         if (tok) crc = crc32(crc, (const Bytef *)tok, (uInt)strlen(tok));
         free(s);
@@ -252,14 +252,14 @@ static void test_bleu_real(const cJSON *real) {
     TZ_EXPECT(crc_13a(&de) == (unsigned long)json_num(crcs, "multi30k-en-de/val.de"), "13a CRC of val.de differs");
     TZ_EXPECT(crc_13a(&en) == (unsigned long)json_num(crcs, "multi30k-en-de/val.en"), "13a CRC of val.en differs");
 
-    rt_bleu_result got;
+    metric_bleu_result got;
     const char *const *de_l = (const char *const *)de.line, *const *en_l = (const char *const *)en.line;
-    TZ_EXPECT_OK(rt_bleu_corpus(en_l, de_l, n, &got));
+    TZ_EXPECT_OK(metric_bleu_corpus(en_l, de_l, n, &got));
     check_bleu("val.en vs val.de", &got, json_item(g, "val_en_vs_de"));
 
     char **corrupt = rt_xcalloc(n, sizeof *corrupt);
     for (size_t i = 0; i < n; i++) corrupt[i] = corrupt_line(i, de.line[i]);
-    TZ_EXPECT_OK(rt_bleu_corpus((const char *const *)corrupt, de_l, n, &got));
+    TZ_EXPECT_OK(metric_bleu_corpus((const char *const *)corrupt, de_l, n, &got));
     check_bleu("corrupted val.de vs val.de", &got, json_item(g, "corrupt_de_vs_de"));
 
     /* Two streams: val.de, and val.en with every 7th line (i % 7 == 3) absent. */
@@ -268,17 +268,17 @@ static void test_bleu_real(const cJSON *real) {
         refs[i] = de.line[i];
         refs[n + i] = i % 7 == 3 ? NULL : en.line[i];
     }
-    TZ_EXPECT_OK(rt_bleu_corpus_multi((const char *const *)corrupt, refs, 2, n, &got));
+    TZ_EXPECT_OK(metric_bleu_corpus_multi((const char *const *)corrupt, refs, 2, n, &got));
     check_bleu("corrupted val.de vs val.de + val.en with holes", &got, json_item(g, "corrupt_de_vs_de_en_holes"));
 
     /* Statistics added segment by segment (as ranks would) give the same score. */
-    rt_bleu_stats stats = {0};
+    metric_bleu_stats stats = {0};
     for (size_t i = 0; i < n; i++) {
         const char *seg[2] = {refs[i], refs[n + i]};
-        TZ_EXPECT_OK(rt_bleu_add_segment(&stats, corrupt[i], seg, 2));
+        TZ_EXPECT_OK(metric_bleu_add_segment(&stats, corrupt[i], seg, 2));
     }
-    rt_bleu_result again;
-    rt_bleu_score(&stats, &again);
+    metric_bleu_result again;
+    metric_bleu_score(&stats, &again);
     TZ_EXPECT(again.score == got.score, "stats path %.17g vs corpus %.17g", again.score, got.score);
 
     for (size_t i = 0; i < n; i++) free(corrupt[i]);
@@ -310,21 +310,22 @@ static void test_rouge_real(const cJSON *real) {
     TZ_EXPECT(n == (size_t)json_num(g, "n_lines"), "dev lines %zu", n);
     char **pred = rt_xcalloc(n, sizeof *pred);
     for (size_t i = 0; i < n; i++) pred[i] = first_sentence(src.line[i]);
-    rt_rouge_scores *per = rt_xcalloc(n, sizeof *per);
+    metric_rouge_scores *per = rt_xcalloc(n, sizeof *per);
     for (int stem = 0; stem < 2; stem++) {
         const char *key = stem ? "stem" : "nostem";
         char ckey[32], mkey[32];
         snprintf(ckey, sizeof ckey, "counts_%s", key);
         snprintf(mkey, sizeof mkey, "mean_%s", key);
         const cJSON *counts = json_item(g, ckey);
-        rt_rouge_scores mean;
-        TZ_EXPECT_OK(rt_rouge_corpus((const char *const *)pred, (const char *const *)tgt.line, n, stem, per, &mean));
+        metric_rouge_scores mean;
+        TZ_EXPECT_OK(
+            metric_rouge_corpus((const char *const *)pred, (const char *const *)tgt.line, n, stem, per, &mean));
         int bad_counts = 0;
         for (size_t i = 0; i < n; i++) {
             double w[5];
             json_doubles(cJSON_GetArrayItem(counts, (int)i), w, 5);
-            rt_rouge_counts c;
-            TZ_EXPECT_OK(rt_rouge_pair_counts(pred[i], tgt.line[i], stem, &c));
+            metric_rouge_counts c;
+            TZ_EXPECT_OK(metric_rouge_pair_counts(pred[i], tgt.line[i], stem, &c));
             int64_t want[5] = {(int64_t)w[0], (int64_t)w[1], (int64_t)w[2], (int64_t)w[3], (int64_t)w[4]};
             int64_t have[5] = {c.target_len, c.prediction_len, c.overlap1, c.overlap2, c.lcs};
             if (memcmp(want, have, sizeof want) != 0 && bad_counts++ < 5)
@@ -372,7 +373,7 @@ static void test_porter_list(void) {
         *tab = *nl = '\0';
         size_t len = strlen(line);
         char *out = rt_xmalloc(len + 1);
-        rt_porter_stem(line, len, out);
+        metric_porter_stem(line, len, out);
         if (strcmp(out, tab + 1) != 0 && bad++ < 10) fprintf(stderr, "stem(%s): got %s, nltk %s\n", line, out, tab + 1);
         free(out);
         n++;
@@ -397,7 +398,7 @@ static void test_porter_dev_source(const cJSON *real) {
     char **words = rt_xmalloc(cap * sizeof *words);
     for (size_t i = 0; i < src.n; i++) {
         char *toks = NULL;
-        TZ_EXPECT_OK(rt_rouge_tokenize(src.line[i], false, &toks));
+        TZ_EXPECT_OK(metric_rouge_tokenize(src.line[i], false, &toks));
         for (char *save = NULL, *t = toks ? strtok_r(toks, " ", &save) : NULL; t; t = strtok_r(NULL, " ", &save)) {
             if (n == cap) words = rt_xrealloc(words, (cap *= 2) * sizeof *words);
             words[n++] = rt_xstrdup(t);
@@ -411,7 +412,7 @@ static void test_porter_dev_source(const cJSON *real) {
         if (i > 0 && strcmp(words[i], words[i - 1]) == 0) continue;
         size_t len = strlen(words[i]);
         char *stem = rt_xmalloc(len + 1), *row = rt_xmalloc(2 * len + 3);
-        rt_porter_stem(words[i], len, stem);
+        metric_porter_stem(words[i], len, stem);
         int k = snprintf(row, 2 * len + 3, "%s %s\n", words[i], stem);
         crc = crc32(crc, (const Bytef *)row, (uInt)k);
         free(stem);
@@ -440,34 +441,34 @@ static void test_invalid_input(void) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *out = (char *)1;
         TZ_EXPECT(!rt_utf8_valid(bad[i], strlen(bad[i]), NULL), "bad UTF-8 case %zu accepted", i);
-        expect_status(rt_bleu_tokenize_13a(bad[i], &out), RT_ERR_FORMAT, "invalid UTF-8", "13a of invalid UTF-8");
+        expect_status(metric_bleu_tokenize_13a(bad[i], &out), RT_ERR_FORMAT, "invalid UTF-8", "13a of invalid UTF-8");
         TZ_EXPECT(out == NULL, "13a output set on failure");
-        expect_status(rt_rouge_tokenize(bad[i], true, &out), RT_ERR_FORMAT, "invalid UTF-8", "rouge tokens");
+        expect_status(metric_rouge_tokenize(bad[i], true, &out), RT_ERR_FORMAT, "invalid UTF-8", "rouge tokens");
     }
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         TZ_EXPECT(rt_utf8_valid(good[i], strlen(good[i]), NULL), "good UTF-8 case %zu rejected", i);
 
     const char *hyps[] = {"fine", "bro\xC3ken"}, *refs[] = {"fine", "ok"};
-    rt_bleu_result b;
-    expect_status(rt_bleu_corpus(hyps, refs, 2, &b), RT_ERR_FORMAT, "segment 1: hypothesis: invalid UTF-8 at byte 3",
-                  "bleu corpus");
-    expect_status(rt_bleu_corpus(refs, hyps, 2, &b), RT_ERR_FORMAT, "segment 1: reference 0: invalid UTF-8",
+    metric_bleu_result b;
+    expect_status(metric_bleu_corpus(hyps, refs, 2, &b), RT_ERR_FORMAT,
+                  "segment 1: hypothesis: invalid UTF-8 at byte 3", "bleu corpus");
+    expect_status(metric_bleu_corpus(refs, hyps, 2, &b), RT_ERR_FORMAT, "segment 1: reference 0: invalid UTF-8",
                   "bleu corpus ref");
-    rt_rouge_scores r;
-    expect_status(rt_rouge_corpus(hyps, refs, 2, false, NULL, &r), RT_ERR_FORMAT, "pair 1", "rouge corpus");
-    expect_status(rt_bleu_corpus(hyps, refs, 0, &b), RT_ERR_CONFIG, "empty corpus", "bleu empty corpus");
-    expect_status(rt_rouge_corpus(hyps, refs, 0, true, NULL, &r), RT_ERR_CONFIG, "empty corpus", "rouge empty");
+    metric_rouge_scores r;
+    expect_status(metric_rouge_corpus(hyps, refs, 2, false, NULL, &r), RT_ERR_FORMAT, "pair 1", "rouge corpus");
+    expect_status(metric_bleu_corpus(hyps, refs, 0, &b), RT_ERR_CONFIG, "empty corpus", "bleu empty corpus");
+    expect_status(metric_rouge_corpus(hyps, refs, 0, true, NULL, &r), RT_ERR_CONFIG, "empty corpus", "rouge empty");
     const char *no_refs[] = {NULL, NULL};
-    expect_status(rt_bleu_corpus_multi(hyps, no_refs, 2, 1, &b), RT_ERR_CONFIG, "no reference", "all refs NULL");
+    expect_status(metric_bleu_corpus_multi(hyps, no_refs, 2, 1, &b), RT_ERR_CONFIG, "no reference", "all refs NULL");
     const char *null_hyp[] = {NULL};
-    expect_status(rt_bleu_corpus(null_hyp, refs, 1, &b), RT_ERR_CONFIG, "hypothesis is NULL", "NULL hypothesis");
-    expect_status(rt_rouge_pair(NULL, "x", false, &r), RT_ERR_CONFIG, "NULL", "NULL prediction");
+    expect_status(metric_bleu_corpus(null_hyp, refs, 1, &b), RT_ERR_CONFIG, "hypothesis is NULL", "NULL hypothesis");
+    expect_status(metric_rouge_pair(NULL, "x", false, &r), RT_ERR_CONFIG, "NULL", "NULL prediction");
     /* A failed segment leaves the running statistics as they were. */
-    rt_bleu_stats s = {0};
+    metric_bleu_stats s = {0};
     const char *one_ref[] = {"a b c d e"};
-    TZ_EXPECT_OK(rt_bleu_add_segment(&s, "a b c d", one_ref, 1));
-    rt_bleu_stats before = s;
-    TZ_EXPECT(rt_bleu_add_segment(&s, "\xC3", one_ref, 1) == RT_ERR_FORMAT, "invalid segment accepted");
+    TZ_EXPECT_OK(metric_bleu_add_segment(&s, "a b c d", one_ref, 1));
+    metric_bleu_stats before = s;
+    TZ_EXPECT(metric_bleu_add_segment(&s, "\xC3", one_ref, 1) == RT_ERR_FORMAT, "invalid segment accepted");
     TZ_EXPECT(memcmp(&before, &s, sizeof s) == 0, "a failed segment changed the statistics");
 }
 
@@ -498,7 +499,7 @@ static void test_random_strings(void) {
         buf[len] = '\0';
         bool valid = rt_utf8_valid(buf, len, NULL);
         char *tok = NULL, *rtok = NULL;
-        rt_status st = rt_bleu_tokenize_13a(buf, &tok);
+        rt_status st = metric_bleu_tokenize_13a(buf, &tok);
         TZ_EXPECT((st == RT_OK) == valid, "13a status %s for a %s string", rt_status_name(st),
                   valid ? "valid" : "invalid");
         if (st == RT_OK) {
@@ -511,13 +512,13 @@ static void test_random_strings(void) {
             rejected++;
         }
         free(tok);
-        st = rt_rouge_tokenize(buf, true, &rtok);
+        st = metric_rouge_tokenize(buf, true, &rtok);
         TZ_EXPECT((st == RT_OK) == valid, "rouge status %s", rt_status_name(st));
         if (st == RT_OK) {
             TZ_EXPECT(strspn(rtok, "abcdefghijklmnopqrstuvwxyz0123456789 ") == strlen(rtok), "rouge tokens '%s'",
                       rtok);
-            rt_rouge_scores self;
-            TZ_EXPECT_OK(rt_rouge_pair(buf, buf, true, &self));
+            metric_rouge_scores self;
+            TZ_EXPECT_OK(metric_rouge_pair(buf, buf, true, &self));
             double want = rtok[0] ? 1.0 : 0.0;
             TZ_EXPECT(self.rouge1.fmeasure == want && self.rougeL.fmeasure == want, "self-ROUGE of '%s': %g %g", buf,
                       self.rouge1.fmeasure, self.rougeL.fmeasure);
@@ -534,7 +535,7 @@ static void test_long_lines(void) {
      * copies of the piece's tokens. */
     const char *piece = "x.,-1.2,3-4 &amp;.. ,a \xC3\xA9.";
     char *one = NULL;
-    TZ_EXPECT_OK(rt_bleu_tokenize_13a(piece, &one));
+    TZ_EXPECT_OK(metric_bleu_tokenize_13a(piece, &one));
     size_t k = 60000, pl = strlen(piece), ol = one ? strlen(one) : 0;
     char *big = rt_xmalloc(k * (pl + 1) + 1), *want = rt_xmalloc(k * (ol + 1) + 1), *got = NULL;
     for (size_t i = 0; i < k; i++) {
@@ -545,11 +546,11 @@ static void test_long_lines(void) {
     }
     big[k * (pl + 1) - 1] = '\0';
     want[k * (ol + 1) - 1] = '\0';
-    TZ_EXPECT_OK(rt_bleu_tokenize_13a(big, &got));
+    TZ_EXPECT_OK(metric_bleu_tokenize_13a(big, &got));
     TZ_EXPECT(got && strcmp(got, want) == 0, "13a of a %zu-byte line differs from its pieces", strlen(big));
     const char *hyp[] = {big}, *ref[] = {big};
-    rt_bleu_result b;
-    TZ_EXPECT_OK(rt_bleu_corpus(hyp, ref, 1, &b));
+    metric_bleu_result b;
+    TZ_EXPECT_OK(metric_bleu_corpus(hyp, ref, 1, &b));
     TZ_EXPECT(fabs(b.score - 100.0) < 1e-9 && b.sys_len == b.ref_len && b.counts[3] == b.totals[3],
               "self-BLEU of a long line: %.17g (len %lld)", b.score, (long long)b.sys_len);
     free(one);
@@ -562,8 +563,8 @@ static void test_long_lines(void) {
     size_t w = 0;
     for (size_t i = 0; i < n; i++) w += (size_t)sprintf(target + w, "w%zu ", i);
     pred = strchr(target, ' ') + 1; /* all tokens but the first */
-    rt_rouge_counts c;
-    TZ_EXPECT_OK(rt_rouge_pair_counts(pred, target, false, &c));
+    metric_rouge_counts c;
+    TZ_EXPECT_OK(metric_rouge_pair_counts(pred, target, false, &c));
     TZ_EXPECT(c.target_len == (int64_t)n && c.prediction_len == (int64_t)n - 1 && c.overlap1 == (int64_t)n - 1 &&
                   c.overlap2 == (int64_t)n - 2 && c.lcs == (int64_t)n - 1,
               "long ROUGE pair counts %lld %lld %lld %lld %lld", (long long)c.target_len, (long long)c.prediction_len,

@@ -19,6 +19,7 @@
 #include "data/data_loader.h"
 #include "apps/common/glue_app.h"
 #include "apps/common/train_app.h"
+#include "metrics/metric_glue.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -26,7 +27,6 @@
 #include "runtime/rt_grid.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
-#include "runtime/rt_metrics.h"
 #include "runtime/rt_trainer.h"
 #include "tokenizers/tok.h"
 
@@ -248,15 +248,15 @@ static rt_status gc_evaluate_split(gc_eval *e, rt_metrics *out) {
     gc_metric(e, out, "loss", labelled ? loss_sum / (double)labelled : 0.0);
     if (e->task->metric == DATA_METRIC_PEARSON_SPEARMAN) {
         double spearman;
-        gc_metric(e, out, "pearson", rt_metric_pearson(e->probs, ds->targets, ds->n));
-        st = rt_metric_spearman(e->probs, ds->targets, ds->n, &spearman);
+        gc_metric(e, out, "pearson", metric_pearson(e->probs, ds->targets, ds->n));
+        st = metric_spearman(e->probs, ds->targets, ds->n, &spearman);
         if (st != RT_OK) return st;
         gc_metric(e, out, "spearman", spearman);
         return RT_OK;
     }
-    gc_metric(e, out, "accuracy", rt_metric_accuracy(e->pred, ds->labels, ds->n));
-    if (e->task->metric == DATA_METRIC_ACC_F1) gc_metric(e, out, "f1", rt_metric_f1_binary(e->pred, ds->labels, ds->n));
-    if (e->task->metric == DATA_METRIC_MCC) gc_metric(e, out, "mcc", rt_metric_mcc_binary(e->pred, ds->labels, ds->n));
+    gc_metric(e, out, "accuracy", metric_accuracy(e->pred, ds->labels, ds->n));
+    if (e->task->metric == DATA_METRIC_ACC_F1) gc_metric(e, out, "f1", metric_f1_binary(e->pred, ds->labels, ds->n));
+    if (e->task->metric == DATA_METRIC_MCC) gc_metric(e, out, "mcc", metric_mcc_binary(e->pred, ds->labels, ds->n));
     return RT_OK;
 }
 
@@ -603,7 +603,7 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     train_app_defaults defaults = {0};
     memcpy(gc_options, gc_own_options, sizeof gc_own_options);
     gc_spec.n_opts = GC_N_OWN;
-    train_app_add_options(&O.t, &defaults, gc_options, &gc_spec.n_opts);
+    train_app_add_options(&O.t, &defaults, &gc_spec, gc_options);
     train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;

@@ -8,13 +8,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "apps/common/deepspeed_config.h"
 #include "checkpoints/ckpt_atomic.h"
-
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_run_lock.h"
 
-void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n) {
+void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts) {
     const rt_opt shared[TRAIN_APP_N_OPTS] = {
         {"epochs", RT_OPT_INT, &o->epochs, d->epochs ? d->epochs : "1", NULL,
          "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
@@ -70,8 +70,10 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_op
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
     };
-    memcpy(opts + *n, shared, sizeof shared);
-    *n += TRAIN_APP_N_OPTS;
+    memcpy(opts + spec->n_opts, shared, sizeof shared);
+    spec->n_opts += TRAIN_APP_N_OPTS;
+    spec->preset_option = "deepspeed-config";
+    spec->apply_preset = train_app_deepspeed_apply;
 }
 
 void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
@@ -110,7 +112,7 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
     rt_status st = rt_grid_init(world, (int)o->tp, grid);
     if (st != RT_OK) return st;
-    if (rt_args_source_of(spec, "batch-size") == RT_ARG_DEEPSPEED) {
+    if (rt_args_source_of(spec, "batch-size") == RT_ARG_PRESET) {
         /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
         o->batch_size *= grid->dp_size;
         rt_log_info("--deepspeed-config: train_micro_batch_size_per_gpu x %d data-parallel ranks = --batch-size %lld",

@@ -33,9 +33,10 @@ typedef struct {
 /* How many options train_app_add_options appends. */
 #define TRAIN_APP_N_OPTS 29
 
-/* Appends the shared options, writing into *o, to opts[*n ..] (room for TRAIN_APP_N_OPTS
- * more is the caller's); *n grows by TRAIN_APP_N_OPTS. */
-void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_opt *opts, int *n);
+/* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
+ * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the
+ * spec's presets file. spec->n_opts grows by TRAIN_APP_N_OPTS. */
+void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts);
 
 /* Activation checkpointing's two options (--checkpoint-activations, --checkpoint-num-layers),
  * for the programs whose models implement it; TRAIN_APP_N_CHECKPOINT_OPTS more entries. */

@@ -16,12 +16,12 @@
 #include "checkpoints/ckpt_weights.h"
 #include "data/data_pvp.h"
 #include "data/data_sampler.h"
+#include "metrics/metric_rouge.h"
+#include "metrics/metric_superglue.h"
 #include "models/glm.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
-#include "runtime/rt_rouge.h"
-#include "runtime/rt_superglue_metrics.h"
 #include "tokenizers/tok.h"
 
 #define GLM_PROG "glm-finetune"
@@ -374,13 +374,13 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
     out->names[out->n] = "loss";
     out->values[out->n++] = targets ? loss / (double)targets : 0.0;
     if (R->kind != GLM_TASK_SEQ2SEQ) {
-        rt_sg_metric m[RT_SG_MAX_METRICS];
+        metric_sg_score m[METRIC_SG_MAX_SCORES];
         int nm = 0;
         if (e->sg->task->id == DATA_SG_MULTIRC) {
             question = rt_xmalloc((size_t)n_ex * sizeof(int32_t));
             for (int i = 0; i < n_ex; i++) question[i] = e->sg->ex[i].question_idx;
         }
-        RT_TRY(rt_superglue_metrics(e->sg->task->name, pred, label, question, (size_t)n_ex, m, &nm));
+        RT_TRY(metric_superglue(e->sg->task->name, pred, label, question, (size_t)n_ex, m, &nm));
         for (int i = 0; i < nm && out->n < RT_MAX_METRICS; i++) {
             out->names[out->n] = m[i].name;
             out->values[out->n++] = m[i].value;
@@ -392,9 +392,9 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
             for (int i = 0; i < n; i++) ex[i] = b0 + i;
             RT_TRY(glm_eval_generate(e, ex, n, texts + b0));
         }
-        rt_rouge_scores rouge;
-        RT_TRY(rt_rouge_corpus((const char *const *)texts, (const char *const *)(e->refs->line + e->ref_begin),
-                               (size_t)n_ex, true, NULL, &rouge));
+        metric_rouge_scores rouge;
+        RT_TRY(metric_rouge_corpus((const char *const *)texts, (const char *const *)(e->refs->line + e->ref_begin),
+                                   (size_t)n_ex, true, NULL, &rouge));
         out->names[out->n] = "rouge1";
         out->values[out->n++] = rouge.rouge1.fmeasure;
         out->names[out->n] = "rouge2";
@@ -686,7 +686,7 @@ int main(int argc, char **argv) {
                                    .warmup = "0.1"};
     memcpy(glm_options, glm_own_options, sizeof glm_own_options);
     glm_spec.n_opts = GLM_N_OWN;
-    train_app_add_options(&O.t, &defaults, glm_options, &glm_spec.n_opts);
+    train_app_add_options(&O.t, &defaults, &glm_spec, glm_options);
     train_app_add_checkpoint_options(&O.t, glm_options, &glm_spec.n_opts);
     return train_app_main(argc, argv, GLM_PROG, glm_run_main);
 }

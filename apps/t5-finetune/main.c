@@ -17,13 +17,13 @@
 #include "data/data_collate.h"
 #include "data/data_loader.h"
 #include "data/data_seq2seq.h"
+#include "metrics/metric_bleu.h"
+#include "metrics/metric_rouge.h"
 #include "models/t5.h"
 #include "models/t5_generate.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
-#include "runtime/rt_bleu.h"
-#include "runtime/rt_rouge.h"
 #include "tokenizers/tok.h"
 
 #define T5_PROG "t5-finetune"
@@ -289,10 +289,10 @@ static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
         else
             refs[i] = rt_xstrdup(ref);
     }
-    rt_bleu_result bleu;
-    rt_rouge_scores rouge;
-    RT_TRY(rt_bleu_corpus((const char *const *)hyps, (const char *const *)refs, n, &bleu));
-    RT_TRY(rt_rouge_corpus((const char *const *)hyps, (const char *const *)refs, n, true, NULL, &rouge));
+    metric_bleu_result bleu;
+    metric_rouge_scores rouge;
+    RT_TRY(metric_bleu_corpus((const char *const *)hyps, (const char *const *)refs, n, &bleu));
+    RT_TRY(metric_rouge_corpus((const char *const *)hyps, (const char *const *)refs, n, true, NULL, &rouge));
     out->names[out->n] = "bleu";
     out->values[out->n++] = bleu.score;
     out->names[out->n] = "rouge1";
@@ -543,7 +543,7 @@ int main(int argc, char **argv) {
                                    .warmup = "0"};
     memcpy(t5_options, t5_own_options, sizeof t5_own_options);
     t5_spec.n_opts = T5_N_OWN;
-    train_app_add_options(&O.t, &defaults, t5_options, &t5_spec.n_opts);
+    train_app_add_options(&O.t, &defaults, &t5_spec, t5_options);
     train_app_add_checkpoint_options(&O.t, t5_options, &t5_spec.n_opts);
     return train_app_main(argc, argv, T5_PROG, t5_run);
 }

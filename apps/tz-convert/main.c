@@ -49,7 +49,7 @@ static rt_status run(int argc, char **argv) {
         "  tz-convert import megatron/ckpt /tmp/meg --tp 1 --vocab-size 50257\n"
         "  gpt2-classify --model /tmp/gpt2-tp2 ...   (the training programs read sharded folders at any tp)\n"
         "exit status: 0 ok, 1 bad input or I/O error, 2 usage error",
-        opts, (int)(sizeof opts / sizeof opts[0]),
+        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
     };
     const char *pos[3] = {0};
     int n_pos = 0;

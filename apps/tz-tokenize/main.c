@@ -103,7 +103,7 @@ static rt_status run(int argc, char **argv) {
         "  echo '15496 995' | tz-tokenize --tokenizer assets/gpt2-bpe --decode\n"
         "  printf 'a\\tb\\n' | tz-tokenize --tokenizer roberta-vocab.json --pair       # 0 102 2 2 428 2\n"
         "exit status: 0 ok, 1 tokenizer or input error, 2 usage error",
-        opts, (int)(sizeof opts / sizeof opts[0]),
+        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
     };
     const char *pos[1];
     int n_pos = 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference values for runtime/rt_metrics.c: accuracy, binary F1 and Matthews correlation
+"""Reference values for metrics/metric_glue.c: accuracy, binary F1 and Matthews correlation
 from scikit-learn, Pearson and Spearman from scipy.stats, on fixed inputs (seeded random
 ones, many ties, unlabelled rows, and degenerate ones where a metric is 0 or undefined).
 

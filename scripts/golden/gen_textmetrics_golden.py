@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference values for runtime/rt_bleu.c, rt_rouge.c and rt_porter.c (the t5-finetune
+"""Reference values for metrics/metric_bleu.c, metric_rouge.c and metric_porter.c (the t5-finetune
 evaluation metrics), from the real packages: sacrebleu's corpus_bleu with its defaults
 (13a tokenizer, exp smoothing, 4-grams, mixed case), rouge_score's RougeScorer(['rouge1',
 'rouge2', 'rougeL'], use_stemmer=False/True) and nltk's PorterStemmer (the one rouge_score

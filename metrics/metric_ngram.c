@@ -1,13 +1,13 @@
-/* Interning, n-gram matching and LCS over token ids (see rt_ngram.h). */
-#include "runtime/rt_ngram.h"
+/* Interning, n-gram matching and LCS over token ids (see metric_ngram.h). */
+#include "metrics/metric_ngram.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-rt_status rt_token_list_push(rt_token_list *l, const char *s, size_t len) {
+rt_status metric_token_list_push(metric_token_list *l, const char *s, size_t len) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
-        rt_token *t = realloc(l->tok, cap * sizeof *t);
+        metric_token *t = realloc(l->tok, cap * sizeof *t);
         if (!t) return rt_errorf(RT_ERR_NOMEM, "token list: out of memory for %zu tokens", cap);
         l->tok = t;
         l->cap = cap;
@@ -18,7 +18,7 @@ rt_status rt_token_list_push(rt_token_list *l, const char *s, size_t len) {
     return RT_OK;
 }
 
-void rt_token_list_free(rt_token_list *l) {
+void metric_token_list_free(metric_token_list *l) {
     if (!l) return;
     free(l->tok);
     l->tok = NULL;
@@ -26,34 +26,34 @@ void rt_token_list_free(rt_token_list *l) {
 }
 
 typedef struct {
-    rt_token t;
+    metric_token t;
     size_t i;
-} rt_token_at;
+} metric_token_at;
 
-static int rt_token_cmp(const rt_token *a, const rt_token *b) {
+static int metric_token_cmp(const metric_token *a, const metric_token *b) {
     size_t m = a->len < b->len ? a->len : b->len;
     int c = m ? memcmp(a->s, b->s, m) : 0;
     if (c) return c;
     return a->len < b->len ? -1 : (a->len > b->len);
 }
 
-static int rt_token_at_cmp(const void *a, const void *b) {
-    return rt_token_cmp(&((const rt_token_at *)a)->t, &((const rt_token_at *)b)->t);
+static int metric_token_at_cmp(const void *a, const void *b) {
+    return metric_token_cmp(&((const metric_token_at *)a)->t, &((const metric_token_at *)b)->t);
 }
 
-rt_status rt_ngram_intern(const rt_token *toks, size_t n, uint32_t *ids) {
+rt_status metric_ngram_intern(const metric_token *toks, size_t n, uint32_t *ids) {
     if (n == 0) return RT_OK;
     if (n > UINT32_MAX) return rt_errorf(RT_ERR_UNSUPPORTED, "ngram: %zu tokens, more than 2^32 - 1", n);
-    rt_token_at *v = malloc(n * sizeof *v);
+    metric_token_at *v = malloc(n * sizeof *v);
     if (!v) return rt_errorf(RT_ERR_NOMEM, "ngram: out of memory interning %zu tokens", n);
     for (size_t i = 0; i < n; i++) {
         v[i].t = toks[i];
         v[i].i = i;
     }
-    qsort(v, n, sizeof *v, rt_token_at_cmp);
+    qsort(v, n, sizeof *v, metric_token_at_cmp);
     uint32_t id = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i > 0 && rt_token_cmp(&v[i - 1].t, &v[i].t) != 0) id++;
+        if (i > 0 && metric_token_cmp(&v[i - 1].t, &v[i].t) != 0) id++;
         ids[v[i].i] = id;
     }
     free(v);
@@ -63,63 +63,63 @@ rt_status rt_ngram_intern(const rt_token *toks, size_t n, uint32_t *ids) {
 /* An n-gram as a fixed-size key, unused orders zero (ids are compared only up to `order`,
  * and all keys in one comparison have the same order). */
 typedef struct {
-    uint32_t w[RT_NGRAM_MAX_ORDER];
-} rt_ngram_key;
+    uint32_t w[METRIC_NGRAM_MAX_ORDER];
+} metric_ngram_key;
 
-static int rt_ngram_key_cmp(const void *a, const void *b) {
-    const uint32_t *x = ((const rt_ngram_key *)a)->w, *y = ((const rt_ngram_key *)b)->w;
-    for (int k = 0; k < RT_NGRAM_MAX_ORDER; k++)
+static int metric_ngram_key_cmp(const void *a, const void *b) {
+    const uint32_t *x = ((const metric_ngram_key *)a)->w, *y = ((const metric_ngram_key *)b)->w;
+    for (int k = 0; k < METRIC_NGRAM_MAX_ORDER; k++)
         if (x[k] != y[k]) return x[k] < y[k] ? -1 : 1;
     return 0;
 }
 
 /* The sorted n-grams of seq; *count of them (0 when the sequence is shorter than order).
  * NULL with *count > 0 only when allocation failed. */
-static rt_ngram_key *rt_ngram_sorted(const uint32_t *seq, size_t len, int order, size_t *count) {
+static metric_ngram_key *metric_ngram_sorted(const uint32_t *seq, size_t len, int order, size_t *count) {
     *count = len >= (size_t)order ? len - (size_t)order + 1 : 0;
     if (*count == 0) return NULL;
-    rt_ngram_key *keys = calloc(*count, sizeof *keys);
+    metric_ngram_key *keys = calloc(*count, sizeof *keys);
     if (!keys) return NULL;
     for (size_t i = 0; i < *count; i++)
         for (int k = 0; k < order; k++) keys[i].w[k] = seq[i + (size_t)k];
-    qsort(keys, *count, sizeof *keys, rt_ngram_key_cmp);
+    qsort(keys, *count, sizeof *keys, metric_ngram_key_cmp);
     return keys;
 }
 
 /* How many times key occurs in sorted keys[0..n). */
-static size_t rt_ngram_count(const rt_ngram_key *keys, size_t n, const rt_ngram_key *key) {
+static size_t metric_ngram_count(const metric_ngram_key *keys, size_t n, const metric_ngram_key *key) {
     size_t lo = 0, hi = n; /* first index not below key */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (rt_ngram_key_cmp(&keys[mid], key) < 0) lo = mid + 1;
+        if (metric_ngram_key_cmp(&keys[mid], key) < 0) lo = mid + 1;
         else hi = mid;
     }
     size_t end = lo;
-    while (end < n && rt_ngram_key_cmp(&keys[end], key) == 0) end++;
+    while (end < n && metric_ngram_key_cmp(&keys[end], key) == 0) end++;
     return end - lo;
 }
 
-rt_status rt_ngram_clipped_matches(const uint32_t *hyp, size_t hyp_len, const uint32_t *const *refs,
-                                   const size_t *ref_len, size_t n_refs, int order, int64_t *matches) {
+rt_status metric_ngram_clipped_matches(const uint32_t *hyp, size_t hyp_len, const uint32_t *const *refs,
+                                       const size_t *ref_len, size_t n_refs, int order, int64_t *matches) {
     rt_status st = RT_OK;
-    RT_CHECK(order >= 1 && order <= RT_NGRAM_MAX_ORDER, "order=%d", order);
+    RT_CHECK(order >= 1 && order <= METRIC_NGRAM_MAX_ORDER, "order=%d", order);
     *matches = 0;
     size_t nh = 0;
-    rt_ngram_key *h = NULL, **r = calloc(n_refs ? n_refs : 1, sizeof *r);
+    metric_ngram_key *h = NULL, **r = calloc(n_refs ? n_refs : 1, sizeof *r);
     size_t *nr = calloc(n_refs ? n_refs : 1, sizeof *nr);
     if (!r || !nr) RT_FAIL(RT_ERR_NOMEM, "ngram: out of memory for %zu references", n_refs);
-    h = rt_ngram_sorted(hyp, hyp_len, order, &nh);
+    h = metric_ngram_sorted(hyp, hyp_len, order, &nh);
     if (nh && !h) RT_FAIL(RT_ERR_NOMEM, "ngram: out of memory for %zu %d-grams", nh, order);
     for (size_t j = 0; j < n_refs; j++) {
-        r[j] = refs[j] ? rt_ngram_sorted(refs[j], ref_len[j], order, &nr[j]) : NULL;
+        r[j] = refs[j] ? metric_ngram_sorted(refs[j], ref_len[j], order, &nr[j]) : NULL;
         if (nr[j] && !r[j]) RT_FAIL(RT_ERR_NOMEM, "ngram: out of memory for %zu %d-grams", nr[j], order);
     }
     for (size_t s = 0; s < nh;) {
         size_t e = s + 1;
-        while (e < nh && rt_ngram_key_cmp(&h[e], &h[s]) == 0) e++;
+        while (e < nh && metric_ngram_key_cmp(&h[e], &h[s]) == 0) e++;
         size_t best = 0;
         for (size_t j = 0; j < n_refs; j++) {
-            size_t c = rt_ngram_count(r[j], nr[j], &h[s]);
+            size_t c = metric_ngram_count(r[j], nr[j], &h[s]);
             if (c > best) best = c;
         }
         *matches += (int64_t)(e - s < best ? e - s : best);
@@ -133,7 +133,7 @@ fail:
     return st;
 }
 
-rt_status rt_ngram_lcs(const uint32_t *a, size_t len_a, const uint32_t *b, size_t len_b, size_t *out) {
+rt_status metric_ngram_lcs(const uint32_t *a, size_t len_a, const uint32_t *b, size_t len_b, size_t *out) {
     *out = 0;
     if (len_a == 0 || len_b == 0) return RT_OK;
     /* Two rows of the DP table over b: prev[j] = LCS(a[0..i-1), b[0..j)). */

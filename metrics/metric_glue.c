@@ -1,6 +1,6 @@
-/* Evaluation metrics (see rt_metrics.h). Classification degenerate cases return 0 as sklearn
+/* Evaluation metrics (see metric_glue.h). Classification degenerate cases return 0 as sklearn
  * does; the correlations return NaN where scipy does. */
-#include "runtime/rt_metrics.h"
+#include "metrics/metric_glue.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -8,10 +8,10 @@
 
 typedef struct {
     double tp, fp, tn, fn, n;
-} rt_confusion;
+} metric_confusion;
 
-static rt_confusion rt_confusion_count(const int32_t *pred, const int32_t *label, size_t n) {
-    rt_confusion c = {0};
+static metric_confusion metric_confusion_count(const int32_t *pred, const int32_t *label, size_t n) {
+    metric_confusion c = {0};
     for (size_t i = 0; i < n; i++) {
         if (label[i] == -100) continue;
         int p = pred[i] == 1, l = label[i] == 1;
@@ -24,7 +24,7 @@ static rt_confusion rt_confusion_count(const int32_t *pred, const int32_t *label
     return c;
 }
 
-double rt_metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
+double metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
     double ok = 0, total = 0;
     for (size_t i = 0; i < n; i++) {
         if (label[i] == -100) continue;
@@ -34,21 +34,21 @@ double rt_metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
     return total > 0 ? ok / total : 0.0;
 }
 
-double rt_metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) {
-    rt_confusion c = rt_confusion_count(pred, label, n);
+double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) {
+    metric_confusion c = metric_confusion_count(pred, label, n);
     double denom = 2 * c.tp + c.fp + c.fn;
     return denom > 0 ? 2 * c.tp / denom : 0.0;
 }
 
-double rt_metric_mcc_binary(const int32_t *pred, const int32_t *label, size_t n) {
-    rt_confusion c = rt_confusion_count(pred, label, n);
+double metric_mcc_binary(const int32_t *pred, const int32_t *label, size_t n) {
+    metric_confusion c = metric_confusion_count(pred, label, n);
     double denom = sqrt((c.tp + c.fp) * (c.tp + c.fn) * (c.tn + c.fp) * (c.tn + c.fn));
     return denom > 0 ? (c.tp * c.tn - c.fp * c.fn) / denom : 0.0;
 }
 
 /* Pearson over m pairs already in double. Two passes (means first, then centred sums) keep
  * the cancellation error of the one-pass formula out of near-constant inputs. */
-static double rt_pearson_d(const double *x, const double *y, size_t m) {
+static double metric_pearson_d(const double *x, const double *y, size_t m) {
     if (m < 2) return NAN;
     double mx = 0, my = 0;
     bool cx = true, cy = true;
@@ -76,7 +76,7 @@ static double rt_pearson_d(const double *x, const double *y, size_t m) {
 }
 
 /* The labelled pairs as doubles; *m of them. NULL only when allocation failed. */
-static double *rt_labelled_pairs(const float *pred, const float *target, size_t n, size_t *m, bool *nan_pred) {
+static double *metric_labelled_pairs(const float *pred, const float *target, size_t n, size_t *m, bool *nan_pred) {
     double *xy = malloc(2 * (n ? n : 1) * sizeof *xy);
     *m = 0;
     *nan_pred = false;
@@ -91,12 +91,12 @@ static double *rt_labelled_pairs(const float *pred, const float *target, size_t 
     return xy;
 }
 
-double rt_metric_pearson(const float *pred, const float *target, size_t n) {
+double metric_pearson(const float *pred, const float *target, size_t n) {
     size_t m;
     bool nan_pred;
-    double *xy = rt_labelled_pairs(pred, target, n, &m, &nan_pred);
+    double *xy = metric_labelled_pairs(pred, target, n, &m, &nan_pred);
     /* Out of memory has no NaN-free answer to give; this is evaluation, not set-up. */
-    double r = !xy || nan_pred ? NAN : rt_pearson_d(xy, xy + n, m);
+    double r = !xy || nan_pred ? NAN : metric_pearson_d(xy, xy + n, m);
     free(xy);
     return r;
 }
@@ -104,10 +104,10 @@ double rt_metric_pearson(const float *pred, const float *target, size_t n) {
 typedef struct {
     double v;
     size_t i;
-} rt_rank_item;
+} metric_rank_item;
 
-static int rt_rank_cmp(const void *a, const void *b) {
-    const rt_rank_item *x = a, *y = b;
+static int metric_rank_cmp(const void *a, const void *b) {
+    const metric_rank_item *x = a, *y = b;
     if (x->v < y->v) return -1;
     if (x->v > y->v) return 1;
     return x->i < y->i ? -1 : (x->i > y->i); /* a total order: qsort is not stable */
@@ -115,12 +115,12 @@ static int rt_rank_cmp(const void *a, const void *b) {
 
 /* Replaces v[0..m) by its ranks 1..m, tied values by the mean of the ranks they span
  * (scipy.stats.rankdata method='average'). */
-static void rt_average_ranks(double *v, size_t m, rt_rank_item *tmp) {
+static void metric_average_ranks(double *v, size_t m, metric_rank_item *tmp) {
     for (size_t i = 0; i < m; i++) {
         tmp[i].v = v[i];
         tmp[i].i = i;
     }
-    qsort(tmp, m, sizeof *tmp, rt_rank_cmp);
+    qsort(tmp, m, sizeof *tmp, metric_rank_cmp);
     for (size_t s = 0; s < m;) {
         size_t e = s + 1;
         while (e < m && tmp[e].v == tmp[s].v) e++;
@@ -130,22 +130,22 @@ static void rt_average_ranks(double *v, size_t m, rt_rank_item *tmp) {
     }
 }
 
-rt_status rt_metric_spearman(const float *pred, const float *target, size_t n, double *out) {
+rt_status metric_spearman(const float *pred, const float *target, size_t n, double *out) {
     size_t m;
     bool nan_pred;
     *out = NAN;
-    double *xy = rt_labelled_pairs(pred, target, n, &m, &nan_pred);
-    rt_rank_item *tmp = malloc((m ? m : 1) * sizeof *tmp);
+    double *xy = metric_labelled_pairs(pred, target, n, &m, &nan_pred);
+    metric_rank_item *tmp = malloc((m ? m : 1) * sizeof *tmp);
     if (!xy || !tmp) {
         free(xy);
         free(tmp);
         return rt_errorf(RT_ERR_NOMEM, "spearman: out of memory for %zu rows", n);
     }
     if (!nan_pred) {
-        /* Targets sit at xy + n (rt_labelled_pairs' layout). */
-        rt_average_ranks(xy, m, tmp);
-        rt_average_ranks(xy + n, m, tmp);
-        *out = rt_pearson_d(xy, xy + n, m);
+        /* Targets sit at xy + n (metric_labelled_pairs' layout). */
+        metric_average_ranks(xy, m, tmp);
+        metric_average_ranks(xy + n, m, tmp);
+        *out = metric_pearson_d(xy, xy + n, m);
     }
     free(xy);
     free(tmp);

@@ -1,5 +1,5 @@
-/* DeepSpeed JSON -> tunezoo options (see rt_deepspeed.h). */
-#include "runtime/rt_deepspeed.h"
+/* DeepSpeed JSON -> tunezoo options (see deepspeed_config.h). */
+#include "apps/common/deepspeed_config.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@ static rt_status rt_ds_set(rt_ds *d, const char *field, const cJSON *v, const ch
     } else {
         return rt_errorf(RT_ERR_CONFIG, "%s: expected a number, string or boolean", where);
     }
-    rt_status st = rt_args_set_from(d->spec, option, text, where, RT_ARG_DEEPSPEED);
+    rt_status st = rt_args_set_from(d->spec, option, text, where, RT_ARG_PRESET);
     if (st == RT_ERR_UNSUPPORTED) {
         rt_log_warn("%s: ignored (%s has no --%s)", where, d->spec->prog, option);
         return RT_OK;
@@ -140,7 +140,7 @@ static void rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
     }
 }
 
-rt_status rt_deepspeed_apply(const rt_args_spec *spec, const char *path) {
+rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
     rt_ds d = {spec, path};

@@ -2,18 +2,19 @@
  * matching options, so a FlagAI or DeepSpeed user can bring their config as it is. Applied
  * before --config and the command line, which override it. A field with no meaning here
  * gets a warning that names it; a field asking for something unsupported (fp16, bf16, ZeRO-3)
- * gets a warning saying what happens instead.
+ * gets a warning saying what happens instead. Options set here are marked RT_ARG_PRESET.
  *
  *   train_micro_batch_size_per_gpu -> batch-size (per rank: the program multiplies by dp)
  *   gradient_accumulation_steps -> grad-accum      gradient_clipping -> clip
  *   zero_optimization.stage -> zero                 offload_optimizer / cpu_offload -> offload-optimizer
  *   optimizer.params.{lr, weight_decay, betas, eps} -> lr, weight-decay, adam-beta1/2, adam-eps
  *   scheduler.params.warmup_num_steps -> warmup     scheduler.params.total_num_steps -> max-steps */
-#ifndef RT_DEEPSPEED_H
-#define RT_DEEPSPEED_H
+#ifndef TRAIN_APP_DEEPSPEED_CONFIG_H
+#define TRAIN_APP_DEEPSPEED_CONFIG_H
 
 #include "runtime/rt_args.h"
 
-rt_status rt_deepspeed_apply(const rt_args_spec *spec, const char *path);
+/* The spec's apply_preset for --deepspeed-config (train_app_add_options wires it). */
+rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path);
 
 #endif

@@ -7,7 +7,7 @@
  * first byte and copies the rest unchanged, which nothing else could have matched anyway
  * (the other half of each pattern is ASCII). Only the final whitespace split needs decoding,
  * because Python's str.split() also splits at U+00A0, U+2003 and the like. */
-#include "runtime/rt_bleu.h"
+#include "metrics/metric_bleu.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 
 /* Replaces every non-overlapping `from` (left to right, one pass, as str.replace) in
  * s[0..*len) in place; to is never longer than from. */
-static void rt_replace_in_place(char *s, size_t *len, const char *from, const char *to) {
+static void metric_replace_in_place(char *s, size_t *len, const char *from, const char *to) {
     size_t nf = strlen(from), nt = strlen(to), w = 0;
     for (size_t r = 0; r < *len;) {
         if (*len - r >= nf && memcmp(s + r, from, nf) == 0) {
@@ -32,49 +32,49 @@ static void rt_replace_in_place(char *s, size_t *len, const char *from, const ch
 }
 
 /* ([\{-\~\[-\` -\&\(-\+\:-\@\/]): ASCII punctuation except ' , - . and the space itself. */
-static bool rt_13a_punct(unsigned char c) {
+static bool metric_13a_punct(unsigned char c) {
     return (c >= '{' && c <= '~') || (c >= '[' && c <= '`') || (c >= ' ' && c <= '&') || (c >= '(' && c <= '+') ||
            (c >= ':' && c <= '@') || c == '/';
 }
 
-static bool rt_is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-static bool rt_is_dot_comma(unsigned char c) { return c == '.' || c == ','; }
+static bool metric_is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static bool metric_is_dot_comma(unsigned char c) { return c == '.' || c == ','; }
 
 typedef enum {
-    RT_13A_DOT_AFTER_NONDIGIT, /* ([^0-9])([\.,]) -> \1 \2 '  */
-    RT_13A_DOT_BEFORE_NONDIGIT, /* ([\.,])([^0-9]) -> ' \1 \2' */
-    RT_13A_DASH_AFTER_DIGIT     /* ([0-9])(-)      -> \1 \2 '  */
-} rt_13a_rule;
+    METRIC_13A_DOT_AFTER_NONDIGIT,  /* ([^0-9])([\.,]) -> \1 \2 '  */
+    METRIC_13A_DOT_BEFORE_NONDIGIT, /* ([\.,])([^0-9]) -> ' \1 \2' */
+    METRIC_13A_DASH_AFTER_DIGIT     /* ([0-9])(-)      -> \1 \2 '  */
+} metric_13a_rule;
 
 /* One re.sub of a two-character pattern: at each position try the pair, on a match emit the
  * replacement and skip both characters, else copy one. Each match grows 2 bytes into 4. */
-static size_t rt_13a_pair_rule(const char *in, size_t n, char *out, rt_13a_rule rule) {
+static size_t metric_13a_pair_rule(const char *in, size_t n, char *out, metric_13a_rule rule) {
     const unsigned char *s = (const unsigned char *)in;
     size_t w = 0;
     for (size_t i = 0; i < n;) {
         bool match = false;
         if (i + 1 < n) {
             unsigned char a = s[i], b = s[i + 1];
-            if (rule == RT_13A_DOT_AFTER_NONDIGIT) match = !rt_is_digit(a) && rt_is_dot_comma(b);
-            else if (rule == RT_13A_DOT_BEFORE_NONDIGIT) match = rt_is_dot_comma(a) && !rt_is_digit(b);
-            else match = rt_is_digit(a) && b == '-';
+            if (rule == METRIC_13A_DOT_AFTER_NONDIGIT) match = !metric_is_digit(a) && metric_is_dot_comma(b);
+            else if (rule == METRIC_13A_DOT_BEFORE_NONDIGIT) match = metric_is_dot_comma(a) && !metric_is_digit(b);
+            else match = metric_is_digit(a) && b == '-';
         }
         if (!match) {
             out[w++] = in[i++];
             continue;
         }
-        if (rule == RT_13A_DOT_BEFORE_NONDIGIT) out[w++] = ' ';
+        if (rule == METRIC_13A_DOT_BEFORE_NONDIGIT) out[w++] = ' ';
         out[w++] = in[i];
         out[w++] = ' ';
         out[w++] = in[i + 1];
-        if (rule != RT_13A_DOT_BEFORE_NONDIGIT) out[w++] = ' ';
+        if (rule != METRIC_13A_DOT_BEFORE_NONDIGIT) out[w++] = ' ';
         i += 2;
     }
     return w;
 }
 
 /* ' '.join(s.split()) in place: Python whitespace (Unicode) separates tokens. */
-static size_t rt_collapse_whitespace(char *s, size_t n) {
+static size_t metric_collapse_whitespace(char *s, size_t n) {
     size_t w = 0;
     bool pending_space = false;
     for (size_t i = 0; i < n;) {
@@ -93,7 +93,7 @@ static size_t rt_collapse_whitespace(char *s, size_t n) {
     return w;
 }
 
-rt_status rt_bleu_tokenize_13a(const char *line, char **out) {
+rt_status metric_bleu_tokenize_13a(const char *line, char **out) {
     *out = NULL;
     size_t len = strlen(line), bad;
     if (!rt_utf8_valid(line, len, &bad))
@@ -112,14 +112,14 @@ rt_status rt_bleu_tokenize_13a(const char *line, char **out) {
     memcpy(a + 1, line, len);
     size_t n = len;
     char *body = a + 1;
-    rt_replace_in_place(body, &n, "<skipped>", "");
-    rt_replace_in_place(body, &n, "-\n", "");
-    rt_replace_in_place(body, &n, "\n", " ");
+    metric_replace_in_place(body, &n, "<skipped>", "");
+    metric_replace_in_place(body, &n, "-\n", "");
+    metric_replace_in_place(body, &n, "\n", " ");
     if (memchr(body, '&', n)) {
-        rt_replace_in_place(body, &n, "&quot;", "\"");
-        rt_replace_in_place(body, &n, "&amp;", "&");
-        rt_replace_in_place(body, &n, "&lt;", "<");
-        rt_replace_in_place(body, &n, "&gt;", ">");
+        metric_replace_in_place(body, &n, "&quot;", "\"");
+        metric_replace_in_place(body, &n, "&amp;", "&");
+        metric_replace_in_place(body, &n, "&lt;", "<");
+        metric_replace_in_place(body, &n, "&gt;", ">");
     }
     a[0] = ' ';
     a[n + 1] = ' ';
@@ -127,7 +127,7 @@ rt_status rt_bleu_tokenize_13a(const char *line, char **out) {
     /* Rule 1: ASCII punctuation -> ' c '. */
     size_t w = 0;
     for (size_t i = 0; i < n; i++) {
-        if (rt_13a_punct((unsigned char)a[i])) {
+        if (metric_13a_punct((unsigned char)a[i])) {
             b[w++] = ' ';
             b[w++] = a[i];
             b[w++] = ' ';
@@ -135,10 +135,10 @@ rt_status rt_bleu_tokenize_13a(const char *line, char **out) {
             b[w++] = a[i];
         }
     }
-    n = rt_13a_pair_rule(b, w, a, RT_13A_DOT_AFTER_NONDIGIT);
-    n = rt_13a_pair_rule(a, n, b, RT_13A_DOT_BEFORE_NONDIGIT);
-    n = rt_13a_pair_rule(b, n, a, RT_13A_DASH_AFTER_DIGIT);
-    n = rt_collapse_whitespace(a, n);
+    n = metric_13a_pair_rule(b, w, a, METRIC_13A_DOT_AFTER_NONDIGIT);
+    n = metric_13a_pair_rule(a, n, b, METRIC_13A_DOT_BEFORE_NONDIGIT);
+    n = metric_13a_pair_rule(b, n, a, METRIC_13A_DASH_AFTER_DIGIT);
+    n = metric_collapse_whitespace(a, n);
     a[n] = '\0';
     free(b);
     *out = a;

@@ -1,14 +1,14 @@
-/* SuperGLUE metrics (see rt_superglue_metrics.h). Accuracy and binary F1 come from
- * rt_metrics.c; this file adds CB's macro-F1, MultiRC's EM and the per-task table. */
-#include "runtime/rt_superglue_metrics.h"
+/* SuperGLUE metrics (see metric_superglue.h). Accuracy and binary F1 come from
+ * metric_glue.c; this file adds CB's macro-F1, MultiRC's EM and the per-task table. */
+#include "metrics/metric_superglue.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_metrics.h"
+#include "metrics/metric_glue.h"
 
-double rt_metric_macro_f1(const int32_t *pred, const int32_t *label, size_t n, int n_classes) {
+double metric_macro_f1(const int32_t *pred, const int32_t *label, size_t n, int n_classes) {
     RT_CHECK(n_classes > 0 && n_classes <= 64, "n_classes=%d", n_classes);
     double tp[64] = {0}, fp[64] = {0}, fn[64] = {0};
     bool present[64] = {false};
@@ -46,8 +46,7 @@ static int em_cmp(const void *a, const void *b) {
     return (x->q > y->q) - (x->q < y->q);
 }
 
-rt_status rt_metric_multirc_em(const int32_t *pred, const int32_t *label, const int32_t *question, size_t n,
-                               double *out) {
+rt_status metric_multirc_em(const int32_t *pred, const int32_t *label, const int32_t *question, size_t n, double *out) {
     *out = 0.0;
     em_row *rows = malloc((n ? n : 1) * sizeof *rows);
     if (!rows) return rt_errorf(RT_ERR_NOMEM, "multirc em: out of memory for %zu rows", n);
@@ -73,8 +72,8 @@ rt_status rt_metric_multirc_em(const int32_t *pred, const int32_t *label, const 
     return RT_OK;
 }
 
-rt_status rt_superglue_metrics(const char *task, const int32_t *pred, const int32_t *label, const int32_t *question,
-                               size_t n, rt_sg_metric out[RT_SG_MAX_METRICS], int *n_out) {
+rt_status metric_superglue(const char *task, const int32_t *pred, const int32_t *label, const int32_t *question,
+                           size_t n, metric_sg_score out[METRIC_SG_MAX_SCORES], int *n_out) {
     rt_status st = RT_OK;
     *n_out = 0;
     bool cb = strcmp(task, "cb") == 0, multirc = strcmp(task, "multirc") == 0;
@@ -83,25 +82,25 @@ rt_status rt_superglue_metrics(const char *task, const int32_t *pred, const int3
     if (!cb && !multirc && !acc_only)
         return rt_errorf(RT_ERR_CONFIG, "metrics: '%s' is not a SuperGLUE task (boolq, cb, copa, multirc, rte, wic, wsc)",
                          task);
-    /* rt_metrics skips the loss's -100; unlabelled SuperGLUE rows say -1. */
+    /* metric_glue.c skips the loss's -100; unlabelled SuperGLUE rows say -1. */
     int32_t *lab = malloc((n ? n : 1) * sizeof *lab);
     if (!lab) return rt_errorf(RT_ERR_NOMEM, "metrics: out of memory for %zu rows", n);
     for (size_t i = 0; i < n; i++) lab[i] = label[i] < 0 ? -100 : label[i];
-    double acc = rt_metric_accuracy(pred, lab, n);
+    double acc = metric_accuracy(pred, lab, n);
     if (multirc) {
         RT_CHECK(question != NULL, "multirc metrics need question ids");
         double em;
-        st = rt_metric_multirc_em(pred, lab, question, n, &em);
+        st = metric_multirc_em(pred, lab, question, n, &em);
         if (st != RT_OK) goto fail;
-        out[0] = (rt_sg_metric){"f1a", rt_metric_f1_binary(pred, lab, n)};
-        out[1] = (rt_sg_metric){"em", em};
-        out[2] = (rt_sg_metric){"accuracy", acc};
+        out[0] = (metric_sg_score){"f1a", metric_f1_binary(pred, lab, n)};
+        out[1] = (metric_sg_score){"em", em};
+        out[2] = (metric_sg_score){"accuracy", acc};
         *n_out = 3;
     } else {
-        out[0] = (rt_sg_metric){"accuracy", acc};
+        out[0] = (metric_sg_score){"accuracy", acc};
         *n_out = 1;
         if (cb) {
-            out[1] = (rt_sg_metric){"f1-macro", rt_metric_macro_f1(pred, lab, n, 3)};
+            out[1] = (metric_sg_score){"f1-macro", metric_macro_f1(pred, lab, n, 3)};
             *n_out = 2;
         }
     }
