@@ -1,5 +1,5 @@
 /* glm-finetune's SuperGLUE inputs against FlagAI's: for val examples of every task,
- * glm_rows_from_superglue must build the rows FlagAI 1.8.0's PVP.encode builds with the English
+ * data_glm_rows_from_superglue must build the rows FlagAI 1.8.0's PVP.encode builds with the English
  * GLM tokenizer (tests/golden/superglue/glm_rows.json, scripts/golden/gen_glm_rows_golden.py):
  * the same token ids, position and block position ids, separator and labelled targets, the same
  * verbalizer ids and label, truncated alike at 128 tokens. Cloze rows end in the [sop] whose
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "apps/glm-finetune/glm_tasks.h"
+#include "data/data_glm_rows.h"
 #include "checkpoints/ckpt_json.h"
 #include "tests/testutil.h"
 
@@ -31,7 +31,7 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
     char dir[64];
     snprintf(dir, sizeof dir, "superglue-%s", task_name);
     data_sg_examples all = {0};
-    glm_rows R = {0};
+    data_glm_rows R = {0};
     TZ_EXPECT_OK(data_sg_load_split(task, strcmp(task_name, "copa") == 0 ? tz_asset_path(dir) : tz_data_path(dir), "val",
                                     &all));
     /* by idx, unique in a val file (MultiRC's numbers answer options): the golden's line is where
@@ -43,20 +43,20 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
     data_sg_examples one = all; /* a view of the one example */
     one.n = 1;
     one.ex = &all.ex[e];
-    TZ_EXPECT_OK(glm_rows_from_superglue(&one, 0, tok, max_len, false, &R));
+    TZ_EXPECT_OK(data_glm_rows_from_superglue(&one, 0, tok, max_len, false, &R));
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(c, "rows");
     TZ_EXPECT(R.n_examples == 1 && R.n_rows == cJSON_GetArraySize(rows), "%s line %d: %d rows, FlagAI %d", task_name,
               line, R.n_rows, cJSON_GetArraySize(rows));
     TZ_EXPECT(R.n_examples == 1 && R.label[0] == json_int(c, "label"), "%s line %d: label %d, FlagAI %d", task_name,
               line, R.n_examples ? R.label[0] : -1, json_int(c, "label"));
     const cJSON *verb = cJSON_GetObjectItemCaseSensitive(c, "verbalizer_ids");
-    TZ_EXPECT((verb != NULL) == (R.kind == GLM_TASK_CLOZE), "%s: row kind %d", task_name, (int)R.kind);
+    TZ_EXPECT((verb != NULL) == (R.kind == DATA_GLM_CLOZE), "%s: row kind %d", task_name, (int)R.kind);
     if (verb) TZ_EXPECT(ints_equal(verb, R.verbalizer, R.n_classes), "%s line %d: verbalizer ids", task_name, line);
     int r = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, rows) {
         if (r >= R.n_rows) break;
-        const glm_row *g = &R.rows[r];
+        const data_glm_row *g = &R.rows[r];
         TZ_EXPECT(g->sep == json_int(row, "sep"), "%s line %d row %d: sep %d, FlagAI %d", task_name, line, r, g->sep,
                   json_int(row, "sep"));
         TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "ids"), g->ids, g->len), "%s line %d row %d: ids "
@@ -71,7 +71,7 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
         (*n_rows)++;
     }
 done:
-    glm_rows_free(&R);
+    data_glm_rows_free(&R);
     data_sg_examples_free(&all);
 }
 

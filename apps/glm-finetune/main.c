@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/train_app.h"
-#include "apps/glm-finetune/glm_tasks.h"
+#include "data/data_glm_rows.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_train.h"
 #include "checkpoints/ckpt_weights.h"
@@ -95,7 +95,7 @@ static rt_args_spec glm_spec = {
 /* ---- data: a sampler over examples; the batch carries their indices ---- */
 
 typedef struct {
-    const glm_rows *rows;
+    const data_glm_rows *rows;
     data_sampler *sampler;
     int batch_size;
 } glm_data;
@@ -108,14 +108,14 @@ static void glm_batch_free(rt_batch *b) {
 
 /* Labelled targets of examples: cloze and choices count examples; span and seq2seq, trained by
  * the language-model loss, their answer tokens. */
-static int glm_targets_of(const glm_rows *R, const int32_t *ex, int n) {
+static int glm_targets_of(const data_glm_rows *R, const int32_t *ex, int n) {
     int t = 0;
     for (int i = 0; i < n; i++) {
-        if (R->kind == GLM_TASK_CLOZE || R->kind == GLM_TASK_CHOICES) {
+        if (R->kind == DATA_GLM_CLOZE || R->kind == DATA_GLM_CHOICES) {
             t += R->label[ex[i]] != -100;
             continue;
         }
-        const glm_row *row = &R->rows[R->first_row[ex[i]]];
+        const data_glm_row *row = &R->rows[R->first_row[ex[i]]];
         for (int k = 0; k < row->len; k++) t += row->labels[k] != -100;
     }
     return t;
@@ -181,7 +181,7 @@ static void glm_buf_free(glm_buf *b) {
 /* The rows of n examples, padded to the longest (a multiple of 8 with --pad-to-8) with <eos>
  * at position 0, block position 0, no label: after every row's separator, so no real token
  * sees them. */
-static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad_id, glm_buf *b, glm_inputs *in) {
+static void glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, glm_buf *b, glm_inputs *in) {
     const int per = R->rows_per_example;
     const int B = n * per;
     int T = 1;
@@ -208,7 +208,7 @@ static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad
     for (int i = 0; i < n; i++) {
         b->label[i] = R->label[ex[i]];
         for (int k = 0; k < per; k++) {
-            const glm_row *row = &R->rows[R->first_row[ex[i]] + k];
+            const data_glm_row *row = &R->rows[R->first_row[ex[i]] + k];
             int r = i * per + k;
             for (int t = 0; t < T; t++) {
                 size_t c = (size_t)r * T + t;
@@ -228,7 +228,7 @@ static void glm_collate(const glm_rows *R, const int32_t *ex, int n, int32_t pad
 
 typedef struct {
     glm_model *model;
-    const glm_rows *train;
+    const data_glm_rows *train;
     glm_buf buf;
     int32_t pad_id;
     const rt_grads_hook *grads;
@@ -245,17 +245,17 @@ static double glm_flops(void *ctx, const rt_batch *b) {
 
 /* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
  * cloze) may be NULL. */
-static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const int32_t *ex, int n, int32_t pad_id,
+static rt_status glm_run(glm_model *m, const data_glm_rows *R, glm_buf *buf, const int32_t *ex, int n, int32_t pad_id,
                          const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
     glm_inputs in;
     glm_collate(R, ex, n, pad_id, buf, &in);
     switch (R->kind) {
-    case GLM_TASK_CLOZE:
+    case DATA_GLM_CLOZE:
         return glm_cloze_step(m, &in, buf->cloze_at, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
                               scores);
-    case GLM_TASK_CHOICES:
+    case DATA_GLM_CHOICES:
         return glm_choice_step(m, &in, buf->labels, R->rows_per_example, buf->label, pass, grad_scale, loss_sum, scores);
-    case GLM_TASK_SPAN: {
+    case DATA_GLM_SPAN: {
         if (!scores) break; /* training: the language-model loss on the answer */
         int32_t *match = rt_xmalloc((size_t)in.B * sizeof *match);
         rt_status st = glm_span_match(m, &in, buf->labels, loss_sum, match);
@@ -263,7 +263,7 @@ static rt_status glm_run(glm_model *m, const glm_rows *R, glm_buf *buf, const in
         free(match);
         return st;
     }
-    case GLM_TASK_SEQ2SEQ: break;
+    case DATA_GLM_SEQ2SEQ: break;
     }
     return glm_lm_step(m, &in, buf->labels, pass, grad_scale, loss_sum, NULL);
 }
@@ -282,11 +282,11 @@ static rt_status glm_forward_backward(void *ctx, const rt_batch *b, uint64_t see
 typedef struct {
     glm_model *model;
     const tok_tokenizer *tok;
-    const glm_rows *val;
+    const data_glm_rows *val;
     const data_sg_examples *sg;   /* cloze tasks: the examples (MultiRC question ids) */
     const data_lines *refs;       /* seq2seq: reference targets from ref_begin */
     size_t ref_begin;
-    glm_specials sp;
+    data_glm_specials sp;
     glm_buf buf;
     int32_t pad_id;
     int batch;
@@ -305,7 +305,7 @@ static int glm_argmax(const float *x, int n) {
  * contexts run once, then one token per row per step against the key/value cache. */
 static rt_status glm_eval_generate(glm_eval *e, const int32_t *ex, int n, char **texts) {
     rt_status st = RT_OK;
-    const glm_rows *R = e->val;
+    const data_glm_rows *R = e->val;
     const int steps = (int)O.max_target_len;
     int S = 1;
     for (int i = 0; i < n; i++) {
@@ -318,7 +318,7 @@ static rt_status glm_eval_generate(glm_eval *e, const int32_t *ex, int n, char *
             *mask_pos = rt_xcalloc((size_t)n, sizeof *mask_pos), *out = rt_xcalloc((size_t)n * steps, sizeof *out);
     int *len = rt_xcalloc((size_t)n, sizeof *len);
     for (int i = 0; i < n; i++) {
-        const glm_row *row = &R->rows[R->first_row[ex[i]]];
+        const data_glm_row *row = &R->rows[R->first_row[ex[i]]];
         for (int t = 0; t < S; t++) ids[(size_t)i * S + t] = t < row->sep ? row->ids[t] : e->pad_id;
         for (int t = 0; t < row->sep; t++) pos[(size_t)i * S + t] = t;
         sep[i] = row->sep;
@@ -346,9 +346,9 @@ fail:
 static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
     rt_status st = RT_OK;
     glm_eval *e = ctx;
-    const glm_rows *R = e->val;
+    const data_glm_rows *R = e->val;
     const int n_ex = R->n_examples, per = R->rows_per_example;
-    const int K = R->kind == GLM_TASK_CLOZE ? R->n_classes : per;
+    const int K = R->kind == DATA_GLM_CLOZE ? R->n_classes : per;
     int32_t *ex = rt_xmalloc((size_t)e->batch * sizeof(int32_t));
     float *scores = rt_xmalloc((size_t)e->batch * per * (K > 0 ? K : 1) * sizeof(float));
     int32_t *pred = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t)), *label = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t));
@@ -364,16 +364,16 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         RT_TRY(glm_run(e->model, R, &e->buf, ex, n, e->pad_id, &pass, 0.0f, &l, scores));
         loss += l;
         targets += glm_targets_of(R, ex, n);
-        for (int i = 0; R->kind != GLM_TASK_SEQ2SEQ && i < n; i++) {
+        for (int i = 0; R->kind != DATA_GLM_SEQ2SEQ && i < n; i++) {
             /* span: WSC's labels are false (0) and true (1), its score the match */
-            pred[b0 + i] = R->kind == GLM_TASK_SPAN ? scores[i] > 0.5f : glm_argmax(scores + (size_t)i * K, K);
+            pred[b0 + i] = R->kind == DATA_GLM_SPAN ? scores[i] > 0.5f : glm_argmax(scores + (size_t)i * K, K);
             label[b0 + i] = R->label[b0 + i] == -100 ? -1 : R->label[b0 + i];
         }
     }
     out->n = 0;
     out->names[out->n] = "loss";
     out->values[out->n++] = targets ? loss / (double)targets : 0.0;
-    if (R->kind != GLM_TASK_SEQ2SEQ) {
+    if (R->kind != DATA_GLM_SEQ2SEQ) {
         metric_sg_score m[METRIC_SG_MAX_SCORES];
         int nm = 0;
         if (e->sg->task->id == DATA_SG_MULTIRC) {
@@ -526,7 +526,7 @@ fail:
 
 /* ---- main ---- */
 
-static int glm_max_len(const glm_rows *r) {
+static int glm_max_len(const data_glm_rows *r) {
     int T = 1;
     for (int i = 0; i < r->n_rows; i++) T = r->rows[i].len > T ? r->rows[i].len : T;
     return T;
@@ -542,7 +542,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     glm_model *model = NULL;
     data_sg_examples sg_train = {0}, sg_val = {0};
     data_lines src = {0}, tgt = {0}, vsrc = {0}, vtgt = {0};
-    glm_rows train = {0}, val = {0};
+    data_glm_rows train = {0}, val = {0};
     data_sampler *sampler = NULL;
     char *options_json = NULL;
     rt_grid grid = {0};
@@ -559,7 +559,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
     RT_TRY(glm_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
-    RT_TRY(glm_specials_of(tok, &ev.sp));
+    RT_TRY(data_glm_specials_of(tok, &ev.sp));
 
     if (seq2seq) {
         RT_TRY(data_lines_read_pair(pos[0], pos[1], &src, &tgt));
@@ -577,8 +577,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
             n_train = src.n - n_val;
             v_begin = n_train;
         }
-        RT_TRY(glm_rows_from_lines(&src, &tgt, 0, n_train, tok, (int)O.max_len, (int)O.max_target_len, &train));
-        RT_TRY(glm_rows_from_lines(vs, vt, v_begin, vs->n, tok, (int)O.max_len, (int)O.max_target_len, &val));
+        RT_TRY(data_glm_rows_from_lines(&src, &tgt, 0, n_train, tok, (int)O.max_len, (int)O.max_target_len, &train));
+        RT_TRY(data_glm_rows_from_lines(vs, vt, v_begin, vs->n, tok, (int)O.max_len, (int)O.max_target_len, &val));
         ev.refs = vt;
         ev.ref_begin = v_begin;
         rt_log_info("data: train %d pairs, validation %d pairs%s; %d rows truncated", train.n_examples, val.n_examples,
@@ -596,15 +596,15 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                     data_pvp_n_patterns(task->id) - 1);
         RT_TRY(data_sg_load_split(task, data_dir, "train", &sg_train));
         RT_TRY(data_sg_load_split(task, data_dir, "val", &sg_val));
-        RT_TRY(glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, true, &train));
-        RT_TRY(glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, false, &val));
+        RT_TRY(data_glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, true, &train));
+        RT_TRY(data_glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, false, &val));
         if (train.n_examples == 0) RT_FAIL(RT_ERR_FORMAT, "%s: no training examples", sg_train.path);
         ev.sg = &sg_val;
         static const char *const how[] = {
-            [GLM_TASK_CLOZE] = "verbalizer tokens at [MASK]",
-            [GLM_TASK_CHOICES] = "answers scored by log-probability",
-            [GLM_TASK_SPAN] = "span1 in the blank: trained on the true examples, true when every token is the argmax",
-            [GLM_TASK_SEQ2SEQ] = "",
+            [DATA_GLM_CLOZE] = "verbalizer tokens at [MASK]",
+            [DATA_GLM_CHOICES] = "answers scored by log-probability",
+            [DATA_GLM_SPAN] = "span1 in the blank: trained on the true examples, true when every token is the argmax",
+            [DATA_GLM_SEQ2SEQ] = "",
         };
         rt_log_info("data: %s train %d, val %d examples (pattern %lld, %s); %d rows truncated", task->name,
                     train.n_examples, val.n_examples, (long long)O.pattern, how[train.kind],
@@ -668,8 +668,8 @@ fail:
     data_sampler_free(sampler);
     glm_model_free(model);
     rt_backend_free(be);
-    glm_rows_free(&train);
-    glm_rows_free(&val);
+    data_glm_rows_free(&train);
+    data_glm_rows_free(&val);
     data_sg_examples_free(&sg_train);
     data_sg_examples_free(&sg_val);
     data_lines_free(&src);

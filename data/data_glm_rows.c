@@ -1,6 +1,6 @@
 /* GLM's fine-tuning inputs from SuperGLUE patterns and from line-aligned texts (see
- * glm_tasks.h). */
-#include "apps/glm-finetune/glm_tasks.h"
+ * data_glm_rows.h). */
+#include "data/data_glm_rows.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "data/data_pvp.h"
 
-rt_status glm_specials_of(const tok_tokenizer *tok, glm_specials *out) {
+rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out) {
     static const char *const names[5] = {"[CLS]", "[MASK]", "[gMASK]", "<|startofpiece|>", "<|endofpiece|>"};
     int32_t *slots[5] = {&out->cls, &out->mask, &out->gmask, &out->sop, &out->eop};
     /* eos is the tokenizer's own: <|endoftext|> (Chinese), [PAD] (English WordPiece) */
@@ -25,12 +25,12 @@ rt_status glm_specials_of(const tok_tokenizer *tok, glm_specials *out) {
 
 /* ---- building rows ---- */
 
-static glm_row *rows_add(glm_rows *r, int *cap) {
+static data_glm_row *rows_add(data_glm_rows *r, int *cap) {
     if (r->n_rows == *cap) {
         *cap = *cap ? 2 * *cap : 256;
         r->rows = rt_xrealloc(r->rows, (size_t)*cap * sizeof *r->rows);
     }
-    glm_row *row = &r->rows[r->n_rows++];
+    data_glm_row *row = &r->rows[r->n_rows++];
     memset(row, 0, sizeof *row);
     return row;
 }
@@ -38,7 +38,7 @@ static glm_row *rows_add(glm_rows *r, int *cap) {
 /* context (n ids, bidirectional) then, when answer is non-NULL, [sop] answer[0 .. m-2] at the
  * mask's position with block positions 1 .. m, labelled answer[0 .. m-1] (-100 where the answer
  * is -100: a cloze row's [sop] alone). */
-static void row_fill(glm_row *row, const int32_t *ctx, int n, int mask_pos, int32_t sop, const int32_t *answer, int m) {
+static void row_fill(data_glm_row *row, const int32_t *ctx, int n, int mask_pos, int32_t sop, const int32_t *answer, int m) {
     int len = n + (answer ? m : 0);
     row->ids = rt_xmalloc((size_t)len * sizeof(int32_t));
     row->pos = rt_xmalloc((size_t)len * sizeof(int32_t));
@@ -100,7 +100,7 @@ static rt_status encode_text(const tok_tokenizer *tok, const char *text, tok_ids
 }
 
 /* [CLS] parts <eos> into ctx; the mask's index. */
-static int join_context(const enc_part *p, int n, const glm_specials *sp, tok_ids *ctx) {
+static int join_context(const enc_part *p, int n, const data_glm_specials *sp, tok_ids *ctx) {
     int mask_pos = -1;
     tok_ids_clear(ctx);
     tok_ids_push(ctx, sp->cls);
@@ -116,10 +116,10 @@ static int join_context(const enc_part *p, int n, const glm_specials *sp, tok_id
     return mask_pos;
 }
 
-rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  bool training, glm_rows *out) {
+rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
+                                  bool training, data_glm_rows *out) {
     rt_status st = RT_OK;
-    glm_specials sp;
+    data_glm_specials sp;
     data_pvp_filled f = {0};
     enc_part parts[DATA_PVP_MAX_PARTS];
     tok_ids ctx = {0}, answer = {0};
@@ -128,8 +128,8 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
     memset(parts, 0, sizeof parts);
     const data_sg_task *task = ex->task;
     const bool choices = data_pvp_is_multi_token(task->id);
-    out->kind = task->id == DATA_SG_WSC ? GLM_TASK_SPAN : choices ? GLM_TASK_CHOICES : GLM_TASK_CLOZE;
-    RT_TRY(glm_specials_of(tok, &sp));
+    out->kind = task->id == DATA_SG_WSC ? DATA_GLM_SPAN : choices ? DATA_GLM_CHOICES : DATA_GLM_CLOZE;
+    RT_TRY(data_glm_specials_of(tok, &sp));
     if (!choices) { /* one verbalizer token per class */
         out->n_classes = task->n_labels;
         for (int c = 0; c < task->n_labels; c++) {
@@ -146,7 +146,7 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
     out->label = rt_xcalloc(ex->n + 1, sizeof *out->label);
     /* GLM trains WSC on the examples whose span1 is the pronoun's referent (dataset.py: cloze_eval
      * skips the others in the train split) */
-    const int32_t keep_only = out->kind == GLM_TASK_SPAN && training ? data_sg_label_id(task, "true") : -2;
+    const int32_t keep_only = out->kind == DATA_GLM_SPAN && training ? data_sg_label_id(task, "true") : -2;
     for (size_t e = 0; e < ex->n; e++) {
         if (keep_only != -2 && ex->ex[e].label != keep_only) continue;
         const int k = out->n_examples++;
@@ -182,26 +182,26 @@ rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const
         }
         data_pvp_filled_free(&f);
     }
-    if (out->kind != GLM_TASK_CHOICES) out->rows_per_example = 1;
+    if (out->kind != DATA_GLM_CHOICES) out->rows_per_example = 1;
 fail:
     data_pvp_filled_free(&f);
     for (int i = 0; i < DATA_PVP_MAX_PARTS; i++) tok_ids_free(&parts[i].ids);
     tok_ids_free(&ctx);
     tok_ids_free(&answer);
-    if (st != RT_OK) glm_rows_free(out);
+    if (st != RT_OK) data_glm_rows_free(out);
     return st;
 }
 
-rt_status glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
-                              const tok_tokenizer *tok, int max_source_len, int max_target_len, glm_rows *out) {
+rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
+                              const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out) {
     rt_status st = RT_OK;
-    glm_specials sp;
+    data_glm_specials sp;
     tok_ids s = {0}, t = {0}, ctx = {0};
     int cap = 0;
     memset(out, 0, sizeof *out);
-    out->kind = GLM_TASK_SEQ2SEQ;
+    out->kind = DATA_GLM_SEQ2SEQ;
     out->rows_per_example = 1;
-    RT_TRY(glm_specials_of(tok, &sp));
+    RT_TRY(data_glm_specials_of(tok, &sp));
     if (max_source_len < 3 || max_target_len < 1)
         RT_FAIL(RT_ERR_CONFIG, "max source length %d (>= 3) and target length %d (>= 1)", max_source_len, max_target_len);
     out->n_examples = (int)(end - begin);
@@ -218,7 +218,7 @@ rt_status glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size
         tok_ids_push(&ctx, sp.gmask);
         out->first_row[i - begin] = out->n_rows;
         out->label[i - begin] = -100;
-        glm_row *row = rows_add(out, &cap);
+        data_glm_row *row = rows_add(out, &cap);
         if (!tgt) {
             row_fill(row, ctx.ids, (int)ctx.n, (int)ctx.n - 1, sp.sop, NULL, 0);
             continue;
@@ -235,11 +235,11 @@ fail:
     tok_ids_free(&s);
     tok_ids_free(&t);
     tok_ids_free(&ctx);
-    if (st != RT_OK) glm_rows_free(out);
+    if (st != RT_OK) data_glm_rows_free(out);
     return st;
 }
 
-void glm_rows_free(glm_rows *r) {
+void data_glm_rows_free(data_glm_rows *r) {
     for (int i = 0; i < r->n_rows; i++) {
         free(r->rows[i].ids);
         free(r->rows[i].pos);

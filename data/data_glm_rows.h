@@ -14,10 +14,10 @@
  *                      answer token is the argmax under teacher forcing (classify_evaluate)
  *   seq2seq            [CLS] source [gMASK] [sop] target, labels target + [eop] on the span
  *
- * A glm_rows set holds the rows of all examples; an example owns n_rows consecutive rows
+ * A data_glm_rows set holds the rows of all examples; an example owns n_rows consecutive rows
  * (choices: one per candidate). Rows keep their own length; batches pad them. */
-#ifndef GLM_TASKS_H
-#define GLM_TASKS_H
+#ifndef DATA_GLM_ROWS_H
+#define DATA_GLM_ROWS_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,16 +26,16 @@
 #include "data/data_superglue.h"
 #include "tokenizers/tok.h"
 
-typedef enum { GLM_TASK_CLOZE, GLM_TASK_CHOICES, GLM_TASK_SPAN, GLM_TASK_SEQ2SEQ } glm_task_kind;
+typedef enum { DATA_GLM_CLOZE, DATA_GLM_CHOICES, DATA_GLM_SPAN, DATA_GLM_SEQ2SEQ } data_glm_task_kind;
 
 typedef struct {
     int32_t *ids, *pos, *block_pos, *labels; /* (len) each; labels -100 off the answer */
     int len, sep, mask_pos;                  /* mask_pos: the blank's index in the context */
-} glm_row;
+} data_glm_row;
 
 typedef struct {
-    glm_task_kind kind;
-    glm_row *rows;
+    data_glm_task_kind kind;
+    data_glm_row *rows;
     int n_rows;
     int *first_row;   /* (n_examples) */
     int *label;       /* (n_examples) class id, the right choice, or -100 */
@@ -43,25 +43,25 @@ typedef struct {
     int32_t verbalizer[16]; /* cloze: one token per class */
     int n_classes;
     int n_truncated;
-} glm_rows;
+} data_glm_rows;
 
 /* The command tokens the inputs need, from the tokenizer ([CLS], [MASK], [gMASK],
  * <|startofpiece|>, <|endofpiece|>, and its end-of-text token); RT_ERR_CONFIG naming a missing
  * one. */
 typedef struct {
     int32_t cls, mask, gmask, eos, sop, eop;
-} glm_specials;
-rt_status glm_specials_of(const tok_tokenizer *tok, glm_specials *out);
+} data_glm_specials;
+rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out);
 
 /* SuperGLUE examples through the task's pattern: cloze rows (BoolQ, CB, RTE, WiC, MultiRC),
  * choice rows (COPA) or span rows (WSC; for training, those of its True examples only). Rows
  * longer than max_len lose tokens from the pattern's shortenable parts as FlagAI truncates. A
  * verbalizer that is not one token is RT_ERR_CONFIG naming it. */
-rt_status glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  bool training, glm_rows *out);
+rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
+                                  bool training, data_glm_rows *out);
 /* Line-aligned source/target texts (targets may be NULL: generation rows, span empty). */
-rt_status glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
-                              const tok_tokenizer *tok, int max_source_len, int max_target_len, glm_rows *out);
-void glm_rows_free(glm_rows *r);
+rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
+                              const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out);
+void data_glm_rows_free(data_glm_rows *r);
 
 #endif
