@@ -61,6 +61,7 @@ int main(int argc, char **argv) {
                   "  bert-classify --model path/to/hf/roberta-base --dataset stsb --data-dir glue/STS-B\n"
                   "  bert-classify --dataset mrpc          # a small BERT from scratch on the shipped MRPC",
         .family = "BERT/RoBERTa",
+        .hf_class = "BertForSequenceClassification (RobertaForSequenceClassification for RoBERTa)",
         .hf_cache_repo = "bert-base-uncased",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/bert-wordpiece/bert-base-uncased-vocab.txt",
         .scratch_desc = "a small BERT (4 layers, 128 wide)",

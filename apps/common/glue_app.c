@@ -61,7 +61,7 @@ static const rt_opt gc_own_options[] = {
     {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
      "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
-     "after training, write an HF GPT2ForSequenceClassification folder (config, safetensors, tokenizer)", NULL, 0, 0},
+     NULL /* the family's class: glue_app_main */, NULL, 0, 0},
     {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
      "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
 };
@@ -602,6 +602,11 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     gc_spec.prog = family->prog;
     train_app_defaults defaults = {0};
     memcpy(gc_options, gc_own_options, sizeof gc_own_options);
+    static char save_hf_help[200];
+    snprintf(save_hf_help, sizeof save_hf_help,
+             "after training, write an HF %s folder (config, safetensors, tokenizer)", family->hf_class);
+    for (int k = 0; k < GC_N_OWN; k++)
+        if (strcmp(gc_options[k].name, "save-hf") == 0) gc_options[k].help = save_hf_help;
     gc_spec.n_opts = GC_N_OWN;
     train_app_add_options(&O.t, &defaults, &gc_spec, gc_options);
     train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);

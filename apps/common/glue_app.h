@@ -35,6 +35,7 @@ typedef struct {
 typedef struct {
     const char *prog, *summary, *epilog;
     const char *family;            /* "GPT-2", for messages */
+    const char *hf_class;          /* what --save-hf writes, for --help: "GPT2ForSequenceClassification" */
     const char *hf_cache_repo;     /* used without --model when in the HF cache ("gpt2"); NULL = none */
     const char *default_tokenizer; /* relative to the source tree, for --arch and the small default */
     const char *scratch_desc;      /* what the small default is, for the log */

@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
                   "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
                   "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2",
         .family = "GPT-2",
+        .hf_class = "GPT2ForSequenceClassification",
         .hf_cache_repo = "gpt2",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/gpt2-bpe",
         .scratch_desc = "a small GPT-2 (4 layers, 128 wide)",
