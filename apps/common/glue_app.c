@@ -301,25 +301,14 @@ static void gc_eval_free(gc_eval *e) {
 
 /* ---- training callbacks ---- */
 
-typedef struct {
-    const mdl_classifier *model;
-    double padded_tokens; /* sum of B x T over the micro-batches this rank trained on */
-    const rt_grads_hook *grads;
-} gc_train_ctx;
-
-static void gc_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((gc_train_ctx *)ctx)->grads = hook; }
-
-static double gc_flops(void *ctx, const rt_batch *b) {
-    const mdl_classifier *m = ((gc_train_ctx *)ctx)->model;
-    return m->train_flops ? m->train_flops(m->model, b->B, b->T) : 0;
+static rt_status gc_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum) {
+    const mdl_classifier *m = model;
+    return m->step(m->model, b, pass, grad_scale, loss_sum, NULL);
 }
 
-static rt_status gc_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
-                                     float grad_scale, double *loss_sum) {
-    gc_train_ctx *c = ctx;
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = c->grads};
-    c->padded_tokens += (double)b->B * (double)b->T;
-    return c->model->step(c->model->model, b, &pass, grad_scale, loss_sum, NULL);
+static double gc_flops(void *model, const rt_batch *b) {
+    const mdl_classifier *m = model;
+    return m->train_flops ? m->train_flops(m->model, b->B, b->T) : 0;
 }
 
 /* ---- --comm-stats ---- */
@@ -561,9 +550,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     options_json = rt_args_to_json(&gc_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
-    gc_train_ctx train_ctx = {.model = &gm.cls};
-    rt_train_model tm = {.ctx = &train_ctx, .params = params, .forward_backward = gc_forward_backward,
-                           .set_grads_hook = gc_set_grads_hook, .flops = gc_flops};
+    train_app_model train_ctx = {.m = {.model = &gm.cls, .params = params, .step = gc_step, .flops = gc_flops}};
+    rt_train_model tm = train_app_loop_model(&train_ctx);
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;

@@ -141,6 +141,28 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device,
     return st;
 }
 
+static void train_app_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((train_app_model *)ctx)->grads = hook; }
+
+static double train_app_flops(void *ctx, const rt_batch *b) {
+    const mdl_trainable *m = &((train_app_model *)ctx)->m;
+    return m->flops && b->B > 0 ? m->flops(m->model, b) : 0;
+}
+
+static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
+                                            float grad_scale, double *loss_sum) {
+    train_app_model *a = ctx;
+    *loss_sum = 0;
+    if (b->B == 0) return RT_OK;
+    a->padded_tokens += (double)b->B * (double)b->T;
+    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = a->grads};
+    return a->m.step(a->m.model, b, &pass, grad_scale, loss_sum);
+}
+
+rt_train_model train_app_loop_model(train_app_model *a) {
+    return (rt_train_model){.ctx = a, .params = a->m.params, .forward_backward = train_app_forward_backward,
+                            .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops};
+}
+
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json) {
     rt_train_opts to = {

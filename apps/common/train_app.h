@@ -14,6 +14,7 @@
 #include "runtime/rt_backend.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_trainer.h"
+#include "models/trainable.h"
 
 typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from;
@@ -54,6 +55,16 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
  * NCCL for the grid's device buffers (with --comm-timeout). device gets the resolved name. */
 rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device, size_t device_size,
                            rt_backend **be);
+/* The loop's view of a model (models/trainable.h): forward_backward builds the pass with the
+ * loop's grads hook, and gives an empty micro-batch (this rank's share of a short last batch)
+ * a zero loss without calling the model. padded_tokens sums B x T over the batches trained. */
+typedef struct {
+    mdl_trainable m;
+    const rt_grads_hook *grads;
+    double padded_tokens;
+} train_app_model;
+rt_train_model train_app_loop_model(train_app_model *a);
+
 /* The loop's options from these (the grid's comms; options_json stored in checkpoints). */
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json);

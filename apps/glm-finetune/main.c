@@ -231,10 +231,7 @@ typedef struct {
     const data_glm_rows *train;
     glm_buf buf;
     int32_t pad_id;
-    const rt_grads_hook *grads;
 } glm_trainer;
-
-static void glm_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((glm_trainer *)ctx)->grads = hook; }
 
 /* rows x the longest row of the batch (choices: every example's candidate rows) */
 static double glm_flops(void *ctx, const rt_batch *b) {
@@ -268,13 +265,10 @@ static rt_status glm_run(glm_model *m, const data_glm_rows *R, glm_buf *buf, con
     return glm_lm_step(m, &in, buf->labels, pass, grad_scale, loss_sum, NULL);
 }
 
-static rt_status glm_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
-                                      float grad_scale, double *loss_sum) {
+static rt_status glm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                double *loss_sum) {
     glm_trainer *g = ctx;
-    *loss_sum = 0;
-    if (b->B == 0) return RT_OK; /* this dp rank's slice of the last batch is empty */
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = g->grads};
-    return glm_run(g->model, g->train, &g->buf, b->example_index, b->B, g->pad_id, &pass, grad_scale, loss_sum, NULL);
+    return glm_run(g->model, g->train, &g->buf, b->example_index, b->B, g->pad_id, pass, grad_scale, loss_sum, NULL);
 }
 
 /* ---- evaluation ---- */
@@ -639,8 +633,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
 
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
-    rt_train_model tm = {.ctx = &tr, .params = glm_model_params(model), .forward_backward = glm_forward_backward,
-                           .set_grads_hook = glm_set_grads_hook, .flops = glm_flops};
+    train_app_model adapter = {.m = {.model = &tr, .params = glm_model_params(model), .step = glm_train_step,
+                                     .flops = glm_flops}};
+    rt_train_model tm = train_app_loop_model(&adapter);
     rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
                         .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
                         .batch_free = glm_batch_free};

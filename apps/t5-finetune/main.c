@@ -316,30 +316,14 @@ fail:
 
 /* ---- training callbacks ---- */
 
-typedef struct {
-    t5_model *model;
-    const rt_grads_hook *grads;
-} t5_trainer;
+static double t5_flops(void *model, const rt_batch *b) { return t5_train_flops(model, b->B, b->T, b->T_dec); }
 
-static void t5_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((t5_trainer *)ctx)->grads = hook; }
-
-static double t5_flops(void *ctx, const rt_batch *b) {
-    return t5_train_flops(((t5_trainer *)ctx)->model, b->B, b->T, b->T_dec);
-}
-
-static rt_status t5_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
-                                     float grad_scale, double *loss_sum) {
-    t5_trainer *tr = ctx;
-    t5_model *m = tr->model;
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = tr->grads};
+static rt_status t5_train_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                               double *loss_sum) {
     t5_batch tb = {.B = b->B, .S = b->T, .T = b->T_dec, .src_ids = b->input_ids, .src_mask = b->attention_mask,
                    .labels = b->dec_labels};
     int n_targets = 0;
-    if (b->B == 0) { /* an empty share of the last global batch */
-        *loss_sum = 0;
-        return RT_OK;
-    }
-    return t5_step(m, &tb, &pass, grad_scale, loss_sum, &n_targets, NULL);
+    return t5_step(model, &tb, pass, grad_scale, loss_sum, &n_targets, NULL);
 }
 
 /* ---- HF export ---- */
@@ -495,9 +479,9 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     options_json = rt_args_to_json(&t5_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, T5_PROG, &grid, options_json);
-    t5_trainer tr = {.model = model};
-    rt_train_model tm = {.ctx = &tr, .params = t5_model_params(model), .forward_backward = t5_forward_backward,
-                         .set_grads_hook = t5_set_grads_hook, .flops = t5_flops};
+    train_app_model tr = {.m = {.model = model, .params = t5_model_params(model), .step = t5_train_step,
+                                .flops = t5_flops}};
+    rt_train_model tm = train_app_loop_model(&tr);
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};
     rt_train_result res;
