@@ -150,7 +150,7 @@ rt_status ckpt_tp_gather_param(rt_backend *be, rt_comm *tp, const ckpt_tp_desc *
     const float *src = local;
     if (parts > 1) {
         if (scr->dev_cap < local_n * parts) {
-            if (scr->dev) be->ops->free(be->ctx, scr->dev);
+            if (scr->dev) rt_free_device(be, scr->dev);
             scr->dev = NULL;
             scr->dev_cap = 0;
             RT_TRY(rt_backend_alloc(be, local_n * parts * sizeof(float), "checkpoint (gathered shards)",
@@ -165,14 +165,14 @@ rt_status ckpt_tp_gather_param(rt_backend *be, rt_comm *tp, const ckpt_tp_desc *
         scr->host_cap = local_n * parts;
         scr->host = rt_xrealloc(scr->host, scr->host_cap * sizeof(float));
     }
-    be->ops->to_host(be->ctx, scr->host, src, local_n * parts * sizeof(float));
+    rt_to_host(be, scr->host, src, local_n * parts * sizeof(float));
     ckpt_tp_gather(d, full, scr->host);
 fail:
     return st;
 }
 
 void ckpt_tp_scratch_free(rt_backend *be, ckpt_tp_scratch *scr) {
-    if (scr->dev) be->ops->free(be->ctx, scr->dev);
+    if (scr->dev) rt_free_device(be, scr->dev);
     free(scr->host);
     *scr = (ckpt_tp_scratch){0};
 }

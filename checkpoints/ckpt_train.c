@@ -101,7 +101,7 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
             if (s->numel > shard_cap) shard = rt_xrealloc(shard, (shard_cap = s->numel) * sizeof(float));
             RT_TRY(ckpt_native_read_f32(f, name, full, n));
             ckpt_tp_shard(&d, shard, full);
-            p->be->ops->to_device(p->be->ctx, buf + s->offset, shard, s->numel * sizeof(float));
+            rt_to_device(p->be, buf + s->offset, shard, s->numel * sizeof(float));
         }
     }
     *meta_json = rt_xstrdup(ckpt_native_metadata(f));

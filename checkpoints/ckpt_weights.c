@@ -465,7 +465,7 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
         RT_TRY(ckpt_weights_read(w, (size_t)idx, full));
         shard = rt_xrealloc(shard, s->numel * sizeof(float));
         ckpt_tp_shard(&d, shard, full);
-        p->be->ops->to_device(p->be->ctx, rt_params_data(p, i), shard, s->numel * sizeof(float));
+        rt_to_device(p->be, rt_params_data(p, i), shard, s->numel * sizeof(float));
         used[idx] = 1;
         report->loaded++;
     }

@@ -338,7 +338,7 @@ static void bert_layout(bert_model *m, rt_arena *a) {
 /* Zeroes one row of a table (rows of C floats) if it lies in [row0, row0 + rows). */
 static void bert_zero_row(bert_model *m, float *table, int row, int row0, int rows) {
     if (row >= row0 && row < row0 + rows)
-        m->be->ops->zero(m->be->ctx, table + (size_t)(row - row0) * m->C, (size_t)m->C * sizeof(float));
+        rt_clear(m->be, table + (size_t)(row - row0) * m->C, (size_t)m->C * sizeof(float));
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): 3 C for qkv, the
@@ -386,7 +386,7 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     /* vocab padding rows: never indexed by a real id, zero so that they stay out of every result */
     if (m->vocab_start + m->V_local > c->vocab_size) {
         int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
     }
     /* HF's nn.Embedding(padding_idx=pad) starts that row at 0 (RoBERTa's positions too) */
     if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
@@ -410,7 +410,7 @@ fail:
 
 void bert_model_free(bert_model *m) {
     if (!m) return;
-    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     free(m->layer);
     free(m->h_pos);
@@ -461,11 +461,11 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     }
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    be->ops->to_device(be->ctx, m->ids, host_ids, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->pos, m->h_pos, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->types, m->h_types, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BT * sizeof(float));
-    be->ops->to_device(be->ctx, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->ids, host_ids, BT * sizeof(int32_t));
+    rt_to_device(be, m->pos, m->h_pos, BT * sizeof(int32_t));
+    rt_to_device(be, m->types, m->h_types, BT * sizeof(int32_t));
+    rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
+    rt_to_device(be, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
     return RT_OK;
 }
 
@@ -502,7 +502,6 @@ static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pa
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C, Cl = m->C_local, Fl = m->F_local;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
@@ -513,20 +512,20 @@ static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pa
     /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
     mdl_col_linear_fwd(be, a.qkv, a.x, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
     rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
+    rt_attention_fwd(be, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
     RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
-    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
-    ops->add(be->ctx, a.sum1, m->tmp, a.x, BT * C);
-    ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
+    if (drop) rt_dropout_fwd(be, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
+    rt_add(be, a.sum1, m->tmp, a.x, BT * C);
+    rt_layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
     /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
     mdl_col_linear_fwd(be, a.fch, a.ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
-    ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
+    rt_act_fwd(be, c->act, a.fchg, a.fch, BT * Fl);
     RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
-    if (drop) ops->dropout_fwd(be->ctx, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
-    ops->add(be->ctx, a.sum2, m->tmp, a.ln1, BT * C);
+    if (drop) rt_dropout_fwd(be, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
+    rt_add(be, a.sum2, m->tmp, a.ln1, BT * C);
     /* the backward needs only sum2 and the statistics; a recompute's output lands in tmp */
-    ops->layernorm_fwd(be->ctx, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
-                       C, eps);
+    rt_layernorm_fwd(be, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
+                     C, eps);
 fail:
     return st;
 }
@@ -535,7 +534,6 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
@@ -544,10 +542,10 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
     /* HF: (word + token type) + position, then LayerNorm and dropout. Types and positions are
      * replicated: added after the vocab-parallel all-reduce. */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
-    ops->embedding_fwd(be->ctx, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
-    ops->embedding_fwd(be->ctx, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
-    ops->layernorm_fwd(be->ctx, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
-    if (drop) ops->dropout_fwd(be->ctx, m->res, m->res, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
+    rt_embedding_fwd(be, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
+    rt_embedding_fwd(be, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
+    rt_layernorm_fwd(be, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
+    if (drop) rt_dropout_fwd(be, m->res, m->res, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
     for (int l = 0; l < c->num_hidden_layers; l++) RT_TRY(bert_layer_fwd(m, l, B, T, pass, true));
 fail:
     return st;
@@ -558,7 +556,6 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C, Cl = m->C_local, Fl = m->F_local;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
@@ -576,49 +573,49 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
         float *fch = a.fch, *fchg = a.fchg;
 
         /* FFN: dres = dL/dy -> dsum = dL/dsum2, which reaches ln1 directly and through the FFN */
-        ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
-        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w), a.ln2_mean,
-                           a.ln2_rstd, BT, C);
+        rt_clear(be, m->dsum, BT * C * sizeof(float));
+        rt_layernorm_bwd(be, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w), a.ln2_mean,
+                         a.ln2_rstd, BT, C);
         const float *dbranch = m->dsum;
         if (drop) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
+            rt_dropout_bwd(be, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
             dbranch = m->tmp;
         }
         mdl_row_linear_bwd(be, m->dfchg, G(p->out_w), G(p->out_b), dbranch, fchg, P(p->out_w), BT, Fl, C);
-        ops->act_bwd(be->ctx, c->act, m->dfch, fch, m->dfchg, BT * Fl);
+        rt_act_bwd(be, c->act, m->dfch, fch, m->dfchg, BT * Fl);
         RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->in_w), G(p->in_b), m->dfch, ln1, P(p->in_w), BT, C, Fl));
-        ops->add(be->ctx, m->dres, m->dsum, m->dln, BT * C); /* dL/dln1 */
+        rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dln1 */
 
         /* attention: dL/dsum1, which reaches x directly and through attention */
-        ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
-        ops->layernorm_bwd(be->ctx, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w), a.ln1_mean,
-                           a.ln1_rstd, BT, C);
+        rt_clear(be, m->dsum, BT * C * sizeof(float));
+        rt_layernorm_bwd(be, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w), a.ln1_mean,
+                         a.ln1_rstd, BT, C);
         dbranch = m->dsum;
         if (drop) {
-            ops->dropout_bwd(be->ctx, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
+            rt_dropout_bwd(be, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
             dbranch = m->tmp;
         }
         mdl_row_linear_bwd(be, m->datty, G(p->ao_w), G(p->ao_b), dbranch, atty, P(p->ao_w), BT, Cl, C);
         rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-        ops->attention_bwd(be->ctx, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
-                           qkv + 2 * Cl);
+        rt_attention_bwd(be, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
+                         qkv + 2 * Cl);
         RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, x, P(p->qkv_w), BT, C,
                                   3 * Cl));
-        ops->add(be->ctx, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
+        rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
         mdl_grads_ready(pass, &m->params, p->qkv_w); /* this layer and all above it, the head included */
     }
     /* embeddings: dres = dL/d(dropout(LN(emb))) */
     const float *dln_out = m->dres;
     if (drop) {
-        ops->dropout_bwd(be->ctx, m->tmp, m->dres, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
+        rt_dropout_bwd(be, m->tmp, m->dres, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
         dln_out = m->tmp;
     }
-    ops->zero(be->ctx, m->dsum, BT * C * sizeof(float));
-    ops->layernorm_bwd(be->ctx, m->dsum, G(m->eln_w), G(m->eln_b), dln_out, m->emb, P(m->eln_w), m->emb_mean,
-                       m->emb_rstd, BT, C);
-    ops->embedding_bwd(be->ctx, G(m->wte), m->dsum, m->ids, BT, C, m->vocab_start, m->V_local);
-    ops->embedding_bwd(be->ctx, G(m->wtt), m->dsum, m->types, BT, C, 0, c->type_vocab_size);
-    ops->embedding_bwd(be->ctx, G(m->wpe), m->dsum, m->pos, BT, C, 0, c->max_position_embeddings);
+    rt_clear(be, m->dsum, BT * C * sizeof(float));
+    rt_layernorm_bwd(be, m->dsum, G(m->eln_w), G(m->eln_b), dln_out, m->emb, P(m->eln_w), m->emb_mean,
+                     m->emb_rstd, BT, C);
+    rt_embedding_bwd(be, G(m->wte), m->dsum, m->ids, BT, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wtt), m->dsum, m->types, BT, C, 0, c->type_vocab_size);
+    rt_embedding_bwd(be, G(m->wpe), m->dsum, m->pos, BT, C, 0, c->max_position_embeddings);
     /* HF's padding_idx rows get no gradient (the pad row stays 0 through training) */
     if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
     if (c->roberta) bert_zero_row(m, G(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
@@ -631,7 +628,6 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
     const size_t BT = (size_t)B * T;
     /* RoBERTa drops out before the dense too; BERT's pooler has no dropout before it */
@@ -649,28 +645,28 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
 
     /* head: first token -> [drop] -> dense -> tanh -> drop -> out */
     const float *enc = m->res + (size_t)c->num_hidden_layers * m->max_BT * C;
-    ops->gather_rows(be->ctx, m->cls, enc, m->cls_idx, B, C);
+    rt_gather_rows(be, m->cls, enc, m->cls_idx, B, C);
     const float *x0 = m->cls;
     if (drop && c->roberta) {
-        ops->dropout_fwd(be->ctx, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
+        rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         x0 = m->cls_drop;
     }
     mdl_col_linear_fwd(be, m->hpre, x0, P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
-    ops->act_fwd(be->ctx, RT_ACT_TANH, m->hact, m->hpre, (size_t)B * C);
+    rt_act_fwd(be, RT_ACT_TANH, m->hact, m->hpre, (size_t)B * C);
     const float *x1 = m->hact;
     if (drop) {
-        ops->dropout_fwd(be->ctx, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
+        rt_dropout_fwd(be, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         x1 = m->hdrop;
     }
     mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
-    if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
+    if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
     if (regression) {
         mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
     } else {
-        ops->to_device(be->ctx, m->labels, b->labels, (size_t)B * sizeof(int32_t));
-        ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
-        ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
+        rt_to_device(be, m->labels, b->labels, (size_t)B * sizeof(int32_t));
+        rt_softmax_xent(be, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
+        rt_to_host(be, m->h_losses, m->losses, (size_t)B * sizeof(float));
         double sum = 0;
         for (int i = 0; i < B; i++) sum += m->h_losses[i];
         *loss_sum = sum;
@@ -681,18 +677,18 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     mdl_row_linear_bwd(be, m->dh1, G(m->ho_w), G(m->ho_b), m->dlogits, x1, P(m->ho_w), (size_t)B, C, NL);
     const float *dact = m->dh1;
     if (drop) {
-        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
+        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         dact = m->dh2;
     }
-    ops->act_bwd(be->ctx, RT_ACT_TANH, m->dh3, m->hpre, dact, (size_t)B * C);
+    rt_act_bwd(be, RT_ACT_TANH, m->dh3, m->hpre, dact, (size_t)B * C);
     mdl_row_linear_bwd(be, m->dh1, G(m->hd_w), G(m->hd_b), m->dh3, x0, P(m->hd_w), (size_t)B, C, C);
     const float *dcls = m->dh1;
     if (drop && c->roberta) {
-        ops->dropout_bwd(be->ctx, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
+        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         dcls = m->dh2;
     }
-    ops->zero(be->ctx, m->dres, BT * C * sizeof(float));
-    ops->scatter_rows_add(be->ctx, m->dres, dcls, m->cls_idx, B, C);
+    rt_clear(be, m->dres, BT * C * sizeof(float));
+    rt_scatter_rows_add(be, m->dres, dcls, m->cls_idx, B, C);
     RT_TRY(bert_backward_body(m, B, T, pass));
 fail:
     return st;
@@ -705,7 +701,7 @@ rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *hos
     RT_TRY(bert_upload(m, host_ids, host_mask, host_types, B, T));
     RT_TRY(bert_forward_body(m, B, T, &pass));
     const float *enc = m->res + (size_t)m->cfg.num_hidden_layers * m->max_BT * m->C;
-    m->be->ops->to_host(m->be->ctx, host_hidden, enc, (size_t)B * T * m->C * sizeof(float));
+    rt_to_host(m->be, host_hidden, enc, (size_t)B * T * m->C * sizeof(float));
 fail:
     return st;
 }

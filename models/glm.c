@@ -121,10 +121,10 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     float *h_vmask = rt_xcalloc((size_t)m->V_local, sizeof(float));
     if (m->vocab_padded_here) {
         int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
         for (int j = first; j < m->V_local; j++) h_vmask[j] = GLM_MASKED;
     }
-    be->ops->to_device(be->ctx, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
+    rt_to_device(be, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
     free(h_vmask);
     m->h_idx = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_targets = rt_xmalloc(m->max_BT * sizeof(int32_t));
@@ -139,7 +139,7 @@ fail:
 
 rt_status glm_logits_rows(glm_model *m, size_t n) {
     if (n <= m->logits_rows) return RT_OK;
-    if (m->logits) m->be->ops->free(m->be->ctx, m->logits);
+    if (m->logits) rt_free_device(m->be, m->logits);
     m->logits = NULL;
     m->logits_rows = 0;
     rt_status st = rt_backend_alloc(m->be, n * (size_t)m->V_local * sizeof(float),
@@ -150,8 +150,8 @@ rt_status glm_logits_rows(glm_model *m, size_t n) {
 
 void glm_model_free(glm_model *m) {
     if (!m) return;
-    if (m->logits) m->be->ops->free(m->be->ctx, m->logits);
-    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    if (m->logits) rt_free_device(m->be, m->logits);
+    if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_preln_free(&m->blocks);
     free(m->h_idx);
@@ -186,10 +186,10 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
     }
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    be->ops->to_device(be->ctx, m->ids, in->ids, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->pos, in->pos, BT * sizeof(int32_t));
-    if (m->wbpe >= 0) be->ops->to_device(be->ctx, m->bpos, in->block_pos, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->sep, in->sep, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->ids, in->ids, BT * sizeof(int32_t));
+    rt_to_device(be, m->pos, in->pos, BT * sizeof(int32_t));
+    if (m->wbpe >= 0) rt_to_device(be, m->bpos, in->block_pos, BT * sizeof(int32_t));
+    rt_to_device(be, m->sep, in->sep, (size_t)B * sizeof(int32_t));
     return RT_OK;
 }
 
@@ -199,14 +199,13 @@ static mdl_preln_mask glm_mask(const glm_model *m) { return (mdl_preln_mask){.ca
 rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
     mdl_preln_mask mask = glm_mask(m);
     float *x = mdl_preln_residual(&m->blocks, 0);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
-    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
-    if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
+    rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
+    if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
     RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
 fail:
     return st;
@@ -216,15 +215,14 @@ fail:
 static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
     const float *demb = NULL;
     mdl_preln_mask mask = glm_mask(m);
     RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
-    ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
-    ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
-    if (m->wbpe >= 0) ops->embedding_bwd(be->ctx, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
+    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
+    if (m->wbpe >= 0) rt_embedding_bwd(be, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
 fail:
     return st;
 }
@@ -232,8 +230,8 @@ fail:
 /* dL/d(rows) (n, C) in m->drows back into the body at the rows' positions. */
 static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
     rt_backend *be = m->be;
-    be->ops->zero(be->ctx, m->blocks.dln, (size_t)B * T * m->C * sizeof(float));
-    be->ops->scatter_rows_add(be->ctx, m->blocks.dln, m->drows, m->row_idx, (size_t)n, m->C);
+    rt_clear(be, m->blocks.dln, (size_t)B * T * m->C * sizeof(float));
+    rt_scatter_rows_add(be, m->blocks.dln, m->drows, m->row_idx, (size_t)n, m->C);
     return glm_backward_body(m, B, T, pass);
 }
 
@@ -258,18 +256,17 @@ static rt_status glm_collect_targets(glm_model *m, const glm_inputs *in, const i
  * buffer then holds dL/dlogits scaled by grad_scale. */
 static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_scale) {
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int C = m->C, Vl = m->V_local;
-    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
-    ops->to_device(be->ctx, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
-    ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, n, C);
+    rt_to_device(be, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
+    rt_to_device(be, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
+    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, n, C);
     rt_status ast = glm_logits_rows(m, (size_t)n);
     if (ast != RT_OK) return ast;
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
-    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, (size_t)n, Vl);
+    if (m->vocab_padded_here) rt_add_bias(be, m->logits, m->vocab_mask, (size_t)n, Vl);
     rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
                                   m->targets, (size_t)n, Vl, m->vocab_start, grad_scale);
-    if (st == RT_OK) ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)n * sizeof(float));
+    if (st == RT_OK) rt_to_host(be, m->h_losses, m->losses, (size_t)n * sizeof(float));
     return st;
 }
 
@@ -319,7 +316,7 @@ rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labe
     RT_TRY(glm_output_xent(m, n, false, 0.0f));
     /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
     stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
-    m->be->ops->to_host(m->be->ctx, stats, m->xent_stats, 2 * (size_t)n * sizeof(float));
+    rt_to_host(m->be, stats, m->xent_stats, 2 * (size_t)n * sizeof(float));
     int32_t *miss = rt_xcalloc((size_t)in->B, sizeof *miss);
     for (int i = 0; i < n; i++) {
         *loss_sum += m->h_losses[i];
@@ -373,8 +370,8 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
     *loss_sum = sum;
     if (!backward) return RT_OK;
     for (int i = 0; i < n; i++) m->h_losses[i] = (float)w[m->h_idx[i] / T]; /* per-target weights */
-    m->be->ops->to_device(m->be->ctx, m->losses, m->h_losses, (size_t)n * sizeof(float));
-    m->be->ops->scale_rows(m->be->ctx, m->logits, m->losses, (size_t)n, m->V_local);
+    rt_to_device(m->be, m->losses, m->h_losses, (size_t)n * sizeof(float));
+    rt_scale_rows(m->be, m->logits, m->losses, (size_t)n, m->V_local);
     RT_TRY(glm_output_backward(m, B, T, n, pass));
 fail:
     return st;
@@ -384,7 +381,6 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int B = in->B, T = in->T, C = m->C, BK = B * K;
     *loss_sum = 0;
     if (K < 1 || K > GLM_K_MAX) return rt_errorf(RT_ERR_CONFIG, "GLM cloze: %d candidates (1 to %d)", K, GLM_K_MAX);
@@ -400,14 +396,14 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
         m->h_idx[b] = b * T + at[b];
     }
     RT_TRY(glm_forward_body(m, B, T, pass));
-    ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
-    ops->to_device(be->ctx, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
-    ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, B, C);
+    rt_to_device(be, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
+    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, C);
     /* the candidates' embedding rows on every rank, then every row against every candidate
      * (B x BK, tiny); row b's scores are its own K */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab_start, m->V_local));
     mdl_col_linear_fwd(be, m->cand_scores, m->rows, m->cand, NULL, (size_t)B, C, BK);
-    ops->to_host(be->ctx, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
+    rt_to_host(be, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
     double sum = 0;
     float *dscore = m->h_scores; /* reused in place: row b keeps only its own K, as gradients */
     for (int b = 0; b < B; b++) {
@@ -427,10 +423,10 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
     *loss_sum = sum;
     if (!(grad_scale > 0)) return RT_OK;
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
-    ops->to_device(be->ctx, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
-    ops->zero(be->ctx, m->dcand, (size_t)BK * C * sizeof(float));
+    rt_to_device(be, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
+    rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
     mdl_row_linear_bwd(be, m->drows, m->dcand, NULL, m->cand_scores, m->rows, m->cand, (size_t)B, C, BK);
-    ops->embedding_bwd(be->ctx, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab_start, m->V_local);
     RT_TRY(glm_backward_from_rows(m, B, T, B, pass));
 fail:
     return st;
@@ -453,7 +449,7 @@ rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
         all = gathered;
     }
     host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
-    be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+    rt_to_host(be, host, all, n_local * (size_t)tp->size * sizeof(float));
     for (int r = 0; r < tp->size; r++) /* rank-major (tp, n, Vl) -> (n, V) */
         for (size_t t = 0; t < n; t++)
             for (int j = 0; j < Vl; j++) {
@@ -461,7 +457,7 @@ rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
                 if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * n + t) * Vl + (size_t)j];
             }
 fail:
-    if (gathered) be->ops->free(be->ctx, gathered);
+    if (gathered) rt_free_device(be, gathered);
     free(host);
     return st;
 }
@@ -473,7 +469,7 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     mdl_pass pass = {0};
     RT_TRY(glm_upload(m, in));
     RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
-    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
+    if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
     RT_TRY(glm_logits_rows(m, BT));
     mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->V_local);
@@ -493,8 +489,8 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
         m->h_idx[b] = b * T + at[b];
     }
     RT_TRY(glm_forward_body(m, B, T, &pass));
-    be->ops->to_device(be->ctx, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
-    be->ops->gather_rows(be->ctx, m->rows, m->blocks.out, m->row_idx, B, m->C);
+    rt_to_device(be, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
+    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, m->C);
     RT_TRY(glm_logits_rows(m, (size_t)B));
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));

@@ -91,7 +91,7 @@ fail:
 
 void glm_decoder_free(glm_decoder *d) {
     if (!d) return;
-    if (d->block) d->m->be->ops->free(d->m->be->ctx, d->block);
+    if (d->block) rt_free_device(d->m->be, d->block);
     for (int b = 0; b < 2; b++) {
         free(d->k[b]);
         free(d->v[b]);
@@ -121,17 +121,17 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     RT_TRY(glm_forward_body(m, B, S, &pass));
     d->cur = 0;
     for (int l = 0; l < m->cfg.num_layers; l++) {
-        be->ops->zero(be->ctx, d->k[0][l], (size_t)B * Tmax * Cl * sizeof(float));
-        be->ops->zero(be->ctx, d->v[0][l], (size_t)B * Tmax * Cl * sizeof(float));
+        rt_clear(be, d->k[0][l], (size_t)B * Tmax * Cl * sizeof(float));
+        rt_clear(be, d->v[0][l], (size_t)B * Tmax * Cl * sizeof(float));
     }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < S; t++) d->h_idx[b * S + t] = b * Tmax + t;
-    be->ops->to_device(be->ctx, m->row_idx, d->h_idx, n * sizeof(int32_t));
+    rt_to_device(be, m->row_idx, d->h_idx, n * sizeof(int32_t));
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
         mdl_preln_kv(&m->blocks, l, mdl_preln_ln1(&m->blocks, l, n), n, m->rows, m->drows);
-        be->ops->scatter_rows_add(be->ctx, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
-        be->ops->scatter_rows_add(be->ctx, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
+        rt_scatter_rows_add(be, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
+        rt_scatter_rows_add(be, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
     }
 fail:
     return st;
@@ -143,7 +143,6 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     glm_decoder *d = ctx;
     glm_model *m = d->m;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int R = n_src * beams, C = m->C, S = d->S, Tmax = glm_dec_tmax(d);
     for (int r = 0; r < R; r++) {
         d->h_ids[r] = ids[r];
@@ -153,15 +152,15 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
         for (int j = 0; j < Tmax; j++) /* its context, then the tokens generated so far */
             d->h_mask[(size_t)r * Tmax + j] = j < d->h_sep[r] || (j >= S && j <= S + t) ? 0.0f : -INFINITY;
     }
-    ops->to_device(be->ctx, m->ids, d->h_ids, (size_t)R * sizeof(int32_t));
-    ops->to_device(be->ctx, m->pos, d->h_pos, (size_t)R * sizeof(int32_t));
-    ops->to_device(be->ctx, m->bpos, d->h_bpos, (size_t)R * sizeof(int32_t));
-    ops->to_device(be->ctx, d->at_idx, d->h_at, (size_t)R * sizeof(int32_t));
-    ops->to_device(be->ctx, d->key_mask, d->h_mask, (size_t)R * Tmax * sizeof(float));
+    rt_to_device(be, m->ids, d->h_ids, (size_t)R * sizeof(int32_t));
+    rt_to_device(be, m->pos, d->h_pos, (size_t)R * sizeof(int32_t));
+    rt_to_device(be, m->bpos, d->h_bpos, (size_t)R * sizeof(int32_t));
+    rt_to_device(be, d->at_idx, d->h_at, (size_t)R * sizeof(int32_t));
+    rt_to_device(be, d->key_mask, d->h_mask, (size_t)R * Tmax * sizeof(float));
     float *x = m->rows;
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab_start, m->V_local));
-    ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
-    if (m->wbpe >= 0) ops->embedding_fwd(be->ctx, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
+    rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
+    if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
     RT_TRY(mdl_preln_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
     mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
     RT_TRY(glm_logits_rows(m, (size_t)R));
@@ -181,14 +180,14 @@ static void glm_dec_reorder(void *ctx, int t, int R_old, int R_new, const int32_
     (void)R_old;
     for (int r = 0; r < R_new; r++)
         for (int j = 0; j < used; j++) d->h_idx[(size_t)r * used + j] = parent[r] * Tmax + j;
-    be->ops->to_device(be->ctx, d->gather_idx, d->h_idx, (size_t)R_new * used * sizeof(int32_t));
+    rt_to_device(be, d->gather_idx, d->h_idx, (size_t)R_new * used * sizeof(int32_t));
     const int other = 1 - d->cur;
     for (int l = 0; l < m->cfg.num_layers; l++)
         for (int r = 0; r < R_new; r++) { /* row r's slots 0 .. used-1 (the rest are never read unmasked) */
-            be->ops->gather_rows(be->ctx, d->k[other][l] + (size_t)r * Tmax * Cl, d->k[d->cur][l],
-                                 d->gather_idx + (size_t)r * used, used, Cl);
-            be->ops->gather_rows(be->ctx, d->v[other][l] + (size_t)r * Tmax * Cl, d->v[d->cur][l],
-                                 d->gather_idx + (size_t)r * used, used, Cl);
+            rt_gather_rows(be, d->k[other][l] + (size_t)r * Tmax * Cl, d->k[d->cur][l],
+                           d->gather_idx + (size_t)r * used, used, Cl);
+            rt_gather_rows(be, d->v[other][l] + (size_t)r * Tmax * Cl, d->v[d->cur][l],
+                           d->gather_idx + (size_t)r * used, used, Cl);
         }
     d->cur = other;
     for (int r = 0; r < R_new; r++) d->h_tmp[r] = d->h_sep[parent[r]];

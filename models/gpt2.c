@@ -280,7 +280,7 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     /* padding rows: never indexed by a real id, zero so that they stay out of every result */
     if (m->vocab_start + m->V_local > c->vocab_size) {
         int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        be->ops->zero(be->ctx, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
+        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
     }
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
@@ -300,7 +300,7 @@ fail:
 
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
-    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_preln_free(&m->blocks);
     free(m->h_pos);
@@ -342,10 +342,10 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
     }
     rt_backend *be = m->be;
     size_t BT = (size_t)B * T;
-    be->ops->to_device(be->ctx, m->ids, host_ids, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->pos, m->h_pos, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BT * sizeof(float));
-    if (pool) be->ops->to_device(be->ctx, m->last, m->h_last, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->ids, host_ids, BT * sizeof(int32_t));
+    rt_to_device(be, m->pos, m->h_pos, BT * sizeof(int32_t));
+    rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
+    if (pool) rt_to_device(be, m->last, m->h_last, (size_t)B * sizeof(int32_t));
     return RT_OK;
 }
 
@@ -360,7 +360,7 @@ static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *
     mdl_preln_mask mask = gpt2_mask(m);
     float *x = mdl_preln_residual(&m->blocks, 0);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab_start, m->V_local));
-    be->ops->embedding_fwd(be->ctx, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
+    rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
     RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
 fail:
     return st;
@@ -374,8 +374,8 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass 
     const float *demb = NULL;
     mdl_preln_mask mask = gpt2_mask(m);
     RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
-    be->ops->embedding_bwd(be->ctx, G(m->wte), demb, m->ids, BT, m->C, m->vocab_start, m->V_local);
-    be->ops->embedding_bwd(be->ctx, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
+    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, m->C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
 fail:
     return st;
 }
@@ -385,7 +385,6 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     rt_status st = RT_OK;
     const gpt2_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
     const size_t BT = (size_t)B * T;
     const bool regression = NL == 1;
@@ -396,17 +395,17 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
             return rt_errorf(RT_ERR_FORMAT, "GPT-2: label %d of example %d is not in [0, %d)", b->labels[i],
                              b->example_index ? b->example_index[i] : i, NL);
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
-    ops->to_device(be->ctx, m->labels, b->labels, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->labels, b->labels, (size_t)B * sizeof(int32_t));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
-    ops->gather_rows(be->ctx, m->pooled, m->blocks.out, m->last, B, C);
+    rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
-    if (host_logits) ops->to_host(be->ctx, host_logits, m->logits, (size_t)B * NL * sizeof(float));
+    if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     if (regression) {
         mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
     } else {
-        ops->softmax_xent(be->ctx, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
-        ops->to_host(be->ctx, m->h_losses, m->losses, (size_t)B * sizeof(float));
+        rt_softmax_xent(be, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
+        rt_to_host(be, m->h_losses, m->losses, (size_t)B * sizeof(float));
         double sum = 0;
         for (int i = 0; i < B; i++) sum += m->h_losses[i];
         *loss_sum = sum;
@@ -416,8 +415,8 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
     /* score is replicated: each rank already has the whole dL/dpooled, so no all-reduce */
     mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C, NL);
-    ops->zero(be->ctx, m->blocks.dln, BT * C * sizeof(float));
-    ops->scatter_rows_add(be->ctx, m->blocks.dln, m->dpooled, m->last, B, C);
+    rt_clear(be, m->blocks.dln, BT * C * sizeof(float));
+    rt_scatter_rows_add(be, m->blocks.dln, m->dpooled, m->last, B, C);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;
@@ -433,7 +432,7 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
     mdl_pass pass = {0};
     RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
     RT_TRY(gpt2_forward_body(m, B, T, &pass));
-    if (host_hidden) be->ops->to_host(be->ctx, host_hidden, m->blocks.out, BT * C * sizeof(float));
+    if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * C * sizeof(float));
     if (host_logits) {
         RT_TRY(rt_backend_alloc(be, n_local * sizeof(float), "LM logits", (void **)&logits));
         /* tied head: this rank's vocab columns, logits = h wte_r^T */
@@ -446,7 +445,7 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
             all = gathered;
         }
         host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
-        be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+        rt_to_host(be, host, all, n_local * (size_t)tp->size * sizeof(float));
         /* rank-major (tp, BT, Vl) -> (BT, V), dropping the padding columns */
         for (int r = 0; r < tp->size; r++)
             for (size_t t = 0; t < BT; t++)
@@ -456,8 +455,8 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
                 }
     }
 fail:
-    if (logits) be->ops->free(be->ctx, logits);
-    if (gathered) be->ops->free(be->ctx, gathered);
+    if (logits) rt_free_device(be, logits);
+    if (gathered) rt_free_device(be, gathered);
     free(host);
     return st;
 }

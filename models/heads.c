@@ -7,7 +7,7 @@ void mdl_mse_head(rt_backend *be, const float *logits, float *dlogits, const flo
                   float *host_scratch, double *loss_sum) {
     float *z = host_scratch, *dz = host_scratch + B;
     double sum = 0;
-    be->ops->to_host(be->ctx, z, logits, (size_t)B * sizeof(float));
+    rt_to_host(be, z, logits, (size_t)B * sizeof(float));
     for (int i = 0; i < B; i++) {
         if (isnan(targets[i])) {
             dz[i] = 0.0f;
@@ -17,6 +17,6 @@ void mdl_mse_head(rt_backend *be, const float *logits, float *dlogits, const flo
         sum += (double)(d * d);
         dz[i] = 2.0f * d * grad_scale;
     }
-    be->ops->to_device(be->ctx, dlogits, dz, (size_t)B * sizeof(float));
+    rt_to_device(be, dlogits, dz, (size_t)B * sizeof(float));
     *loss_sum = sum;
 }

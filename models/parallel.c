@@ -7,18 +7,18 @@
 
 void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
                         int in, int out_local) {
-    be->ops->gemm(be->ctx, false, true, (int)N, out_local, in, 1.0f, inp, in, 0, w, in, 0, 0.0f, out, out_local, 0, 1);
-    if (b) be->ops->add_bias(be->ctx, out, b, N, out_local);
+    rt_gemm(be, false, true, (int)N, out_local, in, 1.0f, inp, in, 0, w, in, 0, 0.0f, out, out_local, 0, 1);
+    if (b) rt_add_bias(be, out, b, N, out_local);
 }
 
 /* Shared by both layer kinds: the local weight, bias and input gradients of Y = X W^T + b. */
 static void mdl_linear_bwd_local(rt_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                  const float *inp, const float *w, size_t N, int in, int out) {
     /* dW (out, in) += dY^T (out, N) X (N, in) */
-    be->ops->gemm(be->ctx, true, false, out, in, (int)N, 1.0f, dout, out, 0, inp, in, 0, 1.0f, dw, in, 0, 1);
-    if (db) be->ops->bias_bwd(be->ctx, db, dout, N, out);
+    rt_gemm(be, true, false, out, in, (int)N, 1.0f, dout, out, 0, inp, in, 0, 1.0f, dw, in, 0, 1);
+    if (db) rt_bias_bwd(be, db, dout, N, out);
     /* dX (N, in) = dY (N, out) W (out, in) */
-    if (dinp) be->ops->gemm(be->ctx, false, false, (int)N, in, out, 1.0f, dout, out, 0, w, in, 0, 0.0f, dinp, in, 0, 1);
+    if (dinp) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, w, in, 0, 0.0f, dinp, in, 0, 1);
 }
 
 rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, const float *dout,
@@ -30,13 +30,13 @@ rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw
 
 rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
                              const float *b, size_t N, int in_local, int out_features) {
-    be->ops->gemm(be->ctx, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, w, in_local, 0, 0.0f,
-                  out, out_features, 0, 1);
+    rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, w, in_local, 0, 0.0f,
+            out, out_features, 0, 1);
     if (tp->size > 1) {
         rt_status st = tp->ops->all_reduce(tp->ctx, out, N * (size_t)out_features, RT_REDUCE_SUM);
         if (st != RT_OK) return st;
     }
-    if (b) be->ops->add_bias(be->ctx, out, b, N, out_features);
+    if (b) rt_add_bias(be, out, b, N, out_features);
     return RT_OK;
 }
 
@@ -47,7 +47,7 @@ void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const
 
 rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const int32_t *ids, const float *table,
                                   size_t N, int C, int vocab_start, int V_local) {
-    be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V_local, false);
+    rt_embedding_fwd(be, out, ids, table, N, C, vocab_start, V_local, false);
     if (tp->size > 1) return tp->ops->all_reduce(tp->ctx, out, N * (size_t)C, RT_REDUCE_SUM);
     return RT_OK;
 }
@@ -57,15 +57,14 @@ rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlog
                          const float *logits, const int32_t *targets, size_t N, int V_local, int vocab_start,
                          float grad_scale) {
     rt_status st = RT_OK;
-    const rt_backend_ops *ops = be->ops;
-    ops->xent_vocab(be->ctx, 0, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    rt_xent_vocab(be, 0, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
     if (tp->size > 1) {
         RT_TRY(tp->ops->all_reduce(tp->ctx, stats, N, RT_REDUCE_MAX));
         RT_TRY(tp->ops->all_reduce(tp->ctx, stats + N, N, RT_REDUCE_SUM));
     }
-    ops->xent_vocab(be->ctx, 1, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    rt_xent_vocab(be, 1, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
     if (tp->size > 1) RT_TRY(tp->ops->all_reduce(tp->ctx, stats + 2 * N, N, RT_REDUCE_SUM));
-    ops->xent_vocab(be->ctx, 2, stats, losses, dlogits, logits, targets, N, V_local, vocab_start, grad_scale);
+    rt_xent_vocab(be, 2, stats, losses, dlogits, logits, targets, N, V_local, vocab_start, grad_scale);
 fail:
     return st;
 }

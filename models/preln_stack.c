@@ -128,28 +128,27 @@ static rt_status preln_block_fwd(mdl_preln *s, int l, int B, int T, const mdl_pr
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const bool drop = pass->training && c->resid_pdrop > 0;
     const mdl_preln_layer *p = &s->layer[l];
     preln_slices a = preln_at(s, l);
     const int site = 1 + 3 * l;
-    ops->layernorm_fwd(be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
+    rt_layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
     mdl_col_linear_fwd(be, a.qkv, a.ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
     rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
-    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
+    rt_attention_fwd(be, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
     RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
-    if (drop) ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
-    ops->add(be->ctx, a.xmid, a.res_in, s->tmp, BT * C);
+    if (drop) rt_dropout_fwd(be, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+    rt_add(be, a.xmid, a.res_in, s->tmp, BT * C);
 
-    ops->layernorm_fwd(be->ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
+    rt_layernorm_fwd(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
     mdl_col_linear_fwd(be, a.fch, a.ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
-    ops->act_fwd(be->ctx, c->act, a.fchg, a.fch, BT * Fl);
+    rt_act_fwd(be, c->act, a.fchg, a.fch, BT * Fl);
     if (!write_out) return RT_OK; /* the MLP's output only feeds the next block's kept input */
     RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
-    if (drop) ops->dropout_fwd(be->ctx, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
-    ops->add(be->ctx, a.res_out, a.xmid, s->tmp, BT * C);
+    if (drop) rt_dropout_fwd(be, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+    rt_add(be, a.res_out, a.xmid, s->tmp, BT * C);
 fail:
     return st;
 }
@@ -161,11 +160,11 @@ rt_status mdl_preln_forward(mdl_preln *s, int B, int T, const mdl_preln_mask *ma
     const size_t BT = (size_t)B * T;
     if (pass->training && c->emb_pdrop > 0) {
         float *x = mdl_preln_residual(s, 0);
-        be->ops->dropout_fwd(be->ctx, x, x, BT * c->C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+        rt_dropout_fwd(be, x, x, BT * c->C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
     }
     for (int l = 0; l < c->n_layer; l++) RT_TRY(preln_block_fwd(s, l, B, T, mask, pass, true));
-    be->ops->layernorm_fwd(be->ctx, s->out, s->out_mean, s->out_rstd, mdl_preln_residual(s, c->n_layer), P(s->lnf_w),
-                           P(s->lnf_b), BT, c->C, c->ln_eps);
+    rt_layernorm_fwd(be, s->out, s->out_mean, s->out_rstd, mdl_preln_residual(s, c->n_layer), P(s->lnf_w),
+                     P(s->lnf_b), BT, c->C, c->ln_eps);
 fail:
     return st;
 }
@@ -181,8 +180,8 @@ void mdl_preln_kv(mdl_preln *s, int l, const float *ln1_rows, size_t n, float *k
 const float *mdl_preln_ln1(mdl_preln *s, int l, size_t n) {
     preln_slices a = preln_at(s, l);
     if (s->slots < s->cfg.n_layer) /* the slot may hold a later block's */
-        s->be->ops->layernorm_fwd(s->be->ctx, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(s->layer[l].ln1_w),
-                                  P(s->layer[l].ln1_b), n, s->cfg.C, s->cfg.ln_eps);
+        rt_layernorm_fwd(s->be, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(s->layer[l].ln1_w),
+                         P(s->layer[l].ln1_b), n, s->cfg.C, s->cfg.ln_eps);
     return a.ln1;
 }
 
@@ -191,7 +190,6 @@ rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, 
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
-    const rt_backend_ops *ops = be->ops;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const size_t n = (size_t)B;
     /* scratch: the first layer's activation slices, (B, ...) of them */
@@ -201,29 +199,29 @@ rt_status mdl_preln_decode(mdl_preln *s, int B, float *x, float *const *kcache, 
     RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B, Tmax);
     for (int l = 0; l < c->n_layer; l++) {
         const mdl_preln_layer *p = &s->layer[l];
-        ops->layernorm_fwd(be->ctx, ln, mean, rstd, x, P(p->ln1_w), P(p->ln1_b), n, C, c->ln_eps);
+        rt_layernorm_fwd(be, ln, mean, rstd, x, P(p->ln1_w), P(p->ln1_b), n, C, c->ln_eps);
         mdl_col_linear_fwd(be, q, ln, P(p->qkv_w), P(p->qkv_b), n, C, Cl);
         mdl_preln_kv(s, l, ln, n, k, v);
-        ops->scatter_rows_add(be->ctx, kcache[l], k, at_idx, B, Cl);
-        ops->scatter_rows_add(be->ctx, vcache[l], v, at_idx, B, Cl);
+        rt_scatter_rows_add(be, kcache[l], k, at_idx, B, Cl);
+        rt_scatter_rows_add(be, vcache[l], v, at_idx, B, Cl);
         rt_attn_desc d = {.B = B, .NH = s->NH_local, .Tq = 1, .Tk = Tmax, .HS = s->HS, .ldq = (size_t)Cl,
                           .ldk = (size_t)Cl, .ldv = (size_t)Cl, .ldo = (size_t)Cl, .scale = 1.0f / sqrtf((float)s->HS),
                           .key_mask = key_mask, .head_offset = s->head_offset, .heads_total = c->n_head};
-        ops->attention_fwd(be->ctx, &d, atty, s->probs, q, kcache[l], vcache[l]);
+        rt_attention_fwd(be, &d, atty, s->probs, q, kcache[l], vcache[l]);
         RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, atty, P(p->proj_w), P(p->proj_b), n, Cl, C));
-        ops->add(be->ctx, x, x, s->tmp, n * C);
-        ops->layernorm_fwd(be->ctx, ln, mean, rstd, x, P(p->ln2_w), P(p->ln2_b), n, C, c->ln_eps);
+        rt_add(be, x, x, s->tmp, n * C);
+        rt_layernorm_fwd(be, ln, mean, rstd, x, P(p->ln2_w), P(p->ln2_b), n, C, c->ln_eps);
         mdl_col_linear_fwd(be, fch, ln, P(p->fc_w), P(p->fc_b), n, C, Fl);
-        ops->act_fwd(be->ctx, c->act, fchg, fch, n * Fl);
+        rt_act_fwd(be, c->act, fchg, fch, n * Fl);
         RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, fchg, P(p->fcproj_w), P(p->fcproj_b), n, Fl, C));
-        ops->add(be->ctx, x, x, s->tmp, n * C);
+        rt_add(be, x, x, s->tmp, n * C);
     }
 fail:
     return st;
 }
 
 void mdl_preln_final_norm(mdl_preln *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
-    s->be->ops->layernorm_fwd(s->be->ctx, y, mean, rstd, x, P(s->lnf_w), P(s->lnf_b), n, s->cfg.C, s->cfg.ln_eps);
+    rt_layernorm_fwd(s->be, y, mean, rstd, x, P(s->lnf_w), P(s->lnf_b), n, s->cfg.C, s->cfg.ln_eps);
 }
 
 rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
@@ -231,13 +229,12 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
     rt_status st = RT_OK;
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t BT = (size_t)B * T;
     const int C = c->C, Cl = s->C_local, Fl = s->F_local;
     const bool drop = pass->training && c->resid_pdrop > 0;
-    ops->zero(be->ctx, s->dres, BT * C * sizeof(float));
-    ops->layernorm_bwd(be->ctx, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
-                       P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
+    rt_clear(be, s->dres, BT * C * sizeof(float));
+    rt_layernorm_bwd(be, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
+                     P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
     mdl_grads_ready(pass, s->params, s->lnf_w); /* the final norm and the model's head above it */
     const int K = s->slots, last_segment = (c->n_layer - 1) / K * K;
     for (int l = c->n_layer - 1; l >= 0; l--) {
@@ -251,32 +248,32 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
         /* MLP: res_out = xmid + drop(fc_proj(act(fc(ln_2(xmid))))); dres holds dL/dres_out */
         const float *dmlp = s->dres;
         if (drop) {
-            ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+            rt_dropout_bwd(be, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
             dmlp = s->tmp;
         }
         mdl_row_linear_bwd(be, s->dfchg, G(p->fcproj_w), G(p->fcproj_b), dmlp, a.fchg, P(p->fcproj_w), BT, Fl, C);
-        ops->act_bwd(be->ctx, c->act, s->dfch, a.fch, s->dfchg, BT * Fl);
+        rt_act_bwd(be, c->act, s->dfch, a.fch, s->dfchg, BT * Fl);
         RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->fc_w), G(p->fc_b), s->dfch, a.ln2, P(p->fc_w), BT, C, Fl));
-        ops->layernorm_bwd(be->ctx, s->dres, G(p->ln2_w), G(p->ln2_b), s->dln, a.xmid, P(p->ln2_w), a.ln2_mean,
-                           a.ln2_rstd, BT, C);
+        rt_layernorm_bwd(be, s->dres, G(p->ln2_w), G(p->ln2_b), s->dln, a.xmid, P(p->ln2_w), a.ln2_mean,
+                         a.ln2_rstd, BT, C);
         /* attention: xmid = res_in + drop(proj(attn(qkv(ln_1(res_in))))); dres = dL/dxmid */
         const float *dattn = s->dres;
         if (drop) {
-            ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+            rt_dropout_bwd(be, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
             dattn = s->tmp;
         }
         mdl_row_linear_bwd(be, s->datty, G(p->proj_w), G(p->proj_b), dattn, a.atty, P(p->proj_w), BT, Cl, C);
         rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
-        ops->attention_bwd(be->ctx, &d, s->dqkv, s->dqkv + Cl, s->dqkv + 2 * Cl, NULL, s->datty, a.probs, a.qkv,
-                           a.qkv + Cl, a.qkv + 2 * Cl);
+        rt_attention_bwd(be, &d, s->dqkv, s->dqkv + Cl, s->dqkv + 2 * Cl, NULL, s->datty, a.probs, a.qkv,
+                         a.qkv + Cl, a.qkv + 2 * Cl);
         RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->qkv_w), G(p->qkv_b), s->dqkv, a.ln1, P(p->qkv_w), BT, C, 3 * Cl));
-        ops->layernorm_bwd(be->ctx, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
-                           a.ln1_rstd, BT, C);
+        rt_layernorm_bwd(be, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
+                         a.ln1_rstd, BT, C);
         mdl_grads_ready(pass, s->params, p->ln1_w);
     }
     *demb = s->dres;
     if (pass->training && c->emb_pdrop > 0) {
-        ops->dropout_bwd(be->ctx, s->tmp, s->dres, BT * C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
+        rt_dropout_bwd(be, s->tmp, s->dres, BT * C, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, 0));
         *demb = s->tmp;
     }
 fail:

@@ -276,7 +276,7 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     if (c->initializer_factor != 1.0f) /* HF sets the norms to the factor itself */
         for (int i = 0; i < m->params.n; i++)
             if (m->params.specs[i].init == RT_INIT_ONES)
-                be->ops->scale(be->ctx, P(i), c->initializer_factor, m->params.specs[i].numel);
+                rt_scale(be, P(i), c->initializer_factor, m->params.specs[i].numel);
     rt_arena arena = {0};
     t5_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)", &m->act_block));
@@ -287,11 +287,11 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     if (m->vocab_padded_here) {
         int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
         size_t n = (size_t)(m->V_local - first) * m->C * sizeof(float);
-        be->ops->zero(be->ctx, P(m->shared) + (size_t)first * m->C, n);
-        if (m->lm_head >= 0) be->ops->zero(be->ctx, P(m->lm_head) + (size_t)first * m->C, n);
+        rt_clear(be, P(m->shared) + (size_t)first * m->C, n);
+        if (m->lm_head >= 0) rt_clear(be, P(m->lm_head) + (size_t)first * m->C, n);
         for (int j = first; j < m->V_local; j++) h_vmask[j] = T5_MASKED;
     }
-    be->ops->to_device(be->ctx, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
+    rt_to_device(be, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
     free(h_vmask);
     int maxT = max_src > max_tgt ? max_src : max_tgt;
     size_t BS = (size_t)max_B * max_src, BT = (size_t)max_B * max_tgt;
@@ -309,7 +309,7 @@ fail:
 
 void t5_model_free(t5_model *m) {
     if (!m) return;
-    if (m->act_block) m->be->ops->free(m->be->ctx, m->act_block);
+    if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     free(m->enc.blk);
     free(m->dec.blk);
@@ -443,12 +443,11 @@ static float t5_drop_p(const t5_model *m, const mdl_pass *pass) {
 
 /* out = dropout(inp) (a copy when dropout is off; out may alias inp). */
 static void t5_drop(t5_model *m, const mdl_pass *pass, float *out, const float *inp, size_t n, int site) {
-    const rt_backend_ops *ops = m->be->ops;
     float p = t5_drop_p(m, pass);
     if (p > 0)
-        ops->dropout_fwd(m->be->ctx, out, inp, n, p, pass->seed, mdl_dropout_stream(pass, site));
+        rt_dropout_fwd(m->be, out, inp, n, p, pass->seed, mdl_dropout_stream(pass, site));
     else if (out != inp)
-        ops->copy(m->be->ctx, out, inp, n * sizeof(float));
+        rt_copy(m->be, out, inp, n * sizeof(float));
 }
 
 /* The gradient through t5_drop: dout itself when dropout is off, else scratch. */
@@ -456,7 +455,7 @@ static const float *t5_drop_bwd(t5_model *m, const mdl_pass *pass, float *scratc
                                 int site) {
     float p = t5_drop_p(m, pass);
     if (!(p > 0)) return dout;
-    m->be->ops->dropout_bwd(m->be->ctx, scratch, dout, n, p, pass->seed, mdl_dropout_stream(pass, site));
+    rt_dropout_bwd(m->be, scratch, dout, n, p, pass->seed, mdl_dropout_stream(pass, site));
     return scratch;
 }
 
@@ -465,8 +464,8 @@ static const float *t5_drop_bwd(t5_model *m, const mdl_pass *pass, float *scratc
 static void t5_drop_ff(t5_model *m, const mdl_pass *pass, float *x, size_t R, int site) {
     float p = t5_drop_p(m, pass);
     if (p > 0)
-        m->be->ops->dropout_cols(m->be->ctx, x, x, R, m->F_local, m->cfg.d_ff, m->ff_offset, p, pass->seed,
-                                 mdl_dropout_stream(pass, site));
+        rt_dropout_cols(m->be, x, x, R, m->F_local, m->cfg.d_ff, m->ff_offset, p, pass->seed,
+                        mdl_dropout_stream(pass, site));
 }
 
 /* ---- the blocks ---- */
@@ -481,8 +480,8 @@ static rt_status t5_cols_bwd(t5_model *m, float *dinp, bool accumulate, bool red
     for (int k = 0; k < n; k++) {
         /* dinp NULL: the weight gradient only, no collective */
         RT_TRY(mdl_col_linear_bwd(be, m->tp, NULL, G(w_idx[k]), NULL, dout[k], x, P(w_idx[k]), N, in, out_local));
-        be->ops->gemm(be->ctx, false, false, (int)N, in, out_local, 1.0f, dout[k], out_local, 0, P(w_idx[k]), in, 0,
-                      (k == 0 && !accumulate) ? 0.0f : 1.0f, dinp, in, 0, 1);
+        rt_gemm(be, false, false, (int)N, in, out_local, 1.0f, dout[k], out_local, 0, P(w_idx[k]), in, 0,
+                (k == 0 && !accumulate) ? 0.0f : 1.0f, dinp, in, 0, 1);
     }
     if (reduce && m->tp->size > 1) RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, dinp, N * (size_t)in, RT_REDUCE_SUM));
 fail:
@@ -504,22 +503,21 @@ rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const t5_block_params *p = &s->blk[l];
     const int C = m->C, Fl = m->F_local;
-    ops->rmsnorm_fwd(be->ctx, ln, rstd, in, P(p->ln_ff), R, C, c->layer_norm_epsilon);
+    rt_rmsnorm_fwd(be, ln, rstd, in, P(p->ln_ff), R, C, c->layer_norm_epsilon);
     mdl_col_linear_fwd(be, fa, ln, P(p->wi), NULL, R, C, Fl);
     if (c->gated) {
         mdl_col_linear_fwd(be, fb, ln, P(p->wi1), NULL, R, C, Fl);
-        ops->gated_act_fwd(be->ctx, c->act, fh, fa, fb, R * Fl);
+        rt_gated_act_fwd(be, c->act, fh, fa, fb, R * Fl);
     } else {
-        ops->act_fwd(be->ctx, c->act, fh, fa, R * Fl);
+        rt_act_fwd(be, c->act, fh, fa, R * Fl);
     }
     t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
     if (!out) return RT_OK;
     RT_TRY(mdl_row_linear_fwd(be, m->tp, tmp, fh, P(p->wo), NULL, R, Fl, C));
     t5_drop(m, pass, tmp, tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
-    ops->add(be->ctx, out, in, tmp, R * C);
+    rt_add(be, out, in, tmp, R * C);
 fail:
     return st;
 }
@@ -561,7 +559,6 @@ static rt_status t5_block_fwd(t5_model *m, t5_stack *s, int l, int B, int T, int
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t R = (size_t)B * T, RS = (size_t)B * S;
     const int C = m->C, Il = m->I_local;
     const float eps = c->layer_norm_epsilon;
@@ -569,29 +566,29 @@ static rt_status t5_block_fwd(t5_model *m, t5_stack *s, int l, int B, int T, int
     t5_slices a = t5_at(m, s, l);
 
     /* self-attention: mid = x + drop(o(attn(norm(x)))) */
-    ops->rmsnorm_fwd(be->ctx, a.ln1, a.ln1_rstd, a.x, P(p->ln_self), R, C, eps);
+    rt_rmsnorm_fwd(be, a.ln1, a.ln1_rstd, a.x, P(p->ln_self), R, C, eps);
     mdl_col_linear_fwd(be, a.q, a.ln1, P(p->q), NULL, R, C, Il);
     mdl_col_linear_fwd(be, a.k, a.ln1, P(p->k), NULL, R, C, Il);
     mdl_col_linear_fwd(be, a.v, a.ln1, P(p->v), NULL, R, C, Il);
     rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
                                   t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
-    ops->attention_fwd(be->ctx, &d, a.atty, a.probs, a.q, a.k, a.v);
+    rt_attention_fwd(be, &d, a.atty, a.probs, a.q, a.k, a.v);
     RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->o), NULL, R, Il, C));
     t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
-    ops->add(be->ctx, a.mid, a.x, m->tmp, R * C);
+    rt_add(be, a.mid, a.x, m->tmp, R * C);
     float *ff_in = a.mid;
 
     if (s->decoder) { /* cross-attention: mid2 = mid + drop(o(attn(norm(mid), enc))) */
-        ops->rmsnorm_fwd(be->ctx, a.lnc, a.lnc_rstd, a.mid, P(p->ln_cross), R, C, eps);
+        rt_rmsnorm_fwd(be, a.lnc, a.lnc_rstd, a.mid, P(p->ln_cross), R, C, eps);
         mdl_col_linear_fwd(be, a.cq, a.lnc, P(p->cq), NULL, R, C, Il);
         mdl_col_linear_fwd(be, a.ck, m->enc.out, P(p->ck), NULL, RS, C, Il);
         mdl_col_linear_fwd(be, a.cv, m->enc.out, P(p->cv), NULL, RS, C, Il);
         rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
                                        t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
-        ops->attention_fwd(be->ctx, &dc, a.catty, a.cprobs, a.cq, a.ck, a.cv);
+        rt_attention_fwd(be, &dc, a.catty, a.cprobs, a.cq, a.ck, a.cv);
         RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.catty, P(p->co), NULL, R, Il, C));
         t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
-        ops->add(be->ctx, a.mid2, a.mid, m->tmp, R * C);
+        rt_add(be, a.mid2, a.mid, m->tmp, R * C);
         ff_in = a.mid2;
     }
     RT_TRY(t5_ffn_fwd(m, s, l, pass, write_out ? a.res_out : NULL, ff_in, a.ln2, a.ln2_rstd, a.fa, a.fb, a.fh, m->tmp,
@@ -606,16 +603,15 @@ rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t R = (size_t)B * T, MR = s->MR;
     const int C = m->C, NH = m->NH_local;
 
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, s->res, s->ids, P(m->shared), R, C, m->vocab_start, m->V_local));
     t5_drop(m, pass, s->res, s->res, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
-    ops->relbias_fwd(be->ctx, s->bias, P(s->blk[0].rel_bias), s->buckets, NH, T, T, c->relative_attention_num_buckets);
+    rt_relbias_fwd(be, s->bias, P(s->blk[0].rel_bias), s->buckets, NH, T, T, c->relative_attention_num_buckets);
     for (int l = 0; l < s->L; l++) RT_TRY(t5_block_fwd(m, s, l, B, T, S, pass, true));
     float *x_last = s->res + (size_t)s->L * MR * C;
-    ops->rmsnorm_fwd(be->ctx, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, c->layer_norm_epsilon);
+    rt_rmsnorm_fwd(be, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, c->layer_norm_epsilon);
     t5_drop(m, pass, s->out, s->lnf, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
 fail:
     return st;
@@ -628,17 +624,16 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR;
     const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
     const float *g;
 
     g = t5_drop_bwd(m, pass, dtop, dtop, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
     float *x_last = s->res + (size_t)s->L * MR * C;
-    ops->zero(be->ctx, m->dres, R * C * sizeof(float));
-    ops->rmsnorm_bwd(be->ctx, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
+    rt_clear(be, m->dres, R * C * sizeof(float));
+    rt_rmsnorm_bwd(be, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
     mdl_grads_ready(pass, &m->params, s->final_ln);
-    ops->zero(be->ctx, s->dbias, (size_t)NH * T * T * sizeof(float));
+    rt_clear(be, s->dbias, (size_t)NH * T * T * sizeof(float));
 
     const int K = s->slots, last_segment = (s->L - 1) / K * K;
     for (int l = s->L - 1; l >= 0; l--) {
@@ -658,17 +653,17 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
         t5_drop_ff(m, pass, m->dfh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
         if (c->gated) {
             float *fb = a.fb;
-            ops->gated_act_bwd(be->ctx, c->act, m->dfa, m->dfb, fa, fb, m->dfh, R * Fl);
+            rt_gated_act_bwd(be, c->act, m->dfa, m->dfb, fa, fb, m->dfh, R * Fl);
             int w[2] = {p->wi, p->wi1};
             float *d[2] = {m->dfa, m->dfb};
             RT_TRY(t5_cols_bwd(m, m->dln, false, true, 2, w, d, ln2, R, C, Fl));
         } else {
-            ops->act_bwd(be->ctx, c->act, m->dfa, fa, m->dfh, R * Fl);
+            rt_act_bwd(be, c->act, m->dfa, fa, m->dfh, R * Fl);
             int w[1] = {p->wi};
             float *d[1] = {m->dfa};
             RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, w, d, ln2, R, C, Fl));
         }
-        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), a.ln2_rstd, R, C);
+        rt_rmsnorm_bwd(be, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), a.ln2_rstd, R, C);
 
         if (s->decoder) { /* m->dres: dL/d mid2 */
             float *lnc = a.lnc, *cq = a.cq, *catty = a.catty, *ck = a.ck, *cv = a.cv, *cprobs = a.cprobs;
@@ -676,11 +671,11 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
             mdl_row_linear_bwd(be, m->datty, G(p->co), NULL, g, catty, P(p->co), R, Il, C);
             rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
                                            t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
-            ops->attention_bwd(be->ctx, &dc, m->dq, m->dk, m->dv, NULL, m->datty, cprobs, cq, ck, cv);
+            rt_attention_bwd(be, &dc, m->dq, m->dk, m->dv, NULL, m->datty, cprobs, cq, ck, cv);
             int wq[1] = {p->cq};
             float *dqs[1] = {m->dq};
             RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, wq, dqs, lnc, R, C, Il));
-            ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), a.lnc_rstd, R, C);
+            rt_rmsnorm_bwd(be, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), a.lnc_rstd, R, C);
             int wkv[2] = {p->ck, p->cv};
             float *dkv[2] = {m->dk, m->dv};
             RT_TRY(t5_cols_bwd(m, m->denc, true, false, 2, wkv, dkv, m->enc.out, RS, C, Il));
@@ -691,18 +686,18 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
         mdl_row_linear_bwd(be, m->datty, G(p->o), NULL, g, atty, P(p->o), R, Il, C);
         rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
                                       t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
-        ops->attention_bwd(be->ctx, &d, m->dq, m->dk, m->dv, s->dbias, m->datty, probs, q, k, v);
+        rt_attention_bwd(be, &d, m->dq, m->dk, m->dv, s->dbias, m->datty, probs, q, k, v);
         int w[3] = {p->q, p->k, p->v};
         float *dqkv[3] = {m->dq, m->dk, m->dv};
         RT_TRY(t5_cols_bwd(m, m->dln, false, true, 3, w, dqkv, ln1, R, C, Il));
-        ops->rmsnorm_bwd(be->ctx, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), a.ln1_rstd, R, C);
+        rt_rmsnorm_bwd(be, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), a.ln1_rstd, R, C);
         if (l > 0) mdl_grads_ready(pass, &m->params, p->first); /* block 0 also waits for the bias */
     }
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
-    ops->relbias_bwd(be->ctx, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
+    rt_relbias_bwd(be, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
     mdl_grads_ready(pass, &m->params, s->blk[0].first);
     g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
-    ops->embedding_bwd(be->ctx, G(m->shared), g, s->ids, R, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->shared), g, s->ids, R, C, m->vocab_start, m->V_local);
 fail:
     return st;
 }
@@ -717,7 +712,7 @@ static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
         for (int j = 0; j < T; j++)
             m->h_buckets[(size_t)i * T + j] = t5_relative_bucket(j - i, !s->decoder, c->relative_attention_num_buckets,
                                                                  c->relative_attention_max_distance);
-    m->be->ops->to_device(m->be->ctx, s->buckets, m->h_buckets, (size_t)T * T * sizeof(int32_t));
+    rt_to_device(m->be, s->buckets, m->h_buckets, (size_t)T * T * sizeof(int32_t));
     s->buckets_T = T;
 }
 
@@ -734,8 +729,8 @@ rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_
         m->h_mask[i] = (!src_mask || src_mask[i]) ? 0.0f : T5_MASKED;
     }
     rt_backend *be = m->be;
-    be->ops->to_device(be->ctx, m->enc.ids, src_ids, BS * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->key_mask, m->h_mask, BS * sizeof(float));
+    rt_to_device(be, m->enc.ids, src_ids, BS * sizeof(int32_t));
+    rt_to_device(be, m->key_mask, m->h_mask, BS * sizeof(float));
     t5_upload_buckets(m, &m->enc, S);
     return RT_OK;
 }
@@ -767,8 +762,8 @@ static rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
         }
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    be->ops->to_device(be->ctx, m->targets, m->h_targets, BT * sizeof(int32_t));
-    be->ops->to_device(be->ctx, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
+    rt_to_device(be, m->targets, m->h_targets, BT * sizeof(int32_t));
+    rt_to_device(be, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
     t5_upload_buckets(m, &m->dec, T);
     *n_targets = n;
     return RT_OK;
@@ -792,7 +787,7 @@ rt_status t5_logits_to_host(t5_model *m, const float *logits, size_t R, float *h
         all = dst;
     }
     if (!host_scratch) host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
-    be->ops->to_host(be->ctx, host, all, n_local * (size_t)tp->size * sizeof(float));
+    rt_to_host(be, host, all, n_local * (size_t)tp->size * sizeof(float));
     /* rank-major (tp, R, Vl) -> (R, V) */
     for (int r = 0; r < tp->size; r++)
         for (size_t t = 0; t < R; t++)
@@ -801,7 +796,7 @@ rt_status t5_logits_to_host(t5_model *m, const float *logits, size_t R, float *h
                 if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * R + t) * Vl + (size_t)j];
             }
 fail:
-    if (gathered) be->ops->free(be->ctx, gathered);
+    if (gathered) rt_free_device(be, gathered);
     if (!host_scratch) free(host);
     return st;
 }
@@ -813,7 +808,6 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->V_local;
     const size_t R = (size_t)B * T;
     const bool backward = grad_scale > 0;
@@ -824,15 +818,15 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
     const float out_scale = t5_decoder_out_scale(c);
-    if (c->scale_decoder_outputs) ops->scale(be->ctx, m->dec.out, out_scale, R * C);
+    if (c->scale_decoder_outputs) rt_scale(be, m->dec.out, out_scale, R * C);
 
     /* LM head over this rank's vocab columns; padding columns never win the softmax */
     mdl_col_linear_fwd(be, m->logits, m->dec.out, P(head), NULL, R, C, Vl);
-    if (m->vocab_padded_here) ops->add_bias(be->ctx, m->logits, m->vocab_mask, R, Vl);
+    if (m->vocab_padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
     if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
     RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
                           Vl, m->vocab_start, grad_scale));
-    ops->to_host(be->ctx, m->h_losses, m->losses, R * sizeof(float));
+    rt_to_host(be, m->h_losses, m->losses, R * sizeof(float));
     double sum = 0;
     for (size_t i = 0; i < R; i++) sum += m->h_losses[i];
     *loss_sum = sum;
@@ -841,8 +835,8 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
 
     /* dL/d(decoder output): the head is vocab-parallel, so the partial sums are all-reduced */
     RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.out, P(head), R, C, Vl));
-    if (c->scale_decoder_outputs) ops->scale(be->ctx, m->dtop, out_scale, R * C);
-    ops->zero(be->ctx, m->denc, (size_t)B * S * C * sizeof(float));
+    if (c->scale_decoder_outputs) rt_scale(be, m->dtop, out_scale, R * C);
+    rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
     RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass));
     if (m->tp->size > 1)
         RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
@@ -856,7 +850,7 @@ rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask
     mdl_pass pass = {0};
     RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
-    m->be->ops->to_host(m->be->ctx, host_hidden, m->enc.out, (size_t)B * S * m->C * sizeof(float));
+    rt_to_host(m->be, host_hidden, m->enc.out, (size_t)B * S * m->C * sizeof(float));
 fail:
     return st;
 }

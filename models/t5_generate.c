@@ -141,7 +141,7 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
         for (size_t j = 0; j <= t; j++)
             h_buckets[t * T + j] = t5_relative_bucket((int)j - (int)t, false, c->relative_attention_num_buckets,
                                                       c->relative_attention_max_distance);
-    m->be->ops->to_device(m->be->ctx, g->buckets, h_buckets, T * T * sizeof(int32_t));
+    rt_to_device(m->be, g->buckets, h_buckets, T * T * sizeof(int32_t));
     free(h_buckets);
 
     g->h_logits_local = rt_xmalloc(R * (size_t)m->V_local * (size_t)m->tp->size * sizeof(float));
@@ -156,7 +156,7 @@ fail:
 
 void t5_generator_free(t5_generator *g) {
     if (!g) return;
-    if (g->dev) g->m->be->ops->free(g->m->be->ctx, g->dev);
+    if (g->dev) rt_free_device(g->m->be, g->dev);
     free(g->h_logits_local);
     free(g->h_idx);
     gen_search_free(g->search);
@@ -180,7 +180,7 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
         mdl_col_linear_fwd(be, ck, m->enc.out, t5_param(m, p->ck), NULL, (size_t)B * S, C, Il);
         mdl_col_linear_fwd(be, cv, m->enc.out, t5_param(m, p->cv), NULL, (size_t)B * S, C, Il);
     }
-    be->ops->copy(be->ctx, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
+    rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
     return st;
 }
@@ -195,19 +195,18 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     t5_model *m = g->m;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const rt_backend_ops *ops = be->ops;
     const mdl_pass pass = {0};
     const int R = n_src * beams, C = m->C, Il = m->I_local, NH = m->NH_local, Tk = t + 1;
     const float eps = c->layer_norm_epsilon;
     const t5_stack *dec = &m->dec;
 
-    ops->to_device(be->ctx, g->ids, ids, (size_t)R * sizeof(int32_t));
+    rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, t5_param(m, m->shared), (size_t)R, C, m->vocab_start,
                                    m->V_local));
     /* query t's bias row, shared by every block (block 0 owns the table) and by every row */
-    ops->relbias_fwd(be->ctx, g->bias, t5_param(m, dec->blk[0].rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
-                     Tk, c->relative_attention_num_buckets);
-    ops->gather_rows(be->ctx, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
+    rt_relbias_fwd(be, g->bias, t5_param(m, dec->blk[0].rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
+                   Tk, c->relative_attention_num_buckets);
+    rt_gather_rows(be, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
     rt_attn_desc self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il,
                          .ldk = (size_t)R * Il, .ldv = (size_t)R * Il, .ldo = (size_t)R * Il, .scale = 1.0f,
                          .bias = g->bias_rows};
@@ -220,26 +219,26 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
         float *kc = g->self_kv[g->cur] + (size_t)(2 * l) * g->kv_block, *vc = kc + g->kv_block;
         const size_t at_t = (size_t)t * R * Il;
         /* self-attention: mid = x + o(attn(norm(x))) over positions 0..t */
-        ops->rmsnorm_fwd(be->ctx, g->ln, g->rstd, g->x, t5_param(m, p->ln_self), (size_t)R, C, eps);
+        rt_rmsnorm_fwd(be, g->ln, g->rstd, g->x, t5_param(m, p->ln_self), (size_t)R, C, eps);
         mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->q), NULL, (size_t)R, C, Il);
         mdl_col_linear_fwd(be, kc + at_t, g->ln, t5_param(m, p->k), NULL, (size_t)R, C, Il);
         mdl_col_linear_fwd(be, vc + at_t, g->ln, t5_param(m, p->v), NULL, (size_t)R, C, Il);
-        ops->attention_fwd(be->ctx, &self, g->atty, g->probs, g->q, kc, vc);
+        rt_attention_fwd(be, &self, g->atty, g->probs, g->q, kc, vc);
         RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->o), NULL, (size_t)R, Il, C));
-        ops->add(be->ctx, g->mid, g->x, g->tmp, (size_t)R * C);
+        rt_add(be, g->mid, g->x, g->tmp, (size_t)R * C);
         /* cross-attention: x = mid + o(attn(norm(mid), the source's cached keys)) */
         const float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        ops->rmsnorm_fwd(be->ctx, g->ln, g->rstd, g->mid, t5_param(m, p->ln_cross), (size_t)R, C, eps);
+        rt_rmsnorm_fwd(be, g->ln, g->rstd, g->mid, t5_param(m, p->ln_cross), (size_t)R, C, eps);
         mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->cq), NULL, (size_t)R, C, Il);
-        ops->attention_fwd(be->ctx, &cross, g->atty, g->probs, g->q, ck, cv);
+        rt_attention_fwd(be, &cross, g->atty, g->probs, g->q, ck, cv);
         RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->co), NULL, (size_t)R, Il, C));
-        ops->add(be->ctx, g->x, g->mid, g->tmp, (size_t)R * C);
+        rt_add(be, g->x, g->mid, g->tmp, (size_t)R * C);
         RT_TRY(t5_ffn_fwd(m, dec, l, &pass, g->x, g->x, g->ln, g->rstd, g->fa, g->fb, g->fh, g->tmp, (size_t)R));
     }
-    ops->rmsnorm_fwd(be->ctx, g->ln, g->rstd, g->x, t5_param(m, dec->final_ln), (size_t)R, C, eps);
-    if (c->scale_decoder_outputs) ops->scale(be->ctx, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
+    rt_rmsnorm_fwd(be, g->ln, g->rstd, g->x, t5_param(m, dec->final_ln), (size_t)R, C, eps);
+    if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
     mdl_col_linear_fwd(be, g->logits, g->ln, t5_param(m, t5_head_param(m)), NULL, (size_t)R, C, m->V_local);
-    if (m->vocab_padded_here) ops->add_bias(be->ctx, g->logits, m->vocab_mask, (size_t)R, m->V_local);
+    if (m->vocab_padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->V_local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));
 fail:
     return st;
@@ -254,11 +253,11 @@ static void t5_gen_reorder_cache(void *ctx, int t, int R_old, int R_new, const i
     const int n = (t + 1) * R_new;
     for (int j = 0; j <= t; j++)
         for (int r = 0; r < R_new; r++) g->h_idx[(size_t)j * R_new + r] = j * R_old + parent[r];
-    be->ops->to_device(be->ctx, g->gather_idx, g->h_idx, (size_t)n * sizeof(int32_t));
+    rt_to_device(be, g->gather_idx, g->h_idx, (size_t)n * sizeof(int32_t));
     const int other = 1 - g->cur;
     for (int b = 0; b < 2 * m->dec.L; b++)
-        be->ops->gather_rows(be->ctx, g->self_kv[other] + (size_t)b * g->kv_block,
-                             g->self_kv[g->cur] + (size_t)b * g->kv_block, g->gather_idx, n, m->I_local);
+        rt_gather_rows(be, g->self_kv[other] + (size_t)b * g->kv_block,
+                       g->self_kv[g->cur] + (size_t)b * g->kv_block, g->gather_idx, n, m->I_local);
     g->cur = other;
 }
 
@@ -275,10 +274,10 @@ static void t5_gen_squeeze_sources(void *ctx, const int32_t *keep, int n) {
         if (keep[i] == i) continue;
         for (int b = 0; b < 2 * m->dec.L; b++) {
             float *blk = g->cross_kv + (size_t)b * g->cross_block;
-            be->ops->copy(be->ctx, blk + (size_t)i * row, blk + (size_t)keep[i] * row, row * sizeof(float));
+            rt_copy(be, blk + (size_t)i * row, blk + (size_t)keep[i] * row, row * sizeof(float));
         }
-        be->ops->copy(be->ctx, g->cross_mask + (size_t)i * S, g->cross_mask + (size_t)keep[i] * S,
-                      (size_t)S * sizeof(float));
+        rt_copy(be, g->cross_mask + (size_t)i * S, g->cross_mask + (size_t)keep[i] * S,
+                (size_t)S * sizeof(float));
     }
 }
 

@@ -187,4 +187,132 @@ void rt_cuda_backend_free(rt_backend *be);
 /* Convenience: allocate or fail with a message naming what. */
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);
 
+/* Every op through one inline call: rt_gemm(be, ...) is be->ops->gemm(be->ctx, ...). alloc is
+ * reached through rt_backend_alloc (which counts the bytes), device_model is optional. */
+static inline void rt_free_device(rt_backend *be, void *p) { be->ops->free(be->ctx, p); }
+static inline size_t rt_free_memory(const rt_backend *be) { return be->ops->free_memory(be->ctx); }
+static inline void rt_to_device(rt_backend *be, void *dst, const void *host_src, size_t bytes) {
+    be->ops->to_device(be->ctx, dst, host_src, bytes);
+}
+static inline void rt_to_host(rt_backend *be, void *host_dst, const void *src, size_t bytes) {
+    be->ops->to_host(be->ctx, host_dst, src, bytes);
+}
+static inline void rt_copy(rt_backend *be, void *dst, const void *src, size_t bytes) {
+    be->ops->copy(be->ctx, dst, src, bytes);
+}
+static inline void rt_clear(rt_backend *be, void *p, size_t bytes) { be->ops->zero(be->ctx, p, bytes); }
+static inline void rt_sync(rt_backend *be) { be->ops->sync(be->ctx); }
+static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
+                           int lda, size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C,
+                           int ldc, size_t stride_c, int batch) {
+    be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                  batch);
+}
+static inline void rt_layernorm_fwd(rt_backend *be, float *out, float *mean, float *rstd, const float *inp,
+                                    const float *weight, const float *bias, size_t N, int C, float eps) {
+    be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
+                                    const float *inp, const float *weight, const float *mean, const float *rstd,
+                                    size_t N, int C) {
+    be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+static inline void rt_rmsnorm_fwd(rt_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+                                  size_t N, int C, float eps) {
+    be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
+}
+static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+                                  const float *weight, const float *rstd, size_t N, int C) {
+    be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *inp, size_t n) {
+    be->ops->act_fwd(be->ctx, kind, out, inp, n);
+}
+static inline void rt_act_bwd(rt_backend *be, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
+                              size_t n) {
+    be->ops->act_bwd(be->ctx, kind, dinp, inp, dout, n);
+}
+static inline void rt_gated_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *gate, const float *lin,
+                                    size_t n) {
+    be->ops->gated_act_fwd(be->ctx, kind, out, gate, lin, n);
+}
+static inline void rt_gated_act_bwd(rt_backend *be, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
+                                    const float *lin, const float *dout, size_t n) {
+    be->ops->gated_act_bwd(be->ctx, kind, dgate, dlin, gate, lin, dout, n);
+}
+static inline void rt_add_bias(rt_backend *be, float *out, const float *bias, size_t N, int C) {
+    be->ops->add_bias(be->ctx, out, bias, N, C);
+}
+static inline void rt_bias_bwd(rt_backend *be, float *dbias, const float *dout, size_t N, int C) {
+    be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
+}
+static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
+    be->ops->add(be->ctx, out, a, b, n);
+}
+static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x, size_t n) {
+    be->ops->axpy(be->ctx, y, alpha, x, n);
+}
+static inline void rt_scale(rt_backend *be, float *x, float s, size_t n) { be->ops->scale(be->ctx, x, s, n); }
+static inline void rt_scale_rows(rt_backend *be, float *x, const float *w, size_t N, int C) {
+    be->ops->scale_rows(be->ctx, x, w, N, C);
+}
+static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, float *out, float *probs, const float *q,
+                                    const float *k, const float *v) {
+    be->ops->attention_fwd(be->ctx, d, out, probs, q, k, v);
+}
+static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, float *dq, float *dk, float *dv,
+                                    float *dbias, const float *dout, const float *probs, const float *q, const float *k,
+                                    const float *v) {
+    be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
+}
+static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *table, const int32_t *buckets, int NH,
+                                  int Tq, int Tk, int num_buckets) {
+    be->ops->relbias_fwd(be->ctx, bias, table, buckets, NH, Tq, Tk, num_buckets);
+}
+static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *dbias, const int32_t *buckets, int NH,
+                                  int Tq, int Tk, int num_buckets) {
+    be->ops->relbias_bwd(be->ctx, dtable, dbias, buckets, NH, Tq, Tk, num_buckets);
+}
+static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                                    int vocab_start, int V, bool accumulate) {
+    be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V, accumulate);
+}
+static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *dout, const int32_t *ids, size_t N,
+                                    int C, int vocab_start, int V) {
+    be->ops->embedding_bwd(be->ctx, dtable, dout, ids, N, C, vocab_start, V);
+}
+static inline void rt_softmax_xent(rt_backend *be, float *losses, float *dlogits, float *probs, const float *logits,
+                                   const int32_t *targets, size_t N, int V, float grad_scale) {
+    be->ops->softmax_xent(be->ctx, losses, dlogits, probs, logits, targets, N, V, grad_scale);
+}
+static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, float *dlogits,
+                                 const float *logits, const int32_t *targets, size_t N, int V, int vocab_start,
+                                 float grad_scale) {
+    be->ops->xent_vocab(be->ctx, phase, stats, losses, dlogits, logits, targets, N, V, vocab_start, grad_scale);
+}
+static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
+                                  uint64_t stream) {
+    be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream);
+}
+static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                                  uint64_t stream) {
+    be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
+}
+static inline void rt_dropout_cols(rt_backend *be, float *out, const float *inp, size_t rows, int cols, int cols_total,
+                                   int col_offset, float p, uint64_t seed, uint64_t stream) {
+    be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
+}
+static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
+    be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
+}
+static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, const float *dout, const int32_t *idx, int B,
+                                       int C) {
+    be->ops->scatter_rows_add(be->ctx, dinp, dout, idx, B, C);
+}
+static inline void rt_adamw(rt_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+    be->ops->adamw(be->ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+}
+static inline double rt_sumsq(rt_backend *be, const float *x, size_t n) { return be->ops->sumsq(be->ctx, x, n); }
+
 #endif

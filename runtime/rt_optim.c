@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 double rt_grad_norm(const rt_params *p) {
-    return sqrt(p->be->ops->sumsq(p->be->ctx, p->grad, p->numel));
+    return sqrt(rt_sumsq(p->be, p->grad, p->numel));
 }
 
 rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
@@ -14,7 +14,6 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
         *norm = rt_grad_norm(p);
         return RT_OK;
     }
-    const rt_backend_ops *ops = p->be->ops;
     double rep = 0, split = 0;
     /* runs of parameters with the same kind go to the backend as one sum (the alignment gaps
      * between parameters hold zeros) */
@@ -22,7 +21,7 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
         int sharded = p->specs[i].tp != RT_TP_NONE, j = i + 1;
         while (j < p->n && (p->specs[j].tp != RT_TP_NONE) == sharded) j++;
         size_t begin = p->specs[i].offset, end = p->specs[j - 1].offset + p->specs[j - 1].numel;
-        double s = ops->sumsq(p->be->ctx, p->grad + begin, end - begin);
+        double s = rt_sumsq(p->be, p->grad + begin, end - begin);
         if (sharded)
             split += s;
         else
@@ -67,8 +66,8 @@ rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scal
         size_t end = p->specs[j - 1].offset + p->specs[j - 1].numel;
         /* the alignment gaps between parameters hold zeros in every buffer, so they stay zero */
         float wd = p->specs[i].no_decay ? 0.0f : (float)h->weight_decay;
-        p->be->ops->adamw(p->be->ctx, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin,
-                          (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
+        rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin,
+                 (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
         i = j;
     }
 fail:

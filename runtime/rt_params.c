@@ -16,10 +16,10 @@ void rt_params_init(rt_params *p, rt_backend *be) {
 void rt_params_free(rt_params *p) {
     if (!p) return;
     if (p->be) {
-        if (p->param) p->be->ops->free(p->be->ctx, p->param);
-        if (p->grad) p->be->ops->free(p->be->ctx, p->grad);
-        if (p->m) p->be->ops->free(p->be->ctx, p->m);
-        if (p->v) p->be->ops->free(p->be->ctx, p->v);
+        if (p->param) rt_free_device(p->be, p->param);
+        if (p->grad) rt_free_device(p->be, p->grad);
+        if (p->m) rt_free_device(p->be, p->m);
+        if (p->v) rt_free_device(p->be, p->v);
     }
     free(p->specs);
     memset(p, 0, sizeof *p);
@@ -100,7 +100,7 @@ void rt_params_init_weights(rt_params *p, uint64_t seed) {
             case RT_INIT_NORMAL: host[j] = s->init_std * rt_rng_normal(seed, stream, j); break;
             }
         }
-        p->be->ops->to_device(p->be->ctx, p->param + s->offset, host, s->numel * sizeof(float));
+        rt_to_device(p->be, p->param + s->offset, host, s->numel * sizeof(float));
         free(host);
     }
 }
@@ -121,4 +121,4 @@ int rt_params_find(const rt_params *p, const char *name) {
     return -1;
 }
 
-void rt_params_zero_grad(rt_params *p) { p->be->ops->zero(p->be->ctx, p->grad, p->numel * sizeof(float)); }
+void rt_params_zero_grad(rt_params *p) { rt_clear(p->be, p->grad, p->numel * sizeof(float)); }

@@ -341,7 +341,7 @@ static void rt_train_log_memory(const rt_params *p, bool sharded) {
     const rt_backend *be = p->be;
     double total = (double)be->bytes_allocated / mib, moments = p->m ? 2 * slab : 0;
     double rest = total - 2 * slab - moments;
-    size_t avail = be->ops->free_memory ? be->ops->free_memory(be->ctx) : 0;
+    size_t avail = be->ops->free_memory ? rt_free_memory(be) : 0;
     char free_txt[64] = "";
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,

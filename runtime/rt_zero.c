@@ -46,8 +46,8 @@ static rt_status zero_grow(rt_zero *z, float **buf, const char *what) {
     if (z->padded == p->numel || !*buf) return RT_OK;
     rt_status st = rt_backend_alloc(p->be, z->padded * sizeof(float), what, (void **)&nb);
     if (st != RT_OK) return st;
-    p->be->ops->copy(p->be->ctx, nb, *buf, p->numel * sizeof(float));
-    p->be->ops->free(p->be->ctx, *buf);
+    rt_copy(p->be, nb, *buf, p->numel * sizeof(float));
+    rt_free_device(p->be, *buf);
     *buf = nb;
     return RT_OK;
 }
@@ -84,7 +84,7 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool o
         RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded gradient shard", (void **)&z->h_grad));
         RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW first moments", (void **)&z->m));
         RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW second moments", (void **)&z->v));
-        p->be->ops->to_host(p->be->ctx, z->h_master, p->param + z->begin, z->shard * sizeof(float));
+        rt_to_host(p->be, z->h_master, p->param + z->begin, z->shard * sizeof(float));
     } else {
         RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW first moments (ZeRO shard)", (void **)&z->m));
         RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW second moments (ZeRO shard)", (void **)&z->v));
@@ -111,15 +111,15 @@ void rt_zero_free(rt_zero *z) {
         /* leave the slab whole for whoever uses it after training */
         p->grad = p->be->ops->alloc(p->be->ctx, z->padded * sizeof(float));
     }
-    if (z->gshard) p->be->ops->free(p->be->ctx, z->gshard);
+    if (z->gshard) rt_free_device(p->be, z->gshard);
     rt_backend *mbe = z->offload ? z->host_be : p->be;
     if (mbe) {
-        if (z->m) mbe->ops->free(mbe->ctx, z->m);
-        if (z->v) mbe->ops->free(mbe->ctx, z->v);
+        if (z->m) rt_free_device(mbe, z->m);
+        if (z->v) rt_free_device(mbe, z->v);
     }
     if (z->host_be) {
-        if (z->h_master) z->host_be->ops->free(z->host_be->ctx, z->h_master);
-        if (z->h_grad) z->host_be->ops->free(z->host_be->ctx, z->h_grad);
+        if (z->h_master) rt_free_device(z->host_be, z->h_master);
+        if (z->h_grad) rt_free_device(z->host_be, z->h_grad);
         if (z->own_host_be) rt_backend_free(z->host_be);
     }
     free(z);
@@ -145,7 +145,7 @@ rt_status rt_zero_reduce_grads(rt_zero *z) {
      * goes back (on CPU a fresh zeroed allocation is cheap; on a GPU a cudaMalloc per step
      * would synchronise, so the buffer stays there until a caching allocator exists) */
     if (z->stage == 2 && p->be->device < 0) {
-        p->be->ops->free(p->be->ctx, p->grad);
+        rt_free_device(p->be, p->grad);
         p->grad = NULL;
         z->grad_released = true;
     }
@@ -186,7 +186,7 @@ rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
     double *all = rt_xmalloc(sizeof(double) * 2 * (size_t)(z->dp->size > z->tp->size ? z->dp->size : z->tp->size));
     double mine[2] = {0, 0}; /* replicated, tensor-parallel sharded */
     int nr = zero_ranges(z, false, r);
-    for (int i = 0; i < nr; i++) mine[r[i].key] += p->be->ops->sumsq(p->be->ctx, z->gshard + r[i].off, r[i].n);
+    for (int i = 0; i < nr; i++) mine[r[i].key] += rt_sumsq(p->be, z->gshard + r[i].off, r[i].n);
     /* the slices hold the dp-summed gradient: their squares add up to the summed gradient's */
     RT_TRY(zero_gather_doubles(z->dp_host, mine, 2, all));
     mine[0] = mine[1] = 0;
@@ -229,9 +229,9 @@ static void *offload_adamw(void *arg) {
         size_t b = c->r[i].off > c->lo ? c->r[i].off : c->lo, e = c->r[i].off + c->r[i].n;
         e = e < c->hi ? e : c->hi;
         if (b >= e) continue;
-        hb->ops->adamw(hb->ctx, c->z->h_master + b, c->z->h_grad + b, c->z->m + b, c->z->v + b, e - b,
-                       (float)c->h->lr, (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps,
-                       c->r[i].key ? 0.0f : (float)c->h->weight_decay, c->grad_scale, c->t);
+        rt_adamw(hb, c->z->h_master + b, c->z->h_grad + b, c->z->m + b, c->z->v + b, e - b,
+                 (float)c->h->lr, (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps,
+                 c->r[i].key ? 0.0f : (float)c->h->weight_decay, c->grad_scale, c->t);
     }
     return NULL;
 }
@@ -243,10 +243,9 @@ static void *offload_adamw(void *arg) {
 static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw_hparams *h, float grad_scale,
                          int64_t t) {
     rt_params *p = z->p;
-    const rt_backend_ops *ops = p->be->ops;
     const size_t n = z->shard, chunk = n / 4 + 1, f = sizeof(float);
     const size_t K = (n + chunk - 1) / chunk;
-    if (K > 0) ops->to_host(p->be->ctx, z->h_grad, z->gshard, (chunk < n ? chunk : n) * f);
+    if (K > 0) rt_to_host(p->be, z->h_grad, z->gshard, (chunk < n ? chunk : n) * f);
     for (size_t k = 0; k < K; k++) {
         size_t lo = k * chunk, hi = lo + chunk < n ? lo + chunk : n;
         offload_chunk job = {.z = z, .r = r, .nr = nr, .h = h, .grad_scale = grad_scale, .t = t, .lo = lo, .hi = hi};
@@ -255,14 +254,14 @@ static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw
         if (!threaded) offload_adamw(&job); /* no thread to be had: the same work, in turn */
         if (k + 1 < K) {
             size_t nlo = hi, nhi = nlo + chunk < n ? nlo + chunk : n;
-            ops->to_host(p->be->ctx, z->h_grad + nlo, z->gshard + nlo, (nhi - nlo) * f);
+            rt_to_host(p->be, z->h_grad + nlo, z->gshard + nlo, (nhi - nlo) * f);
         }
-        if (k > 0) ops->to_device(p->be->ctx, p->param + z->begin + lo - chunk, z->h_master + lo - chunk, chunk * f);
+        if (k > 0) rt_to_device(p->be, p->param + z->begin + lo - chunk, z->h_master + lo - chunk, chunk * f);
         if (threaded) pthread_join(worker, NULL);
     }
     if (K > 0) {
         size_t lo = (K - 1) * chunk;
-        ops->to_device(p->be->ctx, p->param + z->begin + lo, z->h_master + lo, (n - lo) * f);
+        rt_to_device(p->be, p->param + z->begin + lo, z->h_master + lo, (n - lo) * f);
     }
 }
 
@@ -278,9 +277,9 @@ rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, 
     } else {
         float *param = p->param + z->begin;
         for (int i = 0; i < nr; i++)
-            p->be->ops->adamw(p->be->ctx, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off,
-                              r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
-                              r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
+            rt_adamw(p->be, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off,
+                     r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
+                     r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
     }
     /* in place: this rank's slice already sits at its spot in the slab */
     RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
@@ -301,9 +300,9 @@ rt_status rt_zero_gather_state(rt_zero *z) {
                                 (void **)full[k]));
         float *at = *full[k] + z->begin;
         if (z->offload)
-            p->be->ops->to_device(p->be->ctx, at, mine[k], z->shard * sizeof(float));
+            rt_to_device(p->be, at, mine[k], z->shard * sizeof(float));
         else
-            p->be->ops->copy(p->be->ctx, at, mine[k], z->shard * sizeof(float));
+            rt_copy(p->be, at, mine[k], z->shard * sizeof(float));
         RT_TRY(z->dp->ops->all_gather(z->dp->ctx, *full[k], at, z->shard));
     }
 fail:
@@ -313,8 +312,8 @@ fail:
 
 void rt_zero_release_state(rt_zero *z) {
     rt_params *p = z->p;
-    if (p->m) p->be->ops->free(p->be->ctx, p->m);
-    if (p->v) p->be->ops->free(p->be->ctx, p->v);
+    if (p->m) rt_free_device(p->be, p->m);
+    if (p->v) rt_free_device(p->be, p->v);
     p->m = p->v = NULL;
 }
 
@@ -329,13 +328,13 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
     for (int k = 0; k < 2; k++) {
         if (z->offload) {
             memset(mine[k], 0, bytes);
-            if (full[k] && n) p->be->ops->to_host(p->be->ctx, mine[k], full[k] + z->begin, n * sizeof(float));
+            if (full[k] && n) rt_to_host(p->be, mine[k], full[k] + z->begin, n * sizeof(float));
         } else {
-            p->be->ops->zero(p->be->ctx, mine[k], bytes);
-            if (full[k] && n) p->be->ops->copy(p->be->ctx, mine[k], full[k] + z->begin, n * sizeof(float));
+            rt_clear(p->be, mine[k], bytes);
+            if (full[k] && n) rt_copy(p->be, mine[k], full[k] + z->begin, n * sizeof(float));
         }
     }
-    if (z->offload) p->be->ops->to_host(p->be->ctx, z->h_master, p->param + z->begin, bytes);
+    if (z->offload) rt_to_host(p->be, z->h_master, p->param + z->begin, bytes);
     rt_zero_release_state(z);
     return RT_OK;
 }

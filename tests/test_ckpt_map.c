@@ -179,7 +179,7 @@ static float *load_params(rt_backend *be, const char *arch, const char *dir, siz
               dir, rep.loaded, p->n, rep.missing, rep.first_missing, rep.unused);
     *numel = p->numel;
     out = malloc(p->numel * sizeof(float));
-    be->ops->to_host(be->ctx, out, p->param, p->numel * sizeof(float));
+    rt_to_host(be, out, p->param, p->numel * sizeof(float));
     gpt2_model_free(g);
     bert_model_free(b);
     t5_model_free(t);

@@ -211,7 +211,7 @@ static rt_status rank_run(rank_arg *a) {
     a->param_ptr = p->param;
     a->grad_ptr = p->grad;
     a->slab = rt_xmalloc(p->numel * sizeof(float));
-    be->ops->to_host(be->ctx, a->slab, p->param, p->numel * sizeof(float));
+    rt_to_host(be, a->slab, p->param, p->numel * sizeof(float));
 fail:
     data_loader_free(loader);
     gpt2_model_free(m);

@@ -511,14 +511,14 @@ static void test_dispatch(rt_backend *be) {
     for (size_t i = 0; buf && i < 1000; i++) zero &= ((unsigned char *)buf)[i] == 0;
     TZ_EXPECT(zero, "alloc gives 64-byte aligned zeroed memory");
     float host[4] = {1, 2, 3, 4}, back[4] = {0};
-    be->ops->to_device(be->ctx, buf, host, sizeof host);
-    be->ops->copy(be->ctx, (char *)buf + 64, buf, sizeof host);
-    be->ops->to_host(be->ctx, back, (char *)buf + 64, sizeof back);
+    rt_to_device(be, buf, host, sizeof host);
+    rt_copy(be, (char *)buf + 64, buf, sizeof host);
+    rt_to_host(be, back, (char *)buf + 64, sizeof back);
     TZ_EXPECT(memcmp(host, back, sizeof host) == 0, "to_device/copy/to_host round trip");
-    be->ops->zero(be->ctx, buf, sizeof host);
-    be->ops->sync(be->ctx);
+    rt_clear(be, buf, sizeof host);
+    rt_sync(be);
     TZ_EXPECT(((float *)buf)[0] == 0.0f && ((float *)buf)[3] == 0.0f, "zero");
-    be->ops->free(be->ctx, buf);
+    rt_free_device(be, buf);
     rt_backend_free(NULL);
 }
 

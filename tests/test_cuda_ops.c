@@ -59,8 +59,8 @@ static void *be_alloc(rt_backend *be, size_t bytes) {
 
 static dbuf dbuf_from(const float *h, size_t n) {
     dbuf b = {n, be_alloc(g_cpu, n * sizeof(float)), be_alloc(g_gpu, n * sizeof(float))};
-    g_cpu->ops->to_device(g_cpu->ctx, b.c, h, n * sizeof(float));
-    g_gpu->ops->to_device(g_gpu->ctx, b.g, h, n * sizeof(float));
+    rt_to_device(g_cpu, b.c, h, n * sizeof(float));
+    rt_to_device(g_gpu, b.g, h, n * sizeof(float));
     return b;
 }
 
@@ -77,21 +77,21 @@ static dbuf dbuf_zero(size_t n) {
 }
 
 static void dbuf_free(dbuf *b) {
-    g_cpu->ops->free(g_cpu->ctx, b->c);
-    g_gpu->ops->free(g_gpu->ctx, b->g);
+    rt_free_device(g_cpu, b->c);
+    rt_free_device(g_gpu, b->g);
     b->c = b->g = NULL;
 }
 
 static ibuf ibuf_from(const int32_t *h, size_t n) {
     ibuf b = {n, be_alloc(g_cpu, n * sizeof(int32_t)), be_alloc(g_gpu, n * sizeof(int32_t))};
-    g_cpu->ops->to_device(g_cpu->ctx, b.c, h, n * sizeof(int32_t));
-    g_gpu->ops->to_device(g_gpu->ctx, b.g, h, n * sizeof(int32_t));
+    rt_to_device(g_cpu, b.c, h, n * sizeof(int32_t));
+    rt_to_device(g_gpu, b.g, h, n * sizeof(int32_t));
     return b;
 }
 
 static void ibuf_free(ibuf *b) {
-    g_cpu->ops->free(g_cpu->ctx, b->c);
-    g_gpu->ops->free(g_gpu->ctx, b->g);
+    rt_free_device(g_cpu, b->c);
+    rt_free_device(g_gpu, b->g);
     b->c = b->g = NULL;
 }
 
@@ -99,8 +99,8 @@ static void ibuf_free(ibuf *b) {
 static void dbuf_fetch(const dbuf *b, float **hc, float **hg) {
     *hc = rt_xmalloc(b->n * sizeof(float));
     *hg = rt_xmalloc(b->n * sizeof(float));
-    g_cpu->ops->to_host(g_cpu->ctx, *hc, b->c, b->n * sizeof(float));
-    g_gpu->ops->to_host(g_gpu->ctx, *hg, b->g, b->n * sizeof(float));
+    rt_to_host(g_cpu, *hc, b->c, b->n * sizeof(float));
+    rt_to_host(g_gpu, *hg, b->g, b->n * sizeof(float));
 }
 
 /* CUDA result against the CPU reference. */
@@ -116,14 +116,14 @@ static void dbuf_check(const char *what, const dbuf *b, float atol, float rtol) 
  * saved statistics. */
 static void dbuf_sync_from_cpu(dbuf *b) {
     float *h = rt_xmalloc(b->n * sizeof(float));
-    g_cpu->ops->to_host(g_cpu->ctx, h, b->c, b->n * sizeof(float));
-    g_gpu->ops->to_device(g_gpu->ctx, b->g, h, b->n * sizeof(float));
+    rt_to_host(g_cpu, h, b->c, b->n * sizeof(float));
+    rt_to_device(g_gpu, b->g, h, b->n * sizeof(float));
     free(h);
 }
 
 static float *gpu_fetch(const float *g, size_t n) {
     float *h = rt_xmalloc(n * sizeof(float));
-    g_gpu->ops->to_host(g_gpu->ctx, h, g, n * sizeof(float));
+    rt_to_host(g_gpu, h, g, n * sizeof(float));
     return h;
 }
 
@@ -138,7 +138,7 @@ static void test_memory(void) {
     const size_t n = 1000;
     float *h = host_rand(n, 1.0f, 0.0f);
     void *empty = be_alloc(g_gpu, 0); /* a zero-byte buffer is valid, not out of memory */
-    g_gpu->ops->free(g_gpu->ctx, empty);
+    rt_free_device(g_gpu, empty);
     float *p = be_alloc(g_gpu, n * sizeof(float));
     float *back = gpu_fetch(p, n);
     size_t nonzero = 0;
@@ -147,10 +147,10 @@ static void test_memory(void) {
     free(back);
 
     float *q = be_alloc(g_gpu, n * sizeof(float));
-    g_gpu->ops->to_device(g_gpu->ctx, p, h, n * sizeof(float));
-    g_gpu->ops->copy(g_gpu->ctx, q, p, n * sizeof(float));
-    g_gpu->ops->zero(g_gpu->ctx, q + 100, 50 * sizeof(float));
-    g_gpu->ops->sync(g_gpu->ctx);
+    rt_to_device(g_gpu, p, h, n * sizeof(float));
+    rt_copy(g_gpu, q, p, n * sizeof(float));
+    rt_clear(g_gpu, q + 100, 50 * sizeof(float));
+    rt_sync(g_gpu);
     back = gpu_fetch(q, n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
@@ -159,9 +159,9 @@ static void test_memory(void) {
     }
     TZ_EXPECT(bad == 0, "to_device/copy/zero/to_host: %zu floats differ", bad);
     free(back);
-    g_gpu->ops->free(g_gpu->ctx, p);
-    g_gpu->ops->free(g_gpu->ctx, q);
-    g_gpu->ops->free(g_gpu->ctx, NULL);
+    rt_free_device(g_gpu, p);
+    rt_free_device(g_gpu, q);
+    rt_free_device(g_gpu, NULL);
     free(h);
 }
 
@@ -179,10 +179,10 @@ static void test_gemm(void) {
                 dbuf B = dbuf_rand(broadcast_b ? sb + (size_t)rows_b * ldb : sb * batch, 1.0f, 0.0f);
                 dbuf C = dbuf_rand(sc * batch, 1.0f, 0.0f);
                 float alpha = 0.75f, beta = (ta ^ tb) ? 0.0f : 0.5f;
-                g_cpu->ops->gemm(g_cpu->ctx, ta, tb, M, N, K, alpha, A.c, lda, sa, B.c, ldb, sb,
-                                 beta, C.c, ldc, sc, batch);
-                g_gpu->ops->gemm(g_gpu->ctx, ta, tb, M, N, K, alpha, A.g, lda, sa, B.g, ldb, sb,
-                                 beta, C.g, ldc, sc, batch);
+                rt_gemm(g_cpu, ta, tb, M, N, K, alpha, A.c, lda, sa, B.c, ldb, sb,
+                        beta, C.c, ldc, sc, batch);
+                rt_gemm(g_gpu, ta, tb, M, N, K, alpha, A.g, lda, sa, B.g, ldb, sb,
+                        beta, C.g, ldc, sc, batch);
                 char what[64];
                 snprintf(what, sizeof what, "gemm ta=%d tb=%d bcast=%d", ta, tb, broadcast_b);
                 dbuf_check(what, &C, GEMM_ATOL, GEMM_RTOL);
@@ -204,13 +204,13 @@ static void test_norms(void) {
     dbuf bias = dbuf_rand(C, 0.5f, 0.0f);
     dbuf out = dbuf_zero(n), mean = dbuf_zero(N), rstd = dbuf_zero(N);
 
-    g_cpu->ops->layernorm_fwd(g_cpu->ctx, out.c, mean.c, rstd.c, x.c, w.c, bias.c, N, C, eps);
-    g_gpu->ops->layernorm_fwd(g_gpu->ctx, out.g, mean.g, rstd.g, x.g, w.g, bias.g, N, C, eps);
+    rt_layernorm_fwd(g_cpu, out.c, mean.c, rstd.c, x.c, w.c, bias.c, N, C, eps);
+    rt_layernorm_fwd(g_gpu, out.g, mean.g, rstd.g, x.g, w.g, bias.g, N, C, eps);
     dbuf_check("layernorm_fwd out", &out, ATOL, RTOL);
     dbuf_check("layernorm_fwd mean", &mean, ATOL, RTOL);
     dbuf_check("layernorm_fwd rstd", &rstd, ATOL, RTOL);
-    g_cpu->ops->layernorm_fwd(g_cpu->ctx, out.c, mean.c, rstd.c, x.c, w.c, NULL, N, C, eps);
-    g_gpu->ops->layernorm_fwd(g_gpu->ctx, out.g, mean.g, rstd.g, x.g, w.g, NULL, N, C, eps);
+    rt_layernorm_fwd(g_cpu, out.c, mean.c, rstd.c, x.c, w.c, NULL, N, C, eps);
+    rt_layernorm_fwd(g_gpu, out.g, mean.g, rstd.g, x.g, w.g, NULL, N, C, eps);
     dbuf_check("layernorm_fwd out (no bias)", &out, ATOL, RTOL);
 
     /* backward accumulates into non-zero gradients, from the same saved statistics */
@@ -218,8 +218,8 @@ static void test_norms(void) {
     dbuf_sync_from_cpu(&rstd);
     dbuf dout = dbuf_rand(n, 1.0f, 0.0f);
     dbuf dx = dbuf_rand(n, 1.0f, 0.0f), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
-    g_cpu->ops->layernorm_bwd(g_cpu->ctx, dx.c, dw.c, db.c, dout.c, x.c, w.c, mean.c, rstd.c, N, C);
-    g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx.g, dw.g, db.g, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+    rt_layernorm_bwd(g_cpu, dx.c, dw.c, db.c, dout.c, x.c, w.c, mean.c, rstd.c, N, C);
+    rt_layernorm_bwd(g_gpu, dx.g, dw.g, db.g, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
     dbuf_check("layernorm_bwd dinp", &dx, ATOL, RTOL);
     dbuf_check("layernorm_bwd dweight", &dw, 1e-4f, RTOL);
     dbuf_check("layernorm_bwd dbias", &db, 1e-4f, RTOL);
@@ -227,8 +227,8 @@ static void test_norms(void) {
     /* the same backward twice from zero gives the same bits */
     {
         dbuf dw1 = dbuf_zero(C), dw2 = dbuf_zero(C), dx1 = dbuf_zero(n);
-        g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx1.g, dw1.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
-        g_gpu->ops->layernorm_bwd(g_gpu->ctx, dx1.g, dw2.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+        rt_layernorm_bwd(g_gpu, dx1.g, dw1.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
+        rt_layernorm_bwd(g_gpu, dx1.g, dw2.g, NULL, dout.g, x.g, w.g, mean.g, rstd.g, N, C);
         float *a = gpu_fetch(dw1.g, C), *b = gpu_fetch(dw2.g, C);
         TZ_EXPECT(memcmp(a, b, C * sizeof(float)) == 0, "layernorm_bwd dweight differs between runs");
         free(a);
@@ -238,13 +238,13 @@ static void test_norms(void) {
         dbuf_free(&dx1);
     }
 
-    g_cpu->ops->rmsnorm_fwd(g_cpu->ctx, out.c, rstd.c, x.c, w.c, N, C, eps);
-    g_gpu->ops->rmsnorm_fwd(g_gpu->ctx, out.g, rstd.g, x.g, w.g, N, C, eps);
+    rt_rmsnorm_fwd(g_cpu, out.c, rstd.c, x.c, w.c, N, C, eps);
+    rt_rmsnorm_fwd(g_gpu, out.g, rstd.g, x.g, w.g, N, C, eps);
     dbuf_check("rmsnorm_fwd out", &out, ATOL, RTOL);
     dbuf_check("rmsnorm_fwd rstd", &rstd, ATOL, RTOL);
     dbuf_sync_from_cpu(&rstd);
-    g_cpu->ops->rmsnorm_bwd(g_cpu->ctx, dx.c, dw.c, dout.c, x.c, w.c, rstd.c, N, C);
-    g_gpu->ops->rmsnorm_bwd(g_gpu->ctx, dx.g, dw.g, dout.g, x.g, w.g, rstd.g, N, C);
+    rt_rmsnorm_bwd(g_cpu, dx.c, dw.c, dout.c, x.c, w.c, rstd.c, N, C);
+    rt_rmsnorm_bwd(g_gpu, dx.g, dw.g, dout.g, x.g, w.g, rstd.g, N, C);
     dbuf_check("rmsnorm_bwd dinp", &dx, ATOL, RTOL);
     dbuf_check("rmsnorm_bwd dweight", &dw, 1e-4f, RTOL);
 
@@ -271,22 +271,22 @@ static void test_elementwise(void) {
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         const rt_act_kind k = acts[a].kind;
         char what[64];
-        g_cpu->ops->act_fwd(g_cpu->ctx, k, y.c, x.c, n);
-        g_gpu->ops->act_fwd(g_gpu->ctx, k, y.g, x.g, n);
+        rt_act_fwd(g_cpu, k, y.c, x.c, n);
+        rt_act_fwd(g_gpu, k, y.g, x.g, n);
         snprintf(what, sizeof what, "act_fwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
-        g_cpu->ops->act_bwd(g_cpu->ctx, k, y.c, x.c, dout.c, n);
-        g_gpu->ops->act_bwd(g_gpu->ctx, k, y.g, x.g, dout.g, n);
+        rt_act_bwd(g_cpu, k, y.c, x.c, dout.c, n);
+        rt_act_bwd(g_gpu, k, y.g, x.g, dout.g, n);
         snprintf(what, sizeof what, "act_bwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
         /* gated (T5 v1.1): act(x) * dout as the linear half, then both gradients */
-        g_cpu->ops->gated_act_fwd(g_cpu->ctx, k, y.c, x.c, dout.c, n);
-        g_gpu->ops->gated_act_fwd(g_gpu->ctx, k, y.g, x.g, dout.g, n);
+        rt_gated_act_fwd(g_cpu, k, y.c, x.c, dout.c, n);
+        rt_gated_act_fwd(g_gpu, k, y.g, x.g, dout.g, n);
         snprintf(what, sizeof what, "gated_act_fwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
         dbuf dgate = dbuf_zero(n), dlin = dbuf_zero(n);
-        g_cpu->ops->gated_act_bwd(g_cpu->ctx, k, dgate.c, dlin.c, x.c, dout.c, y.c, n);
-        g_gpu->ops->gated_act_bwd(g_gpu->ctx, k, dgate.g, dlin.g, x.g, dout.g, y.g, n);
+        rt_gated_act_bwd(g_cpu, k, dgate.c, dlin.c, x.c, dout.c, y.c, n);
+        rt_gated_act_bwd(g_gpu, k, dgate.g, dlin.g, x.g, dout.g, y.g, n);
         snprintf(what, sizeof what, "gated_act_bwd %s dgate", acts[a].name);
         dbuf_check(what, &dgate, ATOL, RTOL);
         snprintf(what, sizeof what, "gated_act_bwd %s dlin", acts[a].name);
@@ -296,18 +296,18 @@ static void test_elementwise(void) {
     }
 
     /* add with out aliasing a, then axpy and scale */
-    g_cpu->ops->add(g_cpu->ctx, y.c, y.c, x.c, n);
-    g_gpu->ops->add(g_gpu->ctx, y.g, y.g, x.g, n);
+    rt_add(g_cpu, y.c, y.c, x.c, n);
+    rt_add(g_gpu, y.g, y.g, x.g, n);
     dbuf_check("add", &y, ATOL, RTOL);
-    g_cpu->ops->axpy(g_cpu->ctx, y.c, -0.3f, dout.c, n);
-    g_gpu->ops->axpy(g_gpu->ctx, y.g, -0.3f, dout.g, n);
+    rt_axpy(g_cpu, y.c, -0.3f, dout.c, n);
+    rt_axpy(g_gpu, y.g, -0.3f, dout.g, n);
     dbuf_check("axpy", &y, ATOL, RTOL);
-    g_cpu->ops->scale(g_cpu->ctx, y.c, 1.7f, n);
-    g_gpu->ops->scale(g_gpu->ctx, y.g, 1.7f, n);
+    rt_scale(g_cpu, y.c, 1.7f, n);
+    rt_scale(g_gpu, y.g, 1.7f, n);
     dbuf_check("scale", &y, ATOL, RTOL);
     dbuf rw = dbuf_rand(17, 2.0f, -1.0f); /* 1003 = 17 rows of 59 */
-    g_cpu->ops->scale_rows(g_cpu->ctx, y.c, rw.c, 17, 59);
-    g_gpu->ops->scale_rows(g_gpu->ctx, y.g, rw.g, 17, 59);
+    rt_scale_rows(g_cpu, y.c, rw.c, 17, 59);
+    rt_scale_rows(g_gpu, y.g, rw.g, 17, 59);
     dbuf_check("scale_rows", &y, ATOL, RTOL);
     dbuf_free(&rw);
 
@@ -315,11 +315,11 @@ static void test_elementwise(void) {
     const int C = 77;
     dbuf m = dbuf_rand(N * C, 1.0f, 0.0f), bias = dbuf_rand(C, 1.0f, 0.0f);
     dbuf dbias = dbuf_rand(C, 1.0f, 0.0f);
-    g_cpu->ops->add_bias(g_cpu->ctx, m.c, bias.c, N, C);
-    g_gpu->ops->add_bias(g_gpu->ctx, m.g, bias.g, N, C);
+    rt_add_bias(g_cpu, m.c, bias.c, N, C);
+    rt_add_bias(g_gpu, m.g, bias.g, N, C);
     dbuf_check("add_bias", &m, ATOL, RTOL);
-    g_cpu->ops->bias_bwd(g_cpu->ctx, dbias.c, m.c, N, C);
-    g_gpu->ops->bias_bwd(g_gpu->ctx, dbias.g, m.g, N, C);
+    rt_bias_bwd(g_cpu, dbias.c, m.c, N, C);
+    rt_bias_bwd(g_gpu, dbias.g, m.g, N, C);
     dbuf_check("bias_bwd", &dbias, 1e-4f, RTOL);
 
     dbuf_free(&x);
@@ -336,8 +336,8 @@ static void test_dropout(void) {
     const uint64_t seed = 1234, stream = ((uint64_t)3 << 56) | 42u;
     dbuf x = dbuf_rand(n, 1.0f, 2.0f); /* in [1, 3): never 0, so 0 means dropped */
     dbuf y = dbuf_zero(n);
-    g_cpu->ops->dropout_fwd(g_cpu->ctx, y.c, x.c, n, p, seed, stream);
-    g_gpu->ops->dropout_fwd(g_gpu->ctx, y.g, x.g, n, p, seed, stream);
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, p, seed, stream);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, p, seed, stream);
     float *hc, *hg;
     dbuf_fetch(&y, &hc, &hg);
     size_t differ = 0, dropped = 0;
@@ -352,8 +352,8 @@ static void test_dropout(void) {
     free(hg);
 
     /* backward in place (dinp aliasing dout) regenerates the same mask */
-    g_cpu->ops->dropout_bwd(g_cpu->ctx, x.c, x.c, n, p, seed, stream);
-    g_gpu->ops->dropout_bwd(g_gpu->ctx, x.g, x.g, n, p, seed, stream);
+    rt_dropout_bwd(g_cpu, x.c, x.c, n, p, seed, stream);
+    rt_dropout_bwd(g_gpu, x.g, x.g, n, p, seed, stream);
     dbuf_check("dropout_bwd", &x, ATOL, RTOL);
     float *hx = gpu_fetch(x.g, n), *hy = gpu_fetch(y.g, n);
     size_t mismatch = 0;
@@ -363,8 +363,8 @@ static void test_dropout(void) {
     free(hy);
 
     /* p = 0 is a copy */
-    g_cpu->ops->dropout_fwd(g_cpu->ctx, y.c, x.c, n, 0.0f, seed, stream);
-    g_gpu->ops->dropout_fwd(g_gpu->ctx, y.g, x.g, n, 0.0f, seed, stream);
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, 0.0f, seed, stream);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, 0.0f, seed, stream);
     dbuf_check("dropout_fwd p=0", &y, 0.0f, 0.0f);
     dbuf_free(&x);
     dbuf_free(&y);
@@ -379,10 +379,10 @@ static void test_dropout_cols(void) {
     const uint64_t seed = 77, stream = ((uint64_t)3 << 56) | 7u;
     dbuf full = dbuf_rand(rows * total, 1.0f, 2.0f), full_y = dbuf_zero(rows * total);
     dbuf x = dbuf_rand(rows * cols, 1.0f, 2.0f), y = dbuf_zero(rows * cols);
-    g_cpu->ops->dropout_cols(g_cpu->ctx, y.c, x.c, rows, cols, total, offset, p, seed, stream);
-    g_gpu->ops->dropout_cols(g_gpu->ctx, y.g, x.g, rows, cols, total, offset, p, seed, stream);
+    rt_dropout_cols(g_cpu, y.c, x.c, rows, cols, total, offset, p, seed, stream);
+    rt_dropout_cols(g_gpu, y.g, x.g, rows, cols, total, offset, p, seed, stream);
     dbuf_check("dropout_cols", &y, 0.0f, 0.0f);
-    g_gpu->ops->dropout_fwd(g_gpu->ctx, full_y.g, full.g, rows * total, p, seed, stream);
+    rt_dropout_fwd(g_gpu, full_y.g, full.g, rows * total, p, seed, stream);
     float *hf = gpu_fetch(full_y.g, rows * total), *hy = gpu_fetch(y.g, rows * cols);
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++)
@@ -408,16 +408,16 @@ static void test_relbias(void) {
         }
     ibuf buckets = ibuf_from(hb, (size_t)Tq * Tk);
     dbuf table = dbuf_rand((size_t)NB * NH, 1.0f, 0.0f), bias = dbuf_zero((size_t)NH * Tq * Tk);
-    g_cpu->ops->relbias_fwd(g_cpu->ctx, bias.c, table.c, buckets.c, NH, Tq, Tk, NB);
-    g_gpu->ops->relbias_fwd(g_gpu->ctx, bias.g, table.g, buckets.g, NH, Tq, Tk, NB);
+    rt_relbias_fwd(g_cpu, bias.c, table.c, buckets.c, NH, Tq, Tk, NB);
+    rt_relbias_fwd(g_gpu, bias.g, table.g, buckets.g, NH, Tq, Tk, NB);
     dbuf_check("relbias_fwd", &bias, 0.0f, 0.0f);
     dbuf dbias = dbuf_rand((size_t)NH * Tq * Tk, 1.0f, 0.0f), dt = dbuf_rand((size_t)NB * NH, 1.0f, 0.0f);
     dbuf dt2 = dbuf_zero((size_t)NB * NH);
-    g_gpu->ops->copy(g_gpu->ctx, dt2.g, dt.g, dt.n * sizeof(float));
-    g_cpu->ops->relbias_bwd(g_cpu->ctx, dt.c, dbias.c, buckets.c, NH, Tq, Tk, NB);
-    g_gpu->ops->relbias_bwd(g_gpu->ctx, dt.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
+    rt_copy(g_gpu, dt2.g, dt.g, dt.n * sizeof(float));
+    rt_relbias_bwd(g_cpu, dt.c, dbias.c, buckets.c, NH, Tq, Tk, NB);
+    rt_relbias_bwd(g_gpu, dt.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
     dbuf_check("relbias_bwd (accumulates)", &dt, 1e-4f, RTOL);
-    g_gpu->ops->relbias_bwd(g_gpu->ctx, dt2.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
+    rt_relbias_bwd(g_gpu, dt2.g, dbias.g, buckets.g, NH, Tq, Tk, NB);
     float *h1 = gpu_fetch(dt.g, dt.n), *h2 = gpu_fetch(dt2.g, dt.n);
     TZ_EXPECT(memcmp(h1, h2, dt.n * sizeof(float)) == 0, "relbias_bwd differs between runs");
     free(h1);
@@ -522,8 +522,8 @@ static void test_attention_case(const attn_case *tc) {
     dg.key_mask = mask.g;
     dc.bias = bias.c;
     dg.bias = bias.g;
-    g_cpu->ops->attention_fwd(g_cpu->ctx, &dc, out.c, probs.c, qc, kc, vc);
-    g_gpu->ops->attention_fwd(g_gpu->ctx, &dg, out.g, probs.g, qg, kg, vg);
+    rt_attention_fwd(g_cpu, &dc, out.c, probs.c, qc, kc, vc);
+    rt_attention_fwd(g_gpu, &dg, out.g, probs.g, qg, kg, vg);
     char what[128];
     snprintf(what, sizeof what, "attention_fwd %s out", tc->name);
     dbuf_check(what, &out, ATTN_ATOL, ATTN_RTOL);
@@ -532,8 +532,8 @@ static void test_attention_case(const attn_case *tc) {
 
     /* backward from the CPU's probabilities on both, so it is tested on its own */
     dbuf_sync_from_cpu(&probs);
-    g_cpu->ops->attention_bwd(g_cpu->ctx, &dc, dqc, dkc, dvc, dbias.c, dout.c, probs.c, qc, kc, vc);
-    g_gpu->ops->attention_bwd(g_gpu->ctx, &dg, dqg, dkg, dvg, dbias.g, dout.g, probs.g, qg, kg, vg);
+    rt_attention_bwd(g_cpu, &dc, dqc, dkc, dvc, dbias.c, dout.c, probs.c, qc, kc, vc);
+    rt_attention_bwd(g_gpu, &dg, dqg, dkg, dvg, dbias.g, dout.g, probs.g, qg, kg, vg);
     if (tc->fused) {
         snprintf(what, sizeof what, "attention_bwd %s dqkv", tc->name);
         dbuf_check(what, &dqkv, ATTN_ATOL, ATTN_RTOL);
@@ -599,17 +599,17 @@ static void test_embedding(void) {
     dbuf table = dbuf_rand((size_t)V * C, 1.0f, 0.0f);
     dbuf out = dbuf_rand(N * C, 1.0f, 0.0f);
 
-    g_cpu->ops->embedding_fwd(g_cpu->ctx, out.c, id.c, table.c, N, C, vocab_start, V, true);
-    g_gpu->ops->embedding_fwd(g_gpu->ctx, out.g, id.g, table.g, N, C, vocab_start, V, true);
+    rt_embedding_fwd(g_cpu, out.c, id.c, table.c, N, C, vocab_start, V, true);
+    rt_embedding_fwd(g_gpu, out.g, id.g, table.g, N, C, vocab_start, V, true);
     dbuf_check("embedding_fwd accumulate", &out, ATOL, RTOL);
-    g_cpu->ops->embedding_fwd(g_cpu->ctx, out.c, id.c, table.c, N, C, vocab_start, V, false);
-    g_gpu->ops->embedding_fwd(g_gpu->ctx, out.g, id.g, table.g, N, C, vocab_start, V, false);
+    rt_embedding_fwd(g_cpu, out.c, id.c, table.c, N, C, vocab_start, V, false);
+    rt_embedding_fwd(g_gpu, out.g, id.g, table.g, N, C, vocab_start, V, false);
     dbuf_check("embedding_fwd", &out, 0.0f, 0.0f);
 
     dbuf dout = dbuf_rand(N * C, 1.0f, 0.0f);
     dbuf dtable = dbuf_rand((size_t)V * C, 1.0f, 0.0f);
-    g_cpu->ops->embedding_bwd(g_cpu->ctx, dtable.c, dout.c, id.c, N, C, vocab_start, V);
-    g_gpu->ops->embedding_bwd(g_gpu->ctx, dtable.g, dout.g, id.g, N, C, vocab_start, V);
+    rt_embedding_bwd(g_cpu, dtable.c, dout.c, id.c, N, C, vocab_start, V);
+    rt_embedding_bwd(g_gpu, dtable.g, dout.g, id.g, N, C, vocab_start, V);
     /* same ids in the same order: the same sums in the same order as the CPU */
     dbuf_check("embedding_bwd", &dtable, 0.0f, 0.0f);
 
@@ -617,11 +617,11 @@ static void test_embedding(void) {
     int32_t idx[7] = {3, 0, 9, 3, 5, 3, 1};
     ibuf ix = ibuf_from(idx, 7);
     dbuf src = dbuf_rand((size_t)10 * C, 1.0f, 0.0f), rows = dbuf_zero((size_t)7 * C);
-    g_cpu->ops->gather_rows(g_cpu->ctx, rows.c, src.c, ix.c, 7, C);
-    g_gpu->ops->gather_rows(g_gpu->ctx, rows.g, src.g, ix.g, 7, C);
+    rt_gather_rows(g_cpu, rows.c, src.c, ix.c, 7, C);
+    rt_gather_rows(g_gpu, rows.g, src.g, ix.g, 7, C);
     dbuf_check("gather_rows", &rows, 0.0f, 0.0f);
-    g_cpu->ops->scatter_rows_add(g_cpu->ctx, src.c, rows.c, ix.c, 7, C);
-    g_gpu->ops->scatter_rows_add(g_gpu->ctx, src.g, rows.g, ix.g, 7, C);
+    rt_scatter_rows_add(g_cpu, src.c, rows.c, ix.c, 7, C);
+    rt_scatter_rows_add(g_gpu, src.g, rows.g, ix.g, 7, C);
     dbuf_check("scatter_rows_add", &src, 0.0f, 0.0f);
 
     ibuf_free(&id);
@@ -641,15 +641,15 @@ static void test_xent(void) {
     ibuf tg = ibuf_from(t, N);
     dbuf logits = dbuf_rand(N * V, 3.0f, 0.0f);
     dbuf losses = dbuf_zero(N), dlogits = dbuf_zero(N * V), probs = dbuf_zero(N * V);
-    g_cpu->ops->softmax_xent(g_cpu->ctx, losses.c, dlogits.c, probs.c, logits.c, tg.c, N, V, 0.5f);
-    g_gpu->ops->softmax_xent(g_gpu->ctx, losses.g, dlogits.g, probs.g, logits.g, tg.g, N, V, 0.5f);
+    rt_softmax_xent(g_cpu, losses.c, dlogits.c, probs.c, logits.c, tg.c, N, V, 0.5f);
+    rt_softmax_xent(g_gpu, losses.g, dlogits.g, probs.g, logits.g, tg.g, N, V, 0.5f);
     dbuf_check("softmax_xent losses", &losses, ATOL, RTOL);
     dbuf_check("softmax_xent dlogits", &dlogits, ATOL, RTOL);
     dbuf_check("softmax_xent probs", &probs, ATOL, RTOL);
 
     /* dlogits aliasing logits gives the same result as separate buffers */
     float *sep = gpu_fetch(dlogits.g, N * V);
-    g_gpu->ops->softmax_xent(g_gpu->ctx, losses.g, logits.g, NULL, logits.g, tg.g, N, V, 0.5f);
+    rt_softmax_xent(g_gpu, losses.g, logits.g, NULL, logits.g, tg.g, N, V, 0.5f);
     float *alias = gpu_fetch(logits.g, N * V);
     tz_check_close("softmax_xent aliased dlogits", alias, sep, N * V, 0.0f, 0.0f);
     free(sep);
@@ -667,8 +667,8 @@ static void test_adamw(void) {
     for (int step = 1; step <= 3; step++) {
         dbuf g = dbuf_rand(n, 0.1f, 0.0f);
         float beta1 = step == 3 ? 0.3f : 0.9f; /* 0.3 takes torch's other lerp branch */
-        g_cpu->ops->adamw(g_cpu->ctx, p.c, g.c, m.c, v.c, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
-        g_gpu->ops->adamw(g_gpu->ctx, p.g, g.g, m.g, v.g, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
+        rt_adamw(g_cpu, p.c, g.c, m.c, v.c, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
+        rt_adamw(g_gpu, p.g, g.g, m.g, v.g, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
         dbuf_free(&g);
     }
     dbuf_check("adamw params", &p, ATOL, RTOL);
@@ -684,9 +684,9 @@ static void test_sumsq(void) {
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         size_t n = sizes[k];
         dbuf x = dbuf_rand(n, 1.0f, 0.0f);
-        double c = g_cpu->ops->sumsq(g_cpu->ctx, x.c, n);
-        double g = g_gpu->ops->sumsq(g_gpu->ctx, x.g, n);
-        double g2 = g_gpu->ops->sumsq(g_gpu->ctx, x.g, n);
+        double c = rt_sumsq(g_cpu, x.c, n);
+        double g = rt_sumsq(g_gpu, x.g, n);
+        double g2 = rt_sumsq(g_gpu, x.g, n);
         TZ_EXPECT(fabs(g - c) <= 1e-9 * fabs(c), "sumsq n=%zu: cuda %.17g cpu %.17g", n, g, c);
         TZ_EXPECT(g == g2, "sumsq n=%zu differs between runs: %.17g %.17g", n, g, g2);
         dbuf_free(&x);
