@@ -70,9 +70,10 @@ fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_stat
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/rt_status.c \
     -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
-fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_glm.c \
-    tokenizers/tok_glm_en.c tokenizers/tok_t5.c tokenizers/tok_text.c tokenizers/tok_unicode.c tokenizers/tok_wordpiece.c \
-    tokenizers/tok_spm.cc runtime/rt_status.c runtime/rt_utf8.c -lsentencepiece
+fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_file.c \
+    tokenizers/tok_glm.c tokenizers/tok_glm_en.c tokenizers/tok_load.c tokenizers/tok_t5.c tokenizers/tok_text.c \
+    tokenizers/tok_unicode.c tokenizers/tok_vocab.c tokenizers/tok_wordpiece.c tokenizers/tok_spm.cc runtime/rt_status.c \
+    runtime/rt_utf8.c -lsentencepiece
 fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_pvp.c \
     checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c tokenizers/tok.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc

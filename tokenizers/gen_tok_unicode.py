@@ -243,7 +243,7 @@ def main():
                 % tokenizers_version())
         f.write(" * is a direct table because nearly all text is ASCII; the rest is a binary search over sorted\n")
         f.write(" * ranges. */\n")
-        f.write('#include "tokenizers/tok_internal.h"\n\n')
+        f.write('#include "tokenizers/tok_base.h"\n\n')
         f.write("const uint8_t tok_ascii_class[128] = {")
         for cp in range(128):
             if cp % 16 == 0:

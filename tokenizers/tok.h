@@ -2,9 +2,9 @@
  * tok_bpe.c, WordPiece (BERT) in tok_wordpiece.c, SentencePiece for T5 in tok_t5.c over the
  * libsentencepiece wrapper tok_spm.h, GLM's Chinese SentencePiece in tok_glm.c over that wrapper,
  * GLM's English WordPiece (FlagAI's GLMLargeEnWordPieceTokenizer) in tok_glm_en.c over
- * tok_wordpiece.c.
- * A tokenizer is loaded from an HF model directory or a single tokenizer file and is
- * read-only afterwards, so encoding is thread-safe. */
+ * tok_wordpiece.c; what they share is tok_base.h.
+ * A tokenizer is loaded from an HF model directory or a single tokenizer file (tok_load.c picks
+ * the kind) and is read-only afterwards, so encoding is thread-safe. */
 #ifndef TOK_H
 #define TOK_H
 

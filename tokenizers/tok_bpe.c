@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizers/tok_internal.h"
+#include "runtime/rt_utf8.h"
+#include "tokenizers/tok_base.h"
+#include "tokenizers/tok_bpe.h"
 
 size_t tok_bpe_heap_min = 64;
 #define TOK_BPE_STACK 64 /* words shorter than this merge in stack buffers */
@@ -265,7 +267,7 @@ static inline int tok_class_at(const uint8_t *s, size_t n, size_t i, size_t *w) 
         return tok_ascii_class[c];
     }
     uint32_t cp;
-    size_t l = tok_utf8_decode(s + i, n - i, &cp);
+    size_t l = rt_utf8_decode_checked((const char *)s + i, n - i, &cp);
     if (!l) {
         *w = 1;
         return TOK_CC_OTHER;
@@ -406,14 +408,14 @@ static rt_status tok_bpe_decode(const tok_tokenizer *t, const int32_t *ids, size
                              t->vocab.n_ids);
         total += b->dec_off[id + 1] - b->dec_off[id];
     }
-    uint8_t *buf = rt_xmalloc(total + 1);
+    char *buf = rt_xmalloc(total + 1);
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         size_t a = b->dec_off[ids[i]], e = b->dec_off[ids[i] + 1];
         memcpy(buf + o, b->dec + a, e - a);
         o += e - a;
     }
-    *out = tok_utf8_lossy(buf, o);
+    *out = rt_utf8_lossy(buf, o);
     free(buf);
     return RT_OK;
 }
@@ -596,9 +598,9 @@ static void tok_bpe_finish(tok_tokenizer *t) {
     for (size_t i = 0; i < 324; i++) u2b[i] = -1;
     for (int i = 0; i < 256; i++) {
         u2b[b2u[i]] = (int16_t)i;
-        uint8_t u[4];
-        size_t l = tok_utf8_encode(b2u[i], u);
-        b->byte_id[i] = tok_vocab_find(&t->vocab, (const char *)u, l);
+        char u[4];
+        size_t l = rt_utf8_encode(b2u[i], u);
+        b->byte_id[i] = tok_vocab_find(&t->vocab, u, l);
     }
     bool all_bytes = true;
     for (int i = 0; i < 256; i++) all_bytes &= b->byte_id[i] >= 0;
@@ -613,12 +615,12 @@ static void tok_bpe_finish(tok_tokenizer *t) {
     size_t o = 0;
     for (size_t id = 0; id < n; id++) {
         b->dec_off[id] = o;
-        const uint8_t *p = (const uint8_t *)t->vocab.pieces[id];
+        const char *p = t->vocab.pieces[id];
         size_t len = t->vocab.lens[id], start = o;
         bool mapped = true;
         for (size_t k = 0; p && k < len;) {
             uint32_t cp;
-            size_t l = tok_utf8_decode(p + k, len - k, &cp);
+            size_t l = rt_utf8_decode_checked(p + k, len - k, &cp);
             if (!l || cp >= 324 || u2b[cp] < 0) {
                 mapped = false;
                 break;

@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizers/tok_internal.h"
+#include "runtime/rt_utf8.h"
+#include "tokenizers/tok_base.h"
+#include "tokenizers/tok_glm.h"
 #include "tokenizers/tok_spm.h"
 
 #define TOK_GLM_MAX_CMDS 12
@@ -105,7 +107,7 @@ static const tok_glm_cmd *tok_glm_match(const tok_glm *p, const char *s, size_t 
 
 static rt_status tok_glm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
     const tok_glm *p = t->impl;
-    if (tok_py_rstrip_len(text, len) == 0) return RT_OK; /* split_on_tokens: `if not text.strip()` */
+    if (rt_utf8_rstrip_len(text, len) == 0) return RT_OK; /* split_on_tokens: `if not text.strip()` */
     size_t seg = 0; /* start of the text segment not yet encoded */
     for (size_t i = 0; i <= len;) {
         const tok_glm_cmd *c = i < len ? tok_glm_match(p, text + i, len - i) : NULL;
@@ -114,7 +116,7 @@ static rt_status tok_glm_encode(const tok_tokenizer *t, const char *text, size_t
             continue;
         }
         size_t e = i;
-        if (c && c->lstrip) e = seg + tok_py_rstrip_len(text + seg, e - seg);
+        if (c && c->lstrip) e = seg + rt_utf8_rstrip_len(text + seg, e - seg);
         if (e > seg) {
             rt_status st = tok_spm_encode(p->spm, text + seg, e - seg, out);
             if (st != RT_OK) return st;

@@ -24,7 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizers/tok_internal.h"
+#include "tokenizers/tok_base.h"
+#include "tokenizers/tok_glm.h"
+#include "tokenizers/tok_glm_en.h"
+#include "tokenizers/tok_wordpiece.h"
 
 /* The tokenizer_config.json classes that mean this tokenizer. */
 static bool tok_glm_en_class_name(const char *name) { return strcmp(name, "GLMLargeEnWordPieceTokenizer") == 0; }

@@ -33,8 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizers/tok_internal.h"
+#include "runtime/rt_utf8.h"
+#include "tokenizers/tok_base.h"
 #include "tokenizers/tok_spm.h"
+#include "tokenizers/tok_t5.h"
 
 #define TOK_T5_SPACE "\xE2\x96\x81" /* "▁", SentencePiece's space */
 
@@ -61,8 +63,8 @@ static size_t tok_t5_space_prefix(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        size_t l = tok_utf8_decode((const uint8_t *)s + i, n - i, &cp);
-        if (!l || !tok_py_isspace(cp)) break;
+        size_t l = rt_utf8_decode_checked(s + i, n - i, &cp);
+        if (!l || !rt_unicode_is_space(cp)) break;
         i += l;
     }
     return i;
@@ -122,7 +124,7 @@ static rt_status tok_t5_encode(const tok_tokenizer *t, const char *text, size_t 
         }
         size_t b = seg, e = i;
         if (strip_left) b += tok_t5_space_prefix(text + b, e - b);
-        if (a && a->lstrip) e = b + tok_py_rstrip_len(text + b, e - b);
+        if (a && a->lstrip) e = b + rt_utf8_rstrip_len(text + b, e - b);
         if (e > b) {
             rt_status st = tok_spm_encode(p->spm, text + b, e - b, out);
             if (st != RT_OK) return st;
@@ -213,7 +215,7 @@ static rt_status tok_t5_run_to_string(const tok_tokenizer *t, const int32_t *ids
         }
     }
     size_t lead = run.s ? tok_t5_space_prefix(run.s, run.n) : 0;
-    size_t keep = run.s ? tok_py_rstrip_len(run.s + lead, run.n - lead) : 0;
+    size_t keep = run.s ? rt_utf8_rstrip_len(run.s + lead, run.n - lead) : 0;
     if (keep) tok_t5_put(b, run.s + lead, keep);
 fail:
     free(run.s);

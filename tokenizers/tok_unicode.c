@@ -3,7 +3,7 @@
  * normalizer and pre-tokenizer do to each code point (probed from HF tokenizers 0.23.3). ASCII
  * is a direct table because nearly all text is ASCII; the rest is a binary search over sorted
  * ranges. */
-#include "tokenizers/tok_internal.h"
+#include "tokenizers/tok_base.h"
 
 const uint8_t tok_ascii_class[128] = {
     0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 3, 0, 0,

@@ -37,7 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizers/tok_internal.h"
+#include "runtime/rt_utf8.h"
+#include "tokenizers/tok_base.h"
+#include "tokenizers/tok_wordpiece.h"
 
 #define TOK_WP_MAX_PREFIX 16 /* bytes of continuing_subword_prefix */
 
@@ -76,7 +78,7 @@ static void tok_wp_word_put(tok_wp_word *wd, uint32_t cp) {
         wd->cap = wd->cap ? 2 * wd->cap : 256;
         wd->w = rt_xrealloc(wd->w, wd->cap);
     }
-    wd->n += tok_utf8_encode(cp, wd->w + wd->n);
+    wd->n += rt_utf8_encode(cp, (char *)wd->w + wd->n);
     wd->chars++;
 }
 
@@ -209,14 +211,14 @@ static bool tok_wp_sigma_is_final(const uint8_t *s, size_t n, size_t at, size_t 
         size_t k = j - 1, len;
         while (k > 0 && (s[k] & 0xC0) == 0x80 && j - k < 4) k--;
         uint32_t cp;
-        if ((len = tok_utf8_decode(s + k, j - k, &cp)) != j - k) k = j - 1, cp = 0xFFFD;
+        if ((len = rt_utf8_decode_checked((const char *)s + k, j - k, &cp)) != j - k) k = j - 1, cp = 0xFFFD;
         j = k;
         if ((c = tok_wp_sigma_class(cp)) != TOK_SIGMA_SKIP) break;
     }
     if (c != TOK_SIGMA_CASED) return false;
     for (size_t j = end; j < n;) {
         uint32_t cp;
-        size_t len = tok_utf8_decode(s + j, n - j, &cp);
+        size_t len = rt_utf8_decode_checked((const char *)s + j, n - j, &cp);
         if (!len) len = 1, cp = 0xFFFD;
         j += len;
         if ((c = tok_wp_sigma_class(cp)) != TOK_SIGMA_SKIP) return c != TOK_SIGMA_CASED;
@@ -238,7 +240,7 @@ static void tok_wp_segment(const tok_tokenizer *t, const tok_wp *p, const uint8_
                 continue;
             }
         } else {
-            size_t len = tok_utf8_decode(s + i, n - i, &cp);
+            size_t len = rt_utf8_decode_checked((const char *)s + i, n - i, &cp);
             if (len) {
                 i += len;
             } else {
@@ -373,7 +375,7 @@ rt_status tok_wordpiece_decode(const tok_tokenizer *t, const int32_t *ids, size_
         if (p->cleanup) tok_wp_cleanup(&tok, &tmp);
         tok_wp_str_add(&res, tok.s, tok.n);
     }
-    *out = tok_utf8_lossy((const uint8_t *)res.s, res.n);
+    *out = rt_utf8_lossy(res.s, res.n);
     free(res.s);
     free(tok.s);
     free(tmp.s);

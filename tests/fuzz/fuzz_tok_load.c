@@ -6,18 +6,10 @@
  * When they load, a few encodes and decodes run on the result. Any crash, leak or sanitizer
  * report is a bug: a malformed file must come back as RT_ERR_FORMAT/RT_ERR_IO.
  *
- * Not built by CMake or ctest; tests/test_fuzz_smoke.sh builds and runs it. By hand, from the
- * repository root (tok_spm.cc is C++ over libsentencepiece, so it is compiled with clang++ and
- * the link is clang++'s):
- *
- *   clang++ -std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -I. \
- *     -c tokenizers/tok_spm.cc -o /tmp/tok_spm.o
- *   clang++ -x c -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
- *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_tok_load.c tokenizers/tok.c tokenizers/tok_bpe.c \
- *     tokenizers/tok_glm.c tokenizers/tok_t5.c tokenizers/tok_text.c tokenizers/tok_unicode.c \
- *     tokenizers/tok_wordpiece.c runtime/rt_status.c runtime/rt_utf8.c -x none /tmp/tok_spm.o \
- *     -lsentencepiece -lcjson -o /tmp/fuzz_tok_load
- *   /tmp/fuzz_tok_load tests/fuzz/corpus/fuzz_tok_load -max_len=4096 -max_total_time=60
+ * Not built by CMake or ctest; tests/test_fuzz_smoke.sh builds and runs it, and its
+ * fuzz_tok_load line is the one list of the sources it links (tok_spm.cc is C++ over
+ * libsentencepiece, so it is compiled with clang++ and the link is clang++'s). To run it
+ * longer: FUZZ_SECONDS=60 bash tests/test_fuzz_smoke.sh.
  *
  * libsentencepiece itself is not instrumented: ASan sees its heap only through malloc/free
  * (leaks, double frees), not its out-of-bounds reads. */

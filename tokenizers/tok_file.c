@@ -1,0 +1,83 @@
+/* The file helpers every tokenizer kind uses (tok_base.h): whole-file reads, JSON parsing with
+ * the failing line in the message, paths, and the tokenizer_class of a tokenizer_config.json,
+ * by which the GLM kinds recognise their files. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tokenizers/tok_base.h"
+
+rt_status tok_read_file(const char *path, char **data, size_t *len) {
+    rt_status st = RT_OK;
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
+    long size = ftell(f);
+    if (size < 0) RT_FAIL(RT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    rewind(f);
+    buf = malloc((size_t)size + 1);
+    if (!buf) RT_FAIL(RT_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) RT_FAIL(RT_ERR_IO, "%s: short read", path);
+    buf[size] = '\0';
+    *data = buf;
+    *len = (size_t)size;
+    buf = NULL;
+fail:
+    free(buf);
+    if (f) fclose(f);
+    return st;
+}
+
+rt_status tok_json_load(const char *path, cJSON **out) {
+    rt_status st = RT_OK;
+    char *data = NULL;
+    size_t len;
+    *out = NULL;
+    RT_TRY(tok_read_file(path, &data, &len));
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (!*out) {
+        size_t line = 1;
+        if (end && end >= data && end <= data + len)
+            for (const char *p = data; p < end; p++) line += *p == '\n';
+        RT_FAIL(RT_ERR_FORMAT, "%s:%zu: invalid JSON", path, line);
+    }
+fail:
+    free(data);
+    return st;
+}
+
+bool tok_file_exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+bool tok_is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+char *tok_path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = rt_xmalloc(a + b + 2);
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+char *tok_config_class(const char *dir) {
+    char *path = tok_path_join(dir, "tokenizer_config.json"), *name = NULL;
+    cJSON *cfg = NULL;
+    if (tok_file_exists(path) && tok_json_load(path, &cfg) == RT_OK) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(cfg, "tokenizer_class");
+        if (cJSON_IsString(c)) name = rt_xstrdup(c->valuestring);
+    }
+    cJSON_Delete(cfg);
+    free(path);
+    return name;
+}
