@@ -16,6 +16,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
+#include "models/block.h"
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/heads.h"
@@ -496,6 +497,27 @@ static bert_slices bert_at(const bert_model *m, int l) {
                          .ln2_rstd = m->ln2_rstd + o, .fch = m->fch + o * Fl, .fchg = m->fchg + o * Fl};
 }
 
+/* The shared sublayers over this model's scratch (models/block.h). */
+static mdl_sublayers bert_sub(bert_model *m) {
+    return (mdl_sublayers){.be = m->be, .tp = m->tp, .params = &m->params, .C = m->C, .C_local = m->C_local,
+                           .F_local = m->F_local, .tmp = m->tmp, .dqkv = m->dqkv, .datty = m->datty, .dup = m->dfch,
+                           .dact = m->dfchg};
+}
+
+static mdl_attn_params bert_attn_params(const bert_layer_params *p) {
+    return (mdl_attn_params){.qkv_w = p->qkv_w, .qkv_b = p->qkv_b, .proj_w = p->ao_w, .proj_b = p->ao_b};
+}
+
+static mdl_ffn_params bert_ffn_params(const bert_layer_params *p) {
+    return (mdl_ffn_params){.up_w = p->in_w, .up_b = p->in_b, .down_w = p->out_w, .down_b = p->out_b};
+}
+
+/* The hidden dropout of call site `site` (none outside training). */
+static mdl_branch_drop bert_drop(const bert_model *m, const mdl_pass *pass, int site) {
+    return (mdl_branch_drop){.p = pass->training ? m->cfg.hidden_dropout_prob : 0.0f, .seed = pass->seed,
+                             .stream = mdl_dropout_stream(pass, site)};
+}
+
 /* Layer l forward from its input; its output goes to res (the next layer's kept input), or to
  * scratch when recomputing. */
 static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pass *pass, bool write_out) {
@@ -503,25 +525,22 @@ static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pa
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
-    const bool drop = pass->training && c->hidden_dropout_prob > 0;
-    const float ph = c->hidden_dropout_prob, eps = c->layer_norm_eps;
+    const int C = m->C;
+    const float eps = c->layer_norm_eps;
     const bert_layer_params *p = &m->layer[l];
+    const mdl_sublayers sub = bert_sub(m);
+    const mdl_attn_params ap = bert_attn_params(p);
+    const mdl_ffn_params fp = bert_ffn_params(p);
     bert_slices a = bert_at(m, l);
 
     /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
-    mdl_col_linear_fwd(be, a.qkv, a.x, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
     rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-    rt_attention_fwd(be, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
-    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->ao_w), P(p->ao_b), BT, Cl, C));
-    if (drop) rt_dropout_fwd(be, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
+    RT_TRY(mdl_attn_fwd(&sub, &ap, &d, a.x, a.qkv, a.probs, a.atty, BT, bert_drop(m, pass, 2 + 3 * l)));
     rt_add(be, a.sum1, m->tmp, a.x, BT * C);
     rt_layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
     /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
-    mdl_col_linear_fwd(be, a.fch, a.ln1, P(p->in_w), P(p->in_b), BT, C, Fl);
-    rt_act_fwd(be, c->act, a.fchg, a.fch, BT * Fl);
-    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.fchg, P(p->out_w), P(p->out_b), BT, Fl, C));
-    if (drop) rt_dropout_fwd(be, m->tmp, m->tmp, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
+    mdl_ffn_up(&sub, &fp, c->act, a.ln1, a.fch, a.fchg, BT);
+    RT_TRY(mdl_ffn_down(&sub, &fp, a.fchg, BT, bert_drop(m, pass, 3 + 3 * l)));
     rt_add(be, a.sum2, m->tmp, a.ln1, BT * C);
     /* the backward needs only sum2 and the statistics; a recompute's output lands in tmp */
     rt_layernorm_fwd(be, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
@@ -557,10 +576,11 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const int C = m->C;
     const bool drop = pass->training && c->hidden_dropout_prob > 0;
     const float ph = c->hidden_dropout_prob;
     const int K = m->slots, last_segment = (c->num_hidden_layers - 1) / K * K;
+    const mdl_sublayers sub = bert_sub(m);
 
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         /* checkpointing: entering a segment, recompute its layers (the forward left the last
@@ -568,39 +588,25 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
         if (K < c->num_hidden_layers && l % K == K - 1 && l < last_segment)
             for (int j = l - K + 1; j <= l; j++) RT_TRY(bert_layer_fwd(m, j, B, T, pass, false));
         const bert_layer_params *p = &m->layer[l];
+        const mdl_attn_params ap = bert_attn_params(p);
+        const mdl_ffn_params fp = bert_ffn_params(p);
         bert_slices a = bert_at(m, l);
-        float *x = a.x, *qkv = a.qkv, *atty = a.atty, *probs = a.probs, *sum1 = a.sum1, *ln1 = a.ln1, *sum2 = a.sum2;
-        float *fch = a.fch, *fchg = a.fchg;
 
         /* FFN: dres = dL/dy -> dsum = dL/dsum2, which reaches ln1 directly and through the FFN */
         rt_clear(be, m->dsum, BT * C * sizeof(float));
-        rt_layernorm_bwd(be, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, sum2, P(p->ln2_w), a.ln2_mean,
+        rt_layernorm_bwd(be, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, a.sum2, P(p->ln2_w), a.ln2_mean,
                          a.ln2_rstd, BT, C);
-        const float *dbranch = m->dsum;
-        if (drop) {
-            rt_dropout_bwd(be, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 3 + 3 * l));
-            dbranch = m->tmp;
-        }
-        mdl_row_linear_bwd(be, m->dfchg, G(p->out_w), G(p->out_b), dbranch, fchg, P(p->out_w), BT, Fl, C);
-        rt_act_bwd(be, c->act, m->dfch, fch, m->dfchg, BT * Fl);
-        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->in_w), G(p->in_b), m->dfch, ln1, P(p->in_w), BT, C, Fl));
+        RT_TRY(mdl_ffn_bwd(&sub, &fp, c->act, m->dsum, a.ln1, a.fch, a.fchg, m->dln, BT,
+                           bert_drop(m, pass, 3 + 3 * l)));
         rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dln1 */
 
         /* attention: dL/dsum1, which reaches x directly and through attention */
         rt_clear(be, m->dsum, BT * C * sizeof(float));
-        rt_layernorm_bwd(be, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, sum1, P(p->ln1_w), a.ln1_mean,
+        rt_layernorm_bwd(be, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, a.sum1, P(p->ln1_w), a.ln1_mean,
                          a.ln1_rstd, BT, C);
-        dbranch = m->dsum;
-        if (drop) {
-            rt_dropout_bwd(be, m->tmp, m->dsum, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 2 + 3 * l));
-            dbranch = m->tmp;
-        }
-        mdl_row_linear_bwd(be, m->datty, G(p->ao_w), G(p->ao_b), dbranch, atty, P(p->ao_w), BT, Cl, C);
         rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-        rt_attention_bwd(be, &d, m->dqkv, m->dqkv + Cl, m->dqkv + 2 * Cl, NULL, m->datty, probs, qkv, qkv + Cl,
-                         qkv + 2 * Cl);
-        RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dln, G(p->qkv_w), G(p->qkv_b), m->dqkv, x, P(p->qkv_w), BT, C,
-                                  3 * Cl));
+        RT_TRY(mdl_attn_bwd(&sub, &ap, &d, m->dsum, a.x, a.qkv, a.probs, a.atty, m->dln, BT,
+                            bert_drop(m, pass, 2 + 3 * l)));
         rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
         mdl_grads_ready(pass, &m->params, p->qkv_w); /* this layer and all above it, the head included */
     }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "models/block.h"
 #include "models/parallel.h"
 #include "runtime/rt_rng.h"
 
@@ -121,6 +122,27 @@ static rt_attn_desc preln_attn(const mdl_preln *s, int B, int T, const mdl_preln
                           .heads_total = s->cfg.n_head};
 }
 
+/* The shared sublayers over this stack's scratch (models/block.h). */
+static mdl_sublayers preln_sub(const mdl_preln *s) {
+    return (mdl_sublayers){.be = s->be, .tp = s->tp, .params = s->params, .C = s->cfg.C, .C_local = s->C_local,
+                           .F_local = s->F_local, .tmp = s->tmp, .dqkv = s->dqkv, .datty = s->datty, .dup = s->dfch,
+                           .dact = s->dfchg};
+}
+
+static mdl_attn_params preln_attn_params(const mdl_preln_layer *p) {
+    return (mdl_attn_params){.qkv_w = p->qkv_w, .qkv_b = p->qkv_b, .proj_w = p->proj_w, .proj_b = p->proj_b};
+}
+
+static mdl_ffn_params preln_ffn_params(const mdl_preln_layer *p) {
+    return (mdl_ffn_params){.up_w = p->fc_w, .up_b = p->fc_b, .down_w = p->fcproj_w, .down_b = p->fcproj_b};
+}
+
+/* The residual dropout of call site `site` (none outside training). */
+static mdl_branch_drop preln_drop(const mdl_preln *s, const mdl_pass *pass, int site) {
+    return (mdl_branch_drop){.p = pass->training ? s->cfg.resid_pdrop : 0.0f, .seed = pass->seed,
+                             .stream = mdl_dropout_stream(pass, site)};
+}
+
 /* Block l forward from its residual input into its slot; the residual output too when
  * write_out (a recompute leaves the kept one alone). */
 static rt_status preln_block_fwd(mdl_preln *s, int l, int B, int T, const mdl_preln_mask *mask, const mdl_pass *pass,
@@ -129,25 +151,22 @@ static rt_status preln_block_fwd(mdl_preln *s, int l, int B, int T, const mdl_pr
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
     const size_t BT = (size_t)B * T;
-    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
-    const bool drop = pass->training && c->resid_pdrop > 0;
+    const int C = c->C;
     const mdl_preln_layer *p = &s->layer[l];
+    const mdl_sublayers sub = preln_sub(s);
+    const mdl_attn_params ap = preln_attn_params(p);
+    const mdl_ffn_params fp = preln_ffn_params(p);
     preln_slices a = preln_at(s, l);
     const int site = 1 + 3 * l;
     rt_layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.res_in, P(p->ln1_w), P(p->ln1_b), BT, C, c->ln_eps);
-    mdl_col_linear_fwd(be, a.qkv, a.ln1, P(p->qkv_w), P(p->qkv_b), BT, C, 3 * Cl);
     rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
-    rt_attention_fwd(be, &d, a.atty, a.probs, a.qkv, a.qkv + Cl, a.qkv + 2 * Cl);
-    RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.atty, P(p->proj_w), P(p->proj_b), BT, Cl, C));
-    if (drop) rt_dropout_fwd(be, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
+    RT_TRY(mdl_attn_fwd(&sub, &ap, &d, a.ln1, a.qkv, a.probs, a.atty, BT, preln_drop(s, pass, site + 1)));
     rt_add(be, a.xmid, a.res_in, s->tmp, BT * C);
 
     rt_layernorm_fwd(be, a.ln2, a.ln2_mean, a.ln2_rstd, a.xmid, P(p->ln2_w), P(p->ln2_b), BT, C, c->ln_eps);
-    mdl_col_linear_fwd(be, a.fch, a.ln2, P(p->fc_w), P(p->fc_b), BT, C, Fl);
-    rt_act_fwd(be, c->act, a.fchg, a.fch, BT * Fl);
+    mdl_ffn_up(&sub, &fp, c->act, a.ln2, a.fch, a.fchg, BT);
     if (!write_out) return RT_OK; /* the MLP's output only feeds the next block's kept input */
-    RT_TRY(mdl_row_linear_fwd(be, s->tp, s->tmp, a.fchg, P(p->fcproj_w), P(p->fcproj_b), BT, Fl, C));
-    if (drop) rt_dropout_fwd(be, s->tmp, s->tmp, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
+    RT_TRY(mdl_ffn_down(&sub, &fp, a.fchg, BT, preln_drop(s, pass, site + 2)));
     rt_add(be, a.res_out, a.xmid, s->tmp, BT * C);
 fail:
     return st;
@@ -230,8 +249,8 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
     const mdl_preln_config *c = &s->cfg;
     rt_backend *be = s->be;
     const size_t BT = (size_t)B * T;
-    const int C = c->C, Cl = s->C_local, Fl = s->F_local;
-    const bool drop = pass->training && c->resid_pdrop > 0;
+    const int C = c->C;
+    const mdl_sublayers sub = preln_sub(s);
     rt_clear(be, s->dres, BT * C * sizeof(float));
     rt_layernorm_bwd(be, s->dres, G(s->lnf_w), G(s->lnf_b), s->dln, mdl_preln_residual(s, c->n_layer),
                      P(s->lnf_w), s->out_mean, s->out_rstd, BT, C);
@@ -243,30 +262,19 @@ rt_status mdl_preln_backward(mdl_preln *s, int B, int T, const mdl_preln_mask *m
         if (K < c->n_layer && l % K == K - 1 && l < last_segment)
             for (int j = l - K + 1; j <= l; j++) RT_TRY(preln_block_fwd(s, j, B, T, mask, pass, false));
         const mdl_preln_layer *p = &s->layer[l];
+        const mdl_attn_params ap = preln_attn_params(p);
+        const mdl_ffn_params fp = preln_ffn_params(p);
         preln_slices a = preln_at(s, l);
         const int site = 1 + 3 * l;
         /* MLP: res_out = xmid + drop(fc_proj(act(fc(ln_2(xmid))))); dres holds dL/dres_out */
-        const float *dmlp = s->dres;
-        if (drop) {
-            rt_dropout_bwd(be, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 2));
-            dmlp = s->tmp;
-        }
-        mdl_row_linear_bwd(be, s->dfchg, G(p->fcproj_w), G(p->fcproj_b), dmlp, a.fchg, P(p->fcproj_w), BT, Fl, C);
-        rt_act_bwd(be, c->act, s->dfch, a.fch, s->dfchg, BT * Fl);
-        RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->fc_w), G(p->fc_b), s->dfch, a.ln2, P(p->fc_w), BT, C, Fl));
+        RT_TRY(mdl_ffn_bwd(&sub, &fp, c->act, s->dres, a.ln2, a.fch, a.fchg, s->dln, BT,
+                           preln_drop(s, pass, site + 2)));
         rt_layernorm_bwd(be, s->dres, G(p->ln2_w), G(p->ln2_b), s->dln, a.xmid, P(p->ln2_w), a.ln2_mean,
                          a.ln2_rstd, BT, C);
         /* attention: xmid = res_in + drop(proj(attn(qkv(ln_1(res_in))))); dres = dL/dxmid */
-        const float *dattn = s->dres;
-        if (drop) {
-            rt_dropout_bwd(be, s->tmp, s->dres, BT * C, c->resid_pdrop, pass->seed, mdl_dropout_stream(pass, site + 1));
-            dattn = s->tmp;
-        }
-        mdl_row_linear_bwd(be, s->datty, G(p->proj_w), G(p->proj_b), dattn, a.atty, P(p->proj_w), BT, Cl, C);
         rt_attn_desc d = preln_attn(s, B, T, mask, pass, site);
-        rt_attention_bwd(be, &d, s->dqkv, s->dqkv + Cl, s->dqkv + 2 * Cl, NULL, s->datty, a.probs, a.qkv,
-                         a.qkv + Cl, a.qkv + 2 * Cl);
-        RT_TRY(mdl_col_linear_bwd(be, s->tp, s->dln, G(p->qkv_w), G(p->qkv_b), s->dqkv, a.ln1, P(p->qkv_w), BT, C, 3 * Cl));
+        RT_TRY(mdl_attn_bwd(&sub, &ap, &d, s->dres, a.ln1, a.qkv, a.probs, a.atty, s->dln, BT,
+                            preln_drop(s, pass, site + 1)));
         rt_layernorm_bwd(be, s->dres, G(p->ln1_w), G(p->ln1_b), s->dln, a.res_in, P(p->ln1_w), a.ln1_mean,
                          a.ln1_rstd, BT, C);
         mdl_grads_ready(pass, s->params, p->ln1_w);
