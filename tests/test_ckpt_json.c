@@ -6,23 +6,13 @@
 #include "checkpoints/ckpt_json.h"
 #include "tests/testutil.h"
 
-static void write_text(const char *path, const char *text) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
-        perror(path);
-        exit(1);
-    }
-    fputs(text, fp);
-    fclose(fp);
-}
-
 #define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
 
 int main(void) {
     const char *dir = tz_tmpdir();
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    write_text(path, "{\n  \"n_embd\": 64,\n  \"n_layer\": 2.0,\n  \"eps\": 1e-5,\n  \"act\": \"gelu_new\",\n"
+    tz_write_text(path, "{\n  \"n_embd\": 64,\n  \"n_layer\": 2.0,\n  \"eps\": 1e-5,\n  \"act\": \"gelu_new\",\n"
                      "  \"tie\": true,\n  \"n_inner\": null,\n  \"half\": 2.5,\n  \"big\": 1e12,\n  \"name\": 7\n}\n");
     cJSON *cfg = NULL;
     TZ_EXPECT_OK(ckpt_json_load(path, &cfg));
@@ -85,7 +75,7 @@ int main(void) {
 
     /* syntax error on line 3: the message names file, line and column */
     snprintf(bad, sizeof bad, "%s/bad.json", dir);
-    write_text(bad, "{\n  \"a\": 1,\n  \"b\": ,\n  \"c\": 3\n}\n");
+    tz_write_text(bad, "{\n  \"a\": 1,\n  \"b\": ,\n  \"c\": 3\n}\n");
     cJSON *j = NULL;
     TZ_EXPECT(ckpt_json_load(bad, &j) == RT_ERR_FORMAT, "bad json");
     TZ_EXPECT(j == NULL, "no tree on error");
@@ -94,15 +84,15 @@ int main(void) {
     EXPECT_MSG(want);
     EXPECT_MSG("invalid JSON");
 
-    write_text(bad, "{\"a\": [1, 2,");
+    tz_write_text(bad, "{\"a\": [1, 2,");
     TZ_EXPECT(ckpt_json_load(bad, &j) == RT_ERR_FORMAT, "unterminated");
     EXPECT_MSG("bad.json:1:");
 
-    write_text(bad, "{\"a\": 1} trailing");
+    tz_write_text(bad, "{\"a\": 1} trailing");
     TZ_EXPECT(ckpt_json_load(bad, &j) == RT_ERR_FORMAT, "trailing text");
     EXPECT_MSG(":1:10:");
 
-    write_text(bad, "");
+    tz_write_text(bad, "");
     TZ_EXPECT(ckpt_json_load(bad, &j) == RT_ERR_FORMAT, "empty file");
 
     snprintf(bad, sizeof bad, "%s/nope.json", dir);

@@ -23,13 +23,7 @@ static char dir[64];
 static const char *write_config(const char *name, const char *text) {
     static char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
-        perror(path);
-        exit(1);
-    }
-    fputs(text, fp);
-    fclose(fp);
+    tz_write_text(path, text);
     return path;
 }
 

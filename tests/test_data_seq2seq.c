@@ -11,12 +11,6 @@
 #include "tests/testutil.h"
 #include "tokenizers/tok.h"
 
-static void write_file(const char *path, const char *bytes, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(bytes, 1, n, f) != n) abort();
-    fclose(f);
-}
-
 static void test_lines(void) {
     data_lines l;
     const char text[] = "\xEF\xBB\xBFone\r\ntwo\n\nf\xC3\xBCnf\n";
@@ -45,8 +39,8 @@ static void test_lines(void) {
     char a[4096], b[4096];
     snprintf(a, sizeof a, "%s/a.src", tz_tmpdir());
     snprintf(b, sizeof b, "%s/a.tgt", tz_tmpdir());
-    write_file(a, "x\ny\nz\n", 6);
-    write_file(b, "1\n2\n", 4);
+    tz_write_file(a, "x\ny\nz\n", 6);
+    tz_write_file(b, "1\n2\n", 4);
     data_lines s, t;
     st = data_lines_read_pair(a, b, &s, &t);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "a.src has 3 lines but") &&

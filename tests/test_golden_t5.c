@@ -519,39 +519,32 @@ done:
 }
 
 /* Config parsing: HF's defaults and the head rules, and errors that name their field. */
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    TZ_EXPECT(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-}
 
 static void test_config(void) {
     char path[4096];
     t5_config c;
     snprintf(path, sizeof path, "%s/config.json", tz_tmpdir());
-    write_text(path, "{\"model_type\": \"t5\"}");
+    tz_write_text(path, "{\"model_type\": \"t5\"}");
     TZ_EXPECT_OK(t5_config_load(path, &c));
     TZ_EXPECT(c.d_model == 512 && c.num_decoder_layers == 6 && !c.gated && c.act == RT_ACT_RELU &&
                   c.tie_word_embeddings && c.scale_decoder_outputs && c.decoder_start_token_id == 0,
               "t5-small defaults");
     /* flan-t5's config.json */
-    write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-gelu\", \"tie_word_embeddings\": false, "
+    tz_write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-gelu\", \"tie_word_embeddings\": false, "
                      "\"num_layers\": 8, \"num_decoder_layers\": null, \"d_ff\": 1024}");
     TZ_EXPECT_OK(t5_config_load(path, &c));
     TZ_EXPECT(c.gated && c.act == RT_ACT_GELU_TANH && !c.tie_word_embeddings && !c.scale_decoder_outputs &&
                   c.num_decoder_layers == 8, "flan-t5 config");
-    write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gelu\"}");
+    tz_write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gelu\"}");
     TZ_EXPECT_OK(t5_config_load(path, &c));
     TZ_EXPECT(!c.gated && c.act == RT_ACT_GELU_ERF, "plain gelu is the erf one");
-    write_text(path, "{\"model_type\": \"bart\"}");
+    tz_write_text(path, "{\"model_type\": \"bart\"}");
     TZ_EXPECT(t5_config_load(path, &c) == RT_ERR_CONFIG && strstr(rt_error_message(), "model_type"), "model_type: %s",
               rt_error_message());
-    write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-swish\"}");
+    tz_write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-swish\"}");
     TZ_EXPECT(t5_config_load(path, &c) == RT_ERR_CONFIG && strstr(rt_error_message(), "feed_forward_proj"),
               "feed_forward_proj: %s", rt_error_message());
-    write_text(path, "{\"model_type\": \"t5\", \"relative_attention_num_buckets\": 2}");
+    tz_write_text(path, "{\"model_type\": \"t5\", \"relative_attention_num_buckets\": 2}");
     TZ_EXPECT(t5_config_load(path, &c) == RT_ERR_CONFIG && strstr(rt_error_message(), "num_buckets"), "buckets: %s",
               rt_error_message());
     t5_config_default(&c);

@@ -12,11 +12,6 @@
 #include "runtime/rt_jsonl.h"
 #include "tests/testutil.h"
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    TZ_EXPECT(f && fputs(text, f) >= 0 && fclose(f) == 0, "write %s", path);
-}
-
 static char *read_text(const char *path) {
     static char buf[4096];
     FILE *f = fopen(path, "rb");
@@ -40,7 +35,7 @@ int main(void) {
     rt_jsonl *log = NULL;
 
     /* resume at step 4: steps 6 and 8 (half a line) go, the rest stays byte for byte */
-    write_text(path, k_log);
+    tz_write_text(path, k_log);
     TZ_EXPECT_OK(rt_jsonl_open(path, 4, &log));
     TZ_EXPECT_OK(rt_jsonl_append(log, "{\"type\":\"train\",\"step\":5}"));
     TZ_EXPECT_OK(rt_jsonl_close(log));
@@ -50,12 +45,12 @@ int main(void) {
                                       "{\"type\":\"train\",\"step\":5}\n") == 0,
               "cut back to step 4, then appended:\n%s", read_text(path));
     /* resume at step 0 (no checkpoint yet): everything the killed run logged goes */
-    write_text(path, k_log);
+    tz_write_text(path, k_log);
     TZ_EXPECT_OK(rt_jsonl_open(path, 0, &log));
     TZ_EXPECT_OK(rt_jsonl_close(log));
     TZ_EXPECT(read_text(path)[0] == '\0', "cut back to nothing: '%s'", read_text(path));
     /* no resume: nothing is cut, not even a half line (it is the caller's old run) */
-    write_text(path, k_log);
+    tz_write_text(path, k_log);
     TZ_EXPECT_OK(rt_jsonl_open(path, -1, &log));
     TZ_EXPECT_OK(rt_jsonl_close(log));
     TZ_EXPECT(strcmp(read_text(path), k_log) == 0, "appending keeps every line");
@@ -86,7 +81,7 @@ int main(void) {
     char victim[600], link_path[600];
     snprintf(victim, sizeof victim, "%s/victim", dir);
     snprintf(link_path, sizeof link_path, "%s/linked.jsonl", dir);
-    write_text(victim, "precious\n");
+    tz_write_text(victim, "precious\n");
     TZ_EXPECT(symlink(victim, link_path) == 0, "symlink");
     log = NULL;
     st = rt_jsonl_open(link_path, -1, &log);

@@ -189,7 +189,7 @@ static void test_small_files(void) {
              "\"post_processor\":null,\"model\":{\"type\":\"BPE\",\"vocab\":%s,"
              "\"merges\":[\"a b\",[\"ab\",\"c\"],[\"\\u0120\",\"ab\"]]}}",
              vocab);
-    tzt_write_file(path, json, strlen(json));
+    tz_write_file(path, json, strlen(json));
     tok_tokenizer *t = tzt_load_ok(dir);
     if (t) {
         static const int32_t want[] = {4, 6, 7, 2, 3};
@@ -209,7 +209,7 @@ static void test_small_files(void) {
              "\"model\":{\"type\":\"BPE\",\"vocab\":%s,\"merges\":[\"a b\",\"\\u0120 ab\"]}}",
              vocab);
     snprintf(path, sizeof path, "%s/rob.json", dir);
-    tzt_write_file(path, json, strlen(json));
+    tz_write_file(path, json, strlen(json));
     t = tzt_load_ok(path);
     if (t) {
         static const int32_t want[] = {1, 6, 2, 2, 6, 2}; /* add_prefix_space turns "ab" into " ab" */
@@ -219,21 +219,21 @@ static void test_small_files(void) {
     tok_free(t);
 
     snprintf(json, sizeof json, "{\"version\":\"1.0\",\"model\":{\"type\":\"WordPiece\",\"vocab\":%s}}", vocab);
-    tzt_write_file(path, json, strlen(json));
+    tz_write_file(path, json, strlen(json));
     expect_load_error(path, RT_ERR_UNSUPPORTED, "model.type", "WordPiece");
 
     snprintf(json, sizeof json,
              "{\"version\":\"1.0\",\"pre_tokenizer\":{\"type\":\"ByteLevel\"},"
              "\"model\":{\"type\":\"BPE\",\"vocab\":%s,\"merges\":[\"a b\",[\"ab\",\"q\"]]}}",
              vocab);
-    tzt_write_file(path, json, strlen(json));
+    tz_write_file(path, json, strlen(json));
     expect_load_error(path, RT_ERR_FORMAT, "model.merges[1]", "\"q\"");
 
     /* vocab.json + merges.txt: #version header, broken lines name file:line */
     snprintf(path, sizeof path, "%s/vocab.json", dir);
-    tzt_write_file(path, vocab, strlen(vocab));
+    tz_write_file(path, vocab, strlen(vocab));
     snprintf(path2, sizeof path2, "%s/merges.txt", dir);
-    tzt_write_file(path2, "#version: 0.2\na b\nab c\n", strlen("#version: 0.2\na b\nab c\n"));
+    tz_write_file(path2, "#version: 0.2\na b\nab c\n", strlen("#version: 0.2\na b\nab c\n"));
     /* the directory also holds tokenizer.json (preferred); the vocab file picks its merges */
     t = tzt_load_ok(path);
     if (t) {
@@ -244,18 +244,18 @@ static void test_small_files(void) {
     t = tzt_load_ok(path2); /* the merges file finds its vocab */
     tok_free(t);
 
-    tzt_write_file(path2, "#version: 0.2\na b\nab c extra\n", strlen("#version: 0.2\na b\nab c extra\n"));
+    tz_write_file(path2, "#version: 0.2\na b\nab c extra\n", strlen("#version: 0.2\na b\nab c extra\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:3:", "two space-separated");
-    tzt_write_file(path2, "a b\nab q\n", strlen("a b\nab q\n"));
+    tz_write_file(path2, "a b\nab q\n", strlen("a b\nab q\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:2:", "\"q\"");
-    tzt_write_file(path2, "a b\n\nab c\n", strlen("a b\n\nab c\n"));
+    tz_write_file(path2, "a b\n\nab c\n", strlen("a b\n\nab c\n"));
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:2:", "two space-separated");
-    tzt_write_file(path2, "a c\n", strlen("a c\n")); /* "ac" is not in the vocab */
+    tz_write_file(path2, "a c\n", strlen("a c\n")); /* "ac" is not in the vocab */
     expect_load_error(path, RT_ERR_FORMAT, "merges.txt:1:", "\"ac\"");
-    tzt_write_file(path2, "a b\n", strlen("a b\n"));
-    tzt_write_file(path, "{\"a\":0,\n\"b\":1,\n\"c\" 2}", strlen("{\"a\":0,\n\"b\":1,\n\"c\" 2}"));
+    tz_write_file(path2, "a b\n", strlen("a b\n"));
+    tz_write_file(path, "{\"a\":0,\n\"b\":1,\n\"c\" 2}", strlen("{\"a\":0,\n\"b\":1,\n\"c\" 2}"));
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json:3:", "invalid JSON");
-    tzt_write_file(path, "{\"a\":0,\"b\":\"one\"}", strlen("{\"a\":0,\"b\":\"one\"}"));
+    tz_write_file(path, "{\"a\":0,\"b\":\"one\"}", strlen("{\"a\":0,\"b\":\"one\"}"));
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json", "\"b\"");
 
     /* missing files */
@@ -266,7 +266,7 @@ static void test_small_files(void) {
     TZ_EXPECT(system(cmd) == 0, "mkdir");
     expect_load_error(path, RT_ERR_IO, "no tokenizer found", NULL);
     snprintf(path, sizeof path, "%s/empty/encoder.json", dir);
-    tzt_write_file(path, vocab, strlen(vocab));
+    tz_write_file(path, vocab, strlen(vocab));
     expect_load_error(path, RT_ERR_IO, "no merges file", NULL);
 }
 

@@ -122,7 +122,7 @@ static const char *glm_dir(const char *cfg) {
     TZ_EXPECT(symlink(tz_asset_path(GLM_MODEL), path) == 0, "symlink %s", path);
     if (cfg) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        tzt_write_file(path, cfg, strlen(cfg));
+        tz_write_file(path, cfg, strlen(cfg));
     }
     return dir;
 }
@@ -197,7 +197,7 @@ static void test_loaders(void) {
     tok_tokenizer *bad = NULL;
     dir = tz_tmpdir();
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    tzt_write_file(path, "{\"tokenizer_class\": \"T5Tokenizer\"}", 34);
+    tz_write_file(path, "{\"tokenizer_class\": \"T5Tokenizer\"}", 34);
     snprintf(path, sizeof path, "%s/x.model", dir);
     TZ_EXPECT(symlink(tz_asset_path(GLM_MODEL), path) == 0, "symlink %s", path);
     TZ_EXPECT(tok_load(path, &bad) == RT_ERR_FORMAT && bad == NULL && strstr(rt_error_message(), "pad_token"),
@@ -213,7 +213,7 @@ static void test_loaders(void) {
     dir = tz_tmpdir();
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     const char *cfg = "{\"tokenizer_class\": \"ChineseSPTokenizer\"}";
-    tzt_write_file(path, cfg, strlen(cfg));
+    tz_write_file(path, cfg, strlen(cfg));
     snprintf(path, sizeof path, "%s/spiece.model", dir);
     TZ_EXPECT(symlink(tz_asset_path("t5-spiece/spiece.model"), path) == 0, "symlink %s", path);
     t = tzt_load_ok(dir);

@@ -107,7 +107,7 @@ static const char *vocab_dir(const char *cfg) {
     TZ_EXPECT(symlink(tz_source_path(ASSET "/vocab.txt"), path) == 0, "symlink %s", path);
     if (cfg) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-        tzt_write_file(path, cfg, strlen(cfg));
+        tz_write_file(path, cfg, strlen(cfg));
     }
     return dir;
 }
@@ -176,7 +176,7 @@ static void test_loaders(void) {
         char cfg[600];
         snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
         const char *json = "{\"tokenizer_class\": \"GLMLargeEnWordPieceTokenizer\"}";
-        tzt_write_file(cfg, json, strlen(json));
+        tz_write_file(cfg, json, strlen(json));
         t = tzt_load_ok(path);
         TZ_EXPECT(t && strcmp(tok_kind_name(t), "glm-en-wordpiece") == 0 && tok_vocab_size(t) == 30526,
                   "the BERT vocab under its own name, with a config");

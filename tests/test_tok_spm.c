@@ -145,7 +145,7 @@ static void test_wrapper(void) {
     TZ_EXPECT(strstr(rt_error_message(), "/nonexistent/x.model") != NULL, "%s", rt_error_message());
     char path[600];
     snprintf(path, sizeof path, "%s/garbage.model", tz_tmpdir());
-    tzt_write_file(path, "not a model\n", 12);
+    tz_write_file(path, "not a model\n", 12);
     TZ_EXPECT(tok_spm_load(path, &m) == RT_ERR_FORMAT && m == NULL, "garbage model");
     TZ_EXPECT(strstr(rt_error_message(), path) != NULL, "%s", rt_error_message());
     tok_spm_free(NULL);
@@ -315,7 +315,7 @@ static void test_loaders(void) {
     /* an HF T5 folder's tokenizer.json is a Unigram model we do not read: spiece.model wins */
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     const char *tj = "{\"version\": \"1.0\", \"model\": {\"type\": \"Unigram\", \"vocab\": []}}";
-    tzt_write_file(path, tj, strlen(tj));
+    tz_write_file(path, tj, strlen(tj));
     tok_tokenizer *t = tzt_load_ok(dir);
     if (t) {
         TZ_EXPECT(strcmp(tok_kind_name(t), "t5-spiece") == 0 && tok_vocab_size(t) == 32100, "folder");
@@ -330,7 +330,7 @@ static void test_loaders(void) {
     /* extra_ids: 10 -> <extra_id_0> = 32009, and a further added token from added_tokens_decoder */
     const char *c1 = "{\"extra_ids\": 10, \"added_tokens_decoder\": {\"32010\": {\"content\": \"<sep>\", "
                      "\"lstrip\": false, \"rstrip\": false, \"special\": true}}}";
-    tzt_write_file(cfg, c1, strlen(c1));
+    tz_write_file(cfg, c1, strlen(c1));
     t = tzt_load_ok(model);
     if (t) {
         TZ_EXPECT(tok_vocab_size(t) == 32011 && tok_piece_to_id(t, "<extra_id_0>") == 32009 &&
@@ -354,14 +354,14 @@ static void test_loaders(void) {
     for (int i = 0; i < 100; i++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "\"<extra_id_%d>\", ", i);
     strcat(list, "{\"content\": \"<hl>\"}]}");
-    tzt_write_file(map, list, strlen(list));
+    tz_write_file(map, list, strlen(list));
     tok_tokenizer *bad = NULL;
     TZ_EXPECT(tok_load(dir, &bad) == RT_ERR_FORMAT && bad == NULL, "extra_ids 10 against 100 sentinels");
     TZ_EXPECT(strstr(rt_error_message(), "special_tokens_map.json") && strstr(rt_error_message(), "extra_ids"), "%s",
               rt_error_message());
     remove(cfg);
     snprintf(path, sizeof path, "%s/added_tokens.json", dir);
-    tzt_write_file(path, "{\"<new>\": 32100}", strlen("{\"<new>\": 32100}"));
+    tz_write_file(path, "{\"<new>\": 32100}", strlen("{\"<new>\": 32100}"));
     t = tzt_load_ok(dir);
     if (t) {
         TZ_EXPECT(tok_vocab_size(t) == 32102 && tok_piece_to_id(t, "<extra_id_0>") == 32099 &&
@@ -378,21 +378,21 @@ static void test_loaders(void) {
     remove(path);
 
     const char *c2 = "{\"extra_ids\": 100,\n\"eos_token\": }";
-    tzt_write_file(cfg, c2, strlen(c2));
+    tz_write_file(cfg, c2, strlen(c2));
     TZ_EXPECT(tok_load(dir, &bad) == RT_ERR_FORMAT && strstr(rt_error_message(), "tokenizer_config.json:2"),
               "broken JSON: %s", rt_error_message());
     const char *c3 = "{\"eos_token\": \"<eos>\"}";
-    tzt_write_file(cfg, c3, strlen(c3));
+    tz_write_file(cfg, c3, strlen(c3));
     TZ_EXPECT(tok_load(dir, &bad) == RT_ERR_FORMAT && strstr(rt_error_message(), "<eos>"), "unknown eos: %s",
               rt_error_message());
     const char *c4 = "{\"added_tokens_decoder\": {\"32200\": {\"content\": \"<far>\"}}}";
-    tzt_write_file(cfg, c4, strlen(c4));
+    tz_write_file(cfg, c4, strlen(c4));
     TZ_EXPECT(tok_load(dir, &bad) == RT_ERR_FORMAT && strstr(rt_error_message(), "without a token"), "id gap: %s",
               rt_error_message());
     remove(cfg);
 
     snprintf(path, sizeof path, "%s/garbage.model", dir);
-    tzt_write_file(path, "junk", 4);
+    tz_write_file(path, "junk", 4);
     TZ_EXPECT(tok_load(path, &bad) == RT_ERR_FORMAT && bad == NULL && strstr(rt_error_message(), path),
               "garbage .model: %s", rt_error_message());
 }

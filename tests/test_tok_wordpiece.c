@@ -307,7 +307,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
 
     /* vocab.txt alone: lower-cased by default */
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    tzt_write_file(path, tiny_vocab, strlen(tiny_vocab));
+    tz_write_file(path, tiny_vocab, strlen(tiny_vocab));
     t = tzt_load_ok(dir);
     const int32_t lower[] = {5, 9, 12, 10, 11};
     if (t) expect_ids(t, "HELLO! Café world", lower, 5, "default do_lower_case");
@@ -316,20 +316,20 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     /* tokenizer_config.json turns lower-casing off; strip_accents follows it */
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
     const char *c1 = "{\"do_lower_case\": false, \"tokenize_chinese_chars\": true}";
-    tzt_write_file(cfg, c1, strlen(c1));
+    tz_write_file(cfg, c1, strlen(c1));
     t = tzt_load_ok(path);
     const int32_t cased[] = {6, 9, 13, 10, 11};
     if (t) expect_ids(t, "Hello! café world", cased, 5, "do_lower_case false");
     tok_free(t);
     /* strip_accents set on its own */
     const char *c2 = "{\"do_lower_case\": false, \"strip_accents\": true}";
-    tzt_write_file(cfg, c2, strlen(c2));
+    tz_write_file(cfg, c2, strlen(c2));
     t = tzt_load_ok(dir);
     const int32_t strip[] = {6, 12};
     if (t) expect_ids(t, "Hello café", strip, 2, "strip_accents without lower-casing");
     tok_free(t);
     const char *c3 = "{\"do_lower_case\": \"yes\"}";
-    tzt_write_file(cfg, c3, strlen(c3));
+    tz_write_file(cfg, c3, strlen(c3));
     st = tok_load(dir, &t);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "do_lower_case"), "bad do_lower_case: %s",
               rt_error_message());
@@ -339,7 +339,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     snprintf(sub, sizeof sub, "%s/bert-base-cased", dir);
     TZ_EXPECT(mkdir(sub, 0755) == 0, "mkdir %s", sub);
     snprintf(path, sizeof path, "%s/vocab.txt", sub);
-    tzt_write_file(path, tiny_vocab, strlen(tiny_vocab));
+    tz_write_file(path, tiny_vocab, strlen(tiny_vocab));
     t = tzt_load_ok(sub);
     if (t) expect_ids(t, "Hello", cased, 1, "cased folder name");
     tok_free(t);
@@ -355,7 +355,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
         " \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"continuing_subword_prefix\": \"##\",\n"
         "   \"max_input_chars_per_word\": 4, \"vocab\": {\"[PAD]\": 0, \"[UNK]\": 1, \"[CLS]\": 2, \"[SEP]\": 3,\n"
         "   \"[MASK]\": 4, \"hello\": 5, \"hel\": 6, \"##lo\": 7, \"!\": 8}}}\n";
-    tzt_write_file(path, js, strlen(js));
+    tz_write_file(path, js, strlen(js));
     t = tzt_load_ok(sub);
     if (t) {
         /* "#" is punctuation, and max_input_chars_per_word 4 makes "hello" [UNK] */
@@ -369,7 +369,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     tok_free(t);
     /* a tokenizer_config.json beside it decides, as transformers' BertTokenizer does */
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", sub);
-    tzt_write_file(cfg, c1, strlen(c1));
+    tz_write_file(cfg, c1, strlen(c1));
     t = tzt_load_ok(sub);
     if (t) expect_ids(t, "HEL!", (const int32_t[]){1, 8}, 2, "tokenizer_config.json over tokenizer.json");
     tok_free(t);
@@ -379,7 +379,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     static const char *const vocabs[] = {"[PAD]\n[UNK]\n[SEP]\nx\n", "[PAD]\n[UNK]\n[CLS]\nx\n", "[CLS]\n[SEP]\nx\n"};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/broken%d-vocab.txt", dir, i);
-        tzt_write_file(path, vocabs[i], strlen(vocabs[i]));
+        tz_write_file(path, vocabs[i], strlen(vocabs[i]));
         t = NULL;
         st = tok_load(path, &t);
         TZ_EXPECT(st == RT_ERR_FORMAT && t == NULL && strstr(rt_error_message(), path) &&
@@ -387,7 +387,7 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
                   "missing %s: %s", missing[i], rt_error_message());
     }
     snprintf(path, sizeof path, "%s/empty-vocab.txt", dir);
-    tzt_write_file(path, "", 0);
+    tz_write_file(path, "", 0);
     st = tok_load(path, &t);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), path), "empty vocab: %s", rt_error_message());
 

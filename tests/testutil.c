@@ -61,6 +61,15 @@ const char *tz_source_path(const char *rel) { return fixture_path("", rel); }
 const char *tz_data_path(const char *rel) { return fixture_path("tests/data/", rel); }
 const char *tz_asset_path(const char *rel) { return fixture_path("assets/", rel); }
 
+void tz_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(data, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    TZ_EXPECT(ok, "cannot write %s", path);
+}
+
+void tz_write_text(const char *path, const char *text) { tz_write_file(path, text, strlen(text)); }
+
 const char *tz_tmpdir(void) {
     static char buf[8][64];
     static int slot = 0;

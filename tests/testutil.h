@@ -50,6 +50,10 @@ int tz_check_after_adamw(const char *what, float *got, const float *ref, const f
 const char *tz_source_path(const char *rel);
 const char *tz_data_path(const char *rel);
 const char *tz_asset_path(const char *rel);
+/* Writes n bytes to path (a failure is counted and printed). */
+void tz_write_file(const char *path, const void *data, size_t n);
+/* The same for a NUL-terminated text. */
+void tz_write_text(const char *path, const char *text);
 /* A fresh temporary directory (mkdtemp), removed by nothing: tests run in /tmp. */
 const char *tz_tmpdir(void);
 

@@ -120,14 +120,6 @@ tok_tokenizer *tzt_load_ok(const char *path) {
     return t;
 }
 
-void tzt_write_file(const char *path, const char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    TZ_EXPECT(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    fwrite(data, 1, n, f);
-    fclose(f);
-}
-
 char *tzt_next_line(char **cursor) {
     char *line = *cursor;
     if (!line || !*line) return NULL;

@@ -12,7 +12,6 @@ extern int tzt_n_reported; /* mismatches printed so far (the first 8 are) */
 
 char *tzt_read_all(const char *path, size_t *len);
 char *tzt_read_gz(const char *path);
-void tzt_write_file(const char *path, const char *data, size_t n);
 /* Space-separated decimal ids into out (cleared first). */
 void tzt_parse_ids(const char *s, tok_ids *out);
 int tzt_ids_equal(const tok_ids *a, const tok_ids *b);
