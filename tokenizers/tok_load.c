@@ -97,31 +97,24 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
         if (!spm) json = tok_find_in_dir(dir, json_names);
         if (!spm && !json) {
             /* the pairs go together: vocab.json + merges.txt (HF), encoder.json + vocab.bpe (OpenAI) */
-            char *v = tok_path_join(dir, "vocab.json"), *m = tok_path_join(dir, "merges.txt");
-            if (tok_file_exists(v) && tok_file_exists(m)) {
-                vocab = v;
-                merges = m;
-            } else {
-                free(v);
-                free(m);
-                v = tok_path_join(dir, "encoder.json");
-                m = tok_path_join(dir, "vocab.bpe");
+            static const char *const bpe_pairs[][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
+            for (size_t k = 0; k < sizeof bpe_pairs / sizeof *bpe_pairs && !vocab; k++) {
+                char *v = tok_path_join(dir, bpe_pairs[k][0]), *m = tok_path_join(dir, bpe_pairs[k][1]);
                 if (tok_file_exists(v) && tok_file_exists(m)) {
                     vocab = v;
                     merges = m;
                 } else {
                     free(v);
                     free(m);
-                    wp_vocab = tok_path_join(dir, "vocab.txt");
-                    if (!tok_file_exists(wp_vocab))
-                        RT_FAIL(RT_ERR_IO,
-                                "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, "
-                                "encoder.json + vocab.bpe, vocab.txt (WordPiece), spiece.model (T5 SentencePiece) or "
-                                "cog-pretrain.model (GLM SentencePiece) "
-                                "in this directory",
-                                path);
                 }
             }
+            if (!vocab) wp_vocab = tok_path_join(dir, "vocab.txt");
+            if (!vocab && !tok_file_exists(wp_vocab))
+                RT_FAIL(RT_ERR_IO,
+                        "%s: no tokenizer found: expected tokenizer.json, vocab.json + merges.txt, encoder.json + "
+                        "vocab.bpe, vocab.txt (WordPiece), spiece.model (T5 SentencePiece) or cog-pretrain.model "
+                        "(GLM SentencePiece) in this directory",
+                        path);
         }
     } else {
         if (!tok_file_exists(path)) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(ENOENT));
