@@ -237,21 +237,18 @@ rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial) {
     *partial = NULL;
     remove_stale_partials(final_dir);
     size_t n = strlen(final_dir) + 48;
-    char *templ = rt_xmalloc(n);
-    snprintf(templ, n, "%s.partial-%ld-XXXXXX", final_dir, (long)getpid());
-    if (!mkdtemp(templ)) {
-        rt_status st = rt_errorf(RT_ERR_IO, "%s: cannot create the output folder %s: %s", final_dir, templ, strerror(errno));
-        free(templ);
-        return st;
+    char *path = rt_xmalloc(n);
+    /* mkdir, not mkdtemp: it fails on anything already at the name (a planted link included)
+     * and lets the umask decide the mode, as for any folder we make */
+    for (int k = 0; k < 1000; k++) {
+        snprintf(path, n, "%s.partial-%ld-%d", final_dir, (long)getpid(), k);
+        if (mkdir(path, 0777) == 0) {
+            *partial = path;
+            return RT_OK;
+        }
+        if (errno != EEXIST) break;
     }
-    mode_t mask = umask(0); /* read it: umask has no query-only form */
-    umask(mask);
-    if (chmod(templ, 0777 & ~mask) != 0) {
-        rt_status st = rt_errorf(RT_ERR_IO, "%s: cannot set the mode of %s: %s", final_dir, templ, strerror(errno));
-        rmdir(templ);
-        free(templ);
-        return st;
-    }
-    *partial = templ;
-    return RT_OK;
+    rt_status st = rt_errorf(RT_ERR_IO, "%s: cannot create the output folder %s: %s", final_dir, path, strerror(errno));
+    free(path);
+    return st;
 }

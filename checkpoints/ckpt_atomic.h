@@ -41,9 +41,9 @@ void ckpt_atomic_abort(ckpt_atomic_file *f);
 rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
 
 /* An output folder built beside its final name and renamed into place when complete:
- * "<final>.partial-<pid>-XXXXXX", with the umask's mode (mkdtemp's 0700 would make every
- * finished output private). First removes the partial folders of final that a killed writer
- * left (their pid is gone), naming each in a warning. *partial is malloc'd. */
+ * "<final>.partial-<pid>-<k>" (the first k free), with the umask's mode. First removes the
+ * partial folders of final that a killed writer left (their pid is gone), naming each in a
+ * warning. *partial is malloc'd. */
 rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial);
 /* Removes a partial folder and the files in it (links removed, never followed); best effort. */
 void ckpt_atomic_partial_dir_remove(const char *partial);
