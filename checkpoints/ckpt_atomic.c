@@ -201,7 +201,7 @@ void ckpt_atomic_partial_dir_remove(const char *partial) {
     (void)rmdir(partial);
 }
 
-/* The partial folders of final_dir whose writer is gone: "<base>.partial-<pid>-XXXXXX" with no
+/* The partial folders of final_dir whose writer is gone: "<base>.partial-<pid>-<k>" with no
  * process pid. One without a pid (an older tunezoo's) is only named: it may still be in use. */
 static void remove_stale_partials(const char *final_dir) {
     char parent[4096] = ".", prefix[512];
