@@ -279,8 +279,10 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
         if (s->lead) rt_log_warn("%s; trying the next older checkpoint", rt_error_message());
         if (k + 1 == n) RT_FAIL(RT_ERR_FORMAT, "%s: every checkpoint there is damaged (the newest: %s)", source, paths[0]);
     }
-    RT_TRY(rt_train_barrier(s));
-    for (size_t j = 0; s->lead && j < k; j++) rt_train_set_aside(paths[j], paths[k]);
+    if (k > 0) { /* every rank skipped the same files: rename them once all have moved on */
+        RT_TRY(rt_train_barrier(s));
+        for (size_t j = 0; s->lead && j < k; j++) rt_train_set_aside(paths[j], paths[k]);
+    }
     const char *path = paths[k];
     if (s->zero) RT_TRY(rt_zero_scatter_state(s->zero)); /* keep this rank's slice of the full state */
     obj = cJSON_Parse(meta);

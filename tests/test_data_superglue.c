@@ -50,19 +50,12 @@ static const sg_count counts[] = {
     {"wsc", "test", 50, {0}, 0},
 };
 
-/* The folder of a task's split: COPA's train and val ship in assets/, the rest are fixtures. */
-static const char *sg_dir(const char *task, const char *split) {
-    char rel[64];
-    snprintf(rel, sizeof rel, "superglue-%s", task);
-    return strcmp(task, "copa") == 0 && strcmp(split, "test") != 0 ? tz_asset_path(rel) : tz_data_path(rel);
-}
-
 static void test_real_counts(void) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         const sg_count *k = &counts[c];
         const data_sg_task *t = data_sg_task_find(k->task);
         data_sg_examples ex;
-        rt_status st = data_sg_load_split(t, sg_dir(k->task, k->split), k->split, &ex);
+        rt_status st = data_sg_load_split(t, tz_superglue_dir(k->task, k->split), k->split, &ex);
         TZ_EXPECT(st == RT_OK, "%s %s: %s", k->task, k->split, rt_error_message());
         if (st != RT_OK) continue;
         TZ_EXPECT(ex.n == k->n, "%s %s: %zu examples, expected %zu", k->task, k->split, ex.n, k->n);
@@ -87,7 +80,7 @@ static void test_real_counts(void) {
 
 static data_sg_examples load_val(const char *task) {
     data_sg_examples ex;
-    TZ_EXPECT_OK(data_sg_load_split(data_sg_task_find(task), sg_dir(task, "val"), "val", &ex));
+    TZ_EXPECT_OK(data_sg_load_split(data_sg_task_find(task), tz_superglue_dir(task, "val"), "val", &ex));
     return ex;
 }
 

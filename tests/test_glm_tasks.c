@@ -28,12 +28,9 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
     const char *task_name = cJSON_GetObjectItemCaseSensitive(c, "task")->valuestring;
     const int line = json_int(c, "line"), idx = json_int(c, "idx");
     const data_sg_task *task = data_sg_task_find(task_name);
-    char dir[64];
-    snprintf(dir, sizeof dir, "superglue-%s", task_name);
     data_sg_examples all = {0};
     data_glm_rows R = {0};
-    TZ_EXPECT_OK(data_sg_load_split(task, strcmp(task_name, "copa") == 0 ? tz_asset_path(dir) : tz_data_path(dir), "val",
-                                    &all));
+    TZ_EXPECT_OK(data_sg_load_split(task, tz_superglue_dir(task_name, "val"), "val", &all));
     /* by idx, unique in a val file (MultiRC's numbers answer options): the golden's line is where
      * the example sat in the full file, and a fixture slice may hold it elsewhere */
     size_t e = 0;

@@ -61,6 +61,12 @@ const char *tz_source_path(const char *rel) { return fixture_path("", rel); }
 const char *tz_data_path(const char *rel) { return fixture_path("tests/data/", rel); }
 const char *tz_asset_path(const char *rel) { return fixture_path("assets/", rel); }
 
+const char *tz_superglue_dir(const char *task, const char *split) {
+    char rel[64];
+    snprintf(rel, sizeof rel, "superglue-%s", task);
+    return strcmp(task, "copa") == 0 && strcmp(split, "test") != 0 ? tz_asset_path(rel) : tz_data_path(rel);
+}
+
 void tz_write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     int ok = f && fwrite(data, 1, n, f) == n;

@@ -50,6 +50,9 @@ int tz_check_after_adamw(const char *what, float *got, const float *ref, const f
 const char *tz_source_path(const char *rel);
 const char *tz_data_path(const char *rel);
 const char *tz_asset_path(const char *rel);
+/* The folder holding a SuperGLUE task's split: COPA's train and val ship in assets/, every other
+ * split is a fixture in tests/data/. */
+const char *tz_superglue_dir(const char *task, const char *split);
 /* Writes n bytes to path (a failure is counted and printed). */
 void tz_write_file(const char *path, const void *data, size_t n);
 /* The same for a NUL-terminated text. */
