@@ -582,26 +582,6 @@ fail:
     return st;
 }
 
-rt_status ckpt_native_latest(const char *dir, char *out, size_t size) {
-    rt_status st = RT_OK;
-    ckpt_native_entry *list = NULL;
-    size_t n = 0;
-    struct stat sb;
-    if (stat(dir, &sb) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot resume: %s", dir, strerror(errno));
-    if (S_ISREG(sb.st_mode)) { /* --resume named the file itself */
-        if ((size_t)snprintf(out, size, "%s", dir) >= size) RT_FAIL(RT_ERR_IO, "%s: path too long", dir);
-        return RT_OK;
-    }
-    RT_TRY(ckpt_native_list(dir, NULL, &list, &n));
-    if (n == 0)
-        RT_FAIL(RT_ERR_IO, "%s: no checkpoints (%s*%s) to resume from", dir, CKPT_NATIVE_PREFIX, CKPT_NATIVE_EXT);
-    if ((size_t)snprintf(out, size, "%s", list[n - 1].path) >= size)
-        RT_FAIL(RT_ERR_IO, "%s: path too long", list[n - 1].path);
-fail:
-    ckpt_native_list_free(list, n);
-    return st;
-}
-
 rt_status ckpt_native_resume_list(const char *dir_or_file, char ***paths, size_t *n) {
     rt_status st = RT_OK;
     ckpt_native_entry *list = NULL;

@@ -103,9 +103,6 @@ void ckpt_native_list_free(ckpt_native_entry *list, size_t n);
 /* Removes all but the newest `keep` step-*.tzck files (keep < 1 counts as 1: the newest
  * checkpoint is never removed). */
 rt_status ckpt_native_prune(const char *dir, size_t keep);
-/* The newest step-*.tzck in dir for --resume DIR (a path to a file is returned as it is);
- * none is RT_ERR_IO. */
-rt_status ckpt_native_latest(const char *dir, char *out, size_t size);
 /* Every step-*.tzck in dir, newest first, as malloc'd paths in a malloc'd array (none is not an
  * error); a path to a file lists itself, a missing path is RT_ERR_IO. Free each and the array. */
 rt_status ckpt_native_resume_list(const char *dir_or_file, char ***paths, size_t *n);

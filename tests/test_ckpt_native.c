@@ -310,9 +310,11 @@ static void test_directory(void) {
     char d[600], p[800];
     snprintf(d, sizeof d, "%s/run", g_dir);
     mkdir(d, 0755);
-    char latest[800];
-    TZ_EXPECT(ckpt_native_latest(d, latest, sizeof latest) == RT_ERR_IO, "nothing to resume");
-    EXPECT_MSG("no checkpoints");
+    char **paths = NULL;
+    size_t n_paths = 9;
+    TZ_EXPECT_OK(ckpt_native_resume_list(d, &paths, &n_paths));
+    TZ_EXPECT(n_paths == 0, "nothing to resume: %zu", n_paths);
+    free(paths);
     for (int s = 1; s <= 12; s++) {
         if (s == 7) continue;
         TZ_EXPECT_OK(ckpt_native_step_path(d, s * 10, p, sizeof p));
@@ -338,11 +340,22 @@ static void test_directory(void) {
     TZ_EXPECT(n == 1 && list[0].step == 500, "other prefix");
     ckpt_native_list_free(list, n);
 
-    TZ_EXPECT_OK(ckpt_native_latest(d, latest, sizeof latest));
-    TZ_EXPECT(strstr(latest, "/step-000120.tzck") != NULL, "latest %s", latest);
-    char same[800];
-    TZ_EXPECT_OK(ckpt_native_latest(latest, same, sizeof same));
-    TZ_EXPECT(strcmp(same, latest) == 0, "a file path resumes from itself");
+    /* resume candidates: newest first; a file path lists itself; a missing path is an error */
+    TZ_EXPECT_OK(ckpt_native_resume_list(d, &paths, &n_paths));
+    TZ_EXPECT(n_paths == 12 && strstr(paths[0], "/step-000120.tzck") && strstr(paths[1], "/step-000110.tzck") &&
+                  strstr(paths[11], "/step-000010.tzck"),
+              "%zu candidates, newest %s", n_paths, n_paths ? paths[0] : "none");
+    char latest[800];
+    snprintf(latest, sizeof latest, "%s", n_paths ? paths[0] : "");
+    for (size_t i = 0; i < n_paths; i++) free(paths[i]);
+    free(paths);
+    TZ_EXPECT_OK(ckpt_native_resume_list(latest, &paths, &n_paths));
+    TZ_EXPECT(n_paths == 1 && strcmp(paths[0], latest) == 0, "a file path resumes from itself");
+    for (size_t i = 0; i < n_paths; i++) free(paths[i]);
+    free(paths);
+    snprintf(p, sizeof p, "%s/no-such-run", g_dir);
+    TZ_EXPECT(ckpt_native_resume_list(p, &paths, &n_paths) == RT_ERR_IO && paths == NULL, "missing path");
+    EXPECT_MSG("no-such-run");
 
     TZ_EXPECT_OK(ckpt_native_prune(d, 3));
     TZ_EXPECT(!exists(d, "step-000010.tzck") && !exists(d, "step-70.tzck") && !exists(d, "step-000090.tzck"), "old removed");

@@ -166,7 +166,12 @@ static gpt2_model *load_latest(rt_backend *be, const char *dir) {
     gpt2_model *m = NULL;
     char path[4096], *meta = NULL;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), BATCH, 24, 11, &m));
-    TZ_EXPECT_OK(ckpt_native_latest(dir, path, sizeof path));
+    char **found = NULL;
+    size_t n_found = 0;
+    TZ_EXPECT_OK(ckpt_native_resume_list(dir, &found, &n_found));
+    snprintf(path, sizeof path, "%s", n_found ? found[0] : "");
+    for (size_t i = 0; i < n_found; i++) free(found[i]);
+    free(found);
     if (m) TZ_EXPECT_OK(ckpt_train_io()->load(path, gpt2_model_params(m), rt_comm_self(), &meta));
     free(meta);
     return m;
