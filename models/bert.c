@@ -16,11 +16,10 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/block.h"
-#include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/heads.h"
 #include "models/parallel.h"
+#include "models/stack.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
 
@@ -28,42 +27,24 @@
  * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */
 #define BERT_MASKED (-1e30f)
 
-typedef struct {
-    int qkv_w, qkv_b, ao_w, ao_b, ln1_w, ln1_b, in_w, in_b, out_w, out_b, ln2_w, ln2_b;
-} bert_layer_params;
-
 struct bert_model {
     bert_config cfg;
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
     int wte, wpe, wtt, eln_w, eln_b;
-    bert_layer_params *layer;
+    mdl_stack blocks;   /* the post-LN encoder layers, their activations and scratch */
     int hd_w, hd_b, ho_w, ho_b; /* head: pooler/classifier.dense, classifier/classifier.out_proj */
     int max_B, max_T;
     size_t max_BT;
-    int C, C_local, NH_local, HS, F_local;
+    int C;
     int V_pad, V_local, vocab_start; /* word embedding: V_pad = ckpt_tp_padded_vocab rows over all ranks */
-    int head_offset;                 /* first global head on this rank */
 
-    void *act_block;    /* every buffer below lives in this one allocation */
+    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
     float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
-    int slots;          /* layers whose activations below are kept: L, or checkpoint_layers (layer l in slot l % slots) */
-    float *res;         /* (L+1, BT, C) input of each layer (res[0]: embeddings), and the output */
-    float *qkv;         /* (L, BT, 3*C_local) column-parallel, [q; k; v] per token */
-    float *probs;       /* (L, B, NH_local, T, T) softmax before dropout */
-    float *atty;        /* (L, BT, C_local) attention output, input of the row-parallel dense */
-    float *sum1, *ln1_mean, *ln1_rstd; /* (L, BT, C) LN input x + attn, (L, BT), (L, BT) */
-    float *ln1;         /* (L, BT, C) attention block output */
-    float *fch, *fchg;  /* (L, BT, F_local) intermediate before and after the activation */
-    float *sum2, *ln2_mean, *ln2_rstd; /* (L, BT, C), (L, BT), (L, BT) */
     float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
     float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
-    float *tmp, *dres, *dsum, *dln; /* (BT, C) scratch */
-    float *dqkv;        /* (BT, 3*C_local) */
-    float *datty;       /* (BT, C_local) */
-    float *dfch, *dfchg; /* (BT, F_local) */
     float *dh1, *dh2, *dh3; /* (B, C) head gradients */
     float *key_mask;    /* (B, T) additive */
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
@@ -231,55 +212,55 @@ rt_status bert_config_validate(const bert_config *c, int tp) {
 }
 
 /* The tp rule comes from the BERT map, which the HF loader and tz-convert also read. */
-static int bert_add(bert_model *m, const char *fmt, int l, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init) {
-    char name[RT_PARAM_NAME_MAX];
-    snprintf(name, sizeof name, fmt, l);
+static int bert_add(bert_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init) {
     int64_t shape[2] = {d0, d1};
     return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_bert, name), no_decay, init,
                          init == RT_INIT_NORMAL ? m->cfg.initializer_range : 0.0f);
 }
 
+#define BERT_LAYER "encoder.layer.%d."
+static const mdl_stack_names bert_block_names = {
+    BERT_LAYER "attention.output.LayerNorm.weight", BERT_LAYER "attention.output.LayerNorm.bias",
+    BERT_LAYER "attention.self.qkv.weight", BERT_LAYER "attention.self.qkv.bias",
+    BERT_LAYER "attention.output.dense.weight", BERT_LAYER "attention.output.dense.bias",
+    BERT_LAYER "output.LayerNorm.weight", BERT_LAYER "output.LayerNorm.bias",
+    BERT_LAYER "intermediate.dense.weight", BERT_LAYER "intermediate.dense.bias",
+    BERT_LAYER "output.dense.weight", BERT_LAYER "output.dense.bias", NULL, NULL};
+
 /* HF's _init_weights: Linear and Embedding N(0, initializer_range), LayerNorm 1/0, biases 0.
  * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). */
-static void bert_declare_params(bert_model *m) {
+static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp) {
     const bert_config *c = &m->cfg;
-    const int C = m->C, Cl = m->C_local, Fl = m->F_local;
+    const int C = m->C;
     const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS, O = RT_INIT_ONES;
-    m->wte = bert_add(m, "embeddings.word_embeddings.weight", 0, m->V_local, C, false, N);
+    m->wte = bert_add(m, "embeddings.word_embeddings.weight", m->V_local, C, false, N);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", 0, c->max_position_embeddings, C, false,
-                      N);
-    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", 0, c->type_vocab_size, C, false, N);
-    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", 0, C, 0, true, O);
-    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", 0, C, 0, true, Z);
-    m->layer = rt_xcalloc((size_t)c->num_hidden_layers, sizeof *m->layer);
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        bert_layer_params *p = &m->layer[l];
-        p->qkv_w = bert_add(m, "encoder.layer.%d.attention.self.qkv.weight", l, 3 * (int64_t)Cl, C, false, N);
-        p->qkv_b = bert_add(m, "encoder.layer.%d.attention.self.qkv.bias", l, 3 * (int64_t)Cl, 0, true, Z);
-        p->ao_w = bert_add(m, "encoder.layer.%d.attention.output.dense.weight", l, C, Cl, false, N);
-        p->ao_b = bert_add(m, "encoder.layer.%d.attention.output.dense.bias", l, C, 0, true, Z);
-        p->ln1_w = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.weight", l, C, 0, true, O);
-        p->ln1_b = bert_add(m, "encoder.layer.%d.attention.output.LayerNorm.bias", l, C, 0, true, Z);
-        p->in_w = bert_add(m, "encoder.layer.%d.intermediate.dense.weight", l, Fl, C, false, N);
-        p->in_b = bert_add(m, "encoder.layer.%d.intermediate.dense.bias", l, Fl, 0, true, Z);
-        p->out_w = bert_add(m, "encoder.layer.%d.output.dense.weight", l, C, Fl, false, N);
-        p->out_b = bert_add(m, "encoder.layer.%d.output.dense.bias", l, C, 0, true, Z);
-        p->ln2_w = bert_add(m, "encoder.layer.%d.output.LayerNorm.weight", l, C, 0, true, O);
-        p->ln2_b = bert_add(m, "encoder.layer.%d.output.LayerNorm.bias", l, C, 0, true, Z);
-    }
+    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", c->max_position_embeddings, C, false, N);
+    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C, false, N);
+    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", C, 0, true, O);
+    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", C, 0, true, Z);
+    /* the embeddings' dropout is the stack's (site 0); the head's sites follow the blocks' */
+    mdl_stack_config bc = {.n_layer = c->num_hidden_layers, .C = C, .n_head = c->num_attention_heads,
+                           .F = c->intermediate_size, .post_norm = true, .norm = MDL_NORM_LAYER,
+                           .norm_eps = c->layer_norm_eps, .act = c->act, .attn_pdrop = c->attention_probs_dropout_prob,
+                           .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = c->hidden_dropout_prob,
+                           .checkpoint_layers = c->checkpoint_layers};
+    mdl_stack_compact_sites(&bc);
+    mdl_stack_init(&m->blocks, &bc, be, tp, &m->params);
+    mdl_stack_declare_named(&m->blocks, &bert_block_names, &ckpt_map_bert, c->initializer_range,
+                            c->initializer_range);
     /* the head is small and replicated on every tp rank */
     const int NL = c->num_labels;
     if (c->roberta) {
-        m->hd_w = bert_add(m, "classifier.dense.weight", 0, C, C, false, N);
-        m->hd_b = bert_add(m, "classifier.dense.bias", 0, C, 0, true, Z);
-        m->ho_w = bert_add(m, "classifier.out_proj.weight", 0, NL, C, false, N);
-        m->ho_b = bert_add(m, "classifier.out_proj.bias", 0, NL, 0, true, Z);
+        m->hd_w = bert_add(m, "classifier.dense.weight", C, C, false, N);
+        m->hd_b = bert_add(m, "classifier.dense.bias", C, 0, true, Z);
+        m->ho_w = bert_add(m, "classifier.out_proj.weight", NL, C, false, N);
+        m->ho_b = bert_add(m, "classifier.out_proj.bias", NL, 0, true, Z);
     } else {
-        m->hd_w = bert_add(m, "pooler.dense.weight", 0, C, C, false, N);
-        m->hd_b = bert_add(m, "pooler.dense.bias", 0, C, 0, true, Z);
-        m->ho_w = bert_add(m, "classifier.weight", 0, NL, C, false, N);
-        m->ho_b = bert_add(m, "classifier.bias", 0, NL, 0, true, Z);
+        m->hd_w = bert_add(m, "pooler.dense.weight", C, C, false, N);
+        m->hd_b = bert_add(m, "pooler.dense.bias", C, 0, true, Z);
+        m->ho_w = bert_add(m, "classifier.weight", NL, C, false, N);
+        m->ho_b = bert_add(m, "classifier.bias", NL, 0, true, Z);
     }
 }
 
@@ -288,27 +269,12 @@ static void bert_declare_params(bert_model *m) {
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void bert_layout(bert_model *m, rt_arena *a) {
-    const int K = m->cfg.checkpoint_layers, n_layer = m->cfg.num_hidden_layers;
-    m->slots = K > 0 && K < n_layer ? K : n_layer;
-    const size_t L = (size_t)m->slots, BT = m->max_BT, B = (size_t)m->max_B, T = (size_t)m->max_T;
-    const size_t C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local, NL = (size_t)m->cfg.num_labels;
+    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, NL = (size_t)m->cfg.num_labels;
     const size_t f = sizeof(float), i = sizeof(int32_t);
+    mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
     m->emb = rt_arena_take(a, BT * C, f);
     m->emb_mean = rt_arena_take(a, BT, f);
     m->emb_rstd = rt_arena_take(a, BT, f);
-    m->res = rt_arena_take(a, ((size_t)n_layer + 1) * BT * C, f);
-    m->qkv = rt_arena_take(a, L * BT * 3 * Cl, f);
-    m->probs = rt_arena_take(a, L * B * (size_t)m->NH_local * T * T, f);
-    m->atty = rt_arena_take(a, L * BT * Cl, f);
-    m->sum1 = rt_arena_take(a, L * BT * C, f);
-    m->ln1_mean = rt_arena_take(a, L * BT, f);
-    m->ln1_rstd = rt_arena_take(a, L * BT, f);
-    m->ln1 = rt_arena_take(a, L * BT * C, f);
-    m->fch = rt_arena_take(a, L * BT * Fl, f);
-    m->fchg = rt_arena_take(a, L * BT * Fl, f);
-    m->sum2 = rt_arena_take(a, L * BT * C, f);
-    m->ln2_mean = rt_arena_take(a, L * BT, f);
-    m->ln2_rstd = rt_arena_take(a, L * BT, f);
     m->cls = rt_arena_take(a, B * C, f);
     m->cls_drop = rt_arena_take(a, B * C, f);
     m->hpre = rt_arena_take(a, B * C, f);
@@ -317,14 +283,6 @@ static void bert_layout(bert_model *m, rt_arena *a) {
     m->logits = rt_arena_take(a, B * NL, f);
     m->dlogits = rt_arena_take(a, B * NL, f);
     m->losses = rt_arena_take(a, B, f);
-    m->tmp = rt_arena_take(a, BT * C, f);
-    m->dres = rt_arena_take(a, BT * C, f);
-    m->dsum = rt_arena_take(a, BT * C, f);
-    m->dln = rt_arena_take(a, BT * C, f);
-    m->dqkv = rt_arena_take(a, BT * 3 * Cl, f);
-    m->datty = rt_arena_take(a, BT * Cl, f);
-    m->dfch = rt_arena_take(a, BT * Fl, f);
-    m->dfchg = rt_arena_take(a, BT * Fl, f);
     m->dh1 = rt_arena_take(a, B * C, f);
     m->dh2 = rt_arena_take(a, B * C, f);
     m->dh3 = rt_arena_take(a, B * C, f);
@@ -372,16 +330,11 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->hidden_size;
-    m->C_local = c->hidden_size / tp->size;
-    m->NH_local = c->num_attention_heads / tp->size;
-    m->HS = c->hidden_size / c->num_attention_heads;
-    m->F_local = c->intermediate_size / tp->size;
     m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
     m->V_local = m->V_pad / tp->size;
     m->vocab_start = m->V_local * tp->rank;
-    m->head_offset = m->NH_local * tp->rank;
     rt_params_init(&m->params, be);
-    bert_declare_params(m);
+    bert_declare_params(m, be, tp);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     /* vocab padding rows: never indexed by a real id, zero so that they stay out of every result */
@@ -413,7 +366,7 @@ void bert_model_free(bert_model *m) {
     if (!m) return;
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
-    free(m->layer);
+    mdl_stack_free(&m->blocks);
     free(m->h_pos);
     free(m->h_types);
     free(m->h_cls);
@@ -470,158 +423,46 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     return RT_OK;
 }
 
-static rt_attn_desc bert_attn_desc(const bert_model *m, int B, int T, const mdl_pass *pass, int l) {
-    const int Cl = m->C_local;
-    return (rt_attn_desc){.B = B, .NH = m->NH_local, .Tq = T, .Tk = T, .HS = m->HS, .ldq = 3 * (size_t)Cl,
-                          .ldk = 3 * (size_t)Cl, .ldv = 3 * (size_t)Cl, .ldo = (size_t)Cl,
-                          .scale = 1.0f / sqrtf((float)m->HS), .causal = false, .key_mask = m->key_mask, .bias = NULL,
-                          .dropout_p = pass->training ? m->cfg.attention_probs_dropout_prob : 0.0f,
-                          .seed = pass->seed, .stream = mdl_dropout_stream(pass, 1 + 3 * l),
-                          .head_offset = m->head_offset, .heads_total = m->cfg.num_attention_heads};
-}
+/* BERT attends both ways, with padded keys masked. */
+static mdl_stack_mask bert_mask(const bert_model *m) { return (mdl_stack_mask){.key_mask = m->key_mask}; }
 
-/* Embeddings through the last layer: the encoder output is res + L*max_BT*C. */
-/* Layer l's activation slices: its input and output in res, the rest in its slot. */
-typedef struct {
-    float *x, *y, *qkv, *atty, *probs, *sum1, *ln1, *ln1_mean, *ln1_rstd, *sum2, *ln2_mean, *ln2_rstd, *fch, *fchg;
-} bert_slices;
-
-static bert_slices bert_at(const bert_model *m, int l) {
-    const size_t MBT = m->max_BT, C = (size_t)m->C, Cl = (size_t)m->C_local, Fl = (size_t)m->F_local;
-    const size_t o = (size_t)(l % m->slots) * MBT;
-    return (bert_slices){.x = m->res + (size_t)l * MBT * C, .y = m->res + ((size_t)l + 1) * MBT * C,
-                         .qkv = m->qkv + o * 3 * Cl, .atty = m->atty + o * Cl,
-                         .probs = m->probs + (size_t)(l % m->slots) * m->max_B * m->NH_local * m->max_T * m->max_T,
-                         .sum1 = m->sum1 + o * C, .ln1 = m->ln1 + o * C, .ln1_mean = m->ln1_mean + o,
-                         .ln1_rstd = m->ln1_rstd + o, .sum2 = m->sum2 + o * C, .ln2_mean = m->ln2_mean + o,
-                         .ln2_rstd = m->ln2_rstd + o, .fch = m->fch + o * Fl, .fchg = m->fchg + o * Fl};
-}
-
-/* The shared sublayers over this model's scratch (models/block.h). */
-static mdl_sublayers bert_sub(bert_model *m) {
-    return (mdl_sublayers){.be = m->be, .tp = m->tp, .params = &m->params, .C = m->C, .C_local = m->C_local,
-                           .F_local = m->F_local, .tmp = m->tmp, .dqkv = m->dqkv, .datty = m->datty, .dup = m->dfch,
-                           .dact = m->dfchg};
-}
-
-static mdl_attn_params bert_attn_params(const bert_layer_params *p) {
-    return (mdl_attn_params){.qkv_w = p->qkv_w, .qkv_b = p->qkv_b, .proj_w = p->ao_w, .proj_b = p->ao_b};
-}
-
-static mdl_ffn_params bert_ffn_params(const bert_layer_params *p) {
-    return (mdl_ffn_params){.up_w = p->in_w, .up_b = p->in_b, .down_w = p->out_w, .down_b = p->out_b};
-}
-
-/* The hidden dropout of call site `site` (none outside training). */
-static mdl_branch_drop bert_drop(const bert_model *m, const mdl_pass *pass, int site) {
-    return (mdl_branch_drop){.p = pass->training ? m->cfg.hidden_dropout_prob : 0.0f, .seed = pass->seed,
-                             .stream = mdl_dropout_stream(pass, site)};
-}
-
-/* Layer l forward from its input; its output goes to res (the next layer's kept input), or to
- * scratch when recomputing. */
-static rt_status bert_layer_fwd(bert_model *m, int l, int B, int T, const mdl_pass *pass, bool write_out) {
-    rt_status st = RT_OK;
-    const bert_config *c = &m->cfg;
-    rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
-    const int C = m->C;
-    const float eps = c->layer_norm_eps;
-    const bert_layer_params *p = &m->layer[l];
-    const mdl_sublayers sub = bert_sub(m);
-    const mdl_attn_params ap = bert_attn_params(p);
-    const mdl_ffn_params fp = bert_ffn_params(p);
-    bert_slices a = bert_at(m, l);
-
-    /* attention: ln1 = LN(x + drop(dense(attn(qkv(x))))) */
-    rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-    RT_TRY(mdl_attn_fwd(&sub, &ap, &d, a.x, a.qkv, a.probs, a.atty, BT, bert_drop(m, pass, 2 + 3 * l)));
-    rt_add(be, a.sum1, m->tmp, a.x, BT * C);
-    rt_layernorm_fwd(be, a.ln1, a.ln1_mean, a.ln1_rstd, a.sum1, P(p->ln1_w), P(p->ln1_b), BT, C, eps);
-    /* FFN: y = LN(ln1 + drop(out(act(in(ln1))))) */
-    mdl_ffn_up(&sub, &fp, c->act, a.ln1, a.fch, a.fchg, BT);
-    RT_TRY(mdl_ffn_down(&sub, &fp, a.fchg, BT, bert_drop(m, pass, 3 + 3 * l)));
-    rt_add(be, a.sum2, m->tmp, a.ln1, BT * C);
-    /* the backward needs only sum2 and the statistics; a recompute's output lands in tmp */
-    rt_layernorm_fwd(be, write_out ? a.y : m->tmp, a.ln2_mean, a.ln2_rstd, a.sum2, P(p->ln2_w), P(p->ln2_b), BT,
-                     C, eps);
-fail:
-    return st;
-}
-
+/* Embeddings through the last layer into m->blocks.out. */
 static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
-    const bool drop = pass->training && c->hidden_dropout_prob > 0;
-    const float ph = c->hidden_dropout_prob, eps = c->layer_norm_eps;
-
-    /* HF: (word + token type) + position, then LayerNorm and dropout. Types and positions are
-     * replicated: added after the vocab-parallel all-reduce. */
+    const mdl_stack_mask mask = bert_mask(m);
+    /* HF: (word + token type) + position, then LayerNorm and (the stack's) dropout. Types and
+     * positions are replicated: added after the vocab-parallel all-reduce. */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
     rt_embedding_fwd(be, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
     rt_embedding_fwd(be, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
-    rt_layernorm_fwd(be, m->res, m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w), P(m->eln_b), BT, C, eps);
-    if (drop) rt_dropout_fwd(be, m->res, m->res, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
-    for (int l = 0; l < c->num_hidden_layers; l++) RT_TRY(bert_layer_fwd(m, l, B, T, pass, true));
+    rt_layernorm_fwd(be, mdl_stack_residual(&m->blocks, 0), m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w),
+                     P(m->eln_b), BT, C, c->layer_norm_eps);
+    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
 fail:
     return st;
 }
 
-/* Backward of the body from dL/d(encoder output) in m->dres. */
+/* Backward of the body from dL/d(encoder output) in mdl_stack_dout(&m->blocks). */
 static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
-    const bool drop = pass->training && c->hidden_dropout_prob > 0;
-    const float ph = c->hidden_dropout_prob;
-    const int K = m->slots, last_segment = (c->num_hidden_layers - 1) / K * K;
-    const mdl_sublayers sub = bert_sub(m);
-
-    for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
-        /* checkpointing: entering a segment, recompute its layers (the forward left the last
-         * segment's in place) */
-        if (K < c->num_hidden_layers && l % K == K - 1 && l < last_segment)
-            for (int j = l - K + 1; j <= l; j++) RT_TRY(bert_layer_fwd(m, j, B, T, pass, false));
-        const bert_layer_params *p = &m->layer[l];
-        const mdl_attn_params ap = bert_attn_params(p);
-        const mdl_ffn_params fp = bert_ffn_params(p);
-        bert_slices a = bert_at(m, l);
-
-        /* FFN: dres = dL/dy -> dsum = dL/dsum2, which reaches ln1 directly and through the FFN */
-        rt_clear(be, m->dsum, BT * C * sizeof(float));
-        rt_layernorm_bwd(be, m->dsum, G(p->ln2_w), G(p->ln2_b), m->dres, a.sum2, P(p->ln2_w), a.ln2_mean,
-                         a.ln2_rstd, BT, C);
-        RT_TRY(mdl_ffn_bwd(&sub, &fp, c->act, m->dsum, a.ln1, a.fch, a.fchg, m->dln, BT,
-                           bert_drop(m, pass, 3 + 3 * l)));
-        rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dln1 */
-
-        /* attention: dL/dsum1, which reaches x directly and through attention */
-        rt_clear(be, m->dsum, BT * C * sizeof(float));
-        rt_layernorm_bwd(be, m->dsum, G(p->ln1_w), G(p->ln1_b), m->dres, a.sum1, P(p->ln1_w), a.ln1_mean,
-                         a.ln1_rstd, BT, C);
-        rt_attn_desc d = bert_attn_desc(m, B, T, pass, l);
-        RT_TRY(mdl_attn_bwd(&sub, &ap, &d, m->dsum, a.x, a.qkv, a.probs, a.atty, m->dln, BT,
-                            bert_drop(m, pass, 2 + 3 * l)));
-        rt_add(be, m->dres, m->dsum, m->dln, BT * C); /* dL/dx */
-        mdl_grads_ready(pass, &m->params, p->qkv_w); /* this layer and all above it, the head included */
-    }
-    /* embeddings: dres = dL/d(dropout(LN(emb))) */
-    const float *dln_out = m->dres;
-    if (drop) {
-        rt_dropout_bwd(be, m->tmp, m->dres, BT * C, ph, pass->seed, mdl_dropout_stream(pass, 0));
-        dln_out = m->tmp;
-    }
-    rt_clear(be, m->dsum, BT * C * sizeof(float));
-    rt_layernorm_bwd(be, m->dsum, G(m->eln_w), G(m->eln_b), dln_out, m->emb, P(m->eln_w), m->emb_mean,
-                     m->emb_rstd, BT, C);
-    rt_embedding_bwd(be, G(m->wte), m->dsum, m->ids, BT, C, m->vocab_start, m->V_local);
-    rt_embedding_bwd(be, G(m->wtt), m->dsum, m->types, BT, C, 0, c->type_vocab_size);
-    rt_embedding_bwd(be, G(m->wpe), m->dsum, m->pos, BT, C, 0, c->max_position_embeddings);
+    const mdl_stack_mask mask = bert_mask(m);
+    const float *demb = NULL;
+    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
+    /* demb = dL/d(LN(emb)); the stack's dln is free scratch now */
+    float *dsum = m->blocks.sc->dln;
+    rt_clear(be, dsum, BT * C * sizeof(float));
+    rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), demb, m->emb, P(m->eln_w), m->emb_mean, m->emb_rstd, BT, C);
+    rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wtt), dsum, m->types, BT, C, 0, c->type_vocab_size);
+    rt_embedding_bwd(be, G(m->wpe), dsum, m->pos, BT, C, 0, c->max_position_embeddings);
     /* HF's padding_idx rows get no gradient (the pad row stays 0 through training) */
     if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
     if (c->roberta) bert_zero_row(m, G(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
@@ -650,8 +491,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(bert_forward_body(m, B, T, pass));
 
     /* head: first token -> [drop] -> dense -> tanh -> drop -> out */
-    const float *enc = m->res + (size_t)c->num_hidden_layers * m->max_BT * C;
-    rt_gather_rows(be, m->cls, enc, m->cls_idx, B, C);
+    rt_gather_rows(be, m->cls, m->blocks.out, m->cls_idx, B, C);
     const float *x0 = m->cls;
     if (drop && c->roberta) {
         rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
@@ -693,8 +533,9 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
         rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         dcls = m->dh2;
     }
-    rt_clear(be, m->dres, BT * C * sizeof(float));
-    rt_scatter_rows_add(be, m->dres, dcls, m->cls_idx, B, C);
+    float *dout = mdl_stack_dout(&m->blocks);
+    rt_clear(be, dout, BT * C * sizeof(float));
+    rt_scatter_rows_add(be, dout, dcls, m->cls_idx, B, C);
     RT_TRY(bert_backward_body(m, B, T, pass));
 fail:
     return st;
@@ -706,8 +547,7 @@ rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *hos
     mdl_pass pass = {0};
     RT_TRY(bert_upload(m, host_ids, host_mask, host_types, B, T));
     RT_TRY(bert_forward_body(m, B, T, &pass));
-    const float *enc = m->res + (size_t)m->cfg.num_hidden_layers * m->max_BT * m->C;
-    rt_to_host(m->be, host_hidden, enc, (size_t)B * T * m->C * sizeof(float));
+    rt_to_host(m->be, host_hidden, m->blocks.out, (size_t)B * T * m->C * sizeof(float));
 fail:
     return st;
 }
@@ -756,9 +596,7 @@ static rt_params *bert_vt_params(void *model) { return bert_model_params(model);
 static rt_status bert_vt_save_hf(void *model, const char *dir) { return bert_save_hf(model, dir); }
 static void bert_vt_free(void *model) { bert_model_free(model); }
 static double bert_vt_flops(void *model, int B, int T) {
-    const bert_config *c = &((bert_model *)model)->cfg;
-    return c->num_hidden_layers *
-           mdl_layer_train_flops(B, T, c->hidden_size, c->hidden_size, c->intermediate_size, 0, T, 0);
+    return mdl_stack_train_flops(&((bert_model *)model)->blocks, B, T, 0);
 }
 
 rt_status bert_classifier(bert_model *m, mdl_classifier *out) {

@@ -3,58 +3,146 @@
 
 #include "models/parallel.h"
 
-#define W(idx) rt_params_data(s->params, (idx))
-#define DW(idx) rt_params_grad(s->params, (idx))
+/* A parameter's data or gradient; NULL for one the family has not (index -1). */
+#define W(idx) ((idx) >= 0 ? rt_params_data(s->params, (idx)) : NULL)
+#define DW(idx) ((idx) >= 0 ? rt_params_grad(s->params, (idx)) : NULL)
 
-/* The gradient entering the branch: dropout's backward into tmp, or dbranch itself. */
-static const float *branch_grad(const mdl_sublayers *s, const float *dbranch, size_t BT, mdl_branch_drop drop) {
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *mean, float *rstd, const float *in,
+                  size_t n) {
+    if (s->norm == MDL_NORM_RMS)
+        rt_rmsnorm_fwd(s->be, out, rstd, in, W(p.w), n, s->C, s->norm_eps);
+    else
+        rt_layernorm_fwd(s->be, out, mean, rstd, in, W(p.w), W(p.b), n, s->C, s->norm_eps);
+}
+
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
+                  const float *mean, const float *rstd, size_t n) {
+    if (s->norm == MDL_NORM_RMS)
+        rt_rmsnorm_bwd(s->be, din, DW(p.w), dout, in, W(p.w), rstd, n, s->C);
+    else
+        rt_layernorm_bwd(s->be, din, DW(p.w), DW(p.b), dout, in, W(p.w), mean, rstd, n, s->C);
+}
+
+/* out = drop(x) in place. */
+static void drop_fwd(const mdl_sublayers *s, float *x, size_t n, mdl_drop drop) {
+    if (drop.p > 0) rt_dropout_fwd(s->be, x, x, n, drop.p, drop.seed, drop.stream);
+}
+
+/* The gradient entering a branch: dropout's backward into tmp, or dbranch itself. */
+static const float *branch_grad(const mdl_sublayers *s, const float *dbranch, size_t BT, mdl_drop drop) {
     if (!(drop.p > 0)) return dbranch;
     rt_dropout_bwd(s->be, s->tmp, dbranch, BT * (size_t)s->C, drop.p, drop.seed, drop.stream);
     return s->tmp;
 }
 
+/* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
+ * weight's (and bias's) gradient, and din = sum_k dout_k W_k, written or (accumulate) added,
+ * then all-reduced over tp once when reduce is set. */
+static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, bool reduce, int n, const int *w,
+                          const int *b, float *const *dout, const float *x, size_t N, int out_local) {
+    rt_backend *be = s->be;
+    const int C = s->C;
+    for (int k = 0; k < n; k++) {
+        /* din NULL: the weight and bias gradients only, no collective */
+        (void)mdl_col_linear_bwd(be, s->tp, NULL, DW(w[k]), DW(b[k]), dout[k], x, NULL, N, C, out_local);
+        rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0, W(w[k]), C, 0,
+                (k == 0 && !accumulate) ? 0.0f : 1.0f, din, C, 0, 1);
+    }
+    if (reduce && s->tp->size > 1) return s->tp->ops->all_reduce(s->tp->ctx, din, N * (size_t)C, RT_REDUCE_SUM);
+    return RT_OK;
+}
+
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       float *qkv, float *probs, float *atty, size_t BT, mdl_branch_drop drop) {
-    const int C = s->C, Cl = s->C_local;
-    mdl_col_linear_fwd(s->be, qkv, in, W(p->qkv_w), W(p->qkv_b), BT, C, 3 * Cl);
-    rt_attention_fwd(s->be, d, atty, probs, qkv, qkv + Cl, qkv + 2 * Cl);
-    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, atty, W(p->proj_w), W(p->proj_b), BT, Cl, C);
-    if (st == RT_OK && drop.p > 0)
-        rt_dropout_fwd(s->be, s->tmp, s->tmp, BT * (size_t)C, drop.p, drop.seed, drop.stream);
+                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT, mdl_drop drop) {
+    rt_backend *be = s->be;
+    const int C = s->C, Il = s->I_local;
+    if (mdl_attn_fused(p)) {
+        mdl_col_linear_fwd(be, a.q, in, W(p->q_w), W(p->q_b), BT, C, 3 * Il);
+    } else {
+        if (!kv) kv = in, kv_rows = BT;
+        mdl_col_linear_fwd(be, a.q, in, W(p->q_w), NULL, BT, C, Il);
+        mdl_col_linear_fwd(be, a.k, kv, W(p->k_w), NULL, kv_rows, C, Il);
+        mdl_col_linear_fwd(be, a.v, kv, W(p->v_w), NULL, kv_rows, C, Il);
+    }
+    rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
+    rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, W(p->proj_w), W(p->proj_b), BT, Il, C);
+    if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)C, drop);
     return st;
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *qkv, const float *probs, const float *atty, float *din, size_t BT,
-                       mdl_branch_drop drop) {
-    const int C = s->C, Cl = s->C_local;
+                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const float *probs,
+                       const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop) {
+    rt_backend *be = s->be;
+    const int Il = s->I_local;
+    const bool fused = mdl_attn_fused(p);
     const float *dproj = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(s->be, s->datty, DW(p->proj_w), DW(p->proj_b), dproj, atty, W(p->proj_w), BT, Cl, C);
-    rt_attention_bwd(s->be, d, s->dqkv, s->dqkv + Cl, s->dqkv + 2 * Cl, NULL, s->datty, probs, qkv, qkv + Cl,
-                     qkv + 2 * Cl);
-    return mdl_col_linear_bwd(s->be, s->tp, din, DW(p->qkv_w), DW(p->qkv_b), s->dqkv, in, W(p->qkv_w), BT, C, 3 * Cl);
-}
-
-void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_act_kind act, const float *in, float *up,
-                float *hidden, size_t BT) {
-    mdl_col_linear_fwd(s->be, up, in, W(p->up_w), W(p->up_b), BT, s->C, s->F_local);
-    rt_act_fwd(s->be, act, hidden, up, BT * (size_t)s->F_local);
-}
-
-rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT,
-                       mdl_branch_drop drop) {
-    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, W(p->down_w), W(p->down_b), BT, s->F_local, s->C);
-    if (st == RT_OK && drop.p > 0)
-        rt_dropout_fwd(s->be, s->tmp, s->tmp, BT * (size_t)s->C, drop.p, drop.seed, drop.stream);
+    mdl_row_linear_bwd(be, s->datty, DW(p->proj_w), DW(p->proj_b), dproj, atty, W(p->proj_w), BT, Il, s->C);
+    /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
+    const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
+    float *dq = s->dqkv, *dk = s->dqkv + step, *dv = s->dqkv + 2 * step;
+    rt_attention_bwd(be, d, dq, dk, dv, dbias, s->datty, probs, a.q, a.k, a.v);
+    if (fused) {
+        const int w[1] = {p->q_w}, b[1] = {p->q_b};
+        float *dout[1] = {dq};
+        return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, 3 * Il);
+    }
+    const int none[3] = {-1, -1, -1};
+    if (!kv) { /* self-attention: q, k and v all read `in` */
+        const int w[3] = {p->q_w, p->k_w, p->v_w};
+        float *dout[3] = {dq, dk, dv};
+        return cols_bwd(s, din, false, true, 3, w, none, dout, in, BT, Il);
+    }
+    rt_status st = RT_OK;
+    const int wq[1] = {p->q_w}, wkv[2] = {p->k_w, p->v_w};
+    float *dout_q[1] = {dq}, *dout_kv[2] = {dk, dv};
+    RT_TRY(cols_bwd(s, din, false, true, 1, wq, none, dout_q, in, BT, Il));
+    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, dout_kv, kv, kv_rows, Il));
+fail:
     return st;
 }
 
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_act_kind act, const float *dbranch,
-                      const float *in, const float *up, const float *hidden, float *din, size_t BT,
-                      mdl_branch_drop drop) {
-    const int C = s->C, Fl = s->F_local;
+void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, float *up, float *up_lin,
+                float *hidden, size_t BT, mdl_drop inner) {
+    rt_backend *be = s->be;
+    const size_t n = BT * (size_t)s->F_local;
+    mdl_col_linear_fwd(be, up, in, W(p->up_w), W(p->up_b), BT, s->C, s->F_local);
+    if (p->up_lin_w >= 0) {
+        mdl_col_linear_fwd(be, up_lin, in, W(p->up_lin_w), NULL, BT, s->C, s->F_local);
+        rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
+    } else {
+        rt_act_fwd(be, s->act, hidden, up, n);
+    }
+    /* drawn at the whole (BT, F) matrix's indices, so that every tp size drops the same; in
+     * place, and the same call is its own backward */
+    if (inner.p > 0)
+        rt_dropout_cols(be, hidden, hidden, BT, s->F_local, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
+}
+
+rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT, mdl_drop drop) {
+    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, W(p->down_w), W(p->down_b), BT, s->F_local, s->C);
+    if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)s->C, drop);
+    return st;
+}
+
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in,
+                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT, mdl_drop drop,
+                      mdl_drop inner) {
+    rt_backend *be = s->be;
+    const int Fl = s->F_local;
+    const size_t n = BT * (size_t)Fl;
     const float *ddown = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(s->be, s->dact, DW(p->down_w), DW(p->down_b), ddown, hidden, W(p->down_w), BT, Fl, C);
-    rt_act_bwd(s->be, act, s->dup, up, s->dact, BT * (size_t)Fl);
-    return mdl_col_linear_bwd(s->be, s->tp, din, DW(p->up_w), DW(p->up_b), s->dup, in, W(p->up_w), BT, C, Fl);
+    mdl_row_linear_bwd(be, s->dhid, DW(p->down_w), DW(p->down_b), ddown, hidden, W(p->down_w), BT, Fl, s->C);
+    if (inner.p > 0)
+        rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
+    if (p->up_lin_w >= 0) {
+        rt_gated_act_bwd(be, s->act, s->dup, s->dup_lin, up, up_lin, s->dhid, n);
+        const int w[2] = {p->up_w, p->up_lin_w}, b[2] = {p->up_b, -1};
+        float *dout[2] = {s->dup, s->dup_lin};
+        return cols_bwd(s, din, false, true, 2, w, b, dout, in, BT, Fl);
+    }
+    rt_act_bwd(be, s->act, s->dup, up, s->dhid, n);
+    const int w[1] = {p->up_w}, b[1] = {p->up_b};
+    float *dout[1] = {s->dup};
+    return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, Fl);
 }

@@ -1,18 +1,21 @@
-/* The sublayers of a transformer block, the part every family computes alike, each ending in its
- * residual-branch dropout:
+/* The sublayers of a transformer block, the part every family computes alike. Each ends in its
+ * residual-branch dropout; models/stack.h wires them into blocks:
  *
- *   attention  branch = drop(proj(attention(qkv(in))))   qkv column-parallel (fused [q; k; v]),
- *                                                         this tp rank's heads, proj row-parallel
- *   FFN        branch = drop(down(act(up(in))))           up column-parallel, down row-parallel
+ *   norm       LayerNorm (weight, bias) or RMSNorm (weight only) over rows of C
+ *   attention  branch = drop(proj(attention(q(in), k(kv), v(kv))))   kv = in (self) or another
+ *              stack's output (cross); q, k, v column-parallel, fused [q; k; v] or apart, this
+ *              tp rank's heads; proj row-parallel
+ *   FFN        branch = drop(down(drop_inner(act(up(in)) [* up_lin(in)])))   up, up_lin
+ *              column-parallel (gated when up_lin is present), down row-parallel
  *
- * The family wires them: pre-LN (GPT-2, GLM) feeds LN(x) and adds the branch to x; post-LN
- * (BERT, RoBERTa) feeds x, adds, then normalizes. The branch lands in the scratch `tmp`; the
- * backward takes dL/d(branch) and writes dL/d(in) into `din` (the caller's residual and norm
- * gradients stay with the caller, whose accumulation order the goldens pin down). Parameters
- * are indices into the model's slab; activations are the caller's slices for this block. */
+ * The branch lands in the scratch `tmp`; the backward takes dL/d(branch) and writes dL/d(in)
+ * into `din` (the caller's residual and norm gradients stay with the caller, whose accumulation
+ * order the goldens pin down). Parameters are indices into the model's slab, -1 for one a
+ * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices. */
 #ifndef MDL_BLOCK_H
 #define MDL_BLOCK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,50 +23,80 @@
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
-/* What the sublayers of one model share: its backend, tp group, slab, widths and scratch. */
+typedef enum { MDL_NORM_LAYER, MDL_NORM_RMS } mdl_norm_kind;
+
+/* What the sublayers of one stack share: its backend, tp group, slab, widths and scratch. */
 typedef struct {
     rt_backend *be;
     rt_comm *tp;
     rt_params *params;
-    int C, C_local, F_local;  /* width; this rank's attention width and FFN width */
-    float *tmp;               /* (BT, C): the branch output (forward), dropout's gradient (backward) */
-    float *dqkv, *datty;      /* (BT, 3 C_local), (BT, C_local) */
-    float *dup, *dact;        /* (BT, F_local): d(up output), d(act output) */
+    int C, I_local;             /* width; this rank's attention width (its heads x head size) */
+    int F, F_local, F_offset;   /* FFN width: all ranks', this rank's, and its first column */
+    mdl_norm_kind norm;
+    float norm_eps;
+    rt_act_kind act;
+    size_t rows;                /* rows the scratch below holds */
+    float *tmp;                 /* (rows, C): the branch output (forward), dropout's gradient (backward) */
+    float *dqkv, *datty;        /* (rows, 3 I_local), (rows, I_local) */
+    float *dup, *dup_lin, *dhid; /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
 } mdl_sublayers;
 
 typedef struct {
-    int qkv_w, qkv_b, proj_w, proj_b;
+    int w, b;
+} mdl_norm_params;
+
+typedef struct {
+    int q_w, k_w, v_w;  /* k_w -1: q_w is the fused [q; k; v] */
+    int q_b;            /* the fused projection's bias, or -1 */
+    int proj_w, proj_b;
 } mdl_attn_params;
 
 typedef struct {
-    int up_w, up_b, down_w, down_b;
+    int up_w, up_b, up_lin_w, down_w, down_b;
 } mdl_ffn_params;
 
-/* Residual-branch dropout: p 0 is none. */
+/* A dropout call: p 0 is none. */
 typedef struct {
     float p;
     uint64_t seed, stream;
-} mdl_branch_drop;
+} mdl_drop;
 
-/* tmp = drop(proj(attention(qkv(in)))); qkv (BT, 3 C_local), probs and atty (BT, C_local) are
- * kept for the backward. d describes the attention over qkv (its dropout on the probabilities). */
+/* Where q, k and v of an attention live (strides in the attention's rt_attn_desc). */
+typedef struct {
+    float *q, *k, *v;
+} mdl_qkv;
+
+/* Whether the attention's q, k and v come from one fused projection. */
+static inline bool mdl_attn_fused(const mdl_attn_params *p) { return p->k_w < 0; }
+
+/* out = norm(in) over n rows; mean (LayerNorm) and rstd keep its statistics. */
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *mean, float *rstd, const float *in,
+                  size_t n);
+/* din += dL/d(in) from dout; accumulates the norm's parameter gradients. */
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
+                  const float *mean, const float *rstd, size_t n);
+
+/* tmp = drop(proj(attention(q(in), k(kv), v(kv)))) over BT query rows and kv_rows key rows (kv
+ * NULL: kv = in); q, k, v, probs and atty are kept for the backward. d describes the attention
+ * (its strides, masks, bias and dropout on the probabilities). */
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       float *qkv, float *probs, float *atty, size_t BT, mdl_branch_drop drop);
+                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT, mdl_drop drop);
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
- * parameter gradients. */
+ * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
+ * not yet reduced over tp. */
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *qkv, const float *probs, const float *atty, float *din, size_t BT,
-                       mdl_branch_drop drop);
+                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const float *probs,
+                       const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop);
 
-/* The FFN's first half: hidden = act(up(in)), up (BT, F_local) kept for the backward. */
-void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_act_kind act, const float *in, float *up,
-                float *hidden, size_t BT);
+/* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
+ * kept for the backward. */
+void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, float *up, float *up_lin,
+                float *hidden, size_t BT, mdl_drop inner);
 /* Its second half: tmp = drop(down(hidden)). */
-rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT,
-                       mdl_branch_drop drop);
+rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT, mdl_drop drop);
 /* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_act_kind act, const float *dbranch,
-                      const float *in, const float *up, const float *hidden, float *din, size_t BT,
-                      mdl_branch_drop drop);
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in,
+                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT, mdl_drop drop,
+                      mdl_drop inner);
 
 #endif

@@ -15,13 +15,12 @@
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
-#include "models/preln_stack.h"
 #include "runtime/rt_arena.h"
 
 #include "models/glm_internal.h"
 
 
-static const mdl_preln_names glm_block_names = {
+static const mdl_stack_names glm_block_names = {
     "transformer.layers.%d.input_layernorm.weight",    "transformer.layers.%d.input_layernorm.bias",
     "transformer.layers.%d.attention.query_key_value.weight", "transformer.layers.%d.attention.query_key_value.bias",
     "transformer.layers.%d.attention.dense.weight",    "transformer.layers.%d.attention.dense.bias",
@@ -45,19 +44,20 @@ static void glm_declare_params(glm_model *m) {
     if (c->block_position_encoding)
         m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
     /* FlagAI: output layers (attention dense, dense_4h_to_h) scaled by 1/sqrt(2 num_layers) */
-    mdl_preln_config bc = {.n_layer = c->num_layers, .C = m->C, .n_head = c->num_attention_heads,
-                           .F = 4 * c->hidden_size, .ln_eps = c->layernorm_epsilon, .act = RT_ACT_GELU_TANH,
-                           .attn_pdrop = c->attention_dropout_prob, .resid_pdrop = c->output_dropout_prob,
-                           .emb_pdrop = c->embedding_dropout_prob,
-                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->num_layers),
+    mdl_stack_config bc = {.n_layer = c->num_layers, .C = m->C, .n_head = c->num_attention_heads,
+                           .F = 4 * c->hidden_size, .norm = MDL_NORM_LAYER, .norm_eps = c->layernorm_epsilon,
+                           .final_norm = true, .act = RT_ACT_GELU_TANH, .attn_pdrop = c->attention_dropout_prob,
+                           .resid_pdrop = c->output_dropout_prob, .emb_pdrop = c->embedding_dropout_prob,
                            .checkpoint_layers = c->checkpoint_layers};
-    mdl_preln_declare(&m->blocks, &bc, &glm_block_names, &ckpt_map_glm, m->be, m->tp, &m->params);
+    mdl_stack_compact_sites(&bc);
+    mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
+    mdl_stack_declare_named(&m->blocks, &glm_block_names, &ckpt_map_glm, std, std / sqrtf(2.0f * (float)c->num_layers));
 }
 
 static void glm_layout(glm_model *m, rt_arena *a) {
     const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->V_local;
     const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
-    mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
+    mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
     m->rows = rt_arena_take(a, BT * C, f);
     m->drows = rt_arena_take(a, BT * C, f);
     m->losses = rt_arena_take(a, BT, f);
@@ -153,7 +153,7 @@ void glm_model_free(glm_model *m) {
     if (m->logits) rt_free_device(m->be, m->logits);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
-    mdl_preln_free(&m->blocks);
+    mdl_stack_free(&m->blocks);
     free(m->h_idx);
     free(m->h_targets);
     free(m->h_losses);
@@ -193,7 +193,7 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
     return RT_OK;
 }
 
-static mdl_preln_mask glm_mask(const glm_model *m) { return (mdl_preln_mask){.causal = true, .prefix = m->sep}; }
+static mdl_stack_mask glm_mask(const glm_model *m) { return (mdl_stack_mask){.causal = true, .prefix = m->sep}; }
 
 /* Embeddings through the final LayerNorm into m->blocks.out. */
 rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
@@ -201,25 +201,25 @@ rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
-    mdl_preln_mask mask = glm_mask(m);
-    float *x = mdl_preln_residual(&m->blocks, 0);
+    mdl_stack_mask mask = glm_mask(m);
+    float *x = mdl_stack_residual(&m->blocks, 0);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
-    RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
+    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
 fail:
     return st;
 }
 
-/* Backward from dL/d(final LayerNorm output) in m->blocks.dln. */
+/* Backward from dL/d(final LayerNorm output) in mdl_stack_dout(&m->blocks). */
 static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
     const int C = m->C;
     const float *demb = NULL;
-    mdl_preln_mask mask = glm_mask(m);
-    RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
+    mdl_stack_mask mask = glm_mask(m);
+    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
     rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
     rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
     if (m->wbpe >= 0) rt_embedding_bwd(be, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
@@ -230,8 +230,8 @@ fail:
 /* dL/d(rows) (n, C) in m->drows back into the body at the rows' positions. */
 static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
     rt_backend *be = m->be;
-    rt_clear(be, m->blocks.dln, (size_t)B * T * m->C * sizeof(float));
-    rt_scatter_rows_add(be, m->blocks.dln, m->drows, m->row_idx, (size_t)n, m->C);
+    rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * m->C * sizeof(float));
+    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->drows, m->row_idx, (size_t)n, m->C);
     return glm_backward_body(m, B, T, pass);
 }
 
@@ -555,8 +555,6 @@ fail:
 }
 
 double glm_train_flops(const glm_model *m, int B, int T, int n_targets) {
-    const glm_config *c = &m->cfg;
-    const double C = c->hidden_size;
-    return c->num_layers * mdl_layer_train_flops(B, T, C, C, 4 * C, 0, T, 0) +
-           mdl_head_train_flops(n_targets, C, c->vocab_size);
+    return mdl_stack_train_flops(&m->blocks, B, T, 0) +
+           mdl_head_train_flops(n_targets, m->cfg.hidden_size, m->cfg.vocab_size);
 }

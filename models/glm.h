@@ -1,6 +1,6 @@
 /* GLM (Du et al., 2022) as FlagAI's GLMModel and THUDM/GLM define it: word embeddings plus
  * two learned position tables (positions and block positions, GLM's 2D positions), the
- * pre-LayerNorm blocks GPT-2 uses (models/preln_stack.h, GELU tanh), a final LayerNorm, and
+ * pre-LayerNorm blocks GPT-2 uses (models/stack.h, GELU tanh), a final LayerNorm, and
  * the output through the tied word embeddings. Attention is bidirectional over each row's
  * context (keys before its separator `sep`) and causal after it, as GLMStack's mask.
  *
@@ -25,7 +25,7 @@ typedef struct {
     float embedding_dropout_prob, attention_dropout_prob, output_dropout_prob;
     float layernorm_epsilon, init_std;
     bool block_position_encoding; /* two position tables of max_sequence_length + 1 rows */
-    int checkpoint_layers; /* activation checkpointing (models/preln_stack.h); a run option, not saved */
+    int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not saved */
 } glm_config;
 
 /* GLM-large-chinese's sizes (FlagAI's defaults) with dropout 0.1. */

@@ -42,11 +42,11 @@ rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, in
      * keeps rows (max_B x max_beams) and context + new within int */
     const uint64_t n_rows = (uint64_t)max_B * (uint64_t)max_beams, n_len = (uint64_t)max_S + (uint64_t)max_new;
     rt_status cst = mdl_check_activations("GLM generation caches", 4 * (uint64_t)m->cfg.num_layers, n_rows, n_len,
-                                          mdl_size_max((uint64_t)m->blocks.C_local, (uint64_t)m->V_pad),
+                                          mdl_size_max((uint64_t)m->blocks.I_local, (uint64_t)m->V_pad),
                                           "lower the batch, beams or lengths");
     if (cst != RT_OK) return cst;
     glm_decoder *d = rt_xcalloc(1, sizeof *d);
-    const int L = m->cfg.num_layers, Cl = m->blocks.C_local;
+    const int L = m->cfg.num_layers, Cl = m->blocks.I_local;
     d->m = m;
     d->max_B = max_B;
     d->max_beams = max_beams;
@@ -114,7 +114,7 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     rt_status st = RT_OK;
     glm_model *m = d->m;
     rt_backend *be = m->be;
-    const int B = ctx->B, S = ctx->T, Cl = m->blocks.C_local, Tmax = glm_dec_tmax(d);
+    const int B = ctx->B, S = ctx->T, Cl = m->blocks.I_local, Tmax = glm_dec_tmax(d);
     const size_t n = (size_t)B * S;
     mdl_pass pass = {0};
     RT_TRY(glm_upload(m, ctx));
@@ -129,7 +129,7 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     rt_to_device(be, m->row_idx, d->h_idx, n * sizeof(int32_t));
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
-        mdl_preln_kv(&m->blocks, l, mdl_preln_ln1(&m->blocks, l, n), n, m->rows, m->drows);
+        mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, n), n, m->rows, m->drows);
         rt_scatter_rows_add(be, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
         rt_scatter_rows_add(be, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
     }
@@ -161,8 +161,8 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab_start, m->V_local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
-    RT_TRY(mdl_preln_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
-    mdl_preln_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
+    RT_TRY(mdl_stack_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
+    mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
     RT_TRY(glm_logits_rows(m, (size_t)R));
     mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->V_local);
     RT_TRY(glm_vocab_to_host(m, (size_t)R, host_logits));
@@ -176,7 +176,7 @@ static void glm_dec_reorder(void *ctx, int t, int R_old, int R_new, const int32_
     glm_decoder *d = ctx;
     glm_model *m = d->m;
     rt_backend *be = m->be;
-    const int Tmax = glm_dec_tmax(d), used = d->S + t + 1, Cl = m->blocks.C_local;
+    const int Tmax = glm_dec_tmax(d), used = d->S + t + 1, Cl = m->blocks.I_local;
     (void)R_old;
     for (int r = 0; r < R_new; r++)
         for (int j = 0; j < used; j++) d->h_idx[(size_t)r * used + j] = parent[r] * Tmax + j;

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 
 #include "models/glm.h"
-#include "models/preln_stack.h"
+#include "models/stack.h"
 
 /* Added to the logits of vocab padding columns: they never win a softmax. */
 #define GLM_MASKED (-1e30f)
@@ -17,7 +17,7 @@ struct glm_model {
     rt_comm *tp;
     rt_params params;
     int wte, wpe, wbpe;
-    mdl_preln blocks;
+    mdl_stack blocks;
     int max_B, max_T, C, P; /* P: rows of each position table */
     int V_pad, V_local, vocab_start;
     size_t max_BT;

@@ -16,7 +16,7 @@
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
-#include "models/preln_stack.h"
+#include "models/stack.h"
 #include "runtime/rt_arena.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
@@ -29,7 +29,7 @@ struct gpt2_model {
     rt_comm *tp;
     rt_params params;
     int wte, wpe, score;
-    mdl_preln blocks;   /* the transformer blocks, their activations and scratch */
+    mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
     int C;
     int V_pad, V_local, vocab_start; /* wte: V_pad = ckpt_tp_padded_vocab rows over all ranks */
@@ -200,7 +200,7 @@ static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d
                          std);
 }
 
-static const mdl_preln_names gpt2_block_names = {
+static const mdl_stack_names gpt2_block_names = {
     "h.%d.ln_1.weight", "h.%d.ln_1.bias", "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight",
     "h.%d.attn.c_proj.bias", "h.%d.ln_2.weight", "h.%d.ln_2.bias", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias",
     "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
@@ -213,12 +213,13 @@ static void gpt2_declare_params(gpt2_model *m) {
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
-    mdl_preln_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head,
-                           .F = gpt2_inner(c), .ln_eps = c->layer_norm_eps, .act = c->act,
+    mdl_stack_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head, .F = gpt2_inner(c),
+                           .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = true, .act = c->act,
                            .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .emb_pdrop = c->embd_pdrop,
-                           .init_std = std, .proj_std = std / sqrtf(2.0f * (float)c->n_layer),
                            .checkpoint_layers = c->checkpoint_layers};
-    mdl_preln_declare(&m->blocks, &bc, &gpt2_block_names, &ckpt_map_gpt2, m->be, m->tp, &m->params);
+    mdl_stack_compact_sites(&bc);
+    mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
+    mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
 
@@ -230,7 +231,7 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     const size_t BT = m->max_BT, B = (size_t)m->max_B;
     const size_t C = (size_t)m->C, NL = (size_t)m->cfg.num_labels;
     const size_t f = sizeof(float), i = sizeof(int32_t);
-    mdl_preln_layout(&m->blocks, a, m->max_B, m->max_T);
+    mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
     m->pooled = rt_arena_take(a, B * C, f);
     m->logits = rt_arena_take(a, B * NL, f);
     m->dlogits = rt_arena_take(a, B * NL, f);
@@ -302,7 +303,7 @@ void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
-    mdl_preln_free(&m->blocks);
+    mdl_stack_free(&m->blocks);
     free(m->h_pos);
     free(m->h_last);
     free(m->h_mask);
@@ -350,30 +351,30 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
 }
 
 /* GPT-2 attends causally, with padded keys masked. */
-static mdl_preln_mask gpt2_mask(const gpt2_model *m) { return (mdl_preln_mask){.causal = true, .key_mask = m->key_mask}; }
+static mdl_stack_mask gpt2_mask(const gpt2_model *m) { return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask}; }
 
 /* The transformer body: embeddings through ln_f into m->blocks.out. */
 static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
-    mdl_preln_mask mask = gpt2_mask(m);
-    float *x = mdl_preln_residual(&m->blocks, 0);
+    mdl_stack_mask mask = gpt2_mask(m);
+    float *x = mdl_stack_residual(&m->blocks, 0);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab_start, m->V_local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
-    RT_TRY(mdl_preln_forward(&m->blocks, B, T, &mask, pass));
+    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
 fail:
     return st;
 }
 
-/* Backward of the body, from dL/d(ln_f output) in m->blocks.dln. */
+/* Backward of the body, from dL/d(ln_f output) in mdl_stack_dout(&m->blocks). */
 static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;
     const float *demb = NULL;
-    mdl_preln_mask mask = gpt2_mask(m);
-    RT_TRY(mdl_preln_backward(&m->blocks, B, T, &mask, pass, &demb));
+    mdl_stack_mask mask = gpt2_mask(m);
+    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
     rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, m->C, m->vocab_start, m->V_local);
     rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
 fail:
@@ -415,8 +416,8 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
     /* score is replicated: each rank already has the whole dL/dpooled, so no all-reduce */
     mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C, NL);
-    rt_clear(be, m->blocks.dln, BT * C * sizeof(float));
-    rt_scatter_rows_add(be, m->blocks.dln, m->dpooled, m->last, B, C);
+    rt_clear(be, mdl_stack_dout(&m->blocks), BT * C * sizeof(float));
+    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->dpooled, m->last, B, C);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;
@@ -487,9 +488,7 @@ static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
 static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 
 static double gpt2_cls_vflops(void *model, int B, int T) {
-    const gpt2_config *c = &((gpt2_model *)model)->cfg;
-    const double F = gpt2_inner(c);
-    return c->n_layer * mdl_layer_train_flops(B, T, c->n_embd, c->n_embd, F, 0, T, 0);
+    return mdl_stack_train_flops(&((gpt2_model *)model)->blocks, B, T, 0);
 }
 
 void gpt2_classifier(gpt2_model *m, mdl_classifier *out) {

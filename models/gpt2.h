@@ -25,7 +25,7 @@ typedef struct {
     int num_labels;
     int pad_token_id; /* -1 when the config has none */
     int eos_token_id;
-    int checkpoint_layers; /* activation checkpointing (models/preln_stack.h); a run option, not in config.json */
+    int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not in config.json */
 } gpt2_config;
 
 /* HF defaults (gpt2 124M) with num_labels 2. */

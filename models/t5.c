@@ -35,33 +35,33 @@ enum { T5_ALL = 0, T5_DECODER = 1, T5_BLOCK0 = 2, T5_GATED = 4, T5_PLAIN = 8 };
 
 typedef struct {
     const char *name; /* after "<stack>.block.<n>.layer.<sub>." */
-    size_t field;     /* offsetof(t5_block_params, ...) */
+    size_t field;     /* offsetof(mdl_block_params, ...) */
     t5_shape shape;
     t5_std std;
     t5_sub sub;
     unsigned when;
 } t5_param_row;
 
-#define T5_F(x) offsetof(t5_block_params, x)
+#define T5_F(x) offsetof(mdl_block_params, x)
 /* HF's named_parameters order within a block. */
 static const t5_param_row t5_block_rows[] = {
-    {"SelfAttention.q.weight", T5_F(q), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.k.weight", T5_F(k), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.v.weight", T5_F(v), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.o.weight", T5_F(o), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.relative_attention_bias.weight", T5_F(rel_bias), T5_SHAPE_BUCKETS, T5_STD_REL,
+    {"SelfAttention.q.weight", T5_F(attn.q_w), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.k.weight", T5_F(attn.k_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.v.weight", T5_F(attn.v_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.o.weight", T5_F(attn.proj_w), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.relative_attention_bias.weight", 0 /* the stack's rel_bias */, T5_SHAPE_BUCKETS, T5_STD_REL,
      T5_SUB_SELF, T5_BLOCK0},
-    {"layer_norm.weight", T5_F(ln_self), T5_SHAPE_C, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
-    {"EncDecAttention.q.weight", T5_F(cq), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.k.weight", T5_F(ck), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.v.weight", T5_F(cv), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.o.weight", T5_F(co), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
-    {"layer_norm.weight", T5_F(ln_cross), T5_SHAPE_C, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
-    {"DenseReluDense.wi.weight", T5_F(wi), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
-    {"DenseReluDense.wi_0.weight", T5_F(wi), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wi_1.weight", T5_F(wi1), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wo.weight", T5_F(wo), T5_SHAPE_FF_OUT, T5_STD_WO, T5_SUB_FF, T5_ALL},
-    {"layer_norm.weight", T5_F(ln_ff), T5_SHAPE_C, T5_STD_NORM, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(norm1.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
+    {"EncDecAttention.q.weight", T5_F(cross.q_w), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.k.weight", T5_F(cross.k_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.v.weight", T5_F(cross.v_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
+    {"EncDecAttention.o.weight", T5_F(cross.proj_w), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
+    {"layer_norm.weight", T5_F(norm_cross.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
+    {"DenseReluDense.wi.weight", T5_F(ffn.up_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
+    {"DenseReluDense.wi_0.weight", T5_F(ffn.up_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wi_1.weight", T5_F(ffn.up_lin_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wo.weight", T5_F(ffn.down_w), T5_SHAPE_FF_OUT, T5_STD_WO, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(norm2.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_FF, T5_ALL},
 };
 #undef T5_F
 
@@ -98,13 +98,39 @@ static int t5_add(t5_model *m, const char *name, int64_t d0, int64_t d1, bool no
                          std);
 }
 
+/* Dropout sites: the stacks' embeddings and final norms, then 8 per block (encoder blocks
+ * first, then the decoder's), one per mdl_site_kind. */
+enum { T5_SITE_ENC_EMBED = 1, T5_SITE_ENC_FINAL, T5_SITE_DEC_EMBED, T5_SITE_DEC_FINAL, T5_SITE_BLOCKS = 8 };
+
+/* Every dropout of T5 has the one rate. */
+static void t5_stack_set_dropout(t5_stack *s, float p) {
+    mdl_stack_config *c = &s->blocks.cfg;
+    c->attn_pdrop = c->resid_pdrop = c->ffn_pdrop = c->emb_pdrop = c->final_pdrop = p;
+}
+
+/* A stack's blocks: pre-RMSNorm, unscaled attention (T5 folds the scaling into its init), and
+ * the decoder's cross-attention. */
+static void t5_stack_init(t5_model *m, t5_stack *s) {
+    const t5_config *c = &m->cfg;
+    mdl_stack_config bc = {.n_layer = s->L, .C = c->d_model, .n_head = c->num_heads, .head_size = c->d_kv,
+                           .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon, .final_norm = true,
+                           .cross = s->decoder, .gated = c->gated, .act = c->act, .attn_scale = 1.0f,
+                           .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
+                           .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
+                           .checkpoint_layers = c->checkpoint_layers};
+    const int first = T5_SITE_BLOCKS + 8 * (s->decoder ? c->num_layers : 0);
+    for (int k = 0; k < MDL_SITE_KINDS; k++) bc.site[k] = first + k;
+    mdl_stack_init(&s->blocks, &bc, m->be, m->tp, &m->params);
+    t5_stack_set_dropout(s, c->dropout_rate);
+}
+
 static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
     const t5_config *c = &m->cfg;
+    t5_stack_init(m, s);
     const float f = c->initializer_factor;
     const int C = m->C, Il = m->I_local, Fl = m->F_local;
     for (int b = 0; b < s->L; b++) {
-        t5_block_params *bp = &s->blk[b];
-        memset(bp, 0xff, sizeof *bp); /* every index -1 */
+        mdl_block_params *bp = &s->blocks.layer[b];
         int first = -1;
         for (size_t r = 0; r < sizeof t5_block_rows / sizeof *t5_block_rows; r++) {
             const t5_param_row *row = &t5_block_rows[r];
@@ -136,14 +162,14 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             }
             bool norm = row->std == T5_STD_NORM;
             int idx = t5_add(m, name, d0, d1, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
-            *(int *)((char *)bp + row->field) = idx;
+            *(row->shape == T5_SHAPE_BUCKETS ? &s->rel_bias : (int *)((char *)bp + row->field)) = idx;
             if (first < 0) first = idx;
         }
         bp->first = first;
     }
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, "%s.final_layer_norm.weight", prefix);
-    s->final_ln = t5_add(m, name, C, 0, true, RT_INIT_ONES, 0);
+    s->blocks.final.w = t5_add(m, name, C, 0, true, RT_INIT_ONES, 0);
 }
 
 static void t5_declare_params(t5_model *m) {
@@ -162,68 +188,28 @@ static void t5_declare_params(t5_model *m) {
 
 /* Lays out one stack's buffers (measuring when a->base is NULL). */
 static void t5_layout_stack(t5_model *m, t5_stack *s, rt_arena *a) {
-    const int K = m->cfg.checkpoint_layers;
-    s->slots = K > 0 && K < s->L ? K : s->L;
-    const size_t L = (size_t)s->slots, MR = s->MR, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
-    const size_t B = (size_t)m->max_B, T = (size_t)s->max_T, S = (size_t)m->max_S, NH = (size_t)m->NH_local;
-    const size_t f = sizeof(float);
-    s->res = rt_arena_take(a, ((size_t)s->L + 1) * MR * C, f);
-    s->mid = rt_arena_take(a, L * MR * C, f);
-    s->ln1 = rt_arena_take(a, L * MR * C, f);
-    s->ln1_rstd = rt_arena_take(a, L * MR, f);
-    s->q = rt_arena_take(a, L * MR * Il, f);
-    s->k = rt_arena_take(a, L * MR * Il, f);
-    s->v = rt_arena_take(a, L * MR * Il, f);
-    s->probs = rt_arena_take(a, L * B * NH * T * T, f);
-    s->atty = rt_arena_take(a, L * MR * Il, f);
-    if (s->decoder) {
-        s->mid2 = rt_arena_take(a, L * MR * C, f);
-        s->lnc = rt_arena_take(a, L * MR * C, f);
-        s->lnc_rstd = rt_arena_take(a, L * MR, f);
-        s->cq = rt_arena_take(a, L * MR * Il, f);
-        s->ck = rt_arena_take(a, L * B * S * Il, f);
-        s->cv = rt_arena_take(a, L * B * S * Il, f);
-        s->cprobs = rt_arena_take(a, L * B * NH * T * S, f);
-        s->catty = rt_arena_take(a, L * MR * Il, f);
-    }
-    s->ln2 = rt_arena_take(a, L * MR * C, f);
-    s->ln2_rstd = rt_arena_take(a, L * MR, f);
-    s->fa = rt_arena_take(a, L * MR * Fl, f);
-    s->fb = m->cfg.gated ? rt_arena_take(a, L * MR * Fl, f) : NULL;
-    s->fh = rt_arena_take(a, L * MR * Fl, f);
-    s->lnf = rt_arena_take(a, MR * C, f);
-    s->lnf_rstd = rt_arena_take(a, MR, f);
-    s->out = rt_arena_take(a, MR * C, f);
-    s->bias = rt_arena_take(a, NH * T * T, f);
-    s->dbias = rt_arena_take(a, NH * T * T, f);
+    const size_t T = (size_t)s->max_T, NH = (size_t)m->NH_local;
+    mdl_stack_layout(&s->blocks, a, m->max_B, s->max_T, m->max_S, &m->scratch);
+    s->bias = rt_arena_take(a, NH * T * T, sizeof(float));
+    s->dbias = rt_arena_take(a, NH * T * T, sizeof(float));
     s->buckets = rt_arena_take(a, T * T, sizeof(int32_t));
-    s->ids = rt_arena_take(a, MR, sizeof(int32_t));
+    s->ids = rt_arena_take(a, s->MR, sizeof(int32_t));
 }
 
 static void t5_layout(t5_model *m, rt_arena *a) {
-    const size_t BS = (size_t)m->max_B * m->max_S, BT = (size_t)m->max_B * m->max_T;
-    const size_t R = BS > BT ? BS : BT, C = (size_t)m->C, Il = (size_t)m->I_local, Fl = (size_t)m->F_local;
+    const size_t BS = (size_t)m->max_B * m->max_S, BT = (size_t)m->max_B * m->max_T, C = (size_t)m->C;
     const size_t f = sizeof(float);
     t5_layout_stack(m, &m->enc, a);
     t5_layout_stack(m, &m->dec, a);
+    mdl_stack_scratch_layout(&m->enc.blocks, &m->scratch, a, BS > BT ? BS : BT);
     m->logits = rt_arena_take(a, BT * (size_t)m->V_local, f);
     m->losses = rt_arena_take(a, BT, f);
     m->xent_stats = rt_arena_take(a, 3 * BT, f);
     m->vocab_mask = rt_arena_take(a, (size_t)m->V_local, f);
     m->key_mask = rt_arena_take(a, BS, f);
     m->targets = rt_arena_take(a, BT, sizeof(int32_t));
-    m->tmp = rt_arena_take(a, R * C, f);
-    m->dres = rt_arena_take(a, R * C, f);
-    m->dln = rt_arena_take(a, R * C, f);
     m->dtop = rt_arena_take(a, BT * C, f);
     m->denc = rt_arena_take(a, BS * C, f);
-    m->dq = rt_arena_take(a, R * Il, f);
-    m->dk = rt_arena_take(a, R * Il, f);
-    m->dv = rt_arena_take(a, R * Il, f);
-    m->datty = rt_arena_take(a, R * Il, f);
-    m->dfa = rt_arena_take(a, R * Fl, f);
-    m->dfb = m->cfg.gated ? rt_arena_take(a, R * Fl, f) : NULL;
-    m->dfh = rt_arena_take(a, R * Fl, f);
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): C, the attention's
@@ -267,8 +253,6 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     m->vocab_padded_here = m->vocab_start + m->V_local > c->vocab_size;
     m->enc = (t5_stack){.decoder = false, .L = c->num_layers, .max_T = max_src, .MR = (size_t)max_B * max_src};
     m->dec = (t5_stack){.decoder = true, .L = c->num_decoder_layers, .max_T = max_tgt, .MR = (size_t)max_B * max_tgt};
-    m->enc.blk = rt_xcalloc((size_t)m->enc.L, sizeof *m->enc.blk);
-    m->dec.blk = rt_xcalloc((size_t)m->dec.L, sizeof *m->dec.blk);
     rt_params_init(&m->params, be);
     t5_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
@@ -311,8 +295,8 @@ void t5_model_free(t5_model *m) {
     if (!m) return;
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
-    free(m->enc.blk);
-    free(m->dec.blk);
+    mdl_stack_free(&m->enc.blocks);
+    mdl_stack_free(&m->dec.blocks);
     free(m->h_buckets);
     free(m->h_dec_ids);
     free(m->h_targets);
@@ -329,6 +313,8 @@ int t5_model_padded_vocab(const t5_model *m) { return m->V_pad; }
 rt_status t5_set_dropout(t5_model *m, float p) {
     if (!(p >= 0 && p < 1)) return rt_errorf(RT_ERR_CONFIG, "T5: dropout %g not in [0, 1)", p);
     m->cfg.dropout_rate = p;
+    t5_stack_set_dropout(&m->enc, p);
+    t5_stack_set_dropout(&m->dec, p);
     return RT_OK;
 }
 
@@ -424,280 +410,45 @@ fail:
     return st;
 }
 
-/* ---- dropout ---- */
+/* ---- the stacks ---- */
 
-/* Dropout sites: the stacks' embeddings and final norms, then 8 per block (encoder blocks
- * first, then the decoder's), indexed by t5_drop_kind. */
-enum { T5_SITE_ENC_EMBED = 1, T5_SITE_ENC_FINAL, T5_SITE_DEC_EMBED, T5_SITE_DEC_FINAL, T5_SITE_BLOCKS = 8 };
-typedef enum { T5_DROP_SELF_PROBS, T5_DROP_SELF_OUT, T5_DROP_CROSS_PROBS, T5_DROP_CROSS_OUT, T5_DROP_FF_INNER,
-               T5_DROP_FF_OUT } t5_drop_kind;
-
-static int t5_block_site(const t5_model *m, const t5_stack *s, int b, t5_drop_kind kind) {
-    int global = s->decoder ? m->cfg.num_layers + b : b;
-    return T5_SITE_BLOCKS + 8 * global + (int)kind;
+/* What a stack's attention sees: the encoder its padding, the decoder causal self-attention
+ * and, across, the encoder's output with its padding; both the relative position bias. */
+static mdl_stack_mask t5_mask(t5_model *m, t5_stack *s, int S) {
+    return (mdl_stack_mask){.causal = s->decoder, .key_mask = s->decoder ? NULL : m->key_mask, .bias = s->bias,
+                            .dbias = s->dbias, .cross_in = s->decoder ? m->enc.blocks.out : NULL,
+                            .dcross_in = m->denc, .cross_key_mask = m->key_mask, .S = S};
 }
 
-static float t5_drop_p(const t5_model *m, const mdl_pass *pass) {
-    return pass->training ? m->cfg.dropout_rate : 0.0f;
-}
-
-/* out = dropout(inp) (a copy when dropout is off; out may alias inp). */
-static void t5_drop(t5_model *m, const mdl_pass *pass, float *out, const float *inp, size_t n, int site) {
-    float p = t5_drop_p(m, pass);
-    if (p > 0)
-        rt_dropout_fwd(m->be, out, inp, n, p, pass->seed, mdl_dropout_stream(pass, site));
-    else if (out != inp)
-        rt_copy(m->be, out, inp, n * sizeof(float));
-}
-
-/* The gradient through t5_drop: dout itself when dropout is off, else scratch. */
-static const float *t5_drop_bwd(t5_model *m, const mdl_pass *pass, float *scratch, const float *dout, size_t n,
-                                int site) {
-    float p = t5_drop_p(m, pass);
-    if (!(p > 0)) return dout;
-    rt_dropout_bwd(m->be, scratch, dout, n, p, pass->seed, mdl_dropout_stream(pass, site));
-    return scratch;
-}
-
-/* The FFN's inner dropout on this rank's F_local columns of the (R, d_ff) activations, drawn
- * at the whole matrix's indices (in place; the same call is its own backward). */
-static void t5_drop_ff(t5_model *m, const mdl_pass *pass, float *x, size_t R, int site) {
-    float p = t5_drop_p(m, pass);
-    if (p > 0)
-        rt_dropout_cols(m->be, x, x, R, m->F_local, m->cfg.d_ff, m->ff_offset, p, pass->seed,
-                        mdl_dropout_stream(pass, site));
-}
-
-/* ---- the blocks ---- */
-
-/* Backward of n column-parallel linears that read the same input x (N, in): accumulates
- * each weight gradient, and dinp = sum_k dout_k W_k, written or (accumulate) added, then
- * all-reduced over tp once when reduce is set (the caller reduces later otherwise). */
-static rt_status t5_cols_bwd(t5_model *m, float *dinp, bool accumulate, bool reduce, int n, const int *w_idx,
-                             float *const *dout, const float *x, size_t N, int in, int out_local) {
-    rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    for (int k = 0; k < n; k++) {
-        /* dinp NULL: the weight gradient only, no collective */
-        RT_TRY(mdl_col_linear_bwd(be, m->tp, NULL, G(w_idx[k]), NULL, dout[k], x, P(w_idx[k]), N, in, out_local));
-        rt_gemm(be, false, false, (int)N, in, out_local, 1.0f, dout[k], out_local, 0, P(w_idx[k]), in, 0,
-                (k == 0 && !accumulate) ? 0.0f : 1.0f, dinp, in, 0, 1);
-    }
-    if (reduce && m->tp->size > 1) RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, dinp, N * (size_t)in, RT_REDUCE_SUM));
-fail:
-    return st;
-}
-
-static rt_attn_desc t5_attn_desc(const t5_model *m, const mdl_pass *pass, int B, int Tq, int Tk, bool causal,
-                                 const float *key_mask, const float *bias, int site) {
-    return (rt_attn_desc){.B = B, .NH = m->NH_local, .Tq = Tq, .Tk = Tk, .HS = m->HS, .ldq = (size_t)m->I_local,
-                          .ldk = (size_t)m->I_local, .ldv = (size_t)m->I_local, .ldo = (size_t)m->I_local,
-                          .scale = 1.0f, /* T5 folds the scaling into its init */
-                          .causal = causal, .key_mask = key_mask, .bias = bias, .dropout_p = t5_drop_p(m, pass),
-                          .seed = pass->seed, .stream = mdl_dropout_stream(pass, site), .head_offset = m->head_offset,
-                          .heads_total = m->cfg.num_heads};
-}
-
-rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass, float *out, const float *in,
-                     float *ln, float *rstd, float *fa, float *fb, float *fh, float *tmp, size_t R) {
-    rt_status st = RT_OK;
-    const t5_config *c = &m->cfg;
-    rt_backend *be = m->be;
-    const t5_block_params *p = &s->blk[l];
-    const int C = m->C, Fl = m->F_local;
-    rt_rmsnorm_fwd(be, ln, rstd, in, P(p->ln_ff), R, C, c->layer_norm_epsilon);
-    mdl_col_linear_fwd(be, fa, ln, P(p->wi), NULL, R, C, Fl);
-    if (c->gated) {
-        mdl_col_linear_fwd(be, fb, ln, P(p->wi1), NULL, R, C, Fl);
-        rt_gated_act_fwd(be, c->act, fh, fa, fb, R * Fl);
-    } else {
-        rt_act_fwd(be, c->act, fh, fa, R * Fl);
-    }
-    t5_drop_ff(m, pass, fh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
-    if (!out) return RT_OK;
-    RT_TRY(mdl_row_linear_fwd(be, m->tp, tmp, fh, P(p->wo), NULL, R, Fl, C));
-    t5_drop(m, pass, tmp, tmp, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
-    rt_add(be, out, in, tmp, R * C);
-fail:
-    return st;
-}
-
-/* Block l's activation slices: its input and output in res, the rest in its slot. */
-typedef struct {
-    float *x, *res_out, *mid, *ln1, *ln1_rstd, *q, *k, *v, *atty, *probs;
-    float *lnc, *lnc_rstd, *mid2, *cq, *ck, *cv, *cprobs, *catty; /* decoder */
-    float *ln2, *ln2_rstd, *fa, *fb, *fh;
-} t5_slices;
-
-static t5_slices t5_at(const t5_model *m, const t5_stack *s, int l) {
-    const size_t MR = s->MR, MRS = (size_t)m->max_B * m->max_S, C = (size_t)m->C, Il = (size_t)m->I_local;
-    const size_t Fl = (size_t)m->F_local, NH = (size_t)m->NH_local, B = (size_t)m->max_B, T = (size_t)s->max_T;
-    const size_t o = (size_t)(l % s->slots);
-    t5_slices a = {.x = s->res + (size_t)l * MR * C, .res_out = s->res + (size_t)(l + 1) * MR * C,
-                   .mid = s->mid + o * MR * C, .ln1 = s->ln1 + o * MR * C, .ln1_rstd = s->ln1_rstd + o * MR,
-                   .q = s->q + o * MR * Il, .k = s->k + o * MR * Il, .v = s->v + o * MR * Il,
-                   .atty = s->atty + o * MR * Il, .probs = s->probs + o * B * NH * T * T, .ln2 = s->ln2 + o * MR * C,
-                   .ln2_rstd = s->ln2_rstd + o * MR, .fa = s->fa + o * MR * Fl,
-                   .fb = m->cfg.gated ? s->fb + o * MR * Fl : NULL, .fh = s->fh + o * MR * Fl};
-    if (s->decoder) {
-        a.lnc = s->lnc + o * MR * C;
-        a.lnc_rstd = s->lnc_rstd + o * MR;
-        a.mid2 = s->mid2 + o * MR * C;
-        a.cq = s->cq + o * MR * Il;
-        a.ck = s->ck + o * MRS * Il;
-        a.cv = s->cv + o * MRS * Il;
-        a.cprobs = s->cprobs + o * B * NH * T * (size_t)m->max_S;
-        a.catty = s->catty + o * MR * Il;
-    }
-    return a;
-}
-
-/* Block l forward from its input in res into its slot, and its output into res[l + 1] when
- * write_out (a recompute leaves the kept one alone). The decoder reads m->enc.out. */
-static rt_status t5_block_fwd(t5_model *m, t5_stack *s, int l, int B, int T, int S, const mdl_pass *pass,
-                              bool write_out) {
-    rt_status st = RT_OK;
-    const t5_config *c = &m->cfg;
-    rt_backend *be = m->be;
-    const size_t R = (size_t)B * T, RS = (size_t)B * S;
-    const int C = m->C, Il = m->I_local;
-    const float eps = c->layer_norm_epsilon;
-    const t5_block_params *p = &s->blk[l];
-    t5_slices a = t5_at(m, s, l);
-
-    /* self-attention: mid = x + drop(o(attn(norm(x)))) */
-    rt_rmsnorm_fwd(be, a.ln1, a.ln1_rstd, a.x, P(p->ln_self), R, C, eps);
-    mdl_col_linear_fwd(be, a.q, a.ln1, P(p->q), NULL, R, C, Il);
-    mdl_col_linear_fwd(be, a.k, a.ln1, P(p->k), NULL, R, C, Il);
-    mdl_col_linear_fwd(be, a.v, a.ln1, P(p->v), NULL, R, C, Il);
-    rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
-                                  t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
-    rt_attention_fwd(be, &d, a.atty, a.probs, a.q, a.k, a.v);
-    RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.atty, P(p->o), NULL, R, Il, C));
-    t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
-    rt_add(be, a.mid, a.x, m->tmp, R * C);
-    float *ff_in = a.mid;
-
-    if (s->decoder) { /* cross-attention: mid2 = mid + drop(o(attn(norm(mid), enc))) */
-        rt_rmsnorm_fwd(be, a.lnc, a.lnc_rstd, a.mid, P(p->ln_cross), R, C, eps);
-        mdl_col_linear_fwd(be, a.cq, a.lnc, P(p->cq), NULL, R, C, Il);
-        mdl_col_linear_fwd(be, a.ck, m->enc.out, P(p->ck), NULL, RS, C, Il);
-        mdl_col_linear_fwd(be, a.cv, m->enc.out, P(p->cv), NULL, RS, C, Il);
-        rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
-                                       t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
-        rt_attention_fwd(be, &dc, a.catty, a.cprobs, a.cq, a.ck, a.cv);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, m->tmp, a.catty, P(p->co), NULL, R, Il, C));
-        t5_drop(m, pass, m->tmp, m->tmp, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
-        rt_add(be, a.mid2, a.mid, m->tmp, R * C);
-        ff_in = a.mid2;
-    }
-    RT_TRY(t5_ffn_fwd(m, s, l, pass, write_out ? a.res_out : NULL, ff_in, a.ln2, a.ln2_rstd, a.fa, a.fb, a.fh, m->tmp,
-                      R));
-fail:
-    return st;
-}
-
-/* One stack forward: ids in s->ids (B*T rows) through the final norm and dropout into s->out.
- * The decoder reads the encoder's output m->enc.out (B*S rows). */
 rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const size_t R = (size_t)B * T, MR = s->MR;
-    const int C = m->C, NH = m->NH_local;
-
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, s->res, s->ids, P(m->shared), R, C, m->vocab_start, m->V_local));
-    t5_drop(m, pass, s->res, s->res, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
-    rt_relbias_fwd(be, s->bias, P(s->blk[0].rel_bias), s->buckets, NH, T, T, c->relative_attention_num_buckets);
-    for (int l = 0; l < s->L; l++) RT_TRY(t5_block_fwd(m, s, l, B, T, S, pass, true));
-    float *x_last = s->res + (size_t)s->L * MR * C;
-    rt_rmsnorm_fwd(be, s->lnf, s->lnf_rstd, x_last, P(s->final_ln), R, C, c->layer_norm_epsilon);
-    t5_drop(m, pass, s->out, s->lnf, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
+    const mdl_stack_mask mask = t5_mask(m, s, S);
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_residual(&s->blocks, 0), s->ids, P(m->shared),
+                                   (size_t)B * T, m->C, m->vocab_start, m->V_local));
+    rt_relbias_fwd(be, s->bias, P(s->rel_bias), s->buckets, m->NH_local, T, T, c->relative_attention_num_buckets);
+    RT_TRY(mdl_stack_forward(&s->blocks, B, T, &mask, pass));
 fail:
     return st;
 }
 
-/* One stack backward from dL/d(s->out) in dtop (overwritten). The decoder adds
+/* One stack backward from dL/d(s->blocks.out) in dtop (overwritten). The decoder adds
  * dL/d(encoder output) of its cross-attention keys and values into m->denc, not yet reduced
  * over tp. */
 static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int S, const mdl_pass *pass) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const size_t R = (size_t)B * T, RS = (size_t)B * S, MR = s->MR;
-    const int C = m->C, Il = m->I_local, Fl = m->F_local, NH = m->NH_local;
-    const float *g;
-
-    g = t5_drop_bwd(m, pass, dtop, dtop, R * C, s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL);
-    float *x_last = s->res + (size_t)s->L * MR * C;
-    rt_clear(be, m->dres, R * C * sizeof(float));
-    rt_rmsnorm_bwd(be, m->dres, G(s->final_ln), g, x_last, P(s->final_ln), s->lnf_rstd, R, C);
-    mdl_grads_ready(pass, &m->params, s->final_ln);
+    const int NH = m->NH_local;
+    const mdl_stack_mask mask = t5_mask(m, s, S);
+    const float *demb = NULL;
     rt_clear(be, s->dbias, (size_t)NH * T * T * sizeof(float));
-
-    const int K = s->slots, last_segment = (s->L - 1) / K * K;
-    for (int l = s->L - 1; l >= 0; l--) {
-        /* checkpointing: entering a segment, recompute its blocks (the forward left the last
-         * segment's in place) */
-        if (K < s->L && l % K == K - 1 && l < last_segment)
-            for (int j = l - K + 1; j <= l; j++) RT_TRY(t5_block_fwd(m, s, j, B, T, S, pass, false));
-        const t5_block_params *p = &s->blk[l];
-        t5_slices a = t5_at(m, s, l);
-        float *x = a.x, *mid = a.mid, *ln1 = a.ln1, *ln2 = a.ln2, *q = a.q, *k = a.k, *v = a.v, *atty = a.atty;
-        float *probs = a.probs, *fa = a.fa, *fh = a.fh;
-        float *ff_in = s->decoder ? a.mid2 : mid;
-
-        /* FFN; m->dres holds dL/d(block output) */
-        g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_FF_OUT));
-        mdl_row_linear_bwd(be, m->dfh, G(p->wo), NULL, g, fh, P(p->wo), R, Fl, C);
-        t5_drop_ff(m, pass, m->dfh, R, t5_block_site(m, s, l, T5_DROP_FF_INNER));
-        if (c->gated) {
-            float *fb = a.fb;
-            rt_gated_act_bwd(be, c->act, m->dfa, m->dfb, fa, fb, m->dfh, R * Fl);
-            int w[2] = {p->wi, p->wi1};
-            float *d[2] = {m->dfa, m->dfb};
-            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 2, w, d, ln2, R, C, Fl));
-        } else {
-            rt_act_bwd(be, c->act, m->dfa, fa, m->dfh, R * Fl);
-            int w[1] = {p->wi};
-            float *d[1] = {m->dfa};
-            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, w, d, ln2, R, C, Fl));
-        }
-        rt_rmsnorm_bwd(be, m->dres, G(p->ln_ff), m->dln, ff_in, P(p->ln_ff), a.ln2_rstd, R, C);
-
-        if (s->decoder) { /* m->dres: dL/d mid2 */
-            float *lnc = a.lnc, *cq = a.cq, *catty = a.catty, *ck = a.ck, *cv = a.cv, *cprobs = a.cprobs;
-            g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_CROSS_OUT));
-            mdl_row_linear_bwd(be, m->datty, G(p->co), NULL, g, catty, P(p->co), R, Il, C);
-            rt_attn_desc dc = t5_attn_desc(m, pass, B, T, S, false, m->key_mask, NULL,
-                                           t5_block_site(m, s, l, T5_DROP_CROSS_PROBS));
-            rt_attention_bwd(be, &dc, m->dq, m->dk, m->dv, NULL, m->datty, cprobs, cq, ck, cv);
-            int wq[1] = {p->cq};
-            float *dqs[1] = {m->dq};
-            RT_TRY(t5_cols_bwd(m, m->dln, false, true, 1, wq, dqs, lnc, R, C, Il));
-            rt_rmsnorm_bwd(be, m->dres, G(p->ln_cross), m->dln, mid, P(p->ln_cross), a.lnc_rstd, R, C);
-            int wkv[2] = {p->ck, p->cv};
-            float *dkv[2] = {m->dk, m->dv};
-            RT_TRY(t5_cols_bwd(m, m->denc, true, false, 2, wkv, dkv, m->enc.out, RS, C, Il));
-        }
-
-        /* self-attention; m->dres: dL/d mid */
-        g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, t5_block_site(m, s, l, T5_DROP_SELF_OUT));
-        mdl_row_linear_bwd(be, m->datty, G(p->o), NULL, g, atty, P(p->o), R, Il, C);
-        rt_attn_desc d = t5_attn_desc(m, pass, B, T, T, s->decoder, s->decoder ? NULL : m->key_mask, s->bias,
-                                      t5_block_site(m, s, l, T5_DROP_SELF_PROBS));
-        rt_attention_bwd(be, &d, m->dq, m->dk, m->dv, s->dbias, m->datty, probs, q, k, v);
-        int w[3] = {p->q, p->k, p->v};
-        float *dqkv[3] = {m->dq, m->dk, m->dv};
-        RT_TRY(t5_cols_bwd(m, m->dln, false, true, 3, w, dqkv, ln1, R, C, Il));
-        rt_rmsnorm_bwd(be, m->dres, G(p->ln_self), m->dln, x, P(p->ln_self), a.ln1_rstd, R, C);
-        if (l > 0) mdl_grads_ready(pass, &m->params, p->first); /* block 0 also waits for the bias */
-    }
+    RT_TRY(mdl_stack_backward(&s->blocks, B, T, &mask, pass, dtop, &demb));
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
-    rt_relbias_bwd(be, G(s->blk[0].rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
-    mdl_grads_ready(pass, &m->params, s->blk[0].first);
-    g = t5_drop_bwd(m, pass, m->tmp, m->dres, R * C, s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED);
-    rt_embedding_bwd(be, G(m->shared), g, s->ids, R, C, m->vocab_start, m->V_local);
+    rt_relbias_bwd(be, G(s->rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
+    mdl_grads_ready(pass, &m->params, s->blocks.layer[0].first);
+    rt_embedding_bwd(be, G(m->shared), demb, s->ids, (size_t)B * T, m->C, m->vocab_start, m->V_local);
 fail:
     return st;
 }
@@ -818,10 +569,10 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
     const float out_scale = t5_decoder_out_scale(c);
-    if (c->scale_decoder_outputs) rt_scale(be, m->dec.out, out_scale, R * C);
+    if (c->scale_decoder_outputs) rt_scale(be, m->dec.blocks.out, out_scale, R * C);
 
     /* LM head over this rank's vocab columns; padding columns never win the softmax */
-    mdl_col_linear_fwd(be, m->logits, m->dec.out, P(head), NULL, R, C, Vl);
+    mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
     if (m->vocab_padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
     if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
     RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
@@ -834,7 +585,7 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     if (!backward) return RT_OK;
 
     /* dL/d(decoder output): the head is vocab-parallel, so the partial sums are all-reduced */
-    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.out, P(head), R, C, Vl));
+    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.blocks.out, P(head), R, C, Vl));
     if (c->scale_decoder_outputs) rt_scale(be, m->dtop, out_scale, R * C);
     rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
     RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass));
@@ -850,15 +601,13 @@ rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask
     mdl_pass pass = {0};
     RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
-    rt_to_host(m->be, host_hidden, m->enc.out, (size_t)B * S * m->C * sizeof(float));
+    rt_to_host(m->be, host_hidden, m->enc.blocks.out, (size_t)B * S * m->C * sizeof(float));
 fail:
     return st;
 }
 
 double t5_train_flops(const t5_model *m, int B, int S, int T) {
     const t5_config *c = &m->cfg;
-    const double C = c->d_model, I = (double)c->num_heads * c->d_kv, F = c->d_ff;
-    return c->num_layers * mdl_layer_train_flops(B, S, C, I, F, c->gated, S, 0) +
-           c->num_decoder_layers * mdl_layer_train_flops(B, T, C, I, F, c->gated, T, S) +
-           mdl_head_train_flops((double)B * T, C, c->vocab_size);
+    return mdl_stack_train_flops(&m->enc.blocks, B, S, 0) + mdl_stack_train_flops(&m->dec.blocks, B, T, S) +
+           mdl_head_train_flops((double)B * T, c->d_model, c->vocab_size);
 }

@@ -175,10 +175,10 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
     RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
     for (int l = 0; l < m->dec.L; l++) {
-        const t5_block_params *p = &m->dec.blk[l];
+        const mdl_attn_params *p = &m->dec.blocks.layer[l].cross;
         float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        mdl_col_linear_fwd(be, ck, m->enc.out, t5_param(m, p->ck), NULL, (size_t)B * S, C, Il);
-        mdl_col_linear_fwd(be, cv, m->enc.out, t5_param(m, p->cv), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, ck, m->enc.blocks.out, t5_param(m, p->k_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, cv, m->enc.blocks.out, t5_param(m, p->v_w), NULL, (size_t)B * S, C, Il);
     }
     rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
@@ -195,16 +195,17 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     t5_model *m = g->m;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const mdl_pass pass = {0};
     const int R = n_src * beams, C = m->C, Il = m->I_local, NH = m->NH_local, Tk = t + 1;
-    const float eps = c->layer_norm_epsilon;
-    const t5_stack *dec = &m->dec;
+    t5_stack *dec = &m->dec;
+    mdl_sublayers sub = mdl_stack_sublayers(&dec->blocks);
+    sub.tmp = g->tmp;
+    const mdl_drop none = {0};
 
     rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, t5_param(m, m->shared), (size_t)R, C, m->vocab_start,
                                    m->V_local));
     /* query t's bias row, shared by every block (block 0 owns the table) and by every row */
-    rt_relbias_fwd(be, g->bias, t5_param(m, dec->blk[0].rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
+    rt_relbias_fwd(be, g->bias, t5_param(m, dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
                    Tk, c->relative_attention_num_buckets);
     rt_gather_rows(be, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
     rt_attn_desc self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il,
@@ -215,27 +216,31 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
                           .key_mask = g->cross_mask};
 
     for (int l = 0; l < dec->L; l++) {
-        const t5_block_params *p = &dec->blk[l];
+        const mdl_block_params *p = &dec->blocks.layer[l];
         float *kc = g->self_kv[g->cur] + (size_t)(2 * l) * g->kv_block, *vc = kc + g->kv_block;
         const size_t at_t = (size_t)t * R * Il;
         /* self-attention: mid = x + o(attn(norm(x))) over positions 0..t */
-        rt_rmsnorm_fwd(be, g->ln, g->rstd, g->x, t5_param(m, p->ln_self), (size_t)R, C, eps);
-        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->q), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, kc + at_t, g->ln, t5_param(m, p->k), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, vc + at_t, g->ln, t5_param(m, p->v), NULL, (size_t)R, C, Il);
+        mdl_norm_fwd(&sub, p->norm1, g->ln, NULL, g->rstd, g->x, (size_t)R);
+        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->attn.q_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, kc + at_t, g->ln, t5_param(m, p->attn.k_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, vc + at_t, g->ln, t5_param(m, p->attn.v_w), NULL, (size_t)R, C, Il);
         rt_attention_fwd(be, &self, g->atty, g->probs, g->q, kc, vc);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->o), NULL, (size_t)R, Il, C));
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->attn.proj_w), NULL, (size_t)R, Il, C));
         rt_add(be, g->mid, g->x, g->tmp, (size_t)R * C);
         /* cross-attention: x = mid + o(attn(norm(mid), the source's cached keys)) */
         const float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        rt_rmsnorm_fwd(be, g->ln, g->rstd, g->mid, t5_param(m, p->ln_cross), (size_t)R, C, eps);
-        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->cq), NULL, (size_t)R, C, Il);
+        mdl_norm_fwd(&sub, p->norm_cross, g->ln, NULL, g->rstd, g->mid, (size_t)R);
+        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->cross.q_w), NULL, (size_t)R, C, Il);
         rt_attention_fwd(be, &cross, g->atty, g->probs, g->q, ck, cv);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->co), NULL, (size_t)R, Il, C));
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->cross.proj_w), NULL, (size_t)R, Il, C));
         rt_add(be, g->x, g->mid, g->tmp, (size_t)R * C);
-        RT_TRY(t5_ffn_fwd(m, dec, l, &pass, g->x, g->x, g->ln, g->rstd, g->fa, g->fb, g->fh, g->tmp, (size_t)R));
+        /* FFN: x = x + wo(act(wi(norm(x))) [* wi_1(norm(x))]) */
+        mdl_norm_fwd(&sub, p->norm2, g->ln, NULL, g->rstd, g->x, (size_t)R);
+        mdl_ffn_up(&sub, &p->ffn, g->ln, g->fa, g->fb, g->fh, (size_t)R, none);
+        RT_TRY(mdl_ffn_down(&sub, &p->ffn, g->fh, (size_t)R, none));
+        rt_add(be, g->x, g->x, g->tmp, (size_t)R * C);
     }
-    rt_rmsnorm_fwd(be, g->ln, g->rstd, g->x, t5_param(m, dec->final_ln), (size_t)R, C, eps);
+    mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
     if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
     mdl_col_linear_fwd(be, g->logits, g->ln, t5_param(m, t5_head_param(m)), NULL, (size_t)R, C, m->V_local);
     if (m->vocab_padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->V_local);

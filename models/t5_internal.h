@@ -7,46 +7,22 @@
 
 #include <math.h>
 
+#include "models/stack.h"
 #include "models/t5.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
  * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */
 #define T5_MASKED (-1e30f)
 
-/* Parameter indices of one block; -1 where the block has none. */
+/* One stack: its blocks (models/stack.h: pre-RMSNorm, q, k, v apart and without biases, the
+ * decoder's cross-attention over the encoder's output), the relative position bias every block
+ * adds (block 0 owns its table) and the stack's ids. */
 typedef struct {
-    int ln_self, q, k, v, o, rel_bias;  /* layer.0 (rel_bias in block 0 only) */
-    int ln_cross, cq, ck, cv, co;       /* decoder layer.1 EncDecAttention */
-    int ln_ff, wi, wi1, wo;             /* DenseReluDense: wi (or wi_0), wi_1 when gated */
-    int first;                          /* the block's first parameter: its place in the slab */
-} t5_block_params;
-
-/* Activations of one stack. R is the stack's rows (B*T), MR its maximum; per-block buffers
- * are `slots` blocks of MR rows: L, or with activation checkpointing K, block l in slot l % K
- * (backward recomputes a segment of K blocks from their kept inputs in res). */
-typedef struct {
+    mdl_stack blocks;
     bool decoder;
-    int L, max_T, slots;
+    int L, max_T;
     size_t MR;
-    t5_block_params *blk;
-    int final_ln;
-    float *res;            /* (L+1, MR, C) residual entering each block; res[L] enters the final norm */
-    float *mid;            /* (L, MR, C) after self-attention */
-    float *mid2;           /* (L, MR, C) after cross-attention (decoder) */
-    float *ln1, *ln1_rstd; /* (L, MR, C), (L, MR) */
-    float *q, *k, *v;      /* (L, MR, I_local) column-parallel */
-    float *probs;          /* (L, B, NH_local, T, T) softmax before dropout */
-    float *atty;           /* (L, MR, I_local) attention output, input of o */
-    float *lnc, *lnc_rstd; /* (L, MR, C), (L, MR) decoder: the cross-attention's norm */
-    float *cq;             /* (L, MR, I_local) */
-    float *ck, *cv;        /* (L, B*S max, I_local) from the encoder's output */
-    float *cprobs;         /* (L, B, NH_local, T, S) */
-    float *catty;          /* (L, MR, I_local) */
-    float *ln2, *ln2_rstd; /* (L, MR, C), (L, MR) */
-    float *fa, *fb;        /* (L, MR, F_local) wi (wi_0) and wi_1 outputs */
-    float *fh;             /* (L, MR, F_local) input of wo: act(fa) (* fb), after dropout */
-    float *lnf, *lnf_rstd; /* (MR, C), (MR) the final norm */
-    float *out;            /* (MR, C) after the final dropout (decoder: and the rescale) */
+    int rel_bias;          /* (num_buckets, NH_local) in block 0 */
     float *bias, *dbias;   /* (NH_local, T, T) the relative position bias, and its gradient */
     int32_t *buckets;      /* (T*T) */
     int32_t *ids;          /* (MR) */
@@ -73,10 +49,9 @@ struct t5_model {
     float *vocab_mask;  /* (V_local) 0, or T5_MASKED on padding columns */
     float *key_mask;    /* (max_B, max_S) additive */
     int32_t *targets;   /* (max_B*max_T) labels with ignored ones -100 */
-    float *tmp, *dres, *dln, *dtop; /* (max rows, C) scratch; dtop: dL/d(decoder output) */
+    mdl_stack_scratch scratch;      /* the stacks' backward scratch, shared: they run one after the other */
+    float *dtop;        /* (max_B*max_T, C) dL/d(decoder output) */
     float *denc;        /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
-    float *dq, *dk, *dv, *datty; /* (max rows, I_local) */
-    float *dfa, *dfb, *dfh;      /* (max rows, F_local); dfb only when gated */
 
     int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
     float *h_mask, *h_losses;
@@ -91,15 +66,9 @@ static inline float t5_decoder_out_scale(const t5_config *c) { return (float)pow
 /* Source ids and their additive key mask (m->key_mask, (B, S)) to the device, checked against
  * the vocab and the sizes the model was built for; the encoder's bucket table for length S. */
 rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S);
-/* One stack forward from the ids in s->ids (B*T rows) to s->out; the decoder reads the encoder's
- * output m->enc.out (B*S rows). */
+/* One stack forward from the ids in s->ids (B*T rows) to s->blocks.out; the decoder reads the
+ * encoder's output m->enc.blocks.out (B*S rows). */
 rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass);
-/* The FFN sublayer of block l of stack s on R rows: out = in + drop(wo(drop(act(wi h) [* wi_1 h]))),
- * h = norm(in). ln (R, C), rstd (R), fa, fb (gated only) and fh (R, F_local) keep its
- * activations for backward; tmp (R, C) is scratch; out may alias in, or be NULL to stop once
- * fh is kept (a recompute). Collective over tp (wo is row-parallel). */
-rt_status t5_ffn_fwd(t5_model *m, const t5_stack *s, int l, const mdl_pass *pass, float *out, const float *in,
-                     float *ln, float *rstd, float *fa, float *fb, float *fh, float *tmp, size_t R);
 /* logits (R, V_local) on the device to host_logits (R, vocab_size): this rank's columns, or with
  * tp > 1 all ranks' gathered (a collective every rank joins), the padding columns dropped.
  * dev_scratch (tp > 1) and host_scratch, each R * V_local * tp floats, may be NULL: then they are

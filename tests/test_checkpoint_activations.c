@@ -1,4 +1,4 @@
-/* Activation checkpointing (models/preln_stack.h, models/bert.c, models/t5.c) changes memory,
+/* Activation checkpointing (models/stack.h, models/bert.c, models/t5.c) changes memory,
  * never numbers: GPT-2, BERT, T5 (gated, 5 encoder and 3 decoder blocks) and GLM with every
  * dropout on give bit-identical losses and gradients with checkpoint_layers
  * 0 (keep everything), 1, 2 (5 blocks: a partial last segment) and 5 (one segment), for two

@@ -1,0 +1,421 @@
+/* The transformer block stack (see stack.h). */
+#include "models/stack.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "models/flops.h"
+#include "models/parallel.h"
+#include "runtime/rt_rng.h"
+
+#define W(idx) rt_params_data(s->params, (idx))
+/* an optional buffer's slice: NULL stays NULL */
+#define AT(buf, off) ((buf) ? (buf) + (off) : NULL)
+
+void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_comm *tp, rt_params *p) {
+    *s = (mdl_stack){.cfg = *c, .be = be, .tp = tp, .params = p};
+    s->HS = c->head_size ? c->head_size : c->C / c->n_head;
+    s->NH_local = c->n_head / tp->size;
+    s->I_local = s->NH_local * s->HS;
+    s->F_local = c->F / tp->size;
+    s->head_offset = s->NH_local * tp->rank;
+    s->layer = rt_xmalloc((size_t)c->n_layer * sizeof *s->layer);
+    for (int l = 0; l < c->n_layer; l++) {
+        const mdl_attn_params none = {-1, -1, -1, -1, -1, -1};
+        s->layer[l] = (mdl_block_params){.norm1 = {-1, -1}, .norm_cross = {-1, -1}, .norm2 = {-1, -1}, .attn = none,
+                                         .cross = none, .ffn = {-1, -1, -1, -1, -1}, .first = -1};
+    }
+    s->final = (mdl_norm_params){-1, -1};
+}
+
+void mdl_stack_compact_sites(mdl_stack_config *c) {
+    for (int k = 0; k < MDL_SITE_KINDS; k++) c->site[k] = -1;
+    c->site_emb = 0;
+    c->site_final = -1;
+    c->site[MDL_SITE_SELF_PROBS] = 1;
+    c->site[MDL_SITE_SELF_OUT] = 2;
+    c->site[MDL_SITE_FFN_OUT] = 3;
+    c->site_stride = 3;
+}
+
+static int named_add(mdl_stack *s, const ckpt_map *map, const char *fmt, int l, int64_t d0, int64_t d1,
+                     rt_init_kind init, float std) {
+    char name[RT_PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, l);
+    int64_t shape[2] = {d0, d1};
+    /* weight decay on the matrices only (biases and norms are exempt, HF Trainer's rule) */
+    return rt_params_add(s->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(map, name), init != RT_INIT_NORMAL,
+                         init, std);
+}
+
+static mdl_norm_params named_norm(mdl_stack *s, const ckpt_map *map, const char *w, const char *b, int l) {
+    const int C = s->cfg.C;
+    return (mdl_norm_params){named_add(s, map, w, l, C, 0, RT_INIT_ONES, 0), named_add(s, map, b, l, C, 0, RT_INIT_ZEROS, 0)};
+}
+
+void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_map *map, float std, float pstd) {
+    const mdl_stack_config *c = &s->cfg;
+    const int C = c->C, Il = s->I_local, Fl = s->F_local;
+    const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS;
+    for (int l = 0; l < c->n_layer; l++) {
+        mdl_block_params *y = &s->layer[l];
+        /* the checkpoints' order: each norm before (pre) or after (post) its sublayer */
+        if (!c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, l);
+        y->attn.q_w = named_add(s, map, n->qkv_w, l, 3 * (int64_t)Il, C, N, std);
+        y->attn.q_b = named_add(s, map, n->qkv_b, l, 3 * (int64_t)Il, 0, Z, 0);
+        y->attn.proj_w = named_add(s, map, n->proj_w, l, C, Il, N, pstd);
+        y->attn.proj_b = named_add(s, map, n->proj_b, l, C, 0, Z, 0);
+        if (c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, l);
+        if (!c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, l);
+        y->ffn.up_w = named_add(s, map, n->up_w, l, Fl, C, N, std);
+        y->ffn.up_b = named_add(s, map, n->up_b, l, Fl, 0, Z, 0);
+        y->ffn.down_w = named_add(s, map, n->down_w, l, C, Fl, N, pstd);
+        y->ffn.down_b = named_add(s, map, n->down_b, l, C, 0, Z, 0);
+        if (c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, l);
+        y->first = c->post_norm ? y->attn.q_w : y->norm1.w;
+    }
+    if (c->final_norm) s->final = named_norm(s, map, n->final_w, n->final_b, 0);
+}
+
+void mdl_stack_free(mdl_stack *s) {
+    free(s->layer);
+    s->layer = NULL;
+}
+
+void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_arena *a, size_t rows) {
+    const size_t C = (size_t)s->cfg.C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local, f = sizeof(float);
+    sc->rows = rows;
+    sc->tmp = rt_arena_take(a, rows * C, f);
+    sc->dres = rt_arena_take(a, rows * C, f);
+    sc->dln = rt_arena_take(a, rows * C, f);
+    sc->dsum = s->cfg.post_norm ? rt_arena_take(a, rows * C, f) : NULL;
+    sc->dqkv = rt_arena_take(a, rows * 3 * Il, f);
+    sc->datty = rt_arena_take(a, rows * Il, f);
+    sc->dup = rt_arena_take(a, rows * Fl, f);
+    sc->dup_lin = s->cfg.gated ? rt_arena_take(a, rows * Fl, f) : NULL;
+    sc->dhid = rt_arena_take(a, rows * Fl, f);
+}
+
+void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S, mdl_stack_scratch *shared) {
+    const mdl_stack_config *c = &s->cfg;
+    s->max_B = max_B;
+    s->max_T = max_T;
+    s->max_S = c->cross ? max_S : 0;
+    s->max_BT = (size_t)max_B * (size_t)max_T;
+    s->max_BS = (size_t)max_B * (size_t)s->max_S;
+    const int K = c->checkpoint_layers;
+    s->slots = K > 0 && K < c->n_layer ? K : c->n_layer;
+    const size_t L = (size_t)s->slots, BT = s->max_BT, BS = s->max_BS, B = (size_t)max_B, T = (size_t)max_T;
+    const size_t C = (size_t)c->C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local, NH = (size_t)s->NH_local;
+    const size_t f = sizeof(float);
+    const bool layer_norm = c->norm == MDL_NORM_LAYER;
+    s->res = rt_arena_take(a, ((size_t)c->n_layer + 1) * BT * C, f);
+    s->h1 = rt_arena_take(a, L * BT * C, f);
+    s->mid = rt_arena_take(a, L * BT * C, f);
+    s->h2 = rt_arena_take(a, L * BT * C, f);
+    s->n1_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
+    s->n1_rstd = rt_arena_take(a, L * BT, f);
+    s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
+    s->n2_rstd = rt_arena_take(a, L * BT, f);
+    s->qkv = rt_arena_take(a, L * BT * 3 * Il, f);
+    s->probs = rt_arena_take(a, L * B * NH * T * T, f);
+    s->atty = rt_arena_take(a, L * BT * Il, f);
+    if (c->cross) {
+        s->hc = rt_arena_take(a, L * BT * C, f);
+        s->nc_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
+        s->nc_rstd = rt_arena_take(a, L * BT, f);
+        s->cq = rt_arena_take(a, L * BT * Il, f);
+        s->ckv = rt_arena_take(a, L * BS * 2 * Il, f);
+        s->cprobs = rt_arena_take(a, L * B * NH * T * (size_t)max_S, f);
+        s->catty = rt_arena_take(a, L * BT * Il, f);
+        s->mid2 = rt_arena_take(a, L * BT * C, f);
+    }
+    s->up = rt_arena_take(a, L * BT * Fl, f);
+    s->up_lin = c->gated ? rt_arena_take(a, L * BT * Fl, f) : NULL;
+    s->hid = rt_arena_take(a, L * BT * Fl, f);
+    if (c->final_norm) {
+        s->out = rt_arena_take(a, BT * C, f);
+        s->out_mean = layer_norm ? rt_arena_take(a, BT, f) : NULL;
+        s->out_rstd = rt_arena_take(a, BT, f);
+    } else {
+        s->out = mdl_stack_residual(s, c->n_layer);
+    }
+    if (!shared) mdl_stack_scratch_layout(s, &s->own, a, BT > BS ? BT : BS);
+    s->sc = shared ? shared : &s->own;
+}
+
+float *mdl_stack_residual(const mdl_stack *s, int l) { return s->res + (size_t)l * s->max_BT * (size_t)s->cfg.C; }
+
+float *mdl_stack_dout(const mdl_stack *s) { return s->cfg.final_norm ? s->sc->dln : s->sc->dres; }
+
+mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
+    const mdl_stack_config *c = &s->cfg;
+    const mdl_stack_scratch *sc = s->sc;
+    return (mdl_sublayers){.be = s->be, .tp = s->tp, .params = s->params, .C = c->C, .I_local = s->I_local,
+                           .F = c->F, .F_local = s->F_local, .F_offset = s->F_local * s->tp->rank, .norm = c->norm,
+                           .norm_eps = c->norm_eps, .act = c->act, .rows = sc->rows, .tmp = sc->tmp, .dqkv = sc->dqkv,
+                           .datty = sc->datty, .dup = sc->dup, .dup_lin = sc->dup_lin, .dhid = sc->dhid};
+}
+
+/* Block l's activation slices: its input and output in res, the rest in its slot. */
+typedef struct {
+    float *in, *out, *h1, *mid, *h2, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd, *probs, *atty;
+    float *hc, *nc_mean, *nc_rstd, *cprobs, *catty, *mid2;
+    float *up, *up_lin, *hid;
+    mdl_qkv qkv, cqkv;
+} stack_slices;
+
+static stack_slices stack_at(const mdl_stack *s, int l) {
+    const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
+    const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
+    const size_t o = (size_t)(l % s->slots);
+    float *qkv = s->qkv + o * BT * 3 * Il, *ckv = AT(s->ckv, o * BS * 2 * Il);
+    /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
+    const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
+    return (stack_slices){
+        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + o * BT * C,
+        .mid = s->mid + o * BT * C, .h2 = s->h2 + o * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
+        .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
+        .probs = s->probs + o * heads * s->max_T, .atty = s->atty + o * BT * Il, .hc = AT(s->hc, o * BT * C),
+        .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
+        .cprobs = AT(s->cprobs, o * heads * s->max_S), .catty = AT(s->catty, o * BT * Il),
+        .mid2 = AT(s->mid2, o * BT * C), .up = s->up + o * BT * Fl, .up_lin = AT(s->up_lin, o * BT * Fl),
+        .hid = s->hid + o * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
+        .cqkv = {AT(s->cq, o * BT * Il), ckv, AT(ckv, BS * Il)}};
+}
+
+/* The dropout of block l's site `kind` at rate p (none outside training). */
+static mdl_drop stack_drop(const mdl_stack *s, const mdl_pass *pass, float p, int l, mdl_site_kind kind) {
+    if (!pass->training || !(p > 0)) return (mdl_drop){0};
+    int site = s->cfg.site[kind] + l * s->cfg.site_stride;
+    return (mdl_drop){.p = p, .seed = pass->seed, .stream = mdl_dropout_stream(pass, site)};
+}
+
+/* Block l's self-attention (cross: its cross-attention) over B rows of T queries. */
+static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask,
+                               const mdl_pass *pass, bool cross) {
+    const mdl_stack_config *c = &s->cfg;
+    const size_t ld = !cross && mdl_attn_fused(&s->layer[l].attn) ? 3 * (size_t)s->I_local : (size_t)s->I_local;
+    mdl_drop d = stack_drop(s, pass, c->attn_pdrop, l, cross ? MDL_SITE_CROSS_PROBS : MDL_SITE_SELF_PROBS);
+    return (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
+                          .ldk = ld, .ldv = ld, .ldo = (size_t)s->I_local,
+                          .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)s->HS),
+                          .causal = !cross && mask->causal, .prefix = cross ? NULL : mask->prefix,
+                          .key_mask = cross ? mask->cross_key_mask : mask->key_mask, .bias = cross ? NULL : mask->bias,
+                          .dropout_p = d.p, .seed = d.seed, .stream = d.stream, .head_offset = s->head_offset,
+                          .heads_total = c->n_head};
+}
+
+/* Block l forward from its residual input into its slot; the residual output too when
+ * write_out (a recompute leaves the kept one alone). */
+static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
+                           bool write_out) {
+    rt_status st = RT_OK;
+    const mdl_stack_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
+    const mdl_block_params *p = &s->layer[l];
+    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    const stack_slices a = stack_at(s, l);
+    float *tmp = s->sc->tmp;
+    const rt_attn_desc d = stack_attn(s, l, B, T, mask, pass, false);
+    const mdl_drop self_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT);
+    const mdl_drop inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER);
+    const mdl_drop ffn_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT);
+    if (c->post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
+        RT_TRY(mdl_attn_fwd(&sub, &p->attn, &d, a.in, NULL, 0, a.qkv, a.probs, a.atty, BT, self_out));
+        rt_add(be, a.h1, tmp, a.in, n);
+        mdl_norm_fwd(&sub, p->norm1, a.mid, a.n1_mean, a.n1_rstd, a.h1, BT);
+        mdl_ffn_up(&sub, &p->ffn, a.mid, a.up, a.up_lin, a.hid, BT, inner);
+        RT_TRY(mdl_ffn_down(&sub, &p->ffn, a.hid, BT, ffn_out));
+        rt_add(be, a.h2, tmp, a.mid, n);
+        /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
+        mdl_norm_fwd(&sub, p->norm2, write_out ? a.out : tmp, a.n2_mean, a.n2_rstd, a.h2, BT);
+        return RT_OK;
+    }
+    mdl_norm_fwd(&sub, p->norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, BT);
+    RT_TRY(mdl_attn_fwd(&sub, &p->attn, &d, a.h1, NULL, 0, a.qkv, a.probs, a.atty, BT, self_out));
+    rt_add(be, a.mid, a.in, tmp, n);
+    float *x = a.mid; /* the residual entering the FFN */
+    if (c->cross) {
+        const rt_attn_desc dc = stack_attn(s, l, B, T, mask, pass, true);
+        mdl_norm_fwd(&sub, p->norm_cross, a.hc, a.nc_mean, a.nc_rstd, a.mid, BT);
+        RT_TRY(mdl_attn_fwd(&sub, &p->cross, &dc, a.hc, mask->cross_in, (size_t)B * mask->S, a.cqkv, a.cprobs,
+                            a.catty, BT, stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT)));
+        rt_add(be, a.mid2, a.mid, tmp, n);
+        x = a.mid2;
+    }
+    mdl_norm_fwd(&sub, p->norm2, a.h2, a.n2_mean, a.n2_rstd, x, BT);
+    mdl_ffn_up(&sub, &p->ffn, a.h2, a.up, a.up_lin, a.hid, BT, inner);
+    if (!write_out) return RT_OK; /* the FFN's output only feeds the next block's kept input */
+    RT_TRY(mdl_ffn_down(&sub, &p->ffn, a.hid, BT, ffn_out));
+    rt_add(be, a.out, x, tmp, n);
+fail:
+    return st;
+}
+
+/* Block l backward from dL/d(its output) in dres, which becomes dL/d(its input). */
+static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const mdl_stack_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
+    const mdl_block_params *p = &s->layer[l];
+    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    const stack_slices a = stack_at(s, l);
+    float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
+    const rt_attn_desc d = stack_attn(s, l, B, T, mask, pass, false);
+    const mdl_drop self_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT);
+    const mdl_drop inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER);
+    const mdl_drop ffn_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT);
+    if (c->post_norm) {
+        /* dsum = dL/dh2, which reaches mid directly and through the FFN */
+        rt_clear(be, dsum, n * sizeof(float));
+        mdl_norm_bwd(&sub, p->norm2, dsum, dres, a.h2, a.n2_mean, a.n2_rstd, BT);
+        RT_TRY(mdl_ffn_bwd(&sub, &p->ffn, dsum, a.mid, a.up, a.up_lin, a.hid, dln, BT, ffn_out, inner));
+        rt_add(be, dres, dsum, dln, n); /* dL/dmid */
+        /* dsum = dL/dh1, which reaches in directly and through attention */
+        rt_clear(be, dsum, n * sizeof(float));
+        mdl_norm_bwd(&sub, p->norm1, dsum, dres, a.h1, a.n1_mean, a.n1_rstd, BT);
+        RT_TRY(mdl_attn_bwd(&sub, &p->attn, &d, dsum, a.in, NULL, 0, NULL, a.qkv, a.probs, a.atty, mask->dbias, dln,
+                            BT, self_out));
+        rt_add(be, dres, dsum, dln, n); /* dL/din */
+        return RT_OK;
+    }
+    /* each sublayer gives dL/d(its input) in dln; its norm's backward adds it to dres */
+    RT_TRY(mdl_ffn_bwd(&sub, &p->ffn, dres, a.h2, a.up, a.up_lin, a.hid, dln, BT, ffn_out, inner));
+    mdl_norm_bwd(&sub, p->norm2, dres, dln, c->cross ? a.mid2 : a.mid, a.n2_mean, a.n2_rstd, BT);
+    if (c->cross) {
+        const rt_attn_desc dc = stack_attn(s, l, B, T, mask, pass, true);
+        RT_TRY(mdl_attn_bwd(&sub, &p->cross, &dc, dres, a.hc, mask->cross_in, (size_t)B * mask->S, mask->dcross_in,
+                            a.cqkv, a.cprobs, a.catty, NULL, dln, BT,
+                            stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT)));
+        mdl_norm_bwd(&sub, p->norm_cross, dres, dln, a.mid, a.nc_mean, a.nc_rstd, BT);
+    }
+    RT_TRY(mdl_attn_bwd(&sub, &p->attn, &d, dres, a.h1, NULL, 0, NULL, a.qkv, a.probs, a.atty, mask->dbias, dln, BT,
+                        self_out));
+    mdl_norm_bwd(&sub, p->norm1, dres, dln, a.in, a.n1_mean, a.n1_rstd, BT);
+fail:
+    return st;
+}
+
+rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
+    rt_status st = RT_OK;
+    const mdl_stack_config *c = &s->cfg;
+    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
+    if (pass->training && c->emb_pdrop > 0) {
+        float *x = mdl_stack_residual(s, 0);
+        rt_dropout_fwd(s->be, x, x, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb));
+    }
+    for (int l = 0; l < c->n_layer; l++) RT_TRY(block_fwd(s, l, B, T, mask, pass, true));
+    if (c->final_norm) {
+        const mdl_sublayers sub = mdl_stack_sublayers(s);
+        mdl_norm_fwd(&sub, s->final, s->out, s->out_mean, s->out_rstd, mdl_stack_residual(s, c->n_layer), BT);
+        if (pass->training && c->final_pdrop > 0)
+            rt_dropout_fwd(s->be, s->out, s->out, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final));
+    }
+fail:
+    return st;
+}
+
+rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
+                             float *dout, const float **demb) {
+    rt_status st = RT_OK;
+    const mdl_stack_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
+    mdl_stack_scratch *sc = s->sc;
+    if (c->final_norm) {
+        const mdl_sublayers sub = mdl_stack_sublayers(s);
+        if (pass->training && c->final_pdrop > 0)
+            rt_dropout_bwd(be, dout, dout, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final));
+        rt_clear(be, sc->dres, n * sizeof(float));
+        mdl_norm_bwd(&sub, s->final, sc->dres, dout, mdl_stack_residual(s, c->n_layer), s->out_mean, s->out_rstd, BT);
+        mdl_grads_ready(pass, s->params, s->final.w); /* the final norm and the model's head above it */
+    } else if (dout != sc->dres) {
+        rt_copy(be, sc->dres, dout, n * sizeof(float));
+    }
+    const int K = s->slots, last_segment = (c->n_layer - 1) / K * K;
+    for (int l = c->n_layer - 1; l >= 0; l--) {
+        /* checkpointing: entering a segment, recompute its blocks (the forward left the last
+         * segment's in place) */
+        if (K < c->n_layer && l % K == K - 1 && l < last_segment)
+            for (int j = l - K + 1; j <= l; j++) RT_TRY(block_fwd(s, j, B, T, mask, pass, false));
+        RT_TRY(block_bwd(s, l, B, T, mask, pass));
+        /* this block and all above it; a shared bias (in block 0) is the caller's to finish */
+        if (l > 0 || !mask->dbias) mdl_grads_ready(pass, s->params, s->layer[l].first);
+    }
+    *demb = sc->dres;
+    if (pass->training && c->emb_pdrop > 0) {
+        rt_dropout_bwd(be, sc->tmp, sc->dres, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb));
+        *demb = sc->tmp;
+    }
+fail:
+    return st;
+}
+
+double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S) {
+    const mdl_stack_config *c = &s->cfg;
+    return c->n_layer * mdl_layer_train_flops(B, T, c->C, (double)c->n_head * s->HS, c->F, c->gated, T,
+                                              c->cross ? S : 0);
+}
+
+void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
+    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    mdl_norm_fwd(&sub, s->final, y, mean, rstd, x, n);
+}
+
+void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v) {
+    const mdl_attn_params *p = &s->layer[l].attn;
+    const size_t C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
+    /* the fused [q; k; v] weight's k and v row blocks (and their biases) */
+    mdl_col_linear_fwd(s->be, k, norm1_rows, W(p->q_w) + Il * C, W(p->q_b) + Il, n, (int)C, (int)Il);
+    mdl_col_linear_fwd(s->be, v, norm1_rows, W(p->q_w) + 2 * Il * C, W(p->q_b) + 2 * Il, n, (int)C, (int)Il);
+}
+
+const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
+    const stack_slices a = stack_at(s, l);
+    if (s->slots < s->cfg.n_layer) { /* the slot may hold a later block's */
+        const mdl_sublayers sub = mdl_stack_sublayers(s);
+        mdl_norm_fwd(&sub, s->layer[l].norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, n);
+    }
+    return a.h1;
+}
+
+rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
+                           const int32_t *at_idx, const float *key_mask) {
+    rt_status st = RT_OK;
+    const mdl_stack_config *c = &s->cfg;
+    rt_backend *be = s->be;
+    const int C = c->C, Il = s->I_local;
+    const size_t n = (size_t)B;
+    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    const mdl_drop none = {0};
+    /* scratch: the first slot's activations, (B, ...) of them */
+    float *ln = s->h1, *mean = s->n1_mean, *rstd = s->n1_rstd, *q = s->qkv, *k = s->qkv + n * Il,
+          *v = s->qkv + 2 * n * Il;
+    /* probs holds B x NH x Tmax here: within the forward's B x NH x T x T */
+    RT_CHECK(!c->post_norm && mdl_attn_fused(&s->layer[0].attn), "decode: a pre-norm stack with fused q, k, v");
+    RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B, Tmax);
+    for (int l = 0; l < c->n_layer; l++) {
+        const mdl_block_params *p = &s->layer[l];
+        mdl_norm_fwd(&sub, p->norm1, ln, mean, rstd, x, n);
+        mdl_col_linear_fwd(be, q, ln, W(p->attn.q_w), W(p->attn.q_b), n, C, Il);
+        mdl_stack_kv(s, l, ln, n, k, v);
+        rt_scatter_rows_add(be, kcache[l], k, at_idx, B, Il);
+        rt_scatter_rows_add(be, vcache[l], v, at_idx, B, Il);
+        rt_attn_desc d = {.B = B, .NH = s->NH_local, .Tq = 1, .Tk = Tmax, .HS = s->HS, .ldq = (size_t)Il,
+                          .ldk = (size_t)Il, .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)s->HS),
+                          .key_mask = key_mask, .head_offset = s->head_offset, .heads_total = c->n_head};
+        rt_attention_fwd(be, &d, s->atty, s->probs, q, kcache[l], vcache[l]);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, s->atty, W(p->attn.proj_w), W(p->attn.proj_b), n, Il, C));
+        rt_add(be, x, x, sub.tmp, n * C);
+        mdl_norm_fwd(&sub, p->norm2, ln, mean, rstd, x, n);
+        mdl_ffn_up(&sub, &p->ffn, ln, s->up, NULL, s->hid, n, none);
+        RT_TRY(mdl_ffn_down(&sub, &p->ffn, s->hid, n, none));
+        rt_add(be, x, x, sub.tmp, n * C);
+    }
+fail:
+    return st;
+}

@@ -1,0 +1,170 @@
+/* The transformer block stack every family runs: n_layer blocks of the sublayers of
+ * models/block.h, wired by configuration:
+ *
+ *   pre-norm (GPT-2, GLM, T5)             post-norm (BERT, RoBERTa)
+ *     x = x + attn(norm1(x))                x = norm1(x + attn(x))
+ *     x = x + cross(norm_c(x), kv)  [T5's decoder: cross-attention over the encoder's output]
+ *     x = x + ffn(norm2(x))                 x = norm2(x + ffn(x))
+ *   then an optional final norm (and its dropout) into `out`.
+ *
+ * Norms are LayerNorm or RMSNorm; attention has a fused or separate q/k/v, with or without
+ * biases, causal or not, a per-row bidirectional prefix (GLM), a key mask (padding) and an
+ * additive bias shared by every block (T5's relative positions); the FFN is plain or gated.
+ *
+ * The stack owns what is the same everywhere:
+ *   - the activation layout for max_B x max_T, taken once from an arena (llm.c's pattern), so a
+ *     step allocates nothing;
+ *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
+ *     is kept for every block, the other activations have K slots (block l in slot l % K), and
+ *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
+ *     before going back through it, so the gradients are the ones without checkpointing;
+ *   - dropout-site numbering (models/pass.h): the embeddings at site_emb, the final norm's at
+ *     site_final, block l's kinds at site[kind] + l * site_stride;
+ *   - the grads-ready marks: after the final norm, and after each block its first parameter;
+ *   - the model FLOPs of its blocks (models/flops.h).
+ *
+ * The model owns what is outside: embeddings (written into the first residual slice), heads
+ * and losses. Forward runs embedding dropout, the blocks and the final norm; backward takes
+ * dL/d(out) and gives dL/d(embeddings). Parameters are declared by the family (their names and
+ * init are particular) into `layer`, or from printf formats by mdl_stack_declare_named. */
+#ifndef MDL_STACK_H
+#define MDL_STACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoints/ckpt_map.h"
+#include "models/block.h"
+#include "models/pass.h"
+#include "runtime/rt_arena.h"
+
+typedef enum {
+    MDL_SITE_SELF_PROBS, MDL_SITE_SELF_OUT, MDL_SITE_CROSS_PROBS, MDL_SITE_CROSS_OUT, MDL_SITE_FFN_INNER,
+    MDL_SITE_FFN_OUT, MDL_SITE_KINDS
+} mdl_site_kind;
+
+typedef struct {
+    int n_layer, C, n_head, head_size, F;  /* full (all ranks) sizes; head_size 0: C / n_head */
+    bool post_norm;            /* normalize after each residual add (BERT), else before each sublayer */
+    mdl_norm_kind norm;
+    float norm_eps;
+    bool final_norm;           /* a norm over the last block's output (its parameters: `final`) */
+    bool cross;                /* cross-attention after self-attention (pre-norm only) */
+    bool gated;                /* the FFN has up_lin (T5 v1.1) */
+    rt_act_kind act;
+    float attn_scale;          /* 0: 1/sqrt(head_size) */
+    float attn_pdrop, resid_pdrop, ffn_pdrop, emb_pdrop, final_pdrop;
+    int site_emb, site_final, site[MDL_SITE_KINDS], site_stride; /* dropout sites, -1: none */
+    int checkpoint_layers;     /* 0: keep every block's activations; K: recompute K blocks at a time */
+} mdl_stack_config;
+
+/* One block's parameters; -1 for what the configuration has not. */
+typedef struct {
+    mdl_norm_params norm1, norm_cross, norm2;
+    mdl_attn_params attn, cross;
+    mdl_ffn_params ffn;
+    int first;                 /* the block's first parameter: where its gradients start in the slab */
+} mdl_block_params;
+
+/* printf formats with one %d, in the order of mdl_block_params; the final norm's plain names. */
+typedef struct {
+    const char *norm1_w, *norm1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *norm2_w, *norm2_b, *up_w, *up_b, *down_w,
+        *down_b, *final_w, *final_b;
+} mdl_stack_names;
+
+/* Which keys a query sees, and the other stack a cross-attention reads. Backend buffers, or NULL. */
+typedef struct {
+    bool causal;
+    const int32_t *prefix;      /* (B) keys before it are seen by every query (causal only) */
+    const float *key_mask;      /* (B, T) additive */
+    const float *bias;          /* (NH_local, T, T) additive, shared by every block */
+    float *dbias;               /* its gradient, summed over the blocks; the caller marks block 0 ready */
+    const float *cross_in;      /* (B, S, C) what cross-attention reads */
+    float *dcross_in;           /* dL/d(cross_in) added here, not reduced over tp */
+    const float *cross_key_mask; /* (B, S) additive */
+    int S;
+} mdl_stack_mask;
+
+/* Backend scratch for one stack's backward (and its branch outputs), sized for `rows` rows;
+ * stacks that run one after the other may share one (T5's encoder and decoder). */
+typedef struct {
+    size_t rows;
+    float *tmp, *dres, *dln, *dsum;    /* (rows, C); dsum post-norm only */
+    float *dqkv, *datty;               /* (rows, 3 I_local), (rows, I_local) */
+    float *dup, *dup_lin, *dhid;       /* (rows, F_local); dup_lin gated only */
+} mdl_stack_scratch;
+
+typedef struct {
+    mdl_stack_config cfg;
+    rt_backend *be;
+    rt_comm *tp;
+    rt_params *params;
+    mdl_block_params *layer;
+    mdl_norm_params final;
+    int HS, NH_local, I_local, F_local, head_offset;
+    int max_B, max_T, max_S;
+    size_t max_BT, max_BS;
+    /* activations: res for every block, the rest per slot */
+    int slots;                    /* n_layer, or checkpoint_layers */
+    float *res;                   /* (L+1, BT, C) the residual entering each block, and the output */
+    float *h1, *mid, *h2;         /* (slots, BT, C) around norm1 and norm2 (pre: their outputs, the sublayer
+                                   * inputs; post: their inputs, the residual sums); mid: after attention
+                                   * (post: norm1's output) */
+    float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
+    float *qkv, *probs, *atty;    /* (slots, BT, 3 I_local), (slots, B, NH_local, T, T), (slots, BT, I_local) */
+    float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *cprobs, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
+    float *up, *up_lin, *hid;     /* (slots, BT, F_local) */
+    float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
+                                       * dropout), or res[L] */
+    mdl_stack_scratch own, *sc;   /* sc: own, or a shared one */
+} mdl_stack;
+
+/* Sets up s for c over backend be, tp group tp and slab p, with every parameter index -1. The
+ * caller has checked that tp divides n_head and F. */
+void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_comm *tp, rt_params *p);
+/* Declares the blocks' parameters from names (tp rules from map): weights N(0, init_std), the
+ * projections into the residual (proj, down) N(0, proj_std), norms 1 and 0. */
+void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *names, const ckpt_map *map, float init_std,
+                             float proj_std);
+/* GPT-2's, GLM's and BERT's dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l block l's. */
+void mdl_stack_compact_sites(mdl_stack_config *c);
+void mdl_stack_free(mdl_stack *s);
+/* Takes the activation buffers for max_B x max_T (cross-attention over max_S) from a,
+ * measuring when a->base is NULL; the scratch too unless `shared` (laid out by
+ * mdl_stack_scratch_layout for at least as many rows). */
+void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S, mdl_stack_scratch *shared);
+void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_arena *a, size_t rows);
+/* The residual slice entering block l (l = n_layer: the last block's output). */
+float *mdl_stack_residual(const mdl_stack *s, int l);
+/* Where backward wants dL/d(out): the caller may write it there (or pass its own buffer). */
+float *mdl_stack_dout(const mdl_stack *s);
+rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass);
+/* From dL/d(out) in dout (overwritten): accumulates the gradients and points *demb at
+ * dL/d(embeddings) (one of the scratch buffers, valid until its next use). */
+rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
+                             float *dout, const float **demb);
+/* The sublayers over this stack's parameters and scratch (models/block.h). */
+mdl_sublayers mdl_stack_sublayers(const mdl_stack *s);
+/* Training FLOPs of the blocks on B rows of T tokens (cross-attention over S). */
+double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S);
+
+/* Decoding, for the pre-LayerNorm fused stacks (GPT-2, GLM). */
+/* The final norm of n rows x into y (mean, rstd: n floats of scratch). */
+void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n);
+/* One new token per row, x (B, C) in and out (the residual stream), run through every block
+ * against per-layer key and value caches kcache[l], vcache[l] (B, Tmax, I_local each, row b's
+ * key j at b*Tmax + j). The new token's key and value are added at cache slot `at` (slots start
+ * zeroed and are written once); its query attends to all Tmax slots minus key_mask (B, Tmax,
+ * additive: -inf for slots it must not see). at_idx (B) holds b*Tmax + at (backend int32). Uses
+ * the stack's first-slot activation buffers as scratch. */
+rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
+                           const int32_t *at_idx, const float *key_mask);
+/* The keys and values of block l for n rows of its norm1 output, into k and v (n, I_local)
+ * each: to fill the caches after a full forward. */
+void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v);
+/* Block l's norm1 output for the last forward's n rows (recomputed from the block's input when
+ * checkpointing has reused its slot). */
+const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n);
+
+#endif
