@@ -18,6 +18,7 @@
 #include "checkpoints/ckpt_tp.h"
 #include "models/hf_config.h"
 #include "models/heads.h"
+#include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
 #include "runtime/rt_arena.h"
@@ -263,9 +264,6 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp) {
         m->ho_b = bert_add(m, "classifier.bias", NL, 0, true, Z);
     }
 }
-
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void bert_layout(bert_model *m, rt_arena *a) {

@@ -3,24 +3,24 @@
 
 #include "models/parallel.h"
 
-/* A parameter's data or gradient; NULL for one the family has not (index -1). */
-#define W(idx) ((idx) >= 0 ? rt_params_data(s->params, (idx)) : NULL)
-#define DW(idx) ((idx) >= 0 ? rt_params_grad(s->params, (idx)) : NULL)
+#include "models/param.h"
 
 void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *mean, float *rstd, const float *in,
                   size_t n) {
     if (s->norm == MDL_NORM_RMS)
-        rt_rmsnorm_fwd(s->be, out, rstd, in, W(p.w), n, s->C, s->norm_eps);
+        rt_rmsnorm_fwd(s->be, out, rstd, in, mdl_param(s->params, p.w), n, s->C, s->norm_eps);
     else
-        rt_layernorm_fwd(s->be, out, mean, rstd, in, W(p.w), W(p.b), n, s->C, s->norm_eps);
+        rt_layernorm_fwd(s->be, out, mean, rstd, in, mdl_param(s->params, p.w), mdl_param(s->params, p.b), n, s->C,
+                         s->norm_eps);
 }
 
 void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
                   const float *mean, const float *rstd, size_t n) {
     if (s->norm == MDL_NORM_RMS)
-        rt_rmsnorm_bwd(s->be, din, DW(p.w), dout, in, W(p.w), rstd, n, s->C);
+        rt_rmsnorm_bwd(s->be, din, mdl_grad(s->params, p.w), dout, in, mdl_param(s->params, p.w), rstd, n, s->C);
     else
-        rt_layernorm_bwd(s->be, din, DW(p.w), DW(p.b), dout, in, W(p.w), mean, rstd, n, s->C);
+        rt_layernorm_bwd(s->be, din, mdl_grad(s->params, p.w), mdl_grad(s->params, p.b), dout, in,
+                         mdl_param(s->params, p.w), mean, rstd, n, s->C);
 }
 
 /* out = drop(x) in place. */
@@ -44,8 +44,9 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
     const int C = s->C;
     for (int k = 0; k < n; k++) {
         /* din NULL: the weight and bias gradients only, no collective */
-        (void)mdl_col_linear_bwd(be, s->tp, NULL, DW(w[k]), DW(b[k]), dout[k], x, NULL, N, C, out_local);
-        rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0, W(w[k]), C, 0,
+        (void)mdl_col_linear_bwd(be, s->tp, NULL, mdl_grad(s->params, w[k]), mdl_grad(s->params, b[k]), dout[k], x,
+                                 NULL, N, C, out_local);
+        rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0, mdl_param(s->params, w[k]), C, 0,
                 (k == 0 && !accumulate) ? 0.0f : 1.0f, din, C, 0, 1);
     }
     if (reduce && s->tp->size > 1) return s->tp->ops->all_reduce(s->tp->ctx, din, N * (size_t)C, RT_REDUCE_SUM);
@@ -53,19 +54,21 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
 }
 
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT, mdl_drop drop) {
+                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT,
+                       mdl_drop drop) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
     if (mdl_attn_fused(p)) {
-        mdl_col_linear_fwd(be, a.q, in, W(p->q_w), W(p->q_b), BT, C, 3 * Il);
+        mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), mdl_param(s->params, p->q_b), BT, C, 3 * Il);
     } else {
         if (!kv) kv = in, kv_rows = BT;
-        mdl_col_linear_fwd(be, a.q, in, W(p->q_w), NULL, BT, C, Il);
-        mdl_col_linear_fwd(be, a.k, kv, W(p->k_w), NULL, kv_rows, C, Il);
-        mdl_col_linear_fwd(be, a.v, kv, W(p->v_w), NULL, kv_rows, C, Il);
+        mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), NULL, BT, C, Il);
+        mdl_col_linear_fwd(be, a.k, kv, mdl_param(s->params, p->k_w), NULL, kv_rows, C, Il);
+        mdl_col_linear_fwd(be, a.v, kv, mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
     }
     rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
-    rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, W(p->proj_w), W(p->proj_b), BT, Il, C);
+    rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
+                                      mdl_param(s->params, p->proj_b), BT, Il, C);
     if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)C, drop);
     return st;
 }
@@ -77,7 +80,8 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
     const float *dproj = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(be, s->datty, DW(p->proj_w), DW(p->proj_b), dproj, atty, W(p->proj_w), BT, Il, s->C);
+    mdl_row_linear_bwd(be, s->datty, mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b), dproj, atty,
+                       mdl_param(s->params, p->proj_w), BT, Il, s->C);
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
     float *dq = s->dqkv, *dk = s->dqkv + step, *dv = s->dqkv + 2 * step;
@@ -106,9 +110,9 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in
                 float *hidden, size_t BT, mdl_drop inner) {
     rt_backend *be = s->be;
     const size_t n = BT * (size_t)s->F_local;
-    mdl_col_linear_fwd(be, up, in, W(p->up_w), W(p->up_b), BT, s->C, s->F_local);
+    mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C, s->F_local);
     if (p->up_lin_w >= 0) {
-        mdl_col_linear_fwd(be, up_lin, in, W(p->up_lin_w), NULL, BT, s->C, s->F_local);
+        mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
         rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
     } else {
         rt_act_fwd(be, s->act, hidden, up, n);
@@ -120,7 +124,8 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in
 }
 
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT, mdl_drop drop) {
-    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, W(p->down_w), W(p->down_b), BT, s->F_local, s->C);
+    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
+                                      mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
     if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)s->C, drop);
     return st;
 }
@@ -132,7 +137,8 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;
     const float *ddown = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(be, s->dhid, DW(p->down_w), DW(p->down_b), ddown, hidden, W(p->down_w), BT, Fl, s->C);
+    mdl_row_linear_bwd(be, s->dhid, mdl_grad(s->params, p->down_w), mdl_grad(s->params, p->down_b), ddown, hidden,
+                       mdl_param(s->params, p->down_w), BT, Fl, s->C);
     if (inner.p > 0)
         rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
     if (p->up_lin_w >= 0) {

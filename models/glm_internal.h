@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "models/glm.h"
+#include "models/param.h"
 #include "models/stack.h"
 
 /* Added to the logits of vocab padding columns: they never win a softmax. */
@@ -40,8 +41,6 @@ struct glm_model {
 /* Cloze candidates per row: verbalizers have a handful of words. */
 #define GLM_K_MAX 16
 
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
 
 /* Checks a batch and uploads ids, positions, block positions and separators. */
 rt_status glm_upload(glm_model *m, const glm_inputs *in);

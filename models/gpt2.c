@@ -16,6 +16,7 @@
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
+#include "models/param.h"
 #include "models/stack.h"
 #include "runtime/rt_arena.h"
 
@@ -222,9 +223,6 @@ static void gpt2_declare_params(gpt2_model *m) {
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
     m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
-
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void gpt2_layout(gpt2_model *m, rt_arena *a) {

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 
 #include "models/flops.h"
+#include "models/param.h"
 #include "models/parallel.h"
 #include "runtime/rt_rng.h"
 
-#define W(idx) rt_params_data(s->params, (idx))
 /* an optional buffer's slice: NULL stays NULL */
 #define AT(buf, off) ((buf) ? (buf) + (off) : NULL)
 
@@ -51,7 +51,8 @@ static int named_add(mdl_stack *s, const ckpt_map *map, const char *fmt, int l, 
 
 static mdl_norm_params named_norm(mdl_stack *s, const ckpt_map *map, const char *w, const char *b, int l) {
     const int C = s->cfg.C;
-    return (mdl_norm_params){named_add(s, map, w, l, C, 0, RT_INIT_ONES, 0), named_add(s, map, b, l, C, 0, RT_INIT_ZEROS, 0)};
+    return (mdl_norm_params){named_add(s, map, w, l, C, 0, RT_INIT_ONES, 0),
+                             named_add(s, map, b, l, C, 0, RT_INIT_ZEROS, 0)};
 }
 
 void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_map *map, float std, float pstd) {
@@ -313,7 +314,8 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
         const mdl_sublayers sub = mdl_stack_sublayers(s);
         mdl_norm_fwd(&sub, s->final, s->out, s->out_mean, s->out_rstd, mdl_stack_residual(s, c->n_layer), BT);
         if (pass->training && c->final_pdrop > 0)
-            rt_dropout_fwd(s->be, s->out, s->out, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final));
+            rt_dropout_fwd(s->be, s->out, s->out, n, c->final_pdrop, pass->seed,
+                           mdl_dropout_stream(pass, c->site_final));
     }
 fail:
     return st;
@@ -370,8 +372,10 @@ void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float 
     const mdl_attn_params *p = &s->layer[l].attn;
     const size_t C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     /* the fused [q; k; v] weight's k and v row blocks (and their biases) */
-    mdl_col_linear_fwd(s->be, k, norm1_rows, W(p->q_w) + Il * C, W(p->q_b) + Il, n, (int)C, (int)Il);
-    mdl_col_linear_fwd(s->be, v, norm1_rows, W(p->q_w) + 2 * Il * C, W(p->q_b) + 2 * Il, n, (int)C, (int)Il);
+    mdl_col_linear_fwd(s->be, k, norm1_rows, mdl_param(s->params, p->q_w) + Il * C, mdl_param(s->params, p->q_b) + Il,
+                       n, (int)C, (int)Il);
+    mdl_col_linear_fwd(s->be, v, norm1_rows, mdl_param(s->params, p->q_w) + 2 * Il * C,
+                       mdl_param(s->params, p->q_b) + 2 * Il, n, (int)C, (int)Il);
 }
 
 const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
@@ -397,11 +401,12 @@ rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, 
           *v = s->qkv + 2 * n * Il;
     /* probs holds B x NH x Tmax here: within the forward's B x NH x T x T */
     RT_CHECK(!c->post_norm && mdl_attn_fused(&s->layer[0].attn), "decode: a pre-norm stack with fused q, k, v");
-    RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B, Tmax);
+    RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B,
+             Tmax);
     for (int l = 0; l < c->n_layer; l++) {
         const mdl_block_params *p = &s->layer[l];
         mdl_norm_fwd(&sub, p->norm1, ln, mean, rstd, x, n);
-        mdl_col_linear_fwd(be, q, ln, W(p->attn.q_w), W(p->attn.q_b), n, C, Il);
+        mdl_col_linear_fwd(be, q, ln, mdl_param(s->params, p->attn.q_w), mdl_param(s->params, p->attn.q_b), n, C, Il);
         mdl_stack_kv(s, l, ln, n, k, v);
         rt_scatter_rows_add(be, kcache[l], k, at_idx, B, Il);
         rt_scatter_rows_add(be, vcache[l], v, at_idx, B, Il);
@@ -409,7 +414,8 @@ rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, 
                           .ldk = (size_t)Il, .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)s->HS),
                           .key_mask = key_mask, .head_offset = s->head_offset, .heads_total = c->n_head};
         rt_attention_fwd(be, &d, s->atty, s->probs, q, kcache[l], vcache[l]);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, s->atty, W(p->attn.proj_w), W(p->attn.proj_b), n, Il, C));
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, s->atty, mdl_param(s->params, p->attn.proj_w),
+                                  mdl_param(s->params, p->attn.proj_b), n, Il, C));
         rt_add(be, x, x, sub.tmp, n * C);
         mdl_norm_fwd(&sub, p->norm2, ln, mean, rstd, x, n);
         mdl_ffn_up(&sub, &p->ffn, ln, s->up, NULL, s->hid, n, none);

@@ -65,9 +65,6 @@ static const t5_param_row t5_block_rows[] = {
 };
 #undef T5_F
 
-#define P(idx) rt_params_data(&m->params, (idx))
-#define G(idx) rt_params_grad(&m->params, (idx))
-
 /* ---- relative positions ---- */
 
 int t5_relative_bucket(int relative_position, bool bidirectional, int num_buckets, int max_distance) {

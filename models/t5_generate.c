@@ -177,8 +177,8 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
     for (int l = 0; l < m->dec.L; l++) {
         const mdl_attn_params *p = &m->dec.blocks.layer[l].cross;
         float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        mdl_col_linear_fwd(be, ck, m->enc.blocks.out, t5_param(m, p->k_w), NULL, (size_t)B * S, C, Il);
-        mdl_col_linear_fwd(be, cv, m->enc.blocks.out, t5_param(m, p->v_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, ck, m->enc.blocks.out, P(p->k_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, cv, m->enc.blocks.out, P(p->v_w), NULL, (size_t)B * S, C, Il);
     }
     rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
@@ -202,10 +202,10 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     const mdl_drop none = {0};
 
     rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, t5_param(m, m->shared), (size_t)R, C, m->vocab_start,
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab_start,
                                    m->V_local));
     /* query t's bias row, shared by every block (block 0 owns the table) and by every row */
-    rt_relbias_fwd(be, g->bias, t5_param(m, dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
+    rt_relbias_fwd(be, g->bias, P(dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
                    Tk, c->relative_attention_num_buckets);
     rt_gather_rows(be, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
     rt_attn_desc self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il,
@@ -221,18 +221,18 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
         const size_t at_t = (size_t)t * R * Il;
         /* self-attention: mid = x + o(attn(norm(x))) over positions 0..t */
         mdl_norm_fwd(&sub, p->norm1, g->ln, NULL, g->rstd, g->x, (size_t)R);
-        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->attn.q_w), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, kc + at_t, g->ln, t5_param(m, p->attn.k_w), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, vc + at_t, g->ln, t5_param(m, p->attn.v_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, g->q, g->ln, P(p->attn.q_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, kc + at_t, g->ln, P(p->attn.k_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, vc + at_t, g->ln, P(p->attn.v_w), NULL, (size_t)R, C, Il);
         rt_attention_fwd(be, &self, g->atty, g->probs, g->q, kc, vc);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->attn.proj_w), NULL, (size_t)R, Il, C));
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, P(p->attn.proj_w), NULL, (size_t)R, Il, C));
         rt_add(be, g->mid, g->x, g->tmp, (size_t)R * C);
         /* cross-attention: x = mid + o(attn(norm(mid), the source's cached keys)) */
         const float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
         mdl_norm_fwd(&sub, p->norm_cross, g->ln, NULL, g->rstd, g->mid, (size_t)R);
-        mdl_col_linear_fwd(be, g->q, g->ln, t5_param(m, p->cross.q_w), NULL, (size_t)R, C, Il);
+        mdl_col_linear_fwd(be, g->q, g->ln, P(p->cross.q_w), NULL, (size_t)R, C, Il);
         rt_attention_fwd(be, &cross, g->atty, g->probs, g->q, ck, cv);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, t5_param(m, p->cross.proj_w), NULL, (size_t)R, Il, C));
+        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, P(p->cross.proj_w), NULL, (size_t)R, Il, C));
         rt_add(be, g->x, g->mid, g->tmp, (size_t)R * C);
         /* FFN: x = x + wo(act(wi(norm(x))) [* wi_1(norm(x))]) */
         mdl_norm_fwd(&sub, p->norm2, g->ln, NULL, g->rstd, g->x, (size_t)R);
@@ -242,7 +242,7 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     }
     mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
     if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
-    mdl_col_linear_fwd(be, g->logits, g->ln, t5_param(m, t5_head_param(m)), NULL, (size_t)R, C, m->V_local);
+    mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->V_local);
     if (m->vocab_padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->V_local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));
 fail:

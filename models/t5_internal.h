@@ -7,6 +7,7 @@
 
 #include <math.h>
 
+#include "models/param.h"
 #include "models/stack.h"
 #include "models/t5.h"
 
@@ -57,7 +58,6 @@ struct t5_model {
     float *h_mask, *h_losses;
 };
 
-static inline float *t5_param(t5_model *m, int idx) { return rt_params_data(&m->params, idx); }
 /* The LM head's parameter: lm_head, or `shared` when tied. */
 static inline int t5_head_param(const t5_model *m) { return m->lm_head >= 0 ? m->lm_head : m->shared; }
 /* HF: sequence_output * d_model^-0.5 with a Python float, i.e. a float32 multiply. */
