@@ -3,10 +3,12 @@
  * GLM tokenizer (tests/golden/superglue/glm_rows.json, scripts/golden/gen_glm_rows_golden.py):
  * the same token ids, position and block position ids, separator and labelled targets, the same
  * verbalizer ids and label, truncated alike at 128 tokens. Cloze rows end in the [sop] whose
- * logits FlagAI scores. The val files are the fixtures in tests/data (COPA's in assets/). */
+ * logits FlagAI scores. The val files are the fixtures in tests/data (COPA's in assets/). Then
+ * data_glm_collate: rows in example order, padded (to 8 when asked) where no real token looks. */
 #include <stdio.h>
 #include <string.h>
 
+#include "data/data_glm_batch.h"
 #include "data/data_glm_rows.h"
 #include "checkpoints/ckpt_json.h"
 #include "tests/testutil.h"
@@ -72,7 +74,41 @@ done:
     data_sg_examples_free(&all);
 }
 
+/* Two choice examples of two rows each, collated in the order 1, 0. */
+static void check_collate(void) {
+    int32_t v[4][6] = {{1, 2, 3}, {4, 5, 6, 7, 8}, {9, 10}, {11, 12, 13, 14}};
+    int32_t lab[4][6] = {{-100, 2, 3}, {-100, 5, 6, 7, 8}, {-100, 10}, {-100, -100, 13, 14}};
+    const int len[4] = {3, 5, 2, 4};
+    data_glm_row rows[4];
+    for (int r = 0; r < 4; r++)
+        rows[r] = (data_glm_row){.ids = v[r], .pos = v[r], .block_pos = v[r], .labels = lab[r], .len = len[r],
+                                 .sep = r + 1};
+    int first[2] = {0, 2}, label[2] = {1, 0};
+    data_glm_rows R = {.kind = DATA_GLM_CHOICES, .rows = rows, .n_rows = 4, .first_row = first, .label = label,
+                       .n_examples = 2, .rows_per_example = 2};
+    const int32_t ex[2] = {1, 0};
+    data_glm_batch b = {0};
+    data_glm_collate(&R, ex, 2, 99, false, &b);
+    TZ_EXPECT(b.B == 4 && b.T == 5, "batch %d x %d, want 4 x 5", b.B, b.T);
+    if (b.B == 4 && b.T == 5) {
+        /* row 0 is example 1's first row: 9 10, then padding */
+        const int32_t want_ids[5] = {9, 10, 99, 99, 99}, want_labels[5] = {-100, 10, -100, -100, -100};
+        for (int t = 0; t < 5; t++)
+            TZ_EXPECT(b.ids[t] == want_ids[t] && b.labels[t] == want_labels[t] && b.pos[t] == (t < 2 ? v[2][t] : 0) &&
+                          b.block_pos[t] == (t < 2 ? v[2][t] : 0),
+                      "row 0 position %d: id %d label %d pos %d", t, b.ids[t], b.labels[t], b.pos[t]);
+        TZ_EXPECT(b.ids[3 * 5 + 4] == 8 && b.sep[0] == 3 && b.sep[3] == 2 && b.cloze_at[1] == 4,
+                  "row 3 ends in 8 (%d); seps %d, %d", b.ids[19], b.sep[0], b.sep[3]);
+        TZ_EXPECT(b.label[0] == 0 && b.label[1] == 1, "labels %d %d follow the examples", b.label[0], b.label[1]);
+    }
+    data_glm_collate(&R, ex, 1, 99, true, &b);
+    TZ_EXPECT(b.B == 2 && b.T == 8 && b.ids[2 * 8 - 1] == 99 && b.labels[8 + 3] == 14,
+              "one example padded to 8: %d x %d", b.B, b.T);
+    data_glm_batch_free(&b);
+}
+
 int main(void) {
+    check_collate();
     cJSON *root = NULL;
     tok_tokenizer *tok = NULL;
     int n_cases = 0, n_rows = 0;

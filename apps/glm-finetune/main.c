@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/train_app.h"
+#include "data/data_glm_batch.h"
 #include "data/data_glm_rows.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_train.h"
@@ -159,77 +160,10 @@ static rt_status glm_data_set_state(void *ctx, int64_t epoch, int64_t position) 
     return data_sampler_set_state(d->sampler, &s);
 }
 
-/* ---- batches of rows as the model takes them ---- */
-
-typedef struct {
-    int32_t *ids, *pos, *bpos, *sep, *labels, *cloze_at, *cand, *label;
-    size_t cap_cells, cap_rows;
-} glm_buf;
-
-static void glm_buf_free(glm_buf *b) {
-    free(b->ids);
-    free(b->pos);
-    free(b->bpos);
-    free(b->sep);
-    free(b->labels);
-    free(b->cloze_at);
-    free(b->cand);
-    free(b->label);
-    memset(b, 0, sizeof *b);
-}
-
-/* The rows of n examples, padded to the longest (a multiple of 8 with --pad-to-8) with <eos>
- * at position 0, block position 0, no label: after every row's separator, so no real token
- * sees them. */
-static void glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, glm_buf *b, glm_inputs *in) {
-    const int per = R->rows_per_example;
-    const int B = n * per;
-    int T = 1;
-    for (int i = 0; i < n; i++)
-        for (int k = 0; k < per; k++) {
-            int len = R->rows[R->first_row[ex[i]] + k].len;
-            T = len > T ? len : T;
-        }
-    if (O.t.pad8) T = (T + 7) / 8 * 8;
-    size_t cells = (size_t)B * T;
-    if (cells > b->cap_cells || (size_t)B > b->cap_rows) {
-        glm_buf_free(b);
-        b->cap_cells = cells;
-        b->cap_rows = (size_t)B;
-        b->ids = rt_xmalloc(cells * sizeof(int32_t));
-        b->pos = rt_xmalloc(cells * sizeof(int32_t));
-        b->bpos = rt_xmalloc(cells * sizeof(int32_t));
-        b->labels = rt_xmalloc(cells * sizeof(int32_t));
-        b->sep = rt_xmalloc((size_t)B * sizeof(int32_t));
-        b->cloze_at = rt_xmalloc((size_t)B * sizeof(int32_t));
-        b->label = rt_xmalloc((size_t)B * sizeof(int32_t));
-        b->cand = rt_xmalloc((size_t)B * 16 * sizeof(int32_t));
-    }
-    for (int i = 0; i < n; i++) {
-        b->label[i] = R->label[ex[i]];
-        for (int k = 0; k < per; k++) {
-            const data_glm_row *row = &R->rows[R->first_row[ex[i]] + k];
-            int r = i * per + k;
-            for (int t = 0; t < T; t++) {
-                size_t c = (size_t)r * T + t;
-                bool real = t < row->len;
-                b->ids[c] = real ? row->ids[t] : pad_id;
-                b->pos[c] = real ? row->pos[t] : 0;
-                b->bpos[c] = real ? row->block_pos[t] : 0;
-                b->labels[c] = real ? row->labels[t] : -100;
-            }
-            b->sep[r] = row->sep;
-            b->cloze_at[r] = row->sep; /* cloze rows: the [sop] after the context */
-            for (int c = 0; c < R->n_classes; c++) b->cand[r * R->n_classes + c] = R->verbalizer[c];
-        }
-    }
-    *in = (glm_inputs){.B = B, .T = T, .ids = b->ids, .pos = b->pos, .block_pos = b->bpos, .sep = b->sep};
-}
-
 typedef struct {
     glm_model *model;
     const data_glm_rows *train;
-    glm_buf buf;
+    data_glm_batch buf;
     int32_t pad_id;
 } glm_trainer;
 
@@ -242,10 +176,11 @@ static double glm_flops(void *ctx, const rt_batch *b) {
 
 /* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
  * cloze) may be NULL. */
-static rt_status glm_run(glm_model *m, const data_glm_rows *R, glm_buf *buf, const int32_t *ex, int n, int32_t pad_id,
-                         const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
-    glm_inputs in;
-    glm_collate(R, ex, n, pad_id, buf, &in);
+static rt_status glm_run(glm_model *m, const data_glm_rows *R, data_glm_batch *buf, const int32_t *ex, int n,
+                         int32_t pad_id, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    data_glm_collate(R, ex, n, pad_id, O.t.pad8, buf);
+    const glm_inputs in = {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos,
+                           .sep = buf->sep};
     switch (R->kind) {
     case DATA_GLM_CLOZE:
         return glm_cloze_step(m, &in, buf->cloze_at, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
@@ -281,7 +216,7 @@ typedef struct {
     const data_lines *refs;       /* seq2seq: reference targets from ref_begin */
     size_t ref_begin;
     data_glm_specials sp;
-    glm_buf buf;
+    data_glm_batch buf;
     int32_t pad_id;
     int batch;
     const char *save_dir;
@@ -657,8 +592,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
 fail:
     free(options_json);
-    glm_buf_free(&tr.buf);
-    glm_buf_free(&ev.buf);
+    data_glm_batch_free(&tr.buf);
+    data_glm_batch_free(&ev.buf);
     glm_decoder_free(ev.decoder);
     data_sampler_free(sampler);
     glm_model_free(model);
