@@ -9,9 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
@@ -116,15 +114,7 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     if (strcmp(pe, "absolute") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "
                 "are not supported)", path, pe);
-    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
-    if (cJSON_IsObject(id2label) && cJSON_GetArraySize(id2label) > MDL_MAX_LABELS)
-        RT_FAIL(RT_ERR_CONFIG, "%s: field 'id2label' has %d labels, more than the limit %d", path,
-                cJSON_GetArraySize(id2label), MDL_MAX_LABELS);
-    if (cJSON_IsObject(id2label) && cJSON_GetArraySize(id2label) >= 1)
-        c->num_labels = cJSON_GetArraySize(id2label);
-    else
-        RT_TRY(ckpt_json_get_int_range(root, path, "num_labels", &c->num_labels, false, c->num_labels, 1,
-                                       MDL_MAX_LABELS));
+    RT_TRY(mdl_hf_read_labels(root, path, &c->num_labels));
     st = mdl_hf_config_result(bert_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);
@@ -132,12 +122,9 @@ fail:
     return st;
 }
 
-rt_status bert_config_save(const bert_config *c, const char *path) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_type", c->roberta ? "roberta" : "bert");
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString(c->roberta ? "RobertaForSequenceClassification"
-                                                             : "BertForSequenceClassification"));
+static cJSON *bert_config_json(const bert_config *c) {
+    cJSON *o = mdl_hf_config_new(c->roberta ? "roberta" : "bert",
+                                 c->roberta ? "RobertaForSequenceClassification" : "BertForSequenceClassification");
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
@@ -153,21 +140,11 @@ rt_status bert_config_save(const bert_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "layer_norm_eps", c->layer_norm_eps);
     cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddStringToObject(o, "position_embedding_type", "absolute");
-    if (c->num_labels == 1) cJSON_AddStringToObject(o, "problem_type", "regression");
-    cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
-    for (int i = 0; i < c->num_labels; i++) {
-        char key[32], name[32];
-        snprintf(key, sizeof key, "%d", i);
-        snprintf(name, sizeof name, "LABEL_%d", i);
-        cJSON_AddStringToObject(id2label, key, name);
-        cJSON_AddNumberToObject(label2id, name, i);
-    }
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
-    cJSON_free(text);
-    return st;
+    mdl_hf_add_labels(o, c->num_labels);
+    return o;
 }
+
+rt_status bert_config_save(const bert_config *c, const char *path) { return mdl_hf_write_json(bert_config_json(c), path); }
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t bert_param_count(const bert_config *c) {
@@ -199,17 +176,10 @@ rt_status bert_config_validate(const bert_config *c, int tp) {
     if (c->roberta && c->max_position_embeddings <= c->pad_token_id + 1)
         return rt_errorf(RT_ERR_CONFIG, "%s: max_position_embeddings %d leaves no positions after pad_token_id %d + 1",
                          what, c->max_position_embeddings, c->pad_token_id);
-    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
-    if (c->num_attention_heads % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's num_attention_heads %d (attention heads "
-                         "are split across tensor-parallel ranks)", tp, c->num_attention_heads);
-    if (c->intermediate_size % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's intermediate_size %d", tp,
-                         c->intermediate_size);
-    float p[3] = {c->hidden_dropout_prob, c->attention_probs_dropout_prob, c->classifier_dropout};
-    for (int i = 0; i < 3; i++)
-        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "%s: dropout %g not in [0, 1)", what, p[i]);
-    return RT_OK;
+    st = mdl_check_tp(tp, "num_attention_heads", c->num_attention_heads, "intermediate_size", c->intermediate_size);
+    if (st != RT_OK) return st;
+    const float p[3] = {c->hidden_dropout_prob, c->attention_probs_dropout_prob, c->classifier_dropout};
+    return mdl_check_dropouts(what, p, 3);
 }
 
 /* The tp rule comes from the BERT map, which the HF loader and tz-convert also read. */
@@ -551,28 +521,8 @@ fail:
 }
 
 rt_status bert_save_hf(bert_model *m, const char *dir) {
-    rt_status st = RT_OK;
-    rt_comm *tp = m->tp;
-    char path[4096];
-    /* a failure here shows as the write's error below, which every rank learns (no early
-     * return on one rank: the save is a collective) */
-    if (tp->rank == 0) (void)mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    /* collective: every rank takes part, and every rank returns rank 0's status */
-    RT_TRY(ckpt_save_hf(path, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params, m->cfg.vocab_size,
-                      m->cfg.num_attention_heads, tp));
-    if (tp->rank == 0) {
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        st = bert_config_save(&m->cfg, path);
-    }
-    if (tp->size > 1) {
-        int code = (int)st;
-        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
-        if (bst != RT_OK) return bst;
-        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
-    }
-fail:
-    return st;
+    return mdl_hf_save_folder(dir, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params, m->cfg.vocab_size,
+                              m->cfg.num_attention_heads, m->tp, bert_config_json(&m->cfg));
 }
 
 rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size) {

@@ -1,9 +1,7 @@
 /* GLM's config.json as FlagAI writes and reads it (see glm.h). */
 #include <stddef.h>
 #include <stdio.h>
-#include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
 #include "models/glm.h"
 #include "models/hf_config.h"
@@ -46,17 +44,12 @@ rt_status glm_config_validate(const glm_config *c, int tp) {
     if (c->hidden_size % c->num_attention_heads)
         return rt_errorf(RT_ERR_CONFIG, "GLM config: hidden_size %d is not divisible by num_attention_heads %d",
                          c->hidden_size, c->num_attention_heads);
-    float p[3] = {c->embedding_dropout_prob, c->attention_dropout_prob, c->output_dropout_prob};
-    for (int i = 0; i < 3; i++)
-        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "GLM config: dropout %g not in [0, 1)", p[i]);
+    const float p[3] = {c->embedding_dropout_prob, c->attention_dropout_prob, c->output_dropout_prob};
+    st = mdl_check_dropouts("GLM config", p, 3);
+    if (st != RT_OK) return st;
     if (!(c->layernorm_epsilon > 0)) return rt_errorf(RT_ERR_CONFIG, "GLM config: layernorm_epsilon must be > 0");
-    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
-    if (c->num_attention_heads % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %d attention heads (heads are split "
-                         "across tensor-parallel ranks)", tp, c->num_attention_heads);
-    if ((4 * c->hidden_size) % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's MLP width %d", tp, 4 * c->hidden_size);
-    return RT_OK;
+    return mdl_check_tp(tp, "num_attention_heads", c->num_attention_heads, "MLP width (4 x hidden_size)",
+                        4 * c->hidden_size);
 }
 
 rt_status glm_config_load(const char *path, glm_config *c) {
@@ -111,9 +104,5 @@ rt_status glm_config_save(const glm_config *c, const char *path) {
     cJSON_AddStringToObject(o, "spell_func", "lstm");
     cJSON_AddNumberToObject(o, "attention_scale", 1.0);
     cJSON_AddNumberToObject(o, "layernorm_epsilon", c->layernorm_epsilon);
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
-    cJSON_free(text);
-    return st;
+    return mdl_hf_write_json(o, path);
 }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_json.h"
@@ -107,13 +106,7 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
         RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, -1));
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
         RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, 50256));
-    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(root, "id2label"))) {
-        int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "id2label"));
-        if (n > MDL_MAX_LABELS)
-            RT_FAIL(RT_ERR_CONFIG, "%s: field 'id2label' has %d labels, more than the limit %d", path, n,
-                    MDL_MAX_LABELS);
-        if (n >= 1) c->num_labels = n;
-    }
+    RT_TRY(mdl_hf_read_labels(root, path, &c->num_labels));
     st = mdl_hf_config_result(gpt2_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);
@@ -121,11 +114,8 @@ fail:
     return st;
 }
 
-rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_type", "gpt2");
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2ForSequenceClassification"));
+static cJSON *gpt2_config_json(const gpt2_config *c) {
+    cJSON *o = mdl_hf_config_new("gpt2", "GPT2ForSequenceClassification");
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "n_positions", c->n_positions);
     cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
@@ -144,20 +134,11 @@ rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
     if (c->pad_token_id >= 0) cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(o, "bos_token_id", c->eos_token_id);
-    cJSON *id2label = cJSON_AddObjectToObject(o, "id2label"), *label2id = cJSON_AddObjectToObject(o, "label2id");
-    for (int i = 0; i < c->num_labels; i++) {
-        char key[32], name[32];
-        snprintf(key, sizeof key, "%d", i);
-        snprintf(name, sizeof name, "LABEL_%d", i);
-        cJSON_AddStringToObject(id2label, key, name);
-        cJSON_AddNumberToObject(label2id, name, i);
-    }
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
-    cJSON_free(text);
-    return st;
+    mdl_hf_add_labels(o, c->num_labels);
+    return o;
 }
+
+rt_status gpt2_config_save(const gpt2_config *c, const char *path) { return mdl_hf_write_json(gpt2_config_json(c), path); }
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t gpt2_param_count(const gpt2_config *c) {
@@ -177,18 +158,11 @@ rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d is not in [1, %d]", c->num_labels, MDL_MAX_LABELS);
     st = mdl_check_params("GPT-2 config", "vocab_size, n_positions, n_embd, n_layer and n_inner", gpt2_param_count(c));
     if (st != RT_OK) return st;
-    const int inner = gpt2_inner(c);
     /* the vocab needs no check: the embedding is padded to a multiple of 128*tp rows */
-    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
-    if (c->n_head % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's n_head %d (attention heads are split across "
-                         "tensor-parallel ranks)", tp, c->n_head);
-    if (inner % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's FFN width %d (n_inner)", tp, inner);
-    float p[3] = {c->embd_pdrop, c->resid_pdrop, c->attn_pdrop};
-    for (int i = 0; i < 3; i++)
-        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: dropout %g not in [0, 1)", p[i]);
-    return RT_OK;
+    st = mdl_check_tp(tp, "n_head", c->n_head, "FFN width", gpt2_inner(c));
+    if (st != RT_OK) return st;
+    const float p[3] = {c->embd_pdrop, c->resid_pdrop, c->attn_pdrop};
+    return mdl_check_dropouts("GPT-2 config", p, 3);
 }
 
 /* The tp rule comes from the GPT-2 map, which the HF loader and tz-convert also read. */
@@ -471,16 +445,8 @@ static rt_params *gpt2_cls_vparams(void *model) { return gpt2_model_params(model
 
 static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
     gpt2_model *m = model;
-    char path[4096];
-    rt_status st = RT_OK;
-    if (m->tp->rank == 0) {
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        st = gpt2_config_save(&m->cfg, path);
-    }
-    /* the weights are gathered over tp even when the config failed, so no rank waits forever */
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    rt_status st2 = ckpt_save_hf(path, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp);
-    return st != RT_OK ? st : st2;
+    return mdl_hf_save_folder(dir, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp,
+                              gpt2_config_json(&m->cfg));
 }
 
 static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }

@@ -3,8 +3,11 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
+#include "checkpoints/ckpt_weights.h"
 
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)
@@ -85,4 +88,84 @@ rt_status mdl_check_activations(const char *what, uint64_t layers, uint64_t rows
     return rt_errorf(RT_ERR_NOMEM, "%s: %llu rows of %llu tokens, %llu layer(s) with up to %llu floats per token, "
                      "need more than the limit of 2^56 bytes (%s)", what, (unsigned long long)rows,
                      (unsigned long long)len, (unsigned long long)layers, (unsigned long long)width, hint);
+}
+
+rt_status mdl_check_tp(int tp, const char *heads_field, int heads, const char *ffn_field, int ffn) {
+    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
+    if (heads % tp)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %s %d (attention heads are split across "
+                         "tensor-parallel ranks)", tp, heads_field, heads);
+    if (ffn % tp) return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %s %d", tp, ffn_field, ffn);
+    return RT_OK;
+}
+
+rt_status mdl_check_dropouts(const char *what, const float *p, int n) {
+    for (int i = 0; i < n; i++)
+        if (!(p[i] >= 0 && p[i] < 1)) return rt_errorf(RT_ERR_CONFIG, "%s: dropout %g not in [0, 1)", what, p[i]);
+    return RT_OK;
+}
+
+rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_labels) {
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    int n = cJSON_IsObject(id2label) ? cJSON_GetArraySize(id2label) : 0;
+    if (n > MDL_MAX_LABELS)
+        return rt_errorf(RT_ERR_CONFIG, "%s: field 'id2label' has %d labels, more than the limit %d", path, n,
+                         MDL_MAX_LABELS);
+    if (n >= 1) {
+        *num_labels = n;
+        return RT_OK;
+    }
+    return ckpt_json_get_int_range(root, path, "num_labels", num_labels, false, *num_labels, 1, MDL_MAX_LABELS);
+}
+
+cJSON *mdl_hf_config_new(const char *model_type, const char *arch) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_type", model_type);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "architectures"), cJSON_CreateString(arch));
+    return o;
+}
+
+void mdl_hf_add_labels(cJSON *config, int num_labels) {
+    if (num_labels == 1) cJSON_AddStringToObject(config, "problem_type", "regression");
+    cJSON *id2label = cJSON_AddObjectToObject(config, "id2label"), *label2id = cJSON_AddObjectToObject(config, "label2id");
+    for (int i = 0; i < num_labels; i++) {
+        char key[32], name[32];
+        snprintf(key, sizeof key, "%d", i);
+        snprintf(name, sizeof name, "LABEL_%d", i);
+        cJSON_AddStringToObject(id2label, key, name);
+        cJSON_AddNumberToObject(label2id, name, i);
+    }
+}
+
+rt_status mdl_hf_write_json(cJSON *config, const char *path) {
+    char *text = cJSON_Print(config);
+    cJSON_Delete(config);
+    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
+}
+
+rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
+                             rt_comm *tp, cJSON *config) {
+    char path[4096];
+    /* a failure to make dir shows as the weights' write error, which every rank learns (no
+     * early return on one rank: the save is a collective) */
+    if (tp->rank == 0) (void)mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    rt_status st = ckpt_save_hf(path, map, params, vocab_size, num_heads, tp); /* every rank: rank 0's status */
+    if (st != RT_OK || tp->rank != 0) {
+        cJSON_Delete(config);
+        if (st != RT_OK) return st;
+    } else {
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        st = mdl_hf_write_json(config, path);
+    }
+    if (tp->size > 1) {
+        int code = (int)st;
+        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
+        if (bst != RT_OK) return bst;
+        if (tp->rank != 0 && code != RT_OK)
+            return rt_errorf((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
+    }
+    return st;
 }

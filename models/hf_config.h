@@ -10,7 +10,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoints/ckpt_map.h"
 #include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
 #include "runtime/rt_status.h"
 
 /* Size limits for config fields, one set for every family. Each is many times the largest
@@ -78,6 +81,27 @@ rt_status mdl_check_activations(const char *what, uint64_t layers, uint64_t rows
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out);
 /* The name HF writes for an activation ("gelu_new" for the tanh GELU). */
 const char *mdl_hf_act_name(rt_act_kind act);
+
+/* The checks every family makes of a run's tp: >= 1, and dividing the attention heads and the
+ * FFN width (heads_field, ffn_field: how its config names them). */
+rt_status mdl_check_tp(int tp, const char *heads_field, int heads, const char *ffn_field, int ffn);
+/* Each of n dropout probabilities in [0, 1): "what: dropout 1.5 not in [0, 1)". */
+rt_status mdl_check_dropouts(const char *what, const float *p, int n);
+
+/* A classifier's label count: id2label's size when it has entries, else num_labels; at most
+ * MDL_MAX_LABELS. Absent, *num_labels keeps its value. */
+rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_labels);
+/* A new config object with model_type and architectures [arch]. */
+cJSON *mdl_hf_config_new(const char *model_type, const char *arch);
+/* id2label and label2id (LABEL_0 ...), and problem_type "regression" for one label. */
+void mdl_hf_add_labels(cJSON *config, int num_labels);
+/* Writes config to path atomically and deletes it. */
+rt_status mdl_hf_write_json(cJSON *config, const char *path);
+/* An HF folder: dir (made by tp rank 0), model.safetensors in map's names (a collective every
+ * tp rank joins) and config.json (written by rank 0, deleted on every rank); every rank
+ * returns rank 0's status. */
+rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
+                             rt_comm *tp, cJSON *config);
 
 /* The end of a config loader: a failed validation gets the file's path in front of its message,
  * and any status other than RT_OK, RT_ERR_CONFIG, RT_ERR_IO and RT_ERR_FORMAT becomes

@@ -208,50 +208,70 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
                           .heads_total = c->n_head};
 }
 
+/* What block l's forward and backward share: its parameters, sublayers, slices, attention
+ * descriptions and dropouts. */
+typedef struct {
+    const mdl_block_params *p;
+    mdl_sublayers sub;
+    stack_slices a;
+    rt_attn_desc self, cross;
+    mdl_drop drop_self, drop_cross, drop_inner, drop_ffn;
+    size_t BT, n; /* rows, and floats of a (rows, C) activation */
+} block_run;
+
+static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask,
+                              const mdl_pass *pass) {
+    const mdl_stack_config *c = &s->cfg;
+    block_run r = {.p = &s->layer[l], .sub = mdl_stack_sublayers(s), .a = stack_at(s, l),
+                   .self = stack_attn(s, l, B, T, mask, pass, false),
+                   .drop_self = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT),
+                   .drop_inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER),
+                   .drop_ffn = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT),
+                   .BT = (size_t)B * T};
+    r.n = r.BT * (size_t)c->C;
+    if (c->cross) {
+        r.cross = stack_attn(s, l, B, T, mask, pass, true);
+        r.drop_cross = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT);
+    }
+    return r;
+}
+
 /* Block l forward from its residual input into its slot; the residual output too when
  * write_out (a recompute leaves the kept one alone). */
 static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
                            bool write_out) {
     rt_status st = RT_OK;
-    const mdl_stack_config *c = &s->cfg;
+    const block_run r = block_run_of(s, l, B, T, mask, pass);
+    const stack_slices *a = &r.a;
     rt_backend *be = s->be;
-    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
-    const mdl_block_params *p = &s->layer[l];
-    const mdl_sublayers sub = mdl_stack_sublayers(s);
-    const stack_slices a = stack_at(s, l);
     float *tmp = s->sc->tmp;
-    const rt_attn_desc d = stack_attn(s, l, B, T, mask, pass, false);
-    const mdl_drop self_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT);
-    const mdl_drop inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER);
-    const mdl_drop ffn_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT);
-    if (c->post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
-        RT_TRY(mdl_attn_fwd(&sub, &p->attn, &d, a.in, NULL, 0, a.qkv, a.probs, a.atty, BT, self_out));
-        rt_add(be, a.h1, tmp, a.in, n);
-        mdl_norm_fwd(&sub, p->norm1, a.mid, a.n1_mean, a.n1_rstd, a.h1, BT);
-        mdl_ffn_up(&sub, &p->ffn, a.mid, a.up, a.up_lin, a.hid, BT, inner);
-        RT_TRY(mdl_ffn_down(&sub, &p->ffn, a.hid, BT, ffn_out));
-        rt_add(be, a.h2, tmp, a.mid, n);
+    if (s->cfg.post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
+        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->in, NULL, 0, a->qkv, a->probs, a->atty, r.BT, r.drop_self));
+        rt_add(be, a->h1, tmp, a->in, r.n);
+        mdl_norm_fwd(&r.sub, r.p->norm1, a->mid, a->n1_mean, a->n1_rstd, a->h1, r.BT);
+        mdl_ffn_up(&r.sub, &r.p->ffn, a->mid, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
+        RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT, r.drop_ffn));
+        rt_add(be, a->h2, tmp, a->mid, r.n);
         /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
-        mdl_norm_fwd(&sub, p->norm2, write_out ? a.out : tmp, a.n2_mean, a.n2_rstd, a.h2, BT);
+        mdl_norm_fwd(&r.sub, r.p->norm2, write_out ? a->out : tmp, a->n2_mean, a->n2_rstd, a->h2, r.BT);
         return RT_OK;
     }
-    mdl_norm_fwd(&sub, p->norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, BT);
-    RT_TRY(mdl_attn_fwd(&sub, &p->attn, &d, a.h1, NULL, 0, a.qkv, a.probs, a.atty, BT, self_out));
-    rt_add(be, a.mid, a.in, tmp, n);
-    float *x = a.mid; /* the residual entering the FFN */
-    if (c->cross) {
-        const rt_attn_desc dc = stack_attn(s, l, B, T, mask, pass, true);
-        mdl_norm_fwd(&sub, p->norm_cross, a.hc, a.nc_mean, a.nc_rstd, a.mid, BT);
-        RT_TRY(mdl_attn_fwd(&sub, &p->cross, &dc, a.hc, mask->cross_in, (size_t)B * mask->S, a.cqkv, a.cprobs,
-                            a.catty, BT, stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT)));
-        rt_add(be, a.mid2, a.mid, tmp, n);
-        x = a.mid2;
+    mdl_norm_fwd(&r.sub, r.p->norm1, a->h1, a->n1_mean, a->n1_rstd, a->in, r.BT);
+    RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->h1, NULL, 0, a->qkv, a->probs, a->atty, r.BT, r.drop_self));
+    rt_add(be, a->mid, a->in, tmp, r.n);
+    float *x = a->mid; /* the residual entering the FFN */
+    if (s->cfg.cross) {
+        mdl_norm_fwd(&r.sub, r.p->norm_cross, a->hc, a->nc_mean, a->nc_rstd, a->mid, r.BT);
+        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->cross, &r.cross, a->hc, mask->cross_in, (size_t)B * mask->S, a->cqkv,
+                            a->cprobs, a->catty, r.BT, r.drop_cross));
+        rt_add(be, a->mid2, a->mid, tmp, r.n);
+        x = a->mid2;
     }
-    mdl_norm_fwd(&sub, p->norm2, a.h2, a.n2_mean, a.n2_rstd, x, BT);
-    mdl_ffn_up(&sub, &p->ffn, a.h2, a.up, a.up_lin, a.hid, BT, inner);
+    mdl_norm_fwd(&r.sub, r.p->norm2, a->h2, a->n2_mean, a->n2_rstd, x, r.BT);
+    mdl_ffn_up(&r.sub, &r.p->ffn, a->h2, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
     if (!write_out) return RT_OK; /* the FFN's output only feeds the next block's kept input */
-    RT_TRY(mdl_ffn_down(&sub, &p->ffn, a.hid, BT, ffn_out));
-    rt_add(be, a.out, x, tmp, n);
+    RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT, r.drop_ffn));
+    rt_add(be, a->out, x, tmp, r.n);
 fail:
     return st;
 }
@@ -259,44 +279,36 @@ fail:
 /* Block l backward from dL/d(its output) in dres, which becomes dL/d(its input). */
 static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    const mdl_stack_config *c = &s->cfg;
+    const block_run r = block_run_of(s, l, B, T, mask, pass);
+    const stack_slices *a = &r.a;
     rt_backend *be = s->be;
-    const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
-    const mdl_block_params *p = &s->layer[l];
-    const mdl_sublayers sub = mdl_stack_sublayers(s);
-    const stack_slices a = stack_at(s, l);
     float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
-    const rt_attn_desc d = stack_attn(s, l, B, T, mask, pass, false);
-    const mdl_drop self_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT);
-    const mdl_drop inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER);
-    const mdl_drop ffn_out = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT);
-    if (c->post_norm) {
+    if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
-        rt_clear(be, dsum, n * sizeof(float));
-        mdl_norm_bwd(&sub, p->norm2, dsum, dres, a.h2, a.n2_mean, a.n2_rstd, BT);
-        RT_TRY(mdl_ffn_bwd(&sub, &p->ffn, dsum, a.mid, a.up, a.up_lin, a.hid, dln, BT, ffn_out, inner));
-        rt_add(be, dres, dsum, dln, n); /* dL/dmid */
+        rt_clear(be, dsum, r.n * sizeof(float));
+        mdl_norm_bwd(&r.sub, r.p->norm2, dsum, dres, a->h2, a->n2_mean, a->n2_rstd, r.BT);
+        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, dsum, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_ffn,
+                           r.drop_inner));
+        rt_add(be, dres, dsum, dln, r.n); /* dL/dmid */
         /* dsum = dL/dh1, which reaches in directly and through attention */
-        rt_clear(be, dsum, n * sizeof(float));
-        mdl_norm_bwd(&sub, p->norm1, dsum, dres, a.h1, a.n1_mean, a.n1_rstd, BT);
-        RT_TRY(mdl_attn_bwd(&sub, &p->attn, &d, dsum, a.in, NULL, 0, NULL, a.qkv, a.probs, a.atty, mask->dbias, dln,
-                            BT, self_out));
-        rt_add(be, dres, dsum, dln, n); /* dL/din */
+        rt_clear(be, dsum, r.n * sizeof(float));
+        mdl_norm_bwd(&r.sub, r.p->norm1, dsum, dres, a->h1, a->n1_mean, a->n1_rstd, r.BT);
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, dsum, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
+                            mask->dbias, dln, r.BT, r.drop_self));
+        rt_add(be, dres, dsum, dln, r.n); /* dL/din */
         return RT_OK;
     }
     /* each sublayer gives dL/d(its input) in dln; its norm's backward adds it to dres */
-    RT_TRY(mdl_ffn_bwd(&sub, &p->ffn, dres, a.h2, a.up, a.up_lin, a.hid, dln, BT, ffn_out, inner));
-    mdl_norm_bwd(&sub, p->norm2, dres, dln, c->cross ? a.mid2 : a.mid, a.n2_mean, a.n2_rstd, BT);
-    if (c->cross) {
-        const rt_attn_desc dc = stack_attn(s, l, B, T, mask, pass, true);
-        RT_TRY(mdl_attn_bwd(&sub, &p->cross, &dc, dres, a.hc, mask->cross_in, (size_t)B * mask->S, mask->dcross_in,
-                            a.cqkv, a.cprobs, a.catty, NULL, dln, BT,
-                            stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT)));
-        mdl_norm_bwd(&sub, p->norm_cross, dres, dln, a.mid, a.nc_mean, a.nc_rstd, BT);
+    RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, dres, a->h2, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_ffn, r.drop_inner));
+    mdl_norm_bwd(&r.sub, r.p->norm2, dres, dln, s->cfg.cross ? a->mid2 : a->mid, a->n2_mean, a->n2_rstd, r.BT);
+    if (s->cfg.cross) {
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->cross, &r.cross, dres, a->hc, mask->cross_in, (size_t)B * mask->S,
+                            mask->dcross_in, a->cqkv, a->cprobs, a->catty, NULL, dln, r.BT, r.drop_cross));
+        mdl_norm_bwd(&r.sub, r.p->norm_cross, dres, dln, a->mid, a->nc_mean, a->nc_rstd, r.BT);
     }
-    RT_TRY(mdl_attn_bwd(&sub, &p->attn, &d, dres, a.h1, NULL, 0, NULL, a.qkv, a.probs, a.atty, mask->dbias, dln, BT,
-                        self_out));
-    mdl_norm_bwd(&sub, p->norm1, dres, dln, a.in, a.n1_mean, a.n1_rstd, BT);
+    RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, dres, a->h1, NULL, 0, NULL, a->qkv, a->probs, a->atty, mask->dbias,
+                        dln, r.BT, r.drop_self));
+    mdl_norm_bwd(&r.sub, r.p->norm1, dres, dln, a->in, a->n1_mean, a->n1_rstd, r.BT);
 fail:
     return st;
 }

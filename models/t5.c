@@ -10,8 +10,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <string.h>
-#include <sys/stat.h>
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
@@ -386,25 +384,8 @@ fail:
 }
 
 rt_status t5_save_hf(t5_model *m, const char *dir) {
-    rt_status st = RT_OK;
-    rt_comm *tp = m->tp;
-    char path[4096];
-    /* a failure here shows as the write's error below, which every rank learns */
-    if (tp->rank == 0) (void)mkdir(dir, 0755);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    RT_TRY(ckpt_save_hf(path, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, tp));
-    if (tp->rank == 0) {
-        snprintf(path, sizeof path, "%s/config.json", dir);
-        st = t5_config_save(&m->cfg, path);
-    }
-    if (tp->size > 1) {
-        int code = (int)st;
-        rt_status bst = tp->ops->broadcast(tp->ctx, &code, sizeof code, 0);
-        if (bst != RT_OK) return bst;
-        if (tp->rank != 0 && code != RT_OK) RT_FAIL((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
-    }
-fail:
-    return st;
+    return mdl_hf_save_folder(dir, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp,
+                              t5_config_json(&m->cfg));
 }
 
 /* ---- the stacks ---- */

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
 #include "models/hf_config.h"
 
@@ -98,16 +97,13 @@ fail:
     return st;
 }
 
-rt_status t5_config_save(const t5_config *c, const char *path) {
+cJSON *t5_config_json(const t5_config *c) {
     char ffp[64];
     if (c->gated && c->act == RT_ACT_GELU_TANH)
         snprintf(ffp, sizeof ffp, "gated-gelu");
     else
         snprintf(ffp, sizeof ffp, "%s%s", c->gated ? "gated-" : "", mdl_hf_act_name(c->act));
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "model_type", "t5");
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("T5ForConditionalGeneration"));
+    cJSON *o = mdl_hf_config_new("t5", "T5ForConditionalGeneration");
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "d_model", c->d_model);
     cJSON_AddNumberToObject(o, "d_kv", c->d_kv);
@@ -127,12 +123,10 @@ rt_status t5_config_save(const t5_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(o, "decoder_start_token_id", c->decoder_start_token_id);
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
-    cJSON_free(text);
-    return st;
+    return o;
 }
+
+rt_status t5_config_save(const t5_config *c, const char *path) { return mdl_hf_write_json(t5_config_json(c), path); }
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t t5_param_count(const t5_config *c) {
@@ -175,13 +169,7 @@ rt_status t5_config_validate(const t5_config *c, int tp) {
         c->decoder_start_token_id >= c->vocab_size)
         return rt_errorf(RT_ERR_CONFIG, "T5 config: pad_token_id %d and decoder_start_token_id %d must be in "
                          "[0, vocab_size %d)", c->pad_token_id, c->decoder_start_token_id, c->vocab_size);
-    if (!(c->dropout_rate >= 0 && c->dropout_rate < 1))
-        return rt_errorf(RT_ERR_CONFIG, "T5 config: dropout_rate %g not in [0, 1)", c->dropout_rate);
     if (!(c->layer_norm_epsilon > 0)) return rt_errorf(RT_ERR_CONFIG, "T5 config: layer_norm_epsilon must be > 0");
-    if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
-    if (c->num_heads % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's num_heads %d (attention heads are split "
-                         "across tensor-parallel ranks)", tp, c->num_heads);
-    if (c->d_ff % tp) return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's d_ff %d", tp, c->d_ff);
-    return RT_OK;
+    st = mdl_check_dropouts("T5 config", &c->dropout_rate, 1);
+    return st != RT_OK ? st : mdl_check_tp(tp, "num_heads", c->num_heads, "d_ff", c->d_ff);
 }

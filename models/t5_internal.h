@@ -7,6 +7,8 @@
 
 #include <math.h>
 
+#include <cjson/cJSON.h>
+
 #include "models/param.h"
 #include "models/stack.h"
 #include "models/t5.h"
@@ -63,6 +65,8 @@ static inline int t5_head_param(const t5_model *m) { return m->lm_head >= 0 ? m-
 /* HF: sequence_output * d_model^-0.5 with a Python float, i.e. a float32 multiply. */
 static inline float t5_decoder_out_scale(const t5_config *c) { return (float)pow((double)c->d_model, -0.5); }
 
+/* The config as HF's config.json (t5_config.c). */
+cJSON *t5_config_json(const t5_config *c);
 /* Source ids and their additive key mask (m->key_mask, (B, S)) to the device, checked against
  * the vocab and the sizes the model was built for; the encoder's bucket table for length S. */
 rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S);
