@@ -448,13 +448,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     /* RoBERTa drops out before the dense too; BERT's pooler has no dropout before it */
     const bool drop = pass->training && c->classifier_dropout > 0;
     const float pc = c->classifier_dropout;
-    const bool regression = NL == 1;
-    if (regression && !b->targets)
-        return rt_errorf(RT_ERR_CONFIG, "BERT: a regression head (num_labels 1) needs float targets (e.g. STS-B)");
-    for (int i = 0; i < B && !regression; i++)
-        if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= NL))
-            return rt_errorf(RT_ERR_FORMAT, "BERT: label %d of example %d is not in [0, %d)", b->labels[i],
-                             b->example_index ? b->example_index[i] : i, NL);
+    RT_TRY(mdl_cls_check_batch("BERT", b, NL));
     RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
     RT_TRY(bert_forward_body(m, B, T, pass));
 
@@ -475,16 +469,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
-    if (regression) {
-        mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
-    } else {
-        rt_to_device(be, m->labels, b->labels, (size_t)B * sizeof(int32_t));
-        rt_softmax_xent(be, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
-        rt_to_host(be, m->h_losses, m->losses, (size_t)B * sizeof(float));
-        double sum = 0;
-        for (int i = 0; i < B; i++) sum += m->h_losses[i];
-        *loss_sum = sum;
-    }
+    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
     if (!(grad_scale > 0)) return RT_OK;
 
     /* head backward; the head is replicated, so each rank has all of dL/d(head input) */

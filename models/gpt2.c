@@ -360,29 +360,14 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     rt_backend *be = m->be;
     const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
     const size_t BT = (size_t)B * T;
-    const bool regression = NL == 1;
-    if (regression && !b->targets)
-        return rt_errorf(RT_ERR_CONFIG, "GPT-2: a regression head (num_labels 1) needs float targets (e.g. STS-B)");
-    for (int i = 0; i < B && !regression; i++)
-        if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= NL))
-            return rt_errorf(RT_ERR_FORMAT, "GPT-2: label %d of example %d is not in [0, %d)", b->labels[i],
-                             b->example_index ? b->example_index[i] : i, NL);
+    RT_TRY(mdl_cls_check_batch("GPT-2", b, NL));
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
-    rt_to_device(be, m->labels, b->labels, (size_t)B * sizeof(int32_t));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
     rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
-    if (regression) {
-        mdl_mse_head(be, m->logits, m->dlogits, b->targets, B, grad_scale, m->h_losses, loss_sum);
-    } else {
-        rt_softmax_xent(be, m->losses, m->dlogits, NULL, m->logits, m->labels, (size_t)B, NL, grad_scale);
-        rt_to_host(be, m->h_losses, m->losses, (size_t)B * sizeof(float));
-        double sum = 0;
-        for (int i = 0; i < B; i++) sum += m->h_losses[i];
-        *loss_sum = sum;
-    }
+    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
     if (!(grad_scale > 0)) return RT_OK;
 
     /* head backward: logits = pooled score^T; pooled = rows of ln_f output */

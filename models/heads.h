@@ -5,11 +5,24 @@
 #define MDL_HEADS_H
 
 #include "runtime/rt_backend.h"
+#include "runtime/rt_batch.h"
 
 /* MSE as HF's MSELoss(logits.squeeze(), labels) summed over the labelled rows (target not
  * NaN): loss (z - y)^2, dlogits 2 (z - y) grad_scale, 0 for unlabelled rows. logits and
  * dlogits are (B) backend buffers, targets (B) host; host_scratch holds 2 B floats. */
 void mdl_mse_head(rt_backend *be, const float *logits, float *dlogits, const float *targets, int B, float grad_scale,
                   float *host_scratch, double *loss_sum);
+
+/* A classification batch checked before any work: a regression head (num_labels 1) needs float
+ * targets (RT_ERR_CONFIG), and every label must be -100 or in [0, num_labels) (RT_ERR_FORMAT
+ * "family: label 7 of example 12 is not in [0, 2)"). */
+rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_labels);
+
+/* The classification loss HF's heads take, summed over the labelled rows: CrossEntropyLoss over
+ * num_labels (b's labels go to dev_labels), or with one label mdl_mse_head on b's targets.
+ * logits, dlogits (B, num_labels) and dev_losses (B) are backend buffers; host_scratch holds
+ * 2 B floats. */
+void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float *logits, float *dlogits,
+                  float *dev_losses, int32_t *dev_labels, float *host_scratch, float grad_scale, double *loss_sum);
 
 #endif
