@@ -37,7 +37,7 @@ struct bert_model {
     int max_B, max_T;
     size_t max_BT;
     int C;
-    int V_pad, V_local, vocab_start; /* word embedding: V_pad = ckpt_tp_padded_vocab rows over all ranks */
+    mdl_vocab vocab;    /* the word embedding's shard */
 
     void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
     float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
@@ -204,7 +204,7 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp) {
     const bert_config *c = &m->cfg;
     const int C = m->C;
     const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS, O = RT_INIT_ONES;
-    m->wte = bert_add(m, "embeddings.word_embeddings.weight", m->V_local, C, false, N);
+    m->wte = bert_add(m, "embeddings.word_embeddings.weight", m->vocab.local, C, false, N);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = bert_add(m, "embeddings.position_embeddings.weight", c->max_position_embeddings, C, false, N);
     m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C, false, N);
@@ -298,20 +298,14 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->hidden_size;
-    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
-    m->V_local = m->V_pad / tp->size;
-    m->vocab_start = m->V_local * tp->rank;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
     bert_declare_params(m, be, tp);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    /* vocab padding rows: never indexed by a real id, zero so that they stay out of every result */
-    if (m->vocab_start + m->V_local > c->vocab_size) {
-        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
-    }
+    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
     /* HF's nn.Embedding(padding_idx=pad) starts that row at 0 (RoBERTa's positions too) */
-    if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
+    if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab.start, m->vocab.local);
     if (c->roberta) bert_zero_row(m, P(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
     rt_arena arena = {0};
     bert_layout(m, &arena);
@@ -346,7 +340,7 @@ void bert_model_free(bert_model *m) {
 rt_params *bert_model_params(bert_model *m) { return &m->params; }
 rt_comm *bert_model_tp(bert_model *m) { return m->tp; }
 const bert_config *bert_model_config(const bert_model *m) { return &m->cfg; }
-int bert_model_padded_vocab(const bert_model *m) { return m->V_pad; }
+int bert_model_padded_vocab(const bert_model *m) { return m->vocab.padded; }
 
 /* Dropout sites: 0 the embeddings; per layer 1 + 3l attention probabilities, 2 + 3l the
  * attention output, 3 + 3l the FFN output; then the head's two. */
@@ -404,7 +398,7 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
     const mdl_stack_mask mask = bert_mask(m);
     /* HF: (word + token type) + position, then LayerNorm and (the stack's) dropout. Types and
      * positions are replicated: added after the vocab-parallel all-reduce. */
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
     rt_embedding_fwd(be, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
     rt_layernorm_fwd(be, mdl_stack_residual(&m->blocks, 0), m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w),
@@ -428,11 +422,11 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     float *dsum = m->blocks.sc->dln;
     rt_clear(be, dsum, BT * C * sizeof(float));
     rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), demb, m->emb, P(m->eln_w), m->emb_mean, m->emb_rstd, BT, C);
-    rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab.start, m->vocab.local);
     rt_embedding_bwd(be, G(m->wtt), dsum, m->types, BT, C, 0, c->type_vocab_size);
     rt_embedding_bwd(be, G(m->wpe), dsum, m->pos, BT, C, 0, c->max_position_embeddings);
     /* HF's padding_idx rows get no gradient (the pad row stays 0 through training) */
-    if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab_start, m->V_local);
+    if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab.start, m->vocab.local);
     if (c->roberta) bert_zero_row(m, G(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
 fail:
     return st;

@@ -37,7 +37,7 @@ static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool 
 static void glm_declare_params(glm_model *m) {
     const glm_config *c = &m->cfg;
     const float std = c->init_std;
-    m->wte = glm_add(m, "word_embeddings.weight", m->V_local, m->C, false, RT_INIT_NORMAL, std);
+    m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
     m->wbpe = -1;
@@ -55,7 +55,7 @@ static void glm_declare_params(glm_model *m) {
 }
 
 static void glm_layout(glm_model *m, rt_arena *a) {
-    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->V_local;
+    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->vocab.local;
     const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
     mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
     m->rows = rt_arena_take(a, BT * C, f);
@@ -104,10 +104,7 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->hidden_size;
-    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
-    m->V_local = m->V_pad / tp->size;
-    m->vocab_start = m->V_local * tp->rank;
-    m->vocab_padded_here = m->vocab_start + m->V_local > c->vocab_size;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
     glm_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
@@ -117,15 +114,8 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     glm_layout(m, &arena);
-    /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */
-    float *h_vmask = rt_xcalloc((size_t)m->V_local, sizeof(float));
-    if (m->vocab_padded_here) {
-        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
-        for (int j = first; j < m->V_local; j++) h_vmask[j] = GLM_MASKED;
-    }
-    rt_to_device(be, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
-    free(h_vmask);
+    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
+    mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, GLM_MASKED);
     m->h_idx = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_targets = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_losses = rt_xmalloc(m->max_BT * sizeof(float));
@@ -142,7 +132,7 @@ rt_status glm_logits_rows(glm_model *m, size_t n) {
     if (m->logits) rt_free_device(m->be, m->logits);
     m->logits = NULL;
     m->logits_rows = 0;
-    rt_status st = rt_backend_alloc(m->be, n * (size_t)m->V_local * sizeof(float),
+    rt_status st = rt_backend_alloc(m->be, n * (size_t)m->vocab.local * sizeof(float),
                                     "GLM output logits (lower the batch or the target length)", (void **)&m->logits);
     if (st == RT_OK) m->logits_rows = n;
     return st;
@@ -203,7 +193,7 @@ rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
     const int C = m->C;
     mdl_stack_mask mask = glm_mask(m);
     float *x = mdl_stack_residual(&m->blocks, 0);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab_start, m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
     RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
@@ -220,7 +210,7 @@ static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *p
     const float *demb = NULL;
     mdl_stack_mask mask = glm_mask(m);
     RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
-    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab.start, m->vocab.local);
     rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
     if (m->wbpe >= 0) rt_embedding_bwd(be, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
 fail:
@@ -256,16 +246,16 @@ static rt_status glm_collect_targets(glm_model *m, const glm_inputs *in, const i
  * buffer then holds dL/dlogits scaled by grad_scale. */
 static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_scale) {
     rt_backend *be = m->be;
-    const int C = m->C, Vl = m->V_local;
+    const int C = m->C, Vl = m->vocab.local;
     rt_to_device(be, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
     rt_to_device(be, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
     rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, n, C);
     rt_status ast = glm_logits_rows(m, (size_t)n);
     if (ast != RT_OK) return ast;
     mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
-    if (m->vocab_padded_here) rt_add_bias(be, m->logits, m->vocab_mask, (size_t)n, Vl);
+    if (m->vocab.padded_here) rt_add_bias(be, m->logits, m->vocab_mask, (size_t)n, Vl);
     rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
-                                  m->targets, (size_t)n, Vl, m->vocab_start, grad_scale);
+                                  m->targets, (size_t)n, Vl, m->vocab.start, grad_scale);
     if (st == RT_OK) rt_to_host(be, m->h_losses, m->losses, (size_t)n * sizeof(float));
     return st;
 }
@@ -275,7 +265,7 @@ static rt_status glm_output_backward(glm_model *m, int B, int T, int n, const md
     rt_status st = RT_OK;
     /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
     RT_TRY(mdl_col_linear_bwd(m->be, m->tp, m->drows, G(m->wte), NULL, m->logits, m->rows, P(m->wte), (size_t)n, m->C,
-                              m->V_local));
+                              m->vocab.local));
     RT_TRY(glm_backward_from_rows(m, B, T, n, pass));
 fail:
     return st;
@@ -371,7 +361,7 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
     if (!backward) return RT_OK;
     for (int i = 0; i < n; i++) m->h_losses[i] = (float)w[m->h_idx[i] / T]; /* per-target weights */
     rt_to_device(m->be, m->losses, m->h_losses, (size_t)n * sizeof(float));
-    rt_scale_rows(m->be, m->logits, m->losses, (size_t)n, m->V_local);
+    rt_scale_rows(m->be, m->logits, m->losses, (size_t)n, m->vocab.local);
     RT_TRY(glm_output_backward(m, B, T, n, pass));
 fail:
     return st;
@@ -401,7 +391,7 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
     rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, C);
     /* the candidates' embedding rows on every rank, then every row against every candidate
      * (B x BK, tiny); row b's scores are its own K */
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab_start, m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab.start, m->vocab.local));
     mdl_col_linear_fwd(be, m->cand_scores, m->rows, m->cand, NULL, (size_t)B, C, BK);
     rt_to_host(be, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
     double sum = 0;
@@ -426,7 +416,7 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
     rt_to_device(be, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
     mdl_row_linear_bwd(be, m->drows, m->dcand, NULL, m->cand_scores, m->rows, m->cand, (size_t)B, C, BK);
-    rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     RT_TRY(glm_backward_from_rows(m, B, T, B, pass));
 fail:
     return st;
@@ -438,7 +428,7 @@ rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;
-    const int Vl = m->V_local, V = m->cfg.vocab_size;
+    const int Vl = m->vocab.local, V = m->cfg.vocab_size;
     const size_t n_local = n * (size_t)Vl;
     float *gathered = NULL, *host = NULL;
     const float *all = m->logits;
@@ -472,7 +462,7 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
     RT_TRY(glm_logits_rows(m, BT));
-    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->V_local);
+    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
     RT_TRY(glm_vocab_to_host(m, BT, host_logits));
 fail:
     return st;
@@ -492,7 +482,7 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     rt_to_device(be, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
     rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, m->C);
     RT_TRY(glm_logits_rows(m, (size_t)B));
-    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->V_local);
+    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->vocab.local);
     RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));
 fail:
     return st;

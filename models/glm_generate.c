@@ -42,7 +42,7 @@ rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, in
      * keeps rows (max_B x max_beams) and context + new within int */
     const uint64_t n_rows = (uint64_t)max_B * (uint64_t)max_beams, n_len = (uint64_t)max_S + (uint64_t)max_new;
     rt_status cst = mdl_check_activations("GLM generation caches", 4 * (uint64_t)m->cfg.num_layers, n_rows, n_len,
-                                          mdl_size_max((uint64_t)m->blocks.I_local, (uint64_t)m->V_pad),
+                                          mdl_size_max((uint64_t)m->blocks.I_local, (uint64_t)m->vocab.padded),
                                           "lower the batch, beams or lengths");
     if (cst != RT_OK) return cst;
     glm_decoder *d = rt_xcalloc(1, sizeof *d);
@@ -158,13 +158,13 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     rt_to_device(be, d->at_idx, d->h_at, (size_t)R * sizeof(int32_t));
     rt_to_device(be, d->key_mask, d->h_mask, (size_t)R * Tmax * sizeof(float));
     float *x = m->rows;
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab_start, m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
     RT_TRY(mdl_stack_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
     mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
     RT_TRY(glm_logits_rows(m, (size_t)R));
-    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->V_local);
+    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->vocab.local);
     RT_TRY(glm_vocab_to_host(m, (size_t)R, host_logits));
 fail:
     return st;

@@ -7,6 +7,7 @@
 
 #include "models/glm.h"
 #include "models/param.h"
+#include "models/parallel.h"
 #include "models/stack.h"
 
 /* Added to the logits of vocab padding columns: they never win a softmax. */
@@ -20,7 +21,7 @@ struct glm_model {
     int wte, wpe, wbpe;
     mdl_stack blocks;
     int max_B, max_T, C, P; /* P: rows of each position table */
-    int V_pad, V_local, vocab_start;
+    mdl_vocab vocab;                  /* wte's shard */
     size_t max_BT;
 
     void *act_block;
@@ -35,7 +36,6 @@ struct glm_model {
 
     int32_t *h_idx, *h_targets; /* host staging */
     float *h_losses, *h_scores;
-    bool vocab_padded_here;
 };
 
 /* Cloze candidates per row: verbalizers have a handful of words. */

@@ -32,7 +32,7 @@ struct gpt2_model {
     mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
     int C;
-    int V_pad, V_local, vocab_start; /* wte: V_pad = ckpt_tp_padded_vocab rows over all ranks */
+    mdl_vocab vocab;    /* wte's shard */
     size_t max_BT;
 
     void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
@@ -184,7 +184,7 @@ static void gpt2_declare_params(gpt2_model *m) {
     const gpt2_config *c = &m->cfg;
     float std = c->initializer_range;
     int C = m->C;
-    m->wte = gpt2_add(m, "wte.weight", 0, m->V_local, C, false, RT_INIT_NORMAL, std);
+    m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
     m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
@@ -243,18 +243,12 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->n_embd;
-    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
-    m->V_local = m->V_pad / tp->size;
-    m->vocab_start = m->V_local * tp->rank;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
     gpt2_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    /* padding rows: never indexed by a real id, zero so that they stay out of every result */
-    if (m->vocab_start + m->V_local > c->vocab_size) {
-        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        rt_clear(be, P(m->wte) + (size_t)first * m->C, (size_t)(m->V_local - first) * m->C * sizeof(float));
-    }
+    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
@@ -285,7 +279,7 @@ void gpt2_model_free(gpt2_model *m) {
 
 rt_params *gpt2_model_params(gpt2_model *m) { return &m->params; }
 rt_comm *gpt2_model_tp(gpt2_model *m) { return m->tp; }
-int gpt2_model_padded_vocab(const gpt2_model *m) { return m->V_pad; }
+int gpt2_model_padded_vocab(const gpt2_model *m) { return m->vocab.padded; }
 const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
 
@@ -332,7 +326,7 @@ static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *
     const size_t BT = (size_t)B * T;
     mdl_stack_mask mask = gpt2_mask(m);
     float *x = mdl_stack_residual(&m->blocks, 0);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab_start, m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
     RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
 fail:
@@ -347,7 +341,7 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass 
     const float *demb = NULL;
     mdl_stack_mask mask = gpt2_mask(m);
     RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
-    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, m->C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, m->C, m->vocab.start, m->vocab.local);
     rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
 fail:
     return st;
@@ -384,7 +378,7 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;
-    const int C = m->C, Vl = m->V_local, V = m->cfg.vocab_size;
+    const int C = m->C, Vl = m->vocab.local, V = m->cfg.vocab_size;
     const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
     float *logits = NULL, *gathered = NULL, *host = NULL;
     mdl_pass pass = {0};

@@ -4,6 +4,9 @@
 #include "models/parallel.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "checkpoints/ckpt_tp.h"
 
 void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
                         int in, int out_local) {
@@ -67,4 +70,25 @@ rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlog
     rt_xent_vocab(be, 2, stats, losses, dlogits, logits, targets, N, V_local, vocab_start, grad_scale);
 fail:
     return st;
+}
+
+mdl_vocab mdl_vocab_shard(int vocab_size, const rt_comm *tp) {
+    mdl_vocab v = {.padded = (int)ckpt_tp_padded_vocab(vocab_size, tp->size)};
+    v.local = v.padded / tp->size;
+    v.start = v.local * tp->rank;
+    v.first_pad = vocab_size <= v.start ? 0 : vocab_size - v.start < v.local ? vocab_size - v.start : v.local;
+    v.padded_here = v.first_pad < v.local;
+    return v;
+}
+
+void mdl_vocab_clear_padding(rt_backend *be, const mdl_vocab *v, float *table, int C) {
+    if (v->padded_here)
+        rt_clear(be, table + (size_t)v->first_pad * C, (size_t)(v->local - v->first_pad) * C * sizeof(float));
+}
+
+void mdl_vocab_logit_mask(rt_backend *be, const mdl_vocab *v, float *mask, float masked) {
+    float *h = rt_xcalloc((size_t)v->local, sizeof(float));
+    for (int j = v->first_pad; j < v->local; j++) h[j] = masked;
+    rt_to_device(be, mask, h, (size_t)v->local * sizeof(float));
+    free(h);
 }

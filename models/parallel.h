@@ -28,6 +28,22 @@ rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const floa
 /* Accumulates dw, db; writes dinp (N, in_local). */
 void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, size_t N, int in_local, int out_features);
+/* This rank's shard of a vocab-parallel table: the vocab padded to `padded` rows over all ranks
+ * (ckpt_tp_padded_vocab), `local` of them from row `start` here, of which the ones from
+ * `first_pad` on are padding (padded_here when there is any). */
+typedef struct {
+    int padded, local, start, first_pad;
+    bool padded_here;
+} mdl_vocab;
+
+mdl_vocab mdl_vocab_shard(int vocab_size, const rt_comm *tp);
+/* Zeroes the padding rows of this rank's (local, C) table: never indexed by a real id, they stay
+ * out of every result. */
+void mdl_vocab_clear_padding(rt_backend *be, const mdl_vocab *v, float *table, int C);
+/* The additive logit mask (local floats, backend): 0, or `masked` on padding columns, which then
+ * never win a softmax. */
+void mdl_vocab_logit_mask(rt_backend *be, const mdl_vocab *v, float *mask, float masked);
+
 /* Vocab-parallel embedding: this rank holds rows [vocab_start, vocab_start + V_local);
  * out (N, C) = all_reduce(partial lookup). accumulate adds into out (before the reduce only
  * the local part is added, so it must be 0 on all but one rank when tp > 1: callers add

@@ -169,13 +169,13 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
 
 static void t5_declare_params(t5_model *m) {
     const t5_config *c = &m->cfg;
-    m->shared = t5_add(m, "shared.weight", m->V_local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
+    m->shared = t5_add(m, "shared.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
     m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
     t5_declare_stack(m, &m->enc, "encoder");
     t5_declare_stack(m, &m->dec, "decoder");
     m->lm_head = -1;
     if (!c->tie_word_embeddings) {
-        m->lm_head = t5_add(m, "lm_head.weight", m->V_local, m->C, false, RT_INIT_NORMAL,
+        m->lm_head = t5_add(m, "lm_head.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL,
                             c->initializer_factor);
         m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
     }
@@ -197,10 +197,10 @@ static void t5_layout(t5_model *m, rt_arena *a) {
     t5_layout_stack(m, &m->enc, a);
     t5_layout_stack(m, &m->dec, a);
     mdl_stack_scratch_layout(&m->enc.blocks, &m->scratch, a, BS > BT ? BS : BT);
-    m->logits = rt_arena_take(a, BT * (size_t)m->V_local, f);
+    m->logits = rt_arena_take(a, BT * (size_t)m->vocab.local, f);
     m->losses = rt_arena_take(a, BT, f);
     m->xent_stats = rt_arena_take(a, 3 * BT, f);
-    m->vocab_mask = rt_arena_take(a, (size_t)m->V_local, f);
+    m->vocab_mask = rt_arena_take(a, (size_t)m->vocab.local, f);
     m->key_mask = rt_arena_take(a, BS, f);
     m->targets = rt_arena_take(a, BT, sizeof(int32_t));
     m->dtop = rt_arena_take(a, BT * C, f);
@@ -242,10 +242,7 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     m->F_local = c->d_ff / tp->size;
     m->head_offset = m->NH_local * tp->rank;
     m->ff_offset = m->F_local * tp->rank;
-    m->V_pad = (int)ckpt_tp_padded_vocab(c->vocab_size, tp->size);
-    m->V_local = m->V_pad / tp->size;
-    m->vocab_start = m->V_local * tp->rank;
-    m->vocab_padded_here = m->vocab_start + m->V_local > c->vocab_size;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     m->enc = (t5_stack){.decoder = false, .L = c->num_layers, .max_T = max_src, .MR = (size_t)max_B * max_src};
     m->dec = (t5_stack){.decoder = true, .L = c->num_decoder_layers, .max_T = max_tgt, .MR = (size_t)max_B * max_tgt};
     rt_params_init(&m->params, be);
@@ -261,17 +258,9 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     t5_layout(m, &arena);
-    /* vocab padding: zero rows (never indexed by a real id) and masked logit columns */
-    float *h_vmask = rt_xcalloc((size_t)m->V_local, sizeof(float));
-    if (m->vocab_padded_here) {
-        int first = c->vocab_size > m->vocab_start ? c->vocab_size - m->vocab_start : 0;
-        size_t n = (size_t)(m->V_local - first) * m->C * sizeof(float);
-        rt_clear(be, P(m->shared) + (size_t)first * m->C, n);
-        if (m->lm_head >= 0) rt_clear(be, P(m->lm_head) + (size_t)first * m->C, n);
-        for (int j = first; j < m->V_local; j++) h_vmask[j] = T5_MASKED;
-    }
-    rt_to_device(be, m->vocab_mask, h_vmask, (size_t)m->V_local * sizeof(float));
-    free(h_vmask);
+    mdl_vocab_clear_padding(be, &m->vocab, P(m->shared), m->C);
+    if (m->lm_head >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->lm_head), m->C);
+    mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, T5_MASKED);
     int maxT = max_src > max_tgt ? max_src : max_tgt;
     size_t BS = (size_t)max_B * max_src, BT = (size_t)max_B * max_tgt;
     m->h_buckets = rt_xmalloc((size_t)maxT * maxT * sizeof(int32_t));
@@ -303,7 +292,7 @@ void t5_model_free(t5_model *m) {
 rt_params *t5_model_params(t5_model *m) { return &m->params; }
 rt_comm *t5_model_tp(t5_model *m) { return m->tp; }
 const t5_config *t5_model_config(const t5_model *m) { return &m->cfg; }
-int t5_model_padded_vocab(const t5_model *m) { return m->V_pad; }
+int t5_model_padded_vocab(const t5_model *m) { return m->vocab.padded; }
 
 rt_status t5_set_dropout(t5_model *m, float p) {
     if (!(p >= 0 && p < 1)) return rt_errorf(RT_ERR_CONFIG, "T5: dropout %g not in [0, 1)", p);
@@ -404,7 +393,7 @@ rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_
     rt_backend *be = m->be;
     const mdl_stack_mask mask = t5_mask(m, s, S);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_residual(&s->blocks, 0), s->ids, P(m->shared),
-                                   (size_t)B * T, m->C, m->vocab_start, m->V_local));
+                                   (size_t)B * T, m->C, m->vocab.start, m->vocab.local));
     rt_relbias_fwd(be, s->bias, P(s->rel_bias), s->buckets, m->NH_local, T, T, c->relative_attention_num_buckets);
     RT_TRY(mdl_stack_forward(&s->blocks, B, T, &mask, pass));
 fail:
@@ -426,7 +415,7 @@ static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int 
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
     rt_relbias_bwd(be, G(s->rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
     mdl_grads_ready(pass, &m->params, s->blocks.layer[0].first);
-    rt_embedding_bwd(be, G(m->shared), demb, s->ids, (size_t)B * T, m->C, m->vocab_start, m->V_local);
+    rt_embedding_bwd(be, G(m->shared), demb, s->ids, (size_t)B * T, m->C, m->vocab.start, m->vocab.local);
 fail:
     return st;
 }
@@ -503,7 +492,7 @@ rt_status t5_logits_to_host(t5_model *m, const float *logits, size_t R, float *h
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     rt_comm *tp = m->tp;
-    const int Vl = m->V_local, V = m->cfg.vocab_size;
+    const int Vl = m->vocab.local, V = m->cfg.vocab_size;
     const size_t n_local = R * (size_t)Vl;
     float *gathered = NULL, *host = host_scratch;
     const float *all = logits;
@@ -537,7 +526,7 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->V_local;
+    const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->vocab.local;
     const size_t R = (size_t)B * T;
     const bool backward = grad_scale > 0;
     const int head = t5_head_param(m);
@@ -551,10 +540,10 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
 
     /* LM head over this rank's vocab columns; padding columns never win the softmax */
     mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
-    if (m->vocab_padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
+    if (m->vocab.padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
     if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
     RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
-                          Vl, m->vocab_start, grad_scale));
+                          Vl, m->vocab.start, grad_scale));
     rt_to_host(be, m->h_losses, m->losses, R * sizeof(float));
     double sum = 0;
     for (size_t i = 0; i < R; i++) sum += m->h_losses[i];

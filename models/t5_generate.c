@@ -91,8 +91,8 @@ static void t5_gen_layout(t5_generator *g, rt_arena *a) {
     g->fh = rt_arena_take(a, R * Fl, f);
     g->bias = rt_arena_take(a, NH * T, f);
     g->bias_rows = rt_arena_take(a, R * NH * T, f);
-    g->logits = rt_arena_take(a, R * (size_t)m->V_local, f);
-    g->logits_all = m->tp->size > 1 ? rt_arena_take(a, R * (size_t)m->V_local * (size_t)m->tp->size, f) : NULL;
+    g->logits = rt_arena_take(a, R * (size_t)m->vocab.local, f);
+    g->logits_all = m->tp->size > 1 ? rt_arena_take(a, R * (size_t)m->vocab.local * (size_t)m->tp->size, f) : NULL;
     g->ids = rt_arena_take(a, R, i);
     g->zeros = rt_arena_take(a, R, i);
     g->buckets = rt_arena_take(a, T * T, i);
@@ -118,7 +118,7 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
     const uint64_t width = mdl_size_max(mdl_size_max((uint64_t)m->C, (uint64_t)m->I_local),
                                         mdl_size_max((uint64_t)m->F_local, (uint64_t)m->NH_local * len));
     RT_TRY(mdl_check_activations("T5 generation caches", 2 * (uint64_t)c->num_decoder_layers, rows, len,
-                                 mdl_size_max(width, (uint64_t)m->V_local * (uint64_t)m->tp->size),
+                                 mdl_size_max(width, (uint64_t)m->vocab.local * (uint64_t)m->tp->size),
                                  "lower the batch, beams or max_new_tokens"));
     g->m = m;
     g->max_B = max_B;
@@ -144,7 +144,7 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
     rt_to_device(m->be, g->buckets, h_buckets, T * T * sizeof(int32_t));
     free(h_buckets);
 
-    g->h_logits_local = rt_xmalloc(R * (size_t)m->V_local * (size_t)m->tp->size * sizeof(float));
+    g->h_logits_local = rt_xmalloc(R * (size_t)m->vocab.local * (size_t)m->tp->size * sizeof(float));
     g->h_idx = rt_xmalloc(T * R * sizeof(int32_t));
     RT_TRY(gen_search_init(max_B, max_beams, max_new_tokens, c->vocab_size, &g->search));
     *out = g;
@@ -202,8 +202,8 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     const mdl_drop none = {0};
 
     rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab_start,
-                                   m->V_local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab.start,
+                                   m->vocab.local));
     /* query t's bias row, shared by every block (block 0 owns the table) and by every row */
     rt_relbias_fwd(be, g->bias, P(dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
                    Tk, c->relative_attention_num_buckets);
@@ -242,8 +242,8 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     }
     mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
     if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
-    mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->V_local);
-    if (m->vocab_padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->V_local);
+    mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
+    if (m->vocab.padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->vocab.local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));
 fail:
     return st;

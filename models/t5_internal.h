@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "models/param.h"
+#include "models/parallel.h"
 #include "models/stack.h"
 #include "models/t5.h"
 
@@ -41,8 +42,7 @@ struct t5_model {
     int max_B, max_S, max_T;
     int C, HS, NH_local, I_local, F_local;
     int head_offset, ff_offset;      /* this rank's first head and first FFN column */
-    int V_pad, V_local, vocab_start; /* shared/lm_head: V_pad = ckpt_tp_padded_vocab rows over all ranks */
-    bool vocab_padded_here;          /* this rank's shard holds padding rows */
+    mdl_vocab vocab;                 /* shared's (and lm_head's) shard */
     t5_stack enc, dec;
 
     void *act_block;
