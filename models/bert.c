@@ -5,6 +5,7 @@
 #include "models/bert.h"
 
 
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -52,34 +53,33 @@ struct bert_model {
     float *h_mask, *h_losses;         /* (BT), (2B): losses, or the MSE head's scratch */
 };
 
+/* config.json's plain fields with HF's defaults (bert-base-uncased) and limits (models/hf_config.h);
+ * pad_token_id is checked against the vocab by validation */
+#define F(member, kind, def, min, max) {#member, offsetof(bert_config, member), kind, def, min, max, false}
+static const mdl_field bert_fields[] = {
+    F(vocab_size, MDL_FIELD_INT, 30522, 1, MDL_MAX_VOCAB),
+    F(hidden_size, MDL_FIELD_INT, 768, 1, MDL_MAX_WIDTH),
+    F(num_hidden_layers, MDL_FIELD_INT, 12, 1, MDL_MAX_LAYERS),
+    F(num_attention_heads, MDL_FIELD_INT, 12, 1, MDL_MAX_HEADS),
+    F(intermediate_size, MDL_FIELD_INT, 3072, 1, MDL_MAX_FFN),
+    F(max_position_embeddings, MDL_FIELD_INT, 512, 1, MDL_MAX_POSITIONS),
+    F(type_vocab_size, MDL_FIELD_INT, 2, 1, MDL_MAX_VOCAB),
+    F(pad_token_id, MDL_FIELD_INT, 0, INT_MIN, INT_MAX),
+    F(layer_norm_eps, MDL_FIELD_FLOAT, 1e-12, 0, 0),
+    F(initializer_range, MDL_FIELD_FLOAT, 0.02, 0, 0),
+    F(hidden_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0),
+    F(attention_probs_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0),
+};
+#undef F
+#define BERT_N_FIELDS (sizeof bert_fields / sizeof *bert_fields)
+
 void bert_config_default(bert_config *c) {
     memset(c, 0, sizeof *c);
-    c->vocab_size = 30522;
-    c->hidden_size = 768;
-    c->num_hidden_layers = 12;
-    c->num_attention_heads = 12;
-    c->intermediate_size = 3072;
-    c->max_position_embeddings = 512;
-    c->type_vocab_size = 2;
-    c->pad_token_id = 0;
-    c->layer_norm_eps = 1e-12f;
-    c->initializer_range = 0.02f;
-    c->hidden_dropout_prob = c->attention_probs_dropout_prob = c->classifier_dropout = 0.1f;
+    mdl_fields_default(bert_fields, BERT_N_FIELDS, c);
+    c->classifier_dropout = 0.1f;
     c->act = RT_ACT_GELU_ERF;
     c->num_labels = 2;
 }
-
-/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
-static const mdl_size_field bert_sizes[] = {
-    {"vocab_size", offsetof(bert_config, vocab_size), 1, MDL_MAX_VOCAB},
-    {"hidden_size", offsetof(bert_config, hidden_size), 1, MDL_MAX_WIDTH},
-    {"num_hidden_layers", offsetof(bert_config, num_hidden_layers), 1, MDL_MAX_LAYERS},
-    {"num_attention_heads", offsetof(bert_config, num_attention_heads), 1, MDL_MAX_HEADS},
-    {"intermediate_size", offsetof(bert_config, intermediate_size), 1, MDL_MAX_FFN},
-    {"max_position_embeddings", offsetof(bert_config, max_position_embeddings), 1, MDL_MAX_POSITIONS},
-    {"type_vocab_size", offsetof(bert_config, type_vocab_size), 1, MDL_MAX_VOCAB},
-};
-#define BERT_N_SIZES (sizeof bert_sizes / sizeof *bert_sizes)
 
 rt_status bert_config_load(const char *config_json, bert_config *c) {
     rt_status st = RT_OK;
@@ -97,13 +97,7 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     } else {
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'bert' or 'roberta'", path, model_type);
     }
-    RT_TRY(mdl_sizes_read(root, path, bert_sizes, BERT_N_SIZES, false, c));
-    RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
-    RT_TRY(ckpt_json_get_float(root, path, "layer_norm_eps", &c->layer_norm_eps, false, 1e-12));
-    RT_TRY(ckpt_json_get_float(root, path, "initializer_range", &c->initializer_range, false, 0.02));
-    RT_TRY(ckpt_json_get_float(root, path, "hidden_dropout_prob", &c->hidden_dropout_prob, false, 0.1));
-    RT_TRY(ckpt_json_get_float(root, path, "attention_probs_dropout_prob", &c->attention_probs_dropout_prob, false,
-                               0.1));
+    RT_TRY(mdl_fields_read(root, path, bert_fields, BERT_N_FIELDS, c));
     /* null (HF's default) means "use hidden_dropout_prob" */
     RT_TRY(ckpt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false,
                                c->hidden_dropout_prob));
@@ -125,20 +119,9 @@ fail:
 static cJSON *bert_config_json(const bert_config *c) {
     cJSON *o = mdl_hf_config_new(c->roberta ? "roberta" : "bert",
                                  c->roberta ? "RobertaForSequenceClassification" : "BertForSequenceClassification");
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
-    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
-    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    mdl_fields_write(o, bert_fields, BERT_N_FIELDS, c);
     cJSON_AddStringToObject(o, "hidden_act", mdl_hf_act_name(c->act));
-    cJSON_AddNumberToObject(o, "hidden_dropout_prob", c->hidden_dropout_prob);
-    cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", c->attention_probs_dropout_prob);
     cJSON_AddNumberToObject(o, "classifier_dropout", c->classifier_dropout);
-    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddNumberToObject(o, "type_vocab_size", c->type_vocab_size);
-    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
-    cJSON_AddNumberToObject(o, "layer_norm_eps", c->layer_norm_eps);
-    cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddStringToObject(o, "position_embedding_type", "absolute");
     mdl_hf_add_labels(o, c->num_labels);
     return o;
@@ -159,7 +142,7 @@ static uint64_t bert_param_count(const bert_config *c) {
 
 rt_status bert_config_validate(const bert_config *c, int tp) {
     const char *what = c->roberta ? "RoBERTa config" : "BERT config";
-    rt_status st = mdl_sizes_check(what, bert_sizes, BERT_N_SIZES, c);
+    rt_status st = mdl_fields_check(what, bert_fields, BERT_N_FIELDS, c);
     if (st != RT_OK) return st;
     if (c->hidden_size % c->num_attention_heads)
         return rt_errorf(RT_ERR_CONFIG, "%s: hidden_size %d is not divisible by num_attention_heads %d", what,

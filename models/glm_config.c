@@ -6,23 +6,28 @@
 #include "models/glm.h"
 #include "models/hf_config.h"
 
-void glm_config_default(glm_config *c) {
-    *c = (glm_config){.vocab_size = 50048, .hidden_size = 1024, .num_layers = 24, .num_attention_heads = 16,
-                      .max_sequence_length = 1024, .embedding_dropout_prob = 0.1f, .attention_dropout_prob = 0.1f,
-                      .output_dropout_prob = 0.1f, .layernorm_epsilon = 1e-5f, .init_std = 0.02f,
-                      .block_position_encoding = true};
-}
-
-/* config.json's size fields, all required, read and validated with one table (limits:
- * models/hf_config.h) */
-static const mdl_size_field glm_sizes[] = {
-    {"vocab_size", offsetof(glm_config, vocab_size), 1, MDL_MAX_VOCAB},
-    {"hidden_size", offsetof(glm_config, hidden_size), 1, MDL_MAX_WIDTH},
-    {"num_layers", offsetof(glm_config, num_layers), 1, MDL_MAX_LAYERS},
-    {"num_attention_heads", offsetof(glm_config, num_attention_heads), 1, MDL_MAX_HEADS},
-    {"max_sequence_length", offsetof(glm_config, max_sequence_length), 1, MDL_MAX_POSITIONS},
+/* config.json's fields with FlagAI's defaults (GLM-large-chinese) and limits
+ * (models/hf_config.h); FlagAI always writes the sizes, so they are required */
+#define F(member, kind, def, min, max, req) {#member, offsetof(glm_config, member), kind, def, min, max, req}
+static const mdl_field glm_fields[] = {
+    F(vocab_size, MDL_FIELD_INT, 50048, 1, MDL_MAX_VOCAB, true),
+    F(hidden_size, MDL_FIELD_INT, 1024, 1, MDL_MAX_WIDTH, true),
+    F(num_layers, MDL_FIELD_INT, 24, 1, MDL_MAX_LAYERS, true),
+    F(num_attention_heads, MDL_FIELD_INT, 16, 1, MDL_MAX_HEADS, true),
+    F(max_sequence_length, MDL_FIELD_INT, 1024, 1, MDL_MAX_POSITIONS, true),
+    F(embedding_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
+    F(attention_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
+    F(output_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
+    F(layernorm_epsilon, MDL_FIELD_FLOAT, 1e-5, 0, 0, false),
+    F(block_position_encoding, MDL_FIELD_BOOL, 1, 0, 0, false),
 };
-#define GLM_N_SIZES (sizeof glm_sizes / sizeof *glm_sizes)
+#undef F
+#define GLM_N_FIELDS (sizeof glm_fields / sizeof *glm_fields)
+
+void glm_config_default(glm_config *c) {
+    *c = (glm_config){.init_std = 0.02f};
+    mdl_fields_default(glm_fields, GLM_N_FIELDS, c);
+}
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t glm_param_count(const glm_config *c) {
@@ -36,7 +41,7 @@ static uint64_t glm_param_count(const glm_config *c) {
 }
 
 rt_status glm_config_validate(const glm_config *c, int tp) {
-    rt_status st = mdl_sizes_check("GLM config", glm_sizes, GLM_N_SIZES, c);
+    rt_status st = mdl_fields_check("GLM config", glm_fields, GLM_N_FIELDS, c);
     if (st != RT_OK) return st;
     st = mdl_check_params("GLM config", "vocab_size, hidden_size, num_layers and max_sequence_length",
                           glm_param_count(c));
@@ -60,12 +65,7 @@ rt_status glm_config_load(const char *path, glm_config *c) {
     int memory = 0;
     glm_config_default(c);
     RT_TRY(ckpt_json_load(path, &root));
-    RT_TRY(mdl_sizes_read(root, path, glm_sizes, GLM_N_SIZES, true, c));
-    RT_TRY(ckpt_json_get_float(root, path, "embedding_dropout_prob", &c->embedding_dropout_prob, false, 0.1));
-    RT_TRY(ckpt_json_get_float(root, path, "attention_dropout_prob", &c->attention_dropout_prob, false, 0.1));
-    RT_TRY(ckpt_json_get_float(root, path, "output_dropout_prob", &c->output_dropout_prob, false, 0.1));
-    RT_TRY(ckpt_json_get_float(root, path, "layernorm_epsilon", &c->layernorm_epsilon, false, 1e-5));
-    RT_TRY(ckpt_json_get_bool(root, path, "block_position_encoding", &c->block_position_encoding, false, true));
+    RT_TRY(mdl_fields_read(root, path, glm_fields, GLM_N_FIELDS, c));
     /* what FlagAI's GLM can do and tunezoo's cannot yet: refused rather than ignored */
     RT_TRY(ckpt_json_get_bool(root, path, "relative_encoding", &relative, false, false));
     RT_TRY(ckpt_json_get_double(root, path, "attention_scale", &scale, false, 1.0));
@@ -85,24 +85,15 @@ fail:
 
 rt_status glm_config_save(const glm_config *c, const char *path) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
-    cJSON_AddNumberToObject(o, "embedding_dropout_prob", c->embedding_dropout_prob);
-    cJSON_AddNumberToObject(o, "attention_dropout_prob", c->attention_dropout_prob);
-    cJSON_AddNumberToObject(o, "output_dropout_prob", c->output_dropout_prob);
-    cJSON_AddNumberToObject(o, "max_sequence_length", c->max_sequence_length);
+    mdl_fields_write(o, glm_fields, GLM_N_FIELDS, c);
     cJSON_AddNumberToObject(o, "max_memory_length", 0);
     cJSON_AddBoolToObject(o, "checkpoint_activations", false);
     cJSON_AddNumberToObject(o, "checkpoint_num_layers", 1);
     cJSON_AddBoolToObject(o, "parallel_output", true);
     cJSON_AddBoolToObject(o, "relative_encoding", false);
-    cJSON_AddBoolToObject(o, "block_position_encoding", c->block_position_encoding);
     cJSON_AddBoolToObject(o, "output_predict", true);
     cJSON_AddNullToObject(o, "spell_length");
     cJSON_AddStringToObject(o, "spell_func", "lstm");
     cJSON_AddNumberToObject(o, "attention_scale", 1.0);
-    cJSON_AddNumberToObject(o, "layernorm_epsilon", c->layernorm_epsilon);
     return mdl_hf_write_json(o, path);
 }

@@ -46,33 +46,32 @@ struct gpt2_model {
     float *h_mask, *h_losses;
 };
 
+/* config.json's plain fields with HF's defaults (gpt2 124M) and limits (models/hf_config.h) */
+#define F(member, key, kind, def, min, max) {key, offsetof(gpt2_config, member), kind, def, min, max, false}
+static const mdl_field gpt2_fields[] = {
+    F(vocab_size, "vocab_size", MDL_FIELD_INT, 50257, 1, MDL_MAX_VOCAB),
+    F(n_positions, "n_positions", MDL_FIELD_INT, 1024, 1, MDL_MAX_POSITIONS),
+    F(n_embd, "n_embd", MDL_FIELD_INT, 768, 1, MDL_MAX_WIDTH),
+    F(n_layer, "n_layer", MDL_FIELD_INT, 12, 1, MDL_MAX_LAYERS),
+    F(n_head, "n_head", MDL_FIELD_INT, 12, 1, MDL_MAX_HEADS),
+    F(n_inner, "n_inner", MDL_FIELD_INT, 0, 0, MDL_MAX_FFN), /* 0 or null: 4 * n_embd */
+    F(layer_norm_eps, "layer_norm_epsilon", MDL_FIELD_FLOAT, 1e-5, 0, 0),
+    F(initializer_range, "initializer_range", MDL_FIELD_FLOAT, 0.02, 0, 0),
+    F(embd_pdrop, "embd_pdrop", MDL_FIELD_FLOAT, 0.1, 0, 0),
+    F(resid_pdrop, "resid_pdrop", MDL_FIELD_FLOAT, 0.1, 0, 0),
+    F(attn_pdrop, "attn_pdrop", MDL_FIELD_FLOAT, 0.1, 0, 0),
+};
+#undef F
+#define GPT2_N_FIELDS (sizeof gpt2_fields / sizeof *gpt2_fields)
+
 void gpt2_config_default(gpt2_config *c) {
     memset(c, 0, sizeof *c);
-    c->vocab_size = 50257;
-    c->n_positions = 1024;
-    c->n_embd = 768;
-    c->n_layer = 12;
-    c->n_head = 12;
-    c->n_inner = 0; /* 0 = 4 * n_embd */
-    c->layer_norm_eps = 1e-5f;
-    c->initializer_range = 0.02f;
-    c->embd_pdrop = c->resid_pdrop = c->attn_pdrop = 0.1f;
+    mdl_fields_default(gpt2_fields, GPT2_N_FIELDS, c);
     c->act = RT_ACT_GELU_TANH;
     c->num_labels = 2;
     c->pad_token_id = -1;
     c->eos_token_id = 50256;
 }
-
-/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
-static const mdl_size_field gpt2_sizes[] = {
-    {"vocab_size", offsetof(gpt2_config, vocab_size), 1, MDL_MAX_VOCAB},
-    {"n_positions", offsetof(gpt2_config, n_positions), 1, MDL_MAX_POSITIONS},
-    {"n_embd", offsetof(gpt2_config, n_embd), 1, MDL_MAX_WIDTH},
-    {"n_layer", offsetof(gpt2_config, n_layer), 1, MDL_MAX_LAYERS},
-    {"n_head", offsetof(gpt2_config, n_head), 1, MDL_MAX_HEADS},
-    {"n_inner", offsetof(gpt2_config, n_inner), 0, MDL_MAX_FFN}, /* 0 or null: 4 * n_embd */
-};
-#define GPT2_N_SIZES (sizeof gpt2_sizes / sizeof *gpt2_sizes)
 
 /* The MLP width; within int once the sizes are checked (4 * MDL_MAX_WIDTH). */
 static int gpt2_inner(const gpt2_config *c) { return c->n_inner > 0 ? c->n_inner : 4 * c->n_embd; }
@@ -81,24 +80,13 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
     const char *model_type = NULL, *act = NULL;
-    double d;
     gpt2_config_default(c);
     RT_TRY(ckpt_json_load(path, &root));
     RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "gpt2") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'gpt2' (this program fine-tunes GPT-2)", path,
                 model_type);
-    RT_TRY(mdl_sizes_read(root, path, gpt2_sizes, GPT2_N_SIZES, false, c));
-    RT_TRY(ckpt_json_get_double(root, path, "layer_norm_epsilon", &d, false, 1e-5));
-    c->layer_norm_eps = (float)d;
-    RT_TRY(ckpt_json_get_double(root, path, "initializer_range", &d, false, 0.02));
-    c->initializer_range = (float)d;
-    RT_TRY(ckpt_json_get_double(root, path, "embd_pdrop", &d, false, 0.1));
-    c->embd_pdrop = (float)d;
-    RT_TRY(ckpt_json_get_double(root, path, "resid_pdrop", &d, false, 0.1));
-    c->resid_pdrop = (float)d;
-    RT_TRY(ckpt_json_get_double(root, path, "attn_pdrop", &d, false, 0.1));
-    c->attn_pdrop = (float)d;
+    RT_TRY(mdl_fields_read(root, path, gpt2_fields, GPT2_N_FIELDS, c));
     RT_TRY(ckpt_json_get_string(root, path, "activation_function", &act, false, "gelu_new"));
     if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'activation_function' is '%s', expected gelu_new, gelu or relu", path, act);
@@ -116,20 +104,7 @@ fail:
 
 static cJSON *gpt2_config_json(const gpt2_config *c) {
     cJSON *o = mdl_hf_config_new("gpt2", "GPT2ForSequenceClassification");
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "n_positions", c->n_positions);
-    cJSON_AddNumberToObject(o, "n_embd", c->n_embd);
-    cJSON_AddNumberToObject(o, "n_layer", c->n_layer);
-    cJSON_AddNumberToObject(o, "n_head", c->n_head);
-    if (c->n_inner > 0)
-        cJSON_AddNumberToObject(o, "n_inner", c->n_inner);
-    else
-        cJSON_AddNullToObject(o, "n_inner");
-    cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->layer_norm_eps);
-    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
-    cJSON_AddNumberToObject(o, "embd_pdrop", c->embd_pdrop);
-    cJSON_AddNumberToObject(o, "resid_pdrop", c->resid_pdrop);
-    cJSON_AddNumberToObject(o, "attn_pdrop", c->attn_pdrop);
+    mdl_fields_write(o, gpt2_fields, GPT2_N_FIELDS, c);
     cJSON_AddStringToObject(o, "activation_function", mdl_hf_act_name(c->act));
     if (c->pad_token_id >= 0) cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
@@ -150,7 +125,7 @@ static uint64_t gpt2_param_count(const gpt2_config *c) {
 }
 
 rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
-    rt_status st = mdl_sizes_check("GPT-2 config", gpt2_sizes, GPT2_N_SIZES, c);
+    rt_status st = mdl_fields_check("GPT-2 config", gpt2_fields, GPT2_N_FIELDS, c);
     if (st != RT_OK) return st;
     if (c->n_embd % c->n_head)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);

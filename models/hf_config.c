@@ -43,27 +43,59 @@ rt_status mdl_hf_config_result(rt_status st, const char *path, bool from_validat
     return st;
 }
 
-rt_status mdl_sizes_read(const cJSON *root, const char *path, const mdl_size_field *fields, size_t n, bool required,
-                         void *cfg) {
-    for (size_t i = 0; i < n; i++) {
-        const mdl_size_field *f = &fields[i];
-        int *v = (int *)((char *)cfg + f->offset);
-        rt_status st = ckpt_json_get_int_range(root, path, f->key, v, required, *v, f->min, f->max);
-        if (st != RT_OK) return st;
+#define FIELD(type, f, cfg) ((type *)((char *)(cfg) + (f)->offset))
+
+void mdl_fields_default(const mdl_field *fields, size_t n, void *cfg) {
+    for (const mdl_field *f = fields; f < fields + n; f++) {
+        if (f->kind == MDL_FIELD_INT) *FIELD(int, f, cfg) = (int)f->def;
+        if (f->kind == MDL_FIELD_FLOAT) *FIELD(float, f, cfg) = (float)f->def;
+        if (f->kind == MDL_FIELD_BOOL) *FIELD(bool, f, cfg) = f->def != 0;
     }
-    return RT_OK;
 }
 
-rt_status mdl_sizes_check(const char *what, const mdl_size_field *fields, size_t n, const void *cfg) {
-    for (size_t i = 0; i < n; i++) {
-        const mdl_size_field *f = &fields[i];
-        int v = *(const int *)((const char *)cfg + f->offset);
+rt_status mdl_fields_read(const cJSON *root, const char *path, const mdl_field *fields, size_t n, void *cfg) {
+    rt_status st = RT_OK;
+    for (const mdl_field *f = fields; f < fields + n && st == RT_OK; f++) {
+        if (f->kind == MDL_FIELD_INT) {
+            int *v = FIELD(int, f, cfg);
+            st = ckpt_json_get_int_range(root, path, f->key, v, f->required, *v, f->min, f->max);
+        } else if (f->kind == MDL_FIELD_FLOAT) {
+            float *v = FIELD(float, f, cfg);
+            st = ckpt_json_get_float(root, path, f->key, v, f->required, *v);
+        } else {
+            bool *v = FIELD(bool, f, cfg);
+            st = ckpt_json_get_bool(root, path, f->key, v, f->required, *v);
+        }
+    }
+    return st;
+}
+
+rt_status mdl_fields_check(const char *what, const mdl_field *fields, size_t n, const void *cfg) {
+    for (const mdl_field *f = fields; f < fields + n; f++) {
+        if (f->kind != MDL_FIELD_INT) continue;
+        int v = *FIELD(const int, f, cfg);
         if (v > f->max)
             return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %d, more than the limit %d", what, f->key, v, f->max);
         if (v < f->min)
             return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %d, less than the minimum %d", what, f->key, v, f->min);
     }
     return RT_OK;
+}
+
+void mdl_fields_write(cJSON *config, const mdl_field *fields, size_t n, const void *cfg) {
+    for (const mdl_field *f = fields; f < fields + n; f++) {
+        if (f->kind == MDL_FIELD_INT) {
+            int v = *FIELD(const int, f, cfg);
+            if (v == 0 && f->min == 0)
+                cJSON_AddNullToObject(config, f->key);
+            else
+                cJSON_AddNumberToObject(config, f->key, v);
+        } else if (f->kind == MDL_FIELD_FLOAT) {
+            cJSON_AddNumberToObject(config, f->key, *FIELD(const float, f, cfg));
+        } else {
+            cJSON_AddBoolToObject(config, f->key, *FIELD(const bool, f, cfg));
+        }
+    }
 }
 
 rt_status mdl_check_params(const char *what, const char *fields, uint64_t params) {

@@ -34,22 +34,32 @@
  * layout's few dozen terms under it cannot overflow size_t when summed. */
 #define MDL_MAX_ACT_BYTES ((uint64_t)1 << 56)
 
-/* One int size field of a config struct, with its range. A family lists its fields once; the
- * loader reads them and validation checks them with the same table. */
-typedef struct {
-    const char *key; /* the config.json name */
-    size_t offset;   /* of the int in the config struct */
-    int min, max;
-} mdl_size_field;
+typedef enum { MDL_FIELD_INT, MDL_FIELD_FLOAT, MDL_FIELD_BOOL } mdl_field_kind;
 
-/* Reads each field of the table into cfg; an absent or null one keeps the value there (the
- * default), or is an error when required. A value outside its range is RT_ERR_CONFIG
- * "path: field 'n_embd' is 1000000000, more than the limit 65536". */
-rt_status mdl_sizes_read(const cJSON *root, const char *path, const mdl_size_field *fields, size_t n, bool required,
-                         void *cfg);
-/* Checks each field of cfg against its range (a config built in code, or edited after loading):
+/* One field of a config struct as config.json names it, with HF's default and, for an int, its
+ * range (a size's limit from above). A family lists its plain fields once; defaults, reading,
+ * validation and writing all come from the table. An int whose range starts at 0 is written
+ * as null when 0 (HF's None: GPT-2's n_inner). */
+typedef struct {
+    const char *key;
+    size_t offset;       /* of the field in the config struct */
+    mdl_field_kind kind;
+    double def;
+    int min, max;        /* ints */
+    bool required;       /* absent or null is an error, not the default */
+} mdl_field;
+
+/* Every field of the table at its default. */
+void mdl_fields_default(const mdl_field *fields, size_t n, void *cfg);
+/* Reads each field into cfg; an absent or null one keeps the value there. A value of the wrong
+ * type, or an int outside its range, is RT_ERR_CONFIG "path: field 'n_embd' is 1000000000,
+ * more than the limit 65536". */
+rt_status mdl_fields_read(const cJSON *root, const char *path, const mdl_field *fields, size_t n, void *cfg);
+/* Checks each int of cfg against its range (a config built in code, or edited after loading):
  * "GPT-2 config: field 'n_embd' is 1000000000, more than the limit 65536". */
-rt_status mdl_sizes_check(const char *what, const mdl_size_field *fields, size_t n, const void *cfg);
+rt_status mdl_fields_check(const char *what, const mdl_field *fields, size_t n, const void *cfg);
+/* Adds each field of cfg to the config object, in the table's order. */
+void mdl_fields_write(cJSON *config, const mdl_field *fields, size_t n, const void *cfg);
 
 /* a * b and a + b, saturating at UINT64_MAX: a count that overflowed stays above every limit. */
 static inline uint64_t mdl_size_mul(uint64_t a, uint64_t b) {

@@ -4,6 +4,7 @@
  * "gated-ACT", with HF's rule that "gated-gelu" means gelu_new. */
 #include "models/t5.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,27 +12,34 @@
 #include "checkpoints/ckpt_json.h"
 #include "models/hf_config.h"
 
+/* config.json's plain fields with HF's defaults (t5-small) and limits (models/hf_config.h);
+ * the ids are checked against the vocab by validation */
+#define F(member, kind, def, min, max) {#member, offsetof(t5_config, member), kind, def, min, max, false}
+static const mdl_field t5_fields[] = {
+    F(vocab_size, MDL_FIELD_INT, 32128, 1, MDL_MAX_VOCAB),
+    F(d_model, MDL_FIELD_INT, 512, 1, MDL_MAX_WIDTH),
+    F(d_kv, MDL_FIELD_INT, 64, 1, MDL_MAX_WIDTH),
+    F(d_ff, MDL_FIELD_INT, 2048, 1, MDL_MAX_FFN),
+    F(num_heads, MDL_FIELD_INT, 8, 1, MDL_MAX_HEADS),
+    F(num_layers, MDL_FIELD_INT, 6, 1, MDL_MAX_LAYERS),
+    F(num_decoder_layers, MDL_FIELD_INT, 6, 1, MDL_MAX_LAYERS),
+    F(relative_attention_num_buckets, MDL_FIELD_INT, 32, 1, MDL_MAX_POSITIONS),
+    F(relative_attention_max_distance, MDL_FIELD_INT, 128, 1, MDL_MAX_POSITIONS),
+    F(dropout_rate, MDL_FIELD_FLOAT, 0.1, 0, 0),
+    F(layer_norm_epsilon, MDL_FIELD_FLOAT, 1e-6, 0, 0),
+    F(initializer_factor, MDL_FIELD_FLOAT, 1.0, 0, 0),
+    F(tie_word_embeddings, MDL_FIELD_BOOL, 1, 0, 0),
+    F(pad_token_id, MDL_FIELD_INT, 0, INT_MIN, INT_MAX),
+};
+#undef F
+#define T5_N_FIELDS (sizeof t5_fields / sizeof *t5_fields)
+
 void t5_config_default(t5_config *c) {
     memset(c, 0, sizeof *c);
-    c->vocab_size = 32128;
-    c->d_model = 512;
-    c->d_kv = 64;
-    c->d_ff = 2048;
-    c->num_heads = 8;
-    c->num_layers = 6;
-    c->num_decoder_layers = 6;
-    c->relative_attention_num_buckets = 32;
-    c->relative_attention_max_distance = 128;
-    c->dropout_rate = 0.1f;
-    c->layer_norm_epsilon = 1e-6f;
-    c->initializer_factor = 1.0f;
-    c->gated = false;
+    mdl_fields_default(t5_fields, T5_N_FIELDS, c);
     c->act = RT_ACT_RELU;
-    c->tie_word_embeddings = true;
     c->scale_decoder_outputs = true;
-    c->pad_token_id = 0;
     c->eos_token_id = 1;
-    c->decoder_start_token_id = 0;
 }
 
 /* The activation named by feed_forward_proj's last part; false when unknown. HF: "gated-gelu"
@@ -42,20 +50,6 @@ static bool t5_act_from_name(const char *name, bool gated, rt_act_kind *act) {
     return true;
 }
 
-/* config.json's size fields, read and validated with one table (limits: models/hf_config.h) */
-static const mdl_size_field t5_sizes[] = {
-    {"vocab_size", offsetof(t5_config, vocab_size), 1, MDL_MAX_VOCAB},
-    {"d_model", offsetof(t5_config, d_model), 1, MDL_MAX_WIDTH},
-    {"d_kv", offsetof(t5_config, d_kv), 1, MDL_MAX_WIDTH},
-    {"d_ff", offsetof(t5_config, d_ff), 1, MDL_MAX_FFN},
-    {"num_heads", offsetof(t5_config, num_heads), 1, MDL_MAX_HEADS},
-    {"num_layers", offsetof(t5_config, num_layers), 1, MDL_MAX_LAYERS},
-    {"num_decoder_layers", offsetof(t5_config, num_decoder_layers), 1, MDL_MAX_LAYERS},
-    {"relative_attention_num_buckets", offsetof(t5_config, relative_attention_num_buckets), 1, MDL_MAX_POSITIONS},
-    {"relative_attention_max_distance", offsetof(t5_config, relative_attention_max_distance), 1, MDL_MAX_POSITIONS},
-};
-#define T5_N_SIZES (sizeof t5_sizes / sizeof *t5_sizes)
-
 rt_status t5_config_load(const char *config_json, t5_config *c) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
@@ -65,13 +59,10 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
     RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "t5") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 't5'", path, model_type);
-    RT_TRY(mdl_sizes_read(root, path, t5_sizes, T5_N_SIZES, false, c));
+    RT_TRY(mdl_fields_read(root, path, t5_fields, T5_N_FIELDS, c));
     /* num_decoder_layers absent or null (HF's default) means as many as the encoder */
     const cJSON *dec_layers = cJSON_GetObjectItemCaseSensitive(root, "num_decoder_layers");
     if (!dec_layers || cJSON_IsNull(dec_layers)) c->num_decoder_layers = c->num_layers;
-    RT_TRY(ckpt_json_get_float(root, path, "dropout_rate", &c->dropout_rate, false, 0.1));
-    RT_TRY(ckpt_json_get_float(root, path, "layer_norm_epsilon", &c->layer_norm_epsilon, false, 1e-6));
-    RT_TRY(ckpt_json_get_float(root, path, "initializer_factor", &c->initializer_factor, false, 1.0));
     RT_TRY(ckpt_json_get_string(root, path, "feed_forward_proj", &ffp, false, "relu"));
     {
         const char *dash = strchr(ffp, '-');
@@ -81,10 +72,8 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
             RT_FAIL(RT_ERR_CONFIG, "%s: field 'feed_forward_proj' is '%s', expected relu, gelu, gelu_new, or one of "
                     "them after 'gated-' (e.g. gated-gelu)", path, ffp);
     }
-    RT_TRY(ckpt_json_get_bool(root, path, "tie_word_embeddings", &c->tie_word_embeddings, false, true));
     RT_TRY(ckpt_json_get_bool(root, path, "scale_decoder_outputs", &c->scale_decoder_outputs, false,
                               c->tie_word_embeddings));
-    RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, c->pad_token_id));
     /* eos may be a list in some configs; only generation uses it */
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
         RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
@@ -104,23 +93,10 @@ cJSON *t5_config_json(const t5_config *c) {
     else
         snprintf(ffp, sizeof ffp, "%s%s", c->gated ? "gated-" : "", mdl_hf_act_name(c->act));
     cJSON *o = mdl_hf_config_new("t5", "T5ForConditionalGeneration");
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "d_model", c->d_model);
-    cJSON_AddNumberToObject(o, "d_kv", c->d_kv);
-    cJSON_AddNumberToObject(o, "d_ff", c->d_ff);
-    cJSON_AddNumberToObject(o, "num_heads", c->num_heads);
-    cJSON_AddNumberToObject(o, "num_layers", c->num_layers);
-    cJSON_AddNumberToObject(o, "num_decoder_layers", c->num_decoder_layers);
-    cJSON_AddNumberToObject(o, "relative_attention_num_buckets", c->relative_attention_num_buckets);
-    cJSON_AddNumberToObject(o, "relative_attention_max_distance", c->relative_attention_max_distance);
-    cJSON_AddNumberToObject(o, "dropout_rate", c->dropout_rate);
-    cJSON_AddNumberToObject(o, "layer_norm_epsilon", c->layer_norm_epsilon);
-    cJSON_AddNumberToObject(o, "initializer_factor", c->initializer_factor);
+    mdl_fields_write(o, t5_fields, T5_N_FIELDS, c);
     cJSON_AddStringToObject(o, "feed_forward_proj", ffp);
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddBoolToObject(o, "scale_decoder_outputs", c->scale_decoder_outputs);
     cJSON_AddBoolToObject(o, "is_encoder_decoder", 1);
-    cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(o, "decoder_start_token_id", c->decoder_start_token_id);
     return o;
@@ -143,7 +119,7 @@ static uint64_t t5_param_count(const t5_config *c) {
 }
 
 rt_status t5_config_validate(const t5_config *c, int tp) {
-    rt_status st = mdl_sizes_check("T5 config", t5_sizes, T5_N_SIZES, c);
+    rt_status st = mdl_fields_check("T5 config", t5_fields, T5_N_FIELDS, c);
     if (st != RT_OK) return st;
     /* the attention's inner width: an int in every kernel */
     if ((int64_t)c->num_heads * c->d_kv > MDL_MAX_FFN)
