@@ -161,7 +161,14 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
-    RT_TRY(mdl_stack_decode(&m->blocks, R, x, d->k[d->cur], d->v[d->cur], Tmax, d->at_idx, d->key_mask));
+    const int HS = m->blocks.HS, Il = m->blocks.I_local;
+    const mdl_decode_caches caches = {
+        .k = d->k[d->cur], .v = d->v[d->cur], .at_idx = d->at_idx,
+        .self = {.B = R, .NH = m->blocks.NH_local, .Tq = 1, .Tk = Tmax, .HS = HS, .ldq = (size_t)Il, .ldk = (size_t)Il,
+                 .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)HS), .key_mask = d->key_mask,
+                 .head_offset = m->blocks.head_offset, .heads_total = m->cfg.num_attention_heads}};
+    const mdl_decode_scratch scratch = mdl_stack_decode_scratch(&m->blocks, R, Tmax);
+    RT_TRY(mdl_stack_decode(&m->blocks, R, x, &caches, &scratch));
     mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
     RT_TRY(glm_logits_rows(m, (size_t)R));
     mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->vocab.local);

@@ -380,14 +380,23 @@ void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, cons
     mdl_norm_fwd(&sub, s->final, y, mean, rstd, x, n);
 }
 
-void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v) {
+/* Block l's attention projections of n rows of in: q (when non-NULL), k and v, (n, I_local)
+ * each, from the fused [q; k; v] weight's row blocks (and biases) or the three apart. */
+static void stack_qkv(mdl_stack *s, int l, const float *in, size_t n, float *q, float *k, float *v) {
     const mdl_attn_params *p = &s->layer[l].attn;
-    const size_t C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
-    /* the fused [q; k; v] weight's k and v row blocks (and their biases) */
-    mdl_col_linear_fwd(s->be, k, norm1_rows, mdl_param(s->params, p->q_w) + Il * C, mdl_param(s->params, p->q_b) + Il,
-                       n, (int)C, (int)Il);
-    mdl_col_linear_fwd(s->be, v, norm1_rows, mdl_param(s->params, p->q_w) + 2 * Il * C,
-                       mdl_param(s->params, p->q_b) + 2 * Il, n, (int)C, (int)Il);
+    const int C = s->cfg.C, Il = s->I_local;
+    const bool fused = mdl_attn_fused(p);
+    const size_t block = (size_t)Il * C;
+    const float *w = mdl_param(s->params, p->q_w), *b = mdl_param(s->params, p->q_b);
+    const float *wk = fused ? w + block : mdl_param(s->params, p->k_w);
+    const float *wv = fused ? w + 2 * block : mdl_param(s->params, p->v_w);
+    if (q) mdl_col_linear_fwd(s->be, q, in, w, b, n, C, Il);
+    mdl_col_linear_fwd(s->be, k, in, wk, b ? b + Il : NULL, n, C, Il);
+    mdl_col_linear_fwd(s->be, v, in, wv, b ? b + 2 * Il : NULL, n, C, Il);
+}
+
+void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v) {
+    stack_qkv(s, l, norm1_rows, n, NULL, k, v);
 }
 
 const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
@@ -399,40 +408,50 @@ const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
     return a.h1;
 }
 
-rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
-                           const int32_t *at_idx, const float *key_mask) {
+mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
+    const size_t n = (size_t)R, Il = (size_t)s->I_local;
+    /* probs holds R x NH x Tk here: within the forward's B x NH x T x T */
+    RT_CHECK(R <= s->max_B && (size_t)Tk <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d keys", R, Tk);
+    return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
+                                .k = s->qkv + n * Il, .v = s->qkv + 2 * n * Il, .atty = s->atty, .probs = s->probs,
+                                .up = s->up, .up_lin = s->up_lin, .hid = s->hid};
+}
+
+rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_caches *c, const mdl_decode_scratch *w) {
     rt_status st = RT_OK;
-    const mdl_stack_config *c = &s->cfg;
     rt_backend *be = s->be;
-    const int C = c->C, Il = s->I_local;
-    const size_t n = (size_t)B;
-    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    const int C = s->cfg.C, Il = s->I_local;
+    const size_t n = (size_t)R;
+    mdl_sublayers sub = mdl_stack_sublayers(s);
+    sub.tmp = w->tmp;
     const mdl_drop none = {0};
-    /* scratch: the first slot's activations, (B, ...) of them */
-    float *ln = s->h1, *mean = s->n1_mean, *rstd = s->n1_rstd, *q = s->qkv, *k = s->qkv + n * Il,
-          *v = s->qkv + 2 * n * Il;
-    /* probs holds B x NH x Tmax here: within the forward's B x NH x T x T */
-    RT_CHECK(!c->post_norm && mdl_attn_fused(&s->layer[0].attn), "decode: a pre-norm stack with fused q, k, v");
-    RT_CHECK(B <= s->max_B && (size_t)Tmax <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d slots", B,
-             Tmax);
-    for (int l = 0; l < c->n_layer; l++) {
+    RT_CHECK(!s->cfg.post_norm, "decode: a pre-norm stack");
+    for (int l = 0; l < s->cfg.n_layer; l++) {
         const mdl_block_params *p = &s->layer[l];
-        mdl_norm_fwd(&sub, p->norm1, ln, mean, rstd, x, n);
-        mdl_col_linear_fwd(be, q, ln, mdl_param(s->params, p->attn.q_w), mdl_param(s->params, p->attn.q_b), n, C, Il);
-        mdl_stack_kv(s, l, ln, n, k, v);
-        rt_scatter_rows_add(be, kcache[l], k, at_idx, B, Il);
-        rt_scatter_rows_add(be, vcache[l], v, at_idx, B, Il);
-        rt_attn_desc d = {.B = B, .NH = s->NH_local, .Tq = 1, .Tk = Tmax, .HS = s->HS, .ldq = (size_t)Il,
-                          .ldk = (size_t)Il, .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)s->HS),
-                          .key_mask = key_mask, .head_offset = s->head_offset, .heads_total = c->n_head};
-        rt_attention_fwd(be, &d, s->atty, s->probs, q, kcache[l], vcache[l]);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, s->atty, mdl_param(s->params, p->attn.proj_w),
+        /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */
+        mdl_norm_fwd(&sub, p->norm1, w->ln, w->mean, w->rstd, x, n);
+        float *k = c->at_idx ? w->k : c->k[l] + c->at, *v = c->at_idx ? w->v : c->v[l] + c->at;
+        stack_qkv(s, l, w->ln, n, w->q, k, v);
+        if (c->at_idx) {
+            rt_scatter_rows_add(be, c->k[l], k, c->at_idx, R, Il);
+            rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);
+        }
+        rt_attention_fwd(be, &c->self, w->atty, w->probs, w->q, c->k[l], c->v[l]);
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
-        rt_add(be, x, x, sub.tmp, n * C);
-        mdl_norm_fwd(&sub, p->norm2, ln, mean, rstd, x, n);
-        mdl_ffn_up(&sub, &p->ffn, ln, s->up, NULL, s->hid, n, none);
-        RT_TRY(mdl_ffn_down(&sub, &p->ffn, s->hid, n, none));
-        rt_add(be, x, x, sub.tmp, n * C);
+        rt_add(be, x, x, w->tmp, n * C);
+        if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
+            mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
+            mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
+            rt_attention_fwd(be, &c->cross, w->atty, w->probs, w->q, c->ck[l], c->cv[l]);
+            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
+                                      mdl_param(s->params, p->cross.proj_b), n, Il, C));
+            rt_add(be, x, x, w->tmp, n * C);
+        }
+        mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, x, n);
+        mdl_ffn_up(&sub, &p->ffn, w->ln, w->up, w->up_lin, w->hid, n, none);
+        RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n, none));
+        rt_add(be, x, x, w->tmp, n * C);
     }
 fail:
     return st;

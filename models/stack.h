@@ -149,17 +149,33 @@ mdl_sublayers mdl_stack_sublayers(const mdl_stack *s);
 /* Training FLOPs of the blocks on B rows of T tokens (cross-attention over S). */
 double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S);
 
-/* Decoding, for the pre-LayerNorm fused stacks (GPT-2, GLM). */
-/* The final norm of n rows x into y (mean, rstd: n floats of scratch). */
+/* Incremental decoding (pre-norm stacks): one new token per row, R rows, against key/value
+ * caches the caller lays out and describes. */
+typedef struct {
+    float *const *k, *const *v;          /* block l's self-attention keys and values */
+    const int32_t *at_idx;               /* (R) backend: the new token's key and value are added at these
+                                          * cache rows (zeroed slots: GLM's row-major caches), or, NULL: */
+    size_t at;                           /* written as R contiguous rows from float `at` of k[l], v[l] (T5's
+                                          * time-major caches) */
+    rt_attn_desc self;                   /* the new queries over k[l], v[l]: strides, masks, bias */
+    float *const *ck, *const *cv;        /* cross-attention: block l's keys and values of the source */
+    rt_attn_desc cross;
+} mdl_decode_caches;
+
+/* Backend scratch of a decoding step, for R rows: ln, tmp (R, C); mean (LayerNorm), rstd (R);
+ * q, k, v, atty (R, I_local); probs (R, NH_local, keys); up, up_lin (gated), hid (R, F_local). */
+typedef struct {
+    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty, *probs, *up, *up_lin, *hid;
+} mdl_decode_scratch;
+
+/* The stack's own first-slot activations as decoding scratch for R rows over Tk keys (the
+ * forward's buffers are reused; checked to hold them). */
+mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk);
+/* x (R, C), the residual stream, in and out through every block: each block adds its new key
+ * and value to the caches, then attends over them (and over the source with cross-attention). */
+rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_caches *c, const mdl_decode_scratch *w);
+/* The final norm of n rows x into y (mean (LayerNorm), rstd: n floats of scratch). */
 void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n);
-/* One new token per row, x (B, C) in and out (the residual stream), run through every block
- * against per-layer key and value caches kcache[l], vcache[l] (B, Tmax, I_local each, row b's
- * key j at b*Tmax + j). The new token's key and value are added at cache slot `at` (slots start
- * zeroed and are written once); its query attends to all Tmax slots minus key_mask (B, Tmax,
- * additive: -inf for slots it must not see). at_idx (B) holds b*Tmax + at (backend int32). Uses
- * the stack's first-slot activation buffers as scratch. */
-rt_status mdl_stack_decode(mdl_stack *s, int B, float *x, float *const *kcache, float *const *vcache, int Tmax,
-                           const int32_t *at_idx, const float *key_mask);
 /* The keys and values of block l for n rows of its norm1 output, into k and v (n, I_local)
  * each: to fill the caches after a full forward. */
 void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v);

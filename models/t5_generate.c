@@ -1,6 +1,7 @@
 /* T5 generation with incremental decoding (see t5_generate.h).
  *
- * The device side is one step of the decoder for R rows and one new position t:
+ * The device side is one step of the decoder for R rows and one new position t, through the
+ * blocks of models/stack.c (mdl_stack_decode) over caches laid out here:
  *  - self-attention reads a key/value cache per block laid out time-major, (position, row,
  *    I_local), with the step's row count as the row stride. Position t's keys and values are
  *    then one contiguous (R, I_local) matrix that the k and v projections write in place, and
@@ -41,7 +42,7 @@ struct t5_generator {
     float *self_kv[2];     /* each 2L blocks: block 2l layer l's keys, 2l+1 its values */
     float *cross_kv;       /* 2L blocks of (n_src, S, I_local) */
     float *cross_mask;     /* (n_src, S) additive */
-    float *x, *mid, *ln, *tmp; /* (max_rows, C) */
+    float *x, *ln, *tmp;       /* (max_rows, C) */
     float *rstd;               /* (max_rows) */
     float *q, *atty;           /* (max_rows, I_local) */
     float *probs;              /* (max_rows * NH_local * max(max_new, max_S)) */
@@ -55,6 +56,7 @@ struct t5_generator {
     int32_t *buckets;          /* (max_new, max_new): [t * max_new + j] bucket of key j from query t */
     int32_t *gather_idx;       /* (max_new * max_rows) */
     int cur;                   /* which self_kv buffer holds the cache */
+    float **layer_k[2], **layer_v[2], **cross_k, **cross_v; /* (L) host: each layer's blocks of the above */
 
     /* host */
     int S;                  /* this search's source length */
@@ -79,7 +81,6 @@ static void t5_gen_layout(t5_generator *g, rt_arena *a) {
     g->cross_kv = rt_arena_take(a, 2 * L * g->cross_block, f);
     g->cross_mask = rt_arena_take(a, (size_t)g->max_B * g->max_S, f);
     g->x = rt_arena_take(a, R * C, f);
-    g->mid = rt_arena_take(a, R * C, f);
     g->ln = rt_arena_take(a, R * C, f);
     g->tmp = rt_arena_take(a, R * C, f);
     g->rstd = rt_arena_take(a, R, f);
@@ -134,6 +135,21 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
                             &g->dev));
     arena = (rt_arena){.base = g->dev};
     t5_gen_layout(g, &arena);
+    const int L = c->num_decoder_layers;
+    for (int b = 0; b < 2; b++) {
+        g->layer_k[b] = rt_xmalloc((size_t)L * sizeof(float *));
+        g->layer_v[b] = rt_xmalloc((size_t)L * sizeof(float *));
+        for (int l = 0; l < L; l++) {
+            g->layer_k[b][l] = g->self_kv[b] + (size_t)(2 * l) * g->kv_block;
+            g->layer_v[b][l] = g->layer_k[b][l] + g->kv_block;
+        }
+    }
+    g->cross_k = rt_xmalloc((size_t)L * sizeof(float *));
+    g->cross_v = rt_xmalloc((size_t)L * sizeof(float *));
+    for (int l = 0; l < L; l++) {
+        g->cross_k[l] = g->cross_kv + (size_t)(2 * l) * g->cross_block;
+        g->cross_v[l] = g->cross_k[l] + g->cross_block;
+    }
 
     const size_t T = (size_t)max_new_tokens, R = (size_t)g->max_rows;
     int32_t *h_buckets = rt_xcalloc(T * T, sizeof(int32_t));
@@ -157,6 +173,12 @@ fail:
 void t5_generator_free(t5_generator *g) {
     if (!g) return;
     if (g->dev) rt_free_device(g->m->be, g->dev);
+    for (int b = 0; b < 2; b++) {
+        free(g->layer_k[b]);
+        free(g->layer_v[b]);
+    }
+    free(g->cross_k);
+    free(g->cross_v);
     free(g->h_logits_local);
     free(g->h_idx);
     gen_search_free(g->search);
@@ -176,9 +198,8 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
     for (int l = 0; l < m->dec.L; l++) {
         const mdl_attn_params *p = &m->dec.blocks.layer[l].cross;
-        float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        mdl_col_linear_fwd(be, ck, m->enc.blocks.out, P(p->k_w), NULL, (size_t)B * S, C, Il);
-        mdl_col_linear_fwd(be, cv, m->enc.blocks.out, P(p->v_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, g->cross_k[l], m->enc.blocks.out, P(p->k_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, g->cross_v[l], m->enc.blocks.out, P(p->v_w), NULL, (size_t)B * S, C, Il);
     }
     rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
@@ -197,9 +218,6 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     rt_backend *be = m->be;
     const int R = n_src * beams, C = m->C, Il = m->I_local, NH = m->NH_local, Tk = t + 1;
     t5_stack *dec = &m->dec;
-    mdl_sublayers sub = mdl_stack_sublayers(&dec->blocks);
-    sub.tmp = g->tmp;
-    const mdl_drop none = {0};
 
     rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab.start,
@@ -208,38 +226,18 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     rt_relbias_fwd(be, g->bias, P(dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
                    Tk, c->relative_attention_num_buckets);
     rt_gather_rows(be, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
-    rt_attn_desc self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il,
-                         .ldk = (size_t)R * Il, .ldv = (size_t)R * Il, .ldo = (size_t)R * Il, .scale = 1.0f,
-                         .bias = g->bias_rows};
-    rt_attn_desc cross = {.B = n_src, .NH = NH, .Tq = beams, .Tk = S, .HS = m->HS, .ldq = (size_t)Il,
-                          .ldk = (size_t)Il, .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f,
-                          .key_mask = g->cross_mask};
-
-    for (int l = 0; l < dec->L; l++) {
-        const mdl_block_params *p = &dec->blocks.layer[l];
-        float *kc = g->self_kv[g->cur] + (size_t)(2 * l) * g->kv_block, *vc = kc + g->kv_block;
-        const size_t at_t = (size_t)t * R * Il;
-        /* self-attention: mid = x + o(attn(norm(x))) over positions 0..t */
-        mdl_norm_fwd(&sub, p->norm1, g->ln, NULL, g->rstd, g->x, (size_t)R);
-        mdl_col_linear_fwd(be, g->q, g->ln, P(p->attn.q_w), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, kc + at_t, g->ln, P(p->attn.k_w), NULL, (size_t)R, C, Il);
-        mdl_col_linear_fwd(be, vc + at_t, g->ln, P(p->attn.v_w), NULL, (size_t)R, C, Il);
-        rt_attention_fwd(be, &self, g->atty, g->probs, g->q, kc, vc);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, P(p->attn.proj_w), NULL, (size_t)R, Il, C));
-        rt_add(be, g->mid, g->x, g->tmp, (size_t)R * C);
-        /* cross-attention: x = mid + o(attn(norm(mid), the source's cached keys)) */
-        const float *ck = g->cross_kv + (size_t)(2 * l) * g->cross_block, *cv = ck + g->cross_block;
-        mdl_norm_fwd(&sub, p->norm_cross, g->ln, NULL, g->rstd, g->mid, (size_t)R);
-        mdl_col_linear_fwd(be, g->q, g->ln, P(p->cross.q_w), NULL, (size_t)R, C, Il);
-        rt_attention_fwd(be, &cross, g->atty, g->probs, g->q, ck, cv);
-        RT_TRY(mdl_row_linear_fwd(be, m->tp, g->tmp, g->atty, P(p->cross.proj_w), NULL, (size_t)R, Il, C));
-        rt_add(be, g->x, g->mid, g->tmp, (size_t)R * C);
-        /* FFN: x = x + wo(act(wi(norm(x))) [* wi_1(norm(x))]) */
-        mdl_norm_fwd(&sub, p->norm2, g->ln, NULL, g->rstd, g->x, (size_t)R);
-        mdl_ffn_up(&sub, &p->ffn, g->ln, g->fa, g->fb, g->fh, (size_t)R, none);
-        RT_TRY(mdl_ffn_down(&sub, &p->ffn, g->fh, (size_t)R, none));
-        rt_add(be, g->x, g->x, g->tmp, (size_t)R * C);
-    }
+    /* self-attention over positions 0..t of the time-major caches, query t's cache rows
+     * written in place; cross-attention over each source row's keys */
+    const mdl_decode_caches caches = {
+        .k = g->layer_k[g->cur], .v = g->layer_v[g->cur], .at = (size_t)t * R * Il,
+        .self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il, .ldk = (size_t)R * Il,
+                 .ldv = (size_t)R * Il, .ldo = (size_t)R * Il, .scale = 1.0f, .bias = g->bias_rows},
+        .ck = g->cross_k, .cv = g->cross_v,
+        .cross = {.B = n_src, .NH = NH, .Tq = beams, .Tk = S, .HS = m->HS, .ldq = (size_t)Il, .ldk = (size_t)Il,
+                  .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f, .key_mask = g->cross_mask}};
+    const mdl_decode_scratch scratch = {.ln = g->ln, .tmp = g->tmp, .rstd = g->rstd, .q = g->q, .atty = g->atty,
+                                        .probs = g->probs, .up = g->fa, .up_lin = g->fb, .hid = g->fh};
+    RT_TRY(mdl_stack_decode(&dec->blocks, R, g->x, &caches, &scratch));
     mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
     if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
     mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
