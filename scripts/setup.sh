@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev   # BLAS on OpenMP (shares our thread pool)
+  libdnnl-dev              # oneDNN: the CPU's bf16 (and faster fp32) matmuls, on the same OpenMP pool
   libcjson-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev
