@@ -127,5 +127,9 @@ int main(void) {
     printf("oneDNN bf16 512x768x768: %s\n", kernel);
     float c = 1.0f;
     TZ_EXPECT_OK(cpu_dnnl_gemm(CPU_DNNL_F32, false, false, 0, 4, 4, 1.0f, &c, 4, &c, 4, 0.0f, &c, 4));
+    /* K 0: C = beta C (oneDNN's own kernels would divide by zero) */
+    float c2[4] = {1, 2, 3, 4};
+    TZ_EXPECT_OK(cpu_dnnl_gemm(CPU_DNNL_F32, false, false, 2, 2, 0, 1.0f, c2, 1, c2, 2, 0.5f, c2, 2));
+    TZ_EXPECT(c2[0] == 0.5f && c2[3] == 2.0f, "K 0 with beta 0.5: C = %g .. %g", c2[0], c2[3]);
     return tz_test_result("test_cpu_dnnl");
 }

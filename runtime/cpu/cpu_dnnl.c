@@ -62,6 +62,11 @@ rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, i
     RT_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, "lda=%d ldb=%d ldc=%d", lda, ldb,
              ldc);
     if (M == 0 || N == 0) return RT_OK;
+    if (K == 0) { /* C = beta C; oneDNN's kernels divide by K (SIGFPE) */
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * ldc + j];
+        return RT_OK;
+    }
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_desc_t mds[3];
     rt_status st = gemm_pd(type, trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc, &pd, mds);
@@ -87,6 +92,7 @@ rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, i
 }
 
 rt_status cpu_dnnl_kernel(cpu_dnnl_type type, int M, int N, int K, char *out, size_t size) {
+    if (M < 1 || N < 1 || K < 1) return rt_errorf(RT_ERR_CONFIG, "oneDNN: a %dx%dx%d matmul has no kernel", M, N, K);
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_desc_t mds[3];
     rt_status st = gemm_pd(type, false, false, M, N, K, 1.0f, K, N, 0.0f, N, &pd, mds);

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         } else if (n_shapes < 64) {
             shape s = {0};
-            if (sscanf(argv[i], "%dx%dx%d:%d%d", &s.M, &s.N, &s.K, &s.ta, &s.tb) < 3 || s.M < 1 || s.N < 1 ||
+            if (sscanf(argv[i], "%dx%dx%d:%1d%1d", &s.M, &s.N, &s.K, &s.ta, &s.tb) < 3 || s.M < 1 || s.N < 1 ||
                 s.K < 1) {
                 fprintf(stderr, "tz-bench-gemm: shape '%s' is not MxNxK[:tA tB] (e.g. 512x768x768:01)\n", argv[i]);
                 return 2;
