@@ -346,6 +346,7 @@ static void rt_train_log_memory(const rt_params *p, bool sharded) {
     size_t avail = be->ops->free_memory ? rt_free_memory(be) : 0;
     char free_txt[64] = "";
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
+    if (be->ops->device_model) rt_log_info("device %s: %s", be->ops->name, be->ops->device_model(be->ctx));
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,
                 total, slab, slab, moments, sharded ? "activations, buffers and the ZeRO shards" : "activations and buffers",
                 rest > 0 ? rest : 0.0, free_txt);

@@ -39,6 +39,9 @@ COMMON=(--arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size
 "$BIN" "${COMMON[@]}" --max-steps 4 --log-interval 2 --save-dir "$TMP/run" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "training run failed"
 grep -q "dev results (mrpc, 32 examples, step 4): loss .* accuracy .* f1 " "$TMP/out" && ok || bad "no dev results line"
+# the start-up log names the processor and the GEMM engine that runs (oneDNN's kernel, or OpenBLAS)
+grep -q "^device cpu: .*; GEMM \(oneDNN .*, bf16 \(native\|emulated\)\|OpenBLAS\)" "$TMP/out" && ok ||
+    bad "no device line naming the GEMM engine"
 grep -q '"type":"train","step":2' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks the step-2 line"
 grep -q '"type":"eval"' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks an eval line"
 [ -f "$TMP/run/step-00000004.tzck" ] || [ -n "$(ls "$TMP/run"/step-*4.tzck 2>/dev/null)" ] && ok || bad "no step-4 checkpoint"

@@ -19,7 +19,8 @@ int openblas_get_num_threads(void);
 int openblas_get_parallel(void);
 
 typedef struct {
-    int threads; /* as asked for; <= 0 means OpenMP's default */
+    int threads;     /* as asked for; <= 0 means OpenMP's default */
+    char model[256]; /* the processor and the GEMM engine, for the start-up log */
 } rt_cpu_ctx;
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
@@ -80,6 +81,26 @@ void rt_cpu_blas_serial_end(int saved) {
     if (saved > 1) openblas_set_num_threads(saved);
 }
 
+/* The processor's name, and which GEMM kernels run on it: the start-up log says so. */
+static void cpu_describe(rt_cpu_ctx *c) {
+    char name[128] = "CPU", line[256], f32[64], bf16[64];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "model name : %127[^\n]", name) == 1) break;
+    if (f) fclose(f);
+    if (cpu_dnnl_kernel(CPU_DNNL_F32, 512, 768, 768, f32, sizeof f32) != RT_OK) {
+        snprintf(c->model, sizeof c->model, "%s; GEMM OpenBLAS (no oneDNN in this build)", name);
+        return;
+    }
+    cpu_dnnl_kernel(CPU_DNNL_BF16, 512, 768, 768, bf16, sizeof bf16);
+    /* oneDNN's bf16 kernels name the ISA they need; an emulating one names none of these */
+    bool native = strstr(bf16, "bf16") || strstr(bf16, "amx");
+    snprintf(c->model, sizeof c->model, "%s; GEMM oneDNN %s, bf16 %s (%s)", name, f32, native ? "native" : "emulated",
+             bf16);
+}
+
+static const char *cpu_device_model(void *ctx) { return ((rt_cpu_ctx *)ctx)->model; }
+
 /* MemAvailable from /proc/meminfo: what the kernel could give without swapping. */
 static size_t cpu_free_memory(void *ctx) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -102,6 +123,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .copy = cpu_memcpy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .device_model = cpu_device_model,
     .gemm = cpu_gemm,
     .layernorm_fwd = rt_cpu_layernorm_fwd,
     .layernorm_bwd = rt_cpu_layernorm_bwd,
@@ -148,6 +170,7 @@ rt_status rt_cpu_backend_init(int threads, rt_backend **out) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);
     }
+    cpu_describe(cx); /* here, not on first use: the thread comm's ranks would race for it */
     be->ops = &rt_cpu_ops;
     be->ctx = cx;
     be->device = -1;
