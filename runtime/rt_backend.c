@@ -55,6 +55,13 @@ void rt_backend_free(rt_backend *be) {
 #endif
 }
 
+rt_status rt_set_matmul_precision(rt_backend *be, rt_dtype dtype) {
+    if (be->ops->set_matmul_precision) return be->ops->set_matmul_precision(be->ctx, dtype);
+    if (dtype == RT_F32) return RT_OK;
+    return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on %s yet (fp32 only)", rt_dtype_name(dtype),
+                     be->ops->name);
+}
+
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out) {
     rt_status st = RT_OK;
     *out = be->ops->alloc(be->ctx, bytes);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/rt_dtype.h"
 #include "runtime/rt_status.h"
 
 /* RT_ACT_TANH is plain tanh (BERT's pooler, RoBERTa's classification head). */
@@ -54,8 +55,13 @@ typedef struct rt_backend_ops {
     void (*zero)(void *ctx, void *p, size_t bytes);
     void (*sync)(void *ctx);
 
+    /* Precision lives in the backend context (llm.c's floatX, one per context, not per op).
+     * So far it is the matmuls': with RT_BF16, gemm rounds A and B to bf16 (to nearest even)
+     * and accumulates in fp32; C and every other op stay fp32. NULL op: fp32 only. */
+    rt_status (*set_matmul_precision)(void *ctx, rt_dtype dtype);
     /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
-     * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. */
+     * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. A and
+     * B are read at the matmul precision. */
     void (*gemm)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                  const float *A, int lda, size_t stride_a, const float *B, int ldb, size_t stride_b,
                  float beta, float *C, int ldc, size_t stride_c, int batch);
@@ -183,6 +189,10 @@ rt_status rt_cpu_backend_init(int threads, rt_backend **out);
 rt_status rt_cuda_backend_init(int device, rt_backend **out);
 void rt_cuda_backend_free(rt_backend *be);
 #endif
+
+/* The matmul precision (RT_F32, RT_BF16, ...): RT_ERR_UNSUPPORTED, naming the backend, where
+ * it has none such. */
+rt_status rt_set_matmul_precision(rt_backend *be, rt_dtype dtype);
 
 /* Convenience: allocate or fail with a message naming what. */
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);

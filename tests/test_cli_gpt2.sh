@@ -57,6 +57,30 @@ grep -q "tokens/s | [0-9.e+-]* TFLOP/s$" "$TMP/out" && ok || bad "the step line 
 grep -q "resumed from .*step.*4" "$TMP/out" && ok || bad "resume did not start from step 4"
 grep -q "step 6)" "$TMP/out" && ok || bad "resumed run did not reach step 6"
 
+# --precision bf16: bf16 matmul inputs, fp32 everything else. It resumes a fp32 checkpoint (the
+# masters are fp32), its own resume continues to the same last digit, and its losses stay
+# within 1e-2 of fp32's on this run; fp16 is refused with one line
+"$BIN" "${COMMON[@]}" --save-dir "$TMP/run" --resume --precision bf16 --max-steps 8 \
+    --save-interval 2 --keep 5 --eval-interval -1 > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "^precision: bf16 matmul inputs" "$TMP/out" && grep -q "resumed from .*step.*6" "$TMP/out" && ok ||
+    bad "--precision bf16 resuming a fp32 checkpoint"
+for p in fp32 bf16; do
+    "$BIN" "${COMMON[@]}" --max-steps 4 --log-interval 1 --eval-interval -1 --save-interval 2 --keep 5 --precision $p \
+        --save-dir "$TMP/prec-$p" > /dev/null 2> "$TMP/err" || bad "--precision $p run"
+done
+l32=$(grep '"train"' "$TMP/prec-fp32/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e-]*\).*/\1/')
+l16=$(grep '"train"' "$TMP/prec-bf16/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e-]*\).*/\1/')
+awk -v a="$l32" -v b="$l16" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 1e-2 && d > -1e-2 && a != b) }' &&
+    ok || bad "bf16's step-4 loss $l16 is not within 1e-2 of fp32's $l32 (or equals it: no rounding)"
+mkdir -p "$TMP/prec-resume" && cp "$TMP/prec-bf16"/step-*2.tzck "$TMP/prec-resume/"
+"$BIN" "${COMMON[@]}" --max-steps 4 --log-interval 1 --eval-interval -1 --save-interval 2 --keep 5 --precision bf16 \
+    --save-dir "$TMP/prec-resume" --resume > "$TMP/out" 2> "$TMP/err"
+grep -q "resumed from .*step.*2" "$TMP/out" && ok || bad "bf16 resume did not start from step 2"
+lr=$(grep '"train"' "$TMP/prec-resume/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e-]*\).*/\1/')
+[ -n "$lr" ] && [ "$lr" = "$l16" ] && ok || bad "bf16 resume: step-4 loss $lr vs $l16"
+expect_fail "--precision fp16" 1 "precision fp16: F16 matmuls are not implemented on the CPU yet" "${COMMON[@]}" \
+    --max-steps 1 --precision fp16 --save-dir "$TMP/fp16"
+
 # one run per --save-dir: a second run on a folder in use is refused with one line naming the
 # holder, and the folder is free again once the holder is killed (SIGKILL leaves no stale lock)
 "$BIN" "${COMMON[@]}" --max-steps 100000 --save-interval 0 --save-dir "$TMP/busy" > /dev/null 2>&1 &

@@ -1,7 +1,7 @@
 /* --deepspeed-config (apps/common/deepspeed_config.c, the presets file every training program's
  * options take): the fields with a meaning here set options, --config and the command line win,
  * the micro-batch is marked as a preset (it is per rank: the program multiplies it by dp), and
- * a bad value names the field. */
+ * a bad value names the field, and bf16.enabled is --precision bf16. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,7 +11,7 @@
 static void test_deepspeed(void) {
     static int64_t bs, accum, zero;
     static double clip, lr, wd, b1, b2, eps, warmup;
-    static const char *sched, *dsfile;
+    static const char *sched, *dsfile, *precision;
     static bool offload;
     static const rt_opt ds_opts[] = {
         {"batch-size", RT_OPT_INT, &bs, "16", NULL, "", NULL, 1, 1e6},
@@ -27,8 +27,9 @@ static void test_deepspeed(void) {
         {"schedule", RT_OPT_CHOICE, &sched, "linear", NULL, "", "constant|linear|cosine", 0, 0},
         {"offload-optimizer", RT_OPT_FLAG, &offload, "false", NULL, "", NULL, 0, 0},
         {"deepspeed-config", RT_OPT_STRING, &dsfile, NULL, NULL, "", NULL, 0, 0},
+        {"precision", RT_OPT_CHOICE, &precision, "fp32", NULL, "", "fp32|bf16|fp16", 0, 0},
     };
-    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 13,
+    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 14,
                                          .preset_option = "deepspeed-config",
                                          .apply_preset = train_app_deepspeed_apply};
     const char *dir = tz_tmpdir();
@@ -59,6 +60,12 @@ static void test_deepspeed(void) {
     rt_status st = rt_args_parse(&ds_spec, 3, argv2, pos, &n);
     TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "gradient_clipping"), "bad value names the field: %s",
               rt_error_message());
+    TZ_EXPECT(strcmp(precision, "fp32") == 0, "fp16.enabled does not change --precision (%s)", precision);
+    f = fopen(ds, "w");
+    fputs("{\"bf16\": {\"enabled\": true}}", f);
+    fclose(f);
+    TZ_EXPECT_OK(rt_args_parse(&ds_spec, 3, argv2, pos, &n));
+    TZ_EXPECT(strcmp(precision, "bf16") == 0, "bf16.enabled gives --precision bf16 (%s)", precision);
 }
 
 int main(void) {

@@ -129,15 +129,19 @@ fail:
     return st;
 }
 
-static void rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
+/* bf16.enabled is --precision bf16; fp16 is not implemented yet. */
+static rt_status rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(b, "enabled");
     /* DeepSpeed's "auto" defers to the launcher; here there is nothing to defer to */
-    if (cJSON_IsTrue(en) || (cJSON_IsString(en) && strcmp(en->valuestring, "auto") == 0)) {
-        char field[64];
-        snprintf(field, sizeof field, "%s.enabled", block);
-        rt_ds_ignored(d, field, "mixed precision is not implemented yet; training in fp32 (its loss-scale fields are "
-                                "ignored too)");
+    if (!cJSON_IsTrue(en) && !(cJSON_IsString(en) && strcmp(en->valuestring, "auto") == 0)) return RT_OK;
+    char field[64];
+    snprintf(field, sizeof field, "%s.enabled", block);
+    if (strcmp(block, "bf16") == 0) {
+        const cJSON bf16 = {.type = cJSON_String, .valuestring = "bf16"};
+        return rt_ds_set(d, field, &bf16, "precision");
     }
+    rt_ds_ignored(d, field, "fp16 is not implemented yet; training in fp32 (its loss-scale fields are ignored too)");
+    return RT_OK;
 }
 
 rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path) {
@@ -160,7 +164,7 @@ rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path) 
         else if (strcmp(k, "scheduler") == 0)
             RT_TRY(rt_ds_scheduler(&d, it));
         else if (strcmp(k, "fp16") == 0 || strcmp(k, "bf16") == 0)
-            rt_ds_precision(&d, k, it);
+            RT_TRY(rt_ds_precision(&d, k, it));
         else if (strcmp(k, "train_batch_size") == 0)
             rt_ds_ignored(&d, k, "derived here as micro-batch x accumulation x data-parallel size");
         else

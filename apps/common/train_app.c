@@ -69,6 +69,11 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          NULL, 0, 1e6},
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
+        {"precision", RT_OPT_CHOICE, &o->precision, "fp32", NULL,
+         "the matmuls' input precision: bf16 rounds them to bf16 and accumulates in fp32 (the CPU's native bf16 "
+         "kernels where it has them); weights, gradients, AdamW state and every other op stay fp32, so checkpoints "
+         "resume in either. fp16 is not implemented yet",
+         "fp32|bf16|fp16", 0, 0},
     };
     memcpy(opts + spec->n_opts, shared, sizeof shared);
     spec->n_opts += TRAIN_APP_N_OPTS;
@@ -133,6 +138,17 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device,
                            rt_backend **be) {
     rt_status st = rt_launch_device_name(o->device, device, device_size); /* "cuda": this rank's local GPU */
     if (st == RT_OK) st = rt_backend_init(device, (int)o->threads, be);
+    if (st == RT_OK && strcmp(o->precision, "fp32") != 0) {
+        rt_dtype dtype = strcmp(o->precision, "bf16") == 0 ? RT_BF16 : RT_F16;
+        if ((st = rt_set_matmul_precision(*be, dtype)) != RT_OK) {
+            char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
+            snprintf(msg, sizeof msg, "%s", rt_error_message());
+            st = rt_errorf(st, "--precision %s: %s", o->precision, msg);
+        } else {
+            rt_log_info("precision: %s matmul inputs with fp32 accumulation; weights, gradients, AdamW state and the "
+                        "other ops in fp32", o->precision);
+        }
+    }
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
     if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
     if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host))

@@ -5,6 +5,8 @@
  * compiler's vector loads never split one; copies are memcpy and sync has nothing to wait
  * for. It is the reference the CUDA backend is checked against, so correctness comes first. */
 #include <cblas.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "runtime/cpu/cpu_dnnl.h"
 #include "runtime/cpu/cpu_internal.h"
+#include "runtime/rt_dtype.h"
 
 /* Not every cblas.h declares these (a redundant compatible declaration is harmless). */
 void openblas_set_num_threads(int num_threads);
@@ -20,6 +23,7 @@ int openblas_get_parallel(void);
 
 typedef struct {
     int threads;     /* as asked for; <= 0 means OpenMP's default */
+    rt_dtype matmul; /* RT_F32 or RT_BF16: what gemm rounds its inputs to */
     char model[256]; /* the processor and the GEMM engine, for the start-up log */
 } rt_cpu_ctx;
 
@@ -43,6 +47,76 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
 
 static void cpu_sync(void *ctx) {}
 
+static rt_status cpu_set_matmul_precision(void *ctx, rt_dtype dtype) {
+    if (dtype != RT_F32 && dtype != RT_BF16)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on the CPU yet (fp32 and bf16 are)",
+                         rt_dtype_name(dtype));
+    ((rt_cpu_ctx *)ctx)->matmul = dtype;
+    return RT_OK;
+}
+
+/* This thread's buffers for the bf16 copies of a GEMM's inputs (the thread comm's ranks call
+ * gemm at once), grown on demand and freed when the thread ends. */
+typedef struct {
+    uint16_t *p[2];
+    size_t cap[2];
+} cpu_bf16_scratch;
+
+static pthread_key_t bf16_key;
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+
+static void bf16_scratch_free(void *v) {
+    cpu_bf16_scratch *s = v;
+    free(s->p[0]);
+    free(s->p[1]);
+    free(s);
+}
+
+static void bf16_key_init(void) { RT_CHECK(pthread_key_create(&bf16_key, bf16_scratch_free) == 0, "pthread key"); }
+
+/* rows x cols of X (row stride ld) rounded to bf16 into this thread's buffer `which`, packed
+ * (row stride cols). */
+static const uint16_t *cpu_to_bf16(int which, const float *X, int rows, int cols, int ld) {
+    pthread_once(&bf16_once, bf16_key_init);
+    cpu_bf16_scratch *s = pthread_getspecific(bf16_key);
+    if (!s) {
+        s = rt_xcalloc(1, sizeof *s);
+        RT_CHECK(pthread_setspecific(bf16_key, s) == 0, "pthread_setspecific");
+    }
+    const size_t n = (size_t)rows * cols;
+    if (n > s->cap[which]) {
+        free(s->p[which]);
+        s->p[which] = rt_xmalloc(n * sizeof(uint16_t));
+        s->cap[which] = n;
+    }
+    uint16_t *out = s->p[which];
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(X[(size_t)r * ld + c]);
+    return out;
+}
+
+/* One GEMM with bf16 inputs: oneDNN's bf16 matmul, or (no oneDNN) sgemm over the rounded
+ * values, which gives the same products and fp32 sums. */
+static void cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                          const float *B, int ldb, float beta, float *C, int ldc) {
+    const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    const uint16_t *A16 = cpu_to_bf16(0, A, a_rows, a_cols, lda), *B16 = cpu_to_bf16(1, B, b_rows, b_cols, ldb);
+    if (cpu_dnnl_available()) {
+        rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta,
+                                     C, ldc);
+        RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
+        return;
+    }
+    float *Af = rt_xmalloc((size_t)a_rows * a_cols * sizeof(float)), *Bf = rt_xmalloc((size_t)b_rows * b_cols * 4);
+    rt_convert_to_f32(Af, A16, RT_BF16, (size_t)a_rows * a_cols);
+    rt_convert_to_f32(Bf, B16, RT_BF16, (size_t)b_rows * b_cols);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                Af, a_cols, Bf, b_cols, beta, C, ldc);
+    free(Af);
+    free(Bf);
+}
+
 static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, size_t stride_a, const float *B, int ldb,
                      size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch) {
@@ -53,8 +127,13 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K, trans_a);
     RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N, trans_b);
     RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
-    const bool dnnl = cpu_dnnl_available();
+    const bool dnnl = cpu_dnnl_available(), bf16 = ((rt_cpu_ctx *)ctx)->matmul == RT_BF16 && K > 0;
     for (int b = 0; b < batch; b++) {
+        if (bf16) {
+            cpu_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A + (size_t)b * stride_a, lda, B + (size_t)b * stride_b, ldb,
+                          beta, C + (size_t)b * stride_c, ldc);
+            continue;
+        }
         if (dnnl) {
             /* a oneDNN failure here is a bug (the shapes are checked above): stop, naming it */
             rt_status st = cpu_dnnl_gemm(CPU_DNNL_F32, trans_a, trans_b, M, N, K, alpha, A + (size_t)b * stride_a, lda,
@@ -124,6 +203,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .zero = cpu_zero,
     .sync = cpu_sync,
     .device_model = cpu_device_model,
+    .set_matmul_precision = cpu_set_matmul_precision,
     .gemm = cpu_gemm,
     .layernorm_fwd = rt_cpu_layernorm_fwd,
     .layernorm_bwd = rt_cpu_layernorm_bwd,
@@ -165,6 +245,7 @@ rt_status rt_cpu_backend_init(int threads, rt_backend **out) {
     cx = calloc(1, sizeof *cx);
     if (!be || !cx) RT_FAIL(RT_ERR_NOMEM, "rt_cpu_backend_init: out of memory for the backend");
     cx->threads = threads;
+    cx->matmul = RT_F32;
     if (threads > 0) {
         /* OpenBLAS (pthread build) keeps its own pool: size both so they do not oversubscribe */
         omp_set_num_threads(threads);
