@@ -129,6 +129,7 @@ def run_torch(args, name, arch_path, shapes, workdir):
            "--shapes", shapes_text(shapes), "--threads", str(args.threads),
            "--worker-out", out, "--seed", str(args.seed)]
     cmd += ["--checkpoint-activations"] if args.checkpoint_activations else []
+    cmd += ["--torch-autocast-bf16"] if args.torch_autocast_bf16 else []
     log = os.path.join(workdir, f"torch-{name}.log")
     print(f"[{name}] pytorch: {len(shapes)} steps, shapes {shapes_text(shapes)}", flush=True)
     rc, rss, wall = run_child(cmd, thread_env(args.threads), log)
@@ -174,7 +175,9 @@ def worker(args):
         labels = torch.randint(0, cfg.num_labels, (b,), generator=gen)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+        # torch.autocast's bf16 on the CPU: matmuls in bf16, the rest fp32 (what --precision bf16 is measured against)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.torch_autocast_bf16):
+            out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -208,6 +211,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--checkpoint-activations", action="store_true",
                     help="activation checkpointing on both sides (see the module doc)")
+    ap.add_argument("--torch-autocast-bf16", action="store_true",
+                    help="the PyTorch side under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--torch-only", action="store_true",
                     help="skip gpt2-classify; time PyTorch on --shapes only")
     ap.add_argument("--shapes", default="",
@@ -259,7 +264,8 @@ def main():
     print()
     print(f"PyTorch {versions['torch']}, transformers {versions['transformers']}; "
           f"{args.steps} steps, first {WARMUP} not timed; batch {args.batch_size}, max-len {args.max_len}"
-          f"{'; activation checkpointing on both sides' if args.checkpoint_activations else ''}")
+          f"{'; activation checkpointing on both sides' if args.checkpoint_activations else ''}"
+          f"{'; PyTorch under bf16 autocast' if args.torch_autocast_bf16 else ''}")
     hdr = f"{'config':7s} {'threads':>7s} {'tunezoo ms/step':>16s} {'PyTorch ms/step':>16s} " \
           f"{'ratio':>6s} {'tunezoo RSS MiB':>16s} {'PyTorch RSS MiB':>16s}  shapes"
     print(hdr)
