@@ -82,7 +82,7 @@ def hf_worker(args):
                   per_device_eval_batch_size=args.batch_size, learning_rate=args.lr, num_train_epochs=args.epochs,
                   weight_decay=args.weight_decay, warmup_steps=warmup_steps, lr_scheduler_type="linear",
                   max_grad_norm=1.0, seed=args.seed, logging_steps=50, save_strategy="no", eval_strategy="no",
-                  report_to=[], use_cpu=True, no_cuda=True, dataloader_num_workers=0)
+                  report_to=[], use_cpu=True, no_cuda=True, dataloader_num_workers=0, bf16=args.precision == "bf16")
     # transformers renames and drops arguments between releases: pass the ones this one has
     import inspect
     accepted = inspect.signature(TrainingArguments.__init__).parameters
@@ -134,6 +134,8 @@ def main():
     ap.add_argument("--workdir", default="")
     ap.add_argument("--hf-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="both sides: tunezoo's --precision, HF Trainer's bf16=True (CPU bf16 autocast)")
     ap.add_argument("--skip-tz", action="store_true", help="time only the HF side")
     args = ap.parse_args()
     if not args.task_dir and not os.path.isdir(os.path.join(args.data_root, TASKS[args.task][0])):
@@ -163,7 +165,7 @@ def main():
               "--lr", str(args.lr), "--weight-decay", str(args.weight_decay), "--warmup", str(args.warmup),
               "--max-len", str(args.max_len), "--seed", str(args.seed), "--threads", str(args.threads),
               "--save-interval", "-1", "--eval-interval", "0", "--log-interval", "1",
-              "--save-dir", os.path.join(args.workdir, "tz")]
+              "--save-dir", os.path.join(args.workdir, "tz"), "--precision", args.precision]
     if not args.skip_tz:
         print("tunezoo:", " ".join(tz_cmd), flush=True)
         rc, out, err, wall, rss = run_child(tz_cmd, env)
@@ -191,7 +193,7 @@ def main():
     print(f"\nPyTorch {torch.__version__}, transformers {transformers.__version__}")
     subset = f" (first {args.train_rows} training rows)" if args.train_rows else ""
     print(f"all-MiniLM-L6-v2 on {args.task}{subset}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
-          f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads")
+          f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads, {args.precision}")
     print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
     for name, acc, f1, spe, rss in rows:
         print(f"{name:24} {acc:8.4f} {f1:8.4f} {spe:9.1f} {rss:13.0f}")
