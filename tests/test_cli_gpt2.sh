@@ -42,6 +42,10 @@ grep -q "dev results (mrpc, 32 examples, step 4): loss .* accuracy .* f1 " "$TMP
 # the start-up log names the processor and the GEMM engine that runs (oneDNN's kernel, or OpenBLAS)
 grep -q "^device cpu: .*; GEMM \(oneDNN .*, bf16 \(native\|emulated\)\|OpenBLAS\)" "$TMP/out" && ok ||
     bad "no device line naming the GEMM engine"
+# ... and on a CPU with native bf16 matmuls, an fp32 run suggests --precision bf16
+if grep -q "bf16 native" "$TMP/out"; then
+    grep -q "^hint: this CPU has native bf16 matmuls; --precision bf16" "$TMP/out" && ok || bad "no --precision bf16 hint"
+fi
 grep -q '"type":"train","step":2' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks the step-2 line"
 grep -q '"type":"eval"' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks an eval line"
 [ -f "$TMP/run/step-00000004.tzck" ] || [ -n "$(ls "$TMP/run"/step-*4.tzck 2>/dev/null)" ] && ok || bad "no step-4 checkpoint"
