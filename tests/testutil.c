@@ -1,7 +1,9 @@
 /* Implementation of the shared test helpers (see testutil.h). */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/testutil.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -76,15 +78,48 @@ void tz_write_file(const char *path, const void *data, size_t n) {
 
 void tz_write_text(const char *path, const char *text) { tz_write_file(path, text, strlen(text)); }
 
+/* Every folder tz_tmpdir made, and the process that made them (a forked child's exit must
+ * not take its parent's folders). */
+static char **tmp_made;
+static int n_tmp_made;
+static pid_t tmp_owner;
+static pthread_mutex_t tmp_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int tmp_remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* At exit: the test's folders go, unless a check failed (then they stay for a look). */
+static void tmp_cleanup(void) {
+    if (getpid() != tmp_owner) return;
+    for (int i = 0; i < n_tmp_made; i++) {
+        if (tz_test_failures == 0) nftw(tmp_made[i], tmp_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(tmp_made[i]);
+    }
+    if (tz_test_failures > 0 && n_tmp_made > 0)
+        fprintf(stderr, "kept the test's %d temporary folder(s) for inspection, e.g. %s\n", n_tmp_made, "/tmp/tz_test_*");
+    free(tmp_made);
+    n_tmp_made = 0;
+}
+
 const char *tz_tmpdir(void) {
     static char buf[8][64];
     static int slot = 0;
+    pthread_mutex_lock(&tmp_lock);
     char *b = buf[slot++ & 7];
     snprintf(b, 64, "/tmp/tz_test_XXXXXX");
     if (!mkdtemp(b)) {
         perror("mkdtemp");
         exit(1);
     }
+    if (n_tmp_made == 0 && !tmp_made) {
+        tmp_owner = getpid();
+        atexit(tmp_cleanup);
+    }
+    tmp_made = realloc(tmp_made, (size_t)(n_tmp_made + 1) * sizeof *tmp_made);
+    tmp_made[n_tmp_made++] = strdup(b);
+    pthread_mutex_unlock(&tmp_lock);
     return b;
 }
 

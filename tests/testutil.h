@@ -57,7 +57,8 @@ const char *tz_superglue_dir(const char *task, const char *split);
 void tz_write_file(const char *path, const void *data, size_t n);
 /* The same for a NUL-terminated text. */
 void tz_write_text(const char *path, const char *text);
-/* A fresh temporary directory (mkdtemp), removed by nothing: tests run in /tmp. */
+/* A fresh temporary directory under /tmp (mkdtemp), removed with its contents when the test
+ * exits, unless a check failed (then it stays for a look). */
 const char *tz_tmpdir(void);
 
 /* n synthetic labelled sentence pairs of 5..18 tokens with ids in [0, vocab - 1) shifted by
