@@ -76,15 +76,6 @@ uint16_t rt_f32_to_f16(float f) {
     return sign | (uint16_t)(absu >> 13);
 }
 
-float rt_bf16_to_f32(uint16_t b) { return bits_to_f32((uint32_t)b << 16); }
-
-uint16_t rt_f32_to_bf16(float f) {
-    uint32_t u = f32_to_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
 void rt_convert_to_f32(float *dst, const void *src, rt_dtype from, size_t n) {
     switch (from) {
     case RT_F32: memcpy(dst, src, n * 4); return;

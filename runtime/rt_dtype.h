@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum { RT_F32 = 0, RT_F16, RT_BF16, RT_I32, RT_I64, RT_U8, RT_BOOL, RT_F64, RT_DTYPE_COUNT } rt_dtype;
 
@@ -15,8 +16,20 @@ int rt_dtype_from_name(const char *name, rt_dtype *out);
 
 float rt_f16_to_f32(uint16_t h);
 uint16_t rt_f32_to_f16(float f);
-float rt_bf16_to_f32(uint16_t b);
-uint16_t rt_f32_to_bf16(float f);
+/* bf16 is the top half of a float: inline, so that a loop over a matmul's inputs vectorizes. */
+static inline float rt_bf16_to_f32(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t rt_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
+    u += 0x7fffu + ((u >> 16) & 1);                                             /* to nearest even */
+    return (uint16_t)(u >> 16);
+}
 
 /* Converts n elements of type `from` at src into float32 at dst (F32, F16, BF16, F64). */
 void rt_convert_to_f32(float *dst, const void *src, rt_dtype from, size_t n);

@@ -32,7 +32,7 @@ T5_SMALL = {"model_type": "t5", "vocab_size": 32128, "d_model": 512, "d_kv": 64,
 def command(model, bin_dir, work, run_dir, args):
     """The training command of one run, its config written into work."""
     common = ["--max-steps", str(args.steps), "--threads", str(args.threads), "--log-interval", "1",
-              "--eval-interval", "-1", "--save-interval", "-1", "--save-dir", run_dir]
+              "--eval-interval", "-1", "--save-interval", "-1", "--save-dir", run_dir] + args.bin_args.split()
     if model == "gpt2-124m":
         arch = os.path.join(work, "gpt2.json")
         with open(arch, "w") as f:
@@ -73,6 +73,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bin-args", default="", help="extra arguments for both builds, e.g. \"--precision bf16\"")
     args = ap.parse_args()
     sides = {"before": args.before, "after": args.after}
     results = {"before": [], "after": []}
@@ -84,8 +85,8 @@ def main():
                 results[side].append(ms)
                 print(f"pair {p + 1} {side:6s} {ms:8.1f} ms/step", flush=True)
     mean = {s: sum(v) / len(v) for s, v in results.items()}
-    print(f"{args.model}, {args.threads} threads, {args.steps} steps, first {WARMUP} not timed, {args.pairs} pairs "
-          f"in alternating order")
+    print(f"{args.model}{' ' + args.bin_args if args.bin_args else ''}, {args.threads} threads, {args.steps} steps, "
+          f"first {WARMUP} not timed, {args.pairs} pairs in alternating order")
     print(f"before {mean['before']:8.1f} ms/step   after {mean['after']:8.1f} ms/step   "
           f"after/before {mean['after'] / mean['before']:.3f}")
     faster = [a < b for a, b in zip(results["after"], results["before"])]
