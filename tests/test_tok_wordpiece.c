@@ -374,6 +374,24 @@ static void test_loaders(const char *uncased_path, const char *cased_path) {
     if (t) expect_ids(t, "HEL!", (const int32_t[]){1, 8}, 2, "tokenizer_config.json over tokenizer.json");
     tok_free(t);
 
+    /* max_input_chars_per_word out of any integer's range (the fuzzer's 1.2e91 was undefined
+     * behaviour in the check itself), negative, or fractional: RT_ERR_FORMAT naming the field */
+    static const char *const bad_max[] = {"1.2e91", "-1", "2.5"};
+    for (int i = 0; i < 3; i++) {
+        char bad_js[1024];
+        snprintf(bad_js, sizeof bad_js,
+                 "{\"normalizer\": {\"type\": \"BertNormalizer\"}, \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},"
+                 " \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"max_input_chars_per_word\": %s,"
+                 " \"vocab\": {\"[UNK]\": 0, \"[CLS]\": 1, \"[SEP]\": 2}}}",
+                 bad_max[i]);
+        snprintf(path, sizeof path, "%s/bad-max%d-tokenizer.json", dir, i);
+        tz_write_file(path, bad_js, strlen(bad_js));
+        t = NULL;
+        st = tok_load(path, &t);
+        TZ_EXPECT(st == RT_ERR_FORMAT && t == NULL && strstr(rt_error_message(), "max_input_chars_per_word"),
+                  "max_input_chars_per_word %s: %s", bad_max[i], rt_error_message());
+    }
+
     /* a vocab without [CLS], [SEP] or [UNK]: RT_ERR_FORMAT naming the file and the token */
     static const char *const missing[] = {"[CLS]", "[SEP]", "[UNK]"};
     static const char *const vocabs[] = {"[PAD]\n[UNK]\n[SEP]\nx\n", "[PAD]\n[UNK]\n[CLS]\nx\n", "[CLS]\n[SEP]\nx\n"};

@@ -672,8 +672,12 @@ rt_status tok_wordpiece_load_json(const char *json_path, const char *config_path
     }
     v = cJSON_GetObjectItemCaseSensitive(model, "max_input_chars_per_word");
     if (v) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(long)v->valuedouble)
-            RT_FAIL(RT_ERR_FORMAT, "%s: model.max_input_chars_per_word: expected a non-negative integer", json_path);
+        /* the range first: converting a double past long's range to long is undefined (the fuzzer
+         * found 1.2e91) */
+        const double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (!(d >= 0 && d <= 1e9) || d != (double)(long)d)
+            RT_FAIL(RT_ERR_FORMAT, "%s: model.max_input_chars_per_word: expected an integer in [0, 1000000000]",
+                    json_path);
         p->max_chars = (size_t)v->valuedouble;
     }
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
