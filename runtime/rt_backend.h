@@ -177,6 +177,7 @@ typedef struct rt_backend {
     void *ctx;
     int device; /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
+    bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
 } rt_backend;
 
 /* "cpu" or "cuda:N". threads <= 0 keeps OpenMP's default. */

@@ -138,8 +138,7 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device,
                            rt_backend **be) {
     rt_status st = rt_launch_device_name(o->device, device, device_size); /* "cuda": this rank's local GPU */
     if (st == RT_OK) st = rt_backend_init(device, (int)o->threads, be);
-    const char *model = st == RT_OK && (*be)->ops->device_model ? (*be)->ops->device_model((*be)->ctx) : NULL;
-    if (st == RT_OK && strcmp(o->precision, "fp32") == 0 && model && strstr(model, "bf16 native"))
+    if (st == RT_OK && strcmp(o->precision, "fp32") == 0 && (*be)->native_bf16)
         rt_log_info("hint: this CPU has native bf16 matmuls; --precision bf16 runs them (fp32 sums, fp32 weights)");
     if (st == RT_OK && strcmp(o->precision, "fp32") != 0) {
         rt_dtype dtype = strcmp(o->precision, "bf16") == 0 ? RT_BF16 : RT_F16;

@@ -160,8 +160,9 @@ void rt_cpu_blas_serial_end(int saved) {
     if (saved > 1) openblas_set_num_threads(saved);
 }
 
-/* The processor's name, and which GEMM kernels run on it: the start-up log says so. */
-static void cpu_describe(rt_cpu_ctx *c) {
+/* The processor's name, and which GEMM kernels run on it: the start-up log says so. Returns
+ * whether oneDNN's bf16 kernel is native. */
+static bool cpu_describe(rt_cpu_ctx *c) {
     char name[128] = "CPU", line[256], f32[64], bf16[64];
     FILE *f = fopen("/proc/cpuinfo", "r");
     while (f && fgets(line, sizeof line, f))
@@ -169,13 +170,14 @@ static void cpu_describe(rt_cpu_ctx *c) {
     if (f) fclose(f);
     if (cpu_dnnl_kernel(CPU_DNNL_F32, 512, 768, 768, f32, sizeof f32) != RT_OK) {
         snprintf(c->model, sizeof c->model, "%s; GEMM OpenBLAS (no oneDNN in this build)", name);
-        return;
+        return false;
     }
     cpu_dnnl_kernel(CPU_DNNL_BF16, 512, 768, 768, bf16, sizeof bf16);
     /* oneDNN's bf16 kernels name the ISA they need; an emulating one names none of these */
     bool native = strstr(bf16, "bf16") || strstr(bf16, "amx");
     snprintf(c->model, sizeof c->model, "%s; GEMM oneDNN %s, bf16 %s (%s)", name, f32, native ? "native" : "emulated",
              bf16);
+    return native;
 }
 
 static const char *cpu_device_model(void *ctx) { return ((rt_cpu_ctx *)ctx)->model; }
@@ -251,7 +253,7 @@ rt_status rt_cpu_backend_init(int threads, rt_backend **out) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);
     }
-    cpu_describe(cx); /* here, not on first use: the thread comm's ranks would race for it */
+    be->native_bf16 = cpu_describe(cx); /* here, not on first use: the thread comm's ranks would race for it */
     be->ops = &rt_cpu_ops;
     be->ctx = cx;
     be->device = -1;
