@@ -4,7 +4,6 @@
  * is fp32 accumulation's, K ulps of the sum of |a b|. OpenBLAS's sgemm is checked against the
  * same bound beside it. A build without oneDNN must refuse each call with one clear error. */
 #include <cblas.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,11 +22,6 @@ typedef struct {
     int failures; /* of this case (thread-safe: each case counts its own) */
 } gemm_case;
 
-static float uniform(unsigned *s) {
-    *s = *s * 1103515245u + 12345u;
-    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
 /* Runs one case with fp32 and bf16 inputs (and OpenBLAS on the fp32 ones). */
 static void *run_case(void *arg) {
     gemm_case *g = arg;
@@ -38,9 +32,9 @@ static void *run_case(void *arg) {
     float *C = malloc(nc * sizeof(float));
     uint16_t *A16 = malloc(na * sizeof(uint16_t)), *B16 = malloc(nb * sizeof(uint16_t));
     unsigned s = g->seed;
-    for (size_t i = 0; i < na; i++) A[i] = uniform(&s);
-    for (size_t i = 0; i < nb; i++) B[i] = uniform(&s);
-    for (size_t i = 0; i < nc; i++) C0[i] = uniform(&s);
+    for (size_t i = 0; i < na; i++) A[i] = tz_uniform(&s);
+    for (size_t i = 0; i < nb; i++) B[i] = tz_uniform(&s);
+    for (size_t i = 0; i < nc; i++) C0[i] = tz_uniform(&s);
     for (int pass = 0; pass < 3; pass++) { /* fp32 oneDNN, bf16 oneDNN, fp32 OpenBLAS */
         const bool bf16 = pass == 1;
         if (bf16) { /* the inputs as bf16, and the reference over exactly those values */
@@ -61,23 +55,8 @@ static void *run_case(void *arg) {
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, M, N, K,
                         g->alpha, A, lda, B, ldb, g->beta, C, ldc);
         }
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                double ref = 0, mag = 0;
-                for (int k = 0; k < K; k++) {
-                    double a = g->ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
-                    double b = g->tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                    ref += a * b;
-                    mag += fabs(a * b);
-                }
-                ref = g->alpha * ref + g->beta * C0[(size_t)i * ldc + j];
-                double bound = (K + 2) * 1.2e-7 * (fabs(g->alpha) * mag + fabs(g->beta * C0[(size_t)i * ldc + j])) + 1e-30;
-                double err = fabs(C[(size_t)i * ldc + j] - ref);
-                if (!(err <= bound) && g->failures++ < 3)
-                    fprintf(stderr, "FAILED: %s %dx%dx%d ta=%d tb=%d alpha=%g beta=%g: C[%d,%d] = %.9g, want %.9g "
-                            "(bound %.3g)\n", pass == 2 ? "openblas" : bf16 ? "dnnl bf16" : "dnnl f32", M, N, K,
-                            g->ta, g->tb, g->alpha, g->beta, i, j, C[(size_t)i * ldc + j], ref, bound);
-            }
+        g->failures += tz_gemm_misses(pass == 2 ? "openblas" : bf16 ? "dnnl bf16" : "dnnl f32", g->ta, g->tb, M, N, K,
+                                      g->alpha, A, lda, B, ldb, g->beta, C0, C, ldc, false, false);
         /* the padding columns of C are the caller's: untouched */
         for (int i = 0; i < M; i++)
             for (int j = N; j < ldc; j++)

@@ -3,7 +3,6 @@
  * happens, once, to nearest even, and the sums stay fp32), for every transpose, batched with
  * strides, padded leading dimensions, and from two threads at once; back in fp32 it is plain
  * fp32 again; fp16 is refused with a message. */
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +21,6 @@ typedef struct {
     int wrong;
 } gemm_run;
 
-static float uniform(unsigned *s) {
-    *s = *s * 1103515245u + 12345u;
-    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
-static float as_bf16(float x) { return rt_bf16_to_f32(rt_f32_to_bf16(x)); }
-
 static void *run(void *arg) {
     gemm_run *g = arg;
     const int M = g->M, N = g->N, K = g->K;
@@ -36,31 +28,16 @@ static void *run(void *arg) {
     const size_t sa = (size_t)(g->ta ? K : M) * lda, sb = (size_t)(g->tb ? N : K) * ldb, sc = (size_t)M * ldc;
     float *A = malloc(sa * g->batch * 4), *B = malloc(sb * g->batch * 4), *C = malloc(sc * g->batch * 4);
     unsigned s = g->seed;
-    for (size_t i = 0; i < sa * g->batch; i++) A[i] = uniform(&s);
-    for (size_t i = 0; i < sb * g->batch; i++) B[i] = uniform(&s);
-    for (size_t i = 0; i < sc * g->batch; i++) C[i] = uniform(&s);
+    for (size_t i = 0; i < sa * g->batch; i++) A[i] = tz_uniform(&s);
+    for (size_t i = 0; i < sb * g->batch; i++) B[i] = tz_uniform(&s);
+    for (size_t i = 0; i < sc * g->batch; i++) C[i] = tz_uniform(&s);
     float *C0 = malloc(sc * g->batch * 4);
     memcpy(C0, C, sc * g->batch * 4);
     const float alpha = 0.75f, beta = 0.5f;
     rt_gemm(g->be, g->ta, g->tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, g->batch);
     for (int b = 0; b < g->batch; b++)
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                double ref = 0, mag = 0;
-                for (int k = 0; k < K; k++) {
-                    float a = g->ta ? A[b * sa + (size_t)k * lda + i] : A[b * sa + (size_t)i * lda + k];
-                    float x = g->tb ? B[b * sb + (size_t)j * ldb + k] : B[b * sb + (size_t)k * ldb + j];
-                    if (g->round) a = as_bf16(a), x = as_bf16(x);
-                    ref += (double)a * x;
-                    mag += fabs((double)a * x);
-                }
-                const size_t c = b * sc + (size_t)i * ldc + j;
-                ref = alpha * ref + beta * C0[c];
-                double bound = (K + 2) * 1.2e-7 * (alpha * mag + fabs(beta * C0[c]));
-                if (!(fabs(C[c] - ref) <= bound) && g->wrong++ < 3 && !g->quiet)
-                    fprintf(stderr, "FAILED: %dx%dx%d ta=%d tb=%d batch %d C[%d,%d] = %.9g, want %.9g (bound %.3g)\n",
-                            M, N, K, g->ta, g->tb, b, i, j, C[c], ref, bound);
-            }
+        g->wrong += tz_gemm_misses("bf16", g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta,
+                                   C0 + b * sc, C + b * sc, ldc, g->round, g->quiet);
     free(A);
     free(B);
     free(C);

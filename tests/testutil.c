@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/rt_dtype.h"
 #include "runtime/rt_launch.h"
 
 int tz_test_failures = 0;
@@ -200,4 +201,33 @@ rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, v
     free(ranks);
     free(th);
     return st;
+}
+
+float tz_uniform(unsigned *state) {
+    *state = *state * 1103515245u + 12345u;
+    return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, bool bf16_inputs,
+                   bool quiet) {
+    int misses = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
+                float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
+                if (bf16_inputs) a = rt_bf16_to_f32(rt_f32_to_bf16(a)), b = rt_bf16_to_f32(rt_f32_to_bf16(b));
+                ref += (double)a * b;
+                mag += fabs((double)a * b);
+            }
+            const size_t c = (size_t)i * ldc + j;
+            ref = alpha * ref + beta * (double)C0[c];
+            const double bound = (K + 2) * 1.2e-7 * (fabs(alpha) * mag + fabs(beta * (double)C0[c])) + 1e-30;
+            if (!(fabs(C[c] - ref) <= bound) && misses++ < 3 && !quiet)
+                fprintf(stderr, "FAILED: %s %dx%dx%d ta=%d tb=%d alpha=%g beta=%g: C[%d,%d] = %.9g, want %.9g (bound "
+                        "%.3g)\n", what, M, N, K, ta, tb, alpha, beta, i, j, C[c], ref, bound);
+        }
+    return misses;
 }

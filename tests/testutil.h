@@ -5,6 +5,7 @@
 #ifndef TZ_TESTUTIL_H
 #define TZ_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,15 @@ extern int tz_test_checks;
 
 /* |a-b| <= atol + rtol*|ref| per element; prints the worst element on failure. Returns 1 ok. */
 int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol);
+/* A uniform float in [-1, 1) from a 32-bit LCG state (deterministic test data). */
+float tz_uniform(unsigned *state);
+/* How many elements of C = alpha op(A) op(B) + beta C0 (row-major, leading dimensions as rt_gemm
+ * takes them) are off a double-precision reference by more than fp32 accumulation's bound,
+ * (K + 2) ulps of the sum of |terms|. bf16_inputs: the reference reads A and B rounded to bf16.
+ * The first few misses are printed with `what` unless quiet. */
+int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, bool bf16_inputs,
+                   bool quiet);
 /* Weights after the first AdamW step (lr 1e-3) against a reference. An element whose reference
  * gradient is at noise level (|ref_grad| < 1e-7, e.g. the key bias, whose exact gradient is 0:
  * softmax ignores it) moves by lr * g / (|g| + eps) with g noise, i.e. anywhere in [-lr, lr] in
