@@ -18,7 +18,7 @@ void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const floa
 static void mdl_linear_bwd_local(rt_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                  const float *inp, const float *w, size_t N, int in, int out) {
     /* dW (out, in) += dY^T (out, N) X (N, in) */
-    rt_gemm(be, true, false, out, in, (int)N, 1.0f, dout, out, 0, inp, in, 0, 1.0f, dw, in, 0, 1);
+    rt_gemm_param_grad(be, true, false, out, in, (int)N, 1.0f, dout, out, inp, in, 1.0f, dw, in);
     if (db) rt_bias_bwd(be, db, dout, N, out);
     /* dX (N, in) = dY (N, out) W (out, in) */
     if (dinp) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, w, in, 0, 0.0f, dinp, in, 0, 1);

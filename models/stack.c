@@ -21,6 +21,7 @@ void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_
     s->F_local = c->F / tp->size;
     s->head_offset = s->NH_local * tp->rank;
     s->layer = rt_xmalloc((size_t)c->n_layer * sizeof *s->layer);
+    s->clamped = rt_xcalloc((size_t)c->n_layer * 3, sizeof *s->clamped);
     for (int l = 0; l < c->n_layer; l++) {
         const mdl_attn_params none = {-1, -1, -1, -1, -1, -1};
         s->layer[l] = (mdl_block_params){.norm1 = {-1, -1}, .norm_cross = {-1, -1}, .norm2 = {-1, -1}, .attn = none,
@@ -81,7 +82,9 @@ void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_
 
 void mdl_stack_free(mdl_stack *s) {
     free(s->layer);
+    free(s->clamped);
     s->layer = NULL;
+    s->clamped = NULL;
 }
 
 void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_arena *a, size_t rows) {
@@ -236,6 +239,17 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
     return r;
 }
 
+/* HF T5's fp16 guard on a residual sum x (n values): when x holds an inf, every value is
+ * clamped to +-(65504 - 1000); returns whether it was (the backward zeroes those gradients).
+ * torch.clamp's limit is HF's float, so the clamped values read 64512, its fp16 rounding. */
+#define STACK_FP16_CLAMP (65504.0f - 1000.0f)
+static bool stack_clamp(const mdl_stack *s, float *x, size_t n) {
+    if (!s->cfg.fp16_clamp || s->be->compute != RT_F16) return false;
+    if (!isinf(rt_sumsq(s->be, x, n))) return false; /* finite fp16 values are within 65504 already */
+    rt_clamp_abs(s->be, x, n, STACK_FP16_CLAMP);
+    return true;
+}
+
 /* Block l forward from its residual input into its slot; the residual output too when
  * write_out (a recompute leaves the kept one alone). */
 static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
@@ -259,12 +273,15 @@ static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_ma
     mdl_norm_fwd(&r.sub, r.p->norm1, a->h1, a->n1_mean, a->n1_rstd, a->in, r.BT);
     RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->h1, NULL, 0, a->qkv, a->probs, a->atty, r.BT, r.drop_self));
     rt_add(be, a->mid, a->in, tmp, r.n);
+    bool *clamped = &s->clamped[3 * l];
+    clamped[0] = stack_clamp(s, a->mid, r.n);
     float *x = a->mid; /* the residual entering the FFN */
     if (s->cfg.cross) {
         mdl_norm_fwd(&r.sub, r.p->norm_cross, a->hc, a->nc_mean, a->nc_rstd, a->mid, r.BT);
         RT_TRY(mdl_attn_fwd(&r.sub, &r.p->cross, &r.cross, a->hc, mask->cross_in, (size_t)B * mask->S, a->cqkv,
                             a->cprobs, a->catty, r.BT, r.drop_cross));
         rt_add(be, a->mid2, a->mid, tmp, r.n);
+        clamped[1] = stack_clamp(s, a->mid2, r.n);
         x = a->mid2;
     }
     mdl_norm_fwd(&r.sub, r.p->norm2, a->h2, a->n2_mean, a->n2_rstd, x, r.BT);
@@ -272,6 +289,7 @@ static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_ma
     if (!write_out) return RT_OK; /* the FFN's output only feeds the next block's kept input */
     RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT, r.drop_ffn));
     rt_add(be, a->out, x, tmp, r.n);
+    clamped[2] = stack_clamp(s, a->out, r.n);
 fail:
     return st;
 }
@@ -298,14 +316,19 @@ static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_ma
         rt_add(be, dres, dsum, dln, r.n); /* dL/din */
         return RT_OK;
     }
-    /* each sublayer gives dL/d(its input) in dln; its norm's backward adds it to dres */
+    /* each sublayer gives dL/d(its input) in dln; its norm's backward adds it to dres; a clamped
+     * residual sum passes no gradient where it clamped */
+    const bool *clamped = &s->clamped[3 * l];
+    if (clamped[2]) rt_clamp_abs_bwd(be, dres, a->out, r.n, STACK_FP16_CLAMP);
     RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, dres, a->h2, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_ffn, r.drop_inner));
     mdl_norm_bwd(&r.sub, r.p->norm2, dres, dln, s->cfg.cross ? a->mid2 : a->mid, a->n2_mean, a->n2_rstd, r.BT);
     if (s->cfg.cross) {
+        if (clamped[1]) rt_clamp_abs_bwd(be, dres, a->mid2, r.n, STACK_FP16_CLAMP);
         RT_TRY(mdl_attn_bwd(&r.sub, &r.p->cross, &r.cross, dres, a->hc, mask->cross_in, (size_t)B * mask->S,
                             mask->dcross_in, a->cqkv, a->cprobs, a->catty, NULL, dln, r.BT, r.drop_cross));
         mdl_norm_bwd(&r.sub, r.p->norm_cross, dres, dln, a->mid, a->nc_mean, a->nc_rstd, r.BT);
     }
+    if (clamped[0]) rt_clamp_abs_bwd(be, dres, a->mid, r.n, STACK_FP16_CLAMP);
     RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, dres, a->h1, NULL, 0, NULL, a->qkv, a->probs, a->atty, mask->dbias,
                         dln, r.BT, r.drop_self));
     mdl_norm_bwd(&r.sub, r.p->norm1, dres, dln, a->in, a->n1_mean, a->n1_rstd, r.BT);
@@ -440,6 +463,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
+        stack_clamp(s, x, n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
@@ -447,11 +471,13 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
+            stack_clamp(s, x, n * C);
         }
         mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, x, n);
         mdl_ffn_up(&sub, &p->ffn, w->ln, w->up, w->up_lin, w->hid, n, none);
         RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n, none));
         rt_add(be, x, x, w->tmp, n * C);
+        stack_clamp(s, x, n * C);
     }
 fail:
     return st;

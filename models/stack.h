@@ -52,6 +52,8 @@ typedef struct {
     bool final_norm;           /* a norm over the last block's output (its parameters: `final`) */
     bool cross;                /* cross-attention after self-attention (pre-norm only) */
     bool gated;                /* the FFN has up_lin (T5 v1.1) */
+    bool fp16_clamp;           /* in fp16, each residual add holding an inf is clamped to +-(65504 - 1000):
+                                * HF T5's guard (transformers #4287, #9295); pre-norm only */
     rt_act_kind act;
     float attn_scale;          /* 0: 1/sqrt(head_size) */
     float attn_pdrop, resid_pdrop, ffn_pdrop, emb_pdrop, final_pdrop;
@@ -118,6 +120,7 @@ typedef struct {
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */
     mdl_stack_scratch own, *sc;   /* sc: own, or a shared one */
+    bool *clamped;                /* (L, 3) fp16_clamp: whether the forward clamped mid, mid2, out */
 } mdl_stack;
 
 /* Sets up s for c over backend be, tp group tp and slab p, with every parameter index -1. The

@@ -109,7 +109,7 @@ static void t5_stack_init(t5_model *m, t5_stack *s) {
     const t5_config *c = &m->cfg;
     mdl_stack_config bc = {.n_layer = s->L, .C = c->d_model, .n_head = c->num_heads, .head_size = c->d_kv,
                            .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon, .final_norm = true,
-                           .cross = s->decoder, .gated = c->gated, .act = c->act, .attn_scale = 1.0f,
+                           .cross = s->decoder, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
                            .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
                            .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
                            .checkpoint_layers = c->checkpoint_layers};
@@ -536,7 +536,10 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
     const float out_scale = t5_decoder_out_scale(c);
-    if (c->scale_decoder_outputs) rt_scale(be, m->dec.blocks.out, out_scale, R * C);
+    if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
+        rt_scale(be, m->dec.blocks.out, out_scale, R * C);
+        rt_store_n(be, m->dec.blocks.out, R * C);
+    }
 
     /* LM head over this rank's vocab columns; padding columns never win the softmax */
     mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
@@ -553,7 +556,10 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
 
     /* dL/d(decoder output): the head is vocab-parallel, so the partial sums are all-reduced */
     RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.blocks.out, P(head), R, C, Vl));
-    if (c->scale_decoder_outputs) rt_scale(be, m->dtop, out_scale, R * C);
+    if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
+        rt_scale(be, m->dtop, out_scale, R * C);
+        rt_store_n(be, m->dtop, R * C);
+    }
     rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
     RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass));
     if (m->tp->size > 1)

@@ -239,7 +239,10 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
                                         .probs = g->probs, .up = g->fa, .up_lin = g->fb, .hid = g->fh};
     RT_TRY(mdl_stack_decode(&dec->blocks, R, g->x, &caches, &scratch));
     mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
-    if (c->scale_decoder_outputs) rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
+    if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
+        rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
+        rt_store_n(be, g->ln, (size_t)R * C);
+    }
     mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
     if (m->vocab.padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->vocab.local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));

@@ -55,11 +55,17 @@ void rt_backend_free(rt_backend *be) {
 #endif
 }
 
-rt_status rt_set_matmul_precision(rt_backend *be, rt_dtype dtype) {
-    if (be->ops->set_matmul_precision) return be->ops->set_matmul_precision(be->ctx, dtype);
-    if (dtype == RT_F32) return RT_OK;
-    return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on %s yet (fp32 only)", rt_dtype_name(dtype),
-                     be->ops->name);
+rt_status rt_set_precision(rt_backend *be, rt_dtype dtype) {
+    if (dtype != RT_F32 && dtype != RT_BF16 && dtype != RT_F16)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "%s is not a compute precision (fp32, bf16 or fp16)", rt_dtype_name(dtype));
+    rt_status st = RT_OK;
+    if (be->ops->set_matmul_precision)
+        st = be->ops->set_matmul_precision(be->ctx, dtype);
+    else if (dtype != RT_F32)
+        st = rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on %s yet (fp32 only)", rt_dtype_name(dtype),
+                       be->ops->name);
+    if (st == RT_OK) be->compute = dtype;
+    return st;
 }
 
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out) {

@@ -55,10 +55,13 @@ typedef struct rt_backend_ops {
     void (*zero)(void *ctx, void *p, size_t bytes);
     void (*sync)(void *ctx);
 
-    /* Precision lives in the backend context (llm.c's floatX, one per context, not per op).
-     * So far it is the matmuls': with RT_BF16, gemm rounds A and B to bf16 (to nearest even)
-     * and accumulates in fp32; C and every other op stay fp32. NULL op: fp32 only. */
+    /* The compute precision (rt_set_precision) lives in the backend context, one per context as
+     * llm.c's floatX, not per op. This op is the matmuls' part: with RT_BF16 or RT_F16, gemm
+     * rounds A and B to that type (to nearest even) and accumulates in fp32. NULL op: fp32 only. */
     rt_status (*set_matmul_precision)(void *ctx, rt_dtype dtype);
+    /* Rounds rows x cols of x (row stride ld floats) in place to the nearest dtype value (RT_BF16
+     * or RT_F16; fp16 overflows to inf): how an activation is stored at the compute precision. */
+    void (*round_to)(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
     /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
      * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. A and
      * B are read at the matmul precision. */
@@ -98,6 +101,10 @@ typedef struct rt_backend_ops {
     void (*scale)(void *ctx, float *x, float s, size_t n);
     /* x (N, C): row i *= w[i] (per-row loss weights, e.g. GLM's multi-token cloze). */
     void (*scale_rows)(void *ctx, float *x, const float *w, size_t N, int C);
+    /* x = min(max(x, -limit), limit), infs included; bwd zeroes dx where |y| > limit, y being
+     * the clamped values (HF T5's fp16 guard: torch.clamp's gradient is 0 where it clamped). */
+    void (*clamp_abs)(void *ctx, float *x, size_t n, float limit);
+    void (*clamp_abs_bwd)(void *ctx, float *dx, const float *y, size_t n, float limit);
 
     /* Attention. fwd writes out and probs (B, NH, Tq, Tk): the softmax before dropout, kept
      * for backward. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one
@@ -178,6 +185,7 @@ typedef struct rt_backend {
     int device; /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
+    rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
 } rt_backend;
 
 /* "cpu" or "cuda:N". threads <= 0 keeps OpenMP's default. */
@@ -191,15 +199,34 @@ rt_status rt_cuda_backend_init(int device, rt_backend **out);
 void rt_cuda_backend_free(rt_backend *be);
 #endif
 
-/* The matmul precision (RT_F32, RT_BF16, ...): RT_ERR_UNSUPPORTED, naming the backend, where
- * it has none such. */
-rt_status rt_set_matmul_precision(rt_backend *be, rt_dtype dtype);
+/* The compute precision, as mixed-precision training defines it (llm.c's floatX on both
+ * backends, so the CPU rounds where a GPU would):
+ *   - matmuls read their inputs rounded to dtype and accumulate in fp32;
+ *   - every activation and activation gradient an op writes is stored rounded to dtype: the
+ *     outputs the wrappers below name "stored" (fp16 overflows to inf there, which is what
+ *     loss scaling detects);
+ *   - weights, parameter gradients (rt_gemm_param_grad, norm/bias/embedding gradients), AdamW
+ *     state, norm statistics, losses and every reduction stay fp32 (so checkpoints hold fp32
+ *     masters and resume in any precision).
+ * The CPU keeps the fp32 buffers and rounds their values (same numbers, no memory saved).
+ * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
+rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
+
+/* Stores rows x cols of x (row stride ld) at the compute precision: rounds in place unless fp32.
+ * For model code that writes an activation without a backend op (rt_scale on one, a copy). */
+static inline void rt_store(rt_backend *be, float *x, size_t rows, int cols, size_t ld) {
+    if (be->compute != RT_F32 && x && rows && cols) be->ops->round_to(be->ctx, be->compute, x, rows, cols, ld);
+}
+static inline void rt_store_n(rt_backend *be, float *x, size_t n) { rt_store(be, x, n, 1, 1); }
 
 /* Convenience: allocate or fail with a message naming what. */
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);
 
-/* Every op through one inline call: rt_gemm(be, ...) is be->ops->gemm(be->ctx, ...). alloc is
- * reached through rt_backend_alloc (which counts the bytes), device_model is optional. */
+/* Every op through one inline call: rt_gemm(be, ...) is be->ops->gemm(be->ctx, ...), then the
+ * outputs that are activations are stored at the compute precision (rt_store; a no-op in fp32).
+ * Parameter gradients, statistics, losses and rt_axpy/rt_scale/rt_scale_rows/rt_scatter_rows_add
+ * (arithmetic on any buffer, parameters included) are left in fp32. alloc is reached through
+ * rt_backend_alloc (which counts the bytes), device_model is optional. */
 static inline void rt_free_device(rt_backend *be, void *p) { be->ops->free(be->ctx, p); }
 static inline size_t rt_free_memory(const rt_backend *be) { return be->ops->free_memory(be->ctx); }
 static inline void rt_to_device(rt_backend *be, void *dst, const void *host_src, size_t bytes) {
@@ -213,52 +240,70 @@ static inline void rt_copy(rt_backend *be, void *dst, const void *src, size_t by
 }
 static inline void rt_clear(rt_backend *be, void *p, size_t bytes) { be->ops->zero(be->ctx, p, bytes); }
 static inline void rt_sync(rt_backend *be) { be->ops->sync(be->ctx); }
+/* C is an activation (or its gradient): stored. */
 static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                            int lda, size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C,
                            int ldc, size_t stride_c, int batch) {
     be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                   batch);
+    for (int b = 0; b < batch; b++) rt_store(be, C + (size_t)b * stride_c, (size_t)M, N, (size_t)ldc);
+}
+/* C is a parameter gradient: accumulated and kept in fp32. */
+static inline void rt_gemm_param_grad(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 static inline void rt_layernorm_fwd(rt_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, size_t N, int C, float eps) {
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
+    rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, const float *mean, const float *rstd,
                                     size_t N, int C) {
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_rmsnorm_fwd(rt_backend *be, float *out, float *rstd, const float *inp, const float *weight,
                                   size_t N, int C, float eps) {
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
+    rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, const float *rstd, size_t N, int C) {
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
+    rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *inp, size_t n) {
     be->ops->act_fwd(be->ctx, kind, out, inp, n);
+    rt_store_n(be, out, n);
 }
 static inline void rt_act_bwd(rt_backend *be, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
                               size_t n) {
     be->ops->act_bwd(be->ctx, kind, dinp, inp, dout, n);
+    rt_store_n(be, dinp, n);
 }
 static inline void rt_gated_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *gate, const float *lin,
                                     size_t n) {
     be->ops->gated_act_fwd(be->ctx, kind, out, gate, lin, n);
+    rt_store_n(be, out, n);
 }
 static inline void rt_gated_act_bwd(rt_backend *be, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
                                     const float *lin, const float *dout, size_t n) {
     be->ops->gated_act_bwd(be->ctx, kind, dgate, dlin, gate, lin, dout, n);
+    rt_store_n(be, dgate, n);
+    rt_store_n(be, dlin, n);
 }
 static inline void rt_add_bias(rt_backend *be, float *out, const float *bias, size_t N, int C) {
     be->ops->add_bias(be->ctx, out, bias, N, C);
+    rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_bias_bwd(rt_backend *be, float *dbias, const float *dout, size_t N, int C) {
     be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
 static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
     be->ops->add(be->ctx, out, a, b, n);
+    rt_store_n(be, out, n);
 }
 static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x, size_t n) {
     be->ops->axpy(be->ctx, y, alpha, x, n);
@@ -267,18 +312,31 @@ static inline void rt_scale(rt_backend *be, float *x, float s, size_t n) { be->o
 static inline void rt_scale_rows(rt_backend *be, float *x, const float *w, size_t N, int C) {
     be->ops->scale_rows(be->ctx, x, w, N, C);
 }
+static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit) {
+    be->ops->clamp_abs(be->ctx, x, n, limit);
+    rt_store_n(be, x, n);
+}
+static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
+    be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
+}
 static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, float *out, float *probs, const float *q,
                                     const float *k, const float *v) {
     be->ops->attention_fwd(be->ctx, d, out, probs, q, k, v);
+    rt_store(be, out, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldo);
+    rt_store_n(be, probs, (size_t)d->B * d->NH * d->Tq * d->Tk);
 }
 static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, float *dq, float *dk, float *dv,
                                     float *dbias, const float *dout, const float *probs, const float *q, const float *k,
                                     const float *v) {
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
+    rt_store(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
+    rt_store(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);
+    rt_store(be, dv, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldv);
 }
 static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *table, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
     be->ops->relbias_fwd(be->ctx, bias, table, buckets, NH, Tq, Tk, num_buckets);
+    rt_store_n(be, bias, (size_t)NH * Tq * Tk);
 }
 static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *dbias, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
@@ -287,6 +345,7 @@ static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *db
 static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *ids, const float *table, size_t N, int C,
                                     int vocab_start, int V, bool accumulate) {
     be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V, accumulate);
+    rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *dout, const int32_t *ids, size_t N,
                                     int C, int vocab_start, int V) {
@@ -295,26 +354,32 @@ static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *
 static inline void rt_softmax_xent(rt_backend *be, float *losses, float *dlogits, float *probs, const float *logits,
                                    const int32_t *targets, size_t N, int V, float grad_scale) {
     be->ops->softmax_xent(be->ctx, losses, dlogits, probs, logits, targets, N, V, grad_scale);
+    rt_store_n(be, dlogits, N * (size_t)V);
 }
 static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, float *dlogits,
                                  const float *logits, const int32_t *targets, size_t N, int V, int vocab_start,
                                  float grad_scale) {
     be->ops->xent_vocab(be->ctx, phase, stats, losses, dlogits, logits, targets, N, V, vocab_start, grad_scale);
+    if (phase == 2) rt_store_n(be, dlogits, N * (size_t)V);
 }
 static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
     be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream);
+    rt_store_n(be, out, n);
 }
 static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
     be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
+    rt_store_n(be, dinp, n);
 }
 static inline void rt_dropout_cols(rt_backend *be, float *out, const float *inp, size_t rows, int cols, int cols_total,
                                    int col_offset, float p, uint64_t seed, uint64_t stream) {
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
+    rt_store(be, out, rows, cols, (size_t)cols);
 }
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
+    rt_store_n(be, out, (size_t)B * C);
 }
 static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, const float *dout, const int32_t *idx, int B,
                                        int C) {

@@ -31,6 +31,32 @@ static inline uint16_t rt_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* x rounded to the nearest bf16 or fp16 value (to nearest even), kept as a float: what storing
+ * it in that type and reading it back gives. fp16 overflows to +-inf past 65504 and keeps its
+ * subnormals, as a GPU's __float2half_rn does. Inline: the CPU backend rounds every stored
+ * activation with them (runtime/rt_backend.h). */
+static inline float rt_round_bf16(float x) { return rt_bf16_to_f32(rt_f32_to_bf16(x)); }
+static inline float rt_round_f16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t a = u & 0x7fffffffu, sign = u & 0x80000000u;
+    if (a >= 0x7f800000u) return x;                   /* inf, nan */
+    if (a < 0x38800000u) {                             /* below fp16's smallest normal, 2^-14 */
+        /* the FPU rounds to a multiple of 2^-24 (ulp at 0.5) to nearest even for us */
+        float r = ((x < 0 ? -x : x) + 0.5f) - 0.5f; /* (IEEE: not folded without -ffast-math) */
+        return sign ? -r : r;
+    }
+    uint32_t r = (a + 0xfffu + ((a >> 13) & 1)) & ~0x1fffu; /* 10 mantissa bits, nearest even */
+    if (r > 0x477fe000u) r = 0x7f800000u;                   /* past 65504: inf */
+    r |= sign;
+    float f;
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+static inline float rt_round_to(rt_dtype t, float x) {
+    return t == RT_BF16 ? rt_round_bf16(x) : t == RT_F16 ? rt_round_f16(x) : x;
+}
+
 /* Converts n elements of type `from` at src into float32 at dst (F32, F16, BF16, F64). */
 void rt_convert_to_f32(float *dst, const void *src, rt_dtype from, size_t n);
 

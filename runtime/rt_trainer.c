@@ -531,9 +531,11 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                     snprintf(perf, sizeof perf, " | %.3g TFLOP/s | MFU %.1f%%", tflops, 100 * mfu);
                 else if (log_flops > 0)
                     snprintf(perf, sizeof perf, " | %.3g TFLOP/s", tflops);
+                char norm[32] = "overflow"; /* a skipped step's norm is inf or nan */
+                if (isfinite(last_norm)) snprintf(norm, sizeof norm, "%.3f", last_norm);
                 rt_train_clear_bar(&s);
-                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %.3f | %.1f ms/step | %.0f tokens/s%s%s",
-                            (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, last_norm, avg_ms, tps,
+                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %s | %.1f ms/step | %.0f tokens/s%s%s",
+                            (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, norm, avg_ms, tps,
                             perf, scaling);
                 cJSON *obj = cJSON_CreateObject();
                 cJSON_AddStringToObject(obj, "type", "train");

@@ -61,9 +61,9 @@ grep -q "tokens/s | [0-9.e+-]* TFLOP/s$" "$TMP/out" && ok || bad "the step line 
 grep -q "resumed from .*step.*4" "$TMP/out" && ok || bad "resume did not start from step 4"
 grep -q "step 6)" "$TMP/out" && ok || bad "resumed run did not reach step 6"
 
-# --precision bf16: bf16 matmul inputs, fp32 everything else. It resumes a fp32 checkpoint (the
+# --precision bf16: bf16 matmul inputs and stored activations, fp32 weights and statistics. It resumes a fp32 checkpoint (the
 # masters are fp32), its own resume continues to the same last digit, and its losses stay
-# within 1e-2 of fp32's on this run; fp16 is refused with one line
+# within 1e-2 of fp32's on this run
 "$BIN" "${COMMON[@]}" --save-dir "$TMP/run" --resume --precision bf16 --max-steps 8 \
     --save-interval 2 --keep 5 --eval-interval -1 > "$TMP/out" 2> "$TMP/err" &&
     grep -q "^precision: bf16 matmul inputs" "$TMP/out" && grep -q "resumed from .*step.*6" "$TMP/out" && ok ||
@@ -82,8 +82,30 @@ mkdir -p "$TMP/prec-resume" && cp "$TMP/prec-bf16"/step-*2.tzck "$TMP/prec-resum
 grep -q "resumed from .*step.*2" "$TMP/out" && ok || bad "bf16 resume did not start from step 2"
 lr=$(grep '"train"' "$TMP/prec-resume/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e-]*\).*/\1/')
 [ -n "$lr" ] && [ "$lr" = "$l16" ] && ok || bad "bf16 resume: step-4 loss $lr vs $l16"
-expect_fail "--precision fp16" 1 "precision fp16: F16 matmuls are not implemented on the CPU yet" "${COMMON[@]}" \
-    --max-steps 1 --precision fp16 --save-dir "$TMP/fp16"
+# --precision fp16: fp16 matmul inputs and stored activations, with dynamic loss scaling. A
+# first scale of 2^24 overflows fp16 in the backward (a real overflow, not an injected flag):
+# those steps are skipped and halve the scale (hysteresis 1), the step line says so, and a run
+# resumed from the step-3 checkpoint (the scaler's state inside) ends as the whole run does.
+FP16=(--max-steps 8 --log-interval 1 --eval-interval -1 --save-interval 3 --keep 5 --precision fp16
+    --loss-scale-power 24 --loss-scale-hysteresis 1)
+"$BIN" "${COMMON[@]}" "${FP16[@]}" --save-dir "$TMP/fp16" > "$TMP/out" 2> "$TMP/err" || bad "--precision fp16 run"
+grep -q "^precision: fp16 matmul inputs .*dynamic loss scaling" "$TMP/out" && ok || bad "no fp16 precision line"
+grep -q "^step 1/8 .*| grad_norm overflow | .*| loss scale 8.38861e+06 | skipped 1" "$TMP/out" && ok ||
+    bad "a 2^24 loss scale did not overflow and halve at step 1"
+skipped=$(grep '^step 8/8' "$TMP/out" | sed 's/.*skipped \([0-9]*\).*/\1/')
+[ -n "$skipped" ] && [ "$skipped" -ge 1 ] && [ "$skipped" -lt 8 ] && ok ||
+    bad "fp16: $skipped skipped steps of 8 (want some, not all)"
+mkdir -p "$TMP/fp16-resume" && cp "$TMP/fp16"/step-*3.tzck "$TMP/fp16-resume/"
+"$BIN" "${COMMON[@]}" "${FP16[@]}" --save-dir "$TMP/fp16-resume" --resume > "$TMP/out2" 2> "$TMP/err" ||
+    bad "fp16 resume run"
+# final FOLDER: the last train line's loss, grad norm, loss scale and skipped steps
+final() { grep '"train"' "$1/metrics.jsonl" | tail -1 | grep -o '"\(loss\|grad_norm\|loss_scale\|skipped_steps\)":[^,}]*'; }
+[ -n "$(final "$TMP/fp16")" ] && [ "$(final "$TMP/fp16")" = "$(final "$TMP/fp16-resume")" ] &&
+    ok || bad "fp16 resumed at step 3 does not end as the whole run (loss, scale, skipped)"
+# resume across precisions: the fp16 run's step-3 checkpoint continues in fp32
+mkdir -p "$TMP/fp16-to-32" && cp "$TMP/fp16"/step-*3.tzck "$TMP/fp16-to-32/"
+"$BIN" "${COMMON[@]}" --max-steps 5 --eval-interval -1 --save-dir "$TMP/fp16-to-32" --resume > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "resumed from .*step.*3" "$TMP/out" && ok || bad "an fp16 checkpoint does not resume in fp32"
 
 # one run per --save-dir: a second run on a folder in use is refused with one line naming the
 # holder, and the folder is free again once the holder is killed (SIGKILL leaves no stale lock)

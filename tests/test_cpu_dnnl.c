@@ -56,7 +56,7 @@ static void *run_case(void *arg) {
                         g->alpha, A, lda, B, ldb, g->beta, C, ldc);
         }
         g->failures += tz_gemm_misses(pass == 2 ? "openblas" : bf16 ? "dnnl bf16" : "dnnl f32", g->ta, g->tb, M, N, K,
-                                      g->alpha, A, lda, B, ldb, g->beta, C0, C, ldc, false, false);
+                                      g->alpha, A, lda, B, ldb, g->beta, C0, C, ldc, RT_F32, false);
         /* the padding columns of C are the caller's: untouched */
         for (int i = 0; i < M; i++)
             for (int j = N; j < ldc; j++)

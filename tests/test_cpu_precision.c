@@ -1,8 +1,13 @@
-/* The CPU backend's matmul precision (rt_set_matmul_precision): in bf16, rt_gemm equals a double
- * reference over the bf16-rounded inputs within fp32 accumulation's bound (so the rounding
- * happens, once, to nearest even, and the sums stay fp32), for every transpose, batched with
- * strides, padded leading dimensions, and from two threads at once; back in fp32 it is plain
- * fp32 again; fp16 is refused with a message. */
+/* The CPU backend's compute precision (rt_set_precision), its matmul and rounding parts:
+ *   - rt_round_bf16/rt_round_f16 equal a store to bf16/fp16 and back (rt_dtype.c's
+ *     conversions, bit-exact with PyTorch's casts): edges, subnormals, overflow, random bits;
+ *   - the round_to op rounds a strided block in place and leaves the padding alone;
+ *   - in bf16 and fp16 the gemm op equals a double reference over the rounded inputs within
+ *     fp32 accumulation's bound (so the rounding happens, once, to nearest even, and the sums
+ *     stay fp32), for every transpose, batched with strides, padded leading dimensions, and from
+ *     two threads at once; back in fp32 it is plain fp32 again;
+ *   - rt_gemm stores C at the compute precision, rt_gemm_param_grad keeps it fp32. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +20,8 @@
 typedef struct {
     rt_backend *be;
     int M, N, K, batch;
-    bool ta, tb, round; /* round: the reference rounds the inputs to bf16 */
+    bool ta, tb;
+    rt_dtype round;     /* what the reference rounds the inputs to (RT_F32: nothing) */
     bool quiet;         /* a run expected to differ: count, do not print */
     unsigned seed;
     int wrong;
@@ -34,9 +40,10 @@ static void *run(void *arg) {
     float *C0 = malloc(sc * g->batch * 4);
     memcpy(C0, C, sc * g->batch * 4);
     const float alpha = 0.75f, beta = 0.5f;
-    rt_gemm(g->be, g->ta, g->tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, g->batch);
+    /* the op itself: C in fp32 (rt_gemm would then store it rounded) */
+    g->be->ops->gemm(g->be->ctx, g->ta, g->tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, g->batch);
     for (int b = 0; b < g->batch; b++)
-        g->wrong += tz_gemm_misses("bf16", g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta,
+        g->wrong += tz_gemm_misses(rt_dtype_name(g->round), g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta,
                                    C0 + b * sc, C + b * sc, ldc, g->round, g->quiet);
     free(A);
     free(B);
@@ -45,34 +52,99 @@ static void *run(void *arg) {
     return NULL;
 }
 
+/* rt_round_f16/bf16 against the conversions to the 16-bit type and back. */
+static void check_rounding(void) {
+    const float edges[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f, 6.1035156e-05f,
+                           6.0975552e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.9406967e-08f, 1e-30f,
+                           3.14159265f, INFINITY, -INFINITY, 1.00048828125f, 1.00146484375f};
+    int bad = 0;
+    unsigned st = 12345;
+    for (int i = 0; i < 2000000 + (int)(sizeof edges / sizeof edges[0]); i++) {
+        float x;
+        if (i < (int)(sizeof edges / sizeof edges[0])) {
+            x = edges[i];
+        } else { /* random bits, every exponent */
+            st = st * 1664525u + 1013904223u;
+            uint32_t u = st;
+            memcpy(&x, &u, 4);
+            if (isnan(x)) continue;
+        }
+        const float h = rt_f16_to_f32(rt_f32_to_f16(x)), b = rt_bf16_to_f32(rt_f32_to_bf16(x));
+        const float rh = rt_round_f16(x), rb = rt_round_bf16(x);
+        if ((memcmp(&h, &rh, 4) != 0 || memcmp(&b, &rb, 4) != 0) && bad++ < 5)
+            fprintf(stderr, "FAILED: round %.9g: f16 %.9g vs %.9g, bf16 %.9g vs %.9g\n", x, rh, h, rb, b);
+    }
+    TZ_EXPECT(bad == 0, "%d values round differently from a store and load", bad);
+    TZ_EXPECT(isnan(rt_round_f16(NAN)) && isnan(rt_round_bf16(NAN)), "nan stays nan");
+}
+
+/* round_to over a (5, 7) block with row stride 9: the block rounds, the padding stays. */
+static void check_round_op(rt_backend *be) {
+    for (int d = 0; d < 2; d++) {
+        const rt_dtype dtype = d ? RT_F16 : RT_BF16;
+        float x[45], want[45];
+        unsigned st = 7;
+        for (int i = 0; i < 45; i++) x[i] = 70000.0f * tz_uniform(&st);
+        for (int i = 0; i < 45; i++) want[i] = i % 9 < 7 ? rt_round_to(dtype, x[i]) : x[i];
+        be->ops->round_to(be->ctx, dtype, x, 5, 7, 9);
+        TZ_EXPECT(memcmp(x, want, sizeof x) == 0, "%s round_to on a strided block", rt_dtype_name(dtype));
+    }
+}
+
+/* rt_gemm's C is stored at the compute precision; rt_gemm_param_grad's is not. */
+static void check_stored_c(rt_backend *be, rt_dtype dtype) {
+    enum { M = 8, N = 12, K = 40 };
+    float A[M * K], B[K * N], C[M * N], G[M * N];
+    unsigned st = 3;
+    for (int i = 0; i < M * K; i++) A[i] = tz_uniform(&st);
+    for (int i = 0; i < K * N; i++) B[i] = tz_uniform(&st);
+    rt_gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1);
+    memset(G, 0, sizeof G);
+    rt_gemm_param_grad(be, false, false, M, N, K, 1.0f, A, K, B, N, 1.0f, G, N);
+    int stored = 0, kept = 0;
+    for (int i = 0; i < M * N; i++) {
+        stored += C[i] == rt_round_to(dtype, C[i]);
+        kept += G[i] != rt_round_to(dtype, G[i]);
+    }
+    TZ_EXPECT(stored == M * N, "%s: %d of %d rt_gemm outputs are not %s values", rt_dtype_name(dtype), M * N - stored,
+              M * N, rt_dtype_name(dtype));
+    TZ_EXPECT(kept > M * N / 2, "%s: rt_gemm_param_grad's fp32 sums were rounded (%d of %d not)", rt_dtype_name(dtype),
+              kept, M * N);
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_cpu_backend_init(2, &be));
     if (!be) return tz_test_result("test_cpu_precision");
-    rt_status st = rt_set_matmul_precision(be, RT_F16);
-    TZ_EXPECT(st == RT_ERR_UNSUPPORTED && strstr(rt_error_message(), "not implemented"), "fp16: %s",
-              rt_error_message());
-    TZ_EXPECT_OK(rt_set_matmul_precision(be, RT_BF16));
-    unsigned seed = 11;
-    for (int t = 0; t < 4; t++) {
-        gemm_run g = {be, 33, 45, 70, 2, t & 1, t >> 1, true, false, seed++, 0};
-        run(&g);
-        TZ_EXPECT(g.wrong == 0, "bf16 ta=%d tb=%d: %d wrong", g.ta, g.tb, g.wrong);
+    check_rounding();
+    check_round_op(be);
+    for (int d = 0; d < 2; d++) {
+        const rt_dtype dtype = d ? RT_F16 : RT_BF16;
+        TZ_EXPECT_OK(rt_set_precision(be, dtype));
+        unsigned seed = 11;
+        for (int t = 0; t < 4; t++) {
+            gemm_run g = {be, 33, 45, 70, 2, t & 1, t >> 1, dtype, false, seed++, 0};
+            run(&g);
+            TZ_EXPECT(g.wrong == 0, "%s ta=%d tb=%d: %d wrong", rt_dtype_name(dtype), g.ta, g.tb, g.wrong);
+        }
+        /* the same GEMM against the unrounded inputs is off by far more than fp32's bound: the
+         * inputs really were rounded */
+        gemm_run off = {be, 16, 16, 64, 1, false, false, RT_F32, true, 99, 0};
+        run(&off);
+        TZ_EXPECT(off.wrong > 0, "%s results match unrounded inputs to fp32 accuracy: no rounding happened",
+                  rt_dtype_name(dtype));
+        gemm_run both[2] = {{be, 40, 24, 96, 1, false, true, dtype, false, 5, 0},
+                            {be, 24, 56, 48, 3, true, false, dtype, false, 6, 0}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, run, &both[i]);
+        for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+        TZ_EXPECT(both[0].wrong == 0 && both[1].wrong == 0, "%s, two threads at once: %d and %d wrong",
+                  rt_dtype_name(dtype), both[0].wrong, both[1].wrong);
+        check_stored_c(be, dtype);
     }
-    /* the same GEMM against the unrounded inputs is off by far more than fp32's bound: the
-     * inputs really were rounded */
-    gemm_run off = {be, 16, 16, 64, 1, false, false, false, true, 99, 0};
-    run(&off);
-    TZ_EXPECT(off.wrong > 0, "bf16 results match unrounded inputs to fp32 accuracy: no rounding happened");
-    gemm_run both[2] = {{be, 40, 24, 96, 1, false, true, true, false, 5, 0},
-                        {be, 24, 56, 48, 3, true, false, true, false, 6, 0}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, run, &both[i]);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    TZ_EXPECT(both[0].wrong == 0 && both[1].wrong == 0, "two threads at once: %d and %d wrong", both[0].wrong,
-              both[1].wrong);
-    TZ_EXPECT_OK(rt_set_matmul_precision(be, RT_F32));
-    gemm_run f32 = {be, 16, 16, 64, 1, false, false, false, false, 99, 0};
+    TZ_EXPECT(rt_set_precision(be, RT_I32) == RT_ERR_UNSUPPORTED, "int32 is not a compute precision");
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    gemm_run f32 = {be, 16, 16, 64, 1, false, false, RT_F32, false, 99, 0};
     run(&f32);
     TZ_EXPECT(f32.wrong == 0, "fp32 again: %d wrong", f32.wrong);
     rt_backend_free(be);

@@ -1,7 +1,8 @@
 /* --deepspeed-config (apps/common/deepspeed_config.c, the presets file every training program's
  * options take): the fields with a meaning here set options, --config and the command line win,
  * the micro-batch is marked as a preset (it is per rank: the program multiplies it by dp), and
- * a bad value names the field, and bf16.enabled is --precision bf16. */
+ * a bad value names the field, bf16.enabled and fp16.enabled are --precision, and fp16's
+ * loss-scale fields are the --loss-scale-* options. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,8 +10,8 @@
 #include "tests/testutil.h"
 
 static void test_deepspeed(void) {
-    static int64_t bs, accum, zero;
-    static double clip, lr, wd, b1, b2, eps, warmup;
+    static int64_t bs, accum, zero, ls_power, ls_window, ls_hyst;
+    static double clip, lr, wd, b1, b2, eps, warmup, ls_min;
     static const char *sched, *dsfile, *precision;
     static bool offload;
     static const rt_opt ds_opts[] = {
@@ -28,8 +29,12 @@ static void test_deepspeed(void) {
         {"offload-optimizer", RT_OPT_FLAG, &offload, "false", NULL, "", NULL, 0, 0},
         {"deepspeed-config", RT_OPT_STRING, &dsfile, NULL, NULL, "", NULL, 0, 0},
         {"precision", RT_OPT_CHOICE, &precision, "fp32", NULL, "", "fp32|bf16|fp16", 0, 0},
+        {"loss-scale-power", RT_OPT_INT, &ls_power, "16", NULL, "", NULL, 0, 100},
+        {"loss-scale-window", RT_OPT_INT, &ls_window, "1000", NULL, "", NULL, 1, 1e12},
+        {"loss-scale-hysteresis", RT_OPT_INT, &ls_hyst, "2", NULL, "", NULL, 1, 1e6},
+        {"min-loss-scale", RT_OPT_FLOAT, &ls_min, "1", NULL, "", NULL, 1e-30, 1e30},
     };
-    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 14,
+    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 18,
                                          .preset_option = "deepspeed-config",
                                          .apply_preset = train_app_deepspeed_apply};
     const char *dir = tz_tmpdir();
@@ -40,7 +45,8 @@ static void test_deepspeed(void) {
           " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}, \"overlap_comm\": true},"
           " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5, \"betas\": [0.8, 0.95], \"eps\": 1e-6,"
           " \"weight_decay\": 0.1}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 50}},"
-          " \"fp16\": {\"enabled\": true, \"loss_scale\": 0}, \"steps_per_print\": 10}",
+          " \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12, \"loss_scale_window\": 500,"
+          " \"hysteresis\": 1, \"min_loss_scale\": 0.5}, \"steps_per_print\": 10}",
           f);
     fclose(f);
     const char *pos[1];
@@ -53,6 +59,10 @@ static void test_deepspeed(void) {
     TZ_EXPECT(lr == 3e-5, "the command line overrides the DeepSpeed lr (%g)", lr);
     TZ_EXPECT(rt_args_source_of(&ds_spec, "batch-size") == RT_ARG_PRESET, "micro batch marked as per-rank");
     TZ_EXPECT(rt_args_source_of(&ds_spec, "lr") == RT_ARG_COMMAND_LINE, "lr from the command line");
+    TZ_EXPECT(strcmp(precision, "fp16") == 0, "fp16.enabled gives --precision fp16 (%s)", precision);
+    TZ_EXPECT(ls_power == 12 && ls_window == 500 && ls_hyst == 1 && ls_min == 0.5,
+              "fp16's loss-scale fields: power %lld window %lld hysteresis %lld min %g", (long long)ls_power,
+              (long long)ls_window, (long long)ls_hyst, ls_min);
     f = fopen(ds, "w");
     fputs("{\"gradient_clipping\": \"lots\"}", f);
     fclose(f);
@@ -60,7 +70,6 @@ static void test_deepspeed(void) {
     rt_status st = rt_args_parse(&ds_spec, 3, argv2, pos, &n);
     TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "gradient_clipping"), "bad value names the field: %s",
               rt_error_message());
-    TZ_EXPECT(strcmp(precision, "fp32") == 0, "fp16.enabled does not change --precision (%s)", precision);
     f = fopen(ds, "w");
     fputs("{\"bf16\": {\"enabled\": true}}", f);
     fclose(f);

@@ -209,7 +209,7 @@ float tz_uniform(unsigned *state) {
 }
 
 int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, bool bf16_inputs,
+                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, rt_dtype inputs,
                    bool quiet) {
     int misses = 0;
     for (int i = 0; i < M; i++)
@@ -218,7 +218,7 @@ int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, floa
             for (int k = 0; k < K; k++) {
                 float a = ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k];
                 float b = tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j];
-                if (bf16_inputs) a = rt_bf16_to_f32(rt_f32_to_bf16(a)), b = rt_bf16_to_f32(rt_f32_to_bf16(b));
+                a = rt_round_to(inputs, a), b = rt_round_to(inputs, b);
                 ref += (double)a * b;
                 mag += fabs((double)a * b);
             }

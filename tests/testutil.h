@@ -11,6 +11,7 @@
 
 #include "data/data_dataset.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_dtype.h"
 #include "runtime/rt_status.h"
 
 extern int tz_test_failures;
@@ -22,10 +23,11 @@ int tz_check_close(const char *what, const float *got, const float *ref, size_t 
 float tz_uniform(unsigned *state);
 /* How many elements of C = alpha op(A) op(B) + beta C0 (row-major, leading dimensions as rt_gemm
  * takes them) are off a double-precision reference by more than fp32 accumulation's bound,
- * (K + 2) ulps of the sum of |terms|. bf16_inputs: the reference reads A and B rounded to bf16.
+ * (K + 2) ulps of the sum of |terms|. inputs: the reference reads A and B rounded to that type
+ * (RT_BF16, RT_F16; RT_F32 reads them as they are).
  * The first few misses are printed with `what` unless quiet. */
 int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
-                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, bool bf16_inputs,
+                   const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, rt_dtype inputs,
                    bool quiet);
 /* Weights after the first AdamW step (lr 1e-3) against a reference. An element whose reference
  * gradient is at noise level (|ref_grad| < 1e-7, e.g. the key bias, whose exact gradient is 0:

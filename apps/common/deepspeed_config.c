@@ -129,19 +129,40 @@ fail:
     return st;
 }
 
-/* bf16.enabled is --precision bf16; fp16 is not implemented yet. */
+/* bf16.enabled and fp16.enabled are --precision; fp16's loss-scale fields are its options. */
 static rt_status rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
+    rt_status st = RT_OK;
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(b, "enabled");
     /* DeepSpeed's "auto" defers to the launcher; here there is nothing to defer to */
     if (!cJSON_IsTrue(en) && !(cJSON_IsString(en) && strcmp(en->valuestring, "auto") == 0)) return RT_OK;
-    char field[64];
-    snprintf(field, sizeof field, "%s.enabled", block);
-    if (strcmp(block, "bf16") == 0) {
-        const cJSON bf16 = {.type = cJSON_String, .valuestring = "bf16"};
-        return rt_ds_set(d, field, &bf16, "precision");
+    const bool fp16 = strcmp(block, "fp16") == 0;
+    static const char *const fp16_fields[][2] = {{"initial_scale_power", "loss-scale-power"},
+                                                 {"loss_scale_window", "loss-scale-window"},
+                                                 {"hysteresis", "loss-scale-hysteresis"},
+                                                 {"min_loss_scale", "min-loss-scale"}};
+    for (const cJSON *it = b->child; it; it = it->next) {
+        char field[128];
+        snprintf(field, sizeof field, "%s.%s", block, it->string);
+        const char *option = NULL;
+        for (size_t i = 0; fp16 && i < sizeof fp16_fields / sizeof fp16_fields[0]; i++)
+            if (strcmp(it->string, fp16_fields[i][0]) == 0) option = fp16_fields[i][1];
+        if (strcmp(it->string, "enabled") == 0) {
+            const cJSON v = {.type = cJSON_String, .valuestring = (char *)block};
+            RT_TRY(rt_ds_set(d, field, &v, "precision"));
+        } else if (option) {
+            RT_TRY(rt_ds_set(d, field, it, option));
+        } else if (fp16 && strcmp(it->string, "loss_scale") == 0) {
+            if (!cJSON_IsNumber(it) || it->valuedouble != 0)
+                rt_ds_ignored(d, field, "a static loss scale is not implemented; the scale is dynamic from "
+                                        "2^initial_scale_power");
+        } else if (fp16 && strcmp(it->string, "consecutive_hysteresis") == 0) {
+            if (!cJSON_IsFalse(it)) rt_ds_ignored(d, field, "the hysteresis is restored only by a scale change here");
+        } else {
+            rt_ds_ignored(d, field, "no counterpart in tunezoo");
+        }
     }
-    rt_ds_ignored(d, field, "fp16 is not implemented yet; training in fp32 (its loss-scale fields are ignored too)");
-    return RT_OK;
+fail:
+    return st;
 }
 
 rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path) {

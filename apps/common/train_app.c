@@ -2,6 +2,7 @@
 #include "apps/common/train_app.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,10 +71,18 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
         {"precision", RT_OPT_CHOICE, &o->precision, "fp32", NULL,
-         "the matmuls' input precision: bf16 rounds them to bf16 and accumulates in fp32 (the CPU's native bf16 "
-         "kernels where it has them); weights, gradients, AdamW state and every other op stay fp32, so checkpoints "
-         "resume in either. fp16 is not implemented yet",
+         "compute precision: bf16 or fp16 matmul inputs with fp32 sums, and activations stored in it (the CPU's "
+         "native bf16 kernels where it has them); weights, gradients, AdamW state, norms, softmax and losses stay "
+         "fp32, so a checkpoint resumes in any precision. fp16 turns on dynamic loss scaling",
          "fp32|bf16|fp16", 0, 0},
+        {"loss-scale-power", RT_OPT_INT, &o->loss_scale_power, "16", NULL,
+         "fp16: the first loss scale is 2^N (DeepSpeed's initial_scale_power)", NULL, 0, 100},
+        {"loss-scale-window", RT_OPT_INT, &o->loss_scale_window, "1000", NULL,
+         "fp16: overflow-free steps before the scale doubles (loss_scale_window)", NULL, 1, 1e12},
+        {"loss-scale-hysteresis", RT_OPT_INT, &o->loss_scale_hysteresis, "2", NULL,
+         "fp16: overflows tolerated before the scale halves (hysteresis)", NULL, 1, 1e6},
+        {"min-loss-scale", RT_OPT_FLOAT, &o->min_loss_scale, "1", NULL,
+         "fp16: an overflow at this scale stops the run with an error (min_loss_scale)", NULL, 1e-30, 1e30},
     };
     memcpy(opts + spec->n_opts, shared, sizeof shared);
     spec->n_opts += TRAIN_APP_N_OPTS;
@@ -142,13 +151,14 @@ rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device,
         rt_log_info("hint: this CPU has native bf16 matmuls; --precision bf16 runs them (fp32 sums, fp32 weights)");
     if (st == RT_OK && strcmp(o->precision, "fp32") != 0) {
         rt_dtype dtype = strcmp(o->precision, "bf16") == 0 ? RT_BF16 : RT_F16;
-        if ((st = rt_set_matmul_precision(*be, dtype)) != RT_OK) {
+        if ((st = rt_set_precision(*be, dtype)) != RT_OK) {
             char msg[512]; /* rt_errorf writes the buffer rt_error_message() points into */
             snprintf(msg, sizeof msg, "%s", rt_error_message());
             st = rt_errorf(st, "--precision %s: %s", o->precision, msg);
         } else {
-            rt_log_info("precision: %s matmul inputs with fp32 accumulation; weights, gradients, AdamW state and the "
-                        "other ops in fp32", o->precision);
+            rt_log_info("precision: %s matmul inputs with fp32 accumulation, activations stored in %s; weights, "
+                        "gradients, AdamW state, norms, softmax and losses in fp32%s",
+                        o->precision, o->precision, dtype == RT_F16 ? "; dynamic loss scaling" : "");
         }
     }
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
@@ -193,6 +203,15 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .zero = (int)o->zero,
         .offload_optimizer = o->offload_optimizer, .peak_tflops = o->peak_tflops,
     };
+    if (strcmp(o->precision, "fp16") == 0) { /* fp16's narrow range needs the loss scaled */
+        static rt_loss_scale_opts ls;
+        rt_loss_scale_defaults(&ls);
+        ls.init_scale = ldexp(1.0, (int)o->loss_scale_power);
+        ls.window = o->loss_scale_window;
+        ls.hysteresis = (int)o->loss_scale_hysteresis;
+        ls.min_scale = o->min_loss_scale;
+        to.loss_scale = &ls;
+    }
     return to;
 }
 

@@ -19,8 +19,9 @@
 typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads, tp, zero;
-    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout;
+        threads, tp, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
+        min_loss_scale;
     bool resume, pad8, offload_optimizer;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
@@ -32,7 +33,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 30
+#define TRAIN_APP_N_OPTS 34
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the

@@ -23,7 +23,7 @@ int openblas_get_parallel(void);
 
 typedef struct {
     int threads;     /* as asked for; <= 0 means OpenMP's default */
-    rt_dtype matmul; /* RT_F32 or RT_BF16: what gemm rounds its inputs to */
+    rt_dtype matmul; /* RT_F32, RT_BF16 or RT_F16: what gemm rounds its inputs to */
     char model[256]; /* the processor and the GEMM engine, for the start-up log */
 } rt_cpu_ctx;
 
@@ -48,60 +48,105 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
 static void cpu_sync(void *ctx) {}
 
 static rt_status cpu_set_matmul_precision(void *ctx, rt_dtype dtype) {
-    if (dtype != RT_F32 && dtype != RT_BF16)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on the CPU yet (fp32 and bf16 are)",
-                         rt_dtype_name(dtype));
+    if (dtype != RT_F32 && dtype != RT_BF16 && dtype != RT_F16)
+        return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on the CPU", rt_dtype_name(dtype));
     ((rt_cpu_ctx *)ctx)->matmul = dtype;
     return RT_OK;
 }
 
-/* This thread's buffers for the bf16 copies of a GEMM's inputs (the thread comm's ranks call
- * gemm at once), grown on demand and freed when the thread ends. */
+static void cpu_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld) {
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "round_to %s", rt_dtype_name(dtype));
+    if (ld == (size_t)cols) { /* contiguous: one flat loop the compiler vectorizes */
+        const size_t n = rows * (size_t)cols;
+        if (dtype == RT_BF16) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) x[i] = rt_round_bf16(x[i]);
+        } else {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+            for (size_t i = 0; i < n; i++) x[i] = rt_round_f16(x[i]);
+        }
+        return;
+    }
+#pragma omp parallel for schedule(static) if (rows * (size_t)cols >= RT_CPU_PAR_MIN)
+    for (size_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) x[r * ld + c] = rt_round_to(dtype, x[r * ld + c]);
+}
+
+/* One fp32 GEMM: oneDNN's, else OpenBLAS's. */
+static void cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                         const float *B, int ldb, float beta, float *C, int ldc) {
+    if (cpu_dnnl_available()) {
+        /* a oneDNN failure here is a bug (the shapes are checked by cpu_gemm): stop, naming it */
+        rt_status st = cpu_dnnl_gemm(CPU_DNNL_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        RT_CHECK(st == RT_OK, "oneDNN gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, C, ldc);
+}
+
+/* This thread's buffers for the rounded copies of a GEMM's inputs (the thread comm's ranks call
+ * gemm at once), grown on demand and freed when the thread ends: bf16 values for oneDNN's bf16
+ * matmul, fp16 values kept as floats (fp16 x fp16 products are exact in fp32, so an fp32 GEMM
+ * over them is the fp16 GEMM with fp32 sums, on any CPU). */
 typedef struct {
-    uint16_t *p[2];
-    size_t cap[2];
-} cpu_bf16_scratch;
+    void *p[2];
+    size_t cap[2]; /* bytes */
+} cpu_round_scratch;
 
-static pthread_key_t bf16_key;
-static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static pthread_key_t round_key;
+static pthread_once_t round_once = PTHREAD_ONCE_INIT;
 
-static void bf16_scratch_free(void *v) {
-    cpu_bf16_scratch *s = v;
+static void round_scratch_free(void *v) {
+    cpu_round_scratch *s = v;
     free(s->p[0]);
     free(s->p[1]);
     free(s);
 }
 
-static void bf16_key_init(void) { RT_CHECK(pthread_key_create(&bf16_key, bf16_scratch_free) == 0, "pthread key"); }
+static void round_key_init(void) { RT_CHECK(pthread_key_create(&round_key, round_scratch_free) == 0, "pthread key"); }
 
-/* rows x cols of X (row stride ld) rounded to bf16 into this thread's buffer `which`, packed
- * (row stride cols). */
-static const uint16_t *cpu_to_bf16(int which, const float *X, int rows, int cols, int ld) {
-    pthread_once(&bf16_once, bf16_key_init);
-    cpu_bf16_scratch *s = pthread_getspecific(bf16_key);
+/* rows x cols of X (row stride ld) rounded to dtype into this thread's buffer `which`, packed
+ * (row stride cols): uint16 bf16 values, or fp16-rounded floats. */
+static const void *cpu_round_input(int which, rt_dtype dtype, const float *X, int rows, int cols, int ld) {
+    pthread_once(&round_once, round_key_init);
+    cpu_round_scratch *s = pthread_getspecific(round_key);
     if (!s) {
         s = rt_xcalloc(1, sizeof *s);
-        RT_CHECK(pthread_setspecific(bf16_key, s) == 0, "pthread_setspecific");
+        RT_CHECK(pthread_setspecific(round_key, s) == 0, "pthread_setspecific");
     }
-    const size_t n = (size_t)rows * cols;
-    if (n > s->cap[which]) {
+    const size_t n = (size_t)rows * cols, bytes = n * (dtype == RT_BF16 ? sizeof(uint16_t) : sizeof(float));
+    if (bytes > s->cap[which]) {
         free(s->p[which]);
-        s->p[which] = rt_xmalloc(n * sizeof(uint16_t));
-        s->cap[which] = n;
+        s->p[which] = rt_xmalloc(bytes);
+        s->cap[which] = bytes;
     }
-    uint16_t *out = s->p[which];
+    if (dtype == RT_BF16) {
+        uint16_t *out = s->p[which];
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(X[(size_t)r * ld + c]);
-    return out;
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(X[(size_t)r * ld + c]);
+    } else {
+        float *out = s->p[which];
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_round_f16(X[(size_t)r * ld + c]);
+    }
+    return s->p[which];
 }
 
-/* One GEMM with bf16 inputs: oneDNN's bf16 matmul, or (no oneDNN) sgemm over the rounded
- * values, which gives the same products and fp32 sums. */
-static void cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                          const float *B, int ldb, float beta, float *C, int ldc) {
+/* One GEMM whose inputs are rounded to dtype (bf16 or fp16) first. bf16: oneDNN's bf16
+ * matmul, or (no oneDNN) sgemm over the rounded values, which gives the same products and fp32
+ * sums. fp16: the fp32 GEMM over fp16-rounded floats. */
+static void cpu_gemm_rounded(rt_dtype dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-    const uint16_t *A16 = cpu_to_bf16(0, A, a_rows, a_cols, lda), *B16 = cpu_to_bf16(1, B, b_rows, b_cols, ldb);
+    const void *A16 = cpu_round_input(0, dtype, A, a_rows, a_cols, lda);
+    const void *B16 = cpu_round_input(1, dtype, B, b_rows, b_cols, ldb);
+    if (dtype == RT_F16) {
+        cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta, C, ldc);
+        return;
+    }
     if (cpu_dnnl_available()) {
         rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta,
                                      C, ldc);
@@ -111,8 +156,7 @@ static void cpu_gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, float
     float *Af = rt_xmalloc((size_t)a_rows * a_cols * sizeof(float)), *Bf = rt_xmalloc((size_t)b_rows * b_cols * 4);
     rt_convert_to_f32(Af, A16, RT_BF16, (size_t)a_rows * a_cols);
     rt_convert_to_f32(Bf, B16, RT_BF16, (size_t)b_rows * b_cols);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                Af, a_cols, Bf, b_cols, beta, C, ldc);
+    cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Af, a_cols, Bf, b_cols, beta, C, ldc);
     free(Af);
     free(Bf);
 }
@@ -127,23 +171,14 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K, trans_a);
     RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N, trans_b);
     RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
-    const bool dnnl = cpu_dnnl_available(), bf16 = ((rt_cpu_ctx *)ctx)->matmul == RT_BF16 && K > 0;
+    const rt_dtype dtype = ((rt_cpu_ctx *)ctx)->matmul;
     for (int b = 0; b < batch; b++) {
-        if (bf16) {
-            cpu_gemm_bf16(trans_a, trans_b, M, N, K, alpha, A + (size_t)b * stride_a, lda, B + (size_t)b * stride_b, ldb,
-                          beta, C + (size_t)b * stride_c, ldc);
-            continue;
-        }
-        if (dnnl) {
-            /* a oneDNN failure here is a bug (the shapes are checked above): stop, naming it */
-            rt_status st = cpu_dnnl_gemm(CPU_DNNL_F32, trans_a, trans_b, M, N, K, alpha, A + (size_t)b * stride_a, lda,
-                                         B + (size_t)b * stride_b, ldb, beta, C + (size_t)b * stride_c, ldc);
-            RT_CHECK(st == RT_OK, "oneDNN gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
-            continue;
-        }
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                    trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A + (size_t)b * stride_a,
-                    lda, B + (size_t)b * stride_b, ldb, beta, C + (size_t)b * stride_c, ldc);
+        const float *Ab = A + (size_t)b * stride_a, *Bb = B + (size_t)b * stride_b;
+        float *Cb = C + (size_t)b * stride_c;
+        if (dtype != RT_F32 && K > 0)
+            cpu_gemm_rounded(dtype, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        else
+            cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
     }
 }
 
@@ -206,6 +241,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .sync = cpu_sync,
     .device_model = cpu_device_model,
     .set_matmul_precision = cpu_set_matmul_precision,
+    .round_to = cpu_round_to,
     .gemm = cpu_gemm,
     .layernorm_fwd = rt_cpu_layernorm_fwd,
     .layernorm_bwd = rt_cpu_layernorm_bwd,
@@ -221,6 +257,8 @@ static const rt_backend_ops rt_cpu_ops = {
     .axpy = rt_cpu_axpy,
     .scale = rt_cpu_scale,
     .scale_rows = rt_cpu_scale_rows,
+    .clamp_abs = rt_cpu_clamp_abs,
+    .clamp_abs_bwd = rt_cpu_clamp_abs_bwd,
     .attention_fwd = rt_cpu_attention_fwd,
     .attention_bwd = rt_cpu_attention_bwd,
     .relbias_fwd = rt_cpu_relbias_fwd,

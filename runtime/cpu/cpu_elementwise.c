@@ -206,6 +206,17 @@ void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
         for (int j = 0; j < C; j++) x[i * (size_t)C + (size_t)j] *= w[i];
 }
 
+void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > limit ? limit : x[i] < -limit ? -limit : x[i];
+}
+
+void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t i = 0; i < n; i++)
+        if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
+}
+
 /* Shared by fwd and bwd, which apply the same mask: y = keep(i) ? x * 1/(1-p) : 0, in
  * chunks of 1024 draws (a multiple of 4, so no Philox block is computed twice). */
 static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,

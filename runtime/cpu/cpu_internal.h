@@ -60,6 +60,8 @@ void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n)
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
 void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
+void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit);
+void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
 void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
                         uint64_t stream);
 void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,

@@ -115,7 +115,9 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->copy = cuda_copy;
     o->zero = cuda_zero;
     o->sync = cuda_sync;
-    o->gemm = rt_cuda_gemm;
+    o->set_matmul_precision = rt_cuda_set_matmul_precision;
+    o->round_to = rt_cuda_round_to;
+    o->gemm = rt_cuda_gemm_op;
     o->layernorm_fwd = rt_cuda_layernorm_fwd;
     o->layernorm_bwd = rt_cuda_layernorm_bwd;
     o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
@@ -130,6 +132,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->axpy = rt_cuda_axpy;
     o->scale = rt_cuda_scale;
     o->scale_rows = rt_cuda_scale_rows;
+    o->clamp_abs = rt_cuda_clamp_abs;
+    o->clamp_abs_bwd = rt_cuda_clamp_abs_bwd;
     o->attention_fwd = rt_cuda_attention_fwd;
     o->attention_bwd = rt_cuda_attention_bwd;
     o->relbias_fwd = rt_cuda_relbias_fwd;
@@ -185,6 +189,9 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     c = (rt_cuda_ctx *)rt_xcalloc(1, sizeof *c);
     c->device = device;
     snprintf(c->model, sizeof c->model, "%s", prop.name);
+    c->sm_major = prop.major;
+    c->sm_minor = prop.minor;
+    c->matmul = RT_F32;
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
@@ -200,6 +207,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     be->ops = rt_cuda_ops();
     be->ctx = c;
     be->device = device;
+    be->native_bf16 = prop.major >= 8; /* Ampere and newer: bf16 tensor cores */
     *out = be;
     return RT_OK;
 fail:

@@ -14,10 +14,6 @@
 #define RT_SQRT1_2 0.7071067811865476f
 #define RT_INV_SQRT_2PI 0.3989422804014327f
 
-#define RT_CUDA_FOR_EACH(i, n)                                                                 \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
-         i += (size_t)gridDim.x * blockDim.x)
-
 /* One element of each activation and of its derivative (the CPU backend's formulas), shared
  * by the plain and the gated kernels. */
 __device__ __forceinline__ float rt_cuda_act1(int kind, float x) {
@@ -102,6 +98,14 @@ __global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
 
 __global__ void rt_cuda_scale_rows_kernel(float *x, const float *w, size_t n, int C) {
     RT_CUDA_FOR_EACH(i, n) x[i] *= w[i / (size_t)C];
+}
+
+__global__ void rt_cuda_clamp_abs_kernel(float *x, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) x[i] = x[i] > limit ? limit : x[i] < -limit ? -limit : x[i]; /* NaN stays, as on the CPU */
+}
+
+__global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
 }
 
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. */
@@ -233,6 +237,18 @@ void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
     size_t n = N * (size_t)C;
     if (n == 0) return;
     rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, w, n, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit) {
+    if (n == 0) return;
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, n, limit);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
+    if (n == 0) return;
+    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(dx, y, n, limit);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -61,12 +61,16 @@ enum {
     RT_CUDA_SCRATCH_ATTN_DS,    /* attention backward: dP then dS (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
     RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
+    RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
+    RT_CUDA_SCRATCH_GEMM_B,
     RT_CUDA_SCRATCH_COUNT
 };
 
 typedef struct {
     int device;
     char model[256]; /* cudaDeviceProp.name */
+    int sm_major, sm_minor; /* compute capability */
+    rt_dtype matmul;        /* the matmuls' input precision (cuda_precision.cu) */
     cublasHandle_t cublas;
     void *scratch[RT_CUDA_SCRATCH_COUNT];
     size_t scratch_bytes[RT_CUDA_SCRATCH_COUNT];
@@ -85,6 +89,11 @@ static inline unsigned rt_cuda_grid(size_t n, unsigned threads) {
     if (blocks > 65536u * 16u) blocks = 65536u * 16u;
     return (unsigned)blocks;
 }
+
+/* A grid-stride loop over size_t indices: any n works with a capped grid. */
+#define RT_CUDA_FOR_EACH(i, n)                                                                 \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
+         i += (size_t)gridDim.x * blockDim.x)
 
 /* Warp and block reductions. block_* need blockDim.x a multiple of 32 (<= 1024), every
  * thread of the block calling, and shared scratch of 32 elements; every thread gets the
@@ -132,10 +141,17 @@ __device__ __forceinline__ double rt_cuda_block_sum_d(double v, double *sh) {
 /* cuda_backend.cu: releases what rt_cuda_backend_init made (called by rt_backend_free, which
  * declares it itself since rt_backend.h does not). */
 extern "C" void rt_cuda_backend_free(rt_backend *be);
-/* cuda_backend.cu: the gemm behind the ops table, also used by attention. */
+/* cuda_backend.cu: the fp32 gemm, behind the ops table's (rt_cuda_gemm_op) and used by attention. */
 void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const float *A, int lda, size_t stride_a, const float *B, int ldb,
                   size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch);
+
+/* cuda_precision.cu: the compute precision's rounding and 16-bit-input matmuls. */
+void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
+rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype);
+void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
+                     size_t stride_c, int batch);
 
 /* cuda_norm.cu: also the column sums behind bias_bwd. */
 void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
@@ -162,6 +178,8 @@ void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
 void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
+void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit);
+void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
 void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
                          uint64_t seed, uint64_t stream);
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
