@@ -112,6 +112,19 @@ static void dbuf_check(const char *what, const dbuf *b, float atol, float rtol) 
     free(hg);
 }
 
+/* CUDA result equal to the CPU's bit for bit (infs included). */
+static void dbuf_check_bits(const char *what, const dbuf *b) {
+    float *hc, *hg;
+    dbuf_fetch(b, &hc, &hg);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (memcmp(&hc[i], &hg[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+    TZ_EXPECT(bad == 0, "%s: %zu of %zu differ; first [%zu] got %.9g, CPU %.9g", what, bad, b->n, first, hg[first],
+              hc[first]);
+    free(hc);
+    free(hg);
+}
+
 /* Makes the CUDA copy equal to the CPU copy, to test a backward on exactly the forward's
  * saved statistics. */
 static void dbuf_sync_from_cpu(dbuf *b) {
@@ -693,6 +706,64 @@ static void test_sumsq(void) {
     }
 }
 
+/* The compute precisions (rt_set_precision) at the same rounding points on both backends:
+ * round_to is the same bits (both round to nearest even; fp16 overflows to inf), the clamp and
+ * its backward are exact, and the matmul (16-bit inputs, fp32 sums, C stored in the type) and
+ * stored activations agree within one unit of the type (sums in another order may round the
+ * other way) on top of the fp32 tolerances. bf16 is skipped on a GPU older than sm_80. */
+static void test_precision(void) {
+    for (int d = 0; d < 2; d++) {
+        const rt_dtype dtype = d ? RT_F16 : RT_BF16;
+        const float unit = d ? 1.0f / 1024 : 1.0f / 128; /* two rounding steps of the type, relative */
+        rt_status st = rt_set_precision(g_gpu, dtype);
+        if (st == RT_ERR_UNSUPPORTED) {
+            printf("test_cuda_ops: %s skipped: %s\n", rt_dtype_name(dtype), rt_error_message());
+            continue;
+        }
+        TZ_EXPECT_OK(st);
+        TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
+        char what[96];
+        /* round_to over a strided block, values past fp16's range included */
+        dbuf X = dbuf_rand(40 * 33, 80000.0f, 0.0f);
+        g_cpu->ops->round_to(g_cpu->ctx, dtype, X.c, 40, 30, 33);
+        g_gpu->ops->round_to(g_gpu->ctx, dtype, X.g, 40, 30, 33);
+        snprintf(what, sizeof what, "%s round_to", rt_dtype_name(dtype));
+        dbuf_check_bits(what, &X);
+        rt_clamp_abs(g_cpu, X.c, X.n, 64504.0f);
+        rt_clamp_abs(g_gpu, X.g, X.n, 64504.0f);
+        snprintf(what, sizeof what, "%s clamp_abs", rt_dtype_name(dtype));
+        dbuf_check_bits(what, &X);
+        dbuf dX = dbuf_rand(X.n, 1.0f, 0.0f);
+        rt_clamp_abs_bwd(g_cpu, dX.c, X.c, X.n, 64504.0f);
+        rt_clamp_abs_bwd(g_gpu, dX.g, X.g, X.n, 64504.0f);
+        snprintf(what, sizeof what, "%s clamp_abs_bwd", rt_dtype_name(dtype));
+        dbuf_check_bits(what, &dX);
+        /* the matmul, a model's shapes: (N, K) x (N_out, K)^T */
+        const int M = 64, N = 96, K = 200;
+        dbuf A = dbuf_rand((size_t)M * K, 1.0f, 0.0f), B = dbuf_rand((size_t)N * K, 0.1f, 0.0f);
+        dbuf C = dbuf_zero((size_t)M * N);
+        rt_gemm(g_cpu, false, true, M, N, K, 1.0f, A.c, K, 0, B.c, K, 0, 0.0f, C.c, N, 0, 1);
+        rt_gemm(g_gpu, false, true, M, N, K, 1.0f, A.g, K, 0, B.g, K, 0, 0.0f, C.g, N, 0, 1);
+        snprintf(what, sizeof what, "%s gemm", rt_dtype_name(dtype));
+        dbuf_check(what, &C, GEMM_ATOL, unit);
+        /* stored activations: GELU and LayerNorm outputs */
+        dbuf G = dbuf_zero(A.n), mean = dbuf_zero(M), rstd = dbuf_zero(M), W = dbuf_rand(K, 0.5f, 1.0f),
+             bias = dbuf_rand(K, 0.1f, 0.0f);
+        rt_act_fwd(g_cpu, RT_ACT_GELU_TANH, G.c, A.c, A.n);
+        rt_act_fwd(g_gpu, RT_ACT_GELU_TANH, G.g, A.g, A.n);
+        snprintf(what, sizeof what, "%s gelu", rt_dtype_name(dtype));
+        dbuf_check(what, &G, ATOL, unit);
+        rt_layernorm_fwd(g_cpu, G.c, mean.c, rstd.c, A.c, W.c, bias.c, M, K, 1e-5f);
+        rt_layernorm_fwd(g_gpu, G.g, mean.g, rstd.g, A.g, W.g, bias.g, M, K, 1e-5f);
+        snprintf(what, sizeof what, "%s layernorm", rt_dtype_name(dtype));
+        dbuf_check(what, &G, ATOL, unit);
+        dbuf *all[] = {&X, &dX, &A, &B, &C, &G, &mean, &rstd, &W, &bias};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    }
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -721,6 +792,7 @@ int main(void) {
     test_xent();
     test_adamw();
     test_sumsq();
+    test_precision();
 
     rt_backend_free(g_cpu);
     rt_backend_free(g_gpu);

@@ -70,11 +70,12 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          NULL, 0, 1e6},
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
-        {"precision", RT_OPT_CHOICE, &o->precision, "fp32", NULL,
+        {"precision", RT_OPT_CHOICE, &o->precision, "auto", NULL,
          "compute precision: bf16 or fp16 matmul inputs with fp32 sums, and activations stored in it (the CPU's "
          "native bf16 kernels where it has them); weights, gradients, AdamW state, norms, softmax and losses stay "
-         "fp32, so a checkpoint resumes in any precision. fp16 turns on dynamic loss scaling",
-         "fp32|bf16|fp16", 0, 0},
+         "fp32, so a checkpoint resumes in any precision. fp16 turns on dynamic loss scaling. auto: bf16 on a GPU "
+         "with bf16 tensor cores (sm_80 and newer), else fp32 (as HF on the CPU)",
+         "auto|fp32|bf16|fp16", 0, 0},
         {"loss-scale-power", RT_OPT_INT, &o->loss_scale_power, "16", NULL,
          "fp16: the first loss scale is 2^N (DeepSpeed's initial_scale_power)", NULL, 0, 100},
         {"loss-scale-window", RT_OPT_INT, &o->loss_scale_window, "1000", NULL,
@@ -143,10 +144,11 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     return st;
 }
 
-rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device, size_t device_size,
-                           rt_backend **be) {
+rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_t device_size, rt_backend **be) {
     rt_status st = rt_launch_device_name(o->device, device, device_size); /* "cuda": this rank's local GPU */
     if (st == RT_OK) st = rt_backend_init(device, (int)o->threads, be);
+    if (st == RT_OK && strcmp(o->precision, "auto") == 0)
+        o->precision = (*be)->device >= 0 && (*be)->native_bf16 ? "bf16" : "fp32";
     if (st == RT_OK && strcmp(o->precision, "fp32") == 0 && (*be)->native_bf16)
         rt_log_info("hint: this CPU has native bf16 matmuls; --precision bf16 runs them (fp32 sums, fp32 weights)");
     if (st == RT_OK && strcmp(o->precision, "fp32") != 0) {

@@ -52,10 +52,11 @@ int train_app_checkpoint_layers(const train_app_opts *o);
  * and a usable save dir. */
 rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
                           rt_grid *grid);
-/* The device ("cuda" = this rank's local GPU) and its backend; on GPUs with several ranks,
- * NCCL for the grid's device buffers (with --comm-timeout). device gets the resolved name. */
-rt_status train_app_device(const train_app_opts *o, rt_grid *grid, char *device, size_t device_size,
-                           rt_backend **be);
+/* The device ("cuda" = this rank's local GPU) and its backend at the compute precision
+ * (--precision auto resolved here: bf16 on a GPU with bf16 tensor cores, else fp32); on GPUs
+ * with several ranks, NCCL for the grid's device buffers (with --comm-timeout). device gets the
+ * resolved name. */
+rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_t device_size, rt_backend **be);
 /* The loop's view of a model (models/trainable.h): forward_backward builds the pass with the
  * loop's grads hook, and gives an empty micro-batch (this rank's share of a short last batch)
  * a zero loss without calling the model. padded_tokens sums B x T over the batches trained. */
