@@ -2,7 +2,25 @@
  * by scripts/golden/gen_gpt2_golden.py (versions in the files' metadata) must give HF's
  * logits, loss, every parameter gradient, the weights after one AdamW step and the losses
  * and gradient norms of 5 clipped training steps; and the real HF file
- * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's. */
+ * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's.
+ *
+ * bf16 (test_tiny_cls_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
+ * PyTorch's CPU bf16 autocast (tests/golden/gpt2-tiny-cls/bf16_autocast.safetensors,
+ * scripts/golden/gen_bf16_autocast_golden.py, torch 1.13 / transformers 4.46.3). Band (testutil.h,
+ * tz_check_bf16_band), with d the relative L2 distance over ||HF fp32||: d_ours = d(ours bf16, HF
+ * autocast) <= 3 d_ref + 2^-8 where d_ref = d(HF fp32, HF autocast), and d_round = d(ours bf16,
+ * ours fp32) >= d_ref / 4 (tensors only).
+ * Measured (d_ref / d_ours / d_round):
+ *   logits 0.00364 / 0.00486 / 0.00161; loss 2.4e-4 / 2.4e-4 / 7.5e-6
+ *   grad wpe 0.00394 / 0.00482 / 0.00567; h.0.ln_1.weight 0.00495 / 0.0065 / 0.00682
+ *   grad h.0.attn.c_attn.bias 0.00589 / 0.00863 / 0.00828; h.0.attn.c_proj.weight 0.00627 / 0.00781 / 0.00756
+ *   grad h.1.mlp.c_fc.bias 0.00738 / 0.00741 / 0.00544; ln_f.weight 0.0035 / 0.00522 / 0.00521
+ *   grad score.weight 0.00391 / 0.00614 / 0.00573
+ * Ours moves up to 2.3x as far from fp32 as autocast does: it stores the residual stream and every
+ * activation gradient in bf16, autocast keeps residual sums and its fp32-listed ops in fp32.
+ * Mutations: forgetting rt_set_precision fails every tensor's d_round check, RT_F16 instead of
+ * RT_BF16 nearly all; weights moved by an AdamW step of lr 3e-5 before the bf16 run fail bands in
+ * every family, of lr 1e-3 every band. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +44,29 @@ static void read_i32(const ckpt_st_file *f, const char *name, int32_t *dst, size
     if (t.dtype == RT_I32 && t.numel == n) memcpy(dst, t.data, n * sizeof(int32_t));
 }
 
+/* The HF name of parameter s (after `prefix`). */
+static void hf_name(const rt_param_spec *s, const char *prefix, char *name, size_t size) {
+    snprintf(name, size, "%s%s%s", prefix, strcmp(s->name, "score.weight") ? "transformer." : "", s->name);
+}
+
+/* The first n values of parameter s in `slab` (the params or grads, or a copy of them), in HF's
+ * layout: Conv1D weights back to [in, out]. Freed by the caller. */
+static float *hf_layout(const rt_param_spec *s, const float *slab, size_t n) {
+    float *got = rt_xmalloc(n * sizeof(float));
+    memcpy(got, slab + s->offset, n * sizeof(float));
+    long nums[CKPT_MAP_MAX_NUMS];
+    int n_nums;
+    if (ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout == CKPT_LAYOUT_TRANSPOSE) { /* ours [out, in] -> HF [in, out] */
+        size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1];
+        float *tr = rt_xmalloc(s->numel * sizeof(float));
+        for (size_t r = 0; r < rows; r++)
+            for (size_t c = 0; c < cols; c++) tr[c * rows + r] = got[r * cols + c];
+        free(got);
+        got = tr;
+    }
+    return got;
+}
+
 /* Compares every parameter (grads or weights, as `prefix`) with the golden file, undoing
  * HF's Conv1D [in, out] layout. */
 static void compare_params(const ckpt_st_file *f, const ckpt_st_file *grad_file, const char *prefix, rt_params *p,
@@ -33,25 +74,14 @@ static void compare_params(const ckpt_st_file *f, const ckpt_st_file *grad_file,
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         char name[256];
-        snprintf(name, sizeof name, "%s%s%s", prefix, strcmp(s->name, "score.weight") ? "transformer." : "", s->name);
+        hf_name(s, prefix, name, sizeof name);
         /* the embedding's vocab is padded (to a multiple of 128 rows): HF has the real rows */
         ckpt_st_tensor t;
         TZ_EXPECT_OK(ckpt_safetensors_find(f, name, &t));
         size_t n = strcmp(s->name, "wte.weight") == 0 && t.numel < s->numel ? t.numel : s->numel;
         float *ref = rt_xmalloc(n * sizeof(float));
-        float *got = rt_xmalloc(n * sizeof(float));
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(f, name, ref, n));
-        memcpy(got, (use_grad ? p->grad : p->param) + s->offset, n * sizeof(float));
-        long nums[CKPT_MAP_MAX_NUMS];
-        int n_nums;
-        if (ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout == CKPT_LAYOUT_TRANSPOSE) { /* ours [out, in] -> HF [in, out] */
-            size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1];
-            float *tr = rt_xmalloc(s->numel * sizeof(float));
-            for (size_t r = 0; r < rows; r++)
-                for (size_t c = 0; c < cols; c++) tr[c * rows + r] = got[r * cols + c];
-            free(got);
-            got = tr;
-        }
+        float *got = hf_layout(s, use_grad ? p->grad : p->param, n);
         if (!use_grad) { /* got, ref and the gradient are all in HF's layout here */
             char gname[256];
             snprintf(gname, sizeof gname, "grad.%s", name + strlen(prefix));
@@ -83,6 +113,26 @@ static gpt2_model *load_tiny_cls(rt_backend *be, const char *dir) {
     return m;
 }
 
+enum { B = 3, T = 16 };
+
+typedef struct {
+    int32_t ids[B * T], mask[B * T], labels[B], lengths[B], index[B];
+    rt_batch batch;
+} cls_batch;
+
+static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
+    memset(cb, 0, sizeof *cb);
+    read_i32(g, "input_ids", cb->ids, B * T);
+    read_i32(g, "attention_mask", cb->mask, B * T);
+    read_i32(g, "labels", cb->labels, B);
+    for (int b = 0; b < B; b++) {
+        cb->index[b] = b;
+        for (int t = 0; t < T; t++) cb->lengths[b] += cb->mask[b * T + t];
+    }
+    cb->batch = (rt_batch){.B = B, .T = T, .input_ids = cb->ids, .attention_mask = cb->mask, .lengths = cb->lengths,
+                           .labels = cb->labels, .example_index = cb->index, .n_targets = B, .n_tokens = 0};
+}
+
 static void test_tiny_cls(rt_backend *be) {
     const char *dir = tz_source_path("tests/golden/gpt2-tiny-cls");
     char path[4096];
@@ -93,17 +143,9 @@ static void test_tiny_cls(rt_backend *be) {
     TZ_EXPECT_OK(ckpt_safetensors_open(path, &after));
     if (!g || !after) return;
 
-    enum { B = 3, T = 16 };
-    int32_t ids[B * T], mask[B * T], labels[B], lengths[B], index[B] = {0, 1, 2};
-    read_i32(g, "input_ids", ids, B * T);
-    read_i32(g, "attention_mask", mask, B * T);
-    read_i32(g, "labels", labels, B);
-    for (int b = 0; b < B; b++) {
-        lengths[b] = 0;
-        for (int t = 0; t < T; t++) lengths[b] += mask[b * T + t];
-    }
-    rt_batch batch = {.B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels,
-                      .example_index = index, .n_targets = B, .n_tokens = 0};
+    cls_batch cb;
+    load_batch(g, &cb);
+    rt_batch batch = cb.batch;
 
     /* forward, loss, gradients */
     gpt2_model *m = load_tiny_cls(be, dir);
@@ -148,6 +190,58 @@ static void test_tiny_cls(rt_backend *be) {
     gpt2_model_free(m);
     ckpt_safetensors_close(g);
     ckpt_safetensors_close(after);
+}
+
+/* bf16 against PyTorch's CPU bf16 autocast on the same model and batch (bf16_autocast.safetensors,
+ * the band of testutil.h's tz_check_bf16_band; the figures are at the top of this file): the
+ * logits, the loss and every gradient the file holds, each run at fp32 and at bf16. */
+static void test_tiny_cls_bf16(rt_backend *be) {
+    const char *dir = tz_source_path("tests/golden/gpt2-tiny-cls");
+    char path[4096];
+    ckpt_st_file *g = NULL, *a = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    snprintf(path, sizeof path, "%s/bf16_autocast.safetensors", dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &a));
+    gpt2_model *m = g && a ? load_tiny_cls(be, dir) : NULL;
+    if (!m) goto done;
+    cls_batch cb;
+    load_batch(g, &cb);
+    rt_params *p = gpt2_model_params(m);
+    mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
+    float logits[2][B * 2], loss[2], *grads[2];
+    for (int k = 0; k < 2; k++) { /* 0: fp32, 1: bf16 */
+        double loss_sum = 0;
+        TZ_EXPECT_OK(rt_set_precision(be, k ? RT_BF16 : RT_F32));
+        rt_params_zero_grad(p);
+        TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits[k]));
+        loss[k] = (float)(loss_sum / B);
+        grads[k] = rt_xmalloc(p->numel * sizeof(float));
+        memcpy(grads[k], p->grad, p->numel * sizeof(float));
+    }
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    tz_check_bf16_golden(g, a, "gpt2 ", "logits", logits[1], logits[0], B * 2);
+    tz_check_bf16_golden(g, a, "gpt2 ", "loss", &loss[1], &loss[0], 1);
+    int compared = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        char name[256];
+        ckpt_st_tensor t;
+        hf_name(s, "grad.", name, sizeof name);
+        if (!ckpt_safetensors_has(a, name)) continue;
+        TZ_EXPECT_OK(ckpt_safetensors_find(a, name, &t));
+        float *o32 = hf_layout(s, grads[0], t.numel), *o16 = hf_layout(s, grads[1], t.numel);
+        tz_check_bf16_golden(g, a, "gpt2 ", name, o16, o32, t.numel);
+        compared++;
+        free(o32), free(o16);
+    }
+    TZ_EXPECT(compared > 0 && compared == tz_count_prefixed(a, "grad."), "compared %d of the %d gradients in %s",
+              compared, tz_count_prefixed(a, "grad."), path);
+    free(grads[0]), free(grads[1]);
+done:
+    gpt2_model_free(m);
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(a);
 }
 
 /* The real HF file: a GPT2LMHeadModel with n_embd 2 and the full 50257 vocab. */
@@ -195,6 +289,7 @@ int main(void) {
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
     if (!be) return tz_test_result("test_golden_gpt2");
     test_tiny_cls(be);
+    test_tiny_cls_bf16(be);
     test_tiny_gpt2_lm(be);
     rt_backend_free(be);
     return tz_test_result("test_golden_gpt2");

@@ -10,7 +10,31 @@
  * layouts (embed_tokens aliases, a tied lm_head copy) load to the same weights and an untied
  * head into a tied model is an error; tp = 2 (two threads over the threads communicator, HF
  * weights sharded on load) gives HF's numbers and, with dropout on, tp = 1's losses; config
- * errors name their field. */
+ * errors name their field.
+ *
+ * bf16 (test_golden_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
+ * PyTorch's CPU bf16 autocast (tests/golden/t5-tiny-v1_{0,1}/bf16_autocast.safetensors,
+ * scripts/golden/gen_bf16_autocast_golden.py, torch 1.13 / transformers 4.46.3; the fp32 goldens
+ * are torch 2.15's, reproduced by 1.13 to 1e-5). Band (testutil.h, tz_check_bf16_band), with d the
+ * relative L2 distance over ||HF fp32||: d_ours = d(ours bf16, HF autocast) <= 3 d_ref + 2^-8
+ * where d_ref = d(HF fp32, HF autocast), and d_round = d(ours bf16, ours fp32) >= d_ref / 4
+ * (tensors only).
+ * Measured (d_ref / d_ours / d_round):
+ *   v1.0: logits 0.00506 / 0.00728 / 0.00655; loss 6.5e-5 / 3.3e-4 / 2.6e-4; grad shared 0.0184 / 0.0326 / 0.0282
+ *     encoder.block.0 SelfAttention.o 0.0203 / 0.0412 / 0.037, relative_attention_bias 0.0191 / 0.0426 / 0.0343
+ *     encoder.final_layer_norm 0.0163 / 0.0383 / 0.0321 (the closest to its band, 0.0529); decoder.block.1
+ *     EncDecAttention.q 0.0107 / 0.0159 / 0.0157, wo 0.00656 / 0.00829 / 0.00741; decoder.final_layer_norm
+ *     0.00584 / 0.00542 / 0.00682
+ *   v1.1: logits 0.00942 / 0.0122 / 0.0112; loss 9.8e-4 / 4.6e-4 / 1.4e-3; grad shared 0.0161 / 0.0266 / 0.021
+ *     lm_head 0.0117 / 0.0189 / 0.0154; encoder.block.0 SelfAttention.o 0.0194 / 0.0285 / 0.0232,
+ *     relative_attention_bias 0.0206 / 0.0326 / 0.0275; encoder.final_layer_norm 0.0147 / 0.0237 / 0.0206;
+ *     decoder.block.1 EncDecAttention.q 0.0227 / 0.0336 / 0.0241, wi_0 0.0176 / 0.0262 / 0.0233;
+ *     decoder.final_layer_norm 0.00904 / 0.0155 / 0.0132
+ * Ours moves up to 2.3x as far from fp32 as autocast does: it stores the residual stream and every
+ * activation gradient in bf16, autocast keeps residual sums and its fp32-listed ops in fp32.
+ * Mutations: forgetting rt_set_precision fails every tensor's d_round check, RT_F16 instead of
+ * RT_BF16 nearly all; weights moved by an AdamW step of lr 3e-5 before the bf16 run fail bands in
+ * every family, of lr 1e-3 every band. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -250,6 +274,62 @@ done:
     t5_model_free(m);
     ckpt_safetensors_close(g);
     ckpt_safetensors_close(after);
+}
+
+/* bf16 against PyTorch's CPU bf16 autocast on the same model and batch (bf16_autocast.safetensors,
+ * the band of testutil.h's tz_check_bf16_band; the figures are at the top of this file): the
+ * logits, the loss and every gradient the file holds, each run at fp32 and at bf16. */
+static void test_golden_bf16(rt_backend *be, const char *name) {
+    const char *dir = golden_dir(name);
+    char path[4096], what[300];
+    ckpt_st_file *g = NULL, *a = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    snprintf(path, sizeof path, "%s/bf16_autocast.safetensors", dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &a));
+    t5_model *m = g && a ? load_model(be, dir) : NULL;
+    if (!m) goto done;
+    golden_batch gb;
+    load_batch(g, &gb);
+    rt_params *p = t5_model_params(m);
+    mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
+    float *logits[2], loss[2], *grads[2];
+    for (int k = 0; k < 2; k++) { /* 0: fp32, 1: bf16 */
+        double loss_sum = 0;
+        int n = 0;
+        TZ_EXPECT_OK(rt_set_precision(be, k ? RT_BF16 : RT_F32));
+        rt_params_zero_grad(p);
+        logits[k] = rt_xmalloc((size_t)B * T * V * sizeof(float));
+        TZ_EXPECT_OK(t5_step(m, &gb.batch, &pass, 1.0f / (float)gb.n_targets, &loss_sum, &n, logits[k]));
+        loss[k] = (float)(loss_sum / n);
+        grads[k] = rt_xmalloc(p->numel * sizeof(float));
+        memcpy(grads[k], p->grad, p->numel * sizeof(float));
+    }
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    snprintf(what, sizeof what, "%s ", strrchr(name, '/') + 1);
+    tz_check_bf16_golden(g, a, what, "logits", logits[1], logits[0], (size_t)B * T * V);
+    tz_check_bf16_golden(g, a, what, "loss", &loss[1], &loss[0], 1);
+    int compared = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        char gname[256];
+        ckpt_st_tensor t;
+        snprintf(gname, sizeof gname, "grad.%s", s->name);
+        if (!ckpt_safetensors_has(a, gname)) continue;
+        TZ_EXPECT_OK(ckpt_safetensors_find(a, gname, &t));
+        size_t n = s->tp == RT_TP_VOCAB ? t.numel : s->numel; /* the vocab tables' real rows */
+        TZ_EXPECT(t.numel == n, "%s: %zu values, %zu here", gname, t.numel, n);
+        if (t.numel != n) continue;
+        tz_check_bf16_golden(g, a, what, gname, grads[1] + s->offset, grads[0] + s->offset, n);
+        compared++;
+    }
+    TZ_EXPECT(compared > 0 && compared == tz_count_prefixed(a, "grad."), "compared %d of the %d gradients in %s",
+              compared, tz_count_prefixed(a, "grad."), path);
+    for (int k = 0; k < 2; k++) free(logits[k]), free(grads[k]);
+done:
+    t5_model_free(m);
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(a);
 }
 
 /* The export is HF's file (same names, shapes and bytes) and reloads to the same model. */
@@ -559,6 +639,8 @@ int main(void) {
     if (!be) return tz_test_result("test_golden_t5");
     test_golden(be, "tests/golden/t5-tiny-v1_0", false);
     test_golden(be, "tests/golden/t5-tiny-v1_1", true);
+    test_golden_bf16(be, "tests/golden/t5-tiny-v1_0");
+    test_golden_bf16(be, "tests/golden/t5-tiny-v1_1");
     test_export(be, "tests/golden/t5-tiny-v1_0");
     test_export(be, "tests/golden/t5-tiny-v1_1");
     test_legacy_layouts(be);

@@ -41,6 +41,56 @@ int tz_check_close(const char *what, const float *got, const float *ref, size_t 
     return 1;
 }
 
+/* ||a - b||_2 in double */
+static double tz_l2_dist(const float *a, const float *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = b ? (double)a[i] - (double)b[i] : (double)a[i];
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
+int tz_check_bf16_band(const char *what, const float *ours_bf16, const float *ours_fp32, const float *hf_autocast,
+                       const float *hf_fp32, size_t n) {
+    double norm = tz_l2_dist(hf_fp32, NULL, n);
+    if (!(norm > 0)) norm = 1; /* an all-zero reference: absolute distances */
+    double d_ref = tz_l2_dist(hf_autocast, hf_fp32, n) / norm;
+    double d_ours = tz_l2_dist(ours_bf16, hf_autocast, n) / norm;
+    double d_round = tz_l2_dist(ours_bf16, ours_fp32, n) / norm;
+    double band = TZ_BF16_MULT * d_ref + TZ_BF16_FLOOR, min_round = TZ_BF16_MIN_ROUND * d_ref;
+    int ok_band = d_ours <= band, ok_round = n < 2 || d_round >= min_round;
+    printf("  bf16 %-66s n=%-5zu d_ref %.3g  d_ours %.3g (band %.3g)  d_round %.3g (min %.3g)\n", what, n, d_ref,
+           d_ours, band, d_round, n < 2 ? 0.0 : min_round);
+    TZ_EXPECT(ok_band, "%s: ours bf16 is %.3g from HF's autocast, over %g x d_ref %.3g + %g", what, d_ours,
+              TZ_BF16_MULT, d_ref, TZ_BF16_FLOOR);
+    TZ_EXPECT(ok_round, "%s: ours bf16 is only %.3g from ours fp32, under %g x d_ref %.3g: did it round at all?", what,
+              d_round, TZ_BF16_MIN_ROUND, d_ref);
+    return ok_band && ok_round;
+}
+
+int tz_check_bf16_golden(const ckpt_st_file *fp32_golden, const ckpt_st_file *autocast, const char *what,
+                         const char *name, const float *ours_bf16, const float *ours_fp32, size_t n) {
+    char label[300];
+    snprintf(label, sizeof label, "%s%s", what, name);
+    float *ref = rt_xmalloc(n * sizeof(float)), *hf = rt_xmalloc(n * sizeof(float));
+    rt_status st1 = ckpt_safetensors_read_f32(fp32_golden, name, ref, n);
+    TZ_EXPECT(st1 == RT_OK, "%s: fp32 golden: %s", label, rt_error_message());
+    rt_status st2 = ckpt_safetensors_read_f32(autocast, name, hf, n);
+    TZ_EXPECT(st2 == RT_OK, "%s: bf16 autocast golden: %s", label, rt_error_message());
+    int ok = st1 == RT_OK && st2 == RT_OK && tz_check_bf16_band(label, ours_bf16, ours_fp32, hf, ref, n);
+    free(ref);
+    free(hf);
+    return ok;
+}
+
+int tz_count_prefixed(const ckpt_st_file *f, const char *prefix) {
+    int n = 0;
+    for (size_t i = 0; i < ckpt_safetensors_count(f); i++)
+        n += strncmp(ckpt_safetensors_name(f, i), prefix, strlen(prefix)) == 0;
+    return n;
+}
+
 static const char *tz_env_or(const char *var, const char *fallback) {
     const char *v = getenv(var);
     return v && *v ? v : fallback;

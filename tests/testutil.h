@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_safetensors.h"
 #include "data/data_dataset.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_dtype.h"
@@ -36,6 +37,36 @@ int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, floa
  * tz_check_close. */
 int tz_check_after_adamw(const char *what, float *got, const float *ref, const float *ref_grad, size_t n, float atol,
                          float rtol);
+/* bf16 against PyTorch's CPU bf16 autocast (tests/golden/<model>/bf16_autocast.safetensors from
+ * scripts/golden/gen_bf16_autocast_golden.py). Two bf16 implementations round at different points
+ * (autocast: matmul inputs and outputs and most ops' outputs, in its own op lists; ours: matmul
+ * inputs and every stored activation and activation gradient), so they cannot agree to fp32
+ * tolerances. The band is measured from the goldens instead. With d(x, y) = ||x - y||_2 /
+ * ||hf_fp32||_2 (relative L2, always over the fp32 reference's norm):
+ *   d_ref   = d(hf_autocast, hf_fp32)   how far bf16 rounding moves HF;
+ *   d_ours  = d(ours_bf16, hf_autocast);
+ *   d_round = d(ours_bf16, ours_fp32)   how far bf16 rounding moves ours.
+ * Two independent roundings of sizes e1, e2 land about sqrt(e1^2 + e2^2) apart (e1 + e2 at
+ * worst), and d_ours >= d_round - d_ref, so the band d_ours <= TZ_BF16_MULT * d_ref + TZ_BF16_FLOOR
+ * says: ours is off fp32 by at most about MULT times what autocast is. Ours rounds at more points
+ * (the goldens measure d_round up to 2.3 d_ref), hence 3. The floor, 2^-8 relative, is one bf16
+ * rounding step, for values such as a scalar loss whose d_ref is small by chance. And ours must
+ * really have rounded: d_round >= TZ_BF16_MIN_ROUND * d_ref, between bf16's measured 0.44 d_ref
+ * (its lowest) and fp16's (8x finer rounding) ~0.15 d_ref; an fp32 run gives ~1e-6. Checked for
+ * tensors (n > 1) only: a scalar can stay put by chance (GPT-2's loss moved 7.5e-6 while its
+ * logits moved 1.6e-3). NaN fails. Prints one line with the three figures and returns 1 when the
+ * checks hold (a failure is counted). */
+#define TZ_BF16_MULT 3.0
+#define TZ_BF16_FLOOR 0.00390625 /* 2^-8 */
+#define TZ_BF16_MIN_ROUND 0.25
+int tz_check_bf16_band(const char *what, const float *ours_bf16, const float *ours_fp32, const float *hf_autocast,
+                       const float *hf_fp32, size_t n);
+/* The same for tensor `name` (n values, HF's layout): HF's fp32 value read from the fp32 golden
+ * file, its autocast value from the bf16_autocast file; `what` prefixes the name in the output. */
+int tz_check_bf16_golden(const ckpt_st_file *fp32_golden, const ckpt_st_file *autocast, const char *what,
+                         const char *name, const float *ours_bf16, const float *ours_fp32, size_t n);
+/* How many tensors of f are named prefix... (e.g. "grad."), to check that a loop saw them all. */
+int tz_count_prefixed(const ckpt_st_file *f, const char *prefix);
 /* Prints and counts a failure unless cond. */
 #define TZ_EXPECT(cond, ...)                                                                   \
     do {                                                                                       \
