@@ -110,12 +110,14 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in
                 float *hidden, size_t BT, mdl_drop inner) {
     rt_backend *be = s->be;
     const size_t n = BT * (size_t)s->F_local;
-    mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C, s->F_local);
     if (p->up_lin_w >= 0) {
+        mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
+                           s->F_local);
         mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
         rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
-    } else {
-        rt_act_fwd(be, s->act, hidden, up, n);
+    } else { /* one fused linear: up = in W^T + b, hidden = act(up) */
+        rt_linear_fwd(be, hidden, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
+                      s->F_local, &s->act);
     }
     /* drawn at the whole (BT, F) matrix's indices, so that every tp size drops the same; in
      * place, and the same call is its own backward */
@@ -137,8 +139,16 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;
     const float *ddown = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(be, s->dhid, mdl_grad(s->params, p->down_w), mdl_grad(s->params, p->down_b), ddown, hidden,
-                       mdl_param(s->params, p->down_w), BT, Fl, s->C);
+    const bool fuse_dact = p->up_lin_w < 0 && !(inner.p > 0); /* nothing between the down GEMM and act' */
+    mdl_row_linear_bwd(be, fuse_dact ? NULL : s->dhid, mdl_grad(s->params, p->down_w), mdl_grad(s->params, p->down_b),
+                       ddown, hidden, mdl_param(s->params, p->down_w), BT, Fl, s->C);
+    if (fuse_dact) { /* dup = act'(up) * (ddown W_down), and the up bias's gradient with it */
+        rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), ddown, mdl_param(s->params, p->down_w), up, BT, Fl,
+                       s->C, s->act);
+        const int w[1] = {p->up_w}, b[1] = {-1};
+        float *dout[1] = {s->dup};
+        return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, Fl);
+    }
     if (inner.p > 0)
         rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
     if (p->up_lin_w >= 0) {

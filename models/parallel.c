@@ -10,16 +10,14 @@
 
 void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
                         int in, int out_local) {
-    rt_gemm(be, false, true, (int)N, out_local, in, 1.0f, inp, in, 0, w, in, 0, 0.0f, out, out_local, 0, 1);
-    if (b) rt_add_bias(be, out, b, N, out_local);
+    rt_linear_fwd(be, NULL, out, inp, w, b, N, in, out_local, NULL);
 }
 
 /* Shared by both layer kinds: the local weight, bias and input gradients of Y = X W^T + b. */
 static void mdl_linear_bwd_local(rt_backend *be, float *dinp, float *dw, float *db, const float *dout,
                                  const float *inp, const float *w, size_t N, int in, int out) {
-    /* dW (out, in) += dY^T (out, N) X (N, in) */
-    rt_gemm_param_grad(be, true, false, out, in, (int)N, 1.0f, dout, out, inp, in, 1.0f, dw, in);
-    if (db) rt_bias_bwd(be, db, dout, N, out);
+    /* dW (out, in) += dY^T (out, N) X (N, in), db += column sums of dY */
+    rt_linear_wgrad(be, dw, db, dout, inp, N, in, out);
     /* dX (N, in) = dY (N, out) W (out, in) */
     if (dinp) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, w, in, 0, 0.0f, dinp, in, 0, 1);
 }
@@ -33,6 +31,10 @@ rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw
 
 rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
                              const float *b, size_t N, int in_local, int out_features) {
+    if (tp->size == 1) { /* the bias can ride on the matmul; with tp it follows the all-reduce */
+        rt_linear_fwd(be, NULL, out, inp, w, b, N, in_local, out_features, NULL);
+        return RT_OK;
+    }
     rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, w, in_local, 0, 0.0f,
             out, out_features, 0, 1);
     if (tp->size > 1) {

@@ -25,7 +25,7 @@ rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw
  * after the reduce. */
 rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
                              const float *b, size_t N, int in_local, int out_features);
-/* Accumulates dw, db; writes dinp (N, in_local). */
+/* Accumulates dw, db; writes dinp (N, in_local) unless NULL. */
 void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                         const float *w, size_t N, int in_local, int out_features);
 /* This rank's shard of a vocab-parallel table: the vocab padded to `padded` rows over all ranks

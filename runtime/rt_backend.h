@@ -69,6 +69,23 @@ typedef struct rt_backend_ops {
                  const float *A, int lda, size_t stride_a, const float *B, int ldb, size_t stride_b,
                  float beta, float *C, int ldc, size_t stride_c, int batch);
 
+    /* The fused linear layer: cuBLASLt's epilogues on CUDA. Each returns false, having done
+     * nothing, where this backend cannot fuse these arguments; the wrapper then composes the
+     * plain ops, rounding at the same points (NULL op: always composed). Row-major X (N, in),
+     * W (out, in), dY (N, out).
+     *   linear_fwd: pre = X W^T + b (b (out) or NULL), summed in fp32, stored; with act, out =
+     *     act(pre) from the fp32 sum, stored, and pre kept for the backward (GELU_AUX_BIAS);
+     *     without (act NULL), out is unused and the result is pre.
+     *   linear_wgrad: dW (out, in) += dY^T X and, when db is not NULL, db (out) += the column
+     *     sums of dY, both fp32 (BGRADB).
+     *   linear_dact: dpre (N, in) = act'(pre) * (dY W), the product in fp32, stored; db (in) +=
+     *     the column sums of dpre when not NULL (DGELU_BGRAD). */
+    bool (*linear_fwd)(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
+                       int in, int out_f, const rt_act_kind *act);
+    bool (*linear_wgrad)(void *ctx, float *dW, float *db, const float *dY, const float *X, size_t N, int in, int out_f);
+    bool (*linear_dact)(void *ctx, float *dpre, float *db, const float *dY, const float *W, const float *pre, size_t N,
+                        int in, int out_f, rt_act_kind act);
+
     /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
     void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, size_t N, int C, float eps);
@@ -205,7 +222,7 @@ void rt_cuda_backend_free(rt_backend *be);
  *   - every activation and activation gradient an op writes is stored rounded to dtype: the
  *     outputs the wrappers below name "stored" (fp16 overflows to inf there, which is what
  *     loss scaling detects);
- *   - weights, parameter gradients (rt_gemm_param_grad, norm/bias/embedding gradients), AdamW
+ *   - weights, parameter gradients (rt_linear_wgrad, norm/bias/embedding gradients), AdamW
  *     state, norm statistics, losses and every reduction stay fp32 (so checkpoints hold fp32
  *     masters and resume in any precision).
  * The CPU keeps the fp32 buffers and rounds their values (same numbers, no memory saved).
@@ -248,10 +265,31 @@ static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, in
                   batch);
     for (int b = 0; b < batch; b++) rt_store(be, C + (size_t)b * stride_c, (size_t)M, N, (size_t)ldc);
 }
-/* C is a parameter gradient: accumulated and kept in fp32. */
-static inline void rt_gemm_param_grad(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+/* The fused linear layer (see the ops): the backend's fusion, or the plain ops in its order. */
+static inline void rt_linear_fwd(rt_backend *be, float *out, float *pre, const float *X, const float *W, const float *b,
+                                 size_t N, int in, int out_f, const rt_act_kind *act) {
+    if (!be->ops->linear_fwd || !be->ops->linear_fwd(be->ctx, out, pre, X, W, b, N, in, out_f, act)) {
+        be->ops->gemm(be->ctx, false, true, (int)N, out_f, in, 1.0f, X, in, 0, W, in, 0, 0.0f, pre, out_f, 0, 1);
+        if (b) be->ops->add_bias(be->ctx, pre, b, N, out_f);
+        if (act) be->ops->act_fwd(be->ctx, *act, out, pre, N * (size_t)out_f);
+    }
+    rt_store_n(be, pre, N * (size_t)out_f);
+    if (act) rt_store_n(be, out, N * (size_t)out_f);
+}
+static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, const float *dY, const float *X, size_t N,
+                                   int in, int out_f) {
+    if (be->ops->linear_wgrad && be->ops->linear_wgrad(be->ctx, dW, db, dY, X, N, in, out_f)) return;
+    be->ops->gemm(be->ctx, true, false, out_f, in, (int)N, 1.0f, dY, out_f, 0, X, in, 0, 1.0f, dW, in, 0, 1);
+    if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
+}
+static inline void rt_linear_dact(rt_backend *be, float *dpre, float *db, const float *dY, const float *W,
+                                  const float *pre, size_t N, int in, int out_f, rt_act_kind act) {
+    if (!be->ops->linear_dact || !be->ops->linear_dact(be->ctx, dpre, db, dY, W, pre, N, in, out_f, act)) {
+        be->ops->gemm(be->ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, W, in, 0, 0.0f, dpre, in, 0, 1);
+        be->ops->act_bwd(be->ctx, act, dpre, pre, dpre, N * (size_t)in);
+        if (db) be->ops->bias_bwd(be->ctx, db, dpre, N, in); /* from the fp32 product, as the epilogue */
+    }
+    rt_store_n(be, dpre, N * (size_t)in);
 }
 static inline void rt_layernorm_fwd(rt_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, size_t N, int C, float eps) {

@@ -6,7 +6,7 @@
  *     fp32 accumulation's bound (so the rounding happens, once, to nearest even, and the sums
  *     stay fp32), for every transpose, batched with strides, padded leading dimensions, and from
  *     two threads at once; back in fp32 it is plain fp32 again;
- *   - rt_gemm stores C at the compute precision, rt_gemm_param_grad keeps it fp32. */
+ *   - rt_gemm stores C at the compute precision, rt_linear_wgrad keeps its sums fp32. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -91,7 +91,7 @@ static void check_round_op(rt_backend *be) {
     }
 }
 
-/* rt_gemm's C is stored at the compute precision; rt_gemm_param_grad's is not. */
+/* rt_gemm's C is stored at the compute precision; rt_linear_wgrad's weight gradient is not. */
 static void check_stored_c(rt_backend *be, rt_dtype dtype) {
     enum { M = 8, N = 12, K = 40 };
     float A[M * K], B[K * N], C[M * N], G[M * N];
@@ -100,7 +100,7 @@ static void check_stored_c(rt_backend *be, rt_dtype dtype) {
     for (int i = 0; i < K * N; i++) B[i] = tz_uniform(&st);
     rt_gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1);
     memset(G, 0, sizeof G);
-    rt_gemm_param_grad(be, false, false, M, N, K, 1.0f, A, K, B, N, 1.0f, G, N);
+    rt_linear_wgrad(be, G, NULL, A, B, K, N, M); /* G (M, N) += A^T B, A read as (K, M), B as (K, N) */
     int stored = 0, kept = 0;
     for (int i = 0; i < M * N; i++) {
         stored += C[i] == rt_round_to(dtype, C[i]);
@@ -108,7 +108,7 @@ static void check_stored_c(rt_backend *be, rt_dtype dtype) {
     }
     TZ_EXPECT(stored == M * N, "%s: %d of %d rt_gemm outputs are not %s values", rt_dtype_name(dtype), M * N - stored,
               M * N, rt_dtype_name(dtype));
-    TZ_EXPECT(kept > M * N / 2, "%s: rt_gemm_param_grad's fp32 sums were rounded (%d of %d not)", rt_dtype_name(dtype),
+    TZ_EXPECT(kept > M * N / 2, "%s: rt_linear_wgrad's fp32 sums were rounded (%d of %d not)", rt_dtype_name(dtype),
               kept, M * N);
 }
 
