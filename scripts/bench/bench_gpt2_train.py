@@ -218,6 +218,7 @@ def main():
     ap.add_argument("--shapes", default="",
                     help="BxT list for --torch-only, e.g. 8x57,8x61 (cycled to --steps)")
     ap.add_argument("--workdir", default="", help="keep configs, logs and metrics here (default: a temp dir)")
+    ap.add_argument("--json-out", default="", help="also write the results to this file as JSON")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--arch", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default="", help=argparse.SUPPRESS)
@@ -277,6 +278,11 @@ def main():
               f"{fmt(ratio, '6.2f')} {fmt(tz and tz['rss_mb'], '16.0f')} {pt['rss_mb']:16.0f}  "
               f"B={shapes[0][0]} T={uniq[0]}..{uniq[-1]}")
     print("ratio = PyTorch ms / tunezoo ms (> 1: tunezoo is faster)")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"versions": versions, "threads": args.threads, "steps": args.steps, "warmup": WARMUP,
+                       "bin_args": args.bin_args, "torch_autocast_bf16": args.torch_autocast_bf16,
+                       "configs": {name: {"tunezoo": tz, "pytorch": pt} for name, tz, pt, _ in rows}}, f, indent=1)
     if args.workdir:
         print(f"logs and metrics kept in {workdir}")
     if tmp:

@@ -137,6 +137,7 @@ def main():
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="both sides: tunezoo's --precision, HF Trainer's bf16=True (CPU bf16 autocast)")
     ap.add_argument("--skip-tz", action="store_true", help="time only the HF side")
+    ap.add_argument("--json-out", default="", help="also write the results to this file as JSON")
     args = ap.parse_args()
     if not args.task_dir and not os.path.isdir(os.path.join(args.data_root, TASKS[args.task][0])):
         sys.exit(f"{os.path.join(args.data_root, TASKS[args.task][0])}: not found; name a folder holding "
@@ -177,8 +178,8 @@ def main():
         steps = [json.loads(l) for l in open(os.path.join(args.workdir, "tz", "metrics.jsonl")) if '"train"' in l]
         train_s = sum(x["ms_per_step"] for x in steps) / 1e3
         print(f"tunezoo: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
-        rows.append(("tunezoo bert-classify", float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
-                     train_s / args.epochs, rss))
+        rows.append(("tunezoo", "tunezoo bert-classify", float(metrics.get("accuracy", "nan")),
+                     float(metrics.get("f1", "nan")), train_s / args.epochs, rss))
     if not args.skip_hf:
         hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + [
             "--model", args.model, "--workdir", args.workdir, "--task-dir", args.task_dir]
@@ -187,7 +188,7 @@ def main():
         if rc != 0:
             sys.exit(f"HF worker failed:\n{err[-3000:]}")
         r = json.loads(out.strip().splitlines()[-1])
-        rows.append(("HF Trainer (PyTorch)", r["accuracy"], r["f1"], r["s_per_epoch"], rss))
+        rows.append(("hf", "HF Trainer (PyTorch)", r["accuracy"], r["f1"], r["s_per_epoch"], rss))
     import torch
     import transformers
     print(f"\nPyTorch {torch.__version__}, transformers {transformers.__version__}")
@@ -195,9 +196,16 @@ def main():
     print(f"all-MiniLM-L6-v2 on {args.task}{subset}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
           f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads, {args.precision}")
     print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
-    for name, acc, f1, spe, rss in rows:
+    for _, name, acc, f1, spe, rss in rows:
         print(f"{name:24} {acc:8.4f} {f1:8.4f} {spe:9.1f} {rss:13.0f}")
     print("s/epoch: training steps only on both sides (tunezoo: the sum of its logged ms/step; HF: trainer.train())")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                       "task": args.task, "epochs": args.epochs, "train_rows": args.train_rows,
+                       "threads": args.threads, "precision": args.precision,
+                       "sides": {key: {"accuracy": acc, "f1": f1, "s_per_epoch": spe, "rss_mb": rss}
+                                 for key, _, acc, f1, spe, rss in rows}}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,13 @@ both sides load, then
   forward, backward, clip, AdamW step, timed the same way).
 - generation: --gen-rows source lines, --num-beams beams, --max-new-tokens; generated tokens per
   second, eos included, generation and decoding timed on both sides (loading is not).
+--precision bf16 runs t5-finetune with --precision bf16 and HF's forward passes (training and
+generation) under torch.autocast("cpu", dtype=torch.bfloat16); weights and AdamW stay fp32 on both.
 Needs torch + transformers; never needed to build or test tunezoo."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +30,7 @@ CONFIGS = {
     # name: (d_model, d_ff, layers, heads, d_kv)
     "t5-small": (512, 2048, 6, 8, 64),    # 6 layers, 512 wide: t5-small's shape
     "4x256": (256, 1024, 4, 4, 64),
+    "tiny": (64, 128, 2, 4, 16),          # not a benchmark: a seconds-long smoke test
 }
 
 
@@ -64,7 +68,8 @@ def hf_train(model_dir, src, tgt, args):
                   return_tensors="pt").input_ids
         lab[lab == tok.pad_token_id] = -100
         t0 = time.perf_counter()
-        loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -82,7 +87,7 @@ def hf_generate(model_dir, src, args):
     prefix = "translate English to German: "
     tokens = 0
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
         for start in range(0, len(src), args.batch_size):
             enc = tok([prefix + s for s in src[start:start + args.batch_size]], max_length=128, truncation=True,
                       padding=True, return_tensors="pt")
@@ -95,11 +100,12 @@ def hf_generate(model_dir, src, args):
 
 def tz_train(bin_path, model_dir, src_path, tgt_path, args, workdir):
     save = os.path.join(workdir, "tz_train_" + os.path.basename(model_dir))  # a fresh metrics.jsonl per config
+    shutil.rmtree(save, ignore_errors=True)  # t5-finetune appends to a metrics.jsonl it finds (a reused --workdir)
     cmd = [bin_path, src_path, tgt_path, "--val-src", src_path, "--val-tgt", tgt_path, "--model", model_dir,
            "--epochs", "1", "--batch-size", str(args.batch_size), "--lr", "5e-4", "--weight-decay", "0",
            "--dropout", "0.1", "--max-source-len", "128", "--max-target-len", "128", "--seed", str(args.seed),
            "--threads", str(args.threads), "--eval-interval", "-1", "--save-interval", "-1", "--log-interval", "1",
-           "--source-prefix", "translate English to German: ", "--save-dir", save]
+           "--source-prefix", "translate English to German: ", "--save-dir", save, "--precision", args.precision]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     steps = [json.loads(l) for l in open(os.path.join(save, "metrics.jsonl")) if '"train"' in l]
@@ -115,7 +121,7 @@ def tz_generate(bin_path, model_dir, src_path, args, workdir):
            "--max-new-tokens", str(args.max_new_tokens), "--eval-batch-size", str(args.batch_size),
            "--batch-size", str(args.batch_size), "--threads", str(args.threads), "--max-source-len", "128",
            "--source-prefix", "translate English to German: ", "--save-dir", os.path.join(workdir, "tz_pred_" + os.path.basename(model_dir)),
-           "--predict-out", os.path.join(workdir, "tz_pred.txt")]
+           "--predict-out", os.path.join(workdir, "tz_pred.txt"), "--precision", args.precision]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run(cmd, check=True, env=env, capture_output=True, text=True).stdout
     m = re.search(r"generated (\d+) tokens for \d+ inputs in ([0-9.]+) s", out)
@@ -138,10 +144,15 @@ def main():
                                                                     "../../assets/multi30k-en-de")),
                     help="Multi30k folder: train.en/train.de, else val.en/val.de (default assets/multi30k-en-de)")
     ap.add_argument("--skip-gen", action="store_true")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="both sides: t5-finetune's --precision, HF under torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--workdir", default="", help="models, data and tunezoo's runs go here (default: a temp dir)")
+    ap.add_argument("--json-out", default="", help="also write the results to this file as JSON")
     args = ap.parse_args()
     root = os.path.dirname(os.path.abspath(__file__))
     spiece = os.path.join(root, "../../assets/t5-spiece/spiece.model")
-    workdir = tempfile.mkdtemp(prefix="bench_t5_")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="bench_t5_")
+    os.makedirs(workdir, exist_ok=True)
     split = "train" if os.path.exists(os.path.join(args.data, "train.en")) else "val"
     src = open(os.path.join(args.data, split + ".en"), encoding="utf-8").read().rstrip("\n").split("\n")
     tgt = open(os.path.join(args.data, split + ".de"), encoding="utf-8").read().rstrip("\n").split("\n")
@@ -156,19 +167,28 @@ def main():
     print(f"PyTorch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, "
           f"batch {args.batch_size}, {len(src)} training pairs ({split}), generation {args.gen_rows} rows x "
           f"{args.num_beams} "
-          f"beams x {args.max_new_tokens} new tokens")
+          f"beams x {args.max_new_tokens} new tokens, {args.precision}")
+    results = {}
     for name in args.configs.split(","):
         model_dir = make_model(name, workdir, spiece)
         tz_ms, tz_steps = tz_train(args.bin, model_dir, src_path, tgt_path, args, workdir)
         hf_ms, hf_steps = hf_train(model_dir, src, tgt, args)
         print(f"{name:9} train  tunezoo {tz_ms:8.1f} ms/step ({tz_steps} steps)  HF {hf_ms:8.1f} ms/step "
               f"({hf_steps} steps)  speedup x{hf_ms / tz_ms:.2f}", flush=True)
+        results[name] = {"tunezoo_ms_per_step": tz_ms, "tunezoo_steps": tz_steps,
+                         "hf_ms_per_step": hf_ms, "hf_steps": hf_steps}
         if args.skip_gen:
             continue
         tz_tps, tz_tok = tz_generate(args.bin, model_dir, gen_path, args, workdir)
         hf_tps, hf_tok = hf_generate(model_dir, src[:args.gen_rows], args)
         print(f"{name:9} generate tunezoo {tz_tps:8.1f} tok/s ({tz_tok} tokens)  HF {hf_tps:8.1f} "
               f"tok/s ({hf_tok} tokens)  speedup x{tz_tps / hf_tps:.2f}", flush=True)
+        results[name].update(tunezoo_tok_per_s=tz_tps, tunezoo_tokens=tz_tok, hf_tok_per_s=hf_tps, hf_tokens=hf_tok)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                       "threads": args.threads, "precision": args.precision, "batch_size": args.batch_size,
+                       "rows": len(src), "split": split, "configs": results}, f, indent=1)
 
 
 if __name__ == "__main__":
