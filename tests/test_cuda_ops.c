@@ -764,6 +764,61 @@ static void test_precision(void) {
     TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
 }
 
+/* The fused linear ops (cuBLASLt's BIAS, GELU_AUX_BIAS, BGRADB and DGELU_BGRAD epilogues where
+ * the CUDA backend fuses) against the CPU's composition of the plain ops, in fp32 and bf16; F is
+ * a multiple of 8 (the epilogues' rule) for GELU tanh, and GELU erf (never fused: cuBLASLt's
+ * GELU is the tanh form) and an F of 100 take the composed path on CUDA too. */
+static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
+    const size_t N = 48;
+    const int C = 64;
+    const float tol = dtype == RT_F32 ? RTOL : 1.0f / 128;
+    char what[128];
+    if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
+    dbuf X = dbuf_rand(N * C, 1.0f, 0.0f), W = dbuf_rand((size_t)F * C, 0.2f, 0.0f), b = dbuf_rand(F, 0.5f, 0.0f);
+    dbuf pre = dbuf_zero(N * F), out = dbuf_zero(N * F), plain = dbuf_zero(N * F);
+    rt_linear_fwd(g_cpu, out.c, pre.c, X.c, W.c, b.c, N, C, F, &act);
+    rt_linear_fwd(g_gpu, out.g, pre.g, X.g, W.g, b.g, N, C, F, &act);
+    rt_linear_fwd(g_cpu, NULL, plain.c, X.c, W.c, b.c, N, C, F, NULL);
+    rt_linear_fwd(g_gpu, NULL, plain.g, X.g, W.g, b.g, N, C, F, NULL);
+    snprintf(what, sizeof what, "%s linear_fwd act %d F %d: pre", rt_dtype_name(dtype), (int)act, F);
+    dbuf_check(what, &pre, GEMM_ATOL, tol);
+    snprintf(what, sizeof what, "%s linear_fwd act %d F %d: out", rt_dtype_name(dtype), (int)act, F);
+    dbuf_check(what, &out, GEMM_ATOL, tol);
+    snprintf(what, sizeof what, "%s linear_fwd (bias only) F %d", rt_dtype_name(dtype), F);
+    dbuf_check(what, &plain, GEMM_ATOL, tol);
+    /* backward: dW and db accumulate onto what is there */
+    dbuf dY = dbuf_rand(N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f), db = dbuf_rand(F, 1.0f, 0.0f);
+    rt_linear_wgrad(g_cpu, dW.c, db.c, dY.c, X.c, N, C, F);
+    rt_linear_wgrad(g_gpu, dW.g, db.g, dY.g, X.g, N, C, F);
+    snprintf(what, sizeof what, "%s linear_wgrad F %d: dW", rt_dtype_name(dtype), F);
+    dbuf_check(what, &dW, GEMM_ATOL, tol);
+    snprintf(what, sizeof what, "%s linear_wgrad F %d: db", rt_dtype_name(dtype), F);
+    dbuf_check(what, &db, GEMM_ATOL, GEMM_RTOL);
+    /* the FFN's down projection W2 (C, F): dpre = act'(pre) * (dY2 W2), db1 += column sums */
+    dbuf dY2 = dbuf_rand(N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f), dpre = dbuf_zero(N * F);
+    dbuf_sync_from_cpu(&pre); /* the same pre-activations on both */
+    rt_linear_dact(g_cpu, dpre.c, db.c, dY2.c, W2.c, pre.c, N, F, C, act);
+    rt_linear_dact(g_gpu, dpre.g, db.g, dY2.g, W2.g, pre.g, N, F, C, act);
+    snprintf(what, sizeof what, "%s linear_dact act %d F %d: dpre", rt_dtype_name(dtype), (int)act, F);
+    dbuf_check(what, &dpre, GEMM_ATOL, tol);
+    snprintf(what, sizeof what, "%s linear_dact act %d F %d: db", rt_dtype_name(dtype), (int)act, F);
+    dbuf_check(what, &db, GEMM_ATOL, tol);
+    dbuf *all[] = {&X, &W, &b, &pre, &out, &plain, &dY, &dW, &db, &dY2, &W2, &dpre};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
+}
+
+static void test_linear(void) {
+    const rt_dtype dtypes[2] = {RT_F32, RT_BF16};
+    for (int d = 0; d < 2; d++) {
+        test_linear_case(dtypes[d], RT_ACT_GELU_TANH, 96);
+        test_linear_case(dtypes[d], RT_ACT_GELU_ERF, 96);
+        test_linear_case(dtypes[d], RT_ACT_GELU_TANH, 100);
+    }
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -793,6 +848,7 @@ int main(void) {
     test_adamw();
     test_sumsq();
     test_precision();
+    test_linear();
 
     rt_backend_free(g_cpu);
     rt_backend_free(g_gpu);

@@ -1,5 +1,5 @@
-/* The CUDA backend: the rt_backend_ops table over device memory, with GEMM from cuBLAS and
- * the other kernels in the sibling .cu files. It is checked op by op against the CPU
+/* The CUDA backend: the rt_backend_ops table over device memory, with GEMMs from cuBLASLt
+ * (cuda_lt.cu; attention's own from cuBLAS) and the other kernels in the sibling .cu files. It is checked op by op against the CPU
  * backend (tests/test_cuda_ops.c), so this first version favours plain, obviously correct
  * kernels and exact fp32 GEMM (no TF32) over speed.
  *
@@ -118,6 +118,9 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->set_matmul_precision = rt_cuda_set_matmul_precision;
     o->round_to = rt_cuda_round_to;
     o->gemm = rt_cuda_gemm_op;
+    o->linear_fwd = rt_cuda_linear_fwd;
+    o->linear_wgrad = rt_cuda_linear_wgrad;
+    o->linear_dact = rt_cuda_linear_dact;
     o->layernorm_fwd = rt_cuda_layernorm_fwd;
     o->layernorm_bwd = rt_cuda_layernorm_bwd;
     o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
@@ -197,6 +200,10 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
         RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
                 cublasGetStatusString(bs));
     have_cublas = true;
+    bs = cublasLtCreate(&c->cublaslt);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasLtCreate failed: %s", device, prop.name,
+                cublasGetStatusString(bs));
     /* Plain fp32 (the default mode never uses TF32 tensor cores for Sgemm; set explicitly
      * so nothing inherited changes it) so results track the CPU backend within fp32
      * rounding. TF32 can come once the model tests pin their tolerances. */
@@ -212,6 +219,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     return RT_OK;
 fail:
     if (have_cublas) cublasDestroy(c->cublas);
+    if (c && c->cublaslt) cublasLtDestroy(c->cublaslt);
     free(c);
     free(be);
     return st;
@@ -225,6 +233,7 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
         CUDA_CHECK(cudaDeviceSynchronize());
         for (int i = 0; i < RT_CUDA_SCRATCH_COUNT; i++) CUDA_CHECK(cudaFree(c->scratch[i]));
         CUBLAS_CHECK(cublasDestroy(c->cublas));
+        CUBLAS_CHECK(cublasLtDestroy(c->cublaslt));
         free(c);
     }
     free(be);

@@ -1,9 +1,8 @@
 /* The CUDA side of the compute precision (rt_set_precision in runtime/rt_backend.h): rounding
- * stored activations to bf16 or fp16 in place, and the matmuls with bf16 or fp16 inputs and fp32
- * accumulation. The inputs are converted by our kernel (to nearest even, as the CPU backend's
- * rt_f32_to_bf16 and rt_round_f16), then cuBLAS multiplies 16-bit A and B into an fp32 C with
- * CUBLAS_COMPUTE_32F, so both backends round at the same points. Attention's internal GEMMs stay
- * fp32 (rt_cuda_gemm), as the CPU's do. */
+ * stored activations to bf16 or fp16 in place, and the 16-bit copies of a matmul's inputs,
+ * converted by our kernel (to nearest even, as the CPU backend's rt_f32_to_bf16 and
+ * rt_round_f16), which cuda_lt.cu multiplies into fp32 with CUBLAS_COMPUTE_32F, so both backends
+ * round at the same points. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -46,8 +45,7 @@ rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
     return RT_OK;
 }
 
-/* X (rows x cols, row stride ld) as a packed 16-bit matrix in scratch slot `slot`. */
-static const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld) {
+const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld) {
     const size_t n = (size_t)rows * cols;
     void *out = rt_cuda_scratch(c, slot, n * 2);
     if (c->matmul == RT_BF16)
@@ -58,28 +56,4 @@ static const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X,
                                                                                    cols, (size_t)ld);
     CUDA_LAUNCH_CHECK();
     return out;
-}
-
-/* The ops table's gemm: rt_cuda_gemm in fp32, else 16-bit inputs with fp32 accumulation and an
- * fp32 C (row-major to cuBLAS's column-major as rt_cuda_gemm explains: B first, A second). */
-void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                     size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
-                     size_t stride_c, int batch) {
-    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    if (c->matmul == RT_F32 || K == 0) {
-        rt_cuda_gemm(ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
-                     batch);
-        return;
-    }
-    RT_CHECK(M >= 0 && N >= 0 && batch >= 0, "M=%d N=%d K=%d batch=%d", M, N, K, batch);
-    RT_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, "lda=%d ldb=%d ldc=%d", lda, ldb, ldc);
-    const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-    const cudaDataType_t in = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    for (int b = 0; b < batch && M > 0 && N > 0; b++) {
-        const void *A16 = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_A, A + (size_t)b * stride_a, a_rows, a_cols, lda);
-        const void *B16 = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_B, B + (size_t)b * stride_b, b_rows, b_cols, ldb);
-        CUBLAS_CHECK(cublasGemmEx(c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  N, M, K, &alpha, B16, in, b_cols, A16, in, a_cols, &beta, C + (size_t)b * stride_c,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
 }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -63,6 +64,8 @@ enum {
     RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
     RT_CUDA_SCRATCH_GEMM_B,
+    RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
+    RT_CUDA_SCRATCH_BGRAD,      /* a bias gradient an epilogue writes, before it is added */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -72,6 +75,7 @@ typedef struct {
     int sm_major, sm_minor; /* compute capability */
     rt_dtype matmul;        /* the matmuls' input precision (cuda_precision.cu) */
     cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt;
     void *scratch[RT_CUDA_SCRATCH_COUNT];
     size_t scratch_bytes[RT_CUDA_SCRATCH_COUNT];
 } rt_cuda_ctx;
@@ -146,9 +150,19 @@ void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, fl
                   const float *A, int lda, size_t stride_a, const float *B, int ldb,
                   size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch);
 
-/* cuda_precision.cu: the compute precision's rounding and 16-bit-input matmuls. */
+/* cuda_precision.cu: the compute precision's rounding, and X (rows x cols, row stride ld)
+ * converted to a packed bf16 or fp16 matrix (c->matmul) in scratch slot `slot`. */
 void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
 rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype);
+const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld);
+
+/* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included. */
+bool rt_cuda_linear_fwd(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
+                        int in, int out_f, const rt_act_kind *act);
+bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, const float *dY, const float *X, size_t N, int in,
+                          int out_f);
+bool rt_cuda_linear_dact(void *ctx, float *dpre, float *db, const float *dY, const float *W, const float *pre,
+                         size_t N, int in, int out_f, rt_act_kind act);
 void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                      size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
                      size_t stride_c, int batch);
