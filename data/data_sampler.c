@@ -30,6 +30,40 @@ void data_sampler_permutation(uint64_t seed, uint64_t epoch, bool shuffle, size_
     }
 }
 
+/* An example and its place in the shuffled order, for a stable longest-first sort. */
+typedef struct {
+    int32_t length, index;
+    size_t place;
+} sampler_key;
+
+static int by_length_desc(const void *a, const void *b) {
+    const sampler_key *x = a, *y = b;
+    if (x->length != y->length) return x->length > y->length ? -1 : 1;
+    return x->place < y->place ? -1 : x->place > y->place; /* stable: Python's sorted keeps ties in order */
+}
+
+void data_sampler_group_by_length(int32_t *order, size_t n, const int32_t *lengths, int group_by) {
+    RT_CHECK(group_by > 0, "group_by=%d", group_by);
+    if (n == 0) return;
+    size_t mult = n / ((size_t)group_by * 4);
+    if (mult > 50) mult = 50;
+    if (mult == 0) mult = 1;
+    const size_t mega = mult * (size_t)group_by;
+    sampler_key *keys = rt_xmalloc((mega < n ? mega : n) * sizeof *keys);
+    size_t longest = 0; /* the start of the megabatch whose first (longest) example is the longest of all */
+    for (size_t lo = 0; lo < n; lo += mega) {
+        const size_t m = n - lo < mega ? n - lo : mega;
+        for (size_t k = 0; k < m; k++) keys[k] = (sampler_key){lengths[order[lo + k]], order[lo + k], k};
+        qsort(keys, m, sizeof *keys, by_length_desc);
+        for (size_t k = 0; k < m; k++) order[lo + k] = keys[k].index;
+        if (lengths[order[lo]] > lengths[order[longest]]) longest = lo; /* the first maximum, as torch.argmax */
+    }
+    free(keys);
+    const int32_t t = order[0];
+    order[0] = order[longest];
+    order[longest] = t;
+}
+
 rt_status data_sampler_init(size_t n_examples, const data_sampler_opts *opts, data_sampler **out) {
     rt_status st = RT_OK;
     data_sampler *s = NULL;
@@ -38,6 +72,9 @@ rt_status data_sampler_init(size_t n_examples, const data_sampler_opts *opts, da
         RT_FAIL(RT_ERR_CONFIG, "sampler: %zu examples, expected at most %d", n_examples, INT32_MAX);
     if (opts->world < 1 || opts->rank < 0 || opts->rank >= opts->world)
         RT_FAIL(RT_ERR_CONFIG, "sampler: rank %d of world %d, expected 0 <= rank < world", opts->rank, opts->world);
+    if (opts->group_by < 0 || (opts->group_by > 0 && !opts->lengths))
+        RT_FAIL(RT_ERR_CONFIG, "sampler: grouping by length needs the lengths and a group size > 0 (got %d)",
+                opts->group_by);
     s = rt_xcalloc(1, sizeof *s);
     s->n = n_examples;
     s->opts = *opts;
@@ -59,6 +96,7 @@ void data_sampler_free(data_sampler *s) {
 static void sampler_ensure_order(data_sampler *s) {
     if (s->order_valid && s->order_epoch == s->epoch) return;
     data_sampler_permutation(s->opts.seed, s->epoch, s->opts.shuffle, s->n, s->order);
+    if (s->opts.group_by > 0) data_sampler_group_by_length(s->order, s->n, s->opts.lengths, s->opts.group_by);
     s->order_epoch = s->epoch;
     s->order_valid = true;
 }

@@ -14,7 +14,15 @@
  * fewer examples than another, or none, in the last batch of an epoch.
  *
  * position counts global examples consumed in the current epoch, so a run may resume with a
- * different batch size or world size and still continue at the next unseen example. */
+ * different batch size or world size and still continue at the next unseen example.
+ *
+ * Length grouping (--group-by-length) has the semantics of HF's LengthGroupedSampler
+ * (transformers' get_length_grouped_indices): the epoch's shuffled order is cut into
+ * megabatches of min(n / (4 g), 50) (at least 1) groups of g examples, each megabatch is sorted
+ * by length, longest first (ties keep their shuffled order), and the longest example of all
+ * moves to the front, so the first batch is the largest one and a shortage of memory shows at
+ * once. It is still a pure function of (seed, epoch, lengths, g); a resume with another g
+ * regroups the epoch. */
 #ifndef DATA_SAMPLER_H
 #define DATA_SAMPLER_H
 
@@ -31,6 +39,9 @@ typedef struct {
     bool shuffle;   /* false: 0..n-1 every epoch */
     bool drop_last; /* true: an epoch's last global batch is skipped when it is not full */
     int rank, world; /* this process's data-parallel rank and the data-parallel size (0, 1 by default) */
+    const int32_t *lengths; /* (n) with group_by > 0: each example's length; read while the sampler lives */
+    int group_by;           /* > 0: group by length in megabatches of this many examples' groups (HF passes
+                             * its batch size times gradient accumulation); 0: plain shuffle */
 } data_sampler_opts;
 
 /* What a checkpoint stores. n_examples and seed are stored to catch a resume on other data. */
@@ -65,5 +76,7 @@ void data_sampler_set_epoch(data_sampler *s, uint64_t epoch);
 /* The order of epoch for n examples (order has n entries): the permutation the sampler
  * walks. Exposed for tests and for tools that want to reproduce a run's data order. */
 void data_sampler_permutation(uint64_t seed, uint64_t epoch, bool shuffle, size_t n, int32_t *order);
+/* Regroups an order of n examples by length in place, as above (group_by > 0). */
+void data_sampler_group_by_length(int32_t *order, size_t n, const int32_t *lengths, int group_by);
 
 #endif

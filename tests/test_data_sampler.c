@@ -1,6 +1,9 @@
 /* The seeded sampler: each epoch is a permutation, a pure function of (seed, epoch); resume
  * from a saved (epoch, position) continues exactly; rank shards at world sizes 1, 2 and 4
- * give the same global batches; drop_last and shuffle off behave as documented. */
+ * give the same global batches; drop_last and shuffle off behave as documented. Length
+ * grouping gives HF's get_length_grouped_indices order for the same shuffled order (the golden
+ * from scripts/golden/gen_length_grouped_golden.py), and through the sampler it is still a
+ * permutation that resumes exactly and shards like the plain one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +15,7 @@
 #define BS 8
 
 static data_sampler *make(uint64_t seed, bool shuffle, bool drop_last, int rank, int world) {
-    data_sampler_opts o = {seed, shuffle, drop_last, rank, world};
+    data_sampler_opts o = {.seed = seed, .shuffle = shuffle, .drop_last = drop_last, .rank = rank, .world = world};
     data_sampler *s = NULL;
     TZ_EXPECT_OK(data_sampler_init(N, &o, &s));
     if (!s) exit(1);
@@ -136,7 +139,7 @@ static void test_resume(void) {
     TZ_EXPECT(data_sampler_set_state(s, &bad) == RT_ERR_CONFIG, "position past the end refused");
     data_sampler_free(s);
 
-    data_sampler_opts o = {1, true, false, 2, 2};
+    data_sampler_opts o = {.seed = 1, .shuffle = true, .drop_last = false, .rank = 2, .world = 2};
     TZ_EXPECT(data_sampler_init(N, &o, &s) == RT_ERR_CONFIG && s == NULL, "rank >= world refused");
 }
 
@@ -190,7 +193,86 @@ static void test_shards(void) {
               sizes[1], sizes[2], sizes[3]);
 }
 
+/* tests/golden/length-grouped/cases.txt: "n group_by", lengths, the shuffled order, HF's order. */
+static void test_group_golden(void) {
+    FILE *f = fopen(tz_source_path("tests/golden/length-grouped/cases.txt"), "r");
+    TZ_EXPECT(f != NULL, "no golden file");
+    if (!f) return;
+    int cases = 0, c;
+    while ((c = fgetc(f)) == '#')
+        while ((c = fgetc(f)) != '\n' && c != EOF) {
+        }
+    ungetc(c, f);
+    size_t n;
+    int g;
+    while (fscanf(f, "%zu %d", &n, &g) == 2) {
+        int32_t *len = malloc(n * 4), *order = malloc(n * 4), *want = malloc(n * 4);
+        bool ok = true;
+        for (size_t i = 0; i < n; i++) ok &= fscanf(f, "%d", &len[i]) == 1;
+        for (size_t i = 0; i < n; i++) ok &= fscanf(f, "%d", &order[i]) == 1;
+        for (size_t i = 0; i < n; i++) ok &= fscanf(f, "%d", &want[i]) == 1;
+        TZ_EXPECT(ok, "case %d is cut short", cases);
+        data_sampler_group_by_length(order, n, len, g);
+        size_t first = n;
+        for (size_t i = 0; i < n && first == n; i++)
+            if (order[i] != want[i]) first = i;
+        TZ_EXPECT(first == n, "n %zu group %d: position %zu is example %d, HF's is %d", n, g, first,
+                  first < n ? order[first] : -1, first < n ? want[first] : -1);
+        free(len), free(order), free(want);
+        cases++;
+    }
+    fclose(f);
+    TZ_EXPECT(cases == 5, "%d golden cases, expected 5", cases);
+}
+
+/* Through the sampler: every epoch a permutation, the longest example first, resume exact, and
+ * the dp shards' union the global batch. */
+static void test_group_sampler(void) {
+    int32_t len[N];
+    for (int i = 0; i < N; i++) len[i] = 5 + (i * 37) % 60;
+    data_sampler_opts o = {.seed = 9, .shuffle = true, .rank = 0, .world = 1, .lengths = len, .group_by = BS};
+    data_sampler *s = NULL, *r = NULL;
+    TZ_EXPECT_OK(data_sampler_init(N, &o, &s));
+    int32_t ep[2][N];
+    int nb;
+    for (int e = 0; e < 2; e++) {
+        TZ_EXPECT(run_epoch(s, BS, ep[e], &nb) == N && is_permutation(ep[e], N), "grouped epoch %d", e);
+        TZ_EXPECT(len[ep[e][0]] == 64, "epoch %d starts with length %d, not the longest (64)", e, len[ep[e][0]]);
+    }
+    TZ_EXPECT(memcmp(ep[0], ep[1], sizeof ep[0]) != 0, "two epochs grouped the same");
+    /* resume in the middle of epoch 1 */
+    TZ_EXPECT_OK(data_sampler_init(N, &o, &r));
+    data_sampler_state st = {1, 5 * BS, N, 9};
+    TZ_EXPECT_OK(data_sampler_set_state(r, &st));
+    int32_t rest[N];
+    int got = run_epoch(r, BS, rest, &nb);
+    TZ_EXPECT(got == N - 5 * BS && memcmp(rest, ep[1] + 5 * BS, (size_t)got * 4) == 0, "grouped resume");
+    data_sampler_free(r);
+    /* two dp ranks: their slices of each global batch, in rank order, are the one-rank batch */
+    data_sampler *sh[2];
+    for (int k = 0; k < 2; k++) {
+        data_sampler_opts ok = o;
+        ok.rank = k, ok.world = 2;
+        TZ_EXPECT_OK(data_sampler_init(N, &ok, &sh[k]));
+        data_sampler_set_epoch(sh[k], 0);
+    }
+    int pos = 0, bad = 0, c0, c1;
+    int32_t i0[BS], i1[BS];
+    while (data_sampler_next_batch(sh[0], BS, i0, &c0) && data_sampler_next_batch(sh[1], BS, i1, &c1)) {
+        for (int k = 0; k < c0; k++) bad += i0[k] != ep[0][pos++];
+        for (int k = 0; k < c1; k++) bad += i1[k] != ep[0][pos++];
+    }
+    TZ_EXPECT(bad == 0 && pos == N, "dp shards: %d differ, %d of %d seen", bad, pos, N);
+    for (int k = 0; k < 2; k++) data_sampler_free(sh[k]);
+    data_sampler_opts bad_opts = o;
+    bad_opts.lengths = NULL;
+    TZ_EXPECT(data_sampler_init(N, &bad_opts, &r) == RT_ERR_CONFIG, "grouping without lengths is refused");
+    data_sampler_free(s);
+}
+
 int main(void) {
+    test_group_golden();
+    test_group_sampler();
     test_epochs();
     test_resume();
     test_shards();
