@@ -13,6 +13,7 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
+#include "data/data_cache.h"
 #include "data/data_collate.h"
 #include "data/data_dataset.h"
 #include "data/data_glue.h"
@@ -372,6 +373,50 @@ static void gc_grid_uncount(const rt_grid *owned, rt_grid *view) {
 
 /* ---- --predict ---- */
 
+/* What the train and dev sets are made from, for the tokenized cache. */
+typedef struct {
+    const data_glue_task *task;
+    const char *data_dir, *train_path;
+    const tok_tokenizer *tok;
+} gc_build_ctx;
+
+/* The cache key: the task, its train and dev files, the tokenizer's files and --max-len. */
+static rt_status gc_cache_key(const gc_build_ctx *b, const char *tokenizer_path, data_cache_key *key) {
+    rt_status st = RT_OK;
+    data_cache_key_init(key, "glue-pairs");
+    data_cache_key_int(key, DATA_CACHE_TOKENS_REVISION);
+    data_cache_key_str(key, b->task->name);
+    data_cache_key_int(key, O.max_len);
+    RT_TRY(data_cache_key_tokenizer(key, tokenizer_path));
+    RT_TRY(data_cache_key_file(key, b->train_path));
+    for (int k = 0; k < b->task->n_dev; k++)
+        for (int f = 0; f < DATA_GLUE_MAX_FILES && b->task->dev[k].files[f]; f++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", b->data_dir, b->task->dev[k].files[f]);
+            RT_TRY(data_cache_key_file(key, path));
+        }
+fail:
+    return st;
+}
+
+/* data_cache_build_fn: sets[0] = train, sets[1 + k] = dev split k. */
+static rt_status gc_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
+    const gc_build_ctx *b = ctx;
+    rt_status st = RT_OK;
+    data_examples ex = {0};
+    for (int s = 0; s < n_sets; s++) {
+        if (s == 0)
+            RT_TRY(data_glue_load(b->task, b->train_path, true, &ex));
+        else
+            RT_TRY(data_glue_load_split(b->task, b->data_dir, &b->task->dev[s - 1], true, &ex));
+        RT_TRY(data_tokenize_pairs(&ex, b->tok, (int)O.max_len, &sets[s]));
+        data_examples_free(&ex);
+    }
+fail:
+    data_examples_free(&ex);
+    return st;
+}
+
 static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *tok, const data_glue_task *task,
                                  int32_t pad,
                                  const rt_grid *grid) {
@@ -469,7 +514,6 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     tok_tokenizer *tok = NULL;
     rt_backend *be = NULL;
     glue_model gm = {0};
-    data_examples train_ex = {0}, dev_ex[DATA_GLUE_MAX_SPLITS] = {{0}};
     data_tokenized train = {0}, dev[DATA_GLUE_MAX_SPLITS] = {{0}};
     data_loader *loader = NULL;
     gc_eval ev[DATA_GLUE_MAX_SPLITS] = {{0}};
@@ -526,20 +570,24 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     task = data_glue_task_for_dir(task, data_dir); /* CoLA: its release layout or GLUE's */
     RT_TRY(data_glue_check_dir(task, data_dir));
     snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
-    RT_TRY(data_glue_load(task, train_path, true, &train_ex));
-    RT_TRY(data_tokenize_pairs(&train_ex, tok, (int)O.max_len, &train));
+    /* train and every dev split, tokenized, or read back from the cache */
+    data_tokenized sets[1 + DATA_GLUE_MAX_SPLITS] = {{0}};
+    gc_build_ctx bc = {task, data_dir, train_path, tok};
+    data_cache_key key;
+    RT_TRY(gc_cache_key(&bc, src.tokenizer, &key));
+    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, gc_build_sets, &bc,
+                                  sets);
+    train = sets[0];
+    for (int k = 0; k < task->n_dev; k++) dev[k] = sets[1 + k];
+    if (st != RT_OK) goto fail;
     size_t dev_rows = 0;
-    for (n_dev = 0; n_dev < task->n_dev; n_dev++) {
-        RT_TRY(data_glue_load_split(task, data_dir, &task->dev[n_dev], true, &dev_ex[n_dev]));
-        RT_TRY(data_tokenize_pairs(&dev_ex[n_dev], tok, (int)O.max_len, &dev[n_dev]));
-        dev_rows += dev[n_dev].n;
-    }
+    for (n_dev = 0; n_dev < task->n_dev; n_dev++) dev_rows += dev[n_dev].n;
     rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows%s, from %s", task->name, train.n,
                 train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
 
     /* --batch-size is the global batch: each dp rank collates its slice of it */
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
-                               .world = grid->dp_size};
+                               .world = grid->dp_size, .lengths = train.lengths, .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, pad_multiple, &loader));
     for (int k = 0; k < n_dev; k++) {
         gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp_host);
@@ -577,8 +625,6 @@ fail:
     rt_backend_free(be);
     data_tokenized_free(&train);
     for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_tokenized_free(&dev[k]);
-    data_examples_free(&train_ex);
-    for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_examples_free(&dev_ex[k]);
     tok_free(tok);
     if (counting) gc_grid_uncount(&grid_storage, &grid_view);
     rt_grid_free(&grid_storage);

@@ -11,6 +11,7 @@
 
 #include "apps/common/deepspeed_config.h"
 #include "checkpoints/ckpt_atomic.h"
+#include "data/data_cache.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_run_lock.h"
@@ -36,6 +37,16 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          "constant|linear|cosine", 0, 0},
         {"clip", RT_OPT_FLOAT, &o->clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
         {"pad-to-8", RT_OPT_FLAG, &o->pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
+        {"cache-dir", RT_OPT_STRING, &o->cache_dir, NULL, "DIR",
+         "where tokenized datasets are cached for the next run with the same data, tokenizer and options "
+         "(default $XDG_CACHE_HOME/tunezoo or ~/.cache/tunezoo)",
+         NULL, 0, 0},
+        {"no-cache", RT_OPT_FLAG, &o->no_cache, "false", NULL, "tokenize every time; read and write no cache", NULL, 0,
+         0},
+        {"group-by-length", RT_OPT_FLAG, &o->group_by_length, "false", NULL,
+         "batch examples of similar length (HF's LengthGroupedSampler: megabatches of up to 50 batches, each sorted "
+         "longest first), so less padding is computed",
+         NULL, 0, 0},
         {"seed", RT_OPT_INT, &o->seed, "42", NULL, "seed for init, data order and dropout", NULL, 0, 9e15},
         {"eval-interval", RT_OPT_INT, &o->eval_interval, "0", NULL,
          "evaluate every N steps and at each epoch's end (0 = epoch ends only, -1 = never)", NULL, -1, 1e12},
@@ -102,6 +113,15 @@ void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
     };
     memcpy(opts + *n, ckpt, sizeof ckpt);
     *n += TRAIN_APP_N_CHECKPOINT_OPTS;
+}
+
+const char *train_app_cache_dir(const train_app_opts *o) {
+    if (o->no_cache) return NULL;
+    return o->cache_dir ? o->cache_dir : data_cache_default_dir();
+}
+
+int train_app_group_by(const train_app_opts *o) {
+    return o->group_by_length ? (int)(o->batch_size * o->grad_accum) : 0;
 }
 
 int train_app_checkpoint_layers(const train_app_opts *o) {

@@ -17,12 +17,12 @@
 #include "models/trainable.h"
 
 typedef struct {
-    const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision;
+    const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads, tp, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
         min_loss_scale;
-    bool resume, pad8, offload_optimizer;
+    bool resume, pad8, offload_optimizer, group_by_length, no_cache;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
 } train_app_opts;
@@ -33,7 +33,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 34
+#define TRAIN_APP_N_OPTS 37
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the
@@ -44,6 +44,12 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
  * for the programs whose models implement it; TRAIN_APP_N_CHECKPOINT_OPTS more entries. */
 #define TRAIN_APP_N_CHECKPOINT_OPTS 2
 void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n);
+/* The sampler's group_by (data_sampler.h) from --group-by-length: HF groups megabatches of its
+ * batch size times the gradient accumulation; 0 when off. */
+int train_app_group_by(const train_app_opts *o);
+/* The tokenized cache's folder (data/data_cache.h): --cache-dir, else the default; NULL with
+ * --no-cache (or no default). */
+const char *train_app_cache_dir(const train_app_opts *o);
 /* The models' checkpoint_layers from those options: 0 when off, else K. */
 int train_app_checkpoint_layers(const train_app_opts *o);
 

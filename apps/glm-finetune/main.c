@@ -461,6 +461,17 @@ static int glm_max_len(const data_glm_rows *r) {
     return T;
 }
 
+/* Each example's length for --group-by-length: its longest row (choice tasks have several). */
+static int32_t *glm_example_lengths(const data_glm_rows *r) {
+    int32_t *len = rt_xcalloc((size_t)r->n_examples + 1, sizeof *len);
+    for (int e = 0; e < r->n_examples; e++)
+        for (int k = 0; k < r->rows_per_example; k++) {
+            const int row = r->first_row[e] + k;
+            if (row < r->n_rows && r->rows[row].len > len[e]) len[e] = r->rows[row].len;
+        }
+    return len;
+}
+
 static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[2] = {NULL, NULL};
@@ -473,6 +484,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     data_lines src = {0}, tgt = {0}, vsrc = {0}, vtgt = {0};
     data_glm_rows train = {0}, val = {0};
     data_sampler *sampler = NULL;
+    int32_t *example_len = NULL; /* read by the sampler while it lives */
     char *options_json = NULL;
     rt_grid grid = {0};
     glm_trainer tr = {0};
@@ -549,7 +561,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(glm_build_model(be, grid.tp, tok, max_B, max_T, &model));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
-    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank, .world = grid.dp_size};
+    example_len = glm_example_lengths(&train);
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank, .world = grid.dp_size,
+                               .lengths = example_len, .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_sampler_init((size_t)train.n_examples, &sopts, &sampler));
     glm_data gd = {.rows = &train, .sampler = sampler, .batch_size = (int)O.t.batch_size};
     tr = (glm_trainer){.model = model, .train = &train, .pad_id = ev.sp.eos};
@@ -596,6 +610,7 @@ fail:
     data_glm_batch_free(&ev.buf);
     glm_decoder_free(ev.decoder);
     data_sampler_free(sampler);
+    free(example_len);
     glm_model_free(model);
     rt_backend_free(be);
     data_glm_rows_free(&train);

@@ -15,6 +15,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_collate.h"
+#include "data/data_cache.h"
 #include "data/data_loader.h"
 #include "data/data_seq2seq.h"
 #include "metrics/metric_bleu.h"
@@ -398,6 +399,25 @@ fail:
 
 /* ---- main ---- */
 
+/* What the tokenized sets are made from, for the cache. */
+typedef struct {
+    const data_lines *src, *tgt;
+    size_t n_train;
+    const data_lines *vs, *vt;
+    size_t v_begin;
+    const tok_tokenizer *tok;
+    const data_seq2seq_opts *so;
+} t5_build_ctx;
+
+/* data_cache_build_fn: train sources, train targets, validation sources, validation targets. */
+static rt_status t5_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
+    const t5_build_ctx *b = ctx;
+    RT_CHECK(n_sets == 4, "t5 sets: %d", n_sets);
+    rt_status st = data_seq2seq_tokenize(b->src, b->tgt, 0, b->n_train, b->tok, b->so, &sets[0], &sets[1]);
+    if (st == RT_OK) st = data_seq2seq_tokenize(b->vs, b->vt, b->v_begin, b->vs->n, b->tok, b->so, &sets[2], &sets[3]);
+    return st;
+}
+
 static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[2] = {NULL, NULL};
@@ -462,14 +482,33 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         n_train = src_lines.n - n_val;
         v_begin = n_train;
     }
-    RT_TRY(data_seq2seq_tokenize(&src_lines, &tgt_lines, 0, n_train, tok, &so, &train_src, &train_tgt));
-    RT_TRY(data_seq2seq_tokenize(vs, vt, v_begin, vs->n, tok, &so, &val_src, &val_tgt));
+    /* tokenized, or read back from the cache */
+    t5_build_ctx bc = {&src_lines, &tgt_lines, n_train, vs, vt, v_begin, tok, &so};
+    data_cache_key key;
+    data_cache_key_init(&key, "seq2seq-pairs");
+    data_cache_key_int(&key, DATA_CACHE_TOKENS_REVISION);
+    data_cache_key_int(&key, (int64_t)n_train);
+    data_cache_key_int(&key, (int64_t)v_begin);
+    data_cache_key_str(&key, so.source_prefix);
+    data_cache_key_int(&key, so.lowercase);
+    data_cache_key_int(&key, so.max_source_len);
+    data_cache_key_int(&key, so.max_target_len);
+    RT_TRY(data_cache_key_tokenizer(&key, tok_path));
+    const char *key_files[4] = {pos[0], pos[1], O.val_src, O.val_tgt};
+    for (int k = 0; k < 4; k++)
+        if (key_files[k]) RT_TRY(data_cache_key_file(&key, key_files[k]));
+    data_tokenized sets[4] = {{0}};
+    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, "seq2seq data", 4, t5_build_sets, &bc, sets);
+    train_src = sets[0], train_tgt = sets[1], val_src = sets[2], val_tgt = sets[3];
+    if (st != RT_OK) goto fail;
     rt_log_info("data: train %zu pairs (%zu sources, %zu targets truncated), validation %zu pairs%s", train_src.n,
                 train_src.n_truncated, train_tgt.n_truncated, val_src.n,
                 O.val_src ? "" : " held out from the end of SRC/TGT");
 
+    /* grouped by the source's length, as HF's Seq2SeqTrainer groups by input_ids */
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false,
-                               .rank = grid.dp_rank, .world = grid.dp_size};
+                               .rank = grid.dp_rank, .world = grid.dp_size, .lengths = train_src.lengths,
+                               .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_loader_init_seq2seq(&train_src, &train_tgt, &sopts, (int)O.t.batch_size, tok_pad_id(tok),
                                     pad_multiple, &loader));
     ev = (t5_eval){.model = model, .tok = tok, .src = &val_src, .tgt = &val_tgt, .ref_lines = vt, .ref_begin = v_begin,
