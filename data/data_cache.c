@@ -387,7 +387,7 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (!dir) {
-        rt_log_info("%s: tokenized %zu rows in %.1f s (no cache)", what, rows_of(sets, n_sets), secs);
+        rt_log_info("%s: tokenized %zu rows in %.2f s (no cache)", what, rows_of(sets, n_sets), secs);
         goto done;
     }
     void *bytes = NULL;
@@ -398,7 +398,7 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
     if (wst != RT_OK)
         rt_log_warn("cache: not saved (%s); the next run tokenizes again", rt_error_message());
     else
-        rt_log_info("%s: tokenized %zu rows in %.1f s (cached as %s)", what, rows_of(sets, n_sets), secs, path);
+        rt_log_info("%s: tokenized %zu rows in %.2f s (cached as %s)", what, rows_of(sets, n_sets), secs, path);
     goto done;
 hit:
     rt_log_info("%s: cache hit: %s (%zu rows)", what, path, rows_of(sets, n_sets));
