@@ -334,9 +334,9 @@ static rt_status make_dirs(const char *dir) {
     return RT_OK;
 }
 
-static size_t rows_of(const data_tokenized *sets, int n_sets) {
+static size_t rows_of(const data_tokenized *sets, int n_sets, int stride) {
     size_t n = 0;
-    for (int s = 0; s < n_sets; s++) n += sets[s].n;
+    for (int s = 0; s < n_sets; s += stride) n += sets[s].n;
     return n;
 }
 
@@ -357,11 +357,12 @@ static bool try_load(const char *path, const data_cache_key *key, int n_sets, da
 }
 
 rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
-                                   data_cache_build_fn build, void *ctx, data_tokenized *sets) {
+                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets) {
     rt_status st = RT_OK;
     char path[PATH_MAX], lock_path[PATH_MAX];
     int lock = -1;
     bool warned = false;
+    if (stride < 1) stride = 1;
     struct timespec t0, t1;
     if (dir) {
         snprintf(path, sizeof path, "%s/%016llx%016llx.tzds", dir, (unsigned long long)key->h[0],
@@ -387,7 +388,7 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (!dir) {
-        rt_log_info("%s: tokenized %zu rows in %.2f s (no cache)", what, rows_of(sets, n_sets), secs);
+        rt_log_info("%s: tokenized %zu rows in %.2f s (no cache)", what, rows_of(sets, n_sets, stride), secs);
         goto done;
     }
     void *bytes = NULL;
@@ -398,10 +399,10 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
     if (wst != RT_OK)
         rt_log_warn("cache: not saved (%s); the next run tokenizes again", rt_error_message());
     else
-        rt_log_info("%s: tokenized %zu rows in %.2f s (cached as %s)", what, rows_of(sets, n_sets), secs, path);
+        rt_log_info("%s: tokenized %zu rows in %.2f s (cached as %s)", what, rows_of(sets, n_sets, stride), secs, path);
     goto done;
 hit:
-    rt_log_info("%s: cache hit: %s (%zu rows)", what, path, rows_of(sets, n_sets));
+    rt_log_info("%s: cache hit: %s (%zu rows)", what, path, rows_of(sets, n_sets, stride));
 done:
 fail:
     if (lock >= 0) close(lock); /* releases the flock */

@@ -48,11 +48,12 @@ const char *data_cache_default_dir(void);
 
 /* Fills sets[0 .. n_sets) from the entry for key in dir, or calls build (which fills them) and
  * saves them as that entry. dir NULL means no cache: build only. The log says "cache hit: PATH"
- * or "tokenized N rows in X s (cached as PATH)"; what names the data in messages. A cache that
- * cannot be written (read-only folder, full disk) is a warning and the run goes on. */
+ * or "tokenized N rows in X s (cached as PATH)", N counting the rows of every stride-th set (1:
+ * all; 2 for source/target pairs); what names the data in messages. A cache that cannot be
+ * written (read-only folder, full disk) is a warning and the run goes on. */
 typedef rt_status (*data_cache_build_fn)(void *ctx, data_tokenized *sets, int n_sets);
 rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
-                                   data_cache_build_fn build, void *ctx, data_tokenized *sets);
+                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets);
 
 /* The file format alone, for tests and the fuzz target: serialize into a malloc'd buffer, and
  * parse bytes (name in messages) into n_sets sets the caller frees; RT_ERR_FORMAT naming the

@@ -2,6 +2,7 @@
  * data_glm_rows.h). */
 #include "data/data_glm_rows.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,4 +251,94 @@ void data_glm_rows_free(data_glm_rows *r) {
     free(r->first_row);
     free(r->label);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- as cache sets ---- */
+
+enum { GLM_SET_IDS, GLM_SET_POS, GLM_SET_BLOCK_POS, GLM_SET_LABELS, GLM_SET_EXAMPLES };
+
+rt_status data_glm_rows_to_sets(const data_glm_rows *r, data_tokenized *sets) {
+    rt_status st = RT_OK;
+    const int n = r->n_rows, ne = r->n_examples;
+    const int32_t **rows = rt_xcalloc((size_t)(n > ne + 1 ? n : ne + 1), sizeof *rows);
+    int32_t *len = rt_xcalloc((size_t)(n > ne + 1 ? n : ne + 1), sizeof *len);
+    int32_t *sep = rt_xcalloc((size_t)n + 1, sizeof *sep), *mask = rt_xcalloc((size_t)n + 1, sizeof *mask);
+    int32_t *ex = rt_xcalloc((size_t)ne * 2 + 1, sizeof *ex), scalars[4 + 16];
+    for (int s = 0; s < DATA_GLM_ROWS_SETS; s++) memset(&sets[s], 0, sizeof sets[s]);
+    for (int i = 0; i < n; i++) len[i] = r->rows[i].len, sep[i] = r->rows[i].sep, mask[i] = r->rows[i].mask_pos;
+    for (int k = GLM_SET_IDS; k <= GLM_SET_LABELS; k++) {
+        for (int i = 0; i < n; i++)
+            rows[i] = k == GLM_SET_IDS ? r->rows[i].ids : k == GLM_SET_POS ? r->rows[i].pos
+                      : k == GLM_SET_BLOCK_POS ? r->rows[i].block_pos : r->rows[i].labels;
+        RT_TRY(data_tokenized_from_rows(rows, len, k == GLM_SET_IDS ? sep : NULL, k == GLM_SET_IDS ? mask : NULL,
+                                        (size_t)n, &sets[k]));
+    }
+    sets[GLM_SET_IDS].n_truncated = (size_t)r->n_truncated;
+    for (int e = 0; e < ne; e++) {
+        ex[2 * e] = r->first_row[e], ex[2 * e + 1] = r->label[e];
+        rows[e] = ex + 2 * e, len[e] = 2;
+    }
+    scalars[0] = r->kind, scalars[1] = r->rows_per_example, scalars[2] = r->n_classes, scalars[3] = r->n_truncated;
+    memcpy(scalars + 4, r->verbalizer, sizeof r->verbalizer);
+    rows[ne] = scalars, len[ne] = 4 + 16;
+    RT_TRY(data_tokenized_from_rows(rows, len, NULL, NULL, (size_t)ne + 1, &sets[GLM_SET_EXAMPLES]));
+fail:
+    free(rows), free(len), free(sep), free(mask), free(ex);
+    return st;
+}
+
+/* Row i of set s: its ids. */
+static const int32_t *set_row(const data_tokenized *s, size_t i) { return s->ids + s->offsets[i]; }
+
+rt_status data_glm_rows_from_sets(const data_tokenized *sets, data_glm_rows *out) {
+    rt_status st = RT_OK;
+    memset(out, 0, sizeof *out);
+    const data_tokenized *ids = &sets[GLM_SET_IDS], *exs = &sets[GLM_SET_EXAMPLES];
+    if (ids->n > INT32_MAX || exs->n < 1 || exs->lengths[exs->n - 1] != 20)
+        RT_FAIL(RT_ERR_FORMAT, "GLM rows: %zu rows, or no scalars row", ids->n);
+    const int32_t *sc = set_row(exs, exs->n - 1);
+    if (sc[0] < DATA_GLM_CLOZE || sc[0] > DATA_GLM_SEQ2SEQ || sc[1] < 1 || sc[2] < 0 || sc[2] > 16 || sc[3] < 0)
+        RT_FAIL(RT_ERR_FORMAT, "GLM rows: bad scalars (kind %d, %d rows per example, %d classes)", sc[0], sc[1], sc[2]);
+    out->kind = (data_glm_task_kind)sc[0];
+    out->rows_per_example = sc[1];
+    out->n_classes = sc[2];
+    out->n_truncated = sc[3];
+    memcpy(out->verbalizer, sc + 4, sizeof out->verbalizer);
+    const int n = (int)ids->n, ne = (int)exs->n - 1;
+    for (int k = GLM_SET_POS; k <= GLM_SET_LABELS; k++)
+        if (sets[k].n != ids->n) RT_FAIL(RT_ERR_FORMAT, "GLM rows: set %d has %zu rows, the ids %d", k, sets[k].n, n);
+    out->rows = rt_xcalloc((size_t)n + 1, sizeof *out->rows);
+    for (int i = 0; i < n; i++) {
+        data_glm_row *row = &out->rows[out->n_rows++];
+        row->len = ids->lengths[i], row->sep = ids->len_a[i], row->mask_pos = ids->labels[i];
+        for (int k = GLM_SET_POS; k <= GLM_SET_LABELS; k++)
+            if (sets[k].lengths[i] != row->len)
+                RT_FAIL(RT_ERR_FORMAT, "GLM rows: row %d has %d ids but %d entries in set %d", i, row->len,
+                        sets[k].lengths[i], k);
+        if (row->mask_pos < -1 || row->mask_pos >= row->len)
+            RT_FAIL(RT_ERR_FORMAT, "GLM rows: row %d's mask position %d is outside its %d tokens", i, row->mask_pos,
+                    row->len);
+        int32_t **dst[4] = {&row->ids, &row->pos, &row->block_pos, &row->labels};
+        for (int k = 0; k < 4; k++) {
+            *dst[k] = rt_xmalloc(((size_t)row->len + 1) * sizeof(int32_t));
+            memcpy(*dst[k], set_row(&sets[k], (size_t)i), (size_t)row->len * sizeof(int32_t));
+        }
+    }
+    out->first_row = rt_xcalloc((size_t)ne + 1, sizeof *out->first_row);
+    out->label = rt_xcalloc((size_t)ne + 1, sizeof *out->label);
+    for (int e = 0; e < ne; e++) {
+        if (exs->lengths[e] != 2) RT_FAIL(RT_ERR_FORMAT, "GLM rows: example %d has %d fields, not 2", e, exs->lengths[e]);
+        const int32_t first = set_row(exs, (size_t)e)[0], label = set_row(exs, (size_t)e)[1];
+        /* a label indexes the verbalizer (cloze) or the choices; span and seq2seq labels index nothing */
+        const int classes = out->kind == DATA_GLM_CHOICES ? out->rows_per_example
+                            : out->kind == DATA_GLM_CLOZE ? out->n_classes : INT32_MAX;
+        if (first < 0 || first > n - out->rows_per_example || (label != -100 && (label < 0 || label >= classes)))
+            RT_FAIL(RT_ERR_FORMAT, "GLM rows: example %d: first row %d, label %d (of %d rows, %d classes)", e, first,
+                    label, n, classes);
+        out->first_row[e] = first, out->label[e] = label;
+        out->n_examples++;
+    }
+fail:
+    if (st != RT_OK) data_glm_rows_free(out);
+    return st;
 }

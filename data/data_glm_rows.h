@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "data/data_dataset.h"
 #include "data/data_seq2seq.h"
 #include "data/data_superglue.h"
 #include "tokenizers/tok.h"
@@ -63,5 +64,16 @@ rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, 
 rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
                               const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out);
 void data_glm_rows_free(data_glm_rows *r);
+
+/* The rows as DATA_GLM_ROWS_SETS data_tokenized sets, for the tokenized cache (data/data_cache.h):
+ * the ids (len_a = sep, labels = mask_pos), the positions, the block positions, the labels, and
+ * one row [first_row, label] per example followed by one row of the scalars (kind,
+ * rows_per_example, n_classes, n_truncated, the verbalizer). from_sets checks everything the
+ * batches and models rely on (matching row lengths, separators and mask positions inside their
+ * rows, examples' rows inside the set, labels and the kind in range), so a cache that parses but
+ * lies is RT_ERR_FORMAT, never a bad read. */
+#define DATA_GLM_ROWS_SETS 5
+rt_status data_glm_rows_to_sets(const data_glm_rows *r, data_tokenized *sets);
+rt_status data_glm_rows_from_sets(const data_tokenized *sets, data_glm_rows *out);
 
 #endif

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tokenized cache end to end (bert-classify on a tiny BERT and an MRPC slice, t5-finetune on
-# Multi30k lines): the first run tokenizes and saves, the second loads ("cache hit") and trains
+# Multi30k lines, glm-finetune on COPA): the first run tokenizes and saves, the second loads ("cache hit") and trains
 # to the same numbers; --max-len and a changed data file each make a new entry; a truncated or
 # bit-flipped entry is reported in one warning, rebuilt and a hit again afterwards; --no-cache
 # writes nothing; two runs started at once build one entry; an unusable --cache-dir is a warning,
@@ -92,8 +92,16 @@ for run in t5a t5b; do
         --eval-interval -1 --save-interval -1 --cache-dir "$C" --save-dir "$TMP/$run" > "$TMP/out-$run" 2>&1 ||
         bad "t5-finetune $run failed"
 done
-grep -q "^seq2seq data: tokenized 80 rows" "$TMP/out-t5a" && grep -q "^seq2seq data: cache hit" "$TMP/out-t5b" &&
+grep -q "^seq2seq data: tokenized 40 rows" "$TMP/out-t5a" && grep -q "^seq2seq data: cache hit" "$TMP/out-t5b" &&
     [ "$(last_loss "$TMP/t5a")" = "$(last_loss "$TMP/t5b")" ] && ok || bad "t5-finetune: no miss then hit"
+
+# glm-finetune (COPA from assets/): a miss, then a hit with the same training
+for run in glma glmb; do
+    "$BIN/glm-finetune" --task copa --batch-size 8 --max-steps 2 --threads 2 --eval-interval -1 --save-interval -1 \
+        --cache-dir "$C" --save-dir "$TMP/$run" > "$TMP/out-$run" 2>&1 || bad "glm-finetune $run failed"
+done
+grep -q "^copa: tokenized 1000 rows" "$TMP/out-glma" && grep -q "^copa: cache hit: .* (1000 rows)" "$TMP/out-glmb" &&
+    [ "$(last_loss "$TMP/glma")" = "$(last_loss "$TMP/glmb")" ] && ok || bad "glm-finetune: no miss then hit"
 
 # --group-by-length: trains, and a resume at step 4 ends as the whole run
 GROUP=(--data-dir "$TMP/data" --max-len 32 --cache-dir "$C" --group-by-length --max-steps 8 --save-interval 4 --keep 5)

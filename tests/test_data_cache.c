@@ -120,7 +120,7 @@ static void test_load_or_build(void) {
     make_sets(ref);
     builds = 0;
     for (int run = 0; run < 2; run++) {
-        TZ_EXPECT_OK(data_cache_load_or_build(cache, &key, "test", 2, build_two, NULL, sets));
+        TZ_EXPECT_OK(data_cache_load_or_build(cache, &key, "test", 2, 1, build_two, NULL, sets));
         TZ_EXPECT(same_set(&sets[0], &ref[0]) && same_set(&sets[1], &ref[1]), "run %d: the sets differ", run);
         for (int s = 0; s < 2; s++) data_tokenized_free(&sets[s]);
     }
@@ -131,14 +131,14 @@ static void test_load_or_build(void) {
              (unsigned long long)key.h[1]);
     tz_write_file(path, "TZDSET", 6);
     for (int run = 0; run < 2; run++) {
-        TZ_EXPECT_OK(data_cache_load_or_build(cache, &key, "test", 2, build_two, NULL, sets));
+        TZ_EXPECT_OK(data_cache_load_or_build(cache, &key, "test", 2, 1, build_two, NULL, sets));
         TZ_EXPECT(same_set(&sets[0], &ref[0]), "after the damage, run %d", run);
         for (int s = 0; s < 2; s++) data_tokenized_free(&sets[s]);
     }
     TZ_EXPECT(builds == 2, "a damaged entry: %d builds in all, expected 2", builds);
     /* no folder: build every time */
     for (int run = 0; run < 2; run++) {
-        TZ_EXPECT_OK(data_cache_load_or_build(NULL, &key, "test", 2, build_two, NULL, sets));
+        TZ_EXPECT_OK(data_cache_load_or_build(NULL, &key, "test", 2, 1, build_two, NULL, sets));
         for (int s = 0; s < 2; s++) data_tokenized_free(&sets[s]);
     }
     TZ_EXPECT(builds == 4, "no cache: %d builds, expected 4", builds);

@@ -4,7 +4,10 @@
  * the same token ids, position and block position ids, separator and labelled targets, the same
  * verbalizer ids and label, truncated alike at 128 tokens. Cloze rows end in the [sop] whose
  * logits FlagAI scores. The val files are the fixtures in tests/data (COPA's in assets/). Then
- * data_glm_collate: rows in example order, padded (to 8 when asked) where no real token looks. */
+ * data_glm_collate: rows in example order, padded (to 8 when asked) where no real token looks.
+ * Every case's rows also go through the tokenized cache's sets (data_glm_rows_to_sets/from_sets)
+ * and come back field for field; sets that lie (a mask position past its row, a cloze label past
+ * the verbalizer, an example's rows past the end) are RT_ERR_FORMAT. */
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +29,45 @@ static int json_int(const cJSON *obj, const char *key) {
     return cJSON_IsNumber(v) ? (int)v->valuedouble : -999;
 }
 
+static bool rows_equal(const data_glm_rows *a, const data_glm_rows *b) {
+    if (a->kind != b->kind || a->n_rows != b->n_rows || a->n_examples != b->n_examples ||
+        a->rows_per_example != b->rows_per_example || a->n_classes != b->n_classes || a->n_truncated != b->n_truncated ||
+        memcmp(a->verbalizer, b->verbalizer, sizeof a->verbalizer) != 0)
+        return false;
+    for (int e = 0; e < a->n_examples; e++)
+        if (a->first_row[e] != b->first_row[e] || a->label[e] != b->label[e]) return false;
+    for (int i = 0; i < a->n_rows; i++) {
+        const data_glm_row *x = &a->rows[i], *y = &b->rows[i];
+        const size_t n = (size_t)x->len * sizeof(int32_t);
+        if (x->len != y->len || x->sep != y->sep || x->mask_pos != y->mask_pos || memcmp(x->ids, y->ids, n) ||
+            memcmp(x->pos, y->pos, n) || memcmp(x->block_pos, y->block_pos, n) || memcmp(x->labels, y->labels, n))
+            return false;
+    }
+    return true;
+}
+
+/* R through the cache's sets and back; then three lies the sets might tell. */
+static void check_cache_sets(const data_glm_rows *R, const char *what) {
+    data_tokenized sets[DATA_GLM_ROWS_SETS];
+    data_glm_rows back = {0};
+    TZ_EXPECT_OK(data_glm_rows_to_sets(R, sets));
+    TZ_EXPECT_OK(data_glm_rows_from_sets(sets, &back));
+    TZ_EXPECT(rows_equal(R, &back), "%s: the rows changed on their way through the cache's sets", what);
+    data_glm_rows_free(&back);
+    sets[0].labels[0] = sets[0].lengths[0]; /* the first row's mask position, one past its end */
+    TZ_EXPECT(data_glm_rows_from_sets(sets, &back) == RT_ERR_FORMAT, "%s: a mask position past its row loaded", what);
+    sets[0].labels[0] = R->rows[0].mask_pos;
+    int32_t *ex = sets[4].ids; /* example 0: [first_row, label] */
+    ex[0] = R->n_rows;
+    TZ_EXPECT(data_glm_rows_from_sets(sets, &back) == RT_ERR_FORMAT, "%s: an example past the rows loaded", what);
+    ex[0] = R->first_row[0];
+    if (R->kind == DATA_GLM_CLOZE) {
+        ex[1] = R->n_classes;
+        TZ_EXPECT(data_glm_rows_from_sets(sets, &back) == RT_ERR_FORMAT, "%s: a label past the verbalizer loaded", what);
+    }
+    for (int k = 0; k < DATA_GLM_ROWS_SETS; k++) data_tokenized_free(&sets[k]);
+}
+
 static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, int *n_rows) {
     const char *task_name = cJSON_GetObjectItemCaseSensitive(c, "task")->valuestring;
     const int line = json_int(c, "line"), idx = json_int(c, "idx");
@@ -43,6 +85,7 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
     one.n = 1;
     one.ex = &all.ex[e];
     TZ_EXPECT_OK(data_glm_rows_from_superglue(&one, 0, tok, max_len, false, &R));
+    if (R.n_rows > 0 && R.n_examples > 0) check_cache_sets(&R, task_name);
     const cJSON *rows = cJSON_GetObjectItemCaseSensitive(c, "rows");
     TZ_EXPECT(R.n_examples == 1 && R.n_rows == cJSON_GetArraySize(rows), "%s line %d: %d rows, FlagAI %d", task_name,
               line, R.n_rows, cJSON_GetArraySize(rows));

@@ -575,7 +575,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     gc_build_ctx bc = {task, data_dir, train_path, tok};
     data_cache_key key;
     RT_TRY(gc_cache_key(&bc, src.tokenizer, &key));
-    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, gc_build_sets, &bc,
+    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, 1, gc_build_sets, &bc,
                                   sets);
     train = sets[0];
     for (int k = 0; k < task->n_dev; k++) dev[k] = sets[1 + k];

@@ -11,6 +11,7 @@
 
 #include "apps/common/train_app.h"
 #include "data/data_glm_batch.h"
+#include "data/data_cache.h"
 #include "data/data_glm_rows.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_train.h"
@@ -461,6 +462,57 @@ static int glm_max_len(const data_glm_rows *r) {
     return T;
 }
 
+/* What the rows are made from, for the tokenized cache: SuperGLUE examples (task set) or
+ * line-aligned texts. */
+typedef struct {
+    const tok_tokenizer *tok;
+    const data_sg_task *task;
+    const data_sg_examples *sg_train, *sg_val;
+    const data_lines *src, *tgt, *vs, *vt;
+    size_t n_train, v_begin;
+} glm_build_ctx;
+
+/* data_cache_build_fn: the train and the validation rows, as 2 x DATA_GLM_ROWS_SETS sets. */
+static rt_status glm_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
+    const glm_build_ctx *b = ctx;
+    rt_status st = RT_OK;
+    data_glm_rows r[2] = {{0}};
+    RT_CHECK(n_sets == 2 * DATA_GLM_ROWS_SETS, "GLM sets: %d", n_sets);
+    if (b->task) {
+        RT_TRY(data_glm_rows_from_superglue(b->sg_train, (int)O.pattern, b->tok, (int)O.max_len, true, &r[0]));
+        RT_TRY(data_glm_rows_from_superglue(b->sg_val, (int)O.pattern, b->tok, (int)O.max_len, false, &r[1]));
+    } else {
+        RT_TRY(data_glm_rows_from_lines(b->src, b->tgt, 0, b->n_train, b->tok, (int)O.max_len, (int)O.max_target_len,
+                                        &r[0]));
+        RT_TRY(data_glm_rows_from_lines(b->vs, b->vt, b->v_begin, b->vs->n, b->tok, (int)O.max_len,
+                                        (int)O.max_target_len, &r[1]));
+    }
+    for (int k = 0; k < 2; k++) RT_TRY(data_glm_rows_to_sets(&r[k], sets + k * DATA_GLM_ROWS_SETS));
+fail:
+    data_glm_rows_free(&r[0]);
+    data_glm_rows_free(&r[1]);
+    return st;
+}
+
+/* The train and validation rows through the tokenized cache (key: the data's, plus the
+ * tokenizer and the options every GLM input depends on). */
+static rt_status glm_cached_rows(const glm_build_ctx *bc, data_cache_key *key, const char *tok_path, const char *what,
+                                 data_glm_rows *train, data_glm_rows *val) {
+    rt_status st = RT_OK;
+    data_tokenized sets[2 * DATA_GLM_ROWS_SETS] = {{0}};
+    data_cache_key_int(key, DATA_CACHE_TOKENS_REVISION);
+    data_cache_key_int(key, O.max_len);
+    data_cache_key_int(key, O.max_target_len);
+    RT_TRY(data_cache_key_tokenizer(key, tok_path));
+    RT_TRY(data_cache_load_or_build(train_app_cache_dir(&O.t), key, what, 2 * DATA_GLM_ROWS_SETS, DATA_GLM_ROWS_SETS, glm_build_sets,
+                                    (void *)bc, sets));
+    RT_TRY(data_glm_rows_from_sets(sets, train));
+    RT_TRY(data_glm_rows_from_sets(sets + DATA_GLM_ROWS_SETS, val));
+fail:
+    for (int k = 0; k < 2 * DATA_GLM_ROWS_SETS; k++) data_tokenized_free(&sets[k]);
+    return st;
+}
+
 /* Each example's length for --group-by-length: its longest row (choice tasks have several). */
 static int32_t *glm_example_lengths(const data_glm_rows *r) {
     int32_t *len = rt_xcalloc((size_t)r->n_examples + 1, sizeof *len);
@@ -518,8 +570,16 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
             n_train = src.n - n_val;
             v_begin = n_train;
         }
-        RT_TRY(data_glm_rows_from_lines(&src, &tgt, 0, n_train, tok, (int)O.max_len, (int)O.max_target_len, &train));
-        RT_TRY(data_glm_rows_from_lines(vs, vt, v_begin, vs->n, tok, (int)O.max_len, (int)O.max_target_len, &val));
+        glm_build_ctx bc = {.tok = tok, .src = &src, .tgt = &tgt, .n_train = n_train, .vs = vs, .vt = vt,
+                            .v_begin = v_begin};
+        data_cache_key key;
+        data_cache_key_init(&key, "glm-seq2seq-rows");
+        data_cache_key_int(&key, (int64_t)n_train);
+        data_cache_key_int(&key, (int64_t)v_begin);
+        const char *key_files[4] = {pos[0], pos[1], O.val_src, O.val_tgt};
+        for (int k = 0; k < 4; k++)
+            if (key_files[k]) RT_TRY(data_cache_key_file(&key, key_files[k]));
+        RT_TRY(glm_cached_rows(&bc, &key, tok_path, "seq2seq data", &train, &val));
         ev.refs = vt;
         ev.ref_begin = v_begin;
         rt_log_info("data: train %d pairs, validation %d pairs%s; %d rows truncated", train.n_examples, val.n_examples,
@@ -537,8 +597,17 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                     data_pvp_n_patterns(task->id) - 1);
         RT_TRY(data_sg_load_split(task, data_dir, "train", &sg_train));
         RT_TRY(data_sg_load_split(task, data_dir, "val", &sg_val));
-        RT_TRY(data_glm_rows_from_superglue(&sg_train, (int)O.pattern, tok, (int)O.max_len, true, &train));
-        RT_TRY(data_glm_rows_from_superglue(&sg_val, (int)O.pattern, tok, (int)O.max_len, false, &val));
+        glm_build_ctx bc = {.tok = tok, .task = task, .sg_train = &sg_train, .sg_val = &sg_val};
+        data_cache_key key;
+        data_cache_key_init(&key, "glm-superglue-rows");
+        data_cache_key_str(&key, task->name);
+        data_cache_key_int(&key, O.pattern);
+        char split[4300];
+        for (int k = 0; k < 2; k++) {
+            snprintf(split, sizeof split, "%s/%s.jsonl", data_dir, k ? "val" : "train");
+            RT_TRY(data_cache_key_file(&key, split));
+        }
+        RT_TRY(glm_cached_rows(&bc, &key, tok_path, task->name, &train, &val));
         if (train.n_examples == 0) RT_FAIL(RT_ERR_FORMAT, "%s: no training examples", sg_train.path);
         ev.sg = &sg_val;
         static const char *const how[] = {

@@ -498,7 +498,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     for (int k = 0; k < 4; k++)
         if (key_files[k]) RT_TRY(data_cache_key_file(&key, key_files[k]));
     data_tokenized sets[4] = {{0}};
-    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, "seq2seq data", 4, t5_build_sets, &bc, sets);
+    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, "seq2seq data", 4, 2, t5_build_sets, &bc, sets);
     train_src = sets[0], train_tgt = sets[1], val_src = sets[2], val_tgt = sets[3];
     if (st != RT_OK) goto fail;
     rt_log_info("data: train %zu pairs (%zu sources, %zu targets truncated), validation %zu pairs%s", train_src.n,
