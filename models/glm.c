@@ -55,14 +55,10 @@ static void glm_declare_params(glm_model *m) {
 }
 
 static void glm_layout(glm_model *m, rt_arena *a) {
-    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C, Vl = (size_t)m->vocab.local;
+    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C;
     const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
     mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
-    m->rows = rt_arena_take(a, BT * C, f);
-    m->drows = rt_arena_take(a, BT * C, f);
-    m->losses = rt_arena_take(a, BT, f);
-    m->xent_stats = rt_arena_take(a, 3 * BT, f);
-    m->vocab_mask = rt_arena_take(a, Vl, f);
+    mdl_lm_head_layout(&m->head, a);
     m->cand = rt_arena_take(a, B * K * C, f);
     m->dcand = rt_arena_take(a, B * K * C, f);
     m->cand_scores = rt_arena_take(a, B * B * K, f);
@@ -70,8 +66,6 @@ static void glm_layout(glm_model *m, rt_arena *a) {
     m->pos = rt_arena_take(a, BT, i);
     m->bpos = rt_arena_take(a, BT, i);
     m->sep = rt_arena_take(a, B, i);
-    m->row_idx = rt_arena_take(a, BT, i);
-    m->targets = rt_arena_take(a, BT, i);
     m->cand_ids = rt_arena_take(a, B * K, i);
 }
 
@@ -109,16 +103,14 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     glm_declare_params(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, m->max_BT, "GLM");
     rt_arena arena = {0};
     glm_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     glm_layout(m, &arena);
     mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, GLM_MASKED);
-    m->h_idx = rt_xmalloc(m->max_BT * sizeof(int32_t));
-    m->h_targets = rt_xmalloc(m->max_BT * sizeof(int32_t));
-    m->h_losses = rt_xmalloc(m->max_BT * sizeof(float));
+    mdl_lm_head_ready(&m->head);
     m->h_scores = rt_xmalloc((size_t)max_B * max_B * GLM_K_MAX * sizeof(float));
     *out = m;
     return RT_OK;
@@ -127,26 +119,12 @@ fail:
     return st;
 }
 
-rt_status glm_logits_rows(glm_model *m, size_t n) {
-    if (n <= m->logits_rows) return RT_OK;
-    if (m->logits) rt_free_device(m->be, m->logits);
-    m->logits = NULL;
-    m->logits_rows = 0;
-    rt_status st = rt_backend_alloc(m->be, n * (size_t)m->vocab.local * sizeof(float),
-                                    "GLM output logits (lower the batch or the target length)", (void **)&m->logits);
-    if (st == RT_OK) m->logits_rows = n;
-    return st;
-}
-
 void glm_model_free(glm_model *m) {
     if (!m) return;
-    if (m->logits) rt_free_device(m->be, m->logits);
+    mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
-    free(m->h_idx);
-    free(m->h_targets);
-    free(m->h_losses);
     free(m->h_scores);
     free(m);
 }
@@ -217,56 +195,29 @@ fail:
     return st;
 }
 
-/* dL/d(rows) (n, C) in m->drows back into the body at the rows' positions. */
+/* dL/d(rows) (n, C) in m->head.drows back into the body at the rows' positions. */
 static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
     rt_backend *be = m->be;
     rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * m->C * sizeof(float));
-    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->drows, m->row_idx, (size_t)n, m->C);
+    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->head.drows, m->head.row_idx, (size_t)n, m->C);
     return glm_backward_body(m, B, T, pass);
 }
 
-/* The labelled positions (label != -100) into h_idx / h_targets; their count. */
+/* The labelled positions of a batch into the head's staging (lm_head.h). */
 static rt_status glm_collect_targets(glm_model *m, const glm_inputs *in, const int32_t *labels, int *n_out) {
-    const int T = in->T;
-    int n = 0;
-    for (int i = 0; i < in->B * T; i++) {
-        if (labels[i] == -100) continue;
-        if (labels[i] < 0 || labels[i] >= m->cfg.vocab_size)
-            return rt_errorf(RT_ERR_FORMAT, "GLM: label %d at row %d position %d is outside the vocab [0, %d)", labels[i],
-                             i / T, i % T, m->cfg.vocab_size);
-        m->h_idx[n] = i;
-        m->h_targets[n++] = labels[i];
-    }
-    *n_out = n;
-    return RT_OK;
+    return mdl_lm_head_collect(&m->head, labels, (size_t)in->B * in->T, in->T, n_out);
 }
 
-/* The n collected rows through the tied output layer (this rank's vocab columns) and the
- * vocab-parallel cross-entropy: per-target losses in h_losses; with backward, the logits
- * buffer then holds dL/dlogits scaled by grad_scale. */
+/* The n collected rows through the tied output layer and the vocab-parallel cross-entropy. */
 static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_scale) {
-    rt_backend *be = m->be;
-    const int C = m->C, Vl = m->vocab.local;
-    rt_to_device(be, m->row_idx, m->h_idx, (size_t)n * sizeof(int32_t));
-    rt_to_device(be, m->targets, m->h_targets, (size_t)n * sizeof(int32_t));
-    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, n, C);
-    rt_status ast = glm_logits_rows(m, (size_t)n);
-    if (ast != RT_OK) return ast;
-    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)n, C, Vl);
-    if (m->vocab.padded_here) rt_add_bias(be, m->logits, m->vocab_mask, (size_t)n, Vl);
-    rt_status st = mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits,
-                                  m->targets, (size_t)n, Vl, m->vocab.start, grad_scale);
-    if (st == RT_OK) rt_to_host(be, m->h_losses, m->losses, (size_t)n * sizeof(float));
-    return st;
+    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward, grad_scale);
 }
 
-/* Backward from dL/dlogits of the n output rows (in m->logits). */
+/* Backward from dL/dlogits of the n output rows (in the head's logits) through the body. */
 static rt_status glm_output_backward(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
     rt_status st = RT_OK;
-    /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
-    RT_TRY(mdl_col_linear_bwd(m->be, m->tp, m->drows, G(m->wte), NULL, m->logits, m->rows, P(m->wte), (size_t)n, m->C,
-                              m->vocab.local));
-    RT_TRY(glm_backward_from_rows(m, B, T, n, pass));
+    RT_TRY(mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), (size_t)B * T, n));
+    RT_TRY(glm_backward_body(m, B, T, pass));
 fail:
     return st;
 }
@@ -284,7 +235,7 @@ rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels,
     const bool backward = grad_scale > 0;
     RT_TRY(glm_output_xent(m, n, backward, grad_scale));
     double sum = 0;
-    for (int i = 0; i < n; i++) sum += m->h_losses[i];
+    for (int i = 0; i < n; i++) sum += m->head.h_losses[i];
     *loss_sum = sum;
     if (n_targets) *n_targets = n;
     if (backward) RT_TRY(glm_output_backward(m, in->B, in->T, n, pass));
@@ -306,12 +257,12 @@ rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labe
     RT_TRY(glm_output_xent(m, n, false, 0.0f));
     /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
     stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
-    rt_to_host(m->be, stats, m->xent_stats, 2 * (size_t)n * sizeof(float));
+    rt_to_host(m->be, stats, m->head.xent_stats, 2 * (size_t)n * sizeof(float));
     int32_t *miss = rt_xcalloc((size_t)in->B, sizeof *miss);
     for (int i = 0; i < n; i++) {
-        *loss_sum += m->h_losses[i];
-        miss[m->h_idx[i] / in->T] |= stats[n + i] < stats[i];
-        match[m->h_idx[i] / in->T] = 1;
+        *loss_sum += m->head.h_losses[i];
+        miss[m->head.h_idx[i] / in->T] |= stats[n + i] < stats[i];
+        match[m->head.h_idx[i] / in->T] = 1;
     }
     for (int b = 0; b < in->B; b++) match[b] &= !miss[b];
     free(miss);
@@ -342,7 +293,7 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
     double sc[GLM_K_MAX * 64];
     RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
     for (int r = 0; r < B; r++) sc[r] = 0;
-    for (int i = 0; i < n; i++) sc[m->h_idx[i] / T] -= m->h_losses[i];
+    for (int i = 0; i < n; i++) sc[m->head.h_idx[i] / T] -= m->head.h_losses[i];
     if (scores)
         for (int r = 0; r < B; r++) scores[r] = (float)sc[r];
     /* cross-entropy over each group; d loss / d (token loss t of choice c) = -(p_c - y_c) */
@@ -359,9 +310,9 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
     }
     *loss_sum = sum;
     if (!backward) return RT_OK;
-    for (int i = 0; i < n; i++) m->h_losses[i] = (float)w[m->h_idx[i] / T]; /* per-target weights */
-    rt_to_device(m->be, m->losses, m->h_losses, (size_t)n * sizeof(float));
-    rt_scale_rows(m->be, m->logits, m->losses, (size_t)n, m->vocab.local);
+    for (int i = 0; i < n; i++) m->head.h_losses[i] = (float)w[m->head.h_idx[i] / T]; /* per-target weights */
+    rt_to_device(m->be, m->head.losses, m->head.h_losses, (size_t)n * sizeof(float));
+    rt_scale_rows(m->be, m->head.logits, m->head.losses, (size_t)n, m->vocab.local);
     RT_TRY(glm_output_backward(m, B, T, n, pass));
 fail:
     return st;
@@ -383,16 +334,16 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
         for (int k = 0; k < K; k++)
             if (cand[b * K + k] < 0 || cand[b * K + k] >= m->cfg.vocab_size)
                 RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: candidate token %d is outside the vocab", b, cand[b * K + k]);
-        m->h_idx[b] = b * T + at[b];
+        m->head.h_idx[b] = b * T + at[b];
     }
     RT_TRY(glm_forward_body(m, B, T, pass));
-    rt_to_device(be, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
+    rt_to_device(be, m->head.row_idx, m->head.h_idx, (size_t)B * sizeof(int32_t));
     rt_to_device(be, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
-    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, C);
+    rt_gather_rows(be, m->head.rows, m->blocks.out, m->head.row_idx, B, C);
     /* the candidates' embedding rows on every rank, then every row against every candidate
      * (B x BK, tiny); row b's scores are its own K */
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab.start, m->vocab.local));
-    mdl_col_linear_fwd(be, m->cand_scores, m->rows, m->cand, NULL, (size_t)B, C, BK);
+    mdl_col_linear_fwd(be, m->cand_scores, m->head.rows, m->cand, NULL, (size_t)B, C, BK);
     rt_to_host(be, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
     double sum = 0;
     float *dscore = m->h_scores; /* reused in place: row b keeps only its own K, as gradients */
@@ -415,43 +366,15 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
     rt_to_device(be, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
-    mdl_row_linear_bwd(be, m->drows, m->dcand, NULL, m->cand_scores, m->rows, m->cand, (size_t)B, C, BK);
+    mdl_row_linear_bwd(be, m->head.drows, m->dcand, NULL, m->cand_scores, m->head.rows, m->cand, (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     RT_TRY(glm_backward_from_rows(m, B, T, B, pass));
 fail:
     return st;
 }
 
-/* m->logits (n rows of this rank's vocab columns) to the host as (n, vocab): the shards are
+/* m->head.logits (n rows of this rank's vocab columns) to the host as (n, vocab): the shards are
  * all-gathered over tp (a checking and generation path) and the padding columns dropped. */
-rt_status glm_vocab_to_host(glm_model *m, size_t n, float *host_logits) {
-    rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    rt_comm *tp = m->tp;
-    const int Vl = m->vocab.local, V = m->cfg.vocab_size;
-    const size_t n_local = n * (size_t)Vl;
-    float *gathered = NULL, *host = NULL;
-    const float *all = m->logits;
-    if (tp->size > 1) {
-        RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "GLM logits (gathered)",
-                                (void **)&gathered));
-        RT_TRY(tp->ops->all_gather(tp->ctx, gathered, m->logits, n_local));
-        all = gathered;
-    }
-    host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
-    rt_to_host(be, host, all, n_local * (size_t)tp->size * sizeof(float));
-    for (int r = 0; r < tp->size; r++) /* rank-major (tp, n, Vl) -> (n, V) */
-        for (size_t t = 0; t < n; t++)
-            for (int j = 0; j < Vl; j++) {
-                int v = r * Vl + j;
-                if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * n + t) * Vl + (size_t)j];
-            }
-fail:
-    if (gathered) rt_free_device(be, gathered);
-    free(host);
-    return st;
-}
-
 rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, float *host_hidden) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
@@ -461,9 +384,9 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
     if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
-    RT_TRY(glm_logits_rows(m, BT));
-    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
-    RT_TRY(glm_vocab_to_host(m, BT, host_logits));
+    RT_TRY(mdl_lm_head_logits_rows(&m->head, BT));
+    mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
+    RT_TRY(mdl_lm_head_to_host(&m->head, BT, host_logits));
 fail:
     return st;
 }
@@ -476,14 +399,14 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     RT_TRY(glm_upload(m, in));
     for (int b = 0; b < B; b++) {
         if (at[b] < 0 || at[b] >= T) RT_FAIL(RT_ERR_CONFIG, "GLM: row %d: position %d outside [0, %d)", b, at[b], T);
-        m->h_idx[b] = b * T + at[b];
+        m->head.h_idx[b] = b * T + at[b];
     }
     RT_TRY(glm_forward_body(m, B, T, &pass));
-    rt_to_device(be, m->row_idx, m->h_idx, (size_t)B * sizeof(int32_t));
-    rt_gather_rows(be, m->rows, m->blocks.out, m->row_idx, B, m->C);
-    RT_TRY(glm_logits_rows(m, (size_t)B));
-    mdl_col_linear_fwd(be, m->logits, m->rows, P(m->wte), NULL, (size_t)B, m->C, m->vocab.local);
-    RT_TRY(glm_vocab_to_host(m, (size_t)B, host_logits));
+    rt_to_device(be, m->head.row_idx, m->head.h_idx, (size_t)B * sizeof(int32_t));
+    rt_gather_rows(be, m->head.rows, m->blocks.out, m->head.row_idx, B, m->C);
+    RT_TRY(mdl_lm_head_logits_rows(&m->head, (size_t)B));
+    mdl_col_linear_fwd(be, m->head.logits, m->head.rows, P(m->wte), NULL, (size_t)B, m->C, m->vocab.local);
+    RT_TRY(mdl_lm_head_to_host(&m->head, (size_t)B, host_logits));
 fail:
     return st;
 }

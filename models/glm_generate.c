@@ -126,12 +126,12 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < S; t++) d->h_idx[b * S + t] = b * Tmax + t;
-    rt_to_device(be, m->row_idx, d->h_idx, n * sizeof(int32_t));
+    rt_to_device(be, m->head.row_idx, d->h_idx, n * sizeof(int32_t));
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
-        mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, n), n, m->rows, m->drows);
-        rt_scatter_rows_add(be, d->k[0][l], m->rows, m->row_idx, (int)n, Cl);
-        rt_scatter_rows_add(be, d->v[0][l], m->drows, m->row_idx, (int)n, Cl);
+        mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, n), n, m->head.rows, m->head.drows);
+        rt_scatter_rows_add(be, d->k[0][l], m->head.rows, m->head.row_idx, (int)n, Cl);
+        rt_scatter_rows_add(be, d->v[0][l], m->head.drows, m->head.row_idx, (int)n, Cl);
     }
 fail:
     return st;
@@ -157,7 +157,7 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     rt_to_device(be, m->bpos, d->h_bpos, (size_t)R * sizeof(int32_t));
     rt_to_device(be, d->at_idx, d->h_at, (size_t)R * sizeof(int32_t));
     rt_to_device(be, d->key_mask, d->h_mask, (size_t)R * Tmax * sizeof(float));
-    float *x = m->rows;
+    float *x = m->head.rows;
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), (size_t)R, C, m->vocab.start, m->vocab.local));
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
@@ -170,9 +170,9 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     const mdl_decode_scratch scratch = mdl_stack_decode_scratch(&m->blocks, R, Tmax);
     RT_TRY(mdl_stack_decode(&m->blocks, R, x, &caches, &scratch));
     mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
-    RT_TRY(glm_logits_rows(m, (size_t)R));
-    mdl_col_linear_fwd(be, m->logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->vocab.local);
-    RT_TRY(glm_vocab_to_host(m, (size_t)R, host_logits));
+    RT_TRY(mdl_lm_head_logits_rows(&m->head, (size_t)R));
+    mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->vocab.local);
+    RT_TRY(mdl_lm_head_to_host(&m->head, (size_t)R, host_logits));
 fail:
     return st;
 }
