@@ -14,6 +14,7 @@
 #include "models/heads.h"
 #include "models/flops.h"
 #include "models/hf_config.h"
+#include "models/lm_head.h"
 #include "models/parallel.h"
 #include "models/param.h"
 #include "models/stack.h"
@@ -42,7 +43,9 @@ struct gpt2_model {
     float *key_mask;    /* (B, T) additive */
     int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
 
-    int32_t *h_pos, *h_last; /* host staging */
+    mdl_lm_head head;   /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
+
+    int32_t *h_pos, *h_last, *h_shifted; /* host staging */
     float *h_mask, *h_losses;
 };
 
@@ -189,6 +192,7 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     m->pos = rt_arena_take(a, BT, i);
     m->last = rt_arena_take(a, B, i);
     m->labels = rt_arena_take(a, B, i);
+    mdl_lm_head_layout(&m->head, a);
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 3 C,
@@ -224,12 +228,15 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, m->max_BT, "GPT-2");
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
     arena = (rt_arena){.base = m->act_block};
     gpt2_layout(m, &arena);
+    mdl_lm_head_ready(&m->head);
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
+    m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float)); /* losses, or the MSE head's scratch */
@@ -242,10 +249,12 @@ fail:
 
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
+    mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
     free(m->h_pos);
+    free(m->h_shifted);
     free(m->h_last);
     free(m->h_mask);
     free(m->h_losses);
@@ -349,42 +358,52 @@ fail:
     return st;
 }
 
+void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = (size_t)b * T + t;
+            targets[i] = t + 1 < T ? labels[i + 1] : -100;
+        }
+}
+
+rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_labels,
+                       int B, int T, const mdl_pass *pass, float grad_scale, double *loss_sum, int *n_targets) {
+    rt_status st = RT_OK;
+    int n = 0;
+    *loss_sum = 0;
+    if (n_targets) *n_targets = 0;
+    RT_TRY(gpt2_upload(m, host_ids, host_mask, B, T, false));
+    gpt2_lm_shift_labels(host_labels, B, T, m->h_shifted);
+    RT_TRY(mdl_lm_head_collect(&m->head, m->h_shifted, (size_t)B * T, T, &n));
+    RT_TRY(gpt2_forward_body(m, B, T, pass));
+    if (n == 0) return RT_OK;
+    const bool backward = grad_scale > 0;
+    RT_TRY(mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward, grad_scale));
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += m->head.h_losses[i];
+    *loss_sum = sum;
+    if (n_targets) *n_targets = n;
+    if (!backward) return RT_OK;
+    RT_TRY(mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), (size_t)B * T, n));
+    RT_TRY(gpt2_backward_body(m, B, T, pass));
+fail:
+    return st;
+}
+
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    rt_comm *tp = m->tp;
-    const int C = m->C, Vl = m->vocab.local, V = m->cfg.vocab_size;
-    const size_t BT = (size_t)B * T, n_local = BT * (size_t)Vl;
-    float *logits = NULL, *gathered = NULL, *host = NULL;
+    const size_t BT = (size_t)B * T;
     mdl_pass pass = {0};
     RT_TRY(gpt2_upload(m, host_ids, NULL, B, T, false));
     RT_TRY(gpt2_forward_body(m, B, T, &pass));
-    if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * C * sizeof(float));
-    if (host_logits) {
-        RT_TRY(rt_backend_alloc(be, n_local * sizeof(float), "LM logits", (void **)&logits));
-        /* tied head: this rank's vocab columns, logits = h wte_r^T */
-        mdl_col_linear_fwd(be, logits, m->blocks.out, P(m->wte), NULL, BT, C, Vl);
-        const float *all = logits;
-        if (tp->size > 1) { /* a checking path: gathering the full logits is fine here */
-            RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "LM logits (gathered)",
-                                    (void **)&gathered));
-            RT_TRY(tp->ops->all_gather(tp->ctx, gathered, logits, n_local));
-            all = gathered;
-        }
-        host = rt_xmalloc(n_local * (size_t)tp->size * sizeof(float));
-        rt_to_host(be, host, all, n_local * (size_t)tp->size * sizeof(float));
-        /* rank-major (tp, BT, Vl) -> (BT, V), dropping the padding columns */
-        for (int r = 0; r < tp->size; r++)
-            for (size_t t = 0; t < BT; t++)
-                for (int j = 0; j < Vl; j++) {
-                    int v = r * Vl + j;
-                    if (v < V) host_logits[t * (size_t)V + (size_t)v] = host[((size_t)r * BT + t) * Vl + (size_t)j];
-                }
+    if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
+    if (host_logits) { /* every position through the tied head: this rank's vocab columns, gathered */
+        RT_TRY(mdl_lm_head_logits_rows(&m->head, BT));
+        mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
+        RT_TRY(mdl_lm_head_to_host(&m->head, BT, host_logits));
     }
 fail:
-    if (logits) rt_free_device(be, logits);
-    if (gathered) rt_free_device(be, gathered);
-    free(host);
     return st;
 }
 

@@ -64,13 +64,23 @@ const gpt2_config *gpt2_model_config(const gpt2_model *m);
 rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits);
 
+/* The model as a sequence classifier for the shared GLUE driver (models/classifier.h). */
+void gpt2_classifier(gpt2_model *m, mdl_classifier *out);
+
+/* Causal language modelling with the tied head (GPT2LMHeadModel): host_labels (B, T) are HF's
+ * labels, the input ids with -100 where nothing is predicted (padding); position t predicts
+ * label t+1, as HF shifts them. Forward, and backward when grad_scale > 0 (dL/dlogits scaled by
+ * grad_scale: 1 / n_targets gives HF's mean). The logits stay vocab-parallel (never gathered).
+ * Writes the summed loss and the number of predicted tokens. host_mask may be NULL (no padding). */
+rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_labels,
+                       int B, int T, const mdl_pass *pass, float grad_scale, double *loss_sum, int *n_targets);
+/* targets[b, t] = labels[b, t + 1], and -100 at the last position: HF's shift. */
+void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets);
+
 /* Language-model logits (B, T, vocab) through the tied head, and the final hidden states
  * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
  * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:
  * every rank calls it, and every rank gets the full logits). */
-/* The model as a sequence classifier for the shared GLUE driver (models/classifier.h). */
-void gpt2_classifier(gpt2_model *m, mdl_classifier *out);
-
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
                          float *host_hidden);
 

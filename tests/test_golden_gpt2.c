@@ -1,7 +1,8 @@
 /* GPT-2 against Hugging Face Transformers: a tiny random GPT2ForSequenceClassification saved
  * by scripts/golden/gen_gpt2_golden.py (versions in the files' metadata) must give HF's
  * logits, loss, every parameter gradient, the weights after one AdamW step and the losses
- * and gradient norms of 5 clipped training steps; and the real HF file
+ * and gradient norms of 5 clipped training steps; the same config as GPT2LMHeadModel must give
+ * HF's language-model loss, logits and gradients (test_tiny_lm); and the real HF file
  * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's.
  *
  * bf16 (test_tiny_cls_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
@@ -67,12 +68,13 @@ static float *hf_layout(const rt_param_spec *s, const float *slab, size_t n) {
     return got;
 }
 
-/* Compares every parameter (grads or weights, as `prefix`) with the golden file, undoing
- * HF's Conv1D [in, out] layout. */
+/* Compares every parameter but `skip` (NULL: none) (grads or weights, as `prefix`) with the
+ * golden file, undoing HF's Conv1D [in, out] layout. */
 static void compare_params(const ckpt_st_file *f, const ckpt_st_file *grad_file, const char *prefix, rt_params *p,
-                           int use_grad, float atol, float rtol) {
+                           int use_grad, float atol, float rtol, const char *skip) {
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
+        if (skip && strcmp(s->name, skip) == 0) continue;
         char name[256];
         hf_name(s, prefix, name, sizeof name);
         /* the embedding's vocab is padded (to a multiple of 128 rows): HF has the real rows */
@@ -161,12 +163,12 @@ static void test_tiny_cls(rt_backend *be) {
     tz_check_close("logits", logits, ref_logits, B * 2, FWD_ATOL, FWD_RTOL);
     float loss = (float)(loss_sum / B);
     tz_check_close("loss", &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
-    compare_params(g, g, "grad.", p, 1, GRAD_ATOL, GRAD_RTOL);
+    compare_params(g, g, "grad.", p, 1, GRAD_ATOL, GRAD_RTOL, NULL);
 
     /* one AdamW step, no clipping */
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
-    compare_params(after, g, "after_step.", p, 0, FWD_ATOL, FWD_RTOL);
+    compare_params(after, g, "after_step.", p, 0, FWD_ATOL, FWD_RTOL, NULL);
     gpt2_model_free(m);
 
     /* five clipped steps from the initial weights */
@@ -244,6 +246,63 @@ done:
     ckpt_safetensors_close(a);
 }
 
+/* The tiny config as GPT2LMHeadModel (tests/golden/gpt2-tiny-lm): gpt2_lm_step on the padded
+ * batch with HF's labels (-100 on padding) gives HF's loss and every parameter gradient (wte's
+ * from the embedding and the tied head together), and gpt2_lm_logits HF's logits at the real
+ * positions (padded ones see padding keys: the function has no mask). The checkpoint has no
+ * score head: exactly that parameter is missing, and skipped. */
+static void test_tiny_lm(rt_backend *be) {
+    char path[4096];
+    gpt2_config cfg;
+    gpt2_model *m = NULL;
+    ckpt_st_file *g = NULL;
+    ckpt_load_report rep = {0};
+    TZ_EXPECT_OK(gpt2_config_load(tz_source_path("tests/golden/gpt2-tiny-lm/config.json"), &cfg));
+    TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
+    snprintf(path, sizeof path, "%s", tz_source_path("tests/golden/gpt2-tiny-lm/model.safetensors"));
+    if (m) TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL,
+                                     &rep));
+    TZ_EXPECT(rep.missing == 1 && strcmp(rep.first_missing, "score.weight") == 0, "missing %d (%s)", rep.missing,
+              rep.first_missing);
+    TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/gpt2-tiny-lm/golden.safetensors"), &g));
+    if (!m || !g) goto done;
+    int32_t ids[B * T], mask[B * T], labels[B * T];
+    read_i32(g, "input_ids", ids, B * T);
+    read_i32(g, "attention_mask", mask, B * T);
+    read_i32(g, "labels", labels, B * T);
+    int32_t shifted[B * T];
+    gpt2_lm_shift_labels(labels, B, T, shifted);
+    int want = 0;
+    for (int i = 0; i < B * T; i++) want += shifted[i] != -100;
+    rt_params *p = gpt2_model_params(m);
+    rt_clear(be, p->grad, p->numel * sizeof(float));
+    mdl_pass pass = {.seed = 1, .training = true};
+    double loss_sum = 0;
+    int n = 0;
+    TZ_EXPECT_OK(gpt2_lm_step(m, ids, mask, labels, B, T, &pass, 1.0f / (float)want, &loss_sum, &n));
+    float loss = n ? (float)(loss_sum / n) : NAN, ref_loss;
+    TZ_EXPECT(n == want && n == 31, "predicted %d tokens, expected %d (31: 15 + 10 + 6)", n, want);
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+    tz_check_close("LM loss", &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    compare_params(g, g, "grad.", p, 1, GRAD_ATOL, GRAD_RTOL, "score.weight");
+    const size_t V = (size_t)cfg.vocab_size;
+    float *logits = rt_xmalloc(B * T * V * sizeof(float)), *ref = rt_xmalloc(B * T * V * sizeof(float));
+    TZ_EXPECT_OK(gpt2_lm_logits(m, ids, B, T, logits, NULL));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref, B * T * V));
+    for (int r = 0; r < B; r++) {
+        int real = 0;
+        for (int t = 0; t < T; t++) real += mask[r * T + t];
+        char what[64];
+        snprintf(what, sizeof what, "LM logits, row %d (%d real positions)", r, real);
+        tz_check_close(what, logits + (size_t)r * T * V, ref + (size_t)r * T * V, (size_t)real * V, FWD_ATOL, FWD_RTOL);
+    }
+    free(logits);
+    free(ref);
+done:
+    ckpt_safetensors_close(g);
+    gpt2_model_free(m);
+}
+
 /* The real HF file: a GPT2LMHeadModel with n_embd 2 and the full 50257 vocab. */
 static void test_tiny_gpt2_lm(rt_backend *be) {
     gpt2_config cfg;
@@ -291,6 +350,7 @@ int main(void) {
     test_tiny_cls(be);
     test_tiny_cls_bf16(be);
     test_tiny_gpt2_lm(be);
+    test_tiny_lm(be);
     rt_backend_free(be);
     return tz_test_result("test_golden_gpt2");
 }

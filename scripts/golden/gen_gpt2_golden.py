@@ -243,6 +243,49 @@ def gen_cls(out_dir):
     return path
 
 
+def gen_lm(out_dir):
+    """The same tiny config as GPT2LMHeadModel (lm_head tied to wte) on the same padded batch,
+    labels = input_ids with -100 on padding: HF shifts them, so position t predicts token t+1.
+    Logits, the loss (mean over the predicted tokens) and every parameter gradient (wte's holds
+    the embedding's and the tied head's)."""
+    os.makedirs(out_dir, exist_ok=True)
+    torch.manual_seed(SEED)
+    model = GPT2LMHeadModel(tiny_config())
+    gen = torch.Generator().manual_seed(PERTURB_SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if is_no_decay(name):
+                p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * PERTURB_STD)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    input_ids, attention_mask, _ = make_batch()
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, return_dict=True)
+    out.loss.backward()
+    tensors = {
+        "input_ids": input_ids.to(torch.int32),
+        "attention_mask": attention_mask.to(torch.int32),
+        "labels": labels.to(torch.int32),
+        "logits": out.logits.detach().clone(),
+        "loss": out.loss.detach().reshape(1).clone(),
+    }
+    for name, p in model.named_parameters():
+        tensors["grad." + name] = p.grad.detach().clone()
+    meta = versions()
+    meta.update({
+        "model": "GPT2LMHeadModel (lm_head tied to transformer.wte)",
+        "config": "gpt2-tiny-lm/config.json",
+        "seed": str(SEED),
+        "batch": "gpt2-tiny-cls's batch; labels = input_ids, -100 where attention_mask is 0",
+        "loss": "mean cross-entropy of logits[:, :-1] against labels[:, 1:], -100 ignored",
+        "layout": "HF state_dict names and shapes; Conv1D weights are [in, out]",
+    })
+    path = os.path.join(out_dir, "golden.safetensors")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata=meta)
+    return path
+
+
 def gen_tiny_gpt2(src_dir, out_path):
     model = GPT2LMHeadModel.from_pretrained(src_dir, torch_dtype=torch.float32)
     model.eval()
@@ -290,13 +333,25 @@ def main():
     ap.add_argument("--tiny-gpt2", default=os.path.join(REPO, "tests", "data", "tiny-gpt2"),
                     help="HF tiny-gpt2 folder (default tests/data/tiny-gpt2)")
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
+    ap.add_argument("--only", choices=["cls", "lm", "tiny"], default="",
+                    help="write one golden only (the others stay as they are)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     torch.set_default_dtype(torch.float32)
 
-    paths = [gen_cls(os.path.join(args.out, "gpt2-tiny-cls"))]
+    if args.only == "lm":
+        path = gen_lm(os.path.join(args.out, "gpt2-tiny-lm"))
+        for fn in os.listdir(os.path.dirname(path)):
+            f = os.path.join(os.path.dirname(path), fn)
+            os.chmod(f, 0o644)
+            if os.path.getsize(f) >= 1 << 20:
+                sys.exit(f"error: {f} is over 1 MiB")
+        if not args.quiet:
+            summarize(path)
+        return
+    paths = [gen_cls(os.path.join(args.out, "gpt2-tiny-cls")), gen_lm(os.path.join(args.out, "gpt2-tiny-lm"))]
     if os.path.isdir(args.tiny_gpt2):
         paths.append(gen_tiny_gpt2(args.tiny_gpt2, os.path.join(args.out, "tiny-gpt2-logits.safetensors")))
     else:
