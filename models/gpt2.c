@@ -106,13 +106,13 @@ fail:
 }
 
 static cJSON *gpt2_config_json(const gpt2_config *c) {
-    cJSON *o = mdl_hf_config_new("gpt2", "GPT2ForSequenceClassification");
+    cJSON *o = mdl_hf_config_new("gpt2", c->num_labels ? "GPT2ForSequenceClassification" : "GPT2LMHeadModel");
     mdl_fields_write(o, gpt2_fields, GPT2_N_FIELDS, c);
     cJSON_AddStringToObject(o, "activation_function", mdl_hf_act_name(c->act));
     if (c->pad_token_id >= 0) cJSON_AddNumberToObject(o, "pad_token_id", c->pad_token_id);
     cJSON_AddNumberToObject(o, "eos_token_id", c->eos_token_id);
     cJSON_AddNumberToObject(o, "bos_token_id", c->eos_token_id);
-    mdl_hf_add_labels(o, c->num_labels);
+    if (c->num_labels) mdl_hf_add_labels(o, c->num_labels);
     return o;
 }
 
@@ -132,8 +132,8 @@ rt_status gpt2_config_validate(const gpt2_config *c, int tp) {
     if (st != RT_OK) return st;
     if (c->n_embd % c->n_head)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: n_embd %d is not divisible by n_head %d", c->n_embd, c->n_head);
-    if (c->num_labels < 1 || c->num_labels > MDL_MAX_LABELS)
-        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d is not in [1, %d]", c->num_labels, MDL_MAX_LABELS);
+    if (c->num_labels < 0 || c->num_labels > MDL_MAX_LABELS) /* 0: the language model, no score head */
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2 config: num_labels %d is not in [0, %d]", c->num_labels, MDL_MAX_LABELS);
     st = mdl_check_params("GPT-2 config", "vocab_size, n_positions, n_embd, n_layer and n_inner", gpt2_param_count(c));
     if (st != RT_OK) return st;
     /* the vocab needs no check: the embedding is padded to a multiple of 128*tp rows */
@@ -173,7 +173,8 @@ static void gpt2_declare_params(gpt2_model *m) {
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
-    m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
+    /* the classifier's head; a language model (num_labels 0) has only the tied one */
+    m->score = c->num_labels ? gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std) : -1;
 }
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
@@ -338,6 +339,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     rt_backend *be = m->be;
     const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
     const size_t BT = (size_t)B * T;
+    if (m->score < 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
     RT_TRY(mdl_cls_check_batch("GPT-2", b, NL));
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
@@ -416,11 +418,12 @@ static rt_status gpt2_cls_vstep(void *model, const rt_batch *b, const mdl_pass *
 
 static rt_params *gpt2_cls_vparams(void *model) { return gpt2_model_params(model); }
 
-static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) {
-    gpt2_model *m = model;
+rt_status gpt2_save_hf(gpt2_model *m, const char *dir) {
     return mdl_hf_save_folder(dir, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp,
                               gpt2_config_json(&m->cfg));
 }
+
+static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) { return gpt2_save_hf(model, dir); }
 
 static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 

@@ -22,7 +22,7 @@ typedef struct {
     float layer_norm_eps, initializer_range;
     float embd_pdrop, resid_pdrop, attn_pdrop;
     rt_act_kind act;
-    int num_labels;
+    int num_labels;   /* the classifier's classes; 0: a language model (GPT2LMHeadModel, no score head) */
     int pad_token_id; /* -1 when the config has none */
     int eos_token_id;
     int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not in config.json */
@@ -32,8 +32,8 @@ typedef struct {
 void gpt2_config_default(gpt2_config *c);
 /* Reads an HF config.json; model_type must be "gpt2". Missing fields take HF's defaults. */
 rt_status gpt2_config_load(const char *path, gpt2_config *c);
-/* Writes an HF config.json for GPT2ForSequenceClassification (atomically), so that
- * Transformers loads an exported model with from_pretrained. */
+/* Writes an HF config.json for GPT2ForSequenceClassification, or GPT2LMHeadModel when num_labels
+ * is 0 (atomically), so that Transformers loads an exported model with from_pretrained. */
 rt_status gpt2_config_save(const gpt2_config *c, const char *path);
 /* Checks sizes (each within its limit in models/hf_config.h, the parameter count, heads divide
  * width, ...) and that tp divides n_head and the FFN width, with a message naming the one that
@@ -63,6 +63,10 @@ const gpt2_config *gpt2_model_config(const gpt2_model *m);
  * labelled rows to *loss_sum, and the logits (B, num_labels) to host_logits when non-NULL. */
 rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits);
+
+/* config.json and model.safetensors of an HF GPT2ForSequenceClassification or GPT2LMHeadModel
+ * folder into dir (made if missing); every tp rank calls it, one writes. */
+rt_status gpt2_save_hf(gpt2_model *m, const char *dir);
 
 /* The model as a sequence classifier for the shared GLUE driver (models/classifier.h). */
 void gpt2_classifier(gpt2_model *m, mdl_classifier *out);

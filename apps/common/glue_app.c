@@ -482,23 +482,12 @@ fail:
  * vocab.json/merges.txt). */
 static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid) {
     rt_status st = RT_OK;
-    char path[4096], from[4096];
     const bool writer = grid->world->rank == 0;
     if (writer) RT_TRY(rt_train_prepare_dir(O.save_hf));
     /* config.json and the weights (gathered over tp); the first replica's tp group does it */
     if (grid->dp_rank == 0) RT_TRY(m->save_hf(m->model, O.save_hf));
     if (!writer) goto fail;
-    /* HF's names; GPT-2's encoder.json / vocab.bpe are the same bytes as vocab.json / merges.txt */
-    static const char *const names[][2] = {
-        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
-        {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
-        {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
-        {"vocab.bpe", "merges.txt"}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
-        snprintf(path, sizeof path, "%s/%s", O.save_hf, names[i][1]);
-        if (train_app_exists(from) && !train_app_exists(path)) RT_TRY(train_app_copy_file(from, path));
-    }
+    RT_TRY(train_app_copy_tokenizer(tokenizer_path, O.save_hf));
     rt_log_info("wrote HF model folder %s", O.save_hf);
 fail:
     return st;

@@ -298,3 +298,22 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n) 
     free(buf);
     return st;
 }
+
+rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) {
+    /* HF's names; GPT-2's encoder.json / vocab.bpe are the same bytes as vocab.json / merges.txt */
+    static const char *const names[][2] = {
+        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+        {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
+        {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
+        {"vocab.bpe", "merges.txt"}};
+    char from[4300], to[4300];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
+        snprintf(to, sizeof to, "%s/%s", dir, names[i][1]);
+        if (train_app_exists(from) && !train_app_exists(to)) {
+            rt_status st = train_app_copy_file(from, to);
+            if (st != RT_OK) return st;
+        }
+    }
+    return RT_OK;
+}

@@ -93,5 +93,8 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n);
 /* Copies a file (atomically: a reader never sees half of it), e.g. tokenizer files into an HF
  * export. */
 rt_status train_app_copy_file(const char *from, const char *to);
+/* The tokenizer files of a tokenizer folder into an HF model folder, under HF's names (GPT-2's
+ * encoder.json and vocab.bpe as vocab.json and merges.txt); a file already there is kept. */
+rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
 
 #endif

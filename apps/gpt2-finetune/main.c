@@ -1,0 +1,434 @@
+/* gpt2-finetune: causal language-model fine-tuning of GPT-2 on plain text, as HF's run_clm.py
+ * does with GPT2LMHeadModel: each file's lines (newlines kept, as HF's text loader keeps them)
+ * are tokenized and concatenated, the files joined by the end-of-text token, and the stream cut
+ * into rows of --block-size tokens (the remainder dropped, as run_clm's group_texts). Every
+ * position predicts the next token through the tied head, whose vocab-parallel cross-entropy
+ * never gathers the full logits. Evaluation reports the validation loss and perplexity. The
+ * training loop, options and parallel layout are the ones every program shares
+ * (apps/common/train_app.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "apps/common/train_app.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_source.h"
+#include "checkpoints/ckpt_train.h"
+#include "checkpoints/ckpt_weights.h"
+#include "data/data_cache.h"
+#include "data/data_collate.h"
+#include "data/data_loader.h"
+#include "data/data_seq2seq.h"
+#include "models/gpt2.h"
+#include "runtime/rt_args.h"
+#include "runtime/rt_log.h"
+#include "tokenizers/tok.h"
+
+#define LM_PROG "gpt2-finetune"
+#define LM_MAX_FILES 64
+
+typedef struct {
+    const char *model, *arch, *tokenizer, *val, *save_hf;
+    int64_t block_size;
+    double val_split;
+    train_app_opts t;
+} lm_opts;
+
+static lm_opts O;
+
+static const rt_opt lm_own_options[] = {
+    {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
+     "HF GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, tokenizer files), e.g. gpt2 or a "
+     "--save-hf export; default: a small GPT-2 from scratch", NULL, 0, 0},
+    {"arch", RT_OPT_STRING, &O.arch, NULL, "FILE", "HF config.json to build that GPT-2 from scratch (no weights)", NULL,
+     0, 0},
+    {"tokenizer", RT_OPT_STRING, &O.tokenizer, NULL, "PATH",
+     "tokenizer folder or file when --model has none (default: the shipped GPT-2 BPE)", NULL, 0, 0},
+    {"val", RT_OPT_STRING, &O.val, NULL, "FILE", "validation text (default: the last --val-split of the blocks)", NULL,
+     0, 0},
+    {"val-split", RT_OPT_FLOAT, &O.val_split, "0.05", NULL,
+     "without --val: the share of the last blocks held out for validation (at least one)", NULL, 0.0001, 0.9999},
+    {"block-size", RT_OPT_INT, &O.block_size, "0", NULL, "tokens per training row (0 = min(1024, n_positions))",
+     NULL, 0, 1 << 20},
+    {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
+     "where the trained model goes as an HF GPT2LMHeadModel folder (default: SAVE_DIR/hf)", NULL, 0, 0},
+};
+#define LM_N_OWN ((int)(sizeof lm_own_options / sizeof lm_own_options[0]))
+static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
+
+static rt_args_spec lm_spec = {
+    .prog = LM_PROG,
+    .positional = "TEXT...",
+    .min_positional = 1,
+    .max_positional = LM_MAX_FILES,
+    .summary = "Fine-tunes GPT-2 (GPT2LMHeadModel) as a causal language model on plain-text files, as HF's\n"
+               "run_clm.py does: the texts joined by <|endoftext|> and cut into --block-size rows; reports the\n"
+               "validation loss and perplexity. Checkpoints and metrics.jsonl go to --save-dir, the trained\n"
+               "model to SAVE_DIR/hf.",
+    .epilog = "examples:\n"
+              "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
+              "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16",
+    .opts = lm_options,
+};
+
+/* ---- the model ---- */
+
+typedef struct {
+    char tokenizer[4096], weights[4096], config[4200];
+} lm_source;
+
+static rt_status lm_resolve(lm_source *s) {
+    rt_status st = RT_OK;
+    memset(s, 0, sizeof *s);
+    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (O.model) {
+        struct stat sb;
+        if (stat(O.model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF GPT-2 folder with config.json "
+                                        "and model.safetensors)", O.model);
+        snprintf(s->config, sizeof s->config, "%s/config.json", O.model);
+        RT_TRY(ckpt_source_find_weights(O.model, s->weights, sizeof s->weights));
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/vocab.json", O.model);
+        if (!O.tokenizer && train_app_exists(probe)) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.model);
+    } else if (O.arch) {
+        snprintf(s->config, sizeof s->config, "%s", O.arch);
+    }
+    if (!s->tokenizer[0])
+        snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : TZ_SOURCE_DIR "/assets/gpt2-bpe");
+fail:
+    return st;
+}
+
+/* The model for batches of max_B rows of `block` tokens (block 0: resolved from the config). */
+static rt_status lm_build_model(const lm_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp, int max_B,
+                                int *block, gpt2_model **out) {
+    rt_status st = RT_OK;
+    gpt2_config cfg;
+    if (src->config[0]) {
+        RT_TRY(gpt2_config_load(src->config, &cfg));
+    } else { /* small enough to train on the shipped samples in a minute on 2 cores */
+        gpt2_config_default(&cfg);
+        cfg.n_layer = 4;
+        cfg.n_embd = 128;
+        cfg.n_head = 4;
+        cfg.n_positions = 256;
+    }
+    cfg.num_labels = 0; /* the language model: the tied head only */
+    cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+    RT_TRY(gpt2_config_validate(&cfg, tp->size));
+    if (tok_vocab_size(tok) > cfg.vocab_size)
+        RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(tok),
+                cfg.vocab_size);
+    if (*block == 0) *block = cfg.n_positions < 1024 ? cfg.n_positions : 1024;
+    if (*block > cfg.n_positions)
+        RT_FAIL(RT_ERR_USAGE, "--block-size %d is longer than the model's n_positions %d", *block, cfg.n_positions);
+    RT_TRY(gpt2_model_init(&cfg, be, tp, max_B, *block, (uint64_t)O.t.seed, out));
+    if (src->weights[0]) {
+        ckpt_load_report rep;
+        RT_TRY(ckpt_load_hf(src->weights, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head,
+                            tp->rank, tp->size, NULL, &rep));
+        rt_log_info("weights: %s: %d tensors loaded%s%s", src->weights, rep.loaded,
+                    rep.missing ? "; newly initialized: " : "", rep.missing ? rep.first_missing : "");
+    } else {
+        rt_log_info("weights: random init (HF's scheme) of %s", src->config[0] ? src->config : "a small GPT-2");
+    }
+    rt_log_info("model: GPT-2 LM, %d layers, %d wide, %d heads, vocab %d, %zu parameters; blocks of %d tokens",
+                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, gpt2_model_params(*out)->numel, *block);
+fail:
+    return st;
+}
+
+/* ---- data ---- */
+
+/* Appends the tokens of a file's lines (each with its newline, as HF's text loader keeps them
+ * by default) to out, tokenizing the lines in parallel. */
+static rt_status lm_tokenize_file(const char *path, const tok_tokenizer *tok, tok_ids *out) {
+    rt_status st = RT_OK;
+    data_lines lines = {0};
+    RT_TRY(data_lines_read(path, &lines));
+    tok_ids *per = rt_xcalloc(lines.n + 1, sizeof *per);
+    rt_status *sts = rt_xcalloc(lines.n + 1, sizeof *sts);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < lines.n; i++) {
+        const size_t len = strlen(lines.line[i]);
+        char *text = rt_xmalloc(len + 2);
+        memcpy(text, lines.line[i], len);
+        text[len] = '\n';
+        sts[i] = tok_encode(tok, text, len + 1, &per[i]);
+        free(text);
+    }
+    for (size_t i = 0; i < lines.n && st == RT_OK; i++) {
+        if (sts[i] != RT_OK) st = rt_errorf(sts[i], "%s:%zu: cannot tokenize the line", path, i + 1);
+        for (size_t k = 0; k < per[i].n; k++) tok_ids_push(out, per[i].ids[k]);
+    }
+    for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
+    free(per);
+    free(sts);
+fail:
+    data_lines_free(&lines);
+    return st;
+}
+
+/* The files' tokens joined by eos, cut into rows of block tokens (the remainder dropped). */
+static rt_status lm_blocks(const char *const *files, int n_files, const tok_tokenizer *tok, int32_t eos, int block,
+                           data_tokenized *out) {
+    rt_status st = RT_OK;
+    tok_ids all = {0};
+    for (int f = 0; f < n_files; f++) {
+        if (f > 0) tok_ids_push(&all, eos);
+        RT_TRY(lm_tokenize_file(files[f], tok, &all));
+    }
+    const size_t n = all.n / (size_t)block;
+    if (n == 0)
+        RT_FAIL(RT_ERR_FORMAT, "%s%s: %zu tokens in all, fewer than one block of %d (lower --block-size)", files[0],
+                n_files > 1 ? " and the other texts" : "", all.n, block);
+    const int32_t **rows = rt_xmalloc(n * sizeof *rows);
+    int32_t *lens = rt_xmalloc(n * sizeof *lens);
+    for (size_t i = 0; i < n; i++) rows[i] = all.ids + i * (size_t)block, lens[i] = block;
+    st = data_tokenized_from_rows(rows, lens, NULL, NULL, n, out);
+    free(rows);
+    free(lens);
+fail:
+    tok_ids_free(&all);
+    return st;
+}
+
+typedef struct {
+    const char *const *files;
+    int n_files, block;
+    const tok_tokenizer *tok;
+    int32_t eos;
+} lm_build_ctx;
+
+/* data_cache_build_fn: the training blocks, and the validation blocks (empty without --val). */
+static rt_status lm_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
+    const lm_build_ctx *b = ctx;
+    RT_CHECK(n_sets == 2, "gpt2-finetune sets: %d", n_sets);
+    rt_status st = lm_blocks(b->files, b->n_files, b->tok, b->eos, b->block, &sets[0]);
+    if (st == RT_OK && O.val) st = lm_blocks(&O.val, 1, b->tok, b->eos, b->block, &sets[1]);
+    return st;
+}
+
+/* ---- training and evaluation ---- */
+
+typedef struct {
+    gpt2_model *model;
+    int32_t *labels; /* (max_B, block) scratch: the ids, -100 on padding */
+} lm_trainer;
+
+/* The batch's labels are its ids (HF's labels = input_ids), -100 where the mask hides a token. */
+static const int32_t *lm_labels(lm_trainer *t, const rt_batch *b) {
+    for (size_t i = 0; i < (size_t)b->B * b->T; i++) t->labels[i] = b->attention_mask[i] ? b->input_ids[i] : -100;
+    return t->labels;
+}
+
+static rt_status lm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                               double *loss_sum) {
+    lm_trainer *t = ctx;
+    int n = 0;
+    return gpt2_lm_step(t->model, b->input_ids, b->attention_mask, lm_labels(t, b), b->B, b->T, pass, grad_scale,
+                        loss_sum, &n);
+}
+
+/* The loader's batches with n_targets = the tokens they predict (each row's real tokens but its
+ * last), which the loop normalizes the loss by. */
+typedef struct {
+    rt_train_data inner;
+} lm_data;
+
+static rt_status lm_next(void *ctx, rt_batch *into, bool *end) {
+    lm_data *d = ctx;
+    rt_status st = d->inner.next(d->inner.ctx, into, end);
+    if (st != RT_OK || *end) return st;
+    into->n_targets = 0;
+    for (int b = 0; b < into->B; b++) into->n_targets += into->lengths[b] > 1 ? into->lengths[b] - 1 : 0;
+    return RT_OK;
+}
+
+static void lm_get_state(void *ctx, int64_t *epoch, int64_t *position) {
+    lm_data *d = ctx;
+    d->inner.get_state(d->inner.ctx, epoch, position);
+}
+
+static rt_status lm_set_state(void *ctx, int64_t epoch, int64_t position) {
+    lm_data *d = ctx;
+    return d->inner.set_state(d->inner.ctx, epoch, position);
+}
+
+static double lm_flops(void *ctx, const rt_batch *b) {
+    (void)ctx;
+    (void)b;
+    return 0; /* the step line's TFLOP/s needs the head's FLOPs too: not counted yet */
+}
+
+typedef struct {
+    lm_trainer *tr;
+    const data_tokenized *val;
+    const rt_grid *grid;
+    int batch_size;
+    rt_batch batch;
+    int32_t *idx;
+} lm_eval;
+
+/* The mean loss over every predicted token of the validation blocks, and its perplexity. */
+static rt_status lm_evaluate(void *ctx, rt_metrics *out) {
+    lm_eval *e = ctx;
+    rt_status st = RT_OK;
+    const size_t n = e->val->n, w = (size_t)e->grid->dp_size, r = (size_t)e->grid->dp_rank;
+    const size_t lo = n * r / w, hi = n * (r + 1) / w;
+    mdl_pass pass = {.training = false};
+    double local = 0, tokens = 0;
+    for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
+        const int count = (int)(hi - start < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
+        for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
+        RT_TRY(data_collate_classification(e->val, e->idx, count, 0, 1, &e->batch));
+        double l = 0;
+        int nt = 0;
+        RT_TRY(gpt2_lm_step(e->tr->model, e->batch.input_ids, e->batch.attention_mask, lm_labels(e->tr, &e->batch),
+                            count, e->batch.T, &pass, 0.0f, &l, &nt));
+        local += l;
+        tokens += nt;
+    }
+    double sums[2] = {local, tokens};
+    float f[2] = {(float)sums[0], (float)sums[1]};
+    if (w > 1) RT_TRY(e->grid->dp_host->ops->all_reduce(e->grid->dp_host->ctx, f, 2, RT_REDUCE_SUM));
+    const double loss = f[1] > 0 ? (double)f[0] / (double)f[1] : 0.0;
+    out->n = 0;
+    out->names[out->n] = "loss";
+    out->values[out->n++] = loss;
+    out->names[out->n] = "perplexity";
+    out->values[out->n++] = exp(loss);
+fail:
+    return st;
+}
+
+/* ---- main ---- */
+
+static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) {
+    rt_status st = RT_OK;
+    const char *pos[LM_MAX_FILES];
+    int n_pos = 0;
+    char device[32], hf_dir[4200];
+    lm_source src;
+    tok_tokenizer *tok = NULL;
+    rt_backend *be = NULL;
+    gpt2_model *model = NULL;
+    data_tokenized sets[2] = {{0}}, train = {0}, val = {0};
+    data_loader *loader = NULL;
+    lm_trainer tr = {0};
+    lm_eval ev = {0};
+    char *options_json = NULL;
+    rt_grid grid = {0};
+
+    RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
+    RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
+    RT_TRY(lm_resolve(&src));
+    RT_TRY(tok_load(src.tokenizer, &tok));
+    const int32_t eos = tok_eos_id(tok);
+    if (eos < 0) RT_FAIL(RT_ERR_CONFIG, "%s: the tokenizer has no end-of-text token to join the texts", src.tokenizer);
+    RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
+    int block = (int)O.block_size;
+    RT_TRY(lm_build_model(&src, tok, be, grid.tp, (int)O.t.batch_size, &block, &model));
+    rt_log_info("tokenizer %s (%s, %d tokens); device %s", src.tokenizer, tok_kind_name(tok), tok_vocab_size(tok),
+                device);
+
+    /* the blocks, tokenized or from the cache */
+    lm_build_ctx bc = {.files = pos, .n_files = n_pos, .block = block, .tok = tok, .eos = eos};
+    data_cache_key key;
+    data_cache_key_init(&key, "gpt2-lm-blocks");
+    data_cache_key_int(&key, DATA_CACHE_TOKENS_REVISION);
+    data_cache_key_int(&key, block);
+    data_cache_key_int(&key, eos);
+    RT_TRY(data_cache_key_tokenizer(&key, src.tokenizer));
+    for (int k = 0; k < n_pos; k++) RT_TRY(data_cache_key_file(&key, pos[k]));
+    data_cache_key_str(&key, O.val);
+    if (O.val) RT_TRY(data_cache_key_file(&key, O.val));
+    RT_TRY(data_cache_load_or_build(train_app_cache_dir(&O.t), &key, "text", 2, 1, lm_build_sets, &bc, sets));
+    if (O.val) {
+        train = sets[0];
+        val = sets[1];
+        memset(sets, 0, sizeof sets);
+    } else { /* hold out the last blocks */
+        size_t n_val = (size_t)((double)sets[0].n * O.val_split + 0.5);
+        if (n_val == 0) n_val = 1;
+        if (n_val >= sets[0].n)
+            RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give --val, or "
+                                  "lower --block-size)", sets[0].n, block);
+        const size_t n_train = sets[0].n - n_val;
+        const int32_t **rows = rt_xmalloc(sets[0].n * sizeof *rows);
+        for (size_t i = 0; i < sets[0].n; i++) rows[i] = sets[0].ids + sets[0].offsets[i];
+        st = data_tokenized_from_rows(rows, sets[0].lengths, NULL, NULL, n_train, &train);
+        if (st == RT_OK)
+            st = data_tokenized_from_rows(rows + n_train, sets[0].lengths + n_train, NULL, NULL, n_val, &val);
+        free(rows);
+        if (st != RT_OK) goto fail;
+    }
+    rt_log_info("data: %zu training blocks, %zu validation blocks of %d tokens%s", train.n, val.n, block,
+                O.val ? "" : " (held out from the end)");
+
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank,
+                               .world = grid.dp_size};
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, eos, 1, &loader));
+    tr.model = model;
+    tr.labels = rt_xmalloc((size_t)O.t.batch_size * (size_t)block * sizeof(int32_t));
+    ev = (lm_eval){.tr = &tr, .val = &val, .grid = &grid, .batch_size = (int)O.t.batch_size};
+    ev.idx = rt_xcalloc((size_t)O.t.batch_size, sizeof *ev.idx);
+
+    options_json = rt_args_to_json(&lm_spec);
+    rt_train_opts to = train_app_loop_opts(&O.t, LM_PROG, &grid, options_json);
+    train_app_model tm_model = {.m = {.model = &tr, .params = gpt2_model_params(model), .step = lm_train_step,
+                                      .flops = lm_flops}};
+    rt_train_model tm = train_app_loop_model(&tm_model);
+    lm_data ld = {.inner = data_loader_train_data(loader)};
+    rt_train_data td = ld.inner;
+    td.ctx = &ld;
+    td.next = lm_next;
+    td.get_state = lm_get_state;
+    td.set_state = lm_set_state;
+    rt_train_eval te = {.ctx = &ev, .evaluate = lm_evaluate};
+    rt_train_result res;
+    RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    *signal_out = res.signal;
+    if (res.signal) goto fail;
+    if (res.last_eval.n == 2)
+        rt_log_info("validation results (%zu blocks, step %lld): loss %.4f perplexity %.3f", val.n,
+                    (long long)res.steps, res.last_eval.values[0], res.last_eval.values[1]);
+    if (O.save_hf)
+        snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+    else
+        snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+    if (grid.world->rank == 0) RT_TRY(rt_train_prepare_dir(hf_dir));
+    if (grid.dp_rank == 0) RT_TRY(gpt2_save_hf(model, hf_dir));
+    if (grid.world->rank == 0) {
+        struct stat sb;
+        if (stat(src.tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode)) RT_TRY(train_app_copy_tokenizer(src.tokenizer, hf_dir));
+        rt_log_info("wrote HF model folder %s", hf_dir);
+    }
+fail:
+    free(options_json);
+    free(ev.idx);
+    free(tr.labels);
+    data_batch_free(&ev.batch);
+    data_loader_free(loader);
+    gpt2_model_free(model);
+    rt_backend_free(be);
+    for (int k = 0; k < 2; k++) data_tokenized_free(&sets[k]);
+    data_tokenized_free(&train);
+    data_tokenized_free(&val);
+    tok_free(tok);
+    rt_grid_free(&grid);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    train_app_defaults defaults = {.lr = "5e-5", .batch_size = "8", .epochs = "1", .weight_decay = "0.0",
+                                   .warmup = "0"};
+    memcpy(lm_options, lm_own_options, sizeof lm_own_options);
+    lm_spec.n_opts = LM_N_OWN;
+    train_app_add_options(&O.t, &defaults, &lm_spec, lm_options);
+    train_app_add_checkpoint_options(&O.t, lm_options, &lm_spec.n_opts);
+    return train_app_main(argc, argv, LM_PROG, lm_run);
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# gpt2-finetune end to end on a tiny GPT-2 and real Multi30k lines: training on blocks with the
+# held-out split and with --val, evaluation (loss and perplexity = exp(loss) in the log and
+# metrics.jsonl), the HF GPT2LMHeadModel export (config, weights, tokenizer under HF's names),
+# --model from that export evaluating to the same loss, resume equal to an uninterrupted run,
+# --help, and bad inputs (a missing or empty file, too little text for one block, a block longer
+# than n_positions, --model with --arch), each a one-line error.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-finetune"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+. "$SRC/tests/fixtures.sh"
+need_fixture "$ASSETS/multi30k-en-de/val.en" "$ASSETS/multi30k-en-de/val.de"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+[ -x "$BIN" ] || { echo "test_cli_gpt2_finetune: $BIN not built"; exit 1; }
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
+expect_fail() { # name pattern args...: exit 1 or 2 and a one-line error matching pattern
+    local name=$1 pattern=$2
+    shift 2
+    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then bad "$name: exit $rc, want 1 or 2"; return; fi
+    grep -q -- "$pattern" "$TMP/err" || { bad "$name: stderr lacks '$pattern'"; return; }
+    [ "$(wc -l < "$TMP/err")" -eq 1 ] || { bad "$name: error is not one line"; return; }
+    ok
+}
+
+head -n 300 "$ASSETS/multi30k-en-de/val.en" > "$TMP/train.txt"
+sed -n 301,360p "$ASSETS/multi30k-en-de/val.en" > "$TMP/val.txt"
+echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2}' \
+    > "$TMP/arch.json"
+COMMON=(--arch "$TMP/arch.json" --block-size 32 --batch-size 4 --threads 2 --log-interval 2 --cache-dir "$TMP/cache")
+# val_loss FILE: the "validation results" line's loss and perplexity
+results() { grep "^validation results" "$1" | sed 's/.*: loss \([0-9.]*\) perplexity \([0-9.]*\)/\1 \2/'; }
+
+"$BIN" "$TMP/train.txt" "${COMMON[@]}" --max-steps 6 --eval-interval 3 --save-interval 3 --keep 5 \
+    --save-dir "$TMP/run" > "$TMP/out" 2> "$TMP/err" && ok || bad "training run"
+grep -q "^data: [0-9]* training blocks, [0-9]* validation blocks of 32 tokens (held out from the end)" "$TMP/out" &&
+    ok || bad "no data line with the held-out split"
+read -r loss ppl <<< "$(results "$TMP/out")"
+awk -v l="$loss" -v p="$ppl" 'BEGIN { e = exp(l); exit !(l > 0 && (p - e) / e < 1e-3 && (e - p) / e < 1e-3) }' &&
+    ok || bad "perplexity $ppl is not exp(loss $loss)"
+[ "$(grep -c '"type":"eval".*"perplexity"' "$TMP/run/metrics.jsonl")" -ge 2 ] && ok || bad "metrics.jsonl lacks eval lines"
+grep -q '"architectures":.*"GPT2LMHeadModel"' "$TMP/run/hf/config.json" && [ -s "$TMP/run/hf/model.safetensors" ] &&
+    [ -s "$TMP/run/hf/vocab.json" ] && [ -s "$TMP/run/hf/merges.txt" ] && ok || bad "the HF export is incomplete"
+
+# the export loads back and evaluates to the same loss (--epochs 0: evaluate only)
+"$BIN" "$TMP/train.txt" --model "$TMP/run/hf" --block-size 32 --batch-size 4 --threads 2 --epochs 0 \
+    --cache-dir "$TMP/cache" --save-dir "$TMP/reload" > "$TMP/out2" 2> "$TMP/err" &&
+    grep -q "^weights: .*model.safetensors: [0-9]* tensors loaded$" "$TMP/out2" && ok || bad "--model from the export"
+[ -n "$loss" ] && [ "$(results "$TMP/out2" | cut -d' ' -f1)" = "$loss" ] && ok ||
+    bad "the reloaded export evaluates to $(results "$TMP/out2"), the run ended at $loss"
+
+# resume from step 3 ends as the whole run
+mkdir -p "$TMP/resume" && cp "$TMP/run"/step-*3.tzck "$TMP/resume/"
+"$BIN" "$TMP/train.txt" "${COMMON[@]}" --max-steps 6 --eval-interval 3 --save-interval 3 --keep 5 --resume \
+    --save-dir "$TMP/resume" > "$TMP/out3" 2> "$TMP/err" && grep -q "resumed from .*step.*3" "$TMP/out3" &&
+    [ "$(results "$TMP/out3")" = "$loss $ppl" ] && ok || bad "resume at step 3: $(results "$TMP/out3") vs $loss $ppl"
+
+# --val: its own blocks
+"$BIN" "$TMP/train.txt" "${COMMON[@]}" --val "$TMP/val.txt" --max-steps 2 --save-dir "$TMP/val" > "$TMP/out" \
+    2> "$TMP/err" && grep -q "^data: [0-9]* training blocks, [0-9]* validation blocks of 32 tokens$" "$TMP/out" &&
+    ok || bad "--val"
+
+"$BIN" --help > "$TMP/out" 2>&1 && grep -q "TEXT" "$TMP/out" && grep -q -- "--block-size" "$TMP/out" && ok || bad "--help"
+expect_fail "missing file" "nope.txt" "$TMP/nope.txt" "${COMMON[@]}" --save-dir "$TMP/e1"
+: > "$TMP/empty.txt"
+expect_fail "empty file" "empty.txt" "$TMP/empty.txt" "${COMMON[@]}" --save-dir "$TMP/e2"
+echo "A man." > "$TMP/short.txt"
+expect_fail "too little text" "fewer than one block of 32" "$TMP/short.txt" "${COMMON[@]}" --save-dir "$TMP/e3"
+expect_fail "block past n_positions" "block-size 128 is longer than the model's n_positions 64" "$TMP/train.txt" \
+    --arch "$TMP/arch.json" --block-size 128 --save-dir "$TMP/e4"
+expect_fail "--model and --arch" "give --model or --arch, not both" "$TMP/train.txt" --model "$TMP/run/hf" \
+    --arch "$TMP/arch.json" --save-dir "$TMP/e5"
+
+echo "test_cli_gpt2_finetune: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
