@@ -392,6 +392,12 @@ fail:
     return st;
 }
 
+double gpt2_lm_train_flops(gpt2_model *m, int B, int T) {
+    /* the tied head: 2 N C V forward, twice that backward (input and table gradients) */
+    const double head = 6.0 * (double)B * T * m->C * m->cfg.vocab_size;
+    return mdl_stack_train_flops(&m->blocks, B, T, 0) + head;
+}
+
 rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;

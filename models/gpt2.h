@@ -78,6 +78,8 @@ void gpt2_classifier(gpt2_model *m, mdl_classifier *out);
  * Writes the summed loss and the number of predicted tokens. host_mask may be NULL (no padding). */
 rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_labels,
                        int B, int T, const mdl_pass *pass, float grad_scale, double *loss_sum, int *n_targets);
+/* Model FLOPs of one language-model training step on B rows of T tokens (models/flops.h). */
+double gpt2_lm_train_flops(gpt2_model *m, int B, int T);
 /* targets[b, t] = labels[b, t + 1], and -100 at the last position: HF's shift. */
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets);
 

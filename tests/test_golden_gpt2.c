@@ -2,7 +2,7 @@
  * by scripts/golden/gen_gpt2_golden.py (versions in the files' metadata) must give HF's
  * logits, loss, every parameter gradient, the weights after one AdamW step and the losses
  * and gradient norms of 5 clipped training steps; the same config as GPT2LMHeadModel must give
- * HF's language-model loss, logits and gradients (test_tiny_lm); and the real HF file
+ * HF's language-model loss, logits and gradients (test_tiny_lm), also at tp = 2; and the real HF file
  * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's.
  *
  * bf16 (test_tiny_cls_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
@@ -29,6 +29,7 @@
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_tp.h"
 #include "models/gpt2.h"
 #include "runtime/rt_optim.h"
 #include "tests/testutil.h"
@@ -303,6 +304,98 @@ done:
     gpt2_model_free(m);
 }
 
+/* tp = 2 (two threads over the threads communicator, HF weights sharded on load): the language
+ * model's loss and its wte and c_attn gradients, gathered, are HF's. */
+typedef struct {
+    float loss;
+    float *grad_wte, *grad_attn; /* rank 0: full, HF's [in, out] for c_attn */
+    size_t n_wte, n_attn;
+} lm_tp_result;
+
+/* read_i32 for a rank thread: a status, no checks (they belong on the main thread). */
+static rt_status read_ids(const ckpt_st_file *f, const char *name, int32_t *dst, size_t n) {
+    ckpt_st_tensor t;
+    rt_status st = ckpt_safetensors_find(f, name, &t);
+    if (st == RT_OK && (t.dtype != RT_I32 || t.numel != n)) st = rt_errorf(RT_ERR_FORMAT, "%s: not %zu int32s", name, n);
+    if (st == RT_OK) memcpy(dst, t.data, n * sizeof(int32_t));
+    return st;
+}
+
+static rt_status lm_tp_rank(rt_comm *tp, void *arg) {
+    lm_tp_result *res = tp->rank == 0 ? arg : NULL;
+    rt_status st = RT_OK;
+    rt_backend *be = NULL;
+    gpt2_model *m = NULL;
+    ckpt_st_file *g = NULL;
+    ckpt_tp_scratch scr = {0};
+    gpt2_config cfg;
+    ckpt_load_report rep;
+    RT_TRY(rt_backend_init("cpu", 1, &be));
+    RT_TRY(gpt2_config_load(tz_source_path("tests/golden/gpt2-tiny-lm/config.json"), &cfg));
+    cfg.num_labels = 0;
+    RT_TRY(gpt2_model_init(&cfg, be, tp, B, T, 7, &m));
+    RT_TRY(ckpt_load_hf(tz_source_path("tests/golden/gpt2-tiny-lm/model.safetensors"), &ckpt_map_gpt2,
+                        gpt2_model_params(m), cfg.vocab_size, cfg.n_head, tp->rank, tp->size, NULL, &rep));
+    RT_TRY(ckpt_safetensors_open(tz_source_path("tests/golden/gpt2-tiny-lm/golden.safetensors"), &g));
+    int32_t ids[B * T], mask[B * T], labels[B * T];
+    RT_TRY(read_ids(g, "input_ids", ids, B * T));
+    RT_TRY(read_ids(g, "attention_mask", mask, B * T));
+    RT_TRY(read_ids(g, "labels", labels, B * T));
+    rt_params *p = gpt2_model_params(m);
+    mdl_pass pass = {.seed = 1, .training = true};
+    double loss_sum = 0;
+    int n = 0;
+    RT_TRY(gpt2_lm_step(m, ids, mask, labels, B, T, &pass, 1.0f / 31, &loss_sum, &n));
+    if (res) res->loss = (float)(loss_sum / n);
+    for (int i = 0; i < p->n; i++) {
+        const bool wte = strcmp(p->specs[i].name, "wte.weight") == 0,
+                   attn = strcmp(p->specs[i].name, "h.0.attn.c_attn.weight") == 0;
+        if (!wte && !attn) continue;
+        ckpt_tp_desc d;
+        ckpt_tp_param_desc(&p->specs[i], cfg.vocab_size, tp->rank, tp->size, &d);
+        const size_t full_n = ckpt_tp_full_numel(&d);
+        float *full = res ? rt_xmalloc(full_n * sizeof(float)) : NULL;
+        RT_TRY(ckpt_tp_gather_param(be, tp, &d, p->grad + p->specs[i].offset, p->specs[i].numel, &scr, full));
+        if (res && wte) res->grad_wte = full, res->n_wte = full_n;
+        if (res && attn) res->grad_attn = full, res->n_attn = full_n;
+    }
+fail:
+    ckpt_safetensors_close(g);
+    ckpt_tp_scratch_free(be, &scr);
+    gpt2_model_free(m);
+    rt_backend_free(be);
+    return st;
+}
+
+static void test_tiny_lm_tp2(void) {
+    lm_tp_result res[2] = {{0}};
+    ckpt_st_file *g = NULL;
+    TZ_EXPECT_OK(tz_run_ranks(2, 60.0, lm_tp_rank, res, sizeof res[0]));
+    TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/gpt2-tiny-lm/golden.safetensors"), &g));
+    TZ_EXPECT(res[0].grad_wte && res[0].grad_attn, "tp=2: rank 0 gathered no gradients");
+    if (g && res[0].grad_wte && res[0].grad_attn) {
+        float ref_loss;
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+        tz_check_close("tp=2 LM loss", &res[0].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+        float *ref = rt_xmalloc(res[0].n_wte * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "grad.transformer.wte.weight", ref, res[0].n_wte));
+        tz_check_close("tp=2 grad wte", res[0].grad_wte, ref, res[0].n_wte, GRAD_ATOL, GRAD_RTOL);
+        free(ref);
+        /* ours [out, in] -> HF's Conv1D [in, out] */
+        const size_t in = 64, out = res[0].n_attn / 64;
+        float *hf = rt_xmalloc(res[0].n_attn * sizeof(float)), *got = rt_xmalloc(res[0].n_attn * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "grad.transformer.h.0.attn.c_attn.weight", hf, res[0].n_attn));
+        for (size_t r = 0; r < out; r++)
+            for (size_t c = 0; c < in; c++) got[c * out + r] = res[0].grad_attn[r * in + c];
+        tz_check_close("tp=2 grad h.0.attn.c_attn.weight", got, hf, res[0].n_attn, GRAD_ATOL, GRAD_RTOL);
+        free(hf);
+        free(got);
+    }
+    free(res[0].grad_wte);
+    free(res[0].grad_attn);
+    ckpt_safetensors_close(g);
+}
+
 /* The real HF file: a GPT2LMHeadModel with n_embd 2 and the full 50257 vocab. */
 static void test_tiny_gpt2_lm(rt_backend *be) {
     gpt2_config cfg;
@@ -351,6 +444,7 @@ int main(void) {
     test_tiny_cls_bf16(be);
     test_tiny_gpt2_lm(be);
     test_tiny_lm(be);
+    test_tiny_lm_tp2();
     rt_backend_free(be);
     return tz_test_result("test_golden_gpt2");
 }

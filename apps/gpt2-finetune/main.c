@@ -258,11 +258,7 @@ static rt_status lm_set_state(void *ctx, int64_t epoch, int64_t position) {
     return d->inner.set_state(d->inner.ctx, epoch, position);
 }
 
-static double lm_flops(void *ctx, const rt_batch *b) {
-    (void)ctx;
-    (void)b;
-    return 0; /* the step line's TFLOP/s needs the head's FLOPs too: not counted yet */
-}
+static double lm_flops(void *ctx, const rt_batch *b) { return gpt2_lm_train_flops(((lm_trainer *)ctx)->model, b->B, b->T); }
 
 typedef struct {
     lm_trainer *tr;
