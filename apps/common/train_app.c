@@ -317,3 +317,13 @@ rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) 
     }
     return RT_OK;
 }
+
+int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *opts, const rt_opt *own, int n_own,
+                           train_app_opts *o, const train_app_defaults *d, train_app_run_fn run) {
+    memcpy(opts, own, (size_t)n_own * sizeof *own);
+    spec->opts = opts;
+    spec->n_opts = n_own;
+    train_app_add_options(o, d, spec, opts);
+    train_app_add_checkpoint_options(o, opts, &spec->n_opts);
+    return train_app_main(argc, argv, spec->prog, run);
+}

@@ -82,6 +82,11 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
  * else the status's code). */
 typedef rt_status (*train_app_run_fn)(int argc, char **argv, rt_comm *world, int *signal_out);
 int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run);
+/* A training program's whole main: opts (room for n_own + TRAIN_APP_N_OPTS +
+ * TRAIN_APP_N_CHECKPOINT_OPTS) gets its own options, the shared ones with the program's defaults
+ * and activation checkpointing's; then train_app_main with spec->prog. */
+int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *opts, const rt_opt *own, int n_own,
+                           train_app_opts *o, const train_app_defaults *d, train_app_run_fn run);
 /* How long the world's collectives wait before --comm-timeout is read (and its default). */
 #define TRAIN_APP_COMM_TIMEOUT_S 600.0
 

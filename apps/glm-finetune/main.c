@@ -698,9 +698,5 @@ fail:
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01",
                                    .warmup = "0.1"};
-    memcpy(glm_options, glm_own_options, sizeof glm_own_options);
-    glm_spec.n_opts = GLM_N_OWN;
-    train_app_add_options(&O.t, &defaults, &glm_spec, glm_options);
-    train_app_add_checkpoint_options(&O.t, glm_options, &glm_spec.n_opts);
-    return train_app_main(argc, argv, GLM_PROG, glm_run_main);
+    return train_app_program_main(argc, argv, &glm_spec, glm_options, glm_own_options, GLM_N_OWN, &O.t, &defaults, glm_run_main);
 }

@@ -422,9 +422,5 @@ fail:
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "5e-5", .batch_size = "8", .epochs = "1", .weight_decay = "0.0",
                                    .warmup = "0"};
-    memcpy(lm_options, lm_own_options, sizeof lm_own_options);
-    lm_spec.n_opts = LM_N_OWN;
-    train_app_add_options(&O.t, &defaults, &lm_spec, lm_options);
-    train_app_add_checkpoint_options(&O.t, lm_options, &lm_spec.n_opts);
-    return train_app_main(argc, argv, LM_PROG, lm_run);
+    return train_app_program_main(argc, argv, &lm_spec, lm_options, lm_own_options, LM_N_OWN, &O.t, &defaults, lm_run);
 }

@@ -564,9 +564,5 @@ fail:
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0",
                                    .warmup = "0"};
-    memcpy(t5_options, t5_own_options, sizeof t5_own_options);
-    t5_spec.n_opts = T5_N_OWN;
-    train_app_add_options(&O.t, &defaults, &t5_spec, t5_options);
-    train_app_add_checkpoint_options(&O.t, t5_options, &t5_spec.n_opts);
-    return train_app_main(argc, argv, T5_PROG, t5_run);
+    return train_app_program_main(argc, argv, &t5_spec, t5_options, t5_own_options, T5_N_OWN, &O.t, &defaults, t5_run);
 }
