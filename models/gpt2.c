@@ -20,34 +20,7 @@
 #include "models/stack.h"
 #include "runtime/rt_arena.h"
 
-/* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
- * cannot turn a fully masked row into NaN. */
-#define GPT2_MASKED (-1e30f)
-
-struct gpt2_model {
-    gpt2_config cfg;
-    rt_backend *be;
-    rt_comm *tp;
-    rt_params params;
-    int wte, wpe, score;
-    mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
-    int max_B, max_T;
-    int C;
-    mdl_vocab vocab;    /* wte's shard */
-    size_t max_BT;
-
-    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
-    float *pooled;      /* (B, C) */
-    float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
-    float *dpooled;     /* (B, C) */
-    float *key_mask;    /* (B, T) additive */
-    int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
-
-    mdl_lm_head head;   /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
-
-    int32_t *h_pos, *h_last, *h_shifted; /* host staging */
-    float *h_mask, *h_losses;
-};
+#include "models/gpt2_internal.h"
 
 /* config.json's plain fields with HF's defaults (gpt2 124M) and limits (models/hf_config.h) */
 #define F(member, key, kind, def, min, max) {key, offsetof(gpt2_config, member), kind, def, min, max, false}
@@ -271,7 +244,7 @@ const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
 /* Uploads ids and builds positions and the key mask; pool_rows gets b*T + the last non-pad
  * position of each row (HF: the last token that is not pad_token_id, 0 when none). */
-static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T,
+rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T,
                              bool pool) {
     const gpt2_config *c = &m->cfg;
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
@@ -305,7 +278,7 @@ static rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32
 static mdl_stack_mask gpt2_mask(const gpt2_model *m) { return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask}; }
 
 /* The transformer body: embeddings through ln_f into m->blocks.out. */
-static rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
+rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
     const size_t BT = (size_t)B * T;

@@ -83,6 +83,23 @@ double gpt2_lm_train_flops(gpt2_model *m, int B, int T);
 /* targets[b, t] = labels[b, t + 1], and -100 at the last position: HF's shift. */
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets);
 
+/* Text generation from one prompt with a key/value cache, choosing each token as HF's generate
+ * does: temperature 0 is greedy (the first argmax); otherwise the logits are divided by the
+ * temperature, cut to the top_k (0: all) and to the top_p mass (1: all), and a token is drawn from
+ * their softmax with the counter RNG (the same seed, the same tokens). Stops after eos_token_id
+ * or max_new_tokens. The prompt and the new tokens must fit the model's max_T. out gets the new
+ * tokens (room for max_new_tokens), *n_out their count; step_logits, when not NULL, each step's
+ * logits before the choice (room for max_new_tokens x vocab_size). Every tp rank calls it. */
+typedef struct {
+    int max_new_tokens;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int eos_token_id;
+} gpt2_sample_opts;
+rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_sample_opts *o, int32_t *out,
+                        int *n_out, float *step_logits);
+
 /* Language-model logits (B, T, vocab) through the tied head, and the final hidden states
  * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
  * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:

@@ -3,6 +3,7 @@
 # held-out split and with --val, evaluation (loss and perplexity = exp(loss) in the log and
 # metrics.jsonl), the HF GPT2LMHeadModel export (config, weights, tokenizer under HF's names),
 # --model from that export evaluating to the same loss, resume equal to an uninterrupted run,
+# --generate (greedy; sampling repeatable under a seed; too long for the block is an error),
 # --help, and bad inputs (a missing or empty file, too little text for one block, a block longer
 # than n_positions, --model with --arch), each a one-line error.
 set -u
@@ -64,6 +65,19 @@ mkdir -p "$TMP/resume" && cp "$TMP/run"/step-*3.tzck "$TMP/resume/"
 "$BIN" "$TMP/train.txt" "${COMMON[@]}" --val "$TMP/val.txt" --max-steps 2 --save-dir "$TMP/val" > "$TMP/out" \
     2> "$TMP/err" && grep -q "^data: [0-9]* training blocks, [0-9]* validation blocks of 32 tokens$" "$TMP/out" &&
     ok || bad "--val"
+
+# --generate from the export: the prompt, then the continuation; sampling repeats under its seed
+GEN=("$TMP/train.txt" --model "$TMP/run/hf" --block-size 32 --threads 2 --epochs 0 --cache-dir "$TMP/cache")
+"$BIN" "${GEN[@]}" --save-dir "$TMP/g1" --generate "A man in" --max-new-tokens 6 > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "^generated [1-6] tokens (greedy)" "$TMP/out" && [ "$(tail -1 "$TMP/out" | cut -c1-8)" = "A man in" ] &&
+    ok || bad "--generate greedy"
+for k in 1 2; do
+    "$BIN" "${GEN[@]}" --save-dir "$TMP/s$k" --generate "A man in" --max-new-tokens 6 --temperature 1.2 --seed 5 \
+        > "$TMP/sample$k" 2> "$TMP/err" || bad "--generate sampled, run $k"
+done
+[ "$(tail -1 "$TMP/sample1")" = "$(tail -1 "$TMP/sample2")" ] && ok || bad "sampling with one seed differs between runs"
+expect_fail "generation past the block" "exceed the 32 positions" "${GEN[@]}" --save-dir "$TMP/g3" --generate "A man" \
+    --max-new-tokens 40
 
 "$BIN" --help > "$TMP/out" 2>&1 && grep -q "TEXT" "$TMP/out" && grep -q -- "--block-size" "$TMP/out" && ok || bad "--help"
 expect_fail "missing file" "nope.txt" "$TMP/nope.txt" "${COMMON[@]}" --save-dir "$TMP/e1"

@@ -2,7 +2,9 @@
  * by scripts/golden/gen_gpt2_golden.py (versions in the files' metadata) must give HF's
  * logits, loss, every parameter gradient, the weights after one AdamW step and the losses
  * and gradient norms of 5 clipped training steps; the same config as GPT2LMHeadModel must give
- * HF's language-model loss, logits and gradients (test_tiny_lm), also at tp = 2; and the real HF file
+ * HF's language-model loss, logits and gradients (test_tiny_lm), also at tp = 2, and HF's greedy
+ * generation (gpt2_generate with a KV cache; top-k 1 and a tiny top-p are greedy, sampling
+ * repeats under its seed); and the real HF file
  * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's.
  *
  * bf16 (test_tiny_cls_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
@@ -299,6 +301,37 @@ static void test_tiny_lm(rt_backend *be) {
     }
     free(logits);
     free(ref);
+    /* generation: greedy is HF's generate(do_sample=False), token for token and logit for logit at
+     * every step; a top-k of 1 and a tiny top-p are greedy too; a sampled run repeats under its
+     * seed */
+    int32_t prompt[5], want_gen[8], got[8], again[8];
+    int n_got = 0, n_again = 0;
+    read_i32(g, "gen_prompt", prompt, 5);
+    read_i32(g, "gen_greedy", want_gen, 8);
+    gpt2_sample_opts so = {.max_new_tokens = 8, .temperature = 0, .top_k = 0, .top_p = 1, .seed = 3,
+                           .eos_token_id = cfg.eos_token_id};
+    float *steps = rt_xmalloc(8 * V * sizeof(float)), *ref_steps = rt_xmalloc(8 * V * sizeof(float));
+    TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &so, got, &n_got, steps));
+    TZ_EXPECT(n_got == 8 && memcmp(got, want_gen, sizeof want_gen) == 0, "greedy: %d tokens, first %d (HF %d)", n_got,
+              got[0], want_gen[0]);
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gen_logits", ref_steps, 8 * V));
+    tz_check_close("generation: each step's logits (KV cache)", steps, ref_steps, 8 * V, FWD_ATOL, FWD_RTOL);
+    free(steps);
+    free(ref_steps);
+    gpt2_sample_opts top1 = so, tiny_p = so, hot = so;
+    top1.temperature = 1, top1.top_k = 1;
+    tiny_p.temperature = 0.7f, tiny_p.top_p = 1e-6f;
+    hot.temperature = 1.5f, hot.top_k = 0;
+    TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &top1, again, &n_again, NULL));
+    TZ_EXPECT(n_again == 8 && memcmp(again, want_gen, sizeof want_gen) == 0, "top-k 1 is not greedy");
+    TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &tiny_p, again, &n_again, NULL));
+    TZ_EXPECT(n_again == 8 && memcmp(again, want_gen, sizeof want_gen) == 0, "top-p 1e-6 is not greedy");
+    TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &hot, got, &n_got, NULL));
+    TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &hot, again, &n_again, NULL));
+    TZ_EXPECT(n_got == n_again && memcmp(got, again, (size_t)n_got * sizeof *got) == 0, "sampling does not repeat");
+    TZ_EXPECT(n_got != 8 || memcmp(got, want_gen, sizeof want_gen) != 0, "temperature 1.5 sampled the greedy tokens");
+    so.max_new_tokens = 12; /* 5 + 12 > the 16 positions the model was sized for */
+    TZ_EXPECT(gpt2_generate(m, prompt, 5, &so, got, &n_got, NULL) == RT_ERR_USAGE, "generation past max_T");
 done:
     ckpt_safetensors_close(g);
     gpt2_model_free(m);

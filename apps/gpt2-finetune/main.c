@@ -3,7 +3,8 @@
  * are tokenized and concatenated, the files joined by the end-of-text token, and the stream cut
  * into rows of --block-size tokens (the remainder dropped, as run_clm's group_texts). Every
  * position predicts the next token through the tied head, whose vocab-parallel cross-entropy
- * never gathers the full logits. Evaluation reports the validation loss and perplexity. The
+ * never gathers the full logits. Evaluation reports the validation loss and perplexity;
+ * --generate continues a prompt with the result (greedy or sampled, KV-cached). The
  * training loop, options and parallel layout are the ones every program shares
  * (apps/common/train_app.h). */
 #include <math.h>
@@ -30,9 +31,9 @@
 #define LM_MAX_FILES 64
 
 typedef struct {
-    const char *model, *arch, *tokenizer, *val, *save_hf;
-    int64_t block_size;
-    double val_split;
+    const char *model, *arch, *tokenizer, *val, *save_hf, *generate;
+    int64_t block_size, max_new_tokens, top_k;
+    double val_split, temperature, top_p;
     train_app_opts t;
 } lm_opts;
 
@@ -54,6 +55,16 @@ static const rt_opt lm_own_options[] = {
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "where the trained model goes as an HF GPT2LMHeadModel folder (default: SAVE_DIR/hf)", NULL, 0, 0},
+    {"generate", RT_OPT_STRING, &O.generate, NULL, "PROMPT",
+     "after training (or with --epochs 0), continue PROMPT and print the text to stdout", NULL, 0, 0},
+    {"max-new-tokens", RT_OPT_INT, &O.max_new_tokens, "50", NULL,
+     "--generate: new tokens at most (the prompt and these must fit --block-size)", NULL, 1, 1 << 20},
+    {"temperature", RT_OPT_FLOAT, &O.temperature, "0", NULL,
+     "--generate: 0 = greedy (HF's default); > 0 samples from softmax(logits / temperature)", NULL, 0, 100},
+    {"top-k", RT_OPT_INT, &O.top_k, "50", NULL, "--generate, sampling: keep the k most likely tokens (0 = all)",
+     NULL, 0, 1 << 24},
+    {"top-p", RT_OPT_FLOAT, &O.top_p, "1.0", NULL,
+     "--generate, sampling: keep the most likely tokens up to this probability mass (1 = all)", NULL, 1e-9, 1},
 };
 #define LM_N_OWN ((int)(sizeof lm_own_options / sizeof lm_own_options[0]))
 static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
@@ -69,7 +80,8 @@ static rt_args_spec lm_spec = {
                "model to SAVE_DIR/hf.",
     .epilog = "examples:\n"
               "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
-              "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16",
+              "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16\n"
+              "  gpt2-finetune a.txt --model runs/gpt2-finetune/hf --epochs 0 --generate \"Once upon\" --temperature 0.8",
     .opts = lm_options,
 };
 
@@ -301,6 +313,36 @@ fail:
     return st;
 }
 
+/* ---- --generate ---- */
+
+/* Continues O.generate with the model and prints prompt and continuation (the lead rank). */
+static rt_status lm_generate(gpt2_model *m, const tok_tokenizer *tok, int32_t eos, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    tok_ids prompt = {0};
+    int32_t *ids = NULL;
+    char *text = NULL;
+    RT_TRY(tok_encode(tok, O.generate, strlen(O.generate), &prompt));
+    if (prompt.n == 0) RT_FAIL(RT_ERR_USAGE, "--generate: the prompt has no tokens");
+    gpt2_sample_opts so = {.max_new_tokens = (int)O.max_new_tokens, .temperature = (float)O.temperature,
+                           .top_k = (int)O.top_k, .top_p = (float)O.top_p, .seed = (uint64_t)O.t.seed,
+                           .eos_token_id = eos};
+    ids = rt_xmalloc((prompt.n + (size_t)O.max_new_tokens) * sizeof *ids);
+    memcpy(ids, prompt.ids, prompt.n * sizeof *ids);
+    int n_new = 0;
+    RT_TRY(gpt2_generate(m, prompt.ids, (int)prompt.n, &so, ids + prompt.n, &n_new, NULL));
+    rt_log_info("generated %d tokens (%s)", n_new, O.temperature > 0 ? "sampled" : "greedy");
+    if (grid->world->rank == 0) {
+        RT_TRY(tok_decode(tok, ids, prompt.n + (size_t)n_new, &text));
+        printf("%s\n", text);
+        fflush(stdout);
+    }
+fail:
+    tok_ids_free(&prompt);
+    free(ids);
+    free(text);
+    return st;
+}
+
 /* ---- main ---- */
 
 static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) {
@@ -403,6 +445,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         if (stat(src.tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode)) RT_TRY(train_app_copy_tokenizer(src.tokenizer, hf_dir));
         rt_log_info("wrote HF model folder %s", hf_dir);
     }
+    if (O.generate) RT_TRY(lm_generate(model, tok, eos, &grid));
 fail:
     free(options_json);
     free(ev.idx);

@@ -272,8 +272,19 @@ def gen_lm(out_dir):
     }
     for name, p in model.named_parameters():
         tensors["grad." + name] = p.grad.detach().clone()
+    # greedy generation (HF's default: do_sample=False) from the first row's first 5 tokens
+    model.eval()
+    prompt = input_ids[:1, :5]
+    with torch.no_grad():
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                             pad_token_id=PAD_ID, output_logits=True, return_dict_in_generate=True)
+    tensors["gen_prompt"] = prompt.to(torch.int32)
+    tensors["gen_greedy"] = out.sequences[:, 5:].to(torch.int32)
+    tensors["gen_logits"] = torch.stack(out.logits, dim=1).float()  # (1, 8, vocab): each step's raw logits
     meta = versions()
     meta.update({
+        "generate": "gen_greedy: model.generate(gen_prompt, max_new_tokens=8, do_sample=False) minus the prompt; "
+                    "gen_logits: its raw logits at each step (output_logits=True)",
         "model": "GPT2LMHeadModel (lm_head tied to transformer.wte)",
         "config": "gpt2-tiny-lm/config.json",
         "seed": str(SEED),
