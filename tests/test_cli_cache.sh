@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tokenized cache end to end (bert-classify on a tiny BERT and an MRPC slice, t5-finetune on
 # Multi30k lines, glm-finetune on COPA): the first run tokenizes and saves, the second loads ("cache hit") and trains
-# to the same numbers; --max-len and a changed data file each make a new entry; a truncated or
+# to the same numbers; --max-len, a changed data file and a changed tokenizer file each make a new
+# entry; a truncated or
 # bit-flipped entry is reported in one warning, rebuilt and a hit again afterwards; --no-cache
 # writes nothing; two runs started at once build one entry; an unusable --cache-dir is a warning,
 # not an error. Also --group-by-length: the run trains, and resumed at step 4 ends as the whole
@@ -52,6 +53,14 @@ sed -i '2s/the/a/' "$TMP/data2/train.tsv"
 bert edited --data-dir "$TMP/data2" --max-len 32 --cache-dir "$C" && grep -q "^mrpc: tokenized 96 rows" "$TMP/out" &&
     [ "$(entries "$C")" = 3 ] && ok || bad "an edited train.tsv did not make a new entry"
 
+cp "$ASSETS/bert-wordpiece/bert-base-uncased-vocab.txt" "$TMP/vocab.txt"
+bert tok1 --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" --tokenizer "$TMP/vocab.txt" &&
+    bert tok2 --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" --tokenizer "$TMP/vocab.txt" &&
+    grep -q "^mrpc: cache hit" "$TMP/out" && ok || bad "a tokenizer copy is not a hit on its second run"
+sed -i 's/^\[unused0\]$/[unusedA]/' "$TMP/vocab.txt" # same count, other content
+bert tok3 --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" --tokenizer "$TMP/vocab.txt" &&
+    grep -q "^mrpc: tokenized 96 rows" "$TMP/out" && ok || bad "a changed tokenizer file did not make a new entry"
+
 # damage: the entry of the first run, truncated, then with one byte changed
 size=$(stat -c %s "$entry")
 truncate -s $((size / 2)) "$entry"
@@ -66,7 +75,7 @@ bert healed --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" && grep -q "^mr
     [ "$(last_loss "$TMP/run-first")" = "$(last_loss "$TMP/run-healed")" ] && ok || bad "the rebuilt entry is not a hit"
 
 bert nocache --data-dir "$TMP/data" --max-len 20 --cache-dir "$C" --no-cache &&
-    grep -q "^mrpc: tokenized 96 rows in [0-9.]* s (no cache)" "$TMP/out" && [ "$(entries "$C")" = 3 ] &&
+    grep -q "^mrpc: tokenized 96 rows in [0-9.]* s (no cache)" "$TMP/out" && [ "$(entries "$C")" = 5 ] &&
     ok || bad "--no-cache read or wrote the cache"
 touch "$TMP/afile"
 bert unusable --data-dir "$TMP/data" --max-len 32 --cache-dir "$TMP/afile/sub" &&
