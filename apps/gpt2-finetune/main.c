@@ -4,7 +4,8 @@
  * into rows of --block-size tokens (the remainder dropped, as run_clm's group_texts). Every
  * position predicts the next token through the tied head, whose vocab-parallel cross-entropy
  * never gathers the full logits. Evaluation reports the validation loss and perplexity;
- * --generate continues a prompt with the result (greedy or sampled, KV-cached). The
+ * --generate continues a prompt with the result (greedy or sampled, KV-cached). Tokenizing runs
+ * over --threads with a progress bar on a terminal. The
  * training loop, options and parallel layout are the ones every program shares
  * (apps/common/train_app.h). */
 #include <math.h>
@@ -25,6 +26,7 @@
 #include "models/gpt2.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_log.h"
+#include "runtime/rt_progress.h"
 #include "tokenizers/tok.h"
 
 #define LM_PROG "gpt2-finetune"
@@ -155,6 +157,9 @@ fail:
 
 /* ---- data ---- */
 
+/* Whether this process draws progress bars (the lead rank). */
+static bool lm_lead = true;
+
 /* Appends the tokens of a file's lines (each with its newline, as HF's text loader keeps them
  * by default) to out, tokenizing the lines in parallel. */
 static rt_status lm_tokenize_file(const char *path, const tok_tokenizer *tok, tok_ids *out) {
@@ -163,6 +168,9 @@ static rt_status lm_tokenize_file(const char *path, const tok_tokenizer *tok, to
     RT_TRY(data_lines_read(path, &lines));
     tok_ids *per = rt_xcalloc(lines.n + 1, sizeof *per);
     rt_status *sts = rt_xcalloc(lines.n + 1, sizeof *sts);
+    struct stat sb;
+    rt_progress bar;
+    rt_progress_begin(&bar, path, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0, lm_lead);
 #pragma omp parallel for schedule(dynamic, 64)
     for (size_t i = 0; i < lines.n; i++) {
         const size_t len = strlen(lines.line[i]);
@@ -171,7 +179,9 @@ static rt_status lm_tokenize_file(const char *path, const tok_tokenizer *tok, to
         text[len] = '\n';
         sts[i] = tok_encode(tok, text, len + 1, &per[i]);
         free(text);
+        rt_progress_add(&bar, len + 1);
     }
+    rt_progress_end(&bar);
     for (size_t i = 0; i < lines.n && st == RT_OK; i++) {
         if (sts[i] != RT_OK) st = rt_errorf(sts[i], "%s:%zu: cannot tokenize the line", path, i + 1);
         for (size_t k = 0; k < per[i].n; k++) tok_ids_push(out, per[i].ids[k]);
@@ -362,6 +372,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_grid grid = {0};
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
+    lm_lead = world->rank == 0;
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     RT_TRY(lm_resolve(&src));
     RT_TRY(tok_load(src.tokenizer, &tok));
