@@ -305,7 +305,7 @@ rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) 
         {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
         {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
         {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
-        {"vocab.bpe", "merges.txt"}};
+        {"vocab.bpe", "merges.txt"}, {"spiece.model", "spiece.model"}};
     char from[4300], to[4300];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);

@@ -99,7 +99,8 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n);
  * export. */
 rt_status train_app_copy_file(const char *from, const char *to);
 /* The tokenizer files of a tokenizer folder into an HF model folder, under HF's names (GPT-2's
- * encoder.json and vocab.bpe as vocab.json and merges.txt); a file already there is kept. */
+ * encoder.json and vocab.bpe as vocab.json and merges.txt; T5's spiece.model); a file already
+ * there is kept. */
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
 
 #endif

@@ -331,18 +331,13 @@ static rt_status t5_train_step(void *model, const rt_batch *b, const mdl_pass *p
 
 static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir) {
     rt_status st = RT_OK;
-    char from[4300], to[4300];
+    char to[4300];
     if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
     if (grid->dp_rank == 0) RT_TRY(t5_save_hf(m, dir));
     if (grid->world->rank != 0) return RT_OK;
     struct stat sb;
     if (stat(tokenizer_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        static const char *const names[] = {"spiece.model", "tokenizer_config.json", "special_tokens_map.json"};
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i]);
-            snprintf(to, sizeof to, "%s/%s", dir, names[i]);
-            if (train_app_exists(from)) RT_TRY(train_app_copy_file(from, to));
-        }
+        RT_TRY(train_app_copy_tokenizer(tokenizer_path, dir));
     } else {
         snprintf(to, sizeof to, "%s/spiece.model", dir);
         RT_TRY(train_app_copy_file(tokenizer_path, to));
