@@ -14,6 +14,7 @@
 #include <zlib.h>
 
 #include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -319,21 +320,6 @@ static rt_status read_whole(const char *path, void **bytes, size_t *len, bool *a
     return RT_OK;
 }
 
-/* mkdir -p with the umask's mode. */
-static rt_status make_dirs(const char *dir) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0') continue;
-        const char keep = *c;
-        *c = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) return rt_errorf(RT_ERR_IO, "%s: cannot create: %s", p, strerror(errno));
-        *c = keep;
-        if (keep == '\0') break;
-    }
-    return RT_OK;
-}
-
 static size_t rows_of(const data_tokenized *sets, int n_sets, int stride) {
     size_t n = 0;
     for (int s = 0; s < n_sets; s += stride) n += sets[s].n;
@@ -369,7 +355,7 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
                  (unsigned long long)key->h[1]);
         snprintf(lock_path, sizeof lock_path, "%.*s.lock", (int)(strlen(path) - 5), path);
         if (try_load(path, key, n_sets, sets, &warned)) goto hit;
-        if ((st = make_dirs(dir)) != RT_OK) {
+        if ((st = rt_make_dirs(dir, "--cache-dir")) != RT_OK) {
             rt_log_warn("cache: %s; tokenizing without it", rt_error_message());
             dir = NULL;
             st = RT_OK;

@@ -202,7 +202,8 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, m->max_BT, "GPT-2");
+    /* the head's rows for a language model only: a classifier uses just its logits (gpt2_lm_logits) */
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, c->num_labels ? 0 : m->max_BT, "GPT-2");
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));

@@ -49,7 +49,9 @@ rt_status mdl_lm_head_logits_rows(mdl_lm_head *h, size_t n) {
 
 rt_status mdl_lm_head_collect(mdl_lm_head *h, const int32_t *labels, size_t n_pos, int T, int *n_out) {
     size_t n = 0;
-    RT_CHECK(n_pos <= h->max_rows, "%s head: %zu positions, room for %zu", h->model, n_pos, h->max_rows);
+    if (n_pos > h->max_rows)
+        return rt_errorf(RT_ERR_CONFIG, "%s: %zu positions reach the language-model head, which has room for %zu", h->model,
+                         n_pos, h->max_rows);
     for (size_t i = 0; i < n_pos; i++) {
         if (labels[i] == -100) continue;
         if (labels[i] < 0 || labels[i] >= h->vocab_size)

@@ -51,7 +51,8 @@ void mdl_lm_head_free(mdl_lm_head *h);
 /* Makes h->logits hold n rows. */
 rt_status mdl_lm_head_logits_rows(mdl_lm_head *h, size_t n);
 /* The labelled positions of labels (n_pos host ints, -100 = none; T per row, for messages) into
- * h_idx / h_targets; RT_ERR_FORMAT naming a label outside the vocab. *n_out gets the count. */
+ * h_idx / h_targets; RT_ERR_FORMAT naming a label outside the vocab, RT_ERR_CONFIG when n_pos is
+ * past max_rows (a head made without rows: GPT-2's classifier). *n_out gets the count. */
 rt_status mdl_lm_head_collect(mdl_lm_head *h, const int32_t *labels, size_t n_pos, int T, int *n_out);
 /* The n collected rows of hidden (the body's output) through the tied output layer wte and the
  * vocab-parallel cross-entropy: per-row losses in h_losses; with backward, h->logits then holds

@@ -61,9 +61,9 @@ rt_status rt_set_precision(rt_backend *be, rt_dtype dtype) {
     rt_status st = RT_OK;
     if (be->ops->set_matmul_precision)
         st = be->ops->set_matmul_precision(be->ctx, dtype);
-    else if (dtype != RT_F32)
-        st = rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on %s yet (fp32 only)", rt_dtype_name(dtype),
-                       be->ops->name);
+    else if (dtype != RT_F32) /* a backend without the op computes in fp32 only */
+        st = rt_errorf(RT_ERR_UNSUPPORTED, "the %s backend has fp32 matmuls only, not %s", be->ops->name,
+                       rt_dtype_name(dtype));
     if (st == RT_OK) be->compute = dtype;
     return st;
 }

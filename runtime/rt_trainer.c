@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/rt_fs.h"
 #include "runtime/rt_jsonl.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_optim.h"
@@ -26,20 +27,9 @@ static double rt_now_ms(void) {
 }
 
 rt_status rt_train_prepare_dir(const char *dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return rt_errorf(RT_ERR_USAGE, "--save-dir: path is too long");
-    /* mkdir -p */
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return rt_errorf(RT_ERR_IO, "--save-dir %s: cannot create %s: %s", dir, path, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-        return rt_errorf(RT_ERR_IO, "--save-dir %s: cannot create it: %s", dir, strerror(errno));
-    if (access(path, W_OK | X_OK) != 0)
+    rt_status st = rt_make_dirs(dir, "--save-dir");
+    if (st != RT_OK) return st;
+    if (access(dir, W_OK | X_OK) != 0)
         return rt_errorf(RT_ERR_IO, "--save-dir %s: not writable: %s", dir, strerror(errno));
     return RT_OK;
 }

@@ -153,8 +153,8 @@ static rt_status rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
             RT_TRY(rt_ds_set(d, field, it, option));
         } else if (fp16 && strcmp(it->string, "loss_scale") == 0) {
             if (!cJSON_IsNumber(it) || it->valuedouble != 0)
-                rt_ds_ignored(d, field, "a static loss scale is not implemented; the scale is dynamic from "
-                                        "2^initial_scale_power");
+                rt_ds_ignored(d, field, "tunezoo's fp16 loss scale is always dynamic (from 2^initial_scale_power); "
+                                        "a static scale is not offered");
         } else if (fp16 && strcmp(it->string, "consecutive_hysteresis") == 0) {
             if (!cJSON_IsFalse(it)) rt_ds_ignored(d, field, "the hysteresis is restored only by a scale change here");
         } else {

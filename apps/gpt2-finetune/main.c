@@ -400,20 +400,21 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         train = sets[0];
         val = sets[1];
         memset(sets, 0, sizeof sets);
-    } else { /* hold out the last blocks */
+    } else { /* hold out the last blocks: they are copied out, the training set keeps the arrays */
         size_t n_val = (size_t)((double)sets[0].n * O.val_split + 0.5);
         if (n_val == 0) n_val = 1;
         if (n_val >= sets[0].n)
             RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give --val, or "
                                   "lower --block-size)", sets[0].n, block);
         const size_t n_train = sets[0].n - n_val;
-        const int32_t **rows = rt_xmalloc(sets[0].n * sizeof *rows);
-        for (size_t i = 0; i < sets[0].n; i++) rows[i] = sets[0].ids + sets[0].offsets[i];
-        st = data_tokenized_from_rows(rows, sets[0].lengths, NULL, NULL, n_train, &train);
-        if (st == RT_OK)
-            st = data_tokenized_from_rows(rows + n_train, sets[0].lengths + n_train, NULL, NULL, n_val, &val);
+        const int32_t **rows = rt_xmalloc(n_val * sizeof *rows);
+        for (size_t i = 0; i < n_val; i++) rows[i] = sets[0].ids + sets[0].offsets[n_train + i];
+        st = data_tokenized_from_rows(rows, sets[0].lengths + n_train, NULL, NULL, n_val, &val);
         free(rows);
         if (st != RT_OK) goto fail;
+        train = sets[0];
+        train.n = n_train; /* rows past n are never read; the arrays are freed whole */
+        memset(&sets[0], 0, sizeof sets[0]);
     }
     rt_log_info("data: %zu training blocks, %zu validation blocks of %d tokens%s", train.n, val.n, block,
                 O.val ? "" : " (held out from the end)");

@@ -36,8 +36,8 @@ void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols
 
 rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    if (dtype != RT_F32 && dtype != RT_BF16 && dtype != RT_F16)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "%s matmuls are not implemented on CUDA", rt_dtype_name(dtype));
+    /* rt_set_precision lets only these three through */
+    RT_CHECK(dtype == RT_F32 || dtype == RT_BF16 || dtype == RT_F16, "matmul precision %s", rt_dtype_name(dtype));
     if (dtype == RT_BF16 && c->sm_major < 8)
         return rt_errorf(RT_ERR_UNSUPPORTED, "bf16 matmuls need a GPU of compute capability 8.0 or newer; %s is %d.%d",
                          c->model, c->sm_major, c->sm_minor);
