@@ -75,7 +75,7 @@ static void cpu_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int c
 /* One fp32 GEMM: oneDNN's, else OpenBLAS's. */
 static void cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                          const float *B, int ldb, float beta, float *C, int ldc) {
-    if (cpu_dnnl_available()) {
+    if (cpu_dnnl_has(CPU_DNNL_F32)) {
         /* a oneDNN failure here is a bug (the shapes are checked by cpu_gemm): stop, naming it */
         rt_status st = cpu_dnnl_gemm(CPU_DNNL_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         RT_CHECK(st == RT_OK, "oneDNN gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
@@ -107,21 +107,22 @@ static void round_scratch_free(void *v) {
 static void round_key_init(void) { RT_CHECK(pthread_key_create(&round_key, round_scratch_free) == 0, "pthread key"); }
 
 /* rows x cols of X (row stride ld) rounded to dtype into this thread's buffer `which`, packed
- * (row stride cols): uint16 bf16 values, or fp16-rounded floats. */
-static const void *cpu_round_input(int which, rt_dtype dtype, const float *X, int rows, int cols, int ld) {
+ * (row stride cols): uint16 bf16 values when bits16, else the rounded values as floats. */
+static const void *cpu_round_input(int which, rt_dtype dtype, bool bits16, const float *X, int rows, int cols,
+                                   int ld) {
     pthread_once(&round_once, round_key_init);
     cpu_round_scratch *s = pthread_getspecific(round_key);
     if (!s) {
         s = rt_xcalloc(1, sizeof *s);
         RT_CHECK(pthread_setspecific(round_key, s) == 0, "pthread_setspecific");
     }
-    const size_t n = (size_t)rows * cols, bytes = n * (dtype == RT_BF16 ? sizeof(uint16_t) : sizeof(float));
+    const size_t n = (size_t)rows * cols, bytes = n * (bits16 ? sizeof(uint16_t) : sizeof(float));
     if (bytes > s->cap[which]) {
         free(s->p[which]);
         s->p[which] = rt_xmalloc(bytes);
         s->cap[which] = bytes;
     }
-    if (dtype == RT_BF16) {
+    if (bits16) {
         uint16_t *out = s->p[which];
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++)
@@ -130,35 +131,27 @@ static const void *cpu_round_input(int which, rt_dtype dtype, const float *X, in
         float *out = s->p[which];
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_round_f16(X[(size_t)r * ld + c]);
+            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_round_to(dtype, X[(size_t)r * ld + c]);
     }
     return s->p[which];
 }
 
-/* One GEMM whose inputs are rounded to dtype (bf16 or fp16) first. bf16: oneDNN's bf16
- * matmul, or (no oneDNN) sgemm over the rounded values, which gives the same products and fp32
- * sums. fp16: the fp32 GEMM over fp16-rounded floats. */
+/* One GEMM whose inputs are rounded to dtype (bf16 or fp16) first: oneDNN's bf16 matmul where
+ * this CPU has one, else the fp32 GEMM over the rounded values, which gives the same products
+ * (16-bit x 16-bit is exact in fp32) and fp32 sums. */
 static void cpu_gemm_rounded(rt_dtype dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-    const void *A16 = cpu_round_input(0, dtype, A, a_rows, a_cols, lda);
-    const void *B16 = cpu_round_input(1, dtype, B, b_rows, b_cols, ldb);
-    if (dtype == RT_F16) {
+    const bool dnnl_bf16 = dtype == RT_BF16 && cpu_dnnl_has(CPU_DNNL_BF16);
+    const void *A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
+    const void *B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
+    if (!dnnl_bf16) {
         cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta, C, ldc);
         return;
     }
-    if (cpu_dnnl_available()) {
-        rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta,
-                                     C, ldc);
-        RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
-        return;
-    }
-    float *Af = rt_xmalloc((size_t)a_rows * a_cols * sizeof(float)), *Bf = rt_xmalloc((size_t)b_rows * b_cols * 4);
-    rt_convert_to_f32(Af, A16, RT_BF16, (size_t)a_rows * a_cols);
-    rt_convert_to_f32(Bf, B16, RT_BF16, (size_t)b_rows * b_cols);
-    cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Af, a_cols, Bf, b_cols, beta, C, ldc);
-    free(Af);
-    free(Bf);
+    rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta, C,
+                                 ldc);
+    RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
 }
 
 static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -203,8 +196,13 @@ static bool cpu_describe(rt_cpu_ctx *c) {
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "model name : %127[^\n]", name) == 1) break;
     if (f) fclose(f);
-    if (cpu_dnnl_kernel(CPU_DNNL_F32, 512, 768, 768, f32, sizeof f32) != RT_OK) {
+    if (!cpu_dnnl_has(CPU_DNNL_F32) || cpu_dnnl_kernel(CPU_DNNL_F32, 512, 768, 768, f32, sizeof f32) != RT_OK) {
         snprintf(c->model, sizeof c->model, "%s; GEMM OpenBLAS (no oneDNN in this build)", name);
+        return false;
+    }
+    if (!cpu_dnnl_has(CPU_DNNL_BF16)) {
+        snprintf(c->model, sizeof c->model, "%s; GEMM oneDNN %s, bf16 emulated (fp32 GEMM over bf16-rounded inputs: "
+                 "oneDNN has no bf16 matmul for this CPU)", name, f32);
         return false;
     }
     cpu_dnnl_kernel(CPU_DNNL_BF16, 512, 768, 768, bf16, sizeof bf16);

@@ -54,7 +54,22 @@ static rt_status gemm_pd(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, 
     return s == dnnl_success ? RT_OK : dnnl_fail(s, "matmul primitive descriptor");
 }
 
-bool cpu_dnnl_available(void) { return true; }
+static bool has_type[2];
+static pthread_once_t has_once = PTHREAD_ONCE_INIT;
+
+static void probe_types(void) {
+    for (int t = 0; t < 2; t++) {
+        dnnl_primitive_desc_t pd = NULL;
+        dnnl_memory_desc_t mds[3];
+        has_type[t] = gemm_pd((cpu_dnnl_type)t, false, false, 16, 16, 16, 1.0f, 16, 16, 0.0f, 16, &pd, mds) == RT_OK;
+        if (pd) dnnl_primitive_desc_destroy(pd);
+    }
+}
+
+bool cpu_dnnl_has(cpu_dnnl_type type) {
+    pthread_once(&has_once, probe_types);
+    return has_type[type == CPU_DNNL_BF16];
+}
 
 rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {
@@ -106,7 +121,10 @@ rt_status cpu_dnnl_kernel(cpu_dnnl_type type, int M, int N, int K, char *out, si
 
 #else /* no oneDNN in this build */
 
-bool cpu_dnnl_available(void) { return false; }
+bool cpu_dnnl_has(cpu_dnnl_type type) {
+    (void)type;
+    return false;
+}
 
 rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {

@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
             double sec = time_engine(e, s, A, B, A16, B16, C, reps);
             if (e == 2) cpu_dnnl_kernel(CPU_DNNL_BF16, s->M, s->N, s->K, kernel, sizeof kernel);
             if (sec < 0) {
-                printf("{\"shape\": \"%dx%dx%d:%d%d\", \"engine\": \"%s\", \"error\": \"no oneDNN in this build\"}\n",
+                printf("{\"shape\": \"%dx%dx%d:%d%d\", \"engine\": \"%s\", \"error\": \"oneDNN has no such matmul here (no oneDNN in this build, or no bf16 kernel for this CPU)\"}\n",
                        s->M, s->N, s->K, s->ta, s->tb, names[e]);
                 continue;
             }
