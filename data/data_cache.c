@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,9 +23,8 @@
 #endif
 
 #define CACHE_MAGIC "TZDSET\0\1"
-#define CACHE_VERSION 1u
-#define CACHE_HEADER 64
-#define CACHE_SET_HEADER 40
+#define CACHE_VERSION 2u
+#define CACHE_END "TZDS-END"
 #define FLAG_SEGMENTS 1u
 #define FLAG_TARGETS 2u
 
@@ -113,134 +113,253 @@ const char *data_cache_default_dir(void) {
 
 /* ---- the file format ---- */
 
-typedef struct {
-    unsigned char *p;
-    size_t len, cap;
-} out_buf;
+/* The file starts with the magic and the version; the payload follows at byte 16 (8-aligned, so
+ * the arrays can be used where they lie): each set's arrays, then the set table, then the
+ * trailer. Everything is appended in order, so a corpus streams to disk as it is tokenized. */
+#define CACHE_START 16
+#define CACHE_TABLE_ENTRY 48
+#define CACHE_TRAILER 48
 
-static void put(out_buf *b, const void *data, size_t n) {
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2;
-        b->p = rt_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, data, n);
-    b->len += n;
+_Static_assert(sizeof(size_t) == 8, "row offsets are used in place as 64-bit integers");
+
+static uint64_t pad8(uint64_t n) { return (8 - (n & 7)) & 7; }
+
+/* The bytes of a set's arrays (ids, padding, offsets, lengths, len_a, labels, targets, padding),
+ * or UINT64_MAX when the counts are too large to be real. */
+static uint64_t set_bytes(uint64_t n, uint64_t n_ids, bool targets) {
+    if (n > INT32_MAX || n_ids > (UINT64_MAX >> 8)) return UINT64_MAX;
+    const uint64_t rest = (n + 1) * 8 + n * 4 * (targets ? 4 : 3);
+    return n_ids * 4 + pad8(n_ids * 4) + rest + pad8(rest);
 }
 
-static void put_u32(out_buf *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(out_buf *b, uint64_t v) { put(b, &v, 8); }
+struct data_cache_writer {
+    ckpt_atomic_file *file;     /* the entry being written; NULL: into mem */
+    unsigned char *mem;         /* the whole file, when it is kept in memory */
+    size_t mem_len, mem_cap;
+    uLong crc, adl;             /* over the payload so far */
+    uint64_t at;                /* payload bytes so far */
+    uint64_t set_start, set_ids; /* the set being written */
+    int sets_done;
+    unsigned char *table;       /* CACHE_TABLE_ENTRY bytes per finished set */
+    bool io_failed;             /* a write failed: the entry is lost, the data may still be good */
+};
 
-rt_status data_cache_serialize(const data_cache_key *key, const data_tokenized *sets, int n_sets, void **bytes,
-                               size_t *len) {
-    out_buf b = {0};
-    unsigned char header[CACHE_HEADER] = {0};
-    put(&b, header, sizeof header); /* filled in at the end */
-    for (int s = 0; s < n_sets; s++) {
-        const data_tokenized *d = &sets[s];
-        const uint64_t n_ids = d->n ? (uint64_t)d->offsets[d->n] : 0;
-        put_u64(&b, d->n);
-        put_u64(&b, n_ids);
-        put_u32(&b, (uint32_t)d->max_len);
-        put_u32(&b, (uint32_t)d->longest);
-        put_u64(&b, d->n_truncated);
-        put_u32(&b, (d->segments ? FLAG_SEGMENTS : 0) | (d->targets ? FLAG_TARGETS : 0));
-        put_u32(&b, 0);
-        for (size_t i = 0; i <= d->n; i++) put_u64(&b, d->n ? (uint64_t)d->offsets[i] : 0);
-        put(&b, d->ids, n_ids * sizeof(int32_t));
-        put(&b, d->lengths, d->n * sizeof(int32_t));
-        put(&b, d->len_a, d->n * sizeof(int32_t));
-        put(&b, d->labels, d->n * sizeof(int32_t));
-        if (d->targets) put(&b, d->targets, d->n * sizeof(float));
+static rt_status w_raw(data_cache_writer *w, const void *data, size_t n) {
+    if (w->file) {
+        rt_status st = ckpt_atomic_write(w->file, data, n);
+        if (st != RT_OK) w->io_failed = true;
+        return st;
     }
-    const unsigned char *payload = b.p + CACHE_HEADER;
-    const uint64_t payload_len = b.len - CACHE_HEADER;
-    uLong crc = crc32(0L, Z_NULL, 0), adl = adler32(0L, Z_NULL, 0);
-    for (uint64_t off = 0; off < payload_len; off += 1u << 30) { /* zlib takes uInt lengths */
-        const uInt chunk = (uInt)(payload_len - off < (1u << 30) ? payload_len - off : (1u << 30));
-        crc = crc32(crc, payload + off, chunk);
-        adl = adler32(adl, payload + off, chunk);
+    if (w->mem_len + n > w->mem_cap) {
+        w->mem_cap = (w->mem_len + n) * 2;
+        w->mem = rt_xrealloc(w->mem, w->mem_cap);
     }
-    const uint32_t version = CACHE_VERSION, count = (uint32_t)n_sets, c32 = (uint32_t)crc, a32 = (uint32_t)adl;
-    memcpy(b.p, CACHE_MAGIC, 8);
-    memcpy(b.p + 8, &version, 4);
-    memcpy(b.p + 12, &count, 4);
-    memcpy(b.p + 16, &payload_len, 8);
-    memcpy(b.p + 24, &c32, 4);
-    memcpy(b.p + 28, &a32, 4);
-    memcpy(b.p + 32, key->h, 16);
-    *bytes = b.p;
-    *len = b.len;
+    memcpy(w->mem + w->mem_len, data, n);
+    w->mem_len += n;
     return RT_OK;
 }
 
-typedef struct {
-    const unsigned char *p;
-    size_t len, at;
-} in_buf;
-
-/* Takes n elements of size bytes each, or NULL when fewer are left (no overflow in the check). */
-static const void *take(in_buf *b, uint64_t n, size_t size) {
-    if (n > (b->len - b->at) / size) return NULL;
-    const void *q = b->p + b->at;
-    b->at += (size_t)n * size;
-    return q;
+/* Appends payload bytes, summing them into the checksums. */
+static rt_status w_put(data_cache_writer *w, const void *data, size_t n) {
+    if (n == 0) return RT_OK; /* (zlib restarts a checksum given no bytes) */
+    const unsigned char *p = data;
+    for (size_t off = 0; off < n; off += 1u << 30) { /* zlib takes uInt lengths */
+        const uInt chunk = (uInt)(n - off < (1u << 30) ? n - off : (1u << 30));
+        w->crc = crc32(w->crc, p + off, chunk);
+        w->adl = adler32(w->adl, p + off, chunk);
+    }
+    w->at += n;
+    return w_raw(w, data, n);
 }
 
-static bool take_u64(in_buf *b, uint64_t *v) {
-    const void *q = take(b, 1, 8);
-    if (q) memcpy(v, q, 8);
-    return q != NULL;
+static rt_status w_pad8(data_cache_writer *w) {
+    static const unsigned char zeros[8];
+    return w_put(w, zeros, (size_t)pad8(w->at));
 }
 
-static bool take_u32(in_buf *b, uint32_t *v) {
-    const void *q = take(b, 1, 4);
-    if (q) memcpy(v, q, 4);
-    return q != NULL;
+/* Starts an entry at path (NULL: in memory). */
+static rt_status writer_begin(const char *path, data_cache_writer **out) {
+    data_cache_writer *w = rt_xcalloc(1, sizeof *w);
+    w->crc = crc32(0L, Z_NULL, 0);
+    w->adl = adler32(0L, Z_NULL, 0);
+    rt_status st = path ? ckpt_atomic_begin(path, &w->file) : RT_OK;
+    const uint32_t version = CACHE_VERSION, zero = 0;
+    if (st == RT_OK) st = w_raw(w, CACHE_MAGIC, 8);
+    if (st == RT_OK) st = w_raw(w, &version, 4);
+    if (st == RT_OK) st = w_raw(w, &zero, 4);
+    if (st != RT_OK) {
+        ckpt_atomic_abort(w->file);
+        free(w);
+        return st;
+    }
+    *out = w;
+    return RT_OK;
 }
 
-/* One set from b into d (owned copies), checked for consistency. */
-static rt_status parse_set(const char *name, int s, in_buf *b, data_tokenized *d) {
+static void writer_free(data_cache_writer *w) {
+    if (!w) return;
+    ckpt_atomic_abort(w->file);
+    free(w->mem);
+    free(w->table);
+    free(w);
+}
+
+rt_status data_cache_write_ids(data_cache_writer *w, const int32_t *ids, size_t n) {
+    w->set_ids += n;
+    return w_put(w, ids, n * sizeof *ids);
+}
+
+/* Appends n values of v (each `size` bytes) through a staging buffer; shift is subtracted from
+ * 8-byte values (row offsets, rebased to the set's first id). */
+static rt_status w_array(data_cache_writer *w, const void *v, size_t n, size_t size, uint64_t shift) {
+    if (size == 4 || n == 0) return w_put(w, v, n * size);
+    uint64_t stage[4096];
+    const size_t *offs = v;
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < 4096 && i < n; k++, i++) stage[k] = (uint64_t)offs[i] - shift;
+        rt_status st = w_put(w, stage, k * 8);
+        if (st != RT_OK) return st;
+    }
+    return RT_OK;
+}
+
+rt_status data_cache_end_set(data_cache_writer *w, const data_tokenized *rows) {
     rt_status st = RT_OK;
-    uint64_t n = 0, n_ids = 0, n_trunc = 0;
-    uint32_t max_len = 0, longest = 0, flags = 0, pad = 0;
-    if (!take_u64(b, &n) || !take_u64(b, &n_ids) || !take_u32(b, &max_len) || !take_u32(b, &longest) ||
-        !take_u64(b, &n_trunc) || !take_u32(b, &flags) || !take_u32(b, &pad))
-        RT_FAIL(RT_ERR_FORMAT, "%s: set %d: its header is cut short", name, s);
+    const uint64_t base = rows->n ? rows->offsets[0] : 0, n_ids = rows->n ? rows->offsets[rows->n] - base : 0;
+    RT_CHECK(n_ids == w->set_ids, "cache set %d: its rows cover %llu ids, %llu were written", w->sets_done,
+             (unsigned long long)n_ids, (unsigned long long)w->set_ids);
+    RT_TRY(w_pad8(w));
+    if (rows->n) {
+        RT_TRY(w_array(w, rows->offsets, rows->n + 1, 8, base));
+    } else {
+        const uint64_t zero = 0;
+        RT_TRY(w_put(w, &zero, 8));
+    }
+    RT_TRY(w_array(w, rows->lengths, rows->n, 4, 0));
+    RT_TRY(w_array(w, rows->len_a, rows->n, 4, 0));
+    RT_TRY(w_array(w, rows->labels, rows->n, 4, 0));
+    if (rows->targets) RT_TRY(w_array(w, rows->targets, rows->n, 4, 0));
+    RT_TRY(w_pad8(w));
+    unsigned char e[CACHE_TABLE_ENTRY] = {0};
+    const uint64_t n = rows->n, n_trunc = rows->n_truncated;
+    const uint32_t max_len = (uint32_t)rows->max_len, longest = (uint32_t)rows->longest,
+                   flags = (rows->segments ? FLAG_SEGMENTS : 0) | (rows->targets ? FLAG_TARGETS : 0);
+    memcpy(e, &w->set_start, 8);
+    memcpy(e + 8, &n, 8);
+    memcpy(e + 16, &n_ids, 8);
+    memcpy(e + 24, &max_len, 4);
+    memcpy(e + 28, &longest, 4);
+    memcpy(e + 32, &n_trunc, 8);
+    memcpy(e + 40, &flags, 4);
+    w->table = rt_xrealloc(w->table, (size_t)(w->sets_done + 1) * CACHE_TABLE_ENTRY);
+    memcpy(w->table + (size_t)w->sets_done * CACHE_TABLE_ENTRY, e, CACHE_TABLE_ENTRY);
+    w->sets_done++;
+    w->set_start = w->at;
+    w->set_ids = 0;
+fail:
+    return st;
+}
+
+rt_status data_cache_write_set(data_cache_writer *w, const data_tokenized *d) {
+    rt_status st = d->n ? data_cache_write_ids(w, d->ids + d->offsets[0], d->offsets[d->n] - d->offsets[0]) : RT_OK;
+    return st == RT_OK ? data_cache_end_set(w, d) : st;
+}
+
+/* Appends the table and the trailer. In memory, *bytes and *len take the file (the writer no
+ * longer owns it); to a file, it is committed under its name. Frees w either way. */
+static rt_status writer_finish(data_cache_writer *w, const data_cache_key *key, int n_sets, void **bytes,
+                               size_t *len) {
+    rt_status st = RT_OK;
+    RT_CHECK(w->sets_done == n_sets && w->set_ids == 0, "cache: %d sets ended of %d", w->sets_done, n_sets);
+    if (n_sets) RT_TRY(w_put(w, w->table, (size_t)n_sets * CACHE_TABLE_ENTRY));
+    unsigned char t[CACHE_TRAILER] = {0};
+    const uint32_t count = (uint32_t)n_sets, c32 = (uint32_t)w->crc, a32 = (uint32_t)w->adl;
+    memcpy(t, &count, 4);
+    memcpy(t + 8, &w->at, 8);
+    memcpy(t + 16, &c32, 4);
+    memcpy(t + 20, &a32, 4);
+    memcpy(t + 24, key->h, 16);
+    memcpy(t + 40, CACHE_END, 8);
+    RT_TRY(w_raw(w, t, sizeof t));
+    if (w->file) {
+        ckpt_atomic_file *f = w->file;
+        w->file = NULL;
+        st = ckpt_atomic_commit(f);
+        if (st != RT_OK) w->io_failed = true;
+    } else {
+        *bytes = w->mem;
+        *len = w->mem_len;
+        w->mem = NULL;
+    }
+fail:
+    return st;
+}
+
+rt_status data_cache_serialize(const data_cache_key *key, const data_tokenized *sets, int n_sets, void **bytes,
+                               size_t *len) {
+    rt_status st = RT_OK;
+    data_cache_writer *w = NULL;
+    RT_TRY(writer_begin(NULL, &w));
+    for (int s = 0; s < n_sets; s++) RT_TRY(data_cache_write_set(w, &sets[s]));
+    st = writer_finish(w, key, n_sets, bytes, len);
+fail:
+    writer_free(w);
+    return st;
+}
+
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Set s, described by table entry e, whose arrays start at payload byte `start` and must end
+ * by `limit`; d's arrays point into the payload p. *end is where they end. */
+static rt_status parse_set(const char *name, int s, const unsigned char *p, const unsigned char *e, uint64_t start,
+                           uint64_t limit, data_tokenized *d, uint64_t *end) {
+    rt_status st = RT_OK;
+    const uint64_t at = get_u64(e), n = get_u64(e + 8), n_ids = get_u64(e + 16), n_trunc = get_u64(e + 32);
+    const uint32_t max_len = get_u32(e + 24), longest = get_u32(e + 28), flags = get_u32(e + 40),
+                   pad = get_u32(e + 44);
+    if (at != start)
+        RT_FAIL(RT_ERR_FORMAT, "%s: set %d starts at byte %llu, expected %llu", name, s, (unsigned long long)at,
+                (unsigned long long)start);
     if (n > INT32_MAX || max_len > INT32_MAX || longest > max_len || n_trunc > n || (flags & ~3u) || pad)
         RT_FAIL(RT_ERR_FORMAT, "%s: set %d: bad header (%llu rows, max_len %u, longest %u, flags %#x)", name, s,
                 (unsigned long long)n, max_len, longest, flags);
-    const unsigned char *offs = take(b, n + 1, 8), *ids = take(b, n_ids, 4), *lens = take(b, n, 4),
-                        *la = take(b, n, 4), *labels = take(b, n, 4);
-    const unsigned char *targets = (flags & FLAG_TARGETS) ? take(b, n, 4) : NULL;
-    if (!offs || !ids || !lens || !la || !labels || ((flags & FLAG_TARGETS) && !targets))
+    const bool has_targets = flags & FLAG_TARGETS;
+    const uint64_t size = set_bytes(n, n_ids, has_targets);
+    if (size == UINT64_MAX || size > limit - start)
         RT_FAIL(RT_ERR_FORMAT, "%s: set %d: its arrays are cut short (%llu rows, %llu ids)", name, s,
                 (unsigned long long)n, (unsigned long long)n_ids);
+    const unsigned char *q = p + start;
     d->n = (size_t)n;
-    d->offsets = rt_xmalloc(((size_t)n + 1) * sizeof(size_t));
-    d->ids = rt_xmalloc(((size_t)n_ids + 1) * sizeof(int32_t));
-    d->lengths = rt_xmalloc(((size_t)n + 1) * sizeof(int32_t));
-    d->len_a = rt_xmalloc(((size_t)n + 1) * sizeof(int32_t));
-    d->labels = rt_xmalloc(((size_t)n + 1) * sizeof(int32_t));
-    memcpy(d->ids, ids, (size_t)n_ids * 4);
-    memcpy(d->lengths, lens, (size_t)n * 4);
-    memcpy(d->len_a, la, (size_t)n * 4);
-    memcpy(d->labels, labels, (size_t)n * 4);
-    if (targets) {
-        d->targets = rt_xmalloc(((size_t)n + 1) * sizeof(float));
-        memcpy(d->targets, targets, (size_t)n * 4);
-    }
+    d->ids = (int32_t *)q;
+    q += n_ids * 4 + pad8(n_ids * 4);
+    d->offsets = (size_t *)q;
+    q += (n + 1) * 8;
+    d->lengths = (int32_t *)q;
+    d->len_a = d->lengths + n;
+    d->labels = d->len_a + n;
+    d->targets = has_targets ? (float *)(d->labels + n) : NULL;
     d->segments = flags & FLAG_SEGMENTS;
     d->max_len = (int)max_len;
     d->longest = (int)longest;
     d->n_truncated = (size_t)n_trunc;
+    *end = start + size;
     int32_t seen_longest = 0;
     for (size_t i = 0; i <= (size_t)n; i++) {
-        uint64_t o;
-        memcpy(&o, offs + i * 8, 8);
+        const uint64_t o = d->offsets[i];
         if (o > n_ids || (i > 0 && o < d->offsets[i - 1]) || (i == 0 && o != 0) || (i == (size_t)n && o != n_ids))
             RT_FAIL(RT_ERR_FORMAT, "%s: set %d: row offset %zu is %llu, out of order or past the %llu ids", name, s, i,
                     (unsigned long long)o, (unsigned long long)n_ids);
-        d->offsets[i] = (size_t)o;
         if (i == 0) continue;
         const uint64_t row = o - d->offsets[i - 1];
         const int32_t len = d->lengths[i - 1], a = d->len_a[i - 1];
@@ -256,69 +375,68 @@ fail:
     return st;
 }
 
-rt_status data_cache_parse(const char *name, const void *bytes, size_t len, const data_cache_key *key, int n_sets,
-                           data_tokenized *sets) {
+/* Parses the file in bytes into sets that point into it and share `backing` (one reference
+ * each; the caller keeps its own). */
+static rt_status parse_into(const char *name, const unsigned char *p, size_t len, const data_cache_key *key,
+                            int n_sets, data_backing *backing, data_tokenized *sets) {
     rt_status st = RT_OK;
-    const unsigned char *p = bytes;
     for (int s = 0; s < n_sets; s++) memset(&sets[s], 0, sizeof sets[s]);
-    uint32_t version, count, c32, a32;
-    uint64_t payload_len, h[2];
-    if (len < CACHE_HEADER || memcmp(p, CACHE_MAGIC, 8) != 0)
+    if (len < CACHE_START + CACHE_TRAILER || memcmp(p, CACHE_MAGIC, 8) != 0)
         RT_FAIL(RT_ERR_FORMAT, "%s: not a tunezoo dataset cache (%zu bytes, no TZDSET header)", name, len);
-    memcpy(&version, p + 8, 4);
-    memcpy(&count, p + 12, 4);
-    memcpy(&payload_len, p + 16, 8);
-    memcpy(&c32, p + 24, 4);
-    memcpy(&a32, p + 28, 4);
-    memcpy(h, p + 32, 16);
-    for (int i = 48; i < CACHE_HEADER; i++)
-        if (p[i]) RT_FAIL(RT_ERR_FORMAT, "%s: header byte %d is %u, expected 0", name, i, p[i]);
-    if (version != CACHE_VERSION) RT_FAIL(RT_ERR_FORMAT, "%s: format version %u, expected %u", name, version, CACHE_VERSION);
+    if ((uintptr_t)p % 8 != 0) RT_FAIL(RT_ERR_USAGE, "%s: the bytes are not 8-byte aligned in memory", name);
+    const uint32_t version = get_u32(p + 8);
+    if (version != CACHE_VERSION || get_u32(p + 12))
+        RT_FAIL(RT_ERR_FORMAT, "%s: format version %u, expected %u", name, version, CACHE_VERSION);
+    const unsigned char *t = p + len - CACHE_TRAILER;
+    const uint32_t count = get_u32(t), c32 = get_u32(t + 16), a32 = get_u32(t + 20);
+    const uint64_t payload_len = get_u64(t + 8), h0 = get_u64(t + 24), h1 = get_u64(t + 32);
+    if (memcmp(t + 40, CACHE_END, 8) != 0)
+        RT_FAIL(RT_ERR_FORMAT, "%s: truncated or unfinished (%zu bytes, no trailer at the end)", name, len);
+    if (get_u32(t + 4)) RT_FAIL(RT_ERR_FORMAT, "%s: the trailer's reserved bytes are not 0", name);
     if (count != (uint32_t)n_sets) RT_FAIL(RT_ERR_FORMAT, "%s: %u sets, expected %d", name, count, n_sets);
-    if (key && (h[0] != key->h[0] || h[1] != key->h[1])) RT_FAIL(RT_ERR_FORMAT, "%s: made for another key", name);
-    if (payload_len != len - CACHE_HEADER)
-        RT_FAIL(RT_ERR_FORMAT, "%s: truncated or extended: %zu payload bytes, the header says %llu", name,
-                len - CACHE_HEADER, (unsigned long long)payload_len);
+    if (key && (h0 != key->h[0] || h1 != key->h[1])) RT_FAIL(RT_ERR_FORMAT, "%s: made for another key", name);
+    const uint64_t have = len - CACHE_START - CACHE_TRAILER;
+    if (payload_len != have)
+        RT_FAIL(RT_ERR_FORMAT, "%s: truncated or extended: %llu payload bytes, the trailer says %llu", name,
+                (unsigned long long)have, (unsigned long long)payload_len);
+    const unsigned char *payload = p + CACHE_START;
     uLong crc = crc32(0L, Z_NULL, 0), adl = adler32(0L, Z_NULL, 0);
     for (uint64_t off = 0; off < payload_len; off += 1u << 30) {
         const uInt chunk = (uInt)(payload_len - off < (1u << 30) ? payload_len - off : (1u << 30));
-        crc = crc32(crc, p + CACHE_HEADER + off, chunk);
-        adl = adler32(adl, p + CACHE_HEADER + off, chunk);
+        crc = crc32(crc, payload + off, chunk);
+        adl = adler32(adl, payload + off, chunk);
     }
     if ((uint32_t)crc != c32 || (uint32_t)adl != a32) RT_FAIL(RT_ERR_FORMAT, "%s: checksum mismatch (damaged)", name);
-    in_buf b = {p, len, CACHE_HEADER};
-    for (int s = 0; s < n_sets; s++) RT_TRY(parse_set(name, s, &b, &sets[s]));
-    if (b.at != len) RT_FAIL(RT_ERR_FORMAT, "%s: %zu bytes left after the last set", name, len - b.at);
+    if ((uint64_t)n_sets * CACHE_TABLE_ENTRY > payload_len)
+        RT_FAIL(RT_ERR_FORMAT, "%s: %llu payload bytes cannot hold the table of %d sets", name,
+                (unsigned long long)payload_len, n_sets);
+    const uint64_t table = payload_len - (uint64_t)n_sets * CACHE_TABLE_ENTRY;
+    uint64_t at = 0;
+    for (int s = 0; s < n_sets; s++) {
+        RT_TRY(parse_set(name, s, payload, payload + table + (size_t)s * CACHE_TABLE_ENTRY, at, table, &sets[s], &at));
+        sets[s].backing = backing;
+        backing->refs++;
+    }
+    if (at != table) RT_FAIL(RT_ERR_FORMAT, "%s: %llu bytes between the last set and the table", name,
+                             (unsigned long long)(table - at));
     return RT_OK;
 fail:
-    for (int s = 0; s < n_sets; s++) data_tokenized_free(&sets[s]);
+    for (int s = 0; s < n_sets; s++) {
+        if (!sets[s].backing) memset(&sets[s], 0, sizeof sets[s]);
+        data_tokenized_free(&sets[s]);
+    }
+    return st;
+}
+
+rt_status data_cache_parse(const char *name, const void *bytes, size_t len, const data_cache_key *key, int n_sets,
+                           data_tokenized *sets) {
+    data_backing *b = data_backing_new((void *)bytes, len, DATA_BACKING_BORROWED);
+    rt_status st = parse_into(name, bytes, len, key, n_sets, b, sets);
+    data_backing_release(b);
     return st;
 }
 
 /* ---- on disk ---- */
-
-/* *absent: there is no file at path (no error message then). */
-static rt_status read_whole(const char *path, void **bytes, size_t *len, bool *absent) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    *absent = fd < 0 && errno == ENOENT;
-    if (fd < 0) return rt_errorf(RT_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return rt_errorf(RT_ERR_IO, "%s: not a regular file", path);
-    }
-    unsigned char *p = rt_xmalloc((size_t)sb.st_size + 1);
-    size_t got = 0;
-    while (got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, p + got, (size_t)sb.st_size - got);
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    *bytes = p;
-    *len = got;
-    return RT_OK;
-}
 
 static size_t rows_of(const data_tokenized *sets, int n_sets, int stride) {
     size_t n = 0;
@@ -326,29 +444,82 @@ static size_t rows_of(const data_tokenized *sets, int n_sets, int stride) {
     return n;
 }
 
-/* The entry at path into sets; false when there is none, or after a warning (unless *warned)
- * that names what is wrong with the file (the caller then rebuilds it). */
+/* The entry at path, mapped read-only, into sets; false when there is none, or after a warning
+ * (unless *warned) that names what is wrong with the file (the caller then rebuilds it). Entries
+ * are replaced by rename, never changed in place, so a mapped one cannot shrink under us. */
 static bool try_load(const char *path, const data_cache_key *key, int n_sets, data_tokenized *sets, bool *warned) {
-    void *bytes = NULL;
-    size_t len = 0;
-    bool absent = false;
-    rt_status st = read_whole(path, &bytes, &len, &absent);
-    if (st == RT_OK) st = data_cache_parse(path, bytes, len, key, n_sets, sets);
-    free(bytes);
-    if (st != RT_OK && !absent && !*warned) {
+    rt_status st = RT_OK;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return false;
+    struct stat sb;
+    if (fd < 0)
+        st = rt_errorf(RT_ERR_IO, "%s: %s", path, strerror(errno));
+    else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        st = rt_errorf(RT_ERR_IO, "%s: not a regular file", path);
+    else if ((uint64_t)sb.st_size < CACHE_START + CACHE_TRAILER)
+        st = rt_errorf(RT_ERR_FORMAT, "%s: truncated (%lld bytes)", path, (long long)sb.st_size);
+    void *addr = MAP_FAILED;
+    if (st == RT_OK) {
+        addr = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (addr == MAP_FAILED) st = rt_errorf(RT_ERR_IO, "%s: cannot map it: %s", path, strerror(errno));
+    }
+    if (fd >= 0) close(fd);
+    if (st == RT_OK) {
+        data_backing *b = data_backing_new(addr, (size_t)sb.st_size, DATA_BACKING_MAPPED);
+        st = parse_into(path, addr, (size_t)sb.st_size, key, n_sets, b, sets);
+        data_backing_release(b); /* the sets hold it now, or nobody does and it is unmapped */
+    }
+    if (st != RT_OK && !*warned) {
         rt_log_warn("cache: %s; rebuilding it", rt_error_message());
         *warned = true;
     }
     return st == RT_OK;
 }
 
-rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
-                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets) {
+/* Runs the stream into memory and parses the result into sets (no cache file). */
+static rt_status stream_in_memory(const data_cache_key *key, int n_sets, data_cache_stream_fn stream, void *ctx,
+                                  data_tokenized *sets) {
+    rt_status st = RT_OK;
+    data_cache_writer *w = NULL;
+    void *bytes = NULL;
+    size_t len = 0;
+    RT_TRY(writer_begin(NULL, &w));
+    RT_TRY(stream(ctx, w, n_sets));
+    RT_TRY(writer_finish(w, key, n_sets, &bytes, &len));
+    data_backing *b = data_backing_new(bytes, len, DATA_BACKING_MALLOC);
+    st = parse_into("the tokenized data", bytes, len, key, n_sets, b, sets);
+    data_backing_release(b);
+fail:
+    writer_free(w);
+    return st;
+}
+
+/* Runs the stream into the entry at path. *io_failed: the entry could not be written (the data
+ * itself may be fine). */
+static rt_status stream_to_file(const char *path, const data_cache_key *key, int n_sets, data_cache_stream_fn stream,
+                                void *ctx, bool *io_failed) {
+    rt_status st = RT_OK;
+    data_cache_writer *w = NULL;
+    *io_failed = false;
+    if ((st = writer_begin(path, &w)) != RT_OK) {
+        *io_failed = true;
+        return st;
+    }
+    st = stream(ctx, w, n_sets);
+    if (st == RT_OK) st = writer_finish(w, key, n_sets, NULL, NULL);
+    *io_failed = w->io_failed;
+    writer_free(w);
+    return st;
+}
+
+rt_status data_cache_load_or_stream(const char *dir, const data_cache_key *key, const char *what, int n_sets,
+                                    int stride, data_cache_stream_fn stream, void *ctx, data_tokenized *sets) {
     rt_status st = RT_OK;
     char path[PATH_MAX], lock_path[PATH_MAX];
     int lock = -1;
     bool warned = false;
     if (stride < 1) stride = 1;
+    for (int s = 0; s < n_sets; s++) memset(&sets[s], 0, sizeof sets[s]);
     struct timespec t0, t1;
     if (dir) {
         snprintf(path, sizeof path, "%s/%016llx%016llx.tzds", dir, (unsigned long long)key->h[0],
@@ -370,22 +541,25 @@ rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, c
             goto hit;
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    RT_TRY(build(ctx, sets, n_sets));
+    if (dir) {
+        bool io_failed = false;
+        st = stream_to_file(path, key, n_sets, stream, ctx, &io_failed);
+        if (st == RT_OK && !try_load(path, key, n_sets, sets, &warned))
+            RT_FAIL(RT_ERR_IO, "%s: the cache entry just written does not read back (see the warning above)", path);
+        if (st != RT_OK && !io_failed) goto fail;
+        if (st != RT_OK) { /* a read-only folder or a full disk: the run goes on without the cache */
+            rt_log_warn("cache: not saved (%s); the next run tokenizes again", rt_error_message());
+            dir = NULL;
+            st = RT_OK;
+        }
+    }
+    if (!dir) RT_TRY(stream_in_memory(key, n_sets, stream, ctx, sets));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    if (!dir) {
-        rt_log_info("%s: tokenized %zu rows in %.2f s (no cache)", what, rows_of(sets, n_sets, stride), secs);
-        goto done;
-    }
-    void *bytes = NULL;
-    size_t len = 0;
-    RT_TRY(data_cache_serialize(key, sets, n_sets, &bytes, &len));
-    rt_status wst = ckpt_atomic_write_file(path, bytes, len);
-    free(bytes);
-    if (wst != RT_OK)
-        rt_log_warn("cache: not saved (%s); the next run tokenizes again", rt_error_message());
-    else
+    if (dir)
         rt_log_info("%s: tokenized %zu rows in %.2f s (cached as %s)", what, rows_of(sets, n_sets, stride), secs, path);
+    else
+        rt_log_info("%s: tokenized %zu rows in %.2f s (no cache)", what, rows_of(sets, n_sets, stride), secs);
     goto done;
 hit:
     rt_log_info("%s: cache hit: %s (%zu rows)", what, path, rows_of(sets, n_sets, stride));
@@ -393,4 +567,28 @@ done:
 fail:
     if (lock >= 0) close(lock); /* releases the flock */
     return st;
+}
+
+/* load_or_build as a stream: the sets are built in memory, then written as they are. */
+typedef struct {
+    data_cache_build_fn build;
+    void *ctx;
+} build_stream;
+
+static rt_status build_then_write(void *ctx, data_cache_writer *w, int n_sets) {
+    const build_stream *b = ctx;
+    rt_status st = RT_OK;
+    data_tokenized *built = rt_xcalloc((size_t)n_sets, sizeof *built);
+    RT_TRY(b->build(b->ctx, built, n_sets));
+    for (int s = 0; s < n_sets; s++) RT_TRY(data_cache_write_set(w, &built[s]));
+fail:
+    for (int s = 0; s < n_sets; s++) data_tokenized_free(&built[s]);
+    free(built);
+    return st;
+}
+
+rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
+                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets) {
+    build_stream b = {build, ctx};
+    return data_cache_load_or_stream(dir, key, what, n_sets, stride, build_then_write, &b, sets);
 }

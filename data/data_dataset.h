@@ -52,9 +52,26 @@ typedef struct {
  * else is RT_ERR_UNSUPPORTED naming the tokenizer kind. */
 rt_status data_pair_template_detect(const tok_tokenizer *tok, data_pair_template *out);
 
+/* Storage that datasets share instead of owning their arrays: a tokenized-cache file mapped
+ * read-only into memory (data_cache.h), a malloc'd buffer holding such a file, or bytes the
+ * caller owns. It is released with the last set that refers to it; a mapped corpus larger than
+ * RAM is paged in from disk as the loader reads rows, so memory stays flat. */
+typedef enum { DATA_BACKING_BORROWED, DATA_BACKING_MALLOC, DATA_BACKING_MAPPED } data_backing_kind;
+typedef struct {
+    void *addr;
+    size_t len;
+    data_backing_kind kind;
+    int refs; /* the sets that refer to it (set-up is single-threaded) */
+} data_backing;
+
+/* A new backing with one reference (rt_xmalloc'd). */
+data_backing *data_backing_new(void *addr, size_t len, data_backing_kind kind);
+/* Drops a reference; the last one unmaps or frees the storage. NULL is fine. */
+void data_backing_release(data_backing *b);
+
 typedef struct {
     size_t n;
-    int32_t *ids;       /* (offsets[n]) all rows back to back */
+    int32_t *ids;       /* all rows back to back (from ids[offsets[0]]: 0 but in a slice) */
     size_t *offsets;    /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
     int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
     int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
@@ -64,6 +81,7 @@ typedef struct {
     int max_len;        /* the limit it was built with */
     int longest;        /* longest row after truncation */
     size_t n_truncated; /* rows that lost tokens to max_len */
+    data_backing *backing; /* non-NULL: every array lies in this shared, read-only storage */
 } data_tokenized;
 
 /* Tokenizes every example (OpenMP over examples; the tokenizer is read-only), truncating
@@ -81,6 +99,11 @@ rt_status data_tokenized_from_rows(const int32_t *const *rows, const int32_t *le
 /* Copies n = d->n regression targets into d (NaN = unlabelled), replacing any it had;
  * targets NULL makes d classification data again. */
 rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets);
+/* Rows [first, first + n) of d as a set of their own (n_truncated 0: it is not known per row).
+ * A set in shared storage is shared, not copied, so slicing a mapped corpus costs no memory;
+ * other sets are copied. RT_ERR_USAGE when the rows are not all in d. */
+rt_status data_tokenized_slice(const data_tokenized *d, size_t first, size_t n, data_tokenized *out);
+/* Frees the arrays, or drops the set's reference to its shared storage. */
 void data_tokenized_free(data_tokenized *d);
 
 #endif

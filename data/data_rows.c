@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "data/data_dataset.h"
 
@@ -98,8 +99,59 @@ rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets) {
     return RT_OK;
 }
 
+data_backing *data_backing_new(void *addr, size_t len, data_backing_kind kind) {
+    data_backing *b = rt_xmalloc(sizeof *b);
+    *b = (data_backing){.addr = addr, .len = len, .kind = kind, .refs = 1};
+    return b;
+}
+
+void data_backing_release(data_backing *b) {
+    if (!b || --b->refs > 0) return;
+    if (b->kind == DATA_BACKING_MAPPED) munmap(b->addr, b->len);
+    if (b->kind == DATA_BACKING_MALLOC) free(b->addr);
+    free(b);
+}
+
+rt_status data_tokenized_slice(const data_tokenized *d, size_t first, size_t n, data_tokenized *out) {
+    memset(out, 0, sizeof *out);
+    if (first > d->n || n > d->n - first)
+        return rt_errorf(RT_ERR_USAGE, "rows %zu..%zu of a set of %zu rows", first, first + n, d->n);
+    if (d->backing) { /* a view: offsets stay absolute into the shared ids */
+        *out = *d;
+        out->n = n;
+        out->offsets = d->offsets + first;
+        out->lengths = d->lengths + first;
+        out->len_a = d->len_a + first;
+        out->labels = d->labels + first;
+        out->targets = d->targets ? d->targets + first : NULL;
+        d->backing->refs++;
+    } else {
+        const int32_t **rows = rt_xmalloc((n ? n : 1) * sizeof *rows);
+        for (size_t i = 0; i < n; i++) rows[i] = d->ids + d->offsets[first + i];
+        rt_status st = data_tokenized_from_rows(rows, d->lengths + first, d->len_a + first, d->labels + first, n, out);
+        free(rows);
+        if (st == RT_OK && d->targets) st = data_tokenized_set_targets(out, d->targets + first);
+        if (st != RT_OK) {
+            data_tokenized_free(out);
+            return st;
+        }
+        out->segments = d->segments;
+    }
+    out->max_len = d->max_len;
+    out->n_truncated = 0;
+    out->longest = 0;
+    for (size_t i = 0; i < n; i++)
+        if (out->lengths[i] > out->longest) out->longest = out->lengths[i];
+    return RT_OK;
+}
+
 void data_tokenized_free(data_tokenized *d) {
     if (!d) return;
+    if (d->backing) {
+        data_backing_release(d->backing);
+        memset(d, 0, sizeof *d);
+        return;
+    }
     free(d->targets);
     free(d->ids);
     free(d->offsets);

@@ -17,18 +17,21 @@ void data_lines_free(data_lines *l) {
     memset(l, 0, sizeof *l);
 }
 
-rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data_lines *out) {
+/* Lines of bytes numbered from first_line; the BOM is skipped at the file's start only. */
+static rt_status parse_lines(const char *name, const char *bytes, size_t len, size_t first_line, bool at_start,
+                             data_lines *out) {
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
+    out->first_line = first_line;
     out->path = rt_xstrdup(name);
     out->buf = malloc(len + 1);
     if (!out->buf) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory for %zu bytes", name, len);
     memcpy(out->buf, bytes, len);
     out->buf[len] = '\0';
     char *p = out->buf, *end = out->buf + len;
-    if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
+    if (at_start && len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
     size_t cap = 0;
-    for (size_t lineno = 1; p < end; lineno++) {
+    for (size_t lineno = first_line; p < end; lineno++) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *stop = nl ? nl : end;
         size_t n = (size_t)(stop - p);
@@ -44,11 +47,79 @@ rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data
         out->line[out->n++] = p;
         p = nl ? nl + 1 : end;
     }
-    if (out->n == 0) RT_FAIL(RT_ERR_FORMAT, "%s: the file is empty (one example per line expected)", name);
     return RT_OK;
 fail:
     data_lines_free(out);
     return st;
+}
+
+rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data_lines *out) {
+    rt_status st = parse_lines(name, bytes, len, 1, true, out);
+    if (st != RT_OK) return st;
+    if (out->n == 0) {
+        data_lines_free(out);
+        return rt_errorf(RT_ERR_FORMAT, "%s: the file is empty (one example per line expected)", name);
+    }
+    return RT_OK;
+}
+
+rt_status data_lines_reader_open(const char *path, data_lines_reader *r) {
+    memset(r, 0, sizeof *r);
+    r->f = fopen(path, "rb");
+    if (!r->f) return rt_errorf(RT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    r->path = rt_xstrdup(path);
+    r->next_line = 1;
+    return RT_OK;
+}
+
+rt_status data_lines_reader_next(data_lines_reader *r, size_t chunk, data_lines *out, bool *end) {
+    memset(out, 0, sizeof *out);
+    *end = false;
+    if (chunk == 0) chunk = 1;
+    /* read until the piece holds chunk bytes and a line end, or the file ends */
+    char *last_nl = NULL;
+    while (!r->eof) {
+        last_nl = NULL;
+        for (size_t i = r->carry_len; i > 0 && !last_nl; i--)
+            if (r->carry[i - 1] == '\n') last_nl = r->carry + i - 1;
+        if (last_nl && r->carry_len >= chunk) break;
+        if (r->carry_cap - r->carry_len < chunk) {
+            r->carry_cap = r->carry_len + chunk + (r->carry_cap / 2);
+            r->carry = rt_xrealloc(r->carry, r->carry_cap);
+        }
+        const size_t got = fread(r->carry + r->carry_len, 1, r->carry_cap - r->carry_len, r->f);
+        r->carry_len += got;
+        if (got == 0) {
+            if (ferror(r->f)) return rt_errorf(RT_ERR_IO, "%s: read error", r->path);
+            r->eof = true;
+        }
+    }
+    if (r->eof) last_nl = NULL;
+    const size_t cut = last_nl ? (size_t)(last_nl - r->carry) + 1 : r->carry_len;
+    if (cut == 0) {
+        *end = true;
+        if (r->next_line == 1)
+            return rt_errorf(RT_ERR_FORMAT, "%s: the file is empty (one example per line expected)", r->path);
+        return RT_OK;
+    }
+    rt_status st = parse_lines(r->path, r->carry, cut, r->next_line, r->next_line == 1, out);
+    if (st != RT_OK) return st;
+    r->next_line += out->n;
+    memmove(r->carry, r->carry + cut, r->carry_len - cut);
+    r->carry_len -= cut;
+    if (out->n == 0) { /* only a BOM: the file has no lines */
+        data_lines_free(out);
+        *end = true;
+        return rt_errorf(RT_ERR_FORMAT, "%s: the file is empty (one example per line expected)", r->path);
+    }
+    return RT_OK;
+}
+
+void data_lines_reader_close(data_lines_reader *r) {
+    if (r->f) fclose(r->f);
+    free(r->path);
+    free(r->carry);
+    memset(r, 0, sizeof *r);
 }
 
 rt_status data_lines_read(const char *path, data_lines *out) {

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "data/data_dataset.h"
 #include "runtime/rt_status.h"
@@ -17,10 +18,11 @@
 /* The lines of a text file, split in place in one buffer. A UTF-8 BOM is skipped, lines end
  * at '\n' with an optional '\r' before it, and a final newline does not start a line. */
 typedef struct {
-    char *path;  /* as given, for messages (owned) */
-    char *buf;   /* the bytes (owned) */
-    char **line; /* (n) NUL-terminated lines into buf */
+    char *path;        /* as given, for messages (owned) */
+    char *buf;         /* the bytes (owned) */
+    char **line;       /* (n) NUL-terminated lines into buf */
     size_t n;
+    size_t first_line; /* line[0]'s number in the file (1 but from data_lines_reader) */
 } data_lines;
 
 /* Reads path. An empty file (no lines) and invalid UTF-8 are RT_ERR_FORMAT naming
@@ -29,6 +31,24 @@ rt_status data_lines_read(const char *path, data_lines *out);
 /* The same over bytes in memory (copied); name stands in for the path in messages. */
 rt_status data_lines_parse(const char *name, const char *bytes, size_t len, data_lines *out);
 void data_lines_free(data_lines *l);
+
+/* A text file read in pieces of whole lines, so that a corpus larger than memory can be
+ * tokenized as it streams by. Each piece is parsed as data_lines_read parses a file (the BOM
+ * skipped at the start only; messages number lines from the file's first). */
+typedef struct {
+    FILE *f;
+    char *path;
+    char *carry; /* bytes read past the last whole line */
+    size_t carry_len, carry_cap, next_line;
+    bool eof;
+} data_lines_reader;
+
+rt_status data_lines_reader_open(const char *path, data_lines_reader *r);
+/* The next piece: whole lines of about `chunk` bytes (a longer line comes whole). *end, with out
+ * empty, after the last piece. A file with no lines at all is RT_ERR_FORMAT, as for
+ * data_lines_read. */
+rt_status data_lines_reader_next(data_lines_reader *r, size_t chunk, data_lines *out, bool *end);
+void data_lines_reader_close(data_lines_reader *r);
 
 /* Reads both files and checks they have the same number of lines (the error names both
  * files and both counts). */

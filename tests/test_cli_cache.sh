@@ -67,7 +67,7 @@ truncate -s $((size / 2)) "$entry"
 bert truncated --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" &&
     grep -q "^warning: cache: $entry: truncated .*; rebuilding it" "$TMP/out" && grep -q "^mrpc: tokenized 96 rows" "$TMP/out" &&
     ok || bad "a truncated entry was not reported and rebuilt"
-printf '\x55' | dd of="$entry" bs=1 seek=$((size - 20)) conv=notrunc status=none
+printf '\x55' | dd of="$entry" bs=1 seek=$((size / 2)) conv=notrunc status=none
 bert flipped --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" &&
     grep -q "^warning: cache: $entry: checksum mismatch (damaged); rebuilding it" "$TMP/out" && ok ||
     bad "a changed byte was not caught by the checksum"

@@ -3,7 +3,10 @@
  * anywhere, a file made for another key and a header that lies are RT_ERR_FORMAT with a message,
  * never a crash; keys change with each input (a file's content, a string, an integer, NULL
  * against ""), and load_or_build builds once, then loads, rebuilds a damaged entry, and with no
- * folder only builds. */
+ * folder only builds. A stream (load_or_stream) written in pieces equals the sets it describes,
+ * is mapped from its file on every later run, and a stream that fails leaves no entry behind;
+ * slices share a mapped set's storage and copy a malloc'd one. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +27,18 @@ static void make_sets(data_tokenized *sets) {
     TZ_EXPECT_OK(data_tokenized_set_targets(&sets[1], targets));
 }
 
+/* The same rows (ids, lengths, segments, labels, targets) and header fields; offsets may differ
+ * by a constant, as a slice's do. */
 static bool same_set(const data_tokenized *a, const data_tokenized *b) {
     if (a->n != b->n || a->segments != b->segments || a->max_len != b->max_len || a->longest != b->longest ||
         a->n_truncated != b->n_truncated || (a->targets == NULL) != (b->targets == NULL))
         return false;
-    const size_t n = a->n, ids = a->offsets[n];
-    return memcmp(a->offsets, b->offsets, (n + 1) * sizeof(size_t)) == 0 &&
-           memcmp(a->ids, b->ids, ids * 4) == 0 && memcmp(a->lengths, b->lengths, n * 4) == 0 &&
+    const size_t n = a->n;
+    for (size_t i = 0; i < n; i++)
+        if (a->offsets[i + 1] - a->offsets[i] != b->offsets[i + 1] - b->offsets[i] ||
+            memcmp(a->ids + a->offsets[i], b->ids + b->offsets[i], (a->offsets[i + 1] - a->offsets[i]) * 4) != 0)
+            return false;
+    return memcmp(a->lengths, b->lengths, n * 4) == 0 &&
            memcmp(a->len_a, b->len_a, n * 4) == 0 && memcmp(a->labels, b->labels, n * 4) == 0 &&
            (!a->targets || memcmp(a->targets, b->targets, n * 4) == 0);
 }
@@ -145,9 +153,84 @@ static void test_load_or_build(void) {
     for (int s = 0; s < 2; s++) data_tokenized_free(&ref[s]);
 }
 
+/* A stream of set 0 in three pieces of ids, then set 1 as the last two rows of make_sets' first
+ * set (a slice: its offsets start past 0). fail_at > 0 fails after that many pieces. */
+static int streams, fail_at;
+static rt_status stream_two(void *ctx, data_cache_writer *w, int n_sets) {
+    (void)ctx;
+    streams++;
+    data_tokenized ref[2] = {{0}}, tail = {0};
+    make_sets(ref);
+    rt_status st = RT_OK;
+    const size_t n_ids = ref[0].offsets[ref[0].n];
+    for (size_t at = 0, piece = 0; at < n_ids; at += 5, piece++) {
+        if (fail_at && (int)piece == fail_at) {
+            st = rt_errorf(RT_ERR_FORMAT, "in.txt:3: a bad line");
+            goto fail;
+        }
+        RT_TRY(data_cache_write_ids(w, ref[0].ids + at, n_ids - at < 5 ? n_ids - at : 5));
+    }
+    RT_TRY(data_cache_end_set(w, &ref[0]));
+    RT_TRY(data_tokenized_slice(&ref[0], 1, 2, &tail));
+    RT_TRY(data_cache_write_set(w, &tail));
+    if (n_sets != 2) st = RT_ERR_CONFIG;
+fail:
+    data_tokenized_free(&tail);
+    for (int s = 0; s < 2; s++) data_tokenized_free(&ref[s]);
+    return st;
+}
+
+static size_t files_in(const char *dir) {
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
+static void test_stream(void) {
+    const char *dir = tz_tmpdir();
+    char cache[512];
+    snprintf(cache, sizeof cache, "%s/streamed", dir);
+    data_cache_key key;
+    data_cache_key_init(&key, "stream");
+    data_tokenized sets[2] = {{0}}, ref[2] = {{0}}, tail = {0};
+    make_sets(ref);
+    TZ_EXPECT_OK(data_tokenized_slice(&ref[0], 1, 2, &tail));
+    /* a failing stream: its error, and no entry or temporary file left (the lock file stays) */
+    fail_at = 2;
+    TZ_EXPECT(data_cache_load_or_stream(cache, &key, "test", 2, 1, stream_two, NULL, sets) == RT_ERR_FORMAT &&
+                  strstr(rt_error_message(), "in.txt:3"),
+              "a failing stream: %s", rt_error_message());
+    TZ_EXPECT(files_in(cache) == 1, "a failing stream left %zu files (expected the lock only)", files_in(cache));
+    fail_at = 0;
+    streams = 0;
+    for (int run = 0; run < 2; run++) {
+        TZ_EXPECT_OK(data_cache_load_or_stream(cache, &key, "test", 2, 1, stream_two, NULL, sets));
+        TZ_EXPECT(same_set(&sets[0], &ref[0]) && same_set(&sets[1], &tail), "run %d: the streamed sets differ", run);
+        TZ_EXPECT(sets[0].backing && sets[0].backing->kind == DATA_BACKING_MAPPED && sets[1].backing == sets[0].backing,
+                  "run %d: the sets are not read from the mapped entry", run);
+        /* a slice of a mapped set shares the mapping, and outlives the set it came from */
+        data_tokenized view = {0};
+        TZ_EXPECT_OK(data_tokenized_slice(&sets[0], 1, 2, &view));
+        for (int s = 0; s < 2; s++) data_tokenized_free(&sets[s]);
+        TZ_EXPECT(view.backing && view.backing->refs == 1 && same_set(&view, &tail), "run %d: the view", run);
+        data_tokenized_free(&view);
+    }
+    TZ_EXPECT(streams == 1, "streamed %d times, expected once then a hit", streams);
+    /* no folder: into memory */
+    TZ_EXPECT_OK(data_cache_load_or_stream(NULL, &key, "test", 2, 1, stream_two, NULL, sets));
+    TZ_EXPECT(same_set(&sets[1], &tail) && sets[0].backing->kind == DATA_BACKING_MALLOC, "the stream in memory");
+    for (int s = 0; s < 2; s++) data_tokenized_free(&sets[s]);
+    TZ_EXPECT(data_tokenized_slice(&ref[0], 2, 2, &tail) == RT_ERR_USAGE, "a slice past the end");
+    data_tokenized_free(&tail);
+    for (int s = 0; s < 2; s++) data_tokenized_free(&ref[s]);
+}
+
 int main(void) {
     test_format();
     test_keys();
     test_load_or_build();
+    test_stream();
     return tz_test_result("test_data_cache");
 }

@@ -1,4 +1,5 @@
-/* Seq2seq data: line files (BOM, CRLF, bad UTF-8, empty file, count mismatch), lower-casing,
+/* Seq2seq data: line files (BOM, CRLF, bad UTF-8, empty file, count mismatch), the same files
+ * read in pieces of every size (data_lines_reader: the same lines and line numbers), lower-casing,
  * T5 source/target encoding with truncation and </s>, the seq2seq collator (labels padded with
  * -100) and the seq2seq loader. */
 #include <stdio.h>
@@ -48,6 +49,57 @@ static void test_lines(void) {
               "%s", rt_error_message());
     st = data_lines_read("/nonexistent/dir/f.txt", &s);
     TZ_EXPECT(st == RT_ERR_IO && strstr(rt_error_message(), "/nonexistent/dir/f.txt"), "%s", rt_error_message());
+}
+
+/* Reads path in pieces of chunk bytes; the lines joined with '|' into out (or the error). */
+static rt_status read_pieces(const char *path, size_t chunk, char *out, size_t cap) {
+    data_lines_reader r;
+    rt_status st = data_lines_reader_open(path, &r);
+    out[0] = '\0';
+    size_t expect_first = 1;
+    while (st == RT_OK) {
+        data_lines l;
+        bool end = false;
+        st = data_lines_reader_next(&r, chunk, &l, &end);
+        if (st != RT_OK || end) break;
+        TZ_EXPECT(l.first_line == expect_first && l.n > 0, "chunk %zu: first line %zu, expected %zu", chunk,
+                  l.first_line, expect_first);
+        expect_first += l.n;
+        for (size_t i = 0; i < l.n; i++) {
+            strncat(out, l.line[i], cap - strlen(out) - 1);
+            strncat(out, "|", cap - strlen(out) - 1);
+        }
+        data_lines_free(&l);
+    }
+    data_lines_reader_close(&r);
+    return st;
+}
+
+static void test_lines_in_pieces(void) {
+    char path[512], got[512];
+    snprintf(path, sizeof path, "%s/pieces.txt", tz_tmpdir());
+    const char text[] = "\xEF\xBB\xBF" "first\r\nsecond line that is long\n\nthird\xC3\xA9\nlast";
+    tz_write_file(path, text, sizeof text - 1);
+    for (size_t chunk = 1; chunk <= sizeof text + 2; chunk++) {
+        TZ_EXPECT_OK(read_pieces(path, chunk, got, sizeof got));
+        TZ_EXPECT(strcmp(got, "first|second line that is long||third\xC3\xA9|last|") == 0, "chunk %zu: %s", chunk,
+                  got);
+    }
+    /* bad UTF-8 on line 4: named by its number in the file whatever the piece */
+    const char bad[] = "a\nb\nc\nd\xFF\ne\n";
+    tz_write_file(path, bad, sizeof bad - 1);
+    for (size_t chunk = 1; chunk <= sizeof bad; chunk++)
+        TZ_EXPECT(read_pieces(path, chunk, got, sizeof got) == RT_ERR_FORMAT && strstr(rt_error_message(), ":4"),
+                  "chunk %zu: %s", chunk, rt_error_message());
+    tz_write_file(path, "", 0);
+    TZ_EXPECT(read_pieces(path, 4, got, sizeof got) == RT_ERR_FORMAT && strstr(rt_error_message(), "empty"),
+              "an empty file: %s", rt_error_message());
+    tz_write_file(path, "\xEF\xBB\xBF", 3);
+    TZ_EXPECT(read_pieces(path, 4, got, sizeof got) == RT_ERR_FORMAT && strstr(rt_error_message(), "empty"),
+              "a BOM alone: %s", rt_error_message());
+    snprintf(path, sizeof path, "%s/absent.txt", tz_tmpdir());
+    TZ_EXPECT(read_pieces(path, 4, got, sizeof got) == RT_ERR_IO && strstr(rt_error_message(), "absent.txt"),
+              "a missing file: %s", rt_error_message());
 }
 
 static void test_lowercase(void) {
@@ -170,6 +222,7 @@ static void test_encode_and_collate(void) {
 }
 
 int main(void) {
+    test_lines_in_pieces();
     test_lines();
     test_lowercase();
     test_encode_and_collate();

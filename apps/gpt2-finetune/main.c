@@ -5,9 +5,10 @@
  * position predicts the next token through the tied head, whose vocab-parallel cross-entropy
  * never gathers the full logits. Evaluation reports the validation loss and perplexity;
  * --generate continues a prompt with the result (greedy or sampled, KV-cached). Tokenizing runs
- * over --threads with a progress bar on a terminal. The
- * training loop, options and parallel layout are the ones every program shares
- * (apps/common/train_app.h). */
+ * over --threads with a progress bar on a terminal, a piece of the text at a time, and the
+ * blocks stream into the tokenized cache, which training then reads through a read-only mapping:
+ * memory stays flat however large the corpus. The training loop, options and parallel layout
+ * are the ones every program shares (apps/common/train_app.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,61 +161,125 @@ fail:
 /* Whether this process draws progress bars (the lead rank). */
 static bool lm_lead = true;
 
-/* Appends the tokens of a file's lines (each with its newline, as HF's text loader keeps them
- * by default) to out, tokenizing the lines in parallel. */
-static rt_status lm_tokenize_file(const char *path, const tok_tokenizer *tok, tok_ids *out) {
+/* Text is read and tokenized in pieces of this many bytes, so memory does not grow with the
+ * corpus: the blocks stream into the cache file as they fill. */
+#define LM_PIECE_BYTES ((size_t)16 << 20)
+
+/* Cuts a stream of tokens into blocks and writes each whole block to the cache writer. */
+typedef struct {
+    data_cache_writer *w;
+    int block;
+    int32_t *carry; /* (block) the tokens past the last whole block */
+    size_t n_carry, blocks;
+} lm_block_sink;
+
+static rt_status lm_sink_push(lm_block_sink *s, const int32_t *ids, size_t n) {
     rt_status st = RT_OK;
-    data_lines lines = {0};
-    RT_TRY(data_lines_read(path, &lines));
-    tok_ids *per = rt_xcalloc(lines.n + 1, sizeof *per);
-    rt_status *sts = rt_xcalloc(lines.n + 1, sizeof *sts);
-    struct stat sb;
-    rt_progress bar;
-    rt_progress_begin(&bar, path, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0, lm_lead);
-#pragma omp parallel for schedule(dynamic, 64)
-    for (size_t i = 0; i < lines.n; i++) {
-        const size_t len = strlen(lines.line[i]);
-        char *text = rt_xmalloc(len + 2);
-        memcpy(text, lines.line[i], len);
-        text[len] = '\n';
-        sts[i] = tok_encode(tok, text, len + 1, &per[i]);
-        free(text);
-        rt_progress_add(&bar, len + 1);
+    const size_t block = (size_t)s->block;
+    if (s->n_carry) {
+        const size_t take = n < block - s->n_carry ? n : block - s->n_carry;
+        memcpy(s->carry + s->n_carry, ids, take * sizeof *ids);
+        s->n_carry += take;
+        ids += take;
+        n -= take;
+        if (s->n_carry < block) return RT_OK;
+        RT_TRY(data_cache_write_ids(s->w, s->carry, block));
+        s->blocks++;
+        s->n_carry = 0;
     }
-    rt_progress_end(&bar);
-    for (size_t i = 0; i < lines.n && st == RT_OK; i++) {
-        if (sts[i] != RT_OK) st = rt_errorf(sts[i], "%s:%zu: cannot tokenize the line", path, i + 1);
-        for (size_t k = 0; k < per[i].n; k++) tok_ids_push(out, per[i].ids[k]);
-    }
-    for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
-    free(per);
-    free(sts);
+    const size_t whole = n / block;
+    if (whole) RT_TRY(data_cache_write_ids(s->w, ids, whole * block));
+    s->blocks += whole;
+    memcpy(s->carry, ids + whole * block, (n - whole * block) * sizeof *ids);
+    s->n_carry = n - whole * block;
 fail:
-    data_lines_free(&lines);
     return st;
 }
 
-/* The files' tokens joined by eos, cut into rows of block tokens (the remainder dropped). */
-static rt_status lm_blocks(const char *const *files, int n_files, const tok_tokenizer *tok, int32_t eos, int block,
-                           data_tokenized *out) {
+/* Streams the tokens of a file's lines (each with its newline, as HF's text loader keeps them by
+ * default) into the sink, tokenizing each piece's lines in parallel. */
+static rt_status lm_stream_file(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
     rt_status st = RT_OK;
-    tok_ids all = {0};
-    for (int f = 0; f < n_files; f++) {
-        if (f > 0) tok_ids_push(&all, eos);
-        RT_TRY(lm_tokenize_file(files[f], tok, &all));
+    data_lines_reader reader;
+    data_lines lines = {0};
+    tok_ids *per = NULL;
+    rt_status *sts = NULL;
+    if ((st = data_lines_reader_open(path, &reader)) != RT_OK) return st;
+    struct stat sb;
+    rt_progress bar;
+    rt_progress_begin(&bar, path, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0, lm_lead);
+    for (;;) {
+        bool end = false;
+        RT_TRY(data_lines_reader_next(&reader, LM_PIECE_BYTES, &lines, &end));
+        if (end) break;
+        per = rt_xcalloc(lines.n + 1, sizeof *per);
+        sts = rt_xcalloc(lines.n + 1, sizeof *sts);
+#pragma omp parallel for schedule(dynamic, 64)
+        for (size_t i = 0; i < lines.n; i++) {
+            const size_t len = strlen(lines.line[i]);
+            char *text = rt_xmalloc(len + 2);
+            memcpy(text, lines.line[i], len);
+            text[len] = '\n';
+            sts[i] = tok_encode(tok, text, len + 1, &per[i]);
+            free(text);
+            rt_progress_add(&bar, len + 1);
+        }
+        for (size_t i = 0; i < lines.n; i++) {
+            if (sts[i] != RT_OK) RT_FAIL(sts[i], "%s:%zu: cannot tokenize the line", path, lines.first_line + i);
+            RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
+        }
+        for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
+        free(per);
+        free(sts);
+        per = NULL;
+        sts = NULL;
+        data_lines_free(&lines);
     }
-    const size_t n = all.n / (size_t)block;
-    if (n == 0)
-        RT_FAIL(RT_ERR_FORMAT, "%s%s: %zu tokens in all, fewer than one block of %d (lower --block-size)", files[0],
-                n_files > 1 ? " and the other texts" : "", all.n, block);
-    const int32_t **rows = rt_xmalloc(n * sizeof *rows);
-    int32_t *lens = rt_xmalloc(n * sizeof *lens);
-    for (size_t i = 0; i < n; i++) rows[i] = all.ids + i * (size_t)block, lens[i] = block;
-    st = data_tokenized_from_rows(rows, lens, NULL, NULL, n, out);
-    free(rows);
-    free(lens);
 fail:
-    tok_ids_free(&all);
+    rt_progress_end(&bar);
+    if (per)
+        for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
+    free(per);
+    free(sts);
+    data_lines_free(&lines);
+    data_lines_reader_close(&reader);
+    return st;
+}
+
+/* Ends the set of n blocks of `block` tokens just written. */
+static rt_status lm_end_blocks(data_cache_writer *w, size_t n, int block) {
+    data_tokenized rows = {.n = n, .max_len = block, .longest = n ? block : 0};
+    rows.offsets = rt_xmalloc((n + 1) * sizeof *rows.offsets);
+    rows.lengths = rt_xmalloc((n + 1) * sizeof *rows.lengths);
+    rows.labels = rt_xmalloc((n + 1) * sizeof *rows.labels);
+    for (size_t i = 0; i <= n; i++) rows.offsets[i] = i * (size_t)block;
+    for (size_t i = 0; i < n; i++) rows.lengths[i] = block, rows.labels[i] = DATA_LABEL_NONE;
+    rows.len_a = rows.lengths;
+    rt_status st = data_cache_end_set(w, &rows);
+    free(rows.offsets);
+    free(rows.lengths);
+    free(rows.labels);
+    return st;
+}
+
+/* One set: the files' tokens joined by eos, cut into rows of block tokens (the remainder
+ * dropped, as run_clm's group_texts does). */
+static rt_status lm_stream_blocks(const char *const *files, int n_files, const tok_tokenizer *tok, int32_t eos,
+                                  int block, data_cache_writer *w) {
+    rt_status st = RT_OK;
+    lm_block_sink sink = {.w = w, .block = block, .carry = rt_xmalloc((size_t)block * sizeof(int32_t))};
+    size_t tokens = 0;
+    for (int f = 0; f < n_files; f++) {
+        if (f > 0) RT_TRY(lm_sink_push(&sink, &eos, 1));
+        RT_TRY(lm_stream_file(files[f], tok, &sink));
+    }
+    tokens = sink.blocks * (size_t)block + sink.n_carry;
+    if (sink.blocks == 0)
+        RT_FAIL(RT_ERR_FORMAT, "%s%s: %zu tokens in all, fewer than one block of %d (lower --block-size)", files[0],
+                n_files > 1 ? " and the other texts" : "", tokens, block);
+    RT_TRY(lm_end_blocks(w, sink.blocks, block));
+fail:
+    free(sink.carry);
     return st;
 }
 
@@ -225,12 +290,12 @@ typedef struct {
     int32_t eos;
 } lm_build_ctx;
 
-/* data_cache_build_fn: the training blocks, and the validation blocks (empty without --val). */
-static rt_status lm_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
+/* data_cache_stream_fn: the training blocks, and the validation blocks (none without --val). */
+static rt_status lm_stream_sets(void *ctx, data_cache_writer *w, int n_sets) {
     const lm_build_ctx *b = ctx;
     RT_CHECK(n_sets == 2, "gpt2-finetune sets: %d", n_sets);
-    rt_status st = lm_blocks(b->files, b->n_files, b->tok, b->eos, b->block, &sets[0]);
-    if (st == RT_OK && O.val) st = lm_blocks(&O.val, 1, b->tok, b->eos, b->block, &sets[1]);
+    rt_status st = lm_stream_blocks(b->files, b->n_files, b->tok, b->eos, b->block, w);
+    if (st == RT_OK) st = O.val ? lm_stream_blocks(&O.val, 1, b->tok, b->eos, b->block, w) : lm_end_blocks(w, 0, b->block);
     return st;
 }
 
@@ -395,26 +460,20 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     for (int k = 0; k < n_pos; k++) RT_TRY(data_cache_key_file(&key, pos[k]));
     data_cache_key_str(&key, O.val);
     if (O.val) RT_TRY(data_cache_key_file(&key, O.val));
-    RT_TRY(data_cache_load_or_build(train_app_cache_dir(&O.t), &key, "text", 2, 1, lm_build_sets, &bc, sets));
+    RT_TRY(data_cache_load_or_stream(train_app_cache_dir(&O.t), &key, "text", 2, 1, lm_stream_sets, &bc, sets));
     if (O.val) {
         train = sets[0];
         val = sets[1];
         memset(sets, 0, sizeof sets);
-    } else { /* hold out the last blocks: they are copied out, the training set keeps the arrays */
+    } else { /* hold out the last blocks: both sets are views of the one mapped cache entry */
         size_t n_val = (size_t)((double)sets[0].n * O.val_split + 0.5);
         if (n_val == 0) n_val = 1;
         if (n_val >= sets[0].n)
             RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give --val, or "
                                   "lower --block-size)", sets[0].n, block);
         const size_t n_train = sets[0].n - n_val;
-        const int32_t **rows = rt_xmalloc(n_val * sizeof *rows);
-        for (size_t i = 0; i < n_val; i++) rows[i] = sets[0].ids + sets[0].offsets[n_train + i];
-        st = data_tokenized_from_rows(rows, sets[0].lengths + n_train, NULL, NULL, n_val, &val);
-        free(rows);
-        if (st != RT_OK) goto fail;
-        train = sets[0];
-        train.n = n_train; /* rows past n are never read; the arrays are freed whole */
-        memset(&sets[0], 0, sizeof sets[0]);
+        RT_TRY(data_tokenized_slice(&sets[0], 0, n_train, &train));
+        RT_TRY(data_tokenized_slice(&sets[0], n_train, n_val, &val));
     }
     rt_log_info("data: %zu training blocks, %zu validation blocks of %d tokens%s", train.n, val.n, block,
                 O.val ? "" : " (held out from the end)");
