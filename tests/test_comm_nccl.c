@@ -2,7 +2,7 @@
  * size 1 (bootstrapped over rt_comm_self); with two or more GPUs, two threads bootstrap a
  * 2-rank NCCL communicator over the threads comm and check every collective against the
  * threads comm's own results. Without NCCL or a GPU the test checks the refusal message and
- * exits 77 (skipped). */
+ * exits 77 (skipped); a GPU that CUDA cannot use (a driver too old for the runtime) fails. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
+#include "runtime/cuda/cuda_devices.h"
 #include "runtime/cuda/rt_comm_nccl.h"
 #include "runtime/rt_launch.h"
 
@@ -106,7 +107,8 @@ static void check(rank_out *o, int n) {
 
 int main(void) {
     int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    rt_status found = rt_cuda_device_count(&n_dev);
+    if (found == RT_ERR_UNSUPPORTED) { /* no GPU here; a GPU CUDA cannot use fails below instead */
         rt_comm *c = NULL;
         TZ_EXPECT(rt_comm_nccl_init(rt_comm_self(), 0, 5.0, &c) == RT_ERR_UNSUPPORTED && c == NULL,
                   "nccl init without a device should be unsupported");
@@ -114,6 +116,8 @@ int main(void) {
         fprintf(stderr, "test_comm_nccl: skipped: no CUDA device\n");
         return tz_test_failures ? 1 : 77;
     }
+    TZ_EXPECT(found == RT_OK, "CUDA: %s", rt_error_message());
+    if (found != RT_OK) return tz_test_result("test_comm_nccl");
     static rank_out o[2];
     memset(o, 0, sizeof o);
     o[0].boot = rt_comm_self();

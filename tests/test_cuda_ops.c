@@ -3,7 +3,8 @@
  * elementwise and row ops, looser for GEMM and attention, whose sums run in another order).
  * Dropout masks must be the same bits, and the reductions that are meant to be
  * deterministic (norm and bias gradients, embedding scatter, sumsq) must give the same bits
- * when run twice. Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. */
+ * when run twice. Exits 77 (skipped) in a build without CUDA or on a machine without a GPU; a GPU
+ * that CUDA cannot use (a driver too old for the runtime) fails instead. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,6 +6,7 @@
  * Set-up failures (no device, bad index, cuBLAS init) return an rt_status; anything that
  * goes wrong once the backend runs is a fault and aborts through CUDA_CHECK/CUBLAS_CHECK. */
 #include "runtime/cuda/rt_cuda.h"
+#include "runtime/cuda/cuda_devices.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -172,11 +173,9 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     struct cudaDeviceProp prop;
     *out = NULL;
 
-    e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-        (void)cudaGetLastError();
-        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d: no CUDA device is visible (cudaGetDeviceCount: %s)",
-                device, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if ((st = rt_cuda_device_count(&count)) != RT_OK) {
+        rt_error_wrap(st, "cuda:%d", device);
+        goto fail;
     }
     if (device < 0 || device >= count)
         RT_FAIL(RT_ERR_CONFIG, "cuda:%d: expected a device index in [0, %d): %d CUDA device%s visible",
@@ -184,7 +183,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d: cudaSetDevice failed: %s", device,
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d: cudaSetDevice failed: %s", device,
                 cudaGetErrorString(e));
     }
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -197,12 +196,12 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     c->matmul = RT_F32;
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
                 cublasGetStatusString(bs));
     have_cublas = true;
     bs = cublasLtCreate(&c->cublaslt);
     if (bs != CUBLAS_STATUS_SUCCESS)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "cuda:%d (%s): cublasLtCreate failed: %s", device, prop.name,
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasLtCreate failed: %s", device, prop.name,
                 cublasGetStatusString(bs));
     /* Plain fp32 (the default mode never uses TF32 tensor cores for Sgemm; set explicitly
      * so nothing inherited changes it) so results track the CPU backend within fp32

@@ -19,6 +19,7 @@
 
 /* C headers with C linkage; the guards make rt_comm_nccl.h's own includes no-ops. */
 extern "C" {
+#include "runtime/cuda/cuda_devices.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_status.h"
 }
@@ -196,14 +197,23 @@ static rt_status nccl_all_reduce_start(void *vctx, float *buf, size_t n, rt_redu
     NCCL_CUDA_CHECK(cudaEventRecord(r->ready, 0)); /* the gradients the backend wrote so far */
     NCCL_CUDA_CHECK(cudaStreamWaitEvent(c->async_stream, r->ready, 0));
     ncclResult_t rc = ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->async_stream);
-    if (rc != ncclSuccess && rc != ncclInProgress) {
+    if (rc == ncclInProgress) {
+        /* A non-blocking communicator may return before the kernel is on the stream: the event
+         * recorded now could complete before the all-reduce has even started, and the caller
+         * would read half-reduced gradients. Wait (host side, with the timeout) until NCCL
+         * has enqueued it, as the blocking path does, but not for the stream. */
+        st = nccl_wait(c, "all_reduce", n, 0);
+    } else if (rc != ncclSuccess) {
         nccl_abort(c);
         snprintf(c->broken, sizeof c->broken, "all_reduce failed: NCCL %s", ncclGetErrorString(rc));
+        st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): all_reduce of %zu elements failed: %s", c->size,
+                       c->rank, n, ncclGetErrorString(rc));
+    }
+    if (st != RT_OK) {
         cudaEventDestroy(r->ready);
         cudaEventDestroy(r->done);
         free(r);
-        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): all_reduce of %zu elements failed: %s", c->size,
-                         c->rank, n, ncclGetErrorString(rc));
+        return st;
     }
     NCCL_CUDA_CHECK(cudaEventRecord(r->done, c->async_stream));
     *out = r;
@@ -418,12 +428,8 @@ static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
 
 extern "C" rt_status rt_comm_nccl_probe(int device) {
     int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        (void)cudaGetLastError();
-        return rt_errorf(RT_ERR_UNSUPPORTED, "nccl comm: no CUDA device (%s)",
-                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    }
+    rt_status st = rt_cuda_device_count(&n_dev);
+    if (st != RT_OK) return rt_error_wrap(st, "nccl comm");
     if (device < 0 || device >= n_dev)
         return rt_errorf(RT_ERR_CONFIG, "nccl comm: device %d, expected 0..%d", device, n_dev - 1);
     return RT_OK;
