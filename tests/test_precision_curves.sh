@@ -49,16 +49,7 @@ for run in gpt2-bf16 bert-bf16 t5-bf16 glm-bf16 gpt2-fp16 bert-fp16 t5-fp16 glm-
     fam=${run%-*}
     losses "$TMP/$fam-fp32/metrics.jsonl" > "$TMP/a"
     losses "$TMP/$run/metrics.jsonl" > "$TMP/b"
-    verdict=$(paste "$TMP/a" "$TMP/b" | awk '
-        function abs(x) { return x < 0 ? -x : x }
-        { n++; r = abs($2 - $1) / abs($1); if (r > worst) worst = r; if ($1 != $2) differ = 1
-          if (n > 180) { tail_a += $1; tail_b += $2 } }
-        END {
-            if (n != 200) { print "has " n " steps, not 200"; exit }
-            if (worst > 0.01) { printf "a step is %.4f%% off fp32 (band 1%%)\n", 100 * worst; exit }
-            if (abs(tail_b - tail_a) / abs(tail_a) > 0.005) { print "the last 20 steps mean is off by more than 0.5%"; exit }
-            if (!differ) { print "equals fp32 at every step: nothing was rounded"; exit }
-            printf "ok %.4f%%\n", 100 * worst }')
+    verdict=$(paste "$TMP/a" "$TMP/b" | awk -v steps=200 -v band=0.01 -v tail=0.005 -v differ=1 -f "$SRC/tests/loss_band.awk")
     case "$verdict" in
     ok*) ok; [ -n "${VERBOSE:-}" ] && echo "$run: worst step $verdict" ;;
     *) bad "$run vs fp32 over 200 steps: $verdict" ;;

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one command, for a machine with an NVIDIA GPU (issue 18):
+#
+#   scripts/gpu_check.sh [--quick] [--no-sanitizer] [--no-bench]
+#
+#  1. builds every program and test with the CUDA backend into build-gpu/ (-Werror, for this
+#     GPU's architecture only, to build fast);
+#  2. runs every cuda-labelled test (a test that skips on a GPU machine counts as a failure);
+#  3. runs compute-sanitizer's memcheck and racecheck over test_cuda_ops (--no-sanitizer: not);
+#  4. trains 5 steps of every program (gpt2-classify, bert-classify, t5-finetune, glm-finetune,
+#     gpt2-finetune; small models from scratch on the shipped data) in fp32 on the CPU and on the
+#     GPU, with the same seed: every step's loss within 0.1% of the CPU's;
+#  5. trains 200 steps of each on the GPU in fp32 and in bf16: every bf16 step within 1% of fp32's
+#     and the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
+#     (--quick: 50 steps);
+#  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
+#     not).
+#
+# Each check appends one line to build-gpu/gpu_check.txt, "PASS|FAIL|SKIP name: detail", with
+# its figures; the script prints the file at the end and exits 1 if any line is FAIL. Logs are
+# in build-gpu/gpu_check/.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+SRC=$(pwd)
+QUICK=0 SANITIZER=1 BENCH=1
+for a in "$@"; do
+    case "$a" in
+    --quick) QUICK=1 ;;
+    --no-sanitizer) SANITIZER=0 ;;
+    --no-bench) BENCH=0 ;;
+    -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option $a (see --help)" >&2; exit 2 ;;
+    esac
+done
+B=build-gpu
+LOGS=$B/gpu_check
+SUMMARY=$B/gpu_check.txt
+mkdir -p "$LOGS" || exit 1
+: > "$SUMMARY"
+line() { echo "$*" >> "$SUMMARY"; echo "$*"; }
+secs() { echo $(($(date +%s) - $1)); }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---- the machine ----
+if command -v nvidia-smi > /dev/null; then
+    line "INFO gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader | head -1)"
+else
+    line "FAIL gpu: nvidia-smi not found (is this a GPU machine?)"
+fi
+line "INFO nvcc: $(nvcc --version 2> /dev/null | tail -1 || echo 'not found')"
+
+# ---- 1. build ----
+t0=$(date +%s)
+if cmake -S . -B "$B" -DUSE_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DWERROR=ON -DCMAKE_CUDA_ARCHITECTURES=native \
+    > "$LOGS/build.log" 2>&1 && cmake --build "$B" -j "$(nproc)" >> "$LOGS/build.log" 2>&1; then
+    line "PASS build: CUDA build in $(secs "$t0") s"
+else
+    line "FAIL build: see $LOGS/build.log: $(grep -m1 -E 'error|Error' "$LOGS/build.log")"
+    cat "$SUMMARY"
+    exit 1
+fi
+BIN=$B/bin
+
+# ---- 2. cuda-labelled tests ----
+t0=$(date +%s)
+ctest --test-dir "$B" -L cuda --output-on-failure > "$LOGS/ctest-cuda.log" 2>&1
+grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$LOGS/ctest-cuda.log" | while read -r rest; do
+    name=$(echo "$rest" | sed -E 's/.*Test +#[0-9]+: ([^ ]+).*/\1/')
+    case "$rest" in
+    *Passed*) line "PASS $name: $(echo "$rest" | grep -oE '[0-9.]+ sec')" ;;
+    *Skipped* | *"Not Run"*) line "FAIL $name: skipped on a GPU machine (see $LOGS/ctest-cuda.log)" ;;
+    *) line "FAIL $name: see $LOGS/ctest-cuda.log" ;;
+    esac
+done
+grep -qE 'Test +#[0-9]+' "$LOGS/ctest-cuda.log" || line "FAIL ctest -L cuda: no test ran (see $LOGS/ctest-cuda.log)"
+
+# ---- 3. compute-sanitizer ----
+if [ "$SANITIZER" = 1 ]; then
+    if command -v compute-sanitizer > /dev/null; then
+        for tool in memcheck racecheck; do
+            t0=$(date +%s)
+            if timeout 900 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/tests/test_cuda_ops" \
+                > "$LOGS/sanitizer-$tool.log" 2>&1; then
+                line "PASS compute-sanitizer $tool test_cuda_ops: $(secs "$t0") s"
+            else
+                line "FAIL compute-sanitizer $tool test_cuda_ops: $(grep -m1 -E '=========.*(Error|error|hazard)' \
+                    "$LOGS/sanitizer-$tool.log") (see $LOGS/sanitizer-$tool.log)"
+            fi
+        done
+    else
+        line "SKIP compute-sanitizer: not on PATH"
+    fi
+fi
+
+# ---- the workloads: small models from scratch on the shipped data ----
+W=$LOGS/work
+mkdir -p "$W"
+head -n 200 assets/multi30k-en-de/val.en > "$W/s.en"
+head -n 200 assets/multi30k-en-de/val.de > "$W/s.de"
+echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2}' \
+    > "$W/gpt2.json"
+echo '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}' > "$W/bert.json"
+echo '{"model_type": "t5", "vocab_size": 32128, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 2,
+ "num_decoder_layers": 2, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
+ "dropout_rate": 0.1, "feed_forward_proj": "gated-gelu"}' > "$W/t5.json"
+WORKLOADS="gpt2-classify bert-classify t5-finetune glm-finetune gpt2-finetune"
+
+# train PROGRAM DEVICE PRECISION STEPS DIR: one run, its log in DIR.log
+train() {
+    local prog=$1 dev=$2 prec=$3 steps=$4 dir=$5
+    local run=(--device "$dev" --precision "$prec" --max-steps "$steps" --log-interval 1 --eval-interval -1
+               --save-interval -1 --threads 2 --no-cache --save-dir "$dir")
+    case "$prog" in
+    gpt2-classify) "$BIN/$prog" --arch "$W/gpt2.json" --data-dir assets/glue-mrpc --max-len 48 --batch-size 8 "${run[@]}" ;;
+    bert-classify) "$BIN/$prog" --arch "$W/bert.json" --tokenizer assets/bert-wordpiece/bert-base-uncased-vocab.txt \
+        --data-dir assets/glue-mrpc --max-len 48 --batch-size 8 "${run[@]}" ;;
+    t5-finetune) "$BIN/$prog" "$W/s.en" "$W/s.de" --arch "$W/t5.json" --max-source-len 24 --max-target-len 16 \
+        --batch-size 8 --lr 1e-3 "${run[@]}" ;;
+    glm-finetune) "$BIN/$prog" --task copa --batch-size 8 "${run[@]}" ;;
+    gpt2-finetune) "$BIN/$prog" "$W/s.en" --arch "$W/gpt2.json" --block-size 64 --batch-size 8 "${run[@]}" ;;
+    esac > "$dir.log" 2>&1
+}
+losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([0-9.eE+-]*\).*/\1/'; }
+ms_per_step() { grep '"type":"train"' "$1/metrics.jsonl" | tail -n +3 |
+    sed 's/.*"ms_per_step":\([0-9.eE+-]*\).*/\1/' | awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n }'; }
+
+# compare NAME REF CAND STEPS BAND TAIL DIFFER: one PASS or FAIL line
+compare() {
+    local verdict
+    verdict=$(paste <(losses "$2") <(losses "$3") |
+        awk -v steps="$4" -v band="$5" -v tail="$6" -v differ="$7" -f "$SRC/tests/loss_band.awk")
+    case "$verdict" in
+    ok*) line "PASS $1: worst step ${verdict#ok } off; ms/step $(ms_per_step "$2") vs $(ms_per_step "$3")" ;;
+    *) line "FAIL $1: $verdict" ;;
+    esac
+}
+
+# ---- 4. CPU against CUDA, fp32, 5 steps ----
+for prog in $WORKLOADS; do
+    ok=1
+    for dev in cpu cuda; do
+        train "$prog" "$dev" fp32 5 "$W/$prog-$dev-fp32-5" || { ok=0; line "FAIL $prog on $dev (fp32): $(tail -1 "$W/$prog-$dev-fp32-5.log")"; }
+    done
+    [ "$ok" = 1 ] && compare "$prog cuda vs cpu, fp32, 5 steps" "$W/$prog-cpu-fp32-5" "$W/$prog-cuda-fp32-5" 5 0.001 0.001 0
+done
+
+# ---- 5. bf16 against fp32 on the GPU ----
+STEPS=200
+[ "$QUICK" = 1 ] && STEPS=50
+for prog in $WORKLOADS; do
+    ok=1
+    for prec in fp32 bf16; do
+        train "$prog" cuda "$prec" "$STEPS" "$W/$prog-cuda-$prec-$STEPS" ||
+            { ok=0; line "FAIL $prog on cuda ($prec): $(tail -1 "$W/$prog-cuda-$prec-$STEPS.log")"; }
+    done
+    [ "$ok" = 1 ] && compare "$prog cuda bf16 vs fp32, $STEPS steps" "$W/$prog-cuda-fp32-$STEPS" \
+        "$W/$prog-cuda-bf16-$STEPS" "$STEPS" 0.01 0.005 1
+done
+
+# ---- 6. the GPU benchmark ----
+if [ "$BENCH" = 1 ]; then
+    if python3 -c 'import torch, transformers, sys; sys.exit(not torch.cuda.is_available())' 2> /dev/null; then
+        t0=$(date +%s)
+        if scripts/bench/gpu.sh > "$LOGS/bench.log" 2>&1; then
+            line "PASS benchmark: $(secs "$t0") s; its table:"
+            sed 's/^/INFO   /' "$LOGS/bench.log" | tail -20 | tee -a "$SUMMARY"
+        else
+            line "FAIL benchmark: see $LOGS/bench.log: $(tail -1 "$LOGS/bench.log")"
+        fi
+    else
+        line "SKIP benchmark: python3 has no torch with CUDA here"
+    fi
+fi
+
+echo
+echo "summary ($SUMMARY):"
+cat "$SUMMARY"
+! grep -q '^FAIL' "$SUMMARY"
