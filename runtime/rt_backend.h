@@ -194,6 +194,11 @@ typedef struct rt_backend_ops {
                   float grad_scale, int64_t t);
     /* Sum of squares of x, in double. */
     double (*sumsq)(void *ctx, const float *x, size_t n);
+
+    /* The low-precision copy of the weights (rt_weight_copy_set). NULL ops: none; the matmuls
+     * round a weight at each use instead, which gives the same numbers. */
+    rt_status (*weight_copy_set)(void *ctx, const float *w, size_t n);
+    void (*weight_copy_update)(void *ctx, const float *part, size_t n);
 } rt_backend_ops;
 
 typedef struct rt_backend {
@@ -228,6 +233,20 @@ void rt_cuda_backend_free(rt_backend *be);
  * The CPU keeps the fp32 buffers and rounds their values (same numbers, no memory saved).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
+
+/* The weights' copy at the compute precision, as mixed-precision training keeps one: while it is
+ * set, matmul inputs that lie in w[0 .. n) (the parameter slab) are read from the copy instead of
+ * being rounded at each use, and the adamw op writes it as it updates each weight. Anything else
+ * that changes weights while it is set says so with rt_weight_copy_update (ZeRO's all-gather).
+ * n 0 drops it. The trainer sets it for its loop only, after loading and resuming, so code
+ * outside the loop never reads a stale copy. A no-op at fp32 and on a backend without it (CUDA
+ * today). */
+static inline rt_status rt_weight_copy_set(rt_backend *be, const float *w, size_t n) {
+    return be->ops->weight_copy_set ? be->ops->weight_copy_set(be->ctx, w, n) : RT_OK;
+}
+static inline void rt_weight_copy_update(rt_backend *be, const float *part, size_t n) {
+    if (be->ops->weight_copy_update && n) be->ops->weight_copy_update(be->ctx, part, n);
+}
 
 /* Stores rows x cols of x (row stride ld) at the compute precision: rounds in place unless fp32.
  * For model code that writes an activation without a backend op (rt_scale on one, a copy). */

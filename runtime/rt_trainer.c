@@ -359,6 +359,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     int accum = (int)o->grad_accum;
     rt_signal_guard signals;
     bool handlers = false;
+    bool weight_copy = false; /* the backend holds the weights' low-precision copy */
     memset(result, 0, sizeof *result);
     RT_CHECK(o->batch_size >= 1 && o->grad_accum >= 1, "batch %lld accum %lld", (long long)o->batch_size,
              (long long)o->grad_accum);
@@ -410,6 +411,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     const double peak = o->peak_tflops > 0 ? o->peak_tflops : rt_train_peak_tflops(model->params->be);
     const double devices = (double)s.dp->size * (double)s.tp->size;
     int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
+    /* the weights are final for the loop (loaded, resumed): from here the optimizer keeps their
+     * low-precision copy, and nothing after the loop reads it */
+    RT_TRY(rt_weight_copy_set(model->params->be, model->params->param, model->params->numel));
+    weight_copy = true;
     while (step < s.total_steps) {
         int nb = 0;
         bool epoch_end = false;
@@ -588,6 +593,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         if (o->save_interval >= 0 && step > 0) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
 fail:
+    if (weight_copy) rt_weight_copy_set(model->params->be, NULL, 0);
     if (handlers) rt_signal_release(&signals);
     rt_train_clear_bar(&s);
     if (win) {

@@ -283,6 +283,13 @@ rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, 
     }
     /* in place: this rank's slice already sits at its spot in the slab */
     RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
+    /* the other ranks' slices changed the weights' low-precision copy too (AdamW wrote this
+     * rank's, unless offloaded: then the host did and the copy needs that slice as well) */
+    const size_t end = z->begin + z->shard < p->numel ? z->begin + z->shard : p->numel;
+    const size_t lo = z->begin < p->numel ? z->begin : p->numel;
+    rt_weight_copy_update(p->be, p->param, lo);
+    rt_weight_copy_update(p->be, p->param + end, p->numel - end);
+    if (z->offload) rt_weight_copy_update(p->be, p->param + lo, end - lo);
 fail:
     free(r);
     return st;

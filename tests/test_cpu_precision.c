@@ -6,7 +6,13 @@
  *     fp32 accumulation's bound (so the rounding happens, once, to nearest even, and the sums
  *     stay fp32), for every transpose, batched with strides, padded leading dimensions, and from
  *     two threads at once; back in fp32 it is plain fp32 again;
- *   - rt_gemm stores C at the compute precision, rt_linear_wgrad keeps its sums fp32. */
+ *   - rt_gemm stores C at the compute precision, rt_linear_wgrad keeps its sums fp32;
+ *   - the weights' low-precision copy (rt_weight_copy_set): a GEMM whose operand lies in the
+ *     copied slab gives the same bits as rounding at each use, for every transpose and a strided
+ *     block; AdamW writes it as it updates weights (the whole slab or a part), and
+ *     rt_weight_copy_update refreshes what changed otherwise; an operand that lies only partly
+ *     in the slab is rounded as before; the copy is really read (a weight changed behind its
+ *     back shows), and it is dropped at n 0 and when the precision changes. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -112,6 +118,71 @@ static void check_stored_c(rt_backend *be, rt_dtype dtype) {
               kept, M * N);
 }
 
+/* C (M x N) = op(A) op(B) with B a block of the slab W at offset off with row stride ldb. */
+static void slab_gemm(rt_backend *be, bool ta, bool tb, const float *A, const float *W, size_t off, int ldb, float *C) {
+    enum { M = 6, N = 10, K = 24 };
+    rt_gemm(be, ta, tb, M, N, K, 1.0f, A, ta ? M : K, 0, W + off, ldb, 0, 0.0f, C, N, 0, 1);
+}
+
+static void check_weight_copy(rt_backend *be, rt_dtype dtype) {
+    enum { M = 6, N = 10, K = 24, SLAB = 1000 };
+    static float W[SLAB], A[M * K], G[SLAB], Mo[SLAB], Vo[SLAB];
+    float want[M * N], got[M * N];
+    unsigned st = 21;
+    for (int i = 0; i < SLAB; i++) W[i] = tz_uniform(&st), G[i] = tz_uniform(&st), Mo[i] = Vo[i] = 0;
+    for (int i = 0; i < M * K; i++) A[i] = tz_uniform(&st);
+    const char *name = rt_dtype_name(dtype);
+    /* each transpose of B, and B as a block of wider rows (ldb 37) at an odd offset */
+    const struct { bool ta, tb; size_t off; int ldb; } cases[] = {
+        {false, false, 0, N}, {false, true, 5, K}, {true, false, 17, N}, {true, true, 101, 37}};
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    float ref[4][M * N];
+    for (int c = 0; c < n_cases; c++) slab_gemm(be, cases[c].ta, cases[c].tb, A, W, cases[c].off, cases[c].ldb, ref[c]);
+    TZ_EXPECT_OK(rt_weight_copy_set(be, W, SLAB));
+    for (int c = 0; c < n_cases; c++) {
+        slab_gemm(be, cases[c].ta, cases[c].tb, A, W, cases[c].off, cases[c].ldb, got);
+        TZ_EXPECT(memcmp(got, ref[c], sizeof got) == 0, "%s copy, case %d: not the bits of rounding at each use", name,
+                  c);
+    }
+    /* AdamW over the whole slab, then over a part: the copy follows the weights */
+    for (int part = 0; part < 2; part++) {
+        const size_t lo = part ? 300 : 0, n = part ? 400 : SLAB;
+        rt_adamw(be, W + lo, G + lo, Mo + lo, Vo + lo, n, 0.05f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, part + 1);
+        for (int c = 0; c < n_cases; c++) {
+            slab_gemm(be, cases[c].ta, cases[c].tb, A, W, cases[c].off, cases[c].ldb, got);
+            TZ_EXPECT_OK(rt_weight_copy_set(be, NULL, 0));
+            slab_gemm(be, cases[c].ta, cases[c].tb, A, W, cases[c].off, cases[c].ldb, want);
+            TZ_EXPECT_OK(rt_weight_copy_set(be, W, SLAB));
+            TZ_EXPECT(memcmp(got, want, sizeof got) == 0, "%s copy after AdamW %d, case %d: stale", name, part, c);
+        }
+    }
+    /* a weight changed behind the copy's back is not seen (the copy is read) until updated */
+    for (int i = 0; i < K * N; i++) W[i] = -2.0f * W[i];
+    slab_gemm(be, false, false, A, W, 0, N, got); /* the old weights' result, from the copy */
+    rt_weight_copy_update(be, W, K * N);
+    slab_gemm(be, false, false, A, W, 0, N, want);
+    TZ_EXPECT(memcmp(got, want, sizeof got) != 0, "%s: a GEMM did not read the copy (it saw a change not copied)",
+              name);
+    TZ_EXPECT_OK(rt_weight_copy_set(be, NULL, 0));
+    slab_gemm(be, false, false, A, W, 0, N, got);
+    TZ_EXPECT(memcmp(got, want, sizeof got) == 0, "%s: rt_weight_copy_update did not refresh the copy", name);
+    /* B reaching past the slab's end: rounded at use, as without a copy */
+    TZ_EXPECT_OK(rt_weight_copy_set(be, W, SLAB - 50));
+    slab_gemm(be, false, false, A, W, SLAB - K * N, N, got);
+    TZ_EXPECT_OK(rt_weight_copy_set(be, NULL, 0));
+    slab_gemm(be, false, false, A, W, SLAB - K * N, N, want);
+    TZ_EXPECT(memcmp(got, want, sizeof got) == 0, "%s: an operand partly outside the copy", name);
+    /* a change of precision drops the copy: nothing reads values of the old precision */
+    TZ_EXPECT_OK(rt_weight_copy_set(be, W, SLAB));
+    W[0] += 1.0f;
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(be, dtype));
+    slab_gemm(be, false, false, A, W, 0, N, got);
+    TZ_EXPECT_OK(rt_weight_copy_set(be, NULL, 0));
+    slab_gemm(be, false, false, A, W, 0, N, want);
+    TZ_EXPECT(memcmp(got, want, sizeof got) == 0, "%s: a copy outlived a change of precision", name);
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_cpu_backend_init(2, &be));
@@ -141,6 +212,7 @@ int main(void) {
         TZ_EXPECT(both[0].wrong == 0 && both[1].wrong == 0, "%s, two threads at once: %d and %d wrong",
                   rt_dtype_name(dtype), both[0].wrong, both[1].wrong);
         check_stored_c(be, dtype);
+        check_weight_copy(be, dtype);
     }
     TZ_EXPECT(rt_set_precision(be, RT_I32) == RT_ERR_UNSUPPORTED, "int32 is not a compute precision");
     TZ_EXPECT_OK(rt_set_precision(be, RT_F32));

@@ -25,6 +25,13 @@ typedef struct {
     int threads;     /* as asked for; <= 0 means OpenMP's default */
     rt_dtype matmul; /* RT_F32, RT_BF16 or RT_F16: what gemm rounds its inputs to */
     char model[256]; /* the processor and the GEMM engine, for the start-up log */
+    /* The weights' copy at the matmul precision (rt_weight_copy_set): w[0 .. n) as bf16 bits
+     * (bits16: what oneDNN's bf16 matmul reads) or as rounded floats (fp16, or bf16 where the
+     * fp32 GEMM does the work). copy NULL: none. */
+    const float *w;
+    size_t n;
+    void *copy;
+    bool bits16;
 } rt_cpu_ctx;
 
 static void *cpu_alloc(void *ctx, size_t bytes) {
@@ -47,10 +54,86 @@ static void cpu_zero(void *ctx, void *p, size_t bytes) {
 
 static void cpu_sync(void *ctx) {}
 
+/* Rounds w[0 .. n) into the copy at offset `at`. */
+static void cpu_weight_copy_round(rt_cpu_ctx *c, size_t at, const float *w, size_t n) {
+    if (c->bits16) {
+        uint16_t *out = (uint16_t *)c->copy + at;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t i = 0; i < n; i++) out[i] = rt_f32_to_bf16(w[i]);
+    } else {
+        float *out = (float *)c->copy + at;
+        const size_t chunk = 1 << 14, n_chunks = (n + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+        for (size_t k = 0; k < n_chunks; k++)
+            rt_cpu_round_span(c->matmul, out + k * chunk, w + k * chunk, k + 1 < n_chunks ? chunk : n - k * chunk);
+    }
+}
+
+static rt_status cpu_weight_copy_set(void *ctx, const float *w, size_t n) {
+    rt_cpu_ctx *c = ctx;
+    free(c->copy);
+    c->copy = NULL;
+    c->w = NULL;
+    c->n = 0;
+    if (!w || n == 0 || c->matmul == RT_F32) return RT_OK;
+    c->bits16 = c->matmul == RT_BF16 && cpu_dnnl_has(CPU_DNNL_BF16);
+    const size_t bytes = n * (c->bits16 ? sizeof(uint16_t) : sizeof(float));
+    if (posix_memalign(&c->copy, 64, bytes) != 0) {
+        c->copy = NULL;
+        return rt_errorf(RT_ERR_NOMEM, "out of memory for the %s copy of the weights (%.1f MiB)",
+                         rt_dtype_name(c->matmul), (double)bytes / 1048576.0);
+    }
+    c->w = w;
+    c->n = n;
+    cpu_weight_copy_round(c, 0, w, n);
+    return RT_OK;
+}
+
+/* The part of [p, p + n) that lies in the copied weights: its offset there and its length. */
+static size_t cpu_weight_copy_overlap(const rt_cpu_ctx *c, const float *p, size_t n, size_t *at) {
+    if (!c->copy || p + n <= c->w || p >= c->w + c->n) return 0;
+    const float *lo = p > c->w ? p : c->w, *hi = p + n < c->w + c->n ? p + n : c->w + c->n;
+    *at = (size_t)(lo - c->w);
+    return (size_t)(hi - lo);
+}
+
+static void cpu_weight_copy_update(void *ctx, const float *part, size_t n) {
+    rt_cpu_ctx *c = ctx;
+    size_t at = 0, len = cpu_weight_copy_overlap(c, part, n, &at);
+    if (len) cpu_weight_copy_round(c, at, c->w + at, len);
+}
+
+/* AdamW, writing the weights' copy for the part of params it holds. */
+static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+    rt_cpu_ctx *c = ctx;
+    size_t at = 0;
+    if (cpu_weight_copy_overlap(c, params, n, &at) != n) { /* none, or only partly: round that part after */
+        rt_cpu_adamw(ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
+        cpu_weight_copy_update(ctx, params, n);
+        return;
+    }
+    rt_cpu_adamw_copy(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
+                      c->bits16 ? (uint16_t *)c->copy + at : NULL, c->bits16 ? NULL : (float *)c->copy + at,
+                      c->matmul);
+}
+
+/* X's rows x cols (row stride ld) read from the weights' copy, when they all lie in it and it
+ * holds the form asked for (bf16 bits or floats): the copy at X's offset, with X's row stride. */
+static const void *cpu_weight_copy_find(const rt_cpu_ctx *c, bool bits16, const float *X, int rows, int cols,
+                                        int ld) {
+    if (!c->copy || c->bits16 != bits16 || rows < 1 || X < c->w || X >= c->w + c->n) return NULL;
+    const size_t at = (size_t)(X - c->w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    if (end > c->n) return NULL;
+    return bits16 ? (const void *)((const uint16_t *)c->copy + at) : (const void *)((const float *)c->copy + at);
+}
+
 static rt_status cpu_set_matmul_precision(void *ctx, rt_dtype dtype) {
     /* rt_set_precision lets only these three through */
     RT_CHECK(dtype == RT_F32 || dtype == RT_BF16 || dtype == RT_F16, "matmul precision %s", rt_dtype_name(dtype));
-    ((rt_cpu_ctx *)ctx)->matmul = dtype;
+    rt_cpu_ctx *c = ctx;
+    if (c->matmul != dtype) cpu_weight_copy_set(ctx, NULL, 0); /* it holds the old precision's values */
+    c->matmul = dtype;
     return RT_OK;
 }
 
@@ -130,8 +213,7 @@ static const void *cpu_round_input(int which, rt_dtype dtype, bool bits16, const
     } else {
         float *out = s->p[which];
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_round_to(dtype, X[(size_t)r * ld + c]);
+        for (int r = 0; r < rows; r++) rt_cpu_round_span(dtype, out + (size_t)r * cols, X + (size_t)r * ld, (size_t)cols);
     }
     return s->p[which];
 }
@@ -139,17 +221,22 @@ static const void *cpu_round_input(int which, rt_dtype dtype, bool bits16, const
 /* One GEMM whose inputs are rounded to dtype (bf16 or fp16) first: oneDNN's bf16 matmul where
  * this CPU has one, else the fp32 GEMM over the rounded values, which gives the same products
  * (16-bit x 16-bit is exact in fp32) and fp32 sums. */
-static void cpu_gemm_rounded(rt_dtype dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    const rt_dtype dtype = c->matmul;
     const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
     const bool dnnl_bf16 = dtype == RT_BF16 && cpu_dnnl_has(CPU_DNNL_BF16);
-    const void *A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
-    const void *B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
+    /* a weight comes from the copy the optimizer wrote; anything else is rounded now */
+    const void *A16 = cpu_weight_copy_find(c, dnnl_bf16, A, a_rows, a_cols, lda);
+    const void *B16 = cpu_weight_copy_find(c, dnnl_bf16, B, b_rows, b_cols, ldb);
+    const int lda16 = A16 ? lda : a_cols, ldb16 = B16 ? ldb : b_cols;
+    if (!A16) A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
+    if (!B16) B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
     if (!dnnl_bf16) {
-        cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta, C, ldc);
+        cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
         return;
     }
-    rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, a_cols, B16, b_cols, beta, C,
+    rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C,
                                  ldc);
     RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
 }
@@ -164,12 +251,12 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K, trans_a);
     RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N, trans_b);
     RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
-    const rt_dtype dtype = ((rt_cpu_ctx *)ctx)->matmul;
+    const rt_cpu_ctx *c = ctx;
     for (int b = 0; b < batch; b++) {
         const float *Ab = A + (size_t)b * stride_a, *Bb = B + (size_t)b * stride_b;
         float *Cb = C + (size_t)b * stride_c;
-        if (dtype != RT_F32 && K > 0)
-            cpu_gemm_rounded(dtype, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        if (c->matmul != RT_F32 && K > 0)
+            cpu_gemm_rounded(c, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
         else
             cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
     }
@@ -270,7 +357,9 @@ static const rt_backend_ops rt_cpu_ops = {
     .dropout_cols = rt_cpu_dropout_cols,
     .gather_rows = rt_cpu_gather_rows,
     .scatter_rows_add = rt_cpu_scatter_rows_add,
-    .adamw = rt_cpu_adamw,
+    .adamw = cpu_adamw,
+    .weight_copy_set = cpu_weight_copy_set,
+    .weight_copy_update = cpu_weight_copy_update,
     .sumsq = rt_cpu_sumsq,
 };
 
@@ -303,6 +392,7 @@ fail:
 
 void rt_cpu_backend_free(rt_backend *be) {
     if (!be) return;
+    free(((rt_cpu_ctx *)be->ctx)->copy);
     free(be->ctx);
     free(be);
 }
