@@ -92,34 +92,17 @@ if [ "$SANITIZER" = 1 ]; then
     fi
 fi
 
-# ---- the workloads: small models from scratch on the shipped data ----
+# ---- the workloads: small models from scratch on the shipped data (tests/curve_workloads.sh) ----
 W=$LOGS/work
 mkdir -p "$W"
-head -n 200 assets/multi30k-en-de/val.en > "$W/s.en"
-head -n 200 assets/multi30k-en-de/val.de > "$W/s.de"
-echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2}' \
-    > "$W/gpt2.json"
-echo '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
- "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}' > "$W/bert.json"
-echo '{"model_type": "t5", "vocab_size": 32128, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 2,
- "num_decoder_layers": 2, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
- "dropout_rate": 0.1, "feed_forward_proj": "gated-gelu"}' > "$W/t5.json"
+. "$SRC/tests/curve_workloads.sh"
+curve_setup "$SRC/assets" "$W"
 WORKLOADS="gpt2-classify bert-classify t5-finetune glm-finetune gpt2-finetune"
 
 # train PROGRAM DEVICE PRECISION STEPS DIR: one run, its log in DIR.log
 train() {
-    local prog=$1 dev=$2 prec=$3 steps=$4 dir=$5
-    local run=(--device "$dev" --precision "$prec" --max-steps "$steps" --log-interval 1 --eval-interval -1
-               --save-interval -1 --threads 2 --no-cache --save-dir "$dir")
-    case "$prog" in
-    gpt2-classify) "$BIN/$prog" --arch "$W/gpt2.json" --data-dir assets/glue-mrpc --max-len 48 --batch-size 8 "${run[@]}" ;;
-    bert-classify) "$BIN/$prog" --arch "$W/bert.json" --tokenizer assets/bert-wordpiece/bert-base-uncased-vocab.txt \
-        --data-dir assets/glue-mrpc --max-len 48 --batch-size 8 "${run[@]}" ;;
-    t5-finetune) "$BIN/$prog" "$W/s.en" "$W/s.de" --arch "$W/t5.json" --max-source-len 24 --max-target-len 16 \
-        --batch-size 8 --lr 1e-3 "${run[@]}" ;;
-    glm-finetune) "$BIN/$prog" --task copa --batch-size 8 "${run[@]}" ;;
-    gpt2-finetune) "$BIN/$prog" "$W/s.en" --arch "$W/gpt2.json" --block-size 64 --batch-size 8 "${run[@]}" ;;
-    esac > "$dir.log" 2>&1
+    curve_train "$BIN" "$W" "$1" --device "$2" --precision "$3" --max-steps "$4" --log-interval 1 --eval-interval -1 \
+        --save-interval -1 --threads 2 --no-cache --save-dir "$5" > "$5.log" 2>&1
 }
 losses() { grep '"type":"train"' "$1/metrics.jsonl" | sed 's/.*"loss":\([0-9.eE+-]*\).*/\1/'; }
 ms_per_step() { grep '"type":"train"' "$1/metrics.jsonl" | tail -n +3 |

@@ -19,28 +19,15 @@ trap 'rm -rf "$TMP"' EXIT
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; }
 
-head -n 200 "$ASSETS/multi30k-en-de/val.en" > "$TMP/s.en"
-head -n 200 "$ASSETS/multi30k-en-de/val.de" > "$TMP/s.de"
-echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2}' \
-    > "$TMP/gpt2.json"
-echo '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
- "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2}' > "$TMP/bert.json"
-echo '{"model_type": "t5", "vocab_size": 32128, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 2,
- "num_decoder_layers": 2, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
- "dropout_rate": 0.1, "feed_forward_proj": "gated-gelu"}' > "$TMP/t5.json"
+. "$SRC/tests/curve_workloads.sh"
+curve_setup "$ASSETS" "$TMP"
 RUN=(--max-steps 200 --log-interval 1 --eval-interval -1 --save-interval -1 --threads 2)
 
 for p in fp32 bf16 fp16; do
-    "$BIN/gpt2-classify" --arch "$TMP/gpt2.json" --data-dir "$ASSETS/glue-mrpc" --max-len 48 --batch-size 8 "${RUN[@]}" \
-        --precision $p --save-dir "$TMP/gpt2-$p" > /dev/null 2> "$TMP/err" || bad "gpt2-classify --precision $p"
-    "$BIN/bert-classify" --arch "$TMP/bert.json" --tokenizer "$ASSETS/bert-wordpiece/bert-base-uncased-vocab.txt" \
-        --data-dir "$ASSETS/glue-mrpc" --max-len 48 --batch-size 8 "${RUN[@]}" --precision $p \
-        --save-dir "$TMP/bert-$p" > /dev/null 2> "$TMP/err" || bad "bert-classify --precision $p"
-    "$BIN/t5-finetune" "$TMP/s.en" "$TMP/s.de" --arch "$TMP/t5.json" --max-source-len 24 --max-target-len 16 \
-        --batch-size 8 --lr 1e-3 "${RUN[@]}" --precision $p --save-dir "$TMP/t5-$p" > /dev/null 2> "$TMP/err" ||
-        bad "t5-finetune --precision $p"
-    "$BIN/glm-finetune" --task copa --batch-size 8 "${RUN[@]}" --precision $p --save-dir "$TMP/glm-$p" \
-        > /dev/null 2> "$TMP/err" || bad "glm-finetune --precision $p"
+    for prog in gpt2-classify bert-classify t5-finetune glm-finetune; do
+        curve_train "$BIN" "$TMP" $prog "${RUN[@]}" --precision $p --save-dir "$TMP/${prog%%-*}-$p" > /dev/null \
+            2> "$TMP/err" || bad "$prog --precision $p: $(tail -1 "$TMP/err")"
+    done
 done
 
 # losses FILE: one train loss per line, in step order
