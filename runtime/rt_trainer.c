@@ -487,6 +487,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             if (s.scaling) RT_TRY(rt_loss_scaler_update(&s.scaler, overflow));
             step++;
+            /* a GPU may still be running the step's kernels: wait, or ms/step only counts their launch */
+            rt_sync(model->params->be);
             double ms = rt_now_ms() - t0;
             if (isfinite(loss)) {
                 log_loss += loss;

@@ -9,6 +9,7 @@
 
 #include "runtime/cpu/cpu_internal.h"
 #include "runtime/cpu/cpu_math.h"
+#include "runtime/rt_adamw_scalars.h"
 #include "runtime/rt_dtype.h"
 
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
@@ -278,20 +279,6 @@ void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, i
     }
 }
 
-/* The double a user most likely meant by a float hyperparameter: the shortest decimal that
- * rounds to it (0.9f -> 0.9, not 0.89999997615814209). PyTorch holds betas, eps, lr and
- * weight decay as Python floats and derives 1 - beta1, lr / (1 - beta1^t) and so on in
- * double, so starting from the same doubles gives the same float scalars, bit for bit. */
-static double rt_cpu_intended_double(float f) {
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
-
 /* torch.optim.AdamW, single-tensor path (PyTorch 2.x _single_tensor_adamw, the default for
  * CPU tensors): the scalars are Python floats (double), computed once per step and cast to
  * float where they meet a float tensor; the per-element math is float, in PyTorch's order:
@@ -310,18 +297,10 @@ void rt_cpu_adamw_copy(float *params, const float *grads, float *m, float *v, si
                        float beta2, float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
                        float *copy_rounded, rt_dtype dtype) {
     RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
-    double dlr = rt_cpu_intended_double(lr), db1 = rt_cpu_intended_double(beta1),
-           db2 = rt_cpu_intended_double(beta2), dwd = rt_cpu_intended_double(weight_decay);
-    double bc1 = 1.0 - pow(db1, (double)t);
-    double bc2 = 1.0 - pow(db2, (double)t);
-    const float decay = (float)(1.0 - dlr * dwd);
-    const float w1 = (float)(1.0 - db1);
-    const float w2 = (float)(1.0 - db2);
-    const float b2 = (float)db2;
-    const float step_size = (float)(dlr / bc1);
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float feps = (float)rt_cpu_intended_double(eps);
-    const bool lerp_low = w1 < 0.5f;
+    const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
+    const float decay = k.decay, w1 = k.w1, w2 = k.w2, b2 = k.beta2, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt,
+                feps = k.eps;
+    const bool lerp_low = k.lerp_low;
     /* blocks of weights: AdamW's loop, then the block's copy while it is in cache (two loops
      * that each vectorize, where one with the copy in it would not) */
     enum { BLOCK = 4096 };

@@ -5,6 +5,7 @@
  * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
  * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits.
  * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
+#include "runtime/rt_adamw_scalars.h"
 #include "runtime/cuda/rt_cuda.h"
 
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
@@ -305,17 +306,11 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
                    float grad_scale, int64_t t) {
     RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
     if (n == 0) return;
-    double bc1 = 1.0 - pow((double)beta1, (double)t);
-    double bc2 = 1.0 - pow((double)beta2, (double)t);
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    float w1 = (float)(1.0 - (double)beta1);
-    float w2 = (float)(1.0 - (double)beta2);
-    float step_size = (float)((double)lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    bool lerp_low = w1 < 0.5f;
+    /* the CPU backend's scalars, bit for bit, so both update weights with the same numbers */
+    const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
     rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
-        params, grads, m, v, n, decay, w1, beta2, w2, step_size, bc2_sqrt, eps, grad_scale,
-        lerp_low);
+        params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
+        k.lerp_low);
     CUDA_LAUNCH_CHECK();
 }
 
