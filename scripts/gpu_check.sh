@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in one command, for a machine with an NVIDIA GPU (issue 18):
 #
-#   scripts/gpu_check.sh [--quick] [--no-sanitizer] [--no-bench]
+#   scripts/gpu_check.sh [--quick] [--no-sanitizer] [--no-bench] [--build-dir DIR] [--no-build]
 #
 #  1. builds every program and test with the CUDA backend into build-gpu/ (-Werror, for this
-#     GPU's architecture only, to build fast);
+#     GPU's architecture only, to build fast; --build-dir: another folder; --no-build: use what
+#     is there, e.g. a CUDA build made on another machine and carried over);
 #  2. runs every cuda-labelled test (a test that skips on a GPU machine counts as a failure);
-#  3. runs compute-sanitizer's memcheck and racecheck over test_cuda_ops (--no-sanitizer: not);
+#  3. runs compute-sanitizer's memcheck and racecheck over test_cuda_ops, 5 minutes at most each
+#     (--no-sanitizer: not);
 #  4. trains 5 steps of every program (gpt2-classify, bert-classify, t5-finetune, glm-finetune,
 #     gpt2-finetune; small models from scratch on the shipped data) in fp32 on the CPU and on the
 #     GPU, with the same seed: every step's loss within 0.1% of the CPU's;
@@ -16,23 +18,28 @@
 #  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
 #     not).
 #
-# Each check appends one line to build-gpu/gpu_check.txt, "PASS|FAIL|SKIP name: detail", with
+# Each check appends one line to BUILD_DIR/gpu_check.txt, "PASS|FAIL|SKIP name: detail", with
 # its figures; the script prints the file at the end and exits 1 if any line is FAIL. Logs are
-# in build-gpu/gpu_check/.
+# in BUILD_DIR/gpu_check/. With --quick --no-bench it is meant to fit a 15-minute GPU lease.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 SRC=$(pwd)
-QUICK=0 SANITIZER=1 BENCH=1
-for a in "$@"; do
-    case "$a" in
+QUICK=0 SANITIZER=1 BENCH=1 BUILD=1 B=build-gpu
+while [ $# -gt 0 ]; do
+    case "$1" in
     --quick) QUICK=1 ;;
     --no-sanitizer) SANITIZER=0 ;;
     --no-bench) BENCH=0 ;;
+    --no-build) BUILD=0 ;;
+    --build-dir)
+        [ $# -ge 2 ] || { echo "gpu_check.sh: --build-dir needs a folder" >&2; exit 2; }
+        B=$2
+        shift ;;
     -h | --help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu_check.sh: unknown option $a (see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
+    shift
 done
-B=build-gpu
 LOGS=$B/gpu_check
 SUMMARY=$B/gpu_check.txt
 mkdir -p "$LOGS" || exit 1
@@ -51,7 +58,14 @@ line "INFO nvcc: $(nvcc --version 2> /dev/null | tail -1 || echo 'not found')"
 
 # ---- 1. build ----
 t0=$(date +%s)
-if cmake -S . -B "$B" -DUSE_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DWERROR=ON -DCMAKE_CUDA_ARCHITECTURES=native \
+if [ "$BUILD" = 0 ]; then
+    if [ -x "$B/bin/gpt2-classify" ] && [ -x "$B/tests/test_cuda_ops" ]; then
+        line "INFO build: --no-build, using $B as it is"
+    else
+        line "FAIL build: --no-build, but $B has no built programs and tests"
+        exit 1
+    fi
+elif cmake -S . -B "$B" -DUSE_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DWERROR=ON -DCMAKE_CUDA_ARCHITECTURES=native \
     > "$LOGS/build.log" 2>&1 && cmake --build "$B" -j "$(nproc)" >> "$LOGS/build.log" 2>&1; then
     line "PASS build: CUDA build in $(secs "$t0") s"
 else
@@ -79,7 +93,7 @@ if [ "$SANITIZER" = 1 ]; then
     if command -v compute-sanitizer > /dev/null; then
         for tool in memcheck racecheck; do
             t0=$(date +%s)
-            if timeout 900 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/tests/test_cuda_ops" \
+            if timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$B/tests/test_cuda_ops" \
                 > "$LOGS/sanitizer-$tool.log" 2>&1; then
                 line "PASS compute-sanitizer $tool test_cuda_ops: $(secs "$t0") s"
             else
