@@ -820,6 +820,56 @@ static void test_linear(void) {
     }
 }
 
+/* The weights' low-precision copy (rt_weight_copy_set) on both backends: a GEMM and a fused
+ * linear op whose weight lies in the copied slab (at an odd offset, with a wider row stride),
+ * then again after AdamW updated the whole slab and a part of it (the copy follows), then with
+ * the copy dropped. The CPU's results are the reference (bit-equal to rounding at each use,
+ * test_cpu_precision); the GPU must agree within the 16-bit GEMM tolerance. */
+static void test_weight_copy_case(rt_dtype dtype) {
+    enum { M = 24, N = 40, K = 64, SLAB = 4096, OFF = 101, LDB = 72 };
+    const float tol = 1.0f / 128;
+    char what[128];
+    if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
+    dbuf W = dbuf_rand(SLAB, 0.2f, 0.0f), G = dbuf_rand(SLAB, 1.0f, 0.0f), Mo = dbuf_zero(SLAB), Vo = dbuf_zero(SLAB);
+    dbuf A = dbuf_rand((size_t)M * K, 1.0f, 0.0f), C = dbuf_zero((size_t)M * N), b = dbuf_rand(N, 0.5f, 0.0f);
+    dbuf pre = dbuf_zero((size_t)M * N), out = dbuf_zero((size_t)M * N);
+    rt_backend *bes[2] = {g_cpu, g_gpu};
+    for (int round = 0; round < 4; round++) { /* 0: fresh copy; 1, 2: after AdamW (whole, part); 3: dropped */
+        for (int k = 0; k < 2; k++) {
+            float *w = k ? W.g : W.c;
+            if (round == 0) TZ_EXPECT_OK(rt_weight_copy_set(bes[k], w, SLAB));
+            if (round == 1 || round == 2) {
+                const size_t lo = round == 2 ? 300 : 0, n = round == 2 ? 1000 : SLAB;
+                rt_adamw(bes[k], w + lo, (k ? G.g : G.c) + lo, (k ? Mo.g : Mo.c) + lo, (k ? Vo.g : Vo.c) + lo, n,
+                         0.05f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, round);
+            }
+            if (round == 3) TZ_EXPECT_OK(rt_weight_copy_set(bes[k], NULL, 0));
+            /* C (M, N) = A (M, K) B^T, B (N, K) a block of the slab with row stride LDB */
+            rt_gemm(bes[k], false, true, M, N, K, 1.0f, k ? A.g : A.c, K, 0, w + OFF, LDB, 0, 0.0f, k ? C.g : C.c, N, 0,
+                    1);
+            /* a linear layer whose weight (N, K) is packed in the slab */
+            const rt_act_kind act = RT_ACT_GELU_TANH;
+            rt_linear_fwd(bes[k], k ? out.g : out.c, k ? pre.g : pre.c, k ? A.g : A.c, w + 2 * OFF, k ? b.g : b.c, M, K,
+                          N, &act);
+        }
+        dbuf_check("weight copy: AdamW's weights", &W, RTOL, RTOL);
+        snprintf(what, sizeof what, "%s weight copy, round %d: gemm from the slab", rt_dtype_name(dtype), round);
+        dbuf_check(what, &C, GEMM_ATOL, tol);
+        snprintf(what, sizeof what, "%s weight copy, round %d: linear_fwd from the slab", rt_dtype_name(dtype), round);
+        dbuf_check(what, &out, GEMM_ATOL, tol);
+    }
+    dbuf *all[] = {&W, &G, &Mo, &Vo, &A, &C, &b, &pre, &out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
+}
+
+static void test_weight_copy(void) {
+    test_weight_copy_case(RT_BF16);
+    test_weight_copy_case(RT_F16);
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -850,6 +900,7 @@ int main(void) {
     test_sumsq();
     test_precision();
     test_linear();
+    test_weight_copy();
 
     rt_backend_free(g_cpu);
     rt_backend_free(g_gpu);

@@ -153,6 +153,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->scatter_rows_add = rt_cuda_scatter_rows_add;
     o->adamw = rt_cuda_adamw;
     o->sumsq = rt_cuda_sumsq;
+    o->weight_copy_set = rt_cuda_weight_copy_set;
+    o->weight_copy_update = rt_cuda_weight_copy_update;
     return ops;
 }
 
@@ -231,6 +233,7 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
         CUDA_CHECK(cudaSetDevice(c->device));
         CUDA_CHECK(cudaDeviceSynchronize());
         for (int i = 0; i < RT_CUDA_SCRATCH_COUNT; i++) CUDA_CHECK(cudaFree(c->scratch[i]));
+        CUDA_CHECK(cudaFree(c->copy));
         CUBLAS_CHECK(cublasDestroy(c->cublas));
         CUBLAS_CHECK(cublasLtDestroy(c->cublaslt));
         free(c);

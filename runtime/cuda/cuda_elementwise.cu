@@ -5,6 +5,9 @@
  * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
  * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits.
  * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "runtime/rt_adamw_scalars.h"
 #include "runtime/cuda/rt_cuda.h"
 
@@ -128,10 +131,12 @@ __global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t row
     }
 }
 
+/* copy_kind 1 or 2: each updated weight also goes to copy as bf16 or fp16 (the weights'
+ * low-precision copy the matmuls read, rt_weight_copy_set). */
 __global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v,
                                      size_t n, float decay, float w1, float beta2, float w2,
                                      float step_size, float bc2_sqrt, float eps, float grad_scale,
-                                     bool lerp_low) {
+                                     bool lerp_low, void *copy, int copy_kind) {
     RT_CUDA_FOR_EACH(i, n) {
         float g = grads[i] * grad_scale;
         float p = params[i] * decay;
@@ -144,6 +149,8 @@ __global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
+        if (copy_kind == 1) ((__nv_bfloat16 *)copy)[i] = __float2bfloat16_rn(p);
+        if (copy_kind == 2) ((__half *)copy)[i] = __float2half_rn(p);
     }
 }
 
@@ -308,10 +315,15 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
     if (n == 0) return;
     /* the CPU backend's scalars, bit for bit, so both update weights with the same numbers */
     const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
+    /* AdamW writes the weights' copy where it holds all of these weights; a part is converted after */
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    size_t at = 0;
+    const bool whole = rt_cuda_weight_copy_overlap(c, params, n, &at) == n;
     rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
         params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
-        k.lerp_low);
+        k.lerp_low, whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
     CUDA_LAUNCH_CHECK();
+    if (!whole) rt_cuda_weight_copy_update(ctx, params, n);
 }
 
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {

@@ -13,8 +13,10 @@
  * as separate kernels. test_cuda_ops compares each fused op with the CPU's composition.
  *
  * A fused op returns false, having done nothing, when its shapes break an epilogue's rule (the
- * pre-activation's leading dimension must be a multiple of 8) or cuBLASLt offers no algorithm;
- * the wrapper then composes the plain ops. */
+ * pre-activation's leading dimension must be a multiple of 8; bias and pre-activation 16-byte
+ * aligned) or cuBLASLt offers no algorithm; the wrapper then composes the plain ops. Each call
+ * tells the heuristic how its matrices are really aligned (weights sit at any offset in the
+ * slab), rather than cuBLASLt's default of 256 bytes. */
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_LT_WORKSPACE (32u << 20)
@@ -49,8 +51,21 @@ static cublasLtMatrixLayout_t lt_layout(cudaDataType_t type, int rows, int cols,
     return l;
 }
 
+/* The largest power of two up to 256 dividing a matrix's byte address (and, batched, its byte
+ * stride): what cuBLASLt may assume of its alignment. Its default assumption is 256, which would
+ * let the heuristic pick a kernel that faults on a weight at an odd offset in the slab or on a
+ * 16-bit copy's block. */
+static uint32_t lt_alignment(const void *p, long long stride, size_t elem_bytes, int batch) {
+    uint64_t bits = (uint64_t)(uintptr_t)p | 256u;
+    if (batch > 1) bits |= (uint64_t)stride * elem_bytes;
+    return (uint32_t)(bits & (~bits + 1)); /* the lowest set bit */
+}
+
 /* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. */
 static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
+    /* epilogue vectors want 16-byte alignment (a 4-byte-aligned bias has been seen to fault):
+     * otherwise the caller composes the plain ops */
+    if ((x->bias && (uintptr_t)x->bias % 16) || (x->aux && (uintptr_t)x->aux % 16)) return false;
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -74,6 +89,15 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes));
+    const size_t in_bytes = x->type == CUDA_R_32F ? 4 : 2;
+    const uint32_t align[4] = {lt_alignment(x->A, x->sa, in_bytes, x->batch),
+                               lt_alignment(x->B, x->sb, in_bytes, x->batch), lt_alignment(x->C, x->sc, 4, x->batch),
+                               lt_alignment(x->C, x->sc, 4, x->batch)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->cublaslt, op, la, lb, lc, lc, pref, 1, &h, &found);
@@ -103,9 +127,12 @@ static lt_call lt_row_major(rt_cuda_ctx *c, bool trans_a, bool trans_b, int M, i
     x.alpha = alpha, x.beta = beta, x.C = C, x.type = CUDA_R_32F, x.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (c->matmul != RT_F32) {
         RT_CHECK(batch == 1, "a %s matmul with batch %d", rt_dtype_name(c->matmul), batch);
-        x.A = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_B, B, trans_b ? N : K, trans_b ? K : N, ldb);
-        x.B = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_A, A, trans_a ? K : M, trans_a ? M : K, lda);
-        x.lda = trans_b ? K : N, x.ldb = trans_a ? M : K; /* the copies are packed */
+        /* a weight comes from the copy AdamW wrote (its own row stride); the rest is converted
+         * now into packed scratch */
+        int ld16_b = 0, ld16_a = 0;
+        x.A = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_B, B, trans_b ? N : K, trans_b ? K : N, ldb, &ld16_b);
+        x.B = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_A, A, trans_a ? K : M, trans_a ? M : K, lda, &ld16_a);
+        x.lda = ld16_b, x.ldb = ld16_a;
         x.type = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     }
     return x;
@@ -124,6 +151,10 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
         lt_call x = lt_row_major(c, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                                  stride_c, batch);
         if (lt_matmul(c, &x)) return;
+        /* cuBLAS's fallback below is fp32 only, and splitting a batch of one into batches of one
+         * would never end */
+        RT_CHECK(c->matmul == RT_F32, "cuBLASLt has no algorithm for a %s matmul M=%d N=%d K=%d (trans %d %d, ld %d %d %d)",
+                 rt_dtype_name(c->matmul), M, N, K, trans_a, trans_b, lda, ldb, ldc);
     }
     if (c->matmul != RT_F32 && K > 0) {
         for (int b = 0; b < batch; b++)

@@ -1,5 +1,6 @@
 /* The CUDA side of the compute precision (rt_set_precision in runtime/rt_backend.h): rounding
- * stored activations to bf16 or fp16 in place, and the 16-bit copies of a matmul's inputs,
+ * stored activations to bf16 or fp16 in place, the weights' 16-bit copy that AdamW keeps
+ * (rt_weight_copy_set), and the 16-bit copies of a matmul's other inputs,
  * converted by our kernel (to nearest even, as the CPU backend's rt_f32_to_bf16 and
  * rt_round_f16), which cuda_lt.cu multiplies into fp32 with CUBLAS_COMPUTE_32F, so both backends
  * round at the same points. */
@@ -41,8 +42,66 @@ rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
     if (dtype == RT_BF16 && c->sm_major < 8)
         return rt_errorf(RT_ERR_UNSUPPORTED, "bf16 matmuls need a GPU of compute capability 8.0 or newer; %s is %d.%d",
                          c->model, c->sm_major, c->sm_minor);
+    if (c->matmul != dtype) rt_cuda_weight_copy_set(ctx, NULL, 0); /* it holds the old precision's values */
     c->matmul = dtype;
     return RT_OK;
+}
+
+/* n values of w converted into the 16-bit buffer out (bf16 or fp16). */
+static void rt_cuda_to_16(rt_dtype dtype, void *out, const float *w, size_t n) {
+    if (n == 0) return;
+    if (dtype == RT_BF16)
+        rt_cuda_to_bf16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__nv_bfloat16 *)out, w, 1,
+                                                                                    (int)n, n);
+    else
+        rt_cuda_to_f16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__half *)out, w, 1, (int)n, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    CUDA_CHECK(cudaFree(c->copy));
+    c->copy = NULL;
+    c->copy_w = NULL;
+    c->copy_n = 0;
+    if (!w || n == 0 || c->matmul == RT_F32) return RT_OK;
+    RT_CHECK(n <= (size_t)INT32_MAX, "a weight copy of %zu values", n); /* the kernels take int columns */
+    cudaError_t e = cudaMalloc(&c->copy, n * 2);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->copy = NULL;
+        return rt_errorf(RT_ERR_NOMEM, "cuda:%d: out of memory for the %s copy of the weights (%.1f MiB): %s",
+                         c->device, rt_dtype_name(c->matmul), (double)n * 2 / 1048576.0, cudaGetErrorString(e));
+    }
+    c->copy_w = w;
+    c->copy_n = n;
+    rt_cuda_to_16(c->matmul, c->copy, w, n);
+    return RT_OK;
+}
+
+size_t rt_cuda_weight_copy_overlap(const rt_cuda_ctx *c, const float *p, size_t n, size_t *at) {
+    if (!c->copy || p + n <= c->copy_w || p >= c->copy_w + c->copy_n) return 0;
+    const float *lo = p > c->copy_w ? p : c->copy_w, *hi = p + n < c->copy_w + c->copy_n ? p + n : c->copy_w + c->copy_n;
+    *at = (size_t)(lo - c->copy_w);
+    return (size_t)(hi - lo);
+}
+
+void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    size_t at = 0, len = rt_cuda_weight_copy_overlap(c, part, n, &at);
+    if (len) rt_cuda_to_16(c->matmul, (char *)c->copy + at * 2, c->copy_w + at, len);
+}
+
+const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out) {
+    if (c->copy && rows >= 1 && X >= c->copy_w && X < c->copy_w + c->copy_n) {
+        const size_t at = (size_t)(X - c->copy_w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+        if (end <= c->copy_n) {
+            *ld_out = ld;
+            return (const char *)c->copy + at * 2;
+        }
+    }
+    *ld_out = cols;
+    return rt_cuda_round_input(c, slot, X, rows, cols, ld);
 }
 
 const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld) {

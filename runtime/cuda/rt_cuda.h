@@ -78,6 +78,11 @@ typedef struct {
     cublasLtHandle_t cublaslt;
     void *scratch[RT_CUDA_SCRATCH_COUNT];
     size_t scratch_bytes[RT_CUDA_SCRATCH_COUNT];
+    /* The weights' copy at the matmul precision (rt_weight_copy_set; cuda_precision.cu):
+     * copy_w[0 .. copy_n) as bf16 or fp16 values; copy NULL: none. */
+    const float *copy_w;
+    size_t copy_n;
+    void *copy;
 } rt_cuda_ctx;
 
 /* At least bytes of the given scratch slot (contents undefined); aborts when the device is
@@ -155,6 +160,13 @@ void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, fl
 void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
 rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype);
 const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld);
+/* A matmul input at the matmul precision: a weight from the weights' copy (*ld_out = ld), anything
+ * else converted into scratch slot `slot` (*ld_out = cols, packed). */
+const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out);
+/* The weights' copy: the ops, and the part of [p, p + n) it holds (its offset there, its length). */
+rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n);
+void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n);
+size_t rt_cuda_weight_copy_overlap(const rt_cuda_ctx *c, const float *p, size_t n, size_t *at);
 
 /* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included. */
 bool rt_cuda_linear_fwd(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
