@@ -239,8 +239,8 @@ rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
  * being rounded at each use, and the adamw op writes it as it updates each weight. Anything else
  * that changes weights while it is set says so with rt_weight_copy_update (ZeRO's all-gather).
  * n 0 drops it. The trainer sets it for its loop only, after loading and resuming, so code
- * outside the loop never reads a stale copy. A no-op at fp32 and on a backend without it (CUDA
- * today). */
+ * outside the loop never reads a stale copy. A no-op at fp32 and on a backend without the ops.
+ * CPU: bf16 bits for oneDNN, or rounded floats for the fp32 GEMM; CUDA: bf16/fp16 for cuBLASLt. */
 static inline rt_status rt_weight_copy_set(rt_backend *be, const float *w, size_t n) {
     return be->ops->weight_copy_set ? be->ops->weight_copy_set(be->ctx, w, n) : RT_OK;
 }
