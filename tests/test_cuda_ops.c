@@ -380,6 +380,15 @@ static void test_dropout(void) {
     rt_dropout_fwd(g_cpu, y.c, x.c, n, 0.0f, seed, stream);
     rt_dropout_fwd(g_gpu, y.g, x.g, n, 0.0f, seed, stream);
     dbuf_check("dropout_fwd p=0", &y, 0.0f, 0.0f);
+    /* p = 1 drops everything: zeros, not 0 * inf = nan from a 1/(1-p) scale */
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, 1.0f, seed, stream);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, 1.0f, seed, stream);
+    dbuf_check("dropout_fwd p=1", &y, 0.0f, 0.0f);
+    float *h1 = gpu_fetch(y.g, n);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < n; i++) nonzero += h1[i] != 0.0f; /* a nan counts too */
+    TZ_EXPECT(nonzero == 0, "dropout p=1 left %zu of %zu elements nonzero", nonzero, n);
+    free(h1);
     dbuf_free(&x);
     dbuf_free(&y);
 }
@@ -598,6 +607,12 @@ static void test_attention(void) {
         {"fully masked", 2, 2, 4, 6, 8, false, false, true, true, 1, 0.0f, false},
         /* GLM: a bidirectional prefix per batch row, then causal, with dropout */
         {"glm prefix dropout", 2, 2, 13, 13, 8, true, true, false, false, -1, 0.1f, true},
+        /* T5's decoder self-attention: causal with the position bias, a mask and dropout */
+        {"causal bias", 3, 2, 11, 11, 8, true, false, true, true, -1, 0.1f, false},
+        /* cached decoding: one query against the keys so far */
+        {"decode Tq 1", 4, 2, 1, 9, 16, false, false, true, true, -1, 0.0f, false},
+        /* the real models' head size, and a batch above 2 */
+        {"head 64 batch 4", 4, 2, 16, 16, 64, true, true, true, false, -1, 0.1f, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_case(&cases[i]);
 }
@@ -673,6 +688,62 @@ static void test_xent(void) {
     dbuf_free(&losses);
     dbuf_free(&dlogits);
     dbuf_free(&probs);
+}
+
+/* The vocab-parallel cross-entropy's three phases over two vocab shards, the shards' statistics
+ * combined on the host as the all-reduces would: every phase's output against the CPU's. */
+static void test_xent_vocab(void) {
+    const size_t N = 7;
+    const int halves[2] = {300, 313}, starts[2] = {0, 300}; /* a vocab of 613 */
+    int32_t t[7] = {0, 299, 300, -100, 612, 17, 450};
+    ibuf tg = ibuf_from(t, N);
+    dbuf logits[2], dlogits[2], stats[2], losses = dbuf_zero(N);
+    for (int r = 0; r < 2; r++) {
+        logits[r] = dbuf_rand(N * (size_t)halves[r], 3.0f, 0.0f);
+        dlogits[r] = dbuf_zero(N * (size_t)halves[r]);
+        stats[r] = dbuf_zero(3 * N);
+    }
+    char what[96];
+    for (int phase = 0; phase < 3; phase++) {
+        for (int r = 0; r < 2; r++) {
+            rt_xent_vocab(g_cpu, phase, stats[r].c, losses.c, dlogits[r].c, logits[r].c, tg.c, N, halves[r], starts[r],
+                          0.5f);
+            rt_xent_vocab(g_gpu, phase, stats[r].g, losses.g, dlogits[r].g, logits[r].g, tg.g, N, halves[r], starts[r],
+                          0.5f);
+        }
+        if (phase == 2) break;
+        for (int r = 0; r < 2; r++) {
+            snprintf(what, sizeof what, "xent_vocab phase %d, shard %d: stats", phase, r);
+            dbuf_check(what, &stats[r], ATOL, RTOL);
+        }
+        /* the all-reduce: MAX over [0, N) and SUM over [N, 2N) after phase 0, SUM over [2N, 3N) after 1 */
+        float *h[2];
+        for (int r = 0; r < 2; r++) h[r] = gpu_fetch(stats[r].g, 3 * N);
+        for (size_t i = 0; i < N; i++) {
+            if (phase == 0) {
+                h[0][i] = h[0][i] > h[1][i] ? h[0][i] : h[1][i];
+                h[0][N + i] += h[1][N + i];
+            } else {
+                h[0][2 * N + i] += h[1][2 * N + i];
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            rt_to_device(g_cpu, stats[r].c, h[0], 3 * N * sizeof(float));
+            rt_to_device(g_gpu, stats[r].g, h[0], 3 * N * sizeof(float));
+        }
+        free(h[0]);
+        free(h[1]);
+    }
+    dbuf_check("xent_vocab losses", &losses, ATOL, RTOL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(what, sizeof what, "xent_vocab dlogits, shard %d", r);
+        dbuf_check(what, &dlogits[r], ATOL, RTOL);
+        dbuf_free(&logits[r]);
+        dbuf_free(&dlogits[r]);
+        dbuf_free(&stats[r]);
+    }
+    dbuf_free(&losses);
+    ibuf_free(&tg);
 }
 
 static void test_adamw(void) {
@@ -896,6 +967,7 @@ int main(void) {
     test_relbias();
     test_embedding();
     test_xent();
+    test_xent_vocab();
     test_adamw();
     test_sumsq();
     test_precision();
