@@ -547,8 +547,12 @@ rt_status data_cache_load_or_stream(const char *dir, const data_cache_key *key, 
     if (dir) {
         bool io_failed = false;
         st = stream_to_file(path, key, n_sets, stream, ctx, &io_failed);
-        if (st == RT_OK && !try_load(path, key, n_sets, sets, &warned))
-            RT_FAIL(RT_ERR_IO, "%s: the cache entry just written does not read back (see the warning above)", path);
+        if (st == RT_OK && !try_load(path, key, n_sets, sets, &warned)) {
+            /* written but not readable back (a filesystem that cannot map files, say) */
+            st = rt_errorf(RT_ERR_IO, "%s: written, but it does not read back%s", path,
+                           warned ? " (see the warning above)" : "");
+            io_failed = true;
+        }
         if (st != RT_OK && !io_failed) goto fail;
         if (st != RT_OK) { /* a read-only folder or a full disk: the run goes on without the cache */
             rt_log_warn("cache: not saved (%s); the next run tokenizes again", rt_error_message());
