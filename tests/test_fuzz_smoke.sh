@@ -77,7 +77,7 @@ fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c token
 fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_pvp.c \
     checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c tokenizers/tok.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
-fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_rows.c checkpoints/ckpt_atomic.c runtime/rt_fs.c \
-    runtime/rt_status.c runtime/rt_log.c -lz
+fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_cache_format.c \
+    data/data_rows.c checkpoints/ckpt_atomic.c runtime/rt_fs.c runtime/rt_status.c runtime/rt_log.c -lz
 echo "test_fuzz_smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
