@@ -55,6 +55,10 @@ rt_status data_cache_key_file(data_cache_key *k, const char *path) {
         if (f) fclose(f);
         return st;
     }
+    if (S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return rt_errorf(RT_ERR_IO, "%s: a directory, not a file", path);
+    }
     uLong crc = crc32(0L, Z_NULL, 0), adl = adler32(0L, Z_NULL, 0);
     unsigned char buf[1 << 16];
     size_t got;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "runtime/rt_log.h"
 #include "runtime/rt_utf8.h"
@@ -67,6 +68,12 @@ rt_status data_lines_reader_open(const char *path, data_lines_reader *r) {
     memset(r, 0, sizeof *r);
     r->f = fopen(path, "rb");
     if (!r->f) return rt_errorf(RT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(r->f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(r->f);
+        r->f = NULL;
+        return rt_errorf(RT_ERR_IO, "%s: a directory, not a text file", path);
+    }
     r->path = rt_xstrdup(path);
     r->next_line = 1;
     return RT_OK;
@@ -129,6 +136,11 @@ rt_status data_lines_read(const char *path, data_lines *out) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return rt_errorf(RT_ERR_IO, "%s: a directory, not a text file", path);
+    }
     size_t cap = 0;
     for (;;) {
         if (len == cap) {

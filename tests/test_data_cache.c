@@ -106,6 +106,8 @@ static void test_keys(void) {
     data_cache_key_str(&e, "a");
     data_cache_key_str(&e, "bc");
     TZ_EXPECT(memcmp(&d, &e, sizeof d) != 0, "(ab, c) and (a, bc) gave one key");
+    TZ_EXPECT(data_cache_key_file(&a, dir) == RT_ERR_IO && strstr(rt_error_message(), "directory"),
+              "a directory as an input: %s", rt_error_message());
     snprintf(path, sizeof path, "%s/missing.txt", dir);
     TZ_EXPECT(data_cache_key_file(&a, path) == RT_ERR_IO && strstr(rt_error_message(), "missing.txt"),
               "a missing input: %s", rt_error_message());

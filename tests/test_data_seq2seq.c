@@ -100,6 +100,11 @@ static void test_lines_in_pieces(void) {
     snprintf(path, sizeof path, "%s/absent.txt", tz_tmpdir());
     TZ_EXPECT(read_pieces(path, 4, got, sizeof got) == RT_ERR_IO && strstr(rt_error_message(), "absent.txt"),
               "a missing file: %s", rt_error_message());
+    TZ_EXPECT(read_pieces(tz_tmpdir(), 4, got, sizeof got) == RT_ERR_IO && strstr(rt_error_message(), "directory"),
+              "a directory: %s", rt_error_message());
+    data_lines whole;
+    TZ_EXPECT(data_lines_read(tz_tmpdir(), &whole) == RT_ERR_IO && strstr(rt_error_message(), "directory"),
+              "a directory, read whole: %s", rt_error_message());
 }
 
 static void test_lowercase(void) {
