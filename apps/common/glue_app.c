@@ -80,10 +80,8 @@ static const glue_app_model *F;
 /* ---- where the weights come from ---- */
 
 typedef struct {
-    char config[4096];  /* config.json, or "" for the built-in small config */
-    char weights[4096]; /* safetensors file, or "" for from-scratch init */
-    char tokenizer[4096];
-    const char *what;   /* for the log line */
+    train_app_source files;
+    const char *what; /* for the log line */
     char what_buf[256];
 } gc_source;
 
@@ -116,32 +114,15 @@ static int gc_find_hf_cache(const char *repo, char *dir, size_t size) {
     return found;
 }
 
-static int gc_has_tokenizer_files(const char *dir) {
-    const char *names[] = {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"};
-    char p[4200];
-    for (int i = 0; i < 4; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-        if (train_app_exists(p)) return 1;
-    }
-    return 0;
-}
-
+/* --model, --arch, or the model from the local HF cache, else a small model from scratch. */
 static rt_status gc_resolve_source(gc_source *s) {
-    rt_status st = RT_OK;
-    char dir[4096] = "";
+    char cached[4096] = "";
     memset(s, 0, sizeof *s);
-    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
     if (O.model) {
-        snprintf(dir, sizeof dir, "%s", O.model);
-        struct stat sb;
-        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF %s folder with config.json and "
-                                        "model.safetensors, as huggingface-cli download writes)", dir, F->family);
         s->what = "pretrained weights from --model";
     } else if (O.arch) {
-        snprintf(s->config, sizeof s->config, "%s", O.arch);
         s->what = "random init (HF's scheme) with the architecture from --arch";
-    } else if (gc_find_hf_cache(F->hf_cache_repo, dir, sizeof dir)) {
+    } else if (gc_find_hf_cache(F->hf_cache_repo, cached, sizeof cached)) {
         snprintf(s->what_buf, sizeof s->what_buf, "pretrained %s from the local HF cache", F->hf_cache_repo);
         s->what = s->what_buf;
     } else {
@@ -150,14 +131,8 @@ static rt_status gc_resolve_source(gc_source *s) {
                  F->hf_cache_repo ? "' in the local cache" : "");
         s->what = s->what_buf;
     }
-    if (dir[0]) {
-        snprintf(s->config, sizeof s->config, "%s/config.json", dir);
-        RT_TRY(ckpt_source_find_weights(dir, s->weights, sizeof s->weights));
-        if (gc_has_tokenizer_files(dir) && !O.tokenizer) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", dir);
-    }
-    if (!s->tokenizer[0]) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : F->default_tokenizer);
-fail:
-    return st;
+    return train_app_resolve_source(O.model ? O.model : cached[0] ? cached : NULL, O.arch, O.tokenizer,
+                                    F->default_tokenizer, F->family, &s->files);
 }
 
 /* ---- evaluation ---- */
@@ -499,7 +474,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_status st = RT_OK;
     const char *pos[1];
     int n_pos = 0;
-    gc_source src;
+    gc_source source;
     tok_tokenizer *tok = NULL;
     rt_backend *be = NULL;
     glue_model gm = {0};
@@ -521,9 +496,9 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);
     RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
-    RT_TRY(gc_resolve_source(&src));
+    RT_TRY(gc_resolve_source(&source));
 
-    RT_TRY(tok_load(src.tokenizer, &tok));
+    RT_TRY(tok_load(source.files.tokenizer, &tok));
     int pad_multiple = O.t.pad8 ? 8 : 1;
     int max_T = (int)((O.max_len + pad_multiple - 1) / pad_multiple * pad_multiple);
 
@@ -537,20 +512,22 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         gc_grid_count(&grid_storage, &grid_view, &dp_stats, &tp_stats);
         counting = true;
     }
-    glue_model_args ma = {.config_path = src.config[0] ? src.config : NULL, .num_labels = task->n_labels, .tok = tok,
+    glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
+                          .num_labels = task->n_labels, .tok = tok,
                           .be = be, .tp = grid->tp, .max_B = (int)O.t.batch_size, .max_T = max_T,
                           .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t)};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);
-    if (src.weights[0]) {
+    if (source.files.weights[0]) {
         char report[512];
-        RT_TRY(F->load_hf(&gm, src.weights, report, sizeof report));
-        rt_log_info("weights: %s (%s): %s", src.what, src.weights, report);
+        RT_TRY(F->load_hf(&gm, source.files.weights, report, sizeof report));
+        rt_log_info("weights: %s (%s): %s", source.what, source.files.weights, report);
     } else {
-        rt_log_info("weights: %s", src.what);
+        rt_log_info("weights: %s", source.what);
     }
-    rt_log_info("model: %s, %zu parameters; tokenizer %s; device %s", gm.desc, params->numel, src.tokenizer, device);
+    rt_log_info("model: %s, %zu parameters; tokenizer %s; device %s", gm.desc, params->numel, source.files.tokenizer,
+                device);
 
     char train_path[4096];
     const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
@@ -563,7 +540,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     data_tokenized sets[1 + DATA_GLUE_MAX_SPLITS] = {{0}};
     gc_build_ctx bc = {task, data_dir, train_path, tok};
     data_cache_key key;
-    RT_TRY(gc_cache_key(&bc, src.tokenizer, &key));
+    RT_TRY(gc_cache_key(&bc, source.files.tokenizer, &key));
     st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, 1, gc_build_sets, &bc,
                                   sets);
     train = sets[0];
@@ -605,7 +582,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         rt_log_info("%s", line);
     }
     if (O.predict) RT_TRY(gc_predict_file(&gm.cls, tok, task, pad, grid));
-    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, src.tokenizer, grid));
+    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid));
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);

@@ -11,6 +11,7 @@
 
 #include "apps/common/deepspeed_config.h"
 #include "checkpoints/ckpt_atomic.h"
+#include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
@@ -261,6 +262,37 @@ int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run
 bool train_app_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+/* Whether an HF folder holds a tokenizer of its own. */
+static bool has_tokenizer_files(const char *dir) {
+    static const char *const names[] = {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"};
+    char p[4200];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        if (train_app_exists(p)) return true;
+    }
+    return false;
+}
+
+rt_status train_app_resolve_source(const char *model_dir, const char *arch, const char *tokenizer,
+                                   const char *default_tokenizer, const char *family, train_app_source *out) {
+    memset(out, 0, sizeof *out);
+    if (model_dir && arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
+    if (model_dir) {
+        struct stat sb;
+        if (stat(model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF %s folder with config.json and "
+                                        "model.safetensors, as huggingface-cli download writes)", model_dir, family);
+        snprintf(out->config, sizeof out->config, "%s/config.json", model_dir);
+        rt_status st = ckpt_source_find_weights(model_dir, out->weights, sizeof out->weights);
+        if (st != RT_OK) return st;
+        if (!tokenizer && has_tokenizer_files(model_dir)) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", model_dir);
+    } else if (arch) {
+        snprintf(out->config, sizeof out->config, "%s", arch);
+    }
+    if (!out->tokenizer[0]) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tokenizer ? tokenizer : default_tokenizer);
+    return RT_OK;
 }
 
 rt_status train_app_copy_file(const char *from, const char *to) {

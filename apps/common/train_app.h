@@ -92,6 +92,19 @@ int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *op
 
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);
+
+/* Where a program's model and tokenizer come from. */
+typedef struct {
+    char config[4200];    /* the config.json to build from; "" = the program's own small default */
+    char weights[4096];   /* the weights to load; "" = random init */
+    char tokenizer[4096]; /* the tokenizer folder or file */
+} train_app_source;
+/* --model DIR (an HF folder: its config.json, its weights in HF's order, and its tokenizer files
+ * unless --tokenizer names one) or --arch FILE (a config; random weights), not both (RT_ERR_USAGE);
+ * with neither, only the tokenizer. The tokenizer is --tokenizer, else the folder's, else
+ * default_tokenizer. family names the model in messages ("GPT-2"). */
+rt_status train_app_resolve_source(const char *model_dir, const char *arch, const char *tokenizer,
+                                   const char *default_tokenizer, const char *family, train_app_source *out);
 /* Writes one line per text (a newline or CR the model produced becomes a space, so line i is
  * output i) atomically: the file is complete or absent, never cut short by a full disk. */
 rt_status train_app_write_lines(const char *path, char *const *texts, size_t n);

@@ -17,7 +17,6 @@
 
 #include "apps/common/train_app.h"
 #include "checkpoints/ckpt_map.h"
-#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
 #include "checkpoints/ckpt_weights.h"
 #include "data/data_cache.h"
@@ -90,35 +89,8 @@ static rt_args_spec lm_spec = {
 
 /* ---- the model ---- */
 
-typedef struct {
-    char tokenizer[4096], weights[4096], config[4200];
-} lm_source;
-
-static rt_status lm_resolve(lm_source *s) {
-    rt_status st = RT_OK;
-    memset(s, 0, sizeof *s);
-    if (O.model && O.arch) return rt_errorf(RT_ERR_USAGE, "give --model or --arch, not both");
-    if (O.model) {
-        struct stat sb;
-        if (stat(O.model, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF GPT-2 folder with config.json "
-                                        "and model.safetensors)", O.model);
-        snprintf(s->config, sizeof s->config, "%s/config.json", O.model);
-        RT_TRY(ckpt_source_find_weights(O.model, s->weights, sizeof s->weights));
-        char probe[4200];
-        snprintf(probe, sizeof probe, "%s/vocab.json", O.model);
-        if (!O.tokenizer && train_app_exists(probe)) snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.model);
-    } else if (O.arch) {
-        snprintf(s->config, sizeof s->config, "%s", O.arch);
-    }
-    if (!s->tokenizer[0])
-        snprintf(s->tokenizer, sizeof s->tokenizer, "%s", O.tokenizer ? O.tokenizer : TZ_SOURCE_DIR "/assets/gpt2-bpe");
-fail:
-    return st;
-}
-
 /* The model for batches of max_B rows of `block` tokens (block 0: resolved from the config). */
-static rt_status lm_build_model(const lm_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp, int max_B,
+static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp, int max_B,
                                 int *block, gpt2_model **out) {
     rt_status st = RT_OK;
     gpt2_config cfg;
@@ -425,7 +397,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const char *pos[LM_MAX_FILES];
     int n_pos = 0;
     char device[32], hf_dir[4200];
-    lm_source src;
+    train_app_source src;
     tok_tokenizer *tok = NULL;
     rt_backend *be = NULL;
     gpt2_model *model = NULL;
@@ -439,7 +411,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
-    RT_TRY(lm_resolve(&src));
+    RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));
     const int32_t eos = tok_eos_id(tok);
     if (eos < 0) RT_FAIL(RT_ERR_CONFIG, "%s: the tokenizer has no end-of-text token to join the texts", src.tokenizer);
