@@ -8,8 +8,8 @@
  *     two threads at once; back in fp32 it is plain fp32 again;
  *   - rt_gemm stores C at the compute precision, rt_linear_wgrad keeps its sums fp32;
  *   - the weights' low-precision copy (rt_weight_copy_set): a GEMM whose operand lies in the
- *     copied slab gives the same bits as rounding at each use, for every transpose and a strided
- *     block; AdamW writes it as it updates weights (the whole slab or a part), and
+ *     copied slab gives the same bits as rounding at each use, for every transpose, and a block
+ *     that is not packed is rounded at use; AdamW writes it as it updates weights (the whole slab or a part), and
  *     rt_weight_copy_update refreshes what changed otherwise; an operand that lies only partly
  *     in the slab is rounded as before; the copy is really read (a weight changed behind its
  *     back shows), and it is dropped at n 0 and when the precision changes. */
@@ -132,7 +132,8 @@ static void check_weight_copy(rt_backend *be, rt_dtype dtype) {
     for (int i = 0; i < SLAB; i++) W[i] = tz_uniform(&st), G[i] = tz_uniform(&st), Mo[i] = Vo[i] = 0;
     for (int i = 0; i < M * K; i++) A[i] = tz_uniform(&st);
     const char *name = rt_dtype_name(dtype);
-    /* each transpose of B, and B as a block of wider rows (ldb 37) at an odd offset */
+    /* each transpose of B at even and odd offsets (read from the copy), and B as a block of wider
+     * rows (ldb 37, not packed: rounded at use, so that oneDNN sees the same descriptor) */
     const struct { bool ta, tb; size_t off; int ldb; } cases[] = {
         {false, false, 0, N}, {false, true, 5, K}, {true, false, 17, N}, {true, true, 101, 37}};
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);

@@ -118,11 +118,14 @@ static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, fl
                       c->matmul);
 }
 
-/* X's rows x cols (row stride ld) read from the weights' copy, when they all lie in it and it
- * holds the form asked for (bf16 bits or floats): the copy at X's offset, with X's row stride. */
+/* X's rows x cols (row stride ld) read from the weights' copy, when they all lie in it, are packed
+ * (ld == cols: a whole weight matrix, the same matmul descriptor as a rounded scratch copy, so
+ * oneDNN picks the same kernel and the bits cannot differ) and it holds the form asked for (bf16
+ * bits or floats): the copy at X's offset. */
 static const void *cpu_weight_copy_find(const rt_cpu_ctx *c, bool bits16, const float *X, int rows, int cols,
                                         int ld) {
-    if (!c->copy || c->bits16 != bits16 || rows < 1 || X < c->w || X >= c->w + c->n) return NULL;
+    if (!c->copy || c->bits16 != bits16 || rows < 1 || (rows > 1 && ld != cols) || X < c->w || X >= c->w + c->n)
+        return NULL;
     const size_t at = (size_t)(X - c->w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
     if (end > c->n) return NULL;
     return bits16 ? (const void *)((const uint16_t *)c->copy + at) : (const void *)((const float *)c->copy + at);
@@ -229,7 +232,7 @@ static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, in
     /* a weight comes from the copy the optimizer wrote; anything else is rounded now */
     const void *A16 = cpu_weight_copy_find(c, dnnl_bf16, A, a_rows, a_cols, lda);
     const void *B16 = cpu_weight_copy_find(c, dnnl_bf16, B, b_rows, b_cols, ldb);
-    const int lda16 = A16 ? lda : a_cols, ldb16 = B16 ? ldb : b_cols;
+    const int lda16 = a_cols, ldb16 = b_cols; /* the copy's blocks are packed too */
     if (!A16) A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
     if (!B16) B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
     if (!dnnl_bf16) {

@@ -95,7 +95,9 @@ void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n) {
 const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out) {
     if (c->copy && rows >= 1 && X >= c->copy_w && X < c->copy_w + c->copy_n) {
         const size_t at = (size_t)(X - c->copy_w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-        if (end <= c->copy_n) {
+        /* only 16-byte-aligned blocks (a parameter's start is; a slice of one may not be): the
+         * tensor-core kernels need it, and a scratch copy is no slower than a slow kernel */
+        if (end <= c->copy_n && at % 8 == 0 && (rows == 1 || ld % 8 == 0)) {
             *ld_out = ld;
             return (const char *)c->copy + at * 2;
         }
