@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-double rt_intended_double(float f) {
+/* The double a user most likely meant by a float (rt_adamw_scalars.h). */
+static double rt_intended_double(float f) {
     char buf[32];
     for (int prec = 1; prec <= 9; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, (double)f);

@@ -27,8 +27,6 @@ typedef struct {
 
 /* The scalars of step t (t >= 1). */
 rt_adamw_scalars rt_adamw_scalars_of(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t);
-/* The double a user most likely meant by a float (above). */
-double rt_intended_double(float f);
 
 #ifdef __cplusplus
 }

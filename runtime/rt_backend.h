@@ -241,6 +241,14 @@ rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
  * n 0 drops it. The trainer sets it for its loop only, after loading and resuming, so code
  * outside the loop never reads a stale copy. A no-op at fp32 and on a backend without the ops.
  * CPU: bf16 bits for oneDNN, or rounded floats for the fp32 GEMM; CUDA: bf16/fp16 for cuBLASLt. */
+/* For backends keeping the copy: the part of [p, p + n) that lies in [w, w + w_n), as its offset
+ * from w (*at) and its length (0: none). */
+static inline size_t rt_weight_copy_overlap(const float *w, size_t w_n, const float *p, size_t n, size_t *at) {
+    if (!w || p + n <= w || p >= w + w_n) return 0;
+    const float *lo = p > w ? p : w, *hi = p + n < w + w_n ? p + n : w + w_n;
+    *at = (size_t)(lo - w);
+    return (size_t)(hi - lo);
+}
 static inline rt_status rt_weight_copy_set(rt_backend *be, const float *w, size_t n) {
     return be->ops->weight_copy_set ? be->ops->weight_copy_set(be->ctx, w, n) : RT_OK;
 }

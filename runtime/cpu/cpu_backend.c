@@ -89,33 +89,23 @@ static rt_status cpu_weight_copy_set(void *ctx, const float *w, size_t n) {
     return RT_OK;
 }
 
-/* The part of [p, p + n) that lies in the copied weights: its offset there and its length. */
-static size_t cpu_weight_copy_overlap(const rt_cpu_ctx *c, const float *p, size_t n, size_t *at) {
-    if (!c->copy || p + n <= c->w || p >= c->w + c->n) return 0;
-    const float *lo = p > c->w ? p : c->w, *hi = p + n < c->w + c->n ? p + n : c->w + c->n;
-    *at = (size_t)(lo - c->w);
-    return (size_t)(hi - lo);
-}
-
 static void cpu_weight_copy_update(void *ctx, const float *part, size_t n) {
     rt_cpu_ctx *c = ctx;
-    size_t at = 0, len = cpu_weight_copy_overlap(c, part, n, &at);
+    size_t at = 0, len = rt_weight_copy_overlap(c->w, c->n, part, n, &at);
     if (len) cpu_weight_copy_round(c, at, c->w + at, len);
 }
 
-/* AdamW, writing the weights' copy for the part of params it holds. */
+/* AdamW, writing the weights' copy as it goes where the copy holds all of these weights (a part
+ * is rounded after). */
 static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
     rt_cpu_ctx *c = ctx;
     size_t at = 0;
-    if (cpu_weight_copy_overlap(c, params, n, &at) != n) { /* none, or only partly: round that part after */
-        rt_cpu_adamw(ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
-        cpu_weight_copy_update(ctx, params, n);
-        return;
-    }
-    rt_cpu_adamw_copy(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
-                      c->bits16 ? (uint16_t *)c->copy + at : NULL, c->bits16 ? NULL : (float *)c->copy + at,
-                      c->matmul);
+    const bool whole = rt_weight_copy_overlap(c->w, c->n, params, n, &at) == n;
+    rt_cpu_adamw(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
+                 whole && c->bits16 ? (uint16_t *)c->copy + at : NULL,
+                 whole && !c->bits16 ? (float *)c->copy + at : NULL, c->matmul);
+    if (!whole) cpu_weight_copy_update(ctx, params, n);
 }
 
 /* X's rows x cols (row stride ld) read from the weights' copy, when they all lie in it, are packed
@@ -124,10 +114,11 @@ static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, fl
  * bits or floats): the copy at X's offset. */
 static const void *cpu_weight_copy_find(const rt_cpu_ctx *c, bool bits16, const float *X, int rows, int cols,
                                         int ld) {
-    if (!c->copy || c->bits16 != bits16 || rows < 1 || (rows > 1 && ld != cols) || X < c->w || X >= c->w + c->n)
+    const size_t n = (size_t)rows * (size_t)cols;
+    size_t at = 0;
+    if (!c->copy || c->bits16 != bits16 || rows < 1 || (rows > 1 && ld != cols) ||
+        rt_weight_copy_overlap(c->w, c->n, X, n, &at) != n)
         return NULL;
-    const size_t at = (size_t)(X - c->w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-    if (end > c->n) return NULL;
     return bits16 ? (const void *)((const uint16_t *)c->copy + at) : (const void *)((const float *)c->copy + at);
 }
 

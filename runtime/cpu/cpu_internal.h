@@ -69,9 +69,6 @@ void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, flo
                         uint64_t seed, uint64_t stream);
 void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
                          int col_offset, float p, uint64_t seed, uint64_t stream);
-void rt_cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int64_t t);
 /* out[0 .. n) = in rounded to dtype (RT_BF16 or RT_F16), as floats: one loop per type, so each
  * vectorizes (a per-element choice of type keeps the compiler from it). Serial: callers split. */
 static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in, size_t n) {
@@ -81,11 +78,12 @@ static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in
         for (size_t i = 0; i < n; i++) out[i] = rt_round_f16(in[i]);
 }
 
-/* The same, also writing each updated weight into a low-precision copy of these n weights:
- * copy_bf16 gets bf16 bits, or copy_rounded the weight rounded to dtype (one of the two). */
-void rt_cpu_adamw_copy(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-                       float beta2, float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
-                       float *copy_rounded, rt_dtype dtype);
+/* AdamW (the ops table's, through cpu_backend.c's), also writing each updated weight into a
+ * low-precision copy of these n weights when one is given: copy_bf16 gets bf16 bits, or
+ * copy_rounded the weight rounded to dtype. */
+void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
+                  float *copy_rounded, rt_dtype dtype);
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_attention.c */

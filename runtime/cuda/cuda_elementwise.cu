@@ -318,7 +318,7 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
     /* AdamW writes the weights' copy where it holds all of these weights; a part is converted after */
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     size_t at = 0;
-    const bool whole = rt_cuda_weight_copy_overlap(c, params, n, &at) == n;
+    const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
     rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
         params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
         k.lerp_low, whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);

@@ -79,28 +79,21 @@ rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {
     return RT_OK;
 }
 
-size_t rt_cuda_weight_copy_overlap(const rt_cuda_ctx *c, const float *p, size_t n, size_t *at) {
-    if (!c->copy || p + n <= c->copy_w || p >= c->copy_w + c->copy_n) return 0;
-    const float *lo = p > c->copy_w ? p : c->copy_w, *hi = p + n < c->copy_w + c->copy_n ? p + n : c->copy_w + c->copy_n;
-    *at = (size_t)(lo - c->copy_w);
-    return (size_t)(hi - lo);
-}
-
 void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    size_t at = 0, len = rt_cuda_weight_copy_overlap(c, part, n, &at);
+    size_t at = 0, len = rt_weight_copy_overlap(c->copy_w, c->copy_n, part, n, &at);
     if (len) rt_cuda_to_16(c->matmul, (char *)c->copy + at * 2, c->copy_w + at, len);
 }
 
 const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out) {
-    if (c->copy && rows >= 1 && X >= c->copy_w && X < c->copy_w + c->copy_n) {
-        const size_t at = (size_t)(X - c->copy_w), end = at + (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
-        /* only 16-byte-aligned blocks (a parameter's start is; a slice of one may not be): the
-         * tensor-core kernels need it, and a scratch copy is no slower than a slow kernel */
-        if (end <= c->copy_n && at % 8 == 0 && (rows == 1 || ld % 8 == 0)) {
-            *ld_out = ld;
-            return (const char *)c->copy + at * 2;
-        }
+    const size_t span = rows >= 1 ? (size_t)(rows - 1) * (size_t)ld + (size_t)cols : 0;
+    size_t at = 0;
+    /* only 16-byte-aligned blocks (a parameter's start is; a slice of one may not be): the
+     * tensor-core kernels need it, and a scratch copy is no slower than a slow kernel */
+    if (c->copy && span && rt_weight_copy_overlap(c->copy_w, c->copy_n, X, span, &at) == span && at % 8 == 0 &&
+        (rows == 1 || ld % 8 == 0)) {
+        *ld_out = ld;
+        return (const char *)c->copy + at * 2;
     }
     *ld_out = cols;
     return rt_cuda_round_input(c, slot, X, rows, cols, ld);

@@ -163,10 +163,9 @@ const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int ro
 /* A matmul input at the matmul precision: a weight from the weights' copy (*ld_out = ld), anything
  * else converted into scratch slot `slot` (*ld_out = cols, packed). */
 const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out);
-/* The weights' copy: the ops, and the part of [p, p + n) it holds (its offset there, its length). */
+/* The weights' copy (the ops). */
 rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n);
 void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n);
-size_t rt_cuda_weight_copy_overlap(const rt_cuda_ctx *c, const float *p, size_t n, size_t *at);
 
 /* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included. */
 bool rt_cuda_linear_fwd(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
