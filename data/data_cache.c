@@ -21,8 +21,6 @@
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
 
-
-
 static const uint64_t fnv_prime = 0x100000001b3ull;
 
 void data_cache_key_init(data_cache_key *k, const char *kind) {
@@ -62,10 +60,7 @@ rt_status data_cache_key_file(data_cache_key *k, const char *path) {
     uLong crc = crc32(0L, Z_NULL, 0), adl = adler32(0L, Z_NULL, 0);
     unsigned char buf[1 << 16];
     size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        crc = crc32(crc, buf, (uInt)got);
-        adl = adler32(adl, buf, (uInt)got);
-    }
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) data_cache_checksums_add(&crc, &adl, buf, got);
     const bool bad = ferror(f);
     fclose(f);
     if (bad) return rt_errorf(RT_ERR_IO, "%s: read error while hashing it for the cache key", path);

@@ -65,15 +65,19 @@ static rt_status w_raw(data_cache_writer *w, const void *data, size_t n) {
     return RT_OK;
 }
 
+void data_cache_checksums_add(unsigned long *crc, unsigned long *adl, const void *bytes, uint64_t n) {
+    const unsigned char *p = bytes;
+    for (uint64_t off = 0; off < n; off += 1u << 30) { /* (zlib restarts a checksum given no bytes) */
+        const uInt chunk = (uInt)(n - off < (1u << 30) ? n - off : (1u << 30));
+        *crc = crc32(*crc, p + off, chunk);
+        *adl = adler32(*adl, p + off, chunk);
+    }
+}
+
 /* Appends payload bytes, summing them into the checksums. */
 static rt_status w_put(data_cache_writer *w, const void *data, size_t n) {
-    if (n == 0) return RT_OK; /* (zlib restarts a checksum given no bytes) */
-    const unsigned char *p = data;
-    for (size_t off = 0; off < n; off += 1u << 30) { /* zlib takes uInt lengths */
-        const uInt chunk = (uInt)(n - off < (1u << 30) ? n - off : (1u << 30));
-        w->crc = crc32(w->crc, p + off, chunk);
-        w->adl = adler32(w->adl, p + off, chunk);
-    }
+    if (n == 0) return RT_OK;
+    data_cache_checksums_add(&w->crc, &w->adl, data, n);
     w->at += n;
     return w_raw(w, data, n);
 }
@@ -115,15 +119,12 @@ rt_status data_cache_write_ids(data_cache_writer *w, const int32_t *ids, size_t 
     return w_put(w, ids, n * sizeof *ids);
 }
 
-/* Appends n values of v (each `size` bytes) through a staging buffer; shift is subtracted from
- * 8-byte values (row offsets, rebased to the set's first id). */
-static rt_status w_array(data_cache_writer *w, const void *v, size_t n, size_t size, uint64_t shift) {
-    if (size == 4 || n == 0) return w_put(w, v, n * size);
+/* Appends n row offsets rebased to the set's first id (base), through a staging buffer. */
+static rt_status w_offsets(data_cache_writer *w, const size_t *offs, size_t n, uint64_t base) {
     uint64_t stage[4096];
-    const size_t *offs = v;
     for (size_t i = 0; i < n;) {
         size_t k = 0;
-        for (; k < 4096 && i < n; k++, i++) stage[k] = (uint64_t)offs[i] - shift;
+        for (; k < 4096 && i < n; k++, i++) stage[k] = (uint64_t)offs[i] - base;
         rt_status st = w_put(w, stage, k * 8);
         if (st != RT_OK) return st;
     }
@@ -136,16 +137,12 @@ rt_status data_cache_end_set(data_cache_writer *w, const data_tokenized *rows) {
     RT_CHECK(n_ids == w->set_ids, "cache set %d: its rows cover %llu ids, %llu were written", w->sets_done,
              (unsigned long long)n_ids, (unsigned long long)w->set_ids);
     RT_TRY(w_pad8(w));
-    if (rows->n) {
-        RT_TRY(w_array(w, rows->offsets, rows->n + 1, 8, base));
-    } else {
-        const uint64_t zero = 0;
-        RT_TRY(w_put(w, &zero, 8));
-    }
-    RT_TRY(w_array(w, rows->lengths, rows->n, 4, 0));
-    RT_TRY(w_array(w, rows->len_a, rows->n, 4, 0));
-    RT_TRY(w_array(w, rows->labels, rows->n, 4, 0));
-    if (rows->targets) RT_TRY(w_array(w, rows->targets, rows->n, 4, 0));
+    const size_t no_rows = 0; /* an empty set still has its one offset, 0 */
+    RT_TRY(w_offsets(w, rows->n ? rows->offsets : &no_rows, rows->n + 1, base));
+    RT_TRY(w_put(w, rows->lengths, rows->n * sizeof(int32_t)));
+    RT_TRY(w_put(w, rows->len_a, rows->n * sizeof(int32_t)));
+    RT_TRY(w_put(w, rows->labels, rows->n * sizeof(int32_t)));
+    if (rows->targets) RT_TRY(w_put(w, rows->targets, rows->n * sizeof(float)));
     RT_TRY(w_pad8(w));
     unsigned char e[CACHE_TABLE_ENTRY] = {0};
     const uint64_t n = rows->n, n_trunc = rows->n_truncated;
@@ -305,11 +302,7 @@ rt_status data_cache_parse_into(const char *name, const unsigned char *p, size_t
                 (unsigned long long)have, (unsigned long long)payload_len);
     const unsigned char *payload = p + CACHE_START;
     uLong crc = crc32(0L, Z_NULL, 0), adl = adler32(0L, Z_NULL, 0);
-    for (uint64_t off = 0; off < payload_len; off += 1u << 30) {
-        const uInt chunk = (uInt)(payload_len - off < (1u << 30) ? payload_len - off : (1u << 30));
-        crc = crc32(crc, payload + off, chunk);
-        adl = adler32(adl, payload + off, chunk);
-    }
+    data_cache_checksums_add(&crc, &adl, payload, payload_len);
     if ((uint32_t)crc != c32 || (uint32_t)adl != a32) RT_FAIL(RT_ERR_FORMAT, "%s: checksum mismatch (damaged)", name);
     if ((uint64_t)n_sets * CACHE_TABLE_ENTRY > payload_len)
         RT_FAIL(RT_ERR_FORMAT, "%s: %llu payload bytes cannot hold the table of %d sets", name,

@@ -6,11 +6,16 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "data/data_cache.h"
 
 /* The smallest entry there can be (its start and trailer): a shorter file is truncated. */
 #define DATA_CACHE_MIN_BYTES 64
+
+/* Adds n bytes to a CRC-32 and an Adler-32 (zlib's, in pieces zlib's uInt can take): the
+ * entries' checksums and the input files' in the cache key. */
+void data_cache_checksums_add(unsigned long *crc, unsigned long *adl, const void *bytes, uint64_t n);
 
 /* Starts an entry at path (written atomically; NULL: in memory). */
 rt_status data_cache_writer_begin(const char *path, data_cache_writer **out);

@@ -90,8 +90,11 @@ rt_status data_lines_reader_next(data_lines_reader *r, size_t chunk, data_lines 
         for (size_t i = r->carry_len; i > 0 && !last_nl; i--)
             if (r->carry[i - 1] == '\n') last_nl = r->carry + i - 1;
         if (last_nl && r->carry_len >= chunk) break;
-        if (r->carry_cap - r->carry_len < chunk) {
-            r->carry_cap = r->carry_len + chunk + (r->carry_cap / 2);
+        /* room for the next read: the piece's size, at most 16 MB at a time (a whole-file piece
+         * grows by half again each time) */
+        const size_t room = chunk < ((size_t)1 << 24) ? chunk : (size_t)1 << 24;
+        if (r->carry_cap - r->carry_len < room) {
+            r->carry_cap = r->carry_len + room + r->carry_cap / 2;
             r->carry = rt_xrealloc(r->carry, r->carry_cap);
         }
         const size_t got = fread(r->carry + r->carry_len, 1, r->carry_cap - r->carry_len, r->f);
@@ -130,34 +133,13 @@ void data_lines_reader_close(data_lines_reader *r) {
 }
 
 rt_status data_lines_read(const char *path, data_lines *out) {
-    rt_status st = RT_OK;
-    char *bytes = NULL;
-    size_t len = 0;
+    data_lines_reader r;
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fclose(f);
-        return rt_errorf(RT_ERR_IO, "%s: a directory, not a text file", path);
-    }
-    size_t cap = 0;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? 2 * cap : 1 << 16;
-            char *grown = realloc(bytes, cap);
-            if (!grown) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory reading it", path);
-            bytes = grown;
-        }
-        size_t got = fread(bytes + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read error", path);
-    st = data_lines_parse(path, bytes ? bytes : "", len, out);
-fail:
-    fclose(f);
-    free(bytes);
+    rt_status st = data_lines_reader_open(path, &r);
+    if (st != RT_OK) return st;
+    bool end = false;
+    st = data_lines_reader_next(&r, SIZE_MAX, out, &end); /* one piece, however large: the whole file */
+    data_lines_reader_close(&r);
     return st;
 }
 
