@@ -54,7 +54,7 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
 }
 
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT,
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT,
                        mdl_drop drop) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
@@ -74,7 +74,7 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const float *probs,
+                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
                        const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop) {
     rt_backend *be = s->be;
     const int Il = s->I_local;

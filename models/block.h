@@ -80,12 +80,12 @@ void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const f
  * NULL: kv = in); q, k, v, probs and atty are kept for the backward. d describes the attention
  * (its strides, masks, bias and dropout on the probabilities). */
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, float *probs, float *atty, size_t BT, mdl_drop drop);
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT, mdl_drop drop);
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
  * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
  * not yet reduced over tp. */
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const float *probs,
+                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
                        const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop);
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)

@@ -123,7 +123,9 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n2_rstd = rt_arena_take(a, L * BT, f);
     s->qkv = rt_arena_take(a, L * BT * 3 * Il, f);
-    s->probs = rt_arena_take(a, L * B * NH * T * T, f);
+    s->probs_dtype = s->be->compute;
+    const size_t pf = rt_attn_probs_size(s->probs_dtype);
+    s->probs = rt_arena_take(a, L * B * NH * T * T, pf);
     s->atty = rt_arena_take(a, L * BT * Il, f);
     if (c->cross) {
         s->hc = rt_arena_take(a, L * BT * C, f);
@@ -131,7 +133,7 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
         s->nc_rstd = rt_arena_take(a, L * BT, f);
         s->cq = rt_arena_take(a, L * BT * Il, f);
         s->ckv = rt_arena_take(a, L * BS * 2 * Il, f);
-        s->cprobs = rt_arena_take(a, L * B * NH * T * (size_t)max_S, f);
+        s->cprobs = rt_arena_take(a, L * B * NH * T * (size_t)max_S, pf);
         s->catty = rt_arena_take(a, L * BT * Il, f);
         s->mid2 = rt_arena_take(a, L * BT * C, f);
     }
@@ -164,8 +166,9 @@ mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
 
 /* Block l's activation slices: its input and output in res, the rest in its slot. */
 typedef struct {
-    float *in, *out, *h1, *mid, *h2, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd, *probs, *atty;
-    float *hc, *nc_mean, *nc_rstd, *cprobs, *catty, *mid2;
+    float *in, *out, *h1, *mid, *h2, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd, *atty;
+    float *hc, *nc_mean, *nc_rstd, *catty, *mid2;
+    void *probs, *cprobs;
     float *up, *up_lin, *hid;
     mdl_qkv qkv, cqkv;
 } stack_slices;
@@ -173,7 +176,7 @@ typedef struct {
 static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
-    const size_t o = (size_t)(l % s->slots);
+    const size_t o = (size_t)(l % s->slots), pf = rt_attn_probs_size(s->probs_dtype);
     float *qkv = s->qkv + o * BT * 3 * Il, *ckv = AT(s->ckv, o * BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
@@ -181,9 +184,9 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
         .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + o * BT * C,
         .mid = s->mid + o * BT * C, .h2 = s->h2 + o * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
         .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
-        .probs = s->probs + o * heads * s->max_T, .atty = s->atty + o * BT * Il, .hc = AT(s->hc, o * BT * C),
+        .probs = (char *)s->probs + o * heads * s->max_T * pf, .atty = s->atty + o * BT * Il, .hc = AT(s->hc, o * BT * C),
         .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
-        .cprobs = AT(s->cprobs, o * heads * s->max_S), .catty = AT(s->catty, o * BT * Il),
+        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->max_S * pf : NULL, .catty = AT(s->catty, o * BT * Il),
         .mid2 = AT(s->mid2, o * BT * C), .up = s->up + o * BT * Fl, .up_lin = AT(s->up_lin, o * BT * Fl),
         .hid = s->hid + o * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
         .cqkv = {AT(s->cq, o * BT * Il), ckv, AT(ckv, BS * Il)}};
@@ -208,7 +211,7 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
                           .causal = !cross && mask->causal, .prefix = cross ? NULL : mask->prefix,
                           .key_mask = cross ? mask->cross_key_mask : mask->key_mask, .bias = cross ? NULL : mask->bias,
                           .dropout_p = d.p, .seed = d.seed, .stream = d.stream, .head_offset = s->head_offset,
-                          .heads_total = c->n_head};
+                          .heads_total = c->n_head, .probs_dtype = s->probs_dtype};
 }
 
 /* What block l's forward and backward share: its parameters, sublayers, slices, attention
@@ -437,7 +440,7 @@ mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
     RT_CHECK(R <= s->max_B && (size_t)Tk <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d keys", R, Tk);
     return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
                                 .k = s->qkv + n * Il, .v = s->qkv + 2 * n * Il, .atty = s->atty, .probs = s->probs,
-                                .up = s->up, .up_lin = s->up_lin, .hid = s->hid};
+                                .probs_dtype = s->probs_dtype, .up = s->up, .up_lin = s->up_lin, .hid = s->hid};
 }
 
 rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_caches *c, const mdl_decode_scratch *w) {
@@ -449,6 +452,8 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
     sub.tmp = w->tmp;
     const mdl_drop none = {0};
     RT_CHECK(!s->cfg.post_norm, "decode: a pre-norm stack");
+    rt_attn_desc self = c->self, cross = c->cross; /* over w's probabilities */
+    self.probs_dtype = cross.probs_dtype = w->probs_dtype;
     for (int l = 0; l < s->cfg.n_layer; l++) {
         const mdl_block_params *p = &s->layer[l];
         /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */
@@ -459,7 +464,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             rt_scatter_rows_add(be, c->k[l], k, c->at_idx, R, Il);
             rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);
         }
-        rt_attention_fwd(be, &c->self, w->atty, w->probs, w->q, c->k[l], c->v[l]);
+        rt_attention_fwd(be, &self, w->atty, w->probs, w->q, c->k[l], c->v[l]);
         RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
@@ -467,7 +472,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
-            rt_attention_fwd(be, &c->cross, w->atty, w->probs, w->q, c->ck[l], c->cv[l]);
+            rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, c->ck[l], c->cv[l]);
             RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);

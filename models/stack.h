@@ -114,8 +114,11 @@ typedef struct {
                                    * inputs; post: their inputs, the residual sums); mid: after attention
                                    * (post: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
-    float *qkv, *probs, *atty;    /* (slots, BT, 3 I_local), (slots, B, NH_local, T, T), (slots, BT, I_local) */
-    float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *cprobs, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
+    float *qkv, *atty;            /* (slots, BT, 3 I_local), (slots, BT, I_local) */
+    void *probs;                  /* (slots, B, NH_local, T, T) as probs_dtype */
+    rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
+    float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
+    void *cprobs;                 /* (slots, B, NH_local, T, S) as probs_dtype */
     float *up, *up_lin, *hid;     /* (slots, BT, F_local) */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */
@@ -166,9 +169,12 @@ typedef struct {
 } mdl_decode_caches;
 
 /* Backend scratch of a decoding step, for R rows: ln, tmp (R, C); mean (LayerNorm), rstd (R);
- * q, k, v, atty (R, I_local); probs (R, NH_local, keys); up, up_lin (gated), hid (R, F_local). */
+ * q, k, v, atty (R, I_local); probs (R, NH_local, keys) stored as probs_dtype (it overrides the
+ * caches' descriptions); up, up_lin (gated), hid (R, F_local). */
 typedef struct {
-    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty, *probs, *up, *up_lin, *hid;
+    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty, *up, *up_lin, *hid;
+    void *probs;
+    rt_dtype probs_dtype;
 } mdl_decode_scratch;
 
 /* The stack's own first-slot activations as decoding scratch for R rows over Tk keys (the

@@ -37,7 +37,14 @@ typedef struct {
      * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j, so every tp size drops the same
      * elements. 0 and 0 (or NH) mean all heads are here. */
     int head_offset, heads_total;
+    /* How the probabilities buffer is stored: RT_F32 (floats, the default), or the compute
+     * precision's RT_BF16 or RT_F16 (2-byte values), which halves the largest activation a
+     * layer keeps. The values are the same either way: the softmax in fp32, stored rounded. */
+    rt_dtype probs_dtype;
 } rt_attn_desc;
+
+/* Bytes of one stored attention probability (rt_attn_desc.probs_dtype). */
+static inline size_t rt_attn_probs_size(rt_dtype probs_dtype) { return probs_dtype == RT_F32 ? 4 : 2; }
 
 typedef struct rt_backend_ops {
     const char *name;
@@ -123,13 +130,13 @@ typedef struct rt_backend_ops {
     void (*clamp_abs)(void *ctx, float *x, size_t n, float limit);
     void (*clamp_abs_bwd)(void *ctx, float *dx, const float *y, size_t n, float limit);
 
-    /* Attention. fwd writes out and probs (B, NH, Tq, Tk): the softmax before dropout, kept
-     * for backward. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one
+    /* Attention. fwd writes out and probs (B, NH, Tq, Tk, stored as d->probs_dtype): the softmax
+     * before dropout, kept for backward; out is computed from the fp32 softmax. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one
      * dqkv buffer) and accumulates dbias (NH, Tq, Tk) when non-NULL. */
-    void (*attention_fwd)(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+    void (*attention_fwd)(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v);
     void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const float *probs, const float *q,
+                          float *dbias, const float *dout, const void *probs, const float *q,
                           const float *k, const float *v);
     /* T5's relative position bias from its bucket table. table is (num_buckets, NH): a row per
      * bucket, a column per head (HF's nn.Embedding(num_buckets, n_heads); under tensor
@@ -230,7 +237,8 @@ void rt_cuda_backend_free(rt_backend *be);
  *   - weights, parameter gradients (rt_linear_wgrad, norm/bias/embedding gradients), AdamW
  *     state, norm statistics, losses and every reduction stay fp32 (so checkpoints hold fp32
  *     masters and resume in any precision).
- * The CPU keeps the fp32 buffers and rounds their values (same numbers, no memory saved).
+ * Buffers stay fp32 with rounded values (same numbers, no memory saved), except attention's
+ * probabilities, which the models lay out at dtype (rt_attn_desc.probs_dtype).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 
@@ -384,14 +392,19 @@ static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit)
 static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
     be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
 }
-static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, float *out, float *probs, const float *q,
+/* 16-bit probabilities are stored at the compute precision by the op itself; fp32 ones are
+ * rounded after it, as any activation. */
+static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, float *out, void *probs, const float *q,
                                     const float *k, const float *v) {
+    RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
+             "attention probabilities stored as %s under %s compute", rt_dtype_name(d->probs_dtype),
+             rt_dtype_name(be->compute));
     be->ops->attention_fwd(be->ctx, d, out, probs, q, k, v);
     rt_store(be, out, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldo);
-    rt_store_n(be, probs, (size_t)d->B * d->NH * d->Tq * d->Tk);
+    if (d->probs_dtype == RT_F32) rt_store_n(be, (float *)probs, (size_t)d->B * d->NH * d->Tq * d->Tk);
 }
 static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                                    float *dbias, const float *dout, const float *probs, const float *q, const float *k,
+                                    float *dbias, const float *dout, const void *probs, const float *q, const float *k,
                                     const float *v) {
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
     rt_store(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);

@@ -4,17 +4,21 @@
 # loss, gradient norm and metric, and generated predictions. For a refactor that must not change
 # a bit (issue 15's block layer was checked this way), and to see what a numeric change moves.
 #
-#   bash scripts/check_same_outputs.sh BEFORE_BIN_DIR AFTER_BIN_DIR
+#   bash scripts/check_same_outputs.sh BEFORE_BIN_DIR AFTER_BIN_DIR [OPTION...]
+#
+# OPTIONs go to every program (--precision bf16 compares the bf16 paths).
 #
 # The set: T5 (relu with dropout; gated with activation checkpointing, 1 and 2 blocks at a time;
 # tp 2 under mpirun when it is there; beam-3 predictions), BERT (with checkpointing), RoBERTa,
 # GPT-2 (with checkpointing), GLM (COPA with checkpointing, seq2seq generation). Data comes from
 # assets/; a few minutes on 2 cores. Exit 0 when every output matches, 1 otherwise.
 set -u
-[ $# -eq 2 ] || { echo "usage: $0 BEFORE_BIN_DIR AFTER_BIN_DIR" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 BEFORE_BIN_DIR AFTER_BIN_DIR [OPTION...]" >&2; exit 2; }
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BEFORE=$(cd "$1" 2> /dev/null && pwd) || { echo "$0: no folder $1" >&2; exit 2; }
 AFTER=$(cd "$2" 2> /dev/null && pwd) || { echo "$0: no folder $2" >&2; exit 2; }
+shift 2
+EXTRA=("$@")
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -32,16 +36,16 @@ run_set() { # BIN OUT: the trainings, then their outputs summarized into OUT.txt
     done
     local T5=(--max-source-len 24 --max-target-len 16 --max-new-tokens 6 --batch-size 8 --threads 2 --lr 1e-3
               --log-interval 1 --max-steps 4 --eval-interval 2)
-    "$BIN/t5-finetune" s.en s.de --arch t5-relu.json "${T5[@]}" --save-dir t5a > /dev/null 2>&1 || echo "t5a failed"
-    "$BIN/t5-finetune" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --save-dir t5b --checkpoint-activations \
+    "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-relu.json "${T5[@]}" --save-dir t5a > /dev/null 2>&1 || echo "t5a failed"
+    "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --save-dir t5b --checkpoint-activations \
         > /dev/null 2>&1 || echo "t5b failed"
-    "$BIN/t5-finetune" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --save-dir t5c --checkpoint-activations \
+    "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --save-dir t5c --checkpoint-activations \
         --checkpoint-num-layers 2 > /dev/null 2>&1 || echo "t5c failed"
     if command -v mpirun > /dev/null; then
-        mpirun --oversubscribe -np 2 "$BIN/t5-finetune" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --threads 1 \
+        mpirun --oversubscribe -np 2 "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --threads 1 \
             --tp 2 --save-dir t5d > /dev/null 2>&1 || echo "t5d failed"
     fi
-    "$BIN/t5-finetune" --predict s.en --model t5a/hf --max-new-tokens 6 --num-beams 3 --threads 2 --save-dir t5p \
+    "$BIN/t5-finetune" "${EXTRA[@]}" --predict s.en --model t5a/hf --max-new-tokens 6 --num-beams 3 --threads 2 --save-dir t5p \
         --predict-out t5a.pred > /dev/null 2>&1 || echo "t5 predict failed"
     printf '{"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 3, %s\n' \
         '"num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}' \
@@ -55,22 +59,22 @@ run_set() { # BIN OUT: the trainings, then their outputs summarized into OUT.txt
     local VOCAB="$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt"
     local BC=(--tokenizer "$VOCAB" --data-dir mrpc --max-len 48 --batch-size 8 --max-steps 5 --threads 2
               --save-interval -1 --log-interval 1)
-    "$BIN/bert-classify" --arch bert.json "${BC[@]}" --save-dir ba --save-hf ba/hf > /dev/null 2>&1 || echo "ba failed"
-    "$BIN/bert-classify" --arch bert.json "${BC[@]}" --save-dir bb --save-hf bb/hf --checkpoint-activations \
+    "$BIN/bert-classify" "${EXTRA[@]}" --arch bert.json "${BC[@]}" --save-dir ba --save-hf ba/hf > /dev/null 2>&1 || echo "ba failed"
+    "$BIN/bert-classify" "${EXTRA[@]}" --arch bert.json "${BC[@]}" --save-dir bb --save-hf bb/hf --checkpoint-activations \
         --checkpoint-num-layers 2 > /dev/null 2>&1 || echo "bb failed"
-    "$BIN/bert-classify" --arch roberta.json "${BC[@]}" --save-dir bc --save-hf bc/hf > /dev/null 2>&1 || echo "bc failed"
+    "$BIN/bert-classify" "${EXTRA[@]}" --arch roberta.json "${BC[@]}" --save-dir bc --save-hf bc/hf > /dev/null 2>&1 || echo "bc failed"
     echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 3, "n_head": 2}' \
         > gpt2.json
     local GC=(--arch gpt2.json --data-dir mrpc --max-len 48 --batch-size 8 --threads 2 --max-steps 5 --log-interval 1)
-    "$BIN/gpt2-classify" "${GC[@]}" --save-dir ga --save-hf ga/hf > /dev/null 2>&1 || echo "ga failed"
-    "$BIN/gpt2-classify" "${GC[@]}" --save-dir gb --save-hf gb/hf --checkpoint-activations > /dev/null 2>&1 ||
+    "$BIN/gpt2-classify" "${EXTRA[@]}" "${GC[@]}" --save-dir ga --save-hf ga/hf > /dev/null 2>&1 || echo "ga failed"
+    "$BIN/gpt2-classify" "${EXTRA[@]}" "${GC[@]}" --save-dir gb --save-hf gb/hf --checkpoint-activations > /dev/null 2>&1 ||
         echo "gb failed"
     local LC=(--threads 2 --batch-size 8 --log-interval 1 --max-steps 4)
-    "$BIN/glm-finetune" --task copa "${LC[@]}" --save-dir la > /dev/null 2>&1 || echo "la failed"
-    "$BIN/glm-finetune" --task copa "${LC[@]}" --checkpoint-activations --save-dir lb > /dev/null 2>&1 || echo "lb failed"
+    "$BIN/glm-finetune" "${EXTRA[@]}" --task copa "${LC[@]}" --save-dir la > /dev/null 2>&1 || echo "la failed"
+    "$BIN/glm-finetune" "${EXTRA[@]}" --task copa "${LC[@]}" --checkpoint-activations --save-dir lb > /dev/null 2>&1 || echo "lb failed"
     head -n 24 s.en > g.src
     head -n 24 s.de > g.tgt
-    "$BIN/glm-finetune" --task seq2seq g.src g.tgt "${LC[@]}" --max-target-len 16 --save-dir lc > /dev/null 2>&1 ||
+    "$BIN/glm-finetune" "${EXTRA[@]}" --task seq2seq g.src g.tgt "${LC[@]}" --max-target-len 16 --save-dir lc > /dev/null 2>&1 ||
         echo "lc failed"
     {
         find . \( -name "*.safetensors" -o -name "*.bin" -o -name "*.pred" -o -name "val_predictions.txt" \) | sort |

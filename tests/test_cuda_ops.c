@@ -941,6 +941,66 @@ static void test_weight_copy(void) {
     test_weight_copy_case(RT_F16);
 }
 
+/* Attention with 16-bit probabilities (rt_attn_desc.probs_dtype) on the GPU: the same bits as
+ * fp32 probabilities rounded after the op (out, dqkv, dbias and the stored values, with dropout
+ * and a position bias), and the stored values within one unit of the type of the CPU's. */
+static void test_attention_probs16_case(rt_dtype dtype) {
+    enum { B = 2, NH = 4, T = 40, HS = 16, C = NH * HS };
+    const size_t np = (size_t)B * NH * T * T, nb = (size_t)NH * T * T, nx = (size_t)B * T * 3 * C;
+    if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
+    dbuf x = dbuf_rand(nx, 1.0f, 0.0f), dy = dbuf_rand((size_t)B * T * C, 1.0f, 0.0f), bias = dbuf_rand(nb, 1.0f, 0.0f);
+    dbuf out[2] = {dbuf_zero((size_t)B * T * C), dbuf_zero((size_t)B * T * C)};
+    dbuf dqkv[2] = {dbuf_zero(nx), dbuf_zero(nx)}, dbias[2] = {dbuf_zero(nb), dbuf_zero(nb)}, p32 = dbuf_zero(np);
+    uint16_t *p16c = be_alloc(g_cpu, np * 2), *p16g = be_alloc(g_gpu, np * 2);
+    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
+                      .ldo = C, .scale = 0.25f, .dropout_p = 0.1f, .seed = 11, .stream = 4};
+    for (int w = 0; w < 2; w++) {
+        d.probs_dtype = w ? dtype : RT_F32;
+        void *pg = w ? (void *)p16g : (void *)p32.g;
+        d.bias = bias.g;
+        rt_attention_fwd(g_gpu, &d, out[w].g, pg, x.g, x.g + C, x.g + 2 * C);
+        rt_attention_bwd(g_gpu, &d, dqkv[w].g, dqkv[w].g + C, dqkv[w].g + 2 * C, dbias[w].g, dy.g, pg, x.g, x.g + C,
+                         x.g + 2 * C);
+    }
+    d.probs_dtype = dtype;
+    d.bias = bias.c;
+    rt_attention_fwd(g_cpu, &d, out[1].c, p16c, x.c, x.c + C, x.c + 2 * C);
+    float *o32 = gpu_fetch(out[0].g, out[0].n), *o16 = gpu_fetch(out[1].g, out[1].n);
+    float *d32 = gpu_fetch(dqkv[0].g, nx), *d16 = gpu_fetch(dqkv[1].g, nx);
+    float *b32 = gpu_fetch(dbias[0].g, nb), *b16 = gpu_fetch(dbias[1].g, nb), *h32 = gpu_fetch(p32.g, np);
+    uint16_t *hg = rt_xmalloc(np * 2), *hc = rt_xmalloc(np * 2);
+    rt_to_host(g_gpu, hg, p16g, np * 2);
+    rt_to_host(g_cpu, hc, p16c, np * 2);
+    float *wg = rt_xmalloc(np * 4), *wc = rt_xmalloc(np * 4);
+    size_t off = 0;
+    for (size_t i = 0; i < np; i++) {
+        wg[i] = dtype == RT_BF16 ? rt_bf16_to_f32(hg[i]) : rt_f16_to_f32(hg[i]);
+        wc[i] = dtype == RT_BF16 ? rt_bf16_to_f32(hc[i]) : rt_f16_to_f32(hc[i]);
+        off += memcmp(&wg[i], &h32[i], 4) != 0;
+    }
+    const char *name = rt_dtype_name(dtype);
+    TZ_EXPECT(off == 0, "%s probs16: %zu stored values differ from fp32 probabilities rounded", name, off);
+    TZ_EXPECT(memcmp(o32, o16, out[0].n * 4) == 0, "%s probs16: out differs from fp32 probabilities'", name);
+    TZ_EXPECT(memcmp(d32, d16, nx * 4) == 0, "%s probs16: dqkv differs from fp32 probabilities'", name);
+    TZ_EXPECT(memcmp(b32, b16, nb * 4) == 0, "%s probs16: dbias differs from fp32 probabilities'", name);
+    char what[64];
+    snprintf(what, sizeof what, "%s probs16 against the CPU", name);
+    tz_check_close(what, wg, wc, np, ATTN_ATOL, dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024);
+    free(o32), free(o16), free(d32), free(d16), free(b32), free(b16), free(h32), free(hg), free(hc), free(wg), free(wc);
+    dbuf *all[] = {&x, &dy, &bias, &out[0], &out[1], &dqkv[0], &dqkv[1], &dbias[0], &dbias[1], &p32};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    rt_free_device(g_cpu, p16c);
+    rt_free_device(g_gpu, p16g);
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
+}
+
+static void test_attention_probs16(void) {
+    test_attention_probs16_case(RT_BF16);
+    test_attention_probs16_case(RT_F16);
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -973,6 +1033,7 @@ int main(void) {
     test_precision();
     test_linear();
     test_weight_copy();
+    test_attention_probs16();
 
     rt_backend_free(g_cpu);
     rt_backend_free(g_gpu);

@@ -198,6 +198,59 @@ static int gemm_misses(const op_inputs *in, const float *c, const float *c32, rt
     return misses;
 }
 
+/* 16-bit attention probabilities (rt_attn_desc.probs_dtype), with a shape big enough for the
+ * parallel path: the outputs, gradients and stored values equal those of fp32 probabilities
+ * rounded after the op, bit for bit, with dropout and a position bias, and causal with a prefix. */
+static void check_probs16(rt_backend *be) {
+    enum { PB = 2, PNH = 4, PT = 40, PHS = 16, PC = PNH * PHS, PN = PB * PT };
+    const size_t np = (size_t)PB * PNH * PT * PT, nb = (size_t)PNH * PT * PT;
+    float *x = malloc(PN * 3 * PC * sizeof(float)), *dy = malloc(PN * PC * sizeof(float)), *bias = malloc(nb * 4);
+    unsigned seed = 77;
+    for (int i = 0; i < PN * 3 * PC; i++) x[i] = 2 * tz_uniform(&seed);
+    for (int i = 0; i < PN * PC; i++) dy[i] = tz_uniform(&seed);
+    for (size_t i = 0; i < nb; i++) bias[i] = tz_uniform(&seed);
+    const int32_t prefix[PB] = {7, 0};
+    int32_t *dprefix = NULL;
+    TZ_EXPECT_OK(rt_backend_alloc(be, sizeof prefix, "prefix", (void **)&dprefix));
+    memcpy(dprefix, prefix, sizeof prefix);
+    const rt_attn_desc base = {.B = PB, .NH = PNH, .Tq = PT, .Tk = PT, .HS = PHS, .ldq = 3 * PC, .ldk = 3 * PC,
+                               .ldv = 3 * PC, .ldo = PC, .scale = 0.25f, .dropout_p = 0.2f, .seed = 5, .stream = 9};
+    for (int variant = 0; variant < 2; variant++)
+        for (int k = 0; k < 2; k++) {
+            const rt_dtype dtype = k ? RT_F16 : RT_BF16;
+            TZ_EXPECT_OK(rt_set_precision(be, dtype));
+            rt_attn_desc d = base;
+            if (variant) d.causal = true, d.prefix = dprefix;
+            else d.bias = bias;
+            float *out[2], *dqkv[2], *dbias[2];
+            void *probs[2];
+            for (int w = 0; w < 2; w++) {
+                d.probs_dtype = w ? dtype : RT_F32;
+                out[w] = fresh(PN * PC), dqkv[w] = fresh(PN * 3 * PC), dbias[w] = fresh(nb);
+                probs[w] = calloc(np, rt_attn_probs_size(d.probs_dtype));
+                rt_attention_fwd(be, &d, out[w], probs[w], x, x + PC, x + 2 * PC);
+                rt_attention_bwd(be, &d, dqkv[w], dqkv[w] + PC, dqkv[w] + 2 * PC, variant ? NULL : dbias[w], dy,
+                                 probs[w], x, x + PC, x + 2 * PC);
+            }
+            int off = 0;
+            for (size_t i = 0; i < np; i++) {
+                const uint16_t h = ((const uint16_t *)probs[1])[i];
+                const float got = dtype == RT_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h);
+                off += memcmp(&got, (const float *)probs[0] + i, 4) != 0;
+            }
+            TZ_EXPECT(off == 0, "%s probs16 variant %d: %d stored probabilities differ", rt_dtype_name(dtype), variant,
+                      off);
+            TZ_EXPECT(memcmp(out[0], out[1], PN * PC * 4) == 0, "%s probs16 variant %d: out differs",
+                      rt_dtype_name(dtype), variant);
+            TZ_EXPECT(memcmp(dqkv[0], dqkv[1], PN * 3 * PC * 4) == 0, "%s probs16 variant %d: dqkv differs",
+                      rt_dtype_name(dtype), variant);
+            TZ_EXPECT(memcmp(dbias[0], dbias[1], nb * 4) == 0, "%s probs16: dbias differs", rt_dtype_name(dtype));
+            for (int w = 0; w < 2; w++) free(out[w]), free(dqkv[w]), free(dbias[w]), free(probs[w]);
+        }
+    rt_free_device(be, dprefix);
+    free(x), free(dy), free(bias);
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_cpu_backend_init(2, &be));
@@ -241,6 +294,7 @@ int main(void) {
             free(ref[k].p);
         }
     }
+    check_probs16(be);
     /* fp16's range: a stored value past 65504 is inf, as on a GPU */
     float big[2] = {70000.0f, -1e6f};
     TZ_EXPECT_OK(rt_set_precision(be, RT_F16));

@@ -9,7 +9,11 @@
  * key left gives all-zero probabilities and a zero output (not NaN), and no gradient. The
  * dropout mask on the probabilities is regenerated in backward from the element index
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head, so tensor-parallel
- * ranks drop what one rank would), and CUDA and CPU drop the same elements. */
+ * ranks drop what one rank would), and CUDA and CPU drop the same elements.
+ *
+ * 16-bit probabilities (d->probs_dtype): a head's softmax is computed in fp32 scratch, used so
+ * for the output, and stored rounded; backward widens the head's stored values into scratch.
+ * The numbers are those of fp32 probabilities rounded after the op. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -41,12 +45,34 @@ static void rt_cpu_attn_check(const rt_attn_desc *d) {
     RT_CHECK(d->head_offset >= 0 && (d->heads_total == 0 ? d->head_offset == 0
                                                           : d->head_offset + d->NH <= d->heads_total),
              "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
+    RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == RT_BF16 || d->probs_dtype == RT_F16,
+             "attention probabilities as %s", rt_dtype_name(d->probs_dtype));
 }
 
 /* The counter-RNG index of element (i=0, j=0) of head h of batch row b: global heads. */
 static size_t rt_cpu_attn_rng_base(const rt_attn_desc *d, int b, int h) {
     size_t total = d->heads_total > 0 ? (size_t)d->heads_total : (size_t)d->NH;
     return ((size_t)b * total + (size_t)d->head_offset + (size_t)h) * d->Tq * (size_t)d->Tk;
+}
+
+/* n probabilities between fp32 P and the 16-bit buffer probs (bf16 or fp16), from element at. */
+static void rt_cpu_probs_store(rt_dtype t, void *probs, size_t at, const float *P, size_t n) {
+    uint16_t *o = (uint16_t *)probs + at;
+    if (t == RT_BF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) o[i] = rt_f32_to_bf16(P[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) o[i] = rt_f32_to_f16(P[i]);
+    }
+}
+static void rt_cpu_probs_load(rt_dtype t, float *P, const void *probs, size_t at, size_t n) {
+    const uint16_t *in = (const uint16_t *)probs + at;
+    if (t == RT_BF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) P[i] = rt_bf16_to_f32(in[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) P[i] = rt_f16_to_f32(in[i]);
+    }
 }
 
 /* Rows of the (b, h) probabilities with dropout applied: dst = P * keep / (1 - p), and, when
@@ -67,15 +93,19 @@ static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *
     }
 }
 
-static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out, float *probs,
+/* scratch: Tq x Tk for 16-bit probabilities' fp32 softmax, then with dropout Tq x Tk for P'
+ * and Tk uniforms. */
+static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out, void *probs,
                                  const float *q, const float *k, const float *v, float *scratch) {
     const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
     const float *qh = q + (size_t)b * Tq * d->ldq + (size_t)h * HS;
     const float *kh = k + (size_t)b * Tk * d->ldk + (size_t)h * HS;
     const float *vh = v + (size_t)b * Tk * d->ldv + (size_t)h * HS;
     float *oh = out + (size_t)b * Tq * d->ldo + (size_t)h * HS;
-    size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk;
-    float *P = probs + pbase;
+    const size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk, tt = (size_t)Tq * Tk;
+    const bool f32 = d->probs_dtype == RT_F32;
+    float *P = f32 ? (float *)probs + pbase : scratch;
+    if (!f32) scratch += tt;
     const float *kmask = d->key_mask ? d->key_mask + (size_t)b * Tk : NULL;
 
     /* S = scale * Q K^T, straight into the probabilities buffer */
@@ -109,10 +139,10 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
         float inv = 1.0f / sum;
         for (int j = 0; j < jend; j++) row[j] *= inv;
     }
+    if (!f32) rt_cpu_probs_store(d->probs_dtype, probs, pbase, P, tt);
     const float *Pd = P;
     if (d->dropout_p > 0.0f) {
-        rt_cpu_attn_dropout(d, scratch, P, NULL, rt_cpu_attn_rng_base(d, b, h),
-                            scratch + (size_t)Tq * Tk);
+        rt_cpu_attn_dropout(d, scratch, P, NULL, rt_cpu_attn_rng_base(d, b, h), scratch + tt);
         Pd = scratch;
     }
     /* out = P' V */
@@ -120,18 +150,17 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
                 (int)d->ldv, 0.0f, oh, (int)d->ldo);
 }
 
-void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v) {
     rt_cpu_attn_check(d);
-    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk floats)");
+    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     int tasks = d->B * d->NH;
+    const size_t tt = (size_t)d->Tq * d->Tk;
+    const size_t scratch_n = (d->probs_dtype != RT_F32 ? tt : 0) + (d->dropout_p > 0.0f ? tt + (size_t)d->Tk : 0);
     int saved = rt_cpu_blas_serial_begin();
 #pragma omp parallel if (rt_cpu_attn_parallel(d))
     {
-        /* P after dropout (Tq x Tk) and a row of uniforms (Tk) */
-        float *scratch = d->dropout_p > 0.0f
-                             ? rt_xmalloc(((size_t)d->Tq + 1) * d->Tk * sizeof(float))
-                             : NULL;
+        float *scratch = scratch_n ? rt_xmalloc(scratch_n * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tasks; t++)
             rt_cpu_attn_fwd_head(d, t / d->NH, t % d->NH, out, probs, q, k, v, scratch);
@@ -141,12 +170,13 @@ void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *p
 }
 
 /* dP' = dO V^T; dP = dP' * keep/(1-p); dV = P'^T dO; dS = P (dP - rowsum(P dP));
- * dQ = scale dS K; dK = scale dS^T Q; dbias += dS. Scratch: dS (Tq x Tk) and, with
- * dropout, Pd (Tq x Tk for P', then Tk for a row of uniforms). */
+ * dQ = scale dS K; dK = scale dS^T Q; dbias += dS. Scratch: dS (Tq x Tk), Pf (Tq x Tk, the
+ * widened 16-bit probabilities) and, with dropout, Pd (Tq x Tk for P', then Tk for a row of
+ * uniforms). */
 static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq, float *dk,
-                                 float *dv, float *dbias, const float *dout, const float *probs,
+                                 float *dv, float *dbias, const float *dout, const void *probs,
                                  const float *q, const float *k, const float *v, float *dS,
-                                 float *Pd) {
+                                 float *Pf, float *Pd) {
     const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
     const size_t hs = (size_t)h * HS;
     const float *qh = q + (size_t)b * Tq * d->ldq + hs;
@@ -156,9 +186,12 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
     float *dqh = dq + (size_t)b * Tq * d->ldq + hs;
     float *dkh = dk + (size_t)b * Tk * d->ldk + hs;
     float *dvh = dv + (size_t)b * Tk * d->ldv + hs;
-    size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk;
-    const float *P = probs + pbase;
-    const size_t tt = (size_t)Tq * Tk;
+    const size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk, tt = (size_t)Tq * Tk;
+    const float *P = (const float *)probs + pbase;
+    if (d->probs_dtype != RT_F32) {
+        rt_cpu_probs_load(d->probs_dtype, Pf, probs, pbase, tt);
+        P = Pf;
+    }
 
     /* dP' = dO V^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, 1.0f, doh, (int)d->ldo, vh,
@@ -191,7 +224,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
 }
 
 void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const float *probs, const float *q,
+                          float *dbias, const float *dout, const void *probs, const float *q,
                           const float *k, const float *v) {
     rt_cpu_attn_check(d);
     const int B = d->B, NH = d->NH;
@@ -200,19 +233,21 @@ void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk
 #pragma omp parallel if (rt_cpu_attn_parallel(d))
     {
         float *dS = rt_xmalloc(tt * sizeof(float));
+        float *Pf = d->probs_dtype != RT_F32 ? rt_xmalloc(tt * sizeof(float)) : NULL;
         float *Pd = d->dropout_p > 0.0f ? rt_xmalloc((tt + (size_t)d->Tk) * sizeof(float)) : NULL;
         if (dbias) {
             /* dbias[h] sums over the batch: each head to one thread, batch in order */
 #pragma omp for schedule(dynamic, 1)
             for (int h = 0; h < NH; h++)
                 for (int b = 0; b < B; b++)
-                    rt_cpu_attn_bwd_head(d, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pd);
+                    rt_cpu_attn_bwd_head(d, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pf, Pd);
         } else {
 #pragma omp for schedule(dynamic, 1)
             for (int t = 0; t < B * NH; t++)
-                rt_cpu_attn_bwd_head(d, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pd);
+                rt_cpu_attn_bwd_head(d, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pf, Pd);
         }
         free(dS);
+        free(Pf);
         free(Pd);
     }
     rt_cpu_blas_serial_end(saved);

@@ -87,10 +87,10 @@ void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_attention.c */
-void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v);
 void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const float *probs, const float *q,
+                          float *dbias, const float *dout, const void *probs, const float *q,
                           const float *k, const float *v);
 
 /* cpu_relbias.c */

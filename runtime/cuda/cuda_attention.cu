@@ -10,7 +10,14 @@
  * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal (unless j < prefix[b]), a row with no key left
  * gives zero probabilities and a zero output, and dropout keeps element
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
- * parallelism) when rt_rng_uniform(seed, stream, that index) >= p. */
+ * parallelism) when rt_rng_uniform(seed, stream, that index) >= p.
+ *
+ * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
+ * softmax kernel also stores them rounded, and backward widens the stored ones into scratch.
+ * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
@@ -33,6 +40,8 @@ static void rt_cuda_attn_check(const rt_attn_desc *d) {
     RT_CHECK(d->head_offset >= 0 && (d->heads_total == 0 ? d->head_offset == 0
                                                           : d->head_offset + d->NH <= d->heads_total),
              "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
+    RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == RT_BF16 || d->probs_dtype == RT_F16,
+             "attention probabilities as %s", rt_dtype_name(d->probs_dtype));
 }
 
 static unsigned rt_cuda_attn_row_grid(size_t rows) {
@@ -49,9 +58,24 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
     return (r / per_b) * (size_t)heads_total * Tq + (size_t)head_offset * Tq + r % per_b;
 }
 
+/* Element i of a bf16 or fp16 buffer, to nearest even. */
+__device__ __forceinline__ void rt_cuda_store16(void *p, bool bf16, size_t i, float x) {
+    if (bf16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((__half *)p)[i] = __float2half_rn(x);
+}
+
+/* out = the n 16-bit probabilities of in, as floats. */
+__global__ void rt_cuda_attn_widen_kernel(float *out, const void *in, bool bf16, size_t n) {
+    RT_CUDA_FOR_EACH(i, n)
+    out[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)in)[i]) : __half2float(((const __half *)in)[i]);
+}
+
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
- * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities. */
-__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *key_mask,
+ * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities; when p16
+ * is non-NULL, the probabilities also go there rounded to bf16 (else fp16). */
+__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool bf16, const float *key_mask,
                                             const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
                                             bool causal, float p, float keep_scale, uint64_t seed,
                                             uint64_t stream, int head_offset, int heads_total,
@@ -82,6 +106,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *ke
         for (int j = lane; j < Tk; j += 32) {
             P[j] = 0.0f;
             if (Pd) Pd[j] = 0.0f;
+            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, 0.0f);
         }
         return;
     }
@@ -97,6 +122,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, const float *ke
     for (int j = lane; j < Tk; j += 32) {
         float pj = j < jend ? P[j] * inv : 0.0f;
         P[j] = pj;
+        if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
         if (Pd) Pd[j] = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? pj * keep_scale : 0.0f;
     }
 }
@@ -147,33 +173,37 @@ __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, 
     }
 }
 
-void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                            const float *q, const float *k, const float *v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
-    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk floats)");
+    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk; /* one (b, h) block of probs */
     const size_t rows = (size_t)B * NH * Tq;
     const float p = d->dropout_p;
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
+    /* the fp32 scores and softmax: probs itself, or scratch beside 16-bit probs */
+    const bool f32 = d->probs_dtype == RT_F32;
+    float *S = f32 ? (float *)probs
+                   : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
     for (int b = 0; b < B; b++)
         rt_cuda_gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
                      (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
-                     0.0f, probs + (size_t)b * NH * head, Tk, head, NH);
+                     0.0f, S + (size_t)b * NH * head, Tk, head, NH);
 
     float *pd = NULL;
     if (p > 0.0f)
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
-        probs, pd, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
+        S, pd, f32 ? NULL : probs, d->probs_dtype == RT_BF16, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS) */
-    const float *P = pd ? pd : probs;
+    const float *P = pd ? pd : S;
     for (int b = 0; b < B; b++)
         rt_cuda_gemm(ctx, false, false, Tq, HS, Tk, 1.0f, P + (size_t)b * NH * head, Tk, head,
                      v + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, 0.0f,
@@ -181,7 +211,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *
 }
 
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                           float *dbias, const float *dout, const float *probs, const float *q,
+                           float *dbias, const float *dout, const void *probs, const float *q,
                            const float *k, const float *v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
@@ -193,12 +223,21 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const int heads_total = d->heads_total > 0 ? d->heads_total : NH;
 
+    /* the stored probabilities as floats */
+    const float *Pf = (const float *)probs;
+    if (d->probs_dtype != RT_F32) {
+        float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
+        rt_cuda_attn_widen_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+            w, probs, d->probs_dtype == RT_BF16, total);
+        CUDA_LAUNCH_CHECK();
+        Pf = w;
+    }
     /* the probabilities the forward multiplied v by: regenerate the dropped ones */
-    const float *P = probs;
+    const float *P = Pf;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
-            pd, probs, total, p, keep_scale, d->seed, d->stream, NH, Tq, Tk, d->head_offset,
+            pd, Pf, total, p, keep_scale, d->seed, d->stream, NH, Tq, Tk, d->head_offset,
             heads_total);
         CUDA_LAUNCH_CHECK();
         P = pd;
@@ -218,7 +257,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
                                       32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
-        dS, probs, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
+        dS, Pf, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
         heads_total, rows);
     CUDA_LAUNCH_CHECK();
 

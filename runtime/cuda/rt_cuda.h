@@ -60,6 +60,7 @@ extern "C" {
 enum {
     RT_CUDA_SCRATCH_ATTN_P = 0, /* attention: dropped probabilities (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_DS,    /* attention backward: dP then dS (B, NH, Tq, Tk) */
+    RT_CUDA_SCRATCH_ATTN_S,     /* attention with 16-bit probabilities: their fp32 values (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
     RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
@@ -217,10 +218,10 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
 
 /* cuda_attention.cu */
-void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, float *probs,
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                            const float *q, const float *k, const float *v);
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                           float *dbias, const float *dout, const float *probs, const float *q,
+                           float *dbias, const float *dout, const void *probs, const float *q,
                            const float *k, const float *v);
 
 /* cuda_relbias.cu */
