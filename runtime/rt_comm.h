@@ -9,11 +9,21 @@
 #ifndef RT_COMM_H
 #define RT_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "runtime/rt_status.h"
 
 typedef enum { RT_REDUCE_SUM = 0, RT_REDUCE_MAX } rt_reduce_op;
+
+/* One point-to-point transfer of a batch (rt_comm_p2p): send `bytes` of buf to rank peer, or
+ * receive them from it into buf. Host memory, or device memory on an NCCL comm. */
+typedef struct {
+    bool send;
+    int peer; /* a rank of the communicator other than this one */
+    void *buf;
+    size_t bytes;
+} rt_p2p;
 
 typedef struct rt_comm rt_comm;
 
@@ -38,6 +48,13 @@ typedef struct rt_comm_ops {
     /* Optional (NULL: the timeout is fixed): how long a collective waits for every rank from now
      * on; sub-communicators split afterwards inherit it. seconds > 0. */
     void (*set_timeout)(void *ctx, double seconds);
+    /* Optional (NULL: none; pipeline stages need it): posts every transfer of ops[0..n) at once
+     * and waits for all of them with the timeout (Megatron's batched isend/irecv), so two
+     * neighbours that send to each other at the same time cannot deadlock. Between two ranks,
+     * messages match in the order they were posted; a receive of another size than its send is
+     * an error (except on NCCL, which cannot tell). A timeout breaks the comm, as a
+     * collective's does. */
+    rt_status (*p2p)(void *ctx, rt_p2p *ops, int n);
 } rt_comm_ops;
 
 struct rt_comm {
@@ -53,6 +70,11 @@ static inline rt_status rt_comm_all_reduce_start(rt_comm *c, float *buf, size_t 
     return c->ops->all_reduce(c->ctx, buf, n, op);
 }
 static inline rt_status rt_comm_wait(rt_comm *c, void *req) { return req ? c->ops->wait(c->ctx, req) : RT_OK; }
+/* The comm's p2p, or RT_ERR_UNSUPPORTED naming it. */
+static inline rt_status rt_comm_p2p(rt_comm *c, rt_p2p *ops, int n) {
+    if (!c->ops->p2p) return rt_errorf(RT_ERR_UNSUPPORTED, "the %s comm has no point-to-point transfers", c->ops->name);
+    return c->ops->p2p(c->ctx, ops, n);
+}
 
 /* A communicator of one rank (static; rt_comm_free ignores it). */
 rt_comm *rt_comm_self(void);

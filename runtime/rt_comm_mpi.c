@@ -58,14 +58,23 @@ static rt_status mpi_usable(mpi_ctx *c, const char *what) {
     return rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): %s after %s", c->size, what, c->broken);
 }
 
-/* Polls req until it completes or the deadline passes. Sleeps grow from 20 us to 1 ms, so
- * an oversubscribed machine is not spent spinning while MPI still makes progress. */
-static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t count) {
+/* Polls the n requests until all complete or the deadline passes. Sleeps grow from 20 us to
+ * 1 ms, so an oversubscribed machine is not spent spinning while MPI still makes progress.
+ * statuses (n, or NULL) receive the requests' statuses; a request that completed with an error
+ * (a truncated receive) returns MPI_ERR_IN_STATUS in *in_status instead of aborting, when
+ * in_status is not NULL. */
+static rt_status mpi_wait_all(mpi_ctx *c, int n, MPI_Request *req, MPI_Status *statuses, int *in_status,
+                              const char *what, size_t count) {
     double deadline = mpi_now() + c->timeout_s;
     long sleep_ns = 20000;
     for (int spins = 0;; spins++) {
         int done = 0;
-        MPI_CHECK(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        int rc = MPI_Testall(n, req, &done, statuses ? statuses : MPI_STATUSES_IGNORE);
+        if (rc == MPI_ERR_IN_STATUS && in_status) {
+            *in_status = rc;
+            return RT_OK;
+        }
+        MPI_CHECK(rc);
         if (done) return RT_OK;
         if (mpi_now() > deadline) break;
         if (spins > 100) {
@@ -74,7 +83,8 @@ static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t
             if (sleep_ns < 1000000) sleep_ns *= 2;
         }
     }
-    c->pending = *req;
+    for (int i = 0; i < n; i++)
+        if (req[i] != MPI_REQUEST_NULL) c->pending = req[i]; /* one of those still in flight */
     mpi_timed_out = 1;
     snprintf(c->broken, sizeof c->broken, "%s of %zu elements did not complete within %g s", what, count, c->timeout_s);
     /* MPI cannot say which rank is missing from a collective; with two ranks it is the other */
@@ -85,6 +95,10 @@ static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t
                      "mpi comm (size %d, rank %d): %s of %zu elements did not complete within %g s: %s died, hangs "
                      "or skipped it (--comm-timeout sets the wait)",
                      c->size, c->rank, what, count, c->timeout_s, who);
+}
+
+static rt_status mpi_wait(mpi_ctx *c, MPI_Request *req, const char *what, size_t count) {
+    return mpi_wait_all(c, 1, req, NULL, NULL, what, count);
 }
 
 static MPI_Op mpi_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? MPI_MAX : MPI_SUM; }
@@ -167,6 +181,48 @@ static rt_status mpi_barrier(void *vctx) {
     return mpi_wait(c, &req, "barrier", 0);
 }
 
+#define MPI_P2P_TAG 4242 /* apart from anything else on the duplicated communicator */
+
+static rt_status mpi_p2p(void *vctx, rt_p2p *ops, int n) {
+    mpi_ctx *c = vctx;
+    rt_status st = mpi_usable(c, "p2p");
+    if (st != RT_OK || n == 0) return st;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->rank)
+            return rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): rank %d cannot %s rank %d", c->size, c->rank,
+                             ops[i].send ? "send to" : "receive from", ops[i].peer);
+        if (ops[i].bytes > INT_MAX)
+            return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: a p2p message of %zu bytes exceeds MPI's int count",
+                             ops[i].bytes);
+        total += ops[i].bytes;
+    }
+    MPI_Request *req = rt_xmalloc((size_t)n * sizeof *req);
+    MPI_Status *sts = rt_xmalloc((size_t)n * sizeof *sts);
+    for (int i = 0; i < n; i++) {
+        if (ops[i].send)
+            MPI_CHECK(MPI_Isend(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, MPI_P2P_TAG, c->comm, &req[i]));
+        else
+            MPI_CHECK(MPI_Irecv(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, MPI_P2P_TAG, c->comm, &req[i]));
+    }
+    int in_status = MPI_SUCCESS;
+    st = mpi_wait_all(c, n, req, sts, &in_status, "p2p", total);
+    for (int i = 0; st == RT_OK && i < n; i++) {
+        if (ops[i].send) continue;
+        int got = -1;
+        if (in_status == MPI_SUCCESS || sts[i].MPI_ERROR == MPI_SUCCESS) MPI_CHECK(MPI_Get_count(&sts[i], MPI_BYTE, &got));
+        if (got != (int)ops[i].bytes) { /* shorter, or truncated: the ranks disagree on the schedule */
+            snprintf(c->broken, sizeof c->broken, "a p2p size mismatch with rank %d", ops[i].peer);
+            st = rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): rank %d expected %zu bytes from rank %d, %s", c->size,
+                           c->rank, ops[i].bytes, ops[i].peer,
+                           got < 0 ? "which sent more" : "which sent fewer");
+        }
+    }
+    free(req);
+    free(sts);
+    return st;
+}
+
 static rt_comm *mpi_comm_wrap(MPI_Comm comm, double timeout_s) {
     mpi_ctx *ctx = rt_xcalloc(1, sizeof *ctx);
     ctx->comm = comm;
@@ -235,6 +291,7 @@ static const rt_comm_ops mpi_ops = {
     .all_reduce_start = mpi_all_reduce_start,
     .wait = mpi_wait_request,
     .set_timeout = mpi_set_timeout,
+    .p2p = mpi_p2p,
 };
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {

@@ -55,6 +55,13 @@ static rt_status stats_all_reduce_start(void *ctx, float *buf, size_t n, rt_redu
 
 static rt_status stats_wait(void *ctx, void *req) { return rt_comm_wait(((rt_stats_ctx *)ctx)->inner, req); }
 
+static rt_status stats_p2p(void *ctx, rt_p2p *ops, int n) {
+    rt_stats_ctx *c = ctx;
+    for (int i = 0; i < n; i++)
+        if (ops[i].send) rt_stats_add(c, RT_COMM_OP_P2P, ops[i].bytes);
+    return rt_comm_p2p(c->inner, ops, n);
+}
+
 static void stats_free(void *ctx) { free(ctx); }
 
 static const rt_comm_ops rt_comm_stats_ops = {
@@ -68,6 +75,7 @@ static const rt_comm_ops rt_comm_stats_ops = {
     .free = stats_free,
     .all_reduce_start = stats_all_reduce_start,
     .wait = stats_wait,
+    .p2p = stats_p2p,
 };
 
 rt_comm *rt_comm_stats_wrap(rt_comm *inner, rt_comm_stats *stats) {
@@ -83,6 +91,7 @@ rt_comm *rt_comm_stats_wrap(rt_comm *inner, rt_comm_stats *stats) {
 }
 
 const char *rt_comm_op_name(rt_comm_op op) {
-    static const char *const names[RT_COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    static const char *const names[RT_COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                                                                "p2p"};
     return op >= 0 && op < RT_COMM_OP_COUNT ? names[op] : "?";
 }

@@ -13,6 +13,7 @@ typedef enum {
     RT_COMM_OP_REDUCE_SCATTER,
     RT_COMM_OP_ALL_GATHER,
     RT_COMM_OP_BROADCAST,
+    RT_COMM_OP_P2P, /* point-to-point: the bytes this rank sent */
     RT_COMM_OP_COUNT
 } rt_comm_op;
 

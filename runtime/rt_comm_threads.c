@@ -12,7 +12,11 @@
  *
  * A rank that does not arrive within the timeout breaks the group: the waiting ranks return
  * RT_ERR_RUNTIME naming the missing ranks, and every later call on the group fails at once,
- * since the ranks no longer agree on which round they are in. */
+ * since the ranks no longer agree on which round they are in.
+ *
+ * Point-to-point transfers are not rounds: a send copies its message into the mailbox of its
+ * (sender, receiver) pair at once (so sends never block), and a receive takes the oldest
+ * message of its pair, waiting for one until the timeout. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -46,6 +50,13 @@ typedef struct {
     int new_rank;
 } thr_slot;
 
+/* A point-to-point message waiting in its pair's mailbox. */
+typedef struct thr_msg {
+    struct thr_msg *next;
+    size_t bytes;
+    unsigned char data[];
+} thr_msg;
+
 struct thr_group {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -56,6 +67,7 @@ struct thr_group {
     int arrived;         /* ranks arrived in the current round */
     unsigned char *here; /* (size) arrived in the current round */
     thr_slot *slots[2];  /* (size) each, by the round's parity */
+    thr_msg **mail_head, **mail_tail; /* (size * size) [sender * size + receiver], oldest first */
     int broken;
     char err[256]; /* why the group broke, reported by every later call */
 };
@@ -81,6 +93,8 @@ static thr_group *thr_group_new(int size, double timeout_s) {
     g->here = rt_xcalloc((size_t)size, 1);
     g->slots[0] = rt_xcalloc((size_t)size, sizeof(thr_slot));
     g->slots[1] = rt_xcalloc((size_t)size, sizeof(thr_slot));
+    g->mail_head = rt_xcalloc((size_t)size * (size_t)size, sizeof(thr_msg *));
+    g->mail_tail = rt_xcalloc((size_t)size * (size_t)size, sizeof(thr_msg *));
     return g;
 }
 
@@ -89,6 +103,13 @@ static void thr_group_destroy(thr_group *g) {
         for (int r = 0; r < g->size; r++) free(g->slots[p][r].data);
         free(g->slots[p]);
     }
+    for (size_t i = 0; i < (size_t)g->size * (size_t)g->size; i++)
+        for (thr_msg *m = g->mail_head[i], *next; m; m = next) {
+            next = m->next;
+            free(m);
+        }
+    free(g->mail_head);
+    free(g->mail_tail);
     free(g->here);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
@@ -155,6 +176,14 @@ static double thr_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static struct timespec thr_deadline(double timeout_s) {
+    double deadline = thr_now() + timeout_s;
+    struct timespec ts;
+    ts.tv_sec = (time_t)deadline;
+    ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+    return ts;
+}
+
 /* One round: contribute `bytes` of `data` and wait for every rank. On success *slots_out is
  * the round's slot set, readable until this rank's next call. */
 static rt_status thr_round(thr_ctx *ctx, const thr_call *call, const void *data, size_t bytes, thr_slot **slots_out) {
@@ -183,10 +212,7 @@ static rt_status thr_round(thr_ctx *ctx, const thr_call *call, const void *data,
         g->gen++;
         pthread_cond_broadcast(&g->cv);
     } else {
-        double deadline = thr_now() + g->timeout_s;
-        struct timespec ts;
-        ts.tv_sec = (time_t)deadline;
-        ts.tv_nsec = (long)((deadline - (double)ts.tv_sec) * 1e9);
+        const struct timespec ts = thr_deadline(g->timeout_s);
         while (g->gen == my_gen && !g->broken) {
             int rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
             if (rc == ETIMEDOUT && g->gen == my_gen && !g->broken) {
@@ -292,6 +318,72 @@ static rt_status thr_split(void *vctx, int color, int key, rt_comm **out) {
     return RT_OK;
 }
 
+/* Under the lock: breaks the group with the message, waking every waiting rank. */
+static rt_status thr_break(thr_group *g, const char *msg) {
+    snprintf(g->err, sizeof g->err, "%s", msg);
+    g->broken = 1;
+    pthread_cond_broadcast(&g->cv);
+    return rt_errorf(RT_ERR_RUNTIME, "%s", g->err);
+}
+
+static rt_status thr_p2p(void *vctx, rt_p2p *ops, int n) {
+    thr_ctx *ctx = vctx;
+    thr_group *g = ctx->g;
+    const int me = ctx->rank, size = g->size;
+    char msg[256];
+    for (int i = 0; i < n; i++)
+        if (ops[i].peer < 0 || ops[i].peer >= size || ops[i].peer == me)
+            return rt_errorf(RT_ERR_RUNTIME, "threads comm (size %d): rank %d cannot %s rank %d", size, me,
+                             ops[i].send ? "send to" : "receive from", ops[i].peer);
+    rt_status st = RT_OK;
+    pthread_mutex_lock(&g->mu);
+    if (g->broken) {
+        st = rt_errorf(RT_ERR_RUNTIME, "%s (rank %d called p2p after that)", g->err, me);
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!ops[i].send) continue;
+        thr_msg *m = rt_xmalloc(sizeof *m + ops[i].bytes);
+        m->next = NULL;
+        m->bytes = ops[i].bytes;
+        if (ops[i].bytes) memcpy(m->data, ops[i].buf, ops[i].bytes);
+        const size_t box = (size_t)me * size + ops[i].peer;
+        if (g->mail_tail[box]) g->mail_tail[box]->next = m;
+        else g->mail_head[box] = m;
+        g->mail_tail[box] = m;
+    }
+    pthread_cond_broadcast(&g->cv);
+    const struct timespec ts = thr_deadline(g->timeout_s);
+    for (int i = 0; i < n && st == RT_OK; i++) {
+        if (ops[i].send) continue;
+        const size_t box = (size_t)ops[i].peer * size + me;
+        while (!g->mail_head[box] && !g->broken)
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &ts) == ETIMEDOUT && !g->mail_head[box] && !g->broken) {
+                snprintf(msg, sizeof msg, "threads comm (size %d): rank %d received nothing from rank %d within %g s",
+                         size, me, ops[i].peer, g->timeout_s);
+                st = thr_break(g, msg);
+                goto out;
+            }
+        if (!g->mail_head[box]) { /* broken while waiting */
+            st = rt_errorf(RT_ERR_RUNTIME, "%s", g->err);
+            goto out;
+        }
+        thr_msg *m = g->mail_head[box];
+        if (m->bytes != ops[i].bytes) {
+            snprintf(msg, sizeof msg, "threads comm (size %d): rank %d expected %zu bytes from rank %d, which sent %zu",
+                     size, me, ops[i].bytes, ops[i].peer, m->bytes);
+            st = thr_break(g, msg);
+            goto out;
+        }
+        if (!(g->mail_head[box] = m->next)) g->mail_tail[box] = NULL;
+        if (m->bytes) memcpy(ops[i].buf, m->data, m->bytes);
+        free(m);
+    }
+out:
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
 static void thr_free(void *vctx) {
     thr_ctx *ctx = vctx;
     if (!ctx) return;
@@ -312,6 +404,7 @@ static const rt_comm_ops thr_ops = {
     .barrier = thr_barrier,
     .split = thr_split,
     .free = thr_free,
+    .p2p = thr_p2p,
 };
 
 rt_status rt_comm_threads_create(int n, double timeout_s, rt_comm **comms) {

@@ -1,9 +1,12 @@
-/* The process grid: world = dp x tp, with Megatron's rank order. The tp ranks of one model
- * replica are adjacent (tp_rank = rank % tp, dp_rank = rank / tp), so with one node per
- * replica slice the tensor-parallel all-reduces, the chattiest traffic, stay inside a node.
+/* The process grid: world = pp x dp x tp, with Megatron's rank order (tp fastest, then dp,
+ * then pp): tp_rank = rank % tp, dp_rank = (rank / tp) % dp, pp_rank = rank / (tp * dp). The tp
+ * ranks of one model replica slice are adjacent, so with one node per slice the
+ * tensor-parallel all-reduces, the chattiest traffic, stay inside a node.
  *
- * tp groups the ranks holding shards of one replica; dp groups the ranks holding the same
- * shard in different replicas (the gradient all-reduce and ZeRO run over dp).
+ * tp groups the ranks holding shards of one pipeline stage of one replica; dp groups the ranks
+ * holding the same shard in different replicas (the gradient all-reduce and ZeRO run over dp);
+ * pp groups the stages of one replica's shard, in stage order (pp rank = stage), between which
+ * activations and their gradients travel point to point.
  *
  * Each group has two communicators with the same ranks, because the data lives in two places:
  *   device comm (tp, dp): buffers in the backend's memory: activations in the Megatron layers,
@@ -21,16 +24,17 @@
 #include "runtime/rt_status.h"
 
 typedef struct {
-    rt_comm *world;             /* not owned; a host comm */
-    rt_comm *tp, *dp;           /* device comms; owned; rt_comm_self() when that dimension is 1 */
-    rt_comm *tp_host, *dp_host; /* host comms; owned; the same objects as tp, dp until rt_grid_init_device */
-    int tp_size, dp_size;
-    int tp_rank, dp_rank;
+    rt_comm *world;                      /* not owned; a host comm */
+    rt_comm *tp, *dp, *pp;               /* device comms; owned; rt_comm_self() when that dimension is 1 */
+    rt_comm *tp_host, *dp_host, *pp_host; /* host comms; owned; the same objects as tp, dp, pp until
+                                          * rt_grid_init_device */
+    int tp_size, dp_size, pp_size;
+    int tp_rank, dp_rank, pp_rank;
 } rt_grid;
 
-/* Splits world into tp and dp groups; collective over world. The device comms are the host
- * comms. RT_ERR_CONFIG when tp < 1 or tp does not divide the world size. */
-rt_status rt_grid_init(rt_comm *world, int tp, rt_grid *out);
+/* Splits world into tp, dp and pp groups; collective over world. The device comms are the host
+ * comms. RT_ERR_CONFIG when tp or pp < 1 or tp x pp does not divide the world size. */
+rt_status rt_grid_init(rt_comm *world, int tp, int pp, rt_grid *out);
 /* For a backend on cuda_device (its rt_backend.device): gives each group of more than one rank
  * an NCCL device comm, bootstrapped over (and linked to) its host comm. A CPU backend
  * (cuda_device < 0) keeps the host comms: RT_OK, no communication. Collective over world

@@ -174,7 +174,7 @@ static rt_status rank_run(rank_arg *a) {
     gpt2_model *m = NULL;
     data_loader *loader = NULL;
     gpt2_config cfg;
-    RT_TRY(rt_grid_init(a->world, TP, &g));
+    RT_TRY(rt_grid_init(a->world, TP, 1, &g));
     view = g;
     if (a->routed) {
         view.dp = check_wrap(g.dp, &a->dev, 'd');
@@ -384,7 +384,7 @@ typedef struct {
 static void *dev_main(void *arg) {
     dev_arg *a = arg;
     rt_grid g;
-    a->st = rt_grid_init(a->world, TP, &g);
+    a->st = rt_grid_init(a->world, TP, 1, &g);
     if (a->st != RT_OK) {
         snprintf(a->msg, sizeof a->msg, "grid: %s", rt_error_message());
         return NULL;
@@ -401,7 +401,7 @@ static void *dev_main(void *arg) {
 
 static void check_device_refusal(void) {
     rt_grid one;
-    TZ_EXPECT_OK(rt_grid_init(rt_comm_self(), 1, &one));
+    TZ_EXPECT_OK(rt_grid_init(rt_comm_self(), 1, 1, &one));
     TZ_EXPECT_OK(rt_grid_init_device(&one, 0, 5.0)); /* one rank needs no comm, GPU or not */
     TZ_EXPECT(one.tp == rt_comm_self() && one.dp_host == rt_comm_self(), "one-rank grid changed");
     rt_grid_free(&one);

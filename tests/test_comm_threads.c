@@ -2,7 +2,8 @@
  * computed here in rank order (bit for bit, on every rank), reduce_scatter followed by
  * all_gather reproducing all_reduce, splits into Megatron's tp and dp groups through
  * rt_grid, a mismatched call, and a rank that never arrives: the others must fail with an
- * error naming it within the timeout, not hang.
+ * error naming it within the timeout, not hang. Point-to-point: the pipeline exercise
+ * (tests/comm_p2p_exercise.h), a receive that nothing answers, a size mismatch and a bad peer.
  *
  * The checks run on the main thread after the rank threads have joined, since the test
  * counters are not thread-safe: each rank thread only records what it got. */
@@ -15,6 +16,7 @@
 #include "runtime/rt_comm.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_launch.h"
+#include "tests/comm_p2p_exercise.h"
 #include "tests/testutil.h"
 
 #define MAXR 4
@@ -29,8 +31,8 @@ typedef struct {
     float ar_sum[N], ar_max[N];
     float rs[N], ag[MAXR * N];
     unsigned char bc[13];
-    int tp_size, dp_size, tp_rank, dp_rank;
-    float tp_sum, dp_sum, key_rank;
+    int tp_size, dp_size, pp_size, tp_rank, dp_rank, pp_rank;
+    float tp_sum, dp_sum, pp_sum, key_rank;
     int split_rank, split_size;
 } rank_out;
 
@@ -89,18 +91,23 @@ done:
     return NULL;
 }
 
+/* which = tp + 100 * pp */
 static void *run_grid(void *arg) {
     rank_out *o = arg;
     rt_grid g;
-    STEP(rt_grid_init(o->c, o->which, &g));
+    STEP(rt_grid_init(o->c, o->which % 100, o->which / 100, &g));
     o->tp_size = g.tp_size;
     o->dp_size = g.dp_size;
+    o->pp_size = g.pp_size;
     o->tp_rank = g.tp_rank;
     o->dp_rank = g.dp_rank;
-    o->tp_sum = (float)o->c->rank;
-    o->dp_sum = (float)o->c->rank;
+    o->pp_rank = g.pp_rank;
+    o->tp_sum = o->dp_sum = o->pp_sum = (float)o->c->rank;
     o->st = g.tp->ops->all_reduce(g.tp->ctx, &o->tp_sum, 1, RT_REDUCE_SUM);
     if (o->st == RT_OK) o->st = g.dp->ops->all_reduce(g.dp->ctx, &o->dp_sum, 1, RT_REDUCE_SUM);
+    if (o->st == RT_OK) o->st = g.pp->ops->all_reduce(g.pp->ctx, &o->pp_sum, 1, RT_REDUCE_SUM);
+    /* the stages of one pipeline pass messages to their neighbours */
+    if (o->st == RT_OK && g.pp_size > 1) o->st = p2p_exercise(g.pp, 5, o->msg, sizeof o->msg);
     rt_grid_free(&g);
 done:
     if (o->st != RT_OK) snprintf(o->msg, sizeof o->msg, "%s", rt_error_message());
@@ -127,6 +134,32 @@ static void *run_mismatch(void *arg) {
     float x[4] = {0};
     o->st = o->c->ops->all_reduce(o->c->ctx, x, o->c->rank == 1 ? 3 : 4, RT_REDUCE_SUM);
     snprintf(o->msg, sizeof o->msg, "%s", rt_error_message());
+    return NULL;
+}
+
+static void *run_p2p(void *arg) {
+    rank_out *o = arg;
+    o->st = p2p_exercise(o->c, 40, o->msg, sizeof o->msg);
+    if (o->st != RT_OK) snprintf(o->msg, sizeof o->msg, "%s", rt_error_message());
+    return NULL;
+}
+
+/* which 0: rank 1 waits for rank 0, which sends nothing; 1: rank 0 sends 8 bytes, rank 1 expects
+ * 4; 2: rank 0 names itself as the peer. */
+static void *run_p2p_bad(void *arg) {
+    rank_out *o = arg;
+    float x[2] = {1, 2};
+    rt_p2p op = {.send = o->c->rank == 0, .peer = 1 - o->c->rank, .buf = x, .bytes = o->which == 1 ? 8 : 4};
+    if (o->which == 0 && o->c->rank == 0) return NULL;
+    if (o->which == 1 && o->c->rank == 1) op.bytes = 4;
+    if (o->which == 2) {
+        if (o->c->rank == 1) return NULL;
+        op.peer = 0;
+    }
+    double t0 = now_s();
+    o->st = rt_comm_p2p(o->c, &op, 1);
+    o->elapsed = now_s() - t0;
+    if (o->st != RT_OK) snprintf(o->msg, sizeof o->msg, "%s", rt_error_message());
     return NULL;
 }
 
@@ -180,36 +213,45 @@ static void test_ops(int n) {
     }
 }
 
-static void test_grid(int n, int tp) {
+static void test_grid(int n, int tp, int pp) {
     rank_out o[MAXR];
-    run(n, 10.0, run_grid, tp, o);
+    run(n, 10.0, run_grid, tp + 100 * pp, o);
     for (int r = 0; r < n; r++) {
-        TZ_EXPECT(o[r].st == RT_OK, "size %d tp %d rank %d: %s", n, tp, r, o[r].msg);
+        TZ_EXPECT(o[r].st == RT_OK && !o[r].msg[0], "size %d tp %d pp %d rank %d: %s", n, tp, pp, r, o[r].msg);
         if (o[r].st != RT_OK) continue;
-        int dp = n / tp, tr = r % tp, dr = r / tp;
-        TZ_EXPECT(o[r].tp_size == tp && o[r].dp_size == dp && o[r].tp_rank == tr && o[r].dp_rank == dr,
-                  "size %d rank %d: grid tp %d/%d dp %d/%d", n, r, o[r].tp_rank, o[r].tp_size, o[r].dp_rank, o[r].dp_size);
-        /* tp group: ranks dr*tp .. dr*tp+tp-1; dp group: tr, tr+tp, ... */
-        float tp_sum = 0, dp_sum = 0;
-        for (int k = 0; k < tp; k++) tp_sum += (float)(dr * tp + k);
-        for (int k = 0; k < dp; k++) dp_sum += (float)(tr + k * tp);
+        /* Megatron's order: tp fastest, then dp, then pp */
+        int dp = n / (tp * pp), tr = r % tp, dr = r / tp % dp, pr = r / (tp * dp);
+        TZ_EXPECT(o[r].tp_size == tp && o[r].dp_size == dp && o[r].pp_size == pp && o[r].tp_rank == tr &&
+                      o[r].dp_rank == dr && o[r].pp_rank == pr,
+                  "size %d rank %d: grid tp %d/%d dp %d/%d pp %d/%d", n, r, o[r].tp_rank, o[r].tp_size, o[r].dp_rank,
+                  o[r].dp_size, o[r].pp_rank, o[r].pp_size);
+        float tp_sum = 0, dp_sum = 0, pp_sum = 0;
+        for (int k = 0; k < tp; k++) tp_sum += (float)((pr * dp + dr) * tp + k);
+        for (int k = 0; k < dp; k++) dp_sum += (float)((pr * dp + k) * tp + tr);
+        for (int k = 0; k < pp; k++) pp_sum += (float)((k * dp + dr) * tp + tr);
         TZ_EXPECT(o[r].tp_sum == tp_sum, "size %d tp %d rank %d: tp sum %g, expected %g", n, tp, r, o[r].tp_sum, tp_sum);
         TZ_EXPECT(o[r].dp_sum == dp_sum, "size %d tp %d rank %d: dp sum %g, expected %g", n, tp, r, o[r].dp_sum, dp_sum);
+        TZ_EXPECT(o[r].pp_sum == pp_sum, "size %d pp %d rank %d: pp sum %g, expected %g", n, pp, r, o[r].pp_sum, pp_sum);
     }
 }
 
 static void test_grid_bad_tp(void) {
     rank_out o[MAXR];
-    run(4, 10.0, run_grid, 3, o);
+    run(4, 10.0, run_grid, 3 + 100, o);
     for (int r = 0; r < 4; r++) {
         TZ_EXPECT(o[r].st == RT_ERR_CONFIG, "tp 3 of 4: got %s", rt_status_name(o[r].st));
         TZ_EXPECT(strstr(o[r].msg, "--tp 3 does not divide the world size 4") != NULL, "message: %s", o[r].msg);
     }
     rt_grid g;
-    TZ_EXPECT_OK(rt_grid_init(rt_comm_self(), 1, &g));
+    TZ_EXPECT_OK(rt_grid_init(rt_comm_self(), 1, 1, &g));
     TZ_EXPECT(g.tp == rt_comm_self() && g.dp == rt_comm_self(), "world 1: tp and dp should be rt_comm_self");
     rt_grid_free(&g);
-    TZ_EXPECT(rt_grid_init(rt_comm_self(), 0, &g) == RT_ERR_CONFIG, "tp 0 accepted");
+    TZ_EXPECT(rt_grid_init(rt_comm_self(), 0, 1, &g) == RT_ERR_CONFIG, "tp 0 accepted");
+    TZ_EXPECT(rt_grid_init(rt_comm_self(), 1, 0, &g) == RT_ERR_CONFIG, "pp 0 accepted");
+    run(4, 10.0, run_grid, 1 + 100 * 3, o);
+    for (int r = 0; r < 4; r++)
+        TZ_EXPECT(o[r].st == RT_ERR_CONFIG && strstr(o[r].msg, "--tp 1 x --pp 3 does not divide the world size 4"),
+                  "pp 3 of 4: %s", o[r].msg);
 }
 
 static void test_timeout(void) {
@@ -236,17 +278,44 @@ static void test_mismatch(void) {
     }
 }
 
+static void test_p2p(void) {
+    static rank_out o[MAXR];
+    for (int n = 2; n <= MAXR; n++) {
+        run(n, 10.0, run_p2p, 0, o);
+        for (int r = 0; r < n; r++)
+            TZ_EXPECT(o[r].st == RT_OK && !o[r].msg[0], "p2p size %d rank %d: %s", n, r, o[r].msg);
+    }
+    run(2, 0.3, run_p2p_bad, 0, o);
+    TZ_EXPECT(o[1].st == RT_ERR_RUNTIME && strstr(o[1].msg, "rank 1 received nothing from rank 0 within 0.3 s"),
+              "p2p timeout: %s", o[1].msg);
+    TZ_EXPECT(o[1].elapsed < 1.5, "p2p timeout took %.2f s", o[1].elapsed);
+    run(2, 5.0, run_p2p_bad, 1, o);
+    TZ_EXPECT(o[0].st == RT_OK, "p2p mismatch: the send itself succeeds: %s", o[0].msg);
+    TZ_EXPECT(o[1].st == RT_ERR_RUNTIME && strstr(o[1].msg, "rank 1 expected 4 bytes from rank 0, which sent 8"),
+              "p2p mismatch: %s", o[1].msg);
+    run(2, 5.0, run_p2p_bad, 2, o);
+    TZ_EXPECT(o[0].st == RT_ERR_RUNTIME && strstr(o[0].msg, "rank 0 cannot send to rank 0"), "p2p to itself: %s",
+              o[0].msg);
+    TZ_EXPECT(rt_comm_p2p(rt_comm_self(), NULL, 0) == RT_ERR_UNSUPPORTED, "the self comm has no p2p");
+}
+
 int main(void) {
     for (int n = 1; n <= MAXR; n++) test_ops(n);
-    test_grid(1, 1);
-    test_grid(2, 1);
-    test_grid(2, 2);
-    test_grid(4, 1);
-    test_grid(4, 2);
-    test_grid(4, 4);
-    test_grid(3, 3);
+    test_grid(1, 1, 1);
+    test_grid(2, 1, 1);
+    test_grid(2, 2, 1);
+    test_grid(4, 1, 1);
+    test_grid(4, 2, 1);
+    test_grid(4, 4, 1);
+    test_grid(3, 3, 1);
+    test_grid(2, 1, 2);
+    test_grid(4, 1, 2);
+    test_grid(4, 2, 2);
+    test_grid(4, 1, 4);
+    test_grid(3, 1, 3);
     test_grid_bad_tp();
     test_mismatch();
     test_timeout();
+    test_p2p();
     return tz_test_result("test_comm_threads");
 }

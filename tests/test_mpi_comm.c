@@ -1,7 +1,8 @@
 /* The MPI communicator under mpirun (registered at -np 2 and -np 4): launch detection sees
  * OpenMPI's variables and agrees with MPI, every collective matches a reference computed on
  * each rank and gives the same bits on every rank, the dp x tp grid at tp = 2, and a rank
- * that arrives late makes the others time out with an error instead of hanging.
+ * that arrives late makes the others time out with an error instead of hanging. Point-to-point:
+ * the pipeline exercise (tests/comm_p2p_exercise.h) and receives of the wrong size.
  *
  * Started without mpirun it runs as one rank on rt_comm_self, which is still a valid run. */
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "runtime/rt_comm.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_launch.h"
+#include "tests/comm_p2p_exercise.h"
 #include "tests/testutil.h"
 
 #define N 1001
@@ -79,7 +81,7 @@ static void test_ops(rt_comm *w) {
 
 static void test_grid(rt_comm *w, int tp) {
     rt_grid g;
-    TZ_EXPECT_OK(rt_grid_init(w, tp, &g));
+    TZ_EXPECT_OK(rt_grid_init(w, tp, 1, &g));
     if (!g.tp) return;
     TZ_EXPECT(g.tp_rank == w->rank % tp && g.dp_rank == w->rank / tp && g.tp->size == tp && g.dp->size == w->size / tp,
               "rank %d: tp %d/%d dp %d/%d", w->rank, g.tp_rank, g.tp->size, g.dp_rank, g.dp->size);
@@ -92,7 +94,22 @@ static void test_grid(rt_comm *w, int tp) {
               d_ref);
     rt_grid_free(&g);
     rt_grid bad;
-    if (w->size % 3 != 0) TZ_EXPECT(rt_grid_init(w, 3, &bad) == RT_ERR_CONFIG, "tp 3 accepted at world %d", w->size);
+    if (w->size % 3 != 0) TZ_EXPECT(rt_grid_init(w, 3, 1, &bad) == RT_ERR_CONFIG, "tp 3 accepted at world %d", w->size);
+}
+
+/* A pipeline of pp stages (tp 1): the stage groups hold ranks dp_rank, dp_rank + dp, ... in
+ * stage order, and their neighbours exchange the p2p exercise. */
+static void test_grid_pp(rt_comm *w, int pp) {
+    rt_grid g;
+    TZ_EXPECT_OK(rt_grid_init(w, 1, pp, &g));
+    if (!g.pp) return;
+    const int dp = w->size / pp;
+    TZ_EXPECT(g.pp_rank == w->rank / dp && g.dp_rank == w->rank % dp && g.pp->size == pp && g.pp->rank == g.pp_rank,
+              "rank %d: pp %d/%d dp %d", w->rank, g.pp_rank, g.pp->size, g.dp_rank);
+    char err[256];
+    rt_status st = p2p_exercise(g.pp, 10, err, sizeof err);
+    TZ_EXPECT(st == RT_OK && !err[0], "pp %d rank %d: %s", pp, w->rank, st == RT_OK ? err : rt_error_message());
+    rt_grid_free(&g);
 }
 
 /* Rank 0 waits at a barrier the others reach only after 1 s; with a 0.3 s timeout it must
@@ -121,6 +138,33 @@ static void test_timeout(rt_comm *w, int *argc, char ***argv) {
     rt_comm_free(quick);
 }
 
+/* The pipeline exercise, then rank 1 receiving 4 bytes where rank 0 sends 8, and 8 where it
+ * sends 4, each on a fresh communicator (a mismatch breaks the one it happens on). */
+static void test_p2p(rt_comm *w, int *argc, char ***argv) {
+    char err[256];
+    rt_status st = p2p_exercise(w, 30, err, sizeof err);
+    TZ_EXPECT(st == RT_OK && !err[0], "p2p exercise on rank %d: %s", w->rank, st == RT_OK ? err : rt_error_message());
+    for (int k = 0; k < 2; k++) {
+        rt_comm *c = NULL;
+        TZ_EXPECT_OK(rt_comm_mpi_init(argc, argv, 10.0, &c));
+        if (!c) return;
+        char buf[8] = {0};
+        const size_t sent = k ? 4 : 8, want = k ? 8 : 4;
+        if (c->rank < 2) {
+            rt_p2p op = {.send = c->rank == 0, .peer = 1 - c->rank, .buf = buf, .bytes = c->rank == 0 ? sent : want};
+            st = rt_comm_p2p(c, &op, 1);
+            if (c->rank == 1) {
+                TZ_EXPECT(st == RT_ERR_RUNTIME, "p2p of %zu bytes received as %zu: got %s", sent, want,
+                          rt_status_name(st));
+                TZ_EXPECT(strstr(rt_error_message(), k ? "which sent fewer" : "which sent more") != NULL,
+                          "message: %s", rt_error_message());
+            }
+        }
+        TZ_EXPECT_OK(w->ops->barrier(w->ctx));
+        rt_comm_free(c);
+    }
+}
+
 int main(int argc, char **argv) {
     rt_launch_info info;
     TZ_EXPECT_OK(rt_launch_detect(&info));
@@ -138,6 +182,9 @@ int main(int argc, char **argv) {
     test_grid(w, 1);
     if (w->size % 2 == 0) test_grid(w, 2);
     test_grid(w, w->size);
+    if (w->size > 1) test_p2p(w, &argc, &argv);
+    if (w->size % 2 == 0) test_grid_pp(w, 2);
+    if (w->size > 1) test_grid_pp(w, w->size);
     if (w->size > 1) test_timeout(w, &argc, &argv);
     rt_comm_free(w);
     rt_comm_mpi_finalize();

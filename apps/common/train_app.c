@@ -146,7 +146,7 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
                          (long long)o->checkpoint_num_layers);
     /* before the grid splits the world: its sub-communicators inherit the timeout */
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
-    rt_status st = rt_grid_init(world, (int)o->tp, grid);
+    rt_status st = rt_grid_init(world, (int)o->tp, 1, grid);
     if (st != RT_OK) return st;
     if (rt_args_source_of(spec, "batch-size") == RT_ARG_PRESET) {
         /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */

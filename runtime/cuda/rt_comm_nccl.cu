@@ -303,6 +303,32 @@ static rt_status nccl_barrier(void *vctx) {
     return st;
 }
 
+/* Pipeline transfers: one NCCL group of sends and receives on the comm's stream, waited for
+ * with the timeout. Host buffers travel over the host twin. NCCL matches only by order, so a
+ * receive of another size than its send is not detected here. */
+static rt_status nccl_p2p(void *vctx, rt_p2p *ops, int n) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    rt_status st = nccl_usable(c, "p2p");
+    if (st != RT_OK || n == 0) return st;
+    const int host = nccl_is_host(ops[0].buf);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        RT_CHECK(nccl_is_host(ops[i].buf) == host, "nccl p2p: host and device buffers in one batch");
+        if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->rank)
+            return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d): rank %d cannot %s rank %d", c->size, c->rank,
+                             ops[i].send ? "send to" : "receive from", ops[i].peer);
+        total += ops[i].bytes;
+    }
+    if (host) return rt_comm_p2p(c->bootstrap, ops, n);
+    nccl_set_device(c);
+    ncclResult_t rc = ncclGroupStart();
+    for (int i = 0; i < n && (rc == ncclSuccess || rc == ncclInProgress); i++)
+        rc = ops[i].send ? ncclSend(ops[i].buf, ops[i].bytes, ncclUint8, ops[i].peer, c->comm, c->stream)
+                         : ncclRecv(ops[i].buf, ops[i].bytes, ncclUint8, ops[i].peer, c->comm, c->stream);
+    ncclResult_t end = ncclGroupEnd();
+    return nccl_enqueued(c, rc == ncclSuccess || rc == ncclInProgress ? end : rc, "p2p", total);
+}
+
 static nccl_ctx *nccl_ctx_new(int device, double timeout_s) {
     nccl_ctx *c = (nccl_ctx *)rt_xcalloc(1, sizeof *c);
     c->device = device;
@@ -422,6 +448,7 @@ static const rt_comm_ops nccl_ops = {
     "nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_split, nccl_free,
     nccl_all_reduce_start, nccl_wait_request,
     NULL, /* set_timeout: the wait is fixed when the communicator is made (rt_grid_init_device) */
+    nccl_p2p,
 };
 
 static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
