@@ -1,0 +1,64 @@
+/* The 1F1B schedule and its executor (see rt_pipe.h). */
+#include "runtime/rt_pipe.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "runtime/rt_launch.h"
+
+void rt_pipe_1f1b(int stage, int stages, int micro, rt_pipe_action *out) {
+    RT_CHECK(stages >= 1 && stage >= 0 && stage < stages && micro >= 1, "stage %d of %d, %d micro-batches", stage,
+             stages, micro);
+    int warm = stages - stage - 1, f = 0, b = 0, k = 0;
+    if (warm > micro) warm = micro;
+    while (f < warm) out[k++] = (rt_pipe_action){RT_PIPE_FORWARD, f++};
+    while (f < micro) {
+        out[k++] = (rt_pipe_action){RT_PIPE_FORWARD, f++};
+        out[k++] = (rt_pipe_action){RT_PIPE_BACKWARD, b++};
+    }
+    while (b < micro) out[k++] = (rt_pipe_action){RT_PIPE_BACKWARD, b++};
+}
+
+int rt_pipe_in_flight(int stage, int stages, int micro) {
+    const int n = stages - stage;
+    return n < micro ? n : micro;
+}
+
+rt_status rt_pipe_run(rt_comm *pp, int micro, const rt_pipe_stage *stage, const rt_pipe_buffers *buf) {
+    rt_status st = RT_OK;
+    const int s = pp->rank, P = pp->size, n = 2 * micro;
+    const bool first = s == 0, last = s == P - 1;
+    rt_pipe_action *acts = rt_xmalloc((size_t)n * sizeof *acts);
+    rt_pipe_1f1b(s, P, micro, acts);
+    rt_p2p batch[2], send = {0};
+    bool sending = false; /* the last action left a send */
+    for (int i = 0; i <= n; i++) {
+        int k = 0;
+        if (sending) batch[k++] = send;
+        sending = false;
+        const rt_pipe_action a = i < n ? acts[i] : (rt_pipe_action){RT_PIPE_FORWARD, -1};
+        const bool fwd = a.kind == RT_PIPE_FORWARD;
+        /* the receive this action needs, in one batch with that send */
+        if (i < n && fwd && !first)
+            batch[k++] = (rt_p2p){.send = false, .peer = s - 1, .buf = buf->in, .bytes = stage->in_bytes(stage->ctx, a.micro)};
+        if (i < n && !fwd && !last)
+            batch[k++] = (rt_p2p){.send = false, .peer = s + 1, .buf = buf->dout,
+                                  .bytes = stage->out_bytes(stage->ctx, a.micro)};
+        if (k) RT_TRY(rt_comm_p2p(pp, batch, k));
+        if (i == n) break;
+        if (fwd) {
+            RT_TRY(stage->forward(stage->ctx, a.micro, first ? NULL : buf->in, last ? NULL : buf->out));
+            if (!last)
+                send = (rt_p2p){.send = true, .peer = s + 1, .buf = buf->out, .bytes = stage->out_bytes(stage->ctx, a.micro)};
+            sending = !last;
+        } else {
+            RT_TRY(stage->backward(stage->ctx, a.micro, last ? NULL : buf->dout, first ? NULL : buf->din));
+            if (!first)
+                send = (rt_p2p){.send = true, .peer = s - 1, .buf = buf->din, .bytes = stage->in_bytes(stage->ctx, a.micro)};
+            sending = !first;
+        }
+    }
+fail:
+    free(acts);
+    return st;
+}
