@@ -131,23 +131,29 @@ static const mdl_stack_names gpt2_block_names = {
     "h.%d.attn.c_proj.bias", "h.%d.ln_2.weight", "h.%d.ln_2.bias", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias",
     "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
 
-static void gpt2_declare_params(gpt2_model *m) {
+/* The stage's parameters: wte and wpe on the first, its blocks, ln_f and score on the last. */
+static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
     const gpt2_config *c = &m->cfg;
+    const bool first = mdl_stage_is_first(m->stage), last = mdl_stage_is_last(m->stage);
     float std = c->initializer_range;
     int C = m->C;
-    m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
-    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
+    m->wte = m->wpe = m->score = -1;
+    if (first) {
+        m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
+        m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
+    }
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
-    mdl_stack_config bc = {.n_layer = c->n_layer, .C = C, .n_head = c->n_head, .F = gpt2_inner(c),
-                           .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = true, .act = c->act,
-                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop, .emb_pdrop = c->embd_pdrop,
-                           .checkpoint_layers = c->checkpoint_layers};
+    mdl_stack_config bc = {.n_layer = n_blocks, .C = C, .n_head = c->n_head, .F = gpt2_inner(c),
+                           .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = last, .act = c->act,
+                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop,
+                           .emb_pdrop = first ? c->embd_pdrop : 0, .checkpoint_layers = c->checkpoint_layers,
+                           .layer_offset = first_block};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
     /* the classifier's head; a language model (num_labels 0) has only the tied one */
-    m->score = c->num_labels ? gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std) : -1;
+    if (last && c->num_labels) m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
@@ -180,10 +186,19 @@ static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
 
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out) {
+    return gpt2_model_init_stage(c, be, tp, mdl_stage_whole(), max_B, max_T, seed, out);
+}
+
+rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *tp, mdl_stage stage, int max_B,
+                                int max_T, uint64_t seed, gpt2_model **out) {
     rt_status st = RT_OK;
     gpt2_model *m = rt_xcalloc(1, sizeof *m);
+    int first_block = 0, n_blocks = 0;
     *out = NULL;
     RT_TRY(gpt2_config_validate(c, tp->size));
+    RT_TRY(mdl_stage_blocks(stage, c->n_layer, "GPT-2", &first_block, &n_blocks));
+    if (stage.count > 1 && c->num_labels == 0)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "GPT-2: the language model (its head tied to wte) has no pipeline stages yet");
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: batch size %d and length %d must be >= 1", max_B, max_T);
     if (max_T > c->n_positions)
         RT_FAIL(RT_ERR_CONFIG, "GPT-2: max length %d exceeds the model's n_positions %d", max_T, c->n_positions);
@@ -192,16 +207,17 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
     m->cfg = *c;
     m->be = be;
     m->tp = tp;
+    m->stage = stage;
     m->max_B = max_B;
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->n_embd;
     m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
-    gpt2_declare_params(m);
+    gpt2_declare_params(m, first_block, n_blocks);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
+    if (m->wte >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
     /* the head's rows for a language model only: a classifier uses just its logits (gpt2_lm_logits) */
     mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, c->num_labels ? 0 : m->max_BT, "GPT-2");
     rt_arena arena = {0};
@@ -278,57 +294,77 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
 /* GPT-2 attends causally, with padded keys masked. */
 static mdl_stack_mask gpt2_mask(const gpt2_model *m) { return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask}; }
 
+rt_status gpt2_embed(gpt2_model *m, size_t BT) {
+    rt_backend *be = m->be;
+    float *x = mdl_stack_residual(&m->blocks, 0);
+    rt_status st = mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab.start, m->vocab.local);
+    if (st == RT_OK) rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
+    return st;
+}
+
+void gpt2_embed_bwd(gpt2_model *m, const float *demb, size_t BT) {
+    rt_embedding_bwd(m->be, G(m->wte), demb, m->ids, BT, m->C, m->vocab.start, m->vocab.local);
+    rt_embedding_bwd(m->be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
+}
+
+rt_status gpt2_stack_fwd(gpt2_model *m, int B, int T, const mdl_pass *pass) {
+    mdl_stack_mask mask = gpt2_mask(m);
+    return mdl_stack_forward(&m->blocks, B, T, &mask, pass);
+}
+
+/* From dL/d(the stack's output) in mdl_stack_dout(&m->blocks). */
+rt_status gpt2_stack_bwd(gpt2_model *m, int B, int T, const mdl_pass *pass, const float **demb) {
+    mdl_stack_mask mask = gpt2_mask(m);
+    return mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), demb);
+}
+
 /* The transformer body: embeddings through ln_f into m->blocks.out. */
 rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
-    mdl_stack_mask mask = gpt2_mask(m);
-    float *x = mdl_stack_residual(&m->blocks, 0);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab.start, m->vocab.local));
-    rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
-    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
-fail:
-    return st;
+    rt_status st = gpt2_embed(m, (size_t)B * T);
+    return st == RT_OK ? gpt2_stack_fwd(m, B, T, pass) : st;
 }
 
 /* Backward of the body, from dL/d(ln_f output) in mdl_stack_dout(&m->blocks). */
 static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
     const float *demb = NULL;
-    mdl_stack_mask mask = gpt2_mask(m);
-    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
-    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, m->C, m->vocab.start, m->vocab.local);
-    rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
-fail:
+    rt_status st = gpt2_stack_bwd(m, B, T, pass, &demb);
+    if (st == RT_OK) gpt2_embed_bwd(m, demb, (size_t)B * T);
     return st;
 }
 
-rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
-                        float *host_logits) {
-    rt_status st = RT_OK;
-    const gpt2_config *c = &m->cfg;
+void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits) {
     rt_backend *be = m->be;
-    const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
-    const size_t BT = (size_t)B * T;
-    if (m->score < 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
-    RT_TRY(mdl_cls_check_batch("GPT-2", b, NL));
-    RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
-    RT_TRY(gpt2_forward_body(m, B, T, pass));
+    const int B = b->B, C = m->C, NL = m->cfg.num_labels;
     rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
-    if (!(grad_scale > 0)) return RT_OK;
+}
 
-    /* head backward: logits = pooled score^T; pooled = rows of ln_f output */
-    /* score is replicated: each rank already has the whole dL/dpooled, so no all-reduce */
-    mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C, NL);
-    rt_clear(be, mdl_stack_dout(&m->blocks), BT * C * sizeof(float));
+/* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank
+ * already has the whole dL/dpooled, so no all-reduce. */
+void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
+    rt_backend *be = m->be;
+    const int C = m->C;
+    mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C,
+                       m->cfg.num_labels);
+    rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * C * sizeof(float));
     rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->dpooled, m->last, B, C);
+}
+
+rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits) {
+    rt_status st = RT_OK;
+    const int B = b->B, T = b->T;
+    if (m->stage.count > 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage steps through gpt2_pipe_step");
+    if (m->score < 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
+    RT_TRY(mdl_cls_check_batch("GPT-2", b, m->cfg.num_labels));
+    RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
+    RT_TRY(gpt2_forward_body(m, B, T, pass));
+    gpt2_cls_head_fwd(m, b, grad_scale, loss_sum, host_logits);
+    if (!(grad_scale > 0)) return RT_OK;
+    gpt2_cls_head_bwd(m, B, T);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;

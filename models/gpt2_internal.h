@@ -18,7 +18,8 @@ struct gpt2_model {
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    int wte, wpe, score;
+    mdl_stage stage;    /* which blocks this model holds (models/stage.h) */
+    int wte, wpe, score; /* -1 on stages without them */
     mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
     int C;
@@ -42,5 +43,15 @@ struct gpt2_model {
 rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T, bool pool);
 /* Embeddings through ln_f into m->blocks.out. */
 rt_status gpt2_forward_body(gpt2_model *m, int B, int T, const mdl_pass *pass);
+/* The pieces of a classifier step (gpt2_cls_step, and the pipelined one in gpt2_pipe.c):
+ * token and position embeddings of the uploaded batch into the blocks' first residual, and
+ * their backward from demb; the stack over the uploaded batch; the head from the stack's
+ * output (pool, score, loss) and its backward into the stack's dout. */
+rt_status gpt2_embed(gpt2_model *m, size_t BT);
+void gpt2_embed_bwd(gpt2_model *m, const float *demb, size_t BT);
+rt_status gpt2_stack_fwd(gpt2_model *m, int B, int T, const mdl_pass *pass);
+rt_status gpt2_stack_bwd(gpt2_model *m, int B, int T, const mdl_pass *pass, const float **demb);
+void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits);
+void gpt2_cls_head_bwd(gpt2_model *m, int B, int T);
 
 #endif

@@ -62,19 +62,20 @@ void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_
     const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS;
     for (int l = 0; l < c->n_layer; l++) {
         mdl_block_params *y = &s->layer[l];
+        const int g = l + c->layer_offset; /* in the names */
         /* the checkpoints' order: each norm before (pre) or after (post) its sublayer */
-        if (!c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, l);
-        y->attn.q_w = named_add(s, map, n->qkv_w, l, 3 * (int64_t)Il, C, N, std);
-        y->attn.q_b = named_add(s, map, n->qkv_b, l, 3 * (int64_t)Il, 0, Z, 0);
-        y->attn.proj_w = named_add(s, map, n->proj_w, l, C, Il, N, pstd);
-        y->attn.proj_b = named_add(s, map, n->proj_b, l, C, 0, Z, 0);
-        if (c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, l);
-        if (!c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, l);
-        y->ffn.up_w = named_add(s, map, n->up_w, l, Fl, C, N, std);
-        y->ffn.up_b = named_add(s, map, n->up_b, l, Fl, 0, Z, 0);
-        y->ffn.down_w = named_add(s, map, n->down_w, l, C, Fl, N, pstd);
-        y->ffn.down_b = named_add(s, map, n->down_b, l, C, 0, Z, 0);
-        if (c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, l);
+        if (!c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, g);
+        y->attn.q_w = named_add(s, map, n->qkv_w, g, 3 * (int64_t)Il, C, N, std);
+        y->attn.q_b = named_add(s, map, n->qkv_b, g, 3 * (int64_t)Il, 0, Z, 0);
+        y->attn.proj_w = named_add(s, map, n->proj_w, g, C, Il, N, pstd);
+        y->attn.proj_b = named_add(s, map, n->proj_b, g, C, 0, Z, 0);
+        if (c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, g);
+        if (!c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, g);
+        y->ffn.up_w = named_add(s, map, n->up_w, g, Fl, C, N, std);
+        y->ffn.up_b = named_add(s, map, n->up_b, g, Fl, 0, Z, 0);
+        y->ffn.down_w = named_add(s, map, n->down_w, g, C, Fl, N, pstd);
+        y->ffn.down_b = named_add(s, map, n->down_b, g, C, 0, Z, 0);
+        if (c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, g);
         y->first = c->post_norm ? y->attn.q_w : y->norm1.w;
     }
     if (c->final_norm) s->final = named_norm(s, map, n->final_w, n->final_b, 0);
@@ -195,7 +196,7 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
 /* The dropout of block l's site `kind` at rate p (none outside training). */
 static mdl_drop stack_drop(const mdl_stack *s, const mdl_pass *pass, float p, int l, mdl_site_kind kind) {
     if (!pass->training || !(p > 0)) return (mdl_drop){0};
-    int site = s->cfg.site[kind] + l * s->cfg.site_stride;
+    int site = s->cfg.site[kind] + (l + s->cfg.layer_offset) * s->cfg.site_stride;
     return (mdl_drop){.p = p, .seed = pass->seed, .stream = mdl_dropout_stream(pass, site)};
 }
 

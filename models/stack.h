@@ -59,6 +59,8 @@ typedef struct {
     float attn_pdrop, resid_pdrop, ffn_pdrop, emb_pdrop, final_pdrop;
     int site_emb, site_final, site[MDL_SITE_KINDS], site_stride; /* dropout sites, -1: none */
     int checkpoint_layers;     /* 0: keep every block's activations; K: recompute K blocks at a time */
+    int layer_offset;          /* a pipeline stage's stack: the global index of its first block (n_layer is its
+                                * own count); parameter names and dropout sites use global indices */
 } mdl_stack_config;
 
 /* One block's parameters; -1 for what the configuration has not. */
