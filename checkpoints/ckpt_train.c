@@ -23,45 +23,120 @@ static rt_status ckpt_train_desc(const char *path, const rt_param_spec *s, const
     return RT_OK;
 }
 
-rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json) {
+/* A record on its way from a later pipeline stage to the writer. */
+typedef struct {
+    char name[RT_PARAM_NAME_MAX + 16];
+    int32_t ndim;
+    uint64_t shape[RT_PARAM_MAX_DIMS];
+} ckpt_train_header;
+
+/* The writer's side of one record: written at once, or (a later stage's) received first. */
+typedef struct {
+    ckpt_native_writer *w;
+    rt_status wst; /* after a write error the writer keeps receiving, so every rank still takes part in every
+                    * transfer, and reports the error at the end */
+    float *full;
+    size_t cap;
+} ckpt_train_sink;
+
+static void ckpt_train_sink_add(ckpt_train_sink *k, const ckpt_train_header *h) {
+    size_t shape[RT_PARAM_MAX_DIMS];
+    for (int d = 0; d < h->ndim; d++) shape[d] = (size_t)h->shape[d];
+    if (k->wst == RT_OK) k->wst = ckpt_native_writer_add(k->w, h->name, RT_F32, h->ndim, shape, k->full);
+}
+
+static size_t ckpt_train_header_numel(const ckpt_train_header *h) {
+    size_t n = 1;
+    for (int d = 0; d < h->ndim; d++) n *= (size_t)h->shape[d];
+    return n;
+}
+
+/* One kind of this stage's tensors: gathered over tp to its rank 0, which writes them (the
+ * first stage) or sends each, header then values, to the first stage over pp. */
+static rt_status ckpt_train_save_stage(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, int kind,
+                                       ckpt_tp_scratch *scr, ckpt_train_sink *k) {
     rt_status st = RT_OK;
-    /* the lead's write outcome: after a write error it keeps gathering, so every rank still
-     * takes part in every collective, and reports the error at the end */
-    rt_status wst = RT_OK;
+    const float *buf = ckpt_train_buffer(p, kind);
     const bool lead = tp->rank == 0;
-    ckpt_native_writer *w = NULL;
-    ckpt_tp_scratch scr = {0};
-    float *full = NULL;
-    size_t cap = 0;
-    if (lead) wst = ckpt_native_writer_begin(path, meta_json, &w);
-    for (int kind = 0; kind < 3; kind++) {
-        const float *buf = ckpt_train_buffer(p, kind);
-        if (!buf) continue; /* moments exist once the optimizer ran */
-        for (int i = 0; i < p->n; i++) {
-            const rt_param_spec *s = &p->specs[i];
-            ckpt_tp_desc d;
-            RT_TRY(ckpt_train_desc(path, s, tp, &d));
-            size_t n = ckpt_tp_full_numel(&d);
-            if (lead && n > cap) full = rt_xrealloc(full, (cap = n) * sizeof(float));
-            RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, &scr, lead ? full : NULL));
-            if (!lead || wst != RT_OK) continue;
-            char name[RT_PARAM_NAME_MAX + 16];
-            size_t shape[RT_PARAM_MAX_DIMS];
-            snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
-            for (int k = 0; k < d.ndim; k++) shape[k] = (size_t)d.full[k];
-            wst = ckpt_native_writer_add(w, name, RT_F32, d.ndim, shape, full);
+    int32_t count = buf ? p->n : 0; /* moments exist once the optimizer ran */
+    rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
+    if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
+    for (int i = 0; i < count; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        ckpt_tp_desc d;
+        ckpt_train_header h = {.ndim = 0};
+        RT_TRY(ckpt_train_desc(path, s, tp, &d));
+        const size_t n = ckpt_tp_full_numel(&d);
+        if (lead && n > k->cap) k->full = rt_xrealloc(k->full, (k->cap = n) * sizeof(float));
+        RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, scr, lead ? k->full : NULL));
+        if (!lead) continue;
+        snprintf(h.name, sizeof h.name, "%s/%s", ckpt_train_kinds[kind], s->name);
+        h.ndim = d.ndim;
+        for (int j = 0; j < d.ndim; j++) h.shape[j] = (uint64_t)d.full[j];
+        if (pp->rank == 0) {
+            ckpt_train_sink_add(k, &h);
+            continue;
         }
+        op = (rt_p2p){.send = true, .peer = 0, .buf = &h, .bytes = sizeof h};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        op = (rt_p2p){.send = true, .peer = 0, .buf = k->full, .bytes = n * sizeof(float)};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
     }
-    if (lead) {
-        if (wst == RT_OK) wst = ckpt_native_writer_commit(w);
-        else ckpt_native_writer_abort(w);
-        w = NULL;
-    }
-    st = ckpt_tp_agree(tp, wst, path, "checkpoint");
 fail:
-    if (w) ckpt_native_writer_abort(w);
+    return st;
+}
+
+/* The writer receives stage `from`'s records of one kind. */
+static rt_status ckpt_train_receive_stage(const char *path, rt_comm *pp, int from, ckpt_train_sink *k) {
+    rt_status st = RT_OK;
+    int32_t count = 0;
+    ckpt_train_header h;
+    rt_p2p op = {.send = false, .peer = from, .buf = &count, .bytes = sizeof count};
+    RT_TRY(rt_comm_p2p(pp, &op, 1));
+    for (int i = 0; i < count; i++) {
+        op = (rt_p2p){.send = false, .peer = from, .buf = &h, .bytes = sizeof h};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        if (h.ndim < 0 || h.ndim > RT_PARAM_MAX_DIMS || !memchr(h.name, 0, sizeof h.name))
+            RT_FAIL(RT_ERR_RUNTIME, "%s: pipeline stage %d sent a malformed record header", path, from);
+        const size_t n = ckpt_train_header_numel(&h);
+        if (n > k->cap) k->full = rt_xrealloc(k->full, (k->cap = n) * sizeof(float));
+        op = (rt_p2p){.send = false, .peer = from, .buf = k->full, .bytes = n * sizeof(float)};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        ckpt_train_sink_add(k, &h);
+    }
+fail:
+    return st;
+}
+
+rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, const char *meta_json) {
+    rt_status st = RT_OK;
+    const bool writer = tp->rank == 0 && pp->rank == 0;
+    ckpt_train_sink k = {0};
+    ckpt_tp_scratch scr = {0};
+    if (writer) k.wst = ckpt_native_writer_begin(path, meta_json, &k.w);
+    /* kind by kind, stage by stage: the records come in the order one process writes them */
+    for (int kind = 0; kind < 3; kind++) {
+        RT_TRY(ckpt_train_save_stage(path, p, tp, pp, kind, &scr, &k));
+        for (int from = 1; writer && from < pp->size; from++) RT_TRY(ckpt_train_receive_stage(path, pp, from, &k));
+    }
+    if (writer) {
+        if (k.wst == RT_OK) k.wst = ckpt_native_writer_commit(k.w);
+        else ckpt_native_writer_abort(k.w);
+        k.w = NULL;
+    }
+    /* the writer's outcome: to its tp group, then (from the first stage's ranks) to every stage */
+    st = ckpt_tp_agree(tp, k.wst, path, "checkpoint");
+    if (pp->size > 1) {
+        int code = (int)st;
+        rt_status bst = pp->ops->broadcast(pp->ctx, &code, sizeof code, 0);
+        if (bst != RT_OK) st = bst;
+        else if (pp->rank != 0 && code != RT_OK)
+            st = rt_errorf((rt_status)code, "%s: the first pipeline stage failed to write the checkpoint", path);
+    }
+fail:
+    if (k.w) ckpt_native_writer_abort(k.w);
     ckpt_tp_scratch_free(p->be, &scr);
-    free(full);
+    free(k.full);
     return st;
 }
 
@@ -112,19 +187,21 @@ fail:
     return st;
 }
 
-rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, char **meta_json) {
+rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, rt_comm *pp, char **meta_json) {
     *meta_json = NULL;
     rt_status st = ckpt_train_load_local(path, p, tp, meta_json);
-    if (tp->size == 1) return st;
     /* agree: a rank that loaded must not train on while another rank stopped */
     float worst = (float)st;
-    rt_status cst = tp->ops->all_reduce(tp->ctx, &worst, 1, RT_REDUCE_MAX);
+    rt_comm *groups[2] = {tp, pp};
+    rt_status cst = RT_OK;
+    for (int g = 0; g < 2 && cst == RT_OK; g++)
+        if (groups[g]->size > 1) cst = groups[g]->ops->all_reduce(groups[g]->ctx, &worst, 1, RT_REDUCE_MAX);
     if (st == RT_OK && (cst != RT_OK || worst != 0.0f)) {
         free(*meta_json);
         *meta_json = NULL;
         if (cst != RT_OK) return cst;
-        return rt_errorf((rt_status)(int)worst, "%s: another tp rank failed to load the checkpoint (%s)", path,
-                         rt_status_name((rt_status)(int)worst));
+        return rt_errorf((rt_status)(int)worst, "%s: another tp rank or pipeline stage failed to load the checkpoint (%s)",
+                         path, rt_status_name((rt_status)(int)worst));
     }
     return st; /* this rank's own error keeps its message */
 }

@@ -27,6 +27,10 @@ typedef struct {
     void (*free)(void *model);
     /* Model FLOPs of training on B rows of T tokens (models/flops.h), for MFU. */
     double (*train_flops)(void *model, int B, int T);
+    /* A pipeline stage's training step (mdl_trainable.pipeline_step); NULL: the model is
+     * whole. step then evaluates only (grad_scale 0). */
+    rt_status (*pipeline_step)(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                               double *loss_sum);
 } mdl_classifier;
 
 #endif

@@ -156,6 +156,22 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
     if (last && c->num_labels) m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
 }
 
+/* A stage's parameters draw the init streams the whole model's same-named ones draw: their
+ * indices in its declaration, found by declaring it without allocating. */
+static void gpt2_whole_model_streams(gpt2_model *m) {
+    gpt2_model whole = *m;
+    whole.stage = mdl_stage_whole();
+    rt_params_init(&whole.params, m->be);
+    gpt2_declare_params(&whole, 0, m->cfg.n_layer);
+    for (int i = 0; i < m->params.n; i++) {
+        const int j = rt_params_find(&whole.params, m->params.specs[i].name);
+        RT_CHECK(j >= 0, "GPT-2 stage parameter %s is not in the whole model", m->params.specs[i].name);
+        m->params.specs[i].init_stream = j;
+    }
+    rt_params_free(&whole.params);
+    mdl_stack_free(&whole.blocks);
+}
+
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
 static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     const size_t BT = m->max_BT, B = (size_t)m->max_B;
@@ -186,14 +202,15 @@ static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
 
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out) {
-    return gpt2_model_init_stage(c, be, tp, mdl_stage_whole(), max_B, max_T, seed, out);
+    return gpt2_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
 }
 
-rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *tp, mdl_stage stage, int max_B,
-                                int max_T, uint64_t seed, gpt2_model **out) {
+rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
+                                int max_B, int max_T, uint64_t seed, gpt2_model **out) {
     rt_status st = RT_OK;
     gpt2_model *m = rt_xcalloc(1, sizeof *m);
     int first_block = 0, n_blocks = 0;
+    const mdl_stage stage = {pp->rank, pp->size};
     *out = NULL;
     RT_TRY(gpt2_config_validate(c, tp->size));
     RT_TRY(mdl_stage_blocks(stage, c->n_layer, "GPT-2", &first_block, &n_blocks));
@@ -208,6 +225,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->be = be;
     m->tp = tp;
     m->stage = stage;
+    m->pp = pp;
     m->max_B = max_B;
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
@@ -215,6 +233,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
     gpt2_declare_params(m, first_block, n_blocks);
+    if (stage.count > 1) gpt2_whole_model_streams(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     if (m->wte >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
@@ -231,6 +250,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float)); /* losses, or the MSE head's scratch */
+    if (stage.count > 1) RT_TRY(gpt2_pipe_init(m, max_micro, &m->pipe));
     *out = m;
     return RT_OK;
 fail:
@@ -240,6 +260,7 @@ fail:
 
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
+    gpt2_pipe_free(m->pipe);
     mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
@@ -357,9 +378,12 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
                         float *host_logits) {
     rt_status st = RT_OK;
     const int B = b->B, T = b->T;
-    if (m->stage.count > 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage steps through gpt2_pipe_step");
-    if (m->score < 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
+    if (m->cfg.num_labels == 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
     RT_TRY(mdl_cls_check_batch("GPT-2", b, m->cfg.num_labels));
+    if (m->stage.count > 1) {
+        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage trains through gpt2_pipe_step");
+        return gpt2_pipe_forward(m, b, loss_sum, host_logits);
+    }
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
     gpt2_cls_head_fwd(m, b, grad_scale, loss_sum, host_logits);
@@ -443,6 +467,11 @@ static rt_status gpt2_cls_vsave_hf(void *model, const char *dir) { return gpt2_s
 
 static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 
+static rt_status gpt2_cls_vpipeline(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step,
+                                    float grad_scale, double *loss_sum) {
+    return gpt2_pipe_step(model, b, n, seed, step, grad_scale, loss_sum);
+}
+
 static double gpt2_cls_vflops(void *model, int B, int T) {
     return mdl_stack_train_flops(&((gpt2_model *)model)->blocks, B, T, 0);
 }
@@ -454,5 +483,6 @@ void gpt2_classifier(gpt2_model *m, mdl_classifier *out) {
                             .params = gpt2_cls_vparams,
                             .save_hf = gpt2_cls_vsave_hf,
                             .free = gpt2_cls_vfree,
-                            .train_flops = gpt2_cls_vflops};
+                            .train_flops = gpt2_cls_vflops,
+                            .pipeline_step = m->stage.count > 1 ? gpt2_cls_vpipeline : NULL};
 }

@@ -19,6 +19,8 @@ struct gpt2_model {
     rt_comm *tp;
     rt_params params;
     mdl_stage stage;    /* which blocks this model holds (models/stage.h) */
+    rt_comm *pp;        /* the stages' comm (stage = its rank); not owned */
+    struct gpt2_pipe *pipe; /* the pipelined step's buffers (gpt2_pipe.c); NULL with one stage */
     int wte, wpe, score; /* -1 on stages without them */
     mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
@@ -53,5 +55,10 @@ rt_status gpt2_stack_fwd(gpt2_model *m, int B, int T, const mdl_pass *pass);
 rt_status gpt2_stack_bwd(gpt2_model *m, int B, int T, const mdl_pass *pass, const float **demb);
 void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits);
 void gpt2_cls_head_bwd(gpt2_model *m, int B, int T);
+/* gpt2_pipe.c: the pipelined step's state, and the forward-only pass of gpt2_cls_step. */
+typedef struct gpt2_pipe gpt2_pipe;
+rt_status gpt2_pipe_init(gpt2_model *m, int max_micro, gpt2_pipe **out);
+void gpt2_pipe_free(gpt2_pipe *p);
+rt_status gpt2_pipe_forward(gpt2_model *m, const rt_batch *b, double *loss_sum, float *host_logits);
 
 #endif

@@ -1,10 +1,13 @@
 /* The GPT-2 classifier as a pipeline stage (gpt2_pipe_step in gpt2.h; the schedule and the
- * transfers are runtime/rt_pipe.c's). A forward keeps only its micro-batch's input (the
+ * transfers are runtime/rt_pipe.c's), and its forward-only pass for evaluation.
+ *
+ * Training: A forward keeps only its micro-batch's input (the
  * embeddings' output on the first stage, the received activation elsewhere) in one of
  * rt_pipe_in_flight slots; the backward recomputes the stage's forward from it, with the same
  * dropout bits, unless the blocks' activations still hold that micro-batch (always so on the
  * last stage, whose forward and backward of a micro-batch are adjacent). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "models/gpt2.h"
 #include "models/gpt2_internal.h"
@@ -17,6 +20,7 @@ struct gpt2_pipe {
     int slots;       /* saved inputs: micro-batch k in slot k % slots */
     float *saved;    /* (slots, max_BT, C) backend memory */
     rt_pipe_buffers buf; /* each (max_BT, C) */
+    unsigned char *h_result; /* host: the last stage's loss (a double) and logits (max_B, num_labels) */
     int held;        /* the micro-batch the blocks' activations hold, -1: none */
     /* this step's */
     const rt_batch *b;
@@ -91,22 +95,20 @@ fail:
 
 void gpt2_pipe_free(gpt2_pipe *p) {
     if (!p) return;
+    free(p->h_result);
     void *bufs[5] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
     for (int i = 0; i < 5; i++)
         if (bufs[i]) rt_free_device(p->m->be, bufs[i]);
     free(p);
 }
 
-rt_status gpt2_pipe_init(gpt2_model *m, int stages, int max_micro, gpt2_pipe **out) {
+rt_status gpt2_pipe_init(gpt2_model *m, int max_micro, gpt2_pipe **out) {
     rt_status st = RT_OK;
     gpt2_pipe *p = rt_xcalloc(1, sizeof *p);
     *out = NULL;
     p->m = m;
-    if (stages != m->stage.count || max_micro < 1)
-        RT_FAIL(RT_ERR_CONFIG, "GPT-2 pipeline: %d stages over a model of stage %d of %d, %d micro-batches", stages,
-                m->stage.index, m->stage.count, max_micro);
-    if (m->score < 0 && mdl_stage_is_last(m->stage))
-        RT_FAIL(RT_ERR_CONFIG, "GPT-2 pipeline: the last stage has no classification head (num_labels 0)");
+    if (max_micro < 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2 pipeline: %d micro-batches per step", max_micro);
+    p->h_result = rt_xmalloc(sizeof(double) + (size_t)m->max_B * (size_t)m->cfg.num_labels * sizeof(float));
     p->max_micro = max_micro;
     p->slots = rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro);
     const size_t act = m->max_BT * (size_t)m->C * sizeof(float);
@@ -122,13 +124,12 @@ fail:
     return st;
 }
 
-rt_status gpt2_pipe_step(gpt2_pipe *p, rt_comm *pp, const rt_batch *b, int M, uint64_t seed, int64_t step,
-                         float grad_scale, double *loss_sum) {
+rt_status gpt2_pipe_step(gpt2_model *m, const rt_batch *b, int M, uint64_t seed, int64_t step, float grad_scale,
+                         double *loss_sum) {
     rt_status st = RT_OK;
+    gpt2_pipe *p = m->pipe;
     *loss_sum = 0;
-    if (pp->size != p->m->stage.count || pp->rank != p->m->stage.index)
-        return rt_errorf(RT_ERR_CONFIG, "GPT-2 pipeline: comm rank %d of %d for stage %d of %d", pp->rank, pp->size,
-                         p->m->stage.index, p->m->stage.count);
+    if (!p) return rt_errorf(RT_ERR_CONFIG, "GPT-2: gpt2_pipe_step on a model without pipeline stages");
     if (M < 1 || M > p->max_micro)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2 pipeline: %d micro-batches, sized for at most %d", M, p->max_micro);
     for (int k = 0; k < M; k++) RT_TRY(mdl_cls_check_batch("GPT-2", &b[k], p->m->cfg.num_labels));
@@ -140,8 +141,40 @@ rt_status gpt2_pipe_step(gpt2_pipe *p, rt_comm *pp, const rt_batch *b, int M, ui
     p->loss_sum = 0;
     const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward,
                                  .backward = pipe_backward};
-    RT_TRY(rt_pipe_run(pp, M, &stage, &p->buf));
+    RT_TRY(rt_pipe_run(m->pp, M, &stage, &p->buf));
     *loss_sum = p->loss_sum;
+fail:
+    return st;
+}
+
+/* Evaluation: the batch through the stages one after another (no schedule: nothing to
+ * overlap without a backward), then the last stage's loss and logits broadcast to all. */
+rt_status gpt2_pipe_forward(gpt2_model *m, const rt_batch *b, double *loss_sum, float *host_logits) {
+    rt_status st = RT_OK;
+    gpt2_pipe *p = m->pipe;
+    const int B = b->B, T = b->T, s = m->stage.index, NL = m->cfg.num_labels;
+    const size_t bytes = (size_t)B * T * m->C * sizeof(float), result = sizeof(double) + (size_t)B * NL * sizeof(float);
+    const mdl_pass pass = {.training = false};
+    float *x = mdl_stack_residual(&m->blocks, 0), *logits = (float *)(p->h_result + sizeof(double));
+    double loss = 0;
+    RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, mdl_stage_is_last(m->stage)));
+    if (mdl_stage_is_first(m->stage)) {
+        RT_TRY(gpt2_embed(m, (size_t)B * T));
+    } else {
+        rt_p2p recv = {.send = false, .peer = s - 1, .buf = x, .bytes = bytes};
+        RT_TRY(rt_comm_p2p(m->pp, &recv, 1));
+    }
+    RT_TRY(gpt2_stack_fwd(m, B, T, &pass));
+    if (!mdl_stage_is_last(m->stage)) {
+        rt_p2p send = {.send = true, .peer = s + 1, .buf = m->blocks.out, .bytes = bytes};
+        RT_TRY(rt_comm_p2p(m->pp, &send, 1));
+    } else {
+        gpt2_cls_head_fwd(m, b, 0.0f, &loss, logits);
+        memcpy(p->h_result, &loss, sizeof loss);
+    }
+    RT_TRY(m->pp->ops->broadcast(m->pp->ctx, p->h_result, result, m->stage.count - 1));
+    memcpy(loss_sum, p->h_result, sizeof *loss_sum);
+    if (host_logits) memcpy(host_logits, logits, (size_t)B * NL * sizeof(float));
 fail:
     return st;
 }

@@ -17,6 +17,12 @@ typedef struct {
     rt_status (*step)(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum);
     /* Model FLOPs of training on b (models/flops.h), for MFU; NULL: unknown. */
     double (*flops)(void *model, const rt_batch *b);
+    /* Optional, for a pipeline stage (--pp): one optimizer step's forward and backward of the
+     * micro-batches b[0..n) (each with at least one row) through every stage, in place of n
+     * step calls with pass {seed, step, micro i, training}; the summed loss on the last stage,
+     * 0 on the others. */
+    rt_status (*pipeline_step)(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                               double *loss_sum);
 } mdl_trainable;
 
 #endif

@@ -9,9 +9,27 @@ double rt_grad_norm(const rt_params *p) {
     return sqrt(rt_sumsq(p->be, p->grad, p->numel));
 }
 
-rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
+/* x summed over comm c (host memory) as double-float pairs, added in rank order: about 48 bits,
+ * the same bits on every rank. */
+static rt_status rt_sum_double(rt_comm *c, double *x) {
+    if (c->size == 1) return RT_OK;
+    float mine[2];
+    mine[0] = (float)*x;
+    mine[1] = (float)(*x - (double)mine[0]);
+    float *all = rt_xmalloc(2 * sizeof(float) * (size_t)c->size);
+    rt_status st = c->ops->all_gather(c->ctx, all, mine, 2);
+    if (st == RT_OK) {
+        *x = 0;
+        for (int r = 0; r < c->size; r++) *x += (double)all[2 * r] + (double)all[2 * r + 1];
+    }
+    free(all);
+    return st;
+}
+
+/* The squared norm over tp: replicated parameters once, shards summed over the ranks. */
+static rt_status rt_grad_sumsq_tp(const rt_params *p, rt_comm *tp, double *sumsq) {
     if (!tp || tp->size == 1) {
-        *norm = rt_grad_norm(p);
+        *sumsq = rt_sumsq(p->be, p->grad, p->numel);
         return RT_OK;
     }
     double rep = 0, split = 0;
@@ -28,24 +46,30 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
             rep += s;
         i = j;
     }
-    {
-        /* comm buffers are float32: send the double as hi + lo (about 48 bits), gather every
-         * rank's pair and add them in rank order, so all ranks agree bit for bit. Host memory:
-         * tp is the group's host comm (rt_grid.h), so no device buffer per step. */
-        float mine[2];
-        mine[0] = (float)split;
-        mine[1] = (float)(split - (double)mine[0]);
-        float *all = rt_xmalloc(2 * sizeof(float) * (size_t)tp->size);
-        rt_status st = tp->ops->all_gather(tp->ctx, all, mine, 2);
-        if (st == RT_OK) {
-            split = 0;
-            for (int r = 0; r < tp->size; r++) split += (double)all[2 * r] + (double)all[2 * r + 1];
-        }
-        free(all);
-        if (st != RT_OK) return st;
+    /* host memory: tp is the group's host comm (rt_grid.h), so no device buffer per step */
+    rt_status st = rt_sum_double(tp, &split);
+    *sumsq = rep + split;
+    return st;
+}
+
+rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
+    if (!tp || tp->size == 1) { /* as before: the single rank's norm, not the root of its square */
+        *norm = rt_grad_norm(p);
+        return RT_OK;
     }
-    *norm = sqrt(rep + split);
-    return RT_OK;
+    double sumsq = 0;
+    rt_status st = rt_grad_sumsq_tp(p, tp, &sumsq);
+    *norm = sqrt(sumsq);
+    return st;
+}
+
+rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double *norm) {
+    if (!pp || pp->size == 1) return rt_grad_norm_tp(p, tp, norm);
+    double sumsq = 0;
+    rt_status st = rt_grad_sumsq_tp(p, tp, &sumsq);
+    if (st == RT_OK) st = rt_sum_double(pp, &sumsq);
+    *norm = sqrt(sumsq);
+    return st;
 }
 
 float rt_clip_coef(double grad_norm, double max_norm) {

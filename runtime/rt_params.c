@@ -51,6 +51,7 @@ int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape
     s->no_decay = no_decay;
     s->init = init;
     s->init_std = init_std;
+    s->init_stream = p->n;
     return p->n++;
 }
 
@@ -92,7 +93,7 @@ void rt_params_init_weights(rt_params *p, uint64_t seed) {
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         float *host = rt_xmalloc(s->numel * sizeof(float));
-        uint64_t stream = RT_STREAM(RT_STREAM_INIT, i);
+        uint64_t stream = RT_STREAM(RT_STREAM_INIT, s->init_stream);
         for (size_t j = 0; j < s->numel; j++) {
             switch (s->init) {
             case RT_INIT_ZEROS: host[j] = 0.0f; break;

@@ -37,6 +37,8 @@ typedef struct {
     bool no_decay;                    /* excluded from weight decay (biases, norm weights) */
     rt_init_kind init;
     float init_std;                   /* RT_INIT_NORMAL: N(0, init_std^2) */
+    int init_stream;                  /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
+                                       * index in the whole model, so every layout draws the same numbers */
     size_t offset, numel;             /* position in the slab, in floats */
 } rt_param_spec;
 
@@ -70,8 +72,9 @@ int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape
 rt_status rt_params_alloc(rt_params *p);
 /* Allocates the AdamW moments (zeroed) if not yet there. */
 rt_status rt_params_alloc_moments(rt_params *p);
-/* Fills every parameter from its init rule with the counter RNG (parameter i draws from
- * stream RT_STREAM(RT_STREAM_INIT, i) of seed), so init is independent of thread count. */
+/* Fills every parameter from its init rule with the counter RNG (a parameter draws from stream
+ * RT_STREAM(RT_STREAM_INIT, its init_stream) of seed), so init is independent of thread count
+ * and of the pipeline layout. */
 void rt_params_init_weights(rt_params *p, uint64_t seed);
 
 float *rt_params_data(const rt_params *p, int idx);

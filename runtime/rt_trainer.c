@@ -36,8 +36,8 @@ rt_status rt_train_prepare_dir(const char *dir) {
 
 typedef struct {
     const rt_train_opts *o;
-    rt_comm *dp, *tp;           /* device comms: gradient buckets, checkpoint shards */
-    rt_comm *dp_host, *tp_host; /* host comms: counts, loss, norm, stop flag (rt_grid.h) */
+    rt_comm *dp, *tp, *pp;                /* device comms: gradient buckets, checkpoint shards */
+    rt_comm *dp_host, *tp_host, *pp_host; /* host comms: counts, loss, norm, stop flag (rt_grid.h) */
     bool lead; /* the first rank of the grid: it alone prints progress and writes files */
     rt_jsonl *metrics; /* metrics.jsonl, first rank only */
     bool tty;
@@ -200,7 +200,7 @@ static rt_status rt_train_save_io(rt_train_state *s, const rt_train_io *io, rt_t
     RT_TRY(io->step_path(s->o->save_dir, (long long)step, path, sizeof path));
     /* device comm: it gathers the shards from the slab (its agreement on the outcome is a host
      * int, which an NCCL comm hands to its host twin) */
-    RT_TRY(io->save(path, model->params, s->tp, meta));
+    RT_TRY(io->save(path, model->params, s->tp, s->pp, meta));
     if (s->lead) {
         if (s->o->keep > 0) RT_TRY(io->prune(s->o->save_dir, (size_t)s->o->keep));
         rt_train_clear_bar(s);
@@ -222,13 +222,21 @@ static rt_status rt_train_save(rt_train_state *s, const rt_train_io *io, rt_trai
     return st;
 }
 
-/* Every rank has finished with the files a resume looked at (a max over both host groups). */
+/* *x becomes its maximum over every rank of the grid (the host groups dp, tp and pp in turn). */
+static rt_status rt_train_grid_max(rt_train_state *s, float *x) {
+    rt_comm *groups[3] = {s->dp_host, s->tp_host, s->pp_host};
+    for (int g = 0; g < 3; g++)
+        if (groups[g]->size > 1) {
+            rt_status st = groups[g]->ops->all_reduce(groups[g]->ctx, x, 1, RT_REDUCE_MAX);
+            if (st != RT_OK) return st;
+        }
+    return RT_OK;
+}
+
+/* Every rank has finished with the files a resume looked at. */
 static rt_status rt_train_barrier(rt_train_state *s) {
     float x = 0;
-    if (s->dp->size * s->tp->size == 1) return RT_OK;
-    rt_status st = s->dp_host->ops->all_reduce(s->dp_host->ctx, &x, 1, RT_REDUCE_MAX);
-    if (st == RT_OK && s->tp->size > 1) st = s->tp_host->ops->all_reduce(s->tp_host->ctx, &x, 1, RT_REDUCE_MAX);
-    return st;
+    return rt_train_grid_max(s, &x);
 }
 
 /* Keeps a damaged checkpoint for inspection under NAME.corrupt (NAME.corrupt.K if taken): out
@@ -263,7 +271,7 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
     for (k = 0; k < n; k++) {
         /* the reader fills the slab from the file itself; only its agreement crosses ranks, in
          * a host float */
-        st = io->load(paths[k], model->params, s->tp_host, &meta);
+        st = io->load(paths[k], model->params, s->tp_host, s->pp_host, &meta);
         if (st == RT_OK) break;
         if (st != RT_ERR_FORMAT || s->o->resume_from) goto fail;
         if (s->lead) rt_log_warn("%s; trying the next older checkpoint", rt_error_message());
@@ -348,12 +356,15 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_train_state s = {.o = o, .dp = o->dp ? o->dp : rt_comm_self(), .tp = o->tp ? o->tp : rt_comm_self()};
     s.dp_host = o->dp_host ? o->dp_host : s.dp;
     s.tp_host = o->tp_host ? o->tp_host : s.tp;
+    s.pp = o->pp ? o->pp : rt_comm_self();
+    s.pp_host = o->pp_host ? o->pp_host : s.pp;
+    const bool pipeline = s.pp->size > 1;
     RT_CHECK(s.dp_host->size == s.dp->size && s.dp_host->rank == s.dp->rank && s.tp_host->size == s.tp->size &&
                  s.tp_host->rank == s.tp->rank,
              "host comms dp %d/%d tp %d/%d, device comms dp %d/%d tp %d/%d", s.dp_host->rank, s.dp_host->size,
              s.tp_host->rank, s.tp_host->size, s.dp->rank, s.dp->size, s.tp->rank, s.tp->size);
-    s.lead = s.dp->rank == 0 && s.tp->rank == 0;
-    rt_batch *win = NULL;
+    s.lead = s.dp->rank == 0 && s.tp->rank == 0 && s.pp->rank == 0;
+    rt_batch *win = NULL, *pwin = NULL; /* pwin: the pipeline's non-empty micro-batches (views of win's) */
     rt_grad_reduce reduce = {0};
     const rt_grads_hook reduce_hook = {.ready = rt_grad_reduce_ready, .user = &reduce};
     int accum = (int)o->grad_accum;
@@ -364,6 +375,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     RT_CHECK(o->batch_size >= 1 && o->grad_accum >= 1, "batch %lld accum %lld", (long long)o->batch_size,
              (long long)o->grad_accum);
     if (data->batches_per_epoch < 1) RT_FAIL(RT_ERR_CONFIG, "the training set is empty");
+    if (pipeline && !model->pipeline_step)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "%d pipeline stages: this model has no pipelined step", s.pp->size);
+    if (pipeline && (o->zero > 0 || o->offload_optimizer))
+        RT_FAIL(RT_ERR_UNSUPPORTED, "pipeline stages with ZeRO or optimizer offload are not supported yet");
 
     int64_t steps_per_epoch = (data->batches_per_epoch + accum - 1) / accum;
     s.total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * steps_per_epoch;
@@ -394,6 +409,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_log_info("training: %lld steps (%lld per epoch), batch %lld x %lld accumulation, lr %g %s, warmup %lld steps",
                 (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
                 o->lr, o->schedule, (long long)sched.warmup_steps);
+    if (pipeline)
+        rt_log_info("pipeline: stage %d of %d, 1F1B over %d micro-batches per step (bubble (P-1)/(M+P-1) = %.1f%% with "
+                    "equal stages)", s.pp->rank + 1, s.pp->size, accum,
+                    100.0 * (s.pp->size - 1) / (double)(accum + s.pp->size - 1));
     rt_train_log_memory(model->params, s.zero != NULL);
     if (s.dp->size > 1 && !s.zero) {
         const bool ov = o->dp_bucket >= 0 && model->set_grads_hook;
@@ -406,10 +425,11 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     handlers = true;
 
     win = rt_xcalloc((size_t)accum, sizeof *win);
+    pwin = rt_xcalloc((size_t)accum, sizeof *pwin);
     double log_loss = 0, log_ms = 0, log_tokens = 0, log_flops = 0, last_norm = 0;
     /* every rank of the grid holds a device; MFU is the job's FLOPs over all of their peaks */
     const double peak = o->peak_tflops > 0 ? o->peak_tflops : rt_train_peak_tflops(model->params->be);
-    const double devices = (double)s.dp->size * (double)s.tp->size;
+    const double devices = (double)s.dp->size * (double)s.tp->size * (double)s.pp->size;
     int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
     /* the weights are final for the loop (loaded, resumed): from here the optimizer keeps their
      * low-precision copy, and nothing after the loop reads it */
@@ -433,6 +453,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 if (model->flops && win[i].B > 0) counts[2] += (float)model->flops(model->ctx, &win[i]);
             }
             RT_TRY(rt_train_dp_sum(&s, counts, 3));
+            /* every stage holds its share of the model: their FLOPs add up (the batch is the same) */
+            if (pipeline) RT_TRY(s.pp_host->ops->all_reduce(s.pp_host->ctx, &counts[2], 1, RT_REDUCE_SUM));
             double targets = counts[0], tokens = counts[1], flops = counts[2];
             if (s.zero)
                 RT_TRY(rt_zero_begin_step(s.zero));
@@ -440,14 +462,23 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 rt_params_zero_grad(model->params);
             double loss_sum = 0;
             /* overlap the dp all-reduce with the last micro-batch's backward */
-            const bool overlap = !s.zero && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
+            const bool overlap = !s.zero && !pipeline && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
             rt_grad_reduce_begin(&reduce, &s, model->params, overlap);
             /* the loss is the mean over every target of the accumulated global batch, not a
              * mean of per-micro-batch (or per-rank) means */
             float scale = targets > 0 ? (float)(1.0 / targets) : 0.0f;
             const double S = s.scaling ? s.scaler.scale : 1.0; /* the loss scale of this step */
             scale *= (float)S;
-            for (int i = 0; i < nb; i++) {
+            if (pipeline) {
+                /* every stage has the same micro-batches; this dp rank's non-empty ones go through */
+                int n = 0;
+                for (int i = 0; i < nb; i++)
+                    if (win[i].B > 0) pwin[n++] = win[i];
+                if (n > 0) RT_TRY(model->pipeline_step(model->ctx, pwin, n, o->seed, step, scale, &loss_sum));
+                /* the last stage's sum, to every stage, exactly */
+                RT_TRY(s.pp_host->ops->broadcast(s.pp_host->ctx, &loss_sum, sizeof loss_sum, s.pp->size - 1));
+            }
+            for (int i = 0; !pipeline && i < nb; i++) {
                 double l = 0;
                 if (win[i].B == 0) continue; /* this rank's slice of a short last batch is empty */
                 if (overlap && i == nb - 1) model->set_grads_hook(model->ctx, &reduce_hook);
@@ -471,7 +502,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
             double norm;
-            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm) : rt_grad_norm_tp(model->params, s.tp_host, &norm));
+            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm)
+                          : rt_grad_norm_grid(model->params, s.tp_host, s.pp_host, &norm));
             norm /= S; /* exact: scales are powers of two */
             const bool overflow = !isfinite(norm) || !isfinite(loss);
             if (overflow && !s.scaling)
@@ -563,11 +595,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             /* every rank stops at the same step, whichever got the signal */
             float stop = (float)rt_signal_stop_requested();
-            if (s.dp->size * s.tp->size > 1) {
-                rt_comm *w = s.dp_host; /* the signal reaches every rank of a launch; max over dp, then tp */
-                RT_TRY(w->ops->all_reduce(w->ctx, &stop, 1, RT_REDUCE_MAX));
-                if (s.tp->size > 1) RT_TRY(s.tp_host->ops->all_reduce(s.tp_host->ctx, &stop, 1, RT_REDUCE_MAX));
-            }
+            RT_TRY(rt_train_grid_max(&s, &stop)); /* the signal reaches every rank of a launch */
             if (stop > 0) {
                 int sig = (int)stop;
                 rt_train_clear_bar(&s);
@@ -603,6 +631,7 @@ fail:
             if (data->batch_free) data->batch_free(&win[i]);
         free(win);
     }
+    free(pwin);
     rt_status closed = rt_jsonl_close(s.metrics);
     if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);

@@ -28,6 +28,11 @@ typedef struct {
     /* Optional: model FLOPs of training on one micro-batch (models/flops.h), for the step
      * line's TFLOP/s and MFU. */
     double (*flops)(void *ctx, const rt_batch *b);
+    /* Pipeline parallelism (rt_train_opts.pp): the forward and backward of a step's non-empty
+     * micro-batches b[0..n) through this rank's stage in one call, in place of forward_backward;
+     * the summed loss on the last stage, 0 elsewhere (the loop sums it over the stages). */
+    rt_status (*pipeline_step)(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                               double *loss_sum);
 } rt_train_model;
 
 typedef struct {
@@ -56,11 +61,12 @@ typedef struct {
 
 /* Checkpoint I/O (checkpoints/ckpt_train.c implements it; kept behind pointers so the loop
  * depends on nothing above runtime/). meta_json carries step, epoch, data position, options.
- * Both are collective over tp: files hold full tensors, so save gathers the shards (tp rank 0
- * writes) and load keeps this rank's shard; a checkpoint resumes at any tp. */
+ * Both are collective over tp and pp: files hold every stage's full tensors, so save gathers
+ * the shards and the stages (the first stage's tp rank 0 writes) and load keeps this rank's
+ * shard of this stage's tensors; a checkpoint resumes at any tp and pp. */
 typedef struct {
-    rt_status (*save)(const char *path, const rt_params *p, rt_comm *tp, const char *meta_json);
-    rt_status (*load)(const char *path, rt_params *p, rt_comm *tp, char **meta_json); /* meta is malloc'd */
+    rt_status (*save)(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, const char *meta_json);
+    rt_status (*load)(const char *path, rt_params *p, rt_comm *tp, rt_comm *pp, char **meta_json); /* meta: malloc'd */
     /* The checkpoints a resume may start from, newest first (malloc'd paths in a malloc'd
      * array; none is not an error); a path to a file lists just that file. */
     rt_status (*resume_list)(const char *dir_or_file, char ***paths, size_t *n);
@@ -93,6 +99,11 @@ typedef struct {
      * tp: see rt_grid.h. On CPU they are the same objects. */
     rt_comm *dp, *tp;
     rt_comm *dp_host, *tp_host;
+    /* Pipeline stages (NULL = one): the model's stage is pp's rank, and the model must offer
+     * pipeline_step. Each stage holds its own parameters: the loss is summed over pp, the
+     * clipping norm adds every stage's squares, and a checkpoint gathers every stage's tensors
+     * into one file (the first stage writes), which loads at any pp. */
+    rt_comm *pp, *pp_host;
     /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
      * update this rank's slice, all-gather the parameters); 2 also gives back the full
      * gradient between steps (CPU backend). offload_optimizer keeps the slice's fp32 master

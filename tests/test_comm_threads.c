@@ -301,18 +301,9 @@ static void test_p2p(void) {
 
 int main(void) {
     for (int n = 1; n <= MAXR; n++) test_ops(n);
-    test_grid(1, 1, 1);
-    test_grid(2, 1, 1);
-    test_grid(2, 2, 1);
-    test_grid(4, 1, 1);
-    test_grid(4, 2, 1);
-    test_grid(4, 4, 1);
-    test_grid(3, 3, 1);
-    test_grid(2, 1, 2);
-    test_grid(4, 1, 2);
-    test_grid(4, 2, 2);
-    test_grid(4, 1, 4);
-    test_grid(3, 1, 3);
+    static const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {4, 1, 1}, {4, 2, 1}, {4, 4, 1},
+                                     {3, 3, 1}, {2, 1, 2}, {4, 1, 2}, {4, 2, 2}, {4, 1, 4}, {3, 1, 3}}; /* ranks tp pp */
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) test_grid(layouts[i][0], layouts[i][1], layouts[i][2]);
     test_grid_bad_tp();
     test_mismatch();
     test_timeout();

@@ -9,6 +9,7 @@ TMP=$(mktemp -d)
 trap 'pkill -9 -f "$TMP" 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 command -v mpirun > /dev/null || { echo "FAILED: test_mpi_dead_rank: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
 ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_dead_rank: the programs were built without MPI" >&2; exit 1; }
+. "$SRC/tests/mpi_kill_rank.sh"
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 cat > "$TMP/arch.json" <<JSON
@@ -20,27 +21,7 @@ head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
 # long enough to be killed in the middle: many small steps
 mpirun -np 2 "$BIN" --arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size 4 --epochs 1000 --log-interval 1 \
     --threads 1 --save-interval -1 --eval-interval -1 --save-dir "$TMP/run" > "$TMP/log" 2>&1 &
-job=$!
-for _ in $(seq 1 300); do # up to 30 s for training to start
-    grep -aq "step [0-9]" "$TMP/log" 2>/dev/null && break
-    sleep 0.1
-done
-victim=$(pgrep -f -- "--save-dir $TMP/run" | while read -r p; do
-    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "gpt2-classify" ] && echo "$p"; done | tail -n 1)
-if [ -z "$victim" ]; then
-    echo "FAILED: no rank to kill (training did not start?)"; cat "$TMP/log"; exit 1
-fi
-kill -9 "$victim"
-for _ in $(seq 1 600); do # the others must be gone within 60 s
-    kill -0 "$job" 2>/dev/null || break
-    sleep 0.1
-done
-if kill -0 "$job" 2>/dev/null; then
-    echo "FAILED: the job still runs 60 s after rank $victim was killed"; exit 1
-fi
-wait "$job"
-rc=$?
-[ "$rc" -ne 0 ] || { echo "FAILED: the job exited 0 after a rank was killed"; exit 1; }
+kill_one_rank $! "$TMP/log" "$TMP/run" || exit 1
 
 # A rank that hangs (SIGSTOP: alive, silent) is what only the collective timeout catches: with
 # --comm-timeout 3 the other rank stops within seconds, naming the wait and the silent rank.

@@ -3,7 +3,8 @@
  * (gpt2_cls_step with grad accumulation): with dropout on, 2 and 4 stages over 1, 3 and 5
  * micro-batches of different shapes, every parameter's gradient on its stage and the last
  * stage's summed loss equal the whole model's bit for bit. The stages take the whole model's
- * weights by name. Also: stages that do not divide the layers, and the language model, are
+ * weights by name. Evaluating a batch through the stages gives every stage the whole model's
+ * loss and logits. Also: stages that do not divide the layers, and the language model, are
  * refused with one line. */
 #include <pthread.h>
 #include <stdio.h>
@@ -67,19 +68,21 @@ typedef struct {
     rt_status st;
     char msg[256];
     int mismatched, compared;
-    double loss;
+    double loss, eval_loss[2];
+    float eval_logits[2][MAXB * 2];
 } stage_run;
+
+static double g_eval_loss[2];
+static float g_eval_logits[2][MAXB * 2];
 
 static void *run_stage(void *arg) {
     stage_run *r = arg;
     rt_status st = RT_OK;
     rt_backend *be = NULL;
     gpt2_model *m = NULL;
-    gpt2_pipe *pipe = NULL;
     const gpt2_config c = tiny();
-    const mdl_stage stage = {r->pp->rank, r->pp->size};
     RT_TRY(rt_backend_init("cpu", 1, &be));
-    RT_TRY(gpt2_model_init_stage(&c, be, rt_comm_self(), stage, MAXB, MAXT, 11, &m));
+    RT_TRY(gpt2_model_init_stage(&c, be, rt_comm_self(), r->pp, MAXM, MAXB, MAXT, 11, &m));
     rt_params *p = gpt2_model_params(m), *q = gpt2_model_params(g_ref);
     for (int i = 0; i < p->n; i++) { /* the whole model's weights */
         const int j = rt_params_find(q, p->specs[i].name);
@@ -88,8 +91,7 @@ static void *run_stage(void *arg) {
         rt_to_device(be, p->param + p->specs[i].offset, w, p->specs[i].numel * sizeof(float));
         free(w);
     }
-    RT_TRY(gpt2_pipe_init(m, stage.count, MAXM, &pipe));
-    RT_TRY(gpt2_pipe_step(pipe, r->pp, g_b, r->M, 5, 3, 0.25f, &r->loss));
+    RT_TRY(gpt2_pipe_step(m, g_b, r->M, 5, 3, 0.25f, &r->loss));
     for (int i = 0; i < p->n; i++) {
         const int j = rt_params_find(q, p->specs[i].name);
         float *got = fetch(be, p, i, true), *want = fetch(g_ref_be, q, j, true);
@@ -98,10 +100,14 @@ static void *run_stage(void *arg) {
         r->compared++;
         free(got), free(want);
     }
+    /* evaluation: every stage gets the last stage's loss and logits */
+    for (int k = 0; k < 2; k++) {
+        const mdl_pass eval = {.training = false};
+        RT_TRY(gpt2_cls_step(m, &g_b[k], &eval, 0.0f, &r->eval_loss[k], r->eval_logits[k]));
+    }
 fail:
     if (st != RT_OK) snprintf(r->msg, sizeof r->msg, "%s", rt_error_message());
     r->st = st;
-    gpt2_pipe_free(pipe);
     gpt2_model_free(m);
     rt_backend_free(be);
     return NULL;
@@ -118,6 +124,10 @@ static void check(int P, int M) {
         TZ_EXPECT_OK(gpt2_cls_step(g_ref, &g_b[k], &pass, 0.25f, &loss, NULL));
         want += loss;
     }
+    for (int k = 0; k < 2; k++) {
+        const mdl_pass eval = {.training = false};
+        TZ_EXPECT_OK(gpt2_cls_step(g_ref, &g_b[k], &eval, 0.0f, &g_eval_loss[k], g_eval_logits[k]));
+    }
     rt_comm *comms[MAXP];
     pthread_t th[MAXP];
     stage_run runs[MAXP];
@@ -131,6 +141,10 @@ static void check(int P, int M) {
         pthread_join(th[s], NULL);
         TZ_EXPECT(runs[s].st == RT_OK && runs[s].mismatched == 0, "pp %d M %d stage %d: %s", P, M, s, runs[s].msg);
         compared += runs[s].compared;
+        for (int k = 0; k < 2; k++)
+            TZ_EXPECT(runs[s].eval_loss[k] == g_eval_loss[k] &&
+                          memcmp(runs[s].eval_logits[k], g_eval_logits[k], (size_t)g_b[k].B * 2 * sizeof(float)) == 0,
+                      "pp %d stage %d: evaluation of batch %d differs from the whole model's", P, s, k);
         rt_comm_free(comms[s]);
     }
     TZ_EXPECT(compared == gpt2_model_params(g_ref)->n, "pp %d: %d parameters on the stages, the whole model has %d", P,
@@ -144,13 +158,18 @@ static void check(int P, int M) {
 static void check_refusals(void) {
     gpt2_config c = tiny();
     gpt2_model *m = NULL;
-    TZ_EXPECT(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), (mdl_stage){0, 3}, 2, 8, 1, &m) == RT_ERR_CONFIG &&
+    rt_comm *three[3], *two[2];
+    TZ_EXPECT_OK(rt_comm_threads_create(3, 1.0, three));
+    TZ_EXPECT_OK(rt_comm_threads_create(2, 1.0, two));
+    TZ_EXPECT(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), three[0], 4, 2, 8, 1, &m) == RT_ERR_CONFIG &&
                   strstr(rt_error_message(), "--pp 3 does not divide its 4 layers"),
               "pp 3 of 4 layers: %s", rt_error_message());
     c.num_labels = 0;
-    TZ_EXPECT(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), (mdl_stage){1, 2}, 2, 8, 1, &m) == RT_ERR_UNSUPPORTED,
+    TZ_EXPECT(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), two[1], 4, 2, 8, 1, &m) == RT_ERR_UNSUPPORTED,
               "the language model in stages: %s", rt_error_message());
     TZ_EXPECT(m == NULL, "a refused model was returned");
+    for (int i = 0; i < 3; i++) rt_comm_free(three[i]);
+    for (int i = 0; i < 2; i++) rt_comm_free(two[i]);
 }
 
 int main(void) {

@@ -172,7 +172,7 @@ static gpt2_model *load_latest(rt_backend *be, const char *dir) {
     snprintf(path, sizeof path, "%s", n_found ? found[0] : "");
     for (size_t i = 0; i < n_found; i++) free(found[i]);
     free(found);
-    if (m) TZ_EXPECT_OK(ckpt_train_io()->load(path, gpt2_model_params(m), rt_comm_self(), &meta));
+    if (m) TZ_EXPECT_OK(ckpt_train_io()->load(path, gpt2_model_params(m), rt_comm_self(), rt_comm_self(), &meta));
     free(meta);
     return m;
 }

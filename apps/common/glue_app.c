@@ -282,6 +282,12 @@ static rt_status gc_step(void *model, const rt_batch *b, const mdl_pass *pass, f
     return m->step(m->model, b, pass, grad_scale, loss_sum, NULL);
 }
 
+static rt_status gc_pipeline_step(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step,
+                                  float grad_scale, double *loss_sum) {
+    const mdl_classifier *m = model;
+    return m->pipeline_step(m->model, b, n, seed, step, grad_scale, loss_sum);
+}
+
 static double gc_flops(void *model, const rt_batch *b) {
     const mdl_classifier *m = model;
     return m->train_flops ? m->train_flops(m->model, b->B, b->T) : 0;
@@ -492,6 +498,13 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_comm_stats dp_stats = {0}, tp_stats = {0};
     bool counting = false;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    O.t.has_stages = F->has_stages;
+    if (O.t.pp > 1 && O.save_hf)
+        RT_FAIL(RT_ERR_USAGE, "--save-hf with --pp %lld: the HF export has no pipeline path yet (the checkpoints in "
+                "--save-dir hold the whole model and resume at --pp 1)", (long long)O.t.pp);
+    if (O.t.pp > 1 && O.comm_stats)
+        RT_FAIL(RT_ERR_USAGE, "--comm-stats with --pp %lld: the pipeline's transfers are not counted yet",
+                (long long)O.t.pp);
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);
@@ -514,7 +527,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
     glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
                           .num_labels = task->n_labels, .tok = tok,
-                          .be = be, .tp = grid->tp, .max_B = (int)O.t.batch_size, .max_T = max_T,
+                          .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
+                          .max_B = (int)O.t.batch_size, .max_T = max_T,
                           .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t)};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
@@ -564,7 +578,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     options_json = rt_args_to_json(&gc_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
-    train_app_model train_ctx = {.m = {.model = &gm.cls, .params = params, .step = gc_step, .flops = gc_flops}};
+    train_app_model train_ctx = {.m = {.model = &gm.cls, .params = params, .step = gc_step, .flops = gc_flops,
+                                       .pipeline_step = gm.cls.pipeline_step ? gc_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&train_ctx);
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};

@@ -20,6 +20,8 @@ typedef struct {
     const tok_tokenizer *tok;
     rt_backend *be;
     rt_comm *tp;
+    rt_comm *pp;               /* the pipeline stages: this model is stage pp->rank of pp->size */
+    int max_micro;             /* micro-batches per step (a pipeline stage's schedule) */
     int max_B, max_T;          /* the largest batch the model must hold */
     uint64_t seed;
     int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
@@ -39,6 +41,7 @@ typedef struct {
     const char *hf_cache_repo;     /* used without --model when in the HF cache ("gpt2"); NULL = none */
     const char *default_tokenizer; /* relative to the source tree, for --arch and the small default */
     const char *scratch_desc;      /* what the small default is, for the log */
+    bool has_stages;               /* create builds pipeline stages (--pp) */
     /* Validates the config against the tokenizer and the tp size, then builds the model. */
     rt_status (*create)(const glue_model_args *a, glue_model *out);
     /* Loads HF weights, keeping this tp rank's shard; writes a one-line report. */

@@ -72,6 +72,13 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          NULL, 0, 0},
         {"tp", RT_OPT_INT, &o->tp, "1", NULL,
          "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
+        {"pp", RT_OPT_INT, &o->pp, "1", NULL,
+         "pipeline stages: each holds an equal share of the blocks (gpt2-classify); a launch's ranks form a "
+         "pp x (world/(pp*tp)) x tp grid, and a step runs its micro-batches through the stages in 1F1B order",
+         NULL, 1, 4096},
+        {"micro-batches", RT_OPT_INT, &o->micro_batches, "0", NULL,
+         "micro-batches per optimizer step (ColossalAI's num_microbatches): the same as --grad-accum, which it "
+         "sets; with --pp at least the number of stages (0 = --grad-accum's)", NULL, 0, 65536},
         {"zero", RT_OPT_INT, &o->zero, "0", NULL,
          "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
         {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,
@@ -144,9 +151,25 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)
         return rt_errorf(RT_ERR_USAGE, "--checkpoint-num-layers %lld needs --checkpoint-activations",
                          (long long)o->checkpoint_num_layers);
+    if (o->micro_batches > 0) {
+        if (rt_args_source_of(spec, "grad-accum") == RT_ARG_COMMAND_LINE && o->grad_accum != o->micro_batches)
+            return rt_errorf(RT_ERR_USAGE, "--micro-batches %lld and --grad-accum %lld disagree (they are one setting)",
+                             (long long)o->micro_batches, (long long)o->grad_accum);
+        o->grad_accum = o->micro_batches;
+    }
+    if (o->pp > 1 && !o->has_stages)
+        return rt_errorf(RT_ERR_USAGE, "--pp %lld: %s has no pipeline stages yet (gpt2-classify has)", (long long)o->pp,
+                         prog);
+    if (o->pp > 1 && o->grad_accum < o->pp)
+        return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
+                         "--grad-accum, now %lld), or the stages mostly wait", (long long)o->pp,
+                         (long long)o->grad_accum);
+    if (o->pp > 1 && (o->zero > 0 || o->offload_optimizer))
+        return rt_errorf(RT_ERR_USAGE, "--pp %lld with --zero or --offload-optimizer is not supported yet",
+                         (long long)o->pp);
     /* before the grid splits the world: its sub-communicators inherit the timeout */
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
-    rt_status st = rt_grid_init(world, (int)o->tp, 1, grid);
+    rt_status st = rt_grid_init(world, (int)o->tp, (int)o->pp, grid);
     if (st != RT_OK) return st;
     if (rt_args_source_of(spec, "batch-size") == RT_ARG_PRESET) {
         /* DeepSpeed's micro-batch is per GPU; --batch-size is the global one */
@@ -186,9 +209,9 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
     }
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
     if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
-    if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host))
-        rt_log_info("comm: NCCL for device buffers, %s for host values (dp %d x tp %d)", grid->world->ops->name,
-                    grid->dp_size, grid->tp_size);
+    if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host || grid->pp != grid->pp_host))
+        rt_log_info("comm: NCCL for device buffers, %s for host values (pp %d x dp %d x tp %d)", grid->world->ops->name,
+                    grid->pp_size, grid->dp_size, grid->tp_size);
     return st;
 }
 
@@ -197,6 +220,13 @@ static void train_app_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((t
 static double train_app_flops(void *ctx, const rt_batch *b) {
     const mdl_trainable *m = &((train_app_model *)ctx)->m;
     return m->flops && b->B > 0 ? m->flops(m->model, b) : 0;
+}
+
+static rt_status train_app_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step,
+                                          float grad_scale, double *loss_sum) {
+    train_app_model *a = ctx;
+    for (int i = 0; i < n; i++) a->padded_tokens += (double)b[i].B * (double)b[i].T;
+    return a->m.pipeline_step(a->m.model, b, n, seed, step, grad_scale, loss_sum);
 }
 
 static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64_t seed, int64_t step, int micro,
@@ -211,7 +241,8 @@ static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64
 
 rt_train_model train_app_loop_model(train_app_model *a) {
     return (rt_train_model){.ctx = a, .params = a->m.params, .forward_backward = train_app_forward_backward,
-                            .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops};
+                            .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops,
+                            .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
 }
 
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
@@ -223,7 +254,8 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
         .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
         .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from, .options_json = options_json, .dp = grid->dp,
-        .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .zero = (int)o->zero,
+        .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .pp = grid->pp, .pp_host = grid->pp_host,
+        .zero = (int)o->zero,
         .offload_optimizer = o->offload_optimizer, .peak_tflops = o->peak_tflops,
     };
     if (strcmp(o->precision, "fp16") == 0) { /* fp16's narrow range needs the loss scaled */

@@ -19,10 +19,11 @@
 typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads, tp, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
+        threads, tp, pp, micro_batches, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
         min_loss_scale;
     bool resume, pad8, offload_optimizer, group_by_length, no_cache;
+    bool has_stages; /* set by a program whose model runs pipeline stages (--pp) before train_app_setup */
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
 } train_app_opts;
@@ -33,7 +34,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 37
+#define TRAIN_APP_N_OPTS 39
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the
@@ -54,7 +55,7 @@ const char *train_app_cache_dir(const train_app_opts *o);
 int train_app_checkpoint_layers(const train_app_opts *o);
 
 /* After rt_args_parse: the default save dir (runs/PROG), option combinations that cannot
- * work, the dp x tp grid over world, a DeepSpeed micro-batch turned into the global batch,
+ * work, the pp x dp x tp grid over world (--micro-batches becomes --grad-accum), a DeepSpeed micro-batch turned into the global batch,
  * and a usable save dir. */
 rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
                           rt_grid *grid);

@@ -34,7 +34,7 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
                                                                                       : tok_eos_id(a->tok);
     if (pad < 0) pad = cfg.eos_token_id;
     cfg.pad_token_id = pad;
-    RT_TRY(gpt2_model_init(&cfg, a->be, a->tp, a->max_B, a->max_T, a->seed, &model));
+    RT_TRY(gpt2_model_init_stage(&cfg, a->be, a->tp, a->pp, a->max_micro, a->max_B, a->max_T, a->seed, &model));
     gpt2_classifier(model, &out->cls);
     out->pad_id = pad;
     /* Megatron: one all-reduce for the vocab-parallel embedding, four per layer */
@@ -65,12 +65,14 @@ int main(int argc, char **argv) {
                    "and F1. Checkpoints and metrics.jsonl go to --save-dir; --resume continues bit-exactly.",
         .epilog = "examples:\n  gpt2-classify --dataset mrpc\n  gpt2-classify --model ~/models/gpt2 --epochs 3 --lr 2e-5\n"
                   "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
-                  "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2",
+                  "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2\n"
+                  "  mpirun -np 2 gpt2-classify --dataset mrpc --pp 2 --micro-batches 4",
         .family = "GPT-2",
         .hf_class = "GPT2ForSequenceClassification",
         .hf_cache_repo = "gpt2",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/gpt2-bpe",
         .scratch_desc = "a small GPT-2 (4 layers, 128 wide)",
+        .has_stages = true,
         .create = gpt2_app_create,
         .load_hf = gpt2_app_load_hf,
     };

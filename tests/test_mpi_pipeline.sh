@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# gpt2-classify with pipeline stages (--pp) under mpirun, dropout on: pp=2 and pp=4 give the
+# single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 and tp=2 x pp=2 give
+# those of dp=2 and tp=2 without stages (a layout's dropout masks and tp's random init are its
+# own); the final checkpoint holds the single process's tensors, bit for bit (names, shapes and
+# CRC-32 as tz-convert inspect lists them). A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
+# tp=2 and continues as the single process does. A rank killed mid-pipeline ends the job; bad
+# layouts get one line each before any work.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'pkill -9 -f "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+command -v mpirun > /dev/null || { echo "FAILED: test_mpi_pipeline: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+ldd "$BIN/gpt2-classify" | grep -q libmpi || { echo "FAILED: test_mpi_pipeline: built without MPI" >&2; exit 1; }
+. "$SRC/tests/mpi_kill_rank.sh"
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+cat > "$TMP/arch.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 4, "n_head": 2}
+JSON
+mkdir -p "$TMP/data"
+head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
+head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
+ARGS=(--arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --micro-batches 4 --max-steps 5
+      --log-interval 1 --threads 1 --no-cache)
+
+run() { # name, ranks, then options
+    local name=$1 np=$2
+    shift 2
+    if [ "$np" -eq 1 ]; then
+        "$BIN/gpt2-classify" "${ARGS[@]}" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    else
+        mpirun -np "$np" "$BIN/gpt2-classify" "${ARGS[@]}" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    fi
+}
+numbers() { grep -o '"\(loss\|grad_norm\|accuracy\|f1\)":[-0-9.e]*' "$TMP/$1/metrics.jsonl" | cut -d: -f2; }
+same() { # reference, run, [first line of the reference]
+    paste <(numbers "$1" | tail -n +"${3:-1}") <(numbers "$2") |
+        awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' &&
+        [ "$(numbers "$1" | tail -n +"${3:-1}" | wc -l)" -eq "$(numbers "$2" | wc -l)" ]
+}
+check() { # what, reference, run, [first line]
+    if same "$2" "$3" "${4:-1}"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $1: $3 differs from $2:" >&2
+        paste <(numbers "$2" | tail -n +"${4:-1}") <(numbers "$3") >&2
+    fi
+}
+tensors() { "$BIN/tz-convert" inspect "$1" | tail -n +2; }
+
+run one 1 --save-interval 3 || { echo "FAILED: single-process run"; cat "$TMP/one.log"; exit 1; }
+[ "$(numbers one | wc -l)" -ge 13 ] || { echo "FAILED: expected at least 13 numbers"; numbers one; exit 1; }
+for layout in "pp2 2 --pp 2" "pp4 4 --pp 4" "dp2 2" "dp2pp2 4 --pp 2" "tp2 2 --tp 2" "tp2pp2 4 --tp 2 --pp 2"; do
+    set -- $layout
+    name=$1
+    if ! run "$@"; then
+        fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2
+    fi
+done
+check "pp 2" one pp2
+check "pp 4" one pp4
+check "dp 2 x pp 2" dp2 dp2pp2
+check "tp 2 x pp 2" tp2 tp2pp2
+if grep -q "pipeline: stage 1 of 2, 1F1B over 4 micro-batches per step" "$TMP/pp2.log"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: pp2 did not log its pipeline" >&2
+fi
+if cmp -s <(tensors "$TMP/one/step-000005.tzck") <(tensors "$TMP/pp4/step-000005.tzck"); then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: the pp 4 checkpoint's tensors differ from one process's:" >&2
+    diff <(tensors "$TMP/one/step-000005.tzck") <(tensors "$TMP/pp4/step-000005.tzck") | head >&2
+fi
+
+# save at pp=2 (step 3); resume at pp=1, pp=4 and tp=2: steps 4-5 and the dev metrics are the
+# single process's (its numbers from the 10th: steps 1-2, the first epoch's evaluation, step 3)
+if run ck 2 --pp 2 --save-interval 3 && [ -f "$TMP/ck/step-000003.tzck" ]; then
+    for resume in "r_pp1 1" "r_pp4 4 --pp 4" "r_tp2 2 --tp 2"; do
+        set -- $resume
+        name=$1
+        run "$@" --resume-from "$TMP/ck/step-000003.tzck" ||
+            { fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue; }
+        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log" || { fail=$((fail + 1)); continue; }
+        check "resume at $name" one "$name" 10
+    done
+else
+    fail=$((fail + 1)); echo "FAILED: save at pp=2" >&2; tail -5 "$TMP/ck.log" >&2
+fi
+
+# bad layouts: one line, before the data is read
+expect_error() { # what, message, ranks, program, options
+    local what=$1 msg=$2 np=$3 prog=$4
+    shift 4
+    mpirun -np "$np" "$BIN/$prog" "${ARGS[@]}" "$@" --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
+    local rc=$?
+    if [ "$rc" -ne 0 ] && grep -q -- "$msg" "$TMP/bad.log" && ! grep -q "^data:" "$TMP/bad.log"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $what (exit $rc):" >&2; cat "$TMP/bad.log" >&2
+    fi
+}
+expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2-classify --pp 3 --micro-batches 3
+expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify --pp 2 \
+    --micro-batches 1
+expect_error "a program without stages" "bert-classify has no pipeline stages yet" 2 bert-classify --pp 2
+expect_error "--save-hf" "--save-hf with --pp 2" 2 gpt2-classify --pp 2 --save-hf "$TMP/hf"
+expect_error "--zero" "--pp 2 with --zero" 2 gpt2-classify --pp 2 --zero 1
+
+# a rank killed mid-pipeline: the job ends within 60 s
+mpirun -np 2 "$BIN/gpt2-classify" "${ARGS[@]}" --pp 2 --max-steps 100000 --eval-interval -1 --save-interval -1 \
+    --comm-timeout 20 --save-dir "$TMP/kill" > "$TMP/kill.log" 2>&1 &
+if kill_one_rank $! "$TMP/kill.log" "$TMP/kill" >&2; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+echo "test_mpi_pipeline: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
