@@ -18,6 +18,7 @@
 #include "models/parallel.h"
 #include "models/param.h"
 #include "models/stack.h"
+#include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
 
 #include "models/gpt2_internal.h"
@@ -200,6 +201,8 @@ static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
     return mdl_size_max(w, (uint64_t)c->num_labels);
 }
 
+static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro);
+
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out) {
     return gpt2_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
@@ -250,7 +253,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float)); /* losses, or the MSE head's scratch */
-    if (stage.count > 1) RT_TRY(gpt2_pipe_init(m, max_micro, &m->pipe));
+    if (stage.count > 1) RT_TRY(gpt2_stage_pipe(m, pp, max_micro));
     *out = m;
     return RT_OK;
 fail:
@@ -260,7 +263,7 @@ fail:
 
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
-    gpt2_pipe_free(m->pipe);
+    mdl_stage_pipe_free(m->pipe);
     mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
@@ -315,7 +318,7 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
 /* GPT-2 attends causally, with padded keys masked. */
 static mdl_stack_mask gpt2_mask(const gpt2_model *m) { return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask}; }
 
-rt_status gpt2_embed(gpt2_model *m, size_t BT) {
+static rt_status gpt2_embed(gpt2_model *m, size_t BT) {
     rt_backend *be = m->be;
     float *x = mdl_stack_residual(&m->blocks, 0);
     rt_status st = mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab.start, m->vocab.local);
@@ -323,18 +326,18 @@ rt_status gpt2_embed(gpt2_model *m, size_t BT) {
     return st;
 }
 
-void gpt2_embed_bwd(gpt2_model *m, const float *demb, size_t BT) {
+static void gpt2_embed_bwd(gpt2_model *m, const float *demb, size_t BT) {
     rt_embedding_bwd(m->be, G(m->wte), demb, m->ids, BT, m->C, m->vocab.start, m->vocab.local);
     rt_embedding_bwd(m->be, G(m->wpe), demb, m->pos, BT, m->C, 0, m->cfg.n_positions);
 }
 
-rt_status gpt2_stack_fwd(gpt2_model *m, int B, int T, const mdl_pass *pass) {
+static rt_status gpt2_stack_fwd(gpt2_model *m, int B, int T, const mdl_pass *pass) {
     mdl_stack_mask mask = gpt2_mask(m);
     return mdl_stack_forward(&m->blocks, B, T, &mask, pass);
 }
 
 /* From dL/d(the stack's output) in mdl_stack_dout(&m->blocks). */
-rt_status gpt2_stack_bwd(gpt2_model *m, int B, int T, const mdl_pass *pass, const float **demb) {
+static rt_status gpt2_stack_bwd(gpt2_model *m, int B, int T, const mdl_pass *pass, const float **demb) {
     mdl_stack_mask mask = gpt2_mask(m);
     return mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), demb);
 }
@@ -353,7 +356,7 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass 
     return st;
 }
 
-void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits) {
+static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits) {
     rt_backend *be = m->be;
     const int B = b->B, C = m->C, NL = m->cfg.num_labels;
     rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
@@ -365,7 +368,7 @@ void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, doubl
 
 /* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank
  * already has the whole dL/dpooled, so no all-reduce. */
-void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
+static void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
     rt_backend *be = m->be;
     const int C = m->C;
     mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C,
@@ -382,7 +385,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(mdl_cls_check_batch("GPT-2", b, m->cfg.num_labels));
     if (m->stage.count > 1) {
         if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage trains through gpt2_pipe_step");
-        return gpt2_pipe_forward(m, b, loss_sum, host_logits);
+        return mdl_stage_pipe_forward(m->pipe, b, loss_sum, host_logits);
     }
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
@@ -392,6 +395,54 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;
+}
+
+/* ---- the classifier as a pipeline stage (models/stage_pipe.h) ---- */
+
+static rt_status gpt2_sp_upload(void *model, const rt_batch *b) {
+    gpt2_model *m = model;
+    return gpt2_upload(m, b->input_ids, b->attention_mask, b->B, b->T, mdl_stage_is_last(m->stage));
+}
+static rt_status gpt2_sp_embed(void *model, const rt_batch *b) { return gpt2_embed(model, (size_t)b->B * b->T); }
+static void gpt2_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
+    gpt2_embed_bwd(model, demb, (size_t)b->B * b->T);
+}
+static rt_status gpt2_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    return gpt2_stack_fwd(model, b->B, b->T, pass);
+}
+static rt_status gpt2_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
+    return gpt2_stack_bwd(model, b->B, b->T, pass, demb);
+}
+static rt_status gpt2_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                  double *loss_sum, float *host_logits) {
+    (void)pass; /* GPT-2's head has no dropout */
+    gpt2_cls_head_fwd(model, b, grad_scale, loss_sum, host_logits);
+    return RT_OK;
+}
+static rt_status gpt2_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    (void)pass;
+    gpt2_cls_head_bwd(model, b->B, b->T);
+    return RT_OK;
+}
+
+static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
+    const mdl_stage_model sm = {.model = m, .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
+                                .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
+                                .upload = gpt2_sp_upload, .embed = gpt2_sp_embed, .embed_bwd = gpt2_sp_embed_bwd,
+                                .blocks_fwd = gpt2_sp_blocks_fwd, .blocks_bwd = gpt2_sp_blocks_bwd,
+                                .head_fwd = gpt2_sp_head_fwd, .head_bwd = gpt2_sp_head_bwd};
+    return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
+}
+
+rt_status gpt2_pipe_step(gpt2_model *m, const rt_batch *b, int M, uint64_t seed, int64_t step, float grad_scale,
+                         double *loss_sum) {
+    *loss_sum = 0;
+    if (!m->pipe) return rt_errorf(RT_ERR_CONFIG, "GPT-2: gpt2_pipe_step on a model without pipeline stages");
+    for (int k = 0; k < M; k++) {
+        rt_status st = mdl_cls_check_batch("GPT-2", &b[k], m->cfg.num_labels);
+        if (st != RT_OK) return st;
+    }
+    return mdl_stage_pipe_step(m->pipe, b, M, seed, step, grad_scale, loss_sum);
 }
 
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets) {
