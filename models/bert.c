@@ -20,6 +20,7 @@
 #include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
+#include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_rng.h"
 
@@ -32,9 +33,11 @@ struct bert_model {
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    int wte, wpe, wtt, eln_w, eln_b;
+    mdl_stage stage;    /* which layers this model holds (models/stage.h) */
+    struct mdl_stage_pipe *pipe; /* the pipelined step (models/stage_pipe.h); NULL with one stage */
+    int wte, wpe, wtt, eln_w, eln_b; /* the first stage's; -1 elsewhere */
     mdl_stack blocks;   /* the post-LN encoder layers, their activations and scratch */
-    int hd_w, hd_b, ho_w, ho_b; /* head: pooler/classifier.dense, classifier/classifier.out_proj */
+    int hd_w, hd_b, ho_w, ho_b; /* head: pooler/classifier.dense, classifier/classifier.out_proj (the last stage's) */
     int max_B, max_T;
     size_t max_BT;
     int C;
@@ -182,27 +185,33 @@ static const mdl_stack_names bert_block_names = {
     BERT_LAYER "output.dense.weight", BERT_LAYER "output.dense.bias", NULL, NULL};
 
 /* HF's _init_weights: Linear and Embedding N(0, initializer_range), LayerNorm 1/0, biases 0.
- * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). */
-static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp) {
+ * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). The stage's parameters:
+ * the embeddings on the first, its layers, the head on the last. */
+static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp, int first_block, int n_blocks) {
     const bert_config *c = &m->cfg;
     const int C = m->C;
+    const bool first = mdl_stage_is_first(m->stage);
     const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS, O = RT_INIT_ONES;
-    m->wte = bert_add(m, "embeddings.word_embeddings.weight", m->vocab.local, C, false, N);
-    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = bert_add(m, "embeddings.position_embeddings.weight", c->max_position_embeddings, C, false, N);
-    m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C, false, N);
-    m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", C, 0, true, O);
-    m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", C, 0, true, Z);
+    m->wte = m->wpe = m->wtt = m->eln_w = m->eln_b = m->hd_w = m->hd_b = m->ho_w = m->ho_b = -1;
+    if (first) {
+        m->wte = bert_add(m, "embeddings.word_embeddings.weight", m->vocab.local, C, false, N);
+        m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        m->wpe = bert_add(m, "embeddings.position_embeddings.weight", c->max_position_embeddings, C, false, N);
+        m->wtt = bert_add(m, "embeddings.token_type_embeddings.weight", c->type_vocab_size, C, false, N);
+        m->eln_w = bert_add(m, "embeddings.LayerNorm.weight", C, 0, true, O);
+        m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", C, 0, true, Z);
+    }
     /* the embeddings' dropout is the stack's (site 0); the head's sites follow the blocks' */
-    mdl_stack_config bc = {.n_layer = c->num_hidden_layers, .C = C, .n_head = c->num_attention_heads,
+    mdl_stack_config bc = {.n_layer = n_blocks, .C = C, .n_head = c->num_attention_heads,
                            .F = c->intermediate_size, .post_norm = true, .norm = MDL_NORM_LAYER,
                            .norm_eps = c->layer_norm_eps, .act = c->act, .attn_pdrop = c->attention_probs_dropout_prob,
-                           .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = c->hidden_dropout_prob,
-                           .checkpoint_layers = c->checkpoint_layers};
+                           .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = first ? c->hidden_dropout_prob : 0,
+                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, be, tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &bert_block_names, &ckpt_map_bert, c->initializer_range,
                             c->initializer_range);
+    if (!mdl_stage_is_last(m->stage)) return;
     /* the head is small and replicated on every tp rank */
     const int NL = c->num_labels;
     if (c->roberta) {
@@ -216,6 +225,18 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp) {
         m->ho_w = bert_add(m, "classifier.weight", NL, C, false, N);
         m->ho_b = bert_add(m, "classifier.bias", NL, 0, true, Z);
     }
+}
+
+/* A stage's parameters draw the init streams the whole model's same-named ones draw: their
+ * indices in its declaration, found by declaring it without allocating. */
+static void bert_whole_model_streams(bert_model *m) {
+    bert_model whole = *m;
+    whole.stage = mdl_stage_whole();
+    rt_params_init(&whole.params, m->be);
+    bert_declare_params(&whole, m->be, m->tp, 0, m->cfg.num_hidden_layers);
+    rt_params_streams_from(&m->params, &whole.params);
+    rt_params_free(&whole.params);
+    mdl_stack_free(&whole.blocks);
 }
 
 /* Lays out the activation buffers in the arena (measuring when a->base is NULL). */
@@ -259,12 +280,22 @@ static uint64_t bert_act_width(const bert_config *c, int max_T) {
     return mdl_size_max(w, (uint64_t)c->num_labels);
 }
 
+static rt_status bert_stage_pipe(bert_model *m, rt_comm *pp, int max_micro);
+
 rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           bert_model **out) {
+    return bert_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
+}
+
+rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
+                                int max_B, int max_T, uint64_t seed, bert_model **out) {
     rt_status st = RT_OK;
     bert_model *m = rt_xcalloc(1, sizeof *m);
+    int first_block = 0, n_blocks = 0;
     *out = NULL;
+    m->stage = (mdl_stage){pp->rank, pp->size};
     RT_TRY(bert_config_validate(c, tp->size));
+    RT_TRY(mdl_stage_blocks(m->stage, c->num_hidden_layers, c->roberta ? "RoBERTa" : "BERT", &first_block, &n_blocks));
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "BERT: batch size %d and length %d must be >= 1", max_B, max_T);
     /* RoBERTa's positions start after the pad id, so pad_token_id + 1 positions are unusable */
     int max_len = c->roberta ? c->max_position_embeddings - c->pad_token_id - 1 : c->max_position_embeddings;
@@ -283,13 +314,16 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     m->C = c->hidden_size;
     m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
-    bert_declare_params(m, be, tp);
+    bert_declare_params(m, be, tp, first_block, n_blocks);
+    if (m->stage.count > 1) bert_whole_model_streams(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    /* HF's nn.Embedding(padding_idx=pad) starts that row at 0 (RoBERTa's positions too) */
-    if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab.start, m->vocab.local);
-    if (c->roberta) bert_zero_row(m, P(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
+    if (mdl_stage_is_first(m->stage)) {
+        mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
+        /* HF's nn.Embedding(padding_idx=pad) starts that row at 0 (RoBERTa's positions too) */
+        if (c->pad_token_id >= 0) bert_zero_row(m, P(m->wte), c->pad_token_id, m->vocab.start, m->vocab.local);
+        if (c->roberta) bert_zero_row(m, P(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
+    }
     rt_arena arena = {0};
     bert_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "BERT activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
@@ -300,6 +334,7 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float));
+    if (m->stage.count > 1) RT_TRY(bert_stage_pipe(m, pp, max_micro));
     *out = m;
     return RT_OK;
 fail:
@@ -309,6 +344,7 @@ fail:
 
 void bert_model_free(bert_model *m) {
     if (!m) return;
+    mdl_stage_pipe_free(m->pipe);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
@@ -371,38 +407,28 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
 /* BERT attends both ways, with padded keys masked. */
 static mdl_stack_mask bert_mask(const bert_model *m) { return (mdl_stack_mask){.key_mask = m->key_mask}; }
 
-/* Embeddings through the last layer into m->blocks.out. */
-static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
+/* HF: (word + token type) + position, then LayerNorm into the blocks' first residual (the
+ * stack drops out). Types and positions are replicated: added after the vocab-parallel
+ * all-reduce. */
+static rt_status bert_embed(bert_model *m, size_t BT) {
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
     const int C = m->C;
-    const mdl_stack_mask mask = bert_mask(m);
-    /* HF: (word + token type) + position, then LayerNorm and (the stack's) dropout. Types and
-     * positions are replicated: added after the vocab-parallel all-reduce. */
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local));
+    rt_status st = mdl_vocab_embedding_fwd(be, m->tp, m->emb, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local);
+    if (st != RT_OK) return st;
     rt_embedding_fwd(be, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
     rt_embedding_fwd(be, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
     rt_layernorm_fwd(be, mdl_stack_residual(&m->blocks, 0), m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w),
                      P(m->eln_b), BT, C, c->layer_norm_eps);
-    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
-fail:
-    return st;
+    return RT_OK;
 }
 
-/* Backward of the body from dL/d(encoder output) in mdl_stack_dout(&m->blocks). */
-static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
+/* From demb = dL/d(LN(emb)). */
+static void bert_embed_bwd(bert_model *m, const float *demb, size_t BT) {
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
     const int C = m->C;
-    const mdl_stack_mask mask = bert_mask(m);
-    const float *demb = NULL;
-    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
-    /* demb = dL/d(LN(emb)); the stack's dln is free scratch now */
-    float *dsum = m->blocks.sc->dln;
+    float *dsum = m->blocks.sc->dln; /* the stack's dln is free scratch now */
     rt_clear(be, dsum, BT * C * sizeof(float));
     rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), demb, m->emb, P(m->eln_w), m->emb_mean, m->emb_rstd, BT, C);
     rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab.start, m->vocab.local);
@@ -411,25 +437,34 @@ static rt_status bert_backward_body(bert_model *m, int B, int T, const mdl_pass 
     /* HF's padding_idx rows get no gradient (the pad row stays 0 through training) */
     if (c->pad_token_id >= 0) bert_zero_row(m, G(m->wte), c->pad_token_id, m->vocab.start, m->vocab.local);
     if (c->roberta) bert_zero_row(m, G(m->wpe), c->pad_token_id, 0, c->max_position_embeddings);
-fail:
-    return st;
 }
 
-rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
-                        float *host_logits) {
-    rt_status st = RT_OK;
+static rt_status bert_stack_fwd(bert_model *m, int B, int T, const mdl_pass *pass) {
+    const mdl_stack_mask mask = bert_mask(m);
+    return mdl_stack_forward(&m->blocks, B, T, &mask, pass);
+}
+
+/* From dL/d(encoder output) in mdl_stack_dout(&m->blocks). */
+static rt_status bert_stack_bwd(bert_model *m, int B, int T, const mdl_pass *pass, const float **demb) {
+    const mdl_stack_mask mask = bert_mask(m);
+    return mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), demb);
+}
+
+/* Embeddings through the last layer into m->blocks.out. */
+static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = bert_embed(m, (size_t)B * T);
+    return st == RT_OK ? bert_stack_fwd(m, B, T, pass) : st;
+}
+
+/* The head: first token -> [drop] -> dense -> tanh -> drop -> out. RoBERTa drops out before
+ * the dense too; BERT's pooler has no dropout before it. */
+static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                          float *host_logits) {
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
-    const size_t BT = (size_t)B * T;
-    /* RoBERTa drops out before the dense too; BERT's pooler has no dropout before it */
+    const int B = b->B, C = m->C, NL = c->num_labels;
     const bool drop = pass->training && c->classifier_dropout > 0;
     const float pc = c->classifier_dropout;
-    RT_TRY(mdl_cls_check_batch("BERT", b, NL));
-    RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
-    RT_TRY(bert_forward_body(m, B, T, pass));
-
-    /* head: first token -> [drop] -> dense -> tanh -> drop -> out */
     rt_gather_rows(be, m->cls, m->blocks.out, m->cls_idx, B, C);
     const float *x0 = m->cls;
     if (drop && c->roberta) {
@@ -447,9 +482,17 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
-    if (!(grad_scale > 0)) return RT_OK;
+}
 
-    /* head backward; the head is replicated, so each rank has all of dL/d(head input) */
+/* The head's backward into the stack's dout; the head is replicated, so each rank has all of
+ * dL/d(head input). */
+static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass) {
+    const bert_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const int B = b->B, T = b->T, C = m->C, NL = c->num_labels;
+    const bool drop = pass->training && c->classifier_dropout > 0;
+    const float pc = c->classifier_dropout;
+    const float *x0 = drop && c->roberta ? m->cls_drop : m->cls, *x1 = drop ? m->hdrop : m->hact;
     mdl_row_linear_bwd(be, m->dh1, G(m->ho_w), G(m->ho_b), m->dlogits, x1, P(m->ho_w), (size_t)B, C, NL);
     const float *dact = m->dh1;
     if (drop) {
@@ -464,11 +507,68 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
         dcls = m->dh2;
     }
     float *dout = mdl_stack_dout(&m->blocks);
-    rt_clear(be, dout, BT * C * sizeof(float));
+    rt_clear(be, dout, (size_t)B * T * C * sizeof(float));
     rt_scatter_rows_add(be, dout, dcls, m->cls_idx, B, C);
-    RT_TRY(bert_backward_body(m, B, T, pass));
+}
+
+rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *host_logits) {
+    rt_status st = RT_OK;
+    const int B = b->B, T = b->T;
+    const float *demb = NULL;
+    RT_TRY(mdl_cls_check_batch("BERT", b, m->cfg.num_labels));
+    if (m->stage.count > 1) {
+        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "BERT: a pipeline stage trains through its pipeline step");
+        return mdl_stage_pipe_forward(m->pipe, b, loss_sum, host_logits);
+    }
+    RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
+    RT_TRY(bert_forward_body(m, B, T, pass));
+    bert_head_fwd(m, b, pass, grad_scale, loss_sum, host_logits);
+    if (!(grad_scale > 0)) return RT_OK;
+    bert_head_bwd(m, b, pass);
+    RT_TRY(bert_stack_bwd(m, B, T, pass, &demb));
+    bert_embed_bwd(m, demb, (size_t)B * T);
 fail:
     return st;
+}
+
+/* ---- the classifier as a pipeline stage (models/stage_pipe.h) ---- */
+
+static rt_status bert_sp_upload(void *model, const rt_batch *b) {
+    return bert_upload(model, b->input_ids, b->attention_mask, b->token_type_ids, b->B, b->T);
+}
+static rt_status bert_sp_embed(void *model, const rt_batch *b) { return bert_embed(model, (size_t)b->B * b->T); }
+static void bert_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
+    bert_embed_bwd(model, demb, (size_t)b->B * b->T);
+}
+static rt_status bert_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    return bert_stack_fwd(model, b->B, b->T, pass);
+}
+static rt_status bert_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
+    return bert_stack_bwd(model, b->B, b->T, pass, demb);
+}
+static rt_status bert_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                  double *loss_sum, float *host_logits) {
+    bert_head_fwd(model, b, pass, grad_scale, loss_sum, host_logits);
+    return RT_OK;
+}
+static rt_status bert_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    bert_head_bwd(model, b, pass);
+    return RT_OK;
+}
+
+static rt_status bert_stage_pipe(bert_model *m, rt_comm *pp, int max_micro) {
+    const mdl_stage_model sm = {.model = m, .family = m->cfg.roberta ? "RoBERTa" : "BERT", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
+                                .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
+                                .upload = bert_sp_upload, .embed = bert_sp_embed, .embed_bwd = bert_sp_embed_bwd,
+                                .blocks_fwd = bert_sp_blocks_fwd, .blocks_bwd = bert_sp_blocks_bwd,
+                                .head_fwd = bert_sp_head_fwd, .head_bwd = bert_sp_head_bwd};
+    return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
+}
+
+static rt_status bert_vt_pipeline(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                                  double *loss_sum) {
+    return mdl_stage_pipe_step(((bert_model *)model)->pipe, b, n, seed, step, grad_scale, loss_sum);
 }
 
 rt_status bert_hidden(bert_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_types,
@@ -517,6 +617,7 @@ rt_status bert_classifier(bert_model *m, mdl_classifier *out) {
                             .params = bert_vt_params,
                             .save_hf = bert_vt_save_hf,
                             .free = bert_vt_free,
-                            .train_flops = bert_vt_flops};
+                            .train_flops = bert_vt_flops,
+                            .pipeline_step = m->stage.count > 1 ? bert_vt_pipeline : NULL};
     return RT_OK;
 }

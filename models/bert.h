@@ -60,6 +60,12 @@ typedef struct bert_model bert_model;
  * rows of the word (and RoBERTa position) embeddings 0) from the counter RNG with `seed`. */
 rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           bert_model **out);
+/* One pipeline stage, stage pp->rank of pp->size (models/stage.h): its layers, and the
+ * embeddings on the first stage, the pooler (RoBERTa: the classifier's dense) and the
+ * classifier on the last, for steps of up to max_micro micro-batches through the classifier
+ * vtable's pipeline_step (models/stage_pipe.h). The parameters draw the whole model's init. */
+rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
+                                int max_B, int max_T, uint64_t seed, bert_model **out);
 void bert_model_free(bert_model *m);
 rt_params *bert_model_params(bert_model *m);
 rt_comm *bert_model_tp(bert_model *m);
@@ -70,7 +76,9 @@ int bert_model_padded_vocab(const bert_model *m);
 /* Sequence classification or regression: forward, and backward when grad_scale > 0
  * (gradients of grad_scale * loss accumulate). Writes the summed loss over labelled rows
  * (labels != -100, or targets not NaN for regression) and, when host_logits is non-NULL, the
- * logits (B, num_labels). Uses b->token_type_ids when non-NULL (else type 0 everywhere). */
+ * logits (B, num_labels). Uses b->token_type_ids when non-NULL (else type 0 everywhere). A
+ * pipeline stage only evaluates here (grad_scale 0): the batch goes through every stage and
+ * each gets the last stage's loss and logits. */
 rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits);
 /* The last encoder hidden states (B, T, hidden) for ids (and optional mask and token types),

@@ -164,11 +164,7 @@ static void gpt2_whole_model_streams(gpt2_model *m) {
     whole.stage = mdl_stage_whole();
     rt_params_init(&whole.params, m->be);
     gpt2_declare_params(&whole, 0, m->cfg.n_layer);
-    for (int i = 0; i < m->params.n; i++) {
-        const int j = rt_params_find(&whole.params, m->params.specs[i].name);
-        RT_CHECK(j >= 0, "GPT-2 stage parameter %s is not in the whole model", m->params.specs[i].name);
-        m->params.specs[i].init_stream = j;
-    }
+    rt_params_streams_from(&m->params, &whole.params);
     rt_params_free(&whole.params);
     mdl_stack_free(&whole.blocks);
 }
@@ -384,7 +380,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     if (m->cfg.num_labels == 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: this model has no classification head (num_labels 0)");
     RT_TRY(mdl_cls_check_batch("GPT-2", b, m->cfg.num_labels));
     if (m->stage.count > 1) {
-        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage trains through gpt2_pipe_step");
+        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage trains through its pipeline step");
         return mdl_stage_pipe_forward(m->pipe, b, loss_sum, host_logits);
     }
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
@@ -426,23 +422,12 @@ static rt_status gpt2_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass
 }
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
-    const mdl_stage_model sm = {.model = m, .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
+    const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
                                 .upload = gpt2_sp_upload, .embed = gpt2_sp_embed, .embed_bwd = gpt2_sp_embed_bwd,
                                 .blocks_fwd = gpt2_sp_blocks_fwd, .blocks_bwd = gpt2_sp_blocks_bwd,
                                 .head_fwd = gpt2_sp_head_fwd, .head_bwd = gpt2_sp_head_bwd};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
-}
-
-rt_status gpt2_pipe_step(gpt2_model *m, const rt_batch *b, int M, uint64_t seed, int64_t step, float grad_scale,
-                         double *loss_sum) {
-    *loss_sum = 0;
-    if (!m->pipe) return rt_errorf(RT_ERR_CONFIG, "GPT-2: gpt2_pipe_step on a model without pipeline stages");
-    for (int k = 0; k < M; k++) {
-        rt_status st = mdl_cls_check_batch("GPT-2", &b[k], m->cfg.num_labels);
-        if (st != RT_OK) return st;
-    }
-    return mdl_stage_pipe_step(m->pipe, b, M, seed, step, grad_scale, loss_sum);
 }
 
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets) {
@@ -520,7 +505,7 @@ static void gpt2_cls_vfree(void *model) { gpt2_model_free(model); }
 
 static rt_status gpt2_cls_vpipeline(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step,
                                     float grad_scale, double *loss_sum) {
-    return gpt2_pipe_step(model, b, n, seed, step, grad_scale, loss_sum);
+    return mdl_stage_pipe_step(((gpt2_model *)model)->pipe, b, n, seed, step, grad_scale, loss_sum);
 }
 
 static double gpt2_cls_vflops(void *model, int B, int T) {

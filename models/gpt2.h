@@ -53,7 +53,8 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
                           gpt2_model **out);
 /* One pipeline stage of the classifier, stage pp->rank of pp->size (models/stage.h): its
  * blocks, and wte and wpe on the first stage, ln_f and score on the last, for steps of up to
- * max_micro micro-batches (gpt2_pipe_step). The language model (num_labels 0), whose head is
+ * max_micro micro-batches (the classifier vtable's pipeline_step, models/stage_pipe.h). The
+ * parameters draw the whole model's init. The language model (num_labels 0), whose head is
  * tied to wte, is refused with more than one stage. */
 rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
                                 int max_B, int max_T, uint64_t seed, gpt2_model **out);
@@ -70,20 +71,10 @@ const gpt2_config *gpt2_model_config(const gpt2_model *m);
  * parameter gradients with dL/dlogits scaled by grad_scale). Writes the summed loss over
  * labelled rows to *loss_sum, and the logits (B, num_labels) to host_logits when non-NULL.
  * A pipeline stage runs the forward only (grad_scale 0): the batch goes through every stage
- * and each stage gets the last stage's loss and logits; training steps through
- * gpt2_pipe_step. */
+ * and each stage gets the last stage's loss and logits; training steps through the classifier
+ * vtable's pipeline_step. */
 rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                         float *host_logits);
-
-/* The classifier's pipelined step (runtime/rt_pipe.h): this stage's forward and backward of
- * the micro-batches b[0..M) of one optimizer step in 1F1B order, with the neighbouring stages
- * over the model's pp comm. Accumulates the stage's gradients of grad_scale * loss exactly as
- * M calls of gpt2_cls_step would, with pass {seed, step, micro m, training} for micro-batch m;
- * the last stage writes the summed loss to *loss_sum, the others 0. A stage keeps only each
- * micro-batch's input between its forward and backward and recomputes the rest (the last
- * stage needs no recompute). */
-rt_status gpt2_pipe_step(gpt2_model *m, const rt_batch *b, int M, uint64_t seed, int64_t step, float grad_scale,
-                         double *loss_sum);
 
 /* config.json and model.safetensors of an HF GPT2ForSequenceClassification or GPT2LMHeadModel
  * folder into dir (made if missing); every tp rank calls it, one writes. */

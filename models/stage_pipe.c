@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/heads.h"
 #include "runtime/rt_pipe.h"
 
 struct mdl_stage_pipe {
@@ -127,6 +128,10 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
     *loss_sum = 0;
     if (M < 1 || M > p->max_micro)
         return rt_errorf(RT_ERR_CONFIG, "pipeline: %d micro-batches, sized for at most %d", M, p->max_micro);
+    for (int k = 0; k < M; k++) {
+        rt_status st = mdl_cls_check_batch(p->m.family, &b[k], p->m.num_labels);
+        if (st != RT_OK) return st;
+    }
     p->held = -1;
     p->b = b;
     p->seed = seed;

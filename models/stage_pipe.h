@@ -25,6 +25,7 @@
 
 typedef struct {
     void *model;
+    const char *family; /* for messages: "GPT-2" */
     rt_backend *be;
     rt_comm *pp;        /* the stages' comm: this is stage pp->rank of pp->size */
     mdl_stack *blocks;  /* residual 0 is the stage's input, out its output */
@@ -55,7 +56,8 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
 void mdl_stage_pipe_free(mdl_stage_pipe *p);
 /* One optimizer step's forward and backward of b[0..M) through every stage, with pass {seed,
  * step, micro m, training} for micro-batch m: accumulates this stage's gradients of
- * grad_scale * loss; *loss_sum is the summed loss on the last stage, 0 on the others. */
+ * grad_scale * loss; *loss_sum is the summed loss on the last stage, 0 on the others. The
+ * batches are checked first (models/heads.h), on every stage alike. */
 rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint64_t seed, int64_t step,
                               float grad_scale, double *loss_sum);
 /* Evaluation: b through the stages one after another (nothing to overlap without a

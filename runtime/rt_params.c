@@ -106,6 +106,14 @@ void rt_params_init_weights(rt_params *p, uint64_t seed) {
     }
 }
 
+void rt_params_streams_from(rt_params *p, const rt_params *whole) {
+    for (int i = 0; i < p->n; i++) {
+        const int j = rt_params_find(whole, p->specs[i].name);
+        RT_CHECK(j >= 0, "parameter %s is not in the whole model", p->specs[i].name);
+        p->specs[i].init_stream = whole->specs[j].init_stream;
+    }
+}
+
 float *rt_params_data(const rt_params *p, int idx) {
     RT_CHECK(idx >= 0 && idx < p->n && p->param, "parameter %d of %d", idx, p->n);
     return p->param + p->specs[idx].offset;

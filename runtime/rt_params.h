@@ -76,6 +76,9 @@ rt_status rt_params_alloc_moments(rt_params *p);
  * RT_STREAM(RT_STREAM_INIT, its init_stream) of seed), so init is independent of thread count
  * and of the pipeline layout. */
 void rt_params_init_weights(rt_params *p, uint64_t seed);
+/* Gives each parameter of p the init_stream its same-named one has in `whole` (a pipeline
+ * stage's parameters, from the whole model's declaration); every name must be there. */
+void rt_params_streams_from(rt_params *p, const rt_params *whole);
 
 float *rt_params_data(const rt_params *p, int idx);
 float *rt_params_grad(const rt_params *p, int idx);

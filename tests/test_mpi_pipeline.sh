@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpt2-classify with pipeline stages (--pp) under mpirun, dropout on: pp=2 and pp=4 give the
+# gpt2-classify and bert-classify with pipeline stages (--pp) under mpirun, dropout on: pp=2 and pp=4 give the
 # single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 and tp=2 x pp=2 give
 # those of dp=2 and tp=2 without stages (a layout's dropout masks and tp's random init are its
 # own); the final checkpoint holds the single process's tensors, bit for bit (names, shapes and
@@ -24,8 +24,9 @@ JSON
 mkdir -p "$TMP/data"
 head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
 head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
-ARGS=(--arch "$TMP/arch.json" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --micro-batches 4 --max-steps 5
-      --log-interval 1 --threads 1 --no-cache)
+COMMON=(--data-dir "$TMP/data" --max-len 48 --batch-size 8 --micro-batches 4 --max-steps 5 --log-interval 1 --threads 1
+        --no-cache)
+ARGS=(--arch "$TMP/arch.json" "${COMMON[@]}") # gpt2-classify's
 
 run() { # name, ranks, then options
     local name=$1 np=$2
@@ -92,11 +93,34 @@ else
     fail=$((fail + 1)); echo "FAILED: save at pp=2" >&2; tail -5 "$TMP/ck.log" >&2
 fi
 
+# BERT's stages: pp 2 gives one process's numbers and tensors
+cat > "$TMP/bert.json" <<JSON
+{"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
+ "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}
+JSON
+BERT=(--arch "$TMP/bert.json" --tokenizer "$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt")
+for layout in "bert_one 1" "bert_pp2 2 --pp 2"; do
+    set -- $layout
+    name=$1 np=$2
+    shift 2
+    if [ "$np" -eq 1 ]; then
+        "$BIN/bert-classify" "${COMMON[@]}" "${BERT[@]}" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    else
+        mpirun -np "$np" "$BIN/bert-classify" "${COMMON[@]}" "${BERT[@]}" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    fi || { fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; }
+done
+check "BERT pp 2" bert_one bert_pp2
+if cmp -s <(tensors "$TMP/bert_one/step-000005.tzck") <(tensors "$TMP/bert_pp2/step-000005.tzck"); then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: the BERT pp 2 checkpoint's tensors differ from one process's" >&2
+fi
+
 # bad layouts: one line, before the data is read
 expect_error() { # what, message, ranks, program, options
     local what=$1 msg=$2 np=$3 prog=$4
     shift 4
-    mpirun -np "$np" "$BIN/$prog" "${ARGS[@]}" "$@" --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
+    mpirun -np "$np" "$BIN/$prog" "$@" --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
     local rc=$?
     if [ "$rc" -ne 0 ] && grep -q -- "$msg" "$TMP/bad.log" && ! grep -q "^data:" "$TMP/bad.log"; then
         pass=$((pass + 1))
@@ -104,12 +128,13 @@ expect_error() { # what, message, ranks, program, options
         fail=$((fail + 1)); echo "FAILED: $what (exit $rc):" >&2; cat "$TMP/bad.log" >&2
     fi
 }
-expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2-classify --pp 3 --micro-batches 3
-expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify --pp 2 \
-    --micro-batches 1
-expect_error "a program without stages" "bert-classify has no pipeline stages yet" 2 bert-classify --pp 2
-expect_error "--save-hf" "--save-hf with --pp 2" 2 gpt2-classify --pp 2 --save-hf "$TMP/hf"
-expect_error "--zero" "--pp 2 with --zero" 2 gpt2-classify --pp 2 --zero 1
+expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2-classify "${ARGS[@]}" --pp 3 \
+    --micro-batches 3
+expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify \
+    "${ARGS[@]}" --pp 2 --micro-batches 1
+expect_error "a program without stages" "glm-finetune has no pipeline stages yet" 2 glm-finetune --pp 2 --task copa
+expect_error "--save-hf" "--save-hf with --pp 2" 2 gpt2-classify "${ARGS[@]}" --pp 2 --save-hf "$TMP/hf"
+expect_error "--zero" "--pp 2 with --zero" 2 gpt2-classify "${ARGS[@]}" --pp 2 --zero 1
 
 # a rank killed mid-pipeline: the job ends within 60 s
 mpirun -np 2 "$BIN/gpt2-classify" "${ARGS[@]}" --pp 2 --max-steps 100000 --eval-interval -1 --save-interval -1 \

@@ -33,7 +33,7 @@ static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
         RT_FAIL(RT_ERR_USAGE, "--max-len %d is longer than the %d positions the model has", a->max_T, usable);
     int32_t pad = tok_pad_id(a->tok);
     if (pad < 0) RT_FAIL(RT_ERR_CONFIG, "the tokenizer has no pad token ([PAD] or <pad>)");
-    RT_TRY(bert_model_init(&cfg, a->be, a->tp, a->max_B, a->max_T, a->seed, &model));
+    RT_TRY(bert_model_init_stage(&cfg, a->be, a->tp, a->pp, a->max_micro, a->max_B, a->max_T, a->seed, &model));
     RT_TRY(bert_classifier(model, &out->cls));
     model = NULL; /* owned by out->cls now */
     out->pad_id = pad;
@@ -65,6 +65,7 @@ int main(int argc, char **argv) {
         .hf_cache_repo = "bert-base-uncased",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/bert-wordpiece/bert-base-uncased-vocab.txt",
         .scratch_desc = "a small BERT (4 layers, 128 wide)",
+        .has_stages = true,
         .create = bert_app_create,
         .load_hf = bert_app_load_hf,
     };

@@ -1,16 +1,17 @@
-/* The GPT-2 classifier split into pipeline stages (gpt2_model_init_stage, gpt2_pipe_step) on
- * threads, against the whole model stepping through the same micro-batches one after another
- * (gpt2_cls_step with grad accumulation): with dropout on, 2 and 4 stages over 1, 3 and 5
+/* The classifiers split into pipeline stages (models/stage_pipe.h) on threads, against the whole
+ * model stepping through the same micro-batches one after another (step with grad
+ * accumulation), for GPT-2, BERT and RoBERTa: with dropout on, 2 and 4 stages over 1, 3 and 5
  * micro-batches of different shapes, every parameter's gradient on its stage and the last
- * stage's summed loss equal the whole model's bit for bit. The stages take the whole model's
- * weights by name. Evaluating a batch through the stages gives every stage the whole model's
- * loss and logits. Also: stages that do not divide the layers, and the language model, are
- * refused with one line. */
+ * stage's summed loss equal the whole model's bit for bit, and so does evaluating a batch
+ * through the stages (every stage gets the loss and logits). The stages take the whole model's
+ * weights by name; that they draw the same random init by themselves is checked too. Also:
+ * stages that do not divide the layers, and GPT-2's language model, are refused with one line. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/bert.h"
 #include "models/gpt2.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -52,6 +53,34 @@ static gpt2_config tiny(void) {
     return c;
 }
 
+static bert_config tiny_bert(bool roberta) {
+    bert_config c;
+    bert_config_default(&c);
+    c.roberta = roberta;
+    c.vocab_size = V, c.hidden_size = 16, c.num_hidden_layers = 4, c.num_attention_heads = 2;
+    c.intermediate_size = 32, c.type_vocab_size = 2, c.pad_token_id = roberta ? 1 : 0;
+    c.max_position_embeddings = roberta ? 32 + 2 : 32;
+    return c;
+}
+
+/* A family: its classifier as a whole model (pp = rt_comm_self()) or as stage pp->rank. */
+typedef enum { FAM_GPT2, FAM_BERT, FAM_ROBERTA, FAM_COUNT } family;
+static const char *const family_names[FAM_COUNT] = {"GPT-2", "BERT", "RoBERTa"};
+
+static rt_status make(family f, rt_backend *be, rt_comm *pp, mdl_classifier *out) {
+    if (f == FAM_GPT2) {
+        const gpt2_config c = tiny();
+        gpt2_model *m = NULL;
+        rt_status st = gpt2_model_init_stage(&c, be, rt_comm_self(), pp, MAXM, MAXB, MAXT, 11, &m);
+        if (st == RT_OK) gpt2_classifier(m, out);
+        return st;
+    }
+    const bert_config c = tiny_bert(f == FAM_ROBERTA);
+    bert_model *m = NULL;
+    rt_status st = bert_model_init_stage(&c, be, rt_comm_self(), pp, MAXM, MAXB, MAXT, 11, &m);
+    return st == RT_OK ? bert_classifier(m, out) : st;
+}
+
 /* A parameter's values or gradient on the host (malloc'd). */
 static float *fetch(rt_backend *be, const rt_params *p, int i, bool grad) {
     float *h = malloc(p->specs[i].numel * sizeof(float));
@@ -59,11 +88,12 @@ static float *fetch(rt_backend *be, const rt_params *p, int i, bool grad) {
     return h;
 }
 
-static gpt2_model *g_ref;
+static mdl_classifier g_ref;
 static rt_backend *g_ref_be;
 
 typedef struct {
     rt_comm *pp;
+    family fam;
     int M;
     rt_status st;
     char msg[256];
@@ -79,19 +109,20 @@ static void *run_stage(void *arg) {
     stage_run *r = arg;
     rt_status st = RT_OK;
     rt_backend *be = NULL;
-    gpt2_model *m = NULL;
-    const gpt2_config c = tiny();
+    mdl_classifier m = {0};
     RT_TRY(rt_backend_init("cpu", 1, &be));
-    RT_TRY(gpt2_model_init_stage(&c, be, rt_comm_self(), r->pp, MAXM, MAXB, MAXT, 11, &m));
-    rt_params *p = gpt2_model_params(m), *q = gpt2_model_params(g_ref);
-    for (int i = 0; i < p->n; i++) { /* the whole model's weights */
+    RT_TRY(make(r->fam, be, r->pp, &m));
+    rt_params *p = m.params(m.model), *q = g_ref.params(g_ref.model);
+    for (int i = 0; i < p->n; i++) { /* the whole model's weights: the same as the stage's own init */
         const int j = rt_params_find(q, p->specs[i].name);
         RT_CHECK(j >= 0 && q->specs[j].numel == p->specs[i].numel, "%s", p->specs[i].name);
-        float *w = fetch(g_ref_be, q, j, false);
+        float *w = fetch(g_ref_be, q, j, false), *own = fetch(be, p, i, false);
+        if (memcmp(w, own, p->specs[i].numel * sizeof(float)) != 0 && r->mismatched++ == 0)
+            snprintf(r->msg, sizeof r->msg, "%s's random init differs from the whole model's", p->specs[i].name);
         rt_to_device(be, p->param + p->specs[i].offset, w, p->specs[i].numel * sizeof(float));
-        free(w);
+        free(w), free(own);
     }
-    RT_TRY(gpt2_pipe_step(m, g_b, r->M, 5, 3, 0.25f, &r->loss));
+    RT_TRY(m.pipeline_step(m.model, g_b, r->M, 5, 3, 0.25f, &r->loss));
     for (int i = 0; i < p->n; i++) {
         const int j = rt_params_find(q, p->specs[i].name);
         float *got = fetch(be, p, i, true), *want = fetch(g_ref_be, q, j, true);
@@ -103,56 +134,60 @@ static void *run_stage(void *arg) {
     /* evaluation: every stage gets the last stage's loss and logits */
     for (int k = 0; k < 2; k++) {
         const mdl_pass eval = {.training = false};
-        RT_TRY(gpt2_cls_step(m, &g_b[k], &eval, 0.0f, &r->eval_loss[k], r->eval_logits[k]));
+        RT_TRY(m.step(m.model, &g_b[k], &eval, 0.0f, &r->eval_loss[k], r->eval_logits[k]));
     }
 fail:
     if (st != RT_OK) snprintf(r->msg, sizeof r->msg, "%s", rt_error_message());
     r->st = st;
-    gpt2_model_free(m);
+    if (m.free) m.free(m.model);
     rt_backend_free(be);
     return NULL;
 }
 
-static void check(int P, int M) {
+static void check(family fam, int P, int M) {
+    const char *name = family_names[fam];
     /* the reference: M micro-batches through the whole model */
-    const gpt2_config c = tiny();
-    TZ_EXPECT_OK(gpt2_model_init(&c, g_ref_be, rt_comm_self(), MAXB, MAXT, 11, &g_ref));
+    TZ_EXPECT_OK(make(fam, g_ref_be, rt_comm_self(), &g_ref));
+    if (!g_ref.model) return;
     double want = 0;
     for (int k = 0; k < M; k++) {
         const mdl_pass pass = {.seed = 5, .step = 3, .micro = k, .training = true};
         double loss = 0;
-        TZ_EXPECT_OK(gpt2_cls_step(g_ref, &g_b[k], &pass, 0.25f, &loss, NULL));
+        TZ_EXPECT_OK(g_ref.step(g_ref.model, &g_b[k], &pass, 0.25f, &loss, NULL));
         want += loss;
     }
     for (int k = 0; k < 2; k++) {
         const mdl_pass eval = {.training = false};
-        TZ_EXPECT_OK(gpt2_cls_step(g_ref, &g_b[k], &eval, 0.0f, &g_eval_loss[k], g_eval_logits[k]));
+        TZ_EXPECT_OK(g_ref.step(g_ref.model, &g_b[k], &eval, 0.0f, &g_eval_loss[k], g_eval_logits[k]));
     }
     rt_comm *comms[MAXP];
     pthread_t th[MAXP];
     stage_run runs[MAXP];
     TZ_EXPECT_OK(rt_comm_threads_create(P, 20.0, comms));
     for (int s = 0; s < P; s++) {
-        runs[s] = (stage_run){.pp = comms[s], .M = M};
+        runs[s] = (stage_run){.pp = comms[s], .fam = fam, .M = M};
         pthread_create(&th[s], NULL, run_stage, &runs[s]);
     }
     int compared = 0;
     for (int s = 0; s < P; s++) {
         pthread_join(th[s], NULL);
-        TZ_EXPECT(runs[s].st == RT_OK && runs[s].mismatched == 0, "pp %d M %d stage %d: %s", P, M, s, runs[s].msg);
+        TZ_EXPECT(runs[s].st == RT_OK && runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
+                  runs[s].msg);
         compared += runs[s].compared;
         for (int k = 0; k < 2; k++)
             TZ_EXPECT(runs[s].eval_loss[k] == g_eval_loss[k] &&
                           memcmp(runs[s].eval_logits[k], g_eval_logits[k], (size_t)g_b[k].B * 2 * sizeof(float)) == 0,
-                      "pp %d stage %d: evaluation of batch %d differs from the whole model's", P, s, k);
+                      "%s pp %d stage %d: evaluation of batch %d differs from the whole model's", name, P, s, k);
         rt_comm_free(comms[s]);
     }
-    TZ_EXPECT(compared == gpt2_model_params(g_ref)->n, "pp %d: %d parameters on the stages, the whole model has %d", P,
-              compared, gpt2_model_params(g_ref)->n);
-    TZ_EXPECT(runs[P - 1].loss == want && want > 0, "pp %d M %d: loss %.17g, whole model %.17g", P, M,
+    const int whole = g_ref.params(g_ref.model)->n;
+    TZ_EXPECT(compared == whole, "%s pp %d: %d parameters on the stages, the whole model has %d", name, P, compared,
+              whole);
+    TZ_EXPECT(runs[P - 1].loss == want && want > 0, "%s pp %d M %d: loss %.17g, whole model %.17g", name, P, M,
               runs[P - 1].loss, want);
-    for (int s = 0; s < P - 1; s++) TZ_EXPECT(runs[s].loss == 0, "pp %d: stage %d reports a loss", P, s);
-    gpt2_model_free(g_ref);
+    for (int s = 0; s < P - 1; s++) TZ_EXPECT(runs[s].loss == 0, "%s pp %d: stage %d reports a loss", name, P, s);
+    g_ref.free(g_ref.model);
+    g_ref = (mdl_classifier){0};
 }
 
 static void check_refusals(void) {
@@ -174,12 +209,13 @@ static void check_refusals(void) {
 
 int main(void) {
     TZ_EXPECT_OK(rt_backend_init("cpu", 1, &g_ref_be));
-    if (!g_ref_be) return tz_test_result("test_pipe_gpt2");
+    if (!g_ref_be) return tz_test_result("test_pipe_models");
     make_batches();
     const int Ms[3] = {1, 3, 5};
-    for (int P = 2; P <= MAXP; P += 2)
-        for (int i = 0; i < 3; i++) check(P, Ms[i]);
+    for (int f = 0; f < FAM_COUNT; f++)
+        for (int P = 2; P <= MAXP; P += 2)
+            for (int i = 0; i < 3; i++) check((family)f, P, Ms[i]);
     check_refusals();
     rt_backend_free(g_ref_be);
-    return tz_test_result("test_pipe_gpt2");
+    return tz_test_result("test_pipe_models");
 }
