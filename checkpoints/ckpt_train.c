@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_native.h"
+#include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_tp.h"
 
 static const char *const ckpt_train_kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
@@ -23,120 +24,48 @@ static rt_status ckpt_train_desc(const char *path, const rt_param_spec *s, const
     return RT_OK;
 }
 
-/* A record on its way from a later pipeline stage to the writer. */
-typedef struct {
-    char name[RT_PARAM_NAME_MAX + 16];
-    int32_t ndim;
-    uint64_t shape[RT_PARAM_MAX_DIMS];
-} ckpt_train_header;
-
-/* The writer's side of one record: written at once, or (a later stage's) received first. */
+/* The writer's sink: each record under its kind's prefix. */
 typedef struct {
     ckpt_native_writer *w;
-    rt_status wst; /* after a write error the writer keeps receiving, so every rank still takes part in every
-                    * transfer, and reports the error at the end */
-    float *full;
-    size_t cap;
+    int kind;
+    const rt_status *wst; /* an earlier kind's write error: write nothing more */
 } ckpt_train_sink;
 
-static void ckpt_train_sink_add(ckpt_train_sink *k, const ckpt_train_header *h) {
+static rt_status ckpt_train_sink_add(void *ctx, const ckpt_pp_record *r, const float *full) {
+    const ckpt_train_sink *k = ctx;
+    if (*k->wst != RT_OK) return *k->wst;
+    char name[RT_PARAM_NAME_MAX + 16];
     size_t shape[RT_PARAM_MAX_DIMS];
-    for (int d = 0; d < h->ndim; d++) shape[d] = (size_t)h->shape[d];
-    if (k->wst == RT_OK) k->wst = ckpt_native_writer_add(k->w, h->name, RT_F32, h->ndim, shape, k->full);
-}
-
-static size_t ckpt_train_header_numel(const ckpt_train_header *h) {
-    size_t n = 1;
-    for (int d = 0; d < h->ndim; d++) n *= (size_t)h->shape[d];
-    return n;
-}
-
-/* One kind of this stage's tensors: gathered over tp to its rank 0, which writes them (the
- * first stage) or sends each, header then values, to the first stage over pp. */
-static rt_status ckpt_train_save_stage(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, int kind,
-                                       ckpt_tp_scratch *scr, ckpt_train_sink *k) {
-    rt_status st = RT_OK;
-    const float *buf = ckpt_train_buffer(p, kind);
-    const bool lead = tp->rank == 0;
-    int32_t count = buf ? p->n : 0; /* moments exist once the optimizer ran */
-    rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
-    if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
-    for (int i = 0; i < count; i++) {
-        const rt_param_spec *s = &p->specs[i];
-        ckpt_tp_desc d;
-        ckpt_train_header h = {.ndim = 0};
-        RT_TRY(ckpt_train_desc(path, s, tp, &d));
-        const size_t n = ckpt_tp_full_numel(&d);
-        if (lead && n > k->cap) k->full = rt_xrealloc(k->full, (k->cap = n) * sizeof(float));
-        RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, scr, lead ? k->full : NULL));
-        if (!lead) continue;
-        snprintf(h.name, sizeof h.name, "%s/%s", ckpt_train_kinds[kind], s->name);
-        h.ndim = d.ndim;
-        for (int j = 0; j < d.ndim; j++) h.shape[j] = (uint64_t)d.full[j];
-        if (pp->rank == 0) {
-            ckpt_train_sink_add(k, &h);
-            continue;
-        }
-        op = (rt_p2p){.send = true, .peer = 0, .buf = &h, .bytes = sizeof h};
-        RT_TRY(rt_comm_p2p(pp, &op, 1));
-        op = (rt_p2p){.send = true, .peer = 0, .buf = k->full, .bytes = n * sizeof(float)};
-        RT_TRY(rt_comm_p2p(pp, &op, 1));
-    }
-fail:
-    return st;
-}
-
-/* The writer receives stage `from`'s records of one kind. */
-static rt_status ckpt_train_receive_stage(const char *path, rt_comm *pp, int from, ckpt_train_sink *k) {
-    rt_status st = RT_OK;
-    int32_t count = 0;
-    ckpt_train_header h;
-    rt_p2p op = {.send = false, .peer = from, .buf = &count, .bytes = sizeof count};
-    RT_TRY(rt_comm_p2p(pp, &op, 1));
-    for (int i = 0; i < count; i++) {
-        op = (rt_p2p){.send = false, .peer = from, .buf = &h, .bytes = sizeof h};
-        RT_TRY(rt_comm_p2p(pp, &op, 1));
-        if (h.ndim < 0 || h.ndim > RT_PARAM_MAX_DIMS || !memchr(h.name, 0, sizeof h.name))
-            RT_FAIL(RT_ERR_RUNTIME, "%s: pipeline stage %d sent a malformed record header", path, from);
-        const size_t n = ckpt_train_header_numel(&h);
-        if (n > k->cap) k->full = rt_xrealloc(k->full, (k->cap = n) * sizeof(float));
-        op = (rt_p2p){.send = false, .peer = from, .buf = k->full, .bytes = n * sizeof(float)};
-        RT_TRY(rt_comm_p2p(pp, &op, 1));
-        ckpt_train_sink_add(k, &h);
-    }
-fail:
-    return st;
+    snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[k->kind], r->name);
+    for (int d = 0; d < r->ndim; d++) shape[d] = (size_t)r->shape[d];
+    return ckpt_native_writer_add(k->w, name, RT_F32, r->ndim, shape, full);
 }
 
 rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, const char *meta_json) {
     rt_status st = RT_OK;
     const bool writer = tp->rank == 0 && pp->rank == 0;
-    ckpt_train_sink k = {0};
+    /* the writer's outcome: after a write error it keeps receiving, so every rank still takes
+     * part in every transfer, and reports the error at the end */
+    rt_status wst = RT_OK;
+    ckpt_train_sink k = {.wst = &wst};
     ckpt_tp_scratch scr = {0};
-    if (writer) k.wst = ckpt_native_writer_begin(path, meta_json, &k.w);
-    /* kind by kind, stage by stage: the records come in the order one process writes them */
-    for (int kind = 0; kind < 3; kind++) {
-        RT_TRY(ckpt_train_save_stage(path, p, tp, pp, kind, &scr, &k));
-        for (int from = 1; writer && from < pp->size; from++) RT_TRY(ckpt_train_receive_stage(path, pp, from, &k));
+    if (writer) wst = ckpt_native_writer_begin(path, meta_json, &k.w);
+    /* kind by kind, stage by stage: the records come in the order one process writes them;
+     * moments exist once the optimizer ran */
+    for (k.kind = 0; k.kind < 3; k.kind++) {
+        rt_status sst = RT_OK;
+        RT_TRY(ckpt_pp_gather(path, p, ckpt_train_buffer(p, k.kind), tp, pp, &scr, ckpt_train_sink_add, &k, &sst));
+        if (wst == RT_OK) wst = sst;
     }
     if (writer) {
-        if (k.wst == RT_OK) k.wst = ckpt_native_writer_commit(k.w);
+        if (wst == RT_OK) wst = ckpt_native_writer_commit(k.w);
         else ckpt_native_writer_abort(k.w);
         k.w = NULL;
     }
-    /* the writer's outcome: to its tp group, then (from the first stage's ranks) to every stage */
-    st = ckpt_tp_agree(tp, k.wst, path, "checkpoint");
-    if (pp->size > 1) {
-        int code = (int)st;
-        rt_status bst = pp->ops->broadcast(pp->ctx, &code, sizeof code, 0);
-        if (bst != RT_OK) st = bst;
-        else if (pp->rank != 0 && code != RT_OK)
-            st = rt_errorf((rt_status)code, "%s: the first pipeline stage failed to write the checkpoint", path);
-    }
+    st = ckpt_pp_agree(tp, pp, wst, path, "checkpoint");
 fail:
     if (k.w) ckpt_native_writer_abort(k.w);
     ckpt_tp_scratch_free(p->be, &scr);
-    free(k.full);
     return st;
 }
 

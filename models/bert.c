@@ -34,6 +34,7 @@ struct bert_model {
     rt_comm *tp;
     rt_params params;
     mdl_stage stage;    /* which layers this model holds (models/stage.h) */
+    rt_comm *pp;        /* the stages' comm (stage = its rank); not owned */
     struct mdl_stage_pipe *pipe; /* the pipelined step (models/stage_pipe.h); NULL with one stage */
     int wte, wpe, wtt, eln_w, eln_b; /* the first stage's; -1 elsewhere */
     mdl_stack blocks;   /* the post-LN encoder layers, their activations and scratch */
@@ -294,6 +295,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     int first_block = 0, n_blocks = 0;
     *out = NULL;
     m->stage = (mdl_stage){pp->rank, pp->size};
+    m->pp = pp;
     RT_TRY(bert_config_validate(c, tp->size));
     RT_TRY(mdl_stage_blocks(m->stage, c->num_hidden_layers, c->roberta ? "RoBERTa" : "BERT", &first_block, &n_blocks));
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "BERT: batch size %d and length %d must be >= 1", max_B, max_T);
@@ -584,7 +586,7 @@ fail:
 
 rt_status bert_save_hf(bert_model *m, const char *dir) {
     return mdl_hf_save_folder(dir, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params, m->cfg.vocab_size,
-                              m->cfg.num_attention_heads, m->tp, bert_config_json(&m->cfg));
+                              m->cfg.num_attention_heads, m->tp, m->pp, bert_config_json(&m->cfg));
 }
 
 rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t size) {

@@ -495,7 +495,7 @@ static rt_status gpt2_cls_vstep(void *model, const rt_batch *b, const mdl_pass *
 static rt_params *gpt2_cls_vparams(void *model) { return gpt2_model_params(model); }
 
 rt_status gpt2_save_hf(gpt2_model *m, const char *dir) {
-    return mdl_hf_save_folder(dir, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp,
+    return mdl_hf_save_folder(dir, &ckpt_map_gpt2, &m->params, m->cfg.vocab_size, m->cfg.n_head, m->tp, m->pp,
                               gpt2_config_json(&m->cfg));
 }
 

@@ -2,12 +2,15 @@
 #include "models/hf_config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
+#include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_weights.h"
+#include "runtime/rt_backend.h"
 
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)
@@ -177,8 +180,83 @@ rt_status mdl_hf_write_json(cJSON *config, const char *path) {
     return st;
 }
 
+/* The first stage's collection of every stage's tensors, in arrival order. */
+typedef struct {
+    ckpt_pp_record *recs;
+    float **data;
+    int n, cap;
+} hf_stage_tensors;
+
+static rt_status hf_collect(void *ctx, const ckpt_pp_record *r, const float *full) {
+    hf_stage_tensors *t = ctx;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->recs = rt_xrealloc(t->recs, (size_t)t->cap * sizeof *t->recs);
+        t->data = rt_xrealloc(t->data, (size_t)t->cap * sizeof *t->data);
+    }
+    size_t n = 1;
+    for (int d = 0; d < r->ndim; d++) n *= (size_t)r->shape[d];
+    t->recs[t->n] = *r;
+    t->data[t->n] = rt_xmalloc(n * sizeof(float));
+    memcpy(t->data[t->n++], full, n * sizeof(float));
+    return RT_OK;
+}
+
+/* The whole model as one process would hold it, on a host backend, then its folder. */
+static rt_status hf_write_whole(const char *dir, const ckpt_map *map, const hf_stage_tensors *t, int vocab_size,
+                                int num_heads, cJSON *config) {
+    rt_status st = RT_OK;
+    rt_backend *host = NULL;
+    rt_params whole = {0};
+    RT_TRY(rt_cpu_backend_init(1, &host));
+    rt_params_init(&whole, host);
+    for (int i = 0; i < t->n; i++) {
+        const ckpt_pp_record *r = &t->recs[i];
+        int64_t shape[RT_PARAM_MAX_DIMS];
+        for (int d = 0; d < r->ndim; d++) shape[d] = (int64_t)r->shape[d];
+        /* a vocab-parallel table holds tp 1's padded rows; the record has the real ones */
+        if (r->tp_rule == RT_TP_VOCAB) shape[0] = ckpt_tp_padded_vocab(r->vocab_rows, 1);
+        const int k = rt_params_add(&whole, r->name, r->ndim, shape, (rt_tp_rule)r->tp_rule, r->no_decay != 0,
+                                    RT_INIT_ZEROS, 0.0f);
+        whole.specs[k].vocab_rows = r->vocab_rows;
+    }
+    RT_TRY(rt_params_alloc(&whole)); /* zeroed: the padding rows stay 0 */
+    for (int i = 0; i < t->n; i++) {
+        size_t n = 1;
+        for (int d = 0; d < t->recs[i].ndim; d++) n *= (size_t)t->recs[i].shape[d];
+        rt_to_device(host, whole.param + whole.specs[i].offset, t->data[i], n * sizeof(float));
+    }
+    st = mdl_hf_save_folder(dir, map, &whole, vocab_size, num_heads, rt_comm_self(), rt_comm_self(), config);
+    config = NULL;
+fail:
+    cJSON_Delete(config);
+    rt_params_free(&whole);
+    rt_backend_free(host);
+    return st;
+}
+
+/* The pipeline stages' export: every tensor to the first stage, which writes. */
+static rt_status hf_save_stages(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
+                                rt_comm *tp, rt_comm *pp, cJSON *config) {
+    hf_stage_tensors t = {0};
+    ckpt_tp_scratch scr = {0};
+    rt_status sst = RT_OK, wst = RT_OK;
+    rt_status st = ckpt_pp_gather(dir, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
+    ckpt_tp_scratch_free(params->be, &scr);
+    if (st == RT_OK && tp->rank == 0 && pp->rank == 0) {
+        wst = sst == RT_OK ? hf_write_whole(dir, map, &t, vocab_size, num_heads, config) : sst;
+        config = NULL;
+    }
+    cJSON_Delete(config);
+    for (int i = 0; i < t.n; i++) free(t.data[i]);
+    free(t.data);
+    free(t.recs);
+    return st != RT_OK ? st : ckpt_pp_agree(tp, pp, wst, dir, "HF folder");
+}
+
 rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
-                             rt_comm *tp, cJSON *config) {
+                             rt_comm *tp, rt_comm *pp, cJSON *config) {
+    if (pp->size > 1) return hf_save_stages(dir, map, params, vocab_size, num_heads, tp, pp, config);
     char path[4096];
     /* a failure to make dir shows as the weights' write error, which every rank learns (no
      * early return on one rank: the save is a collective) */

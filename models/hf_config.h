@@ -109,9 +109,11 @@ void mdl_hf_add_labels(cJSON *config, int num_labels);
 rt_status mdl_hf_write_json(cJSON *config, const char *path);
 /* An HF folder: dir (made by tp rank 0), model.safetensors in map's names (a collective every
  * tp rank joins) and config.json (written by rank 0, deleted on every rank); every rank
- * returns rank 0's status. */
+ * returns rank 0's status. With pipeline stages (pp larger than 1; params are this stage's),
+ * every stage's tensors come to the first stage (checkpoints/ckpt_pp.h), which writes the
+ * whole model's folder from a copy of them in host memory: the folder one process writes. */
 rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
-                             rt_comm *tp, cJSON *config);
+                             rt_comm *tp, rt_comm *pp, cJSON *config);
 
 /* The end of a config loader: a failed validation gets the file's path in front of its message,
  * and any status other than RT_OK, RT_ERR_CONFIG, RT_ERR_IO and RT_ERR_FORMAT becomes

@@ -374,7 +374,7 @@ fail:
 
 rt_status t5_save_hf(t5_model *m, const char *dir) {
     return mdl_hf_save_folder(dir, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp,
-                              t5_config_json(&m->cfg));
+                              rt_comm_self(), t5_config_json(&m->cfg));
 }
 
 /* ---- the stacks ---- */

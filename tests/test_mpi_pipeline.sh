@@ -3,7 +3,7 @@
 # single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 and tp=2 x pp=2 give
 # those of dp=2 and tp=2 without stages (a layout's dropout masks and tp's random init are its
 # own); the final checkpoint holds the single process's tensors, bit for bit (names, shapes and
-# CRC-32 as tz-convert inspect lists them). A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
+# CRC-32 as tz-convert inspect lists them), and the HF export is the single process's folder. A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
 # tp=2 and continues as the single process does. A rank killed mid-pipeline ends the job; bad
 # layouts get one line each before any work.
 set -u
@@ -53,9 +53,9 @@ check() { # what, reference, run, [first line]
 }
 tensors() { "$BIN/tz-convert" inspect "$1" | tail -n +2; }
 
-run one 1 --save-interval 3 || { echo "FAILED: single-process run"; cat "$TMP/one.log"; exit 1; }
+run one 1 --save-interval 3 --save-hf "$TMP/one_hf" || { echo "FAILED: single-process run"; cat "$TMP/one.log"; exit 1; }
 [ "$(numbers one | wc -l)" -ge 13 ] || { echo "FAILED: expected at least 13 numbers"; numbers one; exit 1; }
-for layout in "pp2 2 --pp 2" "pp4 4 --pp 4" "dp2 2" "dp2pp2 4 --pp 2" "tp2 2 --tp 2" "tp2pp2 4 --tp 2 --pp 2"; do
+for layout in "pp2 2 --pp 2 --save-hf $TMP/pp2_hf" "pp4 4 --pp 4" "dp2 2" "dp2pp2 4 --pp 2" "tp2 2 --tp 2" "tp2pp2 4 --tp 2 --pp 2"; do
     set -- $layout
     name=$1
     if ! run "$@"; then
@@ -76,6 +76,14 @@ if cmp -s <(tensors "$TMP/one/step-000005.tzck") <(tensors "$TMP/pp4/step-000005
 else
     fail=$((fail + 1)); echo "FAILED: the pp 4 checkpoint's tensors differ from one process's:" >&2
     diff <(tensors "$TMP/one/step-000005.tzck") <(tensors "$TMP/pp4/step-000005.tzck") | head >&2
+fi
+
+# the HF export gathers the stages: the folder one process writes, byte for byte
+if cmp -s "$TMP/one_hf/model.safetensors" "$TMP/pp2_hf/model.safetensors" &&
+    cmp -s "$TMP/one_hf/config.json" "$TMP/pp2_hf/config.json"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: the pp 2 HF export differs from one process's" >&2; ls -l "$TMP"/*_hf >&2
 fi
 
 # save at pp=2 (step 3); resume at pp=1, pp=4 and tp=2: steps 4-5 and the dev metrics are the
@@ -133,7 +141,6 @@ expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2
 expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify \
     "${ARGS[@]}" --pp 2 --micro-batches 1
 expect_error "a program without stages" "glm-finetune has no pipeline stages yet" 2 glm-finetune --pp 2 --task copa
-expect_error "--save-hf" "--save-hf with --pp 2" 2 gpt2-classify "${ARGS[@]}" --pp 2 --save-hf "$TMP/hf"
 expect_error "--zero" "--pp 2 with --zero" 2 gpt2-classify "${ARGS[@]}" --pp 2 --zero 1
 
 # a rank killed mid-pipeline: the job ends within 60 s

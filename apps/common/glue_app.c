@@ -499,9 +499,6 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     bool counting = false;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     O.t.has_stages = F->has_stages;
-    if (O.t.pp > 1 && O.save_hf)
-        RT_FAIL(RT_ERR_USAGE, "--save-hf with --pp %lld: the HF export has no pipeline path yet (the checkpoints in "
-                "--save-dir hold the whole model and resume at --pp 1)", (long long)O.t.pp);
     if (O.t.pp > 1 && O.comm_stats)
         RT_FAIL(RT_ERR_USAGE, "--comm-stats with --pp %lld: the pipeline's transfers are not counted yet",
                 (long long)O.t.pp);

@@ -1,0 +1,103 @@
+/* Pipeline stages' tensors for one writer (see ckpt_pp.h). */
+#include "checkpoints/ckpt_pp.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static size_t ckpt_pp_numel(const ckpt_pp_record *r) {
+    size_t n = 1;
+    for (int d = 0; d < r->ndim; d++) n *= (size_t)r->shape[d];
+    return n;
+}
+
+/* After the sink's first error it is not called again (the records still arrive). */
+static void ckpt_pp_deliver(ckpt_pp_sink sink, void *ctx, const ckpt_pp_record *r, const float *full,
+                            rt_status *sink_st) {
+    if (*sink_st == RT_OK) *sink_st = sink(ctx, r, full);
+}
+
+/* This stage's tensors: gathered over tp to its rank 0, which hands them to the sink (the first
+ * stage) or sends each to the first stage. */
+static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,
+                                    ckpt_tp_scratch *scr, float **full, size_t *cap, ckpt_pp_sink sink, void *ctx,
+                                    rt_status *sink_st) {
+    rt_status st = RT_OK;
+    const bool lead = tp->rank == 0;
+    int32_t count = buf ? p->n : 0;
+    rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
+    if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
+    for (int i = 0; i < count; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
+            RT_FAIL(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the model "
+                    "must set the real vocab size)", what, s->name);
+        ckpt_tp_desc d;
+        ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, &d);
+        const size_t n = ckpt_tp_full_numel(&d);
+        if (lead && n > *cap) *full = rt_xrealloc(*full, (*cap = n) * sizeof(float));
+        RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, scr, lead ? *full : NULL));
+        if (!lead) continue;
+        ckpt_pp_record r = {.ndim = d.ndim, .tp_rule = (int32_t)s->tp, .no_decay = s->no_decay,
+                            .vocab_rows = s->vocab_rows};
+        snprintf(r.name, sizeof r.name, "%s", s->name);
+        for (int j = 0; j < d.ndim; j++) r.shape[j] = (uint64_t)d.full[j];
+        if (pp->rank == 0) {
+            ckpt_pp_deliver(sink, ctx, &r, *full, sink_st);
+            continue;
+        }
+        op = (rt_p2p){.send = true, .peer = 0, .buf = &r, .bytes = sizeof r};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        op = (rt_p2p){.send = true, .peer = 0, .buf = *full, .bytes = n * sizeof(float)};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+    }
+fail:
+    return st;
+}
+
+/* The first stage's tp rank 0 receives stage `from`'s tensors. */
+static rt_status ckpt_pp_receive_stage(const char *what, rt_comm *pp, int from, float **full, size_t *cap,
+                                       ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
+    rt_status st = RT_OK;
+    int32_t count = 0;
+    ckpt_pp_record r;
+    rt_p2p op = {.send = false, .peer = from, .buf = &count, .bytes = sizeof count};
+    RT_TRY(rt_comm_p2p(pp, &op, 1));
+    for (int i = 0; i < count; i++) {
+        op = (rt_p2p){.send = false, .peer = from, .buf = &r, .bytes = sizeof r};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        if (r.ndim < 1 || r.ndim > RT_PARAM_MAX_DIMS || !memchr(r.name, 0, sizeof r.name))
+            RT_FAIL(RT_ERR_RUNTIME, "%s: pipeline stage %d sent a malformed tensor header", what, from);
+        const size_t n = ckpt_pp_numel(&r);
+        if (n > *cap) *full = rt_xrealloc(*full, (*cap = n) * sizeof(float));
+        op = (rt_p2p){.send = false, .peer = from, .buf = *full, .bytes = n * sizeof(float)};
+        RT_TRY(rt_comm_p2p(pp, &op, 1));
+        ckpt_pp_deliver(sink, ctx, &r, *full, sink_st);
+    }
+fail:
+    return st;
+}
+
+rt_status ckpt_pp_gather(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,
+                         ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
+    rt_status st = RT_OK;
+    float *full = NULL;
+    size_t cap = 0;
+    *sink_st = RT_OK;
+    RT_TRY(ckpt_pp_send_stage(what, p, buf, tp, pp, scr, &full, &cap, sink, ctx, sink_st));
+    for (int from = 1; tp->rank == 0 && pp->rank == 0 && from < pp->size; from++)
+        RT_TRY(ckpt_pp_receive_stage(what, pp, from, &full, &cap, sink, ctx, sink_st));
+fail:
+    free(full);
+    return st;
+}
+
+rt_status ckpt_pp_agree(rt_comm *tp, rt_comm *pp, rt_status written, const char *path, const char *what) {
+    rt_status st = ckpt_tp_agree(tp, written, path, what);
+    if (pp->size == 1) return st;
+    int code = (int)st;
+    rt_status bst = pp->ops->broadcast(pp->ctx, &code, sizeof code, 0);
+    if (bst != RT_OK) return bst;
+    if (pp->rank != 0 && code != RT_OK)
+        return rt_errorf((rt_status)code, "%s: the first pipeline stage failed to write the %s", path, what);
+    return st;
+}
