@@ -124,6 +124,18 @@ else
     fail=$((fail + 1)); echo "FAILED: the BERT pp 2 checkpoint's tensors differ from one process's" >&2
 fi
 
+# --comm-stats under pp: the first stage's p2p bytes per step are the formula's, to the byte
+mpirun -np 2 "$BIN/gpt2-classify" "${ARGS[@]}" --pp 2 --comm-stats --eval-interval -1 --save-interval -1 \
+    --save-dir "$TMP/stats" > "$TMP/stats.log" 2>&1
+measured=$(tr '\r' '\n' < "$TMP/stats.log" | grep -a "^  pp p2p " | awk '{print $(NF-1)}')
+formula=$(tr '\r' '\n' < "$TMP/stats.log" | grep -a "formula pp p2p" | sed 's/.*= \([0-9.]*\) MB.*/\1/')
+if [ -n "$measured" ] && [ "$measured" = "$formula" ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: --comm-stats pp p2p measured '$measured' MB, formula '$formula' MB" >&2
+    grep -a -A8 "communication per" "$TMP/stats.log" >&2
+fi
+
 # bad layouts: one line, before the data is read
 expect_error() { # what, message, ranks, program, options
     local what=$1 msg=$2 np=$3 prog=$4

@@ -39,6 +39,7 @@ static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
     out->pad_id = pad;
     /* Megatron: one all-reduce for the vocab-parallel embedding, four per layer */
     out->tp_floats_per_token = (double)cfg.hidden_size * (4.0 * cfg.num_hidden_layers + 1);
+    out->hidden = cfg.hidden_size;
     snprintf(out->desc, sizeof out->desc, "%s %d layers, %d wide, %d heads, vocab %d, %s",
              cfg.roberta ? "RoBERTa" : "BERT", cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
              cfg.vocab_size, cfg.num_labels == 1 ? "regression (MSE)" : "classification");

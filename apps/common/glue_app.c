@@ -299,18 +299,20 @@ static double gc_flops(void *model, const rt_batch *b) {
  * gradient slab once per step (plus the target, token and FLOP counts, loss and stop flag);
  * Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding and
  * four times per layer (two row-parallel outputs forward, two column-parallel input
- * gradients backward). */
-static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const glue_model *m,
-                                const rt_params *p, const rt_grid *grid, int64_t steps, double padded_tokens) {
+ * gradients backward); the first pipeline stage sends each micro-batch's B x T x C output
+ * forward (the later stages also send as much back, as gradients). */
+static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const rt_comm_stats *pp,
+                                const glue_model *m, const rt_params *p, const rt_grid *grid, int64_t steps,
+                                double padded_tokens) {
     if (grid->world->rank != 0 || steps <= 0) return;
     double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 20.0 : 0.0;
     double tp_formula =
         grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
-    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, dp %d x tp %d):",
-                (long long)steps, grid->dp_size, grid->tp_size);
-    const rt_comm_stats *groups[2] = {dp, tp};
-    const char *names[2] = {"dp", "tp"};
-    for (int g = 0; g < 2; g++)
+    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, pp %d x dp %d x tp %d):",
+                (long long)steps, grid->pp_size, grid->dp_size, grid->tp_size);
+    const rt_comm_stats *groups[3] = {dp, tp, pp};
+    const char *names[3] = {"dp", "tp", "pp"};
+    for (int g = 0; g < 3; g++)
         for (int op = 0; op < RT_COMM_OP_COUNT; op++)
             if (groups[g]->calls[op])
                 rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
@@ -330,25 +332,34 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
     }
     rt_log_info("  formula tp all_reduce: 4 B x %.0f floats per token (C x (4 L + 1) for GPT-2) x B*T %.1f per step "
                 "+ 4 B stop flag = %.4f MB", m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
+    if (grid->pp_size > 1)
+        rt_log_info("  formula pp p2p (the first stage): 4 B x C %d x B*T %.1f per step = %.4f MB (a middle stage sends "
+                    "twice that: activations on, gradients back)", m->hidden,
+                    padded_tokens / (double)steps, 4.0 * m->hidden * padded_tokens / (double)steps / 1e6);
 }
 
 /* A view of the grid whose comms count into dp and tp (rt_comm_stats): host and device comms
  * of a group count into the same table, and a host comm that is its device comm's object (on
  * CPU) gets the same view, so each call counts once. */
-static void gc_grid_count(const rt_grid *owned, rt_grid *view, rt_comm_stats *dp, rt_comm_stats *tp) {
+static void gc_grid_count(const rt_grid *owned, rt_grid *view, rt_comm_stats *dp, rt_comm_stats *tp,
+                          rt_comm_stats *pp) {
     *view = *owned;
     view->dp = rt_comm_stats_wrap(owned->dp, dp);
     view->tp = rt_comm_stats_wrap(owned->tp, tp);
+    view->pp = rt_comm_stats_wrap(owned->pp, pp);
     view->dp_host = owned->dp_host == owned->dp ? view->dp : rt_comm_stats_wrap(owned->dp_host, dp);
     view->tp_host = owned->tp_host == owned->tp ? view->tp : rt_comm_stats_wrap(owned->tp_host, tp);
+    view->pp_host = owned->pp_host == owned->pp ? view->pp : rt_comm_stats_wrap(owned->pp_host, pp);
 }
 
 /* Frees gc_grid_count's views (not the comms they count). */
 static void gc_grid_uncount(const rt_grid *owned, rt_grid *view) {
     if (view->dp_host != view->dp) rt_comm_free(view->dp_host);
     if (view->tp_host != view->tp) rt_comm_free(view->tp_host);
+    if (view->pp_host != view->pp) rt_comm_free(view->pp_host);
     rt_comm_free(view->dp);
     rt_comm_free(view->tp);
+    rt_comm_free(view->pp);
     *view = *owned;
 }
 
@@ -495,13 +506,10 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
      * same comms, or counting views of them with --comm-stats */
     rt_grid grid_storage = {0}, grid_view = {0};
     const rt_grid *grid = &grid_view;
-    rt_comm_stats dp_stats = {0}, tp_stats = {0};
+    rt_comm_stats dp_stats = {0}, tp_stats = {0}, pp_stats = {0};
     bool counting = false;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     O.t.has_stages = F->has_stages;
-    if (O.t.pp > 1 && O.comm_stats)
-        RT_FAIL(RT_ERR_USAGE, "--comm-stats with --pp %lld: the pipeline's transfers are not counted yet",
-                (long long)O.t.pp);
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);
@@ -519,7 +527,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     grid_view = grid_storage;
     /* --comm-stats: the model and the loop talk through counting views of the groups */
     if (O.comm_stats) {
-        gc_grid_count(&grid_storage, &grid_view, &dp_stats, &tp_stats);
+        gc_grid_count(&grid_storage, &grid_view, &dp_stats, &tp_stats, &pp_stats);
         counting = true;
     }
     glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
@@ -582,7 +590,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
-    if (O.comm_stats) gc_print_comm_stats(&dp_stats, &tp_stats, &gm, params, grid, res.steps, train_ctx.padded_tokens);
+    if (O.comm_stats)
+        gc_print_comm_stats(&dp_stats, &tp_stats, &pp_stats, &gm, params, grid, res.steps, train_ctx.padded_tokens);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n) {

@@ -31,6 +31,7 @@ typedef struct {
     mdl_classifier cls;
     int32_t pad_id;             /* the id batches are padded with (the model pools against it) */
     double tp_floats_per_token; /* activation all-reduce floats per token per step at tp > 1 */
+    int hidden;                 /* the width of the activations between pipeline stages */
     char desc[256];             /* one line for the log: "GPT-2 4 layers, 128 wide, ..." */
 } glue_model;
 

@@ -39,6 +39,7 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     out->pad_id = pad;
     /* Megatron: one all-reduce for the vocab-parallel embedding, four per layer */
     out->tp_floats_per_token = (double)cfg.n_embd * (4.0 * cfg.n_layer + 1);
+    out->hidden = cfg.n_embd;
     snprintf(out->desc, sizeof out->desc, "GPT-2 %d layers, %d wide, %d heads, vocab %d", cfg.n_layer, cfg.n_embd,
              cfg.n_head, cfg.vocab_size);
 fail:
