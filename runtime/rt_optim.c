@@ -63,6 +63,13 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm) {
     return st;
 }
 
+rt_status rt_norm_over(rt_comm *c, double *norm) {
+    double sumsq = *norm * *norm;
+    rt_status st = rt_sum_double(c, &sumsq);
+    *norm = sqrt(sumsq);
+    return st;
+}
+
 rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double *norm) {
     if (!pp || pp->size == 1) return rt_grad_norm_tp(p, tp, norm);
     double sumsq = 0;

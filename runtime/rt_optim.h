@@ -25,6 +25,9 @@ rt_status rt_grad_norm_tp(const rt_params *p, rt_comm *tp, double *norm);
 /* The same over pipeline stages too: each stage's squares (rt_grad_norm_tp's sum before the
  * root) added in stage order over pp, the stages' host comm; every rank gets the same bits. */
 rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double *norm);
+/* *norm becomes the norm of the concatenation of every rank's part of c (its square summed in
+ * rank order, the same bits on every rank): how a stage's ZeRO norm joins the other stages'. */
+rt_status rt_norm_over(rt_comm *c, double *norm);
 /* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
  * or 1 when max_norm <= 0 (clipping off). */
 float rt_clip_coef(double grad_norm, double max_norm);

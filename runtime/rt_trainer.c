@@ -377,8 +377,6 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     if (data->batches_per_epoch < 1) RT_FAIL(RT_ERR_CONFIG, "the training set is empty");
     if (pipeline && !model->pipeline_step)
         RT_FAIL(RT_ERR_UNSUPPORTED, "%d pipeline stages: this model has no pipelined step", s.pp->size);
-    if (pipeline && (o->zero > 0 || o->offload_optimizer))
-        RT_FAIL(RT_ERR_UNSUPPORTED, "pipeline stages with ZeRO or optimizer offload are not supported yet");
 
     int64_t steps_per_epoch = (data->batches_per_epoch + accum - 1) / accum;
     s.total_steps = o->max_steps > 0 ? o->max_steps : o->epochs * steps_per_epoch;
@@ -502,8 +500,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
             double norm;
-            RT_TRY(s.zero ? rt_zero_grad_norm(s.zero, &norm)
-                          : rt_grad_norm_grid(model->params, s.tp_host, s.pp_host, &norm));
+            if (s.zero) { /* a stage's ZeRO norm, then every stage's */
+                RT_TRY(rt_zero_grad_norm(s.zero, &norm));
+                if (pipeline) RT_TRY(rt_norm_over(s.pp_host, &norm));
+            } else {
+                RT_TRY(rt_grad_norm_grid(model->params, s.tp_host, s.pp_host, &norm));
+            }
             norm /= S; /* exact: scales are powers of two */
             const bool overflow = !isfinite(norm) || !isfinite(loss);
             if (overflow && !s.scaling)

@@ -102,7 +102,8 @@ typedef struct {
     /* Pipeline stages (NULL = one): the model's stage is pp's rank, and the model must offer
      * pipeline_step. Each stage holds its own parameters: the loss is summed over pp, the
      * clipping norm adds every stage's squares, and a checkpoint gathers every stage's tensors
-     * into one file (the first stage writes), which loads at any pp. */
+     * into one file (the first stage writes), which loads at any pp. ZeRO shards each stage's
+     * own state over its dp group. */
     rt_comm *pp, *pp_host;
     /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
      * update this rank's slice, all-gather the parameters); 2 also gives back the full

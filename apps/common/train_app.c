@@ -164,9 +164,6 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
                          "--grad-accum, now %lld), or the stages mostly wait", (long long)o->pp,
                          (long long)o->grad_accum);
-    if (o->pp > 1 && (o->zero > 0 || o->offload_optimizer))
-        return rt_errorf(RT_ERR_USAGE, "--pp %lld with --zero or --offload-optimizer is not supported yet",
-                         (long long)o->pp);
     /* before the grid splits the world: its sub-communicators inherit the timeout */
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
     rt_status st = rt_grid_init(world, (int)o->tp, (int)o->pp, grid);
