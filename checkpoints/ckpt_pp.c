@@ -23,11 +23,13 @@ static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const 
                                     rt_status *sink_st) {
     rt_status st = RT_OK;
     const bool lead = tp->rank == 0;
-    int32_t count = buf ? p->n : 0;
+    int32_t count = 0; /* a tied weight's copy is the first stage's tensor: not sent again */
+    for (int i = 0; buf && i < p->n; i++) count += !p->specs[i].copy;
     rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
     if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; buf && i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
+        if (s->copy) continue;
         if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
             RT_FAIL(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the model "
                     "must set the real vocab size)", what, s->name);

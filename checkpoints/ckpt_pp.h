@@ -27,7 +27,7 @@ typedef struct {
 typedef rt_status (*ckpt_pp_sink)(void *ctx, const ckpt_pp_record *r, const float *full);
 
 /* Every stage's tensors of one buffer of the slab: buf is p->param, p->m or p->v (NULL on a
- * stage: it sends none). Collective over tp and pp; on the first stage's tp rank 0 the sink
+ * stage: it sends none); a tied weight's copy (rt_param_spec.copy) is not sent. Collective over tp and pp; on the first stage's tp rank 0 the sink
  * sees every tensor, and *sink_st gets its first error (RT_OK elsewhere). Returns a transfer's
  * error, or RT_ERR_RUNTIME for a malformed header (what names the file for messages). */
 rt_status ckpt_pp_gather(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,

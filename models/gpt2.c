@@ -155,6 +155,11 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
     /* the classifier's head; a language model (num_labels 0) has only the tied one */
     if (last && c->num_labels) m->score = gpt2_add(m, "score.weight", 0, c->num_labels, C, false, RT_INIT_NORMAL, std);
+    if (last && !first && !c->num_labels) { /* the tied head's copy of wte (Megatron keeps one on each end) */
+        m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
+        m->params.specs[m->wte].vocab_rows = c->vocab_size;
+        m->params.specs[m->wte].copy = true;
+    }
 }
 
 /* A stage's parameters draw the init streams the whole model's same-named ones draw: their
@@ -213,8 +218,6 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     *out = NULL;
     RT_TRY(gpt2_config_validate(c, tp->size));
     RT_TRY(mdl_stage_blocks(stage, c->n_layer, "GPT-2", &first_block, &n_blocks));
-    if (stage.count > 1 && c->num_labels == 0)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "GPT-2: the language model (its head tied to wte) has no pipeline stages yet");
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GPT-2: batch size %d and length %d must be >= 1", max_B, max_T);
     if (max_T > c->n_positions)
         RT_FAIL(RT_ERR_CONFIG, "GPT-2: max length %d exceeds the model's n_positions %d", max_T, c->n_positions);
@@ -236,8 +239,10 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     if (m->wte >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    /* the head's rows for a language model only: a classifier uses just its logits (gpt2_lm_logits) */
-    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, c->num_labels ? 0 : m->max_BT, "GPT-2");
+    /* the head's rows for a language model's last stage only: a classifier uses just its logits
+     * (gpt2_lm_logits) */
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size,
+                     c->num_labels || !mdl_stage_is_last(stage) ? 0 : m->max_BT, "GPT-2");
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
     RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
@@ -260,6 +265,7 @@ fail:
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
     mdl_stage_pipe_free(m->pipe);
+    if (m->tied_peer) rt_free_device(m->be, m->tied_peer);
     mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
@@ -421,13 +427,80 @@ static rt_status gpt2_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass
     return RT_OK;
 }
 
+/* The language model's stages: a batch's labels are its ids where the mask is set (HF's
+ * labels = input_ids, -100 on padding), shifted; the last stage's tied head predicts them. */
+static rt_status gpt2_sp_upload_lm(void *model, const rt_batch *b) {
+    gpt2_model *m = model;
+    const int B = b->B, T = b->T;
+    rt_status st = gpt2_upload(m, b->input_ids, b->attention_mask, B, T, false);
+    m->lm_n = 0;
+    if (st != RT_OK || !mdl_stage_is_last(m->stage)) return st;
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = (size_t)r * T + t;
+            m->h_shifted[i] = t + 1 < T && b->attention_mask[i + 1] ? b->input_ids[i + 1] : -100;
+        }
+    return mdl_lm_head_collect(&m->head, m->h_shifted, (size_t)B * T, T, &m->lm_n);
+}
+static rt_status gpt2_sp_head_fwd_lm(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                     double *loss_sum, float *host_logits) {
+    gpt2_model *m = model;
+    (void)b, (void)pass, (void)host_logits;
+    *loss_sum = 0;
+    if (m->lm_n == 0) return RT_OK;
+    rt_status st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), m->lm_n, grad_scale > 0, grad_scale);
+    for (int i = 0; st == RT_OK && i < m->lm_n; i++) *loss_sum += m->head.h_losses[i];
+    return st;
+}
+static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_pass *pass) {
+    gpt2_model *m = model;
+    const size_t BT = (size_t)b->B * b->T;
+    (void)pass;
+    if (m->lm_n == 0) { /* nothing predicted: no gradient, but the stages still pass one back */
+        rt_clear(m->be, mdl_stack_dout(&m->blocks), BT * m->C * sizeof(float));
+        return RT_OK;
+    }
+    return mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), BT, m->lm_n);
+}
+
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
+    const bool lm = m->cfg.num_labels == 0;
     const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
-                                .upload = gpt2_sp_upload, .embed = gpt2_sp_embed, .embed_bwd = gpt2_sp_embed_bwd,
-                                .blocks_fwd = gpt2_sp_blocks_fwd, .blocks_bwd = gpt2_sp_blocks_bwd,
-                                .head_fwd = gpt2_sp_head_fwd, .head_bwd = gpt2_sp_head_bwd};
+                                .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
+                                .embed_bwd = gpt2_sp_embed_bwd, .blocks_fwd = gpt2_sp_blocks_fwd,
+                                .blocks_bwd = gpt2_sp_blocks_bwd, .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
+                                .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd};
+    if (lm && (mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage))) {
+        const size_t bytes = m->params.specs[m->wte].numel * sizeof(float);
+        rt_status st = rt_backend_alloc(m->be, bytes, "GPT-2 pipeline: the tied wte's other gradient",
+                                        (void **)&m->tied_peer);
+        if (st != RT_OK) return st;
+    }
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
+}
+
+/* The tied wte's two copies (first and last stage) get the sum of both gradients: each end
+ * sends its own and adds the other's, so both hold the same bits (addition commutes). */
+static rt_status gpt2_tied_grads(gpt2_model *m) {
+    const mdl_stage s = m->stage;
+    if (!(mdl_stage_is_first(s) || mdl_stage_is_last(s))) return RT_OK;
+    const int peer = mdl_stage_is_first(s) ? s.count - 1 : 0;
+    const size_t n = m->params.specs[m->wte].numel;
+    rt_p2p ops[2] = {{.send = true, .peer = peer, .buf = G(m->wte), .bytes = n * sizeof(float)},
+                     {.send = false, .peer = peer, .buf = m->tied_peer, .bytes = n * sizeof(float)}};
+    rt_status st = rt_comm_p2p(m->pp, ops, 2);
+    if (st == RT_OK) rt_axpy(m->be, G(m->wte), 1.0f, m->tied_peer, n);
+    return st;
+}
+
+rt_status gpt2_lm_pipe_step(gpt2_model *m, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                            double *loss_sum) {
+    *loss_sum = 0;
+    if (!m->pipe || m->cfg.num_labels != 0)
+        return rt_errorf(RT_ERR_CONFIG, "GPT-2: gpt2_lm_pipe_step on a model that is not a language model's stage");
+    rt_status st = mdl_stage_pipe_step(m->pipe, b, n, seed, step, grad_scale, loss_sum);
+    return st == RT_OK ? gpt2_tied_grads(m) : st;
 }
 
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets) {
@@ -444,6 +517,13 @@ rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *ho
     int n = 0;
     *loss_sum = 0;
     if (n_targets) *n_targets = 0;
+    if (m->stage.count > 1) { /* evaluation through the stages; every stage counts the targets itself */
+        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GPT-2: a pipeline stage trains through gpt2_lm_pipe_step");
+        const rt_batch b = {.B = B, .T = T, .input_ids = (int32_t *)host_ids, .attention_mask = (int32_t *)host_mask};
+        gpt2_lm_shift_labels(host_labels, B, T, m->h_shifted);
+        for (size_t i = 0; n_targets && i < (size_t)B * T; i++) *n_targets += m->h_shifted[i] != -100;
+        return mdl_stage_pipe_forward(m->pipe, &b, loss_sum, NULL);
+    }
     RT_TRY(gpt2_upload(m, host_ids, host_mask, B, T, false));
     gpt2_lm_shift_labels(host_labels, B, T, m->h_shifted);
     RT_TRY(mdl_lm_head_collect(&m->head, m->h_shifted, (size_t)B * T, T, &n));
@@ -463,8 +543,9 @@ fail:
 }
 
 double gpt2_lm_train_flops(gpt2_model *m, int B, int T) {
-    /* the tied head: 2 N C V forward, twice that backward (input and table gradients) */
-    const double head = 6.0 * (double)B * T * m->C * m->cfg.vocab_size;
+    /* the tied head (the last stage's): 2 N C V forward, twice that backward (input and table
+     * gradients) */
+    const double head = mdl_stage_is_last(m->stage) ? 6.0 * (double)B * T * m->C * m->cfg.vocab_size : 0;
     return mdl_stack_train_flops(&m->blocks, B, T, 0) + head;
 }
 

@@ -54,8 +54,8 @@ rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int
 /* One pipeline stage of the classifier, stage pp->rank of pp->size (models/stage.h): its
  * blocks, and wte and wpe on the first stage, ln_f and score on the last, for steps of up to
  * max_micro micro-batches (the classifier vtable's pipeline_step, models/stage_pipe.h). The
- * parameters draw the whole model's init. The language model (num_labels 0), whose head is
- * tied to wte, is refused with more than one stage. */
+ * parameters draw the whole model's init. The language model (num_labels 0) keeps a copy of
+ * wte on its last stage for the tied head (gpt2_lm_pipe_step). */
 rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
                                 int max_B, int max_T, uint64_t seed, gpt2_model **out);
 void gpt2_model_free(gpt2_model *m);
@@ -87,9 +87,17 @@ void gpt2_classifier(gpt2_model *m, mdl_classifier *out);
  * labels, the input ids with -100 where nothing is predicted (padding); position t predicts
  * label t+1, as HF shifts them. Forward, and backward when grad_scale > 0 (dL/dlogits scaled by
  * grad_scale: 1 / n_targets gives HF's mean). The logits stay vocab-parallel (never gathered).
- * Writes the summed loss and the number of predicted tokens. host_mask may be NULL (no padding). */
+ * Writes the summed loss and the number of predicted tokens. host_mask may be NULL (no padding).
+ * A pipeline stage evaluates only (grad_scale 0), through every stage, with the labels
+ * gpt2-finetune gives: the ids where the mask is set. */
 rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, const int32_t *host_labels,
                        int B, int T, const mdl_pass *pass, float grad_scale, double *loss_sum, int *n_targets);
+/* A language model's pipelined step (models/stage_pipe.h) over the micro-batches b[0..n), their
+ * labels the ids where the mask is set: the last stage holds a copy of wte for the tied head
+ * (rt_param_spec.copy), and after the step the first and last stages add each other's wte
+ * gradient, so both copies take the same update. The summed loss on the last stage. */
+rt_status gpt2_lm_pipe_step(gpt2_model *m, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                            double *loss_sum);
 /* Model FLOPs of one language-model training step on B rows of T tokens (models/flops.h). */
 double gpt2_lm_train_flops(gpt2_model *m, int B, int T);
 /* targets[b, t] = labels[b, t + 1], and -100 at the last position: HF's shift. */

@@ -128,7 +128,7 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
     *loss_sum = 0;
     if (M < 1 || M > p->max_micro)
         return rt_errorf(RT_ERR_CONFIG, "pipeline: %d micro-batches, sized for at most %d", M, p->max_micro);
-    for (int k = 0; k < M; k++) {
+    for (int k = 0; k < M && p->m.num_labels > 0; k++) { /* a classifier's labels */
         rt_status st = mdl_cls_check_batch(p->m.family, &b[k], p->m.num_labels);
         if (st != RT_OK) return st;
     }

@@ -26,25 +26,33 @@ static rt_status rt_sum_double(rt_comm *c, double *x) {
     return st;
 }
 
-/* The squared norm over tp: replicated parameters once, shards summed over the ranks. */
+/* The squared norm over tp: replicated parameters once, shards summed over the ranks; a tied
+ * weight's copy on a later pipeline stage not at all. */
 static rt_status rt_grad_sumsq_tp(const rt_params *p, rt_comm *tp, double *sumsq) {
-    if (!tp || tp->size == 1) {
+    bool copies = false;
+    for (int i = 0; i < p->n; i++) copies |= p->specs[i].copy;
+    if ((!tp || tp->size == 1) && !copies) {
         *sumsq = rt_sumsq(p->be, p->grad, p->numel);
         return RT_OK;
     }
     double rep = 0, split = 0;
-    /* runs of parameters with the same kind go to the backend as one sum (the alignment gaps
-     * between parameters hold zeros) */
+    /* runs of parameters of one kind go to the backend as one sum (the alignment gaps between
+     * parameters hold zeros) */
     for (int i = 0; i < p->n;) {
-        int sharded = p->specs[i].tp != RT_TP_NONE, j = i + 1;
-        while (j < p->n && (p->specs[j].tp != RT_TP_NONE) == sharded) j++;
+        const int sharded = p->specs[i].tp != RT_TP_NONE, copy = p->specs[i].copy;
+        int j = i + 1;
+        while (j < p->n && (p->specs[j].tp != RT_TP_NONE) == sharded && p->specs[j].copy == copy) j++;
         size_t begin = p->specs[i].offset, end = p->specs[j - 1].offset + p->specs[j - 1].numel;
-        double s = rt_sumsq(p->be, p->grad + begin, end - begin);
+        double s = copy ? 0 : rt_sumsq(p->be, p->grad + begin, end - begin);
         if (sharded)
             split += s;
         else
             rep += s;
         i = j;
+    }
+    if (!tp || tp->size == 1) {
+        *sumsq = rep + split;
+        return RT_OK;
     }
     /* host memory: tp is the group's host comm (rt_grid.h), so no device buffer per step */
     rt_status st = rt_sum_double(tp, &split);

@@ -39,6 +39,9 @@ typedef struct {
     float init_std;                   /* RT_INIT_NORMAL: N(0, init_std^2) */
     int init_stream;                  /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
                                        * index in the whole model, so every layout draws the same numbers */
+    bool copy;                        /* a tied weight's copy on a later pipeline stage (GPT-2's wte on the last):
+                                       * kept equal to the first stage's by the model, so the clipping norm and
+                                       * the files count only the first */
     size_t offset, numel;             /* position in the slab, in floats */
 } rt_param_spec;
 

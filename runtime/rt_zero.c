@@ -57,6 +57,10 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool o
     *out = NULL;
     if (stage < 1 || stage > 2)
         return rt_errorf(RT_ERR_CONFIG, "--zero %d: expected 1 or 2 (--offload-optimizer needs --zero 1 or 2)", stage);
+    for (int i = 0; i < p->n; i++) /* its norm would count the copy twice */
+        if (p->specs[i].copy)
+            return rt_errorf(RT_ERR_UNSUPPORTED, "--zero with a tied weight on two pipeline stages (%s) is not "
+                             "supported yet", p->specs[i].name);
     rt_zero *z = rt_xcalloc(1, sizeof *z);
     z->p = p;
     z->dp = dp ? dp : rt_comm_self();

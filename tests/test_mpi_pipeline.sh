@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpt2-classify and bert-classify with pipeline stages (--pp) under mpirun, dropout on: pp=2 and
-# pp=4 give the single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 (also
+# gpt2-classify, bert-classify and gpt2-finetune with pipeline stages (--pp) under mpirun,
+# dropout on: pp=2 and pp=4 give the single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 (also
 # with ZeRO-1, ZeRO-2 and offload) and tp=2 x pp=2 give those of dp=2 and tp=2 without stages
 # (a layout's dropout masks and tp's random init are its own); the final checkpoint holds the
 # single process's tensors, bit for bit (names, shapes and CRC-32 as tz-convert inspect lists
@@ -143,6 +143,18 @@ else
     grep -a -A8 "communication per" "$TMP/stats.log" >&2
 fi
 
+# GPT-2's language model (gpt2-finetune): the last stage keeps a copy of wte for the tied head,
+# and the two ends add each other's gradient, so pp 2 follows one process (the tied gradient's
+# two halves add in another order: within the tolerance, not bit for bit)
+head -n 200 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/lm.txt"
+LM=("$TMP/lm.txt" --arch "$TMP/arch.json" --block-size 32 --batch-size 4 --micro-batches 2 --max-steps 5
+    --log-interval 1 --threads 1 --no-cache --val-split 0.2 --eval-interval 5)
+"$BIN/gpt2-finetune" "${LM[@]}" --save-dir "$TMP/lm_one" > "$TMP/lm_one.log" 2>&1 ||
+    { fail=$((fail + 1)); echo "FAILED: gpt2-finetune one process" >&2; tail -5 "$TMP/lm_one.log" >&2; }
+mpirun -np 2 "$BIN/gpt2-finetune" "${LM[@]}" --pp 2 --save-dir "$TMP/lm_pp2" > "$TMP/lm_pp2.log" 2>&1 ||
+    { fail=$((fail + 1)); echo "FAILED: gpt2-finetune pp 2" >&2; tail -5 "$TMP/lm_pp2.log" >&2; }
+check "gpt2-finetune pp 2" lm_one lm_pp2
+
 # bad layouts: one line, before the data is read
 expect_error() { # what, message, ranks, program, options
     local what=$1 msg=$2 np=$3 prog=$4
@@ -160,6 +172,7 @@ expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2
 expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify \
     "${ARGS[@]}" --pp 2 --micro-batches 1
 expect_error "a program without stages" "glm-finetune has no pipeline stages yet" 2 glm-finetune --pp 2 --task copa
+expect_error "--generate" "--generate with --pp 2" 2 gpt2-finetune "${LM[@]}" --pp 2 --generate "A man"
 
 # a rank killed mid-pipeline: the job ends within 60 s
 mpirun -np 2 "$BIN/gpt2-classify" "${ARGS[@]}" --pp 2 --max-steps 100000 --eval-interval -1 --save-interval -1 \

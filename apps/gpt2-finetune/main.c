@@ -90,8 +90,8 @@ static rt_args_spec lm_spec = {
 /* ---- the model ---- */
 
 /* The model for batches of max_B rows of `block` tokens (block 0: resolved from the config). */
-static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp, int max_B,
-                                int *block, gpt2_model **out) {
+static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp,
+                                rt_comm *pp, int max_B, int *block, gpt2_model **out) {
     rt_status st = RT_OK;
     gpt2_config cfg;
     if (src->config[0]) {
@@ -112,7 +112,7 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
     if (*block == 0) *block = cfg.n_positions < 1024 ? cfg.n_positions : 1024;
     if (*block > cfg.n_positions)
         RT_FAIL(RT_ERR_USAGE, "--block-size %d is longer than the model's n_positions %d", *block, cfg.n_positions);
-    RT_TRY(gpt2_model_init(&cfg, be, tp, max_B, *block, (uint64_t)O.t.seed, out));
+    RT_TRY(gpt2_model_init_stage(&cfg, be, tp, pp, (int)O.t.grad_accum, max_B, *block, (uint64_t)O.t.seed, out));
     if (src->weights[0]) {
         ckpt_load_report rep;
         RT_TRY(ckpt_load_hf(src->weights, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head,
@@ -284,6 +284,11 @@ static const int32_t *lm_labels(lm_trainer *t, const rt_batch *b) {
     return t->labels;
 }
 
+static rt_status lm_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                                  double *loss_sum) {
+    return gpt2_lm_pipe_step(((lm_trainer *)ctx)->model, b, n, seed, step, grad_scale, loss_sum);
+}
+
 static rt_status lm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                double *loss_sum) {
     lm_trainer *t = ctx;
@@ -410,6 +415,10 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
+    O.t.has_stages = true;
+    if (O.t.pp > 1 && O.generate)
+        RT_FAIL(RT_ERR_USAGE, "--generate with --pp %lld: decoding has no pipeline path yet (generate from the "
+                "exported folder at --pp 1)", (long long)O.t.pp);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));
@@ -417,7 +426,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (eos < 0) RT_FAIL(RT_ERR_CONFIG, "%s: the tokenizer has no end-of-text token to join the texts", src.tokenizer);
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     int block = (int)O.block_size;
-    RT_TRY(lm_build_model(&src, tok, be, grid.tp, (int)O.t.batch_size, &block, &model));
+    RT_TRY(lm_build_model(&src, tok, be, grid.tp, grid.pp, (int)O.t.batch_size, &block, &model));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", src.tokenizer, tok_kind_name(tok), tok_vocab_size(tok),
                 device);
 
@@ -461,7 +470,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     options_json = rt_args_to_json(&lm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, LM_PROG, &grid, options_json);
     train_app_model tm_model = {.m = {.model = &tr, .params = gpt2_model_params(model), .step = lm_train_step,
-                                      .flops = lm_flops}};
+                                      .flops = lm_flops, .pipeline_step = grid.pp_size > 1 ? lm_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&tm_model);
     lm_data ld = {.inner = data_loader_train_data(loader)};
     rt_train_data td = ld.inner;
