@@ -6,7 +6,7 @@
 # single process's tensors, bit for bit (names, shapes and CRC-32 as tz-convert inspect lists
 # them), and the HF export is the single process's folder. A checkpoint saved at pp=2 resumes
 # at pp=1, pp=4 and tp=2 and continues as the single process does; --comm-stats counts the
-# transfers as its formula says. A rank killed mid-pipeline ends the job; bad layouts get one
+# transfers as its formula says; bf16 and activation checkpointing keep pp 2 bit-exact. A rank killed mid-pipeline ends the job; bad layouts get one
 # line each before any work.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
@@ -92,6 +92,19 @@ if cmp -s "$TMP/one_hf/model.safetensors" "$TMP/pp2_hf/model.safetensors" &&
 else
     fail=$((fail + 1)); echo "FAILED: the pp 2 HF export differs from one process's" >&2; ls -l "$TMP"/*_hf >&2
 fi
+
+# bf16 and activation checkpointing compose with the stages: pp 2's final tensors are one
+# process's, bit for bit
+for extra in "--precision bf16" "--checkpoint-activations"; do
+    tag=$(echo "$extra" | tr -dc 'a-z0-9')
+    run "one_$tag" 1 $extra && run "pp2_$tag" 2 --pp 2 $extra ||
+        { fail=$((fail + 1)); echo "FAILED: $extra runs" >&2; continue; }
+    if cmp -s <(tensors "$TMP/one_$tag/step-000005.tzck") <(tensors "$TMP/pp2_$tag/step-000005.tzck"); then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: pp 2 with $extra: the final tensors differ from one process's" >&2
+    fi
+done
 
 # save at pp=2 (step 3); resume at pp=1, pp=4 and tp=2: steps 4-5 and the dev metrics are the
 # single process's (its numbers from the 10th: steps 1-2, the first epoch's evaluation, step 3)
