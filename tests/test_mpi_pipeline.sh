@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # gpt2-classify, bert-classify and gpt2-finetune with pipeline stages (--pp) under mpirun,
-# dropout on: pp=2 and pp=4 give the single process's losses, gradient norms and dev metrics, and dp=2 x pp=2 (also
-# with ZeRO-1, ZeRO-2 and offload) and tp=2 x pp=2 give those of dp=2 and tp=2 without stages
-# (a layout's dropout masks and tp's random init are its own); the final checkpoint holds the
-# single process's tensors, bit for bit (names, shapes and CRC-32 as tz-convert inspect lists
-# them), and the HF export is the single process's folder. A checkpoint saved at pp=2 resumes
-# at pp=1, pp=4 and tp=2 and continues as the single process does; --comm-stats counts the
-# transfers as its formula says; bf16 and activation checkpointing keep pp 2 bit-exact. A rank killed mid-pipeline ends the job; bad layouts get one
-# line each before any work.
+# dropout on: pp=2 and pp=4 give the single process's losses, gradient norms and dev metrics,
+# and dp=2 x pp=2 (also with ZeRO-1, ZeRO-2 and offload) and tp=2 x pp=2 give those of dp=2 and
+# tp=2 without stages (a layout's dropout masks and tp's random init are its own); the final
+# checkpoint holds the single process's tensors, bit for bit (names, shapes and CRC-32 as
+# tz-convert inspect lists them), also in bf16 and with activation checkpointing, and the HF
+# export is the single process's folder. A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
+# tp=2 and continues as the single process does; --comm-stats counts the transfers as its
+# formula says. A rank killed mid-pipeline ends the job; bad layouts get one line each before
+# any work.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
