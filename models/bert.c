@@ -22,6 +22,7 @@
 #include "models/stack.h"
 #include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_pipe.h"
 #include "runtime/rt_rng.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
@@ -44,7 +45,9 @@ struct bert_model {
     int C;
     mdl_vocab vocab;    /* the word embedding's shard */
 
-    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
+    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation, */
+    int act_slots;      /* laid out this many times (a pipeline stage's in-flight micro-batches) */
+    size_t act_bytes;   /* apart */
     float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
     float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
@@ -267,6 +270,13 @@ static void bert_layout(bert_model *m, rt_arena *a) {
     m->labels = rt_arena_take(a, B, i);
 }
 
+/* Points every activation buffer at slot k's copy (models/stage_pipe.h). */
+static void bert_use_slot(void *model, int k) {
+    bert_model *m = model;
+    rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
+    bert_layout(m, &arena);
+}
+
 /* Zeroes one row of a table (rows of C floats) if it lies in [row0, row0 + rows). */
 static void bert_zero_row(bert_model *m, float *table, int row, int row0, int rows) {
     if (row >= row0 && row < row0 + rows)
@@ -328,9 +338,17 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     }
     rt_arena arena = {0};
     bert_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "BERT activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
-    arena = (rt_arena){.base = m->act_block};
-    bert_layout(m, &arena);
+    m->act_bytes = (arena.used + 63) & ~(size_t)63;
+    m->act_slots = m->stage.count > 1 && !c->pp_recompute
+                       ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro)
+                       : 1;
+    RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
+                            m->stage.count > 1 ? "BERT activations (lower --batch-size or --max-len, or add "
+                                                 "--pp-recompute or --checkpoint-activations)"
+                                               : "BERT activations (lower --batch-size or --max-len, or add "
+                                                 "--checkpoint-activations)",
+                            &m->act_block));
+    bert_use_slot(m, 0);
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
@@ -564,7 +582,8 @@ static rt_status bert_stage_pipe(bert_model *m, rt_comm *pp, int max_micro) {
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
                                 .upload = bert_sp_upload, .embed = bert_sp_embed, .embed_bwd = bert_sp_embed_bwd,
                                 .blocks_fwd = bert_sp_blocks_fwd, .blocks_bwd = bert_sp_blocks_bwd,
-                                .head_fwd = bert_sp_head_fwd, .head_bwd = bert_sp_head_bwd};
+                                .head_fwd = bert_sp_head_fwd, .head_bwd = bert_sp_head_bwd, .slots = m->act_slots,
+                                .use_slot = bert_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
 }
 

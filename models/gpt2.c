@@ -20,6 +20,7 @@
 #include "models/stack.h"
 #include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_pipe.h"
 
 #include "models/gpt2_internal.h"
 
@@ -193,6 +194,14 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     mdl_lm_head_layout(&m->head, a);
 }
 
+/* Points every activation buffer at slot k's copy (models/stage_pipe.h). */
+static void gpt2_use_slot(void *model, int k) {
+    gpt2_model *m = model;
+    rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
+    gpt2_layout(m, &arena);
+}
+
+
 /* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 3 C,
  * F and n_head x T attention probabilities, the LM logits' vocab, the head's labels. */
 static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
@@ -245,10 +254,18 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
                      c->num_labels || !mdl_stage_is_last(stage) ? 0 : m->max_BT, "GPT-2");
     rt_arena arena = {0};
     gpt2_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "GPT-2 activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
-    arena = (rt_arena){.base = m->act_block};
-    gpt2_layout(m, &arena);
-    mdl_lm_head_ready(&m->head);
+    m->act_bytes = (arena.used + 63) & ~(size_t)63;
+    m->act_slots = stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(stage.index, stage.count, max_micro) : 1;
+    RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
+                            stage.count > 1 ? "GPT-2 activations (lower --batch-size or --max-len, or add --pp-recompute "
+                                              "or --checkpoint-activations)"
+                                            : "GPT-2 activations (lower --batch-size or --max-len, or add "
+                                              "--checkpoint-activations)",
+                            &m->act_block));
+    for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's head mask; slot 0 last */
+        gpt2_use_slot(m, k);
+        mdl_lm_head_ready(&m->head);
+    }
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
@@ -470,7 +487,8 @@ static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
                                 .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
                                 .embed_bwd = gpt2_sp_embed_bwd, .blocks_fwd = gpt2_sp_blocks_fwd,
                                 .blocks_bwd = gpt2_sp_blocks_bwd, .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
-                                .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd};
+                                .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd, .slots = m->act_slots,
+                                .use_slot = gpt2_use_slot};
     if (lm && (mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage))) {
         const size_t bytes = m->params.specs[m->wte].numel * sizeof(float);
         rt_status st = rt_backend_alloc(m->be, bytes, "GPT-2 pipeline: the tied wte's other gradient",

@@ -28,6 +28,9 @@ typedef struct {
     int pad_token_id; /* -1 when the config has none */
     int eos_token_id;
     int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not in config.json */
+    bool pp_recompute;     /* a pipeline stage keeps only each micro-batch's input and recomputes its forward
+                            * (models/stage_pipe.h); else it keeps every in-flight micro-batch's activations.
+                            * A run option */
 } gpt2_config;
 
 /* HF defaults (gpt2 124M) with num_labels 2. */

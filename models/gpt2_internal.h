@@ -30,7 +30,9 @@ struct gpt2_model {
     mdl_vocab vocab;    /* wte's shard */
     size_t max_BT;
 
-    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation */
+    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation, */
+    int act_slots;      /* laid out this many times (a pipeline stage's in-flight micro-batches) */
+    size_t act_bytes;   /* apart */
     float *pooled;      /* (B, C) */
     float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
     float *dpooled;     /* (B, C) */

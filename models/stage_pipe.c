@@ -12,7 +12,8 @@ struct mdl_stage_pipe {
     mdl_stage_model m;
     mdl_stage stage;
     int max_micro;
-    int slots;           /* saved inputs: micro-batch k in slot k % slots (not on the first stage) */
+    int slots;           /* recompute: saved inputs, micro-batch k in slot k % slots (not on the first stage) */
+    bool keep;           /* the family keeps micro-batch k's activations in its slot k % m.slots */
     float *saved;        /* (slots, max_BT, C) backend memory */
     rt_pipe_buffers buf; /* each (max_BT, C) */
     unsigned char *h_result; /* host: the last stage's loss (a double) and logits (max_B, num_labels) */
@@ -36,8 +37,9 @@ static mdl_pass pipe_pass(const mdl_stage_pipe *p, int micro) {
 
 /* Uploads micro-batch k and runs the blocks from its input: in (a forward), or (a recompute)
  * the first stage's embeddings again or slot k's copy; a forward fills the slot. */
-static rt_status pipe_stage_fwd(mdl_stage_pipe *p, int k, const void *in, bool keep) {
+static rt_status pipe_stage_fwd(mdl_stage_pipe *p, int k, const void *in, bool forward) {
     const mdl_stage_model *m = &p->m;
+    if (p->keep) m->use_slot(m->model, k % m->slots);
     const rt_batch *b = &p->b[k];
     const size_t bytes = pipe_bytes(p, k);
     float *x = mdl_stack_residual(m->blocks, 0);
@@ -46,9 +48,9 @@ static rt_status pipe_stage_fwd(mdl_stage_pipe *p, int k, const void *in, bool k
     rt_status st = m->upload(m->model, b);
     if (st != RT_OK) return st;
     if (mdl_stage_is_first(p->stage)) st = m->embed(m->model, b);
-    else rt_copy(m->be, x, keep ? in : slot, bytes);
+    else rt_copy(m->be, x, forward ? in : slot, bytes);
     if (st != RT_OK) return st;
-    if (keep && slot) rt_copy(m->be, slot, x, bytes);
+    if (forward && slot) rt_copy(m->be, slot, x, bytes);
     p->held = k;
     return m->blocks_fwd(m->model, b, &pass);
 }
@@ -75,7 +77,9 @@ static rt_status pipe_backward(void *ctx, int k, const void *dout, void *din) {
     const rt_batch *b = &p->b[k];
     const mdl_pass pass = pipe_pass(p, k);
     rt_status st = RT_OK;
-    if (p->held != k) {
+    if (p->keep) {
+        m->use_slot(m->model, k % m->slots); /* its forward's activations */
+    } else if (p->held != k) {
         RT_CHECK(!mdl_stage_is_last(p->stage), "the last stage's backward of %d follows another forward", k);
         RT_TRY(pipe_stage_fwd(p, k, NULL, false));
     }
@@ -108,8 +112,12 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
     p->max_micro = max_micro;
     p->h_result = rt_xmalloc(sizeof(double) + (size_t)sm->max_B * (size_t)sm->num_labels * sizeof(float));
     const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
-    if (!mdl_stage_is_first(p->stage)) {
-        p->slots = rt_pipe_in_flight(p->stage.index, p->stage.count, max_micro);
+    const int in_flight = rt_pipe_in_flight(p->stage.index, p->stage.count, max_micro);
+    p->keep = sm->slots > 1;
+    if (p->keep && (sm->slots < in_flight || !sm->use_slot))
+        RT_FAIL(RT_ERR_CONFIG, "pipeline: %d activation slots for %d micro-batches in flight", sm->slots, in_flight);
+    if (!p->keep && !mdl_stage_is_first(p->stage)) {
+        p->slots = in_flight;
         RT_TRY(rt_backend_alloc(sm->be, (size_t)p->slots * act, "pipeline: the micro-batches' stage inputs",
                                 (void **)&p->saved));
     }
@@ -152,9 +160,11 @@ rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *l
     const size_t bytes = (size_t)b->B * b->T * m->C * sizeof(float);
     const size_t result = sizeof(double) + (size_t)b->B * NL * sizeof(float);
     const mdl_pass pass = {.training = false};
-    float *x = mdl_stack_residual(m->blocks, 0), *logits = (float *)(p->h_result + sizeof(double));
+    float *logits = (float *)(p->h_result + sizeof(double));
     double loss = 0;
     p->held = -1; /* the blocks' activations are evaluation's now */
+    if (p->keep) m->use_slot(m->model, 0);
+    float *x = mdl_stack_residual(m->blocks, 0); /* slot 0's */
     RT_TRY(m->upload(m->model, b));
     if (mdl_stage_is_first(p->stage)) {
         RT_TRY(m->embed(m->model, b));

@@ -3,11 +3,14 @@
  * runner does the rest: a training step's micro-batches in 1F1B order through
  * runtime/rt_pipe.c, and evaluation's forward through the stages.
  *
- * Training keeps only each micro-batch's input between its forward and backward (the received
- * activation, in one of rt_pipe_in_flight slots; the first stage keeps nothing) and the
- * backward recomputes the stage's forward from it, with the same dropout bits (the first stage
- * embeds again), unless the blocks' activations still hold that micro-batch: always so on the
- * last stage, whose forward and backward of a micro-batch are adjacent. Backwards run in
+ * Training keeps each in-flight micro-batch's activations: the family lays its activation
+ * buffers out once per slot (rt_pipe_in_flight of them, use_slot), and micro-batch k lives in
+ * slot k % slots from its forward to its backward, as Megatron-LM's 1F1B keeps them. With one
+ * slot (the family's pp_recompute) it keeps only each micro-batch's input instead (the received
+ * activation; the first stage keeps nothing) and the backward recomputes the stage's forward
+ * from it, with the same dropout bits (the first stage embeds again), unless the blocks'
+ * activations still hold that micro-batch: always so on the last stage, whose forward and
+ * backward of a micro-batch are adjacent. Backwards run in
  * micro-batch order on every stage, so the gradients are those of one process accumulating the
  * micro-batches one after another, bit for bit. */
 #ifndef MDL_STAGE_PIPE_H
@@ -47,6 +50,10 @@ typedef struct {
     rt_status (*head_fwd)(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                           float *host_logits);
     rt_status (*head_bwd)(void *model, const rt_batch *b, const mdl_pass *pass);
+    /* Activation slots the family laid out (1: recompute) and the call that points its buffers
+     * at slot k's; use_slot may be NULL with one slot. */
+    int slots;
+    void (*use_slot)(void *model, int slot);
 } mdl_stage_model;
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;

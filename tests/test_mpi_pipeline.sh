@@ -94,9 +94,9 @@ else
     fail=$((fail + 1)); echo "FAILED: the pp 2 HF export differs from one process's" >&2; ls -l "$TMP"/*_hf >&2
 fi
 
-# bf16 and activation checkpointing compose with the stages: pp 2's final tensors are one
+# bf16, activation checkpointing and the stages' recompute keep pp 2's final tensors one
 # process's, bit for bit
-for extra in "--precision bf16" "--checkpoint-activations"; do
+for extra in "--precision bf16" "--checkpoint-activations" "--pp-recompute"; do
     tag=$(echo "$extra" | tr -dc 'a-z0-9')
     run "one_$tag" 1 $extra && run "pp2_$tag" 2 --pp 2 $extra ||
         { fail=$((fail + 1)); echo "FAILED: $extra runs" >&2; continue; }

@@ -1,7 +1,8 @@
 /* The classifiers split into pipeline stages (models/stage_pipe.h) on threads, against the whole
  * model stepping through the same micro-batches one after another (step with grad
  * accumulation), for GPT-2, BERT and RoBERTa: with dropout on, 2 and 4 stages over 1, 3 and 5
- * micro-batches of different shapes, every parameter's gradient on its stage and the last
+ * micro-batches of different shapes, keeping every in-flight micro-batch's activations or
+ * recomputing them (pp_recompute), every parameter's gradient on its stage and the last
  * stage's summed loss equal the whole model's bit for bit, and so does evaluating a batch
  * through the stages (every stage gets the loss and logits). The stages take the whole model's
  * weights by name; that they draw the same random init by themselves is checked too. Also:
@@ -68,15 +69,19 @@ static bert_config tiny_bert(bool roberta) {
 typedef enum { FAM_GPT2, FAM_BERT, FAM_ROBERTA, FAM_COUNT } family;
 static const char *const family_names[FAM_COUNT] = {"GPT-2", "BERT", "RoBERTa"};
 
+static bool g_recompute; /* the stages recompute instead of keeping activations */
+
 static rt_status make(family f, rt_backend *be, rt_comm *pp, mdl_classifier *out) {
     if (f == FAM_GPT2) {
-        const gpt2_config c = tiny();
+        gpt2_config c = tiny();
+        c.pp_recompute = g_recompute;
         gpt2_model *m = NULL;
         rt_status st = gpt2_model_init_stage(&c, be, rt_comm_self(), pp, MAXM, MAXB, MAXT, 11, &m);
         if (st == RT_OK) gpt2_classifier(m, out);
         return st;
     }
-    const bert_config c = tiny_bert(f == FAM_ROBERTA);
+    bert_config c = tiny_bert(f == FAM_ROBERTA);
+    c.pp_recompute = g_recompute;
     bert_model *m = NULL;
     rt_status st = bert_model_init_stage(&c, be, rt_comm_self(), pp, MAXM, MAXB, MAXT, 11, &m);
     return st == RT_OK ? bert_classifier(m, out) : st;
@@ -146,7 +151,8 @@ fail:
 }
 
 static void check(family fam, int P, int M) {
-    const char *name = family_names[fam];
+    char name[48];
+    snprintf(name, sizeof name, "%s%s", family_names[fam], g_recompute ? " (recompute)" : "");
     /* the reference: M micro-batches through the whole model */
     TZ_EXPECT_OK(make(fam, g_ref_be, rt_comm_self(), &g_ref));
     if (!g_ref.model) return;
@@ -228,9 +234,12 @@ int main(void) {
     if (!g_ref_be) return tz_test_result("test_pipe_models");
     make_batches();
     const int Ms[3] = {1, 3, 5};
-    for (int f = 0; f < FAM_COUNT; f++)
-        for (int P = 2; P <= MAXP; P += 2)
-            for (int i = 0; i < 3; i++) check((family)f, P, Ms[i]);
+    for (int r = 0; r < 2; r++) {
+        g_recompute = r;
+        for (int f = 0; f < FAM_COUNT; f++)
+            for (int P = 2; P <= MAXP; P += 2)
+                for (int i = 0; i < 3; i++) check((family)f, P, Ms[i]);
+    }
     check_stage_layouts();
     rt_backend_free(g_ref_be);
     return tz_test_result("test_pipe_models");

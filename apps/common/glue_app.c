@@ -534,7 +534,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                           .num_labels = task->n_labels, .tok = tok,
                           .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
                           .max_B = (int)O.t.batch_size, .max_T = max_T,
-                          .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t)};
+                          .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t),
+                          .pp_recompute = O.t.pp_recompute};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);

@@ -25,6 +25,7 @@ typedef struct {
     int max_B, max_T;          /* the largest batch the model must hold */
     uint64_t seed;
     int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
+    bool pp_recompute;         /* a pipeline stage recomputes instead of keeping activations */
 } glue_model_args;
 
 typedef struct {

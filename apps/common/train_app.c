@@ -79,6 +79,10 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"micro-batches", RT_OPT_INT, &o->micro_batches, "0", NULL,
          "micro-batches per optimizer step (ColossalAI's num_microbatches): the same as --grad-accum, which it "
          "sets; with --pp at least the number of stages (0 = --grad-accum's)", NULL, 0, 65536},
+        {"pp-recompute", RT_OPT_FLAG, &o->pp_recompute, "false", NULL,
+         "with --pp: keep only each micro-batch's stage input and recompute its forward in the backward (one "
+         "activation set per stage instead of one per micro-batch in flight, about a third more compute on all but "
+         "the last stage)", NULL, 0, 0},
         {"zero", RT_OPT_INT, &o->zero, "0", NULL,
          "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
         {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,

@@ -24,6 +24,7 @@ typedef struct {
         min_loss_scale;
     bool resume, pad8, offload_optimizer, group_by_length, no_cache;
     bool has_stages; /* set by a program whose model runs pipeline stages (--pp) before train_app_setup */
+    bool pp_recompute;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
 } train_app_opts;
@@ -34,7 +35,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 39
+#define TRAIN_APP_N_OPTS 40
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the

@@ -23,6 +23,7 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     }
     cfg.num_labels = a->num_labels;
     cfg.checkpoint_layers = a->checkpoint_layers;
+    cfg.pp_recompute = a->pp_recompute;
     RT_TRY(gpt2_config_validate(&cfg, a->tp->size));
     if (tok_vocab_size(a->tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(a->tok),

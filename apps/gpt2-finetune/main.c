@@ -105,6 +105,7 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
     }
     cfg.num_labels = 0; /* the language model: the tied head only */
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+    cfg.pp_recompute = O.t.pp_recompute;
     RT_TRY(gpt2_config_validate(&cfg, tp->size));
     if (tok_vocab_size(tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(tok),

@@ -2,24 +2,27 @@
 # Pipeline stages against one process: gpt2-classify's ms/step at pp 1 (one rank) and pp 2 and
 # 4 (one rank per stage), one thread per rank, for several micro-batch counts M, next to what
 # the 1F1B bubble allows. Efficiency = T(pp 1) / (P x T(pp P)); the bubble bound is
-# M / (M + P - 1). Stages that are not last also recompute their forward in the backward (they
-# keep only each micro-batch's input), about a third more work on those ranks, so the
-# efficiency sits below the bound by about that much. CPU, under mpirun; the ranks need a core
-# each to mean anything (P = 4 on a 2-core machine measures oversubscription).
+# M / (M + P - 1). With --pp-recompute (pass it through --extra) the stages that are not last
+# also recompute their forward in the backward, about a third more work on those ranks. CPU,
+# under mpirun; the ranks need a core each to mean anything (P = 4 on a 2-core machine
+# measures oversubscription).
 #
 #   scripts/bench/bench_pipeline.sh [--bin build/bin/gpt2-classify] [--stages "2 4"] [--micro "2 4 8"] [--steps N]
+#                                   [--extra "--pp-recompute"]
 set -euo pipefail
 BIN=build/bin/gpt2-classify
 STAGES="2"
 MICRO="2 4 8"
 STEPS=6
+EXTRA=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --extra) EXTRA=$2; shift 2 ;;
         --bin) BIN=$2; shift 2 ;;
         --stages) STAGES=$2; shift 2 ;;
         --micro) MICRO=$2; shift 2 ;;
         --steps) STEPS=$2; shift 2 ;;
-        *) echo "usage: $0 [--bin PATH] [--stages \"2 4\"] [--micro \"2 4 8\"] [--steps N]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--bin PATH] [--stages \"2 4\"] [--micro \"2 4 8\"] [--steps N] [--extra OPTIONS]" >&2; exit 2 ;;
     esac
 done
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -43,7 +46,7 @@ run() { # P M: prints ms/step
     if [ "$P" -eq 1 ]; then
         "$BIN" "${args[@]}" > "$dir.log" 2>&1
     else
-        mpirun -np "$P" "$BIN" "${args[@]}" --pp "$P" > "$dir.log" 2>&1
+        mpirun -np "$P" "$BIN" "${args[@]}" --pp "$P" $EXTRA > "$dir.log" 2>&1
     fi || { echo "run P=$P M=$M failed:" >&2; tail -5 "$dir.log" >&2; exit 1; }
     ms_per_step "$dir"
 }
