@@ -350,6 +350,27 @@ static void rt_train_log_memory(const rt_params *p, bool sharded) {
                 rest > 0 ? rest : 0.0, free_txt);
 }
 
+/* Every pipeline stage's memory, which differs by stage (its blocks, the embeddings or heads,
+ * the in-flight activations), in one line from the first rank, which prints only its own
+ * memory line otherwise. Collective over pp. */
+static rt_status rt_train_log_stage_memory(rt_train_state *s, const rt_params *p) {
+    const double mib = 1024.0 * 1024.0;
+    const int P = s->pp_host->size;
+    float mine[2] = {(float)((double)p->numel * sizeof(float) / mib), (float)((double)p->be->bytes_allocated / mib)};
+    float *all = rt_xmalloc(2 * sizeof(float) * (size_t)P);
+    rt_status st = s->pp_host->ops->all_gather(s->pp_host->ctx, all, mine, 2);
+    if (st == RT_OK && s->lead) {
+        char line[1024];
+        size_t n = (size_t)snprintf(line, sizeof line, "memory per pipeline stage:");
+        for (int k = 0; k < P && n < sizeof line; k++)
+            n += (size_t)snprintf(line + n, sizeof line - n, " %d: %.1f MiB (weights %.1f)%s", k + 1, all[2 * k + 1],
+                                  all[2 * k], k + 1 < P ? "," : "");
+        rt_log_info("%s", line);
+    }
+    free(all);
+    return st;
+}
+
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
@@ -412,6 +433,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                     "equal stages)", s.pp->rank + 1, s.pp->size, accum,
                     100.0 * (s.pp->size - 1) / (double)(accum + s.pp->size - 1));
     rt_train_log_memory(model->params, s.zero != NULL);
+    if (pipeline) RT_TRY(rt_train_log_stage_memory(&s, model->params));
     if (s.dp->size > 1 && !s.zero) {
         const bool ov = o->dp_bucket >= 0 && model->set_grads_hook;
         rt_log_info("gradients: all-reduced over %d data-parallel ranks in buckets of %zu floats, %s", s.dp->size,

@@ -74,7 +74,8 @@ check "tp 2 x pp 2" tp2 tp2pp2
 check "dp 2 x pp 2, ZeRO-1" dp2 dp2pp2z1
 check "dp 2 x pp 2, ZeRO-2" dp2 dp2pp2z2
 check "dp 2 x pp 2, ZeRO-1 with offload" dp2 dp2pp2off
-if grep -q "pipeline: stage 1 of 2, 1F1B over 4 micro-batches per step" "$TMP/pp2.log"; then
+if grep -q "pipeline: stage 1 of 2, 1F1B over 4 micro-batches per step" "$TMP/pp2.log" &&
+    grep -q "memory per pipeline stage: 1: .* MiB (weights .*), 2: .* MiB (weights .*)" "$TMP/pp2.log"; then
     pass=$((pass + 1))
 else
     fail=$((fail + 1)); echo "FAILED: pp2 did not log its pipeline" >&2
