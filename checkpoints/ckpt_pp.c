@@ -30,11 +30,8 @@ static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const 
     for (int i = 0; buf && i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         if (s->copy) continue;
-        if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
-            RT_FAIL(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the model "
-                    "must set the real vocab size)", what, s->name);
         ckpt_tp_desc d;
-        ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, &d);
+        RT_TRY(ckpt_tp_spec_desc(what, s, tp, &d));
         const size_t n = ckpt_tp_full_numel(&d);
         if (lead && n > *cap) *full = rt_xrealloc(*full, (*cap = n) * sizeof(float));
         RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, scr, lead ? *full : NULL));

@@ -134,6 +134,14 @@ void ckpt_tp_param_desc(const rt_param_spec *s, int64_t vocab_rows, int rank, in
     }
 }
 
+rt_status ckpt_tp_spec_desc(const char *what, const rt_param_spec *s, const rt_comm *tp, ckpt_tp_desc *d) {
+    if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
+        return rt_errorf(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the "
+                                        "model must set the real vocab size)", what, s->name);
+    ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, d);
+    return RT_OK;
+}
+
 size_t ckpt_tp_full_numel(const ckpt_tp_desc *d) {
     size_t n = 1;
     for (int k = 0; k < d->ndim; k++) n *= (size_t)d->full[k];

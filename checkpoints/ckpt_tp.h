@@ -51,6 +51,10 @@ void ckpt_tp_gather(const ckpt_tp_desc *d, float *full, const float *shards);
  * dims the rule splits are multiplied back by size, and an RT_TP_VOCAB table gets vocab_rows
  * rows (the real vocab, unpadded). n_head stays 0: the model checked the heads split. */
 void ckpt_tp_param_desc(const rt_param_spec *s, int64_t vocab_rows, int rank, int size, ckpt_tp_desc *d);
+/* The same with the spec's own vocab_rows, for files that store full tensors (training
+ * checkpoints, the stages' gathering); RT_ERR_CONFIG naming what when a vocab-parallel spec
+ * lacks them. */
+rt_status ckpt_tp_spec_desc(const char *what, const rt_param_spec *s, const rt_comm *tp, ckpt_tp_desc *d);
 /* Elements of the full tensor (vocab unpadded). */
 size_t ckpt_tp_full_numel(const ckpt_tp_desc *d);
 

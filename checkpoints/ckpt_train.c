@@ -15,15 +15,6 @@ static float *ckpt_train_buffer(const rt_params *p, int kind) {
     return kind == 0 ? p->param : kind == 1 ? p->m : p->v;
 }
 
-/* The full tensor behind a spec at this tp layout; a vocab-parallel table needs its real rows. */
-static rt_status ckpt_train_desc(const char *path, const rt_param_spec *s, const rt_comm *tp, ckpt_tp_desc *d) {
-    if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
-        return rt_errorf(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows "
-                                        "(the model must set the real vocab size)", path, s->name);
-    ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, d);
-    return RT_OK;
-}
-
 /* The writer's sink: each record under its kind's prefix. */
 typedef struct {
     ckpt_native_writer *w;
@@ -84,7 +75,7 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
             char name[RT_PARAM_NAME_MAX + 16];
             ckpt_native_record r;
             ckpt_tp_desc d;
-            RT_TRY(ckpt_train_desc(path, s, tp, &d));
+            RT_TRY(ckpt_tp_spec_desc(path, s, tp, &d));
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
             if (!ckpt_native_has(f, name))
                 RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
