@@ -30,34 +30,26 @@ rt_status rt_pipe_run(rt_comm *pp, int micro, const rt_pipe_stage *stage, const 
     const bool first = s == 0, last = s == P - 1;
     rt_pipe_action *acts = rt_xmalloc((size_t)n * sizeof *acts);
     rt_pipe_1f1b(s, P, micro, acts);
-    rt_p2p batch[2], send = {0};
-    bool sending = false; /* the last action left a send */
-    for (int i = 0; i <= n; i++) {
-        int k = 0;
-        if (sending) batch[k++] = send;
-        sending = false;
-        const rt_pipe_action a = i < n ? acts[i] : (rt_pipe_action){RT_PIPE_FORWARD, -1};
-        const bool fwd = a.kind == RT_PIPE_FORWARD;
-        /* the receive this action needs, in one batch with that send */
-        if (i < n && fwd && !first)
-            batch[k++] = (rt_p2p){.send = false, .peer = s - 1, .buf = buf->in, .bytes = stage->in_bytes(stage->ctx, a.micro)};
-        if (i < n && !fwd && !last)
-            batch[k++] = (rt_p2p){.send = false, .peer = s + 1, .buf = buf->dout,
-                                  .bytes = stage->out_bytes(stage->ctx, a.micro)};
+    rt_p2p batch[2];
+    int k = 0; /* batch[0..k): the send the last action left, then the receive this one needs */
+    for (int i = 0; i < n; i++) {
+        const rt_pipe_action a = acts[i];
+        const size_t in = stage->in_bytes(stage->ctx, a.micro), out = stage->out_bytes(stage->ctx, a.micro);
+        if (a.kind == RT_PIPE_FORWARD && !first)
+            batch[k++] = (rt_p2p){.send = false, .peer = s - 1, .buf = buf->in, .bytes = in};
+        if (a.kind == RT_PIPE_BACKWARD && !last)
+            batch[k++] = (rt_p2p){.send = false, .peer = s + 1, .buf = buf->dout, .bytes = out};
         if (k) RT_TRY(rt_comm_p2p(pp, batch, k));
-        if (i == n) break;
-        if (fwd) {
+        k = 0;
+        if (a.kind == RT_PIPE_FORWARD) {
             RT_TRY(stage->forward(stage->ctx, a.micro, first ? NULL : buf->in, last ? NULL : buf->out));
-            if (!last)
-                send = (rt_p2p){.send = true, .peer = s + 1, .buf = buf->out, .bytes = stage->out_bytes(stage->ctx, a.micro)};
-            sending = !last;
+            if (!last) batch[k++] = (rt_p2p){.send = true, .peer = s + 1, .buf = buf->out, .bytes = out};
         } else {
             RT_TRY(stage->backward(stage->ctx, a.micro, last ? NULL : buf->dout, first ? NULL : buf->din));
-            if (!first)
-                send = (rt_p2p){.send = true, .peer = s - 1, .buf = buf->din, .bytes = stage->in_bytes(stage->ctx, a.micro)};
-            sending = !first;
+            if (!first) batch[k++] = (rt_p2p){.send = true, .peer = s - 1, .buf = buf->din, .bytes = in};
         }
     }
+    if (k) RT_TRY(rt_comm_p2p(pp, batch, k)); /* the last action's send */
 fail:
     free(acts);
     return st;
