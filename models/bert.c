@@ -210,7 +210,8 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp, int 
                            .F = c->intermediate_size, .post_norm = true, .norm = MDL_NORM_LAYER,
                            .norm_eps = c->layer_norm_eps, .act = c->act, .attn_pdrop = c->attention_probs_dropout_prob,
                            .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = first ? c->hidden_dropout_prob : 0,
-                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block};
+                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
+                           .layers_total = c->num_hidden_layers};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, be, tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &bert_block_names, &ckpt_map_bert, c->initializer_range,

@@ -150,7 +150,7 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
                            .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = last, .act = c->act,
                            .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop,
                            .emb_pdrop = first ? c->embd_pdrop : 0, .checkpoint_layers = c->checkpoint_layers,
-                           .layer_offset = first_block};
+                           .layer_offset = first_block, .layers_total = c->n_layer};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
@@ -561,9 +561,8 @@ fail:
 }
 
 double gpt2_lm_train_flops(gpt2_model *m, int B, int T) {
-    /* the tied head (the last stage's): 2 N C V forward, twice that backward (input and table
-     * gradients) */
-    const double head = mdl_stage_is_last(m->stage) ? 6.0 * (double)B * T * m->C * m->cfg.vocab_size : 0;
+    /* the tied head: 2 N C V forward, twice that backward (input and table gradients) */
+    const double head = 6.0 * (double)B * T * m->C * m->cfg.vocab_size;
     return mdl_stack_train_flops(&m->blocks, B, T, 0) + head;
 }
 

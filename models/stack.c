@@ -398,7 +398,7 @@ fail:
 
 double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S) {
     const mdl_stack_config *c = &s->cfg;
-    return c->n_layer * mdl_layer_train_flops(B, T, c->C, (double)c->n_head * s->HS, c->F, c->gated, T,
+    return (c->layers_total ? c->layers_total : c->n_layer) * mdl_layer_train_flops(B, T, c->C, (double)c->n_head * s->HS, c->F, c->gated, T,
                                               c->cross ? S : 0);
 }
 

@@ -61,6 +61,8 @@ typedef struct {
     int checkpoint_layers;     /* 0: keep every block's activations; K: recompute K blocks at a time */
     int layer_offset;          /* a pipeline stage's stack: the global index of its first block (n_layer is its
                                 * own count); parameter names and dropout sites use global indices */
+    int layers_total;          /* a pipeline stage's stack: the whole model's blocks, which its FLOPs count (as a
+                                * tp rank counts the whole layer), so every stage reports the model's; 0: n_layer */
 } mdl_stack_config;
 
 /* One block's parameters; -1 for what the configuration has not. */

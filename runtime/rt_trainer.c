@@ -473,8 +473,6 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 if (model->flops && win[i].B > 0) counts[2] += (float)model->flops(model->ctx, &win[i]);
             }
             RT_TRY(rt_train_dp_sum(&s, counts, 3));
-            /* every stage holds its share of the model: their FLOPs add up (the batch is the same) */
-            if (pipeline) RT_TRY(s.pp_host->ops->all_reduce(s.pp_host->ctx, &counts[2], 1, RT_REDUCE_SUM));
             double targets = counts[0], tokens = counts[1], flops = counts[2];
             if (s.zero)
                 RT_TRY(rt_zero_begin_step(s.zero));
