@@ -115,12 +115,14 @@ void rt_params_streams_from(rt_params *p, const rt_params *whole) {
 }
 
 float *rt_params_data(const rt_params *p, int idx) {
-    RT_CHECK(idx >= 0 && idx < p->n && p->param, "parameter %d of %d", idx, p->n);
+    RT_CHECK(idx >= 0 && idx < p->n && (p->param || p->source), "parameter %d of %d", idx, p->n);
+    if (p->source) return p->source->data(p->source->user, idx);
     return p->param + p->specs[idx].offset;
 }
 
 float *rt_params_grad(const rt_params *p, int idx) {
-    RT_CHECK(idx >= 0 && idx < p->n && p->grad, "parameter %d of %d", idx, p->n);
+    RT_CHECK(idx >= 0 && idx < p->n && (p->grad || p->source), "parameter %d of %d", idx, p->n);
+    if (p->source) return p->source->grad(p->source->user, idx);
     return p->grad + p->specs[idx].offset;
 }
 

@@ -45,14 +45,24 @@ typedef struct {
     size_t offset, numel;             /* position in the slab, in floats */
 } rt_param_spec;
 
+/* Where parameters and gradients live when the slab does not hold them: ZeRO-3 keeps only a
+ * shard of each and hands out gathered blocks (rt_zero.h). The pointers stay valid while the
+ * model works on that block and the one after it. */
+typedef struct {
+    float *(*data)(void *user, int idx);
+    float *(*grad)(void *user, int idx);
+    void *user;
+} rt_params_source;
+
 typedef struct {
     rt_param_spec *specs;
     int n, cap;
     size_t numel;       /* total floats */
     rt_backend *be;
-    float *param;       /* (numel) backend memory */
-    float *grad;        /* (numel) */
+    float *param;       /* (numel) backend memory; NULL while a source holds the parameters */
+    float *grad;        /* (numel); NULL while a source holds the gradients */
     float *m, *v;       /* (numel) AdamW moments; allocated on first use by the optimizer */
+    const rt_params_source *source; /* NULL: param and grad above */
 } rt_params;
 
 /* Told during a backward pass, as it goes, that every gradient at slab offsets >= first is final
@@ -83,6 +93,7 @@ void rt_params_init_weights(rt_params *p, uint64_t seed);
  * stage's parameters, from the whole model's declaration); every name must be there. */
 void rt_params_streams_from(rt_params *p, const rt_params *whole);
 
+/* Parameter idx's values and gradient, from the slab or from p->source. */
 float *rt_params_data(const rt_params *p, int idx);
 float *rt_params_grad(const rt_params *p, int idx);
 /* -1 when absent. */

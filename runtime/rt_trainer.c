@@ -146,7 +146,12 @@ static rt_status rt_train_evaluate(rt_train_state *s, rt_train_eval *eval, int64
     if (!eval || !eval->evaluate) return RT_OK;
     rt_metrics m = {0};
     double t0 = rt_now_ms();
-    rt_status st = eval->evaluate(eval->ctx, &m);
+    /* ZeRO-3: dp ranks evaluate different numbers of batches, so the gathers cannot follow the
+     * model's calls; the whole parameters are gathered for the evaluation instead */
+    rt_status st = rt_zero_gather_params(s->zero);
+    if (st != RT_OK) return st;
+    st = eval->evaluate(eval->ctx, &m);
+    rt_zero_shard_params(s->zero, false);
     if (st != RT_OK) return st;
     char line[512];
     int n = snprintf(line, sizeof line, "eval  step %lld | epoch %.2f", (long long)step, epoch);
@@ -268,6 +273,7 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
         rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", source);
         goto fail;
     }
+    RT_TRY(rt_zero_gather_params(s->zero)); /* ZeRO-3: a whole slab for the reader to fill */
     for (k = 0; k < n; k++) {
         /* the reader fills the slab from the file itself; only its agreement crosses ranks, in
          * a host float */
@@ -336,7 +342,7 @@ static double rt_train_peak_tflops(const rt_backend *be) {
  * model, the loop and the optimizer allocated goes through rt_backend_alloc, so the part that
  * is not weights, gradients or AdamW state is activations and work buffers (sized for the
  * largest batch the program set up), plus the ZeRO shard when sharding is on. */
-static void rt_train_log_memory(const rt_params *p, bool sharded) {
+static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     const double mib = 1024.0 * 1024.0, slab = (double)p->numel * sizeof(float) / mib;
     const rt_backend *be = p->be;
     double total = (double)be->bytes_allocated / mib, moments = p->m ? 2 * slab : 0;
@@ -345,8 +351,17 @@ static void rt_train_log_memory(const rt_params *p, bool sharded) {
     char free_txt[64] = "";
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
     if (be->ops->device_model) rt_log_info("device %s: %s", be->ops->name, be->ops->device_model(be->ctx));
+    if (zero && zero->stage == 3) { /* the shards are all there is: the blocks are gathered at use */
+        const double shard = (double)zero->shard * sizeof(float) / mib;
+        const double here = zero->offload_params ? 0 : shard, opt = zero->offload ? 0 : 2 * shard;
+        rt_log_info("memory on %s: %.1f MiB (ZeRO-3 shards: weights %.1f, gradients %.1f, AdamW state %.1f%s; "
+                    "activations and buffers %.1f)%s", be->ops->name, total, here, shard, opt,
+                    zero->offload ? "; the rest of the shard in host memory" : "",
+                    total - here - shard - opt > 0 ? total - here - shard - opt : 0.0, free_txt);
+        return;
+    }
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,
-                total, slab, slab, moments, sharded ? "activations, buffers and the ZeRO shards" : "activations and buffers",
+                total, slab, slab, moments, zero ? "activations, buffers and the ZeRO shards" : "activations and buffers",
                 rest > 0 ? rest : 0.0, free_txt);
 }
 
@@ -371,6 +386,29 @@ static rt_status rt_train_log_stage_memory(rt_train_state *s, const rt_params *p
     return st;
 }
 
+/* rt_grads_hook.ready under ZeRO-3: the blocks the backward has finished are reduce-scattered. */
+static void rt_train_zero3_ready(void *user, size_t first) { rt_zero_grads_ready(user, first); }
+
+/* A batch for a ZeRO-3 rank whose micro-batch is empty: one of this step's own, else the one
+ * kept from an earlier step; NULL when this rank never had one. */
+static const rt_batch *rt_train_standin(const rt_batch *win, int nb, const rt_batch *kept) {
+    for (int i = 0; i < nb; i++)
+        if (win[i].B > 0) return &win[i];
+    return kept->B > 0 ? kept : NULL;
+}
+
+/* Keeps this step's last non-empty micro-batch as the stand-in by swapping it with the kept one
+ * (each struct owns its buffers; the loader refills whichever lands in the window). */
+static void rt_train_keep_standin(rt_batch *win, int nb, rt_batch *kept) {
+    for (int i = nb - 1; i >= 0; i--)
+        if (win[i].B > 0) {
+            rt_batch t = win[i];
+            win[i] = *kept;
+            *kept = t;
+            return;
+        }
+}
+
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
@@ -380,6 +418,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     s.pp = o->pp ? o->pp : rt_comm_self();
     s.pp_host = o->pp_host ? o->pp_host : s.pp;
     const bool pipeline = s.pp->size > 1;
+    const bool in_step = o->zero == 3; /* every dp rank makes the same model calls (ZeRO-3's gathers) */
     RT_CHECK(s.dp_host->size == s.dp->size && s.dp_host->rank == s.dp->rank && s.tp_host->size == s.tp->size &&
                  s.tp_host->rank == s.tp->rank,
              "host comms dp %d/%d tp %d/%d, device comms dp %d/%d tp %d/%d", s.dp_host->rank, s.dp_host->size,
@@ -388,7 +427,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     rt_batch *win = NULL, *pwin = NULL; /* pwin: the pipeline's non-empty micro-batches (views of win's) */
     rt_grad_reduce reduce = {0};
     const rt_grads_hook reduce_hook = {.ready = rt_grad_reduce_ready, .user = &reduce};
+    rt_batch standin = {0}; /* ZeRO-3: a batch this rank ran before, for a micro-batch it has none of */
     int accum = (int)o->grad_accum;
+    rt_grads_hook zero3_hook = {.ready = rt_train_zero3_ready};
     rt_signal_guard signals;
     bool handlers = false;
     bool weight_copy = false; /* the backend holds the weights' low-precision copy */
@@ -408,8 +449,14 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         RT_TRY(rt_loss_scaler_init(&s.scaler, o->loss_scale));
         s.scaling = true;
     }
-    if (o->zero > 0 || o->offload_optimizer) {
-        RT_TRY(rt_zero_init(model->params, s.dp, s.tp, o->zero, o->offload_optimizer, &s.zero));
+    if (pipeline && o->zero == 3)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "--zero 3 with %d pipeline stages is not supported yet (--zero 1 or 2 is)",
+                s.pp->size);
+    if (o->zero > 0 || o->offload_optimizer || o->offload_params) {
+        const rt_zero_opts zo = {.stage = o->zero, .offload_optimizer = o->offload_optimizer,
+                                 .offload_params = o->offload_params};
+        RT_TRY(rt_zero_init(model->params, s.dp, s.tp, &zo, &s.zero));
+        zero3_hook.user = s.zero;
         rt_zero_set_host_comms(s.zero, s.dp_host, s.tp_host);
     } else
         RT_TRY(rt_params_alloc_moments(model->params));
@@ -432,7 +479,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         rt_log_info("pipeline: stage %d of %d, 1F1B over %d micro-batches per step (bubble (P-1)/(M+P-1) = %.1f%% with "
                     "equal stages)", s.pp->rank + 1, s.pp->size, accum,
                     100.0 * (s.pp->size - 1) / (double)(accum + s.pp->size - 1));
-    rt_train_log_memory(model->params, s.zero != NULL);
+    rt_train_log_memory(model->params, s.zero);
     if (pipeline) RT_TRY(rt_train_log_stage_memory(&s, model->params));
     if (s.dp->size > 1 && !s.zero) {
         const bool ov = o->dp_bucket >= 0 && model->set_grads_hook;
@@ -453,8 +500,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
     /* the weights are final for the loop (loaded, resumed): from here the optimizer keeps their
      * low-precision copy, and nothing after the loop reads it */
-    RT_TRY(rt_weight_copy_set(model->params->be, model->params->param, model->params->numel));
-    weight_copy = true;
+    if (!in_step) { /* ZeRO-3 has no whole slab: its matmuls round the gathered weights at each use */
+        RT_TRY(rt_weight_copy_set(model->params->be, model->params->param, model->params->numel));
+        weight_copy = true;
+    }
     while (step < s.total_steps) {
         int nb = 0;
         bool epoch_end = false;
@@ -498,13 +547,26 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             }
             for (int i = 0; !pipeline && i < nb; i++) {
                 double l = 0;
-                if (win[i].B == 0) continue; /* this rank's slice of a short last batch is empty */
-                if (overlap && i == nb - 1) model->set_grads_hook(model->ctx, &reduce_hook);
-                rt_status fb = model->forward_backward(model->ctx, &win[i], o->seed, step, i, scale, &l);
-                if (overlap) model->set_grads_hook(model->ctx, NULL);
+                const rt_batch *b = &win[i];
+                if (b->B == 0) { /* this rank's slice of a short last batch is empty */
+                    if (!in_step) continue;
+                    /* ZeRO-3's gathers need this rank's calls too: a stand-in that adds nothing */
+                    b = rt_train_standin(win, nb, &standin);
+                    if (!b)
+                        RT_FAIL(RT_ERR_CONFIG, "--zero 3: data-parallel rank %d has no examples in step %lld and none "
+                                "earlier to stand in for them (a smaller --batch-size or fewer ranks avoids it)",
+                                s.dp->rank, (long long)step + 1);
+                    rt_zero_discard_grads(s.zero);
+                }
+                const rt_grads_hook *hook = in_step ? &zero3_hook : overlap && i == nb - 1 ? &reduce_hook : NULL;
+                if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, hook);
+                rt_status fb = model->forward_backward(model->ctx, b, o->seed, step, i, scale, &l);
+                if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, NULL);
                 RT_TRY(fb);
-                loss_sum += l;
+                RT_TRY(rt_zero_micro_done(s.zero));
+                if (b == &win[i]) loss_sum += l;
             }
+            if (in_step) rt_train_keep_standin(win, nb, &standin);
             /* ZeRO: each rank gets only its slice of the summed gradient */
             if (s.zero)
                 RT_TRY(rt_zero_reduce_grads(s.zero));
@@ -644,6 +706,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         /* a run that trained nothing (--epochs 0) leaves no checkpoint behind */
         if (o->save_interval >= 0 && step > 0) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
+    RT_TRY(rt_zero_gather_params(s.zero)); /* ZeRO-3: the caller gets the whole model back */
 fail:
     if (weight_copy) rt_weight_copy_set(model->params->be, NULL, 0);
     if (handlers) rt_signal_release(&signals);
@@ -654,6 +717,7 @@ fail:
         free(win);
     }
     free(pwin);
+    if (data->batch_free) data->batch_free(&standin);
     rt_status closed = rt_jsonl_close(s.metrics);
     if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);

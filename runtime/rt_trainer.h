@@ -107,11 +107,13 @@ typedef struct {
     rt_comm *pp, *pp_host;
     /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
      * update this rank's slice, all-gather the parameters); 2 also gives back the full
-     * gradient between steps (CPU backend). offload_optimizer keeps the slice's fp32 master
-     * weights, m and v in host memory and runs AdamW there; it needs zero >= 1. Checkpoints
-     * keep the full layout, so they resume at any dp and zero. 0/false: off. */
+     * gradient between steps (CPU backend); 3 shards the parameters and gradients too, block
+     * by block, gathering each block as the model reaches it (not with pp yet).
+     * offload_optimizer keeps the slice's fp32 master weights, m and v in host memory and runs
+     * AdamW there; it needs zero >= 1. offload_params (zero 3) keeps the parameter shard there
+     * too. Checkpoints keep the full layout, so they resume at any dp and zero. 0/false: off. */
     int zero;
-    bool offload_optimizer;
+    bool offload_optimizer, offload_params;
     /* fp16's dynamic loss scaling (runtime/rt_loss_scale.h), NULL = none: the loss gradient is
      * scaled, a step whose gradient norm or loss is not finite is skipped (its data consumed,
      * no update; the LR schedule and AdamW's step count follow the updates made), and the

@@ -1,4 +1,5 @@
-/* ZeRO stages 1 and 2 and optimizer offload over the parameter slab (see rt_zero.h). */
+/* ZeRO stages 1, 2 and 3 and offload over the parameter slab (see rt_zero.h; stage 3's blocks
+ * and window are in rt_zero3.c). */
 #include "runtime/rt_zero.h"
 
 #include <math.h>
@@ -16,14 +17,12 @@ typedef struct {
 
 static bool zero_key(const rt_param_spec *s, bool by_decay) { return by_decay ? s->no_decay : s->tp != RT_TP_NONE; }
 
-/* Cuts the slab into runs of parameters with the same key and intersects each with this
- * rank's slice, so a slice that starts or ends inside a parameter still gets that parameter's
- * setting. The alignment gaps inside a run hold zeros everywhere and stay zero under AdamW and
- * add nothing to a norm; gaps between runs and the padding are never touched. Returns the
- * count; out holds at least p->n entries. */
-static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
-    const rt_params *p = z->p;
-    const size_t lo = z->begin, hi = z->begin + z->shard;
+/* Cuts the slab into runs of parameters with the same key and intersects each with the slab
+ * segment [lo, hi), which sits at `at` in this rank's shard, so a segment that starts or ends
+ * inside a parameter still gets that parameter's setting. The alignment gaps inside a run hold
+ * zeros everywhere and stay zero under AdamW and add nothing to a norm; gaps between runs and
+ * the padding are never touched. Returns the count. */
+static int zero_ranges_in(const rt_params *p, bool by_decay, size_t lo, size_t hi, size_t at, zero_range *out) {
     int n = 0;
     for (int i = 0; i < p->n;) {
         bool key = zero_key(&p->specs[i], by_decay);
@@ -32,10 +31,35 @@ static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
         size_t b = p->specs[i].offset, e = p->specs[j - 1].offset + p->specs[j - 1].numel;
         if (b < lo) b = lo;
         if (e > hi) e = hi;
-        if (b < e) out[n++] = (zero_range){.off = b - lo, .n = e - b, .key = key};
+        if (b < e) out[n++] = (zero_range){.off = at + b - lo, .n = e - b, .key = key};
         i = j;
     }
     return n;
+}
+
+/* Room for zero_ranges' output. */
+static zero_range *zero_ranges_alloc(const rt_zero *z) {
+    return rt_xmalloc(sizeof(zero_range) * (size_t)(z->p->n + (z->stage == 3 ? z->n_blocks : 1) + 1));
+}
+
+/* This rank's shard as ranges of one key: its slice of the slab (stages 1-2), or its piece of
+ * every block (stage 3). */
+static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
+    if (z->stage != 3) return zero_ranges_in(z->p, by_decay, z->begin, z->begin + z->shard, 0, out);
+    int n = 0;
+    for (int k = 0; k < z->n_blocks; k++) {
+        size_t lo, hi;
+        rt_zero3_piece(z, k, &lo, &hi);
+        n += zero_ranges_in(z->p, by_decay, lo, hi, z->blocks[k].at, out + n);
+    }
+    return n;
+}
+
+/* Frees full moments (a checkpoint's, or a reader's). */
+static void zero_free_moments(rt_params *p) {
+    if (p->m) rt_free_device(p->be, p->m);
+    if (p->v) rt_free_device(p->be, p->v);
+    p->m = p->v = NULL;
 }
 
 /* Replaces *buf (p->numel floats of backend memory) by a zeroed buffer of z->padded floats
@@ -52,11 +76,15 @@ static rt_status zero_grow(rt_zero *z, float **buf, const char *what) {
     return RT_OK;
 }
 
-rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool offload, rt_zero **out) {
+rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opts *o, rt_zero **out) {
     rt_status st = RT_OK;
+    const int stage = o->stage;
     *out = NULL;
-    if (stage < 1 || stage > 2)
-        return rt_errorf(RT_ERR_CONFIG, "--zero %d: expected 1 or 2 (--offload-optimizer needs --zero 1 or 2)", stage);
+    if (stage < 1 || stage > 3)
+        return rt_errorf(RT_ERR_CONFIG, "--zero %d: expected 1, 2 or 3 (--offload-optimizer needs --zero 1, 2 or 3)",
+                         stage);
+    if (o->offload_params && stage != 3)
+        return rt_errorf(RT_ERR_CONFIG, "--offload-params needs --zero 3 (only stage 3 shards the parameters)");
     for (int i = 0; i < p->n; i++) /* its norm would count the copy twice */
         if (p->specs[i].copy)
             return rt_errorf(RT_ERR_UNSUPPORTED, "--zero with a tied weight on two pipeline stages (%s) is not "
@@ -68,37 +96,56 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, int stage, bool o
     z->dp_host = z->dp; /* on CPU the same comm; rt_zero_set_host_comms gives the host twins */
     z->tp_host = z->tp;
     z->stage = stage;
-    z->offload = offload;
+    z->offload = o->offload_optimizer || o->offload_params;
+    z->offload_params = o->offload_params;
     const size_t ranks = (size_t)z->dp->size;
-    z->shard = (p->numel + ranks - 1) / ranks;
-    z->padded = z->shard * ranks;
-    z->begin = (size_t)z->dp->rank * z->shard;
-    RT_TRY(zero_grow(z, &p->param, "parameters (padded for ZeRO)"));
-    RT_TRY(zero_grow(z, &p->grad, "gradients (padded for ZeRO)"));
-    rt_zero_release_state(z); /* full moments, if any, are not kept */
-    RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "ZeRO gradient shard", (void **)&z->gshard));
-    if (offload) {
+    if (stage == 3) {
+        rt_zero3_cut(z);
+    } else {
+        z->shard = (p->numel + ranks - 1) / ranks;
+        z->padded = z->shard * ranks;
+        z->begin = (size_t)z->dp->rank * z->shard;
+        RT_TRY(zero_grow(z, &p->param, "parameters (padded for ZeRO)"));
+        RT_TRY(zero_grow(z, &p->grad, "gradients (padded for ZeRO)"));
+    }
+    zero_free_moments(p); /* full moments, if any, are not kept */
+    const size_t shard_bytes = (z->shard ? z->shard : 1) * sizeof(float);
+    RT_TRY(rt_backend_alloc(p->be, shard_bytes, "ZeRO gradient shard", (void **)&z->gshard));
+    if (z->offload) {
         if (p->be->device < 0) {
             z->host_be = p->be;
         } else {
             RT_TRY(rt_cpu_backend_init(0, &z->host_be));
             z->own_host_be = true;
         }
-        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded master weights", (void **)&z->h_master));
-        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded gradient shard", (void **)&z->h_grad));
-        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW first moments", (void **)&z->m));
-        RT_TRY(rt_backend_alloc(z->host_be, z->shard * sizeof(float), "offloaded AdamW second moments", (void **)&z->v));
-        rt_to_host(p->be, z->h_master, p->param + z->begin, z->shard * sizeof(float));
+        RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded master weights", (void **)&z->h_master));
+        RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded gradient shard", (void **)&z->h_grad));
+        RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded AdamW first moments", (void **)&z->m));
+        RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded AdamW second moments", (void **)&z->v));
+        if (stage != 3) rt_to_host(p->be, z->h_master, p->param + z->begin, z->shard * sizeof(float));
     } else {
-        RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW first moments (ZeRO shard)", (void **)&z->m));
-        RT_TRY(rt_backend_alloc(p->be, z->shard * sizeof(float), "AdamW second moments (ZeRO shard)", (void **)&z->v));
+        RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW first moments (ZeRO shard)", (void **)&z->m));
+        RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW second moments (ZeRO shard)", (void **)&z->v));
     }
+    if (stage == 3) RT_TRY(rt_zero3_init(z));
     if (z->dp->rank == 0 && z->tp->rank == 0) {
         const double mib = 4.0 / (1 << 20);
-        rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s", stage,
-                    z->dp->size, offload ? ", optimizer offloaded to host memory" : "", 2.0 * (double)z->shard * mib,
-                    2.0 * (double)p->numel * mib,
-                    stage == 2 && p->be->device < 0 ? "; the full gradient is released between steps" : "");
+        if (stage == 3) {
+            size_t most = 0;
+            for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].n > most ? z->blocks[k].n : most;
+            rt_log_info("ZeRO-3 over %d data-parallel ranks%s: weights, gradients and AdamW m and v in %d blocks, "
+                        "%.1f MiB per rank instead of %.1f MiB, plus up to %d blocks gathered at once for the "
+                        "weights and as many for the gradients (the largest block %.1f MiB)",
+                        z->dp->size, z->offload_params ? ", parameters and optimizer offloaded to host memory"
+                                     : z->offload    ? ", optimizer offloaded to host memory" : "",
+                        z->n_blocks, 4.0 * (double)z->shard * mib, 4.0 * (double)p->numel * mib, RT_ZERO3_WINDOW,
+                        (double)most * mib);
+        } else {
+            rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s",
+                        stage, z->dp->size, z->offload ? ", optimizer offloaded to host memory" : "",
+                        2.0 * (double)z->shard * mib, 2.0 * (double)p->numel * mib,
+                        stage == 2 && p->be->device < 0 ? "; the full gradient is released between steps" : "");
+        }
     }
     *out = z;
     return RT_OK;
@@ -110,11 +157,13 @@ fail:
 void rt_zero_free(rt_zero *z) {
     if (!z) return;
     rt_params *p = z->p;
-    rt_zero_release_state(z);
+    zero_free_moments(p); /* the parameters stay as they are: gathered or not */
     if (z->grad_released && !p->grad) {
         /* leave the slab whole for whoever uses it after training */
         p->grad = p->be->ops->alloc(p->be->ctx, z->padded * sizeof(float));
     }
+    if (z->stage == 3) rt_zero3_free(z);
+    if (z->stage == 3 && !p->grad) p->grad = p->be->ops->alloc(p->be->ctx, p->numel * sizeof(float));
     if (z->gshard) rt_free_device(p->be, z->gshard);
     rt_backend *mbe = z->offload ? z->host_be : p->be;
     if (mbe) {
@@ -131,6 +180,10 @@ void rt_zero_free(rt_zero *z) {
 
 rt_status rt_zero_begin_step(rt_zero *z) {
     rt_params *p = z->p;
+    if (z->stage == 3) { /* the blocks' flushes add into the shard */
+        rt_clear(p->be, z->gshard, z->shard * sizeof(float));
+        return RT_OK;
+    }
     if (z->grad_released) {
         rt_status st = rt_backend_alloc(p->be, z->padded * sizeof(float), "gradients", (void **)&p->grad);
         if (st != RT_OK) return st;
@@ -143,6 +196,7 @@ rt_status rt_zero_begin_step(rt_zero *z) {
 
 rt_status rt_zero_reduce_grads(rt_zero *z) {
     rt_params *p = z->p;
+    if (z->stage == 3) return rt_zero3_flush_all(z);
     rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->gshard, p->grad, z->shard, RT_REDUCE_SUM);
     if (st != RT_OK) return st;
     /* stage 2: nothing reads the full gradient again before the next backward, so its memory
@@ -186,7 +240,7 @@ fail:
 rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
     rt_status st = RT_OK;
     rt_params *p = z->p;
-    zero_range *r = rt_xmalloc(sizeof *r * (size_t)(p->n > 0 ? p->n : 1));
+    zero_range *r = zero_ranges_alloc(z);
     double *all = rt_xmalloc(sizeof(double) * 2 * (size_t)(z->dp->size > z->tp->size ? z->dp->size : z->tp->size));
     double mine[2] = {0, 0}; /* replicated, tensor-parallel sharded */
     int nr = zero_ranges(z, false, r);
@@ -247,6 +301,8 @@ static void *offload_adamw(void *arg) {
 static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw_hparams *h, float grad_scale,
                          int64_t t) {
     rt_params *p = z->p;
+    /* where the updated slice goes: none when the host copy is the parameters themselves */
+    float *up = z->offload_params ? NULL : z->stage == 3 ? z->pshard : p->param + z->begin;
     const size_t n = z->shard, chunk = n / 4 + 1, f = sizeof(float);
     const size_t K = (n + chunk - 1) / chunk;
     if (K > 0) rt_to_host(p->be, z->h_grad, z->gshard, (chunk < n ? chunk : n) * f);
@@ -260,12 +316,12 @@ static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw
             size_t nlo = hi, nhi = nlo + chunk < n ? nlo + chunk : n;
             rt_to_host(p->be, z->h_grad + nlo, z->gshard + nlo, (nhi - nlo) * f);
         }
-        if (k > 0) rt_to_device(p->be, p->param + z->begin + lo - chunk, z->h_master + lo - chunk, chunk * f);
+        if (k > 0 && up) rt_to_device(p->be, up + lo - chunk, z->h_master + lo - chunk, chunk * f);
         if (threaded) pthread_join(worker, NULL);
     }
-    if (K > 0) {
+    if (K > 0 && up) {
         size_t lo = (K - 1) * chunk;
-        rt_to_device(p->be, p->param + z->begin + lo, z->h_master + lo, (n - lo) * f);
+        rt_to_device(p->be, up + lo, z->h_master + lo, (n - lo) * f);
     }
 }
 
@@ -273,17 +329,21 @@ rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, 
     rt_status st = RT_OK;
     rt_params *p = z->p;
     RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
-    zero_range *r = rt_xmalloc(sizeof *r * (size_t)(p->n > 0 ? p->n : 1));
+    zero_range *r = zero_ranges_alloc(z);
     int nr = zero_ranges(z, true, r);
     if (z->offload) {
         /* gradient shard down, AdamW on the host's fp32 master copy, parameters back up */
         offload_step(z, r, nr, h, grad_scale, t);
     } else {
-        float *param = p->param + z->begin;
+        float *param = z->stage == 3 ? z->pshard : p->param + z->begin;
         for (int i = 0; i < nr; i++)
             rt_adamw(p->be, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off,
                      r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
                      r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
+    }
+    if (z->stage == 3) { /* the window's gathered values are stale; the next use gathers anew */
+        rt_zero3_drop_window(z);
+        goto fail;
     }
     /* in place: this rank's slice already sits at its spot in the slab */
     RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
@@ -305,10 +365,15 @@ rt_status rt_zero_gather_state(rt_zero *z) {
     float **full[2] = {&p->m, &p->v};
     const float *mine[2] = {z->m, z->v};
     rt_zero_release_state(z);
+    RT_TRY(rt_zero_gather_params(z));
     for (int k = 0; k < 2; k++) {
-        RT_TRY(rt_backend_alloc(p->be, z->padded * sizeof(float), k ? "AdamW second moments (checkpoint)"
-                                                                     : "AdamW first moments (checkpoint)",
+        RT_TRY(rt_backend_alloc(p->be, (z->stage == 3 ? p->numel : z->padded) * sizeof(float),
+                                k ? "AdamW second moments (checkpoint)" : "AdamW first moments (checkpoint)",
                                 (void **)full[k]));
+        if (z->stage == 3) {
+            RT_TRY(rt_zero3_gather_full(z, mine[k], z->offload, *full[k]));
+            continue;
+        }
         float *at = *full[k] + z->begin;
         if (z->offload)
             rt_to_device(p->be, at, mine[k], z->shard * sizeof(float));
@@ -322,10 +387,8 @@ fail:
 }
 
 void rt_zero_release_state(rt_zero *z) {
-    rt_params *p = z->p;
-    if (p->m) rt_free_device(p->be, p->m);
-    if (p->v) rt_free_device(p->be, p->v);
-    p->m = p->v = NULL;
+    zero_free_moments(z->p);
+    rt_zero_shard_params(z, false);
 }
 
 rt_status rt_zero_scatter_state(rt_zero *z) {
@@ -333,6 +396,19 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
     const float *full[2] = {p->m, p->v};
     float *mine[2] = {z->m, z->v};
     const size_t bytes = z->shard * sizeof(float);
+    if (z->stage == 3) {
+        for (int k = 0; k < 2; k++) {
+            if (z->offload)
+                memset(mine[k], 0, bytes);
+            else
+                rt_clear(p->be, mine[k], bytes);
+            if (full[k]) rt_zero3_pieces(z, (float *)full[k], mine[k], z->offload, true);
+        }
+        rt_zero_shard_params(z, true);
+        if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, bytes);
+        rt_zero_release_state(z);
+        return RT_OK;
+    }
     /* a reader fills p->numel floats: the last slice may reach into the padding */
     const size_t have = z->begin < p->numel ? p->numel - z->begin : 0;
     const size_t n = have < z->shard ? have : z->shard;

@@ -2,7 +2,8 @@
  * options take): the fields with a meaning here set options, --config and the command line win,
  * the micro-batch is marked as a preset (it is per rank: the program multiplies it by dp), and
  * a bad value names the field, bf16.enabled and fp16.enabled are --precision, and fp16's
- * loss-scale fields are the --loss-scale-* options. */
+ * loss-scale fields are the --loss-scale-* options, and ZeRO stage 3 with offload_param (or the
+ * older cpu_offload and cpu_offload_params) is --zero 3 with --offload-params. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,11 +14,11 @@ static void test_deepspeed(void) {
     static int64_t bs, accum, zero, ls_power, ls_window, ls_hyst;
     static double clip, lr, wd, b1, b2, eps, warmup, ls_min;
     static const char *sched, *dsfile, *precision;
-    static bool offload;
+    static bool offload, offload_params;
     static const rt_opt ds_opts[] = {
         {"batch-size", RT_OPT_INT, &bs, "16", NULL, "", NULL, 1, 1e6},
         {"grad-accum", RT_OPT_INT, &accum, "1", NULL, "", NULL, 1, 1e6},
-        {"zero", RT_OPT_INT, &zero, "0", NULL, "", NULL, 0, 2},
+        {"zero", RT_OPT_INT, &zero, "0", NULL, "", NULL, 0, 3},
         {"clip", RT_OPT_FLOAT, &clip, "1", NULL, "", NULL, 0, 0},
         {"lr", RT_OPT_FLOAT, &lr, "1e-4", NULL, "", NULL, 0, 0},
         {"weight-decay", RT_OPT_FLOAT, &wd, "0", NULL, "", NULL, 0, 0},
@@ -27,6 +28,7 @@ static void test_deepspeed(void) {
         {"warmup", RT_OPT_FLOAT, &warmup, "0", NULL, "", NULL, 0, 0},
         {"schedule", RT_OPT_CHOICE, &sched, "linear", NULL, "", "constant|linear|cosine", 0, 0},
         {"offload-optimizer", RT_OPT_FLAG, &offload, "false", NULL, "", NULL, 0, 0},
+        {"offload-params", RT_OPT_FLAG, &offload_params, "false", NULL, "", NULL, 0, 0},
         {"deepspeed-config", RT_OPT_STRING, &dsfile, NULL, NULL, "", NULL, 0, 0},
         {"precision", RT_OPT_CHOICE, &precision, "fp32", NULL, "", "fp32|bf16|fp16", 0, 0},
         {"loss-scale-power", RT_OPT_INT, &ls_power, "16", NULL, "", NULL, 0, 100},
@@ -34,7 +36,7 @@ static void test_deepspeed(void) {
         {"loss-scale-hysteresis", RT_OPT_INT, &ls_hyst, "2", NULL, "", NULL, 1, 1e6},
         {"min-loss-scale", RT_OPT_FLOAT, &ls_min, "1", NULL, "", NULL, 1e-30, 1e30},
     };
-    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 18,
+    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 19,
                                          .preset_option = "deepspeed-config",
                                          .apply_preset = train_app_deepspeed_apply};
     const char *dir = tz_tmpdir();
@@ -75,6 +77,20 @@ static void test_deepspeed(void) {
     fclose(f);
     TZ_EXPECT_OK(rt_args_parse(&ds_spec, 3, argv2, pos, &n));
     TZ_EXPECT(strcmp(precision, "bf16") == 0, "bf16.enabled gives --precision bf16 (%s)", precision);
+    /* the T5-11B seed's ZeRO-3, in today's spelling and in the older one */
+    const char *zero3[] = {"{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"},"
+                           " \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                           "{\"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, \"cpu_offload_params\": true}}"};
+    for (int k = 0; k < 2; k++) {
+        zero = 0;
+        offload = offload_params = false;
+        f = fopen(ds, "w");
+        fputs(zero3[k], f);
+        fclose(f);
+        TZ_EXPECT_OK(rt_args_parse(&ds_spec, 3, argv2, pos, &n));
+        TZ_EXPECT(zero == 3 && offload && offload_params, "ZeRO-3 config %d: --zero %lld, offload %d, params %d", k,
+                  (long long)zero, offload, offload_params);
+    }
 }
 
 int main(void) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # glm-finetune under mpirun gives the single-process losses, gradient norms and validation
-# numbers at dp=2, tp=2 and dp=2 x tp=2: COPA (answers scored by log-probability: vocab-parallel
+# numbers at dp=2, tp=2 and dp=2 x tp=2, also with ZeRO-3: COPA (answers scored by log-probability: vocab-parallel
 # cross-entropy and the weighted backward) and seq2seq (with beam-search text, compared too).
 # Dropout is off and every run starts from the same exported weights.
 set -u
@@ -36,10 +36,10 @@ for task in copa seq2seq; do
     "$BIN" "${ARGS[@]}" --save-dir "$TMP/$task-one" > "$TMP/$task-one.log" 2>&1 ||
         { echo "FAILED: $task one process"; tail -5 "$TMP/$task-one.log"; exit 1; }
     [ "$(numbers "$task-one" | wc -l)" -ge 8 ] || { echo "FAILED: $task: expected 3 x 2 training and eval numbers"; exit 1; }
-    for layout in "2 1" "2 2" "4 2"; do
+    for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
         set -- $layout
-        name="$task-np$1_tp$2"
-        if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
+        name="$task-np$1_tp$2${3:+_zero$3}"
+        if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
             fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
         fi
         if paste <(numbers "$task-one") <(numbers "$name") |

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpt2-finetune under mpirun gives the single-process losses, gradient norms and validation loss
-# and perplexity at dp=2, tp=2 and dp=2 x tp=2, and the same greedy --generate text. Dropout is
+# and perplexity at dp=2, tp=2 and dp=2 x tp=2 (also with ZeRO-3), and the same greedy --generate text. Dropout is
 # off and every run starts from the same exported weights.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-finetune"
@@ -26,10 +26,10 @@ numbers() { grep -o '"\(loss\|grad_norm\|perplexity\)":[-0-9.e]*' "$TMP/$1/metri
 "$BIN" "${ARGS[@]}" --save-dir "$TMP/one" > "$TMP/one.log" 2>&1 || { echo "FAILED: one process"; tail -5 "$TMP/one.log"; exit 1; }
 [ "$(numbers one | wc -l)" -ge 8 ] || { echo "FAILED: expected 3 x 2 training and 2 eval numbers"; numbers one; exit 1; }
 tail -1 "$TMP/one.log" > "$TMP/one.txt"
-for layout in "2 1" "2 2" "4 2"; do
+for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
     set -- $layout
-    name="np$1_tp$2"
-    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
+    name="np$1_tp$2${3:+_zero$3}"
+    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
         fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
     fi
     if paste <(numbers one) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \

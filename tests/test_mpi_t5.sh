@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # t5-finetune under mpirun gives the single-process losses, gradient norms and validation
 # numbers (loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2
-# and dp=2 x tp=2. Dropout is off and every run starts from the same exported weights.
+# and dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2. Dropout is off and every run starts from the same exported weights.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -31,10 +31,10 @@ numbers() { grep -o '"\(loss\|grad_norm\|bleu\|rouge1\|rouge2\|rougeL\)":[-0-9.e
 [ "$(numbers one | wc -l)" -ge 11 ] || { echo "FAILED: expected 3 x 2 training and 5 eval numbers"; numbers one; exit 1; }
 # the generated outputs are compared too (the same text at every layout); they must say something
 [ "$(tr -d ' \n' < "$TMP/one/val_predictions.txt" | wc -c)" -gt 0 ] || { echo "FAILED: empty generations"; exit 1; }
-for layout in "2 1" "2 2" "4 2"; do
+for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
     set -- $layout
-    name="np$1_tp$2"
-    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
+    name="np$1_tp$2${3:+_zero$3}"
+    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
         fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
     fi
     if paste <(numbers one) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \

@@ -9,8 +9,13 @@
  *   step);
  * - every rank ends with the same parameters (the all-gather);
  * - offload gives the same bits as no offload (the same CPU AdamW over host copies);
+ * - ZeRO-3 (weights sharded block by block, gathered as the model asks) gives the same, at
+ *   dp = 2 and 5; with --offload-params or --offload-optimizer it gives the same bits as without;
+ *   with gradient accumulation and a last batch smaller than dp (a rank runs a stand-in with a
+ *   zero loss scale so that its gathers stay in step) it still matches plain dp;
  * - a ZeRO-1 run stopped after 3 steps with a checkpoint resumes bit-exactly at ZeRO-1 and
- *   the same dp, and within tolerance at ZeRO-0 and at ZeRO-2 over dp = 3. */
+ *   the same dp, and within tolerance at ZeRO-0, at ZeRO-2 over dp = 3 and at ZeRO-3 over
+ *   dp = 3; a ZeRO-3 checkpoint resumes bit-exactly at ZeRO-3. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -31,7 +36,8 @@ static data_tokenized g_ds;
 
 typedef struct {
     int dp, zero;
-    bool offload, resume;
+    int accum, batch; /* 0: 1 and BATCH */
+    bool offload, offload_params, resume;
     int64_t steps;
     int save_interval;
     const char *schedule;
@@ -69,13 +75,15 @@ static rt_status rank_run(rank_arg *a) {
     RT_TRY(rt_backend_init("cpu", 1, &a->be));
     RT_TRY(gpt2_model_init(&cfg, a->be, rt_comm_self(), BATCH, 24, 11, &a->m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = a->comm->rank, .world = a->comm->size};
-    RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, 1, &loader));
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = c->steps, .batch_size = BATCH, .grad_accum = 1,
+    const int batch = c->batch ? c->batch : BATCH;
+    RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, 1, &loader));
+    rt_train_opts o = {.prog = "test", .epochs = 2, .max_steps = c->steps, .batch_size = batch,
+                       .grad_accum = c->accum ? c->accum : 1,
                        .lr = 1e-3, .weight_decay = 0.5, .warmup = 2, .clip = 0.5, .beta1 = 0.9, .beta2 = 0.999,
                        .adam_eps = 1e-8, .schedule = c->schedule ? c->schedule : "linear", .seed = 3,
                        .eval_interval = -1, .log_interval = 1, .save_interval = c->save_interval, .keep = 2,
                        .save_dir = c->dir, .resume = c->resume, .options_json = "{}", .dp = a->comm,
-                       .zero = c->zero, .offload_optimizer = c->offload};
+                       .zero = c->zero, .offload_optimizer = c->offload, .offload_params = c->offload_params};
     rt_train_model tm = {.ctx = a->m, .params = gpt2_model_params(a->m), .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
@@ -209,7 +217,7 @@ static void compare(const char *what, const run_out *got, const run_out *ref, co
 static char *fresh_dir(void) { return strdup(tz_tmpdir()); }
 
 int main(void) {
-    rt_log_set_quiet(true);
+    rt_log_set_quiet(getenv("TZ_VERBOSE") == NULL);
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
     g_ds = tz_synthetic_pairs(N_EXAMPLES, VOCAB, 0);
@@ -237,6 +245,31 @@ int main(void) {
         compare(what, &o1, &o0, d1, d0, be);
         snprintf(what, sizeof what, "ZeRO-2 dp=%d vs plain dp", dp);
         compare(what, &o2, &o0, d2, d0, be);
+        char *d4 = fresh_dir();
+        run_cfg c4 = c0;
+        c4.zero = 3;
+        c4.dir = d4;
+        run_out o4;
+        run(&c4, &o4);
+        snprintf(what, sizeof what, "ZeRO-3 dp=%d vs plain dp", dp);
+        compare(what, &o4, &o0, d4, d0, be);
+        for (int k = 0; k < 2 && dp == 2; k++) { /* offloading moves the arithmetic, not the numbers */
+            char *d5 = fresh_dir();
+            run_cfg c5 = c4;
+            c5.offload = k == 0;
+            c5.offload_params = k == 1;
+            c5.dir = d5;
+            run_out o5;
+            run(&c5, &o5);
+            if (o5.ok && o4.ok)
+                TZ_EXPECT(memcmp(params_of(&o5)->param, params_of(&o4)->param,
+                                 params_of(&o4)->numel * sizeof(float)) == 0,
+                          "ZeRO-3 with %s differs from ZeRO-3 without", k ? "--offload-params" : "--offload-optimizer");
+            free_out(&o5);
+            free(d5);
+        }
+        free_out(&o4);
+        free(d4);
         if (dp == 2) {
             /* offload: the same AdamW on host copies of the slice: the same bits */
             char *d3 = fresh_dir();
@@ -261,15 +294,33 @@ int main(void) {
         free(d2);
     }
 
+    /* ZeRO-3 with 2 micro-batches a step over dp = 5 and a global batch of 8: 36 examples leave a
+     * last batch of 4, so one rank has nothing in that step and runs the stand-in */
+    {
+        char *d0 = fresh_dir(), *d3 = fresh_dir();
+        run_cfg c0 = {.dp = 5, .zero = 0, .accum = 2, .batch = 8, .steps = STEPS, .save_interval = 0, .dir = d0};
+        run_cfg c3 = c0;
+        c3.zero = 3;
+        c3.dir = d3;
+        run_out o0, o3;
+        run(&c0, &o0);
+        run(&c3, &o3);
+        compare("ZeRO-3 dp=5 accumulation 2, an empty slice vs plain dp", &o3, &o0, d3, d0, be);
+        free_out(&o0);
+        free_out(&o3);
+        free(d0);
+        free(d3);
+    }
+
     /* resume: 6 steps straight vs 3 steps + checkpoint + 3 resumed steps (constant LR, so the
      * stopped run's schedule is the same) */
     {
-        char *ds = fresh_dir(), *da = fresh_dir(), *db = fresh_dir(), *dc = fresh_dir();
+        char *ds = fresh_dir(), *da = fresh_dir(), *db = fresh_dir(), *dc = fresh_dir(), *dd = fresh_dir();
         run_cfg straight = {.dp = 2, .zero = 1, .steps = 6, .save_interval = -1, .schedule = "constant", .dir = ds};
         run_out os;
         run(&straight, &os);
-        const char *dirs[3] = {da, db, dc};
-        for (int k = 0; k < 3; k++) { /* the same first half in three folders */
+        const char *dirs[4] = {da, db, dc, dd};
+        for (int k = 0; k < 4; k++) { /* the same first half in four folders */
             run_cfg half = straight;
             half.steps = 3;
             half.save_interval = 0;
@@ -278,18 +329,22 @@ int main(void) {
             run(&half, &oh);
             free_out(&oh);
         }
-        run_cfg ra = straight, rb = straight, rc = straight;
-        ra.resume = rb.resume = rc.resume = true;
+        run_cfg ra = straight, rb = straight, rc = straight, rd = straight;
+        ra.resume = rb.resume = rc.resume = rd.resume = true;
+        rd.dir = dd;
+        rd.zero = 3;
+        rd.dp = 3;
         ra.dir = da;
         rb.dir = db;
         rb.zero = 0;
         rc.dir = dc;
         rc.zero = 2;
         rc.dp = 3;
-        run_out oa, ob, oc;
+        run_out oa, ob, oc, od;
         run(&ra, &oa);
         run(&rb, &ob);
         run(&rc, &oc);
+        run(&rd, &od);
         if (os.ok && oa.ok)
             TZ_EXPECT(memcmp(params_of(&oa)->param, params_of(&os)->param, params_of(&os)->numel * sizeof(float)) == 0,
                       "ZeRO-1: 3 steps + resume + 3 differs from 6 steps");
@@ -299,9 +354,12 @@ int main(void) {
         if (os.ok && oc.ok)
             tz_check_close("ZeRO-1 dp=2 checkpoint resumed at ZeRO-2 dp=3: weights", params_of(&oc)->param,
                            params_of(&os)->param, params_of(&os)->numel, 1e-5f, 1e-4f);
+        if (os.ok && od.ok)
+            tz_check_close("ZeRO-1 dp=2 checkpoint resumed at ZeRO-3 dp=3: weights", params_of(&od)->param,
+                           params_of(&os)->param, params_of(&os)->numel, 1e-5f, 1e-4f);
         /* the resumed runs log steps 4..6: compare them with the straight run's */
-        for (int k = 0; k < 3 && os.n_losses == 6; k++) {
-            const run_out *o = k == 0 ? &oa : k == 1 ? &ob : &oc;
+        for (int k = 0; k < 4 && os.n_losses == 6; k++) {
+            const run_out *o = k == 0 ? &oa : k == 1 ? &ob : k == 2 ? &oc : &od;
             TZ_EXPECT(o->n_losses >= 6, "resumed run %d: %d losses (3 first half + 3 resumed expected)", k, o->n_losses);
             for (int i = 3; i < 6 && i < o->n_losses; i++)
                 TZ_EXPECT(fabs(o->losses[i] - os.losses[i]) <= 1e-5, "resumed run %d step %d: loss %.9g vs %.9g", k,
@@ -311,10 +369,36 @@ int main(void) {
         free_out(&oa);
         free_out(&ob);
         free_out(&oc);
+        free_out(&od);
         free(ds);
         free(da);
         free(db);
         free(dc);
+        free(dd);
+    }
+
+    /* a ZeRO-3 checkpoint resumes bit-exactly at ZeRO-3 (the shards, m and v go through the
+     * full layout and back) */
+    {
+        char *ds = fresh_dir(), *dh = fresh_dir();
+        run_cfg straight = {.dp = 2, .zero = 3, .steps = 6, .save_interval = -1, .schedule = "constant", .dir = ds};
+        run_cfg half = straight, rest = straight;
+        half.steps = 3;
+        half.save_interval = 0;
+        half.dir = rest.dir = dh;
+        rest.resume = true;
+        run_out os, oh, orest;
+        run(&straight, &os);
+        run(&half, &oh);
+        run(&rest, &orest);
+        if (os.ok && orest.ok)
+            TZ_EXPECT(memcmp(params_of(&orest)->param, params_of(&os)->param, params_of(&os)->numel * sizeof(float)) == 0,
+                      "ZeRO-3: 3 steps + resume + 3 differs from 6 steps");
+        free_out(&os);
+        free_out(&oh);
+        free_out(&orest);
+        free(ds);
+        free(dh);
     }
 
     data_tokenized_free(&g_ds);

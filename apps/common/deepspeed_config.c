@@ -45,21 +45,19 @@ static rt_status rt_ds_zero(rt_ds *d, const cJSON *z) {
         char field[128];
         snprintf(field, sizeof field, "zero_optimization.%s", it->string);
         if (strcmp(it->string, "stage") == 0) {
-            if (cJSON_IsNumber(it) && it->valuedouble > 2) {
-                rt_ds_ignored(d, field, "ZeRO-3 (sharded parameters) is not implemented; using stage 2");
-                cJSON two = *it;
-                two.valuedouble = 2;
-                RT_TRY(rt_ds_set(d, field, &two, "zero"));
-            } else {
-                RT_TRY(rt_ds_set(d, field, it, "zero"));
-            }
-        } else if (strcmp(it->string, "cpu_offload") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "zero"));
+        } else if (strcmp(it->string, "cpu_offload") == 0) { /* DeepSpeed's older spelling of each */
             RT_TRY(rt_ds_set(d, field, it, "offload-optimizer"));
-        } else if (strcmp(it->string, "offload_optimizer") == 0) {
+        } else if (strcmp(it->string, "cpu_offload_params") == 0) {
+            RT_TRY(rt_ds_set(d, field, it, "offload-params"));
+        } else if (strcmp(it->string, "offload_optimizer") == 0 || strcmp(it->string, "offload_param") == 0) {
             const cJSON *dev = cJSON_GetObjectItemCaseSensitive(it, "device");
+            const bool cpu = cJSON_IsString(dev) && strcmp(dev->valuestring, "cpu") == 0;
+            if (cJSON_IsString(dev) && !cpu && strcmp(dev->valuestring, "none") != 0)
+                rt_ds_ignored(d, field, "only host memory (\"cpu\") is offered as an offload device");
             cJSON on = {0};
-            on.type = (cJSON_IsString(dev) && strcmp(dev->valuestring, "cpu") == 0) ? cJSON_True : cJSON_False;
-            RT_TRY(rt_ds_set(d, field, &on, "offload-optimizer"));
+            on.type = cpu ? cJSON_True : cJSON_False;
+            RT_TRY(rt_ds_set(d, field, &on, strcmp(it->string, "offload_param") == 0 ? "offload-params" : "offload-optimizer"));
         } else {
             rt_ds_ignored(d, field, "no counterpart here (buckets and overlap are chosen by tunezoo)");
         }

@@ -21,6 +21,7 @@
 #include "apps/common/glue_app.h"
 #include "apps/common/train_app.h"
 #include "metrics/metric_glue.h"
+#include "runtime/rt_zero.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -320,7 +321,17 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
     rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
                 "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
                 dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
-    if (O.t.zero > 0 && grid->dp_size > 1) {
+    if (O.t.zero == 3 && grid->dp_size > 1) {
+        /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
+         * block for the forward and again for the backward, less the blocks the backward finds
+         * still in the window; a rank's pieces add up to about the slab over dp */
+        const double M = (double)O.t.grad_accum, slice = (double)p->numel / grid->dp_size;
+        rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
+                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm = %.4f MB (the "
+                    "window saves up to %d blocks' backward gathers), all_reduce 20 B of counts",
+                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (8.0 * slice * M + 16.0) / 1e6,
+                    RT_ZERO3_WINDOW - 1);
+    } else if (O.t.zero > 0 && grid->dp_size > 1) {
         /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
          * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
          * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */

@@ -84,10 +84,14 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          "activation set per stage instead of one per micro-batch in flight, about a third more compute on all but "
          "the last stage)", NULL, 0, 0},
         {"zero", RT_OPT_INT, &o->zero, "0", NULL,
-         "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients (0 = off)", NULL, 0, 2},
+         "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients, 3 also the weights, "
+         "gathering each block as the model reaches it (0 = off)", NULL, 0, 3},
         {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,
-         "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1 or 2)", NULL,
-         0, 0},
+         "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1, 2 or 3)",
+         NULL, 0, 0},
+        {"offload-params", RT_OPT_FLAG, &o->offload_params, "false", NULL,
+         "with --zero 3: keep this rank's weight shard in host memory too (a block is copied up as it is gathered); "
+         "implies --offload-optimizer", NULL, 0, 0},
         {"peak-tflops", RT_OPT_FLOAT, &o->peak_tflops, "0", NULL,
          "one device's peak TFLOP/s, for the MFU in the step line (0 = the fp32 peak of a known GPU, else none)",
          NULL, 0, 1e6},
@@ -151,7 +155,13 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         o->save_dir = default_save_dir;
     }
     if (o->offload_optimizer && o->zero == 0)
-        return rt_errorf(RT_ERR_USAGE, "--offload-optimizer needs --zero 1 or 2 (it offloads this rank's optimizer shard)");
+        return rt_errorf(RT_ERR_USAGE,
+                         "--offload-optimizer needs --zero 1, 2 or 3 (it offloads this rank's optimizer shard)");
+    if (o->offload_params && o->zero != 3)
+        return rt_errorf(RT_ERR_USAGE, "--offload-params needs --zero 3 (only stage 3 shards the weights)");
+    if (o->pp > 1 && o->zero == 3)
+        return rt_errorf(RT_ERR_USAGE, "--zero 3 with --pp %lld is not supported yet (--zero 1 or 2 is)",
+                         (long long)o->pp);
     if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)
         return rt_errorf(RT_ERR_USAGE, "--checkpoint-num-layers %lld needs --checkpoint-activations",
                          (long long)o->checkpoint_num_layers);
@@ -257,7 +267,7 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from, .options_json = options_json, .dp = grid->dp,
         .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .pp = grid->pp, .pp_host = grid->pp_host,
         .zero = (int)o->zero,
-        .offload_optimizer = o->offload_optimizer, .peak_tflops = o->peak_tflops,
+        .offload_optimizer = o->offload_optimizer, .offload_params = o->offload_params, .peak_tflops = o->peak_tflops,
     };
     if (strcmp(o->precision, "fp16") == 0) { /* fp16's narrow range needs the loss scaled */
         static rt_loss_scale_opts ls;

@@ -1,0 +1,291 @@
+/* ZeRO stage 3: the parameters sharded block by block, gathered into a small window as the
+ * model asks for them, and the gradients reduce-scattered block by block (see rt_zero.h). */
+#include <ctype.h>
+#include <string.h>
+
+#include "runtime/rt_log.h"
+#include "runtime/rt_zero.h"
+
+/* The part of a parameter name that names its block: through the first all-digit component
+ * ("h.3.attn.c_attn.weight" -> "h.3."), or "" for unnumbered names. */
+static size_t zero3_block_key(const char *name) {
+    const char *c = name;
+    while (*c) {
+        const char *end = strchr(c, '.');
+        size_t len = end ? (size_t)(end - c) : strlen(c);
+        bool digits = len > 0;
+        for (size_t i = 0; i < len; i++) digits = digits && isdigit((unsigned char)c[i]);
+        if (digits && end) return (size_t)(end + 1 - name);
+        if (!end) break;
+        c = end + 1;
+    }
+    return 0;
+}
+
+static bool zero3_same_block(const char *a, const char *b) {
+    size_t ka = zero3_block_key(a), kb = zero3_block_key(b);
+    return ka == kb && strncmp(a, b, ka) == 0;
+}
+
+void rt_zero3_cut(rt_zero *z) {
+    rt_params *p = z->p;
+    const size_t dp = (size_t)z->dp->size;
+    z->blocks = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->blocks);
+    z->block_of = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->block_of);
+    z->shard = 0;
+    for (int i = 0; i < p->n;) {
+        int j = i + 1;
+        while (j < p->n && zero3_same_block(p->specs[i].name, p->specs[j].name)) j++;
+        rt_zero_block *b = &z->blocks[z->n_blocks];
+        b->first = i;
+        b->off = p->specs[i].offset;
+        b->n = p->specs[j - 1].offset + p->specs[j - 1].numel - b->off;
+        b->piece = (b->n + dp - 1) / dp;
+        b->at = z->shard;
+        z->shard += b->piece;
+        for (int k = i; k < j; k++) z->block_of[k] = z->n_blocks;
+        z->n_blocks++;
+        i = j;
+    }
+}
+
+void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi) {
+    const rt_zero_block *b = &z->blocks[k];
+    size_t s = b->piece * (size_t)z->dp->rank, e = s + b->piece;
+    *lo = b->off + (s < b->n ? s : b->n);
+    *hi = b->off + (e < b->n ? e : b->n);
+}
+
+void rt_zero3_pieces(rt_zero *z, float *full, float *shard, bool on_host, bool to_shard) {
+    rt_params *p = z->p;
+    for (int k = 0; k < z->n_blocks; k++) {
+        size_t lo, hi;
+        rt_zero3_piece(z, k, &lo, &hi);
+        float *mine = shard + z->blocks[k].at;
+        const size_t bytes = (hi - lo) * sizeof(float);
+        if (!bytes) continue;
+        if (on_host)
+            to_shard ? rt_to_host(p->be, mine, full + lo, bytes) : rt_to_device(p->be, full + lo, mine, bytes);
+        else
+            to_shard ? rt_copy(p->be, mine, full + lo, bytes) : rt_copy(p->be, full + lo, mine, bytes);
+    }
+}
+
+/* Gathers block k of a shard (pshard, m or v; host memory when on_host) into buf (piece * dp
+ * floats): this rank's piece at its place, then an all-gather in place. The padding past the
+ * block's end is zero in every piece. */
+static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_host, float *buf) {
+    rt_params *p = z->p;
+    const rt_zero_block *b = &z->blocks[k];
+    float *at = buf + b->piece * (size_t)z->dp->rank;
+    const size_t bytes = b->piece * sizeof(float);
+    if (on_host)
+        rt_to_device(p->be, at, shard + b->at, bytes);
+    else
+        rt_copy(p->be, at, shard + b->at, bytes);
+    z->gathers++;
+    return z->dp->ops->all_gather(z->dp->ctx, buf, at, b->piece);
+}
+
+static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
+    if (s->buf) rt_free_device(z->p->be, s->buf);
+    *s = (rt_zero_slot){.block = -1};
+}
+
+/* A zeroed buffer for block k in slot s. The model's calls cannot fail, so running out of memory
+ * here stops the process, naming the block (a caching allocator would also spare a GPU the
+ * cudaMalloc per gather). */
+static void zero3_alloc(rt_zero *z, int k, rt_zero_slot *s, const char *what) {
+    const size_t n = z->blocks[k].piece * (size_t)z->dp->size;
+    rt_status st = rt_backend_alloc(z->p->be, n * sizeof(float), what, (void **)&s->buf);
+    RT_CHECK(st == RT_OK, "ZeRO-3: no memory for the %s of block %d (from %s, %zu floats): %s", what, k,
+             z->p->specs[z->blocks[k].first].name, n, rt_error_message());
+    s->block = k;
+}
+
+/* The slot holding block k in slots, or a free one, or (none free) the least recently used
+ * one other than `keep`, which *evicted says must be emptied first. */
+static rt_zero_slot *zero3_slot(rt_zero_slot *slots, int k, int keep, bool *found, bool *evicted) {
+    rt_zero_slot *free_slot = NULL, *lru = NULL;
+    *found = *evicted = false;
+    for (int i = 0; i < RT_ZERO3_WINDOW; i++) {
+        rt_zero_slot *s = &slots[i];
+        if (s->block == k) {
+            *found = true;
+            return s;
+        }
+        if (s->block < 0 && !free_slot) free_slot = s;
+        if (s->block >= 0 && s->block != keep && (!lru || s->used < lru->used)) lru = s;
+    }
+    if (free_slot) return free_slot;
+    *evicted = true;
+    return lru;
+}
+
+/* Block k's gathered values in the window (a sticky error leaves a zeroed buffer: the step
+ * fails at rt_zero_reduce_grads). keep: a block that must not be evicted now. */
+static float *zero3_fetch(rt_zero *z, int k, int keep) {
+    bool found, evicted;
+    rt_zero_slot *s = zero3_slot(z->pslots, k, keep, &found, &evicted);
+    s->used = ++z->clock;
+    if (found) return s->buf;
+    if (evicted) zero3_slot_free(z, s);
+    zero3_alloc(z, k, s, "gathered parameters");
+    rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf);
+    if (st != RT_OK && z->error == RT_OK) z->error = st;
+    return s->buf;
+}
+
+static float *zero3_data(void *user, int idx) {
+    rt_zero *z = user;
+    const int k = z->block_of[idx];
+    float *buf = zero3_fetch(z, k, -1);
+    /* one block ahead in the pass's direction (forward ascends, backward descends) */
+    const int dir = k > z->last_block ? 1 : k < z->last_block ? -1 : 0;
+    if (dir && k + dir >= 0 && k + dir < z->n_blocks) zero3_fetch(z, k + dir, k);
+    z->last_block = k;
+    return buf + (z->p->specs[idx].offset - z->blocks[k].off);
+}
+
+/* Adds block k's gradient (in s) to this rank's gradient shard: a reduce-scatter over dp, then
+ * gshard += the summed piece, and empties the slot. A stand-in's gradients go in as zeros. */
+static rt_status zero3_flush(rt_zero *z, rt_zero_slot *s) {
+    const rt_zero_block *b = &z->blocks[s->block];
+    if (z->discard) rt_clear(z->p->be, s->buf, b->piece * (size_t)z->dp->size * sizeof(float));
+    rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->rs_out, s->buf, b->piece, RT_REDUCE_SUM);
+    if (st == RT_OK) rt_axpy(z->p->be, z->gshard + b->at, 1.0f, z->rs_out, b->piece);
+    zero3_slot_free(z, s);
+    return st;
+}
+
+static float *zero3_grad(void *user, int idx) {
+    rt_zero *z = user;
+    const int k = z->block_of[idx];
+    bool found, evicted;
+    rt_zero_slot *s = zero3_slot(z->gslots, k, k, &found, &evicted);
+    if (!found) {
+        if (evicted) { /* partial sums flush as well as final ones: the shard adds them up */
+            rt_status st = zero3_flush(z, s);
+            if (st != RT_OK && z->error == RT_OK) z->error = st;
+        }
+        zero3_alloc(z, k, s, "gradients");
+    }
+    s->used = ++z->clock;
+    return s->buf + (z->p->specs[idx].offset - z->blocks[k].off);
+}
+
+void rt_zero_grads_ready(rt_zero *z, size_t first) {
+    if (!z || z->stage != 3) return;
+    /* highest block first, the order every rank's backward finishes them in */
+    for (int k = z->n_blocks - 1; k >= 0 && z->blocks[k].off >= first; k--)
+        for (int i = 0; i < RT_ZERO3_WINDOW; i++)
+            if (z->gslots[i].block == k) {
+                rt_status st = zero3_flush(z, &z->gslots[i]);
+                if (st != RT_OK && z->error == RT_OK) z->error = st;
+            }
+}
+
+void rt_zero_discard_grads(rt_zero *z) {
+    if (z && z->stage == 3) z->discard = true;
+}
+
+rt_status rt_zero_micro_done(rt_zero *z) {
+    if (!z || z->stage != 3) return RT_OK;
+    rt_status st = rt_zero3_flush_all(z);
+    z->discard = false;
+    return st;
+}
+
+rt_status rt_zero3_flush_all(rt_zero *z) {
+    rt_zero_grads_ready(z, 0);
+    rt_status st = z->error;
+    z->error = RT_OK;
+    return st;
+}
+
+void rt_zero3_drop_window(rt_zero *z) {
+    for (int i = 0; i < RT_ZERO3_WINDOW; i++) zero3_slot_free(z, &z->pslots[i]);
+    z->last_block = -1;
+}
+
+rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, float *full) {
+    rt_status st = RT_OK;
+    rt_params *p = z->p;
+    float *buf = NULL;
+    size_t most = 0;
+    for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].piece > most ? z->blocks[k].piece : most;
+    RT_TRY(rt_backend_alloc(p->be, (most ? most : 1) * (size_t)z->dp->size * sizeof(float), "ZeRO-3 gather buffer",
+                            (void **)&buf));
+    for (int k = 0; k < z->n_blocks; k++) {
+        RT_TRY(zero3_gather(z, k, shard, on_host, buf));
+        rt_copy(p->be, full + z->blocks[k].off, buf, z->blocks[k].n * sizeof(float));
+    }
+fail:
+    if (buf) rt_free_device(p->be, buf);
+    return st;
+}
+
+rt_status rt_zero_gather_params(rt_zero *z) {
+    rt_status st = RT_OK;
+    if (!z || z->stage != 3 || z->p->param) return RT_OK;
+    rt_params *p = z->p;
+    rt_zero3_drop_window(z);
+    RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "parameters (gathered from the ZeRO-3 shards)",
+                            (void **)&p->param));
+    RT_TRY(rt_zero3_gather_full(z, z->pshard, z->offload_params, p->param));
+    p->source = NULL;
+fail:
+    if (st != RT_OK && p->param) {
+        rt_free_device(p->be, p->param);
+        p->param = NULL;
+    }
+    return st;
+}
+
+void rt_zero_shard_params(rt_zero *z, bool take) {
+    if (!z || z->stage != 3) return;
+    rt_params *p = z->p;
+    if (p->param) {
+        if (take) rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
+        rt_free_device(p->be, p->param);
+        p->param = NULL;
+    }
+    rt_zero3_drop_window(z);
+    p->source = &z->source;
+}
+
+rt_status rt_zero3_init(rt_zero *z) {
+    rt_status st = RT_OK;
+    rt_params *p = z->p;
+    size_t most = 0;
+    for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].piece > most ? z->blocks[k].piece : most;
+    for (int i = 0; i < RT_ZERO3_WINDOW; i++) z->pslots[i] = z->gslots[i] = (rt_zero_slot){.block = -1};
+    z->last_block = -1;
+    RT_TRY(rt_backend_alloc(p->be, (most ? most : 1) * sizeof(float), "ZeRO-3 reduce-scatter output",
+                            (void **)&z->rs_out));
+    if (z->offload_params)
+        z->pshard = z->h_master; /* the host's master weights are the parameters */
+    else
+        RT_TRY(rt_backend_alloc(p->be, (z->shard ? z->shard : 1) * sizeof(float), "ZeRO-3 parameter shard",
+                                (void **)&z->pshard));
+    rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
+    if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, z->shard * sizeof(float));
+    rt_free_device(p->be, p->param);
+    if (p->grad) rt_free_device(p->be, p->grad);
+    p->param = p->grad = NULL;
+    z->source = (rt_params_source){.data = zero3_data, .grad = zero3_grad, .user = z};
+    p->source = &z->source;
+fail:
+    return st;
+}
+
+void rt_zero3_free(rt_zero *z) {
+    rt_params *p = z->p;
+    rt_zero3_drop_window(z);
+    for (int i = 0; i < RT_ZERO3_WINDOW; i++) zero3_slot_free(z, &z->gslots[i]);
+    if (p->source == &z->source) p->source = NULL;
+    if (z->pshard && z->pshard != z->h_master) rt_free_device(p->be, z->pshard);
+    if (z->rs_out) rt_free_device(p->be, z->rs_out);
+    free(z->blocks);
+    free(z->block_of);
+}
