@@ -55,6 +55,10 @@ typedef struct rt_comm_ops {
      * an error (except on NCCL, which cannot tell). A timeout breaks the comm, as a
      * collective's does. */
     rt_status (*p2p)(void *ctx, rt_p2p *ops, int n);
+    /* Optional (NULL: the blocking all_gather stands in): all_gather that may still run when
+     * this returns (ZeRO-3's prefetch of the next block); out is not to be read until
+     * wait(*req) returns. Started in the same order on every rank, like all_reduce_start. */
+    rt_status (*all_gather_start)(void *ctx, float *out, const float *in, size_t n_in, void **req);
 } rt_comm_ops;
 
 struct rt_comm {
@@ -68,6 +72,12 @@ static inline rt_status rt_comm_all_reduce_start(rt_comm *c, float *buf, size_t 
     *req = NULL;
     if (c->ops->all_reduce_start) return c->ops->all_reduce_start(c->ctx, buf, n, op, req);
     return c->ops->all_reduce(c->ctx, buf, n, op);
+}
+/* all_gather_start where the comm has it, else the blocking all-gather (*req NULL). */
+static inline rt_status rt_comm_all_gather_start(rt_comm *c, float *out, const float *in, size_t n_in, void **req) {
+    *req = NULL;
+    if (c->ops->all_gather_start) return c->ops->all_gather_start(c->ctx, out, in, n_in, req);
+    return c->ops->all_gather(c->ctx, out, in, n_in);
 }
 static inline rt_status rt_comm_wait(rt_comm *c, void *req) { return req ? c->ops->wait(c->ctx, req) : RT_OK; }
 /* The comm's p2p, or RT_ERR_UNSUPPORTED naming it. */

@@ -115,22 +115,30 @@ static rt_status mpi_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op o
     return st;
 }
 
+/* A started collective: its request and what the timeout message names. */
+typedef struct {
+    MPI_Request req;
+    const char *what;
+    size_t n;
+} mpi_started;
+
 static rt_status mpi_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduce_op op, void **out) {
     mpi_ctx *c = vctx;
     *out = NULL;
     rt_status st = mpi_usable(c, "all_reduce");
     if (st != RT_OK || n == 0) return st;
     if (n > MPI_CHUNK) return mpi_all_reduce(vctx, buf, n, op); /* beyond one request: blocking */
-    MPI_Request *req = rt_xmalloc(sizeof *req);
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c->comm, req));
-    *out = req;
+    mpi_started *r = rt_xmalloc(sizeof *r);
+    *r = (mpi_started){.what = "all_reduce (started earlier)", .n = n};
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c->comm, &r->req));
+    *out = r;
     return RT_OK;
 }
 
 static rt_status mpi_wait_request(void *vctx, void *vreq) {
-    MPI_Request *req = vreq;
-    rt_status st = mpi_wait(vctx, req, "all_reduce (started earlier)", 0);
-    free(req);
+    mpi_started *r = vreq;
+    rt_status st = mpi_wait(vctx, &r->req, r->what, r->n);
+    free(r);
     return st;
 }
 
@@ -145,17 +153,34 @@ static rt_status mpi_reduce_scatter(void *vctx, float *out, const float *in, siz
     return mpi_wait(c, &req, "reduce_scatter", n_out);
 }
 
-static rt_status mpi_all_gather(void *vctx, float *out, const float *in, size_t n_in) {
-    mpi_ctx *c = vctx;
+/* MPI's all-gather, in place when in already sits at this rank's spot in out; started only. */
+static rt_status mpi_all_gather_post(mpi_ctx *c, float *out, const float *in, size_t n_in, MPI_Request *req) {
     rt_status st = mpi_usable(c, "all_gather");
     if (st != RT_OK) return st;
     if (n_in > INT_MAX)
         return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: all_gather of %zu floats per rank exceeds MPI's int count", n_in);
-    /* in may already sit at its place in out (this rank's chunk): MPI wants IN_PLACE then */
     const void *send = in == out + (size_t)c->rank * n_in ? MPI_IN_PLACE : (const void *)in;
+    MPI_CHECK(MPI_Iallgather(send, (int)n_in, MPI_FLOAT, out, (int)n_in, MPI_FLOAT, c->comm, req));
+    return RT_OK;
+}
+
+static rt_status mpi_all_gather(void *vctx, float *out, const float *in, size_t n_in) {
+    mpi_ctx *c = vctx;
     MPI_Request req;
-    MPI_CHECK(MPI_Iallgather(send, (int)n_in, MPI_FLOAT, out, (int)n_in, MPI_FLOAT, c->comm, &req));
-    return mpi_wait(c, &req, "all_gather", n_in);
+    rt_status st = mpi_all_gather_post(c, out, in, n_in, &req);
+    return st == RT_OK ? mpi_wait(c, &req, "all_gather", n_in) : st;
+}
+
+static rt_status mpi_all_gather_start(void *vctx, float *out, const float *in, size_t n_in, void **vreq) {
+    mpi_started *r = rt_xmalloc(sizeof *r);
+    *r = (mpi_started){.what = "all_gather (started earlier)", .n = n_in};
+    rt_status st = mpi_all_gather_post(vctx, out, in, n_in, &r->req);
+    if (st != RT_OK) {
+        free(r);
+        r = NULL;
+    }
+    *vreq = r;
+    return st;
 }
 
 static rt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root) {
@@ -292,6 +317,7 @@ static const rt_comm_ops mpi_ops = {
     .wait = mpi_wait_request,
     .set_timeout = mpi_set_timeout,
     .p2p = mpi_p2p,
+    .all_gather_start = mpi_all_gather_start,
 };
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {

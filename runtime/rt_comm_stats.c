@@ -53,6 +53,12 @@ static rt_status stats_all_reduce_start(void *ctx, float *buf, size_t n, rt_redu
     return rt_comm_all_reduce_start(c->inner, buf, n, op, req);
 }
 
+static rt_status stats_all_gather_start(void *ctx, float *out, const float *in, size_t n_in, void **req) {
+    rt_stats_ctx *c = ctx;
+    rt_stats_add(c, RT_COMM_OP_ALL_GATHER, n_in * sizeof(float));
+    return rt_comm_all_gather_start(c->inner, out, in, n_in, req);
+}
+
 static rt_status stats_wait(void *ctx, void *req) { return rt_comm_wait(((rt_stats_ctx *)ctx)->inner, req); }
 
 static rt_status stats_p2p(void *ctx, rt_p2p *ops, int n) {
@@ -76,6 +82,7 @@ static const rt_comm_ops rt_comm_stats_ops = {
     .all_reduce_start = stats_all_reduce_start,
     .wait = stats_wait,
     .p2p = stats_p2p,
+    .all_gather_start = stats_all_gather_start,
 };
 
 rt_comm *rt_comm_stats_wrap(rt_comm *inner, rt_comm_stats *stats) {

@@ -21,9 +21,10 @@
  * the unnumbered runs, embeddings and heads, are blocks of their own). Each block is cut into
  * dp equal pieces and this rank keeps its piece of every block: the shard. p->param and
  * p->grad are freed; the model reaches its parameters through p->source (rt_params.h), which
- *   - all-gathers a block when the model first asks for one of its parameters, and the next
- *     block in the pass's direction with it (one block ahead), keeping a window of
- *     RT_ZERO3_WINDOW blocks and dropping the least recently used;
+ *   - all-gathers a block when the model first asks for one of its parameters, and starts the
+ *     all-gather of the next block in the pass's direction (one block ahead; asynchronous
+ *     where the comm has all_gather_start, so it arrives while the model works on this one),
+ *     keeping a window of RT_ZERO3_WINDOW blocks and dropping the least recently used;
  *   - hands out a zeroed gradient buffer for a block, and reduce-scatters it into this rank's
  *     gradient shard when the backward says the block is final (rt_zero_grads_ready), when
  *     the window needs its room, or at the end of the backward. Gradients add linearly, so
@@ -62,6 +63,7 @@ typedef struct {
     int block;
     uint64_t used;
     float *buf; /* (piece * dp) backend memory */
+    void *req;  /* a prefetch's all-gather still under way (rt_comm_all_gather_start), or NULL */
 } rt_zero_slot;
 
 typedef struct rt_zero {

@@ -71,10 +71,26 @@ void rt_zero3_pieces(rt_zero *z, float *full, float *shard, bool on_host, bool t
     }
 }
 
-/* Gathers block k of a shard (pshard, m or v; host memory when on_host) into buf (piece * dp
- * floats): this rank's piece at its place, then an all-gather in place. The padding past the
+/* Completes slot s's prefetch, if one is under way. */
+static void zero3_settle(rt_zero *z, rt_zero_slot *s) {
+    if (!s->req) return;
+    rt_status st = rt_comm_wait(z->dp, s->req);
+    s->req = NULL;
+    if (st != RT_OK && z->error == RT_OK) z->error = st;
+}
+
+/* Completes every prefetch before a blocking collective on dp: NCCL runs a prefetch on its own
+ * stream, and two streams' collectives on one communicator could run in a different order on
+ * different ranks. The prefetch has still overlapped the compute since it started. */
+static void zero3_settle_all(rt_zero *z) {
+    for (int i = 0; i < RT_ZERO3_WINDOW; i++) zero3_settle(z, &z->pslots[i]);
+}
+
+/* Puts this rank's piece of block k of a shard (pshard, m or v; host memory when on_host) at
+ * its place in buf (piece * dp floats) and all-gathers the rest in place: blocking, or started
+ * when req is not NULL (*req then NULL if the comm finished it at once). The padding past the
  * block's end is zero in every piece. */
-static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_host, float *buf) {
+static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_host, float *buf, void **req) {
     rt_params *p = z->p;
     const rt_zero_block *b = &z->blocks[k];
     float *at = buf + b->piece * (size_t)z->dp->rank;
@@ -84,10 +100,13 @@ static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_hos
     else
         rt_copy(p->be, at, shard + b->at, bytes);
     z->gathers++;
+    if (req) return rt_comm_all_gather_start(z->dp, buf, at, b->piece, req);
+    zero3_settle_all(z);
     return z->dp->ops->all_gather(z->dp->ctx, buf, at, b->piece);
 }
 
 static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
+    zero3_settle(z, s);
     if (s->buf) rt_free_device(z->p->be, s->buf);
     *s = (rt_zero_slot){.block = -1};
 }
@@ -123,26 +142,29 @@ static rt_zero_slot *zero3_slot(rt_zero_slot *slots, int k, int keep, bool *foun
 }
 
 /* Block k's gathered values in the window (a sticky error leaves a zeroed buffer: the step
- * fails at rt_zero_reduce_grads). keep: a block that must not be evicted now. */
-static float *zero3_fetch(rt_zero *z, int k, int keep) {
+ * fails at rt_zero_reduce_grads). keep: a block that must not be evicted now. ahead: start the
+ * gather and return without waiting (the prefetch); otherwise the values are there on return. */
+static float *zero3_fetch(rt_zero *z, int k, int keep, bool ahead) {
     bool found, evicted;
     rt_zero_slot *s = zero3_slot(z->pslots, k, keep, &found, &evicted);
     s->used = ++z->clock;
-    if (found) return s->buf;
-    if (evicted) zero3_slot_free(z, s);
-    zero3_alloc(z, k, s, "gathered parameters");
-    rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf);
-    if (st != RT_OK && z->error == RT_OK) z->error = st;
+    if (!found) {
+        if (evicted) zero3_slot_free(z, s);
+        zero3_alloc(z, k, s, "gathered parameters");
+        rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf, ahead ? &s->req : NULL);
+        if (st != RT_OK && z->error == RT_OK) z->error = st;
+    }
+    if (!ahead) zero3_settle(z, s);
     return s->buf;
 }
 
 static float *zero3_data(void *user, int idx) {
     rt_zero *z = user;
     const int k = z->block_of[idx];
-    float *buf = zero3_fetch(z, k, -1);
+    float *buf = zero3_fetch(z, k, -1, false);
     /* one block ahead in the pass's direction (forward ascends, backward descends) */
     const int dir = k > z->last_block ? 1 : k < z->last_block ? -1 : 0;
-    if (dir && k + dir >= 0 && k + dir < z->n_blocks) zero3_fetch(z, k + dir, k);
+    if (dir && k + dir >= 0 && k + dir < z->n_blocks) zero3_fetch(z, k + dir, k, true);
     z->last_block = k;
     return buf + (z->p->specs[idx].offset - z->blocks[k].off);
 }
@@ -151,6 +173,7 @@ static float *zero3_data(void *user, int idx) {
  * gshard += the summed piece, and empties the slot. A stand-in's gradients go in as zeros. */
 static rt_status zero3_flush(rt_zero *z, rt_zero_slot *s) {
     const rt_zero_block *b = &z->blocks[s->block];
+    zero3_settle_all(z);
     if (z->discard) rt_clear(z->p->be, s->buf, b->piece * (size_t)z->dp->size * sizeof(float));
     rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->rs_out, s->buf, b->piece, RT_REDUCE_SUM);
     if (st == RT_OK) rt_axpy(z->p->be, z->gshard + b->at, 1.0f, z->rs_out, b->piece);
@@ -217,7 +240,7 @@ rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, flo
     RT_TRY(rt_backend_alloc(p->be, (most ? most : 1) * (size_t)z->dp->size * sizeof(float), "ZeRO-3 gather buffer",
                             (void **)&buf));
     for (int k = 0; k < z->n_blocks; k++) {
-        RT_TRY(zero3_gather(z, k, shard, on_host, buf));
+        RT_TRY(zero3_gather(z, k, shard, on_host, buf, NULL));
         rt_copy(p->be, full + z->blocks[k].off, buf, z->blocks[k].n * sizeof(float));
     }
 fail:

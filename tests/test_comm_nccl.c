@@ -27,6 +27,7 @@ typedef struct {
     rt_status st;
     char msg[512];
     float sum[N], mx[N], rs[N], ag[2 * N];
+    float sum_started[N], ag_started[2 * N]; /* all_reduce_start and all_gather_start in flight together */
     unsigned char bc[33];
     int split_size;
 } rank_out;
@@ -62,6 +63,25 @@ static void *run_rank(void *arg) {
     cudaMemcpy(o->rs, d2, (size_t)chunk * sizeof(float), cudaMemcpyDeviceToHost);
     STEP(c->ops->all_gather(c->ctx, d, d2, (size_t)chunk));
     cudaMemcpy(o->ag, d, (size_t)n * chunk * sizeof(float), cudaMemcpyDeviceToHost);
+    /* the started ones, both in flight at once behind a kernel-free default stream, then waited
+     * for: the same bits as the blocking ones (the first NCCL async path a test can fail) */
+    {
+        float *d3 = NULL;
+        void *req[2] = {NULL, NULL};
+        cudaMalloc((void **)&d3, 2 * N * sizeof(float));
+        for (int i = 0; i < N; i++) h[i] = input(r, i);
+        cudaMemcpy(d3, h, N * sizeof(float), cudaMemcpyHostToDevice);
+        o->st = rt_comm_all_reduce_start(c, d3, N, RT_REDUCE_SUM, &req[0]);
+        if (o->st == RT_OK) o->st = rt_comm_all_gather_start(c, d, d2, (size_t)chunk, &req[1]);
+        for (int k = 0; k < 2; k++) {
+            rt_status w = rt_comm_wait(c, req[k]);
+            if (o->st == RT_OK) o->st = w;
+        }
+        cudaMemcpy(o->sum_started, d3, N * sizeof(float), cudaMemcpyDeviceToHost);
+        cudaMemcpy(o->ag_started, d, (size_t)n * chunk * sizeof(float), cudaMemcpyDeviceToHost);
+        cudaFree(d3);
+        if (o->st != RT_OK) goto done;
+    }
     memset(o->bc, r, sizeof o->bc);
     if (r == 0)
         for (size_t i = 0; i < sizeof o->bc; i++) o->bc[i] = (unsigned char)(7 * i);
@@ -99,6 +119,9 @@ static void check(rank_out *o, int n) {
         TZ_EXPECT(memcmp(o[r].rs, sum + (size_t)r * chunk, (size_t)chunk * sizeof(float)) == 0,
                   "size %d rank %d: reduce_scatter", n, r);
         TZ_EXPECT(memcmp(o[r].ag, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather", n, r);
+        TZ_EXPECT(memcmp(o[r].sum_started, sum, sizeof sum) == 0, "size %d rank %d: all_reduce_start", n, r);
+        TZ_EXPECT(memcmp(o[r].ag_started, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather_start",
+                  n, r);
         for (size_t i = 0; i < sizeof o[r].bc; i++)
             TZ_EXPECT(o[r].bc[i] == (unsigned char)(7 * i), "size %d rank %d: broadcast byte %zu", n, r, i);
         TZ_EXPECT(o[r].split_size == n, "size %d rank %d: split size %d", n, r, o[r].split_size);

@@ -1,6 +1,7 @@
 /* The MPI communicator under mpirun (registered at -np 2 and -np 4): launch detection sees
  * OpenMPI's variables and agrees with MPI, every collective matches a reference computed on
- * each rank and gives the same bits on every rank, the dp x tp grid at tp = 2, and a rank
+ * each rank and gives the same bits on every rank (the started all-reduce and all-gather, in
+ * flight together around a blocking collective, too), the dp x tp grid at tp = 2, and a rank
  * that arrives late makes the others time out with an error instead of hanging. Point-to-point:
  * the pipeline exercise (tests/comm_p2p_exercise.h) and receives of the wrong size.
  *
@@ -69,6 +70,24 @@ static void test_ops(rt_comm *w) {
     for (int i = 0; i < n * chunk; i++) ag[i] = i / chunk == r ? rs[i % chunk] : -1.0f;
     TZ_EXPECT_OK(w->ops->all_gather(w->ctx, ag, ag + (size_t)r * chunk, (size_t)chunk));
     tz_check_close("all_gather in place", ag, ref_sum, (size_t)n * chunk, 1e-3f, 1e-5f);
+
+    /* started collectives: two all-gathers and an all-reduce in flight at once, a blocking
+     * collective while they run, then the waits; the results equal the blocking ones */
+    static float ag1[4 * N], ag2[4 * N], ar[N];
+    void *req[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < N; i++) ar[i] = input(r, i);
+    for (int i = 0; i < n * chunk; i++) ag2[i] = i / chunk == r ? rs[i % chunk] : -1.0f;
+    TZ_EXPECT_OK(rt_comm_all_gather_start(w, ag1, rs, (size_t)chunk, &req[0]));
+    TZ_EXPECT_OK(rt_comm_all_reduce_start(w, ar, N, RT_REDUCE_SUM, &req[1]));
+    TZ_EXPECT_OK(rt_comm_all_gather_start(w, ag2, ag2 + (size_t)r * chunk, (size_t)chunk, &req[2]));
+    TZ_EXPECT(n == 1 || (req[0] && req[2]), "the MPI comm started its all-gathers (requests %p %p)", req[0], req[2]);
+    float one = 1.0f;
+    TZ_EXPECT_OK(w->ops->all_reduce(w->ctx, &one, 1, RT_REDUCE_SUM));
+    TZ_EXPECT(one == (float)n, "a blocking all-reduce among started ones: %g", one);
+    for (int k = 0; k < 3; k++) TZ_EXPECT_OK(rt_comm_wait(w, req[k]));
+    TZ_EXPECT(memcmp(ag1, ag, (size_t)n * chunk * sizeof(float)) == 0, "started all_gather differs from the blocking one");
+    TZ_EXPECT(memcmp(ag2, ag, (size_t)n * chunk * sizeof(float)) == 0, "started all_gather in place differs");
+    TZ_EXPECT(memcmp(ar, sum, sizeof ar) == 0, "started all_reduce differs from the blocking one");
 
     unsigned char bc[37];
     memset(bc, r, sizeof bc);

@@ -174,40 +174,44 @@ static rt_status nccl_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op 
     return nccl_enqueued(c, ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->stream), "all_reduce", n);
 }
 
-/* An all-reduce that overlaps the backend's work: it waits (on the GPU) for what the legacy
- * default stream queued so far, runs on a non-blocking stream, and its completion is an event
- * the request polls, with the timeout. */
+/* A collective that overlaps the backend's work (an all-reduce of gradient buckets, ZeRO-3's
+ * prefetch all-gather): it waits (on the GPU) for what the legacy default stream queued so
+ * far, runs on a non-blocking stream, and its completion is an event the request polls, with
+ * the timeout. */
 typedef struct {
     cudaEvent_t ready, done;
     size_t n;
+    const char *what;
 } nccl_request;
 
-static rt_status nccl_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduce_op op, void **out) {
-    nccl_ctx *c = (nccl_ctx *)vctx;
-    *out = NULL;
-    rt_status st = nccl_usable(c, "all_reduce");
-    if (st != RT_OK || n == 0) return st;
-    if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
+/* Enqueues all_reduce (gather false: buf in place) or all_gather (gather true: in -> out) on the
+ * async stream behind the default stream's work. */
+static rt_status nccl_start(nccl_ctx *c, bool gather, float *out, const float *in, size_t n, rt_reduce_op op,
+                            void **req) {
+    const char *what = gather ? "all_gather" : "all_reduce";
+    rt_status st = RT_OK;
     nccl_set_device(c);
     if (!c->async_stream) NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&c->async_stream, cudaStreamNonBlocking));
     nccl_request *r = (nccl_request *)rt_xcalloc(1, sizeof *r);
     r->n = n;
+    r->what = what;
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-    NCCL_CUDA_CHECK(cudaEventRecord(r->ready, 0)); /* the gradients the backend wrote so far */
+    NCCL_CUDA_CHECK(cudaEventRecord(r->ready, 0)); /* what the backend wrote so far */
     NCCL_CUDA_CHECK(cudaStreamWaitEvent(c->async_stream, r->ready, 0));
-    ncclResult_t rc = ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->async_stream);
+    ncclResult_t rc = gather ? ncclAllGather(in, out, n, ncclFloat32, c->comm, c->async_stream)
+                             : ncclAllReduce(out, out, n, ncclFloat32, nccl_op(op), c->comm, c->async_stream);
     if (rc == ncclInProgress) {
         /* A non-blocking communicator may return before the kernel is on the stream: the event
-         * recorded now could complete before the all-reduce has even started, and the caller
-         * would read half-reduced gradients. Wait (host side, with the timeout) until NCCL
-         * has enqueued it, as the blocking path does, but not for the stream. */
-        st = nccl_wait(c, "all_reduce", n, 0);
+         * recorded now could complete before the collective has even started, and the caller
+         * would read half-done data. Wait (host side, with the timeout) until NCCL has enqueued
+         * it, as the blocking path does, but not for the stream. */
+        st = nccl_wait(c, what, n, 0);
     } else if (rc != ncclSuccess) {
         nccl_abort(c);
-        snprintf(c->broken, sizeof c->broken, "all_reduce failed: NCCL %s", ncclGetErrorString(rc));
-        st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): all_reduce of %zu elements failed: %s", c->size,
-                       c->rank, n, ncclGetErrorString(rc));
+        snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", what, ncclGetErrorString(rc));
+        st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): %s of %zu elements failed: %s", c->size, c->rank,
+                       what, n, ncclGetErrorString(rc));
     }
     if (st != RT_OK) {
         cudaEventDestroy(r->ready);
@@ -216,8 +220,26 @@ static rt_status nccl_all_reduce_start(void *vctx, float *buf, size_t n, rt_redu
         return st;
     }
     NCCL_CUDA_CHECK(cudaEventRecord(r->done, c->async_stream));
-    *out = r;
+    *req = r;
     return RT_OK;
+}
+
+static rt_status nccl_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduce_op op, void **out) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    *out = NULL;
+    rt_status st = nccl_usable(c, "all_reduce");
+    if (st != RT_OK || n == 0) return st;
+    if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
+    return nccl_start(c, false, buf, buf, n, op, out);
+}
+
+static rt_status nccl_all_gather_start(void *vctx, float *out, const float *in, size_t n_in, void **req) {
+    nccl_ctx *c = (nccl_ctx *)vctx;
+    *req = NULL;
+    rt_status st = nccl_usable(c, "all_gather");
+    if (st != RT_OK || n_in == 0) return st;
+    if (nccl_is_host2(out, in, "all_gather")) return c->bootstrap->ops->all_gather(c->bootstrap->ctx, out, in, n_in);
+    return nccl_start(c, true, out, in, n_in, RT_REDUCE_SUM, req);
 }
 
 static rt_status nccl_wait_request(void *vctx, void *vreq) {
@@ -233,20 +255,20 @@ static rt_status nccl_wait_request(void *vctx, void *vreq) {
         NCCL_CHECK(ncclCommGetAsyncError(c->comm, &ares));
         if (ares != ncclSuccess && ares != ncclInProgress) {
             nccl_abort(c);
-            snprintf(c->broken, sizeof c->broken, "all_reduce failed: NCCL %s", ncclGetErrorString(ares));
-            st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d, device %d): all_reduce of %zu elements failed: %s",
-                           c->size, c->rank, c->device, r->n, ncclGetErrorString(ares));
+            snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", r->what, ncclGetErrorString(ares));
+            st = rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d, device %d): %s of %zu elements failed: %s",
+                           c->size, c->rank, c->device, r->what, r->n, ncclGetErrorString(ares));
             break;
         }
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) NCCL_CUDA_CHECK(e);
         if (nccl_now() > deadline) {
             nccl_abort(c);
-            snprintf(c->broken, sizeof c->broken, "all_reduce did not complete within %g s", c->timeout_s);
+            snprintf(c->broken, sizeof c->broken, "%s did not complete within %g s", r->what, c->timeout_s);
             st = rt_errorf(RT_ERR_RUNTIME,
-                           "nccl comm (size %d, rank %d, device %d): all_reduce of %zu elements did not complete within "
+                           "nccl comm (size %d, rank %d, device %d): %s of %zu elements did not complete within "
                            "%g s (a rank died, hangs, or skipped it); the communicator was aborted",
-                           c->size, c->rank, c->device, r->n, c->timeout_s);
+                           c->size, c->rank, c->device, r->what, r->n, c->timeout_s);
             break;
         }
         nccl_sleep(&ns);
@@ -449,6 +471,7 @@ static const rt_comm_ops nccl_ops = {
     nccl_all_reduce_start, nccl_wait_request,
     NULL, /* set_timeout: the wait is fixed when the communicator is made (rt_grid_init_device) */
     nccl_p2p,
+    nccl_all_gather_start,
 };
 
 static const rt_comm_ops *nccl_ops_ptr(void) { return &nccl_ops; }
