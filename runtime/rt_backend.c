@@ -44,6 +44,7 @@ fail:
 
 void rt_backend_free(rt_backend *be) {
     if (!be) return;
+    rt_backend_free(be->params_staging);
     if (be->device < 0) {
         rt_cpu_backend_free(be);
         return;

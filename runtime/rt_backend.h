@@ -213,8 +213,14 @@ typedef struct rt_backend {
     void *ctx;
     int device; /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
+    size_t bytes_freed;     /* given back through rt_free_sized: allocated - freed is what is held */
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
+    /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
+     * parameter slab (rt_params_init), so the whole model never sits on the device; rt_zero_init
+     * then keeps this rank's pieces here and frees the slab. NULL: the slab is laid out here.
+     * Owned (rt_backend_free frees it). */
+    struct rt_backend *params_staging;
 } rt_backend;
 
 /* "cpu" or "cuda:N". threads <= 0 keeps OpenMP's default. */
@@ -280,6 +286,14 @@ rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void 
  * (arithmetic on any buffer, parameters included) are left in fp32. alloc is reached through
  * rt_backend_alloc (which counts the bytes), device_model is optional. */
 static inline void rt_free_device(rt_backend *be, void *p) { be->ops->free(be->ctx, p); }
+/* rt_free_device for a buffer of known size, counted in bytes_freed (for memory given back
+ * while a run goes on: ZeRO's released slabs and gathered blocks). */
+static inline void rt_free_sized(rt_backend *be, void *p, size_t bytes) {
+    be->ops->free(be->ctx, p);
+    be->bytes_freed += bytes;
+}
+/* Bytes held now through rt_backend_alloc, as far as frees were counted (rt_free_sized). */
+static inline size_t rt_bytes_held(const rt_backend *be) { return be->bytes_allocated - be->bytes_freed; }
 static inline size_t rt_free_memory(const rt_backend *be) { return be->ops->free_memory(be->ctx); }
 static inline void rt_to_device(rt_backend *be, void *dst, const void *host_src, size_t bytes) {
     be->ops->to_device(be->ctx, dst, host_src, bytes);

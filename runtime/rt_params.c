@@ -10,7 +10,8 @@
 
 void rt_params_init(rt_params *p, rt_backend *be) {
     memset(p, 0, sizeof *p);
-    p->be = be;
+    p->be = be->params_staging ? be->params_staging : be;
+    p->device = be->params_staging ? be : NULL;
 }
 
 void rt_params_free(rt_params *p) {
@@ -76,7 +77,8 @@ rt_status rt_params_alloc(rt_params *p) {
     if (!params_align16(off, &p->numel) || __builtin_mul_overflow(p->numel, sizeof(float), &bytes))
         RT_FAIL(RT_ERR_NOMEM, "parameters: %zu floats overflow size_t in bytes", off);
     RT_TRY(rt_backend_alloc(p->be, bytes, "parameters", (void **)&p->param));
-    RT_TRY(rt_backend_alloc(p->be, bytes, "gradients", (void **)&p->grad));
+    /* a staged build (ZeRO-3 on a GPU) never has a whole gradient: rt_zero_init gives it blocks */
+    if (!p->device) RT_TRY(rt_backend_alloc(p->be, bytes, "gradients", (void **)&p->grad));
 fail:
     return st;
 }

@@ -60,9 +60,13 @@ typedef struct {
     size_t numel;       /* total floats */
     rt_backend *be;
     float *param;       /* (numel) backend memory; NULL while a source holds the parameters */
-    float *grad;        /* (numel); NULL while a source holds the gradients */
+    float *grad;        /* (numel); NULL while a source holds the gradients, and in a staged build */
     float *m, *v;       /* (numel) AdamW moments; allocated on first use by the optimizer */
     const rt_params_source *source; /* NULL: param and grad above */
+    /* Staged construction (rt_backend.params_staging): be is the host backend holding the slab
+     * and device the backend the model computes on, until ZeRO-3 moves the pieces there
+     * (rt_zero_init); NULL otherwise. */
+    rt_backend *device;
 } rt_params;
 
 /* Told during a backward pass, as it goes, that every gradient at slab offsets >= first is final
@@ -73,6 +77,7 @@ typedef struct {
     void *user;
 } rt_grads_hook;
 
+/* An empty slab on be, or on be->params_staging when be has one (p->device is then be). */
 void rt_params_init(rt_params *p, rt_backend *be);
 void rt_params_free(rt_params *p);
 /* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. Every dim must
@@ -80,8 +85,8 @@ void rt_params_free(rt_params *p);
  * config's sizes before it declares anything (models/hf_config.h). */
 int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
                   bool no_decay, rt_init_kind init, float init_std);
-/* Lays out and allocates parameters and gradients (zeroed); RT_ERR_NOMEM also when the slab's
- * size overflows size_t. */
+/* Lays out and allocates parameters and gradients (zeroed; a staged build, p->device set, gets
+ * no gradients); RT_ERR_NOMEM also when the slab's size overflows size_t. */
 rt_status rt_params_alloc(rt_params *p);
 /* Allocates the AdamW moments (zeroed) if not yet there. */
 rt_status rt_params_alloc_moments(rt_params *p);

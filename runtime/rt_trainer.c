@@ -345,7 +345,7 @@ static double rt_train_peak_tflops(const rt_backend *be) {
 static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     const double mib = 1024.0 * 1024.0, slab = (double)p->numel * sizeof(float) / mib;
     const rt_backend *be = p->be;
-    double total = (double)be->bytes_allocated / mib, moments = p->m ? 2 * slab : 0;
+    double total = (double)rt_bytes_held(be) / mib, moments = p->m ? 2 * slab : 0;
     double rest = total - 2 * slab - moments;
     size_t avail = be->ops->free_memory ? rt_free_memory(be) : 0;
     char free_txt[64] = "";
@@ -353,11 +353,15 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     if (be->ops->device_model) rt_log_info("device %s: %s", be->ops->name, be->ops->device_model(be->ctx));
     if (zero && zero->stage == 3) { /* the shards are all there is: the blocks are gathered at use */
         const double shard = (double)zero->shard * sizeof(float) / mib;
-        const double here = zero->offload_params ? 0 : shard, opt = zero->offload ? 0 : 2 * shard;
+        const double w = zero->offload_params ? 0 : shard, opt = zero->offload ? 0 : 2 * shard;
+        /* offloaded: the master weights (the weights themselves with offload_params), a gradient
+         * copy, m and v in host memory, which on the CPU backend is this backend's memory too */
+        const double host = zero->offload ? 4 * shard : 0, here = w + shard + opt + (be->device < 0 ? host : 0);
+        char host_txt[96] = "";
+        if (zero->offload) snprintf(host_txt, sizeof host_txt, ", offloaded to host memory %.1f", host);
         rt_log_info("memory on %s: %.1f MiB (ZeRO-3 shards: weights %.1f, gradients %.1f, AdamW state %.1f%s; "
-                    "activations and buffers %.1f)%s", be->ops->name, total, here, shard, opt,
-                    zero->offload ? "; the rest of the shard in host memory" : "",
-                    total - here - shard - opt > 0 ? total - here - shard - opt : 0.0, free_txt);
+                    "activations and buffers %.1f)%s", be->ops->name, total, w, shard, opt, host_txt,
+                    total - here > 0 ? total - here : 0.0, free_txt);
         return;
     }
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,
@@ -371,7 +375,7 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
 static rt_status rt_train_log_stage_memory(rt_train_state *s, const rt_params *p) {
     const double mib = 1024.0 * 1024.0;
     const int P = s->pp_host->size;
-    float mine[2] = {(float)((double)p->numel * sizeof(float) / mib), (float)((double)p->be->bytes_allocated / mib)};
+    float mine[2] = {(float)((double)p->numel * sizeof(float) / mib), (float)((double)rt_bytes_held(p->be) / mib)};
     float *all = rt_xmalloc(2 * sizeof(float) * (size_t)P);
     rt_status st = s->pp_host->ops->all_gather(s->pp_host->ctx, all, mine, 2);
     if (st == RT_OK && s->lead) {

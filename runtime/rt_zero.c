@@ -9,13 +9,20 @@
 #include "runtime/rt_log.h"
 
 /* A sub-range [off, off + n) of this rank's slice (slice-relative) lying inside one run of
- * parameters that share key (no_decay, or "tensor-parallel sharded"). */
+ * parameters that share key: for the update, no_decay (0 or 1); for the norm, ZERO_NORM_REPLICATED,
+ * ZERO_NORM_SHARDED (tensor-parallel) or ZERO_NORM_COPY (a tied weight's copy on a later pipeline
+ * stage, which the norm counts once, at the first stage). */
 typedef struct {
     size_t off, n;
-    bool key;
+    int key;
 } zero_range;
 
-static bool zero_key(const rt_param_spec *s, bool by_decay) { return by_decay ? s->no_decay : s->tp != RT_TP_NONE; }
+enum { ZERO_NORM_REPLICATED = 0, ZERO_NORM_SHARDED = 1, ZERO_NORM_COPY = 2 };
+
+static int zero_key(const rt_param_spec *s, bool by_decay) {
+    if (by_decay) return s->no_decay;
+    return s->copy ? ZERO_NORM_COPY : s->tp != RT_TP_NONE ? ZERO_NORM_SHARDED : ZERO_NORM_REPLICATED;
+}
 
 /* Cuts the slab into runs of parameters with the same key and intersects each with the slab
  * segment [lo, hi), which sits at `at` in this rank's shard, so a segment that starts or ends
@@ -25,7 +32,7 @@ static bool zero_key(const rt_param_spec *s, bool by_decay) { return by_decay ? 
 static int zero_ranges_in(const rt_params *p, bool by_decay, size_t lo, size_t hi, size_t at, zero_range *out) {
     int n = 0;
     for (int i = 0; i < p->n;) {
-        bool key = zero_key(&p->specs[i], by_decay);
+        int key = zero_key(&p->specs[i], by_decay);
         int j = i + 1;
         while (j < p->n && zero_key(&p->specs[j], by_decay) == key) j++;
         size_t b = p->specs[i].offset, e = p->specs[j - 1].offset + p->specs[j - 1].numel;
@@ -85,10 +92,16 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
                          stage);
     if (o->offload_params && stage != 3)
         return rt_errorf(RT_ERR_CONFIG, "--offload-params needs --zero 3 (only stage 3 shards the parameters)");
-    for (int i = 0; i < p->n; i++) /* its norm would count the copy twice */
-        if (p->specs[i].copy)
-            return rt_errorf(RT_ERR_UNSUPPORTED, "--zero with a tied weight on two pipeline stages (%s) is not "
-                             "supported yet", p->specs[i].name);
+    if (p->device && stage != 3)
+        return rt_errorf(RT_ERR_CONFIG, "the parameters were laid out in host memory for ZeRO-3, but --zero is %d",
+                         stage);
+    zero_free_moments(p); /* full moments, if any, are not kept */
+    /* a staged slab (rt_backend.params_staging): from here on the parameters live on the device */
+    rt_backend *staging = p->device ? p->be : NULL;
+    if (staging) {
+        p->be = p->device;
+        p->device = NULL;
+    }
     rt_zero *z = rt_xcalloc(1, sizeof *z);
     z->p = p;
     z->dp = dp ? dp : rt_comm_self();
@@ -108,7 +121,6 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
         RT_TRY(zero_grow(z, &p->param, "parameters (padded for ZeRO)"));
         RT_TRY(zero_grow(z, &p->grad, "gradients (padded for ZeRO)"));
     }
-    zero_free_moments(p); /* full moments, if any, are not kept */
     const size_t shard_bytes = (z->shard ? z->shard : 1) * sizeof(float);
     RT_TRY(rt_backend_alloc(p->be, shard_bytes, "ZeRO gradient shard", (void **)&z->gshard));
     if (z->offload) {
@@ -127,7 +139,7 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
         RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW first moments (ZeRO shard)", (void **)&z->m));
         RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW second moments (ZeRO shard)", (void **)&z->v));
     }
-    if (stage == 3) RT_TRY(rt_zero3_init(z));
+    if (stage == 3) RT_TRY(rt_zero3_init(z, staging));
     if (z->dp->rank == 0 && z->tp->rank == 0) {
         const double mib = 4.0 / (1 << 20);
         if (stage == 3) {
@@ -135,11 +147,11 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
             for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].n > most ? z->blocks[k].n : most;
             rt_log_info("ZeRO-3 over %d data-parallel ranks%s: weights, gradients and AdamW m and v in %d blocks, "
                         "%.1f MiB per rank instead of %.1f MiB, plus up to %d blocks gathered at once for the "
-                        "weights and as many for the gradients (the largest block %.1f MiB)",
+                        "weights and as many for the gradients (the largest block %.1f MiB)%s",
                         z->dp->size, z->offload_params ? ", parameters and optimizer offloaded to host memory"
                                      : z->offload    ? ", optimizer offloaded to host memory" : "",
                         z->n_blocks, 4.0 * (double)z->shard * mib, 4.0 * (double)p->numel * mib, RT_ZERO3_WINDOW,
-                        (double)most * mib);
+                        (double)most * mib, staging ? "; the model was built in host memory" : "");
         } else {
             rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s",
                         stage, z->dp->size, z->offload ? ", optimizer offloaded to host memory" : "",
@@ -203,7 +215,7 @@ rt_status rt_zero_reduce_grads(rt_zero *z) {
      * goes back (on CPU a fresh zeroed allocation is cheap; on a GPU a cudaMalloc per step
      * would synchronise, so the buffer stays there until a caching allocator exists) */
     if (z->stage == 2 && p->be->device < 0) {
-        rt_free_device(p->be, p->grad);
+        rt_free_sized(p->be, p->grad, z->padded * sizeof(float));
         p->grad = NULL;
         z->grad_released = true;
     }
@@ -244,7 +256,8 @@ rt_status rt_zero_grad_norm(rt_zero *z, double *norm) {
     double *all = rt_xmalloc(sizeof(double) * 2 * (size_t)(z->dp->size > z->tp->size ? z->dp->size : z->tp->size));
     double mine[2] = {0, 0}; /* replicated, tensor-parallel sharded */
     int nr = zero_ranges(z, false, r);
-    for (int i = 0; i < nr; i++) mine[r[i].key] += rt_sumsq(p->be, z->gshard + r[i].off, r[i].n);
+    for (int i = 0; i < nr; i++)
+        if (r[i].key != ZERO_NORM_COPY) mine[r[i].key] += rt_sumsq(p->be, z->gshard + r[i].off, r[i].n);
     /* the slices hold the dp-summed gradient: their squares add up to the summed gradient's */
     RT_TRY(zero_gather_doubles(z->dp_host, mine, 2, all));
     mine[0] = mine[1] = 0;

@@ -94,6 +94,7 @@ typedef struct rt_zero {
     int last_block;     /* the block asked for last: the pass's direction picks the one to prefetch */
     rt_params_source source;
     rt_status error;    /* the first failed gather or flush (they happen inside the model's calls) */
+    char error_msg[512]; /* and its message */
     size_t gathers;     /* blocks gathered so far */
     bool discard;       /* the micro-batch under way is a stand-in: its gradients flush as zeros */
 } rt_zero;
@@ -164,8 +165,9 @@ rt_status rt_zero_scatter_state(rt_zero *z);
 /* Cuts the slab into blocks and sets z->shard (the sum of this rank's pieces). */
 void rt_zero3_cut(rt_zero *z);
 /* Takes this rank's pieces of p->param into the shard (and the offloaded master copy), frees
- * p->param and p->grad, and points p->source at the window. */
-rt_status rt_zero3_init(rt_zero *z);
+ * p->param and p->grad (on staging, a host backend, when the model was built there: see
+ * rt_backend.params_staging), and points p->source at the window. */
+rt_status rt_zero3_init(rt_zero *z, rt_backend *staging);
 void rt_zero3_free(rt_zero *z);
 rt_status rt_zero3_flush_all(rt_zero *z);
 void rt_zero3_drop_window(rt_zero *z);

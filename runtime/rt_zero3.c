@@ -1,6 +1,7 @@
 /* ZeRO stage 3: the parameters sharded block by block, gathered into a small window as the
  * model asks for them, and the gradients reduce-scattered block by block (see rt_zero.h). */
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/rt_log.h"
@@ -71,12 +72,21 @@ void rt_zero3_pieces(rt_zero *z, float *full, float *shard, bool on_host, bool t
     }
 }
 
+/* Keeps the first failure of a call made inside the model's (which cannot return it) for
+ * rt_zero3_flush_all, with its message: the calls after it fail too, on the broken comm, and
+ * their messages would hide the cause. */
+static void zero3_failed(rt_zero *z, rt_status st) {
+    if (st == RT_OK || z->error != RT_OK) return;
+    z->error = st;
+    snprintf(z->error_msg, sizeof z->error_msg, "%s", rt_error_message());
+}
+
 /* Completes slot s's prefetch, if one is under way. */
 static void zero3_settle(rt_zero *z, rt_zero_slot *s) {
     if (!s->req) return;
     rt_status st = rt_comm_wait(z->dp, s->req);
     s->req = NULL;
-    if (st != RT_OK && z->error == RT_OK) z->error = st;
+    zero3_failed(z, st);
 }
 
 /* Completes every prefetch before a blocking collective on dp: NCCL runs a prefetch on its own
@@ -107,7 +117,7 @@ static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_hos
 
 static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
     zero3_settle(z, s);
-    if (s->buf) rt_free_device(z->p->be, s->buf);
+    if (s->buf) rt_free_sized(z->p->be, s->buf, z->blocks[s->block].piece * (size_t)z->dp->size * sizeof(float));
     *s = (rt_zero_slot){.block = -1};
 }
 
@@ -152,7 +162,7 @@ static float *zero3_fetch(rt_zero *z, int k, int keep, bool ahead) {
         if (evicted) zero3_slot_free(z, s);
         zero3_alloc(z, k, s, "gathered parameters");
         rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf, ahead ? &s->req : NULL);
-        if (st != RT_OK && z->error == RT_OK) z->error = st;
+        zero3_failed(z, st);
     }
     if (!ahead) zero3_settle(z, s);
     return s->buf;
@@ -189,7 +199,7 @@ static float *zero3_grad(void *user, int idx) {
     if (!found) {
         if (evicted) { /* partial sums flush as well as final ones: the shard adds them up */
             rt_status st = zero3_flush(z, s);
-            if (st != RT_OK && z->error == RT_OK) z->error = st;
+            zero3_failed(z, st);
         }
         zero3_alloc(z, k, s, "gradients");
     }
@@ -204,7 +214,7 @@ void rt_zero_grads_ready(rt_zero *z, size_t first) {
         for (int i = 0; i < RT_ZERO3_WINDOW; i++)
             if (z->gslots[i].block == k) {
                 rt_status st = zero3_flush(z, &z->gslots[i]);
-                if (st != RT_OK && z->error == RT_OK) z->error = st;
+                zero3_failed(z, st);
             }
 }
 
@@ -223,6 +233,7 @@ rt_status rt_zero3_flush_all(rt_zero *z) {
     rt_zero_grads_ready(z, 0);
     rt_status st = z->error;
     z->error = RT_OK;
+    if (st != RT_OK) return rt_errorf(st, "%s", z->error_msg);
     return st;
 }
 
@@ -235,16 +246,16 @@ rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, flo
     rt_status st = RT_OK;
     rt_params *p = z->p;
     float *buf = NULL;
-    size_t most = 0;
+    size_t most = 1;
     for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].piece > most ? z->blocks[k].piece : most;
-    RT_TRY(rt_backend_alloc(p->be, (most ? most : 1) * (size_t)z->dp->size * sizeof(float), "ZeRO-3 gather buffer",
-                            (void **)&buf));
+    const size_t bytes = most * (size_t)z->dp->size * sizeof(float);
+    RT_TRY(rt_backend_alloc(p->be, bytes, "ZeRO-3 gather buffer", (void **)&buf));
     for (int k = 0; k < z->n_blocks; k++) {
         RT_TRY(zero3_gather(z, k, shard, on_host, buf, NULL));
         rt_copy(p->be, full + z->blocks[k].off, buf, z->blocks[k].n * sizeof(float));
     }
 fail:
-    if (buf) rt_free_device(p->be, buf);
+    if (buf) rt_free_sized(p->be, buf, bytes);
     return st;
 }
 
@@ -259,7 +270,7 @@ rt_status rt_zero_gather_params(rt_zero *z) {
     p->source = NULL;
 fail:
     if (st != RT_OK && p->param) {
-        rt_free_device(p->be, p->param);
+        rt_free_sized(p->be, p->param, p->numel * sizeof(float));
         p->param = NULL;
     }
     return st;
@@ -270,14 +281,14 @@ void rt_zero_shard_params(rt_zero *z, bool take) {
     rt_params *p = z->p;
     if (p->param) {
         if (take) rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
-        rt_free_device(p->be, p->param);
+        rt_free_sized(p->be, p->param, p->numel * sizeof(float));
         p->param = NULL;
     }
     rt_zero3_drop_window(z);
     p->source = &z->source;
 }
 
-rt_status rt_zero3_init(rt_zero *z) {
+rt_status rt_zero3_init(rt_zero *z, rt_backend *staging) {
     rt_status st = RT_OK;
     rt_params *p = z->p;
     size_t most = 0;
@@ -291,10 +302,24 @@ rt_status rt_zero3_init(rt_zero *z) {
     else
         RT_TRY(rt_backend_alloc(p->be, (z->shard ? z->shard : 1) * sizeof(float), "ZeRO-3 parameter shard",
                                 (void **)&z->pshard));
-    rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
-    if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, z->shard * sizeof(float));
-    rt_free_device(p->be, p->param);
-    if (p->grad) rt_free_device(p->be, p->grad);
+    if (staging) { /* the slab is in host memory: pieces go up (or stay on the host, offloaded) */
+        for (int k = 0; k < z->n_blocks; k++) {
+            size_t lo, hi;
+            rt_zero3_piece(z, k, &lo, &hi);
+            const size_t bytes = (hi - lo) * sizeof(float);
+            if (z->offload_params)
+                memcpy(z->pshard + z->blocks[k].at, p->param + lo, bytes);
+            else
+                rt_to_device(p->be, z->pshard + z->blocks[k].at, p->param + lo, bytes);
+            if (z->offload && !z->offload_params) memcpy(z->h_master + z->blocks[k].at, p->param + lo, bytes);
+        }
+    } else {
+        rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
+        if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, z->shard * sizeof(float));
+    }
+    rt_backend *home = staging ? staging : p->be;
+    rt_free_sized(home, p->param, p->numel * sizeof(float));
+    if (p->grad) rt_free_sized(home, p->grad, p->numel * sizeof(float));
     p->param = p->grad = NULL;
     z->source = (rt_params_source){.data = zero3_data, .grad = zero3_grad, .user = z};
     p->source = &z->source;

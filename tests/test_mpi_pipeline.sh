@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # gpt2-classify, bert-classify and gpt2-finetune with pipeline stages (--pp) under mpirun,
 # dropout on: pp=2 and pp=4 give the single process's losses, gradient norms and dev metrics,
-# and dp=2 x pp=2 (also with ZeRO-1, ZeRO-2 and offload) and tp=2 x pp=2 give those of dp=2 and
+# and dp=2 x pp=2 (also with ZeRO-1, ZeRO-2 and offload; gpt2-finetune's tied copy with ZeRO-1
+# and ZeRO-2 too) and tp=2 x pp=2 give those of dp=2 and
 # tp=2 without stages (a layout's dropout masks and tp's random init are its own); the final
 # checkpoint holds the single process's tensors, bit for bit (names, shapes and CRC-32 as
 # tz-convert inspect lists them), also in bf16 and with activation checkpointing, and the HF
 # export is the single process's folder. A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
 # tp=2 and continues as the single process does; --comm-stats counts the transfers as its
 # formula says. A rank killed mid-pipeline ends the job; bad layouts get one line each before
-# any work. (BERT at dp=2 with ZeRO-3 gives dp=2's numbers here too, dropout on.)
+# any work. (BERT at dp=2 with ZeRO-3 gives dp=2's numbers here too, dropout on, and a tp 2
+# folder from tz-convert trains at pp 2 as its HF source does.)
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -170,6 +172,29 @@ LM=("$TMP/lm.txt" --arch "$TMP/arch.json" --block-size 32 --batch-size 4 --micro
 mpirun -np 2 "$BIN/gpt2-finetune" "${LM[@]}" --pp 2 --save-dir "$TMP/lm_pp2" > "$TMP/lm_pp2.log" 2>&1 ||
     { fail=$((fail + 1)); echo "FAILED: gpt2-finetune pp 2" >&2; tail -5 "$TMP/lm_pp2.log" >&2; }
 check "gpt2-finetune pp 2" lm_one lm_pp2
+# ZeRO shards each stage's state, the tied copy's too, and counts the copy once in the norm
+for layout in "lm_dp2 2" "lm_dp2pp2z1 4 --pp 2 --zero 1" "lm_dp2pp2z2 4 --pp 2 --zero 2"; do
+    set -- $layout
+    name=$1 np=$2
+    shift 2
+    mpirun -np "$np" "$BIN/gpt2-finetune" "${LM[@]}" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1 ||
+        { fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; }
+done
+check "gpt2-finetune dp2 x pp2, ZeRO-1" lm_dp2 lm_dp2pp2z1
+check "gpt2-finetune dp2 x pp2, ZeRO-2" lm_dp2 lm_dp2pp2z2
+
+# tz-convert's sharded folders need no resharding for stages: a tp 2 folder trains at pp 2 as the
+# HF folder it came from does
+"$BIN/tz-convert" import "$SRC/tests/data/tiny-gpt2" "$TMP/tiny_tp2" --tp 2 > "$TMP/import.log" 2>&1 ||
+    { fail=$((fail + 1)); echo "FAILED: import at tp 2" >&2; cat "$TMP/import.log" >&2; }
+TINY=(--tokenizer "$SRC/tests/data/tiny-gpt2" "${COMMON[@]}" --pp 2 --max-steps 2)
+for src in hf sharded; do
+    model="$SRC/tests/data/tiny-gpt2"
+    [ "$src" = sharded ] && model="$TMP/tiny_tp2"
+    mpirun -np 2 "$BIN/gpt2-classify" --model "$model" "${TINY[@]}" --save-dir "$TMP/tiny_$src" > "$TMP/tiny_$src.log" 2>&1 ||
+        { fail=$((fail + 1)); echo "FAILED: pp 2 from the $src folder" >&2; tail -5 "$TMP/tiny_$src.log" >&2; }
+done
+check "pp 2 from a tp 2 sharded folder" tiny_hf tiny_sharded
 
 # bad layouts: one line, before the data is read
 expect_error() { # what, message, ranks, program, options

@@ -10,7 +10,8 @@
  * - every rank ends with the same parameters (the all-gather);
  * - offload gives the same bits as no offload (the same CPU AdamW over host copies);
  * - ZeRO-3 (weights sharded block by block, gathered as the model asks) gives the same, at
- *   dp = 2 and 5; with --offload-params or --offload-optimizer it gives the same bits as without;
+ *   dp = 2 and 5; with --offload-params or --offload-optimizer, and with the model built on a
+ *   second backend (rt_backend.params_staging, GPU ZeRO-3's host build), the same bits as without;
  *   with gradient accumulation and a last batch smaller than dp (a rank runs a stand-in with a
  *   zero loss scale so that its gathers stay in step) it still matches plain dp;
  * - a ZeRO-1 run stopped after 3 steps with a checkpoint resumes bit-exactly at ZeRO-1 and
@@ -38,6 +39,7 @@ typedef struct {
     int dp, zero;
     int accum, batch; /* 0: 1 and BATCH */
     bool offload, offload_params, resume;
+    bool staged; /* the model built on a second (host) backend, as ZeRO-3 on a GPU does */
     int64_t steps;
     int save_interval;
     const char *schedule;
@@ -73,7 +75,11 @@ static rt_status rank_run(rank_arg *a) {
     cfg.pad_token_id = VOCAB - 1;
     cfg.embd_pdrop = cfg.resid_pdrop = cfg.attn_pdrop = 0.0f;
     RT_TRY(rt_backend_init("cpu", 1, &a->be));
+    if (c->staged) RT_TRY(rt_backend_init("cpu", 1, &a->be->params_staging));
     RT_TRY(gpt2_model_init(&cfg, a->be, rt_comm_self(), BATCH, 24, 11, &a->m));
+    if (c->staged)
+        TZ_EXPECT(gpt2_model_params(a->m)->be == a->be->params_staging && gpt2_model_params(a->m)->device == a->be,
+                  "a staged model's slab is on the staging backend");
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = a->comm->rank, .world = a->comm->size};
     const int batch = c->batch ? c->batch : BATCH;
     RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, 1, &loader));
@@ -88,6 +94,8 @@ static rt_status rank_run(rank_arg *a) {
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
     RT_TRY(rt_train(&o, &tm, &td, NULL, ckpt_train_io(), &res));
+    if (c->staged)
+        TZ_EXPECT(tm.params->be == a->be && !tm.params->device, "after ZeRO-3 the parameters are on the compute backend");
 fail:
     data_loader_free(loader);
     return st;
@@ -253,18 +261,21 @@ int main(void) {
         run(&c4, &o4);
         snprintf(what, sizeof what, "ZeRO-3 dp=%d vs plain dp", dp);
         compare(what, &o4, &o0, d4, d0, be);
-        for (int k = 0; k < 2 && dp == 2; k++) { /* offloading moves the arithmetic, not the numbers */
+        for (int k = 0; k < 4 && dp == 2; k++) { /* offloading and staging move the arithmetic, not the numbers */
             char *d5 = fresh_dir();
             run_cfg c5 = c4;
             c5.offload = k == 0;
-            c5.offload_params = k == 1;
+            c5.offload_params = k == 1 || k == 3;
+            c5.staged = k >= 2;
             c5.dir = d5;
             run_out o5;
             run(&c5, &o5);
             if (o5.ok && o4.ok)
                 TZ_EXPECT(memcmp(params_of(&o5)->param, params_of(&o4)->param,
                                  params_of(&o4)->numel * sizeof(float)) == 0,
-                          "ZeRO-3 with %s differs from ZeRO-3 without", k ? "--offload-params" : "--offload-optimizer");
+                          "ZeRO-3 with %s differs from ZeRO-3 without",
+                          (const char *[]){"--offload-optimizer", "--offload-params", "a staged build",
+                                           "a staged build and --offload-params"}[k]);
             free_out(&o5);
             free(d5);
         }

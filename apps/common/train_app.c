@@ -218,6 +218,9 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
                         o->precision, o->precision, dtype == RT_F16 ? "; dynamic loss scaling" : "");
         }
     }
+    /* ZeRO-3 on a GPU: the model is built in host memory and only this rank's pieces go up, so
+     * the whole model never has to fit on the device (DeepSpeed's zero.Init does the same job) */
+    if (st == RT_OK && o->zero == 3 && (*be)->device >= 0) st = rt_cpu_backend_init((int)o->threads, &(*be)->params_staging);
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
     if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
     if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host || grid->pp != grid->pp_host))
