@@ -92,6 +92,22 @@ if mpirun -np 2 "$BIN" "${ARGS[@]}" --save-interval 3 --tp 2 --save-dir "$TMP/ck
 else
     fail=$((fail + 1)); echo "FAILED: save at tp=2" >&2; tail -5 "$TMP/ck.log" >&2
 fi
+# --comm-stats under ZeRO-3: the reduce-scatter's bytes are the formula's, the all-gather's within
+# its bound (every block twice per micro-batch, plus the end-of-run gather), and above half of it
+mpirun -np 2 "$BIN" "${ARGS[@]}" --zero 3 --comm-stats --eval-interval -1 --save-interval -1 \
+    --save-dir "$TMP/z3stats" > "$TMP/z3stats.log" 2>&1
+stats=$(tr '\r' '\n' < "$TMP/z3stats.log" | sed 's/\x1b\[K//g')
+rs=$(grep -a "^  dp reduce_scatter" <<< "$stats" | awk '{print $(NF-1)}')
+ag=$(grep -a "^  dp all_gather" <<< "$stats" | awk '{print $(NF-1)}')
+rs_formula=$(grep -a "formula dp with --zero 3" <<< "$stats" | sed 's/.*micro-batches = \([0-9.]*\) MB, all_gather.*/\1/')
+ag_bound=$(grep -a "formula dp with --zero 3" <<< "$stats" | sed 's/.*steps = \([0-9.]*\) MB.*/\1/')
+if [ -n "$rs" ] && [ -n "$ag" ] && [ "$rs" = "$rs_formula" ] &&
+    awk -v a="$ag" -v b="$ag_bound" 'BEGIN {exit !(a <= b && a > b / 2)}'; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: ZeRO-3 --comm-stats: reduce_scatter '$rs' MB (formula '$rs_formula'), all_gather '$ag' MB (bound '$ag_bound')" >&2
+    grep -a -A10 "^communication per" <<< "$stats" >&2
+fi
 # a tp that does not divide the heads fails before any work, on every rank, with exit 1
 mpirun -np 3 "$BIN" "${ARGS[@]}" --tp 3 --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
 rc=$?

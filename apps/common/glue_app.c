@@ -324,13 +324,15 @@ static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp
     if (O.t.zero == 3 && grid->dp_size > 1) {
         /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
          * block for the forward and again for the backward, less the blocks the backward finds
-         * still in the window; a rank's pieces add up to about the slab over dp */
+         * still in the window; a rank's pieces add up to about the slab over dp. The whole model
+         * is gathered once more at the end of the run (for the export), spread over the steps. */
         const double M = (double)O.t.grad_accum, slice = (double)p->numel / grid->dp_size;
         rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
-                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm = %.4f MB (the "
-                    "window saves up to %d blocks' backward gathers), all_reduce 20 B of counts",
-                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (8.0 * slice * M + 16.0) / 1e6,
-                    RT_ZERO3_WINDOW - 1);
+                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
+                    "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
+                    "20 B of counts",
+                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
+                    (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
     } else if (O.t.zero > 0 && grid->dp_size > 1) {
         /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
          * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
