@@ -57,6 +57,13 @@ typedef struct {
 } rt_zero_block;
 
 enum { RT_ZERO3_WINDOW = 3 }; /* blocks gathered at once: in use, the one ahead, the one before */
+enum { RT_ZERO3_SPARES = 2 * RT_ZERO3_WINDOW }; /* emptied window buffers kept for reuse */
+
+/* An emptied window buffer kept for the next block of its size. */
+typedef struct {
+    float *buf;
+    size_t floats;
+} rt_zero_spare;
 
 /* A window entry: a gathered block's values or a block's gradient (block -1: empty). */
 typedef struct {
@@ -90,6 +97,7 @@ typedef struct rt_zero {
     float *pshard;      /* (shard) this rank's pieces: backend memory, or h_master with offload_params */
     float *rs_out;      /* (largest piece) a reduce-scatter's output, before it joins gshard */
     rt_zero_slot pslots[RT_ZERO3_WINDOW], gslots[RT_ZERO3_WINDOW];
+    rt_zero_spare spares[RT_ZERO3_SPARES];
     uint64_t clock;
     int last_block;     /* the block asked for last: the pass's direction picks the one to prefetch */
     rt_params_source source;

@@ -115,21 +115,43 @@ static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_hos
     return z->dp->ops->all_gather(z->dp->ctx, buf, at, b->piece);
 }
 
+/* Floats in block k's gathered buffer. */
+static size_t zero3_block_floats(const rt_zero *z, int k) { return z->blocks[k].piece * (size_t)z->dp->size; }
+
+/* Empties slot s. Its buffer goes to the spares for the next block of its size (the blocks of a
+ * stack are all one size), so a step allocates nothing once the window has filled: no
+ * cudaMalloc, which synchronises, per gather on a GPU. */
 static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
     zero3_settle(z, s);
-    if (s->buf) rt_free_sized(z->p->be, s->buf, z->blocks[s->block].piece * (size_t)z->dp->size * sizeof(float));
+    if (s->buf) {
+        const size_t n = zero3_block_floats(z, s->block);
+        int room = -1;
+        for (int i = 0; i < RT_ZERO3_SPARES && room < 0; i++)
+            if (!z->spares[i].buf) room = i;
+        if (room >= 0)
+            z->spares[room] = (rt_zero_spare){.buf = s->buf, .floats = n};
+        else
+            rt_free_sized(z->p->be, s->buf, n * sizeof(float));
+    }
     *s = (rt_zero_slot){.block = -1};
 }
 
-/* A zeroed buffer for block k in slot s. The model's calls cannot fail, so running out of memory
- * here stops the process, naming the block (a caching allocator would also spare a GPU the
- * cudaMalloc per gather). */
-static void zero3_alloc(rt_zero *z, int k, rt_zero_slot *s, const char *what) {
-    const size_t n = z->blocks[k].piece * (size_t)z->dp->size;
+/* A buffer for block k in slot s: a spare of its size (zeroed when `zeroed`: gradients add into
+ * it, while a gather writes every float), else a new zeroed one. The model's calls cannot fail,
+ * so running out of memory here stops the process, naming the block. */
+static void zero3_alloc(rt_zero *z, int k, rt_zero_slot *s, const char *what, bool zeroed) {
+    const size_t n = zero3_block_floats(z, k);
+    s->block = k;
+    for (int i = 0; i < RT_ZERO3_SPARES; i++)
+        if (z->spares[i].buf && z->spares[i].floats == n) {
+            s->buf = z->spares[i].buf;
+            z->spares[i] = (rt_zero_spare){0};
+            if (zeroed) rt_clear(z->p->be, s->buf, n * sizeof(float));
+            return;
+        }
     rt_status st = rt_backend_alloc(z->p->be, n * sizeof(float), what, (void **)&s->buf);
     RT_CHECK(st == RT_OK, "ZeRO-3: no memory for the %s of block %d (from %s, %zu floats): %s", what, k,
              z->p->specs[z->blocks[k].first].name, n, rt_error_message());
-    s->block = k;
 }
 
 /* The slot holding block k in slots, or a free one, or (none free) the least recently used
@@ -160,7 +182,7 @@ static float *zero3_fetch(rt_zero *z, int k, int keep, bool ahead) {
     s->used = ++z->clock;
     if (!found) {
         if (evicted) zero3_slot_free(z, s);
-        zero3_alloc(z, k, s, "gathered parameters");
+        zero3_alloc(z, k, s, "gathered parameters", false);
         rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf, ahead ? &s->req : NULL);
         zero3_failed(z, st);
     }
@@ -201,7 +223,7 @@ static float *zero3_grad(void *user, int idx) {
             rt_status st = zero3_flush(z, s);
             zero3_failed(z, st);
         }
-        zero3_alloc(z, k, s, "gradients");
+        zero3_alloc(z, k, s, "gradients", true);
     }
     s->used = ++z->clock;
     return s->buf + (z->p->specs[idx].offset - z->blocks[k].off);
@@ -331,6 +353,8 @@ void rt_zero3_free(rt_zero *z) {
     rt_params *p = z->p;
     rt_zero3_drop_window(z);
     for (int i = 0; i < RT_ZERO3_WINDOW; i++) zero3_slot_free(z, &z->gslots[i]);
+    for (int i = 0; i < RT_ZERO3_SPARES; i++)
+        if (z->spares[i].buf) rt_free_sized(p->be, z->spares[i].buf, z->spares[i].floats * sizeof(float));
     if (p->source == &z->source) p->source = NULL;
     if (z->pshard && z->pshard != z->h_master) rt_free_device(p->be, z->pshard);
     if (z->rs_out) rt_free_device(p->be, z->rs_out);

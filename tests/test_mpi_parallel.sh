@@ -4,7 +4,8 @@
 # ZeRO-3's parameter offload (--batch-size is the global batch, each dp
 # rank takes a slice; tp ranks shard the same HF weights). Dropout is off: its masks are drawn
 # per rank-local batch element, as in PyTorch DDP. A checkpoint saved at tp=2 resumes at tp=1,
-# tp=2 and tp=4 and continues as the single process does.
+# tp=2 and tp=4, and one saved at dp=2 under ZeRO-3 at pp=2 and tp=2, and they continue as the
+# single process does; ZeRO-3's --comm-stats bytes agree with their formula.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -91,6 +92,26 @@ if mpirun -np 2 "$BIN" "${ARGS[@]}" --save-interval 3 --tp 2 --save-dir "$TMP/ck
     done
 else
     fail=$((fail + 1)); echo "FAILED: save at tp=2" >&2; tail -5 "$TMP/ck.log" >&2
+fi
+# a ZeRO-3 checkpoint (dp 2, step 3) holds full tensors too: it resumes at pp 2 and at tp 2 and
+# continues as one process does
+if mpirun -np 2 "$BIN" "${ARGS[@]}" --save-interval 3 --zero 3 --save-dir "$TMP/z3ck" > "$TMP/z3ck.log" 2>&1 &&
+    [ -f "$TMP/z3ck/step-000003.tzck" ]; then
+    for layout in "--pp 2" "--tp 2"; do
+        name="z3resume_${layout// /}"
+        mkdir -p "$TMP/$name" && cp "$TMP/z3ck/step-000003.tzck" "$TMP/$name/"
+        if mpirun -np 2 "$BIN" "${ARGS[@]}" $layout --resume --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1 &&
+            paste <(numbers one | tail -n +7) <(numbers "$name") |
+                awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' &&
+            [ "$(numbers one | tail -n +7 | wc -l)" -eq "$(numbers "$name" | wc -l)" ]; then
+            pass=$((pass + 1))
+        else
+            fail=$((fail + 1)); echo "FAILED: $name differs from one process:" >&2; tail -3 "$TMP/$name.log" >&2
+            paste <(numbers one | tail -n +7) <(numbers "$name") >&2
+        fi
+    done
+else
+    fail=$((fail + 1)); echo "FAILED: save at ZeRO-3" >&2; tail -5 "$TMP/z3ck.log" >&2
 fi
 # --comm-stats under ZeRO-3: the reduce-scatter's bytes are the formula's, the all-gather's within
 # its bound (every block twice per micro-batch, plus the end-of-run gather), and above half of it
