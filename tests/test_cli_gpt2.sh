@@ -224,6 +224,8 @@ expect_fail "unknown option" 2 "did you mean --batch-size" --batch-sise 4
 expect_fail "batch size 0" 2 "batch-size" --batch-size 0
 expect_fail "bad number" 2 "expected a number" --lr fast
 expect_fail "unknown dataset" 2 "not one of" --dataset squad
+expect_fail "ZeRO stage 4" 2 "zero" --zero 4
+expect_fail "--offload-params without ZeRO-3" 2 "--offload-params needs --zero 3" --zero 2 --offload-params
 expect_fail "task without data" 2 "needs --data-dir" --dataset mnli
 mkdir -p "$TMP/m_missing" && cp "$SRC/tests/golden/gpt2-tiny-cls/config.json" "$TMP/m_missing/"
 expect_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpt2-classify under mpirun must give the single-process losses, gradient norms and dev
-# metrics at dp=2, dp=4, tp=2, tp=4, dp=2 x tp=2, and with ZeRO-1/2/3, optimizer offload and
-# ZeRO-3's parameter offload (--batch-size is the global batch, each dp
+# metrics at dp=2, dp=4, tp=2, tp=4, dp=2 x tp=2, and with ZeRO-1/2/3, optimizer offload,
+# ZeRO-3's parameter offload and ZeRO-3 with activation checkpointing (--batch-size is the global batch, each dp
 # rank takes a slice; tp ranks shard the same HF weights). Dropout is off: its masks are drawn
 # per rank-local batch element, as in PyTorch DDP. A checkpoint saved at tp=2 resumes at tp=1,
 # tp=2 and tp=4, and one saved at dp=2 under ZeRO-3 at pp=2 and tp=2, and they continue as the
@@ -30,10 +30,11 @@ head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
 ARGS=(--model "$TMP/model" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --grad-accum 2 --max-steps 5
       --log-interval 1 --threads 1 --save-interval -1)
 
-run() { # name, ranks, tp, [zero stage], [offload|offload-params]
+run() { # name, ranks, tp, [zero stage], [offload|offload-params|checkpoint]
     local extra=(--zero "${4:-0}")
     [ "${5:-}" = offload ] && extra+=(--offload-optimizer)
     [ "${5:-}" = offload-params ] && extra+=(--offload-params)
+    [ "${5:-}" = checkpoint ] && extra+=(--checkpoint-activations)
     if [ "$2" -eq 1 ]; then
         "$BIN" "${ARGS[@]}" --save-dir "$TMP/$1" > "$TMP/$1.log" 2>&1
     else
@@ -48,7 +49,7 @@ run one 1 || { echo "FAILED: single-process run"; cat "$TMP/one.log"; exit 1; }
 [ "$(numbers one | wc -l)" -ge 13 ] || { echo "FAILED: expected at least 13 numbers in metrics.jsonl"; numbers one; exit 1; }
 # ZeRO layouts (third field: stage, fourth: optimizer offload) must match one process as well
 for layout in "2 1" "4 1" "2 2" "4 4" "4 2" "2 1 1" "4 1 2" "4 2 1" "3 1 2 offload" "2 1 3" "4 2 3" \
-    "3 1 3 offload-params"; do # ranks tp [zero] [offload]
+    "3 1 3 offload-params" "2 1 3 checkpoint"; do # ranks tp [zero] [offload|checkpoint]
     set -- $layout
     name="np$1_tp$2_zero${3:-0}${4:+_$4}"
     if ! run "$name" "$1" "$2" "${3:-0}" "${4:-}"; then
