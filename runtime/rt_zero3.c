@@ -179,13 +179,13 @@ static rt_zero_slot *zero3_slot(rt_zero_slot *slots, int k, int keep, bool *foun
 static float *zero3_fetch(rt_zero *z, int k, int keep, bool ahead) {
     bool found, evicted;
     rt_zero_slot *s = zero3_slot(z->pslots, k, keep, &found, &evicted);
-    s->used = ++z->clock;
     if (!found) {
         if (evicted) zero3_slot_free(z, s);
         zero3_alloc(z, k, s, "gathered parameters", false);
         rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf, ahead ? &s->req : NULL);
         zero3_failed(z, st);
     }
+    s->used = ++z->clock; /* after the eviction, which empties the slot */
     if (!ahead) zero3_settle(z, s);
     return s->buf;
 }
