@@ -401,6 +401,24 @@ static const rt_batch *rt_train_standin(const rt_batch *win, int nb, const rt_ba
     return kept->B > 0 ? kept : NULL;
 }
 
+/* The error for a ZeRO-3 rank that has no batch to stand in for an empty micro-batch. */
+static rt_status rt_train_no_standin(const rt_train_state *s, int64_t step) {
+    return rt_errorf(RT_ERR_CONFIG, "--zero 3: data-parallel rank %d has no examples in step %lld and none earlier to "
+                     "stand in for them (a smaller --batch-size or fewer ranks avoids it)", s->dp->rank,
+                     (long long)step + 1);
+}
+
+/* Makes a pipeline's stand-in add nothing: every label ignored (-100), every regression target
+ * missing (NaN), every seq2seq target ignored; its forward and backward still run. */
+static void rt_train_mute(rt_batch *b) {
+    for (int i = 0; i < b->B; i++) {
+        if (b->labels) b->labels[i] = -100;
+        if (b->targets) b->targets[i] = NAN;
+    }
+    for (size_t i = 0; b->dec_labels && i < (size_t)b->B * (size_t)b->T_dec; i++) b->dec_labels[i] = -100;
+    b->n_targets = 0;
+}
+
 /* Keeps this step's last non-empty micro-batch as the stand-in by swapping it with the kept one
  * (each struct owns its buffers; the loader refills whichever lands in the window). */
 static void rt_train_keep_standin(rt_batch *win, int nb, rt_batch *kept) {
@@ -453,9 +471,6 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         RT_TRY(rt_loss_scaler_init(&s.scaler, o->loss_scale));
         s.scaling = true;
     }
-    if (pipeline && o->zero == 3)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "--zero 3 with %d pipeline stages is not supported yet (--zero 1 or 2 is)",
-                s.pp->size);
     if (o->zero > 0 || o->offload_optimizer || o->offload_params) {
         const rt_zero_opts zo = {.stage = o->zero, .offload_optimizer = o->offload_optimizer,
                                  .offload_params = o->offload_params};
@@ -541,10 +556,20 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             const double S = s.scaling ? s.scaler.scale : 1.0; /* the loss scale of this step */
             scale *= (float)S;
             if (pipeline) {
-                /* every stage has the same micro-batches; this dp rank's non-empty ones go through */
+                /* every stage has the same micro-batches; this dp rank's non-empty ones go through
+                 * (ZeRO-3: all of them, an empty one as a stand-in that adds nothing, since every
+                 * dp rank must make the same gathers; in the 1F1B order its gradients mix with the
+                 * others', so its labels are ignored instead of its gradients discarded) */
                 int n = 0;
-                for (int i = 0; i < nb; i++)
-                    if (win[i].B > 0) pwin[n++] = win[i];
+                for (int i = 0; i < nb; i++) {
+                    if (win[i].B > 0) {
+                        pwin[n++] = win[i];
+                    } else if (in_step) {
+                        if (standin.B == 0) RT_TRY(rt_train_no_standin(&s, step));
+                        rt_train_mute(&standin);
+                        pwin[n++] = standin;
+                    }
+                }
                 if (n > 0) RT_TRY(model->pipeline_step(model->ctx, pwin, n, o->seed, step, scale, &loss_sum));
                 /* the last stage's sum, to every stage, exactly */
                 RT_TRY(s.pp_host->ops->broadcast(s.pp_host->ctx, &loss_sum, sizeof loss_sum, s.pp->size - 1));
@@ -556,10 +581,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                     if (!in_step) continue;
                     /* ZeRO-3's gathers need this rank's calls too: a stand-in that adds nothing */
                     b = rt_train_standin(win, nb, &standin);
-                    if (!b)
-                        RT_FAIL(RT_ERR_CONFIG, "--zero 3: data-parallel rank %d has no examples in step %lld and none "
-                                "earlier to stand in for them (a smaller --batch-size or fewer ranks avoids it)",
-                                s.dp->rank, (long long)step + 1);
+                    if (!b) RT_TRY(rt_train_no_standin(&s, step));
                     rt_zero_discard_grads(s.zero);
                 }
                 const rt_grads_hook *hook = in_step ? &zero3_hook : overlap && i == nb - 1 ? &reduce_hook : NULL;

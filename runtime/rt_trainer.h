@@ -108,7 +108,7 @@ typedef struct {
     /* ZeRO (runtime/rt_zero.h): 1 shards AdamW m and v over dp (reduce-scatter the gradients,
      * update this rank's slice, all-gather the parameters); 2 also gives back the full
      * gradient between steps (CPU backend); 3 shards the parameters and gradients too, block
-     * by block, gathering each block as the model reaches it (not with pp yet).
+     * by block, gathering each block as the model reaches it (with pp, each stage its own).
      * offload_optimizer keeps the slice's fp32 master weights, m and v in host memory and runs
      * AdamW there; it needs zero >= 1. offload_params (zero 3) keeps the parameter shard there
      * too. Checkpoints keep the full layout, so they resume at any dp and zero. 0/false: off. */

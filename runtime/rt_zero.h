@@ -31,7 +31,8 @@
  *     a block flushed twice in a step still sums to the same gradient.
  * The gathers are in step with the model's calls, so every dp rank must make the same calls:
  * a rank with no examples in a micro-batch runs a stand-in whose gradients flush as zeros
- * (rt_zero_discard_grads, rt_trainer.c). With --offload-params the shard lives in host memory and the host's AdamW
+ * (rt_zero_discard_grads, rt_trainer.c), or under pipeline stages, where micro-batches
+ * interleave, one whose labels are all ignored. With --offload-params the shard lives in host memory and the host's AdamW
  * updates it in place; a gather copies the piece up first.
  *
  * Checkpoints keep the ordinary full layout: rt_zero_gather_state assembles full m and v in

@@ -159,9 +159,6 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
                          "--offload-optimizer needs --zero 1, 2 or 3 (it offloads this rank's optimizer shard)");
     if (o->offload_params && o->zero != 3)
         return rt_errorf(RT_ERR_USAGE, "--offload-params needs --zero 3 (only stage 3 shards the weights)");
-    if (o->pp > 1 && o->zero == 3)
-        return rt_errorf(RT_ERR_USAGE, "--zero 3 with --pp %lld is not supported yet (--zero 1 or 2 is)",
-                         (long long)o->pp);
     if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)
         return rt_errorf(RT_ERR_USAGE, "--checkpoint-num-layers %lld needs --checkpoint-activations",
                          (long long)o->checkpoint_num_layers);
