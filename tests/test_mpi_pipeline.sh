@@ -10,8 +10,8 @@
 # export is the single process's folder. A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
 # tp=2 and continues as the single process does; --comm-stats counts the transfers as its
 # formula says. A rank killed mid-pipeline ends the job; bad layouts get one line each before
-# any work. (BERT at dp=2 with ZeRO-3 gives dp=2's numbers here too, dropout on, and a tp 2
-# folder from tz-convert trains at pp 2 as its HF source does.)
+# any work. (BERT at dp=2 with ZeRO-3, and at dp=2 x pp=2 with ZeRO-3, gives dp=2's numbers here
+# too, dropout on, and a tp 2 folder from tz-convert trains at pp 2 as its HF source does.)
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -145,7 +145,8 @@ cat > "$TMP/bert.json" <<JSON
  "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}
 JSON
 BERT=(--arch "$TMP/bert.json" --tokenizer "$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt")
-for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_dp2 2" "bert_dp2_zero3 2 --zero 3"; do
+for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_dp2 2" "bert_dp2_zero3 2 --zero 3" \
+    "bert_dp2pp2_zero3 4 --pp 2 --zero 3"; do
     set -- $layout
     name=$1 np=$2
     shift 2
@@ -157,6 +158,7 @@ for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_dp2 2" "bert_dp2_zero3 2 --
 done
 check "BERT pp 2" bert_one bert_pp2
 check "BERT ZeRO-3" bert_dp2 bert_dp2_zero3
+check "BERT dp 2 x pp 2, ZeRO-3" bert_dp2 bert_dp2pp2_zero3
 if cmp -s <(tensors "$TMP/bert_one/step-000005.tzck") <(tensors "$TMP/bert_pp2/step-000005.tzck"); then
     pass=$((pass + 1))
 else
