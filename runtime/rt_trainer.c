@@ -375,7 +375,9 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
 static rt_status rt_train_log_stage_memory(rt_train_state *s, const rt_params *p) {
     const double mib = 1024.0 * 1024.0;
     const int P = s->pp_host->size;
-    float mine[2] = {(float)((double)p->numel * sizeof(float) / mib), (float)((double)rt_bytes_held(p->be) / mib)};
+    /* the stage's weights, or under ZeRO-3 the rank's shard of them (offloaded: none on the device) */
+    const size_t weights = s->zero && s->zero->stage == 3 ? (s->zero->offload_params ? 0 : s->zero->shard) : p->numel;
+    float mine[2] = {(float)((double)weights * sizeof(float) / mib), (float)((double)rt_bytes_held(p->be) / mib)};
     float *all = rt_xmalloc(2 * sizeof(float) * (size_t)P);
     rt_status st = s->pp_host->ops->all_gather(s->pp_host->ctx, all, mine, 2);
     if (st == RT_OK && s->lead) {
