@@ -9,7 +9,8 @@
 # tz-convert inspect lists them), also in bf16 and with activation checkpointing, and the HF
 # export is the single process's folder. A checkpoint saved at pp=2 resumes at pp=1, pp=4 and
 # tp=2 and continues as the single process does; --comm-stats counts the transfers as its
-# formula says. A rank killed mid-pipeline ends the job; bad layouts get one line each before
+# formula says; gpt2-finetune --generate at pp 2 prints the single process's greedy text. A rank
+# killed mid-pipeline ends the job; bad layouts get one line each before
 # any work. (BERT at dp=2 with ZeRO-3, and at dp=2 x pp=2 with ZeRO-3, gives dp=2's numbers here
 # too, dropout on, and a tp 2 folder from tz-convert trains at pp 2 as its HF source does.)
 set -u
@@ -183,11 +184,21 @@ fi
 head -n 200 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/lm.txt"
 LM=("$TMP/lm.txt" --arch "$TMP/arch.json" --block-size 32 --batch-size 4 --micro-batches 2 --max-steps 5
     --log-interval 1 --threads 1 --no-cache --val-split 0.2 --eval-interval 5)
-"$BIN/gpt2-finetune" "${LM[@]}" --save-dir "$TMP/lm_one" > "$TMP/lm_one.log" 2>&1 ||
+GEN=(--generate "A man" --max-new-tokens 8)
+"$BIN/gpt2-finetune" "${LM[@]}" "${GEN[@]}" --save-dir "$TMP/lm_one" > "$TMP/lm_one.log" 2>&1 ||
     { fail=$((fail + 1)); echo "FAILED: gpt2-finetune one process" >&2; tail -5 "$TMP/lm_one.log" >&2; }
-mpirun -np 2 "$BIN/gpt2-finetune" "${LM[@]}" --pp 2 --save-dir "$TMP/lm_pp2" > "$TMP/lm_pp2.log" 2>&1 ||
+mpirun -np 2 "$BIN/gpt2-finetune" "${LM[@]}" "${GEN[@]}" --pp 2 --save-dir "$TMP/lm_pp2" > "$TMP/lm_pp2.log" 2>&1 ||
     { fail=$((fail + 1)); echo "FAILED: gpt2-finetune pp 2" >&2; tail -5 "$TMP/lm_pp2.log" >&2; }
 check "gpt2-finetune pp 2" lm_one lm_pp2
+# --generate under pp: the first rank decodes with the whole exported model, the same greedy text
+text_one=$(grep -a "^A man" "$TMP/lm_one.log")
+if [ -n "$text_one" ] && [ "$(grep -a "^A man" "$TMP/lm_pp2.log")" = "$text_one" ] &&
+    grep -q "the whole model from .*/hf, on this rank" "$TMP/lm_pp2.log"; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: --generate at pp 2 differs from one process's ('$text_one'):" >&2
+    grep -a "^A man\|generate" "$TMP/lm_pp2.log" >&2
+fi
 # ZeRO shards each stage's state, the tied copy's too, and counts the copy once in the norm
 for layout in "lm_dp2 2" "lm_dp2pp2z1 4 --pp 2 --zero 1" "lm_dp2pp2z2 4 --pp 2 --zero 2"; do
     set -- $layout
@@ -229,7 +240,6 @@ expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2
 expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify \
     "${ARGS[@]}" --pp 2 --micro-batches 1
 expect_error "a program without stages" "glm-finetune has no pipeline stages yet" 2 glm-finetune --pp 2 --task copa
-expect_error "--generate" "--generate with --pp 2" 2 gpt2-finetune "${LM[@]}" --pp 2 --generate "A man"
 expect_error "ZeRO-3 with the language model's tied copy" "--zero 3 with a tied weight on two pipeline stages" 2 \
     gpt2-finetune "${LM[@]}" --pp 2 --zero 3
 

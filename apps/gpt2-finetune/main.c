@@ -396,6 +396,23 @@ fail:
     return st;
 }
 
+/* Decoding has no pipeline path: under --pp the first rank builds the whole model from the
+ * folder it has just exported (every stage's tensors) and generates alone. */
+static rt_status lm_generate_whole(const char *hf_dir, const tok_tokenizer *tok, int32_t eos, rt_backend *be,
+                                   const rt_grid *grid) {
+    rt_status st = RT_OK;
+    train_app_source src;
+    gpt2_model *whole = NULL;
+    int block = (int)O.block_size;
+    rt_log_info("--generate with %d pipeline stages: the whole model from %s, on this rank", grid->pp_size, hf_dir);
+    RT_TRY(train_app_resolve_source(hf_dir, NULL, NULL, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
+    RT_TRY(lm_build_model(&src, tok, be, rt_comm_self(), rt_comm_self(), 1, &block, &whole));
+    RT_TRY(lm_generate(whole, tok, eos, grid));
+fail:
+    gpt2_model_free(whole);
+    return st;
+}
+
 /* ---- main ---- */
 
 static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) {
@@ -417,9 +434,6 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
     O.t.has_stages = true;
-    if (O.t.pp > 1 && O.generate)
-        RT_FAIL(RT_ERR_USAGE, "--generate with --pp %lld: decoding has no pipeline path yet (generate from the "
-                "exported folder at --pp 1)", (long long)O.t.pp);
     if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on two pipeline stages (--pp %lld: the language model's "
                 "head keeps a copy of wte) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
@@ -501,7 +515,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         if (stat(src.tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode)) RT_TRY(train_app_copy_tokenizer(src.tokenizer, hf_dir));
         rt_log_info("wrote HF model folder %s", hf_dir);
     }
-    if (O.generate) RT_TRY(lm_generate(model, tok, eos, &grid));
+    if (O.generate && grid.pp_size == 1) RT_TRY(lm_generate(model, tok, eos, &grid));
+    if (O.generate && grid.pp_size > 1 && grid.world->rank == 0) RT_TRY(lm_generate_whole(hf_dir, tok, eos, be, &grid));
 fail:
     free(options_json);
     free(ev.idx);
