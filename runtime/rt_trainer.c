@@ -351,22 +351,24 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     char free_txt[64] = "";
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
     if (be->ops->device_model) rt_log_info("device %s: %s", be->ops->name, be->ops->device_model(be->ctx));
-    if (zero && zero->stage == 3) { /* the shards are all there is: the blocks are gathered at use */
-        const double shard = (double)zero->shard * sizeof(float) / mib;
-        const double w = zero->offload_params ? 0 : shard, opt = zero->offload ? 0 : 2 * shard;
-        /* offloaded: the master weights (the weights themselves with offload_params), a gradient
-         * copy, m and v in host memory, which on the CPU backend is this backend's memory too */
-        const double host = zero->offload ? 4 * shard : 0, here = w + shard + opt + (be->device < 0 ? host : 0);
+    if (zero) {
+        /* stage 3 keeps only shards (the blocks are gathered at use); stages 1-2 the whole (padded)
+         * weights and gradient plus the gradient shard the reduce-scatter fills. Offloaded: the
+         * master weights (with offload_params the weights themselves), a gradient copy, m and v in
+         * host memory, which on the CPU backend is this backend's memory too. */
+        const double shard = (double)zero->shard * sizeof(float) / mib, padded = (double)zero->padded * sizeof(float) / mib;
+        const double w = zero->stage == 3 ? (zero->offload_params ? 0 : shard) : padded;
+        const double g = zero->stage == 3 ? shard : padded + shard, opt = zero->offload ? 0 : 2 * shard;
+        const double host = zero->offload ? 4 * shard : 0, here = w + g + opt + (be->device < 0 ? host : 0);
         char host_txt[96] = "";
         if (zero->offload) snprintf(host_txt, sizeof host_txt, ", offloaded to host memory %.1f", host);
-        rt_log_info("memory on %s: %.1f MiB (ZeRO-3 shards: weights %.1f, gradients %.1f, AdamW state %.1f%s; "
-                    "activations and buffers %.1f)%s", be->ops->name, total, w, shard, opt, host_txt,
+        rt_log_info("memory on %s: %.1f MiB (ZeRO-%d: weights %.1f, gradients %.1f, AdamW state %.1f%s; activations "
+                    "and buffers %.1f)%s", be->ops->name, total, zero->stage, w, g, opt, host_txt,
                     total - here > 0 ? total - here : 0.0, free_txt);
         return;
     }
-    rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, %s %.1f)%s", be->ops->name,
-                total, slab, slab, moments, zero ? "activations, buffers and the ZeRO shards" : "activations and buffers",
-                rest > 0 ? rest : 0.0, free_txt);
+    rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, activations and buffers "
+                "%.1f)%s", be->ops->name, total, slab, slab, moments, rest > 0 ? rest : 0.0, free_txt);
 }
 
 /* Every pipeline stage's memory, which differs by stage (its blocks, the embeddings or heads,
