@@ -147,15 +147,13 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
     if (z->dp->rank == 0 && z->tp->rank == 0) {
         const double mib = 4.0 / (1 << 20);
         if (stage == 3) {
-            size_t most = 0;
-            for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].n > most ? z->blocks[k].n : most;
             rt_log_info("ZeRO-3 over %d data-parallel ranks%s: weights, gradients and AdamW m and v in %d blocks, "
                         "%.1f MiB per rank instead of %.1f MiB, plus up to %d blocks gathered at once for the "
                         "weights and as many for the gradients (the largest block %.1f MiB)%s",
                         z->dp->size, z->offload_params ? ", parameters and optimizer offloaded to host memory"
                                      : z->offload    ? ", optimizer offloaded to host memory" : "",
                         z->n_blocks, 4.0 * (double)z->shard * mib, 4.0 * (double)p->numel * mib, RT_ZERO3_WINDOW,
-                        (double)most * mib, staging ? "; the model was built in host memory" : "");
+                        (double)(z->max_piece * ranks) * mib, staging ? "; the model was built in host memory" : "");
         } else {
             rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s",
                         stage, z->dp->size, z->offload ? ", optimizer offloaded to host memory" : "",
@@ -419,7 +417,7 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
                 memset(mine[k], 0, bytes);
             else
                 rt_clear(p->be, mine[k], bytes);
-            if (full[k]) rt_zero3_pieces(z, (float *)full[k], mine[k], z->offload, true);
+            if (full[k]) rt_zero3_pieces(z, (float *)full[k], false, mine[k], z->offload, true);
         }
         rt_zero_shard_params(z, true);
         if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, bytes);

@@ -95,6 +95,7 @@ typedef struct rt_zero {
     int n_blocks;
     rt_zero_block *blocks;
     int *block_of;      /* (p->n) each parameter's block */
+    size_t max_piece;   /* the largest block's piece (at least 1): the size of a gather's buffers */
     float *pshard;      /* (shard) this rank's pieces: backend memory, or h_master with offload_params */
     float *rs_out;      /* (largest piece) a reduce-scatter's output, before it joins gshard */
     rt_zero_slot pslots[RT_ZERO3_WINDOW], gslots[RT_ZERO3_WINDOW];
@@ -183,9 +184,9 @@ void rt_zero3_drop_window(rt_zero *z);
 /* This rank's piece of block k in the slab: [lo, hi), clipped to the block (the last pieces
  * are short or empty where dp does not divide it). */
 void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi);
-/* Copies this rank's pieces between a full slab (p->param's layout) and a shard (host memory
- * when on_host), into the shard when to_shard. */
-void rt_zero3_pieces(rt_zero *z, float *full, float *shard, bool on_host, bool to_shard);
+/* Copies this rank's pieces between a full slab (p->param's layout) and a shard, into the
+ * shard when to_shard; each is in host memory when its flag says so, else the backend's. */
+void rt_zero3_pieces(rt_zero *z, float *full, bool full_host, float *shard, bool shard_host, bool to_shard);
 /* Assembles the full slab `full` (backend memory, p->numel floats) from every rank's shard.
  * Collective over dp. */
 rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, float *full);

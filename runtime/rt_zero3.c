@@ -34,6 +34,7 @@ void rt_zero3_cut(rt_zero *z) {
     z->blocks = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->blocks);
     z->block_of = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->block_of);
     z->shard = 0;
+    z->max_piece = 1; /* at least one float: buffers sized by it are never empty */
     for (int i = 0; i < p->n;) {
         int j = i + 1;
         while (j < p->n && zero3_same_block(p->specs[i].name, p->specs[j].name)) j++;
@@ -44,6 +45,7 @@ void rt_zero3_cut(rt_zero *z) {
         b->piece = (b->n + dp - 1) / dp;
         b->at = z->shard;
         z->shard += b->piece;
+        z->max_piece = b->piece > z->max_piece ? b->piece : z->max_piece;
         for (int k = i; k < j; k++) z->block_of[k] = z->n_blocks;
         z->n_blocks++;
         i = j;
@@ -57,18 +59,29 @@ void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi) {
     *hi = b->off + (e < b->n ? e : b->n);
 }
 
-void rt_zero3_pieces(rt_zero *z, float *full, float *shard, bool on_host, bool to_shard) {
-    rt_params *p = z->p;
+/* Copies bytes between any two of the backend's memory and host memory. */
+static void zero3_move(rt_backend *be, void *dst, bool dst_host, const void *src, bool src_host, size_t bytes) {
+    if (dst_host && src_host)
+        memcpy(dst, src, bytes);
+    else if (dst_host)
+        rt_to_host(be, dst, src, bytes);
+    else if (src_host)
+        rt_to_device(be, dst, src, bytes);
+    else
+        rt_copy(be, dst, src, bytes);
+}
+
+void rt_zero3_pieces(rt_zero *z, float *full, bool full_host, float *shard, bool shard_host, bool to_shard) {
     for (int k = 0; k < z->n_blocks; k++) {
         size_t lo, hi;
         rt_zero3_piece(z, k, &lo, &hi);
         float *mine = shard + z->blocks[k].at;
         const size_t bytes = (hi - lo) * sizeof(float);
         if (!bytes) continue;
-        if (on_host)
-            to_shard ? rt_to_host(p->be, mine, full + lo, bytes) : rt_to_device(p->be, full + lo, mine, bytes);
+        if (to_shard)
+            zero3_move(z->p->be, mine, shard_host, full + lo, full_host, bytes);
         else
-            to_shard ? rt_copy(p->be, mine, full + lo, bytes) : rt_copy(p->be, full + lo, mine, bytes);
+            zero3_move(z->p->be, full + lo, full_host, mine, shard_host, bytes);
     }
 }
 
@@ -101,14 +114,9 @@ static void zero3_settle_all(rt_zero *z) {
  * when req is not NULL (*req then NULL if the comm finished it at once). The padding past the
  * block's end is zero in every piece. */
 static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_host, float *buf, void **req) {
-    rt_params *p = z->p;
     const rt_zero_block *b = &z->blocks[k];
     float *at = buf + b->piece * (size_t)z->dp->rank;
-    const size_t bytes = b->piece * sizeof(float);
-    if (on_host)
-        rt_to_device(p->be, at, shard + b->at, bytes);
-    else
-        rt_copy(p->be, at, shard + b->at, bytes);
+    zero3_move(z->p->be, at, false, shard + b->at, on_host, b->piece * sizeof(float));
     z->gathers++;
     if (req) return rt_comm_all_gather_start(z->dp, buf, at, b->piece, req);
     zero3_settle_all(z);
@@ -268,9 +276,7 @@ rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, flo
     rt_status st = RT_OK;
     rt_params *p = z->p;
     float *buf = NULL;
-    size_t most = 1;
-    for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].piece > most ? z->blocks[k].piece : most;
-    const size_t bytes = most * (size_t)z->dp->size * sizeof(float);
+    const size_t bytes = z->max_piece * (size_t)z->dp->size * sizeof(float);
     RT_TRY(rt_backend_alloc(p->be, bytes, "ZeRO-3 gather buffer", (void **)&buf));
     for (int k = 0; k < z->n_blocks; k++) {
         RT_TRY(zero3_gather(z, k, shard, on_host, buf, NULL));
@@ -302,7 +308,7 @@ void rt_zero_shard_params(rt_zero *z, bool take) {
     if (!z || z->stage != 3) return;
     rt_params *p = z->p;
     if (p->param) {
-        if (take) rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
+        if (take) rt_zero3_pieces(z, p->param, false, z->pshard, z->offload_params, true);
         rt_free_sized(p->be, p->param, p->numel * sizeof(float));
         p->param = NULL;
     }
@@ -313,32 +319,18 @@ void rt_zero_shard_params(rt_zero *z, bool take) {
 rt_status rt_zero3_init(rt_zero *z, rt_backend *staging) {
     rt_status st = RT_OK;
     rt_params *p = z->p;
-    size_t most = 0;
-    for (int k = 0; k < z->n_blocks; k++) most = z->blocks[k].piece > most ? z->blocks[k].piece : most;
     for (int i = 0; i < RT_ZERO3_WINDOW; i++) z->pslots[i] = z->gslots[i] = (rt_zero_slot){.block = -1};
     z->last_block = -1;
-    RT_TRY(rt_backend_alloc(p->be, (most ? most : 1) * sizeof(float), "ZeRO-3 reduce-scatter output",
+    RT_TRY(rt_backend_alloc(p->be, z->max_piece * sizeof(float), "ZeRO-3 reduce-scatter output",
                             (void **)&z->rs_out));
     if (z->offload_params)
         z->pshard = z->h_master; /* the host's master weights are the parameters */
     else
         RT_TRY(rt_backend_alloc(p->be, (z->shard ? z->shard : 1) * sizeof(float), "ZeRO-3 parameter shard",
                                 (void **)&z->pshard));
-    if (staging) { /* the slab is in host memory: pieces go up (or stay on the host, offloaded) */
-        for (int k = 0; k < z->n_blocks; k++) {
-            size_t lo, hi;
-            rt_zero3_piece(z, k, &lo, &hi);
-            const size_t bytes = (hi - lo) * sizeof(float);
-            if (z->offload_params)
-                memcpy(z->pshard + z->blocks[k].at, p->param + lo, bytes);
-            else
-                rt_to_device(p->be, z->pshard + z->blocks[k].at, p->param + lo, bytes);
-            if (z->offload && !z->offload_params) memcpy(z->h_master + z->blocks[k].at, p->param + lo, bytes);
-        }
-    } else {
-        rt_zero3_pieces(z, p->param, z->pshard, z->offload_params, true);
-        if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, z->shard * sizeof(float));
-    }
+    /* the slab is in host memory when the model was built there (staging) */
+    rt_zero3_pieces(z, p->param, staging != NULL, z->pshard, z->offload_params, true);
+    if (z->offload && !z->offload_params) rt_zero3_pieces(z, p->param, staging != NULL, z->h_master, true, true);
     rt_backend *home = staging ? staging : p->be;
     rt_free_sized(home, p->param, p->numel * sizeof(float));
     if (p->grad) rt_free_sized(home, p->grad, p->numel * sizeof(float));
