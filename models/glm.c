@@ -15,7 +15,9 @@
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/parallel.h"
+#include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_pipe.h"
 
 #include "models/glm_internal.h"
 
@@ -34,28 +36,55 @@ static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool 
     return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_glm, name), no_decay, init, std);
 }
 
-static void glm_declare_params(glm_model *m) {
+/* The stage's parameters (the whole model with one stage): the embeddings on the first, its
+ * layers, the final LayerNorm and, when it is not also the first, the tied output's copy of
+ * word_embeddings on the last (Megatron keeps one on each end). */
+static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
     const glm_config *c = &m->cfg;
     const float std = c->init_std;
-    m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
-    m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-    m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
-    m->wbpe = -1;
-    if (c->block_position_encoding)
-        m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+    const bool first = mdl_stage_is_first(m->stage), last = mdl_stage_is_last(m->stage);
+    m->wte = m->wpe = m->wbpe = -1;
+    if (first) {
+        m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
+        m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+        if (c->block_position_encoding)
+            m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+    }
     /* FlagAI: output layers (attention dense, dense_4h_to_h) scaled by 1/sqrt(2 num_layers) */
-    mdl_stack_config bc = {.n_layer = c->num_layers, .C = m->C, .n_head = c->num_attention_heads,
+    mdl_stack_config bc = {.n_layer = n_blocks, .C = m->C, .n_head = c->num_attention_heads,
                            .F = 4 * c->hidden_size, .norm = MDL_NORM_LAYER, .norm_eps = c->layernorm_epsilon,
-                           .final_norm = true, .act = RT_ACT_GELU_TANH, .attn_pdrop = c->attention_dropout_prob,
-                           .resid_pdrop = c->output_dropout_prob, .emb_pdrop = c->embedding_dropout_prob,
-                           .checkpoint_layers = c->checkpoint_layers};
+                           .final_norm = last, .act = RT_ACT_GELU_TANH, .attn_pdrop = c->attention_dropout_prob,
+                           .resid_pdrop = c->output_dropout_prob, .emb_pdrop = first ? c->embedding_dropout_prob : 0,
+                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
+                           .layers_total = c->num_layers};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &glm_block_names, &ckpt_map_glm, std, std / sqrtf(2.0f * (float)c->num_layers));
+    if (last && !first) {
+        m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
+        m->params.specs[m->wte].vocab_rows = c->vocab_size;
+        m->params.specs[m->wte].copy = true;
+    }
 }
 
+/* A stage's parameters draw the init streams the whole model's same-named ones draw: their
+ * indices in its declaration, found by declaring it without allocating. */
+static void glm_whole_model_streams(glm_model *m) {
+    glm_model whole = *m;
+    whole.stage = mdl_stage_whole();
+    rt_params_init(&whole.params, m->be);
+    glm_declare_params(&whole, 0, m->cfg.num_layers);
+    rt_params_streams_from(&m->params, &whole.params);
+    rt_params_free(&whole.params);
+    mdl_stack_free(&whole.blocks);
+}
+
+/* Lays out the activation buffers in the arena (measuring when a->base is NULL); the output
+ * layer's buffers on the last stage only. */
 static void glm_layout(glm_model *m, rt_arena *a) {
-    const size_t BT = m->max_BT, B = (size_t)m->max_B, C = (size_t)m->C;
+    const size_t BT = m->max_BT, C = (size_t)m->C;
+    const size_t B = mdl_stage_is_last(m->stage) ? (size_t)m->max_B : 0;
     const size_t f = sizeof(float), i = sizeof(int32_t), K = GLM_K_MAX;
     mdl_stack_layout(&m->blocks, a, m->max_B, m->max_T, 0, NULL);
     mdl_lm_head_layout(&m->head, a);
@@ -65,8 +94,15 @@ static void glm_layout(glm_model *m, rt_arena *a) {
     m->ids = rt_arena_take(a, BT, i);
     m->pos = rt_arena_take(a, BT, i);
     m->bpos = rt_arena_take(a, BT, i);
-    m->sep = rt_arena_take(a, B, i);
+    m->sep = rt_arena_take(a, (size_t)m->max_B, i);
     m->cand_ids = rt_arena_take(a, B * K, i);
+}
+
+/* Points every activation buffer at slot k's copy (models/stage_pipe.h). */
+static void glm_use_slot(void *model, int k) {
+    glm_model *m = model;
+    rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
+    glm_layout(m, &arena);
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 4 C MLP
@@ -78,12 +114,22 @@ static uint64_t glm_act_width(const glm_config *c, int max_B, int max_T) {
     return mdl_size_max(w, GLM_K_MAX * mdl_size_max((uint64_t)c->hidden_size, (uint64_t)max_B));
 }
 
+static rt_status glm_stage_pipe(glm_model *m, int max_micro);
+
 rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                          glm_model **out) {
+    return glm_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
+}
+
+rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
+                               int max_T, uint64_t seed, glm_model **out) {
     rt_status st = RT_OK;
     glm_model *m = rt_xcalloc(1, sizeof *m);
+    const mdl_stage stage = {pp->rank, pp->size};
+    int first_block = 0, n_blocks = 0;
     *out = NULL;
     RT_TRY(glm_config_validate(c, tp->size));
+    RT_TRY(mdl_stage_blocks(stage, c->num_layers, "GLM", &first_block, &n_blocks));
     m->P = c->block_position_encoding ? c->max_sequence_length + 1 : c->max_sequence_length;
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GLM: batch size %d and length %d must be >= 1", max_B, max_T);
     if (max_T > m->P)
@@ -94,24 +140,38 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
     m->cfg = *c;
     m->be = be;
     m->tp = tp;
+    m->pp = pp;
+    m->stage = stage;
+    m->max_micro = max_micro;
     m->max_B = max_B;
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
     m->C = c->hidden_size;
     m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
-    glm_declare_params(m);
+    glm_declare_params(m, first_block, n_blocks);
+    if (stage.count > 1) glm_whole_model_streams(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
-    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, m->max_BT, "GLM");
+    if (m->wte >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, mdl_stage_is_last(stage) ? m->max_BT : 0,
+                     "GLM");
     rt_arena arena = {0};
     glm_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "GLM activations (lower --batch-size or --max-len, or add --checkpoint-activations)", &m->act_block));
-    arena = (rt_arena){.base = m->act_block};
-    glm_layout(m, &arena);
-    mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    mdl_lm_head_ready(&m->head);
+    m->act_bytes = (arena.used + 63) & ~(size_t)63;
+    m->act_slots = stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(stage.index, stage.count, max_micro) : 1;
+    RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
+                            stage.count > 1 ? "GLM activations (lower --batch-size or --max-len, or add --pp-recompute "
+                                              "or --checkpoint-activations)"
+                                            : "GLM activations (lower --batch-size or --max-len, or add "
+                                              "--checkpoint-activations)",
+                            &m->act_block));
+    for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's head mask; slot 0 last */
+        glm_use_slot(m, k);
+        mdl_lm_head_ready(&m->head);
+    }
     m->h_scores = rt_xmalloc((size_t)max_B * max_B * GLM_K_MAX * sizeof(float));
+    if (stage.count > 1) RT_TRY(glm_stage_pipe(m, max_micro));
     *out = m;
     return RT_OK;
 fail:
@@ -121,6 +181,8 @@ fail:
 
 void glm_model_free(glm_model *m) {
     if (!m) return;
+    mdl_stage_pipe_free(m->pipe);
+    free(m->pipe_views);
     mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
@@ -163,49 +225,107 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
 
 static mdl_stack_mask glm_mask(const glm_model *m) { return (mdl_stack_mask){.causal = true, .prefix = m->sep}; }
 
-/* Embeddings through the final LayerNorm into m->blocks.out. */
-rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
+/* The uploaded batch's embeddings (words and both position tables) into the blocks' residual 0. */
+static rt_status glm_embed(glm_model *m, size_t BT) {
     rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
     const int C = m->C;
-    mdl_stack_mask mask = glm_mask(m);
     float *x = mdl_stack_residual(&m->blocks, 0);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local));
+    rt_status st = mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local);
+    if (st != RT_OK) return st;
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), BT, C, 0, m->P, true);
-    RT_TRY(mdl_stack_forward(&m->blocks, B, T, &mask, pass));
-fail:
-    return st;
+    return RT_OK;
+}
+
+static void glm_embed_bwd(glm_model *m, const float *demb, size_t BT) {
+    rt_backend *be = m->be;
+    const int C = m->C;
+    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab.start, m->vocab.local);
+    rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
+    if (m->wbpe >= 0) rt_embedding_bwd(be, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
+}
+
+static rt_status glm_blocks_fwd(glm_model *m, int B, int T, const mdl_pass *pass) {
+    mdl_stack_mask mask = glm_mask(m);
+    return mdl_stack_forward(&m->blocks, B, T, &mask, pass);
+}
+
+static rt_status glm_blocks_bwd(glm_model *m, int B, int T, const mdl_pass *pass, const float **demb) {
+    mdl_stack_mask mask = glm_mask(m);
+    return mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), demb);
+}
+
+/* Embeddings through the final LayerNorm into m->blocks.out. */
+rt_status glm_forward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
+    rt_status st = glm_embed(m, (size_t)B * T);
+    return st == RT_OK ? glm_blocks_fwd(m, B, T, pass) : st;
 }
 
 /* Backward from dL/d(final LayerNorm output) in mdl_stack_dout(&m->blocks). */
 static rt_status glm_backward_body(glm_model *m, int B, int T, const mdl_pass *pass) {
-    rt_status st = RT_OK;
-    rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
-    const int C = m->C;
     const float *demb = NULL;
-    mdl_stack_mask mask = glm_mask(m);
-    RT_TRY(mdl_stack_backward(&m->blocks, B, T, &mask, pass, mdl_stack_dout(&m->blocks), &demb));
-    rt_embedding_bwd(be, G(m->wte), demb, m->ids, BT, C, m->vocab.start, m->vocab.local);
-    rt_embedding_bwd(be, G(m->wpe), demb, m->pos, BT, C, 0, m->P);
-    if (m->wbpe >= 0) rt_embedding_bwd(be, G(m->wbpe), demb, m->bpos, BT, C, 0, m->P);
-fail:
+    rt_status st = glm_blocks_bwd(m, B, T, pass, &demb);
+    if (st == RT_OK) glm_embed_bwd(m, demb, (size_t)B * T);
     return st;
 }
 
-/* dL/d(rows) (n, C) in m->head.drows back into the body at the rows' positions. */
-static rt_status glm_backward_from_rows(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
-    rt_backend *be = m->be;
-    rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * m->C * sizeof(float));
-    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->head.drows, m->head.row_idx, (size_t)n, m->C);
-    return glm_backward_body(m, B, T, pass);
+/* ---- the heads (glm_task): checked on every stage, staged and run on the last ---- */
+
+/* A task's head inputs against its batch and the model: host checks only, so that every
+ * pipeline stage refuses the same batch before any work. */
+static rt_status glm_task_check(const glm_model *m, const glm_task *t) {
+    const int B = t->in.B, T = t->in.T, K = t->K, V = m->cfg.vocab_size;
+    switch (t->kind) {
+    case GLM_HEAD_LM:
+    case GLM_HEAD_SPAN_MATCH:
+        break; /* labels: mdl_lm_head_collect, below */
+    case GLM_HEAD_CHOICE: {
+        const int G_n = K > 0 ? B / K : 0;
+        if (K < 1 || K > GLM_K_MAX || B % K)
+            return rt_errorf(RT_ERR_CONFIG, "GLM choices: %d rows do not form groups of %d choices", B, K);
+        for (int g = 0; g < G_n; g++)
+            if (t->label[g] != -100 && (t->label[g] < 0 || t->label[g] >= K))
+                return rt_errorf(RT_ERR_FORMAT, "GLM choices: group %d: label %d is not one of its %d choices", g,
+                                 t->label[g], K);
+        size_t answers = 0;
+        for (size_t i = 0; i < (size_t)B * T; i++) answers += t->labels[i] != -100;
+        if (answers == 0) return rt_errorf(RT_ERR_FORMAT, "GLM choices: no answer tokens in the batch");
+        break;
+    }
+    case GLM_HEAD_CLOZE:
+        if (K < 1 || K > GLM_K_MAX) return rt_errorf(RT_ERR_CONFIG, "GLM cloze: %d candidates (1 to %d)", K, GLM_K_MAX);
+        for (int b = 0; b < B; b++) {
+            if (t->at[b] < 0 || t->at[b] >= T)
+                return rt_errorf(RT_ERR_FORMAT, "GLM cloze: row %d: scoring position %d is outside [0, %d)", b,
+                                 t->at[b], T);
+            if (t->label[b] != -100 && (t->label[b] < 0 || t->label[b] >= K))
+                return rt_errorf(RT_ERR_FORMAT, "GLM cloze: row %d: label %d is not one of its %d candidates", b,
+                                 t->label[b], K);
+            for (int k = 0; k < K; k++)
+                if (t->cand[b * K + k] < 0 || t->cand[b * K + k] >= V)
+                    return rt_errorf(RT_ERR_FORMAT, "GLM cloze: row %d: candidate token %d is outside the vocab", b,
+                                     t->cand[b * K + k]);
+        }
+        break;
+    }
+    if (t->kind != GLM_HEAD_CLOZE) /* the labels the output layer predicts, as mdl_lm_head_collect checks them */
+        for (size_t i = 0; i < (size_t)B * T; i++)
+            if (t->labels[i] != -100 && (t->labels[i] < 0 || t->labels[i] >= V))
+                return rt_errorf(RT_ERR_FORMAT, "GLM: label %d at row %d position %d is outside the vocab [0, %d)",
+                                 t->labels[i], (int)(i / (size_t)T), (int)(i % (size_t)T), V);
+    return RT_OK;
 }
 
-/* The labelled positions of a batch into the head's staging (lm_head.h). */
-static rt_status glm_collect_targets(glm_model *m, const glm_inputs *in, const int32_t *labels, int *n_out) {
-    return mdl_lm_head_collect(&m->head, labels, (size_t)in->B * in->T, in->T, n_out);
+/* The rows that reach the output layer, to the device (after glm_upload): the labelled
+ * positions, or each cloze row's scoring position and its candidates. */
+static rt_status glm_head_stage(glm_model *m, const glm_task *t) {
+    const int B = t->in.B, T = t->in.T;
+    if (t->kind != GLM_HEAD_CLOZE) return mdl_lm_head_collect(&m->head, t->labels, (size_t)B * T, T, &m->head_n);
+    for (int b = 0; b < B; b++) m->head.h_idx[b] = b * T + t->at[b];
+    rt_to_device(m->be, m->head.row_idx, m->head.h_idx, (size_t)B * sizeof(int32_t));
+    rt_to_device(m->be, m->cand_ids, t->cand, (size_t)B * t->K * sizeof(int32_t));
+    m->head_n = B;
+    return RT_OK;
 }
 
 /* The n collected rows through the tied output layer and the vocab-parallel cross-entropy. */
@@ -213,83 +333,36 @@ static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_
     return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward, grad_scale);
 }
 
-/* Backward from dL/dlogits of the n output rows (in the head's logits) through the body. */
-static rt_status glm_output_backward(glm_model *m, int B, int T, int n, const mdl_pass *pass) {
-    rt_status st = RT_OK;
-    RT_TRY(mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), (size_t)B * T, n));
-    RT_TRY(glm_backward_body(m, B, T, pass));
-fail:
-    return st;
-}
-
-rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
-                      double *loss_sum, int *n_targets) {
-    rt_status st = RT_OK;
-    int n = 0;
-    *loss_sum = 0;
-    if (n_targets) *n_targets = 0;
-    RT_TRY(glm_upload(m, in));
-    RT_TRY(glm_collect_targets(m, in, labels, &n));
-    RT_TRY(glm_forward_body(m, in->B, in->T, pass));
-    if (n == 0) return RT_OK;
-    const bool backward = grad_scale > 0;
-    RT_TRY(glm_output_xent(m, n, backward, grad_scale));
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += m->head.h_losses[i];
-    *loss_sum = sum;
-    if (n_targets) *n_targets = n;
-    if (backward) RT_TRY(glm_output_backward(m, in->B, in->T, n, pass));
-fail:
-    return st;
-}
-
-rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labels, double *loss_sum, int32_t *match) {
-    rt_status st = RT_OK;
-    const mdl_pass pass = {0};
-    int n = 0;
+/* The span check (glm_span_match): each labelled token against its row's maximum. */
+static rt_status glm_head_span_match(glm_model *m, const glm_task *t, double *loss_sum, float *scores) {
+    const int B = t->in.B, T = t->in.T, n = m->head_n;
+    int32_t *miss = rt_xcalloc((size_t)B, sizeof *miss), *any = rt_xcalloc((size_t)B, sizeof *any);
     float *stats = NULL;
-    *loss_sum = 0;
-    for (int b = 0; b < in->B; b++) match[b] = 0;
-    RT_TRY(glm_upload(m, in));
-    RT_TRY(glm_collect_targets(m, in, labels, &n));
-    RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
-    if (n == 0) return RT_OK;
-    RT_TRY(glm_output_xent(m, n, false, 0.0f));
-    /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
-    stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
-    rt_to_host(m->be, stats, m->head.xent_stats, 2 * (size_t)n * sizeof(float));
-    int32_t *miss = rt_xcalloc((size_t)in->B, sizeof *miss);
-    for (int i = 0; i < n; i++) {
-        *loss_sum += m->head.h_losses[i];
-        miss[m->head.h_idx[i] / in->T] |= stats[n + i] < stats[i];
-        match[m->head.h_idx[i] / in->T] = 1;
+    rt_status st = n > 0 ? glm_output_xent(m, n, false, 0.0f) : RT_OK;
+    if (st == RT_OK && n > 0) {
+        /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
+        stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
+        rt_to_host(m->be, stats, m->head.xent_stats, 2 * (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            *loss_sum += m->head.h_losses[i];
+            miss[m->head.h_idx[i] / T] |= stats[n + i] < stats[i];
+            any[m->head.h_idx[i] / T] = 1;
+        }
     }
-    for (int b = 0; b < in->B; b++) match[b] &= !miss[b];
-    free(miss);
-fail:
+    for (int b = 0; scores && b < B; b++) scores[b] = any[b] && !miss[b] ? 1.0f : 0.0f;
     free(stats);
+    free(miss);
+    free(any);
     return st;
 }
 
-rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *labels, int n_choices,
-                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+/* Multi-token cloze: each choice's summed log-probability, cross-entropy over each group; with
+ * a gradient, the head's dL/dlogits weighted per choice. */
+static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_scale, double *loss_sum, float *scores) {
     rt_status st = RT_OK;
-    const int B = in->B, T = in->T, G_n = n_choices > 0 ? B / n_choices : 0;
-    int n = 0;
-    *loss_sum = 0;
-    if (n_choices < 1 || n_choices > GLM_K_MAX || B % n_choices)
-        return rt_errorf(RT_ERR_CONFIG, "GLM choices: %d rows do not form groups of %d choices", B, n_choices);
-    for (int g = 0; g < G_n; g++)
-        if (label[g] != -100 && (label[g] < 0 || label[g] >= n_choices))
-            return rt_errorf(RT_ERR_FORMAT, "GLM choices: group %d: label %d is not one of its %d choices", g, label[g],
-                             n_choices);
-    RT_TRY(glm_upload(m, in));
-    RT_TRY(glm_collect_targets(m, in, labels, &n));
-    RT_TRY(glm_forward_body(m, B, T, pass));
-    if (n == 0) RT_FAIL(RT_ERR_FORMAT, "GLM choices: no answer tokens in the batch");
+    const int B = t->in.B, T = t->in.T, K = t->K, G_n = B / K, n = m->head_n;
     const bool backward = grad_scale > 0;
     RT_TRY(glm_output_xent(m, n, backward, 1.0f));
-    /* a choice's score: the summed log-probability of its answer tokens */
     double sc[GLM_K_MAX * 64];
     RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
     for (int r = 0; r < B; r++) sc[r] = 0;
@@ -299,50 +372,32 @@ rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *lab
     /* cross-entropy over each group; d loss / d (token loss t of choice c) = -(p_c - y_c) */
     double w[GLM_K_MAX * 64] = {0}, sum = 0;
     for (int g = 0; g < G_n; g++) {
-        if (label[g] == -100) continue;
-        const double *s = sc + (size_t)g * n_choices;
+        if (t->label[g] == -100) continue;
+        const double *s = sc + (size_t)g * K;
         double mx = s[0], z = 0;
-        for (int k = 1; k < n_choices; k++) mx = s[k] > mx ? s[k] : mx;
-        for (int k = 0; k < n_choices; k++) z += exp(s[k] - mx);
-        sum += mx + log(z) - s[label[g]];
-        for (int k = 0; k < n_choices; k++)
-            w[g * n_choices + k] = -(exp(s[k] - mx) / z - (k == label[g] ? 1.0 : 0.0)) * grad_scale;
+        for (int k = 1; k < K; k++) mx = s[k] > mx ? s[k] : mx;
+        for (int k = 0; k < K; k++) z += exp(s[k] - mx);
+        sum += mx + log(z) - s[t->label[g]];
+        for (int k = 0; k < K; k++) w[g * K + k] = -(exp(s[k] - mx) / z - (k == t->label[g] ? 1.0 : 0.0)) * grad_scale;
     }
     *loss_sum = sum;
     if (!backward) return RT_OK;
     for (int i = 0; i < n; i++) m->head.h_losses[i] = (float)w[m->head.h_idx[i] / T]; /* per-target weights */
     rt_to_device(m->be, m->head.losses, m->head.h_losses, (size_t)n * sizeof(float));
     rt_scale_rows(m->be, m->head.logits, m->head.losses, (size_t)n, m->vocab.local);
-    RT_TRY(glm_output_backward(m, B, T, n, pass));
 fail:
     return st;
 }
 
-rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
-                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+/* Single-token cloze: every row against every candidate's embedding (B x BK, tiny), row b's own
+ * K scored; with a gradient, dL/dscores stays in h_scores for glm_head_bwd. */
+static rt_status glm_head_cloze(glm_model *m, const glm_task *t, float grad_scale, double *loss_sum, float *scores) {
     rt_status st = RT_OK;
     rt_backend *be = m->be;
-    const int B = in->B, T = in->T, C = m->C, BK = B * K;
-    *loss_sum = 0;
-    if (K < 1 || K > GLM_K_MAX) return rt_errorf(RT_ERR_CONFIG, "GLM cloze: %d candidates (1 to %d)", K, GLM_K_MAX);
-    RT_TRY(glm_upload(m, in));
-    for (int b = 0; b < B; b++) {
-        if (at[b] < 0 || at[b] >= T)
-            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: scoring position %d is outside [0, %d)", b, at[b], T);
-        if (label[b] != -100 && (label[b] < 0 || label[b] >= K))
-            RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: label %d is not one of its %d candidates", b, label[b], K);
-        for (int k = 0; k < K; k++)
-            if (cand[b * K + k] < 0 || cand[b * K + k] >= m->cfg.vocab_size)
-                RT_FAIL(RT_ERR_FORMAT, "GLM cloze: row %d: candidate token %d is outside the vocab", b, cand[b * K + k]);
-        m->head.h_idx[b] = b * T + at[b];
-    }
-    RT_TRY(glm_forward_body(m, B, T, pass));
-    rt_to_device(be, m->head.row_idx, m->head.h_idx, (size_t)B * sizeof(int32_t));
-    rt_to_device(be, m->cand_ids, cand, (size_t)BK * sizeof(int32_t));
+    const int B = t->in.B, C = m->C, K = t->K, BK = B * K;
     rt_gather_rows(be, m->head.rows, m->blocks.out, m->head.row_idx, B, C);
-    /* the candidates' embedding rows on every rank, then every row against every candidate
-     * (B x BK, tiny); row b's scores are its own K */
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab.start, m->vocab.local));
+    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab.start,
+                                   m->vocab.local));
     mdl_col_linear_fwd(be, m->cand_scores, m->head.rows, m->cand, NULL, (size_t)B, C, BK);
     rt_to_host(be, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
     double sum = 0;
@@ -352,25 +407,193 @@ rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, 
         memcpy(s, row + (size_t)b * K, (size_t)K * sizeof(float));
         if (scores) memcpy(scores + (size_t)b * K, s, (size_t)K * sizeof(float));
         memset(row, 0, (size_t)BK * sizeof(float));
-        if (label[b] == -100) continue;
+        if (t->label[b] == -100) continue;
         double mx = s[0], z = 0;
         for (int k = 1; k < K; k++) mx = s[k] > mx ? s[k] : mx;
         for (int k = 0; k < K; k++) z += exp((double)s[k] - mx);
-        sum += mx + log(z) - s[label[b]];
+        sum += mx + log(z) - s[t->label[b]];
         for (int k = 0; k < K; k++)
             dscore[(size_t)b * BK + (size_t)b * K + k] =
-                (float)((exp((double)s[k] - mx) / z - (k == label[b] ? 1.0 : 0.0)) * grad_scale);
+                (float)((exp((double)s[k] - mx) / z - (k == t->label[b] ? 1.0 : 0.0)) * grad_scale);
     }
     *loss_sum = sum;
-    if (!(grad_scale > 0)) return RT_OK;
+fail:
+    return st;
+}
+
+/* The head over m->blocks.out: the summed loss, scores, and with grad_scale > 0 what
+ * glm_head_bwd needs. */
+static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale, double *loss_sum, float *scores) {
+    *loss_sum = 0;
+    switch (t->kind) {
+    case GLM_HEAD_CLOZE: return glm_head_cloze(m, t, grad_scale, loss_sum, scores);
+    case GLM_HEAD_CHOICE: return glm_head_choice(m, t, grad_scale, loss_sum, scores);
+    case GLM_HEAD_SPAN_MATCH: return glm_head_span_match(m, t, loss_sum, scores);
+    case GLM_HEAD_LM: break;
+    }
+    const int n = m->head_n;
+    if (n == 0) return RT_OK;
+    rt_status st = glm_output_xent(m, n, grad_scale > 0, grad_scale);
+    for (int i = 0; st == RT_OK && i < n; i++) *loss_sum += m->head.h_losses[i];
+    return st;
+}
+
+/* The head's backward into mdl_stack_dout (dL/d(final LayerNorm output)) and wte's gradient. */
+static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
+    rt_backend *be = m->be;
+    const int B = t->in.B, C = m->C, BK = B * t->K;
+    const size_t BT = (size_t)B * t->in.T;
+    float *dout = mdl_stack_dout(&m->blocks);
+    if (t->kind == GLM_HEAD_SPAN_MATCH) return rt_errorf(RT_ERR_CONFIG, "GLM: the span check has no backward");
+    if (t->kind != GLM_HEAD_CLOZE) {
+        if (m->head_n > 0) return mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), dout, BT, m->head_n);
+        rt_clear(be, dout, BT * C * sizeof(float)); /* nothing predicted: the stages still pass a gradient back */
+        return RT_OK;
+    }
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
-    rt_to_device(be, m->cand_scores, dscore, (size_t)B * BK * sizeof(float));
+    rt_to_device(be, m->cand_scores, m->h_scores, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
     mdl_row_linear_bwd(be, m->head.drows, m->dcand, NULL, m->cand_scores, m->head.rows, m->cand, (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
-    RT_TRY(glm_backward_from_rows(m, B, T, B, pass));
+    rt_clear(be, dout, BT * C * sizeof(float));
+    rt_scatter_rows_add(be, dout, m->head.drows, m->head.row_idx, (size_t)B, C);
+    return RT_OK;
+}
+
+static rt_status glm_pipe_eval(glm_model *m, const glm_task *t, double *loss_sum, float *scores);
+
+rt_status glm_task_step(glm_model *m, const glm_task *t, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *scores) {
+    rt_status st = RT_OK;
+    const int B = t->in.B, T = t->in.T;
+    *loss_sum = 0;
+    RT_TRY(glm_task_check(m, t));
+    if (m->stage.count > 1) {
+        if (grad_scale > 0) RT_FAIL(RT_ERR_CONFIG, "GLM: a pipeline stage trains through glm_pipe_step");
+        return glm_pipe_eval(m, t, loss_sum, scores);
+    }
+    RT_TRY(glm_upload(m, &t->in));
+    RT_TRY(glm_head_stage(m, t));
+    RT_TRY(glm_forward_body(m, B, T, pass));
+    RT_TRY(glm_head_fwd(m, t, grad_scale, loss_sum, scores));
+    if (!(grad_scale > 0) || (t->kind == GLM_HEAD_LM && m->head_n == 0)) return RT_OK;
+    RT_TRY(glm_head_bwd(m, t));
+    RT_TRY(glm_backward_body(m, B, T, pass));
 fail:
     return st;
+}
+
+rt_status glm_lm_step(glm_model *m, const glm_inputs *in, const int32_t *labels, const mdl_pass *pass, float grad_scale,
+                      double *loss_sum, int *n_targets) {
+    const glm_task t = {.in = *in, .kind = GLM_HEAD_LM, .labels = labels};
+    m->head_n = 0;
+    rt_status st = glm_task_step(m, &t, pass, grad_scale, loss_sum, NULL);
+    if (n_targets) *n_targets = st == RT_OK ? m->head_n : 0;
+    return st;
+}
+
+rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labels, double *loss_sum, int32_t *match) {
+    const glm_task t = {.in = *in, .kind = GLM_HEAD_SPAN_MATCH, .labels = labels};
+    float *scores = rt_xcalloc((size_t)in->B, sizeof *scores);
+    const mdl_pass pass = {0};
+    rt_status st = glm_task_step(m, &t, &pass, 0.0f, loss_sum, scores);
+    for (int b = 0; b < in->B; b++) match[b] = st == RT_OK && scores[b] > 0.5f;
+    free(scores);
+    return st;
+}
+
+rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *labels, int n_choices,
+                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    const glm_task t = {.in = *in, .kind = GLM_HEAD_CHOICE, .labels = labels, .K = n_choices, .label = label};
+    return glm_task_step(m, &t, pass, grad_scale, loss_sum, scores);
+}
+
+rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
+                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+    const glm_task t = {.in = *in, .kind = GLM_HEAD_CLOZE, .at = at, .cand = cand, .K = K, .label = label};
+    return glm_task_step(m, &t, pass, grad_scale, loss_sum, scores);
+}
+
+/* ---- the model as a pipeline stage (models/stage_pipe.h) ---- */
+
+/* The runner hands back the views glm_pipe_step made; micro-batch k's task sits beside view k. */
+static const glm_task *glm_sp_task(const glm_model *m, const rt_batch *b) { return &m->pipe_tasks[b - m->pipe_views]; }
+
+static rt_status glm_sp_upload(void *model, const rt_batch *b) {
+    glm_model *m = model;
+    const glm_task *t = glm_sp_task(m, b);
+    rt_status st = glm_upload(m, &t->in);
+    m->head_n = 0;
+    return st == RT_OK && mdl_stage_is_last(m->stage) ? glm_head_stage(m, t) : st;
+}
+static rt_status glm_sp_embed(void *model, const rt_batch *b) { return glm_embed(model, (size_t)b->B * b->T); }
+static void glm_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
+    glm_embed_bwd(model, demb, (size_t)b->B * b->T);
+}
+static rt_status glm_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    return glm_blocks_fwd(model, b->B, b->T, pass);
+}
+static rt_status glm_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
+    return glm_blocks_bwd(model, b->B, b->T, pass, demb);
+}
+static rt_status glm_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                                 double *loss_sum, float *host_logits) {
+    (void)pass; /* GLM's output layer has no dropout */
+    return glm_head_fwd(model, glm_sp_task(model, b), grad_scale, loss_sum, host_logits);
+}
+static rt_status glm_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
+    (void)pass;
+    return glm_head_bwd(model, glm_sp_task(model, b));
+}
+static size_t glm_sp_result_floats(void *model, const rt_batch *b) {
+    const glm_task *t = glm_sp_task(model, b);
+    return t->kind == GLM_HEAD_CLOZE ? (size_t)b->B * t->K : t->kind == GLM_HEAD_LM ? 0 : (size_t)b->B;
+}
+
+static rt_status glm_stage_pipe(glm_model *m, int max_micro) {
+    /* word_embeddings is tied to the output layer's copy on the last stage */
+    const bool tied = mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage);
+    const mdl_stage_model sm = {.model = m, .family = "GLM", .be = m->be, .pp = m->pp, .blocks = &m->blocks, .C = m->C,
+                                .max_B = m->max_B, .max_BT = m->max_BT, .upload = glm_sp_upload, .embed = glm_sp_embed,
+                                .embed_bwd = glm_sp_embed_bwd, .blocks_fwd = glm_sp_blocks_fwd,
+                                .blocks_bwd = glm_sp_blocks_bwd, .head_fwd = glm_sp_head_fwd,
+                                .head_bwd = glm_sp_head_bwd, .slots = m->act_slots, .use_slot = glm_use_slot,
+                                .tied_params = tied ? &m->params : NULL, .tied_param = m->wte,
+                                .result_floats = glm_sp_result_floats};
+    m->pipe_views = rt_xcalloc((size_t)max_micro, sizeof *m->pipe_views);
+    return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
+}
+
+/* The views the runner sizes its transfers by: micro-batch k's rows and length. */
+static void glm_pipe_views(glm_model *m, const glm_task *t, int M) {
+    for (int k = 0; k < M; k++) m->pipe_views[k] = (rt_batch){.B = t[k].in.B, .T = t[k].in.T};
+    m->pipe_tasks = t;
+}
+
+rt_status glm_pipe_step(glm_model *m, const glm_task *t, int M, uint64_t seed, int64_t step, float grad_scale,
+                        double *loss_sum) {
+    *loss_sum = 0;
+    if (!m->pipe) return rt_errorf(RT_ERR_CONFIG, "GLM: glm_pipe_step on a model that is not a pipeline stage");
+    if (M < 1 || M > m->max_micro)
+        return rt_errorf(RT_ERR_CONFIG, "GLM pipeline: %d micro-batches, sized for 1 to %d", M, m->max_micro);
+    for (int k = 0; k < M; k++) {
+        rt_status st = glm_task_check(m, &t[k]);
+        if (st != RT_OK) return st;
+        if (t[k].kind == GLM_HEAD_SPAN_MATCH)
+            return rt_errorf(RT_ERR_CONFIG, "GLM: the span check is evaluation's, not a training loss");
+    }
+    glm_pipe_views(m, t, M);
+    return mdl_stage_pipe_step(m->pipe, m->pipe_views, M, seed, step, grad_scale, loss_sum);
+}
+
+static rt_status glm_pipe_eval(glm_model *m, const glm_task *t, double *loss_sum, float *scores) {
+    glm_pipe_views(m, t, 1);
+    return mdl_stage_pipe_forward(m->pipe, &m->pipe_views[0], loss_sum, scores);
+}
+
+rt_status glm_save_weights(glm_model *m, const char *path) {
+    return mdl_save_weights(path, &ckpt_map_glm, &m->params, m->cfg.vocab_size, m->cfg.num_attention_heads, m->tp,
+                            m->pp);
 }
 
 /* m->head.logits (n rows of this rank's vocab columns) to the host as (n, vocab): the shards are
@@ -380,6 +603,7 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     rt_backend *be = m->be;
     const size_t BT = (size_t)in->B * in->T;
     mdl_pass pass = {0};
+    if (m->stage.count > 1) RT_FAIL(RT_ERR_CONFIG, "GLM: full logits need the whole model, not a pipeline stage");
     RT_TRY(glm_upload(m, in));
     RT_TRY(glm_forward_body(m, in->B, in->T, &pass));
     if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
@@ -396,6 +620,7 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     rt_backend *be = m->be;
     const int B = in->B, T = in->T;
     mdl_pass pass = {0};
+    if (m->stage.count > 1) RT_FAIL(RT_ERR_CONFIG, "GLM: generation needs the whole model, not a pipeline stage");
     RT_TRY(glm_upload(m, in));
     for (int b = 0; b < B; b++) {
         if (at[b] < 0 || at[b] >= T) RT_FAIL(RT_ERR_CONFIG, "GLM: row %d: position %d outside [0, %d)", b, at[b], T);
@@ -442,9 +667,11 @@ rt_status glm_model_load_dir(glm_model *m, const char *dir, char *report, size_t
     if (rep.missing)
         RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a GLM checkpoint with this config?)", weights,
                 rep.first_missing, rep.missing > 1 ? " and others" : "");
+    /* a pipeline stage leaves the other stages' tensors unused */
+    const bool unused = rep.unused && m->stage.count == 1;
     if (report)
         snprintf(report, report_size, "%d tensors loaded%s%s", rep.loaded,
-                 rep.unused ? "; tensors that map to no parameter, the first: " : "", rep.unused ? rep.first_unused : "");
+                 unused ? "; tensors that map to no parameter, the first: " : "", unused ? rep.first_unused : "");
 fail:
     ckpt_weights_close(w);
     return st;

@@ -26,6 +26,8 @@ typedef struct {
     float layernorm_epsilon, init_std;
     bool block_position_encoding; /* two position tables of max_sequence_length + 1 rows */
     int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not saved */
+    bool pp_recompute;     /* a pipeline stage recomputes its forward instead of keeping every in-flight
+                            * micro-batch's activations (models/stage_pipe.h); a run option, not saved */
 } glm_config;
 
 /* GLM-large-chinese's sizes (FlagAI's defaults) with dropout 0.1. */
@@ -53,10 +55,51 @@ typedef struct {
 
 rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                          glm_model **out);
+/* One pipeline stage, stage pp->rank of pp->size (models/stage.h), for steps of up to max_micro
+ * micro-batches: its share of the layers; the embeddings on the first stage; the final LayerNorm
+ * and a copy of word_embeddings (rt_param_spec.copy) for the tied output on the last, whose
+ * gradient the two ends exchange after each step (glm_pipe_step). Its parameters draw the init
+ * streams of the whole model's same-named ones. pp = rt_comm_self() is glm_model_init. */
+rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
+                               int max_T, uint64_t seed, glm_model **out);
 void glm_model_free(glm_model *m);
 rt_params *glm_model_params(glm_model *m);
 rt_comm *glm_model_tp(glm_model *m);
 const glm_config *glm_model_config(const glm_model *m);
+
+/* What a batch is scored by, at the output of the final LayerNorm:
+ * - GLM_HEAD_LM: the language-model loss of the labelled tokens (labels, B x T, -100 = none);
+ * - GLM_HEAD_CLOZE: single-token cloze: row b's logits at position at[b] of its K candidate
+ *   tokens cand[b*K + k], against label[b] (in [0, K), -100 = skip); scores (B, K);
+ * - GLM_HEAD_CHOICE: multi-token cloze: rows in groups of K choices, each choice's score the
+ *   summed log-probability of its labelled tokens, against label[g] per group; scores (B);
+ * - GLM_HEAD_SPAN_MATCH (evaluation only): whether every labelled token of a row is the argmax;
+ *   scores (B) of 1 or 0.
+ * The functions below describe each in full. */
+typedef enum { GLM_HEAD_LM, GLM_HEAD_CLOZE, GLM_HEAD_CHOICE, GLM_HEAD_SPAN_MATCH } glm_head_kind;
+typedef struct {
+    glm_inputs in;
+    glm_head_kind kind;
+    const int32_t *labels; /* LM, CHOICE, SPAN_MATCH: (B, T) */
+    const int32_t *at, *cand; /* CLOZE */
+    int K;                 /* CLOZE: candidates per row; CHOICE: rows per group */
+    const int32_t *label;  /* CLOZE: per row; CHOICE: per group */
+} glm_task;
+
+/* One batch of a task: its summed loss (*loss_sum) and, with grad_scale > 0, the gradients of
+ * grad_scale * loss; scores as the kind says (may be NULL). A pipeline stage evaluates only
+ * (grad_scale 0): the batch goes through every stage, and every stage gets the loss and scores. */
+rt_status glm_task_step(glm_model *m, const glm_task *t, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                        float *scores);
+/* A pipeline stage's training step over the micro-batches t[0..M) in 1F1B order (models/stage_pipe.h),
+ * pass {seed, step, micro k, training} for micro-batch k: the stage's gradients of
+ * grad_scale * loss, and the summed loss on the last stage (0 on the others). The tasks are
+ * checked on every stage alike before any work. */
+rt_status glm_pipe_step(glm_model *m, const glm_task *t, int M, uint64_t seed, int64_t step, float grad_scale,
+                        double *loss_sum);
+/* The first-stage tp rank 0's copy of the weights as FlagAI writes them (ckpt_save_hf at path):
+ * collective over tp and, with pipeline stages, over pp (every stage's tensors to the first). */
+rt_status glm_save_weights(glm_model *m, const char *path);
 
 /* Language-model loss over the positions whose label is not -100 (labels B x T, host):
  * *loss_sum is the summed cross-entropy over the full vocab and *n_targets their count;

@@ -35,6 +35,9 @@ static int glm_dec_tmax(const glm_decoder *d) { return d->max_S + d->max_new; }
 rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, int max_new, glm_decoder **out) {
     rt_status st = RT_OK;
     *out = NULL;
+    if (m->stage.count > 1)
+        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: generation needs the whole model, not pipeline stage %d of %d",
+                         m->stage.index + 1, m->stage.count);
     if (max_B < 1 || max_B > m->max_B || max_S < 1 || max_S > m->max_T || max_new < 1 || max_beams < 1)
         return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d context tokens, %d beams and %d new tokens (the "
                          "model holds %d x %d)", max_B, max_S, max_beams, max_new, m->max_B, m->max_T);

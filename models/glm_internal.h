@@ -10,20 +10,31 @@
 #include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
+#include "models/stage.h"
+#include "runtime/rt_batch.h"
 
 
 struct glm_model {
     glm_config cfg;
     rt_backend *be;
     rt_comm *tp;
+    rt_comm *pp;                      /* the stages' comm (stage = its rank); not owned */
+    mdl_stage stage;                  /* which layers this model holds */
+    struct mdl_stage_pipe *pipe;      /* the pipelined step; NULL with one stage */
+    int max_micro;                    /* its most micro-batches per step */
     rt_params params;
-    int wte, wpe, wbpe;
+    int wte, wpe, wbpe;               /* -1 on stages without them (the last stage's wte is a copy) */
     mdl_stack blocks;
     int max_B, max_T, C, P; /* P: rows of each position table */
     mdl_vocab vocab;                  /* wte's shard */
     size_t max_BT;
 
     void *act_block;
+    size_t act_bytes;                 /* one slot's activations */
+    int act_slots;                    /* laid out this many times (a stage's in-flight micro-batches) */
+    int head_n;                       /* the uploaded batch's rows through the output layer */
+    const glm_task *pipe_tasks;       /* a pipelined step's micro-batches, and the views the */
+    rt_batch *pipe_views;             /* stage runner hands back (max_micro of them) */
     mdl_lm_head head;                 /* the tied output layer: rows (BT of them at most), logits, xent */
     float *cand, *dcand;              /* (B*K_MAX, C) cloze candidates' embeddings */
     float *cand_scores;               /* (B, B*K_MAX) */

@@ -282,7 +282,6 @@ fail:
 void gpt2_model_free(gpt2_model *m) {
     if (!m) return;
     mdl_stage_pipe_free(m->pipe);
-    if (m->tied_peer) rt_free_device(m->be, m->tied_peer);
     mdl_lm_head_free(&m->head);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
@@ -482,34 +481,17 @@ static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_p
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
     const bool lm = m->cfg.num_labels == 0;
+    /* a language model's wte is tied to its head's copy on the last stage */
+    const bool tied = lm && (mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage));
     const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
                                 .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
                                 .embed_bwd = gpt2_sp_embed_bwd, .blocks_fwd = gpt2_sp_blocks_fwd,
                                 .blocks_bwd = gpt2_sp_blocks_bwd, .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
                                 .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd, .slots = m->act_slots,
-                                .use_slot = gpt2_use_slot};
-    if (lm && (mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage))) {
-        const size_t bytes = m->params.specs[m->wte].numel * sizeof(float);
-        rt_status st = rt_backend_alloc(m->be, bytes, "GPT-2 pipeline: the tied wte's other gradient",
-                                        (void **)&m->tied_peer);
-        if (st != RT_OK) return st;
-    }
+                                .use_slot = gpt2_use_slot, .tied_params = tied ? &m->params : NULL,
+                                .tied_param = m->wte};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
-}
-
-/* The tied wte's two copies (first and last stage) get the sum of both gradients: each end
- * sends its own and adds the other's, so both hold the same bits (addition commutes). */
-static rt_status gpt2_tied_grads(gpt2_model *m) {
-    const mdl_stage s = m->stage;
-    if (!(mdl_stage_is_first(s) || mdl_stage_is_last(s))) return RT_OK;
-    const int peer = mdl_stage_is_first(s) ? s.count - 1 : 0;
-    const size_t n = m->params.specs[m->wte].numel;
-    rt_p2p ops[2] = {{.send = true, .peer = peer, .buf = G(m->wte), .bytes = n * sizeof(float)},
-                     {.send = false, .peer = peer, .buf = m->tied_peer, .bytes = n * sizeof(float)}};
-    rt_status st = rt_comm_p2p(m->pp, ops, 2);
-    if (st == RT_OK) rt_axpy(m->be, G(m->wte), 1.0f, m->tied_peer, n);
-    return st;
 }
 
 rt_status gpt2_lm_pipe_step(gpt2_model *m, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
@@ -517,8 +499,7 @@ rt_status gpt2_lm_pipe_step(gpt2_model *m, const rt_batch *b, int n, uint64_t se
     *loss_sum = 0;
     if (!m->pipe || m->cfg.num_labels != 0)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2: gpt2_lm_pipe_step on a model that is not a language model's stage");
-    rt_status st = mdl_stage_pipe_step(m->pipe, b, n, seed, step, grad_scale, loss_sum);
-    return st == RT_OK ? gpt2_tied_grads(m) : st;
+    return mdl_stage_pipe_step(m->pipe, b, n, seed, step, grad_scale, loss_sum);
 }
 
 void gpt2_lm_shift_labels(const int32_t *labels, int B, int T, int32_t *targets) {

@@ -22,7 +22,6 @@ struct gpt2_model {
     rt_comm *pp;        /* the stages' comm (stage = its rank); not owned */
     struct mdl_stage_pipe *pipe; /* the pipelined step (models/stage_pipe.h); NULL with one stage */
     int lm_n;           /* a language model's stage: the targets of the uploaded batch (the last stage) */
-    float *tied_peer;   /* a language model's first and last stage: the other end's wte gradient */
     int wte, wpe, score; /* -1 on stages without them */
     mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
     int max_B, max_T;

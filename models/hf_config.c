@@ -202,61 +202,93 @@ static rt_status hf_collect(void *ctx, const ckpt_pp_record *r, const float *ful
     return RT_OK;
 }
 
-/* The whole model as one process would hold it, on a host backend, then its folder. */
-static rt_status hf_write_whole(const char *dir, const ckpt_map *map, const hf_stage_tensors *t, int vocab_size,
-                                int num_heads, cJSON *config) {
+/* The whole model as one process would hold it, on a new host backend (the caller frees both). */
+static rt_status hf_whole_params(const hf_stage_tensors *t, rt_backend **host, rt_params *whole) {
     rt_status st = RT_OK;
-    rt_backend *host = NULL;
-    rt_params whole = {0};
-    RT_TRY(rt_cpu_backend_init(1, &host));
-    rt_params_init(&whole, host);
+    RT_TRY(rt_cpu_backend_init(1, host));
+    rt_params_init(whole, *host);
     for (int i = 0; i < t->n; i++) {
         const ckpt_pp_record *r = &t->recs[i];
         int64_t shape[RT_PARAM_MAX_DIMS];
         for (int d = 0; d < r->ndim; d++) shape[d] = (int64_t)r->shape[d];
         /* a vocab-parallel table holds tp 1's padded rows; the record has the real ones */
         if (r->tp_rule == RT_TP_VOCAB) shape[0] = ckpt_tp_padded_vocab(r->vocab_rows, 1);
-        const int k = rt_params_add(&whole, r->name, r->ndim, shape, (rt_tp_rule)r->tp_rule, r->no_decay != 0,
+        const int k = rt_params_add(whole, r->name, r->ndim, shape, (rt_tp_rule)r->tp_rule, r->no_decay != 0,
                                     RT_INIT_ZEROS, 0.0f);
-        whole.specs[k].vocab_rows = r->vocab_rows;
+        whole->specs[k].vocab_rows = r->vocab_rows;
     }
-    RT_TRY(rt_params_alloc(&whole)); /* zeroed: the padding rows stay 0 */
+    RT_TRY(rt_params_alloc(whole)); /* zeroed: the padding rows stay 0 */
     for (int i = 0; i < t->n; i++) {
         size_t n = 1;
         for (int d = 0; d < t->recs[i].ndim; d++) n *= (size_t)t->recs[i].shape[d];
-        rt_to_device(host, whole.param + whole.specs[i].offset, t->data[i], n * sizeof(float));
+        rt_to_device(*host, whole->param + whole->specs[i].offset, t->data[i], n * sizeof(float));
     }
-    st = mdl_hf_save_folder(dir, map, &whole, vocab_size, num_heads, rt_comm_self(), rt_comm_self(), config);
-    config = NULL;
 fail:
-    cJSON_Delete(config);
-    rt_params_free(&whole);
-    rt_backend_free(host);
     return st;
 }
 
-/* The pipeline stages' export: every tensor to the first stage, which writes. */
-static rt_status hf_save_stages(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
-                                rt_comm *tp, rt_comm *pp, cJSON *config) {
+/* What the first stage's tp rank 0 writes from the whole model. */
+typedef rt_status (*hf_whole_writer)(void *ctx, rt_params *whole);
+
+/* The pipeline stages' save: every tensor to the first stage, whose tp rank 0 writes from the
+ * whole model; every rank returns the writer's outcome (what and kind name it in messages). */
+static rt_status hf_save_stages(const char *what, const char *kind, rt_params *params, rt_comm *tp, rt_comm *pp,
+                                hf_whole_writer write, void *ctx) {
     hf_stage_tensors t = {0};
     ckpt_tp_scratch scr = {0};
     rt_status sst = RT_OK, wst = RT_OK;
-    rt_status st = ckpt_pp_gather(dir, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
+    rt_status st = ckpt_pp_gather(what, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
     ckpt_tp_scratch_free(params->be, &scr);
     if (st == RT_OK && tp->rank == 0 && pp->rank == 0) {
-        wst = sst == RT_OK ? hf_write_whole(dir, map, &t, vocab_size, num_heads, config) : sst;
-        config = NULL;
+        rt_backend *host = NULL;
+        rt_params whole = {0};
+        wst = sst;
+        if (wst == RT_OK) wst = hf_whole_params(&t, &host, &whole);
+        if (wst == RT_OK) wst = write(ctx, &whole);
+        rt_params_free(&whole);
+        rt_backend_free(host);
     }
-    cJSON_Delete(config);
     for (int i = 0; i < t.n; i++) free(t.data[i]);
     free(t.data);
     free(t.recs);
-    return st != RT_OK ? st : ckpt_pp_agree(tp, pp, wst, dir, "HF folder");
+    return st != RT_OK ? st : ckpt_pp_agree(tp, pp, wst, what, kind);
+}
+
+typedef struct {
+    const char *dir, *path;
+    const ckpt_map *map;
+    int vocab_size, num_heads;
+    cJSON *config;
+} hf_write_job;
+
+static rt_status hf_write_folder(void *ctx, rt_params *whole) {
+    hf_write_job *j = ctx;
+    cJSON *config = j->config;
+    j->config = NULL; /* mdl_hf_save_folder deletes it */
+    return mdl_hf_save_folder(j->dir, j->map, whole, j->vocab_size, j->num_heads, rt_comm_self(), rt_comm_self(),
+                              config);
+}
+
+static rt_status hf_write_weights(void *ctx, rt_params *whole) {
+    const hf_write_job *j = ctx;
+    return ckpt_save_hf(j->path, j->map, whole, j->vocab_size, j->num_heads, rt_comm_self());
+}
+
+rt_status mdl_save_weights(const char *path, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
+                           rt_comm *tp, rt_comm *pp) {
+    if (pp->size == 1) return ckpt_save_hf(path, map, params, vocab_size, num_heads, tp);
+    hf_write_job job = {.path = path, .map = map, .vocab_size = vocab_size, .num_heads = num_heads};
+    return hf_save_stages(path, "weights", params, tp, pp, hf_write_weights, &job);
 }
 
 rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
                              rt_comm *tp, rt_comm *pp, cJSON *config) {
-    if (pp->size > 1) return hf_save_stages(dir, map, params, vocab_size, num_heads, tp, pp, config);
+    if (pp->size > 1) {
+        hf_write_job job = {.dir = dir, .map = map, .vocab_size = vocab_size, .num_heads = num_heads, .config = config};
+        rt_status st = hf_save_stages(dir, "HF folder", params, tp, pp, hf_write_folder, &job);
+        cJSON_Delete(job.config); /* the ranks that did not write */
+        return st;
+    }
     char path[4096];
     /* a failure to make dir shows as the weights' write error, which every rank learns (no
      * early return on one rank: the save is a collective) */

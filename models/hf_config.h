@@ -114,6 +114,10 @@ rt_status mdl_hf_write_json(cJSON *config, const char *path);
  * whole model's folder from a copy of them in host memory: the folder one process writes. */
 rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
                              rt_comm *tp, rt_comm *pp, cJSON *config);
+/* Just the weights file at path (ckpt_save_hf: its name picks the format), the same way: a
+ * collective over tp and pp whose writer is the first stage's tp rank 0. */
+rt_status mdl_save_weights(const char *path, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
+                           rt_comm *tp, rt_comm *pp);
 
 /* The end of a config loader: a failed validation gets the file's path in front of its message,
  * and any status other than RT_OK, RT_ERR_CONFIG, RT_ERR_IO and RT_ERR_FORMAT becomes

@@ -16,7 +16,9 @@ struct mdl_stage_pipe {
     bool keep;           /* the family keeps micro-batch k's activations in its slot k % m.slots */
     float *saved;        /* (slots, max_BT, C) backend memory */
     rt_pipe_buffers buf; /* each (max_BT, C) */
-    unsigned char *h_result; /* host: the last stage's loss (a double) and logits (max_B, num_labels) */
+    float *tied_peer;    /* the first and last stage: the other end's gradient of the tied weight */
+    unsigned char *h_result; /* host: the last stage's loss (a double) and logits (grown to the largest) */
+    size_t result_bytes;
     int held;            /* the micro-batch the blocks' activations hold, -1: none */
     /* this step's */
     const rt_batch *b;
@@ -93,11 +95,27 @@ fail:
     return st;
 }
 
+/* The tied weight's two copies (first and last stage) get the sum of both gradients: each end
+ * sends its own and adds the other's, so both hold the same bits (addition commutes). The
+ * gradient's address is read now: ZeRO-2 may have given the slab back between steps. */
+static rt_status pipe_tied_grads(mdl_stage_pipe *p) {
+    const mdl_stage s = p->stage;
+    const int peer = mdl_stage_is_first(s) ? s.count - 1 : 0;
+    rt_params *params = p->m.tied_params;
+    const size_t n = params->specs[p->m.tied_param].numel;
+    float *grad = rt_params_grad(params, p->m.tied_param);
+    rt_p2p ops[2] = {{.send = true, .peer = peer, .buf = grad, .bytes = n * sizeof(float)},
+                     {.send = false, .peer = peer, .buf = p->tied_peer, .bytes = n * sizeof(float)}};
+    rt_status st = rt_comm_p2p(p->m.pp, ops, 2);
+    if (st == RT_OK) rt_axpy(p->m.be, grad, 1.0f, p->tied_peer, n);
+    return st;
+}
+
 void mdl_stage_pipe_free(mdl_stage_pipe *p) {
     if (!p) return;
     free(p->h_result);
-    void *bufs[5] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
-    for (int i = 0; i < 5; i++)
+    void *bufs[6] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din, p->tied_peer};
+    for (int i = 0; i < 6; i++)
         if (bufs[i]) rt_free_device(p->m.be, bufs[i]);
     free(p);
 }
@@ -110,7 +128,8 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
     p->stage = (mdl_stage){sm->pp->rank, sm->pp->size};
     if (max_micro < 1) RT_FAIL(RT_ERR_CONFIG, "pipeline: %d micro-batches per step", max_micro);
     p->max_micro = max_micro;
-    p->h_result = rt_xmalloc(sizeof(double) + (size_t)sm->max_B * (size_t)sm->num_labels * sizeof(float));
+    p->result_bytes = sizeof(double) + (size_t)sm->max_B * (size_t)sm->num_labels * sizeof(float);
+    p->h_result = rt_xmalloc(p->result_bytes);
     const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
     const int in_flight = rt_pipe_in_flight(p->stage.index, p->stage.count, max_micro);
     p->keep = sm->slots > 1;
@@ -123,6 +142,10 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
     }
     void **bufs[4] = {&p->buf.in, &p->buf.out, &p->buf.dout, &p->buf.din};
     for (int i = 0; i < 4; i++) RT_TRY(rt_backend_alloc(sm->be, act, "pipeline: transfer buffers", bufs[i]));
+    if (sm->tied_params && p->stage.count > 1 && (mdl_stage_is_first(p->stage) || mdl_stage_is_last(p->stage))) {
+        const size_t bytes = sm->tied_params->specs[sm->tied_param].numel * sizeof(float);
+        RT_TRY(rt_backend_alloc(sm->be, bytes, "pipeline: the tied weight's other gradient", (void **)&p->tied_peer));
+    }
     p->held = -1;
     *out = p;
     return RT_OK;
@@ -149,6 +172,7 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
     const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward,
                                  .backward = pipe_backward};
     rt_status st = rt_pipe_run(p->m.pp, M, &stage, &p->buf);
+    if (st == RT_OK && p->tied_peer) st = pipe_tied_grads(p);
     if (st == RT_OK) *loss_sum = p->loss_sum;
     return st;
 }
@@ -156,10 +180,16 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
 rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *loss_sum, float *host_logits) {
     rt_status st = RT_OK;
     const mdl_stage_model *m = &p->m;
-    const int s = p->stage.index, NL = m->num_labels;
+    const int s = p->stage.index;
     const size_t bytes = (size_t)b->B * b->T * m->C * sizeof(float);
-    const size_t result = sizeof(double) + (size_t)b->B * NL * sizeof(float);
+    const size_t floats = m->result_floats ? m->result_floats(m->model, b) : (size_t)b->B * m->num_labels;
+    const size_t result = sizeof(double) + floats * sizeof(float);
     const mdl_pass pass = {.training = false};
+    if (result > p->result_bytes) {
+        free(p->h_result);
+        p->h_result = rt_xmalloc(result);
+        p->result_bytes = result;
+    }
     float *logits = (float *)(p->h_result + sizeof(double));
     double loss = 0;
     p->held = -1; /* the blocks' activations are evaluation's now */
@@ -182,7 +212,7 @@ rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *l
     }
     RT_TRY(m->pp->ops->broadcast(m->pp->ctx, p->h_result, result, p->stage.count - 1));
     memcpy(loss_sum, p->h_result, sizeof *loss_sum);
-    if (host_logits) memcpy(host_logits, logits, (size_t)b->B * NL * sizeof(float));
+    if (host_logits) memcpy(host_logits, logits, floats * sizeof(float));
 fail:
     return st;
 }

@@ -25,6 +25,7 @@
 #include "runtime/rt_backend.h"
 #include "runtime/rt_batch.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
 
 typedef struct {
     void *model;
@@ -54,6 +55,15 @@ typedef struct {
      * at slot k's; use_slot may be NULL with one slot. */
     int slots;
     void (*use_slot)(void *model, int slot);
+    /* Optional: a weight tied between the first and the last stage (a language model's word
+     * embeddings and its head's copy of them, rt_param_spec.copy): parameter tied_param of
+     * tied_params on both ends. After a training step each end adds the other's gradient, so
+     * both copies hold the same bits and take the same update, as Megatron sums them. */
+    rt_params *tied_params;
+    int tied_param;
+    /* Optional: the floats evaluation's head_fwd writes to host_logits for b; NULL: b->B x
+     * num_labels. */
+    size_t (*result_floats)(void *model, const rt_batch *b);
 } mdl_stage_model;
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;
@@ -63,13 +73,14 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
 void mdl_stage_pipe_free(mdl_stage_pipe *p);
 /* One optimizer step's forward and backward of b[0..M) through every stage, with pass {seed,
  * step, micro m, training} for micro-batch m: accumulates this stage's gradients of
- * grad_scale * loss; *loss_sum is the summed loss on the last stage, 0 on the others. The
- * batches are checked first (models/heads.h), on every stage alike. */
+ * grad_scale * loss (and exchanges the tied weight's); *loss_sum is the summed loss on the last
+ * stage, 0 on the others. A classifier's batches (num_labels > 0) are checked first
+ * (models/heads.h), on every stage alike. */
 rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint64_t seed, int64_t step,
                               float grad_scale, double *loss_sum);
 /* Evaluation: b through the stages one after another (nothing to overlap without a
  * backward); every stage gets the last stage's summed loss and, when host_logits is non-NULL,
- * its logits (B, num_labels). */
+ * its logits (B, num_labels; result_floats of them when the family says). */
 rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *loss_sum, float *host_logits);
 
 #endif
