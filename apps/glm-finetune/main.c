@@ -164,7 +164,8 @@ static rt_status glm_data_set_state(void *ctx, int64_t epoch, int64_t position) 
 typedef struct {
     glm_model *model;
     const data_glm_rows *train;
-    data_glm_batch buf;
+    data_glm_batch *bufs; /* one per micro-batch of a step (a pipeline step holds them all) */
+    glm_task *tasks;
     int32_t pad_id;
 } glm_trainer;
 
@@ -175,36 +176,50 @@ static double glm_flops(void *ctx, const rt_batch *b) {
     return glm_train_flops(g->model, b->B * per, b->T, b->n_targets);
 }
 
-/* One batch's loss (and gradients when grad_scale > 0); scores (rows, or rows x classes for
- * cloze) may be NULL. */
-static rt_status glm_run(glm_model *m, const data_glm_rows *R, data_glm_batch *buf, const int32_t *ex, int n,
-                         int32_t pad_id, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+/* Examples ex[0..n) collated into buf, and what the model scores them by: training takes the
+ * span task's language-model loss on the answer, evaluation its argmax check. */
+static glm_task glm_task_of(const data_glm_rows *R, data_glm_batch *buf, const int32_t *ex, int n, int32_t pad_id,
+                            bool eval) {
     data_glm_collate(R, ex, n, pad_id, O.t.pad8, buf);
-    const glm_inputs in = {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos,
-                           .sep = buf->sep};
+    glm_task t = {.in = {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos,
+                         .sep = buf->sep},
+                  .labels = buf->labels, .label = buf->label};
     switch (R->kind) {
     case DATA_GLM_CLOZE:
-        return glm_cloze_step(m, &in, buf->cloze_at, buf->cand, R->n_classes, buf->label, pass, grad_scale, loss_sum,
-                              scores);
-    case DATA_GLM_CHOICES:
-        return glm_choice_step(m, &in, buf->labels, R->rows_per_example, buf->label, pass, grad_scale, loss_sum, scores);
-    case DATA_GLM_SPAN: {
-        if (!scores) break; /* training: the language-model loss on the answer */
-        int32_t *match = rt_xmalloc((size_t)in.B * sizeof *match);
-        rt_status st = glm_span_match(m, &in, buf->labels, loss_sum, match);
-        for (int r = 0; r < in.B; r++) scores[r] = (float)match[r];
-        free(match);
-        return st;
+        t.kind = GLM_HEAD_CLOZE, t.at = buf->cloze_at, t.cand = buf->cand, t.K = R->n_classes;
+        break;
+    case DATA_GLM_CHOICES: t.kind = GLM_HEAD_CHOICE, t.K = R->rows_per_example; break;
+    case DATA_GLM_SPAN: t.kind = eval ? GLM_HEAD_SPAN_MATCH : GLM_HEAD_LM; break;
+    case DATA_GLM_SEQ2SEQ: t.kind = GLM_HEAD_LM; break;
     }
-    case DATA_GLM_SEQ2SEQ: break;
+    return t;
+}
+
+/* A pipeline's stand-in for an empty micro-batch (rt_trainer.c) has no targets: it must add
+ * nothing, so its labels go (a genuine batch without targets has none to lose). */
+static void glm_mute(glm_task *t, data_glm_batch *buf, int n) {
+    if (t->kind == GLM_HEAD_CLOZE || t->kind == GLM_HEAD_CHOICE) {
+        for (int i = 0; i < n; i++) buf->label[i] = -100;
+        return;
     }
-    return glm_lm_step(m, &in, buf->labels, pass, grad_scale, loss_sum, NULL);
+    for (size_t i = 0; i < (size_t)buf->B * buf->T; i++) buf->labels[i] = -100;
 }
 
 static rt_status glm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                 double *loss_sum) {
     glm_trainer *g = ctx;
-    return glm_run(g->model, g->train, &g->buf, b->example_index, b->B, g->pad_id, pass, grad_scale, loss_sum, NULL);
+    const glm_task t = glm_task_of(g->train, &g->bufs[0], b->example_index, b->B, g->pad_id, false);
+    return glm_task_step(g->model, &t, pass, grad_scale, loss_sum, NULL);
+}
+
+static rt_status glm_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                                   double *loss_sum) {
+    glm_trainer *g = ctx;
+    for (int k = 0; k < n; k++) {
+        g->tasks[k] = glm_task_of(g->train, &g->bufs[k], b[k].example_index, b[k].B, g->pad_id, false);
+        if (b[k].n_targets == 0) glm_mute(&g->tasks[k], &g->bufs[k], b[k].B);
+    }
+    return glm_pipe_step(g->model, g->tasks, n, seed, step, grad_scale, loss_sum);
 }
 
 /* ---- evaluation ---- */
@@ -291,7 +306,8 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
         for (int i = 0; i < n; i++) ex[i] = b0 + i;
         double l = 0;
-        RT_TRY(glm_run(e->model, R, &e->buf, ex, n, e->pad_id, &pass, 0.0f, &l, scores));
+        const glm_task t = glm_task_of(R, &e->buf, ex, n, e->pad_id, true);
+        RT_TRY(glm_task_step(e->model, &t, &pass, 0.0f, &l, scores));
         loss += l;
         targets += glm_targets_of(R, ex, n);
         for (int i = 0; R->kind != DATA_GLM_SEQ2SEQ && i < n; i++) {
@@ -315,7 +331,7 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
             out->names[out->n] = m[i].name;
             out->values[out->n++] = m[i].value;
         }
-    } else if (O.eval_generate) {
+    } else if (e->decoder) {
         texts = rt_xcalloc((size_t)n_ex, sizeof *texts);
         for (int b0 = 0; b0 < n_ex; b0 += e->batch) {
             int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
@@ -381,7 +397,7 @@ static void glm_small_config(glm_config *c, int vocab, int max_len) {
     c->max_sequence_length = max_len;
 }
 
-static rt_status glm_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer *tok, int max_B, int max_T,
+static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok, int max_B, int max_T,
                                  glm_model **out) {
     rt_status st = RT_OK;
     char report[512] = "", path[4200];
@@ -404,7 +420,9 @@ static rt_status glm_build_model(rt_backend *be, rt_comm *tp, const tok_tokenize
         RT_FAIL(RT_ERR_CONFIG, "rows of up to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s)",
                 max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "");
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
-    RT_TRY(glm_model_init(&cfg, be, tp, max_B, max_T, (uint64_t)O.t.seed, out));
+    cfg.pp_recompute = O.t.pp_recompute;
+    RT_TRY(glm_model_init_stage(&cfg, be, grid->tp, grid->pp, (int)O.t.grad_accum, max_B, max_T, (uint64_t)O.t.seed,
+                                out));
     if (O.model) {
         RT_TRY(glm_model_load_dir(*out, O.model, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
@@ -428,9 +446,7 @@ static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, c
     /* the first data-parallel replica writes (its tp rank 0 is world rank 0, which made the folder) */
     if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
     snprintf(path, sizeof path, "%s/%s", dir, ckpt_map_weights_file(&ckpt_map_glm));
-    if (grid->dp_rank == 0)
-        RT_TRY(ckpt_save_hf(path, &ckpt_map_glm, glm_model_params(m), c->vocab_size, c->num_attention_heads,
-                            glm_model_tp(m)));
+    if (grid->dp_rank == 0) RT_TRY(glm_save_weights(m, path)); /* every stage's, through the first */
     if (grid->world->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         RT_TRY(glm_config_save(c, path));
@@ -543,6 +559,10 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     glm_eval ev = {0};
 
     RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
+    O.t.has_stages = true;
+    if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
+        RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on two pipeline stages (--pp %lld: the output layer keeps "
+                "a copy of word_embeddings) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
     const bool seq2seq = strcmp(O.task, "seq2seq") == 0;
     if (seq2seq && n_pos != 2)
         RT_FAIL(RT_ERR_USAGE, "--task seq2seq expects SRC TGT (two line-aligned files), got %d argument%s", n_pos,
@@ -627,7 +647,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     max_T = (max_T + 7) / 8 * 8;
     int per = train.rows_per_example;
     int max_B = (int)O.t.batch_size * per > eval_batch * per ? (int)O.t.batch_size * per : eval_batch * per;
-    RT_TRY(glm_build_model(be, grid.tp, tok, max_B, max_T, &model));
+    RT_TRY(glm_build_model(be, &grid, tok, max_B, max_T, &model));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
     example_len = glm_example_lengths(&train);
@@ -635,7 +655,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                                .lengths = example_len, .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_sampler_init((size_t)train.n_examples, &sopts, &sampler));
     glm_data gd = {.rows = &train, .sampler = sampler, .batch_size = (int)O.t.batch_size};
-    tr = (glm_trainer){.model = model, .train = &train, .pad_id = ev.sp.eos};
+    tr = (glm_trainer){.model = model, .train = &train, .pad_id = ev.sp.eos,
+                       .bufs = rt_xcalloc((size_t)O.t.grad_accum, sizeof *tr.bufs),
+                       .tasks = rt_xcalloc((size_t)O.t.grad_accum, sizeof *tr.tasks)};
     ev.model = model;
     ev.tok = tok;
     ev.val = &val;
@@ -643,7 +665,10 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     ev.batch = eval_batch;
     ev.save_dir = O.t.save_dir;
     ev.grid = &grid;
-    if (seq2seq && O.eval_generate) {
+    if (seq2seq && O.eval_generate && grid.pp_size > 1)
+        rt_log_info("evaluation: generation needs the whole model on one rank; with --pp %d it reports the loss only "
+                    "(generate from the exported model with --pp 1)", grid.pp_size);
+    else if (seq2seq && O.eval_generate) {
         int ctx_len = 1;
         for (int i = 0; i < val.n_rows; i++) ctx_len = val.rows[i].sep > ctx_len ? val.rows[i].sep : ctx_len;
         RT_TRY(glm_decoder_init(model, eval_batch, (int)O.num_beams, ctx_len, (int)O.max_target_len, &ev.decoder));
@@ -652,7 +677,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
     train_app_model adapter = {.m = {.model = &tr, .params = glm_model_params(model), .step = glm_train_step,
-                                     .flops = glm_flops}};
+                                     .flops = glm_flops,
+                                     .pipeline_step = grid.pp_size > 1 ? glm_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&adapter);
     rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
                         .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
@@ -675,7 +701,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
 fail:
     free(options_json);
-    data_glm_batch_free(&tr.buf);
+    for (int k = 0; tr.bufs && k < O.t.grad_accum; k++) data_glm_batch_free(&tr.bufs[k]);
+    free(tr.bufs);
+    free(tr.tasks);
     data_glm_batch_free(&ev.buf);
     glm_decoder_free(ev.decoder);
     data_sampler_free(sampler);
