@@ -68,6 +68,13 @@ typedef struct {
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;
 
+/* A weight several stages hold (members: one bit per stage): the lowest member's is the whole
+ * model's parameter, the others' are copies (rt_param_spec.copy). Every member ends with the sum
+ * of all members' gradients of it: the owner adds the copies' in stage order and sends the sum
+ * back, so every copy holds the same bits. Collective over the members; scratch (n floats of
+ * backend memory) is the owner's. */
+rt_status mdl_stage_sum_tied(rt_comm *pp, uint64_t members, rt_backend *be, float *grad, size_t n, float *scratch);
+
 /* For steps of up to max_micro micro-batches; sm is copied. */
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out);
 void mdl_stage_pipe_free(mdl_stage_pipe *p);
