@@ -21,6 +21,7 @@
 #include "models/hf_config.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_pipe.h"
 #include "runtime/rt_rng.h"
 
 /* ---- a block's parameters as a table: one row per parameter (their tp rules and HF names
@@ -97,10 +98,11 @@ static int t5_add(t5_model *m, const char *name, int64_t d0, int64_t d1, bool no
  * first, then the decoder's), one per mdl_site_kind. */
 enum { T5_SITE_ENC_EMBED = 1, T5_SITE_ENC_FINAL, T5_SITE_DEC_EMBED, T5_SITE_DEC_FINAL, T5_SITE_BLOCKS = 8 };
 
-/* Every dropout of T5 has the one rate. */
+/* Every dropout of T5 has the one rate (the embeddings' where the stack starts). */
 static void t5_stack_set_dropout(t5_stack *s, float p) {
     mdl_stack_config *c = &s->blocks.cfg;
-    c->attn_pdrop = c->resid_pdrop = c->ffn_pdrop = c->emb_pdrop = c->final_pdrop = p;
+    c->attn_pdrop = c->resid_pdrop = c->ffn_pdrop = c->final_pdrop = p;
+    c->emb_pdrop = s->has_embed ? p : 0.0f;
 }
 
 /* A stack's blocks: pre-RMSNorm, unscaled attention (T5 folds the scaling into its init), and
@@ -108,7 +110,8 @@ static void t5_stack_set_dropout(t5_stack *s, float p) {
 static void t5_stack_init(t5_model *m, t5_stack *s) {
     const t5_config *c = &m->cfg;
     mdl_stack_config bc = {.n_layer = s->L, .C = c->d_model, .n_head = c->num_heads, .head_size = c->d_kv,
-                           .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon, .final_norm = true,
+                           .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon,
+                           .final_norm = s->has_final, .layer_offset = s->first, .layers_total = s->L_total,
                            .cross = s->decoder, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
                            .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
                            .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
@@ -132,9 +135,10 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             if (((row->when & T5_DECODER) && !s->decoder) || ((row->when & T5_BLOCK0) && b != 0) ||
                 ((row->when & T5_GATED) && !c->gated) || ((row->when & T5_PLAIN) && c->gated))
                 continue;
+            if ((row->when & T5_BLOCK0) && !s->has_embed) continue; /* block 0 is another stage's */
             int sub = row->sub == T5_SUB_SELF ? 0 : row->sub == T5_SUB_CROSS ? 1 : (s->decoder ? 2 : 1);
             char name[RT_PARAM_NAME_MAX];
-            snprintf(name, sizeof name, "%s.block.%d.layer.%d.%s", prefix, b, sub, row->name);
+            snprintf(name, sizeof name, "%s.block.%d.layer.%d.%s", prefix, s->first + b, sub, row->name);
             int64_t d0 = C, d1 = 0;
             switch (row->shape) {
             case T5_SHAPE_C: break;
@@ -162,19 +166,27 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
         }
         bp->first = first;
     }
+    if (!s->has_final) return;
     char name[RT_PARAM_NAME_MAX];
     snprintf(name, sizeof name, "%s.final_layer_norm.weight", prefix);
     s->blocks.final.w = t5_add(m, name, C, 0, true, RT_INIT_ONES, 0);
 }
 
+/* The stage's parameters in HF's order: `shared` where a stack starts (the encoder's is the
+ * whole model's; the decoder's, on a later stage, a copy) and on the last stage for a tied
+ * head; its blocks; lm_head on the last stage. */
 static void t5_declare_params(t5_model *m) {
     const t5_config *c = &m->cfg;
-    m->shared = t5_add(m, "shared.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
-    m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+    const bool last = mdl_stage_is_last(m->stage);
+    m->shared = m->lm_head = m->enc.rel_bias = m->dec.rel_bias = -1;
+    if (m->enc.has_embed || m->dec.has_embed || (last && c->tie_word_embeddings)) {
+        m->shared = t5_add(m, "shared.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
+        m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        m->params.specs[m->shared].copy = !m->enc.has_embed;
+    }
     t5_declare_stack(m, &m->enc, "encoder");
     t5_declare_stack(m, &m->dec, "decoder");
-    m->lm_head = -1;
-    if (!c->tie_word_embeddings) {
+    if (last && !c->tie_word_embeddings) {
         m->lm_head = t5_add(m, "lm_head.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL,
                             c->initializer_factor);
         m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
@@ -191,20 +203,44 @@ static void t5_layout_stack(t5_model *m, t5_stack *s, rt_arena *a) {
     s->ids = rt_arena_take(a, s->MR, sizeof(int32_t));
 }
 
+/* A stage lays out the stacks it holds blocks of, the head's buffers on the last stage only. */
 static void t5_layout(t5_model *m, rt_arena *a) {
     const size_t BS = (size_t)m->max_B * m->max_S, BT = (size_t)m->max_B * m->max_T, C = (size_t)m->C;
     const size_t f = sizeof(float);
-    t5_layout_stack(m, &m->enc, a);
-    t5_layout_stack(m, &m->dec, a);
-    mdl_stack_scratch_layout(&m->enc.blocks, &m->scratch, a, BS > BT ? BS : BT);
-    m->logits = rt_arena_take(a, BT * (size_t)m->vocab.local, f);
-    m->losses = rt_arena_take(a, BT, f);
-    m->xent_stats = rt_arena_take(a, 3 * BT, f);
-    m->vocab_mask = rt_arena_take(a, (size_t)m->vocab.local, f);
+    const bool enc = m->enc.L > 0, dec = m->dec.L > 0, head = mdl_stage_is_last(m->stage);
+    const size_t HT = head ? BT : 0;
+    if (enc) t5_layout_stack(m, &m->enc, a);
+    if (dec) t5_layout_stack(m, &m->dec, a);
+    mdl_stack_scratch_layout(enc ? &m->enc.blocks : &m->dec.blocks, &m->scratch, a, BS > BT ? BS : BT);
+    m->logits = rt_arena_take(a, HT * (size_t)m->vocab.local, f);
+    m->losses = rt_arena_take(a, HT, f);
+    m->xent_stats = rt_arena_take(a, 3 * HT, f);
+    m->vocab_mask = rt_arena_take(a, head ? (size_t)m->vocab.local : 0, f);
     m->key_mask = rt_arena_take(a, BS, f);
-    m->targets = rt_arena_take(a, BT, sizeof(int32_t));
-    m->dtop = rt_arena_take(a, BT * C, f);
-    m->denc = rt_arena_take(a, BS * C, f);
+    m->targets = rt_arena_take(a, HT, sizeof(int32_t));
+    m->dtop = rt_arena_take(a, HT * C, f);
+    m->denc = rt_arena_take(a, dec ? BS * C : 0, f);
+    m->cross_in = rt_arena_take(a, dec && !enc ? BS * C : 0, f);
+}
+
+void t5_use_slot(t5_model *m, int k) {
+    rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
+    t5_layout(m, &arena);
+    m->enc.buckets_T = m->dec.buckets_T = 0; /* each slot has its own bucket tables */
+}
+
+/* A stage's parameters draw the init streams the whole model's same-named ones draw: their
+ * indices in its declaration, found by declaring it without allocating. */
+static void t5_whole_model_streams(t5_model *m) {
+    t5_model whole = *m;
+    whole.stage = mdl_stage_whole();
+    (void)t5_stage_plan(&whole); /* one stage always has a plan */
+    rt_params_init(&whole.params, m->be);
+    t5_declare_params(&whole);
+    rt_params_streams_from(&m->params, &whole.params);
+    rt_params_free(&whole.params);
+    mdl_stack_free(&whole.enc.blocks);
+    mdl_stack_free(&whole.dec.blocks);
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): C, the attention's
@@ -218,6 +254,11 @@ static uint64_t t5_act_width(const t5_config *c, int len) {
 
 rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
                         uint64_t seed, t5_model **out) {
+    return t5_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_src, max_tgt, seed, out);
+}
+
+rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
+                              int max_src, int max_tgt, uint64_t seed, t5_model **out) {
     rt_status st = RT_OK;
     t5_model *m = rt_xcalloc(1, sizeof *m);
     *out = NULL;
@@ -232,6 +273,8 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     m->cfg = *c;
     m->be = be;
     m->tp = tp;
+    m->pp = pp;
+    m->stage = (mdl_stage){pp->rank, pp->size};
     m->max_B = max_B;
     m->max_S = max_src;
     m->max_T = max_tgt;
@@ -243,10 +286,10 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
     m->head_offset = m->NH_local * tp->rank;
     m->ff_offset = m->F_local * tp->rank;
     m->vocab = mdl_vocab_shard(c->vocab_size, tp);
-    m->enc = (t5_stack){.decoder = false, .L = c->num_layers, .max_T = max_src, .MR = (size_t)max_B * max_src};
-    m->dec = (t5_stack){.decoder = true, .L = c->num_decoder_layers, .max_T = max_tgt, .MR = (size_t)max_B * max_tgt};
+    RT_TRY(t5_stage_plan(m));
     rt_params_init(&m->params, be);
     t5_declare_params(m);
+    if (m->stage.count > 1) t5_whole_model_streams(m);
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     if (c->initializer_factor != 1.0f) /* HF sets the norms to the factor itself */
@@ -255,12 +298,18 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
                 rt_scale(be, P(i), c->initializer_factor, m->params.specs[i].numel);
     rt_arena arena = {0};
     t5_layout(m, &arena);
-    RT_TRY(rt_backend_alloc(be, arena.used, "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)", &m->act_block));
-    arena = (rt_arena){.base = m->act_block};
-    t5_layout(m, &arena);
-    mdl_vocab_clear_padding(be, &m->vocab, P(m->shared), m->C);
+    m->act_bytes = (arena.used + 63) & ~(size_t)63;
+    m->act_slots = m->stage.count > 1 ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro) : 1;
+    RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
+                            "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)",
+                            &m->act_block));
+    if (m->shared >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->shared), m->C);
     if (m->lm_head >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->lm_head), m->C);
-    mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, T5_MASKED);
+    for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's logit mask; slot 0 last */
+        t5_use_slot(m, k);
+        if (mdl_stage_is_last(m->stage)) mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, T5_MASKED);
+    }
+    if (m->stage.count > 1) RT_TRY(t5_pipe_init(m, max_micro));
     int maxT = max_src > max_tgt ? max_src : max_tgt;
     size_t BS = (size_t)max_B * max_src, BT = (size_t)max_B * max_tgt;
     m->h_buckets = rt_xmalloc((size_t)maxT * maxT * sizeof(int32_t));
@@ -277,6 +326,7 @@ fail:
 
 void t5_model_free(t5_model *m) {
     if (!m) return;
+    t5_pipe_free(m->pipe);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->enc.blocks);
@@ -373,8 +423,8 @@ fail:
 }
 
 rt_status t5_save_hf(t5_model *m, const char *dir) {
-    return mdl_hf_save_folder(dir, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp,
-                              rt_comm_self(), t5_config_json(&m->cfg));
+    return mdl_hf_save_folder(dir, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp, m->pp,
+                              t5_config_json(&m->cfg));
 }
 
 /* ---- the stacks ---- */
@@ -383,7 +433,7 @@ rt_status t5_save_hf(t5_model *m, const char *dir) {
  * and, across, the encoder's output with its padding; both the relative position bias. */
 static mdl_stack_mask t5_mask(t5_model *m, t5_stack *s, int S) {
     return (mdl_stack_mask){.causal = s->decoder, .key_mask = s->decoder ? NULL : m->key_mask, .bias = s->bias,
-                            .dbias = s->dbias, .cross_in = s->decoder ? m->enc.blocks.out : NULL,
+                            .dbias = s->dbias, .cross_in = s->decoder ? t5_cross_src(m) : NULL,
                             .dcross_in = m->denc, .cross_key_mask = m->key_mask, .S = S};
 }
 
@@ -392,9 +442,11 @@ rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
     const mdl_stack_mask mask = t5_mask(m, s, S);
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_residual(&s->blocks, 0), s->ids, P(m->shared),
-                                   (size_t)B * T, m->C, m->vocab.start, m->vocab.local));
-    rt_relbias_fwd(be, s->bias, P(s->rel_bias), s->buckets, m->NH_local, T, T, c->relative_attention_num_buckets);
+    if (s->has_embed) { /* else a pipeline stage received its input and the bias */
+        RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_residual(&s->blocks, 0), s->ids, P(m->shared),
+                                       (size_t)B * T, m->C, m->vocab.start, m->vocab.local));
+        rt_relbias_fwd(be, s->bias, P(s->rel_bias), s->buckets, m->NH_local, T, T, c->relative_attention_num_buckets);
+    }
     RT_TRY(mdl_stack_forward(&s->blocks, B, T, &mask, pass));
 fail:
     return st;
@@ -402,20 +454,29 @@ fail:
 
 /* One stack backward from dL/d(s->blocks.out) in dtop (overwritten). The decoder adds
  * dL/d(encoder output) of its cross-attention keys and values into m->denc, not yet reduced
- * over tp. */
-static rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int S, const mdl_pass *pass) {
+ * over tp. The blocks add their bias gradient into s->dbias, which the stage holding the last
+ * block clears first (an earlier stage continues the sum it received). Where the stack starts,
+ * the bias table and the embedding take their gradients; elsewhere *demb (may be NULL) is
+ * dL/d(the stage's input), for the stage before. */
+rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int S, const mdl_pass *pass,
+                       const float **demb) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
     const int NH = m->NH_local;
     const mdl_stack_mask mask = t5_mask(m, s, S);
-    const float *demb = NULL;
-    rt_clear(be, s->dbias, (size_t)NH * T * T * sizeof(float));
-    RT_TRY(mdl_stack_backward(&s->blocks, B, T, &mask, pass, dtop, &demb));
+    const float *d = NULL;
+    if (s->has_final) rt_clear(be, s->dbias, (size_t)NH * T * T * sizeof(float));
+    RT_TRY(mdl_stack_backward(&s->blocks, B, T, &mask, pass, dtop, &d));
+    if (demb) *demb = d;
+    if (!s->has_embed) {
+        mdl_grads_ready(pass, &m->params, s->blocks.layer[0].first);
+        return RT_OK;
+    }
     /* every block added the one bias: its gradient is the sum over blocks, taken once */
     rt_relbias_bwd(be, G(s->rel_bias), s->dbias, s->buckets, NH, T, T, c->relative_attention_num_buckets);
     mdl_grads_ready(pass, &m->params, s->blocks.layer[0].first);
-    rt_embedding_bwd(be, G(m->shared), demb, s->ids, (size_t)B * T, m->C, m->vocab.start, m->vocab.local);
+    rt_embedding_bwd(be, G(m->shared), d, s->ids, (size_t)B * T, m->C, m->vocab.start, m->vocab.local);
 fail:
     return st;
 }
@@ -424,7 +485,7 @@ fail:
 
 /* The stack's bucket table for length T (uploaded only when T changes). */
 static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
-    if (s->buckets_T == T) return;
+    if (s->buckets_T == T || !s->has_embed) return; /* a later stage receives the bias */
     const t5_config *c = &m->cfg;
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++)
@@ -434,7 +495,7 @@ static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
     s->buckets_T = T;
 }
 
-rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
+rt_status t5_check_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
     const t5_config *c = &m->cfg;
     if (B < 1 || S < 1 || B > m->max_B || S > m->max_S)
         return rt_errorf(RT_ERR_CONFIG, "T5: a batch of %d rows of %d source tokens exceeds the %d x %d the model was "
@@ -446,15 +507,22 @@ rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_
                              "[0, %d)", (int)src_ids[i], i / (size_t)S, i % (size_t)S, c->vocab_size);
         m->h_mask[i] = (!src_mask || src_mask[i]) ? 0.0f : T5_MASKED;
     }
+    return RT_OK;
+}
+
+rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
+    rt_status st = t5_check_src(m, src_ids, src_mask, B, S);
+    if (st != RT_OK) return st;
     rt_backend *be = m->be;
-    rt_to_device(be, m->enc.ids, src_ids, BS * sizeof(int32_t));
+    const size_t BS = (size_t)B * S;
+    if (m->enc.has_embed) rt_to_device(be, m->enc.ids, src_ids, BS * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BS * sizeof(float));
     t5_upload_buckets(m, &m->enc, S);
     return RT_OK;
 }
 
 /* Targets (ignored ones -100) and decoder inputs (HF's _shift_right unless given). */
-static rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
+rt_status t5_check_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
     const t5_config *c = &m->cfg;
     const int B = b->B, T = b->T;
     if (!b->labels) return rt_errorf(RT_ERR_CONFIG, "T5: the batch has no labels (the decoder needs targets)");
@@ -478,12 +546,18 @@ static rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
                                  "[0, %d)", (int)din, r, t, c->vocab_size);
             m->h_dec_ids[i] = din;
         }
-    rt_backend *be = m->be;
-    const size_t BT = (size_t)B * T;
-    rt_to_device(be, m->targets, m->h_targets, BT * sizeof(int32_t));
-    rt_to_device(be, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
-    t5_upload_buckets(m, &m->dec, T);
     *n_targets = n;
+    return RT_OK;
+}
+
+rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
+    rt_status st = t5_check_tgt(m, b, n_targets);
+    if (st != RT_OK) return st;
+    rt_backend *be = m->be;
+    const size_t BT = (size_t)b->B * b->T;
+    if (mdl_stage_is_last(m->stage)) rt_to_device(be, m->targets, m->h_targets, BT * sizeof(int32_t));
+    if (m->dec.has_embed) rt_to_device(be, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
+    t5_upload_buckets(m, &m->dec, b->T);
     return RT_OK;
 }
 
@@ -521,50 +595,73 @@ fail:
 
 /* ---- the step ---- */
 
-rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
-                  int *n_targets, float *host_logits) {
+/* The LM head over the decoder's output (the rescale, this rank's vocab columns, padding columns
+ * never winning the softmax) and the vocab-parallel cross-entropy of the uploaded targets: the
+ * summed loss, and with grad_scale > 0 dL/dlogits in m->logits. */
+rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
-    const int B = b->B, S = b->S, T = b->T, C = m->C, Vl = m->vocab.local;
+    const int C = m->C, Vl = m->vocab.local;
     const size_t R = (size_t)B * T;
-    const bool backward = grad_scale > 0;
-    const int head = t5_head_param(m);
-    int n = 0;
-    RT_TRY(t5_upload_src(m, b->src_ids, b->src_mask, B, S));
-    RT_TRY(t5_upload_tgt(m, b, &n));
-    RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
-    RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
-    const float out_scale = t5_decoder_out_scale(c);
     if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
-        rt_scale(be, m->dec.blocks.out, out_scale, R * C);
+        rt_scale(be, m->dec.blocks.out, t5_decoder_out_scale(c), R * C);
         rt_store_n(be, m->dec.blocks.out, R * C);
     }
-
-    /* LM head over this rank's vocab columns; padding columns never win the softmax */
-    mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
+    mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(t5_head_param(m)), NULL, R, C, Vl);
     if (m->vocab.padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
     if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
-    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, backward ? m->logits : NULL, m->xent_stats, m->logits, m->targets, R,
-                          Vl, m->vocab.start, grad_scale));
+    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, grad_scale > 0 ? m->logits : NULL, m->xent_stats, m->logits,
+                          m->targets, R, Vl, m->vocab.start, grad_scale));
     rt_to_host(be, m->h_losses, m->losses, R * sizeof(float));
     double sum = 0;
     for (size_t i = 0; i < R; i++) sum += m->h_losses[i];
     *loss_sum = sum;
-    if (n_targets) *n_targets = n;
-    if (!backward) return RT_OK;
+fail:
+    return st;
+}
 
-    /* dL/d(decoder output): the head is vocab-parallel, so the partial sums are all-reduced */
+/* dL/d(decoder output) into m->dtop: the head is vocab-parallel, so the partial sums are
+ * all-reduced; the head's weight takes its gradient. */
+rt_status t5_head_bwd(t5_model *m, int B, int T) {
+    rt_status st = RT_OK;
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const int C = m->C, Vl = m->vocab.local, head = t5_head_param(m);
+    const size_t R = (size_t)B * T;
     RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.blocks.out, P(head), R, C, Vl));
     if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
-        rt_scale(be, m->dtop, out_scale, R * C);
+        rt_scale(be, m->dtop, t5_decoder_out_scale(c), R * C);
         rt_store_n(be, m->dtop, R * C);
     }
+fail:
+    return st;
+}
+
+rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                  int *n_targets, float *host_logits) {
+    rt_status st = RT_OK;
+    rt_backend *be = m->be;
+    const int B = b->B, S = b->S, T = b->T, C = m->C;
+    int n = 0;
+    if (m->stage.count > 1) {
+        if (grad_scale > 0 || host_logits)
+            RT_FAIL(RT_ERR_CONFIG, "T5: a pipeline stage trains through t5_pipe_step and gives the loss only");
+        return t5_pipe_eval(m, b, loss_sum, n_targets);
+    }
+    RT_TRY(t5_upload_src(m, b->src_ids, b->src_mask, B, S));
+    RT_TRY(t5_upload_tgt(m, b, &n));
+    RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
+    RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
+    RT_TRY(t5_head_fwd(m, B, T, grad_scale, loss_sum, host_logits));
+    if (n_targets) *n_targets = n;
+    if (!(grad_scale > 0)) return RT_OK;
+    RT_TRY(t5_head_bwd(m, B, T));
     rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
-    RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass));
+    RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass, NULL));
     if (m->tp->size > 1)
         RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
-    RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass));
+    RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass, NULL));
 fail:
     return st;
 }
@@ -572,6 +669,7 @@ fail:
 rt_status t5_encode(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S, float *host_hidden) {
     rt_status st = RT_OK;
     mdl_pass pass = {0};
+    if (m->stage.count > 1) RT_FAIL(RT_ERR_CONFIG, "T5: the encoder's output needs the whole model, not a stage");
     RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
     rt_to_host(m->be, host_hidden, m->enc.blocks.out, (size_t)B * S * m->C * sizeof(float));

@@ -69,6 +69,17 @@ typedef struct t5_model t5_model;
  * N(0, factor), q N(0, factor (d_model d_kv)^-1/2), ..., norms 1) from the counter RNG. */
 rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
                         uint64_t seed, t5_model **out);
+/* One pipeline stage, stage pp->rank of pp->size, for steps of up to max_micro micro-batches
+ * (pp = rt_comm_self() is t5_model_init). The encoder's blocks fill the first
+ * pp x num_layers / (num_layers + num_decoder_layers) stages in equal shares and the decoder's
+ * the rest; RT_ERR_CONFIG says why when they cannot. A stack's first stage holds its embedding
+ * (`shared`: the encoder's is the whole model's, the decoder's a copy) and block 0's relative
+ * bias table; its last the final norm; the last stage the head (a tied one reads another copy
+ * of `shared`). Between stages go the hidden states, the bias every block of the stack adds,
+ * and on the decoder's side the encoder's output; back come their gradients. Its parameters
+ * draw the whole model's init streams. */
+rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
+                              int max_src, int max_tgt, uint64_t seed, t5_model **out);
 void t5_model_free(t5_model *m);
 rt_params *t5_model_params(t5_model *m);
 rt_comm *t5_model_tp(t5_model *m);
@@ -111,6 +122,14 @@ typedef struct {
  * tp > 1 a gather every rank joins). */
 rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                   int *n_targets, float *host_logits);
+/* A pipeline stage's training step over the micro-batches b[0..M) in 1F1B order (runtime/rt_pipe.h),
+ * pass {seed, step, micro k, training} for micro-batch k: the stage's gradients of
+ * grad_scale * loss (every copy of `shared` ends with the sum of all of theirs), the summed
+ * loss on the last stage (0 on the others) and, on every stage, the targets counted. The
+ * batches are checked on every stage alike before any work. A stage evaluates through t5_step
+ * (grad_scale 0, no logits). */
+rt_status t5_pipe_step(t5_model *m, const t5_batch *b, int M, uint64_t seed, int64_t step, float grad_scale,
+                       double *loss_sum);
 /* Model FLOPs of training on B pairs of S source and T target tokens (models/flops.h). */
 double t5_train_flops(const t5_model *m, int B, int S, int T);
 /* The encoder's output (B, S, d_model) after its final norm, without dropout; for checks. */

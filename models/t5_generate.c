@@ -106,6 +106,9 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
     const t5_config *c = &m->cfg;
     t5_generator *g = rt_xcalloc(1, sizeof *g);
     *out = NULL;
+    if (m->stage.count > 1)
+        RT_FAIL(RT_ERR_CONFIG, "T5 generation needs the whole model, not pipeline stage %d of %d", m->stage.index + 1,
+                m->stage.count);
     if (max_B < 1 || max_B > m->max_B || max_src < 1 || max_src > m->max_S)
         RT_FAIL(RT_ERR_CONFIG, "T5 generation: %d source rows of %d tokens exceed the %d x %d the model was sized "
                 "for (or are < 1)", max_B, max_src, m->max_B, m->max_S);

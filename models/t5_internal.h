@@ -12,6 +12,7 @@
 #include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
+#include "models/stage.h"
 #include "models/t5.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
@@ -24,7 +25,10 @@
 typedef struct {
     mdl_stack blocks;
     bool decoder;
-    int L, max_T;
+    int L, max_T;          /* the blocks held (a pipeline stage's share; 0: none), the longest input */
+    int first, L_total;    /* the first held block's index in the whole stack, and the stack's blocks */
+    bool has_embed;        /* the stack's start: its embedding and block 0's relative bias table */
+    bool has_final;        /* its end: the final norm */
     size_t MR;
     int rel_bias;          /* (num_buckets, NH_local) in block 0 */
     float *bias, *dbias;   /* (NH_local, T, T) the relative position bias, and its gradient */
@@ -37,8 +41,14 @@ struct t5_model {
     t5_config cfg;
     rt_backend *be;
     rt_comm *tp;
+    rt_comm *pp;         /* the stages' comm (stage = its rank); not owned */
+    mdl_stage stage;     /* {0, 1}: the whole model. Else the encoder's blocks fill the first
+                          * enc_stages stages and the decoder's the rest (t5_pipe.c) */
+    int enc_stages;
+    struct t5_pipe *pipe; /* the pipelined step; NULL with one stage */
     rt_params params;
-    int shared, lm_head; /* lm_head -1 when tied to shared */
+    int shared, lm_head; /* lm_head -1 when tied to shared; each -1 on a stage without it (a stage's
+                          * shared past the first is a copy, rt_param_spec.copy) */
     int max_B, max_S, max_T;
     int C, HS, NH_local, I_local, F_local;
     int head_offset, ff_offset;      /* this rank's first head and first FFN column */
@@ -46,6 +56,9 @@ struct t5_model {
     t5_stack enc, dec;
 
     void *act_block;
+    size_t act_bytes;   /* one slot's activations (a stage keeps one per micro-batch in flight) */
+    int act_slots;
+    float *cross_in;    /* a decoder stage's copy of the encoder's output (max_B*max_S, C) */
     float *logits;      /* (max_B*max_T, V_local); the gradient overwrites it */
     float *losses;      /* (max_B*max_T) */
     float *xent_stats;  /* (3 * max_B*max_T) */
@@ -59,6 +72,28 @@ struct t5_model {
     int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
     float *h_mask, *h_losses;
 };
+
+/* The pipeline stage's plan: which blocks of each stack it holds (models/t5_pipe.c); the whole
+ * model with one stage. */
+rt_status t5_stage_plan(t5_model *m);
+/* What the decoder's cross-attention reads: the encoder's output, or a decoder stage's copy. */
+static inline float *t5_cross_src(const t5_model *m) { return m->enc.L > 0 ? m->enc.blocks.out : m->cross_in; }
+/* Points the activation buffers at slot k's (t5.c). */
+void t5_use_slot(t5_model *m, int k);
+/* The pipeline's runner over rt_pipe (t5_pipe.c). */
+rt_status t5_pipe_init(t5_model *m, int max_micro);
+void t5_pipe_free(struct t5_pipe *p);
+/* The pieces t5_pipe.c shares with t5_step (t5.c). */
+rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets);
+/* Their host halves: the checks (and the host staging), without touching the device. */
+rt_status t5_check_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S);
+rt_status t5_check_tgt(t5_model *m, const t5_batch *b, int *n_targets);
+rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int S, const mdl_pass *pass,
+                       const float **demb);
+/* Evaluation through the stages (t5_pipe.c): every stage gets the loss and the target count. */
+rt_status t5_pipe_eval(t5_model *m, const t5_batch *b, double *loss_sum, int *n_targets);
+rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits);
+rt_status t5_head_bwd(t5_model *m, int B, int T);
 
 /* The LM head's parameter: lm_head, or `shared` when tied. */
 static inline int t5_head_param(const t5_model *m) { return m->lm_head >= 0 ? m->lm_head : m->shared; }
