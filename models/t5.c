@@ -374,20 +374,21 @@ rt_status t5_load_hf(t5_model *m, const char *weights, char *report, size_t repo
     /* a tied model may find the head's copy in the file (T5 v1.0 exports often write one) */
     static const char *const tied_copy[] = {"lm_head.weight", NULL};
     bool own_head = false;
-    if (m->lm_head < 0) RT_TRY(t5_weights_own_head(weights, &own_head));
+    const bool tied = m->cfg.tie_word_embeddings; /* a stage without the head has neither */
+    if (tied) RT_TRY(t5_weights_own_head(weights, &own_head));
     if (own_head)
         RT_FAIL(RT_ERR_FORMAT, "%s: lm_head.weight differs from the shared embedding (an untied head, as T5 v1.1 and "
                 "flan-t5 have), but the model ties its head to 'shared' (set tie_word_embeddings false, or build "
                 "the model with t5_model_from_hf)", weights);
     RT_TRY(ckpt_load_hf(weights, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp->rank,
-                        m->tp->size, m->lm_head < 0 ? tied_copy : NULL, &rep));
+                        m->tp->size, tied ? tied_copy : NULL, &rep));
     if (rep.missing)
         RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a T5ForConditionalGeneration checkpoint with this "
                 "config?)", weights, rep.first_missing, rep.missing > 1 ? " and others" : "");
-    if (report)
+    if (report) /* a pipeline stage leaves the other stages' tensors unused */
         snprintf(report, report_size, "%d tensors loaded, LM head %s%s", rep.loaded,
-                 m->lm_head >= 0 ? "lm_head.weight" : "tied to shared.weight",
-                 rep.unused ? "; some tensors in the file map to no parameter" : "");
+                 tied ? "tied to shared.weight" : "lm_head.weight",
+                 rep.unused && m->stage.count == 1 ? "; some tensors in the file map to no parameter" : "");
 fail:
     return st;
 }

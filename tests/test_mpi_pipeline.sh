@@ -239,7 +239,6 @@ expect_error "3 stages of 4 layers" "--pp 3 does not divide its 4 layers" 3 gpt2
     --micro-batches 3
 expect_error "fewer micro-batches than stages" "--pp 2 needs at least as many micro-batches" 2 gpt2-classify \
     "${ARGS[@]}" --pp 2 --micro-batches 1
-expect_error "a program without stages" "t5-finetune has no pipeline stages yet" 2 t5-finetune --pp 2 "$TMP/lm.txt" "$TMP/lm.txt"
 expect_error "ZeRO-3 with the language model's tied copy" "--zero 3 with a tied weight on two pipeline stages" 2 \
     gpt2-finetune "${LM[@]}" --pp 2 --zero 3
 

@@ -73,7 +73,7 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"tp", RT_OPT_INT, &o->tp, "1", NULL,
          "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
         {"pp", RT_OPT_INT, &o->pp, "1", NULL,
-         "pipeline stages: each holds an equal share of the blocks (every program but t5-finetune); a launch's ranks form a "
+         "pipeline stages: each holds an equal share of the blocks (t5-finetune: the encoder's on the first stages, the decoder's on the rest); a launch's ranks form a "
          "pp x (world/(pp*tp)) x tp grid, and a step runs its micro-batches through the stages in 1F1B order",
          NULL, 1, 4096},
         {"micro-batches", RT_OPT_INT, &o->micro_batches, "0", NULL,
@@ -169,7 +169,7 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         o->grad_accum = o->micro_batches;
     }
     if (o->pp > 1 && !o->has_stages)
-        return rt_errorf(RT_ERR_USAGE, "--pp %lld: %s has no pipeline stages yet (gpt2-classify, bert-classify, gpt2-finetune and glm-finetune have)", (long long)o->pp,
+        return rt_errorf(RT_ERR_USAGE, "--pp %lld: %s has no pipeline stages yet (gpt2-classify, bert-classify, gpt2-finetune, glm-finetune and t5-finetune have)", (long long)o->pp,
                          prog);
     if (o->pp > 1 && o->grad_accum < o->pp)
         return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "

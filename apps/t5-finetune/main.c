@@ -122,8 +122,10 @@ typedef struct {
     const char *what;
 } t5_source;
 
-static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer *tok, int max_B, int max_src,
-                                int max_tgt, t5_model **out) {
+static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok, int max_B,
+                                int max_src, int max_tgt, t5_model **out) {
+    rt_comm *tp = grid->tp;
+    const int micro = (int)O.t.grad_accum;
     rt_status st = RT_OK;
     char report[512] = "";
     t5_config cfg;
@@ -137,7 +139,7 @@ static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer
         char weights[4096];
         RT_TRY(t5_config_from_hf(O.model, &cfg, weights, sizeof weights));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
-        RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
+        RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         RT_TRY(t5_load_hf(*out, weights, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
     } else {
@@ -147,7 +149,7 @@ static rt_status t5_build_model(rt_backend *be, rt_comm *tp, const tok_tokenizer
             t5_small_config(&cfg, tok_vocab_size(tok));
         RT_TRY(t5_config_validate(&cfg, tp->size));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
-        RT_TRY(t5_model_init(&cfg, be, tp, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
+        RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         rt_log_info("weights: random init (HF's scheme) of %s", O.arch ? O.arch : "a small T5 (2+2 layers, 128 wide)");
     }
     const t5_config *c = t5_model_config(*out);
@@ -279,7 +281,7 @@ static rt_status t5_evaluate(void *ctx, rt_metrics *out) {
     RT_TRY(t5_eval_loss(e, &loss));
     out->names[out->n] = "loss";
     out->values[out->n++] = loss;
-    if (!O.eval_generate) return RT_OK;
+    if (!e->gen) return RT_OK;
     hyps = rt_xcalloc(n, sizeof *hyps);
     refs = rt_xcalloc(n, sizeof *refs);
     RT_TRY(t5_generate_all(e->model, e->gen, e->tok, e->src, hyps, NULL));
@@ -325,6 +327,17 @@ static rt_status t5_train_step(void *model, const rt_batch *b, const mdl_pass *p
                    .labels = b->dec_labels};
     int n_targets = 0;
     return t5_step(model, &tb, pass, grad_scale, loss_sum, &n_targets, NULL);
+}
+
+static rt_status t5_pipeline_step(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                                  double *loss_sum) {
+    t5_batch *tb = rt_xcalloc((size_t)n, sizeof *tb);
+    for (int k = 0; k < n; k++)
+        tb[k] = (t5_batch){.B = b[k].B, .S = b[k].T, .T = b[k].T_dec, .src_ids = b[k].input_ids,
+                           .src_mask = b[k].attention_mask, .labels = b[k].dec_labels};
+    rt_status st = t5_pipe_step(model, tb, n, seed, step, grad_scale, loss_sum);
+    free(tb);
+    return st;
 }
 
 /* ---- HF export ---- */
@@ -429,6 +442,12 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_grid grid = {0};
 
     RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
+    O.t.has_stages = true;
+    if (O.t.pp > 1 && O.predict)
+        RT_FAIL(RT_ERR_USAGE, "--predict generates with the whole model on one rank: run it without --pp");
+    if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
+        RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on several pipeline stages (--pp %lld: the decoder's "
+                "embedding keeps a copy of shared) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
     if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
     if (O.predict && n_pos > 0) RT_FAIL(RT_ERR_USAGE, "--predict FILE takes no SRC TGT (it generates; it does not train)");
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
@@ -449,7 +468,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     int max_tgt = (int)((O.max_target_len + pad_multiple - 1) / pad_multiple * pad_multiple);
     int gen_rows = t5_eval_rows() * (int)O.num_beams;
     int max_B = (int)O.t.batch_size > gen_rows ? (int)O.t.batch_size : gen_rows;
-    RT_TRY(t5_build_model(be, grid.tp, tok, max_B, max_src, max_tgt, &model));
+    RT_TRY(t5_build_model(be, &grid, tok, max_B, max_src, max_tgt, &model));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
     if (O.predict) {
@@ -509,12 +528,16 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     ev = (t5_eval){.model = model, .tok = tok, .src = &val_src, .tgt = &val_tgt, .ref_lines = vt, .ref_begin = v_begin,
                    .grid = &grid, .save_dir = O.t.save_dir, .batch_size = (int)O.t.batch_size};
     ev.idx = rt_xcalloc((size_t)O.t.batch_size, sizeof *ev.idx);
-    if (O.eval_generate) RT_TRY(t5_generator_for(model, &ev.gen));
+    if (O.eval_generate && grid.pp_size > 1)
+        rt_log_info("evaluation: generation needs the whole model on one rank; with --pp %d it reports the loss only "
+                    "(generate from the exported model with --predict)", grid.pp_size);
+    else if (O.eval_generate)
+        RT_TRY(t5_generator_for(model, &ev.gen));
 
     options_json = rt_args_to_json(&t5_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, T5_PROG, &grid, options_json);
     train_app_model tr = {.m = {.model = model, .params = t5_model_params(model), .step = t5_train_step,
-                                .flops = t5_flops}};
+                                .flops = t5_flops, .pipeline_step = grid.pp_size > 1 ? t5_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&tr);
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# t5-finetune with pipeline stages (--pp) under mpirun, dropout on, from the same random init:
+# pp 2 and pp 4 (the encoder on the first half of the stages) give the single process's losses,
+# gradient norms and validation loss, for T5 v1.0 (its head tied to shared) and v1.1 (gated,
+# its own lm_head); dp 2 x pp 2 (with and without ZeRO-1) gives dp 2's and tp 2 x pp 2 tp 2's
+# (they draw other dropout masks than one process). `shared`'s copies on the stages add their
+# gradients in another order than one process, so the numbers agree within the tolerance, not
+# bit for bit. pp 2's export holds every stage's tensors: one process evaluating it gets pp 2's
+# last validation loss; a checkpoint saved at pp 2 resumes at pp 1 as the uninterrupted run goes
+# on. --zero 3 and --predict with --pp are refused in one line.
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+command -v mpirun > /dev/null || { echo "FAILED: test_mpi_t5_pipeline: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_t5_pipeline: the programs were built without MPI" >&2; exit 1; }
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+head -n 60 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.en"
+head -n 60 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/s.de"
+cat > "$TMP/v11.json" <<JSON
+{"model_type": "t5", "vocab_size": 32128, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 2,
+ "num_decoder_layers": 2, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false, "dropout_rate": 0.1}
+JSON
+COMMON=("$TMP/s.en" "$TMP/s.de" --threads 1 --batch-size 4 --micro-batches 4 --max-steps 5 --log-interval 1
+        --lr 1e-3 --no-cache --eval-generate=false --dropout 0.1)
+numbers() { # run, [the last step to leave out]
+    grep -v "\"step\":[0-${2:-0}]," "$TMP/$1/metrics.jsonl" | grep -o '"\(loss\|grad_norm\)":[-0-9.e]*' | cut -d: -f2
+}
+last_eval() { grep '"type":"eval"' "$TMP/$1/metrics.jsonl" | tail -n 1 | grep -o '"loss":[-0-9.e]*'; }
+check() { # what, reference, run, [the last step to leave out of both]
+    if paste <(numbers "$2" "${4:-0}") <(numbers "$3" "${4:-0}") |
+            awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' &&
+        [ "$(numbers "$2" "${4:-0}" | wc -l)" -eq "$(numbers "$3" "${4:-0}" | wc -l)" ] &&
+        [ "$(numbers "$3" "${4:-0}" | wc -l)" -ge 3 ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $1: $3 differs from $2:" >&2
+        paste <(numbers "$2" "${4:-0}") <(numbers "$3" "${4:-0}") >&2
+    fi
+}
+run() { # name, ranks, options
+    local name=$1 np=$2
+    shift 2
+    if [ "$np" -eq 1 ]; then
+        "$BIN" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    else
+        mpirun -np "$np" "$BIN" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
+    fi || { echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; return 1; }
+}
+
+for arch in v10 v11; do
+    ARCH=()
+    [ "$arch" = v11 ] && ARCH=(--arch "$TMP/v11.json")
+    run "$arch-one" 1 "${COMMON[@]}" "${ARCH[@]}" --save-interval 3 || { fail=$((fail + 1)); continue; }
+    layouts=("pp2 2 --pp 2" "pp4 4 --pp 4")
+    # (dp and tp draw other dropout masks than one process: their pipelines follow dp 2 and tp 2)
+    [ "$arch" = v10 ] && layouts+=("dp2 2" "dp2pp2 4 --pp 2" "dp2pp2z1 4 --pp 2 --zero 1" "tp2 2 --tp 2"
+                                   "tp2pp2 4 --tp 2 --pp 2")
+    for layout in "${layouts[@]}"; do
+        set -- $layout
+        name="$arch-$1" np=$2
+        shift 2
+        run "$name" "$np" "${COMMON[@]}" "${ARCH[@]}" "$@" --save-interval 3 || { fail=$((fail + 1)); continue; }
+        ref="$arch-one"
+        case "$name" in *-dp2?*) ref="$arch-dp2" ;; *-tp2?*) ref="$arch-tp2" ;; *-dp2 | *-tp2) continue ;; esac
+        check "$arch at $name" "$ref" "$name"
+    done
+    # the export gathers every stage: one process evaluating it gets pp 2's last validation loss
+    if run "$arch-eval" 1 "${COMMON[@]}" --model "$TMP/$arch-pp2/hf" --epochs 0 --max-steps 0 --save-interval -1 &&
+        [ -n "$(last_eval "$arch-pp2")" ] && [ "$(last_eval "$arch-pp2")" = "$(last_eval "$arch-eval")" ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $arch: pp 2's export does not evaluate to pp 2's loss:" >&2
+        last_eval "$arch-pp2" >&2; last_eval "$arch-eval" >&2
+    fi
+done
+
+# saved at pp 2 (step 3), resumed at pp 1: steps 4 and 5 and their evaluation are the single
+# process's (a resume at an epoch's end evaluates that epoch again: left out)
+if run v10-resume 1 "${COMMON[@]}" --save-interval -1 --resume-from "$TMP/v10-pp2/step-000003.tzck" &&
+    grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/v10-resume.log"; then
+    check "saved at pp 2, resumed at pp 1" v10-one v10-resume 3
+else
+    fail=$((fail + 1)); echo "FAILED: resume at pp 1 from pp 2's checkpoint" >&2
+fi
+
+expect_usage() { # what, message, options
+    local what=$1 msg=$2
+    shift 2
+    mpirun -np 2 "$BIN" "$@" --save-dir "$TMP/bad" > "$TMP/bad.log" 2>&1
+    local rc=$?
+    if [ "$rc" -eq 2 ] && grep -q -- "$msg" "$TMP/bad.log" && ! grep -q "^data:" "$TMP/bad.log"; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1)); echo "FAILED: $what (exit $rc):" >&2; cat "$TMP/bad.log" >&2
+    fi
+}
+expect_usage "--pp 2 --zero 3" "--zero 3 with a tied weight on several pipeline stages" "${COMMON[@]}" --pp 2 --zero 3
+expect_usage "--pp 2 --predict" "--predict generates with the whole model on one rank" --pp 2 \
+    --predict "$TMP/s.en" --model "$TMP/v10-pp2/hf"
+echo "test_mpi_t5_pipeline: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
