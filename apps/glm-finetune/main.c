@@ -62,7 +62,8 @@ static const rt_opt glm_own_options[] = {
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F", "seq2seq: share of SRC/TGT held out without --val-src", NULL,
      0.01, 0.9},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
-     "seq2seq: generate (with a key/value cache) at evaluation and report ROUGE-1/2/L", NULL, 0, 0},
+     "seq2seq: generate (with a key/value cache) at evaluation and report ROUGE-1/2/L (not with --pp: the loss "
+     "only)", NULL, 0, 0},
     {"num-beams", RT_OPT_INT, &O.num_beams, "1", "N", "seq2seq generation: 1 = greedy, else beam search (HF's)", NULL,
      1, 64},
     {"length-penalty", RT_OPT_FLOAT, &O.length_penalty, "1.0", "F",

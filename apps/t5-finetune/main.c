@@ -61,7 +61,7 @@ static const rt_opt t5_own_options[] = {
      1 << 16},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
      "on by default: generate for the validation set at each evaluation and report BLEU and ROUGE "
-     "(--eval-generate=false: loss only)",
+     "(--eval-generate=false, and under --pp: loss only)",
      NULL, 0, 0},
     {"num-beams", RT_OPT_INT, &O.num_beams, "1", NULL, "beam width for generation (1 = greedy)", NULL, 1, 64},
     {"max-new-tokens", RT_OPT_INT, &O.max_new_tokens, "0", NULL,
