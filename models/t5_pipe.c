@@ -203,8 +203,10 @@ rt_status t5_pipe_init(t5_model *m, int max_micro) {
     const size_t in = s > 0 ? t5_boundary_bytes(m, s - 1, &largest) : 0;
     const size_t out = s < P - 1 ? t5_boundary_bytes(m, s, &largest) : 0;
     void **bufs[4] = {&p->buf.in, &p->buf.din, &p->buf.out, &p->buf.dout};
-    for (int i = 0; i < 4; i++)
-        if (i < 2 ? in : out) RT_TRY(rt_backend_alloc(m->be, i < 2 ? in : out, "T5 pipeline: transfer buffers", bufs[i]));
+    for (int i = 0; i < 4; i++) {
+        const size_t bytes = i < 2 ? in : out;
+        if (bytes) RT_TRY(rt_backend_alloc(m->be, bytes, "T5 pipeline: transfer buffers", bufs[i]));
+    }
     p->tied = 1 | (uint64_t)1 << m->enc_stages | (m->cfg.tie_word_embeddings ? (uint64_t)1 << (P - 1) : 0);
     if (s == 0)
         RT_TRY(rt_backend_alloc(m->be, m->params.specs[m->shared].numel * sizeof(float),

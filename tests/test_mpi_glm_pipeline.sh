@@ -35,31 +35,7 @@ head -n 40 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.en"
 head -n 40 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/s.de"
 COMMON=(--threads 1 --max-len 64 --max-target-len 12 --batch-size 8 --micro-batches 4
         --max-steps 5 --log-interval 1 --lr 1e-3 --no-cache)
-numbers() { # run, [the last step to leave out]
-    grep -v "\"step\":[0-${2:-0}]," "$TMP/$1/metrics.jsonl" | grep -o '"\(loss\|grad_norm\|accuracy\|f1\)":[-0-9.e]*' |
-        cut -d: -f2
-}
-last_eval() { grep '"type":"eval"' "$TMP/$1/metrics.jsonl" | tail -n 1 | grep -o '"\(loss\|accuracy\|f1\)":[-0-9.e]*'; }
-check() { # what, reference, run, [the last step to leave out of both]
-    if paste <(numbers "$2" "${4:-0}") <(numbers "$3" "${4:-0}") |
-            awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' &&
-        [ "$(numbers "$2" "${4:-0}" | wc -l)" -eq "$(numbers "$3" "${4:-0}" | wc -l)" ] &&
-        [ "$(numbers "$3" "${4:-0}" | wc -l)" -ge 3 ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAILED: $1: $3 differs from $2:" >&2
-        paste <(numbers "$2" "${4:-0}") <(numbers "$3" "${4:-0}") >&2
-    fi
-}
-run() { # name, ranks, data options..., -- , more options
-    local name=$1 np=$2
-    shift 2
-    if [ "$np" -eq 1 ]; then
-        "$BIN" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
-    else
-        mpirun -np "$np" "$BIN" "$@" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1
-    fi || { echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; return 1; }
-}
+. "$SRC/tests/mpi_compare.sh"
 
 for task in copa cb wsc seq2seq; do
     DATA=(--task "$task" --data-dir "$TMP/$task")

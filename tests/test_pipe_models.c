@@ -87,13 +87,6 @@ static rt_status make(family f, rt_backend *be, rt_comm *pp, mdl_classifier *out
     return st == RT_OK ? bert_classifier(m, out) : st;
 }
 
-/* A parameter's values or gradient on the host (malloc'd). */
-static float *fetch(rt_backend *be, const rt_params *p, int i, bool grad) {
-    float *h = malloc(p->specs[i].numel * sizeof(float));
-    rt_to_host(be, h, (grad ? p->grad : p->param) + p->specs[i].offset, p->specs[i].numel * sizeof(float));
-    return h;
-}
-
 static mdl_classifier g_ref;
 static rt_backend *g_ref_be;
 
@@ -122,7 +115,7 @@ static void *run_stage(void *arg) {
     for (int i = 0; i < p->n; i++) { /* the whole model's weights: the same as the stage's own init */
         const int j = rt_params_find(q, p->specs[i].name);
         RT_CHECK(j >= 0 && q->specs[j].numel == p->specs[i].numel, "%s", p->specs[i].name);
-        float *w = fetch(g_ref_be, q, j, false), *own = fetch(be, p, i, false);
+        float *w = tz_fetch_param(g_ref_be, q, j, false), *own = tz_fetch_param(be, p, i, false);
         if (memcmp(w, own, p->specs[i].numel * sizeof(float)) != 0 && r->mismatched++ == 0)
             snprintf(r->msg, sizeof r->msg, "%s's random init differs from the whole model's", p->specs[i].name);
         rt_to_device(be, p->param + p->specs[i].offset, w, p->specs[i].numel * sizeof(float));
@@ -131,7 +124,7 @@ static void *run_stage(void *arg) {
     RT_TRY(m.pipeline_step(m.model, g_b, r->M, 5, 3, 0.25f, &r->loss));
     for (int i = 0; i < p->n; i++) {
         const int j = rt_params_find(q, p->specs[i].name);
-        float *got = fetch(be, p, i, true), *want = fetch(g_ref_be, q, j, true);
+        float *got = tz_fetch_param(be, p, i, true), *want = tz_fetch_param(g_ref_be, q, j, true);
         const bool same = memcmp(got, want, p->specs[i].numel * sizeof(float)) == 0;
         if (!same && r->mismatched++ == 0) snprintf(r->msg, sizeof r->msg, "%s's gradient differs", p->specs[i].name);
         r->compared++;
@@ -218,7 +211,7 @@ static void check_stage_layouts(void) {
         TZ_EXPECT(i0 >= 0 && !p0->specs[i0].copy && i1 >= 0 && p1->specs[i1].copy,
                   "the language model's wte: first stage %d, last stage's copy %d", i0, i1);
         if (i0 >= 0 && i1 >= 0) {
-            float *w0 = fetch(g_ref_be, p0, i0, false), *w1 = fetch(g_ref_be, p1, i1, false);
+            float *w0 = tz_fetch_param(g_ref_be, p0, i0, false), *w1 = tz_fetch_param(g_ref_be, p1, i1, false);
             TZ_EXPECT(memcmp(w0, w1, p0->specs[i0].numel * sizeof(float)) == 0, "the wte copy's init differs");
             free(w0), free(w1);
         }

@@ -66,12 +66,6 @@ static rt_status make(rt_backend *be, rt_comm *pp, t5_model **out) {
     return t5_model_init_stage(&c, be, rt_comm_self(), pp, MAXM, MAXB, MAXS, MAXT, 11, out);
 }
 
-static float *fetch(rt_backend *be, const rt_params *p, int i, bool grad) {
-    float *h = malloc(p->specs[i].numel * sizeof(float));
-    rt_to_host(be, h, (grad ? p->grad : p->param) + p->specs[i].offset, p->specs[i].numel * sizeof(float));
-    return h;
-}
-
 static t5_model *g_ref;
 static rt_backend *g_ref_be;
 static double g_eval_loss;
@@ -94,30 +88,13 @@ static void *run_stage(void *arg) {
     RT_TRY(rt_backend_init("cpu", 1, &be));
     RT_TRY(make(be, r->pp, &m));
     rt_params *p = t5_model_params(m), *q = t5_model_params(g_ref);
-    for (int i = 0; i < p->n; i++) {
-        const int j = rt_params_find(q, p->specs[i].name);
-        RT_CHECK(j >= 0 && q->specs[j].numel == p->specs[i].numel, "%s", p->specs[i].name);
-        float *w = fetch(g_ref_be, q, j, false), *own = fetch(be, p, i, false);
-        if (memcmp(w, own, p->specs[i].numel * sizeof(float)) != 0 && r->mismatched++ == 0)
-            snprintf(r->msg, sizeof r->msg, "%s's random init differs from the whole model's", p->specs[i].name);
-        free(w), free(own);
-    }
+    r->mismatched += tz_stage_params_differ(be, p, g_ref_be, q, false, NULL, NULL, NULL, r->msg, sizeof r->msg);
     RT_TRY(t5_pipe_step(m, g_b, r->M, 5, 3, 0.25f, &r->loss));
-    for (int i = 0; i < p->n; i++) {
-        const int j = rt_params_find(q, p->specs[i].name);
-        const size_t n = p->specs[i].numel;
-        float *got = fetch(be, p, i, true), *want = fetch(g_ref_be, q, j, true);
-        bool same = memcmp(got, want, n * sizeof(float)) == 0;
-        if (strcmp(p->specs[i].name, "shared.weight") == 0) { /* summed over the copies */
-            same = true;
-            for (size_t e = 0; e < n; e++) same &= fabsf(got[e] - want[e]) <= 1e-6f + 1e-5f * fabsf(want[e]);
-            r->shared_grad = got;
-            got = NULL;
-        }
-        if (!same && r->mismatched++ == 0) snprintf(r->msg, sizeof r->msg, "%s's gradient differs", p->specs[i].name);
-        r->compared += !p->specs[i].copy;
-        free(got), free(want);
-    }
+    char grad_msg[256];
+    const int bad = tz_stage_params_differ(be, p, g_ref_be, q, true, "shared.weight", &r->shared_grad, &r->compared,
+                                           grad_msg, sizeof grad_msg);
+    if (bad && r->mismatched == 0) snprintf(r->msg, sizeof r->msg, "%s", grad_msg); /* the first message stays */
+    r->mismatched += bad;
     const mdl_pass eval = {.training = false};
     int n = 0;
     RT_TRY(t5_step(m, &g_b[1], &eval, 0.0f, &r->eval_loss, &n, NULL));

@@ -281,3 +281,39 @@ int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, floa
         }
     return misses;
 }
+
+float *tz_fetch_param(rt_backend *be, const rt_params *p, int i, bool grad) {
+    float *h = malloc(p->specs[i].numel * sizeof(float));
+    rt_to_host(be, h, (grad ? p->grad : p->param) + p->specs[i].offset, p->specs[i].numel * sizeof(float));
+    return h;
+}
+
+int tz_stage_params_differ(rt_backend *be, const rt_params *stage, rt_backend *whole_be, const rt_params *whole,
+                           bool grads, const char *tied, float **tied_grad, int *compared, char *msg, size_t msg_size) {
+    int bad = 0;
+    if (compared) *compared = 0;
+    if (tied_grad) *tied_grad = NULL;
+    for (int i = 0; i < stage->n; i++) {
+        const char *name = stage->specs[i].name;
+        const int j = rt_params_find(whole, name);
+        const size_t n = stage->specs[i].numel;
+        if (j < 0 || whole->specs[j].numel != n) {
+            if (bad++ == 0) snprintf(msg, msg_size, "%s is not the whole model's", name);
+            continue;
+        }
+        float *got = tz_fetch_param(be, stage, i, grads), *want = tz_fetch_param(whole_be, whole, j, grads);
+        bool same = memcmp(got, want, n * sizeof(float)) == 0;
+        if (grads && tied && strcmp(name, tied) == 0) {
+            same = true;
+            for (size_t e = 0; e < n; e++) same &= fabsf(got[e] - want[e]) <= 1e-6f + 1e-5f * fabsf(want[e]);
+            if (tied_grad) *tied_grad = got, got = NULL;
+        }
+        if (!same && bad++ == 0)
+            snprintf(msg, msg_size, grads ? "%s's gradient differs" : "%s's random init differs from the whole model's",
+                     name);
+        if (compared) *compared += !stage->specs[i].copy;
+        free(got);
+        free(want);
+    }
+    return bad;
+}

@@ -11,7 +11,9 @@
 
 #include "checkpoints/ckpt_safetensors.h"
 #include "data/data_dataset.h"
+#include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
 #include "runtime/rt_dtype.h"
 #include "runtime/rt_status.h"
 
@@ -114,6 +116,18 @@ data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset);
  * the calling thread, after it returns. */
 rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, void *arg), void *args,
                        size_t arg_size);
+
+/* Pipeline stages against the whole model (tests/test_pipe_*.c). A parameter's values or
+ * gradient on the host (malloc'd). */
+float *tz_fetch_param(rt_backend *be, const rt_params *p, int i, bool grad);
+/* Each of a stage's parameters against the whole model's same-named one: their values (grads
+ * false), or their gradients bit for bit, except the one named tied (NULL: none), whose
+ * copies' gradients the stages sum in another order than one process: within 1e-6 + 1e-5 |want|,
+ * and its gradient goes to *tied_grad (malloc'd; NULL when the stage has none). Returns the
+ * mismatches, the first described in msg; *compared (may be NULL) gets the stage's own
+ * parameters, copies left out. */
+int tz_stage_params_differ(rt_backend *be, const rt_params *stage, rt_backend *whole_be, const rt_params *whole,
+                           bool grads, const char *tied, float **tied_grad, int *compared, char *msg, size_t msg_size);
 
 /* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
 int tz_test_result(const char *name);
