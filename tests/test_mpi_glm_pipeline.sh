@@ -7,8 +7,8 @@
 # word_embeddings and the output layer's copy of it on the last stage add their gradients in
 # another order than one process, so the numbers agree within the tolerance, not bit for bit.
 # pp 2's export holds every stage's tensors: one process evaluating it gets pp 2's last
-# validation numbers; a checkpoint saved at pp 2 resumes at pp 1 as the uninterrupted run goes
-# on. --zero 3 with the tied copy is refused in one line.
+# validation numbers; a checkpoint saved at pp 2 resumes at pp 1 and tp 2 as the uninterrupted
+# run goes on. --zero 3 with the tied copy is refused in one line.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/glm-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -65,15 +65,19 @@ for task in copa cb wsc seq2seq; do
     fi
 done
 
-# saved at pp 2 (step 3), resumed at pp 1: steps 4 and 5 and their evaluations are the single
-# process's (a resume at an epoch's end evaluates that epoch again: left out)
-if run copa-resume 1 --task copa --data-dir "$TMP/copa" "${COMMON[@]}" --arch "$TMP/arch.json" --save-interval -1 \
-        --resume-from "$TMP/copa-pp2/step-000003.tzck" &&
-    grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/copa-resume.log"; then
-    check "COPA saved at pp 2, resumed at pp 1" copa-one copa-resume 3
-else
-    fail=$((fail + 1)); echo "FAILED: resume at pp 1 from pp 2's checkpoint" >&2
-fi
+# saved at pp 2 (step 3), resumed at pp 1 and at tp 2: steps 4 and 5 and their evaluation are the
+# single process's (a resume at an epoch's end evaluates that epoch again: left out)
+for resume in "pp1 1" "tp2 2 --tp 2"; do
+    set -- $resume
+    name="copa-resume-$1" np=$2
+    shift 2
+    if run "$name" "$np" --task copa --data-dir "$TMP/copa" "${COMMON[@]}" --arch "$TMP/arch.json" "$@" --save-interval -1 --resume-from "$TMP/copa-pp2/step-000003.tzck" &&
+        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
+        check "saved at pp 2, resumed at $name" copa-one "$name" 3
+    else
+        fail=$((fail + 1)); echo "FAILED: $name from pp 2's checkpoint" >&2
+    fi
+done
 
 mpirun -np 2 "$BIN" --task copa --data-dir "$TMP/copa" "${COMMON[@]}" --arch "$TMP/arch.json" --pp 2 --zero 3 --save-dir "$TMP/bad" \
     > "$TMP/bad.log" 2>&1

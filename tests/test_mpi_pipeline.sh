@@ -11,8 +11,9 @@
 # tp=2 and continues as the single process does; --comm-stats counts the transfers as its
 # formula says; gpt2-finetune --generate at pp 2 prints the single process's greedy text. A rank
 # killed mid-pipeline ends the job; bad layouts get one line each before
-# any work. (BERT at dp=2 with ZeRO-3, and at dp=2 x pp=2 with ZeRO-3, gives dp=2's numbers here
-# too, dropout on, and a tp 2 folder from tz-convert trains at pp 2 as its HF source does.)
+# any work. (BERT's stages follow the same layouts' references at pp 2 and 4, dp 2 x pp 2 and tp 2 x
+# pp 2; BERT at dp=2 with ZeRO-3, and at dp=2 x pp=2 with ZeRO-3, gives dp=2's numbers, dropout on;
+# and a tp 2 folder from tz-convert trains at pp 2 as its HF source does.)
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -140,14 +141,15 @@ else
     fail=$((fail + 1)); echo "FAILED: save at pp=2" >&2; tail -5 "$TMP/ck.log" >&2
 fi
 
-# BERT's stages: pp 2 gives one process's numbers and tensors; and BERT under ZeRO-3 gives dp 2's
+# BERT's stages: pp 2 and pp 4 give one process's numbers (pp 2 its tensors too), dp 2 x pp 2 dp 2's and
+# tp 2 x pp 2 tp 2's; and BERT under ZeRO-3 gives dp 2's
 cat > "$TMP/bert.json" <<JSON
 {"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 4, "num_attention_heads": 2,
  "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}
 JSON
 BERT=(--arch "$TMP/bert.json" --tokenizer "$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt")
-for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_dp2 2" "bert_dp2_zero3 2 --zero 3" \
-    "bert_dp2pp2_zero3 4 --pp 2 --zero 3"; do
+for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_pp4 4 --pp 4" "bert_dp2 2" "bert_dp2pp2 4 --pp 2" \
+    "bert_tp2 2 --tp 2" "bert_tp2pp2 4 --tp 2 --pp 2" "bert_dp2_zero3 2 --zero 3" "bert_dp2pp2_zero3 4 --pp 2 --zero 3"; do
     set -- $layout
     name=$1 np=$2
     shift 2
@@ -158,6 +160,9 @@ for layout in "bert_one 1" "bert_pp2 2 --pp 2" "bert_dp2 2" "bert_dp2_zero3 2 --
     fi || { fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; }
 done
 check "BERT pp 2" bert_one bert_pp2
+check "BERT pp 4" bert_one bert_pp4
+check "BERT dp 2 x pp 2" bert_dp2 bert_dp2pp2
+check "BERT tp 2 x pp 2" bert_tp2 bert_tp2pp2
 check "BERT ZeRO-3" bert_dp2 bert_dp2_zero3
 check "BERT dp 2 x pp 2, ZeRO-3" bert_dp2 bert_dp2pp2_zero3
 if cmp -s <(tensors "$TMP/bert_one/step-000005.tzck") <(tensors "$TMP/bert_pp2/step-000005.tzck"); then

@@ -6,8 +6,8 @@
 # (they draw other dropout masks than one process). `shared`'s copies on the stages add their
 # gradients in another order than one process, so the numbers agree within the tolerance, not
 # bit for bit. pp 2's export holds every stage's tensors: one process evaluating it gets pp 2's
-# last validation loss; a checkpoint saved at pp 2 resumes at pp 1 as the uninterrupted run goes
-# on. --zero 3 and --predict with --pp are refused in one line.
+# last validation loss; a checkpoint saved at pp 2 resumes at pp 1 and tp 2 as the uninterrupted
+# run goes on. --zero 3 and --predict with --pp are refused in one line.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -56,14 +56,19 @@ for arch in v10 v11; do
     fi
 done
 
-# saved at pp 2 (step 3), resumed at pp 1: steps 4 and 5 and their evaluation are the single
-# process's (a resume at an epoch's end evaluates that epoch again: left out)
-if run v10-resume 1 "${COMMON[@]}" --save-interval -1 --resume-from "$TMP/v10-pp2/step-000003.tzck" &&
-    grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/v10-resume.log"; then
-    check "saved at pp 2, resumed at pp 1" v10-one v10-resume 3
-else
-    fail=$((fail + 1)); echo "FAILED: resume at pp 1 from pp 2's checkpoint" >&2
-fi
+# saved at pp 2 (step 3), resumed at pp 1 and at tp 2: steps 4 and 5 and their evaluation are the
+# single process's (a resume at an epoch's end evaluates that epoch again: left out)
+for resume in "pp1 1" "tp2 2 --tp 2"; do
+    set -- $resume
+    name="v10-resume-$1" np=$2
+    shift 2
+    if run "$name" "$np" "${COMMON[@]}" "$@" --save-interval -1 --resume-from "$TMP/v10-pp2/step-000003.tzck" &&
+        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
+        check "saved at pp 2, resumed at $name" v10-one "$name" 3
+    else
+        fail=$((fail + 1)); echo "FAILED: $name from pp 2's checkpoint" >&2
+    fi
+done
 
 expect_usage() { # what, message, options
     local what=$1 msg=$2
