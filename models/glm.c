@@ -47,6 +47,7 @@ static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
     if (first) {
         m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        m->params.specs[m->wte].tied = m->stage.count > 1; /* with the output layer's copy on the last stage */
         m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
         if (c->block_position_encoding)
             m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
@@ -64,7 +65,7 @@ static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
     if (last && !first) {
         m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size;
-        m->params.specs[m->wte].copy = true;
+        m->params.specs[m->wte].copy = m->params.specs[m->wte].tied = true;
     }
 }
 
@@ -551,14 +552,11 @@ static size_t glm_sp_result_floats(void *model, const rt_batch *b) {
 }
 
 static rt_status glm_stage_pipe(glm_model *m, int max_micro) {
-    /* word_embeddings is tied to the output layer's copy on the last stage */
-    const bool tied = mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage);
     const mdl_stage_model sm = {.model = m, .family = "GLM", .be = m->be, .pp = m->pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .max_BT = m->max_BT, .upload = glm_sp_upload, .embed = glm_sp_embed,
                                 .embed_bwd = glm_sp_embed_bwd, .blocks_fwd = glm_sp_blocks_fwd,
                                 .blocks_bwd = glm_sp_blocks_bwd, .head_fwd = glm_sp_head_fwd,
                                 .head_bwd = glm_sp_head_bwd, .slots = m->act_slots, .use_slot = glm_use_slot,
-                                .tied_params = tied ? &m->params : NULL, .tied_param = m->wte,
                                 .result_floats = glm_sp_result_floats};
     m->pipe_views = rt_xcalloc((size_t)max_micro, sizeof *m->pipe_views);
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);

@@ -57,8 +57,9 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
                          glm_model **out);
 /* One pipeline stage, stage pp->rank of pp->size (models/stage.h), for steps of up to max_micro
  * micro-batches: its share of the layers; the embeddings on the first stage; the final LayerNorm
- * and a copy of word_embeddings (rt_param_spec.copy) for the tied output on the last, whose
- * gradient the two ends exchange after each step (glm_pipe_step). Its parameters draw the init
+ * and a copy of word_embeddings (rt_param_spec.copy) for the tied output on the last; both are
+ * marked tied, for the caller to sum their gradients after each step (rt_pipe_sum_tied). Its
+ * parameters draw the init
  * streams of the whole model's same-named ones. pp = rt_comm_self() is glm_model_init. */
 rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
                                int max_T, uint64_t seed, glm_model **out);

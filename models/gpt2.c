@@ -143,6 +143,8 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
     if (first) {
         m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
+        /* a language model's, tied to its head's copy on the last stage */
+        m->params.specs[m->wte].tied = m->stage.count > 1 && !c->num_labels;
         m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     }
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
@@ -159,7 +161,7 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
     if (last && !first && !c->num_labels) { /* the tied head's copy of wte (Megatron keeps one on each end) */
         m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size;
-        m->params.specs[m->wte].copy = true;
+        m->params.specs[m->wte].copy = m->params.specs[m->wte].tied = true;
     }
 }
 
@@ -481,16 +483,13 @@ static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_p
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
     const bool lm = m->cfg.num_labels == 0;
-    /* a language model's wte is tied to its head's copy on the last stage */
-    const bool tied = lm && (mdl_stage_is_first(m->stage) || mdl_stage_is_last(m->stage));
     const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
                                 .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
                                 .embed_bwd = gpt2_sp_embed_bwd, .blocks_fwd = gpt2_sp_blocks_fwd,
                                 .blocks_bwd = gpt2_sp_blocks_bwd, .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
                                 .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd, .slots = m->act_slots,
-                                .use_slot = gpt2_use_slot, .tied_params = tied ? &m->params : NULL,
-                                .tied_param = m->wte};
+                                .use_slot = gpt2_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
 }
 

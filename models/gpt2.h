@@ -97,8 +97,9 @@ rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *ho
                        int B, int T, const mdl_pass *pass, float grad_scale, double *loss_sum, int *n_targets);
 /* A language model's pipelined step (models/stage_pipe.h) over the micro-batches b[0..n), their
  * labels the ids where the mask is set: the last stage holds a copy of wte for the tied head
- * (rt_param_spec.copy), and after the step the first and last stages add each other's wte
- * gradient, so both copies take the same update. The summed loss on the last stage. */
+ * (rt_param_spec.copy); both are marked tied, and the caller sums their gradients after the
+ * step (rt_pipe_sum_tied), so both copies take the same update. The summed loss on the last
+ * stage. */
 rt_status gpt2_lm_pipe_step(gpt2_model *m, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
                             double *loss_sum);
 /* Model FLOPs of one language-model training step on B rows of T tokens (models/flops.h). */

@@ -16,7 +16,6 @@ struct mdl_stage_pipe {
     bool keep;           /* the family keeps micro-batch k's activations in its slot k % m.slots */
     float *saved;        /* (slots, max_BT, C) backend memory */
     rt_pipe_buffers buf; /* each (max_BT, C) */
-    float *tied_peer;    /* the first stage: the last stage's gradient of the tied weight */
     unsigned char *h_result; /* host: the last stage's loss (a double) and logits (grown to the largest) */
     size_t result_bytes;
     int held;            /* the micro-batch the blocks' activations hold, -1: none */
@@ -95,45 +94,11 @@ fail:
     return st;
 }
 
-rt_status mdl_stage_sum_tied(rt_comm *pp, uint64_t members, rt_backend *be, float *grad, size_t n, float *scratch) {
-    rt_status st = RT_OK;
-    int owner = 0;
-    while (owner < pp->size && !(members >> owner & 1)) owner++;
-    if (!(members >> pp->rank & 1)) return RT_OK;
-    if (pp->rank != owner) { /* the copy's gradient to the owner, the sum back */
-        rt_p2p send = {.send = true, .peer = owner, .buf = grad, .bytes = n * sizeof(float)};
-        rt_p2p recv = {.send = false, .peer = owner, .buf = grad, .bytes = n * sizeof(float)};
-        st = rt_comm_p2p(pp, &send, 1);
-        return st == RT_OK ? rt_comm_p2p(pp, &recv, 1) : st;
-    }
-    for (int s = owner + 1; s < pp->size && st == RT_OK; s++) {
-        if (!(members >> s & 1)) continue;
-        rt_p2p recv = {.send = false, .peer = s, .buf = scratch, .bytes = n * sizeof(float)};
-        st = rt_comm_p2p(pp, &recv, 1);
-        if (st == RT_OK) rt_axpy(be, grad, 1.0f, scratch, n);
-    }
-    for (int s = owner + 1; s < pp->size && st == RT_OK; s++) {
-        if (!(members >> s & 1)) continue;
-        rt_p2p send = {.send = true, .peer = s, .buf = grad, .bytes = n * sizeof(float)};
-        st = rt_comm_p2p(pp, &send, 1);
-    }
-    return st;
-}
-
-/* The tied weight's two copies (first and last stage) get the sum of both gradients. Its
- * address is read now: ZeRO-2 may have given the slab back between steps. */
-static rt_status pipe_tied_grads(mdl_stage_pipe *p) {
-    rt_params *params = p->m.tied_params;
-    const uint64_t ends = 1 | (uint64_t)1 << (p->stage.count - 1);
-    return mdl_stage_sum_tied(p->m.pp, ends, p->m.be, rt_params_grad(params, p->m.tied_param),
-                              params->specs[p->m.tied_param].numel, p->tied_peer);
-}
-
 void mdl_stage_pipe_free(mdl_stage_pipe *p) {
     if (!p) return;
     free(p->h_result);
-    void *bufs[6] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din, p->tied_peer};
-    for (int i = 0; i < 6; i++)
+    void *bufs[5] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
+    for (int i = 0; i < 5; i++)
         if (bufs[i]) rt_free_device(p->m.be, bufs[i]);
     free(p);
 }
@@ -160,10 +125,6 @@ rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stag
     }
     void **bufs[4] = {&p->buf.in, &p->buf.out, &p->buf.dout, &p->buf.din};
     for (int i = 0; i < 4; i++) RT_TRY(rt_backend_alloc(sm->be, act, "pipeline: transfer buffers", bufs[i]));
-    if (sm->tied_params && p->stage.count > 1 && mdl_stage_is_first(p->stage)) { /* the owner's scratch */
-        const size_t bytes = sm->tied_params->specs[sm->tied_param].numel * sizeof(float);
-        RT_TRY(rt_backend_alloc(sm->be, bytes, "pipeline: the tied weight's other gradient", (void **)&p->tied_peer));
-    }
     p->held = -1;
     *out = p;
     return RT_OK;
@@ -190,7 +151,6 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
     const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward,
                                  .backward = pipe_backward};
     rt_status st = rt_pipe_run(p->m.pp, M, &stage, &p->buf);
-    if (st == RT_OK && p->m.tied_params) st = pipe_tied_grads(p);
     if (st == RT_OK) *loss_sum = p->loss_sum;
     return st;
 }

@@ -25,7 +25,6 @@
 #include "runtime/rt_backend.h"
 #include "runtime/rt_batch.h"
 #include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
 
 typedef struct {
     void *model;
@@ -55,12 +54,6 @@ typedef struct {
      * at slot k's; use_slot may be NULL with one slot. */
     int slots;
     void (*use_slot)(void *model, int slot);
-    /* Optional: a weight tied between the first and the last stage (a language model's word
-     * embeddings and its head's copy of them, rt_param_spec.copy): parameter tied_param of
-     * tied_params on both ends. After a training step each end adds the other's gradient, so
-     * both copies hold the same bits and take the same update, as Megatron sums them. */
-    rt_params *tied_params;
-    int tied_param;
     /* Optional: the floats evaluation's head_fwd writes to host_logits for b; NULL: b->B x
      * num_labels. */
     size_t (*result_floats)(void *model, const rt_batch *b);
@@ -68,20 +61,14 @@ typedef struct {
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;
 
-/* A weight several stages hold (members: one bit per stage): the lowest member's is the whole
- * model's parameter, the others' are copies (rt_param_spec.copy). Every member ends with the sum
- * of all members' gradients of it: the owner adds the copies' in stage order and sends the sum
- * back, so every copy holds the same bits. Collective over the members; scratch (n floats of
- * backend memory) is the owner's. */
-rt_status mdl_stage_sum_tied(rt_comm *pp, uint64_t members, rt_backend *be, float *grad, size_t n, float *scratch);
 
 /* For steps of up to max_micro micro-batches; sm is copied. */
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out);
 void mdl_stage_pipe_free(mdl_stage_pipe *p);
 /* One optimizer step's forward and backward of b[0..M) through every stage, with pass {seed,
  * step, micro m, training} for micro-batch m: accumulates this stage's gradients of
- * grad_scale * loss (and exchanges the tied weight's); *loss_sum is the summed loss on the last
- * stage, 0 on the others. A classifier's batches (num_labels > 0) are checked first
+ * grad_scale * loss (a tied weight's, rt_param_spec.tied, are summed over its stages by the
+ * caller: rt_pipe_sum_tied); *loss_sum is the summed loss on the last stage, 0 on the others. A classifier's batches (num_labels > 0) are checked first
  * (models/heads.h), on every stage alike. */
 rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint64_t seed, int64_t step,
                               float grad_scale, double *loss_sum);

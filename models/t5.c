@@ -183,6 +183,7 @@ static void t5_declare_params(t5_model *m) {
         m->shared = t5_add(m, "shared.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
         m->params.specs[m->shared].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
         m->params.specs[m->shared].copy = !m->enc.has_embed;
+        m->params.specs[m->shared].tied = m->stage.count > 1;
     }
     t5_declare_stack(m, &m->enc, "encoder");
     t5_declare_stack(m, &m->dec, "decoder");

@@ -124,7 +124,8 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
                   int *n_targets, float *host_logits);
 /* A pipeline stage's training step over the micro-batches b[0..M) in 1F1B order (runtime/rt_pipe.h),
  * pass {seed, step, micro k, training} for micro-batch k: the stage's gradients of
- * grad_scale * loss (every copy of `shared` ends with the sum of all of theirs), the summed
+ * grad_scale * loss (`shared` and its copies are marked tied: the caller sums their gradients,
+ * rt_pipe_sum_tied), the summed
  * loss on the last stage (0 on the others) and, on every stage, the targets counted. The
  * batches are checked on every stage alike before any work. A stage evaluates through t5_step
  * (grad_scale 0, no logits). */

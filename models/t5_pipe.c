@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/stage_pipe.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_pipe.h"
 
@@ -58,8 +57,6 @@ struct t5_pipe {
     t5_model *m;
     int max_micro;
     rt_pipe_buffers buf;
-    uint64_t tied;       /* the stages holding `shared` */
-    float *tied_scratch; /* the first stage's, for the copies' gradients */
     /* this step's */
     const t5_batch *b;
     uint64_t seed;
@@ -187,8 +184,8 @@ fail:
 
 void t5_pipe_free(struct t5_pipe *p) {
     if (!p) return;
-    void *bufs[5] = {p->buf.in, p->buf.out, p->buf.dout, p->buf.din, p->tied_scratch};
-    for (int i = 0; i < 5; i++)
+    void *bufs[4] = {p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
+    for (int i = 0; i < 4; i++)
         if (bufs[i]) rt_free_device(p->m->be, bufs[i]);
     free(p);
 }
@@ -207,10 +204,6 @@ rt_status t5_pipe_init(t5_model *m, int max_micro) {
         const size_t bytes = i < 2 ? in : out;
         if (bytes) RT_TRY(rt_backend_alloc(m->be, bytes, "T5 pipeline: transfer buffers", bufs[i]));
     }
-    p->tied = 1 | (uint64_t)1 << m->enc_stages | (m->cfg.tie_word_embeddings ? (uint64_t)1 << (P - 1) : 0);
-    if (s == 0)
-        RT_TRY(rt_backend_alloc(m->be, m->params.specs[m->shared].numel * sizeof(float),
-                                "T5 pipeline: the copies' gradient of shared", (void **)&p->tied_scratch));
     m->pipe = p;
     return RT_OK;
 fail:
@@ -247,9 +240,6 @@ rt_status t5_pipe_step(t5_model *m, const t5_batch *b, int M, uint64_t seed, int
     const rt_pipe_stage stage = {.ctx = p, .out_bytes = t5_out_bytes, .in_bytes = t5_in_bytes,
                                  .forward = t5_pipe_forward, .backward = t5_pipe_backward};
     RT_TRY(rt_pipe_run(m->pp, M, &stage, &p->buf));
-    if (p->tied >> m->stage.index & 1) /* the stages holding `shared` */
-        RT_TRY(mdl_stage_sum_tied(m->pp, p->tied, m->be, G(m->shared), m->params.specs[m->shared].numel,
-                                  p->tied_scratch));
     *loss_sum = p->loss_sum;
 fail:
     return st;

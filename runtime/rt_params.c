@@ -134,4 +134,10 @@ int rt_params_find(const rt_params *p, const char *name) {
     return -1;
 }
 
+int rt_params_tied(const rt_params *p) {
+    for (int i = 0; i < p->n; i++)
+        if (p->specs[i].tied) return i;
+    return -1;
+}
+
 void rt_params_zero_grad(rt_params *p) { rt_clear(p->be, p->grad, p->numel * sizeof(float)); }

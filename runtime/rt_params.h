@@ -40,8 +40,10 @@ typedef struct {
     int init_stream;                  /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
                                        * index in the whole model, so every layout draws the same numbers */
     bool copy;                        /* a tied weight's copy on a later pipeline stage (GPT-2's wte on the last):
-                                       * kept equal to the first stage's by the model, so the clipping norm and
-                                       * the files count only the first */
+                                       * kept equal to the first stage's, so the clipping norm and the files
+                                       * count only the first */
+    bool tied;                        /* a weight several pipeline stages hold (its first and its copies): the
+                                       * training loop sums its gradient over them (rt_pipe_sum_tied) */
     size_t offset, numel;             /* position in the slab, in floats */
 } rt_param_spec;
 
@@ -103,6 +105,8 @@ float *rt_params_data(const rt_params *p, int idx);
 float *rt_params_grad(const rt_params *p, int idx);
 /* -1 when absent. */
 int rt_params_find(const rt_params *p, const char *name);
+/* The parameter marked tied (rt_param_spec.tied), or -1; a stage holds at most one. */
+int rt_params_tied(const rt_params *p);
 void rt_params_zero_grad(rt_params *p);
 
 #endif

@@ -54,3 +54,40 @@ fail:
     free(acts);
     return st;
 }
+
+rt_status rt_pipe_tied_members(rt_comm *pp_host, bool holds, uint64_t *members) {
+    float bits[64] = {0};
+    *members = 0;
+    if (pp_host->size > 64) return rt_errorf(RT_ERR_CONFIG, "%d pipeline stages: at most 64", pp_host->size);
+    bits[pp_host->rank] = holds ? 1.0f : 0.0f;
+    rt_status st = pp_host->ops->all_reduce(pp_host->ctx, bits, (size_t)pp_host->size, RT_REDUCE_SUM);
+    for (int s = 0; st == RT_OK && s < pp_host->size; s++)
+        if (bits[s] > 0.5f) *members |= (uint64_t)1 << s;
+    return st;
+}
+
+rt_status rt_pipe_sum_tied(rt_comm *pp, uint64_t members, rt_backend *be, float *grad, size_t n, float *scratch) {
+    rt_status st = RT_OK;
+    int owner = 0;
+    while (owner < pp->size && !(members >> owner & 1)) owner++;
+    if (!(members >> pp->rank & 1)) return RT_OK;
+    const size_t bytes = n * sizeof(float);
+    if (pp->rank != owner) { /* the copy's gradient to the owner, the sum back */
+        rt_p2p send = {.send = true, .peer = owner, .buf = grad, .bytes = bytes};
+        rt_p2p recv = {.send = false, .peer = owner, .buf = grad, .bytes = bytes};
+        st = rt_comm_p2p(pp, &send, 1);
+        return st == RT_OK ? rt_comm_p2p(pp, &recv, 1) : st;
+    }
+    for (int s = owner + 1; s < pp->size && st == RT_OK; s++) {
+        if (!(members >> s & 1)) continue;
+        rt_p2p recv = {.send = false, .peer = s, .buf = scratch, .bytes = bytes};
+        st = rt_comm_p2p(pp, &recv, 1);
+        if (st == RT_OK) rt_axpy(be, grad, 1.0f, scratch, n);
+    }
+    for (int s = owner + 1; s < pp->size && st == RT_OK; s++) {
+        if (!(members >> s & 1)) continue;
+        rt_p2p send = {.send = true, .peer = s, .buf = grad, .bytes = bytes};
+        st = rt_comm_p2p(pp, &send, 1);
+    }
+    return st;
+}

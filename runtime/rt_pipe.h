@@ -17,8 +17,11 @@
 #ifndef RT_PIPE_H
 #define RT_PIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_status.h"
 
@@ -55,6 +58,16 @@ typedef struct {
     void *in, *out;   /* the received activation, the one to send */
     void *dout, *din; /* the received gradient, the one to send */
 } rt_pipe_buffers;
+
+/* A weight several stages hold (rt_param_spec.tied: a language model's embedding on the first
+ * stage and its head's copy on the last; T5's shared table on three): members has one bit per
+ * stage holding it, from each stage's holds (collective over pp, host memory). */
+rt_status rt_pipe_tied_members(rt_comm *pp_host, bool holds, uint64_t *members);
+/* Every member ends with the sum of all members' grad (n floats, backend memory): the lowest
+ * member adds the others' in stage order and sends the sum back, so every copy holds the same
+ * bits. Collective over the members (others return at once); scratch (n floats, backend
+ * memory) is the lowest member's. */
+rt_status rt_pipe_sum_tied(rt_comm *pp, uint64_t members, rt_backend *be, float *grad, size_t n, float *scratch);
 
 /* Runs this rank's stage (pp->rank of pp->size) over `micro` micro-batches in 1F1B order,
  * exchanging with the neighbouring stages over pp. The first error (a callback's, or a

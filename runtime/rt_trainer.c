@@ -17,6 +17,7 @@
 #include "runtime/rt_log.h"
 #include "runtime/rt_optim.h"
 #include "runtime/rt_sched.h"
+#include "runtime/rt_pipe.h"
 #include "runtime/rt_signal.h"
 #include "runtime/rt_zero.h"
 
@@ -45,7 +46,25 @@ typedef struct {
     rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
     bool scaling;           /* dynamic loss scaling is on */
     rt_loss_scaler scaler;
+    int tied;               /* pipeline stages: the weight this stage shares with others (rt_param_spec.tied), or -1 */
+    uint64_t tied_members;  /* the stages holding it */
+    float *tied_scratch;    /* the first of them: the others' gradients arrive here */
 } rt_train_state;
+
+/* The tied weight's gradient summed over the stages holding it: the whole gradient before the
+ * data-parallel reduction (linear, so the order does not matter), or under ZeRO-3, whose blocks
+ * are reduce-scattered as the backward goes, this rank's piece after it. */
+static rt_status rt_train_sum_tied(rt_train_state *s, rt_params *p) {
+    float *grad = NULL;
+    size_t n = 0;
+    if (s->o->zero == 3) {
+        rt_zero3_grad_piece(s->zero, s->tied, &grad, &n);
+    } else {
+        grad = rt_params_grad(p, s->tied);
+        n = p->specs[s->tied].numel;
+    }
+    return rt_pipe_sum_tied(s->pp, s->tied_members, p->be, grad, n, s->tied_scratch);
+}
 
 /* Sums n host floats over the data-parallel group in place. */
 static rt_status rt_train_dp_sum(rt_train_state *s, float *v, size_t n) {
@@ -484,6 +503,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     } else
         RT_TRY(rt_params_alloc_moments(model->params));
 
+    s.tied = pipeline ? rt_params_tied(model->params) : -1;
+    if (pipeline) RT_TRY(rt_pipe_tied_members(s.pp_host, s.tied >= 0, &s.tied_members));
+    if (s.tied >= 0 && !(s.tied_members & (((uint64_t)1 << s.pp->rank) - 1))) /* the first holder */
+        RT_TRY(rt_backend_alloc(model->params->be, model->params->specs[s.tied].numel * sizeof(float),
+                                "pipeline: the tied weight's gradients from the other stages", (void **)&s.tied_scratch));
+
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
 
@@ -577,6 +602,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 if (n > 0) RT_TRY(model->pipeline_step(model->ctx, pwin, n, o->seed, step, scale, &loss_sum));
                 /* the last stage's sum, to every stage, exactly */
                 RT_TRY(s.pp_host->ops->broadcast(s.pp_host->ctx, &loss_sum, sizeof loss_sum, s.pp->size - 1));
+                if (s.tied >= 0 && !in_step) RT_TRY(rt_train_sum_tied(&s, model->params));
             }
             for (int i = 0; !pipeline && i < nb; i++) {
                 double l = 0;
@@ -602,6 +628,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 RT_TRY(rt_zero_reduce_grads(s.zero));
             else if (s.dp->size > 1)
                 RT_TRY(rt_grad_reduce_finish(&reduce));
+            if (s.tied >= 0 && in_step) RT_TRY(rt_train_sum_tied(&s, model->params));
             float lsum = (float)loss_sum;
             if (s.dp_host->size > 1) {
                 RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
@@ -751,6 +778,7 @@ fail:
     rt_status closed = rt_jsonl_close(s.metrics);
     if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);
+    if (s.tied_scratch) rt_free_device(model->params->be, s.tied_scratch);
     free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;
 }

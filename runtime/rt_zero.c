@@ -92,10 +92,6 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
                          stage);
     if (o->offload_params && stage != 3)
         return rt_errorf(RT_ERR_CONFIG, "--offload-params needs --zero 3 (only stage 3 shards the parameters)");
-    for (int i = 0; stage == 3 && i < p->n; i++) /* a copy's gradient is exchanged whole, between stages */
-        if (p->specs[i].copy)
-            return rt_errorf(RT_ERR_UNSUPPORTED, "--zero 3 with a tied weight on two pipeline stages (%s, the "
-                             "language model's head) is not supported yet (--zero 1 or 2 is)", p->specs[i].name);
     if (p->device && stage != 3)
         return rt_errorf(RT_ERR_CONFIG, "the parameters were laid out in host memory for ZeRO-3, but --zero is %d",
                          stage);

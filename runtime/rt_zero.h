@@ -184,6 +184,10 @@ void rt_zero3_drop_window(rt_zero *z);
 /* This rank's piece of block k in the slab: [lo, hi), clipped to the block (the last pieces
  * are short or empty where dp does not divide it). */
 void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi);
+/* This rank's piece of a parameter's summed gradient (after rt_zero_reduce_grads), when the
+ * parameter is a block of its own (a tied one, rt_param_spec.tied): every stage holding it cuts
+ * the same pieces, so the stages sum them piece by piece. */
+void rt_zero3_grad_piece(const rt_zero *z, int param, float **grad, size_t *n);
 /* Copies this rank's pieces between a full slab (p->param's layout) and a shard, into the
  * shard when to_shard; each is in host memory when its flag says so, else the backend's. */
 void rt_zero3_pieces(rt_zero *z, float *full, bool full_host, float *shard, bool shard_host, bool to_shard);

@@ -37,7 +37,9 @@ void rt_zero3_cut(rt_zero *z) {
     z->max_piece = 1; /* at least one float: buffers sized by it are never empty */
     for (int i = 0; i < p->n;) {
         int j = i + 1;
-        while (j < p->n && zero3_same_block(p->specs[i].name, p->specs[j].name)) j++;
+        /* a tied weight is a block of its own, so its pieces line up on every stage holding it */
+        while (j < p->n && !p->specs[i].tied && !p->specs[j].tied && zero3_same_block(p->specs[i].name, p->specs[j].name))
+            j++;
         rt_zero_block *b = &z->blocks[z->n_blocks];
         b->first = i;
         b->off = p->specs[i].offset;
@@ -50,6 +52,12 @@ void rt_zero3_cut(rt_zero *z) {
         z->n_blocks++;
         i = j;
     }
+}
+
+void rt_zero3_grad_piece(const rt_zero *z, int param, float **grad, size_t *n) {
+    const rt_zero_block *b = &z->blocks[z->block_of[param]];
+    *grad = z->gshard + b->at;
+    *n = b->piece;
 }
 
 void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi) {

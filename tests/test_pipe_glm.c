@@ -99,6 +99,7 @@ static void *run_stage(void *arg) {
     rt_params *p = glm_model_params(m), *q = glm_model_params(g_ref);
     r->mismatched += tz_stage_params_differ(be, p, g_ref_be, q, false, NULL, NULL, NULL, r->msg, sizeof r->msg);
     RT_TRY(glm_pipe_step(m, g_t, r->M, 5, 3, 0.25f, &r->loss));
+    RT_TRY(tz_stage_sum_tied(r->pp, p));
     char grad_msg[256];
     const int bad = tz_stage_params_differ(be, p, g_ref_be, q, true, "word_embeddings.weight", &r->wte_grad,
                                            &r->compared, grad_msg, sizeof grad_msg);

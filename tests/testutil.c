@@ -13,6 +13,7 @@
 
 #include "runtime/rt_dtype.h"
 #include "runtime/rt_launch.h"
+#include "runtime/rt_pipe.h"
 
 int tz_test_failures = 0;
 int tz_test_checks = 0;
@@ -316,4 +317,18 @@ int tz_stage_params_differ(rt_backend *be, const rt_params *stage, rt_backend *w
         free(want);
     }
     return bad;
+}
+
+rt_status tz_stage_sum_tied(rt_comm *pp, rt_params *p) {
+    const int tied = rt_params_tied(p);
+    uint64_t members = 0;
+    float *scratch = NULL;
+    rt_status st = rt_pipe_tied_members(pp, tied >= 0, &members);
+    if (st != RT_OK || tied < 0) return st;
+    const size_t n = p->specs[tied].numel;
+    if (!(members & (((uint64_t)1 << pp->rank) - 1))) /* the first holder */
+        st = rt_backend_alloc(p->be, n * sizeof(float), "tied gradients", (void **)&scratch);
+    if (st == RT_OK) st = rt_pipe_sum_tied(pp, members, p->be, rt_params_grad(p, tied), n, scratch);
+    if (scratch) rt_free_device(p->be, scratch);
+    return st;
 }

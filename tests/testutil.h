@@ -129,6 +129,10 @@ float *tz_fetch_param(rt_backend *be, const rt_params *p, int i, bool grad);
 int tz_stage_params_differ(rt_backend *be, const rt_params *stage, rt_backend *whole_be, const rt_params *whole,
                            bool grads, const char *tied, float **tied_grad, int *compared, char *msg, size_t msg_size);
 
+/* What the training loop does after a pipeline step: the tied weight's gradient (if this stage
+ * holds one) summed over the stages holding it (rt_pipe_sum_tied). Collective over pp. */
+rt_status tz_stage_sum_tied(rt_comm *pp, rt_params *p);
+
 /* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
 int tz_test_result(const char *name);
 

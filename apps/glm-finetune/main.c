@@ -561,9 +561,6 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
 
     RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
     O.t.has_stages = true;
-    if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
-        RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on two pipeline stages (--pp %lld: the output layer keeps "
-                "a copy of word_embeddings) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
     const bool seq2seq = strcmp(O.task, "seq2seq") == 0;
     if (seq2seq && n_pos != 2)
         RT_FAIL(RT_ERR_USAGE, "--task seq2seq expects SRC TGT (two line-aligned files), got %d argument%s", n_pos,

@@ -434,9 +434,6 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
     O.t.has_stages = true;
-    if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
-        RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on two pipeline stages (--pp %lld: the language model's "
-                "head keeps a copy of wte) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));

@@ -445,9 +445,6 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     O.t.has_stages = true;
     if (O.t.pp > 1 && O.predict)
         RT_FAIL(RT_ERR_USAGE, "--predict generates with the whole model on one rank: run it without --pp");
-    if (O.t.pp > 1 && O.t.zero == 3) /* rt_zero_init says the same, later: say it before the data loads */
-        RT_FAIL(RT_ERR_USAGE, "--zero 3 with a tied weight on several pipeline stages (--pp %lld: the decoder's "
-                "embedding keeps a copy of shared) is not supported yet (--zero 1 or 2 is)", (long long)O.t.pp);
     if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
     if (O.predict && n_pos > 0) RT_FAIL(RT_ERR_USAGE, "--predict FILE takes no SRC TGT (it generates; it does not train)");
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
