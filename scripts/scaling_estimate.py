@@ -20,7 +20,6 @@ MODELS = {
     "T5-11B": (11.3e9, 48, 1024, 128, 512, 33e6, 268e6),
     "GLM-10B": (9.9e9, 48, 4096, 64, 512, 210e6, 201e6),
 }
-PP_APPS = ("GPT-2 1.5B",)  # the models whose app has --pp (gpt2-classify, gpt2-finetune)
 
 # model, gpus, tp, pp, dp, zero stage, offload optimizer, offload params (ZeRO-3),
 # micro-batch per GPU (B), micro-batches per step (accumulation; M with pp). tp must divide the
@@ -114,8 +113,6 @@ def row(name, gpus, tp, pp, dp, zero, offload, offload_params, B, acc):
     layout += f", ZeRO-{zero}" if zero else ""
     layout += " + offload-params" if offload_params else (" + offload" if offload else "")
     layout += f", B={B}, {'M' if pp > 1 else 'accum'} {acc} (global {B * dp * acc})"
-    if pp > 1 and name not in PP_APPS:
-        layout += " (planned: --pp not yet in t5-finetune/glm-finetune)"
     host_s = f" + {host / 1e9:.1f} GB host" if host else ""
     fits = state + act <= HBM
     comm = []
