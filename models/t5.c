@@ -300,7 +300,8 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     rt_arena arena = {0};
     t5_layout(m, &arena);
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
-    m->act_slots = m->stage.count > 1 ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro) : 1;
+    m->act_slots = m->stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro)
+                                                           : 1;
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
                             "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)",
                             &m->act_block));

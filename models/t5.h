@@ -47,6 +47,8 @@ typedef struct {
     int checkpoint_layers;                  /* activation checkpointing: 0 keeps every block's activations;
                                              * K keeps each block's input and recomputes K blocks at a time
                                              * in backward. A run option, not in config.json */
+    bool pp_recompute;                      /* a pipeline stage keeps each in-flight micro-batch's input only and
+                                             * recomputes its forward in the backward; a run option */
 } t5_config;
 
 /* HF's defaults (t5-small): relu FFN, tied head, scaled decoder output. */

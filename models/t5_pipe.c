@@ -15,7 +15,11 @@
  * as t5_step does after the whole decoder.
  *
  * Each in-flight micro-batch keeps its activations in its own slot of the activation block
- * (t5_use_slot), as models/stage_pipe.h's runner does for the other families. */
+ * (t5_use_slot), as models/stage_pipe.h's runner does for the other families; with
+ * pp_recompute a stage keeps one set and each in-flight micro-batch's input only, and its
+ * backward runs the forward again from that input (the same dropout bits) unless the
+ * activations still hold that micro-batch, as on the last stage, whose forward and backward of a
+ * micro-batch are adjacent. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +61,9 @@ struct t5_pipe {
     t5_model *m;
     int max_micro;
     rt_pipe_buffers buf;
+    float *saved;        /* pp_recompute: the in-flight micro-batches' inputs, micro-batch k in slot k % slots */
+    int slots, held;     /* and the micro-batch the activations hold, -1: none */
+    size_t in_max;       /* the largest input, in bytes */
     /* this step's */
     const t5_batch *b;
     uint64_t seed;
@@ -97,8 +104,8 @@ static const float *t5_take(rt_backend *be, float *dst, const float *src, size_t
     return src + n;
 }
 
-/* Micro-batch b through this stage from `in` (NULL on the first stage) into `out` (NULL on the
- * last, which adds the loss to *loss_sum instead). */
+/* Micro-batch b through this stage from `in` (NULL on the first stage) into `out` (NULL: not
+ * packed, as a recompute needs); the last stage adds the loss to *loss_sum instead. */
 static rt_status t5_stage_fwd(t5_model *m, const t5_batch *b, const mdl_pass *pass, const float *in, float *out,
                               float grad_scale, double *loss_sum) {
     rt_status st = RT_OK;
@@ -112,8 +119,8 @@ static rt_status t5_stage_fwd(t5_model *m, const t5_batch *b, const mdl_pass *pa
         t5_stack *s = &m->enc;
         if (!s->has_embed) t5_take(be, s->bias, t5_take(be, mdl_stack_residual(&s->blocks, 0), in, BS * C), NH * S * S);
         RT_TRY(t5_stack_fwd(m, s, B, S, S, pass));
-        if (!s->has_final) t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
-        else t5_put(be, out, s->blocks.out, BS * C);
+        if (out && !s->has_final) t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
+        else if (out) t5_put(be, out, s->blocks.out, BS * C);
         return RT_OK;
     }
     t5_stack *s = &m->dec;
@@ -124,8 +131,11 @@ static rt_status t5_stage_fwd(t5_model *m, const t5_batch *b, const mdl_pass *pa
         t5_take(be, s->bias, t5_take(be, m->cross_in, at, BS * C), NH * T * T);
     }
     RT_TRY(t5_stack_fwd(m, s, B, T, S, pass));
-    if (out) {
-        t5_put(be, t5_put(be, t5_put(be, out, s->blocks.out, BT * C), m->cross_in, BS * C), s->bias, NH * T * T);
+    if (!mdl_stage_is_last(m->stage)) {
+        if (out) {
+            float *at = t5_put(be, t5_put(be, out, s->blocks.out, BT * C), m->cross_in, BS * C);
+            t5_put(be, at, s->bias, NH * T * T);
+        }
         return RT_OK;
     }
     double loss = 0;
@@ -135,11 +145,18 @@ fail:
     return st;
 }
 
+/* Where micro-batch k's input is kept (pp_recompute). */
+static float *t5_saved_input(const struct t5_pipe *p, int k) {
+    return p->saved + (size_t)(k % p->slots) * (p->in_max / sizeof(float));
+}
+
 static rt_status t5_pipe_forward(void *ctx, int k, const void *in, void *out) {
     struct t5_pipe *p = ctx;
     t5_model *m = p->m;
     const mdl_pass pass = {.seed = p->seed, .step = p->step, .micro = k, .training = true};
     t5_use_slot(m, k % m->act_slots);
+    if (p->saved && in) rt_copy(m->be, t5_saved_input(p, k), in, t5_in_bytes(p, k));
+    p->held = k;
     return t5_stage_fwd(m, &p->b[k], &pass, in, out, p->grad_scale, &p->loss_sum);
 }
 
@@ -155,6 +172,13 @@ static rt_status t5_pipe_backward(void *ctx, int k, const void *dout_v, void *di
     float *dout = (float *)dout_v, *din = din_v;
     const float *demb = NULL;
     t5_use_slot(m, k % m->act_slots); /* its forward's activations */
+    if (m->act_slots == 1 && p->held != k) { /* pp_recompute: the forward again, from the kept input */
+        const float *in = p->saved ? t5_saved_input(p, k) : NULL;
+        double unused = 0;
+        RT_CHECK(!mdl_stage_is_last(m->stage), "T5: the last stage's backward of %d follows another forward", k);
+        RT_TRY(t5_stage_fwd(m, b, &pass, in, NULL, 0.0f, &unused));
+        p->held = k;
+    }
     if (t5_is_enc_stage(m)) {
         t5_stack *s = &m->enc;
         if (!s->has_final) t5_take(be, s->dbias, dout + BS * C, NH * S * S); /* the later blocks' sum */
@@ -184,8 +208,8 @@ fail:
 
 void t5_pipe_free(struct t5_pipe *p) {
     if (!p) return;
-    void *bufs[4] = {p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
-    for (int i = 0; i < 4; i++)
+    void *bufs[5] = {p->buf.in, p->buf.out, p->buf.dout, p->buf.din, p->saved};
+    for (int i = 0; i < 5; i++)
         if (bufs[i]) rt_free_device(p->m->be, bufs[i]);
     free(p);
 }
@@ -196,6 +220,7 @@ rt_status t5_pipe_init(t5_model *m, int max_micro) {
     const int P = m->stage.count, s = m->stage.index;
     p->m = m;
     p->max_micro = max_micro;
+    p->held = -1;
     const t5_batch largest = {.B = m->max_B, .S = m->max_S, .T = m->max_T};
     const size_t in = s > 0 ? t5_boundary_bytes(m, s - 1, &largest) : 0;
     const size_t out = s < P - 1 ? t5_boundary_bytes(m, s, &largest) : 0;
@@ -203,6 +228,12 @@ rt_status t5_pipe_init(t5_model *m, int max_micro) {
     for (int i = 0; i < 4; i++) {
         const size_t bytes = i < 2 ? in : out;
         if (bytes) RT_TRY(rt_backend_alloc(m->be, bytes, "T5 pipeline: transfer buffers", bufs[i]));
+    }
+    p->in_max = (in + 63) & ~(size_t)63;
+    if (m->act_slots == 1 && s > 0) { /* pp_recompute (or one micro-batch in flight): keep the inputs */
+        p->slots = rt_pipe_in_flight(s, P, max_micro);
+        RT_TRY(rt_backend_alloc(m->be, (size_t)p->slots * p->in_max, "T5 pipeline: the micro-batches' stage inputs",
+                                (void **)&p->saved));
     }
     m->pipe = p;
     return RT_OK;
@@ -237,6 +268,7 @@ rt_status t5_pipe_step(t5_model *m, const t5_batch *b, int M, uint64_t seed, int
     p->step = step;
     p->grad_scale = grad_scale;
     p->loss_sum = 0;
+    p->held = -1;
     const rt_pipe_stage stage = {.ctx = p, .out_bytes = t5_out_bytes, .in_bytes = t5_in_bytes,
                                  .forward = t5_pipe_forward, .backward = t5_pipe_backward};
     RT_TRY(rt_pipe_run(m->pp, M, &stage, &p->buf));
@@ -256,6 +288,7 @@ rt_status t5_pipe_eval(t5_model *m, const t5_batch *b, double *loss_sum, int *n_
     RT_TRY(t5_check_batches(m, b, 1));
     RT_TRY(t5_check_tgt(m, b, &n));
     t5_use_slot(m, 0);
+    p->held = -1; /* the activations are evaluation's now */
     if (s > 0) {
         rt_p2p recv = {.send = false, .peer = s - 1, .buf = p->buf.in, .bytes = t5_boundary_bytes(m, s - 1, b)};
         RT_TRY(rt_comm_p2p(m->pp, &recv, 1));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # t5-finetune with pipeline stages (--pp) under mpirun, dropout on, from the same random init:
-# pp 2 and pp 4 (the encoder on the first half of the stages) give the single process's losses,
+# pp 2 and pp 4 (the encoder on the first half of the stages; pp 4 also recomputing each
+# micro-batch's forward, --pp-recompute) give the single process's losses,
 # gradient norms and validation loss, for T5 v1.0 (its head tied to shared) and v1.1 (gated,
 # its own lm_head); dp 2 x pp 2 (also with ZeRO-1, and ZeRO-3 with and without --offload-params,
 # where shared's copies sum their gradient pieces) gives dp 2's, and tp 2 x pp 2 tp 2's (dp draws
@@ -34,7 +35,7 @@ for arch in v10 v11; do
     ARCH=()
     [ "$arch" = v11 ] && ARCH=(--arch "$TMP/v11.json")
     run "$arch-one" 1 "${COMMON[@]}" "${ARCH[@]}" --save-interval 3 || { fail=$((fail + 1)); continue; }
-    layouts=("pp2 2 --pp 2" "pp4 4 --pp 4")
+    layouts=("pp2 2 --pp 2" "pp4 4 --pp 4" "pp4r 4 --pp 4 --pp-recompute")
     # (dp draws other dropout masks than one process, tp another init: their pipelines follow dp 2 and tp 2)
     [ "$arch" = v10 ] && layouts+=("dp2 2" "dp2pp2 4 --pp 2" "dp2pp2z1 4 --pp 2 --zero 1" "dp2pp2z3 4 --pp 2 --zero 3"
                                    "dp2pp2z3off 4 --pp 2 --zero 3 --offload-params" "tp2 2 --tp 2"

@@ -2,7 +2,7 @@
  * whole model stepping through the same micro-batches one after another: v1.0 (relu, the head
  * tied to `shared`, the decoder output rescaled) and v1.1 (gated gelu, its own lm_head), with
  * dropout on, 2 and 4 stages (the encoder on the first half) over 1, 3 and 5 micro-batches of
- * different shapes with padded sources. Every parameter's gradient equals the whole model's
+ * different shapes with padded sources, keeping the in-flight activations or recomputing them. Every parameter's gradient equals the whole model's
  * bit for bit (the relative bias tables too: each stage continues the sum it receives), except
  * `shared`, whose copies (the encoder's and the decoder's embedding, the tied head) add their
  * gradients in another order than one process: there within 1e-6, and every copy holds the same
@@ -48,7 +48,8 @@ static void make_batches(void) {
     }
 }
 
-static bool g_v11; /* gated gelu and an untied lm_head */
+static bool g_v11;       /* gated gelu and an untied lm_head */
+static bool g_recompute; /* the stages recompute instead of keeping activations */
 
 static t5_config tiny(int layers) {
     t5_config c;
@@ -57,6 +58,7 @@ static t5_config tiny(int layers) {
     c.num_layers = c.num_decoder_layers = layers;
     c.relative_attention_num_buckets = 8, c.relative_attention_max_distance = 16;
     c.dropout_rate = 0.1f;
+    c.pp_recompute = g_recompute;
     if (g_v11) c.gated = true, c.act = RT_ACT_GELU_TANH, c.tie_word_embeddings = c.scale_decoder_outputs = false;
     return c;
 }
@@ -108,8 +110,8 @@ fail:
 }
 
 static void check(int P, int M) {
-    char name[32];
-    snprintf(name, sizeof name, "T5 %s", g_v11 ? "v1.1" : "v1.0");
+    char name[48];
+    snprintf(name, sizeof name, "T5 %s%s", g_v11 ? "v1.1" : "v1.0", g_recompute ? " (recompute)" : "");
     TZ_EXPECT_OK(make(g_ref_be, rt_comm_self(), &g_ref));
     if (!g_ref) return;
     double want = 0;
@@ -197,11 +199,13 @@ int main(void) {
     if (!g_ref_be) return tz_test_result("test_pipe_t5");
     make_batches();
     const int Ms[3] = {1, 3, 5};
-    for (int v = 0; v < 2; v++) {
-        g_v11 = v;
-        for (int P = 2; P <= MAXP; P += 2)
-            for (int i = 0; i < 3; i++) check(P, Ms[i]);
-    }
+    for (int r = 0; r < 2; r++)
+        for (int v = 0; v < 2; v++) {
+            g_v11 = v, g_recompute = r;
+            for (int P = 2; P <= MAXP; P += 2)
+                for (int i = 0; i < 3; i++) check(P, Ms[i]);
+        }
+    g_recompute = false;
     g_v11 = false;
     check_refusals();
     rt_backend_free(g_ref_be);

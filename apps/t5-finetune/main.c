@@ -139,6 +139,7 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
         char weights[4096];
         RT_TRY(t5_config_from_hf(O.model, &cfg, weights, sizeof weights));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+        cfg.pp_recompute = O.t.pp_recompute;
         RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         RT_TRY(t5_load_hf(*out, weights, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
@@ -149,6 +150,7 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
             t5_small_config(&cfg, tok_vocab_size(tok));
         RT_TRY(t5_config_validate(&cfg, tp->size));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
+        cfg.pp_recompute = O.t.pp_recompute;
         RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         rt_log_info("weights: random init (HF's scheme) of %s", O.arch ? O.arch : "a small T5 (2+2 layers, 128 wide)");
     }
