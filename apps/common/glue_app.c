@@ -559,8 +559,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     } else {
         rt_log_info("weights: %s", source.what);
     }
-    rt_log_info("model: %s, %zu parameters; tokenizer %s; device %s", gm.desc, params->numel, source.files.tokenizer,
-                device);
+    rt_log_info("model: %s, %zu parameters%s; tokenizer %s; device %s", gm.desc, params->numel,
+                train_app_params_scope(grid->tp, grid->pp), source.files.tokenizer, device);
 
     char train_path[4096];
     const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";

@@ -302,6 +302,15 @@ int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run
     return code;
 }
 
+const char *train_app_params_scope(const rt_comm *tp, const rt_comm *pp) {
+    static char scope[128];
+    if (tp->size == 1 && pp->size == 1) return "";
+    if (pp->size == 1) return " on this rank (its tensor-parallel shard)";
+    snprintf(scope, sizeof scope, " on this rank (%spipeline stage %d of %d; the memory line lists every stage)",
+             tp->size > 1 ? "a tensor-parallel shard of " : "", pp->rank + 1, pp->size);
+    return scope;
+}
+
 bool train_app_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;

@@ -92,6 +92,10 @@ int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *op
 /* How long the world's collectives wait before --comm-timeout is read (and its default). */
 #define TRAIN_APP_COMM_TIMEOUT_S 600.0
 
+/* What a count of this rank's parameters covers, for the model's log line: "" for the whole
+ * model, else " on this rank (a tensor-parallel shard of pipeline stage 1 of 2)" and the like. */
+const char *train_app_params_scope(const rt_comm *tp, const rt_comm *pp);
+
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);
 

@@ -123,8 +123,9 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
     } else {
         rt_log_info("weights: random init (HF's scheme) of %s", src->config[0] ? src->config : "a small GPT-2");
     }
-    rt_log_info("model: GPT-2 LM, %d layers, %d wide, %d heads, vocab %d, %zu parameters; blocks of %d tokens",
-                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, gpt2_model_params(*out)->numel, *block);
+    rt_log_info("model: GPT-2 LM, %d layers, %d wide, %d heads, vocab %d, %zu parameters%s; blocks of %d tokens",
+                cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.vocab_size, gpt2_model_params(*out)->numel,
+                train_app_params_scope(tp, pp), *block);
 fail:
     return st;
 }

@@ -159,9 +159,9 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(tok),
                 c->vocab_size);
     if (O.dropout >= 0) RT_TRY(t5_set_dropout(*out, (float)O.dropout));
-    rt_log_info("model: T5 %s, %d+%d layers, d_model %d, %d heads, d_ff %d, vocab %d, %zu parameters",
+    rt_log_info("model: T5 %s, %d+%d layers, d_model %d, %d heads, d_ff %d, vocab %d, %zu parameters%s",
                 c->gated ? "v1.1 (gated)" : "v1.0", c->num_layers, c->num_decoder_layers, c->d_model, c->num_heads,
-                c->d_ff, c->vocab_size, t5_model_params(*out)->numel);
+                c->d_ff, c->vocab_size, t5_model_params(*out)->numel, train_app_params_scope(grid->tp, grid->pp));
 fail:
     return st;
 }
