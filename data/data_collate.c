@@ -47,10 +47,10 @@ rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
 }
 
 rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
-                                      int pad_multiple, rt_batch *batch) {
+                                      const data_pad *pad, rt_batch *batch) {
     rt_status st = RT_OK;
     RT_CHECK(count >= 0, "count=%d", count);
-    RT_CHECK(pad_multiple >= 1, "pad_multiple=%d", pad_multiple);
+    RT_CHECK(pad->multiple >= 1, "pad multiple %d", pad->multiple);
     RT_CHECK(pad_id >= 0, "pad_id=%d (pass the eos id for tokenizers without a pad token)", pad_id);
     int longest = 0;
     for (int b = 0; b < count; b++) {
@@ -66,8 +66,7 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
         batch->T = 0;
         return RT_OK;
     }
-    int T = longest > 0 ? longest : 1;
-    T = (T + pad_multiple - 1) / pad_multiple * pad_multiple;
+    const int T = data_pad_length(pad, longest);
     RT_TRY(data_batch_reserve(batch, count, T));
     batch->T = T;
     if (ds->targets) batch->targets = data_batch_targets_slot(batch);
@@ -100,17 +99,17 @@ fail:
 }
 
 rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
-                               int count, int32_t pad_id, int pad_multiple, rt_batch *batch) {
+                               int count, int32_t pad_id, const data_pad *pad, rt_batch *batch) {
     rt_status st = RT_OK;
     RT_CHECK(src->n == tgt->n, "seq2seq: %zu sources but %zu targets", src->n, tgt->n);
-    RT_TRY(data_collate_classification(src, indices, count, pad_id, pad_multiple, batch));
+    RT_TRY(data_collate_classification(src, indices, count, pad_id, pad, batch));
     batch->n_targets = 0;
     batch->T_dec = 0;
     if (count == 0) return RT_OK;
     int longest = 1;
     for (int b = 0; b < count; b++)
         if (tgt->lengths[indices[b]] > longest) longest = tgt->lengths[indices[b]];
-    int T = (longest + pad_multiple - 1) / pad_multiple * pad_multiple;
+    const int T = data_pad_length(pad, longest);
     size_t cells = (size_t)count * (size_t)T;
     if (cells > (size_t)batch->capacity_dec) {
         int32_t *grown = realloc(batch->dec_labels, cells * sizeof *grown);

@@ -35,7 +35,8 @@ static void glm_batch_reserve(data_glm_batch *b, int B, int T) {
     b->cand = rt_xmalloc(rows * 16 * sizeof(int32_t));
 }
 
-void data_glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, bool pad8, data_glm_batch *b) {
+void data_glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, const data_pad *pad,
+                      data_glm_batch *b) {
     const int per = R->rows_per_example, B = n * per;
     int T = 1;
     for (int i = 0; i < n; i++)
@@ -43,7 +44,7 @@ void data_glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t 
             int len = R->rows[R->first_row[ex[i]] + k].len;
             T = len > T ? len : T;
         }
-    if (pad8) T = (T + 7) / 8 * 8;
+    T = data_pad_length(pad, T);
     glm_batch_reserve(b, B, T);
     b->B = B;
     b->T = T;

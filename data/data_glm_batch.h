@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "data/data_glm_rows.h"
+#include "data/data_pad.h"
 
 typedef struct {
     int B, T;                       /* n examples x rows_per_example rows of T tokens */
@@ -20,10 +21,11 @@ typedef struct {
     size_t cap_cells, cap_rows;     /* allocated; the buffers are reused */
 } data_glm_batch;
 
-/* The rows of examples ex[0..n), padded to the longest (a multiple of 8 when pad8) with pad_id
+/* The rows of examples ex[0..n), padded to the longest as pad says (data_pad.h) with pad_id
  * at position 0, block position 0, no label: after every row's separator, so no real token
  * sees them. */
-void data_glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, bool pad8, data_glm_batch *b);
+void data_glm_collate(const data_glm_rows *R, const int32_t *ex, int n, int32_t pad_id, const data_pad *pad,
+                      data_glm_batch *b);
 void data_glm_batch_free(data_glm_batch *b);
 
 #endif

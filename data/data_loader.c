@@ -9,18 +9,18 @@ struct data_loader {
     data_sampler *sampler;
     int batch_size;
     int32_t pad_id;
-    int pad_multiple;
+    data_pad pad;
     int32_t *indices;
 };
 
 rt_status data_loader_init(const data_tokenized *ds, const data_sampler_opts *opts, int batch_size, int32_t pad_id,
-                           int pad_multiple, data_loader **out) {
+                           const data_pad *pad, data_loader **out) {
     rt_status st = RT_OK;
     data_loader *l = rt_xcalloc(1, sizeof *l);
     l->ds = ds;
     l->batch_size = batch_size;
     l->pad_id = pad_id;
-    l->pad_multiple = pad_multiple;
+    l->pad = *pad;
     l->indices = rt_xmalloc(((size_t)batch_size + 1) * sizeof(int32_t));
     RT_TRY(data_sampler_init(ds->n, opts, &l->sampler));
     *out = l;
@@ -31,11 +31,11 @@ fail:
 }
 
 rt_status data_loader_init_seq2seq(const data_tokenized *src, const data_tokenized *tgt,
-                                   const data_sampler_opts *opts, int batch_size, int32_t pad_id, int pad_multiple,
-                                   data_loader **out) {
+                                   const data_sampler_opts *opts, int batch_size, int32_t pad_id,
+                                   const data_pad *pad, data_loader **out) {
     if (src->n != tgt->n)
         return rt_errorf(RT_ERR_CONFIG, "seq2seq data: %zu sources but %zu targets", src->n, tgt->n);
-    rt_status st = data_loader_init(src, opts, batch_size, pad_id, pad_multiple, out);
+    rt_status st = data_loader_init(src, opts, batch_size, pad_id, pad, out);
     if (st == RT_OK) (*out)->tgt = tgt;
     return st;
 }
@@ -55,8 +55,8 @@ static rt_status data_loader_next(void *ctx, rt_batch *into, bool *end) {
         *end = true;
         return RT_OK;
     }
-    if (l->tgt) return data_collate_seq2seq(l->ds, l->tgt, l->indices, count, l->pad_id, l->pad_multiple, into);
-    return data_collate_classification(l->ds, l->indices, count, l->pad_id, l->pad_multiple, into);
+    if (l->tgt) return data_collate_seq2seq(l->ds, l->tgt, l->indices, count, l->pad_id, &l->pad, into);
+    return data_collate_classification(l->ds, l->indices, count, l->pad_id, &l->pad, into);
 }
 
 static void data_loader_get_state(void *ctx, int64_t *epoch, int64_t *position) {

@@ -225,6 +225,29 @@ expect_fail "batch size 0" 2 "batch-size" --batch-size 0
 expect_fail "bad number" 2 "expected a number" --lr fast
 expect_fail "unknown dataset" 2 "not one of" --dataset squad
 expect_fail "ZeRO stage 4" 2 "zero" --zero 4
+expect_fail "length buckets out of order" 2 "--length-buckets 32,16: lengths must ascend" "${COMMON[@]}" \
+    --length-buckets 32,16
+expect_fail "length buckets short of --max-len" 2 "the largest bucket, 32, is shorter than --max-len (48 tokens)" \
+    "${COMMON[@]}" --length-buckets 16,32
+# --length-buckets: every training batch's length is one of the buckets (without them one batch is
+# 63 long), and with dropout off the numbers are the run's without buckets (the padding is masked),
+# within rounding
+cat > "$TMP/arch0.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2,
+ "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0}
+JSON
+B0=(--arch "$TMP/arch0.json" --data-dir "$TMP/data" --max-len 64 --batch-size 8 --threads 2 --max-steps 4
+    --log-interval 1 --eval-interval -1 --save-interval -1)
+lengths() { grep -o '"batch_shape":\[[0-9]*,[0-9]*' "$1/metrics.jsonl" | cut -d, -f2 | sort -u | tr '\n' ' '; }
+"$BIN" "${B0[@]}" --length-buckets 40,64 --save-dir "$TMP/buckets" > "$TMP/out" 2> "$TMP/err" &&
+    "$BIN" "${B0[@]}" --save-dir "$TMP/nobuckets" > "$TMP/out" 2> "$TMP/err" || bad "--length-buckets runs"
+if [ "$(lengths "$TMP/buckets")" = "64 " ] && [ "$(lengths "$TMP/nobuckets")" = "63 64 " ] &&
+    paste <(final "$TMP/buckets" | cut -d: -f2) <(final "$TMP/nobuckets" | cut -d: -f2) |
+        awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}'; then
+    ok
+else
+    bad "--length-buckets 40,64: batch lengths '$(lengths "$TMP/buckets")' (without: '$(lengths "$TMP/nobuckets")'), or the numbers differ"
+fi
 expect_fail "--offload-params without ZeRO-3" 2 "--offload-params needs --zero 3" --zero 2 --offload-params
 expect_fail "task without data" 2 "needs --data-dir" --dataset mnli
 mkdir -p "$TMP/m_missing" && cp "$SRC/tests/golden/gpt2-tiny-cls/config.json" "$TMP/m_missing/"

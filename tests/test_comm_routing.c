@@ -193,7 +193,7 @@ static rt_status rank_run(rank_arg *a) {
     RT_TRY(rt_backend_init("cpu", 1, &be));
     RT_TRY(gpt2_model_init(&cfg, be, view.tp, BATCH, MAX_T, 11, &m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = g.dp_rank, .world = g.dp_size};
-    RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, 1, &loader));
+    RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = STEPS, .batch_size = BATCH, .grad_accum = ACCUM,
                        .lr = 1e-3, .weight_decay = 0.01, .warmup = 1, .clip = 0.5, .beta1 = 0.9, .beta2 = 0.999,
                        .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 1,

@@ -1,7 +1,9 @@
 /* The collator (dynamic padding, multiple of 8, masks, labels, n_targets, buffer reuse) and
  * the longest_first truncation rule against hand-computed cases, including the cases of
  * the Rust `tokenizers` unit test (budget 7 over texts of 0, 2, 4 and 8 tokens), and the
- * token_type_ids and regression targets the collator fills. */
+ * token_type_ids and regression targets the collator fills. Length buckets (data_pad.h): the
+ * list's checks, the rounding, and the collators (classification, both sides of seq2seq)
+ * padding to the bucket with the same rows and masks as without. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 
 #include "data/data_collate.h"
 #include "data/data_dataset.h"
+#include "data/data_pad.h"
 #include "tests/testutil.h"
 
 static void test_truncation(void) {
@@ -63,7 +66,7 @@ static void test_collate(void) {
     rt_batch batch;
     memset(&batch, 0, sizeof batch);
     const int32_t pick[] = {3, 0, 1};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 50256, 1, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 50256, &(data_pad){.multiple = 1}, &batch));
     const int32_t want_ids[] = {41, 42, 50256, 11, 12, 13, 21, 50256, 50256};
     const int32_t want_mask[] = {1, 1, 0, 1, 1, 1, 1, 0, 0};
     TZ_EXPECT(batch.B == 3 && batch.T == 3, "B=%d T=%d (padded to the longest row)", batch.B, batch.T);
@@ -78,7 +81,7 @@ static void test_collate(void) {
 
     /* Multiple of 8 with the long row; the unlabelled row does not count as a target. */
     const int32_t pick2[] = {2, 1};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 2, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 2, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.B == 2 && batch.T == 16, "T=%d, expected 10 rounded up to 16", batch.T);
     int ok = 1;
     for (int t = 0; t < 16; t++) {
@@ -95,7 +98,7 @@ static void test_collate(void) {
     int32_t *ids_before = batch.input_ids;
     int capB = batch.capacity_B, capT = batch.capacity_T;
     const int32_t pick3[] = {0};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 1, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 1, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.T == 8 && batch.input_ids == ids_before && batch.capacity_B == capB && batch.capacity_T == capT,
               "reuse: T=%d cap %dx%d", batch.T, batch.capacity_B, batch.capacity_T);
 
@@ -103,12 +106,12 @@ static void test_collate(void) {
     TZ_EXPECT_OK(data_batch_reserve(&batch, 32, 64));
     ids_before = batch.input_ids;
     const int32_t pick4[] = {0, 1, 2, 3, 0, 1, 2, 3};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick4, 8, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick4, 8, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.input_ids == ids_before && batch.B == 8 && batch.T == 16 && batch.n_targets == 6,
               "within reserve: B=%d T=%d n_targets=%d", batch.B, batch.T, batch.n_targets);
 
     /* An empty share (a rank's slice of a short last batch). */
-    TZ_EXPECT_OK(data_collate_classification(&ds, NULL, 0, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, NULL, 0, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.B == 0 && batch.n_targets == 0 && batch.n_tokens == 0, "empty batch");
 
     data_batch_free(&batch);
@@ -130,7 +133,7 @@ static void test_types_and_targets(void) {
     rt_batch batch;
     memset(&batch, 0, sizeof batch);
     const int32_t pick[] = {0, 1, 2};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, &(data_pad){.multiple = 8}, &batch));
     const int32_t want_types[3][8] = {{0, 0, 0, 0, 1, 1, 1, 0}, {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 1, 1, 0, 0, 0}};
     TZ_EXPECT(batch.T == 8 && batch.token_type_ids != NULL &&
                   memcmp(batch.token_type_ids, want_types, sizeof want_types) == 0,
@@ -142,7 +145,7 @@ static void test_types_and_targets(void) {
     const float targets[] = {4.5f, NAN, 0.25f};
     TZ_EXPECT_OK(data_tokenized_set_targets(&ds, targets));
     const int32_t pick2[] = {2, 1, 0, 2};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 4, 0, 1, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 4, 0, &(data_pad){.multiple = 1}, &batch));
     TZ_EXPECT(batch.targets != NULL && batch.targets[0] == 0.25f && isnan(batch.targets[1]) &&
                   batch.targets[2] == 4.5f && batch.targets[3] == 0.25f,
               "targets gathered");
@@ -156,7 +159,7 @@ static void test_types_and_targets(void) {
     TZ_EXPECT(batch.targets != NULL && (void *)batch.targets >= (void *)(batch.labels + 64), "targets after labels");
     int32_t *pick3 = malloc(64 * sizeof *pick3);
     for (int i = 0; i < 64; i++) pick3[i] = i % 3;
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 64, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 64, 0, &(data_pad){.multiple = 8}, &batch));
     int ok = 1;
     for (int i = 0; i < 64; i++) {
         float want = targets[i % 3];
@@ -166,15 +169,74 @@ static void test_types_and_targets(void) {
     free(pick3);
     /* Back to classification data with the same batch: targets NULL again. */
     TZ_EXPECT_OK(data_tokenized_set_targets(&ds, NULL));
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.targets == NULL, "targets NULL for classification");
     data_batch_free(&batch);
     TZ_EXPECT(batch.token_type_ids == NULL && batch.targets == NULL, "freed");
     data_tokenized_free(&ds);
 }
 
+static void test_buckets(void) {
+    data_pad p;
+    TZ_EXPECT_OK(data_pad_parse("16,32,64", 8, "length-buckets", &p));
+    TZ_EXPECT(p.multiple == 8 && p.n_buckets == 3 && p.bucket[2] == 64, "parsed 16,32,64");
+    const int longest[] = {0, 1, 16, 17, 32, 33, 64, 65, 70}, want[] = {16, 16, 16, 32, 32, 64, 64, 72, 72};
+    for (int i = 0; i < 9; i++)
+        TZ_EXPECT(data_pad_length(&p, longest[i]) == want[i], "longest %d -> %d, expected %d", longest[i],
+                  data_pad_length(&p, longest[i]), want[i]);
+    const data_pad none = data_pad_multiple(8);
+    TZ_EXPECT(data_pad_length(&none, 9) == 16 && data_pad_length(&none, 0) == 8, "no buckets: multiples of 8");
+    TZ_EXPECT_OK(data_pad_parse(NULL, 1, "length-buckets", &p));
+    TZ_EXPECT(p.n_buckets == 0 && data_pad_length(&p, 5) == 5, "no list: the longest row");
+    static const struct {
+        const char *list, *says;
+    } bad[] = {{"32,16", "must ascend"}, {"16,16", "must ascend"}, {"12,32", "not a multiple of 8"},
+               {"16,x", "expected ascending lengths"}, {"16,", "trailing comma"}, {"0,16", "outside"},
+               {"-8", "outside"}, {"16;32", "expected ascending lengths"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        TZ_EXPECT(data_pad_parse(bad[k].list, 8, "length-buckets", &p) == RT_ERR_USAGE &&
+                      strstr(rt_error_message(), bad[k].says) && strstr(rt_error_message(), "--length-buckets"),
+                  "%s: %s", bad[k].list, rt_error_message());
+    TZ_EXPECT_OK(data_pad_parse("16,32", 1, "length-buckets", &p));
+    TZ_EXPECT_OK(data_pad_check_covers(&p, 32, "length-buckets", "--max-len"));
+    TZ_EXPECT(data_pad_check_covers(&p, 33, "length-buckets", "--max-len") == RT_ERR_USAGE &&
+                  strstr(rt_error_message(), "the largest bucket, 32, is shorter than --max-len (33 tokens)"),
+              "a list that does not cover the longest row: %s", rt_error_message());
+
+    /* the collators pad to the bucket: the same rows, masks and counts as without, more padding */
+    const int32_t r0[] = {11, 12, 13}, r1[] = {21}, t0[] = {5, 6, 7, 8, 9}, t1[] = {4};
+    const int32_t *rows[] = {r0, r1}, *trows[] = {t0, t1};
+    const int32_t lengths[] = {3, 1}, tlengths[] = {5, 1}, labels[] = {1, 0};
+    data_tokenized src, tgt;
+    TZ_EXPECT_OK(data_tokenized_from_rows(rows, lengths, NULL, labels, 2, &src));
+    TZ_EXPECT_OK(data_tokenized_from_rows(trows, tlengths, NULL, labels, 2, &tgt));
+    TZ_EXPECT_OK(data_pad_parse("4,8", 1, "length-buckets", &p));
+    rt_batch plain = {0}, bucketed = {0};
+    const int32_t pick[] = {0, 1};
+    TZ_EXPECT_OK(data_collate_seq2seq(&src, &tgt, pick, 2, 0, &(data_pad){.multiple = 1}, &plain));
+    TZ_EXPECT_OK(data_collate_seq2seq(&src, &tgt, pick, 2, 0, &p, &bucketed));
+    TZ_EXPECT(plain.T == 3 && plain.T_dec == 5 && bucketed.T == 4 && bucketed.T_dec == 8,
+              "source 3 -> bucket 4, target 5 -> bucket 8: got %d, %d", bucketed.T, bucketed.T_dec);
+    int same = bucketed.n_targets == plain.n_targets && bucketed.n_tokens == plain.n_tokens;
+    for (int b = 0; b < 2; b++) {
+        for (int t = 0; t < bucketed.T; t++) {
+            const bool real = t < plain.T;
+            same &= bucketed.input_ids[b * 4 + t] == (real ? plain.input_ids[b * 3 + t] : 0);
+            same &= bucketed.attention_mask[b * 4 + t] == (real ? plain.attention_mask[b * 3 + t] : 0);
+        }
+        for (int t = 0; t < bucketed.T_dec; t++)
+            same &= bucketed.dec_labels[b * 8 + t] == (t < plain.T_dec ? plain.dec_labels[b * 5 + t] : -100);
+    }
+    TZ_EXPECT(same, "the bucketed batch holds the plain batch's rows, masks, labels and counts, padded further");
+    data_batch_free(&plain);
+    data_batch_free(&bucketed);
+    data_tokenized_free(&src);
+    data_tokenized_free(&tgt);
+}
+
 int main(void) {
     test_truncation();
+    test_buckets();
     test_collate();
     test_types_and_targets();
     return tz_test_result("test_data_collate");

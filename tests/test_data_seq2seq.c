@@ -168,7 +168,7 @@ static void test_encode_and_collate(void) {
 
     rt_batch b = {0};
     int32_t idx[2] = {2, 0};
-    TZ_EXPECT_OK(data_collate_seq2seq(&ds, &dt, idx, 2, 0, 1, &b));
+    TZ_EXPECT_OK(data_collate_seq2seq(&ds, &dt, idx, 2, 0, &(data_pad){.multiple = 1}, &b));
     int want_T = ds.lengths[2] > ds.lengths[0] ? ds.lengths[2] : ds.lengths[0];
     int want_Td = dt.lengths[2] > dt.lengths[0] ? dt.lengths[2] : dt.lengths[0];
     TZ_EXPECT(b.B == 2 && b.T == want_T && b.T_dec == want_Td, "B=%d T=%d T_dec=%d", b.B, b.T, b.T_dec);
@@ -188,7 +188,7 @@ static void test_encode_and_collate(void) {
     /* the loader pairs rows the same way, and covers every row once per epoch */
     data_loader *l = NULL;
     data_sampler_opts so = {.seed = 3, .shuffle = true, .rank = 0, .world = 1};
-    TZ_EXPECT_OK(data_loader_init_seq2seq(&ds, &dt, &so, 2, 0, 8, &l));
+    TZ_EXPECT_OK(data_loader_init_seq2seq(&ds, &dt, &so, 2, 0, &(data_pad){.multiple = 8}, &l));
     if (l) {
         rt_train_data td = data_loader_train_data(l);
         rt_batch lb = {0};
@@ -214,7 +214,7 @@ static void test_encode_and_collate(void) {
     /* mismatched sets are refused */
     data_tokenized two = {0}, two_t = {0};
     TZ_EXPECT_OK(data_seq2seq_tokenize(&src, &tgt, 0, 2, tok, &o, &two, &two_t));
-    rt_status st = data_loader_init_seq2seq(&ds, &two, &so, 2, 0, 1, &l);
+    rt_status st = data_loader_init_seq2seq(&ds, &two, &so, 2, 0, &(data_pad){.multiple = 1}, &l);
     TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "3 sources but 2 targets"), "%s", rt_error_message());
     data_tokenized_free(&two);
     data_tokenized_free(&two_t);

@@ -66,7 +66,7 @@ int main(void) {
     rt_batch batch;
     memset(&batch, 0, sizeof batch);
     const int32_t pick[] = {0, 1, 2, 3};
-    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 4, tok_eos_id(tok), 8, &batch));
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick, 4, tok_eos_id(tok), &(data_pad){.multiple = 8}, &batch));
     int longest = 0;
     for (int k = 0; k < 4; k++) longest = ds.lengths[k] > longest ? ds.lengths[k] : longest;
     TZ_EXPECT(batch.T == (longest + 7) / 8 * 8 && batch.n_targets == 4, "T=%d longest=%d", batch.T, longest);

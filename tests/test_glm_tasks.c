@@ -4,7 +4,8 @@
  * the same token ids, position and block position ids, separator and labelled targets, the same
  * verbalizer ids and label, truncated alike at 128 tokens. Cloze rows end in the [sop] whose
  * logits FlagAI scores. The val files are the fixtures in tests/data (COPA's in assets/). Then
- * data_glm_collate: rows in example order, padded (to 8 when asked) where no real token looks.
+ * data_glm_collate: rows in example order, padded (to 8, or to a length bucket, when asked) where no
+ * real token looks.
  * Every case's rows also go through the tokenized cache's sets (data_glm_rows_to_sets/from_sets)
  * and come back field for field; sets that lie (a mask position past its row, a cloze label past
  * the verbalizer, an example's rows past the end) are RT_ERR_FORMAT. */
@@ -131,7 +132,7 @@ static void check_collate(void) {
                        .n_examples = 2, .rows_per_example = 2};
     const int32_t ex[2] = {1, 0};
     data_glm_batch b = {0};
-    data_glm_collate(&R, ex, 2, 99, false, &b);
+    data_glm_collate(&R, ex, 2, 99, &(data_pad){.multiple = 1}, &b);
     TZ_EXPECT(b.B == 4 && b.T == 5, "batch %d x %d, want 4 x 5", b.B, b.T);
     if (b.B == 4 && b.T == 5) {
         /* row 0 is example 1's first row: 9 10, then padding */
@@ -144,9 +145,12 @@ static void check_collate(void) {
                   "row 3 ends in 8 (%d); seps %d, %d", b.ids[19], b.sep[0], b.sep[3]);
         TZ_EXPECT(b.label[0] == 0 && b.label[1] == 1, "labels %d %d follow the examples", b.label[0], b.label[1]);
     }
-    data_glm_collate(&R, ex, 1, 99, true, &b);
+    data_glm_collate(&R, ex, 1, 99, &(data_pad){.multiple = 8}, &b);
     TZ_EXPECT(b.B == 2 && b.T == 8 && b.ids[2 * 8 - 1] == 99 && b.labels[8 + 3] == 14,
               "one example padded to 8: %d x %d", b.B, b.T);
+    data_glm_collate(&R, ex, 1, 99, &(data_pad){.multiple = 1, .n_buckets = 2, .bucket = {3, 12}}, &b);
+    TZ_EXPECT(b.B == 2 && b.T == 12 && b.ids[2 * 12 - 1] == 99 && b.labels[12 + 3] == 14 && b.pos[11] == 0,
+              "one example padded to its length bucket, 12: %d x %d", b.B, b.T);
     data_glm_batch_free(&b);
 }
 

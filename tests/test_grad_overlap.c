@@ -227,7 +227,7 @@ static rt_status rank_run(rt_comm *comm, void *arg) {
     RT_TRY(rt_backend_init("cpu", 1, &be));
     RT_TRY(gpt2_model_init(&cfg, be, rt_comm_self(), BATCH, 24, 11, &m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = comm->rank, .world = comm->size};
-    RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, 1, &loader));
+    RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     fb_ctx f = {.m = m};
     rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = 3, .batch_size = BATCH, .grad_accum = 2, .lr = 1e-3,
                        .weight_decay = 0.01, .warmup = 1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,

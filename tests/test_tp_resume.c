@@ -113,7 +113,7 @@ static rt_status rank_run(rank_arg *a) {
         RT_FAIL(RT_ERR_FORMAT, "%s: %d missing (%s), %d unused", a->init_path, rep.missing, rep.first_missing,
                 rep.unused);
     data_sampler_opts so = {.seed = 5, .shuffle = true, .world = 1};
-    RT_TRY(data_loader_init(a->ds, &so, BATCH, VOCAB - 1, 1, &loader));
+    RT_TRY(data_loader_init(a->ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = STEPS, .batch_size = BATCH, .grad_accum = 1,
                        .lr = 1e-3, .weight_decay = 0.01, .warmup = 2, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999,
                        .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 0,

@@ -47,7 +47,7 @@ static gpt2_model *train(rt_backend *be, const data_tokenized *ds, const char *s
     data_loader *loader = NULL;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), (int)batch, 24, 11, &m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .world = 1};
-    TZ_EXPECT_OK(data_loader_init(ds, &so, (int)batch, VOCAB - 1, 1, &loader));
+    TZ_EXPECT_OK(data_loader_init(ds, &so, (int)batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     if (!m || !loader) return m;
     run_ctx rc = {.m = m, .stop_at_step = stop_at};
     rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = max_steps, .batch_size = batch, .grad_accum = accum,

@@ -83,7 +83,7 @@ static rt_status rank_run(rank_arg *a) {
                   "a staged model's slab is on the staging backend");
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = a->comm->rank, .world = a->comm->size};
     const int batch = c->batch ? c->batch : BATCH;
-    RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, 1, &loader));
+    RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     rt_train_opts o = {.prog = "test", .epochs = 2, .max_steps = c->steps, .batch_size = batch,
                        .grad_accum = c->accum ? c->accum : 1,
                        .lr = 1e-3, .weight_decay = 0.5, .warmup = 2, .clip = 0.5, .beta1 = 0.9, .beta2 = 0.999,

@@ -144,7 +144,7 @@ typedef struct {
     const data_glue_task *task;
     int batch_size;
     int32_t pad_id;
-    int pad_multiple;
+    const data_pad *pad;
     rt_batch batch;
     int32_t *pred;  /* (n) */
     float *probs;   /* (n, num_labels) */
@@ -172,7 +172,7 @@ static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
     for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
         int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
         for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
-        RT_TRY(data_collate_classification(e->ds, e->idx, count, e->pad_id, e->pad_multiple, &e->batch));
+        RT_TRY(data_collate_classification(e->ds, e->idx, count, e->pad_id, e->pad, &e->batch));
         double l = 0;
         RT_TRY(e->model->step(e->model->model, &e->batch, &pass, 0.0f, &l, e->logits));
         local_loss += l;
@@ -258,7 +258,7 @@ static void gc_eval_init(gc_eval *e, const mdl_classifier *m, const data_tokeniz
     e->task = task;
     e->batch_size = (int)O.t.batch_size;
     e->pad_id = pad;
-    e->pad_multiple = O.t.pad8 ? 8 : 1;
+    e->pad = &O.t.pad;
     e->pred = rt_xcalloc(ds->n + 1, sizeof(int32_t));
     e->probs = rt_xcalloc((ds->n + 1) * (size_t)NL, sizeof(float));
     e->logits = rt_xcalloc((size_t)O.t.batch_size * (size_t)NL, sizeof(float));
@@ -530,8 +530,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(gc_resolve_source(&source));
 
     RT_TRY(tok_load(source.files.tokenizer, &tok));
-    int pad_multiple = O.t.pad8 ? 8 : 1;
-    int max_T = (int)((O.max_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+    RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_len, "length-buckets", "--max-len"));
+    int max_T = data_pad_length(&O.t.pad, (int)O.max_len);
 
     /* the device, then the model: a config or layout that cannot work fails here, before the
      * data is read and tokenized */
@@ -587,7 +587,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     /* --batch-size is the global batch: each dp rank collates its slice of it */
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
                                .world = grid->dp_size, .lengths = train.lengths, .group_by = train_app_group_by(&O.t)};
-    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, pad_multiple, &loader));
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, &O.t.pad, &loader));
     for (int k = 0; k < n_dev; k++) {
         gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp_host);
         ev[k].prefix = n_dev > 1 ? task->dev[k].name : NULL;

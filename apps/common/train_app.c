@@ -38,6 +38,10 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          "constant|linear|cosine", 0, 0},
         {"clip", RT_OPT_FLOAT, &o->clip, "1.0", NULL, "global gradient-norm clipping (0 = off)", NULL, 0, 1e9},
         {"pad-to-8", RT_OPT_FLAG, &o->pad8, "false", NULL, "pad batch length to a multiple of 8", NULL, 0, 0},
+        {"length-buckets", RT_OPT_STRING, &o->length_buckets, NULL, "L1,L2,...",
+         "pad each batch to the smallest of these ascending lengths that holds its longest row (seq2seq: each "
+         "side on its own), so a run sees only these shapes (one CUDA graph each); the last must cover the "
+         "longest row", NULL, 0, 0},
         {"cache-dir", RT_OPT_STRING, &o->cache_dir, NULL, "DIR",
          "where tokenized datasets are cached for the next run with the same data, tokenizer and options "
          "(default $XDG_CACHE_HOME/tunezoo or ~/.cache/tunezoo)",
@@ -157,6 +161,8 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     if (o->offload_optimizer && o->zero == 0)
         return rt_errorf(RT_ERR_USAGE,
                          "--offload-optimizer needs --zero 1, 2 or 3 (it offloads this rank's optimizer shard)");
+    rt_status pst = data_pad_parse(o->length_buckets, o->pad8 ? 8 : 1, "length-buckets", &o->pad);
+    if (pst != RT_OK) return pst;
     if (o->offload_params && o->zero != 3)
         return rt_errorf(RT_ERR_USAGE, "--offload-params needs --zero 3 (only stage 3 shards the weights)");
     if (o->checkpoint_num_layers > 1 && !o->checkpoint_activations)

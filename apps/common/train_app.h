@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/data_pad.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_grid.h"
@@ -17,7 +18,7 @@
 #include "models/trainable.h"
 
 typedef struct {
-    const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir;
+    const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir, *length_buckets;
     int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
         threads, tp, pp, micro_batches, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
@@ -27,6 +28,7 @@ typedef struct {
     bool pp_recompute;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
+    data_pad pad; /* from --pad-to-8 and --length-buckets, set by train_app_setup: how batches are padded */
 } train_app_opts;
 
 /* The program's defaults where they differ between programs (as text, as rt_opt takes them). */
@@ -35,7 +37,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 41
+#define TRAIN_APP_N_OPTS 42
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the

@@ -138,13 +138,14 @@ static rt_status glm_data_next(void *ctx, rt_batch *into, bool *end) {
     for (int i = 0; i < count; i++) into->labels[i] = d->rows->label[into->example_index[i]];
     into->n_targets = glm_targets_of(d->rows, into->example_index, count);
     into->n_tokens = 0;
-    into->T = 0; /* the longest row (the batch's shape in the logs) */
+    into->T = 0; /* the padded length of its rows (the batch's shape in the logs) */
     for (int i = 0; i < count; i++)
         for (int k = 0; k < d->rows->rows_per_example; k++) {
             int len = d->rows->rows[d->rows->first_row[into->example_index[i]] + k].len;
             into->n_tokens += (size_t)len;
             into->T = len > into->T ? len : into->T;
         }
+    if (count > 0) into->T = data_pad_length(&O.t.pad, into->T);
     return RT_OK;
 }
 
@@ -181,7 +182,7 @@ static double glm_flops(void *ctx, const rt_batch *b) {
  * span task's language-model loss on the answer, evaluation its argmax check. */
 static glm_task glm_task_of(const data_glm_rows *R, data_glm_batch *buf, const int32_t *ex, int n, int32_t pad_id,
                             bool eval) {
-    data_glm_collate(R, ex, n, pad_id, O.t.pad8, buf);
+    data_glm_collate(R, ex, n, pad_id, &O.t.pad, buf);
     glm_task t = {.in = {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos,
                          .sep = buf->sep},
                   .labels = buf->labels, .label = buf->label};
@@ -642,6 +643,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
     int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
+    RT_TRY(data_pad_check_covers(&O.t.pad, max_T, "length-buckets", "the longest row"));
+    max_T = data_pad_length(&O.t.pad, max_T);
     max_T = (max_T + 7) / 8 * 8;
     int per = train.rows_per_example;
     int max_B = (int)O.t.batch_size * per > eval_batch * per ? (int)O.t.batch_size * per : eval_batch * per;

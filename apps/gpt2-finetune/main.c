@@ -346,7 +346,7 @@ static rt_status lm_evaluate(void *ctx, rt_metrics *out) {
     for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
         const int count = (int)(hi - start < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
         for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
-        RT_TRY(data_collate_classification(e->val, e->idx, count, 0, 1, &e->batch));
+        RT_TRY(data_collate_classification(e->val, e->idx, count, 0, &(data_pad){.multiple = 1}, &e->batch));
         double l = 0;
         int nt = 0;
         RT_TRY(gpt2_lm_step(e->tr->model, e->batch.input_ids, e->batch.attention_mask, lm_labels(e->tr, &e->batch),
@@ -434,6 +434,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
+    if (O.t.length_buckets) /* before the data loads */
+        RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     O.t.has_stages = true;
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
@@ -477,7 +479,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank,
                                .world = grid.dp_size};
-    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, eos, 1, &loader));
+    RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, eos, &(data_pad){.multiple = 1}, &loader));
     tr.model = model;
     tr.labels = rt_xmalloc((size_t)O.t.batch_size * (size_t)block * sizeof(int32_t));
     ev = (lm_eval){.tr = &tr, .val = &val, .grid = &grid, .batch_size = (int)O.t.batch_size};

@@ -212,7 +212,7 @@ static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_token
     for (size_t start = 0; start < src->n; start += (size_t)bs) {
         int count = (int)(src->n - start < (size_t)bs ? src->n - start : (size_t)bs);
         for (int i = 0; i < count; i++) idx[i] = (int32_t)(start + (size_t)i);
-        RT_TRY(data_collate_classification(src, idx, count, tok_pad_id(tok), 1, &batch));
+        RT_TRY(data_collate_classification(src, idx, count, tok_pad_id(tok), &(data_pad){.multiple = 1}, &batch));
         RT_TRY(t5_generate(gen, batch.input_ids, batch.attention_mask, count, batch.T, &g, NULL, NULL, ids, lens,
                            NULL));
         for (int i = 0; i < count; i++) {
@@ -255,7 +255,7 @@ static rt_status t5_eval_loss(t5_eval *e, double *loss) {
     for (size_t start = lo; start < hi; start += (size_t)e->batch_size) {
         int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
         for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
-        RT_TRY(data_collate_seq2seq(e->src, e->tgt, e->idx, count, tok_pad_id(e->tok), O.t.pad8 ? 8 : 1, &e->batch));
+        RT_TRY(data_collate_seq2seq(e->src, e->tgt, e->idx, count, tok_pad_id(e->tok), &O.t.pad, &e->batch));
         t5_batch tb = {.B = count, .S = e->batch.T, .T = e->batch.T_dec, .src_ids = e->batch.input_ids,
                        .src_mask = e->batch.attention_mask, .labels = e->batch.dec_labels};
         double l = 0;
@@ -462,9 +462,10 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                 tok_kind_name(tok));
 
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
-    int pad_multiple = O.t.pad8 ? 8 : 1;
-    int max_src = (int)((O.max_source_len + pad_multiple - 1) / pad_multiple * pad_multiple);
-    int max_tgt = (int)((O.max_target_len + pad_multiple - 1) / pad_multiple * pad_multiple);
+    RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_source_len, "length-buckets", "--max-source-len"));
+    RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_target_len, "length-buckets", "--max-target-len"));
+    int max_src = data_pad_length(&O.t.pad, (int)O.max_source_len);
+    int max_tgt = data_pad_length(&O.t.pad, (int)O.max_target_len);
     int gen_rows = t5_eval_rows() * (int)O.num_beams;
     int max_B = (int)O.t.batch_size > gen_rows ? (int)O.t.batch_size : gen_rows;
     RT_TRY(t5_build_model(be, &grid, tok, max_B, max_src, max_tgt, &model));
@@ -523,7 +524,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                                .rank = grid.dp_rank, .world = grid.dp_size, .lengths = train_src.lengths,
                                .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_loader_init_seq2seq(&train_src, &train_tgt, &sopts, (int)O.t.batch_size, tok_pad_id(tok),
-                                    pad_multiple, &loader));
+                                    &O.t.pad, &loader));
     ev = (t5_eval){.model = model, .tok = tok, .src = &val_src, .tgt = &val_tgt, .ref_lines = vt, .ref_begin = v_begin,
                    .grid = &grid, .save_dir = O.t.save_dir, .batch_size = (int)O.t.batch_size};
     ev.idx = rt_xcalloc((size_t)O.t.batch_size, sizeof *ev.idx);
