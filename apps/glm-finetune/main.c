@@ -419,8 +419,10 @@ static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_
                 "model's own tokenizer with --tokenizer)", O.model ? O.model : O.arch, cfg.vocab_size,
                 tok_vocab_size(tok));
     if (max_T > cfg.max_sequence_length + 1)
-        RT_FAIL(RT_ERR_CONFIG, "rows of up to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s)",
-                max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "");
+        RT_FAIL(RT_ERR_CONFIG,
+                "rows padded to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s%s)",
+                max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "",
+                O.t.length_buckets ? ", or the last --length-buckets entry" : "");
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
     cfg.pp_recompute = O.t.pp_recompute;
     RT_TRY(glm_model_init_stage(&cfg, be, grid->tp, grid->pp, (int)O.t.grad_accum, max_B, max_T, (uint64_t)O.t.seed,
