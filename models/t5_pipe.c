@@ -285,7 +285,7 @@ rt_status t5_pipe_eval(t5_model *m, const t5_batch *b, double *loss_sum, int *n_
     double loss = 0;
     int n = 0;
     *loss_sum = 0;
-    RT_TRY(t5_check_batches(m, b, 1));
+    RT_TRY(t5_check_src(m, b->src_ids, b->src_mask, b->B, b->S)); /* on every stage, before any transfer */
     RT_TRY(t5_check_tgt(m, b, &n));
     t5_use_slot(m, 0);
     p->held = -1; /* the activations are evaluation's now */

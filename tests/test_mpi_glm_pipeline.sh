@@ -44,7 +44,6 @@ for task in copa cb wsc seq2seq; do
     DATA+=("${COMMON[@]}")
     run "$task-one" 1 "${DATA[@]}" --arch "$TMP/arch.json" --save-interval 3 || { fail=$((fail + 1)); continue; }
     layouts=("pp2 2 --pp 2")
-    # (dp draws other dropout masks than one process, tp another init: their pipelines follow dp 2 and tp 2)
     [ "$task" = copa ] && layouts+=("pp4 4 --pp 4" "dp2 2" "dp2pp2 4 --pp 2" "dp2pp2z1 4 --pp 2 --zero 1"
                                     "dp2pp2z3 4 --pp 2 --zero 3" "tp2 2 --tp 2" "tp2pp2 4 --tp 2 --pp 2")
     for layout in "${layouts[@]}"; do
@@ -52,33 +51,13 @@ for task in copa cb wsc seq2seq; do
         name="$task-$1" np=$2
         shift 2
         run "$name" "$np" "${DATA[@]}" --arch "$TMP/arch.json" "$@" --save-interval 3 || { fail=$((fail + 1)); continue; }
-        ref="$task-one"
-        case "$name" in *-dp2?*) ref="$task-dp2" ;; *-tp2?*) ref="$task-tp2" ;; *-dp2 | *-tp2) continue ;; esac
-        check "$task at $name" "$ref" "$name"
+        ref=$(reference_of "$task" "${name#"$task"-}")
+        [ -n "$ref" ] && check "$task at $name" "$ref" "$name"
     done
-    # the export gathers every stage: one process evaluating it gets pp 2's last validation numbers
-    if run "$task-eval" 1 "${DATA[@]}" --model "$TMP/$task-pp2/hf" --epochs 0 --max-steps 0 --save-interval -1 &&
-        [ "$(last_eval "$task-pp2")" = "$(last_eval "$task-eval")" ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAILED: $task: pp 2's export does not evaluate to pp 2's numbers:" >&2
-        last_eval "$task-pp2" >&2; last_eval "$task-eval" >&2
-    fi
+    check_export "$task" "${DATA[@]}"
 done
 
-# saved at pp 2 (step 3), resumed at pp 1 and at tp 2: steps 4 and 5 and their evaluation are the
-# single process's (a resume at an epoch's end evaluates that epoch again: left out)
-for resume in "pp1 1" "tp2 2 --tp 2"; do
-    set -- $resume
-    name="copa-resume-$1" np=$2
-    shift 2
-    if run "$name" "$np" --task copa --data-dir "$TMP/copa" "${COMMON[@]}" --arch "$TMP/arch.json" "$@" --save-interval -1 --resume-from "$TMP/copa-pp2/step-000003.tzck" &&
-        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
-        check "saved at pp 2, resumed at $name" copa-one "$name" 3
-    else
-        fail=$((fail + 1)); echo "FAILED: $name from pp 2's checkpoint" >&2
-    fi
-done
+check_resumes copa --task copa --data-dir "$TMP/copa" "${COMMON[@]}" --arch "$TMP/arch.json"
 
 echo "test_mpi_glm_pipeline: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

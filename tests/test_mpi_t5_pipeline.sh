@@ -36,7 +36,6 @@ for arch in v10 v11; do
     [ "$arch" = v11 ] && ARCH=(--arch "$TMP/v11.json")
     run "$arch-one" 1 "${COMMON[@]}" "${ARCH[@]}" --save-interval 3 || { fail=$((fail + 1)); continue; }
     layouts=("pp2 2 --pp 2" "pp4 4 --pp 4" "pp4r 4 --pp 4 --pp-recompute")
-    # (dp draws other dropout masks than one process, tp another init: their pipelines follow dp 2 and tp 2)
     [ "$arch" = v10 ] && layouts+=("dp2 2" "dp2pp2 4 --pp 2" "dp2pp2z1 4 --pp 2 --zero 1" "dp2pp2z3 4 --pp 2 --zero 3"
                                    "dp2pp2z3off 4 --pp 2 --zero 3 --offload-params" "tp2 2 --tp 2"
                                    "tp2pp2 4 --tp 2 --pp 2")
@@ -45,33 +44,13 @@ for arch in v10 v11; do
         name="$arch-$1" np=$2
         shift 2
         run "$name" "$np" "${COMMON[@]}" "${ARCH[@]}" "$@" --save-interval 3 || { fail=$((fail + 1)); continue; }
-        ref="$arch-one"
-        case "$name" in *-dp2?*) ref="$arch-dp2" ;; *-tp2?*) ref="$arch-tp2" ;; *-dp2 | *-tp2) continue ;; esac
-        check "$arch at $name" "$ref" "$name"
+        ref=$(reference_of "$arch" "${name#"$arch"-}")
+        [ -n "$ref" ] && check "$arch at $name" "$ref" "$name"
     done
-    # the export gathers every stage: one process evaluating it gets pp 2's last validation loss
-    if run "$arch-eval" 1 "${COMMON[@]}" --model "$TMP/$arch-pp2/hf" --epochs 0 --max-steps 0 --save-interval -1 &&
-        [ -n "$(last_eval "$arch-pp2")" ] && [ "$(last_eval "$arch-pp2")" = "$(last_eval "$arch-eval")" ]; then
-        pass=$((pass + 1))
-    else
-        fail=$((fail + 1)); echo "FAILED: $arch: pp 2's export does not evaluate to pp 2's loss:" >&2
-        last_eval "$arch-pp2" >&2; last_eval "$arch-eval" >&2
-    fi
+    check_export "$arch" "${COMMON[@]}"
 done
 
-# saved at pp 2 (step 3), resumed at pp 1 and at tp 2: steps 4 and 5 and their evaluation are the
-# single process's (a resume at an epoch's end evaluates that epoch again: left out)
-for resume in "pp1 1" "tp2 2 --tp 2"; do
-    set -- $resume
-    name="v10-resume-$1" np=$2
-    shift 2
-    if run "$name" "$np" "${COMMON[@]}" "$@" --save-interval -1 --resume-from "$TMP/v10-pp2/step-000003.tzck" &&
-        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
-        check "saved at pp 2, resumed at $name" v10-one "$name" 3
-    else
-        fail=$((fail + 1)); echo "FAILED: $name from pp 2's checkpoint" >&2
-    fi
-done
+check_resumes v10 "${COMMON[@]}"
 
 expect_usage() { # what, message, options
     local what=$1 msg=$2

@@ -9,7 +9,6 @@
  * evaluating through the stages (also the span check) gives every stage the whole model's loss
  * and scores exactly. The stages draw the whole model's random init by themselves. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +71,7 @@ static double g_eval_loss[2];
 static float g_eval_scores[2][MAXB * K];
 
 typedef struct {
-    rt_comm *pp;
     int M;
-    rt_status st;
     char msg[256];
     int mismatched, compared;
     double loss, eval_loss[2];
@@ -89,17 +86,18 @@ static glm_task eval_task(int k) {
     return t;
 }
 
-static void *run_stage(void *arg) {
+/* Stage pp->rank (tz_run_ranks): the comparisons go to r, a failure to the return. */
+static rt_status run_stage(rt_comm *pp, void *arg) {
     stage_run *r = arg;
     rt_status st = RT_OK;
     rt_backend *be = NULL;
     glm_model *m = NULL;
     RT_TRY(rt_backend_init("cpu", 1, &be));
-    RT_TRY(make(be, r->pp, &m));
+    RT_TRY(make(be, pp, &m));
     rt_params *p = glm_model_params(m), *q = glm_model_params(g_ref);
     r->mismatched += tz_stage_params_differ(be, p, g_ref_be, q, false, NULL, NULL, NULL, r->msg, sizeof r->msg);
     RT_TRY(glm_pipe_step(m, g_t, r->M, 5, 3, 0.25f, &r->loss));
-    RT_TRY(tz_stage_sum_tied(r->pp, p));
+    RT_TRY(tz_stage_sum_tied(pp, p));
     char grad_msg[256];
     const int bad = tz_stage_params_differ(be, p, g_ref_be, q, true, "word_embeddings.weight", &r->wte_grad,
                                            &r->compared, grad_msg, sizeof grad_msg);
@@ -111,11 +109,9 @@ static void *run_stage(void *arg) {
         RT_TRY(glm_task_step(m, &t, &eval, 0.0f, &r->eval_loss[k], r->eval_scores[k]));
     }
 fail:
-    if (st != RT_OK) snprintf(r->msg, sizeof r->msg, "%s", rt_error_message());
-    r->st = st;
     glm_model_free(m);
     rt_backend_free(be);
-    return NULL;
+    return st;
 }
 
 static const char *const head_names[] = {"LM", "cloze", "choices", "span"};
@@ -139,25 +135,18 @@ static void check(glm_head_kind kind, int P, int M) {
         const glm_task t = eval_task(k);
         TZ_EXPECT_OK(glm_task_step(g_ref, &t, &eval, 0.0f, &g_eval_loss[k], g_eval_scores[k]));
     }
-    rt_comm *comms[MAXP];
-    pthread_t th[MAXP];
     stage_run runs[MAXP];
-    TZ_EXPECT_OK(rt_comm_threads_create(P, 20.0, comms));
-    for (int s = 0; s < P; s++) {
-        runs[s] = (stage_run){.pp = comms[s], .M = M};
-        pthread_create(&th[s], NULL, run_stage, &runs[s]);
-    }
+    for (int s = 0; s < P; s++) runs[s] = (stage_run){.M = M};
+    TZ_EXPECT_OK(tz_run_ranks(P, 20.0, run_stage, runs, sizeof *runs));
     int compared = 0;
     for (int s = 0; s < P; s++) {
-        pthread_join(th[s], NULL);
-        TZ_EXPECT(runs[s].st == RT_OK && runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
+        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
                   runs[s].msg);
         compared += runs[s].compared;
         for (int k = 0; k < 2; k++)
             TZ_EXPECT(runs[s].eval_loss[k] == g_eval_loss[k] &&
                           memcmp(runs[s].eval_scores[k], g_eval_scores[k], sizeof g_eval_scores[k]) == 0,
                       "%s pp %d stage %d: evaluation of batch %d differs from the whole model's", name, P, s, k);
-        rt_comm_free(comms[s]);
     }
     const rt_params *q = glm_model_params(g_ref);
     TZ_EXPECT(compared == q->n, "%s pp %d: %d parameters on the stages, the whole model has %d", name, P, compared,

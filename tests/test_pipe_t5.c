@@ -10,7 +10,6 @@
  * every stage the whole model's loss. The stages draw the whole model's random init by
  * themselves. Layouts that cannot split are refused in one line. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,26 +72,25 @@ static rt_backend *g_ref_be;
 static double g_eval_loss;
 
 typedef struct {
-    rt_comm *pp;
     int M;
-    rt_status st;
     char msg[256];
     int mismatched, compared;
     double loss, eval_loss;
     float *shared_grad; /* this stage's gradient of `shared`, if it holds it (malloc'd) */
 } stage_run;
 
-static void *run_stage(void *arg) {
+/* Stage pp->rank (tz_run_ranks): the comparisons go to r, a failure to the return. */
+static rt_status run_stage(rt_comm *pp, void *arg) {
     stage_run *r = arg;
     rt_status st = RT_OK;
     rt_backend *be = NULL;
     t5_model *m = NULL;
     RT_TRY(rt_backend_init("cpu", 1, &be));
-    RT_TRY(make(be, r->pp, &m));
+    RT_TRY(make(be, pp, &m));
     rt_params *p = t5_model_params(m), *q = t5_model_params(g_ref);
     r->mismatched += tz_stage_params_differ(be, p, g_ref_be, q, false, NULL, NULL, NULL, r->msg, sizeof r->msg);
     RT_TRY(t5_pipe_step(m, g_b, r->M, 5, 3, 0.25f, &r->loss));
-    RT_TRY(tz_stage_sum_tied(r->pp, p));
+    RT_TRY(tz_stage_sum_tied(pp, p));
     char grad_msg[256];
     const int bad = tz_stage_params_differ(be, p, g_ref_be, q, true, "shared.weight", &r->shared_grad, &r->compared,
                                            grad_msg, sizeof grad_msg);
@@ -102,11 +100,9 @@ static void *run_stage(void *arg) {
     int n = 0;
     RT_TRY(t5_step(m, &g_b[1], &eval, 0.0f, &r->eval_loss, &n, NULL));
 fail:
-    if (st != RT_OK) snprintf(r->msg, sizeof r->msg, "%s", rt_error_message());
-    r->st = st;
     t5_model_free(m);
     rt_backend_free(be);
-    return NULL;
+    return st;
 }
 
 static void check(int P, int M) {
@@ -125,23 +121,16 @@ static void check(int P, int M) {
     const mdl_pass eval = {.training = false};
     int n = 0;
     TZ_EXPECT_OK(t5_step(g_ref, &g_b[1], &eval, 0.0f, &g_eval_loss, &n, NULL));
-    rt_comm *comms[MAXP];
-    pthread_t th[MAXP];
     stage_run runs[MAXP];
-    TZ_EXPECT_OK(rt_comm_threads_create(P, 20.0, comms));
-    for (int s = 0; s < P; s++) {
-        runs[s] = (stage_run){.pp = comms[s], .M = M};
-        pthread_create(&th[s], NULL, run_stage, &runs[s]);
-    }
+    for (int s = 0; s < P; s++) runs[s] = (stage_run){.M = M};
+    TZ_EXPECT_OK(tz_run_ranks(P, 20.0, run_stage, runs, sizeof *runs));
     int compared = 0;
     for (int s = 0; s < P; s++) {
-        pthread_join(th[s], NULL);
-        TZ_EXPECT(runs[s].st == RT_OK && runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
+        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
                   runs[s].msg);
         compared += runs[s].compared;
         TZ_EXPECT(runs[s].eval_loss == g_eval_loss, "%s pp %d stage %d: evaluation %.17g, whole model %.17g", name, P,
                   s, runs[s].eval_loss, g_eval_loss);
-        rt_comm_free(comms[s]);
     }
     const rt_params *q = t5_model_params(g_ref);
     TZ_EXPECT(compared == q->n, "%s pp %d: %d parameters on the stages, the whole model has %d", name, P, compared,

@@ -67,7 +67,6 @@ int main(int argc, char **argv) {
         .hf_cache_repo = "bert-base-uncased",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/bert-wordpiece/bert-base-uncased-vocab.txt",
         .scratch_desc = "a small BERT (4 layers, 128 wide)",
-        .has_stages = true,
         .create = bert_app_create,
         .load_hf = bert_app_load_hf,
     };

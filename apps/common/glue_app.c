@@ -522,7 +522,6 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_comm_stats dp_stats = {0}, tp_stats = {0}, pp_stats = {0};
     bool counting = false;
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
-    O.t.has_stages = F->has_stages;
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);

@@ -43,7 +43,6 @@ typedef struct {
     const char *hf_cache_repo;     /* used without --model when in the HF cache ("gpt2"); NULL = none */
     const char *default_tokenizer; /* relative to the source tree, for --arch and the small default */
     const char *scratch_desc;      /* what the small default is, for the log */
-    bool has_stages;               /* create builds pipeline stages (--pp) */
     /* Validates the config against the tokenizer and the tp size, then builds the model. */
     rt_status (*create)(const glue_model_args *a, glue_model *out);
     /* Loads HF weights, keeping this tp rank's shard; writes a one-line report. */

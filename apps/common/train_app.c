@@ -174,9 +174,6 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
                              (long long)o->micro_batches, (long long)o->grad_accum);
         o->grad_accum = o->micro_batches;
     }
-    if (o->pp > 1 && !o->has_stages)
-        return rt_errorf(RT_ERR_USAGE, "--pp %lld: %s has no pipeline stages yet (gpt2-classify, bert-classify, gpt2-finetune, glm-finetune and t5-finetune have)", (long long)o->pp,
-                         prog);
     if (o->pp > 1 && o->grad_accum < o->pp)
         return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
                          "--grad-accum, now %lld), or the stages mostly wait", (long long)o->pp,

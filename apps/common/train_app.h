@@ -24,7 +24,6 @@ typedef struct {
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
         min_loss_scale;
     bool resume, pad8, offload_optimizer, offload_params, group_by_length, no_cache;
-    bool has_stages; /* set by a program whose model runs pipeline stages (--pp) before train_app_setup */
     bool pp_recompute;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;

@@ -563,7 +563,6 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     glm_eval ev = {0};
 
     RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
-    O.t.has_stages = true;
     const bool seq2seq = strcmp(O.task, "seq2seq") == 0;
     if (seq2seq && n_pos != 2)
         RT_FAIL(RT_ERR_USAGE, "--task seq2seq expects SRC TGT (two line-aligned files), got %d argument%s", n_pos,

@@ -74,7 +74,6 @@ int main(int argc, char **argv) {
         .hf_cache_repo = "gpt2",
         .default_tokenizer = TZ_SOURCE_DIR "/assets/gpt2-bpe",
         .scratch_desc = "a small GPT-2 (4 layers, 128 wide)",
-        .has_stages = true,
         .create = gpt2_app_create,
         .load_hf = gpt2_app_load_hf,
     };

@@ -436,7 +436,6 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     lm_lead = world->rank == 0;
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
-    O.t.has_stages = true;
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));

@@ -444,7 +444,6 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_grid grid = {0};
 
     RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
-    O.t.has_stages = true;
     if (O.t.pp > 1 && O.predict)
         RT_FAIL(RT_ERR_USAGE, "--predict generates with the whole model on one rank: run it without --pp");
     if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
