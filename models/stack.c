@@ -116,31 +116,43 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     const size_t f = sizeof(float);
     const bool layer_norm = c->norm == MDL_NORM_LAYER;
     s->res = rt_arena_take(a, ((size_t)c->n_layer + 1) * BT * C, f);
-    s->h1 = rt_arena_take(a, L * BT * C, f);
-    s->mid = rt_arena_take(a, L * BT * C, f);
-    s->h2 = rt_arena_take(a, L * BT * C, f);
+    /* narrowed, the fp32 buffers are one working set and each slot keeps them at 2 bytes: less
+     * memory from 3 slots on (2 slots x 2 bytes + 4 bytes of working set ties with 2 x 4) */
+    const rt_dtype compute = s->be->compute;
+    s->kept_dtype = compute != RT_F32 && L > 2 && !s->be->keep_fp32 ? compute : RT_F32;
+    const size_t W = s->kept_dtype == RT_F32 ? L : 1; /* fp32 slots */
+    a->used = (a->used + 63) & ~(size_t)63;
+    const size_t work_at = a->used;
+    s->h1 = rt_arena_take(a, W * BT * C, f);
+    s->work = s->h1;
+    s->mid = rt_arena_take(a, W * BT * C, f);
+    s->h2 = rt_arena_take(a, W * BT * C, f);
+    s->qkv = rt_arena_take(a, W * BT * 3 * Il, f);
+    s->atty = rt_arena_take(a, W * BT * Il, f);
+    if (c->cross) {
+        s->hc = rt_arena_take(a, W * BT * C, f);
+        s->cq = rt_arena_take(a, W * BT * Il, f);
+        s->ckv = rt_arena_take(a, W * BS * 2 * Il, f);
+        s->catty = rt_arena_take(a, W * BT * Il, f);
+        s->mid2 = rt_arena_take(a, W * BT * C, f);
+    }
+    s->up = rt_arena_take(a, W * BT * Fl, f);
+    s->up_lin = c->gated ? rt_arena_take(a, W * BT * Fl, f) : NULL;
+    s->hid = rt_arena_take(a, W * BT * Fl, f);
+    s->work_floats = (a->used - work_at) / f;
+    s->narrowed = s->kept_dtype != RT_F32 ? rt_arena_take(a, L * s->work_floats, rt_dtype_size(s->kept_dtype)) : NULL;
     s->n1_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n1_rstd = rt_arena_take(a, L * BT, f);
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n2_rstd = rt_arena_take(a, L * BT, f);
-    s->qkv = rt_arena_take(a, L * BT * 3 * Il, f);
-    s->probs_dtype = s->be->compute;
+    s->probs_dtype = compute;
     const size_t pf = rt_attn_probs_size(s->probs_dtype);
     s->probs = rt_arena_take(a, L * B * NH * T * T, pf);
-    s->atty = rt_arena_take(a, L * BT * Il, f);
     if (c->cross) {
-        s->hc = rt_arena_take(a, L * BT * C, f);
         s->nc_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
         s->nc_rstd = rt_arena_take(a, L * BT, f);
-        s->cq = rt_arena_take(a, L * BT * Il, f);
-        s->ckv = rt_arena_take(a, L * BS * 2 * Il, f);
         s->cprobs = rt_arena_take(a, L * B * NH * T * (size_t)max_S, pf);
-        s->catty = rt_arena_take(a, L * BT * Il, f);
-        s->mid2 = rt_arena_take(a, L * BT * C, f);
     }
-    s->up = rt_arena_take(a, L * BT * Fl, f);
-    s->up_lin = c->gated ? rt_arena_take(a, L * BT * Fl, f) : NULL;
-    s->hid = rt_arena_take(a, L * BT * Fl, f);
     if (c->final_norm) {
         s->out = rt_arena_take(a, BT * C, f);
         s->out_mean = layer_norm ? rt_arena_take(a, BT, f) : NULL;
@@ -178,19 +190,20 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
     const size_t o = (size_t)(l % s->slots), pf = rt_attn_probs_size(s->probs_dtype);
-    float *qkv = s->qkv + o * BT * 3 * Il, *ckv = AT(s->ckv, o * BS * 2 * Il);
+    const size_t w = s->kept_dtype == RT_F32 ? o : 0; /* the fp32 buffers' slot: narrowed, the one working set */
+    float *qkv = s->qkv + w * BT * 3 * Il, *ckv = AT(s->ckv, w * BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
     return (stack_slices){
-        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + o * BT * C,
-        .mid = s->mid + o * BT * C, .h2 = s->h2 + o * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
+        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + w * BT * C,
+        .mid = s->mid + w * BT * C, .h2 = s->h2 + w * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
         .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
-        .probs = (char *)s->probs + o * heads * s->max_T * pf, .atty = s->atty + o * BT * Il, .hc = AT(s->hc, o * BT * C),
+        .probs = (char *)s->probs + o * heads * s->max_T * pf, .atty = s->atty + w * BT * Il, .hc = AT(s->hc, w * BT * C),
         .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
-        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->max_S * pf : NULL, .catty = AT(s->catty, o * BT * Il),
-        .mid2 = AT(s->mid2, o * BT * C), .up = s->up + o * BT * Fl, .up_lin = AT(s->up_lin, o * BT * Fl),
-        .hid = s->hid + o * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
-        .cqkv = {AT(s->cq, o * BT * Il), ckv, AT(ckv, BS * Il)}};
+        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->max_S * pf : NULL, .catty = AT(s->catty, w * BT * Il),
+        .mid2 = AT(s->mid2, w * BT * C), .up = s->up + w * BT * Fl, .up_lin = AT(s->up_lin, w * BT * Fl),
+        .hid = s->hid + w * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
+        .cqkv = {AT(s->cq, w * BT * Il), ckv, AT(ckv, BS * Il)}};
 }
 
 /* The dropout of block l's site `kind` at rate p (none outside training). */
@@ -254,12 +267,67 @@ static bool stack_clamp(const mdl_stack *s, float *x, size_t n) {
     return true;
 }
 
+/* The parts of the working set block l's forward wrote for B rows of T tokens (S source
+ * tokens): what a narrowed slot keeps. */
+typedef struct {
+    float *at;
+    size_t n;
+} stack_piece;
+enum { STACK_PIECES_MAX = 17 };
+
+static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, stack_piece *out) {
+    const stack_slices *a = &r->a;
+    const size_t BT = r->BT, C = (size_t)s->cfg.C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local;
+    const size_t BS = (size_t)B * (size_t)S;
+    int k = 0;
+    out[k++] = (stack_piece){a->h1, BT * C};
+    out[k++] = (stack_piece){a->mid, BT * C};
+    out[k++] = (stack_piece){a->h2, BT * C};
+    if (mdl_attn_fused(&r->p->attn)) {
+        out[k++] = (stack_piece){a->qkv.q, BT * 3 * Il};
+    } else {
+        out[k++] = (stack_piece){a->qkv.q, BT * Il};
+        out[k++] = (stack_piece){a->qkv.k, BT * Il};
+        out[k++] = (stack_piece){a->qkv.v, BT * Il};
+    }
+    out[k++] = (stack_piece){a->atty, BT * Il};
+    if (s->cfg.cross) {
+        out[k++] = (stack_piece){a->hc, BT * C};
+        out[k++] = (stack_piece){a->cqkv.q, BT * Il};
+        out[k++] = (stack_piece){a->cqkv.k, BS * Il};
+        out[k++] = (stack_piece){a->cqkv.v, BS * Il};
+        out[k++] = (stack_piece){a->catty, BT * Il};
+        out[k++] = (stack_piece){a->mid2, BT * C};
+    }
+    out[k++] = (stack_piece){a->up, BT * Fl};
+    if (a->up_lin) out[k++] = (stack_piece){a->up_lin, BT * Fl};
+    out[k++] = (stack_piece){a->hid, BT * Fl};
+    return k;
+}
+
+/* Narrowed stacks: block l's working set into its 2-byte slot (narrow) or back (widen). */
+static void stack_keep(mdl_stack *s, int l, const block_run *r, int B, int S, bool narrow) {
+    if (s->kept_dtype == RT_F32) return;
+    /* the working set holds values rounded to kept_dtype only while the backend computes at it */
+    RT_CHECK(s->be->compute == s->kept_dtype, "activations kept as %s under %s compute",
+             rt_dtype_name(s->kept_dtype), rt_dtype_name(s->be->compute));
+    stack_piece pieces[STACK_PIECES_MAX];
+    const int n = stack_pieces(s, r, B, S, pieces);
+    uint16_t *slot = (uint16_t *)s->narrowed + (size_t)(l % s->slots) * s->work_floats;
+    for (int k = 0; k < n; k++) {
+        uint16_t *kept = slot + (pieces[k].at - s->work);
+        if (narrow)
+            rt_narrow(s->be, s->kept_dtype, kept, pieces[k].at, pieces[k].n);
+        else
+            rt_widen(s->be, s->kept_dtype, pieces[k].at, kept, pieces[k].n);
+    }
+}
+
 /* Block l forward from its residual input into its slot; the residual output too when
  * write_out (a recompute leaves the kept one alone). */
-static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
-                           bool write_out) {
+static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl_stack_mask *mask, int l,
+                               bool write_out) {
     rt_status st = RT_OK;
-    const block_run r = block_run_of(s, l, B, T, mask, pass);
     const stack_slices *a = &r.a;
     rt_backend *be = s->be;
     float *tmp = s->sc->tmp;
@@ -298,10 +366,18 @@ fail:
     return st;
 }
 
-/* Block l backward from dL/d(its output) in dres, which becomes dL/d(its input). */
-static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
-    rt_status st = RT_OK;
+static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
+                           bool write_out) {
     const block_run r = block_run_of(s, l, B, T, mask, pass);
+    rt_status st = block_compute(s, r, B, mask, l, write_out);
+    if (st == RT_OK) stack_keep(s, l, &r, B, mask->S, true);
+    return st;
+}
+
+/* Block l backward from dL/d(its output) in dres, which becomes dL/d(its input). */
+static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mask *mask, int l) {
+    rt_status st = RT_OK;
+    const int B = r.self.B;
     const stack_slices *a = &r.a;
     rt_backend *be = s->be;
     float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
@@ -338,6 +414,12 @@ static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_ma
     mdl_norm_bwd(&r.sub, r.p->norm1, dres, dln, a->in, a->n1_mean, a->n1_rstd, r.BT);
 fail:
     return st;
+}
+
+static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
+    const block_run r = block_run_of(s, l, B, T, mask, pass);
+    stack_keep(s, l, &r, B, mask->S, false);
+    return block_grad(s, r, mask, l);
 }
 
 rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
@@ -428,7 +510,7 @@ void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float 
 
 const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
     const stack_slices a = stack_at(s, l);
-    if (s->slots < s->cfg.n_layer) { /* the slot may hold a later block's */
+    if (s->slots < s->cfg.n_layer || s->kept_dtype != RT_F32) { /* the buffer may hold a later block's */
         const mdl_sublayers sub = mdl_stack_sublayers(s);
         mdl_norm_fwd(&sub, s->layer[l].norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, n);
     }

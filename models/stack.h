@@ -14,6 +14,11 @@
  * The stack owns what is the same everywhere:
  *   - the activation layout for max_B x max_T, taken once from an arena (llm.c's pattern), so a
  *     step allocates nothing;
+ *   - at a 16-bit compute precision, the activations a block keeps for its backward held at that
+ *     precision: the ops work in one fp32 set, which each block's forward narrows into the
+ *     block's 2-byte slot and its backward widens back (the values are stored rounded already,
+ *     so no number changes); the residuals, norm statistics and attention probabilities (16-bit
+ *     by the op) are kept per block as before;
  *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
  *     is kept for every block, the other activations have K slots (block l in slot l % K), and
  *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
@@ -111,8 +116,13 @@ typedef struct {
     int HS, NH_local, I_local, F_local, head_offset;
     int max_B, max_T, max_S;
     size_t max_BT, max_BS;
-    /* activations: res for every block, the rest per slot */
+    /* activations: res for every block, the rest per slot (narrowed: the fp32 ones below are one
+     * working set, and each slot keeps them as kept_dtype in `narrowed`) */
     int slots;                    /* n_layer, or checkpoint_layers */
+    rt_dtype kept_dtype;          /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
+    float *work;                  /* the working set's first float: h1 .. hid lie in [work, work + work_floats) */
+    size_t work_floats;
+    void *narrowed;               /* (slots, work_floats) kept_dtype values, at the working set's offsets */
     float *res;                   /* (L+1, BT, C) the residual entering each block, and the output */
     float *h1, *mid, *h2;         /* (slots, BT, C) around norm1 and norm2 (pre: their outputs, the sublayer
                                    * inputs; post: their inputs, the residual sums); mid: after attention

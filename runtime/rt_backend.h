@@ -69,6 +69,12 @@ typedef struct rt_backend_ops {
     /* Rounds rows x cols of x (row stride ld floats) in place to the nearest dtype value (RT_BF16
      * or RT_F16; fp16 overflows to inf): how an activation is stored at the compute precision. */
     void (*round_to)(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
+    /* 2-byte storage of activations (RT_BF16 or RT_F16): narrow writes the n floats of src as
+     * dtype values at dst, to nearest even (fp16 overflows to inf); widen writes the n dtype
+     * values of src back as floats. A value already stored at dtype (round_to) goes through
+     * both unchanged, so keeping an activation narrowed changes no number. */
+    void (*narrow)(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n);
+    void (*widen)(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n);
     /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
      * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. A and
      * B are read at the matmul precision. */
@@ -216,6 +222,8 @@ typedef struct rt_backend {
     size_t bytes_freed;     /* given back through rt_free_sized: allocated - freed is what is held */
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
+    bool keep_fp32;         /* keep activations for the backward in fp32 buffers at a 16-bit compute
+                             * precision (models/stack.h): the tests' reference for the 2-byte ones */
     /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
      * parameter slab (rt_params_init), so the whole model never sits on the device; rt_zero_init
      * then keeps this rank's pieces here and frees the slab. NULL: the slab is laid out here.
@@ -243,8 +251,10 @@ void rt_cuda_backend_free(rt_backend *be);
  *   - weights, parameter gradients (rt_linear_wgrad, norm/bias/embedding gradients), AdamW
  *     state, norm statistics, losses and every reduction stay fp32 (so checkpoints hold fp32
  *     masters and resume in any precision).
- * Buffers stay fp32 with rounded values (same numbers, no memory saved), except attention's
- * probabilities, which the models lay out at dtype (rt_attn_desc.probs_dtype).
+ * The ops work on fp32 buffers of rounded values. What a model keeps for the backward is
+ * stored at dtype: attention's probabilities by the op itself (rt_attn_desc.probs_dtype), and
+ * the rest of a block's activations narrowed by the stack once the block's forward is done and
+ * widened before its backward (models/stack.h), which changes no number.
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 
@@ -276,6 +286,12 @@ static inline void rt_store(rt_backend *be, float *x, size_t rows, int cols, siz
     if (be->compute != RT_F32 && x && rows && cols) be->ops->round_to(be->ctx, be->compute, x, rows, cols, ld);
 }
 static inline void rt_store_n(rt_backend *be, float *x, size_t n) { rt_store(be, x, n, 1, 1); }
+static inline void rt_narrow(rt_backend *be, rt_dtype dtype, void *dst, const float *src, size_t n) {
+    if (n) be->ops->narrow(be->ctx, dtype, dst, src, n);
+}
+static inline void rt_widen(rt_backend *be, rt_dtype dtype, float *dst, const void *src, size_t n) {
+    if (n) be->ops->widen(be->ctx, dtype, dst, src, n);
+}
 
 /* Convenience: allocate or fail with a message naming what. */
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);

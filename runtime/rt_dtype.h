@@ -14,8 +14,37 @@ const char *rt_dtype_name(rt_dtype t);
 /* Parses a name as safetensors writes it ("F32", "BF16", ...); returns 0 when unknown. */
 int rt_dtype_from_name(const char *name, rt_dtype *out);
 
-float rt_f16_to_f32(uint16_t h);
-uint16_t rt_f32_to_f16(float f);
+static inline uint32_t rt_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float rt_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* fp16 <-> fp32, bit-exact with PyTorch's casts. Inline and written as selects, not branches, so
+ * that a loop over them vectorizes (the 2-byte activations of models/stack.h go through them). */
+static inline float rt_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const uint32_t normal = ((e + 112u) << 23) | (m << 13);
+    const uint32_t special = 0x7f800000u | (m << 13);                 /* inf, nan */
+    const uint32_t subnormal = rt_f32_bits((float)m * (1.0f / 16777216.0f)); /* m * 2^-24, exact */
+    return rt_bits_f32(sign | (e == 0 ? subnormal : e == 31 ? special : normal));
+}
+static inline uint16_t rt_f32_to_f16(float f) {
+    const uint32_t u = rt_f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    /* normal halves: rebias the exponent (-112 << 23) and round to nearest even */
+    const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    /* below the smallest normal half: adding 0.5 makes the FPU round the subnormal to nearest even */
+    const uint32_t subnormal = rt_f32_bits(rt_bits_f32(a) + 0.5f) - 0x3f000000u;
+    uint32_t r = a < 0x38800000u ? subnormal : normal;
+    r = a >= 0x477ff000u ? 0x7c00u : r; /* rounds to 65520 or more: inf */
+    r = a > 0x7f800000u ? 0x7e00u : r;  /* nan stays a (quiet) nan */
+    return (uint16_t)(sign | r);
+}
 /* bf16 is the top half of a float: inline, so that a loop over a matmul's inputs vectorizes. */
 static inline float rt_bf16_to_f32(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;

@@ -5,7 +5,11 @@
  * steps with different dropout bits, and take less activation memory. GLM's generation,
  * whose key/value prefill reads each block's input LayerNorm back, gives the same tokens and
  * scores. At tp = 2 (two threads) each rank's GLM gradient shard is the same with and without
- * checkpointing: the recompute repeats the forward's collectives in the same order. */
+ * checkpointing: the recompute repeats the forward's collectives in the same order.
+ *
+ * The same holds for the 2-byte kept activations of a bf16 or fp16 stack: at each 16-bit
+ * precision the reference keeps fp32 buffers (rt_backend.keep_fp32), and the narrowed runs,
+ * alone and with every checkpointing case, give its bits with less memory. */
 #include <string.h>
 
 #include "models/bert.h"
@@ -18,6 +22,23 @@
 enum { B = 3, T = 10, L = 5, N_CASES = 4 };
 static const int k_cases[N_CASES] = {0, 1, 2, 5};
 
+/* How a run keeps its activations: checkpoint_layers k, at a compute precision, narrowed
+ * (2-byte kept activations at 16 bits, the default) or not. */
+typedef struct {
+    int k;
+    rt_dtype dtype;
+    bool keep_fp32;
+} run_mode;
+
+static rt_backend *mode_backend(run_mode md) {
+    rt_backend *be = NULL;
+    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    if (!be) return NULL;
+    TZ_EXPECT_OK(rt_set_precision(be, md.dtype));
+    be->keep_fp32 = md.keep_fp32;
+    return be;
+}
+
 typedef struct {
     float *grad;
     size_t numel;
@@ -25,24 +46,30 @@ typedef struct {
     size_t bytes;
 } run_result;
 
-static void compare(const char *model, int k, const run_result *ref, const run_result *got) {
-    TZ_EXPECT(got->numel == ref->numel, "%s K=%d: %zu parameters, %zu without checkpointing", model, k, got->numel,
-              ref->numel);
+/* got against ref (K = 0, fp32 buffers, at got's precision): the same bits, and less memory
+ * where got checkpoints or narrows. */
+static void compare(const char *model, run_mode md, const run_result *ref, const run_result *got) {
+    const int k = md.k;
+    const char *dt = rt_dtype_name(md.dtype), *kept = md.keep_fp32 || md.dtype == RT_F32 ? "fp32" : "narrowed";
+    TZ_EXPECT(got->numel == ref->numel, "%s %s K=%d %s: %zu parameters, %zu in the reference", model, dt, k, kept,
+              got->numel, ref->numel);
     for (int s = 0; s < 2; s++)
-        TZ_EXPECT(memcmp(&got->loss[s], &ref->loss[s], sizeof(double)) == 0, "%s K=%d step %d: loss %.9g, %.9g without",
-                  model, k, s, got->loss[s], ref->loss[s]);
+        TZ_EXPECT(memcmp(&got->loss[s], &ref->loss[s], sizeof(double)) == 0,
+                  "%s %s K=%d %s step %d: loss %.9g, %.9g in the reference", model, dt, k, kept, s, got->loss[s],
+                  ref->loss[s]);
     size_t diff = 0;
     for (size_t i = 0; got->numel == ref->numel && i < ref->numel; i++) diff += got->grad[i] != ref->grad[i];
-    TZ_EXPECT(diff == 0, "%s K=%d: %zu of %zu gradients differ from the run without checkpointing", model, k, diff,
+    TZ_EXPECT(diff == 0, "%s %s K=%d %s: %zu of %zu gradients differ from the reference", model, dt, k, kept, diff,
               ref->numel);
-    if (k > 0 && k < L)
-        TZ_EXPECT(got->bytes < ref->bytes, "%s K=%d: %zu bytes allocated, %zu without checkpointing", model, k,
-                  got->bytes, ref->bytes);
+    const int slots = k > 0 && k < L ? k : L;
+    if ((k > 0 && k < L) || (md.dtype != RT_F32 && !md.keep_fp32 && slots > 2))
+        TZ_EXPECT(got->bytes < ref->bytes, "%s %s K=%d %s: %zu bytes allocated, %zu in the reference", model, dt, k,
+                  kept, got->bytes, ref->bytes);
 }
 
 /* ---- GPT-2 sequence classification ---- */
 
-static void gpt2_run(int k, run_result *out) {
+static void gpt2_run(run_mode md, run_result *out) {
     memset(out, 0, sizeof *out);
     rt_backend *be = NULL;
     gpt2_model *m = NULL;
@@ -55,8 +82,8 @@ static void gpt2_run(int k, run_result *out) {
     c.n_head = 4;
     c.embd_pdrop = c.resid_pdrop = c.attn_pdrop = 0.1f;
     c.pad_token_id = 0;
-    c.checkpoint_layers = k;
-    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    c.checkpoint_layers = md.k;
+    be = mode_backend(md);
     if (!be) return;
     TZ_EXPECT_OK(gpt2_model_init(&c, be, rt_comm_self(), B, T, 7, &m));
     if (!m) goto done;
@@ -85,7 +112,7 @@ done:
 
 /* ---- BERT sequence classification (post-LN: a recompute must not rewrite the kept output) ---- */
 
-static void bert_run(int k, run_result *out) {
+static void bert_run(run_mode md, run_result *out) {
     memset(out, 0, sizeof *out);
     rt_backend *be = NULL;
     bert_model *m = NULL;
@@ -98,8 +125,8 @@ static void bert_run(int k, run_result *out) {
     c.intermediate_size = 64;
     c.max_position_embeddings = 16;
     c.hidden_dropout_prob = c.attention_probs_dropout_prob = c.classifier_dropout = 0.1f;
-    c.checkpoint_layers = k;
-    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    c.checkpoint_layers = md.k;
+    be = mode_backend(md);
     if (!be) return;
     TZ_EXPECT_OK(bert_model_init(&c, be, rt_comm_self(), B, T, 9, &m));
     if (!m) goto done;
@@ -129,7 +156,7 @@ done:
 
 /* ---- T5 seq2seq (encoder and decoder stacks of different depths, cross-attention) ---- */
 
-static void t5_run(int k, run_result *out) {
+static void t5_run(run_mode md, run_result *out) {
     enum { S = 9, TT = 6 };
     memset(out, 0, sizeof *out);
     rt_backend *be = NULL;
@@ -146,8 +173,8 @@ static void t5_run(int k, run_result *out) {
     c.gated = true;
     c.act = RT_ACT_GELU_TANH;
     c.dropout_rate = 0.1f;
-    c.checkpoint_layers = k;
-    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    c.checkpoint_layers = md.k;
+    be = mode_backend(md);
     if (!be) return;
     TZ_EXPECT_OK(t5_model_init(&c, be, rt_comm_self(), B, S, TT, 17, &m));
     if (!m) goto done;
@@ -210,12 +237,11 @@ static glm_model *glm_build(rt_backend *be, int k) {
     return m;
 }
 
-static void glm_run(int k, run_result *out, int32_t *generated, float *scores) {
+static void glm_run(run_mode md, run_result *out, int32_t *generated, float *scores) {
     memset(out, 0, sizeof *out);
-    rt_backend *be = NULL;
-    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    rt_backend *be = mode_backend(md);
     if (!be) return;
-    glm_model *m = glm_build(be, k);
+    glm_model *m = glm_build(be, md.k);
     glm_decoder *d = NULL;
     if (!m) goto done;
     out->bytes = be->bytes_allocated;
@@ -304,43 +330,51 @@ static void test_glm_tp2(void) {
                   out[r].diff, out[r].numel, out[r].loss[1], out[r].loss[0]);
 }
 
-int main(void) {
+typedef void (*family_run)(run_mode md, run_result *out);
+
+/* One family at one precision: every checkpointing case, fp32 buffers and narrowed, against K = 0
+ * with fp32 buffers. */
+static void family_cases(const char *model, family_run run, rt_dtype dtype) {
     run_result ref, got;
-    gpt2_run(0, &ref);
-    for (int i = 1; i < N_CASES; i++) {
-        gpt2_run(k_cases[i], &got);
-        compare("GPT-2", k_cases[i], &ref, &got);
-        free(got.grad);
-    }
+    run((run_mode){0, dtype, true}, &ref);
+    for (int kept = 0; kept < (dtype == RT_F32 ? 1 : 2); kept++)
+        for (int i = 0; i < N_CASES; i++) {
+            const run_mode md = {k_cases[i], dtype, kept == 0};
+            if (md.k == 0 && md.keep_fp32) continue; /* the reference */
+            run(md, &got);
+            compare(model, md, &ref, &got);
+            free(got.grad);
+        }
     free(ref.grad);
+}
 
-    bert_run(0, &ref);
-    for (int i = 1; i < N_CASES; i++) {
-        bert_run(k_cases[i], &got);
-        compare("BERT", k_cases[i], &ref, &got);
-        free(got.grad);
-    }
-    free(ref.grad);
-
-    t5_run(0, &ref);
-    for (int i = 1; i < N_CASES; i++) {
-        t5_run(k_cases[i], &got);
-        compare("T5", k_cases[i], &ref, &got);
-        free(got.grad);
-    }
-    free(ref.grad);
-
+static void glm_cases(rt_dtype dtype) {
+    run_result ref, got;
     int32_t ref_gen[B * 4], gen[B * 4];
     float ref_scores[B] = {0}, scores[B] = {0};
-    glm_run(0, &ref, ref_gen, ref_scores);
-    for (int i = 1; i < N_CASES; i++) {
-        glm_run(k_cases[i], &got, gen, scores);
-        compare("GLM", k_cases[i], &ref, &got);
-        TZ_EXPECT(memcmp(gen, ref_gen, sizeof gen) == 0 && memcmp(scores, ref_scores, sizeof scores) == 0,
-                  "GLM K=%d: generation differs (row 0 score %.9g, %.9g without)", k_cases[i], scores[0], ref_scores[0]);
-        free(got.grad);
-    }
+    glm_run((run_mode){0, dtype, true}, &ref, ref_gen, ref_scores);
+    for (int kept = 0; kept < (dtype == RT_F32 ? 1 : 2); kept++)
+        for (int i = 0; i < N_CASES; i++) {
+            const run_mode md = {k_cases[i], dtype, kept == 0};
+            if (md.k == 0 && md.keep_fp32) continue;
+            glm_run(md, &got, gen, scores);
+            compare("GLM", md, &ref, &got);
+            TZ_EXPECT(memcmp(gen, ref_gen, sizeof gen) == 0 && memcmp(scores, ref_scores, sizeof scores) == 0,
+                      "GLM %s K=%d: generation differs (row 0 score %.9g, %.9g in the reference)",
+                      rt_dtype_name(dtype), md.k, scores[0], ref_scores[0]);
+            free(got.grad);
+        }
     free(ref.grad);
+}
+
+int main(void) {
+    const rt_dtype precisions[3] = {RT_F32, RT_BF16, RT_F16};
+    for (int d = 0; d < 3; d++) {
+        family_cases("GPT-2", gpt2_run, precisions[d]);
+        family_cases("BERT", bert_run, precisions[d]);
+        family_cases("T5", t5_run, precisions[d]);
+        glm_cases(precisions[d]);
+    }
     test_glm_tp2();
     return tz_test_result("test_checkpoint_activations");
 }

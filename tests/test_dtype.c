@@ -24,6 +24,20 @@ int main(void) {
             break;
         }
     }
+    /* every half, against its value from the definition; every non-nan one round-trips */
+    int wrong = 0;
+    for (int h = 0; h < 0x10000; h++) {
+        const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        const float f = rt_f16_to_f32((uint16_t)h);
+        if (e == 31 && m) {
+            wrong += !isnan(f);
+            continue;
+        }
+        const double mag = e == 31 ? INFINITY : e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+        wrong += f != (float)((h & 0x8000) ? -mag : mag) || !signbit(f) != !(h & 0x8000);
+        wrong += rt_f32_to_f16(f) != h;
+    }
+    TZ_EXPECT(wrong == 0, "%d halves widen or round-trip wrong", wrong);
     rt_dtype t;
     TZ_EXPECT(rt_dtype_from_name("BF16", &t) && t == RT_BF16, "name lookup");
     TZ_EXPECT(!rt_dtype_from_name("Q4", &t), "unknown name");

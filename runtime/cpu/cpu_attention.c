@@ -55,26 +55,6 @@ static size_t rt_cpu_attn_rng_base(const rt_attn_desc *d, int b, int h) {
     return ((size_t)b * total + (size_t)d->head_offset + (size_t)h) * d->Tq * (size_t)d->Tk;
 }
 
-/* n probabilities between fp32 P and the 16-bit buffer probs (bf16 or fp16), from element at. */
-static void rt_cpu_probs_store(rt_dtype t, void *probs, size_t at, const float *P, size_t n) {
-    uint16_t *o = (uint16_t *)probs + at;
-    if (t == RT_BF16) {
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) o[i] = rt_f32_to_bf16(P[i]);
-    } else {
-        for (size_t i = 0; i < n; i++) o[i] = rt_f32_to_f16(P[i]);
-    }
-}
-static void rt_cpu_probs_load(rt_dtype t, float *P, const void *probs, size_t at, size_t n) {
-    const uint16_t *in = (const uint16_t *)probs + at;
-    if (t == RT_BF16) {
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) P[i] = rt_bf16_to_f32(in[i]);
-    } else {
-        for (size_t i = 0; i < n; i++) P[i] = rt_f16_to_f32(in[i]);
-    }
-}
-
 /* Rows of the (b, h) probabilities with dropout applied: dst = P * keep / (1 - p), and, when
  * g is non-NULL, the same mask on the gradient rows g (backward). rbase is the RNG index of
  * the head's first element; u is Tk floats of scratch. */
@@ -139,7 +119,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
         float inv = 1.0f / sum;
         for (int j = 0; j < jend; j++) row[j] *= inv;
     }
-    if (!f32) rt_cpu_probs_store(d->probs_dtype, probs, pbase, P, tt);
+    if (!f32) rt_cpu_narrow_span(d->probs_dtype, (uint16_t *)probs + pbase, P, tt);
     const float *Pd = P;
     if (d->dropout_p > 0.0f) {
         rt_cpu_attn_dropout(d, scratch, P, NULL, rt_cpu_attn_rng_base(d, b, h), scratch + tt);
@@ -189,7 +169,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
     const size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk, tt = (size_t)Tq * Tk;
     const float *P = (const float *)probs + pbase;
     if (d->probs_dtype != RT_F32) {
-        rt_cpu_probs_load(d->probs_dtype, Pf, probs, pbase, tt);
+        rt_cpu_widen_span(d->probs_dtype, Pf, (const uint16_t *)probs + pbase, tt);
         P = Pf;
     }
 

@@ -149,6 +149,29 @@ static void cpu_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int c
         for (int c = 0; c < cols; c++) x[r * ld + c] = rt_round_to(dtype, x[r * ld + c]);
 }
 
+/* In chunks, so that each thread converts a contiguous run. */
+#define CPU_CONVERT_CHUNK ((size_t)1 << 14)
+static void cpu_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
+    (void)ctx;
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "narrow to %s", rt_dtype_name(dtype));
+    const size_t chunks = (n + CPU_CONVERT_CHUNK - 1) / CPU_CONVERT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t k = 0; k < chunks; k++) {
+        const size_t at = k * CPU_CONVERT_CHUNK, len = n - at < CPU_CONVERT_CHUNK ? n - at : CPU_CONVERT_CHUNK;
+        rt_cpu_narrow_span(dtype, (uint16_t *)dst + at, src + at, len);
+    }
+}
+static void cpu_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
+    (void)ctx;
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
+    const size_t chunks = (n + CPU_CONVERT_CHUNK - 1) / CPU_CONVERT_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t k = 0; k < chunks; k++) {
+        const size_t at = k * CPU_CONVERT_CHUNK, len = n - at < CPU_CONVERT_CHUNK ? n - at : CPU_CONVERT_CHUNK;
+        rt_cpu_widen_span(dtype, dst + at, (const uint16_t *)src + at, len);
+    }
+}
+
 /* One fp32 GEMM: oneDNN's, else OpenBLAS's. */
 static void cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                          const float *B, int ldb, float beta, float *C, int ldc) {
@@ -321,6 +344,8 @@ static const rt_backend_ops rt_cpu_ops = {
     .device_model = cpu_device_model,
     .set_matmul_precision = cpu_set_matmul_precision,
     .round_to = cpu_round_to,
+    .narrow = cpu_narrow,
+    .widen = cpu_widen,
     .gemm = cpu_gemm,
     .layernorm_fwd = rt_cpu_layernorm_fwd,
     .layernorm_bwd = rt_cpu_layernorm_bwd,

@@ -78,6 +78,27 @@ static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in
         for (size_t i = 0; i < n; i++) out[i] = rt_round_f16(in[i]);
 }
 
+/* n floats of in as 2-byte dtype values at out (RT_BF16 or RT_F16, to nearest even), and back.
+ * Serial: callers split. */
+static inline void rt_cpu_narrow_span(rt_dtype dtype, uint16_t *out, const float *in, size_t n) {
+    if (dtype == RT_BF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = rt_f32_to_bf16(in[i]);
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = rt_f32_to_f16(in[i]);
+    }
+}
+static inline void rt_cpu_widen_span(rt_dtype dtype, float *out, const uint16_t *in, size_t n) {
+    if (dtype == RT_BF16) {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = rt_bf16_to_f32(in[i]);
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) out[i] = rt_f16_to_f32(in[i]);
+    }
+}
+
 /* AdamW (the ops table's, through cpu_backend.c's), also writing each updated weight into a
  * low-precision copy of these n weights when one is given: copy_bf16 gets bf16 bits, or
  * copy_rounded the weight rounded to dtype. */

@@ -66,12 +66,6 @@ __device__ __forceinline__ void rt_cuda_store16(void *p, bool bf16, size_t i, fl
         ((__half *)p)[i] = __float2half_rn(x);
 }
 
-/* out = the n 16-bit probabilities of in, as floats. */
-__global__ void rt_cuda_attn_widen_kernel(float *out, const void *in, bool bf16, size_t n) {
-    RT_CUDA_FOR_EACH(i, n)
-    out[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)in)[i]) : __half2float(((const __half *)in)[i]);
-}
-
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
  * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities; when p16
  * is non-NULL, the probabilities also go there rounded to bf16 (else fp16). */
@@ -227,9 +221,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float *Pf = (const float *)probs;
     if (d->probs_dtype != RT_F32) {
         float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
-        rt_cuda_attn_widen_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
-            w, probs, d->probs_dtype == RT_BF16, total);
-        CUDA_LAUNCH_CHECK();
+        rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
         Pf = w;
     }
     /* the probabilities the forward multiplied v by: regenerate the dropped ones */

@@ -118,6 +118,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->sync = cuda_sync;
     o->set_matmul_precision = rt_cuda_set_matmul_precision;
     o->round_to = rt_cuda_round_to;
+    o->narrow = rt_cuda_narrow;
+    o->widen = rt_cuda_widen;
     o->gemm = rt_cuda_gemm_op;
     o->linear_fwd = rt_cuda_linear_fwd;
     o->linear_wgrad = rt_cuda_linear_wgrad;

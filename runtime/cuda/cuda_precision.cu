@@ -35,6 +35,27 @@ void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols
     CUDA_LAUNCH_CHECK();
 }
 
+__global__ void rt_cuda_widen_kernel(float *out, const void *in, bool bf16, size_t n) {
+    RT_CUDA_FOR_EACH(i, n)
+    out[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)in)[i]) : __half2float(((const __half *)in)[i]);
+}
+
+static void rt_cuda_to_16(rt_dtype dtype, void *out, const float *w, size_t n);
+
+void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
+    (void)ctx;
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "narrow to %s", rt_dtype_name(dtype));
+    rt_cuda_to_16(dtype, dst, src, n);
+}
+
+void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
+    (void)ctx;
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
+    if (n == 0) return;
+    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(dst, src, dtype == RT_BF16, n);
+    CUDA_LAUNCH_CHECK();
+}
+
 rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     /* rt_set_precision lets only these three through */

@@ -159,6 +159,8 @@ void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, fl
 /* cuda_precision.cu: the compute precision's rounding, and X (rows x cols, row stride ld)
  * converted to a packed bf16 or fp16 matrix (c->matmul) in scratch slot `slot`. */
 void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
+void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n);
+void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n);
 rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype);
 const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld);
 /* A matmul input at the matmul precision: a weight from the weights' copy (*ld_out = ld), anything
