@@ -169,7 +169,7 @@ rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp,
                             &m->act_block));
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's head mask; slot 0 last */
         glm_use_slot(m, k);
-        mdl_lm_head_ready(&m->head);
+        RT_TRY(mdl_lm_head_ready(&m->head));
     }
     m->h_scores = rt_xmalloc((size_t)max_B * max_B * GLM_K_MAX * sizeof(float));
     if (stage.count > 1) RT_TRY(glm_stage_pipe(m, max_micro));
@@ -329,9 +329,14 @@ static rt_status glm_head_stage(glm_model *m, const glm_task *t) {
     return RT_OK;
 }
 
-/* The n collected rows through the tied output layer and the vocab-parallel cross-entropy. */
-static rt_status glm_output_xent(glm_model *m, int n, bool backward, float grad_scale) {
-    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward, grad_scale);
+/* The n collected rows through the tied output layer and the vocab-parallel cross-entropy;
+ * with grad_scale > 0 their gradients too, each row's scaled by m->head.row_weights when
+ * weighted. */
+static rt_status glm_output_xent(glm_model *m, int n, float grad_scale, bool weighted) {
+    if (!(grad_scale > 0)) return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, NULL);
+    const mdl_lm_head_grad grad = {.dwte = G(m->wte), .grad_scale = grad_scale,
+                                   .row_weights = weighted ? m->head.row_weights : NULL};
+    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, &grad);
 }
 
 /* The span check (glm_span_match): each labelled token against its row's maximum. */
@@ -339,11 +344,11 @@ static rt_status glm_head_span_match(glm_model *m, const glm_task *t, double *lo
     const int B = t->in.B, T = t->in.T, n = m->head_n;
     int32_t *miss = rt_xcalloc((size_t)B, sizeof *miss), *any = rt_xcalloc((size_t)B, sizeof *any);
     float *stats = NULL;
-    rt_status st = n > 0 ? glm_output_xent(m, n, false, 0.0f) : RT_OK;
+    rt_status st = n > 0 ? glm_output_xent(m, n, 0.0f, false) : RT_OK;
     if (st == RT_OK && n > 0) {
-        /* mdl_vocab_xent leaves each target's row maximum in stats[0, n) and its logit in [n, 2n) */
+        /* each target's row maximum in stats[0, n), its logit in [n, 2n) */
         stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
-        rt_to_host(m->be, stats, m->head.xent_stats, 2 * (size_t)n * sizeof(float));
+        mdl_lm_head_target_stats(&m->head, n, stats, stats + n);
         for (int i = 0; i < n; i++) {
             *loss_sum += m->head.h_losses[i];
             miss[m->head.h_idx[i] / T] |= stats[n + i] < stats[i];
@@ -363,7 +368,7 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     rt_status st = RT_OK;
     const int B = t->in.B, T = t->in.T, K = t->K, G_n = B / K, n = m->head_n;
     const bool backward = grad_scale > 0;
-    RT_TRY(glm_output_xent(m, n, backward, 1.0f));
+    RT_TRY(glm_output_xent(m, n, 0.0f, false));
     double sc[GLM_K_MAX * 64];
     RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
     for (int r = 0; r < B; r++) sc[r] = 0;
@@ -383,9 +388,12 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     }
     *loss_sum = sum;
     if (!backward) return RT_OK;
-    for (int i = 0; i < n; i++) m->head.h_losses[i] = (float)w[m->head.h_idx[i] / T]; /* per-target weights */
-    rt_to_device(m->be, m->head.losses, m->head.h_losses, (size_t)n * sizeof(float));
-    rt_scale_rows(m->be, m->head.logits, m->head.losses, (size_t)n, m->vocab.local);
+    /* the gradient: the tokens' cross-entropy again, each row's dL/dlogits times its choice's weight */
+    float *h_w = rt_xmalloc((size_t)n * sizeof *h_w);
+    for (int i = 0; i < n; i++) h_w[i] = (float)w[m->head.h_idx[i] / T];
+    rt_to_device(m->be, m->head.row_weights, h_w, (size_t)n * sizeof(float));
+    free(h_w);
+    RT_TRY(glm_output_xent(m, n, 1.0f, true));
 fail:
     return st;
 }
@@ -434,7 +442,7 @@ static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale,
     }
     const int n = m->head_n;
     if (n == 0) return RT_OK;
-    rt_status st = glm_output_xent(m, n, grad_scale > 0, grad_scale);
+    rt_status st = glm_output_xent(m, n, grad_scale, false);
     for (int i = 0; st == RT_OK && i < n; i++) *loss_sum += m->head.h_losses[i];
     return st;
 }
@@ -447,7 +455,10 @@ static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
     float *dout = mdl_stack_dout(&m->blocks);
     if (t->kind == GLM_HEAD_SPAN_MATCH) return rt_errorf(RT_ERR_CONFIG, "GLM: the span check has no backward");
     if (t->kind != GLM_HEAD_CLOZE) {
-        if (m->head_n > 0) return mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), dout, BT, m->head_n);
+        if (m->head_n > 0) {
+            mdl_lm_head_backward(&m->head, dout, BT, m->head_n);
+            return RT_OK;
+        }
         rt_clear(be, dout, BT * C * sizeof(float)); /* nothing predicted: the stages still pass a gradient back */
         return RT_OK;
     }

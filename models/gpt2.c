@@ -266,7 +266,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
                             &m->act_block));
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's head mask; slot 0 last */
         gpt2_use_slot(m, k);
-        mdl_lm_head_ready(&m->head);
+        RT_TRY(mdl_lm_head_ready(&m->head));
     }
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
@@ -466,7 +466,8 @@ static rt_status gpt2_sp_head_fwd_lm(void *model, const rt_batch *b, const mdl_p
     (void)b, (void)pass, (void)host_logits;
     *loss_sum = 0;
     if (m->lm_n == 0) return RT_OK;
-    rt_status st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), m->lm_n, grad_scale > 0, grad_scale);
+    const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(m->wte) : NULL, .grad_scale = grad_scale};
+    rt_status st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), m->lm_n, grad_scale > 0 ? &grad : NULL);
     for (int i = 0; st == RT_OK && i < m->lm_n; i++) *loss_sum += m->head.h_losses[i];
     return st;
 }
@@ -478,7 +479,8 @@ static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_p
         rt_clear(m->be, mdl_stack_dout(&m->blocks), BT * m->C * sizeof(float));
         return RT_OK;
     }
-    return mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), BT, m->lm_n);
+    mdl_lm_head_backward(&m->head, mdl_stack_dout(&m->blocks), BT, m->lm_n);
+    return RT_OK;
 }
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
@@ -528,13 +530,14 @@ rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *ho
     RT_TRY(gpt2_forward_body(m, B, T, pass));
     if (n == 0) return RT_OK;
     const bool backward = grad_scale > 0;
-    RT_TRY(mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward, grad_scale));
+    const mdl_lm_head_grad grad = {.dwte = backward ? G(m->wte) : NULL, .grad_scale = grad_scale};
+    RT_TRY(mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward ? &grad : NULL));
     double sum = 0;
     for (int i = 0; i < n; i++) sum += m->head.h_losses[i];
     *loss_sum = sum;
     if (n_targets) *n_targets = n;
     if (!backward) return RT_OK;
-    RT_TRY(mdl_lm_head_backward(&m->head, P(m->wte), G(m->wte), mdl_stack_dout(&m->blocks), (size_t)B * T, n));
+    mdl_lm_head_backward(&m->head, mdl_stack_dout(&m->blocks), (size_t)B * T, n);
     RT_TRY(gpt2_backward_body(m, B, T, pass));
 fail:
     return st;

@@ -9,6 +9,8 @@ void mdl_lm_head_init(mdl_lm_head *h, rt_backend *be, rt_comm *tp, const mdl_voc
                       size_t max_rows, const char *model) {
     *h = (mdl_lm_head){.be = be, .tp = tp, .vocab = *vocab, .C = C, .vocab_size = vocab_size, .model = model,
                        .max_rows = max_rows};
+    const size_t row_bytes = (size_t)vocab->local * sizeof(float);
+    h->chunk_rows = MDL_LM_HEAD_CHUNK_BYTES / row_bytes > 0 ? MDL_LM_HEAD_CHUNK_BYTES / row_bytes : 1;
     h->h_idx = rt_xmalloc(max_rows * sizeof(int32_t));
     h->h_targets = rt_xmalloc(max_rows * sizeof(int32_t));
     h->h_losses = rt_xmalloc(max_rows * sizeof(float));
@@ -20,12 +22,17 @@ void mdl_lm_head_layout(mdl_lm_head *h, rt_arena *a) {
     h->drows = rt_arena_take(a, R * C, f);
     h->losses = rt_arena_take(a, R, f);
     h->xent_stats = rt_arena_take(a, 3 * R, f);
+    h->row_weights = rt_arena_take(a, R, f);
     h->vocab_mask = rt_arena_take(a, (size_t)h->vocab.local, f);
     h->row_idx = rt_arena_take(a, R, i);
     h->targets = rt_arena_take(a, R, i);
 }
 
-void mdl_lm_head_ready(mdl_lm_head *h) { mdl_vocab_logit_mask(h->be, &h->vocab, h->vocab_mask, MDL_LM_MASKED); }
+rt_status mdl_lm_head_ready(mdl_lm_head *h) {
+    mdl_vocab_logit_mask(h->be, &h->vocab, h->vocab_mask, MDL_LM_MASKED);
+    /* a chunk's logits now, so that the start-up memory line counts them */
+    return mdl_lm_head_logits_rows(h, h->max_rows < h->chunk_rows ? h->max_rows : h->chunk_rows);
+}
 
 void mdl_lm_head_free(mdl_lm_head *h) {
     if (h->logits) rt_free_device(h->be, h->logits);
@@ -64,32 +71,51 @@ rt_status mdl_lm_head_collect(mdl_lm_head *h, const int32_t *labels, size_t n_po
     return RT_OK;
 }
 
-rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte, int n, bool backward,
-                           float grad_scale) {
+/* Rows [r, r + k) of a pass: their logits, the cross-entropy, and with grad their gradients. */
+static rt_status lm_head_chunk(mdl_lm_head *h, const float *wte, size_t r, size_t k, const mdl_lm_head_grad *grad) {
     rt_backend *be = h->be;
     const int C = h->C, Vl = h->vocab.local;
-    rt_to_device(be, h->row_idx, h->h_idx, (size_t)n * sizeof(int32_t));
-    rt_to_device(be, h->targets, h->h_targets, (size_t)n * sizeof(int32_t));
-    rt_gather_rows(be, h->rows, hidden, h->row_idx, n, C);
-    rt_status st = mdl_lm_head_logits_rows(h, (size_t)n);
-    if (st != RT_OK) return st;
-    mdl_col_linear_fwd(be, h->logits, h->rows, wte, NULL, (size_t)n, C, Vl);
-    if (h->vocab.padded_here) rt_add_bias(be, h->logits, h->vocab_mask, (size_t)n, Vl);
-    st = mdl_vocab_xent(be, h->tp, h->losses, backward ? h->logits : NULL, h->xent_stats, h->logits, h->targets,
-                        (size_t)n, Vl, h->vocab.start, grad_scale);
-    if (st == RT_OK) rt_to_host(be, h->h_losses, h->losses, (size_t)n * sizeof(float));
+    const float *rows = h->rows + r * C;
+    mdl_col_linear_fwd(be, h->logits, rows, wte, NULL, k, C, Vl);
+    if (h->vocab.padded_here) rt_add_bias(be, h->logits, h->vocab_mask, k, Vl);
+    rt_status st = mdl_vocab_xent(be, h->tp, h->losses + r, grad ? h->logits : NULL, h->xent_stats + 3 * r, h->logits,
+                                  h->targets + r, k, Vl, h->vocab.start, grad ? grad->grad_scale : 0.0f);
+    if (st != RT_OK || !grad) return st;
+    if (grad->row_weights) rt_scale_rows(be, h->logits, grad->row_weights + r, k, Vl);
+    /* the output layer's backward without its collective (the self comm): dL/d(rows) is
+     * all-reduced once, after the last chunk */
+    return mdl_col_linear_bwd(be, rt_comm_self(), h->drows + r * C, grad->dwte, NULL, h->logits, rows, wte, k, C, Vl);
+}
+
+rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte, int n, const mdl_lm_head_grad *grad) {
+    rt_status st = RT_OK;
+    rt_backend *be = h->be;
+    const size_t N = (size_t)n, chunk = h->chunk_rows < N ? h->chunk_rows : N;
+    if (N == 0) return RT_OK; /* nothing labelled */
+    rt_to_device(be, h->row_idx, h->h_idx, N * sizeof(int32_t));
+    rt_to_device(be, h->targets, h->h_targets, N * sizeof(int32_t));
+    rt_gather_rows(be, h->rows, hidden, h->row_idx, n, h->C);
+    RT_TRY(mdl_lm_head_logits_rows(h, chunk));
+    for (size_t r = 0; r < N; r += chunk) RT_TRY(lm_head_chunk(h, wte, r, N - r < chunk ? N - r : chunk, grad));
+    if (grad && h->tp->size > 1)
+        RT_TRY(h->tp->ops->all_reduce(h->tp->ctx, h->drows, N * (size_t)h->C, RT_REDUCE_SUM));
+    rt_to_host(be, h->h_losses, h->losses, N * sizeof(float));
+fail:
     return st;
 }
 
-rt_status mdl_lm_head_backward(mdl_lm_head *h, const float *wte, float *dwte, float *dhidden, size_t BT, int n) {
-    rt_backend *be = h->be;
-    /* the output layer is vocab-parallel: dL/d(rows) is all-reduced over tp */
-    rt_status st = mdl_col_linear_bwd(be, h->tp, h->drows, dwte, NULL, h->logits, h->rows, wte, (size_t)n, h->C,
-                                      h->vocab.local);
-    if (st != RT_OK) return st;
-    rt_clear(be, dhidden, BT * (size_t)h->C * sizeof(float));
-    rt_scatter_rows_add(be, dhidden, h->drows, h->row_idx, n, h->C);
-    return RT_OK;
+void mdl_lm_head_target_stats(mdl_lm_head *h, int n, float *row_max, float *target_logit) {
+    const size_t N = (size_t)n, chunk = h->chunk_rows < N ? h->chunk_rows : N;
+    for (size_t r = 0; r < N; r += chunk) { /* mdl_vocab_xent's (3, k) of each chunk: maxima, target logits, sums */
+        const size_t k = N - r < chunk ? N - r : chunk;
+        rt_to_host(h->be, row_max + r, h->xent_stats + 3 * r, k * sizeof(float));
+        rt_to_host(h->be, target_logit + r, h->xent_stats + 3 * r + k, k * sizeof(float));
+    }
+}
+
+void mdl_lm_head_backward(mdl_lm_head *h, float *dhidden, size_t BT, int n) {
+    rt_clear(h->be, dhidden, BT * (size_t)h->C * sizeof(float));
+    rt_scatter_rows_add(h->be, dhidden, h->drows, h->row_idx, n, h->C);
 }
 
 rt_status mdl_lm_head_to_host(mdl_lm_head *h, size_t n, float *host_logits) {

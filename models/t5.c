@@ -213,12 +213,8 @@ static void t5_layout(t5_model *m, rt_arena *a) {
     if (enc) t5_layout_stack(m, &m->enc, a);
     if (dec) t5_layout_stack(m, &m->dec, a);
     mdl_stack_scratch_layout(enc ? &m->enc.blocks : &m->dec.blocks, &m->scratch, a, BS > BT ? BS : BT);
-    m->logits = rt_arena_take(a, HT * (size_t)m->vocab.local, f);
-    m->losses = rt_arena_take(a, HT, f);
-    m->xent_stats = rt_arena_take(a, 3 * HT, f);
-    m->vocab_mask = rt_arena_take(a, head ? (size_t)m->vocab.local : 0, f);
+    mdl_lm_head_layout(&m->head, a);
     m->key_mask = rt_arena_take(a, BS, f);
-    m->targets = rt_arena_take(a, HT, sizeof(int32_t));
     m->dtop = rt_arena_take(a, HT * C, f);
     m->denc = rt_arena_take(a, dec ? BS * C : 0, f);
     m->cross_in = rt_arena_take(a, dec && !enc ? BS * C : 0, f);
@@ -297,6 +293,8 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
         for (int i = 0; i < m->params.n; i++)
             if (m->params.specs[i].init == RT_INIT_ONES)
                 rt_scale(be, P(i), c->initializer_factor, m->params.specs[i].numel);
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size,
+                     mdl_stage_is_last(m->stage) ? (size_t)max_B * max_tgt : 0, "T5");
     rt_arena arena = {0};
     t5_layout(m, &arena);
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
@@ -309,7 +307,7 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     if (m->lm_head >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->lm_head), m->C);
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's logit mask; slot 0 last */
         t5_use_slot(m, k);
-        if (mdl_stage_is_last(m->stage)) mdl_vocab_logit_mask(be, &m->vocab, m->vocab_mask, T5_MASKED);
+        if (mdl_stage_is_last(m->stage)) RT_TRY(mdl_lm_head_ready(&m->head));
     }
     if (m->stage.count > 1) RT_TRY(t5_pipe_init(m, max_micro));
     int maxT = max_src > max_tgt ? max_src : max_tgt;
@@ -318,7 +316,6 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     m->h_dec_ids = rt_xmalloc(BT * sizeof(int32_t));
     m->h_targets = rt_xmalloc(BT * sizeof(int32_t));
     m->h_mask = rt_xmalloc(BS * sizeof(float));
-    m->h_losses = rt_xmalloc(BT * sizeof(float));
     *out = m;
     return RT_OK;
 fail:
@@ -337,7 +334,7 @@ void t5_model_free(t5_model *m) {
     free(m->h_dec_ids);
     free(m->h_targets);
     free(m->h_mask);
-    free(m->h_losses);
+    mdl_lm_head_free(&m->head);
     free(m);
 }
 
@@ -558,7 +555,10 @@ rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
     if (st != RT_OK) return st;
     rt_backend *be = m->be;
     const size_t BT = (size_t)b->B * b->T;
-    if (mdl_stage_is_last(m->stage)) rt_to_device(be, m->targets, m->h_targets, BT * sizeof(int32_t));
+    if (mdl_stage_is_last(m->stage)) {
+        st = mdl_lm_head_collect(&m->head, m->h_targets, BT, b->T, &m->head_n);
+        if (st != RT_OK) return st;
+    }
     if (m->dec.has_embed) rt_to_device(be, m->dec.ids, m->h_dec_ids, BT * sizeof(int32_t));
     t5_upload_buckets(m, &m->dec, b->T);
     return RT_OK;
@@ -599,46 +599,46 @@ fail:
 /* ---- the step ---- */
 
 /* The LM head over the decoder's output (the rescale, this rank's vocab columns, padding columns
- * never winning the softmax) and the vocab-parallel cross-entropy of the uploaded targets: the
- * summed loss, and with grad_scale > 0 dL/dlogits in m->logits. */
+ * never winning the softmax) and the vocab-parallel cross-entropy of the uploaded targets, in
+ * the head's chunks: the summed loss, and with grad_scale > 0 the head's gradients (the output
+ * layer's, and the labelled rows' for t5_head_bwd). host_logits: every position's logits too. */
 rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits) {
-    rt_status st = RT_OK;
-    const t5_config *c = &m->cfg;
-    rt_backend *be = m->be;
-    const int C = m->C, Vl = m->vocab.local;
-    const size_t R = (size_t)B * T;
-    if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
-        rt_scale(be, m->dec.blocks.out, t5_decoder_out_scale(c), R * C);
-        rt_store_n(be, m->dec.blocks.out, R * C);
-    }
-    mdl_col_linear_fwd(be, m->logits, m->dec.blocks.out, P(t5_head_param(m)), NULL, R, C, Vl);
-    if (m->vocab.padded_here) rt_add_bias(be, m->logits, m->vocab_mask, R, Vl);
-    if (host_logits) RT_TRY(t5_logits_to_host(m, m->logits, R, host_logits, NULL, NULL));
-    RT_TRY(mdl_vocab_xent(be, m->tp, m->losses, grad_scale > 0 ? m->logits : NULL, m->xent_stats, m->logits,
-                          m->targets, R, Vl, m->vocab.start, grad_scale));
-    rt_to_host(be, m->h_losses, m->losses, R * sizeof(float));
-    double sum = 0;
-    for (size_t i = 0; i < R; i++) sum += m->h_losses[i];
-    *loss_sum = sum;
-fail:
-    return st;
-}
-
-/* dL/d(decoder output) into m->dtop: the head is vocab-parallel, so the partial sums are
- * all-reduced; the head's weight takes its gradient. */
-rt_status t5_head_bwd(t5_model *m, int B, int T) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
     const int C = m->C, Vl = m->vocab.local, head = t5_head_param(m);
     const size_t R = (size_t)B * T;
-    RT_TRY(mdl_col_linear_bwd(be, m->tp, m->dtop, G(head), NULL, m->logits, m->dec.blocks.out, P(head), R, C, Vl));
     if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
-        rt_scale(be, m->dtop, t5_decoder_out_scale(c), R * C);
-        rt_store_n(be, m->dtop, R * C);
+        rt_scale(be, m->dec.blocks.out, t5_decoder_out_scale(c), R * C);
+        rt_store_n(be, m->dec.blocks.out, R * C);
     }
+    if (host_logits) {
+        RT_TRY(mdl_lm_head_logits_rows(&m->head, R));
+        mdl_col_linear_fwd(be, m->head.logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
+        if (m->vocab.padded_here) rt_add_bias(be, m->head.logits, m->head.vocab_mask, R, Vl);
+        RT_TRY(t5_logits_to_host(m, m->head.logits, R, host_logits, NULL, NULL));
+    }
+    const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(head) : NULL, .grad_scale = grad_scale};
+    RT_TRY(mdl_lm_head_xent(&m->head, m->dec.blocks.out, P(head), m->head_n, grad_scale > 0 ? &grad : NULL));
+    double sum = 0;
+    for (int i = 0; i < m->head_n; i++) sum += m->head.h_losses[i];
+    *loss_sum = sum;
 fail:
     return st;
+}
+
+/* dL/d(decoder output) into m->dtop: the labelled rows' gradient from t5_head_fwd (all-reduced
+ * over tp there), the other rows 0. */
+rt_status t5_head_bwd(t5_model *m, int B, int T) {
+    const t5_config *c = &m->cfg;
+    rt_backend *be = m->be;
+    const size_t R = (size_t)B * T;
+    mdl_lm_head_backward(&m->head, m->dtop, R, m->head_n);
+    if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
+        rt_scale(be, m->dtop, t5_decoder_out_scale(c), R * m->C);
+        rt_store_n(be, m->dtop, R * m->C);
+    }
+    return RT_OK;
 }
 
 rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,

@@ -247,7 +247,7 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
         rt_store_n(be, g->ln, (size_t)R * C);
     }
     mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
-    if (m->vocab.padded_here) rt_add_bias(be, g->logits, m->vocab_mask, (size_t)R, m->vocab.local);
+    if (m->vocab.padded_here) rt_add_bias(be, g->logits, m->head.vocab_mask, (size_t)R, m->vocab.local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));
 fail:
     return st;

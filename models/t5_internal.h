@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "models/lm_head.h"
 #include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
@@ -59,18 +60,15 @@ struct t5_model {
     size_t act_bytes;   /* one slot's activations (a stage keeps one per micro-batch in flight) */
     int act_slots;
     float *cross_in;    /* a decoder stage's copy of the encoder's output (max_B*max_S, C) */
-    float *logits;      /* (max_B*max_T, V_local); the gradient overwrites it */
-    float *losses;      /* (max_B*max_T) */
-    float *xent_stats;  /* (3 * max_B*max_T) */
-    float *vocab_mask;  /* (V_local) 0, or T5_MASKED on padding columns */
+    mdl_lm_head head;   /* the output layer and the loss over the labelled decoder rows (the last stage's) */
+    int head_n;         /* the uploaded batch's labelled rows */
     float *key_mask;    /* (max_B, max_S) additive */
-    int32_t *targets;   /* (max_B*max_T) labels with ignored ones -100 */
     mdl_stack_scratch scratch;      /* the stacks' backward scratch, shared: they run one after the other */
     float *dtop;        /* (max_B*max_T, C) dL/d(decoder output) */
     float *denc;        /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
 
     int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
-    float *h_mask, *h_losses;
+    float *h_mask;
 };
 
 /* The pipeline stage's plan: which blocks of each stack it holds (models/t5_pipe.c); the whole
