@@ -149,27 +149,28 @@ static void cpu_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int c
         for (int c = 0; c < cols; c++) x[r * ld + c] = rt_round_to(dtype, x[r * ld + c]);
 }
 
-/* In chunks, so that each thread converts a contiguous run. */
+/* narrow (fp32 src to 2-byte dst) or widen (back), in chunks so that each thread converts a
+ * contiguous run. */
 #define CPU_CONVERT_CHUNK ((size_t)1 << 14)
-static void cpu_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
-    (void)ctx;
-    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "narrow to %s", rt_dtype_name(dtype));
+static void cpu_convert16(rt_dtype dtype, bool narrow, void *dst, const void *src, size_t n) {
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "%s %s", narrow ? "narrow to" : "widen from", rt_dtype_name(dtype));
     const size_t chunks = (n + CPU_CONVERT_CHUNK - 1) / CPU_CONVERT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
     for (size_t k = 0; k < chunks; k++) {
         const size_t at = k * CPU_CONVERT_CHUNK, len = n - at < CPU_CONVERT_CHUNK ? n - at : CPU_CONVERT_CHUNK;
-        rt_cpu_narrow_span(dtype, (uint16_t *)dst + at, src + at, len);
+        if (narrow)
+            rt_cpu_narrow_span(dtype, (uint16_t *)dst + at, (const float *)src + at, len);
+        else
+            rt_cpu_widen_span(dtype, (float *)dst + at, (const uint16_t *)src + at, len);
     }
+}
+static void cpu_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
+    (void)ctx;
+    cpu_convert16(dtype, true, dst, src, n);
 }
 static void cpu_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
     (void)ctx;
-    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
-    const size_t chunks = (n + CPU_CONVERT_CHUNK - 1) / CPU_CONVERT_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t k = 0; k < chunks; k++) {
-        const size_t at = k * CPU_CONVERT_CHUNK, len = n - at < CPU_CONVERT_CHUNK ? n - at : CPU_CONVERT_CHUNK;
-        rt_cpu_widen_span(dtype, dst + at, (const uint16_t *)src + at, len);
-    }
+    cpu_convert16(dtype, false, dst, src, n);
 }
 
 /* One fp32 GEMM: oneDNN's, else OpenBLAS's. */
