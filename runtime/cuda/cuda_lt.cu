@@ -1,11 +1,8 @@
 /* The ops table's matmuls through cuBLASLt: the plain gemm and the fused linear ops of
  * runtime/rt_backend.h with their epilogues (BIAS, GELU_AUX_BIAS, BGRADB, DGELU_BGRAD). Inputs are
  * fp32, or their bf16/fp16 copies at that compute precision (cuda_precision.cu); C is fp32 and
- * the sums are fp32 (CUBLAS_COMPUTE_32F, no TF32), as on the CPU.
- *
- * Row-major to cuBLASLt's column-major: a row-major (r x c) matrix with row stride ld is a
- * column-major (c x r) one with the same ld, so C = op(A) op(B) row-major is C^T = op(B)^T
- * op(A)^T column-major: B goes first, A second, M and N swap, each keeps its own transpose.
+ * the sums are fp32 (CUBLAS_COMPUTE_32F, no TF32), as on the CPU. The row-major to column-major
+ * mapping and the epilogues' arguments are cuda_lt_map.h's pure functions (tested on the CPU).
  *
  * GELU: the epilogues fuse only RT_ACT_GELU_TANH. cuBLASLt's GELU is the tanh form (PyTorch
  * decomposes its cuBLASLt-backed _addmm_activation(use_gelu=True) on CUDA as
@@ -17,31 +14,25 @@
  * aligned) or cuBLASLt offers no algorithm; the wrapper then composes the plain ops. Each call
  * tells the heuristic how its matrices are really aligned (weights sit at any offset in the
  * slab), rather than cuBLASLt's default of 256 bytes. */
+#include "runtime/cuda/cuda_lt_map.h"
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_LT_WORKSPACE (32u << 20)
 
-/* One cuBLASLt call in column-major terms: D (m x n, ldc) = alpha op(A) op(B) + beta C, where
- * op(A) is m x k and op(B) is k x n; batch > 1 uses the strides (elements). */
-typedef struct {
-    bool ta, tb;
-    int m, n, k, batch;
-    const void *A, *B;
-    cudaDataType_t type; /* A's and B's */
-    int64_t lda, ldb, ldc;
-    long long sa, sb, sc;
-    float alpha, beta;
-    float *C;
-    cublasLtEpilogue_t epilogue;
-    const void *bias; /* BIAS: the bias; BGRADB / DGELU_BGRAD: where the bias gradient is written */
-    void *aux;        /* GELU_AUX_BIAS: the pre-activation written; DGELU_BGRAD: read */
-    int64_t ldaux;
-} lt_call;
+static cublasLtEpilogue_t lt_epilogue_of(lt_epilogue e) {
+    switch (e) {
+    case LT_EPI_BIAS: return CUBLASLT_EPILOGUE_BIAS;
+    case LT_EPI_GELU_AUX_BIAS: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LT_EPI_BGRADB: return CUBLASLT_EPILOGUE_BGRADB;
+    case LT_EPI_DGELU_BGRAD: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case LT_EPI_DEFAULT: break;
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
+}
 
-static cublasLtMatrixLayout_t lt_layout(cudaDataType_t type, int rows, int cols, int64_t ld, int batch,
-                                        long long stride) {
+static cublasLtMatrixLayout_t lt_layout(cudaDataType_t type, lt_layout_dims d, int batch, long long stride) {
     cublasLtMatrixLayout_t l = NULL;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, (uint64_t)rows, (uint64_t)cols, ld));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, type, (uint64_t)d.rows, (uint64_t)d.cols, d.ld));
     if (batch > 1) {
         const int32_t count = batch;
         const int64_t s = stride;
@@ -51,18 +42,8 @@ static cublasLtMatrixLayout_t lt_layout(cudaDataType_t type, int rows, int cols,
     return l;
 }
 
-/* The largest power of two up to 256 dividing a matrix's byte address (and, batched, its byte
- * stride): what cuBLASLt may assume of its alignment. Its default assumption is 256, which would
- * let the heuristic pick a kernel that faults on a weight at an odd offset in the slab or on a
- * 16-bit copy's block. */
-static uint32_t lt_alignment(const void *p, long long stride, size_t elem_bytes, int batch) {
-    uint64_t bits = (uint64_t)(uintptr_t)p | 256u;
-    if (batch > 1) bits |= (uint64_t)stride * elem_bytes;
-    return (uint32_t)(bits & (~bits + 1)); /* the lowest set bit */
-}
-
 /* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. */
-static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
+static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     /* epilogue vectors want 16-byte alignment (a 4-byte-aligned bias has been seen to fault):
      * otherwise the caller composes the plain ops */
     if ((x->bias && (uintptr_t)x->bias % 16) || (x->aux && (uintptr_t)x->aux % 16)) return false;
@@ -72,7 +53,8 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
     const cublasOperation_t ta = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &x->epilogue, sizeof x->epilogue));
+    const cublasLtEpilogue_t epilogue = lt_epilogue_of(x->epilogue);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
     if (x->bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
     if (x->aux) {
@@ -81,15 +63,15 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &x->ldaux,
                                                     sizeof x->ldaux));
     }
-    cublasLtMatrixLayout_t la = lt_layout(x->type, x->ta ? x->k : x->m, x->ta ? x->m : x->k, x->lda, x->batch, x->sa);
-    cublasLtMatrixLayout_t lb = lt_layout(x->type, x->tb ? x->n : x->k, x->tb ? x->k : x->n, x->ldb, x->batch, x->sb);
-    cublasLtMatrixLayout_t lc = lt_layout(CUDA_R_32F, x->m, x->n, x->ldc, x->batch, x->sc);
+    cublasLtMatrixLayout_t la = lt_layout(type, lt_dims_a(x), x->batch, x->sa);
+    cublasLtMatrixLayout_t lb = lt_layout(type, lt_dims_b(x), x->batch, x->sb);
+    cublasLtMatrixLayout_t lc = lt_layout(CUDA_R_32F, lt_dims_c(x), x->batch, x->sc);
     void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
     const uint64_t ws_bytes = RT_CUDA_LT_WORKSPACE;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                       sizeof ws_bytes));
-    const size_t in_bytes = x->type == CUDA_R_32F ? 4 : 2;
+    const size_t in_bytes = type == CUDA_R_32F ? 4 : 2;
     const uint32_t align[4] = {lt_alignment(x->A, x->sa, in_bytes, x->batch),
                                lt_alignment(x->B, x->sb, in_bytes, x->batch), lt_alignment(x->C, x->sc, 4, x->batch),
                                lt_alignment(x->C, x->sc, 4, x->batch)};
@@ -113,29 +95,20 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x) {
     return ok;
 }
 
-/* The row-major product C (M x N, ldc) = alpha op(A) op(B) + beta C as an lt_call (B first, A
- * second), with the operands at the matmul precision: fp32 as they are, else their 16-bit copies
+/* x's operands at the matmul precision: fp32 as they are (CUDA_R_32F), else their 16-bit copies
  * (a batch of one: the models' only batched products are attention's, which use cuBLAS). */
-static lt_call lt_row_major(rt_cuda_ctx *c, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                            const float *A, int lda, size_t stride_a, const float *B, int ldb, size_t stride_b,
-                            float beta, float *C, int ldc, size_t stride_c, int batch) {
-    lt_call x;
-    memset(&x, 0, sizeof x);
-    x.ta = trans_b, x.tb = trans_a, x.m = N, x.n = M, x.k = K, x.batch = batch;
-    x.A = B, x.B = A, x.lda = ldb, x.ldb = lda, x.ldc = ldc;
-    x.sa = (long long)stride_b, x.sb = (long long)stride_a, x.sc = (long long)stride_c;
-    x.alpha = alpha, x.beta = beta, x.C = C, x.type = CUDA_R_32F, x.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    if (c->matmul != RT_F32) {
-        RT_CHECK(batch == 1, "a %s matmul with batch %d", rt_dtype_name(c->matmul), batch);
-        /* a weight comes from the copy AdamW wrote (its own row stride); the rest is converted
-         * now into packed scratch */
-        int ld16_b = 0, ld16_a = 0;
-        x.A = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_B, B, trans_b ? N : K, trans_b ? K : N, ldb, &ld16_b);
-        x.B = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_A, A, trans_a ? K : M, trans_a ? M : K, lda, &ld16_a);
-        x.lda = ld16_b, x.ldb = ld16_a;
-        x.type = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    }
-    return x;
+static cudaDataType_t lt_inputs(rt_cuda_ctx *c, lt_call *x) {
+    if (c->matmul == RT_F32) return CUDA_R_32F;
+    RT_CHECK(x->batch == 1, "a %s matmul with batch %d", rt_dtype_name(c->matmul), x->batch);
+    /* a weight comes from the copy AdamW wrote (its own row stride); the rest is converted now
+     * into packed scratch. x->A is the row-major product's B, x->B its A. */
+    const lt_layout_dims a = lt_dims_a(x), b = lt_dims_b(x);
+    int ld16_a = 0, ld16_b = 0;
+    /* a column-major (rows x cols) is a row-major (cols x rows) with the same ld */
+    x->A = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_B, (const float *)x->A, a.cols, a.rows, (int)a.ld, &ld16_a);
+    x->B = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_A, (const float *)x->B, b.cols, b.rows, (int)b.ld, &ld16_b);
+    x->lda = ld16_a, x->ldb = ld16_b;
+    return c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
 void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -148,9 +121,10 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     if (M == 0 || N == 0 || batch == 0) return;
     /* K = 0: C = beta C, which cuBLAS does; a 16-bit batch of several goes one by one */
     if (K > 0 && (c->matmul == RT_F32 || batch == 1)) {
-        lt_call x = lt_row_major(c, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
-                                 stride_c, batch);
-        if (lt_matmul(c, &x)) return;
+        lt_call x = lt_map_row_major(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                                     stride_c, batch);
+        const cudaDataType_t type = lt_inputs(c, &x);
+        if (lt_matmul(c, &x, type)) return;
         /* cuBLAS's fallback below is fp32 only, and splitting a batch of one into batches of one
          * would never end */
         RT_CHECK(c->matmul == RT_F32, "cuBLASLt has no algorithm for a %s matmul M=%d N=%d K=%d (trans %d %d, ld %d %d %d)",
@@ -169,14 +143,11 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
 bool rt_cuda_linear_fwd(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
                         int in, int out_f, const rt_act_kind *act) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    if (N == 0 || N > INT32_MAX || in == 0) return false;
-    if (act && (*act != RT_ACT_GELU_TANH || !b || out_f % 8 != 0)) return false; /* only GELU_AUX_BIAS fuses */
-    lt_call x = lt_row_major(c, false, true, (int)N, out_f, in, 1.0f, X, in, 0, W, in, 0, 0.0f, act ? out : pre, out_f,
-                             0, 1);
-    x.bias = b;
-    x.epilogue = act ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    if (act) x.aux = pre, x.ldaux = out_f;
-    return lt_matmul(c, &x);
+    lt_call x;
+    if (!lt_map_linear_fwd(&x, out, pre, X, W, b, N, in, out_f, act != NULL, act && *act == RT_ACT_GELU_TANH))
+        return false;
+    const cudaDataType_t type = lt_inputs(c, &x);
+    return lt_matmul(c, &x, type);
 }
 
 /* Adds an epilogue's bias gradient (written, not added, by cuBLASLt) into db. */
@@ -185,15 +156,11 @@ static void add_bgrad(rt_cuda_ctx *c, float *db, const float *g, int n) { rt_cud
 bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, const float *dY, const float *X, size_t N, int in,
                           int out_f) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    if (N == 0 || N > INT32_MAX) return false;
-    /* dW (out_f x in) += dY^T X: M = out_f, N = in, K = rows */
-    lt_call x = lt_row_major(c, true, false, out_f, in, (int)N, 1.0f, dY, out_f, 0, X, in, 0, 1.0f, dW, in, 0, 1);
-    float *g = NULL;
-    if (db) {
-        g = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_BGRAD, (size_t)out_f * sizeof(float));
-        x.bias = g, x.epilogue = CUBLASLT_EPILOGUE_BGRADB; /* the column sums of dY, op(B) here */
-    }
-    if (!lt_matmul(c, &x)) return false;
+    float *g = db ? (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_BGRAD, (size_t)out_f * sizeof(float)) : NULL;
+    lt_call x;
+    if (!lt_map_linear_wgrad(&x, dW, g, dY, X, N, in, out_f)) return false;
+    const cudaDataType_t type = lt_inputs(c, &x);
+    if (!lt_matmul(c, &x, type)) return false;
     if (db) add_bgrad(c, db, g, out_f);
     return true;
 }
@@ -201,12 +168,11 @@ bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, const float *dY, cons
 bool rt_cuda_linear_dact(void *ctx, float *dpre, float *db, const float *dY, const float *W, const float *pre,
                          size_t N, int in, int out_f, rt_act_kind act) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    if (N == 0 || N > INT32_MAX || act != RT_ACT_GELU_TANH || !db || in % 8 != 0) return false;
-    /* dpre (rows x in) = dY (rows x out_f) W (out_f x in), then GELU' from the aux and its column sums */
-    lt_call x = lt_row_major(c, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, W, in, 0, 0.0f, dpre, in, 0, 1);
-    float *g = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_BGRAD, (size_t)in * sizeof(float));
-    x.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD, x.bias = g, x.aux = (void *)pre, x.ldaux = in;
-    if (!lt_matmul(c, &x)) return false;
+    float *g = db ? (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_BGRAD, (size_t)in * sizeof(float)) : NULL;
+    lt_call x;
+    if (!lt_map_linear_dact(&x, dpre, g, dY, W, pre, N, in, out_f, act == RT_ACT_GELU_TANH)) return false;
+    const cudaDataType_t type = lt_inputs(c, &x);
+    if (!lt_matmul(c, &x, type)) return false;
     add_bgrad(c, db, g, in);
     return true;
 }
