@@ -1,32 +1,40 @@
 #!/usr/bin/env python3
 """Training throughput on one device: tunezoo against PyTorch/HF on the same GPU, in one run
-(issue 7's benchmark; scripts/bench/gpu.sh builds and calls it).
+(issue 18's benchmark; scripts/bench/gpu.sh builds and calls it).
 
 Workloads (--workloads; the *-tiny ones are seconds-long smoke tests, e.g. on the CPU):
-  gpt2-mrpc   GPT-2 124M sequence classification, shipped MRPC, batch 32, --max-len 128
-  bert-128    BERT-base sequence classification, shipped MRPC, batch 32, --max-len 128
-  t5-512      T5-base (v1.0 sizes), synthetic text cut to 512 source / 128 target tokens, batch 8
+  gpt2-mrpc     GPT-2 124M sequence classification, shipped MRPC, batch 32, --max-len 128
+  gpt2-lm-1024  GPT-2 124M causal LM (gpt2-finetune), synthetic text in blocks of 1024, batch 16
+  bert-128      BERT-base sequence classification, shipped MRPC, batch 32, --max-len 128
+  t5-512        T5-base (v1.0 sizes), synthetic text cut to 512 source / 128 target tokens, batch 8
+  t5-3b-b1      T5-3B sizes at 512 / 128 with activation checkpointing (HF: gradient
+  t5-3b-b8      checkpointing), batch 1 and batch 8: does it train on one 80 GB GPU?
 
 Sides (--sides):
-  tunezoo       the program on --device (fp32: the only precision it has yet)
+  tunezoo       the program on --device at its default precision (--precision auto: bf16 on a
+                GPU with bf16 tensor cores, fp32 on the CPU); its batch shapes are what the
+                others replay
+  tunezoo-fp32  the program with --precision fp32
   eager-fp32    HF model, PyTorch eager, fp32, attn_implementation="sdpa" where the model has it
   eager-bf16    the same under torch.autocast(bfloat16)
   compile-bf16  torch.compile(model) under autocast(bfloat16)
 
 GPT-2 and BERT train on MRPC with dynamic padding: tunezoo logs each step's batch shape in
 metrics.jsonl, and the PyTorch sides replay exactly those shapes with random ids. T5's rows
-are all cut to the full lengths, so every step is B x 512 / B x 128 on every side.
+are all cut to the full lengths, so every step is B x 512 / B x 128 on every side, and the
+language model's blocks are all 1024 long.
 
 Reported per side: ms per optimizer step (mean after --warmup steps), tokens/s (B x T per step,
 source + target for T5), model TFLOP/s from the usual count (6 x matmul parameters x tokens +
-12 x layers x T^2 x width for attention, per sequence; recompute not counted), MFU against the
-device's bf16 dense peak (H100/H200 989, A100 312, L40S 362 TFLOP/s, or --peak-tflops), and
-peak device memory (PyTorch: max_memory_allocated; tunezoo: its "memory on" line, everything
-allocated through its backend). On the CPU the memory is the child's peak RSS and MFU is left out.
+12 x layers x T^2 x width for attention, per sequence, the LM head included; recompute not
+counted), MFU against the device's bf16 dense peak (H100/H200 989, A100 312, L40S 362 TFLOP/s,
+or --peak-tflops), and peak device memory (PyTorch: max_memory_allocated; tunezoo: its
+"memory on" line, everything allocated through its backend). On the CPU the memory is the
+child's peak RSS and MFU is left out. A side that fails (out of memory, say) prints "failed".
 
     bash scripts/bench/gpu.sh                                   # on a GPU machine
-    /usr/bin/python3 scripts/bench/bench_gpu.py --device cpu --workloads gpt2-tiny,bert-tiny,t5-tiny \\
-        --sides tunezoo,eager-fp32 --steps 5                    # the smoke test on this machine
+    /usr/bin/python3 scripts/bench/bench_gpu.py --device cpu --workloads gpt2-tiny,gpt2-lm-tiny,bert-tiny,t5-tiny,t5-ckpt-tiny \\
+        --sides tunezoo,tunezoo-fp32,eager-fp32 --steps 5        # the smoke test on this machine
 """
 import argparse
 import json
@@ -66,19 +74,29 @@ def gpt2_config(layers, width, heads):
     return c
 
 
-# name: (family, HF config, batch, lengths); lengths is max-len, or (source, target) for T5
+T5_3B = tiny(T5_BASE, d_model=1024, d_kv=128, d_ff=16384, num_layers=24, num_decoder_layers=24, num_heads=32)
+
+# name: (family, HF config, batch, lengths, activation checkpointing); lengths is max-len (the LM's
+# block size), or (source, target) for T5
 WORKLOADS = {
-    "gpt2-mrpc": ("gpt2", gpt2_config(12, 768, 12), 32, 128),
-    "bert-128": ("bert", BERT_BASE, 32, 128),
-    "t5-512": ("t5", T5_BASE, 8, (512, 128)),
-    "gpt2-tiny": ("gpt2", gpt2_config(2, 64, 4), 4, 64),
+    "gpt2-mrpc": ("gpt2", gpt2_config(12, 768, 12), 32, 128, False),
+    "gpt2-lm-1024": ("gpt2lm", gpt2_config(12, 768, 12), 16, 1024, False),
+    "bert-128": ("bert", BERT_BASE, 32, 128, False),
+    "t5-512": ("t5", T5_BASE, 8, (512, 128), False),
+    "t5-3b-b1": ("t5", T5_3B, 1, (512, 128), True),
+    "t5-3b-b8": ("t5", T5_3B, 8, (512, 128), True),
+    "gpt2-tiny": ("gpt2", gpt2_config(2, 64, 4), 4, 64, False),
+    "gpt2-lm-tiny": ("gpt2lm", gpt2_config(2, 64, 4), 4, 64, False),
     "bert-tiny": ("bert", tiny(BERT_BASE, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=128), 4, 64),
+                               intermediate_size=128), 4, 64, False),
     "t5-tiny": ("t5", tiny(T5_BASE, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2,
-                           num_heads=4), 2, (48, 16)),
+                           num_heads=4), 2, (48, 16), False),
+    "t5-ckpt-tiny": ("t5", tiny(T5_BASE, d_model=64, d_kv=16, d_ff=128, num_layers=3, num_decoder_layers=3,
+                                num_heads=4), 2, (48, 16), True),
 }
-SIDES = ("tunezoo", "eager-fp32", "eager-bf16", "compile-bf16")
-PROGRAMS = {"gpt2": "gpt2-classify", "bert": "bert-classify", "t5": "t5-finetune"}
+DEFAULT_WORKLOADS = "gpt2-mrpc,gpt2-lm-1024,bert-128,t5-512,t5-3b-b1,t5-3b-b8"
+SIDES = ("tunezoo", "tunezoo-fp32", "eager-fp32", "eager-bf16", "compile-bf16")
+PROGRAMS = {"gpt2": "gpt2-classify", "gpt2lm": "gpt2-finetune", "bert": "bert-classify", "t5": "t5-finetune"}
 PEAK_BF16_TFLOPS = (("H200", 989.4), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.05))
 
 
@@ -89,12 +107,14 @@ def train_flops(family, cfg, shapes):
     of m x k by k x n is 2mkn). shapes: (B, T) per step, or (B, S, T) for T5."""
     total = 0.0
     for shape in shapes:
-        if family in ("gpt2", "bert"):
+        if family in ("gpt2", "gpt2lm", "bert"):
             B, T = shape
             C = cfg.get("n_embd", cfg.get("hidden_size"))
             L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
             F = cfg.get("n_inner") or cfg.get("intermediate_size") or 4 * C
             per_token = L * (4 * C * C + 2 * C * F)  # qkv + out projection, the MLP
+            if family == "gpt2lm":
+                per_token += C * cfg["vocab_size"]  # the tied LM head
             total += 3 * B * (2 * per_token * T + L * 4 * T * T * C)
         else:
             B, S, T = shape
@@ -108,6 +128,19 @@ def train_flops(family, cfg, shapes):
 
 
 # ---- data ----
+
+def lm_text(workdir, tokens, seed):
+    """A text file of at least `tokens` GPT-2 tokens (about one per word), for gpt2-finetune."""
+    import random
+    rng = random.Random(seed)
+    words = ("the model trains on long documents and writes short summaries of what they say about "
+             "results methods data tables figures experiments baselines errors").split()
+    path = os.path.join(workdir, "lm.txt")
+    with open(path, "w") as f:
+        for _ in range(tokens // 100 + 1):
+            f.write(" ".join(rng.choice(words) for _ in range(100)) + "\n")
+    return path
+
 
 def t5_data(workdir, rows, seed):
     """Line-aligned source/target files whose every line is longer than 512 / 128 T5 tokens."""
@@ -125,27 +158,34 @@ def t5_data(workdir, rows, seed):
 
 # ---- the two kinds of run ----
 
-def run_tunezoo(args, name, workdir, t5_files):
-    family, cfg, batch, lengths = WORKLOADS[name]
+def run_tunezoo(args, name, side, workdir, data):
+    family, cfg, batch, lengths, ckpt = WORKLOADS[name]
     arch = os.path.join(workdir, f"{name}.json")
     with open(arch, "w") as f:
         json.dump(cfg, f, indent=1)
-    save = os.path.join(workdir, f"tz-{name}")
+    save = os.path.join(workdir, f"{side}-{name}")
     cmd = [os.path.join(args.bin_dir, PROGRAMS[family])]
     if family == "t5":
-        cmd += [t5_files[0], t5_files[1], "--max-source-len", str(lengths[0]), "--max-target-len", str(lengths[1]),
+        cmd += [data["t5"][0], data["t5"][1], "--max-source-len", str(lengths[0]), "--max-target-len", str(lengths[1]),
                 "--val-split", "0.05"]
+    elif family == "gpt2lm":
+        cmd += [data["lm"], "--block-size", str(lengths), "--val-split", "0.05", "--no-cache"]
     else:
         cmd += ["--dataset", "mrpc", "--max-len", str(lengths)]
     cmd += ["--arch", arch, "--batch-size", str(batch), "--max-steps", str(args.steps), "--log-interval", "1",
             "--eval-interval", "-1", "--save-interval", "-1", "--device", args.device, "--save-dir", save]
+    if ckpt:
+        cmd += ["--checkpoint-activations"]
+    if side == "tunezoo-fp32":
+        cmd += ["--precision", "fp32"]
     if args.device == "cpu":
         cmd += ["--threads", str(args.threads)]
-    log = os.path.join(workdir, f"tz-{name}.log")
-    print(f"[{name}] tunezoo: {' '.join(cmd)}", flush=True)
+    log = os.path.join(workdir, f"{side}-{name}.log")
+    print(f"[{name}] {side}: {' '.join(cmd)}", flush=True)
     rc, rss, _ = run_child(cmd, thread_env(args.threads), log)
     if rc != 0:
-        raise SystemExit(f"[{name}] {cmd[0]} exited {rc}; last lines of {log}:\n{tail(log)}")
+        print(f"[{name}] {side} failed (exit {rc}); last lines of {log}:\n{tail(log, 8)}", flush=True)
+        return None
     rows = read_train_metrics(os.path.join(save, "metrics.jsonl"))
     if len(rows) <= args.warmup:
         raise SystemExit(f"[{name}] expected more than {args.warmup} train lines, found {len(rows)}")
@@ -153,9 +193,12 @@ def run_tunezoo(args, name, workdir, t5_files):
     if family == "t5":  # every row is cut to the full lengths
         shapes = [(b, lengths[0], lengths[1]) for b, _ in shapes]
     timed = rows[args.warmup:]
-    mem = re.search(r"memory on \S+: ([0-9.]+) MiB", open(log, errors="replace").read())
+    text = open(log, errors="replace").read()
+    mem = re.search(r"memory on \S+: ([0-9.]+) MiB", text)
+    prec = re.search(r"^precision: (\S+)", text, re.M)
     return {"ms": sum(r[1] for r in timed) / len(timed), "shapes": shapes, "timed_shapes": shapes[args.warmup:],
-            "mem_mib": float(mem.group(1)) if mem and args.device != "cpu" else rss}
+            "mem_mib": float(mem.group(1)) if mem and args.device != "cpu" else rss,
+            "precision": prec.group(1) if prec else "fp32"}
 
 
 def run_torch(args, name, side, shapes, workdir):
@@ -180,20 +223,23 @@ def worker(args):
     """One PyTorch side of one workload, in its own process."""
     import torch
     import transformers
-    family, cfg, _, _ = WORKLOADS[args.worker_workload]
+    family, cfg, _, _, ckpt = WORKLOADS[args.worker_workload]
     side = args.worker_side
     dev = torch.device(args.device if args.device != "cuda" else "cuda:0")
     if dev.type == "cpu":
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    kinds = {"gpt2": transformers.GPT2ForSequenceClassification, "bert": transformers.BertForSequenceClassification,
-             "t5": transformers.T5ForConditionalGeneration}
-    conf_kinds = {"gpt2": transformers.GPT2Config, "bert": transformers.BertConfig, "t5": transformers.T5Config}
+    kinds = {"gpt2": transformers.GPT2ForSequenceClassification, "gpt2lm": transformers.GPT2LMHeadModel,
+             "bert": transformers.BertForSequenceClassification, "t5": transformers.T5ForConditionalGeneration}
+    conf_kinds = {"gpt2": transformers.GPT2Config, "gpt2lm": transformers.GPT2Config,
+                  "bert": transformers.BertConfig, "t5": transformers.T5Config}
     conf = conf_kinds[family](**{k: v for k, v in cfg.items() if k != "model_type"})
     try:
         model = kinds[family]._from_config(conf, attn_implementation="sdpa")
     except (ValueError, TypeError, ImportError):  # T5 has no sdpa path
         model = kinds[family]._from_config(conf)
+    if ckpt:
+        model.gradient_checkpointing_enable()
     model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01)
     step_model = torch.compile(model) if side.startswith("compile") else model
@@ -209,9 +255,9 @@ def worker(args):
                     "attention_mask": torch.ones(B, S, dtype=torch.long, device=dev),
                     "labels": torch.randint(2, vocab, (B, T), generator=gen).to(dev)}
         B, T = shape
-        return {"input_ids": torch.randint(1, vocab - 1, (B, T), generator=gen).to(dev),
-                "attention_mask": torch.ones(B, T, dtype=torch.long, device=dev),
-                "labels": torch.randint(0, 2, (B,), generator=gen).to(dev)}
+        ids = torch.randint(1, vocab - 1, (B, T), generator=gen).to(dev)
+        labels = ids if family == "gpt2lm" else torch.randint(0, 2, (B,), generator=gen).to(dev)
+        return {"input_ids": ids, "attention_mask": torch.ones(B, T, dtype=torch.long, device=dev), "labels": labels}
 
     def sync():
         if dev.type == "cuda":
@@ -256,7 +302,7 @@ def main():
     ap = argparse.ArgumentParser(description="tunezoo vs PyTorch/HF training throughput on one device")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"), help="where the tunezoo programs are")
     ap.add_argument("--device", default="cuda", help="cuda or cpu (the smoke test)")
-    ap.add_argument("--workloads", default="gpt2-mrpc,bert-128,t5-512", help="comma list of: " + ",".join(WORKLOADS))
+    ap.add_argument("--workloads", default=DEFAULT_WORKLOADS, help="comma list of: " + ",".join(WORKLOADS))
     ap.add_argument("--sides", default=",".join(SIDES), help="comma list of: " + ",".join(SIDES))
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps per side")
     ap.add_argument("--warmup", type=int, default=5, help="first steps not timed (torch.compile compiles in them)")
@@ -288,15 +334,25 @@ def main():
     tmp = None if args.workdir else tempfile.TemporaryDirectory(prefix="tz-gpu-bench-")
     workdir = args.workdir or tmp.name
     os.makedirs(workdir, exist_ok=True)
-    t5_files = t5_data(workdir, 64 + 8 * args.steps, args.seed) if any(WORKLOADS[n][0] == "t5" for n in names) else None
+    families = {WORKLOADS[n][0] for n in names}
+    data = {"t5": t5_data(workdir, 64 + 8 * args.steps, args.seed) if "t5" in families else None,
+            "lm": None}
+    if "gpt2lm" in families:  # enough blocks for every step, and a held-out 5%
+        biggest = max(WORKLOADS[n][2] * WORKLOADS[n][3] for n in names if WORKLOADS[n][0] == "gpt2lm")
+        data["lm"] = lm_text(workdir, int(biggest * (args.steps + 2) * 1.1), args.seed)
 
     results, versions, device_name = [], {}, None
     for name in names:
         family, cfg = WORKLOADS[name][0], WORKLOADS[name][1]
-        tz = run_tunezoo(args, name, workdir, t5_files)
+        tz = run_tunezoo(args, name, "tunezoo", workdir, data)
+        if not tz:
+            raise SystemExit(f"[{name}] tunezoo's run gives the shapes the other sides replay; it failed")
         per_side = {"tunezoo": tz}
         for side in sides:
             if side == "tunezoo":
+                continue
+            if side == "tunezoo-fp32":
+                per_side[side] = run_tunezoo(args, name, side, workdir, data)
                 continue
             res = run_torch(args, name, side, tz["shapes"], workdir)
             if res:
@@ -313,7 +369,7 @@ def main():
     print(f"device {device_name or args.device}; PyTorch {versions.get('torch', '-')}, transformers "
           f"{versions.get('transformers', '-')}; {args.steps} steps per side, first {args.warmup} not timed"
           + (f"; MFU against {peak} TFLOP/s (bf16 dense)" if peak else ""))
-    hdr = f"{'workload':10s} {'side':13s} {'ms/step':>9s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'MFU':>6s} " \
+    hdr = f"{'workload':12s} {'side':13s} {'ms/step':>9s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'MFU':>6s} " \
           f"{'mem MiB':>8s} {'tunezoo speedup':>15s}"
     print(hdr)
     print("-" * len(hdr))
@@ -322,14 +378,16 @@ def main():
         for side in sides:
             r = per_side.get(side)
             if not r:
-                print(f"{name:10s} {side:13s} {'failed':>9s}")
+                print(f"{name:12s} {side:13s} {'failed':>9s}")
                 continue
             tflops = flops / (r["ms"] / 1e3) / 1e12
             mfu = f"{100 * tflops / peak:5.1f}%" if peak else "-"
             speedup = f"{r['ms'] / tz_ms:15.2f}" if side != "tunezoo" else f"{'':15s}"
-            print(f"{name:10s} {side:13s} {r['ms']:9.1f} {tokens / (r['ms'] / 1e3):10.0f} {tflops:8.2f} {mfu:>6s} "
+            print(f"{name:12s} {side:13s} {r['ms']:9.1f} {tokens / (r['ms'] / 1e3):10.0f} {tflops:8.2f} {mfu:>6s} "
                   f"{r.get('mem_mib', 0):8.0f} {speedup}")
-    print("tunezoo speedup = that side's ms / tunezoo's ms (> 1: tunezoo is faster); tunezoo trains in fp32")
+    precs = sorted({per_side["tunezoo"]["precision"] for _, per_side, _, _ in results})
+    print(f"tunezoo speedup = that side's ms / tunezoo's ms (> 1: tunezoo is faster); tunezoo trains in "
+          f"{', '.join(precs)}")
     if tmp:
         tmp.cleanup()
 
