@@ -1,11 +1,14 @@
 /* The NCCL communicator on device buffers. One GPU is already a real NCCL communicator of
  * size 1 (bootstrapped over rt_comm_self); with two or more GPUs, two threads bootstrap a
  * 2-rank NCCL communicator over the threads comm and check every collective against the
- * threads comm's own results. Without NCCL or a GPU the test checks the refusal message and
+ * threads comm's own results, and an all-reduce (blocking and started) behind a CUDA backend's
+ * own stream: its staged upload and 8 kernels must come first, its next kernel after. Without
+ * NCCL or a GPU the test checks the refusal message and
  * exits 77 (skipped); a GPU that CUDA cannot use (a driver too old for the runtime) fails. */
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
 #include "tests/testutil.h"
 
@@ -28,6 +31,7 @@ typedef struct {
     char msg[512];
     float sum[N], mx[N], rs[N], ag[2 * N];
     float sum_started[N], ag_started[2 * N]; /* all_reduce_start and all_gather_start in flight together */
+    float sum_backend[N], sum_backend_started[N]; /* behind a CUDA backend's kernels on its own stream */
     unsigned char bc[33];
     int split_size;
 } rank_out;
@@ -42,7 +46,8 @@ typedef struct {
 static void *run_rank(void *arg) {
     rank_out *o = arg;
     rt_comm *c = NULL, *s = NULL;
-    float *d = NULL, *d2 = NULL;
+    rt_backend *be = NULL;
+    float *d = NULL, *d2 = NULL, *bd = NULL;
     STEP(rt_comm_nccl_init(o->boot, o->device, 20.0, &c));
     int r = c->rank, n = c->size;
     float h[2 * N];
@@ -82,6 +87,29 @@ static void *run_rank(void *arg) {
         cudaFree(d3);
         if (o->st != RT_OK) goto done;
     }
+    /* through a CUDA backend: its upload (pinned staging) and kernels run on its own stream, which
+     * each collective must wait for (rt_cuda_thread_stream), and the backend's next kernel and
+     * read must come after the collective; blocking and started, each behind 8 doubling kernels */
+    {
+        char name[32];
+        snprintf(name, sizeof name, "cuda:%d", o->device);
+        STEP(rt_backend_init(name, 1, &be));
+        STEP(rt_backend_alloc(be, N * sizeof(float), "test buffer", (void **)&bd));
+        for (int started = 0; started < 2; started++) {
+            for (int i = 0; i < N; i++) h[i] = input(r, i);
+            rt_to_device(be, bd, h, N * sizeof(float));
+            for (int k = 0; k < 8; k++) rt_scale(be, bd, 2.0f, N);
+            if (started) {
+                void *req = NULL;
+                STEP(rt_comm_all_reduce_start(c, bd, N, RT_REDUCE_SUM, &req));
+                STEP(rt_comm_wait(c, req));
+            } else {
+                STEP(c->ops->all_reduce(c->ctx, bd, N, RT_REDUCE_SUM));
+            }
+            rt_scale(be, bd, 1.0f / 256.0f, N);
+            rt_to_host(be, started ? o->sum_backend_started : o->sum_backend, bd, N * sizeof(float));
+        }
+    }
     memset(o->bc, r, sizeof o->bc);
     if (r == 0)
         for (size_t i = 0; i < sizeof o->bc; i++) o->bc[i] = (unsigned char)(7 * i);
@@ -95,6 +123,8 @@ done:
     if (o->st != RT_OK) snprintf(o->msg, sizeof o->msg, "%s", rt_error_message());
     rt_comm_free(s);
     rt_comm_free(c);
+    if (bd) rt_free_device(be, bd);
+    rt_backend_free(be);
     cudaFree(d);
     cudaFree(d2);
     return NULL;
@@ -120,6 +150,10 @@ static void check(rank_out *o, int n) {
                   "size %d rank %d: reduce_scatter", n, r);
         TZ_EXPECT(memcmp(o[r].ag, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather", n, r);
         TZ_EXPECT(memcmp(o[r].sum_started, sum, sizeof sum) == 0, "size %d rank %d: all_reduce_start", n, r);
+        TZ_EXPECT(memcmp(o[r].sum_backend, sum, sizeof sum) == 0, "size %d rank %d: all_reduce behind the backend's stream",
+                  n, r);
+        TZ_EXPECT(memcmp(o[r].sum_backend_started, sum, sizeof sum) == 0,
+                  "size %d rank %d: all_reduce_start behind the backend's stream", n, r);
         TZ_EXPECT(memcmp(o[r].ag_started, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather_start",
                   n, r);
         for (size_t i = 0; i < sizeof o[r].bc; i++)

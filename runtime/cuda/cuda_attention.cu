@@ -191,7 +191,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
     float *pd = NULL;
     if (p > 0.0f)
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
-    rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
+    rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         S, pd, f32 ? NULL : probs, d->probs_dtype == RT_BF16, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
@@ -228,7 +228,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float *P = Pf;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
-        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
             pd, Pf, total, p, keep_scale, d->seed, d->stream, NH, Tq, Tk, d->head_offset,
             heads_total);
         CUDA_LAUNCH_CHECK();
@@ -248,14 +248,14 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     }
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
-                                      32 * RT_CUDA_ATTN_ROWS_PER_BLOCK>>>(
+                                      32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dS, Pf, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
         heads_total, rows);
     CUDA_LAUNCH_CHECK();
 
     if (dbias) {
         size_t per_batch = (size_t)NH * head;
-        rt_cuda_attn_dbias_kernel<<<rt_cuda_grid(per_batch, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+        rt_cuda_attn_dbias_kernel<<<rt_cuda_grid(per_batch, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
             dbias, dS, B, per_batch);
         CUDA_LAUNCH_CHECK();
     }

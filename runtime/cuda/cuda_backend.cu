@@ -35,6 +35,10 @@ void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes) {
     return p;
 }
 
+/* The backend made last on this thread: NCCL's collectives wait for its stream. */
+static thread_local cudaStream_t rt_cuda_thread_stream_ = NULL;
+extern "C" cudaStream_t rt_cuda_thread_stream(void) { return rt_cuda_thread_stream_; }
+
 static void *cuda_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
     /* cudaMalloc(0) may give NULL, which callers would read as out of memory */
@@ -44,7 +48,7 @@ static void *cuda_alloc(void *ctx, size_t bytes) {
         return NULL;
     }
     CUDA_CHECK(e);
-    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, rt_cuda_stream(ctx)));
     return p;
 }
 
@@ -52,12 +56,31 @@ static void cuda_free(void *ctx, void *p) {
     if (p) CUDA_CHECK(cudaFree(p));
 }
 
+/* Small uploads (a batch's ids, masks and labels) go through the pinned slots, so the copy is
+ * truly asynchronous and the host goes on queueing the step; a slot is reused once the copy out
+ * of it has run. Larger ones (weights at start-up) copy from the caller's memory: CUDA stages
+ * pageable memory itself and returns once the source may be reused. */
 static void cuda_to_device(void *ctx, void *dst, const void *host_src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, host_src, bytes, cudaMemcpyHostToDevice));
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    if (!bytes) return;
+    if (bytes > RT_CUDA_STAGE_BYTES) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
+        return;
+    }
+    const int k = c->stage_next;
+    c->stage_next = (k + 1) % RT_CUDA_STAGE_SLOTS;
+    CUDA_CHECK(cudaEventSynchronize(c->stage_done[k])); /* the slot's last copy has left it */
+    memcpy(c->stage[k], host_src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, c->stage[k], bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaEventRecord(c->stage_done[k], c->stream));
 }
 
+/* The host reads the result at once: wait for the stream. */
 static void cuda_to_host(void *ctx, void *host_dst, const void *src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(host_dst, src, bytes, cudaMemcpyDeviceToHost));
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
 
 static size_t cuda_free_memory(void *ctx) {
@@ -72,14 +95,15 @@ static size_t cuda_free_memory(void *ctx) {
 static const char *cuda_device_model(void *ctx) { return ((rt_cuda_ctx *)ctx)->model; }
 
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
-    if (bytes && dst != src) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    if (bytes && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
 }
 
 static void cuda_zero(void *ctx, void *p, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes));
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, rt_cuda_stream(ctx)));
 }
 
-static void cuda_sync(void *ctx) { CUDA_CHECK(cudaDeviceSynchronize()); }
+static void cuda_sync(void *ctx) { CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(ctx))); }
 
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
  * with row stride ld is its own transpose in column-major with the same ld. So cuBLAS gets
@@ -212,6 +236,25 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
      * rounding. TF32 can come once the model tests pin their tolerances. */
     CUBLAS_CHECK(cublasSetMathMode(c->cublas, CUBLAS_DEFAULT_MATH));
     CUBLAS_CHECK(cublasSetPointerMode(c->cublas, CUBLAS_POINTER_MODE_HOST));
+    /* one blocking stream for everything (see rt_cuda.h), and the pinned upload slots */
+    e = cudaStreamCreate(&c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        c->stream = NULL;
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cudaStreamCreate failed: %s", device, prop.name, cudaGetErrorString(e));
+    }
+    CUBLAS_CHECK(cublasSetStream(c->cublas, c->stream));
+    for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++) {
+        e = cudaMallocHost(&c->stage[k], RT_CUDA_STAGE_BYTES);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            c->stage[k] = NULL;
+            RT_FAIL(RT_ERR_NOMEM, "cuda:%d: %d pinned upload slots of %zu bytes: %s", device, RT_CUDA_STAGE_SLOTS,
+                    RT_CUDA_STAGE_BYTES, cudaGetErrorString(e));
+        }
+        CUDA_CHECK(cudaEventCreateWithFlags(&c->stage_done[k], cudaEventDisableTiming));
+    }
+    rt_cuda_thread_stream_ = c->stream;
 
     be = (rt_backend *)rt_xcalloc(1, sizeof *be);
     be->ops = rt_cuda_ops();
@@ -223,6 +266,11 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
 fail:
     if (have_cublas) cublasDestroy(c->cublas);
     if (c && c->cublaslt) cublasLtDestroy(c->cublaslt);
+    for (int k = 0; c && k < RT_CUDA_STAGE_SLOTS; k++) {
+        if (c->stage[k]) cudaFreeHost(c->stage[k]);
+        if (c->stage_done[k]) cudaEventDestroy(c->stage_done[k]);
+    }
+    if (c && c->stream) cudaStreamDestroy(c->stream);
     free(c);
     free(be);
     return st;
@@ -238,6 +286,12 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
         CUDA_CHECK(cudaFree(c->copy));
         CUBLAS_CHECK(cublasDestroy(c->cublas));
         CUBLAS_CHECK(cublasLtDestroy(c->cublaslt));
+        for (int k = 0; k < RT_CUDA_STAGE_SLOTS; k++) {
+            CUDA_CHECK(cudaFreeHost(c->stage[k]));
+            CUDA_CHECK(cudaEventDestroy(c->stage_done[k]));
+        }
+        if (rt_cuda_thread_stream_ == c->stream) rt_cuda_thread_stream_ = NULL;
+        CUDA_CHECK(cudaStreamDestroy(c->stream));
         free(c);
     }
     free(be);

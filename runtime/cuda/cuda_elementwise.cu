@@ -177,7 +177,7 @@ void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, 
                  kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
-    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, out,
+    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, out,
                                                                                 inp, n);
     CUDA_LAUNCH_CHECK();
 }
@@ -188,7 +188,7 @@ void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
                  kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
-    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((int)kind, dinp,
+    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dinp,
                                                                                 inp, dout, n);
     CUDA_LAUNCH_CHECK();
 }
@@ -199,7 +199,7 @@ void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float 
                  kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
-    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         (int)kind, out, gate, lin, n);
     CUDA_LAUNCH_CHECK();
 }
@@ -210,7 +210,7 @@ void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dli
                  kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
     if (n == 0) return;
-    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         (int)kind, dgate, dlin, gate, lin, dout, n);
     CUDA_LAUNCH_CHECK();
 }
@@ -219,74 +219,74 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
     RT_CHECK(C > 0, "C=%d", C);
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_add_bias_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(out, bias, n, C);
+    rt_cuda_add_bias_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, bias, n, C);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
     if (n == 0) return;
-    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(out, a, b, n);
+    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, a, b, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
     if (n == 0) return;
-    rt_cuda_axpy_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(y, alpha, x, n);
+    rt_cuda_axpy_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(y, alpha, x, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
     if (n == 0) return;
-    rt_cuda_scale_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, s, n);
+    rt_cuda_scale_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, s, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, w, n, C);
+    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n, C);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit) {
     if (n == 0) return;
-    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(x, n, limit);
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, n, limit);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
     if (n == 0) return;
-    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(dx, y, n, limit);
+    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dx, y, n, limit);
     CUDA_LAUNCH_CHECK();
 }
 
 /* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply). */
-static void rt_cuda_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,
+static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     if (n == 0) return;
     if (p == 0.0f) {
-        if (y != x) CUDA_CHECK(cudaMemcpy(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+        if (y != x) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
         return;
     }
     if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
-        CUDA_CHECK(cudaMemset(y, 0, n * sizeof(float)));
+        CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), rt_cuda_stream(ctx)));
         return;
     }
     float s = 1.0f / (1.0f - p);
-    rt_cuda_dropout_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(y, x, n, p, s,
+    rt_cuda_dropout_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(y, x, n, p, s,
                                                                                 seed, stream);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
                          uint64_t seed, uint64_t stream) {
-    rt_cuda_dropout_apply(out, inp, n, p, seed, stream);
+    rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
 }
 
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                          uint64_t seed, uint64_t stream) {
-    rt_cuda_dropout_apply(dinp, dout, n, p, seed, stream);
+    rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream);
 }
 
 void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols,
@@ -297,11 +297,11 @@ void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, 
     size_t n = rows * (size_t)cols;
     if (n == 0) return;
     if (p == 0.0f || p >= 1.0f) { /* no draws: the whole-matrix rules give the same result */
-        rt_cuda_dropout_apply(out, inp, n, p, seed, stream);
+        rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
         return;
     }
     float s = 1.0f / (1.0f - p);
-    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         out, inp, rows, cols, cols_total, col_offset, p, s, seed, stream);
     CUDA_LAUNCH_CHECK();
 }
@@ -319,7 +319,7 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     size_t at = 0;
     const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
-    rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
         k.lerp_low, whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
     CUDA_LAUNCH_CHECK();
@@ -334,11 +334,12 @@ double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {
     if (blocks > 1024) blocks = 1024;
     double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ,
                                             (blocks + 1) * sizeof(double));
-    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS>>>(buf + 1, x, n);
+    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf + 1, x, n);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS>>>(buf, buf + 1, (int)blocks);
+    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf, buf + 1, (int)blocks);
     CUDA_LAUNCH_CHECK();
     double s = 0.0;
-    CUDA_CHECK(cudaMemcpy(&s, buf, sizeof s, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpyAsync(&s, buf, sizeof s, cudaMemcpyDeviceToHost, rt_cuda_stream(ctx)));
+    CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(ctx)));
     return s;
 }

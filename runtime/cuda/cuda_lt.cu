@@ -86,7 +86,7 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
     if (ok)
         CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc,
-                                    &h.algo, ws, RT_CUDA_LT_WORKSPACE, 0));
+                                    &h.algo, ws, RT_CUDA_LT_WORKSPACE, c->stream));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));

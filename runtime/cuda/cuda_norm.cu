@@ -172,10 +172,10 @@ static void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_
     float *pa = (float *)rt_cuda_scratch(ctx, RT_CUDA_SCRATCH_COLSUM, 2 * part * sizeof(float));
     float *pb = mode == RT_COLSUM_LN ? pa + part : NULL;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), (unsigned)chunks);
-    rt_cuda_colsum_partial_kernel<<<grid, RT_CUDA_THREADS>>>(pa, pb, mode, dout, inp, mean, rstd,
+    rt_cuda_colsum_partial_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(pa, pb, mode, dout, inp, mean, rstd,
                                                              N, C, rows_per_chunk);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum_final_kernel<<<(C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS, RT_CUDA_THREADS>>>(
+    rt_cuda_colsum_final_kernel<<<(C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         out_a, out_b, pa, pb, chunks, C);
     CUDA_LAUNCH_CHECK();
 }
@@ -184,7 +184,7 @@ void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, cons
                            const float *weight, const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
-    rt_cuda_layernorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK>>>(
+    rt_cuda_layernorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         out, mean, rstd, inp, weight, bias, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
@@ -194,7 +194,7 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
                            const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
-    rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK>>>(
+    rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, dout, inp, mean, rstd, N, C);
@@ -204,7 +204,7 @@ void rt_cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, c
                          size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
-    rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK>>>(
+    rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         out, rstd, inp, weight, N, C, eps);
     CUDA_LAUNCH_CHECK();
 }
@@ -213,7 +213,7 @@ void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *do
                          const float *inp, const float *weight, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
-    rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK>>>(
+    rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, rstd, N, C);
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, dout, inp, NULL, rstd, N, C);

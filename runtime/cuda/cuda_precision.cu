@@ -31,7 +31,7 @@ void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols
     RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "round_to %s", rt_dtype_name(dtype));
     const size_t n = rows * (size_t)cols;
     if (n == 0) return;
-    rt_cuda_round_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(dtype == RT_BF16, x, rows, cols, ld);
+    rt_cuda_round_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtype == RT_BF16, x, rows, cols, ld);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -40,19 +40,17 @@ __global__ void rt_cuda_widen_kernel(float *out, const void *in, bool bf16, size
     out[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)in)[i]) : __half2float(((const __half *)in)[i]);
 }
 
-static void rt_cuda_to_16(rt_dtype dtype, void *out, const float *w, size_t n);
+static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n);
 
 void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
-    (void)ctx;
     RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "narrow to %s", rt_dtype_name(dtype));
-    rt_cuda_to_16(dtype, dst, src, n);
+    rt_cuda_to_16(ctx, dtype, dst, src, n);
 }
 
 void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
-    (void)ctx;
     RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
     if (n == 0) return;
-    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(dst, src, dtype == RT_BF16, n);
+    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dst, src, dtype == RT_BF16, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -69,13 +67,13 @@ rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
 }
 
 /* n values of w converted into the 16-bit buffer out (bf16 or fp16). */
-static void rt_cuda_to_16(rt_dtype dtype, void *out, const float *w, size_t n) {
+static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n) {
     if (n == 0) return;
     if (dtype == RT_BF16)
-        rt_cuda_to_bf16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__nv_bfloat16 *)out, w, 1,
+        rt_cuda_to_bf16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((__nv_bfloat16 *)out, w, 1,
                                                                                     (int)n, n);
     else
-        rt_cuda_to_f16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__half *)out, w, 1, (int)n, n);
+        rt_cuda_to_f16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((__half *)out, w, 1, (int)n, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -96,14 +94,14 @@ rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {
     }
     c->copy_w = w;
     c->copy_n = n;
-    rt_cuda_to_16(c->matmul, c->copy, w, n);
+    rt_cuda_to_16(ctx, c->matmul, c->copy, w, n);
     return RT_OK;
 }
 
 void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     size_t at = 0, len = rt_weight_copy_overlap(c->copy_w, c->copy_n, part, n, &at);
-    if (len) rt_cuda_to_16(c->matmul, (char *)c->copy + at * 2, c->copy_w + at, len);
+    if (len) rt_cuda_to_16(ctx, c->matmul, (char *)c->copy + at * 2, c->copy_w + at, len);
 }
 
 const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int rows, int cols, int ld, int *ld_out) {
@@ -124,10 +122,10 @@ const void *rt_cuda_round_input(rt_cuda_ctx *c, int slot, const float *X, int ro
     const size_t n = (size_t)rows * cols;
     void *out = rt_cuda_scratch(c, slot, n * 2);
     if (c->matmul == RT_BF16)
-        rt_cuda_to_bf16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__nv_bfloat16 *)out, X,
+        rt_cuda_to_bf16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, c->stream>>>((__nv_bfloat16 *)out, X,
                                                                                     (size_t)rows, cols, (size_t)ld);
     else
-        rt_cuda_to_f16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>((__half *)out, X, (size_t)rows,
+        rt_cuda_to_f16_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, c->stream>>>((__half *)out, X, (size_t)rows,
                                                                                    cols, (size_t)ld);
     CUDA_LAUNCH_CHECK();
     return out;

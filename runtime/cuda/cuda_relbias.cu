@@ -44,7 +44,7 @@ void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32
                          int Tq, int Tk, int num_buckets) {
     rt_cuda_relbias_check(NH, Tq, Tk, num_buckets);
     size_t tt = (size_t)Tq * Tk;
-    rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         bias, table, buckets, NH, tt, num_buckets);
     CUDA_LAUNCH_CHECK();
 }
@@ -53,7 +53,7 @@ void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int
                          int Tq, int Tk, int num_buckets) {
     rt_cuda_relbias_check(NH, Tq, Tk, num_buckets);
     size_t tt = (size_t)Tq * Tk;
-    rt_cuda_relbias_bwd_kernel<<<(unsigned)(num_buckets * NH), RT_CUDA_THREADS>>>(dtable, dbias,
+    rt_cuda_relbias_bwd_kernel<<<(unsigned)(num_buckets * NH), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtable, dbias,
                                                                                   buckets, NH, tt);
     CUDA_LAUNCH_CHECK();
 }

@@ -106,7 +106,7 @@ void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const floa
     RT_CHECK(C > 0 && V >= 0, "C=%d V=%d", C, V);
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_embedding_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(
+    rt_cuda_embedding_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         out, ids, table, N, C, vocab_start, V, accumulate);
     CUDA_LAUNCH_CHECK();
 }
@@ -117,7 +117,7 @@ void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const in
     if (N == 0 || V == 0) return;
     unsigned split = V < RT_CUDA_SCATTER_SPLIT ? (unsigned)V : RT_CUDA_SCATTER_SPLIT;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), split);
-    rt_cuda_embedding_bwd_kernel<<<grid, RT_CUDA_THREADS>>>(dtable, dout, ids, N, C, vocab_start, V);
+    rt_cuda_embedding_bwd_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtable, dout, ids, N, C, vocab_start, V);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -127,7 +127,7 @@ void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs
     RT_CHECK(V > 0, "V=%d", V);
     RT_CHECK(N <= 0x7fffffffu, "N=%zu rows is too many for one launch", N);
     if (N == 0) return;
-    rt_cuda_softmax_xent_kernel<<<(unsigned)N, RT_CUDA_THREADS>>>(losses, dlogits, probs, logits,
+    rt_cuda_softmax_xent_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(losses, dlogits, probs, logits,
                                                                  targets, V, grad_scale);
     CUDA_LAUNCH_CHECK();
 }
@@ -136,7 +136,7 @@ void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t 
     RT_CHECK(B >= 0 && C > 0, "B=%d C=%d", B, C);
     size_t n = (size_t)B * C;
     if (n == 0) return;
-    rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS>>>(out, inp, idx,
+    rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, inp, idx,
                                                                                     B, C);
     CUDA_LAUNCH_CHECK();
 }
@@ -146,6 +146,6 @@ void rt_cuda_scatter_rows_add(void *ctx, float *dinp, const float *dout, const i
     RT_CHECK(B >= 0 && C > 0, "B=%d C=%d", B, C);
     if (B == 0) return;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), RT_CUDA_SCATTER_SPLIT);
-    rt_cuda_scatter_rows_add_kernel<<<grid, RT_CUDA_THREADS>>>(dinp, dout, idx, B, C);
+    rt_cuda_scatter_rows_add_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dinp, dout, idx, B, C);
     CUDA_LAUNCH_CHECK();
 }

@@ -46,7 +46,7 @@ void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float
     RT_CHECK(V > 0 && phase >= 0 && phase <= 2, "V=%d phase=%d", V, phase);
     RT_CHECK(N <= 0x7fffffffu, "N=%zu rows is too many for one launch", N);
     if (N == 0) return;
-    rt_cuda_xent_vocab_kernel<<<(unsigned)N, RT_CUDA_THREADS>>>(phase, stats, losses, dlogits, logits,
+    rt_cuda_xent_vocab_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(phase, stats, losses, dlogits, logits,
                                                                targets, N, V, vocab_start, grad_scale);
     CUDA_LAUNCH_CHECK();
 }

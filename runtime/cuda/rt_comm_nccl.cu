@@ -24,6 +24,7 @@ extern "C" {
 #include "runtime/rt_status.h"
 }
 #include "runtime/cuda/rt_comm_nccl.h"
+#include "runtime/cuda/rt_cuda.h" /* rt_cuda_thread_stream: the backend's stream collectives wait for */
 
 #ifdef TZ_USE_NCCL
 
@@ -55,6 +56,7 @@ struct nccl_ctx {
     ncclComm_t comm;
     cudaStream_t stream;
     cudaStream_t async_stream; /* non-blocking, for all_reduce_start; made on first use */
+    cudaEvent_t compute_done;  /* recorded on the backend's stream before each collective */
     int device, rank, size;
     double timeout_s;
     rt_comm *bootstrap; /* the host twin (same ranks); not owned unless own_bootstrap */
@@ -163,21 +165,30 @@ static int nccl_is_host2(const void *out, const void *in, const char *what) {
     return ho;
 }
 
-static void nccl_set_device(nccl_ctx *c) { NCCL_CUDA_CHECK(cudaSetDevice(c->device)); }
+/* Before a collective on the comm's stream: the device, and the stream waits (on the GPU) for
+ * what the CUDA backend on this thread has queued on its own stream, which writes the buffers.
+ * The call returns once the collective is done, so what the backend queues next comes after. */
+static void nccl_prepare(nccl_ctx *c) {
+    NCCL_CUDA_CHECK(cudaSetDevice(c->device));
+    cudaStream_t compute = rt_cuda_thread_stream();
+    if (!compute) return; /* no backend here: work on the legacy default stream is ordered anyway */
+    NCCL_CUDA_CHECK(cudaEventRecord(c->compute_done, compute));
+    NCCL_CUDA_CHECK(cudaStreamWaitEvent(c->stream, c->compute_done, 0));
+}
 
 static rt_status nccl_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op op) {
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "all_reduce");
     if (st != RT_OK || n == 0) return st;
     if (nccl_is_host(buf)) return c->bootstrap->ops->all_reduce(c->bootstrap->ctx, buf, n, op);
-    nccl_set_device(c);
+    nccl_prepare(c);
     return nccl_enqueued(c, ncclAllReduce(buf, buf, n, ncclFloat32, nccl_op(op), c->comm, c->stream), "all_reduce", n);
 }
 
 /* A collective that overlaps the backend's work (an all-reduce of gradient buckets, ZeRO-3's
- * prefetch all-gather): it waits (on the GPU) for what the legacy default stream queued so
- * far, runs on a non-blocking stream, and its completion is an event the request polls, with
- * the timeout. */
+ * prefetch all-gather): it waits (on the GPU) for what the backend's stream (the legacy
+ * default stream without a backend) queued so far, runs on a non-blocking stream, and its
+ * completion is an event the request polls, with the timeout. */
 typedef struct {
     cudaEvent_t ready, done;
     size_t n;
@@ -190,14 +201,14 @@ static rt_status nccl_start(nccl_ctx *c, bool gather, float *out, const float *i
                             void **req) {
     const char *what = gather ? "all_gather" : "all_reduce";
     rt_status st = RT_OK;
-    nccl_set_device(c);
+    nccl_prepare(c);
     if (!c->async_stream) NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&c->async_stream, cudaStreamNonBlocking));
     nccl_request *r = (nccl_request *)rt_xcalloc(1, sizeof *r);
     r->n = n;
     r->what = what;
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming));
-    NCCL_CUDA_CHECK(cudaEventRecord(r->ready, 0)); /* what the backend wrote so far */
+    NCCL_CUDA_CHECK(cudaEventRecord(r->ready, rt_cuda_thread_stream())); /* what the backend wrote so far */
     NCCL_CUDA_CHECK(cudaStreamWaitEvent(c->async_stream, r->ready, 0));
     ncclResult_t rc = gather ? ncclAllGather(in, out, n, ncclFloat32, c->comm, c->async_stream)
                              : ncclAllReduce(out, out, n, ncclFloat32, nccl_op(op), c->comm, c->async_stream);
@@ -248,7 +259,7 @@ static rt_status nccl_wait_request(void *vctx, void *vreq) {
     double deadline = nccl_now() + c->timeout_s;
     long ns = 10000;
     rt_status st = RT_OK;
-    nccl_set_device(c);
+    nccl_prepare(c);
     for (;;) {
         cudaError_t e = cudaEventQuery(r->done);
         ncclResult_t ares = ncclSuccess;
@@ -285,7 +296,7 @@ static rt_status nccl_reduce_scatter(void *vctx, float *out, const float *in, si
     if (st != RT_OK || n_out == 0) return st;
     if (nccl_is_host2(out, in, "reduce_scatter"))
         return c->bootstrap->ops->reduce_scatter(c->bootstrap->ctx, out, in, n_out, op);
-    nccl_set_device(c);
+    nccl_prepare(c);
     return nccl_enqueued(c, ncclReduceScatter(in, out, n_out, ncclFloat32, nccl_op(op), c->comm, c->stream),
                          "reduce_scatter", n_out);
 }
@@ -295,7 +306,7 @@ static rt_status nccl_all_gather(void *vctx, float *out, const float *in, size_t
     rt_status st = nccl_usable(c, "all_gather");
     if (st != RT_OK || n_in == 0) return st;
     if (nccl_is_host2(out, in, "all_gather")) return c->bootstrap->ops->all_gather(c->bootstrap->ctx, out, in, n_in);
-    nccl_set_device(c);
+    nccl_prepare(c);
     return nccl_enqueued(c, ncclAllGather(in, out, n_in, ncclFloat32, c->comm, c->stream), "all_gather", n_in);
 }
 
@@ -306,7 +317,7 @@ static rt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     if (root < 0 || root >= c->size)
         return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d): broadcast root %d is out of range", c->size, root);
     if (nccl_is_host(buf)) return c->bootstrap->ops->broadcast(c->bootstrap->ctx, buf, bytes, root);
-    nccl_set_device(c);
+    nccl_prepare(c);
     return nccl_enqueued(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream), "broadcast", bytes);
 }
 
@@ -315,7 +326,7 @@ static rt_status nccl_barrier(void *vctx) {
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "barrier");
     if (st != RT_OK) return st;
-    nccl_set_device(c);
+    nccl_prepare(c);
     float *d = NULL;
     NCCL_CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float)));
     NCCL_CUDA_CHECK(cudaMemset(d, 0, sizeof(float)));
@@ -342,7 +353,7 @@ static rt_status nccl_p2p(void *vctx, rt_p2p *ops, int n) {
         total += ops[i].bytes;
     }
     if (host) return rt_comm_p2p(c->bootstrap, ops, n);
-    nccl_set_device(c);
+    nccl_prepare(c);
     ncclResult_t rc = ncclGroupStart();
     for (int i = 0; i < n && (rc == ncclSuccess || rc == ncclInProgress); i++)
         rc = ops[i].send ? ncclSend(ops[i].buf, ops[i].bytes, ncclUint8, ops[i].peer, c->comm, c->stream)
@@ -356,8 +367,10 @@ static nccl_ctx *nccl_ctx_new(int device, double timeout_s) {
     c->device = device;
     c->timeout_s = timeout_s;
     NCCL_CUDA_CHECK(cudaSetDevice(device));
-    /* a blocking stream: implicitly ordered with the legacy default stream the backend uses */
+    /* a blocking stream, ordered with the legacy default stream; nccl_prepare orders it after
+     * the backend's own stream */
     NCCL_CUDA_CHECK(cudaStreamCreate(&c->stream));
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&c->compute_done, cudaEventDisableTiming));
     return c;
 }
 
@@ -461,6 +474,7 @@ static void nccl_free(void *vctx) {
         }
     }
     if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->compute_done) cudaEventDestroy(c->compute_done);
     if (c->async_stream) cudaStreamDestroy(c->async_stream);
     if (c->own_bootstrap) rt_comm_free(c->bootstrap);
     free(c);

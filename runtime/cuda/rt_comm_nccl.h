@@ -9,9 +9,9 @@
  * then agrees on the outcome in a host int). A split also splits the bootstrap, so the child
  * keeps a host twin of its own.
  *
- * Each collective is enqueued on the communicator's own stream, which is a blocking stream,
- * so it is ordered after the work the CUDA backend queued on the legacy default stream and
- * before what it queues next. The call returns when the collective has completed, or fails
+ * Each collective is enqueued on the communicator's own stream, which first waits (on the
+ * GPU) for the work the CUDA backend on this thread queued on its stream; the call returns once
+ * the collective is done, so it also comes before what the backend queues next. The call returns when the collective has completed, or fails
  * with RT_ERR_RUNTIME after the timeout, having aborted the NCCL communicator (ncclCommAbort)
  * so no kernel keeps waiting for a dead peer. */
 #ifndef RT_COMM_NCCL_H

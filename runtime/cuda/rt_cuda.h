@@ -3,9 +3,9 @@
  * file in runtime/cuda provides to the ops table in cuda_backend.cu. Nothing outside
  * runtime/cuda includes this; models reach the kernels only through rt_backend_ops.
  *
- * Everything runs on the legacy default stream, so ops are ordered exactly as they are
- * called and a to_host copy waits for all earlier work; the device is the one made current
- * by rt_cuda_backend_init on the calling thread.
+ * Everything runs on the backend's one stream (rt_cuda_ctx.stream), so ops are ordered
+ * exactly as they are called and a to_host copy waits for all earlier work; the device is the
+ * one made current by rt_cuda_backend_init on the calling thread.
  *
  * Reductions across rows (dweight, dbias, embedding and scatter gradients, attention dbias)
  * never use float atomics: each output element is summed by one thread in a fixed order,
@@ -70,6 +70,11 @@ enum {
     RT_CUDA_SCRATCH_COUNT
 };
 
+/* Pinned upload staging: this many slots of this many bytes; larger uploads go straight from
+ * the caller's memory. */
+#define RT_CUDA_STAGE_SLOTS 8
+#define RT_CUDA_STAGE_BYTES ((size_t)1 << 20)
+
 typedef struct {
     int device;
     char model[256]; /* cudaDeviceProp.name */
@@ -84,7 +89,22 @@ typedef struct {
     const float *copy_w;
     size_t copy_n;
     void *copy;
+    /* The one stream all of this backend's work goes on (kernels, cuBLAS, copies), in call
+     * order. A blocking stream: work a library queues on the legacy default stream is still
+     * ordered with it. NCCL's collectives wait for it (rt_cuda_thread_stream). */
+    cudaStream_t stream;
+    /* Pinned staging for uploads (cuda_backend.cu): a batch's ids and masks are copied into
+     * slot k and go up asynchronously; the slot is reused once its event has passed. */
+    void *stage[RT_CUDA_STAGE_SLOTS];
+    cudaEvent_t stage_done[RT_CUDA_STAGE_SLOTS];
+    int stage_next;
 } rt_cuda_ctx;
+
+/* The stream of a backend context (the ops' void *ctx). */
+static inline cudaStream_t rt_cuda_stream(const void *ctx) { return ((const rt_cuda_ctx *)ctx)->stream; }
+/* The stream of the CUDA backend made last on this thread (NULL: none), which NCCL's collectives
+ * on this thread wait for: each rank's backend and comms live on one thread. */
+extern "C" cudaStream_t rt_cuda_thread_stream(void);
 
 /* At least bytes of the given scratch slot (contents undefined); aborts when the device is
  * out of memory, since this runs inside the step loop where there is no way to recover. */
