@@ -46,15 +46,9 @@ static inline uint16_t rt_f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 /* bf16 is the top half of a float: inline, so that a loop over a matmul's inputs vectorizes. */
-static inline float rt_bf16_to_f32(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+static inline float rt_bf16_to_f32(uint16_t b) { return rt_bits_f32((uint32_t)b << 16); }
 static inline uint16_t rt_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
+    uint32_t u = rt_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
     u += 0x7fffu + ((u >> 16) & 1);                                             /* to nearest even */
     return (uint16_t)(u >> 16);
@@ -66,8 +60,7 @@ static inline uint16_t rt_f32_to_bf16(float f) {
  * activation with them (runtime/rt_backend.h). */
 static inline float rt_round_bf16(float x) { return rt_bf16_to_f32(rt_f32_to_bf16(x)); }
 static inline float rt_round_f16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
+    const uint32_t u = rt_f32_bits(x);
     const uint32_t a = u & 0x7fffffffu, sign = u & 0x80000000u;
     if (a >= 0x7f800000u) return x;                   /* inf, nan */
     if (a < 0x38800000u) {                             /* below fp16's smallest normal, 2^-14 */
@@ -77,10 +70,7 @@ static inline float rt_round_f16(float x) {
     }
     uint32_t r = (a + 0xfffu + ((a >> 13) & 1)) & ~0x1fffu; /* 10 mantissa bits, nearest even */
     if (r > 0x477fe000u) r = 0x7f800000u;                   /* past 65504: inf */
-    r |= sign;
-    float f;
-    memcpy(&f, &r, sizeof f);
-    return f;
+    return rt_bits_f32(r | sign);
 }
 static inline float rt_round_to(rt_dtype t, float x) {
     return t == RT_BF16 ? rt_round_bf16(x) : t == RT_F16 ? rt_round_f16(x) : x;
