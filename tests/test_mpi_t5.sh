@@ -2,6 +2,7 @@
 # t5-finetune under mpirun gives the single-process losses, gradient norms and validation
 # numbers (loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2
 # and dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2. Dropout is off and every run starts from the same exported weights.
+# --comm-stats's dp all-reduce equals its formula.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -46,5 +47,15 @@ for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
         paste <(numbers one) <(numbers "$name") >&2
     fi
 done
+# --comm-stats (a shared option): dp 2's measured all-reduce is its formula, to the byte
+mpirun -np 2 "$BIN" "${ARGS[@]}" --comm-stats --eval-interval -1 --save-dir "$TMP/stats" > "$TMP/stats.log" 2>&1
+measured=$(sed -n 's/^ *dp all_reduce .* \([0-9.]*\) MB$/\1/p' "$TMP/stats.log")
+formula=$(sed -n 's/^ *formula dp all_reduce: .* = \([0-9.]*\) MB (ring.*/\1/p' "$TMP/stats.log")
+if [ -n "$measured" ] && [ "$measured" = "$formula" ]; then
+    pass=$((pass + 1))
+else
+    fail=$((fail + 1)); echo "FAILED: --comm-stats at dp 2: measured '$measured' MB, formula '$formula' MB" >&2
+    tail -5 "$TMP/stats.log" >&2
+fi
 echo "test_mpi_t5: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -21,11 +21,9 @@
 #include "apps/common/glue_app.h"
 #include "apps/common/train_app.h"
 #include "metrics/metric_glue.h"
-#include "runtime/rt_zero.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
-#include "runtime/rt_comm_stats.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
@@ -36,7 +34,6 @@
 typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *predict, *predict_out, *save_hf;
     int64_t max_len;
-    bool comm_stats;
     train_app_opts t; /* the options every training program shares */
 } gc_opts;
 
@@ -64,8 +61,6 @@ static const rt_opt gc_own_options[] = {
      "where --predict writes (default: SAVE_DIR/predictions.tsv)", NULL, 0, 0},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      NULL /* the family's class: glue_app_main */, NULL, 0, 0},
-    {"comm-stats", RT_OPT_FLAG, &O.comm_stats, "false", NULL,
-     "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
 };
 #define GC_N_OWN ((int)(sizeof gc_own_options / sizeof gc_own_options[0]))
 static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
@@ -296,84 +291,21 @@ static double gc_flops(void *model, const rt_batch *b) {
 
 /* ---- --comm-stats ---- */
 
-/* Measured payload per optimizer step next to what the layout predicts: dp sums the whole
- * gradient slab once per step (plus the target, token and FLOP counts, loss and stop flag);
- * Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding and
- * four times per layer (two row-parallel outputs forward, two column-parallel input
+/* The classifiers' tp and pp formulas, after train_app_comm_count_print's table and dp
+ * formulas: Megatron tp all-reduces B x T x C activations once for the vocab-parallel embedding
+ * and four times per layer (two row-parallel outputs forward, two column-parallel input
  * gradients backward); the first pipeline stage sends each micro-batch's B x T x C output
  * forward (the later stages also send as much back, as gradients). */
-static void gc_print_comm_stats(const rt_comm_stats *dp, const rt_comm_stats *tp, const rt_comm_stats *pp,
-                                const glue_model *m, const rt_params *p, const rt_grid *grid, int64_t steps,
-                                double padded_tokens) {
+static void gc_print_comm_formulas(const glue_model *m, const rt_grid *grid, int64_t steps, double padded_tokens) {
     if (grid->world->rank != 0 || steps <= 0) return;
-    double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 20.0 : 0.0;
     double tp_formula =
         grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
-    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, pp %d x dp %d x tp %d):",
-                (long long)steps, grid->pp_size, grid->dp_size, grid->tp_size);
-    const rt_comm_stats *groups[3] = {dp, tp, pp};
-    const char *names[3] = {"dp", "tp", "pp"};
-    for (int g = 0; g < 3; g++)
-        for (int op = 0; op < RT_COMM_OP_COUNT; op++)
-            if (groups[g]->calls[op])
-                rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
-                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
-    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
-                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
-                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
-    if (O.t.zero == 3 && grid->dp_size > 1) {
-        /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
-         * block for the forward and again for the backward, less the blocks the backward finds
-         * still in the window; a rank's pieces add up to about the slab over dp. The whole model
-         * is gathered once more at the end of the run (for the export), spread over the steps. */
-        const double M = (double)O.t.grad_accum, slice = (double)p->numel / grid->dp_size;
-        rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
-                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
-                    "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
-                    "20 B of counts",
-                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
-                    (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
-    } else if (O.t.zero > 0 && grid->dp_size > 1) {
-        /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
-         * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
-         * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
-        size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
-        rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
-                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 20 B of counts",
-                    (long long)O.t.zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
-                    (4.0 * (double)shard + 16.0) / 1e6);
-    }
     rt_log_info("  formula tp all_reduce: 4 B x %.0f floats per token (C x (4 L + 1) for GPT-2) x B*T %.1f per step "
                 "+ 4 B stop flag = %.4f MB", m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
     if (grid->pp_size > 1)
         rt_log_info("  formula pp p2p (the first stage): 4 B x C %d x B*T %.1f per step = %.4f MB (a middle stage sends "
                     "twice that: activations on, gradients back)", m->hidden,
                     padded_tokens / (double)steps, 4.0 * m->hidden * padded_tokens / (double)steps / 1e6);
-}
-
-/* A view of the grid whose comms count into dp and tp (rt_comm_stats): host and device comms
- * of a group count into the same table, and a host comm that is its device comm's object (on
- * CPU) gets the same view, so each call counts once. */
-static void gc_grid_count(const rt_grid *owned, rt_grid *view, rt_comm_stats *dp, rt_comm_stats *tp,
-                          rt_comm_stats *pp) {
-    *view = *owned;
-    view->dp = rt_comm_stats_wrap(owned->dp, dp);
-    view->tp = rt_comm_stats_wrap(owned->tp, tp);
-    view->pp = rt_comm_stats_wrap(owned->pp, pp);
-    view->dp_host = owned->dp_host == owned->dp ? view->dp : rt_comm_stats_wrap(owned->dp_host, dp);
-    view->tp_host = owned->tp_host == owned->tp ? view->tp : rt_comm_stats_wrap(owned->tp_host, tp);
-    view->pp_host = owned->pp_host == owned->pp ? view->pp : rt_comm_stats_wrap(owned->pp_host, pp);
-}
-
-/* Frees gc_grid_count's views (not the comms they count). */
-static void gc_grid_uncount(const rt_grid *owned, rt_grid *view) {
-    if (view->dp_host != view->dp) rt_comm_free(view->dp_host);
-    if (view->tp_host != view->tp) rt_comm_free(view->tp_host);
-    if (view->pp_host != view->pp) rt_comm_free(view->pp_host);
-    rt_comm_free(view->dp);
-    rt_comm_free(view->tp);
-    rt_comm_free(view->pp);
-    *view = *owned;
 }
 
 /* ---- --predict ---- */
@@ -515,15 +447,13 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     char *options_json = NULL;
     bool ev_ready = false;
 
-    /* grid_storage owns the comms; grid is what the model, the loop and evaluation use: the
-     * same comms, or counting views of them with --comm-stats */
-    rt_grid grid_storage = {0}, grid_view = {0};
-    const rt_grid *grid = &grid_view;
-    rt_comm_stats dp_stats = {0}, tp_stats = {0}, pp_stats = {0};
-    bool counting = false;
+    /* what the model, the loop and evaluation use: the grid's comms, or with --comm-stats
+     * counting views of them (comm_count keeps the owned ones) */
+    rt_grid grid_storage = {0};
+    const rt_grid *grid = &grid_storage;
+    train_app_comm_count comm_count = {0};
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
-    grid_view = grid_storage;
     const data_glue_task *task = data_glue_task_find(O.dataset);
     RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
     RT_TRY(gc_resolve_source(&source));
@@ -536,12 +466,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
      * data is read and tokenized */
     char device[32];
     RT_TRY(train_app_device(&O.t, &grid_storage, device, sizeof device, &be));
-    grid_view = grid_storage;
-    /* --comm-stats: the model and the loop talk through counting views of the groups */
-    if (O.comm_stats) {
-        gc_grid_count(&grid_storage, &grid_view, &dp_stats, &tp_stats, &pp_stats);
-        counting = true;
-    }
+    train_app_comm_count_begin(&O.t, &comm_count, &grid_storage);
     glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
                           .num_labels = task->n_labels, .tok = tok,
                           .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
@@ -603,8 +528,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
-    if (O.comm_stats)
-        gc_print_comm_stats(&dp_stats, &tp_stats, &pp_stats, &gm, params, grid, res.steps, train_ctx.padded_tokens);
+    train_app_comm_count_print(&O.t, &comm_count, grid, params, res.steps);
+    if (comm_count.on) gc_print_comm_formulas(&gm, grid, res.steps, train_ctx.padded_tokens);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n) {
@@ -626,7 +551,7 @@ fail:
     data_tokenized_free(&train);
     for (int k = 0; k < DATA_GLUE_MAX_SPLITS; k++) data_tokenized_free(&dev[k]);
     tok_free(tok);
-    if (counting) gc_grid_uncount(&grid_storage, &grid_view);
+    train_app_comm_count_end(&comm_count, &grid_storage);
     rt_grid_free(&grid_storage);
     return st;
 }

@@ -16,6 +16,7 @@
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_run_lock.h"
+#include "runtime/rt_zero.h"
 
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts) {
     const rt_opt shared[TRAIN_APP_N_OPTS] = {
@@ -67,6 +68,8 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"resume-from", RT_OPT_STRING, &o->resume_from, NULL, "FILE",
          "continue from exactly this checkpoint file (implies --resume; no fallback)", NULL, 0, 0},
         {"threads", RT_OPT_INT, &o->threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
+        {"comm-stats", RT_OPT_FLAG, &o->comm_stats, "false", NULL,
+         "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
         {"comm-timeout", RT_OPT_FLOAT, &o->comm_timeout, "600", NULL,
          "seconds a collective waits for every rank before the run stops with an error naming the wait", NULL, 1,
          1e7},
@@ -257,6 +260,79 @@ rt_train_model train_app_loop_model(train_app_model *a) {
     return (rt_train_model){.ctx = a, .params = a->m.params, .forward_backward = train_app_forward_backward,
                             .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
+}
+
+/* ---- --comm-stats ---- */
+
+void train_app_comm_count_begin(const train_app_opts *o, train_app_comm_count *cc, rt_grid *grid) {
+    memset(cc, 0, sizeof *cc);
+    if (!o->comm_stats) return;
+    cc->on = true;
+    cc->owned = *grid;
+    const rt_grid *g = &cc->owned;
+    /* host and device comms of a group count into one table; a host comm that is its device
+     * comm's object (on the CPU) gets the same view, so each call counts once */
+    grid->dp = rt_comm_stats_wrap(g->dp, &cc->dp);
+    grid->tp = rt_comm_stats_wrap(g->tp, &cc->tp);
+    grid->pp = rt_comm_stats_wrap(g->pp, &cc->pp);
+    grid->dp_host = g->dp_host == g->dp ? grid->dp : rt_comm_stats_wrap(g->dp_host, &cc->dp);
+    grid->tp_host = g->tp_host == g->tp ? grid->tp : rt_comm_stats_wrap(g->tp_host, &cc->tp);
+    grid->pp_host = g->pp_host == g->pp ? grid->pp : rt_comm_stats_wrap(g->pp_host, &cc->pp);
+}
+
+void train_app_comm_count_end(train_app_comm_count *cc, rt_grid *grid) {
+    if (!cc->on) return;
+    if (grid->dp_host != grid->dp) rt_comm_free(grid->dp_host);
+    if (grid->tp_host != grid->tp) rt_comm_free(grid->tp_host);
+    if (grid->pp_host != grid->pp) rt_comm_free(grid->pp_host);
+    rt_comm_free(grid->dp);
+    rt_comm_free(grid->tp);
+    rt_comm_free(grid->pp);
+    *grid = cc->owned;
+    cc->on = false;
+}
+
+/* Measured payload per optimizer step next to what the layout predicts for dp: the whole
+ * gradient slab once per step (plus the target, token and FLOP counts, loss and stop flag), or
+ * ZeRO's reduce-scatter and gathers. */
+void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_count *cc, const rt_grid *grid,
+                                const rt_params *p, int64_t steps) {
+    if (!cc->on || grid->world->rank != 0 || steps <= 0) return;
+    const double dp_formula = grid->dp_size > 1 ? 4.0 * (double)p->numel + 20.0 : 0.0;
+    rt_log_info("communication per optimizer step (rank 0, payload bytes, %lld steps, pp %d x dp %d x tp %d):",
+                (long long)steps, grid->pp_size, grid->dp_size, grid->tp_size);
+    const rt_comm_stats *groups[3] = {&cc->dp, &cc->tp, &cc->pp};
+    const char *names[3] = {"dp", "tp", "pp"};
+    for (int g = 0; g < 3; g++)
+        for (int op = 0; op < RT_COMM_OP_COUNT; op++)
+            if (groups[g]->calls[op])
+                rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
+                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
+    rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
+                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
+                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+    if (o->zero == 3 && grid->dp_size > 1) {
+        /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
+         * block for the forward and again for the backward, less the blocks the backward finds
+         * still in the window; a rank's pieces add up to about the slab over dp. The whole model
+         * is gathered once more at the end of the run (for the export), spread over the steps. */
+        const double M = (double)o->grad_accum, slice = (double)p->numel / grid->dp_size;
+        rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
+                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
+                    "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
+                    "20 B of counts",
+                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
+                    (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
+    } else if (o->zero > 0 && grid->dp_size > 1) {
+        /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
+         * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
+         * one 16 B all-gather (two double-float pairs). The ring traffic equals the all-reduce's. */
+        size_t shard = (p->numel + (size_t)grid->dp_size - 1) / (size_t)grid->dp_size;
+        rt_log_info("  formula dp with --zero %lld: reduce_scatter 4 B x %zu padded slab floats = %.4f MB, all_gather "
+                    "4 B x %zu slice floats + 16 B norm = %.4f MB, all_reduce 20 B of counts",
+                    (long long)o->zero, shard * (size_t)grid->dp_size, 4.0 * (double)shard * grid->dp_size / 1e6, shard,
+                    (4.0 * (double)shard + 16.0) / 1e6);
+    }
 }
 
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,

@@ -13,6 +13,7 @@
 #include "data/data_pad.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
+#include "runtime/rt_comm_stats.h"
 #include "runtime/rt_grid.h"
 #include "runtime/rt_trainer.h"
 #include "models/trainable.h"
@@ -24,7 +25,7 @@ typedef struct {
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
         min_loss_scale;
     bool resume, pad8, offload_optimizer, offload_params, group_by_length, no_cache;
-    bool pp_recompute;
+    bool pp_recompute, comm_stats;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
     data_pad pad; /* from --pad-to-8 and --length-buckets, set by train_app_setup: how batches are padded */
@@ -36,7 +37,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 42
+#define TRAIN_APP_N_OPTS 43
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the
@@ -75,6 +76,23 @@ typedef struct {
     double padded_tokens;
 } train_app_model;
 rt_train_model train_app_loop_model(train_app_model *a);
+
+/* --comm-stats: while on, the program's grid holds counting views of its comms (rt_comm_stats),
+ * one table per group, so the model, the loop and evaluation are all counted. begin after
+ * train_app_device; print after rt_train; end before the grid is freed (it puts the owned
+ * comms back). A no-op without the option. */
+typedef struct {
+    bool on;
+    rt_grid owned;
+    rt_comm_stats dp, tp, pp;
+} train_app_comm_count;
+void train_app_comm_count_begin(const train_app_opts *o, train_app_comm_count *cc, rt_grid *grid);
+/* On the first rank: the payload per optimizer step of each group's operations, and the dp
+ * group's formulas (the gradient's all-reduce, or ZeRO's reduce-scatter and gathers) for the
+ * slab p. The tp and pp formulas depend on the family: its program prints them after. */
+void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_count *cc, const rt_grid *grid,
+                                const rt_params *p, int64_t steps);
+void train_app_comm_count_end(train_app_comm_count *cc, rt_grid *grid);
 
 /* The loop's options from these (the grid's comms; options_json stored in checkpoints). */
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,

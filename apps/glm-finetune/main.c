@@ -559,6 +559,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     int32_t *example_len = NULL; /* read by the sampler while it lives */
     char *options_json = NULL;
     rt_grid grid = {0};
+    train_app_comm_count comm_count = {0}; /* --comm-stats */
     glm_trainer tr = {0};
     glm_eval ev = {0};
 
@@ -642,6 +643,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     }
 
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
+    train_app_comm_count_begin(&O.t, &comm_count, &grid);
     const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
     int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
     RT_TRY(data_pad_check_covers(&O.t.pad, max_T, "length-buckets", "the longest row"));
@@ -688,6 +690,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     rt_train_eval te = {.ctx = &ev, .evaluate = glm_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    train_app_comm_count_print(&O.t, &comm_count, &grid, glm_model_params(model), res.steps);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n) {
@@ -721,6 +724,7 @@ fail:
     data_lines_free(&vsrc);
     data_lines_free(&vtgt);
     tok_free(tok);
+    train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
     return st;
 }

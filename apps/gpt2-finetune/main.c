@@ -431,6 +431,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     lm_eval ev = {0};
     char *options_json = NULL;
     rt_grid grid = {0};
+    train_app_comm_count comm_count = {0}; /* --comm-stats */
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
@@ -442,6 +443,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const int32_t eos = tok_eos_id(tok);
     if (eos < 0) RT_FAIL(RT_ERR_CONFIG, "%s: the tokenizer has no end-of-text token to join the texts", src.tokenizer);
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
+    train_app_comm_count_begin(&O.t, &comm_count, &grid);
     int block = (int)O.block_size;
     RT_TRY(lm_build_model(&src, tok, be, grid.tp, grid.pp, (int)O.t.batch_size, &block, &model));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", src.tokenizer, tok_kind_name(tok), tok_vocab_size(tok),
@@ -498,6 +500,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_eval te = {.ctx = &ev, .evaluate = lm_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    train_app_comm_count_print(&O.t, &comm_count, &grid, gpt2_model_params(model), res.steps);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n == 2)
@@ -528,6 +531,7 @@ fail:
     data_tokenized_free(&train);
     data_tokenized_free(&val);
     tok_free(tok);
+    train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
     return st;
 }

@@ -442,6 +442,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     t5_eval ev = {0};
     char *options_json = NULL;
     rt_grid grid = {0};
+    train_app_comm_count comm_count = {0}; /* --comm-stats */
 
     RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
     if (O.t.pp > 1 && O.predict)
@@ -461,6 +462,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                 tok_kind_name(tok));
 
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
+    train_app_comm_count_begin(&O.t, &comm_count, &grid);
     RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_source_len, "length-buckets", "--max-source-len"));
     RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_target_len, "length-buckets", "--max-target-len"));
     int max_src = data_pad_length(&O.t.pad, (int)O.max_source_len);
@@ -542,6 +544,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
+    train_app_comm_count_print(&O.t, &comm_count, &grid, t5_model_params(model), res.steps);
     *signal_out = res.signal;
     if (res.signal) goto fail;
     if (res.last_eval.n) {
@@ -574,6 +577,7 @@ fail:
     data_lines_free(&vsrc_lines);
     data_lines_free(&vtgt_lines);
     tok_free(tok);
+    train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
     return st;
 }
