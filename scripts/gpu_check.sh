@@ -16,7 +16,7 @@
 #     and the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
 #     (--quick: 50 steps);
 #  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
-#     not).
+#     not; --quick: the two GPT-2 workloads, 10 steps, instead of all six with T5-3B's).
 #
 # Each check appends one line to BUILD_DIR/gpu_check.txt, "PASS|FAIL|SKIP name: detail", with
 # its figures; the script prints the file at the end and exits 1 if any line is FAIL. Logs are
@@ -159,7 +159,9 @@ done
 if [ "$BENCH" = 1 ]; then
     if python3 -c 'import torch, transformers, sys; sys.exit(not torch.cuda.is_available())' 2> /dev/null; then
         t0=$(date +%s)
-        if scripts/bench/gpu.sh > "$LOGS/bench.log" 2>&1; then
+        bench_args=()
+        [ "$QUICK" = 1 ] && bench_args=(--workloads gpt2-mrpc,gpt2-lm-1024 --steps 10 --warmup 3)
+        if scripts/bench/gpu.sh "${bench_args[@]}" > "$LOGS/bench.log" 2>&1; then
             line "PASS benchmark: $(secs "$t0") s; its table:"
             sed 's/^/INFO   /' "$LOGS/bench.log" | tail -20 | tee -a "$SUMMARY"
         else

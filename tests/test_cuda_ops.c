@@ -3,7 +3,7 @@
  * elementwise and row ops, looser for GEMM and attention, whose sums run in another order).
  * Dropout masks must be the same bits, and the reductions that are meant to be
  * deterministic (norm and bias gradients, embedding scatter, sumsq) must give the same bits
- * when run twice. Exits 77 (skipped) in a build without CUDA or on a machine without a GPU; a GPU
+ * when run twice. Uploads through the pinned staging slots keep their data. Exits 77 (skipped) in a build without CUDA or on a machine without a GPU; a GPU
  * that CUDA cannot use (a driver too old for the runtime) fails instead. */
 #include <math.h>
 #include <stdio.h>
@@ -177,6 +177,37 @@ static void test_memory(void) {
     rt_free_device(g_gpu, q);
     rt_free_device(g_gpu, NULL);
     free(h);
+}
+
+/* Uploads through the pinned staging slots (cuda_backend.cu): more small uploads than slots,
+ * each from the same host array rewritten between calls (the data is taken at the call, and a
+ * slot is reused only once its copy has run), with a kernel on each buffer between; and one
+ * upload past a slot's size, which goes straight from the caller's memory. */
+static void test_uploads(void) {
+    enum { BUFS = 20, NS = 1000 };
+    float host[NS], *buf[BUFS];
+    for (int b = 0; b < BUFS; b++) {
+        buf[b] = be_alloc(g_gpu, NS * sizeof(float));
+        for (int i = 0; i < NS; i++) host[i] = (float)(b * NS + i);
+        rt_to_device(g_gpu, buf[b], host, sizeof host);
+        rt_scale(g_gpu, buf[b], 2.0f, NS);
+    }
+    size_t bad = 0;
+    for (int b = 0; b < BUFS; b++) {
+        float *back = gpu_fetch(buf[b], NS);
+        for (int i = 0; i < NS; i++) bad += back[i] != 2.0f * (float)(b * NS + i);
+        free(back);
+        rt_free_device(g_gpu, buf[b]);
+    }
+    TZ_EXPECT(bad == 0, "staged uploads: %zu of %d floats differ", bad, BUFS * NS);
+    const size_t big = (3u << 20) / sizeof(float) + 7; /* 3 MiB and a bit: past a slot */
+    float *h = host_rand(big, 1.0f, 0.0f), *p = be_alloc(g_gpu, big * sizeof(float));
+    rt_to_device(g_gpu, p, h, big * sizeof(float));
+    float *back = gpu_fetch(p, big);
+    TZ_EXPECT(memcmp(back, h, big * sizeof(float)) == 0, "a %zu-byte upload differs", big * sizeof(float));
+    free(back);
+    free(h);
+    rt_free_device(g_gpu, p);
 }
 
 static void test_gemm(void) {
@@ -1032,6 +1063,7 @@ int main(void) {
     }
 
     test_memory();
+    test_uploads();
     test_gemm();
     test_norms();
     test_elementwise();
