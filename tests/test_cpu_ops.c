@@ -2,7 +2,8 @@
  * gemm (all transposes, padded strides, batch, beta=1), LayerNorm, RMSNorm, activations,
  * attention (causal + key mask + bias on a fused qkv buffer, fully masked rows, dropout),
  * embedding over a vocab shard, softmax cross-entropy (ignore -100, aliasing, large
- * logits), AdamW over 3 steps against the PyTorch formula, dropout, sumsq, rows, the
+ * logits), AdamW over 3 steps against the PyTorch formula, the rows of dropout uniforms against
+ * rt_rng_uniform, dropout, sumsq, rows, the
  * device-string dispatch, and that sizes big enough to run in parallel give the same bits
  * with 1 and 3 threads. Gradients are checked in test_cpu_grad.c. */
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/cpu/cpu_internal.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_rng.h"
 #include "tests/testutil.h"
@@ -405,6 +407,29 @@ static void test_adamw(void) {
     free(p), free(m), free(v), free(rp), free(rm), free(rv);
 }
 
+/* The CPU's row of uniforms (Philox blocks as lanes, scalar partial blocks at either end)
+ * against rt_rng_uniform, value by value: starts at every offset within a block and past 2^32,
+ * lengths from 1 to past a lane batch. */
+static void test_uniform_row(void) {
+    static float u[5000];
+    int bad = 0;
+    for (int t = 0; t < 2000 && !bad; t++) {
+        const uint64_t seed = 0x123456789abcull * (uint64_t)t + 7, stream = (uint64_t)t * 0x9E3779B97F4A7C15ull;
+        const uint64_t start = (uint64_t)t * 7919 % 100000 + (t % 3 == 0 ? (uint64_t)1 << 33 : 0);
+        const size_t n = (size_t)t * 37 % 4999 + 1;
+        rt_cpu_uniform_row(seed, stream, start, n, u);
+        for (size_t k = 0; k < n && !bad; k++) {
+            const float want = rt_rng_uniform(seed, stream, start + k);
+            if (memcmp(&want, &u[k], sizeof want) != 0) {
+                bad = 1;
+                TZ_EXPECT(0, "row %d (start %llu, %zu values): value %zu is %.9g, rt_rng_uniform %.9g", t,
+                          (unsigned long long)start, n, k, u[k], want);
+            }
+        }
+    }
+    TZ_EXPECT(!bad, "rt_cpu_uniform_row differs from rt_rng_uniform");
+}
+
 static void test_dropout(void) {
     const size_t n = 100000;
     const float p = 0.25f;
@@ -537,6 +562,7 @@ int main(void) {
     test_embedding();
     test_softmax_xent();
     test_adamw();
+    test_uniform_row();
     test_dropout();
     test_thread_determinism();
     test_dispatch(be);
