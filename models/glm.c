@@ -388,11 +388,11 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     }
     *loss_sum = sum;
     if (!backward) return RT_OK;
-    /* the gradient: the tokens' cross-entropy again, each row's dL/dlogits times its choice's weight */
-    float *h_w = rt_xmalloc((size_t)n * sizeof *h_w);
-    for (int i = 0; i < n; i++) h_w[i] = (float)w[m->head.h_idx[i] / T];
-    rt_to_device(m->be, m->head.row_weights, h_w, (size_t)n * sizeof(float));
-    free(h_w);
+    /* the gradient: the tokens' cross-entropy again, each row's dL/dlogits times its choice's
+     * weight; the weights go up through h_losses, which the second pass refills with the same
+     * losses */
+    for (int i = 0; i < n; i++) m->head.h_losses[i] = (float)w[m->head.h_idx[i] / T];
+    rt_to_device(m->be, m->head.row_weights, m->head.h_losses, (size_t)n * sizeof(float));
     RT_TRY(glm_output_xent(m, n, 1.0f, true));
 fail:
     return st;

@@ -123,8 +123,7 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     const size_t W = s->kept_dtype == RT_F32 ? L : 1; /* fp32 slots */
     a->used = (a->used + 63) & ~(size_t)63;
     const size_t work_at = a->used;
-    s->h1 = rt_arena_take(a, W * BT * C, f);
-    s->work = s->h1;
+    s->h1 = rt_arena_take(a, W * BT * C, f); /* first: the working set starts at h1 */
     s->mid = rt_arena_take(a, W * BT * C, f);
     s->h2 = rt_arena_take(a, W * BT * C, f);
     s->qkv = rt_arena_take(a, W * BT * 3 * Il, f);
@@ -315,7 +314,7 @@ static void stack_keep(mdl_stack *s, int l, const block_run *r, int B, int S, bo
     const int n = stack_pieces(s, r, B, S, pieces);
     uint16_t *slot = (uint16_t *)s->narrowed + (size_t)(l % s->slots) * s->work_floats;
     for (int k = 0; k < n; k++) {
-        uint16_t *kept = slot + (pieces[k].at - s->work);
+        uint16_t *kept = slot + (pieces[k].at - s->h1);
         if (narrow)
             rt_narrow(s->be, s->kept_dtype, kept, pieces[k].at, pieces[k].n);
         else

@@ -120,8 +120,7 @@ typedef struct {
      * working set, and each slot keeps them as kept_dtype in `narrowed`) */
     int slots;                    /* n_layer, or checkpoint_layers */
     rt_dtype kept_dtype;          /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
-    float *work;                  /* the working set's first float: h1 .. hid lie in [work, work + work_floats) */
-    size_t work_floats;
+    size_t work_floats;           /* the working set's floats: h1 (laid out first) .. hid lie in [h1, h1 + work_floats) */
     void *narrowed;               /* (slots, work_floats) kept_dtype values, at the working set's offsets */
     float *res;                   /* (L+1, BT, C) the residual entering each block, and the output */
     float *h1, *mid, *h2;         /* (slots, BT, C) around norm1 and norm2 (pre: their outputs, the sublayer
