@@ -72,6 +72,16 @@ static dbuf dbuf_rand(size_t n, float scale, float offset) {
     return b;
 }
 
+/* An activation or activation gradient at the compute precision: stored rounded to dtype, as
+ * every op writes them (rt_set_precision), which the 16-bit matmuls' fused sums rely on. */
+static dbuf dbuf_rand_stored(rt_dtype dtype, size_t n, float scale, float offset) {
+    float *h = host_rand(n, scale, offset);
+    for (size_t i = 0; i < n; i++) h[i] = rt_round_to(dtype, h[i]);
+    dbuf b = dbuf_from(h, n);
+    free(h);
+    return b;
+}
+
 static dbuf dbuf_zero(size_t n) {
     dbuf b = {n, be_alloc(g_cpu, n * sizeof(float)), be_alloc(g_gpu, n * sizeof(float))};
     return b; /* alloc zeroes */
@@ -892,7 +902,8 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     char what[128];
     if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
     TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
-    dbuf X = dbuf_rand(N * C, 1.0f, 0.0f), W = dbuf_rand((size_t)F * C, 0.2f, 0.0f), b = dbuf_rand(F, 0.5f, 0.0f);
+    dbuf X = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W = dbuf_rand((size_t)F * C, 0.2f, 0.0f),
+         b = dbuf_rand(F, 0.5f, 0.0f);
     dbuf pre = dbuf_zero(N * F), out = dbuf_zero(N * F), plain = dbuf_zero(N * F);
     rt_linear_fwd(g_cpu, out.c, pre.c, X.c, W.c, b.c, N, C, F, &act);
     rt_linear_fwd(g_gpu, out.g, pre.g, X.g, W.g, b.g, N, C, F, &act);
@@ -905,7 +916,7 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     snprintf(what, sizeof what, "%s linear_fwd (bias only) F %d", rt_dtype_name(dtype), F);
     dbuf_check(what, &plain, GEMM_ATOL, tol);
     /* backward: dW and db accumulate onto what is there */
-    dbuf dY = dbuf_rand(N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f), db = dbuf_rand(F, 1.0f, 0.0f);
+    dbuf dY = dbuf_rand_stored(dtype, N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f), db = dbuf_rand(F, 1.0f, 0.0f);
     rt_linear_wgrad(g_cpu, dW.c, db.c, dY.c, X.c, N, C, F);
     rt_linear_wgrad(g_gpu, dW.g, db.g, dY.g, X.g, N, C, F);
     snprintf(what, sizeof what, "%s linear_wgrad F %d: dW", rt_dtype_name(dtype), F);
@@ -913,7 +924,7 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     snprintf(what, sizeof what, "%s linear_wgrad F %d: db", rt_dtype_name(dtype), F);
     dbuf_check(what, &db, GEMM_ATOL, GEMM_RTOL);
     /* the FFN's down projection W2 (C, F): dpre = act'(pre) * (dY2 W2), db1 += column sums */
-    dbuf dY2 = dbuf_rand(N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f), dpre = dbuf_zero(N * F);
+    dbuf dY2 = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f), dpre = dbuf_zero(N * F);
     dbuf_sync_from_cpu(&pre); /* the same pre-activations on both */
     rt_linear_dact(g_cpu, dpre.c, db.c, dY2.c, W2.c, pre.c, N, F, C, act);
     rt_linear_dact(g_gpu, dpre.g, db.g, dY2.g, W2.g, pre.g, N, F, C, act);
@@ -986,15 +997,18 @@ static void test_weight_copy(void) {
     test_weight_copy_case(RT_F16);
 }
 
-/* Attention with 16-bit probabilities (rt_attn_desc.probs_dtype) on the GPU: the same bits as
- * fp32 probabilities rounded after the op (out, dqkv, dbias and the stored values, with dropout
- * and a position bias), and the stored values within one unit of the type of the CPU's. */
+/* Attention at a 16-bit compute precision with 16-bit probabilities (rt_attn_desc.probs_dtype)
+ * on the GPU: the same bits as fp32 probabilities rounded after the op (out, dqkv, dbias and the
+ * stored values, with dropout and a position bias); the stored values, out, dqkv and dbias
+ * within one unit of the type of the CPU's (the scores' products run on the tensor cores, in
+ * another order). q/k/v and dout are stored activations, so rounded to the type. */
 static void test_attention_probs16_case(rt_dtype dtype) {
     enum { B = 2, NH = 4, T = 40, HS = 16, C = NH * HS };
     const size_t np = (size_t)B * NH * T * T, nb = (size_t)NH * T * T, nx = (size_t)B * T * 3 * C;
     if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
     TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
-    dbuf x = dbuf_rand(nx, 1.0f, 0.0f), dy = dbuf_rand((size_t)B * T * C, 1.0f, 0.0f), bias = dbuf_rand(nb, 1.0f, 0.0f);
+    dbuf x = dbuf_rand_stored(dtype, nx, 1.0f, 0.0f), dy = dbuf_rand_stored(dtype, (size_t)B * T * C, 1.0f, 0.0f),
+         bias = dbuf_rand(nb, 1.0f, 0.0f);
     dbuf out[2] = {dbuf_zero((size_t)B * T * C), dbuf_zero((size_t)B * T * C)};
     dbuf dqkv[2] = {dbuf_zero(nx), dbuf_zero(nx)}, dbias[2] = {dbuf_zero(nb), dbuf_zero(nb)}, p32 = dbuf_zero(np);
     uint16_t *p16c = be_alloc(g_cpu, np * 2), *p16g = be_alloc(g_gpu, np * 2);
@@ -1011,6 +1025,8 @@ static void test_attention_probs16_case(rt_dtype dtype) {
     d.probs_dtype = dtype;
     d.bias = bias.c;
     rt_attention_fwd(g_cpu, &d, out[1].c, p16c, x.c, x.c + C, x.c + 2 * C);
+    rt_attention_bwd(g_cpu, &d, dqkv[1].c, dqkv[1].c + C, dqkv[1].c + 2 * C, dbias[1].c, dy.c, p16c, x.c, x.c + C,
+                     x.c + 2 * C);
     float *o32 = gpu_fetch(out[0].g, out[0].n), *o16 = gpu_fetch(out[1].g, out[1].n);
     float *d32 = gpu_fetch(dqkv[0].g, nx), *d16 = gpu_fetch(dqkv[1].g, nx);
     float *b32 = gpu_fetch(dbias[0].g, nb), *b16 = gpu_fetch(dbias[1].g, nb), *h32 = gpu_fetch(p32.g, np);
@@ -1030,8 +1046,15 @@ static void test_attention_probs16_case(rt_dtype dtype) {
     TZ_EXPECT(memcmp(d32, d16, nx * 4) == 0, "%s probs16: dqkv differs from fp32 probabilities'", name);
     TZ_EXPECT(memcmp(b32, b16, nb * 4) == 0, "%s probs16: dbias differs from fp32 probabilities'", name);
     char what[64];
+    const float unit = dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
     snprintf(what, sizeof what, "%s probs16 against the CPU", name);
-    tz_check_close(what, wg, wc, np, ATTN_ATOL, dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024);
+    tz_check_close(what, wg, wc, np, ATTN_ATOL, unit);
+    snprintf(what, sizeof what, "%s attention out against the CPU", name);
+    dbuf_check(what, &out[1], ATTN_ATOL, unit);
+    snprintf(what, sizeof what, "%s attention dqkv against the CPU", name);
+    dbuf_check(what, &dqkv[1], ATTN_ATOL, unit);
+    snprintf(what, sizeof what, "%s attention dbias against the CPU", name);
+    dbuf_check(what, &dbias[1], ATTN_ATOL, unit);
     free(o32), free(o16), free(d32), free(d16), free(b32), free(b16), free(h32), free(hg), free(hc), free(wg), free(wc);
     dbuf *all[] = {&x, &dy, &bias, &out[0], &out[1], &dqkv[0], &dqkv[1], &dbias[0], &dbias[1], &p32};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
