@@ -1,6 +1,6 @@
 /* Scaled-dot-product attention on CUDA (rt_attn_desc in rt_backend.h), the straightforward
- * way: the two products per (batch, head) are cuBLAS strided-batched GEMMs (one call per
- * batch element, the heads as the batch, since q/k/v rows are strided by ld), and the masked
+ * way: the two products per (batch, head) are strided-batched GEMMs (one call per batch
+ * element, the heads as the batch, since q/k/v rows are strided by ld), and the masked
  * softmax, dropout and softmax backward are one-warp-per-row kernels. Forward writes the
  * scores straight into the caller's probs buffer and softmaxes them in place; the dropped
  * probabilities and the backward's dS live in scratch owned by the backend. A fused
@@ -14,7 +14,12 @@
  *
  * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
  * softmax kernel also stores them rounded, and backward widens the stored ones into scratch.
- * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU. */
+ * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU.
+ *
+ * At a 16-bit compute precision the products whose inputs are all stored activations (the
+ * scores q k^T and dP = dout v^T) run on the tensor cores (rt_cuda_gemm_op): those inputs are
+ * already rounded, so only the order of the fp32 sums changes. The products with the fp32
+ * probabilities or dS stay fp32 (rt_cuda_gemm), which is what the CPU computes. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -184,7 +189,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
     for (int b = 0; b < B; b++)
-        rt_cuda_gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
+        rt_cuda_gemm_op(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
                      (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
                      0.0f, S + (size_t)b * NH * head, Tk, head, NH);
 
@@ -242,7 +247,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
                      dout + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, 0.0f,
                      dv + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, NH);
         /* dP'[b, h] (Tq x Tk) = dout[b, :, h] (Tq x HS) v[b, :, h]^T (HS x Tk) */
-        rt_cuda_gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
+        rt_cuda_gemm_op(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
                      (int)d->ldo, (size_t)HS, v + (size_t)b * Tk * d->ldv, (int)d->ldv,
                      (size_t)HS, 0.0f, dS + (size_t)b * NH * head, Tk, head, NH);
     }

@@ -14,6 +14,8 @@
  * aligned) or cuBLASLt offers no algorithm; the wrapper then composes the plain ops. Each call
  * tells the heuristic how its matrices are really aligned (weights sit at any offset in the
  * slab), rather than cuBLASLt's default of 256 bytes. */
+#include <limits.h>
+
 #include "runtime/cuda/cuda_lt_map.h"
 #include "runtime/cuda/rt_cuda.h"
 
@@ -97,9 +99,24 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
 
 /* x's operands at the matmul precision: fp32 as they are (CUDA_R_32F), else their 16-bit copies
  * (a batch of one: the models' only batched products are attention's, which use cuBLAS). */
+/* The elements a batch of column-major matrices spans, from the first: the 16-bit copy of that
+ * span keeps every offset, so the layout (ld, stride) stays as it is. */
+static size_t lt_batch_span(lt_layout_dims d, int batch, long long stride) {
+    return (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
+}
+
 static cudaDataType_t lt_inputs(rt_cuda_ctx *c, lt_call *x) {
     if (c->matmul == RT_F32) return CUDA_R_32F;
-    RT_CHECK(x->batch == 1, "a %s matmul with batch %d", rt_dtype_name(c->matmul), x->batch);
+    const cudaDataType_t type = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (x->batch > 1) { /* attention's products over heads: activations, never the weights' copy */
+        const size_t span_a = lt_batch_span(lt_dims_a(x), x->batch, x->sa),
+                     span_b = lt_batch_span(lt_dims_b(x), x->batch, x->sb);
+        RT_CHECK(span_a <= INT_MAX && span_b <= INT_MAX, "a %s batched matmul spanning %zu and %zu elements",
+                 rt_dtype_name(c->matmul), span_a, span_b);
+        x->A = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_B, (const float *)x->A, 1, (int)span_a, (int)span_a);
+        x->B = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_A, (const float *)x->B, 1, (int)span_b, (int)span_b);
+        return type;
+    }
     /* a weight comes from the copy AdamW wrote (its own row stride); the rest is converted now
      * into packed scratch. x->A is the row-major product's B, x->B its A. */
     const lt_layout_dims a = lt_dims_a(x), b = lt_dims_b(x);
@@ -108,7 +125,7 @@ static cudaDataType_t lt_inputs(rt_cuda_ctx *c, lt_call *x) {
     x->A = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_B, (const float *)x->A, a.cols, a.rows, (int)a.ld, &ld16_a);
     x->B = rt_cuda_matmul_input(c, RT_CUDA_SCRATCH_GEMM_A, (const float *)x->B, b.cols, b.rows, (int)b.ld, &ld16_b);
     x->lda = ld16_a, x->ldb = ld16_b;
-    return c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    return type;
 }
 
 void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -119,15 +136,15 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1 && ldb >= (trans_b ? K : N) && ldb >= 1 && ldc >= N,
              "lda=%d ldb=%d ldc=%d for M=%d N=%d K=%d", lda, ldb, ldc, M, N, K);
     if (M == 0 || N == 0 || batch == 0) return;
-    /* K = 0: C = beta C, which cuBLAS does; a 16-bit batch of several goes one by one */
-    if (K > 0 && (c->matmul == RT_F32 || batch == 1)) {
+    /* K = 0: C = beta C, which cuBLAS does */
+    if (K > 0) {
         lt_call x = lt_map_row_major(trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
                                      stride_c, batch);
         const cudaDataType_t type = lt_inputs(c, &x);
         if (lt_matmul(c, &x, type)) return;
-        /* cuBLAS's fallback below is fp32 only, and splitting a batch of one into batches of one
-         * would never end */
-        RT_CHECK(c->matmul == RT_F32, "cuBLASLt has no algorithm for a %s matmul M=%d N=%d K=%d (trans %d %d, ld %d %d %d)",
+        /* cuBLAS's fallback below is fp32 only; a 16-bit batch of several that cuBLASLt refuses
+         * goes one by one, and splitting a batch of one into batches of one would never end */
+        RT_CHECK(c->matmul == RT_F32 || batch > 1, "cuBLASLt has no algorithm for a %s matmul M=%d N=%d K=%d (trans %d %d, ld %d %d %d)",
                  rt_dtype_name(c->matmul), M, N, K, trans_a, trans_b, lda, ldb, ldc);
     }
     if (c->matmul != RT_F32 && K > 0) {
