@@ -84,8 +84,8 @@ __global__ void rt_cuda_gated_act_bwd_kernel(int kind, float *dgate, float *dlin
     }
 }
 
-__global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t n, int C) {
-    RT_CUDA_FOR_EACH(i, n) out[i] += bias[i % (size_t)C];
+__global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N, int C) {
+    RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) out[r * (size_t)C + c] += bias[c];
 }
 
 __global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n) {
@@ -219,7 +219,8 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
     RT_CHECK(C > 0, "C=%d", C);
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_add_bias_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, bias, n, C);
+    rt_cuda_add_bias_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, bias,
+                                                                                                            N, C);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -125,6 +125,18 @@ static inline unsigned rt_cuda_grid(size_t n, unsigned threads) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
          i += (size_t)gridDim.x * blockDim.x)
 
+/* A grid-stride walk over a rows x cols block: rows across blockIdx.y, columns across
+ * blockIdx.x and the threads (launch with rt_cuda_grid_rows), so no index is divided. */
+#define RT_CUDA_FOR_EACH_ROW_COL(r, c, rows, cols)                                             \
+    for (size_t r = blockIdx.y; r < (rows); r += gridDim.y)                                     \
+        for (int c = (int)(blockIdx.x * blockDim.x + threadIdx.x); c < (cols); c += (int)(gridDim.x * blockDim.x))
+
+static inline dim3 rt_cuda_grid_rows(size_t rows, int cols, unsigned threads) {
+    const unsigned x = rt_cuda_grid((size_t)cols, threads);
+    const size_t y = rows < 1 ? 1 : rows > 65535 ? 65535 : rows;
+    return dim3(x, (unsigned)y);
+}
+
 /* Warp and block reductions. block_* need blockDim.x a multiple of 32 (<= 1024), every
  * thread of the block calling, and shared scratch of 32 elements; every thread gets the
  * result. The leading __syncthreads lets a block call them back to back with one buffer. */
