@@ -344,16 +344,19 @@ fail:
     return st;
 }
 
-/* One device's dense fp32 peak (no TF32, as the CUDA backend's cuBLAS runs), by model name:
- * the MFU denominator when --peak-tflops is not given. 0: unknown (the CPU). */
+/* One device's dense peak at the compute precision, by model name: fp32 without TF32 (as the
+ * CUDA backend's matmuls run at --precision fp32), else the bf16/fp16 tensor-core peak (the
+ * SXM parts' datasheet figures; the PCIe H100's its own). The MFU denominator when
+ * --peak-tflops is not given. 0: unknown (the CPU). */
 static double rt_train_peak_tflops(const rt_backend *be) {
     static const struct {
         const char *name;
-        double tflops;
-    } table[] = {{"H100 PCIe", 51.2}, {"H100", 66.9}, {"H200", 66.9}, {"A100", 19.5}, {"L40S", 91.6}};
+        double fp32, half;
+    } table[] = {{"H100 PCIe", 51.2, 756.0}, {"H100", 66.9, 989.4}, {"H200", 66.9, 989.4}, {"A100", 19.5, 312.0},
+                 {"L40S", 91.6, 362.1}};
     const char *model = be->ops->device_model ? be->ops->device_model(be->ctx) : NULL;
     for (size_t i = 0; model && i < sizeof table / sizeof *table; i++)
-        if (strstr(model, table[i].name)) return table[i].tflops;
+        if (strstr(model, table[i].name)) return be->compute == RT_F32 ? table[i].fp32 : table[i].half;
     return 0;
 }
 

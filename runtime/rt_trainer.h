@@ -124,8 +124,8 @@ typedef struct {
      * at least 4 buckets per slab), -1 reduces everything after the backward instead of
      * overlapping (the model must offer set_grads_hook to overlap; ZeRO never does). */
     int64_t dp_bucket;
-    /* One device's peak TFLOP/s for MFU; 0: the fp32 peak of a GPU the table knows (H100,
-     * H200, A100, L40S), else no MFU. */
+    /* One device's peak TFLOP/s for MFU; 0: the peak at the compute precision (fp32, or the
+     * bf16/fp16 tensor cores') of a GPU the table knows (H100, H200, A100, L40S), else no MFU. */
     double peak_tflops;
 } rt_train_opts;
 

@@ -100,7 +100,7 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          "with --zero 3: keep this rank's weight shard in host memory too (a block is copied up as it is gathered); "
          "implies --offload-optimizer", NULL, 0, 0},
         {"peak-tflops", RT_OPT_FLOAT, &o->peak_tflops, "0", NULL,
-         "one device's peak TFLOP/s, for the MFU in the step line (0 = the fp32 peak of a known GPU, else none)",
+         "one device's peak TFLOP/s, for the MFU in the step line (0 = a known GPU's peak at --precision, else none)",
          NULL, 0, 1e6},
         {"device", RT_OPT_CHOICE, &o->device, "cpu", NULL,
          "where to train; cuda = the GPU numbered by the rank's local rank", "cpu|cuda|cuda:N", 0, 0},
