@@ -2,10 +2,13 @@
 # Everything that needs a GPU, in one command, for a machine with an NVIDIA GPU (issue 18):
 #
 #   scripts/gpu_check.sh [--quick] [--no-sanitizer] [--no-bench] [--build-dir DIR] [--no-build]
+#                        [--pack FILE]
 #
 #  1. builds every program and test with the CUDA backend into build-gpu/ (-Werror, for this
 #     GPU's architecture only, to build fast; --build-dir: another folder; --no-build: use what
-#     is there, e.g. a CUDA build made on another machine and carried over);
+#     is there, e.g. a CUDA build made on another machine and carried over; --pack FILE: unpack
+#     the build scripts/gpu_pack.sh made on another machine into build-gpu/ and run with the
+#     libraries it carries, for a GPU machine without our build dependencies);
 #  2. runs every cuda-labelled test (a test that skips on a GPU machine counts as a failure);
 #  3. runs compute-sanitizer's memcheck and racecheck over test_cuda_ops, 5 minutes at most each
 #     (--no-sanitizer: not);
@@ -24,13 +27,18 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 SRC=$(pwd)
-QUICK=0 SANITIZER=1 BENCH=1 BUILD=1 B=build-gpu
+QUICK=0 SANITIZER=1 BENCH=1 BUILD=1 B=build-gpu PACK=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
     --no-sanitizer) SANITIZER=0 ;;
     --no-bench) BENCH=0 ;;
     --no-build) BUILD=0 ;;
+    --pack)
+        [ $# -ge 2 ] || { echo "gpu_check.sh: --pack needs a file (from scripts/gpu_pack.sh)" >&2; exit 2; }
+        [ -f "$2" ] || { echo "gpu_check.sh: --pack $2: no such file" >&2; exit 2; }
+        PACK=$2 BUILD=0 B=build-gpu
+        shift ;;
     --build-dir)
         [ $# -ge 2 ] || { echo "gpu_check.sh: --build-dir needs a folder" >&2; exit 2; }
         B=$2
@@ -47,6 +55,23 @@ mkdir -p "$LOGS" || exit 1
 line() { echo "$*" >> "$SUMMARY"; echo "$*"; }
 secs() { echo $(($(date +%s) - $1)); }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---- a packed build: unpack it, find CUDA's libraries here, point its ctest files at this checkout ----
+if [ -n "$PACK" ]; then
+    [ "$B" = build-gpu ] || { echo "gpu_check.sh: --pack unpacks into build-gpu/; leave --build-dir out" >&2; exit 2; }
+    tar xJf "$PACK" || { line "FAIL pack: cannot unpack $PACK"; exit 1; }
+    cuda_dirs=$(find /usr/local /opt /usr/lib \( -name 'libcublasLt.so.13' -o -name 'libcudart.so.13' -o \
+        -name 'libnccl.so.2' \) -printf '%h\n' 2> /dev/null | sort -u | tr '\n' ':')
+    export LD_LIBRARY_PATH="$SRC/$B/lib:$cuda_dirs${LD_LIBRARY_PATH:-}"
+    packed_src=$(cat "$B/pack-source-dir")
+    [ "$packed_src" = "$SRC" ] || sed -i "s#$packed_src#$SRC#g" "$B/CTestTestfile.cmake" "$B/tests/CTestTestfile.cmake"
+    missing=$(ldd "$B/bin/gpt2-classify" "$B/tests/test_cuda_ops" | grep 'not found' | sort -u | tr -s ' \t\n' ' ')
+    if [ -n "$missing" ]; then
+        line "FAIL pack: libraries not found here: $missing"
+        exit 1
+    fi
+    line "INFO pack: $PACK, built in $packed_src; CUDA libraries from ${cuda_dirs%:}"
+fi
 
 # ---- the machine ----
 if command -v nvidia-smi > /dev/null; then
@@ -161,7 +186,9 @@ if [ "$BENCH" = 1 ]; then
         t0=$(date +%s)
         bench_args=()
         [ "$QUICK" = 1 ] && bench_args=(--workloads gpt2-mrpc,gpt2-lm-1024 --steps 10 --warmup 3)
-        if scripts/bench/gpu.sh "${bench_args[@]}" > "$LOGS/bench.log" 2>&1; then
+        bench=(scripts/bench/gpu.sh) # it builds build-gpu/ first; a build made elsewhere is used as it is
+        [ "$BUILD" = 0 ] && bench=(python3 scripts/bench/bench_gpu.py --bin-dir "$B/bin" --device cuda)
+        if "${bench[@]}" "${bench_args[@]}" > "$LOGS/bench.log" 2>&1; then
             line "PASS benchmark: $(secs "$t0") s; its table:"
             sed 's/^/INFO   /' "$LOGS/bench.log" | tail -20 | tee -a "$SUMMARY"
         else
