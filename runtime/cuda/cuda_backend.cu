@@ -271,6 +271,7 @@ fail:
         if (c->stage_done[k]) cudaEventDestroy(c->stage_done[k]);
     }
     if (c && c->stream) cudaStreamDestroy(c->stream);
+    if (c) free(c->lt_plans);
     free(c);
     free(be);
     return st;
@@ -292,6 +293,7 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
         }
         if (rt_cuda_thread_stream_ == c->stream) rt_cuda_thread_stream_ = NULL;
         CUDA_CHECK(cudaStreamDestroy(c->stream));
+        free(c->lt_plans);
         free(c);
     }
     free(be);

@@ -13,10 +13,12 @@
  * pre-activation's leading dimension must be a multiple of 8; bias and pre-activation 16-byte
  * aligned) or cuBLASLt offers no algorithm; the wrapper then composes the plain ops. Each call
  * tells the heuristic how its matrices are really aligned (weights sit at any offset in the
- * slab), rather than cuBLASLt's default of 256 bytes. */
+ * slab), rather than cuBLASLt's default of 256 bytes, and asks it once per shape
+ * (cuda_lt_plans.h). */
 #include <limits.h>
 
 #include "runtime/cuda/cuda_lt_map.h"
+#include "runtime/cuda/cuda_lt_plans.h"
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_LT_WORKSPACE (32u << 20)
@@ -44,13 +46,45 @@ static cublasLtMatrixLayout_t lt_layout(cudaDataType_t type, lt_layout_dims d, i
     return l;
 }
 
-/* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. */
+/* cuBLASLt's first choice for these descriptors, told the matrices' real alignments (A, B, C,
+ * D) and our workspace; false: none. */
+static bool lt_heuristic(rt_cuda_ctx *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                         cublasLtMatrixLayout_t lc, const uint32_t align[4], cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatmulPreference_t pref = NULL;
+    const uint64_t ws_bytes = RT_CUDA_LT_WORKSPACE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                      sizeof ws_bytes));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->cublaslt, op, la, lb, lc, lc, pref, 1, &h, &found);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (st != CUBLAS_STATUS_SUCCESS || found < 1) return false;
+    *algo = h.algo;
+    return true;
+}
+
+/* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. The heuristic runs once per
+ * shape: its answers, "none" included, are kept in c->lt_plans (cuda_lt_plans.h). */
 static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     /* epilogue vectors want 16-byte alignment (a 4-byte-aligned bias has been seen to fault):
      * otherwise the caller composes the plain ops */
     if ((x->bias && (uintptr_t)x->bias % 16) || (x->aux && (uintptr_t)x->aux % 16)) return false;
+    const size_t in_bytes = type == CUDA_R_32F ? 4 : 2;
+    const uint32_t align[4] = {lt_alignment(x->A, x->sa, in_bytes, x->batch),
+                               lt_alignment(x->B, x->sb, in_bytes, x->batch), lt_alignment(x->C, x->sc, 4, x->batch),
+                               lt_alignment(x->C, x->sc, 4, x->batch)};
+    if (!c->lt_plans) c->lt_plans = (lt_plan_cache *)rt_xcalloc(1, sizeof *c->lt_plans);
+    const lt_plan_key key = lt_plan_key_of(x, (int)type, align);
+    const lt_plan *plan = lt_plan_find(c->lt_plans, &key);
+    if (plan && !plan->found) return false;
+
     cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -68,28 +102,20 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     cublasLtMatrixLayout_t la = lt_layout(type, lt_dims_a(x), x->batch, x->sa);
     cublasLtMatrixLayout_t lb = lt_layout(type, lt_dims_b(x), x->batch, x->sb);
     cublasLtMatrixLayout_t lc = lt_layout(CUDA_R_32F, lt_dims_c(x), x->batch, x->sc);
-    void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
-    const uint64_t ws_bytes = RT_CUDA_LT_WORKSPACE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                      sizeof ws_bytes));
-    const size_t in_bytes = type == CUDA_R_32F ? 4 : 2;
-    const uint32_t align[4] = {lt_alignment(x->A, x->sa, in_bytes, x->batch),
-                               lt_alignment(x->B, x->sb, in_bytes, x->batch), lt_alignment(x->C, x->sc, 4, x->batch),
-                               lt_alignment(x->C, x->sc, 4, x->batch)};
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(c->cublaslt, op, la, lb, lc, lc, pref, 1, &h, &found);
-    const bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (ok)
+    cublasLtMatmulAlgo_t algo;
+    static_assert(sizeof algo == LT_PLAN_ALGO_WORDS * sizeof(uint64_t), "cublasLtMatmulAlgo_t's size");
+    bool ok = true;
+    if (plan) {
+        memcpy(&algo, plan->algo, sizeof algo);
+    } else {
+        ok = lt_heuristic(c, op, la, lb, lc, align, &algo);
+        lt_plan_store(c->lt_plans, &key, ok, ok ? (const uint64_t *)&algo : NULL);
+    }
+    if (ok) {
+        void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
         CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc,
-                                    &h.algo, ws, RT_CUDA_LT_WORKSPACE, c->stream));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+                                    &algo, ws, RT_CUDA_LT_WORKSPACE, c->stream));
+    }
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
@@ -97,14 +123,15 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     return ok;
 }
 
-/* x's operands at the matmul precision: fp32 as they are (CUDA_R_32F), else their 16-bit copies
- * (a batch of one: the models' only batched products are attention's, which use cuBLAS). */
 /* The elements a batch of column-major matrices spans, from the first: the 16-bit copy of that
  * span keeps every offset, so the layout (ld, stride) stays as it is. */
 static size_t lt_batch_span(lt_layout_dims d, int batch, long long stride) {
     return (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
 }
 
+/* x's operands at the matmul precision: fp32 as they are (CUDA_R_32F), else their 16-bit copies:
+ * a single matrix packed (a weight read from the copy AdamW keeps), a batch (attention's
+ * products over heads) as the span it covers. */
 static cudaDataType_t lt_inputs(rt_cuda_ctx *c, lt_call *x) {
     if (c->matmul == RT_F32) return CUDA_R_32F;
     const cudaDataType_t type = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;

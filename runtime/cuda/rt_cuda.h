@@ -98,6 +98,8 @@ typedef struct {
     void *stage[RT_CUDA_STAGE_SLOTS];
     cudaEvent_t stage_done[RT_CUDA_STAGE_SLOTS];
     int stage_next;
+    /* cuBLASLt's algorithm per matmul shape (cuda_lt_plans.h), allocated at the first matmul */
+    struct lt_plan_cache *lt_plans;
 } rt_cuda_ctx;
 
 /* The stream of a backend context (the ops' void *ctx). */
@@ -183,6 +185,10 @@ __device__ __forceinline__ double rt_cuda_block_sum_d(double v, double *sh) {
 /* cuda_backend.cu: releases what rt_cuda_backend_init made (called by rt_backend_free, which
  * declares it itself since rt_backend.h does not). */
 extern "C" void rt_cuda_backend_free(rt_backend *be);
+/* The shape of both gemms below: attention picks one per product. */
+typedef void (*rt_cuda_gemm_fn)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
+                                int lda, size_t stride_a, const float *B, int ldb, size_t stride_b, float beta,
+                                float *C, int ldc, size_t stride_c, int batch);
 /* cuda_backend.cu: the fp32 gemm, behind the ops table's (rt_cuda_gemm_op) and used by attention. */
 void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const float *A, int lda, size_t stride_a, const float *B, int ldb,
