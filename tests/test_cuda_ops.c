@@ -1000,10 +1000,11 @@ static void test_weight_copy(void) {
 /* Attention at a 16-bit compute precision with 16-bit probabilities (rt_attn_desc.probs_dtype)
  * on the GPU: the same bits as fp32 probabilities rounded after the op (out, dqkv, dbias and the
  * stored values, with dropout and a position bias); the stored values, out, dqkv and dbias
- * within one unit of the type of the CPU's (the scores' products run on the tensor cores, in
- * another order). q/k/v and dout are stored activations, so rounded to the type. */
-static void test_attention_probs16_case(rt_dtype dtype) {
-    enum { B = 2, NH = 4, T = 40, HS = 16, C = NH * HS };
+ * within one unit of the type of the CPU's (from 2^28 multiply-adds a product, at T 1024, the
+ * scores' products run on the tensor cores, in another order). q/k/v and dout are stored
+ * activations, so rounded to the type. */
+static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, int HS) {
+    const int C = NH * HS;
     const size_t np = (size_t)B * NH * T * T, nb = (size_t)NH * T * T, nx = (size_t)B * T * 3 * C;
     if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
     TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
@@ -1045,15 +1046,15 @@ static void test_attention_probs16_case(rt_dtype dtype) {
     TZ_EXPECT(memcmp(o32, o16, out[0].n * 4) == 0, "%s probs16: out differs from fp32 probabilities'", name);
     TZ_EXPECT(memcmp(d32, d16, nx * 4) == 0, "%s probs16: dqkv differs from fp32 probabilities'", name);
     TZ_EXPECT(memcmp(b32, b16, nb * 4) == 0, "%s probs16: dbias differs from fp32 probabilities'", name);
-    char what[64];
+    char what[96];
     const float unit = dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
-    snprintf(what, sizeof what, "%s probs16 against the CPU", name);
+    snprintf(what, sizeof what, "%s probs16 against the CPU (T %d)", name, T);
     tz_check_close(what, wg, wc, np, ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention out against the CPU", name);
+    snprintf(what, sizeof what, "%s attention out against the CPU (T %d)", name, T);
     dbuf_check(what, &out[1], ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention dqkv against the CPU", name);
+    snprintf(what, sizeof what, "%s attention dqkv against the CPU (T %d)", name, T);
     dbuf_check(what, &dqkv[1], ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention dbias against the CPU", name);
+    snprintf(what, sizeof what, "%s attention dbias against the CPU (T %d)", name, T);
     dbuf_check(what, &dbias[1], ATTN_ATOL, unit);
     free(o32), free(o16), free(d32), free(d16), free(b32), free(b16), free(h32), free(hg), free(hc), free(wg), free(wc);
     dbuf *all[] = {&x, &dy, &bias, &out[0], &out[1], &dqkv[0], &dqkv[1], &dbias[0], &dbias[1], &p32};
@@ -1065,8 +1066,10 @@ static void test_attention_probs16_case(rt_dtype dtype) {
 }
 
 static void test_attention_probs16(void) {
-    test_attention_probs16_case(RT_BF16);
-    test_attention_probs16_case(RT_F16);
+    test_attention_probs16_case(RT_BF16, 2, 4, 40, 16);
+    test_attention_probs16_case(RT_F16, 2, 4, 40, 16);
+    /* 2^28 multiply-adds a product: q k^T and dout v^T on the tensor cores (cuda_attention.cu) */
+    test_attention_probs16_case(RT_BF16, 1, 4, 1024, 64);
 }
 
 int main(void) {

@@ -17,15 +17,24 @@
  * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU.
  *
  * At a 16-bit compute precision the products whose inputs are all stored activations (the
- * scores q k^T and dP = dout v^T) run on the tensor cores (rt_cuda_gemm_op): those inputs are
- * already rounded, so only the order of the fp32 sums changes. The products with the fp32
- * probabilities or dS stay fp32 (rt_cuda_gemm), which is what the CPU computes. */
+ * scores q k^T and dP = dout v^T) run on the tensor cores (rt_cuda_gemm_op) when they are large:
+ * those inputs are already rounded, so only the order of the fp32 sums changes. The products
+ * with the fp32 probabilities or dS stay fp32 (rt_cuda_gemm), which is what the CPU computes. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "runtime/cuda/rt_cuda.h"
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
+
+/* Whether a batch row's q k^T and dout v^T go through the 16-bit matmul: only from 2^28
+ * multiply-adds a call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved
+ * GPU time outweighs the conversions and cuBLASLt's host-side setup. On an H200 it saved
+ * 8 ms of a 272 ms step at 16 x 1024; below the bound (where these small calls, one per batch
+ * row, may be bound by the host) it was not measured, and the fp32 products stay. */
+static bool rt_cuda_attn_16bit_products(const rt_attn_desc *d) {
+    return (double)d->Tq * d->Tk * d->HS * d->NH >= (double)(1u << 28);
+}
 
 static void rt_cuda_attn_check(const rt_attn_desc *d) {
     RT_CHECK(d->B > 0 && d->NH > 0 && d->Tq > 0 && d->Tk > 0 && d->HS > 0,
@@ -188,8 +197,9 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
                    : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
+    const rt_cuda_gemm_fn scores_gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
     for (int b = 0; b < B; b++)
-        rt_cuda_gemm_op(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
+        scores_gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
                      (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
                      0.0f, S + (size_t)b * NH * head, Tk, head, NH);
 
@@ -240,6 +250,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
         P = pd;
     }
     float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
+    const rt_cuda_gemm_fn dp_gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
 
     for (int b = 0; b < B; b++) {
         /* dv[b, :, h] (Tk x HS) = Pd[b, h]^T (Tk x Tq) dout[b, :, h] (Tq x HS) */
@@ -247,7 +258,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
                      dout + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, 0.0f,
                      dv + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, NH);
         /* dP'[b, h] (Tq x Tk) = dout[b, :, h] (Tq x HS) v[b, :, h]^T (HS x Tk) */
-        rt_cuda_gemm_op(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
+        dp_gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
                      (int)d->ldo, (size_t)HS, v + (size_t)b * Tk * d->ldv, (int)d->ldv,
                      (size_t)HS, 0.0f, dS + (size_t)b * NH * head, Tk, head, NH);
     }
