@@ -2,7 +2,7 @@
 # Everything that needs a GPU, in one command, for a machine with an NVIDIA GPU (issue 18):
 #
 #   scripts/gpu_check.sh [--quick] [--no-sanitizer] [--no-bench] [--build-dir DIR] [--no-build]
-#                        [--pack FILE]
+#                        [--pack FILE] [--no-profile]
 #
 #  1. builds every program and test with the CUDA backend into build-gpu/ (-Werror, for this
 #     GPU's architecture only, to build fast; --build-dir: another folder; --no-build: use what
@@ -19,7 +19,10 @@
 #     and the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
 #     (--quick: 50 steps);
 #  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
-#     not; --quick: the two GPT-2 workloads, 10 steps, instead of all six with T5-3B's).
+#     not; --quick: the two GPT-2 workloads, 10 steps, instead of all six with T5-3B's);
+#  7. profiles GPT-2 124M's bf16 step (scripts/bench/gpu_profile.sh: ms/step over sequence
+#     lengths at the same tokens, without dropout, in fp32, and ncu's top kernels), about a
+#     minute and a half (--no-profile: not).
 #
 # Each check appends one line to BUILD_DIR/gpu_check.txt, "PASS|FAIL|SKIP name: detail", with
 # its figures; the script prints the file at the end and exits 1 if any line is FAIL. Logs are
@@ -27,12 +30,13 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 SRC=$(pwd)
-QUICK=0 SANITIZER=1 BENCH=1 BUILD=1 B=build-gpu PACK=
+QUICK=0 SANITIZER=1 BENCH=1 PROFILE=1 BUILD=1 B=build-gpu PACK=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
     --no-sanitizer) SANITIZER=0 ;;
     --no-bench) BENCH=0 ;;
+    --no-profile) PROFILE=0 ;;
     --no-build) BUILD=0 ;;
     --pack)
         [ $# -ge 2 ] || { echo "gpu_check.sh: --pack needs a file (from scripts/gpu_pack.sh)" >&2; exit 2; }
@@ -197,6 +201,11 @@ if [ "$BENCH" = 1 ]; then
     else
         line "SKIP benchmark: python3 has no torch with CUDA here"
     fi
+fi
+
+# ---- 7. where the step's time goes ----
+if [ "$PROFILE" = 1 ]; then
+    scripts/bench/gpu_profile.sh "$BIN" "$LOGS/profile" | tee -a "$SUMMARY"
 fi
 
 echo
