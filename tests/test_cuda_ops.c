@@ -999,11 +999,12 @@ static void test_weight_copy(void) {
 
 /* Attention at a 16-bit compute precision with 16-bit probabilities (rt_attn_desc.probs_dtype)
  * on the GPU: the same bits as fp32 probabilities rounded after the op (out, dqkv, dbias and the
- * stored values, with dropout and a position bias); the stored values, out, dqkv and dbias
+ * stored values, with and without dropout, and a position bias; the backward reads 16-bit ones
+ * as they are); the stored values, out, dqkv and dbias
  * within one unit of the type of the CPU's (from 2^28 multiply-adds a product, at T 1024, the
  * scores' products run on the tensor cores, in another order). q/k/v and dout are stored
  * activations, so rounded to the type. */
-static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, int HS) {
+static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, int HS, float dropout) {
     const int C = NH * HS;
     const size_t np = (size_t)B * NH * T * T, nb = (size_t)NH * T * T, nx = (size_t)B * T * 3 * C;
     if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
@@ -1014,7 +1015,7 @@ static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, in
     dbuf dqkv[2] = {dbuf_zero(nx), dbuf_zero(nx)}, dbias[2] = {dbuf_zero(nb), dbuf_zero(nb)}, p32 = dbuf_zero(np);
     uint16_t *p16c = be_alloc(g_cpu, np * 2), *p16g = be_alloc(g_gpu, np * 2);
     rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
-                      .ldo = C, .scale = 0.25f, .dropout_p = 0.1f, .seed = 11, .stream = 4};
+                      .ldo = C, .scale = 0.25f, .dropout_p = dropout, .seed = 11, .stream = 4};
     for (int w = 0; w < 2; w++) {
         d.probs_dtype = w ? dtype : RT_F32;
         void *pg = w ? (void *)p16g : (void *)p32.g;
@@ -1048,13 +1049,13 @@ static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, in
     TZ_EXPECT(memcmp(b32, b16, nb * 4) == 0, "%s probs16: dbias differs from fp32 probabilities'", name);
     char what[96];
     const float unit = dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
-    snprintf(what, sizeof what, "%s probs16 against the CPU (T %d)", name, T);
+    snprintf(what, sizeof what, "%s probs16 against the CPU (T %d, dropout %g)", name, T, (double)dropout);
     tz_check_close(what, wg, wc, np, ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention out against the CPU (T %d)", name, T);
+    snprintf(what, sizeof what, "%s attention out against the CPU (T %d, dropout %g)", name, T, (double)dropout);
     dbuf_check(what, &out[1], ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention dqkv against the CPU (T %d)", name, T);
+    snprintf(what, sizeof what, "%s attention dqkv against the CPU (T %d, dropout %g)", name, T, (double)dropout);
     dbuf_check(what, &dqkv[1], ATTN_ATOL, unit);
-    snprintf(what, sizeof what, "%s attention dbias against the CPU (T %d)", name, T);
+    snprintf(what, sizeof what, "%s attention dbias against the CPU (T %d, dropout %g)", name, T, (double)dropout);
     dbuf_check(what, &dbias[1], ATTN_ATOL, unit);
     free(o32), free(o16), free(d32), free(d16), free(b32), free(b16), free(h32), free(hg), free(hc), free(wg), free(wc);
     dbuf *all[] = {&x, &dy, &bias, &out[0], &out[1], &dqkv[0], &dqkv[1], &dbias[0], &dbias[1], &p32};
@@ -1066,10 +1067,11 @@ static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, in
 }
 
 static void test_attention_probs16(void) {
-    test_attention_probs16_case(RT_BF16, 2, 4, 40, 16);
-    test_attention_probs16_case(RT_F16, 2, 4, 40, 16);
+    test_attention_probs16_case(RT_BF16, 2, 4, 40, 16, 0.1f);
+    test_attention_probs16_case(RT_F16, 2, 4, 40, 16, 0.1f);
+    test_attention_probs16_case(RT_BF16, 2, 4, 40, 16, 0.0f); /* dv from the widened stored values */
     /* 2^28 multiply-adds a product: q k^T and dout v^T on the tensor cores (cuda_attention.cu) */
-    test_attention_probs16_case(RT_BF16, 1, 4, 1024, 64);
+    test_attention_probs16_case(RT_BF16, 1, 4, 1024, 64, 0.1f);
 }
 
 int main(void) {

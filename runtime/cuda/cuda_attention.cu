@@ -13,7 +13,8 @@
  * parallelism) when rt_rng_uniform(seed, stream, that index) >= p.
  *
  * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
- * softmax kernel also stores them rounded, and backward widens the stored ones into scratch.
+ * softmax kernel also stores them rounded, and backward reads the stored ones as they are (a
+ * widened copy only for the dv product without dropout).
  * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU.
  *
  * At a 16-bit compute precision the products whose inputs are all stored activations (the
@@ -70,6 +71,18 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
                                                        int heads_total) {
     size_t per_b = (size_t)NH * Tq;
     return (r / per_b) * (size_t)heads_total * Tq + (size_t)head_offset * Tq + r % per_b;
+}
+
+/* How the backward reads the stored probabilities: as they are, so 16-bit ones need no widened
+ * copy (widening is exact, so the numbers are the same). */
+enum { RT_CUDA_PROBS_F32 = 0, RT_CUDA_PROBS_BF16, RT_CUDA_PROBS_F16 };
+static int rt_cuda_probs_kind(rt_dtype t) {
+    return t == RT_BF16 ? RT_CUDA_PROBS_BF16 : t == RT_F16 ? RT_CUDA_PROBS_F16 : RT_CUDA_PROBS_F32;
+}
+__device__ __forceinline__ float rt_cuda_load_probs(const void *p, int kind, size_t i) {
+    if (kind == RT_CUDA_PROBS_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (kind == RT_CUDA_PROBS_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
 }
 
 /* Element i of a bf16 or fp16 buffer, to nearest even. */
@@ -135,22 +148,25 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     }
 }
 
-/* Pd = dropout(P) over all B*NH*Tq*Tk elements, for the backward's dv product. */
-__global__ void rt_cuda_attn_dropout_kernel(float *pd, const float *P, size_t n, float p,
+/* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), for the backward's dv
+ * product; a row per blockIdx.y (launch with rt_cuda_grid_rows), so no index is divided per
+ * element. */
+__global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, size_t rows, float p,
                                             float keep_scale, uint64_t seed, uint64_t stream,
                                             int NH, int Tq, int Tk, int head_offset,
                                             int heads_total) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t g = rt_cuda_attn_rng_row(i / (size_t)Tk, NH, Tq, head_offset, heads_total) * (size_t)Tk +
-                   i % (size_t)Tk;
-        pd[i] = rt_rng_uniform(seed, stream, g) >= p ? P[i] * keep_scale : 0.0f;
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const size_t row = r * (size_t)Tk, rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (size_t)Tk;
+        for (int j = (int)(blockIdx.x * blockDim.x + threadIdx.x); j < Tk; j += (int)(gridDim.x * blockDim.x))
+            pd[row + j] = rt_rng_uniform(seed, stream, rng_row + j) >= p
+                              ? rt_cuda_load_probs(P, probs_kind, row + j) * keep_scale
+                              : 0.0f;
     }
 }
 
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
  * dS = P * (dP - sum_j P dP). */
-__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const float *probs, int NH, int Tq, int Tk,
+__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, int probs_kind, int NH, int Tq, int Tk,
                                                 bool dropout, float p, float keep_scale,
                                                 uint64_t seed, uint64_t stream, int head_offset,
                                                 int heads_total, size_t rows) {
@@ -158,17 +174,17 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const float *probs, i
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     float *g = dS + r * (size_t)Tk;
-    const float *P = probs + r * (size_t)Tk;
+    const size_t row = r * (size_t)Tk; /* row r of probs */
     size_t rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total);
     float dot = 0.0f;
     for (int j = lane; j < Tk; j += 32) {
         float dp = g[j];
         if (dropout) dp = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? dp * keep_scale : 0.0f;
         g[j] = dp;
-        dot += P[j] * dp;
+        dot += rt_cuda_load_probs(probs, probs_kind, row + j) * dp;
     }
     dot = rt_cuda_warp_sum(dot);
-    for (int j = lane; j < Tk; j += 32) g[j] = P[j] * (g[j] - dot);
+    for (int j = lane; j < Tk; j += 32) g[j] = rt_cuda_load_probs(probs, probs_kind, row + j) * (g[j] - dot);
 }
 
 /* dbias[h, i, j] += sum over b of dS[b, h, i, j], b in order (one thread per element). */
@@ -232,22 +248,21 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const int heads_total = d->heads_total > 0 ? d->heads_total : NH;
 
-    /* the stored probabilities as floats */
-    const float *Pf = (const float *)probs;
-    if (d->probs_dtype != RT_F32) {
-        float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
-        rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
-        Pf = w;
-    }
-    /* the probabilities the forward multiplied v by: regenerate the dropped ones */
-    const float *P = Pf;
+    /* the probabilities the forward multiplied v by, as floats for the dv product: the dropped
+     * ones regenerated from the stored ones, else the stored ones (16-bit ones widened) */
+    const int probs_kind = rt_cuda_probs_kind(d->probs_dtype);
+    const float *P = (const float *)probs;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
-        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid(total, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-            pd, Pf, total, p, keep_scale, d->seed, d->stream, NH, Tq, Tk, d->head_offset,
-            heads_total);
+        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, rows, p, keep_scale, d->seed,
+                                                             d->stream, NH, Tq, Tk, d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();
         P = pd;
+    } else if (probs_kind != RT_CUDA_PROBS_F32) {
+        float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
+        rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
+        P = w;
     }
     float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
     const rt_cuda_gemm_fn dp_gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
@@ -265,7 +280,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
                                       32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dS, Pf, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
+        dS, probs, probs_kind, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
         heads_total, rows);
     CUDA_LAUNCH_CHECK();
 
