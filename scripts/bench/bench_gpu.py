@@ -31,6 +31,10 @@ counted), MFU against the device's bf16 dense peak (H100/H200 989, A100 312, L40
 or --peak-tflops), and peak device memory (PyTorch: max_memory_allocated; tunezoo: its
 "memory on" line, everything allocated through its backend). On the CPU the memory is the
 child's peak RSS and MFU is left out. A side that fails (out of memory, say) prints "failed".
+"ms seen" is the mean over the timed steps whose batch shape an earlier step of the run had, with
+its speedup: a new shape can cost a side a plan or a compile (on the H200, PyTorch eager took
+146 ms/step on gpt2-mrpc's 12 steps of mostly new lengths, more than the 111 of gpt2-lm-1024's 16 x
+1024), so with dynamic padding ask for enough --steps that lengths repeat.
 
     bash scripts/bench/gpu.sh                                   # on a GPU machine
     /usr/bin/python3 scripts/bench/bench_gpu.py --device cpu --workloads gpt2-tiny,gpt2-lm-tiny,bert-tiny,t5-tiny,t5-ckpt-tiny \\
@@ -196,7 +200,8 @@ def run_tunezoo(args, name, side, workdir, data):
     text = open(log, errors="replace").read()
     mem = re.search(r"memory on \S+: ([0-9.]+) MiB", text)
     prec = re.search(r"^precision: (\S+)", text, re.M)
-    return {"ms": sum(r[1] for r in timed) / len(timed), "shapes": shapes, "timed_shapes": shapes[args.warmup:],
+    return {"ms": sum(r[1] for r in timed) / len(timed), "step_ms": [r[1] for r in rows], "shapes": shapes,
+            "timed_shapes": shapes[args.warmup:],
             "mem_mib": float(mem.group(1)) if mem and args.device != "cpu" else rss,
             "precision": prec.group(1) if prec else "fp32"}
 
@@ -280,13 +285,21 @@ def worker(args):
         ms.append((time.perf_counter() - t0) * 1000.0)
         print(f"step {len(ms)} {shape} loss {loss.item():.4f} {ms[-1]:.1f} ms", flush=True)
     timed = ms[args.warmup:]
-    res = {"ms": sum(timed) / len(timed), "versions": {"torch": torch.__version__,
+    res = {"ms": sum(timed) / len(timed), "step_ms": ms, "versions": {"torch": torch.__version__,
                                                       "transformers": transformers.__version__}}
     if dev.type == "cuda":
         res["mem_mib"] = torch.cuda.max_memory_allocated() / 2**20
         res["device_name"] = torch.cuda.get_device_name(0)
     with open(args.worker_out, "w") as f:
         json.dump(res, f)
+
+
+def seen_shape_ms(step_ms, shapes, warmup):
+    """The mean ms of the timed steps whose batch shape an earlier step of the run had: what is
+    left once first-shape costs (a new cuBLASLt or cuDNN plan, a buffer that grows, a compile)
+    are paid. None with fewer than 2 such steps."""
+    seen = [ms for i, ms in enumerate(step_ms) if i >= warmup and i < len(shapes) and shapes[i] in shapes[:i]]
+    return sum(seen) / len(seen) if len(seen) >= 2 else None
 
 
 def peak_tflops(args, device_name):
@@ -370,11 +383,13 @@ def main():
           f"{versions.get('transformers', '-')}; {args.steps} steps per side, first {args.warmup} not timed"
           + (f"; MFU against {peak} TFLOP/s (bf16 dense)" if peak else ""))
     hdr = f"{'workload':12s} {'side':13s} {'ms/step':>9s} {'tokens/s':>10s} {'TFLOP/s':>8s} {'MFU':>6s} " \
-          f"{'mem MiB':>8s} {'tunezoo speedup':>15s}"
+          f"{'mem MiB':>8s} {'tunezoo speedup':>15s} {'ms seen':>8s} {'speedup':>7s}"
     print(hdr)
     print("-" * len(hdr))
     for name, per_side, flops, tokens in results:
         tz_ms = per_side["tunezoo"]["ms"]
+        shapes = per_side["tunezoo"]["shapes"]
+        tz_seen = seen_shape_ms(per_side["tunezoo"]["step_ms"], shapes, args.warmup)
         for side in sides:
             r = per_side.get(side)
             if not r:
@@ -383,11 +398,17 @@ def main():
             tflops = flops / (r["ms"] / 1e3) / 1e12
             mfu = f"{100 * tflops / peak:5.1f}%" if peak else "-"
             speedup = f"{r['ms'] / tz_ms:15.2f}" if side != "tunezoo" else f"{'':15s}"
+            seen = seen_shape_ms(r.get("step_ms", []), shapes, args.warmup)
+            seen_txt = f"{seen:8.1f}" if seen else f"{'-':>8s}"
+            seen_speedup = f"{seen / tz_seen:7.2f}" if seen and tz_seen and side != "tunezoo" else f"{'':7s}"
             print(f"{name:12s} {side:13s} {r['ms']:9.1f} {tokens / (r['ms'] / 1e3):10.0f} {tflops:8.2f} {mfu:>6s} "
-                  f"{r.get('mem_mib', 0):8.0f} {speedup}")
+                  f"{r.get('mem_mib', 0):8.0f} {speedup} {seen_txt} {seen_speedup}")
     precs = sorted({per_side["tunezoo"]["precision"] for _, per_side, _, _ in results})
     print(f"tunezoo speedup = that side's ms / tunezoo's ms (> 1: tunezoo is faster); tunezoo trains in "
           f"{', '.join(precs)}")
+    print("ms seen: the timed steps whose batch shape an earlier step had (first-shape costs paid), '-' where "
+          "fewer than 2; its speedup likewise. Dynamic padding gives most steps a new shape in a short run: "
+          "pass more --steps for a steady figure")
     if tmp:
         tmp.cleanup()
 
