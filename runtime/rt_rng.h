@@ -50,6 +50,26 @@ RT_HD float rt_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
     return (float)(rt_rng_u32(seed, stream, i) >> 8) * (1.0f / 16777216.0f);
 }
 
+/* The uniforms of elements 4 blk .. 4 blk + 3: one Philox block's four words, each what
+ * rt_rng_uniform gives for its element. A loop that draws a block at a time does a quarter of
+ * the Philox work of one that draws an element at a time. */
+RT_HD void rt_rng_uniform4(uint64_t seed, uint64_t stream, uint64_t blk, float u[4]) {
+    const rt_philox_out o = rt_philox4x32(seed, stream, blk);
+    for (int w = 0; w < 4; w++) u[w] = (float)(o.v[w] >> 8) * (1.0f / 16777216.0f);
+}
+
+/* A row of n elements whose element j draws stream index g0 + j, a block at a time: its blocks
+ * are first .. first + count - 1, and block first + k holds the row's elements j0 .. j0 + 3
+ * (j0 = rt_rng_row_j0, possibly below 0 at the start; keep those in [0, n)). A GPU lane takes
+ * every lanes-th k; the row's elements are drawn once each. */
+RT_HD void rt_rng_row_blocks(uint64_t g0, uint64_t n, uint64_t *first, uint64_t *count) {
+    *first = g0 >> 2;
+    *count = n ? ((g0 + n - 1) >> 2) - *first + 1 : 0;
+}
+RT_HD int64_t rt_rng_row_j0(uint64_t g0, uint64_t first, uint64_t k) {
+    return (int64_t)((first + k) << 2) - (int64_t)g0;
+}
+
 /* Standard normal by Box-Muller over two draws (2i, 2i+1). */
 RT_HD float rt_rng_normal(uint64_t seed, uint64_t stream, uint64_t i) {
     float u1 = ((float)(rt_rng_u32(seed, stream, 2 * i) >> 8) + 1.0f) * (1.0f / 16777217.0f);

@@ -2,8 +2,9 @@
  * gemm (all transposes, padded strides, batch, beta=1), LayerNorm, RMSNorm, activations,
  * attention (causal + key mask + bias on a fused qkv buffer, fully masked rows, dropout),
  * embedding over a vocab shard, softmax cross-entropy (ignore -100, aliasing, large
- * logits), AdamW over 3 steps against the PyTorch formula, the rows of dropout uniforms against
- * rt_rng_uniform, dropout, sumsq, rows, the
+ * logits), AdamW over 3 steps against the PyTorch formula, the rows of dropout uniforms (the
+ * CPU's, and the CUDA kernels' block-at-a-time walk) against rt_rng_uniform, dropout, sumsq,
+ * rows, the
  * device-string dispatch, and that sizes big enough to run in parallel give the same bits
  * with 1 and 3 threads. Gradients are checked in test_cpu_grad.c. */
 #include <math.h>
@@ -430,6 +431,48 @@ static void test_uniform_row(void) {
     TZ_EXPECT(!bad, "rt_cpu_uniform_row differs from rt_rng_uniform");
 }
 
+/* The block-at-a-time row walk the CUDA dropout kernels use (rt_rng_row_blocks, rt_rng_row_j0,
+ * rt_rng_uniform4), run here lane by lane as a GPU would: for rows starting at every offset
+ * within a block and past 2^32, of 1 to 300 elements, over 1, 3, 32 and 256 lanes, every
+ * element is drawn exactly once, with rt_rng_uniform's value for its index. */
+static void test_uniform_row_blocks(void) {
+    enum { N = 300 };
+    static const int lane_counts[] = {1, 3, 32, 256};
+    int bad = 0;
+    for (int t = 0; t < 600 && !bad; t++) {
+        const uint64_t seed = 0xabcdefull * (uint64_t)t + 3, stream = (uint64_t)t * 0x2545F4914F6CDD1Dull;
+        const uint64_t g0 = (uint64_t)t * 104729 % 50000 + (t % 4 == 0 ? (uint64_t)1 << 34 : 0);
+        const uint64_t n = (uint64_t)t * 41 % N + 1;
+        for (size_t lc = 0; lc < sizeof lane_counts / sizeof *lane_counts && !bad; lc++) {
+            int seen[N] = {0};
+            float got[N];
+            uint64_t first, count;
+            rt_rng_row_blocks(g0, n, &first, &count);
+            for (int lane = 0; lane < lane_counts[lc]; lane++)
+                for (uint64_t k = (uint64_t)lane; k < count; k += (uint64_t)lane_counts[lc]) {
+                    float u[4];
+                    rt_rng_uniform4(seed, stream, first + k, u);
+                    const int64_t j0 = rt_rng_row_j0(g0, first, k);
+                    for (int w = 0; w < 4; w++)
+                        if (j0 + w >= 0 && j0 + w < (int64_t)n) {
+                            seen[j0 + w]++;
+                            got[j0 + w] = u[w];
+                        }
+                }
+            for (uint64_t j = 0; j < n && !bad; j++) {
+                const float want = rt_rng_uniform(seed, stream, g0 + j);
+                if (seen[j] != 1 || memcmp(&want, &got[j], sizeof want) != 0) {
+                    bad = 1;
+                    TZ_EXPECT(0, "row %d (g0 %llu, %llu values, %d lanes): element %llu drawn %d times, %.9g for %.9g",
+                              t, (unsigned long long)g0, (unsigned long long)n, lane_counts[lc],
+                              (unsigned long long)j, seen[j], seen[j] ? got[j] : 0.0f, want);
+                }
+            }
+        }
+    }
+    TZ_EXPECT(!bad, "the block-at-a-time row walk differs from rt_rng_uniform");
+}
+
 static void test_dropout(void) {
     const size_t n = 100000;
     const float p = 0.25f;
@@ -563,6 +606,7 @@ int main(void) {
     test_softmax_xent();
     test_adamw();
     test_uniform_row();
+    test_uniform_row_blocks();
     test_dropout();
     test_thread_determinism();
     test_dispatch(be);

@@ -10,7 +10,8 @@
  * key_mask[b, j] + bias[h, i, j], key j > i excluded when causal (unless j < prefix[b]), a row with no key left
  * gives zero probabilities and a zero output, and dropout keeps element
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
- * parallelism) when rt_rng_uniform(seed, stream, that index) >= p.
+ * parallelism) when rt_rng_uniform(seed, stream, that index) >= p, each Philox block (four
+ * keys) drawn once by one lane (rt_rng_row_blocks).
  *
  * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
  * softmax kernel also stores them rounded, and backward reads the stored ones as they are (a
@@ -139,28 +140,58 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     }
     sum = rt_cuda_warp_sum(sum);
     float inv = 1.0f / sum;
-    size_t rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total);
-    for (int j = lane; j < Tk; j += 32) {
-        float pj = j < jend ? P[j] * inv : 0.0f;
-        P[j] = pj;
-        if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
-        if (Pd) Pd[j] = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? pj * keep_scale : 0.0f;
+    if (!Pd) {
+        for (int j = lane; j < Tk; j += 32) {
+            const float pj = j < jend ? P[j] * inv : 0.0f;
+            P[j] = pj;
+            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
+        }
+        return;
+    }
+    /* with dropout, a Philox block (four keys) per lane at a time: lanes now read keys other
+     * lanes wrote above, so the warp syncs first (a shuffle orders no memory) */
+    __syncwarp();
+    const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
+    uint64_t first, count;
+    rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
+    for (uint64_t k = (uint64_t)lane; k < count; k += 32) {
+        float u[4];
+        rt_rng_uniform4(seed, stream, first + k, u);
+        const int64_t j0 = rt_rng_row_j0(g0, first, k);
+        for (int w = 0; w < 4; w++) {
+            const int64_t j = j0 + w;
+            if (j < 0 || j >= Tk) continue;
+            const float pj = j < jend ? P[j] * inv : 0.0f;
+            P[j] = pj;
+            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + (size_t)j, pj);
+            Pd[j] = u[w] >= p ? pj * keep_scale : 0.0f;
+        }
     }
 }
 
 /* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), for the backward's dv
- * product; a row per blockIdx.y (launch with rt_cuda_grid_rows), so no index is divided per
- * element. */
+ * product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
+ * blocks across the threads, so no index is divided per element and each block is drawn once. */
 __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, size_t rows, float p,
                                             float keep_scale, uint64_t seed, uint64_t stream,
                                             int NH, int Tq, int Tk, int head_offset,
                                             int heads_total) {
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const size_t row = r * (size_t)Tk, rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (size_t)Tk;
-        for (int j = (int)(blockIdx.x * blockDim.x + threadIdx.x); j < Tk; j += (int)(gridDim.x * blockDim.x))
-            pd[row + j] = rt_rng_uniform(seed, stream, rng_row + j) >= p
-                              ? rt_cuda_load_probs(P, probs_kind, row + j) * keep_scale
-                              : 0.0f;
+        const size_t row = r * (size_t)Tk;
+        const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
+        uint64_t first, count;
+        rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
+        for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < count;
+             k += (uint64_t)gridDim.x * blockDim.x) {
+            float u[4];
+            rt_rng_uniform4(seed, stream, first + k, u);
+            const int64_t j0 = rt_rng_row_j0(g0, first, k);
+            for (int w = 0; w < 4; w++) {
+                const int64_t j = j0 + w;
+                if (j < 0 || j >= Tk) continue;
+                pd[row + (size_t)j] = u[w] >= p ? rt_cuda_load_probs(P, probs_kind, row + (size_t)j) * keep_scale : 0.0f;
+            }
+        }
     }
 }
 
@@ -175,15 +206,28 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, in
     if (r >= rows) return;
     float *g = dS + r * (size_t)Tk;
     const size_t row = r * (size_t)Tk; /* row r of probs */
-    size_t rng_row = rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total);
     float dot = 0.0f;
-    for (int j = lane; j < Tk; j += 32) {
-        float dp = g[j];
-        if (dropout) dp = rt_rng_uniform(seed, stream, rng_row * (size_t)Tk + j) >= p ? dp * keep_scale : 0.0f;
-        g[j] = dp;
-        dot += rt_cuda_load_probs(probs, probs_kind, row + j) * dp;
+    if (!dropout) {
+        for (int j = lane; j < Tk; j += 32) dot += rt_cuda_load_probs(probs, probs_kind, row + j) * g[j];
+    } else { /* a Philox block (four keys) per lane at a time */
+        const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
+        uint64_t first, count;
+        rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
+        for (uint64_t k = (uint64_t)lane; k < count; k += 32) {
+            float u[4];
+            rt_rng_uniform4(seed, stream, first + k, u);
+            const int64_t j0 = rt_rng_row_j0(g0, first, k);
+            for (int w = 0; w < 4; w++) {
+                const int64_t j = j0 + w;
+                if (j < 0 || j >= Tk) continue;
+                const float dp = u[w] >= p ? g[j] * keep_scale : 0.0f;
+                g[j] = dp;
+                dot += rt_cuda_load_probs(probs, probs_kind, row + (size_t)j) * dp;
+            }
+        }
     }
     dot = rt_cuda_warp_sum(dot);
+    __syncwarp(); /* the dropout walk above wrote keys another lane reads below */
     for (int j = lane; j < Tk; j += 32) g[j] = rt_cuda_load_probs(probs, probs_kind, row + j) * (g[j] - dot);
 }
 
@@ -254,7 +298,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float *P = (const float *)probs;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
-        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+        rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                       rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, rows, p, keep_scale, d->seed,
                                                              d->stream, NH, Tq, Tk, d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();

@@ -3,7 +3,9 @@
  * slab, and the sum of squares for clipping. The formulas are the CPU backend's
  * (runtime/cpu/cpu_elementwise.c) term by term, so the two
  * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
- * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits.
+ * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits,
+ * a Philox block (four elements) per thread: one Philox per element made dropout the larger
+ * part of its cost on an H200.
  * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -112,10 +114,19 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n
     RT_CUDA_FOR_EACH(i, n) if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
 }
 
-/* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. */
+/* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
+ * per block of four (launch over (n + 3) / 4). */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
                                        uint64_t seed, uint64_t stream) {
-    RT_CUDA_FOR_EACH(i, n) y[i] = rt_rng_uniform(seed, stream, i) >= p ? x[i] * s : 0.0f;
+    const size_t blocks = (n + 3) / 4;
+    RT_CUDA_FOR_EACH(k, blocks) {
+        float u[4];
+        rt_rng_uniform4(seed, stream, k, u);
+        for (int w = 0; w < 4; w++) {
+            const size_t i = 4 * k + (size_t)w;
+            if (i < n) y[i] = u[w] >= p ? x[i] * s : 0.0f;
+        }
+    }
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
@@ -123,11 +134,23 @@ __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float
 __global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t rows, int cols,
                                             int cols_total, int col_offset, float p, float s,
                                             uint64_t seed, uint64_t stream) {
-    size_t n = rows * (size_t)cols;
-    RT_CUDA_FOR_EACH(i, n) {
-        size_t r = i / (size_t)cols, c = i % (size_t)cols;
-        uint64_t g = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset + c;
-        y[i] = rt_rng_uniform(seed, stream, g) >= p ? x[i] * s : 0.0f;
+    /* a row per blockIdx.y, its Philox blocks across the threads (rt_rng_row_blocks) */
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
+        uint64_t first, count;
+        rt_rng_row_blocks(g0, (uint64_t)cols, &first, &count);
+        for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < count;
+             k += (uint64_t)gridDim.x * blockDim.x) {
+            float u[4];
+            rt_rng_uniform4(seed, stream, first + k, u);
+            const int64_t j0 = rt_rng_row_j0(g0, first, k);
+            for (int w = 0; w < 4; w++) {
+                const int64_t c = j0 + w;
+                if (c < 0 || c >= cols) continue;
+                const size_t i = r * (size_t)cols + (size_t)c;
+                y[i] = u[w] >= p ? x[i] * s : 0.0f;
+            }
+        }
     }
 }
 
@@ -275,8 +298,8 @@ static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n,
         return;
     }
     float s = 1.0f / (1.0f - p);
-    rt_cuda_dropout_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(y, x, n, p, s,
-                                                                                seed, stream);
+    rt_cuda_dropout_kernel<<<rt_cuda_grid((n + 3) / 4, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        y, x, n, p, s, seed, stream);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -302,8 +325,10 @@ void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, 
         return;
     }
     float s = 1.0f / (1.0f - p);
-    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, inp, rows, cols, cols_total, col_offset, p, s, seed, stream);
+    /* a row's blocks: cols / 4 + 2 at most (a partial one at either end) */
+    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid_rows(rows, cols / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                  rt_cuda_stream(ctx)>>>(out, inp, rows, cols, cols_total, col_offset, p, s, seed,
+                                                         stream);
     CUDA_LAUNCH_CHECK();
 }
 
