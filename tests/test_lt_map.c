@@ -4,10 +4,12 @@
  * what the CPU backend's row-major ops give: rt_gemm over every transpose pair with padded row
  * strides, alpha, beta and a strided batch; rt_linear_fwd with and without bias and GELU;
  * rt_linear_wgrad with and without the bias gradient; rt_linear_dact. The epilogues' rules refuse
- * what they cannot fuse, and lt_alignment finds each matrix's real alignment. This is what can
+ * what they cannot fuse, lt_alignment finds each matrix's real alignment, and a strided batch's
+ * packed 16-bit copy (lt_batch_pack_of) keeps every element where its layout says. This is what can
  * be checked without a GPU; test_cuda_ops compares the real calls on one. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/cuda/cuda_lt_map.h"
@@ -192,6 +194,48 @@ static void check_alignment(void) {
     TZ_EXPECT(lt_alignment((void *)0x1000, 6, 4, 1) == 256, "the stride of a batch of one does not count");
 }
 
+/* lt_batch_pack_of: the packed copy, made as the CUDA backend makes it (width rows of height
+ * values at row stride src_ld, packed), holds every element of every matrix of the batch where
+ * the packed layout (ld, the same stride) says; heads side by side copy only their columns'
+ * height, a batch of matrices one after another its whole span. */
+static void check_batch_pack(void) {
+    static const struct {
+        int rows, cols, ld, batch, stride;
+        bool side_by_side;
+    } cases[] = {
+        {8, 5, 96, 4, 8, true},    /* q's 4 heads of 8 in a fused qkv buffer (rows of 3 x 32) */
+        {8, 5, 32, 4, 8, true},    /* heads filling the leading dimension exactly */
+        {6, 4, 7, 3, 28, false},   /* matrices one after another (stride = cols x ld) */
+        {6, 4, 6, 2, 30, false},   /* with a gap between them */
+        {5, 3, 9, 1, 0, true},     /* a batch of one */
+        {4, 3, 20, 3, 0, true},    /* a broadcast operand (stride 0) */
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const lt_layout_dims d = {cases[t].rows, cases[t].cols, cases[t].ld};
+        const int batch = cases[t].batch, stride = cases[t].stride;
+        const lt_batch_pack p = lt_batch_pack_of(d, batch, stride);
+        TZ_EXPECT((p.width > 1 || d.cols == 1) == cases[t].side_by_side, "case %zu: packed as %s", t,
+                  p.width > 1 ? "side by side" : "a span");
+        const size_t src_n = (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
+        float *src = rt_xmalloc(src_n * sizeof(float)), *packed = rt_xmalloc((size_t)(p.height * p.width) * sizeof(float));
+        for (size_t i = 0; i < src_n; i++) src[i] = (float)i;
+        for (int64_t w = 0; w < p.width; w++) /* what rt_cuda_round_input(width, height, src_ld) writes */
+            for (int64_t e = 0; e < p.height; e++) packed[w * p.height + e] = src[w * p.src_ld + e];
+        int bad = 0;
+        for (int b = 0; b < batch; b++)
+            for (int j = 0; j < d.cols; j++)
+                for (int i = 0; i < d.rows; i++) {
+                    const size_t at_src = (size_t)b * stride + (size_t)j * d.ld + i;
+                    const size_t at_packed = (size_t)b * stride + (size_t)j * p.ld + i;
+                    bad += at_packed >= (size_t)(p.height * p.width) || packed[at_packed] != src[at_src];
+                }
+        TZ_EXPECT(bad == 0, "case %zu: %d elements not where the packed layout says", t, bad);
+        TZ_EXPECT((size_t)(p.height * p.width) <= src_n, "case %zu: the copy (%lld) is larger than the span (%zu)", t,
+                  (long long)(p.height * p.width), src_n);
+        free(src), free(packed);
+    }
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_cpu_backend_init(1, &be));
@@ -206,6 +250,7 @@ int main(void) {
     check_dact(be);
     check_refusals();
     check_alignment();
+    check_batch_pack();
     rt_backend_free(be);
     return tz_test_result("test_lt_map");
 }

@@ -123,25 +123,24 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     return ok;
 }
 
-/* The elements a batch of column-major matrices spans, from the first: the 16-bit copy of that
- * span keeps every offset, so the layout (ld, stride) stays as it is. */
-static size_t lt_batch_span(lt_layout_dims d, int batch, long long stride) {
-    return (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
-}
-
 /* x's operands at the matmul precision: fp32 as they are (CUDA_R_32F), else their 16-bit copies:
  * a single matrix packed (a weight read from the copy AdamW keeps), a batch (attention's
- * products over heads) as the span it covers. */
+ * products over heads) as lt_batch_pack_of lays it out. */
 static cudaDataType_t lt_inputs(rt_cuda_ctx *c, lt_call *x) {
     if (c->matmul == RT_F32) return CUDA_R_32F;
     const cudaDataType_t type = c->matmul == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     if (x->batch > 1) { /* attention's products over heads: activations, never the weights' copy */
-        const size_t span_a = lt_batch_span(lt_dims_a(x), x->batch, x->sa),
-                     span_b = lt_batch_span(lt_dims_b(x), x->batch, x->sb);
-        RT_CHECK(span_a <= INT_MAX && span_b <= INT_MAX, "a %s batched matmul spanning %zu and %zu elements",
-                 rt_dtype_name(c->matmul), span_a, span_b);
-        x->A = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_B, (const float *)x->A, 1, (int)span_a, (int)span_a);
-        x->B = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_A, (const float *)x->B, 1, (int)span_b, (int)span_b);
+        const lt_batch_pack pa = lt_batch_pack_of(lt_dims_a(x), x->batch, x->sa),
+                            pb = lt_batch_pack_of(lt_dims_b(x), x->batch, x->sb);
+        RT_CHECK(pa.height <= INT_MAX && pb.height <= INT_MAX && pa.width <= INT_MAX && pb.width <= INT_MAX,
+                 "a %s batched matmul copying %lld x %lld and %lld x %lld elements", rt_dtype_name(c->matmul),
+                 (long long)pa.width, (long long)pa.height, (long long)pb.width, (long long)pb.height);
+        /* width columns of height values are a row-major width x height block at row stride src_ld */
+        x->A = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_B, (const float *)x->A, (int)pa.width, (int)pa.height,
+                                   (int)pa.src_ld);
+        x->B = rt_cuda_round_input(c, RT_CUDA_SCRATCH_GEMM_A, (const float *)x->B, (int)pb.width, (int)pb.height,
+                                   (int)pb.src_ld);
+        x->lda = pa.ld, x->ldb = pb.ld;
         return type;
     }
     /* a weight comes from the copy AdamW wrote (its own row stride); the rest is converted now

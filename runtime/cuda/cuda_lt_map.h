@@ -106,6 +106,29 @@ static inline bool lt_map_linear_dact(lt_call *x, float *dpre, float *bgrad, con
     return true;
 }
 
+/* How a strided batch of column-major matrices (d, `batch` of them `stride` elements apart) is
+ * copied into a packed buffer (its 16-bit copy) that is still a strided batch: `width` columns of
+ * `height` elements, read at leading dimension src_ld and written at leading dimension ld; the
+ * batch stride stays. Matrices side by side within the leading dimension (attention's heads in
+ * q, k or v: stride (batch - 1) + rows <= ld) copy only those columns' first `height` =
+ * stride (batch - 1) + rows elements, so q in a fused qkv buffer costs a third of its rows'
+ * span; any other batch copies its whole span as one column, every offset kept. */
+typedef struct {
+    int64_t height, width, src_ld, ld;
+} lt_batch_pack;
+
+static inline lt_batch_pack lt_batch_pack_of(lt_layout_dims d, int batch, long long stride) {
+    lt_batch_pack p;
+    const int64_t side_by_side = (int64_t)stride * (batch - 1) + d.rows;
+    if (stride >= 0 && side_by_side <= d.ld) {
+        p.height = side_by_side, p.width = d.cols, p.src_ld = d.ld, p.ld = side_by_side;
+    } else {
+        const int64_t span = (int64_t)(batch - 1) * stride + (int64_t)(d.cols - 1) * d.ld + d.rows;
+        p.height = span, p.width = 1, p.src_ld = span, p.ld = d.ld;
+    }
+    return p;
+}
+
 /* The largest power of two up to 256 dividing a matrix's byte address (and, batched, its byte
  * stride): what cuBLASLt may assume of its alignment. Its default assumption is 256, which would
  * let the heuristic pick a kernel that faults on a weight at an odd offset in the slab or on a
