@@ -11,7 +11,7 @@
  * gives zero probabilities and a zero output, and dropout keeps element
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
  * parallelism) when rt_rng_uniform(seed, stream, that index) >= p, each Philox block (four
- * keys) drawn once by one lane (rt_rng_row_blocks).
+ * keys) drawn once by one lane (rt_cuda_rng_row_walk).
  *
  * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
  * softmax kernel also stores them rounded, and backward reads the stored ones as they are (a
@@ -152,21 +152,12 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
      * lanes wrote above, so the warp syncs first (a shuffle orders no memory) */
     __syncwarp();
     const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-    uint64_t first, count;
-    rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
-    for (uint64_t k = (uint64_t)lane; k < count; k += 32) {
-        float u[4];
-        rt_rng_uniform4(seed, stream, first + k, u);
-        const int64_t j0 = rt_rng_row_j0(g0, first, k);
-        for (int w = 0; w < 4; w++) {
-            const int64_t j = j0 + w;
-            if (j < 0 || j >= Tk) continue;
-            const float pj = j < jend ? P[j] * inv : 0.0f;
-            P[j] = pj;
-            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + (size_t)j, pj);
-            Pd[j] = u[w] >= p ? pj * keep_scale : 0.0f;
-        }
-    }
+    rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
+        const float pj = (int)j < jend ? P[j] * inv : 0.0f;
+        P[j] = pj;
+        if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
+        Pd[j] = u >= p ? pj * keep_scale : 0.0f;
+    });
 }
 
 /* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), for the backward's dv
@@ -179,19 +170,10 @@ __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const size_t row = r * (size_t)Tk;
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-        uint64_t first, count;
-        rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
-        for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < count;
-             k += (uint64_t)gridDim.x * blockDim.x) {
-            float u[4];
-            rt_rng_uniform4(seed, stream, first + k, u);
-            const int64_t j0 = rt_rng_row_j0(g0, first, k);
-            for (int w = 0; w < 4; w++) {
-                const int64_t j = j0 + w;
-                if (j < 0 || j >= Tk) continue;
-                pd[row + (size_t)j] = u[w] >= p ? rt_cuda_load_probs(P, probs_kind, row + (size_t)j) * keep_scale : 0.0f;
-            }
-        }
+        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                             (uint64_t)gridDim.x * blockDim.x, [&](size_t j, float u) {
+                                 pd[row + j] = u >= p ? rt_cuda_load_probs(P, probs_kind, row + j) * keep_scale : 0.0f;
+                             });
     }
 }
 
@@ -211,20 +193,11 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, in
         for (int j = lane; j < Tk; j += 32) dot += rt_cuda_load_probs(probs, probs_kind, row + j) * g[j];
     } else { /* a Philox block (four keys) per lane at a time */
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-        uint64_t first, count;
-        rt_rng_row_blocks(g0, (uint64_t)Tk, &first, &count);
-        for (uint64_t k = (uint64_t)lane; k < count; k += 32) {
-            float u[4];
-            rt_rng_uniform4(seed, stream, first + k, u);
-            const int64_t j0 = rt_rng_row_j0(g0, first, k);
-            for (int w = 0; w < 4; w++) {
-                const int64_t j = j0 + w;
-                if (j < 0 || j >= Tk) continue;
-                const float dp = u[w] >= p ? g[j] * keep_scale : 0.0f;
-                g[j] = dp;
-                dot += rt_cuda_load_probs(probs, probs_kind, row + (size_t)j) * dp;
-            }
-        }
+        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
+            const float dp = u >= p ? g[j] * keep_scale : 0.0f;
+            g[j] = dp;
+            dot += rt_cuda_load_probs(probs, probs_kind, row + j) * dp;
+        });
     }
     dot = rt_cuda_warp_sum(dot);
     __syncwarp(); /* the dropout walk above wrote keys another lane reads below */

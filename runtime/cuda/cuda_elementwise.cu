@@ -118,15 +118,8 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n
  * per block of four (launch over (n + 3) / 4). */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
                                        uint64_t seed, uint64_t stream) {
-    const size_t blocks = (n + 3) / 4;
-    RT_CUDA_FOR_EACH(k, blocks) {
-        float u[4];
-        rt_rng_uniform4(seed, stream, k, u);
-        for (int w = 0; w < 4; w++) {
-            const size_t i = 4 * k + (size_t)w;
-            if (i < n) y[i] = u[w] >= p ? x[i] * s : 0.0f;
-        }
-    }
+    rt_cuda_rng_row_walk(seed, stream, 0, n, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                         (uint64_t)gridDim.x * blockDim.x, [&](size_t i, float u) { y[i] = u >= p ? x[i] * s : 0.0f; });
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
@@ -134,23 +127,13 @@ __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float
 __global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t rows, int cols,
                                             int cols_total, int col_offset, float p, float s,
                                             uint64_t seed, uint64_t stream) {
-    /* a row per blockIdx.y, its Philox blocks across the threads (rt_rng_row_blocks) */
+    /* a row per blockIdx.y, its Philox blocks across the threads */
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
-        uint64_t first, count;
-        rt_rng_row_blocks(g0, (uint64_t)cols, &first, &count);
-        for (uint64_t k = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; k < count;
-             k += (uint64_t)gridDim.x * blockDim.x) {
-            float u[4];
-            rt_rng_uniform4(seed, stream, first + k, u);
-            const int64_t j0 = rt_rng_row_j0(g0, first, k);
-            for (int w = 0; w < 4; w++) {
-                const int64_t c = j0 + w;
-                if (c < 0 || c >= cols) continue;
-                const size_t i = r * (size_t)cols + (size_t)c;
-                y[i] = u[w] >= p ? x[i] * s : 0.0f;
-            }
-        }
+        const size_t row = r * (size_t)cols;
+        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)cols, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                             (uint64_t)gridDim.x * blockDim.x,
+                             [&](size_t c, float u) { y[row + c] = u >= p ? x[row + c] * s : 0.0f; });
     }
 }
 

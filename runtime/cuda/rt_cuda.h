@@ -139,6 +139,25 @@ static inline dim3 rt_cuda_grid_rows(size_t rows, int cols, unsigned threads) {
     return dim3(x, (unsigned)y);
 }
 
+/* Dropout's draws along a row whose element j has stream index g0 + j, a Philox block (four
+ * elements) at a time (rt_rng_row_blocks): the caller's share is the row's blocks start, start +
+ * step, ... (a lane's, or a thread's of a grid), and f(j, u) runs for each of their elements in
+ * [0, n) with its uniform. Each block is drawn once, a quarter of the Philox work of drawing per
+ * element (which made dropout the larger part of its cost on an H200). */
+template <typename F>
+__device__ __forceinline__ void rt_cuda_rng_row_walk(uint64_t seed, uint64_t stream, uint64_t g0, uint64_t n,
+                                                     uint64_t start, uint64_t step, F f) {
+    uint64_t first, count;
+    rt_rng_row_blocks(g0, n, &first, &count);
+    for (uint64_t k = start; k < count; k += step) {
+        float u[4];
+        rt_rng_uniform4(seed, stream, first + k, u);
+        const int64_t j0 = rt_rng_row_j0(g0, first, k);
+        for (int w = 0; w < 4; w++)
+            if (j0 + w >= 0 && j0 + w < (int64_t)n) f((size_t)(j0 + w), u[w]);
+    }
+}
+
 /* Warp and block reductions. block_* need blockDim.x a multiple of 32 (<= 1024), every
  * thread of the block calling, and shared scratch of 32 elements; every thread gets the
  * result. The leading __syncthreads lets a block call them back to back with one buffer. */
