@@ -6,7 +6,8 @@
  * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits,
  * a Philox block (four elements) per thread: one Philox per element made dropout the larger
  * part of its cost on an H200.
- * Every kernel is a grid-stride loop over size_t indices: any n works with a capped grid. */
+ * Every kernel is a grid-stride loop (over size_t indices, rows, or Philox blocks): any n works
+ * with a capped grid. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
