@@ -137,8 +137,11 @@ typedef struct rt_backend_ops {
     void (*clamp_abs_bwd)(void *ctx, float *dx, const float *y, size_t n, float limit);
 
     /* Attention. fwd writes out and probs (B, NH, Tq, Tk, stored as d->probs_dtype): the softmax
-     * before dropout, kept for backward; out is computed from the fp32 softmax. bwd writes dq, dk, dv (same strides as q, k, v in d; may be views into one
-     * dqkv buffer) and accumulates dbias (NH, Tq, Tk) when non-NULL. */
+     * before dropout, kept for backward; out is computed from the softmax after dropout, which
+     * at a 16-bit compute precision is rounded to it, as every matmul input is (and as PyTorch's
+     * autocast multiplies bf16 probabilities; the backward's dS likewise, after dbias). bwd
+     * writes dq, dk, dv (same strides as q, k, v in d; may be views into one dqkv buffer) and
+     * accumulates dbias (NH, Tq, Tk, from the fp32 dS) when non-NULL. */
     void (*attention_fwd)(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v);
     void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,

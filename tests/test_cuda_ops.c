@@ -1002,8 +1002,8 @@ static void test_weight_copy(void) {
  * stored values, with and without dropout, and a position bias; the backward reads 16-bit ones
  * as they are); the stored values, out, dqkv and dbias
  * within one unit of the type of the CPU's (from 2^28 multiply-adds a product, at T 1024, the
- * scores' products run on the tensor cores, in another order). q/k/v and dout are stored
- * activations, so rounded to the type. */
+ * products run on the tensor cores, in another order). q/k/v and dout are stored activations,
+ * so rounded to the type. */
 static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, int HS, float dropout) {
     const int C = NH * HS;
     const size_t np = (size_t)B * NH * T * T, nb = (size_t)NH * T * T, nx = (size_t)B * T * 3 * C;

@@ -11,9 +11,16 @@
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head, so tensor-parallel
  * ranks drop what one rank would), and CUDA and CPU drop the same elements.
  *
- * 16-bit probabilities (d->probs_dtype): a head's softmax is computed in fp32 scratch, used so
- * for the output, and stored rounded; backward widens the head's stored values into scratch.
- * The numbers are those of fp32 probabilities rounded after the op. */
+ * 16-bit probabilities (d->probs_dtype): a head's softmax is computed in fp32 scratch and
+ * stored rounded; backward widens the head's stored values into scratch. The numbers are those
+ * of fp32 probabilities rounded after the op.
+ *
+ * At a 16-bit compute precision the products read their inputs rounded to it, as every matmul
+ * does (rt_set_precision) and as PyTorch's autocast multiplies bf16 probabilities: the
+ * probabilities (as stored) and after dropout (for out and dV), and dS (for dQ and dK), are
+ * rounded before their product; q, k, v and dout are stored activations, already rounded. dbias
+ * takes the fp32 dS. Products of rounded values are exact in fp32, so the CUDA backend's 16-bit
+ * matmuls give the same sums up to their order. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -75,7 +82,7 @@ static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *
 
 /* scratch: Tq x Tk for 16-bit probabilities' fp32 softmax, then with dropout Tq x Tk for P'
  * and Tk uniforms. */
-static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out, void *probs,
+static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, float *out, void *probs,
                                  const float *q, const float *k, const float *v, float *scratch) {
     const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
     const float *qh = q + (size_t)b * Tq * d->ldq + (size_t)h * HS;
@@ -119,10 +126,14 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
         float inv = 1.0f / sum;
         for (int j = 0; j < jend; j++) row[j] *= inv;
     }
+    /* at a 16-bit precision, P as it is stored (the wrapper rounds fp32 probabilities anyway),
+     * so the backward regenerates exactly the P' used here */
+    if (mm != RT_F32) rt_cpu_round_span(mm, P, P, tt);
     if (!f32) rt_cpu_narrow_span(d->probs_dtype, (uint16_t *)probs + pbase, P, tt);
     const float *Pd = P;
     if (d->dropout_p > 0.0f) {
         rt_cpu_attn_dropout(d, scratch, P, NULL, rt_cpu_attn_rng_base(d, b, h), scratch + tt);
+        if (mm != RT_F32) rt_cpu_round_span(mm, scratch, scratch, tt);
         Pd = scratch;
     }
     /* out = P' V */
@@ -133,6 +144,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, int b, int h, float *out
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v) {
     rt_cpu_attn_check(d);
+    const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     int tasks = d->B * d->NH;
     const size_t tt = (size_t)d->Tq * d->Tk;
@@ -143,7 +155,7 @@ void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *pr
         float *scratch = scratch_n ? rt_xmalloc(scratch_n * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tasks; t++)
-            rt_cpu_attn_fwd_head(d, t / d->NH, t % d->NH, out, probs, q, k, v, scratch);
+            rt_cpu_attn_fwd_head(d, mm, t / d->NH, t % d->NH, out, probs, q, k, v, scratch);
         free(scratch);
     }
     rt_cpu_blas_serial_end(saved);
@@ -153,7 +165,7 @@ void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *pr
  * dQ = scale dS K; dK = scale dS^T Q; dbias += dS. Scratch: dS (Tq x Tk), Pf (Tq x Tk, the
  * widened 16-bit probabilities) and, with dropout, Pd (Tq x Tk for P', then Tk for a row of
  * uniforms). */
-static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq, float *dk,
+static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, float *dq, float *dk,
                                  float *dv, float *dbias, const float *dout, const void *probs,
                                  const float *q, const float *k, const float *v, float *dS,
                                  float *Pf, float *Pd) {
@@ -179,6 +191,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
     const float *Pk = P; /* the probabilities as used in the output (after dropout) */
     if (d->dropout_p > 0.0f) {
         rt_cpu_attn_dropout(d, Pd, P, dS, rt_cpu_attn_rng_base(d, b, h), Pd + tt);
+        if (mm != RT_F32) rt_cpu_round_span(mm, Pd, Pd, tt); /* the stored P is rounded already */
         Pk = Pd;
     }
     /* dV = P'^T dO (written) */
@@ -196,6 +209,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, int b, int h, float *dq,
             for (int j = 0; j < Tk; j++) db[j] += g[j];
         }
     }
+    if (mm != RT_F32) rt_cpu_round_span(mm, dS, dS, tt); /* dbias above took it in fp32 */
     /* dQ = scale dS K; dK = scale dS^T Q (written) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, d->scale, dS, Tk, kh,
                 (int)d->ldk, 0.0f, dqh, (int)d->ldq);
@@ -207,6 +221,7 @@ void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk
                           float *dbias, const float *dout, const void *probs, const float *q,
                           const float *k, const float *v) {
     rt_cpu_attn_check(d);
+    const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     const int B = d->B, NH = d->NH;
     const size_t tt = (size_t)d->Tq * d->Tk;
     int saved = rt_cpu_blas_serial_begin();
@@ -220,11 +235,11 @@ void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk
 #pragma omp for schedule(dynamic, 1)
             for (int h = 0; h < NH; h++)
                 for (int b = 0; b < B; b++)
-                    rt_cpu_attn_bwd_head(d, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pf, Pd);
+                    rt_cpu_attn_bwd_head(d, mm, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pf, Pd);
         } else {
 #pragma omp for schedule(dynamic, 1)
             for (int t = 0; t < B * NH; t++)
-                rt_cpu_attn_bwd_head(d, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pf, Pd);
+                rt_cpu_attn_bwd_head(d, mm, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pf, Pd);
         }
         free(dS);
         free(Pf);

@@ -34,6 +34,8 @@ typedef struct {
     bool bits16;
 } rt_cpu_ctx;
 
+rt_dtype rt_cpu_matmul_dtype(const void *ctx) { return ((const rt_cpu_ctx *)ctx)->matmul; }
+
 static void *cpu_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
     /* posix_memalign(0) may return NULL, which callers would read as out of memory */

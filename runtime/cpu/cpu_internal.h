@@ -118,6 +118,10 @@ static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in
         for (size_t i = 0; i < n; i++) out[i] = rt_round_f16(in[i]);
 }
 
+/* What the context's matmuls round their inputs to (rt_set_precision): RT_F32, RT_BF16 or RT_F16.
+ * Attention's own products follow it (cpu_attention.c). */
+rt_dtype rt_cpu_matmul_dtype(const void *ctx);
+
 /* n floats of in as 2-byte dtype values at out (RT_BF16 or RT_F16, to nearest even), and back.
  * Serial: callers split. */
 static inline void rt_cpu_narrow_span(rt_dtype dtype, uint16_t *out, const float *in, size_t n) {

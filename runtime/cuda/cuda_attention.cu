@@ -18,10 +18,12 @@
  * widened copy only for the dv product without dropout).
  * So the numbers are those of fp32 probabilities rounded after the op, as on the CPU.
  *
- * At a 16-bit compute precision the products whose inputs are all stored activations (the
- * scores q k^T and dP = dout v^T) run on the tensor cores (rt_cuda_gemm_op) when they are large:
- * those inputs are already rounded, so only the order of the fp32 sums changes. The products
- * with the fp32 probabilities or dS stay fp32 (rt_cuda_gemm), which is what the CPU computes. */
+ * At a 16-bit compute precision every product reads its inputs rounded to it, as on the CPU
+ * (runtime/cpu/cpu_attention.c) and as PyTorch's autocast multiplies bf16 probabilities: q, k, v
+ * and dout are stored activations, already rounded; the softmax kernel rounds the probabilities
+ * (as stored) and the dropped ones, the backward's regeneration rounds those, and dS is rounded
+ * after dbias took it in fp32. The products then run on the tensor cores (rt_cuda_gemm_op) when
+ * they are large, else as fp32 GEMMs of the rounded values: the same sums up to their order. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,11 +31,12 @@
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
 
-/* Whether a batch row's q k^T and dout v^T go through the 16-bit matmul: only from 2^28
- * multiply-adds a call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved
- * GPU time outweighs the conversions and cuBLASLt's host-side setup. On an H200 it saved
- * 8 ms of a 272 ms step at 16 x 1024; below the bound (where these small calls, one per batch
- * row, may be bound by the host) it was not measured, and the fp32 products stay. */
+/* Whether a batch row's products go through the 16-bit matmul: only from 2^28 multiply-adds a
+ * call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved GPU time
+ * outweighs the conversions and cuBLASLt's host-side setup. On an H200, q k^T and dout v^T so
+ * saved 8 ms of a 272 ms step at 16 x 1024; below the bound (where these small calls, one per
+ * batch row, may be bound by the host) it was not measured, and fp32 GEMMs of the rounded values
+ * stay. */
 static bool rt_cuda_attn_16bit_products(const rt_attn_desc *d) {
     return (double)d->Tq * d->Tk * d->HS * d->NH >= (double)(1u << 28);
 }
@@ -86,6 +89,13 @@ __device__ __forceinline__ float rt_cuda_load_probs(const void *p, int kind, siz
     return ((const float *)p)[i];
 }
 
+/* x rounded to the compute precision a kind names (RT_CUDA_PROBS_*: none, bf16, fp16). */
+__device__ __forceinline__ float rt_cuda_round_kind(float x, int kind) {
+    if (kind == RT_CUDA_PROBS_BF16) return __bfloat162float(__float2bfloat16_rn(x));
+    if (kind == RT_CUDA_PROBS_F16) return __half2float(__float2half_rn(x));
+    return x;
+}
+
 /* Element i of a bf16 or fp16 buffer, to nearest even. */
 __device__ __forceinline__ void rt_cuda_store16(void *p, bool bf16, size_t i, float x) {
     if (bf16)
@@ -96,8 +106,10 @@ __device__ __forceinline__ void rt_cuda_store16(void *p, bool bf16, size_t i, fl
 
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
  * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities; when p16
- * is non-NULL, the probabilities also go there rounded to bf16 (else fp16). */
-__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool bf16, const float *key_mask,
+ * is non-NULL, the probabilities also go there rounded to bf16 (else fp16). At a 16-bit compute
+ * precision (mm_kind) the probabilities are rounded to it, as stored, and so are the dropped
+ * ones: what the products read (see the top of this file). */
+__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool bf16, int mm_kind, const float *key_mask,
                                             const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
                                             bool causal, float p, float keep_scale, uint64_t seed,
                                             uint64_t stream, int head_offset, int heads_total,
@@ -142,7 +154,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     float inv = 1.0f / sum;
     if (!Pd) {
         for (int j = lane; j < Tk; j += 32) {
-            const float pj = j < jend ? P[j] * inv : 0.0f;
+            const float pj = j < jend ? rt_cuda_round_kind(P[j] * inv, mm_kind) : 0.0f;
             P[j] = pj;
             if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
         }
@@ -153,17 +165,17 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     __syncwarp();
     const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
     rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
-        const float pj = (int)j < jend ? P[j] * inv : 0.0f;
+        const float pj = (int)j < jend ? rt_cuda_round_kind(P[j] * inv, mm_kind) : 0.0f;
         P[j] = pj;
         if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
-        Pd[j] = u >= p ? pj * keep_scale : 0.0f;
+        Pd[j] = u >= p ? rt_cuda_round_kind(pj * keep_scale, mm_kind) : 0.0f;
     });
 }
 
-/* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), for the backward's dv
- * product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
+/* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), rounded to the compute
+ * precision (mm_kind) as the forward's were, for the backward's dv product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
  * blocks across the threads, so no index is divided per element and each block is drawn once. */
-__global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, size_t rows, float p,
+__global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, int mm_kind, size_t rows, float p,
                                             float keep_scale, uint64_t seed, uint64_t stream,
                                             int NH, int Tq, int Tk, int head_offset,
                                             int heads_total) {
@@ -172,7 +184,10 @@ __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                              (uint64_t)gridDim.x * blockDim.x, [&](size_t j, float u) {
-                                 pd[row + j] = u >= p ? rt_cuda_load_probs(P, probs_kind, row + j) * keep_scale : 0.0f;
+                                 pd[row + j] = u >= p ? rt_cuda_round_kind(rt_cuda_load_probs(P, probs_kind, row + j) *
+                                                                               keep_scale,
+                                                                           mm_kind)
+                                                      : 0.0f;
                              });
     }
 }
@@ -230,24 +245,25 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
                    : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
-    const rt_cuda_gemm_fn scores_gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
+    const rt_cuda_gemm_fn gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
     for (int b = 0; b < B; b++)
-        scores_gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
+        gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
                      (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
                      0.0f, S + (size_t)b * NH * head, Tk, head, NH);
 
     float *pd = NULL;
     if (p > 0.0f)
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
+    const int mm_kind = rt_cuda_probs_kind(c->matmul);
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        S, pd, f32 ? NULL : probs, d->probs_dtype == RT_BF16, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
+        S, pd, f32 ? NULL : probs, d->probs_dtype == RT_BF16, mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS) */
     const float *P = pd ? pd : S;
     for (int b = 0; b < B; b++)
-        rt_cuda_gemm(ctx, false, false, Tq, HS, Tk, 1.0f, P + (size_t)b * NH * head, Tk, head,
+        gemm(ctx, false, false, Tq, HS, Tk, 1.0f, P + (size_t)b * NH * head, Tk, head,
                      v + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, 0.0f,
                      out + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, NH);
 }
@@ -267,12 +283,12 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     /* the probabilities the forward multiplied v by, as floats for the dv product: the dropped
      * ones regenerated from the stored ones, else the stored ones (16-bit ones widened) */
-    const int probs_kind = rt_cuda_probs_kind(d->probs_dtype);
+    const int probs_kind = rt_cuda_probs_kind(d->probs_dtype), mm_kind = rt_cuda_probs_kind(c->matmul);
     const float *P = (const float *)probs;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
-                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, rows, p, keep_scale, d->seed,
+                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale, d->seed,
                                                              d->stream, NH, Tq, Tk, d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();
         P = pd;
@@ -282,15 +298,15 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
         P = w;
     }
     float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
-    const rt_cuda_gemm_fn dp_gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
+    const rt_cuda_gemm_fn gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
 
     for (int b = 0; b < B; b++) {
         /* dv[b, :, h] (Tk x HS) = Pd[b, h]^T (Tk x Tq) dout[b, :, h] (Tq x HS) */
-        rt_cuda_gemm(ctx, true, false, Tk, HS, Tq, 1.0f, P + (size_t)b * NH * head, Tk, head,
+        gemm(ctx, true, false, Tk, HS, Tq, 1.0f, P + (size_t)b * NH * head, Tk, head,
                      dout + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, 0.0f,
                      dv + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, NH);
         /* dP'[b, h] (Tq x Tk) = dout[b, :, h] (Tq x HS) v[b, :, h]^T (HS x Tk) */
-        dp_gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
+        gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
                      (int)d->ldo, (size_t)HS, v + (size_t)b * Tk * d->ldv, (int)d->ldv,
                      (size_t)HS, 0.0f, dS + (size_t)b * NH * head, Tk, head, NH);
     }
@@ -308,13 +324,16 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
         CUDA_LAUNCH_CHECK();
     }
 
+    /* dS at the compute precision for its products (dbias took it in fp32): the 16-bit matmul
+     * rounds it as it converts; the fp32 one is given it rounded */
+    if (mm_kind != RT_CUDA_PROBS_F32 && gemm == rt_cuda_gemm) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
     for (int b = 0; b < B; b++) {
         /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
-        rt_cuda_gemm(ctx, false, false, Tq, HS, Tk, d->scale, dS + (size_t)b * NH * head, Tk, head,
+        gemm(ctx, false, false, Tq, HS, Tk, d->scale, dS + (size_t)b * NH * head, Tk, head,
                      k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, 0.0f,
                      dq + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, NH);
         /* dk[b, :, h] (Tk x HS) = scale * dS[b, h]^T (Tk x Tq) q[b, :, h] (Tq x HS) */
-        rt_cuda_gemm(ctx, true, false, Tk, HS, Tq, d->scale, dS + (size_t)b * NH * head, Tk, head,
+        gemm(ctx, true, false, Tk, HS, Tq, d->scale, dS + (size_t)b * NH * head, Tk, head,
                      q + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, 0.0f,
                      dk + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, NH);
     }
