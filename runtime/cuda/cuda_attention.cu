@@ -31,14 +31,15 @@
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
 
-/* Whether a batch row's products go through the 16-bit matmul: only from 2^28 multiply-adds a
- * call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved GPU time
- * outweighs the conversions and cuBLASLt's host-side setup. On an H200, q k^T and dout v^T so
- * saved 8 ms of a 272 ms step at 16 x 1024; below the bound (where these small calls, one per
- * batch row, may be bound by the host) it was not measured, and fp32 GEMMs of the rounded values
- * stay. */
-static bool rt_cuda_attn_16bit_products(const rt_attn_desc *d) {
-    return (double)d->Tq * d->Tk * d->HS * d->NH >= (double)(1u << 28);
+/* The gemm for a batch row's products: the 16-bit matmul at a 16-bit precision from 2^28
+ * multiply-adds a call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved
+ * GPU time outweighs the conversions and cuBLASLt's host-side setup; else the fp32 one, on the
+ * rounded values at a 16-bit precision. On an H200, q k^T and dout v^T so saved 8 ms of a
+ * 272 ms step at 16 x 1024; below the bound (where these small calls, one per batch row, may be
+ * bound by the host) it was not measured. */
+static rt_cuda_gemm_fn rt_cuda_attn_gemm(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+    const bool large = (double)d->Tq * d->Tk * d->HS * d->NH >= (double)(1u << 28);
+    return c->matmul != RT_F32 && large ? rt_cuda_gemm_op : rt_cuda_gemm;
 }
 
 static void rt_cuda_attn_check(const rt_attn_desc *d) {
@@ -77,39 +78,12 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
     return (r / per_b) * (size_t)heads_total * Tq + (size_t)head_offset * Tq + r % per_b;
 }
 
-/* How the backward reads the stored probabilities: as they are, so 16-bit ones need no widened
- * copy (widening is exact, so the numbers are the same). */
-enum { RT_CUDA_PROBS_F32 = 0, RT_CUDA_PROBS_BF16, RT_CUDA_PROBS_F16 };
-static int rt_cuda_probs_kind(rt_dtype t) {
-    return t == RT_BF16 ? RT_CUDA_PROBS_BF16 : t == RT_F16 ? RT_CUDA_PROBS_F16 : RT_CUDA_PROBS_F32;
-}
-__device__ __forceinline__ float rt_cuda_load_probs(const void *p, int kind, size_t i) {
-    if (kind == RT_CUDA_PROBS_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    if (kind == RT_CUDA_PROBS_F16) return __half2float(((const __half *)p)[i]);
-    return ((const float *)p)[i];
-}
-
-/* x rounded to the compute precision a kind names (RT_CUDA_PROBS_*: none, bf16, fp16). */
-__device__ __forceinline__ float rt_cuda_round_kind(float x, int kind) {
-    if (kind == RT_CUDA_PROBS_BF16) return __bfloat162float(__float2bfloat16_rn(x));
-    if (kind == RT_CUDA_PROBS_F16) return __half2float(__float2half_rn(x));
-    return x;
-}
-
-/* Element i of a bf16 or fp16 buffer, to nearest even. */
-__device__ __forceinline__ void rt_cuda_store16(void *p, bool bf16, size_t i, float x) {
-    if (bf16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
-    else
-        ((__half *)p)[i] = __float2half_rn(x);
-}
-
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
  * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities; when p16
- * is non-NULL, the probabilities also go there rounded to bf16 (else fp16). At a 16-bit compute
+ * is non-NULL, the probabilities also go there as p16_kind (rt_cuda_kind16). At a 16-bit compute
  * precision (mm_kind) the probabilities are rounded to it, as stored, and so are the dropped
  * ones: what the products read (see the top of this file). */
-__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool bf16, int mm_kind, const float *key_mask,
+__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int p16_kind, int mm_kind, const float *key_mask,
                                             const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
                                             bool causal, float p, float keep_scale, uint64_t seed,
                                             uint64_t stream, int head_offset, int heads_total,
@@ -140,7 +114,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
         for (int j = lane; j < Tk; j += 32) {
             P[j] = 0.0f;
             if (Pd) Pd[j] = 0.0f;
-            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, 0.0f);
+            if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, 0.0f);
         }
         return;
     }
@@ -154,9 +128,9 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     float inv = 1.0f / sum;
     if (!Pd) {
         for (int j = lane; j < Tk; j += 32) {
-            const float pj = j < jend ? rt_cuda_round_kind(P[j] * inv, mm_kind) : 0.0f;
+            const float pj = j < jend ? rt_cuda_round16(P[j] * inv, mm_kind) : 0.0f;
             P[j] = pj;
-            if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
+            if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, pj);
         }
         return;
     }
@@ -165,10 +139,10 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, bool
     __syncwarp();
     const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
     rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
-        const float pj = (int)j < jend ? rt_cuda_round_kind(P[j] * inv, mm_kind) : 0.0f;
+        const float pj = (int)j < jend ? rt_cuda_round16(P[j] * inv, mm_kind) : 0.0f;
         P[j] = pj;
-        if (p16) rt_cuda_store16(p16, bf16, r * (size_t)Tk + j, pj);
-        Pd[j] = u >= p ? rt_cuda_round_kind(pj * keep_scale, mm_kind) : 0.0f;
+        if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, pj);
+        Pd[j] = u >= p ? rt_cuda_round16(pj * keep_scale, mm_kind) : 0.0f;
     });
 }
 
@@ -184,7 +158,7 @@ __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                              (uint64_t)gridDim.x * blockDim.x, [&](size_t j, float u) {
-                                 pd[row + j] = u >= p ? rt_cuda_round_kind(rt_cuda_load_probs(P, probs_kind, row + j) *
+                                 pd[row + j] = u >= p ? rt_cuda_round16(rt_cuda_load16(P, probs_kind, row + j) *
                                                                                keep_scale,
                                                                            mm_kind)
                                                       : 0.0f;
@@ -205,18 +179,18 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, in
     const size_t row = r * (size_t)Tk; /* row r of probs */
     float dot = 0.0f;
     if (!dropout) {
-        for (int j = lane; j < Tk; j += 32) dot += rt_cuda_load_probs(probs, probs_kind, row + j) * g[j];
+        for (int j = lane; j < Tk; j += 32) dot += rt_cuda_load16(probs, probs_kind, row + j) * g[j];
     } else { /* a Philox block (four keys) per lane at a time */
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
             const float dp = u >= p ? g[j] * keep_scale : 0.0f;
             g[j] = dp;
-            dot += rt_cuda_load_probs(probs, probs_kind, row + j) * dp;
+            dot += rt_cuda_load16(probs, probs_kind, row + j) * dp;
         });
     }
     dot = rt_cuda_warp_sum(dot);
     __syncwarp(); /* the dropout walk above wrote keys another lane reads below */
-    for (int j = lane; j < Tk; j += 32) g[j] = rt_cuda_load_probs(probs, probs_kind, row + j) * (g[j] - dot);
+    for (int j = lane; j < Tk; j += 32) g[j] = rt_cuda_load16(probs, probs_kind, row + j) * (g[j] - dot);
 }
 
 /* dbias[h, i, j] += sum over b of dS[b, h, i, j], b in order (one thread per element). */
@@ -245,7 +219,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
                    : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
-    const rt_cuda_gemm_fn gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
+    const rt_cuda_gemm_fn gemm = rt_cuda_attn_gemm(c, d);
     for (int b = 0; b < B; b++)
         gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
                      (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
@@ -254,9 +228,9 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
     float *pd = NULL;
     if (p > 0.0f)
         pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
-    const int mm_kind = rt_cuda_probs_kind(c->matmul);
+    const int mm_kind = rt_cuda_kind16(c->matmul);
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        S, pd, f32 ? NULL : probs, d->probs_dtype == RT_BF16, mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
+        S, pd, f32 ? NULL : probs, rt_cuda_kind16(d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
@@ -283,7 +257,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     /* the probabilities the forward multiplied v by, as floats for the dv product: the dropped
      * ones regenerated from the stored ones, else the stored ones (16-bit ones widened) */
-    const int probs_kind = rt_cuda_probs_kind(d->probs_dtype), mm_kind = rt_cuda_probs_kind(c->matmul);
+    const int probs_kind = rt_cuda_kind16(d->probs_dtype), mm_kind = rt_cuda_kind16(c->matmul);
     const float *P = (const float *)probs;
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
@@ -292,13 +266,13 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
                                                              d->stream, NH, Tq, Tk, d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();
         P = pd;
-    } else if (probs_kind != RT_CUDA_PROBS_F32) {
+    } else if (probs_kind != RT_CUDA_KIND_F32) {
         float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
         rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
         P = w;
     }
     float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
-    const rt_cuda_gemm_fn gemm = rt_cuda_attn_16bit_products(d) ? rt_cuda_gemm_op : rt_cuda_gemm;
+    const rt_cuda_gemm_fn gemm = rt_cuda_attn_gemm(c, d);
 
     for (int b = 0; b < B; b++) {
         /* dv[b, :, h] (Tk x HS) = Pd[b, h]^T (Tk x Tq) dout[b, :, h] (Tq x HS) */
@@ -326,7 +300,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     /* dS at the compute precision for its products (dbias took it in fp32): the 16-bit matmul
      * rounds it as it converts; the fp32 one is given it rounded */
-    if (mm_kind != RT_CUDA_PROBS_F32 && gemm == rt_cuda_gemm) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
+    if (mm_kind != RT_CUDA_KIND_F32 && gemm == rt_cuda_gemm) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
     for (int b = 0; b < B; b++) {
         /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
         gemm(ctx, false, false, Tq, HS, Tk, d->scale, dS + (size_t)b * NH * head, Tk, head,

@@ -71,11 +71,13 @@ void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols
         rt_cuda_round_as<__half>(rt_cuda_stream(ctx), x, rows, cols, ld);
 }
 
-static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n);
+/* n values of w converted into the 16-bit buffer out (bf16 or fp16). */
+static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n) {
+    if (n > 0) rt_cuda_to_16_rows(rt_cuda_stream(ctx), dtype, out, w, n, 1, 1); /* n rows of one: flat */
+}
 
-__global__ void rt_cuda_widen_kernel(float *out, const void *in, bool bf16, size_t n) {
-    RT_CUDA_FOR_EACH(i, n)
-    out[i] = bf16 ? __bfloat162float(((const __nv_bfloat16 *)in)[i]) : __half2float(((const __half *)in)[i]);
+__global__ void rt_cuda_widen_kernel(float *out, const void *in, int kind, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_load16(in, kind, i);
 }
 
 void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
@@ -86,7 +88,7 @@ void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size
 void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
     RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
     if (n == 0) return;
-    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dst, src, dtype == RT_BF16, n);
+    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dst, src, rt_cuda_kind16(dtype), n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -100,11 +102,6 @@ rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
     if (c->matmul != dtype) rt_cuda_weight_copy_set(ctx, NULL, 0); /* it holds the old precision's values */
     c->matmul = dtype;
     return RT_OK;
-}
-
-/* n values of w converted into the 16-bit buffer out (bf16 or fp16). */
-static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n) {
-    if (n > 0) rt_cuda_to_16_rows(rt_cuda_stream(ctx), dtype, out, w, n, 1, 1); /* n rows of one: flat */
 }
 
 rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {

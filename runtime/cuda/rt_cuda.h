@@ -24,6 +24,8 @@
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -137,6 +139,30 @@ static inline dim3 rt_cuda_grid_rows(size_t rows, int cols, unsigned threads) {
     const unsigned x = rt_cuda_grid((size_t)cols, threads);
     const size_t y = rows < 1 ? 1 : rows > 65535 ? 65535 : rows;
     return dim3(x, (unsigned)y);
+}
+
+/* A buffer's element type as kernels take it at run time: fp32, or a 16-bit one (bf16, fp16).
+ * Loads widen exactly; stores and round16 go to nearest even (fp16 overflows to inf). */
+enum { RT_CUDA_KIND_F32 = 0, RT_CUDA_KIND_BF16, RT_CUDA_KIND_F16 };
+static inline int rt_cuda_kind16(rt_dtype t) {
+    return t == RT_BF16 ? RT_CUDA_KIND_BF16 : t == RT_F16 ? RT_CUDA_KIND_F16 : RT_CUDA_KIND_F32;
+}
+__device__ __forceinline__ float rt_cuda_load16(const void *p, int kind, size_t i) {
+    if (kind == RT_CUDA_KIND_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (kind == RT_CUDA_KIND_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+__device__ __forceinline__ float rt_cuda_round16(float x, int kind) {
+    if (kind == RT_CUDA_KIND_BF16) return __bfloat162float(__float2bfloat16_rn(x));
+    if (kind == RT_CUDA_KIND_F16) return __half2float(__float2half_rn(x));
+    return x;
+}
+/* kind RT_CUDA_KIND_BF16 or RT_CUDA_KIND_F16 */
+__device__ __forceinline__ void rt_cuda_store16(void *p, int kind, size_t i, float x) {
+    if (kind == RT_CUDA_KIND_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(x);
+    else
+        ((__half *)p)[i] = __float2half_rn(x);
 }
 
 /* Dropout's draws along a row whose element j has stream index g0 + j, a Philox block (four
