@@ -558,15 +558,7 @@ static void test_attention_case(const attn_case *tc) {
 
     dbuf mask = {0}, bias = {0}, dbias = {0};
     if (tc->use_mask) {
-        float *h = rt_xmalloc((size_t)B * Tk * sizeof(float));
-        for (int b = 0; b < B; b++)
-            for (int j = 0; j < Tk; j++) {
-                float m = 0.0f;
-                if (b == tc->masked_batch) m = -INFINITY;
-                else if (j % 5 == 3) m = -1e9f;      /* HF-style large negative */
-                else if (j % 7 == 6) m = -INFINITY;  /* and a true -inf */
-                h[(size_t)b * Tk + j] = m;
-            }
+        float *h = tz_attention_key_mask(B, Tk, tc->masked_batch);
         mask = dbuf_from(h, (size_t)B * Tk);
         free(h);
     }
@@ -1074,6 +1066,132 @@ static void test_attention_probs16(void) {
     test_attention_probs16_case(RT_BF16, 1, 4, 1024, 64, 0.1f);
 }
 
+/* The fused attention (TZ_CUDA_ATTENTION=fused, cuda_flash.cu) against the CPU at a 16-bit
+ * compute precision: out, dq, dk and dv within a unit of the type of each value plus a unit of
+ * the largest (the tensor cores sum in another order, so a probability may round to its
+ * neighbour; tests/test_flash_tiles.c holds the same block code to a quarter of that on the CPU).
+ * The fused path must have run: it keeps two floats per query row in the probabilities buffer
+ * and leaves the rest as allocated (zeros). And it gives the same bits twice. */
+typedef struct {
+    const char *name;
+    rt_dtype dtype;
+    int B, NH, Tq, Tk, HS;
+    bool causal, prefix, mask, fused_qkv;
+    float dropout;
+    int head_offset, heads_total;
+} fused_case;
+
+static void test_attention_fused_case(rt_backend *fused, const fused_case *tc) {
+    rt_backend *materialized = g_gpu;
+    g_gpu = fused; /* the dbuf helpers' GPU side */
+    const int B = tc->B, NH = tc->NH, Tq = tc->Tq, Tk = tc->Tk, HS = tc->HS, C = NH * HS;
+    const rt_dtype dt = tc->dtype;
+    if (rt_set_precision(fused, dt) != RT_OK) { /* bf16 before sm_80: test_precision says so */
+        g_gpu = materialized;
+        return;
+    }
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, dt));
+    rt_attn_desc d;
+    memset(&d, 0, sizeof d);
+    d.B = B, d.NH = NH, d.Tq = Tq, d.Tk = Tk, d.HS = HS;
+    d.scale = 1.0f / sqrtf((float)HS);
+    d.causal = tc->causal;
+    d.dropout_p = tc->dropout;
+    d.seed = 31, d.stream = ((uint64_t)3 << 56) | 9u;
+    d.head_offset = tc->head_offset, d.heads_total = tc->heads_total;
+    d.probs_dtype = dt;
+    if (tc->fused_qkv) {
+        d.ldq = d.ldk = d.ldv = (size_t)3 * C;
+        d.ldo = (size_t)C;
+    } else {
+        d.ldq = (size_t)C + 3, d.ldk = (size_t)C + 1, d.ldv = (size_t)C + 5, d.ldo = (size_t)C + 2;
+    }
+    const size_t nq = (size_t)B * Tq * d.ldq, nk = (size_t)B * Tk * d.ldk, nv = (size_t)B * Tk * d.ldv;
+    const size_t nx = tc->fused_qkv ? nq : nq + nk + nv, no = (size_t)B * Tq * d.ldo;
+    dbuf x = dbuf_rand_stored(dt, nx, 1.0f, 0.0f), dout = dbuf_rand_stored(dt, no, 1.0f, 0.0f);
+    dbuf out = dbuf_zero(no), dx = dbuf_zero(nx);
+    const size_t kq = tc->fused_qkv ? (size_t)C : nq, kv = tc->fused_qkv ? (size_t)2 * C : nq + nk;
+    dbuf mask = {0};
+    if (tc->mask) {
+        float *h = tz_attention_key_mask(B, Tk, 1);
+        mask = dbuf_from(h, (size_t)B * Tk);
+        free(h);
+    }
+    const int32_t prefix_h[4] = {5, 30, 1, 12};
+    ibuf prefix = {0};
+    if (tc->prefix) prefix = ibuf_from(prefix_h, (size_t)B);
+    const size_t pbytes = (size_t)B * NH * Tq * Tk * 2, rows = (size_t)B * NH * Tq;
+    void *pc = be_alloc(g_cpu, pbytes), *pg[2] = {be_alloc(fused, pbytes), be_alloc(fused, pbytes)};
+    float *got[2][2];
+    for (int w = 0; w < 2; w++) { /* twice on the GPU: the same bits */
+        rt_attn_desc dg = d;
+        dg.key_mask = mask.g, dg.prefix = prefix.g;
+        rt_attention_fwd(fused, &dg, out.g, pg[w], x.g, x.g + kq, x.g + kv);
+        rt_attention_bwd(fused, &dg, dx.g, dx.g + kq, dx.g + kv, NULL, dout.g, pg[w], x.g, x.g + kq, x.g + kv);
+        got[w][0] = gpu_fetch(out.g, no);
+        got[w][1] = gpu_fetch(dx.g, nx);
+    }
+    rt_attn_desc dc = d;
+    dc.key_mask = mask.c, dc.prefix = prefix.c;
+    rt_attention_fwd(g_cpu, &dc, out.c, pc, x.c, x.c + kq, x.c + kv);
+    rt_attention_bwd(g_cpu, &dc, dx.c, dx.c + kq, dx.c + kv, NULL, dout.c, pc, x.c, x.c + kq, x.c + kv);
+
+    char what[160];
+    const char *name = rt_dtype_name(dt);
+    const float unit = dt == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
+    float *ref = rt_xmalloc(nx * sizeof(float));
+    rt_to_host(g_cpu, ref, out.c, no * sizeof(float));
+    float big = 0.0f;
+    for (size_t i = 0; i < no; i++) big = fmaxf(big, isfinite(ref[i]) ? fabsf(ref[i]) : 0.0f);
+    snprintf(what, sizeof what, "fused attention %s (%s): out against the CPU", tc->name, name);
+    tz_check_close(what, got[0][0], ref, no, unit * big, unit);
+    rt_to_host(g_cpu, ref, dx.c, nx * sizeof(float));
+    big = 0.0f;
+    for (size_t i = 0; i < nx; i++) big = fmaxf(big, isfinite(ref[i]) ? fabsf(ref[i]) : 0.0f);
+    snprintf(what, sizeof what, "fused attention %s (%s): dq, dk, dv against the CPU", tc->name, name);
+    tz_check_close(what, got[0][1], ref, nx, unit * big, unit);
+    TZ_EXPECT(memcmp(got[0][0], got[1][0], no * 4) == 0 && memcmp(got[0][1], got[1][1], nx * 4) == 0,
+              "fused attention %s (%s): two runs differ", tc->name, name);
+    unsigned char *kept = rt_xmalloc(pbytes);
+    rt_to_host(fused, kept, pg[0], pbytes);
+    size_t touched = 0;
+    for (size_t i = rows * 8; i < pbytes; i++) touched += kept[i] != 0;
+    TZ_EXPECT(touched == 0, "fused attention %s (%s): %zu bytes past the row statistics written: the fused path did not run",
+              tc->name, name, touched);
+    free(kept), free(ref);
+    for (int w = 0; w < 2; w++) free(got[w][0]), free(got[w][1]);
+    rt_free_device(g_cpu, pc);
+    rt_free_device(fused, pg[0]);
+    rt_free_device(fused, pg[1]);
+    dbuf_free(&x), dbuf_free(&dout), dbuf_free(&out), dbuf_free(&dx);
+    if (tc->mask) dbuf_free(&mask);
+    if (tc->prefix) ibuf_free(&prefix);
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(fused, RT_F32));
+    g_gpu = materialized;
+}
+
+static void test_attention_fused(void) {
+    setenv("TZ_CUDA_ATTENTION", "fused", 1);
+    rt_backend *fused = NULL;
+    rt_status st = rt_backend_init("cuda", 0, &fused);
+    unsetenv("TZ_CUDA_ATTENTION");
+    TZ_EXPECT_OK(st);
+    if (st != RT_OK) return;
+    static const fused_case cases[] = {
+        {"encoder mask dropout", RT_BF16, 3, 2, 40, 40, 16, false, false, true, true, 0.1f, 0, 0},
+        {"causal 64", RT_BF16, 2, 3, 70, 70, 64, true, false, false, true, 0.1f, 0, 0},
+        {"prefix", RT_F16, 2, 2, 37, 37, 32, true, true, false, false, 0.0f, 0, 0},
+        {"cross", RT_BF16, 2, 2, 19, 130, 16, false, false, true, false, 0.0f, 0, 0},
+        {"one query", RT_BF16, 2, 2, 1, 9, 16, false, false, false, false, 0.0f, 0, 0},
+        {"tp heads", RT_F16, 2, 2, 33, 33, 16, true, false, true, true, 0.2f, 3, 6},
+        {"batch 4 x 128", RT_BF16, 4, 12, 128, 128, 64, false, false, true, true, 0.1f, 0, 0},
+        {"gpt2 1024", RT_BF16, 1, 4, 1024, 1024, 64, true, false, false, true, 0.1f, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_fused_case(fused, &cases[i]);
+    rt_backend_free(fused);
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &g_gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -1108,6 +1226,7 @@ int main(void) {
     test_linear();
     test_weight_copy();
     test_attention_probs16();
+    test_attention_fused();
 
     rt_backend_free(g_cpu);
     rt_backend_free(g_gpu);

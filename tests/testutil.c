@@ -259,6 +259,14 @@ float tz_uniform(unsigned *state) {
     return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
+float *tz_attention_key_mask(int B, int Tk, int masked_batch) {
+    float *m = rt_xmalloc((size_t)B * Tk * sizeof(float));
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < Tk; j++)
+            m[(size_t)b * Tk + j] = b == masked_batch ? -INFINITY : j % 5 == 3 ? -1e9f : j % 7 == 6 ? -INFINITY : 0.0f;
+    return m;
+}
+
 int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, const float *C0, const float *C, int ldc, rt_dtype inputs,
                    bool quiet) {

@@ -24,6 +24,10 @@ extern int tz_test_checks;
 int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol);
 /* A uniform float in [-1, 1) from a 32-bit LCG state (deterministic test data). */
 float tz_uniform(unsigned *state);
+/* An attention key mask (B, Tk), additive, as the attention tests use it: every key of batch row
+ * masked_batch (-1: none) at -inf; else -1e9 (HF's large negative) where j % 5 == 3, -inf where
+ * j % 7 == 6, 0 elsewhere. Caller frees. */
+float *tz_attention_key_mask(int B, int Tk, int masked_batch);
 /* How many elements of C = alpha op(A) op(B) + beta C0 (row-major, leading dimensions as rt_gemm
  * takes them) are off a double-precision reference by more than fp32 accumulation's bound,
  * (K + 2) ulps of the sum of |terms|. inputs: the reference reads A and B rounded to that type

@@ -23,7 +23,10 @@
  * and dout are stored activations, already rounded; the softmax kernel rounds the probabilities
  * (as stored) and the dropped ones, the backward's regeneration rounds those, and dS is rounded
  * after dbias took it in fp32. The products then run on the tensor cores (rt_cuda_gemm_op) when
- * they are large, else as fp32 GEMMs of the rounded values: the same sums up to their order. */
+ * they are large, else as fp32 GEMMs of the rounded values: the same sums up to their order.
+ *
+ * With TZ_CUDA_ATTENTION=fused, a 16-bit compute precision goes to the fused kernels instead
+ * (cuda_flash.cu) wherever they apply; this path is their reference. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -208,6 +211,10 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
+    if (rt_cuda_attn_fused(c, d)) {
+        rt_cuda_flash_fwd(c, d, out, probs, q, k, v);
+        return;
+    }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk; /* one (b, h) block of probs */
     const size_t rows = (size_t)B * NH * Tq;
@@ -247,6 +254,11 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
                            const float *k, const float *v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
+    if (rt_cuda_attn_fused(c, d)) { /* the forward took the same path: probs holds its row statistics */
+        RT_CHECK(dbias == NULL, "attention_bwd: dbias without a position bias");
+        rt_cuda_flash_bwd(c, d, dq, dk, dv, dout, probs, q, k, v);
+        return;
+    }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk;
     const size_t rows = (size_t)B * NH * Tq;

@@ -200,6 +200,9 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     cublasStatus_t bs;
     struct cudaDeviceProp prop;
     *out = NULL;
+    const char *attention = getenv("TZ_CUDA_ATTENTION");
+    if (attention && *attention && strcmp(attention, "fused") != 0 && strcmp(attention, "materialized") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ATTENTION=%s: expected fused or materialized", attention);
 
     if ((st = rt_cuda_device_count(&count)) != RT_OK) {
         rt_error_wrap(st, "cuda:%d", device);
@@ -222,6 +225,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     c->sm_major = prop.major;
     c->sm_minor = prop.minor;
     c->matmul = RT_F32;
+    c->attn_fused = attention && strcmp(attention, "fused") == 0;
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,

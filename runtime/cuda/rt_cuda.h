@@ -63,6 +63,7 @@ enum {
     RT_CUDA_SCRATCH_ATTN_P = 0, /* attention: dropped probabilities (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_DS,    /* attention backward: dP then dS (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_S,     /* attention with 16-bit probabilities: their fp32 values (B, NH, Tq, Tk) */
+    RT_CUDA_SCRATCH_ATTN_D,     /* fused attention backward: D = rowsum(P dP) (B, NH, Tq) */
     RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
     RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
@@ -102,6 +103,8 @@ typedef struct {
     int stage_next;
     /* cuBLASLt's algorithm per matmul shape (cuda_lt_plans.h), allocated at the first matmul */
     struct lt_plan_cache *lt_plans;
+    /* Attention through the fused kernels (cuda_flash.cu) where they apply: TZ_CUDA_ATTENTION=fused */
+    bool attn_fused;
 } rt_cuda_ctx;
 
 /* The stream of a backend context (the ops' void *ctx). */
@@ -303,6 +306,13 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
 
 /* cuda_attention.cu */
+/* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs. Its probabilities
+ * buffer holds (m, 1/l) per query row, not the probabilities. */
+bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d);
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
+                       const float *k, const float *v);
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, const float *dout,
+                       const void *probs, const float *q, const float *k, const float *v);
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                            const float *q, const float *k, const float *v);
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
