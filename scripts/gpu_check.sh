@@ -17,7 +17,8 @@
 #     GPU, with the same seed: every step's loss within 0.1% of the CPU's;
 #  5. trains 200 steps of each on the GPU in fp32 and in bf16: every bf16 step within 1% of fp32's
 #     and the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
-#     (--quick: 50 steps);
+#     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused;
+#     T5's position bias keeps the materialized path);
 #  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
 #     not; --quick: the two GPT-2 workloads, 30 steps, instead of all six with T5-3B's);
 #  7. profiles GPT-2 124M's bf16 step (scripts/bench/gpu_profile.sh: ms/step over sequence
@@ -182,6 +183,13 @@ for prog in $WORKLOADS; do
     done
     [ "$ok" = 1 ] && compare "$prog cuda bf16 vs fp32, $STEPS steps" "$W/$prog-cuda-fp32-$STEPS" \
         "$W/$prog-cuda-bf16-$STEPS" "$STEPS" 0.01 0.005 1
+    [ "$ok" = 1 ] || continue
+    if TZ_CUDA_ATTENTION=fused train "$prog" cuda bf16 "$STEPS" "$W/$prog-cuda-fused-$STEPS"; then
+        compare "$prog cuda bf16 fused attention vs fp32, $STEPS steps" "$W/$prog-cuda-fp32-$STEPS" \
+            "$W/$prog-cuda-fused-$STEPS" "$STEPS" 0.01 0.005 1
+    else
+        line "FAIL $prog on cuda (bf16, fused attention): $(tail -1 "$W/$prog-cuda-fused-$STEPS.log")"
+    fi
 done
 
 # ---- 6. the GPU benchmark ----

@@ -15,6 +15,8 @@ Sides (--sides):
                 GPU with bf16 tensor cores, fp32 on the CPU); its batch shapes are what the
                 others replay
   tunezoo-fp32  the program with --precision fp32
+  tunezoo-fused the program with TZ_CUDA_ATTENTION=fused: the fused attention kernels where they
+                apply (bf16/fp16, no position bias, head size up to 64), else the materialized path
   eager-fp32    HF model, PyTorch eager, fp32, attn_implementation="sdpa" where the model has it
   eager-bf16    the same under torch.autocast(bfloat16)
   compile-bf16  torch.compile(model) under autocast(bfloat16)
@@ -99,7 +101,7 @@ WORKLOADS = {
                                 num_heads=4), 2, (48, 16), True),
 }
 DEFAULT_WORKLOADS = "gpt2-mrpc,gpt2-lm-1024,bert-128,t5-512,t5-3b-b1,t5-3b-b8"
-SIDES = ("tunezoo", "tunezoo-fp32", "eager-fp32", "eager-bf16", "compile-bf16")
+SIDES = ("tunezoo", "tunezoo-fp32", "tunezoo-fused", "eager-fp32", "eager-bf16", "compile-bf16")
 PROGRAMS = {"gpt2": "gpt2-classify", "gpt2lm": "gpt2-finetune", "bert": "bert-classify", "t5": "t5-finetune"}
 PEAK_BF16_TFLOPS = (("H200", 989.4), ("H100", 989.4), ("A100", 312.0), ("L40S", 362.05))
 
@@ -185,8 +187,12 @@ def run_tunezoo(args, name, side, workdir, data):
     if args.device == "cpu":
         cmd += ["--threads", str(args.threads)]
     log = os.path.join(workdir, f"{side}-{name}.log")
+    env = thread_env(args.threads)
+    env.pop("TZ_CUDA_ATTENTION", None)
+    if side == "tunezoo-fused":
+        env["TZ_CUDA_ATTENTION"] = "fused"
     print(f"[{name}] {side}: {' '.join(cmd)}", flush=True)
-    rc, rss, _ = run_child(cmd, thread_env(args.threads), log)
+    rc, rss, _ = run_child(cmd, env, log)
     if rc != 0:
         print(f"[{name}] {side} failed (exit {rc}); last lines of {log}:\n{tail(log, 8)}", flush=True)
         return None
@@ -364,7 +370,7 @@ def main():
         for side in sides:
             if side == "tunezoo":
                 continue
-            if side == "tunezoo-fp32":
+            if side in ("tunezoo-fp32", "tunezoo-fused"):
                 per_side[side] = run_tunezoo(args, name, side, workdir, data)
                 continue
             res = run_torch(args, name, side, tz["shapes"], workdir)

@@ -4,9 +4,10 @@
 #
 #   scripts/bench/gpu_profile.sh BIN_DIR OUT_DIR [--no-ncu]
 #
-#  1. ms/step at 16384 tokens a step as 16 x 1024, 32 x 512, 64 x 256 and 128 x 128, and at
-#     16 x 1024 without dropout and in fp32 (mean of steps 4-9): what grows with the length is
-#     attention's; what dropout costs;
+#  1. ms/step at 16384 tokens a step as 16 x 1024, 32 x 512, 64 x 256 and 128 x 128, with the
+#     materialized attention and with the fused one (TZ_CUDA_ATTENTION=fused), and at 16 x 1024
+#     without dropout and in fp32 (mean of steps 4-9): what grows with the length is attention's;
+#     what dropout costs;
 #  2. ncu's kernel times over 2 steps at 2 x 1024 (start-up included), summed per kernel name:
 #     the top 15 with their share (scripts/bench/ncu_top.py).
 #
@@ -34,12 +35,14 @@ run() {
 ms() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -n +4 |
     sed 's/.*"ms_per_step":\([0-9.eE+-]*\).*/\1/' | awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n; else printf "failed" }'; }
 
-sweep=""
-for tb in 1024:16 512:32 256:64 128:128; do
-    run "t${tb%:*}" gpt2 "${tb%:*}" "${tb#*:}" 9
-    sweep="$sweep ${tb#*:}x${tb%:*} $(ms "$W/t${tb%:*}")"
+for attention in materialized fused; do
+    sweep=""
+    for tb in 1024:16 512:32 256:64 128:128; do
+        TZ_CUDA_ATTENTION=$attention run "$attention-t${tb%:*}" gpt2 "${tb%:*}" "${tb#*:}" 9
+        sweep="$sweep ${tb#*:}x${tb%:*} $(ms "$W/$attention-t${tb%:*}")"
+    done
+    echo "INFO profile gpt2-finetune 124M bf16 ms/step at 16384 tokens, $attention attention:$sweep"
 done
-echo "INFO profile gpt2-finetune 124M bf16 ms/step at 16384 tokens:$sweep"
 run nodrop gpt2-nodrop 1024 16 9
 run fp32 gpt2 1024 16 9 --precision fp32
 echo "INFO profile 16x1024 without dropout $(ms "$W/nodrop") ms/step; in fp32 $(ms "$W/fp32") ms/step"
