@@ -102,6 +102,21 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->dhid = rt_arena_take(a, rows * Fl, f);
 }
 
+/* Bytes per query row an attention over Tk keys keeps for the backward (rt_attn_kept_bytes): Tk
+ * probabilities, or less where the backend fuses attention; bias: whether a position bias comes
+ * (only that there is one matters to the answer). */
+static size_t stack_kept_row(const mdl_stack *s, int Tk, bool bias) {
+    static const float bias_marker = 0.0f;
+    const rt_attn_desc d = {.B = 1, .NH = 1, .Tq = 1, .Tk = Tk, .HS = s->HS, .scale = 1.0f,
+                            .bias = bias ? &bias_marker : NULL, .probs_dtype = s->probs_dtype};
+    return rt_attn_kept_bytes(s->be, &d);
+}
+
+/* Bytes of one slot of probs (cross: cprobs). */
+static size_t stack_probs_room(const mdl_stack *s, bool cross) {
+    return (size_t)s->max_B * s->NH_local * s->max_T * (cross ? s->cprobs_row : s->probs_row);
+}
+
 void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S, mdl_stack_scratch *shared) {
     const mdl_stack_config *c = &s->cfg;
     s->max_B = max_B;
@@ -145,12 +160,13 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n2_rstd = rt_arena_take(a, L * BT, f);
     s->probs_dtype = compute;
-    const size_t pf = rt_attn_probs_size(s->probs_dtype);
-    s->probs = rt_arena_take(a, L * B * NH * T * T, pf);
+    s->probs_row = stack_kept_row(s, max_T, c->position_bias);
+    s->probs = rt_arena_take(a, L * B * NH * T, s->probs_row);
     if (c->cross) {
         s->nc_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
         s->nc_rstd = rt_arena_take(a, L * BT, f);
-        s->cprobs = rt_arena_take(a, L * B * NH * T * (size_t)max_S, pf);
+        s->cprobs_row = stack_kept_row(s, s->max_S, false);
+        s->cprobs = rt_arena_take(a, L * B * NH * T, s->cprobs_row);
     }
     if (c->final_norm) {
         s->out = rt_arena_take(a, BT * C, f);
@@ -188,7 +204,7 @@ typedef struct {
 static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
-    const size_t o = (size_t)(l % s->slots), pf = rt_attn_probs_size(s->probs_dtype);
+    const size_t o = (size_t)(l % s->slots);
     const size_t w = s->kept_dtype == RT_F32 ? o : 0; /* the fp32 buffers' slot: narrowed, the one working set */
     float *qkv = s->qkv + w * BT * 3 * Il, *ckv = AT(s->ckv, w * BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
@@ -197,9 +213,9 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
         .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + w * BT * C,
         .mid = s->mid + w * BT * C, .h2 = s->h2 + w * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
         .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
-        .probs = (char *)s->probs + o * heads * s->max_T * pf, .atty = s->atty + w * BT * Il, .hc = AT(s->hc, w * BT * C),
+        .probs = (char *)s->probs + o * heads * s->probs_row, .atty = s->atty + w * BT * Il, .hc = AT(s->hc, w * BT * C),
         .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
-        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->max_S * pf : NULL, .catty = AT(s->catty, w * BT * Il),
+        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL, .catty = AT(s->catty, w * BT * Il),
         .mid2 = AT(s->mid2, w * BT * C), .up = s->up + w * BT * Fl, .up_lin = AT(s->up_lin, w * BT * Fl),
         .hid = s->hid + w * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
         .cqkv = {AT(s->cq, w * BT * Il), ckv, AT(ckv, BS * Il)}};
@@ -218,13 +234,18 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
     const mdl_stack_config *c = &s->cfg;
     const size_t ld = !cross && mdl_attn_fused(&s->layer[l].attn) ? 3 * (size_t)s->I_local : (size_t)s->I_local;
     mdl_drop d = stack_drop(s, pass, c->attn_pdrop, l, cross ? MDL_SITE_CROSS_PROBS : MDL_SITE_SELF_PROBS);
-    return (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
+    const rt_attn_desc a = (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
                           .ldk = ld, .ldv = ld, .ldo = (size_t)s->I_local,
                           .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)s->HS),
                           .causal = !cross && mask->causal, .prefix = cross ? NULL : mask->prefix,
                           .key_mask = cross ? mask->cross_key_mask : mask->key_mask, .bias = cross ? NULL : mask->bias,
                           .dropout_p = d.p, .seed = d.seed, .stream = d.stream, .head_offset = s->head_offset,
                           .heads_total = c->n_head, .probs_dtype = s->probs_dtype};
+    /* e.g. a position bias on a stack laid out without one, where the fused attention was counted on */
+    RT_CHECK(rt_attn_kept_bytes(s->be, &a) <= stack_probs_room(s, cross),
+             "block %d's %s attention keeps %zu bytes of probabilities; %zu were laid out", l, cross ? "cross" : "self",
+             rt_attn_kept_bytes(s->be, &a), stack_probs_room(s, cross));
+    return a;
 }
 
 /* What block l's forward and backward share: its parameters, sublayers, slices, attention
@@ -518,8 +539,9 @@ const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
 
 mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
     const size_t n = (size_t)R, Il = (size_t)s->I_local;
-    /* probs holds R x NH x Tk here: within the forward's B x NH x T x T */
-    RT_CHECK(R <= s->max_B && (size_t)Tk <= (size_t)s->max_T * (size_t)s->max_T, "decode: %d rows, %d keys", R, Tk);
+    /* probs holds R x NH rows of Tk here (or less, rt_attn_kept_bytes): within slot 0 of the forward's */
+    RT_CHECK(R <= s->max_B && (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
+             "decode: %d rows, %d keys", R, Tk);
     return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
                                 .k = s->qkv + n * Il, .v = s->qkv + 2 * n * Il, .atty = s->atty, .probs = s->probs,
                                 .probs_dtype = s->probs_dtype, .up = s->up, .up_lin = s->up_lin, .hid = s->hid};
@@ -536,6 +558,10 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
     RT_CHECK(!s->cfg.post_norm, "decode: a pre-norm stack");
     rt_attn_desc self = c->self, cross = c->cross; /* over w's probabilities */
     self.probs_dtype = cross.probs_dtype = w->probs_dtype;
+    RT_CHECK(rt_attn_kept_bytes(be, &self) <= stack_probs_room(s, false) &&
+                 (!s->cfg.cross || rt_attn_kept_bytes(be, &cross) <= stack_probs_room(s, false)),
+             "decode: %d rows over %d keys (%d source keys) do not fit the probabilities laid out", R, self.Tk,
+             s->cfg.cross ? cross.Tk : 0);
     for (int l = 0; l < s->cfg.n_layer; l++) {
         const mdl_block_params *p = &s->layer[l];
         /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */

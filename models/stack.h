@@ -56,6 +56,7 @@ typedef struct {
     float norm_eps;
     bool final_norm;           /* a norm over the last block's output (its parameters: `final`) */
     bool cross;                /* cross-attention after self-attention (pre-norm only) */
+    bool position_bias;        /* self-attention adds a position bias (T5: mdl_stack_mask.bias) */
     bool gated;                /* the FFN has up_lin (T5 v1.1) */
     bool fp16_clamp;           /* in fp16, each residual add holding an inf is clamped to +-(65504 - 1000):
                                 * HF T5's guard (transformers #4287, #9295); pre-norm only */
@@ -128,10 +129,12 @@ typedef struct {
                                    * (post: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
     float *qkv, *atty;            /* (slots, BT, 3 I_local), (slots, BT, I_local) */
-    void *probs;                  /* (slots, B, NH_local, T, T) as probs_dtype */
+    void *probs;                  /* (slots, B, NH_local, T) rows of probs_row bytes: T probs_dtype values,
+                                   * or what a fused attention keeps instead (rt_attn_kept_bytes) */
+    size_t probs_row, cprobs_row; /* bytes per query row of probs and cprobs */
     rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
     float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
-    void *cprobs;                 /* (slots, B, NH_local, T, S) as probs_dtype */
+    void *cprobs;                 /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
     float *up, *up_lin, *hid;     /* (slots, BT, F_local) */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */

@@ -112,7 +112,7 @@ static void t5_stack_init(t5_model *m, t5_stack *s) {
     mdl_stack_config bc = {.n_layer = s->L, .C = c->d_model, .n_head = c->num_heads, .head_size = c->d_kv,
                            .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon,
                            .final_norm = s->has_final, .layer_offset = s->first, .layers_total = s->L_total,
-                           .cross = s->decoder, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
+                           .cross = s->decoder, .position_bias = true, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
                            .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
                            .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
                            .checkpoint_layers = c->checkpoint_layers};

@@ -166,6 +166,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->clamp_abs_bwd = rt_cuda_clamp_abs_bwd;
     o->attention_fwd = rt_cuda_attention_fwd;
     o->attention_bwd = rt_cuda_attention_bwd;
+    o->attention_kept_row = rt_cuda_attention_kept_row;
     o->relbias_fwd = rt_cuda_relbias_fwd;
     o->relbias_bwd = rt_cuda_relbias_bwd;
     o->embedding_fwd = rt_cuda_embedding_fwd;

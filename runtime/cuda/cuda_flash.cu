@@ -30,6 +30,11 @@ bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
     return c->attn_fused && c->sm_major >= 8 && fl_unsupported(d, c->matmul) == NULL;
 }
 
+size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
+    return rt_cuda_attn_fused((const rt_cuda_ctx *)ctx, d) ? 2 * sizeof(float)
+                                                           : (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+}
+
 /* Blocks of 16 rows over every (batch row, head). */
 static unsigned rt_cuda_flash_blocks(const rt_attn_desc *d, int T) {
     const size_t n = (size_t)d->B * d->NH * (size_t)((T + FL_BQ - 1) / FL_BQ);

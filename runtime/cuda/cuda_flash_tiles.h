@@ -241,7 +241,9 @@ FL_HD void fl_acc_store(float *C, int ldc, const fl_acc *acc, int HS) {
  * why not (the materialized path runs instead). */
 static inline const char *fl_unsupported(const rt_attn_desc *d, rt_dtype compute) {
     if (compute != RT_BF16 && compute != RT_F16) return "fp32 compute";
-    if (d->probs_dtype != RT_F32 && d->probs_dtype != compute) return "probabilities stored in another type";
+    /* (fp32 probabilities are rounded by rt_attention_fwd after the op, which the statistics kept
+     * in their place must not be) */
+    if (d->probs_dtype != compute) return "probabilities stored in another type";
     if (d->bias) return "a position bias";
     if (d->HS % 16 != 0 || d->HS > FL_HS_MAX) return "a head size that is not a multiple of 16 up to 64";
     /* the probabilities buffer keeps two floats per query row */

@@ -309,6 +309,7 @@ double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
 /* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs. Its probabilities
  * buffer holds (m, 1/l) per query row, not the probabilities. */
 bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d);
+size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d);
 void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
                        const float *k, const float *v);
 void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, const float *dout,
