@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/rt_backend.h"
+#include "tests/fused_attn_cases.h"
 #include "tests/testutil.h"
 
 #ifndef TZ_USE_CUDA
@@ -1072,16 +1073,7 @@ static void test_attention_probs16(void) {
  * neighbour; tests/test_flash_tiles.c holds the same block code to a quarter of that on the CPU).
  * The fused path must have run: it keeps two floats per query row in the probabilities buffer
  * and leaves the rest as allocated (zeros). And it gives the same bits twice. */
-typedef struct {
-    const char *name;
-    rt_dtype dtype;
-    int B, NH, Tq, Tk, HS;
-    bool causal, prefix, mask, fused_qkv;
-    float dropout;
-    int head_offset, heads_total;
-} fused_case;
-
-static void test_attention_fused_case(rt_backend *fused, const fused_case *tc) {
+static void test_attention_fused_case(rt_backend *fused, const fused_attn_case *tc) {
     rt_backend *materialized = g_gpu;
     g_gpu = fused; /* the dbuf helpers' GPU side */
     const int B = tc->B, NH = tc->NH, Tq = tc->Tq, Tk = tc->Tk, HS = tc->HS, C = NH * HS;
@@ -1091,21 +1083,7 @@ static void test_attention_fused_case(rt_backend *fused, const fused_case *tc) {
         return;
     }
     TZ_EXPECT_OK(rt_set_precision(g_cpu, dt));
-    rt_attn_desc d;
-    memset(&d, 0, sizeof d);
-    d.B = B, d.NH = NH, d.Tq = Tq, d.Tk = Tk, d.HS = HS;
-    d.scale = 1.0f / sqrtf((float)HS);
-    d.causal = tc->causal;
-    d.dropout_p = tc->dropout;
-    d.seed = 31, d.stream = ((uint64_t)3 << 56) | 9u;
-    d.head_offset = tc->head_offset, d.heads_total = tc->heads_total;
-    d.probs_dtype = dt;
-    if (tc->fused_qkv) {
-        d.ldq = d.ldk = d.ldv = (size_t)3 * C;
-        d.ldo = (size_t)C;
-    } else {
-        d.ldq = (size_t)C + 3, d.ldk = (size_t)C + 1, d.ldv = (size_t)C + 5, d.ldo = (size_t)C + 2;
-    }
+    const rt_attn_desc d = fused_attn_desc(tc);
     const size_t nq = (size_t)B * Tq * d.ldq, nk = (size_t)B * Tk * d.ldk, nv = (size_t)B * Tk * d.ldv;
     const size_t nx = tc->fused_qkv ? nq : nq + nk + nv, no = (size_t)B * Tq * d.ldo;
     dbuf x = dbuf_rand_stored(dt, nx, 1.0f, 0.0f), dout = dbuf_rand_stored(dt, no, 1.0f, 0.0f);
@@ -1113,13 +1091,12 @@ static void test_attention_fused_case(rt_backend *fused, const fused_case *tc) {
     const size_t kq = tc->fused_qkv ? (size_t)C : nq, kv = tc->fused_qkv ? (size_t)2 * C : nq + nk;
     dbuf mask = {0};
     if (tc->mask) {
-        float *h = tz_attention_key_mask(B, Tk, 1);
+        float *h = tz_attention_key_mask(B, Tk, tc->masked_batch);
         mask = dbuf_from(h, (size_t)B * Tk);
         free(h);
     }
-    const int32_t prefix_h[4] = {5, 30, 1, 12};
     ibuf prefix = {0};
-    if (tc->prefix) prefix = ibuf_from(prefix_h, (size_t)B);
+    if (tc->prefix) prefix = ibuf_from(FUSED_ATTN_PREFIX, (size_t)B);
     const size_t pbytes = (size_t)B * NH * Tq * Tk * 2, rows = (size_t)B * NH * Tq;
     void *pc = be_alloc(g_cpu, pbytes), *pg[2] = {be_alloc(fused, pbytes), be_alloc(fused, pbytes)};
     float *got[2][2];
@@ -1178,17 +1155,7 @@ static void test_attention_fused(void) {
     unsetenv("TZ_CUDA_ATTENTION");
     TZ_EXPECT_OK(st);
     if (st != RT_OK) return;
-    static const fused_case cases[] = {
-        {"encoder mask dropout", RT_BF16, 3, 2, 40, 40, 16, false, false, true, true, 0.1f, 0, 0},
-        {"causal 64", RT_BF16, 2, 3, 70, 70, 64, true, false, false, true, 0.1f, 0, 0},
-        {"prefix", RT_F16, 2, 2, 37, 37, 32, true, true, false, false, 0.0f, 0, 0},
-        {"cross", RT_BF16, 2, 2, 19, 130, 16, false, false, true, false, 0.0f, 0, 0},
-        {"one query", RT_BF16, 2, 2, 1, 9, 16, false, false, false, false, 0.0f, 0, 0},
-        {"tp heads", RT_F16, 2, 2, 33, 33, 16, true, false, true, true, 0.2f, 3, 6},
-        {"batch 4 x 128", RT_BF16, 4, 12, 128, 128, 64, false, false, true, true, 0.1f, 0, 0},
-        {"gpt2 1024", RT_BF16, 1, 4, 1024, 1024, 64, true, false, false, true, 0.1f, 0, 0},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_attention_fused_case(fused, &cases[i]);
+    for (size_t i = 0; i < FUSED_ATTN_CASE_COUNT; i++) test_attention_fused_case(fused, &FUSED_ATTN_CASES[i]);
     rt_backend_free(fused);
 }
 

@@ -1,8 +1,9 @@
 /* The CUDA backend's fused attention (runtime/cuda/cuda_flash_tiles.h), checked on the CPU: its
  * block functions run here one block after another, with plain loops for the tensor-core
  * products, and must give what the CPU backend's attention gives at the same compute precision:
- * out, dq, dk and dv within a quarter of a unit of the type (check_rounded says why). Cases cover key masks (-1e9, -inf, a batch row with every
- * key masked), causal and GLM's prefix, cross-attention (Tq != Tk, more than one key tile), a
+ * out, dq, dk and dv within a quarter of a unit of the type (check_close says why). The cases
+ * (tests/fused_attn_cases.h, which test_cuda_ops runs on a GPU) cover key masks (-1e9, -inf, a
+ * batch row with every key masked), causal and GLM's prefix, cross-attention (Tq != Tk, more than one key tile), a
  * single query (decoding), row strides with padding that must stay untouched, dropout (the same
  * elements dropped) with a tensor-parallel head offset, bf16 and fp16, head sizes 16 to 64.
  * Also: which descriptors the fused path refuses. What this cannot check is
@@ -15,17 +16,8 @@
 
 #include "runtime/cuda/cuda_flash_tiles.h"
 #include "runtime/rt_backend.h"
+#include "tests/fused_attn_cases.h"
 #include "tests/testutil.h"
-
-typedef struct {
-    const char *name;
-    rt_dtype dtype, probs_dtype;
-    int B, NH, Tq, Tk, HS;
-    bool causal, prefix, mask, fused_qkv;
-    int masked_batch; /* a batch row whose keys are all -inf, or -1 */
-    float dropout;
-    int head_offset, heads_total;
-} flash_case;
 
 static const float SENTINEL = 7.0f; /* what padding columns hold, before and after */
 
@@ -48,39 +40,22 @@ static float max_abs(const float *x, size_t n) {
     return m;
 }
 
-/* got rounded to the type (as the backend's wrapper stores it) against ref, within a quarter of a
- * unit of the type of each value plus a quarter of one of the largest. Here the sums run in the
- * CPU's order and only exp's last bits differ, so bf16 results come out the same and fp16 ones
- * within 0.16 of that band; leaving P unrounded moves most cases past it. On a GPU
- * (test_cuda_ops) the tensor cores sum in another order and the band is a whole unit. */
-static void check_rounded(const char *what, rt_dtype dt, float *got, const float *ref, size_t n) {
-    for (size_t i = 0; i < n; i++) got[i] = rt_round_to(dt, got[i]);
+/* got against ref, both as the ops leave them, before the wrappers round them to the type: within
+ * a quarter of a unit of the type of each value plus a quarter of one of the largest. The sums
+ * run in the CPU's order here; only exp's last bits differ, which may round a probability the
+ * other way. Leaving P unrounded moves most cases past that band. (Compared after the final
+ * rounding, one value in 400,000 rounds to its neighbour: a whole unit.) On a GPU (test_cuda_ops)
+ * the tensor cores sum in another order, and the band there is a whole unit. */
+static void check_close(const char *what, rt_dtype dt, const float *got, const float *ref, size_t n) {
     const float unit = (dt == RT_BF16 ? 1.0f / 128 : 1.0f / 1024) / 4;
     tz_check_close(what, got, ref, n, unit * max_abs(ref, n), unit);
 }
 
-static void run_case(rt_backend *cpu, const flash_case *tc) {
-    const int B = tc->B, NH = tc->NH, Tq = tc->Tq, Tk = tc->Tk, HS = tc->HS, C = NH * HS;
+static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
+    const int B = tc->B, NH = tc->NH, Tq = tc->Tq, Tk = tc->Tk, C = NH * tc->HS;
     const rt_dtype dt = tc->dtype;
     unsigned seed = 1234u + (unsigned)Tq * 7u + (unsigned)Tk;
-    rt_attn_desc d;
-    memset(&d, 0, sizeof d);
-    d.B = B, d.NH = NH, d.Tq = Tq, d.Tk = Tk, d.HS = HS;
-    d.scale = 1.0f / sqrtf((float)HS);
-    d.causal = tc->causal;
-    d.dropout_p = tc->dropout;
-    d.seed = 99;
-    d.stream = RT_STREAM(RT_STREAM_DROPOUT, 7);
-    d.head_offset = tc->head_offset;
-    d.heads_total = tc->heads_total;
-    d.probs_dtype = tc->probs_dtype;
-    if (tc->fused_qkv) {
-        TZ_EXPECT(Tq == Tk, "%s: a fused qkv buffer needs Tq == Tk", tc->name);
-        d.ldq = d.ldk = d.ldv = (size_t)3 * C;
-        d.ldo = (size_t)C;
-    } else { /* padded rows */
-        d.ldq = (size_t)C + 3, d.ldk = (size_t)C + 1, d.ldv = (size_t)C + 5, d.ldo = (size_t)C + 2;
-    }
+    rt_attn_desc d = fused_attn_desc(tc);
     const size_t nq = (size_t)B * Tq * d.ldq, nk = (size_t)B * Tk * d.ldk, nv = (size_t)B * Tk * d.ldv;
     const size_t no = (size_t)B * Tq * d.ldo;
     float *x = rounded_rand(dt, nq + (tc->fused_qkv ? 0 : nk + nv), &seed);
@@ -98,15 +73,14 @@ static void run_case(rt_backend *cpu, const flash_case *tc) {
         mask = tz_attention_key_mask(B, Tk, tc->masked_batch);
         d.key_mask = mask;
     }
-    int32_t prefix[4] = {5, 30, 1, 12};
-    if (tc->prefix) d.prefix = prefix;
+    if (tc->prefix) d.prefix = FUSED_ATTN_PREFIX;
 
     /* the CPU backend */
     TZ_EXPECT_OK(rt_set_precision(cpu, dt));
     const size_t np = (size_t)B * NH * Tq * Tk, pbytes = np * rt_attn_probs_size(d.probs_dtype);
     void *probs = rt_xmalloc(pbytes);
-    rt_attention_fwd(cpu, &d, out_c, probs, q, k, v);
-    rt_attention_bwd(cpu, &d, dq_c, dk_c, dv_c, NULL, dout, probs, q, k, v);
+    cpu->ops->attention_fwd(cpu->ctx, &d, out_c, probs, q, k, v); /* the ops: unrounded outputs */
+    cpu->ops->attention_bwd(cpu->ctx, &d, dq_c, dk_c, dv_c, NULL, dout, probs, q, k, v);
     TZ_EXPECT_OK(rt_set_precision(cpu, RT_F32));
 
     /* the fused blocks, in a probabilities buffer of the same size; shared memory starts as NaNs */
@@ -123,9 +97,9 @@ static void run_case(rt_backend *cpu, const flash_case *tc) {
 
     char what[160];
     snprintf(what, sizeof what, "%s (%s): out", tc->name, rt_dtype_name(dt));
-    check_rounded(what, dt, out_f, out_c, no);
+    check_close(what, dt, out_f, out_c, no);
     snprintf(what, sizeof what, "%s (%s): dq, dk, dv", tc->name, rt_dtype_name(dt));
-    check_rounded(what, dt, dx_fl, dx_cpu, ngrad);
+    check_close(what, dt, dx_fl, dx_cpu, ngrad);
 
     free(x), free(dout), free(dx_cpu), free(dx_fl), free(out_c), free(out_f), free(mask), free(probs);
     free(sm), free(stats), free(dsum);
@@ -162,23 +136,7 @@ static void test_unsupported(void) {
 int main(void) {
     rt_backend *cpu = NULL;
     TZ_EXPECT_OK(rt_cpu_backend_init(2, &cpu));
-    static const flash_case cases[] = {
-        /* BERT: padding masks, a batch row with no key left, dropout, a fused qkv buffer */
-        {"encoder mask dropout", RT_BF16, RT_BF16, 3, 2, 40, 40, 16, false, false, true, true, 1, 0.1f, 0, 0},
-        /* GPT-2: causal over two key tiles, head size 64 */
-        {"causal 64", RT_BF16, RT_BF16, 2, 3, 70, 70, 64, true, false, false, true, -1, 0.1f, 0, 0},
-        /* GLM: causal with a bidirectional prefix per batch row, fp16 */
-        {"prefix", RT_F16, RT_F16, 2, 2, 37, 37, 32, true, true, false, false, -1, 0.0f, 0, 0},
-        /* T5-style cross-attention without a bias: Tq != Tk, three key tiles, padded rows */
-        {"cross", RT_BF16, RT_BF16, 2, 2, 19, 130, 16, false, false, true, false, -1, 0.0f, 0, 0},
-        /* decoding: one query */
-        {"one query", RT_BF16, RT_BF16, 2, 2, 1, 9, 16, false, false, false, false, -1, 0.0f, 0, 0},
-        /* a tensor-parallel shard: heads 3..4 of 6 draw the global heads' dropout */
-        {"tp heads", RT_F16, RT_F16, 2, 2, 33, 33, 16, true, false, true, true, -1, 0.2f, 3, 6},
-        /* head size 48, bf16 */
-        {"head size 48", RT_BF16, RT_BF16, 2, 2, 20, 20, 48, false, false, true, true, -1, 0.1f, 0, 0},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cpu, &cases[i]);
+    for (size_t i = 0; i < FUSED_ATTN_CASE_COUNT; i++) run_case(cpu, &FUSED_ATTN_CASES[i]);
     test_unsupported();
     rt_backend_free(cpu);
     return tz_test_result("test_flash_tiles");
