@@ -17,8 +17,7 @@
 #     GPU, with the same seed: every step's loss within 0.1% of the CPU's;
 #  5. trains 200 steps of each on the GPU in fp32 and in bf16: every bf16 step within 1% of fp32's
 #     and the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
-#     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused;
-#     T5's position bias keeps the materialized path);
+#     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused);
 #  6. runs the GPU benchmark (scripts/bench/gpu.sh) when python3 has torch with CUDA (--no-bench:
 #     not; --quick: the two GPT-2 workloads, 30 steps, instead of all six with T5-3B's);
 #  7. profiles GPT-2 124M's bf16 step (scripts/bench/gpu_profile.sh: ms/step over sequence

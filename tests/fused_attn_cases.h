@@ -17,33 +17,37 @@ typedef struct {
     int masked_batch;                     /* with mask: a batch row whose keys are all -inf, or -1 */
     float dropout;
     int head_offset, heads_total;
+    bool bias; /* a (NH, Tq, Tk) position bias, and its gradient (T5) */
 } fused_attn_case;
 
 static const fused_attn_case FUSED_ATTN_CASES[] = {
     /* BERT: padding masks, a batch row with no key left, dropout, a fused qkv buffer */
-    {"encoder mask dropout", RT_BF16, 3, 2, 40, 40, 16, false, false, true, true, 1, 0.1f, 0, 0},
+    {"encoder mask dropout", RT_BF16, 3, 2, 40, 40, 16, false, false, true, true, 1, 0.1f, 0, 0, false},
     /* GPT-2: causal over two key tiles, head size 64 */
-    {"causal 64", RT_BF16, 2, 3, 70, 70, 64, true, false, false, true, -1, 0.1f, 0, 0},
+    {"causal 64", RT_BF16, 2, 3, 70, 70, 64, true, false, false, true, -1, 0.1f, 0, 0, false},
     /* GLM: causal with a bidirectional prefix per batch row (FUSED_ATTN_PREFIX), fp16 */
-    {"prefix", RT_F16, 2, 2, 37, 37, 32, true, true, false, false, -1, 0.0f, 0, 0},
+    {"prefix", RT_F16, 2, 2, 37, 37, 32, true, true, false, false, -1, 0.0f, 0, 0, false},
     /* T5-style cross-attention without a bias: Tq != Tk, three key tiles, padded rows */
-    {"cross", RT_BF16, 2, 2, 19, 130, 16, false, false, true, false, -1, 0.0f, 0, 0},
+    {"cross", RT_BF16, 2, 2, 19, 130, 16, false, false, true, false, -1, 0.0f, 0, 0, false},
     /* decoding: one query */
-    {"one query", RT_BF16, 2, 2, 1, 9, 16, false, false, false, false, -1, 0.0f, 0, 0},
+    {"one query", RT_BF16, 2, 2, 1, 9, 16, false, false, false, false, -1, 0.0f, 0, 0, false},
     /* a tensor-parallel shard: heads 3..4 of 6 draw the global heads' dropout */
-    {"tp heads", RT_F16, 2, 2, 33, 33, 16, true, false, true, true, -1, 0.2f, 3, 6},
+    {"tp heads", RT_F16, 2, 2, 33, 33, 16, true, false, true, true, -1, 0.2f, 3, 6, false},
     /* head size 48; batch 4, 12 heads at 128 (BERT-base's shape) */
-    {"head size 48", RT_BF16, 2, 2, 20, 20, 48, false, false, true, true, -1, 0.1f, 0, 0},
-    {"batch 4 x 128", RT_BF16, 4, 12, 128, 128, 64, false, false, true, true, 2, 0.1f, 0, 0},
+    {"head size 48", RT_BF16, 2, 2, 20, 20, 48, false, false, true, true, -1, 0.1f, 0, 0, false},
+    {"batch 4 x 128", RT_BF16, 4, 12, 128, 128, 64, false, false, true, true, 2, 0.1f, 0, 0, false},
+    /* T5: the encoder's position bias with a mask and dropout; the decoder's, causal */
+    {"t5 encoder bias", RT_BF16, 3, 4, 45, 45, 32, false, false, true, true, 1, 0.1f, 0, 0, true},
+    {"t5 decoder bias", RT_F16, 2, 2, 20, 20, 64, true, false, false, true, -1, 0.1f, 0, 0, true},
     /* GPT-2 at 1024 tokens: 16 key tiles, the causal skipping */
-    {"gpt2 1024", RT_BF16, 1, 4, 1024, 1024, 64, true, false, false, true, -1, 0.1f, 0, 0},
+    {"gpt2 1024", RT_BF16, 1, 4, 1024, 1024, 64, true, false, false, true, -1, 0.1f, 0, 0, false},
 };
 #define FUSED_ATTN_CASE_COUNT (sizeof FUSED_ATTN_CASES / sizeof FUSED_ATTN_CASES[0])
 
 /* GLM's bidirectional context per batch row, for cases with prefix */
 static const int32_t FUSED_ATTN_PREFIX[4] = {5, 30, 1, 12};
 
-/* A case's description without its masks (the caller's memory): sizes, scale, causality, dropout,
+/* A case's description without its masks and bias (the caller's memory): sizes, scale, causality, dropout,
  * heads, and strides (one qkv buffer, or padded rows whose padding must stay untouched). */
 static inline rt_attn_desc fused_attn_desc(const fused_attn_case *tc) {
     const size_t C = (size_t)tc->NH * tc->HS;

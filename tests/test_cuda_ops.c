@@ -1097,21 +1097,30 @@ static void test_attention_fused_case(rt_backend *fused, const fused_attn_case *
     }
     ibuf prefix = {0};
     if (tc->prefix) prefix = ibuf_from(FUSED_ATTN_PREFIX, (size_t)B);
+    const size_t nb = (size_t)NH * Tq * Tk;
+    dbuf bias = {0}, dbias[2] = {{0}}; /* dbias accumulates: each GPU run, and the CPU's [0].c, from the same values */
+    if (tc->bias) {
+        bias = dbuf_rand(nb, 1.0f, 0.0f);
+        float *h = host_rand(nb, 1.0f, 0.0f);
+        dbias[0] = dbuf_from(h, nb);
+        dbias[1] = dbuf_from(h, nb);
+        free(h);
+    }
     const size_t pbytes = (size_t)B * NH * Tq * Tk * 2, rows = (size_t)B * NH * Tq;
     void *pc = be_alloc(g_cpu, pbytes), *pg[2] = {be_alloc(fused, pbytes), be_alloc(fused, pbytes)};
     float *got[2][2];
     for (int w = 0; w < 2; w++) { /* twice on the GPU: the same bits */
         rt_attn_desc dg = d;
-        dg.key_mask = mask.g, dg.prefix = prefix.g;
+        dg.key_mask = mask.g, dg.prefix = prefix.g, dg.bias = bias.g;
         rt_attention_fwd(fused, &dg, out.g, pg[w], x.g, x.g + kq, x.g + kv);
-        rt_attention_bwd(fused, &dg, dx.g, dx.g + kq, dx.g + kv, NULL, dout.g, pg[w], x.g, x.g + kq, x.g + kv);
+        rt_attention_bwd(fused, &dg, dx.g, dx.g + kq, dx.g + kv, dbias[w].g, dout.g, pg[w], x.g, x.g + kq, x.g + kv);
         got[w][0] = gpu_fetch(out.g, no);
         got[w][1] = gpu_fetch(dx.g, nx);
     }
     rt_attn_desc dc = d;
-    dc.key_mask = mask.c, dc.prefix = prefix.c;
+    dc.key_mask = mask.c, dc.prefix = prefix.c, dc.bias = bias.c;
     rt_attention_fwd(g_cpu, &dc, out.c, pc, x.c, x.c + kq, x.c + kv);
-    rt_attention_bwd(g_cpu, &dc, dx.c, dx.c + kq, dx.c + kv, NULL, dout.c, pc, x.c, x.c + kq, x.c + kv);
+    rt_attention_bwd(g_cpu, &dc, dx.c, dx.c + kq, dx.c + kv, dbias[0].c, dout.c, pc, x.c, x.c + kq, x.c + kv);
 
     char what[160];
     const char *name = rt_dtype_name(dt);
@@ -1129,6 +1138,17 @@ static void test_attention_fused_case(rt_backend *fused, const fused_attn_case *
     tz_check_close(what, got[0][1], ref, nx, unit * big, unit);
     TZ_EXPECT(memcmp(got[0][0], got[1][0], no * 4) == 0 && memcmp(got[0][1], got[1][1], nx * 4) == 0,
               "fused attention %s (%s): two runs differ", tc->name, name);
+    if (tc->bias) {
+        float *db = rt_xmalloc(nb * sizeof(float)), *g0 = gpu_fetch(dbias[0].g, nb), *g1 = gpu_fetch(dbias[1].g, nb);
+        rt_to_host(g_cpu, db, dbias[0].c, nb * sizeof(float));
+        big = 0.0f;
+        for (size_t i = 0; i < nb; i++) big = fmaxf(big, fabsf(db[i]));
+        snprintf(what, sizeof what, "fused attention %s (%s): dbias against the CPU", tc->name, name);
+        tz_check_close(what, g0, db, nb, unit * big, unit);
+        TZ_EXPECT(memcmp(g0, g1, nb * 4) == 0, "fused attention %s (%s): two runs' dbias differ", tc->name, name);
+        free(db), free(g0), free(g1);
+        dbuf_free(&bias), dbuf_free(&dbias[0]), dbuf_free(&dbias[1]);
+    }
     unsigned char *kept = rt_xmalloc(pbytes);
     rt_to_host(fused, kept, pg[0], pbytes);
     size_t touched = 0;

@@ -255,8 +255,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
     if (rt_cuda_attn_fused(c, d)) { /* the forward took the same path: probs holds its row statistics */
-        RT_CHECK(dbias == NULL, "attention_bwd: dbias without a position bias");
-        rt_cuda_flash_bwd(c, d, dq, dk, dv, dout, probs, q, k, v);
+        rt_cuda_flash_bwd(c, d, dq, dk, dv, dbias, dout, probs, q, k, v);
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;

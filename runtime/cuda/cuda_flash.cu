@@ -1,7 +1,7 @@
 /* The fused attention's kernels and launches: each block is one warp running a block function of
  * cuda_flash_tiles.h (where the algorithm and its rounding points are described) with its tiles in
  * shared memory. The materialized path (cuda_attention.cu) stays the reference and the fallback:
- * for fp32, for a position bias (T5), and for head sizes past 64 (fl_unsupported). */
+ * for fp32, and for head sizes past 64 (fl_unsupported). */
 #include "runtime/cuda/rt_cuda.h"
 
 #include "runtime/cuda/cuda_flash_tiles.h"
@@ -24,6 +24,13 @@ __global__ void __launch_bounds__(32) rt_cuda_flash_bwd_key_kernel(fl_args a, fl
                                                                    const float *q, const float *k, const float *v) {
     __shared__ fl_smem sm;
     fl_bwd_key_block(&a, &sm, (long long)blockIdx.x, dk, dv, dout, stats, dsum, q, k, v);
+}
+
+__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, const float *dout,
+                                                                    const float *stats, const float *dsum,
+                                                                    const float *q, const float *k, const float *v) {
+    __shared__ fl_smem sm;
+    fl_bwd_bias_block(&a, &sm, (long long)blockIdx.x, dbias, dout, stats, dsum, q, k, v);
 }
 
 bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
@@ -49,8 +56,8 @@ void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, const float *dout,
-                       const void *probs, const float *q, const float *k, const float *v) {
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
+                       const float *dout, const void *probs, const float *q, const float *k, const float *v) {
     const fl_args a = fl_args_of(d, c->matmul);
     const float *stats = (const float *)probs;
     float *dsum = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_D, (size_t)d->B * d->NH * d->Tq * sizeof(float));
@@ -60,4 +67,9 @@ void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *
     rt_cuda_flash_bwd_key_kernel<<<rt_cuda_flash_blocks(d, d->Tk), 32, 0, c->stream>>>(a, dk, dv, dout, stats, dsum,
                                                                                        q, k, v);
     CUDA_LAUNCH_CHECK();
+    if (dbias) { /* a block per 16 query rows of a head: the batch rows go in order inside it */
+        const unsigned blocks = rt_cuda_flash_blocks(d, d->Tq) / (unsigned)d->B;
+        rt_cuda_flash_bwd_bias_kernel<<<blocks, 32, 0, c->stream>>>(a, dbias, dout, stats, dsum, q, k, v);
+        CUDA_LAUNCH_CHECK();
+    }
 }

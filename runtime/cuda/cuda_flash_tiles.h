@@ -17,7 +17,8 @@
  * Backward, in two kernels: the query side (a block per 16 query rows) first sums
  * D_i = sum_j P_ij dP_ij over the keys, as the CPU does, then dS and dq = scale dS k; the key side
  * (a block per 16 keys) recomputes P and dS for every query and sums dv = P'^T dout and
- * dk = scale dS^T q. dbias is not supported: a position bias (T5) keeps the materialized path.
+ * dk = scale dS^T q. A position bias (T5) adds to the scores; its gradient, summed over the batch
+ * in order, comes from a third kernel (a block per 16 query rows of a head, over every batch row).
  *
  * Layout of the work: a block is one warp. In the forward and the query side, lanes 2r and 2r+1
  * hold query row r of the block's 16, each half of a 64-key tile (so a row's reductions are one
@@ -73,6 +74,7 @@ typedef struct {
     int causal;
     const int32_t *prefix;
     const float *key_mask;
+    const float *bias; /* (NH, Tq, Tk) position bias, or NULL */
     float p, keep_scale; /* dropout probability, and 1/(1-p) */
     uint64_t seed, stream;
     int head_offset, heads_total; /* heads_total > 0 */
@@ -244,7 +246,6 @@ static inline const char *fl_unsupported(const rt_attn_desc *d, rt_dtype compute
     /* (fp32 probabilities are rounded by rt_attention_fwd after the op, which the statistics kept
      * in their place must not be) */
     if (d->probs_dtype != compute) return "probabilities stored in another type";
-    if (d->bias) return "a position bias";
     if (d->HS % 16 != 0 || d->HS > FL_HS_MAX) return "a head size that is not a multiple of 16 up to 64";
     /* the probabilities buffer keeps two floats per query row */
     if ((size_t)d->Tk * rt_attn_probs_size(d->probs_dtype) < 2 * sizeof(float)) return "fewer than 4 keys";
@@ -260,10 +261,18 @@ FL_HD int fl_jend(const fl_args *a, int b, int i) {
     return jend;
 }
 
-/* The score of key j from the product's sum, as the CPU forms it. */
-FL_HD float fl_score(const fl_args *a, float dot, const float *km, int j) {
-    const float s = a->scale * dot;
-    return km ? s + km[j] : s;
+/* The score of key j from the product's sum, as the CPU forms it: scaled, plus the key mask,
+ * plus the position bias (brow: its row for this query, or NULL). */
+FL_HD float fl_score(const fl_args *a, float dot, const float *km, const float *brow, int j) {
+    float s = a->scale * dot;
+    if (km) s += km[j];
+    if (brow) s += brow[j];
+    return s;
+}
+
+/* Query i's row of the position bias of head h, or NULL. */
+FL_HD const float *fl_bias_row(const fl_args *a, int h, int i) {
+    return a->bias && i < a->Tq ? a->bias + ((size_t)h * a->Tq + i) * (size_t)a->Tk : NULL;
 }
 
 /* The dropout stream index of element (i, 0) of head h of batch row b: the global head. */
@@ -333,10 +342,12 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
     const float *km = a->key_mask ? a->key_mask + (size_t)b * a->Tk : NULL;
     float m[FL_ROW_SLOTS], l[FL_ROW_SLOTS], inv[FL_ROW_SLOTS];
     int jend[FL_ROW_SLOTS];
+    const float *brow[FL_ROW_SLOTS];
     for (int t = 0; t < FL_ROW_SLOTS; t++) {
         m[t] = -INFINITY;
         l[t] = 0.0f;
         jend[t] = fl_jend(a, b, i0 + FL_SLOT_ROW(lane, t));
+        brow[t] = fl_bias_row(a, h, i0 + FL_SLOT_ROW(lane, t));
     }
     fl_load(sm->strip_a, q, a->ldq, b, a->Tq, h, HS, i0, FL_BQ, a->dtype);
 
@@ -353,7 +364,7 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
             for (int hf = FL_HALF0(lane); hf < 2; hf += FL_HALF_STEP)
                 for (int u = 0; u < FL_BK / 2; u++) {
                     const int c = hf * (FL_BK / 2) + u, j = k0 + c;
-                    if (j < jend[t]) tmax = fmaxf(tmax, fl_score(a, sm->s[r * FL_LDF + c], km, j));
+                    if (j < jend[t]) tmax = fmaxf(tmax, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j));
                 }
             tmax = FL_PAIR_MAX(tmax);
             const bool any = tmax > -INFINITY; /* a key seen and not masked to -inf */
@@ -362,7 +373,7 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
             for (int hf = FL_HALF0(lane); hf < 2; hf += FL_HALF_STEP)
                 for (int u = 0; u < FL_BK / 2; u++) {
                     const int c = hf * (FL_BK / 2) + u, j = k0 + c;
-                    if (any && j < jend[t]) part += expf(fl_score(a, sm->s[r * FL_LDF + c], km, j) - mn);
+                    if (any && j < jend[t]) part += expf(fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j) - mn);
                 }
             part = FL_PAIR_SUM(part); /* every lane shuffles, whatever its row holds */
             if (any) {
@@ -393,7 +404,7 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
                     const int c = hf * (FL_BK / 2) + u, j = k0 + c;
                     float pd = 0.0f, keep;
                     if (j < jend[t] && m[t] > -INFINITY)
-                        (void)fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, j), m[t], inv[t], &rng, g0 + (uint64_t)j,
+                        (void)fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng, g0 + (uint64_t)j,
                                       &pd, &keep);
                     sm->p[r * FL_LDP + c] = fl_to16(pd, a->dtype);
                 }
@@ -429,10 +440,12 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
     const float *km = a->key_mask ? a->key_mask + (size_t)b * a->Tk : NULL;
     float m[FL_ROW_SLOTS], inv[FL_ROW_SLOTS], D[FL_ROW_SLOTS];
     int jend[FL_ROW_SLOTS];
+    const float *brow[FL_ROW_SLOTS];
     for (int t = 0; t < FL_ROW_SLOTS; t++) {
         const int i = i0 + FL_SLOT_ROW(lane, t);
         const size_t row = ((size_t)b * a->NH + h) * a->Tq + i;
         jend[t] = fl_jend(a, b, i);
+        brow[t] = fl_bias_row(a, h, i);
         m[t] = i < a->Tq ? stats[2 * row] : -INFINITY;
         inv[t] = i < a->Tq ? stats[2 * row + 1] : 0.0f;
         D[t] = 0.0f;
@@ -464,7 +477,7 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
                         float ds = 0.0f;
                         if (j < jend[t] && m[t] > -INFINITY) {
                             float pd, keep;
-                            const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, j), m[t], inv[t], &rng,
+                            const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng,
                                                      g0 + (uint64_t)j, &pd, &keep);
                             const float dpv = sm->dp[r * FL_LDF + c] * keep;
                             part += pr * dpv;
@@ -521,6 +534,7 @@ FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float 
             const float m = valid ? stats[2 * row] : -INFINITY, inv = valid ? stats[2 * row + 1] : 0.0f;
             const float D = valid ? dsum[row] : 0.0f;
             const int jend = fl_jend(a, b, i);
+            const float *brow = fl_bias_row(a, h, i);
             const uint64_t g0 = fl_rng_base(a, b, h, i);
             fl_rng rng;
             fl_rng_reset(&rng);
@@ -529,7 +543,7 @@ FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float 
                 float pd = 0.0f, ds = 0.0f;
                 if (j < jend && m > -INFINITY) { /* jend <= Tk */
                     float keep;
-                    const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, j), m, inv, &rng,
+                    const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow, j), m, inv, &rng,
                                              g0 + (uint64_t)j, &pd, &keep);
                     ds = pr * (sm->dp[r * FL_LDF + c] * keep - D); /* rounds as it is stored */
                 }
@@ -551,6 +565,61 @@ FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float 
     fl_write_rows(dk, a->ldk, sm, b, a->Tk, h, HS, j0, a->scale);
 }
 
+/* The position bias's gradient, block blk: head h = blk / ceil(Tq/16), query rows i0 .. i0 + 15,
+ * over every batch row in order: dbias[h, i, j] += dS[b, h, i, j] in fp32 (before dS is rounded
+ * for its products), each element by one lane, b = 0, 1, ... in turn, as the CPU sums them.
+ * Reads dsum from the query side. */
+FL_HD void fl_bwd_bias_block(const fl_args *a, fl_smem *sm, long long blk, float *dbias, const float *dout,
+                             const float *stats, const float *dsum, const float *q, const float *k, const float *v) {
+    const int nqt = (a->Tq + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
+    const int h = (int)(blk / nqt), i0 = (int)(blk % nqt) * FL_BQ;
+    (void)lane;
+    const int last = i0 + FL_BQ < a->Tq ? i0 + FL_BQ - 1 : a->Tq - 1;
+    for (int b = 0; b < a->B; b++) {
+        const int kend = fl_jend(a, b, last);
+        const float *km = a->key_mask ? a->key_mask + (size_t)b * a->Tk : NULL;
+        float m[FL_ROW_SLOTS], inv[FL_ROW_SLOTS], D[FL_ROW_SLOTS];
+        int jend[FL_ROW_SLOTS];
+        for (int t = 0; t < FL_ROW_SLOTS; t++) {
+            const int i = i0 + FL_SLOT_ROW(lane, t);
+            const size_t row = ((size_t)b * a->NH + h) * a->Tq + i;
+            jend[t] = fl_jend(a, b, i);
+            m[t] = i < a->Tq ? stats[2 * row] : -INFINITY;
+            inv[t] = i < a->Tq ? stats[2 * row + 1] : 0.0f;
+            D[t] = i < a->Tq ? dsum[row] : 0.0f;
+        }
+        FL_SYNC(); /* the last batch row's products are done with the strips */
+        fl_load(sm->strip_a, q, a->ldq, b, a->Tq, h, HS, i0, FL_BQ, a->dtype);
+        fl_load(sm->strip_b, dout, a->ldo, b, a->Tq, h, HS, i0, FL_BQ, a->dtype);
+        for (int k0 = 0; k0 < kend; k0 += FL_BK) {
+            FL_SYNC();
+            fl_load(sm->tile_a, k, a->ldk, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
+            fl_load(sm->tile_b, v, a->ldv, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
+            FL_SYNC();
+            fl_mma_nt(sm->s, FL_LDF, sm->strip_a, FL_LD16, sm->tile_a, FL_LD16, HS, a->dtype);
+            fl_mma_nt(sm->dp, FL_LDF, sm->strip_b, FL_LD16, sm->tile_b, FL_LD16, HS, a->dtype);
+            FL_SYNC();
+            for (int t = 0; t < FL_ROW_SLOTS; t++) {
+                const int r = FL_SLOT_ROW(lane, t), i = i0 + r;
+                const float *brow = fl_bias_row(a, h, i);
+                const uint64_t g0 = fl_rng_base(a, b, h, i);
+                for (int hf = FL_HALF0(lane); hf < 2; hf += FL_HALF_STEP) {
+                    fl_rng rng;
+                    fl_rng_reset(&rng);
+                    for (int u = 0; u < FL_BK / 2; u++) {
+                        const int c = hf * (FL_BK / 2) + u, j = k0 + c;
+                        if (j >= jend[t] || !(m[t] > -INFINITY)) continue;
+                        float pd, keep;
+                        const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow, j), m[t], inv[t], &rng,
+                                                 g0 + (uint64_t)j, &pd, &keep);
+                        dbias[((size_t)h * a->Tq + i) * a->Tk + j] += pr * (sm->dp[r * FL_LDF + c] * keep - D[t]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /* The kernels' arguments from a descriptor (compute: the 16-bit compute type). */
 static inline fl_args fl_args_of(const rt_attn_desc *d, rt_dtype compute) {
     fl_args a;
@@ -560,6 +629,7 @@ static inline fl_args fl_args_of(const rt_attn_desc *d, rt_dtype compute) {
     a.causal = d->causal;
     a.prefix = d->prefix;
     a.key_mask = d->key_mask;
+    a.bias = d->bias;
     a.p = d->dropout_p;
     a.keep_scale = d->dropout_p > 0.0f ? 1.0f / (1.0f - d->dropout_p) : 1.0f;
     a.seed = d->seed, a.stream = d->stream;

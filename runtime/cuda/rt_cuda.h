@@ -312,8 +312,8 @@ bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d);
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d);
 void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
                        const float *k, const float *v);
-void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, const float *dout,
-                       const void *probs, const float *q, const float *k, const float *v);
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
+                       const float *dout, const void *probs, const float *q, const float *k, const float *v);
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                            const float *q, const float *k, const float *v);
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,

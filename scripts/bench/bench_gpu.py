@@ -16,7 +16,7 @@ Sides (--sides):
                 others replay
   tunezoo-fp32  the program with --precision fp32
   tunezoo-fused the program with TZ_CUDA_ATTENTION=fused: the fused attention kernels where they
-                apply (bf16/fp16, no position bias, head size up to 64), else the materialized path
+                apply (bf16/fp16, head sizes up to 64), else the materialized path
   eager-fp32    HF model, PyTorch eager, fp32, attn_implementation="sdpa" where the model has it
   eager-bf16    the same under torch.autocast(bfloat16)
   compile-bf16  torch.compile(model) under autocast(bfloat16)
