@@ -9,7 +9,8 @@
 #     without dropout and in fp32 (mean of steps 4-9): what grows with the length is attention's;
 #     what dropout costs;
 #  2. ncu's kernel times over 2 steps at 2 x 1024 (start-up included), summed per kernel name:
-#     the top 15 with their share (scripts/bench/ncu_top.py).
+#     the top 15 with their share (scripts/bench/ncu_top.py), with the fused attention (the
+#     materialized one's were measured on 2026-11-27: see the README's benchmark section).
 #
 # Prints "INFO profile ..." lines (scripts/gpu_check.sh appends them to its summary); logs in
 # OUT_DIR. About a minute and a half on an H200.
@@ -48,11 +49,11 @@ run fp32 gpt2 1024 16 9 --precision fp32
 echo "INFO profile 16x1024 without dropout $(ms "$W/nodrop") ms/step; in fp32 $(ms "$W/fp32") ms/step"
 
 if [ "$NCU" = 1 ] && command -v ncu > /dev/null && command -v python3 > /dev/null; then
-    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
+    TZ_CUDA_ATTENTION=fused timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel --csv \
         "$BIN/gpt2-finetune" "$W/lm.txt" --arch "$W/gpt2.json" --block-size 1024 --batch-size 2 --max-steps 2 \
         --log-interval 1 --eval-interval -1 --save-interval -1 --device cuda --precision bf16 --val-split 0.01 \
         --no-cache --save-dir "$W/ncu" > "$W/ncu.csv" 2> "$W/ncu.log"
-    python3 scripts/bench/ncu_top.py "$W/ncu.csv" 15 | sed 's/^/INFO profile ncu /'
+    python3 scripts/bench/ncu_top.py "$W/ncu.csv" 15 | sed 's/^/INFO profile ncu (fused attention) /'
 else
     echo "INFO profile ncu: not run (--no-ncu, or no ncu or python3 here)"
 fi
