@@ -92,7 +92,7 @@ static size_t cuda_free_memory(void *ctx) {
     return free_b;
 }
 
-static const char *cuda_device_model(void *ctx) { return ((rt_cuda_ctx *)ctx)->model; }
+static const char *cuda_device_model(void *ctx) { return ((rt_cuda_ctx *)ctx)->described; }
 
 static void cuda_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src)
@@ -227,6 +227,8 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     c->sm_minor = prop.minor;
     c->matmul = RT_F32;
     c->attn_fused = attention && strcmp(attention, "fused") == 0;
+    snprintf(c->described, sizeof c->described, "%s%s", prop.name,
+             c->attn_fused ? "; attention: fused kernels at bf16/fp16 (TZ_CUDA_ATTENTION=fused)" : "");
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,

@@ -81,6 +81,7 @@ enum {
 typedef struct {
     int device;
     char model[256]; /* cudaDeviceProp.name */
+    char described[384]; /* model and what runs on it, for the start-up log (rt_backend_ops.device_model) */
     int sm_major, sm_minor; /* compute capability */
     rt_dtype matmul;        /* the matmuls' input precision (cuda_precision.cu) */
     cublasHandle_t cublas;
