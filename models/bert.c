@@ -478,7 +478,8 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
 }
 
 /* The head: first token -> [drop] -> dense -> tanh -> drop -> out. RoBERTa drops out before
- * the dense too; BERT's pooler has no dropout before it. */
+ * the dense too; BERT's pooler has no dropout before it. Its loss is queued (bert_cls_loss_read
+ * gives the sum; the regression head's is in *loss_sum already). */
 static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                           float *host_logits) {
     const bert_config *c = &m->cfg;
@@ -503,6 +504,9 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
+}
+static void bert_cls_loss_read(bert_model *m, int B, double *loss_sum) {
+    mdl_cls_loss_read(m->be, B, m->cfg.num_labels, m->losses, m->h_losses, loss_sum);
 }
 
 /* The head's backward into the stack's dout; the head is replicated, so each rank has all of
@@ -545,10 +549,12 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
     RT_TRY(bert_forward_body(m, B, T, pass));
     bert_head_fwd(m, b, pass, grad_scale, loss_sum, host_logits);
-    if (!(grad_scale > 0)) return RT_OK;
-    bert_head_bwd(m, b, pass);
-    RT_TRY(bert_stack_bwd(m, B, T, pass, &demb));
-    bert_embed_bwd(m, demb, (size_t)B * T);
+    if (grad_scale > 0) {
+        bert_head_bwd(m, b, pass);
+        RT_TRY(bert_stack_bwd(m, B, T, pass, &demb));
+        bert_embed_bwd(m, demb, (size_t)B * T);
+    }
+    bert_cls_loss_read(m, B, loss_sum); /* with the backward queued */
 fail:
     return st;
 }
@@ -571,6 +577,7 @@ static rt_status bert_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pa
 static rt_status bert_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
     bert_head_fwd(model, b, pass, grad_scale, loss_sum, host_logits);
+    bert_cls_loss_read(model, b->B, loss_sum);
     return RT_OK;
 }
 static rt_status bert_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {

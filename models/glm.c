@@ -333,10 +333,17 @@ static rt_status glm_head_stage(glm_model *m, const glm_task *t) {
  * with grad_scale > 0 their gradients too, each row's scaled by m->head.row_weights when
  * weighted. */
 static rt_status glm_output_xent(glm_model *m, int n, float grad_scale, bool weighted) {
-    if (!(grad_scale > 0)) return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, NULL);
-    const mdl_lm_head_grad grad = {.dwte = G(m->wte), .grad_scale = grad_scale,
-                                   .row_weights = weighted ? m->head.row_weights : NULL};
-    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, &grad);
+    rt_status st;
+    if (grad_scale > 0) { /* (a gradient is only there to name in a backward: ZeRO-3) */
+        const mdl_lm_head_grad grad = {.dwte = G(m->wte), .grad_scale = grad_scale,
+                                       .row_weights = weighted ? m->head.row_weights : NULL};
+        st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, &grad);
+    } else {
+        st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, NULL);
+    }
+    /* GLM's heads weigh and score with the losses before the backward: read them now */
+    if (st == RT_OK) (void)mdl_lm_head_losses(&m->head, n);
+    return st;
 }
 
 /* The span check (glm_span_match): each labelled token against its row's maximum. */

@@ -376,6 +376,8 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass 
     return st;
 }
 
+/* The head and its loss, queued (gpt2_cls_loss_read gives the sum; the regression head's is in
+ * *loss_sum already). */
 static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits) {
     rt_backend *be = m->be;
     const int B = b->B, C = m->C, NL = m->cfg.num_labels;
@@ -384,6 +386,9 @@ static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
+}
+static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
+    mdl_cls_loss_read(m->be, B, m->cfg.num_labels, m->losses, m->h_losses, loss_sum);
 }
 
 /* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank
@@ -410,9 +415,11 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
     gpt2_cls_head_fwd(m, b, grad_scale, loss_sum, host_logits);
-    if (!(grad_scale > 0)) return RT_OK;
-    gpt2_cls_head_bwd(m, B, T);
-    RT_TRY(gpt2_backward_body(m, B, T, pass));
+    if (grad_scale > 0) {
+        gpt2_cls_head_bwd(m, B, T);
+        RT_TRY(gpt2_backward_body(m, B, T, pass));
+    }
+    gpt2_cls_loss_read(m, B, loss_sum); /* with the backward queued */
 fail:
     return st;
 }
@@ -437,6 +444,7 @@ static rt_status gpt2_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass
                                   double *loss_sum, float *host_logits) {
     (void)pass; /* GPT-2's head has no dropout */
     gpt2_cls_head_fwd(model, b, grad_scale, loss_sum, host_logits);
+    gpt2_cls_loss_read(model, b->B, loss_sum);
     return RT_OK;
 }
 static rt_status gpt2_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
@@ -468,7 +476,7 @@ static rt_status gpt2_sp_head_fwd_lm(void *model, const rt_batch *b, const mdl_p
     if (m->lm_n == 0) return RT_OK;
     const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(m->wte) : NULL, .grad_scale = grad_scale};
     rt_status st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), m->lm_n, grad_scale > 0 ? &grad : NULL);
-    for (int i = 0; st == RT_OK && i < m->lm_n; i++) *loss_sum += m->head.h_losses[i];
+    if (st == RT_OK) *loss_sum += mdl_lm_head_losses(&m->head, m->lm_n);
     return st;
 }
 static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_pass *pass) {
@@ -532,13 +540,12 @@ rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *ho
     const bool backward = grad_scale > 0;
     const mdl_lm_head_grad grad = {.dwte = backward ? G(m->wte) : NULL, .grad_scale = grad_scale};
     RT_TRY(mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, backward ? &grad : NULL));
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += m->head.h_losses[i];
-    *loss_sum = sum;
     if (n_targets) *n_targets = n;
-    if (!backward) return RT_OK;
-    mdl_lm_head_backward(&m->head, mdl_stack_dout(&m->blocks), (size_t)B * T, n);
-    RT_TRY(gpt2_backward_body(m, B, T, pass));
+    if (backward) {
+        mdl_lm_head_backward(&m->head, mdl_stack_dout(&m->blocks), (size_t)B * T, n);
+        RT_TRY(gpt2_backward_body(m, B, T, pass));
+    }
+    *loss_sum = mdl_lm_head_losses(&m->head, n); /* with the backward queued */
 fail:
     return st;
 }

@@ -42,6 +42,11 @@ void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float
     }
     rt_to_device(be, dev_labels, b->labels, (size_t)B * sizeof(int32_t));
     rt_softmax_xent(be, dev_losses, dlogits, NULL, logits, dev_labels, (size_t)B, num_labels, grad_scale);
+}
+
+void mdl_cls_loss_read(rt_backend *be, int B, int num_labels, const float *dev_losses, float *host_scratch,
+                       double *loss_sum) {
+    if (num_labels == 1) return; /* the regression head's sum is in already */
     rt_to_host(be, host_scratch, dev_losses, (size_t)B * sizeof(float));
     double sum = 0;
     for (int i = 0; i < B; i++) sum += host_scratch[i];

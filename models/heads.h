@@ -19,10 +19,15 @@ void mdl_mse_head(rt_backend *be, const float *logits, float *dlogits, const flo
 rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_labels);
 
 /* The classification loss HF's heads take, summed over the labelled rows: CrossEntropyLoss over
- * num_labels (b's labels go to dev_labels), or with one label mdl_mse_head on b's targets.
- * logits, dlogits (B, num_labels) and dev_losses (B) are backend buffers; host_scratch holds
- * 2 B floats. */
+ * num_labels (b's labels go to dev_labels; the per-row losses stay in dev_losses until
+ * mdl_cls_loss_read), or with one label mdl_mse_head on b's targets (*loss_sum now). logits,
+ * dlogits (B, num_labels) and dev_losses (B) are backend buffers; host_scratch holds 2 B floats. */
 void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float *logits, float *dlogits,
                   float *dev_losses, int32_t *dev_labels, float *host_scratch, float grad_scale, double *loss_sum);
+/* mdl_cls_loss's cross-entropy summed over the B rows in order into *loss_sum (nothing to do for
+ * the regression head). Reading waits for the device: a training step calls it once its backward
+ * is queued, so a GPU never idles on the host in the middle of a step. */
+void mdl_cls_loss_read(rt_backend *be, int B, int num_labels, const float *dev_losses, float *host_scratch,
+                       double *loss_sum);
 
 #endif

@@ -99,9 +99,16 @@ rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte
     for (size_t r = 0; r < N; r += chunk) RT_TRY(lm_head_chunk(h, wte, r, N - r < chunk ? N - r : chunk, grad));
     if (grad && h->tp->size > 1)
         RT_TRY(h->tp->ops->all_reduce(h->tp->ctx, h->drows, N * (size_t)h->C, RT_REDUCE_SUM));
-    rt_to_host(be, h->h_losses, h->losses, N * sizeof(float));
 fail:
     return st;
+}
+
+double mdl_lm_head_losses(mdl_lm_head *h, int n) {
+    if (n <= 0) return 0.0;
+    rt_to_host(h->be, h->h_losses, h->losses, (size_t)n * sizeof(float));
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += h->h_losses[i];
+    return sum;
 }
 
 void mdl_lm_head_target_stats(mdl_lm_head *h, int n, float *row_max, float *target_logit) {

@@ -600,8 +600,10 @@ fail:
 
 /* The LM head over the decoder's output (the rescale, this rank's vocab columns, padding columns
  * never winning the softmax) and the vocab-parallel cross-entropy of the uploaded targets, in
- * the head's chunks: the summed loss, and with grad_scale > 0 the head's gradients (the output
- * layer's, and the labelled rows' for t5_head_bwd). host_logits: every position's logits too. */
+ * the head's chunks: the summed loss (loss_sum NULL: the caller reads it later with
+ * mdl_lm_head_losses, once its backward is queued), and with grad_scale > 0 the head's gradients
+ * (the output layer's, and the labelled rows' for t5_head_bwd). host_logits: every position's
+ * logits too. */
 rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
@@ -620,9 +622,7 @@ rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_
     }
     const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(head) : NULL, .grad_scale = grad_scale};
     RT_TRY(mdl_lm_head_xent(&m->head, m->dec.blocks.out, P(head), m->head_n, grad_scale > 0 ? &grad : NULL));
-    double sum = 0;
-    for (int i = 0; i < m->head_n; i++) sum += m->head.h_losses[i];
-    *loss_sum = sum;
+    if (loss_sum) *loss_sum = mdl_lm_head_losses(&m->head, m->head_n);
 fail:
     return st;
 }
@@ -656,15 +656,17 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     RT_TRY(t5_upload_tgt(m, b, &n));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
-    RT_TRY(t5_head_fwd(m, B, T, grad_scale, loss_sum, host_logits));
+    RT_TRY(t5_head_fwd(m, B, T, grad_scale, NULL, host_logits));
     if (n_targets) *n_targets = n;
-    if (!(grad_scale > 0)) return RT_OK;
-    RT_TRY(t5_head_bwd(m, B, T));
-    rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
-    RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass, NULL));
-    if (m->tp->size > 1)
-        RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
-    RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass, NULL));
+    if (grad_scale > 0) {
+        RT_TRY(t5_head_bwd(m, B, T));
+        rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
+        RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass, NULL));
+        if (m->tp->size > 1)
+            RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
+        RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass, NULL));
+    }
+    *loss_sum = mdl_lm_head_losses(&m->head, m->head_n); /* with the backward queued */
 fail:
     return st;
 }
