@@ -438,7 +438,7 @@ fail:
 }
 
 /* The head over m->blocks.out: the summed loss, scores, and with grad_scale > 0 what
- * glm_head_bwd needs. */
+ * glm_head_bwd needs. The LM head's loss is only queued: glm_lm_loss gives it. */
 static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale, double *loss_sum, float *scores) {
     *loss_sum = 0;
     switch (t->kind) {
@@ -449,9 +449,14 @@ static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale,
     }
     const int n = m->head_n;
     if (n == 0) return RT_OK;
-    rt_status st = glm_output_xent(m, n, grad_scale, false);
-    for (int i = 0; st == RT_OK && i < n; i++) *loss_sum += m->head.h_losses[i];
-    return st;
+    const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(m->wte) : NULL, .grad_scale = grad_scale};
+    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, grad_scale > 0 ? &grad : NULL);
+}
+
+/* The LM head's summed loss (0 for the other heads, whose glm_head_fwd gave it). Reading waits for
+ * the device: a step calls it once its backward is queued. */
+static double glm_lm_loss(glm_model *m, const glm_task *t) {
+    return t->kind == GLM_HEAD_LM ? mdl_lm_head_losses(&m->head, m->head_n) : 0.0;
 }
 
 /* The head's backward into mdl_stack_dout (dL/d(final LayerNorm output)) and wte's gradient. */
@@ -495,9 +500,11 @@ rt_status glm_task_step(glm_model *m, const glm_task *t, const mdl_pass *pass, f
     RT_TRY(glm_head_stage(m, t));
     RT_TRY(glm_forward_body(m, B, T, pass));
     RT_TRY(glm_head_fwd(m, t, grad_scale, loss_sum, scores));
-    if (!(grad_scale > 0) || (t->kind == GLM_HEAD_LM && m->head_n == 0)) return RT_OK;
-    RT_TRY(glm_head_bwd(m, t));
-    RT_TRY(glm_backward_body(m, B, T, pass));
+    if (grad_scale > 0 && !(t->kind == GLM_HEAD_LM && m->head_n == 0)) {
+        RT_TRY(glm_head_bwd(m, t));
+        RT_TRY(glm_backward_body(m, B, T, pass));
+    }
+    *loss_sum += glm_lm_loss(m, t); /* with the backward queued */
 fail:
     return st;
 }
@@ -558,7 +565,11 @@ static rt_status glm_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pas
 static rt_status glm_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                  double *loss_sum, float *host_logits) {
     (void)pass; /* GLM's output layer has no dropout */
-    return glm_head_fwd(model, glm_sp_task(model, b), grad_scale, loss_sum, host_logits);
+    glm_model *m = model;
+    const glm_task *t = glm_sp_task(m, b);
+    rt_status st = glm_head_fwd(m, t, grad_scale, loss_sum, host_logits);
+    if (st == RT_OK) *loss_sum += glm_lm_loss(m, t);
+    return st;
 }
 static rt_status glm_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
     (void)pass;
