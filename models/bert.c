@@ -57,7 +57,7 @@ struct bert_model {
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
 
     int32_t *h_pos, *h_types, *h_cls; /* host staging */
-    float *h_mask, *h_losses;         /* (BT), (2B): losses, or the MSE head's scratch */
+    float *h_mask, *h_losses;         /* (BT), (B): the head's per-row losses */
 };
 
 /* config.json's plain fields with HF's defaults (bert-base-uncased) and limits (models/hf_config.h);
@@ -354,7 +354,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
-    m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float));
+    m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
     if (m->stage.count > 1) RT_TRY(bert_stage_pipe(m, pp, max_micro));
     *out = m;
     return RT_OK;
@@ -479,9 +479,8 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
 
 /* The head: first token -> [drop] -> dense -> tanh -> drop -> out. RoBERTa drops out before
  * the dense too; BERT's pooler has no dropout before it. Its loss is queued (bert_cls_loss_read
- * gives the sum; the regression head's is in *loss_sum already). */
-static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
-                          float *host_logits) {
+ * gives the sum). */
+static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, float *host_logits) {
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const int B = b->B, C = m->C, NL = c->num_labels;
@@ -503,10 +502,10 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
-    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
+    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
 static void bert_cls_loss_read(bert_model *m, int B, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->cfg.num_labels, m->losses, m->h_losses, loss_sum);
+    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, loss_sum);
 }
 
 /* The head's backward into the stack's dout; the head is replicated, so each rank has all of
@@ -548,7 +547,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
     }
     RT_TRY(bert_upload(m, b->input_ids, b->attention_mask, b->token_type_ids, B, T));
     RT_TRY(bert_forward_body(m, B, T, pass));
-    bert_head_fwd(m, b, pass, grad_scale, loss_sum, host_logits);
+    bert_head_fwd(m, b, pass, grad_scale, host_logits);
     if (grad_scale > 0) {
         bert_head_bwd(m, b, pass);
         RT_TRY(bert_stack_bwd(m, B, T, pass, &demb));
@@ -576,7 +575,7 @@ static rt_status bert_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pa
 }
 static rt_status bert_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
-    bert_head_fwd(model, b, pass, grad_scale, loss_sum, host_logits);
+    bert_head_fwd(model, b, pass, grad_scale, host_logits);
     bert_cls_loss_read(model, b->B, loss_sum);
     return RT_OK;
 }

@@ -272,7 +272,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
-    m->h_losses = rt_xmalloc(2 * (size_t)max_B * sizeof(float)); /* losses, or the MSE head's scratch */
+    m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float)); /* the head's per-row losses */
     if (stage.count > 1) RT_TRY(gpt2_stage_pipe(m, pp, max_micro));
     *out = m;
     return RT_OK;
@@ -376,19 +376,18 @@ static rt_status gpt2_backward_body(gpt2_model *m, int B, int T, const mdl_pass 
     return st;
 }
 
-/* The head and its loss, queued (gpt2_cls_loss_read gives the sum; the regression head's is in
- * *loss_sum already). */
-static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, double *loss_sum, float *host_logits) {
+/* The head and its loss, queued (gpt2_cls_loss_read gives the sum). */
+static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale, float *host_logits) {
     rt_backend *be = m->be;
     const int B = b->B, C = m->C, NL = m->cfg.num_labels;
     rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
     mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
-    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, m->h_losses, grad_scale, loss_sum);
+    mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
 static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->cfg.num_labels, m->losses, m->h_losses, loss_sum);
+    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, loss_sum);
 }
 
 /* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank
@@ -414,7 +413,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
     }
     RT_TRY(gpt2_upload(m, b->input_ids, b->attention_mask, B, T, true));
     RT_TRY(gpt2_forward_body(m, B, T, pass));
-    gpt2_cls_head_fwd(m, b, grad_scale, loss_sum, host_logits);
+    gpt2_cls_head_fwd(m, b, grad_scale, host_logits);
     if (grad_scale > 0) {
         gpt2_cls_head_bwd(m, B, T);
         RT_TRY(gpt2_backward_body(m, B, T, pass));
@@ -443,7 +442,7 @@ static rt_status gpt2_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pa
 static rt_status gpt2_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
     (void)pass; /* GPT-2's head has no dropout */
-    gpt2_cls_head_fwd(model, b, grad_scale, loss_sum, host_logits);
+    gpt2_cls_head_fwd(model, b, grad_scale, host_logits);
     gpt2_cls_loss_read(model, b->B, loss_sum);
     return RT_OK;
 }

@@ -175,6 +175,12 @@ typedef struct rt_backend_ops {
     void (*softmax_xent)(void *ctx, float *losses, float *dlogits, float *probs,
                          const float *logits, const int32_t *targets, size_t N, int V,
                          float grad_scale);
+    /* Squared error of one output per row (HF's MSELoss terms, a regression head): where
+     * targets[i] is not NaN, d = z[i] - targets[i] in float, losses[i] = d * d and dlogits[i] =
+     * 2 d grad_scale; elsewhere both 0. targets may alias dlogits (each element is read before it
+     * is written). */
+    void (*mse_loss)(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                     float grad_scale);
 
     /* Vocab-parallel cross-entropy (Megatron): logits (N, V) are this rank's vocab columns
      * [vocab_start, vocab_start + V); targets are global ids (or -100). stats is (3, N):
@@ -476,6 +482,11 @@ static inline void rt_softmax_xent(rt_backend *be, float *losses, float *dlogits
                                    const int32_t *targets, size_t N, int V, float grad_scale) {
     be->ops->softmax_xent(be->ctx, losses, dlogits, probs, logits, targets, N, V, grad_scale);
     rt_store_n(be, dlogits, N * (size_t)V);
+}
+static inline void rt_mse_loss(rt_backend *be, float *losses, float *dlogits, const float *z, const float *targets,
+                               size_t N, float grad_scale) {
+    be->ops->mse_loss(be->ctx, losses, dlogits, z, targets, N, grad_scale);
+    rt_store_n(be, dlogits, N);
 }
 static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, float *dlogits,
                                  const float *logits, const int32_t *targets, size_t N, int V, int vocab_start,

@@ -379,6 +379,28 @@ static void test_softmax_xent(void) {
     free(logits), free(rl), free(rg), free(rp), free(losses), free(probs), free(dl);
 }
 
+/* The regression head's squared error: float arithmetic as PyTorch's MSELoss, NaN targets
+ * unlabelled (loss and gradient 0), and targets read from dlogits itself (as the heads pass them). */
+static void test_mse_loss(void) {
+    const size_t N = 6;
+    float *z = fill(N, 82, -2, 2), *t = fill(N, 83, -2, 2);
+    t[2] = NAN;
+    t[5] = NAN;
+    const float gs = 0.125f;
+    float *losses = fill(N, 84, 5, 6), *dl = fill(N, 85, 5, 6), rl[6], rg[6];
+    for (size_t i = 0; i < N; i++) {
+        const float d = z[i] - t[i];
+        rl[i] = isnan(t[i]) ? 0.0f : d * d;
+        rg[i] = isnan(t[i]) ? 0.0f : 2.0f * d * gs;
+    }
+    ops->mse_loss(cx, losses, dl, z, t, N, gs);
+    TZ_EXPECT(memcmp(losses, rl, sizeof rl) == 0 && memcmp(dl, rg, sizeof rg) == 0, "mse_loss: not PyTorch's floats");
+    memcpy(dl, t, N * sizeof(float)); /* targets in dlogits */
+    ops->mse_loss(cx, losses, dl, z, dl, N, gs);
+    TZ_EXPECT(memcmp(losses, rl, sizeof rl) == 0 && memcmp(dl, rg, sizeof rg) == 0, "mse_loss: targets in dlogits");
+    free(z), free(t), free(losses), free(dl);
+}
+
 static void test_adamw(void) {
     const size_t n = 1000;
     float *p = fill(n, 90, -1, 1), *m = zeros(n), *v = zeros(n);
@@ -604,6 +626,7 @@ int main(void) {
     test_attention();
     test_embedding();
     test_softmax_xent();
+    test_mse_loss();
     test_adamw();
     test_uniform_row();
     test_uniform_row_blocks();

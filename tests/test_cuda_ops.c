@@ -724,6 +724,21 @@ static void test_xent(void) {
     dbuf_free(&probs);
 }
 
+/* The regression head's squared error, bit for bit (the same float operations), NaN targets
+ * unlabelled, with the targets read from dlogits as the heads pass them. */
+static void test_mse_loss(void) {
+    const size_t N = 300;
+    float *t = host_rand(N, 2.0f, 0.0f);
+    for (size_t i = 0; i < N; i += 7) t[i] = NAN;
+    dbuf z = dbuf_rand(N, 2.0f, 0.0f), dl = dbuf_from(t, N), losses = dbuf_zero(N);
+    rt_mse_loss(g_cpu, losses.c, dl.c, z.c, dl.c, N, 0.25f);
+    rt_mse_loss(g_gpu, losses.g, dl.g, z.g, dl.g, N, 0.25f);
+    dbuf_check_bits("mse_loss losses", &losses);
+    dbuf_check_bits("mse_loss dlogits", &dl);
+    free(t);
+    dbuf_free(&z), dbuf_free(&dl), dbuf_free(&losses);
+}
+
 /* The vocab-parallel cross-entropy's three phases over two vocab shards, the shards' statistics
  * combined on the host as the all-reduces would: every phase's output against the CPU's. */
 static void test_xent_vocab(void) {
@@ -1207,6 +1222,7 @@ int main(void) {
     test_embedding();
     test_xent();
     test_xent_vocab();
+    test_mse_loss();
     test_adamw();
     test_sumsq();
     test_precision();

@@ -43,6 +43,17 @@ void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int
     }
 }
 
+void rt_cpu_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                     float grad_scale) {
+    (void)ctx;
+    for (size_t i = 0; i < N; i++) {
+        const float t = targets[i], d = z[i] - t; /* float, as PyTorch's MSELoss computes it */
+        const bool labelled = !isnan(t);
+        losses[i] = labelled ? d * d : 0.0f;
+        dlogits[i] = labelled ? 2.0f * d * grad_scale : 0.0f;
+    }
+}
+
 /* loss = logsumexp(x) - x[t]; dlogits = (softmax(x) - onehot(t)) * grad_scale. Each row reads
  * all its logits (max, then sum of exps, then x[t]) before writing any output element, and
  * writes element j only after reading it, which is what lets dlogits alias logits. */

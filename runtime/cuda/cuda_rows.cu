@@ -121,6 +121,25 @@ void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const in
     CUDA_LAUNCH_CHECK();
 }
 
+/* rt_backend_ops.mse_loss, an element per thread (the same float operations as the CPU's) */
+__global__ void rt_cuda_mse_loss_kernel(float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                                        float grad_scale) {
+    RT_CUDA_FOR_EACH(i, N) {
+        const float t = targets[i], d = __fsub_rn(z[i], t);
+        const bool labelled = !isnan(t);
+        losses[i] = labelled ? __fmul_rn(d, d) : 0.0f;
+        dlogits[i] = labelled ? __fmul_rn(__fmul_rn(2.0f, d), grad_scale) : 0.0f;
+    }
+}
+
+void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                      float grad_scale) {
+    if (N == 0) return;
+    rt_cuda_mse_loss_kernel<<<rt_cuda_grid(N, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        losses, dlogits, z, targets, N, grad_scale);
+    CUDA_LAUNCH_CHECK();
+}
+
 void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale) {

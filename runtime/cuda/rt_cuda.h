@@ -335,6 +335,8 @@ void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const in
 void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
                         const float *logits, const int32_t *targets, size_t N, int V,
                         int vocab_start, float grad_scale);
+void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                      float grad_scale);
 void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale);
