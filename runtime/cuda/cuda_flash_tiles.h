@@ -330,6 +330,18 @@ FL_HD void fl_write_rows(float *y, size_t ld, const fl_smem *sm, int b, int T, i
     }
 }
 
+/* Key tile k0 .. k0 + 63 of head h of batch row b against the block's strips: S = strip_a k^T
+ * into sm->s and dP' = strip_b v^T into sm->dp (the query side's, and the bias gradient's). */
+FL_HD void fl_score_tiles(const fl_args *a, fl_smem *sm, int b, int h, int k0, const float *k, const float *v) {
+    FL_SYNC(); /* the last tile's readers are done */
+    fl_load(sm->tile_a, k, a->ldk, b, a->Tk, h, a->HS, k0, FL_BK, a->dtype);
+    fl_load(sm->tile_b, v, a->ldv, b, a->Tk, h, a->HS, k0, FL_BK, a->dtype);
+    FL_SYNC();
+    fl_mma_nt(sm->s, FL_LDF, sm->strip_a, FL_LD16, sm->tile_a, FL_LD16, a->HS, a->dtype);
+    fl_mma_nt(sm->dp, FL_LDF, sm->strip_b, FL_LD16, sm->tile_b, FL_LD16, a->HS, a->dtype);
+    FL_SYNC();
+}
+
 /* The forward of block blk: head (b, h) = blk / ceil(Tq/16), query rows i0 .. i0 + 15. Writes
  * those rows of out and their (m, 1/l) into stats (two floats per row (b*NH + h)*Tq + i). */
 FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out, float *stats, const float *q,
@@ -458,13 +470,7 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
     fl_acc_zero(&acc);
     for (int pass = 0; pass < 2; pass++)
         for (int k0 = 0; k0 < kend; k0 += FL_BK) {
-            FL_SYNC();
-            fl_load(sm->tile_a, k, a->ldk, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
-            fl_load(sm->tile_b, v, a->ldv, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
-            FL_SYNC();
-            fl_mma_nt(sm->s, FL_LDF, sm->strip_a, FL_LD16, sm->tile_a, FL_LD16, HS, a->dtype);
-            fl_mma_nt(sm->dp, FL_LDF, sm->strip_b, FL_LD16, sm->tile_b, FL_LD16, HS, a->dtype);
-            FL_SYNC();
+            fl_score_tiles(a, sm, b, h, k0, k, v);
             for (int t = 0; t < FL_ROW_SLOTS; t++) {
                 const int r = FL_SLOT_ROW(lane, t);
                 const uint64_t g0 = fl_rng_base(a, b, h, i0 + r);
@@ -592,13 +598,7 @@ FL_HD void fl_bwd_bias_block(const fl_args *a, fl_smem *sm, long long blk, float
         fl_load(sm->strip_a, q, a->ldq, b, a->Tq, h, HS, i0, FL_BQ, a->dtype);
         fl_load(sm->strip_b, dout, a->ldo, b, a->Tq, h, HS, i0, FL_BQ, a->dtype);
         for (int k0 = 0; k0 < kend; k0 += FL_BK) {
-            FL_SYNC();
-            fl_load(sm->tile_a, k, a->ldk, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
-            fl_load(sm->tile_b, v, a->ldv, b, a->Tk, h, HS, k0, FL_BK, a->dtype);
-            FL_SYNC();
-            fl_mma_nt(sm->s, FL_LDF, sm->strip_a, FL_LD16, sm->tile_a, FL_LD16, HS, a->dtype);
-            fl_mma_nt(sm->dp, FL_LDF, sm->strip_b, FL_LD16, sm->tile_b, FL_LD16, HS, a->dtype);
-            FL_SYNC();
+            fl_score_tiles(a, sm, b, h, k0, k, v);
             for (int t = 0; t < FL_ROW_SLOTS; t++) {
                 const int r = FL_SLOT_ROW(lane, t), i = i0 + r;
                 const float *brow = fl_bias_row(a, h, i);
