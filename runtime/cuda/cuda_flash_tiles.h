@@ -7,14 +7,14 @@
  * on machines without a GPU. Only the WMMA calls and the warp's syncs are not.
  *
  * Semantics are rt_attn_desc's (rt_backend.h) and the CPU backend's, at the same rounding points:
- * the probabilities P = softmax(scale q.k + key_mask) are rounded to the compute type, so are the
+ * the probabilities P = softmax(scale q.k + key_mask + bias) are rounded to the compute type, so are the
  * dropped ones (P * 1/(1-p)) and dS, and every product reads 16-bit values and sums in fp32. To
  * round the *normalized* P as the materialized path does, the forward takes two passes over the
  * keys: the first finds each row's max m and sum l (online), the second forms P = exp(s - m) / l
  * and out = P' v. Nothing of size T x T is stored: the probabilities buffer keeps only (m, 1/l)
  * per query row (two floats), and the backward recomputes P from them.
  *
- * Backward, in two kernels: the query side (a block per 16 query rows) first sums
+ * Backward, in two kernels (three with a bias): the query side (a block per 16 query rows) first sums
  * D_i = sum_j P_ij dP_ij over the keys, as the CPU does, then dS and dq = scale dS k; the key side
  * (a block per 16 keys) recomputes P and dS for every query and sums dv = P'^T dout and
  * dk = scale dS^T q. A position bias (T5) adds to the scores; its gradient, summed over the batch
