@@ -329,9 +329,9 @@ static rt_status glm_head_stage(glm_model *m, const glm_task *t) {
     return RT_OK;
 }
 
-/* The n collected rows through the tied output layer and the vocab-parallel cross-entropy;
- * with grad_scale > 0 their gradients too, each row's scaled by m->head.row_weights when
- * weighted. */
+/* The n collected rows through the tied output layer and the vocab-parallel cross-entropy (the
+ * per-row losses stay on the device: mdl_lm_head_losses reads them); with grad_scale > 0 their
+ * gradients too, each row's scaled by m->head.row_weights when weighted. */
 static rt_status glm_output_xent(glm_model *m, int n, float grad_scale, bool weighted) {
     rt_status st;
     if (grad_scale > 0) { /* (a gradient is only there to name in a backward: ZeRO-3) */
@@ -341,8 +341,6 @@ static rt_status glm_output_xent(glm_model *m, int n, float grad_scale, bool wei
     } else {
         st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, NULL);
     }
-    /* GLM's heads weigh and score with the losses before the backward: read them now */
-    if (st == RT_OK) (void)mdl_lm_head_losses(&m->head, n);
     return st;
 }
 
@@ -353,6 +351,7 @@ static rt_status glm_head_span_match(glm_model *m, const glm_task *t, double *lo
     float *stats = NULL;
     rt_status st = n > 0 ? glm_output_xent(m, n, 0.0f, false) : RT_OK;
     if (st == RT_OK && n > 0) {
+        (void)mdl_lm_head_losses(&m->head, n);
         /* each target's row maximum in stats[0, n), its logit in [n, 2n) */
         stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
         mdl_lm_head_target_stats(&m->head, n, stats, stats + n);
@@ -376,6 +375,7 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     const int B = t->in.B, T = t->in.T, K = t->K, G_n = B / K, n = m->head_n;
     const bool backward = grad_scale > 0;
     RT_TRY(glm_output_xent(m, n, 0.0f, false));
+    (void)mdl_lm_head_losses(&m->head, n); /* the choices' scores weigh the backward: read now */
     double sc[GLM_K_MAX * 64];
     RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
     for (int r = 0; r < B; r++) sc[r] = 0;
@@ -396,8 +396,7 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     *loss_sum = sum;
     if (!backward) return RT_OK;
     /* the gradient: the tokens' cross-entropy again, each row's dL/dlogits times its choice's
-     * weight; the weights go up through h_losses, which the second pass refills with the same
-     * losses */
+     * weight; the weights go up through h_losses */
     for (int i = 0; i < n; i++) m->head.h_losses[i] = (float)w[m->head.h_idx[i] / T];
     rt_to_device(m->be, m->head.row_weights, m->head.h_losses, (size_t)n * sizeof(float));
     RT_TRY(glm_output_xent(m, n, 1.0f, true));
@@ -449,8 +448,7 @@ static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale,
     }
     const int n = m->head_n;
     if (n == 0) return RT_OK;
-    const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(m->wte) : NULL, .grad_scale = grad_scale};
-    return mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, grad_scale > 0 ? &grad : NULL);
+    return glm_output_xent(m, n, grad_scale, false);
 }
 
 /* The LM head's summed loss (0 for the other heads, whose glm_head_fwd gave it). Reading waits for
