@@ -234,18 +234,24 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
     const mdl_stack_config *c = &s->cfg;
     const size_t ld = !cross && mdl_attn_fused(&s->layer[l].attn) ? 3 * (size_t)s->I_local : (size_t)s->I_local;
     mdl_drop d = stack_drop(s, pass, c->attn_pdrop, l, cross ? MDL_SITE_CROSS_PROBS : MDL_SITE_SELF_PROBS);
-    const rt_attn_desc a = (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
+    return (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
                           .ldk = ld, .ldv = ld, .ldo = (size_t)s->I_local,
                           .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)s->HS),
                           .causal = !cross && mask->causal, .prefix = cross ? NULL : mask->prefix,
                           .key_mask = cross ? mask->cross_key_mask : mask->key_mask, .bias = cross ? NULL : mask->bias,
                           .dropout_p = d.p, .seed = d.seed, .stream = d.stream, .head_offset = s->head_offset,
                           .heads_total = c->n_head, .probs_dtype = s->probs_dtype};
-    /* e.g. a position bias on a stack laid out without one, where the fused attention was counted on */
-    RT_CHECK(rt_attn_kept_bytes(s->be, &a) <= stack_probs_room(s, cross),
-             "block %d's %s attention keeps %zu bytes of probabilities; %zu were laid out", l, cross ? "cross" : "self",
-             rt_attn_kept_bytes(s->be, &a), stack_probs_room(s, cross));
-    return a;
+}
+
+/* What a pass's attention keeps fits the layout (every block's is the same size): e.g. a position
+ * bias on a stack laid out without one, where the fused attention was counted on, stops here. */
+static void stack_check_probs(const mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
+    for (int cross = 0; cross <= (int)s->cfg.cross; cross++) {
+        const rt_attn_desc a = stack_attn(s, 0, B, T, mask, pass, cross);
+        RT_CHECK(rt_attn_kept_bytes(s->be, &a) <= stack_probs_room(s, cross),
+                 "%s attention keeps %zu bytes of probabilities; %zu were laid out", cross ? "cross" : "self",
+                 rt_attn_kept_bytes(s->be, &a), stack_probs_room(s, cross));
+    }
 }
 
 /* What block l's forward and backward share: its parameters, sublayers, slices, attention
@@ -446,6 +452,7 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
     rt_status st = RT_OK;
     const mdl_stack_config *c = &s->cfg;
     const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
+    stack_check_probs(s, B, T, mask, pass); /* the backward and recomputes reuse this pass's sizes */
     if (pass->training && c->emb_pdrop > 0) {
         float *x = mdl_stack_residual(s, 0);
         rt_dropout_fwd(s->be, x, x, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb));
