@@ -600,11 +600,10 @@ fail:
 
 /* The LM head over the decoder's output (the rescale, this rank's vocab columns, padding columns
  * never winning the softmax) and the vocab-parallel cross-entropy of the uploaded targets, in
- * the head's chunks: the summed loss (loss_sum NULL: the caller reads it later with
- * mdl_lm_head_losses, once its backward is queued), and with grad_scale > 0 the head's gradients
- * (the output layer's, and the labelled rows' for t5_head_bwd). host_logits: every position's
- * logits too. */
-rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits) {
+ * the head's chunks: the per-row losses on the device (mdl_lm_head_losses reads them, once the
+ * backward is queued), and with grad_scale > 0 the head's gradients (the output layer's, and the
+ * labelled rows' for t5_head_bwd). host_logits: every position's logits too. */
+rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, float *host_logits) {
     rt_status st = RT_OK;
     const t5_config *c = &m->cfg;
     rt_backend *be = m->be;
@@ -622,7 +621,6 @@ rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_
     }
     const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(head) : NULL, .grad_scale = grad_scale};
     RT_TRY(mdl_lm_head_xent(&m->head, m->dec.blocks.out, P(head), m->head_n, grad_scale > 0 ? &grad : NULL));
-    if (loss_sum) *loss_sum = mdl_lm_head_losses(&m->head, m->head_n);
 fail:
     return st;
 }
@@ -656,7 +654,7 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
     RT_TRY(t5_upload_tgt(m, b, &n));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, pass));
     RT_TRY(t5_stack_fwd(m, &m->dec, B, T, S, pass));
-    RT_TRY(t5_head_fwd(m, B, T, grad_scale, NULL, host_logits));
+    RT_TRY(t5_head_fwd(m, B, T, grad_scale, host_logits));
     if (n_targets) *n_targets = n;
     if (grad_scale > 0) {
         RT_TRY(t5_head_bwd(m, B, T));

@@ -90,7 +90,7 @@ rt_status t5_stack_bwd(t5_model *m, t5_stack *s, float *dtop, int B, int T, int 
                        const float **demb);
 /* Evaluation through the stages (t5_pipe.c): every stage gets the loss and the target count. */
 rt_status t5_pipe_eval(t5_model *m, const t5_batch *b, double *loss_sum, int *n_targets);
-rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, double *loss_sum, float *host_logits);
+rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, float *host_logits);
 rt_status t5_head_bwd(t5_model *m, int B, int T);
 
 /* The LM head's parameter: lm_head, or `shared` when tied. */

@@ -138,9 +138,8 @@ static rt_status t5_stage_fwd(t5_model *m, const t5_batch *b, const mdl_pass *pa
         }
         return RT_OK;
     }
-    double loss = 0;
-    RT_TRY(t5_head_fwd(m, B, T, grad_scale, &loss, NULL));
-    *loss_sum += loss;
+    RT_TRY(t5_head_fwd(m, B, T, grad_scale, NULL));
+    *loss_sum += mdl_lm_head_losses(&m->head, m->head_n);
 fail:
     return st;
 }
