@@ -1,9 +1,6 @@
 /* Shared head losses (see heads.h). */
 #include "models/heads.h"
 
-#include <math.h>
-
-
 rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_labels) {
     if (num_labels == 1)
         return b->targets ? RT_OK

@@ -147,9 +147,9 @@ typedef struct rt_backend_ops {
     void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
                           float *dbias, const float *dout, const void *probs, const float *q,
                           const float *k, const float *v);
-    /* Bytes per query row the probabilities buffer needs for d: Tk values of d->probs_dtype, or
-     * fewer where the backend fuses the attention and keeps only what its backward needs there
-     * (the CUDA backend's fused kernels: two floats). NULL op: Tk values. */
+    /* Where the backend fuses attention d and keeps only what its backward needs in the
+     * probabilities buffer: those bytes per query row (the CUDA backend's fused kernels: two
+     * floats); 0 where it keeps the probabilities (rt_attn_kept_bytes). NULL op: always 0. */
     size_t (*attention_kept_row)(void *ctx, const rt_attn_desc *d);
     /* T5's relative position bias from its bucket table. table is (num_buckets, NH): a row per
      * bucket, a column per head (HF's nn.Embedding(num_buckets, n_heads); under tensor
@@ -435,10 +435,11 @@ static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit)
 static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
     be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
 }
-/* Bytes the probabilities buffer of attention d needs (B x NH x Tq rows, rt_backend_ops.attention_kept_row). */
+/* Bytes the probabilities buffer of attention d needs: B x NH x Tq rows of Tk probabilities, or of
+ * what a fused attention keeps instead (rt_backend_ops.attention_kept_row). */
 static inline size_t rt_attn_kept_bytes(rt_backend *be, const rt_attn_desc *d) {
-    const size_t row = be->ops->attention_kept_row ? be->ops->attention_kept_row(be->ctx, d)
-                                                   : (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+    size_t row = be->ops->attention_kept_row ? be->ops->attention_kept_row(be->ctx, d) : 0;
+    if (row == 0) row = (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
     return (size_t)d->B * d->NH * d->Tq * row;
 }
 /* 16-bit probabilities are stored at the compute precision by the op itself; fp32 ones are

@@ -38,8 +38,7 @@ bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
 }
 
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
-    return rt_cuda_attn_fused((const rt_cuda_ctx *)ctx, d) ? 2 * sizeof(float)
-                                                           : (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+    return rt_cuda_attn_fused((const rt_cuda_ctx *)ctx, d) ? 2 * sizeof(float) : 0; /* (m, 1/l) */
 }
 
 /* Blocks of 16 rows over every (batch row, head). */
