@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # t5-finetune with pipeline stages (--pp) under mpirun, dropout on, from the same random init:
 # pp 2 and pp 4 (the encoder on the first half of the stages; pp 4 also recomputing each
-# micro-batch's forward, --pp-recompute) give the single process's losses,
-# gradient norms and validation loss, for T5 v1.0 (its head tied to shared) and v1.1 (gated,
-# its own lm_head); dp 2 x pp 2 (also with ZeRO-1, and ZeRO-3 with and without --offload-params,
-# where shared's copies sum their gradient pieces) gives dp 2's, and tp 2 x pp 2 tp 2's (dp draws
-# other dropout masks than one process, tp another init). `shared`'s copies on the stages add
-# their gradients in another order than one process, so the numbers agree within the tolerance,
-# not bit for bit. pp 2's export holds every stage's tensors: one process evaluating it gets pp
-# 2's last validation loss; a checkpoint saved at pp 2 resumes at pp 1 and tp 2 as the
-# uninterrupted run goes on. --predict with --pp is refused in one line.
+# micro-batch's forward, --pp-recompute) take the single process's steps (losses, gradient norms,
+# validation loss), for T5 v1.0 (its head tied to shared) and v1.1 (gated, its own lm_head; its
+# encoder and decoder still share `shared` across stages); dp 2 x pp 2 (also with ZeRO-1, and
+# ZeRO-3 with and without --offload-params, where shared's copies sum their gradient pieces) takes
+# dp 2's, and tp 2 x pp 2 tp 2's (dp draws other dropout masks than one process, tp another init).
+# `shared`'s copies on the stages add their gradients in another order than one process, so each
+# step is compared from the same weights within the tolerance (tests/mpi_compare.sh says why),
+# and every such comparison resumes the reference from the stages' checkpoint, across layouts. pp
+# 2's export holds every stage's tensors: one process evaluating it gets pp 2's last validation
+# loss; pp 2's checkpoint resumes at tp 2 and takes pp 2's next step. --predict with --pp is
+# refused in one line.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -27,14 +29,14 @@ cat > "$TMP/v11.json" <<JSON
 {"model_type": "t5", "vocab_size": 32128, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4, "num_layers": 2,
  "num_decoder_layers": 2, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false, "dropout_rate": 0.1}
 JSON
-COMMON=("$TMP/s.en" "$TMP/s.de" --threads 1 --batch-size 4 --micro-batches 4 --max-steps 5 --log-interval 1
-        --lr 1e-3 --no-cache --eval-generate=false --dropout 0.1)
 . "$SRC/tests/mpi_compare.sh"
+COMMON=("$TMP/s.en" "$TMP/s.de" --threads 1 --batch-size 4 --micro-batches 4 --max-steps 5 --log-interval 1
+        --lr 1e-3 --no-cache --eval-generate=false --dropout 0.1 "${SAVE_EVERY_STEP[@]}")
 
 for arch in v10 v11; do
     ARCH=()
     [ "$arch" = v11 ] && ARCH=(--arch "$TMP/v11.json")
-    run "$arch-one" 1 "${COMMON[@]}" "${ARCH[@]}" --save-interval 3 || { fail=$((fail + 1)); continue; }
+    run "$arch-one" 1 "${COMMON[@]}" "${ARCH[@]}" || { fail=$((fail + 1)); continue; }
     layouts=("pp2 2 --pp 2" "pp4 4 --pp 4" "pp4r 4 --pp 4 --pp-recompute")
     [ "$arch" = v10 ] && layouts+=("dp2 2" "dp2pp2 4 --pp 2" "dp2pp2z1 4 --pp 2 --zero 1" "dp2pp2z3 4 --pp 2 --zero 3"
                                    "dp2pp2z3off 4 --pp 2 --zero 3 --offload-params" "tp2 2 --tp 2"
@@ -43,14 +45,14 @@ for arch in v10 v11; do
         set -- $layout
         name="$arch-$1" np=$2
         shift 2
-        run "$name" "$np" "${COMMON[@]}" "${ARCH[@]}" "$@" --save-interval 3 || { fail=$((fail + 1)); continue; }
+        run "$name" "$np" "${COMMON[@]}" "${ARCH[@]}" "$@" || { fail=$((fail + 1)); continue; }
         ref=$(reference_of "$arch" "${name#"$arch"-}")
         [ -n "$ref" ] && check "$arch at $name" "$ref" "$name"
     done
     check_export "$arch" "${COMMON[@]}"
 done
 
-check_resumes v10 "${COMMON[@]}"
+check_resume_tp2 v10 "${COMMON[@]}"
 
 expect_usage() { # what, message, options
     local what=$1 msg=$2
