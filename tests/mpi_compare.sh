@@ -81,6 +81,29 @@ check() {
     if [ "$ok" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 }
 
+# A checkpoint's tensors as tz-convert inspect lists them: names, shapes and CRC-32s.
+tensors() { "$(dirname "$BIN")/tz-convert" inspect "$1" | tail -n +2; }
+# what, reference, run, for layouts that add every gradient in the same order (stages without a
+# tied copy): the last checkpoints hold the same tensors bit for bit, so every step ran from the
+# same weights, and each step's numbers agree within the tolerance (the loss and the norm sum
+# over the stages in another order). One pass or one failure is counted.
+check_bits() {
+    local what=$1 ref=$2 name=$3 steps k ok=1
+    steps=$(last_step "$ref")
+    if [ -z "$steps" ] || [ "$(last_step "$name")" != "$steps" ] ||
+        ! cmp -s <(tensors "$(printf '%s/%s/step-%06d.tzck' "$TMP" "$ref" "$steps")") \
+                 <(tensors "$(printf '%s/%s/step-%06d.tzck' "$TMP" "$name" "$steps")"); then
+        fail=$((fail + 1)); echo "FAILED: $what: $name's last tensors differ from $ref's (or its steps do)" >&2
+        return
+    fi
+    for ((k = 1; k <= steps; k++)); do
+        numbers_at "$ref" "$k" > "$TMP/cmp.ref"
+        numbers_at "$name" "$k" > "$TMP/cmp.run"
+        close "$what, step $k: $name differs from $ref" "$TMP/cmp.ref" "$TMP/cmp.run" || ok=0
+    done
+    if [ "$ok" -eq 1 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
+
 # The run a layout's numbers follow: one process's, but dp's and tp's pipelines follow dp 2 and
 # tp 2 (dp draws other dropout masks than one process, tp another init); nothing for those two.
 reference_of() { # prefix, layout name
@@ -104,23 +127,30 @@ check_export() {
         last_eval "$prefix-pp2" >&2; last_eval "$prefix-eval" >&2
     fi
 }
-# prefix, options of the one-process run: pp 2's checkpoint of step 3 resumed at tp 2 takes step 4
-# as pp 2 did, within the tolerance (tp adds its pieces in another order; a resume at pp 1 is
-# what `check` does at every step).
-check_resume_tp2() {
-    local prefix=$1 name="$1-resume-tp2"
-    shift
-    if run "$name" 2 "$@" --tp 2 --save-interval -1 --max-steps 4 \
-            --resume-from "$TMP/$prefix-pp2/step-000003.tzck" &&
-        grep -q "resumed from .*step-000003.tzck (step 3)" "$TMP/$name.log"; then
-        numbers_at "$prefix-pp2" 4 > "$TMP/cmp.ref"
-        numbers_at "$name" 4 | head -n "$(wc -l < "$TMP/cmp.ref")" > "$TMP/cmp.run"
-        if close "saved at pp 2, step 4 at tp 2 differs from pp 2's" "$TMP/cmp.ref" "$TMP/cmp.run"; then
+# what, the run that saved, its step k, a name, ranks, options: the saved run's checkpoint of step k
+# resumed in the layout the options give takes the saved run's step k + 1 within the tolerance
+# (from the same weights; another layout adds in another order).
+check_resume() {
+    local what=$1 saved=$2 k=$3 name=$4 np=$5 ckpt
+    shift 5
+    ckpt=$(printf '%s/%s/step-%06d.tzck' "$TMP" "$saved" "$k")
+    if run "$name" "$np" "$@" --save-interval -1 --max-steps $((k + 1)) --resume-from "$ckpt" &&
+        grep -q "resumed from .*$(basename "$ckpt") (step $k)" "$TMP/$name.log"; then
+        numbers_at "$saved" $((k + 1)) > "$TMP/cmp.ref"
+        numbers_at "$name" $((k + 1)) | head -n "$(wc -l < "$TMP/cmp.ref")" > "$TMP/cmp.run"
+        if close "$what: step $((k + 1)) differs from $saved's" "$TMP/cmp.ref" "$TMP/cmp.run"; then
             pass=$((pass + 1))
         else
             fail=$((fail + 1))
         fi
     else
-        fail=$((fail + 1)); echo "FAILED: $name from pp 2's checkpoint" >&2
+        fail=$((fail + 1)); echo "FAILED: $what: $name did not resume from $ckpt" >&2
     fi
+}
+# prefix, options of the one-process run: pp 2's checkpoint of step 3 resumes at tp 2 (a resume
+# at pp 1 is what `check` does at every step).
+check_resume_tp2() {
+    local prefix=$1
+    shift
+    check_resume "saved at pp 2, resumed at tp 2" "$prefix-pp2" 3 "$prefix-resume-tp2" 2 "$@" --tp 2
 }
