@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# t5-finetune under mpirun gives the single-process losses, gradient norms and validation
-# numbers (loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2
-# and dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2. Dropout is off and every run starts from the same exported weights.
+# t5-finetune under mpirun takes the single process's steps (losses, gradient norms and validation
+# numbers: loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2 and
+# dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2. Dropout is off and every run starts from
+# the same exported weights. dp's partial sums and tp's pieces add in another order than one
+# process, so each step is compared from the same weights within the tolerance
+# (tests/mpi_compare.sh says why): step 1 from the exported weights, each later step as one process
+# takes it from the layout's checkpoint of the step before; the layout's text after its last step
+# is that resumed one process's (both generate from weights one step past the same checkpoint).
 # --comm-stats's dp all-reduce equals its formula.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
@@ -21,34 +26,37 @@ cat > "$TMP/arch.json" <<JSON
 JSON
 head -n 30 "$SRC/assets/multi30k-en-de/val.en" > "$TMP/s.en"
 head -n 30 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/s.de"
-COMMON=(--max-source-len 24 --max-target-len 16 --max-new-tokens 5 --threads 1 --save-interval -1)
-"$BIN" "$TMP/s.en" "$TMP/s.de" --arch "$TMP/arch.json" "${COMMON[@]}" --epochs 0 --eval-interval -1 \
+METRICS='loss\|grad_norm\|bleu\|rouge1\|rouge2\|rougeL'
+. "$SRC/tests/mpi_compare.sh"
+COMMON=(--max-source-len 24 --max-target-len 16 --max-new-tokens 5 --threads 1)
+"$BIN" "$TMP/s.en" "$TMP/s.de" --arch "$TMP/arch.json" "${COMMON[@]}" --save-interval -1 --epochs 0 --eval-interval -1 \
     --save-dir "$TMP/init" > "$TMP/init.log" 2>&1 || { echo "FAILED: export"; tail -5 "$TMP/init.log"; exit 1; }
 ARGS=("$TMP/s.en" "$TMP/s.de" --model "$TMP/init/hf" "${COMMON[@]}" --batch-size 8 --grad-accum 2 --max-steps 3
-      --log-interval 1 --lr 1e-3)
+      --log-interval 1 --lr 1e-3 "${SAVE_EVERY_STEP[@]}")
 
-numbers() { grep -o '"\(loss\|grad_norm\|bleu\|rouge1\|rouge2\|rougeL\)":[-0-9.e]*' "$TMP/$1/metrics.jsonl" | cut -d: -f2; }
-"$BIN" "${ARGS[@]}" --save-dir "$TMP/one" > "$TMP/one.log" 2>&1 || { echo "FAILED: one process"; tail -5 "$TMP/one.log"; exit 1; }
-[ "$(numbers one | wc -l)" -ge 11 ] || { echo "FAILED: expected 3 x 2 training and 5 eval numbers"; numbers one; exit 1; }
+run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
+[ "$(grep -o "\"\($METRICS\)\":" "$TMP/one/metrics.jsonl" | wc -l)" -ge 11 ] ||
+    { echo "FAILED: expected 3 x 2 training and 5 eval numbers"; cat "$TMP/one/metrics.jsonl"; exit 1; }
 # the generated outputs are compared too (the same text at every layout); they must say something
 [ "$(tr -d ' \n' < "$TMP/one/val_predictions.txt" | wc -c)" -gt 0 ] || { echo "FAILED: empty generations"; exit 1; }
 for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
     set -- $layout
     name="np$1_tp$2${3:+_zero$3}"
-    if ! mpirun -np "$1" "$BIN" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" --save-dir "$TMP/$name" > "$TMP/$name.log" 2>&1; then
-        fail=$((fail + 1)); echo "FAILED: $name run" >&2; tail -5 "$TMP/$name.log" >&2; continue
-    fi
-    if paste <(numbers one) <(numbers "$name") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' \
-        && [ "$(numbers one | wc -l)" -eq "$(numbers "$name" | wc -l)" ] \
-        && cmp -s "$TMP/one/val_predictions.txt" "$TMP/$name/val_predictions.txt"; then
+    run "$name" "$1" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" || { fail=$((fail + 1)); continue; }
+    check "np $1 tp $2${3:+ ZeRO-$3}" one "$name"
+    # the text the last step's weights generate: the one process resumed from the step before's
+    from="one@$name-$(last_step "$name")"
+    if [ -s "$TMP/$name/val_predictions.txt" ] &&
+        cmp -s "$TMP/$from/val_predictions.txt" "$TMP/$name/val_predictions.txt"; then
         pass=$((pass + 1))
     else
-        fail=$((fail + 1)); echo "FAILED: $name differs from one process:" >&2
-        paste <(numbers one) <(numbers "$name") >&2
+        fail=$((fail + 1)); echo "FAILED: $name's generated text differs from $from's:" >&2
+        diff "$TMP/$from/val_predictions.txt" "$TMP/$name/val_predictions.txt" | head -10 >&2
     fi
 done
 # --comm-stats (a shared option): dp 2's measured all-reduce is its formula, to the byte
-mpirun -np 2 "$BIN" "${ARGS[@]}" --comm-stats --eval-interval -1 --save-dir "$TMP/stats" > "$TMP/stats.log" 2>&1
+mpirun -np 2 "$BIN" "${ARGS[@]}" --comm-stats --eval-interval -1 --save-interval -1 --save-dir "$TMP/stats" \
+    > "$TMP/stats.log" 2>&1
 measured=$(sed -n 's/^ *dp all_reduce .* \([0-9.]*\) MB$/\1/p' "$TMP/stats.log")
 formula=$(sed -n 's/^ *formula dp all_reduce: .* = \([0-9.]*\) MB (ring.*/\1/p' "$TMP/stats.log")
 if [ -n "$measured" ] && [ "$measured" = "$formula" ]; then
