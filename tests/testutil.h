@@ -1,7 +1,7 @@
 /* Shared test helpers: tolerance checks that report the worst element, and the paths of the
  * fixtures, all inside the repository (TZ_SOURCE_DIR, which ctest passes in with TZ_BIN_DIR).
  * Every check counts a failure; a test returns tz_test_result() so it exits non-zero when
- * anything mismatched. */
+ * anything mismatched, or when no check ran at all. */
 #ifndef TZ_TESTUTIL_H
 #define TZ_TESTUTIL_H
 
@@ -137,7 +137,8 @@ int tz_stage_params_differ(rt_backend *be, const rt_params *stage, rt_backend *w
  * holds one) summed over the stages holding it (rt_pipe_sum_tied). Collective over pp. */
 rt_status tz_stage_sum_tied(rt_comm *pp, rt_params *p);
 
-/* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1. */
+/* Prints "name: N passed, M failed" (checks made) and returns the exit code, 0 or 1: 1 also
+ * when no check ran at all (a test that checked nothing is a failure, and says so). */
 int tz_test_result(const char *name);
 
 #endif
