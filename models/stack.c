@@ -546,8 +546,11 @@ const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
 
 mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
     const size_t n = (size_t)R, Il = (size_t)s->I_local;
-    /* probs holds R x NH rows of Tk here (or less, rt_attn_kept_bytes): within slot 0 of the forward's */
-    RT_CHECK(R <= s->max_B && (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
+    /* a decoding row is one token: the working buffers hold max_B x max_T of them, so a batch's
+     * rows times its beams fit; probs holds R x NH rows of Tk here (or less, rt_attn_kept_bytes):
+     * within slot 0 of the forward's */
+    RT_CHECK((size_t)R <= s->max_BT &&
+                 (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
              "decode: %d rows, %d keys", R, Tk);
     return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
                                 .k = s->qkv + n * Il, .v = s->qkv + 2 * n * Il, .atty = s->atty, .probs = s->probs,

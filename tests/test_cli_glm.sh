@@ -87,6 +87,15 @@ head -n 40 "$SRC/assets/multi30k-en-de/val.de" > "$TMP/t.txt"
 grep -q "validation results (seq2seq, 8 examples, step 2): loss [0-9.]* rouge1 [0-9.]* rouge2 [0-9.]* rougeL" "$TMP/out" &&
     ok || bad "seq2seq: no validation line with ROUGE"
 [ "$(wc -l < "$TMP/s2s/val_predictions.txt" 2> /dev/null)" = "8" ] && ok || bad "seq2seq: val_predictions.txt should have 8 lines"
+# beam search with 2 beams over a batch of 8 rows decodes 16 rows, more than the batch the model
+# was laid out for (it once stopped on the stack's row check): the text a batch of 16 gives
+for b in 8 16; do
+    "$BIN" --task seq2seq "$TMP/s.txt" "$TMP/t.txt" "${COMMON[@]}" --model "$TMP/s2s/hf" --epochs 0 --max-steps 0 \
+        --max-target-len 16 --num-beams 2 --batch-size $b --save-dir "$TMP/beam$b" > "$TMP/out" 2> "$TMP/err" ||
+        bad "seq2seq beams 2, batch $b"
+done
+[ -s "$TMP/beam8/val_predictions.txt" ] && cmp -s "$TMP/beam8/val_predictions.txt" "$TMP/beam16/val_predictions.txt" &&
+    ok || bad "seq2seq beams 2: batch 8's text differs from batch 16's"
 
 # bad inputs
 mkdir -p "$TMP/badjson"
