@@ -1,8 +1,14 @@
 /* Scaled-dot-product attention on the CPU (rt_attn_desc in rt_backend.h), one (batch, head)
- * pair per OpenMP task. Each task does its head's products with single-threaded cblas_sgemm
- * (OpenBLAS picks AVX2/AVX-512 kernels at run time, which our -march=x86-64-v2 loops
- * cannot) and the softmax, masks and dropout with plain loops. The probabilities buffer
- * doubles as the scores buffer; only dropout and backward need per-thread scratch.
+ * pair per OpenMP task. Each task does its head's products with rt_cpu_gemm_f32 (oneDNN's fp32
+ * matmul, which picks AVX2/AVX-512/AMX kernels at run time as our -march=x86-64-v2 loops cannot;
+ * OpenBLAS in a build without oneDNN) and the softmax, masks and dropout with plain loops. Inside
+ * the parallel region each product runs on its task's thread: Debian's oneDNN and OpenBLAS both
+ * run on OpenMP and stay serial in a parallel region, and oneDNN keeps each thread's primitives
+ * for the last shapes (cpu_dnnl.c), so a small head pays no set-up per product. oneDNN over
+ * OpenBLAS: 3-4x on this Xeon (OpenBLAS 0.3.21 has no kernel for it), 1.2-1.6x over its Haswell
+ * kernel, within 10% of its SkylakeX one (scripts/bench/bench_cpu_attention.sh). The
+ * probabilities buffer doubles as the scores buffer; only dropout and backward need per-thread
+ * scratch.
  *
  * Masking: keys [0, jend) are scored, jend = i + 1 when causal (or the row's prefix length if
  * that is longer: GLM), else Tk; a -inf key mask gives exp(-inf) = 0; a row with no
@@ -21,7 +27,6 @@
  * rounded before their product; q, k, v and dout are stored activations, already rounded. dbias
  * takes the fp32 dS. Products of rounded values are exact in fp32, so the CUDA backend's 16-bit
  * matmuls give the same sums up to their order. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +49,7 @@ static void rt_cpu_attn_check(const rt_attn_desc *d) {
              "ldq=%zu ldk=%zu ldv=%zu ldo=%zu must each be >= NH*HS=%zu", d->ldq, d->ldk, d->ldv,
              d->ldo, row);
     RT_CHECK(d->ldq <= INT32_MAX && d->ldk <= INT32_MAX && d->ldv <= INT32_MAX && d->ldo <= INT32_MAX,
-             "row strides must fit cblas int");
+             "row strides must fit a GEMM's int");
     RT_CHECK(!d->causal || d->Tq == d->Tk, "causal attention needs Tq == Tk (Tq=%d Tk=%d)", d->Tq,
              d->Tk);
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
@@ -96,8 +101,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     const float *kmask = d->key_mask ? d->key_mask + (size_t)b * Tk : NULL;
 
     /* S = scale * Q K^T, straight into the probabilities buffer */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, d->scale, qh, (int)d->ldq,
-                kh, (int)d->ldk, 0.0f, P, Tk);
+    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, d->scale, qh, (int)d->ldq, kh, (int)d->ldk, 0.0f, P, Tk);
     for (int i = 0; i < Tq; i++) {
         float *row = P + (size_t)i * Tk;
         const float *bias = d->bias ? d->bias + ((size_t)h * Tq + i) * Tk : NULL;
@@ -137,8 +141,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
         Pd = scratch;
     }
     /* out = P' V */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, 1.0f, Pd, Tk, vh,
-                (int)d->ldv, 0.0f, oh, (int)d->ldo);
+    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, 1.0f, Pd, Tk, vh, (int)d->ldv, 0.0f, oh, (int)d->ldo);
 }
 
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
@@ -149,7 +152,7 @@ void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *pr
     int tasks = d->B * d->NH;
     const size_t tt = (size_t)d->Tq * d->Tk;
     const size_t scratch_n = (d->probs_dtype != RT_F32 ? tt : 0) + (d->dropout_p > 0.0f ? tt + (size_t)d->Tk : 0);
-    int saved = rt_cpu_blas_serial_begin();
+    int saved = rt_cpu_blas_serial_begin(); /* for a build without oneDNN, whose products are cblas calls */
 #pragma omp parallel if (rt_cpu_attn_parallel(d))
     {
         float *scratch = scratch_n ? rt_xmalloc(scratch_n * sizeof(float)) : NULL;
@@ -186,8 +189,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     }
 
     /* dP' = dO V^T */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, HS, 1.0f, doh, (int)d->ldo, vh,
-                (int)d->ldv, 0.0f, dS, Tk);
+    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, 1.0f, doh, (int)d->ldo, vh, (int)d->ldv, 0.0f, dS, Tk);
     const float *Pk = P; /* the probabilities as used in the output (after dropout) */
     if (d->dropout_p > 0.0f) {
         rt_cpu_attn_dropout(d, Pd, P, dS, rt_cpu_attn_rng_base(d, b, h), Pd + tt);
@@ -195,8 +197,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
         Pk = Pd;
     }
     /* dV = P'^T dO (written) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, 1.0f, Pk, Tk, doh,
-                (int)d->ldo, 0.0f, dvh, (int)d->ldv);
+    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, 1.0f, Pk, Tk, doh, (int)d->ldo, 0.0f, dvh, (int)d->ldv);
     /* softmax backward, in place over dS; masked entries have P = 0 and get dS = 0 */
     for (int i = 0; i < Tq; i++) {
         const float *pr = P + (size_t)i * Tk;
@@ -211,10 +212,8 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     }
     if (mm != RT_F32) rt_cpu_round_span(mm, dS, dS, tt); /* dbias above took it in fp32 */
     /* dQ = scale dS K; dK = scale dS^T Q (written) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, HS, Tk, d->scale, dS, Tk, kh,
-                (int)d->ldk, 0.0f, dqh, (int)d->ldq);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, HS, Tq, d->scale, dS, Tk, qh,
-                (int)d->ldq, 0.0f, dkh, (int)d->ldk);
+    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, d->scale, dS, Tk, kh, (int)d->ldk, 0.0f, dqh, (int)d->ldq);
+    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, d->scale, dS, Tk, qh, (int)d->ldq, 0.0f, dkh, (int)d->ldk);
 }
 
 void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,

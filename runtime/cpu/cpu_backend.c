@@ -175,11 +175,11 @@ static void cpu_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, si
     cpu_convert16(dtype, false, dst, src, n);
 }
 
-/* One fp32 GEMM: oneDNN's, else OpenBLAS's. */
-static void cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                         const float *B, int ldb, float beta, float *C, int ldc) {
+/* One fp32 GEMM: oneDNN's, else OpenBLAS's (cpu_internal.h). */
+void rt_cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
     if (cpu_dnnl_has(CPU_DNNL_F32)) {
-        /* a oneDNN failure here is a bug (the shapes are checked by cpu_gemm): stop, naming it */
+        /* a oneDNN failure here is a bug (callers check the shapes): stop, naming it */
         rt_status st = cpu_dnnl_gemm(CPU_DNNL_F32, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         RT_CHECK(st == RT_OK, "oneDNN gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
         return;
@@ -253,7 +253,7 @@ static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, in
     if (!A16) A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
     if (!B16) B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
     if (!dnnl_bf16) {
-        cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
+        rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
         return;
     }
     rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C,
@@ -278,7 +278,7 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
         if (c->matmul != RT_F32 && K > 0)
             cpu_gemm_rounded(c, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
         else
-            cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+            rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
     }
 }
 

@@ -183,6 +183,12 @@ void rt_cpu_scatter_rows_add(void *ctx, float *dinp, const float *dout, const in
 
 /* cpu_backend.c: frees what rt_cpu_backend_init made (called by rt_backend_free). */
 void rt_cpu_backend_free(rt_backend *be);
+/* cpu_backend.c: C = alpha op(A) op(B) + beta C in fp32, row-major: oneDNN's matmul where the
+ * build has oneDNN (Debian's OpenBLAS runs a generic kernel on CPUs newer than it knows, 4-6x
+ * slower here: scripts/bench/bench_attention.c), else cblas_sgemm. Inside an OpenMP parallel
+ * region both run on the calling thread. */
+void rt_cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc);
 /* Around an OpenMP region whose tasks call cblas: makes the pthread OpenBLAS run each call
  * on the calling thread (its pool would otherwise be shared by every task at once), and
  * gives back the previous count. No-op for a sequential or OpenMP OpenBLAS. */
