@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "runtime/cpu/cpu_dnnl.h"
 #include "runtime/rt_backend.h"
 
@@ -33,19 +34,9 @@ typedef struct {
     char kind; /* 'c' causal, 'm' key mask, 0 neither */
 } shape;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return t[n / 2];
 }
 
@@ -107,11 +98,11 @@ static int bench_shape(rt_backend *be, const shape *s, int reps) {
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
     float *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
     for (int r = -2; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         rt_attention_fwd(be, &d, out, probs, q, k, v);
-        double t1 = now();
+        double t1 = bench_now();
         rt_attention_bwd(be, &d, dq, dk, dv, NULL, dout, probs, q, k, v);
-        double t2 = now();
+        double t2 = bench_now();
         if (r >= 0) t_fwd[r] = t1 - t0, t_bwd[r] = t2 - t1, t_sum[r] = t2 - t0;
     }
     double ms_rt = 1e3 * median(t_sum, reps), ms_fwd = 1e3 * median(t_fwd, reps), ms_bwd = 1e3 * median(t_bwd, reps);
@@ -120,9 +111,9 @@ static int bench_shape(rt_backend *be, const shape *s, int reps) {
         if (e == 1 && !cpu_dnnl_has(CPU_DNNL_F32)) break;
         t_eng[e] = malloc((size_t)reps * sizeof(double));
         for (int r = -2; r < reps; r++) {
-            double t0 = now();
+            double t0 = bench_now();
             products(e, &d, out, q, k, v, dq, dk, dv, dout);
-            if (r >= 0) t_eng[e][r] = now() - t0;
+            if (r >= 0) t_eng[e][r] = bench_now() - t0;
         }
         ms_eng[e] = 1e3 * median(t_eng[e], reps);
         free(t_eng[e]);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_clock.h"
 #include "runtime/cpu/cpu_dnnl.h"
 #include "runtime/rt_dtype.h"
 
@@ -24,16 +25,6 @@ typedef struct {
     int ta, tb;
 } shape;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* One engine on one shape: the median seconds of reps calls. engine 0 OpenBLAS, 1 oneDNN fp32,
  * 2 oneDNN bf16. */
@@ -42,7 +33,7 @@ static double time_engine(int engine, const shape *s, const float *A, const floa
     const int lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;
     double *t = malloc((size_t)reps * sizeof *t);
     for (int r = -2; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (engine == 0)
             cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N,
                         s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N);
@@ -52,9 +43,9 @@ static double time_engine(int engine, const shape *s, const float *A, const floa
             free(t);
             return -1;
         }
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
     double median = t[reps / 2];
     free(t);
     return median;
