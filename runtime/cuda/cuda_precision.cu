@@ -71,9 +71,10 @@ void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols
         rt_cuda_round_as<__half>(rt_cuda_stream(ctx), x, rows, cols, ld);
 }
 
-/* n values of w converted into the 16-bit buffer out (bf16 or fp16). */
+/* n values of w converted into the 16-bit buffer out (bf16 or fp16): one flat run (n rows of one
+ * column at stride 1), so any n, a whole slab's included, goes through the size_t flat kernel. */
 static void rt_cuda_to_16(void *ctx, rt_dtype dtype, void *out, const float *w, size_t n) {
-    if (n > 0) rt_cuda_to_16_rows(rt_cuda_stream(ctx), dtype, out, w, n, 1, 1); /* n rows of one: flat */
+    if (n > 0) rt_cuda_to_16_rows(rt_cuda_stream(ctx), dtype, out, w, n, 1, 1);
 }
 
 __global__ void rt_cuda_widen_kernel(float *out, const void *in, int kind, size_t n) {
@@ -111,7 +112,9 @@ rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {
     c->copy_w = NULL;
     c->copy_n = 0;
     if (!w || n == 0 || c->matmul == RT_F32) return RT_OK;
-    RT_CHECK(n <= (size_t)INT32_MAX, "a weight copy of %zu values", n); /* the kernels take int columns */
+    /* No 32-bit limit: the copy is converted by a flat grid-stride loop over size_t indices
+     * (rt_cuda_to_16), AdamW writes it at size_t offsets, and a matmul reads a weight's part of
+     * it at a size_t offset; a 3B model's slab (2.85e9 floats) is past INT32_MAX. */
     cudaError_t e = cudaMalloc(&c->copy, n * 2);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
