@@ -117,6 +117,40 @@ static uint64_t glm_act_width(const glm_config *c, int max_B, int max_T) {
 
 static rt_status glm_stage_pipe(glm_model *m, int max_micro);
 
+/* m's shape on tp rank tp->rank and stage pp->rank, nothing allocated: the config, the position
+ * rows, the vocab shard, and the stage's blocks [*first_block, + *n_blocks). */
+static rt_status glm_model_shape(glm_model *m, const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp,
+                                 int *first_block, int *n_blocks) {
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->pp = pp;
+    m->stage = (mdl_stage){pp->rank, pp->size};
+    m->P = c->block_position_encoding ? c->max_sequence_length + 1 : c->max_sequence_length;
+    m->C = c->hidden_size;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
+    return mdl_stage_blocks(m->stage, c->num_layers, "GLM", first_block, n_blocks);
+}
+
+rt_status glm_params_layout(const glm_config *c, rt_backend *be, rt_comm *tp, rt_params *out) {
+    rt_status st = RT_OK;
+    glm_model *m = rt_xcalloc(1, sizeof *m);
+    int first_block = 0, n_blocks = 0;
+    memset(out, 0, sizeof *out);
+    RT_TRY(glm_config_validate(c, tp->size));
+    RT_TRY(glm_model_shape(m, c, be, tp, rt_comm_self(), &first_block, &n_blocks));
+    rt_params_init(&m->params, be);
+    glm_declare_params(m, first_block, n_blocks);
+    RT_TRY(rt_params_layout(&m->params));
+    *out = m->params;
+    m->params = (rt_params){0}; /* out owns the specs now */
+fail:
+    rt_params_free(&m->params);
+    mdl_stack_free(&m->blocks);
+    free(m);
+    return st;
+}
+
 rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                          glm_model **out) {
     return glm_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
@@ -130,25 +164,17 @@ rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp,
     int first_block = 0, n_blocks = 0;
     *out = NULL;
     RT_TRY(glm_config_validate(c, tp->size));
-    RT_TRY(mdl_stage_blocks(stage, c->num_layers, "GLM", &first_block, &n_blocks));
-    m->P = c->block_position_encoding ? c->max_sequence_length + 1 : c->max_sequence_length;
+    RT_TRY(glm_model_shape(m, c, be, tp, pp, &first_block, &n_blocks));
     if (max_B < 1 || max_T < 1) RT_FAIL(RT_ERR_CONFIG, "GLM: batch size %d and length %d must be >= 1", max_B, max_T);
     if (max_T > m->P)
         RT_FAIL(RT_ERR_CONFIG, "GLM: max length %d exceeds the model's max_sequence_length %d", max_T,
                 c->max_sequence_length);
     RT_TRY(mdl_check_activations("GLM activations", (uint64_t)c->num_layers, (uint64_t)max_B, (uint64_t)max_T,
                                  glm_act_width(c, max_B, max_T), "lower --batch-size or --max-len"));
-    m->cfg = *c;
-    m->be = be;
-    m->tp = tp;
-    m->pp = pp;
-    m->stage = stage;
     m->max_micro = max_micro;
     m->max_B = max_B;
     m->max_T = max_T;
     m->max_BT = (size_t)max_B * (size_t)max_T;
-    m->C = c->hidden_size;
-    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
     rt_params_init(&m->params, be);
     glm_declare_params(m, first_block, n_blocks);
     if (stage.count > 1) glm_whole_model_streams(m);

@@ -64,6 +64,11 @@ rt_status glm_model_init(const glm_config *c, rt_backend *be, rt_comm *tp, int m
 rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
                                int max_T, uint64_t seed, glm_model **out);
 void glm_model_free(glm_model *m);
+/* The whole model's parameters on tp rank tp->rank, declared and laid out as glm_model_init lays
+ * them out (rt_params_layout) but never allocated: names, shapes, offsets and the slab's size, to
+ * size a model too big to build here (tests/test_big_layouts.c). Validates c first. Free with
+ * rt_params_free. */
+rt_status glm_params_layout(const glm_config *c, rt_backend *be, rt_comm *tp, rt_params *out);
 rt_params *glm_model_params(glm_model *m);
 rt_comm *glm_model_tp(glm_model *m);
 const glm_config *glm_model_config(const glm_model *m);

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
@@ -249,6 +251,45 @@ static uint64_t t5_act_width(const t5_config *c, int len) {
     return mdl_size_max(w, (uint64_t)ckpt_tp_padded_vocab(c->vocab_size, 1));
 }
 
+/* m's shape on tp rank tp->rank and stage pp->rank, nothing allocated: the config, the local
+ * widths, the vocab shard and the stage's blocks (their activation rows from m->max_B, max_S and
+ * max_T, 0 for a layout alone). */
+static rt_status t5_model_shape(t5_model *m, const t5_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp) {
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->pp = pp;
+    m->stage = (mdl_stage){pp->rank, pp->size};
+    m->C = c->d_model;
+    m->HS = c->d_kv;
+    m->NH_local = c->num_heads / tp->size;
+    m->I_local = m->NH_local * c->d_kv;
+    m->F_local = c->d_ff / tp->size;
+    m->head_offset = m->NH_local * tp->rank;
+    m->ff_offset = m->F_local * tp->rank;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
+    return t5_stage_plan(m);
+}
+
+rt_status t5_params_layout(const t5_config *c, rt_backend *be, rt_comm *tp, rt_params *out) {
+    rt_status st = RT_OK;
+    t5_model *m = rt_xcalloc(1, sizeof *m);
+    memset(out, 0, sizeof *out);
+    RT_TRY(t5_config_validate(c, tp->size));
+    RT_TRY(t5_model_shape(m, c, be, tp, rt_comm_self()));
+    rt_params_init(&m->params, be);
+    t5_declare_params(m);
+    RT_TRY(rt_params_layout(&m->params));
+    *out = m->params;
+    m->params = (rt_params){0}; /* out owns the specs now */
+fail:
+    rt_params_free(&m->params);
+    mdl_stack_free(&m->enc.blocks);
+    mdl_stack_free(&m->dec.blocks);
+    free(m);
+    return st;
+}
+
 rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_src, int max_tgt,
                         uint64_t seed, t5_model **out) {
     return t5_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_src, max_tgt, seed, out);
@@ -267,23 +308,10 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     RT_TRY(mdl_check_activations("T5 activations", (uint64_t)c->num_layers + (uint64_t)c->num_decoder_layers,
                                  (uint64_t)max_B, (uint64_t)max_len, t5_act_width(c, max_len),
                                  "lower --batch-size or the lengths"));
-    m->cfg = *c;
-    m->be = be;
-    m->tp = tp;
-    m->pp = pp;
-    m->stage = (mdl_stage){pp->rank, pp->size};
     m->max_B = max_B;
     m->max_S = max_src;
     m->max_T = max_tgt;
-    m->C = c->d_model;
-    m->HS = c->d_kv;
-    m->NH_local = c->num_heads / tp->size;
-    m->I_local = m->NH_local * c->d_kv;
-    m->F_local = c->d_ff / tp->size;
-    m->head_offset = m->NH_local * tp->rank;
-    m->ff_offset = m->F_local * tp->rank;
-    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
-    RT_TRY(t5_stage_plan(m));
+    RT_TRY(t5_model_shape(m, c, be, tp, pp));
     rt_params_init(&m->params, be);
     t5_declare_params(m);
     if (m->stage.count > 1) t5_whole_model_streams(m);

@@ -83,6 +83,11 @@ rt_status t5_model_init(const t5_config *c, rt_backend *be, rt_comm *tp, int max
 rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro, int max_B,
                               int max_src, int max_tgt, uint64_t seed, t5_model **out);
 void t5_model_free(t5_model *m);
+/* The whole model's parameters on tp rank tp->rank, declared and laid out as t5_model_init lays
+ * them out (rt_params_layout) but never allocated: names, shapes, offsets and the slab's size, to
+ * size a model too big to build here (tests/test_big_layouts.c). Validates c first. Free with
+ * rt_params_free. */
+rt_status t5_params_layout(const t5_config *c, rt_backend *be, rt_comm *tp, rt_params *out);
 rt_params *t5_model_params(t5_model *m);
 rt_comm *t5_model_tp(t5_model *m);
 const t5_config *t5_model_config(const t5_model *m);

@@ -63,7 +63,7 @@ static bool params_align16(size_t n, size_t *out) {
     return true;
 }
 
-rt_status rt_params_alloc(rt_params *p) {
+rt_status rt_params_layout(rt_params *p) {
     rt_status st = RT_OK;
     size_t off = 0, end = 0, bytes = 0;
     for (int i = 0; i < p->n; i++) {
@@ -74,8 +74,17 @@ rt_status rt_params_alloc(rt_params *p) {
         p->specs[i].offset = off;
         off = end;
     }
+    /* the slab's bytes too: every buffer of the slab's layout (gradients, m, v) is this size */
     if (!params_align16(off, &p->numel) || __builtin_mul_overflow(p->numel, sizeof(float), &bytes))
         RT_FAIL(RT_ERR_NOMEM, "parameters: %zu floats overflow size_t in bytes", off);
+fail:
+    return st;
+}
+
+rt_status rt_params_alloc(rt_params *p) {
+    rt_status st = RT_OK;
+    RT_TRY(rt_params_layout(p));
+    const size_t bytes = p->numel * sizeof(float); /* rt_params_layout checked the product */
     RT_TRY(rt_backend_alloc(p->be, bytes, "parameters", (void **)&p->param));
     /* a staged build (ZeRO-3 on a GPU) never has a whole gradient: rt_zero_init gives it blocks */
     if (!p->device) RT_TRY(rt_backend_alloc(p->be, bytes, "gradients", (void **)&p->grad));

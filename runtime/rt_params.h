@@ -87,8 +87,13 @@ void rt_params_free(rt_params *p);
  * config's sizes before it declares anything (models/hf_config.h). */
 int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
                   bool no_decay, rt_init_kind init, float init_std);
-/* Lays out and allocates parameters and gradients (zeroed; a staged build, p->device set, gets
- * no gradients); RT_ERR_NOMEM also when the slab's size overflows size_t. */
+/* Lays out the declared parameters without allocating anything: each one's offset (16-float
+ * aligned, in declaration order) and p->numel. RT_ERR_NOMEM naming the parameter when the slab's
+ * size overflows size_t in floats or in bytes. rt_params_alloc lays out with it; a caller may
+ * call it alone to size a model it will not build (tests/test_big_layouts.c). */
+rt_status rt_params_layout(rt_params *p);
+/* Lays out (rt_params_layout) and allocates parameters and gradients (zeroed; a staged build,
+ * p->device set, gets no gradients). */
 rt_status rt_params_alloc(rt_params *p);
 /* Allocates the AdamW moments (zeroed) if not yet there. */
 rt_status rt_params_alloc_moments(rt_params *p);
