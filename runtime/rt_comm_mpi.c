@@ -8,8 +8,10 @@
  * later call fails at once. MPI itself reports errors through MPI_CHECK, which aborts with
  * file:line and MPI's message: an MPI failure is not something a program recovers from.
  *
- * MPI counts are int: all_reduce and broadcast run in chunks, so any size works; a
- * reduce_scatter or all_gather chunk above INT_MAX floats per rank is refused. */
+ * MPI counts are int, and a 3B model's slab is past INT_MAX floats, so every collective takes any
+ * size_t count: all_reduce and broadcast run in chunks of 2^30; a reduce_scatter or all_gather
+ * whose part per rank is larger runs chunk by chunk as one reduce (or broadcast) per rank, all
+ * of a chunk's in flight at once. A p2p message above INT_MAX bytes is refused. */
 #include "runtime/rt_comm.h"
 #include "runtime/rt_launch.h"
 
@@ -18,6 +20,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -34,6 +37,18 @@
 
 /* Largest chunk per call: INT_MAX rounded down, so chunks stay aligned. */
 #define MPI_CHUNK ((size_t)1 << 30)
+
+/* The chunk this call uses: MPI_CHUNK, or TZ_MPI_CHUNK (a count from 1 up) below it, which lets
+ * tests/test_mpi_comm.c run the chunked paths on small buffers. Every rank must see the same. */
+static size_t mpi_chunk(void) {
+    const char *s = getenv("TZ_MPI_CHUNK");
+    if (s && *s) {
+        char *end = NULL;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (*end == '\0' && v >= 1 && v < MPI_CHUNK) return (size_t)v;
+    }
+    return MPI_CHUNK;
+}
 
 typedef struct {
     MPI_Comm comm;
@@ -106,8 +121,9 @@ static MPI_Op mpi_op(rt_reduce_op op) { return op == RT_REDUCE_MAX ? MPI_MAX : M
 static rt_status mpi_all_reduce(void *vctx, float *buf, size_t n, rt_reduce_op op) {
     mpi_ctx *c = vctx;
     rt_status st = mpi_usable(c, "all_reduce");
-    for (size_t off = 0; st == RT_OK && off < n; off += MPI_CHUNK) {
-        size_t m = n - off < MPI_CHUNK ? n - off : MPI_CHUNK;
+    const size_t chunk = mpi_chunk();
+    for (size_t off = 0; st == RT_OK && off < n; off += chunk) {
+        size_t m = n - off < chunk ? n - off : chunk;
         MPI_Request req;
         MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)m, MPI_FLOAT, mpi_op(op), c->comm, &req));
         st = mpi_wait(c, &req, "all_reduce", n);
@@ -127,7 +143,7 @@ static rt_status mpi_all_reduce_start(void *vctx, float *buf, size_t n, rt_reduc
     *out = NULL;
     rt_status st = mpi_usable(c, "all_reduce");
     if (st != RT_OK || n == 0) return st;
-    if (n > MPI_CHUNK) return mpi_all_reduce(vctx, buf, n, op); /* beyond one request: blocking */
+    if (n > mpi_chunk()) return mpi_all_reduce(vctx, buf, n, op); /* beyond one request: blocking */
     mpi_started *r = rt_xmalloc(sizeof *r);
     *r = (mpi_started){.what = "all_reduce (started earlier)", .n = n};
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, mpi_op(op), c->comm, &r->req));
@@ -146,32 +162,66 @@ static rt_status mpi_reduce_scatter(void *vctx, float *out, const float *in, siz
     mpi_ctx *c = vctx;
     rt_status st = mpi_usable(c, "reduce_scatter");
     if (st != RT_OK) return st;
-    if (n_out > INT_MAX)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: reduce_scatter of %zu floats per rank exceeds MPI's int count", n_out);
-    MPI_Request req;
-    MPI_CHECK(MPI_Ireduce_scatter_block(in, out, (int)n_out, MPI_FLOAT, mpi_op(op), c->comm, &req));
-    return mpi_wait(c, &req, "reduce_scatter", n_out);
+    const size_t chunk = mpi_chunk();
+    if (n_out <= chunk) {
+        MPI_Request req;
+        MPI_CHECK(MPI_Ireduce_scatter_block(in, out, (int)n_out, MPI_FLOAT, mpi_op(op), c->comm, &req));
+        return mpi_wait(c, &req, "reduce_scatter", n_out);
+    }
+    /* past one call's count: chunk by chunk, rank r's part of the chunk reduced onto rank r */
+    MPI_Request *req = rt_xmalloc((size_t)c->size * sizeof *req);
+    for (size_t off = 0; st == RT_OK && off < n_out; off += chunk) {
+        const size_t m = n_out - off < chunk ? n_out - off : chunk;
+        for (int r = 0; r < c->size; r++)
+            MPI_CHECK(MPI_Ireduce(in + (size_t)r * n_out + off, r == c->rank ? out + off : NULL, (int)m, MPI_FLOAT,
+                                  mpi_op(op), r, c->comm, &req[r]));
+        st = mpi_wait_all(c, c->size, req, NULL, NULL, "reduce_scatter", n_out);
+    }
+    free(req);
+    return st;
 }
 
-/* MPI's all-gather, in place when in already sits at this rank's spot in out; started only. */
+/* MPI's all-gather, in place when in already sits at this rank's spot in out; started only, for
+ * n_in within one call's count. */
 static rt_status mpi_all_gather_post(mpi_ctx *c, float *out, const float *in, size_t n_in, MPI_Request *req) {
     rt_status st = mpi_usable(c, "all_gather");
     if (st != RT_OK) return st;
-    if (n_in > INT_MAX)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "mpi comm: all_gather of %zu floats per rank exceeds MPI's int count", n_in);
     const void *send = in == out + (size_t)c->rank * n_in ? MPI_IN_PLACE : (const void *)in;
     MPI_CHECK(MPI_Iallgather(send, (int)n_in, MPI_FLOAT, out, (int)n_in, MPI_FLOAT, c->comm, req));
     return RT_OK;
 }
 
+/* An all-gather past one call's count: this rank's part put in place, then chunk by chunk every
+ * rank's part broadcast from it. Blocking. */
+static rt_status mpi_all_gather_chunked(mpi_ctx *c, float *out, const float *in, size_t n_in, size_t chunk) {
+    rt_status st = mpi_usable(c, "all_gather");
+    if (st != RT_OK) return st;
+    float *mine = out + (size_t)c->rank * n_in;
+    if (in != mine) memmove(mine, in, n_in * sizeof(float));
+    MPI_Request *req = rt_xmalloc((size_t)c->size * sizeof *req);
+    for (size_t off = 0; st == RT_OK && off < n_in; off += chunk) {
+        const size_t m = n_in - off < chunk ? n_in - off : chunk;
+        for (int r = 0; r < c->size; r++)
+            MPI_CHECK(MPI_Ibcast(out + (size_t)r * n_in + off, (int)m, MPI_FLOAT, r, c->comm, &req[r]));
+        st = mpi_wait_all(c, c->size, req, NULL, NULL, "all_gather", n_in);
+    }
+    free(req);
+    return st;
+}
+
 static rt_status mpi_all_gather(void *vctx, float *out, const float *in, size_t n_in) {
     mpi_ctx *c = vctx;
+    const size_t chunk = mpi_chunk();
+    if (n_in > chunk) return mpi_all_gather_chunked(c, out, in, n_in, chunk);
     MPI_Request req;
     rt_status st = mpi_all_gather_post(c, out, in, n_in, &req);
     return st == RT_OK ? mpi_wait(c, &req, "all_gather", n_in) : st;
 }
 
 static rt_status mpi_all_gather_start(void *vctx, float *out, const float *in, size_t n_in, void **vreq) {
+    *vreq = NULL;
+    const size_t chunk = mpi_chunk();
+    if (n_in > chunk) return mpi_all_gather_chunked(vctx, out, in, n_in, chunk); /* beyond one request: blocking */
     mpi_started *r = rt_xmalloc(sizeof *r);
     *r = (mpi_started){.what = "all_gather (started earlier)", .n = n_in};
     rt_status st = mpi_all_gather_post(vctx, out, in, n_in, &r->req);
@@ -188,8 +238,9 @@ static rt_status mpi_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     rt_status st = mpi_usable(c, "broadcast");
     if (st == RT_OK && (root < 0 || root >= c->size))
         return rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): broadcast root %d is out of range", c->size, root);
-    for (size_t off = 0; st == RT_OK && off < bytes; off += MPI_CHUNK) {
-        size_t m = bytes - off < MPI_CHUNK ? bytes - off : MPI_CHUNK;
+    const size_t chunk = mpi_chunk();
+    for (size_t off = 0; st == RT_OK && off < bytes; off += chunk) {
+        size_t m = bytes - off < chunk ? bytes - off : chunk;
         MPI_Request req;
         MPI_CHECK(MPI_Ibcast((char *)buf + off, (int)m, MPI_BYTE, root, c->comm, &req));
         st = mpi_wait(c, &req, "broadcast", bytes);
