@@ -86,7 +86,7 @@ typedef struct {
     size_t bucket;
     size_t next;     /* gradients at offsets >= next have their all-reduce started */
     void **req;      /* (n_req) started requests, NULL where the comm finished at once */
-    int n_req, cap_req;
+    size_t n_req, cap_req; /* a slab over 2^31 floats in small buckets (dp_bucket) is past an int */
     int64_t early;   /* buckets started inside a backward */
     rt_status st;    /* the first failure, reported once the backward is over */
 } rt_grad_reduce;
@@ -113,7 +113,7 @@ static void rt_grad_reduce_start(rt_grad_reduce *r, size_t from) {
         size_t n = r->next - from < r->bucket ? r->next - from : r->bucket;
         if (r->n_req == r->cap_req) {
             r->cap_req = r->cap_req ? 2 * r->cap_req : 16;
-            r->req = rt_xrealloc(r->req, (size_t)r->cap_req * sizeof *r->req);
+            r->req = rt_xrealloc(r->req, r->cap_req * sizeof *r->req);
         }
         r->next -= n;
         r->st = rt_comm_all_reduce_start(r->dp, r->grad + r->next, n, RT_REDUCE_SUM, &r->req[r->n_req++]);
@@ -125,16 +125,16 @@ static void rt_grad_reduce_ready(void *user, size_t first) {
     rt_grad_reduce *r = user;
     if (r->st != RT_OK || first >= r->next || r->next - first < r->bucket) return;
     size_t full = (r->next - first) / r->bucket * r->bucket;
-    int before = r->n_req;
+    size_t before = r->n_req;
     rt_grad_reduce_start(r, r->next - full);
-    r->early += r->n_req - before;
+    r->early += (int64_t)(r->n_req - before);
 }
 
 /* After the backward: the rest starts, then everything completes. */
 static rt_status rt_grad_reduce_finish(rt_grad_reduce *r) {
     rt_grad_reduce_start(r, 0);
     rt_status st = r->st;
-    for (int i = 0; i < r->n_req; i++) {
+    for (size_t i = 0; i < r->n_req; i++) {
         rt_status w = rt_comm_wait(r->dp, r->req[i]); /* wait even after a failure: no request is left */
         if (st == RT_OK) st = w;
     }
