@@ -231,6 +231,15 @@ static void test_elementwise(void) {
     for (size_t i = 0; i < big; i++) s += (double)x[i] * x[i];
     got = ops->sumsq(cx, x, big);
     TZ_EXPECT(fabs(got - s) <= 1e-12 * s, "sumsq (parallel) %.17g vs %.17g", got, s);
+    /* the same bits on any number of threads (a gradient norm must not depend on --threads) */
+    const int threads = omp_get_max_threads();
+    double on[3];
+    for (int t = 1; t <= 3; t++) {
+        omp_set_num_threads(t);
+        on[t - 1] = ops->sumsq(cx, x, big);
+    }
+    omp_set_num_threads(threads);
+    TZ_EXPECT(on[0] == on[1] && on[1] == on[2], "sumsq on 1, 2, 3 threads: %.17g %.17g %.17g", on[0], on[1], on[2]);
     free(a), free(b), free(bias), free(y), free(db), free(r), free(rb), free(g), free(d), free(x);
 }
 
