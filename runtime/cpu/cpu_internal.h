@@ -177,6 +177,12 @@ void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
                   float *copy_rounded, rt_dtype dtype);
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
+/* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+                         const float *res, const float *branch);
+void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
+
 /* cpu_attention.c */
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
                           const float *q, const float *k, const float *v);
