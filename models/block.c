@@ -23,16 +23,11 @@ void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const f
                          mdl_param(s->params, p.w), mean, rstd, n, s->C);
 }
 
-/* out = drop(x) in place. */
-static void drop_fwd(const mdl_sublayers *s, float *x, size_t n, mdl_drop drop) {
-    if (drop.p > 0) rt_dropout_fwd(s->be, x, x, n, drop.p, drop.seed, drop.stream);
-}
-
-/* The gradient entering a branch: dropout's backward into tmp, or dbranch itself. */
-static const float *branch_grad(const mdl_sublayers *s, const float *dbranch, size_t BT, mdl_drop drop) {
-    if (!(drop.p > 0)) return dbranch;
-    rt_dropout_bwd(s->be, s->tmp, dbranch, BT * (size_t)s->C, drop.p, drop.seed, drop.stream);
-    return s->tmp;
+rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, mdl_drop drop, size_t n) {
+    const bool rms = s->norm == MDL_NORM_RMS;
+    return (rt_residual_desc){.N = n, .C = s->C, .weight = mdl_param(s->params, p.w),
+                              .bias = rms ? NULL : mdl_param(s->params, p.b), .rms = rms, .eps = s->norm_eps,
+                              .dropout_p = drop.p, .seed = drop.seed, .stream = drop.stream};
 }
 
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
@@ -54,8 +49,7 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
 }
 
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT,
-                       mdl_drop drop) {
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
     if (mdl_attn_fused(p)) {
@@ -67,20 +61,17 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
         mdl_col_linear_fwd(be, a.v, kv, mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
     }
     rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
-    rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
-                                      mdl_param(s->params, p->proj_b), BT, Il, C);
-    if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)C, drop);
-    return st;
+    return mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
+                              mdl_param(s->params, p->proj_b), BT, Il, C);
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
                        const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
-                       const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop) {
+                       const float *atty, float *dbias, float *din, size_t BT) {
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
-    const float *dproj = branch_grad(s, dbranch, BT, drop);
-    mdl_row_linear_bwd(be, s->datty, mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b), dproj, atty,
+    mdl_row_linear_bwd(be, s->datty, mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b), dbranch, atty,
                        mdl_param(s->params, p->proj_w), BT, Il, s->C);
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
@@ -125,25 +116,22 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in
         rt_dropout_cols(be, hidden, hidden, BT, s->F_local, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
 }
 
-rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT, mdl_drop drop) {
-    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
-                                      mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
-    if (st == RT_OK) drop_fwd(s, s->tmp, BT * (size_t)s->C, drop);
-    return st;
+rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT) {
+    return mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
+                              mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
 }
 
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in,
-                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT, mdl_drop drop,
+                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT,
                       mdl_drop inner) {
     rt_backend *be = s->be;
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;
-    const float *ddown = branch_grad(s, dbranch, BT, drop);
     const bool fuse_dact = p->up_lin_w < 0 && !(inner.p > 0); /* nothing between the down GEMM and act' */
     mdl_row_linear_bwd(be, fuse_dact ? NULL : s->dhid, mdl_grad(s->params, p->down_w), mdl_grad(s->params, p->down_b),
-                       ddown, hidden, mdl_param(s->params, p->down_w), BT, Fl, s->C);
-    if (fuse_dact) { /* dup = act'(up) * (ddown W_down), and the up bias's gradient with it */
-        rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), ddown, mdl_param(s->params, p->down_w), up, BT, Fl,
+                       dbranch, hidden, mdl_param(s->params, p->down_w), BT, Fl, s->C);
+    if (fuse_dact) { /* dup = act'(up) * (dbranch W_down), and the up bias's gradient with it */
+        rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), dbranch, mdl_param(s->params, p->down_w), up, BT, Fl,
                        s->C, s->act);
         const int w[1] = {p->up_w}, b[1] = {-1};
         float *dout[1] = {s->dup};

@@ -1,12 +1,14 @@
-/* The sublayers of a transformer block, the part every family computes alike. Each ends in its
- * residual-branch dropout; models/stack.h wires them into blocks:
+/* The sublayers of a transformer block, the part every family computes alike; models/stack.h
+ * wires them into blocks:
  *
  *   norm       LayerNorm (weight, bias) or RMSNorm (weight only) over rows of C
- *   attention  branch = drop(proj(attention(q(in), k(kv), v(kv))))   kv = in (self) or another
+ *   attention  branch = proj(attention(q(in), k(kv), v(kv)))   kv = in (self) or another
  *              stack's output (cross); q, k, v column-parallel, fused [q; k; v] or apart, this
  *              tp rank's heads; proj row-parallel
- *   FFN        branch = drop(down(drop_inner(act(up(in)) [* up_lin(in)])))   up, up_lin
+ *   FFN        branch = down(drop_inner(act(up(in)) [* up_lin(in)]))   up, up_lin
  *              column-parallel (gated when up_lin is present), down row-parallel
+ *   residual   the step after a branch: its dropout, the residual add and the norm that reads
+ *              the sum, fused (rt_residual_fwd/bwd; mdl_residual_desc describes it)
  *
  * The branch lands in the scratch `tmp`; the backward takes dL/d(branch) and writes dL/d(in)
  * into `din` (the caller's residual and norm gradients stay with the caller, whose accumulation
@@ -76,27 +78,30 @@ void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *
 void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
                   const float *mean, const float *rstd, size_t n);
 
-/* tmp = drop(proj(attention(q(in), k(kv), v(kv)))) over BT query rows and kv_rows key rows (kv
- * NULL: kv = in); q, k, v, probs and atty are kept for the backward. d describes the attention
- * (its strides, masks, bias and dropout on the probabilities). */
+/* The residual step of n rows: the branch's dropout drop, the add, then the norm p (p.w -1: none). */
+rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, mdl_drop drop, size_t n);
+
+/* tmp = proj(attention(q(in), k(kv), v(kv))) over BT query rows and kv_rows key rows (kv NULL:
+ * kv = in); q, k, v, probs and atty are kept for the backward. d describes the attention (its
+ * strides, masks, bias and dropout on the probabilities). */
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT, mdl_drop drop);
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
  * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
  * not yet reduced over tp. */
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
                        const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
-                       const float *atty, float *dbias, float *din, size_t BT, mdl_drop drop);
+                       const float *atty, float *dbias, float *din, size_t BT);
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
  * kept for the backward. */
 void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, float *up, float *up_lin,
                 float *hidden, size_t BT, mdl_drop inner);
-/* Its second half: tmp = drop(down(hidden)). */
-rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT, mdl_drop drop);
+/* Its second half: tmp = down(hidden). */
+rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in,
-                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT, mdl_drop drop,
+                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT,
                       mdl_drop inner);
 
 #endif

@@ -286,11 +286,51 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
  * clamped to +-(65504 - 1000); returns whether it was (the backward zeroes those gradients).
  * torch.clamp's limit is HF's float, so the clamped values read 64512, its fp16 rounding. */
 #define STACK_FP16_CLAMP (65504.0f - 1000.0f)
+static bool stack_clamps(const mdl_stack *s) { return s->cfg.fp16_clamp && s->be->compute == RT_F16; }
 static bool stack_clamp(const mdl_stack *s, float *x, size_t n) {
-    if (!s->cfg.fp16_clamp || s->be->compute != RT_F16) return false;
+    if (!stack_clamps(s)) return false;
     if (!isinf(rt_sumsq(s->be, x, n))) return false; /* finite fp16 values are within 65504 already */
     rt_clamp_abs(s->be, x, n, STACK_FP16_CLAMP);
     return true;
+}
+
+/* Block r's residual step after a branch in tmp: sum = res + drop(tmp) and, with a norm (p.w >=
+ * 0), out = norm(sum), one fused op. Under T5's fp16 guard the sum is clamped before the norm
+ * reads it, which the fused op cannot do: the add (with the dropout), the clamp, then the norm.
+ * Returns whether it clamped. */
+static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, float *sum,
+                               float *out, float *mean, float *rstd, const float *res) {
+    const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
+    if (!stack_clamps(s)) {
+        rt_residual_fwd(s->be, &d, sum, out, mean, rstd, res, s->sc->tmp);
+        return false;
+    }
+    const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
+    rt_residual_fwd(s->be, &add, sum, NULL, NULL, NULL, res, s->sc->tmp);
+    const bool clamped = stack_clamp(s, sum, r->n);
+    if (p.w >= 0) mdl_norm_fwd(&r->sub, p, out, mean, rstd, sum, r->BT);
+    return clamped;
+}
+
+/* Its backward: dres += the norm's input gradient from dout (with a norm), then the gradient of
+ * the branch, which it returns: dropout's backward of dres in tmp, or dres itself. A sum the
+ * forward clamped passes no gradient where it clamped, between the two: the ops apart then. */
+static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop,
+                                       bool clamped, float *dres, const float *dout, const float *sum,
+                                       const float *mean, const float *rstd) {
+    rt_backend *be = s->be;
+    float *tmp = s->sc->tmp;
+    const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
+    if (!clamped) {
+        rt_residual_bwd(be, &d, dres, tmp, mdl_grad(s->params, p.w), d.rms ? NULL : mdl_grad(s->params, p.b), dout,
+                        sum, mean, rstd);
+    } else {
+        if (p.w >= 0) mdl_norm_bwd(&r->sub, p, dres, dout, sum, mean, rstd, r->BT);
+        rt_clamp_abs_bwd(be, dres, sum, r->n, STACK_FP16_CLAMP);
+        const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
+        rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, NULL, NULL, NULL, NULL);
+    }
+    return drop.p > 0 ? tmp : dres;
 }
 
 /* The parts of the working set block l's forward wrote for B rows of T tokens (S source
@@ -355,39 +395,35 @@ static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl
                                bool write_out) {
     rt_status st = RT_OK;
     const stack_slices *a = &r.a;
-    rt_backend *be = s->be;
-    float *tmp = s->sc->tmp;
     if (s->cfg.post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
-        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->in, NULL, 0, a->qkv, a->probs, a->atty, r.BT, r.drop_self));
-        rt_add(be, a->h1, tmp, a->in, r.n);
-        mdl_norm_fwd(&r.sub, r.p->norm1, a->mid, a->n1_mean, a->n1_rstd, a->h1, r.BT);
+        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->in, NULL, 0, a->qkv, a->probs, a->atty, r.BT));
+        stack_residual_fwd(s, &r, r.p->norm1, r.drop_self, a->h1, a->mid, a->n1_mean, a->n1_rstd, a->in);
         mdl_ffn_up(&r.sub, &r.p->ffn, a->mid, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
-        RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT, r.drop_ffn));
-        rt_add(be, a->h2, tmp, a->mid, r.n);
+        RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
         /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
-        mdl_norm_fwd(&r.sub, r.p->norm2, write_out ? a->out : tmp, a->n2_mean, a->n2_rstd, a->h2, r.BT);
+        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, a->h2, write_out ? a->out : s->sc->tmp, a->n2_mean,
+                           a->n2_rstd, a->mid);
         return RT_OK;
     }
     mdl_norm_fwd(&r.sub, r.p->norm1, a->h1, a->n1_mean, a->n1_rstd, a->in, r.BT);
-    RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->h1, NULL, 0, a->qkv, a->probs, a->atty, r.BT, r.drop_self));
-    rt_add(be, a->mid, a->in, tmp, r.n);
+    RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->h1, NULL, 0, a->qkv, a->probs, a->atty, r.BT));
     bool *clamped = &s->clamped[3 * l];
-    clamped[0] = stack_clamp(s, a->mid, r.n);
     float *x = a->mid; /* the residual entering the FFN */
     if (s->cfg.cross) {
-        mdl_norm_fwd(&r.sub, r.p->norm_cross, a->hc, a->nc_mean, a->nc_rstd, a->mid, r.BT);
+        clamped[0] =
+            stack_residual_fwd(s, &r, r.p->norm_cross, r.drop_self, a->mid, a->hc, a->nc_mean, a->nc_rstd, a->in);
         RT_TRY(mdl_attn_fwd(&r.sub, &r.p->cross, &r.cross, a->hc, mask->cross_in, (size_t)B * mask->S, a->cqkv,
-                            a->cprobs, a->catty, r.BT, r.drop_cross));
-        rt_add(be, a->mid2, a->mid, tmp, r.n);
-        clamped[1] = stack_clamp(s, a->mid2, r.n);
+                            a->cprobs, a->catty, r.BT));
+        clamped[1] =
+            stack_residual_fwd(s, &r, r.p->norm2, r.drop_cross, a->mid2, a->h2, a->n2_mean, a->n2_rstd, a->mid);
         x = a->mid2;
+    } else {
+        clamped[0] = stack_residual_fwd(s, &r, r.p->norm2, r.drop_self, a->mid, a->h2, a->n2_mean, a->n2_rstd, a->in);
     }
-    mdl_norm_fwd(&r.sub, r.p->norm2, a->h2, a->n2_mean, a->n2_rstd, x, r.BT);
     mdl_ffn_up(&r.sub, &r.p->ffn, a->h2, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
     if (!write_out) return RT_OK; /* the FFN's output only feeds the next block's kept input */
-    RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT, r.drop_ffn));
-    rt_add(be, a->out, x, tmp, r.n);
-    clamped[2] = stack_clamp(s, a->out, r.n);
+    RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
+    clamped[2] = stack_residual_fwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, a->out, NULL, NULL, NULL, x);
 fail:
     return st;
 }
@@ -407,36 +443,37 @@ static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mas
     const stack_slices *a = &r.a;
     rt_backend *be = s->be;
     float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
+    const float *g; /* dL/d(the branch a sublayer's backward takes) */
     if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
         rt_clear(be, dsum, r.n * sizeof(float));
-        mdl_norm_bwd(&r.sub, r.p->norm2, dsum, dres, a->h2, a->n2_mean, a->n2_rstd, r.BT);
-        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, dsum, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_ffn,
-                           r.drop_inner));
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, a->h2, a->n2_mean, a->n2_rstd);
+        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
         rt_add(be, dres, dsum, dln, r.n); /* dL/dmid */
         /* dsum = dL/dh1, which reaches in directly and through attention */
         rt_clear(be, dsum, r.n * sizeof(float));
-        mdl_norm_bwd(&r.sub, r.p->norm1, dsum, dres, a->h1, a->n1_mean, a->n1_rstd, r.BT);
-        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, dsum, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
-                            mask->dbias, dln, r.BT, r.drop_self));
+        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, a->h1, a->n1_mean, a->n1_rstd);
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
+                            mask->dbias, dln, r.BT));
         rt_add(be, dres, dsum, dln, r.n); /* dL/din */
         return RT_OK;
     }
-    /* each sublayer gives dL/d(its input) in dln; its norm's backward adds it to dres; a clamped
-     * residual sum passes no gradient where it clamped */
+    /* each sublayer gives dL/d(its input) in dln; the norm's backward in the residual step that
+     * made that input adds it to dres; a clamped residual sum passes no gradient where it clamped */
     const bool *clamped = &s->clamped[3 * l];
-    if (clamped[2]) rt_clamp_abs_bwd(be, dres, a->out, r.n, STACK_FP16_CLAMP);
-    RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, dres, a->h2, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_ffn, r.drop_inner));
-    mdl_norm_bwd(&r.sub, r.p->norm2, dres, dln, s->cfg.cross ? a->mid2 : a->mid, a->n2_mean, a->n2_rstd, r.BT);
+    g = stack_residual_bwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, clamped[2], dres, NULL, a->out, NULL, NULL);
+    RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->h2, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
     if (s->cfg.cross) {
-        if (clamped[1]) rt_clamp_abs_bwd(be, dres, a->mid2, r.n, STACK_FP16_CLAMP);
-        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->cross, &r.cross, dres, a->hc, mask->cross_in, (size_t)B * mask->S,
-                            mask->dcross_in, a->cqkv, a->cprobs, a->catty, NULL, dln, r.BT, r.drop_cross));
-        mdl_norm_bwd(&r.sub, r.p->norm_cross, dres, dln, a->mid, a->nc_mean, a->nc_rstd, r.BT);
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_cross, clamped[1], dres, dln, a->mid2, a->n2_mean, a->n2_rstd);
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->cross, &r.cross, g, a->hc, mask->cross_in, (size_t)B * mask->S,
+                            mask->dcross_in, a->cqkv, a->cprobs, a->catty, NULL, dln, r.BT));
+        g = stack_residual_bwd(s, &r, r.p->norm_cross, r.drop_self, clamped[0], dres, dln, a->mid, a->nc_mean,
+                               a->nc_rstd);
+    } else {
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_self, clamped[0], dres, dln, a->mid, a->n2_mean, a->n2_rstd);
     }
-    if (clamped[0]) rt_clamp_abs_bwd(be, dres, a->mid, r.n, STACK_FP16_CLAMP);
-    RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, dres, a->h1, NULL, 0, NULL, a->qkv, a->probs, a->atty, mask->dbias,
-                        dln, r.BT, r.drop_self));
+    RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, a->h1, NULL, 0, NULL, a->qkv, a->probs, a->atty, mask->dbias,
+                        dln, r.BT));
     mdl_norm_bwd(&r.sub, r.p->norm1, dres, dln, a->in, a->n1_mean, a->n1_rstd, r.BT);
 fail:
     return st;
@@ -598,7 +635,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         }
         mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, x, n);
         mdl_ffn_up(&sub, &p->ffn, w->ln, w->up, w->up_lin, w->hid, n, none);
-        RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n, none));
+        RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n));
         rt_add(be, x, x, w->tmp, n * C);
         stack_clamp(s, x, n * C);
     }

@@ -46,6 +46,21 @@ typedef struct {
 /* Bytes of one stored attention probability (rt_attn_desc.probs_dtype). */
 static inline size_t rt_attn_probs_size(rt_dtype probs_dtype) { return probs_dtype == RT_F32 ? 4 : 2; }
 
+/* The residual step of a transformer block (rt_backend_ops.residual_fwd/bwd): a branch's
+ * dropout, the residual add, and the norm that reads the sum (a pre-norm block's next norm, a
+ * post-norm block's norm), over N rows of C. */
+typedef struct {
+    size_t N;
+    int C;
+    const float *weight;   /* (C): the norm's; NULL: no norm, the plain residual add */
+    const float *bias;     /* (C): LayerNorm's, or NULL */
+    bool rms;              /* RMSNorm (T5: out = weight * (sum * rstd), no mean, no bias), else LayerNorm */
+    float eps;
+    float dropout_p;       /* the branch's dropout; 0: none */
+    uint64_t seed, stream; /* its counter RNG: element (n, c) draws index n*C + c, as dropout_fwd over
+                            * the whole (N, C) buffer */
+} rt_residual_desc;
+
 typedef struct rt_backend_ops {
     const char *name;
     /* memory */
@@ -111,6 +126,25 @@ typedef struct rt_backend_ops {
                         size_t N, int C, float eps);
     void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
+
+    /* The residual step d, fused into one pass over rows; the numbers are those of the ops it
+     * replaces (dropout_fwd, add, layernorm_fwd or rmsnorm_fwd; the norm's bwd and dropout_bwd),
+     * each stored value rounded to the compute precision by the op itself where their wrappers
+     * round it:
+     *   fwd: sum (N, C) = res + drop(branch), the dropped branch stored before the add and the
+     *        sum stored; with d->weight, out (N, C) = norm(sum), stored, and mean (N, LayerNorm;
+     *        may be NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only
+     *        the sum and statistics); sum aliases neither input.
+     *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout, given the forward's
+     *        sum, mean and rstd, then stored; dweight (and dbias, LayerNorm; either may be NULL)
+     *        += the norm's parameter gradients in fp32, summed as the norm's bwd sums them. Then,
+     *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored; else
+     *        dbranch is not written (may be NULL): the branch's gradient is dres itself.
+     * NULL ops: the wrappers compose the ops above. */
+    void (*residual_fwd)(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+                         const float *res, const float *branch);
+    void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
     void (*act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
@@ -509,6 +543,40 @@ static inline void rt_dropout_cols(rt_backend *be, float *out, const float *inp,
                                    int col_offset, float p, uint64_t seed, uint64_t stream) {
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
     rt_store(be, out, rows, cols, (size_t)cols);
+}
+/* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
+ * the same order: the dropped branch into sum, the add, the norm. */
+static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, float *sum, float *out, float *mean,
+                                   float *rstd, const float *res, const float *branch) {
+    RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
+    if (be->ops->residual_fwd) {
+        be->ops->residual_fwd(be->ctx, d, sum, out, mean, rstd, res, branch);
+        return;
+    }
+    const size_t n = d->N * (size_t)d->C;
+    if (d->dropout_p > 0) {
+        rt_dropout_fwd(be, sum, branch, n, d->dropout_p, d->seed, d->stream);
+        branch = sum;
+    }
+    rt_add(be, sum, res, branch, n);
+    if (!d->weight) return;
+    if (d->rms)
+        rt_rmsnorm_fwd(be, out, rstd, sum, d->weight, d->N, d->C, d->eps);
+    else
+        rt_layernorm_fwd(be, out, mean, rstd, sum, d->weight, d->bias, d->N, d->C, d->eps);
+}
+static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, float *dbranch,
+                                   float *dweight, float *dbias, const float *dout, const float *sum, const float *mean,
+                                   const float *rstd) {
+    if (be->ops->residual_bwd) {
+        be->ops->residual_bwd(be->ctx, d, dres, dbranch, dweight, dbias, dout, sum, mean, rstd);
+        return;
+    }
+    if (d->weight && d->rms)
+        rt_rmsnorm_bwd(be, dres, dweight, dout, sum, d->weight, rstd, d->N, d->C);
+    else if (d->weight)
+        rt_layernorm_bwd(be, dres, dweight, dbias, dout, sum, d->weight, mean, rstd, d->N, d->C);
+    if (d->dropout_p > 0) rt_dropout_bwd(be, dbranch, dres, d->N * (size_t)d->C, d->dropout_p, d->seed, d->stream);
 }
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);

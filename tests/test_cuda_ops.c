@@ -955,6 +955,77 @@ static void test_linear(void) {
     }
 }
 
+/* The fused residual step (rt_residual_fwd/bwd; cuda_residual.cu's kernels) against the CPU's op,
+ * the reference: the dropout masks are the same draws and the sum the same IEEE operations, so it
+ * is the same bits; the norm's output, statistics and gradients within fp32 tolerances, or two
+ * rounding steps of a 16-bit compute precision. norm: 0 LayerNorm with bias, 1 without, 2
+ * RMSNorm, 3 none. The backward runs from the CPU's sum and statistics. */
+static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int C) {
+    static const char *const names[4] = {"layernorm+bias", "layernorm", "rmsnorm", "no norm"};
+    const size_t n = N * (size_t)C;
+    const float tol = dtype == RT_F32 ? RTOL : dtype == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
+    if (rt_set_precision(g_gpu, dtype) != RT_OK) return; /* bf16 before sm_80: test_precision says so */
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, dtype));
+    char where[128], what[192];
+    snprintf(where, sizeof where, "%s residual %s p=%g N=%zu C=%d", rt_dtype_name(dtype), names[norm], (double)p, N, C);
+    dbuf res = dbuf_rand_stored(dtype, n, 3.0f, 1.0f), branch = dbuf_rand_stored(dtype, n, 1.0f, 0.0f);
+    dbuf w = dbuf_rand(C, 0.5f, 1.0f), bias = dbuf_rand(C, 0.2f, 0.0f);
+    dbuf sum = dbuf_zero(n), out = dbuf_zero(n), mean = dbuf_zero(N), rstd = dbuf_zero(N);
+    rt_residual_desc dc = {.N = N, .C = C, .weight = norm == 3 ? NULL : w.c, .bias = norm == 0 ? bias.c : NULL,
+                           .rms = norm == 2, .eps = 1e-5f, .dropout_p = p, .seed = 99, .stream = 7};
+    rt_residual_desc dg = dc;
+    dg.weight = norm == 3 ? NULL : w.g;
+    dg.bias = norm == 0 ? bias.g : NULL;
+    rt_residual_fwd(g_cpu, &dc, sum.c, out.c, mean.c, rstd.c, res.c, branch.c);
+    rt_residual_fwd(g_gpu, &dg, sum.g, out.g, mean.g, rstd.g, res.g, branch.g);
+    snprintf(what, sizeof what, "%s: sum", where);
+    dbuf_check_bits(what, &sum);
+    if (norm != 3) {
+        snprintf(what, sizeof what, "%s: out", where);
+        dbuf_check(what, &out, ATOL, tol);
+        snprintf(what, sizeof what, "%s: rstd", where);
+        dbuf_check(what, &rstd, ATOL, RTOL);
+        if (norm != 2) {
+            snprintf(what, sizeof what, "%s: mean", where);
+            dbuf_check(what, &mean, ATOL, RTOL);
+        }
+    }
+    dbuf_sync_from_cpu(&sum);
+    dbuf_sync_from_cpu(&mean);
+    dbuf_sync_from_cpu(&rstd);
+    dbuf dout = dbuf_rand_stored(dtype, n, 1.0f, 0.0f), dres = dbuf_rand_stored(dtype, n, 0.5f, 0.0f);
+    dbuf dbranch = dbuf_zero(n), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
+    rt_residual_bwd(g_cpu, &dc, dres.c, dbranch.c, dw.c, norm == 0 ? db.c : NULL, dout.c, sum.c, mean.c, rstd.c);
+    rt_residual_bwd(g_gpu, &dg, dres.g, dbranch.g, dw.g, norm == 0 ? db.g : NULL, dout.g, sum.g, mean.g, rstd.g);
+    snprintf(what, sizeof what, "%s: dres", where);
+    dbuf_check(what, &dres, ATOL, tol);
+    if (p > 0) {
+        snprintf(what, sizeof what, "%s: dbranch", where);
+        dbuf_check(what, &dbranch, ATOL, tol);
+    }
+    if (norm != 3) {
+        snprintf(what, sizeof what, "%s: dweight", where);
+        dbuf_check(what, &dw, 1e-4f, RTOL);
+        snprintf(what, sizeof what, "%s: dbias", where);
+        dbuf_check(what, &db, 1e-4f, RTOL); /* accumulated with bias, untouched without */
+    }
+    dbuf *all[] = {&res, &branch, &w, &bias, &sum, &out, &mean, &rstd, &dout, &dres, &dbranch, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
+    TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));
+    TZ_EXPECT_OK(rt_set_precision(g_gpu, RT_F32));
+}
+
+static void test_residual(void) {
+    const rt_dtype dtypes[3] = {RT_F32, RT_BF16, RT_F16};
+    for (int t = 0; t < 3; t++)
+        for (int norm = 0; norm < 4; norm++)
+            for (int ip = 0; ip < 2; ip++) {
+                const float p = ip ? 0.1f : 0.0f;
+                test_residual_case(dtypes[t], norm, p, 5, 37);    /* rows not a multiple of a Philox block */
+                test_residual_case(dtypes[t], norm, p, 150, 768); /* GPT-2's width, several row blocks */
+            }
+}
+
 /* The weights' low-precision copy (rt_weight_copy_set) on both backends: a GEMM and a fused
  * linear op whose weight lies in the copied slab (at an odd offset, with a wider row stride),
  * then again after AdamW updated the whole slab and a part of it (the copy follows), then with
@@ -1227,6 +1298,7 @@ int main(void) {
     test_sumsq();
     test_precision();
     test_linear();
+    test_residual();
     test_weight_copy();
     test_attention_probs16();
     test_attention_fused();

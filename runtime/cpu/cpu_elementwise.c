@@ -219,8 +219,8 @@ void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float 
         if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
 }
 
-/* Shared by fwd and bwd, which apply the same mask: y = keep(i) ? x * 1/(1-p) : 0, in
- * chunks of 1024 draws (a multiple of 4, so no Philox block is computed twice). */
+/* Shared by fwd and bwd, which apply the same mask (rt_cpu_dropout_run), in chunks of 1024
+ * draws (a multiple of 4, so no Philox block is computed twice). */
 static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,
                                  uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
@@ -229,18 +229,11 @@ static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, ui
             for (size_t i = 0; i < n; i++) y[i] = x[i];
         return;
     }
-    if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
-        for (size_t i = 0; i < n; i++) y[i] = 0.0f;
-        return;
-    }
-    float s = 1.0f / (1.0f - p);
     size_t nchunk = (n + 1023) / 1024;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
     for (size_t ch = 0; ch < nchunk; ch++) {
         size_t i0 = ch * 1024, m = i0 + 1024 < n ? 1024 : n - i0;
-        float u[1024];
-        rt_cpu_uniform_row(seed, stream, i0, m, u);
-        for (size_t k = 0; k < m; k++) y[i0 + k] = u[k] >= p ? x[i0 + k] * s : 0.0f;
+        rt_cpu_dropout_run(y + i0, x + i0, m, p, seed, stream, i0);
     }
 }
 
@@ -264,19 +257,10 @@ void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, i
         rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
         return;
     }
-    float s = 1.0f / (1.0f - p);
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t r = 0; r < rows; r++) {
-        const float *x = inp + r * (size_t)cols;
-        float *y = out + r * (size_t)cols;
-        uint64_t base = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
-        float u[1024];
-        for (int c0 = 0; c0 < cols; c0 += 1024) {
-            int m = cols - c0 < 1024 ? cols - c0 : 1024;
-            rt_cpu_uniform_row(seed, stream, base + (uint64_t)c0, (size_t)m, u);
-            for (int k = 0; k < m; k++) y[c0 + k] = u[k] >= p ? x[c0 + k] * s : 0.0f;
-        }
-    }
+    for (size_t r = 0; r < rows; r++)
+        rt_cpu_dropout_run(out + r * (size_t)cols, inp + r * (size_t)cols, (size_t)cols, p, seed, stream,
+                           (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset);
 }
 
 /* torch.optim.AdamW, single-tensor path (PyTorch 2.x _single_tensor_adamw, the default for

@@ -76,6 +76,26 @@ static inline void rt_cpu_uniform_row(uint64_t seed, uint64_t stream, uint64_t s
     }
 }
 
+/* Dropout over a run of n elements whose first draws index start: y[k] = x[k] * 1/(1-p) where
+ * rt_rng_uniform(seed, stream, start + k) >= p, else 0 (p >= 1: all 0, where 1/(1-p) would be
+ * inf and 0*inf NaN). dropout_fwd's rule over a whole buffer, dropout_cols' over a row of a
+ * column shard, the fused residual step's over a row: one formula, so the masks and values are
+ * the same bits. In chunks of 1024 draws; y may alias x. Serial: callers split. */
+static inline void rt_cpu_dropout_run(float *y, const float *x, size_t n, float p, uint64_t seed, uint64_t stream,
+                                      uint64_t start) {
+    if (p >= 1.0f) {
+        for (size_t k = 0; k < n; k++) y[k] = 0.0f;
+        return;
+    }
+    const float s = 1.0f / (1.0f - p);
+    float u[1024];
+    for (size_t k0 = 0; k0 < n; k0 += 1024) {
+        const size_t m = n - k0 < 1024 ? n - k0 : 1024;
+        rt_cpu_uniform_row(seed, stream, start + k0, m, u);
+        for (size_t k = 0; k < m; k++) y[k0 + k] = u[k] >= p ? x[k0 + k] * s : 0.0f;
+    }
+}
+
 /* cpu_norm.c */
 void rt_cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, size_t N, int C, float eps);
@@ -86,6 +106,12 @@ void rt_cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, co
                         size_t N, int C, float eps);
 void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
+/* The norms' parameter gradients alone (the second half of their bwd, for the fused residual
+ * step): dweight (and dbias, LayerNorm; either may be NULL) += their sums over rows, by column
+ * blocks. */
+void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout, const float *inp, const float *mean,
+                                const float *rstd, size_t N, int C);
+void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *inp, const float *rstd, size_t N, int C);
 
 /* cpu_elementwise.c */
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
@@ -150,6 +176,12 @@ void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
                   float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
                   float *copy_rounded, rt_dtype dtype);
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
+
+/* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+                         const float *res, const float *branch);
+void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
 /* cpu_attention.c */
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,

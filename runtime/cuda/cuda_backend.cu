@@ -152,6 +152,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->layernorm_bwd = rt_cuda_layernorm_bwd;
     o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
     o->rmsnorm_bwd = rt_cuda_rmsnorm_bwd;
+    o->residual_fwd = rt_cuda_residual_fwd;
+    o->residual_bwd = rt_cuda_residual_bwd;
     o->act_fwd = rt_cuda_act_fwd;
     o->act_bwd = rt_cuda_act_bwd;
     o->gated_act_fwd = rt_cuda_gated_act_fwd;

@@ -1,24 +1,13 @@
-/* LayerNorm (GPT-2, BERT) and RMSNorm (T5) on CUDA, with the same formulas as the CPU
- * backend (runtime/cpu/cpu_norm.c): biased variance from two passes over the row, row sums
- * in double so mean/rstd stay within an ulp of the CPU's, and
- *   LayerNorm: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout*w
- *   RMSNorm:   dinp += rstd * (dout*w - x * rstd^2 * mean(dout*w*x))
- * One warp per row: C is at most a few thousand, so 32 lanes striding the row are enough and
- * the reductions are shuffles only.
+/* LayerNorm (GPT-2, BERT) and RMSNorm (T5) on CUDA, a warp per row with the row formulas of
+ * cuda_norm_rows.h (the CPU backend's).
  *
  * dweight and dbias sum over rows. Float atomics would make them depend on scheduling, so
  * they go in two passes instead: each thread sums one column over a fixed chunk of rows
  * into a partial buffer, then one thread per column adds the partials in chunk order. The
- * result depends only on N and C, never on timing. bias_bwd uses the same two passes. */
+ * result depends only on N and C, never on timing. bias_bwd and the fused residual step's
+ * backward (cuda_residual.cu) use the same two passes. */
+#include "runtime/cuda/cuda_norm_rows.h"
 #include "runtime/cuda/rt_cuda.h"
-
-#define RT_CUDA_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
-
-static unsigned rt_cuda_row_grid(size_t N) {
-    size_t blocks = (N + RT_CUDA_ROWS_PER_BLOCK - 1) / RT_CUDA_ROWS_PER_BLOCK;
-    RT_CHECK(blocks <= 0x7fffffffu, "N=%zu rows is too many for one launch", N);
-    return (unsigned)blocks;
-}
 
 __global__ void rt_cuda_layernorm_fwd_kernel(float *out, float *mean, float *rstd,
                                              const float *inp, const float *weight,
@@ -26,28 +15,8 @@ __global__ void rt_cuda_layernorm_fwd_kernel(float *out, float *mean, float *rst
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
-    const float *x = inp + row * (size_t)C;
-    float *y = out + row * (size_t)C;
-    double s = 0.0;
-    for (int c = lane; c < C; c += 32) s += x[c];
-    double mu = rt_cuda_warp_sum_d(s) / C;
-    double v = 0.0;
-    for (int c = lane; c < C; c += 32) {
-        double d = x[c] - mu;
-        v += d * d;
-    }
-    v = rt_cuda_warp_sum_d(v);
-    float m = (float)mu;
-    float r = (float)(1.0 / sqrt(v / C + (double)eps));
-    /* each lane reads x[c] before writing y[c], so out may alias inp */
-    for (int c = lane; c < C; c += 32) {
-        float o = (x[c] - m) * r * weight[c];
-        y[c] = bias ? o + bias[c] : o;
-    }
-    if (lane == 0) {
-        if (mean) mean[row] = m;
-        if (rstd) rstd[row] = r;
-    }
+    rt_cuda_layernorm_row(out + row * (size_t)C, mean ? mean + row : NULL, rstd ? rstd + row : NULL,
+                          inp + row * (size_t)C, weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
 }
 
 __global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
@@ -56,24 +25,8 @@ __global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, con
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + row * (size_t)C;
-    const float *dy = dout + row * (size_t)C;
-    float *dx = dinp + row * (size_t)C;
-    float m = mean[row], r = rstd[row];
-    double a = 0.0, b = 0.0;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (x[c] - m) * r;
-        float dn = dy[c] * weight[c];
-        a += dn;
-        b += (double)dn * xhat;
-    }
-    a = rt_cuda_warp_sum_d(a);
-    b = rt_cuda_warp_sum_d(b);
-    float ma = (float)(a / C), mb = (float)(b / C);
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (x[c] - m) * r;
-        dx[c] += r * (dy[c] * weight[c] - ma - xhat * mb);
-    }
+    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight,
+                              mean[row], rstd[row], C, lane, RT_CUDA_KIND_F32);
 }
 
 __global__ void rt_cuda_rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
@@ -81,14 +34,8 @@ __global__ void rt_cuda_rmsnorm_fwd_kernel(float *out, float *rstd, const float 
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + row * (size_t)C;
-    float *y = out + row * (size_t)C;
-    double s = 0.0;
-    for (int c = lane; c < C; c += 32) s += (double)x[c] * x[c];
-    s = rt_cuda_warp_sum_d(s);
-    float r = (float)(1.0 / sqrt(s / C + (double)eps));
-    for (int c = lane; c < C; c += 32) y[c] = weight[c] * (x[c] * r);
-    if (lane == 0 && rstd) rstd[row] = r;
+    rt_cuda_rmsnorm_row(out + row * (size_t)C, rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C, eps, lane,
+                        RT_CUDA_KIND_F32);
 }
 
 __global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
@@ -97,23 +44,9 @@ __global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + row * (size_t)C;
-    const float *dy = dout + row * (size_t)C;
-    float *dx = dinp + row * (size_t)C;
-    float r = rstd[row];
-    double a = 0.0;
-    for (int c = lane; c < C; c += 32) a += (double)(dy[c] * weight[c]) * x[c];
-    a = rt_cuda_warp_sum_d(a);
-    float k = (float)(a / C) * r * r;
-    for (int c = lane; c < C; c += 32) dx[c] += r * (dy[c] * weight[c] - x[c] * k);
+    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, rstd[row],
+                            C, lane, RT_CUDA_KIND_F32);
 }
-
-/* What a column sum adds up, per row n and column c (g = dout[n, c]). */
-enum {
-    RT_COLSUM_DOUT = 0,   /* g: bias gradients */
-    RT_COLSUM_LN = 1,     /* a: g * (x - mean) * rstd (LayerNorm dweight); b: g (dbias) */
-    RT_COLSUM_RMS = 2     /* a: g * x * rstd (RMSNorm dweight) */
-};
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
 __global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, const float *dout,
@@ -158,8 +91,7 @@ __global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const fl
     }
 }
 
-/* out_a[c] += sum over rows of the mode's term a, out_b[c] (LN only, may be NULL) of b. */
-static void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b,
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b,
                            const float *dout, const float *inp, const float *mean,
                            const float *rstd, size_t N, int C) {
     if (N == 0 || C <= 0 || (!out_a && !out_b)) return;

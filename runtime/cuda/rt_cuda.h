@@ -268,7 +268,7 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
                      size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
                      size_t stride_c, int batch);
 
-/* cuda_norm.cu: also the column sums behind bias_bwd. */
+/* cuda_norm.cu: also the column sums behind bias_bwd and the fused residual step's backward. */
 void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, int C, float eps);
 void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
@@ -279,6 +279,22 @@ void rt_cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, c
 void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, const float *rstd, size_t N, int C);
 void rt_cuda_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C);
+/* What a column sum adds up, per row n and column c (g = dout[n, c]). */
+enum {
+    RT_COLSUM_DOUT = 0,   /* g: bias gradients */
+    RT_COLSUM_LN = 1,     /* a: g * (x - mean) * rstd (LayerNorm dweight); b: g (dbias) */
+    RT_COLSUM_RMS = 2     /* a: g * x * rstd (RMSNorm dweight) */
+};
+/* out_a[c] += sum over rows of the mode's term a, out_b[c] (LN only, may be NULL) of b: the norms'
+ * parameter gradients and bias_bwd, deterministic (two passes, no atomics). */
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, const float *dout, const float *inp,
+                    const float *mean, const float *rstd, size_t N, int C);
+
+/* cuda_residual.cu: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+                          const float *res, const float *branch);
+void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
 /* cuda_elementwise.cu */
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
