@@ -40,28 +40,9 @@ static double dot_d(const float *a, const float *b, size_t n) {
 
 typedef double (*loss_fn)(void *st);
 
-/* Central differences of L over every element of x (restored after each), then compared
- * with the analytic gradient; prints the worst absolute error either way. */
+/* The finite-difference check at this file's step and tolerances (testutil.h). */
 static void fd_check(const char *what, float *x, size_t nx, const float *analytic, loss_fn L, void *st) {
-    float *num = rt_xmalloc(nx * sizeof(float));
-    double worst = 0;
-    size_t worst_i = 0;
-    for (size_t i = 0; i < nx; i++) {
-        float save = x[i];
-        float xp = save + FD_H, xm = save - FD_H;
-        x[i] = xp;
-        double lp = L(st);
-        x[i] = xm;
-        double lm = L(st);
-        x[i] = save;
-        num[i] = (float)((lp - lm) / ((double)xp - (double)xm));
-        double e = fabs((double)num[i] - analytic[i]);
-        if (e > worst) worst = e, worst_i = i;
-    }
-    printf("  %-40s n=%-4zu worst |analytic - numeric| = %.3g at [%zu] (%.6g vs %.6g)\n", what, nx,
-           worst, worst_i, (double)analytic[worst_i], (double)num[worst_i]);
-    tz_check_close(what, analytic, num, nx, FD_ATOL, FD_RTOL);
-    free(num);
+    tz_fd_check(what, x, nx, analytic, L, st, FD_H, FD_ATOL, FD_RTOL);
 }
 
 /* Calling a backward op twice must double its output (the "accumulates" contract). */

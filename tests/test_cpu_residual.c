@@ -159,7 +159,8 @@ typedef struct {
     results r;
 } fd_st;
 
-static double fd_loss(fd_st *s) {
+static double fd_loss(void *arg) {
+    fd_st *s = arg;
     const size_t n = s->in.N * (size_t)s->in.C;
     rt_residual_fwd(g_be, &s->in.d, s->r.sum, s->r.out, s->r.mean, s->r.rstd, s->in.res, s->in.branch);
     double L = 0;
@@ -169,24 +170,9 @@ static double fd_loss(fd_st *s) {
     return L;
 }
 
+/* The finite-difference check (testutil.h) of the loss of s. */
 static void fd_check(const char *what, fd_st *s, float *x, size_t nx, const float *analytic) {
-    float *num = rt_xmalloc(nx * sizeof(float));
-    double worst = 0;
-    size_t worst_i = 0;
-    for (size_t i = 0; i < nx; i++) {
-        float save = x[i], xp = save + FD_H, xm = save - FD_H;
-        x[i] = xp;
-        double lp = fd_loss(s);
-        x[i] = xm;
-        double lm = fd_loss(s);
-        x[i] = save;
-        num[i] = (float)((lp - lm) / ((double)xp - (double)xm));
-        double e = fabs((double)num[i] - analytic[i]);
-        if (e > worst) worst = e, worst_i = i;
-    }
-    printf("  %-48s n=%-4zu worst |analytic - numeric| = %.3g at [%zu]\n", what, nx, worst, worst_i);
-    tz_check_close(what, analytic, num, nx, FD_ATOL, FD_RTOL);
-    free(num);
+    tz_fd_check(what, x, nx, analytic, fd_loss, s, FD_H, FD_ATOL, FD_RTOL);
 }
 
 static void fd_case(int norm, float p) {

@@ -258,6 +258,30 @@ rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, v
     return st;
 }
 
+int tz_fd_check(const char *what, float *x, size_t nx, const float *analytic, tz_loss_fn loss, void *st, float h,
+                float atol, float rtol) {
+    float *num = rt_xmalloc(nx * sizeof(float));
+    double worst = 0;
+    size_t worst_i = 0;
+    for (size_t i = 0; i < nx; i++) {
+        float save = x[i];
+        float xp = save + h, xm = save - h;
+        x[i] = xp;
+        double lp = loss(st);
+        x[i] = xm;
+        double lm = loss(st);
+        x[i] = save;
+        num[i] = (float)((lp - lm) / ((double)xp - (double)xm));
+        double e = fabs((double)num[i] - analytic[i]);
+        if (e > worst) worst = e, worst_i = i;
+    }
+    printf("  %-48s n=%-4zu worst |analytic - numeric| = %.3g at [%zu] (%.6g vs %.6g)\n", what, nx, worst, worst_i,
+           nx ? (double)analytic[worst_i] : 0.0, nx ? (double)num[worst_i] : 0.0);
+    int ok = tz_check_close(what, analytic, num, nx, atol, rtol);
+    free(num);
+    return ok;
+}
+
 float tz_uniform(unsigned *state) {
     *state = *state * 1103515245u + 12345u;
     return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;

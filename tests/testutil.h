@@ -22,6 +22,12 @@ extern int tz_test_checks;
 
 /* |a-b| <= atol + rtol*|ref| per element; prints the worst element on failure. Returns 1 ok. */
 int tz_check_close(const char *what, const float *got, const float *ref, size_t n, float atol, float rtol);
+/* The finite-difference check of a backward op: central differences (step h) of loss(st) over
+ * every element of x (restored after each), compared with the analytic gradient through
+ * tz_check_close; prints the worst absolute error either way. Returns 1 ok. */
+typedef double (*tz_loss_fn)(void *st);
+int tz_fd_check(const char *what, float *x, size_t nx, const float *analytic, tz_loss_fn loss, void *st, float h,
+                float atol, float rtol);
 /* A uniform float in [-1, 1) from a 32-bit LCG state (deterministic test data). */
 float tz_uniform(unsigned *state);
 /* An attention key mask (B, Tk), additive, as the attention tests use it: every key of batch row
