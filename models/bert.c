@@ -492,14 +492,14 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
         rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
         x0 = m->cls_drop;
     }
-    mdl_col_linear_fwd(be, m->hpre, x0, P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
-    rt_act_fwd(be, RT_ACT_TANH, m->hact, m->hpre, (size_t)B * C);
+    mdl_col_linear_fwd(be, rt_xf(m->hpre), rt_xf(x0), P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
+    rt_act_fwd(be, RT_ACT_TANH, rt_xf(m->hact), rt_xf(m->hpre), (size_t)B * C);
     const float *x1 = m->hact;
     if (drop) {
         rt_dropout_fwd(be, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         x1 = m->hdrop;
     }
-    mdl_col_linear_fwd(be, m->logits, x1, P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
+    mdl_col_linear_fwd(be, rt_xf(m->logits), rt_xf(x1), P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
@@ -517,14 +517,16 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const bool drop = pass->training && c->classifier_dropout > 0;
     const float pc = c->classifier_dropout;
     const float *x0 = drop && c->roberta ? m->cls_drop : m->cls, *x1 = drop ? m->hdrop : m->hact;
-    mdl_row_linear_bwd(be, m->dh1, G(m->ho_w), G(m->ho_b), m->dlogits, x1, P(m->ho_w), (size_t)B, C, NL);
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), G(m->ho_w), G(m->ho_b), rt_xf(m->dlogits), rt_xf(x1), P(m->ho_w), (size_t)B,
+                       C, NL);
     const float *dact = m->dh1;
     if (drop) {
         rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
         dact = m->dh2;
     }
-    rt_act_bwd(be, RT_ACT_TANH, m->dh3, m->hpre, dact, (size_t)B * C);
-    mdl_row_linear_bwd(be, m->dh1, G(m->hd_w), G(m->hd_b), m->dh3, x0, P(m->hd_w), (size_t)B, C, C);
+    rt_act_bwd(be, RT_ACT_TANH, rt_xf(m->dh3), rt_xf(m->hpre), rt_xf(dact), (size_t)B * C);
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), G(m->hd_w), G(m->hd_b), rt_xf(m->dh3), rt_xf(x0), P(m->hd_w), (size_t)B, C,
+                       C);
     const float *dcls = m->dh1;
     if (drop && c->roberta) {
         rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));

@@ -13,7 +13,8 @@
  * The branch lands in the scratch `tmp`; the backward takes dL/d(branch) and writes dL/d(in)
  * into `din` (the caller's residual and norm gradients stay with the caller, whose accumulation
  * order the goldens pin down). Parameters are indices into the model's slab, -1 for one a
- * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices. */
+ * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices, the
+ * FFN's inner ones (F wide, the largest) typed handles (rt_x) that a typed backend keeps 16-bit. */
 #ifndef MDL_BLOCK_H
 #define MDL_BLOCK_H
 
@@ -40,7 +41,7 @@ typedef struct {
     size_t rows;                /* rows the scratch below holds */
     float *tmp;                 /* (rows, C): the branch output (forward), dropout's gradient (backward) */
     float *dqkv, *datty;        /* (rows, 3 I_local), (rows, I_local) */
-    float *dup, *dup_lin, *dhid; /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
+    rt_x dup, dup_lin, dhid;    /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
 } mdl_sublayers;
 
 typedef struct {
@@ -95,13 +96,12 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
  * kept for the backward. */
-void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, float *up, float *up_lin,
-                float *hidden, size_t BT, mdl_drop inner);
+void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, rt_x up, rt_x up_lin, rt_x hidden,
+                size_t BT, mdl_drop inner);
 /* Its second half: tmp = down(hidden). */
-rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, const float *hidden, size_t BT);
+rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in,
-                      const float *up, const float *up_lin, const float *hidden, float *din, size_t BT,
-                      mdl_drop inner);
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in, rt_x up,
+                      rt_x up_lin, rt_x hidden, float *din, size_t BT, mdl_drop inner);
 
 #endif

@@ -439,7 +439,7 @@ static rt_status glm_head_cloze(glm_model *m, const glm_task *t, float grad_scal
     rt_gather_rows(be, m->head.rows, m->blocks.out, m->head.row_idx, B, C);
     RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, m->cand, m->cand_ids, P(m->wte), (size_t)BK, C, m->vocab.start,
                                    m->vocab.local));
-    mdl_col_linear_fwd(be, m->cand_scores, m->head.rows, m->cand, NULL, (size_t)B, C, BK);
+    mdl_col_linear_fwd(be, rt_xf(m->cand_scores), rt_xf(m->head.rows), m->cand, NULL, (size_t)B, C, BK);
     rt_to_host(be, m->h_scores, m->cand_scores, (size_t)B * BK * sizeof(float));
     double sum = 0;
     float *dscore = m->h_scores; /* reused in place: row b keeps only its own K, as gradients */
@@ -501,7 +501,8 @@ static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
     rt_to_device(be, m->cand_scores, m->h_scores, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
-    mdl_row_linear_bwd(be, m->head.drows, m->dcand, NULL, m->cand_scores, m->head.rows, m->cand, (size_t)B, C, BK);
+    mdl_row_linear_bwd(be, rt_xf(m->head.drows), m->dcand, NULL, rt_xf(m->cand_scores), rt_xf(m->head.rows), m->cand,
+                       (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     rt_clear(be, dout, BT * C * sizeof(float));
     rt_scatter_rows_add(be, dout, m->head.drows, m->head.row_idx, (size_t)B, C);
@@ -660,7 +661,7 @@ rt_status glm_logits(glm_model *m, const glm_inputs *in, float *host_logits, flo
     if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (!host_logits) return RT_OK;
     RT_TRY(mdl_lm_head_logits_rows(&m->head, BT));
-    mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
+    mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(m->blocks.out), P(m->wte), NULL, BT, m->C, m->vocab.local);
     RT_TRY(mdl_lm_head_to_host(&m->head, BT, host_logits));
 fail:
     return st;
@@ -681,7 +682,8 @@ rt_status glm_logits_at(glm_model *m, const glm_inputs *in, const int32_t *at, f
     rt_to_device(be, m->head.row_idx, m->head.h_idx, (size_t)B * sizeof(int32_t));
     rt_gather_rows(be, m->head.rows, m->blocks.out, m->head.row_idx, B, m->C);
     RT_TRY(mdl_lm_head_logits_rows(&m->head, (size_t)B));
-    mdl_col_linear_fwd(be, m->head.logits, m->head.rows, P(m->wte), NULL, (size_t)B, m->C, m->vocab.local);
+    mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(m->head.rows), P(m->wte), NULL, (size_t)B, m->C,
+                       m->vocab.local);
     RT_TRY(mdl_lm_head_to_host(&m->head, (size_t)B, host_logits));
 fail:
     return st;

@@ -174,7 +174,7 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     RT_TRY(mdl_stack_decode(&m->blocks, R, x, &caches, &scratch));
     mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
     RT_TRY(mdl_lm_head_logits_rows(&m->head, (size_t)R));
-    mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, (size_t)R, C, m->vocab.local);
+    mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(m->blocks.out), P(m->wte), NULL, (size_t)R, C, m->vocab.local);
     RT_TRY(mdl_lm_head_to_host(&m->head, (size_t)R, host_logits));
 fail:
     return st;

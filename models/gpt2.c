@@ -382,7 +382,7 @@ static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale
     const int B = b->B, C = m->C, NL = m->cfg.num_labels;
     rt_gather_rows(be, m->pooled, m->blocks.out, m->last, B, C);
     /* score has no bias and is replicated: a plain linear */
-    mdl_col_linear_fwd(be, m->logits, m->pooled, P(m->score), NULL, (size_t)B, C, NL);
+    mdl_col_linear_fwd(be, rt_xf(m->logits), rt_xf(m->pooled), P(m->score), NULL, (size_t)B, C, NL);
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
@@ -395,8 +395,8 @@ static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
 static void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
     rt_backend *be = m->be;
     const int C = m->C;
-    mdl_row_linear_bwd(be, m->dpooled, G(m->score), NULL, m->dlogits, m->pooled, P(m->score), (size_t)B, C,
-                       m->cfg.num_labels);
+    mdl_row_linear_bwd(be, rt_xf(m->dpooled), G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled), P(m->score),
+                       (size_t)B, C, m->cfg.num_labels);
     rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * C * sizeof(float));
     rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->dpooled, m->last, B, C);
 }
@@ -565,7 +565,7 @@ rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, f
     if (host_hidden) rt_to_host(be, host_hidden, m->blocks.out, BT * m->C * sizeof(float));
     if (host_logits) { /* every position through the tied head: this rank's vocab columns, gathered */
         RT_TRY(mdl_lm_head_logits_rows(&m->head, BT));
-        mdl_col_linear_fwd(be, m->head.logits, m->blocks.out, P(m->wte), NULL, BT, m->C, m->vocab.local);
+        mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(m->blocks.out), P(m->wte), NULL, BT, m->C, m->vocab.local);
         RT_TRY(mdl_lm_head_to_host(&m->head, BT, host_logits));
     }
 fail:

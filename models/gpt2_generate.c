@@ -96,7 +96,7 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
     const float *last = m->blocks.out + (size_t)(n - 1) * C;
     for (int t = 0;; t++) {
         RT_TRY(mdl_lm_head_logits_rows(&m->head, 1));
-        mdl_col_linear_fwd(be, m->head.logits, last, P(m->wte), NULL, 1, C, m->vocab.local);
+        mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(last), P(m->wte), NULL, 1, C, m->vocab.local);
         RT_TRY(mdl_lm_head_to_host(&m->head, 1, logits));
         if (step_logits) memcpy(step_logits + (size_t)t * V, logits, (size_t)V * sizeof(float));
         const int32_t tok = gpt2_choose(logits, V, o, t, cand);

@@ -76,7 +76,7 @@ static rt_status lm_head_chunk(mdl_lm_head *h, const float *wte, size_t r, size_
     rt_backend *be = h->be;
     const int C = h->C, Vl = h->vocab.local;
     const float *rows = h->rows + r * C;
-    mdl_col_linear_fwd(be, h->logits, rows, wte, NULL, k, C, Vl);
+    mdl_col_linear_fwd(be, rt_xf(h->logits), rt_xf(rows), wte, NULL, k, C, Vl);
     if (h->vocab.padded_here) rt_add_bias(be, h->logits, h->vocab_mask, k, Vl);
     rt_status st = mdl_vocab_xent(be, h->tp, h->losses + r, grad ? h->logits : NULL, h->xent_stats + 3 * r, h->logits,
                                   h->targets + r, k, Vl, h->vocab.start, grad ? grad->grad_scale : 0.0f);
@@ -84,7 +84,8 @@ static rt_status lm_head_chunk(mdl_lm_head *h, const float *wte, size_t r, size_
     if (grad->row_weights) rt_scale_rows(be, h->logits, grad->row_weights + r, k, Vl);
     /* the output layer's backward without its collective (the self comm): dL/d(rows) is
      * all-reduced once, after the last chunk */
-    return mdl_col_linear_bwd(be, rt_comm_self(), h->drows + r * C, grad->dwte, NULL, h->logits, rows, wte, k, C, Vl);
+    return mdl_col_linear_bwd(be, rt_comm_self(), h->drows + r * C, grad->dwte, NULL, rt_xf(h->logits), rt_xf(rows),
+                              wte, k, C, Vl);
 }
 
 rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte, int n, const mdl_lm_head_grad *grad) {

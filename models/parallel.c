@@ -8,35 +8,35 @@
 
 #include "checkpoints/ckpt_tp.h"
 
-void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
-                        int in, int out_local) {
-    rt_linear_fwd(be, NULL, out, inp, w, b, N, in, out_local, NULL);
+void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, const float *b, size_t N, int in,
+                        int out_local) {
+    rt_linear_fwd(be, rt_xf(NULL), out, inp, w, b, N, in, out_local, NULL);
 }
 
 /* Shared by both layer kinds: the local weight, bias and input gradients of Y = X W^T + b. */
-static void mdl_linear_bwd_local(rt_backend *be, float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, size_t N, int in, int out) {
+static void mdl_linear_bwd_local(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w,
+                                 size_t N, int in, int out) {
     /* dW (out, in) += dY^T (out, N) X (N, in), db += column sums of dY */
     rt_linear_wgrad(be, dw, db, dout, inp, N, in, out);
     /* dX (N, in) = dY (N, out) W (out, in) */
-    if (dinp) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, w, in, 0, 0.0f, dinp, in, 0, 1);
+    if (dinp.p) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, rt_xf(w), in, 0, 0.0f, dinp, in, 0, 1);
 }
 
-rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, size_t N, int in, int out_local) {
-    mdl_linear_bwd_local(be, dinp, dw, db, dout, inp, w, N, in, out_local);
+rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, rt_x dout, rt_x inp,
+                             const float *w, size_t N, int in, int out_local) {
+    mdl_linear_bwd_local(be, rt_xf(dinp), dw, db, dout, inp, w, N, in, out_local);
     if (tp->size > 1 && dinp) return tp->ops->all_reduce(tp->ctx, dinp, N * (size_t)in, RT_REDUCE_SUM);
     return RT_OK;
 }
 
-rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
-                             const float *b, size_t N, int in_local, int out_features) {
+rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, const float *w, const float *b,
+                             size_t N, int in_local, int out_features) {
     if (tp->size == 1) { /* the bias can ride on the matmul; with tp it follows the all-reduce */
-        rt_linear_fwd(be, NULL, out, inp, w, b, N, in_local, out_features, NULL);
+        rt_linear_fwd(be, rt_xf(NULL), rt_xf(out), inp, w, b, N, in_local, out_features, NULL);
         return RT_OK;
     }
-    rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, w, in_local, 0, 0.0f,
-            out, out_features, 0, 1);
+    rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, rt_xf(w), in_local, 0, 0.0f,
+            rt_xf(out), out_features, 0, 1);
     if (tp->size > 1) {
         rt_status st = tp->ops->all_reduce(tp->ctx, out, N * (size_t)out_features, RT_REDUCE_SUM);
         if (st != RT_OK) return st;
@@ -45,8 +45,8 @@ rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const floa
     return RT_OK;
 }
 
-void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, size_t N, int in_local, int out_features) {
+void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w, size_t N,
+                        int in_local, int out_features) {
     mdl_linear_bwd_local(be, dinp, dw, db, dout, inp, w, N, in_local, out_features);
 }
 

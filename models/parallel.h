@@ -15,19 +15,21 @@
 #include "runtime/rt_comm.h"
 #include "runtime/rt_params.h"
 
+/* Activations are typed handles (rt_x), except where a collective reduces them (fp32 floats). */
+
 /* out (N, out_local) = inp (N, in) w (out_local, in)^T + b; b may be NULL. */
-void mdl_col_linear_fwd(rt_backend *be, float *out, const float *inp, const float *w, const float *b, size_t N,
-                        int in, int out_local);
+void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, const float *b, size_t N, int in,
+                        int out_local);
 /* Accumulates dw, db (db may be NULL); writes dinp (N, in), all-reduced over tp. */
-rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, size_t N, int in, int out_local);
+rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, rt_x dout, rt_x inp,
+                             const float *w, size_t N, int in, int out_local);
 /* out (N, out) = all_reduce(inp (N, in_local) w (out, in_local)^T) + b; the bias is added once,
  * after the reduce. */
-rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, const float *inp, const float *w,
-                             const float *b, size_t N, int in_local, int out_features);
-/* Accumulates dw, db; writes dinp (N, in_local) unless NULL. */
-void mdl_row_linear_bwd(rt_backend *be, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                        const float *w, size_t N, int in_local, int out_features);
+rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, const float *w, const float *b,
+                             size_t N, int in_local, int out_features);
+/* Accumulates dw, db; writes dinp (N, in_local) unless its buffer is NULL. */
+void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w, size_t N,
+                        int in_local, int out_features);
 /* This rank's shard of a vocab-parallel table: the vocab padded to `padded` rows over all ranks
  * (ckpt_tp_padded_vocab), `local` of them from row `start` here, of which the ones from
  * `first_pad` on are padding (padded_here when there is any). */

@@ -97,9 +97,10 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->dsum = s->cfg.post_norm ? rt_arena_take(a, rows * C, f) : NULL;
     sc->dqkv = rt_arena_take(a, rows * 3 * Il, f);
     sc->datty = rt_arena_take(a, rows * Il, f);
-    sc->dup = rt_arena_take(a, rows * Fl, f);
-    sc->dup_lin = s->cfg.gated ? rt_arena_take(a, rows * Fl, f) : NULL;
-    sc->dhid = rt_arena_take(a, rows * Fl, f);
+    const rt_dtype act = rt_act_dtype(s->be);
+    sc->dup = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
+    sc->dup_lin = rt_x_of(s->cfg.gated ? rt_arena_take(a, rows * Fl, rt_x_size(act)) : NULL, act);
+    sc->dhid = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
 }
 
 /* Bytes per query row an attention over Tk keys keeps for the backward (rt_attn_kept_bytes): Tk
@@ -150,11 +151,21 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
         s->catty = rt_arena_take(a, W * BT * Il, f);
         s->mid2 = rt_arena_take(a, W * BT * C, f);
     }
-    s->up = rt_arena_take(a, W * BT * Fl, f);
-    s->up_lin = c->gated ? rt_arena_take(a, W * BT * Fl, f) : NULL;
-    s->hid = rt_arena_take(a, W * BT * Fl, f);
+    /* the FFN's inner activations: fp32 ones in the working set, 16-bit ones a slot per block */
+    const rt_dtype act = rt_act_dtype(s->be);
+    const size_t xs = rt_x_size(act);
+    if (act == RT_F32) {
+        s->up = rt_xf(rt_arena_take(a, W * BT * Fl, f));
+        s->up_lin = rt_xf(c->gated ? rt_arena_take(a, W * BT * Fl, f) : NULL);
+        s->hid = rt_xf(rt_arena_take(a, W * BT * Fl, f));
+    }
     s->work_floats = (a->used - work_at) / f;
     s->narrowed = s->kept_dtype != RT_F32 ? rt_arena_take(a, L * s->work_floats, rt_dtype_size(s->kept_dtype)) : NULL;
+    if (act != RT_F32) {
+        s->up = rt_x_of(rt_arena_take(a, L * BT * Fl, xs), act);
+        s->up_lin = rt_x_of(c->gated ? rt_arena_take(a, L * BT * Fl, xs) : NULL, act);
+        s->hid = rt_x_of(rt_arena_take(a, L * BT * Fl, xs), act);
+    }
     s->n1_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n1_rstd = rt_arena_take(a, L * BT, f);
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
@@ -197,7 +208,7 @@ typedef struct {
     float *in, *out, *h1, *mid, *h2, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd, *atty;
     float *hc, *nc_mean, *nc_rstd, *catty, *mid2;
     void *probs, *cprobs;
-    float *up, *up_lin, *hid;
+    rt_x up, up_lin, hid;
     mdl_qkv qkv, cqkv;
 } stack_slices;
 
@@ -206,19 +217,32 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
     const size_t o = (size_t)(l % s->slots);
     const size_t w = s->kept_dtype == RT_F32 ? o : 0; /* the fp32 buffers' slot: narrowed, the one working set */
+    const size_t fo = s->hid.t == RT_F32 ? w : o;     /* the FFN's: 16-bit ones are a slot per block */
     float *qkv = s->qkv + w * BT * 3 * Il, *ckv = AT(s->ckv, w * BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
-    return (stack_slices){
-        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = s->h1 + w * BT * C,
-        .mid = s->mid + w * BT * C, .h2 = s->h2 + w * BT * C, .n1_mean = AT(s->n1_mean, o * BT),
-        .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
-        .probs = (char *)s->probs + o * heads * s->probs_row, .atty = s->atty + w * BT * Il, .hc = AT(s->hc, w * BT * C),
-        .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
-        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL, .catty = AT(s->catty, w * BT * Il),
-        .mid2 = AT(s->mid2, w * BT * C), .up = s->up + w * BT * Fl, .up_lin = AT(s->up_lin, w * BT * Fl),
-        .hid = s->hid + w * BT * Fl, .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
-        .cqkv = {AT(s->cq, w * BT * Il), ckv, AT(ckv, BS * Il)}};
+    return (stack_slices){.in = mdl_stack_residual(s, l),
+                          .out = mdl_stack_residual(s, l + 1),
+                          .h1 = s->h1 + w * BT * C,
+                          .mid = s->mid + w * BT * C,
+                          .h2 = s->h2 + w * BT * C,
+                          .n1_mean = AT(s->n1_mean, o * BT),
+                          .n1_rstd = s->n1_rstd + o * BT,
+                          .n2_mean = AT(s->n2_mean, o * BT),
+                          .n2_rstd = s->n2_rstd + o * BT,
+                          .probs = (char *)s->probs + o * heads * s->probs_row,
+                          .atty = s->atty + w * BT * Il,
+                          .hc = AT(s->hc, w * BT * C),
+                          .nc_mean = AT(s->nc_mean, o * BT),
+                          .nc_rstd = AT(s->nc_rstd, o * BT),
+                          .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
+                          .catty = AT(s->catty, w * BT * Il),
+                          .mid2 = AT(s->mid2, w * BT * C),
+                          .up = rt_x_at(s->up, fo * BT * Fl),
+                          .up_lin = rt_x_at(s->up_lin, fo * BT * Fl),
+                          .hid = rt_x_at(s->hid, fo * BT * Fl),
+                          .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
+                          .cqkv = {AT(s->cq, w * BT * Il), ckv, AT(ckv, BS * Il)}};
 }
 
 /* The dropout of block l's site `kind` at rate p (none outside training). */
@@ -365,9 +389,11 @@ static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, st
         out[k++] = (stack_piece){a->catty, BT * Il};
         out[k++] = (stack_piece){a->mid2, BT * C};
     }
-    out[k++] = (stack_piece){a->up, BT * Fl};
-    if (a->up_lin) out[k++] = (stack_piece){a->up_lin, BT * Fl};
-    out[k++] = (stack_piece){a->hid, BT * Fl};
+    if (a->hid.t == RT_F32) { /* 16-bit ones are kept in place */
+        out[k++] = (stack_piece){a->up.p, BT * Fl};
+        if (a->up_lin.p) out[k++] = (stack_piece){a->up_lin.p, BT * Fl};
+        out[k++] = (stack_piece){a->hid.p, BT * Fl};
+    }
     return k;
 }
 
@@ -563,9 +589,9 @@ static void stack_qkv(mdl_stack *s, int l, const float *in, size_t n, float *q, 
     const float *w = mdl_param(s->params, p->q_w), *b = mdl_param(s->params, p->q_b);
     const float *wk = fused ? w + block : mdl_param(s->params, p->k_w);
     const float *wv = fused ? w + 2 * block : mdl_param(s->params, p->v_w);
-    if (q) mdl_col_linear_fwd(s->be, q, in, w, b, n, C, Il);
-    mdl_col_linear_fwd(s->be, k, in, wk, b ? b + Il : NULL, n, C, Il);
-    mdl_col_linear_fwd(s->be, v, in, wv, b ? b + 2 * Il : NULL, n, C, Il);
+    if (q) mdl_col_linear_fwd(s->be, rt_xf(q), rt_xf(in), w, b, n, C, Il);
+    mdl_col_linear_fwd(s->be, rt_xf(k), rt_xf(in), wk, b ? b + Il : NULL, n, C, Il);
+    mdl_col_linear_fwd(s->be, rt_xf(v), rt_xf(in), wv, b ? b + 2 * Il : NULL, n, C, Il);
 }
 
 void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v) {
@@ -620,15 +646,15 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);
         }
         rt_attention_fwd(be, &self, w->atty, w->probs, w->q, c->k[l], c->v[l]);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, rt_xf(w->atty), mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
         stack_clamp(s, x, n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
-            mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
+            mdl_col_linear_fwd(be, rt_xf(w->q), rt_xf(w->ln), mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
             rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, c->ck[l], c->cv[l]);
-            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
+            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, rt_xf(w->atty), mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
             stack_clamp(s, x, n * C);

@@ -15,10 +15,11 @@
  *   - the activation layout for max_B x max_T, taken once from an arena (llm.c's pattern), so a
  *     step allocates nothing;
  *   - at a 16-bit compute precision, the activations a block keeps for its backward held at that
- *     precision: the ops work in one fp32 set, which each block's forward narrows into the
- *     block's 2-byte slot and its backward widens back (the values are stored rounded already,
- *     so no number changes); the residuals, norm statistics and attention probabilities (16-bit
- *     by the op) are kept per block as before;
+ *     precision: the FFN's inner ones (up, up_lin, hid: F wide) in 16-bit buffers of their own
+ *     where the backend's ops read and write them (rt_act_dtype); the others in one fp32 working
+ *     set, which each block's forward narrows into the block's 2-byte slot and its backward widens
+ *     back (the values are stored rounded already, so no number changes); the residuals, norm
+ *     statistics and attention probabilities (16-bit by the op) are kept per block as before;
  *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
  *     is kept for every block, the other activations have K slots (block l in slot l % K), and
  *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
@@ -104,7 +105,7 @@ typedef struct {
     size_t rows;
     float *tmp, *dres, *dln, *dsum;    /* (rows, C); dsum post-norm only */
     float *dqkv, *datty;               /* (rows, 3 I_local), (rows, I_local) */
-    float *dup, *dup_lin, *dhid;       /* (rows, F_local); dup_lin gated only */
+    rt_x dup, dup_lin, dhid;           /* (rows, F_local) at the activation type; dup_lin gated only */
 } mdl_stack_scratch;
 
 typedef struct {
@@ -135,7 +136,8 @@ typedef struct {
     rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
     float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
     void *cprobs;                 /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
-    float *up, *up_lin, *hid;     /* (slots, BT, F_local) */
+    rt_x up, up_lin, hid;         /* (slots, BT, F_local) at rt_act_dtype: 16-bit ones are kept per slot, not
+                                   * narrowed; fp32 ones are in the working set */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */
     mdl_stack_scratch own, *sc;   /* sc: own, or a shared one */
@@ -188,7 +190,8 @@ typedef struct {
  * q, k, v, atty (R, I_local); probs (R, NH_local, keys) stored as probs_dtype (it overrides the
  * caches' descriptions); up, up_lin (gated), hid (R, F_local). */
 typedef struct {
-    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty, *up, *up_lin, *hid;
+    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty;
+    rt_x up, up_lin, hid;
     void *probs;
     rt_dtype probs_dtype;
 } mdl_decode_scratch;

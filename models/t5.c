@@ -643,7 +643,7 @@ rt_status t5_head_fwd(t5_model *m, int B, int T, float grad_scale, float *host_l
     }
     if (host_logits) {
         RT_TRY(mdl_lm_head_logits_rows(&m->head, R));
-        mdl_col_linear_fwd(be, m->head.logits, m->dec.blocks.out, P(head), NULL, R, C, Vl);
+        mdl_col_linear_fwd(be, rt_xf(m->head.logits), rt_xf(m->dec.blocks.out), P(head), NULL, R, C, Vl);
         if (m->vocab.padded_here) rt_add_bias(be, m->head.logits, m->head.vocab_mask, R, Vl);
         RT_TRY(t5_logits_to_host(m, m->head.logits, R, host_logits, NULL, NULL));
     }

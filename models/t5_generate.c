@@ -201,8 +201,8 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
     for (int l = 0; l < m->dec.L; l++) {
         const mdl_attn_params *p = &m->dec.blocks.layer[l].cross;
-        mdl_col_linear_fwd(be, g->cross_k[l], m->enc.blocks.out, P(p->k_w), NULL, (size_t)B * S, C, Il);
-        mdl_col_linear_fwd(be, g->cross_v[l], m->enc.blocks.out, P(p->v_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, rt_xf(g->cross_k[l]), rt_xf(m->enc.blocks.out), P(p->k_w), NULL, (size_t)B * S, C, Il);
+        mdl_col_linear_fwd(be, rt_xf(g->cross_v[l]), rt_xf(m->enc.blocks.out), P(p->v_w), NULL, (size_t)B * S, C, Il);
     }
     rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
@@ -238,15 +238,22 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
         .ck = g->cross_k, .cv = g->cross_v,
         .cross = {.B = n_src, .NH = NH, .Tq = beams, .Tk = S, .HS = m->HS, .ldq = (size_t)Il, .ldk = (size_t)Il,
                   .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f, .key_mask = g->cross_mask}};
-    const mdl_decode_scratch scratch = {.ln = g->ln, .tmp = g->tmp, .rstd = g->rstd, .q = g->q, .atty = g->atty,
-                                        .probs = g->probs, .up = g->fa, .up_lin = g->fb, .hid = g->fh};
+    const mdl_decode_scratch scratch = {.ln = g->ln,
+                                        .tmp = g->tmp,
+                                        .rstd = g->rstd,
+                                        .q = g->q,
+                                        .atty = g->atty,
+                                        .probs = g->probs,
+                                        .up = rt_xf(g->fa),
+                                        .up_lin = rt_xf(g->fb),
+                                        .hid = rt_xf(g->fh)};
     RT_TRY(mdl_stack_decode(&dec->blocks, R, g->x, &caches, &scratch));
     mdl_stack_final_norm(&dec->blocks, g->ln, NULL, g->rstd, g->x, (size_t)R);
     if (c->scale_decoder_outputs) { /* an activation: stored at the compute precision */
         rt_scale(be, g->ln, t5_decoder_out_scale(c), (size_t)R * C);
         rt_store_n(be, g->ln, (size_t)R * C);
     }
-    mdl_col_linear_fwd(be, g->logits, g->ln, P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
+    mdl_col_linear_fwd(be, rt_xf(g->logits), rt_xf(g->ln), P(t5_head_param(m)), NULL, (size_t)R, C, m->vocab.local);
     if (m->vocab.padded_here) rt_add_bias(be, g->logits, m->head.vocab_mask, (size_t)R, m->vocab.local);
     RT_TRY(t5_logits_to_host(m, g->logits, (size_t)R, host_logits, g->logits_all, g->h_logits_local));
 fail:

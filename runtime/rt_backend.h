@@ -14,6 +14,7 @@
 
 #include "runtime/rt_dtype.h"
 #include "runtime/rt_status.h"
+#include "runtime/rt_x.h"
 
 /* RT_ACT_TANH is plain tanh (BERT's pooler, RoBERTa's classification head). */
 typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU, RT_ACT_TANH } rt_act_kind;
@@ -91,11 +92,12 @@ typedef struct rt_backend_ops {
     void (*narrow)(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n);
     void (*widen)(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n);
     /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
-     * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in floats. A and
-     * B are read at the matmul precision. */
-    void (*gemm)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                 const float *A, int lda, size_t stride_a, const float *B, int ldb, size_t stride_b,
-                 float beta, float *C, int ldc, size_t stride_c, int batch);
+     * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in values. A and
+     * B are read at the matmul precision (a weight: rt_xf over the slab); a 16-bit C is written
+     * rounded from the fp32 sum (with beta, beta * C is added to it first). */
+    void (*gemm)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A, int lda,
+                 size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc, size_t stride_c,
+                 int batch);
 
     /* The fused linear layer: cuBLASLt's epilogues on CUDA. Each returns false, having done
      * nothing, where this backend cannot fuse these arguments; the wrapper then composes the
@@ -107,12 +109,14 @@ typedef struct rt_backend_ops {
      *   linear_wgrad: dW (out, in) += dY^T X and, when db is not NULL, db (out) += the column
      *     sums of dY, both fp32 (BGRADB).
      *   linear_dact: dpre (N, in) = act'(pre) * (dY W), the product in fp32, stored; db (in) +=
-     *     the column sums of dpre when not NULL (DGELU_BGRAD). */
-    bool (*linear_fwd)(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
-                       int in, int out_f, const rt_act_kind *act);
-    bool (*linear_wgrad)(void *ctx, float *dW, float *db, const float *dY, const float *X, size_t N, int in, int out_f);
-    bool (*linear_dact)(void *ctx, float *dpre, float *db, const float *dY, const float *W, const float *pre, size_t N,
-                        int in, int out_f, rt_act_kind act);
+     *     the column sums of dpre when not NULL (DGELU_BGRAD).
+     * The composed fallback needs fp32 handles for pre and dpre (a backend with typed activations
+     * has these ops). */
+    bool (*linear_fwd)(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
+                       int out_f, const rt_act_kind *act);
+    bool (*linear_wgrad)(void *ctx, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f);
+    bool (*linear_dact)(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in,
+                        int out_f, rt_act_kind act);
 
     /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
     void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
@@ -147,18 +151,18 @@ typedef struct rt_backend_ops {
                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
-    void (*act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
-    void (*act_bwd)(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
+    void (*act_bwd)(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n);
     /* Gated activation (T5 v1.1's gated-gelu): out = act(gate) * lin, elementwise. bwd writes
      * dgate = dout * lin * act'(gate) and dlin = dout * act(gate) (act(gate) is recomputed, so
      * only the two inputs are kept for backward). */
-    void (*gated_act_fwd)(void *ctx, rt_act_kind kind, float *out, const float *gate, const float *lin, size_t n);
-    void (*gated_act_bwd)(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                          const float *lin, const float *dout, size_t n);
+    void (*gated_act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n);
+    void (*gated_act_bwd)(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                          size_t n);
 
     /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
     void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
-    void (*bias_bwd)(void *ctx, float *dbias, const float *dout, size_t N, int C);
+    void (*bias_bwd)(void *ctx, float *dbias, rt_x dout, size_t N, int C);
     /* out = a + b (out may alias a or b); accumulate: y += alpha * x; scale: x *= s. */
     void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
     void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
@@ -240,8 +244,8 @@ typedef struct rt_backend_ops {
      * dropout_fwd draws for that element of the whole matrix, so a column-parallel shard drops
      * what one rank would. The mask is its own backward: call it again on the gradient with
      * the same arguments. out may alias inp. */
-    void (*dropout_cols)(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
-                         int col_offset, float p, uint64_t seed, uint64_t stream);
+    void (*dropout_cols)(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
+                         float p, uint64_t seed, uint64_t stream);
 
     /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
     void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
@@ -271,6 +275,8 @@ typedef struct rt_backend {
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
     bool keep_fp32;         /* keep activations for the backward in fp32 buffers at a 16-bit compute
                              * precision (models/stack.h): the tests' reference for the 2-byte ones */
+    bool typed_acts;        /* the ops read and write 16-bit activation handles (rt_x): the CPU (CUDA's
+                             * kernels still take fp32 ones) */
     /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
      * parameter slab (rt_params_init), so the whole model never sits on the device; rt_zero_init
      * then keeps this rank's pieces here and frees the slab. NULL: the slab is laid out here.
@@ -333,6 +339,21 @@ static inline void rt_store(rt_backend *be, float *x, size_t rows, int cols, siz
     if (be->compute != RT_F32 && x && rows && cols) be->ops->round_to(be->ctx, be->compute, x, rows, cols, ld);
 }
 static inline void rt_store_n(rt_backend *be, float *x, size_t n) { rt_store(be, x, n, 1, 1); }
+/* What a model stores activations as (rt_x): the compute precision where the backend's ops read
+ * and write 16-bit handles and the reference's fp32 buffers are not asked for, else RT_F32. */
+static inline rt_dtype rt_act_dtype(const rt_backend *be) {
+    return be->compute != RT_F32 && be->typed_acts && !be->keep_fp32 ? be->compute : RT_F32;
+}
+/* rt_store for a handle: an fp32 one is rounded in place; a 16-bit one was stored by its op, at
+ * the compute precision (checked: a handle of another type is a bug). */
+static inline void rt_store_x(rt_backend *be, rt_x x, size_t rows, int cols, size_t ld) {
+    if (x.t == RT_F32) {
+        rt_store(be, (float *)x.p, rows, cols, ld);
+        return;
+    }
+    RT_CHECK(x.t == be->compute, "a %s activation under %s compute", rt_dtype_name(x.t), rt_dtype_name(be->compute));
+}
+static inline void rt_store_xn(rt_backend *be, rt_x x, size_t n) { rt_store_x(be, x, n, 1, 1); }
 static inline void rt_narrow(rt_backend *be, rt_dtype dtype, void *dst, const float *src, size_t n) {
     if (n) be->ops->narrow(be->ctx, dtype, dst, src, n);
 }
@@ -370,38 +391,41 @@ static inline void rt_copy(rt_backend *be, void *dst, const void *src, size_t by
 static inline void rt_clear(rt_backend *be, void *p, size_t bytes) { be->ops->zero(be->ctx, p, bytes); }
 static inline void rt_sync(rt_backend *be) { be->ops->sync(be->ctx); }
 /* C is an activation (or its gradient): stored. */
-static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-                           int lda, size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C,
-                           int ldc, size_t stride_c, int batch) {
+static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
+                           int lda, size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc,
+                           size_t stride_c, int batch) {
     be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                   batch);
-    for (int b = 0; b < batch; b++) rt_store(be, C + (size_t)b * stride_c, (size_t)M, N, (size_t)ldc);
+    for (int b = 0; b < batch; b++) rt_store_x(be, rt_x_at(C, (size_t)b * stride_c), (size_t)M, N, (size_t)ldc);
 }
 /* The fused linear layer (see the ops): the backend's fusion, or the plain ops in its order. */
-static inline void rt_linear_fwd(rt_backend *be, float *out, float *pre, const float *X, const float *W, const float *b,
-                                 size_t N, int in, int out_f, const rt_act_kind *act) {
+static inline void rt_linear_fwd(rt_backend *be, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N,
+                                 int in, int out_f, const rt_act_kind *act) {
     if (!be->ops->linear_fwd || !be->ops->linear_fwd(be->ctx, out, pre, X, W, b, N, in, out_f, act)) {
-        be->ops->gemm(be->ctx, false, true, (int)N, out_f, in, 1.0f, X, in, 0, W, in, 0, 0.0f, pre, out_f, 0, 1);
-        if (b) be->ops->add_bias(be->ctx, pre, b, N, out_f);
+        float *pre32 = rt_x_floats(pre, "linear_fwd composed"); /* bias and act read the fp32 sum */
+        be->ops->gemm(be->ctx, false, true, (int)N, out_f, in, 1.0f, X, in, 0, rt_xf(W), in, 0, 0.0f, pre, out_f, 0, 1);
+        if (b) be->ops->add_bias(be->ctx, pre32, b, N, out_f);
         if (act) be->ops->act_fwd(be->ctx, *act, out, pre, N * (size_t)out_f);
     }
-    rt_store_n(be, pre, N * (size_t)out_f);
-    if (act) rt_store_n(be, out, N * (size_t)out_f);
+    rt_store_xn(be, pre, N * (size_t)out_f);
+    if (act) rt_store_xn(be, out, N * (size_t)out_f);
 }
-static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, const float *dY, const float *X, size_t N,
-                                   int in, int out_f) {
+static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in,
+                                   int out_f) {
     if (be->ops->linear_wgrad && be->ops->linear_wgrad(be->ctx, dW, db, dY, X, N, in, out_f)) return;
-    be->ops->gemm(be->ctx, true, false, out_f, in, (int)N, 1.0f, dY, out_f, 0, X, in, 0, 1.0f, dW, in, 0, 1);
+    be->ops->gemm(be->ctx, true, false, out_f, in, (int)N, 1.0f, dY, out_f, 0, X, in, 0, 1.0f, rt_xf(dW), in, 0, 1);
     if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
 }
-static inline void rt_linear_dact(rt_backend *be, float *dpre, float *db, const float *dY, const float *W,
-                                  const float *pre, size_t N, int in, int out_f, rt_act_kind act) {
+static inline void rt_linear_dact(rt_backend *be, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N,
+                                  int in, int out_f, rt_act_kind act) {
     if (!be->ops->linear_dact || !be->ops->linear_dact(be->ctx, dpre, db, dY, W, pre, N, in, out_f, act)) {
-        be->ops->gemm(be->ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, W, in, 0, 0.0f, dpre, in, 0, 1);
+        (void)rt_x_floats(dpre, "linear_dact composed"); /* act' and the bias sums read the fp32 product */
+        be->ops->gemm(be->ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, dpre, in, 0,
+                      1);
         be->ops->act_bwd(be->ctx, act, dpre, pre, dpre, N * (size_t)in);
         if (db) be->ops->bias_bwd(be->ctx, db, dpre, N, in); /* from the fp32 product, as the epilogue */
     }
-    rt_store_n(be, dpre, N * (size_t)in);
+    rt_store_xn(be, dpre, N * (size_t)in);
 }
 static inline void rt_layernorm_fwd(rt_backend *be, float *out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, size_t N, int C, float eps) {
@@ -424,31 +448,29 @@ static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, c
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
     rt_store_n(be, dinp, N * (size_t)C);
 }
-static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *inp, size_t n) {
+static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
     be->ops->act_fwd(be->ctx, kind, out, inp, n);
-    rt_store_n(be, out, n);
+    rt_store_xn(be, out, n);
 }
-static inline void rt_act_bwd(rt_backend *be, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
-                              size_t n) {
+static inline void rt_act_bwd(rt_backend *be, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
     be->ops->act_bwd(be->ctx, kind, dinp, inp, dout, n);
-    rt_store_n(be, dinp, n);
+    rt_store_xn(be, dinp, n);
 }
-static inline void rt_gated_act_fwd(rt_backend *be, rt_act_kind kind, float *out, const float *gate, const float *lin,
-                                    size_t n) {
+static inline void rt_gated_act_fwd(rt_backend *be, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
     be->ops->gated_act_fwd(be->ctx, kind, out, gate, lin, n);
-    rt_store_n(be, out, n);
+    rt_store_xn(be, out, n);
 }
-static inline void rt_gated_act_bwd(rt_backend *be, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                                    const float *lin, const float *dout, size_t n) {
+static inline void rt_gated_act_bwd(rt_backend *be, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin,
+                                    rt_x dout, size_t n) {
     be->ops->gated_act_bwd(be->ctx, kind, dgate, dlin, gate, lin, dout, n);
-    rt_store_n(be, dgate, n);
-    rt_store_n(be, dlin, n);
+    rt_store_xn(be, dgate, n);
+    rt_store_xn(be, dlin, n);
 }
 static inline void rt_add_bias(rt_backend *be, float *out, const float *bias, size_t N, int C) {
     be->ops->add_bias(be->ctx, out, bias, N, C);
     rt_store_n(be, out, N * (size_t)C);
 }
-static inline void rt_bias_bwd(rt_backend *be, float *dbias, const float *dout, size_t N, int C) {
+static inline void rt_bias_bwd(rt_backend *be, float *dbias, rt_x dout, size_t N, int C) {
     be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
 static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
@@ -539,10 +561,10 @@ static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout
     be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
     rt_store_n(be, dinp, n);
 }
-static inline void rt_dropout_cols(rt_backend *be, float *out, const float *inp, size_t rows, int cols, int cols_total,
+static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t rows, int cols, int cols_total,
                                    int col_offset, float p, uint64_t seed, uint64_t stream) {
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
-    rt_store(be, out, rows, cols, (size_t)cols);
+    rt_store_x(be, out, rows, cols, (size_t)cols);
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
  * the same order: the dropped branch into sum, the add, the norm. */

@@ -125,7 +125,7 @@ typedef struct {
 
 static double act_loss(void *p) {
     act_st *s = p;
-    ops->act_fwd(cx, s->kind, s->out, s->x, s->n);
+    ops->act_fwd(cx, s->kind, rt_xf(s->out), rt_xf(s->x), s->n);
     return dot_d(s->out, s->R, s->n);
 }
 
@@ -138,7 +138,7 @@ static void grad_activations(void) {
         for (size_t i = 0; i < s.n; i++)
             if (fabsf(s.x[i]) < 0.05f) s.x[i] = 0.1f;
         float *dx = zeros(s.n);
-        ops->act_bwd(cx, s.kind, dx, s.x, s.R, s.n);
+        ops->act_bwd(cx, s.kind, rt_xf(dx), rt_xf(s.x), rt_xf(s.R), s.n);
         fd_check(names[kind], s.x, s.n, dx, act_loss, &s);
         free(s.x), free(s.out), free(s.R), free(dx);
     }
@@ -153,7 +153,7 @@ typedef struct {
 
 static double gated_loss(void *p) {
     gated_st *s = p;
-    ops->gated_act_fwd(cx, s->kind, s->out, s->gate, s->lin, s->n);
+    ops->gated_act_fwd(cx, s->kind, rt_xf(s->out), rt_xf(s->gate), rt_xf(s->lin), s->n);
     return dot_d(s->out, s->R, s->n);
 }
 
@@ -166,14 +166,14 @@ static void grad_gated_activations(void) {
             if (fabsf(s.gate[i]) < 0.05f) s.gate[i] = 0.1f;
         /* the forward is act() times lin, element by element */
         float *act = zeros(s.n);
-        ops->act_fwd(cx, s.kind, act, s.gate, s.n);
+        ops->act_fwd(cx, s.kind, rt_xf(act), rt_xf(s.gate), s.n);
         gated_loss(&s);
         for (size_t i = 0; i < s.n; i++) act[i] *= s.lin[i];
         char what[80];
         snprintf(what, sizeof what, "%s fwd = act(gate) * lin", names[kind]);
         tz_check_close(what, s.out, act, s.n, 0.0f, 0.0f);
         float *dgate = fill(s.n, 25, -5, 5), *dlin = fill(s.n, 26, -5, 5); /* written, not accumulated */
-        ops->gated_act_bwd(cx, s.kind, dgate, dlin, s.gate, s.lin, s.R, s.n);
+        ops->gated_act_bwd(cx, s.kind, rt_xf(dgate), rt_xf(dlin), rt_xf(s.gate), rt_xf(s.lin), rt_xf(s.R), s.n);
         snprintf(what, sizeof what, "%s dgate", names[kind]);
         fd_check(what, s.gate, s.n, dgate, gated_loss, &s);
         snprintf(what, sizeof what, "%s dlin", names[kind]);
@@ -201,7 +201,7 @@ static void grad_bias(void) {
     size_t n = s.N * s.C;
     s.x = fill(n, 30, -1, 1), s.bias = fill(s.C, 31, -1, 1), s.out = zeros(n), s.R = fill(n, 32, -1, 1);
     float *db = zeros(s.C);
-    ops->bias_bwd(cx, db, s.R, s.N, s.C);
+    ops->bias_bwd(cx, db, rt_xf(s.R), s.N, s.C);
     fd_check("bias_bwd dbias", s.bias, s.C, db, bias_loss, &s);
     free(s.x), free(s.bias), free(s.out), free(s.R), free(db);
 }
@@ -413,7 +413,7 @@ typedef struct {
 
 static double dcols_loss(void *p) {
     dcols_st *s = p;
-    ops->dropout_cols(cx, s->out, s->x, s->rows, s->cols, s->total, s->offset, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(s->out), rt_xf(s->x), s->rows, s->cols, s->total, s->offset, 0.4f, 9, 5);
     return dot_d(s->out, s->R, s->rows * (size_t)s->cols);
 }
 
@@ -432,10 +432,10 @@ static void grad_dropout_cols(void) {
     dcols_loss(&s);
     tz_check_close("dropout_cols = dropout_fwd's columns", s.out, ref, ROWS * COLS, 0.0f, 0.0f);
     float *inplace = dup(s.x, ROWS * COLS);
-    ops->dropout_cols(cx, inplace, inplace, ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(inplace), rt_xf(inplace), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
     tz_check_close("dropout_cols in place", inplace, ref, ROWS * COLS, 0.0f, 0.0f);
     float *dx = zeros(ROWS * COLS);
-    ops->dropout_cols(cx, dx, s.R, ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(dx), rt_xf(s.R), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
     fd_check("dropout_cols (its own backward)", s.x, ROWS * COLS, dx, dcols_loss, &s);
     free(full), free(full_out), free(s.x), free(s.out), free(s.R), free(ref), free(inplace), free(dx);
 }

@@ -63,7 +63,8 @@ static void test_gemm(void) {
             for (int pass = 0; pass < 2; pass++) {
                 float alpha = 0.7f, beta = pass ? 1.0f : 0.0f;
                 if (pass) memcpy(C, C0, sc * batch * sizeof(float));
-                ops->gemm(cx, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+                ops->gemm(cx, ta, tb, M, N, K, alpha, rt_xf(A), lda, sa, rt_xf(B), ldb, sb, beta, rt_xf(C), ldc, sc,
+                          batch);
                 double *ref = rt_xcalloc(sc * batch, sizeof(double));
                 for (size_t i = 0; i < sc * batch; i++) ref[i] = C0[i]; /* padding untouched */
                 for (int b = 0; b < batch; b++)
@@ -163,9 +164,9 @@ static void test_activations(void) {
             ry[i] = f;
             rdx[i] = dy[i] * df;
         }
-        ops->act_fwd(cx, (rt_act_kind)kind, y, x, n);
+        ops->act_fwd(cx, (rt_act_kind)kind, rt_xf(y), rt_xf(x), n);
         memset(dx, 0x7f, n * sizeof(float)); /* bwd writes, not accumulates */
-        ops->act_bwd(cx, (rt_act_kind)kind, dx, x, dy, n);
+        ops->act_bwd(cx, (rt_act_kind)kind, rt_xf(dx), rt_xf(x), rt_xf(dy), n);
         char what[64];
         snprintf(what, sizeof what, "act %d fwd", kind);
         check_d(what, y, ry, n, 2e-6f, 1e-5f);
@@ -174,7 +175,7 @@ static void test_activations(void) {
     }
     /* gelu_new at a known point: 0.5*1*(1+tanh(sqrt(2/pi)*1.044715)) = 0.8411919906 */
     float one = 1.0f, g = 0;
-    ops->act_fwd(cx, RT_ACT_GELU_TANH, &g, &one, 1);
+    ops->act_fwd(cx, RT_ACT_GELU_TANH, rt_xf(&g), rt_xf(&one), 1);
     TZ_EXPECT(fabsf(g - 0.8411919906f) < 1e-6f, "gelu_tanh(1) = %.9g", (double)g);
     free(x), free(dy), free(y), free(dx), free(ry), free(rdx);
 }
@@ -206,7 +207,7 @@ static void test_elementwise(void) {
         rb[c] = db[c];
         for (size_t k = 0; k < N; k++) rb[c] += a[k * C + c];
     }
-    ops->bias_bwd(cx, db, a, N, C);
+    ops->bias_bwd(cx, db, rt_xf(a), N, C);
     check_d("bias_bwd accumulates", db, rb, C, 1e-6f, 1e-6f);
     /* gather / scatter with a repeated row */
     int32_t idx[4] = {3, 0, 3, 6};
@@ -558,7 +559,7 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     for (size_t n = 0; n < N; n++) ids[n] = (int32_t)((n * 13) % 50); /* repeats */
     ops->softmax_xent(cx, o + nl, o, NULL, logits, tg, N, V, 0.5f), o += nl + N;
     ops->embedding_bwd(cx, o, dy, ids, N, C, 5, 40), o += nx; /* table rows 0..39 < N */
-    ops->act_fwd(cx, RT_ACT_GELU_TANH, o, x, nx), o += nx;
+    ops->act_fwd(cx, RT_ACT_GELU_TANH, rt_xf(o), rt_xf(x), nx), o += nx;
     ops->dropout_fwd(cx, o, x, nx, 0.2f, 11, 12), o += nx;
     float *m = zeros(nx), *v = zeros(nx), *p = dup_f(x, nx);
     ops->adamw(cx, p, dy, m, v, nx, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1);

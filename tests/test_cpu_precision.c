@@ -47,7 +47,8 @@ static void *run(void *arg) {
     memcpy(C0, C, sc * g->batch * 4);
     const float alpha = 0.75f, beta = 0.5f;
     /* the op itself: C in fp32 (rt_gemm would then store it rounded) */
-    g->be->ops->gemm(g->be->ctx, g->ta, g->tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, g->batch);
+    g->be->ops->gemm(g->be->ctx, g->ta, g->tb, M, N, K, alpha, rt_xf(A), lda, sa, rt_xf(B), ldb, sb, beta, rt_xf(C),
+                     ldc, sc, g->batch);
     for (int b = 0; b < g->batch; b++)
         g->wrong += tz_gemm_misses(rt_dtype_name(g->round), g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta,
                                    C0 + b * sc, C + b * sc, ldc, g->round, g->quiet);
@@ -134,9 +135,9 @@ static void check_stored_c(rt_backend *be, rt_dtype dtype) {
     unsigned st = 3;
     for (int i = 0; i < M * K; i++) A[i] = tz_uniform(&st);
     for (int i = 0; i < K * N; i++) B[i] = tz_uniform(&st);
-    rt_gemm(be, false, false, M, N, K, 1.0f, A, K, 0, B, N, 0, 0.0f, C, N, 0, 1);
+    rt_gemm(be, false, false, M, N, K, 1.0f, rt_xf(A), K, 0, rt_xf(B), N, 0, 0.0f, rt_xf(C), N, 0, 1);
     memset(G, 0, sizeof G);
-    rt_linear_wgrad(be, G, NULL, A, B, K, N, M); /* G (M, N) += A^T B, A read as (K, M), B as (K, N) */
+    rt_linear_wgrad(be, G, NULL, rt_xf(A), rt_xf(B), K, N, M); /* G (M, N) += A^T B, A read as (K, M), B as (K, N) */
     int stored = 0, kept = 0;
     for (int i = 0; i < M * N; i++) {
         stored += C[i] == rt_round_to(dtype, C[i]);
@@ -151,7 +152,7 @@ static void check_stored_c(rt_backend *be, rt_dtype dtype) {
 /* C (M x N) = op(A) op(B) with B a block of the slab W at offset off with row stride ldb. */
 static void slab_gemm(rt_backend *be, bool ta, bool tb, const float *A, const float *W, size_t off, int ldb, float *C) {
     enum { M = 6, N = 10, K = 24 };
-    rt_gemm(be, ta, tb, M, N, K, 1.0f, A, ta ? M : K, 0, W + off, ldb, 0, 0.0f, C, N, 0, 1);
+    rt_gemm(be, ta, tb, M, N, K, 1.0f, rt_xf(A), ta ? M : K, 0, rt_xf(W + off), ldb, 0, 0.0f, rt_xf(C), N, 0, 1);
 }
 
 static void check_weight_copy(rt_backend *be, rt_dtype dtype) {

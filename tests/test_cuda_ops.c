@@ -235,10 +235,10 @@ static void test_gemm(void) {
                 dbuf B = dbuf_rand(broadcast_b ? sb + (size_t)rows_b * ldb : sb * batch, 1.0f, 0.0f);
                 dbuf C = dbuf_rand(sc * batch, 1.0f, 0.0f);
                 float alpha = 0.75f, beta = (ta ^ tb) ? 0.0f : 0.5f;
-                rt_gemm(g_cpu, ta, tb, M, N, K, alpha, A.c, lda, sa, B.c, ldb, sb,
-                        beta, C.c, ldc, sc, batch);
-                rt_gemm(g_gpu, ta, tb, M, N, K, alpha, A.g, lda, sa, B.g, ldb, sb,
-                        beta, C.g, ldc, sc, batch);
+                rt_gemm(g_cpu, ta, tb, M, N, K, alpha, rt_xf(A.c), lda, sa, rt_xf(B.c), ldb, sb,
+                        beta, rt_xf(C.c), ldc, sc, batch);
+                rt_gemm(g_gpu, ta, tb, M, N, K, alpha, rt_xf(A.g), lda, sa, rt_xf(B.g), ldb, sb,
+                        beta, rt_xf(C.g), ldc, sc, batch);
                 char what[64];
                 snprintf(what, sizeof what, "gemm ta=%d tb=%d bcast=%d", ta, tb, broadcast_b);
                 dbuf_check(what, &C, GEMM_ATOL, GEMM_RTOL);
@@ -327,22 +327,22 @@ static void test_elementwise(void) {
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         const rt_act_kind k = acts[a].kind;
         char what[64];
-        rt_act_fwd(g_cpu, k, y.c, x.c, n);
-        rt_act_fwd(g_gpu, k, y.g, x.g, n);
+        rt_act_fwd(g_cpu, k, rt_xf(y.c), rt_xf(x.c), n);
+        rt_act_fwd(g_gpu, k, rt_xf(y.g), rt_xf(x.g), n);
         snprintf(what, sizeof what, "act_fwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
-        rt_act_bwd(g_cpu, k, y.c, x.c, dout.c, n);
-        rt_act_bwd(g_gpu, k, y.g, x.g, dout.g, n);
+        rt_act_bwd(g_cpu, k, rt_xf(y.c), rt_xf(x.c), rt_xf(dout.c), n);
+        rt_act_bwd(g_gpu, k, rt_xf(y.g), rt_xf(x.g), rt_xf(dout.g), n);
         snprintf(what, sizeof what, "act_bwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
         /* gated (T5 v1.1): act(x) * dout as the linear half, then both gradients */
-        rt_gated_act_fwd(g_cpu, k, y.c, x.c, dout.c, n);
-        rt_gated_act_fwd(g_gpu, k, y.g, x.g, dout.g, n);
+        rt_gated_act_fwd(g_cpu, k, rt_xf(y.c), rt_xf(x.c), rt_xf(dout.c), n);
+        rt_gated_act_fwd(g_gpu, k, rt_xf(y.g), rt_xf(x.g), rt_xf(dout.g), n);
         snprintf(what, sizeof what, "gated_act_fwd %s", acts[a].name);
         dbuf_check(what, &y, ATOL, RTOL);
         dbuf dgate = dbuf_zero(n), dlin = dbuf_zero(n);
-        rt_gated_act_bwd(g_cpu, k, dgate.c, dlin.c, x.c, dout.c, y.c, n);
-        rt_gated_act_bwd(g_gpu, k, dgate.g, dlin.g, x.g, dout.g, y.g, n);
+        rt_gated_act_bwd(g_cpu, k, rt_xf(dgate.c), rt_xf(dlin.c), rt_xf(x.c), rt_xf(dout.c), rt_xf(y.c), n);
+        rt_gated_act_bwd(g_gpu, k, rt_xf(dgate.g), rt_xf(dlin.g), rt_xf(x.g), rt_xf(dout.g), rt_xf(y.g), n);
         snprintf(what, sizeof what, "gated_act_bwd %s dgate", acts[a].name);
         dbuf_check(what, &dgate, ATOL, RTOL);
         snprintf(what, sizeof what, "gated_act_bwd %s dlin", acts[a].name);
@@ -374,8 +374,8 @@ static void test_elementwise(void) {
     rt_add_bias(g_cpu, m.c, bias.c, N, C);
     rt_add_bias(g_gpu, m.g, bias.g, N, C);
     dbuf_check("add_bias", &m, ATOL, RTOL);
-    rt_bias_bwd(g_cpu, dbias.c, m.c, N, C);
-    rt_bias_bwd(g_gpu, dbias.g, m.g, N, C);
+    rt_bias_bwd(g_cpu, dbias.c, rt_xf(m.c), N, C);
+    rt_bias_bwd(g_gpu, dbias.g, rt_xf(m.g), N, C);
     dbuf_check("bias_bwd", &dbias, 1e-4f, RTOL);
 
     dbuf_free(&x);
@@ -444,8 +444,8 @@ static void test_dropout_cols(void) {
     const uint64_t seed = 77, stream = ((uint64_t)3 << 56) | 7u;
     dbuf full = dbuf_rand(rows * total, 1.0f, 2.0f), full_y = dbuf_zero(rows * total);
     dbuf x = dbuf_rand(rows * cols, 1.0f, 2.0f), y = dbuf_zero(rows * cols);
-    rt_dropout_cols(g_cpu, y.c, x.c, rows, cols, total, offset, p, seed, stream);
-    rt_dropout_cols(g_gpu, y.g, x.g, rows, cols, total, offset, p, seed, stream);
+    rt_dropout_cols(g_cpu, rt_xf(y.c), rt_xf(x.c), rows, cols, total, offset, p, seed, stream);
+    rt_dropout_cols(g_gpu, rt_xf(y.g), rt_xf(x.g), rows, cols, total, offset, p, seed, stream);
     dbuf_check("dropout_cols", &y, 0.0f, 0.0f);
     rt_dropout_fwd(g_gpu, full_y.g, full.g, rows * total, p, seed, stream);
     float *hf = gpu_fetch(full_y.g, rows * total), *hy = gpu_fetch(y.g, rows * cols);
@@ -877,15 +877,15 @@ static void test_precision(void) {
         const int M = 64, N = 96, K = 200;
         dbuf A = dbuf_rand((size_t)M * K, 1.0f, 0.0f), B = dbuf_rand((size_t)N * K, 0.1f, 0.0f);
         dbuf C = dbuf_zero((size_t)M * N);
-        rt_gemm(g_cpu, false, true, M, N, K, 1.0f, A.c, K, 0, B.c, K, 0, 0.0f, C.c, N, 0, 1);
-        rt_gemm(g_gpu, false, true, M, N, K, 1.0f, A.g, K, 0, B.g, K, 0, 0.0f, C.g, N, 0, 1);
+        rt_gemm(g_cpu, false, true, M, N, K, 1.0f, rt_xf(A.c), K, 0, rt_xf(B.c), K, 0, 0.0f, rt_xf(C.c), N, 0, 1);
+        rt_gemm(g_gpu, false, true, M, N, K, 1.0f, rt_xf(A.g), K, 0, rt_xf(B.g), K, 0, 0.0f, rt_xf(C.g), N, 0, 1);
         snprintf(what, sizeof what, "%s gemm", rt_dtype_name(dtype));
         dbuf_check(what, &C, GEMM_ATOL, unit);
         /* stored activations: GELU and LayerNorm outputs */
         dbuf G = dbuf_zero(A.n), mean = dbuf_zero(M), rstd = dbuf_zero(M), W = dbuf_rand(K, 0.5f, 1.0f),
              bias = dbuf_rand(K, 0.1f, 0.0f);
-        rt_act_fwd(g_cpu, RT_ACT_GELU_TANH, G.c, A.c, A.n);
-        rt_act_fwd(g_gpu, RT_ACT_GELU_TANH, G.g, A.g, A.n);
+        rt_act_fwd(g_cpu, RT_ACT_GELU_TANH, rt_xf(G.c), rt_xf(A.c), A.n);
+        rt_act_fwd(g_gpu, RT_ACT_GELU_TANH, rt_xf(G.g), rt_xf(A.g), A.n);
         snprintf(what, sizeof what, "%s gelu", rt_dtype_name(dtype));
         dbuf_check(what, &G, ATOL, unit);
         rt_layernorm_fwd(g_cpu, G.c, mean.c, rstd.c, A.c, W.c, bias.c, M, K, 1e-5f);
@@ -913,10 +913,10 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     dbuf X = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W = dbuf_rand((size_t)F * C, 0.2f, 0.0f),
          b = dbuf_rand(F, 0.5f, 0.0f);
     dbuf pre = dbuf_zero(N * F), out = dbuf_zero(N * F), plain = dbuf_zero(N * F);
-    rt_linear_fwd(g_cpu, out.c, pre.c, X.c, W.c, b.c, N, C, F, &act);
-    rt_linear_fwd(g_gpu, out.g, pre.g, X.g, W.g, b.g, N, C, F, &act);
-    rt_linear_fwd(g_cpu, NULL, plain.c, X.c, W.c, b.c, N, C, F, NULL);
-    rt_linear_fwd(g_gpu, NULL, plain.g, X.g, W.g, b.g, N, C, F, NULL);
+    rt_linear_fwd(g_cpu, rt_xf(out.c), rt_xf(pre.c), rt_xf(X.c), W.c, b.c, N, C, F, &act);
+    rt_linear_fwd(g_gpu, rt_xf(out.g), rt_xf(pre.g), rt_xf(X.g), W.g, b.g, N, C, F, &act);
+    rt_linear_fwd(g_cpu, rt_xf(NULL), rt_xf(plain.c), rt_xf(X.c), W.c, b.c, N, C, F, NULL);
+    rt_linear_fwd(g_gpu, rt_xf(NULL), rt_xf(plain.g), rt_xf(X.g), W.g, b.g, N, C, F, NULL);
     snprintf(what, sizeof what, "%s linear_fwd act %d F %d: pre", rt_dtype_name(dtype), (int)act, F);
     dbuf_check(what, &pre, GEMM_ATOL, tol);
     snprintf(what, sizeof what, "%s linear_fwd act %d F %d: out", rt_dtype_name(dtype), (int)act, F);
@@ -925,8 +925,8 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     dbuf_check(what, &plain, GEMM_ATOL, tol);
     /* backward: dW and db accumulate onto what is there */
     dbuf dY = dbuf_rand_stored(dtype, N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f), db = dbuf_rand(F, 1.0f, 0.0f);
-    rt_linear_wgrad(g_cpu, dW.c, db.c, dY.c, X.c, N, C, F);
-    rt_linear_wgrad(g_gpu, dW.g, db.g, dY.g, X.g, N, C, F);
+    rt_linear_wgrad(g_cpu, dW.c, db.c, rt_xf(dY.c), rt_xf(X.c), N, C, F);
+    rt_linear_wgrad(g_gpu, dW.g, db.g, rt_xf(dY.g), rt_xf(X.g), N, C, F);
     snprintf(what, sizeof what, "%s linear_wgrad F %d: dW", rt_dtype_name(dtype), F);
     dbuf_check(what, &dW, GEMM_ATOL, tol);
     snprintf(what, sizeof what, "%s linear_wgrad F %d: db", rt_dtype_name(dtype), F);
@@ -934,8 +934,8 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     /* the FFN's down projection W2 (C, F): dpre = act'(pre) * (dY2 W2), db1 += column sums */
     dbuf dY2 = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f), dpre = dbuf_zero(N * F);
     dbuf_sync_from_cpu(&pre); /* the same pre-activations on both */
-    rt_linear_dact(g_cpu, dpre.c, db.c, dY2.c, W2.c, pre.c, N, F, C, act);
-    rt_linear_dact(g_gpu, dpre.g, db.g, dY2.g, W2.g, pre.g, N, F, C, act);
+    rt_linear_dact(g_cpu, rt_xf(dpre.c), db.c, rt_xf(dY2.c), W2.c, rt_xf(pre.c), N, F, C, act);
+    rt_linear_dact(g_gpu, rt_xf(dpre.g), db.g, rt_xf(dY2.g), W2.g, rt_xf(pre.g), N, F, C, act);
     snprintf(what, sizeof what, "%s linear_dact act %d F %d: dpre", rt_dtype_name(dtype), (int)act, F);
     dbuf_check(what, &dpre, GEMM_ATOL, tol);
     snprintf(what, sizeof what, "%s linear_dact act %d F %d: db", rt_dtype_name(dtype), (int)act, F);
@@ -1052,12 +1052,12 @@ static void test_weight_copy_case(rt_dtype dtype) {
             }
             if (round == 3) TZ_EXPECT_OK(rt_weight_copy_set(bes[k], NULL, 0));
             /* C (M, N) = A (M, K) B^T, B (N, K) a block of the slab with row stride LDB */
-            rt_gemm(bes[k], false, true, M, N, K, 1.0f, k ? A.g : A.c, K, 0, w + OFF, LDB, 0, 0.0f, k ? C.g : C.c, N, 0,
-                    1);
+            rt_gemm(bes[k], false, true, M, N, K, 1.0f, rt_xf(k ? A.g : A.c), K, 0, rt_xf(w + OFF), LDB, 0, 0.0f,
+                    rt_xf(k ? C.g : C.c), N, 0, 1);
             /* a linear layer whose weight (N, K) is packed in the slab */
             const rt_act_kind act = RT_ACT_GELU_TANH;
-            rt_linear_fwd(bes[k], k ? out.g : out.c, k ? pre.g : pre.c, k ? A.g : A.c, w + 2 * OFF, k ? b.g : b.c, M, K,
-                          N, &act);
+            rt_linear_fwd(bes[k], rt_xf(k ? out.g : out.c), rt_xf(k ? pre.g : pre.c), rt_xf(k ? A.g : A.c), w + 2 * OFF,
+                          k ? b.g : b.c, M, K, N, &act);
         }
         dbuf_check("weight copy: AdamW's weights", &W, RTOL, RTOL);
         snprintf(what, sizeof what, "%s weight copy, round %d: gemm from the slab", rt_dtype_name(dtype), round);

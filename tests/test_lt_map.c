@@ -84,7 +84,7 @@ static void check_gemm(rt_backend *be, bool ta, bool tb, int batch) {
     float *A = filled(sa * batch, &st), *B = filled(sb * batch, &st), *C = filled(sc * batch, &st);
     float *want = rt_xmalloc(sc * batch * sizeof *want);
     memcpy(want, C, sc * batch * sizeof *C);
-    rt_gemm(be, ta, tb, M, N, K, 0.5f, A, lda, sa, B, ldb, sb, 0.25f, want, ldc, sc, batch);
+    rt_gemm(be, ta, tb, M, N, K, 0.5f, rt_xf(A), lda, sa, rt_xf(B), ldb, sb, 0.25f, rt_xf(want), ldc, sc, batch);
     const lt_call x = lt_map_row_major(ta, tb, M, N, K, 0.5f, A, lda, sa, B, ldb, sb, 0.25f, C, ldc, sc, batch);
     lt_emulate(&x);
     char what[80];
@@ -110,7 +110,7 @@ static void check_linear(rt_backend *be, bool bias, bool act) {
     float *out = rt_xcalloc(NR * OUT, sizeof *out), *pre = rt_xcalloc(NR * OUT, sizeof *pre);
     float *want_out = rt_xcalloc(NR * OUT, sizeof *want_out), *want_pre = rt_xcalloc(NR * OUT, sizeof *want_pre);
     const rt_act_kind gelu = RT_ACT_GELU_TANH;
-    rt_linear_fwd(be, want_out, want_pre, X, W, bias ? b : NULL, NR, IN, OUT, act ? &gelu : NULL);
+    rt_linear_fwd(be, rt_xf(want_out), rt_xf(want_pre), rt_xf(X), W, bias ? b : NULL, NR, IN, OUT, act ? &gelu : NULL);
     lt_call x;
     const bool fused = lt_map_linear_fwd(&x, out, pre, X, W, bias ? b : NULL, NR, IN, OUT, act, true);
     char what[80];
@@ -138,7 +138,7 @@ static void check_wgrad(rt_backend *be, bool with_db) {
     float *dY = filled(NR * OUT, &st), *X = filled(NR * IN, &st), *dW = filled(OUT * IN, &st);
     float *want = rt_xmalloc(OUT * IN * sizeof *want), *db = rt_xcalloc(OUT, sizeof *db), *g = rt_xcalloc(OUT, 4);
     memcpy(want, dW, OUT * IN * sizeof *dW);
-    rt_linear_wgrad(be, want, with_db ? db : NULL, dY, X, NR, IN, OUT);
+    rt_linear_wgrad(be, want, with_db ? db : NULL, rt_xf(dY), rt_xf(X), NR, IN, OUT);
     lt_call x;
     TZ_EXPECT(lt_map_linear_wgrad(&x, dW, with_db ? g : NULL, dY, X, NR, IN, OUT), "wgrad refused");
     lt_emulate(&x);
@@ -158,7 +158,7 @@ static void check_dact(rt_backend *be) {
     float *dY = filled(NR * OUT, &st), *W = filled(OUT * IN, &st), *pre = filled(NR * IN, &st);
     float *dpre = rt_xcalloc(NR * IN, sizeof *dpre), *want = rt_xcalloc(NR * IN, sizeof *want);
     float *db = rt_xcalloc(IN, sizeof *db), *g = rt_xcalloc(IN, sizeof *g);
-    rt_linear_dact(be, want, db, dY, W, pre, NR, IN, OUT, RT_ACT_GELU_TANH);
+    rt_linear_dact(be, rt_xf(want), db, rt_xf(dY), W, rt_xf(pre), NR, IN, OUT, RT_ACT_GELU_TANH);
     lt_call x;
     TZ_EXPECT(lt_map_linear_dact(&x, dpre, g, dY, W, pre, NR, IN, OUT, true), "dact refused");
     lt_emulate(&x);

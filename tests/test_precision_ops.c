@@ -75,8 +75,8 @@ static int case_rmsnorm(rt_backend *be, const op_inputs *in, op_out *o) {
 static int case_act(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(4 * N * F), *d = fresh(4 * N * F);
     for (int k = 0; k < 4; k++) {
-        rt_act_fwd(be, (rt_act_kind)k, out + k * N * F, in->g, N * F);
-        rt_act_bwd(be, (rt_act_kind)k, d + k * N * F, in->g, in->u, N * F);
+        rt_act_fwd(be, (rt_act_kind)k, rt_xf(out + k * N * F), rt_xf(in->g), N * F);
+        rt_act_bwd(be, (rt_act_kind)k, rt_xf(d + k * N * F), rt_xf(in->g), rt_xf(in->u), N * F);
     }
     o[0] = (op_out){"out (4 kinds)", out, 4 * N * F, true, 0}, o[1] = (op_out){"dinp (4 kinds)", d, 4 * N * F, true, 0};
     return 2;
@@ -84,8 +84,8 @@ static int case_act(rt_backend *be, const op_inputs *in, op_out *o) {
 
 static int case_gated(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(N * F), *dg = fresh(N * F), *dl = fresh(N * F);
-    rt_gated_act_fwd(be, RT_ACT_GELU_TANH, out, in->g, in->u, N * F);
-    rt_gated_act_bwd(be, RT_ACT_GELU_TANH, dg, dl, in->g, in->u, in->x, N * F);
+    rt_gated_act_fwd(be, RT_ACT_GELU_TANH, rt_xf(out), rt_xf(in->g), rt_xf(in->u), N * F);
+    rt_gated_act_bwd(be, RT_ACT_GELU_TANH, rt_xf(dg), rt_xf(dl), rt_xf(in->g), rt_xf(in->u), rt_xf(in->x), N * F);
     o[0] = (op_out){"out", out, N * F, true, 0}, o[1] = (op_out){"dgate", dg, N * F, true, 0};
     o[2] = (op_out){"dlin", dl, N * F, true, 0};
     return 3;
@@ -94,7 +94,7 @@ static int case_gated(rt_backend *be, const op_inputs *in, op_out *o) {
 static int case_bias_add(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = copy_of(in->x, N * C), *db = fresh(C), *sum = fresh(N * C);
     rt_add_bias(be, out, in->w, N, C);
-    rt_bias_bwd(be, db, in->y, N, C);
+    rt_bias_bwd(be, db, rt_xf(in->y), N, C);
     rt_add(be, sum, in->x, in->y, N * C);
     o[0] = (op_out){"add_bias out", out, N * C, true, 0}, o[1] = (op_out){"bias_bwd dbias", db, C, false, 0};
     o[2] = (op_out){"add out", sum, N * C, true, 0};
@@ -142,7 +142,7 @@ static int case_dropout_clamp(rt_backend *be, const op_inputs *in, op_out *o) {
     float *f = fresh(N * F), *b = fresh(N * F), *cols = fresh(N * 4), *cl = copy_of(in->big, N * C);
     rt_dropout_fwd(be, f, in->g, N * F, 0.25f, 7, 3);
     rt_dropout_bwd(be, b, in->u, N * F, 0.25f, 7, 3);
-    rt_dropout_cols(be, cols, in->g, N, 4, F, 4, 0.25f, 7, 5);
+    rt_dropout_cols(be, rt_xf(cols), rt_xf(in->g), N, 4, F, 4, 0.25f, 7, 5);
     rt_clamp_abs(be, cl, N * C, 64504.0f);
     o[0] = (op_out){"dropout out", f, N * F, true, 0}, o[1] = (op_out){"dropout dinp", b, N * F, true, 0};
     o[2] = (op_out){"dropout_cols out", cols, N * 4, true, 0}, o[3] = (op_out){"clamp_abs out", cl, N * C, true, 0};
@@ -152,7 +152,8 @@ static int case_dropout_clamp(rt_backend *be, const op_inputs *in, op_out *o) {
 /* The matmul's outputs: checked against the bound in the header, not bit for bit. */
 static int case_gemm(rt_backend *be, const op_inputs *in, op_out *o) {
     float *c = fresh(N * 3 * C);
-    rt_gemm(be, false, true, N, 3 * C, C, 1.0f, in->x, 3 * C, 0, in->w, C, 0, 0.0f, c, 3 * C, 0, 1);
+    rt_gemm(be, false, true, N, 3 * C, C, 1.0f, rt_xf(in->x), 3 * C, 0, rt_xf(in->w), C, 0, 0.0f, rt_xf(c), 3 * C, 0,
+            1);
     o[0] = (op_out){"gemm C", c, N * 3 * C, true, 0};
     return 1;
 }

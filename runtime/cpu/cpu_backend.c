@@ -188,70 +188,90 @@ void rt_cpu_gemm_f32(bool trans_a, bool trans_b, int M, int N, int K, float alph
                 A, lda, B, ldb, beta, C, ldc);
 }
 
-/* This thread's buffers for the rounded copies of a GEMM's inputs (the thread comm's ranks call
- * gemm at once), grown on demand and freed when the thread ends: bf16 values for oneDNN's bf16
- * matmul, fp16 values kept as floats (fp16 x fp16 products are exact in fp32, so an fp32 GEMM
- * over them is the fp16 GEMM with fp32 sums, on any CPU). */
+/* This thread's scratch buffers (the thread comm's ranks call gemm at once), grown on demand and
+ * freed when the thread ends: a GEMM's inputs rounded or widened to the form its kernel reads
+ * (bf16 values for oneDNN's bf16 matmul; else floats, where fp16 x fp16 and bf16 x bf16 products
+ * are exact in fp32, so an fp32 GEMM over them is the 16-bit GEMM with fp32 sums, on any CPU), its
+ * fp32 output before a 16-bit C is stored, and a fused linear's fp32 sums. */
+enum { SCRATCH_A, SCRATCH_B, SCRATCH_C, SCRATCH_LINEAR, SCRATCH_COUNT };
 typedef struct {
-    void *p[2];
-    size_t cap[2]; /* bytes */
-} cpu_round_scratch;
+    void *p[SCRATCH_COUNT];
+    size_t cap[SCRATCH_COUNT]; /* bytes */
+} cpu_scratch_set;
 
-static pthread_key_t round_key;
-static pthread_once_t round_once = PTHREAD_ONCE_INIT;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
-static void round_scratch_free(void *v) {
-    cpu_round_scratch *s = v;
-    free(s->p[0]);
-    free(s->p[1]);
+static void scratch_set_free(void *v) {
+    cpu_scratch_set *s = v;
+    for (int i = 0; i < SCRATCH_COUNT; i++) free(s->p[i]);
     free(s);
 }
 
-static void round_key_init(void) { RT_CHECK(pthread_key_create(&round_key, round_scratch_free) == 0, "pthread key"); }
+static void scratch_key_init(void) { RT_CHECK(pthread_key_create(&scratch_key, scratch_set_free) == 0, "pthread key"); }
 
-/* rows x cols of X (row stride ld) rounded to dtype into this thread's buffer `which`, packed
- * (row stride cols): uint16 bf16 values when bits16, else the rounded values as floats. */
-static const void *cpu_round_input(int which, rt_dtype dtype, bool bits16, const float *X, int rows, int cols,
-                                   int ld) {
-    pthread_once(&round_once, round_key_init);
-    cpu_round_scratch *s = pthread_getspecific(round_key);
+/* This thread's buffer `which` of at least `bytes`. */
+static void *cpu_scratch(int which, size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_init);
+    cpu_scratch_set *s = pthread_getspecific(scratch_key);
     if (!s) {
         s = rt_xcalloc(1, sizeof *s);
-        RT_CHECK(pthread_setspecific(round_key, s) == 0, "pthread_setspecific");
+        RT_CHECK(pthread_setspecific(scratch_key, s) == 0, "pthread_setspecific");
     }
-    const size_t n = (size_t)rows * cols, bytes = n * (bits16 ? sizeof(uint16_t) : sizeof(float));
     if (bytes > s->cap[which]) {
         free(s->p[which]);
         s->p[which] = rt_xmalloc(bytes);
         s->cap[which] = bytes;
     }
-    if (bits16) {
-        uint16_t *out = s->p[which];
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(X[(size_t)r * ld + c]);
-    } else {
-        float *out = s->p[which];
-#pragma omp parallel for schedule(static)
-        for (int r = 0; r < rows; r++) rt_cpu_round_span(dtype, out + (size_t)r * cols, X + (size_t)r * ld, (size_t)cols);
-    }
     return s->p[which];
 }
 
-/* One GEMM whose inputs are rounded to dtype (bf16 or fp16) first: oneDNN's bf16 matmul where
- * this CPU has one, else the fp32 GEMM over the rounded values, which gives the same products
- * (16-bit x 16-bit is exact in fp32) and fp32 sums. */
-static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* rows x cols of X (row stride ld) as the GEMM kernel reads them, packed (row stride cols) into
+ * this thread's buffer `which`: bf16 bits when bits16, else floats; an fp32 X is rounded to dtype,
+ * a 16-bit one converted (exactly, to floats). */
+static const void *cpu_gemm_input(int which, rt_dtype dtype, bool bits16, rt_x X, int rows, int cols, int ld) {
+    const size_t n = (size_t)rows * cols;
+    void *buf = cpu_scratch(which, n * (bits16 ? sizeof(uint16_t) : sizeof(float)));
+    if (X.t != RT_F32) { /* 16-bit: widened (bf16 bits needing no conversion are read in place) */
+        RT_CHECK(!bits16, "cpu_gemm_input: %s for a bf16 kernel", rt_dtype_name(X.t));
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++)
+            rt_cpu_widen_span(X.t, (float *)buf + (size_t)r * cols, (const uint16_t *)X.p + (size_t)r * ld,
+                              (size_t)cols);
+        return buf;
+    }
+    const float *x = X.p;
+    if (bits16) {
+        uint16_t *out = buf;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(x[(size_t)r * ld + c]);
+    } else {
+        float *out = buf;
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < rows; r++)
+            rt_cpu_round_span(dtype, out + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
+    }
+    return buf;
+}
+
+/* One GEMM whose inputs are read at dtype (bf16 or fp16): oneDNN's bf16 matmul where this CPU has
+ * one, else the fp32 GEMM over the 16-bit values as floats, which gives the same products and
+ * fp32 sums. A weight comes from the copy the optimizer wrote, a bf16 activation is read where it
+ * lies, anything else is converted now. */
+static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
+                             int lda, rt_x B, int ldb, float beta, float *C, int ldc) {
     const rt_dtype dtype = c->matmul;
     const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
     const bool dnnl_bf16 = dtype == RT_BF16 && cpu_dnnl_has(CPU_DNNL_BF16);
-    /* a weight comes from the copy the optimizer wrote; anything else is rounded now */
-    const void *A16 = cpu_weight_copy_find(c, dnnl_bf16, A, a_rows, a_cols, lda);
-    const void *B16 = cpu_weight_copy_find(c, dnnl_bf16, B, b_rows, b_cols, ldb);
-    const int lda16 = a_cols, ldb16 = b_cols; /* the copy's blocks are packed too */
-    if (!A16) A16 = cpu_round_input(0, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
-    if (!B16) B16 = cpu_round_input(1, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
+    const void *A16 = NULL, *B16 = NULL;
+    int lda16 = a_cols, ldb16 = b_cols; /* the copy's blocks and the scratch are packed */
+    if (A.t == RT_F32) A16 = cpu_weight_copy_find(c, dnnl_bf16, A.p, a_rows, a_cols, lda);
+    if (B.t == RT_F32) B16 = cpu_weight_copy_find(c, dnnl_bf16, B.p, b_rows, b_cols, ldb);
+    if (dnnl_bf16 && A.t == RT_BF16) A16 = A.p, lda16 = lda;
+    if (dnnl_bf16 && B.t == RT_BF16) B16 = B.p, ldb16 = ldb;
+    if (!A16) A16 = cpu_gemm_input(SCRATCH_A, dtype, dnnl_bf16, A, a_rows, a_cols, lda);
+    if (!B16) B16 = cpu_gemm_input(SCRATCH_B, dtype, dnnl_bf16, B, b_rows, b_cols, ldb);
     if (!dnnl_bf16) {
         rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
         return;
@@ -261,9 +281,19 @@ static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, in
     RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
 }
 
-static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                     const float *A, int lda, size_t stride_a, const float *B, int ldb,
-                     size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch) {
+/* One GEMM into fp32 C (row stride ldc). */
+static void cpu_gemm_one(const rt_cpu_ctx *c, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
+                         int lda, rt_x B, int ldb, float beta, float *C, int ldc) {
+    if (c->matmul != RT_F32 && K > 0)
+        cpu_gemm_rounded(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    else
+        rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, rt_x_floats(A, "fp32 gemm"), lda,
+                        rt_x_floats(B, "fp32 gemm"), ldb, beta, C, ldc);
+}
+
+static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A, int lda,
+                     size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc, size_t stride_c,
+                     int batch) {
     RT_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "M=%d N=%d K=%d batch=%d", M, N, K, batch);
     if (M == 0 || N == 0) return;
     /* Row-major strides must cover a row as stored: cblas rejects (and prints, not aborts)
@@ -273,13 +303,75 @@ static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
     RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
     const rt_cpu_ctx *c = ctx;
     for (int b = 0; b < batch; b++) {
-        const float *Ab = A + (size_t)b * stride_a, *Bb = B + (size_t)b * stride_b;
-        float *Cb = C + (size_t)b * stride_c;
-        if (c->matmul != RT_F32 && K > 0)
-            cpu_gemm_rounded(c, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
-        else
-            rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+        const rt_x Ab = rt_x_at(A, (size_t)b * stride_a), Bb = rt_x_at(B, (size_t)b * stride_b);
+        const rt_x Cb = rt_x_at(C, (size_t)b * stride_c);
+        if (C.t == RT_F32) {
+            cpu_gemm_one(c, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, Cb.p, ldc);
+            continue;
+        }
+        /* a 16-bit C: the fp32 sums (with beta C added) in scratch, then stored rounded */
+        float *acc = cpu_scratch(SCRATCH_C, (size_t)M * N * sizeof(float));
+        if (beta != 0.0f)
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= RT_CPU_PAR_MIN)
+            for (int r = 0; r < M; r++)
+                rt_cpu_widen_span(C.t, acc + (size_t)r * N, (const uint16_t *)Cb.p + (size_t)r * ldc, (size_t)N);
+        cpu_gemm_one(c, trans_a, trans_b, M, N, K, alpha, Ab, lda, Bb, ldb, beta, acc, N);
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= RT_CPU_PAR_MIN)
+        for (int r = 0; r < M; r++)
+            rt_cpu_narrow_span(C.t, (uint16_t *)Cb.p + (size_t)r * ldc, acc + (size_t)r * N, (size_t)N);
     }
+}
+
+/* The fused linear layer where pre (or out) is 16-bit: the fp32 sums in scratch, then one pass per
+ * row adds the bias, applies the activation and stores pre and out, each rounded once from the
+ * fp32 values (the composed ops' numbers). fp32 buffers take the composed ops. */
+static bool cpu_linear_fwd(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
+                           int out_f, const rt_act_kind *act) {
+    if (pre.t == RT_F32 && (!act || out.t == RT_F32)) return false;
+    RT_CHECK(N <= INT32_MAX, "linear_fwd: %zu rows", N);
+    float *acc = cpu_scratch(SCRATCH_LINEAR, N * (size_t)out_f * sizeof(float));
+    cpu_gemm(ctx, false, true, (int)N, out_f, in, 1.0f, X, in, 0, rt_xf(W), in, 0, 0.0f, rt_xf(acc), out_f, 0, 1);
+#pragma omp parallel for schedule(static) if (N * (size_t)out_f >= RT_CPU_PAR_MIN)
+    for (size_t r = 0; r < N; r++) {
+        float *row = acc + r * (size_t)out_f;
+        if (b)
+            for (int k = 0; k < out_f; k++) row[k] += b[k];
+        for (size_t k = 0; k < (size_t)out_f; k += RT_CPU_X_RUN) {
+            const size_t at = r * (size_t)out_f + k;
+            const size_t m = (size_t)out_f - k < RT_CPU_X_RUN ? (size_t)out_f - k : RT_CPU_X_RUN;
+            float buf[RT_CPU_X_RUN];
+            if (act) {
+                float *y = rt_cpu_x_dst(out, at, buf);
+                rt_cpu_act_span(*act, y, row + k, m);
+                rt_cpu_x_commit(out, at, m, y);
+            }
+            float *p = rt_cpu_x_dst(pre, at, buf);
+            if (p != row + k) memcpy(p, row + k, m * sizeof(float));
+            rt_cpu_x_commit(pre, at, m, p);
+        }
+    }
+    return true;
+}
+
+/* Its backward through the activation where dpre is 16-bit: the fp32 product dY W in scratch,
+ * act' applied to it in place, the bias gradient summed from it, then dpre stored rounded (the
+ * composed ops' numbers). */
+static bool cpu_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in,
+                            int out_f, rt_act_kind act) {
+    if (dpre.t == RT_F32) return false;
+    RT_CHECK(N <= INT32_MAX, "linear_dact: %zu rows", N);
+    const size_t n = N * (size_t)in;
+    float *acc = cpu_scratch(SCRATCH_LINEAR, n * sizeof(float));
+    cpu_gemm(ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, rt_xf(acc), in, 0, 1);
+    rt_cpu_act_bwd(ctx, act, rt_xf(acc), pre, rt_xf(acc), n);
+    if (db) rt_cpu_bias_bwd(ctx, db, rt_xf(acc), N, in);
+    const size_t runs = (n + RT_CPU_X_RUN - 1) / RT_CPU_X_RUN;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t k = 0; k < runs; k++) {
+        const size_t at = k * RT_CPU_X_RUN;
+        rt_cpu_x_commit(dpre, at, n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN, acc + at);
+    }
+    return true;
 }
 
 int rt_cpu_blas_serial_begin(void) {
@@ -350,6 +442,8 @@ static const rt_backend_ops rt_cpu_ops = {
     .narrow = cpu_narrow,
     .widen = cpu_widen,
     .gemm = cpu_gemm,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_dact = cpu_linear_dact,
     .layernorm_fwd = rt_cpu_layernorm_fwd,
     .layernorm_bwd = rt_cpu_layernorm_bwd,
     .rmsnorm_fwd = rt_cpu_rmsnorm_fwd,
@@ -407,6 +501,7 @@ rt_status rt_cpu_backend_init(int threads, rt_backend **out) {
     be->ops = &rt_cpu_ops;
     be->ctx = cx;
     be->device = -1;
+    be->typed_acts = true;
     *out = be;
     return RT_OK;
 fail:

@@ -54,45 +54,52 @@ static inline float rt_cpu_tanh_grad(float x) {
     return 1.0f - t * t;
 }
 
-void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
+/* The kernels below compute a run of fp32 values each (serial, vectorized); rt_cpu_x_map runs
+ * one over typed buffers (rt_x). in: [inp] plain, [inp, dout] its backward, [gate, lin] gated,
+ * [gate, lin, dout] its backward; out: [out], [dinp], [out], [dgate, dlin]. Each element's
+ * inputs are read before its outputs are written, so an output may alias an input. */
+typedef void (*cpu_span_fn)(rt_act_kind kind, float *const *out, const float *const *in, size_t n);
+
+void rt_cpu_act_span(rt_act_kind kind, float *out, const float *inp, size_t n) {
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_erf(inp[i]);
         break;
     case RT_ACT_RELU:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_relu(inp[i]);
         break;
     case RT_ACT_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = tanhf(inp[i]);
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
     }
 }
 
-void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
-                    size_t n) {
+static void act_fwd_span(rt_act_kind kind, float *const *out, const float *const *in, size_t n) {
+    rt_cpu_act_span(kind, out[0], in[0], n);
+}
+
+static void act_bwd_span(rt_act_kind kind, float *const *out, const float *const *in, size_t n) {
+    float *dinp = out[0];
+    const float *inp = in[0], *dout = in[1];
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_gelu_tanh_grad(inp[i]);
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_gelu_erf_grad(inp[i]);
         break;
     case RT_ACT_RELU:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
         break;
     case RT_ACT_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) dinp[i] = dout[i] * rt_cpu_tanh_grad(inp[i]);
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
@@ -101,23 +108,22 @@ void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, 
 
 /* out = act(gate) * lin, as HF's T5DenseGatedActDense: the activation in float, then the
  * product. */
-void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate, const float *lin,
-                          size_t n) {
+static void gated_fwd_span(rt_act_kind kind, float *const *o, const float *const *in, size_t n) {
+    float *out = o[0];
+    const float *gate = in[0], *lin = in[1];
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_tanh(gate[i]) * lin[i];
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_gelu_erf(gate[i]) * lin[i];
         break;
     case RT_ACT_RELU:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = rt_cpu_relu(gate[i]) * lin[i];
         break;
     case RT_ACT_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) out[i] = tanhf(gate[i]) * lin[i];
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
@@ -125,43 +131,78 @@ void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *
 }
 
 /* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), the order autograd takes. */
-void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                          const float *lin, const float *dout, size_t n) {
+static void gated_bwd_span(rt_act_kind kind, float *const *out, const float *const *in, size_t n) {
+    float *dgate = out[0], *dlin = out[1];
+    const float *gate = in[0], *lin = in[1], *dout = in[2];
     switch (kind) {
     case RT_ACT_GELU_TANH:
-#pragma omp parallel for simd schedule(static) if (n >= RT_CPU_PAR_MIN)
+#pragma omp simd
         for (size_t i = 0; i < n; i++) {
-            float g = gate[i], dy = dout[i];
+            float g = gate[i], dy = dout[i], l = lin[i];
             dlin[i] = dy * rt_cpu_gelu_tanh(g);
-            dgate[i] = (dy * lin[i]) * rt_cpu_gelu_tanh_grad(g);
+            dgate[i] = (dy * l) * rt_cpu_gelu_tanh_grad(g);
         }
         break;
     case RT_ACT_GELU_ERF:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = gate[i], dy = dout[i];
+            float g = gate[i], dy = dout[i], l = lin[i];
             dlin[i] = dy * rt_cpu_gelu_erf(g);
-            dgate[i] = (dy * lin[i]) * rt_cpu_gelu_erf_grad(g);
+            dgate[i] = (dy * l) * rt_cpu_gelu_erf_grad(g);
         }
         break;
     case RT_ACT_RELU:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = gate[i], dy = dout[i];
+            float g = gate[i], dy = dout[i], l = lin[i];
             dlin[i] = dy * rt_cpu_relu(g);
-            dgate[i] = g > 0.0f ? dy * lin[i] : 0.0f;
+            dgate[i] = g > 0.0f ? dy * l : 0.0f;
         }
         break;
     case RT_ACT_TANH:
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
         for (size_t i = 0; i < n; i++) {
-            float g = gate[i], dy = dout[i];
+            float g = gate[i], dy = dout[i], l = lin[i];
             dlin[i] = dy * tanhf(g);
-            dgate[i] = (dy * lin[i]) * rt_cpu_tanh_grad(g);
+            dgate[i] = (dy * l) * rt_cpu_tanh_grad(g);
         }
         break;
     default: RT_CHECK(0, "unknown activation kind %d", (int)kind);
     }
+}
+
+/* Runs f over n elements of n_in typed inputs into n_out typed outputs, in runs of RT_CPU_X_RUN
+ * split over the threads. */
+static void cpu_x_map(rt_act_kind kind, cpu_span_fn f, size_t n, int n_in, const rt_x *in, int n_out, const rt_x *out) {
+    const size_t runs = (n + RT_CPU_X_RUN - 1) / RT_CPU_X_RUN;
+#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
+    for (size_t r = 0; r < runs; r++) {
+        const size_t at = r * RT_CPU_X_RUN, m = n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN;
+        float in_buf[3][RT_CPU_X_RUN], out_buf[2][RT_CPU_X_RUN];
+        const float *x[3];
+        float *y[2];
+        for (int k = 0; k < n_in; k++) x[k] = rt_cpu_x_read(in[k], at, m, in_buf[k]);
+        for (int k = 0; k < n_out; k++) y[k] = rt_cpu_x_dst(out[k], at, out_buf[k]);
+        f(kind, y, x, m);
+        for (int k = 0; k < n_out; k++) rt_cpu_x_commit(out[k], at, m, y[k]);
+    }
+}
+
+void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
+    cpu_x_map(kind, act_fwd_span, n, 1, &inp, 1, &out);
+}
+
+void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    const rt_x in[2] = {inp, dout};
+    cpu_x_map(kind, act_bwd_span, n, 2, in, 1, &dinp);
+}
+
+void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    const rt_x in[2] = {gate, lin};
+    cpu_x_map(kind, gated_fwd_span, n, 2, in, 1, &out);
+}
+
+void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                          size_t n) {
+    const rt_x in[3] = {gate, lin, dout}, out[2] = {dgate, dlin};
+    cpu_x_map(kind, gated_bwd_span, n, 3, in, 2, out);
 }
 
 void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) {
@@ -172,16 +213,16 @@ void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) 
     }
 }
 
-void rt_cpu_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C) {
+void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
     int nblk = (C + RT_CPU_COL_BLOCK - 1) / RT_CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * RT_CPU_COL_BLOCK;
         int c1 = c0 + RT_CPU_COL_BLOCK < C ? c0 + RT_CPU_COL_BLOCK : C;
-        float acc[RT_CPU_COL_BLOCK] = {0};
+        float acc[RT_CPU_COL_BLOCK] = {0}, buf[RT_CPU_COL_BLOCK];
         for (size_t n = 0; n < N; n++) {
-            const float *dy = dout + n * (size_t)C;
-            for (int c = c0; c < c1; c++) acc[c - c0] += dy[c];
+            const float *dy = rt_cpu_x_read(dout, n * (size_t)C + (size_t)c0, (size_t)(c1 - c0), buf);
+            for (int c = 0; c < c1 - c0; c++) acc[c] += dy[c];
         }
         for (int c = c0; c < c1; c++) dbias[c] += acc[c - c0];
     }
@@ -247,20 +288,25 @@ void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, flo
     rt_cpu_dropout_apply(dinp, dout, n, p, seed, stream);
 }
 
-void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
-                         int col_offset, float p, uint64_t seed, uint64_t stream) {
+void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
+                         float p, uint64_t seed, uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
-    size_t n = rows * (size_t)cols;
-    if (p == 0.0f || p >= 1.0f) { /* no draws: the whole-matrix rules give the same result */
-        rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
-        return;
-    }
+    const size_t n = rows * (size_t)cols;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t r = 0; r < rows; r++)
-        rt_cpu_dropout_run(out + r * (size_t)cols, inp + r * (size_t)cols, (size_t)cols, p, seed, stream,
-                           (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t k = 0; k < (size_t)cols; k += RT_CPU_X_RUN) {
+            const size_t at = r * (size_t)cols + k,
+                         m = (size_t)cols - k < RT_CPU_X_RUN ? (size_t)cols - k : RT_CPU_X_RUN;
+            float in_buf[RT_CPU_X_RUN], out_buf[RT_CPU_X_RUN];
+            const float *x = rt_cpu_x_read(inp, at, m, in_buf);
+            float *y = rt_cpu_x_dst(out, at, out_buf);
+            /* p 0 keeps every element (x * 1), p 1 none: the whole-matrix rules */
+            rt_cpu_dropout_run(y, x, m, p, seed, stream, (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset + k);
+            rt_cpu_x_commit(out, at, m, y);
+        }
+    }
 }
 
 /* torch.optim.AdamW, single-tensor path (PyTorch 2.x _single_tensor_adamw, the default for

@@ -114,15 +114,15 @@ void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout,
 void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *inp, const float *rstd, size_t N, int C);
 
 /* cpu_elementwise.c */
-void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
-void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp, const float *dout,
-                    size_t n);
-void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate, const float *lin,
+void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
+void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n);
+void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n);
+void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
                           size_t n);
-void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                          const float *lin, const float *dout, size_t n);
+/* One row's activation from its fp32 pre-activation, in place: the plain act_fwd's formulas. */
+void rt_cpu_act_span(rt_act_kind kind, float *out, const float *in, size_t n);
 void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
-void rt_cpu_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C);
+void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
@@ -133,8 +133,8 @@ void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float
                         uint64_t stream);
 void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                         uint64_t seed, uint64_t stream);
-void rt_cpu_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols, int cols_total,
-                         int col_offset, float p, uint64_t seed, uint64_t stream);
+void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
+                         float p, uint64_t seed, uint64_t stream);
 /* out[0 .. n) = in rounded to dtype (RT_BF16 or RT_F16), as floats: one loop per type, so each
  * vectorizes (a per-element choice of type keeps the compiler from it). Serial: callers split. */
 static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in, size_t n) {
@@ -167,6 +167,21 @@ static inline void rt_cpu_widen_span(rt_dtype dtype, float *out, const uint16_t 
 #pragma omp simd
         for (size_t i = 0; i < n; i++) out[i] = rt_f16_to_f32(in[i]);
     }
+}
+
+/* Typed activations (rt_x) in the kernels, a run of at most RT_CPU_X_RUN values at a time: read
+ * gives the run as floats (an fp32 handle's own, or widened into buf); dst is where to compute an
+ * output run (an fp32 handle's own floats, else buf), and commit stores it (narrowed to the
+ * handle's type, to nearest even: the value rt_store would have left). */
+#define RT_CPU_X_RUN 1024
+static inline const float *rt_cpu_x_read(rt_x x, size_t at, size_t n, float *buf) {
+    if (x.t == RT_F32) return (const float *)x.p + at;
+    rt_cpu_widen_span(x.t, buf, (const uint16_t *)x.p + at, n);
+    return buf;
+}
+static inline float *rt_cpu_x_dst(rt_x x, size_t at, float *buf) { return x.t == RT_F32 ? (float *)x.p + at : buf; }
+static inline void rt_cpu_x_commit(rt_x x, size_t at, size_t n, const float *v) {
+    if (x.t != RT_F32) rt_cpu_narrow_span(x.t, (uint16_t *)x.p + at, v, n);
 }
 
 /* AdamW (the ops table's, through cpu_backend.c's), also writing each updated weight into a
