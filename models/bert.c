@@ -439,7 +439,7 @@ static rt_status bert_embed(bert_model *m, size_t BT) {
     if (st != RT_OK) return st;
     rt_embedding_fwd(be, m->emb, m->types, P(m->wtt), BT, C, 0, c->type_vocab_size, true);
     rt_embedding_fwd(be, m->emb, m->pos, P(m->wpe), BT, C, 0, c->max_position_embeddings, true);
-    rt_layernorm_fwd(be, mdl_stack_residual(&m->blocks, 0), m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w),
+    rt_layernorm_fwd(be, rt_xf(mdl_stack_residual(&m->blocks, 0)), m->emb_mean, m->emb_rstd, m->emb, P(m->eln_w),
                      P(m->eln_b), BT, C, c->layer_norm_eps);
     return RT_OK;
 }
@@ -534,7 +534,7 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     }
     float *dout = mdl_stack_dout(&m->blocks);
     rt_clear(be, dout, (size_t)B * T * C * sizeof(float));
-    rt_scatter_rows_add(be, dout, dcls, m->cls_idx, B, C);
+    rt_scatter_rows_add(be, dout, rt_xf(dcls), m->cls_idx, B, C);
 }
 
 rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,

@@ -5,7 +5,7 @@
 
 #include "models/param.h"
 
-void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *mean, float *rstd, const float *in,
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, const float *in,
                   size_t n) {
     if (s->norm == MDL_NORM_RMS)
         rt_rmsnorm_fwd(s->be, out, rstd, in, mdl_param(s->params, p.w), n, s->C, s->norm_eps);
@@ -34,13 +34,13 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
  * weight's (and bias's) gradient, and din = sum_k dout_k W_k, written or (accumulate) added,
  * then all-reduced over tp once when reduce is set. */
 static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, bool reduce, int n, const int *w,
-                          const int *b, const rt_x *dout, const float *x, size_t N, int out_local) {
+                          const int *b, const rt_x *dout, rt_x x, size_t N, int out_local) {
     rt_backend *be = s->be;
     const int C = s->C;
     for (int k = 0; k < n; k++) {
         /* din NULL: the weight and bias gradients only, no collective */
-        (void)mdl_col_linear_bwd(be, s->tp, NULL, mdl_grad(s->params, w[k]), mdl_grad(s->params, b[k]), dout[k],
-                                 rt_xf(x), NULL, N, C, out_local);
+        (void)mdl_col_linear_bwd(be, s->tp, NULL, mdl_grad(s->params, w[k]), mdl_grad(s->params, b[k]), dout[k], x,
+                                 NULL, N, C, out_local);
         rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0,
                 rt_xf(mdl_param(s->params, w[k])), C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, rt_xf(din), C, 0, 1);
     }
@@ -48,67 +48,67 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
     return RT_OK;
 }
 
-rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT) {
+rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x in,
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, rt_x atty, size_t BT) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
     if (mdl_attn_fused(p)) {
-        mdl_col_linear_fwd(be, rt_xf(a.q), rt_xf(in), mdl_param(s->params, p->q_w), mdl_param(s->params, p->q_b), BT, C,
-                           3 * Il);
+        mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), mdl_param(s->params, p->q_b), BT, C, 3 * Il);
     } else {
-        if (!kv) kv = in, kv_rows = BT;
-        mdl_col_linear_fwd(be, rt_xf(a.q), rt_xf(in), mdl_param(s->params, p->q_w), NULL, BT, C, Il);
-        mdl_col_linear_fwd(be, rt_xf(a.k), rt_xf(kv), mdl_param(s->params, p->k_w), NULL, kv_rows, C, Il);
-        mdl_col_linear_fwd(be, rt_xf(a.v), rt_xf(kv), mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
+        const rt_x kvx = kv ? rt_xf(kv) : in; /* cross-attention reads another stack's output */
+        if (!kv) kv_rows = BT;
+        mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), NULL, BT, C, Il);
+        mdl_col_linear_fwd(be, a.k, kvx, mdl_param(s->params, p->k_w), NULL, kv_rows, C, Il);
+        mdl_col_linear_fwd(be, a.v, kvx, mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
     }
     rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
-    return mdl_row_linear_fwd(be, s->tp, s->tmp, rt_xf(atty), mdl_param(s->params, p->proj_w),
+    return mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
                               mdl_param(s->params, p->proj_b), BT, Il, C);
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
-                       const float *atty, float *dbias, float *din, size_t BT) {
+                       rt_x in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
+                       float *dbias, float *din, size_t BT) {
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
-    mdl_row_linear_bwd(be, rt_xf(s->datty), mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b),
-                       rt_xf(dbranch), rt_xf(atty), mdl_param(s->params, p->proj_w), BT, Il, s->C);
+    mdl_row_linear_bwd(be, s->datty, mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b), rt_xf(dbranch),
+                       atty, mdl_param(s->params, p->proj_w), BT, Il, s->C);
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
-    float *dq = s->dqkv, *dk = s->dqkv + step, *dv = s->dqkv + 2 * step;
+    const rt_x dq = s->dqkv, dk = rt_x_at(s->dqkv, step), dv = rt_x_at(s->dqkv, 2 * step);
     rt_attention_bwd(be, d, dq, dk, dv, dbias, s->datty, probs, a.q, a.k, a.v);
     if (fused) {
         const int w[1] = {p->q_w}, b[1] = {p->q_b};
-        const rt_x dout[1] = {rt_xf(dq)};
+        const rt_x dout[1] = {dq};
         return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, 3 * Il);
     }
     const int none[3] = {-1, -1, -1};
     if (!kv) { /* self-attention: q, k and v all read `in` */
         const int w[3] = {p->q_w, p->k_w, p->v_w};
-        const rt_x dout[3] = {rt_xf(dq), rt_xf(dk), rt_xf(dv)};
+        const rt_x dout[3] = {dq, dk, dv};
         return cols_bwd(s, din, false, true, 3, w, none, dout, in, BT, Il);
     }
     rt_status st = RT_OK;
     const int wq[1] = {p->q_w}, wkv[2] = {p->k_w, p->v_w};
-    const rt_x dout_q[1] = {rt_xf(dq)}, dout_kv[2] = {rt_xf(dk), rt_xf(dv)};
+    const rt_x dout_q[1] = {dq}, dout_kv[2] = {dk, dv};
     RT_TRY(cols_bwd(s, din, false, true, 1, wq, none, dout_q, in, BT, Il));
-    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, dout_kv, kv, kv_rows, Il));
+    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, dout_kv, rt_xf(kv), kv_rows, Il));
 fail:
     return st;
 }
 
-void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, rt_x up, rt_x up_lin, rt_x hidden,
-                size_t BT, mdl_drop inner) {
+void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x up, rt_x up_lin, rt_x hidden, size_t BT,
+                mdl_drop inner) {
     rt_backend *be = s->be;
     const size_t n = BT * (size_t)s->F_local;
     if (p->up_lin_w >= 0) {
-        mdl_col_linear_fwd(be, up, rt_xf(in), mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
+        mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
                            s->F_local);
-        mdl_col_linear_fwd(be, up_lin, rt_xf(in), mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
+        mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
         rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
     } else { /* one fused linear: up = in W^T + b, hidden = act(up) */
-        rt_linear_fwd(be, hidden, up, rt_xf(in), mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT,
+        rt_linear_fwd(be, hidden, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT,
                       s->C, s->F_local, &s->act);
     }
     /* drawn at the whole (BT, F) matrix's indices, so that every tp size drops the same; in
@@ -122,7 +122,7 @@ rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hid
                               mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
 }
 
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in, rt_x up,
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
                       rt_x up_lin, rt_x hidden, float *din, size_t BT, mdl_drop inner) {
     rt_backend *be = s->be;
     const int Fl = s->F_local;

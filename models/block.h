@@ -13,8 +13,10 @@
  * The branch lands in the scratch `tmp`; the backward takes dL/d(branch) and writes dL/d(in)
  * into `din` (the caller's residual and norm gradients stay with the caller, whose accumulation
  * order the goldens pin down). Parameters are indices into the model's slab, -1 for one a
- * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices, the
- * FFN's inner ones (F wide, the largest) typed handles (rt_x) that a typed backend keeps 16-bit. */
+ * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices: the
+ * sublayers' own (their inputs, q, k, v, the attention output, the FFN's inner ones) typed handles
+ * (rt_x) that a typed backend keeps in 16 bits; the residual stream and what crosses ranks or
+ * stacks (the branch output, gradients that are all-reduced, another stack's output) fp32. */
 #ifndef MDL_BLOCK_H
 #define MDL_BLOCK_H
 
@@ -40,7 +42,7 @@ typedef struct {
     rt_act_kind act;
     size_t rows;                /* rows the scratch below holds */
     float *tmp;                 /* (rows, C): the branch output (forward), dropout's gradient (backward) */
-    float *dqkv, *datty;        /* (rows, 3 I_local), (rows, I_local) */
+    rt_x dqkv, datty;           /* (rows, 3 I_local), (rows, I_local) */
     rt_x dup, dup_lin, dhid;    /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
 } mdl_sublayers;
 
@@ -66,14 +68,14 @@ typedef struct {
 
 /* Where q, k and v of an attention live (strides in the attention's rt_attn_desc). */
 typedef struct {
-    float *q, *k, *v;
+    rt_x q, k, v;
 } mdl_qkv;
 
 /* Whether the attention's q, k and v come from one fused projection. */
 static inline bool mdl_attn_fused(const mdl_attn_params *p) { return p->k_w < 0; }
 
 /* out = norm(in) over n rows; mean (LayerNorm) and rstd keep its statistics. */
-void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, float *out, float *mean, float *rstd, const float *in,
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, const float *in,
                   size_t n);
 /* din += dL/d(in) from dout; accumulates the norm's parameter gradients. */
 void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
@@ -85,23 +87,23 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
 /* tmp = proj(attention(q(in), k(kv), v(kv))) over BT query rows and kv_rows key rows (kv NULL:
  * kv = in); q, k, v, probs and atty are kept for the backward. d describes the attention (its
  * strides, masks, bias and dropout on the probabilities). */
-rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *in,
-                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, float *atty, size_t BT);
+rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x in,
+                       const float *kv, size_t kv_rows, mdl_qkv a, void *probs, rt_x atty, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
  * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
  * not yet reduced over tp. */
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       const float *in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs,
-                       const float *atty, float *dbias, float *din, size_t BT);
+                       rt_x in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
+                       float *dbias, float *din, size_t BT);
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
  * kept for the backward. */
-void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, const float *in, rt_x up, rt_x up_lin, rt_x hidden,
-                size_t BT, mdl_drop inner);
+void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x up, rt_x up_lin, rt_x hidden, size_t BT,
+                mdl_drop inner);
 /* Its second half: tmp = down(hidden). */
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, const float *in, rt_x up,
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
                       rt_x up_lin, rt_x hidden, float *din, size_t BT, mdl_drop inner);
 
 #endif

@@ -505,7 +505,7 @@ static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
                        (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     rt_clear(be, dout, BT * C * sizeof(float));
-    rt_scatter_rows_add(be, dout, m->head.drows, m->head.row_idx, (size_t)B, C);
+    rt_scatter_rows_add(be, dout, rt_xf(m->head.drows), m->head.row_idx, (size_t)B, C);
     return RT_OK;
 }
 

@@ -133,8 +133,8 @@ static rt_status glm_prefill(glm_decoder *d, const glm_inputs *ctx) {
     /* rows and drows (BT x C floats each) hold the (B*S, C_local) keys and values */
     for (int l = 0; l < m->cfg.num_layers; l++) {
         mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, n), n, m->head.rows, m->head.drows);
-        rt_scatter_rows_add(be, d->k[0][l], m->head.rows, m->head.row_idx, (int)n, Cl);
-        rt_scatter_rows_add(be, d->v[0][l], m->head.drows, m->head.row_idx, (int)n, Cl);
+        rt_scatter_rows_add(be, d->k[0][l], rt_xf(m->head.rows), m->head.row_idx, (int)n, Cl);
+        rt_scatter_rows_add(be, d->v[0][l], rt_xf(m->head.drows), m->head.row_idx, (int)n, Cl);
     }
 fail:
     return st;

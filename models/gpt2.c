@@ -398,7 +398,7 @@ static void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
     mdl_row_linear_bwd(be, rt_xf(m->dpooled), G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled), P(m->score),
                        (size_t)B, C, m->cfg.num_labels);
     rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * C * sizeof(float));
-    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), m->dpooled, m->last, B, C);
+    rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), rt_xf(m->dpooled), m->last, B, C);
 }
 
 rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,

@@ -123,7 +123,7 @@ void mdl_lm_head_target_stats(mdl_lm_head *h, int n, float *row_max, float *targ
 
 void mdl_lm_head_backward(mdl_lm_head *h, float *dhidden, size_t BT, int n) {
     rt_clear(h->be, dhidden, BT * (size_t)h->C * sizeof(float));
-    rt_scatter_rows_add(h->be, dhidden, h->drows, h->row_idx, n, h->C);
+    rt_scatter_rows_add(h->be, dhidden, rt_xf(h->drows), h->row_idx, n, h->C);
 }
 
 rt_status mdl_lm_head_to_host(mdl_lm_head *h, size_t n, float *host_logits) {

@@ -95,12 +95,18 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->dres = rt_arena_take(a, rows * C, f);
     sc->dln = rt_arena_take(a, rows * C, f);
     sc->dsum = s->cfg.post_norm ? rt_arena_take(a, rows * C, f) : NULL;
-    sc->dqkv = rt_arena_take(a, rows * 3 * Il, f);
-    sc->datty = rt_arena_take(a, rows * Il, f);
     const rt_dtype act = rt_act_dtype(s->be);
+    sc->dqkv = rt_x_of(rt_arena_take(a, rows * 3 * Il, rt_x_size(act)), act);
+    sc->datty = rt_x_of(rt_arena_take(a, rows * Il, rt_x_size(act)), act);
     sc->dup = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
     sc->dup_lin = rt_x_of(s->cfg.gated ? rt_arena_take(a, rows * Fl, rt_x_size(act)) : NULL, act);
     sc->dhid = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
+}
+
+/* x's buffer in layout phase 0 (fp32: the working set, W slots of n values) or 1 (16-bit: L slots). */
+static void stack_take(rt_x *x, rt_arena *a, int phase, rt_dtype t, size_t n, size_t W, size_t L) {
+    if ((t == RT_F32) != (phase == 0)) return;
+    *x = rt_x_of(rt_arena_take(a, (t == RT_F32 ? W : L) * n, rt_x_size(t)), t);
 }
 
 /* Bytes per query row an attention over Tk keys keeps for the backward (rt_attn_kept_bytes): Tk
@@ -137,34 +143,35 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     const rt_dtype compute = s->be->compute;
     s->kept_dtype = compute != RT_F32 && L > 2 && !s->be->keep_fp32 ? compute : RT_F32;
     const size_t W = s->kept_dtype == RT_F32 ? L : 1; /* fp32 slots */
+    /* the sublayers' inputs and their own activations at the activation type; post-norm, the
+     * norms' inputs are residual sums, fp32 as the residual stream */
+    const rt_dtype act = rt_act_dtype(s->be), norm_t = c->post_norm ? RT_F32 : act;
     a->used = (a->used + 63) & ~(size_t)63;
     const size_t work_at = a->used;
-    s->h1 = rt_arena_take(a, W * BT * C, f); /* first: the working set starts at h1 */
-    s->mid = rt_arena_take(a, W * BT * C, f);
-    s->h2 = rt_arena_take(a, W * BT * C, f);
-    s->qkv = rt_arena_take(a, W * BT * 3 * Il, f);
-    s->atty = rt_arena_take(a, W * BT * Il, f);
-    if (c->cross) {
-        s->hc = rt_arena_take(a, W * BT * C, f);
-        s->cq = rt_arena_take(a, W * BT * Il, f);
-        s->ckv = rt_arena_take(a, W * BS * 2 * Il, f);
-        s->catty = rt_arena_take(a, W * BT * Il, f);
-        s->mid2 = rt_arena_take(a, W * BT * C, f);
-    }
-    /* the FFN's inner activations: fp32 ones in the working set, 16-bit ones a slot per block */
-    const rt_dtype act = rt_act_dtype(s->be);
-    const size_t xs = rt_x_size(act);
-    if (act == RT_F32) {
-        s->up = rt_xf(rt_arena_take(a, W * BT * Fl, f));
-        s->up_lin = rt_xf(c->gated ? rt_arena_take(a, W * BT * Fl, f) : NULL);
-        s->hid = rt_xf(rt_arena_take(a, W * BT * Fl, f));
-    }
-    s->work_floats = (a->used - work_at) / f;
-    s->narrowed = s->kept_dtype != RT_F32 ? rt_arena_take(a, L * s->work_floats, rt_dtype_size(s->kept_dtype)) : NULL;
-    if (act != RT_F32) {
-        s->up = rt_x_of(rt_arena_take(a, L * BT * Fl, xs), act);
-        s->up_lin = rt_x_of(c->gated ? rt_arena_take(a, L * BT * Fl, xs) : NULL, act);
-        s->hid = rt_x_of(rt_arena_take(a, L * BT * Fl, xs), act);
+    s->work = a->base ? (float *)(a->base + work_at) : NULL;
+    for (int phase = 0; phase < 2; phase++) { /* the fp32 working set, then the 16-bit buffers */
+        if (phase == 0) {
+            s->mid = rt_arena_take(a, W * BT * C, f);
+            s->mid2 = c->cross ? rt_arena_take(a, W * BT * C, f) : NULL;
+        }
+        stack_take(&s->h1, a, phase, norm_t, BT * C, W, L);
+        stack_take(&s->h2, a, phase, norm_t, BT * C, W, L);
+        stack_take(&s->qkv, a, phase, act, BT * 3 * Il, W, L);
+        stack_take(&s->atty, a, phase, act, BT * Il, W, L);
+        if (c->cross) {
+            stack_take(&s->hc, a, phase, norm_t, BT * C, W, L);
+            stack_take(&s->cq, a, phase, act, BT * Il, W, L);
+            stack_take(&s->ckv, a, phase, act, BS * 2 * Il, W, L);
+            stack_take(&s->catty, a, phase, act, BT * Il, W, L);
+        }
+        stack_take(&s->up, a, phase, act, BT * Fl, W, L);
+        if (c->gated) stack_take(&s->up_lin, a, phase, act, BT * Fl, W, L);
+        stack_take(&s->hid, a, phase, act, BT * Fl, W, L);
+        if (phase == 0) {
+            s->work_floats = (a->used - work_at) / f;
+            s->narrowed =
+                s->kept_dtype != RT_F32 ? rt_arena_take(a, L * s->work_floats, rt_dtype_size(s->kept_dtype)) : NULL;
+        }
     }
     s->n1_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n1_rstd = rt_arena_take(a, L * BT, f);
@@ -205,44 +212,35 @@ mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
 
 /* Block l's activation slices: its input and output in res, the rest in its slot. */
 typedef struct {
-    float *in, *out, *h1, *mid, *h2, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd, *atty;
-    float *hc, *nc_mean, *nc_rstd, *catty, *mid2;
+    float *in, *out, *mid, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd;
+    float *nc_mean, *nc_rstd, *mid2;
+    rt_x h1, h2, atty, hc, catty, up, up_lin, hid;
     void *probs, *cprobs;
-    rt_x up, up_lin, hid;
     mdl_qkv qkv, cqkv;
 } stack_slices;
+
+/* Slot o of x (n values a slot): fp32 buffers sit in the working set's slot w. */
+static rt_x stack_slot(rt_x x, size_t o, size_t w, size_t n) { return rt_x_at(x, (x.t == RT_F32 ? w : o) * n); }
 
 static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
     const size_t o = (size_t)(l % s->slots);
     const size_t w = s->kept_dtype == RT_F32 ? o : 0; /* the fp32 buffers' slot: narrowed, the one working set */
-    const size_t fo = s->hid.t == RT_F32 ? w : o;     /* the FFN's: 16-bit ones are a slot per block */
-    float *qkv = s->qkv + w * BT * 3 * Il, *ckv = AT(s->ckv, w * BS * 2 * Il);
+    const rt_x qkv = stack_slot(s->qkv, o, w, BT * 3 * Il), ckv = stack_slot(s->ckv, o, w, BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
-    return (stack_slices){.in = mdl_stack_residual(s, l),
-                          .out = mdl_stack_residual(s, l + 1),
-                          .h1 = s->h1 + w * BT * C,
-                          .mid = s->mid + w * BT * C,
-                          .h2 = s->h2 + w * BT * C,
-                          .n1_mean = AT(s->n1_mean, o * BT),
-                          .n1_rstd = s->n1_rstd + o * BT,
-                          .n2_mean = AT(s->n2_mean, o * BT),
-                          .n2_rstd = s->n2_rstd + o * BT,
-                          .probs = (char *)s->probs + o * heads * s->probs_row,
-                          .atty = s->atty + w * BT * Il,
-                          .hc = AT(s->hc, w * BT * C),
-                          .nc_mean = AT(s->nc_mean, o * BT),
-                          .nc_rstd = AT(s->nc_rstd, o * BT),
-                          .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
-                          .catty = AT(s->catty, w * BT * Il),
-                          .mid2 = AT(s->mid2, w * BT * C),
-                          .up = rt_x_at(s->up, fo * BT * Fl),
-                          .up_lin = rt_x_at(s->up_lin, fo * BT * Fl),
-                          .hid = rt_x_at(s->hid, fo * BT * Fl),
-                          .qkv = {qkv, qkv + kv_step, qkv + 2 * kv_step},
-                          .cqkv = {AT(s->cq, w * BT * Il), ckv, AT(ckv, BS * Il)}};
+    return (stack_slices){
+        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = stack_slot(s->h1, o, w, BT * C),
+        .mid = s->mid + w * BT * C, .h2 = stack_slot(s->h2, o, w, BT * C), .n1_mean = AT(s->n1_mean, o * BT),
+        .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
+        .probs = (char *)s->probs + o * heads * s->probs_row, .atty = stack_slot(s->atty, o, w, BT * Il),
+        .hc = stack_slot(s->hc, o, w, BT * C), .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
+        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
+        .catty = stack_slot(s->catty, o, w, BT * Il), .mid2 = AT(s->mid2, w * BT * C),
+        .up = stack_slot(s->up, o, w, BT * Fl), .up_lin = stack_slot(s->up_lin, o, w, BT * Fl),
+        .hid = stack_slot(s->hid, o, w, BT * Fl), .qkv = {qkv, rt_x_at(qkv, kv_step), rt_x_at(qkv, 2 * kv_step)},
+        .cqkv = {stack_slot(s->cq, o, w, BT * Il), ckv, rt_x_at(ckv, BS * Il)}};
 }
 
 /* The dropout of block l's site `kind` at rate p (none outside training). */
@@ -323,14 +321,14 @@ static bool stack_clamp(const mdl_stack *s, float *x, size_t n) {
  * reads it, which the fused op cannot do: the add (with the dropout), the clamp, then the norm.
  * Returns whether it clamped. */
 static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, float *sum,
-                               float *out, float *mean, float *rstd, const float *res) {
+                               rt_x out, float *mean, float *rstd, const float *res) {
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
     if (!stack_clamps(s)) {
         rt_residual_fwd(s->be, &d, sum, out, mean, rstd, res, s->sc->tmp);
         return false;
     }
     const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
-    rt_residual_fwd(s->be, &add, sum, NULL, NULL, NULL, res, s->sc->tmp);
+    rt_residual_fwd(s->be, &add, sum, rt_xf(NULL), NULL, NULL, res, s->sc->tmp);
     const bool clamped = stack_clamp(s, sum, r->n);
     if (p.w >= 0) mdl_norm_fwd(&r->sub, p, out, mean, rstd, sum, r->BT);
     return clamped;
@@ -363,37 +361,24 @@ typedef struct {
     float *at;
     size_t n;
 } stack_piece;
-enum { STACK_PIECES_MAX = 17 };
+enum { STACK_PIECES_MAX = 16 };
 
 static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, stack_piece *out) {
     const stack_slices *a = &r->a;
     const size_t BT = r->BT, C = (size_t)s->cfg.C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local;
     const size_t BS = (size_t)B * (size_t)S;
+    const bool fused = mdl_attn_fused(&r->p->attn);
+    const struct {
+        rt_x x;
+        size_t n;
+    } all[STACK_PIECES_MAX] = {
+        {rt_xf(a->mid), BT * C}, {a->h1, BT * C}, {a->h2, BT * C}, {a->qkv.q, BT * (fused ? 3 : 1) * Il},
+        {fused ? rt_xf(NULL) : a->qkv.k, BT * Il}, {fused ? rt_xf(NULL) : a->qkv.v, BT * Il}, {a->atty, BT * Il},
+        {rt_xf(a->mid2), BT * C}, {a->hc, BT * C}, {a->cqkv.q, BT * Il}, {a->cqkv.k, BS * Il}, {a->cqkv.v, BS * Il},
+        {a->catty, BT * Il}, {a->up, BT * Fl}, {a->up_lin, BT * Fl}, {a->hid, BT * Fl}};
     int k = 0;
-    out[k++] = (stack_piece){a->h1, BT * C};
-    out[k++] = (stack_piece){a->mid, BT * C};
-    out[k++] = (stack_piece){a->h2, BT * C};
-    if (mdl_attn_fused(&r->p->attn)) {
-        out[k++] = (stack_piece){a->qkv.q, BT * 3 * Il};
-    } else {
-        out[k++] = (stack_piece){a->qkv.q, BT * Il};
-        out[k++] = (stack_piece){a->qkv.k, BT * Il};
-        out[k++] = (stack_piece){a->qkv.v, BT * Il};
-    }
-    out[k++] = (stack_piece){a->atty, BT * Il};
-    if (s->cfg.cross) {
-        out[k++] = (stack_piece){a->hc, BT * C};
-        out[k++] = (stack_piece){a->cqkv.q, BT * Il};
-        out[k++] = (stack_piece){a->cqkv.k, BS * Il};
-        out[k++] = (stack_piece){a->cqkv.v, BS * Il};
-        out[k++] = (stack_piece){a->catty, BT * Il};
-        out[k++] = (stack_piece){a->mid2, BT * C};
-    }
-    if (a->hid.t == RT_F32) { /* 16-bit ones are kept in place */
-        out[k++] = (stack_piece){a->up.p, BT * Fl};
-        if (a->up_lin.p) out[k++] = (stack_piece){a->up_lin.p, BT * Fl};
-        out[k++] = (stack_piece){a->hid.p, BT * Fl};
-    }
+    for (int i = 0; i < STACK_PIECES_MAX; i++) /* 16-bit ones are kept where they are */
+        if (all[i].x.p && all[i].x.t == RT_F32) out[k++] = (stack_piece){all[i].x.p, all[i].n};
     return k;
 }
 
@@ -407,7 +392,7 @@ static void stack_keep(mdl_stack *s, int l, const block_run *r, int B, int S, bo
     const int n = stack_pieces(s, r, B, S, pieces);
     uint16_t *slot = (uint16_t *)s->narrowed + (size_t)(l % s->slots) * s->work_floats;
     for (int k = 0; k < n; k++) {
-        uint16_t *kept = slot + (pieces[k].at - s->h1);
+        uint16_t *kept = slot + (pieces[k].at - s->work);
         if (narrow)
             rt_narrow(s->be, s->kept_dtype, kept, pieces[k].at, pieces[k].n);
         else
@@ -422,12 +407,14 @@ static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl
     rt_status st = RT_OK;
     const stack_slices *a = &r.a;
     if (s->cfg.post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
-        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->in, NULL, 0, a->qkv, a->probs, a->atty, r.BT));
-        stack_residual_fwd(s, &r, r.p->norm1, r.drop_self, a->h1, a->mid, a->n1_mean, a->n1_rstd, a->in);
-        mdl_ffn_up(&r.sub, &r.p->ffn, a->mid, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
+        /* h1 and h2, the residual sums, are fp32 here */
+        float *h1 = rt_x_floats(a->h1, "post-norm h1"), *h2 = rt_x_floats(a->h2, "post-norm h2");
+        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, rt_xf(a->in), NULL, 0, a->qkv, a->probs, a->atty, r.BT));
+        stack_residual_fwd(s, &r, r.p->norm1, r.drop_self, h1, rt_xf(a->mid), a->n1_mean, a->n1_rstd, a->in);
+        mdl_ffn_up(&r.sub, &r.p->ffn, rt_xf(a->mid), a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
         RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
         /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
-        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, a->h2, write_out ? a->out : s->sc->tmp, a->n2_mean,
+        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, h2, rt_xf(write_out ? a->out : s->sc->tmp), a->n2_mean,
                            a->n2_rstd, a->mid);
         return RT_OK;
     }
@@ -449,7 +436,7 @@ static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl
     mdl_ffn_up(&r.sub, &r.p->ffn, a->h2, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
     if (!write_out) return RT_OK; /* the FFN's output only feeds the next block's kept input */
     RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
-    clamped[2] = stack_residual_fwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, a->out, NULL, NULL, NULL, x);
+    clamped[2] = stack_residual_fwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, a->out, rt_xf(NULL), NULL, NULL, x);
 fail:
     return st;
 }
@@ -473,13 +460,15 @@ static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mas
     if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, a->h2, a->n2_mean, a->n2_rstd);
-        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, rt_x_floats(a->h2, "post-norm h2"),
+                               a->n2_mean, a->n2_rstd);
+        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, rt_xf(a->mid), a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
         rt_add(be, dres, dsum, dln, r.n); /* dL/dmid */
         /* dsum = dL/dh1, which reaches in directly and through attention */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, a->h1, a->n1_mean, a->n1_rstd);
-        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
+        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, rt_x_floats(a->h1, "post-norm h1"),
+                               a->n1_mean, a->n1_rstd);
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, rt_xf(a->in), NULL, 0, NULL, a->qkv, a->probs, a->atty,
                             mask->dbias, dln, r.BT));
         rt_add(be, dres, dsum, dln, r.n); /* dL/din */
         return RT_OK;
@@ -523,7 +512,7 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
     for (int l = 0; l < c->n_layer; l++) RT_TRY(block_fwd(s, l, B, T, mask, pass, true));
     if (c->final_norm) {
         const mdl_sublayers sub = mdl_stack_sublayers(s);
-        mdl_norm_fwd(&sub, s->final, s->out, s->out_mean, s->out_rstd, mdl_stack_residual(s, c->n_layer), BT);
+        mdl_norm_fwd(&sub, s->final, rt_xf(s->out), s->out_mean, s->out_rstd, mdl_stack_residual(s, c->n_layer), BT);
         if (pass->training && c->final_pdrop > 0)
             rt_dropout_fwd(s->be, s->out, s->out, n, c->final_pdrop, pass->seed,
                            mdl_dropout_stream(pass, c->site_final));
@@ -576,12 +565,12 @@ double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S) {
 
 void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
     const mdl_sublayers sub = mdl_stack_sublayers(s);
-    mdl_norm_fwd(&sub, s->final, y, mean, rstd, x, n);
+    mdl_norm_fwd(&sub, s->final, rt_xf(y), mean, rstd, x, n);
 }
 
-/* Block l's attention projections of n rows of in: q (when non-NULL), k and v, (n, I_local)
- * each, from the fused [q; k; v] weight's row blocks (and biases) or the three apart. */
-static void stack_qkv(mdl_stack *s, int l, const float *in, size_t n, float *q, float *k, float *v) {
+/* Block l's attention projections of n rows of in: q (when its buffer is not NULL), k and v, (n,
+ * I_local) each, from the fused [q; k; v] weight's row blocks (and biases) or the three apart. */
+static void stack_qkv(mdl_stack *s, int l, rt_x in, size_t n, rt_x q, rt_x k, rt_x v) {
     const mdl_attn_params *p = &s->layer[l].attn;
     const int C = s->cfg.C, Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
@@ -589,18 +578,18 @@ static void stack_qkv(mdl_stack *s, int l, const float *in, size_t n, float *q, 
     const float *w = mdl_param(s->params, p->q_w), *b = mdl_param(s->params, p->q_b);
     const float *wk = fused ? w + block : mdl_param(s->params, p->k_w);
     const float *wv = fused ? w + 2 * block : mdl_param(s->params, p->v_w);
-    if (q) mdl_col_linear_fwd(s->be, rt_xf(q), rt_xf(in), w, b, n, C, Il);
-    mdl_col_linear_fwd(s->be, rt_xf(k), rt_xf(in), wk, b ? b + Il : NULL, n, C, Il);
-    mdl_col_linear_fwd(s->be, rt_xf(v), rt_xf(in), wv, b ? b + 2 * Il : NULL, n, C, Il);
+    if (q.p) mdl_col_linear_fwd(s->be, q, in, w, b, n, C, Il);
+    mdl_col_linear_fwd(s->be, k, in, wk, b ? b + Il : NULL, n, C, Il);
+    mdl_col_linear_fwd(s->be, v, in, wv, b ? b + 2 * Il : NULL, n, C, Il);
 }
 
-void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v) {
-    stack_qkv(s, l, norm1_rows, n, NULL, k, v);
+void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v) {
+    stack_qkv(s, l, norm1_rows, n, rt_xf(NULL), rt_xf(k), rt_xf(v));
 }
 
-const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
+rt_x mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
     const stack_slices a = stack_at(s, l);
-    if (s->slots < s->cfg.n_layer || s->kept_dtype != RT_F32) { /* the buffer may hold a later block's */
+    if (s->slots < s->cfg.n_layer || (a.h1.t == RT_F32 && s->kept_dtype != RT_F32)) { /* it may hold a later block's */
         const mdl_sublayers sub = mdl_stack_sublayers(s);
         mdl_norm_fwd(&sub, s->layer[l].norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, n);
     }
@@ -616,8 +605,9 @@ mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
                  (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
              "decode: %d rows, %d keys", R, Tk);
     return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
-                                .k = s->qkv + n * Il, .v = s->qkv + 2 * n * Il, .atty = s->atty, .probs = s->probs,
-                                .probs_dtype = s->probs_dtype, .up = s->up, .up_lin = s->up_lin, .hid = s->hid};
+                                .k = rt_x_at(s->qkv, n * Il), .v = rt_x_at(s->qkv, 2 * n * Il), .atty = s->atty,
+                                .probs = s->probs, .probs_dtype = s->probs_dtype, .up = s->up, .up_lin = s->up_lin,
+                                .hid = s->hid};
 }
 
 rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_caches *c, const mdl_decode_scratch *w) {
@@ -639,22 +629,22 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         const mdl_block_params *p = &s->layer[l];
         /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */
         mdl_norm_fwd(&sub, p->norm1, w->ln, w->mean, w->rstd, x, n);
-        float *k = c->at_idx ? w->k : c->k[l] + c->at, *v = c->at_idx ? w->v : c->v[l] + c->at;
+        const rt_x k = c->at_idx ? w->k : rt_xf(c->k[l] + c->at), v = c->at_idx ? w->v : rt_xf(c->v[l] + c->at);
         stack_qkv(s, l, w->ln, n, w->q, k, v);
         if (c->at_idx) {
             rt_scatter_rows_add(be, c->k[l], k, c->at_idx, R, Il);
             rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);
         }
-        rt_attention_fwd(be, &self, w->atty, w->probs, w->q, c->k[l], c->v[l]);
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, rt_xf(w->atty), mdl_param(s->params, p->attn.proj_w),
+        rt_attention_fwd(be, &self, w->atty, w->probs, w->q, rt_xf(c->k[l]), rt_xf(c->v[l]));
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
         stack_clamp(s, x, n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
-            mdl_col_linear_fwd(be, rt_xf(w->q), rt_xf(w->ln), mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
-            rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, c->ck[l], c->cv[l]);
-            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, rt_xf(w->atty), mdl_param(s->params, p->cross.proj_w),
+            mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
+            rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, rt_xf(c->ck[l]), rt_xf(c->cv[l]));
+            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
             stack_clamp(s, x, n * C);

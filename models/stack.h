@@ -15,11 +15,13 @@
  *   - the activation layout for max_B x max_T, taken once from an arena (llm.c's pattern), so a
  *     step allocates nothing;
  *   - at a 16-bit compute precision, the activations a block keeps for its backward held at that
- *     precision: the FFN's inner ones (up, up_lin, hid: F wide) in 16-bit buffers of their own
- *     where the backend's ops read and write them (rt_act_dtype); the others in one fp32 working
- *     set, which each block's forward narrows into the block's 2-byte slot and its backward widens
- *     back (the values are stored rounded already, so no number changes); the residuals, norm
- *     statistics and attention probabilities (16-bit by the op) are kept per block as before;
+ *     precision: the sublayers' own (their inputs, q, k, v, attention's output, the FFN's inner
+ *     ones) in 16-bit buffers where the backend's ops read and write them (rt_act_dtype); the
+ *     fp32 ones (the residual sums mid and mid2, or all of them on a backend without 16-bit ops)
+ *     in one working set, which each block's forward narrows into the block's 2-byte slot and its
+ *     backward widens back (the values are stored rounded already, so no number changes); the
+ *     residual entering each block, norm statistics and attention probabilities (16-bit by the
+ *     op) are kept per block;
  *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
  *     is kept for every block, the other activations have K slots (block l in slot l % K), and
  *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
@@ -104,7 +106,7 @@ typedef struct {
 typedef struct {
     size_t rows;
     float *tmp, *dres, *dln, *dsum;    /* (rows, C); dsum post-norm only */
-    float *dqkv, *datty;               /* (rows, 3 I_local), (rows, I_local) */
+    rt_x dqkv, datty;                  /* (rows, 3 I_local), (rows, I_local) at the activation type */
     rt_x dup, dup_lin, dhid;           /* (rows, F_local) at the activation type; dup_lin gated only */
 } mdl_stack_scratch;
 
@@ -118,26 +120,29 @@ typedef struct {
     int HS, NH_local, I_local, F_local, head_offset;
     int max_B, max_T, max_S;
     size_t max_BT, max_BS;
-    /* activations: res for every block, the rest per slot (narrowed: the fp32 ones below are one
-     * working set, and each slot keeps them as kept_dtype in `narrowed`) */
+    /* activations: res for every block, the rest per slot. The sublayers' own (rt_x) are kept at
+     * rt_act_dtype: 16-bit ones have a slot per block. fp32 ones (the residual stream, and all of
+     * them where the backend keeps fp32) are the working set [work, work + work_floats): a slot
+     * per block, or narrowed: one working set, each slot keeping it as kept_dtype in `narrowed`. */
     int slots;                    /* n_layer, or checkpoint_layers */
     rt_dtype kept_dtype;          /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
-    size_t work_floats;           /* the working set's floats: h1 (laid out first) .. hid lie in [h1, h1 + work_floats) */
+    float *work;                  /* the working set's first float */
+    size_t work_floats;           /* the working set's floats */
     void *narrowed;               /* (slots, work_floats) kept_dtype values, at the working set's offsets */
     float *res;                   /* (L+1, BT, C) the residual entering each block, and the output */
-    float *h1, *mid, *h2;         /* (slots, BT, C) around norm1 and norm2 (pre: their outputs, the sublayer
-                                   * inputs; post: their inputs, the residual sums); mid: after attention
-                                   * (post: norm1's output) */
+    rt_x h1, h2;                  /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
+                                   * inputs); post-norm, their inputs (the residual sums, fp32) */
+    float *mid;                   /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
-    float *qkv, *atty;            /* (slots, BT, 3 I_local), (slots, BT, I_local) */
+    rt_x qkv, atty;               /* (slots, BT, 3 I_local), (slots, BT, I_local) */
     void *probs;                  /* (slots, B, NH_local, T) rows of probs_row bytes: T probs_dtype values,
                                    * or what a fused attention keeps instead (rt_attn_kept_bytes) */
     size_t probs_row, cprobs_row; /* bytes per query row of probs and cprobs */
     rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
-    float *hc, *nc_mean, *nc_rstd, *cq, *ckv, *catty, *mid2; /* cross-attention's (BS rows for ckv) */
+    rt_x hc, cq, ckv, catty;      /* cross-attention's (BS rows for ckv) */
+    float *nc_mean, *nc_rstd, *mid2;
     void *cprobs;                 /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
-    rt_x up, up_lin, hid;         /* (slots, BT, F_local) at rt_act_dtype: 16-bit ones are kept per slot, not
-                                   * narrowed; fp32 ones are in the working set */
+    rt_x up, up_lin, hid;         /* (slots, BT, F_local) */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */
     mdl_stack_scratch own, *sc;   /* sc: own, or a shared one */
@@ -190,8 +195,8 @@ typedef struct {
  * q, k, v, atty (R, I_local); probs (R, NH_local, keys) stored as probs_dtype (it overrides the
  * caches' descriptions); up, up_lin (gated), hid (R, F_local). */
 typedef struct {
-    float *ln, *tmp, *mean, *rstd, *q, *k, *v, *atty;
-    rt_x up, up_lin, hid;
+    float *tmp, *mean, *rstd;
+    rt_x ln, q, k, v, atty, up, up_lin, hid;
     void *probs;
     rt_dtype probs_dtype;
 } mdl_decode_scratch;
@@ -206,9 +211,9 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
 void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n);
 /* The keys and values of block l for n rows of its norm1 output, into k and v (n, I_local)
  * each: to fill the caches after a full forward. */
-void mdl_stack_kv(mdl_stack *s, int l, const float *norm1_rows, size_t n, float *k, float *v);
+void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v);
 /* Block l's norm1 output for the last forward's n rows (recomputed from the block's input when
  * checkpointing has reused its slot). */
-const float *mdl_stack_norm1(mdl_stack *s, int l, size_t n);
+rt_x mdl_stack_norm1(mdl_stack *s, int l, size_t n);
 
 #endif

@@ -19,12 +19,12 @@
 /* RT_ACT_TANH is plain tanh (BERT's pooler, RoBERTa's classification head). */
 typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU, RT_ACT_TANH } rt_act_kind;
 
-/* Scaled-dot-product attention over heads. q is (B, Tq, NH, HS) with row stride ldq floats
+/* Scaled-dot-product attention over heads. q is (B, Tq, NH, HS) with row stride ldq values
  * between consecutive tokens (so q, k and v can be views into one fused qkv buffer); same
  * for k, v (B, Tk, NH, HS) and out (B, Tq, NH, HS). */
 typedef struct {
     int B, NH, Tq, Tk, HS;
-    size_t ldq, ldk, ldv, ldo; /* floats between tokens */
+    size_t ldq, ldk, ldv, ldo; /* values between tokens */
     float scale;               /* usually 1/sqrt(HS) */
     bool causal;               /* key j > query i masked (Tq == Tk) */
     const int32_t *prefix;     /* (B), causal only: keys j < prefix[b] are seen by every query
@@ -119,15 +119,15 @@ typedef struct rt_backend_ops {
                         int out_f, rt_act_kind act);
 
     /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
-    void (*layernorm_fwd)(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, size_t N, int C, float eps);
+    void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, size_t N, int C, float eps);
     /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
     void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, size_t N, int C);
     /* RMSNorm (T5): out = inp * rstd * weight. Writes out, rstd; bwd accumulates dinp, dweight. */
-    void (*rmsnorm_fwd)(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
-                        size_t N, int C, float eps);
+    void (*rmsnorm_fwd)(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                        float eps);
     void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
 
@@ -145,7 +145,7 @@ typedef struct rt_backend_ops {
      *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored; else
      *        dbranch is not written (may be NULL): the branch's gradient is dres itself.
      * NULL ops: the wrappers compose the ops above. */
-    void (*residual_fwd)(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+    void (*residual_fwd)(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
                          const float *res, const float *branch);
     void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
@@ -180,11 +180,9 @@ typedef struct rt_backend_ops {
      * autocast multiplies bf16 probabilities; the backward's dS likewise, after dbias). bwd
      * writes dq, dk, dv (same strides as q, k, v in d; may be views into one dqkv buffer) and
      * accumulates dbias (NH, Tq, Tk, from the fp32 dS) when non-NULL. */
-    void (*attention_fwd)(void *ctx, const rt_attn_desc *d, float *out, void *probs,
-                          const float *q, const float *k, const float *v);
-    void (*attention_bwd)(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const void *probs, const float *q,
-                          const float *k, const float *v);
+    void (*attention_fwd)(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
+    void (*attention_bwd)(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                          const void *probs, rt_x q, rt_x k, rt_x v);
     /* Where the backend fuses attention d and keeps only what its backward needs in the
      * probabilities buffer: those bytes per query row (the CUDA backend's fused kernels: two
      * floats); 0 where it keeps the probabilities (rt_attn_kept_bytes). NULL op: always 0. */
@@ -249,7 +247,7 @@ typedef struct rt_backend_ops {
 
     /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
     void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
-    void (*scatter_rows_add)(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B, int C);
+    void (*scatter_rows_add)(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C);
 
     /* AdamW on n elements, PyTorch semantics (decoupled decay: p -= lr*wd*p first; bias
      * correction with step t >= 1). grads may be scaled by grad_scale first (clipping). */
@@ -304,10 +302,15 @@ void rt_cuda_backend_free(rt_backend *be);
  *   - weights, parameter gradients (rt_linear_wgrad, norm/bias/embedding gradients), AdamW
  *     state, norm statistics, losses and every reduction stay fp32 (so checkpoints hold fp32
  *     masters and resume in any precision).
- * The ops work on fp32 buffers of rounded values. What a model keeps for the backward is
- * stored at dtype: attention's probabilities by the op itself (rt_attn_desc.probs_dtype), and
- * the rest of a block's activations narrowed by the stack once the block's forward is done and
- * widened before its backward (models/stack.h), which changes no number.
+ * Where activations live (rt_x, runtime/rt_x.h): an op given a 16-bit handle reads and writes
+ * 2-byte values of dtype; given an fp32 one, it works on floats and the wrapper rounds what it
+ * wrote. The same values either way, so the storage changes no number. A model stores the
+ * sublayers' activations at rt_act_dtype (dtype on a backend whose ops take 16-bit handles, the
+ * CPU; fp32 on CUDA until its kernels are typed). The residual stream stays in fp32 buffers, as
+ * PyTorch's autocast keeps it, holding values rounded to dtype as every stored activation;
+ * attention's probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype); what is
+ * left in fp32 buffers of a block is narrowed by the stack after its forward and widened before
+ * its backward (models/stack.h).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 
@@ -427,10 +430,10 @@ static inline void rt_linear_dact(rt_backend *be, rt_x dpre, float *db, rt_x dY,
     }
     rt_store_xn(be, dpre, N * (size_t)in);
 }
-static inline void rt_layernorm_fwd(rt_backend *be, float *out, float *mean, float *rstd, const float *inp,
+static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, size_t N, int C, float eps) {
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
-    rt_store_n(be, out, N * (size_t)C);
+    rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, const float *mean, const float *rstd,
@@ -438,10 +441,10 @@ static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight,
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     rt_store_n(be, dinp, N * (size_t)C);
 }
-static inline void rt_rmsnorm_fwd(rt_backend *be, float *out, float *rstd, const float *inp, const float *weight,
+static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, const float *inp, const float *weight,
                                   size_t N, int C, float eps) {
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
-    rt_store_n(be, out, N * (size_t)C);
+    rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, const float *rstd, size_t N, int C) {
@@ -500,22 +503,21 @@ static inline size_t rt_attn_kept_bytes(rt_backend *be, const rt_attn_desc *d) {
 }
 /* 16-bit probabilities are stored at the compute precision by the op itself; fp32 ones are
  * rounded after it, as any activation. */
-static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, float *out, void *probs, const float *q,
-                                    const float *k, const float *v) {
+static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k,
+                                    rt_x v) {
     RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
              "attention probabilities stored as %s under %s compute", rt_dtype_name(d->probs_dtype),
              rt_dtype_name(be->compute));
     be->ops->attention_fwd(be->ctx, d, out, probs, q, k, v);
-    rt_store(be, out, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldo);
+    rt_store_x(be, out, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldo);
     if (d->probs_dtype == RT_F32) rt_store_n(be, (float *)probs, (size_t)d->B * d->NH * d->Tq * d->Tk);
 }
-static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                                    float *dbias, const float *dout, const void *probs, const float *q, const float *k,
-                                    const float *v) {
+static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias,
+                                    rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v) {
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
-    rt_store(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
-    rt_store(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);
-    rt_store(be, dv, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldv);
+    rt_store_x(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
+    rt_store_x(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);
+    rt_store_x(be, dv, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldv);
 }
 static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *table, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
@@ -568,7 +570,7 @@ static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t ro
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
  * the same order: the dropped branch into sum, the add, the norm. */
-static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, float *sum, float *out, float *mean,
+static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, float *sum, rt_x out, float *mean,
                                    float *rstd, const float *res, const float *branch) {
     RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
@@ -604,7 +606,7 @@ static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, 
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
     rt_store_n(be, out, (size_t)B * C);
 }
-static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, const float *dout, const int32_t *idx, int B,
+static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, rt_x dout, const int32_t *idx, int B,
                                        int C) {
     be->ops->scatter_rows_add(be->ctx, dinp, dout, idx, B, C);
 }

@@ -68,7 +68,7 @@ typedef struct {
 
 static double ln_loss(void *p) {
     ln_st *s = p;
-    ops->layernorm_fwd(cx, s->out, s->mean, s->rstd, s->x, s->w, s->b, s->N, s->C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(s->out), s->mean, s->rstd, s->x, s->w, s->b, s->N, s->C, 1e-5f);
     return dot_d(s->out, s->R, s->N * s->C);
 }
 
@@ -95,7 +95,7 @@ static void grad_layernorm(void) {
 /* ---- RMSNorm ---- */
 static double rms_loss(void *p) {
     ln_st *s = p;
-    ops->rmsnorm_fwd(cx, s->out, s->rstd, s->x, s->w, s->N, s->C, 1e-6f);
+    ops->rmsnorm_fwd(cx, rt_xf(s->out), s->rstd, s->x, s->w, s->N, s->C, 1e-6f);
     return dot_d(s->out, s->R, s->N * s->C);
 }
 
@@ -215,7 +215,7 @@ typedef struct {
 
 static double attn_loss(void *p) {
     attn_st *s = p;
-    ops->attention_fwd(cx, &s->d, s->out, s->probs, s->q, s->k, s->v);
+    ops->attention_fwd(cx, &s->d, rt_xf(s->out), s->probs, rt_xf(s->q), rt_xf(s->k), rt_xf(s->v));
     return dot_d(s->out, s->R, s->nout);
 }
 
@@ -237,7 +237,8 @@ static void grad_attention_self(float p, const char *tag, const int32_t *prefix)
     float *dqkv = fill(nqkv, 43, -5, 5); /* garbage: dq, dk, dv are written, not accumulated */
     float *dbias = zeros(nbias);
     attn_loss(&s);
-    ops->attention_bwd(cx, &s.d, dqkv, dqkv + C, dqkv + 2 * C, dbias, s.R, s.probs, s.q, s.k, s.v);
+    ops->attention_bwd(cx, &s.d, rt_xf(dqkv), rt_xf(dqkv + C), rt_xf(dqkv + 2 * C), dbias, rt_xf(s.R), s.probs,
+                       rt_xf(s.q), rt_xf(s.k), rt_xf(s.v));
     char what[80];
     snprintf(what, sizeof what, "attention%s dq,dk,dv (fused qkv)", tag);
     fd_check(what, qkv, nqkv, dqkv, attn_loss, &s);
@@ -246,7 +247,8 @@ static void grad_attention_self(float p, const char *tag, const int32_t *prefix)
     /* dbias accumulates */
     float *db1 = dup(dbias, nbias);
     attn_loss(&s); /* the last difference left probs from x - h */
-    ops->attention_bwd(cx, &s.d, dqkv, dqkv + C, dqkv + 2 * C, dbias, s.R, s.probs, s.q, s.k, s.v);
+    ops->attention_bwd(cx, &s.d, rt_xf(dqkv), rt_xf(dqkv + C), rt_xf(dqkv + 2 * C), dbias, rt_xf(s.R), s.probs,
+                       rt_xf(s.q), rt_xf(s.k), rt_xf(s.v));
     snprintf(what, sizeof what, "attention%s dbias accumulates", tag);
     check_accumulates(what, dbias, db1, nbias);
     free(qkv), free(bias), free(mask), free(s.out), free(s.probs), free(s.R), free(dqkv), free(dbias), free(db1);
@@ -266,7 +268,8 @@ static void grad_attention_cross(void) {
     s.out = zeros(s.nout), s.probs = zeros((size_t)B * NH * Tq * Tk), s.R = fill(s.nout, 52, -1, 1);
     float *dq = fill(nq, 53, -5, 5), *dkv = fill(nkv, 54, -5, 5);
     attn_loss(&s);
-    ops->attention_bwd(cx, &s.d, dq, dkv, dkv + C, NULL, s.R, s.probs, s.q, s.k, s.v);
+    ops->attention_bwd(cx, &s.d, rt_xf(dq), rt_xf(dkv), rt_xf(dkv + C), NULL, rt_xf(s.R), s.probs, rt_xf(s.q),
+                       rt_xf(s.k), rt_xf(s.v));
     fd_check("cross-attention dq", q, nq, dq, attn_loss, &s);
     fd_check("cross-attention dk,dv (fused kv)", kv, nkv, dkv, attn_loss, &s);
     free(q), free(kv), free(mask), free(s.out), free(s.probs), free(s.R), free(dq), free(dkv);
@@ -377,7 +380,7 @@ static void grad_rows(void) {
     rows_st s = {.idx = idx, .B = 3, .C = 3};
     s.inp = fill(15, 80, -1, 1), s.out = zeros(9), s.R = fill(9, 81, -1, 1);
     float *d = zeros(15);
-    ops->scatter_rows_add(cx, d, s.R, idx, s.B, s.C);
+    ops->scatter_rows_add(cx, d, rt_xf(s.R), idx, s.B, s.C);
     fd_check("scatter_rows_add (gather bwd)", s.inp, 15, d, rows_loss, &s);
     free(s.inp), free(s.out), free(s.R), free(d);
 }

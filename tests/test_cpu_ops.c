@@ -95,7 +95,7 @@ static void test_layernorm(void) {
     float *x = fill(N * C, 20, 2.0f, 4.0f); /* |mean| >> std exercises the two-pass variance */
     float *w = fill(C, 21, 0.5f, 1.5f), *bias = fill(C, 22, -0.5f, 0.5f);
     float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
-    ops->layernorm_fwd(cx, out, mean, rstd, x, w, bias, N, C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, x, w, bias, N, C, 1e-5f);
     double *ro = rt_xcalloc(N * C, sizeof(double)), *rm = rt_xcalloc(N, sizeof(double)),
            *rr = rt_xcalloc(N, sizeof(double));
     for (size_t n = 0; n < N; n++) {
@@ -111,7 +111,7 @@ static void test_layernorm(void) {
     check_d("layernorm mean", mean, rm, N, 1e-6f, 1e-6f);
     check_d("layernorm rstd", rstd, rr, N, 1e-6f, 1e-5f);
     /* bias NULL is allowed */
-    ops->layernorm_fwd(cx, out, mean, rstd, x, w, NULL, N, C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, x, w, NULL, N, C, 1e-5f);
     for (size_t n = 0; n < N; n++)
         for (int c = 0; c < C; c++) ro[n * C + c] -= bias[c];
     check_d("layernorm out no bias", out, ro, N * C, 1e-5f, 1e-5f);
@@ -123,7 +123,7 @@ static void test_rmsnorm(void) {
     const int C = 33;
     float *x = fill(N * C, 30, -2.0f, 2.0f), *w = fill(C, 31, 0.5f, 1.5f);
     float *out = zeros(N * C), *rstd = zeros(N);
-    ops->rmsnorm_fwd(cx, out, rstd, x, w, N, C, 1e-6f);
+    ops->rmsnorm_fwd(cx, rt_xf(out), rstd, x, w, N, C, 1e-6f);
     double *ro = rt_xcalloc(N * C, sizeof(double)), *rr = rt_xcalloc(N, sizeof(double));
     for (size_t n = 0; n < N; n++) {
         double s = 0;
@@ -217,7 +217,7 @@ static void test_elementwise(void) {
     for (int k = 0; k < 4; k++)
         ok &= memcmp(g + (size_t)k * C, a + (size_t)idx[k] * C, C * sizeof(float)) == 0;
     TZ_EXPECT(ok, "gather_rows copies rows idx[b]");
-    ops->scatter_rows_add(cx, d, g, idx, 4, C);
+    ops->scatter_rows_add(cx, d, rt_xf(g), idx, 4, C);
     for (size_t i = 0; i < n; i++) r[i] = 0;
     for (int k = 0; k < 4; k++)
         for (int c = 0; c < C; c++) r[(size_t)idx[k] * C + c] += g[(size_t)k * C + c];
@@ -314,7 +314,7 @@ static void test_attention(void) {
             d.key_mask = mask;
             for (int j = 0; j < T; j++) mask[1 * T + j] = -INFINITY;
         }
-        ops->attention_fwd(cx, &d, out, probs, qkv, qkv + C, qkv + 2 * C);
+        ops->attention_fwd(cx, &d, rt_xf(out), probs, rt_xf(qkv), rt_xf(qkv + C), rt_xf(qkv + 2 * C));
         ref_attention(&d, ro, rp, qkv, qkv + C, qkv + 2 * C);
         char what[96];
         snprintf(what, sizeof what, "attention out (%s)", names[cfg]);
@@ -547,9 +547,9 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     float *res = zeros(total), *o = res;
     float *x = fill(nx, 200, -2, 2), *w = fill(C, 201, 0.5f, 1.5f), *b = fill(C, 202, -1, 1);
     float *dy = fill(nx, 203, -1, 1), *mean = zeros(N), *rstd = zeros(N);
-    ops->layernorm_fwd(cx, o, mean, rstd, x, w, b, N, C, 1e-5f), o += nx;
+    ops->layernorm_fwd(cx, rt_xf(o), mean, rstd, x, w, b, N, C, 1e-5f), o += nx;
     ops->layernorm_bwd(cx, o, o + nx, o + nx + C, dy, x, w, mean, rstd, N, C), o += nx + 2 * C;
-    ops->rmsnorm_fwd(cx, o, rstd, x, w, N, C, 1e-6f), o += nx;
+    ops->rmsnorm_fwd(cx, rt_xf(o), rstd, x, w, N, C, 1e-6f), o += nx;
     ops->rmsnorm_bwd(cx, o, o + nx, dy, x, w, rstd, N, C), o += nx + C;
     memcpy(o, mean, N * sizeof(float)), o += N;
     memcpy(o, rstd, N * sizeof(float)), o += N;
@@ -569,8 +569,9 @@ static float *run_parallel_kernels(int threads, size_t *count) {
                       .ldv = 3 * Ca, .ldo = Ca, .scale = 0.35f, .causal = true, .bias = bias,
                       .dropout_p = 0.1f, .seed = 1, .stream = 2};
     float *out = zeros((size_t)Bt * T * Ca), *probs = zeros((size_t)Bt * NH * T * T);
-    ops->attention_fwd(cx, &d, out, probs, qkv, qkv + Ca, qkv + 2 * Ca);
-    ops->attention_bwd(cx, &d, o, o + Ca, o + 2 * Ca, o + nqkv, out, probs, qkv, qkv + Ca, qkv + 2 * Ca);
+    ops->attention_fwd(cx, &d, rt_xf(out), probs, rt_xf(qkv), rt_xf(qkv + Ca), rt_xf(qkv + 2 * Ca));
+    ops->attention_bwd(cx, &d, rt_xf(o), rt_xf(o + Ca), rt_xf(o + 2 * Ca), o + nqkv, rt_xf(out), probs, rt_xf(qkv),
+                       rt_xf(qkv + Ca), rt_xf(qkv + 2 * Ca));
     o += nqkv + nb;
     memcpy(o, out, (size_t)Bt * T * Ca * sizeof(float)), o += (size_t)Bt * T * Ca;
     *count = (size_t)(o - res);

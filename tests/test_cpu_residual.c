@@ -76,9 +76,9 @@ static void run_before(const inputs *in, results *r) {
     if (d->dropout_p > 0) rt_dropout_fwd(g_be, tmp, tmp, n, d->dropout_p, d->seed, d->stream);
     rt_add(g_be, r->sum, in->res, tmp, n);
     if (d->weight && d->rms)
-        rt_rmsnorm_fwd(g_be, r->out, r->rstd, r->sum, d->weight, in->N, in->C, d->eps);
+        rt_rmsnorm_fwd(g_be, rt_xf(r->out), r->rstd, r->sum, d->weight, in->N, in->C, d->eps);
     else if (d->weight)
-        rt_layernorm_fwd(g_be, r->out, r->mean, r->rstd, r->sum, d->weight, d->bias, in->N, in->C, d->eps);
+        rt_layernorm_fwd(g_be, rt_xf(r->out), r->mean, r->rstd, r->sum, d->weight, d->bias, in->N, in->C, d->eps);
     if (d->weight && d->rms)
         rt_rmsnorm_bwd(g_be, r->dres, r->dw, in->dout, r->sum, d->weight, r->rstd, in->N, in->C);
     else if (d->weight)
@@ -91,7 +91,7 @@ static void run_before(const inputs *in, results *r) {
 /* Through the wrappers on backend be (fused, or composed by the wrappers). */
 static void run_op(rt_backend *be, const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
-    rt_residual_fwd(be, d, r->sum, r->out, r->mean, r->rstd, in->res, in->branch);
+    rt_residual_fwd(be, d, r->sum, rt_xf(r->out), r->mean, r->rstd, in->res, in->branch);
     rt_residual_bwd(be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, r->sum, r->mean, r->rstd);
 }
 
@@ -137,7 +137,7 @@ static void check_case(rt_dtype dtype, int norm, float p, size_t N, int C) {
     if (norm != NORM_NONE) { /* a recompute writes the output over the branch (tmp) */
         float *branch = dup(in.branch, n);
         results again = results_new(&in);
-        rt_residual_fwd(g_be, &in.d, again.sum, branch, again.mean, again.rstd, in.res, branch);
+        rt_residual_fwd(g_be, &in.d, again.sum, rt_xf(branch), again.mean, again.rstd, in.res, branch);
         snprintf(where2, sizeof where2, "%s (out over branch)", where);
         expect_bits("sum", where2, again.sum, before.sum, n);
         expect_bits("out", where2, branch, before.out, n);
@@ -162,7 +162,7 @@ typedef struct {
 static double fd_loss(void *arg) {
     fd_st *s = arg;
     const size_t n = s->in.N * (size_t)s->in.C;
-    rt_residual_fwd(g_be, &s->in.d, s->r.sum, s->r.out, s->r.mean, s->r.rstd, s->in.res, s->in.branch);
+    rt_residual_fwd(g_be, &s->in.d, s->r.sum, rt_xf(s->r.out), s->r.mean, s->r.rstd, s->in.res, s->in.branch);
     double L = 0;
     for (size_t i = 0; i < n; i++) L += (double)s->R_sum[i] * s->r.sum[i];
     if (s->in.d.weight)

@@ -6,9 +6,14 @@
  *   - linear_fwd (with and without bias, each activation, and without one), linear_dact with its
  *     bias gradient, linear_wgrad's weight and bias gradients;
  *   - act_fwd/act_bwd (each kind), gated_act_fwd/bwd, dropout_cols (a column shard, in place),
- *     bias_bwd.
+ *     bias_bwd, scatter_rows_add;
+ *   - the norms' and the fused residual step's 16-bit outputs (LayerNorm and RMSNorm);
+ *   - attention forward and backward over 16-bit q, k, v (views into one fused buffer), out,
+ *     dout and dq, dk, dv, with a key mask, causal with dropout, and with a position bias and its
+ *     gradient.
  * Inputs are values of the compute type (what an activation holds), the fp32 reference's copies
  * of them floats. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,6 +172,83 @@ static void check_elementwise(void) {
     pair_free(&y2);
 }
 
+static void check_norms(void) {
+    const int N = 37, C = 96;
+    unsigned seed = 3;
+    pair x = pair_new((size_t)N * C, &seed, 2.0f), y = pair_new((size_t)N * C, &seed, 0.0f);
+    float *w = malloc(sizeof(float) * C), *b = malloc(sizeof(float) * C), *res = malloc(sizeof(float) * N * C);
+    float *sum = malloc(sizeof(float) * N * C), st[4][37];
+    for (int c = 0; c < C; c++) w[c] = 1 + 0.1f * tz_uniform(&seed), b[c] = 0.1f * tz_uniform(&seed);
+    for (int i = 0; i < N * C; i++) res[i] = rt_round_to(dt, tz_uniform(&seed));
+    rt_layernorm_fwd(be, xf(&y), st[0], st[1], x.f, w, b, N, C, 1e-5f);
+    rt_layernorm_fwd(be, xh(&y), st[2], st[3], x.f, w, b, N, C, 1e-5f);
+    expect_same("layernorm_fwd", &y);
+    expect_floats("layernorm_fwd's statistics", st[0], st[2], 2 * 37);
+    rt_rmsnorm_fwd(be, xf(&y), st[0], x.f, w, N, C, 1e-6f);
+    rt_rmsnorm_fwd(be, xh(&y), st[2], x.f, w, N, C, 1e-6f);
+    expect_same("rmsnorm_fwd", &y);
+    for (int rms = 0; rms < 2; rms++) {
+        const rt_residual_desc d = {.N = N, .C = C, .weight = w, .bias = rms ? NULL : b, .rms = rms, .eps = 1e-5f,
+                                    .dropout_p = 0.1f, .seed = 4, .stream = 6};
+        rt_residual_fwd(be, &d, sum, xf(&y), st[0], st[1], res, x.f);
+        rt_residual_fwd(be, &d, sum, xh(&y), st[2], st[3], res, x.f);
+        expect_same(rms ? "residual_fwd (RMSNorm)" : "residual_fwd (LayerNorm)", &y);
+    }
+    float *rows = calloc((size_t)5 * C, sizeof(float)), *rows16 = calloc((size_t)5 * C, sizeof(float));
+    const int32_t idx[4] = {3, 0, 3, 1};
+    rt_scatter_rows_add(be, rows, xf(&x), idx, 4, C);
+    rt_scatter_rows_add(be, rows16, xh(&x), idx, 4, C);
+    expect_floats("scatter_rows_add", rows, rows16, (size_t)5 * C);
+    free(rows);
+    free(rows16);
+    free(w);
+    free(b);
+    free(res);
+    free(sum);
+    pair_free(&x);
+    pair_free(&y);
+}
+
+/* q, k, v as views into one fused (B T, 3 C) buffer; out, dout (B T, C). */
+static void check_attention(int variant) {
+    enum { B = 2, NH = 3, T = 21, HS = 8, C = NH * HS };
+    unsigned seed = 40 + (unsigned)variant;
+    pair qkv = pair_new((size_t)B * T * 3 * C, &seed, 1.0f), dout = pair_new((size_t)B * T * C, &seed, 1.0f);
+    pair out = pair_new((size_t)B * T * C, &seed, 0.0f), dqkv = pair_new((size_t)B * T * 3 * C, &seed, 0.0f);
+    float key_mask[B * T] = {0}, *bias = malloc(sizeof(float) * NH * T * T), *dbias[2];
+    for (int j = 15; j < T; j++) key_mask[T + j] = -INFINITY; /* row 1's last keys are padding */
+    for (int i = 0; i < NH * T * T; i++) bias[i] = tz_uniform(&seed);
+    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
+                      .ldo = C, .scale = 0.35f, .probs_dtype = dt};
+    if (variant == 0) d.key_mask = key_mask;
+    if (variant == 1) d.causal = true, d.dropout_p = 0.2f, d.seed = 3, d.stream = 8;
+    if (variant == 2) d.bias = bias;
+    void *probs[2];
+    for (int h = 0; h < 2; h++) {
+        rt_x (*X)(pair *) = h ? xh : xf;
+        probs[h] = calloc((size_t)B * NH * T * T, 2);
+        dbias[h] = calloc((size_t)NH * T * T, sizeof(float));
+        rt_attention_fwd(be, &d, X(&out), probs[h], X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+        rt_attention_bwd(be, &d, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C),
+                         variant == 2 ? dbias[h] : NULL, X(&dout), probs[h], X(&qkv), rt_x_at(X(&qkv), C),
+                         rt_x_at(X(&qkv), 2 * C));
+    }
+    char what[48];
+    snprintf(what, sizeof what, "attention variant %d: out", variant);
+    expect_same(what, &out);
+    snprintf(what, sizeof what, "attention variant %d: dqkv", variant);
+    expect_same(what, &dqkv);
+    TZ_EXPECT(memcmp(probs[0], probs[1], (size_t)B * NH * T * T * 2) == 0, "%s attention variant %d: probs differ",
+              rt_dtype_name(dt), variant);
+    expect_floats("attention's dbias", dbias[0], dbias[1], (size_t)NH * T * T);
+    for (int h = 0; h < 2; h++) free(probs[h]), free(dbias[h]);
+    free(bias);
+    pair_free(&qkv);
+    pair_free(&dout);
+    pair_free(&out);
+    pair_free(&dqkv);
+}
+
 int main(void) {
     TZ_EXPECT_OK(rt_cpu_backend_init(2, &be));
     const rt_dtype types[2] = {RT_BF16, RT_F16};
@@ -183,6 +265,8 @@ int main(void) {
         check_linear(true, NULL);
         check_linear(false, NULL);
         check_elementwise();
+        check_norms();
+        for (int v = 0; v < 3; v++) check_attention(v);
     }
     rt_backend_free(be);
     return tz_test_result("test_cpu_typed");

@@ -260,13 +260,13 @@ static void test_norms(void) {
     dbuf bias = dbuf_rand(C, 0.5f, 0.0f);
     dbuf out = dbuf_zero(n), mean = dbuf_zero(N), rstd = dbuf_zero(N);
 
-    rt_layernorm_fwd(g_cpu, out.c, mean.c, rstd.c, x.c, w.c, bias.c, N, C, eps);
-    rt_layernorm_fwd(g_gpu, out.g, mean.g, rstd.g, x.g, w.g, bias.g, N, C, eps);
+    rt_layernorm_fwd(g_cpu, rt_xf(out.c), mean.c, rstd.c, x.c, w.c, bias.c, N, C, eps);
+    rt_layernorm_fwd(g_gpu, rt_xf(out.g), mean.g, rstd.g, x.g, w.g, bias.g, N, C, eps);
     dbuf_check("layernorm_fwd out", &out, ATOL, RTOL);
     dbuf_check("layernorm_fwd mean", &mean, ATOL, RTOL);
     dbuf_check("layernorm_fwd rstd", &rstd, ATOL, RTOL);
-    rt_layernorm_fwd(g_cpu, out.c, mean.c, rstd.c, x.c, w.c, NULL, N, C, eps);
-    rt_layernorm_fwd(g_gpu, out.g, mean.g, rstd.g, x.g, w.g, NULL, N, C, eps);
+    rt_layernorm_fwd(g_cpu, rt_xf(out.c), mean.c, rstd.c, x.c, w.c, NULL, N, C, eps);
+    rt_layernorm_fwd(g_gpu, rt_xf(out.g), mean.g, rstd.g, x.g, w.g, NULL, N, C, eps);
     dbuf_check("layernorm_fwd out (no bias)", &out, ATOL, RTOL);
 
     /* backward accumulates into non-zero gradients, from the same saved statistics */
@@ -294,8 +294,8 @@ static void test_norms(void) {
         dbuf_free(&dx1);
     }
 
-    rt_rmsnorm_fwd(g_cpu, out.c, rstd.c, x.c, w.c, N, C, eps);
-    rt_rmsnorm_fwd(g_gpu, out.g, rstd.g, x.g, w.g, N, C, eps);
+    rt_rmsnorm_fwd(g_cpu, rt_xf(out.c), rstd.c, x.c, w.c, N, C, eps);
+    rt_rmsnorm_fwd(g_gpu, rt_xf(out.g), rstd.g, x.g, w.g, N, C, eps);
     dbuf_check("rmsnorm_fwd out", &out, ATOL, RTOL);
     dbuf_check("rmsnorm_fwd rstd", &rstd, ATOL, RTOL);
     dbuf_sync_from_cpu(&rstd);
@@ -579,8 +579,8 @@ static void test_attention_case(const attn_case *tc) {
     dg.key_mask = mask.g;
     dc.bias = bias.c;
     dg.bias = bias.g;
-    rt_attention_fwd(g_cpu, &dc, out.c, probs.c, qc, kc, vc);
-    rt_attention_fwd(g_gpu, &dg, out.g, probs.g, qg, kg, vg);
+    rt_attention_fwd(g_cpu, &dc, rt_xf(out.c), probs.c, rt_xf(qc), rt_xf(kc), rt_xf(vc));
+    rt_attention_fwd(g_gpu, &dg, rt_xf(out.g), probs.g, rt_xf(qg), rt_xf(kg), rt_xf(vg));
     char what[128];
     snprintf(what, sizeof what, "attention_fwd %s out", tc->name);
     dbuf_check(what, &out, ATTN_ATOL, ATTN_RTOL);
@@ -589,8 +589,10 @@ static void test_attention_case(const attn_case *tc) {
 
     /* backward from the CPU's probabilities on both, so it is tested on its own */
     dbuf_sync_from_cpu(&probs);
-    rt_attention_bwd(g_cpu, &dc, dqc, dkc, dvc, dbias.c, dout.c, probs.c, qc, kc, vc);
-    rt_attention_bwd(g_gpu, &dg, dqg, dkg, dvg, dbias.g, dout.g, probs.g, qg, kg, vg);
+    rt_attention_bwd(g_cpu, &dc, rt_xf(dqc), rt_xf(dkc), rt_xf(dvc), dbias.c, rt_xf(dout.c), probs.c, rt_xf(qc),
+                     rt_xf(kc), rt_xf(vc));
+    rt_attention_bwd(g_gpu, &dg, rt_xf(dqg), rt_xf(dkg), rt_xf(dvg), dbias.g, rt_xf(dout.g), probs.g, rt_xf(qg),
+                     rt_xf(kg), rt_xf(vg));
     if (tc->fused) {
         snprintf(what, sizeof what, "attention_bwd %s dqkv", tc->name);
         dbuf_check(what, &dqkv, ATTN_ATOL, ATTN_RTOL);
@@ -683,8 +685,8 @@ static void test_embedding(void) {
     rt_gather_rows(g_cpu, rows.c, src.c, ix.c, 7, C);
     rt_gather_rows(g_gpu, rows.g, src.g, ix.g, 7, C);
     dbuf_check("gather_rows", &rows, 0.0f, 0.0f);
-    rt_scatter_rows_add(g_cpu, src.c, rows.c, ix.c, 7, C);
-    rt_scatter_rows_add(g_gpu, src.g, rows.g, ix.g, 7, C);
+    rt_scatter_rows_add(g_cpu, src.c, rt_xf(rows.c), ix.c, 7, C);
+    rt_scatter_rows_add(g_gpu, src.g, rt_xf(rows.g), ix.g, 7, C);
     dbuf_check("scatter_rows_add", &src, 0.0f, 0.0f);
 
     ibuf_free(&id);
@@ -888,8 +890,8 @@ static void test_precision(void) {
         rt_act_fwd(g_gpu, RT_ACT_GELU_TANH, rt_xf(G.g), rt_xf(A.g), A.n);
         snprintf(what, sizeof what, "%s gelu", rt_dtype_name(dtype));
         dbuf_check(what, &G, ATOL, unit);
-        rt_layernorm_fwd(g_cpu, G.c, mean.c, rstd.c, A.c, W.c, bias.c, M, K, 1e-5f);
-        rt_layernorm_fwd(g_gpu, G.g, mean.g, rstd.g, A.g, W.g, bias.g, M, K, 1e-5f);
+        rt_layernorm_fwd(g_cpu, rt_xf(G.c), mean.c, rstd.c, A.c, W.c, bias.c, M, K, 1e-5f);
+        rt_layernorm_fwd(g_gpu, rt_xf(G.g), mean.g, rstd.g, A.g, W.g, bias.g, M, K, 1e-5f);
         snprintf(what, sizeof what, "%s layernorm", rt_dtype_name(dtype));
         dbuf_check(what, &G, ATOL, unit);
         dbuf *all[] = {&X, &dX, &A, &B, &C, &G, &mean, &rstd, &W, &bias};
@@ -976,8 +978,8 @@ static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int 
     rt_residual_desc dg = dc;
     dg.weight = norm == 3 ? NULL : w.g;
     dg.bias = norm == 0 ? bias.g : NULL;
-    rt_residual_fwd(g_cpu, &dc, sum.c, out.c, mean.c, rstd.c, res.c, branch.c);
-    rt_residual_fwd(g_gpu, &dg, sum.g, out.g, mean.g, rstd.g, res.g, branch.g);
+    rt_residual_fwd(g_cpu, &dc, sum.c, rt_xf(out.c), mean.c, rstd.c, res.c, branch.c);
+    rt_residual_fwd(g_gpu, &dg, sum.g, rt_xf(out.g), mean.g, rstd.g, res.g, branch.g);
     snprintf(what, sizeof what, "%s: sum", where);
     dbuf_check_bits(what, &sum);
     if (norm != 3) {
@@ -1099,15 +1101,15 @@ static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, in
         d.probs_dtype = w ? dtype : RT_F32;
         void *pg = w ? (void *)p16g : (void *)p32.g;
         d.bias = bias.g;
-        rt_attention_fwd(g_gpu, &d, out[w].g, pg, x.g, x.g + C, x.g + 2 * C);
-        rt_attention_bwd(g_gpu, &d, dqkv[w].g, dqkv[w].g + C, dqkv[w].g + 2 * C, dbias[w].g, dy.g, pg, x.g, x.g + C,
-                         x.g + 2 * C);
+        rt_attention_fwd(g_gpu, &d, rt_xf(out[w].g), pg, rt_xf(x.g), rt_xf(x.g + C), rt_xf(x.g + 2 * C));
+        rt_attention_bwd(g_gpu, &d, rt_xf(dqkv[w].g), rt_xf(dqkv[w].g + C), rt_xf(dqkv[w].g + 2 * C), dbias[w].g,
+                         rt_xf(dy.g), pg, rt_xf(x.g), rt_xf(x.g + C), rt_xf(x.g + 2 * C));
     }
     d.probs_dtype = dtype;
     d.bias = bias.c;
-    rt_attention_fwd(g_cpu, &d, out[1].c, p16c, x.c, x.c + C, x.c + 2 * C);
-    rt_attention_bwd(g_cpu, &d, dqkv[1].c, dqkv[1].c + C, dqkv[1].c + 2 * C, dbias[1].c, dy.c, p16c, x.c, x.c + C,
-                     x.c + 2 * C);
+    rt_attention_fwd(g_cpu, &d, rt_xf(out[1].c), p16c, rt_xf(x.c), rt_xf(x.c + C), rt_xf(x.c + 2 * C));
+    rt_attention_bwd(g_cpu, &d, rt_xf(dqkv[1].c), rt_xf(dqkv[1].c + C), rt_xf(dqkv[1].c + 2 * C), dbias[1].c,
+                     rt_xf(dy.c), p16c, rt_xf(x.c), rt_xf(x.c + C), rt_xf(x.c + 2 * C));
     float *o32 = gpu_fetch(out[0].g, out[0].n), *o16 = gpu_fetch(out[1].g, out[1].n);
     float *d32 = gpu_fetch(dqkv[0].g, nx), *d16 = gpu_fetch(dqkv[1].g, nx);
     float *b32 = gpu_fetch(dbias[0].g, nb), *b16 = gpu_fetch(dbias[1].g, nb), *h32 = gpu_fetch(p32.g, np);
@@ -1198,15 +1200,17 @@ static void test_attention_fused_case(rt_backend *fused, const fused_attn_case *
     for (int w = 0; w < 2; w++) { /* twice on the GPU: the same bits */
         rt_attn_desc dg = d;
         dg.key_mask = mask.g, dg.prefix = prefix.g, dg.bias = bias.g;
-        rt_attention_fwd(fused, &dg, out.g, pg[w], x.g, x.g + kq, x.g + kv);
-        rt_attention_bwd(fused, &dg, dx.g, dx.g + kq, dx.g + kv, dbias[w].g, dout.g, pg[w], x.g, x.g + kq, x.g + kv);
+        rt_attention_fwd(fused, &dg, rt_xf(out.g), pg[w], rt_xf(x.g), rt_xf(x.g + kq), rt_xf(x.g + kv));
+        rt_attention_bwd(fused, &dg, rt_xf(dx.g), rt_xf(dx.g + kq), rt_xf(dx.g + kv), dbias[w].g, rt_xf(dout.g), pg[w],
+                         rt_xf(x.g), rt_xf(x.g + kq), rt_xf(x.g + kv));
         got[w][0] = gpu_fetch(out.g, no);
         got[w][1] = gpu_fetch(dx.g, nx);
     }
     rt_attn_desc dc = d;
     dc.key_mask = mask.c, dc.prefix = prefix.c, dc.bias = bias.c;
-    rt_attention_fwd(g_cpu, &dc, out.c, pc, x.c, x.c + kq, x.c + kv);
-    rt_attention_bwd(g_cpu, &dc, dx.c, dx.c + kq, dx.c + kv, dbias[0].c, dout.c, pc, x.c, x.c + kq, x.c + kv);
+    rt_attention_fwd(g_cpu, &dc, rt_xf(out.c), pc, rt_xf(x.c), rt_xf(x.c + kq), rt_xf(x.c + kv));
+    rt_attention_bwd(g_cpu, &dc, rt_xf(dx.c), rt_xf(dx.c + kq), rt_xf(dx.c + kv), dbias[0].c, rt_xf(dout.c), pc,
+                     rt_xf(x.c), rt_xf(x.c + kq), rt_xf(x.c + kv));
 
     char what[160];
     const char *name = rt_dtype_name(dt);

@@ -89,8 +89,10 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
     TZ_EXPECT_OK(rt_set_precision(cpu, dt));
     const size_t np = (size_t)B * NH * Tq * Tk, pbytes = np * rt_attn_probs_size(d.probs_dtype);
     void *probs = rt_xmalloc(pbytes);
-    cpu->ops->attention_fwd(cpu->ctx, &d, out_c, probs, q, k, v); /* the ops: unrounded outputs */
-    cpu->ops->attention_bwd(cpu->ctx, &d, dq_c, dk_c, dv_c, dbias_c, dout, probs, q, k, v);
+    cpu->ops->attention_fwd(cpu->ctx, &d, rt_xf(out_c), probs, rt_xf(q), rt_xf(k),
+                            rt_xf(v)); /* the ops: unrounded outputs */
+    cpu->ops->attention_bwd(cpu->ctx, &d, rt_xf(dq_c), rt_xf(dk_c), rt_xf(dv_c), dbias_c, rt_xf(dout), probs, rt_xf(q),
+                            rt_xf(k), rt_xf(v));
     TZ_EXPECT_OK(rt_set_precision(cpu, RT_F32));
 
     /* the fused blocks, in a probabilities buffer of the same size; shared memory starts as NaNs */

@@ -217,7 +217,8 @@ static void check_batch_pack(void) {
         TZ_EXPECT((p.width > 1 || d.cols == 1) == cases[t].side_by_side, "case %zu: packed as %s", t,
                   p.width > 1 ? "side by side" : "a span");
         const size_t src_n = (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
-        float *src = rt_xmalloc(src_n * sizeof(float)), *packed = rt_xmalloc((size_t)(p.height * p.width) * sizeof(float));
+        float *src = rt_xmalloc(src_n * sizeof(float)),
+              *packed = rt_xmalloc((size_t)(p.height * p.width) * sizeof(float));
         for (size_t i = 0; i < src_n; i++) src[i] = (float)i;
         for (int64_t w = 0; w < p.width; w++) /* what rt_cuda_round_input(width, height, src_ld) writes */
             for (int64_t e = 0; e < p.height; e++) packed[w * p.height + e] = src[w * p.src_ld + e];

@@ -15,7 +15,8 @@
  *   - attention's products read their inputs rounded as well (the probabilities for out, dS for
  *     dq and dk), so out and dqkv are checked as products: within a relative L2 distance of 4u
  *     of fp32's (a rounding of the probabilities or of dS, one of the output, and room for the
- *     sums), while its stored probabilities and fp32 dbias stay bit for bit.
+ *     sums), and so is dbias (the fp32 dS, but from a product whose sums a 16-bit run orders
+ *     differently: it packs each head for the GEMM); its stored probabilities stay bit for bit.
  * An fp16 output past 65504 is inf; the clamp op's outputs are checked the same way. */
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +56,7 @@ static float *copy_of(const float *x, size_t n) {
 
 static int case_layernorm(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(N * C), *mean = fresh(N), *rstd = fresh(N), *dx = fresh(N * C), *dw = fresh(C), *db = fresh(C);
-    rt_layernorm_fwd(be, out, mean, rstd, in->x, in->w, in->w + C, N, C, 1e-5f);
+    rt_layernorm_fwd(be, rt_xf(out), mean, rstd, in->x, in->w, in->w + C, N, C, 1e-5f);
     rt_layernorm_bwd(be, dx, dw, db, in->y, in->x, in->w, mean, rstd, N, C);
     o[0] = (op_out){"out", out, N * C, true, 0}, o[1] = (op_out){"mean", mean, N, false, 0};
     o[2] = (op_out){"dinp", dx, N * C, true, 0}, o[3] = (op_out){"dweight", dw, C, false, 0};
@@ -65,7 +66,7 @@ static int case_layernorm(rt_backend *be, const op_inputs *in, op_out *o) {
 
 static int case_rmsnorm(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(N * C), *rstd = fresh(N), *dx = fresh(N * C), *dw = fresh(C);
-    rt_rmsnorm_fwd(be, out, rstd, in->x, in->w, N, C, 1e-6f);
+    rt_rmsnorm_fwd(be, rt_xf(out), rstd, in->x, in->w, N, C, 1e-6f);
     rt_rmsnorm_bwd(be, dx, dw, in->y, in->x, in->w, rstd, N, C);
     o[0] = (op_out){"out", out, N * C, true, 0}, o[1] = (op_out){"rstd", rstd, N, false, 0};
     o[2] = (op_out){"dinp", dx, N * C, true, 0}, o[3] = (op_out){"dweight", dw, C, false, 0};
@@ -109,10 +110,13 @@ static int case_attention(rt_backend *be, const op_inputs *in, op_out *o) {
     rt_attn_desc d = attn;
     d.key_mask = in->key_mask;
     float *out = fresh(N * C), *probs = fresh(B * NH * T * T), *dqkv = fresh(N * 3 * C), *dbias = fresh(NH * T * T);
-    rt_attention_fwd(be, &d, out, probs, in->x, in->x + C, in->x + 2 * C);
-    rt_attention_bwd(be, &d, dqkv, dqkv + C, dqkv + 2 * C, dbias, in->y, in->probs, in->x, in->x + C, in->x + 2 * C);
+    rt_attention_fwd(be, &d, rt_xf(out), probs, rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
+    rt_attention_bwd(be, &d, rt_xf(dqkv), rt_xf(dqkv + C), rt_xf(dqkv + 2 * C), dbias, rt_xf(in->y), in->probs,
+                     rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
     o[0] = (op_out){"out", out, N * C, true, 4}, o[1] = (op_out){"probs", probs, B * NH * T * T, true, 0};
-    o[2] = (op_out){"dqkv", dqkv, N * 3 * C, true, 4}, o[3] = (op_out){"dbias", dbias, NH * T * T, false, 0};
+    /* dbias is the fp32 dS, unrounded, but dS comes from dO V^T, a product: at 16 bits the heads are packed
+     * for the GEMM (cpu_attention.c), whose sums then run in another order than fp32's strided ones */
+    o[2] = (op_out){"dqkv", dqkv, N * 3 * C, true, 4}, o[3] = (op_out){"dbias", dbias, NH * T * T, false, 4};
     return 4;
 }
 
@@ -186,7 +190,7 @@ static void make_probs(rt_backend *be, op_inputs *in) {
     d.key_mask = in->key_mask;
     float out[N * C];
     TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
-    rt_attention_fwd(be, &d, out, in->probs, in->x, in->x + C, in->x + 2 * C);
+    rt_attention_fwd(be, &d, rt_xf(out), in->probs, rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
     for (size_t i = 0; i < sizeof in->probs / 4; i++) in->probs[i] = rt_round_bf16(in->probs[i]);
 }
 
@@ -234,9 +238,10 @@ static void check_probs16(rt_backend *be) {
                 d.probs_dtype = w ? dtype : RT_F32;
                 out[w] = fresh(PN * PC), dqkv[w] = fresh(PN * 3 * PC), dbias[w] = fresh(nb);
                 probs[w] = calloc(np, rt_attn_probs_size(d.probs_dtype));
-                rt_attention_fwd(be, &d, out[w], probs[w], x, x + PC, x + 2 * PC);
-                rt_attention_bwd(be, &d, dqkv[w], dqkv[w] + PC, dqkv[w] + 2 * PC, variant ? NULL : dbias[w], dy,
-                                 probs[w], x, x + PC, x + 2 * PC);
+                rt_attention_fwd(be, &d, rt_xf(out[w]), probs[w], rt_xf(x), rt_xf(x + PC), rt_xf(x + 2 * PC));
+                rt_attention_bwd(be, &d, rt_xf(dqkv[w]), rt_xf(dqkv[w] + PC), rt_xf(dqkv[w] + 2 * PC),
+                                 variant ? NULL : dbias[w], rt_xf(dy), probs[w], rt_xf(x), rt_xf(x + PC),
+                                 rt_xf(x + 2 * PC));
             }
             int off = 0;
             for (size_t i = 0; i < np; i++) {

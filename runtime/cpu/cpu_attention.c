@@ -85,15 +85,54 @@ static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *
     }
 }
 
+/* Head h of batch row b of a typed (B, T, NH, HS) buffer x with row stride ld, as the products
+ * read it: at fp32, where its rows lie (row stride ld); at a 16-bit compute precision (pack),
+ * copied (16-bit: widened) into buf, packed (row stride HS) when `in`, else for head_commit to
+ * store. Packed whatever the handle's type, so that a 16-bit activation and its fp32 reference
+ * meet the same GEMM (oneDNN's kernel, hence its sums, depends on the row stride). */
+typedef struct {
+    float *p;
+    int ld;
+} head_view;
+
+static head_view head_at(rt_x x, size_t ld, int b, int T, int h, int HS, float *buf, bool pack, bool in) {
+    const size_t at = (size_t)b * T * ld + (size_t)h * HS;
+    if (!pack) return (head_view){rt_x_floats(x, "fp32 attention") + at, (int)ld};
+    for (int t = 0; in && t < T; t++) {
+        float *row = buf + (size_t)t * HS;
+        if (x.t == RT_F32)
+            memcpy(row, (const float *)x.p + at + (size_t)t * ld, sizeof(float) * (size_t)HS);
+        else
+            rt_cpu_widen_span(x.t, row, (const uint16_t *)x.p + at + (size_t)t * ld, (size_t)HS);
+    }
+    return (head_view){buf, HS};
+}
+
+static void head_commit(rt_x x, size_t ld, int b, int T, int h, int HS, head_view v) {
+    const size_t at = (size_t)b * T * ld + (size_t)h * HS;
+    if (v.ld == (int)ld && x.t == RT_F32) return; /* written in place */
+    for (int t = 0; t < T; t++) {
+        const float *row = v.p + (size_t)t * HS;
+        if (x.t == RT_F32)
+            memcpy((float *)x.p + at + (size_t)t * ld, row, sizeof(float) * (size_t)HS);
+        else
+            rt_cpu_narrow_span(x.t, (uint16_t *)x.p + at + (size_t)t * ld, row, (size_t)HS);
+    }
+}
+
+/* Floats of scratch for a head's rows of each typed buffer of a pass: n_rows rows of HS. */
+static size_t head_scratch(const rt_attn_desc *d, int n_rows) { return (size_t)n_rows * d->HS; }
+
 /* scratch: Tq x Tk for 16-bit probabilities' fp32 softmax, then with dropout Tq x Tk for P'
- * and Tk uniforms. */
-static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, float *out, void *probs,
-                                 const float *q, const float *k, const float *v, float *scratch) {
+ * and Tk uniforms; heads (16-bit compute): (2 Tq + 2 Tk) x HS for q, out, k and v. */
+static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, rt_x out, void *probs, rt_x q,
+                                 rt_x k, rt_x v, float *scratch, float *heads) {
     const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
-    const float *qh = q + (size_t)b * Tq * d->ldq + (size_t)h * HS;
-    const float *kh = k + (size_t)b * Tk * d->ldk + (size_t)h * HS;
-    const float *vh = v + (size_t)b * Tk * d->ldv + (size_t)h * HS;
-    float *oh = out + (size_t)b * Tq * d->ldo + (size_t)h * HS;
+    const bool pack = mm != RT_F32;
+    const head_view qv = head_at(q, d->ldq, b, Tq, h, HS, heads, pack, true);
+    const head_view kv = head_at(k, d->ldk, b, Tk, h, HS, heads + head_scratch(d, Tq), pack, true);
+    const head_view vv = head_at(v, d->ldv, b, Tk, h, HS, heads + head_scratch(d, Tq + Tk), pack, true);
+    const head_view ov = head_at(out, d->ldo, b, Tq, h, HS, heads + head_scratch(d, Tq + 2 * Tk), pack, false);
     const size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk, tt = (size_t)Tq * Tk;
     const bool f32 = d->probs_dtype == RT_F32;
     float *P = f32 ? (float *)probs + pbase : scratch;
@@ -101,7 +140,7 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     const float *kmask = d->key_mask ? d->key_mask + (size_t)b * Tk : NULL;
 
     /* S = scale * Q K^T, straight into the probabilities buffer */
-    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, d->scale, qh, (int)d->ldq, kh, (int)d->ldk, 0.0f, P, Tk);
+    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, d->scale, qv.p, qv.ld, kv.p, kv.ld, 0.0f, P, Tk);
     for (int i = 0; i < Tq; i++) {
         float *row = P + (size_t)i * Tk;
         const float *bias = d->bias ? d->bias + ((size_t)h * Tq + i) * Tk : NULL;
@@ -141,25 +180,28 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
         Pd = scratch;
     }
     /* out = P' V */
-    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, 1.0f, Pd, Tk, vh, (int)d->ldv, 0.0f, oh, (int)d->ldo);
+    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, 1.0f, Pd, Tk, vv.p, vv.ld, 0.0f, ov.p, ov.ld);
+    head_commit(out, d->ldo, b, Tq, h, HS, ov);
 }
 
-void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
-                          const float *q, const float *k, const float *v) {
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cpu_attn_check(d);
     const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     int tasks = d->B * d->NH;
     const size_t tt = (size_t)d->Tq * d->Tk;
     const size_t scratch_n = (d->probs_dtype != RT_F32 ? tt : 0) + (d->dropout_p > 0.0f ? tt + (size_t)d->Tk : 0);
+    const size_t heads_n = mm != RT_F32 ? head_scratch(d, 2 * d->Tq + 2 * d->Tk) : 0;
     int saved = rt_cpu_blas_serial_begin(); /* for a build without oneDNN, whose products are cblas calls */
 #pragma omp parallel if (rt_cpu_attn_parallel(d))
     {
         float *scratch = scratch_n ? rt_xmalloc(scratch_n * sizeof(float)) : NULL;
+        float *heads = heads_n ? rt_xmalloc(heads_n * sizeof(float)) : NULL;
 #pragma omp for schedule(dynamic, 1)
         for (int t = 0; t < tasks; t++)
-            rt_cpu_attn_fwd_head(d, mm, t / d->NH, t % d->NH, out, probs, q, k, v, scratch);
+            rt_cpu_attn_fwd_head(d, mm, t / d->NH, t % d->NH, out, probs, q, k, v, scratch, heads);
         free(scratch);
+        free(heads);
     }
     rt_cpu_blas_serial_end(saved);
 }
@@ -167,20 +209,19 @@ void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *pr
 /* dP' = dO V^T; dP = dP' * keep/(1-p); dV = P'^T dO; dS = P (dP - rowsum(P dP));
  * dQ = scale dS K; dK = scale dS^T Q; dbias += dS. Scratch: dS (Tq x Tk), Pf (Tq x Tk, the
  * widened 16-bit probabilities) and, with dropout, Pd (Tq x Tk for P', then Tk for a row of
- * uniforms). */
-static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, float *dq, float *dk,
-                                 float *dv, float *dbias, const float *dout, const void *probs,
-                                 const float *q, const float *k, const float *v, float *dS,
-                                 float *Pf, float *Pd) {
+ * uniforms); heads (16-bit compute): (3 Tq + 4 Tk) x HS for q, dout, dq, k, v, dk and dv. */
+static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int h, rt_x dq, rt_x dk, rt_x dv,
+                                 float *dbias, rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v, float *dS,
+                                 float *Pf, float *Pd, float *heads) {
     const int Tq = d->Tq, Tk = d->Tk, HS = d->HS, NH = d->NH;
-    const size_t hs = (size_t)h * HS;
-    const float *qh = q + (size_t)b * Tq * d->ldq + hs;
-    const float *kh = k + (size_t)b * Tk * d->ldk + hs;
-    const float *vh = v + (size_t)b * Tk * d->ldv + hs;
-    const float *doh = dout + (size_t)b * Tq * d->ldo + hs;
-    float *dqh = dq + (size_t)b * Tq * d->ldq + hs;
-    float *dkh = dk + (size_t)b * Tk * d->ldk + hs;
-    float *dvh = dv + (size_t)b * Tk * d->ldv + hs;
+    const bool pack = mm != RT_F32;
+    const head_view qv = head_at(q, d->ldq, b, Tq, h, HS, heads, pack, true);
+    const head_view dov = head_at(dout, d->ldo, b, Tq, h, HS, heads + head_scratch(d, Tq), pack, true);
+    const head_view dqv = head_at(dq, d->ldq, b, Tq, h, HS, heads + head_scratch(d, 2 * Tq), pack, false);
+    const head_view kv = head_at(k, d->ldk, b, Tk, h, HS, heads + head_scratch(d, 3 * Tq), pack, true);
+    const head_view vv = head_at(v, d->ldv, b, Tk, h, HS, heads + head_scratch(d, 3 * Tq + Tk), pack, true);
+    const head_view dkv = head_at(dk, d->ldk, b, Tk, h, HS, heads + head_scratch(d, 3 * Tq + 2 * Tk), pack, false);
+    const head_view dvv = head_at(dv, d->ldv, b, Tk, h, HS, heads + head_scratch(d, 3 * Tq + 3 * Tk), pack, false);
     const size_t pbase = ((size_t)b * NH + h) * Tq * (size_t)Tk, tt = (size_t)Tq * Tk;
     const float *P = (const float *)probs + pbase;
     if (d->probs_dtype != RT_F32) {
@@ -189,7 +230,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     }
 
     /* dP' = dO V^T */
-    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, 1.0f, doh, (int)d->ldo, vh, (int)d->ldv, 0.0f, dS, Tk);
+    rt_cpu_gemm_f32(false, true, Tq, Tk, HS, 1.0f, dov.p, dov.ld, vv.p, vv.ld, 0.0f, dS, Tk);
     const float *Pk = P; /* the probabilities as used in the output (after dropout) */
     if (d->dropout_p > 0.0f) {
         rt_cpu_attn_dropout(d, Pd, P, dS, rt_cpu_attn_rng_base(d, b, h), Pd + tt);
@@ -197,7 +238,7 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
         Pk = Pd;
     }
     /* dV = P'^T dO (written) */
-    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, 1.0f, Pk, Tk, doh, (int)d->ldo, 0.0f, dvh, (int)d->ldv);
+    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, 1.0f, Pk, Tk, dov.p, dov.ld, 0.0f, dvv.p, dvv.ld);
     /* softmax backward, in place over dS; masked entries have P = 0 and get dS = 0 */
     for (int i = 0; i < Tq; i++) {
         const float *pr = P + (size_t)i * Tk;
@@ -212,13 +253,15 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
     }
     if (mm != RT_F32) rt_cpu_round_span(mm, dS, dS, tt); /* dbias above took it in fp32 */
     /* dQ = scale dS K; dK = scale dS^T Q (written) */
-    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, d->scale, dS, Tk, kh, (int)d->ldk, 0.0f, dqh, (int)d->ldq);
-    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, d->scale, dS, Tk, qh, (int)d->ldq, 0.0f, dkh, (int)d->ldk);
+    rt_cpu_gemm_f32(false, false, Tq, HS, Tk, d->scale, dS, Tk, kv.p, kv.ld, 0.0f, dqv.p, dqv.ld);
+    rt_cpu_gemm_f32(true, false, Tk, HS, Tq, d->scale, dS, Tk, qv.p, qv.ld, 0.0f, dkv.p, dkv.ld);
+    head_commit(dq, d->ldq, b, Tq, h, HS, dqv);
+    head_commit(dk, d->ldk, b, Tk, h, HS, dkv);
+    head_commit(dv, d->ldv, b, Tk, h, HS, dvv);
 }
 
-void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const void *probs, const float *q,
-                          const float *k, const float *v) {
+void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                          const void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cpu_attn_check(d);
     const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     const int B = d->B, NH = d->NH;
@@ -229,17 +272,19 @@ void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk
         float *dS = rt_xmalloc(tt * sizeof(float));
         float *Pf = d->probs_dtype != RT_F32 ? rt_xmalloc(tt * sizeof(float)) : NULL;
         float *Pd = d->dropout_p > 0.0f ? rt_xmalloc((tt + (size_t)d->Tk) * sizeof(float)) : NULL;
+        float *heads = mm != RT_F32 ? rt_xmalloc(head_scratch(d, 3 * d->Tq + 4 * d->Tk) * sizeof(float)) : NULL;
         if (dbias) {
             /* dbias[h] sums over the batch: each head to one thread, batch in order */
 #pragma omp for schedule(dynamic, 1)
             for (int h = 0; h < NH; h++)
                 for (int b = 0; b < B; b++)
-                    rt_cpu_attn_bwd_head(d, mm, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pf, Pd);
+                    rt_cpu_attn_bwd_head(d, mm, b, h, dq, dk, dv, dbias, dout, probs, q, k, v, dS, Pf, Pd, heads);
         } else {
 #pragma omp for schedule(dynamic, 1)
             for (int t = 0; t < B * NH; t++)
-                rt_cpu_attn_bwd_head(d, mm, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pf, Pd);
+                rt_cpu_attn_bwd_head(d, mm, t / NH, t % NH, dq, dk, dv, NULL, dout, probs, q, k, v, dS, Pf, Pd, heads);
         }
+        free(heads);
         free(dS);
         free(Pf);
         free(Pd);

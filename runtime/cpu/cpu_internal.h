@@ -97,12 +97,12 @@ static inline void rt_cpu_dropout_run(float *y, const float *x, size_t n, float 
 }
 
 /* cpu_norm.c */
-void rt_cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
                           const float *weight, const float *bias, size_t N, int C, float eps);
 void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const float *weight, const float *mean,
                           const float *rstd, size_t N, int C);
-void rt_cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
                         size_t N, int C, float eps);
 void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
@@ -193,17 +193,15 @@ void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
-void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
                          const float *res, const float *branch);
 void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
 /* cpu_attention.c */
-void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
-                          const float *q, const float *k, const float *v);
-void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                          float *dbias, const float *dout, const void *probs, const float *q,
-                          const float *k, const float *v);
+void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
+void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                          const void *probs, rt_x q, rt_x k, rt_x v);
 
 /* cpu_relbias.c */
 void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq,
@@ -225,7 +223,7 @@ void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                          const float *logits, const int32_t *targets, size_t N, int V,
                          float grad_scale);
 void rt_cpu_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
-void rt_cpu_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
+void rt_cpu_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B,
                              int C);
 
 /* cpu_backend.c: frees what rt_cpu_backend_init made (called by rt_backend_free). */

@@ -2,16 +2,29 @@
  * row formulas of cpu_norm_rows.h. The weight and bias gradients are sums over rows; they are
  * split by column blocks so no two threads write the same element and the sum order never
  * depends on the thread count. */
+#include <stdlib.h>
+
 #include "runtime/cpu/cpu_internal.h"
 #include "runtime/cpu/cpu_norm_rows.h"
 
-void rt_cpu_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, size_t N, int C, float eps) {
+/* A row's output: out's own floats, or (16-bit out) a row of scratch stored by norm_commit. */
+static float *norm_row_buf(rt_x out, int C) { return out.t == RT_F32 ? NULL : rt_xmalloc(sizeof(float) * (size_t)C); }
+
+void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
-#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    for (size_t n = 0; n < N; n++)
-        rt_cpu_layernorm_row(out + n * (size_t)C, mean ? mean + n : NULL, rstd ? rstd + n : NULL, inp + n * (size_t)C,
-                             weight, bias, C, eps);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        float *buf = norm_row_buf(out, C);
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            float *y = rt_cpu_x_dst(out, n * (size_t)C, buf);
+            rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, inp + n * (size_t)C, weight, bias,
+                                 C, eps);
+            rt_cpu_x_commit(out, n * (size_t)C, (size_t)C, y);
+        }
+        free(buf);
+    }
 }
 
 void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout, const float *inp, const float *mean,
@@ -45,12 +58,20 @@ void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, 
     rt_cpu_layernorm_param_bwd(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
-void rt_cpu_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
-                        size_t N, int C, float eps) {
+void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                        float eps) {
     RT_CHECK(C > 0, "C=%d", C);
-#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    for (size_t n = 0; n < N; n++)
-        rt_cpu_rmsnorm_row(out + n * (size_t)C, rstd ? rstd + n : NULL, inp + n * (size_t)C, weight, C, eps);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        float *buf = norm_row_buf(out, C);
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            float *y = rt_cpu_x_dst(out, n * (size_t)C, buf);
+            rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, inp + n * (size_t)C, weight, C, eps);
+            rt_cpu_x_commit(out, n * (size_t)C, (size_t)C, y);
+        }
+        free(buf);
+    }
 }
 
 void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *inp, const float *rstd, size_t N, int C) {

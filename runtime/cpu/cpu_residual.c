@@ -10,6 +10,8 @@
  * and every stored value rounded to the compute precision at the points where the composed ops'
  * wrappers round (rt_store): the dropped branch, the sum, the norm's output; the residual
  * gradient, the branch's gradient. */
+#include <stdlib.h>
+
 #include "runtime/cpu/cpu_internal.h"
 #include "runtime/cpu/cpu_norm_rows.h"
 
@@ -23,33 +25,43 @@ static void cpu_residual_check(const rt_residual_desc *d) {
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p <= 1.0f, "residual: dropout p=%g", (double)d->dropout_p);
 }
 
-void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
                          const float *res, const float *branch) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
     const float p = d->dropout_p;
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
-#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    for (size_t n = 0; n < N; n++) {
-        const size_t at = n * (size_t)C;
-        float *s = sum + at;
-        const float *x = res + at, *b = branch + at;
-        if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
-            rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, d->stream, at);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        /* a 16-bit out: each row normalized into scratch, then stored */
+        float *buf = d->weight && out.t != RT_F32 ? rt_xmalloc(sizeof(float) * (size_t)C) : NULL;
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            const size_t at = n * (size_t)C;
+            float *s = sum + at;
+            const float *x = res + at, *b = branch + at;
+            if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
+                rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, d->stream, at);
+                cpu_store_run(dtype, s, (size_t)C);
+                b = s;
+            }
+            for (int c = 0; c < C; c++) s[c] = x[c] + b[c];
             cpu_store_run(dtype, s, (size_t)C);
-            b = s;
+            if (!d->weight) continue;
+            /* every read of this row of branch is done: out may alias it */
+            float *y = rt_cpu_x_dst(out, at, buf);
+            if (d->rms)
+                rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, s, d->weight, C, d->eps);
+            else
+                rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, s, d->weight, d->bias, C,
+                                     d->eps);
+            if (out.t == RT_F32)
+                cpu_store_run(dtype, y, (size_t)C);
+            else
+                rt_cpu_x_commit(out, at, (size_t)C, y);
         }
-        for (int c = 0; c < C; c++) s[c] = x[c] + b[c];
-        cpu_store_run(dtype, s, (size_t)C);
-        if (!d->weight) continue;
-        /* every read of this row of branch is done: out may alias it */
-        float *y = out + at;
-        if (d->rms)
-            rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, s, d->weight, C, d->eps);
-        else
-            rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, s, d->weight, d->bias, C, d->eps);
-        cpu_store_run(dtype, y, (size_t)C);
+        free(buf);
     }
 }
 

@@ -98,13 +98,16 @@ void rt_cpu_gather_rows(void *ctx, float *out, const float *inp, const int32_t *
     }
 }
 
-void rt_cpu_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
-                             int C) {
+void rt_cpu_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
     /* serial over b: idx may repeat, and B (e.g. one row per sequence) is small */
+    float buf[RT_CPU_X_RUN];
     for (int b = 0; b < B; b++) {
         RT_CHECK(idx[b] >= 0, "scatter_rows_add: idx[%d]=%d", b, (int)idx[b]);
         float *d = dinp + (size_t)idx[b] * C;
-        const float *g = dout + (size_t)b * C;
-        for (int c = 0; c < C; c++) d[c] += g[c];
+        for (int c0 = 0; c0 < C; c0 += RT_CPU_X_RUN) {
+            const int m = C - c0 < RT_CPU_X_RUN ? C - c0 : RT_CPU_X_RUN;
+            const float *g = rt_cpu_x_read(dout, (size_t)b * C + (size_t)c0, (size_t)m, buf);
+            for (int c = 0; c < m; c++) d[c0 + c] += g[c];
+        }
     }
 }

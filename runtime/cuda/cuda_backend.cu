@@ -166,6 +166,28 @@ static void cuda_x_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int 
                                 float p, uint64_t seed, uint64_t stream) {
     rt_cuda_dropout_cols(ctx, F32(out), F32(inp), rows, cols, cols_total, col_offset, p, seed, stream);
 }
+static void cuda_x_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                                 const float *bias, size_t N, int C, float eps) {
+    rt_cuda_layernorm_fwd(ctx, F32(out), mean, rstd, inp, weight, bias, N, C, eps);
+}
+static void cuda_x_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                               float eps) {
+    rt_cuda_rmsnorm_fwd(ctx, F32(out), rstd, inp, weight, N, C, eps);
+}
+static void cuda_x_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
+                                const float *res, const float *branch) {
+    rt_cuda_residual_fwd(ctx, d, sum, F32(out), mean, rstd, res, branch);
+}
+static void cuda_x_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
+    rt_cuda_attention_fwd(ctx, d, F32(out), probs, F32(q), F32(k), F32(v));
+}
+static void cuda_x_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                                 const void *probs, rt_x q, rt_x k, rt_x v) {
+    rt_cuda_attention_bwd(ctx, d, F32(dq), F32(dk), F32(dv), dbias, F32(dout), probs, F32(q), F32(k), F32(v));
+}
+static void cuda_x_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
+    rt_cuda_scatter_rows_add(ctx, dinp, F32(dout), idx, B, C);
+}
 #undef F32
 
 /* Filled by assignment rather than designated initializers, which C++17 lacks. */
@@ -191,11 +213,11 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->linear_fwd = cuda_x_linear_fwd;
     o->linear_wgrad = cuda_x_linear_wgrad;
     o->linear_dact = cuda_x_linear_dact;
-    o->layernorm_fwd = rt_cuda_layernorm_fwd;
+    o->layernorm_fwd = cuda_x_layernorm_fwd;
     o->layernorm_bwd = rt_cuda_layernorm_bwd;
-    o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
+    o->rmsnorm_fwd = cuda_x_rmsnorm_fwd;
     o->rmsnorm_bwd = rt_cuda_rmsnorm_bwd;
-    o->residual_fwd = rt_cuda_residual_fwd;
+    o->residual_fwd = cuda_x_residual_fwd;
     o->residual_bwd = rt_cuda_residual_bwd;
     o->act_fwd = cuda_x_act_fwd;
     o->act_bwd = cuda_x_act_bwd;
@@ -209,8 +231,8 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->scale_rows = rt_cuda_scale_rows;
     o->clamp_abs = rt_cuda_clamp_abs;
     o->clamp_abs_bwd = rt_cuda_clamp_abs_bwd;
-    o->attention_fwd = rt_cuda_attention_fwd;
-    o->attention_bwd = rt_cuda_attention_bwd;
+    o->attention_fwd = cuda_x_attention_fwd;
+    o->attention_bwd = cuda_x_attention_bwd;
     o->attention_kept_row = rt_cuda_attention_kept_row;
     o->relbias_fwd = rt_cuda_relbias_fwd;
     o->relbias_bwd = rt_cuda_relbias_bwd;
@@ -223,7 +245,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->dropout_bwd = rt_cuda_dropout_bwd;
     o->dropout_cols = cuda_x_dropout_cols;
     o->gather_rows = rt_cuda_gather_rows;
-    o->scatter_rows_add = rt_cuda_scatter_rows_add;
+    o->scatter_rows_add = cuda_x_scatter_rows_add;
     o->adamw = rt_cuda_adamw;
     o->sumsq = rt_cuda_sumsq;
     o->weight_copy_set = rt_cuda_weight_copy_set;
