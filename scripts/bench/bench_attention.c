@@ -99,9 +99,10 @@ static int bench_shape(rt_backend *be, const shape *s, int reps) {
     float *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
     for (int r = -2; r < reps; r++) {
         double t0 = bench_now();
-        rt_attention_fwd(be, &d, out, probs, q, k, v);
+        rt_attention_fwd(be, &d, rt_xf(out), probs, rt_xf(q), rt_xf(k), rt_xf(v));
         double t1 = bench_now();
-        rt_attention_bwd(be, &d, dq, dk, dv, NULL, dout, probs, q, k, v);
+        rt_attention_bwd(be, &d, rt_xf(dq), rt_xf(dk), rt_xf(dv), NULL, rt_xf(dout), probs, rt_xf(q), rt_xf(k),
+                         rt_xf(v));
         double t2 = bench_now();
         if (r >= 0) t_fwd[r] = t1 - t0, t_bwd[r] = t2 - t1, t_sum[r] = t2 - t0;
     }
