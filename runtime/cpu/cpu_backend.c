@@ -245,7 +245,7 @@ static const void *cpu_gemm_input(int which, rt_dtype dtype, bool bits16, rt_x X
         uint16_t *out = buf;
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < rows; r++)
-            for (int c = 0; c < cols; c++) out[(size_t)r * cols + c] = rt_f32_to_bf16(x[(size_t)r * ld + c]);
+            rt_cpu_narrow_span(RT_BF16, out + (size_t)r * cols, x + (size_t)r * ld, (size_t)cols);
     } else {
         float *out = buf;
 #pragma omp parallel for schedule(static)
@@ -345,9 +345,8 @@ static bool cpu_linear_fwd(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W
                 rt_cpu_act_span(*act, y, row + k, m);
                 rt_cpu_x_commit(out, at, m, y);
             }
-            float *p = rt_cpu_x_dst(pre, at, buf);
-            if (p != row + k) memcpy(p, row + k, m * sizeof(float));
-            rt_cpu_x_commit(pre, at, m, p);
+            if (pre.t == RT_F32) memcpy((float *)pre.p + at, row + k, m * sizeof(float));
+            rt_cpu_x_commit(pre, at, m, row + k); /* 16-bit: narrowed straight from the sums */
         }
     }
     return true;
@@ -365,12 +364,7 @@ static bool cpu_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const floa
     cpu_gemm(ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, rt_xf(acc), in, 0, 1);
     rt_cpu_act_bwd(ctx, act, rt_xf(acc), pre, rt_xf(acc), n);
     if (db) rt_cpu_bias_bwd(ctx, db, rt_xf(acc), N, in);
-    const size_t runs = (n + RT_CPU_X_RUN - 1) / RT_CPU_X_RUN;
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t k = 0; k < runs; k++) {
-        const size_t at = k * RT_CPU_X_RUN;
-        rt_cpu_x_commit(dpre, at, n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN, acc + at);
-    }
+    cpu_convert16(dpre.t, true, dpre.p, acc, n);
     return true;
 }
 

@@ -7,7 +7,8 @@
 #include "runtime/cpu/cpu_internal.h"
 #include "runtime/cpu/cpu_norm_rows.h"
 
-/* A row's output: out's own floats, or (16-bit out) a row of scratch stored by norm_commit. */
+/* Where a thread computes a row of a 16-bit out before rt_cpu_x_commit stores it (fp32 out: none,
+ * rows are computed in place). */
 static float *norm_row_buf(rt_x out, int C) { return out.t == RT_F32 ? NULL : rt_xmalloc(sizeof(float) * (size_t)C); }
 
 void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
