@@ -273,8 +273,8 @@ typedef struct rt_backend {
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
     bool keep_fp32;         /* keep activations for the backward in fp32 buffers at a 16-bit compute
                              * precision (models/stack.h): the tests' reference for the 2-byte ones */
-    bool typed_acts;        /* the ops read and write 16-bit activation handles (rt_x): the CPU (CUDA's
-                             * kernels still take fp32 ones) */
+    bool typed_acts;        /* the ops read and write 16-bit activation handles (rt_x): the CPU, and CUDA
+                             * unless its fused attention kernels (fp32 only) are switched on */
     /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
      * parameter slab (rt_params_init), so the whole model never sits on the device; rt_zero_init
      * then keeps this rank's pieces here and frees the slab. NULL: the slab is laid out here.
@@ -306,7 +306,7 @@ void rt_cuda_backend_free(rt_backend *be);
  * 2-byte values of dtype; given an fp32 one, it works on floats and the wrapper rounds what it
  * wrote. The same values either way, so the storage changes no number. A model stores the
  * sublayers' activations at rt_act_dtype (dtype on a backend whose ops take 16-bit handles, the
- * CPU; fp32 on CUDA until its kernels are typed). The residual stream stays in fp32 buffers, as
+ * CPU and CUDA). The residual stream stays in fp32 buffers, as
  * PyTorch's autocast keeps it, holding values rounded to dtype as every stored activation;
  * attention's probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype); what is
  * left in fp32 buffers of a block is narrowed by the stack after its forward and widened before

@@ -9,7 +9,7 @@
 #     is there, e.g. a CUDA build made on another machine and carried over; --pack FILE: unpack
 #     the build scripts/gpu_pack.sh made on another machine into build-gpu/ and run with the
 #     libraries it carries, for a GPU machine without our build dependencies);
-#  2. runs every cuda-labelled test (test_cuda_ops, test_comm_nccl; a test that skips on a GPU
+#  2. runs every cuda-labelled test (test_cuda_ops, test_cuda_typed, test_comm_nccl; a test that skips on a GPU
 #     machine counts as a failure);
 #  3. runs compute-sanitizer's memcheck and racecheck over test_cuda_ops, 5 minutes at most each
 #     (--no-sanitizer: not);

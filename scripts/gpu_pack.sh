@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
 done
 B=build-gpu
 PROGRAMS="gpt2-classify bert-classify t5-finetune glm-finetune gpt2-finetune"
-TESTS="test_cuda_ops test_comm_nccl"
+TESTS="test_cuda_ops test_cuda_typed test_comm_nccl"
 mkdir -p "$B"
 cmake -S . -B "$B" -DUSE_CUDA=ON -DUSE_MPI=OFF -DUSE_DNNL=OFF -DCMAKE_BUILD_TYPE=Release -DWERROR=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > "$B/configure.log" 2>&1 || { tail -20 "$B/configure.log"; exit 1; }

@@ -30,7 +30,7 @@ static double gelu_tanh_grad(double x) {
 static void lt_emulate(const lt_call *x) {
     for (int b = 0; b < x->batch; b++) {
         const float *A = (const float *)x->A + (size_t)b * x->sa, *B = (const float *)x->B + (size_t)b * x->sb;
-        float *D = x->C + (size_t)b * x->sc;
+        float *D = (float *)x->C + (size_t)b * x->sc;
         for (int j = 0; j < x->n; j++)
             for (int i = 0; i < x->m; i++) {
                 double s = 0;
@@ -47,7 +47,8 @@ static void lt_emulate(const lt_call *x) {
                     aux[i + (size_t)j * x->ldaux] = (float)(d + bias[i]);
                     d = gelu_tanh(d + bias[i]);
                 }
-                if (x->epilogue == LT_EPI_DGELU_BGRAD) d *= gelu_tanh_grad(aux[i + (size_t)j * x->ldaux]);
+                if (x->epilogue == LT_EPI_DGELU_BGRAD || x->epilogue == LT_EPI_DGELU)
+                    d *= gelu_tanh_grad(aux[i + (size_t)j * x->ldaux]);
                 D[i + (size_t)j * x->ldc] = (float)d;
             }
         float *bias = (float *)x->bias;
@@ -164,6 +165,12 @@ static void check_dact(rt_backend *be) {
     lt_emulate(&x);
     tz_check_close("linear_dact dpre (DGELU_BGRAD)", dpre, want, NR * IN, TOL, TOL);
     tz_check_close("linear_dact db (DGELU_BGRAD)", g, db, IN, TOL, TOL);
+    /* without a bias gradient (the 16-bit path sums the stored dpre itself): DGELU alone */
+    memset(dpre, 0, NR * IN * sizeof *dpre);
+    TZ_EXPECT(lt_map_linear_dact(&x, dpre, NULL, dY, W, pre, NR, IN, OUT, true), "dact without bgrad refused");
+    TZ_EXPECT(x.epilogue == LT_EPI_DGELU && x.bias == NULL, "dact without bgrad: epilogue %d", (int)x.epilogue);
+    lt_emulate(&x);
+    tz_check_close("linear_dact dpre (DGELU)", dpre, want, NR * IN, TOL, TOL);
     free(dY);
     free(W);
     free(pre);
@@ -182,7 +189,7 @@ static void check_refusals(void) {
     TZ_EXPECT(!lt_map_linear_fwd(&x, f, f, f, f, NULL, 4, 8, 16, true, true), "GELU without a bias");
     TZ_EXPECT(!lt_map_linear_fwd(&x, f, f, f, f, f, 0, 8, 16, false, true), "no rows");
     TZ_EXPECT(!lt_map_linear_dact(&x, f, f, f, f, f, 4, 12, 8, true), "dact with in 12");
-    TZ_EXPECT(!lt_map_linear_dact(&x, f, NULL, f, f, f, 4, 16, 8, true), "dact without a bias gradient");
+    TZ_EXPECT(!lt_map_linear_dact(&x, f, f, f, f, f, 4, 16, 8, false), "dact with erf GELU");
     TZ_EXPECT(!lt_map_linear_wgrad(&x, f, f, f, f, 0, 8, 8), "wgrad over no rows");
 }
 

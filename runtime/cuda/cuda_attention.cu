@@ -25,8 +25,13 @@
  * after dbias took it in fp32. The products then run on the tensor cores (rt_cuda_gemm_op) when
  * they are large, else as fp32 GEMMs of the rounded values: the same sums up to their order.
  *
+ * Typed activations (rt_x): q, k, v, out, dout, dq, dk and dv may be 16-bit handles of the compute
+ * type. Then every product runs on cuBLASLt's 16-bit matmul, reading them as they are and writing
+ * out, dq, dk and dv in 16 bits; the fp32 operands (the scores' softmax, the dropped probabilities,
+ * dS) go through its conversion, and stored 16-bit probabilities are read as they are.
+ *
  * With TZ_CUDA_ATTENTION=fused, a 16-bit compute precision goes to the fused kernels instead
- * (cuda_flash.cu) wherever they apply; this path is their reference. */
+ * (cuda_flash.cu) wherever they apply; this path is their reference. They read fp32 handles only. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,15 +39,26 @@
 
 #define RT_CUDA_ATTN_ROWS_PER_BLOCK 8 /* warps per block: one softmax row each */
 
-/* The gemm for a batch row's products: the 16-bit matmul at a 16-bit precision from 2^28
- * multiply-adds a call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved
- * GPU time outweighs the conversions and cuBLASLt's host-side setup; else the fp32 one, on the
- * rounded values at a 16-bit precision. On an H200, q k^T and dout v^T so saved 8 ms of a
- * 272 ms step at 16 x 1024; below the bound (where these small calls, one per batch row, may be
- * bound by the host) it was not measured. */
-static rt_cuda_gemm_fn rt_cuda_attn_gemm(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+/* Whether a batch row's products run as 16-bit matmuls (cuBLASLt, rt_cuda_gemm_op): always when an
+ * operand is a 16-bit handle (typed activations); else at a 16-bit precision from 2^28 multiply-adds
+ * a call (GPT-2's 12 heads of 64 at T = 1024 have 3 times that), where the saved GPU time outweighs
+ * the conversions and cuBLASLt's host-side setup, the smaller ones being fp32 GEMMs on the rounded
+ * values. On an H200, q k^T and dout v^T so saved 8 ms of a 272 ms step at 16 x 1024; below the
+ * bound (where these small calls, one per batch row, may be bound by the host) it was not measured. */
+static bool rt_cuda_attn_16(const rt_cuda_ctx *c, const rt_attn_desc *d, bool typed) {
     const bool large = (double)d->Tq * d->Tk * d->HS * d->NH >= (double)(1u << 28);
-    return c->matmul != RT_F32 && large ? rt_cuda_gemm_op : rt_cuda_gemm;
+    return c->matmul != RT_F32 && (typed || large);
+}
+
+/* One batch row's product over its heads (the heads are the batch): the 16-bit matmul, or cuBLAS's
+ * fp32 one on floats. */
+static void rt_cuda_attn_gemm(void *ctx, bool use16, bool ta, bool tb, int M, int N, int K, float alpha, rt_x A,
+                              int lda, size_t sa, rt_x B, int ldb, size_t sb, rt_x C, int ldc, size_t sc, int heads) {
+    if (use16)
+        rt_cuda_gemm_op(ctx, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc, heads);
+    else
+        rt_cuda_gemm(ctx, ta, tb, M, N, K, alpha, rt_x_floats(A, "attention"), lda, sa, rt_x_floats(B, "attention"),
+                     ldb, sb, 0.0f, rt_x_floats(C, "attention"), ldc, sc, heads);
 }
 
 static void rt_cuda_attn_check(const rt_attn_desc *d) {
@@ -206,13 +222,15 @@ __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, 
     }
 }
 
-void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
-                           const float *q, const float *k, const float *v) {
+/* The fused kernels (cuda_flash.cu) read fp32 handles only: the backend keeps activations in fp32
+ * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). */
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     if (rt_cuda_attn_fused(c, d)) {
-        rt_cuda_flash_fwd(c, d, out, probs, q, k, v);
+        const char *w = "fused attention";
+        rt_cuda_flash_fwd(c, d, rt_x_floats(out, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
@@ -226,11 +244,11 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
                    : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
-    const rt_cuda_gemm_fn gemm = rt_cuda_attn_gemm(c, d);
+    const bool use16 = rt_cuda_attn_16(c, d, q.t != RT_F32 || k.t != RT_F32 || v.t != RT_F32 || out.t != RT_F32);
     for (int b = 0; b < B; b++)
-        gemm(ctx, false, true, Tq, Tk, HS, d->scale, q + (size_t)b * Tq * d->ldq,
-                     (int)d->ldq, (size_t)HS, k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS,
-                     0.0f, S + (size_t)b * NH * head, Tk, head, NH);
+        rt_cuda_attn_gemm(ctx, use16, false, true, Tq, Tk, HS, d->scale, rt_x_at(q, (size_t)b * Tq * d->ldq),
+                          (int)d->ldq, (size_t)HS, rt_x_at(k, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS,
+                          rt_xf(S + (size_t)b * NH * head), Tk, head, NH);
 
     float *pd = NULL;
     if (p > 0.0f)
@@ -241,21 +259,23 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *p
         d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
-    /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS) */
-    const float *P = pd ? pd : S;
+    /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS); stored 16-bit probabilities
+     * (the softmax's values rounded, which S holds too) are read as they are */
+    const rt_x P = pd ? rt_xf(pd) : use16 && !f32 && d->probs_dtype == c->matmul ? rt_x_of(probs, d->probs_dtype) : rt_xf(S);
     for (int b = 0; b < B; b++)
-        gemm(ctx, false, false, Tq, HS, Tk, 1.0f, P + (size_t)b * NH * head, Tk, head,
-                     v + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, 0.0f,
-                     out + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, NH);
+        rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, 1.0f, rt_x_at(P, (size_t)b * NH * head), Tk, head,
+                          rt_x_at(v, (size_t)b * Tk * d->ldv), (int)d->ldv, (size_t)HS,
+                          rt_x_at(out, (size_t)b * Tq * d->ldo), (int)d->ldo, (size_t)HS, NH);
 }
 
-void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                           float *dbias, const float *dout, const void *probs, const float *q,
-                           const float *k, const float *v) {
+void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                           const void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_attn_check(d);
     if (rt_cuda_attn_fused(c, d)) { /* the forward took the same path: probs holds its row statistics */
-        rt_cuda_flash_bwd(c, d, dq, dk, dv, dbias, dout, probs, q, k, v);
+        const char *w = "fused attention";
+        rt_cuda_flash_bwd(c, d, rt_x_floats(dq, w), rt_x_floats(dk, w), rt_x_floats(dv, w), dbias,
+                          rt_x_floats(dout, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
@@ -265,35 +285,38 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
     const float p = d->dropout_p;
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     const int heads_total = d->heads_total > 0 ? d->heads_total : NH;
+    const bool use16 = rt_cuda_attn_16(c, d,
+                                       q.t != RT_F32 || k.t != RT_F32 || v.t != RT_F32 || dout.t != RT_F32 ||
+                                           dq.t != RT_F32 || dk.t != RT_F32 || dv.t != RT_F32);
 
-    /* the probabilities the forward multiplied v by, as floats for the dv product: the dropped
-     * ones regenerated from the stored ones, else the stored ones (16-bit ones widened) */
+    /* the probabilities the forward multiplied v by, for the dv product: the dropped ones
+     * regenerated from the stored ones, else the stored ones (16-bit ones read as they are by a
+     * 16-bit product, widened for an fp32 one) */
     const int probs_kind = rt_cuda_kind16(d->probs_dtype), mm_kind = rt_cuda_kind16(c->matmul);
-    const float *P = (const float *)probs;
+    rt_x P = rt_x_of((void *)probs, d->probs_dtype);
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                       rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale, d->seed,
                                                              d->stream, NH, Tq, Tk, d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();
-        P = pd;
-    } else if (probs_kind != RT_CUDA_KIND_F32) {
+        P = rt_xf(pd);
+    } else if (probs_kind != RT_CUDA_KIND_F32 && !(use16 && d->probs_dtype == c->matmul)) {
         float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
         rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
-        P = w;
+        P = rt_xf(w);
     }
     float *dS = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_DS, total * sizeof(float));
-    const rt_cuda_gemm_fn gemm = rt_cuda_attn_gemm(c, d);
 
     for (int b = 0; b < B; b++) {
         /* dv[b, :, h] (Tk x HS) = Pd[b, h]^T (Tk x Tq) dout[b, :, h] (Tq x HS) */
-        gemm(ctx, true, false, Tk, HS, Tq, 1.0f, P + (size_t)b * NH * head, Tk, head,
-                     dout + (size_t)b * Tq * d->ldo, (int)d->ldo, (size_t)HS, 0.0f,
-                     dv + (size_t)b * Tk * d->ldv, (int)d->ldv, (size_t)HS, NH);
+        rt_cuda_attn_gemm(ctx, use16, true, false, Tk, HS, Tq, 1.0f, rt_x_at(P, (size_t)b * NH * head), Tk, head,
+                          rt_x_at(dout, (size_t)b * Tq * d->ldo), (int)d->ldo, (size_t)HS,
+                          rt_x_at(dv, (size_t)b * Tk * d->ldv), (int)d->ldv, (size_t)HS, NH);
         /* dP'[b, h] (Tq x Tk) = dout[b, :, h] (Tq x HS) v[b, :, h]^T (HS x Tk) */
-        gemm(ctx, false, true, Tq, Tk, HS, 1.0f, dout + (size_t)b * Tq * d->ldo,
-                     (int)d->ldo, (size_t)HS, v + (size_t)b * Tk * d->ldv, (int)d->ldv,
-                     (size_t)HS, 0.0f, dS + (size_t)b * NH * head, Tk, head, NH);
+        rt_cuda_attn_gemm(ctx, use16, false, true, Tq, Tk, HS, 1.0f, rt_x_at(dout, (size_t)b * Tq * d->ldo),
+                          (int)d->ldo, (size_t)HS, rt_x_at(v, (size_t)b * Tk * d->ldv), (int)d->ldv, (size_t)HS,
+                          rt_xf(dS + (size_t)b * NH * head), Tk, head, NH);
     }
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
@@ -311,15 +334,15 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *d
 
     /* dS at the compute precision for its products (dbias took it in fp32): the 16-bit matmul
      * rounds it as it converts; the fp32 one is given it rounded */
-    if (mm_kind != RT_CUDA_KIND_F32 && gemm == rt_cuda_gemm) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
+    if (mm_kind != RT_CUDA_KIND_F32 && !use16) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
     for (int b = 0; b < B; b++) {
         /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
-        gemm(ctx, false, false, Tq, HS, Tk, d->scale, dS + (size_t)b * NH * head, Tk, head,
-                     k + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, 0.0f,
-                     dq + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, NH);
+        rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, d->scale, rt_xf(dS + (size_t)b * NH * head), Tk, head,
+                          rt_x_at(k, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS,
+                          rt_x_at(dq, (size_t)b * Tq * d->ldq), (int)d->ldq, (size_t)HS, NH);
         /* dk[b, :, h] (Tk x HS) = scale * dS[b, h]^T (Tk x Tq) q[b, :, h] (Tq x HS) */
-        gemm(ctx, true, false, Tk, HS, Tq, d->scale, dS + (size_t)b * NH * head, Tk, head,
-                     q + (size_t)b * Tq * d->ldq, (int)d->ldq, (size_t)HS, 0.0f,
-                     dk + (size_t)b * Tk * d->ldk, (int)d->ldk, (size_t)HS, NH);
+        rt_cuda_attn_gemm(ctx, use16, true, false, Tk, HS, Tq, d->scale, rt_xf(dS + (size_t)b * NH * head), Tk, head,
+                          rt_x_at(q, (size_t)b * Tq * d->ldq), (int)d->ldq, (size_t)HS,
+                          rt_x_at(dk, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS, NH);
     }
 }

@@ -125,71 +125,6 @@ void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, fl
         (long long)stride_c, batch));
 }
 
-/* The ops that take typed activations (rt_x), over the fp32 kernels: this backend keeps
- * activations in fp32 buffers (typed_acts false, so models hand it fp32 handles) until its
- * kernels read and write 16-bit ones. */
-#define F32(x) rt_x_floats(x, "cuda")
-static void cuda_x_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A, int lda,
-                        size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc,
-                        size_t stride_c, int batch) {
-    rt_cuda_gemm_op(ctx, trans_a, trans_b, M, N, K, alpha, F32(A), lda, stride_a, F32(B), ldb, stride_b, beta, F32(C),
-                    ldc, stride_c, batch);
-}
-static bool cuda_x_linear_fwd(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
-                              int out_f, const rt_act_kind *act) {
-    return rt_cuda_linear_fwd(ctx, F32(out), F32(pre), F32(X), W, b, N, in, out_f, act);
-}
-static bool cuda_x_linear_wgrad(void *ctx, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f) {
-    return rt_cuda_linear_wgrad(ctx, dW, db, F32(dY), F32(X), N, in, out_f);
-}
-static bool cuda_x_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in,
-                               int out_f, rt_act_kind act) {
-    return rt_cuda_linear_dact(ctx, F32(dpre), db, F32(dY), W, F32(pre), N, in, out_f, act);
-}
-static void cuda_x_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
-    rt_cuda_act_fwd(ctx, kind, F32(out), F32(inp), n);
-}
-static void cuda_x_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
-    rt_cuda_act_bwd(ctx, kind, F32(dinp), F32(inp), F32(dout), n);
-}
-static void cuda_x_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
-    rt_cuda_gated_act_fwd(ctx, kind, F32(out), F32(gate), F32(lin), n);
-}
-static void cuda_x_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
-                                 size_t n) {
-    rt_cuda_gated_act_bwd(ctx, kind, F32(dgate), F32(dlin), F32(gate), F32(lin), F32(dout), n);
-}
-static void cuda_x_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
-    rt_cuda_bias_bwd(ctx, dbias, F32(dout), N, C);
-}
-static void cuda_x_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
-                                float p, uint64_t seed, uint64_t stream) {
-    rt_cuda_dropout_cols(ctx, F32(out), F32(inp), rows, cols, cols_total, col_offset, p, seed, stream);
-}
-static void cuda_x_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
-                                 const float *bias, size_t N, int C, float eps) {
-    rt_cuda_layernorm_fwd(ctx, F32(out), mean, rstd, inp, weight, bias, N, C, eps);
-}
-static void cuda_x_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
-                               float eps) {
-    rt_cuda_rmsnorm_fwd(ctx, F32(out), rstd, inp, weight, N, C, eps);
-}
-static void cuda_x_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                                const float *res, const float *branch) {
-    rt_cuda_residual_fwd(ctx, d, sum, F32(out), mean, rstd, res, branch);
-}
-static void cuda_x_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
-    rt_cuda_attention_fwd(ctx, d, F32(out), probs, F32(q), F32(k), F32(v));
-}
-static void cuda_x_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
-                                 const void *probs, rt_x q, rt_x k, rt_x v) {
-    rt_cuda_attention_bwd(ctx, d, F32(dq), F32(dk), F32(dv), dbias, F32(dout), probs, F32(q), F32(k), F32(v));
-}
-static void cuda_x_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
-    rt_cuda_scatter_rows_add(ctx, dinp, F32(dout), idx, B, C);
-}
-#undef F32
-
 /* Filled by assignment rather than designated initializers, which C++17 lacks. */
 static rt_backend_ops rt_cuda_make_ops(void) {
     rt_backend_ops ops;
@@ -209,30 +144,30 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->round_to = rt_cuda_round_to;
     o->narrow = rt_cuda_narrow;
     o->widen = rt_cuda_widen;
-    o->gemm = cuda_x_gemm;
-    o->linear_fwd = cuda_x_linear_fwd;
-    o->linear_wgrad = cuda_x_linear_wgrad;
-    o->linear_dact = cuda_x_linear_dact;
-    o->layernorm_fwd = cuda_x_layernorm_fwd;
+    o->gemm = rt_cuda_gemm_op;
+    o->linear_fwd = rt_cuda_linear_fwd;
+    o->linear_wgrad = rt_cuda_linear_wgrad;
+    o->linear_dact = rt_cuda_linear_dact;
+    o->layernorm_fwd = rt_cuda_layernorm_fwd;
     o->layernorm_bwd = rt_cuda_layernorm_bwd;
-    o->rmsnorm_fwd = cuda_x_rmsnorm_fwd;
+    o->rmsnorm_fwd = rt_cuda_rmsnorm_fwd;
     o->rmsnorm_bwd = rt_cuda_rmsnorm_bwd;
-    o->residual_fwd = cuda_x_residual_fwd;
+    o->residual_fwd = rt_cuda_residual_fwd;
     o->residual_bwd = rt_cuda_residual_bwd;
-    o->act_fwd = cuda_x_act_fwd;
-    o->act_bwd = cuda_x_act_bwd;
-    o->gated_act_fwd = cuda_x_gated_act_fwd;
-    o->gated_act_bwd = cuda_x_gated_act_bwd;
+    o->act_fwd = rt_cuda_act_fwd;
+    o->act_bwd = rt_cuda_act_bwd;
+    o->gated_act_fwd = rt_cuda_gated_act_fwd;
+    o->gated_act_bwd = rt_cuda_gated_act_bwd;
     o->add_bias = rt_cuda_add_bias;
-    o->bias_bwd = cuda_x_bias_bwd;
+    o->bias_bwd = rt_cuda_bias_bwd;
     o->add = rt_cuda_add;
     o->axpy = rt_cuda_axpy;
     o->scale = rt_cuda_scale;
     o->scale_rows = rt_cuda_scale_rows;
     o->clamp_abs = rt_cuda_clamp_abs;
     o->clamp_abs_bwd = rt_cuda_clamp_abs_bwd;
-    o->attention_fwd = cuda_x_attention_fwd;
-    o->attention_bwd = cuda_x_attention_bwd;
+    o->attention_fwd = rt_cuda_attention_fwd;
+    o->attention_bwd = rt_cuda_attention_bwd;
     o->attention_kept_row = rt_cuda_attention_kept_row;
     o->relbias_fwd = rt_cuda_relbias_fwd;
     o->relbias_bwd = rt_cuda_relbias_bwd;
@@ -243,9 +178,9 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->xent_vocab = rt_cuda_xent_vocab;
     o->dropout_fwd = rt_cuda_dropout_fwd;
     o->dropout_bwd = rt_cuda_dropout_bwd;
-    o->dropout_cols = cuda_x_dropout_cols;
+    o->dropout_cols = rt_cuda_dropout_cols;
     o->gather_rows = rt_cuda_gather_rows;
-    o->scatter_rows_add = cuda_x_scatter_rows_add;
+    o->scatter_rows_add = rt_cuda_scatter_rows_add;
     o->adamw = rt_cuda_adamw;
     o->sumsq = rt_cuda_sumsq;
     o->weight_copy_set = rt_cuda_weight_copy_set;
@@ -336,6 +271,10 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     be->ctx = c;
     be->device = device;
     be->native_bf16 = prop.major >= 8; /* Ampere and newer: bf16 tensor cores */
+    /* The kernels read and write 16-bit activation handles, so models keep activations in 2 bytes
+     * at a 16-bit precision; the fused attention kernels read fp32 ones, so with them switched on
+     * activations stay in fp32 buffers. */
+    be->typed_acts = !c->attn_fused;
     *out = be;
     return RT_OK;
 fail:

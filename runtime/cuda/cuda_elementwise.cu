@@ -54,36 +54,54 @@ __device__ __forceinline__ float rt_cuda_act1_grad(int kind, float x) {
     return x > 0.0f ? 1.0f : 0.0f;
 }
 
-__global__ void rt_cuda_act_fwd_kernel(int kind, float *out, const float *inp, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_act1(kind, inp[i]);
+/* dout * act'(x); ReLU passes dout through (not dout * 1), as the CPU backend. */
+__device__ __forceinline__ float rt_cuda_act1_bwd(int kind, float x, float dout) {
+    if (kind == RT_ACT_RELU) return x > 0.0f ? dout : 0.0f;
+    return dout * rt_cuda_act1_grad(kind, x);
 }
 
-__global__ void rt_cuda_act_bwd_kernel(int kind, float *dinp, const float *inp, const float *dout,
-                                       size_t n) {
+/* The activation kernels read and write typed handles (rt_cuda_xload/xstore): each value is
+ * computed in fp32 from the widened inputs and stored once. */
+__global__ void rt_cuda_act_fwd_kernel(int kind, rt_x out, rt_x inp, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(inp, i)));
+}
+
+__global__ void rt_cuda_act_bwd_kernel(int kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(dinp, i, rt_cuda_act1_bwd(kind, rt_cuda_xload(inp, i), rt_cuda_xload(dout, i)));
+}
+
+__global__ void rt_cuda_gated_act_fwd_kernel(int kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(gate, i)) * rt_cuda_xload(lin, i));
+}
+
+/* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), as the CPU backend. dgate or dlin may
+ * alias an input: each element is read before it is written. */
+__global__ void rt_cuda_gated_act_bwd_kernel(int kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                                             size_t n) {
     RT_CUDA_FOR_EACH(i, n) {
-        float x = inp[i];
-        if (kind == RT_ACT_RELU)
-            dinp[i] = x > 0.0f ? dout[i] : 0.0f;
-        else
-            dinp[i] = dout[i] * rt_cuda_act1_grad(kind, x);
+        const float g = rt_cuda_xload(gate, i), l = rt_cuda_xload(lin, i), dy = rt_cuda_xload(dout, i);
+        rt_cuda_xstore(dlin, i, dy * rt_cuda_act1(kind, g));
+        rt_cuda_xstore(dgate, i, rt_cuda_act1_bwd(kind, g, dy * l));
     }
 }
 
-__global__ void rt_cuda_gated_act_fwd_kernel(int kind, float *out, const float *gate,
-                                             const float *lin, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_act1(kind, gate[i]) * lin[i];
+/* linear_fwd's epilogue: v = sum + bias[c] in fp32; pre = v, and with act out = act(v), stored. */
+__global__ void rt_cuda_bias_act_kernel(rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
+                                        int kind) {
+    RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) {
+        const size_t i = r * (size_t)C + c;
+        const float v = bias ? sum[i] + bias[c] : sum[i];
+        rt_cuda_xstore(pre, i, v);
+        if (kind >= 0) rt_cuda_xstore(out, i, rt_cuda_act1(kind, v));
+    }
 }
 
-/* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), as the CPU backend. */
-__global__ void rt_cuda_gated_act_bwd_kernel(int kind, float *dgate, float *dlin, const float *gate,
-                                             const float *lin, const float *dout, size_t n) {
+/* linear_dact's epilogue: g = act'(pre) * g in fp32 (what the bias gradient sums), dpre = g stored. */
+__global__ void rt_cuda_dact_kernel(int kind, rt_x dpre, float *g, rt_x pre, size_t n) {
     RT_CUDA_FOR_EACH(i, n) {
-        float g = gate[i], dy = dout[i];
-        dlin[i] = dy * rt_cuda_act1(kind, g);
-        if (kind == RT_ACT_RELU)
-            dgate[i] = g > 0.0f ? dy * lin[i] : 0.0f;
-        else
-            dgate[i] = (dy * lin[i]) * rt_cuda_act1_grad(kind, g);
+        const float v = rt_cuda_act1_bwd(kind, rt_cuda_xload(pre, i), g[i]);
+        g[i] = v;
+        rt_cuda_xstore(dpre, i, v);
     }
 }
 
@@ -125,7 +143,7 @@ __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
  * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
-__global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t rows, int cols,
+__global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols,
                                             int cols_total, int col_offset, float p, float s,
                                             uint64_t seed, uint64_t stream) {
     /* a row per blockIdx.y, its Philox blocks across the threads */
@@ -134,7 +152,9 @@ __global__ void rt_cuda_dropout_cols_kernel(float *y, const float *x, size_t row
         const size_t row = r * (size_t)cols;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)cols, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                              (uint64_t)gridDim.x * blockDim.x,
-                             [&](size_t c, float u) { y[row + c] = u >= p ? x[row + c] * s : 0.0f; });
+                             [&](size_t c, float u) {
+                                 rt_cuda_xstore(y, row + c, u >= p ? rt_cuda_xload(x, row + c) * s : 0.0f);
+                             });
     }
 }
 
@@ -179,46 +199,58 @@ __global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, i
     if (threadIdx.x == 0) out[0] = s;
 }
 
-void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
-                 kind == RT_ACT_TANH,
+static void rt_cuda_act_check(rt_act_kind kind) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU || kind == RT_ACT_TANH,
              "unknown activation kind %d", (int)kind);
+}
+
+void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
+    rt_cuda_act_check(kind);
     if (n == 0) return;
     rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, out,
-                                                                                inp, n);
+                                                                                                        inp, n);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
-                     const float *dout, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
-                 kind == RT_ACT_TANH,
-             "unknown activation kind %d", (int)kind);
+void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dinp,
-                                                                                inp, dout, n);
+    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        (int)kind, dinp, inp, dout, n);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate,
-                           const float *lin, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
-                 kind == RT_ACT_TANH,
-             "unknown activation kind %d", (int)kind);
+void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    rt_cuda_act_check(kind);
     if (n == 0) return;
     rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         (int)kind, out, gate, lin, n);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                           const float *lin, const float *dout, size_t n) {
-    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU ||
-                 kind == RT_ACT_TANH,
-             "unknown activation kind %d", (int)kind);
+void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                           size_t n) {
+    rt_cuda_act_check(kind);
     if (n == 0) return;
     rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         (int)kind, dgate, dlin, gate, lin, dout, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_bias_act(void *ctx, rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
+                      const rt_act_kind *act) {
+    if (act) rt_cuda_act_check(*act);
+    if (N == 0 || C <= 0) return;
+    rt_cuda_bias_act_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        out, pre, sum, bias, N, C, act ? (int)*act : -1);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_dact_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dpre,
+                                                                                                     g, pre, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -297,15 +329,22 @@ void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, fl
     rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream);
 }
 
-void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols,
-                          int cols_total, int col_offset, float p, uint64_t seed, uint64_t stream) {
+void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
+                          float p, uint64_t seed, uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
+    RT_CHECK(out.t == inp.t, "dropout_cols: a %s input into a %s output", rt_dtype_name(inp.t), rt_dtype_name(out.t));
     size_t n = rows * (size_t)cols;
     if (n == 0) return;
-    if (p == 0.0f || p >= 1.0f) { /* no draws: the whole-matrix rules give the same result */
-        rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
+    const size_t bytes = n * rt_x_size(out.t);
+    if (p == 0.0f) { /* no draws: the whole-matrix rules give the same result */
+        if (out.p != inp.p)
+            CUDA_CHECK(cudaMemcpyAsync(out.p, inp.p, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
+        return;
+    }
+    if (p >= 1.0f) { /* everything dropped */
+        CUDA_CHECK(cudaMemsetAsync(out.p, 0, bytes, rt_cuda_stream(ctx)));
         return;
     }
     float s = 1.0f / (1.0f - p);

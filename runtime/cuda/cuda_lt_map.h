@@ -11,7 +11,10 @@
  *   BIAS           D += bias (m) on every column;
  *   GELU_AUX_BIAS  aux (m x n, ldaux) = D + bias, then D = GELU-tanh(aux);
  *   BGRADB         bias (n) = the sums of op(B) over k (the gradient of a bias on B's side);
- *   DGELU_BGRAD    D = D * GELU-tanh'(aux), then bias (m) = D's sums over n. */
+ *   DGELU_BGRAD    D = D * GELU-tanh'(aux), then bias (m) = D's sums over n;
+ *   DGELU          D = D * GELU-tanh'(aux), no bias gradient.
+ * D (and C, and aux, and a bias or its gradient, which follow D's type) holds floats or 16-bit
+ * values (ctype); the sums and the epilogue run in fp32 either way. */
 #ifndef RT_CUDA_LT_MAP_H
 #define RT_CUDA_LT_MAP_H
 
@@ -20,7 +23,14 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef enum { LT_EPI_DEFAULT = 0, LT_EPI_BIAS, LT_EPI_GELU_AUX_BIAS, LT_EPI_BGRADB, LT_EPI_DGELU_BGRAD } lt_epilogue;
+typedef enum {
+    LT_EPI_DEFAULT = 0,
+    LT_EPI_BIAS,
+    LT_EPI_GELU_AUX_BIAS,
+    LT_EPI_BGRADB,
+    LT_EPI_DGELU_BGRAD,
+    LT_EPI_DGELU
+} lt_epilogue;
 
 /* One cuBLASLt call in column-major terms: D (m x n, ldc) = alpha op(A) op(B) + beta C, where
  * op(A) is m x k and op(B) is k x n; batch > 1 uses the strides (elements). D is C. */
@@ -31,7 +41,8 @@ typedef struct {
     int64_t lda, ldb, ldc;
     long long sa, sb, sc;
     float alpha, beta;
-    float *C;
+    void *C;
+    int ctype; /* C and D's values as a cudaDataType_t: 0 (CUDA_R_32F) floats, or the 16-bit compute type */
     lt_epilogue epilogue;
     const void *bias; /* BIAS, GELU_AUX_BIAS: the bias; BGRADB, DGELU_BGRAD: where its gradient is written */
     void *aux;        /* GELU_AUX_BIAS: the pre-activation written; DGELU_BGRAD: read */
@@ -61,7 +72,7 @@ static inline lt_layout_dims lt_dims_c(const lt_call *x) {
  * second. */
 static inline lt_call lt_map_row_major(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void *A,
                                        int lda, size_t stride_a, const void *B, int ldb, size_t stride_b, float beta,
-                                       float *C, int ldc, size_t stride_c, int batch) {
+                                       void *C, int ldc, size_t stride_c, int batch) {
     lt_call x;
     memset(&x, 0, sizeof x);
     x.ta = trans_b, x.tb = trans_a, x.m = N, x.n = M, x.k = K, x.batch = batch;
@@ -76,7 +87,7 @@ static inline lt_call lt_map_row_major(bool trans_a, bool trans_b, int M, int N,
  * in), dY (N, out_f). gelu_tanh: the activation is GELU's tanh form, the only one cuBLASLt has. */
 
 /* linear_fwd: pre = X W^T + b, and with an activation out = GELU(pre) and pre kept (aux). */
-static inline bool lt_map_linear_fwd(lt_call *x, float *out, float *pre, const void *X, const void *W, const void *b,
+static inline bool lt_map_linear_fwd(lt_call *x, void *out, void *pre, const void *X, const void *W, const void *b,
                                      size_t N, int in, int out_f, bool act, bool gelu_tanh) {
     if (N == 0 || N > INT32_MAX || in == 0) return false;
     if (act && (!gelu_tanh || !b || out_f % 8 != 0)) return false; /* only GELU_AUX_BIAS fuses */
@@ -97,12 +108,13 @@ static inline bool lt_map_linear_wgrad(lt_call *x, float *dW, float *bgrad, cons
     return true;
 }
 
-/* linear_dact: dpre (N x in) = GELU'(pre) * (dY W), and the column sums of dpre written to bgrad. */
-static inline bool lt_map_linear_dact(lt_call *x, float *dpre, float *bgrad, const void *dY, const void *W,
-                                      const float *pre, size_t N, int in, int out_f, bool gelu_tanh) {
-    if (N == 0 || N > INT32_MAX || !gelu_tanh || !bgrad || in % 8 != 0) return false;
+/* linear_dact: dpre (N x in) = GELU'(pre) * (dY W), and with bgrad the column sums of dpre written
+ * there (NULL: DGELU alone, the caller sums what it needs). */
+static inline bool lt_map_linear_dact(lt_call *x, void *dpre, void *bgrad, const void *dY, const void *W,
+                                      const void *pre, size_t N, int in, int out_f, bool gelu_tanh) {
+    if (N == 0 || N > INT32_MAX || !gelu_tanh || in % 8 != 0) return false;
     *x = lt_map_row_major(false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, W, in, 0, 0.0f, dpre, in, 0, 1);
-    x->epilogue = LT_EPI_DGELU_BGRAD, x->bias = bgrad, x->aux = (void *)pre, x->ldaux = in;
+    x->epilogue = bgrad ? LT_EPI_DGELU_BGRAD : LT_EPI_DGELU, x->bias = bgrad, x->aux = (void *)pre, x->ldaux = in;
     return true;
 }
 

@@ -28,7 +28,8 @@ typedef struct {
     int64_t m, n, k, batch;
     int64_t lda, ldb, ldc, ldaux;
     int64_t sa, sb, sc;
-    int64_t type; /* the inputs' cudaDataType_t */
+    int64_t type;  /* the inputs' cudaDataType_t */
+    int64_t ctype; /* C and D's */
     int64_t ta, tb, epilogue, has_bias, has_aux;
     int64_t align[4]; /* A, B, C, D: as the heuristic was told */
 } lt_plan_key;        /* all 8-byte fields: no padding, so memcmp compares keys */
@@ -54,7 +55,7 @@ static inline lt_plan_key lt_plan_key_of(const lt_call *x, int type, const uint3
     k.lda = x->lda, k.ldb = x->ldb, k.ldc = x->ldc;
     k.ldaux = x->aux ? x->ldaux : 0;
     if (x->batch > 1) k.sa = x->sa, k.sb = x->sb, k.sc = x->sc; /* a single matrix ignores them */
-    k.type = type;
+    k.type = type, k.ctype = x->ctype;
     k.ta = x->ta, k.tb = x->tb, k.epilogue = x->epilogue;
     k.has_bias = x->bias != NULL, k.has_aux = x->aux != NULL;
     for (int i = 0; i < 4; i++) k.align[i] = align[i];

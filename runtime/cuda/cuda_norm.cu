@@ -9,13 +9,13 @@
 #include "runtime/cuda/cuda_norm_rows.h"
 #include "runtime/cuda/rt_cuda.h"
 
-__global__ void rt_cuda_layernorm_fwd_kernel(float *out, float *mean, float *rstd,
+__global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd,
                                              const float *inp, const float *weight,
                                              const float *bias, size_t N, int C, float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
-    rt_cuda_layernorm_row(out + row * (size_t)C, mean ? mean + row : NULL, rstd ? rstd + row : NULL,
+    rt_cuda_layernorm_row(rt_cuda_x_at(out, row * (size_t)C), mean ? mean + row : NULL, rstd ? rstd + row : NULL,
                           inp + row * (size_t)C, weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
 }
 
@@ -29,12 +29,12 @@ __global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, con
                               mean[row], rstd[row], C, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_rmsnorm_fwd_kernel(float *out, float *rstd, const float *inp,
+__global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, const float *inp,
                                            const float *weight, size_t N, int C, float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_row(out + row * (size_t)C, rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C, eps, lane,
+    rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C, eps, lane,
                         RT_CUDA_KIND_F32);
 }
 
@@ -49,7 +49,7 @@ __global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const
 }
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
-__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, const float *dout,
+__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt_x dout,
                                               const float *inp, const float *mean,
                                               const float *rstd, size_t N, int C,
                                               size_t rows_per_chunk) {
@@ -60,7 +60,7 @@ __global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, co
     float sa = 0.0f, sb = 0.0f;
     for (size_t n = r0; n < r1; n++) {
         size_t i = n * (size_t)C + c;
-        float g = dout[i];
+        float g = rt_cuda_xload(dout, i);
         if (mode == RT_COLSUM_DOUT) {
             sa += g;
         } else if (mode == RT_COLSUM_LN) {
@@ -91,8 +91,7 @@ __global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const fl
     }
 }
 
-void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b,
-                           const float *dout, const float *inp, const float *mean,
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp, const float *mean,
                            const float *rstd, size_t N, int C) {
     if (N == 0 || C <= 0 || (!out_a && !out_b)) return;
     /* 64 rows per chunk gives thousands of threads for typical N = B*T; wider chunks only
@@ -112,7 +111,7 @@ void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b,
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
@@ -129,10 +128,10 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
     rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, dout, inp, mean, rstd, N, C);
+    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), inp, mean, rstd, N, C);
 }
 
-void rt_cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
                          size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
@@ -148,9 +147,9 @@ void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *do
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, rstd, N, C);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, dout, inp, NULL, rstd, N, C);
+    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), inp, NULL, rstd, N, C);
 }
 
-void rt_cuda_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C) {
+void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_DOUT, dbias, NULL, dout, NULL, NULL, NULL, N, C);
 }

@@ -9,7 +9,8 @@
  * 32, ...) are enough and the reductions are shuffles only. Every lane of the warp calls (the
  * shuffles need them all). An output is stored rounded to `kind` (rt_cuda_round16:
  * RT_CUDA_KIND_F32 leaves it), so a fused kernel stores at the compute precision where the
- * composed ops round in a pass after. Each lane reads x[c] before writing y[c], so y may alias x. */
+ * composed ops round in a pass after; the forward's y is a typed handle (a 16-bit one holds the
+ * rounded value). Each lane reads x[c] before writing y[c], so y may alias x. */
 #ifndef RT_CUDA_NORM_ROWS_H
 #define RT_CUDA_NORM_ROWS_H
 
@@ -26,7 +27,7 @@ static inline unsigned rt_cuda_row_grid(size_t N) {
 
 /* y (C) = LayerNorm(x) with weight and bias (NULL: none); lane 0 writes *mean and *rstd (each
  * when not NULL). */
-__device__ __forceinline__ void rt_cuda_layernorm_row(float *y, float *mean, float *rstd, const float *x,
+__device__ __forceinline__ void rt_cuda_layernorm_row(rt_x y, float *mean, float *rstd, const float *x,
                                                       const float *weight, const float *bias, int C, float eps,
                                                       int lane, int kind) {
     double s = 0.0;
@@ -42,7 +43,7 @@ __device__ __forceinline__ void rt_cuda_layernorm_row(float *y, float *mean, flo
     float r = (float)(1.0 / sqrt(v / C + (double)eps));
     for (int c = lane; c < C; c += 32) {
         float o = (x[c] - m) * r * weight[c];
-        y[c] = rt_cuda_round16(bias ? o + bias[c] : o, kind);
+        rt_cuda_xstore(y, c, rt_cuda_round16(bias ? o + bias[c] : o, kind));
     }
     if (lane == 0) {
         if (mean) *mean = m;
@@ -71,13 +72,13 @@ __device__ __forceinline__ void rt_cuda_layernorm_bwd_row(float *dx, const float
 }
 
 /* y (C) = RMSNorm(x) with weight; lane 0 writes *rstd when not NULL. */
-__device__ __forceinline__ void rt_cuda_rmsnorm_row(float *y, float *rstd, const float *x, const float *weight, int C,
+__device__ __forceinline__ void rt_cuda_rmsnorm_row(rt_x y, float *rstd, const float *x, const float *weight, int C,
                                                     float eps, int lane, int kind) {
     double s = 0.0;
     for (int c = lane; c < C; c += 32) s += (double)x[c] * x[c];
     s = rt_cuda_warp_sum_d(s);
     float r = (float)(1.0 / sqrt(s / C + (double)eps));
-    for (int c = lane; c < C; c += 32) y[c] = rt_cuda_round16(weight[c] * (x[c] * r), kind);
+    for (int c = lane; c < C; c += 32) rt_cuda_xstore(y, c, rt_cuda_round16(weight[c] * (x[c] * r), kind));
     if (lane == 0 && rstd) *rstd = r;
 }
 

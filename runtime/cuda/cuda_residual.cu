@@ -16,7 +16,7 @@
 
 /* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
  * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
-__global__ void rt_cuda_residual_fwd_kernel(float *sum, float *out, float *mean, float *rstd, const float *res,
+__global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, float *rstd, const float *res,
                                             const float *branch, const float *weight, const float *bias, bool rms,
                                             size_t N, int C, float eps, float p, float s, uint64_t seed,
                                             uint64_t stream, int kind) {
@@ -37,7 +37,7 @@ __global__ void rt_cuda_residual_fwd_kernel(float *sum, float *out, float *mean,
     if (!weight) return;
     /* the whole row's sum is written, and the branch read (out may alias it) */
     __syncwarp();
-    float *o = out + at;
+    const rt_x o = rt_cuda_x_at(out, at);
     if (rms)
         rt_cuda_rmsnorm_row(o, rstd ? rstd + row : NULL, y, weight, C, eps, lane, kind);
     else
@@ -73,7 +73,7 @@ static float rt_cuda_residual_scale(const rt_residual_desc *d) {
     return d->dropout_p < 1.0f ? 1.0f / (1.0f - d->dropout_p) : 0.0f;
 }
 
-void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
                           const float *res, const float *branch) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0) return;
@@ -96,7 +96,7 @@ void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, flo
     CUDA_LAUNCH_CHECK();
     if (!d->weight) return;
     if (d->rms)
-        rt_cuda_colsum(c, RT_COLSUM_RMS, dweight, NULL, dout, sum, NULL, rstd, d->N, d->C);
+        rt_cuda_colsum(c, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), sum, NULL, rstd, d->N, d->C);
     else
-        rt_cuda_colsum(c, RT_COLSUM_LN, dweight, dbias, dout, sum, mean, rstd, d->N, d->C);
+        rt_cuda_colsum(c, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), sum, mean, rstd, d->N, d->C);
 }

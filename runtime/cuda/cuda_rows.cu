@@ -56,7 +56,7 @@ __global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const i
     }
 }
 
-__global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, const float *dout, const int32_t *idx,
+__global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, rt_x dout, const int32_t *idx,
                                                 int B, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -64,7 +64,7 @@ __global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, const float *dout, 
     for (int b = 0; b < B; b++) {
         int32_t row = idx[b];
         if (row < 0 || row % split != owner) continue;
-        dinp[(size_t)row * C + c] += dout[(size_t)b * C + c];
+        dinp[(size_t)row * C + c] += rt_cuda_xload(dout, (size_t)b * C + c);
     }
 }
 
@@ -160,8 +160,7 @@ void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t 
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
-                              int C) {
+void rt_cuda_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
     RT_CHECK(B >= 0 && C > 0, "B=%d C=%d", B, C);
     if (B == 0) return;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), RT_CUDA_SCATTER_SPLIT);

@@ -70,6 +70,7 @@ enum {
     RT_CUDA_SCRATCH_GEMM_B,
     RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
     RT_CUDA_SCRATCH_BGRAD,      /* a bias gradient an epilogue writes, before it is added */
+    RT_CUDA_SCRATCH_LINEAR,     /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -169,6 +170,32 @@ __device__ __forceinline__ void rt_cuda_store16(void *p, int kind, size_t i, flo
         ((__half *)p)[i] = __float2half_rn(x);
 }
 
+/* A typed activation handle (rt_x, runtime/rt_x.h) in a kernel, at element i: a load widens
+ * exactly; a store to a 16-bit handle rounds to nearest even (fp16 overflows to inf), to an fp32
+ * one writes the float as it is (the op's wrapper rounds it, rt_store_x). The type is the same for
+ * every thread of a launch, so the branches never diverge. */
+__device__ __forceinline__ float rt_cuda_xload(rt_x x, size_t i) {
+    if (x.t == RT_BF16) return __bfloat162float(((const __nv_bfloat16 *)x.p)[i]);
+    if (x.t == RT_F16) return __half2float(((const __half *)x.p)[i]);
+    return ((const float *)x.p)[i];
+}
+__device__ __forceinline__ void rt_cuda_xstore(rt_x x, size_t i, float v) {
+    if (x.t == RT_BF16)
+        ((__nv_bfloat16 *)x.p)[i] = __float2bfloat16_rn(v);
+    else if (x.t == RT_F16)
+        ((__half *)x.p)[i] = __float2half_rn(v);
+    else
+        ((float *)x.p)[i] = v;
+}
+/* rt_x_at for kernels (rt_x.h's is a host function). */
+__device__ __forceinline__ rt_x rt_cuda_x_at(rt_x x, size_t n) {
+    x.p = (char *)x.p + n * (x.t == RT_F32 ? sizeof(float) : 2);
+    return x;
+}
+/* The cuBLASLt type of a handle's values. */
+static inline cudaDataType_t rt_cuda_x_type(rt_dtype t) {
+    return t == RT_BF16 ? CUDA_R_16BF : t == RT_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
 /* Dropout's draws along a row whose element j has stream index g0 + j, a Philox block (four
  * elements) at a time (rt_rng_row_blocks): the caller's share is the row's blocks start, start +
  * step, ... (a lane's, or a thread's of a grid), and f(j, u) runs for each of their elements in
@@ -234,11 +261,8 @@ __device__ __forceinline__ double rt_cuda_block_sum_d(double v, double *sh) {
 /* cuda_backend.cu: releases what rt_cuda_backend_init made (called by rt_backend_free, which
  * declares it itself since rt_backend.h does not). */
 extern "C" void rt_cuda_backend_free(rt_backend *be);
-/* The shape of both gemms below: attention picks one per product. */
-typedef void (*rt_cuda_gemm_fn)(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
-                                int lda, size_t stride_a, const float *B, int ldb, size_t stride_b, float beta,
-                                float *C, int ldc, size_t stride_c, int batch);
-/* cuda_backend.cu: the fp32 gemm, behind the ops table's (rt_cuda_gemm_op) and used by attention. */
+/* cuda_backend.cu: cuBLAS's fp32 gemm (float operands), where cuBLASLt has no algorithm and for
+ * attention's small products at fp32. */
 void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                   const float *A, int lda, size_t stride_a, const float *B, int ldb,
                   size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch);
@@ -258,27 +282,26 @@ rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n);
 void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n);
 
 /* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included. */
-bool rt_cuda_linear_fwd(void *ctx, float *out, float *pre, const float *X, const float *W, const float *b, size_t N,
-                        int in, int out_f, const rt_act_kind *act);
-bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, const float *dY, const float *X, size_t N, int in,
-                          int out_f);
-bool rt_cuda_linear_dact(void *ctx, float *dpre, float *db, const float *dY, const float *W, const float *pre,
-                         size_t N, int in, int out_f, rt_act_kind act);
-void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                     size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
-                     size_t stride_c, int batch);
+bool rt_cuda_linear_fwd(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
+                        int out_f, const rt_act_kind *act);
+bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f);
+bool rt_cuda_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in,
+                         int out_f, rt_act_kind act);
+void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A, int lda,
+                     size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc, size_t stride_c,
+                     int batch);
 
 /* cuda_norm.cu: also the column sums behind bias_bwd and the fused residual step's backward. */
-void rt_cuda_layernorm_fwd(void *ctx, float *out, float *mean, float *rstd, const float *inp,
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, int C, float eps);
 void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, int C);
-void rt_cuda_rmsnorm_fwd(void *ctx, float *out, float *rstd, const float *inp, const float *weight,
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
                          size_t N, int C, float eps);
 void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, const float *rstd, size_t N, int C);
-void rt_cuda_bias_bwd(void *ctx, float *dbias, const float *dout, size_t N, int C);
+void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 /* What a column sum adds up, per row n and column c (g = dout[n, c]). */
 enum {
     RT_COLSUM_DOUT = 0,   /* g: bias gradients */
@@ -287,23 +310,27 @@ enum {
 };
 /* out_a[c] += sum over rows of the mode's term a, out_b[c] (LN only, may be NULL) of b: the norms'
  * parameter gradients and bias_bwd, deterministic (two passes, no atomics). */
-void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, const float *dout, const float *inp,
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp,
                     const float *mean, const float *rstd, size_t N, int C);
 
 /* cuda_residual.cu: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
-void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, float *out, float *mean, float *rstd,
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
                           const float *res, const float *branch);
 void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
                           float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
 
 /* cuda_elementwise.cu */
-void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *inp, size_t n);
-void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, float *dinp, const float *inp,
-                     const float *dout, size_t n);
-void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, float *out, const float *gate,
-                           const float *lin, size_t n);
-void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, float *dgate, float *dlin, const float *gate,
-                           const float *lin, const float *dout, size_t n);
+void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
+void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n);
+void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n);
+void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                           size_t n);
+/* pre (N, C) = sum + bias (bias NULL: none), stored; with act, out = act(sum + bias) from the fp32
+ * value, stored: linear_fwd's epilogue where cuBLASLt's cannot run (sum: the fp32 product). */
+void rt_cuda_bias_act(void *ctx, rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
+                      const rt_act_kind *act);
+/* g (n, fp32, in place) = act'(pre) * g, and dpre = that, stored: linear_dact's epilogue. */
+void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, size_t n);
 void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
 void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
@@ -315,7 +342,7 @@ void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, floa
                          uint64_t seed, uint64_t stream);
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
                          uint64_t seed, uint64_t stream);
-void rt_cuda_dropout_cols(void *ctx, float *out, const float *inp, size_t rows, int cols,
+void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols,
                           int cols_total, int col_offset, float p, uint64_t seed, uint64_t stream);
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
                    float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -331,11 +358,9 @@ void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *
                        const float *k, const float *v);
 void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
                        const float *dout, const void *probs, const float *q, const float *k, const float *v);
-void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, float *out, void *probs,
-                           const float *q, const float *k, const float *v);
-void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, float *dq, float *dk, float *dv,
-                           float *dbias, const float *dout, const void *probs, const float *q,
-                           const float *k, const float *v);
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
+void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                           const void *probs, rt_x q, rt_x k, rt_x v);
 
 /* cuda_relbias.cu */
 void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH,
@@ -357,7 +382,6 @@ void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale);
 void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
-void rt_cuda_scatter_rows_add(void *ctx, float *dinp, const float *dout, const int32_t *idx, int B,
-                              int C);
+void rt_cuda_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C);
 
 #endif

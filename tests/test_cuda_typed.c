@@ -1,0 +1,381 @@
+/* Typed activations on CUDA (runtime/rt_x.h): every op that takes rt_x handles, given 16-bit ones
+ * on the GPU, against the CPU backend given fp32 handles (which test_cpu_typed holds to the CPU's
+ * own 16-bit handles bit for bit). Each 16-bit output is the fp32 result rounded once, on either
+ * side, so the two agree within the compute type's band (DESIGN.md): two units of the type
+ * relative (a value whose fp32 results straddle a rounding boundary rounds to neighbours), plus a
+ * small absolute term for the sums' other order. fp32 outputs computed from 16-bit inputs (the
+ * weight and bias gradients, dbias, norm statistics) are held to the fp32 GEMM tolerances of
+ * test_cuda_ops, except linear_dact's bias gradient on cuBLASLt's path, which sums the stored
+ * 16-bit dpre: there each column may differ by a rounding unit of the sum of its |dpre|.
+ *
+ * Covered: gemm with 16-bit A, B and C (transposes, padded leading dimensions, a strided batch,
+ * beta); linear_fwd with each activation, with and without a bias, through cuBLASLt's epilogues
+ * (the bias read from the weights' 16-bit copy) and through the backend's own composition (no
+ * copy; an erf GELU; an out_f that is not a multiple of 8); linear_dact and linear_wgrad;
+ * act_fwd/bwd, gated_act_fwd/bwd, dropout_cols (the same masks), bias_bwd; the norms' and the
+ * fused residual step's 16-bit outputs; scatter_rows_add; attention over 16-bit q, k, v (views
+ * into one fused buffer), out, dout, dq, dk, dv with a key mask, causal with dropout, and a
+ * position bias with its gradient. Exits 77 (skipped) without CUDA or a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/rt_backend.h"
+#include "runtime/rt_dtype.h"
+#include "tests/testutil.h"
+
+#ifndef TZ_USE_CUDA
+
+int main(void) {
+    printf("test_cuda_typed: skipped: built without CUDA\n");
+    return 77;
+}
+
+#else
+
+static rt_backend *cpu, *gpu;
+static rt_dtype dt;
+static float unit; /* two rounding steps of dt, relative */
+
+#define ATOL 1e-5f      /* elementwise and row ops */
+#define GEMM_ATOL 1e-4f /* sums in another order */
+
+static void *alloc_on(rt_backend *be, size_t bytes) {
+    void *p = NULL;
+    rt_status st = rt_backend_alloc(be, bytes ? bytes : 4, "test buffer", &p);
+    RT_CHECK(st == RT_OK, "%s", rt_error_message());
+    return p;
+}
+
+/* An activation: c holds n floats on the CPU, g the same values as 16-bit ones (dt) on the GPU. */
+typedef struct {
+    float *c;
+    void *g;
+    size_t n;
+} act;
+
+static uint16_t to16(float v) { return dt == RT_BF16 ? rt_f32_to_bf16(v) : rt_f32_to_f16(v); }
+static float from16(uint16_t h) { return dt == RT_BF16 ? rt_bf16_to_f32(h) : rt_f16_to_f32(h); }
+
+static act act_new(size_t n, unsigned *seed, float scale) {
+    float *h = rt_xmalloc(n * sizeof(float) + 4);
+    uint16_t *h16 = rt_xmalloc(n * 2 + 4);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = rt_round_to(dt, scale * tz_uniform(seed));
+        h16[i] = to16(h[i]);
+    }
+    act a = {alloc_on(cpu, n * sizeof(float)), alloc_on(gpu, n * 2), n};
+    rt_to_device(cpu, a.c, h, n * sizeof(float));
+    rt_to_device(gpu, a.g, h16, n * 2);
+    free(h);
+    free(h16);
+    return a;
+}
+static void act_free(act *a) {
+    rt_free_device(cpu, a->c);
+    rt_free_device(gpu, a->g);
+}
+static rt_x xc(const act *a) { return rt_xf(a->c); }
+/* The GPU's values made the CPU's (values of dt already), to test the next op from the same inputs. */
+static void act_sync(act *a) {
+    float *h = rt_xmalloc(a->n * sizeof(float) + 4);
+    uint16_t *h16 = rt_xmalloc(a->n * 2 + 4);
+    rt_to_host(cpu, h, a->c, a->n * sizeof(float));
+    for (size_t i = 0; i < a->n; i++) h16[i] = to16(h[i]);
+    rt_to_device(gpu, a->g, h16, a->n * 2);
+    free(h);
+    free(h16);
+}
+static rt_x xg(const act *a) { return rt_x_of(a->g, dt); }
+
+/* Plain floats on both (weights, statistics, parameter gradients). */
+typedef struct {
+    float *c, *g;
+    size_t n;
+} flt;
+
+static flt flt_new(size_t n, unsigned *seed, float scale, float offset) {
+    float *h = rt_xmalloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) h[i] = seed ? scale * tz_uniform(seed) + offset : 0.0f;
+    flt f = {alloc_on(cpu, n * sizeof(float)), alloc_on(gpu, n * sizeof(float)), n};
+    rt_to_device(cpu, f.c, h, n * sizeof(float));
+    rt_to_device(gpu, f.g, h, n * sizeof(float));
+    free(h);
+    return f;
+}
+static void flt_free(flt *f) {
+    rt_free_device(cpu, f->c);
+    rt_free_device(gpu, f->g);
+}
+
+static void check_act(const char *what, const act *a, float atol, float rtol) {
+    float *want = rt_xmalloc(a->n * sizeof(float) + 4), *got = rt_xmalloc(a->n * sizeof(float) + 4);
+    uint16_t *h16 = rt_xmalloc(a->n * 2 + 4);
+    rt_to_host(cpu, want, a->c, a->n * sizeof(float));
+    rt_to_host(gpu, h16, a->g, a->n * 2);
+    for (size_t i = 0; i < a->n; i++) got[i] = from16(h16[i]);
+    char label[160];
+    snprintf(label, sizeof label, "%s %s", rt_dtype_name(dt), what);
+    tz_check_close(label, got, want, a->n, atol, rtol);
+    free(want);
+    free(got);
+    free(h16);
+}
+static void check_flt(const char *what, const flt *f, float atol, float rtol) {
+    float *want = rt_xmalloc(f->n * sizeof(float) + 4), *got = rt_xmalloc(f->n * sizeof(float) + 4);
+    rt_to_host(cpu, want, f->c, f->n * sizeof(float));
+    rt_to_host(gpu, got, f->g, f->n * sizeof(float));
+    char label[160];
+    snprintf(label, sizeof label, "%s %s", rt_dtype_name(dt), what);
+    tz_check_close(label, got, want, f->n, atol, rtol);
+    free(want);
+    free(got);
+}
+/* The same 16-bit values on both (the dropout masks, the stored inputs an op passes through). */
+static void check_act_bits(const char *what, const act *a) {
+    float *want = rt_xmalloc(a->n * sizeof(float) + 4);
+    uint16_t *h16 = rt_xmalloc(a->n * 2 + 4);
+    rt_to_host(cpu, want, a->c, a->n * sizeof(float));
+    rt_to_host(gpu, h16, a->g, a->n * 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < a->n; i++) bad += rt_f32_bits(from16(h16[i])) != rt_f32_bits(want[i]);
+    TZ_EXPECT(bad == 0, "%s %s: %zu of %zu values differ", rt_dtype_name(dt), what, bad, a->n);
+    free(want);
+    free(h16);
+}
+
+static void check_gemm(bool ta, bool tb, int batch, float beta) {
+    const int M = 19, N = 40, K = 72;
+    const int lda = (ta ? M : K) + 8, ldb = (tb ? K : N) + 8, ldc = N + 8;
+    const size_t sa = (size_t)(ta ? K : M) * lda, sb = (size_t)(tb ? N : K) * ldb, sc = (size_t)M * ldc;
+    unsigned seed = 7 + 3 * ta + 5 * tb + (unsigned)batch;
+    act A = act_new(sa * batch, &seed, 1.0f), B = act_new(sb * batch, &seed, 1.0f), C = act_new(sc * batch, &seed, 1.0f);
+    rt_gemm(cpu, ta, tb, M, N, K, 0.5f, xc(&A), lda, sa, xc(&B), ldb, sb, beta, xc(&C), ldc, sc, batch);
+    rt_gemm(gpu, ta, tb, M, N, K, 0.5f, xg(&A), lda, sa, xg(&B), ldb, sb, beta, xg(&C), ldc, sc, batch);
+    char what[96];
+    snprintf(what, sizeof what, "gemm ta=%d tb=%d batch=%d beta=%g", ta, tb, batch, (double)beta);
+    check_act(what, &C, GEMM_ATOL, unit);
+    act_free(&A);
+    act_free(&B);
+    act_free(&C);
+}
+
+/* A linear layer whose weight and bias lie in a slab; with_copy: the GPU keeps the slab's 16-bit
+ * copy (cuBLASLt's epilogues read the bias from it), else it composes the op itself. */
+static void check_linear(const rt_act_kind *actk, bool bias, int out_f, bool with_copy) {
+    const int N = 24, in = 64;
+    unsigned seed = 31 + (unsigned)out_f + (actk ? 2u * *actk : 9u) + 50u * with_copy;
+    const size_t nw = (size_t)out_f * in, slab_n = nw + 64 + (size_t)out_f;
+    flt slab = flt_new(slab_n, &seed, 0.2f, 0.0f);
+    float *Wc = slab.c, *Wg = slab.g, *bc = slab.c + nw + 64, *bg = slab.g + nw + 64; /* b 16-byte aligned */
+    if (with_copy) TZ_EXPECT_OK(rt_weight_copy_set(gpu, slab.g, slab_n));
+    act X = act_new((size_t)N * in, &seed, 1.0f), pre = act_new((size_t)N * out_f, &seed, 0.0f),
+        out = act_new((size_t)N * out_f, &seed, 0.0f);
+    rt_linear_fwd(cpu, actk ? xc(&out) : rt_xf(NULL), xc(&pre), xc(&X), Wc, bias ? bc : NULL, N, in, out_f, actk);
+    rt_linear_fwd(gpu, actk ? xg(&out) : rt_xf(NULL), xg(&pre), xg(&X), Wg, bias ? bg : NULL, N, in, out_f, actk);
+    char what[128];
+    const char *how = with_copy ? "copy" : "no copy";
+    /* cuBLASLt's epilogue adds the bias from the 16-bit copy: rounded, half a unit of the type at
+     * most (the bias is at most 0.2 here) */
+    const float atol = GEMM_ATOL + (with_copy && bias ? unit / 4 * 0.2f : 0.0f);
+    snprintf(what, sizeof what, "linear_fwd act %d bias %d F %d (%s): pre", actk ? (int)*actk : -1, bias, out_f, how);
+    check_act(what, &pre, atol, unit);
+    if (actk) {
+        snprintf(what, sizeof what, "linear_fwd act %d F %d (%s): out", (int)*actk, out_f, how);
+        check_act(what, &out, 1.2f * atol, unit); /* through the activation, whose slope is under 1.2 */
+        /* the backward through the activation from the CPU's pre on both: dpre = act'(pre) * (dY W2) */
+        act_sync(&pre);
+        act dY = act_new((size_t)N * in, &seed, 1.0f), dpre = act_new(pre.n, &seed, 0.0f);
+        flt W2 = flt_new((size_t)in * out_f, &seed, 0.2f, 0.0f), db = flt_new(out_f, NULL, 0, 0);
+        rt_linear_dact(cpu, xc(&dpre), db.c, xc(&dY), W2.c, xc(&pre), N, out_f, in, *actk);
+        rt_linear_dact(gpu, xg(&dpre), db.g, xg(&dY), W2.g, xg(&pre), N, out_f, in, *actk);
+        snprintf(what, sizeof what, "linear_dact act %d F %d: dpre", (int)*actk, out_f);
+        check_act(what, &dpre, GEMM_ATOL, unit);
+        /* the bias gradient: within a rounding unit of the column's sum of |dpre| (cuBLASLt's path
+         * sums the stored values) */
+        float *dp = rt_xmalloc(dpre.n * sizeof(float)), *want = rt_xmalloc(out_f * sizeof(float)),
+              *got = rt_xmalloc(out_f * sizeof(float));
+        rt_to_host(cpu, dp, dpre.c, dpre.n * sizeof(float));
+        rt_to_host(cpu, want, db.c, out_f * sizeof(float));
+        rt_to_host(gpu, got, db.g, out_f * sizeof(float));
+        size_t bad = 0;
+        for (int c = 0; c < out_f; c++) {
+            double mag = 0;
+            for (int n = 0; n < N; n++) mag += fabs(dp[(size_t)n * out_f + c]);
+            bad += !(fabs((double)got[c] - want[c]) <= unit * mag + GEMM_ATOL);
+        }
+        TZ_EXPECT(bad == 0, "%s linear_dact act %d F %d: %zu of %d bias gradients outside the band",
+                  rt_dtype_name(dt), (int)*actk, out_f, bad, out_f);
+        free(dp), free(want), free(got);
+        /* the weight gradient from the same 16-bit dY and X on both (the CPU's dpre): fp32 sums */
+        act_sync(&dpre);
+        flt dW = flt_new((size_t)out_f * in, &seed, 1.0f, 0.0f), dbw = flt_new(out_f, &seed, 1.0f, 0.0f);
+        rt_linear_wgrad(cpu, dW.c, dbw.c, xc(&dpre), xc(&X), N, in, out_f);
+        rt_linear_wgrad(gpu, dW.g, dbw.g, xg(&dpre), xg(&X), N, in, out_f);
+        snprintf(what, sizeof what, "linear_wgrad F %d: dW", out_f);
+        check_flt(what, &dW, GEMM_ATOL, 1e-4f);
+        snprintf(what, sizeof what, "linear_wgrad F %d: db", out_f);
+        check_flt(what, &dbw, GEMM_ATOL, 1e-4f);
+        act_free(&dY), act_free(&dpre), flt_free(&W2), flt_free(&db), flt_free(&dW), flt_free(&dbw);
+    }
+    if (with_copy) TZ_EXPECT_OK(rt_weight_copy_set(gpu, NULL, 0));
+    act_free(&X), act_free(&pre), act_free(&out), flt_free(&slab);
+}
+
+static void check_elementwise(void) {
+    const size_t n = 3000;
+    unsigned seed = 5;
+    act x = act_new(n, &seed, 3.0f), g = act_new(n, &seed, 1.0f), dy = act_new(n, &seed, 1.0f);
+    act y = act_new(n, &seed, 0.0f), y2 = act_new(n, &seed, 0.0f);
+    for (int k = RT_ACT_GELU_TANH; k <= RT_ACT_TANH; k++) {
+        char what[48];
+        rt_act_fwd(cpu, (rt_act_kind)k, xc(&y), xc(&x), n);
+        rt_act_fwd(gpu, (rt_act_kind)k, xg(&y), xg(&x), n);
+        snprintf(what, sizeof what, "act_fwd kind %d", k);
+        check_act(what, &y, ATOL, unit);
+        rt_act_bwd(cpu, (rt_act_kind)k, xc(&y), xc(&x), xc(&dy), n);
+        rt_act_bwd(gpu, (rt_act_kind)k, xg(&y), xg(&x), xg(&dy), n);
+        snprintf(what, sizeof what, "act_bwd kind %d", k);
+        check_act(what, &y, ATOL, unit);
+        rt_gated_act_fwd(cpu, (rt_act_kind)k, xc(&y), xc(&x), xc(&g), n);
+        rt_gated_act_fwd(gpu, (rt_act_kind)k, xg(&y), xg(&x), xg(&g), n);
+        snprintf(what, sizeof what, "gated_act_fwd kind %d", k);
+        check_act(what, &y, ATOL, unit);
+        rt_gated_act_bwd(cpu, (rt_act_kind)k, xc(&y), xc(&y2), xc(&x), xc(&g), xc(&dy), n);
+        rt_gated_act_bwd(gpu, (rt_act_kind)k, xg(&y), xg(&y2), xg(&x), xg(&g), xg(&dy), n);
+        snprintf(what, sizeof what, "gated_act_bwd kind %d: dgate", k);
+        check_act(what, &y, ATOL, unit);
+        snprintf(what, sizeof what, "gated_act_bwd kind %d: dlin", k);
+        check_act(what, &y2, ATOL, unit);
+    }
+    /* a (rows, 40) column shard of a (rows, 120) matrix at column 40, in place: the same masks,
+     * and a kept value times 1/(1-p) rounds the same on both */
+    const size_t rows = n / 40;
+    rt_dropout_cols(cpu, xc(&x), xc(&x), rows, 40, 120, 40, 0.3f, 11, 2);
+    rt_dropout_cols(gpu, xg(&x), xg(&x), rows, 40, 120, 40, 0.3f, 11, 2);
+    check_act_bits("dropout_cols", &x);
+    flt db = flt_new(40, NULL, 0, 0);
+    rt_bias_bwd(cpu, db.c, xc(&dy), rows, 40);
+    rt_bias_bwd(gpu, db.g, xg(&dy), rows, 40);
+    check_flt("bias_bwd", &db, GEMM_ATOL, 1e-4f);
+    act_free(&x), act_free(&g), act_free(&dy), act_free(&y), act_free(&y2), flt_free(&db);
+}
+
+static void check_norms(void) {
+    const int N = 37, C = 96;
+    unsigned seed = 3;
+    act y = act_new((size_t)N * C, &seed, 0.0f);
+    flt x = flt_new((size_t)N * C, &seed, 2.0f, 0.0f), w = flt_new(C, &seed, 0.1f, 1.0f), b = flt_new(C, &seed, 0.1f, 0);
+    flt res = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), sum = flt_new((size_t)N * C, NULL, 0, 0);
+    flt mean = flt_new(N, NULL, 0, 0), rstd = flt_new(N, NULL, 0, 0);
+    rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, x.c, w.c, b.c, N, C, 1e-5f);
+    rt_layernorm_fwd(gpu, xg(&y), mean.g, rstd.g, x.g, w.g, b.g, N, C, 1e-5f);
+    check_act("layernorm_fwd", &y, ATOL, unit);
+    check_flt("layernorm_fwd's rstd", &rstd, ATOL, 1e-4f);
+    rt_rmsnorm_fwd(cpu, xc(&y), rstd.c, x.c, w.c, N, C, 1e-6f);
+    rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, x.g, w.g, N, C, 1e-6f);
+    check_act("rmsnorm_fwd", &y, ATOL, unit);
+    for (int rms = 0; rms < 2; rms++) {
+        rt_residual_desc d = {.N = N, .C = C, .bias = NULL, .rms = rms, .eps = 1e-5f, .dropout_p = 0.1f, .seed = 4,
+                              .stream = 6};
+        d.weight = w.c, d.bias = rms ? NULL : b.c;
+        rt_residual_fwd(cpu, &d, sum.c, xc(&y), mean.c, rstd.c, res.c, x.c);
+        d.weight = w.g, d.bias = rms ? NULL : b.g;
+        rt_residual_fwd(gpu, &d, sum.g, xg(&y), mean.g, rstd.g, res.g, x.g);
+        check_flt(rms ? "residual_fwd (RMSNorm): sum" : "residual_fwd (LayerNorm): sum", &sum, 0, 0);
+        check_act(rms ? "residual_fwd (RMSNorm): out" : "residual_fwd (LayerNorm): out", &y, ATOL, unit);
+    }
+    flt rows = flt_new((size_t)5 * C, NULL, 0, 0);
+    const int32_t idx_h[4] = {3, 0, 3, 1};
+    int32_t *idx_c = alloc_on(cpu, sizeof idx_h), *idx_g = alloc_on(gpu, sizeof idx_h);
+    rt_to_device(cpu, idx_c, idx_h, sizeof idx_h);
+    rt_to_device(gpu, idx_g, idx_h, sizeof idx_h);
+    act_sync(&y);
+    rt_scatter_rows_add(cpu, rows.c, xc(&y), idx_c, 4, C);
+    rt_scatter_rows_add(gpu, rows.g, xg(&y), idx_g, 4, C);
+    check_flt("scatter_rows_add", &rows, 0, 0); /* the same adds in the same order */
+    rt_free_device(cpu, idx_c), rt_free_device(gpu, idx_g);
+    act_free(&y), flt_free(&x), flt_free(&w), flt_free(&b), flt_free(&res), flt_free(&sum), flt_free(&mean);
+    flt_free(&rstd), flt_free(&rows);
+}
+
+/* q, k, v as views into one fused (B T, 3 C) buffer; out, dout (B T, C); probabilities at dt. */
+static void check_attention(int variant) {
+    enum { B = 2, NH = 3, T = 21, HS = 16, C = NH * HS };
+    unsigned seed = 40 + (unsigned)variant;
+    act qkv = act_new((size_t)B * T * 3 * C, &seed, 1.0f), dout = act_new((size_t)B * T * C, &seed, 1.0f);
+    act out = act_new((size_t)B * T * C, &seed, 0.0f), dqkv = act_new((size_t)B * T * 3 * C, &seed, 0.0f);
+    float km_h[B * T] = {0};
+    for (int j = 15; j < T; j++) km_h[T + j] = -INFINITY; /* row 1's last keys are padding */
+    flt km = flt_new(B * T, NULL, 0, 0), bias = flt_new((size_t)NH * T * T, &seed, 1.0f, 0.0f);
+    flt dbias = flt_new((size_t)NH * T * T, NULL, 0, 0);
+    rt_to_device(cpu, km.c, km_h, sizeof km_h);
+    rt_to_device(gpu, km.g, km_h, sizeof km_h);
+    const size_t np = (size_t)B * NH * T * T;
+    void *pc = alloc_on(cpu, np * 2), *pg = alloc_on(gpu, np * 2);
+    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
+                      .ldo = C, .scale = 0.25f, .probs_dtype = dt};
+    if (variant == 1) d.causal = true, d.dropout_p = 0.2f, d.seed = 3, d.stream = 8;
+    for (int side = 0; side < 2; side++) {
+        rt_backend *be = side ? gpu : cpu;
+        rt_x (*X)(const act *) = side ? xg : xc;
+        d.key_mask = variant == 0 ? (side ? km.g : km.c) : NULL;
+        d.bias = variant == 2 ? (side ? bias.g : bias.c) : NULL;
+        void *probs = side ? pg : pc;
+        rt_attention_fwd(be, &d, X(&out), probs, X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+        rt_attention_bwd(be, &d, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C),
+                         variant == 2 ? (side ? dbias.g : dbias.c) : NULL, X(&dout), probs, X(&qkv),
+                         rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+    }
+    char what[48];
+    snprintf(what, sizeof what, "attention variant %d: out", variant);
+    check_act(what, &out, GEMM_ATOL, 2 * unit); /* a probability may round to its neighbour, then out */
+    snprintf(what, sizeof what, "attention variant %d: dqkv", variant);
+    check_act(what, &dqkv, GEMM_ATOL, 2 * unit);
+    if (variant == 2) check_flt("attention's dbias", &dbias, GEMM_ATOL, unit);
+    rt_free_device(cpu, pc), rt_free_device(gpu, pg);
+    act_free(&qkv), act_free(&dout), act_free(&out), act_free(&dqkv), flt_free(&km), flt_free(&bias);
+    flt_free(&dbias);
+}
+
+int main(void) {
+    rt_status st = rt_backend_init("cuda:0", 0, &gpu);
+    if (st == RT_ERR_UNSUPPORTED) {
+        printf("test_cuda_typed: skipped: no CUDA device\n");
+        fprintf(stderr, "test_cuda_typed: %s\n", rt_error_message());
+        return 77;
+    }
+    TZ_EXPECT_OK(st);
+    if (st != RT_OK) return tz_test_result("test_cuda_typed");
+    TZ_EXPECT_OK(rt_backend_init("cpu", 0, &cpu));
+    TZ_EXPECT(gpu->typed_acts, "the CUDA backend takes 16-bit activation handles");
+    const rt_dtype types[2] = {RT_BF16, RT_F16};
+    for (int t = 0; t < 2; t++) {
+        dt = types[t];
+        unit = dt == RT_BF16 ? 1.0f / 128 : 1.0f / 1024;
+        if (rt_set_precision(gpu, dt) != RT_OK) {
+            printf("test_cuda_typed: %s skipped: %s\n", rt_dtype_name(dt), rt_error_message());
+            continue;
+        }
+        TZ_EXPECT_OK(rt_set_precision(cpu, dt));
+        for (int tr = 0; tr < 4; tr++) check_gemm(tr & 1, tr >> 1, 1, 0.0f);
+        check_gemm(false, true, 3, 0.0f);
+        check_gemm(true, false, 2, 0.5f);
+        const rt_act_kind acts[4] = {RT_ACT_GELU_TANH, RT_ACT_GELU_ERF, RT_ACT_RELU, RT_ACT_TANH};
+        for (int copy = 0; copy < 2; copy++) {
+            for (int a = 0; a < 4; a++) check_linear(&acts[a], true, 96, copy);
+            check_linear(&acts[0], true, 100, copy); /* out_f not a multiple of 8: composed */
+            check_linear(NULL, true, 96, copy);
+            check_linear(NULL, false, 96, copy);
+        }
+        check_elementwise();
+        check_norms();
+        for (int v = 0; v < 3; v++) check_attention(v);
+    }
+    rt_backend_free(cpu);
+    rt_backend_free(gpu);
+    return tz_test_result("test_cuda_typed");
+}
+
+#endif
