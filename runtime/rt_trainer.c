@@ -276,6 +276,55 @@ static void rt_train_set_aside(const char *path, const char *loaded) {
                     loaded);
 }
 
+/* --overwrite: the earlier run's checkpoints and metrics.jsonl go, now that this run starts (the
+ * model and data loaded), so a run that fails before keeps them whole. */
+static rt_status rt_train_start_over(const rt_train_opts *o, const rt_train_io *io) {
+    rt_status st = RT_OK;
+    char **paths = NULL, metrics[4096];
+    size_t n = 0;
+    RT_TRY(io->resume_list(o->save_dir, &paths, &n));
+    for (size_t i = 0; i < n; i++)
+        if (unlink(paths[i]) != 0 && errno != ENOENT)
+            RT_FAIL(RT_ERR_IO, "--overwrite: cannot remove %s: %s", paths[i], strerror(errno));
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->save_dir);
+    if (unlink(metrics) != 0 && errno != ENOENT)
+        RT_FAIL(RT_ERR_IO, "--overwrite: cannot remove %s: %s", metrics, strerror(errno));
+    if (n) rt_log_info("--overwrite: removed the earlier run's %zu checkpoint%s from %s", n, n == 1 ? "" : "s",
+                       o->save_dir);
+fail:
+    for (size_t j = 0; j < n; j++) free(paths[j]);
+    free(paths);
+    return st;
+}
+
+/* --resume-from an older checkpoint of --save-dir: the newer ones there are another timeline's,
+ * which this run's saves would mix with (pruned as older than them, taken by a later --resume).
+ * Every rank lists the same folder, so every rank refuses alike. */
+static rt_status rt_train_refuse_newer(const rt_train_opts *o, const rt_train_io *io, const char *from) {
+    rt_status st = RT_OK;
+    char **paths = NULL;
+    size_t n = 0;
+    RT_TRY(io->resume_list(o->save_dir, &paths, &n));
+    char *want = realpath(from, NULL);
+    for (size_t i = 0; want && i < n; i++) {
+        char *have = realpath(paths[i], NULL);
+        const bool same = have && strcmp(have, want) == 0;
+        free(have);
+        if (!same) continue;
+        if (i > 0)
+            st = rt_errorf(RT_ERR_USAGE,
+                           "--resume-from %s: --save-dir %s holds %zu newer checkpoint%s (the newest: %s), which this "
+                           "run's would mix with: move them away, or resume into another --save-dir",
+                           from, o->save_dir, i, i == 1 ? "" : "s", paths[0]);
+        break;
+    }
+    free(want);
+fail:
+    for (size_t j = 0; j < n; j++) free(paths[j]);
+    free(paths);
+    return st;
+}
+
 /* Loads the newest checkpoint that reads back whole. A damaged one (RT_ERR_FORMAT: truncated,
  * a flipped byte, bad metadata) is skipped with a warning naming it and, once every rank has
  * moved on, set aside as NAME.corrupt; any other failure, or a damaged --resume-from file,
@@ -288,10 +337,14 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
     size_t n = 0, k = 0;
     cJSON *obj = NULL;
     RT_TRY(io->resume_list(source, &paths, &n));
+    if (n == 0 && s->o->resume_from) /* exact: never a silent start from scratch */
+        RT_FAIL(RT_ERR_IO, "--resume-from %s: no checkpoint there (a step-N.tzck file, or a folder holding one)",
+                source);
     if (n == 0) {
         rt_log_info("--resume: no checkpoint in %s yet; starting from step 0", source);
         goto fail;
     }
+    if (s->o->resume_from) RT_TRY(rt_train_refuse_newer(s->o, io, paths[0]));
     RT_TRY(rt_zero_gather_params(s->zero)); /* ZeRO-3: a whole slab for the reader to fill */
     for (k = 0; k < n; k++) {
         /* the reader fills the slab from the file itself; only its agreement crosses ranks, in
@@ -517,6 +570,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
 
     int64_t step = 0;
     if (o->resume) RT_TRY(rt_train_resume(&s, io, model, data, &step));
+    if (s.lead && o->start_over && !o->resume) RT_TRY(rt_train_start_over(o, io));
     if (s.lead) {
         /* a resumed run replays the steps after its checkpoint: their old records go first */
         char mpath[4096];

@@ -89,6 +89,9 @@ typedef struct {
     /* With resume: this checkpoint file exactly (no fallback), instead of the newest intact
      * one in save_dir. NULL: the newest. */
     const char *resume_from;
+    /* Without resume: save_dir's checkpoints (step-N.tzck) and metrics.jsonl are an earlier run's,
+     * removed as training starts (--overwrite; the program refused the folder without it). */
+    bool start_over;
     const char *options_json;   /* resolved options, stored in checkpoints and metrics */
     /* Data-parallel and tensor-parallel groups (NULL = one rank). The data iterator gives each
      * dp rank its slice of the same global batch; gradients are summed over dp, the loss is

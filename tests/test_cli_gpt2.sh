@@ -251,28 +251,52 @@ fi
 expect_fail "--offload-params without ZeRO-3" 2 "--offload-params needs --zero 3" --zero 2 --offload-params
 expect_fail "task without data" 2 "needs --data-dir" --dataset mnli
 mkdir -p "$TMP/m_missing" && cp "$SRC/tests/golden/gpt2-tiny-cls/config.json" "$TMP/m_missing/"
-expect_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run"
+expect_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_trunc" && cp "$TMP/arch.json" "$TMP/m_trunc/config.json"
 head -c 5000 "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" > "$TMP/m_trunc/model.safetensors"
-expect_fail "truncated safetensors" 1 "model.safetensors" --model "$TMP/m_trunc" --max-len 48 --save-dir "$TMP/run"
+expect_fail "truncated safetensors" 1 "model.safetensors" --model "$TMP/m_trunc" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_corrupt" && cp "$TMP/arch.json" "$TMP/m_corrupt/config.json"
 { printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": nonsense!}'; head -c 100 /dev/zero; } > "$TMP/m_corrupt/model.safetensors"
-expect_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt" --max-len 48 --save-dir "$TMP/run"
+expect_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_bert" && sed 's/"gpt2"/"bert"/' "$SRC/tests/golden/gpt2-tiny-cls/config.json" > "$TMP/m_bert/config.json"
 cp "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" "$TMP/m_bert/"
-expect_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run"
+expect_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/d_col" && cp "$TMP/data/dev.tsv" "$TMP/d_col/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_col/train.tsv"
 printf '1\t2\t3\tonly four columns\n' >> "$TMP/d_col/train.tsv"
-expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run"
+expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/d_lab" && cp "$TMP/data/dev.tsv" "$TMP/d_lab/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_lab/train.tsv"
 printf 'yes\t1\t2\ta\tb\n' >> "$TMP/d_lab/train.tsv"
-expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run"
+expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/tok" && cp "$SRC/assets/gpt2-bpe/encoder.json" "$TMP/tok/vocab.json"
 { head -n 3 "$SRC/assets/gpt2-bpe/vocab.bpe"; echo "onlyonetoken"; } > "$TMP/tok/merges.txt"
-expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run"
+expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run" --overwrite
 touch "$TMP/a_file"
 expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
 [ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"
+# one run a folder (issue 34): a new run where another left checkpoints is refused with the ways
+# out, its checkpoints and metrics untouched; --overwrite replaces that run, once training starts
+mkdir -p "$TMP/used" && "$BIN" "${COMMON[@]}" --max-steps 3 --save-interval 1 --keep 5 --eval-interval -1 \
+    --save-dir "$TMP/used" > /dev/null 2>&1 || bad "the earlier run in used/"
+sums=$(cd "$TMP/used" && sha256sum step-*.tzck metrics.jsonl)
+expect_fail "a new run in a used --save-dir" 2 \
+    "save-dir $TMP/used holds an earlier run (step-000003.tzck and older checkpoints, metrics.jsonl): pass --resume" \
+    "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/used"
+[ "$(cd "$TMP/used" && sha256sum step-*.tzck metrics.jsonl)" = "$sums" ] && ok || bad "a refused run changed used/"
+expect_fail "--overwrite with --resume" 2 "--overwrite starts a new run in --save-dir, --resume continues one" \
+    "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/used" --resume --overwrite
+# --resume-from an older checkpoint of the folder: its newer ones are another timeline's
+expect_fail "--resume-from under newer checkpoints" 2 \
+    "--save-dir $TMP/used holds 1 newer checkpoint (the newest: $TMP/used/step-000003.tzck)" \
+    "${COMMON[@]}" --max-steps 4 --save-dir "$TMP/used" --resume-from "$TMP/used/step-000002.tzck"
+mkdir -p "$TMP/nockpt"
+expect_fail "--resume-from a folder without checkpoints" 1 "--resume-from $TMP/nockpt: no checkpoint there" \
+    "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/fresh" --resume-from "$TMP/nockpt"
+"$BIN" "${COMMON[@]}" --max-steps 2 --eval-interval -1 --save-dir "$TMP/used" --overwrite > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "removed the earlier run's 3 checkpoints from $TMP/used" "$TMP/out" &&
+    [ "$(cd "$TMP/used" && ls step-*.tzck)" = "step-000002.tzck" ] &&
+    grep -q '"step":2' "$TMP/used/metrics.jsonl" && ! grep -q '"step":3' "$TMP/used/metrics.jsonl" && ok ||
+    bad "--overwrite: $(ls "$TMP/used")"
+
 # a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
 printf '{"model_type": "gpt2", "n_embd": 1000000000}\n' > "$TMP/huge.json"
 expect_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \

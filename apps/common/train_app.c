@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/deepspeed_config.h"
+#include "apps/common/run_dir.h"
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
@@ -67,6 +68,9 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          0, 0},
         {"resume-from", RT_OPT_STRING, &o->resume_from, NULL, "FILE",
          "continue from exactly this checkpoint file (implies --resume; no fallback)", NULL, 0, 0},
+        {"overwrite", RT_OPT_FLAG, &o->overwrite, "false", NULL,
+         "start a new run in a --save-dir that holds an earlier run: its checkpoints and metrics.jsonl are removed "
+         "as training starts (without it, and without --resume, such a folder is refused)", NULL, 0, 0},
         {"threads", RT_OPT_INT, &o->threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
         {"comm-stats", RT_OPT_FLAG, &o->comm_stats, "false", NULL,
          "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
@@ -199,6 +203,10 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     char hf[4200];
     snprintf(hf, sizeof hf, "%s/hf", o->save_dir);
     if (st == RT_OK && world->rank == 0 && train_app_exists(hf)) st = ckpt_atomic_remove_stale(hf, NULL);
+    /* one run a folder: another run's checkpoints and metrics are refused, or removed with --overwrite */
+    const bool trains = o->epochs > 0 || o->max_steps > 0; /* --epochs 0 evaluates or predicts beside a run */
+    if (st == RT_OK && world->rank == 0 && trains)
+        st = run_dir_claim(o->save_dir, o->resume, o->resume_from, o->overwrite);
     return st;
 }
 
@@ -343,7 +351,8 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
         .clip = o->clip, .beta1 = o->adam_beta1, .beta2 = o->adam_beta2, .adam_eps = o->adam_eps,
         .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
         .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
-        .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from, .options_json = options_json, .dp = grid->dp,
+        .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from,
+        .start_over = o->overwrite, .options_json = options_json, .dp = grid->dp,
         .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .pp = grid->pp, .pp_host = grid->pp_host,
         .zero = (int)o->zero,
         .offload_optimizer = o->offload_optimizer, .offload_params = o->offload_params, .peak_tflops = o->peak_tflops,

@@ -24,7 +24,7 @@ typedef struct {
         threads, tp, pp, micro_batches, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
     double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
         min_loss_scale;
-    bool resume, pad8, offload_optimizer, offload_params, group_by_length, no_cache;
+    bool resume, overwrite, pad8, offload_optimizer, offload_params, group_by_length, no_cache;
     bool pp_recompute, comm_stats;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
@@ -37,7 +37,7 @@ typedef struct {
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
-#define TRAIN_APP_N_OPTS 43
+#define TRAIN_APP_N_OPTS 44
 
 /* Appends the shared options, writing into *o, to opts[spec->n_opts ..] (room for
  * TRAIN_APP_N_OPTS more is the caller's; opts is spec->opts) and makes --deepspeed-config the
