@@ -222,12 +222,12 @@ static void remove_stale_partials(const char *final_dir) {
         char *end = NULL;
         long pid = strtol(e->d_name + strlen(prefix), &end, 10);
         if (end == e->d_name + strlen(prefix) || *end != '-') {
-            rt_log_warn("%s looks like a conversion's leftover; remove it if no conversion is running", path);
+            rt_log_warn("%s looks like an unfinished output folder; remove it if nothing is writing it", path);
             continue;
         }
         if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
             ckpt_atomic_partial_dir_remove(path);
-            rt_log_warn("removed %s, left by a conversion (pid %ld) that was killed", path, pid);
+            rt_log_warn("removed %s, an unfinished output folder of a process (pid %ld) that was killed", path, pid);
         }
     }
     closedir(d);

@@ -47,6 +47,13 @@ rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n);
 rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial);
 /* Removes a partial folder and the files in it (links removed, never followed); best effort. */
 void ckpt_atomic_partial_dir_remove(const char *partial);
+/* Puts the complete folder partial in final_dir's place in one step (ckpt_atomic_dir.c): renamed
+ * there when final_dir does not exist; else final_dir's entries that partial lacks, other than an
+ * earlier export's weights (*.safetensors, *.bin and their indexes), are moved into partial (a
+ * user's own files stay), the two are exchanged atomically, and the old folder's files are
+ * removed. A failure before the exchange leaves final_dir whole and partial for the caller to
+ * remove; a final_dir that is a link or not a folder is refused. */
+rt_status ckpt_atomic_dir_replace(const char *partial, const char *final_dir);
 
 /* Removes the temporary files a killed writer left in dir ("<name>.tmp.<pid>.<k>", and the older
  * "<name>.tmp.<pid>"), logging a warning that names each; links are removed, never followed.

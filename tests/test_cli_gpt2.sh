@@ -201,6 +201,22 @@ rc=$?
 # loads it with the same outputs is checked by scripts/golden/check_hf_export.py)
 "$BIN" "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/hfrun" --save-hf "$TMP/hf" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && [ -f "$TMP/hf/config.json" ] && [ -f "$TMP/hf/model.safetensors" ] && [ -f "$TMP/hf/vocab.json" ] && ok || bad "--save-hf"
+# an export over an earlier one that cannot be written in full (a file-size limit stands in for a
+# full disk): one line, the earlier export whole and byte-identical, no partial folder left; one
+# that succeeds replaces the export's files and keeps a user's own file beside them
+echo "my notes" > "$TMP/hf/README.md"
+hf_sums=$(cd "$TMP/hf" && sha256sum config.json model.safetensors vocab.json merges.txt README.md)
+(ulimit -f 200 && exec "$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-interval -1 --save-dir "$TMP/hfrun2" \
+    --save-hf "$TMP/hf" > /dev/null 2> "$TMP/err")
+rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "hf\.partial-.*/model.safetensors.*File too large" "$TMP/err" &&
+    [ "$(cd "$TMP/hf" && sha256sum config.json model.safetensors vocab.json merges.txt README.md)" = "$hf_sums" ] &&
+    [ -z "$(ls "$TMP" | grep 'hf\.partial-')" ] && ok || bad "a failed --save-hf over an export: exit $rc, $(ls "$TMP")"
+"$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/hfrun3" --save-hf "$TMP/hf/" > /dev/null 2> "$TMP/err" &&
+    ! cmp -s <(cd "$TMP/hf" && sha256sum model.safetensors) <(echo "$hf_sums" | grep model.safetensors) &&
+    [ "$(cat "$TMP/hf/README.md")" = "my notes" ] && [ -f "$TMP/hf/vocab.json" ] &&
+    [ -z "$(ls "$TMP" | grep 'hf\.partial-')" ] && ok || bad "--save-hf over an export: $(ls "$TMP/hf")"
+rm "$TMP/hf/README.md"
 "$BIN" --model "$TMP/hf" --data-dir "$TMP/data" --max-len 48 --epochs 0 --save-dir "$TMP/hfeval" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && grep -q "weights: pretrained weights from --model .*: [0-9]* tensors loaded$" "$TMP/out" && ok || bad "reload of --save-hf output"
 grep -q "dev results (mrpc, 32 examples, step 0)" "$TMP/out" && ok || bad "--epochs 0 evaluates only"

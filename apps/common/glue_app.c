@@ -417,17 +417,23 @@ fail:
 /* An HF folder Transformers loads with from_pretrained: config.json, model.safetensors and
  * the tokenizer files under HF's names (encoder.json/vocab.bpe are the same bytes as
  * vocab.json/merges.txt). */
-static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid) {
-    rt_status st = RT_OK;
-    const bool writer = grid->world->rank == 0;
-    if (writer) RT_TRY(rt_train_prepare_dir(O.save_hf));
+typedef struct {
+    const mdl_classifier *m;
+    const char *tokenizer_path;
+    const rt_grid *grid;
+} gc_export;
+
+static rt_status gc_write_hf(void *ctx, const char *folder) {
+    const gc_export *x = ctx;
     /* config.json and the weights (gathered over tp); the first replica's tp group does it */
-    if (grid->dp_rank == 0) RT_TRY(m->save_hf(m->model, O.save_hf));
-    if (!writer) goto fail;
-    RT_TRY(train_app_copy_tokenizer(tokenizer_path, O.save_hf));
-    rt_log_info("wrote HF model folder %s", O.save_hf);
-fail:
+    rt_status st = x->grid->dp_rank == 0 ? x->m->save_hf(x->m->model, folder) : RT_OK;
+    if (st == RT_OK && x->grid->world->rank == 0) st = train_app_copy_tokenizer(x->tokenizer_path, folder);
     return st;
+}
+
+static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid) {
+    gc_export x = {m, tokenizer_path, grid};
+    return train_app_export_hf(O.save_hf, grid, gc_write_hf, &x);
 }
 
 /* ---- main ---- */

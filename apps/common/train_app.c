@@ -14,6 +14,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
+#include "runtime/rt_fs.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_run_lock.h"
@@ -498,4 +499,33 @@ int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *op
     train_app_add_options(o, d, spec, opts);
     train_app_add_checkpoint_options(o, opts, &spec->n_opts);
     return train_app_main(argc, argv, spec->prog, run);
+}
+
+rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf_write write, void *ctx) {
+    rt_status st = RT_OK;
+    const bool writer = grid->world->rank == 0;
+    char final_dir[4096], parent[4096];
+    char *partial = NULL;
+    /* "out/" is the folder out: its partial folder goes beside it, not inside */
+    size_t n = (size_t)snprintf(final_dir, sizeof final_dir, "%s", dir);
+    while (n > 1 && final_dir[n - 1] == '/') final_dir[--n] = '\0';
+    if (writer) {
+        snprintf(parent, sizeof parent, "%s", final_dir);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = '\0';
+        if (slash) st = rt_make_dirs(parent, "--save-hf");
+        if (st == RT_OK) st = ckpt_atomic_partial_dir(final_dir, &partial);
+    }
+    /* every rank learns whether the first could start, before the collective write */
+    float failed = st != RT_OK;
+    rt_status agreed = grid->world->ops->all_reduce(grid->world->ctx, &failed, 1, RT_REDUCE_MAX);
+    if (agreed != RT_OK) st = agreed;
+    if (st == RT_OK && failed > 0) st = rt_errorf(RT_ERR_IO, "%s: the first rank could not start the export", dir);
+    if (st == RT_OK && (st = write(ctx, writer ? partial : final_dir)) != RT_OK && writer)
+        rt_error_wrap(st, "--save-hf %s%s", final_dir, train_app_exists(final_dir) ? " (the export there is untouched)" : "");
+    if (writer && st == RT_OK) st = ckpt_atomic_dir_replace(partial, final_dir);
+    if (writer && st != RT_OK && partial) ckpt_atomic_partial_dir_remove(partial);
+    if (writer && st == RT_OK) rt_log_info("wrote HF model folder %s", final_dir);
+    free(partial);
+    return st;
 }

@@ -140,5 +140,13 @@ rt_status train_app_copy_file(const char *from, const char *to);
  * encoder.json and vocab.bpe as vocab.json and merges.txt; T5's spiece.model); a file already
  * there is kept. */
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
+/* An HF export written whole: write(ctx, folder) writes config, weights and tokenizer into a
+ * folder built beside dir (DIR.partial-PID-K), which then takes dir's place in one step
+ * (ckpt_atomic_dir_replace), so an export that fails (a full disk) leaves the previous one whole
+ * and one that is killed leaves a partial folder the next export removes. Collective like the
+ * model's save_hf: every rank calls it and write; world rank 0 writes the files (the others' folder
+ * argument is not written to). */
+typedef rt_status (*train_app_hf_write)(void *ctx, const char *folder);
+rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf_write write, void *ctx);
 
 #endif

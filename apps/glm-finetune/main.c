@@ -443,35 +443,44 @@ fail:
 }
 
 /* SAVE_DIR/hf: config.json, model.safetensors (FlagAI's names) and the tokenizer. */
-static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, const char *dir) {
+typedef struct {
+    glm_model *m;
+    const char *tok_path;
+    const rt_grid *grid;
+} glm_export_job;
+
+/* config.json, the weights as FlagAI writes them, and the tokenizer. */
+static rt_status glm_write_hf(void *ctx, const char *dir) {
+    const glm_export_job *x = ctx;
     rt_status st = RT_OK;
     char path[4300];
-    const glm_config *c = glm_model_config(m);
-    /* the first data-parallel replica writes (its tp rank 0 is world rank 0, which made the folder) */
-    if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
+    const glm_config *c = glm_model_config(x->m);
     snprintf(path, sizeof path, "%s/%s", dir, ckpt_map_weights_file(&ckpt_map_glm));
-    if (grid->dp_rank == 0) RT_TRY(glm_save_weights(m, path)); /* every stage's, through the first */
-    if (grid->world->rank == 0) {
+    if (x->grid->dp_rank == 0) RT_TRY(glm_save_weights(x->m, path)); /* every stage's, through the first */
+    if (x->grid->world->rank == 0) {
         snprintf(path, sizeof path, "%s/config.json", dir);
         RT_TRY(glm_config_save(c, path));
         /* the tokenizer: a SentencePiece file, or an English folder's vocab and config */
         static const char *const tok_files[] = {"cog-pretrain.model", "vocab.txt", "tokenizer_config.json"};
         struct stat sb;
-        bool is_dir = stat(tok_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        bool is_dir = stat(x->tok_path, &sb) == 0 && S_ISDIR(sb.st_mode);
         for (size_t k = 0; k < sizeof tok_files / sizeof *tok_files; k++) {
             char from[4300];
-            if (is_dir) snprintf(from, sizeof from, "%s/%s", tok_path, tok_files[k]);
-            else if (k == 0) snprintf(from, sizeof from, "%s", tok_path);
+            if (is_dir) snprintf(from, sizeof from, "%s/%s", x->tok_path, tok_files[k]);
+            else if (k == 0) snprintf(from, sizeof from, "%s", x->tok_path);
             else continue;
             if (!train_app_exists(from)) continue;
             snprintf(path, sizeof path, "%s/%s", dir, tok_files[k]);
             RT_TRY(train_app_copy_file(from, path));
         }
-        rt_log_info("saved the model to %s (config.json, %s as FlagAI writes it, the tokenizer)", dir,
-                    ckpt_map_weights_file(&ckpt_map_glm));
     }
 fail:
     return st;
+}
+
+static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, const char *dir) {
+    glm_export_job x = {m, tok_path, grid};
+    return train_app_export_hf(dir, grid, glm_write_hf, &x);
 }
 
 /* ---- main ---- */

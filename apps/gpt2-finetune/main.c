@@ -414,6 +414,23 @@ fail:
     return st;
 }
 
+/* ---- the HF export ---- */
+
+typedef struct {
+    gpt2_model *m;
+    const char *tokenizer;
+    const rt_grid *grid;
+} lm_export_job;
+
+static rt_status lm_write_hf(void *ctx, const char *dir) {
+    const lm_export_job *x = ctx;
+    rt_status st = x->grid->dp_rank == 0 ? gpt2_save_hf(x->m, dir) : RT_OK;
+    struct stat sb;
+    if (st == RT_OK && x->grid->world->rank == 0 && stat(x->tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode))
+        st = train_app_copy_tokenizer(x->tokenizer, dir);
+    return st;
+}
+
 /* ---- main ---- */
 
 static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) {
@@ -510,13 +527,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
     else
         snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-    if (grid.world->rank == 0) RT_TRY(rt_train_prepare_dir(hf_dir));
-    if (grid.dp_rank == 0) RT_TRY(gpt2_save_hf(model, hf_dir));
-    if (grid.world->rank == 0) {
-        struct stat sb;
-        if (stat(src.tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode)) RT_TRY(train_app_copy_tokenizer(src.tokenizer, hf_dir));
-        rt_log_info("wrote HF model folder %s", hf_dir);
-    }
+    lm_export_job job = {model, src.tokenizer, &grid};
+    RT_TRY(train_app_export_hf(hf_dir, &grid, lm_write_hf, &job));
     if (O.generate && grid.pp_size == 1) RT_TRY(lm_generate(model, tok, eos, &grid));
     if (O.generate && grid.pp_size > 1 && grid.world->rank == 0) RT_TRY(lm_generate_whole(hf_dir, tok, eos, be, &grid));
 fail:

@@ -344,22 +344,32 @@ static rt_status t5_pipeline_step(void *model, const rt_batch *b, int n, uint64_
 
 /* ---- HF export ---- */
 
-static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir) {
+typedef struct {
+    t5_model *m;
+    const char *tokenizer_path;
+    const rt_grid *grid;
+} t5_export_job;
+
+static rt_status t5_write_hf(void *ctx, const char *dir) {
+    const t5_export_job *x = ctx;
     rt_status st = RT_OK;
     char to[4300];
-    if (grid->world->rank == 0) RT_TRY(rt_train_prepare_dir(dir));
-    if (grid->dp_rank == 0) RT_TRY(t5_save_hf(m, dir));
-    if (grid->world->rank != 0) return RT_OK;
+    if (x->grid->dp_rank == 0) RT_TRY(t5_save_hf(x->m, dir));
+    if (x->grid->world->rank != 0) return RT_OK;
     struct stat sb;
-    if (stat(tokenizer_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        RT_TRY(train_app_copy_tokenizer(tokenizer_path, dir));
+    if (stat(x->tokenizer_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        RT_TRY(train_app_copy_tokenizer(x->tokenizer_path, dir));
     } else {
         snprintf(to, sizeof to, "%s/spiece.model", dir);
-        RT_TRY(train_app_copy_file(tokenizer_path, to));
+        RT_TRY(train_app_copy_file(x->tokenizer_path, to));
     }
-    rt_log_info("wrote HF model folder %s", dir);
 fail:
     return st;
+}
+
+static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir) {
+    t5_export_job x = {m, tokenizer_path, grid};
+    return train_app_export_hf(dir, grid, t5_write_hf, &x);
 }
 
 /* ---- --predict ---- */
