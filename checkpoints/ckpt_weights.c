@@ -437,6 +437,10 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
         long idx = w_lookup(w, s->name);
         if (idx < 0) {
             if (report->missing++ == 0) snprintf(report->first_missing, sizeof report->first_missing, "%s", s->name);
+            const size_t at = strlen(report->missing_names);
+            if (at + strlen(s->name) + 3 < sizeof report->missing_names)
+                snprintf(report->missing_names + at, sizeof report->missing_names - at, "%s%s", at ? ", " : "",
+                         s->name);
             continue;
         }
         ckpt_weight_info info;
@@ -469,6 +473,19 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
         used[idx] = 1;
         report->loaded++;
     }
+    if (report->loaded == 0 && p->n > 0) {
+        /* what the file holds instead: its first tensor as named there */
+        const size_t held = w->n + w->unused + w->ignored;
+        const char *first = w->first_unused;
+        ckpt_weight_info info;
+        if (!first && w->n) {
+            ckpt_weights_info(w, 0, &info);
+            first = info.source;
+        }
+        RT_FAIL(RT_ERR_FORMAT, "%s: no tensor in it is a parameter of this model (it holds %zu tensor%s%s%s%s; the "
+                "model's first is '%s'): is it another model's checkpoint?", w->path, held, held == 1 ? "" : "s",
+                first ? ", the first '" : "", first ? first : "", first ? "'" : "", p->specs[0].name);
+    }
     report->unused = (int)w->unused;
     if (w->first_unused) snprintf(report->first_unused, sizeof report->first_unused, "%s", w->first_unused);
     for (size_t i = 0; i < w->n; i++) {
@@ -480,6 +497,18 @@ fail:
     free(full);
     free(shard);
     return st;
+}
+
+void ckpt_load_report_describe(const ckpt_load_report *r, char *out, size_t size) {
+    int n = snprintf(out, size, "%d tensors loaded", r->loaded);
+    if (r->missing && n >= 0 && (size_t)n < size) {
+        /* the names that fit, and how many more there are */
+        int listed = 1;
+        for (const char *c = r->missing_names; *c; c++) listed += *c == ',';
+        n += snprintf(out + n, size - (size_t)n, "; newly initialized: %s", r->missing_names);
+        if (listed < r->missing && n >= 0 && (size_t)n < size)
+            snprintf(out + n, size - (size_t)n, " (and %d more)", r->missing - listed);
+    }
 }
 
 rt_status ckpt_load_hf(const char *path, const ckpt_map *map, rt_params *p, int vocab_size, int n_head, int tp_rank,

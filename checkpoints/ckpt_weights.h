@@ -65,11 +65,18 @@ typedef struct {
     int loaded;  /* parameters filled */
     int missing; /* parameters the weights lack (they keep their init), e.g. a new head */
     char first_missing[RT_PARAM_NAME_MAX];
+    char missing_names[256]; /* the missing ones' names, ", "-separated, as many as fit */
     int unused;  /* tensors that map to no parameter of this model */
     char first_unused[CKPT_MAP_NAME_MAX];
 } ckpt_load_report;
 
-/* Fills this tp rank's shard of every parameter found. Every tensor's full shape must be the
+/* "N tensors loaded; newly initialized: a, b (and K more)" into out, as HF names the weights a
+ * model initializes itself. */
+void ckpt_load_report_describe(const ckpt_load_report *r, char *out, size_t size);
+
+/* Fills this tp rank's shard of every parameter found. A file of which no tensor fills a
+ * parameter (another family's, or an empty state dict) is RT_ERR_FORMAT: the model would train
+ * from its random init. Every tensor's full shape must be the
  * parameter's (errors name the file, the tensor and both shapes); the RT_TP_VOCAB embedding
  * must have vocab_size rows. may_be_unused: our names the caller expects without a parameter
  * (NULL-terminated or NULL; T5's tied lm_head copy). */

@@ -621,10 +621,11 @@ rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t 
     ckpt_load_report rep;
     rt_status st = ckpt_load_hf(weights, m->cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert, &m->params,
                                 m->cfg.vocab_size, m->cfg.num_attention_heads, m->tp->rank, m->tp->size, NULL, &rep);
-    if (st == RT_OK && report)
-        snprintf(report, size, "%d tensors loaded%s%s%s%s", rep.loaded, rep.missing ? "; newly initialized: " : "",
-                 rep.missing ? rep.first_missing : "", rep.missing > 1 ? " and others" : "",
-                 rep.unused ? "; some tensors in the file map to no parameter" : "");
+    if (st == RT_OK && report) {
+        ckpt_load_report_describe(&rep, report, size);
+        const size_t n = strlen(report);
+        if (rep.unused && n < size) snprintf(report + n, size - n, "; some tensors in the file map to no parameter");
+    }
     return st;
 }
 

@@ -277,6 +277,18 @@ expect_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt"
 mkdir -p "$TMP/m_bert" && sed 's/"gpt2"/"bert"/' "$SRC/tests/golden/gpt2-tiny-cls/config.json" > "$TMP/m_bert/config.json"
 cp "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" "$TMP/m_bert/"
 expect_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run" --overwrite
+# weights of which no tensor is the model's (an empty state dict, another model's names): an
+# error, not a random model trained under the name of a pretrained one
+mkdir -p "$TMP/m_empty" "$TMP/m_other" && cp "$TMP/arch.json" "$TMP/m_empty/config.json" &&
+    cp "$TMP/arch.json" "$TMP/m_other/config.json"
+{ printf '\x02\x00\x00\x00\x00\x00\x00\x00{}'; } > "$TMP/m_empty/model.safetensors"
+hdr='{"foo":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
+{ printf "$(printf '\\x%02x' ${#hdr})"'\x00\x00\x00\x00\x00\x00\x00'; printf '%s' "$hdr"; head -c 8 /dev/zero; } \
+    > "$TMP/m_other/model.safetensors"
+expect_fail "weights with no tensor" 1 "m_empty/model.safetensors: no tensor in it is a parameter of this model (it holds 0" \
+    --model "$TMP/m_empty" --data-dir "$TMP/data" --max-len 48 --save-dir "$TMP/run" --overwrite
+expect_fail "another model's weights" 1 "it holds 1 tensor, the first 'foo'; the model's first is 'wte.weight'" \
+    --model "$TMP/m_other" --data-dir "$TMP/data" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/d_col" && cp "$TMP/data/dev.tsv" "$TMP/d_col/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_col/train.tsv"
 printf '1\t2\t3\tonly four columns\n' >> "$TMP/d_col/train.tsv"
 expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run" --overwrite

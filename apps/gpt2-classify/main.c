@@ -54,9 +54,7 @@ static rt_status gpt2_app_load_hf(glue_model *m, const char *weights, char *repo
     rt_status st = ckpt_load_hf(weights, &ckpt_map_gpt2, gpt2_model_params(model),
                                 gpt2_model_config(model)->vocab_size, gpt2_model_config(model)->n_head, tp->rank,
                                 tp->size, NULL, &rep);
-    if (st == RT_OK)
-        snprintf(report, size, "%d tensors loaded%s%s%s", rep.loaded, rep.missing ? "; newly initialized: " : "",
-                 rep.missing ? rep.first_missing : "", rep.missing > 1 ? " and others" : "");
+    if (st == RT_OK) ckpt_load_report_describe(&rep, report, size);
     return st;
 }
 

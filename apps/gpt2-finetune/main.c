@@ -118,8 +118,9 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
         ckpt_load_report rep;
         RT_TRY(ckpt_load_hf(src->weights, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head,
                             tp->rank, tp->size, NULL, &rep));
-        rt_log_info("weights: %s: %d tensors loaded%s%s", src->weights, rep.loaded,
-                    rep.missing ? "; newly initialized: " : "", rep.missing ? rep.first_missing : "");
+        char said[512];
+        ckpt_load_report_describe(&rep, said, sizeof said);
+        rt_log_info("weights: %s: %s", src->weights, said);
     } else {
         rt_log_info("weights: random init (HF's scheme) of %s", src->config[0] ? src->config : "a small GPT-2");
     }
