@@ -88,6 +88,14 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
     }
     const void *pdata = NULL;
     size_t psize = 0;
+    /* a state dict's pickle names each tensor once and each has a storage entry in the zip: a few
+     * hundred bytes per entry. One that would inflate far past that is refused before inflating
+     * (a 3.5 MB file whose pickle inflates to 3.2 GB was a memory bomb). */
+    const size_t pkl_limit = ((size_t)1 << 20) + ckpt_zip_count(f->zip) * (size_t)4096;
+    if (ckpt_zip_size(f->zip, pkl) > pkl_limit)
+        RT_FAIL(RT_ERR_FORMAT, "%s: '%s' would inflate to %zu bytes, more than the %zu a state dict of %zu zip entries "
+                "needs: damaged or hostile", path, pname, ckpt_zip_size(f->zip, pkl), pkl_limit,
+                ckpt_zip_count(f->zip));
     RT_TRY(ckpt_zip_verify(f->zip, pkl)); /* small, and the one entry that steers everything else */
     RT_TRY(ckpt_zip_data(f->zip, pkl, &pdata, &psize));
     size_t wlen = strlen(path) + strlen(pname) + 4;

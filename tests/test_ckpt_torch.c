@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_pickle.h"
@@ -214,6 +216,55 @@ static void test_build_bomb(void) {
                   strstr(rt_error_message(), "pickle bomb"), "%s", rt_error_message());
 }
 
+static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xffff), put16(p + 2, v >> 16); }
+
+/* A zip whose one entry, archive/data.pkl, is n zero bytes deflated (about n / 1000 in the file):
+ * written by hand, so that the test needs nothing but zlib. */
+static const char *zip_of_zeros(const char *file, size_t n) {
+    unsigned char *zeros = rt_xcalloc(n, 1), *def = rt_xmalloc(n / 100 + 1024);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    deflateInit2(&zs, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+    zs.next_in = zeros, zs.avail_in = (uInt)n, zs.next_out = def, zs.avail_out = (uInt)(n / 100 + 1024);
+    deflate(&zs, Z_FINISH);
+    const size_t csize = zs.total_out;
+    deflateEnd(&zs);
+    const uint32_t crc = (uint32_t)crc32(0, zeros, (uInt)n);
+    const char *name = "archive/data.pkl";
+    const unsigned nlen = (unsigned)strlen(name);
+    unsigned char *z = rt_xcalloc(csize + 2 * nlen + 200, 1), *p = z;
+    put32(p, 0x04034b50), put16(p + 8, 8), put32(p + 14, crc), put32(p + 18, (uint32_t)csize);
+    put32(p + 22, (uint32_t)n), put16(p + 26, nlen);
+    memcpy(p + 30, name, nlen);
+    memcpy(p + 30 + nlen, def, csize);
+    p += 30 + nlen + csize;
+    const size_t cd = (size_t)(p - z);
+    put32(p, 0x02014b50), put16(p + 10, 8), put32(p + 16, crc), put32(p + 20, (uint32_t)csize);
+    put32(p + 24, (uint32_t)n), put16(p + 28, nlen);
+    memcpy(p + 46, name, nlen);
+    p += 46 + nlen;
+    put32(p, 0x06054b50), put16(p + 8, 1), put16(p + 10, 1), put32(p + 12, (uint32_t)(p - z - cd));
+    put32(p + 16, (uint32_t)cd);
+    p += 22;
+    const char *path = spit(file, z, (size_t)(p - z));
+    free(zeros), free(def), free(z);
+    return path;
+}
+
+/* A small file whose pickle would inflate past what a state dict of its entries needs is
+ * refused before inflating (issue 34: 3.5 MB inflating to 3.2 GB took the memory). */
+static void test_inflate_bomb(void) {
+    const char *path = zip_of_zeros("inflate-bomb.pt", (size_t)64 << 20);
+    ckpt_source *s = NULL;
+    rt_status st = ckpt_source_open(path, &s);
+    TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "inflate-bomb.pt") &&
+                  strstr(rt_error_message(), "would inflate to 67108864 bytes") &&
+                  strstr(rt_error_message(), "damaged or hostile"),
+              "%s: %s", rt_status_name(st), rt_error_message());
+    ckpt_source_close(s);
+}
+
 /* An index whose weight_map reaches outside its folder, or misplaces a tensor, is refused. */
 static void test_bad_index(void) {
     char dir[600], link[700], target[700], *src = golden("gpt2-bin-sharded");
@@ -387,6 +438,7 @@ int main(void) {
     test_bad_index();
     test_pickle_bomb();
     test_build_bomb();
+    test_inflate_bomb();
     test_nested();
     test_damaged();
     test_gpt2_layouts();
