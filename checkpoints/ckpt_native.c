@@ -20,6 +20,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_pages.h"
 #include "checkpoints/ckpt_json.h"
+#include "runtime/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .tzck record data is little-endian and is read in place"
@@ -353,7 +354,7 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     size_t size = (size_t)sb.st_size;
     if (size < NAT_HEADER_SIZE)
         RT_FAIL(RT_ERR_FORMAT, "%s: file is %zu bytes, too short for a checkpoint header (truncated?)", path, size);
-    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = rt_map_file(fd, size, path);
     if (m == MAP_FAILED) RT_FAIL(RT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     f->map = m;
     f->map_size = size;
@@ -423,7 +424,7 @@ fail:
 
 void ckpt_native_close(ckpt_native_file *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->map_size);
+    if (f->map) rt_unmap_file(f->map, f->map_size);
     for (size_t i = 0; i < f->n; i++) free(f->entries[i].name);
     free(f->entries);
     ckpt_name_index_free(&f->by_name);

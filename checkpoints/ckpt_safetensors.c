@@ -20,6 +20,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_pages.h"
 #include "checkpoints/ckpt_json.h"
+#include "runtime/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this code reads it in place and needs a little-endian host"
@@ -167,7 +168,7 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
         RT_FAIL(RT_ERR_FORMAT, "%s: file is %lld bytes, too short for the 8-byte header length", path,
                 (long long)sb.st_size);
     f->map_size = (size_t)sb.st_size;
-    void *m = mmap(NULL, f->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = rt_map_file(fd, f->map_size, path);
     if (m == MAP_FAILED) RT_FAIL(RT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     f->map = m;
     close(fd);
@@ -234,7 +235,7 @@ fail:
 
 void ckpt_safetensors_close(ckpt_st_file *f) {
     if (!f) return;
-    if (f->map) munmap(f->map, f->map_size);
+    if (f->map) rt_unmap_file(f->map, f->map_size);
     cJSON_Delete(f->header);
     free(f->entries);
     ckpt_name_index_free(&f->by_name);

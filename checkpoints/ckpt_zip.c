@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "checkpoints/ckpt_name_index.h"
+#include "runtime/rt_mapped.h"
 
 #define ZIP_EOCD_SIG 0x06054b50u
 #define ZIP_EOCD_SIZE 22
@@ -230,7 +231,7 @@ rt_status ckpt_zip_open(const char *path, ckpt_zip **out) {
     if (!S_ISREG(sb.st_mode)) RT_FAIL(RT_ERR_IO, "%s: not a regular file", path);
     if (sb.st_size == 0) RT_FAIL(RT_ERR_FORMAT, "%s: empty file (expected a zip archive)", path);
     z->map_size = (size_t)sb.st_size;
-    void *m = mmap(NULL, z->map_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = rt_map_file(fd, z->map_size, path);
     if (m == MAP_FAILED) RT_FAIL(RT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     z->map = m;
     close(fd);
@@ -252,7 +253,7 @@ void ckpt_zip_close(ckpt_zip *z) {
     }
     free(z->e);
     ckpt_name_index_free(&z->by_name);
-    if (z->map) munmap(z->map, z->map_size);
+    if (z->map) rt_unmap_file(z->map, z->map_size);
     free(z->path);
     free(z);
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "runtime/rt_mapped.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
 
@@ -129,7 +130,7 @@ static bool try_load(const char *path, const data_cache_key *key, int n_sets, da
         st = rt_errorf(RT_ERR_FORMAT, "%s: truncated (%lld bytes)", path, (long long)sb.st_size);
     void *addr = MAP_FAILED;
     if (st == RT_OK) {
-        addr = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        addr = rt_map_file(fd, (size_t)sb.st_size, path);
         if (addr == MAP_FAILED) st = rt_errorf(RT_ERR_IO, "%s: cannot map it: %s", path, strerror(errno));
     }
     if (fd >= 0) close(fd);

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include "data/data_dataset.h"
+#include "runtime/rt_mapped.h"
 
 void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule,
                                  size_t *keep_a, size_t *keep_b) {
@@ -107,7 +108,7 @@ data_backing *data_backing_new(void *addr, size_t len, data_backing_kind kind) {
 
 void data_backing_release(data_backing *b) {
     if (!b || --b->refs > 0) return;
-    if (b->kind == DATA_BACKING_MAPPED) munmap(b->addr, b->len);
+    if (b->kind == DATA_BACKING_MAPPED) rt_unmap_file(b->addr, b->len);
     if (b->kind == DATA_BACKING_MALLOC) free(b->addr);
     free(b);
 }
