@@ -276,6 +276,25 @@ static void rt_train_set_aside(const char *path, const char *loaded) {
                     loaded);
 }
 
+/* What a checkpoint's metadata may say of a count (steps, data positions, seeds): below 2^53, so
+ * that it is a whole number in a double, and far beyond any run. */
+#define RT_TRAIN_META_MAX 4503599627370496.0 /* 2^52 */
+
+/* obj's field key as a whole number in [lo, hi], or RT_ERR_FORMAT naming the file, the field and
+ * what it holds: a checkpoint whose CRC holds may still carry a value no run wrote. */
+static rt_status rt_train_meta_int(const cJSON *obj, const char *key, double lo, double hi, const char *path,
+                                   int64_t *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(j))
+        return rt_errorf(RT_ERR_FORMAT, "%s: metadata field %s is missing or not a number", path, key);
+    const double v = j->valuedouble;
+    if (!(v >= lo && v <= hi) || v != floor(v))
+        return rt_errorf(RT_ERR_FORMAT, "%s: metadata field %s is %.17g, expected a whole number in %.0f..%.0f", path,
+                         key, v, lo, hi);
+    *out = (int64_t)v;
+    return RT_OK;
+}
+
 /* --overwrite: the earlier run's checkpoints and metrics.jsonl go, now that this run starts (the
  * model and data loaded), so a run that fails before keeps them whole. */
 static rt_status rt_train_start_over(const rt_train_opts *o, const rt_train_io *io) {
@@ -362,31 +381,28 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
     const char *path = paths[k];
     if (s->zero) RT_TRY(rt_zero_scatter_state(s->zero)); /* keep this rank's slice of the full state */
     obj = cJSON_Parse(meta);
-    cJSON *jstep = cJSON_GetObjectItemCaseSensitive(obj, "step");
-    cJSON *jep = cJSON_GetObjectItemCaseSensitive(obj, "data_epoch");
-    cJSON *jpos = cJSON_GetObjectItemCaseSensitive(obj, "data_position");
-    cJSON *jseed = cJSON_GetObjectItemCaseSensitive(obj, "seed");
-    if (!cJSON_IsNumber(jstep) || !cJSON_IsNumber(jep) || !cJSON_IsNumber(jpos) || !cJSON_IsNumber(jseed))
-        RT_FAIL(RT_ERR_FORMAT, "%s: metadata lacks step, data_epoch, data_position or seed", path);
-    if ((uint64_t)jseed->valuedouble != s->o->seed)
-        rt_log_warn("%s was trained with --seed %.0f, this run has --seed %llu: the data order will differ", path,
-                    jseed->valuedouble, (unsigned long long)s->o->seed);
-    RT_TRY(data->set_state(data->ctx, (int64_t)jep->valuedouble, (int64_t)jpos->valuedouble));
-    *step = (int64_t)jstep->valuedouble;
+    int64_t epoch = 0, pos = 0, seed = 0;
+    RT_TRY(rt_train_meta_int(obj, "step", 0, RT_TRAIN_META_MAX, path, step));
+    RT_TRY(rt_train_meta_int(obj, "data_epoch", 0, RT_TRAIN_META_MAX, path, &epoch));
+    RT_TRY(rt_train_meta_int(obj, "data_position", 0, RT_TRAIN_META_MAX, path, &pos));
+    RT_TRY(rt_train_meta_int(obj, "seed", 0, RT_TRAIN_META_MAX, path, &seed));
+    if ((uint64_t)seed != s->o->seed)
+        rt_log_warn("%s was trained with --seed %lld, this run has --seed %llu: the data order will differ", path,
+                    (long long)seed, (unsigned long long)s->o->seed);
+    RT_TRY(data->set_state(data->ctx, epoch, pos));
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(obj, "loss_scale");
     if (s->scaling && ls) {
-        const char *keys[5] = {"scale", "hysteresis", "iter", "last_overflow_iter", "skipped"};
-        double v[5];
-        for (int i = 0; i < 5; i++) {
-            const cJSON *j = cJSON_GetObjectItemCaseSensitive(ls, keys[i]);
-            if (!cJSON_IsNumber(j)) RT_FAIL(RT_ERR_FORMAT, "%s: metadata loss_scale lacks %s", path, keys[i]);
-            v[i] = j->valuedouble;
-        }
-        s->scaler.scale = v[0];
-        s->scaler.cur_hysteresis = (int)v[1];
-        s->scaler.iter = (int64_t)v[2];
-        s->scaler.last_overflow_iter = (int64_t)v[3];
-        s->scaler.skipped = (int64_t)v[4];
+        const cJSON *jscale = cJSON_GetObjectItemCaseSensitive(ls, "scale");
+        if (!cJSON_IsNumber(jscale) || !(jscale->valuedouble > 0) || !isfinite(jscale->valuedouble))
+            RT_FAIL(RT_ERR_FORMAT, "%s: metadata field loss_scale.scale is %s, expected a positive number", path,
+                    cJSON_IsNumber(jscale) ? "not positive and finite" : "missing or not a number");
+        int64_t hysteresis = 0;
+        RT_TRY(rt_train_meta_int(ls, "hysteresis", 0, RT_TRAIN_META_MAX, path, &hysteresis));
+        RT_TRY(rt_train_meta_int(ls, "iter", 0, RT_TRAIN_META_MAX, path, &s->scaler.iter));
+        RT_TRY(rt_train_meta_int(ls, "last_overflow_iter", -1, RT_TRAIN_META_MAX, path, &s->scaler.last_overflow_iter));
+        RT_TRY(rt_train_meta_int(ls, "skipped", 0, RT_TRAIN_META_MAX, path, &s->scaler.skipped));
+        s->scaler.scale = jscale->valuedouble;
+        s->scaler.cur_hysteresis = (int)hysteresis;
     }
     rt_log_info("resumed from %s (step %lld)", path, (long long)*step);
 fail:
