@@ -19,6 +19,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_signal.h"
+#include "runtime/rt_fs.h"
 
 #define CONV_PATH_MAX 4096
 #define CONV_MAX_RANKS 512
@@ -105,7 +106,7 @@ static rt_status conv_megatron_ranks(const char *src, char paths[][CONV_PATH_MAX
     if (conv_is_file(latest)) {
         char *text = NULL;
         size_t len = 0;
-        rt_status st = ckpt_sharded_read_file(latest, &text, &len);
+        rt_status st = rt_read_file(latest, 0, &text, &len);
         if (st != RT_OK) return st;
         char *end;
         long it = strtol(text, &end, 10);
@@ -270,7 +271,7 @@ static rt_status conv_copy_side_files(ckpt_sharded_writer *w, const conv_import 
     else if (c->config_path[0]) {
         char *text = NULL;
         size_t n = 0;
-        RT_TRY(ckpt_sharded_read_file(c->config_path, &text, &n));
+        RT_TRY(rt_read_file(c->config_path, 0, &text, &n));
         st = ckpt_sharded_writer_put_file(w, "config.json", text, n);
         free(text);
         RT_TRY(st);
@@ -529,7 +530,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         size_t len = 0;
         snprintf(src, sizeof src, "%s/%s", in, ckpt_sharded_file(s, i));
         snprintf(path, sizeof path, "%s/%s", partial, ckpt_sharded_file(s, i));
-        RT_TRY(ckpt_sharded_read_file(src, &text, &len));
+        RT_TRY(rt_read_file(src, 0, &text, &len));
         st = ckpt_atomic_write_file(path, text, len);
         free(text);
         RT_TRY(st);

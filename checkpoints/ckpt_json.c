@@ -6,7 +6,8 @@
 #include <math.h>
 #include <limits.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#include "runtime/rt_fs.h"
 
 const char *ckpt_json_type_name(const cJSON *item) {
     if (!item) return "missing";
@@ -70,23 +71,12 @@ fail:
 rt_status ckpt_json_load(const char *path, cJSON **out) {
     rt_status st = RT_OK;
     char *buf = NULL;
-    FILE *fp = NULL;
-    struct stat sb;
+    size_t size = 0;
     *out = NULL;
-    fp = fopen(path, "rb");
-    if (!fp) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fileno(fp), &sb) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) RT_FAIL(RT_ERR_IO, "%s: not a regular file", path);
-    size_t size = (size_t)sb.st_size;
-    buf = malloc(size + 1);
-    if (!buf) RT_FAIL(RT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size + 1);
-    if (size && fread(buf, 1, size, fp) != size)
-        RT_FAIL(RT_ERR_IO, "%s: read failed: %s", path, ferror(fp) ? strerror(errno) : "file shrank while reading");
-    buf[size] = '\0';
+    RT_TRY(rt_read_file(path, 0, &buf, &size));
     RT_TRY(ckpt_json_parse(buf, size, path, out));
 fail:
     free(buf);
-    if (fp) fclose(fp);
     return st;
 }
 

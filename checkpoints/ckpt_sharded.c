@@ -14,6 +14,7 @@
 #include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_tp.h"
+#include "runtime/rt_fs.h"
 
 #define SHARDED_FORMAT "tunezoo-sharded"
 #define SHARDED_VERSION 1
@@ -183,31 +184,10 @@ rt_status ckpt_sharded_writer_put_file(ckpt_sharded_writer *w, const char *name,
     return RT_OK;
 }
 
-rt_status ckpt_sharded_read_file(const char *path, char **data, size_t *n) {
-    rt_status st = RT_OK;
-    *data = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot seek", path);
-    *data = rt_xmalloc((size_t)len + 1);
-    if (fread(*data, 1, (size_t)len, f) != (size_t)len) RT_FAIL(RT_ERR_IO, "%s: short read", path);
-    (*data)[len] = '\0';
-    *n = (size_t)len;
-fail:
-    if (st != RT_OK) {
-        free(*data);
-        *data = NULL;
-    }
-    fclose(f);
-    return st;
-}
-
 rt_status ckpt_sharded_writer_copy(ckpt_sharded_writer *w, const char *src_path) {
     char *buf = NULL;
     size_t n = 0;
-    rt_status st = ckpt_sharded_read_file(src_path, &buf, &n);
+    rt_status st = rt_read_file(src_path, 0, &buf, &n);
     if (st == RT_OK) st = ckpt_sharded_writer_put_file(w, sharded_base(src_path), buf, n);
     free(buf);
     return st;
@@ -379,7 +359,7 @@ static rt_status sharded_check_files(const ckpt_sharded *s, const cJSON *files, 
             return rt_errorf(RT_ERR_FORMAT, "%s: files[%zu]: \"crc32\" is not 8 hex digits", mpath, i);
         snprintf(path, sizeof path, "%s/%s", s->dir, s->files[i]);
         size_t n = 0;
-        rt_status rst = ckpt_sharded_read_file(path, &buf, &n);
+        rt_status rst = rt_read_file(path, 0, &buf, &n);
         if (rst != RT_OK) return rst;
         got = ckpt_native_crc32(buf, n);
         free(buf);

@@ -58,8 +58,6 @@ rt_status ckpt_sharded_writer_add(ckpt_sharded_writer *w, const char *name, rt_t
 rt_status ckpt_sharded_writer_copy(ckpt_sharded_writer *w, const char *src_path);
 /* Writes n bytes as the folder's file `name` (a plain name), listed with its checksum. */
 rt_status ckpt_sharded_writer_put_file(ckpt_sharded_writer *w, const char *name, const void *data, size_t n);
-/* A whole small file into a malloc'd, NUL-terminated buffer (errors name the path). */
-rt_status ckpt_sharded_read_file(const char *path, char **data, size_t *n);
 /* Writes the manifest and renames the folder into place. Frees w in every case. */
 rt_status ckpt_sharded_writer_commit(ckpt_sharded_writer *w);
 /* Removes the partial folder. Accepts NULL. */

@@ -12,6 +12,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "runtime/rt_utf8.h"
+#include "runtime/rt_fs.h"
 
 static const char *const sg_bool_labels[] = {"false", "true"};
 static const char *const sg_rte_labels[] = {"entailment", "not_entailment"};
@@ -361,7 +362,7 @@ rt_status data_sg_load(const data_sg_task *task, const char *path, bool require_
                          "folder; get them from the official %s (dl.fbaipublicfiles.com/glue/superglue/data/v2/%s) "
                          "and pass that folder as the data directory",
                          path, task->name, task->zip, task->zip);
-    rt_status st = ckpt_sharded_read_file(path, &buf, &len);
+    rt_status st = rt_read_file(path, 0, &buf, &len);
     if (st == RT_OK) st = sg_parse_buffer(task, path, buf, len, require_labels, out);
     free(buf);
     return st;

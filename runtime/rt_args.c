@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_fs.h"
+
 /* Strings taken from a --config file outlive the parse; they are freed at exit. */
 static char **rt_args_owned = NULL;
 static size_t rt_args_n_owned = 0;
@@ -198,18 +200,10 @@ rt_status rt_args_read_json_object(const char *path, const char *option, cJSON *
     char *text = NULL;
     cJSON *root = NULL;
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return rt_errorf(RT_ERR_IO, "%s %s: cannot open: %s", option, path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    text = rt_xmalloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) text = rt_xrealloc(text, cap *= 2);
-        size_t got = fread(text + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    fclose(f);
-    text[n] = '\0';
+    size_t n = 0;
+    /* a config of options: a few KB; /dev/zero, a FIFO or a huge file is no config */
+    st = rt_read_file(path, (size_t)16 << 20, &text, &n);
+    if (st != RT_OK) return rt_error_wrap(st, "%s", option);
     root = cJSON_ParseWithLength(text, n);
     if (!root || !cJSON_IsObject(root)) {
         const char *at = cJSON_GetErrorPtr();

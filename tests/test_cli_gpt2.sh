@@ -298,6 +298,14 @@ expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/
 mkdir -p "$TMP/tok" && cp "$SRC/assets/gpt2-bpe/encoder.json" "$TMP/tok/vocab.json"
 { head -n 3 "$SRC/assets/gpt2-bpe/vocab.bpe"; echo "onlyonetoken"; } > "$TMP/tok/merges.txt"
 expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run" --overwrite
+# a config that is no file (issue 34): /dev/zero and /dev/urandom never end, a FIFO waits for a
+# writer; each is one line naming the option and what the path is
+mkfifo "$TMP/fifo"
+expect_fail "--config /dev/zero" 1 "--config: /dev/zero: a character device, not a file to read" \
+    --config /dev/zero "${COMMON[@]}"
+expect_fail "--deepspeed-config /dev/urandom" 1 "--deepspeed-config: /dev/urandom: a character device" \
+    --deepspeed-config /dev/urandom "${COMMON[@]}"
+expect_fail "--config FIFO" 1 "--config: $TMP/fifo: a FIFO, not a file to read" --config "$TMP/fifo" "${COMMON[@]}"
 touch "$TMP/a_file"
 expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
 [ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"

@@ -8,13 +8,14 @@
 
 #include "tests/testutil.h"
 #include "tokenizers/tok_internal.h"
+#include "runtime/rt_fs.h"
 
 int tzt_n_reported = 0;
 
 char *tzt_read_all(const char *path, size_t *len) {
     char *data = NULL;
     size_t n = 0;
-    rt_status st = tok_read_file(path, &data, &n);
+    rt_status st = rt_read_file(path, 0, &data, &n);
     TZ_EXPECT(st == RT_OK, "%s", rt_error_message());
     if (len) *len = n;
     return data;

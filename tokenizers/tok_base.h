@@ -78,8 +78,6 @@ struct tok_tokenizer {
 void tok_ids_reserve(tok_ids *v, size_t more);
 
 /* ---- files (tok_file.c) ---- */
-/* Reads a whole file into a malloc'd buffer (NUL-terminated); RT_ERR_IO names the path. */
-rt_status tok_read_file(const char *path, char **data, size_t *len);
 bool tok_file_exists(const char *path);
 bool tok_is_dir(const char *path);
 /* dir + "/" + name into a malloc'd string. */

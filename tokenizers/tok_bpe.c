@@ -21,6 +21,7 @@
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_bpe.h"
+#include "runtime/rt_fs.h"
 
 size_t tok_bpe_heap_min = 64;
 #define TOK_BPE_STACK 64 /* words shorter than this merge in stack buffers */
@@ -569,7 +570,7 @@ static rt_status tok_bpe_read_config(tok_tokenizer *t, const char *path) {
     char *data = NULL, where[1200];
     size_t len;
     cJSON *cfg = NULL;
-    RT_TRY(tok_read_file(path, &data, &len));
+    RT_TRY(rt_read_file(path, 0, &data, &len));
     RT_TRY(tok_json_parse(path, data, len, &cfg));
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cfg, "added_tokens_decoder");
     if (cJSON_IsObject(dec))
@@ -650,7 +651,7 @@ static rt_status tok_bpe_read_merges_file(tok_tokenizer *t, const char *path) {
     rt_status st = RT_OK;
     char *data = NULL, where[1100];
     size_t len, n_lines = 1;
-    RT_TRY(tok_read_file(path, &data, &len));
+    RT_TRY(rt_read_file(path, 0, &data, &len));
     for (size_t i = 0; i < len; i++) n_lines += data[i] == '\n';
     tok_merge_table_init(t->impl, n_lines);
     const char *p = data, *end = data + len;
@@ -683,7 +684,7 @@ rt_status tok_bpe_load_files(const char *vocab_path, const char *merges_path, co
     cJSON *root = NULL;
     tok_tokenizer *t = tok_bpe_new();
     *out = NULL;
-    RT_TRY(tok_read_file(vocab_path, &data, &len));
+    RT_TRY(rt_read_file(vocab_path, 0, &data, &len));
     RT_TRY(tok_json_parse(vocab_path, data, len, &root));
     RT_TRY(tok_bpe_read_vocab(t, root, vocab_path));
     cJSON_Delete(root);
@@ -726,7 +727,7 @@ rt_status tok_bpe_load_json(const char *json_path, const char *config_path, tok_
     tok_tokenizer *t = tok_bpe_new();
     tok_bpe *b = t->impl;
     *out = NULL;
-    RT_TRY(tok_read_file(json_path, &data, &len));
+    RT_TRY(rt_read_file(json_path, 0, &data, &len));
     RT_TRY(tok_json_parse(json_path, data, len, &root));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");

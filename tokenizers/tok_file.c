@@ -9,35 +9,14 @@
 #include <sys/stat.h>
 
 #include "tokenizers/tok_base.h"
-
-rt_status tok_read_file(const char *path, char **data, size_t *len) {
-    rt_status st = RT_OK;
-    char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot seek: %s", path, strerror(errno));
-    long size = ftell(f);
-    if (size < 0) RT_FAIL(RT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-    rewind(f);
-    buf = malloc((size_t)size + 1);
-    if (!buf) RT_FAIL(RT_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) RT_FAIL(RT_ERR_IO, "%s: short read", path);
-    buf[size] = '\0';
-    *data = buf;
-    *len = (size_t)size;
-    buf = NULL;
-fail:
-    free(buf);
-    if (f) fclose(f);
-    return st;
-}
+#include "runtime/rt_fs.h"
 
 rt_status tok_json_load(const char *path, cJSON **out) {
     rt_status st = RT_OK;
     char *data = NULL;
     size_t len;
     *out = NULL;
-    RT_TRY(tok_read_file(path, &data, &len));
+    RT_TRY(rt_read_file(path, 0, &data, &len));
     const char *end = NULL;
     *out = cJSON_ParseWithLengthOpts(data, len, &end, 0);
     if (!*out) {

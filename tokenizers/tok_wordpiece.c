@@ -40,6 +40,7 @@
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_wordpiece.h"
+#include "runtime/rt_fs.h"
 
 #define TOK_WP_MAX_PREFIX 16 /* bytes of continuing_subword_prefix */
 
@@ -518,7 +519,7 @@ static rt_status tok_wp_read_config(tok_tokenizer *t, const char *path, tok_wp_n
     char *data = NULL;
     size_t len;
     cJSON *cfg = NULL;
-    RT_TRY(tok_read_file(path, &data, &len));
+    RT_TRY(rt_read_file(path, 0, &data, &len));
     RT_TRY(tok_wp_json_parse(path, data, len, &cfg));
     bool strip_set = false, strip = false;
     p->lowercase = p->handle_cjk = true;
@@ -557,7 +558,7 @@ static rt_status tok_wp_read_vocab(tok_tokenizer *t, const char *vocab_path) {
     rt_status st = RT_OK;
     char *data = NULL;
     size_t len;
-    RT_TRY(tok_read_file(vocab_path, &data, &len));
+    RT_TRY(rt_read_file(vocab_path, 0, &data, &len));
     int32_t id = 0;
     for (size_t i = 0; i < len;) {
         size_t j = i;
@@ -631,7 +632,7 @@ rt_status tok_wordpiece_load_json(const char *json_path, const char *config_path
     tok_wp *p = t->impl;
     tok_wp_names nm = {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"};
     *out = NULL;
-    RT_TRY(tok_read_file(json_path, &data, &len));
+    RT_TRY(rt_read_file(json_path, 0, &data, &len));
     RT_TRY(tok_wp_json_parse(json_path, data, len, &root));
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
@@ -720,7 +721,7 @@ fail:
 bool tok_json_is_wordpiece(const char *path) {
     char *data = NULL;
     size_t len;
-    if (tok_read_file(path, &data, &len) != RT_OK) return false;
+    if (rt_read_file(path, 0, &data, &len) != RT_OK) return false;
     cJSON *root = cJSON_ParseWithLength(data, len);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "model"), "type");
     bool yes = cJSON_IsString(type) && strcmp(type->valuestring, "WordPiece") == 0;
