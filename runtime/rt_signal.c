@@ -24,3 +24,5 @@ void rt_signal_release(rt_signal_guard *g) {
     sigaction(SIGTERM, &g->old_term, NULL);
     rt_signal_received = 0;
 }
+
+void rt_signal_ignore_file_limit(void) { signal(SIGXFSZ, SIG_IGN); }

@@ -22,5 +22,9 @@ void rt_signal_catch_stop(rt_signal_guard *g);
 int rt_signal_stop_requested(void);
 /* Puts back the handlers that were there before and forgets the request (read it first). */
 void rt_signal_release(rt_signal_guard *g);
+/* For every program that writes files: a file-size limit (ulimit -f) then fails the write with
+ * EFBIG, which every writer reports as an error naming the file (and removes what it half wrote),
+ * instead of SIGXFSZ killing the program without a word. */
+void rt_signal_ignore_file_limit(void);
 
 #endif

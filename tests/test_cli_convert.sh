@@ -158,6 +158,16 @@ expect_fail "missing source" "cannot" import "$TMP/nope" "$TMP/y" --arch gpt2
 expect_fail "unknown arch" "not supported" import "$G/gpt2-tiny-cls" "$TMP/y" --arch llama
 expect_fail "tp that does not divide the heads" "does not divide" reshard "$TMP/gpt2-tiny-cls-1" "$TMP/y" --tp 3
 [ -z "$(ls -d "$TMP"/y* "$TMP"/x* 2> /dev/null)" ] && ok || bad "a failed conversion left files behind: $(ls -d "$TMP"/y* "$TMP"/x*)"
+# a file-size limit (a full disk's stand-in) during each command: one line naming the file, exit 1,
+# no partial folder left (issue 34: SIGXFSZ killed it without a word)
+for cmd in "import $G/gpt2-tiny-cls $TMP/lim-i" "reshard $TMP/gpt2-tiny-cls-1 $TMP/lim-r --tp 2" \
+    "export $TMP/gpt2-tiny-cls-1 $TMP/lim-e"; do
+    # shellcheck disable=SC2086
+    (ulimit -f 100 && exec "$BIN" $cmd > /dev/null 2> "$TMP/err")
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "File too large" "$TMP/err" &&
+        [ -z "$(ls "$TMP" | grep '^lim-.*partial')" ] && ok || bad "${cmd%% *} under a file-size limit: exit $rc"
+done
 "$BIN" frobnicate a b > /dev/null 2>&1; [ $? -eq 2 ] && ok || bad "an unknown command is a usage error (exit 2)"
 "$BIN" --help | grep -q "reshard IN OUT" && ok || bad "--help lists the commands"
 

@@ -18,6 +18,7 @@
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_run_lock.h"
+#include "runtime/rt_signal.h"
 #include "runtime/rt_zero.h"
 
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts) {
@@ -372,9 +373,7 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
 
 int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run) {
     int sig = 0, code;
-    /* a file-size limit (ulimit -f) then fails the write with EFBIG, which every writer reports
-     * as an error naming the file, instead of killing the run without a word */
-    signal(SIGXFSZ, SIG_IGN);
+    rt_signal_ignore_file_limit();
     rt_comm *world = NULL;
     /* the wait until the options are read and --comm-timeout replaces it */
     rt_status st = rt_comm_world_init(&argc, &argv, TRAIN_APP_COMM_TIMEOUT_S, &world);

@@ -89,6 +89,7 @@ fail:
 int main(int argc, char **argv) {
     rt_signal_guard signals;
     rt_signal_catch_stop(&signals);
+    rt_signal_ignore_file_limit();
     int code = rt_status_exit_code(prog, run(argc, argv));
     int sig = rt_signal_stop_requested();
     rt_signal_release(&signals);

@@ -10,6 +10,7 @@
 
 #include "runtime/rt_args.h"
 #include "runtime/rt_utf8.h"
+#include "runtime/rt_signal.h"
 #include "tokenizers/tok.h"
 
 static const char *prog = "tz-tokenize";
@@ -157,4 +158,7 @@ fail:
     return st;
 }
 
-int main(int argc, char **argv) { return rt_status_exit_code(prog, run(argc, argv)); }
+int main(int argc, char **argv) {
+    rt_signal_ignore_file_limit();
+    return rt_status_exit_code(prog, run(argc, argv));
+}
