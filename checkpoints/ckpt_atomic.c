@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -166,14 +167,27 @@ static int is_temp_name(const char *name) {
     return 1;
 }
 
-rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
+/* The writer's pid in a temporary name ("...tmp.<pid>[.<k>]"), 0 if none. */
+static long temp_name_pid(const char *name) {
+    const char *t = strstr(name, ".tmp."), *next;
+    while (t && (next = strstr(t + 1, ".tmp.")) != NULL) t = next;
+    return t ? strtol(t + 5, NULL, 10) : 0;
+}
+
+/* The temporary files in dir whose names begin with prefix (NULL: any), all of them or only those
+ * whose writer's process is gone. */
+static rt_status remove_temps(const char *dir, const char *prefix, bool dead_only, int *n_removed) {
     if (n_removed) *n_removed = 0;
     DIR *d = opendir(dir);
     if (!d) return rt_errorf(RT_ERR_IO, "%s: cannot list it: %s", dir, strerror(errno));
     struct dirent *de;
     char path[4096];
     while ((de = readdir(d)) != NULL) {
-        if (!is_temp_name(de->d_name)) continue;
+        if (!is_temp_name(de->d_name) || (prefix && strncmp(de->d_name, prefix, strlen(prefix)) != 0)) continue;
+        if (dead_only) {
+            const long pid = temp_name_pid(de->d_name);
+            if (pid > 0 && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue; /* still writing */
+        }
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
         struct stat sb;
         if (lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) continue;
@@ -186,6 +200,12 @@ rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
     }
     closedir(d);
     return RT_OK;
+}
+
+rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) { return remove_temps(dir, NULL, false, n_removed); }
+
+rt_status ckpt_atomic_remove_dead(const char *dir, const char *prefix, int *n_removed) {
+    return remove_temps(dir, prefix, true, n_removed);
 }
 
 void ckpt_atomic_partial_dir_remove(const char *partial) {

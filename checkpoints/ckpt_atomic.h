@@ -60,5 +60,8 @@ rt_status ckpt_atomic_dir_replace(const char *partial, const char *final_dir);
  * Only for a caller that holds dir's run lock (rt_run_lock.h): then no live writer owns them.
  * *n_removed (may be NULL) counts them. A folder that cannot be read is RT_ERR_IO. */
 rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed);
+/* The same for a folder without a run lock (a shared cache): only the temporary files whose names
+ * begin with prefix and whose writer (the pid in the name) is gone on this machine. */
+rt_status ckpt_atomic_remove_dead(const char *dir, const char *prefix, int *n_removed);
 
 #endif

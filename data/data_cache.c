@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "checkpoints/ckpt_atomic.h"
 #include "runtime/rt_mapped.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
@@ -209,6 +210,9 @@ rt_status data_cache_load_or_stream(const char *dir, const data_cache_key *key, 
             rt_log_warn("cache: %s: cannot lock (%s); building without the lock", lock_path, strerror(errno));
         else if (try_load(path, key, n_sets, sets, &warned)) /* another run may have built it meanwhile */
             goto hit;
+        /* holding the key's lock: its temporary files whose writer is gone are a killed build's */
+        const char *base = strrchr(path, '/');
+        (void)ckpt_atomic_remove_dead(dir, base ? base + 1 : path, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (dir) {

@@ -48,6 +48,16 @@ bert second --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" &&
     ok || bad "the cached run trained differently: $(last_loss "$TMP/run-first") vs $(last_loss "$TMP/run-second")"
 bert maxlen --data-dir "$TMP/data" --max-len 24 --cache-dir "$C" && grep -q "^mrpc: tokenized 96 rows" "$TMP/out" &&
     [ "$(entries "$C")" = 2 ] && ok || bad "--max-len 24 did not make a second entry"
+# a build killed mid-write left its temporary file: the next build of that entry removes it (its
+# writer's pid is gone) and keeps one whose writer still runs (issue 34)
+sleep 0 & dead=$!
+wait $dead
+rm -f "$entry"
+touch "$entry.tmp.$dead.0" "$entry.tmp.$$.0"
+bert rebuilt --data-dir "$TMP/data" --max-len 32 --cache-dir "$C" && grep -q "^mrpc: tokenized 96 rows" "$TMP/out" &&
+    grep -q "removed $entry.tmp.$dead.0, a temporary file left by a run that was killed" "$TMP/out" &&
+    [ ! -e "$entry.tmp.$dead.0" ] && [ -e "$entry.tmp.$$.0" ] && ok || bad "a killed build's temporary file"
+rm -f "$entry.tmp.$$.0"
 cp -r "$TMP/data" "$TMP/data2"
 sed -i '2s/the/a/' "$TMP/data2/train.tsv"
 bert edited --data-dir "$TMP/data2" --max-len 32 --cache-dir "$C" && grep -q "^mrpc: tokenized 96 rows" "$TMP/out" &&
