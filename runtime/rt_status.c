@@ -1,6 +1,7 @@
 /* Thread-local error messages and the abort path behind RT_CHECK. */
 #include "runtime/rt_status.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -52,6 +53,14 @@ const char *rt_status_name(rt_status st) {
 }
 
 int rt_status_exit_code(const char *prog, rt_status st) {
+    /* what a program printed to stdout (its log, generated text) that never got there (a full
+     * disk, /dev/full) is an error, not a silent exit status 0 */
+    errno = 0;
+    if ((st == RT_OK || st == RT_HELP_SHOWN) && (fflush(stdout) != 0 || ferror(stdout))) {
+        fprintf(stderr, "%s: error: standard output: some of the output was not written%s%s\n", prog,
+                errno ? ": " : " (a full disk, or a device that takes nothing?)", errno ? strerror(errno) : "");
+        return 1;
+    }
     if (st == RT_OK || st == RT_HELP_SHOWN) return 0;
     fprintf(stderr, "%s: error: %s\n", prog, rt_err_buf[0] ? rt_err_buf : rt_status_name(st));
     return st == RT_ERR_USAGE ? 2 : 1;

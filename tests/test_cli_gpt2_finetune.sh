@@ -71,6 +71,11 @@ GEN=("$TMP/train.txt" --model "$TMP/run/hf" --block-size 32 --threads 2 --epochs
 "$BIN" "${GEN[@]}" --save-dir "$TMP/g1" --generate "A man in" --max-new-tokens 6 > "$TMP/out" 2> "$TMP/err" &&
     grep -q "^generated [1-6] tokens (greedy)" "$TMP/out" && [ "$(tail -1 "$TMP/out" | cut -c1-8)" = "A man in" ] &&
     ok || bad "--generate greedy"
+# generated text that cannot reach stdout (a full device) is an error, not a silent exit 0 (issue 34)
+"$BIN" "${GEN[@]}" --save-dir "$TMP/g-full" --generate "A man in" --max-new-tokens 6 > /dev/full 2> "$TMP/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "error: standard output: some of the output was not written" "$TMP/err" && ok ||
+    bad "--generate into /dev/full: exit $rc"
 for k in 1 2; do
     "$BIN" "${GEN[@]}" --save-dir "$TMP/s$k" --generate "A man in" --max-new-tokens 6 --temperature 1.2 --seed 5 \
         > "$TMP/sample$k" 2> "$TMP/err" || bad "--generate sampled, run $k"
