@@ -320,6 +320,19 @@ rt_status ckpt_convert_import(const ckpt_import_opts *o, ckpt_convert_stats *sta
         total += (double)info.numel * (double)rt_dtype_size(info.dtype);
         if (i == 0 && o->keep_dtype) dtype = info.dtype == RT_F64 ? RT_F32 : info.dtype;
     }
+    if (o->check && c->config_path[0]) { /* the model the config describes, before writing a byte */
+        ckpt_tensor_shape *shapes = rt_xcalloc(n, sizeof *shapes);
+        ckpt_weight_info *infos = rt_xcalloc(n, sizeof *infos);
+        for (size_t i = 0; i < n; i++) {
+            ckpt_weights_info(w, i, &infos[i]);
+            shapes[i] = (ckpt_tensor_shape){infos[i].name, infos[i].ndim, infos[i].shape};
+        }
+        const char *ours = c->map->ours_arch ? c->map->ours_arch : c->map->arch;
+        st = o->check(ours, c->config_path, shapes, n, o->src);
+        free(shapes);
+        free(infos);
+        RT_TRY(st);
+    }
     /* the embedding's rows are the vocab, whatever the config said (HF configs round it up
      * sometimes; the table is what the ids index) */
     int vocab = c->vocab;
@@ -630,15 +643,31 @@ fail:
     return st;
 }
 
-rt_status ckpt_convert_verify(const char *dir, FILE *out) {
+rt_status ckpt_convert_verify(const char *dir, ckpt_shape_check_fn check, FILE *out) {
     rt_status st = RT_OK;
     ckpt_sharded *s = NULL;
+    ckpt_sharded_tensor *t = NULL;
+    ckpt_tensor_shape *shapes = NULL;
     if (!ckpt_sharded_is_dir(dir))
         return rt_errorf(RT_ERR_IO, "%s: not a tunezoo sharded folder (no %s)", dir, CKPT_SHARDED_MANIFEST);
     RT_TRY(ckpt_sharded_open(dir, &s));
+    char config[CONV_PATH_MAX + 16];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    if (check && conv_is_file(config)) {
+        const size_t n = ckpt_sharded_count(s);
+        t = rt_xcalloc(n ? n : 1, sizeof *t);
+        shapes = rt_xcalloc(n ? n : 1, sizeof *shapes);
+        for (size_t i = 0; i < n; i++) {
+            ckpt_sharded_tensor_at(s, i, &t[i]);
+            shapes[i] = (ckpt_tensor_shape){t[i].name, t[i].ndim, t[i].shape};
+        }
+        RT_TRY(check(ckpt_sharded_arch(s), config, shapes, n, dir));
+    }
     fprintf(out, "%s: OK: %zu tensors on %d ranks and %zu files match their checksums\n", dir, ckpt_sharded_count(s),
             ckpt_sharded_tp(s), ckpt_sharded_file_count(s));
 fail:
+    free(t);
+    free(shapes);
     ckpt_sharded_close(s);
     return st;
 }

@@ -21,6 +21,20 @@
 #include "runtime/rt_dtype.h"
 #include "runtime/rt_status.h"
 
+/* A tensor as a conversion sees it: our name and its full shape in our layout (vocab unpadded). */
+typedef struct {
+    const char *name;
+    int ndim;
+    const size_t *shape;
+} ckpt_tensor_shape;
+
+/* Checks n tensors against the model a config.json describes (the family's parameters, in
+ * models/): every parameter there with its shape, except the task heads a fine-tuning program
+ * initializes itself. `what` names the tensors' file or folder in errors. The conversions take it
+ * from their caller, since checkpoints/ knows no model. */
+typedef rt_status (*ckpt_shape_check_fn)(const char *arch, const char *config_path, const ckpt_tensor_shape *t,
+                                         size_t n, const char *what);
+
 typedef struct {
     const char *src, *out;
     int tp;             /* >= 1 */
@@ -29,6 +43,7 @@ typedef struct {
     const char *arch;   /* NULL: config.json's model_type (Megatron folders: megatron-gpt2) */
     const char *hf_config; /* NULL: <src>/config.json; Megatron without one: built from its args */
     int vocab_size;     /* 0: from the config (Megatron: the real vocab, dropping padding rows) */
+    ckpt_shape_check_fn check; /* before anything is written, where the source has a config.json; NULL: none */
 } ckpt_import_opts;
 
 typedef struct {
@@ -42,7 +57,8 @@ rt_status ckpt_convert_reshard(const char *in, const char *out, int tp, ckpt_con
 rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_stats *stats);
 /* Lists a safetensors/.bin/index file, an HF folder, a .tzck or a sharded folder to out. */
 rt_status ckpt_convert_inspect(const char *path, FILE *out);
-/* Opens the sharded folder, which checks every checksum, and prints a summary to out. */
-rt_status ckpt_convert_verify(const char *dir, FILE *out);
+/* Opens the sharded folder, which checks every checksum, checks its tensors against its
+ * config.json with check (NULL: not), and prints a summary to out. */
+rt_status ckpt_convert_verify(const char *dir, ckpt_shape_check_fn check, FILE *out);
 
 #endif

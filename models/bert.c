@@ -299,6 +299,29 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     return bert_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
 }
 
+rt_status bert_params_layout(const bert_config *c, rt_backend *be, rt_comm *tp, rt_params *out) {
+    rt_status st = RT_OK;
+    bert_model *m = rt_xcalloc(1, sizeof *m);
+    memset(out, 0, sizeof *out);
+    RT_TRY(bert_config_validate(c, tp->size));
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->stage = mdl_stage_whole();
+    m->C = c->hidden_size;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
+    rt_params_init(&m->params, be);
+    bert_declare_params(m, be, tp, 0, c->num_hidden_layers);
+    RT_TRY(rt_params_layout(&m->params));
+    *out = m->params;
+    m->params = (rt_params){0}; /* out owns the specs now */
+fail:
+    rt_params_free(&m->params);
+    mdl_stack_free(&m->blocks);
+    free(m);
+    return st;
+}
+
 rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp, int max_micro,
                                 int max_B, int max_T, uint64_t seed, bert_model **out) {
     rt_status st = RT_OK;

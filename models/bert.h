@@ -49,6 +49,10 @@ void bert_config_default(bert_config *c);
 /* Reads an HF config.json; model_type must be "bert" or "roberta" (errors name the field).
  * Missing fields take HF's defaults; num_labels comes from id2label (or "num_labels"). */
 rt_status bert_config_load(const char *config_json, bert_config *c);
+/* The whole model's parameters on tp rank tp->rank, declared and laid out as bert_model_init lays
+ * them out but never allocated (names, shapes, offsets), e.g. to check a checkpoint against the
+ * model a config describes. Validates c first. Free with rt_params_free. */
+rt_status bert_params_layout(const bert_config *c, rt_backend *be, rt_comm *tp, rt_params *out);
 /* Writes an HF config.json for Bert/RobertaForSequenceClassification (atomically). */
 rt_status bert_config_save(const bert_config *c, const char *path);
 /* Checks sizes (each within its limit in models/hf_config.h, and the parameter count), and that

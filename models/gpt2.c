@@ -215,6 +215,29 @@ static uint64_t gpt2_act_width(const gpt2_config *c, int max_T) {
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro);
 
+rt_status gpt2_params_layout(const gpt2_config *c, rt_backend *be, rt_comm *tp, rt_params *out) {
+    rt_status st = RT_OK;
+    gpt2_model *m = rt_xcalloc(1, sizeof *m);
+    memset(out, 0, sizeof *out);
+    RT_TRY(gpt2_config_validate(c, tp->size));
+    m->cfg = *c;
+    m->be = be;
+    m->tp = tp;
+    m->stage = mdl_stage_whole();
+    m->C = c->n_embd;
+    m->vocab = mdl_vocab_shard(c->vocab_size, tp);
+    rt_params_init(&m->params, be);
+    gpt2_declare_params(m, 0, c->n_layer);
+    RT_TRY(rt_params_layout(&m->params));
+    *out = m->params;
+    m->params = (rt_params){0}; /* out owns the specs now */
+fail:
+    rt_params_free(&m->params);
+    mdl_stack_free(&m->blocks);
+    free(m);
+    return st;
+}
+
 rt_status gpt2_model_init(const gpt2_config *c, rt_backend *be, rt_comm *tp, int max_B, int max_T, uint64_t seed,
                           gpt2_model **out) {
     return gpt2_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);

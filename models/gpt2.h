@@ -37,6 +37,10 @@ typedef struct {
 void gpt2_config_default(gpt2_config *c);
 /* Reads an HF config.json; model_type must be "gpt2". Missing fields take HF's defaults. */
 rt_status gpt2_config_load(const char *path, gpt2_config *c);
+/* The whole model's parameters on tp rank tp->rank, declared and laid out as gpt2_model_init lays
+ * them out but never allocated (names, shapes, offsets), e.g. to check a checkpoint against the
+ * model a config describes. Validates c first. Free with rt_params_free. */
+rt_status gpt2_params_layout(const gpt2_config *c, rt_backend *be, rt_comm *tp, rt_params *out);
 /* Writes an HF config.json for GPT2ForSequenceClassification, or GPT2LMHeadModel when num_labels
  * is 0 (atomically), so that Transformers loads an exported model with from_pretrained. */
 rt_status gpt2_config_save(const gpt2_config *c, const char *path);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_convert.h"
+#include "models/param_check.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_signal.h"
 
@@ -66,7 +67,8 @@ static rt_status run(int argc, char **argv) {
     if (strcmp(cmd, "import") == 0) {
         ckpt_import_opts o = {.src = pos[1], .out = pos[2], .tp = tp ? (int)tp : 1, .keep_dtype = !strcmp(dtype, "auto"),
                               .dtype = !strcmp(dtype, "bf16") ? RT_BF16 : !strcmp(dtype, "fp16") ? RT_F16 : RT_F32,
-                              .arch = arch, .hf_config = hf_config, .vocab_size = (int)vocab};
+                              .arch = arch, .hf_config = hf_config, .vocab_size = (int)vocab,
+                              .check = mdl_check_tensors};
         RT_TRY(ckpt_convert_import(&o, &stats));
     } else if (strcmp(cmd, "reshard") == 0) {
         if (!tp) RT_FAIL(RT_ERR_USAGE, "reshard needs --tp N");
@@ -77,7 +79,7 @@ static rt_status run(int argc, char **argv) {
     } else if (strcmp(cmd, "inspect") == 0) {
         RT_TRY(ckpt_convert_inspect(pos[1], stdout));
     } else {
-        RT_TRY(ckpt_convert_verify(pos[1], stdout));
+        RT_TRY(ckpt_convert_verify(pos[1], mdl_check_tensors, stdout));
     }
     if (fflush(stdout) != 0) RT_FAIL(RT_ERR_IO, "stdout: write error");
 fail:
