@@ -72,7 +72,7 @@ static const mdl_field bert_fields[] = {
     F(max_position_embeddings, MDL_FIELD_INT, 512, 1, MDL_MAX_POSITIONS),
     F(type_vocab_size, MDL_FIELD_INT, 2, 1, MDL_MAX_VOCAB),
     F(pad_token_id, MDL_FIELD_INT, 0, INT_MIN, INT_MAX),
-    F(layer_norm_eps, MDL_FIELD_FLOAT, 1e-12, 0, 0),
+    F(layer_norm_eps, MDL_FIELD_FLOAT, 1e-12, 1, 0),
     F(initializer_range, MDL_FIELD_FLOAT, 0.02, 0, 0),
     F(hidden_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0),
     F(attention_probs_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0),

@@ -18,7 +18,7 @@ static const mdl_field glm_fields[] = {
     F(embedding_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
     F(attention_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
     F(output_dropout_prob, MDL_FIELD_FLOAT, 0.1, 0, 0, false),
-    F(layernorm_epsilon, MDL_FIELD_FLOAT, 1e-5, 0, 0, false),
+    F(layernorm_epsilon, MDL_FIELD_FLOAT, 1e-5, 1, 0, false),
     F(block_position_encoding, MDL_FIELD_BOOL, 1, 0, 0, false),
 };
 #undef F

@@ -33,7 +33,7 @@ static const mdl_field gpt2_fields[] = {
     F(n_layer, "n_layer", MDL_FIELD_INT, 12, 1, MDL_MAX_LAYERS),
     F(n_head, "n_head", MDL_FIELD_INT, 12, 1, MDL_MAX_HEADS),
     F(n_inner, "n_inner", MDL_FIELD_INT, 0, 0, MDL_MAX_FFN), /* 0 or null: 4 * n_embd */
-    F(layer_norm_eps, "layer_norm_epsilon", MDL_FIELD_FLOAT, 1e-5, 0, 0),
+    F(layer_norm_eps, "layer_norm_epsilon", MDL_FIELD_FLOAT, 1e-5, 1, 0),
     F(initializer_range, "initializer_range", MDL_FIELD_FLOAT, 0.02, 0, 0),
     F(embd_pdrop, "embd_pdrop", MDL_FIELD_FLOAT, 0.1, 0, 0),
     F(resid_pdrop, "resid_pdrop", MDL_FIELD_FLOAT, 0.1, 0, 0),

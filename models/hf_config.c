@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -75,6 +76,13 @@ rt_status mdl_fields_read(const cJSON *root, const char *path, const mdl_field *
 
 rt_status mdl_fields_check(const char *what, const mdl_field *fields, size_t n, const void *cfg) {
     for (const mdl_field *f = fields; f < fields + n; f++) {
+        if (f->kind == MDL_FIELD_FLOAT) { /* rates, epsilons, scales: finite, and positive where min says so */
+            const float x = *FIELD(const float, f, cfg);
+            if (!isfinite(x) || x < 0 || (f->min > 0 && !(x > 0)))
+                return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %g, expected a %s number", what, f->key, (double)x,
+                                 f->min > 0 ? "positive" : "finite non-negative");
+            continue;
+        }
         if (f->kind != MDL_FIELD_INT) continue;
         int v = *FIELD(const int, f, cfg);
         if (v > f->max)

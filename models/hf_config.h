@@ -45,7 +45,7 @@ typedef struct {
     size_t offset;       /* of the field in the config struct */
     mdl_field_kind kind;
     double def;
-    int min, max;        /* ints */
+    int min, max;        /* ints; a float must be finite and >= 0, and > 0 where min is 1 (an epsilon) */
     bool required;       /* absent or null is an error, not the default */
 } mdl_field;
 

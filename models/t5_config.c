@@ -26,7 +26,7 @@ static const mdl_field t5_fields[] = {
     F(relative_attention_num_buckets, MDL_FIELD_INT, 32, 1, MDL_MAX_POSITIONS),
     F(relative_attention_max_distance, MDL_FIELD_INT, 128, 1, MDL_MAX_POSITIONS),
     F(dropout_rate, MDL_FIELD_FLOAT, 0.1, 0, 0),
-    F(layer_norm_epsilon, MDL_FIELD_FLOAT, 1e-6, 0, 0),
+    F(layer_norm_epsilon, MDL_FIELD_FLOAT, 1e-6, 1, 0),
     F(initializer_factor, MDL_FIELD_FLOAT, 1.0, 0, 0),
     F(tie_word_embeddings, MDL_FIELD_BOOL, 1, 0, 0),
     F(pad_token_id, MDL_FIELD_INT, 0, INT_MIN, INT_MAX),

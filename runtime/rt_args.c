@@ -204,7 +204,9 @@ rt_status rt_args_read_json_object(const char *path, const char *option, cJSON *
     /* a config of options: a few KB; /dev/zero, a FIFO or a huge file is no config */
     st = rt_read_file(path, (size_t)16 << 20, &text, &n);
     if (st != RT_OK) return rt_error_wrap(st, "%s", option);
-    root = cJSON_ParseWithLength(text, n);
+    /* the NUL counted and required: text after the object is an error, not ignored */
+    const char *end = NULL;
+    root = cJSON_ParseWithLengthOpts(text, n + 1, &end, 1);
     if (!root || !cJSON_IsObject(root)) {
         const char *at = cJSON_GetErrorPtr();
         int line = 1;
@@ -212,10 +214,16 @@ rt_status rt_args_read_json_object(const char *path, const char *option, cJSON *
             for (const char *p = text; p < at; p++) line += *p == '\n';
         cJSON_Delete(root);
         root = NULL;
-        RT_FAIL(RT_ERR_CONFIG, "%s:%d: not a valid JSON object", path, line);
+        RT_FAIL(RT_ERR_CONFIG, "%s:%d: not a valid JSON object, or text follows it", path, line);
     }
+    for (const cJSON *a = root->child; a; a = a->next) /* JSON allows a key twice; which one counts is a guess */
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (a->string && b->string && strcmp(a->string, b->string) == 0)
+                RT_FAIL(RT_ERR_CONFIG, "%s: \"%s\" is given twice", path, a->string);
     *out = root;
+    root = NULL;
 fail:
+    cJSON_Delete(root);
     free(text);
     return st;
 }

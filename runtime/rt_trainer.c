@@ -618,7 +618,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     /* every rank of the grid holds a device; MFU is the job's FLOPs over all of their peaks */
     const double peak = o->peak_tflops > 0 ? o->peak_tflops : rt_train_peak_tflops(model->params->be);
     const double devices = (double)s.dp->size * (double)s.tp->size * (double)s.pp->size;
-    int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1;
+    int64_t log_steps = 0, log_loss_steps = 0, last_eval_step = -1, last_save_step = -1;
     /* the weights are final for the loop (loaded, resumed): from here the optimizer keeps their
      * low-precision copy, and nothing after the loop reads it */
     if (!in_step) { /* ZeRO-3 has no whole slab: its matmuls round the gathered weights at each use */
@@ -819,7 +819,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 result->signal = sig;
                 break;
             }
-            if (o->save_interval > 0 && step % o->save_interval == 0) RT_TRY(rt_train_save(&s, io, model, data, step));
+            if (o->save_interval > 0 && step % o->save_interval == 0) {
+                RT_TRY(rt_train_save(&s, io, model, data, step));
+                last_save_step = step;
+            }
         }
         if (epoch_end && last_eval_step != step && o->eval_interval >= 0) {
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
@@ -834,7 +837,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         if (last_eval_step != step && o->eval_interval >= 0)
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
         /* a run that trained nothing (--epochs 0) leaves no checkpoint behind */
-        if (o->save_interval >= 0 && step > 0) RT_TRY(rt_train_save(&s, io, model, data, step));
+        if (o->save_interval >= 0 && step > 0 && last_save_step != step) RT_TRY(rt_train_save(&s, io, model, data, step));
     }
     RT_TRY(rt_zero_gather_params(s.zero)); /* ZeRO-3: the caller gets the whole model back */
 fail:

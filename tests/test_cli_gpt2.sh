@@ -55,6 +55,9 @@ grep -q "tokens/s | [0-9.e+-]* TFLOP/s$" "$TMP/out" && ok || bad "the step line 
     > "$TMP/out" 2> "$TMP/err" && grep -q "TFLOP/s | MFU [0-9.]*%" "$TMP/out" &&
     grep -q '"mfu":' "$TMP/mfu/metrics.jsonl" && ok || bad "--peak-tflops gives no MFU"
 
+# the last step's checkpoint is written once, also where --save-interval lands on it
+"$BIN" "${COMMON[@]}" --max-steps 4 --save-interval 2 --eval-interval -1 --save-dir "$TMP/once" > "$TMP/out" 2> "$TMP/err" &&
+    [ "$(grep -c "saved checkpoint $TMP/once/step-000004.tzck" "$TMP/out")" -eq 1 ] && ok || bad "the last checkpoint saved twice"
 # resume continues from step 4
 "$BIN" "${COMMON[@]}" --max-steps 6 --save-dir "$TMP/run" --resume > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "resume run failed"
@@ -306,6 +309,21 @@ expect_fail "--config /dev/zero" 1 "--config: /dev/zero: a character device, not
 expect_fail "--deepspeed-config /dev/urandom" 1 "--deepspeed-config: /dev/urandom: a character device" \
     --deepspeed-config /dev/urandom "${COMMON[@]}"
 expect_fail "--config FIFO" 1 "--config: $TMP/fifo: a FIFO, not a file to read" --config "$TMP/fifo" "${COMMON[@]}"
+# configs that say two things, or something no run can use (issue 34's minor items)
+printf '{"lr": 0.1} trailing' > "$TMP/c_trail.json"
+expect_fail "--config with text after the object" 1 "c_trail.json:1: not a valid JSON object, or text follows it" \
+    --config "$TMP/c_trail.json" "${COMMON[@]}"
+printf '{"lr": 0.1, "lr": 0.2}' > "$TMP/c_dup.json"
+expect_fail "--config with a key twice" 1 'c_dup.json: "lr" is given twice' --config "$TMP/c_dup.json" "${COMMON[@]}"
+echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' > "$TMP/ds_both.json"
+expect_fail "DeepSpeed fp16 and bf16 both on" 1 "ds_both.json: fp16.enabled and bf16.enabled are both true" \
+    --deepspeed-config "$TMP/ds_both.json" "${COMMON[@]}"
+echo '{"zero_optimization": 3}' > "$TMP/ds_zero.json"
+expect_fail "DeepSpeed zero_optimization as a number" 1 "field 'zero_optimization' must be an object" \
+    --deepspeed-config "$TMP/ds_zero.json" "${COMMON[@]}"
+sed 's/}$/, "layer_norm_epsilon": -1}/' "$TMP/arch.json" > "$TMP/eps.json"
+expect_fail "layer_norm_epsilon -1" 1 "field 'layer_norm_epsilon' is -1, expected a positive number" \
+    --arch "$TMP/eps.json" --data-dir "$TMP/data" --max-len 48 --max-steps 1 --save-dir "$TMP/eps"
 touch "$TMP/a_file"
 expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
 [ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"

@@ -41,6 +41,9 @@ static void rt_ds_ignored(rt_ds *d, const char *field, const char *why) {
 
 static rt_status rt_ds_zero(rt_ds *d, const cJSON *z) {
     rt_status st = RT_OK;
+    if (!cJSON_IsObject(z)) /* "zero_optimization": 3 reads as a stage, but DeepSpeed takes an object */
+        return rt_errorf(RT_ERR_CONFIG, "%s: field 'zero_optimization' must be an object such as {\"stage\": 2}, not %s",
+                         d->path, cJSON_IsNumber(z) ? "a number" : "this value");
     for (const cJSON *it = z ? z->child : NULL; it; it = it->next) {
         char field[128];
         snprintf(field, sizeof field, "zero_optimization.%s", it->string);
@@ -168,6 +171,11 @@ rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path) 
     cJSON *root = NULL;
     rt_ds d = {spec, path};
     RT_TRY(rt_args_read_json_object(path, "--deepspeed-config", &root));
+    /* both on is no precision at all: DeepSpeed itself refuses it */
+    const cJSON *on[2] = {cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "fp16"), "enabled"),
+                          cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "bf16"), "enabled")};
+    if (cJSON_IsTrue(on[0]) && cJSON_IsTrue(on[1]))
+        RT_FAIL(RT_ERR_CONFIG, "%s: fp16.enabled and bf16.enabled are both true; enable one", path);
     for (const cJSON *it = root->child; it; it = it->next) {
         const char *k = it->string;
         if (strcmp(k, "train_micro_batch_size_per_gpu") == 0)
