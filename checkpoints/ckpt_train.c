@@ -61,6 +61,9 @@ fail:
 }
 
 /* This rank's part of ckpt_train_load: no collectives, so a failure cannot strand the others. */
+/* A whole checkpoint of another model (a record missing, or of another shape) is RT_ERR_CONFIG,
+ * which a resume reports as it is; a damaged one (the container's checks) stays RT_ERR_FORMAT,
+ * which a resume skips for an older one. */
 static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_comm *tp, char **meta_json) {
     rt_status st = RT_OK;
     ckpt_native_file *f = NULL;
@@ -78,7 +81,7 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
             RT_TRY(ckpt_tp_spec_desc(path, s, tp, &d));
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
             if (!ckpt_native_has(f, name))
-                RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
+                RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
                         name);
             RT_TRY(ckpt_native_find(f, name, &r));
             int same = r.ndim == d.ndim;
@@ -87,7 +90,7 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
                 char got[96], want[96];
                 size_t ws[RT_PARAM_MAX_DIMS];
                 for (int k = 0; k < d.ndim; k++) ws[k] = (size_t)d.full[k];
-                RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' has shape %s, this model needs %s (full, unsharded)", path,
+                RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' has shape %s, this model needs %s (full, unsharded)", path,
                         name, ckpt_shape_str(r.ndim, r.shape, got, sizeof got),
                         ckpt_shape_str(d.ndim, ws, want, sizeof want));
             }

@@ -351,6 +351,13 @@ expect_fail "--resume-from a folder without checkpoints" 1 "--resume-from $TMP/n
     grep -q '"step":2' "$TMP/used/metrics.jsonl" && ! grep -q '"step":3' "$TMP/used/metrics.jsonl" && ok ||
     bad "--overwrite: $(ls "$TMP/used")"
 
+# --resume over another model's checkpoints: they are whole, so they are named as another
+# model's and left as they are, not called damaged and set aside
+sed 's/"n_embd": 16/"n_embd": 32/' "$TMP/arch.json" > "$TMP/arch32.json"
+expect_fail "--resume over another model's checkpoints" 1 "this model needs" --arch "$TMP/arch32.json" \
+    --data-dir "$TMP/data" --max-len 48 --batch-size 8 --max-steps 5 --save-dir "$TMP/used" --resume
+[ -z "$(ls "$TMP/used" | grep corrupt)" ] && ok || bad "another model's checkpoint was set aside as damaged"
+
 # a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
 printf '{"model_type": "gpt2", "n_embd": 1000000000}\n' > "$TMP/huge.json"
 expect_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \
