@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "runtime/rt_status.h"
+
 static int rt_log_rank_ = 0, rt_log_world_ = 1;
 static bool rt_log_quiet_ = false;
 static bool rt_log_info_to_stderr_ = false;
@@ -30,10 +32,13 @@ void rt_log_info(const char *fmt, ...) {
     fflush(out);
 }
 
+/* Warnings and errors quote input (a line of a file, a name): its control bytes are escaped. */
 static void rt_log_stderr(const char *level, const char *fmt, va_list ap) {
+    char text[4096];
+    vsnprintf(text, sizeof text, fmt, ap);
     if (rt_log_world_ > 1) fprintf(stderr, "[rank %d] ", rt_log_rank_);
     fprintf(stderr, "%s: ", level);
-    vfprintf(stderr, fmt, ap);
+    rt_fputs_printable(text, stderr);
     fputc('\n', stderr);
     fflush(stderr);
 }

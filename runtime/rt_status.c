@@ -52,6 +52,15 @@ const char *rt_status_name(rt_status st) {
     return "unknown status";
 }
 
+void rt_fputs_printable(const char *s, FILE *f) {
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
+            fprintf(f, "\\x%02x", *c);
+        else
+            fputc(*c, f);
+    }
+}
+
 int rt_status_exit_code(const char *prog, rt_status st) {
     /* what a program printed to stdout (its log, generated text) that never got there (a full
      * disk, /dev/full) is an error, not a silent exit status 0 */
@@ -62,7 +71,9 @@ int rt_status_exit_code(const char *prog, rt_status st) {
         return 1;
     }
     if (st == RT_OK || st == RT_HELP_SHOWN) return 0;
-    fprintf(stderr, "%s: error: %s\n", prog, rt_err_buf[0] ? rt_err_buf : rt_status_name(st));
+    fprintf(stderr, "%s: error: ", prog);
+    rt_fputs_printable(rt_err_buf[0] ? rt_err_buf : rt_status_name(st), stderr);
+    fputc('\n', stderr);
     return st == RT_ERR_USAGE ? 2 : 1;
 }
 

@@ -38,6 +38,9 @@ rt_status rt_error_wrap(rt_status code, const char *fmt, ...) __attribute__((for
 const char *rt_error_message(void);
 const char *rt_status_name(rt_status st);
 /* Prints "prog: error: <message>" to stderr and returns the exit code for st (0, 1 or 2). */
+/* Writes s to f with its control bytes (ESC, CR, BEL, ...; a tab and the text's own characters
+ * pass) as \xNN: a message that quotes input never drives the terminal it is printed on. */
+void rt_fputs_printable(const char *s, FILE *f);
 int rt_status_exit_code(const char *prog, rt_status st);
 
 #define RT_TRY(expr)                                                                           \

@@ -298,6 +298,12 @@ expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP
 mkdir -p "$TMP/d_lab" && cp "$TMP/data/dev.tsv" "$TMP/d_lab/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_lab/train.tsv"
 printf 'yes\t1\t2\ta\tb\n' >> "$TMP/d_lab/train.tsv"
 expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run" --overwrite
+# a control byte in the input is quoted escaped, never sent to the terminal as it is
+mkdir -p "$TMP/d_esc" && cp "$TMP/data/dev.tsv" "$TMP/d_esc/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_esc/train.tsv"
+printf 'x\x1b[31mRED\t1\t2\ta\tb\n' >> "$TMP/d_esc/train.tsv"
+expect_fail "an ESC in a label" 1 "found 'x\\\\x1b\\[31mRED'" "${COMMON[@]}" --data-dir "$TMP/d_esc" --save-dir "$TMP/run" \
+    --overwrite
+! grep -q $'\x1b' "$TMP/err" && ok || bad "an ESC reached stderr as it is"
 mkdir -p "$TMP/tok" && cp "$SRC/assets/gpt2-bpe/encoder.json" "$TMP/tok/vocab.json"
 { head -n 3 "$SRC/assets/gpt2-bpe/vocab.bpe"; echo "onlyonetoken"; } > "$TMP/tok/merges.txt"
 expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run" --overwrite
