@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/rt_fs.h"
@@ -35,6 +36,27 @@ static void json_line_col(const char *text, size_t pos, size_t *line, size_t *co
     *col = c;
 }
 
+static int json_cmp_keys(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* A key that appears twice in one object of the tree (JSON allows it; which value counts would be
+ * a guess), or NULL. Keys sorted per object: a tokenizer's 50k-entry vocab stays n log n. */
+static const char *json_duplicate_key(const cJSON *item) {
+    size_t n = 0;
+    for (const cJSON *c = item ? item->child : NULL; c; c = c->next) n++;
+    const char *found = NULL;
+    if (cJSON_IsObject(item) && n > 1) {
+        const char **keys = rt_xmalloc(n * sizeof *keys);
+        size_t k = 0;
+        for (const cJSON *c = item->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+        qsort(keys, n, sizeof *keys, json_cmp_keys);
+        for (size_t i = 1; i < n && !found; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0) found = keys[i];
+        free(keys);
+    }
+    for (const cJSON *c = item ? item->child : NULL; c && !found; c = c->next) found = json_duplicate_key(c);
+    return found;
+}
+
 rt_status ckpt_json_parse(const char *text, size_t len, const char *name_for_errors, cJSON **out) {
     rt_status st = RT_OK;
     const char *end = NULL;
@@ -61,6 +83,8 @@ rt_status ckpt_json_parse(const char *text, size_t len, const char *name_for_err
         json_line_col(text, pos, &line, &col);
         RT_FAIL(RT_ERR_FORMAT, "%s:%zu:%zu: invalid JSON: unexpected text after the value", name_for_errors, line, col);
     }
+    const char *twice = json_duplicate_key(root);
+    if (twice) RT_FAIL(RT_ERR_FORMAT, "%s: key \"%s\" appears twice in one object (which one counts?)", name_for_errors, twice);
     *out = root;
     return RT_OK;
 fail:

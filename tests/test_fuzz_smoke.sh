@@ -20,7 +20,8 @@ CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recove
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
 CXXFLAGS=(-std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I.)
 CKPT=(checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
-      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c runtime/rt_log.c)
+      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c runtime/rt_log.c
+      runtime/rt_fs.c runtime/rt_mapped.c)
 pass=0
 fail=0
 # name, seed files (a folder or files; may be empty), then the sources after --; an argument
@@ -63,21 +64,21 @@ fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt
     runtime/rt_dtype.c
 fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c \
-    runtime/rt_dtype.c
+    runtime/rt_dtype.c runtime/rt_mapped.c
 fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/rt_status.c \
-    -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
+    runtime/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_file.c \
     tokenizers/tok_glm.c tokenizers/tok_glm_en.c tokenizers/tok_load.c tokenizers/tok_t5.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c tokenizers/tok_vocab.c tokenizers/tok_wordpiece.c tokenizers/tok_spm.cc runtime/rt_status.c \
-    runtime/rt_utf8.c -lsentencepiece
+    runtime/rt_utf8.c runtime/rt_fs.c -lsentencepiece
 fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_pvp.c \
-    checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c tokenizers/tok.c tokenizers/tok_text.c \
+    checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c runtime/rt_fs.c tokenizers/tok.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_cache_format.c \
-    data/data_rows.c checkpoints/ckpt_atomic.c runtime/rt_fs.c runtime/rt_status.c runtime/rt_log.c -lz
+    data/data_rows.c checkpoints/ckpt_atomic.c runtime/rt_fs.c runtime/rt_mapped.c runtime/rt_status.c runtime/rt_log.c -lz
 echo "test_fuzz_smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -10,7 +10,7 @@
  *     -D_DEFAULT_SOURCE -I. -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc \
  *     tests/fuzz/fuzz_ckpt_json.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
  *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c \
- *     runtime/rt_status.c -lcjson -lm -o /tmp/fuzz_json
+ *     runtime/rt_status.c runtime/rt_fs.c -lcjson -lm -o /tmp/fuzz_json
  *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_ckpt_json
  *
  * gpt2.c and bert.c also hold the models; --gc-sections drops those functions (nothing here

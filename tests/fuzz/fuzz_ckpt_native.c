@@ -4,7 +4,7 @@
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -I. tests/fuzz/fuzz_ckpt_native.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
- *     runtime/rt_status.c runtime/rt_dtype.c -lcjson -lz -lm -o /tmp/fuzz_native
+ *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_native
  *   mkdir -p /tmp/native_corpus     # seed it with a small .tzck (test_ckpt_native writes some)
  *   /tmp/fuzz_native -max_total_time=60 -max_len=4096 /tmp/native_corpus
  *

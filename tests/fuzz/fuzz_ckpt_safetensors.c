@@ -4,7 +4,7 @@
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
- *     runtime/rt_status.c runtime/rt_dtype.c -lcjson -lz -lm -o /tmp/fuzz_st
+ *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_st
  *   mkdir -p /tmp/st_corpus && cp tests/data/tiny-gpt2/model.safetensors /tmp/st_corpus/
  *   /tmp/fuzz_st -max_total_time=60 -max_len=8192 /tmp/st_corpus
  *
