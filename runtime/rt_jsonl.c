@@ -67,8 +67,16 @@ rt_status rt_jsonl_open(const char *path, int64_t keep_through_step, rt_jsonl **
     rt_status st = RT_OK;
     *out = NULL;
     /* read-write for the resume cut; O_APPEND still sends every write to the end */
-    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0666);
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd < 0) return rt_errorf(RT_ERR_IO, "%s: cannot open for appending: %s", path, strerror(errno));
+    /* a FIFO or a device would take the records and keep none */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return rt_errorf(RT_ERR_IO, "%s: not a regular file; the metrics go into a file", path);
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     if (keep_through_step >= 0) RT_TRY(cut_back(fd, path, keep_through_step));
     rt_jsonl *log = rt_xcalloc(1, sizeof *log);
     log->fd = fd;

@@ -364,6 +364,11 @@ expect_fail "--resume over another model's checkpoints" 1 "this model needs" --a
     --data-dir "$TMP/data" --max-len 48 --batch-size 8 --max-steps 5 --save-dir "$TMP/used" --resume
 [ -z "$(ls "$TMP/used" | grep corrupt)" ] && ok || bad "another model's checkpoint was set aside as damaged"
 
+# metrics.jsonl that is a FIFO would swallow the records: refused
+mkdir -p "$TMP/fifo-run" && mkfifo "$TMP/fifo-run/metrics.jsonl"
+expect_fail "metrics.jsonl as a FIFO" 1 "fifo-run/metrics.jsonl: not a regular file" "${COMMON[@]}" --max-steps 1 \
+    --save-dir "$TMP/fifo-run" --resume
+
 # a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
 printf '{"model_type": "gpt2", "n_embd": 1000000000}\n' > "$TMP/huge.json"
 expect_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \

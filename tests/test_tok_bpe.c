@@ -257,6 +257,12 @@ static void test_small_files(void) {
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json:3:", "invalid JSON");
     tz_write_file(path, "{\"a\":0,\"b\":\"one\"}", strlen("{\"a\":0,\"b\":\"one\"}"));
     expect_load_error(path, RT_ERR_FORMAT, "vocab.json", "\"b\"");
+    /* an id past any vocabulary says so (it was "expected a non-negative integer id"); two pieces
+     * with one id are named (one was lost, blamed later on a merges.txt line) (issue 34) */
+    tz_write_file(path, "{\"a\":0,\"b\":2e9}", strlen("{\"a\":0,\"b\":2e9}"));
+    expect_load_error(path, RT_ERR_FORMAT, "entry \"b\": id 2000000000 is past the largest", NULL);
+    tz_write_file(path, "{\"a\":0,\"b\":1,\"c\":1}", strlen("{\"a\":0,\"b\":1,\"c\":1}"));
+    expect_load_error(path, RT_ERR_FORMAT, "entry \"c\": id 1 is also the id of \"b\"", NULL);
 
     /* missing files */
     expect_load_error("/nonexistent/tokenizer/dir", RT_ERR_IO, "/nonexistent/tokenizer/dir", NULL);

@@ -54,6 +54,10 @@ void tok_vocab_free(tok_vocab *v);
  * HF builds its vocab from a JSON object). */
 void tok_vocab_set(tok_vocab *v, const char *piece, size_t len, int32_t id);
 int32_t tok_vocab_find(const tok_vocab *v, const char *piece, size_t len);
+/* The id of a vocabulary's JSON entry {piece: id}: a whole number in 0..2^24, else RT_ERR_FORMAT
+ * naming `where`, the piece and what it holds (tok_file.c). */
+struct cJSON;
+rt_status tok_json_id(const struct cJSON *entry, const char *where, int32_t *id);
 
 /* ---- the tokenizer object (tok.c) ---- */
 typedef struct {

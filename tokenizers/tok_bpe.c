@@ -462,20 +462,35 @@ static rt_status tok_json_parse(const char *path, const char *data, size_t len, 
 /* Reads a {piece: id} object into the vocab. `where` is "file" or "file: model.vocab". */
 static rt_status tok_bpe_read_vocab(tok_tokenizer *t, const cJSON *obj, const char *where) {
     if (!cJSON_IsObject(obj)) return rt_errorf(RT_ERR_FORMAT, "%s: expected a JSON object of piece: id", where);
+    rt_status st = RT_OK;
     size_t n = 0;
+    /* the entry holding each id so far: two pieces with one id would lose one of them, which
+     * showed only later as a merges.txt line naming a piece "not in the vocab" */
+    const cJSON **holder = NULL;
+    size_t n_holder = 0;
     for (const cJSON *it = obj->child; it; it = it->next) {
-        double v = it->valuedouble;
-        if (!cJSON_IsNumber(it) || v < 0 || v > 16777216.0 || v != (double)(int32_t)v)
-            return rt_errorf(RT_ERR_FORMAT, "%s: entry \"%s\": expected a non-negative integer id", where,
-                             it->string ? it->string : "");
-        if (v >= (double)TOK_MAX_IDS)
-            return rt_errorf(RT_ERR_UNSUPPORTED, "%s: entry \"%s\": ids up to %zu are supported", where, it->string,
-                             TOK_MAX_IDS - 1);
-        tok_vocab_set(&t->vocab, it->string, strlen(it->string), (int32_t)v);
+        int32_t id = 0;
+        RT_TRY(tok_json_id(it, where, &id));
+        if ((size_t)id >= TOK_MAX_IDS)
+            RT_FAIL(RT_ERR_UNSUPPORTED, "%s: entry \"%s\": ids up to %zu are supported", where, it->string,
+                    TOK_MAX_IDS - 1);
+        if ((size_t)id >= n_holder) {
+            const size_t grown = (size_t)id + 1 > 2 * n_holder ? (size_t)id + 1 : 2 * n_holder;
+            holder = rt_xrealloc(holder, grown * sizeof *holder);
+            memset(holder + n_holder, 0, (grown - n_holder) * sizeof *holder);
+            n_holder = grown;
+        }
+        if (holder[id])
+            RT_FAIL(RT_ERR_FORMAT, "%s: entry \"%s\": id %d is also the id of \"%s\"", where, it->string, (int)id,
+                    holder[id]->string);
+        holder[id] = it;
+        tok_vocab_set(&t->vocab, it->string, strlen(it->string), id);
         n++;
     }
-    if (n == 0) return rt_errorf(RT_ERR_FORMAT, "%s: the vocab is empty", where);
-    return RT_OK;
+    if (n == 0) RT_FAIL(RT_ERR_FORMAT, "%s: the vocab is empty", where);
+fail:
+    free(holder);
+    return st;
 }
 
 static void tok_bpe_add_added(tok_tokenizer *t, const char *content, int32_t id, bool lstrip, bool rstrip) {

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -59,4 +60,16 @@ char *tok_config_class(const char *dir) {
     cJSON_Delete(cfg);
     free(path);
     return name;
+}
+
+rt_status tok_json_id(const cJSON *entry, const char *where, int32_t *id) {
+    const char *piece = entry->string ? entry->string : "";
+    const double v = entry->valuedouble;
+    if (!cJSON_IsNumber(entry) || v < 0 || v != floor(v))
+        return rt_errorf(RT_ERR_FORMAT, "%s: entry \"%s\": expected a non-negative integer id", where, piece);
+    if (v > 16777216.0)
+        return rt_errorf(RT_ERR_FORMAT, "%s: entry \"%s\": id %.0f is past the largest a vocabulary may hold, 16777216",
+                         where, piece, v);
+    *id = (int32_t)v;
+    return RT_OK;
 }

@@ -359,10 +359,9 @@ static rt_status tok_t5_read_added_json(tok_tokenizer *t, const char *path) {
     RT_TRY(tok_json_load(path, &root));
     if (!cJSON_IsObject(root)) RT_FAIL(RT_ERR_FORMAT, "%s: expected an object of token: id", path);
     for (const cJSON *it = root->child; it; it = it->next) {
-        double v = it->valuedouble;
-        if (!cJSON_IsNumber(it) || v < 0 || v > 16777216.0 || v != (double)(int32_t)v)
-            RT_FAIL(RT_ERR_FORMAT, "%s: \"%s\": expected a non-negative integer id", path, it->string);
-        tok_t5_add(t, it->string, (int32_t)v, false, false);
+        int32_t id = 0;
+        RT_TRY(tok_json_id(it, path, &id));
+        tok_t5_add(t, it->string, id, false, false);
     }
 fail:
     cJSON_Delete(root);

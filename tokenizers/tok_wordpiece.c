@@ -685,11 +685,11 @@ rt_status tok_wordpiece_load_json(const char *json_path, const char *config_path
     if (!cJSON_IsObject(vocab) || !vocab->child)
         RT_FAIL(RT_ERR_FORMAT, "%s: model.vocab: expected a non-empty JSON object of piece: id", json_path);
     for (const cJSON *it = vocab->child; it; it = it->next) {
-        double d = it->valuedouble;
-        if (!cJSON_IsNumber(it) || d < 0 || d > 16777216.0 || d != (double)(int32_t)d)
-            RT_FAIL(RT_ERR_FORMAT, "%s: model.vocab: entry \"%s\": expected a non-negative integer id", json_path,
-                    it->string);
-        tok_vocab_set(&t->vocab, it->string, strlen(it->string), (int32_t)d);
+        int32_t id = 0;
+        char where[4200];
+        snprintf(where, sizeof where, "%s: model.vocab", json_path);
+        RT_TRY(tok_json_id(it, where, &id));
+        tok_vocab_set(&t->vocab, it->string, strlen(it->string), id);
     }
     if (config_path) { /* BertTokenizer's arguments and their defaults replace the normalizer */
         p->clean_text = p->lowercase = p->handle_cjk = true;
