@@ -215,6 +215,10 @@ rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l < "$TMP/err")" -eq 1 ] && grep -q "hf\.partial-.*/model.safetensors.*File too large" "$TMP/err" &&
     [ "$(cd "$TMP/hf" && sha256sum config.json model.safetensors vocab.json merges.txt README.md)" = "$hf_sums" ] &&
     [ -z "$(ls "$TMP" | grep 'hf\.partial-')" ] && ok || bad "a failed --save-hf over an export: exit $rc, $(ls "$TMP")"
+# an export killed mid-write left its partial folder (its pid gone): the next export removes it
+sleep 0 & deadpid=$!
+wait $deadpid
+mkdir -p "$TMP/hf.partial-$deadpid-0" && echo half > "$TMP/hf.partial-$deadpid-0/model.safetensors"
 "$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/hfrun3" --save-hf "$TMP/hf/" > /dev/null 2> "$TMP/err" &&
     ! cmp -s <(cd "$TMP/hf" && sha256sum model.safetensors) <(echo "$hf_sums" | grep model.safetensors) &&
     [ "$(cat "$TMP/hf/README.md")" = "my notes" ] && [ -f "$TMP/hf/vocab.json" ] &&
