@@ -66,6 +66,8 @@ fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c
     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c \
     runtime/rt_dtype.c runtime/rt_mapped.c
 fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c
+fuzz fuzz_data_csv "tests/fuzz/corpus/fuzz_data_csv/." -- data/data_csv.c data/data_tsv.c runtime/rt_status.c \
+    runtime/rt_utf8.c runtime/rt_fs.c
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
