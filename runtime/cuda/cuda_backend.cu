@@ -205,8 +205,13 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     struct cudaDeviceProp prop;
     *out = NULL;
     const char *attention = getenv("TZ_CUDA_ATTENTION");
+    /* TZ_CUDA_ACTIVATIONS=fp32: activations in fp32 buffers, as before the typed kernels, to
+     * compare the two on a GPU (the typed ones are the default) */
+    const char *acts = getenv("TZ_CUDA_ACTIVATIONS");
     if (attention && *attention && strcmp(attention, "fused") != 0 && strcmp(attention, "materialized") != 0)
         RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ATTENTION=%s: expected fused or materialized", attention);
+    if (acts && *acts && strcmp(acts, "fp32") != 0 && strcmp(acts, "typed") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ACTIVATIONS=%s: expected typed or fp32", acts);
 
     if ((st = rt_cuda_device_count(&count)) != RT_OK) {
         rt_error_wrap(st, "cuda:%d", device);
@@ -273,8 +278,8 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     be->native_bf16 = prop.major >= 8; /* Ampere and newer: bf16 tensor cores */
     /* The kernels read and write 16-bit activation handles, so models keep activations in 2 bytes
      * at a 16-bit precision; the fused attention kernels read fp32 ones, so with them switched on
-     * activations stay in fp32 buffers. */
-    be->typed_acts = !c->attn_fused;
+     * (or TZ_CUDA_ACTIVATIONS=fp32) activations stay in fp32 buffers. */
+    be->typed_acts = !c->attn_fused && !(acts && strcmp(acts, "fp32") == 0);
     *out = be;
     return RT_OK;
 fail:
