@@ -167,6 +167,9 @@ static int is_temp_name(const char *name) {
     return 1;
 }
 
+/* Whether process pid is gone on this machine (its leftovers are a killed writer's). */
+static bool pid_gone(long pid) { return pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+
 /* The writer's pid in a temporary name ("...tmp.<pid>[.<k>]"), 0 if none. */
 static long temp_name_pid(const char *name) {
     const char *t = strstr(name, ".tmp."), *next;
@@ -186,7 +189,7 @@ static rt_status remove_temps(const char *dir, const char *prefix, bool dead_onl
         if (!is_temp_name(de->d_name) || (prefix && strncmp(de->d_name, prefix, strlen(prefix)) != 0)) continue;
         if (dead_only) {
             const long pid = temp_name_pid(de->d_name);
-            if (pid > 0 && !(kill((pid_t)pid, 0) != 0 && errno == ESRCH)) continue; /* still writing */
+            if (!pid_gone(pid)) continue; /* still writing, or no pid to tell */
         }
         if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
         struct stat sb;
@@ -245,7 +248,7 @@ static void remove_stale_partials(const char *final_dir) {
             rt_log_warn("%s looks like an unfinished output folder; remove it if nothing is writing it", path);
             continue;
         }
-        if (pid <= 0 || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
+        if (pid <= 0 || pid_gone(pid)) {
             ckpt_atomic_partial_dir_remove(path);
             rt_log_warn("removed %s, an unfinished output folder of a process (pid %ld) that was killed", path, pid);
         }

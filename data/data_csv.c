@@ -17,9 +17,7 @@ static rt_status csv_split(const char *name, char *buf, size_t len, char delim, 
     out->path = rt_xstrdup(name);
     out->buf = buf;
     buf[len] = '\0';
-    size_t begin = 0;
-    if (len >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB && (unsigned char)buf[2] == 0xBF)
-        begin = 3;
+    const size_t begin = rt_utf8_bom_len(buf, len);
     /* pass 1: each line's UTF-8 (a NUL included), and how many fields and records there can be */
     size_t n_lines = 1, n_delims = 0, line = 1;
     for (size_t i = begin, start = begin; i <= len; i++) {

@@ -30,7 +30,7 @@ static rt_status parse_lines(const char *name, const char *bytes, size_t len, si
     memcpy(out->buf, bytes, len);
     out->buf[len] = '\0';
     char *p = out->buf, *end = out->buf + len;
-    if (at_start && len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
+    if (at_start) p += rt_utf8_bom_len(p, len);
     size_t cap = 0;
     for (size_t lineno = first_line; p < end; lineno++) {
         char *nl = memchr(p, '\n', (size_t)(end - p));

@@ -27,10 +27,7 @@ static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_hea
     out->buf = buf;
     buf[len] = '\0';
 
-    size_t begin = 0;
-    if (len >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB &&
-        (unsigned char)buf[2] == 0xBF)
-        begin = 3;
+    const size_t begin = rt_utf8_bom_len(buf, len);
 
     /* A NUL would silently cut a field short, so it is an error rather than text. */
     const char *nul = memchr(buf + begin, '\0', len - begin);

@@ -276,8 +276,8 @@ static void rt_train_set_aside(const char *path, const char *loaded) {
                     loaded);
 }
 
-/* What a checkpoint's metadata may say of a count (steps, data positions, seeds): below 2^53, so
- * that it is a whole number in a double, and far beyond any run. */
+/* What a checkpoint's metadata may say of a count (steps, data positions, seeds): at most 2^52,
+ * a whole number a double holds exactly, and far beyond any run. */
 #define RT_TRAIN_META_MAX 4503599627370496.0 /* 2^52 */
 
 /* obj's field key as a whole number in [lo, hi], or RT_ERR_FORMAT naming the file, the field and
