@@ -108,12 +108,16 @@ fail:
     return st;
 }
 
-rt_status data_csv_parse(const char *name, const char *bytes, size_t len, char delim, data_tsv *out) {
-    char *buf = rt_xmalloc(len + 1);
-    if (len) memcpy(buf, bytes, len);
+rt_status data_csv_take(const char *name, char *buf, size_t len, char delim, data_tsv *out) {
     rt_status st = csv_split(name, buf, len, delim, out);
     if (st != RT_OK) data_tsv_free(out);
     return st;
+}
+
+rt_status data_csv_parse(const char *name, const char *bytes, size_t len, char delim, data_tsv *out) {
+    char *buf = rt_xmalloc(len + 1);
+    if (len) memcpy(buf, bytes, len);
+    return data_csv_take(name, buf, len, delim, out);
 }
 
 rt_status data_csv_read(const char *path, char delim, data_tsv *out) {
@@ -121,8 +125,5 @@ rt_status data_csv_read(const char *path, char delim, data_tsv *out) {
     size_t len = 0;
     memset(out, 0, sizeof *out);
     rt_status st = rt_read_file(path, 0, &buf, &len); /* NUL-terminated: the spare byte csv_split wants */
-    if (st != RT_OK) return st;
-    st = csv_split(path, buf, len, delim, out);
-    if (st != RT_OK) data_tsv_free(out);
-    return st;
+    return st == RT_OK ? data_csv_take(path, buf, len, delim, out) : st;
 }

@@ -15,6 +15,9 @@
 
 /* Reads path (delim ',' or '\t'); the first record is the header. */
 rt_status data_csv_read(const char *path, char delim, data_tsv *out);
+/* The same over a buffer of len bytes with room for one more, which the table takes over (freed
+ * with it, or at once on an error). */
+rt_status data_csv_take(const char *name, char *buf, size_t len, char delim, data_tsv *out);
 /* The same over bytes in memory (copied); name stands in for the path in messages. */
 rt_status data_csv_parse(const char *name, const char *bytes, size_t len, char delim, data_tsv *out);
 

@@ -1,5 +1,5 @@
-/* SuperGLUE JSONL readers (see data_superglue.h): the file is split into lines, each line is
- * checked for UTF-8 and parsed on its own with cJSON, and one function per record shape
+/* SuperGLUE JSONL readers (see data_superglue.h): data_jsonl splits the file into lines, checks
+ * each for UTF-8 and parses it on its own with cJSON, and one function per record shape
  * turns the object into examples. Strings are copied out of the cJSON tree (MultiRC's
  * passage once per paragraph, shared by its answer options) so that the tree can go. */
 #include "data/data_superglue.h"
@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "checkpoints/ckpt_json.h"
+#include "data/data_jsonl.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "runtime/rt_utf8.h"
 #include "runtime/rt_fs.h"
@@ -284,64 +285,23 @@ fail:
     return st;
 }
 
-/* One line: UTF-8, JSON, an object, then the task's fields. */
-static rt_status sg_read_line(sg_reader *r, const char *s, size_t len) {
-    rt_status st = RT_OK;
-    cJSON *root = NULL;
-    const char *nul = memchr(s, '\0', len);
-    if (nul) RT_FAIL(RT_ERR_FORMAT, "%s: NUL byte at column %zu (expected UTF-8 JSON text)", r->where, (size_t)(nul - s) + 1);
-    /* The raw line, since cJSON copies invalid bytes inside strings through untouched. */
-    RT_TRY(rt_utf8_check_line(r->name, r->line, s, len));
-    if (ckpt_json_parse(s, len, r->name, &root) != RT_OK) {
-        /* The parser sees one line and says "name:1:col: ..."; put the file's line back. */
-        const char *msg = rt_error_message();
-        size_t nl = strlen(r->name);
-        const char *rest = strncmp(msg, r->name, nl) == 0 && strncmp(msg + nl, ":1:", 3) == 0 ? msg + nl + 3 : NULL;
-        char detail[256];
-        snprintf(detail, sizeof detail, "%s", rest ? rest : msg);
-        RT_FAIL(RT_ERR_FORMAT, "%s:%s%s", r->where, rest ? "" : " ", detail);
-    }
-    if (!cJSON_IsObject(root))
-        RT_FAIL(RT_ERR_FORMAT, "%s: the line is %s (expected a JSON object, one record per line)", r->where,
-                ckpt_json_type_name(root));
-    RT_TRY(r->task->id == DATA_SG_MULTIRC ? sg_read_multirc(r, root) : sg_read_record(r, root));
-fail:
-    cJSON_Delete(root);
-    return st;
+/* One record: the task's fields (data_jsonl_each has checked UTF-8, JSON and the object). */
+static rt_status sg_read_line(void *ctx, const cJSON *root, const char *where, size_t line) {
+    sg_reader *r = ctx;
+    r->line = line;
+    snprintf(r->where, sizeof r->where, "%s", where);
+    return r->task->id == DATA_SG_MULTIRC ? sg_read_multirc(r, root) : sg_read_record(r, root);
 }
 
 static rt_status sg_parse_buffer(const data_sg_task *task, const char *name, const char *buf, size_t len,
                                  bool require_labels, data_sg_examples *out) {
-    rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     RT_CHECK(task != NULL && name != NULL, "task=%p name=%p", (const void *)task, (const void *)name);
     sg_reader r = {.task = task, .name = name, .require_labels = require_labels, .out = out};
     out->task = task;
     out->path = rt_xstrdup(name);
-    size_t pos = 0, blank_line = 0, n_records = 0;
-    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) pos = 3;
-    while (pos < len) {
-        r.line++;
-        const char *s = buf + pos;
-        const char *nl = memchr(s, '\n', len - pos);
-        size_t n = nl ? (size_t)(nl - s) : len - pos;
-        pos += n + (nl != NULL);
-        if (n > 0 && s[n - 1] == '\r') n--;
-        size_t k = 0;
-        while (k < n && (s[k] == ' ' || s[k] == '\t')) k++;
-        if (k == n) { /* blank: fine only if nothing but blank lines follows */
-            if (!blank_line) blank_line = r.line;
-            continue;
-        }
-        if (blank_line) RT_FAIL(RT_ERR_FORMAT, "%s:%zu: blank line (expected a JSON object)", name, blank_line);
-        snprintf(r.where, sizeof r.where, "%.300s:%zu", name, r.line);
-        RT_TRY(sg_read_line(&r, s, n));
-        n_records++;
-    }
-    if (n_records == 0) RT_FAIL(RT_ERR_FORMAT, "%s:1: no records (expected one JSON object per line)", name);
-    return RT_OK;
-fail:
-    data_sg_examples_free(out);
+    rt_status st = data_jsonl_each(name, buf, len, sg_read_line, &r);
+    if (st != RT_OK) data_sg_examples_free(out);
     return st;
 }
 

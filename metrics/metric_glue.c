@@ -10,11 +10,12 @@ typedef struct {
     double tp, fp, tn, fn, n;
 } metric_confusion;
 
-static metric_confusion metric_confusion_count(const int32_t *pred, const int32_t *label, size_t n) {
+/* Class k against the rest. */
+static metric_confusion metric_confusion_count(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
     metric_confusion c = {0};
     for (size_t i = 0; i < n; i++) {
         if (label[i] == -100) continue;
-        int p = pred[i] == 1, l = label[i] == 1;
+        int p = pred[i] == k, l = label[i] == k;
         c.tp += p && l;
         c.fp += p && !l;
         c.fn += !p && l;
@@ -34,14 +35,44 @@ double metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
     return total > 0 ? ok / total : 0.0;
 }
 
-double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) {
-    metric_confusion c = metric_confusion_count(pred, label, n);
+double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) { return metric_f1_class(pred, label, n, 1); }
+
+metric_class_scores metric_class_score(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
+    metric_confusion c = metric_confusion_count(pred, label, n, k);
+    metric_class_scores s = {.support = (size_t)(c.tp + c.fn)};
+    s.precision = c.tp + c.fp > 0 ? c.tp / (c.tp + c.fp) : 0.0;
+    s.recall = c.tp + c.fn > 0 ? c.tp / (c.tp + c.fn) : 0.0;
     double denom = 2 * c.tp + c.fp + c.fn;
-    return denom > 0 ? 2 * c.tp / denom : 0.0;
+    s.f1 = denom > 0 ? 2 * c.tp / denom : 0.0;
+    return s;
+}
+
+double metric_f1_class(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
+    return metric_class_score(pred, label, n, k).f1;
+}
+
+double metric_f1_macro(const int32_t *pred, const int32_t *label, size_t n, int n_classes) {
+    /* sklearn averages over the classes found in the labels or the predictions */
+    bool *seen = calloc((size_t)(n_classes > 0 ? n_classes : 1), sizeof *seen);
+    if (!seen) return NAN;
+    for (size_t i = 0; i < n; i++) {
+        if (label[i] == -100) continue;
+        if (label[i] >= 0 && label[i] < n_classes) seen[label[i]] = true;
+        if (pred[i] >= 0 && pred[i] < n_classes) seen[pred[i]] = true;
+    }
+    double sum = 0;
+    int count = 0;
+    for (int k = 0; k < n_classes; k++)
+        if (seen[k]) {
+            sum += metric_f1_class(pred, label, n, k);
+            count++;
+        }
+    free(seen);
+    return count ? sum / count : 0.0;
 }
 
 double metric_mcc_binary(const int32_t *pred, const int32_t *label, size_t n) {
-    metric_confusion c = metric_confusion_count(pred, label, n);
+    metric_confusion c = metric_confusion_count(pred, label, n, 1);
     double denom = sqrt((c.tp + c.fp) * (c.tp + c.fn) * (c.tn + c.fp) * (c.tn + c.fn));
     return denom > 0 ? (c.tp * c.tn - c.fp * c.fn) / denom : 0.0;
 }
@@ -89,6 +120,18 @@ static double *metric_labelled_pairs(const float *pred, const float *target, siz
         (*m)++;
     }
     return xy;
+}
+
+double metric_mse(const float *pred, const float *target, size_t n) {
+    double sum = 0;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(target[i])) continue;
+        double d = (double)pred[i] - (double)target[i];
+        sum += d * d;
+        m++;
+    }
+    return m ? sum / (double)m : NAN;
 }
 
 double metric_pearson(const float *pred, const float *target, size_t n) {

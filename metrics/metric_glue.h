@@ -1,7 +1,8 @@
-/* Evaluation metrics as GLUE reports them: accuracy (any number of classes), binary F1 of
- * class 1 (MRPC, QQP) and Matthews correlation (CoLA) with scikit-learn's definitions, and
- * Pearson and Spearman correlation (STS-B) with scipy.stats' definitions (Spearman ranks
- * ties by their average rank, as spearmanr does). Sums are taken in double. */
+/* Evaluation metrics as GLUE reports them, and as a user's own classes need them: accuracy (any
+ * number of classes), F1 of one class (class 1 for MRPC, QQP), macro-F1, per-class precision and
+ * recall, and Matthews correlation (CoLA) with scikit-learn's definitions; Pearson and Spearman
+ * correlation (STS-B) with scipy.stats' definitions (Spearman ranks ties by their average rank, as
+ * spearmanr does), and the mean squared error. Sums are taken in double. */
 #ifndef METRIC_GLUE_H
 #define METRIC_GLUE_H
 
@@ -15,7 +16,20 @@
 double metric_accuracy(const int32_t *pred, const int32_t *label, size_t n);
 double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n);
 double metric_mcc_binary(const int32_t *pred, const int32_t *label, size_t n);
+/* One class against the rest, as sklearn's classification_report gives it. */
+typedef struct {
+    double precision, recall, f1;
+    size_t support; /* labelled rows of the class */
+} metric_class_scores;
+metric_class_scores metric_class_score(const int32_t *pred, const int32_t *label, size_t n, int32_t k);
+/* F1 of class k (f1_binary is class 1's). */
+double metric_f1_class(const int32_t *pred, const int32_t *label, size_t n, int32_t k);
+/* sklearn's f1_score(average='macro'): the mean F1 over the classes 0..n_classes-1 that occur in
+ * the labels or the predictions. NaN when its buffer cannot be allocated. */
+double metric_f1_macro(const int32_t *pred, const int32_t *label, size_t n, int n_classes);
 
+/* Mean squared error over the rows whose target is not NaN; NaN when there is none. */
+double metric_mse(const float *pred, const float *target, size_t n);
 /* Rows whose target is NaN (unlabelled) are skipped. Fewer than two rows, or a constant
  * pred or target, gives NaN, as scipy does (the correlation is undefined there); so does a
  * NaN prediction. */

@@ -68,6 +68,9 @@ fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c
 fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c
 fuzz fuzz_data_csv "tests/fuzz/corpus/fuzz_data_csv/." -- data/data_csv.c data/data_tsv.c runtime/rt_status.c \
     runtime/rt_utf8.c runtime/rt_fs.c
+fuzz fuzz_data_table "tests/fuzz/corpus/fuzz_data_table/." -- data/data_table.c data/data_user.c data/data_csv.c \
+    data/data_tsv.c data/data_jsonl.c data/data_glue.c checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c \
+    runtime/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_ckpt_json "tests/fuzz/corpus/fuzz_ckpt_json/." -- checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
@@ -77,7 +80,7 @@ fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c token
     tokenizers/tok_glm.c tokenizers/tok_glm_en.c tokenizers/tok_load.c tokenizers/tok_t5.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c tokenizers/tok_vocab.c tokenizers/tok_wordpiece.c tokenizers/tok_spm.cc runtime/rt_status.c \
     runtime/rt_utf8.c runtime/rt_fs.c -lsentencepiece
-fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_pvp.c \
+fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_jsonl.c data/data_pvp.c \
     checkpoints/ckpt_json.c runtime/rt_status.c runtime/rt_utf8.c runtime/rt_fs.c tokenizers/tok.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_cache_format.c \

@@ -1,6 +1,6 @@
-/* metrics/metric_glue against scikit-learn (accuracy, F1, MCC) and scipy (Pearson, Spearman
- * with average ranks for ties) on the fixed inputs of scripts/golden/gen_metrics_golden.py,
- * committed as tests/golden/metrics/metrics.txt: seeded random cases, ties, unlabelled rows
+/* metrics/metric_glue against scikit-learn (accuracy, F1, MCC, macro-F1, per-class precision,
+ * recall and F1), scipy (Pearson, Spearman with average ranks for ties) and numpy (MSE) on the
+ * fixed inputs of scripts/golden/gen_metrics_golden.py, committed as tests/golden/metrics/metrics.txt: seeded random cases, ties, unlabelled rows
  * (-100 labels, NaN targets) and degenerate ones (0 from sklearn, NaN from scipy). */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +35,16 @@ static void check_value(const golden_case *c, const char *metric, double got, do
               want);
 }
 
+/* The classes a case has: one more than its largest label or prediction, as the generator counts. */
+static int class_count(const int32_t *p, const int32_t *l, size_t n) {
+    int32_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] > m) m = p[i];
+        if (l[i] > m) m = l[i];
+    }
+    return m + 1;
+}
+
 static void check_metric(golden_case *c, const char *metric, double want) {
     size_t n = c->n_pred;
     if (strcmp(c->kind, "regression") == 0) {
@@ -49,6 +59,8 @@ static void check_metric(golden_case *c, const char *metric, double want) {
             double s = 0;
             TZ_EXPECT_OK(metric_spearman(p, t, n, &s));
             check_value(c, metric, s, want);
+        } else if (strcmp(metric, "mse") == 0) {
+            check_value(c, metric, metric_mse(p, t, n), want);
         } else {
             TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
         }
@@ -57,6 +69,7 @@ static void check_metric(golden_case *c, const char *metric, double want) {
         return;
     }
     int32_t *p = malloc(n * sizeof *p), *l = malloc(n * sizeof *l);
+    int k;
     for (size_t i = 0; i < n; i++) {
         p[i] = (int32_t)c->pred[i];
         l[i] = (int32_t)c->ref[i];
@@ -64,6 +77,10 @@ static void check_metric(golden_case *c, const char *metric, double want) {
     if (strcmp(metric, "accuracy") == 0) check_value(c, metric, metric_accuracy(p, l, n), want);
     else if (strcmp(metric, "f1") == 0) check_value(c, metric, metric_f1_binary(p, l, n), want);
     else if (strcmp(metric, "mcc") == 0) check_value(c, metric, metric_mcc_binary(p, l, n), want);
+    else if (strcmp(metric, "f1_macro") == 0) check_value(c, metric, metric_f1_macro(p, l, n, class_count(p, l, n)), want);
+    else if (sscanf(metric, "precision_%d", &k) == 1) check_value(c, metric, metric_class_score(p, l, n, k).precision, want);
+    else if (sscanf(metric, "recall_%d", &k) == 1) check_value(c, metric, metric_class_score(p, l, n, k).recall, want);
+    else if (sscanf(metric, "f1_%d", &k) == 1) check_value(c, metric, metric_f1_class(p, l, n, k), want);
     else TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
     free(p);
     free(l);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reference values for metrics/metric_glue.c: accuracy, binary F1 and Matthews correlation
-from scikit-learn, Pearson and Spearman from scipy.stats, on fixed inputs (seeded random
+"""Reference values for metrics/metric_glue.c: accuracy, binary F1, Matthews correlation,
+macro-F1 and per-class precision, recall and F1 from scikit-learn, Pearson and Spearman from
+scipy.stats, the mean squared error from numpy, on fixed inputs (seeded random
 ones, many ties, unlabelled rows, and degenerate ones where a metric is 0 or undefined).
 
 Writes tests/golden/metrics/metrics.txt, read by tests/test_metrics.c. Format, one item a
@@ -26,7 +27,7 @@ import numpy as np
 import scipy
 import scipy.stats
 import sklearn
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, precision_recall_fscore_support
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden", "metrics", "metrics.txt")
 
@@ -50,6 +51,15 @@ def classification_case(lines, name, kind, pred, label):
         # positives at all; MCC is 0.0 when its denominator is.
         lines.append("f1 " + fmt(f1_score(y, p, pos_label=1, average="binary", zero_division=0.0)))
         lines.append("mcc " + fmt(matthews_corrcoef(y, p)))
+    # what a user's own classes report: macro-F1 (over the classes in labels or predictions, as
+    # sklearn averages) and each class's precision, recall and F1
+    lines.append("f1_macro " + fmt(f1_score(y, p, average="macro", zero_division=0.0)))
+    n_classes = int(max(pred.max(), label.max())) + 1
+    prec, rec, f1, _ = precision_recall_fscore_support(y, p, labels=list(range(n_classes)), zero_division=0.0)
+    for k in range(n_classes):
+        lines.append("precision_%d %s" % (k, fmt(prec[k])))
+        lines.append("recall_%d %s" % (k, fmt(rec[k])))
+        lines.append("f1_%d %s" % (k, fmt(f1[k])))
     lines.append("end")
 
 
@@ -68,6 +78,7 @@ def regression_case(lines, name, pred, target):
     lines.append("target " + " ".join("nan" if math.isnan(v) else "%.9g" % v for v in target))
     lines.append("pearson " + fmt(pr))
     lines.append("spearman " + fmt(sr))
+    lines.append("mse " + fmt(np.mean((x - y) ** 2)))
     lines.append("end")
 
 
