@@ -168,15 +168,24 @@ cJSON *mdl_hf_config_new(const char *model_type, const char *arch) {
     return o;
 }
 
-void mdl_hf_add_labels(cJSON *config, int num_labels) {
-    if (num_labels == 1) cJSON_AddStringToObject(config, "problem_type", "regression");
+void mdl_hf_add_labels(cJSON *config, int num_labels) { mdl_hf_set_labels(config, num_labels, NULL); }
+
+void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names) {
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "problem_type");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "id2label");
+    cJSON_DeleteItemFromObjectCaseSensitive(config, "label2id");
+    if (num_labels == 1)
+        cJSON_AddStringToObject(config, "problem_type", "regression");
+    else if (names)
+        cJSON_AddStringToObject(config, "problem_type", "single_label_classification");
     cJSON *id2label = cJSON_AddObjectToObject(config, "id2label"), *label2id = cJSON_AddObjectToObject(config, "label2id");
     for (int i = 0; i < num_labels; i++) {
         char key[32], name[32];
         snprintf(key, sizeof key, "%d", i);
         snprintf(name, sizeof name, "LABEL_%d", i);
-        cJSON_AddStringToObject(id2label, key, name);
-        cJSON_AddNumberToObject(label2id, name, i);
+        const char *label = names && num_labels > 1 ? names[i] : name;
+        cJSON_AddStringToObject(id2label, key, label);
+        cJSON_AddNumberToObject(label2id, label, i);
     }
 }
 

@@ -105,6 +105,9 @@ rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_label
 cJSON *mdl_hf_config_new(const char *model_type, const char *arch);
 /* id2label and label2id (LABEL_0 ...), and problem_type "regression" for one label. */
 void mdl_hf_add_labels(cJSON *config, int num_labels);
+/* The same with the classes' names (NULL: LABEL_0 ...), replacing what config had; problem_type
+ * "single_label_classification" when named, "regression" for one label. */
+void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names);
 /* Writes config to path atomically and deletes it. */
 rt_status mdl_hf_write_json(cJSON *config, const char *path);
 /* An HF folder: dir (made by tp rank 0), model.safetensors in map's names (a collective every

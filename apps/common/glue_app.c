@@ -19,6 +19,7 @@
 #include "data/data_glue.h"
 #include "data/data_loader.h"
 #include "apps/common/glue_app.h"
+#include "apps/common/glue_files.h"
 #include "apps/common/train_app.h"
 #include "metrics/metric_glue.h"
 #include "runtime/rt_args.h"
@@ -33,6 +34,8 @@
 
 typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *predict, *predict_out, *save_hf;
+    const char *train_file, *validation_file, *test_file, *data_format, *text_columns, *label_column, *label_names,
+        *positive_label;
     int64_t max_len;
     train_app_opts t; /* the options every training program shares */
 } gc_opts;
@@ -54,6 +57,27 @@ static const rt_opt gc_own_options[] = {
      "tokenizer directory or file when --model has none (default: the one shipped for the model family)", NULL, 0, 0},
     {"data-dir", RT_OPT_STRING, &O.data_dir, NULL, "DIR", "folder with the task's GLUE files (default: the shipped MRPC copy)",
      NULL, 0, 0},
+    {"train-file", RT_OPT_STRING, &O.train_file, NULL, "FILE",
+     "your own training data instead of --dataset: CSV, TSV, JSON Lines or a JSON array of records, with a header "
+     "or keys naming the columns", NULL, 0, 0},
+    {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
+     "with --train-file: the rows scored at each evaluation (its labels must be among the train file's)", NULL, 0, 0},
+    {"test-file", RT_OPT_STRING, &O.test_file, NULL, "FILE",
+     "with --train-file: after training, predict every row into SAVE_DIR/predictions.csv (.tsv, .jsonl as the file "
+     "is), its columns then prediction and prob_CLASS", NULL, 0, 0},
+    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
+     "the files' format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json", 0,
+     0},
+    {"text-columns", RT_OPT_STRING, &O.text_columns, NULL, "A[,B]",
+     "the text column, or two for a pair (default: sentence1,sentence2 when both exist, else text, else the first "
+     "two text columns)", NULL, 0, 0},
+    {"label-column", RT_OPT_STRING, &O.label_column, "label", "NAME",
+     "the label column: text or whole numbers are classes (sorted), numbers with a fraction mean regression", NULL, 0,
+     0},
+    {"label-names", RT_OPT_STRING, &O.label_names, NULL, "A,B,...",
+     "the classes in id order (default: the train file's labels, sorted)", NULL, 0, 0},
+    {"positive-label", RT_OPT_STRING, &O.positive_label, NULL, "NAME",
+     "two classes: the one whose F1 is reported (default: the second)", NULL, 0, 0},
     {"max-len", RT_OPT_INT, &O.max_len, "128", NULL, "truncate each pair to N tokens (longest first)", NULL, 1, 1 << 20},
     {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE.tsv", "after training, predict every row of a GLUE-format TSV",
      NULL, 0, 0},
@@ -136,7 +160,8 @@ static rt_status gc_resolve_source(gc_source *s) {
 typedef struct {
     const mdl_classifier *model;
     const data_tokenized *ds;
-    const data_glue_task *task;
+    const data_glue_task *task;     /* a GLUE task's scoring, or */
+    const data_user_task *user;     /* a user's classes or regression (--train-file) */
     int batch_size;
     int32_t pad_id;
     const data_pad *pad;
@@ -208,6 +233,29 @@ static void gc_metric(gc_eval *e, rt_metrics *out, const char *name, double valu
     out->values[out->n++] = value;
 }
 
+/* Pearson, Spearman (and MSE for a user's regression). */
+static rt_status gc_score_regression(gc_eval *e, rt_metrics *out, bool mse) {
+    double spearman;
+    const data_tokenized *ds = e->ds;
+    gc_metric(e, out, "pearson", metric_pearson(e->probs, ds->targets, ds->n));
+    rt_status st = metric_spearman(e->probs, ds->targets, ds->n, &spearman);
+    if (st != RT_OK) return st;
+    gc_metric(e, out, "spearman", spearman);
+    if (mse) gc_metric(e, out, "mse", metric_mse(e->probs, ds->targets, ds->n));
+    return RT_OK;
+}
+
+/* A user's task: accuracy, macro-F1 and, with two classes, the positive class's F1; or
+ * regression's correlations and MSE. */
+static rt_status gc_score_user(gc_eval *e, rt_metrics *out) {
+    const data_tokenized *ds = e->ds;
+    if (e->user->type == DATA_TASK_REGRESSION) return gc_score_regression(e, out, true);
+    gc_metric(e, out, "accuracy", metric_accuracy(e->pred, ds->labels, ds->n));
+    gc_metric(e, out, "f1_macro", metric_f1_macro(e->pred, ds->labels, ds->n, e->user->n_labels));
+    if (e->user->positive >= 0) gc_metric(e, out, "f1", metric_f1_class(e->pred, ds->labels, ds->n, e->user->positive));
+    return RT_OK;
+}
+
 /* Scores one dev set as GLUE does: accuracy (+ F1 or MCC), or Pearson and Spearman. */
 static rt_status gc_evaluate_split(gc_eval *e, rt_metrics *out) {
     double loss_sum;
@@ -218,14 +266,8 @@ static rt_status gc_evaluate_split(gc_eval *e, rt_metrics *out) {
     for (size_t i = 0; i < ds->n; i++)
         labelled += ds->targets ? !isnan(ds->targets[i]) : ds->labels[i] != DATA_LABEL_NONE;
     gc_metric(e, out, "loss", labelled ? loss_sum / (double)labelled : 0.0);
-    if (e->task->metric == DATA_METRIC_PEARSON_SPEARMAN) {
-        double spearman;
-        gc_metric(e, out, "pearson", metric_pearson(e->probs, ds->targets, ds->n));
-        st = metric_spearman(e->probs, ds->targets, ds->n, &spearman);
-        if (st != RT_OK) return st;
-        gc_metric(e, out, "spearman", spearman);
-        return RT_OK;
-    }
+    if (e->user) return gc_score_user(e, out);
+    if (e->task->metric == DATA_METRIC_PEARSON_SPEARMAN) return gc_score_regression(e, out, false);
     gc_metric(e, out, "accuracy", metric_accuracy(e->pred, ds->labels, ds->n));
     if (e->task->metric == DATA_METRIC_ACC_F1) gc_metric(e, out, "f1", metric_f1_binary(e->pred, ds->labels, ds->n));
     if (e->task->metric == DATA_METRIC_MCC) gc_metric(e, out, "mcc", metric_mcc_binary(e->pred, ds->labels, ds->n));
@@ -421,6 +463,7 @@ typedef struct {
     const mdl_classifier *m;
     const char *tokenizer_path;
     const rt_grid *grid;
+    const data_user_task *labels; /* a user's classes, named in config.json; NULL: LABEL_0 ... */
 } gc_export;
 
 static rt_status gc_write_hf(void *ctx, const char *folder) {
@@ -428,12 +471,81 @@ static rt_status gc_write_hf(void *ctx, const char *folder) {
     /* config.json and the weights (gathered over tp); the first replica's tp group does it */
     rt_status st = x->grid->dp_rank == 0 ? x->m->save_hf(x->m->model, folder) : RT_OK;
     if (st == RT_OK && x->grid->world->rank == 0) st = train_app_copy_tokenizer(x->tokenizer_path, folder);
+    if (st == RT_OK && x->grid->world->rank == 0 && x->labels) {
+        char config[4096];
+        snprintf(config, sizeof config, "%s/config.json", folder);
+        st = glue_files_label_config(x->labels, config);
+    }
     return st;
 }
 
-static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid) {
-    gc_export x = {m, tokenizer_path, grid};
+static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid,
+                            const data_user_task *labels) {
+    gc_export x = {m, tokenizer_path, grid, labels};
     return train_app_export_hf(O.save_hf, grid, gc_write_hf, &x);
+}
+
+/* ---- a user's files ---- */
+
+/* --train-file and the options that go with it, checked against the GLUE ones. */
+static rt_status gc_files_options(glue_files_opts *o) {
+    memset(o, 0, sizeof *o);
+    const char *needs_train[] = {"validation-file", "test-file", "text-columns", "label-names", "positive-label"};
+    if (!O.train_file) {
+        for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
+            if (rt_args_source_of(&gc_spec, needs_train[k]) != RT_ARG_DEFAULT)
+                return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data files)", needs_train[k]);
+        return RT_OK;
+    }
+    const char *glue_only[] = {"dataset", "data-dir", "predict"};
+    for (size_t k = 0; k < sizeof glue_only / sizeof glue_only[0]; k++)
+        if (rt_args_source_of(&gc_spec, glue_only[k]) != RT_ARG_DEFAULT)
+            return rt_errorf(RT_ERR_USAGE, "--%s is for GLUE tasks; with --train-file %s", glue_only[k],
+                             strcmp(glue_only[k], "predict") == 0 ? "use --test-file" : "leave it out");
+    o->train = O.train_file;
+    o->validation = O.validation_file;
+    o->test = O.test_file;
+    o->format = strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO : (data_format)data_format_parse(O.data_format);
+    o->user = (data_user_opts){.text_columns = O.text_columns, .label_column = O.label_column,
+                               .label_names = O.label_names, .positive_label = O.positive_label};
+    return RT_OK;
+}
+
+/* Each class's precision, recall and F1 on the validation set, after the last evaluation. */
+static void gc_log_classes(const gc_eval *e) {
+    const data_user_task *u = e->user;
+    const int shown = u->n_labels < 20 ? u->n_labels : 20;
+    for (int k = 0; k < shown; k++) {
+        metric_class_scores c = metric_class_score(e->pred, e->ds->labels, e->ds->n, k);
+        rt_log_info("  class '%s': precision %.4f recall %.4f f1 %.4f (%zu rows)", u->label_names[k], c.precision,
+                    c.recall, c.f1, c.support);
+    }
+    if (shown < u->n_labels) rt_log_info("  (and %d more classes)", u->n_labels - shown);
+}
+
+/* --test-file: every row predicted, written beside the input's columns. */
+static rt_status gc_predict_test_file(const glue_files *files, const mdl_classifier *m, const tok_tokenizer *tok,
+                                      int32_t pad, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    data_table table = {0};
+    data_tokenized ds = {0};
+    gc_eval e = {0};
+    RT_TRY(glue_files_read_test(files, tok, (int)O.max_len, &table, &ds));
+    gc_eval_init(&e, m, &ds, NULL, pad, grid->dp_host);
+    e.user = &files->task;
+    double loss;
+    RT_TRY(gc_predict_all(&e, &loss));
+    if (grid->world->rank == 0) { /* every rank has the results; one writes them */
+        char written[4096];
+        RT_TRY(glue_files_write_predictions(files, &table, O.t.save_dir, O.predict_out, e.pred, e.probs, written,
+                                            sizeof written));
+        rt_log_info("wrote %zu predictions to %s", ds.n, written);
+    }
+fail:
+    gc_eval_free(&e);
+    data_tokenized_free(&ds);
+    data_table_free(&table);
+    return st;
 }
 
 /* ---- main ---- */
@@ -452,6 +564,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     int n_dev = 0;
     char *options_json = NULL;
     bool ev_ready = false;
+    glue_files files = {0};
+    glue_files_opts files_opts;
 
     /* what the model, the loop and evaluation use: the grid's comms, or with --comm-stats
      * counting views of them (comm_count keeps the owned ones) */
@@ -459,9 +573,20 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const rt_grid *grid = &grid_storage;
     train_app_comm_count comm_count = {0};
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
+    RT_TRY(gc_files_options(&files_opts));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
-    const data_glue_task *task = data_glue_task_find(O.dataset);
-    RT_CHECK(task != NULL, "dataset %s passed the choice check", O.dataset);
+    const bool user_files = O.train_file != NULL;
+    const data_glue_task *task = user_files ? NULL : data_glue_task_find(O.dataset);
+    RT_CHECK(user_files || task != NULL, "dataset %s passed the choice check", O.dataset);
+    if (user_files) { /* the classes come from the train file, before the model is made */
+        RT_TRY(glue_files_open(&files_opts, &files));
+        char desc[512];
+        data_user_task_describe(&files.task, desc, sizeof desc);
+        rt_log_info("task: %s; text %s%s%s; from %s", desc, files.task.text_col[0], files.task.n_text > 1 ? " + " : "",
+                    files.task.n_text > 1 ? files.task.text_col[1] : "", O.train_file);
+    }
+    const int num_labels = user_files ? files.task.n_labels : task->n_labels;
+    const char *data_name = user_files ? (O.validation_file ? O.validation_file : O.train_file) : task->name;
     RT_TRY(gc_resolve_source(&source));
 
     RT_TRY(tok_load(source.files.tokenizer, &tok));
@@ -474,7 +599,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_device(&O.t, &grid_storage, device, sizeof device, &be));
     train_app_comm_count_begin(&O.t, &comm_count, &grid_storage);
     glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
-                          .num_labels = task->n_labels, .tok = tok,
+                          .num_labels = num_labels, .tok = tok,
                           .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
                           .max_B = (int)O.t.batch_size, .max_T = max_T,
                           .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t),
@@ -492,34 +617,45 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_log_info("model: %s, %zu parameters%s; tokenizer %s; device %s", gm.desc, params->numel,
                 train_app_params_scope(grid->tp, grid->pp), source.files.tokenizer, device);
 
-    char train_path[4096];
-    const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
-    if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
-        RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir: only MRPC ships with tunezoo", task->name);
-    task = data_glue_task_for_dir(task, data_dir); /* CoLA: its release layout or GLUE's */
-    RT_TRY(data_glue_check_dir(task, data_dir));
-    snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
-    /* train and every dev split, tokenized, or read back from the cache */
-    data_tokenized sets[1 + DATA_GLUE_MAX_SPLITS] = {{0}};
-    gc_build_ctx bc = {task, data_dir, train_path, tok};
-    data_cache_key key;
-    RT_TRY(gc_cache_key(&bc, source.files.tokenizer, &key));
-    st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, 1, gc_build_sets, &bc,
-                                  sets);
-    train = sets[0];
-    for (int k = 0; k < task->n_dev; k++) dev[k] = sets[1 + k];
-    if (st != RT_OK) goto fail;
     size_t dev_rows = 0;
-    for (n_dev = 0; n_dev < task->n_dev; n_dev++) dev_rows += dev[n_dev].n;
-    rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows%s, from %s", task->name, train.n,
-                train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
-
+    if (user_files) {
+        RT_TRY(glue_files_tokenize(&files, tok, source.files.tokenizer, (int)O.max_len, train_app_cache_dir(&O.t), &train,
+                                   &dev[0]));
+        n_dev = O.validation_file ? 1 : 0;
+        dev_rows = dev[0].n;
+        rt_log_info("data: train %zu rows (%zu truncated to %lld tokens), validation %zu rows, from %s%s%s", train.n,
+                    train.n_truncated, (long long)O.max_len, dev_rows, O.train_file, n_dev ? " and " : "",
+                    n_dev ? O.validation_file : "");
+        if (!n_dev) rt_log_info("no --validation-file: training without evaluation");
+    } else {
+        char train_path[4096];
+        const char *data_dir = O.data_dir ? O.data_dir : TZ_SOURCE_DIR "/assets/glue-mrpc";
+        if (!O.data_dir && strcmp(task->name, "mrpc") != 0)
+            RT_FAIL(RT_ERR_USAGE, "--dataset %s needs --data-dir: only MRPC ships with tunezoo", task->name);
+        task = data_glue_task_for_dir(task, data_dir); /* CoLA: its release layout or GLUE's */
+        RT_TRY(data_glue_check_dir(task, data_dir));
+        snprintf(train_path, sizeof train_path, "%s/%s", data_dir, task->train_file);
+        /* train and every dev split, tokenized, or read back from the cache */
+        data_tokenized sets[1 + DATA_GLUE_MAX_SPLITS] = {{0}};
+        gc_build_ctx bc = {task, data_dir, train_path, tok};
+        data_cache_key key;
+        RT_TRY(gc_cache_key(&bc, source.files.tokenizer, &key));
+        st = data_cache_load_or_build(train_app_cache_dir(&O.t), &key, task->name, 1 + task->n_dev, 1, gc_build_sets,
+                                      &bc, sets);
+        train = sets[0];
+        for (int k = 0; k < task->n_dev; k++) dev[k] = sets[1 + k];
+        if (st != RT_OK) goto fail;
+        for (n_dev = 0; n_dev < task->n_dev; n_dev++) dev_rows += dev[n_dev].n;
+        rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows%s, from %s", task->name,
+                    train.n, train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
+    }
     /* --batch-size is the global batch: each dp rank collates its slice of it */
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
                                .world = grid->dp_size, .lengths = train.lengths, .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, &O.t.pad, &loader));
     for (int k = 0; k < n_dev; k++) {
         gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp_host);
+        ev[k].user = user_files ? &files.task : NULL;
         ev[k].prefix = n_dev > 1 ? task->dev[k].name : NULL;
     }
     ev[0].n_splits = n_dev;
@@ -531,7 +667,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                                        .pipeline_step = gm.cls.pipeline_step ? gc_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&train_ctx);
     rt_train_data td = data_loader_train_data(loader);
-    rt_train_eval te = {.ctx = ev, .evaluate = gc_evaluate};
+    rt_train_eval te = {.ctx = ev, .evaluate = n_dev ? gc_evaluate : NULL};
     rt_train_result res;
     RT_TRY(rt_train(&to, &tm, &td, &te, ckpt_train_io(), &res));
     train_app_comm_count_print(&O.t, &comm_count, grid, params, res.steps);
@@ -540,14 +676,16 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (res.signal) goto fail;
     if (res.last_eval.n) {
         char line[512];
-        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", task->name, dev_rows,
+        int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", data_name, dev_rows,
                          (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
         rt_log_info("%s", line);
+        if (user_files && files.task.type == DATA_TASK_CLASSIFICATION) gc_log_classes(&ev[0]);
     }
     if (O.predict) RT_TRY(gc_predict_file(&gm.cls, tok, task, pad, grid));
-    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid));
+    if (O.test_file) RT_TRY(gc_predict_test_file(&files, &gm.cls, tok, pad, grid));
+    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, user_files ? &files.task : NULL));
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);
@@ -559,6 +697,7 @@ fail:
     tok_free(tok);
     train_app_comm_count_end(&comm_count, &grid_storage);
     rt_grid_free(&grid_storage);
+    glue_files_free(&files);
     return st;
 }
 

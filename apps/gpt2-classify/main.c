@@ -61,9 +61,13 @@ static rt_status gpt2_app_load_hf(glue_model *m, const char *weights, char *repo
 int main(int argc, char **argv) {
     static const glue_app_model gpt2_family = {
         .prog = "gpt2-classify",
-        .summary = "Fine-tunes GPT-2 (GPT2ForSequenceClassification) on a GLUE task and reports dev loss, accuracy\n"
-                   "and F1. Checkpoints and metrics.jsonl go to --save-dir; --resume continues bit-exactly.",
+        .summary = "Fine-tunes GPT-2 (GPT2ForSequenceClassification) on a GLUE task, or on your own CSV, TSV or JSON\n"
+                   "Lines files (--train-file), and reports the dev metrics. Checkpoints and metrics.jsonl go to\n"
+                   "--save-dir; --resume continues bit-exactly.",
         .epilog = "examples:\n  gpt2-classify --dataset mrpc\n  gpt2-classify --model ~/models/gpt2 --epochs 3 --lr 2e-5\n"
+                  "  gpt2-classify --train-file assets/examples/reviews-train.csv \\\n"
+                  "      --validation-file assets/examples/reviews-validation.csv \\\n"
+                  "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
                   "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
                   "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2\n"
                   "  mpirun -np 2 gpt2-classify --dataset mrpc --pp 2 --micro-batches 4",

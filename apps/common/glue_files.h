@@ -1,0 +1,50 @@
+/* The classification programs on a user's own files (issue 35): --train-file, --validation-file
+ * and --test-file in CSV, TSV, JSON Lines or a JSON array, beside the GLUE tasks. This part reads
+ * the files, decides the task (data_user.h), tokenizes through the cache, writes the test file's
+ * predictions, and puts the class names into an HF export's config.json. glue_app.c runs the
+ * model, the training and the evaluation as for a GLUE task. */
+#ifndef GLUE_FILES_H
+#define GLUE_FILES_H
+
+#include <stdbool.h>
+
+#include "data/data_dataset.h"
+#include "data/data_table.h"
+#include "data/data_user.h"
+#include "tokenizers/tok.h"
+
+typedef struct {
+    const char *train, *validation, *test; /* validation and test may be NULL */
+    data_format format;                   /* DATA_FORMAT_AUTO: each file's extension */
+    data_user_opts user;
+} glue_files_opts;
+
+typedef struct {
+    glue_files_opts o;
+    data_table train, validation; /* validation.n_rows 0 when there is none */
+    data_user_task task;
+} glue_files;
+
+/* Reads the train and validation files and decides the task. */
+rt_status glue_files_open(const glue_files_opts *o, glue_files *f);
+/* The train set, and the validation set when there is one, tokenized to max_len, or read back from
+ * the cache in cache_dir (NULL: none), keyed on the files, the task and the tokenizer at
+ * tokenizer_path. */
+rt_status glue_files_tokenize(const glue_files *f, const tok_tokenizer *tok, const char *tokenizer_path, int max_len,
+                              const char *cache_dir, data_tokenized *train, data_tokenized *validation);
+/* Reads the test file and tokenizes it (labels are not read); *table keeps the rows the
+ * predictions repeat. */
+rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, int max_len, data_table *table,
+                               data_tokenized *test);
+/* The predictions file for the test table: SAVE_DIR/predictions.csv, .tsv or .jsonl as the test
+ * file is written (path_out NULL), else path_out in that format. Each row repeats the input's
+ * columns, then `prediction` (the class name, or the score for regression) and `prob_NAME` for
+ * each class. pred: (n) class ids; scores: (n, n_labels) probabilities, or (n) scores. */
+rt_status glue_files_write_predictions(const glue_files *f, const data_table *test, const char *save_dir,
+                                       const char *path_out, const int32_t *pred, const float *scores,
+                                       char *written, size_t written_cap);
+/* Puts the classes into an HF config.json: id2label, label2id and problem_type. */
+rt_status glue_files_label_config(const data_user_task *task, const char *config_path);
+void glue_files_free(glue_files *f);
+
+#endif

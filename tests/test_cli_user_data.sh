@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# gpt2-classify and bert-classify on a user's own files (issue 35), with tiny models: the shipped
+# CSV example (string labels, quoted fields) trained, evaluated (accuracy, macro-F1, the positive
+# class's F1, each class's precision and recall) and predicted into predictions.csv; the same
+# validation rows as JSON Lines score the same; --label-names reorders the classes; a JSONL of
+# fractional scores is regression (Pearson, Spearman, MSE) with predictions.jsonl; --save-hf names
+# the classes; the cache keys on the files; and every bad input or option gets its one-line error
+# naming the file, the line and the column (exit 1), or a usage error (exit 2).
+set -u
+BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+for p in gpt2-classify bert-classify; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
+# expect_fail NAME RC PATTERN PROGRAM ARGS...: exit code RC and a one-line stderr matching PATTERN
+expect_fail() {
+    local name=$1 want_rc=$2 pattern=$3 prog=$4
+    shift 4
+    "$BIN_DIR/$prog" "$@" > "$TMP/out" 2> "$TMP/err"
+    local rc=$?
+    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
+    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
+    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
+    ok
+}
+
+cat > "$TMP/gpt2.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2}
+JSON
+cat > "$TMP/bert.json" <<JSON
+{"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+ "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}
+JSON
+EX="$SRC/assets/examples"
+COMMON=(--max-len 48 --batch-size 8 --threads 2 --epochs 2 --no-cache)
+GPT2=(--arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$EX/reviews-train.csv" --label-column sentiment)
+
+# the shipped example: train, evaluate, predict, export
+"$BIN_DIR/gpt2-classify" "${GPT2[@]}" --validation-file "$EX/reviews-validation.csv" --test-file "$EX/reviews-test.csv" \
+    --save-dir "$TMP/run" --save-hf "$TMP/run/hf" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the CSV example run failed"
+grep -q "^task: classes 'negative', 'positive'; text review; from " "$TMP/out" && ok || bad "no task line"
+grep -q "dev results (.*reviews-validation.csv, 12 examples, step 12): loss .* accuracy .* f1_macro .* f1 " "$TMP/out" &&
+    ok || bad "no dev results line with accuracy, f1_macro and f1"
+grep -q "^  class 'negative': precision [0-9.]* recall [0-9.]* f1 [0-9.]* (6 rows)$" "$TMP/out" &&
+    grep -q "^  class 'positive': " "$TMP/out" && ok || bad "no per-class lines"
+P="$TMP/run/predictions.csv"
+[ "$(head -n 1 "$P")" = "id,review,prediction,prob_negative,prob_positive" ] && ok || bad "predictions.csv header: $(head -n 1 "$P")"
+[ "$(wc -l < "$P")" -eq 9 ] && ok || bad "predictions.csv has $(wc -l < "$P") lines, want 9"
+# the input's fields come back as RFC 4180 writes them: commas and doubled quotes inside quotes
+grep -q '^207,"Easy to set up, and the picture is sharp, with ""true"" colours.",\(negative\|positive\),0\.[0-9]*,0\.[0-9]*$' "$P" &&
+    ok || bad "predictions.csv does not repeat a quoted field as it was"
+[ "$(tail -n +2 "$P" | grep -c ',\(negative\|positive\),[01]\.[0-9]\{6\},[01]\.[0-9]\{6\}$')" -eq 8 ] && ok ||
+    bad "a prediction row lacks the class name and two probabilities"
+grep -q '"0":[[:space:]]*"negative"' "$TMP/run/hf/config.json" && grep -q '"positive":[[:space:]]*1' "$TMP/run/hf/config.json" &&
+    grep -q '"problem_type":[[:space:]]*"single_label_classification"' "$TMP/run/hf/config.json" && ok ||
+    bad "--save-hf config.json does not name the classes"
+grep -q '"type":"eval".*"f1_macro"' "$TMP/run/metrics.jsonl" && ok || bad "metrics.jsonl lacks f1_macro"
+dev_csv=$(grep "dev results" "$TMP/out" | sed 's/.*step 12)://')
+
+# the same validation rows as JSON Lines score the same
+"$BIN_DIR/gpt2-classify" "${GPT2[@]}" --validation-file "$EX/reviews-validation.jsonl" --save-dir "$TMP/jsonl" \
+    > "$TMP/out" 2> "$TMP/err" && ok || bad "the JSONL validation run failed"
+dev_jsonl=$(grep "dev results" "$TMP/out" | sed 's/.*step 12)://')
+[ -n "$dev_csv" ] && [ "$dev_csv" = "$dev_jsonl" ] && ok || bad "JSONL validation scores '$dev_jsonl', CSV '$dev_csv'"
+
+# --label-names fixes the order; --positive-label picks the F1's class; a .txt file with --data-format
+cp "$EX/reviews-test.csv" "$TMP/test.txt"
+"$BIN_DIR/gpt2-classify" "${GPT2[@]}" --validation-file "$EX/reviews-validation.csv" --label-names positive,negative \
+    --positive-label positive --test-file "$TMP/test.txt" --data-format csv --predict-out "$TMP/named.csv" \
+    --save-dir "$TMP/named" > "$TMP/out" 2> "$TMP/err" && ok || bad "the --label-names run failed"
+grep -q "^task: classes 'positive', 'negative'" "$TMP/out" && ok || bad "--label-names did not set the order"
+[ "$(head -n 1 "$TMP/named.csv")" = "id,review,prediction,prob_positive,prob_negative" ] && ok || bad "--predict-out header"
+
+# the token cache: a second run reads it; another label order is another entry
+CACHED=(--arch "$TMP/gpt2.json" --max-len 48 --batch-size 8 --threads 2 --epochs 0 --cache-dir "$TMP/cache"
+        --train-file "$EX/reviews-train.csv" --validation-file "$EX/reviews-validation.csv" --label-column sentiment)
+"$BIN_DIR/gpt2-classify" "${CACHED[@]}" --save-dir "$TMP/c1" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "tokenized 56 rows" "$TMP/out" && ok || bad "the first cached run did not tokenize"
+"$BIN_DIR/gpt2-classify" "${CACHED[@]}" --save-dir "$TMP/c2" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "cache hit" "$TMP/out" && ok || bad "the second run did not read the cache"
+"$BIN_DIR/gpt2-classify" "${CACHED[@]}" --label-names positive,negative --save-dir "$TMP/c3" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "tokenized 56 rows" "$TMP/out" && ok || bad "another label order reused the cache entry"
+
+# regression from JSON Lines: fractional scores; predictions.jsonl keeps the input's keys and kinds
+{
+    for i in 1 2 3 4 5 6 7 8; do
+        echo "{\"text\": \"it was fine $i\", \"score\": $i.5, \"meta\": {\"n\": $i}}"
+        echo "{\"text\": \"it was bad $i\", \"score\": 0.25}"
+    done
+} > "$TMP/scores.jsonl"
+"$BIN_DIR/bert-classify" --arch "$TMP/bert.json" "${COMMON[@]}" --train-file "$TMP/scores.jsonl" --label-column score \
+    --validation-file "$TMP/scores.jsonl" --test-file "$TMP/scores.jsonl" --save-dir "$TMP/reg" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the regression run failed"
+grep -q "^task: regression on 'score'" "$TMP/out" && ok || bad "fractions did not mean regression"
+grep -q "dev results (.*): loss .* pearson .* spearman .* mse " "$TMP/out" && ok || bad "no regression metrics"
+R="$TMP/reg/predictions.jsonl"
+[ "$(wc -l < "$R")" -eq 16 ] && ok || bad "predictions.jsonl has $(wc -l < "$R") lines"
+head -n 1 "$R" | grep -q '^{"text": "it was fine 1", "score": 1.5, "meta": {"n":1}, "prediction": -\?[0-9.e+-]*}$' && ok ||
+    bad "predictions.jsonl row: $(head -n 1 "$R")"
+
+# options that do not go together, and names that are not there (usage: exit 2)
+expect_fail "--dataset with --train-file" 2 "\-\-dataset is for GLUE tasks; with --train-file leave it out" \
+    gpt2-classify "${GPT2[@]}" --dataset sst2 --save-dir "$TMP/e1"
+expect_fail "--predict with --train-file" 2 "with --train-file use --test-file" \
+    gpt2-classify "${GPT2[@]}" --predict "$EX/reviews-test.csv" --save-dir "$TMP/e2"
+expect_fail "--validation-file alone" 2 "\-\-validation-file goes with --train-file" \
+    gpt2-classify --arch "$TMP/gpt2.json" --validation-file "$EX/reviews-validation.csv" --save-dir "$TMP/e3"
+expect_fail "no label column" 2 "reviews-train.csv: no column 'label' (its columns: id, review, sentiment); name the column with --label-column" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$EX/reviews-train.csv" --save-dir "$TMP/e4"
+expect_fail "unknown text column" 2 "no column 'body' (its columns: id, review, sentiment)" \
+    gpt2-classify "${GPT2[@]}" --text-columns body --save-dir "$TMP/e5"
+expect_fail "positive label not a class" 2 "\-\-positive-label 'great' is not a class" \
+    gpt2-classify "${GPT2[@]}" --positive-label great --save-dir "$TMP/e6"
+cp "$EX/reviews-train.csv" "$TMP/train.data"
+expect_fail "unknown extension" 2 "train.data: cannot tell the format from the name .*--data-format" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/train.data" --label-column sentiment \
+    --save-dir "$TMP/e7"
+
+# bad rows (exit 1, FILE:LINE and the column)
+{ head -n 5 "$EX/reviews-validation.csv"; echo '999,"A fine, sturdy lamp.",mixed'; } > "$TMP/dev-outside.csv"
+expect_fail "validation label outside the classes" 1 \
+    "dev-outside.csv:6: column 'sentiment': the label 'mixed' is not one of the train file's classes 'negative', 'positive'" \
+    gpt2-classify "${GPT2[@]}" --validation-file "$TMP/dev-outside.csv" --save-dir "$TMP/e8"
+{ head -n 3 "$EX/reviews-train.csv"; echo '999,,positive'; } > "$TMP/empty-text.csv"
+expect_fail "empty text" 1 "empty-text.csv:4: column 'review': the text is empty" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/empty-text.csv" --label-column sentiment \
+    --save-dir "$TMP/e9"
+{ head -n 3 "$EX/reviews-train.csv"; echo '999,"never closed,positive'; } > "$TMP/open-quote.csv"
+expect_fail "a quote never closed" 1 "open-quote.csv:4: column 2: a quoted field opened here is never closed" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/open-quote.csv" --label-column sentiment \
+    --save-dir "$TMP/e10"
+printf '{"text": "a", "label": "x"}\n{"text": "b", "label": }\n' > "$TMP/bad.jsonl"
+expect_fail "bad JSON line" 1 "bad.jsonl:2:24: invalid JSON near" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/bad.jsonl" --save-dir "$TMP/e11"
+printf '{"text": "a", "label": ["x", "y"]}\n{"text": "b", "label": ["y"]}\n' > "$TMP/multi.jsonl"
+expect_fail "multi-label" 1 "multi.jsonl:1: column 'label': the label is a list (multi-label classification), which tunezoo does not train yet" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/multi.jsonl" --save-dir "$TMP/e12"
+printf '{"text": "a", "label": "x"}\n{"text": "b"}\n' > "$TMP/nolabel.jsonl"
+expect_fail "a record without the label" 1 "nolabel.jsonl:2: column 'label': the label is missing" \
+    gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/nolabel.jsonl" --save-dir "$TMP/e13"
+
+# --help tells about the files
+"$BIN_DIR/gpt2-classify" --help > "$TMP/out" 2>&1
+grep -q -- "--train-file FILE" "$TMP/out" && grep -q -- "--label-names" "$TMP/out" && grep -q "reviews-train.csv" "$TMP/out" &&
+    ok || bad "--help does not show the files' options and example"
+
+echo "test_cli_user_data: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
