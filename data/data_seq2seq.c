@@ -10,6 +10,23 @@
 #include "runtime/rt_log.h"
 #include "runtime/rt_utf8.h"
 
+rt_status data_lines_from_column(const data_table *t, const char *column, const char *option, data_lines *out) {
+    memset(out, 0, sizeof *out);
+    int col = data_table_col(t, column);
+    if (col < 0) return data_table_missing_column(t, column, option);
+    const char *text;
+    for (size_t r = 0; r < t->n_rows; r++) {
+        rt_status st = data_table_text(t, r, col, &text);
+        if (st != RT_OK) return st;
+    }
+    out->path = rt_xstrdup(t->path);
+    out->n = t->n_rows;
+    out->first_line = 1;
+    out->line = rt_xcalloc(t->n_rows ? t->n_rows : 1, sizeof *out->line);
+    for (size_t r = 0; r < t->n_rows; r++) out->line[r] = (char *)data_table_cell(t, r, col);
+    return RT_OK;
+}
+
 void data_lines_free(data_lines *l) {
     if (!l) return;
     free(l->path);

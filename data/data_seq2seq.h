@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "data/data_dataset.h"
+#include "data/data_table.h"
 #include "runtime/rt_status.h"
 #include "tokenizers/tok.h"
 
@@ -25,6 +26,11 @@ typedef struct {
     size_t first_line; /* line[0]'s number in the file (1 but from data_lines_reader) */
 } data_lines;
 
+/* One text column of a user's table (t5-finetune's --train-file) as lines: the lines point into t,
+ * which must outlive them (buf stays NULL). RT_ERR_USAGE naming the table's columns and option
+ * when there is no such column; RT_ERR_FORMAT naming file:line and the column for a cell that is
+ * missing, empty, or not text. */
+rt_status data_lines_from_column(const data_table *t, const char *column, const char *option, data_lines *out);
 /* Reads path. An empty file (no lines) and invalid UTF-8 are RT_ERR_FORMAT naming
  * path:line and the byte column. */
 rt_status data_lines_read(const char *path, data_lines *out);

@@ -69,6 +69,42 @@ int data_table_col(const data_table *t, const char *name) {
     return -1;
 }
 
+void data_table_where(const data_table *t, size_t row, char *buf, size_t cap) {
+    if (t->row_line[row])
+        snprintf(buf, cap, "%s:%zu", t->path, t->row_line[row]);
+    else
+        snprintf(buf, cap, "%s: record %zu", t->path, row + 1);
+}
+
+void data_table_columns(const data_table *t, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < t->n_cols && n + 8 < cap; c++) {
+        int w = snprintf(buf + n, cap - n, "%s%s", c ? ", " : "", t->col_names[c]);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    if (n >= cap - 8) snprintf(buf + cap - 5, 5, "...");
+}
+
+rt_status data_table_missing_column(const data_table *t, const char *name, const char *option) {
+    char cols[512];
+    data_table_columns(t, cols, sizeof cols);
+    return rt_errorf(RT_ERR_USAGE, "%s: no column '%s' (its columns: %s); name the column with %s", t->path, name, cols,
+                     option);
+}
+
+rt_status data_table_text(const data_table *t, size_t row, int col, const char **out) {
+    const char *s = data_table_cell(t, row, col);
+    data_cell_kind kind = data_table_kind(t, row, col);
+    *out = s;
+    if (s && *s && (kind == DATA_CELL_TEXT || kind == DATA_CELL_NUMBER)) return RT_OK;
+    char where[400];
+    data_table_where(t, row, where, sizeof where);
+    return rt_errorf(RT_ERR_FORMAT, "%s: column '%s': the text is %s", where, t->col_names[col],
+                     !s ? "missing" : !*s ? "empty" : data_cell_kind_name(kind));
+}
+
 void data_table_free(data_table *t) {
     if (!t) return;
     free(t->path);

@@ -62,6 +62,15 @@ static inline const char *data_table_cell(const data_table *t, size_t row, int c
 static inline data_cell_kind data_table_kind(const data_table *t, size_t row, int col) {
     return t->kinds ? (data_cell_kind)t->kinds[row * (size_t)t->n_cols + (size_t)col] : DATA_CELL_TEXT;
 }
+/* "FILE:LINE", or "FILE: record N" for a JSON array's row, for messages. */
+void data_table_where(const data_table *t, size_t row, char *buf, size_t cap);
+/* "a, b, c": the column names (as many as fit), for messages. */
+void data_table_columns(const data_table *t, char *buf, size_t cap);
+/* RT_ERR_USAGE: "FILE: no column 'NAME' (its columns: ...); name the column with OPTION". */
+rt_status data_table_missing_column(const data_table *t, const char *name, const char *option);
+/* A text cell: present, not empty, and text (or a number's text); else RT_ERR_FORMAT naming
+ * FILE:LINE and the column. */
+rt_status data_table_text(const data_table *t, size_t row, int col, const char **out);
 /* "text", "a number", "true/false", "a list", "an object", for messages. */
 const char *data_cell_kind_name(data_cell_kind kind);
 

@@ -10,13 +10,6 @@
 #include <string.h>
 
 
-void data_table_where(const data_table *t, size_t row, char *buf, size_t cap) {
-    if (t->row_line[row])
-        snprintf(buf, cap, "%s:%zu", t->path, t->row_line[row]);
-    else
-        snprintf(buf, cap, "%s: record %zu", t->path, row + 1);
-}
-
 void data_user_task_free(data_user_task *task) {
     if (!task) return;
     for (int k = 0; k < task->n_text; k++) free(task->text_col[k]);
@@ -24,25 +17,6 @@ void data_user_task_free(data_user_task *task) {
     for (int k = 0; task->label_names && k < task->n_labels; k++) free(task->label_names[k]);
     free(task->label_names);
     memset(task, 0, sizeof *task);
-}
-
-/* "a, b, c" (the first few) for messages. */
-static void table_columns(const data_table *t, char *buf, size_t cap) {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int c = 0; c < t->n_cols && n + 8 < cap; c++) {
-        int w = snprintf(buf + n, cap - n, "%s%s", c ? ", " : "", t->col_names[c]);
-        if (w < 0) break;
-        n += (size_t)w;
-    }
-    if (n >= cap - 8) snprintf(buf + cap - 5, 5, "...");
-}
-
-static rt_status user_missing_column(const data_table *t, const char *name, const char *option) {
-    char cols[512];
-    table_columns(t, cols, sizeof cols);
-    return rt_errorf(RT_ERR_USAGE, "%s: no column '%s' (its columns: %s); name the column with %s", t->path, name, cols,
-                     option);
 }
 
 /* A number as a CSV cell may write one: [sign] digits [. digits] [e [sign] digits], nothing around
@@ -108,7 +82,7 @@ static rt_status user_text_columns(const data_table *t, const data_user_opts *o,
             return rt_errorf(RT_ERR_USAGE, "--text-columns '%s': expected one column name or two, as A or A,B",
                              o->text_columns);
         for (int k = 0; k < 2 && names[k]; k++)
-            if (data_table_col(t, names[k]) < 0) return user_missing_column(t, names[k], "--text-columns");
+            if (data_table_col(t, names[k]) < 0) return data_table_missing_column(t, names[k], "--text-columns");
     } else if (data_table_col(t, "sentence1") >= 0 && data_table_col(t, "sentence2") >= 0) {
         names[0] = "sentence1";
         names[1] = "sentence2";
@@ -119,7 +93,7 @@ static rt_status user_text_columns(const data_table *t, const data_user_opts *o,
             if (c != label && user_is_text_column(t, c)) names[k++] = t->col_names[c];
         if (!names[0]) {
             char cols[512];
-            table_columns(t, cols, sizeof cols);
+            data_table_columns(t, cols, sizeof cols);
             return rt_errorf(RT_ERR_USAGE,
                              "%s: no column holds text (its columns: %s); name the text column, or two, with "
                              "--text-columns A[,B]",
@@ -283,7 +257,7 @@ rt_status data_user_task_resolve(const data_table *train, const data_user_opts *
     memset(out, 0, sizeof *out);
     const char *label_name = o->label_column ? o->label_column : "label";
     int label = data_table_col(train, label_name);
-    if (label < 0) RT_TRY(user_missing_column(train, label_name, "--label-column"));
+    if (label < 0) RT_TRY(data_table_missing_column(train, label_name, "--label-column"));
     out->label_col = rt_xstrdup(label_name);
     RT_TRY(user_text_columns(train, o, label, out));
     RT_TRY(user_labels(train, o, label, out));
@@ -298,9 +272,9 @@ rt_status data_user_examples(const data_user_task *task, const data_table *t, bo
     memset(out, 0, sizeof *out);
     int cols[2] = {-1, -1};
     for (int k = 0; k < task->n_text; k++)
-        if ((cols[k] = data_table_col(t, task->text_col[k])) < 0) RT_TRY(user_missing_column(t, task->text_col[k], "--text-columns"));
+        if ((cols[k] = data_table_col(t, task->text_col[k])) < 0) RT_TRY(data_table_missing_column(t, task->text_col[k], "--text-columns"));
     int label = data_table_col(t, task->label_col);
-    if (labelled && label < 0) RT_TRY(user_missing_column(t, task->label_col, "--label-column"));
+    if (labelled && label < 0) RT_TRY(data_table_missing_column(t, task->label_col, "--label-column"));
     const size_t n = t->n_rows, alloc_n = n ? n : 1;
     const bool regression = task->type == DATA_TASK_REGRESSION;
     out->n = n;
@@ -313,16 +287,7 @@ rt_status data_user_examples(const data_user_task *task, const data_table *t, bo
     char where[400];
     for (size_t r = 0; r < n; r++) {
         const char **dst[2] = {out->text_a, out->text_b};
-        for (int k = 0; k < task->n_text; k++) {
-            const char *s = data_table_cell(t, r, cols[k]);
-            data_cell_kind kind = data_table_kind(t, r, cols[k]);
-            if (!s || !*s || (kind != DATA_CELL_TEXT && kind != DATA_CELL_NUMBER)) {
-                data_table_where(t, r, where, sizeof where);
-                RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': the text is %s", where, task->text_col[k],
-                        !s ? "missing" : !*s ? "empty" : data_cell_kind_name(kind));
-            }
-            dst[k][r] = s;
-        }
+        for (int k = 0; k < task->n_text; k++) RT_TRY(data_table_text(t, r, cols[k], &dst[k][r]));
         out->line[r] = t->row_line[r] > INT32_MAX ? INT32_MAX : (int32_t)t->row_line[r];
         out->labels[r] = DATA_LABEL_NONE;
         if (regression) out->targets[r] = NAN;

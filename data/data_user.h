@@ -58,8 +58,6 @@ rt_status data_user_examples(const data_user_task *task, const data_table *t, bo
 void data_user_task_key(const data_user_task *task, data_cache_key *key);
 /* "classes 'neg', 'pos'" or "regression", for the log. */
 void data_user_task_describe(const data_user_task *task, char *buf, size_t cap);
-/* "FILE:LINE" or "FILE: record N" for row. */
-void data_table_where(const data_table *t, size_t row, char *buf, size_t cap);
 void data_user_task_free(data_user_task *task);
 
 #endif

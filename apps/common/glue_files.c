@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
 #include "data/data_cache.h"
+#include "data/data_table_out.h"
 #include "models/hf_config.h"
 #include "runtime/rt_log.h"
 
@@ -94,153 +94,47 @@ fail:
 /* ---- the predictions file ---- */
 
 typedef struct {
-    char *buf;
-    size_t len, cap;
-} out_buf;
+    const data_user_task *task;
+    const int32_t *pred;
+    const float *scores;
+} files_predictions;
 
-static void out_put(out_buf *o, const char *s, size_t n) {
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (o->len + n + 1 > cap) cap *= 2;
-        o->buf = rt_xrealloc(o->buf, cap);
-        o->cap = cap;
+/* data_added_cell_fn: prediction (the class name, or the score), then each class's probability. */
+static const char *files_prediction_cell(void *ctx, size_t row, int k, char *scratch, data_cell_kind *kind) {
+    const files_predictions *p = ctx;
+    const data_user_task *task = p->task;
+    if (task->type == DATA_TASK_REGRESSION) {
+        *kind = DATA_CELL_NUMBER;
+        if (!isfinite(p->scores[row])) return "null";
+        snprintf(scratch, 64, "%.9g", (double)p->scores[row]);
+        return scratch;
     }
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
-}
-static void out_str(out_buf *o, const char *s) { out_put(o, s, strlen(s)); }
-
-/* A CSV/TSV field as Python's csv module writes it (QUOTE_MINIMAL): in quotes, with quotes
- * doubled, when it holds the delimiter, a quote or a line break. */
-static void out_csv_field(out_buf *o, const char *s, char delim) {
-    if (!strchr(s, delim) && !strpbrk(s, "\"\r\n")) {
-        out_str(o, s);
-        return;
-    }
-    out_put(o, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        out_put(o, p, 1);
-        if (*p == '"') out_put(o, "\"", 1); /* doubled */
-    }
-    out_put(o, "\"", 1);
-}
-
-/* A JSON string literal: quotes, backslashes and control bytes escaped; UTF-8 as it is. */
-static void out_json_string(out_buf *o, const char *s) {
-    out_put(o, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        if (*p == '"' || *p == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)*p;
-            out_put(o, esc, 2);
-        } else if (*p < 0x20) {
-            snprintf(esc, sizeof esc, "\\u%04x", *p);
-            out_str(o, esc);
-        } else {
-            out_put(o, (const char *)p, 1);
-        }
-    }
-    out_put(o, "\"", 1);
-}
-
-/* Names of the columns the predictions add: prediction, then prob_NAME per class. */
-static void files_added_names(const data_user_task *task, int k, char *buf, size_t cap) {
-    if (k == 0)
-        snprintf(buf, cap, "prediction");
-    else
-        snprintf(buf, cap, "prob_%s", task->label_names[k - 1]);
-}
-
-/* One cell: a field (csv) or "key": value (jsonl, kind: how to write text). */
-static void out_cell(out_buf *o, data_format fmt, int col, const char *name, const char *text, data_cell_kind kind) {
-    if (fmt == DATA_FORMAT_JSONL) {
-        out_str(o, col ? ", " : "{");
-        out_json_string(o, name);
-        out_str(o, ": ");
-        if (kind == DATA_CELL_TEXT)
-            out_json_string(o, text);
-        else
-            out_str(o, text); /* a number, true/false, a list or an object: its JSON text */
-    } else {
-        if (col) out_put(o, fmt == DATA_FORMAT_TSV ? "\t" : ",", 1);
-        out_csv_field(o, text, fmt == DATA_FORMAT_TSV ? '\t' : ',');
-    }
+    if (k == 0) return task->label_names[p->pred[row]];
+    *kind = DATA_CELL_NUMBER;
+    snprintf(scratch, 64, "%.6f", (double)p->scores[row * (size_t)task->n_labels + (size_t)(k - 1)]);
+    return scratch;
 }
 
 rt_status glue_files_write_predictions(const glue_files *f, const data_table *test, const char *save_dir,
                                        const char *path_out, const int32_t *pred, const float *scores,
                                        char *written, size_t written_cap) {
-    rt_status st = RT_OK;
     const data_user_task *task = &f->task;
-    const bool regression = task->type == DATA_TASK_REGRESSION;
-    const int n_added = regression ? 1 : 1 + task->n_labels;
-    const data_format fmt = test->format == DATA_FORMAT_JSON ? DATA_FORMAT_JSONL : test->format;
-    ckpt_atomic_file *file = NULL;
-    out_buf o = {0};
-    bool *keep = rt_xcalloc((size_t)test->n_cols + 1, sizeof *keep);
-    char name[300];
+    const int n_added = task->type == DATA_TASK_REGRESSION ? 1 : 1 + task->n_labels;
     if (path_out)
         snprintf(written, written_cap, "%s", path_out);
     else
-        snprintf(written, written_cap, "%s/predictions.%s", save_dir, data_format_name(fmt));
-    /* the input's columns, but one the predictions add (an earlier predictions file fed back) */
-    int dropped = 0;
-    for (int c = 0; c < test->n_cols; c++) {
-        keep[c] = true;
-        for (int k = 0; k < n_added && keep[c]; k++) {
-            files_added_names(task, k, name, sizeof name);
-            keep[c] = strcmp(name, test->col_names[c]) != 0;
-        }
-        dropped += !keep[c];
+        snprintf(written, written_cap, "%s/predictions.%s", save_dir, data_format_name(data_table_out_format(test)));
+    char **names = rt_xcalloc((size_t)n_added, sizeof *names);
+    names[0] = rt_xstrdup("prediction");
+    for (int k = 1; k < n_added; k++) {
+        size_t len = strlen(task->label_names[k - 1]) + 6;
+        names[k] = rt_xmalloc(len);
+        snprintf(names[k], len, "prob_%s", task->label_names[k - 1]);
     }
-    if (dropped)
-        rt_log_warn("%s: %d of its columns have the names of the predictions' columns; the predictions replace them",
-                    test->path, dropped);
-    RT_TRY(ckpt_atomic_begin(written, &file));
-    if (fmt != DATA_FORMAT_JSONL) { /* the header */
-        int col = 0;
-        for (int c = 0; c < test->n_cols; c++)
-            if (keep[c]) out_cell(&o, fmt, col++, NULL, test->col_names[c], DATA_CELL_TEXT);
-        for (int k = 0; k < n_added; k++) {
-            files_added_names(task, k, name, sizeof name);
-            out_cell(&o, fmt, col++, NULL, name, DATA_CELL_TEXT);
-        }
-        out_str(&o, "\n");
-    }
-    for (size_t r = 0; r < test->n_rows; r++) {
-        int col = 0;
-        for (int c = 0; c < test->n_cols; c++) {
-            const char *s = data_table_cell(test, r, c);
-            if (!keep[c] || (!s && fmt == DATA_FORMAT_JSONL)) continue; /* JSON: a key left out stays out */
-            out_cell(&o, fmt, col++, test->col_names[c], s ? s : "", data_table_kind(test, r, c));
-        }
-        char num[40];
-        if (regression) {
-            snprintf(num, sizeof num, "%.9g", (double)scores[r]);
-            out_cell(&o, fmt, col++, "prediction", isfinite(scores[r]) ? num : "null",
-                     fmt == DATA_FORMAT_JSONL ? DATA_CELL_NUMBER : DATA_CELL_TEXT);
-        } else {
-            out_cell(&o, fmt, col++, "prediction", task->label_names[pred[r]], DATA_CELL_TEXT);
-            for (int k = 0; k < task->n_labels; k++) {
-                files_added_names(task, k + 1, name, sizeof name);
-                snprintf(num, sizeof num, "%.6f", (double)scores[r * (size_t)task->n_labels + (size_t)k]);
-                out_cell(&o, fmt, col++, name, num, DATA_CELL_NUMBER);
-            }
-        }
-        out_str(&o, fmt == DATA_FORMAT_JSONL ? "}\n" : "\n");
-        if (o.len > (1u << 20) || r + 1 == test->n_rows) {
-            RT_TRY(ckpt_atomic_write(file, o.buf, o.len));
-            o.len = 0;
-        }
-    }
-    st = ckpt_atomic_commit(file);
-    file = NULL;
-fail:
-    ckpt_atomic_abort(file);
-    free(o.buf);
-    free(keep);
+    files_predictions p = {task, pred, scores};
+    rt_status st = data_table_write_rows(test, written, n_added, (const char *const *)names, files_prediction_cell, &p);
+    for (int k = 0; k < n_added; k++) free(names[k]);
+    free(names);
     return st;
 }
 

@@ -23,6 +23,7 @@
 #include "data/data_collate.h"
 #include "data/data_loader.h"
 #include "data/data_seq2seq.h"
+#include "data/data_table.h"
 #include "models/gpt2.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_log.h"
@@ -34,6 +35,7 @@
 
 typedef struct {
     const char *model, *arch, *tokenizer, *val, *save_hf, *generate;
+    const char *train_file, *validation_file, *text_column, *data_format;
     int64_t block_size, max_new_tokens, top_k;
     double val_split, temperature, top_p;
     train_app_opts t;
@@ -52,7 +54,18 @@ static const rt_opt lm_own_options[] = {
     {"val", RT_OPT_STRING, &O.val, NULL, "FILE", "validation text (default: the last --val-split of the blocks)", NULL,
      0, 0},
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.05", NULL,
-     "without --val: the share of the last blocks held out for validation (at least one)", NULL, 0.0001, 0.9999},
+     "without --val (--validation-file): the share of the last blocks held out for validation (at least one)", NULL,
+     0.0001, 0.9999},
+    {"train-file", RT_OPT_STRING, &O.train_file, NULL, "FILE",
+     "your texts as records instead of TEXT files: CSV, TSV, JSON Lines or a JSON array, one text a record", NULL, 0,
+     0},
+    {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
+     "with --train-file: validation records (default: the last --val-split of the blocks)", NULL, 0, 0},
+    {"text-column", RT_OPT_STRING, &O.text_column, NULL, "NAME",
+     "with --train-file: the column of texts (default: text when there is one, else the first column)", NULL, 0, 0},
+    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
+     "--train-file's format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json",
+     0, 0},
     {"block-size", RT_OPT_INT, &O.block_size, "0", NULL, "tokens per training row (0 = min(1024, n_positions))",
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
@@ -74,15 +87,17 @@ static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OP
 static rt_args_spec lm_spec = {
     .prog = LM_PROG,
     .positional = "TEXT...",
-    .min_positional = 1,
+    .min_positional = 0,
     .max_positional = LM_MAX_FILES,
     .summary = "Fine-tunes GPT-2 (GPT2LMHeadModel) as a causal language model on plain-text files, as HF's\n"
                "run_clm.py does: the texts joined by <|endoftext|> and cut into --block-size rows; reports the\n"
-               "validation loss and perplexity. Checkpoints and metrics.jsonl go to --save-dir, the trained\n"
+               "validation loss and perplexity. --train-file takes the texts from a column of CSV, TSV or\n"
+               "JSON Lines records instead. Checkpoints and metrics.jsonl go to --save-dir, the trained\n"
                "model to SAVE_DIR/hf.",
     .epilog = "examples:\n"
               "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
               "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16\n"
+              "  gpt2-finetune --train-file assets/examples/summaries-train.jsonl --text-column document --block-size 64\n"
               "  gpt2-finetune a.txt --model runs/gpt2-finetune/hf --epochs 0 --generate \"Once upon\" --temperature 0.8",
     .opts = lm_options,
 };
@@ -221,6 +236,41 @@ fail:
     return st;
 }
 
+/* The records of a table's text column, each tokenized as it is (run_clm tokenizes a record's
+ * text with no newline added) and joined with no separator, into the sink. */
+static rt_status lm_stream_table(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+    rt_status st = RT_OK;
+    data_table t = {0};
+    data_lines texts = {0};
+    tok_ids *per = NULL;
+    rt_status *sts = NULL;
+    RT_TRY(data_table_read(path, strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO
+                                                                     : (data_format)data_format_parse(O.data_format),
+                           &t));
+    const char *column = O.text_column                       ? O.text_column
+                         : data_table_col(&t, "text") >= 0 || !t.n_cols ? "text"
+                                                                        : t.col_names[0];
+    RT_TRY(data_lines_from_column(&t, column, "--text-column", &texts));
+    rt_log_info("%s: %zu records, the texts in column '%s'", path, texts.n, column);
+    per = rt_xcalloc(texts.n + 1, sizeof *per);
+    sts = rt_xcalloc(texts.n + 1, sizeof *sts);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < texts.n; i++) sts[i] = tok_encode(tok, texts.line[i], strlen(texts.line[i]), &per[i]);
+    for (size_t i = 0; i < texts.n; i++) {
+        char where[400];
+        data_table_where(&t, i, where, sizeof where);
+        if (sts[i] != RT_OK) RT_FAIL(sts[i], "%s: column '%s': cannot tokenize the text", where, column);
+        RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
+    }
+fail:
+    for (size_t i = 0; per && i < texts.n; i++) tok_ids_free(&per[i]);
+    free(per);
+    free(sts);
+    data_lines_free(&texts);
+    data_table_free(&t);
+    return st;
+}
+
 /* Ends the set of n blocks of `block` tokens just written. */
 static rt_status lm_end_blocks(data_cache_writer *w, size_t n, int block) {
     data_tokenized rows = {.n = n, .max_len = block, .longest = n ? block : 0};
@@ -239,14 +289,14 @@ static rt_status lm_end_blocks(data_cache_writer *w, size_t n, int block) {
 
 /* One set: the files' tokens joined by eos, cut into rows of block tokens (the remainder
  * dropped, as run_clm's group_texts does). */
-static rt_status lm_stream_blocks(const char *const *files, int n_files, const tok_tokenizer *tok, int32_t eos,
-                                  int block, data_cache_writer *w) {
+static rt_status lm_stream_blocks(const char *const *files, int n_files, bool tables, const tok_tokenizer *tok,
+                                  int32_t eos, int block, data_cache_writer *w) {
     rt_status st = RT_OK;
     lm_block_sink sink = {.w = w, .block = block, .carry = rt_xmalloc((size_t)block * sizeof(int32_t))};
     size_t tokens = 0;
     for (int f = 0; f < n_files; f++) {
         if (f > 0) RT_TRY(lm_sink_push(&sink, &eos, 1));
-        RT_TRY(lm_stream_file(files[f], tok, &sink));
+        RT_TRY(tables ? lm_stream_table(files[f], tok, &sink) : lm_stream_file(files[f], tok, &sink));
     }
     tokens = sink.blocks * (size_t)block + sink.n_carry;
     if (sink.blocks == 0)
@@ -260,6 +310,8 @@ fail:
 
 typedef struct {
     const char *const *files;
+    const char *val;
+    bool tables; /* --train-file: the files are records (data_table), not plain text */
     int n_files, block;
     const tok_tokenizer *tok;
     int32_t eos;
@@ -269,8 +321,9 @@ typedef struct {
 static rt_status lm_stream_sets(void *ctx, data_cache_writer *w, int n_sets) {
     const lm_build_ctx *b = ctx;
     RT_CHECK(n_sets == 2, "gpt2-finetune sets: %d", n_sets);
-    rt_status st = lm_stream_blocks(b->files, b->n_files, b->tok, b->eos, b->block, w);
-    if (st == RT_OK) st = O.val ? lm_stream_blocks(&O.val, 1, b->tok, b->eos, b->block, w) : lm_end_blocks(w, 0, b->block);
+    rt_status st = lm_stream_blocks(b->files, b->n_files, b->tables, b->tok, b->eos, b->block, w);
+    if (st == RT_OK)
+        st = b->val ? lm_stream_blocks(&b->val, 1, b->tables, b->tok, b->eos, b->block, w) : lm_end_blocks(w, 0, b->block);
     return st;
 }
 
@@ -434,6 +487,21 @@ static rt_status lm_write_hf(void *ctx, const char *dir) {
 
 /* ---- main ---- */
 
+/* TEXT files or --train-file records, and the options of each, not mixed. */
+static rt_status lm_check_inputs(int n_pos) {
+    if (O.train_file) {
+        if (n_pos > 0) return rt_errorf(RT_ERR_USAGE, "give TEXT files or --train-file, not both");
+        if (O.val) return rt_errorf(RT_ERR_USAGE, "--val goes with TEXT files; with --train-file use --validation-file");
+        return RT_OK;
+    }
+    const char *needs_train[] = {"validation-file", "text-column"};
+    for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
+        if (rt_args_source_of(&lm_spec, needs_train[k]) != RT_ARG_DEFAULT)
+            return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own records)", needs_train[k]);
+    if (n_pos == 0) return rt_errorf(RT_ERR_USAGE, "expected TEXT files or --train-file FILE; see --help");
+    return RT_OK;
+}
+
 static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[LM_MAX_FILES];
@@ -453,6 +521,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
+    RT_TRY(lm_check_inputs(n_pos));
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
@@ -468,7 +537,13 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                 device);
 
     /* the blocks, tokenized or from the cache */
-    lm_build_ctx bc = {.files = pos, .n_files = n_pos, .block = block, .tok = tok, .eos = eos};
+    const char *val_file = O.train_file ? O.validation_file : O.val;
+    if (O.train_file) {
+        pos[0] = O.train_file;
+        n_pos = 1;
+    }
+    lm_build_ctx bc = {.files = pos, .val = val_file, .tables = O.train_file != NULL, .n_files = n_pos, .block = block,
+                       .tok = tok, .eos = eos};
     data_cache_key key;
     data_cache_key_init(&key, "gpt2-lm-blocks");
     data_cache_key_int(&key, DATA_CACHE_TOKENS_REVISION);
@@ -476,10 +551,14 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     data_cache_key_int(&key, eos);
     RT_TRY(data_cache_key_tokenizer(&key, src.tokenizer));
     for (int k = 0; k < n_pos; k++) RT_TRY(data_cache_key_file(&key, pos[k]));
-    data_cache_key_str(&key, O.val);
-    if (O.val) RT_TRY(data_cache_key_file(&key, O.val));
+    data_cache_key_str(&key, val_file);
+    if (val_file) RT_TRY(data_cache_key_file(&key, val_file));
+    if (O.train_file) { /* records: the column and the format read */
+        data_cache_key_str(&key, O.text_column);
+        data_cache_key_str(&key, O.data_format);
+    }
     RT_TRY(data_cache_load_or_stream(train_app_cache_dir(&O.t), &key, "text", 2, 1, lm_stream_sets, &bc, sets));
-    if (O.val) {
+    if (val_file) {
         train = sets[0];
         val = sets[1];
         memset(sets, 0, sizeof sets);
@@ -487,14 +566,14 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         size_t n_val = (size_t)((double)sets[0].n * O.val_split + 0.5);
         if (n_val == 0) n_val = 1;
         if (n_val >= sets[0].n)
-            RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give --val, or "
-                                  "lower --block-size)", sets[0].n, block);
+            RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give %s, or "
+                                  "lower --block-size)", sets[0].n, block, O.train_file ? "--validation-file" : "--val");
         const size_t n_train = sets[0].n - n_val;
         RT_TRY(data_tokenized_slice(&sets[0], 0, n_train, &train));
         RT_TRY(data_tokenized_slice(&sets[0], n_train, n_val, &val));
     }
     rt_log_info("data: %zu training blocks, %zu validation blocks of %d tokens%s", train.n, val.n, block,
-                O.val ? "" : " (held out from the end)");
+                val_file ? "" : " (held out from the end)");
 
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank,
                                .world = grid.dp_size};

@@ -18,6 +18,7 @@
 #include "data/data_cache.h"
 #include "data/data_loader.h"
 #include "data/data_seq2seq.h"
+#include "data/data_table_out.h"
 #include "metrics/metric_bleu.h"
 #include "metrics/metric_rouge.h"
 #include "models/t5.h"
@@ -31,6 +32,7 @@
 
 typedef struct {
     const char *model, *arch, *tokenizer, *val_src, *val_tgt, *source_prefix, *predict, *predict_out, *save_hf;
+    const char *train_file, *validation_file, *test_file, *data_format, *source_column, *target_column;
     int64_t max_source_len, max_target_len, num_beams, max_new_tokens, eval_batch_size;
     double length_penalty, dropout, val_split;
     bool lowercase, eval_generate, early_stopping;
@@ -51,7 +53,23 @@ static const rt_opt t5_own_options[] = {
     {"val-src", RT_OPT_STRING, &O.val_src, NULL, "FILE", "validation sources (default: the last 20% of SRC)", NULL, 0, 0},
     {"val-tgt", RT_OPT_STRING, &O.val_tgt, NULL, "FILE", "validation targets, line-aligned with --val-src", NULL, 0, 0},
     {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", NULL,
-     "without --val-src: the share of the last lines of SRC/TGT held out for validation", NULL, 0.0001, 0.9999},
+     "without --val-src (--validation-file): the share of the last pairs held out for validation", NULL, 0.0001,
+     0.9999},
+    {"train-file", RT_OPT_STRING, &O.train_file, NULL, "FILE",
+     "your pairs as one file instead of SRC TGT: CSV, TSV, JSON Lines or a JSON array, a column each side", NULL, 0,
+     0},
+    {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
+     "with --train-file: the validation pairs (default: the last --val-split of the train file)", NULL, 0, 0},
+    {"test-file", RT_OPT_STRING, &O.test_file, NULL, "FILE",
+     "with --train-file: after training, generate for every row into SAVE_DIR/predictions.csv (.tsv, .jsonl as the "
+     "file is), its columns then prediction", NULL, 0, 0},
+    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
+     "the files' format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json", 0,
+     0},
+    {"source-column", RT_OPT_STRING, &O.source_column, NULL, "NAME",
+     "with --train-file: the column of sources (default: the first column)", NULL, 0, 0},
+    {"target-column", RT_OPT_STRING, &O.target_column, NULL, "NAME",
+     "with --train-file: the column of targets (default: the second column)", NULL, 0, 0},
     {"source-prefix", RT_OPT_STRING, &O.source_prefix, NULL, "TEXT",
      "prepended to every source, e.g. \"translate English to German: \" or \"summarize: \"", NULL, 0, 0},
     {"lowercase", RT_OPT_FLAG, &O.lowercase, "false", NULL, "lower-case sources, targets and references", NULL, 0, 0},
@@ -77,8 +95,8 @@ static const rt_opt t5_own_options[] = {
     {"predict", RT_OPT_STRING, &O.predict, NULL, "FILE",
      "generate for every line of FILE with --model and write one output line each (stdout, or --predict-out); "
      "no training", NULL, 0, 0},
-    {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE", "where --predict writes (default: stdout)", NULL, 0,
-     0},
+    {"predict-out", RT_OPT_STRING, &O.predict_out, NULL, "FILE",
+     "where --predict writes (default: stdout), or --test-file (default: SAVE_DIR/predictions.EXT)", NULL, 0, 0},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      "where the trained model goes as an HF folder (default: SAVE_DIR/hf); --predict --model DIR reads it", NULL, 0,
      0},
@@ -94,11 +112,14 @@ static rt_args_spec t5_spec = {
     .summary = "Fine-tunes T5 (T5ForConditionalGeneration: t5-small .. t5-11b, v1.1, flan-t5) on line-aligned\n"
                "source and target files and reports validation loss, BLEU (sacrebleu, 13a) and ROUGE-1/2/L\n"
                "(rouge_score) from generation. Without --val-src the last 20% of the lines are held out.\n"
+               "--train-file takes the pairs from two columns of a CSV, TSV or JSON Lines file instead.\n"
                "Checkpoints, metrics.jsonl and val_predictions.txt go to --save-dir; the trained model to\n"
                "SAVE_DIR/hf. --predict FILE --model DIR translates or summarizes a file instead.",
     .epilog = "examples:\n"
               "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --source-prefix \"summarize: \"\n"
               "  t5-finetune assets/multi30k-en-de/val.en assets/multi30k-en-de/val.de   # small T5 from scratch\n"
+              "  t5-finetune --train-file assets/examples/summaries-train.jsonl --source-column document \\\n"
+              "      --target-column summary --source-prefix \"summarize: \" --test-file assets/examples/summaries-test.jsonl\n"
               "  t5-finetune --predict test.en --model runs/t5-finetune/hf --num-beams 4 > test.de",
     .opts = t5_options,
 };
@@ -374,32 +395,50 @@ static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_gri
 
 /* ---- --predict ---- */
 
-static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt_grid *grid) {
+/* Generated text for every line of in (sources as training builds them), logged with its speed;
+ * *texts has in->n owned strings. */
+static rt_status t5_generate_lines(t5_model *m, const tok_tokenizer *tok, const data_lines *in, char ***texts) {
     rt_status st = RT_OK;
-    data_lines in = {0};
     data_tokenized src = {0}, unused = {0};
-    char **texts = NULL;
     t5_generator *gen = NULL;
+    *texts = NULL;
     RT_TRY(t5_generator_for(m, &gen));
-    RT_TRY(data_lines_read(O.predict, &in));
     data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
                             .max_source_len = (int)O.max_source_len, .max_target_len = 2};
-    RT_TRY(data_seq2seq_tokenize(&in, &in, 0, in.n, tok, &so, &src, &unused));
-    texts = rt_xcalloc(src.n, sizeof *texts);
+    RT_TRY(data_seq2seq_tokenize(in, in, 0, in->n, tok, &so, &src, &unused));
+    *texts = rt_xcalloc(src.n ? src.n : 1, sizeof **texts);
     size_t n_generated = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    RT_TRY(t5_generate_all(m, gen, tok, &src, texts, &n_generated));
+    RT_TRY(t5_generate_all(m, gen, tok, &src, *texts, &n_generated));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     rt_log_info("generated %zu tokens for %zu inputs in %.2f s (%.1f tokens/s, %lld beam%s)", n_generated, src.n, secs,
                 secs > 0 ? (double)n_generated / secs : 0.0, (long long)O.num_beams, O.num_beams == 1 ? "" : "s");
+fail:
+    t5_generator_free(gen);
+    data_tokenized_free(&src);
+    data_tokenized_free(&unused);
+    return st;
+}
+
+static void t5_free_texts(char **texts, size_t n) {
+    for (size_t i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+}
+
+static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    data_lines in = {0};
+    char **texts = NULL;
+    RT_TRY(data_lines_read(O.predict, &in));
+    RT_TRY(t5_generate_lines(m, tok, &in, &texts));
     if (grid->world->rank == 0) {
         if (O.predict_out) {
-            RT_TRY(train_app_write_lines(O.predict_out, texts, src.n));
-            rt_log_info("wrote %zu outputs to %s", src.n, O.predict_out);
+            RT_TRY(train_app_write_lines(O.predict_out, texts, in.n));
+            rt_log_info("wrote %zu outputs to %s", in.n, O.predict_out);
         } else {
-            for (size_t i = 0; i < src.n; i++) {
+            for (size_t i = 0; i < in.n; i++) {
                 for (char *p = texts[i]; *p; p++)
                     if (*p == '\n' || *p == '\r') *p = ' ';
                 printf("%s\n", texts[i]);
@@ -408,13 +447,99 @@ static rt_status t5_predict_file(t5_model *m, const tok_tokenizer *tok, const rt
         }
     }
 fail:
-    for (size_t i = 0; texts && i < src.n; i++) free(texts[i]);
-    free(texts);
-    t5_generator_free(gen);
-    data_tokenized_free(&src);
-    data_tokenized_free(&unused);
+    t5_free_texts(texts, in.n);
     data_lines_free(&in);
     return st;
+}
+
+/* ---- a user's files (--train-file) ---- */
+
+/* The source and target columns: as named, else the table's first two. */
+static rt_status t5_columns(const data_table *t, const char **src, const char **tgt) {
+    *src = O.source_column ? O.source_column : t->n_cols > 0 ? t->col_names[0] : "";
+    *tgt = O.target_column ? O.target_column : t->n_cols > 1 ? t->col_names[1] : "";
+    if (!**src || !**tgt) {
+        char cols[512];
+        data_table_columns(t, cols, sizeof cols);
+        return rt_errorf(RT_ERR_USAGE, "%s: one column (%s); name the source and target with --source-column and "
+                         "--target-column", t->path, cols);
+    }
+    if (strcmp(*src, *tgt) == 0)
+        return rt_errorf(RT_ERR_USAGE, "--source-column and --target-column are both '%s'", *src);
+    return RT_OK;
+}
+
+static data_format t5_data_format(void) {
+    return strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO : (data_format)data_format_parse(O.data_format);
+}
+
+/* A table file's source and target columns as lines (they point into *t). */
+static rt_status t5_read_pairs(const char *path, data_table *t, data_lines *src, data_lines *tgt) {
+    const char *sc, *tc;
+    rt_status st = data_table_read(path, t5_data_format(), t);
+    if (st == RT_OK) st = t5_columns(t, &sc, &tc);
+    if (st == RT_OK) st = data_lines_from_column(t, sc, "--source-column", src);
+    if (st == RT_OK) st = data_lines_from_column(t, tc, "--target-column", tgt);
+    return st;
+}
+
+typedef struct {
+    char **texts;
+} t5_test_cells;
+
+static const char *t5_test_cell(void *ctx, size_t row, int k, char *scratch, data_cell_kind *kind) {
+    (void)k, (void)scratch, (void)kind;
+    return ((const t5_test_cells *)ctx)->texts[row];
+}
+
+/* --test-file: a generation for every row, written beside the input's columns. */
+static rt_status t5_predict_test_file(t5_model *m, const tok_tokenizer *tok, const rt_grid *grid) {
+    rt_status st = RT_OK;
+    data_table t = {0};
+    data_lines in = {0};
+    char **texts = NULL;
+    const char *sc, *tc;
+    RT_TRY(data_table_read(O.test_file, t5_data_format(), &t));
+    RT_TRY(t5_columns(&t, &sc, &tc));
+    RT_TRY(data_lines_from_column(&t, sc, "--source-column", &in));
+    RT_TRY(t5_generate_lines(m, tok, &in, &texts));
+    if (grid->world->rank == 0) {
+        char path[4200];
+        if (O.predict_out)
+            snprintf(path, sizeof path, "%s", O.predict_out);
+        else
+            snprintf(path, sizeof path, "%s/predictions.%s", O.t.save_dir, data_format_name(data_table_out_format(&t)));
+        const char *names[1] = {"prediction"};
+        t5_test_cells cells = {texts};
+        RT_TRY(data_table_write_rows(&t, path, 1, names, t5_test_cell, &cells));
+        rt_log_info("wrote %zu predictions to %s", in.n, path);
+    }
+fail:
+    t5_free_texts(texts, in.n);
+    data_lines_free(&in);
+    data_table_free(&t);
+    return st;
+}
+
+/* The options that go with SRC TGT and those that go with --train-file, not mixed. */
+static rt_status t5_check_inputs(int n_pos) {
+    if (O.predict && (n_pos > 0 || O.train_file))
+        return rt_errorf(RT_ERR_USAGE, "--predict FILE takes no SRC TGT or --train-file (it generates; it does not train)");
+    if (O.train_file) {
+        if (n_pos > 0) return rt_errorf(RT_ERR_USAGE, "give SRC TGT or --train-file, not both");
+        if (O.val_src || O.val_tgt)
+            return rt_errorf(RT_ERR_USAGE, "--val-src and --val-tgt go with SRC TGT; with --train-file use --validation-file");
+        return RT_OK;
+    }
+    const char *needs_train[] = {"validation-file", "test-file", "source-column", "target-column"};
+    for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
+        if (rt_args_source_of(&t5_spec, needs_train[k]) != RT_ARG_DEFAULT)
+            return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data file)", needs_train[k]);
+    if (!O.predict && n_pos != 2)
+        return rt_errorf(RT_ERR_USAGE, "expected SRC TGT (two line-aligned files) or --train-file, got %d argument%s; see "
+                         "--help", n_pos, n_pos == 1 ? "" : "s");
+    if (!O.val_src != !O.val_tgt) return rt_errorf(RT_ERR_USAGE, "give --val-src and --val-tgt together");
+    return RT_OK;
 }
 
 /* ---- main ---- */
@@ -447,6 +572,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_backend *be = NULL;
     t5_model *model = NULL;
     data_lines src_lines = {0}, tgt_lines = {0}, vsrc_lines = {0}, vtgt_lines = {0};
+    data_table train_table = {0}, val_table = {0}; /* --train-file: the lines point into these */
     data_tokenized train_src = {0}, train_tgt = {0}, val_src = {0}, val_tgt = {0};
     data_loader *loader = NULL;
     t5_eval ev = {0};
@@ -455,15 +581,12 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     train_app_comm_count comm_count = {0}; /* --comm-stats */
 
     RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
-    if (O.t.pp > 1 && O.predict)
-        RT_FAIL(RT_ERR_USAGE, "--predict generates with the whole model on one rank: run it without --pp");
+    if (O.t.pp > 1 && (O.predict || O.test_file))
+        RT_FAIL(RT_ERR_USAGE, "--%s generates with the whole model on one rank: run it without --pp",
+                O.predict ? "predict" : "test-file");
     if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
-    if (O.predict && n_pos > 0) RT_FAIL(RT_ERR_USAGE, "--predict FILE takes no SRC TGT (it generates; it does not train)");
+    RT_TRY(t5_check_inputs(n_pos));
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
-    if (!O.predict && n_pos != 2)
-        RT_FAIL(RT_ERR_USAGE, "expected SRC TGT (two line-aligned files), got %d argument%s; see --help", n_pos,
-                n_pos == 1 ? "" : "s");
-    if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
     RT_TRY(t5_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
@@ -487,23 +610,30 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         goto fail;
     }
 
-    /* data: SRC/TGT, and the validation set given or held out from their end */
-    RT_TRY(data_lines_read_pair(pos[0], pos[1], &src_lines, &tgt_lines));
+    /* data: SRC/TGT (or --train-file), and the validation set given or held out from their end */
+    const char *train_name = O.train_file ? O.train_file : pos[0], *val_name = O.train_file ? O.validation_file : O.val_src;
+    if (O.train_file)
+        RT_TRY(t5_read_pairs(O.train_file, &train_table, &src_lines, &tgt_lines));
+    else
+        RT_TRY(data_lines_read_pair(pos[0], pos[1], &src_lines, &tgt_lines));
     data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
                             .max_source_len = (int)O.max_source_len, .max_target_len = (int)O.max_target_len};
     size_t n_train = src_lines.n;
     const data_lines *vs = &src_lines, *vt = &tgt_lines;
     size_t v_begin;
-    if (O.val_src) {
-        RT_TRY(data_lines_read_pair(O.val_src, O.val_tgt, &vsrc_lines, &vtgt_lines));
+    if (val_name) {
+        if (O.train_file)
+            RT_TRY(t5_read_pairs(O.validation_file, &val_table, &vsrc_lines, &vtgt_lines));
+        else
+            RT_TRY(data_lines_read_pair(O.val_src, O.val_tgt, &vsrc_lines, &vtgt_lines));
         vs = &vsrc_lines;
         vt = &vtgt_lines;
         v_begin = 0;
     } else {
         size_t n_val = (size_t)((double)src_lines.n * O.val_split + 0.5);
         if (n_val == 0 || n_val >= src_lines.n)
-            RT_FAIL(RT_ERR_USAGE, "%s has %zu lines: too few to hold out %.0f%% for validation (give --val-src/--val-tgt)",
-                    pos[0], src_lines.n, 100 * O.val_split);
+            RT_FAIL(RT_ERR_USAGE, "%s has %zu pairs: too few to hold out %.0f%% for validation (give %s)", train_name,
+                    src_lines.n, 100 * O.val_split, O.train_file ? "--validation-file" : "--val-src/--val-tgt");
         n_train = src_lines.n - n_val;
         v_begin = n_train;
     }
@@ -520,6 +650,16 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     data_cache_key_int(&key, so.max_target_len);
     RT_TRY(data_cache_key_tokenizer(&key, tok_path));
     const char *key_files[4] = {pos[0], pos[1], O.val_src, O.val_tgt};
+    if (O.train_file) { /* the files, their format and the columns read */
+        const char *sc, *tc;
+        RT_TRY(t5_columns(&train_table, &sc, &tc));
+        data_cache_key_str(&key, sc);
+        data_cache_key_str(&key, tc);
+        data_cache_key_int(&key, train_table.format);
+        key_files[0] = O.train_file;
+        key_files[1] = O.validation_file;
+        key_files[2] = key_files[3] = NULL;
+    }
     for (int k = 0; k < 4; k++)
         if (key_files[k]) RT_TRY(data_cache_key_file(&key, key_files[k]));
     data_tokenized sets[4] = {{0}};
@@ -528,7 +668,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (st != RT_OK) goto fail;
     rt_log_info("data: train %zu pairs (%zu sources, %zu targets truncated), validation %zu pairs%s", train_src.n,
                 train_src.n_truncated, train_tgt.n_truncated, val_src.n,
-                O.val_src ? "" : " held out from the end of SRC/TGT");
+                val_name ? "" : O.train_file ? " held out from the end of --train-file" : " held out from the end of SRC/TGT");
 
     /* grouped by the source's length, as HF's Seq2SeqTrainer groups by input_ids */
     data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false,
@@ -565,6 +705,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
         rt_log_info("%s", line);
     }
+    if (O.test_file) RT_TRY(t5_predict_test_file(model, tok, &grid));
     if (O.save_hf)
         snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
     else
@@ -586,6 +727,8 @@ fail:
     data_lines_free(&tgt_lines);
     data_lines_free(&vsrc_lines);
     data_lines_free(&vtgt_lines);
+    data_table_free(&train_table);
+    data_table_free(&val_table);
     tok_free(tok);
     train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);

@@ -1,0 +1,134 @@
+/* Rows out (see data_table_out.h): each row is assembled in a buffer that goes to the file a
+ * megabyte at a time. */
+#include "data/data_table_out.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_log.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+} out_buf;
+
+static void out_put(out_buf *o, const char *s, size_t n) {
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap : 1024;
+        while (o->len + n + 1 > cap) cap *= 2;
+        o->buf = rt_xrealloc(o->buf, cap);
+        o->cap = cap;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+static void out_str(out_buf *o, const char *s) { out_put(o, s, strlen(s)); }
+
+static void out_csv_field(out_buf *o, const char *s, char delim) {
+    if (!strchr(s, delim) && !strpbrk(s, "\"\r\n")) {
+        out_str(o, s);
+        return;
+    }
+    out_put(o, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        out_put(o, p, 1);
+        if (*p == '"') out_put(o, "\"", 1); /* doubled */
+    }
+    out_put(o, "\"", 1);
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped; UTF-8 as it is. */
+static void out_json_string(out_buf *o, const char *s) {
+    out_put(o, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        if (*p == '"' || *p == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)*p;
+            out_put(o, esc, 2);
+        } else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            out_str(o, esc);
+        } else {
+            out_put(o, (const char *)p, 1);
+        }
+    }
+    out_put(o, "\"", 1);
+}
+
+/* One cell: a field (CSV, TSV), or "name": value (JSON Lines; kind says how to write text). */
+static void out_cell(out_buf *o, data_format fmt, int col, const char *name, const char *text, data_cell_kind kind) {
+    if (fmt == DATA_FORMAT_JSONL) {
+        out_str(o, col ? ", " : "{");
+        out_json_string(o, name);
+        out_str(o, ": ");
+        if (kind == DATA_CELL_TEXT)
+            out_json_string(o, text);
+        else
+            out_str(o, text); /* a number, true/false, a list or an object: its JSON text */
+    } else {
+        const char delim = fmt == DATA_FORMAT_TSV ? '\t' : ',';
+        if (col) out_put(o, &delim, 1);
+        out_csv_field(o, text, delim);
+    }
+}
+
+data_format data_table_out_format(const data_table *t) {
+    return t->format == DATA_FORMAT_JSON ? DATA_FORMAT_JSONL : t->format;
+}
+
+rt_status data_table_write_rows(const data_table *t, const char *path, int n_added, const char *const *added_names,
+                                data_added_cell_fn cell, void *ctx) {
+    rt_status st = RT_OK;
+    const data_format fmt = data_table_out_format(t);
+    ckpt_atomic_file *file = NULL;
+    out_buf o = {0};
+    bool *keep = rt_xcalloc((size_t)t->n_cols + 1, sizeof *keep);
+    int dropped = 0;
+    for (int c = 0; c < t->n_cols; c++) {
+        keep[c] = true;
+        for (int k = 0; k < n_added && keep[c]; k++) keep[c] = strcmp(added_names[k], t->col_names[c]) != 0;
+        dropped += !keep[c];
+    }
+    if (dropped)
+        rt_log_warn("%s: %d of its columns are named as columns %s adds; %s writes its own in their place", t->path,
+                    dropped, path, path);
+    RT_TRY(ckpt_atomic_begin(path, &file));
+    if (fmt != DATA_FORMAT_JSONL) { /* the header */
+        int col = 0;
+        for (int c = 0; c < t->n_cols; c++)
+            if (keep[c]) out_cell(&o, fmt, col++, NULL, t->col_names[c], DATA_CELL_TEXT);
+        for (int k = 0; k < n_added; k++) out_cell(&o, fmt, col++, NULL, added_names[k], DATA_CELL_TEXT);
+        out_str(&o, "\n");
+    }
+    for (size_t r = 0; r < t->n_rows; r++) {
+        int col = 0;
+        for (int c = 0; c < t->n_cols; c++) {
+            const char *s = data_table_cell(t, r, c);
+            if (!keep[c] || (!s && fmt == DATA_FORMAT_JSONL)) continue; /* JSON: a key left out stays out */
+            out_cell(&o, fmt, col++, t->col_names[c], s ? s : "", data_table_kind(t, r, c));
+        }
+        for (int k = 0; k < n_added; k++) {
+            char scratch[64];
+            data_cell_kind kind = DATA_CELL_TEXT;
+            const char *s = cell(ctx, r, k, scratch, &kind);
+            out_cell(&o, fmt, col++, added_names[k], s, kind);
+        }
+        out_str(&o, fmt == DATA_FORMAT_JSONL ? "}\n" : "\n");
+        if (o.len > (1u << 20) || r + 1 == t->n_rows) {
+            RT_TRY(ckpt_atomic_write(file, o.buf, o.len));
+            o.len = 0;
+        }
+    }
+    st = ckpt_atomic_commit(file);
+    file = NULL;
+fail:
+    ckpt_atomic_abort(file);
+    free(o.buf);
+    free(keep);
+    return st;
+}
