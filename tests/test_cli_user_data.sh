@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# gpt2-classify and bert-classify on a user's own files (issue 35), with tiny models: the shipped
-# CSV example (string labels, quoted fields) trained, evaluated (accuracy, macro-F1, the positive
+# Every program on a user's own files (issue 35), with tiny models. gpt2-classify and
+# bert-classify: the shipped CSV example (string labels, quoted fields) trained, evaluated (accuracy, macro-F1, the positive
 # class's F1, each class's precision and recall) and predicted into predictions.csv; the same
 # validation rows as JSON Lines score the same; --label-names reorders the classes; a JSONL of
 # fractional scores is regression (Pearson, Spearman, MSE) with predictions.jsonl; --save-hf names
 # the classes; the cache keys on the files; and every bad input or option gets its one-line error
-# naming the file, the line and the column (exit 1), or a usage error (exit 2).
+# naming the file, the line and the column (exit 1), or a usage error (exit 2). t5-finetune's
+# pairs from two JSONL columns, and gpt2-finetune's texts from JSONL records, score exactly as the
+# same data in the programs' plain files.
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -13,7 +15,7 @@ pass=0
 fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-for p in gpt2-classify bert-classify; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
+for p in gpt2-classify bert-classify t5-finetune gpt2-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
 
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
@@ -144,6 +146,62 @@ expect_fail "multi-label" 1 "multi.jsonl:1: column 'label': the label is a list 
 printf '{"text": "a", "label": "x"}\n{"text": "b"}\n' > "$TMP/nolabel.jsonl"
 expect_fail "a record without the label" 1 "nolabel.jsonl:2: column 'label': the label is missing" \
     gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/nolabel.jsonl" --save-dir "$TMP/e13"
+
+# t5-finetune: the pairs from two columns of a JSON Lines file train and score as the same pairs
+# from SRC TGT files (the last 20% held out either way); --test-file writes the generations
+D="$SRC/assets/multi30k-en-de"
+head -n 20 "$D/val.en" > "$TMP/s.en"
+head -n 20 "$D/val.de" > "$TMP/s.de"
+json_escape() { sed 's/\\/\\\\/g; s/"/\\"/g'; }
+paste -d '\t' <(json_escape < "$TMP/s.en") <(json_escape < "$TMP/s.de") |
+    awk -F '\t' '{ printf "{\"en\": \"%s\", \"de\": \"%s\"}\n", $1, $2 }' > "$TMP/pairs.jsonl"
+cat > "$TMP/t5.json" <<JSON
+{"model_type": "t5", "vocab_size": 32128, "d_model": 16, "d_kv": 4, "d_ff": 32, "num_heads": 2, "num_layers": 1,
+ "num_decoder_layers": 1, "relative_attention_num_buckets": 8, "relative_attention_max_distance": 16,
+ "dropout_rate": 0.1, "feed_forward_proj": "relu", "tie_word_embeddings": true}
+JSON
+T5=(--arch "$TMP/t5.json" --max-source-len 24 --max-target-len 16 --max-new-tokens 4 --batch-size 8 --threads 2
+    --max-steps 2 --no-cache)
+"$BIN_DIR/t5-finetune" "$TMP/s.en" "$TMP/s.de" "${T5[@]}" --save-dir "$TMP/t5a" > "$TMP/out" 2> "$TMP/err" &&
+    ok || bad "t5-finetune on SRC TGT failed"
+t5_lines=$(grep "validation results" "$TMP/out")
+"$BIN_DIR/t5-finetune" --train-file "$TMP/pairs.jsonl" --source-column en --target-column de "${T5[@]}" \
+    --test-file "$TMP/pairs.jsonl" --save-dir "$TMP/t5b" > "$TMP/out" 2> "$TMP/err" && ok || bad "t5-finetune --train-file failed"
+t5_table=$(grep "validation results" "$TMP/out")
+[ -n "$t5_lines" ] && [ "$t5_lines" = "$t5_table" ] && ok || bad "t5 --train-file scores '$t5_table', SRC TGT '$t5_lines'"
+[ "$(wc -l < "$TMP/t5b/predictions.jsonl")" -eq 20 ] &&
+    head -n 1 "$TMP/t5b/predictions.jsonl" | grep -q '^{"en": ".*", "de": ".*", "prediction": ".*"}$' &&
+    ok || bad "t5 predictions.jsonl: $(head -n 1 "$TMP/t5b/predictions.jsonl")"
+expect_fail "t5 SRC TGT and --train-file" 2 "give SRC TGT or --train-file, not both" \
+    t5-finetune "$TMP/s.en" "$TMP/s.de" --train-file "$TMP/pairs.jsonl" "${T5[@]}" --save-dir "$TMP/e14"
+expect_fail "t5 unknown source column" 2 "pairs.jsonl: no column 'english' (its columns: en, de); name the column with --source-column" \
+    t5-finetune --train-file "$TMP/pairs.jsonl" --source-column english "${T5[@]}" --save-dir "$TMP/e15"
+expect_fail "t5 --test-file with SRC TGT" 2 "\-\-test-file goes with --train-file" \
+    t5-finetune "$TMP/s.en" "$TMP/s.de" --test-file "$TMP/pairs.jsonl" "${T5[@]}" --save-dir "$TMP/e16"
+
+# gpt2-finetune: records whose text holds a line with its newline make the same token stream as
+# the plain text file (run_clm adds nothing between records; the text loader keeps newlines)
+head -n 120 "$D/val.en" > "$TMP/lm.txt"
+sed -n 121,160p "$D/val.en" > "$TMP/lmval.txt"
+for f in lm lmval; do
+    json_escape < "$TMP/$f.txt" | awk '{ printf "{\"id\": %d, \"text\": \"%s\\n\"}\n", NR, $0 }' > "$TMP/$f.jsonl"
+done
+echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2}' > "$TMP/lm.json"
+LM=(--arch "$TMP/lm.json" --block-size 32 --batch-size 4 --threads 2 --max-steps 3 --no-cache)
+"$BIN_DIR/gpt2-finetune" "$TMP/lm.txt" --val "$TMP/lmval.txt" "${LM[@]}" --save-dir "$TMP/lma" > "$TMP/out" 2> "$TMP/err" &&
+    ok || bad "gpt2-finetune on a text file failed"
+lm_text=$(grep "validation results" "$TMP/out")
+"$BIN_DIR/gpt2-finetune" --train-file "$TMP/lm.jsonl" --validation-file "$TMP/lmval.jsonl" "${LM[@]}" --save-dir "$TMP/lmb" \
+    > "$TMP/out" 2> "$TMP/err" && ok || bad "gpt2-finetune --train-file failed"
+lm_table=$(grep "validation results" "$TMP/out")
+[ -n "$lm_text" ] && [ "$lm_text" = "$lm_table" ] && ok || bad "gpt2-finetune --train-file scores '$lm_table', text '$lm_text'"
+grep -q "lm.jsonl: 120 records, the texts in column 'text'" "$TMP/out" && ok || bad "no records line"
+expect_fail "gpt2-finetune --val with --train-file" 2 "with --train-file use --validation-file" \
+    gpt2-finetune --train-file "$TMP/lm.jsonl" --val "$TMP/lmval.txt" "${LM[@]}" --save-dir "$TMP/e17"
+expect_fail "gpt2-finetune no input" 2 "expected TEXT files or --train-file FILE" \
+    gpt2-finetune "${LM[@]}" --save-dir "$TMP/e18"
+expect_fail "gpt2-finetune unknown text column" 2 "no column 'body' (its columns: id, text)" \
+    gpt2-finetune --train-file "$TMP/lm.jsonl" --text-column body "${LM[@]}" --save-dir "$TMP/e19"
 
 # --help tells about the files
 "$BIN_DIR/gpt2-classify" --help > "$TMP/out" 2>&1
