@@ -117,31 +117,101 @@ static int join_context(const enc_part *p, int n, const data_glm_specials *sp, t
     return mask_pos;
 }
 
+/* The verbalizer: one token per class (words[c] for class c). */
+static rt_status rows_verbalizer(data_glm_rows *out, const char *const *words, int n, const tok_tokenizer *tok,
+                                 const char *what) {
+    rt_status st = RT_OK;
+    tok_ids answer = {0};
+    if (n > (int)(sizeof out->verbalizer / sizeof out->verbalizer[0]))
+        RT_FAIL(RT_ERR_CONFIG, "%s: %d classes; single-token cloze scores at most %d", what, n,
+                (int)(sizeof out->verbalizer / sizeof out->verbalizer[0]));
+    out->n_classes = n;
+    for (int c = 0; c < n; c++) {
+        RT_TRY(encode_text(tok, words[c], &answer));
+        if (answer.n != 1)
+            RT_FAIL(RT_ERR_CONFIG, "%s: verbalizer \"%s\" is %zu tokens for this tokenizer; single-token cloze needs one",
+                    what, words[c], answer.n);
+        out->verbalizer[c] = answer.ids[0];
+    }
+fail:
+    tok_ids_free(&answer);
+    return st;
+}
+
+/* Per-example scratch of the row builders. */
+typedef struct {
+    data_glm_specials sp;
+    enc_part parts[DATA_PVP_MAX_PARTS];
+    tok_ids ctx, answer;
+    int cap;
+} rows_scratch;
+
+static void rows_scratch_free(rows_scratch *w) {
+    for (int i = 0; i < DATA_PVP_MAX_PARTS; i++) tok_ids_free(&w->parts[i].ids);
+    tok_ids_free(&w->ctx);
+    tok_ids_free(&w->answer);
+}
+
+/* One example's rows from its filled pattern: the cloze row (the [sop] opens the blank; its
+ * logits score the verbalizers), or a row per candidate answer. label -100: none. */
+static rt_status rows_add_example(data_glm_rows *out, const data_pvp_filled *f, int label, const tok_tokenizer *tok,
+                                  int max_len, rows_scratch *w) {
+    rt_status st = RT_OK;
+    const int n = f->n_parts;
+    enc_part *parts = w->parts;
+    for (int i = 0; i < n; i++) {
+        parts[i].mask = f->parts[i].is_mask;
+        parts[i].shortenable = f->parts[i].shortenable;
+        parts[i].segment = f->parts[i].segment;
+        tok_ids_clear(&parts[i].ids);
+        if (!parts[i].mask) RT_TRY(encode_text(tok, f->parts[i].text, &parts[i].ids));
+    }
+    const int k = out->n_examples++;
+    out->first_row[k] = out->n_rows;
+    out->label[k] = label;
+    if (f->n_candidates == 0) {
+        const int32_t no_label = -100;
+        out->n_truncated += truncate_parts(parts, n, 0, max_len);
+        int mask_pos = join_context(parts, n, &w->sp, &w->ctx);
+        row_fill(rows_add(out, &w->cap), w->ctx.ids, (int)w->ctx.n, mask_pos, w->sp.sop, &no_label, 1);
+        return RT_OK;
+    }
+    out->rows_per_example = f->n_candidates;
+    for (int c = 0; c < f->n_candidates; c++) {
+        RT_TRY(encode_text(tok, f->candidates[c], &w->answer));
+        tok_ids_push(&w->answer, w->sp.eop);
+        enc_part cut[DATA_PVP_MAX_PARTS];
+        memcpy(cut, parts, sizeof cut);
+        /* the truncation of one candidate must not shorten the next: lengths only */
+        out->n_truncated += truncate_parts(cut, n, (int)w->answer.n, max_len);
+        int mask_pos = join_context(cut, n, &w->sp, &w->ctx);
+        row_fill(rows_add(out, &w->cap), w->ctx.ids, (int)w->ctx.n, mask_pos, w->sp.sop, w->answer.ids,
+                 (int)w->answer.n);
+        for (int i = 0; i < n; i++) cut[i].ids.n = parts[i].ids.n; /* parts own the buffers */
+    }
+fail:
+    return st;
+}
+
 rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
                                   bool training, data_glm_rows *out) {
     rt_status st = RT_OK;
-    data_glm_specials sp;
     data_pvp_filled f = {0};
-    enc_part parts[DATA_PVP_MAX_PARTS];
-    tok_ids ctx = {0}, answer = {0};
-    int cap = 0;
+    rows_scratch w = {0};
     memset(out, 0, sizeof *out);
-    memset(parts, 0, sizeof parts);
     const data_sg_task *task = ex->task;
     const bool choices = data_pvp_is_multi_token(task->id);
     out->kind = task->id == DATA_SG_WSC ? DATA_GLM_SPAN : choices ? DATA_GLM_CHOICES : DATA_GLM_CLOZE;
-    RT_TRY(data_glm_specials_of(tok, &sp));
+    RT_TRY(data_glm_specials_of(tok, &w.sp));
     if (!choices) { /* one verbalizer token per class */
-        out->n_classes = task->n_labels;
-        for (int c = 0; c < task->n_labels; c++) {
-            const char *word = data_pvp_verbalizer(task->id, pattern, c);
-            if (!word) RT_FAIL(RT_ERR_CONFIG, "task %s has no pattern %d", task->name, pattern);
-            RT_TRY(encode_text(tok, word, &answer));
-            if (answer.n != 1)
-                RT_FAIL(RT_ERR_CONFIG, "task %s: verbalizer \"%s\" is %zu tokens for this tokenizer; single-token cloze "
-                        "needs one", task->name, word, answer.n);
-            out->verbalizer[c] = answer.ids[0];
-        }
+        const char *words[16];
+        RT_CHECK(task->n_labels <= 16, "task %s: %d labels", task->name, task->n_labels);
+        for (int c = 0; c < task->n_labels; c++)
+            if (!(words[c] = data_pvp_verbalizer(task->id, pattern, c)))
+                RT_FAIL(RT_ERR_CONFIG, "task %s has no pattern %d", task->name, pattern);
+        char what[64];
+        snprintf(what, sizeof what, "task %s", task->name);
+        RT_TRY(rows_verbalizer(out, words, task->n_labels, tok, what));
     }
     out->first_row = rt_xcalloc(ex->n + 1, sizeof *out->first_row);
     out->label = rt_xcalloc(ex->n + 1, sizeof *out->label);
@@ -150,45 +220,34 @@ rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, 
     const int32_t keep_only = out->kind == DATA_GLM_SPAN && training ? data_sg_label_id(task, "true") : -2;
     for (size_t e = 0; e < ex->n; e++) {
         if (keep_only != -2 && ex->ex[e].label != keep_only) continue;
-        const int k = out->n_examples++;
         RT_TRY(data_pvp_fill(task, pattern, &ex->ex[e], &f));
-        int n = f.n_parts;
-        for (int i = 0; i < n; i++) {
-            parts[i].mask = f.parts[i].is_mask;
-            parts[i].shortenable = f.parts[i].shortenable;
-            parts[i].segment = f.parts[i].segment;
-            tok_ids_clear(&parts[i].ids);
-            if (!parts[i].mask) RT_TRY(encode_text(tok, f.parts[i].text, &parts[i].ids));
-        }
-        out->first_row[k] = out->n_rows;
-        out->label[k] = ex->ex[e].label == DATA_SG_LABEL_NONE ? -100 : ex->ex[e].label;
-        if (!choices) { /* the [sop] opens the blank; its logits score the verbalizers */
-            const int32_t no_label = -100;
-            out->n_truncated += truncate_parts(parts, n, 0, max_len);
-            int mask_pos = join_context(parts, n, &sp, &ctx);
-            row_fill(rows_add(out, &cap), ctx.ids, (int)ctx.n, mask_pos, sp.sop, &no_label, 1);
-        } else {
-            out->rows_per_example = f.n_candidates;
-            for (int c = 0; c < f.n_candidates; c++) {
-                RT_TRY(encode_text(tok, f.candidates[c], &answer));
-                tok_ids_push(&answer, sp.eop);
-                enc_part cut[DATA_PVP_MAX_PARTS];
-                memcpy(cut, parts, sizeof cut);
-                /* the truncation of one candidate must not shorten the next: lengths only */
-                out->n_truncated += truncate_parts(cut, n, (int)answer.n, max_len);
-                int mask_pos = join_context(cut, n, &sp, &ctx);
-                row_fill(rows_add(out, &cap), ctx.ids, (int)ctx.n, mask_pos, sp.sop, answer.ids, (int)answer.n);
-                for (int i = 0; i < n; i++) cut[i].ids.n = parts[i].ids.n; /* parts own the buffers */
-            }
-        }
+        RT_TRY(rows_add_example(out, &f, ex->ex[e].label == DATA_SG_LABEL_NONE ? -100 : ex->ex[e].label, tok, max_len,
+                                &w));
         data_pvp_filled_free(&f);
     }
     if (out->kind != DATA_GLM_CHOICES) out->rows_per_example = 1;
 fail:
     data_pvp_filled_free(&f);
-    for (int i = 0; i < DATA_PVP_MAX_PARTS; i++) tok_ids_free(&parts[i].ids);
-    tok_ids_free(&ctx);
-    tok_ids_free(&answer);
+    rows_scratch_free(&w);
+    if (st != RT_OK) data_glm_rows_free(out);
+    return st;
+}
+
+rt_status data_glm_rows_from_cloze(const data_pvp_filled *filled, const int32_t *labels, size_t n,
+                                   const char *const *verbalizer, int n_classes, const tok_tokenizer *tok, int max_len,
+                                   data_glm_rows *out) {
+    rt_status st = RT_OK;
+    rows_scratch w = {0};
+    memset(out, 0, sizeof *out);
+    out->kind = DATA_GLM_CLOZE;
+    out->rows_per_example = 1;
+    RT_TRY(data_glm_specials_of(tok, &w.sp));
+    RT_TRY(rows_verbalizer(out, verbalizer, n_classes, tok, "--verbalizer"));
+    out->first_row = rt_xcalloc(n + 1, sizeof *out->first_row);
+    out->label = rt_xcalloc(n + 1, sizeof *out->label);
+    for (size_t e = 0; e < n; e++) RT_TRY(rows_add_example(out, &filled[e], labels[e] < 0 ? -100 : labels[e], tok, max_len, &w));
+fail:
+    rows_scratch_free(&w);
     if (st != RT_OK) data_glm_rows_free(out);
     return st;
 }

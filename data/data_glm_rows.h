@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "data/data_dataset.h"
+#include "data/data_pvp.h"
 #include "data/data_seq2seq.h"
 #include "data/data_superglue.h"
 #include "tokenizers/tok.h"
@@ -60,6 +61,12 @@ rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out)
  * verbalizer that is not one token is RT_ERR_CONFIG naming it. */
 rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
                                   bool training, data_glm_rows *out);
+/* A user's classes through their own cloze pattern (glm-finetune --train-file --cloze): n filled
+ * patterns, their class ids (negative: none) and one verbalizer word per class, each one token
+ * (RT_ERR_CONFIG naming it otherwise; at most 16 classes). */
+rt_status data_glm_rows_from_cloze(const data_pvp_filled *filled, const int32_t *labels, size_t n,
+                                   const char *const *verbalizer, int n_classes, const tok_tokenizer *tok, int max_len,
+                                   data_glm_rows *out);
 /* Line-aligned source/target texts (targets may be NULL: generation rows, span empty). */
 rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
                               const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out);

@@ -66,4 +66,28 @@ void data_pvp_filled_free(data_pvp_filled *f);
 /* The parts concatenated, the mask slot written as mask_text (logging and tests); malloc'd. */
 char *data_pvp_join(const data_pvp_filled *f, const char *mask_text);
 
+/* A user's own cloze pattern (glm-finetune --cloze, as FlagAI's custom tasks write a PVP): text
+ * with one [MASK] and {COLUMN} placeholders for at most two columns, e.g.
+ * "{review} All in all, it was [MASK]." A placeholder's text is shortenable; the parts from the
+ * second column's first placeholder on are segment b (FlagAI's parts_b), the rest segment a.
+ * "{{" and "}}" write a brace. */
+typedef struct {
+    int n_parts;
+    struct {
+        char *text; /* owned: fixed text; NULL for a column or the mask */
+        int column; /* 0 or 1: a placeholder of columns[column]; -1: text or the mask */
+        bool is_mask;
+        int segment;
+    } parts[DATA_PVP_MAX_PARTS];
+    int n_columns;
+    char *columns[2]; /* owned */
+} data_pvp_template;
+
+/* RT_ERR_USAGE naming what is wrong: no [MASK] or two, a brace never closed, an empty {},
+ * three columns, more than DATA_PVP_MAX_PARTS parts. */
+rt_status data_pvp_template_parse(const char *pattern, data_pvp_template *out);
+/* The pattern with values[k] for columns[k]. */
+void data_pvp_template_fill(const data_pvp_template *t, const char *const *values, data_pvp_filled *out);
+void data_pvp_template_free(data_pvp_template *t);
+
 #endif

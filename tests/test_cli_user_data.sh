@@ -7,7 +7,8 @@
 # the classes; the cache keys on the files; and every bad input or option gets its one-line error
 # naming the file, the line and the column (exit 1), or a usage error (exit 2). t5-finetune's
 # pairs from two JSONL columns, and gpt2-finetune's texts from JSONL records, score exactly as the
-# same data in the programs' plain files.
+# same data in the programs' plain files. glm-finetune puts the classes through --cloze and
+# --verbalizer, with its option errors.
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
@@ -15,7 +16,7 @@ pass=0
 fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-for p in gpt2-classify bert-classify t5-finetune gpt2-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
+for p in gpt2-classify bert-classify t5-finetune gpt2-finetune glm-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
 
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
@@ -202,6 +203,30 @@ expect_fail "gpt2-finetune no input" 2 "expected TEXT files or --train-file FILE
     gpt2-finetune "${LM[@]}" --save-dir "$TMP/e18"
 expect_fail "gpt2-finetune unknown text column" 2 "no column 'body' (its columns: id, text)" \
     gpt2-finetune --train-file "$TMP/lm.jsonl" --text-column body "${LM[@]}" --save-dir "$TMP/e19"
+
+# glm-finetune: the classes through a cloze pattern and a verbalizer (FlagAI's custom task)
+GLM=(--threads 2 --batch-size 8 --max-steps 3 --no-cache --train-file "$EX/reviews-train.csv" --label-column sentiment)
+"$BIN_DIR/glm-finetune" "${GLM[@]}" --validation-file "$EX/reviews-validation.csv" --cloze "{review} It was [MASK]." \
+    --verbalizer negative=bad,positive=good --save-dir "$TMP/glm" > "$TMP/out" 2> "$TMP/err" && ok || bad "glm --train-file failed"
+grep -q "^data: classes 'negative', 'positive'; train 44, validation 12 examples through \"{review} It was \[MASK\].\"" "$TMP/out" &&
+    ok || bad "glm: no data line"
+grep -q "validation results (.*reviews-validation.csv, 12 examples, step 3): loss .* accuracy .* f1_macro .* f1 " "$TMP/out" &&
+    ok || bad "glm: no validation results with accuracy and F1"
+"$BIN_DIR/glm-finetune" "${GLM[@]}" --cloze "{review} [MASK]" --save-dir "$TMP/glm2" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "train 35, validation 9 examples (held out from the end)" "$TMP/out" && ok ||
+    bad "glm: the default verbalizer (the class names) and the held-out validation"
+expect_fail "glm without --cloze" 2 "\-\-train-file needs --cloze PATTERN" glm-finetune "${GLM[@]}" --save-dir "$TMP/e20"
+expect_fail "glm --task with --train-file" 2 "\-\-task is for the SuperGLUE and seq2seq tasks" \
+    glm-finetune "${GLM[@]}" --task rte --cloze "{review} [MASK]" --save-dir "$TMP/e21"
+expect_fail "glm verbalizer of no class" 2 "\-\-verbalizer: 'neutral' is not a class" \
+    glm-finetune "${GLM[@]}" --cloze "{review} [MASK]" --verbalizer neutral=meh --save-dir "$TMP/e22"
+expect_fail "glm verbalizer of two tokens" 1 "verbalizer \"wonderfully awful\" is" \
+    glm-finetune "${GLM[@]}" --cloze "{review} [MASK]" --verbalizer "positive=wonderfully awful" --save-dir "$TMP/e23"
+expect_fail "glm unknown column in the pattern" 2 "no column 'text' (its columns: id, review, sentiment)" \
+    glm-finetune "${GLM[@]}" --cloze "{text} [MASK]" --save-dir "$TMP/e24"
+expect_fail "glm regression labels" 2 "numbers with fractions (regression); glm-finetune scores classes" \
+    glm-finetune --threads 2 --no-cache --train-file "$TMP/scores.jsonl" --label-column score --cloze "{text} [MASK]" \
+    --save-dir "$TMP/e25"
 
 # --help tells about the files
 "$BIN_DIR/gpt2-classify" --help > "$TMP/out" 2>&1

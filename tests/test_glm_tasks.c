@@ -8,7 +8,8 @@
  * real token looks.
  * Every case's rows also go through the tokenized cache's sets (data_glm_rows_to_sets/from_sets)
  * and come back field for field; sets that lie (a mask position past its row, a cloze label past
- * the verbalizer, an example's rows past the end) are RT_ERR_FORMAT. */
+ * the verbalizer, an example's rows past the end) are RT_ERR_FORMAT. A user's own cloze pattern
+ * (--cloze) parses, fails on each malformed pattern, and builds the cloze row from its parts. */
 #include <stdio.h>
 #include <string.h>
 
@@ -154,6 +155,76 @@ static void check_collate(void) {
     data_glm_batch_free(&b);
 }
 
+/* A user's cloze pattern (glm-finetune --train-file --cloze): the parts, the segments, the errors,
+ * and the cloze row it makes: [CLS], each part's own tokens in order with [MASK] in the blank,
+ * <eos>, then the [sop] at the blank's position whose logits score the verbalizer. */
+static void check_user_cloze(const tok_tokenizer *tok) {
+    data_pvp_template t;
+    TZ_EXPECT_OK(data_pvp_template_parse("{premise} Question: {hypothesis}? {{A}} [MASK].", &t));
+    TZ_EXPECT(t.n_parts == 6 && t.n_columns == 2 && strcmp(t.columns[1], "hypothesis") == 0, "template parts: %d",
+              t.n_parts);
+    TZ_EXPECT(t.parts[0].column == 0 && t.parts[0].segment == 0 && t.parts[2].column == 1 && t.parts[2].segment == 1 &&
+                  t.parts[3].segment == 1 && strcmp(t.parts[3].text, "? {A} ") == 0 && t.parts[4].is_mask,
+              "template columns, segments and braces");
+    data_pvp_template_free(&t);
+    static const struct {
+        const char *pattern, *needle;
+    } bad[] = {{"{a} is good", "no [MASK]"},          {"{a} [MASK] [MASK]", "two [MASK]s"},
+               {"{a [MASK]", "never closed"},          {"{} [MASK]", "{} names no column"},
+               {"{a} {b} {c} [MASK]", "a third column"}, {"It was [MASK].", "no {COLUMN}"},
+               {"{a} } [MASK]", "a '}' with no '{'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rt_status st = data_pvp_template_parse(bad[i].pattern, &t);
+        TZ_EXPECT(st == RT_ERR_USAGE && strstr(rt_error_message(), bad[i].needle), "'%s': %s", bad[i].pattern,
+                  rt_error_message());
+    }
+    TZ_EXPECT_OK(data_pvp_template_parse("{review} It was [MASK].", &t));
+    const char *values[1] = {"a fine film"};
+    data_pvp_filled f;
+    data_pvp_template_fill(&t, values, &f);
+    const char *words[2] = {"bad", "good"};
+    const int32_t label = 1;
+    data_glm_rows R;
+    data_glm_specials sp;
+    tok_ids a = {0}, b = {0}, c = {0}, w = {0};
+    TZ_EXPECT_OK(data_glm_specials_of(tok, &sp));
+    TZ_EXPECT_OK(tok_encode(tok, "a fine film", 11, &a));
+    TZ_EXPECT_OK(tok_encode(tok, " It was", 7, &b));
+    TZ_EXPECT_OK(tok_encode(tok, ".", 1, &c));
+    TZ_EXPECT_OK(tok_encode(tok, "good", 4, &w));
+    if (data_glm_rows_from_cloze(&f, &label, 1, words, 2, tok, 64, &R) == RT_OK) {
+        int32_t want[64];
+        int n = 0;
+        want[n++] = sp.cls;
+        for (size_t k = 0; k < a.n; k++) want[n++] = a.ids[k];
+        for (size_t k = 0; k < b.n; k++) want[n++] = b.ids[k];
+        const int mask_pos = n;
+        want[n++] = sp.mask;
+        for (size_t k = 0; k < c.n; k++) want[n++] = c.ids[k];
+        want[n++] = sp.eos;
+        const int sep = n;
+        want[n++] = sp.sop;
+        const data_glm_row *row = &R.rows[0];
+        TZ_EXPECT(R.kind == DATA_GLM_CLOZE && R.n_examples == 1 && R.label[0] == 1 && R.n_classes == 2 &&
+                      R.verbalizer[1] == w.ids[0], "cloze rows: kind, label, verbalizer");
+        TZ_EXPECT(row->len == n && row->sep == sep && row->mask_pos == mask_pos &&
+                      memcmp(row->ids, want, (size_t)n * sizeof *want) == 0 && row->pos[sep] == mask_pos &&
+                      row->block_pos[sep] == 1, "the user cloze row: %d tokens, sep %d, mask %d", row->len, row->sep,
+                  row->mask_pos);
+        data_glm_rows_free(&R);
+    }
+    const char *two_tokens[2] = {"bad", "wonderfully awful"};
+    rt_status st = data_glm_rows_from_cloze(&f, &label, 1, two_tokens, 2, tok, 64, &R);
+    TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "--verbalizer: verbalizer \"wonderfully awful\" is"),
+              "a verbalizer of two tokens: %s", rt_error_message());
+    tok_ids_free(&a);
+    tok_ids_free(&b);
+    tok_ids_free(&c);
+    tok_ids_free(&w);
+    data_pvp_filled_free(&f);
+    data_pvp_template_free(&t);
+}
+
 int main(void) {
     check_collate();
     cJSON *root = NULL;
@@ -170,6 +241,7 @@ int main(void) {
         }
     }
     TZ_EXPECT(n_cases >= 14 && n_rows >= 16, "the golden holds %d cases, %d rows", n_cases, n_rows);
+    if (tok) check_user_cloze(tok);
     tok_free(tok);
     cJSON_Delete(root);
     return tz_test_result("test_glm_tasks");

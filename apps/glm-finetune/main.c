@@ -17,7 +17,10 @@
 #include "checkpoints/ckpt_train.h"
 #include "checkpoints/ckpt_weights.h"
 #include "data/data_pvp.h"
+#include "data/data_table.h"
+#include "data/data_user.h"
 #include "data/data_sampler.h"
+#include "metrics/metric_glue.h"
 #include "metrics/metric_rouge.h"
 #include "metrics/metric_superglue.h"
 #include "models/glm.h"
@@ -30,6 +33,8 @@
 
 typedef struct {
     const char *task, *data_dir, *model, *arch, *tokenizer, *val_src, *val_tgt, *save_hf;
+    const char *train_file, *validation_file, *data_format, *label_column, *label_names, *positive_label, *cloze,
+        *verbalizer;
     int64_t pattern, max_len, max_target_len, eval_batch_size, num_beams;
     double val_split, length_penalty;
     bool eval_generate;
@@ -59,8 +64,28 @@ static const rt_opt glm_own_options[] = {
      NULL, 0, 0},
     {"val-tgt", RT_OPT_STRING, &O.val_tgt, NULL, "FILE", "seq2seq validation targets, line-aligned with --val-src", NULL,
      0, 0},
-    {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F", "seq2seq: share of SRC/TGT held out without --val-src", NULL,
+    {"val-split", RT_OPT_FLOAT, &O.val_split, "0.2", "F",
+     "seq2seq and --train-file: the share of the last examples held out without --val-src (--validation-file)", NULL,
      0.01, 0.9},
+    {"train-file", RT_OPT_STRING, &O.train_file, NULL, "FILE",
+     "your own classes instead of --task: CSV, TSV, JSON Lines or a JSON array, put through --cloze and "
+     "--verbalizer", NULL, 0, 0},
+    {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
+     "with --train-file: the validation rows (default: the last --val-split of the train file)", NULL, 0, 0},
+    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
+     "--train-file's format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json",
+     0, 0},
+    {"cloze", RT_OPT_STRING, &O.cloze, NULL, "PATTERN",
+     "with --train-file: the cloze question, {COLUMN} for a text column (one or two) and one [MASK], e.g. "
+     "\"{review} It was [MASK].\"", NULL, 0, 0},
+    {"verbalizer", RT_OPT_STRING, &O.verbalizer, NULL, "CLASS=WORD,...",
+     "with --train-file: the one-token word scored at [MASK] for each class (default: the class names)", NULL, 0, 0},
+    {"label-column", RT_OPT_STRING, &O.label_column, "label", "NAME", "with --train-file: the label column", NULL, 0,
+     0},
+    {"label-names", RT_OPT_STRING, &O.label_names, NULL, "A,B,...",
+     "with --train-file: the classes in id order (default: the train file's labels, sorted)", NULL, 0, 0},
+    {"positive-label", RT_OPT_STRING, &O.positive_label, NULL, "NAME",
+     "with --train-file, two classes: the one whose F1 is reported (default: the second)", NULL, 0, 0},
     {"eval-generate", RT_OPT_FLAG, &O.eval_generate, "true", NULL,
      "seq2seq: generate (with a key/value cache) at evaluation and report ROUGE-1/2/L (not with --pp: the loss "
      "only)", NULL, 0, 0},
@@ -86,11 +111,16 @@ static rt_args_spec glm_spec = {
                "tasks as cloze questions (FlagAI's patterns and verbalizers; COPA by the summed log-probability of\n"
                "each answer) and seq2seq as blank infilling ([CLS] source [gMASK], the target generated in the\n"
                "blank). Reports accuracy (CB: also macro-F1; MultiRC: F1a and EM) or loss and ROUGE-1/2/L.\n"
+               "--train-file puts your own classes through a cloze pattern and verbalizer (--cloze, --verbalizer)\n"
+               "as FlagAI's custom tasks do.\n"
                "Checkpoints and metrics.jsonl go to --save-dir, the trained model to SAVE_DIR/hf.",
     .epilog = "examples:\n"
               "  glm-finetune --task copa                       # small GLM from scratch on the shipped COPA copy\n"
               "  glm-finetune --task rte --data-dir path/to/superglue-rte --model path/to/glm-large-ch\n"
               "  glm-finetune --task seq2seq train.src train.tgt --model path/to/glm-large-ch\n"
+              "  glm-finetune --train-file assets/examples/reviews-train.csv --validation-file \\\n"
+              "      assets/examples/reviews-validation.csv --label-column sentiment \\\n"
+              "      --cloze \"{review} It was [MASK].\" --verbalizer negative=bad,positive=good\n"
               "exit status: 0 ok, 1 bad input or run failure, 2 usage error",
     .opts = glm_options,
 };
@@ -230,7 +260,8 @@ typedef struct {
     glm_model *model;
     const tok_tokenizer *tok;
     const data_glm_rows *val;
-    const data_sg_examples *sg;   /* cloze tasks: the examples (MultiRC question ids) */
+    const data_sg_examples *sg;   /* SuperGLUE cloze tasks: the examples (MultiRC question ids) */
+    const data_user_task *user;   /* --train-file: a user's classes */
     const data_lines *refs;       /* seq2seq: reference targets from ref_begin */
     size_t ref_begin;
     data_glm_specials sp;
@@ -315,13 +346,22 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
         for (int i = 0; R->kind != DATA_GLM_SEQ2SEQ && i < n; i++) {
             /* span: WSC's labels are false (0) and true (1), its score the match */
             pred[b0 + i] = R->kind == DATA_GLM_SPAN ? scores[i] > 0.5f : glm_argmax(scores + (size_t)i * K, K);
-            label[b0 + i] = R->label[b0 + i] == -100 ? -1 : R->label[b0 + i];
+            label[b0 + i] = R->label[b0 + i] == -100 ? (e->user ? -100 : -1) : R->label[b0 + i];
         }
     }
     out->n = 0;
     out->names[out->n] = "loss";
     out->values[out->n++] = targets ? loss / (double)targets : 0.0;
-    if (R->kind != DATA_GLM_SEQ2SEQ) {
+    if (e->user) {
+        out->names[out->n] = "accuracy";
+        out->values[out->n++] = metric_accuracy(pred, label, (size_t)n_ex);
+        out->names[out->n] = "f1_macro";
+        out->values[out->n++] = metric_f1_macro(pred, label, (size_t)n_ex, e->user->n_labels);
+        if (e->user->positive >= 0) {
+            out->names[out->n] = "f1";
+            out->values[out->n++] = metric_f1_class(pred, label, (size_t)n_ex, e->user->positive);
+        }
+    } else if (R->kind != DATA_GLM_SEQ2SEQ) {
         metric_sg_score m[METRIC_SG_MAX_SCORES];
         int nm = 0;
         if (e->sg->task->id == DATA_SG_MULTIRC) {
@@ -491,12 +531,115 @@ static int glm_max_len(const data_glm_rows *r) {
     return T;
 }
 
+/* ---- --train-file: a user's classes through --cloze and --verbalizer ---- */
+
+typedef struct {
+    data_table tables[2];    /* train, validation (unused when held out) */
+    data_user_task task;
+    data_pvp_template cloze;
+    char **words;            /* (task.n_labels) the verbalizer, in class order */
+    data_pvp_filled *filled[2];
+    int32_t *labels[2];
+    size_t n[2];
+} glm_user_data;
+
+static void glm_user_free(glm_user_data *u) {
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; u->filled[k] && i < u->n[k]; i++) data_pvp_filled_free(&u->filled[k][i]);
+        free(u->filled[k]);
+        free(u->labels[k]);
+        data_table_free(&u->tables[k]);
+    }
+    for (int c = 0; u->words && c < u->task.n_labels; c++) free(u->words[c]);
+    free(u->words);
+    data_pvp_template_free(&u->cloze);
+    data_user_task_free(&u->task);
+    memset(u, 0, sizeof *u);
+}
+
+/* --verbalizer CLASS=WORD,...: a word for every class (default: its name). */
+static rt_status glm_user_verbalizer(glm_user_data *u) {
+    const data_user_task *t = &u->task;
+    u->words = rt_xcalloc((size_t)t->n_labels, sizeof *u->words);
+    for (const char *p = O.verbalizer; p && *p;) {
+        const char *end = strchr(p, ','), *eq = strchr(p, '=');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (!eq || eq >= p + len || eq == p)
+            return rt_errorf(RT_ERR_USAGE, "--verbalizer '%s': expected CLASS=WORD pairs, comma-separated", O.verbalizer);
+        int c = -1;
+        for (int k = 0; k < t->n_labels; k++)
+            if (strlen(t->label_names[k]) == (size_t)(eq - p) && strncmp(t->label_names[k], p, (size_t)(eq - p)) == 0)
+                c = k;
+        if (c < 0) return rt_errorf(RT_ERR_USAGE, "--verbalizer: '%.*s' is not a class", (int)(eq - p), p);
+        if (u->words[c]) return rt_errorf(RT_ERR_USAGE, "--verbalizer: the class '%s' is given twice", t->label_names[c]);
+        const size_t wlen = len - (size_t)(eq + 1 - p);
+        u->words[c] = rt_xmalloc(wlen + 1);
+        memcpy(u->words[c], eq + 1, wlen);
+        u->words[c][wlen] = '\0';
+        p = end ? end + 1 : p + len;
+    }
+    for (int c = 0; c < t->n_labels; c++)
+        if (!u->words[c]) u->words[c] = rt_xstrdup(t->label_names[c]);
+    return RT_OK;
+}
+
+/* Examples [lo, hi) of ex through the pattern, as set k. */
+static void glm_user_fill(glm_user_data *u, int k, const data_examples *ex, size_t lo, size_t hi) {
+    u->n[k] = hi - lo;
+    u->filled[k] = rt_xcalloc(u->n[k] + 1, sizeof *u->filled[k]);
+    u->labels[k] = rt_xcalloc(u->n[k] + 1, sizeof *u->labels[k]);
+    for (size_t i = lo; i < hi; i++) {
+        const char *values[2] = {ex->text_a[i], ex->text_b ? ex->text_b[i] : NULL};
+        data_pvp_template_fill(&u->cloze, values, &u->filled[k][i - lo]);
+        u->labels[k][i - lo] = ex->labels[i];
+    }
+}
+
+static rt_status glm_user_read(glm_user_data *u) {
+    rt_status st = RT_OK;
+    data_examples ex[2] = {{0}};
+    const data_format fmt = strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO
+                                                                : (data_format)data_format_parse(O.data_format);
+    RT_TRY(data_pvp_template_parse(O.cloze, &u->cloze));
+    char columns[600];
+    snprintf(columns, sizeof columns, "%s%s%s", u->cloze.columns[0], u->cloze.n_columns > 1 ? "," : "",
+             u->cloze.n_columns > 1 ? u->cloze.columns[1] : "");
+    RT_TRY(data_table_read(O.train_file, fmt, &u->tables[0]));
+    if (O.validation_file) RT_TRY(data_table_read(O.validation_file, fmt, &u->tables[1]));
+    data_user_opts uo = {.text_columns = columns, .label_column = O.label_column, .label_names = O.label_names,
+                         .positive_label = O.positive_label};
+    RT_TRY(data_user_task_resolve(&u->tables[0], &uo, &u->task));
+    if (u->task.type != DATA_TASK_CLASSIFICATION)
+        RT_FAIL(RT_ERR_USAGE, "%s: the labels in '%s' are numbers with fractions (regression); glm-finetune scores "
+                "classes at the [MASK] (name the classes with --label-names to treat them as classes)",
+                O.train_file, u->task.label_col);
+    RT_TRY(glm_user_verbalizer(u));
+    RT_TRY(data_user_examples(&u->task, &u->tables[0], true, &ex[0]));
+    if (O.validation_file) {
+        RT_TRY(data_user_examples(&u->task, &u->tables[1], true, &ex[1]));
+        glm_user_fill(u, 0, &ex[0], 0, ex[0].n);
+        glm_user_fill(u, 1, &ex[1], 0, ex[1].n);
+    } else {
+        size_t n_val = (size_t)((double)ex[0].n * O.val_split + 0.5);
+        if (n_val == 0 || n_val >= ex[0].n)
+            RT_FAIL(RT_ERR_USAGE, "%s has %zu rows: too few to hold out %.0f%% for validation (give --validation-file)",
+                    O.train_file, ex[0].n, 100 * O.val_split);
+        glm_user_fill(u, 0, &ex[0], 0, ex[0].n - n_val);
+        glm_user_fill(u, 1, &ex[0], ex[0].n - n_val, ex[0].n);
+    }
+fail:
+    data_examples_free(&ex[0]);
+    data_examples_free(&ex[1]);
+    return st;
+}
+
 /* What the rows are made from, for the tokenized cache: SuperGLUE examples (task set) or
  * line-aligned texts. */
 typedef struct {
     const tok_tokenizer *tok;
     const data_sg_task *task;
     const data_sg_examples *sg_train, *sg_val;
+    const glm_user_data *user; /* --train-file */
     const data_lines *src, *tgt, *vs, *vt;
     size_t n_train, v_begin;
 } glm_build_ctx;
@@ -507,7 +650,12 @@ static rt_status glm_build_sets(void *ctx, data_tokenized *sets, int n_sets) {
     rt_status st = RT_OK;
     data_glm_rows r[2] = {{0}};
     RT_CHECK(n_sets == 2 * DATA_GLM_ROWS_SETS, "GLM sets: %d", n_sets);
-    if (b->task) {
+    if (b->user) {
+        for (int k = 0; k < 2; k++)
+            RT_TRY(data_glm_rows_from_cloze(b->user->filled[k], b->user->labels[k], b->user->n[k],
+                                            (const char *const *)b->user->words, b->user->task.n_labels, b->tok,
+                                            (int)O.max_len, &r[k]));
+    } else if (b->task) {
         RT_TRY(data_glm_rows_from_superglue(b->sg_train, (int)O.pattern, b->tok, (int)O.max_len, true, &r[0]));
         RT_TRY(data_glm_rows_from_superglue(b->sg_val, (int)O.pattern, b->tok, (int)O.max_len, false, &r[1]));
     } else {
@@ -553,6 +701,27 @@ static int32_t *glm_example_lengths(const data_glm_rows *r) {
     return len;
 }
 
+/* --train-file and its options, against --task and the SuperGLUE and seq2seq ones. */
+static rt_status glm_check_user_options(int n_pos) {
+    const char *needs_train[] = {"validation-file", "cloze", "verbalizer", "label-names", "positive-label"};
+    if (!O.train_file) {
+        for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
+            if (rt_args_source_of(&glm_spec, needs_train[k]) != RT_ARG_DEFAULT)
+                return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own classes)", needs_train[k]);
+        return RT_OK;
+    }
+    const char *not_with[] = {"task", "data-dir", "pattern", "val-src", "val-tgt"};
+    for (size_t k = 0; k < sizeof not_with / sizeof not_with[0]; k++)
+        if (rt_args_source_of(&glm_spec, not_with[k]) != RT_ARG_DEFAULT)
+            return rt_errorf(RT_ERR_USAGE, "--%s is for the SuperGLUE and seq2seq tasks; with --train-file leave it out",
+                             not_with[k]);
+    if (n_pos) return rt_errorf(RT_ERR_USAGE, "SRC TGT are for --task seq2seq, not --train-file");
+    if (!O.cloze)
+        return rt_errorf(RT_ERR_USAGE, "--train-file needs --cloze PATTERN, the question with {COLUMN} and one [MASK], "
+                         "e.g. --cloze \"{review} It was [MASK].\"");
+    return RT_OK;
+}
+
 static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[2] = {NULL, NULL};
@@ -571,20 +740,43 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     train_app_comm_count comm_count = {0}; /* --comm-stats */
     glm_trainer tr = {0};
     glm_eval ev = {0};
+    glm_user_data ud = {0};
 
     RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
-    const bool seq2seq = strcmp(O.task, "seq2seq") == 0;
+    RT_TRY(glm_check_user_options(n_pos));
+    const bool user = O.train_file != NULL, seq2seq = !user && strcmp(O.task, "seq2seq") == 0;
     if (seq2seq && n_pos != 2)
         RT_FAIL(RT_ERR_USAGE, "--task seq2seq expects SRC TGT (two line-aligned files), got %d argument%s", n_pos,
                 n_pos == 1 ? "" : "s");
-    if (!seq2seq && n_pos) RT_FAIL(RT_ERR_USAGE, "--task %s reads --data-dir; SRC TGT are for --task seq2seq", O.task);
+    if (!seq2seq && !user && n_pos)
+        RT_FAIL(RT_ERR_USAGE, "--task %s reads --data-dir; SRC TGT are for --task seq2seq", O.task);
     if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
     RT_TRY(glm_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
     RT_TRY(data_glm_specials_of(tok, &ev.sp));
 
-    if (seq2seq) {
+    if (user) {
+        RT_TRY(glm_user_read(&ud));
+        glm_build_ctx bc = {.tok = tok, .user = &ud};
+        data_cache_key key;
+        data_cache_key_init(&key, "glm-user-cloze-rows");
+        data_cache_key_str(&key, O.cloze);
+        for (int c = 0; c < ud.task.n_labels; c++) data_cache_key_str(&key, ud.words[c]);
+        data_user_task_key(&ud.task, &key);
+        data_cache_key_int(&key, ud.tables[0].format);
+        data_cache_key_int(&key, (int64_t)ud.n[0]);
+        RT_TRY(data_cache_key_file(&key, O.train_file));
+        data_cache_key_str(&key, O.validation_file);
+        if (O.validation_file) RT_TRY(data_cache_key_file(&key, O.validation_file));
+        RT_TRY(glm_cached_rows(&bc, &key, tok_path, O.train_file, &train, &val));
+        ev.user = &ud.task;
+        char desc[512];
+        data_user_task_describe(&ud.task, desc, sizeof desc);
+        rt_log_info("data: %s; train %d, validation %d examples%s through \"%s\"; %d rows truncated", desc,
+                    train.n_examples, val.n_examples, O.validation_file ? "" : " (held out from the end)", O.cloze,
+                    train.n_truncated + val.n_truncated);
+    } else if (seq2seq) {
         RT_TRY(data_lines_read_pair(pos[0], pos[1], &src, &tgt));
         size_t n_train = src.n, v_begin = 0;
         const data_lines *vs = &src, *vt = &tgt;
@@ -704,7 +896,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     if (res.signal) goto fail;
     if (res.last_eval.n) {
         char line[512];
-        int n = snprintf(line, sizeof line, "validation results (%s, %d examples, step %lld):", O.task, val.n_examples,
+        int n = snprintf(line, sizeof line, "validation results (%s, %d examples, step %lld):",
+                         user ? (O.validation_file ? O.validation_file : O.train_file) : O.task, val.n_examples,
                          (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
@@ -728,6 +921,7 @@ fail:
     data_glm_rows_free(&val);
     data_sg_examples_free(&sg_train);
     data_sg_examples_free(&sg_val);
+    glm_user_free(&ud);
     data_lines_free(&src);
     data_lines_free(&tgt);
     data_lines_free(&vsrc);
