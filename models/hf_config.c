@@ -161,6 +161,41 @@ rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_label
     return ckpt_json_get_int_range(root, path, "num_labels", num_labels, false, *num_labels, 1, MDL_MAX_LABELS);
 }
 
+rt_status mdl_hf_label_names(const char *config_path, char ***names, int *n) {
+    cJSON *root = NULL;
+    *names = NULL;
+    *n = 0;
+    rt_status st = ckpt_json_load(config_path, &root);
+    if (st != RT_OK) return st;
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    const int count = cJSON_IsObject(id2label) ? cJSON_GetArraySize(id2label) : 0;
+    bool named = false;
+    char **out = count > 1 && count <= MDL_MAX_LABELS ? rt_xcalloc((size_t)count, sizeof *out) : NULL;
+    for (int i = 0; out && i < count; i++) {
+        char key[32], dflt[32];
+        snprintf(key, sizeof key, "%d", i);
+        snprintf(dflt, sizeof dflt, "LABEL_%d", i);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(id2label, key);
+        if (!cJSON_IsString(v) || !v->valuestring || !*v->valuestring) { /* not 0..count-1: not names to keep */
+            for (int k = 0; k < i; k++) free(out[k]);
+            free(out);
+            out = NULL;
+            break;
+        }
+        out[i] = rt_xstrdup(v->valuestring);
+        named |= strcmp(out[i], dflt) != 0;
+    }
+    if (out && !named) {
+        for (int k = 0; k < count; k++) free(out[k]);
+        free(out);
+        out = NULL;
+    }
+    cJSON_Delete(root);
+    *names = out;
+    *n = out ? count : 0;
+    return RT_OK;
+}
+
 cJSON *mdl_hf_config_new(const char *model_type, const char *arch) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model_type", model_type);

@@ -101,6 +101,10 @@ rt_status mdl_check_dropouts(const char *what, const float *p, int n);
 /* A classifier's label count: id2label's size when it has entries, else num_labels; at most
  * MDL_MAX_LABELS. Absent, *num_labels keeps its value. */
 rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_labels);
+/* The class names of a config.json's id2label (keys 0 .. n-1), when it names them: *names NULL
+ * and *n 0 when it has none, or only HF's defaults LABEL_0 ... The caller frees each and the
+ * array. RT_ERR_IO/FORMAT for a file that cannot be read or parsed. */
+rt_status mdl_hf_label_names(const char *config_path, char ***names, int *n);
 /* A new config object with model_type and architectures [arch]. */
 cJSON *mdl_hf_config_new(const char *model_type, const char *arch);
 /* id2label and label2id (LABEL_0 ...), and problem_type "regression" for one label. */

@@ -80,6 +80,26 @@ cp "$EX/reviews-test.csv" "$TMP/test.txt"
 grep -q "^task: classes 'positive', 'negative'" "$TMP/out" && ok || bad "--label-names did not set the order"
 [ "$(head -n 1 "$TMP/named.csv")" = "id,review,prediction,prob_positive,prob_negative" ] && ok || bad "--predict-out header"
 
+# a model that names its classes keeps them: the file's classes take its id2label order, and a
+# GLUE task's export keeps the names
+"$BIN_DIR/gpt2-classify" "${GPT2[@]}" --label-names positive,negative --epochs 0 --save-dir "$TMP/m1" \
+    --save-hf "$TMP/m1/hf" > "$TMP/out" 2> "$TMP/err" && ok || bad "the --label-names export failed"
+"$BIN_DIR/gpt2-classify" --model "$TMP/m1/hf" "${COMMON[@]}" --epochs 0 --train-file "$EX/reviews-train.csv" \
+    --label-column sentiment --save-dir "$TMP/m2" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "^classes in the model's id2label order: positive,negative" "$TMP/out" &&
+    grep -q "^task: classes 'positive', 'negative'" "$TMP/out" && ok || bad "the model's class order was not kept"
+mkdir -p "$TMP/mrpc"
+head -n 17 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/mrpc/train.tsv"
+head -n 9 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/mrpc/dev.tsv"
+"$BIN_DIR/gpt2-classify" --model "$TMP/m1/hf" "${COMMON[@]}" --epochs 0 --dataset mrpc --data-dir "$TMP/mrpc" \
+    --save-dir "$TMP/m3" --save-hf "$TMP/m3/hf" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q '"0":[[:space:]]*"positive"' "$TMP/m3/hf/config.json" && ok || bad "a GLUE export dropped the model's names"
+printf 'review,sentiment\ngreat,good\nawful,bad\n' > "$TMP/other.csv"
+"$BIN_DIR/gpt2-classify" --model "$TMP/m1/hf" "${COMMON[@]}" --epochs 0 --train-file "$TMP/other.csv" \
+    --label-column sentiment --save-dir "$TMP/m4" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "the model's classes (id2label: 2, the first 'positive') are not the train file's" "$TMP/err" && ok ||
+    bad "no warning for a model with other classes"
+
 # the token cache: a second run reads it; another label order is another entry
 CACHED=(--arch "$TMP/gpt2.json" --max-len 48 --batch-size 8 --threads 2 --epochs 0 --cache-dir "$TMP/cache"
         --train-file "$EX/reviews-train.csv" --validation-file "$EX/reviews-validation.csv" --label-column sentiment)

@@ -22,6 +22,7 @@
 #include "apps/common/glue_files.h"
 #include "apps/common/train_app.h"
 #include "metrics/metric_glue.h"
+#include "models/hf_config.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -463,7 +464,8 @@ typedef struct {
     const mdl_classifier *m;
     const char *tokenizer_path;
     const rt_grid *grid;
-    const data_user_task *labels; /* a user's classes, named in config.json; NULL: LABEL_0 ... */
+    const char *const *names;     /* the classes' names for config.json; NULL: as the model wrote them */
+    int n_names;
 } gc_export;
 
 static rt_status gc_write_hf(void *ctx, const char *folder) {
@@ -471,17 +473,17 @@ static rt_status gc_write_hf(void *ctx, const char *folder) {
     /* config.json and the weights (gathered over tp); the first replica's tp group does it */
     rt_status st = x->grid->dp_rank == 0 ? x->m->save_hf(x->m->model, folder) : RT_OK;
     if (st == RT_OK && x->grid->world->rank == 0) st = train_app_copy_tokenizer(x->tokenizer_path, folder);
-    if (st == RT_OK && x->grid->world->rank == 0 && x->labels) {
+    if (st == RT_OK && x->grid->world->rank == 0 && x->names) {
         char config[4096];
         snprintf(config, sizeof config, "%s/config.json", folder);
-        st = glue_files_label_config(x->labels, config);
+        st = glue_files_label_config(config, x->n_names, x->names);
     }
     return st;
 }
 
 static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid,
-                            const data_user_task *labels) {
-    gc_export x = {m, tokenizer_path, grid, labels};
+                            const char *const *names, int n_names) {
+    gc_export x = {m, tokenizer_path, grid, names, n_names};
     return train_app_export_hf(O.save_hf, grid, gc_write_hf, &x);
 }
 
@@ -509,6 +511,33 @@ static rt_status gc_files_options(glue_files_opts *o) {
     o->user = (data_user_opts){.text_columns = O.text_columns, .label_column = O.label_column,
                                .label_names = O.label_names, .positive_label = O.positive_label};
     return RT_OK;
+}
+
+/* The model's own class names (its config's id2label, when it names them), as HF's run_glue
+ * weighs them: the train file's classes take the model's order when they are the same set;
+ * otherwise the file's classes stand and the model's names are dropped, with a warning. Returns
+ * the --label-names to resolve the task with (NULL: as it is). */
+static const char *gc_model_order(const glue_files *files, char *const *model_names, int n_model, char *buf,
+                                  size_t cap) {
+    const data_user_task *t = &files->task;
+    if (!model_names || O.label_names || t->type != DATA_TASK_CLASSIFICATION) return NULL;
+    bool same = n_model == t->n_labels; /* every model name is one of the file's classes (no name twice) */
+    for (int i = 0; same && i < n_model; i++) {
+        bool found = false;
+        for (int k = 0; k < t->n_labels; k++) found |= strcmp(model_names[i], t->label_names[k]) == 0;
+        same = found && strchr(model_names[i], ',') == NULL;
+        for (int j = 0; same && j < i; j++) same = strcmp(model_names[i], model_names[j]) != 0;
+    }
+    if (!same) {
+        rt_log_warn("the model's classes (id2label: %d, the first '%s') are not the train file's; the head learns the "
+                    "file's classes", n_model, model_names[0]);
+        return NULL;
+    }
+    size_t n = 0;
+    for (int i = 0; i < n_model && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "", model_names[i]);
+    if (n >= cap) return NULL;
+    rt_log_info("classes in the model's id2label order: %s", buf);
+    return buf;
 }
 
 /* Each class's precision, recall and F1 on the validation set, after the last evaluation. */
@@ -566,6 +595,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     bool ev_ready = false;
     glue_files files = {0};
     glue_files_opts files_opts;
+    char **model_names = NULL; /* the model's id2label, when it names its classes */
+    int n_model_names = 0;
 
     /* what the model, the loop and evaluation use: the grid's comms, or with --comm-stats
      * counting views of them (comm_count keeps the owned ones) */
@@ -578,8 +609,18 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const bool user_files = O.train_file != NULL;
     const data_glue_task *task = user_files ? NULL : data_glue_task_find(O.dataset);
     RT_CHECK(user_files || task != NULL, "dataset %s passed the choice check", O.dataset);
+    RT_TRY(gc_resolve_source(&source));
+    if (source.files.config[0]) RT_TRY(mdl_hf_label_names(source.files.config, &model_names, &n_model_names));
     if (user_files) { /* the classes come from the train file, before the model is made */
         RT_TRY(glue_files_open(&files_opts, &files));
+        char order[4096];
+        const char *model_order = gc_model_order(&files, model_names, n_model_names, order, sizeof order);
+        if (model_order) { /* the same classes in the model's order */
+            glue_files_free(&files);
+            files_opts.user.label_names = model_order;
+            RT_TRY(glue_files_open(&files_opts, &files));
+            files_opts.user.label_names = NULL; /* order lives on the stack */
+        }
         char desc[512];
         data_user_task_describe(&files.task, desc, sizeof desc);
         rt_log_info("task: %s; text %s%s%s; from %s", desc, files.task.text_col[0], files.task.n_text > 1 ? " + " : "",
@@ -587,7 +628,6 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
     const int num_labels = user_files ? files.task.n_labels : task->n_labels;
     const char *data_name = user_files ? (O.validation_file ? O.validation_file : O.train_file) : task->name;
-    RT_TRY(gc_resolve_source(&source));
 
     RT_TRY(tok_load(source.files.tokenizer, &tok));
     RT_TRY(data_pad_check_covers(&O.t.pad, (int)O.max_len, "length-buckets", "--max-len"));
@@ -685,7 +725,12 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
     if (O.predict) RT_TRY(gc_predict_file(&gm.cls, tok, task, pad, grid));
     if (O.test_file) RT_TRY(gc_predict_test_file(&files, &gm.cls, tok, pad, grid));
-    if (O.save_hf) RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, user_files ? &files.task : NULL));
+    if (O.save_hf) { /* the file's classes by name; a GLUE task keeps the names the model came with */
+        const bool named = user_files ? files.task.type == DATA_TASK_CLASSIFICATION : n_model_names == num_labels;
+        const char *const *names = user_files ? (const char *const *)files.task.label_names
+                                              : (const char *const *)model_names;
+        RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels));
+    }
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);
@@ -698,6 +743,8 @@ fail:
     train_app_comm_count_end(&comm_count, &grid_storage);
     rt_grid_free(&grid_storage);
     glue_files_free(&files);
+    for (int k = 0; k < n_model_names; k++) free(model_names[k]);
+    free(model_names);
     return st;
 }
 

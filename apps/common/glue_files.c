@@ -138,11 +138,10 @@ rt_status glue_files_write_predictions(const glue_files *f, const data_table *te
     return st;
 }
 
-rt_status glue_files_label_config(const data_user_task *task, const char *config_path) {
+rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names) {
     cJSON *config = NULL;
     rt_status st = ckpt_json_load(config_path, &config);
     if (st != RT_OK) return st;
-    mdl_hf_set_labels(config, task->n_labels, task->type == DATA_TASK_REGRESSION ? NULL
-                                                                                 : (const char *const *)task->label_names);
+    mdl_hf_set_labels(config, n_labels, names);
     return mdl_hf_write_json(config, config_path);
 }

@@ -43,8 +43,9 @@ rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, in
 rt_status glue_files_write_predictions(const glue_files *f, const data_table *test, const char *save_dir,
                                        const char *path_out, const int32_t *pred, const float *scores,
                                        char *written, size_t written_cap);
-/* Puts the classes into an HF config.json: id2label, label2id and problem_type. */
-rt_status glue_files_label_config(const data_user_task *task, const char *config_path);
+/* Puts the classes into an HF config.json: id2label and label2id with names (NULL: LABEL_0 ...,
+ * and problem_type regression for one label), problem_type single_label_classification. */
+rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names);
 void glue_files_free(glue_files *f);
 
 #endif
