@@ -22,7 +22,7 @@ const char *data_format_name(data_format fmt) {
 }
 
 int data_format_parse(const char *name) {
-    for (int f = DATA_FORMAT_CSV; name && f <= DATA_FORMAT_JSON; f++)
+    for (int f = DATA_FORMAT_AUTO; name && f <= DATA_FORMAT_JSON; f++)
         if (strcmp(format_names[f], name) == 0) return f;
     return -1;
 }

@@ -44,7 +44,7 @@ typedef struct {
 rt_status data_format_of(const char *path, data_format fmt, data_format *out);
 /* "csv", "tsv", "jsonl", "json". */
 const char *data_format_name(data_format fmt);
-/* Parses "csv", "tsv", "jsonl" or "json"; -1 for anything else. */
+/* Parses "auto", "csv", "tsv", "jsonl" or "json"; -1 for anything else. */
 int data_format_parse(const char *name);
 
 /* Reads path in fmt (AUTO: from the extension). RT_ERR_IO for a file that cannot be read,

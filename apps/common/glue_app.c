@@ -66,9 +66,7 @@ static const rt_opt gc_own_options[] = {
     {"test-file", RT_OPT_STRING, &O.test_file, NULL, "FILE",
      "with --train-file: after training, predict every row into SAVE_DIR/predictions.csv (.tsv, .jsonl as the file "
      "is), its columns then prediction and prob_CLASS", NULL, 0, 0},
-    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
-     "the files' format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json", 0,
-     0},
+    TRAIN_APP_DATA_FORMAT_OPT(&O.data_format),
     {"text-columns", RT_OPT_STRING, &O.text_columns, NULL, "A[,B]",
      "the text column, or two for a pair (default: sentence1,sentence2 when both exist, else text, else the first "
      "two text columns)", NULL, 0, 0},
@@ -494,20 +492,18 @@ static rt_status gc_files_options(glue_files_opts *o) {
     memset(o, 0, sizeof *o);
     const char *needs_train[] = {"validation-file", "test-file", "text-columns", "label-names", "positive-label"};
     if (!O.train_file) {
-        for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
-            if (rt_args_source_of(&gc_spec, needs_train[k]) != RT_ARG_DEFAULT)
-                return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data files)", needs_train[k]);
-        return RT_OK;
+        const char *stray = train_app_first_given(&gc_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
+        return stray ? rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data files)", stray) : RT_OK;
     }
     const char *glue_only[] = {"dataset", "data-dir", "predict"};
-    for (size_t k = 0; k < sizeof glue_only / sizeof glue_only[0]; k++)
-        if (rt_args_source_of(&gc_spec, glue_only[k]) != RT_ARG_DEFAULT)
-            return rt_errorf(RT_ERR_USAGE, "--%s is for GLUE tasks; with --train-file %s", glue_only[k],
-                             strcmp(glue_only[k], "predict") == 0 ? "use --test-file" : "leave it out");
+    const char *given = train_app_first_given(&gc_spec, glue_only, sizeof glue_only / sizeof glue_only[0]);
+    if (given)
+        return rt_errorf(RT_ERR_USAGE, "--%s is for GLUE tasks; with --train-file %s", given,
+                         strcmp(given, "predict") == 0 ? "use --test-file" : "leave it out");
     o->train = O.train_file;
     o->validation = O.validation_file;
     o->test = O.test_file;
-    o->format = strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO : (data_format)data_format_parse(O.data_format);
+    o->format = (data_format)data_format_parse(O.data_format);
     o->user = (data_user_opts){.text_columns = O.text_columns, .label_column = O.label_column,
                                .label_names = O.label_names, .positive_label = O.positive_label};
     return RT_OK;

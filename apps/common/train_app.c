@@ -528,3 +528,9 @@ rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf
     free(partial);
     return st;
 }
+
+const char *train_app_first_given(const rt_args_spec *spec, const char *const *names, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (rt_args_source_of(spec, names[k]) != RT_ARG_DEFAULT) return names[k];
+    return NULL;
+}

@@ -124,6 +124,14 @@ typedef struct {
     char weights[4096];   /* the weights to load; "" = random init */
     char tokenizer[4096]; /* the tokenizer folder or file */
 } train_app_source;
+/* The first of names (options of spec) that the command line, a --config or a preset gave, or
+ * NULL: for options that go only with another one. */
+const char *train_app_first_given(const rt_args_spec *spec, const char *const *names, size_t n);
+/* --data-format, as every program that reads a user's files (--train-file) declares it. */
+#define TRAIN_APP_DATA_FORMAT_OPT(dest)                                                                                \
+    {"data-format", RT_OPT_CHOICE, (dest), "auto", NULL,                                                               \
+     "--train-file's (and the other files') format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)",   \
+     "auto|csv|tsv|jsonl|json", 0, 0}
 /* --model DIR (an HF folder: its config.json, its weights in HF's order, and its tokenizer files
  * unless --tokenizer names one) or --arch FILE (a config; random weights), not both (RT_ERR_USAGE);
  * with neither, only the tokenizer. The tokenizer is --tokenizer, else the folder's, else

@@ -72,9 +72,7 @@ static const rt_opt glm_own_options[] = {
      "--verbalizer", NULL, 0, 0},
     {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
      "with --train-file: the validation rows (default: the last --val-split of the train file)", NULL, 0, 0},
-    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
-     "--train-file's format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json",
-     0, 0},
+    TRAIN_APP_DATA_FORMAT_OPT(&O.data_format),
     {"cloze", RT_OPT_STRING, &O.cloze, NULL, "PATTERN",
      "with --train-file: the cloze question, {COLUMN} for a text column (one or two) and one [MASK], e.g. "
      "\"{review} It was [MASK].\"", NULL, 0, 0},
@@ -598,8 +596,7 @@ static void glm_user_fill(glm_user_data *u, int k, const data_examples *ex, size
 static rt_status glm_user_read(glm_user_data *u) {
     rt_status st = RT_OK;
     data_examples ex[2] = {{0}};
-    const data_format fmt = strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO
-                                                                : (data_format)data_format_parse(O.data_format);
+    const data_format fmt = (data_format)data_format_parse(O.data_format);
     RT_TRY(data_pvp_template_parse(O.cloze, &u->cloze));
     char columns[600];
     snprintf(columns, sizeof columns, "%s%s%s", u->cloze.columns[0], u->cloze.n_columns > 1 ? "," : "",
@@ -705,16 +702,14 @@ static int32_t *glm_example_lengths(const data_glm_rows *r) {
 static rt_status glm_check_user_options(int n_pos) {
     const char *needs_train[] = {"validation-file", "cloze", "verbalizer", "label-names", "positive-label"};
     if (!O.train_file) {
-        for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
-            if (rt_args_source_of(&glm_spec, needs_train[k]) != RT_ARG_DEFAULT)
-                return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own classes)", needs_train[k]);
-        return RT_OK;
+        const char *stray = train_app_first_given(&glm_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
+        return stray ? rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own classes)", stray) : RT_OK;
     }
     const char *not_with[] = {"task", "data-dir", "pattern", "val-src", "val-tgt"};
-    for (size_t k = 0; k < sizeof not_with / sizeof not_with[0]; k++)
-        if (rt_args_source_of(&glm_spec, not_with[k]) != RT_ARG_DEFAULT)
-            return rt_errorf(RT_ERR_USAGE, "--%s is for the SuperGLUE and seq2seq tasks; with --train-file leave it out",
-                             not_with[k]);
+    const char *given = train_app_first_given(&glm_spec, not_with, sizeof not_with / sizeof not_with[0]);
+    if (given)
+        return rt_errorf(RT_ERR_USAGE, "--%s is for the SuperGLUE and seq2seq tasks; with --train-file leave it out",
+                         given);
     if (n_pos) return rt_errorf(RT_ERR_USAGE, "SRC TGT are for --task seq2seq, not --train-file");
     if (!O.cloze)
         return rt_errorf(RT_ERR_USAGE, "--train-file needs --cloze PATTERN, the question with {COLUMN} and one [MASK], "

@@ -63,9 +63,7 @@ static const rt_opt lm_own_options[] = {
      "with --train-file: validation records (default: the last --val-split of the blocks)", NULL, 0, 0},
     {"text-column", RT_OPT_STRING, &O.text_column, NULL, "NAME",
      "with --train-file: the column of texts (default: text when there is one, else the first column)", NULL, 0, 0},
-    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
-     "--train-file's format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json",
-     0, 0},
+    TRAIN_APP_DATA_FORMAT_OPT(&O.data_format),
     {"block-size", RT_OPT_INT, &O.block_size, "0", NULL, "tokens per training row (0 = min(1024, n_positions))",
      NULL, 0, 1 << 20},
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
@@ -244,8 +242,7 @@ static rt_status lm_stream_table(const char *path, const tok_tokenizer *tok, lm_
     data_lines texts = {0};
     tok_ids *per = NULL;
     rt_status *sts = NULL;
-    RT_TRY(data_table_read(path, strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO
-                                                                     : (data_format)data_format_parse(O.data_format),
+    RT_TRY(data_table_read(path, (data_format)data_format_parse(O.data_format),
                            &t));
     const char *column = O.text_column                       ? O.text_column
                          : data_table_col(&t, "text") >= 0 || !t.n_cols ? "text"
@@ -495,9 +492,8 @@ static rt_status lm_check_inputs(int n_pos) {
         return RT_OK;
     }
     const char *needs_train[] = {"validation-file", "text-column"};
-    for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
-        if (rt_args_source_of(&lm_spec, needs_train[k]) != RT_ARG_DEFAULT)
-            return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own records)", needs_train[k]);
+    const char *given = train_app_first_given(&lm_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
+    if (given) return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own records)", given);
     if (n_pos == 0) return rt_errorf(RT_ERR_USAGE, "expected TEXT files or --train-file FILE; see --help");
     return RT_OK;
 }

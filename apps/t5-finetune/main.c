@@ -63,9 +63,7 @@ static const rt_opt t5_own_options[] = {
     {"test-file", RT_OPT_STRING, &O.test_file, NULL, "FILE",
      "with --train-file: after training, generate for every row into SAVE_DIR/predictions.csv (.tsv, .jsonl as the "
      "file is), its columns then prediction", NULL, 0, 0},
-    {"data-format", RT_OPT_CHOICE, &O.data_format, "auto", NULL,
-     "the files' format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)", "auto|csv|tsv|jsonl|json", 0,
-     0},
+    TRAIN_APP_DATA_FORMAT_OPT(&O.data_format),
     {"source-column", RT_OPT_STRING, &O.source_column, NULL, "NAME",
      "with --train-file: the column of sources (default: the first column)", NULL, 0, 0},
     {"target-column", RT_OPT_STRING, &O.target_column, NULL, "NAME",
@@ -470,7 +468,7 @@ static rt_status t5_columns(const data_table *t, const char **src, const char **
 }
 
 static data_format t5_data_format(void) {
-    return strcmp(O.data_format, "auto") == 0 ? DATA_FORMAT_AUTO : (data_format)data_format_parse(O.data_format);
+    return (data_format)data_format_parse(O.data_format);
 }
 
 /* A table file's source and target columns as lines (they point into *t). */
@@ -532,9 +530,8 @@ static rt_status t5_check_inputs(int n_pos) {
         return RT_OK;
     }
     const char *needs_train[] = {"validation-file", "test-file", "source-column", "target-column"};
-    for (size_t k = 0; k < sizeof needs_train / sizeof needs_train[0]; k++)
-        if (rt_args_source_of(&t5_spec, needs_train[k]) != RT_ARG_DEFAULT)
-            return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data file)", needs_train[k]);
+    const char *given = train_app_first_given(&t5_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
+    if (given) return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data file)", given);
     if (!O.predict && n_pos != 2)
         return rt_errorf(RT_ERR_USAGE, "expected SRC TGT (two line-aligned files) or --train-file, got %d argument%s; see "
                          "--help", n_pos, n_pos == 1 ? "" : "s");
