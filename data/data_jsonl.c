@@ -44,11 +44,13 @@ rt_status data_json_parse_text(const char *name, size_t line, const char *s, siz
     return RT_OK;
 }
 
-rt_status data_jsonl_each(const char *name, const char *buf, size_t len, data_jsonl_record_fn record, void *ctx) {
+rt_status data_jsonl_each(const char *name, const char *buf, size_t len, size_t first_line, data_jsonl_record_fn record,
+                          void *ctx) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
     char where[320];
-    size_t pos = rt_utf8_bom_len(buf, len), line = 0, blank_line = 0, n_records = 0;
+    size_t pos = first_line <= 1 ? rt_utf8_bom_len(buf, len) : 0, line = first_line ? first_line - 1 : 0;
+    size_t blank_line = 0, n_records = 0;
     while (pos < len) {
         line++;
         const char *s = buf + pos;
@@ -73,7 +75,8 @@ rt_status data_jsonl_each(const char *name, const char *buf, size_t len, data_js
         root = NULL;
         n_records++;
     }
-    if (n_records == 0) RT_FAIL(RT_ERR_FORMAT, "%s:1: no records (expected one JSON object per line)", name);
+    if (n_records == 0)
+        RT_FAIL(RT_ERR_FORMAT, "%s:%zu: no records (expected one JSON object per line)", name, first_line ? first_line : 1);
 fail:
     cJSON_Delete(root);
     return st;

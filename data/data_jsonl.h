@@ -16,8 +16,10 @@
 typedef rt_status (*data_jsonl_record_fn)(void *ctx, const cJSON *obj, const char *where, size_t line);
 
 /* Calls record for every line of buf[0..len) in order; stops at the first error it or the
- * parser gives. */
-rt_status data_jsonl_each(const char *name, const char *buf, size_t len, data_jsonl_record_fn record, void *ctx);
+ * parser gives. buf's first line is line first_line of the file (1: the whole file, whose BOM is
+ * skipped; more: a piece of a file read in pieces). */
+rt_status data_jsonl_each(const char *name, const char *buf, size_t len, size_t first_line, data_jsonl_record_fn record,
+                          void *ctx);
 
 /* Parses s[0..len) (the line or file named by where) as JSON, refusing a NUL and invalid UTF-8
  * first, since cJSON copies such bytes into strings untouched. A syntax error says

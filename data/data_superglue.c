@@ -300,7 +300,7 @@ static rt_status sg_parse_buffer(const data_sg_task *task, const char *name, con
     sg_reader r = {.task = task, .name = name, .require_labels = require_labels, .out = out};
     out->task = task;
     out->path = rt_xstrdup(name);
-    rt_status st = data_jsonl_each(name, buf, len, sg_read_line, &r);
+    rt_status st = data_jsonl_each(name, buf, len, 1, sg_read_line, &r);
     if (st != RT_OK) data_sg_examples_free(out);
     return st;
 }

@@ -306,17 +306,17 @@ fail:
     return st;
 }
 
-static rt_status table_json(data_table *t, const char *name, const char *buf, size_t len) {
+static rt_status table_json(data_table *t, const char *name, const char *buf, size_t len, size_t first_line) {
     rt_status st = RT_OK;
     json_builder b = {.t = t};
     const size_t nul = json_nul_escape_at(buf, len);
     if (nul < len) {
-        size_t line = 1;
+        size_t line = first_line;
         for (size_t i = 0; i < nul; i++) line += buf[i] == '\n';
         RT_FAIL(RT_ERR_FORMAT, "%s:%zu: a string holds \\u0000 (NUL), which text cannot carry", name, line);
     }
     if (t->format == DATA_FORMAT_JSONL)
-        RT_TRY(data_jsonl_each(name, buf, len, json_record, &b));
+        RT_TRY(data_jsonl_each(name, buf, len, first_line, json_record, &b));
     else
         RT_TRY(json_array(&b, name, buf, len));
     RT_TRY(json_lay_out(&b));
@@ -329,7 +329,8 @@ fail:
 /* ---- entry points ---- */
 
 /* Takes ownership of buf (len bytes and a spare one) on every path. */
-static rt_status table_from_buffer(const char *name, data_format fmt, char *buf, size_t len, data_table *out) {
+static rt_status table_from_buffer(const char *name, data_format fmt, char *buf, size_t len, size_t first_line,
+                                   data_table *out) {
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     out->path = rt_xstrdup(name);
@@ -341,7 +342,7 @@ static rt_status table_from_buffer(const char *name, data_format fmt, char *buf,
         RT_TRY(st);
         table_from_csv(out);
     } else {
-        RT_TRY(table_json(out, name, buf, len));
+        RT_TRY(table_json(out, name, buf, len, first_line));
     }
     if (out->n_rows == 0) RT_FAIL(RT_ERR_FORMAT, "%s: no rows after the %s", name, out->kinds ? "records" : "header");
 fail:
@@ -354,7 +355,11 @@ rt_status data_table_parse(const char *name, data_format fmt, const char *bytes,
     char *buf = rt_xmalloc(len + 1);
     if (len) memcpy(buf, bytes, len);
     buf[len] = '\0';
-    return table_from_buffer(name, fmt, buf, len, out);
+    return table_from_buffer(name, fmt, buf, len, 1, out);
+}
+
+rt_status data_table_parse_jsonl_piece(const char *name, char *buf, size_t len, size_t first_line, data_table *out) {
+    return table_from_buffer(name, DATA_FORMAT_JSONL, buf, len, first_line, out);
 }
 
 rt_status data_table_read(const char *path, data_format fmt, data_table *out) {
@@ -364,5 +369,5 @@ rt_status data_table_read(const char *path, data_format fmt, data_table *out) {
     rt_status st = data_format_of(path, fmt, &fmt);
     if (st == RT_OK) st = rt_read_file(path, 0, &buf, &len);
     if (st != RT_OK) return st;
-    return table_from_buffer(path, fmt, buf, len, out);
+    return table_from_buffer(path, fmt, buf, len, 1, out);
 }

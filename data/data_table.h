@@ -52,6 +52,10 @@ int data_format_parse(const char *name);
 rt_status data_table_read(const char *path, data_format fmt, data_table *out);
 /* The same over bytes in memory (copied); fmt must not be AUTO; name stands in for the path. */
 rt_status data_table_parse(const char *name, data_format fmt, const char *bytes, size_t len, data_table *out);
+/* A piece of a JSON Lines file read in pieces: buf (len bytes and a spare one, taken over and
+ * freed on every path) holds whole lines, the first of which is line first_line of the file, as
+ * the rows' lines and the messages say. */
+rt_status data_table_parse_jsonl_piece(const char *name, char *buf, size_t len, size_t first_line, data_table *out);
 void data_table_free(data_table *t);
 
 /* The column's index, or -1. */

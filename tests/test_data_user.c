@@ -73,6 +73,20 @@ static void test_tables(void) {
     expect_table_error("empty.json", DATA_FORMAT_JSON, "[]", "empty.json: the array is empty");
     expect_table_error("norows.csv", DATA_FORMAT_CSV, "a,b\n", "norows.csv: no rows after the header");
     expect_table_error("short.csv", DATA_FORMAT_CSV, "a,b\n1\n", "short.csv:2: 1 field, the header has 2");
+    /* a piece of a JSON Lines file read in pieces: its lines are the file's */
+    {
+        const char piece[] = "{\"text\": \"a\"}\n{\"text\": \"b\"}\n";
+        char *buf = rt_xmalloc(sizeof piece);
+        memcpy(buf, piece, sizeof piece);
+        TZ_EXPECT_OK(data_table_parse_jsonl_piece("big.jsonl", buf, sizeof piece - 1, 100, &t));
+        TZ_EXPECT(t.n_rows == 2 && t.row_line[1] == 101, "a piece's second row is line 101: %zu", t.n_rows ? t.row_line[1] : 0);
+        data_table_free(&t);
+        const char bad[] = "{\"text\": \"a\"}\n{\"text\": }\n";
+        buf = rt_xmalloc(sizeof bad);
+        memcpy(buf, bad, sizeof bad);
+        expect_error(RT_ERR_FORMAT, data_table_parse_jsonl_piece("big.jsonl", buf, sizeof bad - 1, 100, &t), "piece",
+                     "big.jsonl:101:10: invalid JSON");
+    }
     /* the format from the name */
     data_format f;
     TZ_EXPECT(data_format_of("x/train.jsonl", DATA_FORMAT_AUTO, &f) == RT_OK && f == DATA_FORMAT_JSONL, "jsonl");

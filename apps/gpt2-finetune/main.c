@@ -234,38 +234,123 @@ fail:
     return st;
 }
 
-/* The records of a table's text column, each tokenized as it is (run_clm tokenizes a record's
- * text with no newline added) and joined with no separator, into the sink. */
-static rt_status lm_stream_table(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+/* The text column of a record file: --text-column, else "text" when the first record has it,
+ * else the first record's first column. */
+static const char *lm_text_column(const data_table *first) {
+    if (O.text_column) return O.text_column;
+    return data_table_col(first, "text") >= 0 || !first->n_cols ? "text" : first->col_names[0];
+}
+
+/* Tokenizes texts[0..n) into per[] in parallel; RT_OK or the first row's error (*bad). */
+static rt_status lm_encode_all(const tok_tokenizer *tok, char *const *texts, size_t n, tok_ids *per, size_t *bad) {
+    rt_status *sts = rt_xcalloc(n + 1, sizeof *sts);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < n; i++) sts[i] = tok_encode(tok, texts[i], strlen(texts[i]), &per[i]);
+    rt_status st = RT_OK;
+    for (size_t i = 0; i < n && st == RT_OK; i++)
+        if ((st = sts[i]) != RT_OK) *bad = i;
+    free(sts);
+    return st;
+}
+
+/* The records of a CSV, TSV or JSON array file's text column, each tokenized as it is (run_clm
+ * tokenizes a record's text with no newline added) and joined with no separator, into the sink.
+ * The file is read whole. */
+static rt_status lm_stream_table(const char *path, data_format fmt, const tok_tokenizer *tok, lm_block_sink *sink) {
     rt_status st = RT_OK;
     data_table t = {0};
     data_lines texts = {0};
     tok_ids *per = NULL;
-    rt_status *sts = NULL;
-    RT_TRY(data_table_read(path, (data_format)data_format_parse(O.data_format),
-                           &t));
-    const char *column = O.text_column                       ? O.text_column
-                         : data_table_col(&t, "text") >= 0 || !t.n_cols ? "text"
-                                                                        : t.col_names[0];
+    size_t bad = 0;
+    RT_TRY(data_table_read(path, fmt, &t));
+    const char *column = lm_text_column(&t);
     RT_TRY(data_lines_from_column(&t, column, "--text-column", &texts));
     rt_log_info("%s: %zu records, the texts in column '%s'", path, texts.n, column);
     per = rt_xcalloc(texts.n + 1, sizeof *per);
-    sts = rt_xcalloc(texts.n + 1, sizeof *sts);
-#pragma omp parallel for schedule(dynamic, 64)
-    for (size_t i = 0; i < texts.n; i++) sts[i] = tok_encode(tok, texts.line[i], strlen(texts.line[i]), &per[i]);
-    for (size_t i = 0; i < texts.n; i++) {
+    if ((st = lm_encode_all(tok, texts.line, texts.n, per, &bad)) != RT_OK) {
         char where[400];
-        data_table_where(&t, i, where, sizeof where);
-        if (sts[i] != RT_OK) RT_FAIL(sts[i], "%s: column '%s': cannot tokenize the text", where, column);
-        RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
+        data_table_where(&t, bad, where, sizeof where);
+        RT_FAIL(st, "%s: column '%s': cannot tokenize the text", where, column);
     }
+    for (size_t i = 0; i < texts.n; i++) RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
 fail:
     for (size_t i = 0; per && i < texts.n; i++) tok_ids_free(&per[i]);
     free(per);
-    free(sts);
     data_lines_free(&texts);
     data_table_free(&t);
     return st;
+}
+
+/* A JSON Lines file streamed as plain text is, a piece of whole lines at a time, so that a corpus
+ * larger than memory tokenizes with flat memory: each piece's records are a table of their own
+ * (their line numbers moved to the file's), their text column tokenized into the sink. */
+static rt_status lm_stream_jsonl(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+    rt_status st = RT_OK;
+    data_lines_reader reader;
+    data_lines lines = {0};
+    data_table t = {0};
+    data_lines texts = {0};
+    tok_ids *per = NULL;
+    char column[256] = "";
+    size_t records = 0;
+    if ((st = data_lines_reader_open(path, &reader)) != RT_OK) return st;
+    struct stat sb;
+    rt_progress bar;
+    rt_progress_begin(&bar, path, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0, lm_lead);
+    for (;;) {
+        bool end = false;
+        RT_TRY(data_lines_reader_next(&reader, LM_PIECE_BYTES, &lines, &end));
+        if (end) break;
+        size_t len = 0;
+        for (size_t i = 0; i < lines.n; i++) len += strlen(lines.line[i]) + 1;
+        char *joined = rt_xmalloc(len + 1);
+        len = 0;
+        for (size_t i = 0; i < lines.n; i++) {
+            const size_t n = strlen(lines.line[i]);
+            memcpy(joined + len, lines.line[i], n);
+            joined[len + n] = '\n';
+            len += n + 1;
+        }
+        RT_TRY(data_table_parse_jsonl_piece(path, joined, len, lines.first_line, &t)); /* takes joined */
+        if (!column[0]) snprintf(column, sizeof column, "%s", lm_text_column(&t));
+        RT_TRY(data_lines_from_column(&t, column, "--text-column", &texts));
+        per = rt_xcalloc(texts.n + 1, sizeof *per);
+        size_t bad = 0;
+        if ((st = lm_encode_all(tok, texts.line, texts.n, per, &bad)) != RT_OK) {
+            char where[400];
+            data_table_where(&t, bad, where, sizeof where);
+            RT_FAIL(st, "%s: column '%s': cannot tokenize the text", where, column);
+        }
+        for (size_t i = 0; i < texts.n; i++) {
+            RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
+            tok_ids_free(&per[i]);
+        }
+        rt_progress_add(&bar, len); /* bytes of the piece, near enough the file's */
+        records += texts.n;
+        free(per);
+        per = NULL;
+        data_lines_free(&texts);
+        data_table_free(&t);
+        data_lines_free(&lines);
+    }
+    rt_log_info("%s: %zu records, the texts in column '%s'", path, records, column);
+fail:
+    rt_progress_end(&bar);
+    for (size_t i = 0; per && i < texts.n; i++) tok_ids_free(&per[i]);
+    free(per);
+    data_lines_free(&texts);
+    data_table_free(&t);
+    data_lines_free(&lines);
+    data_lines_reader_close(&reader);
+    return st;
+}
+
+/* A record file by its format: JSON Lines streams, the others are read whole. */
+static rt_status lm_stream_records(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+    data_format fmt;
+    rt_status st = data_format_of(path, (data_format)data_format_parse(O.data_format), &fmt);
+    if (st != RT_OK) return st;
+    return fmt == DATA_FORMAT_JSONL ? lm_stream_jsonl(path, tok, sink) : lm_stream_table(path, fmt, tok, sink);
 }
 
 /* Ends the set of n blocks of `block` tokens just written. */
@@ -293,7 +378,7 @@ static rt_status lm_stream_blocks(const char *const *files, int n_files, bool ta
     size_t tokens = 0;
     for (int f = 0; f < n_files; f++) {
         if (f > 0) RT_TRY(lm_sink_push(&sink, &eos, 1));
-        RT_TRY(tables ? lm_stream_table(files[f], tok, &sink) : lm_stream_file(files[f], tok, &sink));
+        RT_TRY(tables ? lm_stream_records(files[f], tok, &sink) : lm_stream_file(files[f], tok, &sink));
     }
     tokens = sink.blocks * (size_t)block + sink.n_carry;
     if (sink.blocks == 0)
