@@ -71,7 +71,9 @@ rt_status glue_files_tokenize(const glue_files *f, const tok_tokenizer *tok, con
         RT_TRY(data_cache_key_file(&key, f->o.validation));
     }
     files_build b = {f, tok, max_len};
-    st = data_cache_load_or_build(cache_dir, &key, f->o.train, n_sets, 1, files_build_sets, &b, sets);
+    char what[8300]; /* names the files the log's row count covers */
+    snprintf(what, sizeof what, "%s%s%s", f->o.train, f->o.validation ? " + " : "", f->o.validation ? f->o.validation : "");
+    st = data_cache_load_or_build(cache_dir, &key, what, n_sets, 1, files_build_sets, &b, sets);
     *train = sets[0];
     *validation = sets[1];
 fail:
