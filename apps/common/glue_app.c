@@ -657,6 +657,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (user_files) {
         RT_TRY(glue_files_tokenize(&files, tok, source.files.tokenizer, (int)O.max_len, train_app_cache_dir(&O.t), &train,
                                    &dev[0]));
+        glue_files_drop_tables(&files);
         n_dev = O.validation_file ? 1 : 0;
         dev_rows = dev[0].n;
         rt_log_info("data: train %zu rows (%zu truncated to %lld tokens), validation %zu rows, from %s%s%s", train.n,

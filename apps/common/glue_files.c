@@ -80,6 +80,11 @@ fail:
     return st;
 }
 
+void glue_files_drop_tables(glue_files *f) {
+    data_table_free(&f->train);
+    data_table_free(&f->validation);
+}
+
 rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, int max_len, data_table *table,
                                data_tokenized *test) {
     rt_status st = RT_OK;

@@ -32,6 +32,9 @@ rt_status glue_files_open(const glue_files_opts *o, glue_files *f);
  * tokenizer_path. */
 rt_status glue_files_tokenize(const glue_files *f, const tok_tokenizer *tok, const char *tokenizer_path, int max_len,
                               const char *cache_dir, data_tokenized *train, data_tokenized *validation);
+/* Drops the train and validation tables once they are tokenized: training needs only the task
+ * and the tokens, so a large file's text does not stay in memory for the run. */
+void glue_files_drop_tables(glue_files *f);
 /* Reads the test file and tokenizes it (labels are not read); *table keeps the rows the
  * predictions repeat. */
 rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, int max_len, data_table *table,
