@@ -235,6 +235,23 @@ grep -q "validation results (.*reviews-validation.csv, 12 examples, step 3): los
 "$BIN_DIR/glm-finetune" "${GLM[@]}" --cloze "{review} [MASK]" --save-dir "$TMP/glm2" > "$TMP/out" 2> "$TMP/err" &&
     grep -q "train 35, validation 9 examples (held out from the end)" "$TMP/out" && ok ||
     bad "glm: the default verbalizer (the class names) and the held-out validation"
+# the predictions of the validation rows (as a --test-file) agree with the evaluation's accuracy
+agree() { # NAME LOG PREDICTIONS.jsonl: the share of rows whose prediction is their sentiment, as the log says
+    local acc right
+    acc=$(grep -o "results (.*): loss [0-9.]* accuracy [0-9.]*" "$2" | grep -o "[0-9.]*$")
+    right=$(grep -c '"sentiment": "\([a-z]*\)", "prediction": "\1"' "$3")
+    [ -n "$acc" ] && [ "$(awk -v r="$right" 'BEGIN { printf "%.4f", r / 12 }')" = "$acc" ] && ok ||
+        bad "$1: $right of 12 predictions right, the evaluation's accuracy is '$acc'"
+}
+"$BIN_DIR/glm-finetune" "${GLM[@]}" --validation-file "$EX/reviews-validation.jsonl" --test-file "$EX/reviews-validation.jsonl" \
+    --cloze "{review} It was [MASK]." --verbalizer negative=bad,positive=good --save-dir "$TMP/glm3" > "$TMP/out" 2> "$TMP/err" &&
+    ok || bad "glm --test-file failed"
+agree "glm" "$TMP/out" "$TMP/glm3/predictions.jsonl"
+head -n 1 "$TMP/glm3/predictions.jsonl" | grep -q '^{"id": 101, "review": ".*", "sentiment": "positive", "prediction": "\(negative\|positive\)", "prob_negative": 0\.[0-9]*, "prob_positive": 0\.[0-9]*}$' &&
+    ok || bad "glm predictions.jsonl: $(head -n 1 "$TMP/glm3/predictions.jsonl")"
+"$BIN_DIR/gpt2-classify" "${GPT2[@]}" --validation-file "$EX/reviews-validation.jsonl" --test-file "$EX/reviews-validation.jsonl" \
+    --save-dir "$TMP/agree" > "$TMP/out" 2> "$TMP/err" && ok || bad "gpt2-classify --test-file on the validation rows failed"
+agree "gpt2-classify" "$TMP/out" "$TMP/agree/predictions.jsonl"
 expect_fail "glm without --cloze" 2 "\-\-train-file needs --cloze PATTERN" glm-finetune "${GLM[@]}" --save-dir "$TMP/e20"
 expect_fail "glm --task with --train-file" 2 "\-\-task is for the SuperGLUE and seq2seq tasks" \
     glm-finetune "${GLM[@]}" --task rte --cloze "{review} [MASK]" --save-dir "$TMP/e21"

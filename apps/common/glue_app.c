@@ -562,7 +562,7 @@ static rt_status gc_predict_test_file(const glue_files *files, const mdl_classif
     RT_TRY(gc_predict_all(&e, &loss));
     if (grid->world->rank == 0) { /* every rank has the results; one writes them */
         char written[4096];
-        RT_TRY(glue_files_write_predictions(files, &table, O.t.save_dir, O.predict_out, e.pred, e.probs, written,
+        RT_TRY(glue_files_write_predictions(&files->task, &table, O.t.save_dir, O.predict_out, e.pred, e.probs, written,
                                             sizeof written));
         rt_log_info("wrote %zu predictions to %s", ds.n, written);
     }

@@ -122,10 +122,9 @@ static const char *files_prediction_cell(void *ctx, size_t row, int k, char *scr
     return scratch;
 }
 
-rt_status glue_files_write_predictions(const glue_files *f, const data_table *test, const char *save_dir,
+rt_status glue_files_write_predictions(const data_user_task *task, const data_table *test, const char *save_dir,
                                        const char *path_out, const int32_t *pred, const float *scores,
                                        char *written, size_t written_cap) {
-    const data_user_task *task = &f->task;
     const int n_added = task->type == DATA_TASK_REGRESSION ? 1 : 1 + task->n_labels;
     if (path_out)
         snprintf(written, written_cap, "%s", path_out);

@@ -4,6 +4,7 @@
  * the inputs and the loop are shared code (models/glm.c, apps/glm-finetune/glm_tasks.c,
  * runtime/rt_trainer.c); this file wires options, data, evaluation and export. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "data/data_pvp.h"
 #include "data/data_table.h"
 #include "data/data_user.h"
+#include "apps/common/glue_files.h"
 #include "data/data_sampler.h"
 #include "metrics/metric_glue.h"
 #include "metrics/metric_rouge.h"
@@ -33,8 +35,8 @@
 
 typedef struct {
     const char *task, *data_dir, *model, *arch, *tokenizer, *val_src, *val_tgt, *save_hf;
-    const char *train_file, *validation_file, *data_format, *label_column, *label_names, *positive_label, *cloze,
-        *verbalizer;
+    const char *train_file, *validation_file, *test_file, *data_format, *label_column, *label_names, *positive_label,
+        *cloze, *verbalizer;
     int64_t pattern, max_len, max_target_len, eval_batch_size, num_beams;
     double val_split, length_penalty;
     bool eval_generate;
@@ -72,6 +74,9 @@ static const rt_opt glm_own_options[] = {
      "--verbalizer", NULL, 0, 0},
     {"validation-file", RT_OPT_STRING, &O.validation_file, NULL, "FILE",
      "with --train-file: the validation rows (default: the last --val-split of the train file)", NULL, 0, 0},
+    {"test-file", RT_OPT_STRING, &O.test_file, NULL, "FILE",
+     "with --train-file: after training, the class of every row into SAVE_DIR/predictions.csv (.tsv, .jsonl as the "
+     "file is), its columns then prediction and prob_CLASS", NULL, 0, 0},
     TRAIN_APP_DATA_FORMAT_OPT(&O.data_format),
     {"cloze", RT_OPT_STRING, &O.cloze, NULL, "PATTERN",
      "with --train-file: the cloze question, {COLUMN} for a text column (one or two) and one [MASK], e.g. "
@@ -532,17 +537,19 @@ static int glm_max_len(const data_glm_rows *r) {
 /* ---- --train-file: a user's classes through --cloze and --verbalizer ---- */
 
 typedef struct {
-    data_table tables[2];    /* train, validation (unused when held out) */
+    data_table tables[3];    /* train, validation (unused when held out), test (--test-file) */
     data_user_task task;
     data_pvp_template cloze;
     char **words;            /* (task.n_labels) the verbalizer, in class order */
-    data_pvp_filled *filled[2];
-    int32_t *labels[2];
-    size_t n[2];
+    data_pvp_filled *filled[3];
+    int32_t *labels[3];
+    size_t n[3];
+    data_glm_rows test;      /* the test rows (labels -100), built before the model so that it holds them */
 } glm_user_data;
 
 static void glm_user_free(glm_user_data *u) {
-    for (int k = 0; k < 2; k++) {
+    data_glm_rows_free(&u->test);
+    for (int k = 0; k < 3; k++) {
         for (size_t i = 0; u->filled[k] && i < u->n[k]; i++) data_pvp_filled_free(&u->filled[k][i]);
         free(u->filled[k]);
         free(u->labels[k]);
@@ -612,6 +619,14 @@ static rt_status glm_user_read(glm_user_data *u) {
                 O.train_file, u->task.label_col);
     RT_TRY(glm_user_verbalizer(u));
     RT_TRY(data_user_examples(&u->task, &u->tables[0], true, &ex[0]));
+    if (O.test_file) { /* labels not read */
+        data_examples test = {0};
+        st = data_table_read(O.test_file, fmt, &u->tables[2]);
+        if (st == RT_OK) st = data_user_examples(&u->task, &u->tables[2], false, &test);
+        if (st == RT_OK) glm_user_fill(u, 2, &test, 0, test.n);
+        data_examples_free(&test);
+        RT_TRY(st);
+    }
     if (O.validation_file) {
         RT_TRY(data_user_examples(&u->task, &u->tables[1], true, &ex[1]));
         glm_user_fill(u, 0, &ex[0], 0, ex[0].n);
@@ -627,6 +642,42 @@ static rt_status glm_user_read(glm_user_data *u) {
 fail:
     data_examples_free(&ex[0]);
     data_examples_free(&ex[1]);
+    return st;
+}
+
+/* --test-file: each row's class probabilities (a softmax over the verbalizer scores at the
+ * blank), written beside the file's columns by the lead rank. */
+static rt_status glm_user_predict(glm_user_data *u, glm_eval *e) {
+    rt_status st = RT_OK;
+    const data_glm_rows *R = &u->test;
+    const int n_ex = R->n_examples, K = R->n_classes;
+    int32_t *ex = rt_xmalloc((size_t)e->batch * sizeof *ex), *pred = rt_xcalloc((size_t)n_ex + 1, sizeof *pred);
+    float *probs = rt_xcalloc((size_t)n_ex * K + 1, sizeof *probs);
+    mdl_pass pass = {0};
+    for (int b0 = 0; b0 < n_ex; b0 += e->batch) {
+        const int n = n_ex - b0 < e->batch ? n_ex - b0 : e->batch;
+        for (int i = 0; i < n; i++) ex[i] = b0 + i;
+        double unused = 0;
+        const glm_task t = glm_task_of(R, &e->buf, ex, n, e->pad_id, true);
+        RT_TRY(glm_task_step(e->model, &t, &pass, 0.0f, &unused, probs + (size_t)b0 * K));
+        for (int i = b0; i < b0 + n; i++) { /* scores to probabilities, in place */
+            float *p = probs + (size_t)i * K;
+            pred[i] = glm_argmax(p, K);
+            double z = 0, mx = p[pred[i]];
+            for (int k = 0; k < K; k++) z += exp((double)p[k] - mx);
+            for (int k = 0; k < K; k++) p[k] = (float)(exp((double)p[k] - mx) / z);
+        }
+    }
+    if (e->grid->world->rank == 0) {
+        char written[4300];
+        RT_TRY(glue_files_write_predictions(&u->task, &u->tables[2], O.t.save_dir, NULL, pred, probs, written,
+                                            sizeof written));
+        rt_log_info("wrote %d predictions to %s", n_ex, written);
+    }
+fail:
+    free(ex);
+    free(pred);
+    free(probs);
     return st;
 }
 
@@ -700,7 +751,7 @@ static int32_t *glm_example_lengths(const data_glm_rows *r) {
 
 /* --train-file and its options, against --task and the SuperGLUE and seq2seq ones. */
 static rt_status glm_check_user_options(int n_pos) {
-    const char *needs_train[] = {"validation-file", "cloze", "verbalizer", "label-names", "positive-label"};
+    const char *needs_train[] = {"validation-file", "test-file", "cloze", "verbalizer", "label-names", "positive-label"};
     if (!O.train_file) {
         const char *stray = train_app_first_given(&glm_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
         return stray ? rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own classes)", stray) : RT_OK;
@@ -765,6 +816,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
         data_cache_key_str(&key, O.validation_file);
         if (O.validation_file) RT_TRY(data_cache_key_file(&key, O.validation_file));
         RT_TRY(glm_cached_rows(&bc, &key, tok_path, O.train_file, &train, &val));
+        if (O.test_file)
+            RT_TRY(data_glm_rows_from_cloze(ud.filled[2], ud.labels[2], ud.n[2], (const char *const *)ud.words,
+                                            ud.task.n_labels, tok, (int)O.max_len, &ud.test));
         ev.user = &ud.task;
         char desc[512];
         data_user_task_describe(&ud.task, desc, sizeof desc);
@@ -842,6 +896,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     train_app_comm_count_begin(&O.t, &comm_count, &grid);
     const int eval_batch = (int)(O.eval_batch_size ? O.eval_batch_size : O.t.batch_size);
     int max_T = glm_max_len(&train) > glm_max_len(&val) ? glm_max_len(&train) : glm_max_len(&val);
+    max_T = glm_max_len(&ud.test) > max_T ? glm_max_len(&ud.test) : max_T; /* --test-file's rows too */
     RT_TRY(data_pad_check_covers(&O.t.pad, max_T, "length-buckets", "the longest row"));
     max_T = data_pad_length(&O.t.pad, max_T);
     max_T = (max_T + 7) / 8 * 8;
@@ -898,6 +953,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
         rt_log_info("%s", line);
     }
+    if (O.test_file) RT_TRY(glm_user_predict(&ud, &ev));
     if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
     else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
     RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
