@@ -108,20 +108,20 @@ static rt_status user_text_columns(const data_table *t, const data_user_opts *o,
     return RT_OK;
 }
 
-/* The class name a label cell has: integer classes by value, others by their text. */
-static void user_label_key(bool integer, const char *s, char *buf, size_t cap) {
+/* The class name of a label: a whole number's decimal text when the classes are whole numbers
+ * ("09" is "9"), else the label itself. Returns s or buf. */
+static const char *user_label_key(bool integer, const char *s, char *buf, size_t cap) {
     double v;
     bool fraction;
-    if (integer && user_number(s, &v, &fraction) && !fraction && fabs(v) < 9007199254740992.0)
-        snprintf(buf, cap, "%.0f", v);
-    else
-        snprintf(buf, cap, "%s", s);
+    if (!integer || !user_number(s, &v, &fraction) || fraction || fabs(v) >= 9007199254740992.0) return s;
+    snprintf(buf, cap, "%.0f", v);
+    return buf;
 }
 
 /* The class id of a label cell, or -1. */
 static int user_class_of(const data_user_task *task, const char *s) {
-    char key[256];
-    user_label_key(task->integer_labels, s, key, sizeof key);
+    char buf[32];
+    const char *key = user_label_key(task->integer_labels, s, buf, sizeof buf);
     for (int k = 0; k < task->n_labels; k++)
         if (strcmp(task->label_names[k], key) == 0) return k;
     return -1;
@@ -144,16 +144,19 @@ static rt_status user_named_classes(const data_user_opts *o, data_user_task *out
     out->label_names = rt_xcalloc((size_t)n, sizeof *out->label_names);
     for (const char *p = s;; p++) {
         const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char name[256];
-        if (len == 0 || len >= sizeof name)
-            return rt_errorf(RT_ERR_USAGE, "--label-names '%.80s': an empty or overlong name", s);
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0) return rt_errorf(RT_ERR_USAGE, "--label-names '%.80s': an empty name", s);
+        char *name = rt_xmalloc(len + 1), buf[32];
         memcpy(name, p, len);
         name[len] = '\0';
-        char key[256];
-        user_label_key(out->integer_labels, name, key, sizeof key);
-        if (user_class_of(out, key) >= 0) return rt_errorf(RT_ERR_USAGE, "--label-names: '%s' is given twice", key);
+        const char *key = user_label_key(out->integer_labels, name, buf, sizeof buf);
+        if (user_class_of(out, key) >= 0) {
+            rt_status st = rt_errorf(RT_ERR_USAGE, "--label-names: '%.80s' is given twice", key);
+            free(name);
+            return st;
+        }
         out->label_names[out->n_labels++] = rt_xstrdup(key);
+        free(name);
         if (!end) break;
         p = end;
     }
@@ -208,9 +211,8 @@ static rt_status user_labels(const data_table *t, const data_user_opts *o, int c
         char **names = rt_xcalloc(t->n_rows, sizeof *names);
         size_t n = 0;
         for (size_t r = 0; r < t->n_rows; r++) {
-            char key[256];
-            user_label_key(out->integer_labels, data_table_cell(t, r, col), key, sizeof key);
-            names[n++] = rt_xstrdup(key);
+            char buf[32];
+            names[n++] = rt_xstrdup(user_label_key(out->integer_labels, data_table_cell(t, r, col), buf, sizeof buf));
         }
         qsort(names, n, sizeof *names, out->integer_labels ? user_cmp_value : user_cmp_text);
         size_t u = 0;

@@ -231,6 +231,22 @@ static void test_tasks(void) {
         data_user_task_free(&task);
         data_table_free(&t);
     }
+    /* labels longer than any fixed buffer stay apart when they differ only at their end */
+    {
+        char text[1400], a[601], b[601];
+        memset(a, 'x', 600);
+        memcpy(b, a, 600);
+        a[600] = b[600] = '\0';
+        a[599] = 'a';
+        b[599] = 'b';
+        snprintf(text, sizeof text, "text,label\nt,%s\nu,%s\n", b, a);
+        if (resolve("long.csv", DATA_FORMAT_CSV, text, &none, &t, &task)) {
+            TZ_EXPECT(task.n_labels == 2 && strcmp(task.label_names[0], a) == 0 && strcmp(task.label_names[1], b) == 0,
+                      "two 600-byte labels that differ in their last byte are two classes");
+            data_user_task_free(&task);
+            data_table_free(&t);
+        }
+    }
     /* errors */
     expect_resolve_error("nolabel.csv", DATA_FORMAT_CSV, "text,y\na,1\n", &none, RT_ERR_USAGE,
                          "nolabel.csv: no column 'label' (its columns: text, y); name the column with --label-column");
