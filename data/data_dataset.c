@@ -1,7 +1,7 @@
 /* Tokenizing a split into one flat id array (see data_dataset.h; the tokenizer-free parts
- * are in data_rows.c). Examples are encoded in parallel into rows of their own, then
- * packed; errors from worker threads are carried back to the calling thread because the
- * error message buffer is thread-local. */
+ * are in data_rows.c). Examples are encoded in parallel, a piece at a time, into rows of their
+ * own, then packed; errors from worker threads are carried back to the calling thread because
+ * the error message buffer is thread-local. */
 #include "data/data_dataset.h"
 
 #include <stdbool.h>
@@ -88,6 +88,25 @@ rt_status data_tokenize_pairs(const data_examples *ex, const tok_tokenizer *tok,
     return data_tokenize_pairs_rule(ex, tok, max_len, DATA_TRUNC_HF_FAST, out);
 }
 
+/* Rows per piece: each piece is encoded in parallel into rows of its own, which are packed into
+ * the set's one id array and freed before the next piece, so that a large file never holds its
+ * ids twice. */
+#define DATA_TOKENIZE_PIECE ((size_t)1 << 16)
+
+/* Appends n ids to the set's growing id array (*cap ids allocated). */
+static rt_status pack_ids(data_tokenized *out, size_t *used, size_t *cap, const int32_t *ids, size_t n) {
+    if (*used + n > *cap) {
+        size_t want = *cap + *cap / 2 > *used + n ? *cap + *cap / 2 : *used + n + 4096;
+        int32_t *p = realloc(out->ids, want * sizeof *p);
+        if (!p) return rt_errorf(RT_ERR_NOMEM, "tokenized dataset: out of memory for %zu ids", want);
+        out->ids = p;
+        *cap = want;
+    }
+    if (n) memcpy(out->ids + *used, ids, n * sizeof *ids);
+    *used += n;
+    return RT_OK;
+}
+
 rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len,
                                    data_trunc_rule rule, data_tokenized *out) {
     rt_status st = RT_OK;
@@ -99,7 +118,7 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
     memset(out, 0, sizeof *out);
     const char *src = ex->path ? ex->path : "examples";
     const bool is_pair = ex->text_b != NULL;
-    const size_t n = ex->n;
+    const size_t n = ex->n, piece = n < DATA_TOKENIZE_PIECE ? (n ? n : 1) : DATA_TOKENIZE_PIECE;
 
     RT_TRY(data_pair_template_detect(tok, &tp));
     int n_special = is_pair ? tp.n_prefix + tp.n_middle + tp.n_suffix : tp.n_prefix + tp.n_single_suffix;
@@ -108,95 +127,120 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
                 n_special, tok_kind_name(tok));
     const size_t budget = (size_t)(max_len - n_special);
 
-    rows = calloc(n ? n : 1, sizeof *rows);
-    lens = calloc(n ? n : 1, sizeof *lens);
-    lens_a = calloc(n ? n : 1, sizeof *lens_a);
-    truncated = calloc(n ? n : 1, 1);
-    if (!rows || !lens || !lens_a || !truncated) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory tokenizing %zu examples", src, n);
+    rows = calloc(piece, sizeof *rows);
+    lens = calloc(piece, sizeof *lens);
+    lens_a = calloc(piece, sizeof *lens_a);
+    truncated = calloc(piece, 1);
+    out->n = n;
+    out->offsets = malloc((n + 1) * sizeof *out->offsets);
+    out->lengths = malloc((n ? n : 1) * sizeof *out->lengths);
+    out->len_a = malloc((n ? n : 1) * sizeof *out->len_a);
+    out->labels = malloc((n ? n : 1) * sizeof *out->labels);
+    if (!rows || !lens || !lens_a || !truncated || !out->offsets || !out->lengths || !out->len_a || !out->labels)
+        RT_FAIL(RT_ERR_NOMEM, "%s: out of memory tokenizing %zu examples", src, n);
 
-    /* The first failure (lowest example index) wins, so the message does not depend on timing. */
-    int failed = 0;
-    size_t fail_i = (size_t)-1;
-    rt_status fail_st = RT_OK;
-    char fail_msg[768] = "";
+    size_t used = 0, cap = 0, n_trunc = 0;
+    bool checked = false;
+    for (size_t p0 = 0; p0 < n; p0 += piece) {
+        const size_t m = n - p0 < piece ? n - p0 : piece;
+        /* The first failure (lowest example index) wins, so the message does not depend on timing. */
+        int failed = 0;
+        size_t fail_i = (size_t)-1;
+        rt_status fail_st = RT_OK;
+        char fail_msg[768] = "";
 #pragma omp parallel
-    {
-        tok_ids a = {0}, b = {0};
+        {
+            tok_ids a = {0}, b = {0};
 #pragma omp for schedule(dynamic, 64)
-        for (size_t i = 0; i < n; i++) {
-            int stop;
+            for (size_t j = 0; j < m; j++) {
+                const size_t i = p0 + j;
+                int stop;
 #pragma omp atomic read
-            stop = failed;
-            if (stop) continue;
-            tok_ids_clear(&a);
-            tok_ids_clear(&b);
-            const char *what = "text a";
-            const char *ta = ex->text_a[i];
-            rt_status s = tok_encode(tok, ta, strlen(ta), &a);
-            if (s == RT_OK && is_pair) {
-                what = "text b";
-                const char *tb = ex->text_b[i];
-                s = tok_encode(tok, tb, strlen(tb), &b);
-            }
-            if (s == RT_OK) {
-                size_t ka, kb;
-                data_truncate_longest_first(a.n, is_pair ? b.n : 0, budget, rule, &ka, &kb);
-                truncated[i] = ka < a.n || kb < (is_pair ? b.n : 0);
-                size_t len = 0, len_a = 0;
-                rows[i] = join_row(&tp, is_pair, a.ids, ka, b.ids, kb, &len, &len_a);
-                lens[i] = (int32_t)len; /* <= max_len */
-                lens_a[i] = (int32_t)len_a;
-                if (!rows[i]) {
-                    s = rt_errorf(RT_ERR_NOMEM, "out of memory");
-                    what = "row";
+                stop = failed;
+                if (stop) continue;
+                tok_ids_clear(&a);
+                tok_ids_clear(&b);
+                const char *what = "text a";
+                const char *ta = ex->text_a[i];
+                rt_status s = tok_encode(tok, ta, strlen(ta), &a);
+                if (s == RT_OK && is_pair) {
+                    what = "text b";
+                    const char *tb = ex->text_b[i];
+                    s = tok_encode(tok, tb, strlen(tb), &b);
                 }
-            }
-            if (s != RT_OK) {
-#pragma omp critical(data_tokenize_error)
-                {
-                    if (i < fail_i) {
-                        fail_i = i;
-                        fail_st = s;
-                        snprintf(fail_msg, sizeof fail_msg, "%s:%d: %s: %s", data_examples_row_path(ex, i),
-                                 ex->line ? ex->line[i] : (int)i + 1, what, rt_error_message());
+                if (s == RT_OK) {
+                    size_t ka, kb;
+                    data_truncate_longest_first(a.n, is_pair ? b.n : 0, budget, rule, &ka, &kb);
+                    truncated[j] = ka < a.n || kb < (is_pair ? b.n : 0);
+                    size_t len = 0, len_a = 0;
+                    rows[j] = join_row(&tp, is_pair, a.ids, ka, b.ids, kb, &len, &len_a);
+                    lens[j] = (int32_t)len; /* <= max_len */
+                    lens_a[j] = (int32_t)len_a;
+                    if (!rows[j]) {
+                        s = rt_errorf(RT_ERR_NOMEM, "out of memory");
+                        what = "row";
                     }
+                }
+                if (s != RT_OK) {
+#pragma omp critical(data_tokenize_error)
+                    {
+                        if (i < fail_i) {
+                            fail_i = i;
+                            fail_st = s;
+                            snprintf(fail_msg, sizeof fail_msg, "%s:%d: %s: %s", data_examples_row_path(ex, i),
+                                     ex->line ? ex->line[i] : (int)i + 1, what, rt_error_message());
+                        }
 #pragma omp atomic write
-                    failed = 1;
+                        failed = 1;
+                    }
                 }
             }
+            tok_ids_free(&a);
+            tok_ids_free(&b);
         }
-        tok_ids_free(&a);
-        tok_ids_free(&b);
-    }
-    if (failed) RT_FAIL(fail_st, "%s", fail_msg);
+        if (failed) RT_FAIL(fail_st, "%s", fail_msg);
 
-    /* Check the join against the tokenizer's own pair encoding once, on the first row that was
-     * not truncated: catches a template that detection got wrong. */
-    for (size_t i = 0; i < n; i++) {
-        if (truncated[i]) continue;
-        RT_TRY(tok_encode_pair(tok, ex->text_a[i], is_pair ? ex->text_b[i] : NULL, &check));
-        bool same = check.n == (size_t)lens[i] &&
-                    (lens[i] == 0 || memcmp(check.ids, rows[i], (size_t)lens[i] * sizeof(int32_t)) == 0);
-        if (!same)
-            RT_FAIL(RT_ERR_UNSUPPORTED,
-                    "%s:%d: tokenizer %s: joining the separately encoded texts gives %d ids but "
-                    "tok_encode_pair gives %zu (or different ids)",
-                    data_examples_row_path(ex, i), ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok), lens[i],
-                    check.n);
-        break;
-    }
+        /* Check the join against the tokenizer's own pair encoding once, on the first row that
+         * was not truncated: catches a template that detection got wrong. */
+        for (size_t j = 0; j < m && !checked; j++) {
+            if (truncated[j]) continue;
+            const size_t i = p0 + j;
+            RT_TRY(tok_encode_pair(tok, ex->text_a[i], is_pair ? ex->text_b[i] : NULL, &check));
+            bool same = check.n == (size_t)lens[j] &&
+                        (lens[j] == 0 || memcmp(check.ids, rows[j], (size_t)lens[j] * sizeof(int32_t)) == 0);
+            if (!same)
+                RT_FAIL(RT_ERR_UNSUPPORTED,
+                        "%s:%d: tokenizer %s: joining the separately encoded texts gives %d ids but "
+                        "tok_encode_pair gives %zu (or different ids)",
+                        data_examples_row_path(ex, i), ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok),
+                        lens[j], check.n);
+            checked = true;
+        }
 
-    size_t n_trunc = 0;
-    for (size_t i = 0; i < n; i++) n_trunc += truncated[i];
-    RT_TRY(data_tokenized_from_rows((const int32_t *const *)rows, lens, lens_a, ex->labels, n, out));
+        for (size_t j = 0; j < m; j++) { /* packed, and the piece's rows freed */
+            const size_t i = p0 + j;
+            out->offsets[i] = used;
+            RT_TRY(pack_ids(out, &used, &cap, rows[j], (size_t)lens[j]));
+            out->lengths[i] = lens[j];
+            out->len_a[i] = lens_a[j];
+            out->labels[i] = ex->labels ? ex->labels[i] : DATA_LABEL_NONE;
+            if (lens[j] > out->longest) out->longest = lens[j];
+            n_trunc += truncated[j];
+            free(rows[j]);
+            rows[j] = NULL;
+        }
+    }
+    out->offsets[n] = used;
+    if (!out->ids) RT_TRY(pack_ids(out, &used, &cap, NULL, 0)); /* an empty set still has an array */
+    int32_t *fit = realloc(out->ids, (used ? used : 1) * sizeof *fit);
+    if (fit) out->ids = fit;
     RT_TRY(data_tokenized_set_targets(out, ex->targets));
     out->segments = tp.segments;
     out->max_len = max_len;
     out->n_truncated = n_trunc;
 
 fail:
-    if (rows)
-        for (size_t i = 0; i < n; i++) free(rows[i]);
+    for (size_t j = 0; rows && j < piece; j++) free(rows[j]);
     free(rows);
     free(lens);
     free(lens_a);
