@@ -193,6 +193,11 @@ t5_table=$(grep "validation results" "$TMP/out")
 [ "$(wc -l < "$TMP/t5b/predictions.jsonl")" -eq 20 ] &&
     head -n 1 "$TMP/t5b/predictions.jsonl" | grep -q '^{"en": ".*", "de": ".*", "prediction": ".*"}$' &&
     ok || bad "t5 predictions.jsonl: $(head -n 1 "$TMP/t5b/predictions.jsonl")"
+# the columns come from the train file: a test file with only the source column, in another place
+awk '{ sub(/^\{"en": /, "{\"id\": " NR ", \"en\": "); sub(/, "de": ".*"\}$/, "}"); print }' "$TMP/pairs.jsonl" > "$TMP/test-en.jsonl"
+"$BIN_DIR/t5-finetune" --train-file "$TMP/pairs.jsonl" "${T5[@]}" --test-file "$TMP/test-en.jsonl" --save-dir "$TMP/t5c" \
+    > "$TMP/out" 2> "$TMP/err" && head -n 1 "$TMP/t5c/predictions.jsonl" | grep -q '^{"id": 1, "en": ".*", "prediction": ".*"}$' &&
+    ok || bad "t5 --test-file with the source column only: $(head -n 1 "$TMP/t5c/predictions.jsonl" 2>&1)"
 expect_fail "t5 SRC TGT and --train-file" 2 "give SRC TGT or --train-file, not both" \
     t5-finetune "$TMP/s.en" "$TMP/s.de" --train-file "$TMP/pairs.jsonl" "${T5[@]}" --save-dir "$TMP/e14"
 expect_fail "t5 unknown source column" 2 "pairs.jsonl: no column 'english' (its columns: en, de); name the column with --source-column" \

@@ -452,18 +452,23 @@ fail:
 
 /* ---- a user's files (--train-file) ---- */
 
-/* The source and target columns: as named, else the table's first two. */
-static rt_status t5_columns(const data_table *t, const char **src, const char **tgt) {
-    *src = O.source_column ? O.source_column : t->n_cols > 0 ? t->col_names[0] : "";
-    *tgt = O.target_column ? O.target_column : t->n_cols > 1 ? t->col_names[1] : "";
-    if (!**src || !**tgt) {
+/* The source and target columns, decided once from the train file (as named, else its first
+ * two) and then looked up by name in the validation and test files. */
+static char t5_src_col[256], t5_tgt_col[256];
+
+static rt_status t5_columns(const data_table *train) {
+    const char *src = O.source_column ? O.source_column : train->n_cols > 0 ? train->col_names[0] : "";
+    const char *tgt = O.target_column ? O.target_column : train->n_cols > 1 ? train->col_names[1] : "";
+    if (!*src || !*tgt) {
         char cols[512];
-        data_table_columns(t, cols, sizeof cols);
+        data_table_columns(train, cols, sizeof cols);
         return rt_errorf(RT_ERR_USAGE, "%s: one column (%s); name the source and target with --source-column and "
-                         "--target-column", t->path, cols);
+                         "--target-column", train->path, cols);
     }
-    if (strcmp(*src, *tgt) == 0)
-        return rt_errorf(RT_ERR_USAGE, "--source-column and --target-column are both '%s'", *src);
+    if (strcmp(src, tgt) == 0)
+        return rt_errorf(RT_ERR_USAGE, "--source-column and --target-column are both '%s'", src);
+    snprintf(t5_src_col, sizeof t5_src_col, "%s", src);
+    snprintf(t5_tgt_col, sizeof t5_tgt_col, "%s", tgt);
     return RT_OK;
 }
 
@@ -471,13 +476,13 @@ static data_format t5_data_format(void) {
     return (data_format)data_format_parse(O.data_format);
 }
 
-/* A table file's source and target columns as lines (they point into *t). */
-static rt_status t5_read_pairs(const char *path, data_table *t, data_lines *src, data_lines *tgt) {
-    const char *sc, *tc;
+/* A table file's source and target columns as lines (they point into *t); the train file
+ * (train) decides which columns they are. */
+static rt_status t5_read_pairs(const char *path, bool train, data_table *t, data_lines *src, data_lines *tgt) {
     rt_status st = data_table_read(path, t5_data_format(), t);
-    if (st == RT_OK) st = t5_columns(t, &sc, &tc);
-    if (st == RT_OK) st = data_lines_from_column(t, sc, "--source-column", src);
-    if (st == RT_OK) st = data_lines_from_column(t, tc, "--target-column", tgt);
+    if (st == RT_OK && train) st = t5_columns(t);
+    if (st == RT_OK) st = data_lines_from_column(t, t5_src_col, "--source-column", src);
+    if (st == RT_OK) st = data_lines_from_column(t, t5_tgt_col, "--target-column", tgt);
     return st;
 }
 
@@ -496,10 +501,8 @@ static rt_status t5_predict_test_file(t5_model *m, const tok_tokenizer *tok, con
     data_table t = {0};
     data_lines in = {0};
     char **texts = NULL;
-    const char *sc, *tc;
     RT_TRY(data_table_read(O.test_file, t5_data_format(), &t));
-    RT_TRY(t5_columns(&t, &sc, &tc));
-    RT_TRY(data_lines_from_column(&t, sc, "--source-column", &in));
+    RT_TRY(data_lines_from_column(&t, t5_src_col, "--source-column", &in)); /* no target needed */
     RT_TRY(t5_generate_lines(m, tok, &in, &texts));
     if (grid->world->rank == 0) {
         char path[4200];
@@ -610,7 +613,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     /* data: SRC/TGT (or --train-file), and the validation set given or held out from their end */
     const char *train_name = O.train_file ? O.train_file : pos[0], *val_name = O.train_file ? O.validation_file : O.val_src;
     if (O.train_file)
-        RT_TRY(t5_read_pairs(O.train_file, &train_table, &src_lines, &tgt_lines));
+        RT_TRY(t5_read_pairs(O.train_file, true, &train_table, &src_lines, &tgt_lines));
     else
         RT_TRY(data_lines_read_pair(pos[0], pos[1], &src_lines, &tgt_lines));
     data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
@@ -620,7 +623,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     size_t v_begin;
     if (val_name) {
         if (O.train_file)
-            RT_TRY(t5_read_pairs(O.validation_file, &val_table, &vsrc_lines, &vtgt_lines));
+            RT_TRY(t5_read_pairs(O.validation_file, false, &val_table, &vsrc_lines, &vtgt_lines));
         else
             RT_TRY(data_lines_read_pair(O.val_src, O.val_tgt, &vsrc_lines, &vtgt_lines));
         vs = &vsrc_lines;
@@ -648,10 +651,8 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(data_cache_key_tokenizer(&key, tok_path));
     const char *key_files[4] = {pos[0], pos[1], O.val_src, O.val_tgt};
     if (O.train_file) { /* the files, their format and the columns read */
-        const char *sc, *tc;
-        RT_TRY(t5_columns(&train_table, &sc, &tc));
-        data_cache_key_str(&key, sc);
-        data_cache_key_str(&key, tc);
+        data_cache_key_str(&key, t5_src_col);
+        data_cache_key_str(&key, t5_tgt_col);
         data_cache_key_int(&key, train_table.format);
         key_files[0] = O.train_file;
         key_files[1] = O.validation_file;
