@@ -234,11 +234,16 @@ fail:
     return st;
 }
 
-/* The text column of a record file: --text-column, else "text" when the first record has it,
- * else the first record's first column. */
+/* The text column: --text-column, else "text" when the train file has it, else the train file's
+ * first column; decided from the train file (streamed first), then looked up by name in the
+ * validation file. */
+static char lm_column[256];
 static const char *lm_text_column(const data_table *first) {
     if (O.text_column) return O.text_column;
-    return data_table_col(first, "text") >= 0 || !first->n_cols ? "text" : first->col_names[0];
+    if (!lm_column[0])
+        snprintf(lm_column, sizeof lm_column, "%s",
+                 data_table_col(first, "text") >= 0 || !first->n_cols ? "text" : first->col_names[0]);
+    return lm_column;
 }
 
 /* Tokenizes texts[0..n) into per[] in parallel; RT_OK or the first row's error (*bad). */
