@@ -118,9 +118,13 @@ CACHED=(--arch "$TMP/gpt2.json" --max-len 48 --batch-size 8 --threads 2 --epochs
     done
 } > "$TMP/scores.jsonl"
 "$BIN_DIR/bert-classify" --arch "$TMP/bert.json" "${COMMON[@]}" --train-file "$TMP/scores.jsonl" --label-column score \
-    --validation-file "$TMP/scores.jsonl" --test-file "$TMP/scores.jsonl" --save-dir "$TMP/reg" > "$TMP/out" 2> "$TMP/err"
+    --validation-file "$TMP/scores.jsonl" --test-file "$TMP/scores.jsonl" --save-dir "$TMP/reg" --save-hf "$TMP/reg/hf" \
+    > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "the regression run failed"
 grep -q "^task: regression on 'score'" "$TMP/out" && ok || bad "fractions did not mean regression"
+# the default tokenizer is one vocab file: the export carries it as vocab.txt, which HF reads
+cmp -s "$TMP/reg/hf/vocab.txt" "$SRC/assets/bert-wordpiece/bert-base-uncased-vocab.txt" && ok ||
+    bad "the BERT export lacks the tokenizer's vocab.txt"
 grep -q "dev results (.*): loss .* pearson .* spearman .* mse " "$TMP/out" && ok || bad "no regression metrics"
 R="$TMP/reg/predictions.jsonl"
 [ "$(wc -l < "$R")" -eq 16 ] && ok || bad "predictions.jsonl has $(wc -l < "$R") lines"

@@ -479,6 +479,17 @@ rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) 
         {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
         {"vocab.bpe", "merges.txt"}, {"spiece.model", "spiece.model"}};
     char from[4300], to[4300];
+    struct stat sb;
+    if (stat(tokenizer_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* one file: under its kind's HF name */
+        const size_t n = strlen(tokenizer_path);
+        const char *base = strrchr(tokenizer_path, '/') ? strrchr(tokenizer_path, '/') + 1 : tokenizer_path;
+        /* the one-file tokenizers tunezoo reads: tokenizer.json, a WordPiece vocab, a SentencePiece model */
+        const char *name = strcmp(base, "tokenizer.json") == 0                    ? "tokenizer.json"
+                           : n > 4 && strcmp(tokenizer_path + n - 4, ".txt") == 0 ? "vocab.txt"
+                                                                                  : "spiece.model";
+        snprintf(to, sizeof to, "%s/%s", dir, name);
+        return train_app_exists(to) ? RT_OK : train_app_copy_file(tokenizer_path, to);
+    }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(from, sizeof from, "%s/%s", tokenizer_path, names[i][0]);
         snprintf(to, sizeof to, "%s/%s", dir, names[i][1]);

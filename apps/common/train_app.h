@@ -146,7 +146,8 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n);
 rt_status train_app_copy_file(const char *from, const char *to);
 /* The tokenizer files of a tokenizer folder into an HF model folder, under HF's names (GPT-2's
  * encoder.json and vocab.bpe as vocab.json and merges.txt; T5's spiece.model); a file already
- * there is kept. */
+ * there is kept. A tokenizer that is one file goes in under its kind's name: tokenizer.json as it
+ * is, a WordPiece vocab (.txt) as vocab.txt, anything else (a SentencePiece model) as spiece.model. */
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
 /* An HF export written whole: write(ctx, folder) writes config, weights and tokenizer into a
  * folder built beside dir (DIR.partial-PID-K), which then takes dir's place in one step

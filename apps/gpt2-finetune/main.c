@@ -566,9 +566,7 @@ typedef struct {
 static rt_status lm_write_hf(void *ctx, const char *dir) {
     const lm_export_job *x = ctx;
     rt_status st = x->grid->dp_rank == 0 ? gpt2_save_hf(x->m, dir) : RT_OK;
-    struct stat sb;
-    if (st == RT_OK && x->grid->world->rank == 0 && stat(x->tokenizer, &sb) == 0 && S_ISDIR(sb.st_mode))
-        st = train_app_copy_tokenizer(x->tokenizer, dir);
+    if (st == RT_OK && x->grid->world->rank == 0) st = train_app_copy_tokenizer(x->tokenizer, dir);
     return st;
 }
 

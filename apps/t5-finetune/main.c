@@ -372,16 +372,9 @@ typedef struct {
 static rt_status t5_write_hf(void *ctx, const char *dir) {
     const t5_export_job *x = ctx;
     rt_status st = RT_OK;
-    char to[4300];
     if (x->grid->dp_rank == 0) RT_TRY(t5_save_hf(x->m, dir));
     if (x->grid->world->rank != 0) return RT_OK;
-    struct stat sb;
-    if (stat(x->tokenizer_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        RT_TRY(train_app_copy_tokenizer(x->tokenizer_path, dir));
-    } else {
-        snprintf(to, sizeof to, "%s/spiece.model", dir);
-        RT_TRY(train_app_copy_file(x->tokenizer_path, to));
-    }
+    RT_TRY(train_app_copy_tokenizer(x->tokenizer_path, dir)); /* a lone SentencePiece file as spiece.model */
 fail:
     return st;
 }
