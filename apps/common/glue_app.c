@@ -611,12 +611,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         RT_TRY(glue_files_open(&files_opts, &files));
         char order[4096];
         const char *model_order = gc_model_order(&files, model_names, n_model_names, order, sizeof order);
-        if (model_order) { /* the same classes in the model's order */
-            glue_files_free(&files);
-            files_opts.user.label_names = model_order;
-            RT_TRY(glue_files_open(&files_opts, &files));
-            files_opts.user.label_names = NULL; /* order lives on the stack */
-        }
+        if (model_order) RT_TRY(glue_files_reorder(&files, model_order)); /* the model's order */
         char desc[512];
         data_user_task_describe(&files.task, desc, sizeof desc);
         rt_log_info("task: %s; text %s%s%s; from %s", desc, files.task.text_col[0], files.task.n_text > 1 ? " + " : "",

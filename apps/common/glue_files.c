@@ -32,6 +32,18 @@ fail:
     return st;
 }
 
+rt_status glue_files_reorder(glue_files *f, const char *label_names) {
+    data_user_opts u = f->o.user;
+    data_user_task task;
+    u.label_names = label_names;
+    rt_status st = data_user_task_resolve(&f->train, &u, &task);
+    if (st == RT_OK) {
+        data_user_task_free(&f->task);
+        f->task = task;
+    }
+    return st;
+}
+
 typedef struct {
     const glue_files *f;
     const tok_tokenizer *tok;

@@ -27,6 +27,9 @@ typedef struct {
 
 /* Reads the train and validation files and decides the task. */
 rt_status glue_files_open(const glue_files_opts *o, glue_files *f);
+/* Decides the task again from the tables already read, with the classes in the order of
+ * label_names ("a,b,c", as --label-names): a model's own class order. */
+rt_status glue_files_reorder(glue_files *f, const char *label_names);
 /* The train set, and the validation set when there is one, tokenized to max_len, or read back from
  * the cache in cache_dir (NULL: none), keyed on the files, the task and the tokenizer at
  * tokenizer_path. */
