@@ -184,14 +184,35 @@ fail:
     return st;
 }
 
-/* Streams the tokens of a file's lines (each with its newline, as HF's text loader keeps them by
- * default) into the sink, tokenizing each piece's lines in parallel. */
-static rt_status lm_stream_file(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+/* Tokenizes texts[0..n) in parallel and pushes their ids into the sink in order; on a text that
+ * does not tokenize, its status with *bad its index (nothing is pushed). */
+static rt_status lm_encode_push(const tok_tokenizer *tok, char *const *texts, size_t n, lm_block_sink *sink,
+                                size_t *bad) {
+    tok_ids *per = rt_xcalloc(n + 1, sizeof *per);
+    rt_status *sts = rt_xcalloc(n + 1, sizeof *sts);
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < n; i++) sts[i] = tok_encode(tok, texts[i], strlen(texts[i]), &per[i]);
+    rt_status st = RT_OK;
+    for (size_t i = 0; i < n && st == RT_OK; i++)
+        if ((st = sts[i]) != RT_OK) *bad = i;
+    for (size_t i = 0; i < n && st == RT_OK; i++) st = lm_sink_push(sink, per[i].ids, per[i].n);
+    for (size_t i = 0; i < n; i++) tok_ids_free(&per[i]);
+    free(per);
+    free(sts);
+    return st;
+}
+
+/* One piece of whole lines of a streamed file, into the sink. */
+typedef rt_status (*lm_piece_fn)(const char *path, const data_lines *lines, const tok_tokenizer *tok,
+                                 lm_block_sink *sink, void *state);
+
+/* Streams path a piece of whole lines (about LM_PIECE_BYTES) at a time through piece, with a
+ * progress bar over the file's bytes: memory stays flat however large the file. */
+static rt_status lm_each_piece(const char *path, const tok_tokenizer *tok, lm_block_sink *sink, lm_piece_fn piece,
+                               void *state) {
     rt_status st = RT_OK;
     data_lines_reader reader;
     data_lines lines = {0};
-    tok_ids *per = NULL;
-    rt_status *sts = NULL;
     if ((st = data_lines_reader_open(path, &reader)) != RT_OK) return st;
     struct stat sb;
     rt_progress bar;
@@ -200,37 +221,35 @@ static rt_status lm_stream_file(const char *path, const tok_tokenizer *tok, lm_b
         bool end = false;
         RT_TRY(data_lines_reader_next(&reader, LM_PIECE_BYTES, &lines, &end));
         if (end) break;
-        per = rt_xcalloc(lines.n + 1, sizeof *per);
-        sts = rt_xcalloc(lines.n + 1, sizeof *sts);
-#pragma omp parallel for schedule(dynamic, 64)
-        for (size_t i = 0; i < lines.n; i++) {
-            const size_t len = strlen(lines.line[i]);
-            char *text = rt_xmalloc(len + 2);
-            memcpy(text, lines.line[i], len);
-            text[len] = '\n';
-            sts[i] = tok_encode(tok, text, len + 1, &per[i]);
-            free(text);
-            rt_progress_add(&bar, len + 1);
-        }
-        for (size_t i = 0; i < lines.n; i++) {
-            if (sts[i] != RT_OK) RT_FAIL(sts[i], "%s:%zu: cannot tokenize the line", path, lines.first_line + i);
-            RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
-        }
-        for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
-        free(per);
-        free(sts);
-        per = NULL;
-        sts = NULL;
+        RT_TRY(piece(path, &lines, tok, sink, state));
+        size_t bytes = 0;
+        for (size_t i = 0; i < lines.n; i++) bytes += strlen(lines.line[i]) + 1;
+        rt_progress_add(&bar, bytes);
         data_lines_free(&lines);
     }
 fail:
     rt_progress_end(&bar);
-    if (per)
-        for (size_t i = 0; i < lines.n; i++) tok_ids_free(&per[i]);
-    free(per);
-    free(sts);
     data_lines_free(&lines);
     data_lines_reader_close(&reader);
+    return st;
+}
+
+/* lm_piece_fn of a text file: each line with its newline (HF's text loader keeps them). */
+static rt_status lm_text_piece(const char *path, const data_lines *lines, const tok_tokenizer *tok,
+                               lm_block_sink *sink, void *state) {
+    (void)state;
+    char **texts = rt_xcalloc(lines->n + 1, sizeof *texts);
+    for (size_t i = 0; i < lines->n; i++) {
+        const size_t len = strlen(lines->line[i]);
+        texts[i] = rt_xmalloc(len + 2);
+        memcpy(texts[i], lines->line[i], len);
+        memcpy(texts[i] + len, "\n", 2);
+    }
+    size_t bad = 0;
+    rt_status st = lm_encode_push(tok, texts, lines->n, sink, &bad);
+    if (st != RT_OK) st = rt_errorf(st, "%s:%zu: cannot tokenize the line", path, lines->first_line + bad);
+    for (size_t i = 0; i < lines->n; i++) free(texts[i]);
+    free(texts);
     return st;
 }
 
@@ -246,107 +265,62 @@ static const char *lm_text_column(const data_table *first) {
     return lm_column;
 }
 
-/* Tokenizes texts[0..n) into per[] in parallel; RT_OK or the first row's error (*bad). */
-static rt_status lm_encode_all(const tok_tokenizer *tok, char *const *texts, size_t n, tok_ids *per, size_t *bad) {
-    rt_status *sts = rt_xcalloc(n + 1, sizeof *sts);
-#pragma omp parallel for schedule(dynamic, 64)
-    for (size_t i = 0; i < n; i++) sts[i] = tok_encode(tok, texts[i], strlen(texts[i]), &per[i]);
-    rt_status st = RT_OK;
-    for (size_t i = 0; i < n && st == RT_OK; i++)
-        if ((st = sts[i]) != RT_OK) *bad = i;
-    free(sts);
-    return st;
-}
-
-/* The records of a CSV, TSV or JSON array file's text column, each tokenized as it is (run_clm
- * tokenizes a record's text with no newline added) and joined with no separator, into the sink.
- * The file is read whole. */
-static rt_status lm_stream_table(const char *path, data_format fmt, const tok_tokenizer *tok, lm_block_sink *sink) {
-    rt_status st = RT_OK;
-    data_table t = {0};
+/* A table's text column, each record's text tokenized as it is (run_clm adds no newline and no
+ * separator), into the sink; *records counts them. */
+static rt_status lm_table_texts(const data_table *t, const tok_tokenizer *tok, lm_block_sink *sink, size_t *records) {
     data_lines texts = {0};
-    tok_ids *per = NULL;
+    const char *column = lm_text_column(t);
+    rt_status st = data_lines_from_column(t, column, "--text-column", &texts);
     size_t bad = 0;
-    RT_TRY(data_table_read(path, fmt, &t));
-    const char *column = lm_text_column(&t);
-    RT_TRY(data_lines_from_column(&t, column, "--text-column", &texts));
-    rt_log_info("%s: %zu records, the texts in column '%s'", path, texts.n, column);
-    per = rt_xcalloc(texts.n + 1, sizeof *per);
-    if ((st = lm_encode_all(tok, texts.line, texts.n, per, &bad)) != RT_OK) {
+    if (st == RT_OK && (st = lm_encode_push(tok, texts.line, texts.n, sink, &bad)) != RT_OK) {
         char where[400];
-        data_table_where(&t, bad, where, sizeof where);
-        RT_FAIL(st, "%s: column '%s': cannot tokenize the text", where, column);
+        data_table_where(t, bad, where, sizeof where);
+        st = rt_errorf(st, "%s: column '%s': cannot tokenize the text", where, column);
     }
-    for (size_t i = 0; i < texts.n; i++) RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
-fail:
-    for (size_t i = 0; per && i < texts.n; i++) tok_ids_free(&per[i]);
-    free(per);
+    *records += texts.n;
     data_lines_free(&texts);
+    return st;
+}
+
+/* A CSV, TSV or JSON array file of records, read whole. */
+static rt_status lm_stream_table(const char *path, data_format fmt, const tok_tokenizer *tok, lm_block_sink *sink) {
+    data_table t = {0};
+    size_t records = 0;
+    rt_status st = data_table_read(path, fmt, &t);
+    if (st == RT_OK) st = lm_table_texts(&t, tok, sink, &records);
+    if (st == RT_OK) rt_log_info("%s: %zu records, the texts in column '%s'", path, records, lm_text_column(&t));
     data_table_free(&t);
     return st;
 }
 
-/* A JSON Lines file streamed as plain text is, a piece of whole lines at a time, so that a corpus
- * larger than memory tokenizes with flat memory: each piece's records are a table of their own
- * (their line numbers moved to the file's), their text column tokenized into the sink. */
-static rt_status lm_stream_jsonl(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
-    rt_status st = RT_OK;
-    data_lines_reader reader;
-    data_lines lines = {0};
-    data_table t = {0};
-    data_lines texts = {0};
-    tok_ids *per = NULL;
-    char column[256] = "";
-    size_t records = 0;
-    if ((st = data_lines_reader_open(path, &reader)) != RT_OK) return st;
-    struct stat sb;
-    rt_progress bar;
-    rt_progress_begin(&bar, path, stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0, lm_lead);
-    for (;;) {
-        bool end = false;
-        RT_TRY(data_lines_reader_next(&reader, LM_PIECE_BYTES, &lines, &end));
-        if (end) break;
-        size_t len = 0;
-        for (size_t i = 0; i < lines.n; i++) len += strlen(lines.line[i]) + 1;
-        char *joined = rt_xmalloc(len + 1);
-        len = 0;
-        for (size_t i = 0; i < lines.n; i++) {
-            const size_t n = strlen(lines.line[i]);
-            memcpy(joined + len, lines.line[i], n);
-            joined[len + n] = '\n';
-            len += n + 1;
-        }
-        RT_TRY(data_table_parse_jsonl_piece(path, joined, len, lines.first_line, &t)); /* takes joined */
-        if (!column[0]) snprintf(column, sizeof column, "%s", lm_text_column(&t));
-        RT_TRY(data_lines_from_column(&t, column, "--text-column", &texts));
-        per = rt_xcalloc(texts.n + 1, sizeof *per);
-        size_t bad = 0;
-        if ((st = lm_encode_all(tok, texts.line, texts.n, per, &bad)) != RT_OK) {
-            char where[400];
-            data_table_where(&t, bad, where, sizeof where);
-            RT_FAIL(st, "%s: column '%s': cannot tokenize the text", where, column);
-        }
-        for (size_t i = 0; i < texts.n; i++) {
-            RT_TRY(lm_sink_push(sink, per[i].ids, per[i].n));
-            tok_ids_free(&per[i]);
-        }
-        rt_progress_add(&bar, len); /* bytes of the piece, near enough the file's */
-        records += texts.n;
-        free(per);
-        per = NULL;
-        data_lines_free(&texts);
-        data_table_free(&t);
-        data_lines_free(&lines);
+/* lm_piece_fn of a JSON Lines file: the piece's records are a table of their own (their line
+ * numbers the file's); state counts the records. */
+static rt_status lm_jsonl_piece(const char *path, const data_lines *lines, const tok_tokenizer *tok,
+                                lm_block_sink *sink, void *state) {
+    size_t len = 0;
+    for (size_t i = 0; i < lines->n; i++) len += strlen(lines->line[i]) + 1;
+    char *joined = rt_xmalloc(len + 1);
+    len = 0;
+    for (size_t i = 0; i < lines->n; i++) {
+        const size_t n = strlen(lines->line[i]);
+        memcpy(joined + len, lines->line[i], n);
+        joined[len + n] = '\n';
+        len += n + 1;
     }
-    rt_log_info("%s: %zu records, the texts in column '%s'", path, records, column);
-fail:
-    rt_progress_end(&bar);
-    for (size_t i = 0; per && i < texts.n; i++) tok_ids_free(&per[i]);
-    free(per);
-    data_lines_free(&texts);
+    data_table t = {0};
+    rt_status st = data_table_parse_jsonl_piece(path, joined, len, lines->first_line, &t); /* takes joined */
+    if (st == RT_OK) st = lm_table_texts(&t, tok, sink, state);
     data_table_free(&t);
-    data_lines_free(&lines);
-    data_lines_reader_close(&reader);
+    return st;
+}
+
+/* A JSON Lines file streamed as a text file is, so that a corpus larger than memory tokenizes with
+ * flat memory. */
+static rt_status lm_stream_jsonl(const char *path, const tok_tokenizer *tok, lm_block_sink *sink) {
+    size_t records = 0;
+    rt_status st = lm_each_piece(path, tok, sink, lm_jsonl_piece, &records);
+    if (st == RT_OK)
+        rt_log_info("%s: %zu records, the texts in column '%s'", path, records, O.text_column ? O.text_column : lm_column);
     return st;
 }
 
@@ -383,7 +357,7 @@ static rt_status lm_stream_blocks(const char *const *files, int n_files, bool ta
     size_t tokens = 0;
     for (int f = 0; f < n_files; f++) {
         if (f > 0) RT_TRY(lm_sink_push(&sink, &eos, 1));
-        RT_TRY(tables ? lm_stream_records(files[f], tok, &sink) : lm_stream_file(files[f], tok, &sink));
+        RT_TRY(tables ? lm_stream_records(files[f], tok, &sink) : lm_each_piece(files[f], tok, &sink, lm_text_piece, NULL));
     }
     tokens = sink.blocks * (size_t)block + sink.n_carry;
     if (sink.blocks == 0)
