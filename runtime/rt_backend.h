@@ -217,6 +217,13 @@ typedef struct rt_backend_ops {
      * is written). */
     void (*mse_loss)(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                      float grad_scale);
+    /* Binary cross-entropy of sigmoids over rows of C outputs (HF's BCEWithLogitsLoss terms, a
+     * multi-label head), z, targets and dlogits (N, C): where a row's first target is not NaN,
+     * losses[i] = (1/C) sum_c (1 - y) z - log_sigmoid(z), PyTorch's formulation, and dlogits =
+     * (sigmoid(z) - y) grad_scale / C; elsewhere the loss and the row 0. The 1/C makes the rows'
+     * sum over the labelled rows PyTorch's mean over every element. targets may alias dlogits. */
+    void (*bce_logits_loss)(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                            int C, float grad_scale);
 
     /* Vocab-parallel cross-entropy (Megatron): logits (N, V) are this rank's vocab columns
      * [vocab_start, vocab_start + V); targets are global ids (or -100). stats is (3, N):
@@ -546,6 +553,11 @@ static inline void rt_mse_loss(rt_backend *be, float *losses, float *dlogits, co
                                size_t N, float grad_scale) {
     be->ops->mse_loss(be->ctx, losses, dlogits, z, targets, N, grad_scale);
     rt_store_n(be, dlogits, N);
+}
+static inline void rt_bce_logits_loss(rt_backend *be, float *losses, float *dlogits, const float *z,
+                                      const float *targets, size_t N, int C, float grad_scale) {
+    be->ops->bce_logits_loss(be->ctx, losses, dlogits, z, targets, N, C, grad_scale);
+    rt_store_n(be, dlogits, N * (size_t)C);
 }
 static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, float *dlogits,
                                  const float *logits, const int32_t *targets, size_t N, int V, int vocab_start,

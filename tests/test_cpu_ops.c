@@ -411,6 +411,50 @@ static void test_mse_loss(void) {
     free(z), free(t), free(losses), free(dl);
 }
 
+/* BCEWithLogitsLoss of a row, in double: the mean over its C classes of (1 - y) z + log(1 + e^-z). */
+static double bce_row(const double *z, const float *y, int C) {
+    double sum = 0;
+    for (int c = 0; c < C; c++) sum += (1.0 - y[c]) * z[c] + (z[c] >= 0 ? log1p(exp(-z[c])) : -z[c] + log1p(exp(z[c])));
+    return sum / C;
+}
+
+/* The multi-label head's binary cross-entropy: losses against the double formula, dlogits
+ * against central finite differences of it (times grad_scale), large logits finite, a NaN row
+ * unlabelled, and the targets read from dlogits itself as the heads pass them. */
+static void test_bce_logits_loss(void) {
+    enum { N = 5, C = 3 };
+    const float z[N * C] = {0.5f, -1.25f, 2.0f, 30.0f, -30.0f, 100.0f, -100.0f, 0.0f, 7.5f,
+                            0.125f, -3.0f, 1.0f, 4.0f, 5.0f, 6.0f};
+    const float y[N * C] = {1, 0, 1, 0, 1, 1, 0, 1, 0.25f, NAN, NAN, NAN, 1, 1, 1};
+    const float gs = 0.2f;
+    float losses[N], dl[N * C];
+    ops->bce_logits_loss(cx, losses, dl, z, y, N, C, gs);
+    double rl[N], rg[N * C];
+    for (int i = 0; i < N; i++) {
+        const bool labelled = !isnan(y[i * C]);
+        double zd[C];
+        for (int c = 0; c < C; c++) zd[c] = z[i * C + c];
+        rl[i] = labelled ? bce_row(zd, y + i * C, C) : 0.0;
+        for (int c = 0; c < C; c++) { /* d/dz of the row's loss, by central differences */
+            const double h = 1e-4 * fmax(1.0, fabs(zd[c])), z0 = zd[c];
+            zd[c] = z0 + h;
+            const double up = bce_row(zd, y + i * C, C);
+            zd[c] = z0 - h;
+            const double down = bce_row(zd, y + i * C, C);
+            zd[c] = z0;
+            rg[i * C + c] = labelled ? (up - down) / (2 * h) * gs : 0.0;
+        }
+    }
+    check_d("bce losses", losses, rl, N, 1e-6f, 1e-6f);
+    check_d("bce dlogits vs finite differences", dl, rg, N * C, 1e-7f, 1e-5f);
+    for (int i = 0; i < N * C; i++) TZ_EXPECT(isfinite(dl[i]), "bce dlogits[%d] not finite", i);
+    float losses2[N], dl2[N * C];
+    memcpy(dl2, y, sizeof dl2); /* targets in dlogits */
+    ops->bce_logits_loss(cx, losses2, dl2, z, dl2, N, C, gs);
+    TZ_EXPECT(memcmp(losses2, losses, sizeof losses) == 0 && memcmp(dl2, dl, sizeof dl) == 0,
+              "bce_logits_loss: targets in dlogits give other numbers");
+}
+
 static void test_adamw(void) {
     const size_t n = 1000;
     float *p = fill(n, 90, -1, 1), *m = zeros(n), *v = zeros(n);
@@ -638,6 +682,7 @@ int main(void) {
     test_embedding();
     test_softmax_xent();
     test_mse_loss();
+    test_bce_logits_loss();
     test_adamw();
     test_uniform_row();
     test_uniform_row_blocks();

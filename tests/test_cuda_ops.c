@@ -741,6 +741,24 @@ static void test_mse_loss(void) {
     dbuf_free(&z), dbuf_free(&dl), dbuf_free(&losses);
 }
 
+/* The multi-label head's binary cross-entropy against the CPU's: the same float formula, with
+ * expf and log1pf that may differ from the host's libm in the last bits; NaN rows unlabelled,
+ * large logits, the targets read from dlogits. */
+static void test_bce_logits_loss(void) {
+    const size_t N = 200;
+    const int C = 7;
+    float *t = host_rand(N * (size_t)C, 0.5f, 0.5f);
+    for (size_t i = 0; i < N * (size_t)C; i++) t[i] = t[i] > 0.5f ? 1.0f : 0.0f;
+    for (size_t i = 0; i < N; i += 9) t[i * (size_t)C] = NAN;
+    dbuf z = dbuf_rand(N * (size_t)C, 20.0f, 0.0f), dl = dbuf_from(t, N * (size_t)C), losses = dbuf_zero(N);
+    rt_bce_logits_loss(g_cpu, losses.c, dl.c, z.c, dl.c, N, C, 0.25f);
+    rt_bce_logits_loss(g_gpu, losses.g, dl.g, z.g, dl.g, N, C, 0.25f);
+    dbuf_check("bce_logits_loss losses", &losses, 1e-6f, 1e-5f);
+    dbuf_check("bce_logits_loss dlogits", &dl, 1e-7f, 1e-5f);
+    free(t);
+    dbuf_free(&z), dbuf_free(&dl), dbuf_free(&losses);
+}
+
 /* The vocab-parallel cross-entropy's three phases over two vocab shards, the shards' statistics
  * combined on the host as the all-reduces would: every phase's output against the CPU's. */
 static void test_xent_vocab(void) {
@@ -1298,6 +1316,7 @@ int main(void) {
     test_xent();
     test_xent_vocab();
     test_mse_loss();
+    test_bce_logits_loss();
     test_adamw();
     test_sumsq();
     test_precision();

@@ -464,6 +464,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .embedding_bwd = rt_cpu_embedding_bwd,
     .softmax_xent = rt_cpu_softmax_xent,
     .mse_loss = rt_cpu_mse_loss,
+    .bce_logits_loss = rt_cpu_bce_logits_loss,
     .xent_vocab = rt_cpu_xent_vocab,
     .dropout_fwd = rt_cpu_dropout_fwd,
     .dropout_bwd = rt_cpu_dropout_bwd,

@@ -175,6 +175,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->embedding_bwd = rt_cuda_embedding_bwd;
     o->softmax_xent = rt_cuda_softmax_xent;
     o->mse_loss = rt_cuda_mse_loss;
+    o->bce_logits_loss = rt_cuda_bce_logits_loss;
     o->xent_vocab = rt_cuda_xent_vocab;
     o->dropout_fwd = rt_cuda_dropout_fwd;
     o->dropout_bwd = rt_cuda_dropout_bwd;

@@ -140,6 +140,35 @@ void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, 
     CUDA_LAUNCH_CHECK();
 }
 
+/* rt_backend_ops.bce_logits_loss, a row per thread (a multi-label head has tens of classes), with
+ * the CPU's formulation; expf and log1pf may differ from the host's libm in the last bits. */
+__global__ void rt_cuda_bce_logits_loss_kernel(float *losses, float *dlogits, const float *z, const float *targets,
+                                               size_t N, int C, float grad_scale) {
+    const float g = grad_scale / (float)C;
+    RT_CUDA_FOR_EACH(i, N) {
+        const float *x = z + i * (size_t)C, *y = targets + i * (size_t)C;
+        float *d = dlogits + i * (size_t)C;
+        const bool labelled = !isnan(y[0]);
+        double sum = 0;
+        for (int c = 0; c < C; c++) {
+            const float e = expf(-fabsf(x[c])), yc = y[c];
+            const float log_sigmoid = fminf(x[c], 0.0f) - log1pf(e);
+            const float sigmoid = x[c] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+            sum += (double)((1.0f - yc) * x[c] - log_sigmoid);
+            d[c] = labelled ? (sigmoid - yc) * g : 0.0f;
+        }
+        losses[i] = labelled ? (float)(sum / C) : 0.0f;
+    }
+}
+
+void rt_cuda_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                             int C, float grad_scale) {
+    if (N == 0 || C <= 0) return;
+    rt_cuda_bce_logits_loss_kernel<<<rt_cuda_grid(N, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        losses, dlogits, z, targets, N, C, grad_scale);
+    CUDA_LAUNCH_CHECK();
+}
+
 void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale) {

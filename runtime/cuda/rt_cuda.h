@@ -378,6 +378,8 @@ void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float
                         int vocab_start, float grad_scale);
 void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                       float grad_scale);
+void rt_cuda_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
+                             int C, float grad_scale);
 void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
                           const float *logits, const int32_t *targets, size_t N, int V,
                           float grad_scale);
