@@ -13,7 +13,7 @@
 #endif
 
 #define CACHE_MAGIC "TZDSET\0\1"
-#define CACHE_VERSION 2u
+#define CACHE_VERSION 3u /* 3: targets of any width per row (multi-label) */
 #define CACHE_END "TZDS-END"
 #define FLAG_SEGMENTS 1u
 #define FLAG_TARGETS 2u
@@ -30,11 +30,11 @@ _Static_assert(sizeof(size_t) == 8, "row offsets are used in place as 64-bit int
 
 static uint64_t pad8(uint64_t n) { return (8 - (n & 7)) & 7; }
 
-/* The bytes of a set's arrays (ids, padding, offsets, lengths, len_a, labels, targets, padding),
- * or UINT64_MAX when the counts are too large to be real. */
-static uint64_t set_bytes(uint64_t n, uint64_t n_ids, bool targets) {
-    if (n > INT32_MAX || n_ids > (UINT64_MAX >> 8)) return UINT64_MAX;
-    const uint64_t rest = (n + 1) * 8 + n * 4 * (targets ? 4 : 3);
+/* The bytes of a set's arrays (ids, padding, offsets, lengths, len_a, labels, width targets a
+ * row, padding), or UINT64_MAX when the counts are too large to be real. */
+static uint64_t set_bytes(uint64_t n, uint64_t n_ids, uint32_t width) {
+    if (n > INT32_MAX || n_ids > (UINT64_MAX >> 8) || width > DATA_CACHE_MAX_TARGET_WIDTH) return UINT64_MAX;
+    const uint64_t rest = (n + 1) * 8 + n * 4 * (3 + (uint64_t)width);
     return n_ids * 4 + pad8(n_ids * 4) + rest + pad8(rest);
 }
 
@@ -142,12 +142,13 @@ rt_status data_cache_end_set(data_cache_writer *w, const data_tokenized *rows) {
     RT_TRY(w_put(w, rows->lengths, rows->n * sizeof(int32_t)));
     RT_TRY(w_put(w, rows->len_a, rows->n * sizeof(int32_t)));
     RT_TRY(w_put(w, rows->labels, rows->n * sizeof(int32_t)));
-    if (rows->targets) RT_TRY(w_put(w, rows->targets, rows->n * sizeof(float)));
+    if (rows->targets) RT_TRY(w_put(w, rows->targets, rows->n * (size_t)rows->target_width * sizeof(float)));
     RT_TRY(w_pad8(w));
     unsigned char e[CACHE_TABLE_ENTRY] = {0};
     const uint64_t n = rows->n, n_trunc = rows->n_truncated;
     const uint32_t max_len = (uint32_t)rows->max_len, longest = (uint32_t)rows->longest,
-                   flags = (rows->segments ? FLAG_SEGMENTS : 0) | (rows->targets ? FLAG_TARGETS : 0);
+                   flags = (rows->segments ? FLAG_SEGMENTS : 0) | (rows->targets ? FLAG_TARGETS : 0),
+                   width = rows->targets ? (uint32_t)rows->target_width : 0;
     memcpy(e, &w->set_start, 8);
     memcpy(e + 8, &n, 8);
     memcpy(e + 16, &n_ids, 8);
@@ -155,6 +156,7 @@ rt_status data_cache_end_set(data_cache_writer *w, const data_tokenized *rows) {
     memcpy(e + 28, &longest, 4);
     memcpy(e + 32, &n_trunc, 8);
     memcpy(e + 40, &flags, 4);
+    memcpy(e + 44, &width, 4);
     w->table = rt_xrealloc(w->table, (size_t)(w->sets_done + 1) * CACHE_TABLE_ENTRY);
     memcpy(w->table + (size_t)w->sets_done * CACHE_TABLE_ENTRY, e, CACHE_TABLE_ENTRY);
     w->sets_done++;
@@ -228,15 +230,16 @@ static rt_status parse_set(const char *name, int s, const unsigned char *p, cons
     rt_status st = RT_OK;
     const uint64_t at = get_u64(e), n = get_u64(e + 8), n_ids = get_u64(e + 16), n_trunc = get_u64(e + 32);
     const uint32_t max_len = get_u32(e + 24), longest = get_u32(e + 28), flags = get_u32(e + 40),
-                   pad = get_u32(e + 44);
+                   width = get_u32(e + 44);
     if (at != start)
         RT_FAIL(RT_ERR_FORMAT, "%s: set %d starts at byte %llu, expected %llu", name, s, (unsigned long long)at,
                 (unsigned long long)start);
-    if (n > INT32_MAX || max_len > INT32_MAX || longest > max_len || n_trunc > n || (flags & ~3u) || pad)
-        RT_FAIL(RT_ERR_FORMAT, "%s: set %d: bad header (%llu rows, max_len %u, longest %u, flags %#x)", name, s,
-                (unsigned long long)n, max_len, longest, flags);
     const bool has_targets = flags & FLAG_TARGETS;
-    const uint64_t size = set_bytes(n, n_ids, has_targets);
+    if (n > INT32_MAX || max_len > INT32_MAX || longest > max_len || n_trunc > n || (flags & ~3u) ||
+        has_targets != (width > 0) || width > DATA_CACHE_MAX_TARGET_WIDTH)
+        RT_FAIL(RT_ERR_FORMAT, "%s: set %d: bad header (%llu rows, max_len %u, longest %u, flags %#x, %u targets a row)",
+                name, s, (unsigned long long)n, max_len, longest, flags, width);
+    const uint64_t size = set_bytes(n, n_ids, width);
     if (size == UINT64_MAX || size > limit - start)
         RT_FAIL(RT_ERR_FORMAT, "%s: set %d: its arrays are cut short (%llu rows, %llu ids)", name, s,
                 (unsigned long long)n, (unsigned long long)n_ids);
@@ -250,6 +253,7 @@ static rt_status parse_set(const char *name, int s, const unsigned char *p, cons
     d->len_a = d->lengths + n;
     d->labels = d->len_a + n;
     d->targets = has_targets ? (float *)(d->labels + n) : NULL;
+    d->target_width = (int)width;
     d->segments = flags & FLAG_SEGMENTS;
     d->max_len = (int)max_len;
     d->longest = (int)longest;

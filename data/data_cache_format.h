@@ -12,6 +12,8 @@
 
 /* The smallest entry there can be (its start and trailer): a shorter file is truncated. */
 #define DATA_CACHE_MIN_BYTES 64
+/* Targets a row may have: a multi-label row's one per class, up to a classifier's classes. */
+#define DATA_CACHE_MAX_TARGET_WIDTH (1u << 16)
 
 /* Adds n bytes to a CRC-32 and an Adler-32 (zlib's, in pieces zlib's uInt can take): the
  * entries' checksums and the input files' in the cache key. */

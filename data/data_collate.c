@@ -8,9 +8,19 @@
 
 #include "data/data_glue.h"
 
-/* Where the targets of a batch go: after the labels, in the labels' block (see reserve). */
-static float *data_batch_targets_slot(rt_batch *batch) {
-    return (float *)(void *)(batch->labels + (batch->capacity_B ? batch->capacity_B : 1));
+/* Room for count rows of width targets in the batch's own buffer: batch->targets points into it
+ * only for data with targets, so class-id batches show NULL and the buffer is never lost. */
+static rt_status data_batch_reserve_targets(rt_batch *batch, int count, int width) {
+    const size_t cells = (size_t)count * (size_t)width;
+    if (cells > batch->capacity_targets) {
+        float *t = realloc(batch->target_store, cells * sizeof *t);
+        if (!t) return rt_errorf(RT_ERR_NOMEM, "batch: out of memory for %d x %d targets", count, width);
+        batch->target_store = t;
+        batch->capacity_targets = cells;
+    }
+    batch->targets = batch->target_store;
+    batch->target_width = width;
+    return RT_OK;
 }
 
 rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
@@ -20,7 +30,6 @@ rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
     int nt = T > batch->capacity_T ? T : batch->capacity_T;
     size_t cells = (size_t)nb * (size_t)nt;
     size_t rows = (size_t)(nb ? nb : 1);
-    bool had_targets = batch->targets != NULL;
     /* Contents are rewritten by the next collate, so realloc's copy is wasted but harmless. */
     int32_t *ids = realloc(batch->input_ids, (cells ? cells : 1) * sizeof *ids);
     if (ids) batch->input_ids = ids;
@@ -30,10 +39,7 @@ rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
     if (types) batch->token_type_ids = types;
     int32_t *lengths = realloc(batch->lengths, rows * sizeof *lengths);
     if (lengths) batch->lengths = lengths;
-    /* The targets live in the same block as the labels, after capacity_B of them: the batch
-     * of classification data must show targets == NULL, and with its own allocation that
-     * pointer would then be lost. So only labels is ever freed. */
-    int32_t *labels = realloc(batch->labels, rows * (sizeof *labels + sizeof(float)));
+    int32_t *labels = realloc(batch->labels, rows * sizeof *labels);
     if (labels) batch->labels = labels;
     int32_t *index = realloc(batch->example_index, rows * sizeof *index);
     if (index) batch->example_index = index;
@@ -42,7 +48,6 @@ rt_status data_batch_reserve(rt_batch *batch, int B, int T) {
     /* Capacities grow only once every buffer has the new size. */
     batch->capacity_B = nb;
     batch->capacity_T = nt;
-    batch->targets = had_targets ? data_batch_targets_slot(batch) : NULL;
     return RT_OK;
 }
 
@@ -60,6 +65,7 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
     }
     batch->B = count;
     batch->targets = NULL;
+    batch->target_width = 0;
     batch->n_targets = 0;
     batch->n_tokens = 0;
     if (count == 0) {
@@ -69,7 +75,8 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
     const int T = data_pad_length(pad, longest);
     RT_TRY(data_batch_reserve(batch, count, T));
     batch->T = T;
-    if (ds->targets) batch->targets = data_batch_targets_slot(batch);
+    const int W = ds->targets ? ds->target_width : 0;
+    if (ds->targets) RT_TRY(data_batch_reserve_targets(batch, count, W));
     for (int b = 0; b < count; b++) {
         int32_t i = indices[b];
         int len = ds->lengths[i];
@@ -87,8 +94,8 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
         batch->labels[b] = ds->labels[i];
         batch->example_index[b] = i;
         if (ds->targets) {
-            batch->targets[b] = ds->targets[i];
-            batch->n_targets += !isnan(ds->targets[i]);
+            memcpy(batch->targets + (size_t)b * W, ds->targets + (size_t)i * W, (size_t)W * sizeof(float));
+            batch->n_targets += !isnan(ds->targets[(size_t)i * W]);
         } else {
             batch->n_targets += ds->labels[i] != DATA_LABEL_NONE;
         }
@@ -138,6 +145,7 @@ void data_batch_free(rt_batch *batch) {
     free(batch->attention_mask);
     free(batch->lengths);
     free(batch->labels);
+    free(batch->target_store);
     free(batch->example_index);
     free(batch->token_type_ids);
     memset(batch, 0, sizeof *batch);

@@ -20,8 +20,9 @@
  * 50256, as HF scripts do; the attention mask hides it). count may be 0 (a rank with an
  * empty share of the last global batch): B = 0, targets NULL, nothing else is touched.
  * token_type_ids are always filled from ds->len_a (0 over text A with its specials, 1 after,
- * 0 on padding); models without token types ignore them. Regression data (ds->targets set):
- * batch->targets holds the rows' targets and n_targets counts the non-NaN ones; otherwise
+ * 0 on padding); models without token types ignore them. Data with targets (regression,
+ * multi-label): batch->targets holds the rows' target_width floats each and n_targets counts the
+ * rows whose first is not NaN; otherwise
  * batch->targets is NULL and n_targets counts labels other than -100. */
 rt_status data_collate_classification(const data_tokenized *ds, const int32_t *indices, int count, int32_t pad_id,
                                       const data_pad *pad, rt_batch *batch);
@@ -32,7 +33,7 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
  * n_targets counts the target tokens; n_tokens both sides' real tokens. */
 rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
                                int count, int32_t pad_id, const data_pad *pad, rt_batch *batch);
-/* Grows the buffers (ids, mask, token types, lengths, labels with room for targets, example
+/* Grows the buffers (ids, mask, token types, lengths, labels, example
  * index) to hold B rows of T tokens, so that later batches up to that size never allocate. */
 rt_status data_batch_reserve(rt_batch *batch, int B, int T);
 /* Frees the buffers; the struct is zeroed. Accepts NULL. */

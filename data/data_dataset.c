@@ -234,7 +234,7 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
     if (!out->ids) RT_TRY(pack_ids(out, &used, &cap, NULL, 0)); /* an empty set still has an array */
     int32_t *fit = realloc(out->ids, (used ? used : 1) * sizeof *fit);
     if (fit) out->ids = fit;
-    RT_TRY(data_tokenized_set_targets(out, ex->targets));
+    RT_TRY(data_tokenized_set_targets(out, ex->targets, ex->target_width));
     out->segments = tp.segments;
     out->max_len = max_len;
     out->n_truncated = n_trunc;

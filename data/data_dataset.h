@@ -76,8 +76,10 @@ typedef struct {
     int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
     int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
     bool segments;      /* token types: 1 after len_a (BERT); false = 0 everywhere (RoBERTa, GPT-2) */
-    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE for regression) */
-    float *targets;     /* (n) regression targets, NaN = unlabelled; NULL for classification */
+    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE with targets) */
+    float *targets;     /* (n, target_width) a regression score (width 1) or a multi-label row's 0/1
+                         * per class (width n_labels); NaN first = unlabelled; NULL for class ids */
+    int target_width;   /* floats a row in targets; 0 without them */
     int max_len;        /* the limit it was built with */
     int longest;        /* longest row after truncation */
     size_t n_truncated; /* rows that lost tokens to max_len */
@@ -96,9 +98,9 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
  * Copies everything; max_len is set to the longest row. */
 rt_status data_tokenized_from_rows(const int32_t *const *rows, const int32_t *lengths, const int32_t *len_a,
                                    const int32_t *labels, size_t n, data_tokenized *out);
-/* Copies n = d->n regression targets into d (NaN = unlabelled), replacing any it had;
- * targets NULL makes d classification data again. */
-rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets);
+/* Copies d->n rows of width floats of targets into d (a row whose first is NaN is unlabelled),
+ * replacing any it had; targets NULL makes d class-id data again. */
+rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets, int width);
 /* Rows [first, first + n) of d as a set of their own (n_truncated 0: it is not known per row).
  * A set in shared storage is shared, not copied, so slicing a mapped corpus costs no memory;
  * other sets are copied. RT_ERR_USAGE when the rows are not all in d. */

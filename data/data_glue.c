@@ -255,6 +255,7 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
     out->text_b = L->text_b >= 0 ? malloc(alloc_n * sizeof *out->text_b) : NULL;
     out->labels = malloc(alloc_n * sizeof *out->labels);
     out->targets = regression ? malloc(alloc_n * sizeof *out->targets) : NULL;
+    out->target_width = regression;
     out->line = malloc(alloc_n * sizeof *out->line);
     if (!out->text_a || (L->text_b >= 0 && !out->text_b) || !out->labels || (regression && !out->targets) ||
         !out->line)
@@ -359,6 +360,7 @@ rt_status data_glue_load_split(const data_glue_task *task, const char *dir, cons
     out->text_b = pair ? malloc(alloc_n * sizeof *out->text_b) : NULL;
     out->labels = malloc(alloc_n * sizeof *out->labels);
     out->targets = regression ? malloc(alloc_n * sizeof *out->targets) : NULL;
+    out->target_width = regression;
     out->line = malloc(alloc_n * sizeof *out->line);
     if (!out->storage || !out->text_a || (pair && !out->text_b) || !out->labels || (regression && !out->targets) ||
         !out->line)

@@ -35,6 +35,7 @@ typedef enum {
 typedef enum {
     DATA_TASK_CLASSIFICATION = 0, /* labels are class ids, cross-entropy */
     DATA_TASK_REGRESSION = 1,     /* one float target per example, n_labels 1, MSE (STS-B) */
+    DATA_TASK_MULTI_LABEL = 2,    /* a 0/1 target per class, sigmoid and binary cross-entropy */
 } data_task_type;
 
 /* label column value meaning "the last field of the row": MNLI's gold_label is column 11 of
@@ -85,7 +86,9 @@ typedef struct {
     const char **text_a;  /* (n) */
     const char **text_b;  /* (n) NULL array for single-sentence tasks */
     int32_t *labels;      /* (n) class id, DATA_LABEL_NONE when unlabelled or for regression */
-    float *targets;       /* (n) regression target, NaN when unlabelled; NULL for classification */
+    float *targets;       /* (n, target_width) a regression target, or a multi-label row's 0/1 per
+                           * class; NaN first when unlabelled; NULL for class ids */
+    int target_width;     /* floats a row in targets: 1 for regression, n_labels for multi-label */
     int32_t *line;        /* (n) 1-based line in its source file, for messages */
     int n_labels;
     char *path;           /* the file read, for messages (owned); several files: "a.tsv + b.tsv" */

@@ -90,13 +90,17 @@ fail:
     return st;
 }
 
-rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets) {
+rt_status data_tokenized_set_targets(data_tokenized *d, const float *targets, int width) {
     free(d->targets);
     d->targets = NULL;
+    d->target_width = 0;
     if (!targets) return RT_OK;
-    d->targets = malloc((d->n ? d->n : 1) * sizeof *d->targets);
-    if (!d->targets) return rt_errorf(RT_ERR_NOMEM, "tokenized dataset: out of memory for %zu targets", d->n);
-    if (d->n) memcpy(d->targets, targets, d->n * sizeof *d->targets);
+    RT_CHECK(width >= 1, "target width %d", width);
+    const size_t cells = d->n * (size_t)width;
+    d->targets = malloc((cells ? cells : 1) * sizeof *d->targets);
+    if (!d->targets) return rt_errorf(RT_ERR_NOMEM, "tokenized dataset: out of memory for %zu targets", cells);
+    if (cells) memcpy(d->targets, targets, cells * sizeof *d->targets);
+    d->target_width = width;
     return RT_OK;
 }
 
@@ -124,14 +128,15 @@ rt_status data_tokenized_slice(const data_tokenized *d, size_t first, size_t n, 
         out->lengths = d->lengths + first;
         out->len_a = d->len_a + first;
         out->labels = d->labels + first;
-        out->targets = d->targets ? d->targets + first : NULL;
+        out->targets = d->targets ? d->targets + first * (size_t)d->target_width : NULL;
         d->backing->refs++;
     } else {
         const int32_t **rows = rt_xmalloc((n ? n : 1) * sizeof *rows);
         for (size_t i = 0; i < n; i++) rows[i] = d->ids + d->offsets[first + i];
         rt_status st = data_tokenized_from_rows(rows, d->lengths + first, d->len_a + first, d->labels + first, n, out);
         free(rows);
-        if (st == RT_OK && d->targets) st = data_tokenized_set_targets(out, d->targets + first);
+        if (st == RT_OK && d->targets)
+            st = data_tokenized_set_targets(out, d->targets + first * (size_t)d->target_width, d->target_width);
         if (st != RT_OK) {
             data_tokenized_free(out);
             return st;

@@ -12,8 +12,10 @@ typedef struct {
     int32_t *attention_mask; /* (B, T), 1 for real tokens, 0 for padding */
     int32_t *lengths;        /* (B) real tokens per row */
     int32_t *labels;         /* (B) class labels (classification), -100 = none */
-    float *targets;          /* (B) regression targets (num_labels == 1, e.g. STS-B), NaN = none;
-                              * NULL for classification data */
+    float *targets;          /* (B, target_width) float targets, NaN first in a row = none: a regression
+                              * score (num_labels 1, STS-B), or a multi-label row's 0/1 per class;
+                              * NULL for class-id data */
+    int target_width;        /* floats a row in targets */
     int32_t *token_type_ids; /* (B, T) segment ids (BERT: 0 for text A, 1 for text B, 0 on padding);
                               * NULL when the data has no segments */
     int32_t *example_index;  /* (B) row of each example in its dataset */
@@ -26,6 +28,8 @@ typedef struct {
                               * the target tokens that are not -100 */
     size_t n_tokens;         /* real tokens in this batch */
     int capacity_B, capacity_T; /* allocated sizes; the collator reuses the buffers */
+    float *target_store;     /* the collator's buffer that targets points into when there are any */
+    size_t capacity_targets; /* floats allocated in target_store */
 } rt_batch;
 
 #endif

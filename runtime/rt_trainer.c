@@ -503,12 +503,12 @@ static rt_status rt_train_no_standin(const rt_train_state *s, int64_t step) {
                      (long long)step + 1);
 }
 
-/* Makes a pipeline's stand-in add nothing: every label ignored (-100), every regression target
- * missing (NaN), every seq2seq target ignored; its forward and backward still run. */
+/* Makes a pipeline's stand-in add nothing: every label ignored (-100), every target missing
+ * (NaN), every seq2seq target ignored; its forward and backward still run. */
 static void rt_train_mute(rt_batch *b) {
     for (int i = 0; i < b->B; i++) {
         if (b->labels) b->labels[i] = -100;
-        if (b->targets) b->targets[i] = NAN;
+        for (int k = 0; b->targets && k < b->target_width; k++) b->targets[(size_t)i * b->target_width + k] = NAN;
     }
     for (size_t i = 0; b->dec_labels && i < (size_t)b->B * (size_t)b->T_dec; i++) b->dec_labels[i] = -100;
     b->n_targets = 0;

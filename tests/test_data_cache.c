@@ -14,7 +14,8 @@
 #include "data/data_cache.h"
 #include "tests/testutil.h"
 
-/* Two small sets: pairs with segments and labels, and a regression set. */
+/* Two small sets: pairs with segments and labels, and a set with two float targets a row (as
+ * multi-label rows have one a class; regression has one a row). */
 static void make_sets(data_tokenized *sets) {
     const int32_t r0[] = {101, 7, 8, 102, 9, 102}, r1[] = {101, 5, 102}, r2[] = {3, 4, 5, 6, 7};
     const int32_t *rows[3] = {r0, r1, r2};
@@ -23,15 +24,16 @@ static void make_sets(data_tokenized *sets) {
     sets[0].segments = true;
     sets[0].n_truncated = 1;
     TZ_EXPECT_OK(data_tokenized_from_rows(rows + 1, lens + 1, NULL, NULL, 2, &sets[1]));
-    const float targets[2] = {0.5f, 4.25f};
-    TZ_EXPECT_OK(data_tokenized_set_targets(&sets[1], targets));
+    const float targets[4] = {0.5f, 4.25f, 1.0f, 0.0f};
+    TZ_EXPECT_OK(data_tokenized_set_targets(&sets[1], targets, 2));
 }
 
 /* The same rows (ids, lengths, segments, labels, targets) and header fields; offsets may differ
  * by a constant, as a slice's do. */
 static bool same_set(const data_tokenized *a, const data_tokenized *b) {
     if (a->n != b->n || a->segments != b->segments || a->max_len != b->max_len || a->longest != b->longest ||
-        a->n_truncated != b->n_truncated || (a->targets == NULL) != (b->targets == NULL))
+        a->n_truncated != b->n_truncated || (a->targets == NULL) != (b->targets == NULL) ||
+        a->target_width != b->target_width)
         return false;
     const size_t n = a->n;
     for (size_t i = 0; i < n; i++)
@@ -40,7 +42,7 @@ static bool same_set(const data_tokenized *a, const data_tokenized *b) {
             return false;
     return memcmp(a->lengths, b->lengths, n * 4) == 0 &&
            memcmp(a->len_a, b->len_a, n * 4) == 0 && memcmp(a->labels, b->labels, n * 4) == 0 &&
-           (!a->targets || memcmp(a->targets, b->targets, n * 4) == 0);
+           (!a->targets || memcmp(a->targets, b->targets, n * (size_t)a->target_width * 4) == 0);
 }
 
 static void test_format(void) {

@@ -143,7 +143,7 @@ static void test_types_and_targets(void) {
 
     /* Regression: targets follow the picked rows, NaN rows do not count, labels stay -100. */
     const float targets[] = {4.5f, NAN, 0.25f};
-    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, targets));
+    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, targets, 1));
     const int32_t pick2[] = {2, 1, 0, 2};
     TZ_EXPECT_OK(data_collate_classification(&ds, pick2, 4, 0, &(data_pad){.multiple = 1}, &batch));
     TZ_EXPECT(batch.targets != NULL && batch.targets[0] == 0.25f && isnan(batch.targets[1]) &&
@@ -156,7 +156,9 @@ static void test_types_and_targets(void) {
               "types at T=7");
     /* Growing the buffers keeps targets valid; targets do not overlap the labels. */
     TZ_EXPECT_OK(data_batch_reserve(&batch, 64, 64));
-    TZ_EXPECT(batch.targets != NULL && (void *)batch.targets >= (void *)(batch.labels + 64), "targets after labels");
+    TZ_EXPECT(batch.targets != NULL &&
+                  ((void *)batch.targets >= (void *)(batch.labels + 64) || (void *)(batch.targets + 4) <= (void *)batch.labels),
+              "targets apart from the labels");
     int32_t *pick3 = malloc(64 * sizeof *pick3);
     for (int i = 0; i < 64; i++) pick3[i] = i % 3;
     TZ_EXPECT_OK(data_collate_classification(&ds, pick3, 64, 0, &(data_pad){.multiple = 8}, &batch));
@@ -167,8 +169,17 @@ static void test_types_and_targets(void) {
     }
     TZ_EXPECT(ok && batch.n_targets == 43, "64 rows: labels and targets side by side, n_targets %d", batch.n_targets);
     free(pick3);
+    /* Multi-label: a row's 0/1 targets, one a class, follow it; a NaN row is unlabelled. */
+    const float multi[] = {1, 0, 1, NAN, NAN, NAN, 0, 1, 0};
+    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, multi, 3));
+    const int32_t pick4[] = {2, 0, 1};
+    TZ_EXPECT_OK(data_collate_classification(&ds, pick4, 3, 0, &(data_pad){.multiple = 1}, &batch));
+    const float want_multi[] = {0, 1, 0, 1, 0, 1};
+    TZ_EXPECT(batch.target_width == 3 && memcmp(batch.targets, want_multi, sizeof want_multi) == 0 &&
+                  isnan(batch.targets[6]) && batch.n_targets == 2,
+              "multi-label targets: width %d, n_targets %d", batch.target_width, batch.n_targets);
     /* Back to classification data with the same batch: targets NULL again. */
-    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, NULL));
+    TZ_EXPECT_OK(data_tokenized_set_targets(&ds, NULL, 0));
     TZ_EXPECT_OK(data_collate_classification(&ds, pick, 3, 0, &(data_pad){.multiple = 8}, &batch));
     TZ_EXPECT(batch.targets == NULL, "targets NULL for classification");
     data_batch_free(&batch);
