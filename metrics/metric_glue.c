@@ -37,13 +37,62 @@ double metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
 
 double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) { return metric_f1_class(pred, label, n, 1); }
 
-metric_class_scores metric_class_score(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
-    metric_confusion c = metric_confusion_count(pred, label, n, k);
+/* Precision, recall and F1 from one confusion count (0 where a denominator is). */
+static metric_class_scores metric_scores_of(metric_confusion c) {
     metric_class_scores s = {.support = (size_t)(c.tp + c.fn)};
     s.precision = c.tp + c.fp > 0 ? c.tp / (c.tp + c.fp) : 0.0;
     s.recall = c.tp + c.fn > 0 ? c.tp / (c.tp + c.fn) : 0.0;
     double denom = 2 * c.tp + c.fp + c.fn;
     s.f1 = denom > 0 ? 2 * c.tp / denom : 0.0;
+    return s;
+}
+
+metric_class_scores metric_class_score(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
+    return metric_scores_of(metric_confusion_count(pred, label, n, k));
+}
+
+/* Class k of a multi-label task over the labelled rows. */
+static metric_confusion metric_multilabel_count(const uint8_t *pred, const float *truth, size_t n, int C, int k) {
+    metric_confusion c = {0};
+    for (size_t i = 0; i < n; i++) {
+        const float *y = truth + i * (size_t)C;
+        if (isnan(y[0])) continue;
+        const int p = pred[i * (size_t)C + (size_t)k] != 0, l = y[k] != 0.0f;
+        c.tp += p && l;
+        c.fp += p && !l;
+        c.fn += !p && l;
+        c.tn += !p && !l;
+        c.n += 1;
+    }
+    return c;
+}
+
+metric_class_scores metric_multilabel_class(const uint8_t *pred, const float *truth, size_t n, int C, int k) {
+    return metric_scores_of(metric_multilabel_count(pred, truth, n, C, k));
+}
+
+metric_multilabel_scores metric_multilabel(const uint8_t *pred, const float *truth, size_t n, int C) {
+    metric_multilabel_scores s = {0};
+    metric_confusion all = {0};
+    for (int k = 0; k < C; k++) {
+        metric_confusion c = metric_multilabel_count(pred, truth, n, C, k);
+        s.f1_macro += metric_scores_of(c).f1 / C;
+        all.tp += c.tp;
+        all.fp += c.fp;
+        all.fn += c.fn;
+    }
+    s.f1_micro = metric_scores_of(all).f1;
+    double exact = 0, rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *y = truth + i * (size_t)C;
+        if (isnan(y[0])) continue;
+        bool same = true;
+        for (int k = 0; k < C && same; k++) same = (pred[i * (size_t)C + (size_t)k] != 0) == (y[k] != 0.0f);
+        exact += same;
+        rows += 1;
+    }
+    s.exact_match = rows > 0 ? exact / rows : 0.0;
+    if (rows == 0) s.f1_macro = 0.0;
     return s;
 }
 

@@ -28,6 +28,19 @@ double metric_f1_class(const int32_t *pred, const int32_t *label, size_t n, int3
  * the labels or the predictions. NaN when its buffer cannot be allocated. */
 double metric_f1_macro(const int32_t *pred, const int32_t *label, size_t n, int n_classes);
 
+/* Multi-label classification over (n, C) row-major 0/1 matrices: pred bytes, truth floats (the
+ * data path's multi-hot targets); a row whose truth[i * C] is NaN is unlabelled and skipped. As
+ * sklearn computes them on indicator matrices: f1_score(average='micro') from the counts summed
+ * over every class; average='macro' the mean over all C classes, a class with no true and no
+ * predicted positive scoring 0 (sklearn's zero_division default); accuracy_score, the rows whose
+ * predicted set is exactly theirs. No labelled row gives 0. */
+typedef struct {
+    double f1_micro, f1_macro, exact_match;
+} metric_multilabel_scores;
+metric_multilabel_scores metric_multilabel(const uint8_t *pred, const float *truth, size_t n, int C);
+/* Class k of a multi-label task against its absence, as precision_recall_fscore_support gives it. */
+metric_class_scores metric_multilabel_class(const uint8_t *pred, const float *truth, size_t n, int C, int k);
+
 /* Mean squared error over the rows whose target is not NaN; NaN when there is none. */
 double metric_mse(const float *pred, const float *target, size_t n);
 /* Rows whose target is NaN (unlabelled) are skipped. Fewer than two rows, or a constant

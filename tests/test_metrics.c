@@ -1,5 +1,5 @@
 /* metrics/metric_glue against scikit-learn (accuracy, F1, MCC, macro-F1, per-class precision,
- * recall and F1), scipy (Pearson, Spearman with average ranks for ties) and numpy (MSE) on the
+ * recall and F1; multi-label micro-F1, macro-F1, exact match and per-class scores), scipy (Pearson, Spearman with average ranks for ties) and numpy (MSE) on the
  * fixed inputs of scripts/golden/gen_metrics_golden.py, committed as tests/golden/metrics/metrics.txt: seeded random cases, ties, unlabelled rows
  * (-100 labels, NaN targets) and degenerate ones (0 from sklearn, NaN from scipy). */
 #include <math.h>
@@ -14,6 +14,7 @@
 
 typedef struct {
     char name[64], kind[32];
+    int classes; /* multilabel: the matrices' columns */
     size_t n_pred, n_ref;
     double pred[MAX_N], ref[MAX_N]; /* ref: labels or targets */
 } golden_case;
@@ -45,8 +46,35 @@ static int class_count(const int32_t *p, const int32_t *l, size_t n) {
     return m + 1;
 }
 
+/* A multi-label case: pred and ref are (n, C) 0/1 matrices, a ref row of NaN unlabelled. */
+static void check_multilabel(const golden_case *c, const char *metric, double want) {
+    const int C = c->classes;
+    const size_t n = C > 0 ? c->n_pred / (size_t)C : 0;
+    uint8_t *p = malloc(c->n_pred + 1);
+    float *t = malloc((c->n_pred + 1) * sizeof *t);
+    for (size_t i = 0; i < c->n_pred; i++) {
+        p[i] = c->pred[i] != 0;
+        t[i] = (float)c->ref[i];
+    }
+    const metric_multilabel_scores s = metric_multilabel(p, t, n, C);
+    int k;
+    if (strcmp(metric, "f1_micro") == 0) check_value(c, metric, s.f1_micro, want);
+    else if (strcmp(metric, "f1_macro") == 0) check_value(c, metric, s.f1_macro, want);
+    else if (strcmp(metric, "exact_match") == 0) check_value(c, metric, s.exact_match, want);
+    else if (sscanf(metric, "precision_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).precision, want);
+    else if (sscanf(metric, "recall_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).recall, want);
+    else if (sscanf(metric, "f1_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).f1, want);
+    else TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
+    free(p);
+    free(t);
+}
+
 static void check_metric(golden_case *c, const char *metric, double want) {
     size_t n = c->n_pred;
+    if (strcmp(c->kind, "multilabel") == 0) {
+        check_multilabel(c, metric, want);
+        return;
+    }
     if (strcmp(c->kind, "regression") == 0) {
         float *p = malloc(n * sizeof *p), *t = malloc(n * sizeof *t);
         for (size_t i = 0; i < n; i++) {
@@ -103,6 +131,8 @@ static void test_golden(void) {
         if (strcmp(word, "case") == 0) {
             memset(&c, 0, sizeof c);
             TZ_EXPECT(sscanf(rest, "%63s %31s", c.name, c.kind) == 2, "case line '%s'", line);
+        } else if (strcmp(word, "classes") == 0) {
+            c.classes = atoi(rest);
         } else if (strcmp(word, "pred") == 0) {
             c.n_pred = parse_values(rest, c.pred);
         } else if (strcmp(word, "label") == 0 || strcmp(word, "target") == 0) {
@@ -117,7 +147,7 @@ static void test_golden(void) {
     }
     free(line);
     fclose(f);
-    TZ_EXPECT(cases >= 15 && metrics >= 30, "read %d cases, %d metric values", cases, metrics);
+    TZ_EXPECT(cases >= 19 && metrics >= 80, "read %d cases, %d metric values", cases, metrics);
 }
 
 /* Hand cases that need no reference: skipped rows change nothing, ties rank by average. */

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Reference values for metrics/metric_glue.c: accuracy, binary F1, Matthews correlation,
-macro-F1 and per-class precision, recall and F1 from scikit-learn, Pearson and Spearman from
-scipy.stats, the mean squared error from numpy, on fixed inputs (seeded random
+macro-F1 and per-class precision, recall and F1 from scikit-learn, multi-label micro-F1,
+macro-F1, exact match and per-class scores from scikit-learn on indicator matrices, Pearson and
+Spearman from scipy.stats, the mean squared error from numpy, on fixed inputs (seeded random
 ones, many ties, unlabelled rows, and degenerate ones where a metric is 0 or undefined).
 
 Writes tests/golden/metrics/metrics.txt, read by tests/test_metrics.c. Format, one item a
-line: `case NAME KIND` (KIND binary, multiclass or regression), `pred ...`, `label ...` or
-`target ...`, then `METRIC VALUE` lines, then `end`. Labels -100 and targets nan mark
+line: `case NAME KIND` (KIND binary, multiclass, multilabel or regression), for multilabel
+`classes C`, `pred ...`, `label ...` or `target ...` (multilabel: the (n, C) 0/1 matrices row
+by row, a label row of nan unlabelled), then `METRIC VALUE` lines, then `end`. Labels -100 and targets nan mark
 unlabelled rows: they are dropped here before calling sklearn/scipy, as the C metrics skip
 them. Regression inputs are float32 values printed with 9 significant digits (exact round
 trip); the references are computed on those float32 values widened to float64. Values are
@@ -56,6 +58,30 @@ def classification_case(lines, name, kind, pred, label):
     lines.append("f1_macro " + fmt(f1_score(y, p, average="macro", zero_division=0.0)))
     n_classes = int(max(pred.max(), label.max())) + 1
     prec, rec, f1, _ = precision_recall_fscore_support(y, p, labels=list(range(n_classes)), zero_division=0.0)
+    for k in range(n_classes):
+        lines.append("precision_%d %s" % (k, fmt(prec[k])))
+        lines.append("recall_%d %s" % (k, fmt(rec[k])))
+        lines.append("f1_%d %s" % (k, fmt(f1[k])))
+    lines.append("end")
+
+
+def multilabel_case(lines, name, pred, label):
+    pred = np.asarray(pred, dtype=np.int64)
+    label = np.asarray(label, dtype=np.float64)
+    keep = ~np.isnan(label[:, 0])
+    p, y = pred[keep], label[keep].astype(np.int64)
+    n_classes = pred.shape[1]
+    lines.append("case %s multilabel" % name)
+    lines.append("classes %d" % n_classes)
+    lines.append("pred " + " ".join(str(int(v)) for v in pred.ravel()))
+    lines.append("label " + " ".join("nan" if math.isnan(v) else str(int(v)) for v in label.ravel()))
+    # the library's defaults: a class with no positive anywhere scores zero_division's 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lines.append("f1_micro " + fmt(f1_score(y, p, average="micro")))
+        lines.append("f1_macro " + fmt(f1_score(y, p, average="macro")))
+        prec, rec, f1, _ = precision_recall_fscore_support(y, p, average=None)
+    lines.append("exact_match " + fmt(accuracy_score(y, p)))
     for k in range(n_classes):
         lines.append("precision_%d %s" % (k, fmt(prec[k])))
         lines.append("recall_%d %s" % (k, fmt(rec[k])))
@@ -134,6 +160,19 @@ def main():
     # Degenerate: a constant prediction (a collapsed regressor) and a constant target.
     regression_case(lines, "constant_pred", [2.5] * 7, [0, 1, 2, 3, 4, 5, 1.5])
     regression_case(lines, "constant_target", [0.1, 0.2, 0.3, 0.4], [3.0] * 4)
+
+    # Multi-label, drawn after every earlier case so that their inputs stay as they were: seeded
+    # (classes of different frequencies, some unlabelled rows); a class that never occurs in the
+    # labels nor the predictions, and all-zero rows; a perfect and an empty prediction.
+    label = (rng.random((50, 5)) < [0.5, 0.3, 0.1, 0.7, 0.2]).astype(np.float64)
+    pred = np.where(rng.random((50, 5)) < 0.8, label, 1 - label).astype(np.int64)
+    label[[4, 21, 37]] = np.nan
+    multilabel_case(lines, "multilabel_random", pred, label)
+    label = np.array([[1, 0, 0], [0, 0, 0], [1, 1, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=np.float64)
+    pred = np.array([[1, 0, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0], [0, 0, 0]])
+    multilabel_case(lines, "multilabel_unused_class", pred, label)
+    multilabel_case(lines, "multilabel_perfect", label.astype(np.int64), label)
+    multilabel_case(lines, "multilabel_none_predicted", np.zeros((7, 3), dtype=np.int64), label)
 
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:
