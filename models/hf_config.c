@@ -203,14 +203,16 @@ cJSON *mdl_hf_config_new(const char *model_type, const char *arch) {
     return o;
 }
 
-void mdl_hf_add_labels(cJSON *config, int num_labels) { mdl_hf_set_labels(config, num_labels, NULL); }
+void mdl_hf_add_labels(cJSON *config, int num_labels) { mdl_hf_set_labels(config, num_labels, NULL, false); }
 
-void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names) {
+void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names, bool multi_label) {
     cJSON_DeleteItemFromObjectCaseSensitive(config, "problem_type");
     cJSON_DeleteItemFromObjectCaseSensitive(config, "id2label");
     cJSON_DeleteItemFromObjectCaseSensitive(config, "label2id");
     if (num_labels == 1)
         cJSON_AddStringToObject(config, "problem_type", "regression");
+    else if (multi_label)
+        cJSON_AddStringToObject(config, "problem_type", "multi_label_classification");
     else if (names)
         cJSON_AddStringToObject(config, "problem_type", "single_label_classification");
     cJSON *id2label = cJSON_AddObjectToObject(config, "id2label"), *label2id = cJSON_AddObjectToObject(config, "label2id");

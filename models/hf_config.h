@@ -110,8 +110,9 @@ cJSON *mdl_hf_config_new(const char *model_type, const char *arch);
 /* id2label and label2id (LABEL_0 ...), and problem_type "regression" for one label. */
 void mdl_hf_add_labels(cJSON *config, int num_labels);
 /* The same with the classes' names (NULL: LABEL_0 ...), replacing what config had; problem_type
- * "single_label_classification" when named, "regression" for one label. */
-void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names);
+ * "regression" for one label, "multi_label_classification" when multi_label, else
+ * "single_label_classification" when named. */
+void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names, bool multi_label);
 /* Writes config to path atomically and deletes it. */
 rt_status mdl_hf_write_json(cJSON *config, const char *path);
 /* An HF folder: dir (made by tp rank 0), model.safetensors in map's names (a collective every

@@ -3,8 +3,10 @@
 # bert-classify: the shipped CSV example (string labels, quoted fields) trained, evaluated (accuracy, macro-F1, the positive
 # class's F1, each class's precision and recall) and predicted into predictions.csv; the same
 # validation rows as JSON Lines score the same; --label-names reorders the classes; a JSONL of
-# fractional scores is regression (Pearson, Spearman, MSE) with predictions.jsonl; --save-hf names
-# the classes; the cache keys on the files; and every bad input or option gets its one-line error
+# fractional scores is regression (Pearson, Spearman, MSE) with predictions.jsonl; JSON lists of
+# classes are multi-label (micro-F1, macro-F1, exact match; the predicted classes and each one's
+# probability; problem_type multi_label_classification), and the same labels as CSV text with
+# --label-separator train to the same numbers; --save-hf names the classes; the cache keys on the files; and every bad input or option gets its one-line error
 # naming the file, the line and the column (exit 1), or a usage error (exit 2). t5-finetune's
 # pairs from two JSONL columns, and gpt2-finetune's texts from JSONL records, score exactly as the
 # same data in the programs' plain files. glm-finetune puts the classes through --cloze and
@@ -131,6 +133,54 @@ R="$TMP/reg/predictions.jsonl"
 head -n 1 "$R" | grep -q '^{"text": "it was fine 1", "score": 1.5, "meta": {"n":1}, "prediction": -\?[0-9.e+-]*}$' && ok ||
     bad "predictions.jsonl row: $(head -n 1 "$R")"
 
+# multi-label from the shipped topics example: JSON lists of classes, the test file a CSV
+ML=(--arch "$TMP/bert.json" "${COMMON[@]}" --label-column topics)
+"$BIN_DIR/bert-classify" "${ML[@]}" --train-file "$EX/topics-train.jsonl" --validation-file "$EX/topics-validation.jsonl" \
+    --test-file "$EX/topics-test.csv" --save-dir "$TMP/ml" --save-hf "$TMP/ml/hf" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the multi-label run failed"
+grep -q "^task: multi-label classes 'business', 'health', 'politics', 'science', 'sports'; text headline; from " "$TMP/out" &&
+    ok || bad "lists did not mean multi-label"
+grep -q "dev results (.*topics-validation.jsonl, 12 examples, step 10): loss [0-9.]* f1_micro [0-9.]* f1_macro [0-9.]* exact_match [0-9.]*$" \
+    "$TMP/out" && ok || bad "no multi-label metrics"
+grep -q "^  class 'sports': precision [0-9.]* recall [0-9.]* f1 [0-9.]* (3 rows)$" "$TMP/out" && ok || bad "no per-class line"
+M="$TMP/ml/predictions.csv"
+[ "$(head -n 1 "$M")" = "id,headline,prediction,prob_business,prob_health,prob_politics,prob_science,prob_sports" ] && ok ||
+    bad "multi-label predictions header: $(head -n 1 "$M")"
+# the prediction is the classes whose probability is above 0.5, joined by ',' (so quoted), before the
+# five probabilities
+awk -F, 'NR > 1 { n = split("business health politics science sports", c, " "); want = ""; tail = ""
+                  for (k = 1; k <= n; k++) {
+                      p = $(NF - n + k); tail = tail "," p
+                      if (p > 0.5) want = want (want == "" ? "" : ",") c[k]
+                  }
+                  if (index(want, ",")) want = "\"" want "\""
+                  end = "," want tail
+                  if (substr($0, length($0) - length(end) + 1) != end) bad++
+                  rows++ }
+     END { exit !(rows == 8 && bad == 0) }' "$M" && ok || bad "a multi-label prediction is not the classes above 0.5"
+grep -q '"problem_type":[[:space:]]*"multi_label_classification"' "$TMP/ml/hf/config.json" &&
+    grep -q '"4":[[:space:]]*"sports"' "$TMP/ml/hf/config.json" && ok || bad "--save-hf is not multi-label"
+ml_jsonl=$(grep -E "^step|dev results" "$TMP/out" | sed 's/.*step 10)://; s/ | [0-9.]* ms\/step.*//')
+# the same rows as CSV with '|'-joined labels and --label-separator: the same task and numbers
+to_csv() {
+    awk 'BEGIN { print "id,headline,topics" }
+         { match($0, /"id": [0-9]+/); id = substr($0, RSTART + 6, RLENGTH - 6)
+           match($0, /"headline": "[^"]*"/); h = substr($0, RSTART + 12, RLENGTH - 12)
+           match($0, /\[.*\]/); t = substr($0, RSTART + 1, RLENGTH - 2); gsub(/"/, "", t); gsub(/, /, " | ", t)
+           print id "," h "," t }' "$1"
+}
+to_csv "$EX/topics-train.jsonl" > "$TMP/topics-train.csv"
+to_csv "$EX/topics-validation.jsonl" > "$TMP/topics-validation.csv"
+"$BIN_DIR/bert-classify" "${ML[@]}" --train-file "$TMP/topics-train.csv" --validation-file "$TMP/topics-validation.csv" \
+    --label-separator '|' --save-dir "$TMP/ml-csv" > "$TMP/out" 2> "$TMP/err" && ok || bad "the --label-separator run failed"
+ml_csv=$(grep -E "^step|dev results" "$TMP/out" | sed 's/.*step 10)://; s/ | [0-9.]* ms\/step.*//')
+[ -n "$ml_csv" ] && [ "$ml_csv" = "$ml_jsonl" ] && ok || bad "CSV with --label-separator: '$ml_csv', JSONL: '$ml_jsonl'"
+expect_fail "--positive-label on multi-label" 2 "\-\-positive-label is for two classes; 'topics' in .*topics-train.jsonl is multi-label" \
+    bert-classify "${ML[@]}" --train-file "$EX/topics-train.jsonl" --positive-label sports --save-dir "$TMP/e14"
+expect_fail "multi-label in glm-finetune" 2 "labels in 'topics' are lists of classes (multi-label)" \
+    glm-finetune --train-file "$EX/topics-train.jsonl" --label-column topics --cloze "{headline} Topic: [MASK]" \
+    --verbalizer business=money --save-dir "$TMP/e15"
+
 # options that do not go together, and names that are not there (usage: exit 2)
 expect_fail "--dataset with --train-file" 2 "\-\-dataset is for GLUE tasks; with --train-file leave it out" \
     gpt2-classify "${GPT2[@]}" --dataset sst2 --save-dir "$TMP/e1"
@@ -165,8 +215,8 @@ expect_fail "a quote never closed" 1 "open-quote.csv:4: column 2: a quoted field
 printf '{"text": "a", "label": "x"}\n{"text": "b", "label": }\n' > "$TMP/bad.jsonl"
 expect_fail "bad JSON line" 1 "bad.jsonl:2:24: invalid JSON near" \
     gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/bad.jsonl" --save-dir "$TMP/e11"
-printf '{"text": "a", "label": ["x", "y"]}\n{"text": "b", "label": ["y"]}\n' > "$TMP/multi.jsonl"
-expect_fail "multi-label" 1 "multi.jsonl:1: column 'label': the label is a list (multi-label classification), which tunezoo does not train yet" \
+printf '{"text": "a", "label": ["x", "y"]}\n{"text": "b", "label": "y"}\n' > "$TMP/multi.jsonl"
+expect_fail "a multi-label column with a plain label" 1 "multi.jsonl:2: column 'label': the label is text, but the task is multi-label" \
     gpt2-classify --arch "$TMP/gpt2.json" "${COMMON[@]}" --train-file "$TMP/multi.jsonl" --save-dir "$TMP/e12"
 printf '{"text": "a", "label": "x"}\n{"text": "b"}\n' > "$TMP/nolabel.jsonl"
 expect_fail "a record without the label" 1 "nolabel.jsonl:2: column 'label': the label is missing" \

@@ -2,7 +2,9 @@
  * a JSON array; cells' kinds; keys a record leaves out; the format from the extension. Then the
  * task HF's run_glue would make of them: the default text columns, the problem type from the
  * labels (fractions: regression; whole numbers sorted by value; text and true/false sorted by
- * bytes), --label-names and --positive-label, and each error naming file, line and column. */
+ * bytes), --label-names and --positive-label, multi-label from JSON lists or --label-separator
+ * (the union of the classes, each row's as 0/1 targets), and each error naming file, line and
+ * column. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -256,8 +258,6 @@ static void test_tasks(void) {
                          "emptylabel.csv:3: column 'label': the label is empty");
     expect_resolve_error("mixed.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":1}\n{\"text\":\"b\",\"label\":\"x\"}\n",
                          &none, RT_ERR_FORMAT, "mixed.jsonl:2: column 'label': the label is text, but the first row's is a number");
-    expect_resolve_error("multi.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n", &none,
-                         RT_ERR_FORMAT, "multi.jsonl:1: column 'label': the label is a list (multi-label");
     expect_resolve_error("one.csv", DATA_FORMAT_CSV, "text,label\na,x\nb,x\n", &none, RT_ERR_FORMAT,
                          "one.csv: column 'label': every train row has the label 'x'");
     data_user_opts outside = {.label_names = "a,b"};
@@ -279,8 +279,107 @@ static void test_tasks(void) {
                          RT_ERR_FORMAT, "arr.json: record 2: column 'label': the label is missing");
 }
 
+/* The examples' 0/1 targets of a multi-label task, row by row (n_labels each). */
+static void expect_multi_hot(const data_user_task *task, const data_table *t, const char *what, size_t rows,
+                             const float *want) {
+    data_examples ex;
+    rt_status st = data_user_examples(task, t, true, &ex);
+    TZ_EXPECT(st == RT_OK, "%s: %s", what, rt_error_message());
+    if (st != RT_OK) return;
+    TZ_EXPECT(ex.n == rows && ex.target_width == task->n_labels && ex.targets, "%s: %zu rows of %d targets", what, ex.n,
+              ex.target_width);
+    for (size_t i = 0; ex.targets && i < rows * (size_t)task->n_labels; i++)
+        TZ_EXPECT(ex.targets[i] == want[i], "%s: target %zu is %g, want %g", what, i, (double)ex.targets[i],
+                  (double)want[i]);
+    for (size_t i = 0; i < ex.n; i++) TZ_EXPECT(ex.labels[i] == DATA_LABEL_NONE, "%s: row %zu has a class id", what, i);
+    data_examples_free(&ex);
+}
+
+static void test_multi_label(void) {
+    data_table t;
+    data_user_task task;
+    data_user_opts none = {0};
+    /* JSON lists: the union sorted by bytes; [] is a row with no class */
+    if (resolve("m.jsonl", DATA_FORMAT_JSONL,
+                "{\"text\":\"a\",\"label\":[\"sport\",\"art\"]}\n{\"text\":\"b\",\"label\":[]}\n"
+                "{\"text\":\"c\",\"label\":[\"news\",\"sport\",\"sport\"]}\n",
+                &none, &t, &task)) {
+        static const char *const names[] = {"art", "news", "sport"};
+        TZ_EXPECT(task.type == DATA_TASK_MULTI_LABEL && task.n_labels == 3 && task.positive < 0, "lists: multi-label");
+        for (int k = 0; k < 3 && k < task.n_labels; k++)
+            TZ_EXPECT(strcmp(task.label_names[k], names[k]) == 0, "lists: class %d '%s'", k, task.label_names[k]);
+        static const float want[] = {1, 0, 1, 0, 0, 0, 0, 1, 1};
+        expect_multi_hot(&task, &t, "lists", 3, want);
+        data_user_task_free(&task);
+        data_table_free(&t);
+    }
+    /* whole numbers in lists sort by value */
+    if (resolve("n.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[10,9]}\n{\"text\":\"b\",\"label\":[2]}\n",
+                &none, &t, &task)) {
+        TZ_EXPECT(task.n_labels == 3 && strcmp(task.label_names[0], "2") == 0 && strcmp(task.label_names[2], "10") == 0,
+                  "numbered classes by value");
+        data_user_task_free(&task);
+        data_table_free(&t);
+    }
+    /* --label-separator on CSV: names trimmed, an empty cell names no class, "09" is class 9 */
+    data_user_opts bar = {.label_separator = "|"};
+    if (resolve("s.csv", DATA_FORMAT_CSV, "text,label\na,b | a\nb,\nc,c|a\n", &bar, &t, &task)) {
+        TZ_EXPECT(task.type == DATA_TASK_MULTI_LABEL && task.n_labels == 3 && strcmp(task.label_names[1], "b") == 0,
+                  "separator: classes a, b, c");
+        static const float want[] = {1, 1, 0, 0, 0, 0, 1, 0, 1};
+        expect_multi_hot(&task, &t, "separator", 3, want);
+        data_table v;
+        if (parse("s-val.csv", DATA_FORMAT_CSV, "text,label\nz,a|d\n", &v)) { /* a class the train file lacks */
+            data_examples ex;
+            expect_error(RT_ERR_FORMAT, data_user_examples(&task, &v, true, &ex), "validation",
+                         "s-val.csv:2: column 'label': the class 'd' is not one of the train file's multi-label classes "
+                         "'a', 'b', 'c'");
+            data_table_free(&v);
+        }
+        data_user_task_free(&task);
+        data_table_free(&t);
+    }
+    if (resolve("i.csv", DATA_FORMAT_CSV, "text,label\na,09;1\nb,10\n", &(data_user_opts){.label_separator = ";"}, &t,
+                &task)) {
+        TZ_EXPECT(task.integer_labels && task.n_labels == 3 && strcmp(task.label_names[0], "1") == 0 &&
+                      strcmp(task.label_names[1], "9") == 0 && strcmp(task.label_names[2], "10") == 0,
+                  "separated whole numbers by value");
+        data_user_task_free(&task);
+        data_table_free(&t);
+    }
+    /* --label-names fixes the order and the classes */
+    data_user_opts named = {.label_separator = ",", .label_names = "z,y,x"};
+    if (resolve("o.csv", DATA_FORMAT_CSV, "text,label\na,\"x,y\"\nb,z\n", &named, &t, &task)) {
+        static const float want[] = {0, 1, 1, 1, 0, 0};
+        expect_multi_hot(&task, &t, "named", 2, want);
+        data_user_task_free(&task);
+        data_table_free(&t);
+    }
+    /* errors */
+    expect_resolve_error("one.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\"]}\n", &none, RT_ERR_FORMAT,
+                         "one.jsonl: column 'label': the train rows name one class only");
+    expect_resolve_error("gap.csv", DATA_FORMAT_CSV, "text,label\na,x||y\n", &bar, RT_ERR_FORMAT,
+                         "gap.csv:2: column 'label': the label 'x||y' has an empty class name between separators '|'");
+    expect_resolve_error("frac.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",0.5]}\n", &none,
+                         RT_ERR_FORMAT, "frac.jsonl:1: column 'label': a list label holds a number; a class is a name or a whole number");
+    expect_resolve_error("nest.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[[\"x\"]]}\n", &none,
+                         RT_ERR_FORMAT, "nest.jsonl:1: column 'label': a list label holds an array");
+    expect_resolve_error("mix.jsonl", DATA_FORMAT_JSONL,
+                         "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n{\"text\":\"b\",\"label\":\"x\"}\n", &none,
+                         RT_ERR_FORMAT, "mix.jsonl:2: column 'label': the label is text, but the task is multi-label");
+    expect_resolve_error("miss.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n{\"text\":\"b\"}\n",
+                         &none, RT_ERR_FORMAT, "miss.jsonl:2: column 'label': the label is missing");
+    data_user_opts pos = {.label_separator = "|", .positive_label = "a"};
+    expect_resolve_error("pos.csv", DATA_FORMAT_CSV, "text,label\na,a|b\n", &pos, RT_ERR_USAGE,
+                         "--positive-label is for two classes; 'label' in pos.csv is multi-label");
+    data_user_opts outside = {.label_separator = "|", .label_names = "a,b"};
+    expect_resolve_error("out.csv", DATA_FORMAT_CSV, "text,label\nt,a|c\n", &outside, RT_ERR_FORMAT,
+                         "out.csv: column 'label': the class 'c' is not one of --label-names");
+}
+
 int main(void) {
     test_tables();
     test_tasks();
+    test_multi_label();
     return tz_test_result("test_data_user");
 }

@@ -1,7 +1,8 @@
 /* BERT and RoBERTa against Hugging Face Transformers: tiny random Bert/Roberta
  * ForSequenceClassification models saved by scripts/golden/gen_bert_golden.py (versions in the
- * files' metadata), with a classification head (num_labels 2) and a regression head
- * (num_labels 1, MSE), must give HF's logits, loss, every parameter gradient, the weights
+ * files' metadata), with a classification head (num_labels 2), a regression head (num_labels 1,
+ * MSE) and a multi-label head (bert-tiny-ml: 3 classes, BCEWithLogitsLoss on multi-hot float
+ * labels, HF's problem_type multi_label_classification), must give HF's logits, loss, every parameter gradient, the weights
  * after one AdamW step and the losses and gradient norms of 5 clipped training steps.
  * Tolerances are DESIGN.md's. Also: the HF export round-trips, a file with the old
  * LayerNorm.gamma/beta names and a cls.* pre-training head loads to the same weights, and
@@ -46,11 +47,11 @@
 #define GRAD_ATOL 1e-4f
 #define GRAD_RTOL 1e-3f
 
-enum { B = 3, T = 16 };
+enum { B = 3, T = 16, MAX_NL = 3 };
 
 typedef struct {
     int32_t ids[B * T], mask[B * T], types[B * T], labels[B], lengths[B], index[B];
-    float targets[B];
+    float targets[B * MAX_NL];
     rt_batch batch;
 } golden_batch;
 
@@ -66,8 +67,13 @@ static void load_batch(const ckpt_st_file *g, bool roberta, int num_labels, gold
     read_i32(g, "input_ids", gb->ids, B * T);
     read_i32(g, "attention_mask", gb->mask, B * T);
     read_i32(g, "token_type_ids", gb->types, B * T);
-    if (num_labels == 1) {
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "labels", gb->targets, B));
+    ckpt_st_tensor t;
+    TZ_EXPECT_OK(ckpt_safetensors_find(g, "labels", &t));
+    /* float labels: a regression score a row, or a multi-label row's 0/1 a class */
+    const int width = t.dtype == RT_F32 ? (int)(t.numel / B) : 0;
+    TZ_EXPECT(width == 0 || width == num_labels, "labels: %zu floats for %d rows of %d classes", t.numel, B, num_labels);
+    if (width) {
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "labels", gb->targets, (size_t)B * (size_t)width));
         for (int b = 0; b < B; b++) gb->labels[b] = -100;
     } else {
         read_i32(g, "labels", gb->labels, B);
@@ -77,7 +83,7 @@ static void load_batch(const ckpt_st_file *g, bool roberta, int num_labels, gold
         for (int t = 0; t < T; t++) gb->lengths[b] += gb->mask[b * T + t];
     }
     gb->batch = (rt_batch){.B = B, .T = T, .input_ids = gb->ids, .attention_mask = gb->mask, .lengths = gb->lengths,
-                           .labels = gb->labels, .targets = num_labels == 1 ? gb->targets : NULL,
+                           .labels = gb->labels, .targets = width ? gb->targets : NULL, .target_width = width,
                            /* RoBERTa's generator passes no token types: all 0, as NULL means */
                            .token_type_ids = roberta ? NULL : gb->types, .example_index = gb->index, .n_targets = B};
 }
@@ -182,7 +188,7 @@ static void test_golden(rt_backend *be, const char *name) {
     TZ_EXPECT(cls.num_labels == NL, "vtable num_labels %d", cls.num_labels);
     rt_params *p = cls.params(cls.model);
     mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
-    float logits[B * 2], ref_logits[B * 2], ref_loss;
+    float logits[B * MAX_NL], ref_logits[B * MAX_NL], ref_loss;
     double loss_sum = 0;
     rt_params_zero_grad(p);
     TZ_EXPECT_OK(cls.step(cls.model, &gb.batch, &pass, 1.0f / B, &loss_sum, logits));
@@ -396,7 +402,7 @@ static void test_export_and_legacy_names(rt_backend *be, const char *name) {
 enum { TP_MAX_PARAMS = 64, TP_STEPS = 5 };
 
 typedef struct {
-    float logits[B * 2], loss, losses[TP_STEPS], norms[TP_STEPS];
+    float logits[B * MAX_NL], loss, losses[TP_STEPS], norms[TP_STEPS];
     float *grads[TP_MAX_PARAMS]; /* full tensors (vocab unpadded), rank 0 */
 } tp_result;
 
@@ -514,7 +520,7 @@ static void test_tp2(rt_backend *be, const char *name) {
     load_batch(g, cfg->roberta, NL, &gb);
     tp_result res;
     if (tp_run(2, dir, export_dir, &gb.batch, false, &res)) {
-        float ref_logits[B * 2], ref_loss, ref_losses[5], ref_norms[5];
+        float ref_logits[B * MAX_NL], ref_loss, ref_losses[5], ref_norms[5];
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, (size_t)B * NL));
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, 5));
@@ -605,11 +611,13 @@ int main(void) {
     test_golden(be, "tests/golden/bert-tiny-reg");
     test_golden(be, "tests/golden/roberta-tiny-cls");
     test_golden(be, "tests/golden/roberta-tiny-reg");
+    test_golden(be, "tests/golden/bert-tiny-ml");
     test_golden_bf16(be, "tests/golden/bert-tiny-cls");
     test_export_and_legacy_names(be, "tests/golden/bert-tiny-cls");
     test_export_and_legacy_names(be, "tests/golden/roberta-tiny-reg");
     test_tp2(be, "tests/golden/bert-tiny-cls");
     test_tp2(be, "tests/golden/roberta-tiny-reg");
+    test_tp2(be, "tests/golden/bert-tiny-ml");
     test_config_errors();
     rt_backend_free(be);
     return tz_test_result("test_golden_bert");

@@ -58,14 +58,16 @@ int main(int argc, char **argv) {
         .prog = "bert-classify",
         .summary = "Fine-tunes BERT or RoBERTa (Bert/RobertaForSequenceClassification) on a GLUE task, or on your\n"
                    "own CSV, TSV or JSON Lines files (--train-file), and reports the dev metrics; STS-B, or labels\n"
-                   "with fractions, train a regression head. Checkpoints and metrics.jsonl go to --save-dir;\n"
-                   "--resume continues bit-exactly.",
+                   "with fractions, train a regression head, and lists of classes a multi-label one. Checkpoints\n"
+                   "and metrics.jsonl go to --save-dir; --resume continues bit-exactly.",
         .epilog = "examples:\n  bert-classify --model path/to/hf/bert-base-uncased --dataset sst2 --data-dir glue/SST-2\n"
                   "  bert-classify --model path/to/hf/roberta-base --dataset stsb --data-dir glue/STS-B\n"
                   "  bert-classify --dataset mrpc          # a small BERT from scratch on the shipped MRPC\n"
                   "  bert-classify --train-file assets/examples/reviews-train.csv \\\n"
                   "      --validation-file assets/examples/reviews-validation.csv \\\n"
-                  "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3",
+                  "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
+                  "  bert-classify --train-file assets/examples/topics-train.jsonl --label-column topics \\\n"
+                  "      --validation-file assets/examples/topics-validation.jsonl   # multi-label",
         .family = "BERT/RoBERTa",
         .hf_class = "BertForSequenceClassification (RobertaForSequenceClassification for RoBERTa)",
         .hf_cache_repo = "bert-base-uncased",

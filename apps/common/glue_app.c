@@ -36,7 +36,7 @@
 typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *predict, *predict_out, *save_hf;
     const char *train_file, *validation_file, *test_file, *data_format, *text_columns, *label_column, *label_names,
-        *positive_label;
+        *positive_label, *label_separator;
     int64_t max_len;
     train_app_opts t; /* the options every training program shares */
 } gc_opts;
@@ -71,8 +71,10 @@ static const rt_opt gc_own_options[] = {
      "the text column, or two for a pair (default: sentence1,sentence2 when both exist, else text, else the first "
      "two text columns)", NULL, 0, 0},
     {"label-column", RT_OPT_STRING, &O.label_column, "label", "NAME",
-     "the label column: text or whole numbers are classes (sorted), numbers with a fraction mean regression", NULL, 0,
-     0},
+     "the label column: text or whole numbers are classes (sorted), numbers with a fraction mean regression, a "
+     "JSON list of classes means multi-label", NULL, 0, 0},
+    {"label-separator", RT_OPT_STRING, &O.label_separator, NULL, "SEP",
+     "multi-label: split each text label into classes at SEP (e.g. '|' for sports|politics)", NULL, 0, 0},
     {"label-names", RT_OPT_STRING, &O.label_names, NULL, "A,B,...",
      "the classes in id order (default: the train file's labels, sorted)", NULL, 0, 0},
     {"positive-label", RT_OPT_STRING, &O.positive_label, NULL, "NAME",
@@ -182,6 +184,7 @@ typedef struct {
 static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
     rt_status st = RT_OK;
     const int NL = e->model->num_labels;
+    const bool multi = e->user && e->user->type == DATA_TASK_MULTI_LABEL;
     const size_t n = e->ds->n, w = (size_t)e->dp->size, r = (size_t)e->dp->rank;
     const size_t lo = n * r / w, hi = n * (r + 1) / w;
     float *red = e->reduce; /* (n*NL) probs, (n) predictions, (1) loss */
@@ -200,6 +203,10 @@ static rt_status gc_predict_all(gc_eval *e, double *loss_sum) {
             float *p = red + (start + (size_t)i) * NL;
             if (NL == 1) { /* regression: the output itself is the prediction */
                 p[0] = z[0];
+                continue;
+            }
+            if (multi) { /* each class its own sigmoid; a class is predicted above 0.5 (gc_multi_pred) */
+                for (int k = 0; k < NL; k++) p[k] = (float)(1.0 / (1.0 + exp(-(double)z[k])));
                 continue;
             }
             double mx = z[0], sum = 0;
@@ -244,11 +251,29 @@ static rt_status gc_score_regression(gc_eval *e, rt_metrics *out, bool mse) {
     return RT_OK;
 }
 
-/* A user's task: accuracy, macro-F1 and, with two classes, the positive class's F1; or
- * regression's correlations and MSE. */
+/* Multi-label predictions as 0/1 a class (n, NL): a probability above 0.5, which is HF's logit
+ * above 0 but for logits within 2.4e-7 of 0 that round to 0.5 in float. */
+static uint8_t *gc_multi_pred(const gc_eval *e) {
+    const size_t cells = e->ds->n * (size_t)e->model->num_labels;
+    uint8_t *pred = rt_xmalloc(cells ? cells : 1);
+    for (size_t i = 0; i < cells; i++) pred[i] = e->probs[i] > 0.5f;
+    return pred;
+}
+
+/* A user's task: accuracy, macro-F1 and, with two classes, the positive class's F1; multi-label's
+ * micro-F1, macro-F1 and exact match; or regression's correlations and MSE. */
 static rt_status gc_score_user(gc_eval *e, rt_metrics *out) {
     const data_tokenized *ds = e->ds;
     if (e->user->type == DATA_TASK_REGRESSION) return gc_score_regression(e, out, true);
+    if (e->user->type == DATA_TASK_MULTI_LABEL) {
+        uint8_t *pred = gc_multi_pred(e);
+        metric_multilabel_scores m = metric_multilabel(pred, ds->targets, ds->n, e->user->n_labels);
+        free(pred);
+        gc_metric(e, out, "f1_micro", m.f1_micro);
+        gc_metric(e, out, "f1_macro", m.f1_macro);
+        gc_metric(e, out, "exact_match", m.exact_match);
+        return RT_OK;
+    }
     gc_metric(e, out, "accuracy", metric_accuracy(e->pred, ds->labels, ds->n));
     gc_metric(e, out, "f1_macro", metric_f1_macro(e->pred, ds->labels, ds->n, e->user->n_labels));
     if (e->user->positive >= 0) gc_metric(e, out, "f1", metric_f1_class(e->pred, ds->labels, ds->n, e->user->positive));
@@ -263,7 +288,7 @@ static rt_status gc_evaluate_split(gc_eval *e, rt_metrics *out) {
     const data_tokenized *ds = e->ds;
     size_t labelled = 0;
     for (size_t i = 0; i < ds->n; i++)
-        labelled += ds->targets ? !isnan(ds->targets[i]) : ds->labels[i] != DATA_LABEL_NONE;
+        labelled += ds->targets ? !isnan(ds->targets[i * (size_t)ds->target_width]) : ds->labels[i] != DATA_LABEL_NONE;
     gc_metric(e, out, "loss", labelled ? loss_sum / (double)labelled : 0.0);
     if (e->user) return gc_score_user(e, out);
     if (e->task->metric == DATA_METRIC_PEARSON_SPEARMAN) return gc_score_regression(e, out, false);
@@ -464,6 +489,7 @@ typedef struct {
     const rt_grid *grid;
     const char *const *names;     /* the classes' names for config.json; NULL: as the model wrote them */
     int n_names;
+    bool multi_label;             /* problem_type multi_label_classification */
 } gc_export;
 
 static rt_status gc_write_hf(void *ctx, const char *folder) {
@@ -474,14 +500,14 @@ static rt_status gc_write_hf(void *ctx, const char *folder) {
     if (st == RT_OK && x->grid->world->rank == 0 && x->names) {
         char config[4096];
         snprintf(config, sizeof config, "%s/config.json", folder);
-        st = glue_files_label_config(config, x->n_names, x->names);
+        st = glue_files_label_config(config, x->n_names, x->names, x->multi_label);
     }
     return st;
 }
 
 static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid,
-                            const char *const *names, int n_names) {
-    gc_export x = {m, tokenizer_path, grid, names, n_names};
+                            const char *const *names, int n_names, bool multi_label) {
+    gc_export x = {m, tokenizer_path, grid, names, n_names, multi_label};
     return train_app_export_hf(O.save_hf, grid, gc_write_hf, &x);
 }
 
@@ -490,7 +516,8 @@ static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path,
 /* --train-file and the options that go with it, checked against the GLUE ones. */
 static rt_status gc_files_options(glue_files_opts *o) {
     memset(o, 0, sizeof *o);
-    const char *needs_train[] = {"validation-file", "test-file", "text-columns", "label-names", "positive-label"};
+    const char *needs_train[] = {"validation-file", "test-file",      "text-columns",
+                                 "label-names",     "positive-label", "label-separator"};
     if (!O.train_file) {
         const char *stray = train_app_first_given(&gc_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
         return stray ? rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data files)", stray) : RT_OK;
@@ -505,7 +532,9 @@ static rt_status gc_files_options(glue_files_opts *o) {
     o->test = O.test_file;
     o->format = (data_format)data_format_parse(O.data_format);
     o->user = (data_user_opts){.text_columns = O.text_columns, .label_column = O.label_column,
-                               .label_names = O.label_names, .positive_label = O.positive_label};
+                               .label_names = O.label_names, .positive_label = O.positive_label,
+                               .label_separator = O.label_separator};
+    if (O.label_separator && !*O.label_separator) return rt_errorf(RT_ERR_USAGE, "--label-separator: it is empty");
     return RT_OK;
 }
 
@@ -516,7 +545,7 @@ static rt_status gc_files_options(glue_files_opts *o) {
 static const char *gc_model_order(const glue_files *files, char *const *model_names, int n_model, char *buf,
                                   size_t cap) {
     const data_user_task *t = &files->task;
-    if (!model_names || O.label_names || t->type != DATA_TASK_CLASSIFICATION) return NULL;
+    if (!model_names || O.label_names || t->type == DATA_TASK_REGRESSION) return NULL;
     bool same = n_model == t->n_labels; /* every model name is one of the file's classes (no name twice) */
     for (int i = 0; same && i < n_model; i++) {
         bool found = false;
@@ -540,12 +569,15 @@ static const char *gc_model_order(const glue_files *files, char *const *model_na
 static void gc_log_classes(const gc_eval *e) {
     const data_user_task *u = e->user;
     const int shown = u->n_labels < 20 ? u->n_labels : 20;
+    uint8_t *multi = u->type == DATA_TASK_MULTI_LABEL ? gc_multi_pred(e) : NULL;
     for (int k = 0; k < shown; k++) {
-        metric_class_scores c = metric_class_score(e->pred, e->ds->labels, e->ds->n, k);
+        metric_class_scores c = multi ? metric_multilabel_class(multi, e->ds->targets, e->ds->n, u->n_labels, k)
+                                      : metric_class_score(e->pred, e->ds->labels, e->ds->n, k);
         rt_log_info("  class '%s': precision %.4f recall %.4f f1 %.4f (%zu rows)", u->label_names[k], c.precision,
                     c.recall, c.f1, c.support);
     }
     if (shown < u->n_labels) rt_log_info("  (and %d more classes)", u->n_labels - shown);
+    free(multi);
 }
 
 /* --test-file: every row predicted, written beside the input's columns. */
@@ -713,15 +745,16 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
             n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
         rt_log_info("%s", line);
-        if (user_files && files.task.type == DATA_TASK_CLASSIFICATION) gc_log_classes(&ev[0]);
+        if (user_files && files.task.type != DATA_TASK_REGRESSION) gc_log_classes(&ev[0]);
     }
     if (O.predict) RT_TRY(gc_predict_file(&gm.cls, tok, task, pad, grid));
     if (O.test_file) RT_TRY(gc_predict_test_file(&files, &gm.cls, tok, pad, grid));
     if (O.save_hf) { /* the file's classes by name; a GLUE task keeps the names the model came with */
-        const bool named = user_files ? files.task.type == DATA_TASK_CLASSIFICATION : n_model_names == num_labels;
+        const bool named = user_files ? files.task.type != DATA_TASK_REGRESSION : n_model_names == num_labels;
         const char *const *names = user_files ? (const char *const *)files.task.label_names
                                               : (const char *const *)model_names;
-        RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels));
+        RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
+                          user_files && files.task.type == DATA_TASK_MULTI_LABEL));
     }
 fail:
     free(options_json);

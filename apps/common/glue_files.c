@@ -116,11 +116,51 @@ typedef struct {
     const data_user_task *task;
     const int32_t *pred;
     const float *scores;
+    bool json;        /* the file is JSON Lines: a multi-label prediction is a list */
+    char *joined;     /* a multi-label row's classes, written out */
+    size_t joined_cap;
 } files_predictions;
+
+/* A multi-label row's predicted classes (a probability above 0.5): a JSON list of names, or the
+ * names joined by --label-separator (',' without one) for CSV and TSV. */
+static const char *files_multi_prediction(files_predictions *p, size_t row, data_cell_kind *kind) {
+    const data_user_task *task = p->task;
+    const float *prob = p->scores + row * (size_t)task->n_labels;
+    cJSON *list = p->json ? cJSON_CreateArray() : NULL;
+    const char *sep = task->label_separator ? task->label_separator : ",";
+    size_t n = 0;
+    for (int k = 0; k < task->n_labels; k++) {
+        if (!(prob[k] > 0.5f)) continue;
+        if (list) {
+            cJSON_AddItemToArray(list, cJSON_CreateString(task->label_names[k]));
+            continue;
+        }
+        const size_t need = n + strlen(sep) + strlen(task->label_names[k]) + 1;
+        if (need > p->joined_cap) {
+            p->joined_cap = need * 2;
+            p->joined = rt_xrealloc(p->joined, p->joined_cap);
+        }
+        n += (size_t)snprintf(p->joined + n, p->joined_cap - n, "%s%s", n ? sep : "", task->label_names[k]);
+    }
+    if (list) {
+        char *text = cJSON_PrintUnformatted(list);
+        cJSON_Delete(list);
+        n = strlen(text);
+        if (n + 1 > p->joined_cap) {
+            p->joined_cap = n + 1;
+            p->joined = rt_xrealloc(p->joined, p->joined_cap);
+        }
+        memcpy(p->joined, text, n + 1);
+        cJSON_free(text);
+        *kind = DATA_CELL_LIST;
+    }
+    if (!n && !list) return "";
+    return p->joined;
+}
 
 /* data_added_cell_fn: prediction (the class name, or the score), then each class's probability. */
 static const char *files_prediction_cell(void *ctx, size_t row, int k, char *scratch, data_cell_kind *kind) {
-    const files_predictions *p = ctx;
+    files_predictions *p = ctx;
     const data_user_task *task = p->task;
     if (task->type == DATA_TASK_REGRESSION) {
         *kind = DATA_CELL_NUMBER;
@@ -128,6 +168,7 @@ static const char *files_prediction_cell(void *ctx, size_t row, int k, char *scr
         snprintf(scratch, 64, "%.9g", (double)p->scores[row]);
         return scratch;
     }
+    if (k == 0 && task->type == DATA_TASK_MULTI_LABEL) return files_multi_prediction(p, row, kind);
     if (k == 0) return task->label_names[p->pred[row]];
     *kind = DATA_CELL_NUMBER;
     snprintf(scratch, 64, "%.6f", (double)p->scores[row * (size_t)task->n_labels + (size_t)(k - 1)]);
@@ -149,17 +190,18 @@ rt_status glue_files_write_predictions(const data_user_task *task, const data_ta
         names[k] = rt_xmalloc(len);
         snprintf(names[k], len, "prob_%s", task->label_names[k - 1]);
     }
-    files_predictions p = {task, pred, scores};
+    files_predictions p = {task, pred, scores, data_table_out_format(test) == DATA_FORMAT_JSONL, NULL, 0};
     rt_status st = data_table_write_rows(test, written, n_added, (const char *const *)names, files_prediction_cell, &p);
+    free(p.joined);
     for (int k = 0; k < n_added; k++) free(names[k]);
     free(names);
     return st;
 }
 
-rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names) {
+rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names, bool multi_label) {
     cJSON *config = NULL;
     rt_status st = ckpt_json_load(config_path, &config);
     if (st != RT_OK) return st;
-    mdl_hf_set_labels(config, n_labels, names);
+    mdl_hf_set_labels(config, n_labels, names, multi_label);
     return mdl_hf_write_json(config, config_path);
 }

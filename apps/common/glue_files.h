@@ -44,14 +44,15 @@ rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, in
                                data_tokenized *test);
 /* The predictions file for the test table of task (also glm-finetune's): SAVE_DIR/predictions.csv, .tsv or .jsonl as the test
  * file is written (path_out NULL), else path_out in that format. Each row repeats the input's
- * columns, then `prediction` (the class name, or the score for regression) and `prob_NAME` for
- * each class. pred: (n) class ids; scores: (n, n_labels) probabilities, or (n) scores. */
+ * columns, then `prediction` (the class name; multi-label: the classes above 0.5, a JSON list or
+ * joined by --label-separator; the score for regression) and `prob_NAME` for each class. pred:
+ * (n) class ids; scores: (n, n_labels) probabilities, or (n) scores. */
 rt_status glue_files_write_predictions(const data_user_task *task, const data_table *test, const char *save_dir,
                                        const char *path_out, const int32_t *pred, const float *scores,
                                        char *written, size_t written_cap);
-/* Puts the classes into an HF config.json: id2label and label2id with names (NULL: LABEL_0 ...,
- * and problem_type regression for one label), problem_type single_label_classification. */
-rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names);
+/* Puts the classes into an HF config.json: id2label and label2id with names (NULL: LABEL_0 ...),
+ * and problem_type as mdl_hf_set_labels writes it. */
+rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names, bool multi_label);
 void glue_files_free(glue_files *f);
 
 #endif

@@ -613,10 +613,13 @@ static rt_status glm_user_read(glm_user_data *u) {
     data_user_opts uo = {.text_columns = columns, .label_column = O.label_column, .label_names = O.label_names,
                          .positive_label = O.positive_label};
     RT_TRY(data_user_task_resolve(&u->tables[0], &uo, &u->task));
-    if (u->task.type != DATA_TASK_CLASSIFICATION)
+    if (u->task.type == DATA_TASK_REGRESSION)
         RT_FAIL(RT_ERR_USAGE, "%s: the labels in '%s' are numbers with fractions (regression); glm-finetune scores "
                 "classes at the [MASK] (name the classes with --label-names to treat them as classes)",
                 O.train_file, u->task.label_col);
+    if (u->task.type == DATA_TASK_MULTI_LABEL) /* one [MASK] picks one verbalizer word */
+        RT_FAIL(RT_ERR_USAGE, "%s: the labels in '%s' are lists of classes (multi-label); glm-finetune's cloze picks "
+                "one class a row (gpt2-classify and bert-classify train multi-label)", O.train_file, u->task.label_col);
     RT_TRY(glm_user_verbalizer(u));
     RT_TRY(data_user_examples(&u->task, &u->tables[0], true, &ex[0]));
     if (O.test_file) { /* labels not read */

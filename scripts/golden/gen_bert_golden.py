@@ -5,14 +5,20 @@ The C side of tunezoo is checked against Hugging Face Transformers on tiny, seed
 BertForSequenceClassification and RobertaForSequenceClassification models (2 layers, width
 64, 4 heads, intermediate 128, vocab 100, 64 positions, dropout 0), each with a
 classification head (num_labels 2, cross-entropy) and a regression head (num_labels 1, MSE
-on float labels, as STS-B). For each of the four this script saves the HF model (the
+on float labels, as STS-B), and a BERT multi-label head (bert-tiny-ml: num_labels 3,
+problem_type multi_label_classification, BCEWithLogitsLoss on multi-hot float labels, one row
+with no class). For each of the five this script saves the HF model (the
 converter's test input), runs one fixed padded batch (with token_type_ids for BERT) and
 dumps the logits, the loss, every parameter gradient, the weights after one AdamW step
 (after_step.safetensors, kept apart so that each file stays under 1 MiB) and the losses and
 gradient norms of five clipped training steps. The conventions (file layout, metadata,
 deterministic safetensors writer) are gen_gpt2_golden.py's, whose writer this imports.
 
-    /usr/bin/python3 scripts/golden/gen_bert_golden.py
+    /usr/bin/python3 scripts/golden/gen_bert_golden.py [--kinds cls,reg,ml]
+
+--kinds writes only those heads' folders, so that a new kind is added without rewriting the
+others under other library versions (bert-tiny-ml came later, from torch 2.15 and transformers
+5.24; the rest from the versions in their metadata).
 
 Everything is float32 on CPU with one thread and deterministic algorithms, so a rerun with
 the same versions writes the same numbers.
@@ -44,6 +50,8 @@ REAL_LENGTHS = [16, 11, 7]
 SEGMENT_B = [9, 6, 4]
 CLS_LABELS = [1, 0, 1]
 REG_LABELS = [0.5, -1.25, 2.0]
+ML_LABELS = [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0]]
+ML_NUM_LABELS = 3
 VOCAB = 100
 
 LR = 1e-3
@@ -55,7 +63,8 @@ TRAIN_STEPS = 5
 
 
 def common(num_labels):
-    return dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    extra = {"problem_type": "multi_label_classification"} if num_labels == ML_NUM_LABELS else {}
+    return dict(**extra, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=128, hidden_act="gelu", hidden_dropout_prob=0.0,
                 attention_probs_dropout_prob=0.0, max_position_embeddings=64,
                 initializer_range=0.02, num_labels=num_labels, attn_implementation="eager")
@@ -103,6 +112,8 @@ def make_batch(family, num_labels):
             token_type_ids[b, SEGMENT_B[b]:n] = 1
     if num_labels == 1:
         labels = torch.tensor(REG_LABELS, dtype=torch.float32)
+    elif num_labels == ML_NUM_LABELS:
+        labels = torch.tensor(ML_LABELS, dtype=torch.float32)
     else:
         labels = torch.tensor(CLS_LABELS, dtype=torch.long)
     return input_ids, attention_mask, token_type_ids, labels
@@ -142,7 +153,7 @@ def gen_one(family, num_labels, out_dir):
         # Last encoder hidden state (B, T, hidden), for localising a mismatch.
         "hidden": out.hidden_states[-1].detach().clone(),
     }
-    if num_labels == 1:
+    if labels.dtype == torch.float32:
         tensors["labels"] = labels.clone()
     else:
         tensors["labels"] = labels.to(torch.int32)
@@ -186,7 +197,8 @@ def gen_one(family, num_labels, out_dir):
                       "create_position_ids_from_input_ids: cumsum(ids != pad) + pad on real tokens, pad on pads"),
         "pooling": "hidden state of the first token ([CLS] / <s>)",
         "loss": ("MSELoss(logits.squeeze(), labels) (mean over the batch)" if num_labels == 1 else
-                 "mean cross-entropy over the batch"),
+                 "BCEWithLogitsLoss(logits, labels) (mean over the batch and the classes)"
+                 if num_labels == ML_NUM_LABELS else "mean cross-entropy over the batch"),
         "optimizer": "torch.optim.AdamW foreach=False",
         "lr": str(LR),
         "beta1": str(BETAS[0]),
@@ -217,6 +229,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden"),
                     help="output folder (default tests/golden)")
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
+    ap.add_argument("--kinds", default="cls,reg,ml", help="the heads to write: cls, reg, ml (default all)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -224,8 +237,11 @@ def main():
     torch.set_default_dtype(torch.float32)
 
     dirs = []
+    kinds = args.kinds.split(",")
     for family in ("bert", "roberta"):
-        for kind, nl in (("cls", 2), ("reg", 1)):
+        for kind, nl in (("cls", 2), ("reg", 1), ("ml", ML_NUM_LABELS)):
+            if kind not in kinds or (kind == "ml" and family != "bert"):  # the head is shared
+                continue
             dirs.append(gen_one(family, nl, os.path.join(args.out, f"{family}-tiny-{kind}")))
     for d in dirs:
         for fn in sorted(os.listdir(d)):
