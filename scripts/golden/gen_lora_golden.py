@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Generate the LoRA goldens (issue 36) that tunezoo's LoRA is to match: HF PEFT on the tiny
+GPT-2 classifier of tests/golden/gpt2-tiny-cls (its committed model.safetensors is the base).
+
+PEFT wraps the base with LoraConfig(r=4, lora_alpha=8, lora_dropout=0, target_modules c_attn,
+c_proj and c_fc: every linear of a block, both c_proj included; GPT-2's Conv1D, so
+fan_in_fan_out) and task_type SEQ_CLS, whose modules_to_save keeps the `score` head trainable.
+The adapters start from random A and B (init_lora_weights=False, seeded), not PEFT's B = 0, so
+that A's gradient is not zero and a golden of it means something. Written to
+tests/golden/gpt2-tiny-lora/:
+
+- adapter/: the PEFT folder of those initial adapters (adapter_config.json,
+  adapter_model.safetensors with PEFT's names), which tunezoo's --lora-from must load;
+- golden.safetensors: the batch (gpt2-tiny-cls's), the logits, the loss, the gradient of every
+  trainable tensor (`grad.NAME`, NAME as in the adapter file), each one after one AdamW step
+  (`after_step.NAME`), and the losses and gradient norms of five clipped steps;
+- peft_default_init.safetensors: PEFT's own initialisation of the same model (A Kaiming-uniform
+  with a = sqrt(5), B zero), for the shape of the distribution and B's zeros.
+
+    python3 scripts/golden/gen_lora_golden.py
+
+Needs torch, transformers and peft (versions go into the metadata). Float32 on CPU with one
+thread and deterministic algorithms: a rerun with the same versions writes the same numbers.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+import peft
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file
+from transformers import GPT2ForSequenceClassification
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_gpt2_golden import (BETAS, CLIP, EPS, LR, TRAIN_STEPS, WEIGHT_DECAY, is_no_decay,  # noqa: E402
+                             save_file, summarize, versions)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BASE = os.path.join(REPO, "tests", "golden", "gpt2-tiny-cls")
+
+R, ALPHA = 4, 8
+TARGETS = ["c_attn", "c_proj", "c_fc"]
+ADAPTER_SEED = 2468
+
+
+def lora_model(init):
+    base = GPT2ForSequenceClassification.from_pretrained(BASE).eval()
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, task_type="SEQ_CLS",
+                     init_lora_weights=init)
+    torch.manual_seed(ADAPTER_SEED)
+    return get_peft_model(base, cfg)
+
+
+def trainable(model):
+    # PEFT's names inside the adapter file: the adapter's name ("default") dropped, and a
+    # modules_to_save copy under the module's own name
+    return {n.replace(".modules_to_save.default", "").replace(".default", ""): p
+            for n, p in model.named_parameters() if p.requires_grad}
+
+
+def make_optimizer(model):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if is_no_decay(name.split("base_model.model.")[-1]) else decay).append(p)
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, foreach=False)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden", "gpt2-tiny-lora"))
+    ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(a.out, exist_ok=True)
+
+    g = load_file(os.path.join(BASE, "golden.safetensors"))
+    batch = dict(input_ids=g["input_ids"].long(), attention_mask=g["attention_mask"].long(),
+                 labels=g["labels"].long())
+
+    model = lora_model(False)
+    model.train()
+    adapter_dir = os.path.join(a.out, "adapter")
+    model.save_pretrained(adapter_dir)
+    os.remove(os.path.join(adapter_dir, "README.md"))  # PEFT's model card template
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        adapter_cfg = json.load(f)
+    adapter_cfg["base_model_name_or_path"] = "tests/golden/gpt2-tiny-cls"  # not this machine's path
+    adapter_cfg["target_modules"] = sorted(adapter_cfg["target_modules"])  # PEFT writes a set's order
+    with open(os.path.join(adapter_dir, "adapter_config.json"), "w") as f:
+        json.dump(adapter_cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    out = model(**batch)
+    out.loss.backward()
+    # the folder loads back in PEFT to the same model
+    reloaded = PeftModel.from_pretrained(GPT2ForSequenceClassification.from_pretrained(BASE), adapter_dir).eval()
+    with torch.no_grad():
+        if not torch.equal(reloaded(**batch).logits, out.logits):
+            sys.exit("error: the saved adapter folder does not reload to the same logits")
+    tensors = {"input_ids": g["input_ids"], "attention_mask": g["attention_mask"], "labels": g["labels"],
+               "logits": out.logits.detach().clone(), "loss": out.loss.detach().reshape(1).clone()}
+    for name, p in trainable(model).items():
+        tensors["grad." + name] = p.grad.detach().clone()
+    opt = make_optimizer(model)
+    opt.step()
+    for name, p in trainable(model).items():
+        tensors["after_step." + name] = p.detach().clone()
+
+    with torch.no_grad():  # five clipped steps from the initial adapters
+        for n, p in model.named_parameters():
+            if p.requires_grad:
+                p.copy_(init[n])
+    model.zero_grad(set_to_none=True)
+    opt = make_optimizer(model)
+    losses, norms = [], []
+    for _ in range(TRAIN_STEPS):
+        opt.zero_grad(set_to_none=True)
+        o = model(**batch)
+        o.loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], CLIP)))
+        opt.step()
+        losses.append(o.loss.item())
+    tensors["losses5"] = torch.tensor(losses, dtype=torch.float32)
+    tensors["gradnorm5"] = torch.tensor(norms, dtype=torch.float32)
+
+    meta = versions()
+    meta.update({
+        "peft": peft.__version__,
+        "base": "tests/golden/gpt2-tiny-cls/model.safetensors",
+        "batch": "tests/golden/gpt2-tiny-cls/golden.safetensors input_ids, attention_mask, labels",
+        "lora": json.dumps({"r": R, "lora_alpha": ALPHA, "lora_dropout": 0.0, "target_modules": TARGETS,
+                            "task_type": "SEQ_CLS", "init_lora_weights": False, "seed": ADAPTER_SEED}),
+        "scale": str(ALPHA / R),
+        "trainable": "every lora_A and lora_B, and score (modules_to_save)",
+        "optimizer": "torch.optim.AdamW foreach=False over the trainable tensors",
+        "lr": str(LR), "beta1": str(BETAS[0]), "beta2": str(BETAS[1]), "eps": str(EPS),
+        "weight_decay": str(WEIGHT_DECAY), "no_decay": "none of the trainable tensors is a bias or a LayerNorm",
+        "clip_grad_norm": str(CLIP), "train_steps": str(TRAIN_STEPS),
+        "names": "grad.NAME and after_step.NAME: NAME as in adapter/adapter_model.safetensors",
+    })
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(a.out, "golden.safetensors"), meta)
+
+    default = lora_model(True)  # PEFT's own init: B zero, A Kaiming-uniform
+    save_file({n: p.detach().clone().contiguous() for n, p in trainable(default).items() if "lora_" in n},
+              os.path.join(a.out, "peft_default_init.safetensors"), meta)
+
+    for root, _, files in os.walk(a.out):
+        for fn in files:
+            p = os.path.join(root, fn)
+            os.chmod(p, 0o644)
+            if os.path.getsize(p) >= 1 << 20:
+                sys.exit(f"error: {p} is over 1 MiB")
+    if not a.quiet:
+        summarize(os.path.join(a.out, "golden.safetensors"))
+
+
+if __name__ == "__main__":
+    main()
