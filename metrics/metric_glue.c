@@ -10,18 +10,20 @@ typedef struct {
     double tp, fp, tn, fn, n;
 } metric_confusion;
 
+/* One labelled row: predicted p, true l. */
+static void metric_confusion_add(metric_confusion *c, int p, int l) {
+    c->tp += p && l;
+    c->fp += p && !l;
+    c->fn += !p && l;
+    c->tn += !p && !l;
+    c->n += 1;
+}
+
 /* Class k against the rest. */
 static metric_confusion metric_confusion_count(const int32_t *pred, const int32_t *label, size_t n, int32_t k) {
     metric_confusion c = {0};
-    for (size_t i = 0; i < n; i++) {
-        if (label[i] == -100) continue;
-        int p = pred[i] == k, l = label[i] == k;
-        c.tp += p && l;
-        c.fp += p && !l;
-        c.fn += !p && l;
-        c.tn += !p && !l;
-        c.n += 1;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (label[i] != -100) metric_confusion_add(&c, pred[i] == k, label[i] == k);
     return c;
 }
 
@@ -56,13 +58,7 @@ static metric_confusion metric_multilabel_count(const uint8_t *pred, const float
     metric_confusion c = {0};
     for (size_t i = 0; i < n; i++) {
         const float *y = truth + i * (size_t)C;
-        if (isnan(y[0])) continue;
-        const int p = pred[i * (size_t)C + (size_t)k] != 0, l = y[k] != 0.0f;
-        c.tp += p && l;
-        c.fp += p && !l;
-        c.fn += !p && l;
-        c.tn += !p && !l;
-        c.n += 1;
+        if (!isnan(y[0])) metric_confusion_add(&c, pred[i * (size_t)C + (size_t)k] != 0, y[k] != 0.0f);
     }
     return c;
 }

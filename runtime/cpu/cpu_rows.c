@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runtime/cpu/cpu_internal.h"
+#include "runtime/rt_bce.h"
 
 void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
                           int C, int vocab_start, int V, bool accumulate) {
@@ -54,28 +55,13 @@ void rt_cpu_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, c
     }
 }
 
-/* Each element in float as PyTorch's binary_cross_entropy_with_logits: (1 - y) z - log_sigmoid(z),
- * with log_sigmoid(z) = min(z, 0) - log1p(exp(-|z|)), which stays finite for any z; a row's terms
- * summed in double. The row's first target is read before any write and each element's target
- * before its gradient, so targets may be dlogits. */
+/* A row at a time (runtime/rt_bce.h, the CUDA kernel's code too). */
 void rt_cpu_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                             int C, float grad_scale) {
     (void)ctx;
-    const float g = grad_scale / (float)C;
-    for (size_t i = 0; i < N; i++) {
-        const float *x = z + i * (size_t)C, *y = targets + i * (size_t)C;
-        float *d = dlogits + i * (size_t)C;
-        const bool labelled = !isnan(y[0]);
-        double sum = 0;
-        for (int c = 0; c < C; c++) {
-            const float e = expf(-fabsf(x[c])), yc = y[c];
-            const float log_sigmoid = fminf(x[c], 0.0f) - log1pf(e);
-            const float sigmoid = x[c] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-            sum += (double)((1.0f - yc) * x[c] - log_sigmoid);
-            d[c] = labelled ? (sigmoid - yc) * g : 0.0f;
-        }
-        losses[i] = labelled ? (float)(sum / C) : 0.0f;
-    }
+    for (size_t i = 0; i < N; i++)
+        losses[i] = rt_bce_logits_row(dlogits + i * (size_t)C, z + i * (size_t)C, targets + i * (size_t)C, C,
+                                      grad_scale / (float)C);
 }
 
 /* loss = logsumexp(x) - x[t]; dlogits = (softmax(x) - onehot(t)) * grad_scale. Each row reads

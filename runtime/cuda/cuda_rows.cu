@@ -13,6 +13,7 @@
  * NaN loss (the training loop stops on a non-finite loss), and a negative gather/scatter
  * index gives a zero row / is skipped, where the CPU backend would abort. */
 #include "runtime/cuda/rt_cuda.h"
+#include "runtime/rt_bce.h"
 
 #define RT_CUDA_SCATTER_SPLIT 32 /* grid y of the scatter-adds: owners per column */
 
@@ -141,23 +142,12 @@ void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, 
 }
 
 /* rt_backend_ops.bce_logits_loss, a row per thread (a multi-label head has tens of classes), with
- * the CPU's formulation; expf and log1pf may differ from the host's libm in the last bits. */
+ * the CPU's code (runtime/rt_bce.h) */
 __global__ void rt_cuda_bce_logits_loss_kernel(float *losses, float *dlogits, const float *z, const float *targets,
                                                size_t N, int C, float grad_scale) {
-    const float g = grad_scale / (float)C;
     RT_CUDA_FOR_EACH(i, N) {
-        const float *x = z + i * (size_t)C, *y = targets + i * (size_t)C;
-        float *d = dlogits + i * (size_t)C;
-        const bool labelled = !isnan(y[0]);
-        double sum = 0;
-        for (int c = 0; c < C; c++) {
-            const float e = expf(-fabsf(x[c])), yc = y[c];
-            const float log_sigmoid = fminf(x[c], 0.0f) - log1pf(e);
-            const float sigmoid = x[c] >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
-            sum += (double)((1.0f - yc) * x[c] - log_sigmoid);
-            d[c] = labelled ? (sigmoid - yc) * g : 0.0f;
-        }
-        losses[i] = labelled ? (float)(sum / C) : 0.0f;
+        losses[i] = rt_bce_logits_row(dlogits + i * (size_t)C, z + i * (size_t)C, targets + i * (size_t)C, C,
+                                      grad_scale / (float)C);
     }
 }
 
