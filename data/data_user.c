@@ -242,7 +242,7 @@ static void user_free_names(char **names, int n) {
 /* The distinct names of names[0..n), sorted (by value when whole numbers), in place; frees the
  * rest. Returns how many stay. */
 static size_t user_sort_unique(char **names, size_t n, bool by_value) {
-    qsort(names, n, sizeof *names, by_value ? user_cmp_value : user_cmp_text);
+    if (n) qsort(names, n, sizeof *names, by_value ? user_cmp_value : user_cmp_text);
     size_t u = 0;
     for (size_t i = 0; i < n; i++) {
         if (u > 0 && strcmp(names[u - 1], names[i]) == 0) {
@@ -272,7 +272,7 @@ static rt_status user_multi_labels(const data_table *t, const data_user_opts *o,
             cap = (n_all + (size_t)n_row) * 2;
             all = rt_xrealloc(all, cap * sizeof *all);
         }
-        memcpy(all + n_all, row, (size_t)n_row * sizeof *row);
+        if (n_row) memcpy(all + n_all, row, (size_t)n_row * sizeof *row); /* all is NULL until a class comes */
         n_all += (size_t)n_row;
         free(row);
         row = NULL;
