@@ -175,6 +175,12 @@ to_csv "$EX/topics-validation.jsonl" > "$TMP/topics-validation.csv"
     --label-separator '|' --save-dir "$TMP/ml-csv" > "$TMP/out" 2> "$TMP/err" && ok || bad "the --label-separator run failed"
 ml_csv=$(grep -E "^step|dev results" "$TMP/out" | sed 's/.*step 10)://; s/ | [0-9.]* ms\/step.*//')
 [ -n "$ml_csv" ] && [ "$ml_csv" = "$ml_jsonl" ] && ok || bad "CSV with --label-separator: '$ml_csv', JSONL: '$ml_jsonl'"
+# gpt2-classify: the same task through its own head
+"$BIN_DIR/gpt2-classify" --arch "$TMP/gpt2.json" "${COMMON[@]}" --label-column topics --epochs 1 \
+    --train-file "$EX/topics-train.jsonl" --validation-file "$EX/topics-validation.jsonl" --save-dir "$TMP/ml-gpt2" \
+    > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "dev results (.*topics-validation.jsonl, 12 examples, step 5): loss [0-9.]* f1_micro [0-9.]* f1_macro " "$TMP/out" &&
+    ok || bad "gpt2-classify multi-label"
 expect_fail "--positive-label on multi-label" 2 "\-\-positive-label is for two classes; 'topics' in .*topics-train.jsonl is multi-label" \
     bert-classify "${ML[@]}" --train-file "$EX/topics-train.jsonl" --positive-label sports --save-dir "$TMP/e14"
 expect_fail "multi-label in glm-finetune" 2 "labels in 'topics' are lists of classes (multi-label)" \
