@@ -85,5 +85,7 @@ fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_cache_format.c \
     data/data_rows.c checkpoints/ckpt_atomic.c runtime/rt_fs.c runtime/rt_mapped.c runtime/rt_status.c runtime/rt_log.c -lz
+fuzz fuzz_ckpt_peft "tests/fuzz/corpus/fuzz_ckpt_peft/." -- checkpoints/ckpt_peft.c checkpoints/ckpt_json.c \
+    checkpoints/ckpt_atomic.c runtime/rt_status.c runtime/rt_fs.c runtime/rt_log.c
 echo "test_fuzz_smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
