@@ -23,13 +23,15 @@ static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const 
                                     rt_status *sink_st) {
     rt_status st = RT_OK;
     const bool lead = tp->rank == 0;
+    /* a buffer other than the parameters (m, v) covers the trainable ones only */
+    const bool trainable_only = buf != p->param;
     int32_t count = 0; /* a tied weight's copy is the first stage's tensor: not sent again */
-    for (int i = 0; buf && i < p->n; i++) count += !p->specs[i].copy;
+    for (int i = 0; buf && i < p->n; i++) count += !p->specs[i].copy && !(trainable_only && p->specs[i].frozen);
     rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
     if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
     for (int i = 0; buf && i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
-        if (s->copy) continue;
+        if (s->copy || (trainable_only && s->frozen)) continue;
         ckpt_tp_desc d;
         RT_TRY(ckpt_tp_spec_desc(what, s, tp, &d));
         const size_t n = ckpt_tp_full_numel(&d);

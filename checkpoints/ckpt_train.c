@@ -75,6 +75,7 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
         float *buf = ckpt_train_buffer(p, kind);
         for (int i = 0; i < p->n; i++) {
             const rt_param_spec *s = &p->specs[i];
+            if (kind > 0 && s->frozen) continue; /* no moments */
             char name[RT_PARAM_NAME_MAX + 16];
             ckpt_native_record r;
             ckpt_tp_desc d;

@@ -1,13 +1,29 @@
 /* AdamW and clipping over the parameter slab (see rt_optim.h). Contiguous runs of
- * parameters with the same decay setting go to the backend as one call. */
+ * parameters with the same decay setting go to the backend as one call. Gradients, m and v cover
+ * the trainable parameters only (rt_params.h), which lie first and together: a run skips the
+ * frozen ones between them in declaration order. */
 #include "runtime/rt_optim.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 double rt_grad_norm(const rt_params *p) {
-    return sqrt(rt_sumsq(p->be, p->grad, p->numel));
+    return sqrt(rt_sumsq(p->be, p->grad, p->train_numel));
 }
+
+/* The run of trainable parameters from i (trainable) on that share key(): [*begin, *end) of the
+ * gradient slab; returns the index after it. */
+static int rt_train_run(const rt_params *p, int i, int (*key)(const rt_param_spec *), size_t *begin, size_t *end) {
+    int j = i + 1, last = i;
+    for (; j < p->n && (p->specs[j].frozen || key(&p->specs[j]) == key(&p->specs[i])); j++)
+        if (!p->specs[j].frozen) last = j;
+    *begin = p->specs[i].offset;
+    *end = p->specs[last].offset + p->specs[last].numel;
+    return j;
+}
+
+static int rt_kind_norm(const rt_param_spec *s) { return (s->tp != RT_TP_NONE) | (s->copy << 1); }
+static int rt_kind_decay(const rt_param_spec *s) { return s->no_decay; }
 
 /* x summed over comm c (host memory) as double-float pairs, added in rank order: about 48 bits,
  * the same bits on every rank. */
@@ -32,17 +48,20 @@ static rt_status rt_grad_sumsq_tp(const rt_params *p, rt_comm *tp, double *sumsq
     bool copies = false;
     for (int i = 0; i < p->n; i++) copies |= p->specs[i].copy;
     if ((!tp || tp->size == 1) && !copies) {
-        *sumsq = rt_sumsq(p->be, p->grad, p->numel);
+        *sumsq = rt_sumsq(p->be, p->grad, p->train_numel);
         return RT_OK;
     }
     double rep = 0, split = 0;
     /* runs of parameters of one kind go to the backend as one sum (the alignment gaps between
      * parameters hold zeros) */
     for (int i = 0; i < p->n;) {
+        if (p->specs[i].frozen) {
+            i++;
+            continue;
+        }
         const int sharded = p->specs[i].tp != RT_TP_NONE, copy = p->specs[i].copy;
-        int j = i + 1;
-        while (j < p->n && (p->specs[j].tp != RT_TP_NONE) == sharded && p->specs[j].copy == copy) j++;
-        size_t begin = p->specs[i].offset, end = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        size_t begin, end;
+        const int j = rt_train_run(p, i, rt_kind_norm, &begin, &end);
         double s = copy ? 0 : rt_sumsq(p->be, p->grad + begin, end - begin);
         if (sharded)
             split += s;
@@ -99,10 +118,12 @@ rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scal
     RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
     RT_TRY(rt_params_alloc_moments(p));
     for (int i = 0; i < p->n;) {
-        int j = i + 1;
-        while (j < p->n && p->specs[j].no_decay == p->specs[i].no_decay) j++;
-        size_t begin = p->specs[i].offset;
-        size_t end = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        if (p->specs[i].frozen) {
+            i++;
+            continue;
+        }
+        size_t begin, end;
+        const int j = rt_train_run(p, i, rt_kind_decay, &begin, &end);
         /* the alignment gaps between parameters hold zeros in every buffer, so they stay zero */
         float wd = p->specs[i].no_decay ? 0.0f : (float)h->weight_decay;
         rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin,

@@ -66,19 +66,31 @@ static bool params_align16(size_t n, size_t *out) {
 rt_status rt_params_layout(rt_params *p) {
     rt_status st = RT_OK;
     size_t off = 0, end = 0, bytes = 0;
-    for (int i = 0; i < p->n; i++) {
-        /* 16-float alignment keeps every parameter on a 64-byte boundary for SIMD and copies */
-        if (!params_align16(off, &off) || __builtin_add_overflow(off, p->specs[i].numel, &end))
-            RT_FAIL(RT_ERR_NOMEM, "parameters: the slab overflows size_t at %s (%zu floats)", p->specs[i].name,
-                    p->specs[i].numel);
-        p->specs[i].offset = off;
-        off = end;
+    for (int frozen = 0; frozen < 2; frozen++) { /* the trainable ones, then the frozen ones */
+        for (int i = 0; i < p->n; i++) {
+            if (p->specs[i].frozen != (frozen == 1)) continue;
+            /* 16-float alignment keeps every parameter on a 64-byte boundary for SIMD and copies */
+            if (!params_align16(off, &off) || __builtin_add_overflow(off, p->specs[i].numel, &end))
+                RT_FAIL(RT_ERR_NOMEM, "parameters: the slab overflows size_t at %s (%zu floats)", p->specs[i].name,
+                        p->specs[i].numel);
+            p->specs[i].offset = off;
+            off = end;
+        }
+        if (!frozen && !params_align16(off, &p->train_numel))
+            RT_FAIL(RT_ERR_NOMEM, "parameters: %zu trainable floats overflow size_t", off);
+        off = frozen ? off : p->train_numel;
     }
-    /* the slab's bytes too: every buffer of the slab's layout (gradients, m, v) is this size */
+    /* the slab's bytes too: every buffer of the slab's layout (gradients, m, v) fits in it */
     if (!params_align16(off, &p->numel) || __builtin_mul_overflow(p->numel, sizeof(float), &bytes))
         RT_FAIL(RT_ERR_NOMEM, "parameters: %zu floats overflow size_t in bytes", off);
 fail:
     return st;
+}
+
+/* Bytes of a buffer in the trainable layout (gradients, m, v); at least one float, so that a
+ * model with every parameter frozen still has a buffer to hand around. */
+static size_t params_train_bytes(const rt_params *p) {
+    return (p->train_numel ? p->train_numel : 16) * sizeof(float);
 }
 
 rt_status rt_params_alloc(rt_params *p) {
@@ -87,15 +99,15 @@ rt_status rt_params_alloc(rt_params *p) {
     const size_t bytes = p->numel * sizeof(float); /* rt_params_layout checked the product */
     RT_TRY(rt_backend_alloc(p->be, bytes, "parameters", (void **)&p->param));
     /* a staged build (ZeRO-3 on a GPU) never has a whole gradient: rt_zero_init gives it blocks */
-    if (!p->device) RT_TRY(rt_backend_alloc(p->be, bytes, "gradients", (void **)&p->grad));
+    if (!p->device) RT_TRY(rt_backend_alloc(p->be, params_train_bytes(p), "gradients", (void **)&p->grad));
 fail:
     return st;
 }
 
 rt_status rt_params_alloc_moments(rt_params *p) {
     rt_status st = RT_OK;
-    if (!p->m) RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "AdamW first moments", (void **)&p->m));
-    if (!p->v) RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "AdamW second moments", (void **)&p->v));
+    if (!p->m) RT_TRY(rt_backend_alloc(p->be, params_train_bytes(p), "AdamW first moments", (void **)&p->m));
+    if (!p->v) RT_TRY(rt_backend_alloc(p->be, params_train_bytes(p), "AdamW second moments", (void **)&p->v));
 fail:
     return st;
 }
@@ -133,6 +145,7 @@ float *rt_params_data(const rt_params *p, int idx) {
 
 float *rt_params_grad(const rt_params *p, int idx) {
     RT_CHECK(idx >= 0 && idx < p->n && (p->grad || p->source), "parameter %d of %d", idx, p->n);
+    if (p->specs[idx].frozen) return NULL;
     if (p->source) return p->source->grad(p->source->user, idx);
     return p->grad + p->specs[idx].offset;
 }
@@ -149,4 +162,10 @@ int rt_params_tied(const rt_params *p) {
     return -1;
 }
 
-void rt_params_zero_grad(rt_params *p) { rt_clear(p->be, p->grad, p->numel * sizeof(float)); }
+int rt_params_n_frozen(const rt_params *p) {
+    int n = 0;
+    for (int i = 0; i < p->n; i++) n += p->specs[i].frozen;
+    return n;
+}
+
+void rt_params_zero_grad(rt_params *p) { rt_clear(p->be, p->grad, p->train_numel * sizeof(float)); }

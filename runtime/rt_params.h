@@ -1,7 +1,12 @@
 /* The parameter slab (the llm.c pattern). A model declares its parameters as specs
  * {name, shape, tp rule, no_decay, init}; one allocation then holds all parameters, and
  * gradients, AdamW m and v use the same layout. The optimizer, the gradient norm, the
- * data-parallel all-reduce and checkpoint I/O are each one call over a slab. */
+ * data-parallel all-reduce and checkpoint I/O are each one call over a slab.
+ *
+ * A frozen parameter (LoRA's base weights, issue 36) has no gradient and no AdamW state: the
+ * trainable parameters are laid out first, the frozen ones after them, and gradients, m and v
+ * hold only the first train_numel floats, so every call over the gradient slab skips the frozen
+ * ones without knowing of them. */
 #ifndef RT_PARAMS_H
 #define RT_PARAMS_H
 
@@ -44,6 +49,7 @@ typedef struct {
                                        * count only the first */
     bool tied;                        /* a weight several pipeline stages hold (its first and its copies): the
                                        * training loop sums its gradient over them (rt_pipe_sum_tied) */
+    bool frozen;                      /* not trained: no gradient, no AdamW state (set before the layout) */
     size_t offset, numel;             /* position in the slab, in floats */
 } rt_param_spec;
 
@@ -60,10 +66,11 @@ typedef struct {
     rt_param_spec *specs;
     int n, cap;
     size_t numel;       /* total floats */
+    size_t train_numel; /* floats of the trainable parameters, which come first: numel when none is frozen */
     rt_backend *be;
     float *param;       /* (numel) backend memory; NULL while a source holds the parameters */
-    float *grad;        /* (numel); NULL while a source holds the gradients, and in a staged build */
-    float *m, *v;       /* (numel) AdamW moments; allocated on first use by the optimizer */
+    float *grad;        /* (train_numel); NULL while a source holds the gradients, and in a staged build */
+    float *m, *v;       /* (train_numel) AdamW moments; allocated on first use by the optimizer */
     const rt_params_source *source; /* NULL: param and grad above */
     /* Staged construction (rt_backend.params_staging): be is the host backend holding the slab
      * and device the backend the model computes on, until ZeRO-3 moves the pieces there
@@ -88,14 +95,15 @@ void rt_params_free(rt_params *p);
 int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
                   bool no_decay, rt_init_kind init, float init_std);
 /* Lays out the declared parameters without allocating anything: each one's offset (16-float
- * aligned, in declaration order) and p->numel. RT_ERR_NOMEM naming the parameter when the slab's
+ * aligned, the trainable ones in declaration order, then the frozen ones), p->train_numel and
+ * p->numel. RT_ERR_NOMEM naming the parameter when the slab's
  * size overflows size_t in floats or in bytes. rt_params_alloc lays out with it; a caller may
  * call it alone to size a model it will not build (tests/test_big_layouts.c). */
 rt_status rt_params_layout(rt_params *p);
 /* Lays out (rt_params_layout) and allocates parameters and gradients (zeroed; a staged build,
  * p->device set, gets no gradients). */
 rt_status rt_params_alloc(rt_params *p);
-/* Allocates the AdamW moments (zeroed) if not yet there. */
+/* Allocates the AdamW moments (zeroed, train_numel floats each) if not yet there. */
 rt_status rt_params_alloc_moments(rt_params *p);
 /* Fills every parameter from its init rule with the counter RNG (a parameter draws from stream
  * RT_STREAM(RT_STREAM_INIT, its init_stream) of seed), so init is independent of thread count
@@ -105,13 +113,16 @@ void rt_params_init_weights(rt_params *p, uint64_t seed);
  * stage's parameters, from the whole model's declaration); every name must be there. */
 void rt_params_streams_from(rt_params *p, const rt_params *whole);
 
-/* Parameter idx's values and gradient, from the slab or from p->source. */
+/* Parameter idx's values and gradient, from the slab or from p->source; a frozen parameter's
+ * gradient is NULL (its weight-gradient products are skipped). */
 float *rt_params_data(const rt_params *p, int idx);
 float *rt_params_grad(const rt_params *p, int idx);
 /* -1 when absent. */
 int rt_params_find(const rt_params *p, const char *name);
 /* The parameter marked tied (rt_param_spec.tied), or -1; a stage holds at most one. */
 int rt_params_tied(const rt_params *p);
+/* How many parameters are frozen. */
+int rt_params_n_frozen(const rt_params *p);
 void rt_params_zero_grad(rt_params *p);
 
 #endif

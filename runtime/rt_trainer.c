@@ -101,8 +101,8 @@ static void rt_grad_reduce_begin(rt_grad_reduce *r, rt_train_state *s, rt_params
     r->dp = s->dp;
     r->grad = p->grad;
     /* after the backward, fewer and larger all-reduces are cheaper */
-    r->bucket = overlap ? rt_grad_bucket(s->o, p->numel) : (size_t)1 << 22;
-    r->next = p->numel;
+    r->bucket = overlap ? rt_grad_bucket(s->o, p->train_numel) : (size_t)1 << 22;
+    r->next = p->train_numel;
     r->n_req = 0;
     r->st = RT_OK;
 }
@@ -435,9 +435,10 @@ static double rt_train_peak_tflops(const rt_backend *be) {
  * largest batch the program set up), plus the ZeRO shard when sharding is on. */
 static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     const double mib = 1024.0 * 1024.0, slab = (double)p->numel * sizeof(float) / mib;
+    const double train = (double)(p->train_numel ? p->train_numel : 16) * sizeof(float) / mib; /* frozen: none */
     const rt_backend *be = p->be;
-    double total = (double)rt_bytes_held(be) / mib, moments = p->m ? 2 * slab : 0;
-    double rest = total - 2 * slab - moments;
+    double total = (double)rt_bytes_held(be) / mib, moments = p->m ? 2 * train : 0;
+    double rest = total - slab - train - moments;
     size_t avail = be->ops->free_memory ? rt_free_memory(be) : 0;
     char free_txt[64] = "";
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
@@ -459,7 +460,7 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
         return;
     }
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, activations and buffers "
-                "%.1f)%s", be->ops->name, total, slab, slab, moments, rest > 0 ? rest : 0.0, free_txt);
+                "%.1f)%s", be->ops->name, total, slab, train, moments, rest > 0 ? rest : 0.0, free_txt);
 }
 
 /* Every pipeline stage's memory, which differs by stage (its blocks, the embeddings or heads,

@@ -95,6 +95,9 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
     if (p->device && stage != 3)
         return rt_errorf(RT_ERR_CONFIG, "the parameters were laid out in host memory for ZeRO-3, but --zero is %d",
                          stage);
+    if (rt_params_n_frozen(p)) /* its shards cut the whole slab, gradients and moments alike */
+        return rt_errorf(RT_ERR_CONFIG, "--zero %d: frozen parameters (LoRA's base weights) are not sharded yet; "
+                         "train them without --zero", stage);
     zero_free_moments(p); /* full moments, if any, are not kept */
     /* a staged slab (rt_backend.params_staging): from here on the parameters live on the device */
     rt_backend *staging = p->device ? p->be : NULL;
