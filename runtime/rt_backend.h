@@ -220,8 +220,8 @@ typedef struct rt_backend_ops {
     /* Binary cross-entropy of sigmoids over rows of C outputs (HF's BCEWithLogitsLoss terms, a
      * multi-label head), z, targets and dlogits (N, C): where a row's first target is not NaN,
      * losses[i] = (1/C) sum_c (1 - y) z - log_sigmoid(z), PyTorch's formulation, and dlogits =
-     * (sigmoid(z) - y) grad_scale / C; elsewhere the loss and the row 0. The 1/C makes the rows'
-     * sum over the labelled rows PyTorch's mean over every element. targets may alias dlogits. */
+     * (sigmoid(z) - y) grad_scale / C; elsewhere the loss and the row 0. The 1/C makes the labelled
+     * rows' sum over their count PyTorch's mean over every element. targets may alias dlogits. */
     void (*bce_logits_loss)(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                             int C, float grad_scale);
 

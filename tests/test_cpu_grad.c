@@ -334,7 +334,14 @@ static void grad_embedding(void) {
     free(s.table), free(s.out), free(s.R), free(dt);
 }
 
-/* ---- softmax cross-entropy ---- */
+/* ---- row losses: softmax cross-entropy, binary cross-entropy of sigmoids ---- */
+/* L = grad_scale * sum(losses), the scalar whose gradient the ops write into dlogits. */
+static double scaled_sum(const float *losses, size_t N, float gs) {
+    double L = 0;
+    for (size_t n = 0; n < N; n++) L += losses[n];
+    return gs * L;
+}
+
 typedef struct {
     float *logits, *losses, *scratch;
     const int32_t *tg;
@@ -346,9 +353,7 @@ typedef struct {
 static double xent_loss(void *p) {
     xent_st *s = p;
     ops->softmax_xent(cx, s->losses, s->scratch, NULL, s->logits, s->tg, s->N, s->V, s->gs);
-    double L = 0;
-    for (size_t n = 0; n < s->N; n++) L += s->losses[n];
-    return s->gs * L;
+    return scaled_sum(s->losses, s->N, s->gs);
 }
 
 static void grad_softmax_xent(void) {
@@ -360,6 +365,31 @@ static void grad_softmax_xent(void) {
     ops->softmax_xent(cx, s.losses, dl, NULL, s.logits, tg, s.N, s.V, s.gs);
     fd_check("softmax_xent dlogits", s.logits, n, dl, xent_loss, &s);
     free(s.logits), free(s.losses), free(s.scratch), free(dl);
+}
+
+typedef struct {
+    float *z, *losses, *scratch;
+    const float *y;
+    size_t N;
+    int C;
+    float gs;
+} bce_st;
+
+static double bce_loss(void *p) {
+    bce_st *s = p;
+    ops->bce_logits_loss(cx, s->losses, s->scratch, s->z, s->y, s->N, s->C, s->gs);
+    return scaled_sum(s->losses, s->N, s->gs);
+}
+
+/* Saturated logits (+-30), a soft target, and an unlabelled row, whose gradient must be 0. */
+static void grad_bce_logits_loss(void) {
+    enum { N = 4, C = 3 };
+    float z[N * C] = {0.7f, -1.3f, 2.2f, 30.0f, -30.0f, 0.1f, -0.4f, 1.9f, -2.6f, 1.1f, -0.2f, 0.45f};
+    static const float y[N * C] = {1, 0, 0.3f, 0, 0, 1, NAN, 1, 0, 0, 1, 1};
+    float losses[N], scratch[N * C], dl[N * C];
+    bce_st s = {.z = z, .losses = losses, .scratch = scratch, .y = y, .N = N, .C = C, .gs = 0.5f};
+    ops->bce_logits_loss(cx, losses, dl, z, y, N, C, s.gs);
+    fd_check("bce_logits_loss dlogits", z, N * C, dl, bce_loss, &s);
 }
 
 /* ---- gather / scatter ---- */
@@ -461,6 +491,7 @@ int main(void) {
     grad_relbias();
     grad_embedding();
     grad_softmax_xent();
+    grad_bce_logits_loss();
     grad_rows();
     grad_dropout();
     grad_dropout_cols();

@@ -59,6 +59,7 @@ void rt_cpu_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, c
 void rt_cpu_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                             int C, float grad_scale) {
     (void)ctx;
+    RT_CHECK(C > 0, "C=%d", C); /* a row's first target decides whether it is labelled */
     for (size_t i = 0; i < N; i++)
         losses[i] = rt_bce_logits_row(dlogits + i * (size_t)C, z + i * (size_t)C, targets + i * (size_t)C, C,
                                       grad_scale / (float)C);

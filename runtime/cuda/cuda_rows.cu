@@ -153,7 +153,8 @@ __global__ void rt_cuda_bce_logits_loss_kernel(float *losses, float *dlogits, co
 
 void rt_cuda_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                              int C, float grad_scale) {
-    if (N == 0 || C <= 0) return;
+    RT_CHECK(C > 0, "C=%d", C); /* as the CPU's */
+    if (N == 0) return;
     rt_cuda_bce_logits_loss_kernel<<<rt_cuda_grid(N, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         losses, dlogits, z, targets, N, C, grad_scale);
     CUDA_LAUNCH_CHECK();
