@@ -12,7 +12,6 @@
 #include "checkpoints/ckpt_json.h"
 #include "runtime/rt_fs.h"
 
-#define PEFT_PREFIX "base_model.model."
 
 double ckpt_peft_scale(const ckpt_peft_config *c) {
     return c->use_rslora ? c->alpha / sqrt((double)c->r) : c->alpha / (double)c->r;
@@ -27,6 +26,20 @@ void ckpt_peft_config_free(ckpt_peft_config *c) {
     free(c->task_type);
     free(c->base_model);
     memset(c, 0, sizeof *c);
+}
+
+static char **peft_copy_names(char *const *names, int n) {
+    char **out = n ? rt_xmalloc((size_t)n * sizeof *out) : NULL;
+    for (int i = 0; i < n; i++) out[i] = rt_xstrdup(names[i]);
+    return out;
+}
+
+void ckpt_peft_config_copy(ckpt_peft_config *dst, const ckpt_peft_config *src) {
+    *dst = *src;
+    dst->targets = peft_copy_names(src->targets, src->n_targets);
+    dst->modules_to_save = peft_copy_names(src->modules_to_save, src->n_save);
+    dst->task_type = src->task_type ? rt_xstrdup(src->task_type) : NULL;
+    dst->base_model = src->base_model ? rt_xstrdup(src->base_model) : NULL;
 }
 
 /* A list of non-empty module names (key absent or null: none). */
@@ -178,10 +191,11 @@ rt_status ckpt_peft_config_write(const char *dir, const ckpt_peft_config *c) {
     return st;
 }
 
-bool ckpt_peft_is_target(const ckpt_peft_config *c, const char *module) {
+/* PEFT's rule for a list of module names: the module's name equal to one, or ending in "." one. */
+static bool peft_list_matches(char *const *list, int n, const char *module) {
     const size_t len = strlen(module);
-    for (int i = 0; i < c->n_targets; i++) {
-        const char *t = c->targets[i];
+    for (int i = 0; i < n; i++) {
+        const char *t = list[i];
         const size_t tl = strlen(t);
         if (strcmp(module, t) == 0) return true;
         if (len > tl && module[len - tl - 1] == '.' && strcmp(module + len - tl, t) == 0) return true;
@@ -189,12 +203,22 @@ bool ckpt_peft_is_target(const ckpt_peft_config *c, const char *module) {
     return false;
 }
 
+const char *const ckpt_peft_lora_suffix[2] = {".lora_A.weight", ".lora_B.weight"};
+
+bool ckpt_peft_is_target(const ckpt_peft_config *c, const char *module) {
+    return peft_list_matches(c->targets, c->n_targets, module);
+}
+
+bool ckpt_peft_is_saved(const ckpt_peft_config *c, const char *module) {
+    return peft_list_matches(c->modules_to_save, c->n_save, module);
+}
+
 rt_status ckpt_peft_tensor_name(const char *name, char *module, size_t cap, ckpt_peft_kind *kind) {
-    static const char *const suffix[2] = {".lora_A.weight", ".lora_B.weight"};
-    const size_t plen = strlen(PEFT_PREFIX);
-    if (strncmp(name, PEFT_PREFIX, plen) != 0)
+    const char *const *suffix = ckpt_peft_lora_suffix;
+    const size_t plen = strlen(CKPT_PEFT_PREFIX);
+    if (strncmp(name, CKPT_PEFT_PREFIX, plen) != 0)
         return rt_errorf(RT_ERR_FORMAT, "adapter tensor '%.120s' does not start with '%s' (a PEFT adapter's names do)",
-                         name, PEFT_PREFIX);
+                         name, CKPT_PEFT_PREFIX);
     const char *rest = name + plen;
     size_t n = strlen(rest);
     *kind = CKPT_PEFT_SAVED;

@@ -23,6 +23,8 @@
 #include "runtime/rt_status.h"
 
 #define CKPT_PEFT_MAX_R 4096
+/* What PEFT writes before a module's name in adapter_model.safetensors. */
+#define CKPT_PEFT_PREFIX "base_model.model."
 
 typedef struct {
     int r;
@@ -52,12 +54,19 @@ char *ckpt_peft_config_json(const ckpt_peft_config *c);
 /* Writes DIR/adapter_config.json atomically. */
 rt_status ckpt_peft_config_write(const char *dir, const ckpt_peft_config *c);
 void ckpt_peft_config_free(ckpt_peft_config *c);
+/* A deep copy of src into dst (free with ckpt_peft_config_free). */
+void ckpt_peft_config_copy(ckpt_peft_config *dst, const ckpt_peft_config *src);
 
 /* Whether a module named `module` (dotted, e.g. "transformer.h.0.attn.c_attn") is a target:
  * PEFT's rule for a list, the name equal to a target or ending in "." target. */
 bool ckpt_peft_is_target(const ckpt_peft_config *c, const char *module);
+/* Whether it is one of modules_to_save, by the same rule. */
+bool ckpt_peft_is_saved(const ckpt_peft_config *c, const char *module);
 
 typedef enum { CKPT_PEFT_LORA_A, CKPT_PEFT_LORA_B, CKPT_PEFT_SAVED } ckpt_peft_kind;
+
+/* ".lora_A.weight" and ".lora_B.weight", by ckpt_peft_kind: what follows a module's name. */
+extern const char *const ckpt_peft_lora_suffix[2];
 
 /* Splits a tensor name of adapter_model.safetensors into its module (the part after
  * "base_model.model.", before ".lora_A.weight" / ".lora_B.weight") and kind; a name without

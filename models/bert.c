@@ -540,7 +540,7 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const bool drop = pass->training && c->classifier_dropout > 0;
     const float pc = c->classifier_dropout;
     const float *x0 = drop && c->roberta ? m->cls_drop : m->cls, *x1 = drop ? m->hdrop : m->hact;
-    mdl_row_linear_bwd(be, rt_xf(m->dh1), G(m->ho_w), G(m->ho_b), rt_xf(m->dlogits), rt_xf(x1), P(m->ho_w), (size_t)B,
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->ho_w), G(m->ho_b), rt_xf(m->dlogits), rt_xf(x1), P(m->ho_w), (size_t)B,
                        C, NL);
     const float *dact = m->dh1;
     if (drop) {
@@ -548,7 +548,7 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
         dact = m->dh2;
     }
     rt_act_bwd(be, RT_ACT_TANH, rt_xf(m->dh3), rt_xf(m->hpre), rt_xf(dact), (size_t)B * C);
-    mdl_row_linear_bwd(be, rt_xf(m->dh1), G(m->hd_w), G(m->hd_b), rt_xf(m->dh3), rt_xf(x0), P(m->hd_w), (size_t)B, C,
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->hd_w), G(m->hd_b), rt_xf(m->dh3), rt_xf(x0), P(m->hd_w), (size_t)B, C,
                        C);
     const float *dcls = m->dh1;
     if (drop && c->roberta) {

@@ -1,6 +1,7 @@
 /* The shared sublayers (see block.h), over the Megatron layers of parallel.h. */
 #include "models/block.h"
 
+#include "models/lora.h"
 #include "models/parallel.h"
 
 #include "models/param.h"
@@ -30,11 +31,16 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
                               .dropout_p = drop.p, .seed = drop.seed, .stream = drop.stream};
 }
 
+/* LoRA dropout streams: each linear of a block its own (mdl_lora_run.drop). */
+enum { LORA_Q, LORA_K, LORA_V, LORA_PROJ, LORA_UP, LORA_UP_LIN, LORA_DOWN, LORA_CROSS };
+
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
- * weight's (and bias's) gradient, and din = sum_k dout_k W_k, written or (accumulate) added,
- * then all-reduced over tp once when reduce is set. */
+ * weight's (and bias's) gradient and its adapter's (lora[k], dropout stream lora_k[k]), and
+ * din = sum_k dout_k W_k (+ its adapter's), written or (accumulate) added, then all-reduced over
+ * tp once when reduce is set. */
 static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, bool reduce, int n, const int *w,
-                          const int *b, const rt_x *dout, rt_x x, size_t N, int out_local) {
+                          const int *b, const mdl_lora *lora, const int *lora_k, const rt_x *dout, rt_x x, size_t N,
+                          int out_local) {
     rt_backend *be = s->be;
     const int C = s->C;
     for (int k = 0; k < n; k++) {
@@ -43,8 +49,21 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
                                  NULL, N, C, out_local);
         rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0,
                 rt_xf(mdl_param(s->params, w[k])), C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, rt_xf(din), C, 0, 1);
+        rt_status st = mdl_lora_col_bwd(s, lora[k], lora_k[k], din, dout[k], x, N, C, out_local);
+        if (st != RT_OK) return st;
     }
     if (reduce && s->tp->size > 1) return s->tp->ops->all_reduce(s->tp->ctx, din, N * (size_t)C, RT_REDUCE_SUM);
+    return RT_OK;
+}
+
+/* Backward of a row-parallel linear and its adapter: dinp = dL/d(x) (N, in_local) written
+ * (NULL: not wanted), the gradients accumulated. */
+static rt_status row_bwd(const mdl_sublayers *s, rt_x dinp, int w, int b, mdl_lora lora, int lora_k, rt_x dout, rt_x x,
+                         size_t N, int in_local) {
+    rt_status st = mdl_lora_row_bwd(s, lora, lora_k, dinp, dout, x, N, in_local, s->C);
+    if (st != RT_OK) return st;
+    mdl_row_linear_bwd(s->be, dinp, mdl_lora_on(lora), mdl_grad(s->params, w), mdl_grad(s->params, b), dout, x,
+                       mdl_param(s->params, w), N, in_local, s->C);
     return RT_OK;
 }
 
@@ -52,18 +71,25 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
                        const float *kv, size_t kv_rows, mdl_qkv a, void *probs, rt_x atty, size_t BT) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
+    const int k0 = kv ? LORA_CROSS : 0; /* a block's cross-attention draws its own LoRA dropout */
     if (mdl_attn_fused(p)) {
         mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), mdl_param(s->params, p->q_b), BT, C, 3 * Il);
+        mdl_lora_col_fwd(s, p->q_l, k0 + LORA_Q, a.q, in, BT, C, 3 * Il);
     } else {
         const rt_x kvx = kv ? rt_xf(kv) : in; /* cross-attention reads another stack's output */
         if (!kv) kv_rows = BT;
         mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), NULL, BT, C, Il);
         mdl_col_linear_fwd(be, a.k, kvx, mdl_param(s->params, p->k_w), NULL, kv_rows, C, Il);
         mdl_col_linear_fwd(be, a.v, kvx, mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
+        mdl_lora_col_fwd(s, p->q_l, k0 + LORA_Q, a.q, in, BT, C, Il);
+        mdl_lora_col_fwd(s, p->k_l, k0 + LORA_K, a.k, kvx, kv_rows, C, Il);
+        mdl_lora_col_fwd(s, p->v_l, k0 + LORA_V, a.v, kvx, kv_rows, C, Il);
     }
     rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
-    return mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
-                              mdl_param(s->params, p->proj_b), BT, Il, C);
+    rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
+                                      mdl_param(s->params, p->proj_b), BT, Il, C);
+    if (st != RT_OK) return st;
+    return mdl_lora_row_fwd(s, p->proj_l, k0 + LORA_PROJ, s->tmp, atty, BT, Il, C);
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
@@ -72,28 +98,30 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
-    mdl_row_linear_bwd(be, s->datty, mdl_grad(s->params, p->proj_w), mdl_grad(s->params, p->proj_b), rt_xf(dbranch),
-                       atty, mdl_param(s->params, p->proj_w), BT, Il, s->C);
+    const int k0 = kv ? LORA_CROSS : 0;
+    rt_status st = row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
+    if (st != RT_OK) return st;
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
     const rt_x dq = s->dqkv, dk = rt_x_at(s->dqkv, step), dv = rt_x_at(s->dqkv, 2 * step);
     rt_attention_bwd(be, d, dq, dk, dv, dbias, s->datty, probs, a.q, a.k, a.v);
+    const int lk[3] = {k0 + LORA_Q, k0 + LORA_K, k0 + LORA_V};
     if (fused) {
         const int w[1] = {p->q_w}, b[1] = {p->q_b};
         const rt_x dout[1] = {dq};
-        return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, 3 * Il);
+        return cols_bwd(s, din, false, true, 1, w, b, &p->q_l, lk, dout, in, BT, 3 * Il);
     }
     const int none[3] = {-1, -1, -1};
+    const mdl_lora lora[3] = {p->q_l, p->k_l, p->v_l};
     if (!kv) { /* self-attention: q, k and v all read `in` */
         const int w[3] = {p->q_w, p->k_w, p->v_w};
         const rt_x dout[3] = {dq, dk, dv};
-        return cols_bwd(s, din, false, true, 3, w, none, dout, in, BT, Il);
+        return cols_bwd(s, din, false, true, 3, w, none, lora, lk, dout, in, BT, Il);
     }
-    rt_status st = RT_OK;
     const int wq[1] = {p->q_w}, wkv[2] = {p->k_w, p->v_w};
     const rt_x dout_q[1] = {dq}, dout_kv[2] = {dk, dv};
-    RT_TRY(cols_bwd(s, din, false, true, 1, wq, none, dout_q, in, BT, Il));
-    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, dout_kv, rt_xf(kv), kv_rows, Il));
+    RT_TRY(cols_bwd(s, din, false, true, 1, wq, none, lora, lk, dout_q, in, BT, Il));
+    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, lora + 1, lk + 1, dout_kv, rt_xf(kv), kv_rows, Il));
 fail:
     return st;
 }
@@ -102,11 +130,17 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
                 mdl_drop inner) {
     rt_backend *be = s->be;
     const size_t n = BT * (size_t)s->F_local;
-    if (p->up_lin_w >= 0) {
+    if (p->up_lin_w >= 0 || mdl_lora_on(p->up_l)) { /* up (and up_lin), their adapters, then the activation */
         mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
                            s->F_local);
-        mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
-        rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
+        mdl_lora_col_fwd(s, p->up_l, LORA_UP, up, in, BT, s->C, s->F_local);
+        if (p->up_lin_w < 0) {
+            rt_act_fwd(be, s->act, hidden, up, n);
+        } else {
+            mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
+            mdl_lora_col_fwd(s, p->up_lin_l, LORA_UP_LIN, up_lin, in, BT, s->C, s->F_local);
+            rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
+        }
     } else { /* one fused linear: up = in W^T + b, hidden = act(up) */
         rt_linear_fwd(be, hidden, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT,
                       s->C, s->F_local, &s->act);
@@ -118,8 +152,10 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
 }
 
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT) {
-    return mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
-                              mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
+    rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
+                                      mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
+    if (st != RT_OK) return st;
+    return mdl_lora_row_fwd(s, p->down_l, LORA_DOWN, s->tmp, hidden, BT, s->F_local, s->C);
 }
 
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
@@ -127,16 +163,19 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
     rt_backend *be = s->be;
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;
-    const bool fuse_dact = p->up_lin_w < 0 && !(inner.p > 0); /* nothing between the down GEMM and act' */
-    mdl_row_linear_bwd(be, fuse_dact ? rt_xf(NULL) : s->dhid, mdl_grad(s->params, p->down_w),
-                       mdl_grad(s->params, p->down_b), rt_xf(dbranch), hidden, mdl_param(s->params, p->down_w), BT, Fl,
-                       s->C);
+    /* nothing between the down GEMM and act': no gate, dropout or adapter on down */
+    const bool fuse_dact = p->up_lin_w < 0 && !(inner.p > 0) && !mdl_lora_on(p->down_l);
+    const int lk[2] = {LORA_UP, LORA_UP_LIN};
+    const mdl_lora lora[2] = {p->up_l, p->up_lin_l};
+    rt_status st = row_bwd(s, fuse_dact ? rt_xf(NULL) : s->dhid, p->down_w, p->down_b, p->down_l, LORA_DOWN,
+                           rt_xf(dbranch), hidden, BT, Fl);
+    if (st != RT_OK) return st;
     if (fuse_dact) { /* dup = act'(up) * (dbranch W_down), and the up bias's gradient with it */
         rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), rt_xf(dbranch), mdl_param(s->params, p->down_w), up,
                        BT, Fl, s->C, s->act);
         const int w[1] = {p->up_w}, b[1] = {-1};
         const rt_x dout[1] = {s->dup};
-        return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, Fl);
+        return cols_bwd(s, din, false, true, 1, w, b, lora, lk, dout, in, BT, Fl);
     }
     if (inner.p > 0)
         rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
@@ -144,10 +183,10 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
         rt_gated_act_bwd(be, s->act, s->dup, s->dup_lin, up, up_lin, s->dhid, n);
         const int w[2] = {p->up_w, p->up_lin_w}, b[2] = {p->up_b, -1};
         const rt_x dout[2] = {s->dup, s->dup_lin};
-        return cols_bwd(s, din, false, true, 2, w, b, dout, in, BT, Fl);
+        return cols_bwd(s, din, false, true, 2, w, b, lora, lk, dout, in, BT, Fl);
     }
     rt_act_bwd(be, s->act, s->dup, up, s->dhid, n);
     const int w[1] = {p->up_w}, b[1] = {p->up_b};
     const rt_x dout[1] = {s->dup};
-    return cols_bwd(s, din, false, true, 1, w, b, dout, in, BT, Fl);
+    return cols_bwd(s, din, false, true, 1, w, b, lora, lk, dout, in, BT, Fl);
 }

@@ -30,6 +30,32 @@
 
 typedef enum { MDL_NORM_LAYER, MDL_NORM_RMS } mdl_norm_kind;
 
+/* A dropout call: p 0 is none. */
+typedef struct {
+    float p;
+    uint64_t seed, stream;
+} mdl_drop;
+
+/* A linear's LoRA adapter (models/lora.h): slab indices of A and B; a -1: none. */
+typedef struct {
+    int a, b;
+} mdl_lora;
+
+static inline mdl_lora mdl_lora_none(void) {
+    const mdl_lora none = {-1, -1};
+    return none;
+}
+static inline bool mdl_lora_on(mdl_lora l) { return l.a >= 0; }
+
+/* What the sublayers' adapters share in one block (models/lora.h). */
+typedef struct {
+    int r;            /* 0: no adapters anywhere */
+    float scale;
+    mdl_drop drop;    /* this block's LoRA dropout (p 0: none); linear k draws stream drop.stream + k */
+    float *t, *u;     /* backend scratch (rows, r) */
+    float *x;         /* (rows, the widest input) with dropout only: the dropped input, its gradient */
+} mdl_lora_run;
+
 /* What the sublayers of one stack share: its backend, tp group, slab, widths and scratch. */
 typedef struct {
     rt_backend *be;
@@ -44,6 +70,7 @@ typedef struct {
     float *tmp;                 /* (rows, C): the branch output (forward), dropout's gradient (backward) */
     rt_x dqkv, datty;           /* (rows, 3 I_local), (rows, I_local) */
     rt_x dup, dup_lin, dhid;    /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
+    mdl_lora_run lora;
 } mdl_sublayers;
 
 typedef struct {
@@ -54,17 +81,13 @@ typedef struct {
     int q_w, k_w, v_w;  /* k_w -1: q_w is the fused [q; k; v] */
     int q_b;            /* the fused projection's bias, or -1 */
     int proj_w, proj_b;
+    mdl_lora q_l, k_l, v_l, proj_l; /* adapters; q_l the fused projection's */
 } mdl_attn_params;
 
 typedef struct {
     int up_w, up_b, up_lin_w, down_w, down_b;
+    mdl_lora up_l, up_lin_l, down_l;
 } mdl_ffn_params;
-
-/* A dropout call: p 0 is none. */
-typedef struct {
-    float p;
-    uint64_t seed, stream;
-} mdl_drop;
 
 /* Where q, k and v of an attention live (strides in the attention's rt_attn_desc). */
 typedef struct {

@@ -501,7 +501,7 @@ static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
     rt_to_device(be, m->cand_scores, m->h_scores, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
-    mdl_row_linear_bwd(be, rt_xf(m->head.drows), m->dcand, NULL, rt_xf(m->cand_scores), rt_xf(m->head.rows), m->cand,
+    mdl_row_linear_bwd(be, rt_xf(m->head.drows), false, m->dcand, NULL, rt_xf(m->cand_scores), rt_xf(m->head.rows), m->cand,
                        (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     rt_clear(be, dout, BT * C * sizeof(float));

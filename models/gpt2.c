@@ -15,6 +15,7 @@
 #include "models/flops.h"
 #include "models/hf_config.h"
 #include "models/lm_head.h"
+#include "models/lora.h"
 #include "models/parallel.h"
 #include "models/param.h"
 #include "models/stack.h"
@@ -152,7 +153,7 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
                            .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = last, .act = c->act,
                            .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop,
                            .emb_pdrop = first ? c->embd_pdrop : 0, .checkpoint_layers = c->checkpoint_layers,
-                           .layer_offset = first_block, .layers_total = c->n_layer};
+                           .layer_offset = first_block, .layers_total = c->n_layer, .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
@@ -162,6 +163,16 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
         m->wte = gpt2_add(m, "wte.weight", 0, m->vocab.local, C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size;
         m->params.specs[m->wte].copy = m->params.specs[m->wte].tied = true;
+    }
+    mdl_lora_freeze_base(&m->params, c->lora, &ckpt_map_gpt2);
+}
+
+/* m's own copy of the config's LoRA settings, which cfg.lora then points at. */
+static void gpt2_own_config(gpt2_model *m, const gpt2_config *c) {
+    m->cfg = *c;
+    if (c->lora) {
+        ckpt_peft_config_copy(&m->lora, c->lora);
+        m->cfg.lora = &m->lora;
     }
 }
 
@@ -220,7 +231,7 @@ rt_status gpt2_params_layout(const gpt2_config *c, rt_backend *be, rt_comm *tp, 
     gpt2_model *m = rt_xcalloc(1, sizeof *m);
     memset(out, 0, sizeof *out);
     RT_TRY(gpt2_config_validate(c, tp->size));
-    m->cfg = *c;
+    gpt2_own_config(m, c);
     m->be = be;
     m->tp = tp;
     m->stage = mdl_stage_whole();
@@ -234,6 +245,7 @@ rt_status gpt2_params_layout(const gpt2_config *c, rt_backend *be, rt_comm *tp, 
 fail:
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m);
     return st;
 }
@@ -257,7 +269,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
         RT_FAIL(RT_ERR_CONFIG, "GPT-2: max length %d exceeds the model's n_positions %d", max_T, c->n_positions);
     RT_TRY(mdl_check_activations("GPT-2 activations", (uint64_t)c->n_layer, (uint64_t)max_B, (uint64_t)max_T,
                                  gpt2_act_width(c, max_T), "lower --batch-size or --max-len"));
-    m->cfg = *c;
+    gpt2_own_config(m, c);
     m->be = be;
     m->tp = tp;
     m->stage = stage;
@@ -311,6 +323,7 @@ void gpt2_model_free(gpt2_model *m) {
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m->h_pos);
     free(m->h_shifted);
     free(m->h_last);
@@ -418,7 +431,7 @@ static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
 static void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
     rt_backend *be = m->be;
     const int C = m->C;
-    mdl_row_linear_bwd(be, rt_xf(m->dpooled), G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled), P(m->score),
+    mdl_row_linear_bwd(be, rt_xf(m->dpooled), false, G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled), P(m->score),
                        (size_t)B, C, m->cfg.num_labels);
     rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * C * sizeof(float));
     rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), rt_xf(m->dpooled), m->last, B, C);

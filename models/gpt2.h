@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_peft.h"
 #include "models/classifier.h"
 #include "models/pass.h"
 #include "models/stage.h"
@@ -31,6 +32,9 @@ typedef struct {
     bool pp_recompute;     /* a pipeline stage keeps only each micro-batch's input and recomputes its forward
                             * (models/stage_pipe.h); else it keeps every in-flight micro-batch's activations.
                             * A run option */
+    const ckpt_peft_config *lora; /* LoRA (models/lora.h): adapters on its target_modules, every other weight
+                                   * frozen but its modules_to_save; NULL: full fine-tuning. A run option, which
+                                   * the model copies */
 } gpt2_config;
 
 /* HF defaults (gpt2 124M) with num_labels 2. */

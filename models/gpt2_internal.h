@@ -14,7 +14,8 @@
 #define GPT2_MASKED (-1e30f)
 
 struct gpt2_model {
-    gpt2_config cfg;
+    gpt2_config cfg;    /* cfg.lora points at lora below */
+    ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_params params;

@@ -14,17 +14,19 @@ void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, cons
 }
 
 /* Shared by both layer kinds: the local weight, bias and input gradients of Y = X W^T + b. */
-static void mdl_linear_bwd_local(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w,
-                                 size_t N, int in, int out) {
+static void mdl_linear_bwd_local(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout,
+                                 rt_x inp, const float *w, size_t N, int in, int out) {
     /* dW (out, in) += dY^T (out, N) X (N, in), db += column sums of dY */
     rt_linear_wgrad(be, dw, db, dout, inp, N, in, out);
-    /* dX (N, in) = dY (N, out) W (out, in) */
-    if (dinp.p) rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, rt_xf(w), in, 0, 0.0f, dinp, in, 0, 1);
+    /* dX (N, in) = dY (N, out) W (out, in), or += */
+    if (dinp.p)
+        rt_gemm(be, false, false, (int)N, in, out, 1.0f, dout, out, 0, rt_xf(w), in, 0, accumulate ? 1.0f : 0.0f, dinp,
+                in, 0, 1);
 }
 
 rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, rt_x dout, rt_x inp,
                              const float *w, size_t N, int in, int out_local) {
-    mdl_linear_bwd_local(be, rt_xf(dinp), dw, db, dout, inp, w, N, in, out_local);
+    mdl_linear_bwd_local(be, rt_xf(dinp), false, dw, db, dout, inp, w, N, in, out_local);
     if (tp->size > 1 && dinp) return tp->ops->all_reduce(tp->ctx, dinp, N * (size_t)in, RT_REDUCE_SUM);
     return RT_OK;
 }
@@ -45,9 +47,9 @@ rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, 
     return RT_OK;
 }
 
-void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w, size_t N,
-                        int in_local, int out_features) {
-    mdl_linear_bwd_local(be, dinp, dw, db, dout, inp, w, N, in_local, out_features);
+void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout, rt_x inp,
+                        const float *w, size_t N, int in_local, int out_features) {
+    mdl_linear_bwd_local(be, dinp, accumulate, dw, db, dout, inp, w, N, in_local, out_features);
 }
 
 rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const int32_t *ids, const float *table,

@@ -27,9 +27,10 @@ rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw
  * after the reduce. */
 rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, const float *w, const float *b,
                              size_t N, int in_local, int out_features);
-/* Accumulates dw, db; writes dinp (N, in_local) unless its buffer is NULL. */
-void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, float *dw, float *db, rt_x dout, rt_x inp, const float *w, size_t N,
-                        int in_local, int out_features);
+/* Accumulates dw, db; writes dinp (N, in_local), or adds to it (accumulate), unless its buffer
+ * is NULL. */
+void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout, rt_x inp,
+                        const float *w, size_t N, int in_local, int out_features);
 /* This rank's shard of a vocab-parallel table: the vocab padded to `padded` rows over all ranks
  * (ckpt_tp_padded_vocab), `local` of them from row `start` here, of which the ones from
  * `first_pad` on are padding (padded_here when there is any). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "models/flops.h"
+#include "models/lora.h"
 #include "models/param.h"
 #include "models/parallel.h"
 #include "runtime/rt_rng.h"
@@ -23,9 +24,11 @@ void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_
     s->layer = rt_xmalloc((size_t)c->n_layer * sizeof *s->layer);
     s->clamped = rt_xcalloc((size_t)c->n_layer * 3, sizeof *s->clamped);
     for (int l = 0; l < c->n_layer; l++) {
-        const mdl_attn_params none = {-1, -1, -1, -1, -1, -1};
+        const mdl_lora no = mdl_lora_none();
+        const mdl_attn_params none = {-1, -1, -1, -1, -1, -1, no, no, no, no};
+        const mdl_ffn_params no_ffn = {-1, -1, -1, -1, -1, no, no, no};
         s->layer[l] = (mdl_block_params){.norm1 = {-1, -1}, .norm_cross = {-1, -1}, .norm2 = {-1, -1}, .attn = none,
-                                         .cross = none, .ffn = {-1, -1, -1, -1, -1}, .first = -1};
+                                         .cross = none, .ffn = no_ffn, .first = -1};
     }
     s->final = (mdl_norm_params){-1, -1};
 }
@@ -66,14 +69,18 @@ void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_
         /* the checkpoints' order: each norm before (pre) or after (post) its sublayer */
         if (!c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, g);
         y->attn.q_w = named_add(s, map, n->qkv_w, g, 3 * (int64_t)Il, C, N, std);
+        y->attn.q_l = mdl_lora_declare(s->params, c->lora, map, y->attn.q_w, s->tp->size);
         y->attn.q_b = named_add(s, map, n->qkv_b, g, 3 * (int64_t)Il, 0, Z, 0);
         y->attn.proj_w = named_add(s, map, n->proj_w, g, C, Il, N, pstd);
+        y->attn.proj_l = mdl_lora_declare(s->params, c->lora, map, y->attn.proj_w, s->tp->size);
         y->attn.proj_b = named_add(s, map, n->proj_b, g, C, 0, Z, 0);
         if (c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, g);
         if (!c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, g);
         y->ffn.up_w = named_add(s, map, n->up_w, g, Fl, C, N, std);
+        y->ffn.up_l = mdl_lora_declare(s->params, c->lora, map, y->ffn.up_w, s->tp->size);
         y->ffn.up_b = named_add(s, map, n->up_b, g, Fl, 0, Z, 0);
         y->ffn.down_w = named_add(s, map, n->down_w, g, C, Fl, N, pstd);
+        y->ffn.down_l = mdl_lora_declare(s->params, c->lora, map, y->ffn.down_w, s->tp->size);
         y->ffn.down_b = named_add(s, map, n->down_b, g, C, 0, Z, 0);
         if (c->post_norm) y->norm2 = named_norm(s, map, n->norm2_w, n->norm2_b, g);
         y->first = c->post_norm ? y->attn.q_w : y->norm1.w;
@@ -101,6 +108,12 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->dup = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
     sc->dup_lin = rt_x_of(s->cfg.gated ? rt_arena_take(a, rows * Fl, rt_x_size(act)) : NULL, act);
     sc->dhid = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
+    const ckpt_peft_config *lora = s->cfg.lora;
+    sc->lora_t = lora ? rt_arena_take(a, rows * (size_t)lora->r, f) : NULL;
+    sc->lora_u = lora ? rt_arena_take(a, rows * (size_t)lora->r, f) : NULL;
+    /* the widest input of an adapted linear: C, the attention's I_local or the FFN's F_local */
+    const size_t widest = C > Il ? (C > Fl ? C : Fl) : (Il > Fl ? Il : Fl);
+    sc->lora_x = lora && lora->dropout > 0 ? rt_arena_take(a, rows * widest, f) : NULL;
 }
 
 /* x's buffer in layout phase 0 (fp32: the working set, W slots of n values) or 1 (16-bit: L slots). */
@@ -207,7 +220,10 @@ mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
     return (mdl_sublayers){.be = s->be, .tp = s->tp, .params = s->params, .C = c->C, .I_local = s->I_local,
                            .F = c->F, .F_local = s->F_local, .F_offset = s->F_local * s->tp->rank, .norm = c->norm,
                            .norm_eps = c->norm_eps, .act = c->act, .rows = sc->rows, .tmp = sc->tmp, .dqkv = sc->dqkv,
-                           .datty = sc->datty, .dup = sc->dup, .dup_lin = sc->dup_lin, .dhid = sc->dhid};
+                           .datty = sc->datty, .dup = sc->dup, .dup_lin = sc->dup_lin, .dhid = sc->dhid,
+                           .lora = {.r = c->lora ? c->lora->r : 0,
+                                    .scale = c->lora ? (float)ckpt_peft_scale(c->lora) : 0.0f, .t = sc->lora_t,
+                                    .u = sc->lora_u, .x = sc->lora_x}};
 }
 
 /* Block l's activation slices: its input and output in res, the rest in its slot. */
@@ -297,6 +313,9 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
                    .drop_ffn = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_FFN_OUT),
                    .BT = (size_t)B * T};
     r.n = r.BT * (size_t)c->C;
+    if (c->lora && pass->training && c->lora->dropout > 0)
+        r.sub.lora.drop = (mdl_drop){.p = (float)c->lora->dropout, .seed = pass->seed,
+                                     .stream = mdl_lora_stream(pass, c->lora_site + l + c->layer_offset)};
     if (c->cross) {
         r.cross = stack_attn(s, l, B, T, mask, pass, true);
         r.drop_cross = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT);

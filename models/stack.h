@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_peft.h"
 #include "models/block.h"
 #include "models/pass.h"
 #include "runtime/rt_arena.h"
@@ -72,6 +73,9 @@ typedef struct {
                                 * own count); parameter names and dropout sites use global indices */
     int layers_total;          /* a pipeline stage's stack: the whole model's blocks, which its FLOPs count (as a
                                 * tp rank counts the whole layer), so every stage reports the model's; 0: n_layer */
+    const ckpt_peft_config *lora; /* LoRA adapters on the target linears (models/lora.h); NULL: none. Not owned:
+                                   * the model's copy */
+    int lora_site;             /* the first block's LoRA dropout site; a block's is lora_site + its index */
 } mdl_stack_config;
 
 /* One block's parameters; -1 for what the configuration has not. */
@@ -108,6 +112,7 @@ typedef struct {
     float *tmp, *dres, *dln, *dsum;    /* (rows, C); dsum post-norm only */
     rt_x dqkv, datty;                  /* (rows, 3 I_local), (rows, I_local) at the activation type */
     rt_x dup, dup_lin, dhid;           /* (rows, F_local) at the activation type; dup_lin gated only */
+    float *lora_t, *lora_u, *lora_x;   /* LoRA only: (rows, r) twice; (rows, widest input) with its dropout */
 } mdl_stack_scratch;
 
 typedef struct {
@@ -153,7 +158,8 @@ typedef struct {
  * caller has checked that tp divides n_head and F. */
 void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_comm *tp, rt_params *p);
 /* Declares the blocks' parameters from names (tp rules from map): weights N(0, init_std), the
- * projections into the residual (proj, down) N(0, proj_std), norms 1 and 0. */
+ * projections into the residual (proj, down) N(0, proj_std), norms 1 and 0; with LoRA (c->lora),
+ * each target linear's adapter after its weight (models/lora.h). */
 void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *names, const ckpt_map *map, float init_std,
                              float proj_std);
 /* GPT-2's, GLM's and BERT's dropout sites: 0 the embeddings, 1 + 3l .. 3 + 3l block l's. */

@@ -420,8 +420,13 @@ static inline void rt_linear_fwd(rt_backend *be, rt_x out, rt_x pre, rt_x X, con
     rt_store_xn(be, pre, N * (size_t)out_f);
     if (act) rt_store_xn(be, out, N * (size_t)out_f);
 }
+/* dW NULL: a frozen weight (rt_params_grad), whose product is skipped; db is still summed. */
 static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in,
                                    int out_f) {
+    if (!dW) {
+        if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
+        return;
+    }
     if (be->ops->linear_wgrad && be->ops->linear_wgrad(be->ctx, dW, db, dY, X, N, in, out_f)) return;
     be->ops->gemm(be->ctx, true, false, out_f, in, (int)N, 1.0f, dY, out_f, 0, X, in, 0, 1.0f, rt_xf(dW), in, 0, 1);
     if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
@@ -480,8 +485,9 @@ static inline void rt_add_bias(rt_backend *be, float *out, const float *bias, si
     be->ops->add_bias(be->ctx, out, bias, N, C);
     rt_store_n(be, out, N * (size_t)C);
 }
+/* The parameter-gradient wrappers below do nothing for a NULL gradient: a frozen parameter's. */
 static inline void rt_bias_bwd(rt_backend *be, float *dbias, rt_x dout, size_t N, int C) {
-    be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
+    if (dbias) be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
 static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
     be->ops->add(be->ctx, out, a, b, n);
@@ -533,7 +539,7 @@ static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *tabl
 }
 static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *dbias, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
-    be->ops->relbias_bwd(be->ctx, dtable, dbias, buckets, NH, Tq, Tk, num_buckets);
+    if (dtable) be->ops->relbias_bwd(be->ctx, dtable, dbias, buckets, NH, Tq, Tk, num_buckets);
 }
 static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *ids, const float *table, size_t N, int C,
                                     int vocab_start, int V, bool accumulate) {
@@ -542,7 +548,7 @@ static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *i
 }
 static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *dout, const int32_t *ids, size_t N,
                                     int C, int vocab_start, int V) {
-    be->ops->embedding_bwd(be->ctx, dtable, dout, ids, N, C, vocab_start, V);
+    if (dtable) be->ops->embedding_bwd(be->ctx, dtable, dout, ids, N, C, vocab_start, V);
 }
 static inline void rt_softmax_xent(rt_backend *be, float *losses, float *dlogits, float *probs, const float *logits,
                                    const int32_t *targets, size_t N, int V, float grad_scale) {

@@ -122,6 +122,7 @@ void rt_params_init_weights(rt_params *p, uint64_t seed) {
             case RT_INIT_ZEROS: host[j] = 0.0f; break;
             case RT_INIT_ONES: host[j] = 1.0f; break;
             case RT_INIT_NORMAL: host[j] = s->init_std * rt_rng_normal(seed, stream, j); break;
+            case RT_INIT_UNIFORM: host[j] = s->init_std * (2.0f * rt_rng_uniform(seed, stream, j) - 1.0f); break;
             }
         }
         rt_to_device(p->be, p->param + s->offset, host, s->numel * sizeof(float));
@@ -135,6 +136,12 @@ void rt_params_streams_from(rt_params *p, const rt_params *whole) {
         RT_CHECK(j >= 0, "parameter %s is not in the whole model", p->specs[i].name);
         p->specs[i].init_stream = whole->specs[j].init_stream;
     }
+}
+
+size_t rt_params_grad_from(const rt_params *p, int idx) {
+    for (int i = idx; i < p->n; i++)
+        if (!p->specs[i].frozen) return p->specs[i].offset;
+    return p->train_numel;
 }
 
 float *rt_params_data(const rt_params *p, int idx) {

@@ -25,7 +25,12 @@ typedef enum {
     RT_TP_QKV       /* split q, k and v by heads: dim 0 holds [q; k; v] */
 } rt_tp_rule;
 
-typedef enum { RT_INIT_ZEROS = 0, RT_INIT_ONES, RT_INIT_NORMAL } rt_init_kind;
+typedef enum {
+    RT_INIT_ZEROS = 0,
+    RT_INIT_ONES,
+    RT_INIT_NORMAL, /* N(0, init_std^2) */
+    RT_INIT_UNIFORM /* U(-init_std, init_std) */
+} rt_init_kind;
 
 #define RT_PARAM_NAME_MAX 96
 #define RT_PARAM_MAX_DIMS 4
@@ -41,7 +46,7 @@ typedef struct {
     int64_t vocab_rows;
     bool no_decay;                    /* excluded from weight decay (biases, norm weights) */
     rt_init_kind init;
-    float init_std;                   /* RT_INIT_NORMAL: N(0, init_std^2) */
+    float init_std;                   /* RT_INIT_NORMAL's standard deviation, RT_INIT_UNIFORM's bound */
     int init_stream;                  /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
                                        * index in the whole model, so every layout draws the same numbers */
     bool copy;                        /* a tied weight's copy on a later pipeline stage (GPT-2's wte on the last):
@@ -117,6 +122,10 @@ void rt_params_streams_from(rt_params *p, const rt_params *whole);
  * gradient is NULL (its weight-gradient products are skipped). */
 float *rt_params_data(const rt_params *p, int idx);
 float *rt_params_grad(const rt_params *p, int idx);
+/* Where in the gradient slab the gradients of parameter idx and of every trainable one declared
+ * after it begin: its offset, or for a frozen one the next trainable one's (train_numel when
+ * none follows), since trainable parameters keep their declaration order. */
+size_t rt_params_grad_from(const rt_params *p, int idx);
 /* -1 when absent. */
 int rt_params_find(const rt_params *p, const char *name);
 /* The parameter marked tied (rt_param_spec.tied), or -1; a stage holds at most one. */

@@ -1,0 +1,184 @@
+/* LoRA adapters on the stack's linears (see lora.h). */
+#include "models/lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "models/param.h"
+
+rt_tp_rule mdl_lora_a_rule(rt_tp_rule base) { return base == RT_TP_ROW ? RT_TP_ROW : RT_TP_NONE; }
+
+rt_tp_rule mdl_lora_b_rule(rt_tp_rule base) { return base == RT_TP_COL || base == RT_TP_QKV ? base : RT_TP_NONE; }
+
+bool mdl_lora_is_adapter(const char *name) {
+    const size_t n = strlen(name);
+    for (int k = 0; k < 2; k++) {
+        const size_t len = strlen(ckpt_peft_lora_suffix[k]);
+        if (n > len && strcmp(name + n - len, ckpt_peft_lora_suffix[k]) == 0) return true;
+    }
+    return false;
+}
+
+/* The HF module of our parameter `ours` (its export name without ".weight" or ".bias"); false
+ * when the map has no single tensor for it (a fused [q; k; v] of three HF linears). */
+static bool lora_hf_module(const ckpt_map *map, const char *ours, char *out, size_t size) {
+    long nums[CKPT_MAP_MAX_NUMS];
+    int n_nums;
+    const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);
+    if (!row || ckpt_map_parts(row) != 1 || !ckpt_map_export_name(map, ours, 0, out, size)) return false;
+    char *dot = strrchr(out, '.');
+    if (dot) *dot = '\0';
+    return true;
+}
+
+/* Our name of base's adapter part: MODULE.weight -> MODULE.lora_A.weight. */
+static void lora_name(const char *base, const char *suffix, char *out, size_t size) {
+    const size_t n = strlen(base), w = sizeof ".weight" - 1;
+    RT_CHECK(n > w && strcmp(base + n - w, ".weight") == 0 && n - w + strlen(suffix) < size,
+             "LoRA on '%s': not a weight", base);
+    snprintf(out, size, "%.*s%s", (int)(n - w), base, suffix);
+}
+
+mdl_lora mdl_lora_declare(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, int tp_size) {
+    if (!cfg || base < 0) return mdl_lora_none();
+    const rt_param_spec bs = p->specs[base]; /* a copy: rt_params_add may move the specs */
+    char module[2 * RT_PARAM_NAME_MAX], name[RT_PARAM_NAME_MAX];
+    if (bs.ndim != 2 || !lora_hf_module(map, bs.name, module, sizeof module) || !ckpt_peft_is_target(cfg, module))
+        return mdl_lora_none();
+    const int64_t r = cfg->r, out = bs.shape[0], in = bs.shape[1];
+    const int64_t in_total = bs.tp == RT_TP_ROW ? in * tp_size : in;
+    const int64_t a_shape[2] = {r, in}, b_shape[2] = {out, r};
+    mdl_lora l;
+    lora_name(bs.name, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A], name, sizeof name);
+    /* PEFT: kaiming_uniform_(a = sqrt(5)), whose bound gain * sqrt(3 / fan_in) is 1 / sqrt(fan_in) */
+    l.a = rt_params_add(p, name, 2, a_shape, mdl_lora_a_rule(bs.tp), false, RT_INIT_UNIFORM,
+                        1.0f / sqrtf((float)in_total));
+    lora_name(bs.name, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_B], name, sizeof name);
+    l.b = rt_params_add(p, name, 2, b_shape, mdl_lora_b_rule(bs.tp), false, RT_INIT_ZEROS, 0.0f);
+    return l;
+}
+
+void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map) {
+    if (!cfg) return;
+    for (int i = 0; i < p->n; i++) {
+        rt_param_spec *s = &p->specs[i];
+        char module[2 * RT_PARAM_NAME_MAX];
+        const bool saved = lora_hf_module(map, s->name, module, sizeof module) && ckpt_peft_is_saved(cfg, module);
+        s->frozen = !mdl_lora_is_adapter(s->name) && !saved;
+    }
+}
+
+/* ---- forward and backward ---- */
+
+/* Linear k's input as the adapter sees it: x, or (dropout on) x dropped into the scratch; the
+ * mask drawn at the whole (N, in_total) matrix's indices from column in_offset. */
+static rt_x lora_input(const mdl_sublayers *s, int k, rt_x x, size_t N, int in, int in_total, int in_offset) {
+    const mdl_lora_run *L = &s->lora;
+    if (!(L->drop.p > 0)) return x;
+    rt_dropout_cols(s->be, rt_xf(L->x), x, N, in, in_total, in_offset, L->drop.p, L->drop.seed,
+                    L->drop.stream + (uint64_t)k);
+    return rt_xf(L->x);
+}
+
+/* t (N, r) = xd A^T: this rank's part (a row-parallel layer's sums over its columns only). */
+static void lora_t(const mdl_sublayers *s, mdl_lora l, rt_x xd, size_t N, int in) {
+    const int r = s->lora.r;
+    rt_gemm(s->be, false, true, (int)N, r, in, 1.0f, xd, in, 0, rt_xf(mdl_param(s->params, l.a)), in, 0, 0.0f,
+            rt_xf(s->lora.t), r, 0, 1);
+}
+
+/* out (N, out_f) += scale t B^T. */
+static void lora_up(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int out_f) {
+    const int r = s->lora.r;
+    rt_gemm(s->be, false, true, (int)N, out_f, r, s->lora.scale, rt_xf(s->lora.t), r, 0,
+            rt_xf(mdl_param(s->params, l.b)), r, 0, 1.0f, out, out_f, 0, 1);
+}
+
+/* dB += dout^T (scale t), then u (N, r) = scale dout B: the gradients through B from t. */
+static void lora_through_b(const mdl_sublayers *s, mdl_lora l, rt_x dout, size_t N, int out_f) {
+    const mdl_lora_run *L = &s->lora;
+    rt_scale(s->be, L->t, L->scale, N * (size_t)L->r);
+    rt_linear_wgrad(s->be, mdl_grad(s->params, l.b), NULL, dout, rt_xf(L->t), N, L->r, out_f);
+    rt_gemm(s->be, false, false, (int)N, L->r, out_f, L->scale, dout, out_f, 0, rt_xf(mdl_param(s->params, l.b)), L->r,
+            0, 0.0f, rt_xf(L->u), L->r, 0, 1);
+}
+
+void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in, int out_local) {
+    if (!mdl_lora_on(l)) return;
+    lora_t(s, l, lora_input(s, k, x, N, in, in, 0), N, in);
+    lora_up(s, l, out, N, out_local);
+}
+
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,
+                           int out_local) {
+    if (!mdl_lora_on(l)) return RT_OK;
+    const mdl_lora_run *L = &s->lora;
+    const bool dropped = L->drop.p > 0, one_rank = s->tp->size == 1;
+    const float *A = mdl_param(s->params, l.a);
+    float *dA = mdl_grad(s->params, l.a);
+    rt_x xd = lora_input(s, k, x, N, in, in, 0);
+    lora_t(s, l, xd, N, in);
+    lora_through_b(s, l, dout, N, out_local);
+    if (one_rank) rt_linear_wgrad(s->be, dA, NULL, rt_xf(L->u), xd, N, in, L->r); /* before the scratch is reused */
+    /* dX += drop'(u_r A), this rank's part: the caller's all-reduce of dX sums the ranks' */
+    if (dropped) {
+        rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 0.0f, rt_xf(L->x),
+                in, 0, 1);
+        rt_dropout_cols(s->be, rt_xf(L->x), rt_xf(L->x), N, in, in, 0, L->drop.p, L->drop.seed,
+                        L->drop.stream + (uint64_t)k);
+        rt_add(s->be, din, din, L->x, N * (size_t)in);
+    } else {
+        rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 1.0f, rt_xf(din),
+                in, 0, 1);
+    }
+    if (one_rank) return RT_OK;
+    /* u summed over the ranks, so that dA = u^T drop(x) is the same on every rank */
+    rt_status st = s->tp->ops->all_reduce(s->tp->ctx, L->u, N * (size_t)L->r, RT_REDUCE_SUM);
+    if (st != RT_OK) return st;
+    if (dropped) xd = lora_input(s, k, x, N, in, in, 0); /* the scratch held dX's part */
+    rt_linear_wgrad(s->be, dA, NULL, rt_xf(L->u), xd, N, in, L->r);
+    return RT_OK;
+}
+
+/* t = drop(x_r) A_r^T summed over the tp ranks; returns the dropped input. */
+static rt_status lora_row_t(const mdl_sublayers *s, mdl_lora l, int k, rt_x x, size_t N, int in_local, rt_x *xd) {
+    *xd = lora_input(s, k, x, N, in_local, in_local * s->tp->size, in_local * s->tp->rank);
+    lora_t(s, l, *xd, N, in_local);
+    if (s->tp->size > 1) return s->tp->ops->all_reduce(s->tp->ctx, s->lora.t, N * (size_t)s->lora.r, RT_REDUCE_SUM);
+    return RT_OK;
+}
+
+rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
+                           int out_f) {
+    if (!mdl_lora_on(l)) return RT_OK;
+    rt_x xd;
+    rt_status st = lora_row_t(s, l, k, x, N, in_local, &xd);
+    if (st != RT_OK) return st;
+    lora_up(s, l, rt_xf(out), N, out_f);
+    return RT_OK;
+}
+
+rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, rt_x dout, rt_x x, size_t N,
+                           int in_local, int out_f) {
+    if (!mdl_lora_on(l)) return RT_OK;
+    const mdl_lora_run *L = &s->lora;
+    const float *A = mdl_param(s->params, l.a);
+    rt_x xd;
+    rt_status st = lora_row_t(s, l, k, x, N, in_local, &xd);
+    if (st != RT_OK) return st;
+    lora_through_b(s, l, dout, N, out_f);
+    rt_linear_wgrad(s->be, mdl_grad(s->params, l.a), NULL, rt_xf(L->u), xd, N, in_local, L->r);
+    if (!dinp.p) return RT_OK;
+    /* dX_r = drop'(u A_r), written (the base's product adds to it) */
+    if (!(L->drop.p > 0)) {
+        rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0, 0.0f,
+                dinp, in_local, 0, 1);
+        return RT_OK;
+    }
+    rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0, 0.0f,
+            rt_xf(L->x), in_local, 0, 1);
+    rt_dropout_cols(s->be, dinp, rt_xf(L->x), N, in_local, in_local * s->tp->size, in_local * s->tp->rank, L->drop.p,
+                    L->drop.seed, L->drop.stream + (uint64_t)k);
+    return RT_OK;
+}

@@ -1,0 +1,65 @@
+/* LoRA (Hu et al., 2021) on the stack's linears, as HF PEFT computes it (issue 36):
+ *
+ *   y = x W^T + b + scale * (drop(x) A^T) B^T      A (r, in), B (out, r), scale alpha / r
+ *
+ * The base W and b are frozen (rt_param_spec.frozen: no gradient, no weight-gradient product);
+ * A and B are parameters of the slab like any other, named after the base weight as PEFT names
+ * them ("h.0.attn.c_attn.weight" -> "h.0.attn.c_attn.lora_A.weight"). The products through A and
+ * B are r wide, so the forward keeps nothing: the backward recomputes t = drop(x) A^T (the same
+ * dropout bits), an (N, r) product beside the base's (N, out).
+ *
+ * Tensor parallelism follows the base layer (models/parallel.h):
+ *   column-parallel (W split by output rows): A whole on every rank, B split as W's rows. Each
+ *     rank's u = scale dY_r B_r is partial; dX takes u_r A before the base's all-reduce of dX,
+ *     and u is all-reduced (N x r floats) before dA = u^T drop(x), so A's gradient is the same
+ *     on every rank, as a replicated parameter's must be.
+ *   row-parallel (W split by input columns): A split as W's columns, B whole. t = x_r A_r^T is
+ *     all-reduced (N x r floats) before B; the backward's dY is the same on every rank, so dB and
+ *     u are too, and dA_r = u^T drop(x_r), dX_r = drop'(u A_r) need no collective.
+ * Dropout draws at the whole (N, in) matrix's indices, so every tp size drops the same. */
+#ifndef MDL_LORA_H
+#define MDL_LORA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "checkpoints/ckpt_peft.h"
+#include "checkpoints/ckpt_map.h"
+#include "models/block.h"
+#include "runtime/rt_params.h"
+
+/* The A and B tp rules of an adapter on a base weight split by `base` (RT_TP_COL, RT_TP_QKV:
+ * column-parallel; RT_TP_ROW: row-parallel; RT_TP_NONE: neither). */
+rt_tp_rule mdl_lora_a_rule(rt_tp_rule base);
+rt_tp_rule mdl_lora_b_rule(rt_tp_rule base);
+
+/* Declares the adapter of base weight `base` (a 2-D [out, in] parameter) when its HF module
+ * (map's export name without ".weight", e.g. "transformer.h.0.attn.c_attn") is one of cfg's
+ * targets: A (r, in) Kaiming-uniform as PEFT's (bound 1/sqrt(in), in the whole layer's width), B
+ * (out, r) zero, named MODULE.lora_A.weight and MODULE.lora_B.weight after our base name.
+ * mdl_lora_none() when it is not a target, or cfg is NULL. */
+mdl_lora mdl_lora_declare(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, int tp_size);
+
+/* Freezes every parameter but the adapters and the modules_to_save (matched on their HF module,
+ * as PEFT matches them: e.g. "score" keeps score.weight trainable). Call after declaring, before
+ * the layout; nothing happens when cfg is NULL. */
+void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map);
+
+/* Whether parameter name is an adapter's (".lora_A.weight" or ".lora_B.weight"). */
+bool mdl_lora_is_adapter(const char *name);
+
+/* Column-parallel: out (N, out_local) += scale drop(x) A^T B^T; x (N, in), in on every rank. */
+void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in, int out_local);
+/* Its backward: accumulates dA and dB and adds dL/dx into din (N, in), this rank's partial sum
+ * (the caller all-reduces din as the base's). */
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,
+                           int out_local);
+/* Row-parallel: out (N, out_f) += scale drop(x_r) A_r^T (all-reduced) B^T; x_r (N, in_local). */
+rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
+                           int out_f);
+/* Its backward: accumulates dA_r and dB and writes dinp = dL/dx_r (N, in_local), which the base
+ * then adds to (mdl_row_linear_bwd's accumulate). */
+rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, rt_x dout, rt_x x, size_t N,
+                           int in_local, int out_f);
+
+#endif

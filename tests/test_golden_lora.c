@@ -1,0 +1,313 @@
+/* LoRA against HF PEFT (issue 36): the tiny GPT-2 classifier of tests/golden/gpt2-tiny-cls as the
+ * base, with the PEFT folder tests/golden/gpt2-tiny-lora/adapter (r 4, alpha 8, c_attn, c_proj and
+ * c_fc, SEQ_CLS so score is saved whole; random A and B) loaded over it, must give PEFT's logits,
+ * loss, the gradient of every adapter and of score, each one after one AdamW step, and the losses
+ * and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py, versions in the
+ * file's metadata). Tolerances are test_golden_gpt2's (DESIGN.md's fp32 ones).
+ *
+ * Also: only the adapters and score train (train_numel, no gradient for the base, whose weights
+ * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); and the folder
+ * --save-lora writes loads back to the same logits bit for bit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_peft.h"
+#include "checkpoints/ckpt_peft_weights.h"
+#include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_weights.h"
+#include "models/gpt2.h"
+#include "models/lora.h"
+#include "runtime/rt_fs.h"
+#include "runtime/rt_optim.h"
+#include "tests/testutil.h"
+
+#define FWD_ATOL 1e-5f
+#define FWD_RTOL 1e-4f
+#define GRAD_ATOL 1e-4f
+#define GRAD_RTOL 1e-3f
+
+enum { B = 3, T = 16, NL = 2, N_ADAPTED = 2 * 4 }; /* 2 blocks x (c_attn, attn.c_proj, c_fc, mlp.c_proj) */
+
+static const char *base_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-cls"); }
+static const char *lora_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-lora"); }
+
+/* The base model with the adapters of `adapter` (a PEFT folder, or NULL: our own init). */
+static gpt2_model *load_lora(rt_backend *be, const ckpt_peft_config *peft, const char *adapter) {
+    char path[4096];
+    gpt2_config cfg;
+    gpt2_model *m = NULL;
+    ckpt_load_report rep;
+    snprintf(path, sizeof path, "%s/config.json", base_dir());
+    TZ_EXPECT_OK(gpt2_config_load(path, &cfg));
+    cfg.lora = peft;
+    TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
+    if (!m) return NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", base_dir());
+    TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
+    /* the base file has every parameter but the adapters */
+    TZ_EXPECT(rep.missing == 2 * N_ADAPTED && rep.unused == 0, "loaded %d, missing %d (%s), unused %d", rep.loaded,
+              rep.missing, rep.first_missing, rep.unused);
+    if (adapter) TZ_EXPECT_OK(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1));
+    return m;
+}
+
+typedef struct {
+    int32_t ids[B * T], mask[B * T], labels[B], lengths[B], index[B];
+    rt_batch batch;
+} cls_batch;
+
+static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
+    memset(cb, 0, sizeof *cb);
+    const char *names[3] = {"input_ids", "attention_mask", "labels"};
+    int32_t *dst[3] = {cb->ids, cb->mask, cb->labels};
+    const size_t n[3] = {B * T, B * T, B};
+    for (int k = 0; k < 3; k++) {
+        ckpt_st_tensor t;
+        TZ_EXPECT_OK(ckpt_safetensors_find(g, names[k], &t));
+        TZ_EXPECT(t.dtype == RT_I32 && t.numel == n[k], "%s: not %zu int32s", names[k], n[k]);
+        if (t.dtype == RT_I32 && t.numel == n[k]) memcpy(dst[k], t.data, n[k] * sizeof(int32_t));
+    }
+    for (int b = 0; b < B; b++) {
+        cb->index[b] = b;
+        for (int t = 0; t < T; t++) cb->lengths[b] += cb->mask[b * T + t];
+    }
+    cb->batch = (rt_batch){.B = B, .T = T, .input_ids = cb->ids, .attention_mask = cb->mask, .lengths = cb->lengths,
+                           .labels = cb->labels, .example_index = cb->index, .n_targets = B};
+}
+
+/* Every trainable parameter (grads or values) against the golden tensors `prefix`.NAME, NAME the
+ * adapter file's; values after an AdamW step are checked with the step's gradient. */
+static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads) {
+    int checked = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        if (s->frozen) continue;
+        char peft[256], name[320], gname[320];
+        TZ_EXPECT(ckpt_peft_param_name(&ckpt_map_gpt2, s->name, peft, sizeof peft), "%s: no PEFT name", s->name);
+        snprintf(name, sizeof name, "%s.%s", prefix, peft);
+        snprintf(gname, sizeof gname, "grad.%s", peft);
+        float *ref = rt_xmalloc(s->numel * sizeof(float)), *got = rt_xmalloc(s->numel * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, name, ref, s->numel));
+        memcpy(got, (grads ? p->grad : p->param) + s->offset, s->numel * sizeof(float));
+        if (grads) {
+            tz_check_close(name, got, ref, s->numel, GRAD_ATOL, GRAD_RTOL);
+        } else {
+            float *gr = rt_xmalloc(s->numel * sizeof(float));
+            TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, gname, gr, s->numel));
+            tz_check_after_adamw(name, got, ref, gr, s->numel, FWD_ATOL, FWD_RTOL);
+            free(gr);
+        }
+        free(ref), free(got);
+        checked++;
+    }
+    TZ_EXPECT(checked == 2 * N_ADAPTED + 1, "%d trainable tensors compared, expected %d", checked, 2 * N_ADAPTED + 1);
+}
+
+/* Only the adapters and score train: their floats are the gradient slab, and every other
+ * parameter is frozen, without a gradient. */
+static void check_frozen(rt_params *p) {
+    size_t trainable = 0;
+    int adapters = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        const bool adapter = mdl_lora_is_adapter(s->name), head = strcmp(s->name, "score.weight") == 0;
+        TZ_EXPECT(s->frozen == !(adapter || head), "%s: frozen %d", s->name, s->frozen);
+        TZ_EXPECT(s->frozen == (rt_params_grad(p, i) == NULL), "%s: a gradient iff trainable", s->name);
+        if (!s->frozen) trainable += s->numel;
+        adapters += adapter;
+    }
+    TZ_EXPECT(adapters == 2 * N_ADAPTED, "%d adapter tensors, expected %d", adapters, 2 * N_ADAPTED);
+    /* each parameter is 16-float aligned in the slab */
+    TZ_EXPECT(p->train_numel >= trainable && p->train_numel < trainable + 16 * (size_t)(2 * N_ADAPTED + 1),
+              "train_numel %zu for %zu trainable floats", p->train_numel, trainable);
+    TZ_EXPECT(p->train_numel * 10 < p->numel, "train_numel %zu of %zu", p->train_numel, p->numel);
+}
+
+static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
+    char path[4096], adapter[4096];
+    ckpt_st_file *g = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
+    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    gpt2_model *m = g ? load_lora(be, peft, adapter) : NULL;
+    if (!m) {
+        ckpt_safetensors_close(g);
+        return;
+    }
+    cls_batch cb;
+    load_batch(g, &cb);
+    rt_params *p = gpt2_model_params(m);
+    check_frozen(p);
+    float *base_before = rt_xmalloc(p->numel * sizeof(float));
+    memcpy(base_before, p->param, p->numel * sizeof(float));
+
+    /* forward, loss, gradients */
+    mdl_pass pass = {.seed = 1, .training = true};
+    float logits[B * NL], ref_logits[B * NL], ref_loss;
+    double loss_sum = 0;
+    rt_params_zero_grad(p);
+    TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+    tz_check_close("logits", logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
+    float loss = (float)(loss_sum / B);
+    tz_check_close("loss", &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    compare_trainable(g, "grad", p, true);
+
+    /* one AdamW step, no clipping (gen_gpt2_golden's hyperparameters) */
+    rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
+    compare_trainable(g, "after_step", p, false);
+    /* the frozen base did not move */
+    int moved = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->specs[i].frozen)
+            moved += memcmp(base_before + p->specs[i].offset, p->param + p->specs[i].offset,
+                            p->specs[i].numel * sizeof(float)) != 0;
+    TZ_EXPECT(moved == 0, "%d frozen parameters changed in the AdamW step", moved);
+    gpt2_model_free(m);
+
+    /* five clipped steps from the initial adapters */
+    m = load_lora(be, peft, adapter);
+    if (m) {
+        p = gpt2_model_params(m);
+        float losses[5], norms[5], ref_losses[5], ref_norms[5];
+        for (int s = 0; s < 5; s++) {
+            rt_params_zero_grad(p);
+            pass.step = s;
+            TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, NULL));
+            losses[s] = (float)(loss_sum / B);
+            const double norm = rt_grad_norm(p);
+            norms[s] = (float)norm;
+            TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        }
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, 5));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gradnorm5", ref_norms, 5));
+        tz_check_close("losses5", losses, ref_losses, 5, FWD_ATOL, FWD_RTOL);
+        tz_check_close("gradnorm5", norms, ref_norms, 5, GRAD_ATOL, GRAD_RTOL);
+        gpt2_model_free(m);
+    }
+    free(base_before);
+    ckpt_safetensors_close(g);
+}
+
+/* Logits of the golden batch, forward only. */
+static void eval_logits(gpt2_model *m, const cls_batch *cb, float *logits) {
+    const mdl_pass pass = {.seed = 1};
+    double loss_sum = 0;
+    TZ_EXPECT_OK(gpt2_cls_step(m, &cb->batch, &pass, 0.0f, &loss_sum, logits));
+}
+
+/* A folder written here (config and tensors) loads back to the same model, bit for bit; a folder
+ * of another rank is refused, naming the tensor. */
+static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
+    char path[4096], adapter[4096];
+    ckpt_st_file *g = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
+    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    if (!g) return;
+    cls_batch cb;
+    load_batch(g, &cb);
+    ckpt_safetensors_close(g);
+    gpt2_model *m = load_lora(be, peft, adapter);
+    if (!m) return;
+    /* move the adapters off their loaded values, so the round trip carries trained ones */
+    rt_params *p = gpt2_model_params(m);
+    mdl_pass pass = {.seed = 1, .training = true};
+    double loss_sum;
+    rt_params_zero_grad(p);
+    TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, NULL));
+    rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
+    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
+    float before[B * NL], after[B * NL];
+    eval_logits(m, &cb, before);
+
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/lora", tz_tmpdir());
+    TZ_EXPECT_OK(rt_make_dirs(dir, "the adapter folder"));
+    TZ_EXPECT_OK(ckpt_peft_config_write(dir, peft));
+    TZ_EXPECT_OK(ckpt_peft_save_weights(dir, &ckpt_map_gpt2, p, rt_comm_self()));
+    gpt2_model_free(m);
+
+    ckpt_peft_config back;
+    TZ_EXPECT_OK(ckpt_peft_config_read(dir, &back));
+    m = load_lora(be, &back, dir);
+    if (m) {
+        eval_logits(m, &cb, after);
+        tz_check_close("logits after the folder's round trip", after, before, B * NL, 0.0f, 0.0f);
+        gpt2_model_free(m);
+    }
+
+    /* r 8 adapters do not load into an r 4 model */
+    ckpt_peft_config r8;
+    ckpt_peft_config_copy(&r8, peft);
+    r8.r = 8;
+    m = load_lora(be, &r8, NULL);
+    if (m) {
+        rt_status st = ckpt_peft_load_weights(dir, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1);
+        TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "lora_A.weight' has shape [4, 64], expected [8, 64]"),
+                  "another rank's adapter: status %d, %s", st, rt_error_message());
+        gpt2_model_free(m);
+    }
+    ckpt_peft_config_free(&r8);
+    ckpt_peft_config_free(&back);
+}
+
+/* Our own initialisation, as PEFT's: A uniform within +-1/sqrt(in), spread over the range (PEFT's
+ * own draw of the same model has its largest |A| near the bound too), and B zero, so the model
+ * starts as the base. */
+static void test_init(rt_backend *be, const ckpt_peft_config *peft) {
+    gpt2_model *m = load_lora(be, peft, NULL);
+    if (!m) return;
+    rt_params *p = gpt2_model_params(m);
+    char path[4096];
+    ckpt_st_file *ref = NULL;
+    snprintf(path, sizeof path, "%s/peft_default_init.safetensors", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
+    int checked = 0;
+    for (int i = 0; ref && i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        if (!mdl_lora_is_adapter(s->name)) continue;
+        const float *v = p->param + s->offset;
+        const bool is_a = strstr(s->name, ".lora_A.") != NULL;
+        double max_ours = 0, max_peft = 0;
+        for (size_t j = 0; j < s->numel; j++) max_ours = fmax(max_ours, fabs(v[j]));
+        char peft_name[256];
+        TZ_EXPECT(ckpt_peft_param_name(&ckpt_map_gpt2, s->name, peft_name, sizeof peft_name), "%s", s->name);
+        float *pv = rt_xmalloc(s->numel * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(ref, peft_name, pv, s->numel));
+        for (size_t j = 0; j < s->numel; j++) max_peft = fmax(max_peft, fabs(pv[j]));
+        free(pv);
+        if (is_a) {
+            const double bound = 1.0 / sqrt((double)s->shape[1]);
+            TZ_EXPECT(max_ours <= bound && max_ours > 0.9 * bound && max_peft <= bound && max_peft > 0.9 * bound,
+                      "%s: max |A| %g (PEFT's %g), bound %g", s->name, max_ours, max_peft, bound);
+        } else {
+            TZ_EXPECT(max_ours == 0 && max_peft == 0, "%s: B not zero (%g, PEFT's %g)", s->name, max_ours, max_peft);
+        }
+        checked++;
+    }
+    TZ_EXPECT(checked == 2 * N_ADAPTED, "%d adapters checked", checked);
+    ckpt_safetensors_close(ref);
+    gpt2_model_free(m);
+}
+
+int main(void) {
+    rt_backend *be = NULL;
+    TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
+    char path[4096];
+    ckpt_peft_config peft;
+    snprintf(path, sizeof path, "%s/adapter", lora_dir());
+    TZ_EXPECT_OK(ckpt_peft_config_read(path, &peft));
+    if (!be) return tz_test_result("test_golden_lora");
+    test_against_peft(be, &peft);
+    test_save_round_trip(be, &peft);
+    test_init(be, &peft);
+    ckpt_peft_config_free(&peft);
+    rt_backend_free(be);
+    return tz_test_result("test_golden_lora");
+}
