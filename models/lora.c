@@ -69,6 +69,26 @@ void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
     }
 }
 
+rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
+                                 const char *family, const char *hint) {
+    for (int t = 0; t < cfg->n_targets; t++) {
+        const ckpt_peft_config one = {.n_targets = 1, .targets = cfg->targets + t};
+        bool found = false;
+        for (int i = 0; i < p->n && !found; i++) {
+            const char *name = p->specs[i].name, *suffix = ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A];
+            const size_t n = strlen(name), k = strlen(suffix);
+            if (n <= k || strcmp(name + n - k, suffix) != 0) continue;
+            char base[RT_PARAM_NAME_MAX + 8], module[2 * RT_PARAM_NAME_MAX];
+            snprintf(base, sizeof base, "%.*s.weight", (int)(n - k), name);
+            found = lora_hf_module(map, base, module, sizeof module) && ckpt_peft_is_target(&one, module);
+        }
+        if (!found)
+            return rt_errorf(RT_ERR_USAGE, "LoRA target '%s' matches no linear of this %s that takes an adapter (its "
+                             "modules: %s)", cfg->targets[t], family, hint);
+    }
+    return RT_OK;
+}
+
 /* ---- forward and backward ---- */
 
 /* Linear k's input as the adapter sees it: x, or (dropout on) x dropped into the scratch; the

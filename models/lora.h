@@ -45,6 +45,12 @@ mdl_lora mdl_lora_declare(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
  * the layout; nothing happens when cfg is NULL. */
 void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map);
 
+/* RT_ERR_USAGE naming the first of cfg's targets for which no adapter was declared in p (PEFT's
+ * "Target modules ... not found in the base model"): family names the model, hint the modules
+ * that take adapters there ("c_attn, c_proj, c_fc"). */
+rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
+                                 const char *family, const char *hint);
+
 /* Whether parameter name is an adapter's (".lora_A.weight" or ".lora_B.weight"). */
 bool mdl_lora_is_adapter(const char *name);
 

@@ -6,8 +6,14 @@
  * file's metadata). Tolerances are test_golden_gpt2's (DESIGN.md's fp32 ones).
  *
  * Also: only the adapters and score train (train_numel, no gradient for the base, whose weights
- * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); and the folder
- * --save-lora writes loads back to the same logits bit for bit. */
+ * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); the folder
+ * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits.
+ *
+ * Tensor parallelism (models/lora.h's rule): at tp = 2 and 4 over the threads communicator, each
+ * rank loading its shards of the base and of the adapters, the logits, the loss and every
+ * trainable gradient (gathered to full tensors) are PEFT's; with LoRA dropout 0.2 on, tp = 2 and
+ * 4 give tp = 1's losses over three AdamW steps (the masks drawn at the whole matrix's indices,
+ * the row-parallel adapters' t and the column-parallel ones' u summed over the ranks). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +23,7 @@
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
+#include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
 #include "models/gpt2.h"
 #include "models/lora.h"
@@ -33,6 +40,32 @@ enum { B = 3, T = 16, NL = 2, N_ADAPTED = 2 * 4 }; /* 2 blocks x (c_attn, attn.c
 
 static const char *base_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-cls"); }
 static const char *lora_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-lora"); }
+
+/* The base model with the adapters of `adapter` (a PEFT folder, or NULL: our own init), this
+ * rank's shards over tp; a status and no checks, so rank threads can call it. */
+static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_config *peft, const char *adapter,
+                              gpt2_model **out) {
+    rt_status st = RT_OK;
+    char path[4096];
+    gpt2_config cfg;
+    ckpt_load_report rep;
+    *out = NULL;
+    snprintf(path, sizeof path, "%s/config.json", base_dir());
+    RT_TRY(gpt2_config_load(path, &cfg));
+    cfg.lora = peft;
+    RT_TRY(gpt2_model_init(&cfg, be, tp, B, T, 7, out));
+    snprintf(path, sizeof path, "%s/model.safetensors", base_dir());
+    RT_TRY(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head, tp->rank, tp->size,
+                        NULL, &rep));
+    if (rep.missing != 2 * N_ADAPTED || rep.unused != 0)
+        RT_FAIL(RT_ERR_FORMAT, "base: missing %d (%s), unused %d", rep.missing, rep.first_missing, rep.unused);
+    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size));
+    return RT_OK;
+fail:
+    gpt2_model_free(*out);
+    *out = NULL;
+    return st;
+}
 
 /* The base model with the adapters of `adapter` (a PEFT folder, or NULL: our own init). */
 static gpt2_model *load_lora(rt_backend *be, const ckpt_peft_config *peft, const char *adapter) {
@@ -226,8 +259,11 @@ static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
     float before[B * NL], after[B * NL];
     eval_logits(m, &cb, before);
 
+    /* TZ_LORA_EXPORT=DIR keeps the folder: how tests/golden/gpt2-tiny-lora/from-tunezoo was made */
+    const char *keep = getenv("TZ_LORA_EXPORT");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/lora", tz_tmpdir());
+    snprintf(dir, sizeof dir, "%s", keep && *keep ? keep : "");
+    if (!dir[0]) snprintf(dir, sizeof dir, "%s/lora", tz_tmpdir());
     TZ_EXPECT_OK(rt_make_dirs(dir, "the adapter folder"));
     TZ_EXPECT_OK(ckpt_peft_config_write(dir, peft));
     TZ_EXPECT_OK(ckpt_peft_save_weights(dir, &ckpt_map_gpt2, p, rt_comm_self()));
@@ -296,6 +332,175 @@ static void test_init(rt_backend *be, const ckpt_peft_config *peft) {
     gpt2_model_free(m);
 }
 
+/* A folder written here (by the round trip above, with TZ_LORA_EXPORT) loads in PEFT
+ * (scripts/golden/gen_lora_golden.py --from-tunezoo) to the logits it gives here. */
+static void test_loads_in_peft(rt_backend *be) {
+    char path[4096], folder[4096];
+    ckpt_st_file *g = NULL, *ref = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    snprintf(path, sizeof path, "%s/from_tunezoo.safetensors", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
+    snprintf(folder, sizeof folder, "%s/from-tunezoo", lora_dir());
+    ckpt_peft_config cfg;
+    TZ_EXPECT_OK(ckpt_peft_config_read(folder, &cfg));
+    gpt2_model *m = g && ref ? load_lora(be, &cfg, folder) : NULL;
+    if (m) {
+        cls_batch cb;
+        load_batch(g, &cb);
+        float logits[B * NL], peft_logits[B * NL];
+        eval_logits(m, &cb, logits);
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(ref, "logits", peft_logits, B * NL));
+        tz_check_close("logits of the folder written here, in PEFT", logits, peft_logits, B * NL, FWD_ATOL, FWD_RTOL);
+        gpt2_model_free(m);
+    }
+    ckpt_peft_config_free(&cfg);
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(ref);
+}
+
+/* ---- tensor parallelism ---- */
+
+enum { N_TRAIN = 2 * N_ADAPTED + 1, DROP_STEPS = 3 };
+
+typedef struct {
+    const ckpt_peft_config *peft;
+    const cls_batch *cb;
+    bool dropout_run;           /* false: one step's gradients; true: DROP_STEPS AdamW steps' losses */
+    /* rank 0's results */
+    float logits[B * NL], loss, losses[DROP_STEPS];
+    char names[N_TRAIN][RT_PARAM_NAME_MAX];
+    float *grads[N_TRAIN];      /* full tensors */
+    size_t numel[N_TRAIN];
+    int n;
+} tp_arg;
+
+/* Gathers each trainable gradient's shards into a full tensor on rank 0. */
+static rt_status gather_trainable(rt_backend *be, rt_comm *tp, const rt_params *p, tp_arg *a) {
+    rt_status st = RT_OK;
+    ckpt_tp_scratch scr = {0};
+    a->n = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        if (s->frozen) continue;
+        if (a->n == N_TRAIN) RT_FAIL(RT_ERR_CONFIG, "more than %d trainable tensors", N_TRAIN);
+        ckpt_tp_desc d;
+        ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, &d);
+        a->numel[a->n] = ckpt_tp_full_numel(&d);
+        a->grads[a->n] = tp->rank == 0 ? rt_xmalloc(a->numel[a->n] * sizeof(float)) : NULL;
+        snprintf(a->names[a->n], sizeof a->names[a->n], "%s", s->name);
+        st = ckpt_tp_gather_param(be, tp, &d, rt_params_grad(p, i), s->numel, &scr, a->grads[a->n]);
+        a->n++;
+        if (st != RT_OK) goto fail;
+    }
+fail:
+    ckpt_tp_scratch_free(be, &scr);
+    return st;
+}
+
+static rt_status lora_rank(rt_comm *tp, void *arg) {
+    tp_arg *a = arg;
+    rt_status st = RT_OK;
+    rt_backend *be = NULL;
+    gpt2_model *m = NULL;
+    char adapter[4096];
+    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
+    RT_TRY(rt_backend_init("cpu", 1, &be));
+    RT_TRY(load_lora_tp(be, tp, a->peft, adapter, &m));
+    rt_params *p = gpt2_model_params(m);
+    mdl_pass pass = {.seed = 11, .training = true};
+    double loss_sum = 0;
+    if (!a->dropout_run) {
+        rt_params_zero_grad(p);
+        RT_TRY(gpt2_cls_step(m, &a->cb->batch, &pass, 1.0f / B, &loss_sum, a->logits));
+        a->loss = (float)(loss_sum / B);
+        RT_TRY(gather_trainable(be, tp, p, a));
+    } else {
+        const rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+        for (int s = 0; s < DROP_STEPS; s++) {
+            rt_params_zero_grad(p);
+            pass.step = s;
+            RT_TRY(gpt2_cls_step(m, &a->cb->batch, &pass, 1.0f / B, &loss_sum, NULL));
+            a->losses[s] = (float)(loss_sum / B);
+            RT_TRY(rt_adamw_step(p, &hp, 1.0f, s + 1));
+        }
+    }
+fail:
+    gpt2_model_free(m);
+    rt_backend_free(be);
+    return st;
+}
+
+static void tp_free(tp_arg *args, int n) {
+    for (int r = 0; r < n; r++)
+        for (int k = 0; k < args[r].n; k++) free(args[r].grads[k]);
+}
+
+/* Logits, loss and gathered gradients at tp ranks against PEFT's. */
+static void test_tp_against_peft(const ckpt_peft_config *peft, const cls_batch *cb, const ckpt_st_file *g, int tp) {
+    tp_arg args[4];
+    for (int r = 0; r < tp; r++) args[r] = (tp_arg){.peft = peft, .cb = cb};
+    TZ_EXPECT_OK(tz_run_ranks(tp, 120, lora_rank, args, sizeof args[0]));
+    char what[64];
+    float ref_logits[B * NL], ref_loss;
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+    snprintf(what, sizeof what, "tp %d logits", tp);
+    tz_check_close(what, args[0].logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
+    snprintf(what, sizeof what, "tp %d loss", tp);
+    tz_check_close(what, &args[0].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    TZ_EXPECT(args[0].n == N_TRAIN, "tp %d: %d trainable tensors gathered", tp, args[0].n);
+    for (int k = 0; k < args[0].n; k++) {
+        char peft_name[256], name[320];
+        TZ_EXPECT(ckpt_peft_param_name(&ckpt_map_gpt2, args[0].names[k], peft_name, sizeof peft_name), "%s",
+                  args[0].names[k]);
+        snprintf(name, sizeof name, "grad.%s", peft_name);
+        float *ref = rt_xmalloc(args[0].numel[k] * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, name, ref, args[0].numel[k]));
+        char label[400];
+        snprintf(label, sizeof label, "tp %d %s", tp, name);
+        tz_check_close(label, args[0].grads[k], ref, args[0].numel[k], GRAD_ATOL, GRAD_RTOL);
+        free(ref);
+    }
+    tp_free(args, tp);
+}
+
+static void test_tp(const ckpt_peft_config *peft) {
+    char path[4096];
+    ckpt_st_file *g = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    if (!g) return;
+    cls_batch cb;
+    load_batch(g, &cb);
+    test_tp_against_peft(peft, &cb, g, 2);
+    test_tp_against_peft(peft, &cb, g, 4);
+    float loss_without;
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &loss_without, 1));
+    ckpt_safetensors_close(g);
+
+    /* LoRA dropout: every tp size drops the same elements */
+    ckpt_peft_config dropped;
+    ckpt_peft_config_copy(&dropped, peft);
+    dropped.dropout = 0.2;
+    float ref[DROP_STEPS];
+    for (int tp = 1; tp <= 4; tp *= 2) {
+        tp_arg args[4];
+        for (int r = 0; r < tp; r++) args[r] = (tp_arg){.peft = &dropped, .cb = &cb, .dropout_run = true};
+        TZ_EXPECT_OK(tz_run_ranks(tp, 120, lora_rank, args, sizeof args[0]));
+        if (tp == 1) { /* the first step's loss is the golden one's, but for the dropout */
+            memcpy(ref, args[0].losses, sizeof ref);
+            TZ_EXPECT(fabsf(ref[0] - loss_without) > 1e-3f, "LoRA dropout changed nothing: loss %g, %g without",
+                      ref[0], loss_without);
+            continue;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "LoRA dropout losses at tp %d", tp);
+        tz_check_close(what, args[0].losses, ref, DROP_STEPS, FWD_ATOL, FWD_RTOL);
+    }
+    ckpt_peft_config_free(&dropped);
+}
+
 int main(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
@@ -307,6 +512,8 @@ int main(void) {
     test_against_peft(be, &peft);
     test_save_round_trip(be, &peft);
     test_init(be, &peft);
+    test_loads_in_peft(be);
+    test_tp(&peft);
     ckpt_peft_config_free(&peft);
     rt_backend_free(be);
     return tz_test_result("test_golden_lora");

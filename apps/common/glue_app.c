@@ -21,8 +21,10 @@
 #include "apps/common/glue_app.h"
 #include "apps/common/glue_files.h"
 #include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 #include "metrics/metric_glue.h"
 #include "models/hf_config.h"
+#include "models/lora.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -88,7 +90,7 @@ static const rt_opt gc_own_options[] = {
      NULL /* the family's class: glue_app_main */, NULL, 0, 0},
 };
 #define GC_N_OWN ((int)(sizeof gc_own_options / sizeof gc_own_options[0]))
-static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
+static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
 static rt_args_spec gc_spec = {
     .prog = "glue",
@@ -607,6 +609,42 @@ fail:
 
 /* ---- main ---- */
 
+/* ---- LoRA ---- */
+
+/* The run's LoRA settings (*on false: full fine-tuning), and the options that cannot go with them. */
+static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
+    memset(lora, 0, sizeof *lora);
+    *on = false;
+    if (!F->lora_map) return RT_OK; /* the family has no --lora options */
+    /* PEFT's SEQ_CLS keeps the heads it knows by these names trainable */
+    const train_app_lora_family fam = {.default_targets = F->lora_default_targets, .task_type = "SEQ_CLS",
+                                       .modules_to_save = "classifier,score", .base_model = O.model,
+                                       .fan_in_fan_out = F->lora_fan_in_fan_out};
+    rt_status st = train_app_lora_config(&O.t, &gc_spec, &fam, lora, on);
+    if (st != RT_OK) return st;
+    if (O.t.save_lora && !*on) return rt_errorf(RT_ERR_USAGE, "--save-lora needs --lora-r (or --lora-from)");
+    if (!*on) return RT_OK;
+    if (O.save_hf)
+        return rt_errorf(RT_ERR_USAGE, "--save-hf with LoRA would write the merged model, which is not built yet: "
+                         "--save-lora DIR writes the adapters, which PEFT loads over the base model");
+    if (O.t.zero > 0)
+        return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
+                         "the adapters' AdamW state is small without it");
+    return RT_OK;
+}
+
+/* After the model is built and its base loaded: the targets all matched, --lora-from's tensors,
+ * and the log line with what trains. */
+static rt_status gc_lora_ready(const ckpt_peft_config *lora, rt_params *p, const rt_grid *grid) {
+    rt_status st = mdl_lora_check_targets(p, lora, F->lora_map, F->family, F->lora_modules);
+    if (st == RT_OK) st = train_app_lora_load(&O.t, F->lora_map, p, grid->tp);
+    if (st == RT_OK)
+        rt_log_info("LoRA: %zu of %zu parameters train (%.2f%%)%s; the rest are frozen", p->train_numel, p->numel,
+                    100.0 * (double)p->train_numel / (double)(p->numel ? p->numel : 1),
+                    train_app_params_scope(grid->tp, grid->pp));
+    return st;
+}
+
 static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) {
     rt_status st = RT_OK;
     const char *pos[1];
@@ -625,6 +663,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     glue_files_opts files_opts;
     char **model_names = NULL; /* the model's id2label, when it names its classes */
     int n_model_names = 0;
+    ckpt_peft_config lora = {0};
+    bool lora_on = false;
 
     /* what the model, the loop and evaluation use: the grid's comms, or with --comm-stats
      * counting views of them (comm_count keeps the owned ones) */
@@ -634,6 +674,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     RT_TRY(gc_files_options(&files_opts));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
+    RT_TRY(gc_lora_config(&lora, &lora_on));
     const bool user_files = O.train_file != NULL;
     const data_glue_task *task = user_files ? NULL : data_glue_task_find(O.dataset);
     RT_CHECK(user_files || task != NULL, "dataset %s passed the choice check", O.dataset);
@@ -666,7 +707,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                           .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
                           .max_B = (int)O.t.batch_size, .max_T = max_T,
                           .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t),
-                          .pp_recompute = O.t.pp_recompute};
+                          .pp_recompute = O.t.pp_recompute, .lora = lora_on ? &lora : NULL};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);
@@ -677,6 +718,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     } else {
         rt_log_info("weights: %s", source.what);
     }
+    if (lora_on) RT_TRY(gc_lora_ready(&lora, params, grid));
     rt_log_info("model: %s, %zu parameters%s; tokenizer %s; device %s", gm.desc, params->numel,
                 train_app_params_scope(grid->tp, grid->pp), source.files.tokenizer, device);
 
@@ -756,6 +798,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
                           user_files && files.task.type == DATA_TASK_MULTI_LABEL));
     }
+    if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, F->lora_map, params));
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);
@@ -770,6 +813,7 @@ fail:
     glue_files_free(&files);
     for (int k = 0; k < n_model_names; k++) free(model_names[k]);
     free(model_names);
+    ckpt_peft_config_free(&lora);
     return st;
 }
 
@@ -786,6 +830,7 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     gc_spec.n_opts = GC_N_OWN;
     train_app_add_options(&O.t, &defaults, &gc_spec, gc_options);
     train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);
+    if (family->lora_map) train_app_add_lora_options(&O.t, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
     return train_app_main(argc, argv, family->prog, gc_run);

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_peft.h"
 #include "models/classifier.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -26,6 +28,7 @@ typedef struct {
     uint64_t seed;
     int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
     bool pp_recompute;         /* a pipeline stage recomputes instead of keeping activations */
+    const ckpt_peft_config *lora; /* LoRA adapters (models/lora.h), or NULL: full fine-tuning */
 } glue_model_args;
 
 typedef struct {
@@ -47,6 +50,12 @@ typedef struct {
     rt_status (*create)(const glue_model_args *a, glue_model *out);
     /* Loads HF weights, keeping this tp rank's shard; writes a one-line report. */
     rt_status (*load_hf)(glue_model *m, const char *weights_path, char *report, size_t size);
+    /* LoRA (apps/common/train_lora.h): the family's map (NULL: no LoRA for this family yet, and
+     * no --lora options), PEFT's default targets, the modules that take adapters (for messages),
+     * and whether HF's weights are [in, out]. */
+    const ckpt_map *lora_map;
+    const char *lora_default_targets, *lora_modules;
+    bool lora_fan_in_fan_out;
 } glue_app_model;
 
 /* Runs the program: returns the process exit status. */

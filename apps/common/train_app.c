@@ -512,6 +512,11 @@ int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *op
 }
 
 rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf_write write, void *ctx) {
+    return train_app_export_dir(dir, "--save-hf", "HF model folder", grid, write, ctx);
+}
+
+rt_status train_app_export_dir(const char *dir, const char *option, const char *kind, const rt_grid *grid,
+                               train_app_hf_write write, void *ctx) {
     rt_status st = RT_OK;
     const bool writer = grid->world->rank == 0;
     char final_dir[4096], parent[4096];
@@ -523,7 +528,7 @@ rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf
         snprintf(parent, sizeof parent, "%s", final_dir);
         char *slash = strrchr(parent, '/');
         if (slash && slash != parent) *slash = '\0';
-        if (slash) st = rt_make_dirs(parent, "--save-hf");
+        if (slash) st = rt_make_dirs(parent, option);
         if (st == RT_OK) st = ckpt_atomic_partial_dir(final_dir, &partial);
     }
     /* every rank learns whether the first could start, before the collective write */
@@ -532,10 +537,11 @@ rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf
     if (agreed != RT_OK) st = agreed;
     if (st == RT_OK && failed > 0) st = rt_errorf(RT_ERR_IO, "%s: the first rank could not start the export", dir);
     if (st == RT_OK && (st = write(ctx, writer ? partial : final_dir)) != RT_OK && writer)
-        rt_error_wrap(st, "--save-hf %s%s", final_dir, train_app_exists(final_dir) ? " (the export there is untouched)" : "");
+        rt_error_wrap(st, "%s %s%s", option, final_dir,
+                      train_app_exists(final_dir) ? " (the folder there is untouched)" : "");
     if (writer && st == RT_OK) st = ckpt_atomic_dir_replace(partial, final_dir);
     if (writer && st != RT_OK && partial) ckpt_atomic_partial_dir_remove(partial);
-    if (writer && st == RT_OK) rt_log_info("wrote HF model folder %s", final_dir);
+    if (writer && st == RT_OK) rt_log_info("wrote %s %s", kind, final_dir);
     free(partial);
     return st;
 }

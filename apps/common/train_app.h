@@ -28,6 +28,9 @@ typedef struct {
     bool pp_recompute, comm_stats;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
+    int64_t lora_r;              /* apps/common/train_lora.h */
+    double lora_alpha, lora_dropout;
+    const char *lora_targets, *lora_from, *save_lora;
     data_pad pad; /* from --pad-to-8 and --length-buckets, set by train_app_setup: how batches are padded */
 } train_app_opts;
 
@@ -157,5 +160,9 @@ rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
  * argument is not written to). */
 typedef rt_status (*train_app_hf_write)(void *ctx, const char *folder);
 rt_status train_app_export_hf(const char *dir, const rt_grid *grid, train_app_hf_write write, void *ctx);
+/* The same for any folder: option names it in messages ("--save-lora"), kind in the log line
+ * ("PEFT adapter folder"). */
+rt_status train_app_export_dir(const char *dir, const char *option, const char *kind, const rt_grid *grid,
+                               train_app_hf_write write, void *ctx);
 
 #endif

@@ -24,6 +24,7 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     cfg.num_labels = a->num_labels;
     cfg.checkpoint_layers = a->checkpoint_layers;
     cfg.pp_recompute = a->pp_recompute;
+    cfg.lora = a->lora;
     RT_TRY(gpt2_config_validate(&cfg, a->tp->size));
     if (tok_vocab_size(a->tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(a->tok),
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
                   "      --validation-file assets/examples/reviews-validation.csv \\\n"
                   "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
                   "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
+                  "  gpt2-classify --model ~/models/gpt2 --lora-r 8 --lora-alpha 16 --lr 2e-4 --save-lora runs/lora\n"
                   "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2\n"
                   "  mpirun -np 2 gpt2-classify --dataset mrpc --pp 2 --micro-batches 4",
         .family = "GPT-2",
@@ -78,6 +80,10 @@ int main(int argc, char **argv) {
         .scratch_desc = "a small GPT-2 (4 layers, 128 wide)",
         .create = gpt2_app_create,
         .load_hf = gpt2_app_load_hf,
+        .lora_map = &ckpt_map_gpt2,
+        .lora_default_targets = "c_attn", /* PEFT's for gpt2 */
+        .lora_modules = "c_attn, c_proj (attention's and the MLP's), c_fc",
+        .lora_fan_in_fan_out = true, /* HF's Conv1D */
     };
     return glue_app_main(&gpt2_family, argc, argv);
 }

@@ -334,11 +334,12 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
-    RT_CHECK(out.t == inp.t, "dropout_cols: a %s input into a %s output", rt_dtype_name(inp.t), rt_dtype_name(out.t));
+    /* out and inp may differ in type (LoRA's fp32 scratch beside 16-bit activations): the kernel
+     * converts per element */
     size_t n = rows * (size_t)cols;
     if (n == 0) return;
     const size_t bytes = n * rt_x_size(out.t);
-    if (p == 0.0f) { /* no draws: the whole-matrix rules give the same result */
+    if (p == 0.0f && out.t == inp.t) { /* no draws: the whole-matrix rules give the same result */
         if (out.p != inp.p)
             CUDA_CHECK(cudaMemcpyAsync(out.p, inp.p, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
         return;

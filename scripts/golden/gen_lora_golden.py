@@ -15,9 +15,15 @@ tests/golden/gpt2-tiny-lora/:
   trainable tensor (`grad.NAME`, NAME as in the adapter file), each one after one AdamW step
   (`after_step.NAME`), and the losses and gradient norms of five clipped steps;
 - peft_default_init.safetensors: PEFT's own initialisation of the same model (A Kaiming-uniform
-  with a = sqrt(5), B zero), for the shape of the distribution and B's zeros.
+  with a = sqrt(5), B zero), for the shape of the distribution and B's zeros;
+- from_tunezoo.safetensors: the logits PEFT gives on the same batch with the folder tunezoo wrote,
+  from-tunezoo/ (test_golden_lora's round trip with TZ_LORA_EXPORT set: the adapters after one
+  AdamW step of tunezoo's), loaded by PeftModel.from_pretrained over the base; written by
+  --from-tunezoo alone, so the other files stay as they are.
 
     python3 scripts/golden/gen_lora_golden.py
+    TZ_LORA_EXPORT=$PWD/tests/golden/gpt2-tiny-lora/from-tunezoo build/tests/test_golden_lora
+    python3 scripts/golden/gen_lora_golden.py --from-tunezoo
 
 Needs torch, transformers and peft (versions go into the metadata). Float32 on CPU with one
 thread and deterministic algorithms: a rerun with the same versions writes the same numbers.
@@ -74,6 +80,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden", "gpt2-tiny-lora"))
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
+    ap.add_argument("--from-tunezoo", action="store_true",
+                    help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -82,6 +90,17 @@ def main():
     g = load_file(os.path.join(BASE, "golden.safetensors"))
     batch = dict(input_ids=g["input_ids"].long(), attention_mask=g["attention_mask"].long(),
                  labels=g["labels"].long())
+    if a.from_tunezoo:
+        folder = os.path.join(a.out, "from-tunezoo")
+        model = PeftModel.from_pretrained(GPT2ForSequenceClassification.from_pretrained(BASE), folder).eval()
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        meta = versions()
+        meta.update({"peft": peft.__version__, "folder": "tests/golden/gpt2-tiny-lora/from-tunezoo",
+                     "base": "tests/golden/gpt2-tiny-cls/model.safetensors"})
+        save_file({"logits": logits.contiguous()}, os.path.join(a.out, "from_tunezoo.safetensors"), meta)
+        print("from_tunezoo logits", logits.tolist())
+        return
 
     model = lora_model(False)
     model.train()

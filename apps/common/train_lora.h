@@ -1,0 +1,36 @@
+/* LoRA in the training programs (issue 36): the options every program whose model takes
+ * adapters shares, the run's adapter settings from them or from a PEFT folder, and the folder
+ * --save-lora writes. */
+#ifndef TRAIN_LORA_H
+#define TRAIN_LORA_H
+
+#include <stdbool.h>
+
+#include "apps/common/train_app.h"
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_peft.h"
+
+/* LoRA's options (issue 36: --lora-r, --lora-alpha, --lora-dropout, --lora-targets, --lora-from,
+ * --save-lora), for the programs whose models take adapters; TRAIN_APP_N_LORA_OPTS more entries. */
+#define TRAIN_APP_N_LORA_OPTS 6
+void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n);
+/* What a family's LoRA is, for train_app_lora_config. */
+typedef struct {
+    const char *default_targets; /* PEFT's for the family, comma-separated ("c_attn") */
+    const char *task_type;       /* "SEQ_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM" */
+    const char *modules_to_save; /* comma-separated (SEQ_CLS: "classifier,score", as PEFT adds), or NULL */
+    const char *base_model;      /* base_model_name_or_path (the --model folder), or NULL */
+    bool fan_in_fan_out;         /* the HF base weights are [in, out] (GPT-2's Conv1D), as PEFT records it */
+} train_app_lora_family;
+/* The run's LoRA settings into out: *on false without --lora-r or --lora-from. With --lora-from,
+ * the folder's adapter_config.json (and then --lora-r and the rest may not be given: the
+ * adapter's own settings hold); else the options, with the family's default targets. */
+rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
+                                ckpt_peft_config *out, bool *on);
+/* After the model is built and its base weights loaded: --lora-from's tensors into p. */
+rt_status train_app_lora_load(const train_app_opts *o, const ckpt_map *map, rt_params *p, const rt_comm *tp);
+/* --save-lora DIR: a PEFT folder (adapter_config.json, adapter_model.safetensors) written whole,
+ * as train_app_export_dir writes; collective over the world. Nothing without the option. */
+rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, const ckpt_peft_config *cfg,
+                              const ckpt_map *map, const rt_params *p);
+#endif

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# LoRA in gpt2-classify (issue 36), on a tiny GPT-2 and the shipped CSV example: --lora-r trains
+# only the adapters and the head (the log says how many parameters), --save-lora writes a PEFT
+# folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
+# that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
+# the same last step as one that ran through, and every option that cannot work gets its error.
+set -u
+BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+. "$SRC/tests/cli_lib.sh"
+[ -x "$BIN_DIR/gpt2-classify" ] || { echo "test_cli_lora: gpt2-classify not built"; exit 1; }
+
+cat > "$TMP/gpt2.json" <<JSON
+{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
+JSON
+EX="$SRC/assets/examples"
+RUN=(--arch "$TMP/gpt2.json" --max-len 48 --batch-size 8 --threads 2 --no-cache --lr 5e-3
+    --train-file "$EX/reviews-train.csv" --validation-file "$EX/reviews-validation.csv" --label-column sentiment)
+LORA=(--lora-r 4 --lora-alpha 16 --lora-targets c_attn,c_fc --lora-dropout 0.1)
+
+"$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" --epochs 2 --save-dir "$TMP/run" --save-lora "$TMP/adapter" \
+    > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the LoRA run failed"
+grep -q "^LoRA: r 4, alpha 16 (scale 4), dropout 0.1, on c_attn,c_fc$" "$TMP/out" && ok || bad "no LoRA settings line"
+# per block: c_attn A 4x16 + B 48x4, c_fc A 4x16 + B 64x4 = 576, two blocks, and score 2x16
+grep -q "^LoRA: 1184 of [0-9]* parameters train (0\.[0-9]*%); the rest are frozen$" "$TMP/out" && ok ||
+    bad "no trainable-count line (want 1184)"
+grep -q "^wrote PEFT adapter folder $TMP/adapter$" "$TMP/out" && ok || bad "no adapter folder line"
+[ -s "$TMP/adapter/adapter_config.json" ] && [ -s "$TMP/adapter/adapter_model.safetensors" ] && ok ||
+    bad "the adapter folder lacks its two files"
+cfg=$(tr -d ' \t\n' < "$TMP/adapter/adapter_config.json")
+for kv in '"peft_type":"LORA"' '"r":4' '"lora_alpha":16' '"lora_dropout":0.1' '"target_modules":["c_attn","c_fc"]' \
+    '"task_type":"SEQ_CLS"' '"modules_to_save":["classifier","score"]' '"fan_in_fan_out":true'; do
+    case "$cfg" in *"$kv"*) ok ;; *) bad "adapter_config.json lacks $kv" ;; esac
+done
+dev=$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')
+[ -n "$dev" ] && ok || bad "no dev results"
+
+# the folder over the same base (the same --arch and seed) scores the same
+"$BIN_DIR/gpt2-classify" "${RUN[@]}" --lora-from "$TMP/adapter" --epochs 0 --save-dir "$TMP/eval" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "--lora-from --epochs 0 failed"
+[ "$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$dev" ] && ok ||
+    bad "--lora-from scores $(grep "^dev results" "$TMP/out") vs '$dev'"
+
+# resume: the step-3 checkpoint of a 6-step run continues to the same last step
+STEPS=(--max-steps 6 --save-interval 3 --keep 5 --eval-interval -1 --log-interval 1)
+"$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" "${STEPS[@]}" --save-dir "$TMP/whole" > "$TMP/out" 2> "$TMP/err" ||
+    bad "the 6-step LoRA run"
+mkdir -p "$TMP/resumed" && cp "$TMP/whole"/step-*3.tzck "$TMP/resumed/"
+"$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" "${STEPS[@]}" --save-dir "$TMP/resumed" --resume > "$TMP/out" \
+    2> "$TMP/err" || bad "the resumed LoRA run"
+grep -q "resumed from .*step.*3" "$TMP/out" && ok || bad "the LoRA run did not resume from step 3"
+last() { grep '"train"' "$1/metrics.jsonl" | tail -1 | grep -o '"\(step\|loss\|grad_norm\)":[^,}]*'; }
+[ -n "$(last "$TMP/whole")" ] && [ "$(last "$TMP/whole")" = "$(last "$TMP/resumed")" ] && ok ||
+    bad "resumed: $(last "$TMP/resumed" | tr '\n' ' ') vs $(last "$TMP/whole" | tr '\n' ' ')"
+
+# options that cannot work
+G=gpt2-classify
+expect_fail "--lora-alpha alone" 2 "--lora-alpha needs --lora-r" $G "${RUN[@]}" --lora-alpha 16 --save-dir "$TMP/e1"
+expect_fail "--save-lora alone" 2 "--save-lora needs --lora-r" $G "${RUN[@]}" --save-lora "$TMP/x" --save-dir "$TMP/e2"
+expect_fail "unknown target" 2 "LoRA target 'q_proj' matches no linear of this GPT-2" $G "${RUN[@]}" --lora-r 4 \
+    --lora-targets c_attn,q_proj --save-dir "$TMP/e3"
+expect_fail "empty target" 2 "--lora-targets 'c_attn,,c_fc': an empty module name" $G "${RUN[@]}" --lora-r 4 \
+    --lora-targets c_attn,,c_fc --save-dir "$TMP/e4"
+expect_fail "--save-hf with LoRA" 2 "--save-hf with LoRA would write the merged model" $G "${RUN[@]}" --lora-r 4 \
+    --save-hf "$TMP/hf" --save-dir "$TMP/e5"
+expect_fail "--zero with LoRA" 2 "--zero with LoRA is not built yet" $G "${RUN[@]}" --lora-r 4 --zero 1 \
+    --save-dir "$TMP/e6"
+expect_fail "--lora-from with --lora-r" 2 "--lora-r and --lora-from" $G "${RUN[@]}" --lora-r 4 --lora-from "$TMP/adapter" \
+    --save-dir "$TMP/e7"
+expect_fail "--lora-from missing" 1 "$TMP/none: cannot open" $G "${RUN[@]}" --lora-from "$TMP/none" \
+    --save-dir "$TMP/e8"
+# an adapter of another rank: its config says r 4, the tensors are r 2
+mkdir -p "$TMP/other" && cp "$TMP/adapter/adapter_model.safetensors" "$TMP/other/" &&
+    sed 's/"r":[[:space:]]*4/"r": 2/' "$TMP/adapter/adapter_config.json" > "$TMP/other/adapter_config.json"
+expect_fail "--lora-from of another rank" 1 "lora_A.weight' has shape \[4, 16\], expected \[2, 16\]" $G "${RUN[@]}" \
+    --lora-from "$TMP/other" --save-dir "$TMP/e9"
+finish test_cli_lora
