@@ -31,9 +31,6 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
                               .dropout_p = drop.p, .seed = drop.seed, .stream = drop.stream};
 }
 
-/* LoRA dropout streams: each linear of a block its own (mdl_lora_run.drop). */
-enum { LORA_Q, LORA_K, LORA_V, LORA_PROJ, LORA_UP, LORA_UP_LIN, LORA_DOWN, LORA_CROSS };
-
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
  * weight's (and bias's) gradient and its adapter's (lora[k], dropout stream lora_k[k]), and
  * din = sum_k dout_k W_k (+ its adapter's), written or (accumulate) added, then all-reduced over
@@ -71,25 +68,25 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
                        const float *kv, size_t kv_rows, mdl_qkv a, void *probs, rt_x atty, size_t BT) {
     rt_backend *be = s->be;
     const int C = s->C, Il = s->I_local;
-    const int k0 = kv ? LORA_CROSS : 0; /* a block's cross-attention draws its own LoRA dropout */
+    const int k0 = kv ? MDL_LORA_CROSS : 0; /* a block's cross-attention draws its own LoRA dropout */
     if (mdl_attn_fused(p)) {
         mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), mdl_param(s->params, p->q_b), BT, C, 3 * Il);
-        mdl_lora_col_fwd(s, p->q_l, k0 + LORA_Q, a.q, in, BT, C, 3 * Il);
+        mdl_lora_col_fwd(s, p->q_l, k0 + MDL_LORA_Q, a.q, in, BT, C, 3 * Il);
     } else {
         const rt_x kvx = kv ? rt_xf(kv) : in; /* cross-attention reads another stack's output */
         if (!kv) kv_rows = BT;
         mdl_col_linear_fwd(be, a.q, in, mdl_param(s->params, p->q_w), NULL, BT, C, Il);
         mdl_col_linear_fwd(be, a.k, kvx, mdl_param(s->params, p->k_w), NULL, kv_rows, C, Il);
         mdl_col_linear_fwd(be, a.v, kvx, mdl_param(s->params, p->v_w), NULL, kv_rows, C, Il);
-        mdl_lora_col_fwd(s, p->q_l, k0 + LORA_Q, a.q, in, BT, C, Il);
-        mdl_lora_col_fwd(s, p->k_l, k0 + LORA_K, a.k, kvx, kv_rows, C, Il);
-        mdl_lora_col_fwd(s, p->v_l, k0 + LORA_V, a.v, kvx, kv_rows, C, Il);
+        mdl_lora_col_fwd(s, p->q_l, k0 + MDL_LORA_Q, a.q, in, BT, C, Il);
+        mdl_lora_col_fwd(s, p->k_l, k0 + MDL_LORA_K, a.k, kvx, kv_rows, C, Il);
+        mdl_lora_col_fwd(s, p->v_l, k0 + MDL_LORA_V, a.v, kvx, kv_rows, C, Il);
     }
     rt_attention_fwd(be, d, atty, probs, a.q, a.k, a.v);
     rt_status st = mdl_row_linear_fwd(be, s->tp, s->tmp, atty, mdl_param(s->params, p->proj_w),
                                       mdl_param(s->params, p->proj_b), BT, Il, C);
     if (st != RT_OK) return st;
-    return mdl_lora_row_fwd(s, p->proj_l, k0 + LORA_PROJ, s->tmp, atty, BT, Il, C);
+    return mdl_lora_row_fwd(s, p->proj_l, k0 + MDL_LORA_PROJ, s->tmp, atty, BT, Il, C);
 }
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
@@ -98,14 +95,14 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
-    const int k0 = kv ? LORA_CROSS : 0;
-    rt_status st = row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
+    const int k0 = kv ? MDL_LORA_CROSS : 0;
+    rt_status st = row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + MDL_LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
     if (st != RT_OK) return st;
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
     const rt_x dq = s->dqkv, dk = rt_x_at(s->dqkv, step), dv = rt_x_at(s->dqkv, 2 * step);
     rt_attention_bwd(be, d, dq, dk, dv, dbias, s->datty, probs, a.q, a.k, a.v);
-    const int lk[3] = {k0 + LORA_Q, k0 + LORA_K, k0 + LORA_V};
+    const int lk[3] = {k0 + MDL_LORA_Q, k0 + MDL_LORA_K, k0 + MDL_LORA_V};
     if (fused) {
         const int w[1] = {p->q_w}, b[1] = {p->q_b};
         const rt_x dout[1] = {dq};
@@ -133,12 +130,12 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
     if (p->up_lin_w >= 0 || mdl_lora_on(p->up_l)) { /* up (and up_lin), their adapters, then the activation */
         mdl_col_linear_fwd(be, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
                            s->F_local);
-        mdl_lora_col_fwd(s, p->up_l, LORA_UP, up, in, BT, s->C, s->F_local);
+        mdl_lora_col_fwd(s, p->up_l, MDL_LORA_UP, up, in, BT, s->C, s->F_local);
         if (p->up_lin_w < 0) {
             rt_act_fwd(be, s->act, hidden, up, n);
         } else {
             mdl_col_linear_fwd(be, up_lin, in, mdl_param(s->params, p->up_lin_w), NULL, BT, s->C, s->F_local);
-            mdl_lora_col_fwd(s, p->up_lin_l, LORA_UP_LIN, up_lin, in, BT, s->C, s->F_local);
+            mdl_lora_col_fwd(s, p->up_lin_l, MDL_LORA_UP_LIN, up_lin, in, BT, s->C, s->F_local);
             rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
         }
     } else { /* one fused linear: up = in W^T + b, hidden = act(up) */
@@ -155,7 +152,7 @@ rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hid
     rt_status st = mdl_row_linear_fwd(s->be, s->tp, s->tmp, hidden, mdl_param(s->params, p->down_w),
                                       mdl_param(s->params, p->down_b), BT, s->F_local, s->C);
     if (st != RT_OK) return st;
-    return mdl_lora_row_fwd(s, p->down_l, LORA_DOWN, s->tmp, hidden, BT, s->F_local, s->C);
+    return mdl_lora_row_fwd(s, p->down_l, MDL_LORA_DOWN, s->tmp, hidden, BT, s->F_local, s->C);
 }
 
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
@@ -165,9 +162,9 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
     const size_t n = BT * (size_t)Fl;
     /* nothing between the down GEMM and act': no gate, dropout or adapter on down */
     const bool fuse_dact = p->up_lin_w < 0 && !(inner.p > 0) && !mdl_lora_on(p->down_l);
-    const int lk[2] = {LORA_UP, LORA_UP_LIN};
+    const int lk[2] = {MDL_LORA_UP, MDL_LORA_UP_LIN};
     const mdl_lora lora[2] = {p->up_l, p->up_lin_l};
-    rt_status st = row_bwd(s, fuse_dact ? rt_xf(NULL) : s->dhid, p->down_w, p->down_b, p->down_l, LORA_DOWN,
+    rt_status st = row_bwd(s, fuse_dact ? rt_xf(NULL) : s->dhid, p->down_w, p->down_b, p->down_l, MDL_LORA_DOWN,
                            rt_xf(dbranch), hidden, BT, Fl);
     if (st != RT_OK) return st;
     if (fuse_dact) { /* dup = act'(up) * (dbranch W_down), and the up bias's gradient with it */

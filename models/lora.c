@@ -108,11 +108,14 @@ static void lora_t(const mdl_sublayers *s, mdl_lora l, rt_x xd, size_t N, int in
             rt_xf(s->lora.t), r, 0, 1);
 }
 
-/* out (N, out_f) += scale t B^T. */
-static void lora_up(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int out_f) {
+/* out (N, out_f) += scale t B[row0 .. row0 + out_f)^T. */
+static void lora_up_rows(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int row0, int out_f) {
     const int r = s->lora.r;
     rt_gemm(s->be, false, true, (int)N, out_f, r, s->lora.scale, rt_xf(s->lora.t), r, 0,
-            rt_xf(mdl_param(s->params, l.b)), r, 0, 1.0f, out, out_f, 0, 1);
+            rt_xf(mdl_param(s->params, l.b) + (size_t)row0 * r), r, 0, 1.0f, out, out_f, 0, 1);
+}
+static void lora_up(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int out_f) {
+    lora_up_rows(s, l, out, N, 0, out_f);
 }
 
 /* dB += dout^T (scale t), then u (N, r) = scale dout B: the gradients through B from t. */
@@ -128,6 +131,14 @@ void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x 
     if (!mdl_lora_on(l)) return;
     lora_t(s, l, lora_input(s, k, x, N, in, in, 0), N, in);
     lora_up(s, l, out, N, out_local);
+}
+
+void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_x *out, rt_x x, size_t N, int in,
+                            int part) {
+    if (!mdl_lora_on(l)) return;
+    lora_t(s, l, lora_input(s, k, x, N, in, in, 0), N, in);
+    for (int i = 0; i < 3; i++)
+        if (out[i].p) lora_up_rows(s, l, out[i], N, i * part, part);
 }
 
 rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,

@@ -54,8 +54,18 @@ rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg
 /* Whether parameter name is an adapter's (".lora_A.weight" or ".lora_B.weight"). */
 bool mdl_lora_is_adapter(const char *name);
 
+/* A block's linears, which number their LoRA dropout streams (mdl_lora_run.drop.stream + k). */
+enum {
+    MDL_LORA_Q, MDL_LORA_K, MDL_LORA_V, MDL_LORA_PROJ, MDL_LORA_UP, MDL_LORA_UP_LIN, MDL_LORA_DOWN,
+    MDL_LORA_CROSS /* + any of the attention's: its cross-attention */
+};
+
 /* Column-parallel: out (N, out_local) += scale drop(x) A^T B^T; x (N, in), in on every rank. */
 void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in, int out_local);
+/* The same for a fused [q; k; v] projection computed a part at a time (decoding's key/value
+ * caches): out[i] (N, part), NULL to skip, gets rows [i part, (i + 1) part) of B's output. */
+void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_x *out, rt_x x, size_t N, int in,
+                            int part);
 /* Its backward: accumulates dA and dB and adds dL/dx into din (N, in), this rank's partial sum
  * (the caller all-reduces din as the base's). */
 rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,

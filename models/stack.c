@@ -600,6 +600,16 @@ static void stack_qkv(mdl_stack *s, int l, rt_x in, size_t n, rt_x q, rt_x k, rt
     if (q.p) mdl_col_linear_fwd(s->be, q, in, w, b, n, C, Il);
     mdl_col_linear_fwd(s->be, k, in, wk, b ? b + Il : NULL, n, C, Il);
     mdl_col_linear_fwd(s->be, v, in, wv, b ? b + 2 * Il : NULL, n, C, Il);
+    /* the adapters (no dropout: decoding does not train) */
+    const mdl_sublayers sub = mdl_stack_sublayers(s);
+    if (fused) {
+        const rt_x parts[3] = {q, k, v};
+        mdl_lora_col_fwd_parts(&sub, p->q_l, MDL_LORA_Q, parts, in, n, C, Il);
+    } else {
+        if (q.p) mdl_lora_col_fwd(&sub, p->q_l, MDL_LORA_Q, q, in, n, C, Il);
+        mdl_lora_col_fwd(&sub, p->k_l, MDL_LORA_K, k, in, n, C, Il);
+        mdl_lora_col_fwd(&sub, p->v_l, MDL_LORA_V, v, in, n, C, Il);
+    }
 }
 
 void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v) {
@@ -657,14 +667,17 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         rt_attention_fwd(be, &self, w->atty, w->probs, w->q, rt_xf(c->k[l]), rt_xf(c->v[l]));
         RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
+        RT_TRY(mdl_lora_row_fwd(&sub, p->attn.proj_l, MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
         stack_clamp(s, x, n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
+            mdl_lora_col_fwd(&sub, p->cross.q_l, MDL_LORA_CROSS + MDL_LORA_Q, w->q, w->ln, n, C, Il);
             rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, rt_xf(c->ck[l]), rt_xf(c->cv[l]));
             RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
+            RT_TRY(mdl_lora_row_fwd(&sub, p->cross.proj_l, MDL_LORA_CROSS + MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
             stack_clamp(s, x, n * C);
         }

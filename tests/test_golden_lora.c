@@ -7,7 +7,8 @@
  *
  * Also: only the adapters and score train (train_numel, no gradient for the base, whose weights
  * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); the folder
- * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits.
+ * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits; and
+ * the language model's decoding with a key/value cache gives its full forward's logits.
  *
  * Tensor parallelism (models/lora.h's rule): at tp = 2 and 4 over the threads communicator, each
  * rank loading its shards of the base and of the adapters, the logits, the loss and every
@@ -38,8 +39,11 @@
 
 enum { B = 3, T = 16, NL = 2, N_ADAPTED = 2 * 4 }; /* 2 blocks x (c_attn, attn.c_proj, c_fc, mlp.c_proj) */
 
-static const char *base_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-cls"); }
-static const char *lora_dir(void) { return tz_source_path("tests/golden/gpt2-tiny-lora"); }
+/* The golden folders, found once by main (tz_source_path's slots are not for rank threads). */
+static char base_path[4096], lora_path[4096], adapter_path[4096];
+static const char *base_dir(void) { return base_path; }
+static const char *lora_dir(void) { return lora_path; }
+static const char *peft_adapter(void) { return adapter_path; }
 
 /* The base model with the adapters of `adapter` (a PEFT folder, or NULL: our own init), this
  * rank's shards over tp; a status and no checks, so rank threads can call it. */
@@ -67,24 +71,20 @@ fail:
     return st;
 }
 
-/* The base model with the adapters of `adapter` (a PEFT folder, or NULL: our own init). */
+/* The same on one rank, checked. */
 static gpt2_model *load_lora(rt_backend *be, const ckpt_peft_config *peft, const char *adapter) {
-    char path[4096];
-    gpt2_config cfg;
     gpt2_model *m = NULL;
-    ckpt_load_report rep;
-    snprintf(path, sizeof path, "%s/config.json", base_dir());
-    TZ_EXPECT_OK(gpt2_config_load(path, &cfg));
-    cfg.lora = peft;
-    TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
-    if (!m) return NULL;
-    snprintf(path, sizeof path, "%s/model.safetensors", base_dir());
-    TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
-    /* the base file has every parameter but the adapters */
-    TZ_EXPECT(rep.missing == 2 * N_ADAPTED && rep.unused == 0, "loaded %d, missing %d (%s), unused %d", rep.loaded,
-              rep.missing, rep.first_missing, rep.unused);
-    if (adapter) TZ_EXPECT_OK(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1));
+    TZ_EXPECT_OK(load_lora_tp(be, rt_comm_self(), peft, adapter, &m));
     return m;
+}
+
+/* The golden file, and the PEFT folder PEFT wrote. */
+static ckpt_st_file *open_golden(void) {
+    char path[4096];
+    ckpt_st_file *g = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    return g;
 }
 
 typedef struct {
@@ -160,12 +160,8 @@ static void check_frozen(rt_params *p) {
 }
 
 static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
-    char path[4096], adapter[4096];
-    ckpt_st_file *g = NULL;
-    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
-    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
-    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
-    gpt2_model *m = g ? load_lora(be, peft, adapter) : NULL;
+    ckpt_st_file *g = open_golden();
+    gpt2_model *m = g ? load_lora(be, peft, peft_adapter()) : NULL;
     if (!m) {
         ckpt_safetensors_close(g);
         return;
@@ -204,7 +200,7 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
     gpt2_model_free(m);
 
     /* five clipped steps from the initial adapters */
-    m = load_lora(be, peft, adapter);
+    m = load_lora(be, peft, peft_adapter());
     if (m) {
         p = gpt2_model_params(m);
         float losses[5], norms[5], ref_losses[5], ref_norms[5];
@@ -237,16 +233,12 @@ static void eval_logits(gpt2_model *m, const cls_batch *cb, float *logits) {
 /* A folder written here (config and tensors) loads back to the same model, bit for bit; a folder
  * of another rank is refused, naming the tensor. */
 static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
-    char path[4096], adapter[4096];
-    ckpt_st_file *g = NULL;
-    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
-    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
-    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    ckpt_st_file *g = open_golden();
     if (!g) return;
     cls_batch cb;
     load_batch(g, &cb);
     ckpt_safetensors_close(g);
-    gpt2_model *m = load_lora(be, peft, adapter);
+    gpt2_model *m = load_lora(be, peft, peft_adapter());
     if (!m) return;
     /* move the adapters off their loaded values, so the round trip carries trained ones */
     rt_params *p = gpt2_model_params(m);
@@ -336,9 +328,7 @@ static void test_init(rt_backend *be, const ckpt_peft_config *peft) {
  * (scripts/golden/gen_lora_golden.py --from-tunezoo) to the logits it gives here. */
 static void test_loads_in_peft(rt_backend *be) {
     char path[4096], folder[4096];
-    ckpt_st_file *g = NULL, *ref = NULL;
-    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
-    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    ckpt_st_file *g = open_golden(), *ref = NULL;
     snprintf(path, sizeof path, "%s/from_tunezoo.safetensors", lora_dir());
     TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
     snprintf(folder, sizeof folder, "%s/from-tunezoo", lora_dir());
@@ -357,6 +347,55 @@ static void test_loads_in_peft(rt_backend *be) {
     ckpt_peft_config_free(&cfg);
     ckpt_safetensors_close(g);
     ckpt_safetensors_close(ref);
+}
+
+/* ---- the language model: decoding with a key/value cache ---- */
+
+/* GPT-2 as a language model with adapters on every linear and B non-zero: each step's logits of
+ * greedy decoding (the caches filled after a full forward, then one token at a time through
+ * mdl_stack_decode) are the full forward's at that position, and differ from the base model's. */
+static void test_decode(rt_backend *be, const ckpt_peft_config *peft) {
+    enum { P = 5, NEW = 6, TT = P + NEW };
+    char path[4096];
+    gpt2_config cfg;
+    snprintf(path, sizeof path, "%s/config.json", base_dir());
+    TZ_EXPECT_OK(gpt2_config_load(path, &cfg));
+    cfg.num_labels = 0;
+    ckpt_peft_config lm;
+    ckpt_peft_config_copy(&lm, peft);
+    lm.n_save = 0; /* a language model saves no head */
+    const int V = cfg.vocab_size;
+    float *steps[2], *full = rt_xmalloc((size_t)TT * V * sizeof(float));
+    int32_t prompt[P] = {17, 250, 3, 999, 42}, out[2][NEW], ids[TT];
+    for (int with = 0; with < 2; with++) {
+        cfg.lora = with ? &lm : NULL;
+        gpt2_model *m = NULL;
+        TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 1, TT, 5, &m));
+        if (!m) break;
+        rt_params *p = gpt2_model_params(m);
+        for (int i = 0; i < p->n; i++) /* B from PEFT's zeros to values that move the logits */
+            if (strstr(p->specs[i].name, ".lora_B."))
+                for (size_t j = 0; j < p->specs[i].numel; j++)
+                    p->param[p->specs[i].offset + j] = 0.05f * sinf(0.37f * (float)(j + 7 * (size_t)i));
+        steps[with] = rt_xmalloc((size_t)NEW * V * sizeof(float));
+        const gpt2_sample_opts so = {.max_new_tokens = NEW, .temperature = 0, .top_k = 0, .top_p = 1,
+                                     .eos_token_id = -1};
+        int n_out = 0;
+        TZ_EXPECT_OK(gpt2_generate(m, prompt, P, &so, out[with], &n_out, steps[with]));
+        TZ_EXPECT(n_out == NEW, "%d tokens generated", n_out);
+        memcpy(ids, prompt, sizeof prompt);
+        memcpy(ids + P, out[with], sizeof out[with]);
+        TZ_EXPECT_OK(gpt2_lm_logits(m, ids, 1, TT, full, NULL));
+        /* step k's logits come from position P - 1 + k */
+        tz_check_close(with ? "LoRA: decoding's logits vs the full forward's" : "base: decoding vs the full forward",
+                       steps[with], full + (size_t)(P - 1) * V, (size_t)NEW * V, FWD_ATOL, FWD_RTOL);
+        gpt2_model_free(m);
+    }
+    double diff = 0;
+    for (size_t j = 0; j < (size_t)V; j++) diff = fmax(diff, fabs(steps[0][j] - steps[1][j]));
+    TZ_EXPECT(diff > 1e-3, "the adapters did not change the first step's logits (max difference %g)", diff);
+    free(steps[0]), free(steps[1]), free(full);
+    ckpt_peft_config_free(&lm);
 }
 
 /* ---- tensor parallelism ---- */
@@ -403,10 +442,8 @@ static rt_status lora_rank(rt_comm *tp, void *arg) {
     rt_status st = RT_OK;
     rt_backend *be = NULL;
     gpt2_model *m = NULL;
-    char adapter[4096];
-    snprintf(adapter, sizeof adapter, "%s/adapter", lora_dir());
     RT_TRY(rt_backend_init("cpu", 1, &be));
-    RT_TRY(load_lora_tp(be, tp, a->peft, adapter, &m));
+    RT_TRY(load_lora_tp(be, tp, a->peft, peft_adapter(), &m));
     rt_params *p = gpt2_model_params(m);
     mdl_pass pass = {.seed = 11, .training = true};
     double loss_sum = 0;
@@ -466,10 +503,7 @@ static void test_tp_against_peft(const ckpt_peft_config *peft, const cls_batch *
 }
 
 static void test_tp(const ckpt_peft_config *peft) {
-    char path[4096];
-    ckpt_st_file *g = NULL;
-    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir());
-    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    ckpt_st_file *g = open_golden();
     if (!g) return;
     cls_batch cb;
     load_batch(g, &cb);
@@ -502,17 +536,19 @@ static void test_tp(const ckpt_peft_config *peft) {
 }
 
 int main(void) {
+    snprintf(base_path, sizeof base_path, "%s", tz_source_path("tests/golden/gpt2-tiny-cls"));
+    snprintf(lora_path, sizeof lora_path, "%s", tz_source_path("tests/golden/gpt2-tiny-lora"));
+    snprintf(adapter_path, sizeof adapter_path, "%s", tz_source_path("tests/golden/gpt2-tiny-lora/adapter"));
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
-    char path[4096];
     ckpt_peft_config peft;
-    snprintf(path, sizeof path, "%s/adapter", lora_dir());
-    TZ_EXPECT_OK(ckpt_peft_config_read(path, &peft));
+    TZ_EXPECT_OK(ckpt_peft_config_read(peft_adapter(), &peft));
     if (!be) return tz_test_result("test_golden_lora");
     test_against_peft(be, &peft);
     test_save_round_trip(be, &peft);
     test_init(be, &peft);
     test_loads_in_peft(be);
+    test_decode(be, &peft);
     test_tp(&peft);
     ckpt_peft_config_free(&peft);
     rt_backend_free(be);

@@ -24,7 +24,6 @@
 #include "apps/common/train_lora.h"
 #include "metrics/metric_glue.h"
 #include "models/hf_config.h"
-#include "models/lora.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -611,7 +610,7 @@ fail:
 
 /* ---- LoRA ---- */
 
-/* The run's LoRA settings (*on false: full fine-tuning), and the options that cannot go with them. */
+/* The run's LoRA settings (apps/common/train_lora.h); *on false: full fine-tuning. */
 static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
     memset(lora, 0, sizeof *lora);
     *on = false;
@@ -620,29 +619,7 @@ static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
     const train_app_lora_family fam = {.default_targets = F->lora_default_targets, .task_type = "SEQ_CLS",
                                        .modules_to_save = "classifier,score", .base_model = O.model,
                                        .fan_in_fan_out = F->lora_fan_in_fan_out};
-    rt_status st = train_app_lora_config(&O.t, &gc_spec, &fam, lora, on);
-    if (st != RT_OK) return st;
-    if (O.t.save_lora && !*on) return rt_errorf(RT_ERR_USAGE, "--save-lora needs --lora-r (or --lora-from)");
-    if (!*on) return RT_OK;
-    if (O.save_hf)
-        return rt_errorf(RT_ERR_USAGE, "--save-hf with LoRA would write the merged model, which is not built yet: "
-                         "--save-lora DIR writes the adapters, which PEFT loads over the base model");
-    if (O.t.zero > 0)
-        return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
-                         "the adapters' AdamW state is small without it");
-    return RT_OK;
-}
-
-/* After the model is built and its base loaded: the targets all matched, --lora-from's tensors,
- * and the log line with what trains. */
-static rt_status gc_lora_ready(const ckpt_peft_config *lora, rt_params *p, const rt_grid *grid) {
-    rt_status st = mdl_lora_check_targets(p, lora, F->lora_map, F->family, F->lora_modules);
-    if (st == RT_OK) st = train_app_lora_load(&O.t, F->lora_map, p, grid->tp);
-    if (st == RT_OK)
-        rt_log_info("LoRA: %zu of %zu parameters train (%.2f%%)%s; the rest are frozen", p->train_numel, p->numel,
-                    100.0 * (double)p->train_numel / (double)(p->numel ? p->numel : 1),
-                    train_app_params_scope(grid->tp, grid->pp));
-    return st;
+    return train_app_lora_config(&O.t, &gc_spec, &fam, O.save_hf != NULL, lora, on);
 }
 
 static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) {
@@ -718,7 +695,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     } else {
         rt_log_info("weights: %s", source.what);
     }
-    if (lora_on) RT_TRY(gc_lora_ready(&lora, params, grid));
+    if (lora_on) RT_TRY(train_app_lora_ready(&O.t, &lora, F->lora_map, F->family, F->lora_modules, params, grid));
     rt_log_info("model: %s, %zu parameters%s; tokenizer %s; device %s", gm.desc, params->numel,
                 train_app_params_scope(grid->tp, grid->pp), source.files.tokenizer, device);
 

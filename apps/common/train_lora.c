@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_peft_weights.h"
+#include "models/lora.h"
 #include "runtime/rt_log.h"
 
 void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
@@ -61,17 +62,30 @@ static rt_status lora_names(const char *text, const char *option, char ***out, i
     }
 }
 
+/* What cannot go with LoRA, or without it. */
+static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *spec, bool save_hf, bool on) {
+    static const char *const settings[] = {"lora-alpha", "lora-dropout", "lora-targets", "save-lora"};
+    const char *given = train_app_first_given(spec, settings, 4);
+    if (!on && given) return rt_errorf(RT_ERR_USAGE, "--%s needs --lora-r (or --lora-from)", given);
+    if (!on) return RT_OK;
+    if (save_hf)
+        return rt_errorf(RT_ERR_USAGE, "--save-hf with LoRA would write the merged model, which is not built yet: "
+                         "--save-lora DIR writes the adapters, which PEFT loads over the base model");
+    if (o->zero > 0)
+        return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
+                         "the adapters' AdamW state is small without it");
+    return RT_OK;
+}
+
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
-                                ckpt_peft_config *out, bool *on) {
+                                bool save_hf, ckpt_peft_config *out, bool *on) {
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     *on = o->lora_from || o->lora_r > 0;
+    RT_TRY(lora_combinations(o, spec, save_hf, *on));
+    if (!*on) return RT_OK;
     static const char *const settings[] = {"lora-r", "lora-alpha", "lora-dropout", "lora-targets"};
-    const char *given = train_app_first_given(spec, settings + 1, 3);
-    if (!*on) {
-        if (given) return rt_errorf(RT_ERR_USAGE, "--%s needs --lora-r (or --lora-from)", given);
-        return RT_OK;
-    }
+    const char *given;
     if (o->lora_from) {
         given = train_app_first_given(spec, settings, 4);
         if (given)
@@ -100,10 +114,17 @@ fail:
     return st;
 }
 
-rt_status train_app_lora_load(const train_app_opts *o, const ckpt_map *map, rt_params *p, const rt_comm *tp) {
-    if (!o->lora_from) return RT_OK;
-    rt_status st = ckpt_peft_load_weights(o->lora_from, map, p, tp->rank, tp->size);
-    if (st == RT_OK) rt_log_info("LoRA: adapters loaded from %s", o->lora_from);
+rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *cfg, const ckpt_map *map,
+                               const char *family, const char *modules, rt_params *p, const rt_grid *grid) {
+    rt_status st = mdl_lora_check_targets(p, cfg, map, family, modules);
+    if (st == RT_OK && o->lora_from) {
+        st = ckpt_peft_load_weights(o->lora_from, map, p, grid->tp->rank, grid->tp->size);
+        if (st == RT_OK) rt_log_info("LoRA: adapters loaded from %s", o->lora_from);
+    }
+    if (st == RT_OK)
+        rt_log_info("LoRA: %zu of %zu parameters train (%.2f%%)%s; the rest are frozen", p->train_numel, p->numel,
+                    100.0 * (double)p->train_numel / (double)(p->numel ? p->numel : 1),
+                    train_app_params_scope(grid->tp, grid->pp));
     return st;
 }
 

@@ -24,11 +24,16 @@ typedef struct {
 } train_app_lora_family;
 /* The run's LoRA settings into out: *on false without --lora-r or --lora-from. With --lora-from,
  * the folder's adapter_config.json (and then --lora-r and the rest may not be given: the
- * adapter's own settings hold); else the options, with the family's default targets. */
+ * adapter's own settings hold); else the options, with the family's default targets. Usage
+ * errors for what cannot go with them: --save-lora without LoRA, --zero, and save_hf (the
+ * program's --save-hf given: the merged model is not built yet). */
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
-                                ckpt_peft_config *out, bool *on);
-/* After the model is built and its base weights loaded: --lora-from's tensors into p. */
-rt_status train_app_lora_load(const train_app_opts *o, const ckpt_map *map, rt_params *p, const rt_comm *tp);
+                                bool save_hf, ckpt_peft_config *out, bool *on);
+/* After the model is built and its base weights loaded: every target matched an adapter
+ * (family and modules name the model and its adaptable modules in the error), --lora-from's
+ * tensors loaded, and the log line with how many parameters train. */
+rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *cfg, const ckpt_map *map,
+                               const char *family, const char *modules, rt_params *p, const rt_grid *grid);
 /* --save-lora DIR: a PEFT folder (adapter_config.json, adapter_model.safetensors) written whole,
  * as train_app_export_dir writes; collective over the world. Nothing without the option. */
 rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, const ckpt_peft_config *cfg,

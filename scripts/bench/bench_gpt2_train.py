@@ -17,6 +17,14 @@ os.wait4 reports belongs to that side alone.
 --checkpoint-activations turns on activation checkpointing on both sides: gpt2-classify's
 option of that name, and HF's gradient_checkpointing_enable() with its defaults.
 
+--lora R (issue 36) trains LoRA adapters of rank R (alpha 2R, no dropout, on --lora-targets,
+default c_attn,c_proj,c_fc) on both sides: gpt2-classify's --lora-r, and HF PEFT's get_peft_model
+(task SEQ_CLS, so score trains too) with AdamW over the trainable tensors only. gpt2-classify
+then also runs without LoRA, and the table adds our full fine-tuning's ms/step over our LoRA's
+and the gradient and AdamW memory of each (the memory line's figures).
+
+    /usr/bin/python3 scripts/bench/bench_gpt2_train.py --configs 124m --lora 8
+
 See scripts/bench/README.md. The Python side needs torch and transformers
 (scripts/setup_python.sh).
 """
@@ -24,6 +32,7 @@ See scripts/bench/README.md. The Python side needs torch and transformers
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -98,7 +107,22 @@ def shapes_text(shapes):
     return ",".join(f"{b}x{t}" for b, t in shapes)
 
 
-def run_tunezoo(args, name, arch_path, workdir):
+def lora_args(args):
+    return ["--lora-r", str(args.lora), "--lora-alpha", str(2 * args.lora), "--lora-targets", args.lora_targets]
+
+
+def memory_line(log):
+    """The gradients and AdamW state MiB of a run's memory line, or None."""
+    with open(log) as f:
+        for line in f:
+            m = re.search(r"^memory on .*gradients ([0-9.]+), AdamW state ([0-9.]+)", line)
+            if m:
+                return float(m.group(1)), float(m.group(2))
+    return None
+
+
+def run_tunezoo(args, name, arch_path, workdir, lora=False):
+    name = name + ("-lora" if lora else "")
     save_dir = os.path.join(workdir, f"tz-{name}")
     os.makedirs(save_dir, exist_ok=True)
     cmd = [args.bin, "--dataset", args.dataset, "--arch", arch_path,
@@ -107,6 +131,7 @@ def run_tunezoo(args, name, arch_path, workdir):
            "--save-interval", "-1", "--threads", str(args.threads), "--save-dir", save_dir]
     cmd += args.bin_args.split() if args.bin_args else []
     cmd += ["--checkpoint-activations"] if args.checkpoint_activations else []
+    cmd += lora_args(args) if lora else []
     log = os.path.join(workdir, f"tz-{name}.log")
     print(f"[{name}] tunezoo: {' '.join(cmd)}", flush=True)
     rc, rss, wall = run_child(cmd, thread_env(args.threads), log)
@@ -120,7 +145,7 @@ def run_tunezoo(args, name, arch_path, workdir):
         raise SystemExit(f"{metrics}: expected more than {WARMUP} train lines, found {len(rows)}")
     timed = [r[1] for r in rows[WARMUP:]]
     return {"ms": sum(timed) / len(timed), "rss_mb": rss, "wall_s": wall,
-            "shapes": [r[2] for r in rows], "losses": [r[3] for r in rows]}
+            "shapes": [r[2] for r in rows], "losses": [r[3] for r in rows], "grad_adamw_mib": memory_line(log)}
 
 
 def run_torch(args, name, arch_path, shapes, workdir):
@@ -130,6 +155,7 @@ def run_torch(args, name, arch_path, shapes, workdir):
            "--worker-out", out, "--seed", str(args.seed)]
     cmd += ["--checkpoint-activations"] if args.checkpoint_activations else []
     cmd += ["--torch-autocast-bf16"] if args.torch_autocast_bf16 else []
+    cmd += ["--lora", str(args.lora), "--lora-targets", args.lora_targets] if args.lora else []
     log = os.path.join(workdir, f"torch-{name}.log")
     print(f"[{name}] pytorch: {len(shapes)} steps, shapes {shapes_text(shapes)}", flush=True)
     rc, rss, wall = run_child(cmd, thread_env(args.threads), log)
@@ -159,9 +185,17 @@ def worker(args):
     model = GPT2ForSequenceClassification(cfg)
     if args.checkpoint_activations:
         model.gradient_checkpointing_enable()
+    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    if args.lora:
+        import peft
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.0,
+                                                 target_modules=args.lora_targets.split(","), task_type="SEQ_CLS"))
+        versions["peft"] = peft.__version__
     model.train()
-    decay = [p for n, p in model.named_parameters() if not (n.endswith(".bias") or ".ln_" in n)]
-    no_decay = [p for n, p in model.named_parameters() if n.endswith(".bias") or ".ln_" in n]
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trained if not (n.endswith(".bias") or ".ln_" in n)]
+    no_decay = [p for n, p in trained if n.endswith(".bias") or ".ln_" in n]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
@@ -179,14 +213,13 @@ def worker(args):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.torch_autocast_bf16):
             out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for _, p in trained], 1.0)
         opt.step()
         ms.append((time.perf_counter() - t0) * 1000.0)
         losses.append(out.loss.item())
         print(f"step {len(ms)} shape {b}x{t} loss {losses[-1]:.4f} {ms[-1]:.1f} ms", flush=True)
-    res = {"ms_per_step": ms, "losses": losses,
-           "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                        "threads": torch.get_num_threads()}}
+    versions["threads"] = torch.get_num_threads()
+    res = {"ms_per_step": ms, "losses": losses, "versions": versions}
     with open(args.worker_out, "w") as f:
         json.dump(res, f)
 
@@ -213,6 +246,8 @@ def main():
                     help="activation checkpointing on both sides (see the module doc)")
     ap.add_argument("--torch-autocast-bf16", action="store_true",
                     help="the PyTorch side under torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank on both sides (see the module doc); 0: off")
+    ap.add_argument("--lora-targets", default="c_attn,c_proj,c_fc", help="with --lora: the modules adapted")
     ap.add_argument("--torch-only", action="store_true",
                     help="skip gpt2-classify; time PyTorch on --shapes only")
     ap.add_argument("--shapes", default="",
@@ -253,17 +288,21 @@ def main():
         arch = os.path.join(workdir, f"{name}.config.json")
         with open(arch, "w") as f:
             json.dump(hf_config(name), f, indent=2)
-        tz = None
+        tz = full = None
         shapes = None if not args.torch_only else torch_shapes
         if not args.torch_only:
-            tz = run_tunezoo(args, name, arch, workdir)
+            tz = run_tunezoo(args, name, arch, workdir, lora=args.lora > 0)
             shapes = tz["shapes"]
+            if args.lora:
+                full = run_tunezoo(args, name, arch, workdir)
         pt = run_torch(args, name, arch, shapes, workdir)
         versions = pt["versions"]
-        rows.append((name, tz, pt, shapes))
+        rows.append((name, tz, pt, shapes, full))
 
     print()
-    print(f"PyTorch {versions['torch']}, transformers {versions['transformers']}; "
+    lora = f"; LoRA r {args.lora} (alpha {2 * args.lora}) on {args.lora_targets} on both sides, PEFT " \
+        f"{versions.get('peft')}" if args.lora else ""
+    print(f"PyTorch {versions['torch']}, transformers {versions['transformers']}{lora}; "
           f"{args.steps} steps, first {WARMUP} not timed; batch {args.batch_size}, max-len {args.max_len}"
           f"{'; activation checkpointing on both sides' if args.checkpoint_activations else ''}"
           f"{'; PyTorch under bf16 autocast' if args.torch_autocast_bf16 else ''}")
@@ -271,18 +310,28 @@ def main():
           f"{'ratio':>6s} {'tunezoo RSS MiB':>16s} {'PyTorch RSS MiB':>16s}  shapes"
     print(hdr)
     print("-" * len(hdr))
-    for name, tz, pt, shapes in rows:
+    for name, tz, pt, shapes, _ in rows:
         ratio = pt["ms"] / tz["ms"] if tz else None
         uniq = sorted({t for _, t in shapes})
         print(f"{name:7s} {args.threads:7d} {fmt(tz and tz['ms'], '16.1f')} {pt['ms']:16.1f} "
               f"{fmt(ratio, '6.2f')} {fmt(tz and tz['rss_mb'], '16.0f')} {pt['rss_mb']:16.0f}  "
               f"B={shapes[0][0]} T={uniq[0]}..{uniq[-1]}")
     print("ratio = PyTorch ms / tunezoo ms (> 1: tunezoo is faster)")
+    for name, tz, _, _, full in rows:
+        if not full:
+            continue
+        g_full, g_lora = full["grad_adamw_mib"], tz["grad_adamw_mib"]
+        mem = (f"; gradients + AdamW state {sum(g_lora):.1f} MiB with LoRA, {sum(g_full):.1f} MiB full "
+               f"({100 * sum(g_lora) / sum(g_full):.2f}%)") if g_full and g_lora else ""
+        print(f"{name}: tunezoo full fine-tuning {full['ms']:.1f} ms/step, with LoRA {tz['ms']:.1f} "
+              f"({full['ms'] / tz['ms']:.2f}x){mem}")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"versions": versions, "threads": args.threads, "steps": args.steps, "warmup": WARMUP,
                        "bin_args": args.bin_args, "torch_autocast_bf16": args.torch_autocast_bf16,
-                       "configs": {name: {"tunezoo": tz, "pytorch": pt} for name, tz, pt, _ in rows}}, f, indent=1)
+                       "lora": args.lora, "lora_targets": args.lora_targets if args.lora else None,
+                       "configs": {name: {"tunezoo": tz, "pytorch": pt, "tunezoo_full": full}
+                                   for name, tz, pt, _, full in rows}}, f, indent=1)
     if args.workdir:
         print(f"logs and metrics kept in {workdir}")
     if tmp:
