@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# LoRA in gpt2-classify (issue 36), on a tiny GPT-2 and the shipped CSV example: --lora-r trains
+# LoRA in gpt2-classify and gpt2-finetune (issue 36), on a tiny GPT-2 and the shipped examples: --lora-r trains
 # only the adapters and the head (the log says how many parameters), --save-lora writes a PEFT
 # folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
 # the same last step as one that ran through, and every option that cannot work gets its error.
+# gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did.
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 . "$SRC/tests/cli_lib.sh"
-[ -x "$BIN_DIR/gpt2-classify" ] || { echo "test_cli_lora: gpt2-classify not built"; exit 1; }
+for p in gpt2-classify gpt2-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
@@ -77,4 +78,22 @@ mkdir -p "$TMP/other" && cp "$TMP/adapter/adapter_model.safetensors" "$TMP/other
     sed 's/"r":[[:space:]]*4/"r": 2/' "$TMP/adapter/adapter_config.json" > "$TMP/other/adapter_config.json"
 expect_fail "--lora-from of another rank" 1 "lora_A.weight' has shape \[4, 16\], expected \[2, 16\]" $G "${RUN[@]}" \
     --lora-from "$TMP/other" --save-dir "$TMP/e9"
+# gpt2-finetune: the adapters go to SAVE_DIR/lora (no HF export), and the folder over the same
+# base gives the same validation loss and the same greedy text (decoding runs the adapters too)
+LM=(--train-file "$EX/summaries-train.jsonl" --text-column document --block-size 32 --arch "$TMP/gpt2.json" --threads 2
+    --no-cache --lr 1e-2 --generate "The" --max-new-tokens 8)
+"$BIN_DIR/gpt2-finetune" "${LM[@]}" --lora-r 4 --lora-targets c_attn,c_proj,c_fc --epochs 2 --save-dir "$TMP/lm" \
+    > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the gpt2-finetune LoRA run failed"
+[ -s "$TMP/lm/lora/adapter_model.safetensors" ] && [ ! -e "$TMP/lm/hf" ] && ok || bad "SAVE_DIR/lora, and no hf/"
+grep -q '"task_type":[[:space:]]*"CAUSAL_LM"' "$TMP/lm/lora/adapter_config.json" && ok || bad "task_type not CAUSAL_LM"
+val=$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')
+text=$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)
+[ -n "$val" ] && [ -n "$text" ] && ok || bad "no validation results or generated text"
+"$BIN_DIR/gpt2-finetune" "${LM[@]}" --lora-from "$TMP/lm/lora" --epochs 0 --save-dir "$TMP/lm-eval" > "$TMP/out" 2> "$TMP/err"
+[ "$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$val" ] && ok ||
+    bad "gpt2-finetune --lora-from: $(grep "^validation results" "$TMP/out") vs '$val'"
+[ "$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)" = "$text" ] && ok || bad "--lora-from generates other text"
+expect_fail "gpt2-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" gpt2-finetune "${LM[@]}" --lora-r 4 \
+    --save-hf "$TMP/hf" --save-dir "$TMP/e10"
 finish test_cli_lora

@@ -1,5 +1,6 @@
 /* The training options and set-up every program shares (see train_app.h). */
 #include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 
 #include <errno.h>
 #include <math.h>
@@ -508,6 +509,7 @@ int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *op
     spec->n_opts = n_own;
     train_app_add_options(o, d, spec, opts);
     train_app_add_checkpoint_options(o, opts, &spec->n_opts);
+    if (d->lora) train_app_add_lora_options(o, opts, &spec->n_opts);
     return train_app_main(argc, argv, spec->prog, run);
 }
 

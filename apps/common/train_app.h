@@ -37,6 +37,7 @@ typedef struct {
 /* The program's defaults where they differ between programs (as text, as rt_opt takes them). */
 typedef struct {
     const char *lr, *batch_size, *epochs, *weight_decay, *warmup;
+    bool lora; /* train_app_program_main adds the LoRA options (apps/common/train_lora.h) */
 } train_app_defaults;
 
 /* How many options train_app_add_options appends. */
@@ -107,8 +108,9 @@ rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, con
 typedef rt_status (*train_app_run_fn)(int argc, char **argv, rt_comm *world, int *signal_out);
 int train_app_main(int argc, char **argv, const char *prog, train_app_run_fn run);
 /* A training program's whole main: opts (room for n_own + TRAIN_APP_N_OPTS +
- * TRAIN_APP_N_CHECKPOINT_OPTS) gets its own options, the shared ones with the program's defaults
- * and activation checkpointing's; then train_app_main with spec->prog. */
+ * TRAIN_APP_N_CHECKPOINT_OPTS, + TRAIN_APP_N_LORA_OPTS with d->lora) gets its own options, the
+ * shared ones with the program's defaults, activation checkpointing's and LoRA's; then
+ * train_app_main with spec->prog. */
 int train_app_program_main(int argc, char **argv, rt_args_spec *spec, rt_opt *opts, const rt_opt *own, int n_own,
                            train_app_opts *o, const train_app_defaults *d, train_app_run_fn run);
 /* How long the world's collectives wait before --comm-timeout is read (and its default). */

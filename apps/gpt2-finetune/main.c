@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_train.h"
 #include "checkpoints/ckpt_weights.h"
@@ -80,7 +81,7 @@ static const rt_opt lm_own_options[] = {
      "--generate, sampling: keep the most likely tokens up to this probability mass (1 = all)", NULL, 1e-9, 1},
 };
 #define LM_N_OWN ((int)(sizeof lm_own_options / sizeof lm_own_options[0]))
-static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
+static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
 static rt_args_spec lm_spec = {
     .prog = LM_PROG,
@@ -91,7 +92,7 @@ static rt_args_spec lm_spec = {
                "run_clm.py does: the texts joined by <|endoftext|> and cut into --block-size rows; reports the\n"
                "validation loss and perplexity. --train-file takes the texts from a column of CSV, TSV or\n"
                "JSON Lines records instead. Checkpoints and metrics.jsonl go to --save-dir, the trained\n"
-               "model to SAVE_DIR/hf.",
+               "model to SAVE_DIR/hf (with --lora-r, the adapters as a PEFT folder to SAVE_DIR/lora).",
     .epilog = "examples:\n"
               "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
               "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16\n"
@@ -103,8 +104,8 @@ static rt_args_spec lm_spec = {
 /* ---- the model ---- */
 
 /* The model for batches of max_B rows of `block` tokens (block 0: resolved from the config). */
-static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer *tok, rt_backend *be, rt_comm *tp,
-                                rt_comm *pp, int max_B, int *block, gpt2_model **out) {
+static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer *tok, const ckpt_peft_config *lora,
+                                rt_backend *be, rt_comm *tp, rt_comm *pp, int max_B, int *block, gpt2_model **out) {
     rt_status st = RT_OK;
     gpt2_config cfg;
     if (src->config[0]) {
@@ -119,6 +120,7 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
     cfg.num_labels = 0; /* the language model: the tied head only */
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
     cfg.pp_recompute = O.t.pp_recompute;
+    cfg.lora = lora;
     RT_TRY(gpt2_config_validate(&cfg, tp->size));
     if (tok_vocab_size(tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(tok),
@@ -522,7 +524,7 @@ static rt_status lm_generate_whole(const char *hf_dir, const tok_tokenizer *tok,
     int block = (int)O.block_size;
     rt_log_info("--generate with %d pipeline stages: the whole model from %s, on this rank", grid->pp_size, hf_dir);
     RT_TRY(train_app_resolve_source(hf_dir, NULL, NULL, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
-    RT_TRY(lm_build_model(&src, tok, be, rt_comm_self(), rt_comm_self(), 1, &block, &whole));
+    RT_TRY(lm_build_model(&src, tok, NULL, be, rt_comm_self(), rt_comm_self(), 1, &block, &whole));
     RT_TRY(lm_generate(whole, tok, eos, grid));
 fail:
     gpt2_model_free(whole);
@@ -576,6 +578,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     char *options_json = NULL;
     rt_grid grid = {0};
     train_app_comm_count comm_count = {0}; /* --comm-stats */
+    ckpt_peft_config lora = {0};
+    bool lora_on = false;
 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
@@ -583,6 +587,12 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
+    const train_app_lora_family lora_family = {.default_targets = "c_attn", .task_type = "CAUSAL_LM",
+                                               .base_model = O.model, .fan_in_fan_out = true};
+    RT_TRY(train_app_lora_config(&O.t, &lm_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
+    if (lora_on && O.generate && grid.pp_size > 1)
+        RT_FAIL(RT_ERR_USAGE, "--generate with --pp and LoRA: the pipelined run generates from its HF export, "
+                              "which LoRA does not write yet (the merged model)");
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));
     const int32_t eos = tok_eos_id(tok);
@@ -590,7 +600,11 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     train_app_comm_count_begin(&O.t, &comm_count, &grid);
     int block = (int)O.block_size;
-    RT_TRY(lm_build_model(&src, tok, be, grid.tp, grid.pp, (int)O.t.batch_size, &block, &model));
+    RT_TRY(lm_build_model(&src, tok, lora_on ? &lora : NULL, be, grid.tp, grid.pp, (int)O.t.batch_size, &block,
+                          &model));
+    if (lora_on)
+        RT_TRY(train_app_lora_ready(&O.t, &lora, &ckpt_map_gpt2, "GPT-2",
+                                    "c_attn, c_proj (attention's and the MLP's), c_fc", gpt2_model_params(model), &grid));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", src.tokenizer, tok_kind_name(tok), tok_vocab_size(tok),
                 device);
 
@@ -661,12 +675,19 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (res.last_eval.n == 2)
         rt_log_info("validation results (%zu blocks, step %lld): loss %.4f perplexity %.3f", val.n,
                     (long long)res.steps, res.last_eval.values[0], res.last_eval.values[1]);
-    if (O.save_hf)
-        snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
-    else
-        snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-    lm_export_job job = {model, src.tokenizer, &grid};
-    RT_TRY(train_app_export_hf(hf_dir, &grid, lm_write_hf, &job));
+    if (lora_on) { /* the adapters, where --save-lora says or beside the checkpoints */
+        static char lora_dir[4200];
+        snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
+        if (!O.t.save_lora) O.t.save_lora = lora_dir;
+        RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_gpt2, gpt2_model_params(model)));
+    } else {
+        if (O.save_hf)
+            snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+        else
+            snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+        lm_export_job job = {model, src.tokenizer, &grid};
+        RT_TRY(train_app_export_hf(hf_dir, &grid, lm_write_hf, &job));
+    }
     if (O.generate && grid.pp_size == 1) RT_TRY(lm_generate(model, tok, eos, &grid));
     if (O.generate && grid.pp_size > 1 && grid.world->rank == 0) RT_TRY(lm_generate_whole(hf_dir, tok, eos, be, &grid));
 fail:
@@ -683,11 +704,12 @@ fail:
     tok_free(tok);
     train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
+    ckpt_peft_config_free(&lora);
     return st;
 }
 
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "5e-5", .batch_size = "8", .epochs = "1", .weight_decay = "0.0",
-                                   .warmup = "0"};
+                                   .warmup = "0", .lora = true};
     return train_app_program_main(argc, argv, &lm_spec, lm_options, lm_own_options, LM_N_OWN, &O.t, &defaults, lm_run);
 }
