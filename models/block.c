@@ -54,14 +54,17 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
 }
 
 /* Backward of a row-parallel linear and its adapter: dinp = dL/d(x) (N, in_local) written
- * (NULL: not wanted), the gradients accumulated. */
+ * (NULL: not wanted), the gradients accumulated. The adapter's part is added after the base's
+ * product, or with its dropout written before it. */
 static rt_status row_bwd(const mdl_sublayers *s, rt_x dinp, int w, int b, mdl_lora lora, int lora_k, rt_x dout, rt_x x,
                          size_t N, int in_local) {
-    rt_status st = mdl_lora_row_bwd(s, lora, lora_k, dinp, dout, x, N, in_local, s->C);
+    const bool lora_first = mdl_lora_on(lora) && s->lora.drop.p > 0;
+    rt_status st = RT_OK;
+    if (lora_first) st = mdl_lora_row_bwd(s, lora, lora_k, dinp, false, dout, x, N, in_local, s->C);
     if (st != RT_OK) return st;
-    mdl_row_linear_bwd(s->be, dinp, mdl_lora_on(lora), mdl_grad(s->params, w), mdl_grad(s->params, b), dout, x,
+    mdl_row_linear_bwd(s->be, dinp, lora_first, mdl_grad(s->params, w), mdl_grad(s->params, b), dout, x,
                        mdl_param(s->params, w), N, in_local, s->C);
-    return RT_OK;
+    return lora_first ? RT_OK : mdl_lora_row_bwd(s, lora, lora_k, dinp, true, dout, x, N, in_local, s->C);
 }
 
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x in,

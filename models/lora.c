@@ -190,8 +190,8 @@ rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out
     return RT_OK;
 }
 
-rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, rt_x dout, rt_x x, size_t N,
-                           int in_local, int out_f) {
+rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, bool accumulate, rt_x dout, rt_x x,
+                           size_t N, int in_local, int out_f) {
     if (!mdl_lora_on(l)) return RT_OK;
     const mdl_lora_run *L = &s->lora;
     const float *A = mdl_param(s->params, l.a);
@@ -201,12 +201,13 @@ rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp,
     lora_through_b(s, l, dout, N, out_f);
     rt_linear_wgrad(s->be, mdl_grad(s->params, l.a), NULL, rt_xf(L->u), xd, N, in_local, L->r);
     if (!dinp.p) return RT_OK;
-    /* dX_r = drop'(u A_r), written (the base's product adds to it) */
+    /* dX_r (+)= drop'(u A_r) */
     if (!(L->drop.p > 0)) {
-        rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0, 0.0f,
-                dinp, in_local, 0, 1);
+        rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0,
+                accumulate ? 1.0f : 0.0f, dinp, in_local, 0, 1);
         return RT_OK;
     }
+    RT_CHECK(!accumulate, "LoRA dropout's input gradient is written, never added"); /* no typed add op */
     rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0, 0.0f,
             rt_xf(L->x), in_local, 0, 1);
     rt_dropout_cols(s->be, dinp, rt_xf(L->x), N, in_local, in_local * s->tp->size, in_local * s->tp->rank, L->drop.p,

@@ -73,9 +73,10 @@ rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din
 /* Row-parallel: out (N, out_f) += scale drop(x_r) A_r^T (all-reduced) B^T; x_r (N, in_local). */
 rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
                            int out_f);
-/* Its backward: accumulates dA_r and dB and writes dinp = dL/dx_r (N, in_local), which the base
- * then adds to (mdl_row_linear_bwd's accumulate). */
-rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, rt_x dout, rt_x x, size_t N,
-                           int in_local, int out_f);
+/* Its backward: accumulates dA_r and dB and writes dinp = dL/dx_r (N, in_local), or adds to it
+ * (accumulate: after the base's product, which keeps the large GEMM free of a beta; without
+ * dropout only, whose masked gradient has no add into a 16-bit buffer: the base then adds). */
+rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp, bool accumulate, rt_x dout, rt_x x,
+                           size_t N, int in_local, int out_f);
 
 #endif

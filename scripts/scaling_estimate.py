@@ -137,8 +137,43 @@ def row(name, gpus, tp, pp, dp, zero, offload, offload_params, B, acc):
             f"{act / 1e9:.2f} GB | {'; '.join(comm)} | {compute:.2f} s | {eff_s} |")
 
 
+# LoRA on one GPU (issue 36): the linears of a layer as (in, out), each adapted with A (r, in) and
+# B (out, r). GLM-10B: query_key_value, dense, dense_h_to_4h, dense_4h_to_h. T5-3B (d_model 1024,
+# 32 heads of 128, d_ff 16384, 24 + 24 layers, 2.85 B): q, k, v, o in each attention (the
+# decoder's cross-attention too) and wi, wo.
+LORA_MODELS = {
+    "GLM-10B": (9.9e9, 48, 4096, 512, [(4096, 12288), (4096, 4096), (4096, 16384), (16384, 4096)] * 48),
+    "T5-3B": (2.85e9, 48, 1024, 512,
+              ([(1024, 4096)] * 3 + [(4096, 1024)] + [(1024, 16384), (16384, 1024)]) * 24 +
+              ([(1024, 4096)] * 3 + [(4096, 1024)]) * 2 * 24 + [(1024, 16384), (16384, 1024)] * 24),
+}
+
+
+def lora_row(name, r, B):
+    """Full fine-tuning against LoRA r on one GPU with full recomputation: full keeps fp32 weights,
+    gradients and AdamW's two moments (16 bytes a parameter); LoRA keeps the frozen base's fp32
+    weights (4 bytes a parameter, no gradient, no moments) and the adapters' 16 bytes. Activations
+    as above (16-bit layer inputs); compute 8 Psi tokens full, 6 with LoRA (no weight gradients)."""
+    P, L, C, T, linears = LORA_MODELS[name]
+    adapters = r * sum(i + o for i, o in linears)
+    full, lora = 16 * P, 4 * P + 16 * adapters
+    act = 2 * T * B * C * L
+    tokens = B * T
+
+    def fits(x):
+        return "fits" if x + act <= HBM else "does not fit"
+    return (f"| {name} | r {r}, every linear: {adapters / 1e6:.0f} M trained ({100 * adapters / P:.2f}%) | "
+            f"{full / 1e9:.1f} GB ({fits(full)}) | {lora / 1e9:.1f} GB ({fits(lora)}) | {act / 1e9:.2f} GB (B={B}, T={T}) | "
+            f"{8 * P * tokens / PEAK_EFFECTIVE:.2f} s | {6 * P * tokens / PEAK_EFFECTIVE:.2f} s |")
+
+
 if __name__ == "__main__":
     print("| model | GPUs | layout | model state / GPU | activations / GPU | comm / step / GPU (wire) | compute / step | expected efficiency |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for layout in LAYOUTS:
         print(row(*layout))
+    print()
+    print("| model | LoRA | full: model state | LoRA: model state | activations | compute / step, full | with LoRA |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in LORA_MODELS:
+        print(lora_row(name, 8, 8))
