@@ -27,16 +27,12 @@ static bool peft_export(const ckpt_map *map, const char *ours, char *out, size_t
 }
 
 bool ckpt_peft_param_name(const ckpt_map *map, const char *ours, char *out, size_t size) {
-    char base[RT_PARAM_NAME_MAX + 16], theirs[CKPT_MAP_NAME_MAX];
+    char theirs[CKPT_MAP_NAME_MAX];
     size_t stem;
-    for (int k = 0; k < 2; k++) {
-        if (!ends_with(ours, ckpt_peft_lora_suffix[k], &stem)) continue;
-        /* the base weight's HF module, then the adapter's suffix */
-        snprintf(base, sizeof base, "%.*s.weight", (int)stem, ours);
-        size_t module;
-        if (!peft_export(map, base, theirs, sizeof theirs) || !ends_with(theirs, ".weight", &module)) break;
-        return snprintf(out, size, CKPT_PEFT_PREFIX "%.*s%s", (int)module, theirs, ckpt_peft_lora_suffix[k]) < (int)size;
-    }
+    /* an adapter is named after its HF module without the map's prefix (models/lora.h) */
+    for (int k = 0; k < 2; k++)
+        if (ends_with(ours, ckpt_peft_lora_suffix[k], &stem))
+            return snprintf(out, size, CKPT_PEFT_PREFIX "%s%s", map->prefix ? map->prefix : "", ours) < (int)size;
     long nums[CKPT_MAP_MAX_NUMS];
     int n_nums;
     const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);

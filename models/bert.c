@@ -17,6 +17,7 @@
 #include "checkpoints/ckpt_tp.h"
 #include "models/hf_config.h"
 #include "models/heads.h"
+#include "models/lora.h"
 #include "models/param.h"
 #include "models/parallel.h"
 #include "models/stack.h"
@@ -30,7 +31,8 @@
 #define BERT_MASKED (-1e30f)
 
 struct bert_model {
-    bert_config cfg;
+    bert_config cfg;    /* cfg.lora points at lora below */
+    ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
@@ -191,6 +193,7 @@ static const mdl_stack_names bert_block_names = {
 /* HF's _init_weights: Linear and Embedding N(0, initializer_range), LayerNorm 1/0, biases 0.
  * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). The stage's parameters:
  * the embeddings on the first, its layers, the head on the last. */
+static void bert_declare_head(bert_model *m);
 static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp, int first_block, int n_blocks) {
     const bert_config *c = &m->cfg;
     const int C = m->C;
@@ -211,13 +214,21 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp, int 
                            .norm_eps = c->layer_norm_eps, .act = c->act, .attn_pdrop = c->attention_probs_dropout_prob,
                            .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = first ? c->hidden_dropout_prob : 0,
                            .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
-                           .layers_total = c->num_hidden_layers};
+                           .layers_total = c->num_hidden_layers, .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, be, tp, &m->params);
-    mdl_stack_declare_named(&m->blocks, &bert_block_names, &ckpt_map_bert, c->initializer_range,
-                            c->initializer_range);
-    if (!mdl_stage_is_last(m->stage)) return;
-    /* the head is small and replicated on every tp rank */
+    /* the map's prefix names the adapters as PEFT does (bert., roberta.); the rows are the same */
+    const ckpt_map *map = c->roberta ? &ckpt_map_roberta : &ckpt_map_bert;
+    mdl_stack_declare_named(&m->blocks, &bert_block_names, map, c->initializer_range, c->initializer_range);
+    if (mdl_stage_is_last(m->stage)) bert_declare_head(m);
+    mdl_lora_freeze_base(&m->params, c->lora, map);
+}
+
+/* The classifier's head (replicated on every tp rank: it is small). */
+static void bert_declare_head(bert_model *m) {
+    const bert_config *c = &m->cfg;
+    const int C = m->C;
+    const rt_init_kind N = RT_INIT_NORMAL, Z = RT_INIT_ZEROS;
     const int NL = c->num_labels;
     if (c->roberta) {
         m->hd_w = bert_add(m, "classifier.dense.weight", C, C, false, N);
@@ -280,7 +291,7 @@ static void bert_use_slot(void *model, int k) {
 
 /* Zeroes one row of a table (rows of C floats) if it lies in [row0, row0 + rows). */
 static void bert_zero_row(bert_model *m, float *table, int row, int row0, int rows) {
-    if (row >= row0 && row < row0 + rows)
+    if (table && row >= row0 && row < row0 + rows) /* table NULL: a frozen table's gradient (LoRA) */
         rt_clear(m->be, table + (size_t)(row - row0) * m->C, (size_t)m->C * sizeof(float));
 }
 
@@ -299,12 +310,21 @@ rt_status bert_model_init(const bert_config *c, rt_backend *be, rt_comm *tp, int
     return bert_model_init_stage(c, be, tp, rt_comm_self(), 1, max_B, max_T, seed, out);
 }
 
+/* m's own copy of the config's LoRA settings, which cfg.lora then points at. */
+static void bert_own_config(bert_model *m, const bert_config *c) {
+    m->cfg = *c;
+    if (c->lora) {
+        ckpt_peft_config_copy(&m->lora, c->lora);
+        m->cfg.lora = &m->lora;
+    }
+}
+
 rt_status bert_params_layout(const bert_config *c, rt_backend *be, rt_comm *tp, rt_params *out) {
     rt_status st = RT_OK;
     bert_model *m = rt_xcalloc(1, sizeof *m);
     memset(out, 0, sizeof *out);
     RT_TRY(bert_config_validate(c, tp->size));
-    m->cfg = *c;
+    bert_own_config(m, c);
     m->be = be;
     m->tp = tp;
     m->stage = mdl_stage_whole();
@@ -318,6 +338,7 @@ rt_status bert_params_layout(const bert_config *c, rt_backend *be, rt_comm *tp, 
 fail:
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m);
     return st;
 }
@@ -341,7 +362,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     RT_TRY(mdl_check_activations(c->roberta ? "RoBERTa activations" : "BERT activations",
                                  (uint64_t)c->num_hidden_layers, (uint64_t)max_B, (uint64_t)max_T,
                                  bert_act_width(c, max_T), "lower --batch-size or --max-len"));
-    m->cfg = *c;
+    bert_own_config(m, c);
     m->be = be;
     m->tp = tp;
     m->max_B = max_B;
@@ -392,6 +413,7 @@ void bert_model_free(bert_model *m) {
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m->h_pos);
     free(m->h_types);
     free(m->h_cls);
@@ -473,6 +495,7 @@ static void bert_embed_bwd(bert_model *m, const float *demb, size_t BT) {
     rt_backend *be = m->be;
     const int C = m->C;
     float *dsum = m->blocks.sc->dln; /* the stack's dln is free scratch now */
+    if (!G(m->eln_w) && !G(m->eln_b) && !G(m->wte) && !G(m->wtt) && !G(m->wpe)) return; /* all frozen (LoRA) */
     rt_clear(be, dsum, BT * C * sizeof(float));
     rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), demb, m->emb, P(m->eln_w), m->emb_mean, m->emb_rstd, BT, C);
     rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab.start, m->vocab.local);

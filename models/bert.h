@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_peft.h"
 #include "models/classifier.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_batch.h"
@@ -42,6 +43,9 @@ typedef struct {
     int checkpoint_layers; /* activation checkpointing: 0 keeps every layer's activations; K keeps
                             * each layer's input and recomputes K layers at a time in backward.
                             * A run option, not in config.json */
+    const ckpt_peft_config *lora; /* LoRA (models/lora.h): adapters on its target_modules, every other weight
+                                   * frozen but its modules_to_save; NULL: full fine-tuning. A run option, which
+                                   * the model copies */
 } bert_config;
 
 /* HF defaults (bert-base-uncased) with num_labels 2. */

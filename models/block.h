@@ -81,7 +81,9 @@ typedef struct {
     int q_w, k_w, v_w;  /* k_w -1: q_w is the fused [q; k; v] */
     int q_b;            /* the fused projection's bias, or -1 */
     int proj_w, proj_b;
-    mdl_lora q_l, k_l, v_l, proj_l; /* adapters; q_l the fused projection's */
+    mdl_lora qkv_l;                 /* the fused projection's adapter, when it is one module (GPT-2's c_attn) */
+    mdl_lora q_l, k_l, v_l, proj_l; /* the others; q_l, k_l, v_l of a fused projection are its parts' (BERT's
+                                     * query, key, value), each writing its third */
 } mdl_attn_params;
 
 typedef struct {

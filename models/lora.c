@@ -20,43 +20,89 @@ bool mdl_lora_is_adapter(const char *name) {
     return false;
 }
 
-/* The HF module of our parameter `ours` (its export name without ".weight" or ".bias"); false
- * when the map has no single tensor for it (a fused [q; k; v] of three HF linears). */
-static bool lora_hf_module(const ckpt_map *map, const char *ours, char *out, size_t size) {
+/* The HF module of part `part` of our parameter `ours` (its export name without the last dotted
+ * part, ".weight"); false when the map has no such part. */
+static bool lora_hf_module(const ckpt_map *map, const char *ours, int part, char *out, size_t size) {
     long nums[CKPT_MAP_MAX_NUMS];
     int n_nums;
     const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);
-    if (!row || ckpt_map_parts(row) != 1 || !ckpt_map_export_name(map, ours, 0, out, size)) return false;
+    if (!row || part >= ckpt_map_parts(row) || !ckpt_map_export_name(map, ours, part, out, size)) return false;
     char *dot = strrchr(out, '.');
     if (dot) *dot = '\0';
     return true;
 }
 
-/* Our name of base's adapter part: MODULE.weight -> MODULE.lora_A.weight. */
-static void lora_name(const char *base, const char *suffix, char *out, size_t size) {
-    const size_t n = strlen(base), w = sizeof ".weight" - 1;
-    RT_CHECK(n > w && strcmp(base + n - w, ".weight") == 0 && n - w + strlen(suffix) < size,
-             "LoRA on '%s': not a weight", base);
-    snprintf(out, size, "%.*s%s", (int)(n - w), base, suffix);
+/* The map's prefix ("transformer."), which adapters' names leave out. */
+static const char *lora_prefix(const ckpt_map *map) { return map->prefix ? map->prefix : ""; }
+
+/* Declares an adapter on HF module `module` (which starts with the map's prefix): A (r, in) of a
+ * layer whose input is in_total wide on all ranks, B (out, r), named MODULE.lora_A.weight and
+ * MODULE.lora_B.weight without the prefix, as PEFT names them after it. */
+static mdl_lora lora_add(rt_params *p, const ckpt_map *map, const char *module, int64_t r, int64_t in,
+                         int64_t in_total, int64_t out, rt_tp_rule a_rule, rt_tp_rule b_rule) {
+    const char *ours = module + strlen(lora_prefix(map));
+    char name[RT_PARAM_NAME_MAX];
+    const int64_t a_shape[2] = {r, in}, b_shape[2] = {out, r};
+    mdl_lora l;
+    RT_CHECK(strlen(ours) + strlen(ckpt_peft_lora_suffix[0]) < sizeof name, "LoRA on '%s': a name too long", module);
+    snprintf(name, sizeof name, "%s%s", ours, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A]);
+    /* PEFT: kaiming_uniform_(a = sqrt(5)), whose bound gain * sqrt(3 / fan_in) is 1 / sqrt(fan_in) */
+    l.a = rt_params_add(p, name, 2, a_shape, a_rule, false, RT_INIT_UNIFORM, 1.0f / sqrtf((float)in_total));
+    snprintf(name, sizeof name, "%s%s", ours, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_B]);
+    l.b = rt_params_add(p, name, 2, b_shape, b_rule, false, RT_INIT_ZEROS, 0.0f);
+    return l;
+}
+
+/* Whether part `part` of base weight bs is a target; module gets its HF name. */
+static bool lora_targets(const ckpt_peft_config *cfg, const ckpt_map *map, const rt_param_spec *bs, int part,
+                         char *module, size_t size) {
+    const char *pre = lora_prefix(map);
+    return bs->ndim == 2 && lora_hf_module(map, bs->name, part, module, size) &&
+           strncmp(module, pre, strlen(pre)) == 0 && ckpt_peft_is_target(cfg, module);
 }
 
 mdl_lora mdl_lora_declare(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, int tp_size) {
     if (!cfg || base < 0) return mdl_lora_none();
     const rt_param_spec bs = p->specs[base]; /* a copy: rt_params_add may move the specs */
-    char module[2 * RT_PARAM_NAME_MAX], name[RT_PARAM_NAME_MAX];
-    if (bs.ndim != 2 || !lora_hf_module(map, bs.name, module, sizeof module) || !ckpt_peft_is_target(cfg, module))
+    long nums[CKPT_MAP_MAX_NUMS];
+    int n_nums;
+    const ckpt_map_row *row = ckpt_map_find_ours(map, bs.name, nums, &n_nums);
+    char module[2 * RT_PARAM_NAME_MAX];
+    if (!row || ckpt_map_parts(row) != 1 || !lora_targets(cfg, map, &bs, 0, module, sizeof module))
         return mdl_lora_none();
-    const int64_t r = cfg->r, out = bs.shape[0], in = bs.shape[1];
-    const int64_t in_total = bs.tp == RT_TP_ROW ? in * tp_size : in;
-    const int64_t a_shape[2] = {r, in}, b_shape[2] = {out, r};
-    mdl_lora l;
-    lora_name(bs.name, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A], name, sizeof name);
-    /* PEFT: kaiming_uniform_(a = sqrt(5)), whose bound gain * sqrt(3 / fan_in) is 1 / sqrt(fan_in) */
-    l.a = rt_params_add(p, name, 2, a_shape, mdl_lora_a_rule(bs.tp), false, RT_INIT_UNIFORM,
-                        1.0f / sqrtf((float)in_total));
-    lora_name(bs.name, ckpt_peft_lora_suffix[CKPT_PEFT_LORA_B], name, sizeof name);
-    l.b = rt_params_add(p, name, 2, b_shape, mdl_lora_b_rule(bs.tp), false, RT_INIT_ZEROS, 0.0f);
-    return l;
+    const int64_t in = bs.shape[1], in_total = bs.tp == RT_TP_ROW ? in * tp_size : in;
+    return lora_add(p, map, module, cfg->r, in, in_total, bs.shape[0], mdl_lora_a_rule(bs.tp), mdl_lora_b_rule(bs.tp));
+}
+
+void mdl_lora_declare_parts(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, mdl_lora out[3]) {
+    for (int k = 0; k < 3; k++) out[k] = mdl_lora_none();
+    if (!cfg || base < 0) return;
+    const rt_param_spec bs = p->specs[base];
+    long nums[CKPT_MAP_MAX_NUMS];
+    int n_nums;
+    const ckpt_map_row *row = ckpt_map_find_ours(map, bs.name, nums, &n_nums);
+    if (!row || ckpt_map_parts(row) != 3) return; /* one HF module: mdl_lora_declare's */
+    RT_CHECK(bs.tp == RT_TP_QKV && bs.shape[0] % 3 == 0, "LoRA parts of '%s': not a fused [q; k; v]", bs.name);
+    for (int k = 0; k < 3; k++) {
+        char module[2 * RT_PARAM_NAME_MAX];
+        /* a part is column-parallel: its rows split by heads as the fused weight's third is */
+        if (lora_targets(cfg, map, &bs, k, module, sizeof module))
+            out[k] = lora_add(p, map, module, cfg->r, bs.shape[1], bs.shape[1], bs.shape[0] / 3, RT_TP_NONE,
+                              RT_TP_COL);
+    }
+}
+
+/* Whether the HF module or one that holds it (a dotted prefix) is one of cfg's modules_to_save:
+ * PEFT trains a saved module's every parameter ("classifier" holds classifier.dense). */
+static bool lora_saved(const ckpt_peft_config *cfg, const char *module) {
+    char m[2 * RT_PARAM_NAME_MAX];
+    snprintf(m, sizeof m, "%s", module);
+    for (;;) {
+        if (ckpt_peft_is_saved(cfg, m)) return true;
+        char *dot = strrchr(m, '.');
+        if (!dot) return false;
+        *dot = '\0';
+    }
 }
 
 void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map) {
@@ -64,7 +110,7 @@ void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
     for (int i = 0; i < p->n; i++) {
         rt_param_spec *s = &p->specs[i];
         char module[2 * RT_PARAM_NAME_MAX];
-        const bool saved = lora_hf_module(map, s->name, module, sizeof module) && ckpt_peft_is_saved(cfg, module);
+        const bool saved = lora_hf_module(map, s->name, 0, module, sizeof module) && lora_saved(cfg, module);
         s->frozen = !mdl_lora_is_adapter(s->name) && !saved;
     }
 }
@@ -78,9 +124,9 @@ rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg
             const char *name = p->specs[i].name, *suffix = ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A];
             const size_t n = strlen(name), k = strlen(suffix);
             if (n <= k || strcmp(name + n - k, suffix) != 0) continue;
-            char base[RT_PARAM_NAME_MAX + 8], module[2 * RT_PARAM_NAME_MAX];
-            snprintf(base, sizeof base, "%.*s.weight", (int)(n - k), name);
-            found = lora_hf_module(map, base, module, sizeof module) && ckpt_peft_is_target(&one, module);
+            char module[2 * RT_PARAM_NAME_MAX];
+            snprintf(module, sizeof module, "%s%.*s", lora_prefix(map), (int)(n - k), name);
+            found = ckpt_peft_is_target(&one, module);
         }
         if (!found)
             return rt_errorf(RT_ERR_USAGE, "LoRA target '%s' matches no linear of this %s that takes an adapter (its "
@@ -108,29 +154,32 @@ static void lora_t(const mdl_sublayers *s, mdl_lora l, rt_x xd, size_t N, int in
             rt_xf(s->lora.t), r, 0, 1);
 }
 
-/* out (N, out_f) += scale t B[row0 .. row0 + out_f)^T. */
-static void lora_up_rows(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int row0, int out_f) {
+/* out (N, out_f, row stride ld) += scale t B[row0 .. row0 + out_f)^T. */
+static void lora_up_rows(const mdl_sublayers *s, mdl_lora l, rt_x out, int ld, size_t N, int row0, int out_f) {
     const int r = s->lora.r;
     rt_gemm(s->be, false, true, (int)N, out_f, r, s->lora.scale, rt_xf(s->lora.t), r, 0,
-            rt_xf(mdl_param(s->params, l.b) + (size_t)row0 * r), r, 0, 1.0f, out, out_f, 0, 1);
-}
-static void lora_up(const mdl_sublayers *s, mdl_lora l, rt_x out, size_t N, int out_f) {
-    lora_up_rows(s, l, out, N, 0, out_f);
+            rt_xf(mdl_param(s->params, l.b) + (size_t)row0 * r), r, 0, 1.0f, out, ld, 0, 1);
 }
 
-/* dB += dout^T (scale t), then u (N, r) = scale dout B: the gradients through B from t. */
-static void lora_through_b(const mdl_sublayers *s, mdl_lora l, rt_x dout, size_t N, int out_f) {
+/* dB += dout^T (scale t), then u (N, r) = scale dout B: the gradients through B from t; dout
+ * (N, out_f) at row stride ld. dB goes through the backend's gemm unrounded (a parameter's
+ * gradient, as rt_linear_wgrad's); u is an activation's. */
+static void lora_through_b(const mdl_sublayers *s, mdl_lora l, rt_x dout, int ld, size_t N, int out_f) {
     const mdl_lora_run *L = &s->lora;
     rt_scale(s->be, L->t, L->scale, N * (size_t)L->r);
-    rt_linear_wgrad(s->be, mdl_grad(s->params, l.b), NULL, dout, rt_xf(L->t), N, L->r, out_f);
-    rt_gemm(s->be, false, false, (int)N, L->r, out_f, L->scale, dout, out_f, 0, rt_xf(mdl_param(s->params, l.b)), L->r,
-            0, 0.0f, rt_xf(L->u), L->r, 0, 1);
+    float *dB = mdl_grad(s->params, l.b);
+    if (dB)
+        s->be->ops->gemm(s->be->ctx, true, false, out_f, L->r, (int)N, 1.0f, dout, ld, 0, rt_xf(L->t), L->r, 0, 1.0f,
+                         rt_xf(dB), L->r, 0, 1);
+    rt_gemm(s->be, false, false, (int)N, L->r, out_f, L->scale, dout, ld, 0, rt_xf(mdl_param(s->params, l.b)), L->r, 0,
+            0.0f, rt_xf(L->u), L->r, 0, 1);
 }
 
-void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in, int out_local) {
+void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, int ld, rt_x x, size_t N, int in,
+                      int out_f) {
     if (!mdl_lora_on(l)) return;
     lora_t(s, l, lora_input(s, k, x, N, in, in, 0), N, in);
-    lora_up(s, l, out, N, out_local);
+    lora_up_rows(s, l, out, ld, N, 0, out_f);
 }
 
 void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_x *out, rt_x x, size_t N, int in,
@@ -138,11 +187,11 @@ void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_
     if (!mdl_lora_on(l)) return;
     lora_t(s, l, lora_input(s, k, x, N, in, in, 0), N, in);
     for (int i = 0; i < 3; i++)
-        if (out[i].p) lora_up_rows(s, l, out[i], N, i * part, part);
+        if (out[i].p) lora_up_rows(s, l, out[i], part, N, i * part, part);
 }
 
-rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,
-                           int out_local) {
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, int ld, rt_x x, size_t N,
+                           int in, int out_f) {
     if (!mdl_lora_on(l)) return RT_OK;
     const mdl_lora_run *L = &s->lora;
     const bool dropped = L->drop.p > 0, one_rank = s->tp->size == 1;
@@ -150,7 +199,7 @@ rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din
     float *dA = mdl_grad(s->params, l.a);
     rt_x xd = lora_input(s, k, x, N, in, in, 0);
     lora_t(s, l, xd, N, in);
-    lora_through_b(s, l, dout, N, out_local);
+    lora_through_b(s, l, dout, ld, N, out_f);
     if (one_rank) rt_linear_wgrad(s->be, dA, NULL, rt_xf(L->u), xd, N, in, L->r); /* before the scratch is reused */
     /* dX += drop'(u_r A), this rank's part: the caller's all-reduce of dX sums the ranks' */
     if (dropped) {
@@ -186,7 +235,7 @@ rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out
     rt_x xd;
     rt_status st = lora_row_t(s, l, k, x, N, in_local, &xd);
     if (st != RT_OK) return st;
-    lora_up(s, l, rt_xf(out), N, out_f);
+    lora_up_rows(s, l, rt_xf(out), out_f, N, 0, out_f);
     return RT_OK;
 }
 
@@ -198,7 +247,7 @@ rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp,
     rt_x xd;
     rt_status st = lora_row_t(s, l, k, x, N, in_local, &xd);
     if (st != RT_OK) return st;
-    lora_through_b(s, l, dout, N, out_f);
+    lora_through_b(s, l, dout, out_f, N, out_f);
     rt_linear_wgrad(s->be, mdl_grad(s->params, l.a), NULL, rt_xf(L->u), xd, N, in_local, L->r);
     if (!dinp.p) return RT_OK;
     /* dX_r (+)= drop'(u A_r) */

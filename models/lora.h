@@ -33,16 +33,22 @@
 rt_tp_rule mdl_lora_a_rule(rt_tp_rule base);
 rt_tp_rule mdl_lora_b_rule(rt_tp_rule base);
 
-/* Declares the adapter of base weight `base` (a 2-D [out, in] parameter) when its HF module
- * (map's export name without ".weight", e.g. "transformer.h.0.attn.c_attn") is one of cfg's
- * targets: A (r, in) Kaiming-uniform as PEFT's (bound 1/sqrt(in), in the whole layer's width), B
- * (out, r) zero, named MODULE.lora_A.weight and MODULE.lora_B.weight after our base name.
- * mdl_lora_none() when it is not a target, or cfg is NULL. */
+/* Declares the adapter of base weight `base` (a 2-D [out, in] parameter, one HF tensor) when its
+ * HF module (map's export name without ".weight", e.g. "transformer.h.0.attn.c_attn") is one of
+ * cfg's targets: A (r, in) Kaiming-uniform as PEFT's (bound 1/sqrt(in), in the whole layer's
+ * width), B (out, r) zero, named MODULE.lora_A.weight and MODULE.lora_B.weight with MODULE
+ * without the map's prefix ("h.0.attn.c_attn.lora_A.weight"). mdl_lora_none() when it is not a
+ * target, or cfg is NULL. */
 mdl_lora mdl_lora_declare(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, int tp_size);
+/* The same for a fused [q; k; v] weight made of three HF linears (BERT's query, key and value):
+ * out[k] the adapter of part k when that module is a target, each writing its third of the fused
+ * output; all none for a weight that is one HF tensor. */
+void mdl_lora_declare_parts(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, int base, mdl_lora out[3]);
 
-/* Freezes every parameter but the adapters and the modules_to_save (matched on their HF module,
- * as PEFT matches them: e.g. "score" keeps score.weight trainable). Call after declaring, before
- * the layout; nothing happens when cfg is NULL. */
+/* Freezes every parameter but the adapters and the modules_to_save (matched on their HF module or
+ * one that holds it, as PEFT matches them: "score" keeps score.weight trainable, "classifier"
+ * RoBERTa's classifier.dense). Call after declaring, before the layout; nothing happens when cfg
+ * is NULL. */
 void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map);
 
 /* RT_ERR_USAGE naming the first of cfg's targets for which no adapter was declared in p (PEFT's
@@ -60,16 +66,18 @@ enum {
     MDL_LORA_CROSS /* + any of the attention's: its cross-attention */
 };
 
-/* Column-parallel: out (N, out_local) += scale drop(x) A^T B^T; x (N, in), in on every rank. */
-void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in, int out_local);
+/* Column-parallel: out (N, out_f, row stride ld: a part of a fused output) += scale drop(x) A^T
+ * B^T; x (N, in), in on every rank. */
+void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, int ld, rt_x x, size_t N, int in,
+                      int out_f);
 /* The same for a fused [q; k; v] projection computed a part at a time (decoding's key/value
  * caches): out[i] (N, part), NULL to skip, gets rows [i part, (i + 1) part) of B's output. */
 void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_x *out, rt_x x, size_t N, int in,
                             int part);
-/* Its backward: accumulates dA and dB and adds dL/dx into din (N, in), this rank's partial sum
- * (the caller all-reduces din as the base's). */
-rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, rt_x x, size_t N, int in,
-                           int out_local);
+/* Its backward from dout (N, out_f, row stride ld): accumulates dA and dB and adds dL/dx into din
+ * (N, in), this rank's partial sum (the caller all-reduces din as the base's). */
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, int ld, rt_x x, size_t N,
+                           int in, int out_f);
 /* Row-parallel: out (N, out_f) += scale drop(x_r) A_r^T (all-reduced) B^T; x_r (N, in_local). */
 rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
                            int out_f);

@@ -25,7 +25,7 @@ void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_
     s->clamped = rt_xcalloc((size_t)c->n_layer * 3, sizeof *s->clamped);
     for (int l = 0; l < c->n_layer; l++) {
         const mdl_lora no = mdl_lora_none();
-        const mdl_attn_params none = {-1, -1, -1, -1, -1, -1, no, no, no, no};
+        const mdl_attn_params none = {-1, -1, -1, -1, -1, -1, no, no, no, no, no};
         const mdl_ffn_params no_ffn = {-1, -1, -1, -1, -1, no, no, no};
         s->layer[l] = (mdl_block_params){.norm1 = {-1, -1}, .norm_cross = {-1, -1}, .norm2 = {-1, -1}, .attn = none,
                                          .cross = none, .ffn = no_ffn, .first = -1};
@@ -69,7 +69,10 @@ void mdl_stack_declare_named(mdl_stack *s, const mdl_stack_names *n, const ckpt_
         /* the checkpoints' order: each norm before (pre) or after (post) its sublayer */
         if (!c->post_norm) y->norm1 = named_norm(s, map, n->norm1_w, n->norm1_b, g);
         y->attn.q_w = named_add(s, map, n->qkv_w, g, 3 * (int64_t)Il, C, N, std);
-        y->attn.q_l = mdl_lora_declare(s->params, c->lora, map, y->attn.q_w, s->tp->size);
+        y->attn.qkv_l = mdl_lora_declare(s->params, c->lora, map, y->attn.q_w, s->tp->size);
+        mdl_lora parts[3];
+        mdl_lora_declare_parts(s->params, c->lora, map, y->attn.q_w, parts);
+        y->attn.q_l = parts[0], y->attn.k_l = parts[1], y->attn.v_l = parts[2];
         y->attn.q_b = named_add(s, map, n->qkv_b, g, 3 * (int64_t)Il, 0, Z, 0);
         y->attn.proj_w = named_add(s, map, n->proj_w, g, C, Il, N, pstd);
         y->attn.proj_l = mdl_lora_declare(s->params, c->lora, map, y->attn.proj_w, s->tp->size);
@@ -602,14 +605,11 @@ static void stack_qkv(mdl_stack *s, int l, rt_x in, size_t n, rt_x q, rt_x k, rt
     mdl_col_linear_fwd(s->be, v, in, wv, b ? b + 2 * Il : NULL, n, C, Il);
     /* the adapters (no dropout: decoding does not train) */
     const mdl_sublayers sub = mdl_stack_sublayers(s);
-    if (fused) {
-        const rt_x parts[3] = {q, k, v};
-        mdl_lora_col_fwd_parts(&sub, p->q_l, MDL_LORA_Q, parts, in, n, C, Il);
-    } else {
-        if (q.p) mdl_lora_col_fwd(&sub, p->q_l, MDL_LORA_Q, q, in, n, C, Il);
-        mdl_lora_col_fwd(&sub, p->k_l, MDL_LORA_K, k, in, n, C, Il);
-        mdl_lora_col_fwd(&sub, p->v_l, MDL_LORA_V, v, in, n, C, Il);
-    }
+    const rt_x parts[3] = {q, k, v};
+    mdl_lora_col_fwd_parts(&sub, p->qkv_l, MDL_LORA_Q, parts, in, n, C, Il);
+    if (q.p) mdl_lora_col_fwd(&sub, p->q_l, MDL_LORA_Q, q, Il, in, n, C, Il);
+    mdl_lora_col_fwd(&sub, p->k_l, MDL_LORA_K, k, Il, in, n, C, Il);
+    mdl_lora_col_fwd(&sub, p->v_l, MDL_LORA_V, v, Il, in, n, C, Il);
 }
 
 void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v) {
@@ -673,7 +673,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
-            mdl_lora_col_fwd(&sub, p->cross.q_l, MDL_LORA_CROSS + MDL_LORA_Q, w->q, w->ln, n, C, Il);
+            mdl_lora_col_fwd(&sub, p->cross.q_l, MDL_LORA_CROSS + MDL_LORA_Q, w->q, Il, w->ln, n, C, Il);
             rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, rt_xf(c->ck[l]), rt_xf(c->cv[l]));
             RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# LoRA in gpt2-classify and gpt2-finetune (issue 36), on a tiny GPT-2 and the shipped examples: --lora-r trains
+# LoRA in gpt2-classify, bert-classify and gpt2-finetune (issue 36), on a tiny GPT-2 and the shipped examples: --lora-r trains
 # only the adapters and the head (the log says how many parameters), --save-lora writes a PEFT
 # folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
@@ -11,7 +11,7 @@ SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 . "$SRC/tests/cli_lib.sh"
-for p in gpt2-classify gpt2-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
+for p in gpt2-classify gpt2-finetune bert-classify; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
@@ -78,6 +78,27 @@ mkdir -p "$TMP/other" && cp "$TMP/adapter/adapter_model.safetensors" "$TMP/other
     sed 's/"r":[[:space:]]*4/"r": 2/' "$TMP/adapter/adapter_config.json" > "$TMP/other/adapter_config.json"
 expect_fail "--lora-from of another rank" 1 "lora_A.weight' has shape \[4, 16\], expected \[2, 16\]" $G "${RUN[@]}" \
     --lora-from "$TMP/other" --save-dir "$TMP/e9"
+# bert-classify: PEFT's default targets (query, value: two adapters over the fused projection),
+# the head saved whole, and the folder scoring as the run did
+cat > "$TMP/bert.json" <<JSON
+{"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 32, "max_position_embeddings": 64, "type_vocab_size": 2}
+JSON
+BERT=(--arch "$TMP/bert.json" --max-len 48 --batch-size 8 --threads 2 --no-cache --lr 5e-3 --train-file "$EX/reviews-train.csv"
+    --validation-file "$EX/reviews-validation.csv" --label-column sentiment)
+"$BIN_DIR/bert-classify" "${BERT[@]}" --lora-r 4 --epochs 2 --save-dir "$TMP/bert" --save-lora "$TMP/bert-adapter" \
+    > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the bert-classify LoRA run failed"
+grep -q "^LoRA: r 4, alpha 8 (scale 2), dropout 0, on query,value (PEFT's default for the family)$" "$TMP/out" && ok ||
+    bad "bert-classify: no LoRA settings line"
+# per block query and value: A 4x16 + B 16x4 each = 256; two blocks; the classifier 2x16 + 2
+grep -q "^LoRA: 546 of [0-9]* parameters train" "$TMP/out" && ok || bad "bert-classify: want 546 trainable"
+bdev=$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')
+"$BIN_DIR/bert-classify" "${BERT[@]}" --lora-from "$TMP/bert-adapter" --epochs 0 --save-dir "$TMP/bert-eval" > "$TMP/out" \
+    2> "$TMP/err"
+[ -n "$bdev" ] && [ "$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$bdev" ] && ok ||
+    bad "bert-classify --lora-from: $(grep "^dev results" "$TMP/out") vs '$bdev'"
+
 # gpt2-finetune: the adapters go to SAVE_DIR/lora (no HF export), and the folder over the same
 # base gives the same validation loss and the same greedy text (decoding runs the adapters too)
 LM=(--train-file "$EX/summaries-train.jsonl" --text-column document --block-size 32 --arch "$TMP/gpt2.json" --threads 2

@@ -26,6 +26,7 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
+#include "models/bert.h"
 #include "models/gpt2.h"
 #include "models/lora.h"
 #include "runtime/rt_fs.h"
@@ -113,13 +114,14 @@ static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
 
 /* Every trainable parameter (grads or values) against the golden tensors `prefix`.NAME, NAME the
  * adapter file's; values after an AdamW step are checked with the step's gradient. */
-static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads) {
+static void compare_trainable_map(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads,
+                                  const ckpt_map *map, int expected) {
     int checked = 0;
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         if (s->frozen) continue;
         char peft[256], name[320], gname[320];
-        TZ_EXPECT(ckpt_peft_param_name(&ckpt_map_gpt2, s->name, peft, sizeof peft), "%s: no PEFT name", s->name);
+        TZ_EXPECT(ckpt_peft_param_name(map, s->name, peft, sizeof peft), "%s: no PEFT name", s->name);
         snprintf(name, sizeof name, "%s.%s", prefix, peft);
         snprintf(gname, sizeof gname, "grad.%s", peft);
         float *ref = rt_xmalloc(s->numel * sizeof(float)), *got = rt_xmalloc(s->numel * sizeof(float));
@@ -136,7 +138,11 @@ static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_para
         free(ref), free(got);
         checked++;
     }
-    TZ_EXPECT(checked == 2 * N_ADAPTED + 1, "%d trainable tensors compared, expected %d", checked, 2 * N_ADAPTED + 1);
+    TZ_EXPECT(checked == expected, "%d trainable tensors compared, expected %d", checked, expected);
+}
+
+static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads) {
+    compare_trainable_map(g, prefix, p, grads, &ckpt_map_gpt2, 2 * N_ADAPTED + 1);
 }
 
 /* Only the adapters and score train: their floats are the gradient slab, and every other
@@ -349,6 +355,83 @@ static void test_loads_in_peft(rt_backend *be) {
     ckpt_safetensors_close(ref);
 }
 
+/* ---- BERT and RoBERTa ---- */
+
+/* The tiny BERT (or RoBERTa) classifier with PEFT's adapters (tests/golden/FAMILY-tiny-lora): BERT's
+ * on query, key and value (three adapters over tunezoo's one fused projection, each writing its
+ * third) and on the three dense layers; RoBERTa's on query and value with its whole classifier
+ * head saved (modules_to_save "classifier" holds classifier.dense). PEFT's logits, loss, every
+ * trainable gradient and one AdamW step; the pooler and the rest frozen. */
+static void test_bert_family(rt_backend *be, bool roberta) {
+    const char *fam = roberta ? "roberta" : "bert";
+    const ckpt_map *map = roberta ? &ckpt_map_roberta : &ckpt_map_bert;
+    const int expected = roberta ? 2 * 2 * 2 + 4 : 2 * 6 * 2 + 2; /* adapters of 2 layers, and the head */
+    char base[4096], lora[4096], path[4200];
+    snprintf(base, sizeof base, "%s", tz_source_path(roberta ? "tests/golden/roberta-tiny-cls" : "tests/golden/bert-tiny-cls"));
+    snprintf(lora, sizeof lora, "%s", tz_source_path(roberta ? "tests/golden/roberta-tiny-lora" : "tests/golden/bert-tiny-lora"));
+    bert_config cfg;
+    ckpt_peft_config peft;
+    ckpt_st_file *g = NULL;
+    bert_model *m = NULL;
+    snprintf(path, sizeof path, "%s/config.json", base);
+    TZ_EXPECT_OK(bert_config_load(path, &cfg));
+    snprintf(path, sizeof path, "%s/adapter", lora);
+    TZ_EXPECT_OK(ckpt_peft_config_read(path, &peft));
+    cfg.lora = &peft;
+    TZ_EXPECT_OK(bert_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    if (!m || !g) {
+        bert_model_free(m);
+        ckpt_safetensors_close(g);
+        ckpt_peft_config_free(&peft);
+        return;
+    }
+    rt_params *p = bert_model_params(m);
+    ckpt_load_report rep;
+    snprintf(path, sizeof path, "%s/model.safetensors", base);
+    TZ_EXPECT_OK(ckpt_load_hf(path, map, p, cfg.vocab_size, cfg.num_attention_heads, 0, 1, NULL, &rep));
+    TZ_EXPECT(rep.missing == expected - (roberta ? 4 : 2) && rep.unused == 0, "%s base: missing %d, unused %d", fam,
+              rep.missing, rep.unused);
+    snprintf(path, sizeof path, "%s/adapter", lora);
+    TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1));
+    for (int i = 0; i < p->n; i++) { /* the pooler is no saved module: frozen, as in PEFT */
+        const char *n = p->specs[i].name;
+        const bool trains = mdl_lora_is_adapter(n) || strncmp(n, "classifier.", 11) == 0;
+        TZ_EXPECT(p->specs[i].frozen == !trains, "%s %s: frozen %d", fam, n, p->specs[i].frozen);
+    }
+
+    cls_batch cb;
+    load_batch(g, &cb);
+    int32_t types[B * T];
+    ckpt_st_tensor tt;
+    if (!roberta && ckpt_safetensors_find(g, "token_type_ids", &tt) == RT_OK && tt.numel == B * T) {
+        memcpy(types, tt.data, sizeof types);
+        cb.batch.token_type_ids = types;
+    }
+    TZ_EXPECT(roberta || cb.batch.token_type_ids, "%s: no token_type_ids", fam);
+    mdl_pass pass = {.seed = 1, .training = true};
+    float logits[B * NL], ref_logits[B * NL], ref_loss;
+    double loss_sum = 0;
+    rt_params_zero_grad(p);
+    TZ_EXPECT_OK(bert_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+    char what[64];
+    snprintf(what, sizeof what, "%s logits", fam);
+    tz_check_close(what, logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
+    float loss = (float)(loss_sum / B);
+    snprintf(what, sizeof what, "%s loss", fam);
+    tz_check_close(what, &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    compare_trainable_map(g, "grad", p, true, map, expected);
+    rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
+    compare_trainable_map(g, "after_step", p, false, map, expected);
+    bert_model_free(m);
+    ckpt_safetensors_close(g);
+    ckpt_peft_config_free(&peft);
+}
+
 /* ---- the language model: decoding with a key/value cache ---- */
 
 /* GPT-2 as a language model with adapters on every linear and B non-zero: each step's logits of
@@ -549,6 +632,8 @@ int main(void) {
     test_init(be, &peft);
     test_loads_in_peft(be);
     test_decode(be, &peft);
+    test_bert_family(be, false);
+    test_bert_family(be, true);
     test_tp(&peft);
     ckpt_peft_config_free(&peft);
     rt_backend_free(be);

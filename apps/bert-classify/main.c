@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "apps/common/glue_app.h"
+#include "checkpoints/ckpt_map.h"
 #include "models/bert.h"
 
 static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
@@ -24,6 +25,7 @@ static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
     cfg.num_labels = a->num_labels;
     cfg.checkpoint_layers = a->checkpoint_layers;
     cfg.pp_recompute = a->pp_recompute;
+    cfg.lora = a->lora;
     RT_TRY(bert_config_validate(&cfg, a->tp->size));
     if (tok_vocab_size(a->tok) > cfg.vocab_size)
         RT_FAIL(RT_ERR_CONFIG, "the tokenizer has %d tokens but the model's vocab_size is %d", tok_vocab_size(a->tok),
@@ -41,6 +43,7 @@ static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
     /* Megatron: one all-reduce for the vocab-parallel embedding, four per layer */
     out->tp_floats_per_token = (double)cfg.hidden_size * (4.0 * cfg.num_hidden_layers + 1);
     out->hidden = cfg.hidden_size;
+    out->map = cfg.roberta ? &ckpt_map_roberta : &ckpt_map_bert;
     snprintf(out->desc, sizeof out->desc, "%s %d layers, %d wide, %d heads, vocab %d, %s",
              cfg.roberta ? "RoBERTa" : "BERT", cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads,
              cfg.vocab_size, cfg.num_labels == 1 ? "regression (MSE)" : "classification");
@@ -67,7 +70,8 @@ int main(int argc, char **argv) {
                   "      --validation-file assets/examples/reviews-validation.csv \\\n"
                   "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
                   "  bert-classify --train-file assets/examples/topics-train.jsonl --label-column topics \\\n"
-                  "      --validation-file assets/examples/topics-validation.jsonl   # multi-label",
+                  "      --validation-file assets/examples/topics-validation.jsonl   # multi-label\n"
+                  "  bert-classify --model path/to/hf/bert-base-uncased --lora-r 8 --lr 5e-4 --save-lora runs/lora",
         .family = "BERT/RoBERTa",
         .hf_class = "BertForSequenceClassification (RobertaForSequenceClassification for RoBERTa)",
         .hf_cache_repo = "bert-base-uncased",
@@ -75,6 +79,9 @@ int main(int argc, char **argv) {
         .scratch_desc = "a small BERT (4 layers, 128 wide)",
         .create = bert_app_create,
         .load_hf = bert_app_load_hf,
+        .lora = true,
+        .lora_default_targets = "query,value", /* PEFT's for bert and roberta */
+        .lora_modules = "query, key, value, attention.output.dense, intermediate.dense, output.dense",
     };
     return glue_app_main(&bert_family, argc, argv);
 }

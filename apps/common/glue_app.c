@@ -614,7 +614,7 @@ fail:
 static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
     memset(lora, 0, sizeof *lora);
     *on = false;
-    if (!F->lora_map) return RT_OK; /* the family has no --lora options */
+    if (!F->lora) return RT_OK; /* the family has no --lora options */
     /* PEFT's SEQ_CLS keeps the heads it knows by these names trainable */
     const train_app_lora_family fam = {.default_targets = F->lora_default_targets, .task_type = "SEQ_CLS",
                                        .modules_to_save = "classifier,score", .base_model = O.model,
@@ -695,7 +695,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     } else {
         rt_log_info("weights: %s", source.what);
     }
-    if (lora_on) RT_TRY(train_app_lora_ready(&O.t, &lora, F->lora_map, F->family, F->lora_modules, params, grid));
+    if (lora_on) RT_TRY(train_app_lora_ready(&O.t, &lora, gm.map, F->family, F->lora_modules, params, grid));
     rt_log_info("model: %s, %zu parameters%s; tokenizer %s; device %s", gm.desc, params->numel,
                 train_app_params_scope(grid->tp, grid->pp), source.files.tokenizer, device);
 
@@ -775,7 +775,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
                           user_files && files.task.type == DATA_TASK_MULTI_LABEL));
     }
-    if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, F->lora_map, params));
+    if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, gm.map, params));
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);
@@ -807,7 +807,7 @@ int glue_app_main(const glue_app_model *family, int argc, char **argv) {
     gc_spec.n_opts = GC_N_OWN;
     train_app_add_options(&O.t, &defaults, &gc_spec, gc_options);
     train_app_add_checkpoint_options(&O.t, gc_options, &gc_spec.n_opts);
-    if (family->lora_map) train_app_add_lora_options(&O.t, gc_options, &gc_spec.n_opts);
+    if (family->lora) train_app_add_lora_options(&O.t, gc_options, &gc_spec.n_opts);
     gc_spec.summary = family->summary;
     gc_spec.epilog = family->epilog;
     return train_app_main(argc, argv, family->prog, gc_run);

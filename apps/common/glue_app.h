@@ -37,6 +37,7 @@ typedef struct {
     double tp_floats_per_token; /* activation all-reduce floats per token per step at tp > 1 */
     int hidden;                 /* the width of the activations between pipeline stages */
     char desc[256];             /* one line for the log: "GPT-2 4 layers, 128 wide, ..." */
+    const ckpt_map *map;        /* the model's HF names (LoRA's adapter files take them) */
 } glue_model;
 
 typedef struct {
@@ -50,10 +51,10 @@ typedef struct {
     rt_status (*create)(const glue_model_args *a, glue_model *out);
     /* Loads HF weights, keeping this tp rank's shard; writes a one-line report. */
     rt_status (*load_hf)(glue_model *m, const char *weights_path, char *report, size_t size);
-    /* LoRA (apps/common/train_lora.h): the family's map (NULL: no LoRA for this family yet, and
-     * no --lora options), PEFT's default targets, the modules that take adapters (for messages),
-     * and whether HF's weights are [in, out]. */
-    const ckpt_map *lora_map;
+    /* LoRA (apps/common/train_lora.h): whether the family takes adapters (false: no --lora
+     * options), PEFT's default targets, the modules that take adapters (for messages), and
+     * whether HF's weights are [in, out]. */
+    bool lora;
     const char *lora_default_targets, *lora_modules;
     bool lora_fan_in_fan_out;
 } glue_app_model;

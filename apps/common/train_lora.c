@@ -121,10 +121,14 @@ rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *
         st = ckpt_peft_load_weights(o->lora_from, map, p, grid->tp->rank, grid->tp->size);
         if (st == RT_OK) rt_log_info("LoRA: adapters loaded from %s", o->lora_from);
     }
+    size_t trained = 0, all = 0; /* the tensors' elements (the slab adds alignment) */
+    for (int i = 0; i < p->n; i++) {
+        all += p->specs[i].numel;
+        if (!p->specs[i].frozen) trained += p->specs[i].numel;
+    }
     if (st == RT_OK)
-        rt_log_info("LoRA: %zu of %zu parameters train (%.2f%%)%s; the rest are frozen", p->train_numel, p->numel,
-                    100.0 * (double)p->train_numel / (double)(p->numel ? p->numel : 1),
-                    train_app_params_scope(grid->tp, grid->pp));
+        rt_log_info("LoRA: %zu of %zu parameters train (%.2f%%)%s; the rest are frozen", trained, all,
+                    100.0 * (double)trained / (double)(all ? all : 1), train_app_params_scope(grid->tp, grid->pp));
     return st;
 }
 

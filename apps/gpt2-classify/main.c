@@ -42,6 +42,7 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     /* Megatron: one all-reduce for the vocab-parallel embedding, four per layer */
     out->tp_floats_per_token = (double)cfg.n_embd * (4.0 * cfg.n_layer + 1);
     out->hidden = cfg.n_embd;
+    out->map = &ckpt_map_gpt2;
     snprintf(out->desc, sizeof out->desc, "GPT-2 %d layers, %d wide, %d heads, vocab %d", cfg.n_layer, cfg.n_embd,
              cfg.n_head, cfg.vocab_size);
 fail:
@@ -80,7 +81,7 @@ int main(int argc, char **argv) {
         .scratch_desc = "a small GPT-2 (4 layers, 128 wide)",
         .create = gpt2_app_create,
         .load_hf = gpt2_app_load_hf,
-        .lora_map = &ckpt_map_gpt2,
+        .lora = true,
         .lora_default_targets = "c_attn", /* PEFT's for gpt2 */
         .lora_modules = "c_attn, c_proj (attention's and the MLP's), c_fc",
         .lora_fan_in_fan_out = true, /* HF's Conv1D */

@@ -38,22 +38,35 @@ import peft
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
-from transformers import GPT2ForSequenceClassification
+from transformers import BertForSequenceClassification, GPT2ForSequenceClassification, RobertaForSequenceClassification
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_gpt2_golden import (BETAS, CLIP, EPS, LR, TRAIN_STEPS, WEIGHT_DECAY, is_no_decay,  # noqa: E402
                              save_file, summarize, versions)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BASE = os.path.join(REPO, "tests", "golden", "gpt2-tiny-cls")
+GOLDEN = os.path.join(REPO, "tests", "golden")
 
 R, ALPHA = 4, 8
-TARGETS = ["c_attn", "c_proj", "c_fc"]
 ADAPTER_SEED = 2468
+# family: (the base's folder, its class, the targets). GPT-2: every linear of a block (both c_proj).
+# BERT: query, key and value (tunezoo's one fused projection) and the three dense layers of a
+# block, not the pooler's ("output.dense" ends both attention.output.dense and output.dense).
+# RoBERTa: PEFT's default (query, value); SEQ_CLS saves its whole classifier head (dense and
+# out_proj) through modules_to_save "classifier".
+FAMILIES = {
+    "gpt2": ("gpt2-tiny-cls", GPT2ForSequenceClassification, ["c_attn", "c_proj", "c_fc"]),
+    "bert": ("bert-tiny-cls", BertForSequenceClassification,
+             ["query", "key", "value", "output.dense", "intermediate.dense"]),
+    "roberta": ("roberta-tiny-cls", RobertaForSequenceClassification, ["query", "value"]),
+}
+BASE = os.path.join(GOLDEN, "gpt2-tiny-cls")
+MODEL_CLASS = GPT2ForSequenceClassification
+TARGETS = FAMILIES["gpt2"][2]
 
 
 def lora_model(init):
-    base = GPT2ForSequenceClassification.from_pretrained(BASE).eval()
+    base = MODEL_CLASS.from_pretrained(BASE).eval()
     cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, task_type="SEQ_CLS",
                      init_lora_weights=init)
     torch.manual_seed(ADAPTER_SEED)
@@ -78,11 +91,16 @@ def make_optimizer(model):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "golden", "gpt2-tiny-lora"))
+    ap.add_argument("--family", choices=sorted(FAMILIES), default="gpt2")
+    ap.add_argument("--out", default="", help="default: tests/golden/FAMILY-tiny-lora")
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
     ap.add_argument("--from-tunezoo", action="store_true",
                     help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
     a = ap.parse_args()
+    global BASE, MODEL_CLASS, TARGETS
+    base_dir, MODEL_CLASS, TARGETS = FAMILIES[a.family]
+    BASE = os.path.join(GOLDEN, base_dir)
+    a.out = a.out or os.path.join(GOLDEN, f"{a.family}-tiny-lora")
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     os.makedirs(a.out, exist_ok=True)
@@ -90,14 +108,16 @@ def main():
     g = load_file(os.path.join(BASE, "golden.safetensors"))
     batch = dict(input_ids=g["input_ids"].long(), attention_mask=g["attention_mask"].long(),
                  labels=g["labels"].long())
+    if a.family == "bert":  # RoBERTa's type ids are all 0, as HF fills them
+        batch["token_type_ids"] = g["token_type_ids"].long()
     if a.from_tunezoo:
         folder = os.path.join(a.out, "from-tunezoo")
-        model = PeftModel.from_pretrained(GPT2ForSequenceClassification.from_pretrained(BASE), folder).eval()
+        model = PeftModel.from_pretrained(MODEL_CLASS.from_pretrained(BASE), folder).eval()
         with torch.no_grad():
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
         meta = versions()
-        meta.update({"peft": peft.__version__, "folder": "tests/golden/gpt2-tiny-lora/from-tunezoo",
-                     "base": "tests/golden/gpt2-tiny-cls/model.safetensors"})
+        meta.update({"peft": peft.__version__, "folder": f"tests/golden/{a.family}-tiny-lora/from-tunezoo",
+                     "base": f"tests/golden/{base_dir}/model.safetensors"})
         save_file({"logits": logits.contiguous()}, os.path.join(a.out, "from_tunezoo.safetensors"), meta)
         print("from_tunezoo logits", logits.tolist())
         return
@@ -109,7 +129,7 @@ def main():
     os.remove(os.path.join(adapter_dir, "README.md"))  # PEFT's model card template
     with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
         adapter_cfg = json.load(f)
-    adapter_cfg["base_model_name_or_path"] = "tests/golden/gpt2-tiny-cls"  # not this machine's path
+    adapter_cfg["base_model_name_or_path"] = f"tests/golden/{base_dir}"  # not this machine's path
     adapter_cfg["target_modules"] = sorted(adapter_cfg["target_modules"])  # PEFT writes a set's order
     with open(os.path.join(adapter_dir, "adapter_config.json"), "w") as f:
         json.dump(adapter_cfg, f, indent=2, sort_keys=True)
@@ -119,12 +139,12 @@ def main():
     out = model(**batch)
     out.loss.backward()
     # the folder loads back in PEFT to the same model
-    reloaded = PeftModel.from_pretrained(GPT2ForSequenceClassification.from_pretrained(BASE), adapter_dir).eval()
+    reloaded = PeftModel.from_pretrained(MODEL_CLASS.from_pretrained(BASE), adapter_dir).eval()
     with torch.no_grad():
         if not torch.equal(reloaded(**batch).logits, out.logits):
             sys.exit("error: the saved adapter folder does not reload to the same logits")
-    tensors = {"input_ids": g["input_ids"], "attention_mask": g["attention_mask"], "labels": g["labels"],
-               "logits": out.logits.detach().clone(), "loss": out.loss.detach().reshape(1).clone()}
+    tensors = {k: g[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels") if k in g}
+    tensors.update({"logits": out.logits.detach().clone(), "loss": out.loss.detach().reshape(1).clone()})
     for name, p in trainable(model).items():
         tensors["grad." + name] = p.grad.detach().clone()
     opt = make_optimizer(model)
@@ -152,8 +172,8 @@ def main():
     meta = versions()
     meta.update({
         "peft": peft.__version__,
-        "base": "tests/golden/gpt2-tiny-cls/model.safetensors",
-        "batch": "tests/golden/gpt2-tiny-cls/golden.safetensors input_ids, attention_mask, labels",
+        "base": f"tests/golden/{base_dir}/model.safetensors",
+        "batch": f"tests/golden/{base_dir}/golden.safetensors input_ids, attention_mask, labels",
         "lora": json.dumps({"r": R, "lora_alpha": ALPHA, "lora_dropout": 0.0, "target_modules": TARGETS,
                             "task_type": "SEQ_CLS", "init_lora_weights": False, "seed": ADAPTER_SEED}),
         "scale": str(ALPHA / R),
