@@ -145,6 +145,18 @@ static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_para
     compare_trainable_map(g, prefix, p, grads, &ckpt_map_gpt2, 2 * N_ADAPTED + 1);
 }
 
+/* A step's logits and mean loss against the golden file's. */
+static void check_logits_loss(const ckpt_st_file *g, const char *fam, const float *logits, double loss_sum) {
+    float ref_logits[B * NL], ref_loss, loss = (float)(loss_sum / B);
+    char what[64];
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
+    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
+    snprintf(what, sizeof what, "%s logits", fam);
+    tz_check_close(what, logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
+    snprintf(what, sizeof what, "%s loss", fam);
+    tz_check_close(what, &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+}
+
 /* Only the adapters and score train: their floats are the gradient slab, and every other
  * parameter is frozen, without a gradient. */
 static void check_frozen(rt_params *p) {
@@ -181,15 +193,11 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
 
     /* forward, loss, gradients */
     mdl_pass pass = {.seed = 1, .training = true};
-    float logits[B * NL], ref_logits[B * NL], ref_loss;
+    float logits[B * NL];
     double loss_sum = 0;
     rt_params_zero_grad(p);
     TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
-    tz_check_close("logits", logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
-    float loss = (float)(loss_sum / B);
-    tz_check_close("loss", &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    check_logits_loss(g, "gpt2", logits, loss_sum);
     compare_trainable(g, "grad", p, true);
 
     /* one AdamW step, no clipping (gen_gpt2_golden's hyperparameters) */
@@ -411,18 +419,11 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     }
     TZ_EXPECT(roberta || cb.batch.token_type_ids, "%s: no token_type_ids", fam);
     mdl_pass pass = {.seed = 1, .training = true};
-    float logits[B * NL], ref_logits[B * NL], ref_loss;
+    float logits[B * NL];
     double loss_sum = 0;
     rt_params_zero_grad(p);
     TZ_EXPECT_OK(bert_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
-    char what[64];
-    snprintf(what, sizeof what, "%s logits", fam);
-    tz_check_close(what, logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
-    float loss = (float)(loss_sum / B);
-    snprintf(what, sizeof what, "%s loss", fam);
-    tz_check_close(what, &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
+    check_logits_loss(g, fam, logits, loss_sum);
     compare_trainable_map(g, "grad", p, true, map, expected);
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
