@@ -3,7 +3,8 @@
 # only the adapters and the head (the log says how many parameters), --save-lora writes a PEFT
 # folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
-# the same last step as one that ran through, and every option that cannot work gets its error.
+# the same last step as one that ran through, activation checkpointing gives the same numbers,
+# and every option that cannot work gets its error.
 # gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did.
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
@@ -56,6 +57,14 @@ grep -q "resumed from .*step.*3" "$TMP/out" && ok || bad "the LoRA run did not r
 last() { grep '"train"' "$1/metrics.jsonl" | tail -1 | grep -o '"\(step\|loss\|grad_norm\)":[^,}]*'; }
 [ -n "$(last "$TMP/whole")" ] && [ "$(last "$TMP/whole")" = "$(last "$TMP/resumed")" ] && ok ||
     bad "resumed: $(last "$TMP/resumed" | tr '\n' ' ') vs $(last "$TMP/whole" | tr '\n' ' ')"
+
+# activation checkpointing recomputes the adapters with the same dropout bits: the same numbers
+CK=(--max-steps 4 --eval-interval -1 --save-interval -1 --log-interval 1)
+"$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" "${CK[@]}" --save-dir "$TMP/ck0" > "$TMP/out" 2> "$TMP/err" &&
+    "$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" "${CK[@]}" --checkpoint-activations --save-dir "$TMP/ck1" \
+        > "$TMP/out" 2> "$TMP/err" || bad "the checkpointing runs"
+[ -n "$(last "$TMP/ck0")" ] && [ "$(last "$TMP/ck0")" = "$(last "$TMP/ck1")" ] && ok ||
+    bad "--checkpoint-activations: $(last "$TMP/ck1" | tr '\n' ' ') vs $(last "$TMP/ck0" | tr '\n' ' ')"
 
 # options that cannot work
 G=gpt2-classify

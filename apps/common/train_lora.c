@@ -74,6 +74,9 @@ static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *
     if (o->zero > 0)
         return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
                          "the adapters' AdamW state is small without it");
+    if (o->pp > 1)
+        return rt_errorf(RT_ERR_USAGE, "--pp with LoRA is not built yet (the adapter folder is read and written by "
+                         "one stage); use --tp or data parallelism");
     return RT_OK;
 }
 

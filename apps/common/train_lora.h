@@ -25,7 +25,7 @@ typedef struct {
 /* The run's LoRA settings into out: *on false without --lora-r or --lora-from. With --lora-from,
  * the folder's adapter_config.json (and then --lora-r and the rest may not be given: the
  * adapter's own settings hold); else the options, with the family's default targets. Usage
- * errors for what cannot go with them: --save-lora without LoRA, --zero, and save_hf (the
+ * errors for what cannot go with them: --save-lora without LoRA, --zero, --pp, and save_hf (the
  * program's --save-hf given: the merged model is not built yet). */
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
                                 bool save_hf, ckpt_peft_config *out, bool *on);

