@@ -11,12 +11,12 @@
 
 void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
     const rt_opt lora[TRAIN_APP_N_LORA_OPTS] = {
-        {"lora-r", RT_OPT_INT, &o->lora_r, "0", NULL,
-         "train LoRA adapters of rank R on --lora-targets and freeze every other weight but the head (PEFT's LoRA); "
-         "0: full fine-tuning", NULL, 0, CKPT_PEFT_MAX_R},
-        {"lora-alpha", RT_OPT_FLOAT, &o->lora_alpha, "8", NULL,
+        {"lora-r", RT_OPT_INT, &o->lora_r, "0", "R",
+         "train LoRA adapters of rank R on --lora-targets and freeze every other weight but a classification head "
+         "(PEFT's LoRA); 0: full fine-tuning", NULL, 0, CKPT_PEFT_MAX_R},
+        {"lora-alpha", RT_OPT_FLOAT, &o->lora_alpha, "8", "A",
          "with --lora-r: the adapters' output is scaled by alpha / r (PEFT's lora_alpha and default)", NULL, 1e-6, 1e6},
-        {"lora-dropout", RT_OPT_FLOAT, &o->lora_dropout, "0", NULL,
+        {"lora-dropout", RT_OPT_FLOAT, &o->lora_dropout, "0", "P",
          "with --lora-r: dropout on each adapter's input while training (PEFT's lora_dropout)", NULL, 0, 0.999},
         {"lora-targets", RT_OPT_STRING, &o->lora_targets, NULL, "LIST",
          "with --lora-r: the HF module names to adapt, comma-separated, matched as PEFT's target_modules (a module's "
