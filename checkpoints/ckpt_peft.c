@@ -205,6 +205,18 @@ static bool peft_list_matches(char *const *list, int n, const char *module) {
 
 const char *const ckpt_peft_lora_suffix[2] = {".lora_A.weight", ".lora_B.weight"};
 
+size_t ckpt_peft_adapter_stem(const char *name, ckpt_peft_kind *kind) {
+    const size_t n = strlen(name);
+    for (int k = 0; k < 2; k++) {
+        const size_t len = strlen(ckpt_peft_lora_suffix[k]);
+        if (n > len && strcmp(name + n - len, ckpt_peft_lora_suffix[k]) == 0) {
+            if (kind) *kind = (ckpt_peft_kind)k;
+            return n - len;
+        }
+    }
+    return 0;
+}
+
 bool ckpt_peft_is_target(const ckpt_peft_config *c, const char *module) {
     return peft_list_matches(c->targets, c->n_targets, module);
 }
@@ -214,21 +226,15 @@ bool ckpt_peft_is_saved(const ckpt_peft_config *c, const char *module) {
 }
 
 rt_status ckpt_peft_tensor_name(const char *name, char *module, size_t cap, ckpt_peft_kind *kind) {
-    const char *const *suffix = ckpt_peft_lora_suffix;
     const size_t plen = strlen(CKPT_PEFT_PREFIX);
     if (strncmp(name, CKPT_PEFT_PREFIX, plen) != 0)
         return rt_errorf(RT_ERR_FORMAT, "adapter tensor '%.120s' does not start with '%s' (a PEFT adapter's names do)",
                          name, CKPT_PEFT_PREFIX);
     const char *rest = name + plen;
-    size_t n = strlen(rest);
-    *kind = CKPT_PEFT_SAVED;
-    for (int k = 0; k < 2; k++) {
-        const size_t sl = strlen(suffix[k]);
-        if (n > sl && strcmp(rest + n - sl, suffix[k]) == 0) {
-            *kind = (ckpt_peft_kind)k;
-            n -= sl;
-            break;
-        }
+    size_t n = ckpt_peft_adapter_stem(rest, kind);
+    if (!n) { /* a modules_to_save tensor: its whole name is the module */
+        *kind = CKPT_PEFT_SAVED;
+        n = strlen(rest);
     }
     if (n == 0 || n >= cap) return rt_errorf(RT_ERR_FORMAT, "adapter tensor '%.120s': no module name, or one too long", name);
     memcpy(module, rest, n);

@@ -67,6 +67,9 @@ typedef enum { CKPT_PEFT_LORA_A, CKPT_PEFT_LORA_B, CKPT_PEFT_SAVED } ckpt_peft_k
 
 /* ".lora_A.weight" and ".lora_B.weight", by ckpt_peft_kind: what follows a module's name. */
 extern const char *const ckpt_peft_lora_suffix[2];
+/* The length of name's module part when it ends in one of those suffixes (*kind says which,
+ * when not NULL), else 0. */
+size_t ckpt_peft_adapter_stem(const char *name, ckpt_peft_kind *kind);
 
 /* Splits a tensor name of adapter_model.safetensors into its module (the part after
  * "base_model.model.", before ".lora_A.weight" / ".lora_B.weight") and kind; a name without

@@ -10,14 +10,6 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 
-/* Whether name ends in suffix; *stem gets the length before it. */
-static bool ends_with(const char *name, const char *suffix, size_t *stem) {
-    const size_t n = strlen(name), k = strlen(suffix);
-    if (n <= k || strcmp(name + n - k, suffix) != 0) return false;
-    *stem = n - k;
-    return true;
-}
-
 /* Their (HF) name of our single-tensor, same-layout parameter `ours`. */
 static bool peft_export(const ckpt_map *map, const char *ours, char *out, size_t size) {
     long nums[CKPT_MAP_MAX_NUMS];
@@ -28,11 +20,9 @@ static bool peft_export(const ckpt_map *map, const char *ours, char *out, size_t
 
 bool ckpt_peft_param_name(const ckpt_map *map, const char *ours, char *out, size_t size) {
     char theirs[CKPT_MAP_NAME_MAX];
-    size_t stem;
     /* an adapter is named after its HF module without the map's prefix (models/lora.h) */
-    for (int k = 0; k < 2; k++)
-        if (ends_with(ours, ckpt_peft_lora_suffix[k], &stem))
-            return snprintf(out, size, CKPT_PEFT_PREFIX "%s%s", map->prefix ? map->prefix : "", ours) < (int)size;
+    if (ckpt_peft_adapter_stem(ours, NULL))
+        return snprintf(out, size, CKPT_PEFT_PREFIX "%s%s", map->prefix ? map->prefix : "", ours) < (int)size;
     long nums[CKPT_MAP_MAX_NUMS];
     int n_nums;
     const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);

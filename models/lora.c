@@ -11,14 +11,7 @@ rt_tp_rule mdl_lora_a_rule(rt_tp_rule base) { return base == RT_TP_ROW ? RT_TP_R
 
 rt_tp_rule mdl_lora_b_rule(rt_tp_rule base) { return base == RT_TP_COL || base == RT_TP_QKV ? base : RT_TP_NONE; }
 
-bool mdl_lora_is_adapter(const char *name) {
-    const size_t n = strlen(name);
-    for (int k = 0; k < 2; k++) {
-        const size_t len = strlen(ckpt_peft_lora_suffix[k]);
-        if (n > len && strcmp(name + n - len, ckpt_peft_lora_suffix[k]) == 0) return true;
-    }
-    return false;
-}
+bool mdl_lora_is_adapter(const char *name) { return ckpt_peft_adapter_stem(name, NULL) > 0; }
 
 /* The HF module of part `part` of our parameter `ours` (its export name without the last dotted
  * part, ".weight"); false when the map has no such part. */
@@ -121,11 +114,12 @@ rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg
         const ckpt_peft_config one = {.n_targets = 1, .targets = cfg->targets + t};
         bool found = false;
         for (int i = 0; i < p->n && !found; i++) {
-            const char *name = p->specs[i].name, *suffix = ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A];
-            const size_t n = strlen(name), k = strlen(suffix);
-            if (n <= k || strcmp(name + n - k, suffix) != 0) continue;
+            const char *name = p->specs[i].name;
+            ckpt_peft_kind kind;
+            const size_t stem = ckpt_peft_adapter_stem(name, &kind);
+            if (!stem || kind != CKPT_PEFT_LORA_A) continue;
             char module[2 * RT_PARAM_NAME_MAX];
-            snprintf(module, sizeof module, "%s%.*s", lora_prefix(map), (int)(n - k), name);
+            snprintf(module, sizeof module, "%s%.*s", lora_prefix(map), (int)stem, name);
             found = ckpt_peft_is_target(&one, module);
         }
         if (!found)
