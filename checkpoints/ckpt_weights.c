@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch_write.h"
@@ -435,6 +436,10 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         long idx = w_lookup(w, s->name);
+        if (idx < 0 && ckpt_peft_adapter_stem(s->name, NULL)) {
+            report->adapters++;
+            continue;
+        }
         if (idx < 0) {
             if (report->missing++ == 0) snprintf(report->first_missing, sizeof report->first_missing, "%s", s->name);
             const size_t at = strlen(report->missing_names);

@@ -64,6 +64,8 @@ bool ckpt_weights_same_bytes(const ckpt_weights *w, size_t a, size_t b);
 typedef struct {
     int loaded;  /* parameters filled */
     int missing; /* parameters the weights lack (they keep their init), e.g. a new head */
+    int adapters; /* LoRA adapters they lack (a base model's file has none; they keep their init or load from a
+                   * PEFT folder): not counted in missing */
     char first_missing[RT_PARAM_NAME_MAX];
     char missing_names[256]; /* the missing ones' names, ", "-separated, as many as fit */
     int unused;  /* tensors that map to no parameter of this model */

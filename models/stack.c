@@ -590,10 +590,10 @@ void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, cons
     mdl_norm_fwd(&sub, s->final, rt_xf(y), mean, rstd, x, n);
 }
 
-/* Block l's attention projections of n rows of in: q (when its buffer is not NULL), k and v, (n,
- * I_local) each, from the fused [q; k; v] weight's row blocks (and biases) or the three apart. */
-static void stack_qkv(mdl_stack *s, int l, rt_x in, size_t n, rt_x q, rt_x k, rt_x v) {
-    const mdl_attn_params *p = &s->layer[l].attn;
+/* An attention's projections (p: a block's self- or cross-attention, k0 its first LoRA dropout
+ * stream) of n rows of in: q (when its buffer is not NULL), k and v, (n, I_local) each, from the
+ * fused [q; k; v] weight's row blocks (and biases) or the three apart, with their adapters. */
+static void stack_qkv(mdl_stack *s, const mdl_attn_params *p, int k0, rt_x in, size_t n, rt_x q, rt_x k, rt_x v) {
     const int C = s->cfg.C, Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
     const size_t block = (size_t)Il * C;
@@ -606,14 +606,18 @@ static void stack_qkv(mdl_stack *s, int l, rt_x in, size_t n, rt_x q, rt_x k, rt
     /* the adapters (no dropout: decoding does not train) */
     const mdl_sublayers sub = mdl_stack_sublayers(s);
     const rt_x parts[3] = {q, k, v};
-    mdl_lora_col_fwd_parts(&sub, p->qkv_l, MDL_LORA_Q, parts, in, n, C, Il);
-    if (q.p) mdl_lora_col_fwd(&sub, p->q_l, MDL_LORA_Q, q, Il, in, n, C, Il);
-    mdl_lora_col_fwd(&sub, p->k_l, MDL_LORA_K, k, Il, in, n, C, Il);
-    mdl_lora_col_fwd(&sub, p->v_l, MDL_LORA_V, v, Il, in, n, C, Il);
+    mdl_lora_col_fwd_parts(&sub, p->qkv_l, k0 + MDL_LORA_Q, parts, in, n, C, Il);
+    if (q.p) mdl_lora_col_fwd(&sub, p->q_l, k0 + MDL_LORA_Q, q, Il, in, n, C, Il);
+    mdl_lora_col_fwd(&sub, p->k_l, k0 + MDL_LORA_K, k, Il, in, n, C, Il);
+    mdl_lora_col_fwd(&sub, p->v_l, k0 + MDL_LORA_V, v, Il, in, n, C, Il);
 }
 
 void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v) {
-    stack_qkv(s, l, norm1_rows, n, rt_xf(NULL), rt_xf(k), rt_xf(v));
+    stack_qkv(s, &s->layer[l].attn, 0, norm1_rows, n, rt_xf(NULL), rt_xf(k), rt_xf(v));
+}
+
+void mdl_stack_cross_kv(mdl_stack *s, int l, const float *src, size_t n, float *k, float *v) {
+    stack_qkv(s, &s->layer[l].cross, MDL_LORA_CROSS, rt_xf(src), n, rt_xf(NULL), rt_xf(k), rt_xf(v));
 }
 
 rt_x mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
@@ -659,7 +663,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */
         mdl_norm_fwd(&sub, p->norm1, w->ln, w->mean, w->rstd, x, n);
         const rt_x k = c->at_idx ? w->k : rt_xf(c->k[l] + c->at), v = c->at_idx ? w->v : rt_xf(c->v[l] + c->at);
-        stack_qkv(s, l, w->ln, n, w->q, k, v);
+        stack_qkv(s, &p->attn, 0, w->ln, n, w->q, k, v);
         if (c->at_idx) {
             rt_scatter_rows_add(be, c->k[l], k, c->at_idx, R, Il);
             rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);

@@ -218,6 +218,8 @@ void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, cons
 /* The keys and values of block l for n rows of its norm1 output, into k and v (n, I_local)
  * each: to fill the caches after a full forward. */
 void mdl_stack_kv(mdl_stack *s, int l, rt_x norm1_rows, size_t n, float *k, float *v);
+/* The same for block l's cross-attention over n rows of the source stack's output src. */
+void mdl_stack_cross_kv(mdl_stack *s, int l, const float *src, size_t n, float *k, float *v);
 /* Block l's norm1 output for the last forward's n rows (recomputed from the block's input when
  * checkpointing has reused its slot). */
 rt_x mdl_stack_norm1(mdl_stack *s, int l, size_t n);

@@ -21,6 +21,7 @@
 #include "models/parallel.h"
 #include "models/flops.h"
 #include "models/hf_config.h"
+#include "models/lora.h"
 #include "models/t5_internal.h"
 #include "runtime/rt_arena.h"
 #include "runtime/rt_pipe.h"
@@ -37,6 +38,7 @@ enum { T5_ALL = 0, T5_DECODER = 1, T5_BLOCK0 = 2, T5_GATED = 4, T5_PLAIN = 8 };
 typedef struct {
     const char *name; /* after "<stack>.block.<n>.layer.<sub>." */
     size_t field;     /* offsetof(mdl_block_params, ...) */
+    size_t lora;      /* a linear's: offsetof its adapter (mdl_lora) in mdl_block_params; T5_NO_LORA */
     t5_shape shape;
     t5_std std;
     t5_sub sub;
@@ -44,25 +46,31 @@ typedef struct {
 } t5_param_row;
 
 #define T5_F(x) offsetof(mdl_block_params, x)
+#define T5_NO_LORA ((size_t)-1)
 /* HF's named_parameters order within a block. */
 static const t5_param_row t5_block_rows[] = {
-    {"SelfAttention.q.weight", T5_F(attn.q_w), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.k.weight", T5_F(attn.k_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.v.weight", T5_F(attn.v_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.o.weight", T5_F(attn.proj_w), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_SELF, T5_ALL},
-    {"SelfAttention.relative_attention_bias.weight", 0 /* the stack's rel_bias */, T5_SHAPE_BUCKETS, T5_STD_REL,
-     T5_SUB_SELF, T5_BLOCK0},
-    {"layer_norm.weight", T5_F(norm1.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
-    {"EncDecAttention.q.weight", T5_F(cross.q_w), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.k.weight", T5_F(cross.k_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.v.weight", T5_F(cross.v_w), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS, T5_DECODER},
-    {"EncDecAttention.o.weight", T5_F(cross.proj_w), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_CROSS, T5_DECODER},
-    {"layer_norm.weight", T5_F(norm_cross.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
-    {"DenseReluDense.wi.weight", T5_F(ffn.up_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
-    {"DenseReluDense.wi_0.weight", T5_F(ffn.up_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wi_1.weight", T5_F(ffn.up_lin_w), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
-    {"DenseReluDense.wo.weight", T5_F(ffn.down_w), T5_SHAPE_FF_OUT, T5_STD_WO, T5_SUB_FF, T5_ALL},
-    {"layer_norm.weight", T5_F(norm2.w), T5_SHAPE_C, T5_STD_NORM, T5_SUB_FF, T5_ALL},
+    {"SelfAttention.q.weight", T5_F(attn.q_w), T5_F(attn.q_l), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.k.weight", T5_F(attn.k_w), T5_F(attn.k_l), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.v.weight", T5_F(attn.v_w), T5_F(attn.v_l), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.o.weight", T5_F(attn.proj_w), T5_F(attn.proj_l), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_SELF, T5_ALL},
+    {"SelfAttention.relative_attention_bias.weight", 0 /* the stack's rel_bias */, T5_NO_LORA, T5_SHAPE_BUCKETS,
+     T5_STD_REL, T5_SUB_SELF, T5_BLOCK0},
+    {"layer_norm.weight", T5_F(norm1.w), T5_NO_LORA, T5_SHAPE_C, T5_STD_NORM, T5_SUB_SELF, T5_ALL},
+    {"EncDecAttention.q.weight", T5_F(cross.q_w), T5_F(cross.q_l), T5_SHAPE_IN_PROJ, T5_STD_Q, T5_SUB_CROSS,
+     T5_DECODER},
+    {"EncDecAttention.k.weight", T5_F(cross.k_w), T5_F(cross.k_l), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS,
+     T5_DECODER},
+    {"EncDecAttention.v.weight", T5_F(cross.v_w), T5_F(cross.v_l), T5_SHAPE_IN_PROJ, T5_STD_KV, T5_SUB_CROSS,
+     T5_DECODER},
+    {"EncDecAttention.o.weight", T5_F(cross.proj_w), T5_F(cross.proj_l), T5_SHAPE_OUT_PROJ, T5_STD_O, T5_SUB_CROSS,
+     T5_DECODER},
+    {"layer_norm.weight", T5_F(norm_cross.w), T5_NO_LORA, T5_SHAPE_C, T5_STD_NORM, T5_SUB_CROSS, T5_DECODER},
+    {"DenseReluDense.wi.weight", T5_F(ffn.up_w), T5_F(ffn.up_l), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_PLAIN},
+    {"DenseReluDense.wi_0.weight", T5_F(ffn.up_w), T5_F(ffn.up_l), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF, T5_GATED},
+    {"DenseReluDense.wi_1.weight", T5_F(ffn.up_lin_w), T5_F(ffn.up_lin_l), T5_SHAPE_FF_IN, T5_STD_WI, T5_SUB_FF,
+     T5_GATED},
+    {"DenseReluDense.wo.weight", T5_F(ffn.down_w), T5_F(ffn.down_l), T5_SHAPE_FF_OUT, T5_STD_WO, T5_SUB_FF, T5_ALL},
+    {"layer_norm.weight", T5_F(norm2.w), T5_NO_LORA, T5_SHAPE_C, T5_STD_NORM, T5_SUB_FF, T5_ALL},
 };
 #undef T5_F
 
@@ -117,7 +125,8 @@ static void t5_stack_init(t5_model *m, t5_stack *s) {
                            .cross = s->decoder, .position_bias = true, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
                            .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
                            .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
-                           .checkpoint_layers = c->checkpoint_layers};
+                           .checkpoint_layers = c->checkpoint_layers, .lora = c->lora,
+                           .lora_site = s->decoder ? c->num_layers : 0};
     const int first = T5_SITE_BLOCKS + 8 * (s->decoder ? c->num_layers : 0);
     for (int k = 0; k < MDL_SITE_KINDS; k++) bc.site[k] = first + k;
     mdl_stack_init(&s->blocks, &bc, m->be, m->tp, &m->params);
@@ -164,6 +173,9 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             bool norm = row->std == T5_STD_NORM;
             int idx = t5_add(m, name, d0, d1, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
             *(row->shape == T5_SHAPE_BUCKETS ? &s->rel_bias : (int *)((char *)bp + row->field)) = idx;
+            if (row->lora != T5_NO_LORA) /* PEFT's adapter after its weight */
+                *(mdl_lora *)((char *)bp + row->lora) = mdl_lora_declare(&m->params, c->lora, &ckpt_map_t5, idx,
+                                                                         m->tp->size);
             if (first < 0) first = idx;
         }
         bp->first = first;
@@ -194,6 +206,7 @@ static void t5_declare_params(t5_model *m) {
                             c->initializer_factor);
         m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
     }
+    mdl_lora_freeze_base(&m->params, c->lora, &ckpt_map_t5);
 }
 
 /* Lays out one stack's buffers (measuring when a->base is NULL). */
@@ -256,6 +269,10 @@ static uint64_t t5_act_width(const t5_config *c, int len) {
  * max_T, 0 for a layout alone). */
 static rt_status t5_model_shape(t5_model *m, const t5_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp) {
     m->cfg = *c;
+    if (c->lora) { /* m's own copy, which cfg.lora then points at */
+        ckpt_peft_config_copy(&m->lora, c->lora);
+        m->cfg.lora = &m->lora;
+    }
     m->be = be;
     m->tp = tp;
     m->pp = pp;
@@ -286,6 +303,7 @@ fail:
     rt_params_free(&m->params);
     mdl_stack_free(&m->enc.blocks);
     mdl_stack_free(&m->dec.blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m);
     return st;
 }
@@ -363,6 +381,7 @@ void t5_model_free(t5_model *m) {
     free(m->h_targets);
     free(m->h_mask);
     mdl_lm_head_free(&m->head);
+    ckpt_peft_config_free(&m->lora);
     free(m);
 }
 

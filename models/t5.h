@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_peft.h"
 #include "models/pass.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -49,6 +50,9 @@ typedef struct {
                                              * in backward. A run option, not in config.json */
     bool pp_recompute;                      /* a pipeline stage keeps each in-flight micro-batch's input only and
                                              * recomputes its forward in the backward; a run option */
+    const ckpt_peft_config *lora;           /* LoRA (models/lora.h): adapters on its target_modules (q, k, v, o,
+                                             * wi, wi_0, wi_1, wo; the cross-attention's too), every other weight
+                                             * frozen; NULL: none. The model keeps its own copy */
 } t5_config;
 
 /* HF's defaults (t5-small): relu FFN, tied head, scaled decoder output. */

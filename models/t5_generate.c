@@ -196,14 +196,10 @@ static rt_status t5_gen_encode(t5_generator *g, const int32_t *src_ids, const in
     t5_model *m = g->m;
     rt_backend *be = m->be;
     const mdl_pass pass = {0};
-    const int C = m->C, Il = m->I_local;
     RT_TRY(t5_upload_src(m, src_ids, src_mask, B, S));
     RT_TRY(t5_stack_fwd(m, &m->enc, B, S, S, &pass));
-    for (int l = 0; l < m->dec.L; l++) {
-        const mdl_attn_params *p = &m->dec.blocks.layer[l].cross;
-        mdl_col_linear_fwd(be, rt_xf(g->cross_k[l]), rt_xf(m->enc.blocks.out), P(p->k_w), NULL, (size_t)B * S, C, Il);
-        mdl_col_linear_fwd(be, rt_xf(g->cross_v[l]), rt_xf(m->enc.blocks.out), P(p->v_w), NULL, (size_t)B * S, C, Il);
-    }
+    for (int l = 0; l < m->dec.L; l++)
+        mdl_stack_cross_kv(&m->dec.blocks, l, m->enc.blocks.out, (size_t)B * S, g->cross_k[l], g->cross_v[l]);
     rt_copy(be, g->cross_mask, m->key_mask, (size_t)B * S * sizeof(float));
 fail:
     return st;

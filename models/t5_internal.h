@@ -39,7 +39,8 @@ typedef struct {
 } t5_stack;
 
 struct t5_model {
-    t5_config cfg;
+    t5_config cfg;       /* cfg.lora points at lora below */
+    ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_comm *pp;         /* the stages' comm (stage = its rank); not owned */

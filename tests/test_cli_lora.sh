@@ -5,14 +5,15 @@
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
 # the same last step as one that ran through, activation checkpointing gives the same numbers,
 # and every option that cannot work gets its error.
-# gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did.
+# gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did;
+# t5-finetune too, over an HF T5 folder, and --predict through them gives the run's predictions.
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 . "$SRC/tests/cli_lib.sh"
-for p in gpt2-classify gpt2-finetune bert-classify; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
+for p in gpt2-classify gpt2-finetune bert-classify t5-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
@@ -126,4 +127,38 @@ text=$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)
 [ "$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)" = "$text" ] && ok || bad "--lora-from generates other text"
 expect_fail "gpt2-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" gpt2-finetune "${LM[@]}" --lora-r 4 \
     --save-hf "$TMP/hf" --save-dir "$TMP/e10"
+
+# t5-finetune: a tiny T5 v1.1 exported as an HF folder is the base; LoRA on every linear writes
+# SAVE_DIR/lora (SEQ_2_SEQ_LM), which evaluates to the same numbers and predicts the same text
+cat > "$TMP/t5.json" <<JSON
+{"model_type": "t5", "vocab_size": 32128, "d_model": 16, "d_kv": 4, "d_ff": 32, "num_heads": 4, "num_layers": 2,
+ "num_decoder_layers": 2, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false, "dropout_rate": 0.0}
+JSON
+MT="$SRC/assets/multi30k-en-de"
+head -120 "$MT/val.en" > "$TMP/s.txt" && head -120 "$MT/val.de" > "$TMP/t.txt" && tail -24 "$TMP/s.txt" > "$TMP/v.txt"
+T5=(--batch-size 8 --threads 2 --no-cache --max-new-tokens 6 --max-source-len 24 --max-target-len 24)
+"$BIN_DIR/t5-finetune" "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" --epochs 0 "${T5[@]}" --save-dir "$TMP/t5base" \
+    > "$TMP/out" 2> "$TMP/err" && [ -s "$TMP/t5base/hf/model.safetensors" ] && ok || bad "the T5 base export"
+"$BIN_DIR/t5-finetune" "$TMP/s.txt" "$TMP/t.txt" --model "$TMP/t5base/hf" "${T5[@]}" --lora-r 4 \
+    --lora-targets q,k,v,o,wi_0,wi_1,wo --max-steps 12 --lr 1e-2 --save-dir "$TMP/t5lora" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the t5-finetune LoRA run failed"
+# per block of the encoder: q, k, v, o (A 4x16 + B 16x4 each), wi_0, wi_1 (A 4x16 + B 32x4), wo (A 4x32 + B 16x4)
+# = 4x128 + 2x192 + 192 = 1088; the decoder's adds its cross-attention's four (512): 2x1088 + 2x1600 = 5376
+grep -q "^LoRA: 5376 of [0-9]* parameters train" "$TMP/out" && ok || bad "t5-finetune: want 5376 trainable"
+[ -s "$TMP/t5lora/lora/adapter_model.safetensors" ] && [ ! -e "$TMP/t5lora/hf" ] && ok || bad "T5: SAVE_DIR/lora, and no hf/"
+grep -q '"task_type":[[:space:]]*"SEQ_2_SEQ_LM"' "$TMP/t5lora/lora/adapter_config.json" && ok ||
+    bad "T5: task_type not SEQ_2_SEQ_LM"
+tval=$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')
+"$BIN_DIR/t5-finetune" "$TMP/s.txt" "$TMP/t.txt" --model "$TMP/t5base/hf" "${T5[@]}" --lora-from "$TMP/t5lora/lora" \
+    --epochs 0 --save-dir "$TMP/t5eval" > "$TMP/out" 2> "$TMP/err"
+[ -n "$tval" ] && [ "$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$tval" ] && ok ||
+    bad "t5-finetune --lora-from: $(grep "^validation results" "$TMP/out") vs '$tval'"
+"$BIN_DIR/t5-finetune" --predict "$TMP/v.txt" --model "$TMP/t5base/hf" --lora-from "$TMP/t5lora/lora" "${T5[@]}" \
+    --predict-out "$TMP/pred.txt" > "$TMP/out" 2> "$TMP/err"
+[ -s "$TMP/pred.txt" ] && cmp -s "$TMP/pred.txt" "$TMP/t5lora/val_predictions.txt" && ok ||
+    bad "--predict --lora-from does not give the run's validation predictions"
+expect_fail "t5-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" t5-finetune "$TMP/s.txt" "$TMP/t.txt" \
+    --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --save-hf "$TMP/hf" --save-dir "$TMP/e11"
+expect_fail "t5-finetune unknown target" 2 "LoRA target 'c_attn' matches no linear of this T5" t5-finetune \
+    "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --lora-targets c_attn --save-dir "$TMP/e12"
 finish test_cli_lora

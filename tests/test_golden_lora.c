@@ -24,19 +24,19 @@
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
-#include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
 #include "models/bert.h"
 #include "models/gpt2.h"
 #include "models/lora.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_optim.h"
+#include "tests/loratest.h"
 #include "tests/testutil.h"
 
-#define FWD_ATOL 1e-5f
-#define FWD_RTOL 1e-4f
-#define GRAD_ATOL 1e-4f
-#define GRAD_RTOL 1e-3f
+#define FWD_ATOL TZL_FWD_ATOL
+#define FWD_RTOL TZL_FWD_RTOL
+#define GRAD_ATOL TZL_GRAD_ATOL
+#define GRAD_RTOL TZL_GRAD_RTOL
 
 enum { B = 3, T = 16, NL = 2, N_ADAPTED = 2 * 4 }; /* 2 blocks x (c_attn, attn.c_proj, c_fc, mlp.c_proj) */
 
@@ -62,8 +62,9 @@ static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_confi
     snprintf(path, sizeof path, "%s/model.safetensors", base_dir());
     RT_TRY(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head, tp->rank, tp->size,
                         NULL, &rep));
-    if (rep.missing != 2 * N_ADAPTED || rep.unused != 0)
-        RT_FAIL(RT_ERR_FORMAT, "base: missing %d (%s), unused %d", rep.missing, rep.first_missing, rep.unused);
+    if (rep.missing != 0 || rep.adapters != 2 * N_ADAPTED || rep.unused != 0)
+        RT_FAIL(RT_ERR_FORMAT, "base: missing %d (%s), %d adapters, unused %d", rep.missing, rep.first_missing,
+                rep.adapters, rep.unused);
     if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size));
     return RT_OK;
 fail:
@@ -112,37 +113,8 @@ static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
                            .labels = cb->labels, .example_index = cb->index, .n_targets = B};
 }
 
-/* Every trainable parameter (grads or values) against the golden tensors `prefix`.NAME, NAME the
- * adapter file's; values after an AdamW step are checked with the step's gradient. */
-static void compare_trainable_map(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads,
-                                  const ckpt_map *map, int expected) {
-    int checked = 0;
-    for (int i = 0; i < p->n; i++) {
-        const rt_param_spec *s = &p->specs[i];
-        if (s->frozen) continue;
-        char peft[256], name[320], gname[320];
-        TZ_EXPECT(ckpt_peft_param_name(map, s->name, peft, sizeof peft), "%s: no PEFT name", s->name);
-        snprintf(name, sizeof name, "%s.%s", prefix, peft);
-        snprintf(gname, sizeof gname, "grad.%s", peft);
-        float *ref = rt_xmalloc(s->numel * sizeof(float)), *got = rt_xmalloc(s->numel * sizeof(float));
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, name, ref, s->numel));
-        memcpy(got, (grads ? p->grad : p->param) + s->offset, s->numel * sizeof(float));
-        if (grads) {
-            tz_check_close(name, got, ref, s->numel, GRAD_ATOL, GRAD_RTOL);
-        } else {
-            float *gr = rt_xmalloc(s->numel * sizeof(float));
-            TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, gname, gr, s->numel));
-            tz_check_after_adamw(name, got, ref, gr, s->numel, FWD_ATOL, FWD_RTOL);
-            free(gr);
-        }
-        free(ref), free(got);
-        checked++;
-    }
-    TZ_EXPECT(checked == expected, "%d trainable tensors compared, expected %d", checked, expected);
-}
-
 static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads) {
-    compare_trainable_map(g, prefix, p, grads, &ckpt_map_gpt2, 2 * N_ADAPTED + 1);
+    tzl_compare_trainable(g, prefix, p, grads, &ckpt_map_gpt2, 2 * N_ADAPTED + 1);
 }
 
 /* A step's logits and mean loss against the golden file's. */
@@ -399,8 +371,8 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     ckpt_load_report rep;
     snprintf(path, sizeof path, "%s/model.safetensors", base);
     TZ_EXPECT_OK(ckpt_load_hf(path, map, p, cfg.vocab_size, cfg.num_attention_heads, 0, 1, NULL, &rep));
-    TZ_EXPECT(rep.missing == expected - (roberta ? 4 : 2) && rep.unused == 0, "%s base: missing %d, unused %d", fam,
-              rep.missing, rep.unused);
+    TZ_EXPECT(rep.missing == 0 && rep.adapters == expected - (roberta ? 4 : 2) && rep.unused == 0,
+              "%s base: missing %d, %d adapters, unused %d", fam, rep.missing, rep.adapters, rep.unused);
     snprintf(path, sizeof path, "%s/adapter", lora);
     TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1));
     for (int i = 0; i < p->n; i++) { /* the pooler is no saved module: frozen, as in PEFT */
@@ -424,10 +396,10 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     rt_params_zero_grad(p);
     TZ_EXPECT_OK(bert_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
     check_logits_loss(g, fam, logits, loss_sum);
-    compare_trainable_map(g, "grad", p, true, map, expected);
+    tzl_compare_trainable(g, "grad", p, true, map, expected);
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
-    compare_trainable_map(g, "after_step", p, false, map, expected);
+    tzl_compare_trainable(g, "after_step", p, false, map, expected);
     bert_model_free(m);
     ckpt_safetensors_close(g);
     ckpt_peft_config_free(&peft);
@@ -492,34 +464,8 @@ typedef struct {
     bool dropout_run;           /* false: one step's gradients; true: DROP_STEPS AdamW steps' losses */
     /* rank 0's results */
     float logits[B * NL], loss, losses[DROP_STEPS];
-    char names[N_TRAIN][RT_PARAM_NAME_MAX];
-    float *grads[N_TRAIN];      /* full tensors */
-    size_t numel[N_TRAIN];
-    int n;
+    tzl_grads grads;
 } tp_arg;
-
-/* Gathers each trainable gradient's shards into a full tensor on rank 0. */
-static rt_status gather_trainable(rt_backend *be, rt_comm *tp, const rt_params *p, tp_arg *a) {
-    rt_status st = RT_OK;
-    ckpt_tp_scratch scr = {0};
-    a->n = 0;
-    for (int i = 0; i < p->n; i++) {
-        const rt_param_spec *s = &p->specs[i];
-        if (s->frozen) continue;
-        if (a->n == N_TRAIN) RT_FAIL(RT_ERR_CONFIG, "more than %d trainable tensors", N_TRAIN);
-        ckpt_tp_desc d;
-        ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, &d);
-        a->numel[a->n] = ckpt_tp_full_numel(&d);
-        a->grads[a->n] = tp->rank == 0 ? rt_xmalloc(a->numel[a->n] * sizeof(float)) : NULL;
-        snprintf(a->names[a->n], sizeof a->names[a->n], "%s", s->name);
-        st = ckpt_tp_gather_param(be, tp, &d, rt_params_grad(p, i), s->numel, &scr, a->grads[a->n]);
-        a->n++;
-        if (st != RT_OK) goto fail;
-    }
-fail:
-    ckpt_tp_scratch_free(be, &scr);
-    return st;
-}
 
 static rt_status lora_rank(rt_comm *tp, void *arg) {
     tp_arg *a = arg;
@@ -535,7 +481,7 @@ static rt_status lora_rank(rt_comm *tp, void *arg) {
         rt_params_zero_grad(p);
         RT_TRY(gpt2_cls_step(m, &a->cb->batch, &pass, 1.0f / B, &loss_sum, a->logits));
         a->loss = (float)(loss_sum / B);
-        RT_TRY(gather_trainable(be, tp, p, a));
+        RT_TRY(tzl_gather_trainable(be, tp, p, &a->grads));
     } else {
         const rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
         for (int s = 0; s < DROP_STEPS; s++) {
@@ -552,11 +498,6 @@ fail:
     return st;
 }
 
-static void tp_free(tp_arg *args, int n) {
-    for (int r = 0; r < n; r++)
-        for (int k = 0; k < args[r].n; k++) free(args[r].grads[k]);
-}
-
 /* Logits, loss and gathered gradients at tp ranks against PEFT's. */
 static void test_tp_against_peft(const ckpt_peft_config *peft, const cls_batch *cb, const ckpt_st_file *g, int tp) {
     tp_arg args[4];
@@ -570,20 +511,9 @@ static void test_tp_against_peft(const ckpt_peft_config *peft, const cls_batch *
     tz_check_close(what, args[0].logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
     snprintf(what, sizeof what, "tp %d loss", tp);
     tz_check_close(what, &args[0].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
-    TZ_EXPECT(args[0].n == N_TRAIN, "tp %d: %d trainable tensors gathered", tp, args[0].n);
-    for (int k = 0; k < args[0].n; k++) {
-        char peft_name[256], name[320];
-        TZ_EXPECT(ckpt_peft_param_name(&ckpt_map_gpt2, args[0].names[k], peft_name, sizeof peft_name), "%s",
-                  args[0].names[k]);
-        snprintf(name, sizeof name, "grad.%s", peft_name);
-        float *ref = rt_xmalloc(args[0].numel[k] * sizeof(float));
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, name, ref, args[0].numel[k]));
-        char label[400];
-        snprintf(label, sizeof label, "tp %d %s", tp, name);
-        tz_check_close(label, args[0].grads[k], ref, args[0].numel[k], GRAD_ATOL, GRAD_RTOL);
-        free(ref);
-    }
-    tp_free(args, tp);
+    snprintf(what, sizeof what, "tp %d", tp);
+    tzl_check_gathered(g, &ckpt_map_gpt2, &args[0].grads, N_TRAIN, what);
+    for (int r = 0; r < tp; r++) tzl_grads_free(&args[r].grads);
 }
 
 static void test_tp(const ckpt_peft_config *peft) {

@@ -775,7 +775,7 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
                           user_files && files.task.type == DATA_TASK_MULTI_LABEL));
     }
-    if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, gm.map, params));
+    if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, gm.map, params, NULL));
 fail:
     free(options_json);
     for (int k = 0; k < n_dev && ev_ready; k++) gc_eval_free(&ev[k]);

@@ -151,8 +151,9 @@ static rt_status lora_write(void *ctx, const char *folder) {
 }
 
 rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, const ckpt_peft_config *cfg,
-                              const ckpt_map *map, const rt_params *p) {
-    if (!o->save_lora) return RT_OK;
+                              const ckpt_map *map, const rt_params *p, const char *default_dir) {
+    const char *dir = o->save_lora ? o->save_lora : default_dir;
+    if (!dir) return RT_OK;
     lora_export x = {grid, cfg, map, p};
-    return train_app_export_dir(o->save_lora, "--save-lora", "PEFT adapter folder", grid, lora_write, &x);
+    return train_app_export_dir(dir, "--save-lora", "PEFT adapter folder", grid, lora_write, &x);
 }

@@ -35,7 +35,8 @@ rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spe
 rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *cfg, const ckpt_map *map,
                                const char *family, const char *modules, rt_params *p, const rt_grid *grid);
 /* --save-lora DIR: a PEFT folder (adapter_config.json, adapter_model.safetensors) written whole,
- * as train_app_export_dir writes; collective over the world. Nothing without the option. */
+ * as train_app_export_dir writes; collective over the world. Without the option, to default_dir
+ * (a program that writes its adapters anyway: SAVE_DIR/lora), or nothing when that is NULL. */
 rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, const ckpt_peft_config *cfg,
-                              const ckpt_map *map, const rt_params *p);
+                              const ckpt_map *map, const rt_params *p, const char *default_dir);
 #endif

@@ -676,10 +676,9 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         rt_log_info("validation results (%zu blocks, step %lld): loss %.4f perplexity %.3f", val.n,
                     (long long)res.steps, res.last_eval.values[0], res.last_eval.values[1]);
     if (lora_on) { /* the adapters, where --save-lora says or beside the checkpoints */
-        static char lora_dir[4200];
+        char lora_dir[4200];
         snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
-        if (!O.t.save_lora) O.t.save_lora = lora_dir;
-        RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_gpt2, gpt2_model_params(model)));
+        RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_gpt2, gpt2_model_params(model), lora_dir));
     } else {
         if (O.save_hf)
             snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_collate.h"
@@ -100,7 +101,7 @@ static const rt_opt t5_own_options[] = {
      0},
 };
 #define T5_N_OWN ((int)(sizeof t5_own_options / sizeof t5_own_options[0]))
-static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
+static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
 static rt_args_spec t5_spec = {
     .prog = T5_PROG,
@@ -112,13 +113,15 @@ static rt_args_spec t5_spec = {
                "(rouge_score) from generation. Without --val-src the last 20% of the lines are held out.\n"
                "--train-file takes the pairs from two columns of a CSV, TSV or JSON Lines file instead.\n"
                "Checkpoints, metrics.jsonl and val_predictions.txt go to --save-dir; the trained model to\n"
-               "SAVE_DIR/hf. --predict FILE --model DIR translates or summarizes a file instead.",
+               "SAVE_DIR/hf (with --lora-r, the adapters as a PEFT folder to SAVE_DIR/lora). --predict FILE\n"
+               "--model DIR translates or summarizes a file instead (with --lora-from DIR, through adapters).",
     .epilog = "examples:\n"
               "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --source-prefix \"summarize: \"\n"
               "  t5-finetune assets/multi30k-en-de/val.en assets/multi30k-en-de/val.de   # small T5 from scratch\n"
               "  t5-finetune --train-file assets/examples/summaries-train.jsonl --source-column document \\\n"
               "      --target-column summary --source-prefix \"summarize: \" --test-file assets/examples/summaries-test.jsonl\n"
-              "  t5-finetune --predict test.en --model runs/t5-finetune/hf --num-beams 4 > test.de",
+              "  t5-finetune --predict test.en --model runs/t5-finetune/hf --num-beams 4 > test.de\n"
+              "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --lora-r 8   # adapters on q and v",
     .opts = t5_options,
 };
 
@@ -141,8 +144,8 @@ typedef struct {
     const char *what;
 } t5_source;
 
-static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok, int max_B,
-                                int max_src, int max_tgt, t5_model **out) {
+static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok,
+                                const ckpt_peft_config *lora, int max_B, int max_src, int max_tgt, t5_model **out) {
     rt_comm *tp = grid->tp;
     const int micro = (int)O.t.grad_accum;
     rt_status st = RT_OK;
@@ -159,6 +162,7 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
         RT_TRY(t5_config_from_hf(O.model, &cfg, weights, sizeof weights));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
         cfg.pp_recompute = O.t.pp_recompute;
+        cfg.lora = lora;
         RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         RT_TRY(t5_load_hf(*out, weights, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
@@ -170,6 +174,7 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
         RT_TRY(t5_config_validate(&cfg, tp->size));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
         cfg.pp_recompute = O.t.pp_recompute;
+        cfg.lora = lora;
         RT_TRY(t5_model_init_stage(&cfg, be, tp, grid->pp, micro, max_B, max_src, max_tgt, (uint64_t)O.t.seed, out));
         rt_log_info("weights: random init (HF's scheme) of %s", O.arch ? O.arch : "a small T5 (2+2 layers, 128 wide)");
     }
@@ -572,6 +577,8 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     char *options_json = NULL;
     rt_grid grid = {0};
     train_app_comm_count comm_count = {0}; /* --comm-stats */
+    ckpt_peft_config lora = {0};
+    bool lora_on = false;
 
     RT_TRY(rt_args_parse(&t5_spec, argc, argv, pos, &n_pos));
     if (O.t.pp > 1 && (O.predict || O.test_file))
@@ -581,6 +588,9 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(t5_check_inputs(n_pos));
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
+    const train_app_lora_family lora_family = {.default_targets = "q,v", .task_type = "SEQ_2_SEQ_LM",
+                                               .base_model = O.model};
+    RT_TRY(train_app_lora_config(&O.t, &t5_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
     RT_TRY(t5_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
     if (tok_pad_id(tok) < 0 || tok_eos_id(tok) < 0)
@@ -595,7 +605,11 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     int max_tgt = data_pad_length(&O.t.pad, (int)O.max_target_len);
     int gen_rows = t5_eval_rows() * (int)O.num_beams;
     int max_B = (int)O.t.batch_size > gen_rows ? (int)O.t.batch_size : gen_rows;
-    RT_TRY(t5_build_model(be, &grid, tok, max_B, max_src, max_tgt, &model));
+    RT_TRY(t5_build_model(be, &grid, tok, lora_on ? &lora : NULL, max_B, max_src, max_tgt, &model));
+    if (lora_on)
+        RT_TRY(train_app_lora_ready(&O.t, &lora, &ckpt_map_t5, "T5",
+                                    "q, k, v, o (self- and cross-attention), wi (wi_0, wi_1), wo",
+                                    t5_model_params(model), &grid));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
     if (O.predict) {
@@ -697,11 +711,17 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         rt_log_info("%s", line);
     }
     if (O.test_file) RT_TRY(t5_predict_test_file(model, tok, &grid));
-    if (O.save_hf)
-        snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
-    else
-        snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-    RT_TRY(t5_export(model, tok_path, &grid, hf_dir));
+    if (lora_on) { /* the adapters, where --save-lora says or beside the checkpoints */
+        char lora_dir[4200];
+        snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
+        RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_t5, t5_model_params(model), lora_dir));
+    } else {
+        if (O.save_hf)
+            snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+        else
+            snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+        RT_TRY(t5_export(model, tok_path, &grid, hf_dir));
+    }
 fail:
     free(options_json);
     free(ev.idx);
@@ -723,11 +743,12 @@ fail:
     tok_free(tok);
     train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
+    ckpt_peft_config_free(&lora);
     return st;
 }
 
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0",
-                                   .warmup = "0"};
+                                   .warmup = "0", .lora = true};
     return train_app_program_main(argc, argv, &t5_spec, t5_options, t5_own_options, T5_N_OWN, &O.t, &defaults, t5_run);
 }

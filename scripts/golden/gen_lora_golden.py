@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generate the LoRA goldens (issue 36) that tunezoo's LoRA is to match: HF PEFT on the tiny
-GPT-2 classifier of tests/golden/gpt2-tiny-cls (its committed model.safetensors is the base).
+GPT-2 classifier of tests/golden/gpt2-tiny-cls (its committed model.safetensors is the base), and
+with --family on the tiny BERT and RoBERTa classifiers and the tiny T5 v1.1 (FAMILIES below).
 
 PEFT wraps the base with LoraConfig(r=4, lora_alpha=8, lora_dropout=0, target_modules c_attn,
 c_proj and c_fc: every linear of a block, both c_proj included; GPT-2's Conv1D, so
@@ -38,7 +39,8 @@ import peft
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
-from transformers import BertForSequenceClassification, GPT2ForSequenceClassification, RobertaForSequenceClassification
+from transformers import (BertForSequenceClassification, GPT2ForSequenceClassification, RobertaForSequenceClassification,
+                          T5ForConditionalGeneration)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_gpt2_golden import (BETAS, CLIP, EPS, LR, TRAIN_STEPS, WEIGHT_DECAY, is_no_decay,  # noqa: E402
@@ -53,21 +55,30 @@ ADAPTER_SEED = 2468
 # BERT: query, key and value (tunezoo's one fused projection) and the three dense layers of a
 # block, not the pooler's ("output.dense" ends both attention.output.dense and output.dense).
 # RoBERTa: PEFT's default (query, value); SEQ_CLS saves its whole classifier head (dense and
-# out_proj) through modules_to_save "classifier".
+# out_proj) through modules_to_save "classifier". T5 (v1.1: gated, its own LM head): every linear
+# of a block, the cross-attention's included, on tests/golden/t5-tiny-v1_1's batch (labels padded
+# with -100, decoder inputs HF's shift of them); SEQ_2_SEQ_LM saves no module.
 FAMILIES = {
-    "gpt2": ("gpt2-tiny-cls", GPT2ForSequenceClassification, ["c_attn", "c_proj", "c_fc"]),
+    "gpt2": ("gpt2-tiny-cls", GPT2ForSequenceClassification, ["c_attn", "c_proj", "c_fc"], "SEQ_CLS"),
     "bert": ("bert-tiny-cls", BertForSequenceClassification,
-             ["query", "key", "value", "output.dense", "intermediate.dense"]),
-    "roberta": ("roberta-tiny-cls", RobertaForSequenceClassification, ["query", "value"]),
+             ["query", "key", "value", "output.dense", "intermediate.dense"], "SEQ_CLS"),
+    "roberta": ("roberta-tiny-cls", RobertaForSequenceClassification, ["query", "value"], "SEQ_CLS"),
+    "t5": ("t5-tiny-v1_1", T5ForConditionalGeneration, ["q", "k", "v", "o", "wi_0", "wi_1", "wo"], "SEQ_2_SEQ_LM"),
 }
 BASE = os.path.join(GOLDEN, "gpt2-tiny-cls")
 MODEL_CLASS = GPT2ForSequenceClassification
-TARGETS = FAMILIES["gpt2"][2]
+TARGETS, TASK = FAMILIES["gpt2"][2], FAMILIES["gpt2"][3]
+
+
+def base_model():
+    # T5 as gen_t5_golden.py builds it (eager attention); the others as their goldens did
+    extra = {"attn_implementation": "eager"} if MODEL_CLASS is T5ForConditionalGeneration else {}
+    return MODEL_CLASS.from_pretrained(BASE, **extra)
 
 
 def lora_model(init):
-    base = MODEL_CLASS.from_pretrained(BASE).eval()
-    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, task_type="SEQ_CLS",
+    base = base_model().eval()
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, task_type=TASK,
                      init_lora_weights=init)
     torch.manual_seed(ADAPTER_SEED)
     return get_peft_model(base, cfg)
@@ -97,8 +108,8 @@ def main():
     ap.add_argument("--from-tunezoo", action="store_true",
                     help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
     a = ap.parse_args()
-    global BASE, MODEL_CLASS, TARGETS
-    base_dir, MODEL_CLASS, TARGETS = FAMILIES[a.family]
+    global BASE, MODEL_CLASS, TARGETS, TASK
+    base_dir, MODEL_CLASS, TARGETS, TASK = FAMILIES[a.family]
     BASE = os.path.join(GOLDEN, base_dir)
     a.out = a.out or os.path.join(GOLDEN, f"{a.family}-tiny-lora")
     torch.set_num_threads(1)
@@ -112,9 +123,9 @@ def main():
         batch["token_type_ids"] = g["token_type_ids"].long()
     if a.from_tunezoo:
         folder = os.path.join(a.out, "from-tunezoo")
-        model = PeftModel.from_pretrained(MODEL_CLASS.from_pretrained(BASE), folder).eval()
-        with torch.no_grad():
-            logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
+        model = PeftModel.from_pretrained(base_model(), folder).eval()
+        with torch.no_grad():  # T5's decoder inputs come from the labels; the classifiers' logits do not
+            logits = model(**batch).logits
         meta = versions()
         meta.update({"peft": peft.__version__, "folder": f"tests/golden/{a.family}-tiny-lora/from-tunezoo",
                      "base": f"tests/golden/{base_dir}/model.safetensors"})
@@ -139,7 +150,7 @@ def main():
     out = model(**batch)
     out.loss.backward()
     # the folder loads back in PEFT to the same model
-    reloaded = PeftModel.from_pretrained(MODEL_CLASS.from_pretrained(BASE), adapter_dir).eval()
+    reloaded = PeftModel.from_pretrained(base_model(), adapter_dir).eval()
     with torch.no_grad():
         if not torch.equal(reloaded(**batch).logits, out.logits):
             sys.exit("error: the saved adapter folder does not reload to the same logits")
@@ -175,9 +186,10 @@ def main():
         "base": f"tests/golden/{base_dir}/model.safetensors",
         "batch": f"tests/golden/{base_dir}/golden.safetensors input_ids, attention_mask, labels",
         "lora": json.dumps({"r": R, "lora_alpha": ALPHA, "lora_dropout": 0.0, "target_modules": TARGETS,
-                            "task_type": "SEQ_CLS", "init_lora_weights": False, "seed": ADAPTER_SEED}),
+                            "task_type": TASK, "init_lora_weights": False, "seed": ADAPTER_SEED}),
         "scale": str(ALPHA / R),
-        "trainable": "every lora_A and lora_B, and score (modules_to_save)",
+        "trainable": "every lora_A and lora_B" + ("" if TASK == "SEQ_2_SEQ_LM" else
+                                                  ", and the head (modules_to_save)"),
         "optimizer": "torch.optim.AdamW foreach=False over the trainable tensors",
         "lr": str(LR), "beta1": str(BETAS[0]), "beta2": str(BETAS[1]), "eps": str(EPS),
         "weight_decay": str(WEIGHT_DECAY), "no_decay": "none of the trainable tensors is a bias or a LayerNorm",

@@ -1,0 +1,42 @@
+/* Helpers the LoRA golden tests share (tests/test_golden_lora*.c): DESIGN.md's fp32 tolerances and
+ * the comparison of every trainable tensor with PEFT's, by the names PEFT gives them. */
+#ifndef TZ_LORATEST_H
+#define TZ_LORATEST_H
+
+#include <stdbool.h>
+
+#include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_safetensors.h"
+#include "runtime/rt_backend.h"
+#include "runtime/rt_comm.h"
+#include "runtime/rt_params.h"
+
+#define TZL_FWD_ATOL 1e-5f
+#define TZL_FWD_RTOL 1e-4f
+#define TZL_GRAD_ATOL 1e-4f
+#define TZL_GRAD_RTOL 1e-3f
+
+/* Every trainable parameter of p against golden file g's `prefix`.NAME, NAME its PEFT name (the
+ * adapter file's): gradients (grads) or values after one AdamW step, checked with that step's
+ * gradient grad.NAME (tz_check_after_adamw); `expected` tensors must have been compared. */
+void tzl_compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads, const ckpt_map *map,
+                           int expected);
+
+/* The trainable gradients of a tp run, gathered into full tensors on rank 0. */
+enum { TZL_MAX_TRAINABLE = 96 };
+typedef struct {
+    int n;
+    char names[TZL_MAX_TRAINABLE][RT_PARAM_NAME_MAX];
+    float *grads[TZL_MAX_TRAINABLE]; /* rank 0's; NULL on the others */
+    size_t numel[TZL_MAX_TRAINABLE];
+} tzl_grads;
+
+/* Gathers each trainable gradient of p (this rank's shards) into out; every rank calls it. */
+rt_status tzl_gather_trainable(rt_backend *be, rt_comm *tp, const rt_params *p, tzl_grads *out);
+void tzl_grads_free(tzl_grads *g);
+/* Gathered gradients against g's grad.NAME (NAME their PEFT names), `expected` of them; label
+ * starts each check's name ("tp 2"). */
+void tzl_check_gathered(const ckpt_st_file *g, const ckpt_map *map, const tzl_grads *got, int expected,
+                        const char *label);
+
+#endif
