@@ -8,7 +8,8 @@
  *
  * Also: the base stays frozen (no gradient, bit for bit after a step); at tp = 2 and 4 each rank
  * loads its shards of the base and the adapters and the logits, the loss and every gathered
- * gradient are PEFT's; the folder --save-lora writes loads back bit for bit; and greedy generation
+ * gradient are PEFT's; the folder --save-lora writes loads back bit for bit, and in PEFT to the
+ * same logits (tests/golden/t5-tiny-lora/from-tunezoo); and greedy generation
  * (the cross-attention's keys and values computed once, a self-attention cache, both through the
  * adapters) gives at each step the full forward's logits at that position. */
 #include <math.h>
@@ -250,8 +251,13 @@ static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
     double loss_sum;
     int n;
     TZ_EXPECT_OK(t5_step(m, &gb.batch, &eval, 0.0f, &loss_sum, &n, before));
+    /* TZ_LORA_EXPORT=DIR keeps the folder: how tests/golden/t5-tiny-lora/from-tunezoo was made */
+    const char *keep = getenv("TZ_LORA_EXPORT");
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/t5-lora", tz_tmpdir());
+    if (keep && *keep)
+        snprintf(dir, sizeof dir, "%s", keep);
+    else
+        snprintf(dir, sizeof dir, "%s/t5-lora", tz_tmpdir());
     TZ_EXPECT_OK(rt_make_dirs(dir, "the adapter folder"));
     TZ_EXPECT_OK(ckpt_peft_config_write(dir, peft));
     TZ_EXPECT_OK(ckpt_peft_save_weights(dir, &ckpt_map_t5, p, rt_comm_self()));
@@ -268,6 +274,36 @@ static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
     }
     ckpt_peft_config_free(&back);
     free(before), free(after);
+}
+
+/* The folder written above (with TZ_LORA_EXPORT) loads in PEFT (gen_lora_golden.py --family t5
+ * --from-tunezoo) to the logits it gives here. */
+static void test_loads_in_peft(rt_backend *be) {
+    char path[4200], folder[4200];
+    ckpt_st_file *g = open_golden(), *ref = NULL;
+    snprintf(path, sizeof path, "%s/from_tunezoo.safetensors", lora_path);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
+    snprintf(folder, sizeof folder, "%s/from-tunezoo", lora_path);
+    ckpt_peft_config cfg;
+    TZ_EXPECT_OK(ckpt_peft_config_read(folder, &cfg));
+    t5_model *m = g && ref ? load_lora(be, &cfg, folder) : NULL;
+    if (m) {
+        golden_batch gb;
+        load_batch(g, &gb);
+        float *logits = rt_xmalloc((size_t)B * T * V * sizeof(float)), *peft = rt_xmalloc((size_t)B * T * V * sizeof(float));
+        const mdl_pass eval = {.seed = 1};
+        double loss_sum;
+        int n;
+        TZ_EXPECT_OK(t5_step(m, &gb.batch, &eval, 0.0f, &loss_sum, &n, logits));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(ref, "logits", peft, (size_t)B * T * V));
+        tz_check_close("t5 logits of the folder written here, in PEFT", logits, peft, (size_t)B * T * V, TZL_FWD_ATOL,
+                       TZL_FWD_RTOL);
+        free(logits), free(peft);
+        t5_model_free(m);
+    }
+    ckpt_peft_config_free(&cfg);
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(ref);
 }
 
 enum { NEW = 6 };
@@ -342,6 +378,7 @@ int main(void) {
     test_against_peft(be, &peft);
     test_tp(&peft);
     test_save_round_trip(be, &peft);
+    test_loads_in_peft(be);
     test_generate(be, &peft);
     ckpt_peft_config_free(&peft);
     rt_backend_free(be);
