@@ -17,6 +17,7 @@
 #include "models/parallel.h"
 #include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "models/lora.h"
 #include "runtime/rt_pipe.h"
 
 #include "models/glm_internal.h"
@@ -58,7 +59,7 @@ static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
                            .final_norm = last, .act = RT_ACT_GELU_TANH, .attn_pdrop = c->attention_dropout_prob,
                            .resid_pdrop = c->output_dropout_prob, .emb_pdrop = first ? c->embedding_dropout_prob : 0,
                            .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
-                           .layers_total = c->num_layers};
+                           .layers_total = c->num_layers, .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &glm_block_names, &ckpt_map_glm, std, std / sqrtf(2.0f * (float)c->num_layers));
@@ -67,6 +68,7 @@ static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
         m->params.specs[m->wte].vocab_rows = c->vocab_size;
         m->params.specs[m->wte].copy = m->params.specs[m->wte].tied = true;
     }
+    mdl_lora_freeze_base(&m->params, c->lora, &ckpt_map_glm);
 }
 
 /* A stage's parameters draw the init streams the whole model's same-named ones draw: their
@@ -122,6 +124,10 @@ static rt_status glm_stage_pipe(glm_model *m, int max_micro);
 static rt_status glm_model_shape(glm_model *m, const glm_config *c, rt_backend *be, rt_comm *tp, rt_comm *pp,
                                  int *first_block, int *n_blocks) {
     m->cfg = *c;
+    if (c->lora) { /* m's own copy, which cfg.lora then points at */
+        ckpt_peft_config_copy(&m->lora, c->lora);
+        m->cfg.lora = &m->lora;
+    }
     m->be = be;
     m->tp = tp;
     m->pp = pp;
@@ -147,6 +153,7 @@ rt_status glm_params_layout(const glm_config *c, rt_backend *be, rt_comm *tp, rt
 fail:
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
+    ckpt_peft_config_free(&m->lora);
     free(m);
     return st;
 }
@@ -215,6 +222,7 @@ void glm_model_free(glm_model *m) {
     rt_params_free(&m->params);
     mdl_stack_free(&m->blocks);
     free(m->h_scores);
+    ckpt_peft_config_free(&m->lora);
     free(m);
 }
 

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "checkpoints/ckpt_peft.h"
 #include "models/pass.h"
 #include "models/gen_search.h"
 #include "runtime/rt_backend.h"
@@ -28,6 +29,9 @@ typedef struct {
     int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not saved */
     bool pp_recompute;     /* a pipeline stage recomputes its forward instead of keeping every in-flight
                             * micro-batch's activations (models/stage_pipe.h); a run option, not saved */
+    const ckpt_peft_config *lora; /* LoRA (models/lora.h): adapters on its target_modules (query_key_value,
+                                   * dense, dense_h_to_4h, dense_4h_to_h), every other weight frozen; NULL:
+                                   * none. The model keeps its own copy; a run option, not saved */
 } glm_config;
 
 /* GLM-large-chinese's sizes (FlagAI's defaults) with dropout 0.1. */

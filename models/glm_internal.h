@@ -15,7 +15,8 @@
 
 
 struct glm_model {
-    glm_config cfg;
+    glm_config cfg;                   /* cfg.lora points at lora below */
+    ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_comm *pp;                      /* the stages' comm (stage = its rank); not owned */

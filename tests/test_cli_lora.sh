@@ -6,14 +6,15 @@
 # the same last step as one that ran through, activation checkpointing gives the same numbers,
 # and every option that cannot work gets its error.
 # gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did;
-# t5-finetune too, over an HF T5 folder, and --predict through them gives the run's predictions.
+# t5-finetune too, over an HF T5 folder, and --predict through them gives the run's predictions;
+# glm-finetune on COPA (PEFT's default query_key_value, no task type).
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 . "$SRC/tests/cli_lib.sh"
-for p in gpt2-classify gpt2-finetune bert-classify t5-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
+for p in gpt2-classify gpt2-finetune bert-classify t5-finetune glm-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
@@ -161,4 +162,20 @@ expect_fail "t5-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" t5-finetun
     --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --save-hf "$TMP/hf" --save-dir "$TMP/e11"
 expect_fail "t5-finetune unknown target" 2 "LoRA target 'c_attn' matches no linear of this T5" t5-finetune \
     "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --lora-targets c_attn --save-dir "$TMP/e12"
+
+# glm-finetune: the small GLM from scratch on the shipped COPA; the folder over the same base
+# (the same seed) scores the same
+GLM=(--task copa --threads 2 --batch-size 8 --no-cache --lr 1e-3)
+"$BIN_DIR/glm-finetune" "${GLM[@]}" --lora-r 4 --max-steps 6 --save-dir "$TMP/glm" > "$TMP/out" 2> "$TMP/err"
+[ $? -eq 0 ] && ok || bad "the glm-finetune LoRA run failed"
+# the small GLM: 2 layers of query_key_value (A 4x128 + B 384x4) = 2 x 2048
+grep -q "^LoRA: r 4, alpha 8 (scale 2), dropout 0, on query_key_value (PEFT's default for the family)$" "$TMP/out" &&
+    grep -q "^LoRA: 4096 of [0-9]* parameters train" "$TMP/out" && ok || bad "glm-finetune: settings or 4096 trainable"
+[ -s "$TMP/glm/lora/adapter_model.safetensors" ] && [ ! -e "$TMP/glm/hf" ] && ok || bad "GLM: SAVE_DIR/lora, and no hf/"
+grep -q '"task_type":[[:space:]]*null' "$TMP/glm/lora/adapter_config.json" && ok || bad "GLM: task_type not null"
+gval=$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')
+"$BIN_DIR/glm-finetune" "${GLM[@]}" --lora-from "$TMP/glm/lora" --epochs 0 --save-dir "$TMP/glm-eval" > "$TMP/out" \
+    2> "$TMP/err"
+[ -n "$gval" ] && [ "$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$gval" ] && ok ||
+    bad "glm-finetune --lora-from: $(grep "^validation results" "$TMP/out") vs '$gval'"
 finish test_cli_lora

@@ -106,7 +106,7 @@ rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spe
     RT_TRY(lora_names(o->lora_targets ? o->lora_targets : fam->default_targets, "lora-targets", &out->targets,
                       &out->n_targets));
     RT_TRY(lora_names(fam->modules_to_save, "modules-to-save", &out->modules_to_save, &out->n_save));
-    out->task_type = rt_xstrdup(fam->task_type);
+    out->task_type = fam->task_type ? rt_xstrdup(fam->task_type) : NULL; /* NULL: a plain module (GLM) */
     out->base_model = fam->base_model ? rt_xstrdup(fam->base_model) : NULL;
     rt_log_info("LoRA: r %d, alpha %g (scale %g), dropout %g, on %s%s", out->r, out->alpha, ckpt_peft_scale(out),
                 out->dropout, o->lora_targets ? o->lora_targets : fam->default_targets,

@@ -17,7 +17,7 @@ void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n);
 /* What a family's LoRA is, for train_app_lora_config. */
 typedef struct {
     const char *default_targets; /* PEFT's for the family, comma-separated ("c_attn") */
-    const char *task_type;       /* "SEQ_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM" */
+    const char *task_type;       /* "SEQ_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM"; NULL for a plain module (GLM) */
     const char *modules_to_save; /* comma-separated (SEQ_CLS: "classifier,score", as PEFT adds), or NULL */
     const char *base_model;      /* base_model_name_or_path (the --model folder), or NULL */
     bool fan_in_fan_out;         /* the HF base weights are [in, out] (GPT-2's Conv1D), as PEFT records it */

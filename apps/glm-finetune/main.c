@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 #include "data/data_glm_batch.h"
 #include "data/data_cache.h"
 #include "data/data_glm_rows.h"
@@ -103,7 +104,7 @@ static const rt_opt glm_own_options[] = {
      "tokenizer; default SAVE_DIR/hf)", NULL, 0, 0},
 };
 #define GLM_N_OWN ((int)(sizeof glm_own_options / sizeof glm_own_options[0]))
-static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS];
+static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
 static rt_args_spec glm_spec = {
     .prog = GLM_PROG,
@@ -116,7 +117,8 @@ static rt_args_spec glm_spec = {
                "blank). Reports accuracy (CB: also macro-F1; MultiRC: F1a and EM) or loss and ROUGE-1/2/L.\n"
                "--train-file puts your own classes through a cloze pattern and verbalizer (--cloze, --verbalizer)\n"
                "as FlagAI's custom tasks do.\n"
-               "Checkpoints and metrics.jsonl go to --save-dir, the trained model to SAVE_DIR/hf.",
+               "Checkpoints and metrics.jsonl go to --save-dir, the trained model to SAVE_DIR/hf (with --lora-r,\n"
+               "the adapters as a PEFT folder to SAVE_DIR/lora).",
     .epilog = "examples:\n"
               "  glm-finetune --task copa                       # small GLM from scratch on the shipped COPA copy\n"
               "  glm-finetune --task rte --data-dir path/to/superglue-rte --model path/to/glm-large-ch\n"
@@ -124,6 +126,7 @@ static rt_args_spec glm_spec = {
               "  glm-finetune --train-file assets/examples/reviews-train.csv --validation-file \\\n"
               "      assets/examples/reviews-validation.csv --label-column sentiment \\\n"
               "      --cloze \"{review} It was [MASK].\" --verbalizer negative=bad,positive=good\n"
+              "  glm-finetune --task rte --data-dir path/to/superglue-rte --model path/to/glm-10b --lora-r 8\n"
               "exit status: 0 ok, 1 bad input or run failure, 2 usage error",
     .opts = glm_options,
 };
@@ -442,8 +445,8 @@ static void glm_small_config(glm_config *c, int vocab, int max_len) {
     c->max_sequence_length = max_len;
 }
 
-static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok, int max_B, int max_T,
-                                 glm_model **out) {
+static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_tokenizer *tok,
+                                 const ckpt_peft_config *lora, int max_B, int max_T, glm_model **out) {
     rt_status st = RT_OK;
     char report[512] = "", path[4200];
     glm_config cfg;
@@ -468,6 +471,7 @@ static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_
                 O.t.length_buckets ? ", or the last --length-buckets entry" : "");
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
     cfg.pp_recompute = O.t.pp_recompute;
+    cfg.lora = lora;
     RT_TRY(glm_model_init_stage(&cfg, be, grid->tp, grid->pp, (int)O.t.grad_accum, max_B, max_T, (uint64_t)O.t.seed,
                                 out));
     if (O.model) {
@@ -790,6 +794,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     glm_trainer tr = {0};
     glm_eval ev = {0};
     glm_user_data ud = {0};
+    ckpt_peft_config lora = {0};
+    bool lora_on = false;
 
     RT_TRY(rt_args_parse(&glm_spec, argc, argv, pos, &n_pos));
     RT_TRY(glm_check_user_options(n_pos));
@@ -801,6 +807,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
         RT_FAIL(RT_ERR_USAGE, "--task %s reads --data-dir; SRC TGT are for --task seq2seq", O.task);
     if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
+    /* PEFT's default for GLM (its chatglm entry); FlagAI's GLMModel is a plain module: no task type */
+    const train_app_lora_family lora_family = {.default_targets = "query_key_value", .base_model = O.model};
+    RT_TRY(train_app_lora_config(&O.t, &glm_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
     RT_TRY(glm_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
     RT_TRY(data_glm_specials_of(tok, &ev.sp));
@@ -905,7 +914,11 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     max_T = (max_T + 7) / 8 * 8;
     int per = train.rows_per_example;
     int max_B = (int)O.t.batch_size * per > eval_batch * per ? (int)O.t.batch_size * per : eval_batch * per;
-    RT_TRY(glm_build_model(be, &grid, tok, max_B, max_T, &model));
+    RT_TRY(glm_build_model(be, &grid, tok, lora_on ? &lora : NULL, max_B, max_T, &model));
+    if (lora_on)
+        RT_TRY(train_app_lora_ready(&O.t, &lora, &ckpt_map_glm, "GLM",
+                                    "query_key_value, dense (attention's), dense_h_to_4h, dense_4h_to_h",
+                                    glm_model_params(model), &grid));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
     example_len = glm_example_lengths(&train);
@@ -957,9 +970,15 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
         rt_log_info("%s", line);
     }
     if (O.test_file) RT_TRY(glm_user_predict(&ud, &ev));
-    if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
-    else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-    RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
+    if (lora_on) { /* the adapters, where --save-lora says or beside the checkpoints */
+        char lora_dir[4200];
+        snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
+        RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_glm, glm_model_params(model), lora_dir));
+    } else {
+        if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+        else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+        RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
+    }
 fail:
     free(options_json);
     for (int k = 0; tr.bufs && k < O.t.grad_accum; k++) data_glm_batch_free(&tr.bufs[k]);
@@ -983,11 +1002,12 @@ fail:
     tok_free(tok);
     train_app_comm_count_end(&comm_count, &grid);
     rt_grid_free(&grid);
+    ckpt_peft_config_free(&lora);
     return st;
 }
 
 int main(int argc, char **argv) {
     train_app_defaults defaults = {.lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01",
-                                   .warmup = "0.1"};
+                                   .warmup = "0.1", .lora = true};
     return train_app_program_main(argc, argv, &glm_spec, glm_options, glm_own_options, GLM_N_OWN, &O.t, &defaults, glm_run_main);
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Generate the LoRA goldens (issue 36) that tunezoo's LoRA is to match: HF PEFT on the tiny
 GPT-2 classifier of tests/golden/gpt2-tiny-cls (its committed model.safetensors is the base), and
-with --family on the tiny BERT and RoBERTa classifiers and the tiny T5 v1.1 (FAMILIES below).
+with --family on the tiny BERT and RoBERTa classifiers, the tiny T5 v1.1 and the tiny GLM
+(FlagAI's own GLMModel from its unpacked wheel, --flagai DIR as gen_glm_golden.py takes it; PEFT
+wraps the plain module, task_type none) (FAMILIES below).
 
 PEFT wraps the base with LoraConfig(r=4, lora_alpha=8, lora_dropout=0, target_modules c_attn,
 c_proj and c_fc: every linear of a block, both c_proj included; GPT-2's Conv1D, so
@@ -37,6 +39,7 @@ import sys
 
 import peft
 import torch
+import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import load_file
 from transformers import (BertForSequenceClassification, GPT2ForSequenceClassification, RobertaForSequenceClassification,
@@ -45,6 +48,7 @@ from transformers import (BertForSequenceClassification, GPT2ForSequenceClassifi
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_gpt2_golden import (BETAS, CLIP, EPS, LR, TRAIN_STEPS, WEIGHT_DECAY, is_no_decay,  # noqa: E402
                              save_file, summarize, versions)
+from flagai_wheel import load_flagai  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GOLDEN = os.path.join(REPO, "tests", "golden")
@@ -64,16 +68,38 @@ FAMILIES = {
              ["query", "key", "value", "output.dense", "intermediate.dense"], "SEQ_CLS"),
     "roberta": ("roberta-tiny-cls", RobertaForSequenceClassification, ["query", "value"], "SEQ_CLS"),
     "t5": ("t5-tiny-v1_1", T5ForConditionalGeneration, ["q", "k", "v", "o", "wi_0", "wi_1", "wo"], "SEQ_2_SEQ_LM"),
+    # GLM: every linear of a layer; its LM loss over the blank's labels (gen_glm_golden.py's batch)
+    "glm": ("glm-tiny", None, ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"], None),
 }
 BASE = os.path.join(GOLDEN, "gpt2-tiny-cls")
 MODEL_CLASS = GPT2ForSequenceClassification
 TARGETS, TASK = FAMILIES["gpt2"][2], FAMILIES["gpt2"][3]
+FLAGAI = None  # GLM: the folder holding FlagAI's unpacked wheel
 
 
 def base_model():
+    if MODEL_CLASS is None:  # FlagAI's GLMModel over the golden's config and weights
+        glm_model, base, _ = load_flagai(FLAGAI)
+        with open(os.path.join(BASE, "config.json")) as f:
+            cfg = json.load(f)
+        model = glm_model.GLMModel(base.change_json_to_cls(cfg))
+        model.load_state_dict(load_file(os.path.join(BASE, "model.safetensors")))
+        model.config = dict(cfg, model_type="glm")  # a dict, as PEFT reads a config (FlagAI's ConfigObj is not one)
+        return model
     # T5 as gen_t5_golden.py builds it (eager attention); the others as their goldens did
     extra = {"attn_implementation": "eager"} if MODEL_CLASS is T5ForConditionalGeneration else {}
     return MODEL_CLASS.from_pretrained(BASE, **extra)
+
+
+def forward(model, batch):
+    """(logits, loss) of the batch: HF's outputs, or GLM's logits and the mean cross-entropy of
+    the labelled tokens (FlagAI's loss, gen_glm_golden.py's lm_loss)."""
+    if MODEL_CLASS is not None:
+        out = model(**batch)
+        return out.logits, out.loss
+    logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
+                   attention_mask=batch["attention_mask"])["logits"]
+    return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), ignore_index=-100)
 
 
 def lora_model(init):
@@ -107,9 +133,13 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
     ap.add_argument("--from-tunezoo", action="store_true",
                     help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
+    ap.add_argument("--flagai", default="", help="--family glm: the folder holding FlagAI 1.8's unpacked wheel")
     a = ap.parse_args()
-    global BASE, MODEL_CLASS, TARGETS, TASK
+    global BASE, MODEL_CLASS, TARGETS, TASK, FLAGAI
     base_dir, MODEL_CLASS, TARGETS, TASK = FAMILIES[a.family]
+    if a.family == "glm" and not a.flagai:
+        sys.exit("error: --family glm needs --flagai DIR (see scripts/golden/flagai_wheel.py)")
+    FLAGAI = os.path.abspath(a.flagai) if a.flagai else None
     BASE = os.path.join(GOLDEN, base_dir)
     a.out = a.out or os.path.join(GOLDEN, f"{a.family}-tiny-lora")
     torch.set_num_threads(1)
@@ -121,11 +151,13 @@ def main():
                  labels=g["labels"].long())
     if a.family == "bert":  # RoBERTa's type ids are all 0, as HF fills them
         batch["token_type_ids"] = g["token_type_ids"].long()
+    if a.family == "glm":  # GLM's two position rows; attention_mask is each row's sep
+        batch["position_ids"] = g["position_ids"].long()
     if a.from_tunezoo:
         folder = os.path.join(a.out, "from-tunezoo")
         model = PeftModel.from_pretrained(base_model(), folder).eval()
         with torch.no_grad():  # T5's decoder inputs come from the labels; the classifiers' logits do not
-            logits = model(**batch).logits
+            logits = forward(model, batch)[0]
         meta = versions()
         meta.update({"peft": peft.__version__, "folder": f"tests/golden/{a.family}-tiny-lora/from-tunezoo",
                      "base": f"tests/golden/{base_dir}/model.safetensors"})
@@ -147,15 +179,15 @@ def main():
         f.write("\n")
     init = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
-    out = model(**batch)
-    out.loss.backward()
+    logits, loss = forward(model, batch)
+    loss.backward()
     # the folder loads back in PEFT to the same model
     reloaded = PeftModel.from_pretrained(base_model(), adapter_dir).eval()
     with torch.no_grad():
-        if not torch.equal(reloaded(**batch).logits, out.logits):
+        if not torch.equal(forward(reloaded, batch)[0], logits):
             sys.exit("error: the saved adapter folder does not reload to the same logits")
-    tensors = {k: g[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels") if k in g}
-    tensors.update({"logits": out.logits.detach().clone(), "loss": out.loss.detach().reshape(1).clone()})
+    tensors = {k: g[k] for k in ("input_ids", "attention_mask", "token_type_ids", "position_ids", "labels") if k in g}
+    tensors.update({"logits": logits.detach().clone(), "loss": loss.detach().reshape(1).clone()})
     for name, p in trainable(model).items():
         tensors["grad." + name] = p.grad.detach().clone()
     opt = make_optimizer(model)
@@ -172,11 +204,11 @@ def main():
     losses, norms = [], []
     for _ in range(TRAIN_STEPS):
         opt.zero_grad(set_to_none=True)
-        o = model(**batch)
-        o.loss.backward()
+        step_loss = forward(model, batch)[1]
+        step_loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], CLIP)))
         opt.step()
-        losses.append(o.loss.item())
+        losses.append(step_loss.item())
     tensors["losses5"] = torch.tensor(losses, dtype=torch.float32)
     tensors["gradnorm5"] = torch.tensor(norms, dtype=torch.float32)
 
