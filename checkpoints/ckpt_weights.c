@@ -559,6 +559,7 @@ rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p
         long nums[CKPT_MAP_MAX_NUMS];
         int n_nums;
         const ckpt_map_row *row = ckpt_map_find_ours(map, s->name, nums, &n_nums);
+        if (!row && ckpt_peft_adapter_stem(s->name, NULL)) continue; /* LoRA's: merged, or in a PEFT folder */
         if (!row) RT_FAIL(RT_ERR_CONFIG, "parameter '%s' has no row in the %s map", s->name, map->arch);
         ckpt_tp_desc d;
         ckpt_tp_param_desc(s, vocab_size, tp->rank, tp->size, &d);

@@ -108,6 +108,82 @@ void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
     }
 }
 
+/* W (rows, in) += scale B A, B (rows, r) and A (r, in) on the host; float sums of r products, then
+ * scaled, as torch's (B @ A) * scaling. */
+static void lora_fold(float *W, const float *B, const float *A, int64_t rows, int64_t in, int64_t r, float scale) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < in; j++) {
+            float d = 0.0f;
+            for (int64_t k = 0; k < r; k++) d += B[i * r + k] * A[k * in + j];
+            W[i * in + j] += d * scale;
+        }
+}
+
+/* The adapter (A, B indices) of part `part` of base weight bs, or false. */
+static bool lora_of_part(const rt_params *p, const ckpt_map *map, const rt_param_spec *bs, int part, int *a, int *b) {
+    char module[2 * RT_PARAM_NAME_MAX], name[3 * RT_PARAM_NAME_MAX];
+    const char *pre = lora_prefix(map);
+    if (bs->ndim != 2 || !lora_hf_module(map, bs->name, part, module, sizeof module) ||
+        strncmp(module, pre, strlen(pre)) != 0)
+        return false;
+    snprintf(name, sizeof name, "%s%s", module + strlen(pre), ckpt_peft_lora_suffix[CKPT_PEFT_LORA_A]);
+    *a = rt_params_find(p, name);
+    snprintf(name, sizeof name, "%s%s", module + strlen(pre), ckpt_peft_lora_suffix[CKPT_PEFT_LORA_B]);
+    *b = rt_params_find(p, name);
+    return *a >= 0 && *b >= 0;
+}
+
+void mdl_lora_merge(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, mdl_lora_merged *saved) {
+    *saved = (mdl_lora_merged){0};
+    const float scale = (float)ckpt_peft_scale(cfg);
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec bs = p->specs[i];
+        long nums[CKPT_MAP_MAX_NUMS];
+        int n_nums;
+        const ckpt_map_row *row = mdl_lora_is_adapter(bs.name) ? NULL : ckpt_map_find_ours(map, bs.name, nums, &n_nums);
+        const int parts = row ? ckpt_map_parts(row) : 0;
+        float *W = NULL;
+        for (int k = 0; k < parts; k++) {
+            int a, b;
+            if (!lora_of_part(p, map, &bs, k, &a, &b)) continue;
+            const rt_param_spec *as = &p->specs[a], *bsp = &p->specs[b];
+            const int64_t rows = bs.shape[0] / parts, in = bs.shape[1], r = as->shape[0];
+            RT_CHECK(as->shape[1] == in && bsp->shape[0] == rows && bsp->shape[1] == r,
+                     "LoRA merge: '%s' [%lld, %lld] with A [%lld, %lld] and B [%lld, %lld]", bs.name,
+                     (long long)bs.shape[0], (long long)in, (long long)as->shape[0], (long long)as->shape[1],
+                     (long long)bsp->shape[0], (long long)bsp->shape[1]);
+            if (!W) { /* the weight as it was, kept; then changed on a host copy */
+                W = rt_xmalloc(bs.numel * sizeof(float));
+                rt_to_host(p->be, W, p->param + bs.offset, bs.numel * sizeof(float));
+                saved->param = rt_xrealloc(saved->param, (size_t)(saved->n + 1) * sizeof(int));
+                saved->values = rt_xrealloc(saved->values, (size_t)(saved->n + 1) * sizeof(float *));
+                saved->param[saved->n] = i;
+                saved->values[saved->n] = rt_xmalloc(bs.numel * sizeof(float));
+                memcpy(saved->values[saved->n++], W, bs.numel * sizeof(float));
+            }
+            float *A = rt_xmalloc(as->numel * sizeof(float)), *B = rt_xmalloc(bsp->numel * sizeof(float));
+            rt_to_host(p->be, A, p->param + as->offset, as->numel * sizeof(float));
+            rt_to_host(p->be, B, p->param + bsp->offset, bsp->numel * sizeof(float));
+            lora_fold(W + (size_t)k * (size_t)(rows * in), B, A, rows, in, r, scale);
+            free(A), free(B);
+        }
+        if (W) rt_to_device(p->be, p->param + bs.offset, W, bs.numel * sizeof(float));
+        free(W);
+    }
+}
+
+void mdl_lora_unmerge(rt_params *p, mdl_lora_merged *saved) {
+    for (int k = 0; k < saved->n; k++) {
+        const rt_param_spec *s = &p->specs[saved->param[k]];
+        rt_to_device(p->be, p->param + s->offset, saved->values[k], s->numel * sizeof(float));
+        free(saved->values[k]);
+    }
+    free(saved->param);
+    free(saved->values);
+    *saved = (mdl_lora_merged){0};
+}
+
 rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
                                  const char *family, const char *hint) {
     for (int t = 0; t < cfg->n_targets; t++) {

@@ -57,6 +57,23 @@ void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
 rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
                                  const char *family, const char *hint);
 
+/* The base weights mdl_lora_merge changed, as they were. */
+typedef struct {
+    int n;
+    int *param;      /* (n) slab indices */
+    float **values;  /* (n) host copies of their values before */
+} mdl_lora_merged;
+
+/* Folds every adapter of p into its base weight, W += scale (B A), as PEFT's merge_and_unload
+ * does (fp32, on the host): this rank's shards, with no collective, since the split above keeps
+ * the product local (a column-parallel base's rows go with B's, a row-parallel one's columns
+ * with A's; a fused projection's part adapter adds into its third of the rows). The model then
+ * computes what base + adapters computed, and an HF export writes the merged model (adapters
+ * are left out of it). saved gets the changed weights' old values for mdl_lora_unmerge. */
+void mdl_lora_merge(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map, mdl_lora_merged *saved);
+/* Puts the merged weights back as they were, bit for bit, and frees saved. */
+void mdl_lora_unmerge(rt_params *p, mdl_lora_merged *saved);
+
 /* Whether parameter name is an adapter's (".lora_A.weight" or ".lora_B.weight"). */
 bool mdl_lora_is_adapter(const char *name);
 

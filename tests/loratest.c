@@ -6,7 +6,10 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_peft_weights.h"
+#include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
+#include "checkpoints/ckpt_weights.h"
+#include "models/lora.h"
 #include "tests/testutil.h"
 
 void tzl_compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads, const ckpt_map *map,
@@ -75,4 +78,47 @@ void tzl_check_gathered(const ckpt_st_file *g, const ckpt_map *map, const tzl_gr
         tz_check_close(what, got->grads[k], ref, got->numel[k], TZL_GRAD_ATOL, TZL_GRAD_RTOL);
         free(ref);
     }
+}
+
+void tzl_check_merged(const char *lora_dir, rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
+                      int vocab_size, int n_head, int expected) {
+    char path[4200], out[4200];
+    float *before = rt_xmalloc(p->numel * sizeof(float));
+    memcpy(before, p->param, p->numel * sizeof(float));
+    mdl_lora_merged saved;
+    mdl_lora_merge(p, cfg, map, &saved);
+    snprintf(out, sizeof out, "%s/merged-%s-%s", tz_tmpdir(), map->arch, ckpt_map_weights_file(map));
+    TZ_EXPECT_OK(ckpt_save_hf(out, map, p, vocab_size, n_head, rt_comm_self()));
+    mdl_lora_unmerge(p, &saved);
+    TZ_EXPECT(memcmp(before, p->param, p->numel * sizeof(float)) == 0, "%s: the merge was not undone bit for bit",
+              map->arch);
+    free(before);
+    ckpt_st_file *peft = NULL;
+    ckpt_source *ours = NULL; /* safetensors, or GLM's torch file */
+    snprintf(path, sizeof path, "%s/merged.safetensors", lora_dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &peft));
+    TZ_EXPECT_OK(ckpt_source_open(out, &ours));
+    if (!ours || !peft) goto done;
+    for (size_t i = 0; i < ckpt_source_count(ours); i++)
+        TZ_EXPECT(!strstr(ckpt_source_name(ours, i), "lora_"), "the export holds '%s'", ckpt_source_name(ours, i));
+    TZ_EXPECT((int)ckpt_safetensors_count(peft) == expected, "%s: PEFT's merge changed %zu tensors, expected %d",
+              map->arch, ckpt_safetensors_count(peft), expected);
+    for (size_t i = 0; i < ckpt_safetensors_count(peft); i++) {
+        const char *name = ckpt_safetensors_name(peft, i);
+        ckpt_st_tensor t;
+        TZ_EXPECT_OK(ckpt_safetensors_find(peft, name, &t));
+        float *want = rt_xmalloc(t.numel * sizeof(float)), *got = rt_xmalloc(t.numel * sizeof(float));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(peft, name, want, t.numel));
+        char in_ours[320]; /* a torch file's state_dict sits under its wrap key ({"module": ...}: GLM) */
+        snprintf(in_ours, sizeof in_ours, "%s%s%s", map->torch_wrap ? map->torch_wrap : "", map->torch_wrap ? "." : "",
+                 name);
+        TZ_EXPECT_OK(ckpt_source_read_f32(ours, in_ours, got, t.numel));
+        char what[300];
+        snprintf(what, sizeof what, "merged %s vs PEFT's merge_and_unload", name);
+        tz_check_close(what, got, want, t.numel, TZL_FWD_ATOL, TZL_FWD_RTOL);
+        free(want), free(got);
+    }
+done:
+    ckpt_source_close(ours);
+    ckpt_safetensors_close(peft);
 }

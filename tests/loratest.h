@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "checkpoints/ckpt_map.h"
+#include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
@@ -21,6 +22,13 @@
  * gradient grad.NAME (tz_check_after_adamw); `expected` tensors must have been compared. */
 void tzl_compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads, const ckpt_map *map,
                            int expected);
+
+/* The merged model (mdl_lora_merge, then the HF export, ckpt_save_hf) against PEFT's
+ * merge_and_unload (lora_dir/merged.safetensors): each of its `expected` tensors by HF name, within
+ * the fp32 forward tolerance; the export holds no adapter, and mdl_lora_unmerge restores the
+ * weights bit for bit. p: one rank's whole model (CPU) with the adapters of lora_dir/adapter. */
+void tzl_check_merged(const char *lora_dir, rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
+                      int vocab_size, int n_head, int expected);
 
 /* The trainable gradients of a tp run, gathered into full tensors on rank 0. */
 enum { TZL_MAX_TRAINABLE = 96 };

@@ -4,7 +4,8 @@
 # folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
 # the same last step as one that ran through, activation checkpointing gives the same numbers,
-# and every option that cannot work gets its error.
+# --save-hf writes the merged model (a plain HF folder that scores as base + adapters did), and
+# every option that cannot work gets its error.
 # gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did;
 # t5-finetune too, over an HF T5 folder, and --predict through them gives the run's predictions;
 # glm-finetune on COPA (PEFT's default query_key_value, no task type).
@@ -20,18 +21,20 @@ cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
 JSON
 EX="$SRC/assets/examples"
-RUN=(--arch "$TMP/gpt2.json" --max-len 48 --batch-size 8 --threads 2 --no-cache --lr 5e-3
+DATA=(--max-len 48 --batch-size 8 --threads 2 --no-cache --lr 5e-3
     --train-file "$EX/reviews-train.csv" --validation-file "$EX/reviews-validation.csv" --label-column sentiment)
+RUN=(--arch "$TMP/gpt2.json" "${DATA[@]}")
 LORA=(--lora-r 4 --lora-alpha 16 --lora-targets c_attn,c_fc --lora-dropout 0.1)
 
 "$BIN_DIR/gpt2-classify" "${RUN[@]}" "${LORA[@]}" --epochs 2 --save-dir "$TMP/run" --save-lora "$TMP/adapter" \
-    > "$TMP/out" 2> "$TMP/err"
+    --save-hf "$TMP/merged" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "the LoRA run failed"
 grep -q "^LoRA: r 4, alpha 16 (scale 4), dropout 0.1, on c_attn,c_fc$" "$TMP/out" && ok || bad "no LoRA settings line"
 # per block: c_attn A 4x16 + B 48x4, c_fc A 4x16 + B 64x4 = 576, two blocks, and score 2x16
 grep -q "^LoRA: 1184 of [0-9]* parameters train (0\.[0-9]*%); the rest are frozen$" "$TMP/out" && ok ||
     bad "no trainable-count line (want 1184)"
 grep -q "^wrote PEFT adapter folder $TMP/adapter$" "$TMP/out" && ok || bad "no adapter folder line"
+grep -q "^LoRA: $TMP/merged holds the merged model" "$TMP/out" && ok || bad "no merged-model line"
 [ -s "$TMP/adapter/adapter_config.json" ] && [ -s "$TMP/adapter/adapter_model.safetensors" ] && ok ||
     bad "the adapter folder lacks its two files"
 cfg=$(tr -d ' \t\n' < "$TMP/adapter/adapter_config.json")
@@ -47,6 +50,14 @@ dev=$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')
 [ $? -eq 0 ] && ok || bad "--lora-from --epochs 0 failed"
 [ "$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$dev" ] && ok ||
     bad "--lora-from scores $(grep "^dev results" "$TMP/out") vs '$dev'"
+
+# --save-hf: the merged model, a plain HF folder without adapters, classifies as the run did
+cls() { grep "^dev results" "$1" | grep -o "accuracy.*"; }
+"$BIN_DIR/gpt2-classify" --model "$TMP/merged" "${DATA[@]}" --epochs 0 --save-dir "$TMP/merged-eval" > "$TMP/out2" \
+    2> "$TMP/err"
+grep -q "^LoRA" "$TMP/out2" && bad "the merged model ran LoRA" || ok
+[ -n "$dev" ] && [ "$(cls "$TMP/out2")" = "$(echo "$dev" | grep -o "accuracy.*")" ] && ok ||
+    bad "the merged model: $(cls "$TMP/out2") vs '$dev'"
 
 # resume: the step-3 checkpoint of a 6-step run continues to the same last step
 STEPS=(--max-steps 6 --save-interval 3 --keep 5 --eval-interval -1 --log-interval 1)
@@ -76,8 +87,6 @@ expect_fail "unknown target" 2 "LoRA target 'q_proj' matches no linear of this G
     --lora-targets c_attn,q_proj --save-dir "$TMP/e3"
 expect_fail "empty target" 2 "--lora-targets 'c_attn,,c_fc': an empty module name" $G "${RUN[@]}" --lora-r 4 \
     --lora-targets c_attn,,c_fc --save-dir "$TMP/e4"
-expect_fail "--save-hf with LoRA" 2 "--save-hf with LoRA would write the merged model" $G "${RUN[@]}" --lora-r 4 \
-    --save-hf "$TMP/hf" --save-dir "$TMP/e5"
 expect_fail "--zero with LoRA" 2 "--zero with LoRA is not built yet" $G "${RUN[@]}" --lora-r 4 --zero 1 \
     --save-dir "$TMP/e6"
 expect_fail "--lora-from with --lora-r" 2 "--lora-r and --lora-from" $G "${RUN[@]}" --lora-r 4 --lora-from "$TMP/adapter" \
@@ -112,10 +121,11 @@ bdev=$(grep "^dev results" "$TMP/out" | sed 's/.*step [0-9]*)://')
 
 # gpt2-finetune: the adapters go to SAVE_DIR/lora (no HF export), and the folder over the same
 # base gives the same validation loss and the same greedy text (decoding runs the adapters too)
-LM=(--train-file "$EX/summaries-train.jsonl" --text-column document --block-size 32 --arch "$TMP/gpt2.json" --threads 2
-    --no-cache --lr 1e-2 --generate "The" --max-new-tokens 8)
+LM_DATA=(--train-file "$EX/summaries-train.jsonl" --text-column document --block-size 32 --threads 2 --no-cache
+    --lr 1e-2 --generate "The" --max-new-tokens 8)
+LM=(--arch "$TMP/gpt2.json" "${LM_DATA[@]}")
 "$BIN_DIR/gpt2-finetune" "${LM[@]}" --lora-r 4 --lora-targets c_attn,c_proj,c_fc --epochs 2 --save-dir "$TMP/lm" \
-    > "$TMP/out" 2> "$TMP/err"
+    --save-hf "$TMP/lm-merged" > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "the gpt2-finetune LoRA run failed"
 [ -s "$TMP/lm/lora/adapter_model.safetensors" ] && [ ! -e "$TMP/lm/hf" ] && ok || bad "SAVE_DIR/lora, and no hf/"
 grep -q '"task_type":[[:space:]]*"CAUSAL_LM"' "$TMP/lm/lora/adapter_config.json" && ok || bad "task_type not CAUSAL_LM"
@@ -126,8 +136,10 @@ text=$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)
 [ "$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')" = "$val" ] && ok ||
     bad "gpt2-finetune --lora-from: $(grep "^validation results" "$TMP/out") vs '$val'"
 [ "$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)" = "$text" ] && ok || bad "--lora-from generates other text"
-expect_fail "gpt2-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" gpt2-finetune "${LM[@]}" --lora-r 4 \
-    --save-hf "$TMP/hf" --save-dir "$TMP/e10"
+"$BIN_DIR/gpt2-finetune" --model "$TMP/lm-merged" "${LM_DATA[@]}" --epochs 0 --save-dir "$TMP/lm-merged-eval" \
+    > "$TMP/out" 2> "$TMP/err"
+[ -n "$text" ] && [ "$(grep -A1 "^generated 8 tokens" "$TMP/out" | tail -1)" = "$text" ] && ok ||
+    bad "the merged model (--save-hf) generates other text"
 
 # t5-finetune: a tiny T5 v1.1 exported as an HF folder is the base; LoRA on every linear writes
 # SAVE_DIR/lora (SEQ_2_SEQ_LM), which evaluates to the same numbers and predicts the same text
@@ -141,7 +153,8 @@ T5=(--batch-size 8 --threads 2 --no-cache --max-new-tokens 6 --max-source-len 24
 "$BIN_DIR/t5-finetune" "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" --epochs 0 "${T5[@]}" --save-dir "$TMP/t5base" \
     > "$TMP/out" 2> "$TMP/err" && [ -s "$TMP/t5base/hf/model.safetensors" ] && ok || bad "the T5 base export"
 "$BIN_DIR/t5-finetune" "$TMP/s.txt" "$TMP/t.txt" --model "$TMP/t5base/hf" "${T5[@]}" --lora-r 4 \
-    --lora-targets q,k,v,o,wi_0,wi_1,wo --max-steps 12 --lr 1e-2 --save-dir "$TMP/t5lora" > "$TMP/out" 2> "$TMP/err"
+    --lora-targets q,k,v,o,wi_0,wi_1,wo --max-steps 12 --lr 1e-2 --save-dir "$TMP/t5lora" --save-hf "$TMP/t5merged" \
+    > "$TMP/out" 2> "$TMP/err"
 [ $? -eq 0 ] && ok || bad "the t5-finetune LoRA run failed"
 # per block of the encoder: q, k, v, o (A 4x16 + B 16x4 each), wi_0, wi_1 (A 4x16 + B 32x4), wo (A 4x32 + B 16x4)
 # = 4x128 + 2x192 + 192 = 1088; the decoder's adds its cross-attention's four (512): 2x1088 + 2x1600 = 5376
@@ -158,8 +171,10 @@ tval=$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')
     --predict-out "$TMP/pred.txt" > "$TMP/out" 2> "$TMP/err"
 [ -s "$TMP/pred.txt" ] && cmp -s "$TMP/pred.txt" "$TMP/t5lora/val_predictions.txt" && ok ||
     bad "--predict --lora-from does not give the run's validation predictions"
-expect_fail "t5-finetune --save-hf with LoRA" 2 "--save-hf with LoRA" t5-finetune "$TMP/s.txt" "$TMP/t.txt" \
-    --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --save-hf "$TMP/hf" --save-dir "$TMP/e11"
+"$BIN_DIR/t5-finetune" --predict "$TMP/v.txt" --model "$TMP/t5merged" "${T5[@]}" --predict-out "$TMP/pred2.txt" \
+    > "$TMP/out" 2> "$TMP/err"
+[ -s "$TMP/pred2.txt" ] && cmp -s "$TMP/pred2.txt" "$TMP/t5lora/val_predictions.txt" && ok ||
+    bad "the merged T5 (--save-hf) does not give the run's validation predictions"
 expect_fail "t5-finetune unknown target" 2 "LoRA target 'c_attn' matches no linear of this T5" t5-finetune \
     "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --lora-targets c_attn --save-dir "$TMP/e12"
 

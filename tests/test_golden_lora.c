@@ -160,6 +160,8 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
     load_batch(g, &cb);
     rt_params *p = gpt2_model_params(m);
     check_frozen(p);
+    tzl_check_merged(lora_dir(), p, peft, &ckpt_map_gpt2, m ? gpt2_model_config(m)->vocab_size : 0,
+                     m ? gpt2_model_config(m)->n_head : 0, N_ADAPTED);
     float *base_before = rt_xmalloc(p->numel * sizeof(float));
     memcpy(base_before, p->param, p->numel * sizeof(float));
 
@@ -375,6 +377,7 @@ static void test_bert_family(rt_backend *be, bool roberta) {
               "%s base: missing %d, %d adapters, unused %d", fam, rep.missing, rep.adapters, rep.unused);
     snprintf(path, sizeof path, "%s/adapter", lora);
     TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1));
+    tzl_check_merged(lora, p, &peft, map, cfg.vocab_size, cfg.num_attention_heads, roberta ? 2 * 2 : 2 * 6);
     for (int i = 0; i < p->n; i++) { /* the pooler is no saved module: frozen, as in PEFT */
         const char *n = p->specs[i].name;
         const bool trains = mdl_lora_is_adapter(n) || strncmp(n, "classifier.", 11) == 0;

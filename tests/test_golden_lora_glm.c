@@ -6,7 +6,7 @@
  * and the losses and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py
  * --family glm). Tolerances are DESIGN.md's fp32 ones (tests/loratest.h).
  *
- * Also: the base stays frozen; at tp = 2 and 4 each rank loads its shards of the base and of the
+ * Also: the base stays frozen; the merged model (--save-hf with LoRA) is PEFT's merge_and_unload; at tp = 2 and 4 each rank loads its shards of the base and of the
  * adapters (query_key_value's B split by heads as the fused [Q; K; V] weight is, dense's and
  * dense_4h_to_h's A by their input columns) and the logits, the loss and every gathered gradient
  * are PEFT's; the folder --save-lora writes loads back bit for bit, and in PEFT to the same logits
@@ -143,6 +143,7 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
         adapters += adapter;
     }
     TZ_EXPECT(adapters == N_TRAIN, "%d adapter tensors, expected %d", adapters, N_TRAIN);
+    tzl_check_merged(lora_path, p, peft, &ckpt_map_glm, V, glm_model_config(m)->num_attention_heads, N_TRAIN / 2);
     float *base_before = rt_xmalloc(p->numel * sizeof(float));
     memcpy(base_before, p->param, p->numel * sizeof(float));
     float *logits = rt_xmalloc((size_t)B * T * V * sizeof(float)), loss = 0;

@@ -6,7 +6,8 @@
  * the losses and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py --family
  * t5). Tolerances are DESIGN.md's fp32 ones (tests/loratest.h).
  *
- * Also: the base stays frozen (no gradient, bit for bit after a step); at tp = 2 and 4 each rank
+ * Also: the base stays frozen (no gradient, bit for bit after a step); the merged model (--save-hf
+ * with LoRA) is PEFT's merge_and_unload; at tp = 2 and 4 each rank
  * loads its shards of the base and the adapters and the logits, the loss and every gathered
  * gradient are PEFT's; the folder --save-lora writes loads back bit for bit, and in PEFT to the
  * same logits (tests/golden/t5-tiny-lora/from-tunezoo); and greedy generation
@@ -141,6 +142,7 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
     load_batch(g, &gb);
     rt_params *p = t5_model_params(m);
     check_frozen(p);
+    tzl_check_merged(lora_path, p, peft, &ckpt_map_t5, V, t5_model_config(m)->num_heads, N_TRAIN / 2);
     float *base_before = rt_xmalloc(p->numel * sizeof(float));
     memcpy(base_before, p->param, p->numel * sizeof(float));
     float *logits = rt_xmalloc((size_t)B * T * V * sizeof(float));

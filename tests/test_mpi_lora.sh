@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # LoRA (issue 36) under mpirun: gpt2-classify with adapters on every linear takes the single
-# process's steps (loss, gradient norm) at dp=2 and tp=2 (--pp with LoRA is refused for now: the
+# process's steps (loss, gradient norm) at dp=2 and tp=2, and writes its merged model at tp=2 (--pp with LoRA is refused for now: the
 # adapter folder is read and written by one stage). Every layout starts from the same base (an
 # exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a step, B not
 # zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
@@ -37,6 +37,14 @@ for layout in "dp2" "tp2 --tp 2"; do
     run "$name" 2 "${ARGS[@]}" "$@" || { fail=$((fail + 1)); continue; }
     check "LoRA $name" one "$name"
 done
+# --save-hf with LoRA at tp 2 (each rank folds its shards of the adapters into its shards of the
+# base) writes the merged model one process writes, byte for byte
+MERGE=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --epochs 0)
+"$BIN" "${MERGE[@]}" --save-hf "$TMP/merged1" --save-dir "$TMP/m1" > "$TMP/m1.log" 2>&1 &&
+    mpirun -np 2 "$BIN" "${MERGE[@]}" --tp 2 --save-hf "$TMP/merged2" --save-dir "$TMP/m2" > "$TMP/m2.log" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && cmp -s "$TMP/merged1/model.safetensors" "$TMP/merged2/model.safetensors"; then
+    pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: the merged model at tp 2 (exit $rc)" >&2; fi
 # two pipeline stages are refused, with the reason
 mpirun -np 2 "$BIN" "${ARGS[@]}" --pp 2 --micro-batches 2 --save-dir "$TMP/pp2" > "$TMP/pp2.log" 2>&1
 rc=$?

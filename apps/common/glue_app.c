@@ -506,10 +506,12 @@ static rt_status gc_write_hf(void *ctx, const char *folder) {
     return st;
 }
 
+/* --save-hf: the model (with LoRA, merged) as an HF folder. */
 static rt_status gc_save_hf(const mdl_classifier *m, const char *tokenizer_path, const rt_grid *grid,
-                            const char *const *names, int n_names, bool multi_label) {
+                            const char *const *names, int n_names, bool multi_label, const ckpt_peft_config *lora,
+                            const ckpt_map *map, rt_params *params) {
     gc_export x = {m, tokenizer_path, grid, names, n_names, multi_label};
-    return train_app_export_hf(O.save_hf, grid, gc_write_hf, &x);
+    return train_app_export_model(O.save_hf, grid, lora, map, params, gc_write_hf, &x);
 }
 
 /* ---- a user's files ---- */
@@ -619,7 +621,7 @@ static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
     const train_app_lora_family fam = {.default_targets = F->lora_default_targets, .task_type = "SEQ_CLS",
                                        .modules_to_save = "classifier,score", .base_model = O.model,
                                        .fan_in_fan_out = F->lora_fan_in_fan_out};
-    return train_app_lora_config(&O.t, &gc_spec, &fam, O.save_hf != NULL, lora, on);
+    return train_app_lora_config(&O.t, &gc_spec, &fam, lora, on);
 }
 
 static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) {
@@ -773,7 +775,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         const char *const *names = user_files ? (const char *const *)files.task.label_names
                                               : (const char *const *)model_names;
         RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
-                          user_files && files.task.type == DATA_TASK_MULTI_LABEL));
+                          user_files && files.task.type == DATA_TASK_MULTI_LABEL, lora_on ? &lora : NULL, gm.map,
+                          params));
     }
     if (lora_on) RT_TRY(train_app_save_lora(&O.t, grid, &lora, gm.map, params, NULL));
 fail:

@@ -63,14 +63,11 @@ static rt_status lora_names(const char *text, const char *option, char ***out, i
 }
 
 /* What cannot go with LoRA, or without it. */
-static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *spec, bool save_hf, bool on) {
+static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *spec, bool on) {
     static const char *const settings[] = {"lora-alpha", "lora-dropout", "lora-targets", "save-lora"};
     const char *given = train_app_first_given(spec, settings, 4);
     if (!on && given) return rt_errorf(RT_ERR_USAGE, "--%s needs --lora-r (or --lora-from)", given);
     if (!on) return RT_OK;
-    if (save_hf)
-        return rt_errorf(RT_ERR_USAGE, "--save-hf with LoRA would write the merged model, which is not built yet: "
-                         "--save-lora DIR writes the adapters, which PEFT loads over the base model");
     if (o->zero > 0)
         return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
                          "the adapters' AdamW state is small without it");
@@ -81,11 +78,11 @@ static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *
 }
 
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
-                                bool save_hf, ckpt_peft_config *out, bool *on) {
+                                ckpt_peft_config *out, bool *on) {
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     *on = o->lora_from || o->lora_r > 0;
-    RT_TRY(lora_combinations(o, spec, save_hf, *on));
+    RT_TRY(lora_combinations(o, spec, *on));
     if (!*on) return RT_OK;
     static const char *const settings[] = {"lora-r", "lora-alpha", "lora-dropout", "lora-targets"};
     const char *given;
@@ -156,4 +153,16 @@ rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, cons
     if (!dir) return RT_OK;
     lora_export x = {grid, cfg, map, p};
     return train_app_export_dir(dir, "--save-lora", "PEFT adapter folder", grid, lora_write, &x);
+}
+
+rt_status train_app_export_model(const char *dir, const rt_grid *grid, const ckpt_peft_config *lora,
+                                 const ckpt_map *map, rt_params *p, train_app_hf_write write, void *ctx) {
+    if (!lora) return train_app_export_hf(dir, grid, write, ctx);
+    mdl_lora_merged saved;
+    mdl_lora_merge(p, lora, map, &saved);
+    rt_status st = train_app_export_hf(dir, grid, write, ctx);
+    mdl_lora_unmerge(p, &saved); /* training state as it was: the run may go on, or checkpoint */
+    if (st == RT_OK) rt_log_info("LoRA: %s holds the merged model (W + %g B A in every adapted weight)", dir,
+                                 ckpt_peft_scale(lora));
+    return st;
 }

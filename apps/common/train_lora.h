@@ -25,10 +25,9 @@ typedef struct {
 /* The run's LoRA settings into out: *on false without --lora-r or --lora-from. With --lora-from,
  * the folder's adapter_config.json (and then --lora-r and the rest may not be given: the
  * adapter's own settings hold); else the options, with the family's default targets. Usage
- * errors for what cannot go with them: --save-lora without LoRA, --zero, --pp, and save_hf (the
- * program's --save-hf given: the merged model is not built yet). */
+ * errors for what cannot go with them: --save-lora without LoRA, --zero, --pp. */
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
-                                bool save_hf, ckpt_peft_config *out, bool *on);
+                                ckpt_peft_config *out, bool *on);
 /* After the model is built and its base weights loaded: every target matched an adapter
  * (family and modules name the model and its adaptable modules in the error), --lora-from's
  * tensors loaded, and the log line with how many parameters train. */
@@ -39,4 +38,9 @@ rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *
  * (a program that writes its adapters anyway: SAVE_DIR/lora), or nothing when that is NULL. */
 rt_status train_app_save_lora(const train_app_opts *o, const rt_grid *grid, const ckpt_peft_config *cfg,
                               const ckpt_map *map, const rt_params *p, const char *default_dir);
+/* The program's HF export (train_app_export_hf with its writer) of the model; with LoRA (lora not
+ * NULL) the merged model, as PEFT's merge_and_unload gives it: every adapter folded into its base
+ * weight (mdl_lora_merge), a plain HF folder without adapters, and the weights restored after. */
+rt_status train_app_export_model(const char *dir, const rt_grid *grid, const ckpt_peft_config *lora,
+                                 const ckpt_map *map, rt_params *p, train_app_hf_write write, void *ctx);
 #endif

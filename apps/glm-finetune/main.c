@@ -525,9 +525,11 @@ fail:
     return st;
 }
 
-static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, const char *dir) {
+/* The model as a FlagAI folder; with LoRA, merged. */
+static rt_status glm_export(glm_model *m, const char *tok_path, rt_grid *grid, const char *dir,
+                            const ckpt_peft_config *lora) {
     glm_export_job x = {m, tok_path, grid};
-    return train_app_export_hf(dir, grid, glm_write_hf, &x);
+    return train_app_export_model(dir, grid, lora, &ckpt_map_glm, glm_model_params(m), glm_write_hf, &x);
 }
 
 /* ---- main ---- */
@@ -809,7 +811,7 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
     /* PEFT's default for GLM (its chatglm entry); FlagAI's GLMModel is a plain module: no task type */
     const train_app_lora_family lora_family = {.default_targets = "query_key_value", .base_model = O.model};
-    RT_TRY(train_app_lora_config(&O.t, &glm_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
+    RT_TRY(train_app_lora_config(&O.t, &glm_spec, &lora_family, &lora, &lora_on));
     RT_TRY(glm_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
     RT_TRY(data_glm_specials_of(tok, &ev.sp));
@@ -974,10 +976,11 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
         char lora_dir[4200];
         snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
         RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_glm, glm_model_params(model), lora_dir));
-    } else {
+    }
+    if (!lora_on || O.save_hf) {
         if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
         else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-        RT_TRY(glm_export(model, tok_path, &grid, hf_dir));
+        RT_TRY(glm_export(model, tok_path, &grid, hf_dir, lora_on ? &lora : NULL));
     }
 fail:
     free(options_json);

@@ -589,7 +589,7 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
     const train_app_lora_family lora_family = {.default_targets = "c_attn", .task_type = "CAUSAL_LM",
                                                .base_model = O.model, .fan_in_fan_out = true};
-    RT_TRY(train_app_lora_config(&O.t, &lm_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
+    RT_TRY(train_app_lora_config(&O.t, &lm_spec, &lora_family, &lora, &lora_on));
     if (lora_on && O.generate && grid.pp_size > 1)
         RT_FAIL(RT_ERR_USAGE, "--generate with --pp and LoRA: the pipelined run generates from its HF export, "
                               "which LoRA does not write yet (the merged model)");
@@ -679,13 +679,15 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         char lora_dir[4200];
         snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
         RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_gpt2, gpt2_model_params(model), lora_dir));
-    } else {
+    }
+    if (!lora_on || O.save_hf) { /* the model; with LoRA, merged */
         if (O.save_hf)
             snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
         else
             snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
         lm_export_job job = {model, src.tokenizer, &grid};
-        RT_TRY(train_app_export_hf(hf_dir, &grid, lm_write_hf, &job));
+        RT_TRY(train_app_export_model(hf_dir, &grid, lora_on ? &lora : NULL, &ckpt_map_gpt2, gpt2_model_params(model),
+                                      lm_write_hf, &job));
     }
     if (O.generate && grid.pp_size == 1) RT_TRY(lm_generate(model, tok, eos, &grid));
     if (O.generate && grid.pp_size > 1 && grid.world->rank == 0) RT_TRY(lm_generate_whole(hf_dir, tok, eos, be, &grid));

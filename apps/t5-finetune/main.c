@@ -384,9 +384,11 @@ fail:
     return st;
 }
 
-static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir) {
+/* The model as an HF folder; with LoRA, merged. */
+static rt_status t5_export(t5_model *m, const char *tokenizer_path, const rt_grid *grid, const char *dir,
+                           const ckpt_peft_config *lora) {
     t5_export_job x = {m, tokenizer_path, grid};
-    return train_app_export_hf(dir, grid, t5_write_hf, &x);
+    return train_app_export_model(dir, grid, lora, &ckpt_map_t5, t5_model_params(m), t5_write_hf, &x);
 }
 
 /* ---- --predict ---- */
@@ -590,7 +592,7 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
     const train_app_lora_family lora_family = {.default_targets = "q,v", .task_type = "SEQ_2_SEQ_LM",
                                                .base_model = O.model};
-    RT_TRY(train_app_lora_config(&O.t, &t5_spec, &lora_family, O.save_hf != NULL, &lora, &lora_on));
+    RT_TRY(train_app_lora_config(&O.t, &t5_spec, &lora_family, &lora, &lora_on));
     RT_TRY(t5_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
     if (tok_pad_id(tok) < 0 || tok_eos_id(tok) < 0)
@@ -715,12 +717,13 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         char lora_dir[4200];
         snprintf(lora_dir, sizeof lora_dir, "%s/lora", O.t.save_dir);
         RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_t5, t5_model_params(model), lora_dir));
-    } else {
+    }
+    if (!lora_on || O.save_hf) {
         if (O.save_hf)
             snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
         else
             snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
-        RT_TRY(t5_export(model, tok_path, &grid, hf_dir));
+        RT_TRY(t5_export(model, tok_path, &grid, hf_dir, lora_on ? &lora : NULL));
     }
 fail:
     free(options_json);

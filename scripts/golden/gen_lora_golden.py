@@ -19,6 +19,8 @@ tests/golden/gpt2-tiny-lora/:
   (`after_step.NAME`), and the losses and gradient norms of five clipped steps;
 - peft_default_init.safetensors: PEFT's own initialisation of the same model (A Kaiming-uniform
   with a = sqrt(5), B zero), for the shape of the distribution and B's zeros;
+- merged.safetensors: PEFT's merge_and_unload of adapter/ over the base, the tensors it changed
+  (what --save-hf with LoRA writes), by --merged alone;
 - from_tunezoo.safetensors: the logits PEFT gives on the same batch with the folder tunezoo wrote,
   from-tunezoo/ (test_golden_lora's round trip with TZ_LORA_EXPORT set: the adapters after one
   AdamW step of tunezoo's), loaded by PeftModel.from_pretrained over the base; written by
@@ -133,6 +135,8 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
     ap.add_argument("--from-tunezoo", action="store_true",
                     help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
+    ap.add_argument("--merged", action="store_true",
+                    help="only OUT/merged.safetensors: PEFT's merge_and_unload of OUT/adapter, the weights it changed")
     ap.add_argument("--flagai", default="", help="--family glm: the folder holding FlagAI 1.8's unpacked wheel")
     a = ap.parse_args()
     global BASE, MODEL_CLASS, TARGETS, TASK, FLAGAI
@@ -153,6 +157,19 @@ def main():
         batch["token_type_ids"] = g["token_type_ids"].long()
     if a.family == "glm":  # GLM's two position rows; attention_mask is each row's sep
         batch["position_ids"] = g["position_ids"].long()
+    if a.merged:  # what --save-hf with LoRA must write: the base's weights with B A folded in
+        base_state = {k: v.clone() for k, v in base_model().state_dict().items()}
+        merged = PeftModel.from_pretrained(base_model(), os.path.join(a.out, "adapter")).merge_and_unload()
+        changed = {k: v.detach().clone().contiguous() for k, v in merged.state_dict().items()
+                   if k in base_state and not torch.equal(v, base_state[k])}
+        meta = versions()
+        meta.update({"peft": peft.__version__, "adapter": f"tests/golden/{a.family}-tiny-lora/adapter",
+                     "base": f"tests/golden/{base_dir}/model.safetensors",
+                     "what": "PeftModel.from_pretrained(base, adapter).merge_and_unload().state_dict(): the tensors "
+                             "that differ from the base's, under the base's names"})
+        save_file(changed, os.path.join(a.out, "merged.safetensors"), meta)
+        print("merged:", len(changed), "tensors changed:", sorted(changed)[:4], "...")
+        return
     if a.from_tunezoo:
         folder = os.path.join(a.out, "from-tunezoo")
         model = PeftModel.from_pretrained(base_model(), folder).eval()
