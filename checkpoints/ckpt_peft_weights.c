@@ -130,3 +130,14 @@ fail:
     free(entries);
     return st;
 }
+
+void ckpt_peft_fold(float *W, const float *B, const float *A, int64_t out, int64_t in, int64_t r, float scale,
+                    bool transposed) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < out; i++)
+        for (int64_t j = 0; j < in; j++) {
+            float d = 0.0f;
+            for (int64_t k = 0; k < r; k++) d += B[i * r + k] * A[k * in + j];
+            W[transposed ? j * out + i : i * in + j] += d * scale;
+        }
+}

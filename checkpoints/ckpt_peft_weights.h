@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "checkpoints/ckpt_map.h"
 #include "runtime/rt_comm.h"
@@ -31,5 +32,11 @@ rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_param
 /* Writes every trainable parameter of p, full, to DIR/adapter_model.safetensors (atomically).
  * Collective over tp: tp rank 0 writes, and every rank returns its status. */
 rt_status ckpt_peft_save_weights(const char *dir, const ckpt_map *map, const rt_params *p, rt_comm *tp);
+
+/* W += scale (B A), as PEFT's merge computes a LoRA delta (float sums of r products, then scaled):
+ * B (out, r), A (r, in); W (out, in), or (in, out) when transposed (fan_in_fan_out: GPT-2's Conv1D
+ * in HF's layout). */
+void ckpt_peft_fold(float *W, const float *B, const float *A, int64_t out, int64_t in, int64_t r, float scale,
+                    bool transposed);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_peft_weights.h"
 #include "models/param.h"
 
 rt_tp_rule mdl_lora_a_rule(rt_tp_rule base) { return base == RT_TP_ROW ? RT_TP_ROW : RT_TP_NONE; }
@@ -108,18 +109,6 @@ void mdl_lora_freeze_base(rt_params *p, const ckpt_peft_config *cfg, const ckpt_
     }
 }
 
-/* W (rows, in) += scale B A, B (rows, r) and A (r, in) on the host; float sums of r products, then
- * scaled, as torch's (B @ A) * scaling. */
-static void lora_fold(float *W, const float *B, const float *A, int64_t rows, int64_t in, int64_t r, float scale) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < in; j++) {
-            float d = 0.0f;
-            for (int64_t k = 0; k < r; k++) d += B[i * r + k] * A[k * in + j];
-            W[i * in + j] += d * scale;
-        }
-}
-
 /* The adapter (A, B indices) of part `part` of base weight bs, or false. */
 static bool lora_of_part(const rt_params *p, const ckpt_map *map, const rt_param_spec *bs, int part, int *a, int *b) {
     char module[2 * RT_PARAM_NAME_MAX], name[3 * RT_PARAM_NAME_MAX];
@@ -165,7 +154,7 @@ void mdl_lora_merge(rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *m
             float *A = rt_xmalloc(as->numel * sizeof(float)), *B = rt_xmalloc(bsp->numel * sizeof(float));
             rt_to_host(p->be, A, p->param + as->offset, as->numel * sizeof(float));
             rt_to_host(p->be, B, p->param + bsp->offset, bsp->numel * sizeof(float));
-            lora_fold(W + (size_t)k * (size_t)(rows * in), B, A, rows, in, r, scale);
+            ckpt_peft_fold(W + (size_t)k * (size_t)(rows * in), B, A, rows, in, r, scale, false);
             free(A), free(B);
         }
         if (W) rt_to_device(p->be, p->param + bs.offset, W, bs.numel * sizeof(float));

@@ -15,7 +15,7 @@ SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 . "$SRC/tests/cli_lib.sh"
-for p in gpt2-classify gpt2-finetune bert-classify t5-finetune glm-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
+for p in gpt2-classify gpt2-finetune bert-classify t5-finetune glm-finetune tz-convert; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_lora: $p not built"; exit 1; }; done
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 2, "n_head": 2}
@@ -175,6 +175,14 @@ tval=$(grep "^validation results" "$TMP/out" | sed 's/.*step [0-9]*)://')
     > "$TMP/out" 2> "$TMP/err"
 [ -s "$TMP/pred2.txt" ] && cmp -s "$TMP/pred2.txt" "$TMP/t5lora/val_predictions.txt" && ok ||
     bad "the merged T5 (--save-hf) does not give the run's validation predictions"
+# tz-convert merge: the base's HF folder and the PEFT folder make the same merged model
+"$BIN_DIR/tz-convert" merge "$TMP/t5base/hf" "$TMP/t5lora/lora" "$TMP/t5merged-convert" > "$TMP/out" 2> "$TMP/err" &&
+    "$BIN_DIR/t5-finetune" --predict "$TMP/v.txt" --model "$TMP/t5merged-convert" "${T5[@]}" \
+        --predict-out "$TMP/pred3.txt" > "$TMP/out" 2> "$TMP/err"
+[ -s "$TMP/pred3.txt" ] && cmp -s "$TMP/pred3.txt" "$TMP/t5lora/val_predictions.txt" && ok ||
+    bad "tz-convert merge: the merged T5 does not give the run's validation predictions"
+expect_fail "tz-convert merge with two paths" 2 "merge needs three paths" tz-convert merge "$TMP/t5base/hf" \
+    "$TMP/t5lora/lora"
 expect_fail "t5-finetune unknown target" 2 "LoRA target 'c_attn' matches no linear of this T5" t5-finetune \
     "$TMP/s.txt" "$TMP/t.txt" --arch "$TMP/t5.json" "${T5[@]}" --lora-r 4 --lora-targets c_attn --save-dir "$TMP/e12"
 

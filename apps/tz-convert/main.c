@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_convert.h"
+#include "checkpoints/ckpt_lora_merge.h"
 #include "models/param_check.h"
 #include "runtime/rt_args.h"
 #include "runtime/rt_signal.h"
@@ -30,7 +31,7 @@ static rt_status run(int argc, char **argv) {
          1 << 30},
     };
     const rt_args_spec spec = {
-        prog, "COMMAND PATH [OUT]", 2, 3,
+        prog, "COMMAND PATH [PATH] [OUT]", 2, 4,
         "Converts checkpoints between Hugging Face, FlagAI, Megatron-LM and tunezoo's sharded folder.\n"
         "commands:\n"
         "  import SRC OUT    HF folder or file (model.safetensors, pytorch_model.bin, sharded *.index.json), FlagAI\n"
@@ -38,6 +39,9 @@ static rt_status run(int argc, char **argv) {
         "                    (latest_checkpointed_iteration.txt, mp_rank_NN/) -> sharded folder at --tp\n"
         "  reshard IN OUT    sharded folder -> sharded folder at another --tp (bit-exact)\n"
         "  export IN OUT     sharded folder -> HF folder (model.safetensors, config.json, tokenizer files)\n"
+        "  merge BASE ADAPTER OUT\n"
+        "                    HF folder + PEFT LoRA folder (adapter_config.json, adapter_model.safetensors) -> HF\n"
+        "                    folder of the merged model, as PEFT's merge_and_unload (W + alpha/r B A)\n"
         "  inspect PATH      every tensor of any of the above or a .tzck: name, dtype, shape, CRC-32\n"
         "  verify DIR        checks a sharded folder's checksums\n"
         "Tensors are converted one at a time (memory stays near the largest tensor); pickles are read by tunezoo's\n"
@@ -47,21 +51,25 @@ static rt_status run(int argc, char **argv) {
         "  tz-convert import tests/data/tiny-gpt2 /tmp/gpt2-tp2 --tp 2\n"
         "  tz-convert reshard /tmp/gpt2-tp2 /tmp/gpt2-tp4 --tp 4\n"
         "  tz-convert export /tmp/gpt2-tp4 /tmp/gpt2-hf\n"
+        "  tz-convert merge path/to/gpt2 runs/gpt2-finetune/lora /tmp/gpt2-merged\n"
         "  tz-convert import megatron/ckpt /tmp/meg --tp 1 --vocab-size 50257\n"
         "  gpt2-classify --model /tmp/gpt2-tp2 ...   (the training programs read sharded folders at any tp)\n"
         "exit status: 0 ok, 1 bad input or I/O error, 2 usage error",
         opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
     };
-    const char *pos[3] = {0};
+    const char *pos[4] = {0};
     int n_pos = 0;
     ckpt_convert_stats stats;
     RT_TRY(rt_args_parse(&spec, argc, argv, pos, &n_pos));
     const char *cmd = pos[0];
     bool two = strcmp(cmd, "import") == 0 || strcmp(cmd, "reshard") == 0 || strcmp(cmd, "export") == 0;
-    bool one = strcmp(cmd, "inspect") == 0 || strcmp(cmd, "verify") == 0;
-    if (!two && !one) RT_FAIL(RT_ERR_USAGE, "unknown command '%s' (import, reshard, export, inspect or verify)", cmd);
+    bool one = strcmp(cmd, "inspect") == 0 || strcmp(cmd, "verify") == 0, merge = strcmp(cmd, "merge") == 0;
+    if (!two && !one && !merge)
+        RT_FAIL(RT_ERR_USAGE, "unknown command '%s' (import, reshard, export, merge, inspect or verify)", cmd);
     if (two && n_pos != 3) RT_FAIL(RT_ERR_USAGE, "%s needs two paths: %s IN OUT", cmd, cmd);
     if (one && n_pos != 2) RT_FAIL(RT_ERR_USAGE, "%s takes one path", cmd);
+    if (merge && n_pos != 4) RT_FAIL(RT_ERR_USAGE, "merge needs three paths: merge BASE ADAPTER OUT");
+    if (merge && tp) RT_FAIL(RT_ERR_USAGE, "merge writes one HF folder; --tp does not apply");
     if (strcmp(cmd, "import") != 0 && (strcmp(dtype, "auto") != 0 || arch || hf_config || vocab))
         RT_FAIL(RT_ERR_USAGE, "--dtype, --arch, --hf-config and --vocab-size are import options");
     if (strcmp(cmd, "import") == 0) {
@@ -76,6 +84,8 @@ static rt_status run(int argc, char **argv) {
     } else if (strcmp(cmd, "export") == 0) {
         if (tp) RT_FAIL(RT_ERR_USAGE, "export writes one HF file; --tp does not apply");
         RT_TRY(ckpt_convert_export(pos[1], pos[2], &stats));
+    } else if (merge) {
+        RT_TRY(ckpt_lora_merge(pos[1], pos[2], pos[3], &stats));
     } else if (strcmp(cmd, "inspect") == 0) {
         RT_TRY(ckpt_convert_inspect(pos[1], stdout));
     } else {
