@@ -28,14 +28,21 @@ static int zero_key(const rt_param_spec *s, bool by_decay) {
  * segment [lo, hi), which sits at `at` in this rank's shard, so a segment that starts or ends
  * inside a parameter still gets that parameter's setting. The alignment gaps inside a run hold
  * zeros everywhere and stay zero under AdamW and add nothing to a norm; gaps between runs and
- * the padding are never touched. Returns the count. */
+ * the padding are never touched. Frozen parameters (LoRA's base) are skipped: they sit after the
+ * trainable ones, which keep their declaration order, so the runs stay in slab order. Returns
+ * the count. */
 static int zero_ranges_in(const rt_params *p, bool by_decay, size_t lo, size_t hi, size_t at, zero_range *out) {
     int n = 0;
     for (int i = 0; i < p->n;) {
-        int key = zero_key(&p->specs[i], by_decay);
+        if (p->specs[i].frozen) {
+            i++;
+            continue;
+        }
+        int key = zero_key(&p->specs[i], by_decay), last = i;
         int j = i + 1;
-        while (j < p->n && zero_key(&p->specs[j], by_decay) == key) j++;
-        size_t b = p->specs[i].offset, e = p->specs[j - 1].offset + p->specs[j - 1].numel;
+        for (; j < p->n && (p->specs[j].frozen || zero_key(&p->specs[j], by_decay) == key); j++)
+            if (!p->specs[j].frozen) last = j;
+        size_t b = p->specs[i].offset, e = p->specs[last].offset + p->specs[last].numel;
         if (b < lo) b = lo;
         if (e > hi) e = hi;
         if (b < e) out[n++] = (zero_range){.off = at + b - lo, .n = e - b, .key = key};
@@ -52,7 +59,10 @@ static zero_range *zero_ranges_alloc(const rt_zero *z) {
 /* This rank's shard as ranges of one key: its slice of the slab (stages 1-2), or its piece of
  * every block (stage 3). */
 static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
-    if (z->stage != 3) return zero_ranges_in(z->p, by_decay, z->begin, z->begin + z->shard, 0, out);
+    if (z->stage != 3) { /* the frozen parameters past z->sharded are no one's */
+        const size_t end = z->begin + z->shard < z->sharded ? z->begin + z->shard : z->sharded;
+        return zero_ranges_in(z->p, by_decay, z->begin, end > z->begin ? end : z->begin, 0, out);
+    }
     int n = 0;
     for (int k = 0; k < z->n_blocks; k++) {
         size_t lo, hi;
@@ -69,15 +79,15 @@ static void zero_free_moments(rt_params *p) {
     p->m = p->v = NULL;
 }
 
-/* Replaces *buf (p->numel floats of backend memory) by a zeroed buffer of z->padded floats
- * holding the same first p->numel values. */
-static rt_status zero_grow(rt_zero *z, float **buf, const char *what) {
+/* Replaces *buf (`have` floats of backend memory) by a zeroed buffer of z->padded floats
+ * holding the same first `have` values. */
+static rt_status zero_grow(rt_zero *z, float **buf, size_t have, const char *what) {
     rt_params *p = z->p;
     float *nb = NULL;
-    if (z->padded == p->numel || !*buf) return RT_OK;
+    if (z->padded == have || !*buf) return RT_OK;
     rt_status st = rt_backend_alloc(p->be, z->padded * sizeof(float), what, (void **)&nb);
     if (st != RT_OK) return st;
-    rt_copy(p->be, nb, *buf, p->numel * sizeof(float));
+    rt_copy(p->be, nb, *buf, have * sizeof(float));
     rt_free_device(p->be, *buf);
     *buf = nb;
     return RT_OK;
@@ -95,9 +105,13 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
     if (p->device && stage != 3)
         return rt_errorf(RT_ERR_CONFIG, "the parameters were laid out in host memory for ZeRO-3, but --zero is %d",
                          stage);
-    if (rt_params_n_frozen(p)) /* its shards cut the whole slab, gradients and moments alike */
-        return rt_errorf(RT_ERR_CONFIG, "--zero %d: frozen parameters (LoRA's base weights) are not sharded yet; "
-                         "train them without --zero", stage);
+    const bool frozen = rt_params_n_frozen(p) > 0;
+    if (frozen && stage == 3) /* its blocks cut the whole slab, gradients and moments alike */
+        return rt_errorf(RT_ERR_CONFIG, "--zero 3 with frozen parameters (LoRA's base weights) is not built yet; "
+                         "--zero 1 or 2 shards the adapters' AdamW state (and 2 their gradients)");
+    if (frozen && (o->offload_optimizer || o->offload_params))
+        return rt_errorf(RT_ERR_CONFIG, "--offload-optimizer with frozen parameters (LoRA) is not built yet; the "
+                         "adapters' AdamW state is small: --zero 1 or 2 without offload");
     zero_free_moments(p); /* full moments, if any, are not kept */
     /* a staged slab (rt_backend.params_staging): from here on the parameters live on the device */
     rt_backend *staging = p->device ? p->be : NULL;
@@ -118,11 +132,16 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
     if (stage == 3) {
         rt_zero3_cut(z);
     } else {
-        z->shard = (p->numel + ranks - 1) / ranks;
+        z->sharded = p->train_numel;
+        z->shard = (z->sharded + ranks - 1) / ranks;
         z->padded = z->shard * ranks;
         z->begin = (size_t)z->dp->rank * z->shard;
-        RT_TRY(zero_grow(z, &p->param, "parameters (padded for ZeRO)"));
-        RT_TRY(zero_grow(z, &p->grad, "gradients (padded for ZeRO)"));
+        if (frozen) /* the frozen tail follows the trainable floats: the gather goes through a buffer */
+            RT_TRY(rt_backend_alloc(p->be, (z->padded ? z->padded : 1) * sizeof(float), "ZeRO all-gather buffer",
+                                    (void **)&z->pgather));
+        else
+            RT_TRY(zero_grow(z, &p->param, p->numel, "parameters (padded for ZeRO)"));
+        RT_TRY(zero_grow(z, &p->grad, z->sharded, "gradients (padded for ZeRO)"));
     }
     const size_t shard_bytes = (z->shard ? z->shard : 1) * sizeof(float);
     RT_TRY(rt_backend_alloc(p->be, shard_bytes, "ZeRO gradient shard", (void **)&z->gshard));
@@ -156,7 +175,7 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
         } else {
             rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s",
                         stage, z->dp->size, z->offload ? ", optimizer offloaded to host memory" : "",
-                        2.0 * (double)z->shard * mib, 2.0 * (double)p->numel * mib,
+                        2.0 * (double)z->shard * mib, 2.0 * (double)z->sharded * mib,
                         stage == 2 && p->be->device < 0 ? "; the full gradient is released between steps" : "");
         }
     }
@@ -178,6 +197,7 @@ void rt_zero_free(rt_zero *z) {
     if (z->stage == 3) rt_zero3_free(z);
     if (z->stage == 3 && !p->grad) p->grad = p->be->ops->alloc(p->be->ctx, p->numel * sizeof(float));
     if (z->gshard) rt_free_device(p->be, z->gshard);
+    if (z->pgather) rt_free_device(p->be, z->pgather);
     rt_backend *mbe = z->offload ? z->host_be : p->be;
     if (mbe) {
         if (z->m) rt_free_device(mbe, z->m);
@@ -203,7 +223,7 @@ rt_status rt_zero_begin_step(rt_zero *z) {
         z->grad_released = false;
         return RT_OK;
     }
-    rt_params_zero_grad(p); /* the padding beyond p->numel is never written: it stays zero */
+    rt_params_zero_grad(p); /* the padding beyond the trainable floats is never written: it stays zero */
     return RT_OK;
 }
 
@@ -359,14 +379,20 @@ rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, 
         rt_zero3_drop_window(z);
         goto fail;
     }
-    /* in place: this rank's slice already sits at its spot in the slab */
-    RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
+    const size_t N = z->sharded;
+    const size_t end = z->begin + z->shard < N ? z->begin + z->shard : N;
+    const size_t lo = z->begin < N ? z->begin : N;
+    if (z->pgather) { /* through the buffer: the slab's frozen tail is no padding */
+        rt_copy(p->be, z->pgather + z->begin, p->param + lo, (end - lo) * sizeof(float));
+        RT_TRY(z->dp->ops->all_gather(z->dp->ctx, z->pgather, z->pgather + z->begin, z->shard));
+        rt_copy(p->be, p->param, z->pgather, N * sizeof(float));
+    } else { /* in place: this rank's slice already sits at its spot in the slab */
+        RT_TRY(z->dp->ops->all_gather(z->dp->ctx, p->param, p->param + z->begin, z->shard));
+    }
     /* the other ranks' slices changed the weights' low-precision copy too (AdamW wrote this
      * rank's, unless offloaded: then the host did and the copy needs that slice as well) */
-    const size_t end = z->begin + z->shard < p->numel ? z->begin + z->shard : p->numel;
-    const size_t lo = z->begin < p->numel ? z->begin : p->numel;
     rt_weight_copy_update(p->be, p->param, lo);
-    rt_weight_copy_update(p->be, p->param + end, p->numel - end);
+    rt_weight_copy_update(p->be, p->param + end, N - end);
     if (z->offload) rt_weight_copy_update(p->be, p->param + lo, end - lo);
 fail:
     free(r);
@@ -423,8 +449,8 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
         rt_zero_release_state(z);
         return RT_OK;
     }
-    /* a reader fills p->numel floats: the last slice may reach into the padding */
-    const size_t have = z->begin < p->numel ? p->numel - z->begin : 0;
+    /* a reader fills the sharded floats (the trainable ones): the last slice may reach into the padding */
+    const size_t have = z->begin < z->sharded ? z->sharded - z->begin : 0;
     const size_t n = have < z->shard ? have : z->shard;
     for (int k = 0; k < 2; k++) {
         if (z->offload) {

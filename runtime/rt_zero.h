@@ -81,7 +81,12 @@ typedef struct rt_zero {
     int stage;          /* 1, 2 or 3 */
     bool offload;       /* the optimizer (and at stage 3 with offload_params, the parameters) on the host */
     bool offload_params;
-    size_t padded;      /* stages 1-2: slab length rounded up to a multiple of dp (p->param, p->grad hold this many) */
+    size_t sharded;     /* stages 1-2: the floats cut into slices, the trainable ones (p->train_numel, all of the
+                         * slab unless LoRA froze some: frozen ones stay whole on every rank) */
+    size_t padded;      /* stages 1-2: sharded rounded up to a multiple of dp (p->grad holds this many; p->param too
+                         * when nothing is frozen) */
+    float *pgather;     /* stages 1-2 with frozen parameters: (padded) the all-gather's buffer, which p->param's
+                         * frozen tail cannot be */
     size_t shard;       /* floats in every rank's slice (stage 3: the sum of its pieces) */
     size_t begin;       /* stages 1-2: this rank's slice is [begin, begin + shard) of the slab */
     float *gshard;      /* (shard) backend memory: the reduce-scatter's output, the summed gradient */
@@ -115,8 +120,10 @@ typedef struct {
     bool offload_params;     /* stage 3: the parameter shard in host memory (implies offload_optimizer) */
 } rt_zero_opts;
 
-/* Sets up ZeRO for p over dp. Stages 1-2 re-allocate p->param and p->grad to the padded length
- * (contents kept); stage 3 keeps this rank's pieces of p->param and frees it and p->grad. Frees
+/* Sets up ZeRO for p over dp. Stages 1-2 shard the trainable parameters (with LoRA, the adapters:
+ * the frozen base stays whole on every rank, as it has no gradient or moments; stage 3 and
+ * offload refuse frozen parameters) and re-allocate p->param and p->grad to the padded length
+ * (contents kept; p->param stays as it is when some are frozen); stage 3 keeps this rank's pieces of p->param and frees it and p->grad. Frees
  * full moments if p has them and allocates the slice's m and v (zeroed). tp may be NULL. Logs
  * the per-rank memory. */
 rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opts *o, rt_zero **out);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # LoRA (issue 36) under mpirun: gpt2-classify with adapters on every linear takes the single
-# process's steps (loss, gradient norm) at dp=2 and tp=2, and writes its merged model at tp=2 (--pp with LoRA is refused for now: the
+# process's steps (loss, gradient norm) at dp=2, tp=2 and ZeRO-1 and -2 over dp=2 (the adapters'
+# AdamW state and gradients sharded, the frozen base whole on each rank), and writes its merged
+# model at tp=2 (--pp with LoRA is refused for now: the
 # adapter folder is read and written by one stage). Every layout starts from the same base (an
 # exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a step, B not
 # zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
@@ -30,7 +32,7 @@ ARGS=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --batch-size 8
       --log-interval 1 --eval-interval -1 --lr 1e-3 "${SAVE_EVERY_STEP[@]}")
 
 run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
-for layout in "dp2" "tp2 --tp 2"; do
+for layout in "dp2" "tp2 --tp 2" "zero1 --zero 1" "zero2 --zero 2"; do
     set -- $layout
     name=$1
     shift

@@ -68,9 +68,9 @@ static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *
     const char *given = train_app_first_given(spec, settings, 4);
     if (!on && given) return rt_errorf(RT_ERR_USAGE, "--%s needs --lora-r (or --lora-from)", given);
     if (!on) return RT_OK;
-    if (o->zero > 0)
-        return rt_errorf(RT_ERR_USAGE, "--zero with LoRA is not built yet (ZeRO's shards do not know frozen weights); "
-                         "the adapters' AdamW state is small without it");
+    if (o->zero > 2)
+        return rt_errorf(RT_ERR_USAGE, "--zero 3 with LoRA is not built yet (its blocks shard the frozen base too); "
+                         "--zero 1 or 2 shards the adapters' AdamW state (and 2 their gradients)");
     if (o->pp > 1)
         return rt_errorf(RT_ERR_USAGE, "--pp with LoRA is not built yet (the adapter folder is read and written by "
                          "one stage); use --tp or data parallelism");

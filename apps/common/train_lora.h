@@ -25,7 +25,7 @@ typedef struct {
 /* The run's LoRA settings into out: *on false without --lora-r or --lora-from. With --lora-from,
  * the folder's adapter_config.json (and then --lora-r and the rest may not be given: the
  * adapter's own settings hold); else the options, with the family's default targets. Usage
- * errors for what cannot go with them: --save-lora without LoRA, --zero, --pp. */
+ * errors for what cannot go with them: --save-lora without LoRA, --zero 3, --pp. */
 rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spec, const train_app_lora_family *fam,
                                 ckpt_peft_config *out, bool *on);
 /* After the model is built and its base weights loaded: every target matched an adapter

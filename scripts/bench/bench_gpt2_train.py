@@ -32,13 +32,12 @@ See scripts/bench/README.md. The Python side needs torch and transformers
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import read_train_metrics, run_child, tail, thread_env  # noqa: E402
+from benchlib import memory_line, read_train_metrics, run_child, tail, thread_env  # noqa: E402
 
 WARMUP = 2
 
@@ -109,16 +108,6 @@ def shapes_text(shapes):
 
 def lora_args(args):
     return ["--lora-r", str(args.lora), "--lora-alpha", str(2 * args.lora), "--lora-targets", args.lora_targets]
-
-
-def memory_line(log):
-    """The gradients and AdamW state MiB of a run's memory line, or None."""
-    with open(log) as f:
-        for line in f:
-            m = re.search(r"^memory on .*gradients ([0-9.]+), AdamW state ([0-9.]+)", line)
-            if m:
-                return float(m.group(1)), float(m.group(2))
-    return None
 
 
 def run_tunezoo(args, name, arch_path, workdir, lora=False):

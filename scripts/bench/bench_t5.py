@@ -16,7 +16,11 @@ both sides load, then
   second, eos included, generation and decoding timed on both sides (loading is not).
 --precision bf16 runs t5-finetune with --precision bf16 and HF's forward passes (training and
 generation) under torch.autocast("cpu", dtype=torch.bfloat16); weights and AdamW stay fp32 on both.
-Needs torch + transformers; never needed to build or test tunezoo."""
+--lora R (issue 36) trains LoRA adapters of rank R (alpha 2R, no dropout, on --lora-targets, default
+every linear: q,k,v,o,wi,wo) on both sides (t5-finetune's --lora-r; HF PEFT's get_peft_model,
+SEQ_2_SEQ_LM, AdamW over the adapters), and runs tunezoo's full fine-tuning too, for the speedup
+and the gradient + AdamW memory of LoRA against it (from t5-finetune's memory line).
+Needs torch + transformers (+ peft with --lora); never needed to build or test tunezoo."""
 import argparse
 import json
 import os
@@ -25,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import memory_line  # noqa: E402
 
 CONFIGS = {
     # name: (d_model, d_ff, layers, heads, d_kv)
@@ -56,8 +63,13 @@ def hf_train(model_dir, src, tgt, args):
     torch.manual_seed(args.seed)
     tok = T5TokenizerFast(vocab_file=os.path.join(model_dir, "spiece.model"))
     model = T5ForConditionalGeneration.from_pretrained(model_dir)
+    if args.lora:
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.0,
+                                                 target_modules=args.lora_targets.split(","),
+                                                 task_type="SEQ_2_SEQ_LM"))
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.0)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-4, weight_decay=0.0)
     prefix = "translate English to German: "
     order = torch.randperm(len(src), generator=torch.Generator().manual_seed(args.seed)).tolist()
     times = []
@@ -71,7 +83,7 @@ def hf_train(model_dir, src, tgt, args):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
             loss = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, labels=lab).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
@@ -98,19 +110,24 @@ def hf_generate(model_dir, src, args):
     return tokens / (time.perf_counter() - t0), tokens
 
 
-def tz_train(bin_path, model_dir, src_path, tgt_path, args, workdir):
-    save = os.path.join(workdir, "tz_train_" + os.path.basename(model_dir))  # a fresh metrics.jsonl per config
+def tz_train(bin_path, model_dir, src_path, tgt_path, args, workdir, lora):
+    """(ms/step after the first two, steps, (gradients MiB, AdamW state MiB) of the memory line)."""
+    save = os.path.join(workdir, "tz_train_" + os.path.basename(model_dir) + ("_lora" if lora else ""))
     shutil.rmtree(save, ignore_errors=True)  # t5-finetune appends to a metrics.jsonl it finds (a reused --workdir)
     cmd = [bin_path, src_path, tgt_path, "--val-src", src_path, "--val-tgt", tgt_path, "--model", model_dir,
            "--epochs", "1", "--batch-size", str(args.batch_size), "--lr", "5e-4", "--weight-decay", "0",
            "--dropout", "0.1", "--max-source-len", "128", "--max-target-len", "128", "--seed", str(args.seed),
            "--threads", str(args.threads), "--eval-interval", "-1", "--save-interval", "-1", "--log-interval", "1",
            "--source-prefix", "translate English to German: ", "--save-dir", save, "--precision", args.precision]
+    if lora:
+        cmd += ["--lora-r", str(args.lora), "--lora-alpha", str(2 * args.lora), "--lora-targets", args.lora_targets]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    log = os.path.join(workdir, os.path.basename(save) + ".log")
+    with open(log, "w") as out:
+        subprocess.run(cmd, check=True, env=env, stdout=out)
     steps = [json.loads(l) for l in open(os.path.join(save, "metrics.jsonl")) if '"train"' in l]
     ms = [s["ms_per_step"] for s in steps]
-    return sum(ms[2:]) / max(1, len(ms) - 2), len(ms)
+    return sum(ms[2:]) / max(1, len(ms) - 2), len(ms), memory_line(log)
 
 
 def tz_generate(bin_path, model_dir, src_path, args, workdir):
@@ -148,6 +165,8 @@ def main():
                     help="both sides: t5-finetune's --precision, HF under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--workdir", default="", help="models, data and tunezoo's runs go here (default: a temp dir)")
     ap.add_argument("--json-out", default="", help="also write the results to this file as JSON")
+    ap.add_argument("--lora", type=int, default=0, help="LoRA rank on both sides (see the module doc); 0: off")
+    ap.add_argument("--lora-targets", default="q,k,v,o,wi,wo", help="with --lora: the modules adapted")
     args = ap.parse_args()
     root = os.path.dirname(os.path.abspath(__file__))
     spiece = os.path.join(root, "../../assets/t5-spiece/spiece.model")
@@ -164,19 +183,30 @@ def main():
     open(gen_path, "w", encoding="utf-8").write("\n".join(src[:args.gen_rows]) + "\n")
     import torch
     import transformers
+    lora = ""
+    if args.lora:
+        import peft
+        lora = f"; LoRA r {args.lora} (alpha {2 * args.lora}) on {args.lora_targets} on both sides, PEFT {peft.__version__}"
     print(f"PyTorch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, "
           f"batch {args.batch_size}, {len(src)} training pairs ({split}), generation {args.gen_rows} rows x "
           f"{args.num_beams} "
-          f"beams x {args.max_new_tokens} new tokens, {args.precision}")
+          f"beams x {args.max_new_tokens} new tokens, {args.precision}{lora}")
     results = {}
     for name in args.configs.split(","):
         model_dir = make_model(name, workdir, spiece)
-        tz_ms, tz_steps = tz_train(args.bin, model_dir, src_path, tgt_path, args, workdir)
+        tz_ms, tz_steps, tz_mem = tz_train(args.bin, model_dir, src_path, tgt_path, args, workdir, args.lora > 0)
         hf_ms, hf_steps = hf_train(model_dir, src, tgt, args)
         print(f"{name:9} train  tunezoo {tz_ms:8.1f} ms/step ({tz_steps} steps)  HF {hf_ms:8.1f} ms/step "
               f"({hf_steps} steps)  speedup x{hf_ms / tz_ms:.2f}", flush=True)
         results[name] = {"tunezoo_ms_per_step": tz_ms, "tunezoo_steps": tz_steps,
-                         "hf_ms_per_step": hf_ms, "hf_steps": hf_steps}
+                         "hf_ms_per_step": hf_ms, "hf_steps": hf_steps, "tunezoo_grad_adamw_mib": tz_mem}
+        if args.lora:  # tunezoo's own full fine-tuning, for LoRA's speedup and memory against it
+            full_ms, _, full_mem = tz_train(args.bin, model_dir, src_path, tgt_path, args, workdir, False)
+            mem = (f"; gradients + AdamW state {sum(tz_mem):.1f} MiB with LoRA, {sum(full_mem):.1f} MiB full "
+                   f"({100 * sum(tz_mem) / sum(full_mem):.2f}%)") if tz_mem and full_mem else ""
+            print(f"{name:9} tunezoo full fine-tuning {full_ms:.1f} ms/step, with LoRA {tz_ms:.1f} "
+                  f"({full_ms / tz_ms:.2f}x){mem}", flush=True)
+            results[name].update(tunezoo_full_ms_per_step=full_ms, tunezoo_full_grad_adamw_mib=full_mem)
         if args.skip_gen:
             continue
         tz_tps, tz_tok = tz_generate(args.bin, model_dir, gen_path, args, workdir)
@@ -187,6 +217,7 @@ def main():
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+                       "lora": args.lora, "lora_targets": args.lora_targets if args.lora else None,
                        "threads": args.threads, "precision": args.precision, "batch_size": args.batch_size,
                        "rows": len(src), "split": split, "configs": results}, f, indent=1)
 

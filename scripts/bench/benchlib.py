@@ -1,7 +1,8 @@
 """What the side-by-side benchmarks share: children run with a thread count, their peak RSS,
-the train lines of a tunezoo run's metrics.jsonl, and the real all-MiniLM-L6-v2."""
+the train lines of a tunezoo run's metrics.jsonl, its memory line, and the real all-MiniLM-L6-v2."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -74,3 +75,13 @@ def read_train_metrics(path):
                          rec.get("loss")))
     rows.sort(key=lambda r: r[0])
     return rows
+
+
+def memory_line(log):
+    """The gradients and AdamW state MiB of a tunezoo run's memory line, or None."""
+    with open(log) as f:
+        for line in f:
+            m = re.search(r"^memory on .*gradients ([0-9.]+), AdamW state ([0-9.]+)", line)
+            if m:
+                return float(m.group(1)), float(m.group(2))
+    return None
