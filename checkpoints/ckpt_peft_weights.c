@@ -42,15 +42,11 @@ static void peft_weights_path(const char *path, char *file, size_t size) {
         snprintf(file, size, "%s", path);
 }
 
-rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_params *p, int tp_rank, int tp_size) {
+/* This stage's trainable parameters from file f (tensors used marked in used). */
+static rt_status peft_load_local(const ckpt_st_file *f, const char *file, const ckpt_map *map, rt_params *p,
+                                 int tp_rank, int tp_size, bool *used) {
     rt_status st = RT_OK;
-    char file[4096];
-    ckpt_st_file *f = NULL;
     float *full = NULL, *shard = NULL;
-    bool *used = NULL;
-    peft_weights_path(path, file, sizeof file);
-    RT_TRY(ckpt_safetensors_open(file, &f));
-    used = rt_xcalloc(ckpt_safetensors_count(f) + 1, sizeof *used);
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         if (s->frozen) continue;
@@ -83,14 +79,44 @@ rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_param
         rt_to_device(p->be, rt_params_data(p, i), shard, s->numel * sizeof(float));
         used[idx] = true;
     }
-    for (size_t k = 0; k < ckpt_safetensors_count(f); k++)
-        if (!used[k])
-            RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' is no adapter or saved module of this model: was it trained with "
-                    "other target_modules, or on another model?", file, ckpt_safetensors_name(f, k));
 fail:
-    free(used);
     free(full);
     free(shard);
+    return st;
+}
+
+/* Over pipeline stages: a tensor is used when some stage used it; a stage's failure fails all. */
+static rt_status peft_used_by_stages(rt_comm *stages, const char *file, size_t count, bool *used, rt_status st) {
+    float *flags = rt_xcalloc(count + 1, sizeof *flags);
+    for (size_t k = 0; k < count; k++) flags[k] = used[k] ? 1.0f : 0.0f;
+    flags[count] = st != RT_OK;
+    rt_status cst = stages->ops->all_reduce(stages->ctx, flags, count + 1, RT_REDUCE_SUM);
+    for (size_t k = 0; k < count; k++) used[k] = flags[k] > 0;
+    const bool other_failed = flags[count] > (st != RT_OK ? 1.0f : 0.0f);
+    free(flags);
+    if (st != RT_OK) return st;
+    if (cst != RT_OK) return cst;
+    if (other_failed) return rt_errorf(RT_ERR_FORMAT, "%s: another pipeline stage could not load its adapters", file);
+    return RT_OK;
+}
+
+rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_params *p, int tp_rank, int tp_size,
+                                 rt_comm *stages) {
+    rt_status st = RT_OK;
+    char file[4096];
+    ckpt_st_file *f = NULL;
+    bool *used = NULL;
+    peft_weights_path(path, file, sizeof file);
+    st = ckpt_safetensors_open(file, &f);
+    const size_t count = f ? ckpt_safetensors_count(f) : 0;
+    used = rt_xcalloc(count + 1, sizeof *used);
+    if (st == RT_OK) st = peft_load_local(f, file, map, p, tp_rank, tp_size, used);
+    if (stages && stages->size > 1) st = peft_used_by_stages(stages, file, count, used, st);
+    for (size_t k = 0; st == RT_OK && k < count; k++)
+        if (!used[k])
+            st = rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is no adapter or saved module of this model: was it trained "
+                           "with other target_modules, or on another model?", file, ckpt_safetensors_name(f, k));
+    free(used);
     ckpt_safetensors_close(f);
     return st;
 }

@@ -26,8 +26,11 @@ bool ckpt_peft_param_name(const ckpt_map *map, const char *ours, char *out, size
 /* Fills this tp rank's shard of every trainable parameter of p from DIR/adapter_model.safetensors
  * (or the file itself when path names one). The file must hold each of them with its full shape,
  * and nothing else: a tensor of another target module or rank is refused, naming the file and
- * the tensor, since it would be dropped silently. */
-rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_params *p, int tp_rank, int tp_size);
+ * the tensor, since it would be dropped silently. stages (a host comm; NULL or size 1: p is the
+ * whole model) are pipeline stages, p one of them: a tensor another stage uses is not refused,
+ * and one stage's failure fails every stage (collective over stages). */
+rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_params *p, int tp_rank, int tp_size,
+                                 rt_comm *stages);
 
 /* Writes every trainable parameter of p, full, to DIR/adapter_model.safetensors (atomically).
  * Collective over tp: tp rank 0 writes, and every rank returns its status. */

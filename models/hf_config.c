@@ -9,6 +9,7 @@
 
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_json.h"
+#include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_weights.h"
 #include "runtime/rt_backend.h"
@@ -284,14 +285,16 @@ fail:
 /* What the first stage's tp rank 0 writes from the whole model. */
 typedef rt_status (*hf_whole_writer)(void *ctx, rt_params *whole);
 
-/* The pipeline stages' save: every tensor to the first stage, whose tp rank 0 writes from the
- * whole model; every rank returns the writer's outcome (what and kind name it in messages). */
-static rt_status hf_save_stages(const char *what, const char *kind, rt_params *params, rt_comm *tp, rt_comm *pp,
-                                hf_whole_writer write, void *ctx) {
+/* The pipeline stages' save: every tensor (or every trainable one) to the first stage, whose tp
+ * rank 0 writes from the whole model; every rank returns the writer's outcome (what and kind name
+ * it in messages). */
+static rt_status hf_save_stages(const char *what, const char *kind, const rt_params *params, bool trainable_only,
+                                rt_comm *tp, rt_comm *pp, hf_whole_writer write, void *ctx) {
     hf_stage_tensors t = {0};
     ckpt_tp_scratch scr = {0};
     rt_status sst = RT_OK, wst = RT_OK;
-    rt_status st = ckpt_pp_gather(what, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
+    rt_status st = trainable_only ? ckpt_pp_gather_trainable(what, params, tp, pp, &scr, hf_collect, &t, &sst)
+                                  : ckpt_pp_gather(what, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
     ckpt_tp_scratch_free(params->be, &scr);
     if (st == RT_OK && tp->rank == 0 && pp->rank == 0) {
         rt_backend *host = NULL;
@@ -332,14 +335,14 @@ rt_status mdl_save_weights(const char *path, const ckpt_map *map, rt_params *par
                            rt_comm *tp, rt_comm *pp) {
     if (pp->size == 1) return ckpt_save_hf(path, map, params, vocab_size, num_heads, tp);
     hf_write_job job = {.path = path, .map = map, .vocab_size = vocab_size, .num_heads = num_heads};
-    return hf_save_stages(path, "weights", params, tp, pp, hf_write_weights, &job);
+    return hf_save_stages(path, "weights", params, false, tp, pp, hf_write_weights, &job);
 }
 
 rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
                              rt_comm *tp, rt_comm *pp, cJSON *config) {
     if (pp->size > 1) {
         hf_write_job job = {.dir = dir, .map = map, .vocab_size = vocab_size, .num_heads = num_heads, .config = config};
-        rt_status st = hf_save_stages(dir, "HF folder", params, tp, pp, hf_write_folder, &job);
+        rt_status st = hf_save_stages(dir, "HF folder", params, false, tp, pp, hf_write_folder, &job);
         cJSON_Delete(job.config); /* the ranks that did not write */
         return st;
     }
@@ -364,4 +367,21 @@ rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *pa
             return rt_errorf((rt_status)code, "%s: tp rank 0 failed to write config.json", dir);
     }
     return st;
+}
+
+typedef struct {
+    const char *dir;
+    const ckpt_map *map;
+} peft_write_job;
+
+static rt_status peft_write(void *ctx, rt_params *trainable) {
+    const peft_write_job *j = ctx;
+    return ckpt_peft_save_weights(j->dir, j->map, trainable, rt_comm_self());
+}
+
+rt_status mdl_peft_save_weights(const char *dir, const ckpt_map *map, const rt_params *params, rt_comm *tp,
+                                rt_comm *pp) {
+    if (pp->size == 1) return ckpt_peft_save_weights(dir, map, params, tp);
+    peft_write_job job = {dir, map};
+    return hf_save_stages(dir, "PEFT adapter folder", params, true, tp, pp, peft_write, &job);
 }

@@ -126,6 +126,10 @@ rt_status mdl_hf_save_folder(const char *dir, const ckpt_map *map, rt_params *pa
  * collective over tp and pp whose writer is the first stage's tp rank 0. */
 rt_status mdl_save_weights(const char *path, const ckpt_map *map, rt_params *params, int vocab_size, int num_heads,
                            rt_comm *tp, rt_comm *pp);
+/* The trainable parameters (LoRA's adapters and saved modules) as DIR/adapter_model.safetensors
+ * (ckpt_peft_save_weights), the same way: gathered over tp, and over pp to the first stage. */
+rt_status mdl_peft_save_weights(const char *dir, const ckpt_map *map, const rt_params *params, rt_comm *tp,
+                                rt_comm *pp);
 
 /* The end of a config loader: a failed validation gets the file's path in front of its message,
  * and any status other than RT_OK, RT_ERR_CONFIG, RT_ERR_IO and RT_ERR_FORMAT becomes

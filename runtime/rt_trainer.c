@@ -577,6 +577,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         RT_TRY(rt_params_alloc_moments(model->params));
 
     s.tied = pipeline ? rt_params_tied(model->params) : -1;
+    if (s.tied >= 0 && model->params->specs[s.tied].frozen) s.tied = -1; /* LoRA's base: no gradient to sum */
     if (pipeline) RT_TRY(rt_pipe_tied_members(s.pp_host, s.tied >= 0, &s.tied_members));
     if (s.tied >= 0 && !(s.tied_members & (((uint64_t)1 << s.pp->rank) - 1))) /* the first holder */
         RT_TRY(rt_backend_alloc(model->params->be, model->params->specs[s.tied].numel * sizeof(float),

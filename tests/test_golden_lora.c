@@ -65,7 +65,7 @@ static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_confi
     if (rep.missing != 0 || rep.adapters != 2 * N_ADAPTED || rep.unused != 0)
         RT_FAIL(RT_ERR_FORMAT, "base: missing %d (%s), %d adapters, unused %d", rep.missing, rep.first_missing,
                 rep.adapters, rep.unused);
-    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size));
+    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size, NULL));
     return RT_OK;
 fail:
     gpt2_model_free(*out);
@@ -264,7 +264,7 @@ static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
     r8.r = 8;
     m = load_lora(be, &r8, NULL);
     if (m) {
-        rt_status st = ckpt_peft_load_weights(dir, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1);
+        rt_status st = ckpt_peft_load_weights(dir, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1, NULL);
         TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "lora_A.weight' has shape [4, 64], expected [8, 64]"),
                   "another rank's adapter: status %d, %s", st, rt_error_message());
         gpt2_model_free(m);
@@ -376,7 +376,7 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     TZ_EXPECT(rep.missing == 0 && rep.adapters == expected - (roberta ? 4 : 2) && rep.unused == 0,
               "%s base: missing %d, %d adapters, unused %d", fam, rep.missing, rep.adapters, rep.unused);
     snprintf(path, sizeof path, "%s/adapter", lora);
-    TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1));
+    TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1, NULL));
     tzl_check_merged(lora, p, &peft, map, cfg.vocab_size, cfg.num_attention_heads, roberta ? 2 * 2 : 2 * 6);
     for (int i = 0; i < p->n; i++) { /* the pooler is no saved module: frozen, as in PEFT */
         const char *n = p->specs[i].name;

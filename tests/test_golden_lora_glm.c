@@ -84,7 +84,7 @@ static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_confi
     cfg.lora = peft;
     RT_TRY(glm_model_init(&cfg, be, tp, B, T, 7, out));
     RT_TRY(glm_model_load_dir(*out, base_path, NULL, 0));
-    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_glm, glm_model_params(*out), tp->rank, tp->size));
+    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_glm, glm_model_params(*out), tp->rank, tp->size, NULL));
     return RT_OK;
 fail:
     glm_model_free(*out);

@@ -80,7 +80,7 @@ static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_confi
     cfg.lora = peft;
     RT_TRY(t5_model_init(&cfg, be, tp, B, S, T, 7, out));
     RT_TRY(t5_load_hf(*out, weights, report, sizeof report));
-    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_t5, t5_model_params(*out), tp->rank, tp->size));
+    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_t5, t5_model_params(*out), tp->rank, tp->size, NULL));
     return RT_OK;
 fail:
     t5_model_free(*out);

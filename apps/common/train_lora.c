@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_peft_weights.h"
+#include "models/hf_config.h"
 #include "models/lora.h"
 #include "runtime/rt_log.h"
 
@@ -71,9 +72,6 @@ static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *
     if (o->zero > 2)
         return rt_errorf(RT_ERR_USAGE, "--zero 3 with LoRA is not built yet (its blocks shard the frozen base too); "
                          "--zero 1 or 2 shards the adapters' AdamW state (and 2 their gradients)");
-    if (o->pp > 1)
-        return rt_errorf(RT_ERR_USAGE, "--pp with LoRA is not built yet (the adapter folder is read and written by "
-                         "one stage); use --tp or data parallelism");
     return RT_OK;
 }
 
@@ -118,7 +116,7 @@ rt_status train_app_lora_ready(const train_app_opts *o, const ckpt_peft_config *
                                const char *family, const char *modules, rt_params *p, const rt_grid *grid) {
     rt_status st = mdl_lora_check_targets(p, cfg, map, family, modules);
     if (st == RT_OK && o->lora_from) {
-        st = ckpt_peft_load_weights(o->lora_from, map, p, grid->tp->rank, grid->tp->size);
+        st = ckpt_peft_load_weights(o->lora_from, map, p, grid->tp->rank, grid->tp->size, grid->pp_host);
         if (st == RT_OK) rt_log_info("LoRA: adapters loaded from %s", o->lora_from);
     }
     size_t trained = 0, all = 0; /* the tensors' elements (the slab adds alignment) */
@@ -142,7 +140,8 @@ typedef struct {
 static rt_status lora_write(void *ctx, const char *folder) {
     const lora_export *x = ctx;
     /* the tensors gathered over tp by the first replica's group; the config by the first rank */
-    rt_status st = x->grid->dp_rank == 0 ? ckpt_peft_save_weights(folder, x->map, x->p, x->grid->tp) : RT_OK;
+    rt_status st = x->grid->dp_rank == 0 ? mdl_peft_save_weights(folder, x->map, x->p, x->grid->tp, x->grid->pp)
+                                         : RT_OK;
     if (st == RT_OK && x->grid->world->rank == 0) st = ckpt_peft_config_write(folder, x->cfg);
     return st;
 }

@@ -590,9 +590,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const train_app_lora_family lora_family = {.default_targets = "c_attn", .task_type = "CAUSAL_LM",
                                                .base_model = O.model, .fan_in_fan_out = true};
     RT_TRY(train_app_lora_config(&O.t, &lm_spec, &lora_family, &lora, &lora_on));
-    if (lora_on && O.generate && grid.pp_size > 1)
-        RT_FAIL(RT_ERR_USAGE, "--generate with --pp and LoRA: the pipelined run generates from its HF export, "
-                              "which LoRA does not write yet (the merged model)");
+    if (lora_on && O.generate && grid.pp_size > 1 && !O.save_hf)
+        RT_FAIL(RT_ERR_USAGE, "--generate with --pp and LoRA generates from the merged model: give --save-hf DIR");
     RT_TRY(train_app_resolve_source(O.model, O.arch, O.tokenizer, TZ_SOURCE_DIR "/assets/gpt2-bpe", "GPT-2", &src));
     RT_TRY(tok_load(src.tokenizer, &tok));
     const int32_t eos = tok_eos_id(tok);
