@@ -18,18 +18,24 @@ static void ckpt_pp_deliver(ckpt_pp_sink sink, void *ctx, const ckpt_pp_record *
 
 /* This stage's tensors: gathered over tp to its rank 0, which hands them to the sink (the first
  * stage) or sends each to the first stage. */
-static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const float *buf, bool trainable_only,
+/* Whether parameter s is sent: not a tied weight's copy (the first stage's tensor), and of the
+ * kind asked for. */
+static bool ckpt_pp_sends(const rt_param_spec *s, ckpt_pp_which which) {
+    return !s->copy && (which == CKPT_PP_ALL || (which == CKPT_PP_TRAINABLE) == !s->frozen);
+}
+
+static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const float *buf, ckpt_pp_which which,
                                     rt_comm *tp, rt_comm *pp, ckpt_tp_scratch *scr, float **full, size_t *cap,
                                     ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
     rt_status st = RT_OK;
     const bool lead = tp->rank == 0;
-    int32_t count = 0; /* a tied weight's copy is the first stage's tensor: not sent again */
-    for (int i = 0; buf && i < p->n; i++) count += !p->specs[i].copy && !(trainable_only && p->specs[i].frozen);
+    int32_t count = 0;
+    for (int i = 0; buf && i < p->n; i++) count += ckpt_pp_sends(&p->specs[i], which);
     rt_p2p op = {.send = true, .peer = 0, .buf = &count, .bytes = sizeof count};
     if (lead && pp->rank > 0) RT_TRY(rt_comm_p2p(pp, &op, 1));
     for (int i = 0; buf && i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
-        if (s->copy || (trainable_only && s->frozen)) continue;
+        if (!ckpt_pp_sends(s, which)) continue;
         ckpt_tp_desc d;
         RT_TRY(ckpt_tp_spec_desc(what, s, tp, &d));
         const size_t n = ckpt_tp_full_numel(&d);
@@ -76,15 +82,15 @@ fail:
     return st;
 }
 
-/* ckpt_pp_gather, with the frozen parameters left out (trainable_only) or not. */
-static rt_status ckpt_pp_gather_some(const char *what, const rt_params *p, const float *buf, bool trainable_only,
+/* ckpt_pp_gather of the parameters `which` selects. */
+static rt_status ckpt_pp_gather_some(const char *what, const rt_params *p, const float *buf, ckpt_pp_which which,
                                      rt_comm *tp, rt_comm *pp, ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx,
                                      rt_status *sink_st) {
     rt_status st = RT_OK;
     float *full = NULL;
     size_t cap = 0;
     *sink_st = RT_OK;
-    RT_TRY(ckpt_pp_send_stage(what, p, buf, trainable_only, tp, pp, scr, &full, &cap, sink, ctx, sink_st));
+    RT_TRY(ckpt_pp_send_stage(what, p, buf, which, tp, pp, scr, &full, &cap, sink, ctx, sink_st));
     for (int from = 1; tp->rank == 0 && pp->rank == 0 && from < pp->size; from++)
         RT_TRY(ckpt_pp_receive_stage(what, pp, from, &full, &cap, sink, ctx, sink_st));
 fail:
@@ -95,12 +101,13 @@ fail:
 rt_status ckpt_pp_gather(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,
                          ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
     /* a buffer other than the parameters (m, v) covers the trainable ones only */
-    return ckpt_pp_gather_some(what, p, buf, buf != p->param, tp, pp, scr, sink, ctx, sink_st);
+    return ckpt_pp_gather_some(what, p, buf, buf != p->param ? CKPT_PP_TRAINABLE : CKPT_PP_ALL, tp, pp, scr, sink,
+                               ctx, sink_st);
 }
 
-rt_status ckpt_pp_gather_trainable(const char *what, const rt_params *p, rt_comm *tp, rt_comm *pp,
-                                   ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
-    return ckpt_pp_gather_some(what, p, p->param, true, tp, pp, scr, sink, ctx, sink_st);
+rt_status ckpt_pp_gather_params(const char *what, const rt_params *p, ckpt_pp_which which, rt_comm *tp, rt_comm *pp,
+                                ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
+    return ckpt_pp_gather_some(what, p, p->param, which, tp, pp, scr, sink, ctx, sink_st);
 }
 
 rt_status ckpt_pp_agree(rt_comm *tp, rt_comm *pp, rt_status written, const char *path, const char *what) {

@@ -32,9 +32,11 @@ typedef rt_status (*ckpt_pp_sink)(void *ctx, const ckpt_pp_record *r, const floa
  * error, or RT_ERR_RUNTIME for a malformed header (what names the file for messages). */
 rt_status ckpt_pp_gather(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,
                          ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st);
-/* The same for the trainable parameters' values only (LoRA's adapters, not the frozen base). */
-rt_status ckpt_pp_gather_trainable(const char *what, const rt_params *p, rt_comm *tp, rt_comm *pp,
-                                   ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st);
+/* The same for the parameters' values, all of them or, with LoRA, the trainable ones (the
+ * adapters) or the frozen ones (the base) only. */
+typedef enum { CKPT_PP_ALL, CKPT_PP_TRAINABLE, CKPT_PP_FROZEN } ckpt_pp_which;
+rt_status ckpt_pp_gather_params(const char *what, const rt_params *p, ckpt_pp_which which, rt_comm *tp, rt_comm *pp,
+                                ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st);
 /* The writer's outcome (tp rank 0 of the first stage) to every rank of the stages: over tp,
  * then over pp; what and path for the others' message. */
 rt_status ckpt_pp_agree(rt_comm *tp, rt_comm *pp, rt_status written, const char *path, const char *what);

@@ -3,8 +3,10 @@
 #include "checkpoints/ckpt_train.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_tp.h"
@@ -32,6 +34,73 @@ static rt_status ckpt_train_sink_add(void *ctx, const ckpt_pp_record *r, const f
     return ckpt_native_writer_add(k->w, name, RT_F32, r->ndim, shape, full);
 }
 
+/* ---- the frozen base's fingerprint (LoRA) ---- */
+
+/* Each full tensor's name and values through CRC-32, mixed to 64 bits and summed, so neither
+ * the tp layout nor the order the stages send them in changes it. */
+typedef struct {
+    uint64_t sum;
+    int64_t tensors;
+} ckpt_train_base;
+
+static uint64_t ckpt_train_mix(uint64_t x) { /* splitmix64's finalizer */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static rt_status ckpt_train_base_add(void *ctx, const ckpt_pp_record *r, const float *full) {
+    ckpt_train_base *b = ctx;
+    size_t n = 1;
+    for (int d = 0; d < r->ndim; d++) n *= (size_t)r->shape[d];
+    const uint64_t name = ckpt_native_crc32(r->name, strlen(r->name)), data = ckpt_native_crc32(full, n * sizeof(float));
+    b->sum += ckpt_train_mix(name << 32 | data);
+    b->tensors++;
+    return RT_OK;
+}
+
+/* The frozen parameters' fingerprint on the first stage's tp rank 0 (collective over tp, pp). */
+static rt_status ckpt_train_base_of(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp,
+                                    ckpt_train_base *out) {
+    ckpt_tp_scratch scr = {0};
+    rt_status sst = RT_OK;
+    *out = (ckpt_train_base){0};
+    rt_status st = ckpt_pp_gather_params(path, p, CKPT_PP_FROZEN, tp, pp, &scr, ckpt_train_base_add, out, &sst);
+    ckpt_tp_scratch_free(p->be, &scr);
+    return st != RT_OK ? st : sst;
+}
+
+/* meta_json with "frozen_base": {"fingerprint", "tensors"} added (the caller frees it). */
+static char *ckpt_train_meta_with_base(const char *meta_json, const ckpt_train_base *b) {
+    cJSON *meta = meta_json ? cJSON_Parse(meta_json) : NULL;
+    if (!cJSON_IsObject(meta)) {
+        cJSON_Delete(meta);
+        meta = cJSON_CreateObject();
+    }
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)b->sum);
+    cJSON *base = cJSON_AddObjectToObject(meta, "frozen_base");
+    cJSON_AddStringToObject(base, "fingerprint", hex);
+    cJSON_AddNumberToObject(base, "tensors", (double)b->tensors);
+    char *text = cJSON_PrintUnformatted(meta);
+    cJSON_Delete(meta);
+    char *out = rt_xstrdup(text);
+    cJSON_free(text);
+    return out;
+}
+
+/* A checkpoint's frozen_base, when it has one (written without the frozen parameters). */
+static bool ckpt_train_meta_base(const char *meta_json, ckpt_train_base *b) {
+    cJSON *meta = meta_json ? cJSON_Parse(meta_json) : NULL;
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(meta, "frozen_base");
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(base, "fingerprint"),
+                *n = cJSON_GetObjectItemCaseSensitive(base, "tensors");
+    const bool ok = cJSON_IsString(fp) && cJSON_IsNumber(n);
+    if (ok) *b = (ckpt_train_base){strtoull(fp->valuestring, NULL, 16), (int64_t)n->valuedouble};
+    cJSON_Delete(meta);
+    return ok;
+}
+
 rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp, const char *meta_json) {
     rt_status st = RT_OK;
     const bool writer = tp->rank == 0 && pp->rank == 0;
@@ -40,12 +109,23 @@ rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_
     rt_status wst = RT_OK;
     ckpt_train_sink k = {.wst = &wst};
     ckpt_tp_scratch scr = {0};
-    if (writer) wst = ckpt_native_writer_begin(path, meta_json, &k.w);
+    char *meta = NULL;
+    /* LoRA: the frozen base is not written, only its fingerprint, which a resume checks */
+    const bool frozen = rt_params_n_frozen(p) > 0;
+    if (frozen) {
+        ckpt_train_base base;
+        RT_TRY(ckpt_train_base_of(path, p, tp, pp, &base));
+        meta = ckpt_train_meta_with_base(meta_json, &base);
+    }
+    if (writer) wst = ckpt_native_writer_begin(path, meta ? meta : meta_json, &k.w);
     /* kind by kind, stage by stage: the records come in the order one process writes them;
      * moments exist once the optimizer ran */
     for (k.kind = 0; k.kind < 3; k.kind++) {
         rt_status sst = RT_OK;
-        RT_TRY(ckpt_pp_gather(path, p, ckpt_train_buffer(p, k.kind), tp, pp, &scr, ckpt_train_sink_add, &k, &sst));
+        if (k.kind == 0 && frozen)
+            RT_TRY(ckpt_pp_gather_params(path, p, CKPT_PP_TRAINABLE, tp, pp, &scr, ckpt_train_sink_add, &k, &sst));
+        else
+            RT_TRY(ckpt_pp_gather(path, p, ckpt_train_buffer(p, k.kind), tp, pp, &scr, ckpt_train_sink_add, &k, &sst));
         if (wst == RT_OK) wst = sst;
     }
     if (writer) {
@@ -57,6 +137,7 @@ rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_
 fail:
     if (k.w) ckpt_native_writer_abort(k.w);
     ckpt_tp_scratch_free(p->be, &scr);
+    free(meta);
     return st;
 }
 
@@ -69,8 +150,10 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
     ckpt_native_file *f = NULL;
     float *full = NULL, *shard = NULL;
     size_t full_cap = 0, shard_cap = 0;
+    ckpt_train_base base;
     RT_TRY(ckpt_native_open(path, &f));
     RT_TRY(rt_params_alloc_moments(p));
+    const bool without_base = ckpt_train_meta_base(ckpt_native_metadata(f), &base);
     for (int kind = 0; kind < 3; kind++) {
         float *buf = ckpt_train_buffer(p, kind);
         for (int i = 0; i < p->n; i++) {
@@ -81,6 +164,10 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
             ckpt_tp_desc d;
             RT_TRY(ckpt_tp_spec_desc(path, s, tp, &d));
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
+            if (s->frozen && without_base && !ckpt_native_has(f, name)) continue; /* the base as loaded: checked after */
+            if (!ckpt_native_has(f, name) && without_base)
+                RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' is missing: the checkpoint is a LoRA run's (adapters, no base "
+                        "weights); resume it with the LoRA settings it trained with", path, name);
             if (!ckpt_native_has(f, name))
                 RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
                         name);
@@ -111,6 +198,21 @@ fail:
     return st;
 }
 
+/* A checkpoint written without the frozen base (LoRA) resumes only over the base it trained on:
+ * the model's frozen parameters against the checkpoint's fingerprint (collective over tp, pp). */
+static rt_status ckpt_train_check_base(const char *path, const rt_params *p, rt_comm *tp, rt_comm *pp,
+                                       const char *meta_json) {
+    ckpt_train_base want, have;
+    if (!ckpt_train_meta_base(meta_json, &want) || rt_params_n_frozen(p) == 0) return RT_OK;
+    rt_status st = ckpt_train_base_of(path, p, tp, pp, &have);
+    if (st == RT_OK && tp->rank == 0 && pp->rank == 0 && (have.sum != want.sum || have.tensors != want.tensors))
+        st = rt_errorf(RT_ERR_CONFIG, "%s: the checkpoint trained its adapters on another base model (its frozen weights' "
+                       "fingerprint %016llx over %lld tensors; this model's %016llx over %lld): resume over the --model "
+                       "it started from", path, (unsigned long long)want.sum, (long long)want.tensors,
+                       (unsigned long long)have.sum, (long long)have.tensors);
+    return ckpt_pp_agree(tp, pp, st, path, "base check");
+}
+
 rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, rt_comm *pp, char **meta_json) {
     *meta_json = NULL;
     rt_status st = ckpt_train_load_local(path, p, tp, meta_json);
@@ -126,6 +228,11 @@ rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, rt_comm *
         if (cst != RT_OK) return cst;
         return rt_errorf((rt_status)(int)worst, "%s: another tp rank or pipeline stage failed to load the checkpoint (%s)",
                          path, rt_status_name((rt_status)(int)worst));
+    }
+    if (st == RT_OK) st = ckpt_train_check_base(path, p, tp, pp, *meta_json); /* every rank loaded: all take part */
+    if (st != RT_OK) {
+        free(*meta_json);
+        *meta_json = NULL;
     }
     return st; /* this rank's own error keeps its message */
 }

@@ -293,8 +293,8 @@ static rt_status hf_save_stages(const char *what, const char *kind, const rt_par
     hf_stage_tensors t = {0};
     ckpt_tp_scratch scr = {0};
     rt_status sst = RT_OK, wst = RT_OK;
-    rt_status st = trainable_only ? ckpt_pp_gather_trainable(what, params, tp, pp, &scr, hf_collect, &t, &sst)
-                                  : ckpt_pp_gather(what, params, params->param, tp, pp, &scr, hf_collect, &t, &sst);
+    rt_status st = ckpt_pp_gather_params(what, params, trainable_only ? CKPT_PP_TRAINABLE : CKPT_PP_ALL, tp, pp, &scr,
+                                         hf_collect, &t, &sst);
     ckpt_tp_scratch_free(params->be, &scr);
     if (st == RT_OK && tp->rank == 0 && pp->rank == 0) {
         rt_backend *host = NULL;

@@ -3,7 +3,8 @@
 # only the adapters and the head (the log says how many parameters), --save-lora writes a PEFT
 # folder (adapter_config.json with the run's settings, adapter_model.safetensors), --lora-from
 # that folder evaluates to the same dev numbers as the run that wrote it, a LoRA run resumes to
-# the same last step as one that ran through, activation checkpointing gives the same numbers,
+# the same last step as one that ran through (its checkpoints without the frozen base, which a
+# fingerprint names: another base is refused), activation checkpointing gives the same numbers,
 # --save-hf writes the merged model (a plain HF folder that scores as base + adapters did), and
 # every option that cannot work gets its error.
 # gpt2-finetune writes its adapters to SAVE_DIR/lora, which score and generate as the run did;
@@ -70,6 +71,15 @@ grep -q "resumed from .*step.*3" "$TMP/out" && ok || bad "the LoRA run did not r
 last() { grep '"train"' "$1/metrics.jsonl" | tail -1 | grep -o '"\(step\|loss\|grad_norm\)":[^,}]*'; }
 [ -n "$(last "$TMP/whole")" ] && [ "$(last "$TMP/whole")" = "$(last "$TMP/resumed")" ] && ok ||
     bad "resumed: $(last "$TMP/resumed" | tr '\n' ' ') vs $(last "$TMP/whole" | tr '\n' ' ')"
+
+# the checkpoints hold the adapters and their AdamW state, not the frozen base (the tiny GPT-2's
+# 50257 x 16 embedding alone is 3 MiB), and name the base by a fingerprint: resuming over another
+# base (another --seed draws other random weights) is refused, naming both
+size=$(stat -c %s "$(ls "$TMP/whole"/step-*3.tzck)")
+[ "$size" -lt 100000 ] && ok || bad "a LoRA checkpoint of $size bytes (the base in it?)"
+mkdir -p "$TMP/otherbase" && cp "$TMP/whole"/step-*3.tzck "$TMP/otherbase/"
+expect_fail "resume over another base" 1 "the checkpoint trained its adapters on another base model" gpt2-classify "${RUN[@]}" \
+    "${LORA[@]}" "${STEPS[@]}" --seed 7 --save-dir "$TMP/otherbase" --resume
 
 # activation checkpointing recomputes the adapters with the same dropout bits: the same numbers
 CK=(--max-steps 4 --eval-interval -1 --save-interval -1 --log-interval 1)
