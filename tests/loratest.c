@@ -122,3 +122,33 @@ done:
     ckpt_source_close(ours);
     ckpt_safetensors_close(peft);
 }
+
+void tzl_check_bf16(const char *lora_dir, const char *fam, const rt_params *p, const ckpt_map *map,
+                    const float *logits16, const float *logits32, size_t n, float loss16, float loss32,
+                    const float *grads16, const float *grads32, int expected) {
+    char path[4200], what[64];
+    ckpt_st_file *g = NULL, *a = NULL;
+    snprintf(path, sizeof path, "%s/golden.safetensors", lora_dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &g));
+    snprintf(path, sizeof path, "%s/bf16_autocast.safetensors", lora_dir);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &a));
+    if (!g || !a) goto done;
+    snprintf(what, sizeof what, "%s LoRA ", fam);
+    tz_check_bf16_golden(g, a, what, "logits", logits16, logits32, n);
+    tz_check_bf16_golden(g, a, what, "loss", &loss16, &loss32, 1);
+    int compared = 0;
+    for (int i = 0; i < p->n; i++) {
+        const rt_param_spec *s = &p->specs[i];
+        char peft[256], name[320];
+        if (s->frozen) continue;
+        TZ_EXPECT(ckpt_peft_param_name(map, s->name, peft, sizeof peft), "%s: no PEFT name", s->name);
+        snprintf(name, sizeof name, "grad.%s", peft);
+        tz_check_bf16_golden(g, a, what, name, grads16 + s->offset, grads32 + s->offset, s->numel);
+        compared++;
+    }
+    TZ_EXPECT(compared == expected && tz_count_prefixed(a, "grad.") == expected, "%s: %d gradients compared, %d in %s",
+              fam, compared, tz_count_prefixed(a, "grad."), path);
+done:
+    ckpt_safetensors_close(g);
+    ckpt_safetensors_close(a);
+}

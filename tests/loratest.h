@@ -30,6 +30,14 @@ void tzl_compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params 
 void tzl_check_merged(const char *lora_dir, rt_params *p, const ckpt_peft_config *cfg, const ckpt_map *map,
                       int vocab_size, int n_head, int expected);
 
+/* bf16 against PEFT under torch's CPU bf16 autocast (lora_dir/bf16_autocast.safetensors, by
+ * gen_lora_golden.py --bf16-autocast) in testutil.h's band (tz_check_bf16_golden, PEFT's fp32
+ * golden.safetensors the reference): the logits (n), the loss and every trainable gradient of
+ * p (grads: copies of p->grad), ours at bf16 (16) and at fp32 (32); `expected` gradients. */
+void tzl_check_bf16(const char *lora_dir, const char *fam, const rt_params *p, const ckpt_map *map,
+                    const float *logits16, const float *logits32, size_t n, float loss16, float loss32,
+                    const float *grads16, const float *grads32, int expected);
+
 /* The trainable gradients of a tp run, gathered into full tensors on rank 0. */
 enum { TZL_MAX_TRAINABLE = 96 };
 typedef struct {

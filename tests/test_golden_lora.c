@@ -5,6 +5,8 @@
  * and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py, versions in the
  * file's metadata). Tolerances are test_golden_gpt2's (DESIGN.md's fp32 ones).
  *
+ * bf16 is in the band of PEFT under torch's CPU bf16 autocast (the full models' band).
+ *
  * Also: only the adapters and score train (train_numel, no gradient for the base, whose weights
  * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); the folder
  * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits; and
@@ -408,6 +410,37 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     ckpt_peft_config_free(&peft);
 }
 
+/* bf16 against PEFT under torch's CPU bf16 autocast, in the band the full models' bf16 tests use
+ * (tests/loratest.h). */
+static void test_bf16(rt_backend *be, const ckpt_peft_config *peft) {
+    ckpt_st_file *g = open_golden();
+    gpt2_model *m = g ? load_lora(be, peft, peft_adapter()) : NULL;
+    if (!m) {
+        ckpt_safetensors_close(g);
+        return;
+    }
+    cls_batch cb;
+    load_batch(g, &cb);
+    ckpt_safetensors_close(g);
+    rt_params *p = gpt2_model_params(m);
+    const mdl_pass pass = {.seed = 1, .training = true};
+    float logits[2][B * NL], loss[2], *grads[2];
+    for (int k = 0; k < 2; k++) { /* 0: fp32, 1: bf16 */
+        double loss_sum = 0;
+        TZ_EXPECT_OK(rt_set_precision(be, k ? RT_BF16 : RT_F32));
+        rt_params_zero_grad(p);
+        TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits[k]));
+        loss[k] = (float)(loss_sum / B);
+        grads[k] = rt_xmalloc(p->train_numel * sizeof(float));
+        memcpy(grads[k], p->grad, p->train_numel * sizeof(float));
+    }
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    tzl_check_bf16(lora_dir(), "gpt2", p, &ckpt_map_gpt2, logits[1], logits[0], B * NL, loss[1], loss[0], grads[1],
+                   grads[0], 2 * N_ADAPTED + 1);
+    free(grads[0]), free(grads[1]);
+    gpt2_model_free(m);
+}
+
 /* ---- the language model: decoding with a key/value cache ---- */
 
 /* GPT-2 as a language model with adapters on every linear and B non-zero: each step's logits of
@@ -566,6 +599,7 @@ int main(void) {
     test_init(be, &peft);
     test_loads_in_peft(be);
     test_decode(be, &peft);
+    test_bf16(be, &peft);
     test_bert_family(be, false);
     test_bert_family(be, true);
     test_tp(&peft);

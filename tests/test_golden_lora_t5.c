@@ -7,7 +7,7 @@
  * t5). Tolerances are DESIGN.md's fp32 ones (tests/loratest.h).
  *
  * Also: the base stays frozen (no gradient, bit for bit after a step); the merged model (--save-hf
- * with LoRA) is PEFT's merge_and_unload; at tp = 2 and 4 each rank
+ * with LoRA) is PEFT's merge_and_unload; bf16 is in the band of PEFT under torch's bf16 autocast; at tp = 2 and 4 each rank
  * loads its shards of the base and the adapters and the logits, the loss and every gathered
  * gradient are PEFT's; the folder --save-lora writes loads back bit for bit, and in PEFT to the
  * same logits (tests/golden/t5-tiny-lora/from-tunezoo); and greedy generation
@@ -181,6 +181,33 @@ static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
     free(logits);
     free(base_before);
     ckpt_safetensors_close(g);
+}
+
+/* bf16 against PEFT under torch's CPU bf16 autocast, in the full models' bf16 band (tests/loratest.h). */
+static void test_bf16(rt_backend *be, const ckpt_peft_config *peft) {
+    ckpt_st_file *g = open_golden();
+    t5_model *m = g ? load_lora(be, peft, adapter_path) : NULL;
+    if (!m) {
+        ckpt_safetensors_close(g);
+        return;
+    }
+    golden_batch gb;
+    load_batch(g, &gb);
+    ckpt_safetensors_close(g);
+    rt_params *p = t5_model_params(m);
+    float *logits[2], loss[2], *grads[2];
+    for (int k = 0; k < 2; k++) { /* 0: fp32, 1: bf16 */
+        TZ_EXPECT_OK(rt_set_precision(be, k ? RT_BF16 : RT_F32));
+        logits[k] = rt_xmalloc((size_t)B * T * V * sizeof(float));
+        loss[k] = train_step(m, &gb, 0, logits[k]);
+        grads[k] = rt_xmalloc(p->train_numel * sizeof(float));
+        memcpy(grads[k], p->grad, p->train_numel * sizeof(float));
+    }
+    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
+    tzl_check_bf16(lora_path, "t5", p, &ckpt_map_t5, logits[1], logits[0], (size_t)B * T * V, loss[1], loss[0],
+                   grads[1], grads[0], N_TRAIN);
+    for (int k = 0; k < 2; k++) free(logits[k]), free(grads[k]);
+    t5_model_free(m);
 }
 
 /* ---- tensor parallelism ---- */
@@ -378,6 +405,7 @@ int main(void) {
     TZ_EXPECT_OK(ckpt_peft_config_read(adapter_path, &peft));
     if (!be) return tz_test_result("test_golden_lora_t5");
     test_against_peft(be, &peft);
+    test_bf16(be, &peft);
     test_tp(&peft);
     test_save_round_trip(be, &peft);
     test_loads_in_peft(be);

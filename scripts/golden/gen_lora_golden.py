@@ -135,6 +135,9 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="skip the per-tensor summary")
     ap.add_argument("--from-tunezoo", action="store_true",
                     help="only PEFT's logits with OUT/from-tunezoo (a folder tunezoo wrote)")
+    ap.add_argument("--bf16-autocast", action="store_true",
+                    help="only OUT/bf16_autocast.safetensors: PEFT's model with OUT/adapter under torch's CPU bf16 "
+                         "autocast (logits, loss, every trainable gradient), for the bf16 band tests")
     ap.add_argument("--merged", action="store_true",
                     help="only OUT/merged.safetensors: PEFT's merge_and_unload of OUT/adapter, the weights it changed")
     ap.add_argument("--flagai", default="", help="--family glm: the folder holding FlagAI 1.8's unpacked wheel")
@@ -157,6 +160,26 @@ def main():
         batch["token_type_ids"] = g["token_type_ids"].long()
     if a.family == "glm":  # GLM's two position rows; attention_mask is each row's sep
         batch["position_ids"] = g["position_ids"].long()
+    if a.bf16_autocast:  # forward and loss under autocast, backward outside (as torch recommends)
+        model = PeftModel.from_pretrained(base_model(), os.path.join(a.out, "adapter"), is_trainable=True)
+        model.train()
+        with torch.no_grad():
+            ref = load_file(os.path.join(a.out, "golden.safetensors"))
+            if not torch.allclose(forward(model, batch)[0], ref["logits"], atol=1e-5, rtol=1e-4):
+                sys.exit("error: an fp32 run does not reproduce golden.safetensors' logits on this stack")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, loss = forward(model, batch)
+        loss.float().backward()
+        tensors = {"logits": logits.detach().float().contiguous(), "loss": loss.detach().float().reshape(1)}
+        for name, p in trainable(model).items():
+            tensors["grad." + name] = p.grad.detach().float().contiguous()
+        meta = versions()
+        meta.update({"peft": peft.__version__, "adapter": f"tests/golden/{a.family}-tiny-lora/adapter",
+                     "autocast": 'torch.autocast("cpu", dtype=torch.bfloat16) around forward and loss; backward outside',
+                     "names": "grad.NAME: NAME as in adapter/adapter_model.safetensors; all stored as float32"})
+        save_file(tensors, os.path.join(a.out, "bf16_autocast.safetensors"), meta)
+        print("bf16 autocast: loss", loss.item(), "vs fp32", ref["loss"].item())
+        return
     if a.merged:  # what --save-hf with LoRA must write: the base's weights with B A folded in
         base_state = {k: v.clone() for k, v in base_model().state_dict().items()}
         merged = PeftModel.from_pretrained(base_model(), os.path.join(a.out, "adapter")).merge_and_unload()
