@@ -8,10 +8,6 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "models/param.h"
 
-rt_tp_rule mdl_lora_a_rule(rt_tp_rule base) { return base == RT_TP_ROW ? RT_TP_ROW : RT_TP_NONE; }
-
-rt_tp_rule mdl_lora_b_rule(rt_tp_rule base) { return base == RT_TP_COL || base == RT_TP_QKV ? base : RT_TP_NONE; }
-
 bool mdl_lora_is_adapter(const char *name) { return ckpt_peft_adapter_stem(name, NULL) > 0; }
 
 /* The HF module of part `part` of our parameter `ours` (its export name without the last dotted

@@ -26,12 +26,10 @@
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_map.h"
 #include "models/block.h"
+#include "models/parallel.h"
 #include "runtime/rt_params.h"
 
-/* The A and B tp rules of an adapter on a base weight split by `base` (RT_TP_COL, RT_TP_QKV:
- * column-parallel; RT_TP_ROW: row-parallel; RT_TP_NONE: neither). */
-rt_tp_rule mdl_lora_a_rule(rt_tp_rule base);
-rt_tp_rule mdl_lora_b_rule(rt_tp_rule base);
+/* The A and B tp rules of an adapter: mdl_lora_a_rule and mdl_lora_b_rule in models/parallel.h. */
 
 /* Declares the adapter of base weight `base` (a 2-D [out, in] parameter, one HF tensor) when its
  * HF module (map's export name without ".weight", e.g. "transformer.h.0.attn.c_attn") is one of

@@ -96,3 +96,7 @@ void mdl_vocab_logit_mask(rt_backend *be, const mdl_vocab *v, float *mask, float
     rt_to_device(be, mask, h, (size_t)v->local * sizeof(float));
     free(h);
 }
+
+rt_tp_rule mdl_lora_a_rule(rt_tp_rule base) { return base == RT_TP_ROW ? RT_TP_ROW : RT_TP_NONE; }
+
+rt_tp_rule mdl_lora_b_rule(rt_tp_rule base) { return base == RT_TP_COL || base == RT_TP_QKV ? base : RT_TP_NONE; }

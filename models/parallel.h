@@ -17,6 +17,17 @@
 
 /* Activations are typed handles (rt_x), except where a collective reduces them (fp32 floats). */
 
+/* LoRA's adapters (models/lora.h) on a layer split by rule `base`: A (r, in) and B (out, r)
+ * follow the layer's split so that no full-width activation crosses ranks.
+ *   column-parallel (RT_TP_COL, RT_TP_QKV): A whole on every rank (RT_TP_NONE), B split with
+ *     the layer's output rows (base's rule); a rank's u = dY_r B_r is partial and is all-reduced
+ *     (tokens x r floats) before dA.
+ *   row-parallel (RT_TP_ROW): A split with the layer's input columns (RT_TP_ROW), B whole; the
+ *     rank's t = X_r A_r^T is partial and is all-reduced (tokens x r) before B.
+ *   neither (RT_TP_NONE): both whole. */
+rt_tp_rule mdl_lora_a_rule(rt_tp_rule base);
+rt_tp_rule mdl_lora_b_rule(rt_tp_rule base);
+
 /* out (N, out_local) = inp (N, in) w (out_local, in)^T + b; b may be NULL. */
 void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, const float *b, size_t N, int in,
                         int out_local);
