@@ -345,7 +345,8 @@ static void test_loads_in_peft(rt_backend *be) {
  * on query, key and value (three adapters over tunezoo's one fused projection, each writing its
  * third) and on the three dense layers; RoBERTa's on query and value with its whole classifier
  * head saved (modules_to_save "classifier" holds classifier.dense). PEFT's logits, loss, every
- * trainable gradient and one AdamW step; the pooler and the rest frozen. */
+ * trainable gradient and one AdamW step; the pooler and the rest frozen; and the folder written
+ * after that step loads in PEFT to the logits it gives here. */
 static void test_bert_family(rt_backend *be, bool roberta) {
     const char *fam = roberta ? "roberta" : "bert";
     const ckpt_map *map = roberta ? &ckpt_map_roberta : &ckpt_map_bert;
@@ -405,6 +406,44 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
     tzl_compare_trainable(g, "after_step", p, false, map, expected);
+
+    /* the stepped adapters as a folder (TZ_LORA_EXPORT_BERT or _ROBERTA keeps it: how
+     * FAMILY-tiny-lora/from-tunezoo was made); the committed one gives, loaded over the base here,
+     * the logits PEFT gives with it (from_tunezoo.safetensors, gen_lora_golden.py --from-tunezoo) */
+    char env[32];
+    snprintf(env, sizeof env, "TZ_LORA_EXPORT_%s", roberta ? "ROBERTA" : "BERT");
+    const char *keep = getenv(env);
+    if (keep && *keep) {
+        TZ_EXPECT_OK(rt_make_dirs(keep, "the adapter folder"));
+        TZ_EXPECT_OK(ckpt_peft_config_write(keep, &peft));
+        TZ_EXPECT_OK(ckpt_peft_save_weights(keep, map, p, rt_comm_self()));
+    }
+    bert_model_free(m);
+    m = NULL;
+    ckpt_peft_config back;
+    snprintf(path, sizeof path, "%s/from-tunezoo", lora);
+    TZ_EXPECT_OK(ckpt_peft_config_read(path, &back));
+    cfg.lora = &back;
+    TZ_EXPECT_OK(bert_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
+    ckpt_st_file *ref = NULL;
+    snprintf(path, sizeof path, "%s/from_tunezoo.safetensors", lora);
+    TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
+    if (m && ref) {
+        p = bert_model_params(m);
+        snprintf(path, sizeof path, "%s/model.safetensors", base);
+        TZ_EXPECT_OK(ckpt_load_hf(path, map, p, cfg.vocab_size, cfg.num_attention_heads, 0, 1, NULL, &rep));
+        snprintf(path, sizeof path, "%s/from-tunezoo", lora);
+        TZ_EXPECT_OK(ckpt_peft_load_weights(path, map, p, 0, 1, NULL));
+        float peft_logits[B * NL];
+        const mdl_pass eval = {.seed = 1};
+        TZ_EXPECT_OK(bert_cls_step(m, &cb.batch, &eval, 0.0f, &loss_sum, logits));
+        TZ_EXPECT_OK(ckpt_safetensors_read_f32(ref, "logits", peft_logits, B * NL));
+        char what[96];
+        snprintf(what, sizeof what, "%s logits of the folder written here, in PEFT", fam);
+        tz_check_close(what, logits, peft_logits, B * NL, FWD_ATOL, FWD_RTOL);
+    }
+    ckpt_safetensors_close(ref);
+    ckpt_peft_config_free(&back);
     bert_model_free(m);
     ckpt_safetensors_close(g);
     ckpt_peft_config_free(&peft);
