@@ -2,8 +2,9 @@
  * trainable ones laid out first and the frozen ones after, gradients and AdamW moments of
  * train_numel floats, no gradient for a frozen one; AdamW moves only the trainable ones, exactly
  * as it moves the same parameters in a slab with nothing frozen; the gradient norm counts only
- * them; a checkpoint holds every parameter and the trainable ones' moments, and loads back;
- * ZeRO refuses a slab with frozen parameters. */
+ * them; a checkpoint holds the trainable parameters and their moments and the frozen ones'
+ * fingerprint, loads back over the same frozen values and is refused over others; ZeRO-1 takes a
+ * slab with frozen parameters (it shards the trainable floats), ZeRO-3 and offload refuse it. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -109,12 +110,30 @@ int main(void) {
     rt_to_host(be, m0, p.m, p.train_numel * sizeof(float));
     rt_to_host(be, m1, back.m, back.train_numel * sizeof(float));
     TZ_EXPECT(memcmp(m0, m1, sizeof m0) == 0, "the moments are not restored");
-    /* ZeRO shards the whole slab: refused */
+    /* the frozen values are not in the file: over other ones (another base) it is refused */
+    rt_params other;
+    declare(&other, be, true);
+    float one = 1.0f;
+    rt_to_device(be, rt_params_data(&other, 1), &one, sizeof one); /* b, frozen */
+    rt_status st = ckpt_train_load(path, &other, rt_comm_self(), rt_comm_self(), &meta);
+    TZ_EXPECT(st == RT_ERR_CONFIG && strstr(rt_error_message(), "on another base model"),
+              "a checkpoint over other frozen values: %s", rt_error_message());
+    free(meta);
+    rt_params_free(&other);
+    /* ZeRO-1 shards the trainable floats; stage 3 and offload would cut the frozen ones too */
     rt_zero *z = NULL;
-    const rt_zero_opts zo = {.stage = 1};
-    TZ_EXPECT(rt_zero_init(&back, rt_comm_self(), NULL, &zo, &z) == RT_ERR_CONFIG &&
-                  strstr(rt_error_message(), "frozen parameters (LoRA's base weights) are not sharded yet"),
-              "ZeRO with frozen parameters: %s", rt_error_message());
+    const rt_zero_opts z1 = {.stage = 1}, z3 = {.stage = 3}, off = {.stage = 1, .offload_optimizer = true};
+    TZ_EXPECT_OK(rt_zero_init(&back, rt_comm_self(), NULL, &z1, &z));
+    TZ_EXPECT(z && z->sharded == back.train_numel, "ZeRO-1 shards %zu floats, train_numel %zu", z ? z->sharded : 0,
+              back.train_numel);
+    rt_zero_free(z);
+    z = NULL;
+    TZ_EXPECT(rt_zero_init(&back, rt_comm_self(), NULL, &z3, &z) == RT_ERR_CONFIG &&
+                  strstr(rt_error_message(), "--zero 3 with frozen parameters"),
+              "ZeRO-3 with frozen parameters: %s", rt_error_message());
+    TZ_EXPECT(rt_zero_init(&back, rt_comm_self(), NULL, &off, &z) == RT_ERR_CONFIG &&
+                  strstr(rt_error_message(), "--offload-optimizer with frozen parameters"),
+              "offload with frozen parameters: %s", rt_error_message());
     rt_params_free(&back);
     rt_params_free(&p);
     rt_params_free(&ref);
