@@ -71,9 +71,17 @@ int rt_status_exit_code(const char *prog, rt_status st) {
         return 1;
     }
     if (st == RT_OK || st == RT_HELP_SHOWN) return 0;
-    fprintf(stderr, "%s: error: ", prog);
-    rt_fputs_printable(rt_err_buf[0] ? rt_err_buf : rt_status_name(st), stderr);
-    fputc('\n', stderr);
+    /* one write: under mpirun every rank may print its error at once, and an unbuffered stderr
+     * written piece by piece interleaves their lines mid-word */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    FILE *out = m ? m : stderr;
+    fprintf(out, "%s: error: ", prog);
+    rt_fputs_printable(rt_err_buf[0] ? rt_err_buf : rt_status_name(st), out);
+    fputc('\n', out);
+    if (m && fclose(m) == 0) fwrite(line, 1, len, stderr);
+    free(line);
     return st == RT_ERR_USAGE ? 2 : 1;
 }
 
