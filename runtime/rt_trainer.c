@@ -444,14 +444,19 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
     if (avail) snprintf(free_txt, sizeof free_txt, "; %.1f GiB free", (double)avail / (1024.0 * mib));
     if (be->ops->device_model) rt_log_info("device %s: %s", be->ops->name, be->ops->device_model(be->ctx));
     if (zero) {
-        /* stage 3 keeps only shards (the blocks are gathered at use); stages 1-2 the whole (padded)
-         * weights and gradient plus the gradient shard the reduce-scatter fills. Offloaded: the
-         * master weights (with offload_params the weights themselves), a gradient copy, m and v in
-         * host memory, which on the CPU backend is this backend's memory too. */
-        const double shard = (double)zero->shard * sizeof(float) / mib, padded = (double)zero->padded * sizeof(float) / mib;
-        const double w = zero->stage == 3 ? (zero->offload_params ? 0 : shard) : padded;
+        /* stage 3 keeps only shards (the blocks are gathered at use; frozen parameters have a
+         * weight shard only); stages 1-2 the whole weights (padded, unless some are frozen) and
+         * the (padded) trainable gradient plus the gradient shard the reduce-scatter fills.
+         * Offloaded: the master weights (with offload_params the weights themselves, frozen ones
+         * too), a gradient copy, m and v in host memory, which on the CPU backend is this
+         * backend's memory too. */
+        const double f = sizeof(float) / mib, shard = (double)zero->shard * f, padded = (double)zero->padded * f;
+        const double weights = zero->stage == 3 ? shard + (double)zero->frozen_shard * f
+                                                : (double)(p->numel > zero->padded ? p->numel : zero->padded) * f;
+        const double w = zero->stage == 3 && zero->offload_params ? 0 : weights;
         const double g = zero->stage == 3 ? shard : padded + shard, opt = zero->offload ? 0 : 2 * shard;
-        const double host = zero->offload ? 4 * shard : 0, here = w + g + opt + (be->device < 0 ? host : 0);
+        const double host = zero->offload ? 3 * shard + (zero->offload_params ? weights : shard) : 0;
+        const double here = w + g + opt + (be->device < 0 ? host : 0);
         char host_txt[96] = "";
         if (zero->offload) snprintf(host_txt, sizeof host_txt, ", offloaded to host memory %.1f", host);
         rt_log_info("memory on %s: %.1f MiB (ZeRO-%d: weights %.1f, gradients %.1f, AdamW state %.1f%s; activations "
@@ -470,7 +475,8 @@ static rt_status rt_train_log_stage_memory(rt_train_state *s, const rt_params *p
     const double mib = 1024.0 * 1024.0;
     const int P = s->pp_host->size;
     /* the stage's weights, or under ZeRO-3 the rank's shard of them (offloaded: none on the device) */
-    const size_t weights = s->zero && s->zero->stage == 3 ? (s->zero->offload_params ? 0 : s->zero->shard) : p->numel;
+    const rt_zero *z = s->zero;
+    const size_t weights = z && z->stage == 3 ? (z->offload_params ? 0 : z->shard + z->frozen_shard) : p->numel;
     float mine[2] = {(float)((double)weights * sizeof(float) / mib), (float)((double)rt_bytes_held(p->be) / mib)};
     float *all = rt_xmalloc(2 * sizeof(float) * (size_t)P);
     rt_status st = s->pp_host->ops->all_gather(s->pp_host->ctx, all, mine, 2);

@@ -56,18 +56,24 @@ static zero_range *zero_ranges_alloc(const rt_zero *z) {
     return rt_xmalloc(sizeof(zero_range) * (size_t)(z->p->n + (z->stage == 3 ? z->n_blocks : 1) + 1));
 }
 
+/* The floats of this rank's slice that are trainable parameters: stages 1-2 cut the trainable
+ * floats padded up to dp slices, so the last slice may reach past them (into the padding, or
+ * with frozen parameters into the room the frozen ones take in p->param). */
+static size_t zero_slice_owned(const rt_zero *z) {
+    if (z->stage == 3) return z->shard;
+    if (z->begin >= z->sharded) return 0;
+    return z->sharded - z->begin < z->shard ? z->sharded - z->begin : z->shard;
+}
+
 /* This rank's shard as ranges of one key: its slice of the slab (stages 1-2), or its piece of
- * every block (stage 3). */
+ * every block's trainable span (stage 3). */
 static int zero_ranges(const rt_zero *z, bool by_decay, zero_range *out) {
-    if (z->stage != 3) { /* the frozen parameters past z->sharded are no one's */
-        const size_t end = z->begin + z->shard < z->sharded ? z->begin + z->shard : z->sharded;
-        return zero_ranges_in(z->p, by_decay, z->begin, end > z->begin ? end : z->begin, 0, out);
-    }
+    if (z->stage != 3) return zero_ranges_in(z->p, by_decay, z->begin, z->begin + zero_slice_owned(z), 0, out);
     int n = 0;
     for (int k = 0; k < z->n_blocks; k++) {
         size_t lo, hi;
-        rt_zero3_piece(z, k, &lo, &hi);
-        n += zero_ranges_in(z->p, by_decay, lo, hi, z->blocks[k].at, out + n);
+        rt_zero3_piece(z, &z->blocks[k].train, &lo, &hi);
+        n += zero_ranges_in(z->p, by_decay, lo, hi, z->blocks[k].train.at, out + n);
     }
     return n;
 }
@@ -106,12 +112,6 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
         return rt_errorf(RT_ERR_CONFIG, "the parameters were laid out in host memory for ZeRO-3, but --zero is %d",
                          stage);
     const bool frozen = rt_params_n_frozen(p) > 0;
-    if (frozen && stage == 3) /* its blocks cut the whole slab, gradients and moments alike */
-        return rt_errorf(RT_ERR_CONFIG, "--zero 3 with frozen parameters (LoRA's base weights) is not built yet; "
-                         "--zero 1 or 2 shards the adapters' AdamW state (and 2 their gradients)");
-    if (frozen && (o->offload_optimizer || o->offload_params))
-        return rt_errorf(RT_ERR_CONFIG, "--offload-optimizer with frozen parameters (LoRA) is not built yet; the "
-                         "adapters' AdamW state is small: --zero 1 or 2 without offload");
     zero_free_moments(p); /* full moments, if any, are not kept */
     /* a staged slab (rt_backend.params_staging): from here on the parameters live on the device */
     rt_backend *staging = p->device ? p->be : NULL;
@@ -156,7 +156,7 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
         RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded gradient shard", (void **)&z->h_grad));
         RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded AdamW first moments", (void **)&z->m));
         RT_TRY(rt_backend_alloc(z->host_be, shard_bytes, "offloaded AdamW second moments", (void **)&z->v));
-        if (stage != 3) rt_to_host(p->be, z->h_master, p->param + z->begin, z->shard * sizeof(float));
+        if (stage != 3) rt_to_host(p->be, z->h_master, p->param + z->begin, zero_slice_owned(z) * sizeof(float));
     } else {
         RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW first moments (ZeRO shard)", (void **)&z->m));
         RT_TRY(rt_backend_alloc(p->be, shard_bytes, "AdamW second moments (ZeRO shard)", (void **)&z->v));
@@ -165,13 +165,16 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
     if (z->dp->rank == 0 && z->tp->rank == 0) {
         const double mib = 4.0 / (1 << 20);
         if (stage == 3) {
+            /* the trainable floats have a weight, a gradient, m and v; frozen ones a weight only */
+            const double frozen_numel = (double)(p->numel - p->train_numel);
             rt_log_info("ZeRO-3 over %d data-parallel ranks%s: weights, gradients and AdamW m and v in %d blocks, "
                         "%.1f MiB per rank instead of %.1f MiB, plus up to %d blocks gathered at once for the "
                         "weights and as many for the gradients (the largest block %.1f MiB)%s",
                         z->dp->size, z->offload_params ? ", parameters and optimizer offloaded to host memory"
                                      : z->offload    ? ", optimizer offloaded to host memory" : "",
-                        z->n_blocks, 4.0 * (double)z->shard * mib, 4.0 * (double)p->numel * mib, RT_ZERO3_WINDOW,
-                        (double)(z->max_piece * ranks) * mib, staging ? "; the model was built in host memory" : "");
+                        z->n_blocks, (4.0 * (double)z->shard + (double)z->frozen_shard) * mib,
+                        (4.0 * (double)p->train_numel + frozen_numel) * mib, RT_ZERO3_WINDOW,
+                        (double)z->max_gathered * mib, staging ? "; the model was built in host memory" : "");
         } else {
             rt_log_info("ZeRO-%d over %d data-parallel ranks%s: AdamW m and v %.1f MiB per rank instead of %.1f MiB%s",
                         stage, z->dp->size, z->offload ? ", optimizer offloaded to host memory" : "",
@@ -195,7 +198,7 @@ void rt_zero_free(rt_zero *z) {
         p->grad = p->be->ops->alloc(p->be->ctx, z->padded * sizeof(float));
     }
     if (z->stage == 3) rt_zero3_free(z);
-    if (z->stage == 3 && !p->grad) p->grad = p->be->ops->alloc(p->be->ctx, p->numel * sizeof(float));
+    if (z->stage == 3 && !p->grad) p->grad = p->be->ops->alloc(p->be->ctx, p->train_numel * sizeof(float));
     if (z->gshard) rt_free_device(p->be, z->gshard);
     if (z->pgather) rt_free_device(p->be, z->pgather);
     rt_backend *mbe = z->offload ? z->host_be : p->be;
@@ -328,6 +331,12 @@ static void *offload_adamw(void *arg) {
     return NULL;
 }
 
+/* Copies the updated host slice's [lo, hi) up to `up`, cut off at `owned` floats. */
+static void offload_upload(rt_backend *be, float *up, const float *h_master, size_t lo, size_t hi, size_t owned) {
+    if (hi > owned) hi = owned;
+    if (lo < hi) rt_to_device(be, up + lo, h_master + lo, (hi - lo) * sizeof(float));
+}
+
 /* The offloaded update, pipelined over 4 chunks of the shard: while a worker thread runs AdamW
  * on chunk k in host memory, this thread copies chunk k + 1's gradients down and chunk k - 1's
  * parameters back up, so on a GPU the copies and the CPU update overlap. The same arithmetic as
@@ -335,9 +344,10 @@ static void *offload_adamw(void *arg) {
 static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw_hparams *h, float grad_scale,
                          int64_t t) {
     rt_params *p = z->p;
-    /* where the updated slice goes: none when the host copy is the parameters themselves */
+    /* where the updated slice goes: none when the host copy is the parameters themselves; only
+     * its trainable floats (past them, p->param may hold frozen ones) */
     float *up = z->offload_params ? NULL : z->stage == 3 ? z->pshard : p->param + z->begin;
-    const size_t n = z->shard, chunk = n / 4 + 1, f = sizeof(float);
+    const size_t n = z->shard, owned = zero_slice_owned(z), chunk = n / 4 + 1, f = sizeof(float);
     const size_t K = (n + chunk - 1) / chunk;
     if (K > 0) rt_to_host(p->be, z->h_grad, z->gshard, (chunk < n ? chunk : n) * f);
     for (size_t k = 0; k < K; k++) {
@@ -350,13 +360,10 @@ static void offload_step(rt_zero *z, const zero_range *r, int nr, const rt_adamw
             size_t nlo = hi, nhi = nlo + chunk < n ? nlo + chunk : n;
             rt_to_host(p->be, z->h_grad + nlo, z->gshard + nlo, (nhi - nlo) * f);
         }
-        if (k > 0 && up) rt_to_device(p->be, up + lo - chunk, z->h_master + lo - chunk, chunk * f);
+        if (k > 0 && up) offload_upload(p->be, up, z->h_master, lo - chunk, lo, owned);
         if (threaded) pthread_join(worker, NULL);
     }
-    if (K > 0 && up) {
-        size_t lo = (K - 1) * chunk;
-        rt_to_device(p->be, up + lo, z->h_master + lo, (n - lo) * f);
-    }
+    if (K > 0 && up) offload_upload(p->be, up, z->h_master, (K - 1) * chunk, n, owned);
 }
 
 rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, int64_t t) {
@@ -407,11 +414,11 @@ rt_status rt_zero_gather_state(rt_zero *z) {
     rt_zero_release_state(z);
     RT_TRY(rt_zero_gather_params(z));
     for (int k = 0; k < 2; k++) {
-        RT_TRY(rt_backend_alloc(p->be, (z->stage == 3 ? p->numel : z->padded) * sizeof(float),
+        RT_TRY(rt_backend_alloc(p->be, (z->stage == 3 ? p->train_numel : z->padded) * sizeof(float),
                                 k ? "AdamW second moments (checkpoint)" : "AdamW first moments (checkpoint)",
                                 (void **)full[k]));
         if (z->stage == 3) {
-            RT_TRY(rt_zero3_gather_full(z, mine[k], z->offload, *full[k]));
+            RT_TRY(rt_zero3_gather_full(z, mine[k], NULL, z->offload, *full[k]));
             continue;
         }
         float *at = *full[k] + z->begin;
@@ -442,7 +449,7 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
                 memset(mine[k], 0, bytes);
             else
                 rt_clear(p->be, mine[k], bytes);
-            if (full[k]) rt_zero3_pieces(z, (float *)full[k], false, mine[k], z->offload, true);
+            if (full[k]) rt_zero3_pieces(z, false, (float *)full[k], false, mine[k], z->offload, true);
         }
         rt_zero_shard_params(z, true);
         if (z->offload && !z->offload_params) rt_to_host(p->be, z->h_master, z->pshard, bytes);
@@ -450,8 +457,7 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
         return RT_OK;
     }
     /* a reader fills the sharded floats (the trainable ones): the last slice may reach into the padding */
-    const size_t have = z->begin < z->sharded ? z->sharded - z->begin : 0;
-    const size_t n = have < z->shard ? have : z->shard;
+    const size_t n = zero_slice_owned(z);
     for (int k = 0; k < 2; k++) {
         if (z->offload) {
             memset(mine[k], 0, bytes);
@@ -461,7 +467,7 @@ rt_status rt_zero_scatter_state(rt_zero *z) {
             if (full[k] && n) rt_copy(p->be, mine[k], full[k] + z->begin, n * sizeof(float));
         }
     }
-    if (z->offload) rt_to_host(p->be, z->h_master, p->param + z->begin, bytes);
+    if (z->offload) rt_to_host(p->be, z->h_master, p->param + z->begin, n * sizeof(float));
     rt_zero_release_state(z);
     return RT_OK;
 }

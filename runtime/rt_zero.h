@@ -19,7 +19,9 @@
  * Stage 3 (rt_zero3.c) shards the parameters too, block by block, as FSDP and DeepSpeed do.
  * A block is a run of parameters that share a numbered name prefix ("h.3.", "encoder.block.3.";
  * the unnumbered runs, embeddings and heads, are blocks of their own). Each block is cut into
- * dp equal pieces and this rank keeps its piece of every block: the shard. p->param and
+ * dp equal pieces and this rank keeps its piece of every block: the shard (with LoRA a block's
+ * trainable and frozen parameters are two spans, cut each on its own: the frozen pieces have
+ * values only, no gradient or moments; rt_zero_block). p->param and
  * p->grad are freed; the model reaches its parameters through p->source (rt_params.h), which
  *   - all-gathers a block when the model first asks for one of its parameters, and starts the
  *     all-gather of the next block in the pass's direction (one block ahead; asynchronous
@@ -50,11 +52,21 @@
 #include "runtime/rt_optim.h"
 #include "runtime/rt_params.h"
 
-/* The blocks stage 3 gathers and frees: slab [off, off + n) from parameter `first` on, in dp
- * pieces of `piece` floats (the last padded); this rank's piece sits at `at` in its shard. */
+/* A run of the slab that stage 3 cuts into dp pieces: [off, off + n) in pieces of `piece` floats
+ * (the last padded); this rank's piece sits at `at` in its shard. */
+typedef struct {
+    size_t off, n, piece, at;
+} rt_zero_span;
+
+/* The blocks stage 3 gathers and frees, from parameter `first` on. A block's trainable
+ * parameters and its frozen ones (LoRA's base: they sit after every trainable one in the slab)
+ * are two spans, each cut on its own: the trainable pieces have gradients and AdamW state, the
+ * frozen ones only values. Gathered, a block is the trainable span's floats, then the frozen
+ * span's. A block with nothing trainable has train.n 0 and train.off where the gradients after
+ * it begin (rt_params_grad_from), so the blocks' train.off never decrease. */
 typedef struct {
     int first;
-    size_t off, n, piece, at;
+    rt_zero_span train, frozen;
 } rt_zero_block;
 
 enum { RT_ZERO3_WINDOW = 3 }; /* blocks gathered at once: in use, the one ahead, the one before */
@@ -70,8 +82,9 @@ typedef struct {
 typedef struct {
     int block;
     uint64_t used;
-    float *buf; /* (piece * dp) backend memory */
-    void *req;  /* a prefetch's all-gather still under way (rt_comm_all_gather_start), or NULL */
+    float *buf;    /* (floats) backend memory */
+    size_t floats; /* values: both spans' pieces times dp; gradients: the trainable span's */
+    void *req[2];  /* a prefetch's all-gathers still under way (rt_comm_all_gather_start), or NULL */
 } rt_zero_slot;
 
 typedef struct rt_zero {
@@ -87,7 +100,7 @@ typedef struct rt_zero {
                          * when nothing is frozen) */
     float *pgather;     /* stages 1-2 with frozen parameters: (padded) the all-gather's buffer, which p->param's
                          * frozen tail cannot be */
-    size_t shard;       /* floats in every rank's slice (stage 3: the sum of its pieces) */
+    size_t shard;       /* floats in every rank's slice (stage 3: the sum of its trainable pieces) */
     size_t begin;       /* stages 1-2: this rank's slice is [begin, begin + shard) of the slab */
     float *gshard;      /* (shard) backend memory: the reduce-scatter's output, the summed gradient */
     float *m, *v;       /* (shard) AdamW moments: backend memory, or host memory with offload */
@@ -100,8 +113,11 @@ typedef struct rt_zero {
     int n_blocks;
     rt_zero_block *blocks;
     int *block_of;      /* (p->n) each parameter's block */
-    size_t max_piece;   /* the largest block's piece (at least 1): the size of a gather's buffers */
-    float *pshard;      /* (shard) this rank's pieces: backend memory, or h_master with offload_params */
+    size_t max_piece;   /* the largest trainable piece (at least 1): the reduce-scatter's output */
+    size_t max_gathered; /* the most floats a gathered block holds (at least 1) */
+    float *pshard;      /* (shard) this rank's trainable pieces: backend memory, or h_master with offload_params */
+    size_t frozen_shard; /* floats of this rank's frozen pieces (0 unless LoRA froze some) */
+    float *fshard;      /* (frozen_shard) this rank's frozen pieces: backend memory, host memory with offload_params */
     float *rs_out;      /* (largest piece) a reduce-scatter's output, before it joins gshard */
     rt_zero_slot pslots[RT_ZERO3_WINDOW], gslots[RT_ZERO3_WINDOW];
     rt_zero_spare spares[RT_ZERO3_SPARES];
@@ -121,9 +137,10 @@ typedef struct {
 } rt_zero_opts;
 
 /* Sets up ZeRO for p over dp. Stages 1-2 shard the trainable parameters (with LoRA, the adapters:
- * the frozen base stays whole on every rank, as it has no gradient or moments; stage 3 and
- * offload refuse frozen parameters) and re-allocate p->param and p->grad to the padded length
- * (contents kept; p->param stays as it is when some are frozen); stage 3 keeps this rank's pieces of p->param and frees it and p->grad. Frees
+ * the frozen base stays whole on every rank, as it has no gradient or moments) and re-allocate
+ * p->param and p->grad to the padded length (contents kept; p->param stays as it is when some
+ * are frozen); stage 3 keeps this rank's pieces of p->param (the frozen base's too) and frees it
+ * and p->grad. Frees
  * full moments if p has them and allocates the slice's m and v (zeroed). tp may be NULL. Logs
  * the per-rank memory. */
 rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opts *o, rt_zero **out);
@@ -166,7 +183,7 @@ rt_status rt_zero_grad_norm(rt_zero *z, double *norm);
 /* AdamW step t on this rank's slice (gradients times grad_scale), then the all-gather of the
  * parameters. Collective over dp. */
 rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, int64_t t);
-/* Full m and v in p->m, p->v (p->numel floats) for a checkpoint writer, and at stage 3 the full
+/* Full m and v in p->m, p->v (p->train_numel floats) for a checkpoint writer, and at stage 3 the full
  * p->param (rt_zero_gather_params). Collective over dp. */
 rt_status rt_zero_gather_state(rt_zero *z);
 /* Frees what rt_zero_gather_state made (or what a checkpoint reader allocated); stage 3 goes
@@ -179,7 +196,8 @@ void rt_zero_release_state(rt_zero *z);
 rt_status rt_zero_scatter_state(rt_zero *z);
 
 /* rt_zero3.c: stage 3's blocks, window and flushes (the functions above call these). */
-/* Cuts the slab into blocks and sets z->shard (the sum of this rank's pieces). */
+/* Cuts the slab into blocks and sets z->shard and z->frozen_shard (the sums of this rank's
+ * trainable and frozen pieces). */
 void rt_zero3_cut(rt_zero *z);
 /* Takes this rank's pieces of p->param into the shard (and the offloaded master copy), frees
  * p->param and p->grad (on staging, a host backend, when the model was built there: see
@@ -188,18 +206,21 @@ rt_status rt_zero3_init(rt_zero *z, rt_backend *staging);
 void rt_zero3_free(rt_zero *z);
 rt_status rt_zero3_flush_all(rt_zero *z);
 void rt_zero3_drop_window(rt_zero *z);
-/* This rank's piece of block k in the slab: [lo, hi), clipped to the block (the last pieces
- * are short or empty where dp does not divide it). */
-void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi);
+/* This rank's piece of a block's span in the slab: [lo, hi), clipped to the span (the last
+ * pieces are short or empty where dp does not divide it). */
+void rt_zero3_piece(const rt_zero *z, const rt_zero_span *s, size_t *lo, size_t *hi);
 /* This rank's piece of a parameter's summed gradient (after rt_zero_reduce_grads), when the
  * parameter is a block of its own (a tied one, rt_param_spec.tied): every stage holding it cuts
  * the same pieces, so the stages sum them piece by piece. */
 void rt_zero3_grad_piece(const rt_zero *z, int param, float **grad, size_t *n);
-/* Copies this rank's pieces between a full slab (p->param's layout) and a shard, into the
- * shard when to_shard; each is in host memory when its flag says so, else the backend's. */
-void rt_zero3_pieces(rt_zero *z, float *full, bool full_host, float *shard, bool shard_host, bool to_shard);
-/* Assembles the full slab `full` (backend memory, p->numel floats) from every rank's shard.
- * Collective over dp. */
-rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, float *full);
+/* Copies this rank's pieces of the trainable spans (or, when `frozen`, of the frozen ones)
+ * between a full slab (p->param's layout) and a shard, into the shard when to_shard; each is in
+ * host memory when its flag says so, else the backend's. */
+void rt_zero3_pieces(rt_zero *z, bool frozen, float *full, bool full_host, float *shard, bool shard_host,
+                     bool to_shard);
+/* Assembles the full slab `full` (backend memory) from every rank's shard of the trainable
+ * spans and, when frozen_shard is not NULL, of the frozen ones: the parameters, or (frozen_shard
+ * NULL) m or v. Shards in host memory when on_host. Collective over dp. */
+rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, const float *frozen_shard, bool on_host, float *full);
 
 #endif

@@ -28,13 +28,33 @@ static bool zero3_same_block(const char *a, const char *b) {
     return ka == kb && strncmp(a, b, ka) == 0;
 }
 
+/* The span of the parameters [i, j) that are frozen (or not): they follow one another in the
+ * slab, since the trainable ones keep their declaration order and so do the frozen ones after
+ * them. Its pieces go at the end of *shard, which grows by one; none of them: empty, at `empty`. */
+static rt_zero_span zero3_span(const rt_params *p, int i, int j, bool frozen, size_t empty, size_t dp, size_t *shard) {
+    int a = -1, b = -1;
+    for (int k = i; k < j; k++)
+        if (p->specs[k].frozen == frozen) {
+            if (a < 0) a = k;
+            b = k;
+        }
+    rt_zero_span s = {.off = empty, .at = *shard};
+    if (a >= 0) {
+        s.off = p->specs[a].offset;
+        s.n = p->specs[b].offset + p->specs[b].numel - s.off;
+    }
+    s.piece = (s.n + dp - 1) / dp;
+    *shard += s.piece;
+    return s;
+}
+
 void rt_zero3_cut(rt_zero *z) {
     rt_params *p = z->p;
     const size_t dp = (size_t)z->dp->size;
     z->blocks = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->blocks);
     z->block_of = rt_xcalloc((size_t)(p->n > 0 ? p->n : 1), sizeof *z->block_of);
-    z->shard = 0;
-    z->max_piece = 1; /* at least one float: buffers sized by it are never empty */
+    z->shard = z->frozen_shard = 0;
+    z->max_piece = z->max_gathered = 1; /* at least one float: buffers sized by them are never empty */
     for (int i = 0; i < p->n;) {
         int j = i + 1;
         /* a tied weight is a block of its own, so its pieces line up on every stage holding it */
@@ -42,12 +62,11 @@ void rt_zero3_cut(rt_zero *z) {
             j++;
         rt_zero_block *b = &z->blocks[z->n_blocks];
         b->first = i;
-        b->off = p->specs[i].offset;
-        b->n = p->specs[j - 1].offset + p->specs[j - 1].numel - b->off;
-        b->piece = (b->n + dp - 1) / dp;
-        b->at = z->shard;
-        z->shard += b->piece;
-        z->max_piece = b->piece > z->max_piece ? b->piece : z->max_piece;
+        b->train = zero3_span(p, i, j, false, rt_params_grad_from(p, i), dp, &z->shard);
+        b->frozen = zero3_span(p, i, j, true, p->train_numel, dp, &z->frozen_shard);
+        const size_t gathered = (b->train.piece + b->frozen.piece) * dp;
+        z->max_piece = b->train.piece > z->max_piece ? b->train.piece : z->max_piece;
+        z->max_gathered = gathered > z->max_gathered ? gathered : z->max_gathered;
         for (int k = i; k < j; k++) z->block_of[k] = z->n_blocks;
         z->n_blocks++;
         i = j;
@@ -55,16 +74,15 @@ void rt_zero3_cut(rt_zero *z) {
 }
 
 void rt_zero3_grad_piece(const rt_zero *z, int param, float **grad, size_t *n) {
-    const rt_zero_block *b = &z->blocks[z->block_of[param]];
-    *grad = z->gshard + b->at;
-    *n = b->piece;
+    const rt_zero_span *s = &z->blocks[z->block_of[param]].train;
+    *grad = z->gshard + s->at;
+    *n = s->piece;
 }
 
-void rt_zero3_piece(const rt_zero *z, int k, size_t *lo, size_t *hi) {
-    const rt_zero_block *b = &z->blocks[k];
-    size_t s = b->piece * (size_t)z->dp->rank, e = s + b->piece;
-    *lo = b->off + (s < b->n ? s : b->n);
-    *hi = b->off + (e < b->n ? e : b->n);
+void rt_zero3_piece(const rt_zero *z, const rt_zero_span *s, size_t *lo, size_t *hi) {
+    size_t b = s->piece * (size_t)z->dp->rank, e = b + s->piece;
+    *lo = s->off + (b < s->n ? b : s->n);
+    *hi = s->off + (e < s->n ? e : s->n);
 }
 
 /* Copies bytes between any two of the backend's memory and host memory. */
@@ -79,11 +97,14 @@ static void zero3_move(rt_backend *be, void *dst, bool dst_host, const void *src
         rt_copy(be, dst, src, bytes);
 }
 
-void rt_zero3_pieces(rt_zero *z, float *full, bool full_host, float *shard, bool shard_host, bool to_shard) {
+void rt_zero3_pieces(rt_zero *z, bool frozen, float *full, bool full_host, float *shard, bool shard_host,
+                     bool to_shard) {
+    if (frozen && !z->frozen_shard) return; /* nothing frozen: no frozen shard either */
     for (int k = 0; k < z->n_blocks; k++) {
+        const rt_zero_span *s = frozen ? &z->blocks[k].frozen : &z->blocks[k].train;
         size_t lo, hi;
-        rt_zero3_piece(z, k, &lo, &hi);
-        float *mine = shard + z->blocks[k].at;
+        rt_zero3_piece(z, s, &lo, &hi);
+        float *mine = shard + s->at;
         const size_t bytes = (hi - lo) * sizeof(float);
         if (!bytes) continue;
         if (to_shard)
@@ -104,10 +125,12 @@ static void zero3_failed(rt_zero *z, rt_status st) {
 
 /* Completes slot s's prefetch, if one is under way. */
 static void zero3_settle(rt_zero *z, rt_zero_slot *s) {
-    if (!s->req) return;
-    rt_status st = rt_comm_wait(z->dp, s->req);
-    s->req = NULL;
-    zero3_failed(z, st);
+    for (int i = 0; i < 2; i++) {
+        if (!s->req[i]) continue;
+        rt_status st = rt_comm_wait(z->dp, s->req[i]);
+        s->req[i] = NULL;
+        zero3_failed(z, st);
+    }
 }
 
 /* Completes every prefetch before a blocking collective on dp: NCCL runs a prefetch on its own
@@ -117,22 +140,37 @@ static void zero3_settle_all(rt_zero *z) {
     for (int i = 0; i < RT_ZERO3_WINDOW; i++) zero3_settle(z, &z->pslots[i]);
 }
 
-/* Puts this rank's piece of block k of a shard (pshard, m or v; host memory when on_host) at
- * its place in buf (piece * dp floats) and all-gathers the rest in place: blocking, or started
- * when req is not NULL (*req then NULL if the comm finished it at once). The padding past the
- * block's end is zero in every piece. */
-static rt_status zero3_gather(rt_zero *z, int k, const float *shard, bool on_host, float *buf, void **req) {
-    const rt_zero_block *b = &z->blocks[k];
-    float *at = buf + b->piece * (size_t)z->dp->rank;
-    zero3_move(z->p->be, at, false, shard + b->at, on_host, b->piece * sizeof(float));
-    z->gathers++;
-    if (req) return rt_comm_all_gather_start(z->dp, buf, at, b->piece, req);
+/* Puts this rank's piece of a span of a shard (pshard, fshard, m or v; host memory when
+ * on_host) at its place in buf (piece * dp floats) and all-gathers the rest in place: blocking,
+ * or started when req is not NULL (*req then NULL if the comm finished it at once). The padding
+ * past the span's end is zero in every piece. An empty span gathers nothing (on every rank). */
+static rt_status zero3_gather(rt_zero *z, const rt_zero_span *s, const float *shard, bool on_host, float *buf,
+                              void **req) {
+    if (req) *req = NULL;
+    if (!s->n) return RT_OK;
+    float *at = buf + s->piece * (size_t)z->dp->rank;
+    zero3_move(z->p->be, at, false, shard + s->at, on_host, s->piece * sizeof(float));
+    if (req) return rt_comm_all_gather_start(z->dp, buf, at, s->piece, req);
     zero3_settle_all(z);
-    return z->dp->ops->all_gather(z->dp->ctx, buf, at, b->piece);
+    return z->dp->ops->all_gather(z->dp->ctx, buf, at, s->piece);
 }
 
-/* Floats in block k's gathered buffer. */
-static size_t zero3_block_floats(const rt_zero *z, int k) { return z->blocks[k].piece * (size_t)z->dp->size; }
+/* Block k's values into buf (zero3_values floats): the trainable span's, then the frozen one's.
+ * req: NULL to wait, else two requests for a prefetch. */
+static rt_status zero3_gather_values(rt_zero *z, int k, float *buf, void **req) {
+    const rt_zero_block *b = &z->blocks[k];
+    z->gathers++;
+    rt_status st = zero3_gather(z, &b->train, z->pshard, z->offload_params, buf, req ? &req[0] : NULL);
+    if (st != RT_OK) return st;
+    return zero3_gather(z, &b->frozen, z->fshard, z->offload_params, buf + b->train.piece * (size_t)z->dp->size,
+                        req ? &req[1] : NULL);
+}
+
+/* Floats in block k's gathered values, and in its gradient. */
+static size_t zero3_values(const rt_zero *z, int k) {
+    return (z->blocks[k].train.piece + z->blocks[k].frozen.piece) * (size_t)z->dp->size;
+}
+static size_t zero3_grads(const rt_zero *z, int k) { return z->blocks[k].train.piece * (size_t)z->dp->size; }
 
 /* Empties slot s. Its buffer goes to the spares for the next block of its size (the blocks of a
  * stack are all one size), so a step allocates nothing once the window has filled: no
@@ -140,7 +178,7 @@ static size_t zero3_block_floats(const rt_zero *z, int k) { return z->blocks[k].
 static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
     zero3_settle(z, s);
     if (s->buf) {
-        const size_t n = zero3_block_floats(z, s->block);
+        const size_t n = s->floats;
         int room = -1;
         for (int i = 0; i < RT_ZERO3_SPARES && room < 0; i++)
             if (!z->spares[i].buf) room = i;
@@ -152,12 +190,12 @@ static void zero3_slot_free(rt_zero *z, rt_zero_slot *s) {
     *s = (rt_zero_slot){.block = -1};
 }
 
-/* A buffer for block k in slot s: a spare of its size (zeroed when `zeroed`: gradients add into
- * it, while a gather writes every float), else a new zeroed one. The model's calls cannot fail,
- * so running out of memory here stops the process, naming the block. */
-static void zero3_alloc(rt_zero *z, int k, rt_zero_slot *s, const char *what, bool zeroed) {
-    const size_t n = zero3_block_floats(z, k);
+/* A buffer of n floats for block k in slot s: a spare of its size (zeroed when `zeroed`:
+ * gradients add into it, while a gather writes every float), else a new zeroed one. The model's
+ * calls cannot fail, so running out of memory here stops the process, naming the block. */
+static void zero3_alloc(rt_zero *z, int k, size_t n, rt_zero_slot *s, const char *what, bool zeroed) {
     s->block = k;
+    s->floats = n;
     for (int i = 0; i < RT_ZERO3_SPARES; i++)
         if (z->spares[i].buf && z->spares[i].floats == n) {
             s->buf = z->spares[i].buf;
@@ -197,8 +235,8 @@ static float *zero3_fetch(rt_zero *z, int k, int keep, bool ahead) {
     rt_zero_slot *s = zero3_slot(z->pslots, k, keep, &found, &evicted);
     if (!found) {
         if (evicted) zero3_slot_free(z, s);
-        zero3_alloc(z, k, s, "gathered parameters", false);
-        rt_status st = zero3_gather(z, k, z->pshard, z->offload_params, s->buf, ahead ? &s->req : NULL);
+        zero3_alloc(z, k, zero3_values(z, k), s, "gathered parameters", false);
+        rt_status st = zero3_gather_values(z, k, s->buf, ahead ? s->req : NULL);
         zero3_failed(z, st);
     }
     s->used = ++z->clock; /* after the eviction, which empties the slot */
@@ -214,17 +252,20 @@ static float *zero3_data(void *user, int idx) {
     const int dir = k > z->last_block ? 1 : k < z->last_block ? -1 : 0;
     if (dir && k + dir >= 0 && k + dir < z->n_blocks) zero3_fetch(z, k + dir, k, true);
     z->last_block = k;
-    return buf + (z->p->specs[idx].offset - z->blocks[k].off);
+    const rt_zero_block *b = &z->blocks[k];
+    const rt_param_spec *s = &z->p->specs[idx];
+    if (s->frozen) return buf + b->train.piece * (size_t)z->dp->size + (s->offset - b->frozen.off);
+    return buf + (s->offset - b->train.off);
 }
 
 /* Adds block k's gradient (in s) to this rank's gradient shard: a reduce-scatter over dp, then
  * gshard += the summed piece, and empties the slot. A stand-in's gradients go in as zeros. */
 static rt_status zero3_flush(rt_zero *z, rt_zero_slot *s) {
-    const rt_zero_block *b = &z->blocks[s->block];
+    const rt_zero_span *t = &z->blocks[s->block].train;
     zero3_settle_all(z);
-    if (z->discard) rt_clear(z->p->be, s->buf, b->piece * (size_t)z->dp->size * sizeof(float));
-    rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->rs_out, s->buf, b->piece, RT_REDUCE_SUM);
-    if (st == RT_OK) rt_axpy(z->p->be, z->gshard + b->at, 1.0f, z->rs_out, b->piece);
+    if (z->discard) rt_clear(z->p->be, s->buf, s->floats * sizeof(float));
+    rt_status st = z->dp->ops->reduce_scatter(z->dp->ctx, z->rs_out, s->buf, t->piece, RT_REDUCE_SUM);
+    if (st == RT_OK) rt_axpy(z->p->be, z->gshard + t->at, 1.0f, z->rs_out, t->piece);
     zero3_slot_free(z, s);
     return st;
 }
@@ -239,16 +280,16 @@ static float *zero3_grad(void *user, int idx) {
             rt_status st = zero3_flush(z, s);
             zero3_failed(z, st);
         }
-        zero3_alloc(z, k, s, "gradients", true);
+        zero3_alloc(z, k, zero3_grads(z, k), s, "gradients", true);
     }
     s->used = ++z->clock;
-    return s->buf + (z->p->specs[idx].offset - z->blocks[k].off);
+    return s->buf + (z->p->specs[idx].offset - z->blocks[k].train.off);
 }
 
 void rt_zero_grads_ready(rt_zero *z, size_t first) {
     if (!z || z->stage != 3) return;
     /* highest block first, the order every rank's backward finishes them in */
-    for (int k = z->n_blocks - 1; k >= 0 && z->blocks[k].off >= first; k--)
+    for (int k = z->n_blocks - 1; k >= 0 && z->blocks[k].train.off >= first; k--)
         for (int i = 0; i < RT_ZERO3_WINDOW; i++)
             if (z->gslots[i].block == k) {
                 rt_status st = zero3_flush(z, &z->gslots[i]);
@@ -280,16 +321,18 @@ void rt_zero3_drop_window(rt_zero *z) {
     z->last_block = -1;
 }
 
-rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, bool on_host, float *full) {
+rt_status rt_zero3_gather_full(rt_zero *z, const float *shard, const float *frozen_shard, bool on_host, float *full) {
     rt_status st = RT_OK;
     rt_params *p = z->p;
     float *buf = NULL;
-    const size_t bytes = z->max_piece * (size_t)z->dp->size * sizeof(float);
+    const size_t bytes = z->max_gathered * sizeof(float);
     RT_TRY(rt_backend_alloc(p->be, bytes, "ZeRO-3 gather buffer", (void **)&buf));
-    for (int k = 0; k < z->n_blocks; k++) {
-        RT_TRY(zero3_gather(z, k, shard, on_host, buf, NULL));
-        rt_copy(p->be, full + z->blocks[k].off, buf, z->blocks[k].n * sizeof(float));
-    }
+    for (int k = 0; k < z->n_blocks; k++)
+        for (int f = 0; f < (frozen_shard ? 2 : 1); f++) {
+            const rt_zero_span *s = f ? &z->blocks[k].frozen : &z->blocks[k].train;
+            RT_TRY(zero3_gather(z, s, f ? frozen_shard : shard, on_host, buf, NULL));
+            if (s->n) rt_copy(p->be, full + s->off, buf, s->n * sizeof(float));
+        }
 fail:
     if (buf) rt_free_sized(p->be, buf, bytes);
     return st;
@@ -302,7 +345,7 @@ rt_status rt_zero_gather_params(rt_zero *z) {
     rt_zero3_drop_window(z);
     RT_TRY(rt_backend_alloc(p->be, p->numel * sizeof(float), "parameters (gathered from the ZeRO-3 shards)",
                             (void **)&p->param));
-    RT_TRY(rt_zero3_gather_full(z, z->pshard, z->offload_params, p->param));
+    RT_TRY(rt_zero3_gather_full(z, z->pshard, z->fshard, z->offload_params, p->param));
     p->source = NULL;
 fail:
     if (st != RT_OK && p->param) {
@@ -316,7 +359,10 @@ void rt_zero_shard_params(rt_zero *z, bool take) {
     if (!z || z->stage != 3) return;
     rt_params *p = z->p;
     if (p->param) {
-        if (take) rt_zero3_pieces(z, p->param, false, z->pshard, z->offload_params, true);
+        if (take) {
+            rt_zero3_pieces(z, false, p->param, false, z->pshard, z->offload_params, true);
+            rt_zero3_pieces(z, true, p->param, false, z->fshard, z->offload_params, true);
+        }
         rt_free_sized(p->be, p->param, p->numel * sizeof(float));
         p->param = NULL;
     }
@@ -336,12 +382,17 @@ rt_status rt_zero3_init(rt_zero *z, rt_backend *staging) {
     else
         RT_TRY(rt_backend_alloc(p->be, (z->shard ? z->shard : 1) * sizeof(float), "ZeRO-3 parameter shard",
                                 (void **)&z->pshard));
+    if (z->frozen_shard) /* with the parameters: on the host when they are offloaded */
+        RT_TRY(rt_backend_alloc(z->offload_params ? z->host_be : p->be, z->frozen_shard * sizeof(float),
+                                "ZeRO-3 frozen parameter shard", (void **)&z->fshard));
     /* the slab is in host memory when the model was built there (staging) */
-    rt_zero3_pieces(z, p->param, staging != NULL, z->pshard, z->offload_params, true);
-    if (z->offload && !z->offload_params) rt_zero3_pieces(z, p->param, staging != NULL, z->h_master, true, true);
+    rt_zero3_pieces(z, false, p->param, staging != NULL, z->pshard, z->offload_params, true);
+    rt_zero3_pieces(z, true, p->param, staging != NULL, z->fshard, z->offload_params, true);
+    if (z->offload && !z->offload_params)
+        rt_zero3_pieces(z, false, p->param, staging != NULL, z->h_master, true, true);
     rt_backend *home = staging ? staging : p->be;
     rt_free_sized(home, p->param, p->numel * sizeof(float));
-    if (p->grad) rt_free_sized(home, p->grad, p->numel * sizeof(float));
+    if (p->grad) rt_free_sized(home, p->grad, p->train_numel * sizeof(float));
     p->param = p->grad = NULL;
     z->source = (rt_params_source){.data = zero3_data, .grad = zero3_grad, .user = z};
     p->source = &z->source;
@@ -357,6 +408,7 @@ void rt_zero3_free(rt_zero *z) {
         if (z->spares[i].buf) rt_free_sized(p->be, z->spares[i].buf, z->spares[i].floats * sizeof(float));
     if (p->source == &z->source) p->source = NULL;
     if (z->pshard && z->pshard != z->h_master) rt_free_device(p->be, z->pshard);
+    if (z->fshard) rt_free_device(z->offload_params ? z->host_be : p->be, z->fshard);
     if (z->rs_out) rt_free_device(p->be, z->rs_out);
     free(z->blocks);
     free(z->block_of);

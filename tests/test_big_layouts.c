@@ -14,7 +14,9 @@
  *     the slab, the slab is that end rounded up to 16 floats, and its bytes fit size_t;
  *   - ZeRO-3's cut of the slab (rt_zero3_cut, what rt_zero_init runs) at dp 2 and 8: the blocks
  *     tile the parameters in order, each block's dp pieces cover it exactly on the ranks, and
- *     the shard is the sum of the pieces.
+ *     the shard is the sum of the pieces;
+ *   - GLM-10B with LoRA (issue 36): the adapters are the trainable floats and the base frozen,
+ *     and ZeRO-3 at dp 8 cuts both (each block a trainable and a frozen span).
  * Nothing here allocates a slab: the whole test runs in a few MB. */
 #include <stdint.h>
 #include <stdio.h>
@@ -102,48 +104,76 @@ static uint64_t check_layout(const char *what, const rt_params *p) {
     return sum;
 }
 
+/* One span of ZeRO-3's blocks (rt_zero_block's train or frozen) against the layout: its dp
+ * pieces cover it exactly on the ranks, each at most a piece long. */
+static void check_span(const char *what, rt_zero *z, rt_comm **comms, int dp, int k, const rt_zero_span *s) {
+    TZ_EXPECT(s->piece * (size_t)dp >= s->n && (s->n == 0 || (s->piece - 1) * (size_t)dp < s->n),
+              "%s dp %d: block %d's span of %zu floats in pieces of %zu", what, dp, k, s->n, s->piece);
+    size_t covered = s->off;
+    for (int r = 0; r < dp; r++) {
+        z->dp = comms[r];
+        size_t lo = 0, hi = 0;
+        rt_zero3_piece(z, s, &lo, &hi);
+        TZ_EXPECT(lo == covered && hi >= lo && hi - lo <= s->piece, "%s dp %d: block %d rank %d holds [%zu, %zu), expected from %zu",
+                  what, dp, k, r, lo, hi, covered);
+        covered = hi;
+    }
+    z->dp = comms[0];
+    TZ_EXPECT(covered == s->off + s->n, "%s dp %d: block %d's pieces end at %zu, its span at %zu", what, dp, k, covered,
+              s->off + s->n);
+}
+
 /* ZeRO-3's blocks over the slab at dp ranks (rt_zero3_cut, as rt_zero_init runs it), checked
- * against the layout on every rank. */
-static void check_zero3(const char *what, rt_params *p, int dp) {
+ * against the layout on every rank: the blocks take the parameters in declaration order; a
+ * block's trainable span tiles its trainable parameters, in slab order from the previous
+ * block's, and its frozen span (LoRA's base) its frozen ones, each span's pieces cover it, and
+ * the shards are the sums of the pieces. Returns this rank's trainable and frozen shard floats. */
+static void check_zero3(const char *what, rt_params *p, int dp, size_t *shard, size_t *frozen_shard) {
     rt_comm *comms[8];
     TZ_EXPECT_OK(rt_comm_threads_create(dp, 10.0, comms));
     rt_zero z = {.p = p, .dp = comms[0]};
     rt_zero3_cut(&z);
-    size_t next = p->specs[0].offset, at = 0;
+    size_t next[2] = {0, p->train_numel}, at[2] = {0, 0}; /* trainable, frozen */
     int first = 0;
     for (int k = 0; k < z.n_blocks; k++) {
         const rt_zero_block *b = &z.blocks[k];
-        TZ_EXPECT(b->first == first && b->off == p->specs[b->first].offset && b->off >= next && b->off - next < 16,
-                  "%s dp %d: block %d starts at parameter %d offset %zu, expected parameter %d at or after %zu", what,
-                  dp, k, b->first, b->off, first, next);
-        TZ_EXPECT(b->at == at, "%s dp %d: block %d's piece at %zu of the shard, expected %zu", what, dp, k, b->at, at);
-        TZ_EXPECT(b->piece * (size_t)dp >= b->n && (b->piece - 1) * (size_t)dp < b->n,
-                  "%s dp %d: block %d of %zu floats in pieces of %zu", what, dp, k, b->n, b->piece);
-        size_t covered = b->off;
-        for (int r = 0; r < dp; r++) {
-            z.dp = comms[r];
-            size_t lo = 0, hi = 0;
-            rt_zero3_piece(&z, k, &lo, &hi);
-            TZ_EXPECT(lo == covered && hi >= lo && hi - lo <= b->piece, "%s dp %d: block %d rank %d holds [%zu, %zu), expected from %zu",
-                      what, dp, k, r, lo, hi, covered);
-            covered = hi;
+        TZ_EXPECT(b->first == first, "%s dp %d: block %d starts at parameter %d, expected %d", what, dp, k, b->first,
+                  first);
+        int last = b->first;
+        while (last + 1 < p->n && z.block_of[last + 1] == k) last++;
+        for (int f = 0; f < 2; f++) {
+            const rt_zero_span *s = f ? &b->frozen : &b->train;
+            size_t end = s->off; /* the block's parameters of this kind, in order, from the span's start */
+            for (int i = b->first; i <= last; i++) {
+                if (p->specs[i].frozen != (f == 1)) continue;
+                TZ_EXPECT(p->specs[i].offset >= end && p->specs[i].offset - end < 16,
+                          "%s dp %d: %s at %zu, block %d's %s span reaches %zu", what, dp, p->specs[i].name,
+                          p->specs[i].offset, k, f ? "frozen" : "trainable", end);
+                end = p->specs[i].offset + p->specs[i].numel;
+            }
+            /* an empty span gathers nothing; the trainable ones' starts still never decrease,
+             * which the backward's flushes rely on (rt_zero_grads_ready) */
+            const bool placed = s->n == 0 ? f == 1 || s->off >= next[f] : s->off >= next[f] && s->off - next[f] < 16;
+            TZ_EXPECT(end == s->off + s->n && placed,
+                      "%s dp %d: block %d's %s span [%zu, +%zu), its parameters end at %zu, the previous span at %zu",
+                      what, dp, k, f ? "frozen" : "trainable", s->off, s->n, end, next[f]);
+            TZ_EXPECT(s->at == at[f], "%s dp %d: block %d's piece at %zu of the shard, expected %zu", what, dp, k,
+                      s->at, at[f]);
+            check_span(what, &z, comms, dp, k, s);
+            if (s->n) next[f] = s->off + s->n;
+            at[f] += s->piece;
         }
-        z.dp = comms[0];
-        TZ_EXPECT(covered == b->off + b->n, "%s dp %d: block %d's pieces end at %zu, it at %zu", what, dp, k, covered,
-                  b->off + b->n);
-        while (first < p->n && p->specs[first].offset < b->off + b->n) {
-            TZ_EXPECT(z.block_of[first] == k, "%s dp %d: %s in block %d, expected %d", what, dp, p->specs[first].name,
-                      z.block_of[first], k);
-            first++;
-        }
-        next = b->off + b->n;
-        at += b->piece;
+        first = last + 1;
     }
     TZ_EXPECT(first == p->n, "%s dp %d: the blocks hold %d of %d parameters", what, dp, first, p->n);
-    TZ_EXPECT(z.shard == at && z.shard * (size_t)dp >= next - p->specs[0].offset,
-              "%s dp %d: shard of %zu floats, the pieces %zu, the slab %zu", what, dp, z.shard, at, next);
-    printf("%s dp %d: %d ZeRO-3 blocks, %zu floats per rank, the largest piece %zu\n", what, dp, z.n_blocks, z.shard,
-           z.max_piece);
+    TZ_EXPECT(z.shard == at[0] && z.frozen_shard == at[1] && z.shard * (size_t)dp >= next[0] &&
+                  z.frozen_shard * (size_t)dp >= next[1] - p->train_numel,
+              "%s dp %d: shards of %zu and %zu floats, the pieces %zu and %zu, the spans end at %zu and %zu", what, dp,
+              z.shard, z.frozen_shard, at[0], at[1], next[0], next[1]);
+    printf("%s dp %d: %d ZeRO-3 blocks, %zu trainable and %zu frozen floats per rank, the largest gathered block %zu\n",
+           what, dp, z.n_blocks, z.shard, z.frozen_shard, z.max_gathered);
+    if (shard) *shard = z.shard;
+    if (frozen_shard) *frozen_shard = z.frozen_shard;
     free(z.blocks);
     free(z.block_of);
     for (int r = 0; r < dp; r++) rt_comm_free(comms[r]);
@@ -215,8 +245,8 @@ static void test_t5(rt_backend *be) {
                            "%zu\n",
                            what, p.n, (unsigned long long)sum, (unsigned long long)tc->hf_count, p.numel,
                            (double)p.numel * 4 / (1u << 30), last->name, last->offset);
-                    check_zero3(tc->name, &p, 2);
-                    check_zero3(tc->name, &p, 8);
+                    check_zero3(tc->name, &p, 2, NULL, NULL);
+                    check_zero3(tc->name, &p, 8, NULL, NULL);
                 }
                 rt_params_free(&p);
             }
@@ -237,13 +267,16 @@ static void test_t5(rt_backend *be) {
 
 /* GLM-10B as FlagAI ships it for Chinese (GLM-10b-ch: ChineseSPTokenizer, vocab 50048) and THUDM's
  * config_tasks/model_blocklm_10B.sh sizes it: 48 layers, hidden 4096, 64 heads, 1024 positions. */
+static const char glm_10b_json[] =
+    "{\"num_layers\": 48, \"vocab_size\": 50048, \"hidden_size\": 4096, \"num_attention_heads\": 64, "
+    "\"embedding_dropout_prob\": 0.1, \"attention_dropout_prob\": 0.1, \"output_dropout_prob\": 0.1, "
+    "\"max_sequence_length\": 1024, \"max_memory_length\": 0, \"checkpoint_activations\": false, "
+    "\"checkpoint_num_layers\": 1, \"parallel_output\": true, \"relative_encoding\": false, "
+    "\"block_position_encoding\": true, \"output_predict\": true, \"spell_length\": null, \"spell_func\": \"lstm\", "
+    "\"attention_scale\": 1.0}";
+
 static void test_glm(rt_backend *be) {
-    const char *json = "{\"num_layers\": 48, \"vocab_size\": 50048, \"hidden_size\": 4096, "
-                       "\"num_attention_heads\": 64, \"embedding_dropout_prob\": 0.1, \"attention_dropout_prob\": 0.1, "
-                       "\"output_dropout_prob\": 0.1, \"max_sequence_length\": 1024, \"max_memory_length\": 0, "
-                       "\"checkpoint_activations\": false, \"checkpoint_num_layers\": 1, \"parallel_output\": true, "
-                       "\"relative_encoding\": false, \"block_position_encoding\": true, \"output_predict\": true, "
-                       "\"spell_length\": null, \"spell_func\": \"lstm\", \"attention_scale\": 1.0}";
+    const char *json = glm_10b_json;
     const glm_arch arch = {4096, 48, 50048, 1024};
     /* 50048 x 4096 + 2 x 1025 x 4096 + 48 x (12 x 4096^2 + 13 x 4096) + 2 x 4096 */
     const uint64_t count = 9879633920ull;
@@ -270,13 +303,47 @@ static void test_glm(rt_backend *be) {
                           "%s: slab %zu, last offset %zu: not past UINT32_MAX", what, p.numel, last->offset);
                 printf("%s: %d parameters, %llu floats, slab %zu floats = %.2f GiB, the last (%s) at %zu\n", what, p.n,
                        (unsigned long long)sum, p.numel, (double)p.numel * 4 / (1u << 30), last->name, last->offset);
-                check_zero3("glm-10b", &p, 2);
-                check_zero3("glm-10b", &p, 8);
+                check_zero3("glm-10b", &p, 2, NULL, NULL);
+                check_zero3("glm-10b", &p, 8, NULL, NULL);
             }
             rt_params_free(&p);
         }
         for (int r = 0; r < tp; r++) rt_comm_free(comms[r]);
     }
+}
+
+/* GLM-10B with LoRA r 8 on query_key_value (PEFT's default for it) at tp 1: the adapters, A
+ * (8 x C) and B (3 C x 8) per layer, are the trainable floats, laid out first, and the base is
+ * frozen after them; ZeRO-3 over 8 ranks cuts both, so a rank holds an eighth of the base's
+ * weights and of the adapters' weights, gradients and moments (rt_zero.h). */
+static void test_glm_lora(rt_backend *be) {
+    glm_config c;
+    TZ_EXPECT_OK(glm_config_load(write_config("glm-10b.json", glm_10b_json), &c));
+    char *targets[] = {"query_key_value"};
+    const ckpt_peft_config lora = {.r = 8, .alpha = 16, .n_targets = 1, .targets = targets};
+    c.lora = &lora;
+    rt_params p;
+    rt_status st = glm_params_layout(&c, be, rt_comm_self(), &p);
+    TZ_EXPECT_OK(st);
+    if (st != RT_OK) return;
+    const uint64_t C = 4096, adapters = 48 * (8 * C + 3 * C * 8), base = 9879633920ull;
+    uint64_t train = 0, frozen = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (p.specs[i].frozen)
+            frozen += p.specs[i].numel;
+        else
+            train += p.specs[i].numel;
+    }
+    TZ_EXPECT(train == adapters && frozen == base && p.train_numel >= train && p.train_numel < train + 16 * 96,
+              "glm-10b LoRA: %llu trainable floats (expected %llu) in %zu, %llu frozen (expected %llu)",
+              (unsigned long long)train, (unsigned long long)adapters, p.train_numel, (unsigned long long)frozen,
+              (unsigned long long)base);
+    size_t shard = 0, frozen_shard = 0;
+    check_zero3("glm-10b LoRA", &p, 8, &shard, &frozen_shard);
+    TZ_EXPECT(shard * 8 >= adapters && shard * 8 < adapters + 8 * 16 * 96 && frozen_shard * 8 >= base &&
+                  frozen_shard * 8 < base + 8 * 16 * (uint64_t)p.n,
+              "glm-10b LoRA dp 8: %zu trainable and %zu frozen floats per rank", shard, frozen_shard);
+    rt_params_free(&p);
 }
 
 int main(void) {
@@ -286,6 +353,7 @@ int main(void) {
     if (be) {
         test_t5(be);
         test_glm(be);
+        test_glm_lora(be);
         rt_backend_free(be);
     }
     return tz_test_result("test_big_layouts");

@@ -97,8 +97,6 @@ expect_fail "unknown target" 2 "LoRA target 'q_proj' matches no linear of this G
     --lora-targets c_attn,q_proj --save-dir "$TMP/e3"
 expect_fail "empty target" 2 "--lora-targets 'c_attn,,c_fc': an empty module name" $G "${RUN[@]}" --lora-r 4 \
     --lora-targets c_attn,,c_fc --save-dir "$TMP/e4"
-expect_fail "--zero 3 with LoRA" 2 "--zero 3 with LoRA is not built yet" $G "${RUN[@]}" --lora-r 4 --zero 3 \
-    --save-dir "$TMP/e6"
 expect_fail "--lora-from with --lora-r" 2 "--lora-r and --lora-from" $G "${RUN[@]}" --lora-r 4 --lora-from "$TMP/adapter" \
     --save-dir "$TMP/e7"
 expect_fail "--lora-from missing" 1 "$TMP/none: cannot open" $G "${RUN[@]}" --lora-from "$TMP/none" \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # LoRA (issue 36) under mpirun: gpt2-classify with adapters on every linear takes the single
-# process's steps (loss, gradient norm) at dp=2, tp=2, pp=2 (each stage loads its adapters) and
+# process's steps (loss, gradient norm) at dp=2, tp=2, pp=2 (each stage loads its adapters),
 # ZeRO-1 and -2 over dp=2 (the adapters' AdamW state and gradients sharded, the frozen base whole
-# on each rank); it writes its merged model at tp=2 and its adapters at pp=2 (the first stage
+# on each rank; ZeRO-2 also with the optimizer offloaded), and ZeRO-3 over dp=2 (the frozen base
+# sharded too, block by block), also with the parameters offloaded and at tp=2 x dp=2; it writes its merged model at tp=2 and its adapters at pp=2 (the first stage
 # writes every stage's) as one process does, byte for byte. Every layout starts from the same
 # base (an exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a
 # step, B not zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
@@ -12,7 +13,7 @@ SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 pass=0
 fail=0
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+trap '[ -n "${TZ_KEEP:-}" ] || rm -rf "$TMP"' EXIT
 command -v mpirun > /dev/null || { echo "FAILED: test_mpi_lora: no mpirun (scripts/setup.sh installs OpenMPI)" >&2; exit 1; }
 ldd "$BIN" | grep -q libmpi || { echo "FAILED: test_mpi_lora: the programs were built without MPI" >&2; exit 1; }
 export OMPI_MCA_btl=self,vader OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -32,11 +33,14 @@ ARGS=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --batch-size 8
       --log-interval 1 --eval-interval -1 --lr 1e-3 "${SAVE_EVERY_STEP[@]}")
 
 run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
-for layout in "dp2" "tp2 --tp 2" "zero1 --zero 1" "zero2 --zero 2" "pp2 --pp 2 --micro-batches 2"; do
+for layout in "dp2 2" "tp2 2 --tp 2" "zero1 2 --zero 1" "zero2 2 --zero 2" "zero2off 2 --zero 2 --offload-optimizer" \
+    "zero3 2 --zero 3" "zero3off 2 --zero 3 --offload-params" "zero3tp 4 --zero 3 --tp 2" \
+    "pp2 2 --pp 2 --micro-batches 2"; do
     set -- $layout
     name=$1
-    shift
-    run "$name" 2 "${ARGS[@]}" "$@" || { fail=$((fail + 1)); continue; }
+    np=$2
+    shift 2
+    run "$name" "$np" "${ARGS[@]}" "$@" || { fail=$((fail + 1)); continue; }
     check "LoRA $name" one "$name"
 done
 # --save-hf with LoRA at tp 2 (each rank folds its shards of the adapters into its shards of the

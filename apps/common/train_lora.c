@@ -63,15 +63,11 @@ static rt_status lora_names(const char *text, const char *option, char ***out, i
     }
 }
 
-/* What cannot go with LoRA, or without it. */
-static rt_status lora_combinations(const train_app_opts *o, const rt_args_spec *spec, bool on) {
+/* The LoRA settings given without LoRA. */
+static rt_status lora_combinations(const rt_args_spec *spec, bool on) {
     static const char *const settings[] = {"lora-alpha", "lora-dropout", "lora-targets", "save-lora"};
     const char *given = train_app_first_given(spec, settings, 4);
     if (!on && given) return rt_errorf(RT_ERR_USAGE, "--%s needs --lora-r (or --lora-from)", given);
-    if (!on) return RT_OK;
-    if (o->zero > 2)
-        return rt_errorf(RT_ERR_USAGE, "--zero 3 with LoRA is not built yet (its blocks shard the frozen base too); "
-                         "--zero 1 or 2 shards the adapters' AdamW state (and 2 their gradients)");
     return RT_OK;
 }
 
@@ -80,7 +76,7 @@ rt_status train_app_lora_config(const train_app_opts *o, const rt_args_spec *spe
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     *on = o->lora_from || o->lora_r > 0;
-    RT_TRY(lora_combinations(o, spec, *on));
+    RT_TRY(lora_combinations(spec, *on));
     if (!*on) return RT_OK;
     static const char *const settings[] = {"lora-r", "lora-alpha", "lora-dropout", "lora-targets"};
     const char *given;
