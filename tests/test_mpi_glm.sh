@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # glm-finetune under mpirun takes the single process's steps (losses, gradient norms and
-# validation numbers) at dp=2, tp=2 and dp=2 x tp=2, also with ZeRO-3: COPA (answers scored by
+# validation numbers) at dp=2, tp=2 and dp=2 x tp=2, also with ZeRO-3, and with ZeRO-3 at dp=2 x
+# tp=2 with LoRA on every linear (against one process with the same adapters): COPA (answers scored by
 # log-probability: vocab-parallel cross-entropy and the weighted backward) and seq2seq (with
 # beam-search text, compared too). Dropout is off and every run starts from the same exported
 # weights. dp's partial sums and tp's pieces add in another order than one process, so each step
@@ -48,14 +49,23 @@ for task in copa seq2seq; do
     run "$task-one" 1 "${ARGS[@]}" || { echo "FAILED: $task one process"; exit 1; }
     [ "$(grep -o "\"\($METRICS\)\":" "$TMP/$task-one/metrics.jsonl" | wc -l)" -ge 8 ] ||
         { echo "FAILED: $task: expected 3 x 2 training and eval numbers"; exit 1; }
-    for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
+    # LoRA on every linear (the base frozen; ZeRO-3 shards it too) against one process with LoRA, from
+    # the adapters one process wrote after a step (B not zero; a fresh A is drawn per tp shard)
+    run "$task-first-lora" 1 "${ARGS[@]}" --lora-r 4 --lora-targets query_key_value,dense,dense_h_to_4h,dense_4h_to_h --max-steps 1 --lr 1e-2 \
+        --save-lora "$TMP/$task-adapter" || { echo "FAILED: the first adapters"; exit 1; }
+    LORA=(--lora-from "$TMP/$task-adapter")
+    run "$task-one-lora" 1 "${ARGS[@]}" "${LORA[@]}" || { echo "FAILED: one process with LoRA"; exit 1; }
+    for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3" "4 2 3 lora"; do # ranks tp [ZeRO stage [LoRA]]
         set -- $layout
-        name="$task-np$1_tp$2${3:+_zero$3}"
-        run "$name" "$1" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" || { fail=$((fail + 1)); continue; }
-        check "$task at np $1 tp $2${3:+ ZeRO-$3}" "$task-one" "$name"
+        name="$task-np$1_tp$2${3:+_zero$3}${4:+_lora}"
+        ref=$task-one${4:+-lora}
+        extra=()
+        [ -n "${4:-}" ] && extra=("${LORA[@]}")
+        run "$name" "$1" "${ARGS[@]}" "${extra[@]}" --tp "$2" --zero "${3:-0}" || { fail=$((fail + 1)); continue; }
+        check "$task at np $1 tp $2${3:+ ZeRO-$3}${4:+ LoRA}" "$ref" "$name"
         [ "$task" = copa ] && continue
         # the text the last step's weights generate: the one process resumed from the step before's
-        from="$task-one@$name-$(last_step "$name")"
+        from="$ref@$name-$(last_step "$name")"
         if [ -s "$TMP/$name/val_predictions.txt" ] &&
             cmp -s "$TMP/$from/val_predictions.txt" "$TMP/$name/val_predictions.txt"; then
             pass=$((pass + 1))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # t5-finetune under mpirun takes the single process's steps (losses, gradient norms and validation
 # numbers: loss, and BLEU/ROUGE from generation, and the generated text itself) at dp=2, tp=2 and
-# dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2. Dropout is off and every run starts from
+# dp=2 x tp=2, and with ZeRO-3 at dp=2 and dp=2 x tp=2, also with LoRA adapters on every linear
+# (ZeRO-3 sharding the frozen base too, against one process with the same adapters). Dropout is off and every run starts from
 # the same exported weights. dp's partial sums and tp's pieces add in another order than one
 # process, so each step is compared from the same weights within the tolerance
 # (tests/mpi_compare.sh says why): step 1 from the exported weights, each later step as one process
@@ -39,13 +40,22 @@ run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
     { echo "FAILED: expected 3 x 2 training and 5 eval numbers"; cat "$TMP/one/metrics.jsonl"; exit 1; }
 # the generated outputs are compared too (the same text at every layout); they must say something
 [ "$(tr -d ' \n' < "$TMP/one/val_predictions.txt" | wc -c)" -gt 0 ] || { echo "FAILED: empty generations"; exit 1; }
-for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3"; do # ranks tp [ZeRO stage]
+# LoRA on every linear (the base frozen; ZeRO-3 shards it too) against one process with LoRA, from
+# the adapters one process wrote after a step (B not zero; a fresh A is drawn per tp shard)
+run "first-lora" 1 "${ARGS[@]}" --lora-r 4 --lora-targets q,k,v,o,wi,wo --max-steps 1 --lr 1e-2 \
+    --save-lora "$TMP/adapter" || { echo "FAILED: the first adapters"; exit 1; }
+LORA=(--lora-from "$TMP/adapter")
+run "one-lora" 1 "${ARGS[@]}" "${LORA[@]}" || { echo "FAILED: one process with LoRA"; exit 1; }
+for layout in "2 1" "2 2" "4 2" "2 1 3" "4 2 3" "4 2 3 lora"; do # ranks tp [ZeRO stage [LoRA]]
     set -- $layout
-    name="np$1_tp$2${3:+_zero$3}"
-    run "$name" "$1" "${ARGS[@]}" --tp "$2" --zero "${3:-0}" || { fail=$((fail + 1)); continue; }
-    check "np $1 tp $2${3:+ ZeRO-$3}" one "$name"
+    name="np$1_tp$2${3:+_zero$3}${4:+_lora}"
+    ref=one${4:+-lora}
+    extra=()
+    [ -n "${4:-}" ] && extra=("${LORA[@]}")
+    run "$name" "$1" "${ARGS[@]}" "${extra[@]}" --tp "$2" --zero "${3:-0}" || { fail=$((fail + 1)); continue; }
+    check "np $1 tp $2${3:+ ZeRO-$3}${4:+ LoRA}" "$ref" "$name"
     # the text the last step's weights generate: the one process resumed from the step before's
-    from="one@$name-$(last_step "$name")"
+    from="$ref@$name-$(last_step "$name")"
     if [ -s "$TMP/$name/val_predictions.txt" ] &&
         cmp -s "$TMP/$from/val_predictions.txt" "$TMP/$name/val_predictions.txt"; then
         pass=$((pass + 1))
