@@ -3,8 +3,9 @@
 # process's steps (loss, gradient norm) at dp=2, tp=2, pp=2 (each stage loads its adapters),
 # ZeRO-1 and -2 over dp=2 (the adapters' AdamW state and gradients sharded, the frozen base whole
 # on each rank; ZeRO-2 also with the optimizer offloaded), and ZeRO-3 over dp=2 (the frozen base
-# sharded too, block by block), also with the parameters offloaded and at tp=2 x dp=2; it writes its merged model at tp=2 and its adapters at pp=2 (the first stage
-# writes every stage's) as one process does, byte for byte. Every layout starts from the same
+# sharded too, block by block), also with the parameters offloaded, at tp=2 x dp=2 and at
+# pp=2 x dp=2 (the tied wte frozen on both stages); it writes its merged model at tp=2 and its
+# adapters at pp=2 (the first stage writes every stage's) as one process does, byte for byte. Every layout starts from the same
 # base (an exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a
 # step, B not zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
 set -u
@@ -35,7 +36,7 @@ ARGS=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --batch-size 8
 run one 1 "${ARGS[@]}" || { echo "FAILED: one process"; exit 1; }
 for layout in "dp2 2" "tp2 2 --tp 2" "zero1 2 --zero 1" "zero2 2 --zero 2" "zero2off 2 --zero 2 --offload-optimizer" \
     "zero3 2 --zero 3" "zero3off 2 --zero 3 --offload-params" "zero3tp 4 --zero 3 --tp 2" \
-    "pp2 2 --pp 2 --micro-batches 2"; do
+    "pp2 2 --pp 2 --micro-batches 2" "pp2zero3 4 --pp 2 --micro-batches 2 --zero 3"; do
     set -- $layout
     name=$1
     np=$2
