@@ -5,9 +5,10 @@
 # on each rank; ZeRO-2 also with the optimizer offloaded), and ZeRO-3 over dp=2 (the frozen base
 # sharded too, block by block), also with the parameters offloaded, at tp=2 x dp=2 and at
 # pp=2 x dp=2 (the tied wte frozen on both stages); it writes its merged model at tp=2 and its
-# adapters at pp=2 (the first stage writes every stage's) as one process does, byte for byte. Every layout starts from the same
-# base (an exported tiny GPT-2) and the same adapters (a PEFT folder one process wrote after a
-# step, B not zero), with dropout off; each step is compared from the same weights (tests/mpi_compare.sh).
+# adapters at pp=2 (the first stage writes every stage's) as one process does, byte for byte.
+# Every layout starts from the same base (an exported tiny GPT-2) and the same adapters (a PEFT
+# folder one process wrote after a step, B not zero), with dropout off; each step is compared
+# from the same weights (tests/mpi_compare.sh).
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
