@@ -4,7 +4,7 @@
 # ZeRO-1 and -2 over dp=2 (the adapters' AdamW state and gradients sharded, the frozen base whole
 # on each rank; ZeRO-2 also with the optimizer offloaded), and ZeRO-3 over dp=2 (the frozen base
 # sharded too, block by block), also with the parameters offloaded, at tp=2 x dp=2 and at
-# pp=2 x dp=2 (the tied wte frozen on both stages); it writes its merged model at tp=2 and its
+# pp=2 x dp=2 (the tied wte frozen on both stages); it writes its merged model at tp=2 and pp=2 and its
 # adapters at pp=2 (the first stage writes every stage's) as one process does, byte for byte.
 # Every layout starts from the same base (an exported tiny GPT-2) and the same adapters (a PEFT
 # folder one process wrote after a step, B not zero), with dropout off; each step is compared
@@ -53,6 +53,12 @@ MERGE=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --epochs 0)
 rc=$?
 if [ "$rc" -eq 0 ] && cmp -s "$TMP/merged1/model.safetensors" "$TMP/merged2/model.safetensors"; then
     pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: the merged model at tp 2 (exit $rc)" >&2; fi
+# and at pp 2 (each stage folds its own layers; the first writes every stage's)
+mpirun -np 2 "$BIN" "${MERGE[@]}" --pp 2 --micro-batches 2 --save-hf "$TMP/merged3" --save-dir "$TMP/m3" \
+    > "$TMP/m3.log" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && cmp -s "$TMP/merged1/model.safetensors" "$TMP/merged3/model.safetensors"; then
+    pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAILED: the merged model at pp 2 (exit $rc)" >&2; tail -3 "$TMP/m3.log" >&2; fi
 # two pipeline stages: each loads its adapters from the folder and the first stage writes every
 # stage's, the folder one process writes after the same steps, byte for byte
 SAVE=("${DATA[@]}" --model "$TMP/base" --lora-from "$TMP/adapter" --batch-size 8 --grad-accum 2 --max-steps 3 --lr 1e-3)
