@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/rt_buf.h"
 
 #define PK_MAX_MEMO (1u << 20)
 #define PK_MAX_DEPTH 32
@@ -59,24 +60,16 @@ typedef struct {
     size_t build_budget;     /* items BUILD may still copy: a file's own items need a byte each */
 } pk_reader;
 
-static void *pk_grow(void *p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return p;
-    size_t c = *cap ? *cap * 2 : 16;
-    while (c < need) c *= 2;
-    *cap = c;
-    return rt_xrealloc(p, c * elem);
-}
-
 static pv *pv_new(pk_reader *r, pv_kind kind) {
     pv *v = rt_xcalloc(1, sizeof *v);
     v->kind = kind;
-    r->pool = pk_grow(r->pool, &r->cap_pool, r->n_pool + 1, sizeof *r->pool);
+    r->pool = rt_grow_to(r->pool, &r->cap_pool, r->n_pool + 1, sizeof *r->pool);
     r->pool[r->n_pool++] = v;
     return v;
 }
 
 static void pv_append(pv *c, pv *item) {
-    c->items = pk_grow(c->items, &c->cap, c->n + 1, sizeof *c->items);
+    c->items = rt_grow_to(c->items, &c->cap, c->n + 1, sizeof *c->items);
     c->items[c->n++] = item;
 }
 
@@ -96,7 +89,7 @@ static uint64_t pk_le(const unsigned char *p, int n) {
 }
 
 static void pk_push(pk_reader *r, pv *v) {
-    r->stack = pk_grow(r->stack, &r->cap_stack, r->n_stack + 1, sizeof *r->stack);
+    r->stack = rt_grow_to(r->stack, &r->cap_stack, r->n_stack + 1, sizeof *r->stack);
     r->stack[r->n_stack++] = v;
 }
 
@@ -347,7 +340,7 @@ static rt_status pk_memo_put(pk_reader *r, uint64_t idx) {
     if (idx >= PK_MAX_MEMO) return pk_err(r, "memo index too large");
     if (idx >= r->cap_memo) {
         size_t old = r->cap_memo;
-        r->memo = pk_grow(r->memo, &r->cap_memo, (size_t)idx + 1, sizeof *r->memo);
+        r->memo = rt_grow_to(r->memo, &r->cap_memo, (size_t)idx + 1, sizeof *r->memo);
         memset(r->memo + old, 0, (r->cap_memo - old) * sizeof *r->memo);
     }
     if (!r->memo[idx]) r->n_memo++;
@@ -424,7 +417,7 @@ static rt_status pk_run(pk_reader *r, pv **result) {
             *result = r->stack[0];
             return RT_OK;
         case '(':
-            r->marks = pk_grow(r->marks, &r->cap_marks, r->n_marks + 1, sizeof *r->marks);
+            r->marks = rt_grow_to(r->marks, &r->cap_marks, r->n_marks + 1, sizeof *r->marks);
             r->marks[r->n_marks++] = r->n_stack;
             break;
         case '}': pk_push(r, pv_new(r, PV_DICT)); break;
@@ -569,7 +562,7 @@ static rt_status pk_flatten(pk_reader *r, const pv *d, const char *prefix, int d
         if (val->kind == PV_DICT) {
             PK_TRY(pk_flatten(r, val, name, depth + 1, out, cap_t, cap_s));
         } else if (val->kind == PV_TENSOR) {
-            out->tensors = pk_grow(out->tensors, cap_t, out->n_tensors + 1, sizeof *out->tensors);
+            out->tensors = rt_grow_to(out->tensors, cap_t, out->n_tensors + 1, sizeof *out->tensors);
             ckpt_pickle_tensor *t = &out->tensors[out->n_tensors++];
             memset(t, 0, sizeof *t);
             t->name = rt_xstrdup(name);
@@ -581,7 +574,7 @@ static rt_status pk_flatten(pk_reader *r, const pv *d, const char *prefix, int d
             t->storage_numel = (size_t)val->storage->i;
             t->storage_offset = val->offset;
         } else if (val->kind == PV_INT || val->kind == PV_BOOL || val->kind == PV_FLOAT) {
-            out->scalars = pk_grow(out->scalars, cap_s, out->n_scalars + 1, sizeof *out->scalars);
+            out->scalars = rt_grow_to(out->scalars, cap_s, out->n_scalars + 1, sizeof *out->scalars);
             ckpt_pickle_scalar *s = &out->scalars[out->n_scalars++];
             s->name = rt_xstrdup(name);
             s->value = val->kind == PV_FLOAT ? val->f : (double)val->i;

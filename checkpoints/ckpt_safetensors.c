@@ -20,6 +20,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_pages.h"
 #include "checkpoints/ckpt_json.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -303,39 +304,22 @@ fail:
 
 /* ---- writer ---- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} st_buf;
-
-static void sb_put(st_buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = rt_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(st_buf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_json_string(st_buf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void st_json_string(rt_text *b, const char *s) {
+    rt_text_put(b, "\"", 1);
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         char esc[8];
         if (*c == '"' || *c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)*c;
-            sb_put(b, esc, 2);
+            rt_text_put(b, esc, 2);
         } else if (*c < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", *c);
-            sb_put(b, esc, 6);
+            rt_text_put(b, esc, 6);
         } else {
-            sb_put(b, (const char *)c, 1);
+            rt_text_put(b, (const char *)c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    rt_text_put(b, "\"", 1);
 }
 
 static int st_cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
@@ -349,7 +333,7 @@ struct ckpt_st_writer {
 rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_st_write_entry *entries,
                                         const char *metadata_json, ckpt_st_writer **out) {
     rt_status st = RT_OK;
-    st_buf hdr = {0};
+    rt_text hdr = {0};
     cJSON *meta = NULL;
     char *meta_text = NULL;
     const char **names = NULL;
@@ -366,7 +350,7 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
     if (n) qsort(names, n, sizeof *names, st_cmp_str);
     for (size_t i = 1; i < n; i++) RT_CHECK(strcmp(names[i], names[i - 1]) != 0, "duplicate tensor name '%s'", names[i]);
 
-    sb_puts(&hdr, "{");
+    rt_text_puts(&hdr, "{");
     if (metadata_json) {
         RT_TRY(ckpt_json_parse(metadata_json, strlen(metadata_json), "safetensors metadata", &meta));
         if (!cJSON_IsObject(meta)) RT_FAIL(RT_ERR_CONFIG, "%s: metadata must be a JSON object of strings", path);
@@ -378,8 +362,8 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
         }
         meta_text = cJSON_PrintUnformatted(meta);
         RT_CHECK(meta_text != NULL, "cJSON_PrintUnformatted failed");
-        sb_puts(&hdr, "\"__metadata__\":");
-        sb_puts(&hdr, meta_text);
+        rt_text_puts(&hdr, "\"__metadata__\":");
+        rt_text_puts(&hdr, meta_text);
     }
     size_t offset = 0;
     for (size_t i = 0; i < n; i++) {
@@ -394,29 +378,29 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
         }
         size_t nbytes = numel * rt_dtype_size(e->store);
         char num[64];
-        if (i || metadata_json) sb_puts(&hdr, ",");
-        sb_json_string(&hdr, e->name);
-        sb_puts(&hdr, ":{\"dtype\":\"");
-        sb_puts(&hdr, rt_dtype_name(e->store));
-        sb_puts(&hdr, "\",\"shape\":[");
+        if (i || metadata_json) rt_text_puts(&hdr, ",");
+        st_json_string(&hdr, e->name);
+        rt_text_puts(&hdr, ":{\"dtype\":\"");
+        rt_text_puts(&hdr, rt_dtype_name(e->store));
+        rt_text_puts(&hdr, "\",\"shape\":[");
         for (int d = 0; d < e->ndim; d++) {
             snprintf(num, sizeof num, "%s%zu", d ? "," : "", e->shape[d]);
-            sb_puts(&hdr, num);
+            rt_text_puts(&hdr, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%zu,%zu]}", offset, offset + nbytes);
-        sb_puts(&hdr, num);
+        rt_text_puts(&hdr, num);
         offset += nbytes;
     }
-    sb_puts(&hdr, "}");
+    rt_text_puts(&hdr, "}");
     /* pad with spaces so the data section starts 8-byte aligned, as the reference writer does */
-    while ((8 + hdr.len) % 8) sb_puts(&hdr, " ");
+    while ((8 + hdr.n) % 8) rt_text_puts(&hdr, " ");
 
     unsigned char lenbuf[8];
-    uint64_t hlen = hdr.len;
+    uint64_t hlen = hdr.n;
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)(hlen >> (8 * i));
     RT_TRY(ckpt_atomic_begin(path, &af));
     RT_TRY(ckpt_atomic_write(af, lenbuf, 8));
-    RT_TRY(ckpt_atomic_write(af, hdr.p, hdr.len));
+    RT_TRY(ckpt_atomic_write(af, hdr.s, hdr.n));
     ckpt_st_writer *w = rt_xcalloc(1, sizeof *w);
     w->af = af;
     w->entries = entries;
@@ -426,7 +410,7 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
 fail:
     ckpt_atomic_abort(af);
     free(names);
-    free(hdr.p);
+    rt_text_free(&hdr);
     cJSON_free(meta_text);
     cJSON_Delete(meta);
     return st;

@@ -17,6 +17,7 @@
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_torch.h"
 #include "checkpoints/ckpt_zip.h"
+#include "runtime/rt_buf.h"
 
 typedef struct {
     char *path;
@@ -99,10 +100,7 @@ static rt_status src_add_file(ckpt_source *s, const char *path) {
         RT_TRY(ckpt_safetensors_open(path, &f->st));
         count = ckpt_safetensors_count(f->st);
     }
-    if (s->n + count > s->cap) {
-        s->cap = (s->n + count) * 2;
-        s->e = rt_xrealloc(s->e, s->cap * sizeof *s->e);
-    }
+    RT_GROW(s->e, s->cap, s->n + count);
     for (size_t i = 0; i < count; i++) {
         src_entry *e = &s->e[s->n++];
         e->file = s->n_files - 1;

@@ -9,6 +9,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_native.h" /* ckpt_native_crc32 */
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
+#include "runtime/rt_buf.h"
 
 #define TW_ARCHIVE "archive"
 #define TW_32 0xFFFFFFFFu
@@ -27,11 +28,6 @@ typedef struct {
     size_t numel;
 } tw_tensor;
 
-typedef struct {
-    unsigned char *p;
-    size_t n, cap;
-} tw_buf;
-
 struct ckpt_torch_writer {
     ckpt_atomic_file *af;
     char *wrap;
@@ -41,19 +37,11 @@ struct ckpt_torch_writer {
     size_t n_t, cap_t;
 };
 
-static void buf_put(tw_buf *b, const void *p, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = rt_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
+static void buf_u8(rt_text *b, unsigned v) {
+    const char c = (char)(unsigned char)v;
+    rt_text_put(b, &c, 1);
 }
-static void buf_u8(tw_buf *b, unsigned v) {
-    unsigned char c = (unsigned char)v;
-    buf_put(b, &c, 1);
-}
-static void buf_le(tw_buf *b, uint64_t v, int bytes) {
+static void buf_le(rt_text *b, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++) buf_u8(b, (unsigned)((v >> (8 * i)) & 0xff));
 }
 
@@ -61,11 +49,8 @@ static void buf_le(tw_buf *b, uint64_t v, int bytes) {
 
 static rt_status tw_entry_write(ckpt_torch_writer *w, const char *name, const void *data, uint64_t size) {
     rt_status st = RT_OK;
-    tw_buf h = {0};
-    if (w->n_e == w->cap_e) {
-        w->cap_e = w->cap_e ? 2 * w->cap_e : 64;
-        w->e = rt_xrealloc(w->e, w->cap_e * sizeof *w->e);
-    }
+    rt_text h = {0};
+    RT_GROW(w->e, w->cap_e, w->n_e + 1);
     tw_entry *e = &w->e[w->n_e++];
     e->name = rt_xstrdup(name);
     e->offset = ckpt_atomic_tell(w->af);
@@ -83,22 +68,22 @@ static rt_status tw_entry_write(ckpt_torch_writer *w, const char *name, const vo
     buf_le(&h, z64 ? TW_32 : size, 4);
     buf_le(&h, strlen(name), 2);
     buf_le(&h, z64 ? 20 : 0, 2);
-    buf_put(&h, name, strlen(name));
+    rt_text_puts(&h, name);
     if (z64) { /* ZIP64 extra: uncompressed, compressed */
         buf_le(&h, 0x0001, 2);
         buf_le(&h, 16, 2);
         buf_le(&h, size, 8);
         buf_le(&h, size, 8);
     }
-    RT_TRY(ckpt_atomic_write(w->af, h.p, h.n));
+    RT_TRY(ckpt_atomic_write(w->af, h.s, h.n));
     RT_TRY(ckpt_atomic_write(w->af, data, (size_t)size));
 fail:
-    free(h.p);
+    rt_text_free(&h);
     return st;
 }
 
 static rt_status tw_directory(ckpt_torch_writer *w) {
-    tw_buf d = {0};
+    rt_text d = {0};
     const uint64_t cd_offset = ckpt_atomic_tell(w->af);
     for (size_t i = 0; i < w->n_e; i++) {
         const tw_entry *e = &w->e[i];
@@ -121,7 +106,7 @@ static rt_status tw_directory(ckpt_torch_writer *w) {
         buf_le(&d, 0, 2); /* internal attributes */
         buf_le(&d, 0, 4); /* external attributes */
         buf_le(&d, big_off ? TW_32 : e->offset, 4);
-        buf_put(&d, e->name, strlen(e->name));
+        rt_text_puts(&d, e->name);
         if (extra) { /* the ZIP64 fields in the order the spec lists them, only those needed */
             buf_le(&d, 0x0001, 2);
             buf_le(&d, (uint64_t)extra, 2);
@@ -158,14 +143,14 @@ static rt_status tw_directory(ckpt_torch_writer *w) {
     buf_le(&d, z64 ? TW_32 : cd_size, 4);
     buf_le(&d, z64 ? TW_32 : cd_offset, 4);
     buf_le(&d, 0, 2);
-    rt_status st = ckpt_atomic_write(w->af, d.p, d.n);
-    free(d.p);
+    rt_status st = ckpt_atomic_write(w->af, d.s, d.n);
+    rt_text_free(&d);
     return st;
 }
 
 /* ---- the pickle (protocol 2, the opcodes torch.save uses) ---- */
 
-static void pk_int(tw_buf *b, uint64_t v) {
+static void pk_int(rt_text *b, uint64_t v) {
     if (v < 256) {
         buf_u8(b, 'K');
         buf_u8(b, (unsigned)v);
@@ -178,19 +163,19 @@ static void pk_int(tw_buf *b, uint64_t v) {
         buf_le(b, v, 8);
     }
 }
-static void pk_str(tw_buf *b, const char *s) {
+static void pk_str(rt_text *b, const char *s) {
     buf_u8(b, 'X');
     buf_le(b, strlen(s), 4);
-    buf_put(b, s, strlen(s));
+    rt_text_puts(b, s);
 }
-static void pk_global(tw_buf *b, const char *module, const char *name) {
+static void pk_global(rt_text *b, const char *module, const char *name) {
     buf_u8(b, 'c');
-    buf_put(b, module, strlen(module));
+    rt_text_puts(b, module);
     buf_u8(b, '\n');
-    buf_put(b, name, strlen(name));
+    rt_text_puts(b, name);
     buf_u8(b, '\n');
 }
-static void pk_ordered_dict(tw_buf *b) {
+static void pk_ordered_dict(rt_text *b) {
     pk_global(b, "collections", "OrderedDict");
     buf_u8(b, ')');
     buf_u8(b, 'R');
@@ -201,7 +186,7 @@ static const char *tw_storage(rt_dtype t) {
 }
 
 /* _rebuild_tensor_v2(persistent storage k, 0, shape, contiguous strides, False, OrderedDict()) */
-static void pk_tensor(tw_buf *b, const tw_tensor *t, size_t k) {
+static void pk_tensor(rt_text *b, const tw_tensor *t, size_t k) {
     char key[32];
     snprintf(key, sizeof key, "%zu", k);
     pk_global(b, "torch._utils", "_rebuild_tensor_v2");
@@ -231,7 +216,7 @@ static void pk_tensor(tw_buf *b, const tw_tensor *t, size_t k) {
     buf_u8(b, 'R');
 }
 
-static void tw_pickle(const ckpt_torch_writer *w, tw_buf *b) {
+static void tw_pickle(const ckpt_torch_writer *w, rt_text *b) {
     buf_u8(b, 0x80);
     buf_u8(b, 2);
     if (w->wrap) {
@@ -268,10 +253,7 @@ rt_status ckpt_torch_writer_add(ckpt_torch_writer *w, const char *name, rt_dtype
                                 const void *data) {
     RT_CHECK(dtype == RT_F32 || dtype == RT_F16 || dtype == RT_BF16, "tensor '%s' dtype %s", name, rt_dtype_name(dtype));
     RT_CHECK(ndim >= 0 && ndim <= CKPT_MAX_DIMS, "tensor '%s' ndim %d", name, ndim);
-    if (w->n_t == w->cap_t) {
-        w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
-        w->t = rt_xrealloc(w->t, w->cap_t * sizeof *w->t);
-    }
+    RT_GROW(w->t, w->cap_t, w->n_t + 1);
     tw_tensor *t = &w->t[w->n_t];
     memset(t, 0, sizeof *t);
     t->name = rt_xstrdup(name);
@@ -287,16 +269,16 @@ rt_status ckpt_torch_writer_add(ckpt_torch_writer *w, const char *name, rt_dtype
 
 rt_status ckpt_torch_writer_commit(ckpt_torch_writer *w) {
     rt_status st = RT_OK;
-    tw_buf pk = {0};
+    rt_text pk = {0};
     tw_pickle(w, &pk);
-    RT_TRY(tw_entry_write(w, TW_ARCHIVE "/data.pkl", pk.p, pk.n));
+    RT_TRY(tw_entry_write(w, TW_ARCHIVE "/data.pkl", pk.s, pk.n));
     RT_TRY(tw_entry_write(w, TW_ARCHIVE "/byteorder", "little", 6));
     RT_TRY(tw_entry_write(w, TW_ARCHIVE "/version", "3\n", 2));
     RT_TRY(tw_directory(w));
     st = ckpt_atomic_commit(w->af);
     w->af = NULL;
 fail:
-    free(pk.p);
+    rt_text_free(&pk);
     ckpt_torch_writer_abort(w);
     return st;
 }

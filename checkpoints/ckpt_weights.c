@@ -11,6 +11,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_tp.h"
+#include "runtime/rt_buf.h"
 
 typedef enum { W_SOURCE, W_RANKS, W_SHARDED } w_kind;
 
@@ -50,10 +51,7 @@ static long w_lookup(const ckpt_weights *w, const char *ours) {
 }
 
 static w_entry *w_add(ckpt_weights *w, const char *ours, const ckpt_map_row *row) {
-    if (w->n == w->cap) {
-        w->cap = w->cap ? 2 * w->cap : 64;
-        w->e = rt_xrealloc(w->e, w->cap * sizeof *w->e);
-    }
+    RT_GROW(w->e, w->cap, w->n + 1);
     w_entry *e = &w->e[w->n++];
     memset(e, 0, sizeof *e);
     e->name = rt_xstrdup(ours);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data/data_pvp.h"
+#include "runtime/rt_buf.h"
 
 rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out) {
     static const char *const names[5] = {"[CLS]", "[MASK]", "[gMASK]", "<|startofpiece|>", "<|endofpiece|>"};
@@ -26,11 +27,8 @@ rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out)
 
 /* ---- building rows ---- */
 
-static data_glm_row *rows_add(data_glm_rows *r, int *cap) {
-    if (r->n_rows == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        r->rows = rt_xrealloc(r->rows, (size_t)*cap * sizeof *r->rows);
-    }
+static data_glm_row *rows_add(data_glm_rows *r, size_t *cap) {
+    RT_GROW(r->rows, *cap, (size_t)r->n_rows + 1);
     data_glm_row *row = &r->rows[r->n_rows++];
     memset(row, 0, sizeof *row);
     return row;
@@ -143,7 +141,7 @@ typedef struct {
     data_glm_specials sp;
     enc_part parts[DATA_PVP_MAX_PARTS];
     tok_ids ctx, answer;
-    int cap;
+    size_t cap; /* rows allocated */
 } rows_scratch;
 
 static void rows_scratch_free(rows_scratch *w) {
@@ -257,7 +255,7 @@ rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt,
     rt_status st = RT_OK;
     data_glm_specials sp;
     tok_ids s = {0}, t = {0}, ctx = {0};
-    int cap = 0;
+    size_t cap = 0;
     memset(out, 0, sizeof *out);
     out->kind = DATA_GLM_SEQ2SEQ;
     out->rows_per_example = 1;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok.h"
 
@@ -166,17 +167,12 @@ static void buf_add(pvp_buf *b, const char *s, size_t n) {
         b->oom = true;
         return;
     }
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
+    char *p = rt_grow_try(b->s, &b->cap, b->n + n + 1, 1);
+    if (!p) {
+        b->oom = true;
+        return;
     }
+    b->s = p;
     memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = '\0';
@@ -264,13 +260,9 @@ static void words_free(pvp_words *w) {
 }
 
 static bool words_push(pvp_words *w, const char *s, size_t n) {
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 32;
-        char **p = realloc(w->w, cap * sizeof *p);
-        if (!p) return false;
-        w->w = p;
-        w->cap = cap;
-    }
+    char **p = rt_grow_try(w->w, &w->cap, w->n + 1, sizeof *p);
+    if (!p) return false;
+    w->w = p;
     char *d = pvp_dup_n(s, n);
     if (!d) return false;
     w->w[w->n++] = d;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_utf8.h"
 
@@ -58,10 +59,7 @@ static rt_status parse_lines(const char *name, const char *bytes, size_t len, si
             RT_FAIL(RT_ERR_FORMAT, "%s:%zu: a NUL byte in the text (is this a binary file?)", name, lineno);
         RT_TRY(rt_utf8_check_line(name, lineno, p, n));
         p[n] = '\0';
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 1024;
-            out->line = rt_xrealloc(out->line, cap * sizeof *out->line);
-        }
+        RT_GROW(out->line, cap, out->n + 1);
         out->line[out->n++] = p;
         p = nl ? nl + 1 : end;
     }

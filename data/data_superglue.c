@@ -12,6 +12,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "data/data_jsonl.h"
 #include "checkpoints/ckpt_sharded.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 #include "runtime/rt_fs.h"
 
@@ -65,13 +66,9 @@ static rt_status sg_format(rt_status st) { return st == RT_ERR_CONFIG ? RT_ERR_F
 
 /* An owned copy of s kept in the set; NULL when out of memory. */
 static const char *sg_keep(data_sg_examples *out, const char *s) {
-    if (out->n_strings == out->cap_strings) {
-        size_t cap = out->cap_strings ? 2 * out->cap_strings : 64;
-        char **p = realloc(out->strings, cap * sizeof *p);
-        if (!p) return NULL;
-        out->strings = p;
-        out->cap_strings = cap;
-    }
+    char **p = rt_grow_try(out->strings, &out->cap_strings, out->n_strings + 1, sizeof *p);
+    if (!p) return NULL;
+    out->strings = p;
     size_t len = strlen(s);
     char *copy = malloc(len + 1);
     if (!copy) return NULL;
@@ -160,13 +157,9 @@ static rt_status sg_label(sg_reader *r, const cJSON *obj, const char *prefix, in
 /* A fresh example at the end of the set, its task-specific numbers unset. */
 static data_sg_example *sg_push(sg_reader *r) {
     data_sg_examples *o = r->out;
-    if (o->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 256;
-        data_sg_example *p = realloc(o->ex, cap * sizeof *p);
-        if (!p) return NULL;
-        o->ex = p;
-        r->cap = cap;
-    }
+    data_sg_example *p = rt_grow_try(o->ex, &r->cap, o->n + 1, sizeof *p);
+    if (!p) return NULL;
+    o->ex = p;
     data_sg_example *e = &o->ex[o->n++];
     memset(e, 0, sizeof *e);
     e->label = DATA_SG_LABEL_NONE;

@@ -12,6 +12,7 @@
 #include "checkpoints/ckpt_json.h"
 #include "data/data_csv.h"
 #include "data/data_jsonl.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_utf8.h"
 
@@ -148,20 +149,16 @@ typedef struct {
     size_t block_used, block_cap; /* in the last of t->strings */
     size_t *lines;                /* (rows) */
     size_t cap_rows;
-    int cap_cols;
+    size_t cap_cols;
 } json_builder;
 
 /* A stable copy of s[0..n) with a NUL; NULL when out of memory. */
 static const char *json_keep(json_builder *b, const char *s, size_t n) {
     data_table *t = b->t;
     if (t->n_strings == 0 || b->block_used + n + 1 > b->block_cap) {
-        if (t->n_strings == t->cap_strings) {
-            size_t cap = t->cap_strings ? 2 * t->cap_strings : 16;
-            char **p = realloc(t->strings, cap * sizeof *p);
-            if (!p) return NULL;
-            t->strings = p;
-            t->cap_strings = cap;
-        }
+        char **p = rt_grow_try(t->strings, &t->cap_strings, t->n_strings + 1, sizeof *p);
+        if (!p) return NULL;
+        t->strings = p;
         size_t size = n + 1 > TABLE_BLOCK ? n + 1 : TABLE_BLOCK;
         char *block = malloc(size);
         if (!block) return NULL;
@@ -180,13 +177,9 @@ static int json_column(json_builder *b, const char *key) {
     data_table *t = b->t;
     int c = data_table_col(t, key);
     if (c >= 0) return c;
-    if (t->n_cols == b->cap_cols) {
-        int cap = b->cap_cols ? 2 * b->cap_cols : 16;
-        char **p = realloc(t->col_names, (size_t)cap * sizeof *p);
-        if (!p) return -1;
-        t->col_names = p;
-        b->cap_cols = cap;
-    }
+    char **p = rt_grow_try(t->col_names, &b->cap_cols, (size_t)t->n_cols + 1, sizeof *p);
+    if (!p) return -1;
+    t->col_names = p;
     const char *name = json_keep(b, key, strlen(key));
     if (!name) return -1;
     t->col_names[t->n_cols] = (char *)name;
@@ -217,13 +210,9 @@ static rt_status json_record(void *ctx, const cJSON *obj, const char *where, siz
     json_builder *b = ctx;
     data_table *t = b->t;
     const size_t row = t->n_rows;
-    if (row == b->cap_rows) {
-        size_t cap = b->cap_rows ? 2 * b->cap_rows : 256;
-        size_t *p = realloc(b->lines, cap * sizeof *p);
-        if (!p) return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", where);
-        b->lines = p;
-        b->cap_rows = cap;
-    }
+    size_t *lines = rt_grow_try(b->lines, &b->cap_rows, row + 1, sizeof *lines);
+    if (!lines) return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", where);
+    b->lines = lines;
     b->lines[row] = line;
     for (const cJSON *it = obj->child; it; it = it->next) {
         int col = json_column(b, it->string);
@@ -252,13 +241,9 @@ static rt_status json_record(void *ctx, const cJSON *obj, const char *where, siz
             cJSON_free(printed);
             if (!e.text) return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", where);
         }
-        if (b->n_entries == b->cap_entries) {
-            size_t cap = b->cap_entries ? 2 * b->cap_entries : 1024;
-            json_entry *p = realloc(b->entries, cap * sizeof *p);
-            if (!p) return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", where);
-            b->entries = p;
-            b->cap_entries = cap;
-        }
+        json_entry *p = rt_grow_try(b->entries, &b->cap_entries, b->n_entries + 1, sizeof *p);
+        if (!p) return rt_errorf(RT_ERR_NOMEM, "%s: out of memory", where);
+        b->entries = p;
         b->entries[b->n_entries++] = e;
     }
     t->n_rows++;

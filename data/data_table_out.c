@@ -8,71 +8,55 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_log.h"
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-} out_buf;
 
-static void out_put(out_buf *o, const char *s, size_t n) {
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (o->len + n + 1 > cap) cap *= 2;
-        o->buf = rt_xrealloc(o->buf, cap);
-        o->cap = cap;
-    }
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-    o->buf[o->len] = '\0';
-}
-static void out_str(out_buf *o, const char *s) { out_put(o, s, strlen(s)); }
-
-static void out_csv_field(out_buf *o, const char *s, char delim) {
+static void out_csv_field(rt_text *o, const char *s, char delim) {
     if (!strchr(s, delim) && !strpbrk(s, "\"\r\n")) {
-        out_str(o, s);
+        rt_text_puts(o, s);
         return;
     }
-    out_put(o, "\"", 1);
+    rt_text_put(o, "\"", 1);
     for (const char *p = s; *p; p++) {
-        out_put(o, p, 1);
-        if (*p == '"') out_put(o, "\"", 1); /* doubled */
+        rt_text_put(o, p, 1);
+        if (*p == '"') rt_text_put(o, "\"", 1); /* doubled */
     }
-    out_put(o, "\"", 1);
+    rt_text_put(o, "\"", 1);
 }
 
 /* A JSON string literal: quotes, backslashes and control bytes escaped; UTF-8 as it is. */
-static void out_json_string(out_buf *o, const char *s) {
-    out_put(o, "\"", 1);
+static void out_json_string(rt_text *o, const char *s) {
+    rt_text_put(o, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char esc[8];
         if (*p == '"' || *p == '\\') {
             esc[0] = '\\';
             esc[1] = (char)*p;
-            out_put(o, esc, 2);
+            rt_text_put(o, esc, 2);
         } else if (*p < 0x20) {
             snprintf(esc, sizeof esc, "\\u%04x", *p);
-            out_str(o, esc);
+            rt_text_puts(o, esc);
         } else {
-            out_put(o, (const char *)p, 1);
+            rt_text_put(o, (const char *)p, 1);
         }
     }
-    out_put(o, "\"", 1);
+    rt_text_put(o, "\"", 1);
 }
 
 /* One cell: a field (CSV, TSV), or "name": value (JSON Lines; kind says how to write text). */
-static void out_cell(out_buf *o, data_format fmt, int col, const char *name, const char *text, data_cell_kind kind) {
+static void out_cell(rt_text *o, data_format fmt, int col, const char *name, const char *text, data_cell_kind kind) {
     if (fmt == DATA_FORMAT_JSONL) {
-        out_str(o, col ? ", " : "{");
+        rt_text_puts(o, col ? ", " : "{");
         out_json_string(o, name);
-        out_str(o, ": ");
+        rt_text_puts(o, ": ");
         if (kind == DATA_CELL_TEXT)
             out_json_string(o, text);
         else
-            out_str(o, text); /* a number, true/false, a list or an object: its JSON text */
+            rt_text_puts(o, text); /* a number, true/false, a list or an object: its JSON text */
     } else {
         const char delim = fmt == DATA_FORMAT_TSV ? '\t' : ',';
-        if (col) out_put(o, &delim, 1);
+        if (col) rt_text_put(o, &delim, 1);
         out_csv_field(o, text, delim);
     }
 }
@@ -86,7 +70,7 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
     rt_status st = RT_OK;
     const data_format fmt = data_table_out_format(t);
     ckpt_atomic_file *file = NULL;
-    out_buf o = {0};
+    rt_text o = {0};
     bool *keep = rt_xcalloc((size_t)t->n_cols + 1, sizeof *keep);
     int dropped = 0;
     for (int c = 0; c < t->n_cols; c++) {
@@ -103,7 +87,7 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
         for (int c = 0; c < t->n_cols; c++)
             if (keep[c]) out_cell(&o, fmt, col++, NULL, t->col_names[c], DATA_CELL_TEXT);
         for (int k = 0; k < n_added; k++) out_cell(&o, fmt, col++, NULL, added_names[k], DATA_CELL_TEXT);
-        out_str(&o, "\n");
+        rt_text_puts(&o, "\n");
     }
     for (size_t r = 0; r < t->n_rows; r++) {
         int col = 0;
@@ -118,17 +102,17 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
             const char *s = cell(ctx, r, k, scratch, &kind);
             out_cell(&o, fmt, col++, added_names[k], s, kind);
         }
-        out_str(&o, fmt == DATA_FORMAT_JSONL ? "}\n" : "\n");
-        if (o.len > (1u << 20) || r + 1 == t->n_rows) {
-            RT_TRY(ckpt_atomic_write(file, o.buf, o.len));
-            o.len = 0;
+        rt_text_puts(&o, fmt == DATA_FORMAT_JSONL ? "}\n" : "\n");
+        if (o.n > (1u << 20) || r + 1 == t->n_rows) {
+            RT_TRY(ckpt_atomic_write(file, o.s, o.n));
+            o.n = 0;
         }
     }
     st = ckpt_atomic_commit(file);
     file = NULL;
 fail:
     ckpt_atomic_abort(file);
-    free(o.buf);
+    rt_text_free(&o);
     free(keep);
     return st;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 
 /* 1-based line of byte offset off (for the rare error that is found before line splitting). */
@@ -122,13 +123,9 @@ rt_status data_tsv_read(const char *path, bool has_header, int min_cols, data_ts
     if (!f) RT_FAIL(RT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     /* Read in growing chunks rather than trusting the file size: works for pipes too. */
     for (;;) {
-        if (cap - len < 2) {
-            size_t ncap = cap ? cap * 2 : (size_t)1 << 20;
-            char *nb = realloc(buf, ncap);
-            if (!nb) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, ncap);
-            buf = nb;
-            cap = ncap;
-        }
+        char *nb = rt_grow_try(buf, &cap, len + ((size_t)1 << 20), 1); /* a MiB's room at least */
+        if (!nb) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory reading past %zu bytes", path, len);
+        buf = nb;
         size_t got = fread(buf + len, 1, cap - len - 1, f); /* keep one byte for the NUL */
         len += got;
         if (got == 0) break;

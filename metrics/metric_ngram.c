@@ -4,14 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
+
 rt_status metric_token_list_push(metric_token_list *l, const char *s, size_t len) {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        metric_token *t = realloc(l->tok, cap * sizeof *t);
-        if (!t) return rt_errorf(RT_ERR_NOMEM, "token list: out of memory for %zu tokens", cap);
-        l->tok = t;
-        l->cap = cap;
-    }
+    metric_token *t = rt_grow_try(l->tok, &l->cap, l->n + 1, sizeof *t);
+    if (!t) return rt_errorf(RT_ERR_NOMEM, "token list: out of memory past %zu tokens", l->n);
+    l->tok = t;
     l->tok[l->n].s = s;
     l->tok[l->n].len = len;
     l->n++;

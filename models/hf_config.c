@@ -13,6 +13,7 @@
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_weights.h"
 #include "runtime/rt_backend.h"
+#include "runtime/rt_buf.h"
 
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)
@@ -239,16 +240,14 @@ rt_status mdl_hf_write_json(cJSON *config, const char *path) {
 typedef struct {
     ckpt_pp_record *recs;
     float **data;
-    int n, cap;
+    int n;
+    size_t cap_recs, cap_data;
 } hf_stage_tensors;
 
 static rt_status hf_collect(void *ctx, const ckpt_pp_record *r, const float *full) {
     hf_stage_tensors *t = ctx;
-    if (t->n == t->cap) {
-        t->cap = t->cap ? 2 * t->cap : 64;
-        t->recs = rt_xrealloc(t->recs, (size_t)t->cap * sizeof *t->recs);
-        t->data = rt_xrealloc(t->data, (size_t)t->cap * sizeof *t->data);
-    }
+    RT_GROW(t->recs, t->cap_recs, (size_t)t->n + 1);
+    RT_GROW(t->data, t->cap_data, (size_t)t->n + 1);
     size_t n = 1;
     for (int d = 0; d < r->ndim; d++) n *= (size_t)r->shape[d];
     t->recs[t->n] = *r;

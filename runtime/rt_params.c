@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_rng.h"
 
 void rt_params_init(rt_params *p, rt_backend *be) {
@@ -31,10 +32,7 @@ int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape
     RT_CHECK(p->param == NULL, "rt_params_add(%s) after rt_params_alloc", name);
     RT_CHECK(ndim >= 1 && ndim <= RT_PARAM_MAX_DIMS, "%s: ndim %d", name, ndim);
     RT_CHECK(strlen(name) < RT_PARAM_NAME_MAX, "parameter name too long: %s", name);
-    if (p->n == p->cap) {
-        p->cap = p->cap ? 2 * p->cap : 64;
-        p->specs = rt_xrealloc(p->specs, (size_t)p->cap * sizeof *p->specs);
-    }
+    RT_GROW(p->specs, p->cap, (size_t)p->n + 1);
     rt_param_spec *s = &p->specs[p->n];
     memset(s, 0, sizeof *s);
     strcpy(s->name, name);

@@ -69,7 +69,8 @@ typedef struct {
 
 typedef struct {
     rt_param_spec *specs;
-    int n, cap;
+    int n;
+    size_t cap; /* specs allocated */
     size_t numel;       /* total floats */
     size_t train_numel; /* floats of the trainable parameters, which come first: numel when none is frozen */
     rt_backend *be;

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_jsonl.h"
 #include "runtime/rt_log.h"
@@ -111,10 +112,7 @@ static void rt_grad_reduce_begin(rt_grad_reduce *r, rt_train_state *s, rt_params
 static void rt_grad_reduce_start(rt_grad_reduce *r, size_t from) {
     while (r->st == RT_OK && r->next > from) {
         size_t n = r->next - from < r->bucket ? r->next - from : r->bucket;
-        if (r->n_req == r->cap_req) {
-            r->cap_req = r->cap_req ? 2 * r->cap_req : 16;
-            r->req = rt_xrealloc(r->req, r->cap_req * sizeof *r->req);
-        }
+        RT_GROW(r->req, r->cap_req, r->n_req + 1);
         r->next -= n;
         r->st = rt_comm_all_reduce_start(r->dp, r->grad + r->next, n, RT_REDUCE_SUM, &r->req[r->n_req++]);
     }

@@ -4,16 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "tokenizers/tok_base.h"
 
 /* ---- id buffer ---- */
 
 void tok_ids_reserve(tok_ids *v, size_t more) {
-    if (v->n + more <= v->cap) return;
-    size_t cap = v->cap ? v->cap : 16;
-    while (cap < v->n + more) cap *= 2;
-    v->ids = rt_xrealloc(v->ids, cap * sizeof *v->ids);
-    v->cap = cap;
+    RT_GROW(v->ids, v->cap, v->n + more);
 }
 
 void tok_ids_push(tok_ids *v, int32_t id) {

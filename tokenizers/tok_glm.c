@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_glm.h"
@@ -141,8 +142,8 @@ rt_status tok_glm_encode_pair(const tok_tokenizer *t, const char *a, const char 
 static rt_status tok_glm_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
     const tok_glm *p = t->impl;
     rt_status st = RT_OK;
-    char *text = NULL, *run = NULL;
-    size_t len = 0, cap = 64;
+    char *run = NULL;
+    rt_text text = {0};
     *out = NULL;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (ids[i] >= p->n_spm && !tok_glm_cmd_of_id(p, ids[i])))
@@ -150,8 +151,7 @@ static rt_status tok_glm_decode(const tok_tokenizer *t, const int32_t *ids, size
                              "cannot decode id %d (position %zu): glm-chinese-spm has %d SentencePiece ids and "
                              "command tokens at %d..%d",
                              ids[i], i, p->n_spm, p->n_spm, (int)t->vocab.n_ids - 1);
-    text = rt_xmalloc(cap);
-    text[0] = '\0';
+    rt_text_put(&text, "", 0);
     size_t start = 0;
     for (size_t i = 0; i <= n; i++) {
         const tok_glm_cmd *c = i < n && ids[i] >= p->n_spm ? tok_glm_cmd_of_id(p, ids[i]) : NULL;
@@ -166,23 +166,17 @@ static rt_status tok_glm_decode(const tok_tokenizer *t, const int32_t *ids, size
         for (int k = 0; k < 2; k++) {
             if (k == 1) piece = c ? c->text : NULL, plen = c ? c->len : 0;
             if (!piece) continue;
-            if (len + plen + 1 > cap) {
-                while (len + plen + 1 > cap) cap *= 2;
-                text = rt_xrealloc(text, cap);
-            }
-            memcpy(text + len, piece, plen);
-            len += plen;
-            text[len] = '\0';
+            rt_text_put(&text, piece, plen);
         }
         free(run);
         run = NULL;
         start = i + 1;
     }
-    *out = text;
-    text = NULL;
+    *out = text.s;
+    text = (rt_text){0};
 fail:
     free(run);
-    free(text);
+    rt_text_free(&text);
     return st;
 }
 

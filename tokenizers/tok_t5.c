@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_spm.h"
@@ -160,23 +161,6 @@ static rt_status tok_t5_encode_pair(const tok_tokenizer *t, const char *a, const
 
 /* ---- decode ---- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} tok_t5_buf;
-
-static void tok_t5_put(tok_t5_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->s = rt_xrealloc(b->s, cap);
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
 /* True for the ids HF writes as their own text inside a run (</s>, <pad>, <unk>). */
 static bool tok_t5_is_special(const tok_tokenizer *t, int32_t id) {
     const tok_t5 *p = t->impl;
@@ -185,10 +169,10 @@ static bool tok_t5_is_special(const tok_tokenizer *t, int32_t id) {
 
 /* T5Tokenizer.convert_tokens_to_string over ids[0..n) (no added token above the SentencePiece
  * vocab among them), appended to b with its outer whitespace stripped. */
-static rt_status tok_t5_run_to_string(const tok_tokenizer *t, const int32_t *ids, size_t n, tok_t5_buf *b) {
+static rt_status tok_t5_run_to_string(const tok_tokenizer *t, const int32_t *ids, size_t n, rt_text *b) {
     const tok_t5 *p = t->impl;
     rt_status st = RT_OK;
-    tok_t5_buf run = {0};
+    rt_text run = {0};
     const char **pieces = rt_xmalloc((n ? n : 1) * sizeof *pieces);
     size_t np = 0;
     bool prev_special = false;
@@ -201,22 +185,22 @@ static rt_status tok_t5_run_to_string(const tok_tokenizer *t, const int32_t *ids
             prev_special = false;
             continue;
         }
-        if (i < n && !prev_special) tok_t5_put(&run, " ", 1);
+        if (i < n && !prev_special) rt_text_put(&run, " ", 1);
         char *text = NULL;
         st = tok_spm_decode_pieces(p->spm, pieces, np, &text);
         if (st != RT_OK) goto fail;
-        tok_t5_put(&run, text, strlen(text));
+        rt_text_put(&run, text, strlen(text));
         free(text);
         np = 0;
         if (i < n) {
             const char *name = t->vocab.pieces[ids[i]];
-            tok_t5_put(&run, name, strlen(name));
+            rt_text_put(&run, name, strlen(name));
             prev_special = true;
         }
     }
     size_t lead = run.s ? tok_t5_space_prefix(run.s, run.n) : 0;
     size_t keep = run.s ? rt_utf8_rstrip_len(run.s + lead, run.n - lead) : 0;
-    if (keep) tok_t5_put(b, run.s + lead, keep);
+    if (keep) rt_text_put(b, run.s + lead, keep);
 fail:
     free(run.s);
     free(pieces);
@@ -226,13 +210,13 @@ fail:
 static rt_status tok_t5_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
     const tok_t5 *p = t->impl;
     rt_status st = RT_OK;
-    tok_t5_buf b = {0};
+    rt_text b = {0};
     *out = NULL;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (size_t)ids[i] >= t->vocab.n_ids || !t->vocab.pieces[ids[i]])
             return rt_errorf(RT_ERR_FORMAT, "cannot decode id %d (position %zu): the vocab has %zu ids", ids[i], i,
                              t->vocab.n_ids);
-    tok_t5_put(&b, "", 0);
+    rt_text_put(&b, "", 0);
     /* sub_texts of HF's _decode: runs between added tokens, and the added tokens themselves,
      * joined by " "; an empty run is left out except at the end */
     bool first = true;
@@ -242,7 +226,7 @@ static rt_status tok_t5_decode(const tok_tokenizer *t, const int32_t *ids, size_
         if (i < n && !added) continue;
         if (i > start) {
             size_t before = b.n;
-            if (!first) tok_t5_put(&b, " ", 1);
+            if (!first) rt_text_put(&b, " ", 1);
             size_t mark = b.n;
             RT_TRY(tok_t5_run_to_string(t, ids + start, i - start, &b));
             if (b.n == mark && i < n) { /* HF drops an empty run before an added token */
@@ -253,8 +237,8 @@ static rt_status tok_t5_decode(const tok_tokenizer *t, const int32_t *ids, size_
             }
         }
         if (added) {
-            if (!first) tok_t5_put(&b, " ", 1);
-            tok_t5_put(&b, t->vocab.pieces[ids[i]], t->vocab.lens[ids[i]]);
+            if (!first) rt_text_put(&b, " ", 1);
+            rt_text_put(&b, t->vocab.pieces[ids[i]], t->vocab.lens[ids[i]]);
             first = false;
         }
         start = i + 1;

@@ -37,10 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rt_buf.h"
+#include "runtime/rt_fs.h"
 #include "runtime/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_wordpiece.h"
-#include "runtime/rt_fs.h"
 
 #define TOK_WP_MAX_PREFIX 16 /* bytes of continuing_subword_prefix */
 
@@ -75,10 +76,7 @@ typedef struct {
 } tok_wp_word;
 
 static void tok_wp_word_put(tok_wp_word *wd, uint32_t cp) {
-    if (wd->n + 4 > wd->cap) {
-        wd->cap = wd->cap ? 2 * wd->cap : 256;
-        wd->w = rt_xrealloc(wd->w, wd->cap);
-    }
+    RT_GROW(wd->w, wd->cap, wd->n + 4);
     wd->n += rt_utf8_encode(cp, (char *)wd->w + wd->n);
     wd->chars++;
 }
@@ -88,10 +86,7 @@ static void tok_wp_flush(const tok_tokenizer *t, const tok_wp *p, tok_wp_word *w
     if (wd->n == 0) return;
     const size_t n = wd->n, mark = out->n;
     if (wd->chars > p->max_chars) goto unk;
-    if (wd->scratch_cap < n + p->prefix_len) {
-        wd->scratch_cap = 2 * (n + p->prefix_len);
-        wd->scratch = rt_xrealloc(wd->scratch, wd->scratch_cap);
-    }
+    RT_GROW(wd->scratch, wd->scratch_cap, n + p->prefix_len);
     memcpy(wd->scratch, p->prefix, p->prefix_len);
     for (size_t start = 0; start < n;) {
         size_t end = n;
@@ -313,24 +308,9 @@ fail:
 
 /* ---- decoding ---- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-} tok_wp_str;
-
-static void tok_wp_str_add(tok_wp_str *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = 2 * (b->n + n + 1);
-        b->s = rt_xrealloc(b->s, b->cap);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
 /* HF's WordPiece decoder cleanup, applied to each token after its leading space is added: the
  * replacements run in this order, each over the whole token. */
-static void tok_wp_cleanup(tok_wp_str *tok, tok_wp_str *tmp) {
+static void tok_wp_cleanup(rt_text *tok, rt_text *tmp) {
     static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " do not", " 's", " 've", " 're"};
     static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
     for (size_t r = 0; r < sizeof from / sizeof from[0]; r++) {
@@ -339,18 +319,18 @@ static void tok_wp_cleanup(tok_wp_str *tok, tok_wp_str *tmp) {
         tmp->n = 0;
         const char *q = tok->s;
         for (const char *m; (m = strstr(q, from[r])) != NULL; q = m + fl) {
-            tok_wp_str_add(tmp, q, (size_t)(m - q));
-            tok_wp_str_add(tmp, to[r], tl);
+            rt_text_put(tmp, q, (size_t)(m - q));
+            rt_text_put(tmp, to[r], tl);
         }
-        tok_wp_str_add(tmp, q, strlen(q));
+        rt_text_put(tmp, q, strlen(q));
         tok->n = 0;
-        tok_wp_str_add(tok, tmp->s, tmp->n);
+        rt_text_put(tok, tmp->s, tmp->n);
     }
 }
 
 rt_status tok_wordpiece_decode(const tok_tokenizer *t, const int32_t *ids, size_t n, char **out) {
     const tok_wp *p = t->impl;
-    tok_wp_str res = {0}, tok = {0}, tmp = {0};
+    rt_text res = {0}, tok = {0}, tmp = {0};
     *out = NULL;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -358,23 +338,23 @@ rt_status tok_wordpiece_decode(const tok_tokenizer *t, const int32_t *ids, size_
             return rt_errorf(RT_ERR_FORMAT, "id %d (position %zu) is not in the vocabulary of %zu ids", id, i,
                              t->vocab.n_ids);
     }
-    tok_wp_str_add(&res, "", 0);
+    rt_text_put(&res, "", 0);
     for (size_t i = 0; i < n; i++) {
         const char *piece = t->vocab.pieces[ids[i]];
         size_t len = t->vocab.lens[ids[i]];
         tok.n = 0;
-        tok_wp_str_add(&tok, "", 0);
+        rt_text_put(&tok, "", 0);
         if (i > 0) {
             if (len >= p->prefix_len && memcmp(piece, p->prefix, p->prefix_len) == 0) {
                 piece += p->prefix_len;
                 len -= p->prefix_len;
             } else {
-                tok_wp_str_add(&tok, " ", 1);
+                rt_text_put(&tok, " ", 1);
             }
         }
-        tok_wp_str_add(&tok, piece, len);
+        rt_text_put(&tok, piece, len);
         if (p->cleanup) tok_wp_cleanup(&tok, &tmp);
-        tok_wp_str_add(&res, tok.s, tok.n);
+        rt_text_put(&res, tok.s, tok.n);
     }
     *out = rt_utf8_lossy(res.s, res.n);
     free(res.s);

@@ -10,6 +10,7 @@
 #include "data/data_cache.h"
 #include "data/data_table_out.h"
 #include "models/hf_config.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_log.h"
 
 void glue_files_free(glue_files *f) {
@@ -136,20 +137,14 @@ static const char *files_multi_prediction(files_predictions *p, size_t row, data
             continue;
         }
         const size_t need = n + strlen(sep) + strlen(task->label_names[k]) + 1;
-        if (need > p->joined_cap) {
-            p->joined_cap = need * 2;
-            p->joined = rt_xrealloc(p->joined, p->joined_cap);
-        }
+        RT_GROW(p->joined, p->joined_cap, need);
         n += (size_t)snprintf(p->joined + n, p->joined_cap - n, "%s%s", n ? sep : "", task->label_names[k]);
     }
     if (list) {
         char *text = cJSON_PrintUnformatted(list);
         cJSON_Delete(list);
         n = strlen(text);
-        if (n + 1 > p->joined_cap) {
-            p->joined_cap = n + 1;
-            p->joined = rt_xrealloc(p->joined, p->joined_cap);
-        }
+        RT_GROW(p->joined, p->joined_cap, n + 1);
         memcpy(p->joined, text, n + 1);
         cJSON_free(text);
         *kind = DATA_CELL_LIST;

@@ -15,6 +15,7 @@
 #include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_launch.h"
 #include "runtime/rt_log.h"
@@ -441,12 +442,11 @@ rt_status train_app_copy_file(const char *from, const char *to) {
     char *buf = NULL;
     FILE *f = fopen(from, "rb");
     if (!f) return rt_errorf(RT_ERR_IO, "%s: cannot open: %s", from, strerror(errno));
-    size_t cap = 1 << 16, n = 0, got;
-    buf = rt_xmalloc(cap);
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) buf = rt_xrealloc(buf, cap *= 2);
-    }
+    size_t cap = 0, n = 0, got;
+    do {
+        RT_GROW(buf, cap, n + (1 << 16));
+        n += got = fread(buf + n, 1, cap - n, f);
+    } while (got > 0);
     if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
     RT_TRY(ckpt_atomic_write_file(to, buf, n));
 fail:

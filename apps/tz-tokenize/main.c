@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/rt_args.h"
+#include "runtime/rt_buf.h"
 #include "runtime/rt_utf8.h"
 #include "runtime/rt_signal.h"
 #include "tokenizers/tok.h"
@@ -36,10 +37,7 @@ static void write_ids(const tok_tokenizer *t, const tok_ids *ids, bool pieces, c
             const char *s = tok_id_to_piece(t, ids->ids[i]);
             need += (s ? strlen(s) : 0) + 1;
         }
-    if (need > *cap) {
-        *cap = need * 2;
-        *buf = rt_xrealloc(*buf, *cap);
-    }
+    *buf = rt_grow_to(*buf, cap, need, 1);
     char *p = *buf;
     for (size_t i = 0; i < ids->n; i++) {
         if (i) *p++ = ' ';
