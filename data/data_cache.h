@@ -7,8 +7,9 @@
  * tokenizer's files, and the options (max length, prefix, lowercasing, pair template...). Any
  * change gives another key, so another entry; entries are never updated in place.
  *
- * The file (format 2): the magic "TZDSET\0\1" and the version (16 bytes); per set its arrays
- * (ids, then row offsets, lengths, len_a, labels, and targets for regression), each set 8-byte
+ * The file (format 3, data_cache_format.c): the magic "TZDSET\0\1" and the version (16 bytes);
+ * per set its arrays (ids, then row offsets, lengths, len_a, labels, and targets of any width
+ * per row: regression, multi-label), each set 8-byte
  * aligned; a table of the sets' counts; and a 48-byte trailer (set count, payload size, payload
  * CRC-32 and Adler-32, the key, "TZDS-END"), little-endian. Everything is appended in order, so a corpus is
  * streamed to disk as it is tokenized (data_cache_load_or_stream), and a loaded entry is mapped

@@ -1,5 +1,5 @@
-/* Helpers the LoRA golden tests share (tests/test_golden_lora*.c): DESIGN.md's fp32 tolerances and
- * the comparison of every trainable tensor with PEFT's, by the names PEFT gives them. */
+/* Helpers the LoRA golden tests share (tests/test_golden_lora*.c): the fp32 tolerances
+ * (docs/architecture.md) and the comparison of every trainable tensor with PEFT's, by the names PEFT gives them. */
 #ifndef TZ_LORATEST_H
 #define TZ_LORATEST_H
 

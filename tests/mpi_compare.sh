@@ -2,9 +2,9 @@
 # --tp, dp ranks, ZeRO) and compare their metrics.jsonl. The caller sets BIN (the program), TMP
 # (where runs go) and the counters pass and fail, and registers each run with `run`.
 #
-# What a comparison may promise (DESIGN.md, "Numerical truth"). Two layouts that add in another
+# What a comparison may promise (docs/architecture.md, "Numerical truth"). Two layouts that add in another
 # order (a tied copy's gradient summed across stages, dp's partial sums, tp's pieces, the norm's
-# stages) agree for one step from the same weights within DESIGN.md's per-element tolerance. They
+# stages) agree for one step from the same weights within the per-element tolerance. They
 # do not stay within it for several steps: AdamW moves a weight by about lr * g / (|g| + eps), so
 # wherever |g| is near eps a 1e-12 difference in g becomes a difference in the step, and five
 # steps took a 3e-12 difference in the gradient norm to 1e-4 on one CPU (1e-9 on another, where
@@ -45,7 +45,7 @@ last_step() { grep '"type":"train"' "$TMP/$1/metrics.jsonl" | tail -n 1 | sed 's
 last_eval() { grep '"type":"eval"' "$TMP/$1/metrics.jsonl" | tail -n 1 | grep -o '"\(loss\|accuracy\|f1\)":[-0-9.e]*'; }
 
 # what, reference, candidate (two files of numbers): the candidate has the reference's count (at
-# least one) and each number is within DESIGN.md's tolerance, 1e-5 + 1e-4 |ref|.
+# least one) and each number is within the tolerance, 1e-5 + 1e-4 |ref|.
 close() {
     [ -s "$2" ] && [ "$(wc -l < "$2")" -eq "$(wc -l < "$3")" ] &&
         paste "$2" "$3" | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-5 + 1e-4*($1<0?-$1:$1)) bad=1} END {exit bad}' &&

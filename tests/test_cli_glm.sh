@@ -2,7 +2,7 @@
 # glm-finetune end to end: COPA (answers scored by log-probability) from scratch with evaluation,
 # checkpoint, resume and the export, which loads back as --model with the same validation
 # numbers; RTE (single-token cloze with the English GLM tokenizer) on a slice; seq2seq with
-# generation and ROUGE; and the bad inputs the README promises one-line errors for.
+# generation and ROUGE; and the bad inputs docs/glm-finetune.md promises one-line errors for.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/glm-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpt2-classify end to end on a tiny GPT-2 (1 layer, 16 wide) and a 64-row slice of MRPC:
 # train + eval + checkpoint, --resume, the run folder's lock, --predict, --help, and every bad
-# input the README promises a one-line error for (exit 1, or 2 for usage), with the last good
+# input docs/checkpoints.md promises a one-line error for (exit 1, or 2 for usage), with the last good
 # checkpoint left byte-identical.
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"

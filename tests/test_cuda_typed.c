@@ -1,7 +1,7 @@
 /* Typed activations on CUDA (runtime/rt_x.h): every op that takes rt_x handles, given 16-bit ones
  * on the GPU, against the CPU backend given fp32 handles (which test_cpu_typed holds to the CPU's
  * own 16-bit handles bit for bit). Each 16-bit output is the fp32 result rounded once, on either
- * side, so the two agree within the compute type's band (DESIGN.md): two units of the type
+ * side, so the two agree within the compute type's band (docs/architecture.md): two units of the type
  * relative (a value whose fp32 results straddle a rounding boundary rounds to neighbours), plus a
  * small absolute term for the sums' other order. fp32 outputs computed from 16-bit inputs (the
  * weight and bias gradients, dbias, norm statistics) are held to the fp32 GEMM tolerances of

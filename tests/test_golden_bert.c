@@ -4,7 +4,7 @@
  * MSE) and a multi-label head (bert-tiny-ml: 3 classes, BCEWithLogitsLoss on multi-hot float
  * labels, HF's problem_type multi_label_classification), must give HF's logits, loss, every parameter gradient, the weights
  * after one AdamW step and the losses and gradient norms of 5 clipped training steps.
- * Tolerances are DESIGN.md's. Also: the HF export round-trips, a file with the old
+ * Tolerances: docs/architecture.md. Also: the HF export round-trips, a file with the old
  * LayerNorm.gamma/beta names and a cls.* pre-training head loads to the same weights, and
  * tp = 2 (two threads over the threads communicator, HF weights sharded on load) gives HF's
  * numbers, exports HF's file, and with dropout on draws tp = 1's masks.

@@ -4,8 +4,8 @@
  * and gradient norms of 5 clipped steps, and the cloze scores (logits of the verbalizer ids at
  * a position), and the WSC span check (every answer token the argmax). The batch mixes a single-token cloze row (sep = T) with two blank-infilling rows
  * (bidirectional context, causal span), so the mask and the 2D positions are exercised. At
- * tp = 2 (two threads) the logits, loss and every gathered gradient must match too. Tolerances
- * are DESIGN.md's.
+ * tp = 2 (two threads) the logits, loss and every gathered gradient must match too. Tolerances:
+ * docs/architecture.md.
  *
  * bf16 (test_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against PyTorch's
  * CPU bf16 autocast (tests/golden/glm-tiny/bf16_autocast.safetensors,

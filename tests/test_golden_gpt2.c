@@ -5,7 +5,7 @@
  * HF's language-model loss, logits and gradients (test_tiny_lm), also at tp = 2, and HF's greedy
  * generation (gpt2_generate with a KV cache; top-k 1 and a tiny top-p are greedy, sampling
  * repeats under its seed); and the real HF file
- * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances are DESIGN.md's.
+ * tests/data/tiny-gpt2 must give HF's LM logits. Tolerances: docs/architecture.md.
  *
  * bf16 (test_tiny_cls_bf16): the same model and batch at rt_set_precision(be, RT_BF16) against
  * PyTorch's CPU bf16 autocast (tests/golden/gpt2-tiny-cls/bf16_autocast.safetensors,

@@ -3,7 +3,7 @@
  * c_fc, SEQ_CLS so score is saved whole; random A and B) loaded over it, must give PEFT's logits,
  * loss, the gradient of every adapter and of score, each one after one AdamW step, and the losses
  * and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py, versions in the
- * file's metadata). Tolerances are test_golden_gpt2's (DESIGN.md's fp32 ones).
+ * file's metadata). Tolerances are test_golden_gpt2's (docs/architecture.md, "Numerical truth").
  *
  * bf16 is in the band of PEFT under torch's CPU bf16 autocast (the full models' band).
  *

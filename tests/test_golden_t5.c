@@ -4,7 +4,7 @@
  * lm_head, no rescale), on a batch with right- and left-padded sources and -100-padded
  * targets. Each must give HF's encoder output, logits, loss, every parameter gradient, the
  * weights after one AdamW step and the losses and gradient norms of 5 clipped training steps,
- * with DESIGN.md's tolerances. Also: the relative-position buckets equal torch's over
+ * with the fp32 tolerances (docs/architecture.md). Also: the relative-position buckets equal torch's over
  * -300..300; labels padded with pad_token_id instead of -100, and explicit decoder inputs,
  * give the same loss; the HF export is HF's file byte for byte and reloads; older checkpoint
  * layouts (embed_tokens aliases, a tied lm_head copy) load to the same weights and an untied

@@ -1,7 +1,7 @@
 /* tz-tokenize: runs any tunezoo tokenizer over stdin, one line at a time, so that its ids can be
  * diffed against Hugging Face's and its speed measured (scripts/bench/bench_tokenizer.py).
  * Lines in, lines out: ids (or pieces) per text line, text per id line with --decode, and
- * tab-separated sentence pairs with --pair. See README.md. */
+ * tab-separated sentence pairs with --pair. See docs/tz-tokenize.md. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 #     what dropout costs;
 #  2. ncu's kernel times over 2 steps at 2 x 1024 (start-up included), summed per kernel name:
 #     the top 15 with their share (scripts/bench/ncu_top.py), with the fused attention (the
-#     materialized one's were measured on 2026-11-27: see the README's benchmark section).
+#     materialized one's were measured on 2026-11-27: see docs/benchmarks.md).
 #
 # Prints "INFO profile ..." lines (scripts/gpu_check.sh appends them to its summary); logs in
 # OUT_DIR. About a minute and a half on an H200.
