@@ -3,6 +3,7 @@
  * "cuda:0" and says clearly that it has no CUDA, instead of failing as a typo would. */
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,4 +80,22 @@ rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void 
     be->bytes_allocated += bytes;
 fail:
     return st;
+}
+
+void rt_attn_check(const rt_attn_desc *d) {
+    RT_CHECK(d->B > 0 && d->NH > 0 && d->Tq > 0 && d->Tk > 0 && d->HS > 0, "B=%d NH=%d Tq=%d Tk=%d HS=%d", d->B, d->NH,
+             d->Tq, d->Tk, d->HS);
+    const size_t row = (size_t)d->NH * d->HS;
+    RT_CHECK(d->ldq >= row && d->ldk >= row && d->ldv >= row && d->ldo >= row,
+             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu must each be >= NH*HS=%zu", d->ldq, d->ldk, d->ldv, d->ldo, row);
+    /* the per-head products are GEMMs, whose leading dimensions are ints */
+    RT_CHECK(d->ldq <= INT32_MAX && d->ldk <= INT32_MAX && d->ldv <= INT32_MAX && d->ldo <= INT32_MAX,
+             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu exceed INT_MAX", d->ldq, d->ldk, d->ldv, d->ldo);
+    RT_CHECK(!d->causal || d->Tq == d->Tk, "causal attention needs Tq == Tk (Tq=%d Tk=%d)", d->Tq, d->Tk);
+    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g", (double)d->dropout_p);
+    RT_CHECK(d->head_offset >= 0 &&
+                 (d->heads_total == 0 ? d->head_offset == 0 : d->head_offset + d->NH <= d->heads_total),
+             "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
+    RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == RT_BF16 || d->probs_dtype == RT_F16,
+             "attention probabilities as %s", rt_dtype_name(d->probs_dtype));
 }

@@ -514,10 +514,16 @@ static inline size_t rt_attn_kept_bytes(rt_backend *be, const rt_attn_desc *d) {
     if (row == 0) row = (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
     return (size_t)d->B * d->NH * d->Tq * row;
 }
+/* Aborts, naming the fields, on a descriptor no backend takes: a size not positive, a row
+ * stride under NH x HS or past a GEMM's int, causal with Tq != Tk, dropout outside [0, 1),
+ * heads outside heads_total, probabilities of another dtype. The wrappers below check every
+ * call, so the backends' ops need not. */
+void rt_attn_check(const rt_attn_desc *d);
 /* 16-bit probabilities are stored at the compute precision by the op itself; fp32 ones are
  * rounded after it, as any activation. */
 static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k,
                                     rt_x v) {
+    rt_attn_check(d);
     RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
              "attention probabilities stored as %s under %s compute", rt_dtype_name(d->probs_dtype),
              rt_dtype_name(be->compute));
@@ -527,6 +533,7 @@ static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x 
 }
 static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias,
                                     rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v) {
+    rt_attn_check(d);
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
     rt_store_x(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
     rt_store_x(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);

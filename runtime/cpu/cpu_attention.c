@@ -41,26 +41,6 @@ static bool rt_cpu_attn_parallel(const rt_attn_desc *d) {
     return work >= (size_t)RT_CPU_PAR_MIN * 8;
 }
 
-static void rt_cpu_attn_check(const rt_attn_desc *d) {
-    RT_CHECK(d->B > 0 && d->NH > 0 && d->Tq > 0 && d->Tk > 0 && d->HS > 0,
-             "B=%d NH=%d Tq=%d Tk=%d HS=%d", d->B, d->NH, d->Tq, d->Tk, d->HS);
-    size_t row = (size_t)d->NH * d->HS;
-    RT_CHECK(d->ldq >= row && d->ldk >= row && d->ldv >= row && d->ldo >= row,
-             "ldq=%zu ldk=%zu ldv=%zu ldo=%zu must each be >= NH*HS=%zu", d->ldq, d->ldk, d->ldv,
-             d->ldo, row);
-    RT_CHECK(d->ldq <= INT32_MAX && d->ldk <= INT32_MAX && d->ldv <= INT32_MAX && d->ldo <= INT32_MAX,
-             "row strides must fit a GEMM's int");
-    RT_CHECK(!d->causal || d->Tq == d->Tk, "causal attention needs Tq == Tk (Tq=%d Tk=%d)", d->Tq,
-             d->Tk);
-    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p < 1.0f, "attention dropout p=%g",
-             (double)d->dropout_p);
-    RT_CHECK(d->head_offset >= 0 && (d->heads_total == 0 ? d->head_offset == 0
-                                                          : d->head_offset + d->NH <= d->heads_total),
-             "head_offset=%d NH=%d heads_total=%d", d->head_offset, d->NH, d->heads_total);
-    RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == RT_BF16 || d->probs_dtype == RT_F16,
-             "attention probabilities as %s", rt_dtype_name(d->probs_dtype));
-}
-
 /* The counter-RNG index of element (i=0, j=0) of head h of batch row b: global heads. */
 static size_t rt_cpu_attn_rng_base(const rt_attn_desc *d, int b, int h) {
     size_t total = d->heads_total > 0 ? (size_t)d->heads_total : (size_t)d->NH;
@@ -185,7 +165,6 @@ static void rt_cpu_attn_fwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
 }
 
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
-    rt_cpu_attn_check(d);
     const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     int tasks = d->B * d->NH;
@@ -262,7 +241,6 @@ static void rt_cpu_attn_bwd_head(const rt_attn_desc *d, rt_dtype mm, int b, int 
 
 void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
                           const void *probs, rt_x q, rt_x k, rt_x v) {
-    rt_cpu_attn_check(d);
     const rt_dtype mm = rt_cpu_matmul_dtype(ctx);
     const int B = d->B, NH = d->NH;
     const size_t tt = (size_t)d->Tq * d->Tk;
