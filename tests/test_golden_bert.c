@@ -29,7 +29,6 @@
  * RT_BF16 nearly all; weights moved by an AdamW step of lr 3e-5 before the bf16 run fail bands in
  * every family, of lr 1e-3 every band. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -412,8 +411,6 @@ typedef struct {
     const rt_batch *batch;
     bool dropout;
     tp_result *res; /* rank 0 only */
-    rt_status st;
-    char msg[512];
 } tp_rank_arg;
 
 static rt_status tp_rank_run(tp_rank_arg *a) {
@@ -471,33 +468,21 @@ fail:
     return st;
 }
 
-static void *tp_rank_main(void *arg) {
+/* tz_run_ranks' rank: its comm goes into its arguments */
+static rt_status tp_rank_main(rt_comm *comm, void *arg) {
     tp_rank_arg *a = arg;
-    a->st = tp_rank_run(a);
-    if (a->st != RT_OK) snprintf(a->msg, sizeof a->msg, "%s", rt_error_message());
-    return NULL;
+    a->comm = comm;
+    return tp_rank_run(a);
 }
 
 static int tp_run(int n, const char *dir, const char *export_dir, const rt_batch *batch, bool dropout, tp_result *res) {
-    rt_comm *comms[2] = {0};
-    pthread_t th[2];
     tp_rank_arg args[2];
     memset(res, 0, sizeof *res);
-    TZ_EXPECT_OK(rt_comm_threads_create(n, 30.0, comms));
-    if (!comms[0]) return 0;
-    for (int r = 0; r < n; r++) {
-        args[r] = (tp_rank_arg){.comm = comms[r], .dir = dir, .export_dir = export_dir, .batch = batch,
-                                .dropout = dropout, .res = res};
-        TZ_EXPECT(pthread_create(&th[r], NULL, tp_rank_main, &args[r]) == 0, "pthread_create rank %d", r);
-    }
-    int ok = 1;
-    for (int r = 0; r < n; r++) {
-        pthread_join(th[r], NULL);
-        TZ_EXPECT(args[r].st == RT_OK, "tp=%d rank %d: %s: %s", n, r, rt_status_name(args[r].st), args[r].msg);
-        ok &= args[r].st == RT_OK;
-        rt_comm_free(comms[r]);
-    }
-    return ok;
+    for (int r = 0; r < n; r++)
+        args[r] = (tp_rank_arg){.dir = dir, .export_dir = export_dir, .batch = batch, .dropout = dropout, .res = res};
+    const rt_status st = tz_run_ranks(n, 30.0, tp_rank_main, args, sizeof *args);
+    TZ_EXPECT(st == RT_OK, "tp=%d: %s", n, rt_status_name(st));
+    return st == RT_OK;
 }
 
 static void tp_free(tp_result *res) {

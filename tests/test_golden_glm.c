@@ -25,7 +25,6 @@
  * RT_BF16 nearly all; weights moved by an AdamW step of lr 3e-5 before the bf16 run fail bands in
  * every family, of lr 1e-3 every band. */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -443,8 +442,6 @@ typedef struct {
     rt_comm *comm;
     const glm_batch *b;
     const ckpt_st_file *g;
-    rt_status st;
-    char msg[512];
     float loss;
     float *logits;
     int32_t span_got[3][B], span_want[3][B];
@@ -504,29 +501,20 @@ fail:
     return st;
 }
 
-static void *tp_main(void *arg) {
+/* tz_run_ranks' rank: its comm goes into its arguments */
+static rt_status tp_main(rt_comm *comm, void *arg) {
     tp_arg *a = arg;
-    a->st = tp_rank(a);
-    if (a->st != RT_OK) snprintf(a->msg, sizeof a->msg, "%s", rt_error_message());
-    return NULL;
+    a->comm = comm;
+    return tp_rank(a);
 }
 
 static void test_tp2(const ckpt_st_file *g, const glm_batch *b) {
-    rt_comm *comms[2] = {0};
-    pthread_t th[2];
     tp_arg args[2];
     static float logits[2][B * T * V], ref_logits[B * T * V];
-    TZ_EXPECT_OK(rt_comm_threads_create(2, 30.0, comms));
-    if (!comms[0]) return;
-    for (int r = 0; r < 2; r++) {
-        args[r] = (tp_arg){.comm = comms[r], .b = b, .g = g, .logits = logits[r]};
-        TZ_EXPECT(pthread_create(&th[r], NULL, tp_main, &args[r]) == 0, "pthread_create");
-    }
-    for (int r = 0; r < 2; r++) {
-        pthread_join(th[r], NULL);
-        TZ_EXPECT(args[r].st == RT_OK, "tp=2 rank %d: %s", r, args[r].msg);
-        rt_comm_free(comms[r]);
-    }
+    for (int r = 0; r < 2; r++) args[r] = (tp_arg){.b = b, .g = g, .logits = logits[r]};
+    const rt_status st = tz_run_ranks(2, 30.0, tp_main, args, sizeof *args);
+    TZ_EXPECT(st == RT_OK, "tp=2: %s", rt_status_name(st));
+    if (st != RT_OK) return;
     float ref_loss;
     read_f32(g, "logits", ref_logits, B * T * V);
     read_f32(g, "loss", &ref_loss, 1);

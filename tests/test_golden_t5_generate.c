@@ -15,7 +15,6 @@
  * CUDA device is present the cases run on the CUDA backend too (not checked on a machine
  * without one; the test says so). */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -301,8 +300,6 @@ typedef struct {
     const golden_file *gf;
     int32_t ids[MAX_CASES][B * MAXT];
     int len[MAX_CASES][B];
-    rt_status st;
-    char msg[512];
 } tp_rank_arg;
 
 static rt_status tp_rank_run(tp_rank_arg *a) {
@@ -324,11 +321,11 @@ fail:
     return st;
 }
 
-static void *tp_rank_main(void *arg) {
+/* tz_run_ranks' rank: its comm goes into its arguments */
+static rt_status tp_rank_main(rt_comm *comm, void *arg) {
     tp_rank_arg *a = arg;
-    a->st = tp_rank_run(a);
-    if (a->st != RT_OK) snprintf(a->msg, sizeof a->msg, "%s", rt_error_message());
-    return NULL;
+    a->comm = comm;
+    return tp_rank_run(a);
 }
 
 static void test_tp2(const char *name) {
@@ -338,23 +335,14 @@ static void test_tp2(const char *name) {
     char dir_copy[4096], what[400];
     snprintf(dir_copy, sizeof dir_copy, "%s", dir);
     if (!load_golden(dir_copy, &gf)) return;
-    rt_comm *comms[2] = {0};
-    pthread_t th[2];
-    TZ_EXPECT_OK(rt_comm_threads_create(2, 60.0, comms));
-    if (!comms[0]) return;
     for (int r = 0; r < 2; r++) {
         memset(&args[r], 0, sizeof args[r]);
-        args[r].comm = comms[r];
         args[r].dir = dir_copy;
         args[r].gf = &gf;
-        TZ_EXPECT(pthread_create(&th[r], NULL, tp_rank_main, &args[r]) == 0, "pthread_create rank %d", r);
     }
-    for (int r = 0; r < 2; r++) {
-        pthread_join(th[r], NULL);
-        TZ_EXPECT(args[r].st == RT_OK, "tp=2 rank %d: %s: %s", r, rt_status_name(args[r].st), args[r].msg);
-        rt_comm_free(comms[r]);
-    }
-    for (int r = 0; r < 2 && args[r].st == RT_OK; r++)
+    const rt_status st = tz_run_ranks(2, 60.0, tp_rank_main, args, sizeof *args);
+    TZ_EXPECT(st == RT_OK, "tp=2: %s", rt_status_name(st));
+    for (int r = 0; r < 2 && st == RT_OK; r++)
         for (int c = 0; c < gf.n_cases; c++) {
             char tag[32];
             snprintf(tag, sizeof tag, "tp=2 rank %d", r);
