@@ -22,7 +22,7 @@ struct ckpt_atomic_file {
     FILE *fp;
     uint64_t offset;
     uint64_t flushed; /* bytes already handed to the kernel for writeback */
-    int failed; /* a write failed: only abort is meaningful now */
+    int failed;       /* a write failed: only abort is meaningful now */
 };
 
 static void atomic_free(ckpt_atomic_file *f) {
@@ -161,8 +161,10 @@ static int is_temp_name(const char *name) {
     int dots = 0;
     if (!isdigit((unsigned char)*p)) return 0;
     for (; *p; p++) {
-        if (*p == '.' && dots == 0 && isdigit((unsigned char)p[1])) dots++;
-        else if (!isdigit((unsigned char)*p)) return 0;
+        if (*p == '.' && dots == 0 && isdigit((unsigned char)p[1]))
+            dots++;
+        else if (!isdigit((unsigned char)*p))
+            return 0;
     }
     return 1;
 }
@@ -205,7 +207,9 @@ static rt_status remove_temps(const char *dir, const char *prefix, bool dead_onl
     return RT_OK;
 }
 
-rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) { return remove_temps(dir, NULL, false, n_removed); }
+rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
+    return remove_temps(dir, NULL, false, n_removed);
+}
 
 rt_status ckpt_atomic_remove_dead(const char *dir, const char *prefix, int *n_removed) {
     return remove_temps(dir, prefix, true, n_removed);

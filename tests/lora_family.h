@@ -23,12 +23,12 @@
 #include "runtime/rt_params.h"
 
 typedef struct {
-    const char *name;      /* "t5" */
+    const char *name; /* "t5" */
     const ckpt_map *map;
-    char dir[4096];        /* the golden folder; its adapter/ is PEFT's initial adapters */
-    size_t n_logits;       /* the golden batch's logits */
-    int n_adapters;        /* adapter tensors (lora_A and lora_B), the only trainable ones */
-    int n_heads, vocab;    /* for the HF export of the merged model */
+    char dir[4096];     /* the golden folder; its adapter/ is PEFT's initial adapters */
+    size_t n_logits;    /* the golden batch's logits */
+    int n_adapters;     /* adapter tensors (lora_A and lora_B), the only trainable ones */
+    int n_heads, vocab; /* for the HF export of the merged model */
     /* The model with peft's adapters from folder adapter (NULL: its own init), this tp rank's
      * shards; a status and no checks, so rank threads can call it. */
     rt_status (*load)(rt_backend *be, rt_comm *tp, const ckpt_peft_config *peft, const char *adapter, void **model);
