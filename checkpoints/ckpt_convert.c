@@ -9,17 +9,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_weights.h"
+#include "runtime/rt_atomic.h"
+#include "runtime/rt_fs.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_log.h"
 #include "runtime/rt_signal.h"
-#include "runtime/rt_fs.h"
 
 #define CONV_PATH_MAX 4096
 #define CONV_MAX_RANKS 512
@@ -240,8 +240,8 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
     else
         snprintf(c->config_path, sizeof c->config_path, "%s/config.json", dir);
     if (conv_is_file(c->config_path)) {
-        RT_TRY(ckpt_json_load(c->config_path, &c->config));
-        RT_TRY(ckpt_json_get_string(c->config, c->config_path, "model_type", &model_type, false, NULL));
+        RT_TRY(rt_json_load(c->config_path, &c->config));
+        RT_TRY(rt_json_get_string(c->config, c->config_path, "model_type", &model_type, false, NULL));
         /* FlagAI's GLM config has no model_type; its block_position_encoding says GLM */
         if (!model_type && cJSON_GetObjectItemCaseSensitive(c->config, "block_position_encoding")) model_type = "glm";
     } else if (o->hf_config) {
@@ -263,8 +263,8 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
     if (c->config) {
         const char *heads_key = c->megatron ? "n_head" : c->map->heads_key;
         const char *vocab_key = c->megatron ? "vocab_size" : c->map->vocab_key;
-        RT_TRY(ckpt_json_get_int(c->config, c->config_path, heads_key, &c->n_head, false, 0));
-        if (c->vocab < 1) RT_TRY(ckpt_json_get_int(c->config, c->config_path, vocab_key, &c->vocab, false, 0));
+        RT_TRY(rt_json_get_int(c->config, c->config_path, heads_key, &c->n_head, false, 0));
+        if (c->vocab < 1) RT_TRY(rt_json_get_int(c->config, c->config_path, vocab_key, &c->vocab, false, 0));
     }
     if (c->megatron) {
         if (c->n_head < 1) c->n_head = conv_megatron_int(c->rank_paths[0], "args.num_attention_heads", 0);
@@ -535,7 +535,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     const ckpt_map *map = ckpt_map_for_arch(ckpt_sharded_arch(s));
     if (!map) RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows", in, ckpt_sharded_arch(s));
     RT_TRY(conv_export_names(s, map, &plan));
-    RT_TRY(ckpt_atomic_partial_dir(out_dir, &partial));
+    RT_TRY(rt_atomic_partial_dir(out_dir, &partial));
     snprintf(path, sizeof path, "%s/%s", partial, ckpt_map_weights_file(map));
     if (map->torch_wrap)
         RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
@@ -580,7 +580,7 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         snprintf(src, sizeof src, "%s/%s", in, ckpt_sharded_file(s, i));
         snprintf(path, sizeof path, "%s/%s", partial, ckpt_sharded_file(s, i));
         RT_TRY(rt_read_file(src, 0, &text, &len));
-        st = ckpt_atomic_write_file(path, text, len);
+        st = rt_atomic_write_file(path, text, len);
         free(text);
         RT_TRY(st);
     }
@@ -593,7 +593,7 @@ fail:
     ckpt_safetensors_writer_abort(sw);
     ckpt_torch_writer_abort(tw);
     free(bytes);
-    if (partial) ckpt_atomic_partial_dir_remove(partial); /* what we wrote */
+    if (partial) rt_atomic_partial_dir_remove(partial); /* what we wrote */
     free(partial);
     ckpt_sharded_close(s);
     free(plan.entries);

@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
 
@@ -190,7 +190,7 @@ static rt_status merge_copy_side_files(const char *base_dir, const char *partial
         size_t len = 0;
         snprintf(dst, sizeof dst, "%s/%s", partial, e->d_name);
         RT_TRY(rt_read_file(src, 0, &text, &len));
-        st = ckpt_atomic_write_file(dst, text, len);
+        st = rt_atomic_write_file(dst, text, len);
         free(text);
         RT_TRY(st);
     }
@@ -246,7 +246,7 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
                                            .store = merge_store(t.dtype)};
     }
 
-    RT_TRY(ckpt_atomic_partial_dir(out_dir, &partial));
+    RT_TRY(rt_atomic_partial_dir(out_dir, &partial));
     snprintf(path, sizeof path, "%s/model.safetensors", partial);
     RT_TRY(ckpt_safetensors_writer_begin(path, n, entries, "{\"format\":\"pt\"}", &w));
     for (size_t j = 0; j < n; j++) {
@@ -281,7 +281,7 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
                 cfg.r, ckpt_peft_scale(&cfg), n_saved, out_dir, n);
 fail:
     ckpt_safetensors_writer_abort(w);
-    if (partial) ckpt_atomic_partial_dir_remove(partial);
+    if (partial) rt_atomic_partial_dir_remove(partial);
     free(partial);
     free(buf);
     free(entries);

@@ -1,4 +1,4 @@
-/* The .tzck container (layout in ckpt_native.h): a streaming writer on ckpt_atomic and an
+/* The .tzck container (layout in ckpt_native.h): a streaming writer on rt_atomic and an
  * mmap reader that validates every byte it will hand out. The reader treats the file as
  * untrusted: each length is checked against the bytes that remain before it is used, and
  * each count against what the table could hold, so a corrupt file cannot make it read out
@@ -17,9 +17,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_pages.h"
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_atomic.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -93,7 +93,7 @@ static uint64_t get_u64(const unsigned char *p) {
 /* ---- writer ---- */
 
 struct ckpt_native_writer {
-    ckpt_atomic_file *af;
+    rt_atomic_file *af;
     char *path;
     unsigned char *table; /* serialized record table, grown as records are added */
     size_t table_len, table_cap;
@@ -132,7 +132,7 @@ rt_status ckpt_native_writer_begin(const char *path, const char *metadata_json, 
         size_t nlen = strlen(path) + 16;
         char *label = rt_xmalloc(nlen);
         snprintf(label, nlen, "%s metadata", path);
-        st = ckpt_json_parse(meta, mlen, label, &check);
+        st = rt_json_parse(meta, mlen, label, &check);
         free(label);
         if (st != RT_OK) goto fail;
     }
@@ -142,9 +142,9 @@ rt_status ckpt_native_writer_begin(const char *path, const char *metadata_json, 
     put_u32(hdr + 12, 0);
     put_u64(hdr + 16, mlen);
     w->meta_crc = ckpt_native_crc32(meta, mlen);
-    RT_TRY(ckpt_atomic_begin(path, &w->af));
-    RT_TRY(ckpt_atomic_write(w->af, hdr, sizeof hdr));
-    RT_TRY(ckpt_atomic_write(w->af, meta, mlen));
+    RT_TRY(rt_atomic_begin(path, &w->af));
+    RT_TRY(rt_atomic_write(w->af, hdr, sizeof hdr));
+    RT_TRY(rt_atomic_write(w->af, meta, mlen));
     cJSON_Delete(check);
     *out = w;
     return RT_OK;
@@ -172,9 +172,9 @@ rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dty
     size_t nbytes = numel * esize;
     RT_CHECK(nbytes == 0 || data != NULL, "record '%s' has no data", name);
 
-    RT_TRY(ckpt_atomic_pad(w->af, CKPT_NATIVE_ALIGN));
-    uint64_t offset = ckpt_atomic_tell(w->af);
-    RT_TRY(ckpt_atomic_write(w->af, data, nbytes));
+    RT_TRY(rt_atomic_pad(w->af, CKPT_NATIVE_ALIGN));
+    uint64_t offset = rt_atomic_tell(w->af);
+    RT_TRY(rt_atomic_write(w->af, data, nbytes));
 
     unsigned char b[8];
     uint32_t name_len = (uint32_t)strlen(name);
@@ -205,9 +205,9 @@ fail:
 
 rt_status ckpt_native_writer_commit(ckpt_native_writer *w) {
     rt_status st = RT_OK;
-    RT_TRY(ckpt_atomic_pad(w->af, CKPT_NATIVE_ALIGN));
-    uint64_t table_offset = ckpt_atomic_tell(w->af);
-    RT_TRY(ckpt_atomic_write(w->af, w->table, w->table_len));
+    RT_TRY(rt_atomic_pad(w->af, CKPT_NATIVE_ALIGN));
+    uint64_t table_offset = rt_atomic_tell(w->af);
+    RT_TRY(rt_atomic_write(w->af, w->table, w->table_len));
     unsigned char foot[NAT_FOOTER_SIZE];
     put_u64(foot, table_offset);
     put_u64(foot + 8, w->table_len);
@@ -216,8 +216,8 @@ rt_status ckpt_native_writer_commit(ckpt_native_writer *w) {
     put_u32(foot + 28, w->meta_crc);
     put_u64(foot + 32, 0);
     memcpy(foot + 40, nat_end_magic, 8);
-    RT_TRY(ckpt_atomic_write(w->af, foot, sizeof foot));
-    st = ckpt_atomic_commit(w->af);
+    RT_TRY(rt_atomic_write(w->af, foot, sizeof foot));
+    st = rt_atomic_commit(w->af);
     w->af = NULL;
 fail:
     ckpt_native_writer_abort(w);
@@ -226,7 +226,7 @@ fail:
 
 void ckpt_native_writer_abort(ckpt_native_writer *w) {
     if (!w) return;
-    ckpt_atomic_abort(w->af);
+    rt_atomic_abort(w->af);
     nat_writer_free(w);
 }
 

@@ -16,7 +16,7 @@
  *
  * The table sits at the end so the writer can stream each record to disk as it is added.
  * The footer is written last, so a truncated file has no valid footer. Files are written
- * through ckpt_atomic (temp + fsync + rename). Opening checks magic, version, every bound
+ * through rt_atomic (temp + fsync + rename). Opening checks magic, version, every bound
  * and every CRC; a truncated or corrupt file is RT_ERR_FORMAT naming the path and the
  * problem, never a crash.
  *
@@ -72,7 +72,7 @@ void ckpt_native_writer_abort(ckpt_native_writer *w);
 rt_status ckpt_native_open(const char *path, ckpt_native_file **out);
 void ckpt_native_close(ckpt_native_file *f); /* accepts NULL */
 const char *ckpt_native_path(const ckpt_native_file *f);
-/* The metadata JSON text, NUL-terminated (parse it with ckpt_json_parse). */
+/* The metadata JSON text, NUL-terminated (parse it with rt_json_parse). */
 const char *ckpt_native_metadata(const ckpt_native_file *f);
 size_t ckpt_native_count(const ckpt_native_file *f);
 /* Records in file order. */

@@ -1,4 +1,4 @@
-/* PEFT adapter folders (see ckpt_peft.h): adapter_config.json through cJSON with ckpt_json's
+/* PEFT adapter folders (see ckpt_peft.h): adapter_config.json through cJSON with rt_json's
  * messages, and the tensor names' split. */
 #include "checkpoints/ckpt_peft.h"
 
@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_fs.h"
+#include "runtime/rt_json.h"
 
 double ckpt_peft_scale(const ckpt_peft_config *c) {
     return c->use_rslora ? c->alpha / sqrt((double)c->r) : c->alpha / (double)c->r;
@@ -54,13 +54,13 @@ static rt_status peft_names(const cJSON *root, const char *name, const char *key
                          name, key, v->valuestring);
     if (!cJSON_IsArray(v))
         return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected a list of module names)", name, key,
-                         ckpt_json_type_name(v));
+                         rt_json_type_name(v));
     const int count = cJSON_GetArraySize(v);
     *out = rt_xcalloc((size_t)(count ? count : 1), sizeof **out);
     for (const cJSON *it = v->child; it; it = it->next) {
         if (!cJSON_IsString(it) || !*it->valuestring) {
             rt_status st = rt_errorf(RT_ERR_CONFIG, "%s: field '%s' holds %s (expected module names)", name, key,
-                                     cJSON_IsString(it) ? "an empty name" : ckpt_json_type_name(it));
+                                     cJSON_IsString(it) ? "an empty name" : rt_json_type_name(it));
             for (int i = 0; i < *n; i++) free((*out)[i]);
             free(*out);
             *out = NULL;
@@ -85,7 +85,7 @@ static rt_status peft_refuse(const cJSON *root, const char *name, const char *ke
 
 static rt_status peft_optional_string(const cJSON *root, const char *name, const char *key, char **out) {
     const char *s = NULL;
-    rt_status st = ckpt_json_get_string(root, name, key, &s, false, NULL);
+    rt_status st = rt_json_get_string(root, name, key, &s, false, NULL);
     *out = st == RT_OK && s ? rt_xstrdup(s) : NULL;
     return st;
 }
@@ -94,22 +94,22 @@ rt_status ckpt_peft_config_parse(const char *text, size_t len, const char *name,
     rt_status st = RT_OK;
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
-    RT_TRY(ckpt_json_parse(text, len, name, &root));
+    RT_TRY(rt_json_parse(text, len, name, &root));
     if (!cJSON_IsObject(root))
-        RT_FAIL(RT_ERR_CONFIG, "%s: the file holds %s (expected an object)", name, ckpt_json_type_name(root));
+        RT_FAIL(RT_ERR_CONFIG, "%s: the file holds %s (expected an object)", name, rt_json_type_name(root));
     const char *type = NULL;
-    RT_TRY(ckpt_json_get_string(root, name, "peft_type", &type, true, NULL));
+    RT_TRY(rt_json_get_string(root, name, "peft_type", &type, true, NULL));
     if (strcmp(type, "LORA") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'peft_type' is '%.40s'; tunezoo reads LoRA adapters (LORA)", name, type);
-    RT_TRY(ckpt_json_get_int_range(root, name, "r", &out->r, true, 0, 1, CKPT_PEFT_MAX_R));
-    RT_TRY(ckpt_json_get_double(root, name, "lora_alpha", &out->alpha, false, 8.0));
-    RT_TRY(ckpt_json_get_double(root, name, "lora_dropout", &out->dropout, false, 0.0));
+    RT_TRY(rt_json_get_int_range(root, name, "r", &out->r, true, 0, 1, CKPT_PEFT_MAX_R));
+    RT_TRY(rt_json_get_double(root, name, "lora_alpha", &out->alpha, false, 8.0));
+    RT_TRY(rt_json_get_double(root, name, "lora_dropout", &out->dropout, false, 0.0));
     if (!isfinite(out->alpha) || out->alpha <= 0 || out->alpha > 1e6)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'lora_alpha' is %g (expected a number in (0, 1e6])", name, out->alpha);
     if (!(out->dropout >= 0 && out->dropout < 1))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'lora_dropout' is %g (expected a number in [0, 1))", name, out->dropout);
-    RT_TRY(ckpt_json_get_bool(root, name, "fan_in_fan_out", &out->fan_in_fan_out, false, false));
-    RT_TRY(ckpt_json_get_bool(root, name, "use_rslora", &out->use_rslora, false, false));
+    RT_TRY(rt_json_get_bool(root, name, "fan_in_fan_out", &out->fan_in_fan_out, false, false));
+    RT_TRY(rt_json_get_bool(root, name, "use_rslora", &out->use_rslora, false, false));
     RT_TRY(peft_refuse(root, name, "use_dora", NULL, "DoRA"));
     RT_TRY(peft_refuse(root, name, "bias", "none", "trained biases"));
     RT_TRY(peft_refuse(root, name, "lora_bias", NULL, "a bias on lora_B"));
@@ -188,7 +188,7 @@ rt_status ckpt_peft_config_write(const char *dir, const ckpt_peft_config *c) {
     char path[4096];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     char *text = ckpt_peft_config_json(c);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    rt_status st = rt_atomic_write_file(path, text, strlen(text));
     cJSON_free(text);
     return st;
 }

@@ -17,10 +17,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_pages.h"
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_buf.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -77,21 +77,21 @@ static rt_status st_parse_entry(const ckpt_st_file *f, const cJSON *item, st_ent
     const char *name = item->string;
     if (!cJSON_IsObject(item))
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is %s (expected an object with dtype, shape, data_offsets)",
-                         path, name, ckpt_json_type_name(item));
+                         path, name, rt_json_type_name(item));
     e->name = name;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     if (!cJSON_IsString(dt) || !dt->valuestring)
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': field 'dtype' is %s (expected a string)", path, name,
-                         ckpt_json_type_name(dt));
+                         rt_json_type_name(dt));
     if (!rt_dtype_from_name(dt->valuestring, &e->dtype))
         return rt_errorf(RT_ERR_UNSUPPORTED,
                          "%s: tensor '%s' has dtype '%.32s' (supported: F32 F16 BF16 F64 I64 I32 U8 BOOL)", path, name,
                          dt->valuestring);
     if (!cJSON_IsArray(sh))
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': field 'shape' is %s (expected an array of sizes)", path, name,
-                         ckpt_json_type_name(sh));
+                         rt_json_type_name(sh));
     int nd = cJSON_GetArraySize(sh);
     if (nd > CKPT_MAX_DIMS)
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has %d dimensions (at most %d supported)", path, name, nd,
@@ -192,7 +192,7 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
         size_t nlen = strlen(path) + 16;
         char *hname = rt_xmalloc(nlen);
         snprintf(hname, nlen, "%s header", path);
-        st = ckpt_json_parse((const char *)f->map + 8, (size_t)hlen, hname, &f->header);
+        st = rt_json_parse((const char *)f->map + 8, (size_t)hlen, hname, &f->header);
         free(hname);
         if (st != RT_OK) goto fail;
     }
@@ -206,12 +206,12 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
             if (f->metadata) RT_FAIL(RT_ERR_FORMAT, "%s: '__metadata__' appears twice", path);
             if (!cJSON_IsObject(item))
                 RT_FAIL(RT_ERR_FORMAT, "%s: '__metadata__' is %s (expected an object of strings)", path,
-                        ckpt_json_type_name(item));
+                        rt_json_type_name(item));
             const cJSON *kv;
             cJSON_ArrayForEach(kv, item) {
                 if (!cJSON_IsString(kv))
                     RT_FAIL(RT_ERR_FORMAT, "%s: '__metadata__' field '%s' is %s (expected a string)", path,
-                            kv->string ? kv->string : "", ckpt_json_type_name(kv));
+                            kv->string ? kv->string : "", rt_json_type_name(kv));
             }
             f->metadata = item;
             continue;
@@ -327,7 +327,7 @@ static void st_json_string(rt_text *b, const char *s) {
 static int st_cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 struct ckpt_st_writer {
-    ckpt_atomic_file *af;
+    rt_atomic_file *af;
     const ckpt_st_write_entry *entries; /* the caller's, alive until commit */
     size_t n, next;
 };
@@ -339,7 +339,7 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
     cJSON *meta = NULL;
     char *meta_text = NULL;
     const char **names = NULL;
-    ckpt_atomic_file *af = NULL;
+    rt_atomic_file *af = NULL;
     *out = NULL;
 
     /* duplicate names would make a file that our own reader (and HF's) rejects */
@@ -355,13 +355,13 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
 
     rt_text_puts(&hdr, "{");
     if (metadata_json) {
-        RT_TRY(ckpt_json_parse(metadata_json, strlen(metadata_json), "safetensors metadata", &meta));
+        RT_TRY(rt_json_parse(metadata_json, strlen(metadata_json), "safetensors metadata", &meta));
         if (!cJSON_IsObject(meta)) RT_FAIL(RT_ERR_CONFIG, "%s: metadata must be a JSON object of strings", path);
         const cJSON *kv;
         cJSON_ArrayForEach(kv, meta) {
             if (!cJSON_IsString(kv))
                 RT_FAIL(RT_ERR_CONFIG, "%s: metadata field '%s' is %s (expected a string)", path, kv->string,
-                        ckpt_json_type_name(kv));
+                        rt_json_type_name(kv));
         }
         meta_text = cJSON_PrintUnformatted(meta);
         RT_CHECK(meta_text != NULL, "cJSON_PrintUnformatted failed");
@@ -401,9 +401,9 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
     unsigned char lenbuf[8];
     uint64_t hlen = hdr.n;
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)(hlen >> (8 * i));
-    RT_TRY(ckpt_atomic_begin(path, &af));
-    RT_TRY(ckpt_atomic_write(af, lenbuf, 8));
-    RT_TRY(ckpt_atomic_write(af, hdr.s, hdr.n));
+    RT_TRY(rt_atomic_begin(path, &af));
+    RT_TRY(rt_atomic_write(af, lenbuf, 8));
+    RT_TRY(rt_atomic_write(af, hdr.s, hdr.n));
     ckpt_st_writer *w = rt_xcalloc(1, sizeof *w);
     w->af = af;
     w->entries = entries;
@@ -411,7 +411,7 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
     af = NULL;
     *out = w;
 fail:
-    ckpt_atomic_abort(af);
+    rt_atomic_abort(af);
     free(names);
     rt_text_free(&hdr);
     cJSON_free(meta_text);
@@ -425,13 +425,13 @@ rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data) {
     size_t numel = 1;
     for (int d = 0; d < e->ndim; d++) numel *= e->shape[d];
     RT_CHECK(numel == 0 || data != NULL, "tensor '%s' has no data", e->name);
-    if (e->store == RT_F32) return ckpt_atomic_write(w->af, data, numel * sizeof(float));
+    if (e->store == RT_F32) return rt_atomic_write(w->af, data, numel * sizeof(float));
     uint16_t tmp[2048];
     for (size_t j = 0; j < numel;) {
         size_t m = numel - j < 2048 ? numel - j : 2048;
         for (size_t k = 0; k < m; k++)
             tmp[k] = e->store == RT_F16 ? rt_f32_to_f16(data[j + k]) : rt_f32_to_bf16(data[j + k]);
-        rt_status st = ckpt_atomic_write(w->af, tmp, m * 2);
+        rt_status st = rt_atomic_write(w->af, tmp, m * 2);
         if (st != RT_OK) return st;
         j += m;
     }
@@ -440,14 +440,14 @@ rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data) {
 
 rt_status ckpt_safetensors_writer_commit(ckpt_st_writer *w) {
     RT_CHECK(w->next == w->n, "%zu of %zu tensors written", w->next, w->n);
-    rt_status st = ckpt_atomic_commit(w->af);
+    rt_status st = rt_atomic_commit(w->af);
     free(w);
     return st;
 }
 
 void ckpt_safetensors_writer_abort(ckpt_st_writer *w) {
     if (!w) return;
-    ckpt_atomic_abort(w->af);
+    rt_atomic_abort(w->af);
     free(w);
 }
 

@@ -65,7 +65,7 @@ typedef struct {
     rt_dtype store;
 } ckpt_st_write_entry;
 
-/* Writes n tensors in the given order, atomically (ckpt_atomic). metadata_json is NULL or
+/* Writes n tensors in the given order, atomically (rt_atomic). metadata_json is NULL or
  * a JSON object of string values, stored as "__metadata__". Names must be distinct. */
 rt_status ckpt_safetensors_write(const char *path, size_t n, const ckpt_st_write_entry *entries,
                                  const char *metadata_json);

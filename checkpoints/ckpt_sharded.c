@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_tp.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_fs.h"
+#include "runtime/rt_json.h"
 
 #define SHARDED_FORMAT "tunezoo-sharded"
 #define SHARDED_VERSION 1
@@ -98,7 +98,7 @@ rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *sp
     w->tensors = cJSON_CreateArray();
     w->files = cJSON_CreateArray();
     w->ranks = rt_xcalloc((size_t)spec->tp, sizeof *w->ranks);
-    RT_TRY(ckpt_atomic_partial_dir(dir, &w->partial));
+    RT_TRY(rt_atomic_partial_dir(dir, &w->partial));
     for (int r = 0; r < spec->tp; r++) {
         char path[SHARDED_PATH_MAX], meta[128];
         sharded_rank_path(w->partial, r, spec->tp, path, sizeof path);
@@ -178,7 +178,7 @@ rt_status ckpt_sharded_writer_put_file(ckpt_sharded_writer *w, const char *name,
     char dst[SHARDED_PATH_MAX], hex[9];
     RT_CHECK(sharded_plain_name(name), "file name '%s'", name);
     snprintf(dst, sizeof dst, "%s/%s", w->partial, name);
-    rt_status st = ckpt_atomic_write_file(dst, data, n);
+    rt_status st = rt_atomic_write_file(dst, data, n);
     if (st != RT_OK) return st;
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", name);
@@ -221,7 +221,7 @@ rt_status ckpt_sharded_writer_commit(ckpt_sharded_writer *w) {
     text = cJSON_Print(m);
     cJSON_Delete(m);
     snprintf(path, sizeof path, "%s/%s", w->partial, CKPT_SHARDED_MANIFEST);
-    RT_TRY(ckpt_atomic_write_file(path, text, strlen(text)));
+    RT_TRY(rt_atomic_write_file(path, text, strlen(text)));
     if (rename(w->partial, w->dir) != 0)
         RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", w->dir, strerror(errno));
     free(w->partial);
@@ -235,7 +235,7 @@ fail:
 void ckpt_sharded_writer_abort(ckpt_sharded_writer *w) {
     if (!w) return;
     for (int r = 0; r < w->spec.tp; r++) ckpt_native_writer_abort(w->ranks[r]);
-    if (w->partial) ckpt_atomic_partial_dir_remove(w->partial);
+    if (w->partial) rt_atomic_partial_dir_remove(w->partial);
     sharded_writer_free(w);
 }
 
@@ -263,7 +263,7 @@ struct ckpt_sharded {
 
 /* A manifest integer in [lo, hi]. */
 static rt_status sharded_int(const cJSON *o, const char *path, const char *key, int lo, int hi, int *out) {
-    rt_status st = ckpt_json_get_int(o, path, key, out, true, 0);
+    rt_status st = rt_json_get_int(o, path, key, out, true, 0);
     if (st != RT_OK) return st;
     if (*out < lo || *out > hi)
         return rt_errorf(RT_ERR_FORMAT, "%s: \"%s\" is %d, expected %d to %d", path, key, *out, lo, hi);
@@ -283,8 +283,8 @@ static rt_status sharded_parse_tensor(ckpt_sharded *s, const cJSON *item, const 
     const char *name = NULL, *rule = NULL;
     rt_status st = RT_OK;
     if (!cJSON_IsObject(item)) return rt_errorf(RT_ERR_FORMAT, "%s: tensors[%zu] is not an object", mpath, i);
-    RT_TRY(ckpt_json_get_string(item, mpath, "name", &name, true, NULL));
-    RT_TRY(ckpt_json_get_string(item, mpath, "tp", &rule, true, NULL));
+    RT_TRY(rt_json_get_string(item, mpath, "name", &name, true, NULL));
+    RT_TRY(rt_json_get_string(item, mpath, "tp", &rule, true, NULL));
     e->name = rt_xstrdup(name);
     e->t.name = e->name;
     if (!ckpt_sharded_rule_from_name(rule, &e->t.rule))
@@ -389,9 +389,9 @@ rt_status ckpt_sharded_open(const char *dir, ckpt_sharded **out) {
     ckpt_sharded *s = rt_xcalloc(1, sizeof *s);
     s->dir = rt_xstrdup(dir);
     snprintf(mpath, sizeof mpath, "%s/%s", dir, CKPT_SHARDED_MANIFEST);
-    RT_TRY(ckpt_json_load(mpath, &m));
+    RT_TRY(rt_json_load(mpath, &m));
     if (!cJSON_IsObject(m)) RT_FAIL(RT_ERR_FORMAT, "%s: not a JSON object", mpath);
-    RT_TRY(ckpt_json_get_string(m, mpath, "format", &format, true, NULL));
+    RT_TRY(rt_json_get_string(m, mpath, "format", &format, true, NULL));
     if (strcmp(format, SHARDED_FORMAT) != 0)
         RT_FAIL(RT_ERR_FORMAT, "%s: \"format\" is \"%s\", expected \"%s\"", mpath, format, SHARDED_FORMAT);
     int version;
@@ -399,9 +399,9 @@ rt_status ckpt_sharded_open(const char *dir, ckpt_sharded **out) {
     RT_TRY(sharded_int(m, mpath, "tp", 1, CKPT_SHARDED_MAX_TP, &s->tp));
     RT_TRY(sharded_int(m, mpath, "n_head", 0, 1 << 20, &s->n_head));
     RT_TRY(sharded_int(m, mpath, "vocab_size", 0, 1 << 30, &s->vocab_size));
-    RT_TRY(ckpt_json_get_string(m, mpath, "arch", &arch, true, NULL));
+    RT_TRY(rt_json_get_string(m, mpath, "arch", &arch, true, NULL));
     s->arch = rt_xstrdup(arch);
-    RT_TRY(ckpt_json_get_string(m, mpath, "dtype", &dtype, true, NULL));
+    RT_TRY(rt_json_get_string(m, mpath, "dtype", &dtype, true, NULL));
     if (!rt_dtype_from_name(dtype, &s->dtype) || (s->dtype != RT_F32 && s->dtype != RT_BF16 && s->dtype != RT_F16))
         RT_FAIL(RT_ERR_FORMAT, "%s: \"dtype\" is \"%s\", expected F32, BF16 or F16", mpath, dtype);
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(m, "files");
@@ -414,7 +414,7 @@ rt_status ckpt_sharded_open(const char *dir, ckpt_sharded **out) {
         const char *name = NULL;
         const cJSON *item = cJSON_GetArrayItem(files, (int)i);
         if (!cJSON_IsObject(item)) RT_FAIL(RT_ERR_FORMAT, "%s: files[%zu] is not an object", mpath, i);
-        RT_TRY(ckpt_json_get_string(item, mpath, "name", &name, true, NULL));
+        RT_TRY(rt_json_get_string(item, mpath, "name", &name, true, NULL));
         if (!sharded_plain_name(name))
             RT_FAIL(RT_ERR_FORMAT, "%s: files[%zu] \"%s\" is not a plain file name", mpath, i, name);
         s->files[i] = rt_xstrdup(name);

@@ -12,12 +12,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_torch.h"
 #include "checkpoints/ckpt_zip.h"
 #include "runtime/rt_buf.h"
+#include "runtime/rt_json.h"
 
 typedef struct {
     char *path;
@@ -120,7 +120,7 @@ static rt_status src_add_index(ckpt_source *s, const char *path) {
     rt_status st = RT_OK;
     cJSON *root = NULL;
     char *dir = NULL, shard[4096];
-    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(rt_json_load(path, &root));
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map)) RT_FAIL(RT_ERR_FORMAT, "%s: field 'weight_map' is missing or not an object", path);
     dir = rt_xstrdup(path);

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_native.h"      /* ckpt_native_crc32 */
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_buf.h"
 
 #define TW_ARCHIVE "archive"
@@ -29,7 +29,7 @@ typedef struct {
 } tw_tensor;
 
 struct ckpt_torch_writer {
-    ckpt_atomic_file *af;
+    rt_atomic_file *af;
     char *wrap;
     tw_entry *e;
     size_t n_e, cap_e;
@@ -53,7 +53,7 @@ static rt_status tw_entry_write(ckpt_torch_writer *w, const char *name, const vo
     RT_GROW(w->e, w->cap_e, w->n_e + 1);
     tw_entry *e = &w->e[w->n_e++];
     e->name = rt_xstrdup(name);
-    e->offset = ckpt_atomic_tell(w->af);
+    e->offset = rt_atomic_tell(w->af);
     e->size = size;
     e->crc = ckpt_native_crc32(data, (size_t)size);
     const int z64 = size >= TW_32;
@@ -75,8 +75,8 @@ static rt_status tw_entry_write(ckpt_torch_writer *w, const char *name, const vo
         buf_le(&h, size, 8);
         buf_le(&h, size, 8);
     }
-    RT_TRY(ckpt_atomic_write(w->af, h.s, h.n));
-    RT_TRY(ckpt_atomic_write(w->af, data, (size_t)size));
+    RT_TRY(rt_atomic_write(w->af, h.s, h.n));
+    RT_TRY(rt_atomic_write(w->af, data, (size_t)size));
 fail:
     rt_text_free(&h);
     return st;
@@ -84,7 +84,7 @@ fail:
 
 static rt_status tw_directory(ckpt_torch_writer *w) {
     rt_text d = {0};
-    const uint64_t cd_offset = ckpt_atomic_tell(w->af);
+    const uint64_t cd_offset = rt_atomic_tell(w->af);
     for (size_t i = 0; i < w->n_e; i++) {
         const tw_entry *e = &w->e[i];
         const int big_size = e->size >= TW_32, big_off = e->offset >= TW_32;
@@ -143,7 +143,7 @@ static rt_status tw_directory(ckpt_torch_writer *w) {
     buf_le(&d, z64 ? TW_32 : cd_size, 4);
     buf_le(&d, z64 ? TW_32 : cd_offset, 4);
     buf_le(&d, 0, 2);
-    rt_status st = ckpt_atomic_write(w->af, d.s, d.n);
+    rt_status st = rt_atomic_write(w->af, d.s, d.n);
     rt_text_free(&d);
     return st;
 }
@@ -241,7 +241,7 @@ rt_status ckpt_torch_writer_begin(const char *path, const char *wrap, ckpt_torch
     *out = NULL;
     ckpt_torch_writer *w = rt_xcalloc(1, sizeof *w);
     w->wrap = wrap ? rt_xstrdup(wrap) : NULL;
-    RT_TRY(ckpt_atomic_begin(path, &w->af));
+    RT_TRY(rt_atomic_begin(path, &w->af));
     *out = w;
     return RT_OK;
 fail:
@@ -276,7 +276,7 @@ rt_status ckpt_torch_writer_commit(ckpt_torch_writer *w) {
     RT_TRY(tw_entry_write(w, TW_ARCHIVE "/byteorder", "little", 6));
     RT_TRY(tw_entry_write(w, TW_ARCHIVE "/version", "3\n", 2));
     RT_TRY(tw_directory(w));
-    st = ckpt_atomic_commit(w->af);
+    st = rt_atomic_commit(w->af);
     w->af = NULL;
 fail:
     rt_text_free(&pk);
@@ -286,7 +286,7 @@ fail:
 
 void ckpt_torch_writer_abort(ckpt_torch_writer *w) {
     if (!w) return;
-    ckpt_atomic_abort(w->af);
+    rt_atomic_abort(w->af);
     for (size_t i = 0; i < w->n_e; i++) free(w->e[i].name);
     for (size_t i = 0; i < w->n_t; i++) free(w->t[i].name);
     free(w->e);

@@ -6,7 +6,7 @@
  * OrderedDict itself) built from torch._utils._rebuild_tensor_v2 and the torch.<T>Storage tags,
  * <archive>/version "3" and <archive>/byteorder "little". ZIP64 records are written when a size
  * or offset needs them. Tensors stream to disk as they are added; the pickle and the directory
- * come last, and the file is renamed into place only when complete (ckpt_atomic). torch.load
+ * come last, and the file is renamed into place only when complete (rt_atomic). torch.load
  * and tunezoo's own reader (ckpt_torch.h) read it. */
 #ifndef CKPT_TORCH_WRITE_H
 #define CKPT_TORCH_WRITE_H

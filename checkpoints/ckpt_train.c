@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_tp.h"
+#include "runtime/rt_json.h"
 
 static const char *const ckpt_train_kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 

@@ -18,10 +18,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoints/ckpt_atomic.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_log.h"
+#include "runtime/rt_mapped.h"
 
 static const uint64_t fnv_prime = 0x100000001b3ull;
 
@@ -218,7 +218,7 @@ rt_status data_cache_load_or_stream(const char *dir, const data_cache_key *key, 
             goto hit;
         /* holding the key's lock: its temporary files whose writer is gone are a killed build's */
         const char *base = strrchr(path, '/');
-        (void)ckpt_atomic_remove_dead(dir, base ? base + 1 : path, NULL);
+        (void)rt_atomic_remove_dead(dir, base ? base + 1 : path, NULL);
     }
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (dir) {

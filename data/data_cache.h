@@ -15,7 +15,7 @@
  * streamed to disk as it is tokenized (data_cache_load_or_stream), and a loaded entry is mapped
  * read-only: the sets point into the mapping (data_backing), so a corpus larger than RAM trains
  * with flat memory. A file that is truncated, fails its checksums or does not parse is reported
- * in one warning line and rebuilt, never trusted. It is written through ckpt_atomic (exclusive
+ * in one warning line and rebuilt, never trusted. It is written through rt_atomic (exclusive
  * temp file, fsync, rename), and builders of one key take DIR/<key>.lock (flock) first, so
  * concurrent runs (the ranks of a node, or two programs) build an entry once and the others
  * load it. */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_atomic.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the cache file is little-endian and written with the host's byte order"
@@ -39,8 +39,8 @@ static uint64_t set_bytes(uint64_t n, uint64_t n_ids, uint32_t width) {
 }
 
 struct data_cache_writer {
-    ckpt_atomic_file *file; /* the entry being written; NULL: into mem */
-    unsigned char *mem;     /* the whole file, when it is kept in memory */
+    rt_atomic_file *file; /* the entry being written; NULL: into mem */
+    unsigned char *mem;   /* the whole file, when it is kept in memory */
     size_t mem_len, mem_cap;
     uLong crc, adl;              /* over the payload so far */
     uint64_t at;                 /* payload bytes so far */
@@ -52,7 +52,7 @@ struct data_cache_writer {
 
 static rt_status w_raw(data_cache_writer *w, const void *data, size_t n) {
     if (w->file) {
-        rt_status st = ckpt_atomic_write(w->file, data, n);
+        rt_status st = rt_atomic_write(w->file, data, n);
         if (st != RT_OK) w->io_failed = true;
         return st;
     }
@@ -92,13 +92,13 @@ rt_status data_cache_writer_begin(const char *path, data_cache_writer **out) {
     data_cache_writer *w = rt_xcalloc(1, sizeof *w);
     w->crc = crc32(0L, Z_NULL, 0);
     w->adl = adler32(0L, Z_NULL, 0);
-    rt_status st = path ? ckpt_atomic_begin(path, &w->file) : RT_OK;
+    rt_status st = path ? rt_atomic_begin(path, &w->file) : RT_OK;
     const uint32_t version = CACHE_VERSION, zero = 0;
     if (st == RT_OK) st = w_raw(w, CACHE_MAGIC, 8);
     if (st == RT_OK) st = w_raw(w, &version, 4);
     if (st == RT_OK) st = w_raw(w, &zero, 4);
     if (st != RT_OK) {
-        ckpt_atomic_abort(w->file);
+        rt_atomic_abort(w->file);
         free(w);
         return st;
     }
@@ -108,7 +108,7 @@ rt_status data_cache_writer_begin(const char *path, data_cache_writer **out) {
 
 void data_cache_writer_free(data_cache_writer *w) {
     if (!w) return;
-    ckpt_atomic_abort(w->file);
+    rt_atomic_abort(w->file);
     free(w->mem);
     free(w->table);
     free(w);
@@ -186,9 +186,9 @@ rt_status data_cache_writer_finish(data_cache_writer *w, const data_cache_key *k
     memcpy(t + 40, CACHE_END, 8);
     RT_TRY(w_raw(w, t, sizeof t));
     if (w->file) {
-        ckpt_atomic_file *f = w->file;
+        rt_atomic_file *f = w->file;
         w->file = NULL;
-        st = ckpt_atomic_commit(f);
+        st = rt_atomic_commit(f);
         if (st != RT_OK) w->io_failed = true;
     } else {
         *bytes = w->mem;

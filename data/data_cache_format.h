@@ -1,5 +1,5 @@
 /* The tokenized cache's file format (format 2, described in data_cache.h), inside the data
- * folder only: the writer that appends sets to an entry (a file through ckpt_atomic, or memory)
+ * folder only: the writer that appends sets to an entry (a file through rt_atomic, or memory)
  * and the parser that points sets into an entry's bytes. data_cache.c puts them on disk. */
 #ifndef DATA_CACHE_FORMAT_H
 #define DATA_CACHE_FORMAT_H

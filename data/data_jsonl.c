@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_utf8.h"
 
 rt_status data_json_parse_text(const char *name, size_t line, const char *s, size_t len, cJSON **out) {
@@ -24,12 +24,12 @@ rt_status data_json_parse_text(const char *name, size_t line, const char *s, siz
             if (st != RT_OK) return st;
             at += n + 1;
         }
-        if (ckpt_json_parse(s, len, name, out) != RT_OK) return RT_ERR_FORMAT; /* "name:line:col: ..." */
+        if (rt_json_parse(s, len, name, out) != RT_OK) return RT_ERR_FORMAT; /* "name:line:col: ..." */
         return RT_OK;
     }
     rt_status st = rt_utf8_check_line(name, line, s, len);
     if (st != RT_OK) return st;
-    if (ckpt_json_parse(s, len, name, out) != RT_OK) {
+    if (rt_json_parse(s, len, name, out) != RT_OK) {
         /* The parser saw one line and says "name:1:col: ..."; put the file's line back. */
         const char *msg = rt_error_message();
         size_t nl = strlen(name);
@@ -69,7 +69,7 @@ rt_status data_jsonl_each(const char *name, const char *buf, size_t len, size_t 
         RT_TRY(data_json_parse_text(name, line, s, n, &root));
         if (!cJSON_IsObject(root))
             RT_FAIL(RT_ERR_FORMAT, "%s: the line is %s (expected a JSON object, one record per line)", where,
-                    ckpt_json_type_name(root));
+                    rt_json_type_name(root));
         RT_TRY(record(ctx, root, where, line));
         cJSON_Delete(root);
         root = NULL;

@@ -9,12 +9,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "data/data_jsonl.h"
-#include "checkpoints/ckpt_sharded.h"
 #include "runtime/rt_buf.h"
-#include "runtime/rt_utf8.h"
 #include "runtime/rt_fs.h"
+#include "runtime/rt_json.h"
+#include "runtime/rt_utf8.h"
 
 static const char *const sg_bool_labels[] = {"false", "true"};
 static const char *const sg_rte_labels[] = {"entailment", "not_entailment"};
@@ -83,7 +82,7 @@ static rt_status sg_string(sg_reader *r, const cJSON *obj, const char *prefix, c
     char where[400];
     const char *s = NULL;
     snprintf(where, sizeof where, "%s%s%s", r->where, *prefix ? ": " : "", prefix);
-    rt_status st = sg_format(ckpt_json_get_string(obj, where, key, &s, true, NULL));
+    rt_status st = sg_format(rt_json_get_string(obj, where, key, &s, true, NULL));
     if (st != RT_OK) return st;
     size_t bad;
     if (!rt_utf8_valid(s, strlen(s), &bad))
@@ -99,7 +98,7 @@ static rt_status sg_int(sg_reader *r, const cJSON *obj, const char *prefix, cons
     char where[400];
     int v = 0;
     snprintf(where, sizeof where, "%s%s%s", r->where, *prefix ? ": " : "", prefix);
-    rt_status st = sg_format(ckpt_json_get_int(obj, where, key, &v, true, 0));
+    rt_status st = sg_format(rt_json_get_int(obj, where, key, &v, true, 0));
     if (st != RT_OK) return st;
     if (nonnegative && v < 0)
         return rt_errorf(RT_ERR_FORMAT, "%s: field '%s' is %d (expected a non-negative integer)", where, key, v);
@@ -128,7 +127,7 @@ static rt_status sg_label(sg_reader *r, const cJSON *obj, const char *prefix, in
     case DATA_SG_WSC:
         if (!cJSON_IsBool(it))
             return rt_errorf(RT_ERR_FORMAT, "%s: field 'label' is %s (expected true or false)", where,
-                             ckpt_json_type_name(it));
+                             rt_json_type_name(it));
         *out = cJSON_IsTrue(it) ? 1 : 0;
         return RT_OK;
     case DATA_SG_RTE:
@@ -140,7 +139,7 @@ static rt_status sg_label(sg_reader *r, const cJSON *obj, const char *prefix, in
                              it->valuestring, t->label_names[0], t->n_labels > 2 ? ", " : " or ", t->label_names[1],
                              t->n_labels > 2 ? " or " : "", t->n_labels > 2 ? t->label_names[2] : "");
         return rt_errorf(RT_ERR_FORMAT, "%s: field 'label' is %s (expected a string, one of the %s labels)", where,
-                         ckpt_json_type_name(it), t->name);
+                         rt_json_type_name(it), t->name);
     default: /* COPA, MultiRC */
         if (cJSON_IsNumber(it) && (it->valuedouble == 0.0 || it->valuedouble == 1.0)) {
             *out = it->valuedouble == 1.0;
@@ -150,7 +149,7 @@ static rt_status sg_label(sg_reader *r, const cJSON *obj, const char *prefix, in
             return rt_errorf(RT_ERR_FORMAT, "%s: field 'label' is the number %.17g (expected 0 or 1)", where,
                              it->valuedouble);
         return rt_errorf(RT_ERR_FORMAT, "%s: field 'label' is %s (expected the number 0 or 1)", where,
-                         ckpt_json_type_name(it));
+                         rt_json_type_name(it));
     }
 }
 
@@ -182,18 +181,18 @@ static rt_status sg_read_multirc(sg_reader *r, const cJSON *root) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "passage");
     if (!cJSON_IsObject(p))
         RT_FAIL(RT_ERR_FORMAT, "%s: field 'passage' is %s (expected an object with 'text' and 'questions')", r->where,
-                p ? ckpt_json_type_name(p) : "missing");
+                p ? rt_json_type_name(p) : "missing");
     RT_TRY(sg_string(r, p, "passage", "text", &passage));
     const cJSON *qs = cJSON_GetObjectItemCaseSensitive(p, "questions");
     if (!cJSON_IsArray(qs))
         RT_FAIL(RT_ERR_FORMAT, "%s: passage: field 'questions' is %s (expected an array)", r->where,
-                qs ? ckpt_json_type_name(qs) : "missing");
+                qs ? rt_json_type_name(qs) : "missing");
     int qi = 0;
     for (const cJSON *q = qs->child; q; q = q->next, qi++) {
         char qwhere[64];
         snprintf(qwhere, sizeof qwhere, "passage.questions[%d]", qi);
         if (!cJSON_IsObject(q))
-            RT_FAIL(RT_ERR_FORMAT, "%s: %s is %s (expected an object)", r->where, qwhere, ckpt_json_type_name(q));
+            RT_FAIL(RT_ERR_FORMAT, "%s: %s is %s (expected an object)", r->where, qwhere, rt_json_type_name(q));
         const char *question;
         int32_t qidx;
         RT_TRY(sg_string(r, q, qwhere, "question", &question));
@@ -201,14 +200,14 @@ static rt_status sg_read_multirc(sg_reader *r, const cJSON *root) {
         const cJSON *as = cJSON_GetObjectItemCaseSensitive(q, "answers");
         if (!cJSON_IsArray(as))
             RT_FAIL(RT_ERR_FORMAT, "%s: %s: field 'answers' is %s (expected an array)", r->where, qwhere,
-                    as ? ckpt_json_type_name(as) : "missing");
+                    as ? rt_json_type_name(as) : "missing");
         r->out->n_questions++;
         int ai = 0;
         for (const cJSON *a = as->child; a; a = a->next, ai++) {
             char awhere[96];
             snprintf(awhere, sizeof awhere, "%s.answers[%d]", qwhere, ai);
             if (!cJSON_IsObject(a))
-                RT_FAIL(RT_ERR_FORMAT, "%s: %s is %s (expected an object)", r->where, awhere, ckpt_json_type_name(a));
+                RT_FAIL(RT_ERR_FORMAT, "%s: %s is %s (expected an object)", r->where, awhere, rt_json_type_name(a));
             data_sg_example *e;
             SG_PUSH(e);
             e->text_a = passage;
@@ -262,7 +261,7 @@ static rt_status sg_read_record(sg_reader *r, const cJSON *root) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "target");
         if (!cJSON_IsObject(t))
             RT_FAIL(RT_ERR_FORMAT, "%s: field 'target' is %s (expected an object with the spans)", r->where,
-                    t ? ckpt_json_type_name(t) : "missing");
+                    t ? rt_json_type_name(t) : "missing");
         RT_TRY(sg_string(r, t, "target", "span1_text", &e->text_b));
         RT_TRY(sg_string(r, t, "target", "span2_text", &e->text_c));
         RT_TRY(sg_int(r, t, "target", "span1_index", true, &e->span1_index));

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "data/data_csv.h"
 #include "data/data_jsonl.h"
 #include "runtime/rt_buf.h"
 #include "runtime/rt_fs.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_utf8.h"
 
 static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "json"};
@@ -280,13 +280,12 @@ static rt_status json_array(json_builder *b, const char *name, const char *buf, 
         RT_FAIL(RT_ERR_FORMAT,
                 "%s: the file holds %s (expected an array of objects, one per record; one object per "
                 "line is --data-format jsonl)",
-                name, ckpt_json_type_name(root));
+                name, rt_json_type_name(root));
     size_t k = 0;
     for (const cJSON *it = root->child; it; it = it->next, k++) {
         char where[340];
         snprintf(where, sizeof where, "%.300s: record %zu", name, k + 1);
-        if (!cJSON_IsObject(it))
-            RT_FAIL(RT_ERR_FORMAT, "%s is %s (expected an object)", where, ckpt_json_type_name(it));
+        if (!cJSON_IsObject(it)) RT_FAIL(RT_ERR_FORMAT, "%s is %s (expected an object)", where, rt_json_type_name(it));
         RT_TRY(json_record(b, it, where, 0));
     }
     if (k == 0) RT_FAIL(RT_ERR_FORMAT, "%s: the array is empty (no records)", name);

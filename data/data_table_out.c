@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_buf.h"
 #include "runtime/rt_log.h"
 
@@ -68,7 +68,7 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
                                 data_added_cell_fn cell, void *ctx) {
     rt_status st = RT_OK;
     const data_format fmt = data_table_out_format(t);
-    ckpt_atomic_file *file = NULL;
+    rt_atomic_file *file = NULL;
     rt_text o = {0};
     bool *keep = rt_xcalloc((size_t)t->n_cols + 1, sizeof *keep);
     int dropped = 0;
@@ -80,7 +80,7 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
     if (dropped)
         rt_log_warn("%s: %d of its columns are named as columns %s adds; %s writes its own in their place", t->path,
                     dropped, path, path);
-    RT_TRY(ckpt_atomic_begin(path, &file));
+    RT_TRY(rt_atomic_begin(path, &file));
     if (fmt != DATA_FORMAT_JSONL) { /* the header */
         int col = 0;
         for (int c = 0; c < t->n_cols; c++)
@@ -103,14 +103,14 @@ rt_status data_table_write_rows(const data_table *t, const char *path, int n_add
         }
         rt_text_puts(&o, fmt == DATA_FORMAT_JSONL ? "}\n" : "\n");
         if (o.n > (1u << 20) || r + 1 == t->n_rows) {
-            RT_TRY(ckpt_atomic_write(file, o.s, o.n));
+            RT_TRY(rt_atomic_write(file, o.s, o.n));
             o.n = 0;
         }
     }
-    st = ckpt_atomic_commit(file);
+    st = rt_atomic_commit(file);
     file = NULL;
 fail:
-    ckpt_atomic_abort(file);
+    rt_atomic_abort(file);
     rt_text_free(&o);
     free(keep);
     return st;

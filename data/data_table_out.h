@@ -4,7 +4,7 @@
  * break, with its quotes doubled), JSON Lines objects (a JSON array's records come out as JSON
  * Lines) in which each input cell keeps its kind and a record's left-out keys stay out. An input
  * column with the name of an added one is left out, with a warning. The file is written whole or
- * not at all (ckpt_atomic). */
+ * not at all (rt_atomic). */
 #ifndef DATA_TABLE_OUT_H
 #define DATA_TABLE_OUT_H
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_json.h"
 
 void data_user_task_free(data_user_task *task) {
     if (!task) return;
@@ -180,7 +180,7 @@ static rt_status user_cell_classes(const data_table *t, size_t r, int col, const
     data_table_where(t, r, where, sizeof where);
     if (!s) RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': the label is missing", where, label_col);
     if (kind == DATA_CELL_LIST) {
-        RT_TRY(ckpt_json_parse(s, strlen(s), where, &list));
+        RT_TRY(rt_json_parse(s, strlen(s), where, &list));
         const int n = cJSON_GetArraySize(list);
         *out = rt_xcalloc((size_t)(n ? n : 1), sizeof **out);
         for (const cJSON *it = list->child; it; it = it->next) {
@@ -193,7 +193,7 @@ static rt_status user_cell_classes(const data_table *t, size_t r, int col, const
                 (*out)[(*n_out)++] = rt_xstrdup(buf);
             } else {
                 RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': a list label holds %s; a class is a name or a whole number",
-                        where, label_col, cJSON_IsString(it) ? "an empty name" : ckpt_json_type_name(it));
+                        where, label_col, cJSON_IsString(it) ? "an empty name" : rt_json_type_name(it));
             }
         }
     } else if (kind == DATA_CELL_TEXT && sep) {

@@ -11,17 +11,17 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_map.h"
-#include "checkpoints/ckpt_weights.h"
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/hf_config.h"
+#include "checkpoints/ckpt_weights.h"
 #include "models/heads.h"
+#include "models/hf_config.h"
 #include "models/lora.h"
-#include "models/param.h"
 #include "models/parallel.h"
+#include "models/param.h"
 #include "models/stack.h"
 #include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_pipe.h"
 #include "runtime/rt_rng.h"
 
@@ -95,8 +95,8 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     cJSON *root = NULL;
     const char *path = config_json, *model_type = NULL, *act = NULL, *pe = NULL;
     bert_config_default(c);
-    RT_TRY(ckpt_json_load(path, &root));
-    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    RT_TRY(rt_json_load(path, &root));
+    RT_TRY(rt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "bert") == 0) {
         c->roberta = false;
     } else if (strcmp(model_type, "roberta") == 0) {
@@ -108,12 +108,11 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     }
     RT_TRY(mdl_fields_read(root, path, bert_fields, BERT_N_FIELDS, c));
     /* null (HF's default) means "use hidden_dropout_prob" */
-    RT_TRY(
-        ckpt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false, c->hidden_dropout_prob));
-    RT_TRY(ckpt_json_get_string(root, path, "hidden_act", &act, false, "gelu"));
+    RT_TRY(rt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false, c->hidden_dropout_prob));
+    RT_TRY(rt_json_get_string(root, path, "hidden_act", &act, false, "gelu"));
     if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'hidden_act' is '%s', expected gelu, gelu_new or relu", path, act);
-    RT_TRY(ckpt_json_get_string(root, path, "position_embedding_type", &pe, false, "absolute"));
+    RT_TRY(rt_json_get_string(root, path, "position_embedding_type", &pe, false, "absolute"));
     if (strcmp(pe, "absolute") != 0)
         RT_FAIL(RT_ERR_CONFIG,
                 "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "

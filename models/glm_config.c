@@ -2,9 +2,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "models/glm.h"
 #include "models/hf_config.h"
+#include "runtime/rt_json.h"
 
 /* config.json's fields with FlagAI's defaults (GLM-large-chinese) and limits
  * (models/hf_config.h); FlagAI always writes the sizes, so they are required */
@@ -65,12 +65,12 @@ rt_status glm_config_load(const char *path, glm_config *c) {
     double scale = 1.0;
     int memory = 0;
     glm_config_default(c);
-    RT_TRY(ckpt_json_load(path, &root));
+    RT_TRY(rt_json_load(path, &root));
     RT_TRY(mdl_fields_read(root, path, glm_fields, GLM_N_FIELDS, c));
     /* what FlagAI's GLM can do and tunezoo's cannot yet: refused rather than ignored */
-    RT_TRY(ckpt_json_get_bool(root, path, "relative_encoding", &relative, false, false));
-    RT_TRY(ckpt_json_get_double(root, path, "attention_scale", &scale, false, 1.0));
-    RT_TRY(ckpt_json_get_int(root, path, "max_memory_length", &memory, false, 0));
+    RT_TRY(rt_json_get_bool(root, path, "relative_encoding", &relative, false, false));
+    RT_TRY(rt_json_get_double(root, path, "attention_scale", &scale, false, 1.0));
+    RT_TRY(rt_json_get_int(root, path, "max_memory_length", &memory, false, 0));
     if (relative)
         RT_FAIL(RT_ERR_UNSUPPORTED, "%s: relative_encoding true (Transformer-XL positions) is not supported", path);
     if (scale != 1.0) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: attention_scale %g is not supported (only 1.0)", path, scale);

@@ -8,11 +8,10 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_map.h"
-#include "checkpoints/ckpt_weights.h"
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/heads.h"
+#include "checkpoints/ckpt_weights.h"
 #include "models/flops.h"
+#include "models/heads.h"
 #include "models/hf_config.h"
 #include "models/lm_head.h"
 #include "models/lora.h"
@@ -21,6 +20,7 @@
 #include "models/stack.h"
 #include "models/stage_pipe.h"
 #include "runtime/rt_arena.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_pipe.h"
 
 #include "models/gpt2_internal.h"
@@ -61,19 +61,19 @@ rt_status gpt2_config_load(const char *path, gpt2_config *c) {
     cJSON *root = NULL;
     const char *model_type = NULL, *act = NULL;
     gpt2_config_default(c);
-    RT_TRY(ckpt_json_load(path, &root));
-    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    RT_TRY(rt_json_load(path, &root));
+    RT_TRY(rt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "gpt2") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 'gpt2' (this program fine-tunes GPT-2)", path,
                 model_type);
     RT_TRY(mdl_fields_read(root, path, gpt2_fields, GPT2_N_FIELDS, c));
-    RT_TRY(ckpt_json_get_string(root, path, "activation_function", &act, false, "gelu_new"));
+    RT_TRY(rt_json_get_string(root, path, "activation_function", &act, false, "gelu_new"));
     if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'activation_function' is '%s', expected gelu_new, gelu or relu", path, act);
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "pad_token_id")))
-        RT_TRY(ckpt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, -1));
+        RT_TRY(rt_json_get_int(root, path, "pad_token_id", &c->pad_token_id, false, -1));
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
-        RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, 50256));
+        RT_TRY(rt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, 50256));
     RT_TRY(mdl_hf_read_labels(root, path, &c->num_labels));
     st = mdl_hf_config_result(gpt2_config_validate(c, 1), path, true);
 fail:

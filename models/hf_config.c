@@ -7,13 +7,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoints/ckpt_atomic.h"
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_weights.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_buf.h"
+#include "runtime/rt_json.h"
 
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)
@@ -64,13 +64,13 @@ rt_status mdl_fields_read(const cJSON *root, const char *path, const mdl_field *
     for (const mdl_field *f = fields; f < fields + n && st == RT_OK; f++) {
         if (f->kind == MDL_FIELD_INT) {
             int *v = FIELD(int, f, cfg);
-            st = ckpt_json_get_int_range(root, path, f->key, v, f->required, *v, f->min, f->max);
+            st = rt_json_get_int_range(root, path, f->key, v, f->required, *v, f->min, f->max);
         } else if (f->kind == MDL_FIELD_FLOAT) {
             float *v = FIELD(float, f, cfg);
-            st = ckpt_json_get_float(root, path, f->key, v, f->required, *v);
+            st = rt_json_get_float(root, path, f->key, v, f->required, *v);
         } else {
             bool *v = FIELD(bool, f, cfg);
-            st = ckpt_json_get_bool(root, path, f->key, v, f->required, *v);
+            st = rt_json_get_bool(root, path, f->key, v, f->required, *v);
         }
     }
     return st;
@@ -164,14 +164,14 @@ rt_status mdl_hf_read_labels(const cJSON *root, const char *path, int *num_label
         *num_labels = n;
         return RT_OK;
     }
-    return ckpt_json_get_int_range(root, path, "num_labels", num_labels, false, *num_labels, 1, MDL_MAX_LABELS);
+    return rt_json_get_int_range(root, path, "num_labels", num_labels, false, *num_labels, 1, MDL_MAX_LABELS);
 }
 
 rt_status mdl_hf_label_names(const char *config_path, char ***names, int *n) {
     cJSON *root = NULL;
     *names = NULL;
     *n = 0;
-    rt_status st = ckpt_json_load(config_path, &root);
+    rt_status st = rt_json_load(config_path, &root);
     if (st != RT_OK) return st;
     const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
     const int count = cJSON_IsObject(id2label) ? cJSON_GetArraySize(id2label) : 0;
@@ -236,7 +236,7 @@ void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names, 
 rt_status mdl_hf_write_json(cJSON *config, const char *path) {
     char *text = cJSON_Print(config);
     cJSON_Delete(config);
-    rt_status st = ckpt_atomic_write_file(path, text, strlen(text));
+    rt_status st = rt_atomic_write_file(path, text, strlen(text));
     cJSON_free(text);
     return st;
 }

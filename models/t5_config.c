@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "models/hf_config.h"
+#include "runtime/rt_json.h"
 
 /* config.json's plain fields with HF's defaults (t5-small) and limits (models/hf_config.h);
  * the ids are checked against the vocab by validation */
@@ -56,15 +56,15 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
     cJSON *root = NULL;
     const char *path = config_json, *model_type = NULL, *ffp = NULL;
     t5_config_default(c);
-    RT_TRY(ckpt_json_load(path, &root));
-    RT_TRY(ckpt_json_get_string(root, path, "model_type", &model_type, true, NULL));
+    RT_TRY(rt_json_load(path, &root));
+    RT_TRY(rt_json_get_string(root, path, "model_type", &model_type, true, NULL));
     if (strcmp(model_type, "t5") != 0)
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'model_type' is '%s', expected 't5'", path, model_type);
     RT_TRY(mdl_fields_read(root, path, t5_fields, T5_N_FIELDS, c));
     /* num_decoder_layers absent or null (HF's default) means as many as the encoder */
     const cJSON *dec_layers = cJSON_GetObjectItemCaseSensitive(root, "num_decoder_layers");
     if (!dec_layers || cJSON_IsNull(dec_layers)) c->num_decoder_layers = c->num_layers;
-    RT_TRY(ckpt_json_get_string(root, path, "feed_forward_proj", &ffp, false, "relu"));
+    RT_TRY(rt_json_get_string(root, path, "feed_forward_proj", &ffp, false, "relu"));
     {
         const char *dash = strchr(ffp, '-');
         c->gated = dash != NULL;
@@ -75,12 +75,12 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
                     "them after 'gated-' (e.g. gated-gelu)",
                     path, ffp);
     }
-    RT_TRY(ckpt_json_get_bool(root, path, "scale_decoder_outputs", &c->scale_decoder_outputs, false,
-                              c->tie_word_embeddings));
+    RT_TRY(rt_json_get_bool(root, path, "scale_decoder_outputs", &c->scale_decoder_outputs, false,
+                            c->tie_word_embeddings));
     /* eos may be a list in some configs; only generation uses it */
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
-        RT_TRY(ckpt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
-    RT_TRY(ckpt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false, c->pad_token_id));
+        RT_TRY(rt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
+    RT_TRY(rt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false, c->pad_token_id));
     st = mdl_hf_config_result(t5_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);

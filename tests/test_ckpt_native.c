@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_native.h"
+#include "runtime/rt_atomic.h"
 #include "tests/testutil.h"
 
 #define EXPECT_MSG(sub) \
@@ -396,7 +396,7 @@ static void test_remove_stale(void) {
     snprintf(p, sizeof p, "%s/dir.tmp.5", d);
     mkdir(p, 0755); /* a folder is not a temp file */
     int n = -1;
-    TZ_EXPECT_OK(ckpt_atomic_remove_stale(d, &n));
+    TZ_EXPECT_OK(rt_atomic_remove_stale(d, &n));
     TZ_EXPECT(n == 3, "removed %d", n);
     TZ_EXPECT(!exists(d, "step-000010.tzck.tmp.4242.0") && !exists(d, "metrics.jsonl.tmp.77"), "temp files removed");
     struct stat sb;
@@ -406,7 +406,7 @@ static void test_remove_stale(void) {
     TZ_EXPECT(stat(victim, &sb) == 0 && sb.st_size == 9, "its target untouched");
     TZ_EXPECT(exists(d, "step-000010.tzck") && exists(d, "notes.tmp.txt") && exists(d, "a.tmp.12x"), "others kept");
     snprintf(p, sizeof p, "%s/no-such", d);
-    TZ_EXPECT(ckpt_atomic_remove_stale(p, &n) == RT_ERR_IO && strstr(rt_error_message(), p), "missing folder");
+    TZ_EXPECT(rt_atomic_remove_stale(p, &n) == RT_ERR_IO && strstr(rt_error_message(), p), "missing folder");
 }
 
 int main(void) {

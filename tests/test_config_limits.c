@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "models/bert.h"
 #include "models/glm.h"
 #include "models/gpt2.h"
 #include "models/hf_config.h"
 #include "models/t5.h"
 #include "models/t5_generate.h"
+#include "runtime/rt_json.h"
 #include "tests/testutil.h"
 
 static char dir[64];
@@ -175,24 +175,24 @@ static void test_products(void) {
 static void test_getter(void) {
     cJSON *o = NULL;
     const char *text = "{\"a\": 64, \"b\": 4294967296, \"c\": 2.5, \"d\": -5, \"e\": 65536}";
-    TZ_EXPECT_OK(ckpt_json_parse(text, strlen(text), "t.json", &o));
+    TZ_EXPECT_OK(rt_json_parse(text, strlen(text), "t.json", &o));
     int v = 0;
-    TZ_EXPECT_OK(ckpt_json_get_int_range(o, "t.json", "a", &v, true, 0, 1, 64));
+    TZ_EXPECT_OK(rt_json_get_int_range(o, "t.json", "a", &v, true, 0, 1, 64));
     TZ_EXPECT(v == 64, "a = %d", v);
-    TZ_EXPECT_OK(ckpt_json_get_int_range(o, "t.json", "e", &v, true, 0, 1, MDL_MAX_WIDTH));
+    TZ_EXPECT_OK(rt_json_get_int_range(o, "t.json", "e", &v, true, 0, 1, MDL_MAX_WIDTH));
     TZ_EXPECT(v == MDL_MAX_WIDTH, "e = %d", v);
-    TZ_EXPECT_OK(ckpt_json_get_int_range(o, "t.json", "absent", &v, false, 7, 1, 64));
+    TZ_EXPECT_OK(rt_json_get_int_range(o, "t.json", "absent", &v, false, 7, 1, 64));
     TZ_EXPECT(v == 7, "default %d", v);
-    TZ_EXPECT(ckpt_json_get_int_range(o, "t.json", "a", &v, true, 0, 1, 63) == RT_ERR_CONFIG &&
+    TZ_EXPECT(rt_json_get_int_range(o, "t.json", "a", &v, true, 0, 1, 63) == RT_ERR_CONFIG &&
                   strstr(rt_error_message(), "t.json: field 'a' is 64, more than the limit 63"),
               "a over: %s", rt_error_message());
-    TZ_EXPECT(ckpt_json_get_int_range(o, "t.json", "b", &v, true, 0, 1, INT_MAX) == RT_ERR_CONFIG &&
+    TZ_EXPECT(rt_json_get_int_range(o, "t.json", "b", &v, true, 0, 1, INT_MAX) == RT_ERR_CONFIG &&
                   strstr(rt_error_message(), "'b' is 4294967296, more than the limit 2147483647"),
               "b over: %s", rt_error_message());
-    TZ_EXPECT(ckpt_json_get_int_range(o, "t.json", "c", &v, true, 0, 1, 64) == RT_ERR_CONFIG &&
+    TZ_EXPECT(rt_json_get_int_range(o, "t.json", "c", &v, true, 0, 1, 64) == RT_ERR_CONFIG &&
                   strstr(rt_error_message(), "integer"),
               "c: %s", rt_error_message());
-    TZ_EXPECT(ckpt_json_get_int_range(o, "t.json", "d", &v, true, 0, 0, 64) == RT_ERR_CONFIG &&
+    TZ_EXPECT(rt_json_get_int_range(o, "t.json", "d", &v, true, 0, 0, 64) == RT_ERR_CONFIG &&
                   strstr(rt_error_message(), "'d' is -5, less than the minimum 0"),
               "d: %s", rt_error_message());
     cJSON_Delete(o);

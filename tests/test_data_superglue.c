@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "data/data_pvp.h"
 #include "data/data_superglue.h"
 #include "metrics/metric_superglue.h"
+#include "runtime/rt_json.h"
 #include "tests/testutil.h"
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
@@ -344,7 +344,7 @@ static const data_sg_example *find_example(const data_sg_examples *ex, const cJS
 
 static void test_pvp_golden(void) {
     cJSON *root = NULL;
-    TZ_EXPECT_OK(ckpt_json_load(tz_source_path("tests/golden/superglue/pvp_golden.json"), &root));
+    TZ_EXPECT_OK(rt_json_load(tz_source_path("tests/golden/superglue/pvp_golden.json"), &root));
     if (!root) return;
     data_sg_examples sets[DATA_SG_N_TASKS];
     memset(sets, 0, sizeof sets);

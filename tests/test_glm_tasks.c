@@ -15,7 +15,7 @@
 
 #include "data/data_glm_batch.h"
 #include "data/data_glm_rows.h"
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_json.h"
 #include "tests/testutil.h"
 
 static bool ints_equal(const cJSON *arr, const int32_t *got, int n) {
@@ -248,7 +248,7 @@ int main(void) {
     cJSON *root = NULL;
     tok_tokenizer *tok = NULL;
     int n_cases = 0, n_rows = 0;
-    TZ_EXPECT_OK(ckpt_json_load(tz_source_path("tests/golden/superglue/glm_rows.json"), &root));
+    TZ_EXPECT_OK(rt_json_load(tz_source_path("tests/golden/superglue/glm_rows.json"), &root));
     TZ_EXPECT_OK(tok_load(tz_asset_path("glm-en-wordpiece"), &tok));
     if (root && tok) {
         const int max_len = json_int(root, "max_seq_length");

@@ -17,11 +17,11 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "data/data_seq2seq.h"
 #include "metrics/metric_bleu.h"
 #include "metrics/metric_porter.h"
 #include "metrics/metric_rouge.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_utf8.h"
 #include "tests/testutil.h"
 
@@ -598,8 +598,8 @@ static void test_long_lines(void) {
 
 int main(void) {
     cJSON *hard = NULL, *real = NULL;
-    TZ_EXPECT_OK(ckpt_json_load(tz_source_path("tests/golden/textmetrics/hard.json"), &hard));
-    TZ_EXPECT_OK(ckpt_json_load(tz_source_path("tests/golden/textmetrics/real.json"), &real));
+    TZ_EXPECT_OK(rt_json_load(tz_source_path("tests/golden/textmetrics/hard.json"), &hard));
+    TZ_EXPECT_OK(rt_json_load(tz_source_path("tests/golden/textmetrics/real.json"), &real));
     if (hard) {
         test_tok13a(hard);
         test_rouge_tok(hard);

@@ -9,7 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "checkpoints/ckpt_atomic.h"
+#include "apps/common/glue_app.h"
+#include "apps/common/glue_files.h"
+#include "apps/common/train_app.h"
+#include "apps/common/train_lora.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_train.h"
@@ -18,13 +21,10 @@
 #include "data/data_dataset.h"
 #include "data/data_glue.h"
 #include "data/data_loader.h"
-#include "apps/common/glue_app.h"
-#include "apps/common/glue_files.h"
-#include "apps/common/train_app.h"
-#include "apps/common/train_lora.h"
 #include "metrics/metric_glue.h"
 #include "models/hf_config.h"
 #include "runtime/rt_args.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_backend.h"
 #include "runtime/rt_comm.h"
 #include "runtime/rt_grid.h"
@@ -431,7 +431,7 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
     data_examples ex = {0};
     data_tokenized ds = {0};
     gc_eval e = {0};
-    ckpt_atomic_file *f = NULL;
+    rt_atomic_file *f = NULL;
     char out_path[4096];
     /* a labelled split (train/dev) or the unlabelled test layout */
     if (data_glue_load(task, O.predict, true, &ex) != RT_OK) {
@@ -451,14 +451,14 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
     else
         snprintf(out_path, sizeof out_path, "%s/predictions.tsv", O.t.save_dir);
     /* written whole or not at all: a full disk leaves the old file, not half of a new one */
-    RT_TRY(ckpt_atomic_begin(out_path, &f));
+    RT_TRY(rt_atomic_begin(out_path, &f));
     int NL = m->num_labels;
     char row[1024]; /* one row: an index, the label and 15 bytes per probability */
     RT_CHECK(NL >= 1 && NL <= 60, "num_labels %d", NL);
     int n = snprintf(row, sizeof row, "index\tprediction");
     for (int k = 0; k < NL && NL > 1; k++) n += snprintf(row + n, sizeof row - (size_t)n, "\tprob_%d", k);
     n += snprintf(row + n, sizeof row - (size_t)n, "\n");
-    RT_TRY(ckpt_atomic_write(f, row, (size_t)n));
+    RT_TRY(rt_atomic_write(f, row, (size_t)n));
     for (size_t i = 0; i < ds.n; i++) {
         if (NL == 1) { /* regression: the predicted score */
             n = snprintf(row, sizeof row, "%zu\t%.6f\n", i, e.probs[i]);
@@ -467,14 +467,14 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
             for (int k = 0; k < NL; k++) n += snprintf(row + n, sizeof row - (size_t)n, "\t%.6f", e.probs[i * NL + k]);
             n += snprintf(row + n, sizeof row - (size_t)n, "\n");
         }
-        RT_TRY(ckpt_atomic_write(f, row, (size_t)n));
+        RT_TRY(rt_atomic_write(f, row, (size_t)n));
     }
-    st = ckpt_atomic_commit(f);
+    st = rt_atomic_commit(f);
     f = NULL;
     RT_TRY(st);
     rt_log_info("wrote %zu predictions to %s", ds.n, out_path);
 fail:
-    ckpt_atomic_abort(f);
+    rt_atomic_abort(f);
     gc_eval_free(&e);
     data_tokenized_free(&ds);
     data_examples_free(&ex);

@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "data/data_cache.h"
 #include "data/data_table_out.h"
 #include "models/hf_config.h"
 #include "runtime/rt_buf.h"
+#include "runtime/rt_json.h"
 #include "runtime/rt_log.h"
 
 void glue_files_free(glue_files *f) {
@@ -196,7 +196,7 @@ rt_status glue_files_write_predictions(const data_user_task *task, const data_ta
 
 rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names, bool multi_label) {
     cJSON *config = NULL;
-    rt_status st = ckpt_json_load(config_path, &config);
+    rt_status st = rt_json_load(config_path, &config);
     if (st != RT_OK) return st;
     mdl_hf_set_labels(config, n_labels, names, multi_label);
     return mdl_hf_write_json(config, config_path);

@@ -12,9 +12,9 @@
 
 #include "apps/common/deepspeed_config.h"
 #include "apps/common/run_dir.h"
-#include "checkpoints/ckpt_atomic.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_buf.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_launch.h"
@@ -211,10 +211,10 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
     st = rt_train_prepare_dir(o->save_dir);
     if (st == RT_OK && world->rank == 0) st = rt_run_lock_acquire(o->save_dir, &run_lock);
     /* holding the lock, any temp file in the folder (or its hf/ export) is a killed run's */
-    if (st == RT_OK && world->rank == 0) st = ckpt_atomic_remove_stale(o->save_dir, NULL);
+    if (st == RT_OK && world->rank == 0) st = rt_atomic_remove_stale(o->save_dir, NULL);
     char hf[4200];
     snprintf(hf, sizeof hf, "%s/hf", o->save_dir);
-    if (st == RT_OK && world->rank == 0 && train_app_exists(hf)) st = ckpt_atomic_remove_stale(hf, NULL);
+    if (st == RT_OK && world->rank == 0 && train_app_exists(hf)) st = rt_atomic_remove_stale(hf, NULL);
     /* one run a folder: another run's checkpoints and metrics are refused, or removed with --overwrite */
     const bool trains = o->epochs > 0 || o->max_steps > 0; /* --epochs 0 evaluates or predicts beside a run */
     if (st == RT_OK && world->rank == 0 && trains)
@@ -489,7 +489,7 @@ rt_status train_app_copy_file(const char *from, const char *to) {
         n += got = fread(buf + n, 1, cap - n, f);
     } while (got > 0);
     if (ferror(f)) RT_FAIL(RT_ERR_IO, "%s: read failed", from);
-    RT_TRY(ckpt_atomic_write_file(to, buf, n));
+    RT_TRY(rt_atomic_write_file(to, buf, n));
 fail:
     fclose(f);
     free(buf);
@@ -508,7 +508,7 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n) 
         p += len;
         *p++ = '\n';
     }
-    rt_status st = ckpt_atomic_write_file(path, buf, total);
+    rt_status st = rt_atomic_write_file(path, buf, total);
     free(buf);
     return st;
 }
@@ -576,7 +576,7 @@ rt_status train_app_export_dir(const char *dir, const char *option, const char *
         char *slash = strrchr(parent, '/');
         if (slash && slash != parent) *slash = '\0';
         if (slash) st = rt_make_dirs(parent, option);
-        if (st == RT_OK) st = ckpt_atomic_partial_dir(final_dir, &partial);
+        if (st == RT_OK) st = rt_atomic_partial_dir(final_dir, &partial);
     }
     /* every rank learns whether the first could start, before the collective write */
     float failed = st != RT_OK;
@@ -586,8 +586,8 @@ rt_status train_app_export_dir(const char *dir, const char *option, const char *
     if (st == RT_OK && (st = write(ctx, writer ? partial : final_dir)) != RT_OK && writer)
         rt_error_wrap(st, "%s %s%s", option, final_dir,
                       train_app_exists(final_dir) ? " (the folder there is untouched)" : "");
-    if (writer && st == RT_OK) st = ckpt_atomic_dir_replace(partial, final_dir);
-    if (writer && st != RT_OK && partial) ckpt_atomic_partial_dir_remove(partial);
+    if (writer && st == RT_OK) st = rt_atomic_dir_replace(partial, final_dir);
+    if (writer && st != RT_OK && partial) rt_atomic_partial_dir_remove(partial);
     if (writer && st == RT_OK) rt_log_info("wrote %s %s", kind, final_dir);
     free(partial);
     return st;

@@ -157,7 +157,7 @@ rt_status train_app_copy_file(const char *from, const char *to);
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir);
 /* An HF export written whole: write(ctx, folder) writes config, weights and tokenizer into a
  * folder built beside dir (DIR.partial-PID-K), which then takes dir's place in one step
- * (ckpt_atomic_dir_replace), so an export that fails (a full disk) leaves the previous one whole
+ * (rt_atomic_dir_replace), so an export that fails (a full disk) leaves the previous one whole
  * and one that is killed leaves a partial folder the next export removes. Collective like the
  * model's save_hf: every rank calls it and write; world rank 0 writes the files (the others' folder
  * argument is not written to). */

@@ -2,7 +2,7 @@
  * status, never crash or read out of bounds. Not built by ctest. Build and run:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
- *     -D_DEFAULT_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -I. tests/fuzz/fuzz_ckpt_native.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
+ *     -D_DEFAULT_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -I. tests/fuzz/fuzz_ckpt_native.c runtime/rt_json.c runtime/rt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
  *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_native
  *   mkdir -p /tmp/native_corpus     # seed it with a small .tzck (test_ckpt_native writes some)
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "checkpoints/ckpt_native.h"
+#include "runtime/rt_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (ckpt_native_open(path, &f) != RT_OK) return 0;
     const char *meta = ckpt_native_metadata(f);
     cJSON *j = NULL;
-    if (ckpt_json_parse(meta, strlen(meta), path, &j) == RT_OK) cJSON_Delete(j);
+    if (rt_json_parse(meta, strlen(meta), path, &j) == RT_OK) cJSON_Delete(j);
     for (size_t i = 0; i < ckpt_native_count(f); i++) {
         ckpt_native_record r;
         ckpt_native_record_at(f, i, &r);

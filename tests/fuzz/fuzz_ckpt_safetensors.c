@@ -2,7 +2,7 @@
  * with a status, never crash or read out of bounds. Not built by ctest. Build and run:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
- *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
+ *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c runtime/rt_json.c runtime/rt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
  *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_st
  *   mkdir -p /tmp/st_corpus && cp tests/data/tiny-gpt2/model.safetensors /tmp/st_corpus/

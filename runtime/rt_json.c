@@ -1,6 +1,6 @@
-/* JSON loading and typed getters over cJSON (see ckpt_json.h). cJSON only says where parsing
+/* JSON loading and typed getters over cJSON (see rt_json.h). cJSON only says where parsing
  * stopped, so the line and column are counted here from that position. */
-#include "checkpoints/ckpt_json.h"
+#include "runtime/rt_json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 
 #include "runtime/rt_fs.h"
 
-const char *ckpt_json_type_name(const cJSON *item) {
+const char *rt_json_type_name(const cJSON *item) {
     if (!item) return "missing";
     if (cJSON_IsNull(item)) return "null";
     if (cJSON_IsBool(item)) return "a boolean";
@@ -59,7 +59,7 @@ static const char *json_duplicate_key(const cJSON *item) {
     return found;
 }
 
-rt_status ckpt_json_parse(const char *text, size_t len, const char *name_for_errors, cJSON **out) {
+rt_status rt_json_parse(const char *text, size_t len, const char *name_for_errors, cJSON **out) {
     rt_status st = RT_OK;
     const char *end = NULL;
     *out = NULL;
@@ -97,13 +97,13 @@ fail:
     return st;
 }
 
-rt_status ckpt_json_load(const char *path, cJSON **out) {
+rt_status rt_json_load(const char *path, cJSON **out) {
     rt_status st = RT_OK;
     char *buf = NULL;
     size_t size = 0;
     *out = NULL;
     RT_TRY(rt_read_file(path, 0, &buf, &size));
-    RT_TRY(ckpt_json_parse(buf, size, path, out));
+    RT_TRY(rt_json_parse(buf, size, path, out));
 fail:
     free(buf);
     return st;
@@ -116,7 +116,7 @@ static rt_status json_lookup(const cJSON *obj, const char *path, const char *key
     *item = NULL;
     if (!cJSON_IsObject(obj))
         return rt_errorf(RT_ERR_CONFIG, "%s: expected an object holding field '%s', found %s", path, key,
-                         ckpt_json_type_name(obj));
+                         rt_json_type_name(obj));
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!it || cJSON_IsNull(it)) {
         if (required)
@@ -132,11 +132,11 @@ static rt_status json_wrong_type(const char *path, const char *key, const cJSON 
     if (cJSON_IsNumber(it))
         return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is the number %.17g (expected %s)", path, key, it->valuedouble,
                          expected);
-    return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected %s)", path, key, ckpt_json_type_name(it), expected);
+    return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected %s)", path, key, rt_json_type_name(it), expected);
 }
 
-rt_status ckpt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out, bool required,
-                            int def) {
+rt_status rt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out, bool required,
+                          int def) {
     const char *expected = "an integer";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);
@@ -153,8 +153,8 @@ rt_status ckpt_json_get_int(const cJSON *obj, const char *path_for_errors, const
     return RT_OK;
 }
 
-rt_status ckpt_json_get_int_range(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
-                                  bool required, int def, int min, int max) {
+rt_status rt_json_get_int_range(const cJSON *obj, const char *path_for_errors, const char *key, int *out, bool required,
+                                int def, int min, int max) {
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, "an integer", required, &it);
     if (st != RT_OK) return st;
@@ -169,11 +169,11 @@ rt_status ckpt_json_get_int_range(const cJSON *obj, const char *path_for_errors,
     if (cJSON_IsNumber(it) && it->valuedouble < (double)min)
         return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %.15g, less than the minimum %d", path_for_errors, key,
                          it->valuedouble, min);
-    return ckpt_json_get_int(obj, path_for_errors, key, out, required, def);
+    return rt_json_get_int(obj, path_for_errors, key, out, required, def);
 }
 
-rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out,
-                               bool required, double def) {
+rt_status rt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out, bool required,
+                             double def) {
     const char *expected = "a number";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);
@@ -187,16 +187,16 @@ rt_status ckpt_json_get_double(const cJSON *obj, const char *path_for_errors, co
     return RT_OK;
 }
 
-rt_status ckpt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out, bool required,
-                              double def) {
+rt_status rt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out, bool required,
+                            double def) {
     double d = def;
-    rt_status st = ckpt_json_get_double(obj, path_for_errors, key, &d, required, def);
+    rt_status st = rt_json_get_double(obj, path_for_errors, key, &d, required, def);
     if (st == RT_OK) *out = (float)d;
     return st;
 }
 
-rt_status ckpt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key, const char **out,
-                               bool required, const char *def) {
+rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key, const char **out,
+                             bool required, const char *def) {
     const char *expected = "a string";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);
@@ -210,8 +210,8 @@ rt_status ckpt_json_get_string(const cJSON *obj, const char *path_for_errors, co
     return RT_OK;
 }
 
-rt_status ckpt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out, bool required,
-                             bool def) {
+rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out, bool required,
+                           bool def) {
     const char *expected = "true or false";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);

@@ -1,7 +1,7 @@
-/* Temporary file + fsync + rename (see ckpt_atomic.h). A FILE* buffers the many small writes
+/* Temporary file + fsync + rename (see rt_atomic.h). A FILE* buffers the many small writes
  * of a checkpoint; errors that stdio defers (ENOSPC on a buffered write) surface at fflush or
  * fsync, and every one of those is checked before the rename. */
-#include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_atomic.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -16,7 +16,7 @@
 
 #include "runtime/rt_log.h"
 
-struct ckpt_atomic_file {
+struct rt_atomic_file {
     char *path;     /* target */
     char *tmp_path; /* "<path>.tmp.<pid>.<k>", the first k not taken */
     FILE *fp;
@@ -25,16 +25,16 @@ struct ckpt_atomic_file {
     int failed;       /* a write failed: only abort is meaningful now */
 };
 
-static void atomic_free(ckpt_atomic_file *f) {
+static void atomic_free(rt_atomic_file *f) {
     free(f->path);
     free(f->tmp_path);
     free(f);
 }
 
-rt_status ckpt_atomic_begin(const char *path, ckpt_atomic_file **out) {
+rt_status rt_atomic_begin(const char *path, rt_atomic_file **out) {
     rt_status st = RT_OK;
     *out = NULL;
-    ckpt_atomic_file *f = rt_xcalloc(1, sizeof *f);
+    rt_atomic_file *f = rt_xcalloc(1, sizeof *f);
     f->path = rt_xstrdup(path);
     size_t n = strlen(path) + 48;
     f->tmp_path = rt_xmalloc(n);
@@ -62,7 +62,7 @@ fail:
     return st;
 }
 
-rt_status ckpt_atomic_write(ckpt_atomic_file *f, const void *data, size_t n) {
+rt_status rt_atomic_write(rt_atomic_file *f, const void *data, size_t n) {
     if (f->failed) return rt_errorf(RT_ERR_IO, "%s: write after an earlier failure", f->path);
     if (n && fwrite(data, 1, n, f->fp) != n) {
         f->failed = 1;
@@ -83,14 +83,14 @@ rt_status ckpt_atomic_write(ckpt_atomic_file *f, const void *data, size_t n) {
     return RT_OK;
 }
 
-rt_status ckpt_atomic_pad(ckpt_atomic_file *f, size_t align) {
+rt_status rt_atomic_pad(rt_atomic_file *f, size_t align) {
     static const unsigned char zeros[256];
     RT_CHECK(align > 0 && (align & (align - 1)) == 0 && align <= sizeof zeros, "align=%zu", align);
     size_t pad = (size_t)((align - (f->offset & (align - 1))) & (align - 1));
-    return ckpt_atomic_write(f, zeros, pad);
+    return rt_atomic_write(f, zeros, pad);
 }
 
-uint64_t ckpt_atomic_tell(const ckpt_atomic_file *f) { return f->offset; }
+uint64_t rt_atomic_tell(const rt_atomic_file *f) { return f->offset; }
 
 /* fsync the directory holding path so the rename itself is durable. Some file systems refuse
  * fsync on a directory (EINVAL); the rename has happened by then, so that is not an error. */
@@ -115,7 +115,7 @@ static rt_status fsync_parent_dir(const char *path) {
     return st;
 }
 
-rt_status ckpt_atomic_commit(ckpt_atomic_file *f) {
+rt_status rt_atomic_commit(rt_atomic_file *f) {
     rt_status st = RT_OK;
     if (f->failed) RT_FAIL(RT_ERR_IO, "%s: not committed: an earlier write failed", f->path);
     if (fflush(f->fp) != 0) RT_FAIL(RT_ERR_IO, "%s: write failed: %s", f->path, strerror(errno));
@@ -129,26 +129,26 @@ rt_status ckpt_atomic_commit(ckpt_atomic_file *f) {
     atomic_free(f);
     return st;
 fail:
-    ckpt_atomic_abort(f);
+    rt_atomic_abort(f);
     return st;
 }
 
-void ckpt_atomic_abort(ckpt_atomic_file *f) {
+void rt_atomic_abort(rt_atomic_file *f) {
     if (!f) return;
     if (f->fp) fclose(f->fp);
     unlink(f->tmp_path);
     atomic_free(f);
 }
 
-rt_status ckpt_atomic_write_file(const char *path, const void *data, size_t n) {
+rt_status rt_atomic_write_file(const char *path, const void *data, size_t n) {
     rt_status st = RT_OK;
-    ckpt_atomic_file *f = NULL;
-    RT_TRY(ckpt_atomic_begin(path, &f));
-    RT_TRY(ckpt_atomic_write(f, data, n));
-    st = ckpt_atomic_commit(f);
+    rt_atomic_file *f = NULL;
+    RT_TRY(rt_atomic_begin(path, &f));
+    RT_TRY(rt_atomic_write(f, data, n));
+    st = rt_atomic_commit(f);
     f = NULL;
 fail:
-    ckpt_atomic_abort(f);
+    rt_atomic_abort(f);
     return st;
 }
 
@@ -207,15 +207,13 @@ static rt_status remove_temps(const char *dir, const char *prefix, bool dead_onl
     return RT_OK;
 }
 
-rt_status ckpt_atomic_remove_stale(const char *dir, int *n_removed) {
-    return remove_temps(dir, NULL, false, n_removed);
-}
+rt_status rt_atomic_remove_stale(const char *dir, int *n_removed) { return remove_temps(dir, NULL, false, n_removed); }
 
-rt_status ckpt_atomic_remove_dead(const char *dir, const char *prefix, int *n_removed) {
+rt_status rt_atomic_remove_dead(const char *dir, const char *prefix, int *n_removed) {
     return remove_temps(dir, prefix, true, n_removed);
 }
 
-void ckpt_atomic_partial_dir_remove(const char *partial) {
+void rt_atomic_partial_dir_remove(const char *partial) {
     DIR *d = opendir(partial);
     if (!d) return;
     struct dirent *e;
@@ -253,14 +251,14 @@ static void remove_stale_partials(const char *final_dir) {
             continue;
         }
         if (pid <= 0 || pid_gone(pid)) {
-            ckpt_atomic_partial_dir_remove(path);
+            rt_atomic_partial_dir_remove(path);
             rt_log_warn("removed %s, an unfinished output folder of a process (pid %ld) that was killed", path, pid);
         }
     }
     closedir(d);
 }
 
-rt_status ckpt_atomic_partial_dir(const char *final_dir, char **partial) {
+rt_status rt_atomic_partial_dir(const char *final_dir, char **partial) {
     *partial = NULL;
     remove_stale_partials(final_dir);
     size_t n = strlen(final_dir) + 48;

@@ -1,4 +1,4 @@
-/* An output folder put in place whole (ckpt_atomic_dir_replace in ckpt_atomic.h). renameat2's
+/* An output folder put in place whole (rt_atomic_dir_replace in rt_atomic.h). renameat2's
  * RENAME_EXCHANGE swaps two paths in one step (Linux 3.15, glibc 2.28), so there is no moment
  * where the final name holds neither folder. */
 #define _GNU_SOURCE
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_atomic.h"
+#include "runtime/rt_atomic.h"
 #include "runtime/rt_log.h"
 
 /* An earlier export's weights, which the new folder replaces rather than keeps beside its own
@@ -48,7 +48,7 @@ static rt_status dir_carry_over(const char *old, const char *fresh) {
     return st;
 }
 
-rt_status ckpt_atomic_dir_replace(const char *partial, const char *final_dir) {
+rt_status rt_atomic_dir_replace(const char *partial, const char *final_dir) {
     struct stat sb;
     if (lstat(final_dir, &sb) != 0) {
         if (errno != ENOENT) return rt_errorf(RT_ERR_IO, "%s: %s", final_dir, strerror(errno));
@@ -65,7 +65,7 @@ rt_status ckpt_atomic_dir_replace(const char *partial, const char *final_dir) {
         return rt_errorf(RT_ERR_IO, "%s: cannot put the new folder %s in its place: %s", final_dir, partial,
                          strerror(errno));
     /* partial now names the old folder: its export files go */
-    ckpt_atomic_partial_dir_remove(partial);
+    rt_atomic_partial_dir_remove(partial);
     if (lstat(partial, &sb) == 0) rt_log_warn("%s: the replaced folder's leftovers are kept here", partial);
     return RT_OK;
 }

@@ -1,4 +1,4 @@
-/* libFuzzer target for the JSON config path: ckpt_json_parse and its typed getters on every
+/* libFuzzer target for the JSON config path: rt_json_parse and its typed getters on every
  * key of the input (the ranged size getter too), then the input as a config.json through the
  * GPT-2, BERT/RoBERTa, T5 and GLM config loaders. Any byte string must give an error or a
  * config that validates, never a crash, a sanitizer report or a leak; an error is one line; a
@@ -8,10 +8,10 @@
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc \
- *     tests/fuzz/fuzz_ckpt_json.c checkpoints/ckpt_json.c checkpoints/ckpt_atomic.c \
+ *     tests/fuzz/fuzz_json.c runtime/rt_json.c runtime/rt_atomic.c \
  *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c \
  *     runtime/rt_status.c runtime/rt_fs.c -lcjson -lm -o /tmp/fuzz_json
- *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_ckpt_json
+ *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_json
  *
  * gpt2.c and bert.c also hold the models; --gc-sections drops those functions (nothing here
  * calls them), so their backend and parameter code need not be linked; -z start-stop-gc lets it,
@@ -24,12 +24,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoints/ckpt_json.h"
 #include "models/bert.h"
 #include "models/glm.h"
 #include "models/gpt2.h"
 #include "models/hf_config.h"
 #include "models/t5.h"
+#include "runtime/rt_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -53,25 +53,25 @@ static void try_getters(const cJSON *obj) {
             float f;
             const char *s;
             bool b;
-            (void)ckpt_json_get_int(obj, "fuzz.json", key, &i, req, 7);
-            (void)ckpt_json_get_double(obj, "fuzz.json", key, &d, req, 0.5);
-            (void)ckpt_json_get_float(obj, "fuzz.json", key, &f, req, 0.25);
-            if (ckpt_json_get_string(obj, "fuzz.json", key, &s, req, "def") == RT_OK && !s) abort();
-            (void)ckpt_json_get_bool(obj, "fuzz.json", key, &b, req, true);
+            (void)rt_json_get_int(obj, "fuzz.json", key, &i, req, 7);
+            (void)rt_json_get_double(obj, "fuzz.json", key, &d, req, 0.5);
+            (void)rt_json_get_float(obj, "fuzz.json", key, &f, req, 0.25);
+            if (rt_json_get_string(obj, "fuzz.json", key, &s, req, "def") == RT_OK && !s) abort();
+            (void)rt_json_get_bool(obj, "fuzz.json", key, &b, req, true);
             /* a size: its default or within its range */
             i = -7;
-            if (ckpt_json_get_int_range(obj, "fuzz.json", key, &i, req, 7, 1, MDL_MAX_WIDTH) == RT_OK &&
+            if (rt_json_get_int_range(obj, "fuzz.json", key, &i, req, 7, 1, MDL_MAX_WIDTH) == RT_OK &&
                 !(i == 7 || (i >= 1 && i <= MDL_MAX_WIDTH)))
                 abort();
         }
-        (void)ckpt_json_type_name(it);
+        (void)rt_json_type_name(it);
     }
     /* a key that is absent: the default when optional, an error when required (the fuzzer
      * learns the probe's name from the comparisons and puts it in the input) */
     if (cJSON_GetObjectItemCaseSensitive(obj, "\x01missing")) return;
     int i = 0;
-    if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, false, 42) != RT_OK || i != 42) abort();
-    if (ckpt_json_get_int(obj, "fuzz.json", "\x01missing", &i, true, 42) == RT_OK) abort();
+    if (rt_json_get_int(obj, "fuzz.json", "\x01missing", &i, false, 42) != RT_OK || i != 42) abort();
+    if (rt_json_get_int(obj, "fuzz.json", "\x01missing", &i, true, 42) == RT_OK) abort();
 }
 
 /* The size checks' promise: every size of a loaded config is within its limit, so the largest
@@ -154,10 +154,10 @@ static void write_input(const uint8_t *data, size_t size) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!in_path[0]) make_paths();
     cJSON *root = NULL;
-    if (ckpt_json_parse((const char *)data, size, "fuzz.json", &root) == RT_OK) {
+    if (rt_json_parse((const char *)data, size, "fuzz.json", &root) == RT_OK) {
         if (!root) abort();
         if (cJSON_IsObject(root)) try_getters(root);
-        (void)ckpt_json_type_name(root);
+        (void)rt_json_type_name(root);
         cJSON_Delete(root);
     } else if (root) {
         abort(); /* a failed parse leaves nothing to free */
