@@ -46,17 +46,24 @@ static void tzlf_check_logits_loss(const tzlf_family *f, const ckpt_st_file *g, 
     free(ref);
 }
 
-/* Only the adapters train: every other parameter frozen, without a gradient. */
+/* The trainable tensors: the adapters and the saved modules. */
+static int tzlf_trainable(const tzlf_family *f) { return f->n_adapters + f->n_saved; }
+
+/* Only the adapters and the saved modules train: every other parameter frozen, without a
+ * gradient. */
 static void tzlf_check_frozen(const tzlf_family *f, rt_params *p) {
-    int adapters = 0;
+    int adapters = 0, saved = 0;
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         const bool adapter = mdl_lora_is_adapter(s->name);
-        TZ_EXPECT(s->frozen == !adapter, "%s %s: frozen %d", f->name, s->name, s->frozen);
+        TZ_EXPECT(!adapter || !s->frozen, "%s %s: a frozen adapter", f->name, s->name);
         TZ_EXPECT(s->frozen == (rt_params_grad(p, i) == NULL), "%s %s: a gradient iff trainable", f->name, s->name);
         adapters += adapter;
+        saved += !adapter && !s->frozen;
     }
-    TZ_EXPECT(adapters == f->n_adapters, "%s: %d adapter tensors, expected %d", f->name, adapters, f->n_adapters);
+    TZ_EXPECT(adapters == f->n_adapters && saved == f->n_saved,
+              "%s: %d adapter and %d saved tensors, expected %d and %d", f->name, adapters, saved, f->n_adapters,
+              f->n_saved);
     TZ_EXPECT(p->train_numel * 5 < p->numel, "%s: train_numel %zu of %zu", f->name, p->train_numel, p->numel);
 }
 
@@ -75,10 +82,10 @@ void tzlf_against_peft(const tzlf_family *f, rt_backend *be, const ckpt_peft_con
     float *logits = rt_xmalloc(f->n_logits * sizeof(float)), loss = 0;
     TZ_EXPECT_OK(f->step(m, true, 0, logits, &loss));
     tzlf_check_logits_loss(f, g, f->name, logits, loss);
-    tzl_compare_trainable(g, "grad", p, true, f->map, f->n_adapters);
+    tzl_compare_trainable(g, "grad", p, true, f->map, tzlf_trainable(f));
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
-    tzl_compare_trainable(g, "after_step", p, false, f->map, f->n_adapters);
+    tzl_compare_trainable(g, "after_step", p, false, f->map, tzlf_trainable(f));
     int moved = 0;
     for (int i = 0; i < p->n; i++)
         if (p->specs[i].frozen)
@@ -126,7 +133,7 @@ void tzlf_bf16(const tzlf_family *f, rt_backend *be, const ckpt_peft_config *pef
     }
     TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
     tzl_check_bf16(f->dir, f->name, p, f->map, logits[1], logits[0], f->n_logits, loss[1], loss[0], grads[1], grads[0],
-                   f->n_adapters);
+                   tzlf_trainable(f));
     for (int k = 0; k < 2; k++) free(logits[k]), free(grads[k]);
     f->free(m);
 }
@@ -166,7 +173,7 @@ void tzlf_tp(const tzlf_family *f, const ckpt_peft_config *peft) {
         char what[32];
         snprintf(what, sizeof what, "%s tp %d", f->name, tp);
         tzlf_check_logits_loss(f, g, what, args[0].logits, args[0].loss);
-        tzl_check_gathered(g, f->map, &args[0].grads, f->n_adapters, what);
+        tzl_check_gathered(g, f->map, &args[0].grads, tzlf_trainable(f), what);
         for (int r = 0; r < tp; r++) {
             tzl_grads_free(&args[r].grads);
             free(args[r].logits);

@@ -1,5 +1,6 @@
-/* The checks every family's LoRA golden test makes (tests/test_golden_lora_t5.c, _glm.c), over
+/* The checks every family's LoRA golden test makes (tests/test_golden_lora*.c), over
  * what a family gives: its model loaded with PEFT's adapters and one step on its golden batch.
+ * GPT-2's classifier (tests/test_golden_lora.c) uses them too, with its score head saved.
  * The golden folder is tests/golden/FAMILY-tiny-lora (scripts/golden/gen_lora_golden.py):
  *   tzlf_against_peft  only the adapters train; the merged model is PEFT's merge_and_unload;
  *                      logits, loss, every adapter gradient and one AdamW step are PEFT's (the
@@ -27,7 +28,8 @@ typedef struct {
     const ckpt_map *map;
     char dir[4096];     /* the golden folder; its adapter/ is PEFT's initial adapters */
     size_t n_logits;    /* the golden batch's logits */
-    int n_adapters;     /* adapter tensors (lora_A and lora_B), the only trainable ones */
+    int n_adapters;     /* adapter tensors (lora_A and lora_B) */
+    int n_saved;        /* tensors trained whole beside them (PEFT's modules_to_save: a classifier head) */
     int n_heads, vocab; /* for the HF export of the merged model */
     /* The model with peft's adapters from folder adapter (NULL: its own init), this tp rank's
      * shards; a status and no checks, so rank threads can call it. */

@@ -4,13 +4,16 @@
  * loss, the gradient of every adapter and of score, each one after one AdamW step, and the losses
  * and gradient norms of five clipped steps (scripts/golden/gen_lora_golden.py, versions in the
  * file's metadata). Tolerances are test_golden_gpt2's (docs/architecture.md, "Numerical truth").
+ * Those checks, bf16's, tp's and the folder's are the ones every family makes (tests/lora_family.h),
+ * here over GPT-2's classifier; the BERT and RoBERTa cases below make theirs in place.
  *
  * bf16 is in the band of PEFT under torch's CPU bf16 autocast (the full models' band).
  *
  * Also: only the adapters and score train (train_numel, no gradient for the base, whose weights
  * stay bit for bit); PEFT's initialisation (A within +-1/sqrt(in), B zero); the folder
- * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits; and
- * the language model's decoding with a key/value cache gives its full forward's logits.
+ * --save-lora writes loads back to the same logits bit for bit, and in PEFT to the same logits; an
+ * adapter of another rank is refused; and the language model's decoding with a key/value cache
+ * gives its full forward's logits.
  *
  * Tensor parallelism (models/lora.h's rule): at tp = 2 and 4 over the threads communicator, each
  * rank loading its shards of the base and of the adapters, the logits, the loss and every
@@ -32,6 +35,7 @@
 #include "models/lora.h"
 #include "runtime/rt_fs.h"
 #include "runtime/rt_optim.h"
+#include "tests/lora_family.h"
 #include "tests/loratest.h"
 #include "tests/testutil.h"
 
@@ -122,10 +126,6 @@ static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
                            .n_targets = B};
 }
 
-static void compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads) {
-    tzl_compare_trainable(g, prefix, p, grads, &ckpt_map_gpt2, 2 * N_ADAPTED + 1);
-}
-
 /* A step's logits and mean loss against the golden file's. */
 static void check_logits_loss(const ckpt_st_file *g, const char *fam, const float *logits, double loss_sum) {
     float ref_logits[B * NL], ref_loss, loss = (float)(loss_sum / B);
@@ -138,149 +138,43 @@ static void check_logits_loss(const ckpt_st_file *g, const char *fam, const floa
     tz_check_close(what, &loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
 }
 
-/* Only the adapters and score train: their floats are the gradient slab, and every other
- * parameter is frozen, without a gradient. */
-static void check_frozen(rt_params *p) {
-    size_t trainable = 0;
-    int adapters = 0;
-    for (int i = 0; i < p->n; i++) {
-        const rt_param_spec *s = &p->specs[i];
-        const bool adapter = mdl_lora_is_adapter(s->name), head = strcmp(s->name, "score.weight") == 0;
-        TZ_EXPECT(s->frozen == !(adapter || head), "%s: frozen %d", s->name, s->frozen);
-        TZ_EXPECT(s->frozen == (rt_params_grad(p, i) == NULL), "%s: a gradient iff trainable", s->name);
-        if (!s->frozen) trainable += s->numel;
-        adapters += adapter;
-    }
-    TZ_EXPECT(adapters == 2 * N_ADAPTED, "%d adapter tensors, expected %d", adapters, 2 * N_ADAPTED);
-    /* each parameter is 16-float aligned in the slab */
-    TZ_EXPECT(p->train_numel >= trainable && p->train_numel < trainable + 16 * (size_t)(2 * N_ADAPTED + 1),
-              "train_numel %zu for %zu trainable floats", p->train_numel, trainable);
-    TZ_EXPECT(p->train_numel * 10 < p->numel, "train_numel %zu of %zu", p->train_numel, p->numel);
+/* GPT-2's classifier as a tzlf_family (tests/lora_family.h): the golden batch, loaded by main. */
+static cls_batch g_batch;
+
+static rt_status gpt2_load(rt_backend *be, rt_comm *tp, const ckpt_peft_config *peft, const char *adapter, void **out) {
+    gpt2_model *m = NULL;
+    rt_status st = load_lora_tp(be, tp, peft, adapter, &m);
+    *out = m;
+    return st;
 }
+static void gpt2_free(void *m) { gpt2_model_free(m); }
+static rt_params *gpt2_params(void *m) { return gpt2_model_params(m); }
 
-static void test_against_peft(rt_backend *be, const ckpt_peft_config *peft) {
-    ckpt_st_file *g = open_golden();
-    gpt2_model *m = g ? load_lora(be, peft, peft_adapter()) : NULL;
-    if (!m) {
-        ckpt_safetensors_close(g);
-        return;
-    }
-    cls_batch cb;
-    load_batch(g, &cb);
-    rt_params *p = gpt2_model_params(m);
-    check_frozen(p);
-    tzl_check_merged(lora_dir(), p, peft, &ckpt_map_gpt2, m ? gpt2_model_config(m)->vocab_size : 0,
-                     m ? gpt2_model_config(m)->n_head : 0, N_ADAPTED);
-    float *base_before = rt_xmalloc(p->numel * sizeof(float));
-    memcpy(base_before, p->param, p->numel * sizeof(float));
-
-    /* forward, loss, gradients */
-    mdl_pass pass = {.seed = 1, .training = true};
-    float logits[B * NL];
+static rt_status gpt2_golden_step(void *model, bool train, int64_t step, float *logits, float *loss) {
+    gpt2_model *m = model;
+    const mdl_pass pass = {.seed = 1, .step = step, .training = train};
     double loss_sum = 0;
-    rt_params_zero_grad(p);
-    TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits));
-    check_logits_loss(g, "gpt2", logits, loss_sum);
-    compare_trainable(g, "grad", p, true);
-
-    /* one AdamW step, no clipping (gen_gpt2_golden's hyperparameters) */
-    rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
-    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
-    compare_trainable(g, "after_step", p, false);
-    /* the frozen base did not move */
-    int moved = 0;
-    for (int i = 0; i < p->n; i++)
-        if (p->specs[i].frozen)
-            moved += memcmp(base_before + p->specs[i].offset, p->param + p->specs[i].offset,
-                            p->specs[i].numel * sizeof(float)) != 0;
-    TZ_EXPECT(moved == 0, "%d frozen parameters changed in the AdamW step", moved);
-    gpt2_model_free(m);
-
-    /* five clipped steps from the initial adapters */
-    m = load_lora(be, peft, peft_adapter());
-    if (m) {
-        p = gpt2_model_params(m);
-        float losses[5], norms[5], ref_losses[5], ref_norms[5];
-        for (int s = 0; s < 5; s++) {
-            rt_params_zero_grad(p);
-            pass.step = s;
-            TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, NULL));
-            losses[s] = (float)(loss_sum / B);
-            const double norm = rt_grad_norm(p);
-            norms[s] = (float)norm;
-            TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
-        }
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, 5));
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gradnorm5", ref_norms, 5));
-        tz_check_close("losses5", losses, ref_losses, 5, FWD_ATOL, FWD_RTOL);
-        tz_check_close("gradnorm5", norms, ref_norms, 5, GRAD_ATOL, GRAD_RTOL);
-        gpt2_model_free(m);
-    }
-    free(base_before);
-    ckpt_safetensors_close(g);
+    if (train) rt_params_zero_grad(gpt2_model_params(m));
+    rt_status st = gpt2_cls_step(m, &g_batch.batch, &pass, train ? 1.0f / B : 0.0f, &loss_sum, logits);
+    *loss = (float)(loss_sum / B);
+    return st;
 }
 
-/* Logits of the golden batch, forward only. */
-static void eval_logits(gpt2_model *m, const cls_batch *cb, float *logits) {
-    const mdl_pass pass = {.seed = 1};
-    double loss_sum = 0;
-    TZ_EXPECT_OK(gpt2_cls_step(m, &cb->batch, &pass, 0.0f, &loss_sum, logits));
-}
-
-/* A folder written here (config and tensors) loads back to the same model, bit for bit; a folder
- * of another rank is refused, naming the tensor. */
-static void test_save_round_trip(rt_backend *be, const ckpt_peft_config *peft) {
-    ckpt_st_file *g = open_golden();
-    if (!g) return;
-    cls_batch cb;
-    load_batch(g, &cb);
-    ckpt_safetensors_close(g);
-    gpt2_model *m = load_lora(be, peft, peft_adapter());
-    if (!m) return;
-    /* move the adapters off their loaded values, so the round trip carries trained ones */
-    rt_params *p = gpt2_model_params(m);
-    mdl_pass pass = {.seed = 1, .training = true};
-    double loss_sum;
-    rt_params_zero_grad(p);
-    TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, NULL));
-    rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0};
-    TZ_EXPECT_OK(rt_adamw_step(p, &hp, 1.0f, 1));
-    float before[B * NL], after[B * NL];
-    eval_logits(m, &cb, before);
-
-    /* TZ_LORA_EXPORT=DIR keeps the folder: how tests/golden/gpt2-tiny-lora/from-tunezoo was made */
-    const char *keep = getenv("TZ_LORA_EXPORT");
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", keep && *keep ? keep : "");
-    if (!dir[0]) snprintf(dir, sizeof dir, "%s/lora", tz_tmpdir());
-    TZ_EXPECT_OK(rt_make_dirs(dir, "the adapter folder"));
-    TZ_EXPECT_OK(ckpt_peft_config_write(dir, peft));
-    TZ_EXPECT_OK(ckpt_peft_save_weights(dir, &ckpt_map_gpt2, p, rt_comm_self()));
-    gpt2_model_free(m);
-
-    ckpt_peft_config back;
-    TZ_EXPECT_OK(ckpt_peft_config_read(dir, &back));
-    m = load_lora(be, &back, dir);
-    if (m) {
-        eval_logits(m, &cb, after);
-        tz_check_close("logits after the folder's round trip", after, before, B * NL, 0.0f, 0.0f);
-        gpt2_model_free(m);
-    }
-
-    /* r 8 adapters do not load into an r 4 model */
+/* An adapter folder of another rank is refused, naming the tensor: PEFT's r 4 adapters into an
+ * r 8 model. */
+static void test_other_rank(rt_backend *be, const ckpt_peft_config *peft) {
     ckpt_peft_config r8;
     ckpt_peft_config_copy(&r8, peft);
     r8.r = 8;
-    m = load_lora(be, &r8, NULL);
+    gpt2_model *m = load_lora(be, &r8, NULL);
     if (m) {
-        rt_status st = ckpt_peft_load_weights(dir, &ckpt_map_gpt2, gpt2_model_params(m), 0, 1, NULL);
+        rt_status st = ckpt_peft_load_weights(peft_adapter(), &ckpt_map_gpt2, gpt2_model_params(m), 0, 1, NULL);
         TZ_EXPECT(st == RT_ERR_FORMAT &&
                       strstr(rt_error_message(), "lora_A.weight' has shape [4, 64], expected [8, 64]"),
                   "another rank's adapter: status %d, %s", st, rt_error_message());
         gpt2_model_free(m);
     }
     ckpt_peft_config_free(&r8);
-    ckpt_peft_config_free(&back);
 }
 
 /* Our own initialisation, as PEFT's: A uniform within +-1/sqrt(in), spread over the range (PEFT's
@@ -320,31 +214,6 @@ static void test_init(rt_backend *be, const ckpt_peft_config *peft) {
     TZ_EXPECT(checked == 2 * N_ADAPTED, "%d adapters checked", checked);
     ckpt_safetensors_close(ref);
     gpt2_model_free(m);
-}
-
-/* A folder written here (by the round trip above, with TZ_LORA_EXPORT) loads in PEFT
- * (scripts/golden/gen_lora_golden.py --from-tunezoo) to the logits it gives here. */
-static void test_loads_in_peft(rt_backend *be) {
-    char path[4096], folder[4096];
-    ckpt_st_file *g = open_golden(), *ref = NULL;
-    snprintf(path, sizeof path, "%s/from_tunezoo.safetensors", lora_dir());
-    TZ_EXPECT_OK(ckpt_safetensors_open(path, &ref));
-    snprintf(folder, sizeof folder, "%s/from-tunezoo", lora_dir());
-    ckpt_peft_config cfg;
-    TZ_EXPECT_OK(ckpt_peft_config_read(folder, &cfg));
-    gpt2_model *m = g && ref ? load_lora(be, &cfg, folder) : NULL;
-    if (m) {
-        cls_batch cb;
-        load_batch(g, &cb);
-        float logits[B * NL], peft_logits[B * NL];
-        eval_logits(m, &cb, logits);
-        TZ_EXPECT_OK(ckpt_safetensors_read_f32(ref, "logits", peft_logits, B * NL));
-        tz_check_close("logits of the folder written here, in PEFT", logits, peft_logits, B * NL, FWD_ATOL, FWD_RTOL);
-        gpt2_model_free(m);
-    }
-    ckpt_peft_config_free(&cfg);
-    ckpt_safetensors_close(g);
-    ckpt_safetensors_close(ref);
 }
 
 /* ---- BERT and RoBERTa ---- */
@@ -461,35 +330,6 @@ static void test_bert_family(rt_backend *be, bool roberta) {
 
 /* bf16 against PEFT under torch's CPU bf16 autocast, in the band the full models' bf16 tests use
  * (tests/loratest.h). */
-static void test_bf16(rt_backend *be, const ckpt_peft_config *peft) {
-    ckpt_st_file *g = open_golden();
-    gpt2_model *m = g ? load_lora(be, peft, peft_adapter()) : NULL;
-    if (!m) {
-        ckpt_safetensors_close(g);
-        return;
-    }
-    cls_batch cb;
-    load_batch(g, &cb);
-    ckpt_safetensors_close(g);
-    rt_params *p = gpt2_model_params(m);
-    const mdl_pass pass = {.seed = 1, .training = true};
-    float logits[2][B * NL], loss[2], *grads[2];
-    for (int k = 0; k < 2; k++) { /* 0: fp32, 1: bf16 */
-        double loss_sum = 0;
-        TZ_EXPECT_OK(rt_set_precision(be, k ? RT_BF16 : RT_F32));
-        rt_params_zero_grad(p);
-        TZ_EXPECT_OK(gpt2_cls_step(m, &cb.batch, &pass, 1.0f / B, &loss_sum, logits[k]));
-        loss[k] = (float)(loss_sum / B);
-        grads[k] = rt_xmalloc(p->train_numel * sizeof(float));
-        memcpy(grads[k], p->grad, p->train_numel * sizeof(float));
-    }
-    TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
-    tzl_check_bf16(lora_dir(), "gpt2", p, &ckpt_map_gpt2, logits[1], logits[0], B * NL, loss[1], loss[0], grads[1],
-                   grads[0], 2 * N_ADAPTED + 1);
-    free(grads[0]), free(grads[1]);
-    gpt2_model_free(m);
-}
-
 /* ---- the language model: decoding with a key/value cache ---- */
 
 /* GPT-2 as a language model with adapters on every linear and B non-zero: each step's logits of
@@ -541,15 +381,11 @@ static void test_decode(rt_backend *be, const ckpt_peft_config *peft) {
 
 /* ---- tensor parallelism ---- */
 
-enum { N_TRAIN = 2 * N_ADAPTED + 1, DROP_STEPS = 3 };
+enum { DROP_STEPS = 3 };
 
 typedef struct {
     const ckpt_peft_config *peft;
-    const cls_batch *cb;
-    bool dropout_run; /* false: one step's gradients; true: DROP_STEPS AdamW steps' losses */
-    /* rank 0's results */
-    float logits[B * NL], loss, losses[DROP_STEPS];
-    tzl_grads grads;
+    float losses[DROP_STEPS]; /* rank 0's */
 } tp_arg;
 
 static rt_status lora_rank(rt_comm *tp, void *arg) {
@@ -562,20 +398,13 @@ static rt_status lora_rank(rt_comm *tp, void *arg) {
     rt_params *p = gpt2_model_params(m);
     mdl_pass pass = {.seed = 11, .training = true};
     double loss_sum = 0;
-    if (!a->dropout_run) {
+    const rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    for (int s = 0; s < DROP_STEPS; s++) {
         rt_params_zero_grad(p);
-        RT_TRY(gpt2_cls_step(m, &a->cb->batch, &pass, 1.0f / B, &loss_sum, a->logits));
-        a->loss = (float)(loss_sum / B);
-        RT_TRY(tzl_gather_trainable(be, tp, p, &a->grads));
-    } else {
-        const rt_adamw_hparams hp = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
-        for (int s = 0; s < DROP_STEPS; s++) {
-            rt_params_zero_grad(p);
-            pass.step = s;
-            RT_TRY(gpt2_cls_step(m, &a->cb->batch, &pass, 1.0f / B, &loss_sum, NULL));
-            a->losses[s] = (float)(loss_sum / B);
-            RT_TRY(rt_adamw_step(p, &hp, 1.0f, s + 1));
-        }
+        pass.step = s;
+        RT_TRY(gpt2_cls_step(m, &g_batch.batch, &pass, 1.0f / B, &loss_sum, NULL));
+        a->losses[s] = (float)(loss_sum / B);
+        RT_TRY(rt_adamw_step(p, &hp, 1.0f, s + 1));
     }
 fail:
     gpt2_model_free(m);
@@ -583,43 +412,21 @@ fail:
     return st;
 }
 
-/* Logits, loss and gathered gradients at tp ranks against PEFT's. */
-static void test_tp_against_peft(const ckpt_peft_config *peft, const cls_batch *cb, const ckpt_st_file *g, int tp) {
-    tp_arg args[4];
-    for (int r = 0; r < tp; r++) args[r] = (tp_arg){.peft = peft, .cb = cb};
-    TZ_EXPECT_OK(tz_run_ranks(tp, 120, lora_rank, args, sizeof args[0]));
-    char what[64];
-    float ref_logits[B * NL], ref_loss;
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "logits", ref_logits, B * NL));
-    TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &ref_loss, 1));
-    snprintf(what, sizeof what, "tp %d logits", tp);
-    tz_check_close(what, args[0].logits, ref_logits, B * NL, FWD_ATOL, FWD_RTOL);
-    snprintf(what, sizeof what, "tp %d loss", tp);
-    tz_check_close(what, &args[0].loss, &ref_loss, 1, FWD_ATOL, FWD_RTOL);
-    snprintf(what, sizeof what, "tp %d", tp);
-    tzl_check_gathered(g, &ckpt_map_gpt2, &args[0].grads, N_TRAIN, what);
-    for (int r = 0; r < tp; r++) tzl_grads_free(&args[r].grads);
-}
-
-static void test_tp(const ckpt_peft_config *peft) {
+/* LoRA dropout at tp 1, 2 and 4: every tp size drops the same elements, so the losses of three
+ * AdamW steps agree, and differ from the golden loss without dropout. */
+static void test_tp_dropout(const ckpt_peft_config *peft) {
     ckpt_st_file *g = open_golden();
     if (!g) return;
-    cls_batch cb;
-    load_batch(g, &cb);
-    test_tp_against_peft(peft, &cb, g, 2);
-    test_tp_against_peft(peft, &cb, g, 4);
     float loss_without;
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &loss_without, 1));
     ckpt_safetensors_close(g);
-
-    /* LoRA dropout: every tp size drops the same elements */
     ckpt_peft_config dropped;
     ckpt_peft_config_copy(&dropped, peft);
     dropped.dropout = 0.2;
     float ref[DROP_STEPS];
     for (int tp = 1; tp <= 4; tp *= 2) {
         tp_arg args[4];
-        for (int r = 0; r < tp; r++) args[r] = (tp_arg){.peft = &dropped, .cb = &cb, .dropout_run = true};
+        for (int r = 0; r < tp; r++) args[r] = (tp_arg){.peft = &dropped};
         TZ_EXPECT_OK(tz_run_ranks(tp, 120, lora_rank, args, sizeof args[0]));
         if (tp == 1) { /* the first step's loss is the golden one's, but for the dropout */
             memcpy(ref, args[0].losses, sizeof ref);
@@ -638,20 +445,38 @@ int main(void) {
     snprintf(base_path, sizeof base_path, "%s", tz_source_path("tests/golden/gpt2-tiny-cls"));
     snprintf(lora_path, sizeof lora_path, "%s", tz_source_path("tests/golden/gpt2-tiny-lora"));
     snprintf(adapter_path, sizeof adapter_path, "%s", tz_source_path("tests/golden/gpt2-tiny-lora/adapter"));
+    /* adapters on 2 blocks x (c_attn, attn.c_proj, c_fc, mlp.c_proj), and the score head saved */
+    tzlf_family f = {.name = "gpt2",
+                     .map = &ckpt_map_gpt2,
+                     .n_logits = B * NL,
+                     .n_adapters = 2 * N_ADAPTED,
+                     .n_saved = 1,
+                     .n_heads = 4,
+                     .vocab = 1000,
+                     .load = gpt2_load,
+                     .free = gpt2_free,
+                     .params = gpt2_params,
+                     .step = gpt2_golden_step};
+    snprintf(f.dir, sizeof f.dir, "%s", lora_path);
+    ckpt_st_file *g = open_golden();
+    if (g) load_batch(g, &g_batch);
+    ckpt_safetensors_close(g);
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
     ckpt_peft_config peft;
     TZ_EXPECT_OK(ckpt_peft_config_read(peft_adapter(), &peft));
     if (!be) return tz_test_result("test_golden_lora");
-    test_against_peft(be, &peft);
-    test_save_round_trip(be, &peft);
+    tzlf_against_peft(&f, be, &peft);
+    tzlf_bf16(&f, be, &peft);
+    tzlf_tp(&f, &peft);
+    tzlf_round_trip(&f, be, &peft);
+    tzlf_loads_in_peft(&f, be);
+    test_other_rank(be, &peft);
     test_init(be, &peft);
-    test_loads_in_peft(be);
     test_decode(be, &peft);
-    test_bf16(be, &peft);
     test_bert_family(be, false);
     test_bert_family(be, true);
-    test_tp(&peft);
+    test_tp_dropout(&peft);
     ckpt_peft_config_free(&peft);
     rt_backend_free(be);
     return tz_test_result("test_golden_lora");
