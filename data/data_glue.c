@@ -19,161 +19,62 @@ static const char *const mnli_labels[] = {"entailment", "neutral", "contradictio
 
 static const data_glue_task glue_tasks[] = {
     /* MRPC: Quality, #1 ID, #2 ID, #1 String, #2 String; test: index, #1 ID, #2 ID, #1 String, #2 String */
-    {.name = "mrpc",
-     .dir = "glue-mrpc",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 3, 4, 0},
-     .unlabeled = {true, 3, 4, -1},
-     .n_labels = 2,
-     .metric = DATA_METRIC_ACC_F1,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "mrpc", .dir = "glue-mrpc", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 3, 4, 0}, .unlabeled = {true, 3, 4, -1}, .n_labels = 2, .metric = DATA_METRIC_ACC_F1,
+     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* SST-2: sentence, label; test: index, sentence */
-    {.name = "sst2",
-     .dir = "glue-sst2",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 0, -1, 1},
-     .unlabeled = {true, 1, -1, -1},
-     .n_labels = 2,
-     .metric = DATA_METRIC_ACC,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "sst2", .dir = "glue-sst2", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 0, -1, 1}, .unlabeled = {true, 1, -1, -1}, .n_labels = 2, .metric = DATA_METRIC_ACC,
+     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* RTE: index, sentence1, sentence2, label (string); test: index, sentence1, sentence2 */
-    {.name = "rte",
-     .dir = "glue-rte",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 1, 2, 3},
-     .unlabeled = {true, 1, 2, -1},
-     .n_labels = 2,
-     .label_names = rte_labels,
-     .metric = DATA_METRIC_ACC,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
+    {.name = "rte", .dir = "glue-rte", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 1, 2, 3}, .unlabeled = {true, 1, 2, -1}, .n_labels = 2, .label_names = rte_labels,
+     .metric = DATA_METRIC_ACC, .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1,
      .test = {{"test", {"test.tsv"}}}},
     /* WNLI: as RTE but numeric labels (1 = entailment); there is no train.tsv in shared data. */
-    {.name = "wnli",
-     .dir = "glue-wnli",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 1, 2, 3},
-     .unlabeled = {true, 1, 2, -1},
-     .n_labels = 2,
-     .metric = DATA_METRIC_ACC,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "wnli", .dir = "glue-wnli", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 1, 2, 3}, .unlabeled = {true, 1, 2, -1}, .n_labels = 2, .metric = DATA_METRIC_ACC,
+     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* CoLA as released (raw/, no header): source, label, original label, sentence. GLUE's dev
      * split is in_domain_dev + out_of_domain_dev (byte for byte GLUE's CoLA/dev.tsv): dev[0].
      * dev_file stays the in-domain file alone for callers that read one file. GLUE's test.tsv
      * (index, sentence) uses the unlabeled layout. */
-    {.name = "cola",
-     .dir = "glue-cola",
-     .train_file = "raw/in_domain_train.tsv",
-     .dev_file = "raw/in_domain_dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {false, 3, -1, 1},
-     .unlabeled = {true, 1, -1, -1},
-     .n_labels = 2,
-     .metric = DATA_METRIC_MCC,
-     .n_dev = 1,
-     .dev = {{"dev", {"raw/in_domain_dev.tsv", "raw/out_of_domain_dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "cola", .dir = "glue-cola", .train_file = "raw/in_domain_train.tsv", .dev_file = "raw/in_domain_dev.tsv",
+     .test_file = "test.tsv", .labeled = {false, 3, -1, 1}, .unlabeled = {true, 1, -1, -1}, .n_labels = 2,
+     .metric = DATA_METRIC_MCC, .n_dev = 1, .dev = {{"dev", {"raw/in_domain_dev.tsv", "raw/out_of_domain_dev.tsv"}}},
+     .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* STS-B: index, genre, filename, year, old_index, source1, source2, sentence1, sentence2,
      * score (a float 0..5); test: the same without score. */
-    {.name = "stsb",
-     .dir = "glue-stsb",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 7, 8, 9},
-     .unlabeled = {true, 7, 8, -1},
-     .n_labels = 1,
-     .metric = DATA_METRIC_PEARSON_SPEARMAN,
-     .type = DATA_TASK_REGRESSION,
-     .target_min = 0.0,
-     .target_max = 5.0,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "stsb", .dir = "glue-stsb", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 7, 8, 9}, .unlabeled = {true, 7, 8, -1}, .n_labels = 1,
+     .metric = DATA_METRIC_PEARSON_SPEARMAN, .type = DATA_TASK_REGRESSION, .target_min = 0.0, .target_max = 5.0,
+     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* QQP: id, qid1, qid2, question1, question2, is_duplicate; test: id, question1, question2 */
-    {.name = "qqp",
-     .dir = "glue-qqp",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 3, 4, 5},
-     .unlabeled = {true, 1, 2, -1},
-     .n_labels = 2,
-     .metric = DATA_METRIC_ACC_F1,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
-     .test = {{"test", {"test.tsv"}}}},
+    {.name = "qqp", .dir = "glue-qqp", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 3, 4, 5}, .unlabeled = {true, 1, 2, -1}, .n_labels = 2, .metric = DATA_METRIC_ACC_F1,
+     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}},
     /* MNLI: index, promptID, pairID, genre, sentence1_binary_parse, sentence2_binary_parse,
      * sentence1_parse, sentence2_parse, sentence1, sentence2, then label1 and gold_label
      * (train) or label1..label5 and gold_label (dev): the label is the last field. Test: the
      * first ten columns. */
-    {.name = "mnli",
-     .dir = "glue-mnli",
-     .train_file = "train.tsv",
-     .dev_file = "dev_matched.tsv",
-     .test_file = "test_matched.tsv",
-     .labeled = {true, 8, 9, DATA_GLUE_COL_LAST},
-     .unlabeled = {true, 8, 9, -1},
-     .n_labels = 3,
-     .label_names = mnli_labels,
-     .metric = DATA_METRIC_ACC,
-     .n_dev = 2,
-     .dev = {{"dev_matched", {"dev_matched.tsv"}}, {"dev_mismatched", {"dev_mismatched.tsv"}}},
-     .n_test = 2,
+    {.name = "mnli", .dir = "glue-mnli", .train_file = "train.tsv", .dev_file = "dev_matched.tsv",
+     .test_file = "test_matched.tsv", .labeled = {true, 8, 9, DATA_GLUE_COL_LAST}, .unlabeled = {true, 8, 9, -1},
+     .n_labels = 3, .label_names = mnli_labels, .metric = DATA_METRIC_ACC, .n_dev = 2,
+     .dev = {{"dev_matched", {"dev_matched.tsv"}}, {"dev_mismatched", {"dev_mismatched.tsv"}}}, .n_test = 2,
      .test = {{"test_matched", {"test_matched.tsv"}}, {"test_mismatched", {"test_mismatched.tsv"}}}},
     /* QNLI: index, question, sentence, label (string); test: index, question, sentence */
-    {.name = "qnli",
-     .dir = "glue-qnli",
-     .train_file = "train.tsv",
-     .dev_file = "dev.tsv",
-     .test_file = "test.tsv",
-     .labeled = {true, 1, 2, 3},
-     .unlabeled = {true, 1, 2, -1},
-     .n_labels = 2,
-     .label_names = qnli_labels,
-     .metric = DATA_METRIC_ACC,
-     .n_dev = 1,
-     .dev = {{"dev", {"dev.tsv"}}},
-     .n_test = 1,
+    {.name = "qnli", .dir = "glue-qnli", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+     .labeled = {true, 1, 2, 3}, .unlabeled = {true, 1, 2, -1}, .n_labels = 2, .label_names = qnli_labels,
+     .metric = DATA_METRIC_ACC, .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1,
      .test = {{"test", {"test.tsv"}}}},
 };
 
 /* CoLA as GLUE's download script writes it (CoLA/train.tsv, dev.tsv: the raw layout, dev =
  * in_domain_dev + out_of_domain_dev already joined); data_glue_task_for_dir picks it. */
-static const data_glue_task glue_cola_glue_layout = {.name = "cola",
-                                                     .dir = "glue-cola",
-                                                     .train_file = "train.tsv",
-                                                     .dev_file = "dev.tsv",
-                                                     .test_file = "test.tsv",
-                                                     .labeled = {false, 3, -1, 1},
-                                                     .unlabeled = {true, 1, -1, -1},
-                                                     .n_labels = 2,
-                                                     .metric = DATA_METRIC_MCC,
-                                                     .n_dev = 1,
-                                                     .dev = {{"dev", {"dev.tsv"}}},
-                                                     .n_test = 1,
-                                                     .test = {{"test", {"test.tsv"}}}};
+static const data_glue_task glue_cola_glue_layout = {
+    .name = "cola", .dir = "glue-cola", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
+    .labeled = {false, 3, -1, 1}, .unlabeled = {true, 1, -1, -1}, .n_labels = 2, .metric = DATA_METRIC_MCC,
+    .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}};
 
 static bool glue_exists(const char *path, bool want_dir);
 
@@ -197,17 +98,16 @@ const char *data_glue_task_names(void) { return "cola, sst2, mrpc, qqp, stsb, mn
 /* "train.tsv, dev_matched.tsv, dev_mismatched.tsv (test: test_matched.tsv, ...)" */
 static void glue_expected_files(const data_glue_task *task, char *buf, size_t cap) {
     size_t n = 0;
-#define GLUE_APPEND(...)                                  \
-    do {                                                  \
-        int w_ = snprintf(buf + n, cap - n, __VA_ARGS__); \
-        if (w_ < 0 || (size_t)w_ >= cap - n) return;      \
-        n += (size_t)w_;                                  \
+#define GLUE_APPEND(...)                                                                       \
+    do {                                                                                       \
+        int w_ = snprintf(buf + n, cap - n, __VA_ARGS__);                                      \
+        if (w_ < 0 || (size_t)w_ >= cap - n) return;                                           \
+        n += (size_t)w_;                                                                       \
     } while (0)
     buf[0] = '\0';
     GLUE_APPEND("%s", task->train_file);
     for (int s = 0; s < task->n_dev; s++)
-        for (int f = 0; f < DATA_GLUE_MAX_FILES && task->dev[s].files[f]; f++)
-            GLUE_APPEND(", %s", task->dev[s].files[f]);
+        for (int f = 0; f < DATA_GLUE_MAX_FILES && task->dev[s].files[f]; f++) GLUE_APPEND(", %s", task->dev[s].files[f]);
     for (int s = 0; s < task->n_test; s++)
         for (int f = 0; f < DATA_GLUE_MAX_FILES && task->test[s].files[f]; f++)
             GLUE_APPEND("%s%s", s == 0 && f == 0 ? " (optional: " : ", ", task->test[s].files[f]);
@@ -332,8 +232,8 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
     memset(&tsv, 0, sizeof tsv);
     RT_CHECK(task != NULL && path != NULL, "task=%p path=%p", (const void *)task, (const void *)path);
     const data_glue_layout *L = has_labels ? &task->labeled : &task->unlabeled;
-    RT_CHECK(L->text_a >= 0 && (!has_labels || L->label >= 0 || L->label == DATA_GLUE_COL_LAST), "task %s: bad layout",
-             task->name);
+    RT_CHECK(L->text_a >= 0 && (!has_labels || L->label >= 0 || L->label == DATA_GLUE_COL_LAST),
+             "task %s: bad layout", task->name);
     const bool regression = task->type == DATA_TASK_REGRESSION;
     const bool label_last = L->label == DATA_GLUE_COL_LAST;
     if (!glue_exists(path, false)) {
@@ -343,8 +243,8 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
         RT_TRY(glue_missing(task, have_dir && !glue_exists(dir, true) ? dir : path, have_dir ? dir : NULL));
     }
     /* The last field must come after both texts. */
-    int min_cols =
-        label_last ? (L->text_a > L->text_b ? L->text_a : L->text_b) + 2 : max3(L->text_a, L->text_b, L->label) + 1;
+    int min_cols = label_last ? (L->text_a > L->text_b ? L->text_a : L->text_b) + 2
+                              : max3(L->text_a, L->text_b, L->label) + 1;
     RT_TRY(data_tsv_read(path, L->header, min_cols, &tsv));
 
     size_t n = tsv.n_rows;
@@ -357,7 +257,8 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
     out->targets = regression ? malloc(alloc_n * sizeof *out->targets) : NULL;
     out->target_width = regression;
     out->line = malloc(alloc_n * sizeof *out->line);
-    if (!out->text_a || (L->text_b >= 0 && !out->text_b) || !out->labels || (regression && !out->targets) || !out->line)
+    if (!out->text_a || (L->text_b >= 0 && !out->text_b) || !out->labels || (regression && !out->targets) ||
+        !out->line)
         RT_FAIL(RT_ERR_NOMEM, "%s: out of memory for %zu examples", path, n);
 
     for (size_t i = 0; i < n; i++) {

@@ -11,6 +11,7 @@
 #include "runtime/rt_buf.h"
 #include "runtime/rt_log.h"
 
+
 static void out_csv_field(rt_text *o, const char *s, char delim) {
     if (!strchr(s, delim) && !strpbrk(s, "\"\r\n")) {
         rt_text_puts(o, s);

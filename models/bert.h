@@ -37,10 +37,10 @@ typedef struct {
     float hidden_dropout_prob, attention_probs_dropout_prob;
     float classifier_dropout; /* HF's classifier_dropout, or hidden_dropout_prob when null */
     rt_act_kind act;
-    int num_labels;               /* 1 = regression (MSE) */
-    bool pp_recompute;            /* a pipeline stage recomputes instead of keeping activations (models/stage_pipe.h);
+    int num_labels; /* 1 = regression (MSE) */
+    bool pp_recompute;     /* a pipeline stage recomputes instead of keeping activations (models/stage_pipe.h);
                             * a run option */
-    int checkpoint_layers;        /* activation checkpointing: 0 keeps every layer's activations; K keeps
+    int checkpoint_layers; /* activation checkpointing: 0 keeps every layer's activations; K keeps
                             * each layer's input and recomputes K layers at a time in backward.
                             * A run option, not in config.json */
     const ckpt_peft_config *lora; /* LoRA (models/lora.h): adapters on its target_modules, every other weight

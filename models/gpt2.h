@@ -28,8 +28,8 @@ typedef struct {
     int num_labels;   /* the classifier's classes; 0: a language model (GPT2LMHeadModel, no score head) */
     int pad_token_id; /* -1 when the config has none */
     int eos_token_id;
-    int checkpoint_layers;        /* activation checkpointing (models/stack.h); a run option, not in config.json */
-    bool pp_recompute;            /* a pipeline stage keeps only each micro-batch's input and recomputes its forward
+    int checkpoint_layers; /* activation checkpointing (models/stack.h); a run option, not in config.json */
+    bool pp_recompute;     /* a pipeline stage keeps only each micro-batch's input and recomputes its forward
                             * (models/stage_pipe.h); else it keeps every in-flight micro-batch's activations.
                             * A run option */
     const ckpt_peft_config *lora; /* LoRA (models/lora.h): adapters on its target_modules, every other weight
@@ -136,6 +136,7 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
  * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
  * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:
  * every rank calls it, and every rank gets the full logits). */
-rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden);
+rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
+                         float *host_hidden);
 
 #endif

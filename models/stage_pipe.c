@@ -12,13 +12,13 @@ struct mdl_stage_pipe {
     mdl_stage_model m;
     mdl_stage stage;
     int max_micro;
-    int slots;               /* recompute: saved inputs, micro-batch k in slot k % slots (not on the first stage) */
-    bool keep;               /* the family keeps micro-batch k's activations in its slot k % m.slots */
-    float *saved;            /* (slots, max_BT, C) backend memory */
-    rt_pipe_buffers buf;     /* each (max_BT, C) */
+    int slots;           /* recompute: saved inputs, micro-batch k in slot k % slots (not on the first stage) */
+    bool keep;           /* the family keeps micro-batch k's activations in its slot k % m.slots */
+    float *saved;        /* (slots, max_BT, C) backend memory */
+    rt_pipe_buffers buf; /* each (max_BT, C) */
     unsigned char *h_result; /* host: the last stage's loss (a double) and logits (grown to the largest) */
     size_t result_bytes;
-    int held; /* the micro-batch the blocks' activations hold, -1: none */
+    int held;            /* the micro-batch the blocks' activations hold, -1: none */
     /* this step's */
     const rt_batch *b;
     uint64_t seed;
@@ -48,10 +48,8 @@ static rt_status pipe_stage_fwd(mdl_stage_pipe *p, int k, const void *in, bool f
     const mdl_pass pass = pipe_pass(p, k);
     rt_status st = m->upload(m->model, b);
     if (st != RT_OK) return st;
-    if (mdl_stage_is_first(p->stage))
-        st = m->embed(m->model, b);
-    else
-        rt_copy(m->be, x, forward ? in : slot, bytes);
+    if (mdl_stage_is_first(p->stage)) st = m->embed(m->model, b);
+    else rt_copy(m->be, x, forward ? in : slot, bytes);
     if (st != RT_OK) return st;
     if (forward && slot) rt_copy(m->be, slot, x, bytes);
     p->held = k;
@@ -86,16 +84,12 @@ static rt_status pipe_backward(void *ctx, int k, const void *dout, void *din) {
         RT_CHECK(!mdl_stage_is_last(p->stage), "the last stage's backward of %d follows another forward", k);
         RT_TRY(pipe_stage_fwd(p, k, NULL, false));
     }
-    if (dout)
-        rt_copy(m->be, mdl_stack_dout(m->blocks), dout, pipe_bytes(p, k));
-    else
-        RT_TRY(m->head_bwd(m->model, b, &pass)); /* the last stage: its loss's gradient */
+    if (dout) rt_copy(m->be, mdl_stack_dout(m->blocks), dout, pipe_bytes(p, k));
+    else RT_TRY(m->head_bwd(m->model, b, &pass)); /* the last stage: its loss's gradient */
     const float *demb = NULL;
     RT_TRY(m->blocks_bwd(m->model, b, &pass, &demb));
-    if (din)
-        rt_copy(m->be, din, demb, pipe_bytes(p, k));
-    else
-        m->embed_bwd(m->model, b, demb);
+    if (din) rt_copy(m->be, din, demb, pipe_bytes(p, k));
+    else m->embed_bwd(m->model, b, demb);
 fail:
     return st;
 }
@@ -154,8 +148,8 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint6
     p->step = step;
     p->grad_scale = grad_scale;
     p->loss_sum = 0;
-    const rt_pipe_stage stage = {
-        .ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward, .backward = pipe_backward};
+    const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward,
+                                 .backward = pipe_backward};
     rt_status st = rt_pipe_run(p->m.pp, M, &stage, &p->buf);
     if (st == RT_OK) *loss_sum = p->loss_sum;
     return st;

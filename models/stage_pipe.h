@@ -30,8 +30,8 @@ typedef struct {
     void *model;
     const char *family; /* for messages: "GPT-2" */
     rt_backend *be;
-    rt_comm *pp;       /* the stages' comm: this is stage pp->rank of pp->size */
-    mdl_stack *blocks; /* residual 0 is the stage's input, out its output */
+    rt_comm *pp;        /* the stages' comm: this is stage pp->rank of pp->size */
+    mdl_stack *blocks;  /* residual 0 is the stage's input, out its output */
     int C, max_B, num_labels;
     size_t max_BT;
     /* Uploads b (ids, masks; the pooled rows on the last stage). */
@@ -60,6 +60,7 @@ typedef struct {
 } mdl_stage_model;
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;
+
 
 /* For steps of up to max_micro micro-batches; sm is copied. */
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out);

@@ -39,8 +39,7 @@ rt_status t5_stage_plan(t5_model *m) {
         /* the encoder's share of the stages is its share of the blocks */
         const int Pe = (int)((int64_t)P * E / (E + D));
         if ((int64_t)P * E % (E + D) != 0 || Pe < 1 || Pe >= P || E % Pe != 0 || D % (P - Pe) != 0)
-            return rt_errorf(RT_ERR_CONFIG,
-                             "T5: --pp %d cannot give its %d encoder and %d decoder blocks equal stages "
+            return rt_errorf(RT_ERR_CONFIG, "T5: --pp %d cannot give its %d encoder and %d decoder blocks equal stages "
                              "(the encoder takes --pp x %d / %d of the stages, and each stack's blocks must divide "
                              "evenly among its own; with as many decoder as encoder blocks, --pp is even)",
                              P, E, D, E, E + D);
@@ -62,9 +61,9 @@ struct t5_pipe {
     t5_model *m;
     int max_micro;
     rt_pipe_buffers buf;
-    float *saved;    /* pp_recompute: the in-flight micro-batches' inputs, micro-batch k in slot k % slots */
-    int slots, held; /* and the micro-batch the activations hold, -1: none */
-    size_t in_max;   /* the largest input, in bytes */
+    float *saved;        /* pp_recompute: the in-flight micro-batches' inputs, micro-batch k in slot k % slots */
+    int slots, held;     /* and the micro-batch the activations hold, -1: none */
+    size_t in_max;       /* the largest input, in bytes */
     /* this step's */
     const t5_batch *b;
     uint64_t seed;
@@ -79,12 +78,9 @@ static bool t5_is_enc_stage(const t5_model *m) { return m->stage.index < m->enc_
 static size_t t5_boundary_bytes(const t5_model *m, int from, const t5_batch *b) {
     const size_t C = (size_t)m->C, NH = (size_t)m->NH_local, B = (size_t)b->B, S = (size_t)b->S, T = (size_t)b->T;
     size_t floats;
-    if (from < m->enc_stages - 1)
-        floats = B * S * C + NH * S * S;
-    else if (from == m->enc_stages - 1)
-        floats = B * S * C;
-    else
-        floats = B * T * C + B * S * C + NH * T * T;
+    if (from < m->enc_stages - 1) floats = B * S * C + NH * S * S;
+    else if (from == m->enc_stages - 1) floats = B * S * C;
+    else floats = B * T * C + B * S * C + NH * T * T;
     return floats * sizeof(float);
 }
 
@@ -123,10 +119,8 @@ static rt_status t5_stage_fwd(t5_model *m, const t5_batch *b, const mdl_pass *pa
         t5_stack *s = &m->enc;
         if (!s->has_embed) t5_take(be, s->bias, t5_take(be, mdl_stack_residual(&s->blocks, 0), in, BS * C), NH * S * S);
         RT_TRY(t5_stack_fwd(m, s, B, S, S, pass));
-        if (out && !s->has_final)
-            t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
-        else if (out)
-            t5_put(be, out, s->blocks.out, BS * C);
+        if (out && !s->has_final) t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
+        else if (out) t5_put(be, out, s->blocks.out, BS * C);
         return RT_OK;
     }
     t5_stack *s = &m->dec;
@@ -176,7 +170,7 @@ static rt_status t5_pipe_backward(void *ctx, int k, const void *dout_v, void *di
     const mdl_pass pass = {.seed = p->seed, .step = p->step, .micro = k, .training = true};
     float *dout = (float *)dout_v, *din = din_v;
     const float *demb = NULL;
-    t5_use_slot(m, k % m->act_slots);        /* its forward's activations */
+    t5_use_slot(m, k % m->act_slots); /* its forward's activations */
     if (m->act_slots == 1 && p->held != k) { /* pp_recompute: the forward again, from the kept input */
         const float *in = p->saved ? t5_saved_input(p, k) : NULL;
         double unused = 0;
@@ -274,11 +268,8 @@ rt_status t5_pipe_step(t5_model *m, const t5_batch *b, int M, uint64_t seed, int
     p->grad_scale = grad_scale;
     p->loss_sum = 0;
     p->held = -1;
-    const rt_pipe_stage stage = {.ctx = p,
-                                 .out_bytes = t5_out_bytes,
-                                 .in_bytes = t5_in_bytes,
-                                 .forward = t5_pipe_forward,
-                                 .backward = t5_pipe_backward};
+    const rt_pipe_stage stage = {.ctx = p, .out_bytes = t5_out_bytes, .in_bytes = t5_in_bytes,
+                                 .forward = t5_pipe_forward, .backward = t5_pipe_backward};
     RT_TRY(rt_pipe_run(m->pp, M, &stage, &p->buf));
     *loss_sum = p->loss_sum;
 fail:

@@ -27,8 +27,8 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
     const rt_opt shared[TRAIN_APP_N_OPTS] = {
         {"epochs", RT_OPT_INT, &o->epochs, d->epochs ? d->epochs : "1", NULL,
          "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
-        {"max-steps", RT_OPT_INT, &o->max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)",
-         NULL, 0, 1e12},
+        {"max-steps", RT_OPT_INT, &o->max_steps, "0", NULL, "stop after N optimizer steps (> 0 overrides --epochs)", NULL,
+         0, 1e12},
         {"batch-size", RT_OPT_INT, &o->batch_size, d->batch_size ? d->batch_size : "16", NULL,
          "examples per optimizer micro-batch, over all data-parallel ranks", NULL, 1, 65536},
         {"grad-accum", RT_OPT_INT, &o->grad_accum, "1", NULL, "micro-batches per optimizer step", NULL, 1, 65536},
@@ -47,8 +47,7 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"length-buckets", RT_OPT_STRING, &o->length_buckets, NULL, "L1,L2,...",
          "pad each batch to the smallest of these ascending lengths that holds its longest row (seq2seq: each "
          "side on its own), so a run sees only these shapes (one CUDA graph each); the last must cover the "
-         "longest row",
-         NULL, 0, 0},
+         "longest row", NULL, 0, 0},
         {"cache-dir", RT_OPT_STRING, &o->cache_dir, NULL, "DIR",
          "where tokenized datasets are cached for the next run with the same data, tokenizer and options "
          "(default $XDG_CACHE_HOME/tunezoo or ~/.cache/tunezoo)",
@@ -75,13 +74,13 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
          "continue from exactly this checkpoint file (implies --resume; no fallback)", NULL, 0, 0},
         {"overwrite", RT_OPT_FLAG, &o->overwrite, "false", NULL,
          "start a new run in a --save-dir that holds an earlier run: its checkpoints and metrics.jsonl are removed "
-         "as training starts (without it, and without --resume, such a folder is refused)",
-         NULL, 0, 0},
+         "as training starts (without it, and without --resume, such a folder is refused)", NULL, 0, 0},
         {"threads", RT_OPT_INT, &o->threads, "0", NULL, "CPU threads (0 = all cores)", NULL, 0, 4096},
         {"comm-stats", RT_OPT_FLAG, &o->comm_stats, "false", NULL,
          "print the communication volume per step next to its formula (use with --eval-interval -1)", NULL, 0, 0},
         {"comm-timeout", RT_OPT_FLOAT, &o->comm_timeout, "600", NULL,
-         "seconds a collective waits for every rank before the run stops with an error naming the wait", NULL, 1, 1e7},
+         "seconds a collective waits for every rank before the run stops with an error naming the wait", NULL, 1,
+         1e7},
         {"deepspeed-config", RT_OPT_STRING, &o->deepspeed_config, NULL, "FILE",
          "read a DeepSpeed JSON (micro batch per GPU, accumulation, clipping, ZeRO, optimizer, scheduler); --config "
          "and the command line override it",
@@ -89,30 +88,25 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"tp", RT_OPT_INT, &o->tp, "1", NULL,
          "tensor-parallel size; the ranks of an mpirun/srun launch form a (world/tp) x tp grid", NULL, 1, 4096},
         {"pp", RT_OPT_INT, &o->pp, "1", NULL,
-         "pipeline stages: each holds an equal share of the blocks (t5-finetune: the encoder's on the first stages, "
-         "the decoder's on the rest); a launch's ranks form a "
+         "pipeline stages: each holds an equal share of the blocks (t5-finetune: the encoder's on the first stages, the decoder's on the rest); a launch's ranks form a "
          "pp x (world/(pp*tp)) x tp grid, and a step runs its micro-batches through the stages in 1F1B order",
          NULL, 1, 4096},
         {"micro-batches", RT_OPT_INT, &o->micro_batches, "0", NULL,
          "micro-batches per optimizer step (ColossalAI's num_microbatches): the same as --grad-accum, which it "
-         "sets; with --pp at least the number of stages (0 = --grad-accum's)",
-         NULL, 0, 65536},
+         "sets; with --pp at least the number of stages (0 = --grad-accum's)", NULL, 0, 65536},
         {"pp-recompute", RT_OPT_FLAG, &o->pp_recompute, "false", NULL,
          "with --pp: keep only each micro-batch's stage input and recompute its forward in the backward (one "
          "activation set per stage instead of one per micro-batch in flight, about a third more compute on all but "
-         "the last stage)",
-         NULL, 0, 0},
+         "the last stage)", NULL, 0, 0},
         {"zero", RT_OPT_INT, &o->zero, "0", NULL,
          "ZeRO stage: 1 shards AdamW state over the data-parallel ranks, 2 also the gradients, 3 also the weights, "
-         "gathering each block as the model reaches it (0 = off)",
-         NULL, 0, 3},
+         "gathering each block as the model reaches it (0 = off)", NULL, 0, 3},
         {"offload-optimizer", RT_OPT_FLAG, &o->offload_optimizer, "false", NULL,
-         "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1, 2 or 3)", NULL,
-         0, 0},
+         "keep fp32 master weights and AdamW state in host memory and update them there (needs --zero 1, 2 or 3)",
+         NULL, 0, 0},
         {"offload-params", RT_OPT_FLAG, &o->offload_params, "false", NULL,
          "with --zero 3: keep this rank's weight shard in host memory too (a block is copied up as it is gathered); "
-         "implies --offload-optimizer",
-         NULL, 0, 0},
+         "implies --offload-optimizer", NULL, 0, 0},
         {"peak-tflops", RT_OPT_FLOAT, &o->peak_tflops, "0", NULL,
          "one device's peak TFLOP/s, for the MFU in the step line (0 = a known GPU's peak at --precision, else none)",
          NULL, 0, 1e6},
@@ -143,8 +137,7 @@ void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
     const rt_opt ckpt[TRAIN_APP_N_CHECKPOINT_OPTS] = {
         {"checkpoint-activations", RT_OPT_FLAG, &o->checkpoint_activations, "false", NULL,
          "keep only each block's input and recompute the block in backward: less activation memory, the same "
-         "gradients, about a third more compute",
-         NULL, 0, 0},
+         "gradients, about a third more compute", NULL, 0, 0},
         {"checkpoint-num-layers", RT_OPT_INT, &o->checkpoint_num_layers, "1", NULL,
          "with --checkpoint-activations: blocks recomputed together (activations of N blocks at once)", NULL, 1,
          1 << 20},
@@ -193,10 +186,9 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         o->grad_accum = o->micro_batches;
     }
     if (o->pp > 1 && o->grad_accum < o->pp)
-        return rt_errorf(RT_ERR_USAGE,
-                         "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
-                         "--grad-accum, now %lld), or the stages mostly wait",
-                         (long long)o->pp, (long long)o->grad_accum);
+        return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
+                         "--grad-accum, now %lld), or the stages mostly wait", (long long)o->pp,
+                         (long long)o->grad_accum);
     /* before the grid splits the world: its sub-communicators inherit the timeout */
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
     rt_status st = rt_grid_init(world, (int)o->tp, (int)o->pp, grid);
@@ -243,8 +235,7 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
     }
     /* ZeRO-3 on a GPU: the model is built in host memory and only this rank's pieces go up, so
      * the whole model never has to fit on the device (DeepSpeed's zero.Init does the same job) */
-    if (st == RT_OK && o->zero == 3 && (*be)->device >= 0)
-        st = rt_cpu_backend_init((int)o->threads, &(*be)->params_staging);
+    if (st == RT_OK && o->zero == 3 && (*be)->device >= 0) st = rt_cpu_backend_init((int)o->threads, &(*be)->params_staging);
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
     if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
     if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host || grid->pp != grid->pp_host))
@@ -261,7 +252,7 @@ static double train_app_flops(void *ctx, const rt_batch *b) {
 }
 
 static rt_status train_app_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step,
-                                         float grad_scale, double *loss_sum) {
+                                          float grad_scale, double *loss_sum) {
     train_app_model *a = ctx;
     for (int i = 0; i < n; i++) a->padded_tokens += (double)b[i].B * (double)b[i].T;
     return a->m.pipeline_step(a->m.model, b, n, seed, step, grad_scale, loss_sum);
@@ -278,11 +269,8 @@ static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64
 }
 
 rt_train_model train_app_loop_model(train_app_model *a) {
-    return (rt_train_model){.ctx = a,
-                            .params = a->m.params,
-                            .forward_backward = train_app_forward_backward,
-                            .set_grads_hook = train_app_set_grads_hook,
-                            .flops = train_app_flops,
+    return (rt_train_model){.ctx = a, .params = a->m.params, .forward_backward = train_app_forward_backward,
+                            .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
 }
 
@@ -331,24 +319,22 @@ void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_co
         for (int op = 0; op < RT_COMM_OP_COUNT; op++)
             if (groups[g]->calls[op])
                 rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
-                            (double)groups[g]->calls[op] / (double)steps,
-                            (double)groups[g]->bytes[op] / (double)steps / 1e6);
+                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
     rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
-                "x 2(dp-1)/dp = %.4f MB)",
-                p->numel, dp_formula / 1e6, dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
+                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
     if (o->zero == 3 && grid->dp_size > 1) {
         /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
          * block for the forward and again for the backward, less the blocks the backward finds
          * still in the window; a rank's pieces add up to about the slab over dp. The whole model
          * is gathered once more at the end of the run (for the export), spread over the steps. */
         const double M = (double)o->grad_accum, slice = (double)p->numel / grid->dp_size;
-        rt_log_info(
-            "  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
-            "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
-            "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
-            "20 B of counts",
-            p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
-            (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
+        rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
+                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
+                    "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
+                    "20 B of counts",
+                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
+                    (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
     } else if (o->zero > 0 && grid->dp_size > 1) {
         /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
          * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
@@ -364,39 +350,16 @@ void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_co
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json) {
     rt_train_opts to = {
-        .prog = prog,
-        .epochs = o->epochs,
-        .max_steps = o->max_steps,
-        .batch_size = o->batch_size,
-        .grad_accum = o->grad_accum,
-        .lr = o->lr,
-        .weight_decay = o->weight_decay,
-        .warmup = o->warmup,
-        .clip = o->clip,
-        .beta1 = o->adam_beta1,
-        .beta2 = o->adam_beta2,
-        .adam_eps = o->adam_eps,
-        .schedule = o->schedule,
-        .seed = (uint64_t)o->seed,
-        .eval_interval = o->eval_interval,
-        .log_interval = o->log_interval,
-        .save_interval = o->save_interval,
-        .keep = o->keep,
-        .save_dir = o->save_dir,
-        .resume = o->resume || o->resume_from,
-        .resume_from = o->resume_from,
-        .start_over = o->overwrite,
-        .options_json = options_json,
-        .dp = grid->dp,
-        .tp = grid->tp,
-        .dp_host = grid->dp_host,
-        .tp_host = grid->tp_host,
-        .pp = grid->pp,
-        .pp_host = grid->pp_host,
+        .prog = prog, .epochs = o->epochs, .max_steps = o->max_steps, .batch_size = o->batch_size,
+        .grad_accum = o->grad_accum, .lr = o->lr, .weight_decay = o->weight_decay, .warmup = o->warmup,
+        .clip = o->clip, .beta1 = o->adam_beta1, .beta2 = o->adam_beta2, .adam_eps = o->adam_eps,
+        .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
+        .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
+        .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from,
+        .start_over = o->overwrite, .options_json = options_json, .dp = grid->dp,
+        .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .pp = grid->pp, .pp_host = grid->pp_host,
         .zero = (int)o->zero,
-        .offload_optimizer = o->offload_optimizer,
-        .offload_params = o->offload_params,
-        .peak_tflops = o->peak_tflops,
+        .offload_optimizer = o->offload_optimizer, .offload_params = o->offload_params, .peak_tflops = o->peak_tflops,
     };
     if (strcmp(o->precision, "fp16") == 0) { /* fp16's narrow range needs the loss scaled */
         static rt_loss_scale_opts ls;
@@ -461,20 +424,16 @@ rt_status train_app_resolve_source(const char *model_dir, const char *arch, cons
     if (model_dir) {
         struct stat sb;
         if (stat(model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return rt_errorf(RT_ERR_IO,
-                             "--model %s: not a directory (expected an HF %s folder with config.json and "
-                             "model.safetensors, as huggingface-cli download writes)",
-                             model_dir, family);
+            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF %s folder with config.json and "
+                                        "model.safetensors, as huggingface-cli download writes)", model_dir, family);
         snprintf(out->config, sizeof out->config, "%s/config.json", model_dir);
         rt_status st = ckpt_source_find_weights(model_dir, out->weights, sizeof out->weights);
         if (st != RT_OK) return st;
-        if (!tokenizer && has_tokenizer_files(model_dir))
-            snprintf(out->tokenizer, sizeof out->tokenizer, "%s", model_dir);
+        if (!tokenizer && has_tokenizer_files(model_dir)) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", model_dir);
     } else if (arch) {
         snprintf(out->config, sizeof out->config, "%s", arch);
     }
-    if (!out->tokenizer[0])
-        snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tokenizer ? tokenizer : default_tokenizer);
+    if (!out->tokenizer[0]) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tokenizer ? tokenizer : default_tokenizer);
     return RT_OK;
 }
 
@@ -515,15 +474,11 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n) 
 
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) {
     /* HF's names; GPT-2's encoder.json / vocab.bpe are the same bytes as vocab.json / merges.txt */
-    static const char *const names[][2] = {{"tokenizer.json", "tokenizer.json"},
-                                           {"tokenizer_config.json", "tokenizer_config.json"},
-                                           {"special_tokens_map.json", "special_tokens_map.json"},
-                                           {"vocab.json", "vocab.json"},
-                                           {"merges.txt", "merges.txt"},
-                                           {"vocab.txt", "vocab.txt"},
-                                           {"encoder.json", "vocab.json"},
-                                           {"vocab.bpe", "merges.txt"},
-                                           {"spiece.model", "spiece.model"}};
+    static const char *const names[][2] = {
+        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+        {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
+        {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
+        {"vocab.bpe", "merges.txt"}, {"spiece.model", "spiece.model"}};
     char from[4300], to[4300];
     struct stat sb;
     if (stat(tokenizer_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* one file: under its kind's HF name */

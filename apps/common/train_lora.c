@@ -14,20 +14,17 @@ void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
     const rt_opt lora[TRAIN_APP_N_LORA_OPTS] = {
         {"lora-r", RT_OPT_INT, &o->lora_r, "0", "R",
          "train LoRA adapters of rank R on --lora-targets and freeze every other weight but a classification head "
-         "(PEFT's LoRA); 0: full fine-tuning",
-         NULL, 0, CKPT_PEFT_MAX_R},
+         "(PEFT's LoRA); 0: full fine-tuning", NULL, 0, CKPT_PEFT_MAX_R},
         {"lora-alpha", RT_OPT_FLOAT, &o->lora_alpha, "8", "A",
          "with --lora-r: the adapters' output is scaled by alpha / r (PEFT's lora_alpha and default)", NULL, 1e-6, 1e6},
         {"lora-dropout", RT_OPT_FLOAT, &o->lora_dropout, "0", "P",
          "with --lora-r: dropout on each adapter's input while training (PEFT's lora_dropout)", NULL, 0, 0.999},
         {"lora-targets", RT_OPT_STRING, &o->lora_targets, NULL, "LIST",
          "with --lora-r: the HF module names to adapt, comma-separated, matched as PEFT's target_modules (a module's "
-         "name or its last dotted parts); default: PEFT's for the family",
-         NULL, 0, 0},
+         "name or its last dotted parts); default: PEFT's for the family", NULL, 0, 0},
         {"lora-from", RT_OPT_STRING, &o->lora_from, NULL, "DIR",
          "start from this PEFT LoRA folder (adapter_config.json, adapter_model.safetensors; PEFT's or --save-lora's) "
-         "over the base model, with its settings",
-         NULL, 0, 0},
+         "over the base model, with its settings", NULL, 0, 0},
         {"save-lora", RT_OPT_STRING, &o->save_lora, NULL, "DIR",
          "after training, write the adapters as a PEFT folder, which PeftModel.from_pretrained loads over the base",
          NULL, 0, 0},
@@ -139,8 +136,8 @@ typedef struct {
 static rt_status lora_write(void *ctx, const char *folder) {
     const lora_export *x = ctx;
     /* the tensors gathered over tp by the first replica's group; the config by the first rank */
-    rt_status st =
-        x->grid->dp_rank == 0 ? mdl_peft_save_weights(folder, x->map, x->p, x->grid->tp, x->grid->pp) : RT_OK;
+    rt_status st = x->grid->dp_rank == 0 ? mdl_peft_save_weights(folder, x->map, x->p, x->grid->tp, x->grid->pp)
+                                         : RT_OK;
     if (st == RT_OK && x->grid->world->rank == 0) st = ckpt_peft_config_write(folder, x->cfg);
     return st;
 }
@@ -160,7 +157,7 @@ rt_status train_app_export_model(const char *dir, const rt_grid *grid, const ckp
     mdl_lora_merge(p, lora, map, &saved);
     rt_status st = train_app_export_hf(dir, grid, write, ctx);
     mdl_lora_unmerge(p, &saved); /* training state as it was: the run may go on, or checkpoint */
-    if (st == RT_OK)
-        rt_log_info("LoRA: %s holds the merged model (W + %g B A in every adapted weight)", dir, ckpt_peft_scale(lora));
+    if (st == RT_OK) rt_log_info("LoRA: %s holds the merged model (W + %g B A in every adapted weight)", dir,
+                                 ckpt_peft_scale(lora));
     return st;
 }

@@ -17,14 +17,13 @@ static rt_status run(int argc, char **argv) {
     int64_t tp = 0, vocab = 0;
     const char *dtype = NULL, *arch = NULL, *hf_config = NULL;
     const rt_opt opts[] = {
-        {"tp", RT_OPT_INT, &tp, NULL, "N", "tensor-parallel ranks of the output (import: default 1; reshard: required)",
-         NULL, 1, 4096},
+        {"tp", RT_OPT_INT, &tp, NULL, "N",
+         "tensor-parallel ranks of the output (import: default 1; reshard: required)", NULL, 1, 4096},
         {"dtype", RT_OPT_CHOICE, &dtype, "auto", NULL,
          "import: how the output stores tensors; auto keeps the source's F32/BF16/F16", "auto|fp32|bf16|fp16", 0, 0},
         {"arch", RT_OPT_STRING, &arch, NULL, "NAME",
          "import: gpt2, bert, roberta, t5, glm or megatron-gpt2 (default: config.json's model_type; Megatron "
-         "folders: megatron-gpt2)",
-         NULL, 0, 0},
+         "folders: megatron-gpt2)", NULL, 0, 0},
         {"hf-config", RT_OPT_STRING, &hf_config, NULL, "FILE",
          "import: the model's HF config.json when SRC has none (a Megatron folder without args)", NULL, 0, 0},
         {"vocab-size", RT_OPT_INT, &vocab, NULL, "N",
@@ -32,10 +31,7 @@ static rt_status run(int argc, char **argv) {
          1 << 30},
     };
     const rt_args_spec spec = {
-        prog,
-        "COMMAND PATH [PATH] [OUT]",
-        2,
-        4,
+        prog, "COMMAND PATH [PATH] [OUT]", 2, 4,
         "Converts checkpoints between Hugging Face, FlagAI, Megatron-LM and tunezoo's sharded folder.\n"
         "commands:\n"
         "  import SRC OUT    HF folder or file (model.safetensors, pytorch_model.bin, sharded *.index.json), FlagAI\n"
@@ -59,10 +55,7 @@ static rt_status run(int argc, char **argv) {
         "  tz-convert import megatron/ckpt /tmp/meg --tp 1 --vocab-size 50257\n"
         "  gpt2-classify --model /tmp/gpt2-tp2 ...   (the training programs read sharded folders at any tp)\n"
         "exit status: 0 ok, 1 bad input or I/O error, 2 usage error",
-        opts,
-        (int)(sizeof opts / sizeof opts[0]),
-        NULL,
-        NULL, /* no presets file */
+        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
     };
     const char *pos[4] = {0};
     int n_pos = 0;
@@ -80,16 +73,9 @@ static rt_status run(int argc, char **argv) {
     if (strcmp(cmd, "import") != 0 && (strcmp(dtype, "auto") != 0 || arch || hf_config || vocab))
         RT_FAIL(RT_ERR_USAGE, "--dtype, --arch, --hf-config and --vocab-size are import options");
     if (strcmp(cmd, "import") == 0) {
-        ckpt_import_opts o = {.src = pos[1],
-                              .out = pos[2],
-                              .tp = tp ? (int)tp : 1,
-                              .keep_dtype = !strcmp(dtype, "auto"),
-                              .dtype = !strcmp(dtype, "bf16")   ? RT_BF16
-                                       : !strcmp(dtype, "fp16") ? RT_F16
-                                                                : RT_F32,
-                              .arch = arch,
-                              .hf_config = hf_config,
-                              .vocab_size = (int)vocab,
+        ckpt_import_opts o = {.src = pos[1], .out = pos[2], .tp = tp ? (int)tp : 1, .keep_dtype = !strcmp(dtype, "auto"),
+                              .dtype = !strcmp(dtype, "bf16") ? RT_BF16 : !strcmp(dtype, "fp16") ? RT_F16 : RT_F32,
+                              .arch = arch, .hf_config = hf_config, .vocab_size = (int)vocab,
                               .check = mdl_check_tensors};
         RT_TRY(ckpt_convert_import(&o, &stats));
     } else if (strcmp(cmd, "reshard") == 0) {

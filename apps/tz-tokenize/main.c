@@ -64,8 +64,7 @@ static rt_status parse_ids(const char *line, size_t lineno, tok_ids *out) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < INT32_MIN || v > INT32_MAX ||
-            (*end && *end != ' ' && *end != '\t' && *end != '\r'))
+        if (end == p || errno || v < INT32_MIN || v > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r'))
             return rt_errorf(RT_ERR_FORMAT, "stdin:%zu: expected space-separated integer ids, found \"%.20s\"", lineno,
                              p);
         tok_ids_push(out, (int32_t)v);
@@ -85,20 +84,16 @@ static rt_status run(int argc, char **argv) {
         {"tokenizer", RT_OPT_STRING, &path, NULL, "PATH",
          "HF tokenizer directory (tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, a BERT "
          "vocab.txt (GLM's English one when tokenizer_config.json names GLMLargeEnWordPieceTokenizer), a T5 "
-         "spiece.model or GLM's cog-pretrain.model) or one of those files (required)",
-         NULL, 0, 0},
+         "spiece.model or GLM's cog-pretrain.model) or one of those files (required)", NULL, 0, 0},
         {"decode", RT_OPT_FLAG, &decode, NULL, NULL, "read lines of ids and write the decoded text", NULL, 0, 0},
         {"pieces", RT_OPT_FLAG, &pieces, NULL, NULL, "write the token pieces (e.g. \"\xc4\xa0the\") instead of ids",
          NULL, 0, 0},
         {"pair", RT_OPT_FLAG, &pair, NULL, NULL,
-         "read tab-separated sentence pairs and add the model's special tokens (RoBERTa: <s> a </s></s> b </s>)", NULL,
-         0, 0},
+         "read tab-separated sentence pairs and add the model's special tokens (RoBERTa: <s> a </s></s> b </s>)",
+         NULL, 0, 0},
     };
     const rt_args_spec spec = {
-        prog,
-        NULL,
-        0,
-        0,
+        prog, NULL, 0, 0,
         "Tokenizes UTF-8 text from stdin, one line at a time, and writes one line of space-separated ids per "
         "input line (the newline itself is not encoded). A line that is not valid UTF-8 is an error "
         "(stdin:LINE: invalid UTF-8 at byte N of the line).",
@@ -107,10 +102,7 @@ static rt_status run(int argc, char **argv) {
         "  echo '15496 995' | tz-tokenize --tokenizer assets/gpt2-bpe --decode\n"
         "  printf 'a\\tb\\n' | tz-tokenize --tokenizer roberta-vocab.json --pair       # 0 102 2 2 428 2\n"
         "exit status: 0 ok, 1 tokenizer or input error, 2 usage error",
-        opts,
-        (int)(sizeof opts / sizeof opts[0]),
-        NULL,
-        NULL, /* no presets file */
+        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
     };
     const char *pos[1];
     int n_pos = 0;
