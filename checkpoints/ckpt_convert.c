@@ -15,11 +15,11 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_weights.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_signal.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/base/rt_signal.h"
 
 #define CONV_PATH_MAX 4096
 #define CONV_MAX_RANKS 512

@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 /* A tensor as a conversion sees it: our name and its full shape in our layout (vocab unpadded). */
 typedef struct {

@@ -13,9 +13,9 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_source.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_log.h"
 
 #define MERGE_NAME_MAX 512
 

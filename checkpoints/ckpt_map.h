@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/rt_params.h" /* rt_tp_rule, RT_PARAM_NAME_MAX */
+#include "runtime/train/rt_params.h" /* rt_tp_rule, RT_PARAM_NAME_MAX */
 
 typedef enum {
     CKPT_LAYOUT_SAME = 0,   /* their tensor is ours */

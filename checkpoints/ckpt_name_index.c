@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 static int ckpt_name_slot_cmp(const void *a, const void *b) {
     return strcmp(((const ckpt_name_slot *)a)->name, ((const ckpt_name_slot *)b)->name);

@@ -18,9 +18,9 @@
 #include <zlib.h>
 
 #include "checkpoints/ckpt_pages.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the .tzck record data is little-endian and is read in place"

@@ -30,8 +30,8 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS, ckpt_shape_str */
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 #define CKPT_NATIVE_VERSION 1
 #define CKPT_NATIVE_ALIGN 64

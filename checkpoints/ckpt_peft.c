@@ -8,9 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_json.h"
 
 
 double ckpt_peft_scale(const ckpt_peft_config *c) {

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 #define CKPT_PEFT_MAX_R 4096
 /* What PEFT writes before a module's name in adapter_model.safetensors. */

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_map.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 #define CKPT_PEFT_WEIGHTS_FILE "adapter_model.safetensors"
 

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 
 #define PK_MAX_MEMO (1u << 20)
 #define PK_MAX_DEPTH 32

@@ -20,8 +20,8 @@
 #include <stddef.h>
 
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct {
     char *name;

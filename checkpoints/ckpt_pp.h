@@ -11,8 +11,8 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_tp.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     char name[RT_PARAM_NAME_MAX];

@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_pages.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_mapped.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian; this code reads it in place and needs a little-endian host"

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 #define CKPT_MAX_DIMS 8
 

@@ -12,9 +12,9 @@
 #include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_tp.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_json.h"
 
 #define SHARDED_FORMAT "tunezoo-sharded"
 #define SHARDED_VERSION 1

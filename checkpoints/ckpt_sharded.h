@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_params.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/train/rt_params.h"
 
 #define CKPT_SHARDED_MANIFEST "tz-manifest.json"
 #define CKPT_SHARDED_MAX_TP 4096

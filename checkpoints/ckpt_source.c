@@ -16,8 +16,8 @@
 #include "checkpoints/ckpt_sharded.h"
 #include "checkpoints/ckpt_torch.h"
 #include "checkpoints/ckpt_zip.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_json.h"
 
 typedef struct {
     char *path;

@@ -8,8 +8,8 @@
 
 #include "checkpoints/ckpt_native.h" /* ckpt_native_crc32 */
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_buf.h"
 
 #define TW_ARCHIVE "archive"
 #define TW_32 0xFFFFFFFFu

@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct ckpt_torch_writer ckpt_torch_writer;
 

@@ -18,8 +18,8 @@
 
 #include <stdint.h>
 
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 /* Megatron's --make-vocab-size-divisible-by default: the padded vocab is a multiple of this
  * times tp, so each rank's shard is a multiple of 128 rows (GEMM-friendly). */

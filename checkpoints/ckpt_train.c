@@ -9,7 +9,7 @@
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_tp.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 static const char *const ckpt_train_kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 

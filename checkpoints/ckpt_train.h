@@ -12,7 +12,7 @@
 #ifndef CKPT_TRAIN_H
 #define CKPT_TRAIN_H
 
-#include "runtime/rt_trainer.h"
+#include "runtime/train/rt_trainer.h"
 
 /* Collective over tp and pp: every rank gathers each tensor's shards to its tp rank 0, the
  * other stages' tp rank 0 send theirs to the first stage's, which writes the file; every rank

@@ -11,7 +11,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch_write.h"
 #include "checkpoints/ckpt_tp.h"
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 
 typedef enum { W_SOURCE, W_RANKS, W_SHARDED } w_kind;
 

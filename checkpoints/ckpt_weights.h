@@ -18,8 +18,8 @@
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
-#include "runtime/rt_comm.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/base/rt_dtype.h"
 
 typedef struct ckpt_weights ckpt_weights;
 

@@ -20,7 +20,7 @@
 #include <zlib.h>
 
 #include "checkpoints/ckpt_name_index.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_mapped.h"
 
 #define ZIP_EOCD_SIG 0x06054b50u
 #define ZIP_EOCD_SIZE 22

@@ -18,10 +18,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/base/rt_mapped.h"
 
 static const uint64_t fnv_prime = 0x100000001b3ull;
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "runtime/rt_atomic.h"
+#include "runtime/base/rt_atomic.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the cache file is little-endian and written with the host's byte order"

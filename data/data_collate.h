@@ -12,8 +12,8 @@
 
 #include "data/data_dataset.h"
 #include "data/data_pad.h"
-#include "runtime/rt_batch.h"
-#include "runtime/rt_status.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/base/rt_status.h"
 
 /* Fills batch with rows indices[0..count) of ds. T = the longest of those rows padded as pad
  * says (a multiple, or a length bucket: data_pad.h), at least 1. pad_id >= 0 (GPT-2 has no pad token: pass its eos,

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_fs.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_utf8.h"
 
 /* Takes ownership of buf (len bytes and a spare one at buf[len]) on every path. */
 static rt_status csv_split(const char *name, char *buf, size_t len, char delim, data_tsv *out) {

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "data/data_glue.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 #include "tokenizers/tok.h"
 
 /* How longest_first splits the budget when both texts are too long; the two HF code paths

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 void data_glm_batch_free(data_glm_batch *b) {
     free(b->ids);

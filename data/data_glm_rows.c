@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "data/data_pvp.h"
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 
 rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out) {
     static const char *const names[5] = {"[CLS]", "[MASK]", "[gMASK]", "<|startofpiece|>", "<|endofpiece|>"};

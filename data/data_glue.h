@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 #define DATA_LABEL_NONE (-100) /* the loss's ignore_index */
 

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_json.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_utf8.h"
 
 rt_status data_json_parse_text(const char *name, size_t line, const char *s, size_t len, cJSON **out) {
     *out = NULL;

@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 /* One record: obj is the line's object (freed after the call); where is "name:line". */
 typedef rt_status (*data_jsonl_record_fn)(void *ctx, const cJSON *obj, const char *where, size_t line);

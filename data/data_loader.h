@@ -6,7 +6,7 @@
 #include "data/data_dataset.h"
 #include "data/data_pad.h"
 #include "data/data_sampler.h"
-#include "runtime/rt_trainer.h"
+#include "runtime/train/rt_trainer.h"
 
 typedef struct data_loader data_loader;
 

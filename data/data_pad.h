@@ -8,7 +8,7 @@
 
 #include <stdbool.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 enum { DATA_PAD_MAX_BUCKETS = 32 };
 

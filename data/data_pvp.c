@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_utf8.h"
 #include "tokenizers/tok.h"
 
 typedef enum { PVP_END = 0, PVP_TEXT, PVP_MASK } pvp_kind;

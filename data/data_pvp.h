@@ -26,7 +26,7 @@
 #include <stdbool.h>
 
 #include "data/data_superglue.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 #define DATA_PVP_MAX_PARTS 12
 #define DATA_PVP_MAX_CANDIDATES 2

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 
 #include "data/data_dataset.h"
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_mapped.h"
 
 void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule,
                                  size_t *keep_a, size_t *keep_b) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_rng.h"
+#include "runtime/base/rt_rng.h"
 
 struct data_sampler {
     size_t n;

@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct data_sampler data_sampler; /* opaque */
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/rt_buf.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/base/rt_utf8.h"
 
 rt_status data_lines_from_column(const data_table *t, const char *column, const char *option, data_lines *out) {
     memset(out, 0, sizeof *out);

@@ -13,7 +13,7 @@
 
 #include "data/data_dataset.h"
 #include "data/data_table.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 #include "tokenizers/tok.h"
 
 /* The lines of a text file, split in place in one buffer. A UTF-8 BOM is skipped, lines end

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 
 #include "data/data_jsonl.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_utf8.h"
 
 static const char *const sg_bool_labels[] = {"false", "true"};
 static const char *const sg_rte_labels[] = {"entailment", "not_entailment"};

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 #define DATA_SG_LABEL_NONE (-1) /* unlabelled (test) rows */
 

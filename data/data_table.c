@@ -11,10 +11,10 @@
 
 #include "data/data_csv.h"
 #include "data/data_jsonl.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_utf8.h"
 
 static const char *const format_names[] = {"auto", "csv", "tsv", "jsonl", "json"};
 

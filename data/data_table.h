@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "data/data_tsv.h"
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef enum { DATA_FORMAT_AUTO, DATA_FORMAT_CSV, DATA_FORMAT_TSV, DATA_FORMAT_JSONL, DATA_FORMAT_JSON } data_format;
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_log.h"
 
 
 static void out_csv_field(rt_text *o, const char *s, char delim) {

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_utf8.h"
 
 /* 1-based line of byte offset off (for the rare error that is found before line splitting). */
 static size_t tsv_line_of(const char *buf, size_t off) {

@@ -12,7 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct {
     char *path;         /* as given, for error messages (owned) */

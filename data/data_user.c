@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 void data_user_task_free(data_user_task *task) {
     if (!task) return;

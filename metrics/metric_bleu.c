@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "metrics/metric_ngram.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 /* sacrebleu's _preprocess_segment: rstrip (Python whitespace), then 13a. `what` names the
  * text in messages. */

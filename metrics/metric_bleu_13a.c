@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 /* Replaces every non-overlapping `from` (left to right, one pass, as str.replace) in
  * s[0..*len) in place; to is never longer than from. */

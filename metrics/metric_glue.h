@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 /* Rows whose label is -100 are skipped. Degenerate cases (no rows, a zero denominator)
  * return 0, as sklearn does. */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 
 rt_status metric_token_list_push(metric_token_list *l, const char *s, size_t len) {
     metric_token *t = rt_grow_try(l->tok, &l->cap, l->n + 1, sizeof *t);

@@ -7,7 +7,7 @@
 
 #include "metrics/metric_ngram.h"
 #include "metrics/metric_porter.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 /* What one code point becomes after Python's str.lower() and the [^a-z0-9]+ -> ' '
  * substitution: an ASCII letter or digit, or 0 for a separator. Two non-ASCII code points

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct {
     double precision, recall, fmeasure; /* 0..1 */

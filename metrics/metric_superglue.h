@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 /* sklearn f1_score(label, pred, average='macro'): the mean F1 over the classes 0..n_classes-1
  * that occur in label or pred (sklearn's default label set); a class's F1 is 0 when it has

@@ -21,10 +21,10 @@
 #include "models/param.h"
 #include "models/stack.h"
 #include "models/stage_pipe.h"
-#include "runtime/rt_arena.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_pipe.h"
-#include "runtime/rt_rng.h"
+#include "runtime/base/rt_arena.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/train/rt_pipe.h"
+#include "runtime/base/rt_rng.h"
 
 /* Added to attention scores at padded keys: exp() of it is exactly 0, and unlike -inf it
  * cannot turn a fully masked row into NaN (HF adds finfo.min, with the same effect). */

@@ -23,10 +23,10 @@
 
 #include "checkpoints/ckpt_peft.h"
 #include "models/classifier.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_batch.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     bool roberta; /* model_type "roberta": position ids from non-pad tokens, RoBERTa head */

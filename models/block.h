@@ -24,9 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef enum { MDL_NORM_LAYER, MDL_NORM_RMS } mdl_norm_kind;
 

@@ -8,9 +8,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/rt_batch.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 #include "models/pass.h"
 
 typedef struct {

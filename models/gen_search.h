@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 /* HF's early_stopping: False (a heuristic: stop when the best running beam cannot win even at
  * the current length), True (stop when num_beams hypotheses are finished), "never". */

@@ -16,9 +16,9 @@
 #include "models/hf_config.h"
 #include "models/parallel.h"
 #include "models/stage_pipe.h"
-#include "runtime/rt_arena.h"
+#include "runtime/base/rt_arena.h"
 #include "models/lora.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/train/rt_pipe.h"
 
 #include "models/glm_internal.h"
 

@@ -17,9 +17,9 @@
 #include "checkpoints/ckpt_peft.h"
 #include "models/pass.h"
 #include "models/gen_search.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     int vocab_size, hidden_size, num_layers, num_attention_heads, max_sequence_length;

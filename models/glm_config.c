@@ -4,7 +4,7 @@
 
 #include "models/glm.h"
 #include "models/hf_config.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 /* config.json's fields with FlagAI's defaults (GLM-large-chinese) and limits
  * (models/hf_config.h); FlagAI always writes the sizes, so they are required */

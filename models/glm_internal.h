@@ -11,7 +11,7 @@
 #include "models/parallel.h"
 #include "models/stack.h"
 #include "models/stage.h"
-#include "runtime/rt_batch.h"
+#include "runtime/train/rt_batch.h"
 
 
 struct glm_model {

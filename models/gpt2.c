@@ -19,9 +19,9 @@
 #include "models/param.h"
 #include "models/stack.h"
 #include "models/stage_pipe.h"
-#include "runtime/rt_arena.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/base/rt_arena.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/train/rt_pipe.h"
 
 #include "models/gpt2_internal.h"
 

@@ -15,10 +15,10 @@
 #include "models/classifier.h"
 #include "models/pass.h"
 #include "models/stage.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_batch.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     int vocab_size, n_positions, n_embd, n_layer, n_head, n_inner;

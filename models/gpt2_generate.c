@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "models/gpt2_internal.h"
-#include "runtime/rt_rng.h"
+#include "runtime/base/rt_rng.h"
 
 /* The draws' stream: apart from init, shuffling and dropout. */
 #define RT_STREAM_SAMPLE 4

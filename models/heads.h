@@ -7,8 +7,8 @@
 #ifndef MDL_HEADS_H
 #define MDL_HEADS_H
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_batch.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/train/rt_batch.h"
 
 /* A classification batch checked before any work: a regression head (num_labels 1) needs one float
  * target a row and multi-label targets one a class (RT_ERR_CONFIG), and every label must be -100

@@ -10,10 +10,10 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_pp.h"
 #include "checkpoints/ckpt_weights.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_json.h"
 
 bool mdl_hf_act_from_name(const char *name, rt_act_kind *out) {
     if (strcmp(name, "gelu") == 0)

@@ -11,10 +11,10 @@
 #include <cjson/cJSON.h>
 
 #include "checkpoints/ckpt_map.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
-#include "runtime/rt_status.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
+#include "runtime/base/rt_status.h"
 
 /* Size limits for config fields, one set for every family. Each is many times the largest
  * released model's, and low enough that any product a model forms from them (3 * C,

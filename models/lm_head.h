@@ -21,9 +21,9 @@
 #include <stdint.h>
 
 #include "models/parallel.h"
-#include "runtime/rt_arena.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
+#include "runtime/base/rt_arena.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
 
 /* Added to the logits of vocab padding columns: they never win a softmax. */
 #define MDL_LM_MASKED (-1e30f)

@@ -27,7 +27,7 @@
 #include "checkpoints/ckpt_map.h"
 #include "models/block.h"
 #include "models/parallel.h"
-#include "runtime/rt_params.h"
+#include "runtime/train/rt_params.h"
 
 /* The A and B tp rules of an adapter: mdl_lora_a_rule and mdl_lora_b_rule in models/parallel.h. */
 

@@ -11,9 +11,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 /* Activations are typed handles (rt_x), except where a collective reduces them (fp32 floats). */
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "runtime/rt_params.h"
+#include "runtime/train/rt_params.h"
 
 static inline float *mdl_param(const rt_params *p, int idx) { return idx >= 0 ? rt_params_data(p, idx) : NULL; }
 static inline float *mdl_grad(const rt_params *p, int idx) { return idx >= 0 ? rt_params_grad(p, idx) : NULL; }

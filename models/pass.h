@@ -7,9 +7,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/rt_params.h"
-#include "runtime/rt_rng.h"
-#include "runtime/rt_status.h"
+#include "runtime/train/rt_params.h"
+#include "runtime/base/rt_rng.h"
+#include "runtime/base/rt_status.h"
 
 /* Randomness of one forward pass: dropout draws from (seed, step, micro-batch). */
 typedef struct {

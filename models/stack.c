@@ -9,7 +9,7 @@
 #include "models/lora.h"
 #include "models/param.h"
 #include "models/parallel.h"
-#include "runtime/rt_rng.h"
+#include "runtime/base/rt_rng.h"
 
 /* an optional buffer's slice: NULL stays NULL */
 #define AT(buf, off) ((buf) ? (buf) + (off) : NULL)

@@ -46,7 +46,7 @@
 #include "checkpoints/ckpt_peft.h"
 #include "models/block.h"
 #include "models/pass.h"
-#include "runtime/rt_arena.h"
+#include "runtime/base/rt_arena.h"
 
 typedef enum {
     MDL_SITE_SELF_PROBS, MDL_SITE_SELF_OUT, MDL_SITE_CROSS_PROBS, MDL_SITE_CROSS_OUT, MDL_SITE_FFN_INNER,

@@ -1,4 +1,4 @@
-/* A model's pipeline stage (issue 19, runtime/rt_pipe.h): stage `index` of `count` holds an
+/* A model's pipeline stage (issue 19, runtime/train/rt_pipe.h): stage `index` of `count` holds an
  * equal share of the blocks, in order; the first stage also holds the embeddings, the last the
  * final norm and the heads. {0, 1} is the whole model. */
 #ifndef MDL_STAGE_H
@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct {
     int index, count;

@@ -1,12 +1,12 @@
 /* The pipeline stage runner (see stage_pipe.h); the schedule and the transfers are
- * runtime/rt_pipe.c's. */
+ * runtime/train/rt_pipe.c's. */
 #include "models/stage_pipe.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/heads.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/train/rt_pipe.h"
 
 struct mdl_stage_pipe {
     mdl_stage_model m;

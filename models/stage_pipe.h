@@ -1,7 +1,7 @@
 /* A classifier's pipeline stage, for any family (issue 19): the family describes its stage
  * with mdl_stage_model (its pieces: upload a batch, embed, the blocks, the head), and the
  * runner does the rest: a training step's micro-batches in 1F1B order through
- * runtime/rt_pipe.c, and evaluation's forward through the stages.
+ * runtime/train/rt_pipe.c, and evaluation's forward through the stages.
  *
  * Training keeps each in-flight micro-batch's activations: the family lays its activation
  * buffers out once per slot (rt_pipe_in_flight of them, use_slot), and micro-batch k lives in
@@ -22,9 +22,9 @@
 #include "models/pass.h"
 #include "models/stack.h"
 #include "models/stage.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_batch.h"
-#include "runtime/rt_comm.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/comm/rt_comm.h"
 
 typedef struct {
     void *model;

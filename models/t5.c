@@ -23,9 +23,9 @@
 #include "models/hf_config.h"
 #include "models/lora.h"
 #include "models/t5_internal.h"
-#include "runtime/rt_arena.h"
-#include "runtime/rt_pipe.h"
-#include "runtime/rt_rng.h"
+#include "runtime/base/rt_arena.h"
+#include "runtime/train/rt_pipe.h"
+#include "runtime/base/rt_rng.h"
 
 /* ---- a block's parameters as a table: one row per parameter (their tp rules and HF names
  * are in checkpoints/ckpt_map_tables.c) ---- */

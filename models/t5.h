@@ -31,9 +31,9 @@
 
 #include "checkpoints/ckpt_peft.h"
 #include "models/pass.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     int vocab_size, d_model, d_kv, d_ff, num_heads;
@@ -133,7 +133,7 @@ typedef struct {
  * tp > 1 a gather every rank joins). */
 rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
                   int *n_targets, float *host_logits);
-/* A pipeline stage's training step over the micro-batches b[0..M) in 1F1B order (runtime/rt_pipe.h),
+/* A pipeline stage's training step over the micro-batches b[0..M) in 1F1B order (runtime/train/rt_pipe.h),
  * pass {seed, step, micro k, training} for micro-batch k: the stage's gradients of
  * grad_scale * loss (`shared` and its copies are marked tied: the caller sums their gradients,
  * rt_pipe_sum_tied), the summed

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "models/hf_config.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 /* config.json's plain fields with HF's defaults (t5-small) and limits (models/hf_config.h);
  * the ids are checked against the vocab by validation */

@@ -30,7 +30,7 @@
 #include "models/hf_config.h"
 #include "models/parallel.h"
 #include "models/t5_internal.h"
-#include "runtime/rt_arena.h"
+#include "runtime/base/rt_arena.h"
 
 struct t5_generator {
     t5_model *m;

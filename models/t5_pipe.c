@@ -1,5 +1,5 @@
 /* T5 split into pipeline stages (issue 19): the plan of which blocks a stage holds, and the
- * stage as runtime/rt_pipe.h's executor sees it (t5.h describes the layout). Megatron splits
+ * stage as runtime/train/rt_pipe.h's executor sees it (t5.h describes the layout). Megatron splits
  * an encoder-decoder the same way: encoder stages first, then decoder stages.
  *
  * What crosses a boundary, for micro-batch k of B rows, S source and T target tokens (NH: this
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "models/t5_internal.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/train/rt_pipe.h"
 
 rt_status t5_stage_plan(t5_model *m) {
     const t5_config *c = &m->cfg;

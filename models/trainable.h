@@ -6,8 +6,8 @@
 #define MDL_TRAINABLE_H
 
 #include "models/pass.h"
-#include "runtime/rt_batch.h"
-#include "runtime/rt_params.h"
+#include "runtime/train/rt_batch.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     void *model;

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_comm.h"
+#include "runtime/comm/rt_comm.h"
 
 /* Byte i of message k (0 or 1 of a pair) of round `round` from rank `from`. */
 static inline unsigned char p2p_byte(int from, int round, int k, size_t i) {

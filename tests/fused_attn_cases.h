@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_rng.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_rng.h"
 
 typedef struct {
     const char *name;

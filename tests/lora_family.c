@@ -8,8 +8,8 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "models/lora.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_optim.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/train/rt_optim.h"
 #include "tests/loratest.h"
 #include "tests/testutil.h"
 

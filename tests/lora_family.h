@@ -19,9 +19,9 @@
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_peft.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 typedef struct {
     const char *name;      /* "t5" */

@@ -8,9 +8,9 @@
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_safetensors.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
 
 #define TZL_FWD_ATOL 1e-5f
 #define TZL_FWD_RTOL 1e-4f

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_pipe.h"
+#include "runtime/train/rt_pipe.h"
 
 #define TOY_MAXM 8
 

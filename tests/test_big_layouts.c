@@ -25,8 +25,8 @@
 
 #include "models/glm.h"
 #include "models/t5.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_zero.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_zero.h"
 #include "tests/testutil.h"
 
 static char dir[64];

@@ -1,4 +1,4 @@
-/* Growable arrays and text (runtime/rt_buf.h): the capacity doubles from 16 and never shrinks,
+/* Growable arrays and text (runtime/base/rt_buf.h): the capacity doubles from 16 and never shrinks,
  * the contents survive each move, a text stays NUL-terminated and takes bytes that are not,
  * including NULs; rt_grow_try reports a size that overflows with NULL and leaves the array and
  * its capacity as they were. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 #include "tests/testutil.h"
 
 int main(void) {

@@ -17,7 +17,7 @@
 #include "models/bert.h"
 #include "models/gpt2.h"
 #include "models/t5.h"
-#include "runtime/rt_backend.h"
+#include "runtime/backend/rt_backend.h"
 #include "tests/testutil.h"
 
 static const ckpt_map *const all_maps[] = {&ckpt_map_gpt2, &ckpt_map_bert, &ckpt_map_roberta,

@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "checkpoints/ckpt_native.h"
-#include "runtime/rt_atomic.h"
+#include "runtime/base/rt_atomic.h"
 #include "tests/testutil.h"
 
 #define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))

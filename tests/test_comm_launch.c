@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 static const char *const all_vars[] = {

@@ -8,17 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
 #include "tests/testutil.h"
 
 #ifdef TZ_USE_NCCL
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 
-#include "runtime/cuda/cuda_devices.h"
-#include "runtime/cuda/rt_comm_nccl.h"
-#include "runtime/rt_launch.h"
+#include "runtime/backend/cuda/cuda_devices.h"
+#include "runtime/comm/rt_comm_nccl.h"
+#include "runtime/comm/rt_launch.h"
 
 #define N 1000
 

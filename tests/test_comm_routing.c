@@ -29,15 +29,15 @@
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
 #include "models/gpt2.h"
-#include "runtime/rt_comm_stats.h"
-#include "runtime/rt_grid.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_trainer.h"
+#include "runtime/comm/rt_comm_stats.h"
+#include "runtime/comm/rt_grid.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/train/rt_trainer.h"
 #include "tests/testutil.h"
 
 #ifdef TZ_USE_CUDA
-#include "runtime/cuda/rt_comm_nccl.h"
+#include "runtime/comm/rt_comm_nccl.h"
 #endif
 
 enum { WORLD = 4, TP = 2, VOCAB = 300, C = 32, LAYERS = 2, BATCH = 4, ACCUM = 2, STEPS = 3, MAX_T = 24 };

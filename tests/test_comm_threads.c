@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/rt_comm.h"
-#include "runtime/rt_grid.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_grid.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/comm_p2p_exercise.h"
 #include "tests/testutil.h"
 

@@ -15,7 +15,7 @@
 #include "models/hf_config.h"
 #include "models/t5.h"
 #include "models/t5_generate.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 
 static char dir[64];

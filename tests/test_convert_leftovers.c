@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_convert.h"
-#include "runtime/rt_signal.h"
+#include "runtime/base/rt_signal.h"
 #include "tests/testutil.h"
 
 static int exists(const char *path) {

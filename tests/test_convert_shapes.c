@@ -13,7 +13,7 @@
 #include "checkpoints/ckpt_convert.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "models/param_check.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_log.h"
 #include "tests/testutil.h"
 
 static char g_src[600];

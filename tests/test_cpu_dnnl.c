@@ -1,4 +1,4 @@
-/* oneDNN's matmul (runtime/cpu/cpu_dnnl.c) against a double-precision reference: fp32 inputs,
+/* oneDNN's matmul (runtime/backend/cpu/cpu_dnnl.c) against a double-precision reference: fp32 inputs,
  * and bf16 inputs (the reference takes the same bf16-rounded values), every transpose, alpha
  * and beta, padded leading dimensions and odd sizes, from two threads at once; the error bound
  * is fp32 accumulation's, K ulps of the sum of |a b|. OpenBLAS's sgemm is checked against the
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu_dnnl.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/cpu/cpu_dnnl.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 typedef struct {

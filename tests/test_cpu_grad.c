@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_rng.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_rng.h"
 #include "tests/testutil.h"
 
 static const rt_backend_ops *ops;

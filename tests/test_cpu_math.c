@@ -1,4 +1,4 @@
-/* The CPU kernels' vectorizable exp and erf (runtime/cpu/cpu_math.h) against double
+/* The CPU kernels' vectorizable exp and erf (runtime/backend/cpu/cpu_math.h) against double
  * precision, over float bit patterns spread across the whole range (every 257th pattern:
  * about 16.7 million inputs), plus the special values the kernels rely on: exp(-inf) = 0
  * exactly (masked attention scores), overflow to inf, NaN in NaN out. */
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/cpu/cpu_math.h"
+#include "runtime/backend/cpu/cpu_math.h"
 #include "tests/testutil.h"
 
 /* Distance in units in the last place between a float and the float nearest to ref. */

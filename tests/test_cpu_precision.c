@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* The CPU's fused residual step (rt_residual_fwd/bwd, runtime/cpu/cpu_residual.c) against the
+/* The CPU's fused residual step (rt_residual_fwd/bwd, runtime/backend/cpu/cpu_residual.c) against the
  * ops it replaces, bit for bit (memcmp): the sequence models/stack.c ran before the op existed
  * (dropout_fwd in place on the branch, add, the norm; the norm's bwd into the residual gradient,
  * dropout_bwd of it), and the wrappers' composition for a backend without the op. Every compute
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_rng.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_rng.h"
 #include "tests/testutil.h"
 
 static rt_backend *g_be;      /* the CPU backend, with the fused op */

@@ -1,4 +1,4 @@
-/* Typed activations (runtime/rt_x.h) on the CPU backend: every op that takes rt_x handles, given
+/* Typed activations (runtime/backend/rt_x.h) on the CPU backend: every op that takes rt_x handles, given
  * 16-bit ones (bf16 and fp16), gives the bits its fp32 handles give once the wrappers have stored
  * them at the compute precision. So keeping an activation in 2 bytes changes no number:
  *   - gemm with a 16-bit A or B (transposed or not, padded leading dimensions, strided batches),
@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 static rt_backend *be;

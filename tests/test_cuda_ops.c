@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
+#include "runtime/backend/rt_backend.h"
 #include "tests/fused_attn_cases.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* Typed activations on CUDA (runtime/rt_x.h): every op that takes rt_x handles, given 16-bit ones
+/* Typed activations on CUDA (runtime/backend/rt_x.h): every op that takes rt_x handles, given 16-bit ones
  * on the GPU, against the CPU backend given fp32 handles (which test_cpu_typed holds to the CPU's
  * own 16-bit handles bit for bit). Each 16-bit output is the fp32 result rounded once, on either
  * side, so the two agree within the compute type's band (docs/architecture.md): two units of the type
@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 #ifndef TZ_USE_CUDA

@@ -11,7 +11,7 @@
 #include "data/data_pvp.h"
 #include "data/data_superglue.h"
 #include "metrics/metric_superglue.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }

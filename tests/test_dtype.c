@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "runtime/rt_dtype.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 int main(void) {

@@ -1,4 +1,4 @@
-/* The CUDA backend's fused attention (runtime/cuda/cuda_flash_tiles.h), checked on the CPU: its
+/* The CUDA backend's fused attention (runtime/backend/cuda/cuda_flash_tiles.h), checked on the CPU: its
  * block functions run here one block after another, with plain loops for the tensor-core
  * products, and must give what the CPU backend's attention gives at the same compute precision:
  * out, dq, dk and dv within a quarter of a unit of the type (check_close says why). The cases
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_flash_tiles.h"
-#include "runtime/rt_backend.h"
+#include "runtime/backend/cuda/cuda_flash_tiles.h"
+#include "runtime/backend/rt_backend.h"
 #include "tests/fused_attn_cases.h"
 #include "tests/testutil.h"
 

@@ -6,7 +6,7 @@
 
 #include "models/flops.h"
 #include "models/t5.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 static void expect_eq(const char *what, double got, double want) {

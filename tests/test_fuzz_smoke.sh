@@ -19,16 +19,16 @@ cd "$SRC"
 CFLAGS=(-std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I.)
 CXXFLAGS=(-std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -I.)
-CKPT=(runtime/rt_json.c runtime/rt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
-      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c runtime/rt_dtype.c runtime/rt_log.c
-      runtime/rt_fs.c runtime/rt_mapped.c)
+CKPT=(runtime/base/rt_json.c runtime/base/rt_atomic.c checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c
+      checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/base/rt_status.c runtime/base/rt_dtype.c runtime/base/rt_log.c
+      runtime/base/rt_fs.c runtime/base/rt_mapped.c)
 pass=0
 fail=0
 # name, seed files (a folder or files; may be empty), then the sources after --; an argument
 # that starts with '-' is a link flag, a .cc file is compiled with clang++ first. Every target
-# links runtime/rt_buf.c (the growable arrays and text every parser uses) and rt_status.c.
+# links runtime/base/rt_buf.c (the growable arrays and text every parser uses) and rt_status.c.
 fuzz() {
-    local name=$1 seeds=$2 src cxx_objs=() c_srcs=(runtime/rt_buf.c) flags=() libs=(-lcjson -lz -lm)
+    local name=$1 seeds=$2 src cxx_objs=() c_srcs=(runtime/base/rt_buf.c) flags=() libs=(-lcjson -lz -lm)
     shift 3
     for src in "$@"; do
         case $src in
@@ -61,32 +61,32 @@ fuzz() {
 }
 fuzz fuzz_ckpt_safetensors "$FIXTURES/tiny-gpt2/model.safetensors" -- "${CKPT[@]}"
 fuzz fuzz_ckpt_native "" -- "${CKPT[@]}"
-fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt_pickle.c runtime/rt_status.c \
-    runtime/rt_dtype.c
+fuzz fuzz_ckpt_pickle "tests/fuzz/corpus/fuzz_ckpt_pickle/." -- checkpoints/ckpt_pickle.c runtime/base/rt_status.c \
+    runtime/base/rt_dtype.c
 fuzz fuzz_ckpt_zip "tests/fuzz/corpus/fuzz_ckpt_zip/." -- checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
-    checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/rt_status.c \
-    runtime/rt_dtype.c runtime/rt_mapped.c
-fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c
-fuzz fuzz_data_csv "tests/fuzz/corpus/fuzz_data_csv/." -- data/data_csv.c data/data_tsv.c runtime/rt_status.c \
-    runtime/rt_utf8.c runtime/rt_fs.c
+    checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c checkpoints/ckpt_pages.c runtime/base/rt_status.c \
+    runtime/base/rt_dtype.c runtime/base/rt_mapped.c
+fuzz fuzz_data_tsv "assets/glue-mrpc/dev.tsv" -- data/data_tsv.c runtime/base/rt_status.c runtime/base/rt_utf8.c
+fuzz fuzz_data_csv "tests/fuzz/corpus/fuzz_data_csv/." -- data/data_csv.c data/data_tsv.c runtime/base/rt_status.c \
+    runtime/base/rt_utf8.c runtime/base/rt_fs.c
 fuzz fuzz_data_table "tests/fuzz/corpus/fuzz_data_table/." -- data/data_table.c data/data_user.c data/data_csv.c \
-    data/data_tsv.c data/data_jsonl.c data/data_glue.c runtime/rt_json.c runtime/rt_status.c runtime/rt_utf8.c \
-    runtime/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
+    data/data_tsv.c data/data_jsonl.c data/data_glue.c runtime/base/rt_json.c runtime/base/rt_status.c runtime/base/rt_utf8.c \
+    runtime/base/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
-fuzz fuzz_json "tests/fuzz/corpus/fuzz_json/." -- runtime/rt_json.c runtime/rt_atomic.c \
-    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/rt_status.c \
-    runtime/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
+fuzz fuzz_json "tests/fuzz/corpus/fuzz_json/." -- runtime/base/rt_json.c runtime/base/rt_atomic.c \
+    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/base/rt_status.c \
+    runtime/base/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_file.c \
     tokenizers/tok_glm.c tokenizers/tok_glm_en.c tokenizers/tok_load.c tokenizers/tok_t5.c tokenizers/tok_text.c \
-    tokenizers/tok_unicode.c tokenizers/tok_vocab.c tokenizers/tok_wordpiece.c tokenizers/tok_spm.cc runtime/rt_status.c \
-    runtime/rt_utf8.c runtime/rt_fs.c -lsentencepiece
+    tokenizers/tok_unicode.c tokenizers/tok_vocab.c tokenizers/tok_wordpiece.c tokenizers/tok_spm.cc runtime/base/rt_status.c \
+    runtime/base/rt_utf8.c runtime/base/rt_fs.c -lsentencepiece
 fuzz fuzz_data_superglue "tests/fuzz/corpus/fuzz_data_superglue/." -- data/data_superglue.c data/data_jsonl.c data/data_pvp.c \
-    runtime/rt_json.c runtime/rt_status.c runtime/rt_utf8.c runtime/rt_fs.c tokenizers/tok.c tokenizers/tok_text.c \
+    runtime/base/rt_json.c runtime/base/rt_status.c runtime/base/rt_utf8.c runtime/base/rt_fs.c tokenizers/tok.c tokenizers/tok_text.c \
     tokenizers/tok_unicode.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_data_cache "tests/fuzz/corpus/fuzz_data_cache/." -- data/data_cache.c data/data_cache_format.c \
-    data/data_rows.c runtime/rt_atomic.c runtime/rt_fs.c runtime/rt_mapped.c runtime/rt_status.c runtime/rt_log.c -lz
-fuzz fuzz_ckpt_peft "tests/fuzz/corpus/fuzz_ckpt_peft/." -- checkpoints/ckpt_peft.c runtime/rt_json.c \
-    runtime/rt_atomic.c runtime/rt_status.c runtime/rt_fs.c runtime/rt_log.c
+    data/data_rows.c runtime/base/rt_atomic.c runtime/base/rt_fs.c runtime/base/rt_mapped.c runtime/base/rt_status.c runtime/base/rt_log.c -lz
+fuzz fuzz_ckpt_peft "tests/fuzz/corpus/fuzz_ckpt_peft/." -- checkpoints/ckpt_peft.c runtime/base/rt_json.c \
+    runtime/base/rt_atomic.c runtime/base/rt_status.c runtime/base/rt_fs.c runtime/base/rt_log.c
 echo "test_fuzz_smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -15,7 +15,7 @@
 
 #include "data/data_glm_batch.h"
 #include "data/data_glm_rows.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 
 static bool ints_equal(const cJSON *arr, const int32_t *got, int n) {

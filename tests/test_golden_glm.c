@@ -31,8 +31,8 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/glm.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_optim.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"
 
 #define FWD_ATOL 1e-5f

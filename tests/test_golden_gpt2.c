@@ -33,7 +33,7 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
 #include "models/gpt2.h"
-#include "runtime/rt_optim.h"
+#include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"
 
 #define FWD_ATOL 1e-5f

@@ -21,7 +21,7 @@
 #include "checkpoints/ckpt_safetensors.h"
 #include "models/t5.h"
 #include "models/t5_generate.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 #define FWD_ATOL 1e-5f

@@ -17,7 +17,7 @@
 #include "models/glm.h"
 #include "models/gpt2.h"
 #include "models/t5.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 enum { B = 3, T = 10, MAX_MARKS = 64, N_EXAMPLES = 24, VOCAB = 1000, BATCH = 4 };

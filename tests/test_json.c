@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 
 #define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))

@@ -1,4 +1,4 @@
-/* metrics.jsonl's writer (runtime/rt_jsonl.c): a resume cuts the file back to the records of
+/* metrics.jsonl's writer (runtime/base/rt_jsonl.c): a resume cuts the file back to the records of
  * the resumed step (a half-written last line dropped), appends are checked (a refused write is
  * RT_ERR_IO naming the file), and a symlink planted at the name is refused, never followed. */
 #include <signal.h>
@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/rt_jsonl.h"
+#include "runtime/base/rt_jsonl.h"
 #include "tests/testutil.h"
 
 static char *read_text(const char *path) {

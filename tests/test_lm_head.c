@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "models/lm_head.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 enum { C = 8, VOCAB = 37, BT = 14, N_CASES = 5 };

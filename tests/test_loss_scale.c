@@ -1,4 +1,4 @@
-/* Dynamic loss scaling (runtime/rt_loss_scale.h) and the trainer's use of it, with injected
+/* Dynamic loss scaling (runtime/train/rt_loss_scale.h) and the trainer's use of it, with injected
  * infs:
  * - the scale and hysteresis follow DeepSpeed's DynamicLossScaler step by step (growth after a
  *   window, hysteresis, the drop, the minimum, consecutive hysteresis), sequences worked out by
@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_train.h"
-#include "runtime/rt_loss_scale.h"
-#include "runtime/rt_trainer.h"
+#include "runtime/train/rt_loss_scale.h"
+#include "runtime/train/rt_trainer.h"
 #include "tests/testutil.h"
 
 enum { N = 16, MAX_INJECT = 4 };

@@ -1,4 +1,4 @@
-/* The CUDA backend's cuBLASLt argument mapping (runtime/cuda/cuda_lt_map.h), checked on the CPU:
+/* The CUDA backend's cuBLASLt argument mapping (runtime/backend/cuda/cuda_lt_map.h), checked on the CPU:
  * an emulation of cuBLASLt's documented semantics (column-major op(A) op(B), strided batches,
  * the BIAS, GELU_AUX_BIAS, BGRADB and DGELU_BGRAD epilogues) run on each mapped call must give
  * what the CPU backend's row-major ops give: rt_gemm over every transpose pair with padded row
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_lt_map.h"
-#include "runtime/rt_backend.h"
+#include "runtime/backend/cuda/cuda_lt_map.h"
+#include "runtime/backend/rt_backend.h"
 #include "tests/testutil.h"
 
 static double gelu_tanh(double x) {

@@ -1,4 +1,4 @@
-/* The CUDA backend's cache of cuBLASLt's algorithm choices (runtime/cuda/cuda_lt_plans.h),
+/* The CUDA backend's cache of cuBLASLt's algorithm choices (runtime/backend/cuda/cuda_lt_plans.h),
  * checked on the CPU: the same call at other addresses of the same alignment finds its plan;
  * each thing the heuristic is told (a shape, a transpose, a leading dimension, a batch stride,
  * the type, the epilogue, a vector's presence, an alignment) makes another key; "no algorithm"
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/cuda/cuda_lt_plans.h"
-#include "runtime/rt_status.h"
+#include "runtime/backend/cuda/cuda_lt_plans.h"
+#include "runtime/base/rt_status.h"
 #include "tests/testutil.h"
 
 static lt_call base_call(void) {

@@ -1,4 +1,4 @@
-/* Mapped files (runtime/rt_mapped.h): a read from a mapping whose file another process truncated
+/* Mapped files (runtime/base/rt_mapped.h): a read from a mapping whose file another process truncated
  * stops the program with one line naming the file and exit status 1 (issue 34: a mapped cache
  * entry truncated under a running job was a silent SIGBUS); a SIGBUS outside every registered
  * mapping keeps its default action; an unmapped region is no longer named. Each case runs in a
@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/rt_mapped.h"
+#include "runtime/base/rt_mapped.h"
 #include "tests/testutil.h"
 
 static char g_path[600];

@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/rt_comm.h"
-#include "runtime/rt_grid.h"
-#include "runtime/rt_launch.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_grid.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/comm_p2p_exercise.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* The pipeline executor (runtime/rt_pipe.h) across processes: every rank is one stage of the
+/* The pipeline executor (runtime/train/rt_pipe.h) across processes: every rank is one stage of the
  * toy pipeline (tests/pipe_toy.h) over the grid's pp comm, with activations of 128 KiB to
  * 384 KiB, past OpenMPI's eager limit, so a send waits for its receive: the batching of each
  * send with the next receive is what keeps neighbours that send to each other at once from
@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_grid.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/comm/rt_grid.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_pipe.h"
 #include "tests/pipe_toy.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* Frozen parameters in the slab (runtime/rt_params.h; LoRA's base weights, issue 36): the
+/* Frozen parameters in the slab (runtime/train/rt_params.h; LoRA's base weights, issue 36): the
  * trainable ones laid out first and the frozen ones after, gradients and AdamW moments of
  * train_numel floats, no gradient for a frozen one; AdamW moves only the trainable ones, exactly
  * as it moves the same parameters in a slab with nothing frozen; the gradient norm counts only
@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_train.h"
-#include "runtime/rt_optim.h"
-#include "runtime/rt_params.h"
-#include "runtime/rt_zero.h"
+#include "runtime/train/rt_optim.h"
+#include "runtime/train/rt_params.h"
+#include "runtime/train/rt_zero.h"
 #include "tests/testutil.h"
 
 /* a (trainable), b (frozen), c (trainable, no decay), d (frozen); with `freeze` false none is. */

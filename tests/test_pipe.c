@@ -1,4 +1,4 @@
-/* Pipeline parallelism's 1F1B schedule and executor (runtime/rt_pipe.h):
+/* Pipeline parallelism's 1F1B schedule and executor (runtime/train/rt_pipe.h):
  *   - the schedule of every stage, for 1 to 5 stages and 1 to 8 micro-batches: each forward
  *     and backward once, a micro-batch's forward before its backward, backwards in order, at
  *     most rt_pipe_in_flight micro-batches held, and, run with unit-time actions that wait for
@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_comm.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_pipe.h"
 #include "tests/pipe_toy.h"
 #include "tests/testutil.h"
 

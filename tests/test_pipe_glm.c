@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "models/glm.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_launch.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 enum { MAXP = 4, MAXM = 5, MAXB = 4, MAXT = 12, V = 96, K = 3 };

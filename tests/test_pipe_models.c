@@ -15,9 +15,9 @@
 
 #include "models/bert.h"
 #include "models/gpt2.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_launch.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 enum { MAXP = 4, MAXM = 5, MAXB = 3, MAXT = 12, V = 96 };

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "models/t5.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_launch.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
 enum { MAXP = 4, MAXM = 5, MAXB = 3, MAXS = 9, MAXT = 7, V = 96 };

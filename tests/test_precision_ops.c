@@ -1,7 +1,7 @@
 /* The per-op precision table: every CPU op that writes an activation, run through its rt_*
  * wrapper in bf16 and in fp16 against the same op in fp32 on the same inputs.
  *
- * Stated tolerances (runtime/rt_backend.h defines where rounding happens):
+ * Stated tolerances (runtime/backend/rt_backend.h defines where rounding happens):
  *   - an op other than the matmul computes in fp32 and stores its activation outputs rounded,
  *     so each such output must equal the fp32 output rounded to bf16/fp16, bit for bit
  *     (tolerance: 0 after that one rounding, whose relative size is at most u = 2^-8 for bf16
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_backend.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/base/rt_dtype.h"
 #include "tests/testutil.h"
 
 enum { B = 2, T = 5, NH = 2, HS = 4, C = NH * HS, N = B * T, V = 11, F = 16, MAXOUT = 4 };

@@ -1,11 +1,11 @@
-/* The set-up progress bar (runtime/rt_progress.h): the text of a bar at 0, 45 and 100% (the
+/* The set-up progress bar (runtime/base/rt_progress.h): the text of a bar at 0, 45 and 100% (the
  * fill, the percentage, the size and the rate), done past total shown full, and counting from
  * several threads at once adds up (OpenMP loops call rt_progress_add concurrently). */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_progress.h"
+#include "runtime/base/rt_progress.h"
 #include "tests/testutil.h"
 
 static void *add_many(void *arg) {

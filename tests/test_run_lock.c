@@ -1,4 +1,4 @@
-/* The run folder's lock (runtime/rt_run_lock.c): a second taker gets a one-line error naming the
+/* The run folder's lock (runtime/base/rt_run_lock.c): a second taker gets a one-line error naming the
  * folder and the holder's pid; a release, or the holder's death by any means (exit, SIGKILL),
  * frees the folder; a symlink planted at DIR/.lock is refused, never followed. */
 #include <signal.h>
@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/rt_run_lock.h"
+#include "runtime/base/rt_run_lock.h"
 #include "tests/testutil.h"
 
 static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }

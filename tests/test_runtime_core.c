@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/rt_args.h"
-#include "runtime/rt_rng.h"
-#include "runtime/rt_sched.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/base/rt_rng.h"
+#include "runtime/train/rt_sched.h"
 #include "tests/testutil.h"
 
 static int64_t o_steps;

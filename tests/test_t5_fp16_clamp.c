@@ -13,7 +13,7 @@
 
 #include "models/t5.h"
 #include "models/t5_internal.h"
-#include "runtime/rt_backend.h"
+#include "runtime/backend/rt_backend.h"
 #include "tests/testutil.h"
 
 enum { B = 2, S = 6, T = 4 };

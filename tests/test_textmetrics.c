@@ -21,8 +21,8 @@
 #include "metrics/metric_bleu.h"
 #include "metrics/metric_porter.h"
 #include "metrics/metric_rouge.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_utf8.h"
 #include "tests/testutil.h"
 
 static const cJSON *json_item(const cJSON *obj, const char *key) {

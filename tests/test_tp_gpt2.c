@@ -24,8 +24,8 @@
 #include "checkpoints/ckpt_train.h"
 #include "models/gpt2.h"
 #include "models/parallel.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_optim.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"
 
 #define FWD_ATOL 1e-5f

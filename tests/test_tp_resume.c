@@ -22,8 +22,8 @@
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
 #include "models/gpt2.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_log.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_log.h"
 #include "tests/testutil.h"
 
 enum { N_EXAMPLES = 24, VOCAB = 300, BATCH = 4, MAX_T = 24, STEPS = 8, HALF = 4, MAX_TP = 4 };

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "models/parallel.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_rng.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_rng.h"
 #include "tests/testutil.h"
 
 enum { N = 6, V = 256 };

@@ -13,7 +13,7 @@
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
 #include "models/gpt2.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_log.h"
 #include "tests/testutil.h"
 
 enum { N_EXAMPLES = 24, VOCAB = 1000 };

@@ -30,9 +30,9 @@
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
 #include "models/gpt2.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_zero.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/train/rt_zero.h"
 #include "tests/testutil.h"
 
 enum { N_EXAMPLES = 36, VOCAB = 1000, MAX_DP = 5, STEPS = 5, BATCH = 6 };

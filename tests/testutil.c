@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_pipe.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/train/rt_pipe.h"
 
 int tz_test_failures = 0;
 int tz_test_checks = 0;

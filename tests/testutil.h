@@ -11,11 +11,11 @@
 
 #include "checkpoints/ckpt_safetensors.h"
 #include "data/data_dataset.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
-#include "runtime/rt_params.h"
-#include "runtime/rt_dtype.h"
-#include "runtime/rt_status.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
+#include "runtime/train/rt_params.h"
+#include "runtime/base/rt_dtype.h"
+#include "runtime/base/rt_status.h"
 
 extern int tz_test_failures;
 extern int tz_test_checks;

@@ -8,7 +8,7 @@
 
 #include "tests/testutil.h"
 #include "tokenizers/tok_internal.h"
-#include "runtime/rt_fs.h"
+#include "runtime/base/rt_fs.h"
 
 int tzt_n_reported = 0;
 

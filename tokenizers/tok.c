@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
+#include "runtime/base/rt_buf.h"
 #include "tokenizers/tok_base.h"
 
 /* ---- id buffer ---- */

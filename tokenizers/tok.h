@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 typedef struct tok_tokenizer tok_tokenizer; /* opaque */
 
@@ -69,7 +69,7 @@ int32_t tok_pad_id(const tok_tokenizer *t);
 /* "gpt2-bpe", "roberta-bpe", "bert-wordpiece", "t5-spiece", "glm-chinese-spm", "glm-en-wordpiece" */
 const char *tok_kind_name(const tok_tokenizer *t);
 
-/* Text helpers the data readers share with the tokenizers (UTF-8 validity: runtime/rt_utf8.h). */
+/* Text helpers the data readers share with the tokenizers (UTF-8 validity: runtime/base/rt_utf8.h). */
 /* s[0..n) lower-cased code point by code point (Unicode's simple and special mappings, as
  * Python's str.lower, except Greek final sigma), malloc'd and NUL-terminated. s must be valid
  * UTF-8 (RT_ERR_FORMAT otherwise). */

@@ -1,7 +1,7 @@
 /* What every tokenizer kind builds on behind tok.h: the tokenizer object (a vocabulary, special
  * ids and a small vtable so that WordPiece and SentencePiece plug in beside BPE, tok.c), the
  * piece <-> id hash map (tok_vocab.c), file and JSON helpers (tok_file.c) and the Unicode classes
- * of the pre-tokenizers (tok_unicode.c); UTF-8 itself is runtime/rt_utf8.h. None of these knows a
+ * of the pre-tokenizers (tok_unicode.c); UTF-8 itself is runtime/base/rt_utf8.h. None of these knows a
  * tokenizer kind, so the kinds (tok_bpe.c ...) depend on them and never the other way round.
  * Nothing outside tokenizers/ includes this; tests reach it through tok_internal.h. */
 #ifndef TOK_BASE_H

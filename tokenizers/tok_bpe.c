@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_bpe.h"
-#include "runtime/rt_fs.h"
+#include "runtime/base/rt_fs.h"
 
 size_t tok_bpe_heap_min = 64;
 #define TOK_BPE_STACK 64 /* words shorter than this merge in stack buffers */

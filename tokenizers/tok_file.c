@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "tokenizers/tok_base.h"
-#include "runtime/rt_fs.h"
+#include "runtime/base/rt_fs.h"
 
 rt_status tok_json_load(const char *path, cJSON **out) {
     rt_status st = RT_OK;

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 #include "tokenizers/tok.h"
 
 typedef struct tok_spm tok_spm; /* opaque */

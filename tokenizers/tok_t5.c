@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_spm.h"
 #include "tokenizers/tok_t5.h"

@@ -2,7 +2,7 @@
  * Unicode tables, so there is one copy of each. */
 #include <stdlib.h>
 
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 #include "tokenizers/tok.h"
 #include "tokenizers/tok_base.h"
 

@@ -37,9 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_buf.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/base/rt_utf8.h"
 #include "tokenizers/tok_base.h"
 #include "tokenizers/tok_wordpiece.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_log.h"
 
 typedef struct {
     const rt_args_spec *spec;

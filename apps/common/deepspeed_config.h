@@ -15,7 +15,7 @@
 #ifndef TRAIN_APP_DEEPSPEED_CONFIG_H
 #define TRAIN_APP_DEEPSPEED_CONFIG_H
 
-#include "runtime/rt_args.h"
+#include "runtime/base/rt_args.h"
 
 /* The spec's apply_preset for --deepspeed-config (train_app_add_options wires it). */
 rt_status train_app_deepspeed_apply(const rt_args_spec *spec, const char *path);

@@ -12,8 +12,8 @@
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_peft.h"
 #include "models/classifier.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm.h"
 #include "tokenizers/tok.h"
 
 typedef struct {

@@ -9,9 +9,9 @@
 #include "data/data_cache.h"
 #include "data/data_table_out.h"
 #include "models/hf_config.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_json.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_json.h"
+#include "runtime/base/rt_log.h"
 
 void glue_files_free(glue_files *f) {
     if (!f) return;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_native.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_log.h"
 
 /* Whether --resume-from names dir itself or a file inside it: that run continues there. */
 static bool run_dir_contains(const char *dir, const char *from) {

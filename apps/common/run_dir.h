@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 
-#include "runtime/rt_status.h"
+#include "runtime/base/rt_status.h"
 
 /* Claims dir for a run that trains, on the first rank, holding the folder's lock (before minutes
  * of loading and tokenizing). A run that continues one there (--resume, or --resume-from a

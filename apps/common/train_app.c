@@ -14,14 +14,14 @@
 #include "apps/common/run_dir.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
-#include "runtime/rt_atomic.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_fs.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_run_lock.h"
-#include "runtime/rt_signal.h"
-#include "runtime/rt_zero.h"
+#include "runtime/base/rt_atomic.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_fs.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/base/rt_run_lock.h"
+#include "runtime/base/rt_signal.h"
+#include "runtime/train/rt_zero.h"
 
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts) {
     const rt_opt shared[TRAIN_APP_N_OPTS] = {

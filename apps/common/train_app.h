@@ -11,11 +11,11 @@
 #include <stdint.h>
 
 #include "data/data_pad.h"
-#include "runtime/rt_args.h"
-#include "runtime/rt_backend.h"
-#include "runtime/rt_comm_stats.h"
-#include "runtime/rt_grid.h"
-#include "runtime/rt_trainer.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/backend/rt_backend.h"
+#include "runtime/comm/rt_comm_stats.h"
+#include "runtime/comm/rt_grid.h"
+#include "runtime/train/rt_trainer.h"
 #include "models/trainable.h"
 
 typedef struct {

@@ -8,7 +8,7 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "models/hf_config.h"
 #include "models/lora.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_log.h"
 
 void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
     const rt_opt lora[TRAIN_APP_N_LORA_OPTS] = {

@@ -2,7 +2,7 @@
  * verbalizer tokens scored at the [MASK]; COPA's answers by their summed log-probability) and
  * seq2seq as blank infilling (source [gMASK], the target generated in the blank). The model,
  * the inputs and the loop are shared code (models/glm.c, apps/glm-finetune/glm_tasks.c,
- * runtime/rt_trainer.c); this file wires options, data, evaluation and export. */
+ * runtime/train/rt_trainer.c); this file wires options, data, evaluation and export. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,9 +27,9 @@
 #include "metrics/metric_rouge.h"
 #include "metrics/metric_superglue.h"
 #include "models/glm.h"
-#include "runtime/rt_args.h"
-#include "runtime/rt_launch.h"
-#include "runtime/rt_log.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/comm/rt_launch.h"
+#include "runtime/base/rt_log.h"
 #include "tokenizers/tok.h"
 
 #define GLM_PROG "glm-finetune"

@@ -26,9 +26,9 @@
 #include "data/data_seq2seq.h"
 #include "data/data_table.h"
 #include "models/gpt2.h"
-#include "runtime/rt_args.h"
-#include "runtime/rt_log.h"
-#include "runtime/rt_progress.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/base/rt_log.h"
+#include "runtime/base/rt_progress.h"
 #include "tokenizers/tok.h"
 
 #define LM_PROG "gpt2-finetune"

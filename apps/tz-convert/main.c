@@ -7,8 +7,8 @@
 #include "checkpoints/ckpt_convert.h"
 #include "checkpoints/ckpt_lora_merge.h"
 #include "models/param_check.h"
-#include "runtime/rt_args.h"
-#include "runtime/rt_signal.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/base/rt_signal.h"
 
 static const char *prog = "tz-convert";
 

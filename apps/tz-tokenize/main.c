@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rt_args.h"
-#include "runtime/rt_buf.h"
-#include "runtime/rt_utf8.h"
-#include "runtime/rt_signal.h"
+#include "runtime/base/rt_args.h"
+#include "runtime/base/rt_buf.h"
+#include "runtime/base/rt_utf8.h"
+#include "runtime/base/rt_signal.h"
 #include "tokenizers/tok.h"
 
 static const char *prog = "tz-tokenize";

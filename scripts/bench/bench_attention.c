@@ -1,4 +1,4 @@
-/* The CPU backend's attention (runtime/cpu/cpu_attention.c) on realistic head shapes, and the
+/* The CPU backend's attention (runtime/backend/cpu/cpu_attention.c) on realistic head shapes, and the
  * per-head products inside it timed alone on each GEMM engine, to tell which engine attention
  * should call (issue 31: Debian's OpenBLAS falls back to its generic kernels on CPUs it does not
  * know, while oneDNN has kernels for each ISA but a per-call set-up cost that small heads feel).
@@ -26,8 +26,8 @@
 #include <time.h>
 
 #include "bench_clock.h"
-#include "runtime/cpu/cpu_dnnl.h"
-#include "runtime/rt_backend.h"
+#include "runtime/backend/cpu/cpu_dnnl.h"
+#include "runtime/backend/rt_backend.h"
 
 typedef struct {
     int B, NH, T, HS;

@@ -1,6 +1,6 @@
 /* The CPU GEMM engines tunezoo can call, timed on the same shapes: OpenBLAS's sgemm (the
  * backend's today), oneDNN's fp32 matmul and oneDNN's bf16 matmul (bf16 inputs, fp32
- * accumulation and output; runtime/cpu/cpu_dnnl.c). scripts/bench/bench_gemm.py runs it beside
+ * accumulation and output; runtime/backend/cpu/cpu_dnnl.c). scripts/bench/bench_gemm.py runs it beside
  * PyTorch's matmul; it prints one JSON line per shape and engine:
  *
  *   tz-bench-gemm [--threads N] [--reps R] [MxNxK[:tA tB] ...]
@@ -17,8 +17,8 @@
 #include <time.h>
 
 #include "bench_clock.h"
-#include "runtime/cpu/cpu_dnnl.h"
-#include "runtime/rt_dtype.h"
+#include "runtime/backend/cpu/cpu_dnnl.h"
+#include "runtime/base/rt_dtype.h"
 
 typedef struct {
     int M, N, K;

@@ -2,9 +2,9 @@
  * status, never crash or read out of bounds. Not built by ctest. Build and run:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
- *     -D_DEFAULT_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -I. tests/fuzz/fuzz_ckpt_native.c runtime/rt_json.c runtime/rt_atomic.c \
+ *     -D_DEFAULT_SOURCE -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -I. tests/fuzz/fuzz_ckpt_native.c runtime/base/rt_json.c runtime/base/rt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
- *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_native
+ *     runtime/base/rt_status.c runtime/base/rt_dtype.c runtime/base/rt_fs.c runtime/base/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_native
  *   mkdir -p /tmp/native_corpus     # seed it with a small .tzck (test_ckpt_native writes some)
  *   /tmp/fuzz_native -max_total_time=60 -max_len=4096 /tmp/native_corpus
  *
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_native.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
  * to run it longer, from the repository root:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
- *       -I. tests/fuzz/fuzz_ckpt_peft.c checkpoints/ckpt_peft.c runtime/rt_json.c \
- *       runtime/rt_atomic.c runtime/rt_status.c runtime/rt_fs.c runtime/rt_log.c -lcjson -lm \
+ *       -I. tests/fuzz/fuzz_ckpt_peft.c checkpoints/ckpt_peft.c runtime/base/rt_json.c \
+ *       runtime/base/rt_atomic.c runtime/base/rt_status.c runtime/base/rt_fs.c runtime/base/rt_log.c -lcjson -lm \
  *       -o /tmp/fuzz_ckpt_peft
  *   /tmp/fuzz_ckpt_peft -max_total_time=60 tests/fuzz/corpus/fuzz_ckpt_peft
  */

@@ -4,7 +4,7 @@
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_pickle.c checkpoints/ckpt_pickle.c \
- *     runtime/rt_status.c runtime/rt_dtype.c -lm -o /tmp/fuzz_pickle
+ *     runtime/base/rt_status.c runtime/base/rt_dtype.c -lm -o /tmp/fuzz_pickle
  *   cp -r tests/fuzz/corpus/fuzz_ckpt_pickle /tmp/pickle_corpus
  *   /tmp/fuzz_pickle -max_total_time=60 -max_len=4096 /tmp/pickle_corpus
  *

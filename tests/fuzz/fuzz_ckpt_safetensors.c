@@ -2,9 +2,9 @@
  * with a status, never crash or read out of bounds. Not built by ctest. Build and run:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
- *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c runtime/rt_json.c runtime/rt_atomic.c \
+ *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_safetensors.c runtime/base/rt_json.c runtime/base/rt_atomic.c \
  *     checkpoints/ckpt_safetensors.c checkpoints/ckpt_native.c \
- *     runtime/rt_status.c runtime/rt_dtype.c runtime/rt_fs.c runtime/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_st
+ *     runtime/base/rt_status.c runtime/base/rt_dtype.c runtime/base/rt_fs.c runtime/base/rt_mapped.c -lcjson -lz -lm -o /tmp/fuzz_st
  *   mkdir -p /tmp/st_corpus && cp tests/data/tiny-gpt2/model.safetensors /tmp/st_corpus/
  *   /tmp/fuzz_st -max_total_time=60 -max_len=8192 /tmp/st_corpus
  *

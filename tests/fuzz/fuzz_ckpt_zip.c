@@ -4,8 +4,8 @@
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. tests/fuzz/fuzz_ckpt_zip.c checkpoints/ckpt_zip.c checkpoints/ckpt_torch.c \
- *     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c runtime/rt_status.c runtime/rt_dtype.c \
- *     runtime/rt_mapped.c -lz -lm -o /tmp/fuzz_zip
+ *     checkpoints/ckpt_pickle.c checkpoints/ckpt_name_index.c runtime/base/rt_status.c runtime/base/rt_dtype.c \
+ *     runtime/base/rt_mapped.c -lz -lm -o /tmp/fuzz_zip
  *   cp -r tests/fuzz/corpus/fuzz_ckpt_zip /tmp/zip_corpus
  *   /tmp/fuzz_zip -max_total_time=60 -max_len=8192 /tmp/zip_corpus
  *

@@ -6,8 +6,8 @@
  * Built and run by tests/test_fuzz_smoke.sh; by hand, from the repository root:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. tests/fuzz/fuzz_data_cache.c \
- *       data/data_cache.c data/data_cache_format.c data/data_rows.c runtime/rt_atomic.c runtime/rt_fs.c \
- *       runtime/rt_mapped.c runtime/rt_status.c runtime/rt_log.c -lz -o /tmp/fuzz_data_cache
+ *       data/data_cache.c data/data_cache_format.c data/data_rows.c runtime/base/rt_atomic.c runtime/base/rt_fs.c \
+ *       runtime/base/rt_mapped.c runtime/base/rt_status.c runtime/base/rt_log.c -lz -o /tmp/fuzz_data_cache
  *   /tmp/fuzz_data_cache -max_total_time=60 tests/fuzz/corpus/fuzz_data_cache
  */
 #include <stdint.h>

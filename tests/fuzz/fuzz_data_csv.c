@@ -4,8 +4,8 @@
  * test_fuzz_smoke builds and runs it briefly; to run it longer, from the repository root:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
- *       -I. tests/fuzz/fuzz_data_csv.c data/data_csv.c data/data_tsv.c runtime/rt_status.c \
- *       runtime/rt_utf8.c runtime/rt_fs.c -o /tmp/fuzz_data_csv
+ *       -I. tests/fuzz/fuzz_data_csv.c data/data_csv.c data/data_tsv.c runtime/base/rt_status.c \
+ *       runtime/base/rt_utf8.c runtime/base/rt_fs.c -o /tmp/fuzz_data_csv
  *   /tmp/fuzz_data_csv -max_total_time=60 tests/fuzz/corpus/fuzz_data_csv
  */
 #include <stddef.h>
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "data/data_csv.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;

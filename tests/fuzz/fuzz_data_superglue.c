@@ -5,8 +5,8 @@
  * (bit 7). Built and run by tests/test_fuzz_smoke.sh; by hand from the repository root:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I. \
- *       tests/fuzz/fuzz_data_superglue.c data/data_superglue.c data/data_pvp.c runtime/rt_json.c \
- *       runtime/rt_status.c runtime/rt_utf8.c runtime/rt_fs.c tokenizers/tok_text.c tokenizers/tok_unicode.c \
+ *       tests/fuzz/fuzz_data_superglue.c data/data_superglue.c data/data_pvp.c runtime/base/rt_json.c \
+ *       runtime/base/rt_status.c runtime/base/rt_utf8.c runtime/base/rt_fs.c tokenizers/tok_text.c tokenizers/tok_unicode.c \
  *       -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc -lcjson -o /tmp/fuzz_sg
  *   /tmp/fuzz_sg -max_total_time=60 tests/fuzz/corpus/fuzz_data_superglue
  */
@@ -17,7 +17,7 @@
 
 #include "data/data_pvp.h"
 #include "data/data_superglue.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 static void check_text(const char *s) {
     if (s && !rt_utf8_valid(s, strlen(s), NULL)) abort();

@@ -7,8 +7,8 @@
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
  *       -I. tests/fuzz/fuzz_data_table.c data/data_table.c data/data_user.c data/data_csv.c \
- *       data/data_tsv.c data/data_jsonl.c data/data_glue.c runtime/rt_json.c runtime/rt_status.c \
- *       runtime/rt_utf8.c runtime/rt_fs.c -lcjson -ffunction-sections -fdata-sections \
+ *       data/data_tsv.c data/data_jsonl.c data/data_glue.c runtime/base/rt_json.c runtime/base/rt_status.c \
+ *       runtime/base/rt_utf8.c runtime/base/rt_fs.c -lcjson -ffunction-sections -fdata-sections \
  *       -Wl,--gc-sections -o /tmp/fuzz_data_table
  *   /tmp/fuzz_data_table -max_total_time=60 tests/fuzz/corpus/fuzz_data_table
  */
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "data/data_user.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;

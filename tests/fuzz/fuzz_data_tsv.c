@@ -5,7 +5,7 @@
  * Not built by CMake or ctest. Build and run from the repository root with clang:
  *
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
- *       -I. tests/fuzz/fuzz_data_tsv.c data/data_tsv.c runtime/rt_status.c runtime/rt_utf8.c \
+ *       -I. tests/fuzz/fuzz_data_tsv.c data/data_tsv.c runtime/base/rt_status.c runtime/base/rt_utf8.c \
  *       -o /tmp/fuzz_data_tsv
  *   mkdir -p /tmp/tsv_corpus && cp assets/glue-mrpc/dev.tsv /tmp/tsv_corpus/
  *   /tmp/fuzz_data_tsv -max_total_time=60 /tmp/tsv_corpus
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "data/data_tsv.h"
-#include "runtime/rt_utf8.h"
+#include "runtime/base/rt_utf8.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;

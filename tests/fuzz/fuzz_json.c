@@ -8,9 +8,9 @@
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc \
- *     tests/fuzz/fuzz_json.c runtime/rt_json.c runtime/rt_atomic.c \
+ *     tests/fuzz/fuzz_json.c runtime/base/rt_json.c runtime/base/rt_atomic.c \
  *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c \
- *     runtime/rt_status.c runtime/rt_fs.c -lcjson -lm -o /tmp/fuzz_json
+ *     runtime/base/rt_status.c runtime/base/rt_fs.c -lcjson -lm -o /tmp/fuzz_json
  *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_json
  *
  * gpt2.c and bert.c also hold the models; --gc-sections drops those functions (nothing here
@@ -29,7 +29,7 @@
 #include "models/gpt2.h"
 #include "models/hf_config.h"
 #include "models/t5.h"
-#include "runtime/rt_json.h"
+#include "runtime/base/rt_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

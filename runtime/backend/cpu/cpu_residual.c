@@ -1,0 +1,98 @@
+/* The residual step of a transformer block on the CPU (rt_backend_ops.residual_fwd/bwd): the
+ * branch's dropout, the residual add and the norm after it, or the norm's backward and the
+ * dropout's, in one pass over rows, where the composed ops make three or four passes over
+ * (N, C) buffers plus a rounding pass after each at a 16-bit compute precision. A row is in
+ * cache from its first touch to its last.
+ *
+ * The numbers are the composed ops' bit for bit (tests/test_cpu_residual.c checks it): the same
+ * formulas (the dropout run of cpu_internal.h, the norm rows of cpu_norm_rows.h, cpu_norm.c's
+ * column blocks for the parameter gradients), the same draws (element (n, c) at index n*C + c),
+ * and every stored value rounded to the compute precision at the points where the composed ops'
+ * wrappers round (rt_store): the dropped branch, the sum, the norm's output; the residual
+ * gradient, the branch's gradient. */
+#include <stdlib.h>
+
+#include "runtime/backend/cpu/cpu_internal.h"
+#include "runtime/backend/cpu/cpu_norm_rows.h"
+
+/* x (n) stored at the compute precision dtype: rounded in place unless fp32. */
+static inline void cpu_store_run(rt_dtype dtype, float *x, size_t n) {
+    if (dtype != RT_F32) rt_cpu_round_span(dtype, x, x, n);
+}
+
+static void cpu_residual_check(const rt_residual_desc *d) {
+    RT_CHECK(d->C > 0, "residual: C=%d", d->C);
+    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p <= 1.0f, "residual: dropout p=%g", (double)d->dropout_p);
+}
+
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
+                         const float *res, const float *branch) {
+    cpu_residual_check(d);
+    const size_t N = d->N;
+    const int C = d->C;
+    const float p = d->dropout_p;
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        /* a 16-bit out: each row normalized into scratch, then stored */
+        float *buf = d->weight && out.t != RT_F32 ? rt_xmalloc(sizeof(float) * (size_t)C) : NULL;
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            const size_t at = n * (size_t)C;
+            float *s = sum + at;
+            const float *x = res + at, *b = branch + at;
+            if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
+                rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, d->stream, at);
+                cpu_store_run(dtype, s, (size_t)C);
+                b = s;
+            }
+            for (int c = 0; c < C; c++) s[c] = x[c] + b[c];
+            cpu_store_run(dtype, s, (size_t)C);
+            if (!d->weight) continue;
+            /* every read of this row of branch is done: out may alias it */
+            float *y = rt_cpu_x_dst(out, at, buf);
+            if (d->rms)
+                rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, s, d->weight, C, d->eps);
+            else
+                rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, s, d->weight, d->bias, C,
+                                     d->eps);
+            if (out.t == RT_F32)
+                cpu_store_run(dtype, y, (size_t)C);
+            else
+                rt_cpu_x_commit(out, at, (size_t)C, y);
+        }
+        free(buf);
+    }
+}
+
+void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd) {
+    cpu_residual_check(d);
+    const size_t N = d->N;
+    const int C = d->C;
+    const float p = d->dropout_p;
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
+    if (!d->weight && !(p > 0)) return;
+    RT_CHECK(!(p > 0) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)p);
+#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    for (size_t n = 0; n < N; n++) {
+        const size_t at = n * (size_t)C;
+        float *g = dres + at;
+        if (d->weight) {
+            if (d->rms)
+                rt_cpu_rmsnorm_bwd_row(g, dout + at, sum + at, d->weight, rstd[n], C);
+            else
+                rt_cpu_layernorm_bwd_row(g, dout + at, sum + at, d->weight, mean[n], rstd[n], C);
+            cpu_store_run(dtype, g, (size_t)C);
+        }
+        if (p > 0) {
+            rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, d->stream, at);
+            cpu_store_run(dtype, dbranch + at, (size_t)C);
+        }
+    }
+    if (!d->weight) return;
+    if (d->rms)
+        rt_cpu_rmsnorm_param_bwd(dweight, dout, sum, rstd, N, C);
+    else
+        rt_cpu_layernorm_param_bwd(dweight, dbias, dout, sum, mean, rstd, N, C);
+}

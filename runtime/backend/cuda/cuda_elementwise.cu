@@ -1,0 +1,395 @@
+/* Elementwise CUDA kernels: activations (plain and gated) and their derivatives, bias add,
+ * add/axpy/scale, dropout from the counter RNG (whole buffers and column shards), AdamW over a
+ * slab, and the sum of squares for clipping. The formulas are the CPU backend's
+ * (runtime/backend/cpu/cpu_elementwise.c) term by term, so the two
+ * differ only by fp32 rounding (CUDA's tanhf/erff/expf and fused multiply-adds); dropout
+ * draws rt_rng_uniform for element i exactly as the CPU does, so the masks are the same bits,
+ * a Philox block (four elements) per thread: one Philox per element made dropout the larger
+ * part of its cost on an H200.
+ * Every kernel is a grid-stride loop (over size_t indices, rows, or Philox blocks): any n works
+ * with a capped grid. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "runtime/backend/rt_adamw_scalars.h"
+#include "runtime/backend/cuda/rt_cuda.h"
+
+/* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
+#define RT_GELU_BETA 0.7978845608028654f
+#define RT_GELU_KAPPA 0.044715f
+/* 1/sqrt(2) and 1/sqrt(2 pi) for the exact (erf) GELU. */
+#define RT_SQRT1_2 0.7071067811865476f
+#define RT_INV_SQRT_2PI 0.3989422804014327f
+
+/* One element of each activation and of its derivative (the CPU backend's formulas), shared
+ * by the plain and the gated kernels. */
+__device__ __forceinline__ float rt_cuda_act1(int kind, float x) {
+    if (kind == RT_ACT_GELU_TANH) {
+        float u = RT_GELU_BETA * (x + RT_GELU_KAPPA * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    if (kind == RT_ACT_GELU_ERF) return 0.5f * x * (1.0f + erff(x * RT_SQRT1_2));
+    if (kind == RT_ACT_TANH) return tanhf(x);
+    return x > 0.0f ? x : 0.0f;
+}
+
+/* act'(x); ReLU's is handled by the callers (they pass dout through, not dout * 1). */
+__device__ __forceinline__ float rt_cuda_act1_grad(int kind, float x) {
+    if (kind == RT_ACT_GELU_TANH) {
+        float x2 = x * x;
+        float t = tanhf(RT_GELU_BETA * (x + RT_GELU_KAPPA * x2 * x));
+        float left = 0.5f * (1.0f + t);
+        float right = 0.5f * x * (1.0f - t * t) * RT_GELU_BETA * (1.0f + 3.0f * RT_GELU_KAPPA * x2);
+        return left + right;
+    }
+    if (kind == RT_ACT_GELU_ERF) {
+        float cdf = 0.5f * (1.0f + erff(x * RT_SQRT1_2));
+        float pdf = expf(-0.5f * x * x) * RT_INV_SQRT_2PI;
+        return cdf + x * pdf;
+    }
+    if (kind == RT_ACT_TANH) {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    return x > 0.0f ? 1.0f : 0.0f;
+}
+
+/* dout * act'(x); ReLU passes dout through (not dout * 1), as the CPU backend. */
+__device__ __forceinline__ float rt_cuda_act1_bwd(int kind, float x, float dout) {
+    if (kind == RT_ACT_RELU) return x > 0.0f ? dout : 0.0f;
+    return dout * rt_cuda_act1_grad(kind, x);
+}
+
+/* The activation kernels read and write typed handles (rt_cuda_xload/xstore): each value is
+ * computed in fp32 from the widened inputs and stored once. */
+__global__ void rt_cuda_act_fwd_kernel(int kind, rt_x out, rt_x inp, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(inp, i)));
+}
+
+__global__ void rt_cuda_act_bwd_kernel(int kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(dinp, i, rt_cuda_act1_bwd(kind, rt_cuda_xload(inp, i), rt_cuda_xload(dout, i)));
+}
+
+__global__ void rt_cuda_gated_act_fwd_kernel(int kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(gate, i)) * rt_cuda_xload(lin, i));
+}
+
+/* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), as the CPU backend. dgate or dlin may
+ * alias an input: each element is read before it is written. */
+__global__ void rt_cuda_gated_act_bwd_kernel(int kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                                             size_t n) {
+    RT_CUDA_FOR_EACH(i, n) {
+        const float g = rt_cuda_xload(gate, i), l = rt_cuda_xload(lin, i), dy = rt_cuda_xload(dout, i);
+        rt_cuda_xstore(dlin, i, dy * rt_cuda_act1(kind, g));
+        rt_cuda_xstore(dgate, i, rt_cuda_act1_bwd(kind, g, dy * l));
+    }
+}
+
+/* linear_fwd's epilogue: v = sum + bias[c] in fp32; pre = v, and with act out = act(v), stored. */
+__global__ void rt_cuda_bias_act_kernel(rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
+                                        int kind) {
+    RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) {
+        const size_t i = r * (size_t)C + c;
+        const float v = bias ? sum[i] + bias[c] : sum[i];
+        rt_cuda_xstore(pre, i, v);
+        if (kind >= 0) rt_cuda_xstore(out, i, rt_cuda_act1(kind, v));
+    }
+}
+
+/* linear_dact's epilogue: g = act'(pre) * g in fp32 (what the bias gradient sums), dpre = g stored. */
+__global__ void rt_cuda_dact_kernel(int kind, rt_x dpre, float *g, rt_x pre, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) {
+        const float v = rt_cuda_act1_bwd(kind, rt_cuda_xload(pre, i), g[i]);
+        g[i] = v;
+        rt_cuda_xstore(dpre, i, v);
+    }
+}
+
+__global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N, int C) {
+    RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) out[r * (size_t)C + c] += bias[c];
+}
+
+__global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) y[i] += alpha * x[i];
+}
+
+__global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) x[i] *= s;
+}
+
+__global__ void rt_cuda_scale_rows_kernel(float *x, const float *w, size_t n, int C) {
+    RT_CUDA_FOR_EACH(i, n) x[i] *= w[i / (size_t)C];
+}
+
+__global__ void rt_cuda_clamp_abs_kernel(float *x, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) x[i] = x[i] > limit ? limit : x[i] < -limit ? -limit : x[i]; /* NaN stays, as on the CPU */
+}
+
+__global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
+}
+
+/* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
+ * per block of four (launch over (n + 3) / 4). */
+__global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
+                                       uint64_t seed, uint64_t stream) {
+    rt_cuda_rng_row_walk(seed, stream, 0, n, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                         (uint64_t)gridDim.x * blockDim.x, [&](size_t i, float u) { y[i] = u >= p ? x[i] * s : 0.0f; });
+}
+
+/* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
+ * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
+__global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols,
+                                            int cols_total, int col_offset, float p, float s,
+                                            uint64_t seed, uint64_t stream) {
+    /* a row per blockIdx.y, its Philox blocks across the threads */
+    for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
+        const size_t row = r * (size_t)cols;
+        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)cols, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                             (uint64_t)gridDim.x * blockDim.x,
+                             [&](size_t c, float u) {
+                                 rt_cuda_xstore(y, row + c, u >= p ? rt_cuda_xload(x, row + c) * s : 0.0f);
+                             });
+    }
+}
+
+/* copy_kind 1 or 2: each updated weight also goes to copy as bf16 or fp16 (the weights'
+ * low-precision copy the matmuls read, rt_weight_copy_set). */
+__global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v,
+                                     size_t n, float decay, float w1, float beta2, float w2,
+                                     float step_size, float bc2_sqrt, float eps, float grad_scale,
+                                     bool lerp_low, void *copy, int copy_kind) {
+    RT_CUDA_FOR_EACH(i, n) {
+        float g = grads[i] * grad_scale;
+        float p = params[i] * decay;
+        float mi = m[i];
+        /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
+        mi = lerp_low ? mi + w1 * (g - mi) : g - (g - mi) * (1.0f - w1);
+        float vi = v[i] * beta2 + w2 * g * g;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p = p + (-step_size) * mi / denom;
+        m[i] = mi;
+        v[i] = vi;
+        params[i] = p;
+        if (copy_kind == 1) ((__nv_bfloat16 *)copy)[i] = __float2bfloat16_rn(p);
+        if (copy_kind == 2) ((__half *)copy)[i] = __float2half_rn(p);
+    }
+}
+
+/* Pass 1 of sumsq: a fixed grid (it depends on n only) writes one double per block. */
+__global__ void rt_cuda_sumsq_partial_kernel(double *partial, const float *x, size_t n) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    RT_CUDA_FOR_EACH(i, n) s += (double)x[i] * x[i];
+    s = rt_cuda_block_sum_d(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* Pass 2: one block adds the partials (strided by thread, then a fixed tree) into out[0]. */
+__global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, int nblocks) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nblocks; i += blockDim.x) s += partial[i];
+    s = rt_cuda_block_sum_d(s, sh);
+    if (threadIdx.x == 0) out[0] = s;
+}
+
+static void rt_cuda_act_check(rt_act_kind kind) {
+    RT_CHECK(kind == RT_ACT_GELU_TANH || kind == RT_ACT_GELU_ERF || kind == RT_ACT_RELU || kind == RT_ACT_TANH,
+             "unknown activation kind %d", (int)kind);
+}
+
+void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, out,
+                                                                                                        inp, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        (int)kind, dinp, inp, dout, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        (int)kind, out, gate, lin, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
+                           size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        (int)kind, dgate, dlin, gate, lin, dout, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_bias_act(void *ctx, rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
+                      const rt_act_kind *act) {
+    if (act) rt_cuda_act_check(*act);
+    if (N == 0 || C <= 0) return;
+    rt_cuda_bias_act_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        out, pre, sum, bias, N, C, act ? (int)*act : -1);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, size_t n) {
+    rt_cuda_act_check(kind);
+    if (n == 0) return;
+    rt_cuda_dact_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dpre,
+                                                                                                     g, pre, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C) {
+    RT_CHECK(C > 0, "C=%d", C);
+    size_t n = N * (size_t)C;
+    if (n == 0) return;
+    rt_cuda_add_bias_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, bias,
+                                                                                                            N, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    if (n == 0) return;
+    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, a, b, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {
+    if (n == 0) return;
+    rt_cuda_axpy_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(y, alpha, x, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
+    if (n == 0) return;
+    rt_cuda_scale_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, s, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
+    size_t n = N * (size_t)C;
+    if (n == 0) return;
+    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n, C);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit) {
+    if (n == 0) return;
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, n, limit);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
+    if (n == 0) return;
+    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dx, y, n, limit);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply). */
+static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n, float p, uint64_t seed,
+                                  uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    if (n == 0) return;
+    if (p == 0.0f) {
+        if (y != x) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
+        return;
+    }
+    if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
+        CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(float), rt_cuda_stream(ctx)));
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+    rt_cuda_dropout_kernel<<<rt_cuda_grid((n + 3) / 4, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        y, x, n, p, s, seed, stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
+                         uint64_t seed, uint64_t stream) {
+    rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
+}
+
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
+                         uint64_t seed, uint64_t stream) {
+    rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream);
+}
+
+void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
+                          float p, uint64_t seed, uint64_t stream) {
+    RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
+    RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
+             "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
+    /* out and inp may differ in type (LoRA's fp32 scratch beside 16-bit activations): the kernel
+     * converts per element */
+    size_t n = rows * (size_t)cols;
+    if (n == 0) return;
+    const size_t bytes = n * rt_x_size(out.t);
+    if (p == 0.0f && out.t == inp.t) { /* no draws: the whole-matrix rules give the same result */
+        if (out.p != inp.p)
+            CUDA_CHECK(cudaMemcpyAsync(out.p, inp.p, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
+        return;
+    }
+    if (p >= 1.0f) { /* everything dropped */
+        CUDA_CHECK(cudaMemsetAsync(out.p, 0, bytes, rt_cuda_stream(ctx)));
+        return;
+    }
+    float s = 1.0f / (1.0f - p);
+    /* a row's blocks: cols / 4 + 2 at most (a partial one at either end) */
+    rt_cuda_dropout_cols_kernel<<<rt_cuda_grid_rows(rows, cols / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                  rt_cuda_stream(ctx)>>>(out, inp, rows, cols, cols_total, col_offset, p, s, seed,
+                                                         stream);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* torch.optim.AdamW (single-tensor path): the step scalars are computed once in double on
+ * the host and cast to float, the per-element math is float, as in the CPU backend. */
+void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay,
+                   float grad_scale, int64_t t) {
+    RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
+    if (n == 0) return;
+    /* the CPU backend's scalars, bit for bit, so both update weights with the same numbers */
+    const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
+    /* AdamW writes the weights' copy where it holds all of these weights; a part is converted after */
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    size_t at = 0;
+    const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
+    rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
+        k.lerp_low, whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
+    CUDA_LAUNCH_CHECK();
+    if (!whole) rt_cuda_weight_copy_update(ctx, params, n);
+}
+
+double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    /* at most 1024 blocks of partials: plenty to fill the device, few enough for one block
+     * to finish the sum; the grid depends on n only, so the result is reproducible */
+    unsigned blocks = rt_cuda_grid(n, RT_CUDA_THREADS);
+    if (blocks > 1024) blocks = 1024;
+    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ,
+                                            (blocks + 1) * sizeof(double));
+    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf + 1, x, n);
+    CUDA_LAUNCH_CHECK();
+    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf, buf + 1, (int)blocks);
+    CUDA_LAUNCH_CHECK();
+    double s = 0.0;
+    CUDA_CHECK(cudaMemcpyAsync(&s, buf, sizeof s, cudaMemcpyDeviceToHost, rt_cuda_stream(ctx)));
+    CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(ctx)));
+    return s;
+}

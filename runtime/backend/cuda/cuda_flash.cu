@@ -1,0 +1,74 @@
+/* The fused attention's kernels and launches: each block is one warp running a block function of
+ * cuda_flash_tiles.h (where the algorithm and its rounding points are described) with its tiles in
+ * shared memory. The materialized path (cuda_attention.cu) stays the reference and the fallback:
+ * for fp32, and for head sizes past 64 (fl_unsupported). */
+#include "runtime/backend/cuda/rt_cuda.h"
+
+#include "runtime/backend/cuda/cuda_flash_tiles.h"
+
+__global__ void __launch_bounds__(32) rt_cuda_flash_fwd_kernel(fl_args a, float *out, float *stats, const float *q,
+                                                               const float *k, const float *v) {
+    __shared__ fl_smem sm;
+    fl_fwd_block(&a, &sm, (long long)blockIdx.x, out, stats, q, k, v);
+}
+
+__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_query_kernel(fl_args a, float *dq, float *dsum,
+                                                                     const float *dout, const float *stats,
+                                                                     const float *q, const float *k, const float *v) {
+    __shared__ fl_smem sm;
+    fl_bwd_query_block(&a, &sm, (long long)blockIdx.x, dq, dsum, dout, stats, q, k, v);
+}
+
+__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_key_kernel(fl_args a, float *dk, float *dv, const float *dout,
+                                                                   const float *stats, const float *dsum,
+                                                                   const float *q, const float *k, const float *v) {
+    __shared__ fl_smem sm;
+    fl_bwd_key_block(&a, &sm, (long long)blockIdx.x, dk, dv, dout, stats, dsum, q, k, v);
+}
+
+__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, const float *dout,
+                                                                    const float *stats, const float *dsum,
+                                                                    const float *q, const float *k, const float *v) {
+    __shared__ fl_smem sm;
+    fl_bwd_bias_block(&a, &sm, (long long)blockIdx.x, dbias, dout, stats, dsum, q, k, v);
+}
+
+bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+    return c->attn_fused && c->sm_major >= 8 && fl_unsupported(d, c->matmul) == NULL;
+}
+
+size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
+    return rt_cuda_attn_fused((const rt_cuda_ctx *)ctx, d) ? 2 * sizeof(float) : 0; /* (m, 1/l) */
+}
+
+/* Blocks of 16 rows over every (batch row, head). */
+static unsigned rt_cuda_flash_blocks(const rt_attn_desc *d, int T) {
+    const size_t n = (size_t)d->B * d->NH * (size_t)((T + FL_BQ - 1) / FL_BQ);
+    RT_CHECK(n <= 0x7fffffffu, "%zu attention blocks is too many for one launch", n);
+    return (unsigned)n;
+}
+
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
+                       const float *k, const float *v) {
+    const fl_args a = fl_args_of(d, c->matmul);
+    rt_cuda_flash_fwd_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, out, (float *)probs, q, k, v);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
+                       const float *dout, const void *probs, const float *q, const float *k, const float *v) {
+    const fl_args a = fl_args_of(d, c->matmul);
+    const float *stats = (const float *)probs;
+    float *dsum = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_D, (size_t)d->B * d->NH * d->Tq * sizeof(float));
+    rt_cuda_flash_bwd_query_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, dq, dsum, dout, stats, q,
+                                                                                         k, v);
+    CUDA_LAUNCH_CHECK();
+    rt_cuda_flash_bwd_key_kernel<<<rt_cuda_flash_blocks(d, d->Tk), 32, 0, c->stream>>>(a, dk, dv, dout, stats, dsum,
+                                                                                       q, k, v);
+    CUDA_LAUNCH_CHECK();
+    if (dbias) { /* a block per 16 query rows of a head: the batch rows go in order inside it */
+        const unsigned blocks = rt_cuda_flash_blocks(d, d->Tq) / (unsigned)d->B;
+        rt_cuda_flash_bwd_bias_kernel<<<blocks, 32, 0, c->stream>>>(a, dbias, dout, stats, dsum, q, k, v);
+        CUDA_LAUNCH_CHECK();
+    }
+}

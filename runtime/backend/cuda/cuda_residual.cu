@@ -1,0 +1,102 @@
+/* The residual step of a transformer block on CUDA (rt_backend_ops.residual_fwd/bwd): the
+ * branch's dropout, the residual add and the norm after it, or the norm's backward and the
+ * dropout's, in one kernel, where the composed ops launch three or four kernels over (N, C)
+ * buffers plus a rounding pass after each at a 16-bit compute precision.
+ *
+ * One warp per row, as the norm kernels (cuda_norm_rows.h, whose row formulas it calls). The
+ * dropout draws are the dropout kernels' (element (n, c) at index n*C + c, a Philox block of four
+ * per draw, rt_cuda_rng_row_walk), so the masks are the same bits as the CPU's and as
+ * dropout_fwd's. Each stored value is rounded to the compute precision (the context's matmul
+ * dtype) where the composed ops' wrappers round it: the dropped branch, the sum, the norm's
+ * output; the residual gradient, the branch's gradient. The lanes that write a row's sum (by
+ * Philox blocks) are not those that read it (by column stride): __syncwarp orders the two. The
+ * parameter gradients are cuda_norm.cu's column sums, deterministic and in its order. */
+#include "runtime/backend/cuda/cuda_norm_rows.h"
+#include "runtime/backend/cuda/rt_cuda.h"
+
+/* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
+ * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
+__global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, float *rstd, const float *res,
+                                            const float *branch, const float *weight, const float *bias, bool rms,
+                                            size_t N, int C, float eps, float p, float s, uint64_t seed,
+                                            uint64_t stream, int kind) {
+    const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
+    const size_t at = row * (size_t)C;
+    float *y = sum + at;
+    const float *x = res + at, *b = branch + at;
+    if (p > 0.0f)
+        rt_cuda_rng_row_walk(seed, stream, at, (uint64_t)C, (uint64_t)lane, 32, [&](size_t c, float u) {
+            /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
+            const float dropped = rt_cuda_round16(u >= p ? __fmul_rn(b[c], s) : 0.0f, kind);
+            y[c] = rt_cuda_round16(__fadd_rn(x[c], dropped), kind);
+        });
+    else
+        for (int c = lane; c < C; c += 32) y[c] = rt_cuda_round16(x[c] + b[c], kind);
+    if (!weight) return;
+    /* the whole row's sum is written, and the branch read (out may alias it) */
+    __syncwarp();
+    const rt_x o = rt_cuda_x_at(out, at);
+    if (rms)
+        rt_cuda_rmsnorm_row(o, rstd ? rstd + row : NULL, y, weight, C, eps, lane, kind);
+    else
+        rt_cuda_layernorm_row(o, mean ? mean + row : NULL, rstd ? rstd + row : NULL, y, weight, bias, C, eps, lane,
+                              kind);
+}
+
+/* With weight, dres += the norm's input gradient, stored; then with p > 0, dbranch = dropout's
+ * backward of dres, stored. */
+__global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const float *dout, const float *sum,
+                                            const float *weight, const float *mean, const float *rstd, bool rms,
+                                            size_t N, int C, float p, float s, uint64_t seed, uint64_t stream,
+                                            int kind) {
+    const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const size_t at = row * (size_t)C;
+    float *g = dres + at;
+    if (weight && rms)
+        rt_cuda_rmsnorm_bwd_row(g, dout + at, sum + at, weight, rstd[row], C, lane, kind);
+    else if (weight)
+        rt_cuda_layernorm_bwd_row(g, dout + at, sum + at, weight, mean[row], rstd[row], C, lane, kind);
+    if (!(p > 0.0f)) return;
+    __syncwarp(); /* the row's residual gradient is written */
+    float *gb = dbranch + at;
+    rt_cuda_rng_row_walk(seed, stream, at, (uint64_t)C, (uint64_t)lane, 32,
+                         [&](size_t c, float u) { gb[c] = rt_cuda_round16(u >= p ? g[c] * s : 0.0f, kind); });
+}
+
+static float rt_cuda_residual_scale(const rt_residual_desc *d) {
+    RT_CHECK(d->C > 0, "residual: C=%d", d->C);
+    RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p <= 1.0f, "residual: dropout p=%g", (double)d->dropout_p);
+    return d->dropout_p < 1.0f ? 1.0f / (1.0f - d->dropout_p) : 0.0f;
+}
+
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
+                          const float *res, const float *branch) {
+    const float s = rt_cuda_residual_scale(d);
+    if (d->N == 0) return;
+    const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
+    rt_cuda_residual_fwd_kernel<<<rt_cuda_row_grid(d->N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
+        sum, out, mean, rstd, res, branch, d->weight, d->bias, d->rms, d->N, d->C, d->eps, d->dropout_p, s, d->seed,
+        d->stream, rt_cuda_kind16(c->matmul));
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
+                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd) {
+    const float s = rt_cuda_residual_scale(d);
+    if (d->N == 0 || (!d->weight && !(d->dropout_p > 0.0f))) return;
+    RT_CHECK(!(d->dropout_p > 0.0f) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)d->dropout_p);
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    rt_cuda_residual_bwd_kernel<<<rt_cuda_row_grid(d->N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
+        dres, dbranch, dout, sum, d->weight, mean, rstd, d->rms, d->N, d->C, d->dropout_p, s, d->seed, d->stream,
+        rt_cuda_kind16(c->matmul));
+    CUDA_LAUNCH_CHECK();
+    if (!d->weight) return;
+    if (d->rms)
+        rt_cuda_colsum(c, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), sum, NULL, rstd, d->N, d->C);
+    else
+        rt_cuda_colsum(c, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), sum, mean, rstd, d->N, d->C);
+}
