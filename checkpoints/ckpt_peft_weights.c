@@ -20,7 +20,7 @@ static bool peft_export(const ckpt_map *map, const char *ours, char *out, size_t
 
 bool ckpt_peft_param_name(const ckpt_map *map, const char *ours, char *out, size_t size) {
     char theirs[CKPT_MAP_NAME_MAX];
-    /* an adapter is named after its HF module without the map's prefix (models/lora.h) */
+    /* an adapter is named after its HF module without the map's prefix (models/layers/lora.h) */
     if (ckpt_peft_adapter_stem(ours, NULL))
         return snprintf(out, size, CKPT_PEFT_PREFIX "%s%s", map->prefix ? map->prefix : "", ours) < (int)size;
     long nums[CKPT_MAP_MAX_NUMS];

@@ -1,7 +1,7 @@
 /* The tensors of a PEFT LoRA folder (adapter_model.safetensors) read into a model's slab and
  * written from it (issue 36); adapter_config.json is checkpoints/ckpt_peft.h's.
  *
- * The trainable parameters of a LoRA model (models/lora.h: the adapters and the modules_to_save)
+ * The trainable parameters of a LoRA model (models/layers/lora.h: the adapters and the modules_to_save)
  * are the file's tensors, under PEFT's names: our "h.0.attn.c_attn.lora_A.weight" is
  * "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight" (the base weight's HF module from
  * the map), our "score.weight" "base_model.model.score.weight". Full tensors: each tp rank reads

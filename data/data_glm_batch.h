@@ -1,5 +1,5 @@
 /* GLM's collator: the rows of n examples (data_glm_rows.h) as one padded batch, the host
- * arrays GLM's steps take (models/glm.h's glm_inputs points into them). */
+ * arrays GLM's steps take (models/glm/glm.h's glm_inputs points into them). */
 #ifndef DATA_GLM_BATCH_H
 #define DATA_GLM_BATCH_H
 

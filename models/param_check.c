@@ -6,10 +6,10 @@
 
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/bert.h"
-#include "models/glm.h"
-#include "models/gpt2.h"
-#include "models/t5.h"
+#include "models/bert/bert.h"
+#include "models/glm/glm.h"
+#include "models/gpt2/gpt2.h"
+#include "models/t5/t5.h"
 
 /* The task heads a fine-tuning program initializes where a checkpoint lacks them (HF's
  * ...ForSequenceClassification does the same). */

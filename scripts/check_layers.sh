@@ -2,11 +2,15 @@
 # The layers (docs/architecture.md): a folder's sources include only the folders below it. Run by
 # every build (CMake's check_layers target), so a wrong include fails the build, naming the file,
 # the line and the folder it may not reach. runtime/ is four floors of its own (base, backend,
-# comm, train). apps/, tests/ and scripts/ may include any folder.
+# comm, train); models/ is its shared layers, one folder per family, and param_check (which
+# knows every family) at its root. apps/, tests/ and scripts/ may include any folder.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 RUNTIME="runtime/base runtime/backend runtime/comm runtime/train"
-# folder: the folders it may include (itself first)
+FAMILIES="models/gpt2 models/bert models/t5 models/glm"
+BELOW_MODELS="models/layers checkpoints $RUNTIME"
+# folder: the folders it may include (itself first). A file belongs to the longest folder here
+# that holds it: runtime/backend/cpu/x.c to runtime/backend.
 declare -A MAY=(
     [runtime/base]="runtime/base"
     [runtime/backend]="runtime/backend runtime/base"
@@ -16,26 +20,40 @@ declare -A MAY=(
     [metrics]="metrics runtime/base"
     [checkpoints]="checkpoints $RUNTIME"
     [data]="data tokenizers $RUNTIME"
-    [models]="models checkpoints $RUNTIME"
+    [models/layers]="$BELOW_MODELS"
+    [models/gpt2]="models/gpt2 $BELOW_MODELS"
+    [models/bert]="models/bert $BELOW_MODELS"
+    [models/t5]="models/t5 $BELOW_MODELS"
+    [models/glm]="models/glm $BELOW_MODELS"
+    [models]="models $FAMILIES $BELOW_MODELS"
 )
-# the folders of this table, as an include names them: runtime/X for runtime's floors
-include_folder() {
-    sed -n -e 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\(runtime\/[a-z_]*\)\/.*/\1/p' \
-           -e 't' -e 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([a-z_]*\)\/.*/\1/p' <<< "$1"
+# OWNER: the folder of this table that the file at path $1 lies in (its longest prefix that is
+# a key), or empty. Plain string work: this runs for every include at every build.
+owner() {
+    local dir=$1
+    OWNER=
+    while [[ "$dir" == */* ]]; do
+        dir=${dir%/*}
+        [ -n "${MAY[$dir]+set}" ] && { OWNER=$dir; return; }
+    done
 }
+INCLUDE='^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*/[^"]*)"' 
 bad=0
-for folder in runtime/base runtime/backend runtime/comm runtime/train tokenizers metrics checkpoints data models; do
-    while IFS=: read -r file line text; do
-        target=$(include_folder "$text")
-        [ -n "$target" ] || continue
-        case " ${MAY[$folder]} " in
-        *" $target "*) ;;
-        *) echo "check_layers: $file:$line includes $target/, which $folder/ may not (it may include: ${MAY[$folder]})" >&2
-           bad=$((bad + 1)) ;;
-        esac
-    done < <(grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cc' '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$folder")
-done
-# every file of runtime/ sits on one of its floors
-stray=$(find runtime -maxdepth 1 -type f)
-[ -z "$stray" ] || { echo "check_layers: $stray: runtime/'s files live in base/, backend/, comm/ or train/" >&2; bad=$((bad + 1)); }
+while IFS=: read -r file line text; do
+    [[ "$text" =~ $INCLUDE ]] || continue
+    owner "$file"
+    from=$OWNER
+    owner "${BASH_REMATCH[1]}"
+    target=$OWNER
+    [ -n "$target" ] || continue
+    case " ${MAY[$from]} " in
+    *" $target "*) ;;
+    *) echo "check_layers: $file:$line includes $target/, which $from/ may not (it may include: ${MAY[$from]})" >&2
+       bad=$((bad + 1)) ;;
+    esac
+done < <(grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cc' \
+         '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' runtime tokenizers metrics checkpoints data models)
+# every file of runtime/ sits on one of its floors, and every file of models/ but param_check in a folder
+stray=$(find runtime -maxdepth 1 -type f; find models -maxdepth 1 -type f ! -name 'param_check.*')
+[ -z "$stray" ] || { echo "check_layers: $(echo $stray): runtime/'s files live in base/, backend/, comm/ or train/, and models/' in layers/ or a family's folder" >&2; bad=$((bad + 1)); }
 [ "$bad" -eq 0 ] || { echo "check_layers: $bad include(s) across the layers (docs/architecture.md)" >&2; exit 1; }

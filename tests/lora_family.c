@@ -7,7 +7,7 @@
 
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
-#include "models/lora.h"
+#include "models/layers/lora.h"
 #include "runtime/base/rt_fs.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/loratest.h"

@@ -9,7 +9,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_tp.h"
 #include "checkpoints/ckpt_weights.h"
-#include "models/lora.h"
+#include "models/layers/lora.h"
 #include "tests/testutil.h"
 
 void tzl_compare_trainable(const ckpt_st_file *g, const char *prefix, rt_params *p, bool grads, const ckpt_map *map,

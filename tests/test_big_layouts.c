@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/glm.h"
-#include "models/t5.h"
+#include "models/glm/glm.h"
+#include "models/t5/t5.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/train/rt_zero.h"
 #include "tests/testutil.h"

@@ -1,4 +1,4 @@
-/* Activation checkpointing (models/stack.h, models/bert.c, models/t5.c) changes memory,
+/* Activation checkpointing (models/layers/stack.h, models/bert/bert.c, models/t5/t5.c) changes memory,
  * never numbers: GPT-2, BERT, T5 (gated, 5 encoder and 3 decoder blocks) and GLM with every
  * dropout on give bit-identical losses and gradients with checkpoint_layers
  * 0 (keep everything), 1, 2 (5 blocks: a partial last segment) and 5 (one segment), for two
@@ -12,10 +12,10 @@
  * alone and with every checkpointing case, give its bits with less memory. */
 #include <string.h>
 
-#include "models/bert.h"
-#include "models/glm.h"
-#include "models/gpt2.h"
-#include "models/t5.h"
+#include "models/bert/bert.h"
+#include "models/glm/glm.h"
+#include "models/gpt2/gpt2.h"
+#include "models/t5/t5.h"
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 

@@ -14,9 +14,9 @@
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_weights.h"
-#include "models/bert.h"
-#include "models/gpt2.h"
-#include "models/t5.h"
+#include "models/bert/bert.h"
+#include "models/gpt2/gpt2.h"
+#include "models/t5/t5.h"
 #include "runtime/backend/rt_backend.h"
 #include "tests/testutil.h"
 

@@ -28,7 +28,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "checkpoints/ckpt_torch.h"
 #include "checkpoints/ckpt_zip.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "tests/testutil.h"
 
 static const char *g_dir;

@@ -28,7 +28,7 @@
 
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/comm/rt_comm_stats.h"
 #include "runtime/comm/rt_grid.h"
 #include "runtime/comm/rt_launch.h"

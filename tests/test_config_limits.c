@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/bert.h"
-#include "models/glm.h"
-#include "models/gpt2.h"
-#include "models/hf_config.h"
-#include "models/t5.h"
-#include "models/t5_generate.h"
+#include "models/bert/bert.h"
+#include "models/glm/glm.h"
+#include "models/gpt2/gpt2.h"
+#include "models/layers/hf_config.h"
+#include "models/t5/t5.h"
+#include "models/t5/t5_generate.h"
 #include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 

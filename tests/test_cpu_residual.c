@@ -1,5 +1,5 @@
 /* The CPU's fused residual step (rt_residual_fwd/bwd, runtime/backend/cpu/cpu_residual.c) against the
- * ops it replaces, bit for bit (memcmp): the sequence models/stack.c ran before the op existed
+ * ops it replaces, bit for bit (memcmp): the sequence models/layers/stack.c ran before the op existed
  * (dropout_fwd in place on the branch, add, the norm; the norm's bwd into the residual gradient,
  * dropout_bwd of it), and the wrappers' composition for a backend without the op. Every compute
  * precision (fp32, bf16, fp16), LayerNorm with and without bias, RMSNorm and no norm, dropout 0
@@ -67,7 +67,7 @@ static void results_free(results *r) {
     free(r->sum), free(r->out), free(r->mean), free(r->rstd), free(r->dres), free(r->dbranch), free(r->dw), free(r->db);
 }
 
-/* The sequence models/stack.c ran before the fused op: the branch dropped in place (tmp), the
+/* The sequence models/layers/stack.c ran before the fused op: the branch dropped in place (tmp), the
  * add, the norm; the norm's backward into dres, dropout's backward of dres into tmp. */
 static void run_before(const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;

@@ -1,11 +1,11 @@
-/* The model FLOPs MFU is measured against (models/flops.h): a GPT-2 124M layer stack equals
+/* The model FLOPs MFU is measured against (models/layers/flops.h): a GPT-2 124M layer stack equals
  * PaLM's closed form 6 N T + 12 L T^2 C per sequence (N the layers' weights); a gated layer
  * counts its third MLP matrix; cross-attention adds its projections and products; the models'
  * own counts follow their configs (T5: encoder, decoder and head). */
 #include <math.h>
 
-#include "models/flops.h"
-#include "models/t5.h"
+#include "models/layers/flops.h"
+#include "models/t5/t5.h"
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 

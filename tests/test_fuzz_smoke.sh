@@ -75,7 +75,7 @@ fuzz fuzz_data_table "tests/fuzz/corpus/fuzz_data_table/." -- data/data_table.c 
 # gpt2.c and bert.c also hold the models: unused sections are dropped (start-stop-gc, or the
 # sanitizers' metadata would keep them) so that their backend code need not be linked
 fuzz fuzz_json "tests/fuzz/corpus/fuzz_json/." -- runtime/base/rt_json.c runtime/base/rt_atomic.c \
-    models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c runtime/base/rt_status.c \
+    models/layers/hf_config.c models/gpt2/gpt2.c models/bert/bert.c models/t5/t5_config.c models/glm/glm_config.c runtime/base/rt_status.c \
     runtime/base/rt_fs.c -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc
 fuzz fuzz_tok_load "tests/fuzz/corpus/fuzz_tok_load/." -- tokenizers/tok.c tokenizers/tok_bpe.c tokenizers/tok_file.c \
     tokenizers/tok_glm.c tokenizers/tok_glm_en.c tokenizers/tok_load.c tokenizers/tok_t5.c tokenizers/tok_text.c \

@@ -36,7 +36,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/bert.h"
+#include "models/bert/bert.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"

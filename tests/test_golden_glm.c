@@ -30,7 +30,7 @@
 
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/glm.h"
+#include "models/glm/glm.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"

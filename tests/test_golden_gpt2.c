@@ -32,7 +32,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"
 

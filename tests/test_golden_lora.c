@@ -15,7 +15,7 @@
  * adapter of another rank is refused; and the language model's decoding with a key/value cache
  * gives its full forward's logits.
  *
- * Tensor parallelism (models/lora.h's rule): at tp = 2 and 4 over the threads communicator, each
+ * Tensor parallelism (models/layers/lora.h's rule): at tp = 2 and 4 over the threads communicator, each
  * rank loading its shards of the base and of the adapters, the logits, the loss and every
  * trainable gradient (gathered to full tensors) are PEFT's; with LoRA dropout 0.2 on, tp = 2 and
  * 4 give tp = 1's losses over three AdamW steps (the masks drawn at the whole matrix's indices,
@@ -30,9 +30,9 @@
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_weights.h"
-#include "models/bert.h"
-#include "models/gpt2.h"
-#include "models/lora.h"
+#include "models/bert/bert.h"
+#include "models/gpt2/gpt2.h"
+#include "models/layers/lora.h"
 #include "runtime/base/rt_fs.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/lora_family.h"

@@ -16,7 +16,7 @@
 #include "checkpoints/ckpt_peft.h"
 #include "checkpoints/ckpt_peft_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
-#include "models/glm.h"
+#include "models/glm/glm.h"
 #include "tests/lora_family.h"
 #include "tests/testutil.h"
 

@@ -43,7 +43,7 @@
 #include "checkpoints/ckpt_weights.h"
 #include "checkpoints/ckpt_safetensors.h"
 #include "checkpoints/ckpt_tp.h"
-#include "models/t5.h"
+#include "models/t5/t5.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/train/rt_optim.h"
 #include "tests/testutil.h"

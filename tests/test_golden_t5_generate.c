@@ -1,4 +1,4 @@
-/* T5 generation (models/t5_generate.h) against Hugging Face's generate() on the tiny random
+/* T5 generation (models/t5/t5_generate.h) against Hugging Face's generate() on the tiny random
  * models of tests/golden/t5-tiny-v1_0 and t5-tiny-v1_1 (generate.safetensors, written by
  * scripts/golden/gen_t5_generate_golden.py; versions in its metadata), on the batch of 3
  * padded sources: greedy and beam search (3 beams, length_penalty 1.0 and 0.6, early_stopping
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_safetensors.h"
-#include "models/t5.h"
-#include "models/t5_generate.h"
+#include "models/t5/t5.h"
+#include "models/t5/t5_generate.h"
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 

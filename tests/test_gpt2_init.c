@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "tests/testutil.h"
 
 static void stats(const rt_param_spec *s, const float *x, double *mean, double *std) {

@@ -13,10 +13,10 @@
 
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
-#include "models/bert.h"
-#include "models/glm.h"
-#include "models/gpt2.h"
-#include "models/t5.h"
+#include "models/bert/bert.h"
+#include "models/glm/glm.h"
+#include "models/gpt2/gpt2.h"
+#include "models/t5/t5.h"
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 

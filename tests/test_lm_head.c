@@ -1,4 +1,4 @@
-/* The language-model head's chunked loss (models/lm_head.c): at tp 1 and 2 (threads, vocab
+/* The language-model head's chunked loss (models/layers/lm_head.c): at tp 1 and 2 (threads, vocab
  * columns split, the last rank's padding column masked), 10 of 14 hidden rows through the tied
  * output layer with a gradient, row weights included. Against a double-precision reference over
  * the full logits: the losses, dL/d(hidden) and the table's gradient. Chunks of 1, 3 and 7 rows
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "models/lm_head.h"
+#include "models/layers/lm_head.h"
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 

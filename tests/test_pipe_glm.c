@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/glm.h"
+#include "models/glm/glm.h"
 #include "runtime/backend/rt_backend.h"
 #include "runtime/comm/rt_comm.h"
 #include "runtime/comm/rt_launch.h"

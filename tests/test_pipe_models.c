@@ -1,4 +1,4 @@
-/* The classifiers split into pipeline stages (models/stage_pipe.h) on threads, against the whole
+/* The classifiers split into pipeline stages (models/layers/stage_pipe.h) on threads, against the whole
  * model stepping through the same micro-batches one after another (step with grad
  * accumulation), for GPT-2, BERT and RoBERTa: with dropout on, 2 and 4 stages over 1, 3 and 5
  * micro-batches of different shapes, keeping every in-flight micro-batch's activations or
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/bert.h"
-#include "models/gpt2.h"
+#include "models/bert/bert.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/backend/rt_backend.h"
 #include "runtime/comm/rt_comm.h"
 #include "runtime/comm/rt_launch.h"

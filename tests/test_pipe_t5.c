@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/t5.h"
+#include "models/t5/t5.h"
 #include "runtime/backend/rt_backend.h"
 #include "runtime/comm/rt_comm.h"
 #include "runtime/comm/rt_launch.h"

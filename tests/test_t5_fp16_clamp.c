@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "models/t5.h"
-#include "models/t5_internal.h"
+#include "models/t5/t5.h"
+#include "models/t5/t5_internal.h"
 #include "runtime/backend/rt_backend.h"
 #include "tests/testutil.h"
 

@@ -1,4 +1,4 @@
-/* The vocab-parallel cross-entropy (models/parallel.c mdl_vocab_xent over the backend's
+/* The vocab-parallel cross-entropy (models/layers/parallel.c mdl_vocab_xent over the backend's
  * xent_vocab op): at tp = 1, 2 and 4, one thread per rank on the threads communicator, each
  * rank holding only its vocab columns, the losses and the gradient must equal the plain
  * softmax_xent over the full logits (ignored rows included); and the op's gradient must
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "models/parallel.h"
+#include "models/layers/parallel.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/base/rt_rng.h"
 #include "tests/testutil.h"

@@ -12,7 +12,7 @@
 
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/base/rt_log.h"
 #include "tests/testutil.h"
 

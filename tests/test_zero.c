@@ -29,7 +29,7 @@
 #include "checkpoints/ckpt_native.h"
 #include "checkpoints/ckpt_train.h"
 #include "data/data_loader.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/base/rt_log.h"
 #include "runtime/train/rt_zero.h"

@@ -6,7 +6,7 @@
 
 #include "apps/common/glue_app.h"
 #include "checkpoints/ckpt_map.h"
-#include "models/bert.h"
+#include "models/bert/bert.h"
 
 static rt_status bert_app_create(const glue_model_args *a, glue_model *out) {
     rt_status st = RT_OK;

@@ -22,7 +22,7 @@
 #include "data/data_glue.h"
 #include "data/data_loader.h"
 #include "metrics/metric_glue.h"
-#include "models/hf_config.h"
+#include "models/layers/hf_config.h"
 #include "runtime/base/rt_args.h"
 #include "runtime/base/rt_atomic.h"
 #include "runtime/backend/rt_backend.h"

@@ -11,7 +11,7 @@
 
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_peft.h"
-#include "models/classifier.h"
+#include "models/layers/classifier.h"
 #include "runtime/backend/rt_backend.h"
 #include "runtime/comm/rt_comm.h"
 #include "tokenizers/tok.h"
@@ -28,7 +28,7 @@ typedef struct {
     uint64_t seed;
     int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
     bool pp_recompute;         /* a pipeline stage recomputes instead of keeping activations */
-    const ckpt_peft_config *lora; /* LoRA adapters (models/lora.h), or NULL: full fine-tuning */
+    const ckpt_peft_config *lora; /* LoRA adapters (models/layers/lora.h), or NULL: full fine-tuning */
 } glue_model_args;
 
 typedef struct {

@@ -8,7 +8,7 @@
 
 #include "data/data_cache.h"
 #include "data/data_table_out.h"
-#include "models/hf_config.h"
+#include "models/layers/hf_config.h"
 #include "runtime/base/rt_buf.h"
 #include "runtime/base/rt_json.h"
 #include "runtime/base/rt_log.h"

@@ -16,7 +16,7 @@
 #include "runtime/comm/rt_comm_stats.h"
 #include "runtime/comm/rt_grid.h"
 #include "runtime/train/rt_trainer.h"
-#include "models/trainable.h"
+#include "models/layers/trainable.h"
 
 typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir, *length_buckets;
@@ -71,7 +71,7 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
  * with several ranks, NCCL for the grid's device buffers (with --comm-timeout). device gets the
  * resolved name. */
 rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_t device_size, rt_backend **be);
-/* The loop's view of a model (models/trainable.h): forward_backward builds the pass with the
+/* The loop's view of a model (models/layers/trainable.h): forward_backward builds the pass with the
  * loop's grads hook, and gives an empty micro-batch (this rank's share of a short last batch)
  * a zero loss without calling the model. padded_tokens sums B x T over the batches trained. */
 typedef struct {

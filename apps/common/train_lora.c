@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_peft_weights.h"
-#include "models/hf_config.h"
-#include "models/lora.h"
+#include "models/layers/hf_config.h"
+#include "models/layers/lora.h"
 #include "runtime/base/rt_log.h"
 
 void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {

@@ -1,7 +1,7 @@
 /* glm-finetune: fine-tunes GLM as GLM and FlagAI do: SuperGLUE tasks as cloze questions (the
  * verbalizer tokens scored at the [MASK]; COPA's answers by their summed log-probability) and
  * seq2seq as blank infilling (source [gMASK], the target generated in the blank). The model,
- * the inputs and the loop are shared code (models/glm.c, apps/glm-finetune/glm_tasks.c,
+ * the inputs and the loop are shared code (models/glm/glm.c, apps/glm-finetune/glm_tasks.c,
  * runtime/train/rt_trainer.c); this file wires options, data, evaluation and export. */
 #include <errno.h>
 #include <math.h>
@@ -26,7 +26,7 @@
 #include "metrics/metric_glue.h"
 #include "metrics/metric_rouge.h"
 #include "metrics/metric_superglue.h"
-#include "models/glm.h"
+#include "models/glm/glm.h"
 #include "runtime/base/rt_args.h"
 #include "runtime/comm/rt_launch.h"
 #include "runtime/base/rt_log.h"

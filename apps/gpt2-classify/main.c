@@ -6,7 +6,7 @@
 #include "apps/common/glue_app.h"
 #include "checkpoints/ckpt_map.h"
 #include "checkpoints/ckpt_weights.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 
 static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     rt_status st = RT_OK;

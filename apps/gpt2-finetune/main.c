@@ -25,7 +25,7 @@
 #include "data/data_loader.h"
 #include "data/data_seq2seq.h"
 #include "data/data_table.h"
-#include "models/gpt2.h"
+#include "models/gpt2/gpt2.h"
 #include "runtime/base/rt_args.h"
 #include "runtime/base/rt_log.h"
 #include "runtime/base/rt_progress.h"

@@ -279,7 +279,7 @@ typedef struct rt_backend {
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
     bool keep_fp32;         /* keep activations for the backward in fp32 buffers at a 16-bit compute
-                             * precision (models/stack.h): the tests' reference for the 2-byte ones */
+                             * precision (models/layers/stack.h): the tests' reference for the 2-byte ones */
     bool typed_acts;        /* the ops read and write 16-bit activation handles (rt_x): the CPU, and CUDA
                              * unless its fused attention kernels (fp32 only) are switched on */
     /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
@@ -317,7 +317,7 @@ void rt_cuda_backend_free(rt_backend *be);
  * PyTorch's autocast keeps it, holding values rounded to dtype as every stored activation;
  * attention's probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype); what is
  * left in fp32 buffers of a block is narrowed by the stack after its forward and widened before
- * its backward (models/stack.h).
+ * its backward (models/layers/stack.h).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 

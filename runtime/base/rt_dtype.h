@@ -26,7 +26,7 @@ static inline float rt_bits_f32(uint32_t u) {
 }
 
 /* fp16 <-> fp32, bit-exact with PyTorch's casts. Inline and written as selects, not branches, so
- * that a loop over them vectorizes (the 2-byte activations of models/stack.h go through them). */
+ * that a loop over them vectorizes (the 2-byte activations of models/layers/stack.h go through them). */
 static inline float rt_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     const uint32_t normal = ((e + 112u) << 23) | (m << 13);

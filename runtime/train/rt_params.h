@@ -97,7 +97,7 @@ void rt_params_init(rt_params *p, rt_backend *be);
 void rt_params_free(rt_params *p);
 /* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. Every dim must
  * be >= 1 and their product fit size_t, else it aborts naming the parameter: a model checks its
- * config's sizes before it declares anything (models/hf_config.h). */
+ * config's sizes before it declares anything (models/layers/hf_config.h). */
 int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
                   bool no_decay, rt_init_kind init, float init_std);
 /* Lays out the declared parameters without allocating anything: each one's offset (16-float

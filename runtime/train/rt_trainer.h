@@ -25,7 +25,7 @@ typedef struct {
      * or NULL for none. With it, the data-parallel all-reduce of the finished gradient buckets
      * starts while the backward goes on (on NCCL and MPI; see rt_train_opts.dp_bucket). */
     void (*set_grads_hook)(void *ctx, const rt_grads_hook *hook);
-    /* Optional: model FLOPs of training on one micro-batch (models/flops.h), for the step
+    /* Optional: model FLOPs of training on one micro-batch (models/layers/flops.h), for the step
      * line's TFLOP/s and MFU: the whole model's, on every tp rank and pipeline stage alike. */
     double (*flops)(void *ctx, const rt_batch *b);
     /* Pipeline parallelism (rt_train_opts.pp): the forward and backward of a step's non-empty

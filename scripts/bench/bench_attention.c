@@ -9,7 +9,7 @@
  * :c is causal (GPT-2), :m a padding key mask on the last quarter of the keys (BERT). The
  * default list is GPT-2 small's heads at T=128 and 512, BERT-base's at T=128 and the tests'
  * tiny heads. q, k and v are views into one fused qkv buffer (row stride 3*NH*HS), as in
- * models/block.c. For each shape it prints, as medians of R runs after two warm-ups:
+ * models/layers/block.c. For each shape it prints, as medians of R runs after two warm-ups:
  *   rt        the backend's attention_fwd + attention_bwd (whichever engine this build routes
  *             attention to), fwd and bwd also apart;
  *   products  the six GEMMs of fwd + bwd (S = QK^T, out = PV, dP = dO V^T, dV = P^T dO,

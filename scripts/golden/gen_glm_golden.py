@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/golden/glm-tiny/: FlagAI 1.8's own GLMModel (run from its unpacked wheel, see
-flagai_wheel.py) on a tiny seeded config and one blank-infilling batch, for models/glm.c.
+flagai_wheel.py) on a tiny seeded config and one blank-infilling batch, for models/glm/glm.c.
 
     /usr/bin/python3 scripts/golden/gen_glm_golden.py /tmp/flagai-dl/x
 

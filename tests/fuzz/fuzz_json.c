@@ -2,14 +2,14 @@
  * key of the input (the ranged size getter too), then the input as a config.json through the
  * GPT-2, BERT/RoBERTa, T5 and GLM config loaders. Any byte string must give an error or a
  * config that validates, never a crash, a sanitizer report or a leak; an error is one line; a
- * config that loads must hold every size within its limit (models/hf_config.h), with the
+ * config that loads must hold every size within its limit (models/layers/hf_config.h), with the
  * products a model forms from them far from 64-bit overflow, and must also save and load again.
  * Not built by ctest. Build and run from the repository root:
  *
  *   clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_POSIX_C_SOURCE=200809L \
  *     -D_DEFAULT_SOURCE -I. -ffunction-sections -fdata-sections -Wl,--gc-sections -Wl,-z,start-stop-gc \
  *     tests/fuzz/fuzz_json.c runtime/base/rt_json.c runtime/base/rt_atomic.c \
- *     models/hf_config.c models/gpt2.c models/bert.c models/t5_config.c models/glm_config.c \
+ *     models/layers/hf_config.c models/gpt2/gpt2.c models/bert/bert.c models/t5/t5_config.c models/glm/glm_config.c \
  *     runtime/base/rt_status.c runtime/base/rt_fs.c -lcjson -lm -o /tmp/fuzz_json
  *   /tmp/fuzz_json -max_total_time=60 -max_len=4096 tests/fuzz/corpus/fuzz_json
  *
@@ -24,11 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "models/bert.h"
-#include "models/glm.h"
-#include "models/gpt2.h"
-#include "models/hf_config.h"
-#include "models/t5.h"
+#include "models/bert/bert.h"
+#include "models/glm/glm.h"
+#include "models/gpt2/gpt2.h"
+#include "models/layers/hf_config.h"
+#include "models/t5/t5.h"
 #include "runtime/base/rt_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,0 +1,42 @@
+/* One forward/backward pass as every model sees it: the randomness of its dropout (seed, step,
+ * micro-batch) and who wants to hear when gradients are final. One dropout-stream formula for
+ * every model, so a call site's mask depends only on (seed, step, micro-batch, site). */
+#ifndef MDL_PASS_H
+#define MDL_PASS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/train/rt_params.h"
+#include "runtime/base/rt_rng.h"
+#include "runtime/base/rt_status.h"
+
+/* Randomness of one forward pass: dropout draws from (seed, step, micro-batch). */
+typedef struct {
+    uint64_t seed;
+    int64_t step;
+    int micro;
+    bool training; /* dropout on */
+    const rt_grads_hook *grads; /* backward reports finished gradients here (NULL: nobody asks) */
+} mdl_pass;
+
+/* Backward: the gradients of parameter `param` and of every one declared after it are final. */
+static inline void mdl_grads_ready(const mdl_pass *pass, const rt_params *p, int param) {
+    if (pass->grads && pass->grads->ready) pass->grads->ready(pass->grads->user, rt_params_grad_from(p, param));
+}
+
+/* The dropout stream of call site `site` (0..4095; each model numbers its own sites). */
+static inline uint64_t mdl_dropout_stream(const mdl_pass *p, int site) {
+    RT_CHECK(site >= 0 && site < 4096, "dropout site %d", site);
+    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+}
+
+/* The LoRA dropout streams of block site `site` (models/layers/lora.h): linear k of the block draws
+ * this stream + k, k < 16. */
+static inline uint64_t mdl_lora_stream(const mdl_pass *p, int site) {
+    RT_CHECK(site >= 0 && site < (1 << 16), "LoRA dropout site %d", site);
+    return RT_STREAM(RT_STREAM_LORA, ((uint64_t)p->step << 28) | ((uint64_t)(p->micro & 0xff) << 20) |
+                                         ((uint64_t)site << 4));
+}
+
+#endif
