@@ -471,7 +471,10 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
 }
 
 /* BERT attends both ways, with padded keys masked. */
-static mdl_stack_mask bert_mask(const bert_model *m) { return (mdl_stack_mask){.key_mask = m->key_mask}; }
+static mdl_stack_mask bert_mask(const void *model) {
+    const bert_model *m = model;
+    return (mdl_stack_mask){.key_mask = m->key_mask};
+}
 
 /* HF: (word + token type) + position, then LayerNorm into the blocks' first residual (the
  * stack drops out). Types and positions are replicated: added after the vocab-parallel
@@ -615,12 +618,6 @@ static rt_status bert_sp_embed(void *model, const rt_batch *b) { return bert_emb
 static void bert_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
     bert_embed_bwd(model, demb, (size_t)b->B * b->T);
 }
-static rt_status bert_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
-    return bert_stack_fwd(model, b->B, b->T, pass);
-}
-static rt_status bert_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
-    return bert_stack_bwd(model, b->B, b->T, pass, demb);
-}
 static rt_status bert_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
     bert_head_fwd(model, b, pass, grad_scale, host_logits);
@@ -633,12 +630,11 @@ static rt_status bert_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass
 }
 
 static rt_status bert_stage_pipe(bert_model *m, rt_comm *pp, int max_micro) {
-    const mdl_stage_model sm = {.model = m, .family = m->cfg.roberta ? "RoBERTa" : "BERT", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
-                                .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
-                                .upload = bert_sp_upload, .embed = bert_sp_embed, .embed_bwd = bert_sp_embed_bwd,
-                                .blocks_fwd = bert_sp_blocks_fwd, .blocks_bwd = bert_sp_blocks_bwd,
-                                .head_fwd = bert_sp_head_fwd, .head_bwd = bert_sp_head_bwd, .slots = m->act_slots,
-                                .use_slot = bert_use_slot};
+    const mdl_stage_model sm = {.model = m, .family = m->cfg.roberta ? "RoBERTa" : "BERT", .be = m->be, .pp = pp,
+                                .blocks = &m->blocks, .C = m->C, .max_B = m->max_B, .num_labels = m->cfg.num_labels,
+                                .max_BT = m->max_BT, .upload = bert_sp_upload, .embed = bert_sp_embed,
+                                .embed_bwd = bert_sp_embed_bwd, .mask = bert_mask, .head_fwd = bert_sp_head_fwd,
+                                .head_bwd = bert_sp_head_bwd, .slots = m->act_slots, .use_slot = bert_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
 }
 

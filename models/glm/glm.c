@@ -258,7 +258,10 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
     return RT_OK;
 }
 
-static mdl_stack_mask glm_mask(const glm_model *m) { return (mdl_stack_mask){.causal = true, .prefix = m->sep}; }
+static mdl_stack_mask glm_mask(const void *model) {
+    const glm_model *m = model;
+    return (mdl_stack_mask){.causal = true, .prefix = m->sep};
+}
 
 /* The uploaded batch's embeddings (words and both position tables) into the blocks' residual 0. */
 static rt_status glm_embed(glm_model *m, size_t BT) {
@@ -589,12 +592,6 @@ static rt_status glm_sp_embed(void *model, const rt_batch *b) { return glm_embed
 static void glm_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
     glm_embed_bwd(model, demb, (size_t)b->B * b->T);
 }
-static rt_status glm_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
-    return glm_blocks_fwd(model, b->B, b->T, pass);
-}
-static rt_status glm_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
-    return glm_blocks_bwd(model, b->B, b->T, pass, demb);
-}
 static rt_status glm_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                  double *loss_sum, float *host_logits) {
     (void)pass; /* GLM's output layer has no dropout */
@@ -616,8 +613,7 @@ static size_t glm_sp_result_floats(void *model, const rt_batch *b) {
 static rt_status glm_stage_pipe(glm_model *m, int max_micro) {
     const mdl_stage_model sm = {.model = m, .family = "GLM", .be = m->be, .pp = m->pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .max_BT = m->max_BT, .upload = glm_sp_upload, .embed = glm_sp_embed,
-                                .embed_bwd = glm_sp_embed_bwd, .blocks_fwd = glm_sp_blocks_fwd,
-                                .blocks_bwd = glm_sp_blocks_bwd, .head_fwd = glm_sp_head_fwd,
+                                .embed_bwd = glm_sp_embed_bwd, .mask = glm_mask, .head_fwd = glm_sp_head_fwd,
                                 .head_bwd = glm_sp_head_bwd, .slots = m->act_slots, .use_slot = glm_use_slot,
                                 .result_floats = glm_sp_result_floats};
     m->pipe_views = rt_xcalloc((size_t)max_micro, sizeof *m->pipe_views);

@@ -372,7 +372,10 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
 }
 
 /* GPT-2 attends causally, with padded keys masked. */
-static mdl_stack_mask gpt2_mask(const gpt2_model *m) { return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask}; }
+static mdl_stack_mask gpt2_mask(const void *model) {
+    const gpt2_model *m = model;
+    return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask};
+}
 
 static rt_status gpt2_embed(gpt2_model *m, size_t BT) {
     rt_backend *be = m->be;
@@ -469,12 +472,6 @@ static rt_status gpt2_sp_embed(void *model, const rt_batch *b) { return gpt2_emb
 static void gpt2_sp_embed_bwd(void *model, const rt_batch *b, const float *demb) {
     gpt2_embed_bwd(model, demb, (size_t)b->B * b->T);
 }
-static rt_status gpt2_sp_blocks_fwd(void *model, const rt_batch *b, const mdl_pass *pass) {
-    return gpt2_stack_fwd(model, b->B, b->T, pass);
-}
-static rt_status gpt2_sp_blocks_bwd(void *model, const rt_batch *b, const mdl_pass *pass, const float **demb) {
-    return gpt2_stack_bwd(model, b->B, b->T, pass, demb);
-}
 static rt_status gpt2_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
     (void)pass; /* GPT-2's head has no dropout */
@@ -531,8 +528,8 @@ static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
     const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
                                 .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
                                 .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
-                                .embed_bwd = gpt2_sp_embed_bwd, .blocks_fwd = gpt2_sp_blocks_fwd,
-                                .blocks_bwd = gpt2_sp_blocks_bwd, .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
+                                .embed_bwd = gpt2_sp_embed_bwd, .mask = gpt2_mask,
+                                .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
                                 .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd, .slots = m->act_slots,
                                 .use_slot = gpt2_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);

@@ -9,87 +9,76 @@
 #include "runtime/train/rt_pipe.h"
 
 struct mdl_stage_pipe {
-    mdl_stage_model m;
+    mdl_stage_ops ops;
+    mdl_stage_model stack;   /* a one-stack family's description: ops.model points here */
     mdl_stage stage;
     int max_micro;
-    int slots;           /* recompute: saved inputs, micro-batch k in slot k % slots (not on the first stage) */
-    bool keep;           /* the family keeps micro-batch k's activations in its slot k % m.slots */
-    float *saved;        /* (slots, max_BT, C) backend memory */
-    rt_pipe_buffers buf; /* each (max_BT, C) */
+    bool keep;               /* the family keeps micro-batch k's activations in its slot k % ops.slots */
+    int saved_slots;         /* recompute: saved inputs, micro-batch k in slot k % saved_slots (not on the first stage) */
+    size_t saved_stride;     /* bytes between saved inputs */
+    void *saved;             /* backend memory */
+    rt_pipe_buffers buf;
     unsigned char *h_result; /* host: the last stage's loss (a double) and logits (grown to the largest) */
     size_t result_bytes;
-    int held;            /* the micro-batch the blocks' activations hold, -1: none */
+    int held;                /* the micro-batch the activations hold, -1: none */
     /* this step's */
-    const rt_batch *b;
+    const char *b;
     uint64_t seed;
     int64_t step;
     float grad_scale;
     double loss_sum;
 };
 
-static size_t pipe_bytes(void *ctx, int micro) {
-    const mdl_stage_pipe *p = ctx;
-    return (size_t)p->b[micro].B * p->b[micro].T * p->m.C * sizeof(float);
-}
+static const void *pipe_batch(const mdl_stage_pipe *p, int k) { return p->b + (size_t)k * p->ops.batch_size; }
 
 static mdl_pass pipe_pass(const mdl_stage_pipe *p, int micro) {
     return (mdl_pass){.seed = p->seed, .step = p->step, .micro = micro, .training = true};
 }
 
-/* Uploads micro-batch k and runs the blocks from its input: in (a forward), or (a recompute)
- * the first stage's embeddings again or slot k's copy; a forward fills the slot. */
-static rt_status pipe_stage_fwd(mdl_stage_pipe *p, int k, const void *in, bool forward) {
-    const mdl_stage_model *m = &p->m;
-    if (p->keep) m->use_slot(m->model, k % m->slots);
-    const rt_batch *b = &p->b[k];
-    const size_t bytes = pipe_bytes(p, k);
-    float *x = mdl_stack_residual(m->blocks, 0);
-    float *slot = p->saved ? p->saved + (size_t)(k % p->slots) * m->max_BT * m->C : NULL;
-    const mdl_pass pass = pipe_pass(p, k);
-    rt_status st = m->upload(m->model, b);
-    if (st != RT_OK) return st;
-    if (mdl_stage_is_first(p->stage)) st = m->embed(m->model, b);
-    else rt_copy(m->be, x, forward ? in : slot, bytes);
-    if (st != RT_OK) return st;
-    if (forward && slot) rt_copy(m->be, slot, x, bytes);
-    p->held = k;
-    return m->blocks_fwd(m->model, b, &pass);
+static size_t pipe_out_bytes(void *ctx, int k) {
+    const mdl_stage_pipe *p = ctx;
+    return p->ops.boundary_bytes(p->ops.model, p->stage.index, pipe_batch(p, k));
+}
+
+static size_t pipe_in_bytes(void *ctx, int k) {
+    const mdl_stage_pipe *p = ctx;
+    return p->ops.boundary_bytes(p->ops.model, p->stage.index - 1, pipe_batch(p, k));
+}
+
+static void pipe_use_slot(const mdl_stage_pipe *p, int k) {
+    if (p->ops.use_slot) p->ops.use_slot(p->ops.model, k % p->ops.slots);
+}
+
+static void *pipe_saved_input(const mdl_stage_pipe *p, int k) {
+    return (char *)p->saved + (size_t)(k % p->saved_slots) * p->saved_stride;
 }
 
 static rt_status pipe_forward(void *ctx, int k, const void *in, void *out) {
     mdl_stage_pipe *p = ctx;
-    const mdl_stage_model *m = &p->m;
-    rt_status st = pipe_stage_fwd(p, k, in, true);
-    if (st != RT_OK) return st;
-    if (out) {
-        rt_copy(m->be, out, m->blocks->out, pipe_bytes(p, k));
-        return RT_OK;
-    }
-    double loss = 0;
     const mdl_pass pass = pipe_pass(p, k);
-    st = m->head_fwd(m->model, &p->b[k], &pass, p->grad_scale, &loss, NULL);
+    double loss = 0;
+    pipe_use_slot(p, k);
+    if (p->saved && in) rt_copy(p->ops.be, pipe_saved_input(p, k), in, pipe_in_bytes(p, k));
+    p->held = k;
+    rt_status st = p->ops.forward(p->ops.model, pipe_batch(p, k), &pass, in, out, p->grad_scale, &loss, NULL);
     p->loss_sum += loss;
     return st;
 }
 
 static rt_status pipe_backward(void *ctx, int k, const void *dout, void *din) {
     mdl_stage_pipe *p = ctx;
-    const mdl_stage_model *m = &p->m;
-    const rt_batch *b = &p->b[k];
     const mdl_pass pass = pipe_pass(p, k);
     rt_status st = RT_OK;
-    if (p->keep) {
-        m->use_slot(m->model, k % m->slots); /* its forward's activations */
-    } else if (p->held != k) {
-        RT_CHECK(!mdl_stage_is_last(p->stage), "the last stage's backward of %d follows another forward", k);
-        RT_TRY(pipe_stage_fwd(p, k, NULL, false));
+    pipe_use_slot(p, k); /* its forward's activations */
+    if (!p->keep && p->held != k) { /* recompute: the forward again, from the kept input */
+        double unused = 0;
+        RT_CHECK(!mdl_stage_is_last(p->stage), "%s: the last stage's backward of %d follows another forward",
+                 p->ops.family, k);
+        const void *in = p->saved ? pipe_saved_input(p, k) : NULL;
+        RT_TRY(p->ops.forward(p->ops.model, pipe_batch(p, k), &pass, in, NULL, 0.0f, &unused, NULL));
+        p->held = k;
     }
-    if (dout) rt_copy(m->be, mdl_stack_dout(m->blocks), dout, pipe_bytes(p, k));
-    else RT_TRY(m->head_bwd(m->model, b, &pass)); /* the last stage: its loss's gradient */
-    const float *demb = NULL;
-    RT_TRY(m->blocks_bwd(m->model, b, &pass, &demb));
-    if (din) rt_copy(m->be, din, demb, pipe_bytes(p, k));
-    else m->embed_bwd(m->model, b, demb);
+    RT_TRY(p->ops.backward(p->ops.model, pipe_batch(p, k), &pass, dout, din));
 fail:
     return st;
 }
@@ -99,68 +88,163 @@ void mdl_stage_pipe_free(mdl_stage_pipe *p) {
     free(p->h_result);
     void *bufs[5] = {p->saved, p->buf.in, p->buf.out, p->buf.dout, p->buf.din};
     for (int i = 0; i < 5; i++)
-        if (bufs[i]) rt_free_device(p->m.be, bufs[i]);
+        if (bufs[i]) rt_free_device(p->ops.be, bufs[i]);
     free(p);
 }
 
-rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out) {
+static rt_status pipe_init(mdl_stage_pipe *p, int max_micro) {
     rt_status st = RT_OK;
-    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
-    *out = NULL;
-    p->m = *sm;
-    p->stage = (mdl_stage){sm->pp->rank, sm->pp->size};
-    if (max_micro < 1) RT_FAIL(RT_ERR_CONFIG, "pipeline: %d micro-batches per step", max_micro);
-    p->max_micro = max_micro;
-    p->result_bytes = sizeof(double) + (size_t)sm->max_B * (size_t)sm->num_labels * sizeof(float);
-    p->h_result = rt_xmalloc(p->result_bytes);
-    const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
-    const int in_flight = rt_pipe_in_flight(p->stage.index, p->stage.count, max_micro);
-    p->keep = sm->slots > 1;
-    if (p->keep && (sm->slots < in_flight || !sm->use_slot))
-        RT_FAIL(RT_ERR_CONFIG, "pipeline: %d activation slots for %d micro-batches in flight", sm->slots, in_flight);
-    if (!p->keep && !mdl_stage_is_first(p->stage)) {
-        p->slots = in_flight;
-        RT_TRY(rt_backend_alloc(sm->be, (size_t)p->slots * act, "pipeline: the micro-batches' stage inputs",
-                                (void **)&p->saved));
-    }
-    void **bufs[4] = {&p->buf.in, &p->buf.out, &p->buf.dout, &p->buf.din};
-    for (int i = 0; i < 4; i++) RT_TRY(rt_backend_alloc(sm->be, act, "pipeline: transfer buffers", bufs[i]));
+    const mdl_stage_ops *ops = &p->ops;
+    const char *family = ops->family;
+    p->stage = (mdl_stage){ops->pp->rank, ops->pp->size};
     p->held = -1;
-    *out = p;
-    return RT_OK;
+    if (max_micro < 1) RT_FAIL(RT_ERR_CONFIG, "%s pipeline: %d micro-batches per step", family, max_micro);
+    p->max_micro = max_micro;
+    p->result_bytes = sizeof(double);
+    p->h_result = rt_xmalloc(p->result_bytes);
+    const int in_flight = rt_pipe_in_flight(p->stage.index, p->stage.count, max_micro);
+    p->keep = ops->slots > 1;
+    if (p->keep && (ops->slots < in_flight || !ops->use_slot))
+        RT_FAIL(RT_ERR_CONFIG, "%s pipeline: %d activation slots for %d micro-batches in flight", family, ops->slots,
+                in_flight);
+    /* nothing comes into the first stage, nothing goes out of the last */
+    const size_t in = mdl_stage_is_first(p->stage) ? 0 : ops->max_in_bytes;
+    const size_t out = mdl_stage_is_last(p->stage) ? 0 : ops->max_out_bytes;
+    void **bufs[4] = {&p->buf.in, &p->buf.din, &p->buf.out, &p->buf.dout};
+    for (int i = 0; i < 4; i++) {
+        const size_t bytes = i < 2 ? in : out;
+        if (bytes) RT_TRY(rt_backend_alloc(ops->be, bytes, "pipeline: transfer buffers", bufs[i]));
+    }
+    if (!p->keep && in) { /* recompute (or one micro-batch in flight): keep the inputs */
+        p->saved_slots = in_flight;
+        p->saved_stride = (in + 63) & ~(size_t)63;
+        RT_TRY(rt_backend_alloc(ops->be, (size_t)p->saved_slots * p->saved_stride,
+                                "pipeline: the micro-batches' stage inputs", &p->saved));
+    }
 fail:
-    mdl_stage_pipe_free(p);
     return st;
 }
 
-rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const rt_batch *b, int M, uint64_t seed, int64_t step,
+rt_status mdl_stage_pipe_init_ops(const mdl_stage_ops *ops, int max_micro, mdl_stage_pipe **out) {
+    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
+    p->ops = *ops;
+    rt_status st = pipe_init(p, max_micro);
+    if (st != RT_OK) {
+        mdl_stage_pipe_free(p);
+        p = NULL;
+    }
+    *out = p;
+    return st;
+}
+
+/* ---- a one-stack family's stage: mdl_stage_model as ops ---- */
+
+static size_t stack_boundary_bytes(void *ctx, int from, const void *bv) {
+    const mdl_stage_model *m = ctx;
+    const rt_batch *b = bv;
+    (void)from; /* the hidden states cross every boundary */
+    return (size_t)b->B * b->T * m->C * sizeof(float);
+}
+
+static rt_status stack_check(void *ctx, const void *b) {
+    const mdl_stage_model *m = ctx;
+    return mdl_cls_check_batch(m->family, b, m->num_labels);
+}
+
+static rt_status stack_forward(void *ctx, const void *bv, const mdl_pass *pass, const void *in, void *out,
+                               float grad_scale, double *loss, float *host_logits) {
+    const mdl_stage_model *m = ctx;
+    const rt_batch *b = bv;
+    rt_status st = m->upload(m->model, b);
+    if (st != RT_OK) return st;
+    if (in) rt_copy(m->be, mdl_stack_residual(m->blocks, 0), in, stack_boundary_bytes(ctx, 0, b));
+    else st = m->embed(m->model, b); /* the first stage */
+    const mdl_stack_mask mask = m->mask(m->model);
+    if (st == RT_OK) st = mdl_stack_forward(m->blocks, b->B, b->T, &mask, pass);
+    if (st != RT_OK) return st;
+    if (m->pp->rank < m->pp->size - 1) {
+        if (out) rt_copy(m->be, out, m->blocks->out, stack_boundary_bytes(ctx, 0, b));
+        return RT_OK;
+    }
+    return m->head_fwd(m->model, b, pass, grad_scale, loss, host_logits);
+}
+
+static rt_status stack_backward(void *ctx, const void *bv, const mdl_pass *pass, const void *dout, void *din) {
+    const mdl_stage_model *m = ctx;
+    const rt_batch *b = bv;
+    const size_t bytes = stack_boundary_bytes(ctx, 0, b);
+    rt_status st = RT_OK;
+    if (dout) rt_copy(m->be, mdl_stack_dout(m->blocks), dout, bytes);
+    else RT_TRY(m->head_bwd(m->model, b, pass)); /* the last stage: its loss's gradient */
+    const float *demb = NULL;
+    const mdl_stack_mask mask = m->mask(m->model);
+    RT_TRY(mdl_stack_backward(m->blocks, b->B, b->T, &mask, pass, mdl_stack_dout(m->blocks), &demb));
+    if (din) rt_copy(m->be, din, demb, bytes);
+    else m->embed_bwd(m->model, b, demb);
+fail:
+    return st;
+}
+
+static void stack_use_slot(void *ctx, int slot) {
+    const mdl_stage_model *m = ctx;
+    m->use_slot(m->model, slot);
+}
+
+static size_t stack_result_floats(void *ctx, const void *bv) {
+    const mdl_stage_model *m = ctx;
+    const rt_batch *b = bv;
+    return m->result_floats ? m->result_floats(m->model, b) : (size_t)b->B * m->num_labels;
+}
+
+rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out) {
+    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
+    p->stack = *sm;
+    const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
+    p->ops = (mdl_stage_ops){.model = &p->stack, .family = sm->family, .be = sm->be, .pp = sm->pp,
+                             .batch_size = sizeof(rt_batch), .boundary_bytes = stack_boundary_bytes,
+                             .max_in_bytes = act, .max_out_bytes = act,
+                             .check = sm->num_labels > 0 ? stack_check : NULL, .forward = stack_forward,
+                             .backward = stack_backward, .slots = sm->slots,
+                             .use_slot = sm->use_slot ? stack_use_slot : NULL, .result_floats = stack_result_floats};
+    rt_status st = pipe_init(p, max_micro);
+    if (st != RT_OK) {
+        mdl_stage_pipe_free(p);
+        p = NULL;
+    }
+    *out = p;
+    return st;
+}
+
+/* ---- the runner ---- */
+
+rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t seed, int64_t step,
                               float grad_scale, double *loss_sum) {
+    rt_status st = RT_OK;
     *loss_sum = 0;
     if (M < 1 || M > p->max_micro)
-        return rt_errorf(RT_ERR_CONFIG, "pipeline: %d micro-batches, sized for at most %d", M, p->max_micro);
-    for (int k = 0; k < M && p->m.num_labels > 0; k++) { /* a classifier's labels */
-        rt_status st = mdl_cls_check_batch(p->m.family, &b[k], p->m.num_labels);
-        if (st != RT_OK) return st;
-    }
-    p->held = -1;
+        return rt_errorf(RT_ERR_CONFIG, "%s pipeline: %d micro-batches, sized for 1 to %d", p->ops.family, M,
+                         p->max_micro);
     p->b = b;
+    for (int k = 0; k < M && p->ops.check; k++) RT_TRY(p->ops.check(p->ops.model, pipe_batch(p, k)));
+    p->held = -1;
     p->seed = seed;
     p->step = step;
     p->grad_scale = grad_scale;
     p->loss_sum = 0;
-    const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_bytes, .in_bytes = pipe_bytes, .forward = pipe_forward,
-                                 .backward = pipe_backward};
-    rt_status st = rt_pipe_run(p->m.pp, M, &stage, &p->buf);
-    if (st == RT_OK) *loss_sum = p->loss_sum;
+    const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_out_bytes, .in_bytes = pipe_in_bytes,
+                                 .forward = pipe_forward, .backward = pipe_backward};
+    RT_TRY(rt_pipe_run(p->ops.pp, M, &stage, &p->buf));
+    *loss_sum = p->loss_sum;
+fail:
     return st;
 }
 
-rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *loss_sum, float *host_logits) {
+rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const void *b, double *loss_sum, float *host_logits) {
     rt_status st = RT_OK;
-    const mdl_stage_model *m = &p->m;
+    const mdl_stage_ops *ops = &p->ops;
     const int s = p->stage.index;
-    const size_t bytes = (size_t)b->B * b->T * m->C * sizeof(float);
-    const size_t floats = m->result_floats ? m->result_floats(m->model, b) : (size_t)b->B * m->num_labels;
+    const bool last = mdl_stage_is_last(p->stage);
+    const size_t floats = ops->result_floats ? ops->result_floats(ops->model, b) : 0;
     const size_t result = sizeof(double) + floats * sizeof(float);
     const mdl_pass pass = {.training = false};
     if (result > p->result_bytes) {
@@ -170,25 +254,21 @@ rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const rt_batch *b, double *l
     }
     float *logits = (float *)(p->h_result + sizeof(double));
     double loss = 0;
-    p->held = -1; /* the blocks' activations are evaluation's now */
-    if (p->keep) m->use_slot(m->model, 0);
-    float *x = mdl_stack_residual(m->blocks, 0); /* slot 0's */
-    RT_TRY(m->upload(m->model, b));
-    if (mdl_stage_is_first(p->stage)) {
-        RT_TRY(m->embed(m->model, b));
-    } else {
-        rt_p2p recv = {.send = false, .peer = s - 1, .buf = x, .bytes = bytes};
-        RT_TRY(rt_comm_p2p(m->pp, &recv, 1));
+    p->held = -1; /* the activations are evaluation's now */
+    if (ops->use_slot) ops->use_slot(ops->model, 0);
+    if (s > 0) {
+        rt_p2p recv = {.send = false, .peer = s - 1, .buf = p->buf.in, .bytes = ops->boundary_bytes(ops->model, s - 1, b)};
+        RT_TRY(rt_comm_p2p(ops->pp, &recv, 1));
     }
-    RT_TRY(m->blocks_fwd(m->model, b, &pass));
-    if (!mdl_stage_is_last(p->stage)) {
-        rt_p2p send = {.send = true, .peer = s + 1, .buf = m->blocks->out, .bytes = bytes};
-        RT_TRY(rt_comm_p2p(m->pp, &send, 1));
+    RT_TRY(ops->forward(ops->model, b, &pass, s > 0 ? p->buf.in : NULL, last ? NULL : p->buf.out, 0.0f, &loss,
+                        last ? logits : NULL));
+    if (!last) {
+        rt_p2p send = {.send = true, .peer = s + 1, .buf = p->buf.out, .bytes = ops->boundary_bytes(ops->model, s, b)};
+        RT_TRY(rt_comm_p2p(ops->pp, &send, 1));
     } else {
-        RT_TRY(m->head_fwd(m->model, b, &pass, 0.0f, &loss, logits));
         memcpy(p->h_result, &loss, sizeof loss);
     }
-    RT_TRY(m->pp->ops->broadcast(m->pp->ctx, p->h_result, result, p->stage.count - 1));
+    RT_TRY(ops->pp->ops->broadcast(ops->pp->ctx, p->h_result, result, p->stage.count - 1));
     memcpy(loss_sum, p->h_result, sizeof *loss_sum);
     if (host_logits) memcpy(host_logits, logits, floats * sizeof(float));
 fail:

@@ -22,6 +22,7 @@
 #include "models/layers/flops.h"
 #include "models/layers/hf_config.h"
 #include "models/layers/lora.h"
+#include "models/layers/stage_pipe.h"
 #include "models/t5/t5_internal.h"
 #include "runtime/base/rt_arena.h"
 #include "runtime/train/rt_pipe.h"
@@ -371,7 +372,7 @@ fail:
 
 void t5_model_free(t5_model *m) {
     if (!m) return;
-    t5_pipe_free(m->pipe);
+    mdl_stage_pipe_free(m->pipe);
     if (m->act_block) rt_free_device(m->be, m->act_block);
     rt_params_free(&m->params);
     mdl_stack_free(&m->enc.blocks);

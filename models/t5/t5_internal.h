@@ -47,7 +47,7 @@ struct t5_model {
     mdl_stage stage;     /* {0, 1}: the whole model. Else the encoder's blocks fill the first
                           * enc_stages stages and the decoder's the rest (t5_pipe.c) */
     int enc_stages;
-    struct t5_pipe *pipe; /* the pipelined step; NULL with one stage */
+    struct mdl_stage_pipe *pipe; /* the pipelined step (models/layers/stage_pipe.h); NULL with one stage */
     rt_params params;
     int shared, lm_head; /* lm_head -1 when tied to shared; each -1 on a stage without it (a stage's
                           * shared past the first is a copy, rt_param_spec.copy) */
@@ -79,9 +79,8 @@ rt_status t5_stage_plan(t5_model *m);
 static inline float *t5_cross_src(const t5_model *m) { return m->enc.L > 0 ? m->enc.blocks.out : m->cross_in; }
 /* Points the activation buffers at slot k's (t5.c). */
 void t5_use_slot(t5_model *m, int k);
-/* The pipeline's runner over rt_pipe (t5_pipe.c). */
+/* The stage as models/layers/stage_pipe.h's runner sees it (t5_pipe.c). */
 rt_status t5_pipe_init(t5_model *m, int max_micro);
-void t5_pipe_free(struct t5_pipe *p);
 /* The pieces t5_pipe.c shares with t5_step (t5.c). */
 rt_status t5_upload_tgt(t5_model *m, const t5_batch *b, int *n_targets);
 /* Their host halves: the checks (and the host staging), without touching the device. */
