@@ -9,9 +9,10 @@
 # OPTIONs go to every program (--precision bf16 compares the bf16 paths).
 #
 # The set: T5 (relu with dropout; gated with activation checkpointing, 1 and 2 blocks at a time;
-# tp 2 under mpirun when it is there; beam-3 predictions), BERT (with checkpointing), RoBERTa,
-# GPT-2 (with checkpointing), GLM (COPA with checkpointing, seq2seq generation). Data comes from
-# assets/; a few minutes on 2 cores. Exit 0 when every output matches, 1 otherwise.
+# tp 2 and pp 2 under mpirun when it is there; beam-3 predictions), BERT (with checkpointing),
+# RoBERTa (also at pp 2 with --pp-recompute under mpirun), GPT-2 (with checkpointing), GLM (COPA
+# with checkpointing, seq2seq generation). Data comes from assets/; a few minutes on 2 cores.
+# Exit 0 when every output matches, 1 otherwise.
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 BEFORE_BIN_DIR AFTER_BIN_DIR [OPTION...]" >&2; exit 2; }
 SRC=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +45,10 @@ run_set() { # BIN OUT: the trainings, then their outputs summarized into OUT.txt
     if command -v mpirun > /dev/null; then
         mpirun --oversubscribe -np 2 "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-gated-gelu.json "${T5[@]}" --threads 1 \
             --tp 2 --save-dir t5d > /dev/null 2>&1 || echo "t5d failed"
+        # two pipeline stages (an encoder stage and a decoder stage need as many blocks each)
+        sed 's/"num_decoder_layers": 3/"num_decoder_layers": 2/' t5-gated-gelu.json > t5-pp.json
+        mpirun --oversubscribe -np 2 "$BIN/t5-finetune" "${EXTRA[@]}" s.en s.de --arch t5-pp.json "${T5[@]}" --threads 1 \
+            --pp 2 --micro-batches 2 --save-dir t5e > /dev/null 2>&1 || echo "t5e failed"
     fi
     "$BIN/t5-finetune" "${EXTRA[@]}" --predict s.en --model t5a/hf --max-new-tokens 6 --num-beams 3 --threads 2 --save-dir t5p \
         --predict-out t5a.pred > /dev/null 2>&1 || echo "t5 predict failed"
@@ -63,6 +68,10 @@ run_set() { # BIN OUT: the trainings, then their outputs summarized into OUT.txt
     "$BIN/bert-classify" "${EXTRA[@]}" --arch bert.json "${BC[@]}" --save-dir bb --save-hf bb/hf --checkpoint-activations \
         --checkpoint-num-layers 2 > /dev/null 2>&1 || echo "bb failed"
     "$BIN/bert-classify" "${EXTRA[@]}" --arch roberta.json "${BC[@]}" --save-dir bc --save-hf bc/hf > /dev/null 2>&1 || echo "bc failed"
+    if command -v mpirun > /dev/null; then
+        mpirun --oversubscribe -np 2 "$BIN/bert-classify" "${EXTRA[@]}" --arch roberta.json "${BC[@]}" --threads 1 \
+            --pp 2 --micro-batches 2 --pp-recompute --save-dir bd --save-hf bd/hf > /dev/null 2>&1 || echo "bd failed"
+    fi
     echo '{"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 3, "n_head": 2}' \
         > gpt2.json
     local GC=(--arch gpt2.json --data-dir mrpc --max-len 48 --batch-size 8 --threads 2 --max-steps 5 --log-interval 1)
