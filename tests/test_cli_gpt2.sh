@@ -119,10 +119,12 @@ expect_fail "a second run on a locked --save-dir" 1 "run folder $TMP/busy is in 
     "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/busy"
 kill -9 "$holder" 2> /dev/null
 wait "$holder" 2> /dev/null
-# ... and the next run there removes what a writer killed mid-checkpoint left, naming it
+# ... and the next run there removes what a writer killed mid-checkpoint left, naming it. It
+# passes --overwrite: on a loaded machine the holder may have logged a step (metrics.jsonl) before
+# the kill, which makes the folder an earlier run's
 touch "$TMP/busy/step-00000003.tzck.tmp.$holder.0"
 mkdir -p "$TMP/busy/hf" && touch "$TMP/busy/hf/model.safetensors.tmp.$holder.1"
-"$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/busy" > "$TMP/out" 2> "$TMP/err" && ok ||
+"$BIN" "${COMMON[@]}" --max-steps 1 --eval-interval -1 --save-dir "$TMP/busy" --overwrite > "$TMP/out" 2> "$TMP/err" && ok ||
     bad "the folder of a killed run stays locked"
 [ ! -e "$TMP/busy/step-00000003.tzck.tmp.$holder.0" ] && grep -q "removed .*step-00000003.tzck.tmp.$holder.0" "$TMP/err" &&
     [ ! -e "$TMP/busy/hf/model.safetensors.tmp.$holder.1" ] &&
