@@ -37,7 +37,7 @@ owner() {
         [ -n "${MAY[$dir]+set}" ] && { OWNER=$dir; return; }
     done
 }
-INCLUDE='^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*/[^"]*)"' 
+INCLUDE='^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]*/[^"]*)"'
 bad=0
 while IFS=: read -r file line text; do
     [[ "$text" =~ $INCLUDE ]] || continue

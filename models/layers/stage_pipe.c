@@ -92,9 +92,18 @@ void mdl_stage_pipe_free(mdl_stage_pipe *p) {
     free(p);
 }
 
-static rt_status pipe_init(mdl_stage_pipe *p, int max_micro) {
+/* A runner for ops; with a one-stack family's description, ops.model is the runner's copy of it. */
+static rt_status pipe_create(const mdl_stage_ops *ops, const mdl_stage_model *stack, int max_micro,
+                             mdl_stage_pipe **out) {
     rt_status st = RT_OK;
-    const mdl_stage_ops *ops = &p->ops;
+    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
+    *out = NULL;
+    p->ops = *ops;
+    if (stack) {
+        p->stack = *stack;
+        p->ops.model = &p->stack;
+    }
+    ops = &p->ops;
     const char *family = ops->family;
     p->stage = (mdl_stage){ops->pp->rank, ops->pp->size};
     p->held = -1;
@@ -108,33 +117,28 @@ static rt_status pipe_init(mdl_stage_pipe *p, int max_micro) {
         RT_FAIL(RT_ERR_CONFIG, "%s pipeline: %d activation slots for %d micro-batches in flight", family, ops->slots,
                 in_flight);
     /* nothing comes into the first stage, nothing goes out of the last */
-    const size_t in = mdl_stage_is_first(p->stage) ? 0 : ops->max_in_bytes;
-    const size_t out = mdl_stage_is_last(p->stage) ? 0 : ops->max_out_bytes;
+    const size_t in_bytes = mdl_stage_is_first(p->stage) ? 0 : ops->max_in_bytes;
+    const size_t out_bytes = mdl_stage_is_last(p->stage) ? 0 : ops->max_out_bytes;
     void **bufs[4] = {&p->buf.in, &p->buf.din, &p->buf.out, &p->buf.dout};
     for (int i = 0; i < 4; i++) {
-        const size_t bytes = i < 2 ? in : out;
+        const size_t bytes = i < 2 ? in_bytes : out_bytes;
         if (bytes) RT_TRY(rt_backend_alloc(ops->be, bytes, "pipeline: transfer buffers", bufs[i]));
     }
-    if (!p->keep && in) { /* recompute (or one micro-batch in flight): keep the inputs */
+    if (!p->keep && in_bytes) { /* recompute (or one micro-batch in flight): keep the inputs */
         p->saved_slots = in_flight;
-        p->saved_stride = (in + 63) & ~(size_t)63;
+        p->saved_stride = (in_bytes + 63) & ~(size_t)63;
         RT_TRY(rt_backend_alloc(ops->be, (size_t)p->saved_slots * p->saved_stride,
                                 "pipeline: the micro-batches' stage inputs", &p->saved));
     }
+    *out = p;
+    return RT_OK;
 fail:
+    mdl_stage_pipe_free(p);
     return st;
 }
 
 rt_status mdl_stage_pipe_init_ops(const mdl_stage_ops *ops, int max_micro, mdl_stage_pipe **out) {
-    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
-    p->ops = *ops;
-    rt_status st = pipe_init(p, max_micro);
-    if (st != RT_OK) {
-        mdl_stage_pipe_free(p);
-        p = NULL;
-    }
-    *out = p;
-    return st;
+    return pipe_create(ops, NULL, max_micro, out);
 }
 
 /* ---- a one-stack family's stage: mdl_stage_model as ops ---- */
@@ -197,22 +201,13 @@ static size_t stack_result_floats(void *ctx, const void *bv) {
 }
 
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out) {
-    mdl_stage_pipe *p = rt_xcalloc(1, sizeof *p);
-    p->stack = *sm;
     const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
-    p->ops = (mdl_stage_ops){.model = &p->stack, .family = sm->family, .be = sm->be, .pp = sm->pp,
-                             .batch_size = sizeof(rt_batch), .boundary_bytes = stack_boundary_bytes,
-                             .max_in_bytes = act, .max_out_bytes = act,
-                             .check = sm->num_labels > 0 ? stack_check : NULL, .forward = stack_forward,
-                             .backward = stack_backward, .slots = sm->slots,
-                             .use_slot = sm->use_slot ? stack_use_slot : NULL, .result_floats = stack_result_floats};
-    rt_status st = pipe_init(p, max_micro);
-    if (st != RT_OK) {
-        mdl_stage_pipe_free(p);
-        p = NULL;
-    }
-    *out = p;
-    return st;
+    const mdl_stage_ops ops = {.family = sm->family, .be = sm->be, .pp = sm->pp, .batch_size = sizeof(rt_batch),
+                               .boundary_bytes = stack_boundary_bytes, .max_in_bytes = act, .max_out_bytes = act,
+                               .check = sm->num_labels > 0 ? stack_check : NULL, .forward = stack_forward,
+                               .backward = stack_backward, .slots = sm->slots,
+                               .use_slot = sm->use_slot ? stack_use_slot : NULL, .result_floats = stack_result_floats};
+    return pipe_create(&ops, sm, max_micro, out);
 }
 
 /* ---- the runner ---- */
@@ -255,7 +250,7 @@ rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const void *b, double *loss_
     float *logits = (float *)(p->h_result + sizeof(double));
     double loss = 0;
     p->held = -1; /* the activations are evaluation's now */
-    if (ops->use_slot) ops->use_slot(ops->model, 0);
+    pipe_use_slot(p, 0);
     if (s > 0) {
         rt_p2p recv = {.send = false, .peer = s - 1, .buf = p->buf.in, .bytes = ops->boundary_bytes(ops->model, s - 1, b)};
         RT_TRY(rt_comm_p2p(ops->pp, &recv, 1));

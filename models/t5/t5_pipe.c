@@ -59,8 +59,10 @@ rt_status t5_stage_plan(t5_model *m) {
 
 static bool t5_is_enc_stage(const t5_model *m) { return m->stage.index < m->enc_stages; }
 
-/* The bytes stage `from` sends stage from + 1 for batch b (and its gradient back). */
-static size_t t5_boundary_bytes(const t5_model *m, int from, const t5_batch *b) {
+/* The bytes stage `from` sends stage from + 1 for batch b (and its gradient back): mdl_stage_ops'. */
+static size_t t5_boundary_bytes(void *model, int from, const void *bv) {
+    const t5_model *m = model;
+    const t5_batch *b = bv;
     const size_t C = (size_t)m->C, NH = (size_t)m->NH_local, B = (size_t)b->B, S = (size_t)b->S, T = (size_t)b->T;
     size_t floats;
     if (from < m->enc_stages - 1) floats = B * S * C + NH * S * S;
@@ -162,8 +164,6 @@ fail:
     return st;
 }
 
-static size_t t5_stage_boundary_bytes(void *model, int from, const void *b) { return t5_boundary_bytes(model, from, b); }
-
 static void t5_stage_use_slot(void *model, int k) { t5_use_slot(model, k); }
 
 /* Every micro-batch is checked on every stage before any work: a bad one stops all of them with
@@ -180,7 +180,7 @@ rt_status t5_pipe_init(t5_model *m, int max_micro) {
     const int P = m->stage.count, s = m->stage.index;
     const t5_batch largest = {.B = m->max_B, .S = m->max_S, .T = m->max_T};
     const mdl_stage_ops ops = {.model = m, .family = "T5", .be = m->be, .pp = m->pp, .batch_size = sizeof(t5_batch),
-                               .boundary_bytes = t5_stage_boundary_bytes,
+                               .boundary_bytes = t5_boundary_bytes,
                                .max_in_bytes = s > 0 ? t5_boundary_bytes(m, s - 1, &largest) : 0,
                                .max_out_bytes = s < P - 1 ? t5_boundary_bytes(m, s, &largest) : 0,
                                .check = t5_stage_check, .forward = t5_stage_fwd, .backward = t5_stage_bwd,
