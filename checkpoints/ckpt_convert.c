@@ -25,10 +25,18 @@
 #define CONV_MAX_RANKS 512
 
 /* The files besides weights that a model folder carries and a conversion copies along. */
-static const char *const conv_side_files[] = {
-    "config.json",        "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "vocab.json",    "merges.txt",
-    "vocab.txt",          "spiece.model",           "sentencepiece.model", "cog-pretrain.model"};
+static const char *const conv_side_files[] = {"config.json",
+                                              "generation_config.json",
+                                              "tokenizer.json",
+                                              "tokenizer_config.json",
+                                              "special_tokens_map.json",
+                                              "added_tokens.json",
+                                              "vocab.json",
+                                              "merges.txt",
+                                              "vocab.txt",
+                                              "spiece.model",
+                                              "sentencepiece.model",
+                                              "cog-pretrain.model"};
 
 static double conv_now(void) {
     struct timespec ts;
@@ -53,8 +61,10 @@ static void conv_dir_of(const char *path, char *out, size_t size) {
         return;
     }
     const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(out, size, ".");
-    else snprintf(out, size, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(out, size, ".");
+    else
+        snprintf(out, size, "%.*s", (int)(slash - path), path);
 }
 
 /* ---- progress ---- */
@@ -77,8 +87,9 @@ static rt_status conv_progress_step(conv_progress *p, double bytes) {
     p->n++;
     p->bytes += bytes;
     int sig = rt_signal_stop_requested();
-    if (sig) return rt_errorf(RT_ERR_RUNTIME, "%s stopped by %s after %zu of %zu tensors; nothing was written", p->what,
-                              sig == SIGINT ? "SIGINT" : "SIGTERM", p->n, p->n_total);
+    if (sig)
+        return rt_errorf(RT_ERR_RUNTIME, "%s stopped by %s after %zu of %zu tensors; nothing was written", p->what,
+                         sig == SIGINT ? "SIGINT" : "SIGTERM", p->n, p->n_total);
     double t = conv_now();
     if (t - p->last < 2.0) return RT_OK;
     p->last = t;
@@ -135,8 +146,10 @@ static rt_status conv_megatron_ranks(const char *src, char paths[][CONV_PATH_MAX
     }
     snprintf(probe, sizeof probe, "%s/mp_rank_00_000", base);
     if (*n == 0 && conv_is_dir(probe))
-        return rt_errorf(RT_ERR_UNSUPPORTED, "%s: pipeline-parallel Megatron checkpoints (mp_rank_NN_PPP) are not "
-                         "supported; merge the pipeline stages with Megatron's tools/checkpoint/convert.py first", base);
+        return rt_errorf(RT_ERR_UNSUPPORTED,
+                         "%s: pipeline-parallel Megatron checkpoints (mp_rank_NN_PPP) are not "
+                         "supported; merge the pipeline stages with Megatron's tools/checkpoint/convert.py first",
+                         base);
     return RT_OK;
 }
 
@@ -158,13 +171,16 @@ static rt_status conv_megatron_config(const char *rank0, int vocab, char **json)
     rt_status st = RT_OK;
     ckpt_source *s = NULL;
     double v[6] = {0}, gelu = 0, eps = 1e-5;
-    static const char *const keys[6] = {"args.num_layers", "args.hidden_size", "args.num_attention_heads",
-                                        "args.max_position_embeddings", "args.ffn_hidden_size", "args.padded_vocab_size"};
+    static const char *const keys[6] = {"args.num_layers",          "args.hidden_size",
+                                        "args.num_attention_heads", "args.max_position_embeddings",
+                                        "args.ffn_hidden_size",     "args.padded_vocab_size"};
     RT_TRY(ckpt_source_open(rank0, &s));
     for (int k = 0; k < 5; k++)
         if (!ckpt_source_scalar(s, keys[k], &v[k]))
-            RT_FAIL(RT_ERR_CONFIG, "%s: no '%s' in the checkpoint (it has no Megatron args); pass --hf-config with an "
-                    "HF GPT-2 config.json for this model", rank0, keys[k]);
+            RT_FAIL(RT_ERR_CONFIG,
+                    "%s: no '%s' in the checkpoint (it has no Megatron args); pass --hf-config with an "
+                    "HF GPT-2 config.json for this model",
+                    rank0, keys[k]);
     (void)ckpt_source_scalar(s, "args.openai_gelu", &gelu);
     (void)ckpt_source_scalar(s, "args.layernorm_epsilon", &eps);
     cJSON *c = cJSON_CreateObject();
@@ -203,9 +219,9 @@ typedef struct {
     int n_ranks;
     bool megatron;
     const ckpt_map *map;
-    cJSON *config;      /* the source's config.json, when there is one */
+    cJSON *config; /* the source's config.json, when there is one */
     char config_path[CONV_PATH_MAX];
-    char *made_config;  /* a config.json built for a Megatron source */
+    char *made_config; /* a config.json built for a Megatron source */
     int n_head, vocab;
 } conv_import;
 
@@ -219,8 +235,10 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
         c->megatron = c->n_ranks > 0;
         if (!c->megatron) c->n_ranks = conv_flagai_ranks(o->src, c->rank_paths);
     }
-    if (o->hf_config) snprintf(c->config_path, sizeof c->config_path, "%s", o->hf_config);
-    else snprintf(c->config_path, sizeof c->config_path, "%s/config.json", dir);
+    if (o->hf_config)
+        snprintf(c->config_path, sizeof c->config_path, "%s", o->hf_config);
+    else
+        snprintf(c->config_path, sizeof c->config_path, "%s/config.json", dir);
     if (conv_is_file(c->config_path)) {
         RT_TRY(rt_json_load(c->config_path, &c->config));
         RT_TRY(rt_json_get_string(c->config, c->config_path, "model_type", &model_type, false, NULL));
@@ -257,7 +275,8 @@ static rt_status conv_import_plan(const ckpt_import_opts *o, conv_import *c) {
     if (c->n_head > 0 && c->n_head % o->tp)
         RT_FAIL(RT_ERR_CONFIG, "--tp %d does not divide the model's %d attention heads", o->tp, c->n_head);
     if (c->n_ranks > 1 && c->vocab < 1)
-        RT_FAIL(RT_ERR_CONFIG, "%s: the vocab size is needed to join the embedding's shards; pass --vocab-size", o->src);
+        RT_FAIL(RT_ERR_CONFIG, "%s: the vocab size is needed to join the embedding's shards; pass --vocab-size",
+                o->src);
 fail:
     return st;
 }
@@ -267,7 +286,8 @@ static rt_status conv_copy_side_files(ckpt_sharded_writer *w, const conv_import 
     rt_status st = RT_OK;
     char dir[CONV_PATH_MAX], path[CONV_PATH_MAX + 64];
     conv_dir_of(src, dir, sizeof dir);
-    if (c->made_config) RT_TRY(ckpt_sharded_writer_put_file(w, "config.json", c->made_config, strlen(c->made_config)));
+    if (c->made_config)
+        RT_TRY(ckpt_sharded_writer_put_file(w, "config.json", c->made_config, strlen(c->made_config)));
     else if (c->config_path[0]) {
         char *text = NULL;
         size_t n = 0;
@@ -303,9 +323,12 @@ rt_status ckpt_convert_import(const ckpt_import_opts *o, ckpt_convert_stats *sta
      * ([q; k; v]) and 1.0 ([head][head_dim][q, k, v]) order them otherwise; Megatron reads a
      * missing version as 0 */
     double version = 0;
-    if (!strcmp(c->map->arch, "megatron-gpt2") && (!ckpt_weights_scalar(w, "checkpoint_version", &version) || version < 2))
-        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: Megatron checkpoint_version %g; tz-convert reads version 2 and later (load "
-                "and save it once with a recent Megatron-LM to upgrade it)", o->src, version);
+    if (!strcmp(c->map->arch, "megatron-gpt2") &&
+        (!ckpt_weights_scalar(w, "checkpoint_version", &version) || version < 2))
+        RT_FAIL(RT_ERR_UNSUPPORTED,
+                "%s: Megatron checkpoint_version %g; tz-convert reads version 2 and later (load "
+                "and save it once with a recent Megatron-LM to upgrade it)",
+                o->src, version);
     const char *first_unused = NULL;
     if (ckpt_weights_unused(w, &first_unused))
         rt_log_warn("%s: %zu tensors map to no %s parameter and are left out (the first: '%s')", o->src,
@@ -342,8 +365,12 @@ rt_status ckpt_convert_import(const ckpt_import_opts *o, ckpt_convert_stats *sta
         if (info.row->tp == RT_TP_VOCAB && c->n_ranks == 0) vocab = (int)info.shape[0];
     }
     ckpt_sharded_spec spec = {.arch = c->map->ours_arch ? c->map->ours_arch : c->map->arch,
-                              .source_arch = c->map->arch, .source = o->src, .tp = o->tp, .dtype = dtype,
-                              .n_head = c->n_head, .vocab_size = vocab};
+                              .source_arch = c->map->arch,
+                              .source = o->src,
+                              .tp = o->tp,
+                              .dtype = dtype,
+                              .n_head = c->n_head,
+                              .vocab_size = vocab};
     RT_TRY(ckpt_sharded_writer_begin(o->out, &spec, &out));
     RT_TRY(conv_copy_side_files(out, c, o->src));
     conv_progress p;
@@ -398,8 +425,12 @@ rt_status ckpt_convert_reshard(const char *in, const char *out, int tp, ckpt_con
     if (!map) RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows", in, ckpt_sharded_arch(s));
     if (ckpt_sharded_n_head(s) > 0 && ckpt_sharded_n_head(s) % tp)
         RT_FAIL(RT_ERR_CONFIG, "--tp %d does not divide the model's %d attention heads", tp, ckpt_sharded_n_head(s));
-    ckpt_sharded_spec spec = {.arch = ckpt_sharded_arch(s), .source_arch = ckpt_sharded_arch(s), .source = in,
-                              .tp = tp, .dtype = ckpt_sharded_dtype(s), .n_head = ckpt_sharded_n_head(s),
+    ckpt_sharded_spec spec = {.arch = ckpt_sharded_arch(s),
+                              .source_arch = ckpt_sharded_arch(s),
+                              .source = in,
+                              .tp = tp,
+                              .dtype = ckpt_sharded_dtype(s),
+                              .n_head = ckpt_sharded_n_head(s),
                               .vocab_size = ckpt_sharded_vocab_size(s)};
     RT_TRY(ckpt_sharded_writer_begin(out, &spec, &w));
     for (size_t i = 0; i < ckpt_sharded_file_count(s); i++) {
@@ -454,12 +485,14 @@ static rt_status conv_export_names(const ckpt_sharded *s, const ckpt_map *map, c
         int n_nums;
         ckpt_sharded_tensor_at(s, i, &t);
         const ckpt_map_row *row = ckpt_map_find_ours(map, t.name, nums, &n_nums);
-        if (!row) return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is not a %s parameter", ckpt_sharded_dir(s), t.name, map->arch);
+        if (!row)
+            return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is not a %s parameter", ckpt_sharded_dir(s), t.name,
+                             map->arch);
         for (int k = 0; k < ckpt_map_parts(row); k++, e->n++) {
             RT_CHECK(ckpt_map_export_name(map, t.name, k, e->names[e->n], sizeof e->names[e->n]), "export name");
             ckpt_map_their_shape(row, t.ndim, t.shape, e->shapes[e->n]);
-            e->entries[e->n] = (ckpt_st_write_entry){.name = e->names[e->n], .ndim = t.ndim, .shape = e->shapes[e->n],
-                                                     .store = ckpt_sharded_dtype(s)};
+            e->entries[e->n] = (ckpt_st_write_entry){
+                .name = e->names[e->n], .ndim = t.ndim, .shape = e->shapes[e->n], .store = ckpt_sharded_dtype(s)};
         }
     }
     return RT_OK;
@@ -496,15 +529,18 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
     char *partial = NULL, path[CONV_PATH_MAX + 256];
     struct stat sb;
     if (stat(out_dir, &sb) == 0)
-        return rt_errorf(RT_ERR_IO, "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", out_dir);
+        return rt_errorf(RT_ERR_IO,
+                         "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", out_dir);
     RT_TRY(ckpt_sharded_open(in, &s));
     const ckpt_map *map = ckpt_map_for_arch(ckpt_sharded_arch(s));
     if (!map) RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows", in, ckpt_sharded_arch(s));
     RT_TRY(conv_export_names(s, map, &plan));
     RT_TRY(rt_atomic_partial_dir(out_dir, &partial));
     snprintf(path, sizeof path, "%s/%s", partial, ckpt_map_weights_file(map));
-    if (map->torch_wrap) RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
-    else RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
+    if (map->torch_wrap)
+        RT_TRY(ckpt_torch_writer_begin(path, map->torch_wrap, &tw));
+    else
+        RT_TRY(ckpt_safetensors_writer_begin(path, plan.n, plan.entries, "{\"format\":\"pt\"}", &sw));
     const size_t n = ckpt_sharded_count(s);
     const double total = conv_sharded_bytes(s);
     conv_progress p;
@@ -548,7 +584,8 @@ rt_status ckpt_convert_export(const char *in, const char *out_dir, ckpt_convert_
         free(text);
         RT_TRY(st);
     }
-    if (rename(partial, out_dir) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", out_dir, strerror(errno));
+    if (rename(partial, out_dir) != 0)
+        RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", out_dir, strerror(errno));
     free(partial);
     partial = NULL;
     conv_progress_end(&p, out_dir, stats);
@@ -569,9 +606,11 @@ fail:
 
 /* ---- inspect and verify ---- */
 
-static void conv_print_tensor(FILE *out, const char *name, rt_dtype dtype, int ndim, const size_t *shape, const char *crc) {
+static void conv_print_tensor(FILE *out, const char *name, rt_dtype dtype, int ndim, const size_t *shape,
+                              const char *crc) {
     char sbuf[128];
-    fprintf(out, "%-60s %-5s %-20s %s\n", name, rt_dtype_name(dtype), ckpt_shape_str(ndim, shape, sbuf, sizeof sbuf), crc);
+    fprintf(out, "%-60s %-5s %-20s %s\n", name, rt_dtype_name(dtype), ckpt_shape_str(ndim, shape, sbuf, sizeof sbuf),
+            crc);
 }
 
 static bool conv_is_native(const char *path) {

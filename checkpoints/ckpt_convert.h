@@ -37,18 +37,18 @@ typedef rt_status (*ckpt_shape_check_fn)(const char *arch, const char *config_pa
 
 typedef struct {
     const char *src, *out;
-    int tp;             /* >= 1 */
-    bool keep_dtype;    /* store as the source stores (F32, BF16 or F16; F64 becomes F32) */
-    rt_dtype dtype;     /* else this: RT_F32, RT_BF16 or RT_F16 */
-    const char *arch;   /* NULL: config.json's model_type (Megatron folders: megatron-gpt2) */
-    const char *hf_config; /* NULL: <src>/config.json; Megatron without one: built from its args */
-    int vocab_size;     /* 0: from the config (Megatron: the real vocab, dropping padding rows) */
+    int tp;                    /* >= 1 */
+    bool keep_dtype;           /* store as the source stores (F32, BF16 or F16; F64 becomes F32) */
+    rt_dtype dtype;            /* else this: RT_F32, RT_BF16 or RT_F16 */
+    const char *arch;          /* NULL: config.json's model_type (Megatron folders: megatron-gpt2) */
+    const char *hf_config;     /* NULL: <src>/config.json; Megatron without one: built from its args */
+    int vocab_size;            /* 0: from the config (Megatron: the real vocab, dropping padding rows) */
     ckpt_shape_check_fn check; /* before anything is written, where the source has a config.json; NULL: none */
 } ckpt_import_opts;
 
 typedef struct {
     size_t tensors;
-    double bytes;   /* read from the source, as stored */
+    double bytes; /* read from the source, as stored */
     double seconds;
 } ckpt_convert_stats;
 

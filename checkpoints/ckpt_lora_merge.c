@@ -80,9 +80,12 @@ static rt_status merge_plan_build(const ckpt_st_file *ad, const char *ad_path, c
         rt_status st = ckpt_peft_tensor_name(name, module, sizeof module, &kind);
         if (st != RT_OK) return rt_errorf(st, "%s: %s", ad_path, rt_error_message());
         merge_item *it = merge_find(p, module, kind == CKPT_PEFT_SAVED);
-        if (kind == CKPT_PEFT_LORA_A) it->a = name;
-        else if (kind == CKPT_PEFT_LORA_B) it->b = name;
-        else it->saved = name;
+        if (kind == CKPT_PEFT_LORA_A)
+            it->a = name;
+        else if (kind == CKPT_PEFT_LORA_B)
+            it->b = name;
+        else
+            it->saved = name;
     }
     for (size_t k = 0; k < p->n; k++) {
         merge_item *it = &p->items[k];
@@ -94,8 +97,10 @@ static rt_status merge_plan_build(const ckpt_st_file *ad, const char *ad_path, c
         rt_status st = merge_locate(base, want, ad_path, &it->base);
         if (st != RT_OK) return st;
         if (!it->saved && it->base < 0)
-            return rt_errorf(RT_ERR_FORMAT, "%s: the adapter of '%s' has no weight '%s' in the base %s (another base "
-                             "model?)", ad_path, it->module, want, base_dir);
+            return rt_errorf(RT_ERR_FORMAT,
+                             "%s: the adapter of '%s' has no weight '%s' in the base %s (another base "
+                             "model?)",
+                             ad_path, it->module, want, base_dir);
     }
     return RT_OK;
 }
@@ -146,7 +151,8 @@ static rt_status merge_fold(const ckpt_st_file *ad, const char *path, const merg
     RT_TRY(merge_read(ad, path, it->a, (size_t)cfg->r, 0, &A, as));
     RT_TRY(merge_read(ad, path, it->b, 0, (size_t)cfg->r, &B, bs));
     const size_t out = bs[0], in = as[1];
-    const size_t w_out = cfg->fan_in_fan_out ? w->shape[1] : w->shape[0], w_in = cfg->fan_in_fan_out ? w->shape[0] : w->shape[1];
+    const size_t w_out = cfg->fan_in_fan_out ? w->shape[1] : w->shape[0],
+                 w_in = cfg->fan_in_fan_out ? w->shape[0] : w->shape[1];
     if (w->ndim != 2 || w_out != out || w_in != in)
         RT_FAIL(RT_ERR_FORMAT, "%s: the adapter of '%s' is %zu x %zu (out x in), but the base's '%s' is [%zu, %zu]%s",
                 path, it->module, out, in, w_name, w->shape[0], w->ndim > 1 ? w->shape[1] : 0,
@@ -202,7 +208,7 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
     merge_plan plan = {0};
     ckpt_st_write_entry *entries = NULL;
     merge_out *outs = NULL;
-    size_t (*shapes)[CKPT_MAX_DIMS] = NULL;
+    size_t(*shapes)[CKPT_MAX_DIMS] = NULL;
     ckpt_st_writer *w = NULL;
     float *buf = NULL;
     char *partial = NULL, ad_path[4096], path[4200];
@@ -211,8 +217,8 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
     clock_gettime(CLOCK_MONOTONIC, &t0);
     memset(stats, 0, sizeof *stats);
     if (stat(out_dir, &sb) == 0)
-        return rt_errorf(RT_ERR_IO, "%s: already exists; tz-convert does not overwrite (remove it or pick another name)",
-                         out_dir);
+        return rt_errorf(RT_ERR_IO,
+                         "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", out_dir);
     RT_TRY(ckpt_peft_config_read(adapter_dir, &cfg));
     snprintf(ad_path, sizeof ad_path, "%s/%s", adapter_dir, CKPT_PEFT_WEIGHTS_FILE);
     RT_TRY(ckpt_safetensors_open(ad_path, &ad));
@@ -235,7 +241,9 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
         for (int d = 0; d < t.ndim; d++) shapes[j][d] = t.shape[d];
         entries[j] = (ckpt_st_write_entry){.name = outs[j].base >= 0 ? ckpt_source_name(base, (size_t)outs[j].base)
                                                                      : outs[j].saved->module,
-                                           .ndim = t.ndim, .shape = shapes[j], .store = merge_store(t.dtype)};
+                                           .ndim = t.ndim,
+                                           .shape = shapes[j],
+                                           .store = merge_store(t.dtype)};
     }
 
     RT_TRY(rt_atomic_partial_dir(out_dir, &partial));
@@ -246,8 +254,10 @@ rt_status ckpt_lora_merge(const char *base_dir, const char *adapter_dir, const c
         ckpt_st_tensor t;
         RT_TRY(merge_source(ad, base, o, &t));
         buf = rt_xrealloc(buf, (t.numel ? t.numel : 1) * sizeof(float));
-        if (o->saved) RT_TRY(ckpt_safetensors_read_f32(ad, o->saved->saved, buf, t.numel));
-        else RT_TRY(ckpt_source_read_f32(base, entries[j].name, buf, t.numel));
+        if (o->saved)
+            RT_TRY(ckpt_safetensors_read_f32(ad, o->saved->saved, buf, t.numel));
+        else
+            RT_TRY(ckpt_source_read_f32(base, entries[j].name, buf, t.numel));
         if (o->adapter) RT_TRY(merge_fold(ad, ad_path, o->adapter, &t, entries[j].name, &cfg, buf));
         RT_TRY(ckpt_safetensors_writer_put(w, buf));
         if (o->base >= 0) ckpt_source_release(base, (size_t)o->base);

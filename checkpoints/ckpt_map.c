@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const ckpt_map *const ckpt_maps[] = {&ckpt_map_gpt2, &ckpt_map_bert,         &ckpt_map_roberta,
-                                            &ckpt_map_t5,   &ckpt_map_glm,          &ckpt_map_megatron_gpt2};
+static const ckpt_map *const ckpt_maps[] = {&ckpt_map_gpt2, &ckpt_map_bert, &ckpt_map_roberta,
+                                            &ckpt_map_t5,   &ckpt_map_glm,  &ckpt_map_megatron_gpt2};
 
 const ckpt_map *ckpt_map_for_arch(const char *arch) {
     for (size_t i = 0; arch && i < sizeof ckpt_maps / sizeof *ckpt_maps; i++)
@@ -92,7 +92,8 @@ static void map_normalize(const ckpt_map *map, const char *theirs, char *out, si
         char *at = strstr(out, map->renames[i].from);
         if (!at) continue;
         char tmp[CKPT_MAP_NAME_MAX];
-        snprintf(tmp, sizeof tmp, "%.*s%s%s", (int)(at - out), out, map->renames[i].to, at + strlen(map->renames[i].from));
+        snprintf(tmp, sizeof tmp, "%.*s%s%s", (int)(at - out), out, map->renames[i].to,
+                 at + strlen(map->renames[i].from));
         snprintf(out, size, "%s", tmp);
     }
 }
@@ -146,7 +147,8 @@ rt_tp_rule ckpt_map_tp_rule(const ckpt_map *map, const char *ours) {
     int n_nums;
     const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);
     if (!row) {
-        fprintf(stderr, "tunezoo: internal error: parameter '%s' has no row in the %s map (checkpoints/ckpt_map_tables.c)\n",
+        fprintf(stderr,
+                "tunezoo: internal error: parameter '%s' has no row in the %s map (checkpoints/ckpt_map_tables.c)\n",
                 ours, map->arch);
         abort();
     }
@@ -232,7 +234,8 @@ static void map_transpose(float *dst, const float *src, size_t rows, size_t cols
 #if defined(__AVX2__)
             if (r1 - r0 == TILE && c1 - c0 == TILE) {
                 for (size_t r = r0; r < r1; r += 8)
-                    for (size_t c = c0; c < c1; c += 8) map_transpose8(dst + c * rows + r, src + r * cols + c, rows, cols);
+                    for (size_t c = c0; c < c1; c += 8)
+                        map_transpose8(dst + c * rows + r, src + r * cols + c, rows, cols);
                 continue;
             }
 #endif
@@ -241,7 +244,8 @@ static void map_transpose(float *dst, const float *src, size_t rows, size_t cols
         }
 }
 
-void ckpt_map_to_ours(const ckpt_map_row *row, int ndim, const size_t *shape, int n_head, const float *src, float *dst) {
+void ckpt_map_to_ours(const ckpt_map_row *row, int ndim, const size_t *shape, int n_head, const float *src,
+                      float *dst) {
     size_t n = map_numel(ndim, shape);
     switch (row->layout) {
     case CKPT_LAYOUT_TRANSPOSE: map_transpose(dst, src, shape[1], shape[0]); return; /* theirs [in, out] */

@@ -31,11 +31,16 @@ static const ckpt_map_row gpt2_rows[] = {
 /* the tied LM head, and the causal-mask buffers (".attn.bias" is a buffer, "c_attn.bias" a
  * parameter) */
 static const char *const gpt2_ignored[] = {"lm_head.weight", "h.{n}.attn.bias", "h.{n}.attn.masked_bias", NULL};
-const ckpt_map ckpt_map_gpt2 = {.arch = "gpt2", .prefix = "transformer.", .rows = ROWS(gpt2_rows),
-                                .ignored = gpt2_ignored, .heads_key = "n_head", .vocab_key = "vocab_size"};
+const ckpt_map ckpt_map_gpt2 = {.arch = "gpt2",
+                                .prefix = "transformer.",
+                                .rows = ROWS(gpt2_rows),
+                                .ignored = gpt2_ignored,
+                                .heads_key = "n_head",
+                                .vocab_key = "vocab_size"};
 
 /* ---- BERT and RoBERTa: HF BertModel / RobertaModel and their classifiers ---- */
 #define BERT_LAYER "encoder.layer.{n}."
+/* clang-format off */
 static const ckpt_map_row bert_rows[] = {
     {"embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight", CKPT_LAYOUT_SAME, RT_TP_VOCAB, 0},
     {"embeddings.position_embeddings.weight", "embeddings.position_embeddings.weight", CKPT_LAYOUT_SAME, RT_TP_NONE, 0},
@@ -68,27 +73,52 @@ static const ckpt_map_row bert_rows[] = {
     {"classifier.out_proj.weight", "classifier.out_proj.weight", CKPT_LAYOUT_SAME, RT_TP_NONE, CKPT_ROW_NO_PREFIX},
     {"classifier.out_proj.bias", "classifier.out_proj.bias", CKPT_LAYOUT_SAME, RT_TP_NONE, CKPT_ROW_NO_PREFIX},
 };
+/* clang-format on */
 /* TF-era checkpoints name LayerNorm's parameters gamma and beta */
-static const ckpt_map_rename bert_renames[] = {{"LayerNorm.gamma", "LayerNorm.weight"},
-                                               {"LayerNorm.beta", "LayerNorm.bias"}, {0}};
+static const ckpt_map_rename bert_renames[] = {
+    {"LayerNorm.gamma", "LayerNorm.weight"}, {"LayerNorm.beta", "LayerNorm.bias"}, {0}};
 /* pre-training heads and the position-ids buffer */
-static const char *const bert_ignored[] = {"cls.predictions.bias", "cls.predictions.decoder.weight",
-    "cls.predictions.decoder.bias", "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
-    "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
-    "cls.seq_relationship.weight", "cls.seq_relationship.bias", "lm_head.bias", "lm_head.dense.weight",
-    "lm_head.dense.bias", "lm_head.layer_norm.weight", "lm_head.layer_norm.bias", "lm_head.decoder.weight",
-    "lm_head.decoder.bias", "embeddings.position_ids", NULL};
+static const char *const bert_ignored[] = {"cls.predictions.bias",
+                                           "cls.predictions.decoder.weight",
+                                           "cls.predictions.decoder.bias",
+                                           "cls.predictions.transform.dense.weight",
+                                           "cls.predictions.transform.dense.bias",
+                                           "cls.predictions.transform.LayerNorm.weight",
+                                           "cls.predictions.transform.LayerNorm.bias",
+                                           "cls.seq_relationship.weight",
+                                           "cls.seq_relationship.bias",
+                                           "lm_head.bias",
+                                           "lm_head.dense.weight",
+                                           "lm_head.dense.bias",
+                                           "lm_head.layer_norm.weight",
+                                           "lm_head.layer_norm.bias",
+                                           "lm_head.decoder.weight",
+                                           "lm_head.decoder.bias",
+                                           "embeddings.position_ids",
+                                           NULL};
 static const char *const bert_also[] = {"roberta.", NULL}, *const roberta_also[] = {"bert.", NULL};
-const ckpt_map ckpt_map_bert = {.arch = "bert", .prefix = "bert.", .also_prefixes = bert_also,
-                                .renames = bert_renames, .rows = ROWS(bert_rows), .ignored = bert_ignored,
-                                .qkv_parts = qkv_words, .heads_key = "num_attention_heads", .vocab_key = "vocab_size"};
-const ckpt_map ckpt_map_roberta = {.arch = "roberta", .prefix = "roberta.", .also_prefixes = roberta_also,
-                                   .renames = bert_renames, .rows = ROWS(bert_rows), .ignored = bert_ignored,
-                                   .qkv_parts = qkv_words, .heads_key = "num_attention_heads",
+const ckpt_map ckpt_map_bert = {.arch = "bert",
+                                .prefix = "bert.",
+                                .also_prefixes = bert_also,
+                                .renames = bert_renames,
+                                .rows = ROWS(bert_rows),
+                                .ignored = bert_ignored,
+                                .qkv_parts = qkv_words,
+                                .heads_key = "num_attention_heads",
+                                .vocab_key = "vocab_size"};
+const ckpt_map ckpt_map_roberta = {.arch = "roberta",
+                                   .prefix = "roberta.",
+                                   .also_prefixes = roberta_also,
+                                   .renames = bert_renames,
+                                   .rows = ROWS(bert_rows),
+                                   .ignored = bert_ignored,
+                                   .qkv_parts = qkv_words,
+                                   .heads_key = "num_attention_heads",
                                    .vocab_key = "vocab_size"};
 
 /* ---- T5 (v1.0, v1.1, flan): HF T5ForConditionalGeneration; our names are HF's ---- */
-#define T5_ROW(stack, what, tp) {stack ".block.{n}.layer.{n}." what, stack ".block.{n}.layer.{n}." what, CKPT_LAYOUT_SAME, tp, 0}
+#define T5_ROW(stack, what, tp) \
+    { stack ".block.{n}.layer.{n}." what, stack ".block.{n}.layer.{n}." what, CKPT_LAYOUT_SAME, tp, 0 }
 static const ckpt_map_row t5_rows[] = {
     {"shared.weight", "shared.weight", CKPT_LAYOUT_SAME, RT_TP_VOCAB, 0},
     /* older checkpoints keep the shared table only under the stacks' names */
@@ -126,12 +156,17 @@ static const ckpt_map_row t5_rows[] = {
 /* a cross-attention position bias some exporters write and HF itself ignores */
 static const char *const t5_ignored[] = {"decoder.block.{n}.layer.{n}.EncDecAttention.relative_attention_bias.weight",
                                          NULL};
-const ckpt_map ckpt_map_t5 = {.arch = "t5", .prefix = "", .rows = ROWS(t5_rows), .ignored = t5_ignored,
-                              .heads_key = "num_heads", .vocab_key = "vocab_size"};
+const ckpt_map ckpt_map_t5 = {.arch = "t5",
+                              .prefix = "",
+                              .rows = ROWS(t5_rows),
+                              .ignored = t5_ignored,
+                              .heads_key = "num_heads",
+                              .vocab_key = "vocab_size"};
 
 /* ---- GLM: FlagAI's GLMModel keys (THUDM/GLM's are the same); our names are theirs ---- */
 #define GLM_LAYER "transformer.layers.{n}."
-#define GLM_SAME(name, tp) {name, name, CKPT_LAYOUT_SAME, tp, 0}
+#define GLM_SAME(name, tp) \
+    { name, name, CKPT_LAYOUT_SAME, tp, 0 }
 static const ckpt_map_row glm_rows[] = {
     GLM_SAME("word_embeddings.weight", RT_TP_VOCAB),
     GLM_SAME("transformer.position_embeddings.weight", RT_TP_NONE),
@@ -154,12 +189,17 @@ static const ckpt_map_row glm_rows[] = {
 };
 /* FlagAI saves {'module': state_dict}; its task models wrap GLMModel as `model` */
 static const char *const glm_also[] = {"module.", "model.", NULL};
-const ckpt_map ckpt_map_glm = {.arch = "glm", .prefix = "", .also_prefixes = glm_also, .rows = ROWS(glm_rows),
+const ckpt_map ckpt_map_glm = {.arch = "glm",
+                               .prefix = "",
+                               .also_prefixes = glm_also,
+                               .rows = ROWS(glm_rows),
                                .torch_wrap = "module",
-                               .heads_key = "num_attention_heads", .vocab_key = "vocab_size"};
+                               .heads_key = "num_attention_heads",
+                               .vocab_key = "vocab_size"};
 
 /* ---- Megatron-LM legacy GPT (checkpoint_version 3) into our GPT-2 parameters ---- */
 #define MEG_LAYER "encoder.layers.{n}."
+/* clang-format off */
 static const ckpt_map_row megatron_gpt2_rows[] = {
     {"wte.weight", "embedding.word_embeddings.weight", CKPT_LAYOUT_SAME, RT_TP_VOCAB, 0},
     {"wpe.weight", "embedding.position_embeddings.weight", CKPT_LAYOUT_SAME, RT_TP_NONE, 0},
@@ -179,12 +219,17 @@ static const ckpt_map_row megatron_gpt2_rows[] = {
     {"ln_f.weight", "encoder.final_layernorm.weight", CKPT_LAYOUT_SAME, RT_TP_NONE, 0},
     {"ln_f.bias", "encoder.final_layernorm.bias", CKPT_LAYOUT_SAME, RT_TP_NONE, 0},
 };
+/* clang-format on */
 /* checkpoints before version 3 said "transformer" for the encoder and "attention" for
  * self_attention */
-static const ckpt_map_rename megatron_renames[] = {{"transformer.", "encoder."}, {".attention.", ".self_attention."},
-                                                   {0}};
+static const ckpt_map_rename megatron_renames[] = {
+    {"transformer.", "encoder."}, {".attention.", ".self_attention."}, {0}};
 static const char *const megatron_also[] = {"model.", NULL};
-const ckpt_map ckpt_map_megatron_gpt2 = {.arch = "megatron-gpt2", .ours_arch = "gpt2", .prefix = "language_model.",
-                                         .also_prefixes = megatron_also, .renames = megatron_renames,
-                                         .rows = ROWS(megatron_gpt2_rows), .heads_key = "num_attention_heads",
+const ckpt_map ckpt_map_megatron_gpt2 = {.arch = "megatron-gpt2",
+                                         .ours_arch = "gpt2",
+                                         .prefix = "language_model.",
+                                         .also_prefixes = megatron_also,
+                                         .renames = megatron_renames,
+                                         .rows = ROWS(megatron_gpt2_rows),
+                                         .heads_key = "num_attention_heads",
                                          .vocab_key = "padded_vocab_size"};

@@ -154,8 +154,8 @@ fail:
     return st;
 }
 
-rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dtype dtype, int ndim,
-                                 const size_t *shape, const void *data) {
+rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dtype dtype, int ndim, const size_t *shape,
+                                 const void *data) {
     rt_status st = RT_OK;
     RT_CHECK(name != NULL && strlen(name) < (1u << 20), "record name");
     RT_CHECK(ndim >= 0 && ndim <= CKPT_MAX_DIMS, "record '%s' ndim=%d", name, ndim);
@@ -263,20 +263,21 @@ static int nat_is_padding(const unsigned char *p, uint64_t n) {
 
 /* Parses table entry i at tbl[*pos], at most len bytes, into e; checks it against the data
  * region [data_begin, data_end) and the end of the previous record. */
-static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char *tbl, size_t len, size_t *pos,
-                                 size_t i, uint64_t data_begin, uint64_t data_end, uint64_t prev_end, nat_entry *e) {
+static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char *tbl, size_t len, size_t *pos, size_t i,
+                                 uint64_t data_begin, uint64_t data_end, uint64_t prev_end, nat_entry *e) {
     const char *path = f->path;
     size_t p = *pos;
-#define NEED(n, what)                                                                                  \
-    do {                                                                                               \
-        if (len - p < (size_t)(n))                                                                     \
+#define NEED(n, what)                                                                                           \
+    do {                                                                                                        \
+        if (len - p < (size_t)(n))                                                                              \
             return rt_errorf(RT_ERR_FORMAT, "%s: record table is cut short in record %zu (%s)", path, i, what); \
     } while (0)
     NEED(4, "name length");
     uint32_t name_len = get_u32(tbl + p);
     p += 4;
     NEED(name_len, "name");
-    if (memchr(tbl + p, 0, name_len)) return rt_errorf(RT_ERR_FORMAT, "%s: record %zu has a NUL byte in its name", path, i);
+    if (memchr(tbl + p, 0, name_len))
+        return rt_errorf(RT_ERR_FORMAT, "%s: record %zu has a NUL byte in its name", path, i);
     e->name = rt_xmalloc((size_t)name_len + 1);
     memcpy(e->name, tbl + p, name_len);
     e->name[name_len] = '\0';
@@ -291,7 +292,8 @@ static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char 
     uint32_t ndim = get_u32(tbl + p);
     p += 4;
     if (ndim > CKPT_MAX_DIMS)
-        return rt_errorf(RT_ERR_FORMAT, "%s: record '%s' has %u dimensions (at most %d)", path, e->name, ndim, CKPT_MAX_DIMS);
+        return rt_errorf(RT_ERR_FORMAT, "%s: record '%s' has %u dimensions (at most %d)", path, e->name, ndim,
+                         CKPT_MAX_DIMS);
     e->ndim = (int)ndim;
     NEED((size_t)ndim * 8 + 8 + 8 + 4, "shape, offset, length, crc");
     e->numel = 1;
@@ -329,10 +331,13 @@ static rt_status nat_parse_entry(const ckpt_native_file *f, const unsigned char 
     }
     if (e->offset % CKPT_NATIVE_ALIGN || e->offset < data_begin || e->offset < prev_end || e->offset > data_end ||
         e->nbytes > data_end - e->offset)
-        return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': bytes [%llu, +%llu) lie outside the data region or overlap the previous record",
-                         path, e->name, (unsigned long long)e->offset, (unsigned long long)e->nbytes);
+        return rt_errorf(
+            RT_ERR_FORMAT,
+            "%s: record '%s': bytes [%llu, +%llu) lie outside the data region or overlap the previous record", path,
+            e->name, (unsigned long long)e->offset, (unsigned long long)e->nbytes);
     if (!nat_is_padding(f->map + prev_end, e->offset - prev_end))
-        return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': unexpected bytes before the record (corrupt padding)", path, e->name);
+        return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': unexpected bytes before the record (corrupt padding)", path,
+                         e->name);
     if (!NAT_CRC_OK(ckpt_native_crc32(f->map + e->offset, (size_t)e->nbytes), crc))
         return rt_errorf(RT_ERR_FORMAT, "%s: record '%s': CRC mismatch (the data is corrupt)", path, e->name);
     *pos = p;
@@ -367,7 +372,8 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
         RT_FAIL(RT_ERR_UNSUPPORTED, "%s: checkpoint version %u (this build reads version %d)", path, version,
                 CKPT_NATIVE_VERSION);
     if (get_u32(f->map + 12) != 0)
-        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: checkpoint uses flags 0x%x that this build does not know", path, get_u32(f->map + 12));
+        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: checkpoint uses flags 0x%x that this build does not know", path,
+                get_u32(f->map + 12));
     if (size < NAT_HEADER_SIZE + NAT_FOOTER_SIZE)
         RT_FAIL(RT_ERR_FORMAT, "%s: file is %zu bytes, too short to hold the footer (truncated)", path, size);
     const unsigned char *foot = f->map + size - NAT_FOOTER_SIZE;
@@ -377,12 +383,14 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     uint64_t body_end = size - NAT_FOOTER_SIZE; /* where the table must end */
     uint64_t meta_len = get_u64(f->map + 16);
     if (meta_len > body_end - NAT_HEADER_SIZE)
-        RT_FAIL(RT_ERR_FORMAT, "%s: metadata length %llu runs past the end of the file", path, (unsigned long long)meta_len);
+        RT_FAIL(RT_ERR_FORMAT, "%s: metadata length %llu runs past the end of the file", path,
+                (unsigned long long)meta_len);
     uint64_t table_offset = get_u64(foot), table_len = get_u64(foot + 8), n_records = get_u64(foot + 16);
     uint64_t data_begin = NAT_HEADER_SIZE + meta_len;
     if (table_offset < data_begin || table_offset > body_end || table_len != body_end - table_offset)
-        RT_FAIL(RT_ERR_FORMAT, "%s: record table at %llu (+%llu bytes) does not fit between the metadata and the footer",
-                path, (unsigned long long)table_offset, (unsigned long long)table_len);
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: record table at %llu (+%llu bytes) does not fit between the metadata and the footer", path,
+                (unsigned long long)table_offset, (unsigned long long)table_len);
     if (!NAT_CRC_OK(ckpt_native_crc32(f->map + table_offset, (size_t)table_len), get_u32(foot + 24)))
         RT_FAIL(RT_ERR_FORMAT, "%s: record table CRC mismatch (the file is corrupt)", path);
     if (!NAT_CRC_OK(ckpt_native_crc32(f->map + NAT_HEADER_SIZE, (size_t)meta_len), get_u32(foot + 28)))
@@ -411,8 +419,8 @@ rt_status ckpt_native_open(const char *path, ckpt_native_file **out) {
     if (pos != table_len)
         RT_FAIL(RT_ERR_FORMAT, "%s: %llu unexpected bytes after the last record in the table", path,
                 (unsigned long long)(table_len - pos));
-    const char *dup = ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries,
-                                            offsetof(nat_entry, name), f->n);
+    const char *dup =
+        ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries, offsetof(nat_entry, name), f->n);
     if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' appears twice", path, dup);
     *out = f;
     return RT_OK;
@@ -451,15 +459,14 @@ void ckpt_native_record_at(const ckpt_native_file *f, size_t i, ckpt_native_reco
     out->crc32 = e->crc32;
 }
 
-static long nat_lookup(const ckpt_native_file *f, const char *name) {
-    return ckpt_name_index_find(&f->by_name, name);
-}
+static long nat_lookup(const ckpt_native_file *f, const char *name) { return ckpt_name_index_find(&f->by_name, name); }
 
 bool ckpt_native_has(const ckpt_native_file *f, const char *name) { return nat_lookup(f, name) >= 0; }
 
 rt_status ckpt_native_find(const ckpt_native_file *f, const char *name, ckpt_native_record *out) {
     long i = nat_lookup(f, name);
-    if (i < 0) return rt_errorf(RT_ERR_FORMAT, "%s: no record '%s' (the checkpoint holds %zu records)", f->path, name, f->n);
+    if (i < 0)
+        return rt_errorf(RT_ERR_FORMAT, "%s: no record '%s' (the checkpoint holds %zu records)", f->path, name, f->n);
     ckpt_native_record_at(f, (size_t)i, out);
     return RT_OK;
 }

@@ -59,8 +59,8 @@ uint32_t ckpt_native_crc32(const void *data, size_t n);
 /* metadata_json must be valid JSON (checked: a typo here would only show at resume time). */
 rt_status ckpt_native_writer_begin(const char *path, const char *metadata_json, ckpt_native_writer **out);
 /* Streams one record (numel(shape) elements of dtype at data) to disk. Names must be unique. */
-rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dtype dtype, int ndim,
-                                 const size_t *shape, const void *data);
+rt_status ckpt_native_writer_add(ckpt_native_writer *w, const char *name, rt_dtype dtype, int ndim, const size_t *shape,
+                                 const void *data);
 /* The CRC-32 of the record just added (what the table stores for it). */
 uint32_t ckpt_native_writer_last_crc(const ckpt_native_writer *w);
 /* Writes the table and footer and renames into place. Frees w in every case. */

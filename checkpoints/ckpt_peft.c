@@ -12,7 +12,6 @@
 #include "runtime/base/rt_fs.h"
 #include "runtime/base/rt_json.h"
 
-
 double ckpt_peft_scale(const ckpt_peft_config *c) {
     return c->use_rslora ? c->alpha / sqrt((double)c->r) : c->alpha / (double)c->r;
 }
@@ -49,8 +48,10 @@ static rt_status peft_names(const cJSON *root, const char *name, const char *key
     *n = 0;
     if (!v || cJSON_IsNull(v)) return RT_OK;
     if (cJSON_IsString(v))
-        return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is a regular expression ('%.60s'); tunezoo takes a list of "
-                         "module names", name, key, v->valuestring);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "%s: field '%s' is a regular expression ('%.60s'); tunezoo takes a list of "
+                         "module names",
+                         name, key, v->valuestring);
     if (!cJSON_IsArray(v))
         return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected a list of module names)", name, key,
                          rt_json_type_name(v));
@@ -94,7 +95,8 @@ rt_status ckpt_peft_config_parse(const char *text, size_t len, const char *name,
     cJSON *root = NULL;
     memset(out, 0, sizeof *out);
     RT_TRY(rt_json_parse(text, len, name, &root));
-    if (!cJSON_IsObject(root)) RT_FAIL(RT_ERR_CONFIG, "%s: the file holds %s (expected an object)", name, rt_json_type_name(root));
+    if (!cJSON_IsObject(root))
+        RT_FAIL(RT_ERR_CONFIG, "%s: the file holds %s (expected an object)", name, rt_json_type_name(root));
     const char *type = NULL;
     RT_TRY(rt_json_get_string(root, name, "peft_type", &type, true, NULL));
     if (strcmp(type, "LORA") != 0)
@@ -236,7 +238,8 @@ rt_status ckpt_peft_tensor_name(const char *name, char *module, size_t cap, ckpt
         *kind = CKPT_PEFT_SAVED;
         n = strlen(rest);
     }
-    if (n == 0 || n >= cap) return rt_errorf(RT_ERR_FORMAT, "adapter tensor '%.120s': no module name, or one too long", name);
+    if (n == 0 || n >= cap)
+        return rt_errorf(RT_ERR_FORMAT, "adapter tensor '%.120s': no module name, or one too long", name);
     memcpy(module, rest, n);
     module[n] = '\0';
     return RT_OK;

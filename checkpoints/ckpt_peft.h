@@ -33,7 +33,7 @@ typedef struct {
     bool fan_in_fan_out; /* the base weights are [in, out] (GPT-2's Conv1D) */
     bool use_rslora;
     int n_targets;
-    char **targets;         /* (n_targets) module names */
+    char **targets; /* (n_targets) module names */
     int n_save;
     char **modules_to_save; /* (n_save) trained whole beside the adapters (the classification head) */
     char *task_type;        /* "SEQ_CLS", "CAUSAL_LM", "SEQ_2_SEQ_LM", ...; NULL when none */

@@ -28,8 +28,10 @@ bool ckpt_peft_param_name(const ckpt_map *map, const char *ours, char *out, size
     const ckpt_map_row *row = ckpt_map_find_ours(map, ours, nums, &n_nums);
     if (row && row->layout == CKPT_LAYOUT_SAME && peft_export(map, ours, theirs, sizeof theirs))
         return snprintf(out, size, CKPT_PEFT_PREFIX "%s", theirs) < (int)size;
-    rt_errorf(RT_ERR_CONFIG, "parameter '%s' has no PEFT name in the %s map (a trained module must be one HF "
-              "tensor in its HF layout)", ours, map->arch);
+    rt_errorf(RT_ERR_CONFIG,
+              "parameter '%s' has no PEFT name in the %s map (a trained module must be one HF "
+              "tensor in its HF layout)",
+              ours, map->arch);
     return false;
 }
 
@@ -54,8 +56,10 @@ static rt_status peft_load_local(const ckpt_st_file *f, const char *file, const 
         if (!ckpt_peft_param_name(map, s->name, name, sizeof name)) RT_FAIL(RT_ERR_CONFIG, "%s", rt_error_message());
         const long idx = ckpt_safetensors_index(f, name);
         if (idx < 0)
-            RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s' (the model's %s): was the adapter trained with other "
-                    "target_modules or modules_to_save?", file, name, s->name);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: no tensor '%s' (the model's %s): was the adapter trained with other "
+                    "target_modules or modules_to_save?",
+                    file, name, s->name);
         ckpt_st_tensor t;
         ckpt_safetensors_tensor(f, (size_t)idx, &t);
         ckpt_tp_desc d;
@@ -114,8 +118,10 @@ rt_status ckpt_peft_load_weights(const char *path, const ckpt_map *map, rt_param
     if (stages && stages->size > 1) st = peft_used_by_stages(stages, file, count, used, st);
     for (size_t k = 0; st == RT_OK && k < count; k++)
         if (!used[k])
-            st = rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is no adapter or saved module of this model: was it trained "
-                           "with other target_modules, or on another model?", file, ckpt_safetensors_name(f, k));
+            st = rt_errorf(RT_ERR_FORMAT,
+                           "%s: tensor '%s' is no adapter or saved module of this model: was it trained "
+                           "with other target_modules, or on another model?",
+                           file, ckpt_safetensors_name(f, k));
     free(used);
     ckpt_safetensors_close(f);
     return st;
@@ -125,8 +131,8 @@ rt_status ckpt_peft_save_weights(const char *dir, const ckpt_map *map, const rt_
     rt_status st = RT_OK;
     const int n = p->n;
     ckpt_st_write_entry *entries = rt_xcalloc((size_t)n + 1, sizeof *entries);
-    char (*names)[CKPT_MAP_NAME_MAX + 32] = rt_xcalloc((size_t)n + 1, sizeof *names);
-    size_t (*shapes)[CKPT_MAX_DIMS] = rt_xcalloc((size_t)n + 1, sizeof *shapes);
+    char(*names)[CKPT_MAP_NAME_MAX + 32] = rt_xcalloc((size_t)n + 1, sizeof *names);
+    size_t(*shapes)[CKPT_MAX_DIMS] = rt_xcalloc((size_t)n + 1, sizeof *shapes);
     float **bufs = rt_xcalloc((size_t)n + 1, sizeof *bufs);
     ckpt_tp_scratch scr = {0};
     char path[4096];

@@ -17,13 +17,25 @@
 #define PK_MAX_NAME 1024
 
 /* RT_TRY for functions without a cleanup label */
-#define PK_TRY(expr)                                                                           \
-    do {                                                                                       \
-        rt_status pk_try_st_ = (expr);                                                         \
-        if (pk_try_st_ != RT_OK) return pk_try_st_;                                            \
+#define PK_TRY(expr)                                \
+    do {                                            \
+        rt_status pk_try_st_ = (expr);              \
+        if (pk_try_st_ != RT_OK) return pk_try_st_; \
     } while (0)
 
-typedef enum { PV_NONE, PV_BOOL, PV_INT, PV_FLOAT, PV_STR, PV_TUPLE, PV_LIST, PV_DICT, PV_GLOBAL, PV_STORAGE, PV_TENSOR } pv_kind;
+typedef enum {
+    PV_NONE,
+    PV_BOOL,
+    PV_INT,
+    PV_FLOAT,
+    PV_STR,
+    PV_TUPLE,
+    PV_LIST,
+    PV_DICT,
+    PV_GLOBAL,
+    PV_STORAGE,
+    PV_TENSOR
+} pv_kind;
 typedef enum { PG_ORDERED_DICT, PG_REBUILD_V2, PG_REBUILD, PG_REBUILD_PARAM, PG_STORAGE_TYPE, PG_NAMESPACE } pg_kind;
 
 typedef struct pv pv;
@@ -138,8 +150,8 @@ static const struct {
 };
 
 static int pk_is_torch_dtype(const char *n) {
-    static const char *const dtypes[] = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16",
-                                         "int8", "uint8", "bool"};
+    static const char *const dtypes[] = {"float32", "float16", "bfloat16", "float64", "int64",
+                                         "int32",   "int16",   "int8",     "uint8",   "bool"};
     for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++)
         if (!strcmp(n, dtypes[k])) return 1;
     return 0;
@@ -152,13 +164,19 @@ static rt_status pk_global(pk_reader *r, const char *mod, size_t mlen, const cha
     pk_printable(n, sizeof n, name, nlen);
     pv *g = pv_new(r, PV_GLOBAL);
     int ok = 1;
-    if (strlen(m) != mlen || strlen(n) != nlen) ok = 0; /* NULs or odd bytes: never a match below */
-    else if (!strcmp(m, "collections") && !strcmp(n, "OrderedDict")) g->g = PG_ORDERED_DICT;
-    else if (!strcmp(m, "torch._utils") && !strcmp(n, "_rebuild_tensor_v2")) g->g = PG_REBUILD_V2;
-    else if (!strcmp(m, "torch._utils") && !strcmp(n, "_rebuild_tensor")) g->g = PG_REBUILD;
-    else if (!strcmp(m, "torch._utils") && (!strcmp(n, "_rebuild_parameter") || !strcmp(n, "_rebuild_parameter_with_state")))
+    if (strlen(m) != mlen || strlen(n) != nlen)
+        ok = 0; /* NULs or odd bytes: never a match below */
+    else if (!strcmp(m, "collections") && !strcmp(n, "OrderedDict"))
+        g->g = PG_ORDERED_DICT;
+    else if (!strcmp(m, "torch._utils") && !strcmp(n, "_rebuild_tensor_v2"))
+        g->g = PG_REBUILD_V2;
+    else if (!strcmp(m, "torch._utils") && !strcmp(n, "_rebuild_tensor"))
+        g->g = PG_REBUILD;
+    else if (!strcmp(m, "torch._utils") &&
+             (!strcmp(n, "_rebuild_parameter") || !strcmp(n, "_rebuild_parameter_with_state")))
         g->g = PG_REBUILD_PARAM;
-    else if (!strcmp(m, "argparse") && !strcmp(n, "Namespace")) g->g = PG_NAMESPACE; /* Megatron's 'args' */
+    else if (!strcmp(m, "argparse") && !strcmp(n, "Namespace"))
+        g->g = PG_NAMESPACE; /* Megatron's 'args' */
     else if (!strcmp(m, "torch") && pk_is_torch_dtype(n)) {
         pk_push(r, pv_new(r, PV_NONE)); /* a dtype value (Megatron's args.params_dtype): inert, skipped */
         return RT_OK;
@@ -172,14 +190,19 @@ static rt_status pk_global(pk_reader *r, const char *mod, size_t mlen, const cha
             }
         }
         if (!ok && strlen(n) > 7 && !strcmp(n + strlen(n) - 7, "Storage")) {
-            snprintf(msg, sizeof msg, "tensor storage 'torch.%s' has a dtype we do not read (F32, F16, BF16, F64, "
-                     "I64, I32, U8, BOOL)", n);
+            snprintf(msg, sizeof msg,
+                     "tensor storage 'torch.%s' has a dtype we do not read (F32, F16, BF16, F64, "
+                     "I64, I32, U8, BOOL)",
+                     n);
             return rt_errorf(RT_ERR_UNSUPPORTED, "%s: %s", r->what, msg);
         }
-    } else ok = 0;
+    } else
+        ok = 0;
     if (!ok)
-        return rt_errorf(RT_ERR_FORMAT, "%s: refusing pickle GLOBAL '%s.%s': only torch tensor rebuilds and "
-                         "OrderedDict are allowed (this file may try to run code)", r->what, m, n);
+        return rt_errorf(RT_ERR_FORMAT,
+                         "%s: refusing pickle GLOBAL '%s.%s': only torch tensor rebuilds and "
+                         "OrderedDict are allowed (this file may try to run code)",
+                         r->what, m, n);
     pk_push(r, g);
     return RT_OK;
 }
@@ -187,7 +210,8 @@ static rt_status pk_global(pk_reader *r, const char *mod, size_t mlen, const cha
 static int pv_is_uint(const pv *v) { return v->kind == PV_INT && v->i >= 0; }
 
 /* (dims) tuple of non-negative ints into shape; numel with overflow checks. */
-static rt_status pk_shape(const pk_reader *r, const pv *t, const char *field, size_t *shape, int *ndim, int64_t *stride) {
+static rt_status pk_shape(const pk_reader *r, const pv *t, const char *field, size_t *shape, int *ndim,
+                          int64_t *stride) {
     char msg[128];
     if (t->kind != PV_TUPLE) {
         snprintf(msg, sizeof msg, "tensor rebuild: %s is not a tuple", field);
@@ -199,7 +223,8 @@ static rt_status pk_shape(const pk_reader *r, const pv *t, const char *field, si
     }
     for (size_t k = 0; k < t->n; k++) {
         if (t->items[k]->kind != PV_INT || (shape && t->items[k]->i < 0)) {
-            snprintf(msg, sizeof msg, "tensor rebuild: %s[%zu] is not a %sinteger", field, k, shape ? "non-negative " : "");
+            snprintf(msg, sizeof msg, "tensor rebuild: %s[%zu] is not a %sinteger", field, k,
+                     shape ? "non-negative " : "");
             return pk_err(r, msg);
         }
         if (shape) shape[k] = (size_t)t->items[k]->i;
@@ -231,8 +256,10 @@ static rt_status pk_rebuild_tensor(pk_reader *r, const pv *args, pv **out) {
         int64_t want = 1;
         for (int d = t->ndim - 1; d >= 0; d--) {
             if (t->shape[d] != 1 && stride[d] != want)
-                return rt_errorf(RT_ERR_UNSUPPORTED, "%s: tensor with non-contiguous strides (torch.save of a state dict "
-                                 "writes contiguous tensors; save with t.contiguous())", r->what);
+                return rt_errorf(RT_ERR_UNSUPPORTED,
+                                 "%s: tensor with non-contiguous strides (torch.save of a state dict "
+                                 "writes contiguous tensors; save with t.contiguous())",
+                                 r->what);
             want *= (int64_t)t->shape[d];
         }
     }
@@ -258,7 +285,8 @@ static rt_status pk_newobj(pk_reader *r) {
     pv *args = NULL, *cls = NULL, *res = NULL;
     PK_TRY(pk_pop(r, &args));
     PK_TRY(pk_pop(r, &cls));
-    if (cls->kind != PV_GLOBAL || cls->g != PG_NAMESPACE) return pk_err(r, "NEWOBJ of a class other than argparse.Namespace");
+    if (cls->kind != PV_GLOBAL || cls->g != PG_NAMESPACE)
+        return pk_err(r, "NEWOBJ of a class other than argparse.Namespace");
     PK_TRY(pk_new_namespace(r, args, &res));
     pk_push(r, res);
     return RT_OK;
@@ -411,8 +439,11 @@ static rt_status pk_run(pk_reader *r, pv **result) {
             if (r->p[r->pos] > 5) return pk_err(r, "pickle protocol above 5");
             r->pos++;
             break;
-        case 0x95: PK_TRY(pk_need(r, 8)); r->pos += 8; break; /* FRAME: a hint only */
-        case '.': /* STOP */
+        case 0x95:
+            PK_TRY(pk_need(r, 8));
+            r->pos += 8;
+            break; /* FRAME: a hint only */
+        case '.':  /* STOP */
             if (r->n_stack != 1 || r->n_marks) return pk_err(r, "STOP with other than one value on the stack");
             *result = r->stack[0];
             return RT_OK;
@@ -430,8 +461,14 @@ static rt_status pk_run(pk_reader *r, pv **result) {
             v->i = op == 0x88;
             pk_push(r, v);
             break;
-        case 't': PK_TRY(pk_pop_mark(r, PV_TUPLE, &v)); pk_push(r, v); break;
-        case 'l': PK_TRY(pk_pop_mark(r, PV_LIST, &v)); pk_push(r, v); break;
+        case 't':
+            PK_TRY(pk_pop_mark(r, PV_TUPLE, &v));
+            pk_push(r, v);
+            break;
+        case 'l':
+            PK_TRY(pk_pop_mark(r, PV_LIST, &v));
+            pk_push(r, v);
+            break;
         case 'd':
             PK_TRY(pk_pop_mark(r, PV_DICT, &v));
             if (v->n % 2) return pk_err(r, "DICT with an odd number of items");
@@ -483,14 +520,20 @@ static rt_status pk_run(pk_reader *r, pv **result) {
         case 'u': PK_TRY(pk_setitems(r, 1)); break;
         case 'a': PK_TRY(pk_appends(r, 0)); break;
         case 'e': PK_TRY(pk_appends(r, 1)); break;
-        case 'q': PK_TRY(pk_need(r, 1)); PK_TRY(pk_memo_put(r, r->p[r->pos++])); break;
+        case 'q':
+            PK_TRY(pk_need(r, 1));
+            PK_TRY(pk_memo_put(r, r->p[r->pos++]));
+            break;
         case 'r':
             PK_TRY(pk_need(r, 4));
             r->pos += 4;
             PK_TRY(pk_memo_put(r, pk_le(r->p + r->pos - 4, 4)));
             break;
         case 0x94: PK_TRY(pk_memo_put(r, r->n_memo)); break; /* MEMOIZE: at len(memo) */
-        case 'h': PK_TRY(pk_need(r, 1)); PK_TRY(pk_memo_get(r, r->p[r->pos++])); break;
+        case 'h':
+            PK_TRY(pk_need(r, 1));
+            PK_TRY(pk_memo_get(r, r->p[r->pos++]));
+            break;
         case 'j':
             PK_TRY(pk_need(r, 4));
             r->pos += 4;
@@ -515,11 +558,13 @@ static rt_status pk_run(pk_reader *r, pv **result) {
         case 'b': /* BUILD: a Namespace's fields; else the state of an OrderedDict (_metadata) or a tensor, not needed */
             PK_TRY(pk_pop(r, &a));
             PK_TRY(pk_top(r, &v));
-            if (v->kind != PV_DICT && v->kind != PV_TENSOR) return pk_err(r, "BUILD of something other than a dict or tensor");
+            if (v->kind != PV_DICT && v->kind != PV_TENSOR)
+                return pk_err(r, "BUILD of something other than a dict or tensor");
             if (v->object && a->kind == PV_DICT) {
                 /* a BUILD of an object with itself doubles it: copies are bounded by the file */
                 const size_t n = a->n;
-                if (n > r->build_budget) return pk_err(r, "BUILD copies more items than the file holds (a pickle bomb?)");
+                if (n > r->build_budget)
+                    return pk_err(r, "BUILD copies more items than the file holds (a pickle bomb?)");
                 r->build_budget -= n;
                 for (size_t k = 0; k < n; k++) pv_append(v, a->items[k]);
             }
@@ -527,7 +572,10 @@ static rt_status pk_run(pk_reader *r, pv **result) {
         case 'Q': PK_TRY(pk_persid(r)); break;
         case '0': PK_TRY(pk_pop(r, &v)); break;
         case '1': PK_TRY(pk_pop_mark(r, PV_TUPLE, &v)); break;
-        case '2': PK_TRY(pk_top(r, &v)); pk_push(r, v); break;
+        case '2':
+            PK_TRY(pk_top(r, &v));
+            pk_push(r, v);
+            break;
         default: {
             char msg[96];
             snprintf(msg, sizeof msg, "unsupported pickle opcode 0x%02x (not one a state dict uses)", op);
@@ -541,22 +589,27 @@ static rt_status pk_run(pk_reader *r, pv **result) {
 
 static rt_status pk_flatten(pk_reader *r, const pv *d, const char *prefix, int depth, ckpt_pickle_state *out,
                             size_t *cap_t, size_t *cap_s) {
-    if (depth > PK_MAX_DEPTH) return rt_errorf(RT_ERR_FORMAT, "%s: dicts nest deeper than %d levels (a cycle?)", r->what, PK_MAX_DEPTH);
+    if (depth > PK_MAX_DEPTH)
+        return rt_errorf(RT_ERR_FORMAT, "%s: dicts nest deeper than %d levels (a cycle?)", r->what, PK_MAX_DEPTH);
     /* memoised dicts can be shared: a dict holding the same dict twice, 32 levels deep,
      * would be visited 2^32 times. A state dict visits each item once; allow twice that. */
     if (d->n / 2 > r->flatten_budget)
-        return rt_errorf(RT_ERR_FORMAT, "%s: its dicts share each other more than a state dict does (refusing to "
-                         "expand them)", r->what);
+        return rt_errorf(RT_ERR_FORMAT,
+                         "%s: its dicts share each other more than a state dict does (refusing to "
+                         "expand them)",
+                         r->what);
     r->flatten_budget -= d->n / 2;
     for (size_t k = 0; k + 1 < d->n; k += 2) {
         const pv *key = d->items[k], *val = d->items[k + 1];
         char kbuf[32], name[PK_MAX_NAME];
         const char *ks;
-        if (key->kind == PV_STR) ks = key->s;
+        if (key->kind == PV_STR)
+            ks = key->s;
         else if (key->kind == PV_INT) {
             snprintf(kbuf, sizeof kbuf, "%lld", (long long)key->i);
             ks = kbuf;
-        } else continue; /* not a name */
+        } else
+            continue; /* not a name */
         if ((size_t)snprintf(name, sizeof name, "%s%s%s", prefix, prefix[0] ? "." : "", ks) >= sizeof name)
             return rt_errorf(RT_ERR_FORMAT, "%s: a tensor name is longer than %d bytes", r->what, PK_MAX_NAME);
         if (val->kind == PV_DICT) {

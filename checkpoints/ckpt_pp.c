@@ -42,8 +42,8 @@ static rt_status ckpt_pp_send_stage(const char *what, const rt_params *p, const 
         if (lead && n > *cap) *full = rt_xrealloc(*full, (*cap = n) * sizeof(float));
         RT_TRY(ckpt_tp_gather_param(p->be, tp, &d, buf + s->offset, s->numel, scr, lead ? *full : NULL));
         if (!lead) continue;
-        ckpt_pp_record r = {.ndim = d.ndim, .tp_rule = (int32_t)s->tp, .no_decay = s->no_decay,
-                            .vocab_rows = s->vocab_rows};
+        ckpt_pp_record r = {
+            .ndim = d.ndim, .tp_rule = (int32_t)s->tp, .no_decay = s->no_decay, .vocab_rows = s->vocab_rows};
         snprintf(r.name, sizeof r.name, "%s", s->name);
         for (int j = 0; j < d.ndim; j++) r.shape[j] = (uint64_t)d.full[j];
         if (pp->rank == 0) {
@@ -101,8 +101,8 @@ fail:
 rt_status ckpt_pp_gather(const char *what, const rt_params *p, const float *buf, rt_comm *tp, rt_comm *pp,
                          ckpt_tp_scratch *scr, ckpt_pp_sink sink, void *ctx, rt_status *sink_st) {
     /* a buffer other than the parameters (m, v) covers the trainable ones only */
-    return ckpt_pp_gather_some(what, p, buf, buf != p->param ? CKPT_PP_TRAINABLE : CKPT_PP_ALL, tp, pp, scr, sink,
-                               ctx, sink_st);
+    return ckpt_pp_gather_some(what, p, buf, buf != p->param ? CKPT_PP_TRAINABLE : CKPT_PP_ALL, tp, pp, scr, sink, ctx,
+                               sink_st);
 }
 
 rt_status ckpt_pp_gather_params(const char *what, const rt_params *p, ckpt_pp_which which, rt_comm *tp, rt_comm *pp,

@@ -87,11 +87,11 @@ static rt_status st_parse_entry(const ckpt_st_file *f, const cJSON *item, st_ent
                          rt_json_type_name(dt));
     if (!rt_dtype_from_name(dt->valuestring, &e->dtype))
         return rt_errorf(RT_ERR_UNSUPPORTED,
-                         "%s: tensor '%s' has dtype '%.32s' (supported: F32 F16 BF16 F64 I64 I32 U8 BOOL)", path,
-                         name, dt->valuestring);
+                         "%s: tensor '%s' has dtype '%.32s' (supported: F32 F16 BF16 F64 I64 I32 U8 BOOL)", path, name,
+                         dt->valuestring);
     if (!cJSON_IsArray(sh))
-        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': field 'shape' is %s (expected an array of sizes)", path,
-                         name, rt_json_type_name(sh));
+        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': field 'shape' is %s (expected an array of sizes)", path, name,
+                         rt_json_type_name(sh));
     int nd = cJSON_GetArraySize(sh);
     if (nd > CKPT_MAX_DIMS)
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has %d dimensions (at most %d supported)", path, name, nd,
@@ -103,8 +103,8 @@ static rt_status st_parse_entry(const ckpt_st_file *f, const cJSON *item, st_ent
     cJSON_ArrayForEach(dim, sh) {
         size_t s;
         if (!st_json_uint(dim, &s))
-            return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer below 2^53",
-                             path, name, d);
+            return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer below 2^53", path,
+                             name, d);
         e->shape[d++] = s;
     }
     /* Products only overflow when no dimension is zero, so check that case alone. */
@@ -117,8 +117,9 @@ static rt_status st_parse_entry(const ckpt_st_file *f, const cJSON *item, st_ent
     if (e->numel) {
         for (d = 0; d < nd; d++) {
             if (e->numel > SIZE_MAX / e->shape[d])
-                return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': shape overflows (the element count does not fit in 64 bits)",
-                                 path, name);
+                return rt_errorf(RT_ERR_FORMAT,
+                                 "%s: tensor '%s': shape overflows (the element count does not fit in 64 bits)", path,
+                                 name);
             e->numel *= e->shape[d];
         }
     }
@@ -128,14 +129,16 @@ static rt_status st_parse_entry(const ckpt_st_file *f, const cJSON *item, st_ent
                          path, name);
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !st_json_uint(cJSON_GetArrayItem(off, 0), &e->begin) ||
         !st_json_uint(cJSON_GetArrayItem(off, 1), &e->end))
-        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': field 'data_offsets' is not [begin, end] (two non-negative integers)",
-                         path, name);
+        return rt_errorf(RT_ERR_FORMAT,
+                         "%s: tensor '%s': field 'data_offsets' is not [begin, end] (two non-negative integers)", path,
+                         name);
     if (e->begin > e->end)
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%zu, %zu] end before they begin", path, name,
                          e->begin, e->end);
     if (e->end > f->data_size)
-        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': data_offsets [%zu, %zu] lie outside the data section (%zu bytes)",
-                         path, name, e->begin, e->end, f->data_size);
+        return rt_errorf(RT_ERR_FORMAT,
+                         "%s: tensor '%s': data_offsets [%zu, %zu] lie outside the data section (%zu bytes)", path,
+                         name, e->begin, e->end, f->data_size);
     if (e->end - e->begin != e->numel * esize) {
         char sbuf[160];
         return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s': %s %s needs %zu bytes but data_offsets [%zu, %zu] hold %zu",
@@ -151,7 +154,6 @@ static int st_cmp_offset(const void *a, const void *b) {
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return strcmp(x->name, y->name);
 }
-
 
 rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
     rt_status st = RT_OK;
@@ -178,9 +180,11 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
     if (hlen > f->map_size - 8)
-        RT_FAIL(RT_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes): truncated or not safetensors",
-                path, (unsigned long long)hlen, f->map_size);
-    if (hlen < 2) RT_FAIL(RT_ERR_FORMAT, "%s: header length %llu is too small for a JSON object", path, (unsigned long long)hlen);
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: header length %llu runs past the end of the file (%zu bytes): truncated or not safetensors", path,
+                (unsigned long long)hlen, f->map_size);
+    if (hlen < 2)
+        RT_FAIL(RT_ERR_FORMAT, "%s: header length %llu is too small for a JSON object", path, (unsigned long long)hlen);
     f->data_start = 8 + (size_t)hlen;
     f->data_size = f->map_size - f->data_start;
     if (f->map[8] != '{') RT_FAIL(RT_ERR_FORMAT, "%s: header does not start with '{' (not a safetensors file?)", path);
@@ -223,8 +227,8 @@ rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out) {
                     f->entries[i - 1].name, f->entries[i - 1].begin, f->entries[i - 1].end, f->entries[i].name,
                     f->entries[i].begin, f->entries[i].end);
     }
-    const char *dup = ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries,
-                                            offsetof(st_entry, name), f->n);
+    const char *dup =
+        ckpt_name_index_build(&f->by_name, f->entries, sizeof *f->entries, offsetof(st_entry, name), f->n);
     if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice", path, dup);
     *out = f;
     return RT_OK;
@@ -265,9 +269,7 @@ void ckpt_safetensors_tensor(const ckpt_st_file *f, size_t i, ckpt_st_tensor *ou
     out->nbytes = e->end - e->begin;
 }
 
-static long st_lookup(const ckpt_st_file *f, const char *name) {
-    return ckpt_name_index_find(&f->by_name, name);
-}
+static long st_lookup(const ckpt_st_file *f, const char *name) { return ckpt_name_index_find(&f->by_name, name); }
 
 bool ckpt_safetensors_has(const ckpt_st_file *f, const char *name) { return st_lookup(f, name) >= 0; }
 
@@ -348,7 +350,8 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
         names[i] = entries[i].name;
     }
     if (n) qsort(names, n, sizeof *names, st_cmp_str);
-    for (size_t i = 1; i < n; i++) RT_CHECK(strcmp(names[i], names[i - 1]) != 0, "duplicate tensor name '%s'", names[i]);
+    for (size_t i = 1; i < n; i++)
+        RT_CHECK(strcmp(names[i], names[i - 1]) != 0, "duplicate tensor name '%s'", names[i]);
 
     rt_text_puts(&hdr, "{");
     if (metadata_json) {
@@ -369,8 +372,8 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
     for (size_t i = 0; i < n; i++) {
         const ckpt_st_write_entry *e = &entries[i];
         RT_CHECK(e->ndim >= 0 && e->ndim <= CKPT_MAX_DIMS, "tensor '%s' ndim=%d", e->name, e->ndim);
-        RT_CHECK(e->store == RT_F32 || e->store == RT_F16 || e->store == RT_BF16, "tensor '%s' store dtype %d",
-                 e->name, (int)e->store);
+        RT_CHECK(e->store == RT_F32 || e->store == RT_F16 || e->store == RT_BF16, "tensor '%s' store dtype %d", e->name,
+                 (int)e->store);
         size_t numel = 1;
         for (int d = 0; d < e->ndim; d++) {
             RT_CHECK(e->shape[d] == 0 || numel <= SIZE_MAX / e->shape[d], "tensor '%s' shape overflows", e->name);
@@ -426,7 +429,8 @@ rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data) {
     uint16_t tmp[2048];
     for (size_t j = 0; j < numel;) {
         size_t m = numel - j < 2048 ? numel - j : 2048;
-        for (size_t k = 0; k < m; k++) tmp[k] = e->store == RT_F16 ? rt_f32_to_f16(data[j + k]) : rt_f32_to_bf16(data[j + k]);
+        for (size_t k = 0; k < m; k++)
+            tmp[k] = e->store == RT_F16 ? rt_f32_to_f16(data[j + k]) : rt_f32_to_bf16(data[j + k]);
         rt_status st = rt_atomic_write(w->af, tmp, m * 2);
         if (st != RT_OK) return st;
         j += m;
@@ -460,4 +464,6 @@ fail:
     return st;
 }
 
-void ckpt_safetensors_release(const ckpt_st_file *f, const void *p, size_t n) { ckpt_pages_release(f->map, f->map_size, p, n); }
+void ckpt_safetensors_release(const ckpt_st_file *f, const void *p, size_t n) {
+    ckpt_pages_release(f->map, f->map_size, p, n);
+}

@@ -23,11 +23,11 @@ typedef struct ckpt_st_file ckpt_st_file;
 typedef struct {
     const char *name; /* owned by the file */
     rt_dtype dtype;
-    int ndim;                    /* 0 for a scalar */
+    int ndim; /* 0 for a scalar */
     size_t shape[CKPT_MAX_DIMS];
-    const void *data;            /* into the mapping; possibly unaligned */
-    size_t numel;                /* product of shape (1 for a scalar) */
-    size_t nbytes;               /* numel * rt_dtype_size(dtype) */
+    const void *data; /* into the mapping; possibly unaligned */
+    size_t numel;     /* product of shape (1 for a scalar) */
+    size_t nbytes;    /* numel * rt_dtype_size(dtype) */
 } ckpt_st_tensor;
 
 rt_status ckpt_safetensors_open(const char *path, ckpt_st_file **out);
@@ -78,6 +78,6 @@ rt_status ckpt_safetensors_writer_begin(const char *path, size_t n, const ckpt_s
                                         const char *metadata_json, ckpt_st_writer **out);
 rt_status ckpt_safetensors_writer_put(ckpt_st_writer *w, const float *data);
 rt_status ckpt_safetensors_writer_commit(ckpt_st_writer *w); /* frees w */
-void ckpt_safetensors_writer_abort(ckpt_st_writer *w);        /* accepts NULL */
+void ckpt_safetensors_writer_abort(ckpt_st_writer *w);       /* accepts NULL */
 
 #endif

@@ -81,11 +81,14 @@ rt_status ckpt_sharded_writer_begin(const char *dir, const ckpt_sharded_spec *sp
     rt_status st = RT_OK;
     struct stat sb;
     *out = NULL;
-    if (spec->tp < 1 || spec->tp > CKPT_SHARDED_MAX_TP) return rt_errorf(RT_ERR_CONFIG, "--tp %d: must be 1 to %d", spec->tp, CKPT_SHARDED_MAX_TP);
+    if (spec->tp < 1 || spec->tp > CKPT_SHARDED_MAX_TP)
+        return rt_errorf(RT_ERR_CONFIG, "--tp %d: must be 1 to %d", spec->tp, CKPT_SHARDED_MAX_TP);
     if (spec->dtype != RT_F32 && spec->dtype != RT_BF16 && spec->dtype != RT_F16)
-        return rt_errorf(RT_ERR_CONFIG, "%s: dtype %s cannot be stored (F32, BF16 or F16)", dir, rt_dtype_name(spec->dtype));
+        return rt_errorf(RT_ERR_CONFIG, "%s: dtype %s cannot be stored (F32, BF16 or F16)", dir,
+                         rt_dtype_name(spec->dtype));
     if (stat(dir, &sb) == 0)
-        return rt_errorf(RT_ERR_IO, "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", dir);
+        return rt_errorf(RT_ERR_IO,
+                         "%s: already exists; tz-convert does not overwrite (remove it or pick another name)", dir);
     ckpt_sharded_writer *w = rt_xcalloc(1, sizeof *w);
     w->dir = rt_xstrdup(dir);
     w->spec = *spec;
@@ -127,7 +130,8 @@ rt_status ckpt_sharded_writer_add(ckpt_sharded_writer *w, const char *name, rt_t
                                   const size_t *full_shape, const float *full) {
     rt_status st = RT_OK;
     const int tp = w->spec.tp;
-    if (ndim < 1 || ndim > 2) return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has %d dims (1 or 2 expected)", w->dir, name, ndim);
+    if (ndim < 1 || ndim > 2)
+        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has %d dims (1 or 2 expected)", w->dir, name, ndim);
     ckpt_tp_desc d = {.rule = rule, .ndim = ndim, .n_head = rule == RT_TP_QKV ? w->spec.n_head : 0, .size = tp};
     for (int k = 0; k < ndim; k++) d.full[k] = (int64_t)full_shape[k];
     cJSON *t = cJSON_CreateObject(), *shape = NULL, *crcs = NULL;
@@ -218,7 +222,8 @@ rt_status ckpt_sharded_writer_commit(ckpt_sharded_writer *w) {
     cJSON_Delete(m);
     snprintf(path, sizeof path, "%s/%s", w->partial, CKPT_SHARDED_MANIFEST);
     RT_TRY(rt_atomic_write_file(path, text, strlen(text)));
-    if (rename(w->partial, w->dir) != 0) RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", w->dir, strerror(errno));
+    if (rename(w->partial, w->dir) != 0)
+        RT_FAIL(RT_ERR_IO, "%s: cannot move the finished folder into place: %s", w->dir, strerror(errno));
     free(w->partial);
     w->partial = NULL;
 fail:
@@ -260,7 +265,8 @@ struct ckpt_sharded {
 static rt_status sharded_int(const cJSON *o, const char *path, const char *key, int lo, int hi, int *out) {
     rt_status st = rt_json_get_int(o, path, key, out, true, 0);
     if (st != RT_OK) return st;
-    if (*out < lo || *out > hi) return rt_errorf(RT_ERR_FORMAT, "%s: \"%s\" is %d, expected %d to %d", path, key, *out, lo, hi);
+    if (*out < lo || *out > hi)
+        return rt_errorf(RT_ERR_FORMAT, "%s: \"%s\" is %d, expected %d to %d", path, key, *out, lo, hi);
     return RT_OK;
 }
 
@@ -272,7 +278,6 @@ static bool sharded_parse_hex(const cJSON *item, uint32_t *out) {
     return *end == '\0';
 }
 
-
 static rt_status sharded_parse_tensor(ckpt_sharded *s, const cJSON *item, const char *mpath, size_t i) {
     sharded_entry *e = &s->e[i];
     const char *name = NULL, *rule = NULL;
@@ -283,15 +288,18 @@ static rt_status sharded_parse_tensor(ckpt_sharded *s, const cJSON *item, const 
     e->name = rt_xstrdup(name);
     e->t.name = e->name;
     if (!ckpt_sharded_rule_from_name(rule, &e->t.rule))
-        RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': unknown tp rule \"%s\" (none, col, row, vocab or qkv)", mpath, name, rule);
+        RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': unknown tp rule \"%s\" (none, col, row, vocab or qkv)", mpath, name,
+                rule);
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     int nd = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
-    if (nd < 1 || nd > 2) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': \"shape\" must be an array of 1 or 2 sizes", mpath, name);
+    if (nd < 1 || nd > 2)
+        RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': \"shape\" must be an array of 1 or 2 sizes", mpath, name);
     e->t.ndim = nd;
     e->t.numel = 1;
     for (int k = 0; k < nd; k++) {
         const cJSON *d = cJSON_GetArrayItem(shape, k);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15 || d->valuedouble != (double)(int64_t)d->valuedouble)
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15 ||
+            d->valuedouble != (double)(int64_t)d->valuedouble)
             RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a size", mpath, name, k);
         e->t.shape[k] = (size_t)d->valuedouble;
         if (e->t.shape[k] && e->t.numel > SIZE_MAX / sizeof(double) / e->t.shape[k])
@@ -340,8 +348,10 @@ static rt_status sharded_check_entry(const ckpt_sharded *s, const sharded_entry 
                     e->t.ndim > 1 ? ", " : "", e->t.ndim > 1 ? (long long)ls[1] : 0LL);
         }
         if (rec.crc32 != e->crc[r])
-            RT_FAIL(RT_ERR_FORMAT, "%s: record '%s' has checksum %08x, the manifest says %08x (the files do not belong "
-                    "together)", ckpt_native_path(s->ranks[r]), e->name, (unsigned)rec.crc32, (unsigned)e->crc[r]);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: record '%s' has checksum %08x, the manifest says %08x (the files do not belong "
+                    "together)",
+                    ckpt_native_path(s->ranks[r]), e->name, (unsigned)rec.crc32, (unsigned)e->crc[r]);
     }
 fail:
     return st;
@@ -405,7 +415,8 @@ rt_status ckpt_sharded_open(const char *dir, ckpt_sharded **out) {
         const cJSON *item = cJSON_GetArrayItem(files, (int)i);
         if (!cJSON_IsObject(item)) RT_FAIL(RT_ERR_FORMAT, "%s: files[%zu] is not an object", mpath, i);
         RT_TRY(rt_json_get_string(item, mpath, "name", &name, true, NULL));
-        if (!sharded_plain_name(name)) RT_FAIL(RT_ERR_FORMAT, "%s: files[%zu] \"%s\" is not a plain file name", mpath, i, name);
+        if (!sharded_plain_name(name))
+            RT_FAIL(RT_ERR_FORMAT, "%s: files[%zu] \"%s\" is not a plain file name", mpath, i, name);
         s->files[i] = rt_xstrdup(name);
     }
     s->n = (size_t)cJSON_GetArraySize(tensors);

@@ -44,7 +44,7 @@ typedef struct {
     const char *source_arch; /* the map the source was read with */
     const char *source;      /* for the manifest: where the weights came from */
     int tp;
-    rt_dtype dtype;          /* RT_F32 or RT_BF16 (or RT_F16) */
+    rt_dtype dtype; /* RT_F32 or RT_BF16 (or RT_F16) */
     int n_head;
     int vocab_size;
 } ckpt_sharded_spec;

@@ -50,8 +50,10 @@ rt_status ckpt_source_find_weights(const char *dir, char *out_path, size_t size)
                                         "pytorch_model.bin.index.json"};
     struct stat sb;
     if (stat(dir, &sb) != 0)
-        return rt_errorf(RT_ERR_IO, "%s: cannot open model directory: %s (expected a Hugging Face model folder with "
-                         "config.json and model.safetensors or pytorch_model.bin)", dir, strerror(errno));
+        return rt_errorf(RT_ERR_IO,
+                         "%s: cannot open model directory: %s (expected a Hugging Face model folder with "
+                         "config.json and model.safetensors or pytorch_model.bin)",
+                         dir, strerror(errno));
     if (S_ISREG(sb.st_mode)) {
         if ((size_t)snprintf(out_path, size, "%s", dir) >= size) return rt_errorf(RT_ERR_IO, "%s: path too long", dir);
         return RT_OK;
@@ -63,8 +65,10 @@ rt_status ckpt_source_find_weights(const char *dir, char *out_path, size_t size)
     }
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         if (src_is_file(dir, names[k], out_path, size)) return RT_OK;
-    return rt_errorf(RT_ERR_IO, "%s: no weights in this directory (looked for model.safetensors, "
-                     "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json)", dir);
+    return rt_errorf(RT_ERR_IO,
+                     "%s: no weights in this directory (looked for model.safetensors, "
+                     "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json)",
+                     dir);
 }
 
 static int src_ends_with(const char *s, const char *suffix) {
@@ -121,8 +125,10 @@ static rt_status src_add_index(ckpt_source *s, const char *path) {
     if (!cJSON_IsObject(map)) RT_FAIL(RT_ERR_FORMAT, "%s: field 'weight_map' is missing or not an object", path);
     dir = rt_xstrdup(path);
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, 2, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, 2, ".");
     const cJSON *it;
     cJSON_ArrayForEach(it, map) {
         if (!cJSON_IsString(it) || !it->valuestring[0])
@@ -138,8 +144,7 @@ static rt_status src_add_index(ckpt_source *s, const char *path) {
         if (k == s->n_files) RT_TRY(src_add_file(s, shard));
     }
     const char *dup = ckpt_name_index_build(&s->by_name, s->e, sizeof *s->e, offsetof(src_entry, name), s->n);
-    if (dup)
-        RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' is in two shards", path, dup);
+    if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' is in two shards", path, dup);
     cJSON_ArrayForEach(it, map) {
         long i = ckpt_name_index_find(&s->by_name, it->string);
         snprintf(shard, sizeof shard, "%s/%s", dir, it->valuestring);
@@ -198,8 +203,10 @@ const char *ckpt_source_name(const ckpt_source *s, size_t i) {
 void ckpt_source_tensor(const ckpt_source *s, size_t i, ckpt_st_tensor *out) {
     RT_CHECK(i < s->n, "tensor index %zu of %zu", i, s->n);
     const src_file *f = &s->files[s->e[i].file];
-    if (f->torch) ckpt_torch_tensor(f->torch, s->e[i].index, out);
-    else ckpt_safetensors_tensor(f->st, s->e[i].index, out);
+    if (f->torch)
+        ckpt_torch_tensor(f->torch, s->e[i].index, out);
+    else
+        ckpt_safetensors_tensor(f->st, s->e[i].index, out);
 }
 
 const char *ckpt_source_file_of(const ckpt_source *s, size_t i) {
@@ -220,8 +227,8 @@ rt_status ckpt_source_read_f32(const ckpt_source *s, const char *name, float *ds
         return rt_errorf(RT_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s, which does not convert to float32", file,
                          name, rt_dtype_name(t.dtype));
     if (t.numel != numel_expected)
-        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has shape %s (%zu elements), expected %zu elements", file, name,
-                         ckpt_shape_str(t.ndim, t.shape, sbuf, sizeof sbuf), t.numel, numel_expected);
+        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' has shape %s (%zu elements), expected %zu elements", file,
+                         name, ckpt_shape_str(t.ndim, t.shape, sbuf, sizeof sbuf), t.numel, numel_expected);
     const src_file *f = &s->files[s->e[i].file];
     if (f->torch) { /* a stored zip entry is read in place: its CRC is checked on first read */
         rt_status st = ckpt_torch_verify_tensor(f->torch, s->e[i].index);

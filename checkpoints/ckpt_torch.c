@@ -11,8 +11,8 @@
 #include "checkpoints/ckpt_name_index.h"
 #include "checkpoints/ckpt_zip.h"
 
-#define TORCH_REHINT                                                                                         \
-    "re-save it with a recent torch (torch.save(torch.load(f, weights_only=True), f2)), or convert it to "   \
+#define TORCH_REHINT                                                                                       \
+    "re-save it with a recent torch (torch.save(torch.load(f, weights_only=True), f2)), or convert it to " \
     "safetensors (safetensors.torch.save_file)"
 
 struct ckpt_torch_file {
@@ -26,8 +26,8 @@ struct ckpt_torch_file {
 
 bool ckpt_torch_sniff_legacy(const void *head, size_t n) {
     /* PROTO 2, LONG1 10 bytes, the magic number little-endian */
-    static const unsigned char magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
-                                          0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    static const unsigned char magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                          0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
     return n >= sizeof magic && memcmp(head, magic, sizeof magic) == 0;
 }
 
@@ -65,8 +65,8 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
         got = read(fd, head, sizeof head);
         close(fd);
         if (got > 0 && ckpt_torch_sniff_legacy(head, (size_t)got))
-            RT_FAIL(RT_ERR_UNSUPPORTED, "%s: a legacy (torch < 1.6, non-zip) checkpoint, which we do not read; " TORCH_REHINT,
-                    path);
+            RT_FAIL(RT_ERR_UNSUPPORTED,
+                    "%s: a legacy (torch < 1.6, non-zip) checkpoint, which we do not read; " TORCH_REHINT, path);
         if (got > 0 && head[0] == 0x80)
             RT_FAIL(RT_ERR_UNSUPPORTED, "%s: a bare pickle, not a torch zip checkpoint; " TORCH_REHINT, path);
     }
@@ -83,8 +83,10 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
         size_t n = 0;
         RT_TRY(ckpt_zip_data(f->zip, (size_t)bo, &d, &n));
         if (!(n == 6 && memcmp(d, "little", 6) == 0))
-            RT_FAIL(RT_ERR_UNSUPPORTED, "%s: '%s' is not \"little\": big-endian checkpoints are not supported; re-save "
-                    "it on a little-endian machine", path, ename);
+            RT_FAIL(RT_ERR_UNSUPPORTED,
+                    "%s: '%s' is not \"little\": big-endian checkpoints are not supported; re-save "
+                    "it on a little-endian machine",
+                    path, ename);
     }
     const void *pdata = NULL;
     size_t psize = 0;
@@ -93,9 +95,10 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
      * (a 3.5 MB file whose pickle inflates to 3.2 GB was a memory bomb). */
     const size_t pkl_limit = ((size_t)1 << 20) + ckpt_zip_count(f->zip) * (size_t)4096;
     if (ckpt_zip_size(f->zip, pkl) > pkl_limit)
-        RT_FAIL(RT_ERR_FORMAT, "%s: '%s' would inflate to %zu bytes, more than the %zu a state dict of %zu zip entries "
-                "needs: damaged or hostile", path, pname, ckpt_zip_size(f->zip, pkl), pkl_limit,
-                ckpt_zip_count(f->zip));
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: '%s' would inflate to %zu bytes, more than the %zu a state dict of %zu zip entries "
+                "needs: damaged or hostile",
+                path, pname, ckpt_zip_size(f->zip, pkl), pkl_limit, ckpt_zip_count(f->zip));
     RT_TRY(ckpt_zip_verify(f->zip, pkl)); /* small, and the one entry that steers everything else */
     RT_TRY(ckpt_zip_data(f->zip, pkl, &pdata, &psize));
     size_t wlen = strlen(path) + strlen(pname) + 4;
@@ -115,8 +118,8 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
         size_t n = 0;
         size_t es = rt_dtype_size(t->dtype);
         if (ckpt_zip_size(f->zip, (size_t)e) != t->storage_numel * es)
-            RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': storage entry '%s' holds %zu bytes, its id declares %zu x %s", path,
-                    t->name, ename, ckpt_zip_size(f->zip, (size_t)e), t->storage_numel, rt_dtype_name(t->dtype));
+            RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s': storage entry '%s' holds %zu bytes, its id declares %zu x %s",
+                    path, t->name, ename, ckpt_zip_size(f->zip, (size_t)e), t->storage_numel, rt_dtype_name(t->dtype));
         RT_TRY(ckpt_zip_data(f->zip, (size_t)e, &d, &n));
         /* rebuild checked offset + numel <= storage_numel for non-empty tensors */
         f->data[i] = (const unsigned char *)d + (t->numel ? t->storage_offset * es : 0);
@@ -126,7 +129,8 @@ rt_status ckpt_torch_open(const char *path, ckpt_torch_file **out) {
     const char *dup = ckpt_name_index_build(&ix, f->state.tensors, sizeof *f->state.tensors,
                                             offsetof(ckpt_pickle_tensor, name), f->state.n_tensors);
     ckpt_name_index_free(&ix);
-    if (dup) RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice (after joining nested dict keys with '.')", path, dup);
+    if (dup)
+        RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' appears twice (after joining nested dict keys with '.')", path, dup);
     *out = f;
     free(what);
     free(ename);

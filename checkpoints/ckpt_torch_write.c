@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/ckpt_native.h" /* ckpt_native_crc32 */
+#include "checkpoints/ckpt_native.h"      /* ckpt_native_crc32 */
 #include "checkpoints/ckpt_safetensors.h" /* CKPT_MAX_DIMS */
 #include "runtime/base/rt_atomic.h"
 #include "runtime/base/rt_buf.h"
@@ -15,7 +15,7 @@
 #define TW_32 0xFFFFFFFFu
 
 typedef struct {
-    char *name;     /* zip entry name */
+    char *name; /* zip entry name */
     uint64_t offset, size;
     uint32_t crc;
 } tw_entry;
@@ -251,7 +251,8 @@ fail:
 
 rt_status ckpt_torch_writer_add(ckpt_torch_writer *w, const char *name, rt_dtype dtype, int ndim, const size_t *shape,
                                 const void *data) {
-    RT_CHECK(dtype == RT_F32 || dtype == RT_F16 || dtype == RT_BF16, "tensor '%s' dtype %s", name, rt_dtype_name(dtype));
+    RT_CHECK(dtype == RT_F32 || dtype == RT_F16 || dtype == RT_BF16, "tensor '%s' dtype %s", name,
+             rt_dtype_name(dtype));
     RT_CHECK(ndim >= 0 && ndim <= CKPT_MAX_DIMS, "tensor '%s' ndim %d", name, ndim);
     RT_GROW(w->t, w->cap_t, w->n_t + 1);
     tw_tensor *t = &w->t[w->n_t];

@@ -22,8 +22,7 @@ rt_status ckpt_tp_local_shape(const ckpt_tp_desc *d, const char *what, int64_t *
     local[0] = rows;
     if (d->ndim == 2) local[1] = cols;
     switch (d->rule) {
-    case RT_TP_NONE:
-        break;
+    case RT_TP_NONE: break;
     case RT_TP_COL:
         if (rows % tp)
             return rt_errorf(RT_ERR_CONFIG, "%s: %lld output rows do not split over tp=%d", what, (long long)rows, tp);
@@ -35,9 +34,7 @@ rt_status ckpt_tp_local_shape(const ckpt_tp_desc *d, const char *what, int64_t *
                              (long long)(d->ndim == 2 ? cols : 0), tp);
         local[1] = cols / tp;
         break;
-    case RT_TP_VOCAB:
-        local[0] = ckpt_tp_padded_vocab(rows, tp) / tp;
-        break;
+    case RT_TP_VOCAB: local[0] = ckpt_tp_padded_vocab(rows, tp) / tp; break;
     case RT_TP_QKV:
         if (rows % (3 * (int64_t)tp))
             return rt_errorf(RT_ERR_CONFIG, "%s: %lld rows are not [q; k; v] splitting over tp=%d", what,
@@ -55,8 +52,7 @@ rt_status ckpt_tp_local_shape(const ckpt_tp_desc *d, const char *what, int64_t *
 static int64_t ckpt_tp_full_row(const ckpt_tp_desc *d, int rank, int64_t r) {
     const int64_t rows = ckpt_tp_rows(d);
     switch (d->rule) {
-    case RT_TP_COL:
-        return rank * (rows / d->size) + r;
+    case RT_TP_COL: return rank * (rows / d->size) + r;
     case RT_TP_VOCAB: {
         int64_t g = rank * (ckpt_tp_padded_vocab(rows, d->size) / d->size) + r;
         return g < rows ? g : -1;
@@ -66,8 +62,7 @@ static int64_t ckpt_tp_full_row(const ckpt_tp_desc *d, int rank, int64_t r) {
         int64_t per = rows / 3, lpart = per / d->size;
         return (r / lpart) * per + rank * lpart + r % lpart;
     }
-    default:
-        return r;
+    default: return r;
     }
 }
 
@@ -120,24 +115,19 @@ void ckpt_tp_param_desc(const rt_param_spec *s, int64_t vocab_rows, int rank, in
     for (int k = 0; k < s->ndim; k++) d->full[k] = s->shape[k];
     switch (s->tp) {
     case RT_TP_COL:
-    case RT_TP_QKV:
-        d->full[0] *= size;
-        break;
-    case RT_TP_ROW:
-        d->full[1] *= size;
-        break;
-    case RT_TP_VOCAB:
-        d->full[0] = vocab_rows;
-        break;
-    case RT_TP_NONE:
-        break;
+    case RT_TP_QKV: d->full[0] *= size; break;
+    case RT_TP_ROW: d->full[1] *= size; break;
+    case RT_TP_VOCAB: d->full[0] = vocab_rows; break;
+    case RT_TP_NONE: break;
     }
 }
 
 rt_status ckpt_tp_spec_desc(const char *what, const rt_param_spec *s, const rt_comm *tp, ckpt_tp_desc *d) {
     if (s->tp == RT_TP_VOCAB && s->vocab_rows < 1)
-        return rt_errorf(RT_ERR_CONFIG, "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the "
-                                        "model must set the real vocab size)", what, s->name);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "%s: parameter '%s' is vocab-parallel but its spec has no vocab_rows (the "
+                         "model must set the real vocab size)",
+                         what, s->name);
     ckpt_tp_param_desc(s, s->vocab_rows, tp->rank, tp->size, d);
     return RT_OK;
 }

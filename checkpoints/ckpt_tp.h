@@ -31,10 +31,10 @@ int64_t ckpt_tp_padded_vocab(int64_t vocab, int tp_size);
 /* One tensor's split: its full (unpadded, e.g. HF's) shape, its rule and this rank. */
 typedef struct {
     rt_tp_rule rule;
-    int ndim;                          /* 1 or 2 */
-    int64_t full[RT_PARAM_MAX_DIMS];   /* full shape, vocab unpadded */
-    int n_head;                        /* RT_TP_QKV: heads in each of q, k, v; 0 = skip the check */
-    int rank, size;                    /* tp rank and size */
+    int ndim;                        /* 1 or 2 */
+    int64_t full[RT_PARAM_MAX_DIMS]; /* full shape, vocab unpadded */
+    int n_head;                      /* RT_TP_QKV: heads in each of q, k, v; 0 = skip the check */
+    int rank, size;                  /* tp rank and size */
 } ckpt_tp_desc;
 
 /* The shard's shape; RT_ERR_CONFIG (naming `what`) when the rule does not divide the tensor. */
@@ -60,7 +60,7 @@ size_t ckpt_tp_full_numel(const ckpt_tp_desc *d);
 
 /* Buffers ckpt_tp_gather_param reuses from one parameter to the next. */
 typedef struct {
-    float *dev;  /* backend memory: every rank's shard, all-gathered */
+    float *dev; /* backend memory: every rank's shard, all-gathered */
     size_t dev_cap;
     float *host; /* the same on the host (tp rank 0) */
     size_t host_cap;

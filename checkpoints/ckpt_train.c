@@ -13,9 +13,7 @@
 
 static const char *const ckpt_train_kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
 
-static float *ckpt_train_buffer(const rt_params *p, int kind) {
-    return kind == 0 ? p->param : kind == 1 ? p->m : p->v;
-}
+static float *ckpt_train_buffer(const rt_params *p, int kind) { return kind == 0 ? p->param : kind == 1 ? p->m : p->v; }
 
 /* The writer's sink: each record under its kind's prefix. */
 typedef struct {
@@ -53,7 +51,8 @@ static rt_status ckpt_train_base_add(void *ctx, const ckpt_pp_record *r, const f
     ckpt_train_base *b = ctx;
     size_t n = 1;
     for (int d = 0; d < r->ndim; d++) n *= (size_t)r->shape[d];
-    const uint64_t name = ckpt_native_crc32(r->name, strlen(r->name)), data = ckpt_native_crc32(full, n * sizeof(float));
+    const uint64_t name = ckpt_native_crc32(r->name, strlen(r->name)),
+                   data = ckpt_native_crc32(full, n * sizeof(float));
     b->sum += ckpt_train_mix(name << 32 | data);
     b->tensors++;
     return RT_OK;
@@ -129,8 +128,10 @@ rt_status ckpt_train_save(const char *path, const rt_params *p, rt_comm *tp, rt_
         if (wst == RT_OK) wst = sst;
     }
     if (writer) {
-        if (wst == RT_OK) wst = ckpt_native_writer_commit(k.w);
-        else ckpt_native_writer_abort(k.w);
+        if (wst == RT_OK)
+            wst = ckpt_native_writer_commit(k.w);
+        else
+            ckpt_native_writer_abort(k.w);
         k.w = NULL;
     }
     st = ckpt_pp_agree(tp, pp, wst, path, "checkpoint");
@@ -164,10 +165,13 @@ static rt_status ckpt_train_load_local(const char *path, rt_params *p, const rt_
             ckpt_tp_desc d;
             RT_TRY(ckpt_tp_spec_desc(path, s, tp, &d));
             snprintf(name, sizeof name, "%s/%s", ckpt_train_kinds[kind], s->name);
-            if (s->frozen && without_base && !ckpt_native_has(f, name)) continue; /* the base as loaded: checked after */
+            if (s->frozen && without_base && !ckpt_native_has(f, name))
+                continue; /* the base as loaded: checked after */
             if (!ckpt_native_has(f, name) && without_base)
-                RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' is missing: the checkpoint is a LoRA run's (adapters, no base "
-                        "weights); resume it with the LoRA settings it trained with", path, name);
+                RT_FAIL(RT_ERR_CONFIG,
+                        "%s: record '%s' is missing: the checkpoint is a LoRA run's (adapters, no base "
+                        "weights); resume it with the LoRA settings it trained with",
+                        path, name);
             if (!ckpt_native_has(f, name))
                 RT_FAIL(RT_ERR_CONFIG, "%s: record '%s' is missing (a checkpoint of another model or config?)", path,
                         name);
@@ -206,10 +210,13 @@ static rt_status ckpt_train_check_base(const char *path, const rt_params *p, rt_
     if (!ckpt_train_meta_base(meta_json, &want) || rt_params_n_frozen(p) == 0) return RT_OK;
     rt_status st = ckpt_train_base_of(path, p, tp, pp, &have);
     if (st == RT_OK && tp->rank == 0 && pp->rank == 0 && (have.sum != want.sum || have.tensors != want.tensors))
-        st = rt_errorf(RT_ERR_CONFIG, "%s: the checkpoint trained its adapters on another base model (its frozen weights' "
-                       "fingerprint %016llx over %lld tensors; this model's %016llx over %lld): resume over the --model "
-                       "it started from", path, (unsigned long long)want.sum, (long long)want.tensors,
-                       (unsigned long long)have.sum, (long long)have.tensors);
+        st =
+            rt_errorf(RT_ERR_CONFIG,
+                      "%s: the checkpoint trained its adapters on another base model (its frozen weights' "
+                      "fingerprint %016llx over %lld tensors; this model's %016llx over %lld): resume over the --model "
+                      "it started from",
+                      path, (unsigned long long)want.sum, (long long)want.tensors, (unsigned long long)have.sum,
+                      (long long)have.tensors);
     return ckpt_pp_agree(tp, pp, st, path, "base check");
 }
 
@@ -226,8 +233,9 @@ rt_status ckpt_train_load(const char *path, rt_params *p, rt_comm *tp, rt_comm *
         free(*meta_json);
         *meta_json = NULL;
         if (cst != RT_OK) return cst;
-        return rt_errorf((rt_status)(int)worst, "%s: another tp rank or pipeline stage failed to load the checkpoint (%s)",
-                         path, rt_status_name((rt_status)(int)worst));
+        return rt_errorf((rt_status)(int)worst,
+                         "%s: another tp rank or pipeline stage failed to load the checkpoint (%s)", path,
+                         rt_status_name((rt_status)(int)worst));
     }
     if (st == RT_OK) st = ckpt_train_check_base(path, p, tp, pp, *meta_json); /* every rank loaded: all take part */
     if (st != RT_OK) {

@@ -16,14 +16,14 @@
 typedef enum { W_SOURCE, W_RANKS, W_SHARDED } w_kind;
 
 typedef struct {
-    char *name;                     /* ours */
+    char *name; /* ours */
     const ckpt_map_row *row;
-    long part[3];                   /* tensor index in the (rank 0) source; -1 when absent */
-    long alias;                     /* an ALIAS row's tensor, used when no main one */
+    long part[3]; /* tensor index in the (rank 0) source; -1 when absent */
+    long alias;   /* an ALIAS row's tensor, used when no main one */
     const ckpt_map_row *alias_row;
     int ndim;
-    size_t shape[CKPT_MAX_DIMS];    /* full, ours */
-    size_t local[CKPT_MAX_DIMS];    /* W_RANKS: one rank's shard, ours */
+    size_t shape[CKPT_MAX_DIMS]; /* full, ours */
+    size_t local[CKPT_MAX_DIMS]; /* W_RANKS: one rank's shard, ours */
     size_t numel;
     rt_dtype dtype;
 } w_entry;
@@ -128,8 +128,10 @@ static rt_status w_finish_entry(ckpt_weights *w, w_entry *e) {
         char want[CKPT_MAP_NAME_MAX];
         int k = e->part[0] < 0 ? 0 : e->part[1] < 0 ? 1 : 2;
         ckpt_map_export_name(w->map, e->name, k, want, sizeof want);
-        return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' is missing while the other attention projections of its "
-                         "layer are there", w->path, want);
+        return rt_errorf(RT_ERR_FORMAT,
+                         "%s: tensor '%s' is missing while the other attention projections of its "
+                         "layer are there",
+                         w->path, want);
     }
     ckpt_st_tensor t0;
     ckpt_source_tensor(src, (size_t)e->part[0], &t0);
@@ -157,9 +159,10 @@ static rt_status w_finish_entry(ckpt_weights *w, w_entry *e) {
     if (e->row->layout == CKPT_LAYOUT_QKV_PER_HEAD) {
         int heads = w->n_head / (w->n_src > 1 ? w->n_src : 1);
         if (w->n_head < 1 || heads < 1 || e->shape[0] % (3 * (size_t)heads))
-            return rt_errorf(RT_ERR_FORMAT, "%s: tensor '%s' (shape %s) does not split into %d heads of q, k and v "
-                             "(is num_attention_heads right?)", w->path, t0.name,
-                             ckpt_shape_str(t0.ndim, t0.shape, got, sizeof got), heads);
+            return rt_errorf(RT_ERR_FORMAT,
+                             "%s: tensor '%s' (shape %s) does not split into %d heads of q, k and v "
+                             "(is num_attention_heads right?)",
+                             w->path, t0.name, ckpt_shape_str(t0.ndim, t0.shape, got, sizeof got), heads);
     }
     e->ndim = t0.ndim;
     e->dtype = t0.dtype;
@@ -192,7 +195,8 @@ static rt_status w_open_sharded(ckpt_weights *w) {
     RT_TRY(ckpt_sharded_open(w->path, &w->sharded));
     const char *arch = ckpt_sharded_arch(w->sharded);
     const ckpt_map *own = ckpt_map_for_arch(arch);
-    if (!own) RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows (%s)", w->path, arch, ckpt_map_arch_list());
+    if (!own)
+        RT_FAIL(RT_ERR_FORMAT, "%s: arch \"%s\" is not one tunezoo knows (%s)", w->path, arch, ckpt_map_arch_list());
     /* bert and roberta share their parameter names; their HF prefixes differ */
     if (own->rows != w->map->rows && !(w->map->ours_arch && strcmp(w->map->ours_arch, arch) == 0))
         RT_FAIL(RT_ERR_CONFIG, "%s: holds a %s model, this program needs %s", w->path, arch, w->map->arch);
@@ -296,7 +300,8 @@ rt_status ckpt_weights_open_ranks(const char *const *paths, int n_ranks, const c
                 if (!same) {
                     char sa[96], sb[96];
                     RT_FAIL(RT_ERR_FORMAT, "%s: tensor '%s' is %s here and %s on rank 0", paths[r], name,
-                            ckpt_shape_str(b.ndim, b.shape, sb, sizeof sb), ckpt_shape_str(a.ndim, a.shape, sa, sizeof sa));
+                            ckpt_shape_str(b.ndim, b.shape, sb, sizeof sb),
+                            ckpt_shape_str(a.ndim, a.shape, sa, sizeof sa));
                 }
             }
     }
@@ -386,7 +391,8 @@ rt_status ckpt_weights_read(ckpt_weights *w, size_t i, float *dst) {
     w_scratch(w, local_n * (size_t)w->n_src);
     for (int r = 0; r < w->n_src; r++) {
         RT_TRY(w_read_parts(w, e, w->src[r], local_n / (size_t)parts, w->scratch2));
-        ckpt_map_to_ours(e->row, e->ndim, e->local, w->n_head / w->n_src, w->scratch2, w->scratch + (size_t)r * local_n);
+        ckpt_map_to_ours(e->row, e->ndim, e->local, w->n_head / w->n_src, w->scratch2,
+                         w->scratch + (size_t)r * local_n);
     }
     if (e->row->tp == RT_TP_VOCAB) { /* the rows in rank order, cut to the vocab */
         memcpy(dst, w->scratch, e->numel * sizeof(float));
@@ -409,8 +415,8 @@ bool ckpt_weights_same_bytes(const ckpt_weights *w, size_t a, size_t b) {
         return tx.nbytes == ty.nbytes && memcmp(tx.data, ty.data, tx.nbytes) == 0;
     }
     float *fx = rt_xmalloc(x->numel * sizeof(float)), *fy = rt_xmalloc(y->numel * sizeof(float));
-    bool same = ckpt_weights_read((ckpt_weights *)w, a, fx) == RT_OK && ckpt_weights_read((ckpt_weights *)w, b, fy) == RT_OK &&
-                memcmp(fx, fy, x->numel * sizeof(float)) == 0;
+    bool same = ckpt_weights_read((ckpt_weights *)w, a, fx) == RT_OK &&
+                ckpt_weights_read((ckpt_weights *)w, b, fy) == RT_OK && memcmp(fx, fy, x->numel * sizeof(float)) == 0;
     free(fx);
     free(fy);
     return same;
@@ -485,9 +491,11 @@ rt_status ckpt_weights_load_params(ckpt_weights *w, rt_params *p, int vocab_size
             ckpt_weights_info(w, 0, &info);
             first = info.source;
         }
-        RT_FAIL(RT_ERR_FORMAT, "%s: no tensor in it is a parameter of this model (it holds %zu tensor%s%s%s%s; the "
-                "model's first is '%s'): is it another model's checkpoint?", w->path, held, held == 1 ? "" : "s",
-                first ? ", the first '" : "", first ? first : "", first ? "'" : "", p->specs[0].name);
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: no tensor in it is a parameter of this model (it holds %zu tensor%s%s%s%s; the "
+                "model's first is '%s'): is it another model's checkpoint?",
+                w->path, held, held == 1 ? "" : "s", first ? ", the first '" : "", first ? first : "", first ? "'" : "",
+                p->specs[0].name);
     }
     report->unused = (int)w->unused;
     if (w->first_unused) snprintf(report->first_unused, sizeof report->first_unused, "%s", w->first_unused);
@@ -531,7 +539,8 @@ static rt_status ckpt_save_torch_entries(const char *path, const char *wrap, siz
     rt_status st = RT_OK;
     ckpt_torch_writer *w = NULL;
     RT_TRY(ckpt_torch_writer_begin(path, wrap, &w));
-    for (size_t i = 0; i < n; i++) RT_TRY(ckpt_torch_writer_add(w, e[i].name, RT_F32, e[i].ndim, e[i].shape, e[i].data));
+    for (size_t i = 0; i < n; i++)
+        RT_TRY(ckpt_torch_writer_add(w, e[i].name, RT_F32, e[i].ndim, e[i].shape, e[i].data));
     st = ckpt_torch_writer_commit(w);
     w = NULL;
 fail:
@@ -546,8 +555,8 @@ rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p
     rt_backend *be = p->be;
     /* up to three HF tensors per parameter (q, k, v) */
     ckpt_st_write_entry *entries = rt_xcalloc((size_t)n * 3, sizeof *entries);
-    char (*names)[CKPT_MAP_NAME_MAX] = rt_xcalloc((size_t)n * 3, sizeof *names);
-    size_t (*shapes)[CKPT_MAX_DIMS] = rt_xcalloc((size_t)n * 3, sizeof *shapes);
+    char(*names)[CKPT_MAP_NAME_MAX] = rt_xcalloc((size_t)n * 3, sizeof *names);
+    size_t(*shapes)[CKPT_MAX_DIMS] = rt_xcalloc((size_t)n * 3, sizeof *shapes);
     float **bufs = rt_xcalloc((size_t)n, sizeof *bufs);
     float *gathered = NULL;
     ckpt_tp_scratch scr = {0};
@@ -573,12 +582,15 @@ rt_status ckpt_save_hf(const char *path, const ckpt_map *map, const rt_params *p
             if (!ckpt_map_export_name(map, s->name, k, names[ne], sizeof names[ne]))
                 RT_FAIL(RT_ERR_CONFIG, "parameter '%s': no %s name", s->name, map->arch);
             ckpt_map_their_shape(row, s->ndim, full_shape, shapes[ne]);
-            entries[ne] = (ckpt_st_write_entry){.name = names[ne], .ndim = s->ndim, .shape = shapes[ne],
+            entries[ne] = (ckpt_st_write_entry){.name = names[ne],
+                                                .ndim = s->ndim,
+                                                .shape = shapes[ne],
                                                 .data = bufs[i] + (size_t)k * (full_n / (size_t)parts)};
         }
     }
-    if (tp->rank == 0) st = map->torch_wrap ? ckpt_save_torch_entries(path, map->torch_wrap, ne, entries)
-                                            : ckpt_safetensors_write(path, ne, entries, "{\"format\":\"pt\"}");
+    if (tp->rank == 0)
+        st = map->torch_wrap ? ckpt_save_torch_entries(path, map->torch_wrap, ne, entries)
+                             : ckpt_safetensors_write(path, ne, entries, "{\"format\":\"pt\"}");
     st = ckpt_tp_agree(tp, st, path, "HF export");
 fail:
     for (int i = 0; i < n; i++) free(bufs[i]);

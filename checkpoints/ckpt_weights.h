@@ -24,13 +24,13 @@
 typedef struct ckpt_weights ckpt_weights;
 
 typedef struct {
-    const char *name;            /* ours; owned by the weights */
+    const char *name; /* ours; owned by the weights */
     const ckpt_map_row *row;
     int ndim;
     size_t shape[CKPT_MAX_DIMS]; /* full, our layout */
     size_t numel;
-    rt_dtype dtype;              /* as stored (F32, F16, BF16, F64) */
-    const char *source;          /* their name (the first part's), for messages */
+    rt_dtype dtype;     /* as stored (F32, F16, BF16, F64) */
+    const char *source; /* their name (the first part's), for messages */
 } ckpt_weight_info;
 
 /* path: an HF folder/file/index, or a tz-convert folder (it holds tz-manifest.json; its own
@@ -62,13 +62,13 @@ bool ckpt_weights_same_bytes(const ckpt_weights *w, size_t a, size_t b);
 /* ---- loading into a model's parameter slab, and writing it back as HF ---- */
 
 typedef struct {
-    int loaded;  /* parameters filled */
-    int missing; /* parameters the weights lack (they keep their init), e.g. a new head */
+    int loaded;   /* parameters filled */
+    int missing;  /* parameters the weights lack (they keep their init), e.g. a new head */
     int adapters; /* LoRA adapters they lack (a base model's file has none; they keep their init or load from a
                    * PEFT folder): not counted in missing */
     char first_missing[RT_PARAM_NAME_MAX];
     char missing_names[256]; /* the missing ones' names, ", "-separated, as many as fit */
-    int unused;  /* tensors that map to no parameter of this model */
+    int unused;              /* tensors that map to no parameter of this model */
     char first_unused[CKPT_MAP_NAME_MAX];
 } ckpt_load_report;
 

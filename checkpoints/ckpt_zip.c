@@ -40,8 +40,8 @@ typedef struct {
     int method;       /* 0 stored, 8 deflated */
     uint32_t crc;
     size_t csize, usize;
-    size_t local_off; /* local header */
-    size_t data_off;  /* first data byte */
+    size_t local_off;        /* local header */
+    size_t data_off;         /* first data byte */
     unsigned char *inflated; /* deflated entries after first use */
 } zip_entry;
 
@@ -147,8 +147,10 @@ static rt_status zip_read_directory(ckpt_zip *z) {
         cd_limit = (size_t)z64;
     }
     if (!zip_fits(cd_off, cd_size, cd_limit))
-        RT_FAIL(RT_ERR_FORMAT, "%s: central directory [%llu, +%llu) lies outside the file before its end record (%zu): "
-                "truncated or corrupt", path, (unsigned long long)cd_off, (unsigned long long)cd_size, cd_limit);
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: central directory [%llu, +%llu) lies outside the file before its end record (%zu): "
+                "truncated or corrupt",
+                path, (unsigned long long)cd_off, (unsigned long long)cd_size, cd_limit);
     if (n > cd_size / ZIP_CDIR_SIZE)
         RT_FAIL(RT_ERR_FORMAT, "%s: directory claims %llu entries, more than its %llu bytes can hold", path,
                 (unsigned long long)n, (unsigned long long)cd_size);
@@ -182,16 +184,19 @@ static rt_status zip_read_directory(ckpt_zip *z) {
             RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s' is stored but its sizes differ (%llu compressed, %llu not)", path,
                     name, (unsigned long long)csize, (unsigned long long)usize);
         if (e->method == 8 && usize / ZIP_MAX_DEFLATE_RATIO > csize + 64)
-            RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s' claims %llu bytes from %llu deflated bytes, more than deflate can give",
-                    path, name, (unsigned long long)usize, (unsigned long long)csize);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: entry '%s' claims %llu bytes from %llu deflated bytes, more than deflate can give", path, name,
+                    (unsigned long long)usize, (unsigned long long)csize);
         if (!zip_fits(loff, ZIP_LOCAL_SIZE, cd_off) || rd32(z->map + loff) != ZIP_LOCAL_SIG)
             RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s': local header at %llu is out of range or has a bad signature", path,
                     name, (unsigned long long)loff);
         const unsigned char *l = z->map + loff;
         uint64_t data = loff + ZIP_LOCAL_SIZE + rd16(l + 26) + rd16(l + 28);
         if (!zip_fits(data, csize, cd_off))
-            RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s': data [%llu, +%llu) runs past the entries into the directory "
-                    "(truncated or corrupt)", path, name, (unsigned long long)data, (unsigned long long)csize);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: entry '%s': data [%llu, +%llu) runs past the entries into the directory "
+                    "(truncated or corrupt)",
+                    path, name, (unsigned long long)data, (unsigned long long)csize);
         if (rd16(l + 8) != e->method)
             RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s': local header and directory disagree on the method", path, name);
         e->csize = (size_t)csize;
@@ -206,7 +211,8 @@ static rt_status zip_read_directory(ckpt_zip *z) {
     qsort(sorted, z->n, sizeof *sorted, zip_cmp_off);
     for (size_t i = 1; i < z->n; i++) {
         if (sorted[i].local_off < sorted[i - 1].data_off + sorted[i - 1].csize) {
-            st = rt_errorf(RT_ERR_FORMAT, "%s: entries '%s' and '%s' overlap", path, sorted[i - 1].name, sorted[i].name);
+            st =
+                rt_errorf(RT_ERR_FORMAT, "%s: entries '%s' and '%s' overlap", path, sorted[i - 1].name, sorted[i].name);
             break;
         }
     }
@@ -311,7 +317,10 @@ static rt_status zip_inflate(const ckpt_zip *z, zip_entry *e) {
     inflateEnd(&zs);
     if (rc != Z_STREAM_END || out_done != e->usize)
         RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s': deflate data is corrupt or not %zu bytes long (zlib: %s)", z->path,
-                e->name, e->usize, zs.msg ? zs.msg : rc == Z_STREAM_END ? "size mismatch" : "truncated");
+                e->name, e->usize,
+                zs.msg               ? zs.msg
+                : rc == Z_STREAM_END ? "size mismatch"
+                                     : "truncated");
     if (zip_crc(buf, e->usize) != e->crc)
         RT_FAIL(RT_ERR_FORMAT, "%s: entry '%s': CRC mismatch after inflating (corrupt data)", z->path, e->name);
     e->inflated = buf;

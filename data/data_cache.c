@@ -79,9 +79,15 @@ rt_status data_cache_key_tokenizer(data_cache_key *k, const char *path) {
     struct stat sb;
     if (stat(path, &sb) != 0) return rt_errorf(RT_ERR_IO, "%s: cannot read the tokenizer: %s", path, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return data_cache_key_file(k, path);
-    static const char *const names[] = {"tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model",
-                                        "sentencepiece.bpe.model", "tokenizer_config.json",
-                                        "special_tokens_map.json", "added_tokens.json"};
+    static const char *const names[] = {"tokenizer.json",
+                                        "vocab.txt",
+                                        "vocab.json",
+                                        "merges.txt",
+                                        "spiece.model",
+                                        "sentencepiece.bpe.model",
+                                        "tokenizer_config.json",
+                                        "special_tokens_map.json",
+                                        "added_tokens.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", path, names[i]);
@@ -268,8 +274,8 @@ fail:
     return st;
 }
 
-rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
-                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets) {
+rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets, int stride,
+                                   data_cache_build_fn build, void *ctx, data_tokenized *sets) {
     build_stream b = {build, ctx};
     return data_cache_load_or_stream(dir, key, what, n_sets, stride, build_then_write, &b, sets);
 }

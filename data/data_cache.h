@@ -58,8 +58,8 @@ const char *data_cache_default_dir(void);
  * that cannot be written (read-only folder, full disk) is a warning and the run goes on. The
  * sets share the mapped entry (data_tokenized_free releases it); their arrays are read-only. */
 typedef rt_status (*data_cache_build_fn)(void *ctx, data_tokenized *sets, int n_sets);
-rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets,
-                                   int stride, data_cache_build_fn build, void *ctx, data_tokenized *sets);
+rt_status data_cache_load_or_build(const char *dir, const data_cache_key *key, const char *what, int n_sets, int stride,
+                                   data_cache_build_fn build, void *ctx, data_tokenized *sets);
 
 /* The same for data too large to build in memory: stream writes the sets in order through w,
  * each as ids (data_cache_write_ids, any number of calls) then its rows (data_cache_end_set),

@@ -39,15 +39,15 @@ static uint64_t set_bytes(uint64_t n, uint64_t n_ids, uint32_t width) {
 }
 
 struct data_cache_writer {
-    rt_atomic_file *file;     /* the entry being written; NULL: into mem */
-    unsigned char *mem;         /* the whole file, when it is kept in memory */
+    rt_atomic_file *file; /* the entry being written; NULL: into mem */
+    unsigned char *mem;   /* the whole file, when it is kept in memory */
     size_t mem_len, mem_cap;
-    uLong crc, adl;             /* over the payload so far */
-    uint64_t at;                /* payload bytes so far */
+    uLong crc, adl;              /* over the payload so far */
+    uint64_t at;                 /* payload bytes so far */
     uint64_t set_start, set_ids; /* the set being written */
     int sets_done;
-    unsigned char *table;       /* CACHE_TABLE_ENTRY bytes per finished set */
-    bool io_failed;             /* a write failed: the entry is lost, the data may still be good */
+    unsigned char *table; /* CACHE_TABLE_ENTRY bytes per finished set */
+    bool io_failed;       /* a write failed: the entry is lost, the data may still be good */
 };
 
 static rt_status w_raw(data_cache_writer *w, const void *data, size_t n) {
@@ -237,8 +237,9 @@ static rt_status parse_set(const char *name, int s, const unsigned char *p, cons
     const bool has_targets = flags & FLAG_TARGETS;
     if (n > INT32_MAX || max_len > INT32_MAX || longest > max_len || n_trunc > n || (flags & ~3u) ||
         has_targets != (width > 0) || width > DATA_CACHE_MAX_TARGET_WIDTH)
-        RT_FAIL(RT_ERR_FORMAT, "%s: set %d: bad header (%llu rows, max_len %u, longest %u, flags %#x, %u targets a row)",
-                name, s, (unsigned long long)n, max_len, longest, flags, width);
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: set %d: bad header (%llu rows, max_len %u, longest %u, flags %#x, %u targets a row)", name, s,
+                (unsigned long long)n, max_len, longest, flags, width);
     const uint64_t size = set_bytes(n, n_ids, width);
     if (size == UINT64_MAX || size > limit - start)
         RT_FAIL(RT_ERR_FORMAT, "%s: set %d: its arrays are cut short (%llu rows, %llu ids)", name, s,
@@ -318,8 +319,9 @@ rt_status data_cache_parse_into(const char *name, const unsigned char *p, size_t
         sets[s].backing = backing;
         backing->refs++;
     }
-    if (at != table) RT_FAIL(RT_ERR_FORMAT, "%s: %llu bytes between the last set and the table", name,
-                             (unsigned long long)(table - at));
+    if (at != table)
+        RT_FAIL(RT_ERR_FORMAT, "%s: %llu bytes between the last set and the table", name,
+                (unsigned long long)(table - at));
     return RT_OK;
 fail:
     for (int s = 0; s < n_sets; s++) {

@@ -105,8 +105,8 @@ fail:
     return st;
 }
 
-rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
-                               int count, int32_t pad_id, const data_pad *pad, rt_batch *batch) {
+rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices, int count,
+                               int32_t pad_id, const data_pad *pad, rt_batch *batch) {
     rt_status st = RT_OK;
     RT_CHECK(src->n == tgt->n, "seq2seq: %zu sources but %zu targets", src->n, tgt->n);
     RT_TRY(data_collate_classification(src, indices, count, pad_id, pad, batch));

@@ -31,8 +31,8 @@ rt_status data_collate_classification(const data_tokenized *ds, const int32_t *i
  * -100), and the same rows of tgt into dec_labels, padded with -100 to the longest target
  * (padded as pad says, on its own: the sides may land in different buckets). The model derives its decoder inputs from the labels.
  * n_targets counts the target tokens; n_tokens both sides' real tokens. */
-rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices,
-                               int count, int32_t pad_id, const data_pad *pad, rt_batch *batch);
+rt_status data_collate_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const int32_t *indices, int count,
+                               int32_t pad_id, const data_pad *pad, rt_batch *batch);
 /* Grows the buffers (ids, mask, token types, lengths, labels, example
  * index) to hold B rows of T tokens, so that later batches up to that size never allocate. */
 rt_status data_batch_reserve(rt_batch *batch, int B, int T);

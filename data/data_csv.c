@@ -49,7 +49,7 @@ static rt_status csv_split(const char *name, char *buf, size_t len, char delim, 
             continue;
         }
         const size_t record_line = line, first = nf;
-        for (;;) { /* one field */
+        for (;;) {       /* one field */
             char *w = p; /* unquoted text is written back from here */
             out->fields[nf++] = w;
             const int col = (int)(nf - first);
@@ -72,10 +72,13 @@ static rt_status csv_split(const char *name, char *buf, size_t len, char delim, 
                     }
                 }
                 if (p < end && *p != delim && *p != '\n' && !(*p == '\r' && p + 1 < end && p[1] == '\n'))
-                    RT_FAIL(RT_ERR_FORMAT, "%s:%zu: column %d: text after the closing quote (a quote inside a quoted "
-                            "field is written twice: \"\")", name, line, col);
+                    RT_FAIL(RT_ERR_FORMAT,
+                            "%s:%zu: column %d: text after the closing quote (a quote inside a quoted "
+                            "field is written twice: \"\")",
+                            name, line, col);
             } else {
-                while (p < end && *p != delim && *p != '\n' && !(*p == '\r' && p + 1 < end && p[1] == '\n')) *w++ = *p++;
+                while (p < end && *p != delim && *p != '\n' && !(*p == '\r' && p + 1 < end && p[1] == '\n'))
+                    *w++ = *p++;
             }
             const bool more = p < end && *p == delim;
             if (more) {

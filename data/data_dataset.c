@@ -60,8 +60,8 @@ fail:
 }
 
 /* Joins the kept parts of a and b with the template into a fresh row. */
-static int32_t *join_row(const data_pair_template *tp, bool is_pair, const int32_t *a, size_t ka,
-                         const int32_t *b, size_t kb, size_t *len, size_t *len_a) {
+static int32_t *join_row(const data_pair_template *tp, bool is_pair, const int32_t *a, size_t ka, const int32_t *b,
+                         size_t kb, size_t *len, size_t *len_a) {
     size_t n = (size_t)tp->n_prefix + ka +
                (is_pair ? (size_t)tp->n_middle + kb + (size_t)tp->n_suffix : (size_t)tp->n_single_suffix);
     int32_t *row = malloc((n ? n : 1) * sizeof *row);
@@ -107,8 +107,8 @@ static rt_status pack_ids(data_tokenized *out, size_t *used, size_t *cap, const 
     return RT_OK;
 }
 
-rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len,
-                                   data_trunc_rule rule, data_tokenized *out) {
+rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len, data_trunc_rule rule,
+                                   data_tokenized *out) {
     rt_status st = RT_OK;
     data_pair_template tp;
     int32_t **rows = NULL;
@@ -212,8 +212,8 @@ rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer 
                 RT_FAIL(RT_ERR_UNSUPPORTED,
                         "%s:%d: tokenizer %s: joining the separately encoded texts gives %d ids but "
                         "tok_encode_pair gives %zu (or different ids)",
-                        data_examples_row_path(ex, i), ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok),
-                        lens[j], check.n);
+                        data_examples_row_path(ex, i), ex->line ? ex->line[i] : (int)i + 1, tok_kind_name(tok), lens[j],
+                        check.n);
             checked = true;
         }
 
@@ -249,4 +249,3 @@ fail:
     if (st != RT_OK) data_tokenized_free(out);
     return st;
 }
-

@@ -34,8 +34,8 @@ typedef enum { DATA_TRUNC_HF_FAST = 0, DATA_TRUNC_HF_SLOW = 1 } data_trunc_rule;
 
 /* How many tokens of a and b to keep so that keep_a + keep_b <= budget. Pure; len_b = 0 with
  * no second text truncates a alone. */
-void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule,
-                                 size_t *keep_a, size_t *keep_b);
+void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule, size_t *keep_a,
+                                 size_t *keep_b);
 
 /* Special tokens around a pair and around a single text (HF TemplateProcessing, restricted
  * to the shapes above). */
@@ -71,18 +71,18 @@ void data_backing_release(data_backing *b);
 
 typedef struct {
     size_t n;
-    int32_t *ids;       /* all rows back to back (from ids[offsets[0]]: 0 but in a slice) */
-    size_t *offsets;    /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
-    int32_t *lengths;   /* (n) tokens in row i, specials included, <= max_len */
-    int32_t *len_a;     /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
-    bool segments;      /* token types: 1 after len_a (BERT); false = 0 everywhere (RoBERTa, GPT-2) */
-    int32_t *labels;    /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE with targets) */
-    float *targets;     /* (n, target_width) a regression score (width 1) or a multi-label row's 0/1
+    int32_t *ids;          /* all rows back to back (from ids[offsets[0]]: 0 but in a slice) */
+    size_t *offsets;       /* (n + 1) row i is ids[offsets[i] .. offsets[i+1]) */
+    int32_t *lengths;      /* (n) tokens in row i, specials included, <= max_len */
+    int32_t *len_a;        /* (n) tokens of segment A with its specials (token_type_id 0 for BERT) */
+    bool segments;         /* token types: 1 after len_a (BERT); false = 0 everywhere (RoBERTa, GPT-2) */
+    int32_t *labels;       /* (n) class id or DATA_LABEL_NONE (always DATA_LABEL_NONE with targets) */
+    float *targets;        /* (n, target_width) a regression score (width 1) or a multi-label row's 0/1
                          * per class (width n_labels); NaN first = unlabelled; NULL for class ids */
-    int target_width;   /* floats a row in targets; 0 without them */
-    int max_len;        /* the limit it was built with */
-    int longest;        /* longest row after truncation */
-    size_t n_truncated; /* rows that lost tokens to max_len */
+    int target_width;      /* floats a row in targets; 0 without them */
+    int max_len;           /* the limit it was built with */
+    int longest;           /* longest row after truncation */
+    size_t n_truncated;    /* rows that lost tokens to max_len */
     data_backing *backing; /* non-NULL: every array lies in this shared, read-only storage */
 } data_tokenized;
 
@@ -91,8 +91,8 @@ typedef struct {
  * regression data (ex->targets), targets are copied. */
 rt_status data_tokenize_pairs(const data_examples *ex, const tok_tokenizer *tok, int max_len, data_tokenized *out);
 /* The same with an explicit truncation rule. */
-rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len,
-                                   data_trunc_rule rule, data_tokenized *out);
+rt_status data_tokenize_pairs_rule(const data_examples *ex, const tok_tokenizer *tok, int max_len, data_trunc_rule rule,
+                                   data_tokenized *out);
 /* Builds a dataset from rows of ids already made (tests, cached data). rows[i] has
  * lengths[i] ids; len_a may be NULL (= lengths), labels may be NULL (all DATA_LABEL_NONE).
  * Copies everything; max_len is set to the longest row. */

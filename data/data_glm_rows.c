@@ -15,12 +15,15 @@ rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out)
     int32_t *slots[5] = {&out->cls, &out->mask, &out->gmask, &out->sop, &out->eop};
     /* eos is the tokenizer's own: <|endoftext|> (Chinese), [PAD] (English WordPiece) */
     out->eos = tok_eos_id(tok);
-    if (out->eos < 0) return rt_errorf(RT_ERR_CONFIG, "the tokenizer (%s) has no end-of-text token", tok_kind_name(tok));
+    if (out->eos < 0)
+        return rt_errorf(RT_ERR_CONFIG, "the tokenizer (%s) has no end-of-text token", tok_kind_name(tok));
     for (int i = 0; i < 5; i++) {
         *slots[i] = tok_piece_to_id(tok, names[i]);
         if (*slots[i] < 0)
-            return rt_errorf(RT_ERR_CONFIG, "the tokenizer (%s) has no %s token; GLM needs GLM's command tokens (e.g. "
-                             "cog-pretrain.model, kind glm-chinese-spm)", tok_kind_name(tok), names[i]);
+            return rt_errorf(RT_ERR_CONFIG,
+                             "the tokenizer (%s) has no %s token; GLM needs GLM's command tokens (e.g. "
+                             "cog-pretrain.model, kind glm-chinese-spm)",
+                             tok_kind_name(tok), names[i]);
     }
     return RT_OK;
 }
@@ -37,7 +40,8 @@ static data_glm_row *rows_add(data_glm_rows *r, size_t *cap) {
 /* context (n ids, bidirectional) then, when answer is non-NULL, [sop] answer[0 .. m-2] at the
  * mask's position with block positions 1 .. m, labelled answer[0 .. m-1] (-100 where the answer
  * is -100: a cloze row's [sop] alone). */
-static void row_fill(data_glm_row *row, const int32_t *ctx, int n, int mask_pos, int32_t sop, const int32_t *answer, int m) {
+static void row_fill(data_glm_row *row, const int32_t *ctx, int n, int mask_pos, int32_t sop, const int32_t *answer,
+                     int m) {
     int len = n + (answer ? m : 0);
     row->ids = rt_xmalloc((size_t)len * sizeof(int32_t));
     row->pos = rt_xmalloc((size_t)len * sizeof(int32_t));
@@ -127,8 +131,9 @@ static rt_status rows_verbalizer(data_glm_rows *out, const char *const *words, i
     for (int c = 0; c < n; c++) {
         RT_TRY(encode_text(tok, words[c], &answer));
         if (answer.n != 1)
-            RT_FAIL(RT_ERR_CONFIG, "%s: verbalizer \"%s\" is %zu tokens for this tokenizer; single-token cloze needs one",
-                    what, words[c], answer.n);
+            RT_FAIL(RT_ERR_CONFIG,
+                    "%s: verbalizer \"%s\" is %zu tokens for this tokenizer; single-token cloze needs one", what,
+                    words[c], answer.n);
         out->verbalizer[c] = answer.ids[0];
     }
 fail:
@@ -192,7 +197,7 @@ fail:
 }
 
 rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  bool training, data_glm_rows *out) {
+                                       bool training, data_glm_rows *out) {
     rt_status st = RT_OK;
     data_pvp_filled f = {0};
     rows_scratch w = {0};
@@ -243,7 +248,8 @@ rt_status data_glm_rows_from_cloze(const data_pvp_filled *filled, const int32_t 
     RT_TRY(rows_verbalizer(out, verbalizer, n_classes, tok, "--verbalizer"));
     out->first_row = rt_xcalloc(n + 1, sizeof *out->first_row);
     out->label = rt_xcalloc(n + 1, sizeof *out->label);
-    for (size_t e = 0; e < n; e++) RT_TRY(rows_add_example(out, &filled[e], labels[e] < 0 ? -100 : labels[e], tok, max_len, &w));
+    for (size_t e = 0; e < n; e++)
+        RT_TRY(rows_add_example(out, &filled[e], labels[e] < 0 ? -100 : labels[e], tok, max_len, &w));
 fail:
     rows_scratch_free(&w);
     if (st != RT_OK) data_glm_rows_free(out);
@@ -251,7 +257,8 @@ fail:
 }
 
 rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
-                              const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out) {
+                                   const tok_tokenizer *tok, int max_source_len, int max_target_len,
+                                   data_glm_rows *out) {
     rt_status st = RT_OK;
     data_glm_specials sp;
     tok_ids s = {0}, t = {0}, ctx = {0};
@@ -261,7 +268,8 @@ rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt,
     out->rows_per_example = 1;
     RT_TRY(data_glm_specials_of(tok, &sp));
     if (max_source_len < 3 || max_target_len < 1)
-        RT_FAIL(RT_ERR_CONFIG, "max source length %d (>= 3) and target length %d (>= 1)", max_source_len, max_target_len);
+        RT_FAIL(RT_ERR_CONFIG, "max source length %d (>= 3) and target length %d (>= 1)", max_source_len,
+                max_target_len);
     out->n_examples = (int)(end - begin);
     out->first_row = rt_xcalloc((size_t)out->n_examples + 1, sizeof *out->first_row);
     out->label = rt_xcalloc((size_t)out->n_examples + 1, sizeof *out->label);
@@ -325,8 +333,10 @@ rt_status data_glm_rows_to_sets(const data_glm_rows *r, data_tokenized *sets) {
     for (int i = 0; i < n; i++) len[i] = r->rows[i].len, sep[i] = r->rows[i].sep, mask[i] = r->rows[i].mask_pos;
     for (int k = GLM_SET_IDS; k <= GLM_SET_LABELS; k++) {
         for (int i = 0; i < n; i++)
-            rows[i] = k == GLM_SET_IDS ? r->rows[i].ids : k == GLM_SET_POS ? r->rows[i].pos
-                      : k == GLM_SET_BLOCK_POS ? r->rows[i].block_pos : r->rows[i].labels;
+            rows[i] = k == GLM_SET_IDS         ? r->rows[i].ids
+                      : k == GLM_SET_POS       ? r->rows[i].pos
+                      : k == GLM_SET_BLOCK_POS ? r->rows[i].block_pos
+                                               : r->rows[i].labels;
         RT_TRY(data_tokenized_from_rows(rows, len, k == GLM_SET_IDS ? sep : NULL, k == GLM_SET_IDS ? mask : NULL,
                                         (size_t)n, &sets[k]));
     }
@@ -384,11 +394,13 @@ rt_status data_glm_rows_from_sets(const data_tokenized *sets, data_glm_rows *out
     out->first_row = rt_xcalloc((size_t)ne + 1, sizeof *out->first_row);
     out->label = rt_xcalloc((size_t)ne + 1, sizeof *out->label);
     for (int e = 0; e < ne; e++) {
-        if (exs->lengths[e] != 2) RT_FAIL(RT_ERR_FORMAT, "GLM rows: example %d has %d fields, not 2", e, exs->lengths[e]);
+        if (exs->lengths[e] != 2)
+            RT_FAIL(RT_ERR_FORMAT, "GLM rows: example %d has %d fields, not 2", e, exs->lengths[e]);
         const int32_t first = set_row(exs, (size_t)e)[0], label = set_row(exs, (size_t)e)[1];
         /* a label indexes the verbalizer (cloze) or the choices; span and seq2seq labels index nothing */
         const int classes = out->kind == DATA_GLM_CHOICES ? out->rows_per_example
-                            : out->kind == DATA_GLM_CLOZE ? out->n_classes : INT32_MAX;
+                            : out->kind == DATA_GLM_CLOZE ? out->n_classes
+                                                          : INT32_MAX;
         if (first < 0 || first > n - out->rows_per_example || (label != -100 && (label < 0 || label >= classes)))
             RT_FAIL(RT_ERR_FORMAT, "GLM rows: example %d: first row %d, label %d (of %d rows, %d classes)", e, first,
                     label, n, classes);

@@ -39,8 +39,8 @@ typedef struct {
     data_glm_task_kind kind;
     data_glm_row *rows;
     int n_rows;
-    int *first_row;   /* (n_examples) */
-    int *label;       /* (n_examples) class id, the right choice, or -100 */
+    int *first_row; /* (n_examples) */
+    int *label;     /* (n_examples) class id, the right choice, or -100 */
     int n_examples, rows_per_example;
     int32_t verbalizer[16]; /* cloze: one token per class */
     int n_classes;
@@ -60,7 +60,7 @@ rt_status data_glm_specials_of(const tok_tokenizer *tok, data_glm_specials *out)
  * longer than max_len lose tokens from the pattern's shortenable parts as FlagAI truncates. A
  * verbalizer that is not one token is RT_ERR_CONFIG naming it. */
 rt_status data_glm_rows_from_superglue(const data_sg_examples *ex, int pattern, const tok_tokenizer *tok, int max_len,
-                                  bool training, data_glm_rows *out);
+                                       bool training, data_glm_rows *out);
 /* A user's classes through their own cloze pattern (glm-finetune --train-file --cloze): n filled
  * patterns, their class ids (negative: none) and one verbalizer word per class, each one token
  * (RT_ERR_CONFIG naming it otherwise; at most 16 classes). */
@@ -69,7 +69,8 @@ rt_status data_glm_rows_from_cloze(const data_pvp_filled *filled, const int32_t 
                                    data_glm_rows *out);
 /* Line-aligned source/target texts (targets may be NULL: generation rows, span empty). */
 rt_status data_glm_rows_from_lines(const data_lines *src, const data_lines *tgt, size_t begin, size_t end,
-                              const tok_tokenizer *tok, int max_source_len, int max_target_len, data_glm_rows *out);
+                                   const tok_tokenizer *tok, int max_source_len, int max_target_len,
+                                   data_glm_rows *out);
 void data_glm_rows_free(data_glm_rows *r);
 
 /* The rows as DATA_GLM_ROWS_SETS data_tokenized sets, for the tokenized cache (data/data_cache.h):

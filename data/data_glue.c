@@ -17,6 +17,7 @@ static const char *const rte_labels[] = {"entailment", "not_entailment"};
 static const char *const qnli_labels[] = {"entailment", "not_entailment"};
 static const char *const mnli_labels[] = {"entailment", "neutral", "contradiction"};
 
+/* clang-format off */
 static const data_glue_task glue_tasks[] = {
     /* MRPC: Quality, #1 ID, #2 ID, #1 String, #2 String; test: index, #1 ID, #2 ID, #1 String, #2 String */
     {.name = "mrpc", .dir = "glue-mrpc", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
@@ -68,13 +69,16 @@ static const data_glue_task glue_tasks[] = {
      .metric = DATA_METRIC_ACC, .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1,
      .test = {{"test", {"test.tsv"}}}},
 };
+/* clang-format on */
 
 /* CoLA as GLUE's download script writes it (CoLA/train.tsv, dev.tsv: the raw layout, dev =
  * in_domain_dev + out_of_domain_dev already joined); data_glue_task_for_dir picks it. */
+/* clang-format off */
 static const data_glue_task glue_cola_glue_layout = {
     .name = "cola", .dir = "glue-cola", .train_file = "train.tsv", .dev_file = "dev.tsv", .test_file = "test.tsv",
     .labeled = {false, 3, -1, 1}, .unlabeled = {true, 1, -1, -1}, .n_labels = 2, .metric = DATA_METRIC_MCC,
     .n_dev = 1, .dev = {{"dev", {"dev.tsv"}}}, .n_test = 1, .test = {{"test", {"test.tsv"}}}};
+/* clang-format on */
 
 static bool glue_exists(const char *path, bool want_dir);
 
@@ -98,16 +102,17 @@ const char *data_glue_task_names(void) { return "cola, sst2, mrpc, qqp, stsb, mn
 /* "train.tsv, dev_matched.tsv, dev_mismatched.tsv (test: test_matched.tsv, ...)" */
 static void glue_expected_files(const data_glue_task *task, char *buf, size_t cap) {
     size_t n = 0;
-#define GLUE_APPEND(...)                                                                       \
-    do {                                                                                       \
-        int w_ = snprintf(buf + n, cap - n, __VA_ARGS__);                                      \
-        if (w_ < 0 || (size_t)w_ >= cap - n) return;                                           \
-        n += (size_t)w_;                                                                       \
+#define GLUE_APPEND(...)                                  \
+    do {                                                  \
+        int w_ = snprintf(buf + n, cap - n, __VA_ARGS__); \
+        if (w_ < 0 || (size_t)w_ >= cap - n) return;      \
+        n += (size_t)w_;                                  \
     } while (0)
     buf[0] = '\0';
     GLUE_APPEND("%s", task->train_file);
     for (int s = 0; s < task->n_dev; s++)
-        for (int f = 0; f < DATA_GLUE_MAX_FILES && task->dev[s].files[f]; f++) GLUE_APPEND(", %s", task->dev[s].files[f]);
+        for (int f = 0; f < DATA_GLUE_MAX_FILES && task->dev[s].files[f]; f++)
+            GLUE_APPEND(", %s", task->dev[s].files[f]);
     for (int s = 0; s < task->n_test; s++)
         for (int f = 0; f < DATA_GLUE_MAX_FILES && task->test[s].files[f]; f++)
             GLUE_APPEND("%s%s", s == 0 && f == 0 ? " (optional: " : ", ", task->test[s].files[f]);
@@ -232,8 +237,8 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
     memset(&tsv, 0, sizeof tsv);
     RT_CHECK(task != NULL && path != NULL, "task=%p path=%p", (const void *)task, (const void *)path);
     const data_glue_layout *L = has_labels ? &task->labeled : &task->unlabeled;
-    RT_CHECK(L->text_a >= 0 && (!has_labels || L->label >= 0 || L->label == DATA_GLUE_COL_LAST),
-             "task %s: bad layout", task->name);
+    RT_CHECK(L->text_a >= 0 && (!has_labels || L->label >= 0 || L->label == DATA_GLUE_COL_LAST), "task %s: bad layout",
+             task->name);
     const bool regression = task->type == DATA_TASK_REGRESSION;
     const bool label_last = L->label == DATA_GLUE_COL_LAST;
     if (!glue_exists(path, false)) {
@@ -243,8 +248,8 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
         RT_TRY(glue_missing(task, have_dir && !glue_exists(dir, true) ? dir : path, have_dir ? dir : NULL));
     }
     /* The last field must come after both texts. */
-    int min_cols = label_last ? (L->text_a > L->text_b ? L->text_a : L->text_b) + 2
-                              : max3(L->text_a, L->text_b, L->label) + 1;
+    int min_cols =
+        label_last ? (L->text_a > L->text_b ? L->text_a : L->text_b) + 2 : max3(L->text_a, L->text_b, L->label) + 1;
     RT_TRY(data_tsv_read(path, L->header, min_cols, &tsv));
 
     size_t n = tsv.n_rows;
@@ -257,8 +262,7 @@ rt_status data_glue_load(const data_glue_task *task, const char *path, bool has_
     out->targets = regression ? malloc(alloc_n * sizeof *out->targets) : NULL;
     out->target_width = regression;
     out->line = malloc(alloc_n * sizeof *out->line);
-    if (!out->text_a || (L->text_b >= 0 && !out->text_b) || !out->labels || (regression && !out->targets) ||
-        !out->line)
+    if (!out->text_a || (L->text_b >= 0 && !out->text_b) || !out->labels || (regression && !out->targets) || !out->line)
         RT_FAIL(RT_ERR_NOMEM, "%s: out of memory for %zu examples", path, n);
 
     for (size_t i = 0; i < n; i++) {

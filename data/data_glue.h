@@ -45,10 +45,10 @@ typedef enum {
 
 /* Where the fields of one kind of file are. Columns are 0-based; -1 = absent. */
 typedef struct {
-    bool header;  /* the first line names the columns */
-    int text_a;   /* first (or only) sentence */
-    int text_b;   /* second sentence; -1 for single-sentence tasks */
-    int label;    /* -1 for unlabelled files; DATA_GLUE_COL_LAST = the last field */
+    bool header; /* the first line names the columns */
+    int text_a;  /* first (or only) sentence */
+    int text_b;  /* second sentence; -1 for single-sentence tasks */
+    int label;   /* -1 for unlabelled files; DATA_GLUE_COL_LAST = the last field */
 } data_glue_layout;
 
 #define DATA_GLUE_MAX_FILES 2  /* files in one split */
@@ -62,40 +62,40 @@ typedef struct {
 } data_glue_split;
 
 typedef struct {
-    const char *name;     /* "mrpc" */
-    const char *dir;      /* the task's usual folder name (as in assets/, tests/data/): "glue-mrpc" */
+    const char *name; /* "mrpc" */
+    const char *dir;  /* the task's usual folder name (as in assets/, tests/data/): "glue-mrpc" */
     /* Relative to the task folder; test may be NULL. dev_file is the first file of dev[0]
      * (for CoLA only in_domain_dev; the full GLUE dev set is dev[0]). */
     const char *train_file, *dev_file, *test_file;
-    data_glue_layout labeled;   /* train and dev */
-    data_glue_layout unlabeled; /* test */
-    int n_labels;               /* classes; 1 for regression */
+    data_glue_layout labeled;       /* train and dev */
+    data_glue_layout unlabeled;     /* test */
+    int n_labels;                   /* classes; 1 for regression */
     const char *const *label_names; /* NULL: labels are the integers 0..n_labels-1 */
     data_metric metric;
     data_task_type type;
-    double target_min, target_max;  /* regression: the range a target must lie in (STS-B 0..5) */
-    int n_dev;                      /* dev sets, each scored on its own (MNLI: 2) */
+    double target_min, target_max; /* regression: the range a target must lie in (STS-B 0..5) */
+    int n_dev;                     /* dev sets, each scored on its own (MNLI: 2) */
     data_glue_split dev[DATA_GLUE_MAX_SPLITS];
-    int n_test;                     /* unlabelled test sets (may be 0) */
+    int n_test; /* unlabelled test sets (may be 0) */
     data_glue_split test[DATA_GLUE_MAX_SPLITS];
 } data_glue_task;
 
 /* The examples of one split. All strings live in storage (owned). */
 typedef struct {
     size_t n;
-    const char **text_a;  /* (n) */
-    const char **text_b;  /* (n) NULL array for single-sentence tasks */
-    int32_t *labels;      /* (n) class id, DATA_LABEL_NONE when unlabelled or for regression */
-    float *targets;       /* (n, target_width) a regression target, or a multi-label row's 0/1 per
+    const char **text_a; /* (n) */
+    const char **text_b; /* (n) NULL array for single-sentence tasks */
+    int32_t *labels;     /* (n) class id, DATA_LABEL_NONE when unlabelled or for regression */
+    float *targets;      /* (n, target_width) a regression target, or a multi-label row's 0/1 per
                            * class; NaN first when unlabelled; NULL for class ids */
-    int target_width;     /* floats a row in targets: 1 for regression, n_labels for multi-label */
-    int32_t *line;        /* (n) 1-based line in its source file, for messages */
+    int target_width;    /* floats a row in targets: 1 for regression, n_labels for multi-label */
+    int32_t *line;       /* (n) 1-based line in its source file, for messages */
     int n_labels;
-    char *path;           /* the file read, for messages (owned); several files: "a.tsv + b.tsv" */
-    char *storage;        /* the file's bytes the strings point into */
-    size_t n_files;       /* source files, in order (1 unless a multi-file split) */
-    char **files;         /* (n_files) their paths (owned) */
-    size_t *file_end;     /* (n_files) one past the last row of each file */
+    char *path;       /* the file read, for messages (owned); several files: "a.tsv + b.tsv" */
+    char *storage;    /* the file's bytes the strings point into */
+    size_t n_files;   /* source files, in order (1 unless a multi-file split) */
+    char **files;     /* (n_files) their paths (owned) */
+    size_t *file_end; /* (n_files) one past the last row of each file */
 } data_examples;
 
 /* NULL when name is not a known task (case-sensitive: see data_glue_task_names). */

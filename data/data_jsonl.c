@@ -34,7 +34,7 @@ rt_status data_json_parse_text(const char *name, size_t line, const char *s, siz
         const char *msg = rt_error_message();
         size_t nl = strlen(name);
         const bool named = strncmp(msg, name, nl) == 0;
-        const char *rest = named && strncmp(msg + nl, ":1:", 3) == 0 ? msg + nl + 3 /* "col: ..." */
+        const char *rest = named && strncmp(msg + nl, ":1:", 3) == 0  ? msg + nl + 3 /* "col: ..." */
                            : named && strncmp(msg + nl, ": ", 2) == 0 ? msg + nl + 1 /* " key ..." */
                                                                       : NULL;
         char detail[256];
@@ -76,7 +76,8 @@ rt_status data_jsonl_each(const char *name, const char *buf, size_t len, size_t 
         n_records++;
     }
     if (n_records == 0)
-        RT_FAIL(RT_ERR_FORMAT, "%s:%zu: no records (expected one JSON object per line)", name, first_line ? first_line : 1);
+        RT_FAIL(RT_ERR_FORMAT, "%s:%zu: no records (expected one JSON object per line)", name,
+                first_line ? first_line : 1);
 fail:
     cJSON_Delete(root);
     return st;

@@ -30,11 +30,9 @@ fail:
     return st;
 }
 
-rt_status data_loader_init_seq2seq(const data_tokenized *src, const data_tokenized *tgt,
-                                   const data_sampler_opts *opts, int batch_size, int32_t pad_id,
-                                   const data_pad *pad, data_loader **out) {
-    if (src->n != tgt->n)
-        return rt_errorf(RT_ERR_CONFIG, "seq2seq data: %zu sources but %zu targets", src->n, tgt->n);
+rt_status data_loader_init_seq2seq(const data_tokenized *src, const data_tokenized *tgt, const data_sampler_opts *opts,
+                                   int batch_size, int32_t pad_id, const data_pad *pad, data_loader **out) {
+    if (src->n != tgt->n) return rt_errorf(RT_ERR_CONFIG, "seq2seq data: %zu sources but %zu targets", src->n, tgt->n);
     rt_status st = data_loader_init(src, opts, batch_size, pad_id, pad, out);
     if (st == RT_OK) (*out)->tgt = tgt;
     return st;

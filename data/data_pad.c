@@ -42,6 +42,8 @@ int data_pad_length(const data_pad *p, int longest) {
 
 rt_status data_pad_check_covers(const data_pad *p, int max_len, const char *option, const char *what) {
     if (p->n_buckets == 0 || p->bucket[p->n_buckets - 1] >= max_len) return RT_OK;
-    return rt_errorf(RT_ERR_USAGE, "--%s: the largest bucket, %d, is shorter than %s (%d tokens): add a bucket of at "
-                     "least %d", option, p->bucket[p->n_buckets - 1], what, max_len, max_len);
+    return rt_errorf(RT_ERR_USAGE,
+                     "--%s: the largest bucket, %d, is shorter than %s (%d tokens): add a bucket of at "
+                     "least %d",
+                     option, p->bucket[p->n_buckets - 1], what, max_len, max_len);
 }

@@ -27,12 +27,18 @@ typedef struct {
     pvp_tpl p[DATA_PVP_MAX_PARTS]; /* ends at the first PVP_END (the zero entry) */
 } pvp_pattern;
 
-#define L(s) {PVP_TEXT, s, false, 0}   /* literal (may hold slots), never shortened */
-#define S(s) {PVP_TEXT, s, true, 0}    /* shortenable */
-#define LB(s) {PVP_TEXT, s, false, 1}  /* segment b */
-#define SB(s) {PVP_TEXT, s, true, 1}
-#define M {PVP_MASK, NULL, false, 0}
-#define MB {PVP_MASK, NULL, false, 1}
+#define L(s) \
+    { PVP_TEXT, s, false, 0 } /* literal (may hold slots), never shortened */
+#define S(s) \
+    { PVP_TEXT, s, true, 0 } /* shortenable */
+#define LB(s) \
+    { PVP_TEXT, s, false, 1 } /* segment b */
+#define SB(s) \
+    { PVP_TEXT, s, true, 1 }
+#define M \
+    { PVP_MASK, NULL, false, 0 }
+#define MB \
+    { PVP_MASK, NULL, false, 1 }
 
 /* BoolQPVP.get_parts, pvp.py:1037-1065: patterns 0-1 and 2-3 and 4-5 share their parts and
  * differ in the verbalizer. */
@@ -48,11 +54,12 @@ static const pvp_pattern boolq_patterns[] = {
 /* RtePVP.get_parts, pvp.py:949-985: the hypothesis comes first (without its final
  * punctuation), patterns 0-3 put the mask and the premise in segment b. CbPVP uses 0-3 as
  * they are and has its own 4 (pvp.py:1004-1014), with the whole hypothesis. */
-#define RTE_PATTERNS_0_3                                                                       \
-    {{L("\""), S("{hypothesis}"), L("\" ?"), MB, LB(","), LB(" \""), SB("{premise}"), LB("\"")}},          \
-    {{S("{hypothesis}"), L("?"), MB, LB(","), SB(" {premise}")}},                                        \
-    {{L("\""), S("{hypothesis}"), L("\" ?"), MB, LB(". \""), SB("{premise}"), LB("\"")}},                \
-    {{S("{hypothesis}"), L("?"), MB, LB("."), SB(" {premise}")}}
+#define RTE_PATTERNS_0_3                                                                          \
+    {{L("\""), S("{hypothesis}"), L("\" ?"), MB, LB(","), LB(" \""), SB("{premise}"), LB("\"")}}, \
+        {{S("{hypothesis}"), L("?"), MB, LB(","), SB(" {premise}")}},                             \
+        {{L("\""), S("{hypothesis}"), L("\" ?"), MB, LB(". \""), SB("{premise}"), LB("\"")}}, {   \
+        { S("{hypothesis}"), L("?"), MB, LB("."), SB(" {premise}") }                              \
+    }
 static const pvp_pattern rte_patterns[] = {
     RTE_PATTERNS_0_3,
     {{S("{premise}"), L(" question:"), S(" {hypothesis}"), L(" True or False?"), L(" answer:"), M}},
@@ -127,13 +134,13 @@ bool data_pvp_is_multi_token(data_sg_task_id task) {
 }
 
 /* Verbalizers, indexed by class id in data_superglue.h's label order. */
-static const char *const verb_no_yes[] = {" No", " Yes"};           /* false/true, 0/1 */
-static const char *const verb_false_true_lc[] = {" false", " true"}; /* BoolQ B: pvp.py:1027 */
-static const char *const verb_false_true_uc[] = {" False", " True"}; /* MultiRC 3: pvp.py:1124 */
-static const char *const verb_wic_b[] = {"2", "b"};                  /* WiC 2: pvp.py:1130 */
-static const char *const verb_rte[] = {" Yes", " No"};               /* entailment, not_: pvp.py:939 */
-static const char *const verb_rte_4[] = {" true", " false"};         /* pvp.py:988-989 */
-static const char *const verb_cb[] = {" Yes", " No", " Maybe"};      /* pvp.py:994-998 */
+static const char *const verb_no_yes[] = {" No", " Yes"};               /* false/true, 0/1 */
+static const char *const verb_false_true_lc[] = {" false", " true"};    /* BoolQ B: pvp.py:1027 */
+static const char *const verb_false_true_uc[] = {" False", " True"};    /* MultiRC 3: pvp.py:1124 */
+static const char *const verb_wic_b[] = {"2", "b"};                     /* WiC 2: pvp.py:1130 */
+static const char *const verb_rte[] = {" Yes", " No"};                  /* entailment, not_: pvp.py:939 */
+static const char *const verb_rte_4[] = {" true", " false"};            /* pvp.py:988-989 */
+static const char *const verb_cb[] = {" Yes", " No", " Maybe"};         /* pvp.py:994-998 */
 static const char *const verb_cb_4[] = {" true", " false", " neither"}; /* pvp.py:1017-1020 */
 
 const char *data_pvp_verbalizer(data_sg_task_id task, int pattern, int label) {
@@ -144,10 +151,8 @@ const char *data_pvp_verbalizer(data_sg_task_id task, int pattern, int label) {
         return (pattern % 2 == 0 ? verb_no_yes : verb_false_true_lc)[label];
     case DATA_SG_RTE: return (pattern == 4 ? verb_rte_4 : verb_rte)[label];
     case DATA_SG_CB: return (pattern == 4 ? verb_cb_4 : verb_cb)[label];
-    case DATA_SG_MULTIRC: /* pvp.py:1122-1125 */
-        return (pattern == 3 ? verb_false_true_uc : verb_no_yes)[label];
-    case DATA_SG_WIC: /* pvp.py:1169-1172 */
-        return (pattern == 2 ? verb_wic_b : verb_no_yes)[label];
+    case DATA_SG_MULTIRC: /* pvp.py:1122-1125 */ return (pattern == 3 ? verb_false_true_uc : verb_no_yes)[label];
+    case DATA_SG_WIC: /* pvp.py:1169-1172 */ return (pattern == 2 ? verb_wic_b : verb_no_yes)[label];
     default: return NULL; /* COPA, WSC: verbalize() returns [] (pvp.py:628, 860) */
     }
 }
@@ -199,9 +204,10 @@ static char *pvp_standardize(const char *s) {
     for (const char *p = s; *p;) {
         const unsigned char *u = (const unsigned char *)p;
         if (u[0] == 0xE2 && u[1] == 0x80) {
-            const char *r = u[2] == 0x9C || u[2] == 0x9D ? "\"" : u[2] == 0x98 || u[2] == 0x99 ? "'"
-                                                                 : u[2] == 0x93                 ? "-"
-                                                                                                : NULL;
+            const char *r = u[2] == 0x9C || u[2] == 0x9D   ? "\""
+                            : u[2] == 0x98 || u[2] == 0x99 ? "'"
+                            : u[2] == 0x93                 ? "-"
+                                                           : NULL;
             if (r) {
                 buf_str(&b, r);
                 p += 3;
@@ -335,7 +341,8 @@ static rt_status pvp_wsc_text(const data_sg_example *ex, char **out) {
         size_t pl = strlen(pron);
         if (strcmp(w.w[i], pron) != 0 && strncmp(w.w[i], pron, pl) == 0) {
             /* "him," -> "him" ","  */
-            if (!words_insert(&w, (size_t)i + 1, w.w[i] + pl, strlen(w.w[i] + pl))) RT_FAIL(RT_ERR_NOMEM, "pvp: out of memory");
+            if (!words_insert(&w, (size_t)i + 1, w.w[i] + pl, strlen(w.w[i] + pl)))
+                RT_FAIL(RT_ERR_NOMEM, "pvp: out of memory");
             w.w[i][pl] = '\0';
         }
     }
@@ -395,9 +402,9 @@ static char *pvp_std_strip(const char *s, bool strip, bool ws) {
     return u;
 }
 
-#define VAL(name, expr)                                                                        \
-    do {                                                                                       \
-        if (!vals_set(v, name, (expr))) RT_FAIL(RT_ERR_NOMEM, "pvp: out of memory");           \
+#define VAL(name, expr)                                                              \
+    do {                                                                             \
+        if (!vals_set(v, name, (expr))) RT_FAIL(RT_ERR_NOMEM, "pvp: out of memory"); \
     } while (0)
 
 /* The values a task's templates use, from ex as FlagAI's processor and get_parts make them. */
@@ -442,8 +449,7 @@ static rt_status pvp_values_for(const data_sg_task *task, const data_sg_example 
         VAL("question", pvp_std_strip(ex->text_b, true, true));
         VAL("answer", pvp_standardize(ex->text_c));
         break;
-    default:
-        RT_CHECK(false, "task %d has no patterns", (int)task->id);
+    default: RT_CHECK(false, "task %d has no patterns", (int)task->id);
     }
     return RT_OK;
 fail:
@@ -458,7 +464,8 @@ static char *pvp_expand(const char *fmt, const pvp_values *v) {
         const char *close = *p == '{' ? strchr(p, '}') : NULL;
         int k = -1;
         for (int i = 0; close && i < v->n; i++)
-            if ((size_t)(close - p - 1) == strlen(v->name[i]) && strncmp(p + 1, v->name[i], (size_t)(close - p - 1)) == 0)
+            if ((size_t)(close - p - 1) == strlen(v->name[i]) &&
+                strncmp(p + 1, v->name[i], (size_t)(close - p - 1)) == 0)
                 k = i;
         RT_CHECK(!close || k >= 0, "pattern slot '%.*s' has no value", (int)(close - p + 1), p);
         if (close) {

@@ -34,13 +34,13 @@ rt_status data_pvp_template_parse(const char *pattern, data_pvp_template *out) {
     char *text = rt_xmalloc(len + 1); /* the fixed text being gathered */
     size_t n = 0;
     int masks = 0;
-#define FLUSH_TEXT()                                                                                                   \
-    do {                                                                                                               \
-        if (n) {                                                                                                       \
-            text[n] = '\0';                                                                                            \
-            if (!template_push(out, rt_xstrdup(text), -1, false)) goto too_many;                                           \
-            n = 0;                                                                                                     \
-        }                                                                                                              \
+#define FLUSH_TEXT()                                                             \
+    do {                                                                         \
+        if (n) {                                                                 \
+            text[n] = '\0';                                                      \
+            if (!template_push(out, rt_xstrdup(text), -1, false)) goto too_many; \
+            n = 0;                                                               \
+        }                                                                        \
     } while (0)
     for (size_t i = 0; i < len;) {
         if ((pattern[i] == '{' && pattern[i + 1] == '{') || (pattern[i] == '}' && pattern[i + 1] == '}')) {
@@ -82,7 +82,8 @@ rt_status data_pvp_template_parse(const char *pattern, data_pvp_template *out) {
     FLUSH_TEXT();
 #undef FLUSH_TEXT
     if (masks == 0) RT_FAIL(RT_ERR_USAGE, "--cloze '%s': no [MASK]; the blank is where the class word goes", pattern);
-    if (out->n_columns == 0) RT_FAIL(RT_ERR_USAGE, "--cloze '%s': no {COLUMN}; name the text column in braces", pattern);
+    if (out->n_columns == 0)
+        RT_FAIL(RT_ERR_USAGE, "--cloze '%s': no {COLUMN}; name the text column in braces", pattern);
     free(text);
     return RT_OK;
 too_many:

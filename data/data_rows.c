@@ -9,8 +9,8 @@
 #include "data/data_dataset.h"
 #include "runtime/base/rt_mapped.h"
 
-void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule,
-                                 size_t *keep_a, size_t *keep_b) {
+void data_truncate_longest_first(size_t len_a, size_t len_b, size_t budget, data_trunc_rule rule, size_t *keep_a,
+                                 size_t *keep_b) {
     *keep_a = len_a;
     *keep_b = len_b;
     if (len_a + len_b <= budget) return;

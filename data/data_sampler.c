@@ -12,7 +12,7 @@ struct data_sampler {
     size_t n;
     data_sampler_opts opts;
     uint64_t epoch, position;
-    int32_t *order;        /* (n) the order of order_epoch */
+    int32_t *order; /* (n) the order of order_epoch */
     uint64_t order_epoch;
     bool order_valid;
 };

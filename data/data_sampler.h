@@ -36,9 +36,9 @@ typedef struct data_sampler data_sampler; /* opaque */
 
 typedef struct {
     uint64_t seed;
-    bool shuffle;   /* false: 0..n-1 every epoch */
-    bool drop_last; /* true: an epoch's last global batch is skipped when it is not full */
-    int rank, world; /* this process's data-parallel rank and the data-parallel size (0, 1 by default) */
+    bool shuffle;           /* false: 0..n-1 every epoch */
+    bool drop_last;         /* true: an epoch's last global batch is skipped when it is not full */
+    int rank, world;        /* this process's data-parallel rank and the data-parallel size (0, 1 by default) */
     const int32_t *lengths; /* (n) with group_by > 0: each example's length; read while the sampler lives */
     int group_by;           /* > 0: group by length in megabatches of this many examples' groups (HF passes
                              * its batch size times gradient accumulation); 0: plain shuffle */
@@ -47,7 +47,7 @@ typedef struct {
 /* What a checkpoint stores. n_examples and seed are stored to catch a resume on other data. */
 typedef struct {
     uint64_t epoch;
-    uint64_t position;   /* global examples consumed in this epoch */
+    uint64_t position; /* global examples consumed in this epoch */
     uint64_t n_examples;
     uint64_t seed;
 } data_sampler_state;

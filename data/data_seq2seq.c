@@ -247,8 +247,8 @@ rt_status data_seq2seq_tokenize(const data_lines *src, const data_lines *tgt, si
     memset(src_out, 0, sizeof *src_out);
     memset(tgt_out, 0, sizeof *tgt_out);
     if (src->n != tgt->n || begin > end || end > src->n)
-        return rt_errorf(RT_ERR_CONFIG, "seq2seq: lines [%zu, %zu) of %zu sources and %zu targets", begin, end,
-                         src->n, tgt->n);
+        return rt_errorf(RT_ERR_CONFIG, "seq2seq: lines [%zu, %zu) of %zu sources and %zu targets", begin, end, src->n,
+                         tgt->n);
     RT_TRY(data_seq2seq_side(src, begin, end, tok, o->source_prefix, o->lowercase, o->max_source_len, src_out));
     RT_TRY(data_seq2seq_side(tgt, begin, end, tok, NULL, o->lowercase, o->max_target_len, tgt_out));
     return RT_OK;

@@ -19,9 +19,9 @@
 /* The lines of a text file, split in place in one buffer. A UTF-8 BOM is skipped, lines end
  * at '\n' with an optional '\r' before it, and a final newline does not start a line. */
 typedef struct {
-    char *path;        /* as given, for messages (owned) */
-    char *buf;         /* the bytes (owned) */
-    char **line;       /* (n) NUL-terminated lines into buf */
+    char *path;  /* as given, for messages (owned) */
+    char *buf;   /* the bytes (owned) */
+    char **line; /* (n) NUL-terminated lines into buf */
     size_t n;
     size_t first_line; /* line[0]'s number in the file (1 but from data_lines_reader) */
 } data_lines;

@@ -167,9 +167,9 @@ static data_sg_example *sg_push(sg_reader *r) {
     return e;
 }
 
-#define SG_PUSH(e)                                                                             \
-    do {                                                                                       \
-        if (!((e) = sg_push(r))) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory", r->where);         \
+#define SG_PUSH(e)                                                                     \
+    do {                                                                               \
+        if (!((e) = sg_push(r))) RT_FAIL(RT_ERR_NOMEM, "%s: out of memory", r->where); \
     } while (0)
 
 /* MultiRC: one record is a paragraph; each answer option of each question is an example. */
@@ -268,8 +268,7 @@ static rt_status sg_read_record(sg_reader *r, const cJSON *root) {
         RT_TRY(sg_int(r, t, "target", "span2_index", true, &e->span2_index));
         break;
     }
-    default:
-        RT_CHECK(false, "task %d has no record reader", (int)r->task->id);
+    default: RT_CHECK(false, "task %d has no record reader", (int)r->task->id);
     }
     RT_TRY(sg_label(r, root, "", &e->label));
     return RT_OK;
@@ -297,8 +296,8 @@ static rt_status sg_parse_buffer(const data_sg_task *task, const char *name, con
     return st;
 }
 
-rt_status data_sg_parse(const data_sg_task *task, const char *name, const char *bytes, size_t len,
-                        bool require_labels, data_sg_examples *out) {
+rt_status data_sg_parse(const data_sg_task *task, const char *name, const char *bytes, size_t len, bool require_labels,
+                        data_sg_examples *out) {
     return sg_parse_buffer(task, name, bytes, len, require_labels, out);
 }
 

@@ -49,9 +49,9 @@ typedef enum {
 
 typedef struct {
     data_sg_task_id id;
-    const char *name;               /* "boolq" */
-    const char *dir;                /* the task's usual folder name (as in tests/data/): "superglue-boolq" */
-    const char *zip;                /* official archive name, for "where to get it": "BoolQ.zip" */
+    const char *name; /* "boolq" */
+    const char *dir;  /* the task's usual folder name (as in tests/data/): "superglue-boolq" */
+    const char *zip;  /* official archive name, for "where to get it": "BoolQ.zip" */
     int n_labels;
     const char *const *label_names; /* (n_labels) see the table above */
 } data_sg_task;
@@ -60,13 +60,13 @@ typedef struct {
  * it; a text a task does not have is NULL. */
 typedef struct {
     const char *text_a, *text_b, *text_c; /* see the table above */
-    int32_t label;       /* class id, or DATA_SG_LABEL_NONE */
-    int32_t idx;         /* the record's "idx" (MultiRC: the answer's idx) */
-    int32_t line;        /* 1-based line of the record in its file */
-    bool copa_effect;    /* COPA: question is "effect" (joiner "so"); false: "cause" ("because") */
-    int32_t span1_index; /* WSC: word positions of span1/span2 in text (split on spaces); else -1 */
+    int32_t label;                        /* class id, or DATA_SG_LABEL_NONE */
+    int32_t idx;                          /* the record's "idx" (MultiRC: the answer's idx) */
+    int32_t line;                         /* 1-based line of the record in its file */
+    bool copa_effect;                     /* COPA: question is "effect" (joiner "so"); false: "cause" ("because") */
+    int32_t span1_index;                  /* WSC: word positions of span1/span2 in text (split on spaces); else -1 */
     int32_t span2_index;
-    int32_t passage_idx; /* MultiRC: the paragraph's idx; else -1 */
+    int32_t passage_idx;  /* MultiRC: the paragraph's idx; else -1 */
     int32_t question_idx; /* MultiRC: the question's idx (unique in a file: EM groups by it); else -1 */
 } data_sg_example;
 
@@ -94,8 +94,8 @@ int data_sg_label_id(const data_sg_task *task, const char *name);
 rt_status data_sg_load(const data_sg_task *task, const char *path, bool require_labels, data_sg_examples *out);
 /* The same over bytes in memory (copied); name stands in for the path in messages. The
  * fuzz target and the tests use this. */
-rt_status data_sg_parse(const data_sg_task *task, const char *name, const char *bytes, size_t len,
-                        bool require_labels, data_sg_examples *out);
+rt_status data_sg_parse(const data_sg_task *task, const char *name, const char *bytes, size_t len, bool require_labels,
+                        data_sg_examples *out);
 /* Reads dir/<split>.jsonl; split "test" does not require labels, any other split does. */
 rt_status data_sg_load_split(const data_sg_task *task, const char *dir, const char *split, data_sg_examples *out);
 void data_sg_examples_free(data_sg_examples *ex);

@@ -39,9 +39,9 @@ rt_status data_format_of(const char *path, data_format fmt, data_format *out) {
     static const struct {
         const char *ext;
         data_format fmt;
-    } exts[] = {{".csv", DATA_FORMAT_CSV},     {".tsv", DATA_FORMAT_TSV},   {".jsonl", DATA_FORMAT_JSONL},
-                {".ndjson", DATA_FORMAT_JSONL}, {".json", DATA_FORMAT_JSON}, {".CSV", DATA_FORMAT_CSV},
-                {".TSV", DATA_FORMAT_TSV},     {".JSONL", DATA_FORMAT_JSONL}, {".JSON", DATA_FORMAT_JSON}};
+    } exts[] = {{".csv", DATA_FORMAT_CSV},      {".tsv", DATA_FORMAT_TSV},     {".jsonl", DATA_FORMAT_JSONL},
+                {".ndjson", DATA_FORMAT_JSONL}, {".json", DATA_FORMAT_JSON},   {".CSV", DATA_FORMAT_CSV},
+                {".TSV", DATA_FORMAT_TSV},      {".JSONL", DATA_FORMAT_JSONL}, {".JSON", DATA_FORMAT_JSON}};
     for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++)
         if (ends_with(path, exts[i].ext)) {
             *out = exts[i].fmt;
@@ -103,7 +103,9 @@ rt_status data_table_text(const data_table *t, size_t row, int col, const char *
     char where[400];
     data_table_where(t, row, where, sizeof where);
     return rt_errorf(RT_ERR_FORMAT, "%s: column '%s': the text is %s", where, t->col_names[col],
-                     !s ? "missing" : !*s ? "empty" : data_cell_kind_name(kind));
+                     !s    ? "missing"
+                     : !*s ? "empty"
+                           : data_cell_kind_name(kind));
 }
 
 void data_table_free(data_table *t) {
@@ -275,8 +277,10 @@ static rt_status json_array(json_builder *b, const char *name, const char *buf, 
     const size_t bom = rt_utf8_bom_len(buf, len);
     RT_TRY(data_json_parse_text(name, 0, buf + bom, len - bom, &root));
     if (!cJSON_IsArray(root))
-        RT_FAIL(RT_ERR_FORMAT, "%s: the file holds %s (expected an array of objects, one per record; one object per "
-                "line is --data-format jsonl)", name, rt_json_type_name(root));
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: the file holds %s (expected an array of objects, one per record; one object per "
+                "line is --data-format jsonl)",
+                name, rt_json_type_name(root));
     size_t k = 0;
     for (const cJSON *it = root->child; it; it = it->next, k++) {
         char where[340];

@@ -25,17 +25,17 @@ typedef enum { DATA_FORMAT_AUTO, DATA_FORMAT_CSV, DATA_FORMAT_TSV, DATA_FORMAT_J
 typedef enum { DATA_CELL_TEXT, DATA_CELL_NUMBER, DATA_CELL_BOOL, DATA_CELL_LIST, DATA_CELL_OBJECT } data_cell_kind;
 
 typedef struct {
-    char *path;            /* as given, for messages (owned) */
-    data_format format;    /* never AUTO */
+    char *path;         /* as given, for messages (owned) */
+    data_format format; /* never AUTO */
     int n_cols;
-    char **col_names;      /* (n_cols) */
+    char **col_names; /* (n_cols) */
     size_t n_rows;
-    const char **cells;    /* (n_rows * n_cols) row-major; NULL: absent (a key a record lacks, or null) */
-    uint8_t *kinds;        /* (n_rows * n_cols) data_cell_kind; NULL: every cell is text */
-    size_t *row_line;      /* (n_rows) the 1-based line a row starts on (a JSON array's record too) */
+    const char **cells; /* (n_rows * n_cols) row-major; NULL: absent (a key a record lacks, or null) */
+    uint8_t *kinds;     /* (n_rows * n_cols) data_cell_kind; NULL: every cell is text */
+    size_t *row_line;   /* (n_rows) the 1-based line a row starts on (a JSON array's record too) */
     /* storage */
-    data_tsv csv;          /* CSV/TSV: the parsed file, which the cells and names point into */
-    char **strings;        /* JSON: owned copies the cells and names point into */
+    data_tsv csv;   /* CSV/TSV: the parsed file, which the cells and names point into */
+    char **strings; /* JSON: owned copies the cells and names point into */
     size_t n_strings, cap_strings;
 } data_table;
 

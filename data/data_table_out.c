@@ -11,7 +11,6 @@
 #include "runtime/base/rt_buf.h"
 #include "runtime/base/rt_log.h"
 
-
 static void out_csv_field(rt_text *o, const char *s, char delim) {
     if (!strchr(s, delim) && !strpbrk(s, "\"\r\n")) {
         rt_text_puts(o, s);

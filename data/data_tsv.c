@@ -20,8 +20,7 @@ static size_t tsv_line_of(const char *buf, size_t off) {
 }
 
 /* Takes ownership of buf (len bytes plus one spare byte at buf[len]) on every path. */
-static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_header, int min_cols,
-                           data_tsv *out) {
+static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_header, int min_cols, data_tsv *out) {
     rt_status st = RT_OK;
     memset(out, 0, sizeof *out);
     out->path = rt_xstrdup(name);
@@ -65,8 +64,8 @@ static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_hea
             continue;
         }
         if (blank_line)
-            RT_FAIL(RT_ERR_FORMAT, "%s:%zu: blank line (expected at least %d tab-separated columns)", name,
-                    blank_line, min_cols);
+            RT_FAIL(RT_ERR_FORMAT, "%s:%zu: blank line (expected at least %d tab-separated columns)", name, blank_line,
+                    min_cols);
         /* The whole line before the cut: tabs are ASCII, so this covers every field, and the
          * byte is counted from the line's start (after a BOM), as t5-finetune counts it. */
         RT_TRY(rt_utf8_check_line(name, line, p, (size_t)(le - p)));
@@ -80,8 +79,8 @@ static rt_status tsv_split(const char *name, char *buf, size_t len, bool has_hea
         }
         int ncols = (int)(nf - first);
         if (ncols < min_cols)
-            RT_FAIL(RT_ERR_FORMAT, "%s:%zu: expected at least %d tab-separated columns, found %d", name, line,
-                    min_cols, ncols);
+            RT_FAIL(RT_ERR_FORMAT, "%s:%zu: expected at least %d tab-separated columns, found %d", name, line, min_cols,
+                    ncols);
         if (!header_done) {
             out->n_header = ncols;
             header_done = true;

@@ -15,13 +15,13 @@
 #include "runtime/base/rt_status.h"
 
 typedef struct {
-    char *path;         /* as given, for error messages (owned) */
-    char *buf;          /* the file's bytes, split in place (owned) */
-    char **fields;      /* (n_fields) all fields of all rows, row-major */
-    size_t *row_start;  /* (n_rows + 1) index of each row's first field in fields */
-    size_t *row_line;   /* (n_rows) 1-based line number in the file, for messages */
-    size_t n_rows;      /* data rows, the header excluded */
-    char **header;      /* (n_header) header fields, NULL when the file has none */
+    char *path;        /* as given, for error messages (owned) */
+    char *buf;         /* the file's bytes, split in place (owned) */
+    char **fields;     /* (n_fields) all fields of all rows, row-major */
+    size_t *row_start; /* (n_rows + 1) index of each row's first field in fields */
+    size_t *row_line;  /* (n_rows) 1-based line number in the file, for messages */
+    size_t n_rows;     /* data rows, the header excluded */
+    char **header;     /* (n_header) header fields, NULL when the file has none */
     int n_header;
 } data_tsv;
 
@@ -31,8 +31,7 @@ typedef struct {
 rt_status data_tsv_read(const char *path, bool has_header, int min_cols, data_tsv *out);
 /* The same over bytes already in memory (copied); name stands in for the path in messages.
  * The fuzz target and the tests use this. */
-rt_status data_tsv_parse(const char *name, const char *bytes, size_t len, bool has_header, int min_cols,
-                         data_tsv *out);
+rt_status data_tsv_parse(const char *name, const char *bytes, size_t len, bool has_header, int min_cols, data_tsv *out);
 void data_tsv_free(data_tsv *t);
 
 static inline int data_tsv_ncols(const data_tsv *t, size_t row) {

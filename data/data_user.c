@@ -207,8 +207,10 @@ static rt_status user_cell_classes(const data_table *t, size_t r, int col, const
             while (a < b && *a == ' ') a++;
             while (b > a && b[-1] == ' ') b--;
             if (a == b)
-                RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': the label '%.60s' has an empty class name between "
-                        "separators '%s'", where, label_col, s, sep);
+                RT_FAIL(RT_ERR_FORMAT,
+                        "%s: column '%s': the label '%.60s' has an empty class name between "
+                        "separators '%s'",
+                        where, label_col, s, sep);
             char *name = rt_xmalloc((size_t)(b - a) + 1);
             memcpy(name, a, (size_t)(b - a));
             name[b - a] = '\0';
@@ -220,8 +222,9 @@ static rt_status user_cell_classes(const data_table *t, size_t r, int col, const
             p = end + sep_len;
         }
     } else {
-        RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': the label is %s, but the task is multi-label (a JSON list of classes%s)",
-                where, label_col, data_cell_kind_name(kind), sep ? ", or text split on --label-separator" : "");
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: column '%s': the label is %s, but the task is multi-label (a JSON list of classes%s)", where,
+                label_col, data_cell_kind_name(kind), sep ? ", or text split on --label-separator" : "");
     }
 fail:
     cJSON_Delete(list);
@@ -265,7 +268,8 @@ static rt_status user_multi_labels(const data_table *t, const data_user_opts *o,
     out->type = DATA_TASK_MULTI_LABEL;
     out->positive = -1;
     if (o->positive_label)
-        RT_FAIL(RT_ERR_USAGE, "--positive-label is for two classes; '%s' in %s is multi-label", out->label_col, t->path);
+        RT_FAIL(RT_ERR_USAGE, "--positive-label is for two classes; '%s' in %s is multi-label", out->label_col,
+                t->path);
     for (size_t r = 0; r < t->n_rows; r++) {
         RT_TRY(user_cell_classes(t, r, col, out->label_col, o->label_separator, &row, &n_row, &whole));
         if (n_all + (size_t)n_row > cap) {
@@ -296,8 +300,10 @@ static rt_status user_multi_labels(const data_table *t, const data_user_opts *o,
         const size_t u = user_sort_unique(all, n_all, whole);
         n_all = u;
         if (u < 2)
-            RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': the train rows name %s; a multi-label classifier needs two "
-                    "classes or more", t->path, out->label_col, u ? "one class only" : "no class");
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: column '%s': the train rows name %s; a multi-label classifier needs two "
+                    "classes or more",
+                    t->path, out->label_col, u ? "one class only" : "no class");
         if (u > DATA_USER_MAX_LABELS)
             RT_FAIL(RT_ERR_FORMAT, "%s: column '%s' names %zu distinct classes, more than the limit %d", t->path,
                     out->label_col, u, DATA_USER_MAX_LABELS);
@@ -333,9 +339,10 @@ static rt_status user_labels(const data_table *t, const data_user_opts *o, int c
                              where, out->label_col);
         if (r == 0) first_kind = kind;
         if (t->kinds && kind != first_kind)
-            return rt_errorf(RT_ERR_FORMAT, "%s: column '%s': the label is %s, but the first row's is %s (one kind "
-                             "of label a column)", where, out->label_col, data_cell_kind_name(kind),
-                             data_cell_kind_name(first_kind));
+            return rt_errorf(RT_ERR_FORMAT,
+                             "%s: column '%s': the label is %s, but the first row's is %s (one kind "
+                             "of label a column)",
+                             where, out->label_col, data_cell_kind_name(kind), data_cell_kind_name(first_kind));
         double v;
         bool fraction;
         if (user_cell_number(t, r, col, &v, &fraction))
@@ -365,9 +372,10 @@ static rt_status user_labels(const data_table *t, const data_user_opts *o, int c
         out->label_names = names;
         out->n_labels = (int)(u < INT_MAX ? u : INT_MAX);
         if (u < 2)
-            RT_FAIL(RT_ERR_FORMAT, "%s: column '%s': every train row has the label '%.60s'; a classifier needs two "
-                    "classes or more (numbers with a fraction, such as 0.5, mean regression)", t->path, out->label_col,
-                    names[0]);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: column '%s': every train row has the label '%.60s'; a classifier needs two "
+                    "classes or more (numbers with a fraction, such as 0.5, mean regression)",
+                    t->path, out->label_col, names[0]);
         if (u > DATA_USER_MAX_LABELS)
             RT_FAIL(RT_ERR_FORMAT, "%s: column '%s' has %zu distinct labels, more than the limit %d", t->path,
                     out->label_col, u, DATA_USER_MAX_LABELS);
@@ -383,7 +391,8 @@ static rt_status user_labels(const data_table *t, const data_user_opts *o, int c
     if (o->positive_label) {
         int k = out->n_labels == 2 ? user_class_of(out, o->positive_label) : -1;
         if (out->n_labels != 2)
-            RT_FAIL(RT_ERR_USAGE, "--positive-label: the task has %d classes; F1 of one class is for two", out->n_labels);
+            RT_FAIL(RT_ERR_USAGE, "--positive-label: the task has %d classes; F1 of one class is for two",
+                    out->n_labels);
         if (k < 0)
             RT_FAIL(RT_ERR_USAGE, "--positive-label '%s' is not a class (the classes: '%s', '%s')", o->positive_label,
                     out->label_names[0], out->label_names[1]);
@@ -438,7 +447,8 @@ rt_status data_user_examples(const data_user_task *task, const data_table *t, bo
     memset(out, 0, sizeof *out);
     int cols[2] = {-1, -1};
     for (int k = 0; k < task->n_text; k++)
-        if ((cols[k] = data_table_col(t, task->text_col[k])) < 0) RT_TRY(data_table_missing_column(t, task->text_col[k], "--text-columns"));
+        if ((cols[k] = data_table_col(t, task->text_col[k])) < 0)
+            RT_TRY(data_table_missing_column(t, task->text_col[k], "--text-columns"));
     int label = data_table_col(t, task->label_col);
     if (labelled && label < 0) RT_TRY(data_table_missing_column(t, task->label_col, "--label-column"));
     const size_t n = t->n_rows, alloc_n = n ? n : 1;

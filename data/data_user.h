@@ -33,23 +33,23 @@
 #define DATA_USER_MAX_LABELS (1 << 16)
 
 typedef struct {
-    const char *text_columns;   /* "A" or "A,B"; NULL: the default above */
-    const char *label_column;   /* NULL: "label" */
-    const char *label_names;    /* "a,b,c": the classes in id order; NULL: from the train file */
-    const char *positive_label; /* two classes: the class whose F1 is reported; NULL: the second */
+    const char *text_columns;    /* "A" or "A,B"; NULL: the default above */
+    const char *label_column;    /* NULL: "label" */
+    const char *label_names;     /* "a,b,c": the classes in id order; NULL: from the train file */
+    const char *positive_label;  /* two classes: the class whose F1 is reported; NULL: the second */
     const char *label_separator; /* splits a text label into classes (multi-label); NULL: none */
 } data_user_opts;
 
 typedef struct {
     char *text_col[2];
-    int n_text;              /* 1 or 2 */
+    int n_text; /* 1 or 2 */
     char *label_col;
-    char *label_separator;   /* as given, or NULL */
+    char *label_separator; /* as given, or NULL */
     data_task_type type;
-    bool integer_labels;     /* classes are whole numbers: a label matches by value ("01" is 1) */
-    int n_labels;            /* classes (multi-label too); 1 for regression */
-    char **label_names;      /* (n_labels) classification: the classes in id order; NULL for regression */
-    int positive;            /* two classes: the class id whose F1 is reported; else -1 */
+    bool integer_labels; /* classes are whole numbers: a label matches by value ("01" is 1) */
+    int n_labels;        /* classes (multi-label too); 1 for regression */
+    char **label_names;  /* (n_labels) classification: the classes in id order; NULL for regression */
+    int positive;        /* two classes: the class id whose F1 is reported; else -1 */
 } data_user_task;
 
 /* Decides the task from the train table and the options. RT_ERR_USAGE for an option that names

@@ -60,8 +60,8 @@ static rt_status metric_bleu_segment(metric_bleu_stats *stats, const char *hyp, 
                                      size_t n_refs) {
     rt_status st = RT_OK;
     size_t n_texts = n_refs + 1;
-    char **texts = calloc(n_texts, sizeof *texts);           /* [0] hyp, [1 + r] refs */
-    size_t *first = calloc(n_texts + 1, sizeof *first);      /* token offsets per text */
+    char **texts = calloc(n_texts, sizeof *texts);      /* [0] hyp, [1 + r] refs */
+    size_t *first = calloc(n_texts + 1, sizeof *first); /* token offsets per text */
     int64_t *ref_lens = calloc(n_refs ? n_refs : 1, sizeof *ref_lens);
     const uint32_t **ref_ids = calloc(n_refs ? n_refs : 1, sizeof *ref_ids);
     size_t *ref_n = calloc(n_refs ? n_refs : 1, sizeof *ref_n);

@@ -26,9 +26,9 @@ typedef struct {
 
 /* The fields of sacrebleu's BLEUScore. */
 typedef struct {
-    double score;                         /* 0..100 */
+    double score;                             /* 0..100 */
     double precisions[METRIC_BLEU_MAX_ORDER]; /* percent, exp-smoothed where a count is 0 */
-    double bp;                            /* brevity penalty */
+    double bp;                                /* brevity penalty */
     int64_t counts[METRIC_BLEU_MAX_ORDER], totals[METRIC_BLEU_MAX_ORDER];
     int64_t sys_len, ref_len;
 } metric_bleu_result;

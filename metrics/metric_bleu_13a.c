@@ -55,9 +55,12 @@ static size_t metric_13a_pair_rule(const char *in, size_t n, char *out, metric_1
         bool match = false;
         if (i + 1 < n) {
             unsigned char a = s[i], b = s[i + 1];
-            if (rule == METRIC_13A_DOT_AFTER_NONDIGIT) match = !metric_is_digit(a) && metric_is_dot_comma(b);
-            else if (rule == METRIC_13A_DOT_BEFORE_NONDIGIT) match = metric_is_dot_comma(a) && !metric_is_digit(b);
-            else match = metric_is_digit(a) && b == '-';
+            if (rule == METRIC_13A_DOT_AFTER_NONDIGIT)
+                match = !metric_is_digit(a) && metric_is_dot_comma(b);
+            else if (rule == METRIC_13A_DOT_BEFORE_NONDIGIT)
+                match = metric_is_dot_comma(a) && !metric_is_digit(b);
+            else
+                match = metric_is_digit(a) && b == '-';
         }
         if (!match) {
             out[w++] = in[i++];

@@ -37,7 +37,9 @@ double metric_accuracy(const int32_t *pred, const int32_t *label, size_t n) {
     return total > 0 ? ok / total : 0.0;
 }
 
-double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) { return metric_f1_class(pred, label, n, 1); }
+double metric_f1_binary(const int32_t *pred, const int32_t *label, size_t n) {
+    return metric_f1_class(pred, label, n, 1);
+}
 
 /* Precision, recall and F1 from one confusion count (0 where a denominator is). */
 static metric_class_scores metric_scores_of(metric_confusion c) {

@@ -89,8 +89,10 @@ static size_t metric_ngram_count(const metric_ngram_key *keys, size_t n, const m
     size_t lo = 0, hi = n; /* first index not below key */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (metric_ngram_key_cmp(&keys[mid], key) < 0) lo = mid + 1;
-        else hi = mid;
+        if (metric_ngram_key_cmp(&keys[mid], key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     size_t end = lo;
     while (end < n && metric_ngram_key_cmp(&keys[end], key) == 0) end++;
@@ -143,8 +145,10 @@ rt_status metric_ngram_lcs(const uint32_t *a, size_t len_a, const uint32_t *b, s
     }
     for (size_t i = 1; i <= len_a; i++) {
         for (size_t j = 1; j <= len_b; j++) {
-            if (a[i - 1] == b[j - 1]) cur[j] = prev[j - 1] + 1;
-            else cur[j] = prev[j] > cur[j - 1] ? prev[j] : cur[j - 1];
+            if (a[i - 1] == b[j - 1])
+                cur[j] = prev[j - 1] + 1;
+            else
+                cur[j] = prev[j] > cur[j - 1] ? prev[j] : cur[j - 1];
         }
         size_t *t = prev;
         prev = cur;

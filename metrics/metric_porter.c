@@ -33,9 +33,12 @@ static int metric_measure(const char *s, size_t n) {
     bool prev_cons = true, prev_set = false;
     for (size_t i = 0; i < n; i++) {
         bool c;
-        if (metric_is_vowel(s[i])) c = false;
-        else if (s[i] == 'y') c = i == 0 ? true : !prev_cons;
-        else c = true;
+        if (metric_is_vowel(s[i]))
+            c = false;
+        else if (s[i] == 'y')
+            c = i == 0 ? true : !prev_cons;
+        else
+            c = true;
         if (prev_set && !prev_cons && c) m++;
         prev_cons = c;
         prev_set = true;

@@ -80,8 +80,8 @@ rt_status metric_superglue(const char *task, const int32_t *pred, const int32_t 
     bool acc_only = strcmp(task, "boolq") == 0 || strcmp(task, "copa") == 0 || strcmp(task, "rte") == 0 ||
                     strcmp(task, "wic") == 0 || strcmp(task, "wsc") == 0;
     if (!cb && !multirc && !acc_only)
-        return rt_errorf(RT_ERR_CONFIG, "metrics: '%s' is not a SuperGLUE task (boolq, cb, copa, multirc, rte, wic, wsc)",
-                         task);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "metrics: '%s' is not a SuperGLUE task (boolq, cb, copa, multirc, rte, wic, wsc)", task);
     /* metric_glue.c skips the loss's -100; unlabelled SuperGLUE rows say -1. */
     int32_t *lab = malloc((n ? n : 1) * sizeof *lab);
     if (!lab) return rt_errorf(RT_ERR_NOMEM, "metrics: out of memory for %zu rows", n);

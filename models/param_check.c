@@ -66,8 +66,10 @@ rt_status mdl_check_tensors(const char *arch, const char *config_path, const ckp
         while (k < n && strcmp(t[k].name, s->name) != 0) k++;
         if (k == n) {
             if (mdl_task_head(arch, s->name)) continue;
-            RT_FAIL(RT_ERR_FORMAT, "%s: no tensor for the parameter '%s', which the model of %s has: not this "
-                    "model's checkpoint, or an incomplete one", what, s->name, config_path);
+            RT_FAIL(RT_ERR_FORMAT,
+                    "%s: no tensor for the parameter '%s', which the model of %s has: not this "
+                    "model's checkpoint, or an incomplete one",
+                    what, s->name, config_path);
         }
         ckpt_tp_desc d;
         ckpt_tp_param_desc(s, vocab, 0, 1, &d);

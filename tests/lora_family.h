@@ -24,7 +24,7 @@
 #include "runtime/train/rt_params.h"
 
 typedef struct {
-    const char *name;      /* "t5" */
+    const char *name; /* "t5" */
     const ckpt_map *map;
     char dir[4096];     /* the golden folder; its adapter/ is PEFT's initial adapters */
     size_t n_logits;    /* the golden batch's logits */

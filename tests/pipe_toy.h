@@ -18,9 +18,9 @@
 
 typedef struct {
     int stage, stages, K;
-    float *w, *dw;                          /* (K) */
-    float *x[TOY_MAXM], *y[TOY_MAXM];       /* each micro-batch's input and output, kept for backward */
-    double loss;                            /* the last stage's */
+    float *w, *dw;                    /* (K) */
+    float *x[TOY_MAXM], *y[TOY_MAXM]; /* each micro-batch's input and output, kept for backward */
+    double loss;                      /* the last stage's */
     int forwards, backwards;
 } toy_stage;
 
@@ -51,7 +51,8 @@ static inline rt_status toy_forward(void *ctx, int m, const void *in, void *out)
     for (size_t i = 0; i < n; i++)
         t->x[m][i] = in ? ((const float *)in)[i] : sinf(0.01f * (float)(i + 1) * (float)(m + 1));
     for (size_t i = 0; i < n; i++) t->y[m][i] = tanhf(t->w[i % t->K] * t->x[m][i]);
-    if (out) memcpy(out, t->y[m], n * sizeof(float));
+    if (out)
+        memcpy(out, t->y[m], n * sizeof(float));
     else
         for (size_t i = 0; i < n; i++) t->loss += t->y[m][i];
     t->forwards++;
@@ -72,8 +73,8 @@ static inline rt_status toy_backward(void *ctx, int m, const void *dout, void *d
 }
 
 static inline rt_pipe_stage toy_pipe_stage(toy_stage *t) {
-    return (rt_pipe_stage){.ctx = t, .out_bytes = toy_bytes, .in_bytes = toy_bytes, .forward = toy_forward,
-                           .backward = toy_backward};
+    return (rt_pipe_stage){
+        .ctx = t, .out_bytes = toy_bytes, .in_bytes = toy_bytes, .forward = toy_forward, .backward = toy_backward};
 }
 
 /* Every stage in one thread: micro-batch after micro-batch, forward then backward. */

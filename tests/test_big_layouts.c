@@ -73,8 +73,8 @@ typedef struct {
 
 static uint64_t glm_expected(const glm_arch *a, uint64_t tp) {
     const uint64_t C = a->hidden;
-    const uint64_t layer = (3 * C / tp) * C + 3 * C / tp + C * (C / tp) + C + (4 * C / tp) * C + 4 * C / tp +
-                           C * (4 * C / tp) + C + 4 * C;
+    const uint64_t layer =
+        (3 * C / tp) * C + 3 * C / tp + C * (C / tp) + C + (4 * C / tp) * C + 4 * C / tp + C * (4 * C / tp) + C + 4 * C;
     return local_vocab(a->vocab, tp) * C + 2 * (a->max_seq + 1) * C + a->layers * layer + 2 * C;
 }
 
@@ -82,8 +82,8 @@ static uint64_t glm_expected(const glm_arch *a, uint64_t tp) {
 static uint64_t check_layout(const char *what, const rt_params *p) {
     uint64_t sum = 0;
     size_t prev_end = 0;
-    TZ_EXPECT(p->n > 0 && p->param == NULL && p->grad == NULL, "%s: %d parameters, slab %p (expected none)", what,
-              p->n, (void *)p->param);
+    TZ_EXPECT(p->n > 0 && p->param == NULL && p->grad == NULL, "%s: %d parameters, slab %p (expected none)", what, p->n,
+              (void *)p->param);
     for (int i = 0; i < p->n; i++) {
         const rt_param_spec *s = &p->specs[i];
         uint64_t prod = 1;
@@ -114,8 +114,8 @@ static void check_span(const char *what, rt_zero *z, rt_comm **comms, int dp, in
         z->dp = comms[r];
         size_t lo = 0, hi = 0;
         rt_zero3_piece(z, s, &lo, &hi);
-        TZ_EXPECT(lo == covered && hi >= lo && hi - lo <= s->piece, "%s dp %d: block %d rank %d holds [%zu, %zu), expected from %zu",
-                  what, dp, k, r, lo, hi, covered);
+        TZ_EXPECT(lo == covered && hi >= lo && hi - lo <= s->piece,
+                  "%s dp %d: block %d rank %d holds [%zu, %zu), expected from %zu", what, dp, k, r, lo, hi, covered);
         covered = hi;
     }
     z->dp = comms[0];
@@ -187,6 +187,7 @@ typedef struct {
 } t5_case;
 
 /* The hub's config.json for each (the fields that size the model; the rest at HF's defaults). */
+/* clang-format off */
 static const t5_case t5_cases[] = {
     {"t5-3b",
      "{\"model_type\": \"t5\", \"architectures\": [\"T5ForConditionalGeneration\"], \"d_ff\": 16384, "
@@ -211,6 +212,7 @@ static const t5_case t5_cases[] = {
      "\"relative_attention_num_buckets\": 32, \"vocab_size\": 32128}",
      {1024, 65536, 128, 128, 24, 32128, 32, false, true}, 11307321344ull, 8},
 };
+/* clang-format on */
 
 static void test_t5(rt_backend *be) {
     for (size_t i = 0; i < sizeof t5_cases / sizeof *t5_cases; i++) {
@@ -224,7 +226,7 @@ static void test_t5(rt_backend *be) {
         for (int tp = 1; tp <= tc->max_tp; tp *= 2) {
             rt_comm *comms[8];
             TZ_EXPECT_OK(rt_comm_threads_create(tp, 10.0, comms));
-            for (int r = 0; r < tp; r += tp > 1 ? tp - 1 : 1) { /* the first rank and the last */
+            for (int r = 0; r<tp; r += tp> 1 ? tp - 1 : 1) { /* the first rank and the last */
                 char what[96];
                 snprintf(what, sizeof what, "%s tp %d rank %d", tc->name, tp, r);
                 rt_params p;
@@ -287,7 +289,7 @@ static void test_glm(rt_backend *be) {
     for (int tp = 1; tp <= 8; tp *= 2) {
         rt_comm *comms[8];
         TZ_EXPECT_OK(rt_comm_threads_create(tp, 10.0, comms));
-        for (int r = 0; r < tp; r += tp > 1 ? tp - 1 : 1) {
+        for (int r = 0; r<tp; r += tp> 1 ? tp - 1 : 1) {
             char what[96];
             snprintf(what, sizeof what, "glm-10b tp %d rank %d", tp, r);
             rt_params p;

@@ -94,8 +94,8 @@ static void gpt2_run(run_mode md, run_result *out) {
             mask[r * T + t] = t < lengths[r];
             ids[r * T + t] = t < lengths[r] ? 1 + (r * 31 + t * 17) % 96 : 0;
         }
-    rt_batch batch = {.B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels,
-                      .n_targets = B};
+    rt_batch batch = {
+        .B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels, .n_targets = B};
     rt_params *p = gpt2_model_params(m);
     rt_params_zero_grad(p);
     for (int s = 0; s < 2; s++) {
@@ -138,8 +138,14 @@ static void bert_run(run_mode md, run_result *out) {
             types[r * T + t] = t >= lengths[r] / 2 && t < lengths[r];
             ids[r * T + t] = t < lengths[r] ? 1 + (r * 29 + t * 11) % 96 : 0;
         }
-    rt_batch batch = {.B = B, .T = T, .input_ids = ids, .attention_mask = mask, .token_type_ids = types,
-                      .lengths = lengths, .labels = labels, .n_targets = B};
+    rt_batch batch = {.B = B,
+                      .T = T,
+                      .input_ids = ids,
+                      .attention_mask = mask,
+                      .token_type_ids = types,
+                      .lengths = lengths,
+                      .labels = labels,
+                      .n_targets = B};
     rt_params *p = bert_model_params(m);
     rt_params_zero_grad(p);
     for (int s = 0; s < 2; s++) {
@@ -360,8 +366,8 @@ static void glm_cases(rt_dtype dtype) {
             glm_run(md, &got, gen, scores);
             compare("GLM", md, &ref, &got);
             TZ_EXPECT(memcmp(gen, ref_gen, sizeof gen) == 0 && memcmp(scores, ref_scores, sizeof scores) == 0,
-                      "GLM %s K=%d: generation differs (row 0 score %.9g, %.9g in the reference)",
-                      rt_dtype_name(dtype), md.k, scores[0], ref_scores[0]);
+                      "GLM %s K=%d: generation differs (row 0 score %.9g, %.9g in the reference)", rt_dtype_name(dtype),
+                      md.k, scores[0], ref_scores[0]);
             free(got.grad);
         }
     free(ref.grad);

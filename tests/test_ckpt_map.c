@@ -47,10 +47,11 @@ static void test_rows_round_trip(void) {
             char ours[CKPT_MAP_NAME_MAX], theirs[CKPT_MAP_NAME_MAX];
             fill(row->ours, ours, sizeof ours);
             for (int part = 0; part < ckpt_map_parts(row); part++) {
-                TZ_EXPECT(ckpt_map_export_name(map, ours, part, theirs, sizeof theirs), "%s: export %s", map->arch, ours);
+                TZ_EXPECT(ckpt_map_export_name(map, ours, part, theirs, sizeof theirs), "%s: export %s", map->arch,
+                          ours);
                 ckpt_map_match mt;
-                TZ_EXPECT(ckpt_map_import_name(map, theirs, &mt) == CKPT_MAP_MATCHED && mt.row == row && mt.part == part &&
-                              strcmp(mt.ours, ours) == 0,
+                TZ_EXPECT(ckpt_map_import_name(map, theirs, &mt) == CKPT_MAP_MATCHED && mt.row == row &&
+                              mt.part == part && strcmp(mt.ours, ours) == 0,
                           "%s: %s -> %s does not come back", map->arch, ours, theirs);
             }
             TZ_EXPECT(ckpt_map_tp_rule(map, ours) == row->tp, "%s: tp rule of %s", map->arch, ours);
@@ -76,7 +77,8 @@ static void test_names(void) {
     expect_kind(&ckpt_map_gpt2, "transformer.h.0.ln_1.bias.extra", CKPT_MAP_UNKNOWN, NULL);
     TZ_EXPECT(ckpt_map_export_name(&ckpt_map_gpt2, "score.weight", 0, out, sizeof out) && !strcmp(out, "score.weight"),
               "score.weight exports as %s", out);
-    TZ_EXPECT(ckpt_map_export_name(&ckpt_map_gpt2, "wte.weight", 0, out, sizeof out) && !strcmp(out, "transformer.wte.weight"),
+    TZ_EXPECT(ckpt_map_export_name(&ckpt_map_gpt2, "wte.weight", 0, out, sizeof out) &&
+                  !strcmp(out, "transformer.wte.weight"),
               "wte exports as %s", out);
     /* BERT: fused QKV from three tensors; TF-era gamma/beta; RoBERTa prefix */
     expect_kind(&ckpt_map_bert, "bert.encoder.layer.2.attention.self.value.bias", CKPT_MAP_MATCHED,
@@ -86,9 +88,10 @@ static void test_names(void) {
                 "encoder.layer.0.output.LayerNorm.bias");
     expect_kind(&ckpt_map_bert, "cls.predictions.decoder.weight", CKPT_MAP_IGNORED, NULL);
     expect_kind(&ckpt_map_bert, "bert.embeddings.position_ids", CKPT_MAP_IGNORED, NULL);
-    TZ_EXPECT(ckpt_map_export_name(&ckpt_map_roberta, "encoder.layer.1.attention.self.qkv.weight", 1, out, sizeof out) &&
-                  !strcmp(out, "roberta.encoder.layer.1.attention.self.key.weight"),
-              "roberta k exports as %s", out);
+    TZ_EXPECT(
+        ckpt_map_export_name(&ckpt_map_roberta, "encoder.layer.1.attention.self.qkv.weight", 1, out, sizeof out) &&
+            !strcmp(out, "roberta.encoder.layer.1.attention.self.key.weight"),
+        "roberta k exports as %s", out);
     TZ_EXPECT(!ckpt_map_export_name(&ckpt_map_bert, "encoder.layer.1.attention.self.qkv.weight", 3, out, sizeof out),
               "a fourth QKV part");
     /* T5: the shared table's aliases; a cross-attention bias HF ignores */
@@ -96,8 +99,8 @@ static void test_names(void) {
     TZ_EXPECT(ckpt_map_import_name(&ckpt_map_t5, "encoder.embed_tokens.weight", &mt) == CKPT_MAP_MATCHED &&
                   (mt.row->flags & CKPT_ROW_ALIAS) && !strcmp(mt.ours, "shared.weight"),
               "T5 embed_tokens alias");
-    expect_kind(&ckpt_map_t5, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight", CKPT_MAP_IGNORED,
-                NULL);
+    expect_kind(&ckpt_map_t5, "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",
+                CKPT_MAP_IGNORED, NULL);
     /* Megatron: nested prefix and pre-v3 spellings; GLM: FlagAI's wrappers */
     expect_kind(&ckpt_map_megatron_gpt2, "model.language_model.encoder.layers.5.self_attention.query_key_value.weight",
                 CKPT_MAP_MATCHED, "h.5.attn.c_attn.weight");
@@ -123,7 +126,8 @@ static void test_layouts(void) {
         for (int part = 0; part < 3; part++)
             for (int d = 0; d < hs; d++)
                 for (int c = 0; c < cols; c++) {
-                    size_t t = (size_t)(((h * 3 + part) * hs + d) * cols + c), o = (size_t)(((part * nh + h) * hs + d) * cols + c);
+                    size_t t = (size_t)(((h * 3 + part) * hs + d) * cols + c),
+                           o = (size_t)(((part * nh + h) * hs + d) * cols + c);
                     ok &= ours[o] == theirs[t];
                 }
     TZ_EXPECT(ok, "per-head QKV rows land in [q; k; v]");
@@ -175,8 +179,9 @@ static float *load_params(rt_backend *be, const char *arch, const char *dir, siz
         p = t5_model_params(t);
         rep = (ckpt_load_report){.loaded = p->n};
     }
-    TZ_EXPECT(rep.missing == 0 && rep.unused == 0 && rep.loaded == p->n, "%s: loaded %d of %d, missing %d (%s), unused %d",
-              dir, rep.loaded, p->n, rep.missing, rep.first_missing, rep.unused);
+    TZ_EXPECT(rep.missing == 0 && rep.unused == 0 && rep.loaded == p->n,
+              "%s: loaded %d of %d, missing %d (%s), unused %d", dir, rep.loaded, p->n, rep.missing, rep.first_missing,
+              rep.unused);
     *numel = p->numel;
     out = malloc(p->numel * sizeof(float));
     rt_to_host(be, out, p->param, p->numel * sizeof(float));
@@ -188,8 +193,11 @@ static float *load_params(rt_backend *be, const char *arch, const char *dir, siz
 
 static void test_sharded_loads_like_hf(rt_backend *be) {
     const char *tmp = tz_tmpdir();
-    static const char *const cases[][2] = {{"gpt2", "gpt2-tiny-cls"}, {"bert", "bert-tiny-cls"},
-                                           {"bert", "roberta-tiny-cls"}, {"t5", "t5-tiny-v1_0"}, {"t5", "t5-tiny-v1_1"}};
+    static const char *const cases[][2] = {{"gpt2", "gpt2-tiny-cls"},
+                                           {"bert", "bert-tiny-cls"},
+                                           {"bert", "roberta-tiny-cls"},
+                                           {"t5", "t5-tiny-v1_0"},
+                                           {"t5", "t5-tiny-v1_1"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char src[4096], out[4096];
         snprintf(src, sizeof src, "%s", tz_source_path("tests/golden"));

@@ -15,7 +15,8 @@
 #include "runtime/base/rt_atomic.h"
 #include "tests/testutil.h"
 
-#define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
+#define EXPECT_MSG(sub) \
+    TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
 
 static const char *g_dir;
 static const char *g_meta = "{\"step\": 120, \"rng\": [1, 2, 3], \"options\": {\"lr\": 0.0001}}";
@@ -191,7 +192,8 @@ static void test_corruption(const char *path) {
         spit(bad, good, len);
         rt_status st = ckpt_native_open(bad, &f);
         if (st != RT_ERR_FORMAT) {
-            if (missed++ == 0) fprintf(stderr, "truncation to %zu bytes: %s (%s)\n", len, rt_status_name(st), rt_error_message());
+            if (missed++ == 0)
+                fprintf(stderr, "truncation to %zu bytes: %s (%s)\n", len, rt_status_name(st), rt_error_message());
             ckpt_native_close(f);
             f = NULL;
         }
@@ -358,8 +360,10 @@ static void test_directory(void) {
     EXPECT_MSG("no-such-run");
 
     TZ_EXPECT_OK(ckpt_native_prune(d, 3));
-    TZ_EXPECT(!exists(d, "step-000010.tzck") && !exists(d, "step-70.tzck") && !exists(d, "step-000090.tzck"), "old removed");
-    TZ_EXPECT(exists(d, "step-000100.tzck") && exists(d, "step-000110.tzck") && exists(d, "step-000120.tzck"), "newest 3 kept");
+    TZ_EXPECT(!exists(d, "step-000010.tzck") && !exists(d, "step-70.tzck") && !exists(d, "step-000090.tzck"),
+              "old removed");
+    TZ_EXPECT(exists(d, "step-000100.tzck") && exists(d, "step-000110.tzck") && exists(d, "step-000120.tzck"),
+              "newest 3 kept");
     TZ_EXPECT(exists(d, "notes.txt") && exists(d, "step-abc.tzck") && exists(d, "step-000999.tzck.tmp.4242") &&
                   exists(d, "other-000500.tzck") && exists(d, "step-000990.tzck"),
               "unrelated files untouched");

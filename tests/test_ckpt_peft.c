@@ -53,16 +53,18 @@ static void test_golden_folder(void) {
             TZ_EXPECT(ckpt_peft_is_target(&c, module) && t.ndim == 2 && t.shape[kind == CKPT_PEFT_LORA_A ? 0 : 1] == 4,
                       "%s: module '%s', shape %zu x %zu", t.name, module, t.shape[0], t.shape[1]);
     }
-    TZ_EXPECT(counts[0] == 8 && counts[1] == 8 && counts[2] == 1, "A %d, B %d, saved %d", counts[0], counts[1], counts[2]);
+    TZ_EXPECT(counts[0] == 8 && counts[1] == 8 && counts[2] == 1, "A %d, B %d, saved %d", counts[0], counts[1],
+              counts[2]);
     ckpt_safetensors_close(f);
     /* written here, read back the same */
     const char *out = tz_tmpdir();
     TZ_EXPECT_OK(ckpt_peft_config_write(out, &c));
     ckpt_peft_config back;
     TZ_EXPECT_OK(ckpt_peft_config_read(out, &back));
-    TZ_EXPECT(back.task_type && back.base_model && back.n_targets == 3 && back.r == c.r && back.alpha == c.alpha && back.fan_in_fan_out == c.fan_in_fan_out &&
-                  back.n_targets == c.n_targets && back.n_save == c.n_save && strcmp(back.targets[1], c.targets[1]) == 0 &&
-                  strcmp(back.task_type, "SEQ_CLS") == 0 && strcmp(back.base_model, c.base_model) == 0,
+    TZ_EXPECT(back.task_type && back.base_model && back.n_targets == 3 && back.r == c.r && back.alpha == c.alpha &&
+                  back.fan_in_fan_out == c.fan_in_fan_out && back.n_targets == c.n_targets && back.n_save == c.n_save &&
+                  strcmp(back.targets[1], c.targets[1]) == 0 && strcmp(back.task_type, "SEQ_CLS") == 0 &&
+                  strcmp(back.base_model, c.base_model) == 0,
               "the written config reads back");
     ckpt_peft_config_free(&back);
     ckpt_peft_config_free(&c);
@@ -70,8 +72,9 @@ static void test_golden_folder(void) {
 
 static void test_fields(void) {
     ckpt_peft_config c;
-    const char *rs = "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, \"use_rslora\": true, "
-                     "\"target_modules\": [\"q\", \"v\"], \"bias\": \"none\", \"rank_pattern\": {}, \"use_dora\": false}";
+    const char *rs =
+        "{\"peft_type\": \"LORA\", \"r\": 16, \"lora_alpha\": 32, \"use_rslora\": true, "
+        "\"target_modules\": [\"q\", \"v\"], \"bias\": \"none\", \"rank_pattern\": {}, \"use_dora\": false}";
     TZ_EXPECT_OK(ckpt_peft_config_parse(rs, strlen(rs), "rs.json", &c));
     TZ_EXPECT(fabs(ckpt_peft_scale(&c) - 8.0) < 1e-12 && c.n_save == 0 && !c.task_type, "rsLoRA: alpha / sqrt(r)");
     ckpt_peft_config_free(&c);
@@ -90,7 +93,8 @@ static void test_fields(void) {
                        "field 'target_modules' is a regular expression");
     expect_parse_error("{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"q\", 3]}",
                        "field 'target_modules' holds a number");
-    expect_parse_error("{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": []}", "'target_modules' names no module");
+    expect_parse_error("{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": []}",
+                       "'target_modules' names no module");
     expect_parse_error("{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"q\"], \"use_dora\": true}",
                        "field 'use_dora' asks for DoRA");
     expect_parse_error("{\"peft_type\": \"LORA\", \"r\": 8, \"target_modules\": [\"q\"], \"bias\": \"all\"}",

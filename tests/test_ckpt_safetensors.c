@@ -10,7 +10,8 @@
 #include "checkpoints/ckpt_source.h"
 #include "tests/testutil.h"
 
-#define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
+#define EXPECT_MSG(sub) \
+    TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
 
 static const char *g_dir;
 
@@ -38,7 +39,8 @@ static const char *make_raw(const char *name, long long hlen, const char *header
 static void expect_bad(const char *what, const char *path, rt_status want, const char *sub) {
     ckpt_st_file *f = NULL;
     rt_status st = ckpt_safetensors_open(path, &f);
-    TZ_EXPECT(st == want, "%s: got %s (%s), want %s", what, rt_status_name(st), rt_error_message(), rt_status_name(want));
+    TZ_EXPECT(st == want, "%s: got %s (%s), want %s", what, rt_status_name(st), rt_error_message(),
+              rt_status_name(want));
     TZ_EXPECT(f == NULL, "%s: no handle on error", what);
     TZ_EXPECT(strstr(rt_error_message(), sub) != NULL, "%s: message '%s' lacks '%s'", what, rt_error_message(), sub);
     if (f) ckpt_safetensors_close(f);
@@ -224,51 +226,63 @@ static void test_bad_files(void) {
                "runs past the end of the file");
     expect_bad("header length 2^64-2", make_raw("huge.safetensors", -2, ok_hdr, data, 8), RT_ERR_FORMAT,
                "runs past the end");
-    expect_bad("bad json", make_raw("badjson.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",,}}", data, 8),
-               RT_ERR_FORMAT, "header:1:");
+    expect_bad("bad json", make_raw("badjson.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",,}}", data, 8), RT_ERR_FORMAT,
+               "header:1:");
     expect_bad("not an object", make_raw("arr.safetensors", -1, "[1, 2]", data, 0), RT_ERR_FORMAT, "'{'");
-    expect_bad("offsets out of range",
-               make_raw("range.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data, 8),
-               RT_ERR_FORMAT, "tensor 'a': data_offsets [0, 16] lie outside the data section (8 bytes)");
-    expect_bad("begin after end",
-               make_raw("rev.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", data, 8),
-               RT_ERR_FORMAT, "end before they begin");
+    expect_bad(
+        "offsets out of range",
+        make_raw("range.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data, 8),
+        RT_ERR_FORMAT, "tensor 'a': data_offsets [0, 16] lie outside the data section (8 bytes)");
+    expect_bad(
+        "begin after end",
+        make_raw("rev.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", data, 8),
+        RT_ERR_FORMAT, "end before they begin");
     expect_bad("overlap",
                make_raw("overlap.safetensors", -1,
                         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
                         data, 16),
                RT_ERR_FORMAT, "overlap");
-    expect_bad("size mismatch",
-               make_raw("size.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", data, 8),
-               RT_ERR_FORMAT, "F32 [3] needs 12 bytes but data_offsets [0, 8] hold 8");
+    expect_bad(
+        "size mismatch",
+        make_raw("size.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", data, 8),
+        RT_ERR_FORMAT, "F32 [3] needs 12 bytes but data_offsets [0, 8] hold 8");
     expect_bad("unknown dtype",
-               make_raw("dtype.safetensors", -1, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}", data, 8),
+               make_raw("dtype.safetensors", -1, "{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}",
+                        data, 8),
                RT_ERR_UNSUPPORTED, "dtype 'F8_E4M3'");
     expect_bad("shape overflow",
                make_raw("overflow.safetensors", -1,
-                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,8]}}", data, 8),
+                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,8]}}", data,
+                        8),
                RT_ERR_FORMAT, "overflows");
     expect_bad("byte size overflow",
                make_raw("overflow2.safetensors", -1,
-                        "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,8]}}", data, 8),
+                        "{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,8]}}", data,
+                        8),
                RT_ERR_FORMAT, "overflows");
-    expect_bad("shape beyond 2^53",
-               make_raw("big.safetensors", -1, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1e300],\"data_offsets\":[0,8]}}", data, 8),
-               RT_ERR_FORMAT, "shape[0]");
-    expect_bad("negative dim",
-               make_raw("neg.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data, 8),
-               RT_ERR_FORMAT, "shape[0] is not a non-negative integer");
-    expect_bad("fractional dim",
-               make_raw("frac.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", data, 8),
-               RT_ERR_FORMAT, "shape[0]");
-    expect_bad("missing dtype", make_raw("nodtype.safetensors", -1, "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8),
+    expect_bad(
+        "shape beyond 2^53",
+        make_raw("big.safetensors", -1, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1e300],\"data_offsets\":[0,8]}}", data, 8),
+        RT_ERR_FORMAT, "shape[0]");
+    expect_bad(
+        "negative dim",
+        make_raw("neg.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data, 8),
+        RT_ERR_FORMAT, "shape[0] is not a non-negative integer");
+    expect_bad(
+        "fractional dim",
+        make_raw("frac.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", data, 8),
+        RT_ERR_FORMAT, "shape[0]");
+    expect_bad("missing dtype",
+               make_raw("nodtype.safetensors", -1, "{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8),
                RT_ERR_FORMAT, "field 'dtype' is missing");
-    expect_bad("missing shape", make_raw("noshape.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", data, 8),
+    expect_bad("missing shape",
+               make_raw("noshape.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", data, 8),
                RT_ERR_FORMAT, "field 'shape'");
-    expect_bad("three offsets",
-               make_raw("off3.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", data, 8),
-               RT_ERR_FORMAT, "data_offsets");
+    expect_bad(
+        "three offsets",
+        make_raw("off3.safetensors", -1, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8,8]}}", data, 8),
+        RT_ERR_FORMAT, "data_offsets");
     expect_bad("entry not an object", make_raw("str.safetensors", -1, "{\"a\":\"F32\"}", data, 0), RT_ERR_FORMAT,
                "tensor 'a' is a string");
     expect_bad("duplicate name",
@@ -286,7 +300,8 @@ static void test_bad_files(void) {
 
     /* only metadata and padding: a valid, empty file */
     ckpt_st_file *f = NULL;
-    TZ_EXPECT_OK(ckpt_safetensors_open(make_raw("meta-only.safetensors", -1, "{\"__metadata__\":{\"format\":\"pt\"}}    ", data, 0), &f));
+    TZ_EXPECT_OK(ckpt_safetensors_open(
+        make_raw("meta-only.safetensors", -1, "{\"__metadata__\":{\"format\":\"pt\"}}    ", data, 0), &f));
     if (f) TZ_EXPECT(ckpt_safetensors_count(f) == 0, "no tensors");
     ckpt_safetensors_close(f);
 }

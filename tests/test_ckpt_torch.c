@@ -134,7 +134,8 @@ static void expect_fail(const char *rel, rt_status code, const char *const *need
     char *p = golden(rel);
     ckpt_source *s = NULL;
     rt_status st = ckpt_source_open(p, &s);
-    TZ_EXPECT(st == code, "%s: got %s, want %s (%s)", rel, rt_status_name(st), rt_status_name(code), rt_error_message());
+    TZ_EXPECT(st == code, "%s: got %s, want %s (%s)", rel, rt_status_name(st), rt_status_name(code),
+              rt_error_message());
     for (; *needles; needles++)
         TZ_EXPECT(strstr(rt_error_message(), *needles) != NULL, "%s: message lacks '%s': %s", rel, *needles,
                   rt_error_message());
@@ -179,8 +180,22 @@ static void test_pickle_bomb(void) {
     memcpy(b, head, sizeof head);
     n = sizeof head;
     for (int lv = 1; lv <= 30; lv++) {
-        const unsigned char step[] = {'}', '(', 0x8c, 1, 'a', 'h', (unsigned char)(lv - 1), 0x8c, 1, 'b', 'h',
-                                      (unsigned char)(lv - 1), 'u', 'q', (unsigned char)lv, '0'};
+        const unsigned char step[] = {'}',
+                                      '(',
+                                      0x8c,
+                                      1,
+                                      'a',
+                                      'h',
+                                      (unsigned char)(lv - 1),
+                                      0x8c,
+                                      1,
+                                      'b',
+                                      'h',
+                                      (unsigned char)(lv - 1),
+                                      'u',
+                                      'q',
+                                      (unsigned char)lv,
+                                      '0'};
         memcpy(b + n, step, sizeof step);
         n += sizeof step;
     }
@@ -188,7 +203,8 @@ static void test_pickle_bomb(void) {
     ckpt_pickle_state s;
     rt_status st = ckpt_pickle_read(b, n, "bomb.pkl", &s);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "bomb.pkl") &&
-                  strstr(rt_error_message(), "share each other"), "%s", rt_error_message());
+                  strstr(rt_error_message(), "share each other"),
+              "%s", rt_error_message());
     /* two levels of sharing is fine: 4 names */
     size_t m = sizeof head + 2 * 16;
     memcpy(b + m - 1, ".", 1);
@@ -201,8 +217,8 @@ static void test_pickle_bomb(void) {
  * copied them; the copies are bounded by the file's size instead (the fuzzer found this). */
 static void test_build_bomb(void) {
     unsigned char b[256];
-    const unsigned char head[] = {0x80, 2, 'c', 'a', 'r', 'g', 'p', 'a', 'r', 's', 'e', '\n', 'N', 'a', 'm', 'e',
-                                  's', 'p', 'a', 'c', 'e', '\n', ')', 0x81, '}', 0x8c, 1, 'a', 'K', 1, 's', 'b'};
+    const unsigned char head[] = {0x80, 2,   'c', 'a', 'r', 'g',  'p', 'a',  'r', 's',  'e', '\n', 'N', 'a', 'm', 'e',
+                                  's',  'p', 'a', 'c', 'e', '\n', ')', 0x81, '}', 0x8c, 1,   'a',  'K', 1,   's', 'b'};
     size_t n = sizeof head;
     memcpy(b, head, n);
     for (int k = 0; k < 40; k++) {
@@ -213,7 +229,8 @@ static void test_build_bomb(void) {
     ckpt_pickle_state s;
     rt_status st = ckpt_pickle_read(b, n, "build-bomb.pkl", &s);
     TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "build-bomb.pkl") &&
-                  strstr(rt_error_message(), "pickle bomb"), "%s", rt_error_message());
+                  strstr(rt_error_message(), "pickle bomb"),
+              "%s", rt_error_message());
 }
 
 static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
@@ -384,7 +401,8 @@ static void test_damaged(void) {
     p = golden("gpt2-bin/pytorch_model.bin");
     orig = slurp(p, &n);
     opened = 0;
-    for (int k = 0; orig && k < 64; k++) opened += open_damaged(spit("trunc.bin", orig, n / 64 * (size_t)k + (size_t)k));
+    for (int k = 0; orig && k < 64; k++)
+        opened += open_damaged(spit("trunc.bin", orig, n / 64 * (size_t)k + (size_t)k));
     TZ_EXPECT(orig && opened == 0, "%d truncated gpt2 copies opened", opened);
     free(orig);
     free(p);

@@ -8,10 +8,21 @@
 #include "runtime/comm/rt_launch.h"
 #include "tests/testutil.h"
 
-static const char *const all_vars[] = {
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-    "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "RANK",
-    "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+static const char *const all_vars[] = {"OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "PMI_RANK",
+                                       "PMI_SIZE",
+                                       "MPI_LOCALRANKID",
+                                       "SLURM_PROCID",
+                                       "SLURM_NTASKS",
+                                       "SLURM_STEP_NUM_TASKS",
+                                       "SLURM_LOCALID",
+                                       "RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT"};
 
 static void clear_env(void) {
     for (size_t i = 0; i < sizeof all_vars / sizeof all_vars[0]; i++) unsetenv(all_vars[i]);
@@ -25,15 +36,16 @@ static void expect_info(const char *what, rt_launch_source src, int rank, int wo
     TZ_EXPECT(info.source == src, "%s: source %s, expected %s", what, rt_launch_source_name(info.source),
               rt_launch_source_name(src));
     TZ_EXPECT(info.rank == rank && info.world_size == world && info.local_rank == local,
-              "%s: rank %d world %d local %d, expected %d %d %d", what, info.rank, info.world_size, info.local_rank, rank,
-              world, local);
+              "%s: rank %d world %d local %d, expected %d %d %d", what, info.rank, info.world_size, info.local_rank,
+              rank, world, local);
 }
 
 static void expect_error(const char *what, const char *needle) {
     rt_launch_info info;
     rt_status st = rt_launch_detect(&info);
     TZ_EXPECT(st == RT_ERR_CONFIG, "%s: got %s", what, rt_status_name(st));
-    TZ_EXPECT(strstr(rt_error_message(), needle) != NULL, "%s: message '%s' lacks '%s'", what, rt_error_message(), needle);
+    TZ_EXPECT(strstr(rt_error_message(), needle) != NULL, "%s: message '%s' lacks '%s'", what, rt_error_message(),
+              needle);
 }
 
 int main(void) {
@@ -92,8 +104,8 @@ int main(void) {
     {
         rt_launch_info info;
         TZ_EXPECT_OK(rt_launch_detect(&info));
-        TZ_EXPECT(strcmp(info.master_addr, "node0") == 0 && info.master_port == 29500, "master %s:%d",
-                  info.master_addr, info.master_port);
+        TZ_EXPECT(strcmp(info.master_addr, "node0") == 0 && info.master_port == 29500, "master %s:%d", info.master_addr,
+                  info.master_port);
         /* a plain env launch of more than one rank is refused with the way out */
         rt_comm *w = NULL;
         rt_status st = rt_comm_world_init(NULL, NULL, 5.0, &w);

@@ -30,16 +30,16 @@ typedef struct {
     rt_status st;
     char msg[512];
     float sum[N], mx[N], rs[N], ag[2 * N];
-    float sum_started[N], ag_started[2 * N]; /* all_reduce_start and all_gather_start in flight together */
+    float sum_started[N], ag_started[2 * N];      /* all_reduce_start and all_gather_start in flight together */
     float sum_backend[N], sum_backend_started[N]; /* behind a CUDA backend's kernels on its own stream */
     unsigned char bc[33];
     int split_size;
 } rank_out;
 
-#define STEP(expr)                                                                             \
-    do {                                                                                       \
-        o->st = (expr);                                                                        \
-        if (o->st != RT_OK) goto done;                                                         \
+#define STEP(expr)                     \
+    do {                               \
+        o->st = (expr);                \
+        if (o->st != RT_OK) goto done; \
     } while (0)
 
 /* Runs every op on device buffers; results land in o (host). */
@@ -150,12 +150,12 @@ static void check(rank_out *o, int n) {
                   "size %d rank %d: reduce_scatter", n, r);
         TZ_EXPECT(memcmp(o[r].ag, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather", n, r);
         TZ_EXPECT(memcmp(o[r].sum_started, sum, sizeof sum) == 0, "size %d rank %d: all_reduce_start", n, r);
-        TZ_EXPECT(memcmp(o[r].sum_backend, sum, sizeof sum) == 0, "size %d rank %d: all_reduce behind the backend's stream",
-                  n, r);
+        TZ_EXPECT(memcmp(o[r].sum_backend, sum, sizeof sum) == 0,
+                  "size %d rank %d: all_reduce behind the backend's stream", n, r);
         TZ_EXPECT(memcmp(o[r].sum_backend_started, sum, sizeof sum) == 0,
                   "size %d rank %d: all_reduce_start behind the backend's stream", n, r);
-        TZ_EXPECT(memcmp(o[r].ag_started, sum, (size_t)n * chunk * sizeof(float)) == 0, "size %d rank %d: all_gather_start",
-                  n, r);
+        TZ_EXPECT(memcmp(o[r].ag_started, sum, (size_t)n * chunk * sizeof(float)) == 0,
+                  "size %d rank %d: all_gather_start", n, r);
         for (size_t i = 0; i < sizeof o[r].bc; i++)
             TZ_EXPECT(o[r].bc[i] == (unsigned char)(7 * i), "size %d rank %d: broadcast byte %zu", n, r, i);
         TZ_EXPECT(o[r].split_size == n, "size %d rank %d: split size %d", n, r, o[r].split_size);

@@ -140,7 +140,7 @@ typedef struct {
     /* results, read on the main thread */
     call_log dev, host;
     int n_micro;
-    int micro_bt[MAX_MICRO];    /* B*T of each micro-batch this rank ran */
+    int micro_bt[MAX_MICRO]; /* B*T of each micro-batch this rank ran */
     double micro_loss[MAX_MICRO];
     double last_loss;
     float *slab; /* the final parameters (p->numel) */
@@ -194,11 +194,31 @@ static rt_status rank_run(rank_arg *a) {
     RT_TRY(gpt2_model_init(&cfg, be, view.tp, BATCH, MAX_T, 11, &m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = g.dp_rank, .world = g.dp_size};
     RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = STEPS, .batch_size = BATCH, .grad_accum = ACCUM,
-                       .lr = 1e-3, .weight_decay = 0.01, .warmup = 1, .clip = 0.5, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 1,
-                       .save_interval = -1, .keep = 1, .save_dir = a->dir, .options_json = "{}", .dp = view.dp,
-                       .tp = view.tp, .dp_host = view.dp_host, .tp_host = view.tp_host, .zero = a->zero};
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = STEPS,
+                       .batch_size = BATCH,
+                       .grad_accum = ACCUM,
+                       .lr = 1e-3,
+                       .weight_decay = 0.01,
+                       .warmup = 1,
+                       .clip = 0.5,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "linear",
+                       .seed = 3,
+                       .eval_interval = -1,
+                       .log_interval = 1,
+                       .save_interval = -1,
+                       .keep = 1,
+                       .save_dir = a->dir,
+                       .options_json = "{}",
+                       .dp = view.dp,
+                       .tp = view.tp,
+                       .dp_host = view.dp_host,
+                       .tp_host = view.tp_host,
+                       .zero = a->zero};
     fb_ctx fb = {.a = a, .m = m};
     rt_params *p = gpt2_model_params(m);
     rt_train_model tm = {.ctx = &fb, .params = p, .forward_backward = fwd_bwd};
@@ -278,9 +298,9 @@ static const call_rec *expect_call(const char *what, int rank, const call_log *l
     return ok ? c : NULL;
 }
 
-#define EXPECT_CALL(c, ...)                                                                    \
-    do {                                                                                       \
-        if (!((c) = expect_call(__VA_ARGS__))) return;                                         \
+#define EXPECT_CALL(c, ...)                            \
+    do {                                               \
+        if (!((c) = expect_call(__VA_ARGS__))) return; \
     } while (0)
 
 static bool in_slab(const void *p, const float *base, size_t n) {
@@ -332,7 +352,8 @@ static void check_device_log(const char *what, int rank, const rank_arg *a) {
         }
         if (a->zero) {
             EXPECT_CALL(c, what, rank, d, &i, 'd', RT_COMM_OP_REDUCE_SCATTER, a->shard, RT_REDUCE_SUM);
-            TZ_EXPECT(c->buf == a->grad_ptr, "%s rank %d: the reduce-scatter is not from the gradient slab", what, rank);
+            TZ_EXPECT(c->buf == a->grad_ptr, "%s rank %d: the reduce-scatter is not from the gradient slab", what,
+                      rank);
             EXPECT_CALL(c, what, rank, d, &i, 'd', RT_COMM_OP_ALL_GATHER, a->shard, RT_REDUCE_SUM);
             TZ_EXPECT(c->buf == a->param_ptr, "%s rank %d: the all-gather is not into the parameters", what, rank);
         } else { /* the slab fits one bucket */
@@ -356,8 +377,8 @@ static void check_routing(int zero) {
                   routed[r].last_loss);
         TZ_EXPECT(routed[r].last_loss == plain[r].last_loss, "%s rank %d: last loss %.17g, one comm per group %.17g",
                   what, r, routed[r].last_loss, plain[r].last_loss);
-        TZ_EXPECT(routed[r].n_micro == plain[r].n_micro &&
-                      memcmp(routed[r].micro_loss, plain[r].micro_loss, sizeof(double) * (size_t)routed[r].n_micro) == 0,
+        TZ_EXPECT(routed[r].n_micro == plain[r].n_micro && memcmp(routed[r].micro_loss, plain[r].micro_loss,
+                                                                  sizeof(double) * (size_t)routed[r].n_micro) == 0,
                   "%s rank %d: micro-batch loss sums differ from one comm per group", what, r);
         TZ_EXPECT(routed[r].numel == plain[r].numel &&
                       memcmp(routed[r].slab, plain[r].slab, routed[r].numel * sizeof(float)) == 0,

@@ -49,10 +49,10 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define STEP(expr)                                                                             \
-    do {                                                                                       \
-        o->st = (expr);                                                                        \
-        if (o->st != RT_OK) goto done;                                                         \
+#define STEP(expr)                     \
+    do {                               \
+        o->st = (expr);                \
+        if (o->st != RT_OK) goto done; \
     } while (0)
 
 static void *run_ops(void *arg) {
@@ -205,7 +205,8 @@ static void test_ops(int n) {
             TZ_EXPECT(o[r].bc[i] == 100 + i, "size %d rank %d: broadcast byte %zu = %d", n, r, i, o[r].bc[i]);
         int color_n = (n - r % 2 + 1) / 2; /* ranks with the same parity */
         int highest = r % 2 + 2 * (color_n - 1);
-        TZ_EXPECT(o[r].split_size == color_n, "size %d rank %d: split size %d, expected %d", n, r, o[r].split_size, color_n);
+        TZ_EXPECT(o[r].split_size == color_n, "size %d rank %d: split size %d, expected %d", n, r, o[r].split_size,
+                  color_n);
         TZ_EXPECT(o[r].split_rank == (highest - r) / 2, "size %d rank %d: split rank %d (keys reverse the order)", n, r,
                   o[r].split_rank);
         TZ_EXPECT(o[r].key_rank == (float)highest, "size %d rank %d: new rank 0 is old rank %g, expected %d", n, r,
@@ -229,9 +230,12 @@ static void test_grid(int n, int tp, int pp) {
         for (int k = 0; k < tp; k++) tp_sum += (float)((pr * dp + dr) * tp + k);
         for (int k = 0; k < dp; k++) dp_sum += (float)((pr * dp + k) * tp + tr);
         for (int k = 0; k < pp; k++) pp_sum += (float)((k * dp + dr) * tp + tr);
-        TZ_EXPECT(o[r].tp_sum == tp_sum, "size %d tp %d rank %d: tp sum %g, expected %g", n, tp, r, o[r].tp_sum, tp_sum);
-        TZ_EXPECT(o[r].dp_sum == dp_sum, "size %d tp %d rank %d: dp sum %g, expected %g", n, tp, r, o[r].dp_sum, dp_sum);
-        TZ_EXPECT(o[r].pp_sum == pp_sum, "size %d pp %d rank %d: pp sum %g, expected %g", n, pp, r, o[r].pp_sum, pp_sum);
+        TZ_EXPECT(o[r].tp_sum == tp_sum, "size %d tp %d rank %d: tp sum %g, expected %g", n, tp, r, o[r].tp_sum,
+                  tp_sum);
+        TZ_EXPECT(o[r].dp_sum == dp_sum, "size %d tp %d rank %d: dp sum %g, expected %g", n, tp, r, o[r].dp_sum,
+                  dp_sum);
+        TZ_EXPECT(o[r].pp_sum == pp_sum, "size %d pp %d rank %d: pp sum %g, expected %g", n, pp, r, o[r].pp_sum,
+                  pp_sum);
     }
 }
 
@@ -301,9 +305,10 @@ static void test_p2p(void) {
 
 int main(void) {
     for (int n = 1; n <= MAXR; n++) test_ops(n);
-    static const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {4, 1, 1}, {4, 2, 1}, {4, 4, 1},
-                                     {3, 3, 1}, {2, 1, 2}, {4, 1, 2}, {4, 2, 2}, {4, 1, 4}, {3, 1, 3}}; /* ranks tp pp */
-    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) test_grid(layouts[i][0], layouts[i][1], layouts[i][2]);
+    static const int layouts[][3] = {{1, 1, 1}, {2, 1, 1}, {2, 2, 1}, {4, 1, 1}, {4, 2, 1}, {4, 4, 1}, {3, 3, 1},
+                                     {2, 1, 2}, {4, 1, 2}, {4, 2, 2}, {4, 1, 4}, {3, 1, 3}}; /* ranks tp pp */
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        test_grid(layouts[i][0], layouts[i][1], layouts[i][2]);
     test_grid_bad_tp();
     test_mismatch();
     test_timeout();

@@ -144,7 +144,7 @@ static void test_fields(void) {
 static void test_products(void) {
     const char *params[] = {"parameters", "limit 1099511627776", NULL};
     const char *path = write_config("gpt2-big.json", GPT2 "\"n_embd\": 65536, \"n_layer\": 1024, \"n_head\": 1024, "
-                                                   "\"vocab_size\": 16777216}");
+                                                          "\"vocab_size\": 16777216}");
     const char *gpt2_words[] = {"n_embd", "n_layer", params[0], params[1], NULL};
     expect_refused("gpt2 product", load_gpt2(path), path, gpt2_words);
 
@@ -235,7 +235,7 @@ static void expect_no_room(const char *what, rt_status st) {
 static void test_models(rt_backend *be) {
     rt_comm *tp = rt_comm_self();
     const char *path = write_config("gpt2-tiny.json", GPT2 "\"vocab_size\": 100, \"n_positions\": 1048576, "
-                                                      "\"n_embd\": 1024, \"n_layer\": 1, \"n_head\": 1024}");
+                                                           "\"n_embd\": 1024, \"n_layer\": 1, \"n_head\": 1024}");
     gpt2_config gc;
     TZ_EXPECT_OK(gpt2_config_load(path, &gc));
     gpt2_model *gm = NULL;

@@ -58,9 +58,11 @@ int main(void) {
     rt_signal_catch_stop(&g);
     raise(SIGINT);
     st = ckpt_convert_reshard(out, out2, 1, NULL);
-    TZ_EXPECT(st == RT_ERR_RUNTIME && strstr(rt_error_message(), "stopped by SIGINT"), "reshard: '%s'", rt_error_message());
+    TZ_EXPECT(st == RT_ERR_RUNTIME && strstr(rt_error_message(), "stopped by SIGINT"), "reshard: '%s'",
+              rt_error_message());
     st = ckpt_convert_export(out, out3, NULL);
-    TZ_EXPECT(st == RT_ERR_RUNTIME && strstr(rt_error_message(), "stopped by SIGINT"), "export: '%s'", rt_error_message());
+    TZ_EXPECT(st == RT_ERR_RUNTIME && strstr(rt_error_message(), "stopped by SIGINT"), "export: '%s'",
+              rt_error_message());
     TZ_EXPECT(!exists(out2) && !exists(out3) && count_prefixed(dir, "tg-") == 0, "reshard or export left a folder");
     rt_signal_release(&g);
 

@@ -37,7 +37,7 @@ static const char *make_source(const char *name, const char *drop, const char *n
     const size_t n = ckpt_safetensors_count(f);
     ckpt_st_write_entry *e = calloc(n, sizeof *e);
     float **data = calloc(n, sizeof *data);
-    size_t (*shapes)[CKPT_MAX_DIMS] = calloc(n, sizeof *shapes);
+    size_t(*shapes)[CKPT_MAX_DIMS] = calloc(n, sizeof *shapes);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         ckpt_st_tensor t;
@@ -90,7 +90,8 @@ int main(void) {
     rt_log_set_quiet(true);
     snprintf(g_src, sizeof g_src, "%s", tz_tmpdir());
     check_refused("no-wte", "transformer.wte.weight", NULL, "no tensor for the parameter 'wte.weight'");
-    check_refused("thin-wte", NULL, "transformer.wte.weight", "tensor 'wte.weight' has shape [50257, 1], but the model of");
+    check_refused("thin-wte", NULL, "transformer.wte.weight",
+                  "tensor 'wte.weight' has shape [50257, 1], but the model of");
     /* the intact source imports and verifies */
     char out[800];
     const char *src = make_source("whole", NULL, NULL);

@@ -45,9 +45,9 @@ static void *run_case(void *arg) {
         }
         memcpy(C, C0, nc * sizeof(float));
         if (pass < 2) {
-            rt_status st = cpu_dnnl_gemm(bf16 ? CPU_DNNL_BF16 : CPU_DNNL_F32, g->ta, g->tb, M, N, K, g->alpha,
-                                         bf16 ? (const void *)A16 : A, lda, bf16 ? (const void *)B16 : B, ldb,
-                                         g->beta, C, ldc);
+            rt_status st =
+                cpu_dnnl_gemm(bf16 ? CPU_DNNL_BF16 : CPU_DNNL_F32, g->ta, g->tb, M, N, K, g->alpha,
+                              bf16 ? (const void *)A16 : A, lda, bf16 ? (const void *)B16 : B, ldb, g->beta, C, ldc);
             if (st != RT_OK) {
                 fprintf(stderr, "FAILED: %dx%dx%d: %s\n", M, N, K, rt_error_message());
                 g->failures++;
@@ -57,8 +57,11 @@ static void *run_case(void *arg) {
             cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, M, N, K,
                         g->alpha, A, lda, B, ldb, g->beta, C, ldc);
         }
-        g->failures += tz_gemm_misses(pass == 2 ? "openblas" : bf16 ? "dnnl bf16" : "dnnl f32", g->ta, g->tb, M, N, K,
-                                      g->alpha, A, lda, B, ldb, g->beta, C0, C, ldc, RT_F32, false);
+        g->failures +=
+            tz_gemm_misses(pass == 2 ? "openblas"
+                           : bf16    ? "dnnl bf16"
+                                     : "dnnl f32",
+                           g->ta, g->tb, M, N, K, g->alpha, A, lda, B, ldb, g->beta, C0, C, ldc, RT_F32, false);
         /* the padding columns of C are the caller's: untouched */
         for (int i = 0; i < M; i++)
             for (int j = N; j < ldc; j++)
@@ -89,8 +92,8 @@ int main(void) {
         for (int t = 0; t < 4; t++)
             for (int a = 0; a < 2; a++)
                 for (int b = 0; b < 3; b++) {
-                    gemm_case g = {shapes[sh][0], shapes[sh][1], shapes[sh][2], t & 1, t >> 1, alphas[a], betas[b],
-                                   seed++, 0};
+                    gemm_case g = {shapes[sh][0], shapes[sh][1], shapes[sh][2], t & 1, t >> 1,
+                                   alphas[a],     betas[b],      seed++,        0};
                     run_case(&g);
                     TZ_EXPECT(g.failures == 0, "%dx%dx%d ta=%d tb=%d alpha=%g beta=%g: %d wrong", g.M, g.N, g.K, g.ta,
                               g.tb, g.alpha, g.beta, g.failures);

@@ -227,9 +227,22 @@ static void grad_attention_self(float p, const char *tag, const int32_t *prefix)
     float *qkv = fill(nqkv, 40, -1, 1), *bias = fill(nbias, 41, -1, 1), *mask = zeros((size_t)B * T);
     mask[1 * T + 3] = -INFINITY;
     mask[0 * T + 2] = -2.0f; /* a finite additive mask too */
-    attn_st s = {.d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C,
-                       .ldv = 3 * C, .ldo = C, .scale = 1.0f / sqrtf((float)HS), .causal = true,
-                       .key_mask = mask, .bias = bias, .dropout_p = p, .seed = 3, .stream = 17,
+    attn_st s = {.d = {.B = B,
+                       .NH = NH,
+                       .Tq = T,
+                       .Tk = T,
+                       .HS = HS,
+                       .ldq = 3 * C,
+                       .ldk = 3 * C,
+                       .ldv = 3 * C,
+                       .ldo = C,
+                       .scale = 1.0f / sqrtf((float)HS),
+                       .causal = true,
+                       .key_mask = mask,
+                       .bias = bias,
+                       .dropout_p = p,
+                       .seed = 3,
+                       .stream = 17,
                        .prefix = prefix}};
     s.q = qkv, s.k = qkv + C, s.v = qkv + 2 * C;
     s.nout = (size_t)B * T * C;
@@ -261,8 +274,18 @@ static void grad_attention_cross(void) {
     size_t nq = (size_t)B * Tq * C, nkv = (size_t)B * Tk * 2 * C;
     float *q = fill(nq, 50, -1, 1), *kv = fill(nkv, 51, -1, 1), *mask = zeros((size_t)B * Tk);
     mask[0 * Tk + 4] = -1e9f;
-    attn_st s = {.d = {.B = B, .NH = NH, .Tq = Tq, .Tk = Tk, .HS = HS, .ldq = C, .ldk = 2 * C,
-                       .ldv = 2 * C, .ldo = C, .scale = 1.0f, .causal = false, .key_mask = mask}};
+    attn_st s = {.d = {.B = B,
+                       .NH = NH,
+                       .Tq = Tq,
+                       .Tk = Tk,
+                       .HS = HS,
+                       .ldq = C,
+                       .ldk = 2 * C,
+                       .ldv = 2 * C,
+                       .ldo = C,
+                       .scale = 1.0f,
+                       .causal = false,
+                       .key_mask = mask}};
     s.q = q, s.k = kv, s.v = kv + C;
     s.nout = (size_t)B * Tq * C;
     s.out = zeros(s.nout), s.probs = zeros((size_t)B * NH * Tq * Tk), s.R = fill(s.nout, 52, -1, 1);

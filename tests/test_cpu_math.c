@@ -78,10 +78,13 @@ static void test_tanh(void) {
         if (d > worst_abs) worst_abs = d;
         if (fabs(x) < 0.0625 && ref != 0 && d / fabs(ref) > worst_rel) worst_rel = d / fabs(ref);
     }
-    TZ_EXPECT(n > 1000000 && worst_abs <= 3e-7 && worst_rel <= 1e-6, "tanh: worst %.3g absolute, %.3g relative below "
-              "1/16, over %zu", worst_abs, worst_rel, n);
+    TZ_EXPECT(n > 1000000 && worst_abs <= 3e-7 && worst_rel <= 1e-6,
+              "tanh: worst %.3g absolute, %.3g relative below "
+              "1/16, over %zu",
+              worst_abs, worst_rel, n);
     TZ_EXPECT(isnan(rt_fast_tanhf(NAN)) && rt_fast_tanhf(0.0f) == 0.0f && rt_fast_tanhf(INFINITY) == 1.0f &&
-                  rt_fast_tanhf(-INFINITY) == -1.0f, "tanh(nan) = nan, tanh(0) = 0, tanh(+-inf) = +-1");
+                  rt_fast_tanhf(-INFINITY) == -1.0f,
+              "tanh(nan) = nan, tanh(0) = 0, tanh(+-inf) = +-1");
 }
 
 int main(void) {

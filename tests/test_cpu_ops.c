@@ -55,8 +55,7 @@ static void test_gemm(void) {
     for (int ta = 0; ta < 2; ta++) {
         for (int tb = 0; tb < 2; tb++) {
             int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
-            size_t sa = (size_t)(ta ? K : M) * lda + 5, sb = (size_t)(tb ? N : K) * ldb + 1,
-                   sc = (size_t)M * ldc + 2;
+            size_t sa = (size_t)(ta ? K : M) * lda + 5, sb = (size_t)(tb ? N : K) * ldb + 1, sc = (size_t)M * ldc + 2;
             float *A = fill(sa * batch, 10, -1, 1), *B = fill(sb * batch, 11, -1, 1);
             float *C = fill(sc * batch, 12, -1, 1);
             float *C0 = rt_xmalloc(sc * batch * sizeof(float));
@@ -215,8 +214,7 @@ static void test_elementwise(void) {
     float *g = zeros(4 * (size_t)C), *d = zeros(n);
     ops->gather_rows(cx, g, a, idx, 4, C);
     int ok = 1;
-    for (int k = 0; k < 4; k++)
-        ok &= memcmp(g + (size_t)k * C, a + (size_t)idx[k] * C, C * sizeof(float)) == 0;
+    for (int k = 0; k < 4; k++) ok &= memcmp(g + (size_t)k * C, a + (size_t)idx[k] * C, C * sizeof(float)) == 0;
     TZ_EXPECT(ok, "gather_rows copies rows idx[b]");
     ops->scatter_rows_add(cx, d, rt_xf(g), idx, 4, C);
     for (size_t i = 0; i < n; i++) r[i] = 0;
@@ -246,8 +244,8 @@ static void test_elementwise(void) {
 }
 
 /* Naive attention in double, same description; probs before dropout. */
-static void ref_attention(const rt_attn_desc *d, double *out, double *probs, const float *q,
-                          const float *k, const float *v) {
+static void ref_attention(const rt_attn_desc *d, double *out, double *probs, const float *q, const float *k,
+                          const float *v) {
     int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     double *s = rt_xcalloc((size_t)Tk, sizeof(double));
     for (int b = 0; b < B; b++)
@@ -281,7 +279,8 @@ static void ref_attention(const rt_attn_desc *d, double *out, double *probs, con
                     for (int j = 0; j < Tk; j++) {
                         double p = probs[prow + j];
                         if (d->dropout_p > 0)
-                            p = rt_rng_uniform(d->seed, d->stream, prow + j) >= d->dropout_p ? p / (1.0 - d->dropout_p) : 0.0;
+                            p = rt_rng_uniform(d->seed, d->stream, prow + j) >= d->dropout_p ? p / (1.0 - d->dropout_p)
+                                                                                             : 0.0;
                         o += p * v[((size_t)b * Tk + j) * d->ldv + h * HS + c];
                     }
                     out[((size_t)b * Tq + i) * d->ldo + h * HS + c] = o;
@@ -297,9 +296,22 @@ static void test_attention(void) {
     float *mask = zeros((size_t)B * T);
     mask[1 * T + 4] = -INFINITY; /* padding keys in sequence 1 */
     mask[1 * T + 5] = -1e9f;
-    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C,
-                      .ldv = 3 * C, .ldo = C, .scale = 1.0f / sqrtf((float)HS), .causal = true,
-                      .key_mask = mask, .bias = bias, .dropout_p = 0.0f, .seed = 7, .stream = 99};
+    rt_attn_desc d = {.B = B,
+                      .NH = NH,
+                      .Tq = T,
+                      .Tk = T,
+                      .HS = HS,
+                      .ldq = 3 * C,
+                      .ldk = 3 * C,
+                      .ldv = 3 * C,
+                      .ldo = C,
+                      .scale = 1.0f / sqrtf((float)HS),
+                      .causal = true,
+                      .key_mask = mask,
+                      .bias = bias,
+                      .dropout_p = 0.0f,
+                      .seed = 7,
+                      .stream = 99};
     size_t no = (size_t)B * T * C, np = (size_t)B * NH * T * T;
     float *out = zeros(no), *probs = zeros(np);
     double *ro = rt_xcalloc(no, sizeof(double)), *rp = rt_xcalloc(np, sizeof(double));
@@ -427,8 +439,8 @@ static double bce_row(const double *z, const float *y, int C) {
  * cancels in float, as in PyTorch's (sigmoid(input) - target). */
 static void test_bce_logits_loss(void) {
     enum { N = 6, C = 3 };
-    const float z[N * C] = {0.5f, -1.25f, 2.0f, 30.0f, -30.0f, 100.0f, -100.0f, 0.0f, 7.5f,
-                            0.125f, -3.0f, 1.0f, 4.0f, 5.0f, 6.0f, 12.0f, 15.0f, 17.0f};
+    const float z[N * C] = {0.5f,   -1.25f, 2.0f, 30.0f, -30.0f, 100.0f, -100.0f, 0.0f,  7.5f,
+                            0.125f, -3.0f,  1.0f, 4.0f,  5.0f,   6.0f,   12.0f,   15.0f, 17.0f};
     const float y[N * C] = {1, 0, 1, 0, 1, 1, 0, 1, 0.25f, NAN, 1, 0, 1, 1, 1, 1, 1, 1};
     const float gs = 0.2f;
     float losses[N], dl[N * C];
@@ -541,8 +553,8 @@ static void test_uniform_row_blocks(void) {
                 if (seen[j] != 1 || memcmp(&want, &got[j], sizeof want) != 0) {
                     bad = 1;
                     TZ_EXPECT(0, "row %d (g0 %llu, %llu values, %d lanes): element %llu drawn %d times, %.9g for %.9g",
-                              t, (unsigned long long)g0, (unsigned long long)n, lane_counts[lc],
-                              (unsigned long long)j, seen[j], seen[j] ? got[j] : 0.0f, want);
+                              t, (unsigned long long)g0, (unsigned long long)n, lane_counts[lc], (unsigned long long)j,
+                              seen[j], seen[j] ? got[j] : 0.0f, want);
                 }
             }
         }
@@ -610,9 +622,21 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     ops->adamw(cx, p, dy, m, v, nx, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1);
     memcpy(o, p, nx * sizeof(float)), o += nx;
     float *qkv = fill(nqkv, 205, -1, 1), *bias = fill(nb, 206, -1, 1);
-    rt_attn_desc d = {.B = Bt, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * Ca, .ldk = 3 * Ca,
-                      .ldv = 3 * Ca, .ldo = Ca, .scale = 0.35f, .causal = true, .bias = bias,
-                      .dropout_p = 0.1f, .seed = 1, .stream = 2};
+    rt_attn_desc d = {.B = Bt,
+                      .NH = NH,
+                      .Tq = T,
+                      .Tk = T,
+                      .HS = HS,
+                      .ldq = 3 * Ca,
+                      .ldk = 3 * Ca,
+                      .ldv = 3 * Ca,
+                      .ldo = Ca,
+                      .scale = 0.35f,
+                      .causal = true,
+                      .bias = bias,
+                      .dropout_p = 0.1f,
+                      .seed = 1,
+                      .stream = 2};
     float *out = zeros((size_t)Bt * T * Ca), *probs = zeros((size_t)Bt * NH * T * T);
     ops->attention_fwd(cx, &d, rt_xf(out), probs, rt_xf(qkv), rt_xf(qkv + Ca), rt_xf(qkv + 2 * Ca));
     ops->attention_bwd(cx, &d, rt_xf(o), rt_xf(o + Ca), rt_xf(o + 2 * Ca), o + nqkv, rt_xf(out), probs, rt_xf(qkv),
@@ -631,8 +655,7 @@ static void test_thread_determinism(void) {
     float *r1 = run_parallel_kernels(1, &n1);
     float *r3 = run_parallel_kernels(3, &n3);
     omp_set_num_threads(2);
-    TZ_EXPECT(n1 == n3 && memcmp(r1, r3, n1 * sizeof(float)) == 0,
-              "kernels give different bits with 1 and 3 threads");
+    TZ_EXPECT(n1 == n3 && memcmp(r1, r3, n1 * sizeof(float)) == 0, "kernels give different bits with 1 and 3 threads");
     int finite = 1;
     for (size_t i = 0; i < n1; i++) finite &= isfinite(r1[i]);
     TZ_EXPECT(finite, "large-size kernel outputs are finite");

@@ -27,8 +27,8 @@ typedef struct {
     rt_backend *be;
     int M, N, K, batch;
     bool ta, tb;
-    rt_dtype round;     /* what the reference rounds the inputs to (RT_F32: nothing) */
-    bool quiet;         /* a run expected to differ: count, do not print */
+    rt_dtype round; /* what the reference rounds the inputs to (RT_F32: nothing) */
+    bool quiet;     /* a run expected to differ: count, do not print */
     unsigned seed;
     int wrong;
 } gemm_run;
@@ -50,8 +50,8 @@ static void *run(void *arg) {
     g->be->ops->gemm(g->be->ctx, g->ta, g->tb, M, N, K, alpha, rt_xf(A), lda, sa, rt_xf(B), ldb, sb, beta, rt_xf(C),
                      ldc, sc, g->batch);
     for (int b = 0; b < g->batch; b++)
-        g->wrong += tz_gemm_misses(rt_dtype_name(g->round), g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta,
-                                   C0 + b * sc, C + b * sc, ldc, g->round, g->quiet);
+        g->wrong += tz_gemm_misses(rt_dtype_name(g->round), g->ta, g->tb, M, N, K, alpha, A + b * sa, lda, B + b * sb,
+                                   ldb, beta, C0 + b * sc, C + b * sc, ldc, g->round, g->quiet);
     free(A);
     free(B);
     free(C);
@@ -61,9 +61,10 @@ static void *run(void *arg) {
 
 /* rt_round_f16/bf16 against the conversions to the 16-bit type and back. */
 static void check_rounding(void) {
-    const float edges[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e9f, 6.1035156e-05f,
-                           6.0975552e-05f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.9406967e-08f, 1e-30f,
-                           3.14159265f, INFINITY, -INFINITY, 1.00048828125f, 1.00146484375f};
+    const float edges[] = {0.0f,           -0.0f,          1.0f,           65504.0f,       65519.99f,
+                           65520.0f,       -65520.0f,      1e9f,           6.1035156e-05f, 6.0975552e-05f,
+                           5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f, 8.9406967e-08f, 1e-30f,
+                           3.14159265f,    INFINITY,       -INFINITY,      1.00048828125f, 1.00146484375f};
     int bad = 0;
     unsigned st = 12345;
     for (int i = 0; i < 2000000 + (int)(sizeof edges / sizeof edges[0]); i++) {
@@ -165,8 +166,11 @@ static void check_weight_copy(rt_backend *be, rt_dtype dtype) {
     const char *name = rt_dtype_name(dtype);
     /* each transpose of B at even and odd offsets (read from the copy), and B as a block of wider
      * rows (ldb 37, not packed: rounded at use, so that oneDNN sees the same descriptor) */
-    const struct { bool ta, tb; size_t off; int ldb; } cases[] = {
-        {false, false, 0, N}, {false, true, 5, K}, {true, false, 17, N}, {true, true, 101, 37}};
+    const struct {
+        bool ta, tb;
+        size_t off;
+        int ldb;
+    } cases[] = {{false, false, 0, N}, {false, true, 5, K}, {true, false, 17, N}, {true, true, 101, 37}};
     const int n_cases = (int)(sizeof cases / sizeof cases[0]);
     float ref[4][M * N];
     for (int c = 0; c < n_cases; c++) slab_gemm(be, cases[c].ta, cases[c].tb, A, W, cases[c].off, cases[c].ldb, ref[c]);

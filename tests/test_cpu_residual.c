@@ -57,9 +57,13 @@ typedef struct {
 
 static results results_new(const inputs *in) {
     const size_t n = in->N * (size_t)in->C;
-    return (results){.sum = rt_xcalloc(n, sizeof(float)), .out = rt_xcalloc(n, sizeof(float)),
-                     .mean = rt_xcalloc(in->N, sizeof(float)), .rstd = rt_xcalloc(in->N, sizeof(float)),
-                     .dres = dup(in->dres0, n), .dbranch = rt_xcalloc(n, sizeof(float)), .dw = dup(in->dw0, in->C),
+    return (results){.sum = rt_xcalloc(n, sizeof(float)),
+                     .out = rt_xcalloc(n, sizeof(float)),
+                     .mean = rt_xcalloc(in->N, sizeof(float)),
+                     .rstd = rt_xcalloc(in->N, sizeof(float)),
+                     .dres = dup(in->dres0, n),
+                     .dbranch = rt_xcalloc(n, sizeof(float)),
+                     .dw = dup(in->dw0, in->C),
                      .db = dup(in->db0, in->C)};
 }
 
@@ -114,16 +118,25 @@ static void check_case(rt_dtype dtype, int norm, float p, size_t N, int C) {
     const size_t n = N * (size_t)C;
     const uint64_t k = (uint64_t)N * 1000 + (uint64_t)C; /* inputs differ from case to case */
     float *w = fill((size_t)C, 10 * k + 1, 0.5f, 1.5f, RT_F32), *b = fill((size_t)C, 10 * k + 2, -0.2f, 0.2f, RT_F32);
-    inputs in = {.N = N, .C = C,
+    inputs in = {.N = N,
+                 .C = C,
                  /* a residual stream with an offset, so LayerNorm's mean matters; activations and
                   * their gradients stored at the compute precision, as a model's are */
-                 .res = fill(n, 10 * k + 3, -2.0f, 4.0f, dtype), .branch = fill(n, 10 * k + 4, -1.0f, 1.0f, dtype),
-                 .dout = fill(n, 10 * k + 5, -1.0f, 1.0f, dtype), .dres0 = fill(n, 10 * k + 6, -0.5f, 0.5f, dtype),
+                 .res = fill(n, 10 * k + 3, -2.0f, 4.0f, dtype),
+                 .branch = fill(n, 10 * k + 4, -1.0f, 1.0f, dtype),
+                 .dout = fill(n, 10 * k + 5, -1.0f, 1.0f, dtype),
+                 .dres0 = fill(n, 10 * k + 6, -0.5f, 0.5f, dtype),
                  .dw0 = fill((size_t)C, 10 * k + 7, -1.0f, 1.0f, RT_F32),
                  .db0 = fill((size_t)C, 10 * k + 8, -1.0f, 1.0f, RT_F32)};
-    in.d = (rt_residual_desc){.N = N, .C = C, .weight = norm == NORM_NONE ? NULL : w,
-                              .bias = norm == NORM_LN_BIAS ? b : NULL, .rms = norm == NORM_RMS,
-                              .eps = norm == NORM_RMS ? 1e-6f : 1e-5f, .dropout_p = p, .seed = 1234 + k, .stream = 77};
+    in.d = (rt_residual_desc){.N = N,
+                              .C = C,
+                              .weight = norm == NORM_NONE ? NULL : w,
+                              .bias = norm == NORM_LN_BIAS ? b : NULL,
+                              .rms = norm == NORM_RMS,
+                              .eps = norm == NORM_RMS ? 1e-6f : 1e-5f,
+                              .dropout_p = p,
+                              .seed = 1234 + k,
+                              .stream = 77};
     char where[160];
     snprintf(where, sizeof where, "%s %s p=%g N=%zu C=%d", rt_dtype_name(dtype), norm_name[norm], (double)p, N, C);
     results before = results_new(&in), fused = results_new(&in), composed = results_new(&in);
@@ -179,14 +192,27 @@ static void fd_case(int norm, float p) {
     const size_t N = 3;
     const int C = 37;
     const size_t n = N * (size_t)C;
-    fd_st s = {.w = fill((size_t)C, 91, 0.5f, 1.5f, RT_F32), .b = fill((size_t)C, 92, -0.5f, 0.5f, RT_F32),
-               .R_out = fill(n, 93, -1.0f, 1.0f, RT_F32), .R_sum = fill(n, 94, -1.0f, 1.0f, RT_F32)};
-    s.in = (inputs){.N = N, .C = C, .res = fill(n, 95, -1.0f, 2.0f, RT_F32), .branch = fill(n, 96, -1.0f, 1.0f, RT_F32),
-                    .dout = s.R_out, .dres0 = s.R_sum, .dw0 = rt_xcalloc((size_t)C, sizeof(float)),
+    fd_st s = {.w = fill((size_t)C, 91, 0.5f, 1.5f, RT_F32),
+               .b = fill((size_t)C, 92, -0.5f, 0.5f, RT_F32),
+               .R_out = fill(n, 93, -1.0f, 1.0f, RT_F32),
+               .R_sum = fill(n, 94, -1.0f, 1.0f, RT_F32)};
+    s.in = (inputs){.N = N,
+                    .C = C,
+                    .res = fill(n, 95, -1.0f, 2.0f, RT_F32),
+                    .branch = fill(n, 96, -1.0f, 1.0f, RT_F32),
+                    .dout = s.R_out,
+                    .dres0 = s.R_sum,
+                    .dw0 = rt_xcalloc((size_t)C, sizeof(float)),
                     .db0 = rt_xcalloc((size_t)C, sizeof(float))};
-    s.in.d = (rt_residual_desc){.N = N, .C = C, .weight = norm == NORM_NONE ? NULL : s.w,
-                                .bias = norm == NORM_LN_BIAS ? s.b : NULL, .rms = norm == NORM_RMS,
-                                .eps = 1e-5f, .dropout_p = p, .seed = 5, .stream = 6};
+    s.in.d = (rt_residual_desc){.N = N,
+                                .C = C,
+                                .weight = norm == NORM_NONE ? NULL : s.w,
+                                .bias = norm == NORM_LN_BIAS ? s.b : NULL,
+                                .rms = norm == NORM_RMS,
+                                .eps = 1e-5f,
+                                .dropout_p = p,
+                                .seed = 5,
+                                .stream = 6};
     s.r = results_new(&s.in);
     /* dres starts at R_sum = dL/dsum directly, so it ends as dL/dsum = dL/dres */
     results g = results_new(&s.in);

@@ -57,8 +57,7 @@ static void expect_same(const char *what, const pair *p) {
         if (rt_f32_bits(h) != rt_f32_bits(p->f[i]) && !(h != h && p->f[i] != p->f[i]) && !bad++) first = i;
     }
     TZ_EXPECT(bad == 0, "%s %s: %zu of %zu values differ (first at %zu: 16-bit %g, fp32 %g)", rt_dtype_name(dt), what,
-              bad, p->n, first,
-              (double)(dt == RT_BF16 ? rt_bf16_to_f32(p->h[first]) : rt_f16_to_f32(p->h[first])),
+              bad, p->n, first, (double)(dt == RT_BF16 ? rt_bf16_to_f32(p->h[first]) : rt_f16_to_f32(p->h[first])),
               (double)p->f[first]);
 }
 static void expect_floats(const char *what, const float *a, const float *b, size_t n) {
@@ -188,8 +187,15 @@ static void check_norms(void) {
     rt_rmsnorm_fwd(be, xh(&y), st[2], x.f, w, N, C, 1e-6f);
     expect_same("rmsnorm_fwd", &y);
     for (int rms = 0; rms < 2; rms++) {
-        const rt_residual_desc d = {.N = N, .C = C, .weight = w, .bias = rms ? NULL : b, .rms = rms, .eps = 1e-5f,
-                                    .dropout_p = 0.1f, .seed = 4, .stream = 6};
+        const rt_residual_desc d = {.N = N,
+                                    .C = C,
+                                    .weight = w,
+                                    .bias = rms ? NULL : b,
+                                    .rms = rms,
+                                    .eps = 1e-5f,
+                                    .dropout_p = 0.1f,
+                                    .seed = 4,
+                                    .stream = 6};
         rt_residual_fwd(be, &d, sum, xf(&y), st[0], st[1], res, x.f);
         rt_residual_fwd(be, &d, sum, xh(&y), st[2], st[3], res, x.f);
         expect_same(rms ? "residual_fwd (RMSNorm)" : "residual_fwd (LayerNorm)", &y);
@@ -218,8 +224,17 @@ static void check_attention(int variant) {
     float key_mask[B * T] = {0}, *bias = malloc(sizeof(float) * NH * T * T), *dbias[2];
     for (int j = 15; j < T; j++) key_mask[T + j] = -INFINITY; /* row 1's last keys are padding */
     for (int i = 0; i < NH * T * T; i++) bias[i] = tz_uniform(&seed);
-    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
-                      .ldo = C, .scale = 0.35f, .probs_dtype = dt};
+    rt_attn_desc d = {.B = B,
+                      .NH = NH,
+                      .Tq = T,
+                      .Tk = T,
+                      .HS = HS,
+                      .ldq = 3 * C,
+                      .ldk = 3 * C,
+                      .ldv = 3 * C,
+                      .ldo = C,
+                      .scale = 0.35f,
+                      .probs_dtype = dt};
     if (variant == 0) d.key_mask = key_mask;
     if (variant == 1) d.causal = true, d.dropout_p = 0.2f, d.seed = 3, d.stream = 8;
     if (variant == 2) d.bias = bias;

@@ -236,10 +236,10 @@ static void test_gemm(void) {
                 dbuf B = dbuf_rand(broadcast_b ? sb + (size_t)rows_b * ldb : sb * batch, 1.0f, 0.0f);
                 dbuf C = dbuf_rand(sc * batch, 1.0f, 0.0f);
                 float alpha = 0.75f, beta = (ta ^ tb) ? 0.0f : 0.5f;
-                rt_gemm(g_cpu, ta, tb, M, N, K, alpha, rt_xf(A.c), lda, sa, rt_xf(B.c), ldb, sb,
-                        beta, rt_xf(C.c), ldc, sc, batch);
-                rt_gemm(g_gpu, ta, tb, M, N, K, alpha, rt_xf(A.g), lda, sa, rt_xf(B.g), ldb, sb,
-                        beta, rt_xf(C.g), ldc, sc, batch);
+                rt_gemm(g_cpu, ta, tb, M, N, K, alpha, rt_xf(A.c), lda, sa, rt_xf(B.c), ldb, sb, beta, rt_xf(C.c), ldc,
+                        sc, batch);
+                rt_gemm(g_gpu, ta, tb, M, N, K, alpha, rt_xf(A.g), lda, sa, rt_xf(B.g), ldb, sb, beta, rt_xf(C.g), ldc,
+                        sc, batch);
                 char what[64];
                 snprintf(what, sizeof what, "gemm ta=%d tb=%d bcast=%d", ta, tb, broadcast_b);
                 dbuf_check(what, &C, GEMM_ATOL, GEMM_RTOL);
@@ -324,7 +324,8 @@ static void test_elementwise(void) {
     static const struct {
         rt_act_kind kind;
         const char *name;
-    } acts[] = {{RT_ACT_GELU_TANH, "gelu_tanh"}, {RT_ACT_GELU_ERF, "gelu_erf"}, {RT_ACT_RELU, "relu"}, {RT_ACT_TANH, "tanh"}};
+    } acts[] = {
+        {RT_ACT_GELU_TANH, "gelu_tanh"}, {RT_ACT_GELU_ERF, "gelu_erf"}, {RT_ACT_RELU, "relu"}, {RT_ACT_TANH, "tanh"}};
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         const rt_act_kind k = acts[a].kind;
         char what[64];
@@ -659,8 +660,8 @@ static void test_embedding(void) {
     const int C = 37, V = 40, vocab_start = 10;
     int32_t ids[50];
     for (size_t i = 0; i < N; i++) ids[i] = (int32_t)((frand() + 1.0f) * 30.0f); /* [0, 60): some outside the shard */
-    ids[3] = ids[7] = ids[11] = 25; /* repeats accumulate */
-    ids[5] = -1;                    /* padding id */
+    ids[3] = ids[7] = ids[11] = 25;                                              /* repeats accumulate */
+    ids[5] = -1;                                                                 /* padding id */
     ibuf id = ibuf_from(ids, N);
     dbuf table = dbuf_rand((size_t)V * C, 1.0f, 0.0f);
     dbuf out = dbuf_rand(N * C, 1.0f, 0.0f);
@@ -959,7 +960,8 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     snprintf(what, sizeof what, "%s linear_fwd (bias only) F %d", rt_dtype_name(dtype), F);
     dbuf_check(what, &plain, GEMM_ATOL, tol);
     /* backward: dW and db accumulate onto what is there */
-    dbuf dY = dbuf_rand_stored(dtype, N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f), db = dbuf_rand(F, 1.0f, 0.0f);
+    dbuf dY = dbuf_rand_stored(dtype, N * F, 1.0f, 0.0f), dW = dbuf_rand((size_t)F * C, 1.0f, 0.0f),
+         db = dbuf_rand(F, 1.0f, 0.0f);
     rt_linear_wgrad(g_cpu, dW.c, db.c, rt_xf(dY.c), rt_xf(X.c), N, C, F);
     rt_linear_wgrad(g_gpu, dW.g, db.g, rt_xf(dY.g), rt_xf(X.g), N, C, F);
     snprintf(what, sizeof what, "%s linear_wgrad F %d: dW", rt_dtype_name(dtype), F);
@@ -967,7 +969,8 @@ static void test_linear_case(rt_dtype dtype, rt_act_kind act, int F) {
     snprintf(what, sizeof what, "%s linear_wgrad F %d: db", rt_dtype_name(dtype), F);
     dbuf_check(what, &db, GEMM_ATOL, GEMM_RTOL);
     /* the FFN's down projection W2 (C, F): dpre = act'(pre) * (dY2 W2), db1 += column sums */
-    dbuf dY2 = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f), dpre = dbuf_zero(N * F);
+    dbuf dY2 = dbuf_rand_stored(dtype, N * C, 1.0f, 0.0f), W2 = dbuf_rand((size_t)C * F, 0.2f, 0.0f),
+         dpre = dbuf_zero(N * F);
     dbuf_sync_from_cpu(&pre); /* the same pre-activations on both */
     rt_linear_dact(g_cpu, rt_xf(dpre.c), db.c, rt_xf(dY2.c), W2.c, rt_xf(pre.c), N, F, C, act);
     rt_linear_dact(g_gpu, rt_xf(dpre.g), db.g, rt_xf(dY2.g), W2.g, rt_xf(pre.g), N, F, C, act);
@@ -1006,8 +1009,15 @@ static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int 
     dbuf res = dbuf_rand_stored(dtype, n, 3.0f, 1.0f), branch = dbuf_rand_stored(dtype, n, 1.0f, 0.0f);
     dbuf w = dbuf_rand(C, 0.5f, 1.0f), bias = dbuf_rand(C, 0.2f, 0.0f);
     dbuf sum = dbuf_zero(n), out = dbuf_zero(n), mean = dbuf_zero(N), rstd = dbuf_zero(N);
-    rt_residual_desc dc = {.N = N, .C = C, .weight = norm == 3 ? NULL : w.c, .bias = norm == 0 ? bias.c : NULL,
-                           .rms = norm == 2, .eps = 1e-5f, .dropout_p = p, .seed = 99, .stream = 7};
+    rt_residual_desc dc = {.N = N,
+                           .C = C,
+                           .weight = norm == 3 ? NULL : w.c,
+                           .bias = norm == 0 ? bias.c : NULL,
+                           .rms = norm == 2,
+                           .eps = 1e-5f,
+                           .dropout_p = p,
+                           .seed = 99,
+                           .stream = 7};
     rt_residual_desc dg = dc;
     dg.weight = norm == 3 ? NULL : w.g;
     dg.bias = norm == 0 ? bias.g : NULL;
@@ -1082,8 +1092,8 @@ static void test_weight_copy_case(rt_dtype dtype) {
             if (round == 0) TZ_EXPECT_OK(rt_weight_copy_set(bes[k], w, SLAB));
             if (round == 1 || round == 2) {
                 const size_t lo = round == 2 ? 300 : 0, n = round == 2 ? 1000 : SLAB;
-                rt_adamw(bes[k], w + lo, (k ? G.g : G.c) + lo, (k ? Mo.g : Mo.c) + lo, (k ? Vo.g : Vo.c) + lo, n,
-                         0.05f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, round);
+                rt_adamw(bes[k], w + lo, (k ? G.g : G.c) + lo, (k ? Mo.g : Mo.c) + lo, (k ? Vo.g : Vo.c) + lo, n, 0.05f,
+                         0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, round);
             }
             if (round == 3) TZ_EXPECT_OK(rt_weight_copy_set(bes[k], NULL, 0));
             /* C (M, N) = A (M, K) B^T, B (N, K) a block of the slab with row stride LDB */
@@ -1128,8 +1138,19 @@ static void test_attention_probs16_case(rt_dtype dtype, int B, int NH, int T, in
     dbuf out[2] = {dbuf_zero((size_t)B * T * C), dbuf_zero((size_t)B * T * C)};
     dbuf dqkv[2] = {dbuf_zero(nx), dbuf_zero(nx)}, dbias[2] = {dbuf_zero(nb), dbuf_zero(nb)}, p32 = dbuf_zero(np);
     uint16_t *p16c = be_alloc(g_cpu, np * 2), *p16g = be_alloc(g_gpu, np * 2);
-    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
-                      .ldo = C, .scale = 0.25f, .dropout_p = dropout, .seed = 11, .stream = 4};
+    rt_attn_desc d = {.B = B,
+                      .NH = NH,
+                      .Tq = T,
+                      .Tk = T,
+                      .HS = HS,
+                      .ldq = 3 * C,
+                      .ldk = 3 * C,
+                      .ldv = 3 * C,
+                      .ldo = C,
+                      .scale = 0.25f,
+                      .dropout_p = dropout,
+                      .seed = 11,
+                      .stream = 4};
     for (int w = 0; w < 2; w++) {
         d.probs_dtype = w ? dtype : RT_F32;
         void *pg = w ? (void *)p16g : (void *)p32.g;
@@ -1276,7 +1297,8 @@ static void test_attention_fused_case(rt_backend *fused, const fused_attn_case *
     rt_to_host(fused, kept, pg[0], pbytes);
     size_t touched = 0;
     for (size_t i = rows * 8; i < pbytes; i++) touched += kept[i] != 0;
-    TZ_EXPECT(touched == 0, "fused attention %s (%s): %zu bytes past the row statistics written: the fused path did not run",
+    TZ_EXPECT(touched == 0,
+              "fused attention %s (%s): %zu bytes past the row statistics written: the fused path did not run",
               tc->name, name, touched);
     free(kept), free(ref);
     for (int w = 0; w < 2; w++) free(got[w][0]), free(got[w][1]);

@@ -150,7 +150,8 @@ static void check_gemm(bool ta, bool tb, int batch, float beta) {
     const int lda = (ta ? M : K) + 8, ldb = (tb ? K : N) + 8, ldc = N + 8;
     const size_t sa = (size_t)(ta ? K : M) * lda, sb = (size_t)(tb ? N : K) * ldb, sc = (size_t)M * ldc;
     unsigned seed = 7 + 3 * ta + 5 * tb + (unsigned)batch;
-    act A = act_new(sa * batch, &seed, 1.0f), B = act_new(sb * batch, &seed, 1.0f), C = act_new(sc * batch, &seed, 1.0f);
+    act A = act_new(sa * batch, &seed, 1.0f), B = act_new(sb * batch, &seed, 1.0f),
+        C = act_new(sc * batch, &seed, 1.0f);
     rt_gemm(cpu, ta, tb, M, N, K, 0.5f, xc(&A), lda, sa, xc(&B), ldb, sb, beta, xc(&C), ldc, sc, batch);
     rt_gemm(gpu, ta, tb, M, N, K, 0.5f, xg(&A), lda, sa, xg(&B), ldb, sb, beta, xg(&C), ldc, sc, batch);
     char what[96];
@@ -205,8 +206,8 @@ static void check_linear(const rt_act_kind *actk, bool bias, int out_f, bool wit
             for (int n = 0; n < N; n++) mag += fabs(dp[(size_t)n * out_f + c]);
             bad += !(fabs((double)got[c] - want[c]) <= unit * mag + GEMM_ATOL);
         }
-        TZ_EXPECT(bad == 0, "%s linear_dact act %d F %d: %zu of %d bias gradients outside the band",
-                  rt_dtype_name(dt), (int)*actk, out_f, bad, out_f);
+        TZ_EXPECT(bad == 0, "%s linear_dact act %d F %d: %zu of %d bias gradients outside the band", rt_dtype_name(dt),
+                  (int)*actk, out_f, bad, out_f);
         free(dp), free(want), free(got);
         /* the weight gradient from the same 16-bit dY and X on both (the CPU's dpre): fp32 sums */
         act_sync(&dpre);
@@ -266,7 +267,8 @@ static void check_norms(void) {
     const int N = 37, C = 96;
     unsigned seed = 3;
     act y = act_new((size_t)N * C, &seed, 0.0f);
-    flt x = flt_new((size_t)N * C, &seed, 2.0f, 0.0f), w = flt_new(C, &seed, 0.1f, 1.0f), b = flt_new(C, &seed, 0.1f, 0);
+    flt x = flt_new((size_t)N * C, &seed, 2.0f, 0.0f), w = flt_new(C, &seed, 0.1f, 1.0f),
+        b = flt_new(C, &seed, 0.1f, 0);
     flt res = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), sum = flt_new((size_t)N * C, NULL, 0, 0);
     flt mean = flt_new(N, NULL, 0, 0), rstd = flt_new(N, NULL, 0, 0);
     rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, x.c, w.c, b.c, N, C, 1e-5f);
@@ -277,8 +279,8 @@ static void check_norms(void) {
     rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, x.g, w.g, N, C, 1e-6f);
     check_act("rmsnorm_fwd", &y, ATOL, unit);
     for (int rms = 0; rms < 2; rms++) {
-        rt_residual_desc d = {.N = N, .C = C, .bias = NULL, .rms = rms, .eps = 1e-5f, .dropout_p = 0.1f, .seed = 4,
-                              .stream = 6};
+        rt_residual_desc d = {
+            .N = N, .C = C, .bias = NULL, .rms = rms, .eps = 1e-5f, .dropout_p = 0.1f, .seed = 4, .stream = 6};
         d.weight = w.c, d.bias = rms ? NULL : b.c;
         rt_residual_fwd(cpu, &d, sum.c, xc(&y), mean.c, rstd.c, res.c, x.c);
         d.weight = w.g, d.bias = rms ? NULL : b.g;
@@ -314,8 +316,17 @@ static void check_attention(int variant) {
     rt_to_device(gpu, km.g, km_h, sizeof km_h);
     const size_t np = (size_t)B * NH * T * T;
     void *pc = alloc_on(cpu, np * 2), *pg = alloc_on(gpu, np * 2);
-    rt_attn_desc d = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C, .ldv = 3 * C,
-                      .ldo = C, .scale = 0.25f, .probs_dtype = dt};
+    rt_attn_desc d = {.B = B,
+                      .NH = NH,
+                      .Tq = T,
+                      .Tk = T,
+                      .HS = HS,
+                      .ldq = 3 * C,
+                      .ldk = 3 * C,
+                      .ldv = 3 * C,
+                      .ldo = C,
+                      .scale = 0.25f,
+                      .probs_dtype = dt};
     if (variant == 1) d.causal = true, d.dropout_p = 0.2f, d.seed = 3, d.stream = 8;
     for (int side = 0; side < 2; side++) {
         rt_backend *be = side ? gpu : cpu;

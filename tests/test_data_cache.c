@@ -40,8 +40,8 @@ static bool same_set(const data_tokenized *a, const data_tokenized *b) {
         if (a->offsets[i + 1] - a->offsets[i] != b->offsets[i + 1] - b->offsets[i] ||
             memcmp(a->ids + a->offsets[i], b->ids + b->offsets[i], (a->offsets[i + 1] - a->offsets[i]) * 4) != 0)
             return false;
-    return memcmp(a->lengths, b->lengths, n * 4) == 0 &&
-           memcmp(a->len_a, b->len_a, n * 4) == 0 && memcmp(a->labels, b->labels, n * 4) == 0 &&
+    return memcmp(a->lengths, b->lengths, n * 4) == 0 && memcmp(a->len_a, b->len_a, n * 4) == 0 &&
+           memcmp(a->labels, b->labels, n * 4) == 0 &&
            (!a->targets || memcmp(a->targets, b->targets, n * (size_t)a->target_width * 4) == 0);
 }
 

@@ -17,10 +17,10 @@
 static void test_truncation(void) {
     /* {len_a, len_b, budget, fast_a, fast_b, slow_a, slow_b} */
     static const size_t cases[][7] = {
-        {0, 0, 7, 0, 0, 0, 0},   {0, 8, 7, 0, 7, 0, 7},   {2, 2, 7, 2, 2, 2, 2},   {2, 8, 7, 2, 5, 2, 5},
-        {4, 4, 7, 3, 4, 4, 3},   {4, 8, 7, 3, 4, 4, 3},   {8, 2, 7, 5, 2, 5, 2},   {8, 4, 7, 4, 3, 4, 3},
-        {8, 8, 7, 3, 4, 4, 3},   {8, 0, 7, 7, 0, 7, 0},   {4, 2, 7, 4, 2, 4, 2},   {6, 5, 9, 5, 4, 5, 4},
-        {5, 6, 9, 4, 5, 5, 4},   {10, 3, 9, 6, 3, 6, 3},  {3, 10, 9, 3, 6, 3, 6},  {5, 5, 8, 4, 4, 4, 4},
+        {0, 0, 7, 0, 0, 0, 0},     {0, 8, 7, 0, 7, 0, 7},  {2, 2, 7, 2, 2, 2, 2},  {2, 8, 7, 2, 5, 2, 5},
+        {4, 4, 7, 3, 4, 4, 3},     {4, 8, 7, 3, 4, 4, 3},  {8, 2, 7, 5, 2, 5, 2},  {8, 4, 7, 4, 3, 4, 3},
+        {8, 8, 7, 3, 4, 4, 3},     {8, 0, 7, 7, 0, 7, 0},  {4, 2, 7, 4, 2, 4, 2},  {6, 5, 9, 5, 4, 5, 4},
+        {5, 6, 9, 4, 5, 5, 4},     {10, 3, 9, 6, 3, 6, 3}, {3, 10, 9, 3, 6, 3, 6}, {5, 5, 8, 4, 4, 4, 4},
         {100, 100, 0, 0, 0, 0, 0}, {9, 1, 4, 3, 1, 3, 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -39,8 +39,10 @@ static void test_truncation(void) {
             for (size_t budget = 0; budget < 25; budget++) {
                 size_t ra = la, rb = lb;
                 while (ra + rb > budget) {
-                    if (lb == 0 || ra > rb) ra--;
-                    else rb--;
+                    if (lb == 0 || ra > rb)
+                        ra--;
+                    else
+                        rb--;
                 }
                 size_t a, b, fa, fb;
                 data_truncate_longest_first(la, lb, budget, DATA_TRUNC_HF_SLOW, &a, &b);
@@ -156,8 +158,8 @@ static void test_types_and_targets(void) {
               "types at T=7");
     /* Growing the buffers keeps targets valid; targets do not overlap the labels. */
     TZ_EXPECT_OK(data_batch_reserve(&batch, 64, 64));
-    TZ_EXPECT(batch.targets != NULL &&
-                  ((void *)batch.targets >= (void *)(batch.labels + 64) || (void *)(batch.targets + 4) <= (void *)batch.labels),
+    TZ_EXPECT(batch.targets != NULL && ((void *)batch.targets >= (void *)(batch.labels + 64) ||
+                                        (void *)(batch.targets + 4) <= (void *)batch.labels),
               "targets apart from the labels");
     int32_t *pick3 = malloc(64 * sizeof *pick3);
     for (int i = 0; i < 64; i++) pick3[i] = i % 3;
@@ -201,9 +203,14 @@ static void test_buckets(void) {
     TZ_EXPECT(p.n_buckets == 0 && data_pad_length(&p, 5) == 5, "no list: the longest row");
     static const struct {
         const char *list, *says;
-    } bad[] = {{"32,16", "must ascend"}, {"16,16", "must ascend"}, {"12,32", "not a multiple of 8"},
-               {"16,x", "expected ascending lengths"}, {"16,", "trailing comma"}, {"0,16", "outside"},
-               {"-8", "outside"}, {"16;32", "expected ascending lengths"}};
+    } bad[] = {{"32,16", "must ascend"},
+               {"16,16", "must ascend"},
+               {"12,32", "not a multiple of 8"},
+               {"16,x", "expected ascending lengths"},
+               {"16,", "trailing comma"},
+               {"0,16", "outside"},
+               {"-8", "outside"},
+               {"16;32", "expected ascending lengths"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
         TZ_EXPECT(data_pad_parse(bad[k].list, 8, "length-buckets", &p) == RT_ERR_USAGE &&
                       strstr(rt_error_message(), bad[k].says) && strstr(rt_error_message(), "--length-buckets"),

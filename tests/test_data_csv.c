@@ -14,8 +14,8 @@ static void expect_table(const char *what, const char *text, char delim, int col
     rt_status st = data_csv_parse(what, text, strlen(text), delim, &t);
     TZ_EXPECT_OK(st);
     if (st != RT_OK) return;
-    TZ_EXPECT(t.n_header == cols && t.n_rows == rows, "%s: %d columns and %zu rows, want %d and %zu", what,
-              t.n_header, t.n_rows, cols, rows);
+    TZ_EXPECT(t.n_header == cols && t.n_rows == rows, "%s: %d columns and %zu rows, want %d and %zu", what, t.n_header,
+              t.n_rows, cols, rows);
     for (int c = 0; c < cols && c < t.n_header; c++)
         TZ_EXPECT(strcmp(t.header[c], cells[c]) == 0, "%s: header %d '%s', want '%s'", what, c, t.header[c], cells[c]);
     for (size_t r = 0; r < rows && r < t.n_rows; r++) {
@@ -39,8 +39,8 @@ static void expect_error(const char *what, const char *text, size_t len, char de
 
 int main(void) {
     {
-        static const char *const cells[] = {"text", "label", "a, b", "pos", "say \"hi\"", "neg", "two\nlines", "pos",
-                                            "", "neg"};
+        static const char *const cells[] = {"text", "label",      "a, b", "pos", "say \"hi\"",
+                                            "neg",  "two\nlines", "pos",  "",    "neg"};
         static const size_t lines[] = {2, 3, 4, 7};
         expect_table("quoted.csv", "text,label\n\"a, b\",pos\n\"say \"\"hi\"\"\",neg\n\"two\nlines\",pos\n\n,neg\n",
                      ',', 2, 4, cells, lines);
@@ -48,7 +48,10 @@ int main(void) {
     {
         static const char *const cells[] = {"a", "b", "c", "1", "2", "", "x", "y", "z"};
         static const size_t lines[] = {2, 4};
-        expect_table("crlf.csv", "\xEF\xBB\xBF" "a,b,c\r\n1,2,\r\n\r\nx,y,z", ',', 3, 2, cells, lines);
+        expect_table("crlf.csv",
+                     "\xEF\xBB\xBF"
+                     "a,b,c\r\n1,2,\r\n\r\nx,y,z",
+                     ',', 3, 2, cells, lines);
     }
     {
         static const char *const cells[] = {"sentence", "label", "tab\there", "1", "plain \"quote", "0"};
@@ -59,7 +62,8 @@ int main(void) {
         static const char *const cells[] = {"only"};
         expect_table("header-only.csv", "only\n", ',', 1, 0, cells, NULL);
     }
-    expect_error("open.csv", "a,b\n1,\"never\nclosed\n", 20, ',', "open.csv:2: column 2: a quoted field opened here is never closed");
+    expect_error("open.csv", "a,b\n1,\"never\nclosed\n", 20, ',',
+                 "open.csv:2: column 2: a quoted field opened here is never closed");
     expect_error("after.csv", "a,b\n\"x\"y,2\n", 11, ',', "after.csv:2: column 1: text after the closing quote");
     expect_error("short.csv", "a,b,c\n1,2,3\n4,5\n", 16, ',', "short.csv:3: 2 fields, the header has 3");
     expect_error("long.csv", "a,b\n1,2,3\n", 10, ',', "long.csv:2: 3 fields, the header has 2");

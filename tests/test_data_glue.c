@@ -206,17 +206,19 @@ static void test_synthetic(const char *dir) {
     /* MNLI: train has label1 and gold_label, dev five annotator labels then gold_label. */
     const data_glue_task *mnli = data_glue_task_find("mnli");
     write_file(dir, "mnli/train.tsv",
-               MNLI_HEAD10 "\tlabel1\tgold_label\n"
-                           "0\t1\t1e\tfiction\t( A )\t( B )\t(ROOT A)\t(ROOT B)\tA man sleeps.\tA person rests.\tentailment\t"
-                           "entailment\n"
-                           "1\t2\t2n\tslate\tx\ty\tx\ty\tIt rains.\tThe game is off.\tneutral\tneutral\n"
-                           "2\t3\t3c\tgovernment\tx\ty\tx\ty\tShe left.\tShe stayed.\tcontradiction\tcontradiction\n");
+               MNLI_HEAD10
+               "\tlabel1\tgold_label\n"
+               "0\t1\t1e\tfiction\t( A )\t( B )\t(ROOT A)\t(ROOT B)\tA man sleeps.\tA person rests.\tentailment\t"
+               "entailment\n"
+               "1\t2\t2n\tslate\tx\ty\tx\ty\tIt rains.\tThe game is off.\tneutral\tneutral\n"
+               "2\t3\t3c\tgovernment\tx\ty\tx\ty\tShe left.\tShe stayed.\tcontradiction\tcontradiction\n");
     write_file(dir, "mnli/dev_matched.tsv",
-               MNLI_HEAD10 "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
-                           "0\t9\t9n\ttelephone\tx\ty\tx\ty\tP one.\tH one.\tneutral\tneutral\tentailment\tneutral\tneutral\t"
-                           "neutral\n"
-                           "1\t8\t8c\tslate\tx\ty\tx\ty\tP two.\tH two.\tcontradiction\tcontradiction\tcontradiction\t"
-                           "contradiction\tcontradiction\tcontradiction\n");
+               MNLI_HEAD10
+               "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
+               "0\t9\t9n\ttelephone\tx\ty\tx\ty\tP one.\tH one.\tneutral\tneutral\tentailment\tneutral\tneutral\t"
+               "neutral\n"
+               "1\t8\t8c\tslate\tx\ty\tx\ty\tP two.\tH two.\tcontradiction\tcontradiction\tcontradiction\t"
+               "contradiction\tcontradiction\tcontradiction\n");
     write_file(dir, "mnli/dev_mismatched.tsv",
                MNLI_HEAD10 "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
                            "0\t7\t7e\tletters\tx\ty\tx\ty\tP three.\tH three.\tentailment\tentailment\tentailment\t"
@@ -242,14 +244,16 @@ static void test_synthetic(const char *dir) {
     TZ_EXPECT(ex.n == 1 && strcmp(ex.text_a[0], "T a.") == 0 && ex.labels[0] == DATA_LABEL_NONE, "mnli test");
     data_examples_free(&ex);
     /* A dev row missing one annotator field: the last field would be a wrong label column. */
-    bad = write_file(dir, "mnli/short_row.tsv",
-                     MNLI_HEAD10 "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
-                                 "0\t9\t9n\tx\tx\ty\tx\ty\tP.\tH.\tneutral\tneutral\tneutral\tneutral\tneutral\tneutral\n"
-                                 "1\t9\t9n\tx\tx\ty\tx\ty\tP.\tH.\tneutral\tneutral\tneutral\tneutral\tneutral\n");
+    bad =
+        write_file(dir, "mnli/short_row.tsv",
+                   MNLI_HEAD10 "\tlabel1\tlabel2\tlabel3\tlabel4\tlabel5\tgold_label\n"
+                               "0\t9\t9n\tx\tx\ty\tx\ty\tP.\tH.\tneutral\tneutral\tneutral\tneutral\tneutral\tneutral\n"
+                               "1\t9\t9n\tx\tx\ty\tx\ty\tP.\tH.\tneutral\tneutral\tneutral\tneutral\tneutral\n");
     st = data_glue_load(mnli, bad, true, &ex);
     snprintf(want, sizeof want, "%s:3: expected 16 tab-separated columns (as in the header), found 15", bad);
     TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), want), "got '%s'", rt_error_message());
-    bad = write_file(dir, "mnli/bad_label.tsv", MNLI_HEAD10 "\tlabel1\tgold_label\n0\t1\t1\tx\tx\ty\tx\ty\tA.\tB.\t-\t-\n");
+    bad = write_file(dir, "mnli/bad_label.tsv",
+                     MNLI_HEAD10 "\tlabel1\tgold_label\n0\t1\t1\tx\tx\ty\tx\ty\tA.\tB.\t-\t-\n");
     st = data_glue_load(mnli, bad, true, &ex);
     snprintf(want, sizeof want,
              "%s:2: field 11 (gold_label): expected a mnli label 'entailment', 'neutral' or 'contradiction', found '-'",
@@ -322,8 +326,8 @@ static void test_missing(const char *dir) {
     unlink(p);
     st = data_glue_check_dir(data_glue_task_find("qqp"), d);
     m = rt_error_message();
-    TZ_EXPECT(st == RT_ERR_IO && contains(m, p) && contains(m, "qqp") && contains(m, "train.tsv, dev.tsv"),
-              "got '%s'", m);
+    TZ_EXPECT(st == RT_ERR_IO && contains(m, p) && contains(m, "qqp") && contains(m, "train.tsv, dev.tsv"), "got '%s'",
+              m);
     st = data_glue_load_split(data_glue_task_find("qqp"), d, &data_glue_task_find("qqp")->dev[0], true, &ex);
     TZ_EXPECT(st == RT_ERR_IO && contains(rt_error_message(), p) && ex.n == 0, "got '%s'", rt_error_message());
 }

@@ -58,8 +58,8 @@ static void test_epochs(void) {
     for (int i = 0; i < N; i++) identity &= e0[i] == i;
     TZ_EXPECT(!identity, "shuffled");
     data_sampler_state st = data_sampler_get_state(s);
-    TZ_EXPECT(st.epoch == 2 && st.position == 0, "after two epochs: epoch %llu pos %llu",
-              (unsigned long long)st.epoch, (unsigned long long)st.position);
+    TZ_EXPECT(st.epoch == 2 && st.position == 0, "after two epochs: epoch %llu pos %llu", (unsigned long long)st.epoch,
+              (unsigned long long)st.position);
     data_sampler_free(s);
 
     /* Same seed, same order; the order is the documented permutation. */

@@ -34,8 +34,8 @@ static void test_lines(void) {
                   strstr(rt_error_message(), "invalid UTF-8 at byte 5"),
               "%s", rt_error_message());
     st = data_lines_parse("e.src", "", 0, &l);
-    TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "e.src") && strstr(rt_error_message(), "empty"),
-              "%s", rt_error_message());
+    TZ_EXPECT(st == RT_ERR_FORMAT && strstr(rt_error_message(), "e.src") && strstr(rt_error_message(), "empty"), "%s",
+              rt_error_message());
 
     char a[4096], b[4096];
     snprintf(a, sizeof a, "%s/a.src", tz_tmpdir());
@@ -78,12 +78,12 @@ static rt_status read_pieces(const char *path, size_t chunk, char *out, size_t c
 static void test_lines_in_pieces(void) {
     char path[512], got[512];
     snprintf(path, sizeof path, "%s/pieces.txt", tz_tmpdir());
-    const char text[] = "\xEF\xBB\xBF" "first\r\nsecond line that is long\n\nthird\xC3\xA9\nlast";
+    const char text[] = "\xEF\xBB\xBF"
+                        "first\r\nsecond line that is long\n\nthird\xC3\xA9\nlast";
     tz_write_file(path, text, sizeof text - 1);
     for (size_t chunk = 1; chunk <= sizeof text + 2; chunk++) {
         TZ_EXPECT_OK(read_pieces(path, chunk, got, sizeof got));
-        TZ_EXPECT(strcmp(got, "first|second line that is long||third\xC3\xA9|last|") == 0, "chunk %zu: %s", chunk,
-                  got);
+        TZ_EXPECT(strcmp(got, "first|second line that is long||third\xC3\xA9|last|") == 0, "chunk %zu: %s", chunk, got);
     }
     /* bad UTF-8 on line 4: named by its number in the file whatever the piece */
     const char bad[] = "a\nb\nc\nd\xFF\ne\n";
@@ -109,9 +109,12 @@ static void test_lines_in_pieces(void) {
 
 static void test_lowercase(void) {
     char *out = NULL;
-    const char in[] = "Eine GRUPPE von M\xC3\x84NNERN \xC3\x9C" "ber ABC";
+    const char in[] = "Eine GRUPPE von M\xC3\x84NNERN \xC3\x9C"
+                      "ber ABC";
     TZ_EXPECT_OK(tok_lowercase(in, strlen(in), &out));
-    TZ_EXPECT(out && strcmp(out, "eine gruppe von m\xC3\xA4nnern \xC3\xBC" "ber abc") == 0, "'%s'", out);
+    TZ_EXPECT(out && strcmp(out, "eine gruppe von m\xC3\xA4nnern \xC3\xBC"
+                                 "ber abc") == 0,
+              "'%s'", out);
     free(out);
 }
 
@@ -122,12 +125,12 @@ static void test_encode_and_collate(void) {
     tok_ids ids = {0};
     bool cut = true;
     /* "translate English to German: The house is wonderful." = 13959 1566 12 2968 10 37 629 19 1627 5 (SOURCES.md) */
-    TZ_EXPECT_OK(data_seq2seq_encode(tok, "translate English to German: ", false, "The house is wonderful.", 64, &ids,
-                                     &cut));
+    TZ_EXPECT_OK(
+        data_seq2seq_encode(tok, "translate English to German: ", false, "The house is wonderful.", 64, &ids, &cut));
     const int32_t want[] = {13959, 1566, 12, 2968, 10, 37, 629, 19, 1627, 5, 1};
     TZ_EXPECT(ids.n == 11 && !cut && memcmp(ids.ids, want, sizeof want) == 0, "n=%zu", ids.n);
-    TZ_EXPECT_OK(data_seq2seq_encode(tok, "translate English to German: ", false, "The house is wonderful.", 4, &ids,
-                                     &cut));
+    TZ_EXPECT_OK(
+        data_seq2seq_encode(tok, "translate English to German: ", false, "The house is wonderful.", 4, &ids, &cut));
     TZ_EXPECT(ids.n == 4 && cut && ids.ids[0] == 13959 && ids.ids[2] == 12 && ids.ids[3] == 1,
               "truncated to 3 + </s>: n=%zu", ids.n);
     /* lower-casing happens before the tokenizer: "HELLO world" encodes as "hello world" */
@@ -140,11 +143,11 @@ static void test_encode_and_collate(void) {
 
     data_lines src, tgt;
     const char s_text[] = "A man sleeps.\nTwo dogs run in the green park.\nHi\n";
-    const char t_text[] = "Ein Mann schl\xC3\xA4" "ft.\nZwei Hunde.\nHallo Welt, wie geht es dir heute?\n";
+    const char t_text[] = "Ein Mann schl\xC3\xA4"
+                          "ft.\nZwei Hunde.\nHallo Welt, wie geht es dir heute?\n";
     TZ_EXPECT_OK(data_lines_parse("s", s_text, sizeof s_text - 1, &src));
     TZ_EXPECT_OK(data_lines_parse("t", t_text, sizeof t_text - 1, &tgt));
-    data_seq2seq_opts o = {.source_prefix = "translate English to German: ", .max_source_len = 12,
-                           .max_target_len = 6};
+    data_seq2seq_opts o = {.source_prefix = "translate English to German: ", .max_source_len = 12, .max_target_len = 6};
     data_tokenized ds = {0}, dt = {0};
     TZ_EXPECT_OK(data_seq2seq_tokenize(&src, &tgt, 0, 3, tok, &o, &ds, &dt));
     TZ_EXPECT(ds.n == 3 && dt.n == 3, "rows");

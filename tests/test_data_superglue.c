@@ -61,8 +61,10 @@ static void test_real_counts(void) {
         TZ_EXPECT(ex.n == k->n, "%s %s: %zu examples, expected %zu", k->task, k->split, ex.n, k->n);
         size_t per[3] = {0}, none = 0;
         for (size_t i = 0; i < ex.n; i++) {
-            if (ex.ex[i].label == DATA_SG_LABEL_NONE) none++;
-            else per[ex.ex[i].label]++;
+            if (ex.ex[i].label == DATA_SG_LABEL_NONE)
+                none++;
+            else
+                per[ex.ex[i].label]++;
         }
         bool test = strcmp(k->split, "test") == 0;
         if (test) {
@@ -88,7 +90,8 @@ static void test_real_fields(void) {
     data_sg_examples ex = load_val("boolq");
     if (ex.n) {
         const data_sg_example *e = &ex.ex[0];
-        TZ_EXPECT(strcmp(e->text_b, "does ethanol take more energy make that produces") == 0, "boolq q '%s'", e->text_b);
+        TZ_EXPECT(strcmp(e->text_b, "does ethanol take more energy make that produces") == 0, "boolq q '%s'",
+                  e->text_b);
         TZ_EXPECT(strncmp(e->text_a, "Ethanol fuel -- All biomass goes through", 40) == 0, "boolq passage");
         TZ_EXPECT(e->label == 0 && e->idx == 0 && e->line == 1, "boolq label %d idx %d line %d", e->label, e->idx,
                   e->line);
@@ -119,15 +122,16 @@ static void test_real_fields(void) {
     if (ex.n) {
         TZ_EXPECT(strcmp(ex.ex[0].text_b, "Christopher Reeve had an accident.") == 0 && ex.ex[0].label == 1,
                   "rte[0] not_entailment");
-        TZ_EXPECT(ex.ex[1].label == 0 && strcmp(ex.ex[1].text_b, "Bacteria is winning the war against antibiotics.") == 0,
+        TZ_EXPECT(ex.ex[1].label == 0 &&
+                      strcmp(ex.ex[1].text_b, "Bacteria is winning the war against antibiotics.") == 0,
                   "rte[1] entailment");
     }
     data_sg_examples_free(&ex);
 
     ex = load_val("wic");
     if (ex.n) {
-        TZ_EXPECT(strcmp(ex.ex[0].text_c, "class") == 0 && strcmp(ex.ex[0].text_a, "An emerging professional class.") == 0 &&
-                      ex.ex[0].label == 0,
+        TZ_EXPECT(strcmp(ex.ex[0].text_c, "class") == 0 &&
+                      strcmp(ex.ex[0].text_a, "An emerging professional class.") == 0 && ex.ex[0].label == 0,
                   "wic[0] word '%s'", ex.ex[0].text_c);
         TZ_EXPECT(strcmp(ex.ex[1].text_c, "stripe") == 0, "wic[1] '%s'", ex.ex[1].text_c);
     }
@@ -209,11 +213,13 @@ static void test_bad_lines(void) {
     expect_error("wic", "{\"word\": \"w\", \"sentence1\": \"a\", \"sentence2\": \"b\", \"idx\": 0}", true,
                  RT_ERR_FORMAT, "bad.jsonl:1: field 'label' is missing", NULL);
     /* nested: WSC target and MultiRC answers name their path */
-    expect_error("wsc", "{\"text\": \"t\", \"target\": {\"span1_text\": \"t\", \"span2_text\": \"x\", \"span1_index\": 0}, "
-                        "\"idx\": 0, \"label\": true}",
+    expect_error("wsc",
+                 "{\"text\": \"t\", \"target\": {\"span1_text\": \"t\", \"span2_text\": \"x\", \"span1_index\": 0}, "
+                 "\"idx\": 0, \"label\": true}",
                  true, RT_ERR_FORMAT, "bad.jsonl:1: target: field 'span2_index' is missing", NULL);
-    expect_error("wsc", "{\"text\": \"t\", \"target\": {\"span1_text\": \"t\", \"span2_text\": \"x\", \"span1_index\": 0, "
-                        "\"span2_index\": -1}, \"idx\": 0, \"label\": true}",
+    expect_error("wsc",
+                 "{\"text\": \"t\", \"target\": {\"span1_text\": \"t\", \"span2_text\": \"x\", \"span1_index\": 0, "
+                 "\"span2_index\": -1}, \"idx\": 0, \"label\": true}",
                  true, RT_ERR_FORMAT, "field 'span2_index' is -1", "non-negative");
     expect_error("multirc",
                  "{\"idx\": 0, \"passage\": {\"text\": \"p\", \"questions\": [{\"question\": \"q\", \"idx\": 0, "
@@ -244,8 +250,9 @@ static void test_bad_lines(void) {
 
     /* Fine: BOM, CRLF, trailing blank lines, test rows without labels, extra keys ignored. */
     data_sg_examples ex;
-    const char ok[] = "\xEF\xBB\xBF{\"premise\": \"\\u201cp\\u201d\", \"hypothesis\": \"h\", \"idx\": 7, \"x\": [1]}\r\n"
-                      "{\"premise\": \"q\", \"hypothesis\": \"h\", \"label\": \"not_entailment\", \"idx\": 8}\r\n\r\n";
+    const char ok[] =
+        "\xEF\xBB\xBF{\"premise\": \"\\u201cp\\u201d\", \"hypothesis\": \"h\", \"idx\": 7, \"x\": [1]}\r\n"
+        "{\"premise\": \"q\", \"hypothesis\": \"h\", \"label\": \"not_entailment\", \"idx\": 8}\r\n\r\n";
     TZ_EXPECT_OK(data_sg_parse(data_sg_task_find("rte"), "ok.jsonl", ok, sizeof ok - 1, false, &ex));
     TZ_EXPECT(ex.n == 2 && ex.ex[0].label == DATA_SG_LABEL_NONE && ex.ex[0].idx == 7 && ex.ex[1].label == 1 &&
                   ex.ex[1].line == 2 && strcmp(ex.ex[0].text_a, "\xE2\x80\x9Cp\xE2\x80\x9D") == 0,
@@ -389,8 +396,8 @@ static void test_pvp_golden(void) {
         TZ_EXPECT((cand != NULL) == data_pvp_is_multi_token(t->id) && got.n_candidates == cJSON_GetArraySize(cand),
                   "%s: %d candidates", t->name, got.n_candidates);
         for (int k = 0; cand && k < cJSON_GetArraySize(cand) && k < got.n_candidates; k++)
-            TZ_EXPECT(strcmp(got.candidates[k], cJSON_GetArrayItem(cand, k)->valuestring) == 0,
-                      "%s candidate %d '%s'", t->name, k, got.candidates[k]);
+            TZ_EXPECT(strcmp(got.candidates[k], cJSON_GetArrayItem(cand, k)->valuestring) == 0, "%s candidate %d '%s'",
+                      t->name, k, got.candidates[k]);
         data_pvp_filled_free(&got);
     }
     TZ_EXPECT(n_cases == 39, "golden cases checked: %d", n_cases);
@@ -429,8 +436,16 @@ static void test_pvp_rte_by_hand(void) {
     data_sg_examples_free(&ex);
 
     /* A WSC pronoun index that no repair fixes is an error naming the example. */
-    data_sg_example w = {.text_a = "He said it was fine .", .text_b = "He", .text_c = "they", .span1_index = 0,
-                         .span2_index = 2, .idx = 9, .line = 4, .label = 1, .passage_idx = -1, .question_idx = -1};
+    data_sg_example w = {.text_a = "He said it was fine .",
+                         .text_b = "He",
+                         .text_c = "they",
+                         .span1_index = 0,
+                         .span2_index = 2,
+                         .idx = 9,
+                         .line = 4,
+                         .label = 1,
+                         .passage_idx = -1,
+                         .question_idx = -1};
     TZ_EXPECT(data_pvp_fill(data_sg_task_find("wsc"), 0, &w, &f) == RT_ERR_FORMAT &&
                   contains(rt_error_message(), "wsc line 4 (idx 9): span2_text 'they' is not word 2"),
               "%s", rt_error_message());

@@ -12,15 +12,17 @@
 #include "tests/testutil.h"
 #include "tokenizers/tok.h"
 
-static const int32_t dev0_full[] = {1544, 531,  262,  2057, 15271, 2508, 1597, 1595, 470,  4197, 262,  1664,
-                                    338,  890,  12,   4354, 3349,  4811, 13,   1,    464,  2057, 15271, 2508,
-                                    1597, 857,  407,  4197, 674,   890,  12,   4354, 3349, 4811, 13};
+static const int32_t dev0_full[] = {1544, 531, 262, 2057, 15271, 2508, 1597, 1595, 470,  4197, 262,   1664,
+                                    338,  890, 12,  4354, 3349,  4811, 13,   1,    464,  2057, 15271, 2508,
+                                    1597, 857, 407, 4197, 674,   890,  12,   4354, 3349, 4811, 13};
 /* max_len 21: (19, 16) -> (11, 10); (25, 25) -> (10, 11); (31, 38) -> (10, 11). */
 static const int32_t dev_trunc21[3][21] = {
-    {1544, 531, 262, 2057, 15271, 2508, 1597, 1595, 470, 4197, 262, 1, 464, 2057, 15271, 2508, 1597, 857, 407, 4197, 674},
-    {48017, 533, 15516, 531, 24746, 291, 313, 16563, 262, 10420, 6653, 3656, 531, 339, 373, 366, 3064, 1411, 2157, 4502,
-     5511},
-    {464, 8872, 373, 379, 18693, 13, 5892, 28808, 1028, 262, 464, 8872, 373, 379, 18693, 13, 3695, 28808, 21331, 56, 28},
+    {1544, 531, 262,  2057,  15271, 2508, 1597, 1595, 470,  4197, 262,
+     1,    464, 2057, 15271, 2508,  1597, 857,  407,  4197, 674},
+    {48017, 533, 15516, 531, 24746, 291,  313,  16563, 262,  10420, 6653,
+     3656,  531, 339,   373, 366,   3064, 1411, 2157,  4502, 5511},
+    {464,  8872, 373, 379,   18693, 13,   5892,  28808, 1028, 262, 464,
+     8872, 373,  379, 18693, 13,    3695, 28808, 21331, 56,   28},
 };
 
 static int row_equals(const data_tokenized *ds, size_t i, const int32_t *want, size_t n) {
@@ -50,8 +52,7 @@ int main(void) {
     TZ_EXPECT_OK(tok_encode(tok, ex.text_a[0], strlen(ex.text_a[0]), &a));
     TZ_EXPECT_OK(tok_encode(tok, ex.text_b[0], strlen(ex.text_b[0]), &b));
     TZ_EXPECT(a.n == 19 && b.n == 16, "encode lengths %zu %zu", a.n, b.n);
-    int concat = (size_t)ds.lengths[0] == a.n + b.n &&
-                 memcmp(ds.ids, a.ids, a.n * sizeof *a.ids) == 0 &&
+    int concat = (size_t)ds.lengths[0] == a.n + b.n && memcmp(ds.ids, a.ids, a.n * sizeof *a.ids) == 0 &&
                  memcmp(ds.ids + a.n, b.ids, b.n * sizeof *b.ids) == 0;
     TZ_EXPECT(concat, "row 0 = encode(a) ++ encode(b) (%d ids)", ds.lengths[0]);
     TZ_EXPECT(row_equals(&ds, 0, dev0_full, sizeof dev0_full / sizeof dev0_full[0]), "row 0 matches HF ids");

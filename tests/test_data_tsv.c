@@ -58,14 +58,12 @@ static void test_parse_basics(void) {
     TZ_EXPECT(t.n_rows == 0, "rows %zu", t.n_rows);
     data_tsv_free(&t);
     rt_status st = data_tsv_parse("empty.tsv", "", 0, true, 2, &t);
-    TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), "empty.tsv:1: empty file"), "%s",
-              rt_error_message());
+    TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), "empty.tsv:1: empty file"), "%s", rt_error_message());
 
     /* A blank line in the middle is an error at its line. */
     const char text3[] = "h1\th2\na\tb\n\nc\td\n";
     st = data_tsv_parse("blank.tsv", text3, sizeof text3 - 1, true, 2, &t);
-    TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), "blank.tsv:3: blank line"), "%s",
-              rt_error_message());
+    TZ_EXPECT(st == RT_ERR_FORMAT && contains(rt_error_message(), "blank.tsv:3: blank line"), "%s", rt_error_message());
 
     /* Too few columns, named with line and counts. */
     const char text4[] = "h1\th2\th3\na\tb\tc\nd\te\n";
@@ -108,8 +106,10 @@ static void test_utf8(void) {
 
     expect_tsv_error("latin1.tsv", "h1\th2\na\tb\nc\td\xE9j\xE0 vu\n", true,
                      "latin1.tsv:3: invalid UTF-8 at byte 4 of the line");
-    expect_tsv_error("bom.tsv", "\xEF\xBB\xBFh\xFF" "1\th2\na\tb\n", true,
-                     "bom.tsv:1: invalid UTF-8 at byte 2 of the line");
+    expect_tsv_error("bom.tsv",
+                     "\xEF\xBB\xBFh\xFF"
+                     "1\th2\na\tb\n",
+                     true, "bom.tsv:1: invalid UTF-8 at byte 2 of the line");
     expect_tsv_error("overlong.tsv", "a\tb\r\nc\t/\xC0\xAF\r\n", false,
                      "overlong.tsv:2: invalid UTF-8 at byte 4 of the line");
     expect_tsv_error("overlong3.tsv", "a\t\xE0\x80\xAF\n", false,
@@ -117,7 +117,10 @@ static void test_utf8(void) {
     expect_tsv_error("surrogate.tsv", "a\tb\nc\td\xED\xA0\x80\n", false,
                      "surrogate.tsv:2: invalid UTF-8 at byte 4 of the line");
     expect_tsv_error("above.tsv", "a\t\xF4\x90\x80\x80\n", false, "above.tsv:1: invalid UTF-8 at byte 3 of the line");
-    expect_tsv_error("cont.tsv", "\x80" "a\tb\n", false, "cont.tsv:1: invalid UTF-8 at byte 1 of the line");
+    expect_tsv_error("cont.tsv",
+                     "\x80"
+                     "a\tb\n",
+                     false, "cont.tsv:1: invalid UTF-8 at byte 1 of the line");
     /* cut short: at the end of the file, and before a CRLF (the CR is not part of the text) */
     expect_tsv_error("cut.tsv", "a\tb\nc\td\xE2\x82", false, "cut.tsv:2: invalid UTF-8 at byte 4 of the line");
     expect_tsv_error("cutcr.tsv", "a\tb\xF0\x9F\x98\r\nc\td\r\n", false,
@@ -127,9 +130,12 @@ static void test_utf8(void) {
 static void count_labels(const data_examples *ex, size_t *c0, size_t *c1, size_t *other) {
     *c0 = *c1 = *other = 0;
     for (size_t i = 0; i < ex->n; i++) {
-        if (ex->labels[i] == 0) (*c0)++;
-        else if (ex->labels[i] == 1) (*c1)++;
-        else (*other)++;
+        if (ex->labels[i] == 0)
+            (*c0)++;
+        else if (ex->labels[i] == 1)
+            (*c1)++;
+        else
+            (*other)++;
     }
 }
 
@@ -157,10 +163,12 @@ static void test_mrpc(void) {
     TZ_EXPECT(c1 == 279 && c0 == 129 && other == 0, "dev labels 1:%zu 0:%zu other:%zu", c1, c0, other);
     if (ex.n) {
         TZ_EXPECT(strcmp(ex.text_a[0],
-                         "He said the foodservice pie business doesn't fit the company's long-term growth strategy.") == 0,
+                         "He said the foodservice pie business doesn't fit the company's long-term growth strategy.") ==
+                      0,
                   "dev a[0] '%s'", ex.text_a[0]);
         /* The opening quote has no closing one: only QUOTE_NONE reading keeps this right. */
-        TZ_EXPECT(strcmp(ex.text_b[0], "\"The foodservice pie business does not fit our long-term growth strategy.") == 0,
+        TZ_EXPECT(strcmp(ex.text_b[0], "\"The foodservice pie business does not fit our long-term growth strategy.") ==
+                      0,
                   "dev b[0] '%s'", ex.text_b[0]);
     }
     data_examples_free(&ex);
@@ -194,7 +202,8 @@ static void test_other_tasks(void) {
     TZ_EXPECT(ex.n == 277 && other == 0 && c0 > 0 && c1 > 0, "rte dev %zu rows, %zu/%zu", ex.n, c0, c1);
     data_examples_free(&ex);
     TZ_EXPECT_OK(data_glue_load(t, tz_data_path("glue-rte/train.tsv"), true, &ex));
-    TZ_EXPECT(ex.n == 300 && ex.labels[0] == 1, "rte train %zu rows (the fixture's slice), first label not_entailment = 1", ex.n);
+    TZ_EXPECT(ex.n == 300 && ex.labels[0] == 1,
+              "rte train %zu rows (the fixture's slice), first label not_entailment = 1", ex.n);
     data_examples_free(&ex);
 
     t = data_glue_task_find("cola");

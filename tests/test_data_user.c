@@ -38,14 +38,17 @@ static void test_tables(void) {
     } same[] = {
         {"a.csv", DATA_FORMAT_CSV, "text,label\n\"good, really\",pos\nbad,neg\n"},
         {"a.tsv", DATA_FORMAT_TSV, "text\tlabel\ngood, really\tpos\nbad\tneg\n"},
-        {"a.jsonl", DATA_FORMAT_JSONL, "{\"text\": \"good, really\", \"label\": \"pos\"}\r\n{\"text\":\"bad\",\"label\":\"neg\"}\n\n"},
-        {"a.json", DATA_FORMAT_JSON, "[{\"text\": \"good, really\", \"label\": \"pos\"},\n {\"text\":\"bad\",\"label\":\"neg\"}]"},
+        {"a.jsonl", DATA_FORMAT_JSONL,
+         "{\"text\": \"good, really\", \"label\": \"pos\"}\r\n{\"text\":\"bad\",\"label\":\"neg\"}\n\n"},
+        {"a.json", DATA_FORMAT_JSON,
+         "[{\"text\": \"good, really\", \"label\": \"pos\"},\n {\"text\":\"bad\",\"label\":\"neg\"}]"},
     };
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         if (!parse(same[i].name, same[i].fmt, same[i].text, &t)) continue;
         TZ_EXPECT(t.n_cols == 2 && t.n_rows == 2 && data_table_col(&t, "label") == 1, "%s: shape %d x %zu",
                   same[i].name, t.n_cols, t.n_rows);
-        TZ_EXPECT(strcmp(data_table_cell(&t, 0, 0), "good, really") == 0 && strcmp(data_table_cell(&t, 1, 1), "neg") == 0,
+        TZ_EXPECT(strcmp(data_table_cell(&t, 0, 0), "good, really") == 0 &&
+                      strcmp(data_table_cell(&t, 1, 1), "neg") == 0,
                   "%s: cells", same[i].name);
         TZ_EXPECT(t.row_line[1] == (same[i].fmt == DATA_FORMAT_JSON ? 0u : 3u - (same[i].fmt == DATA_FORMAT_JSONL)),
                   "%s: the second row's line %zu", same[i].name, t.row_line[1]);
@@ -57,20 +60,25 @@ static void test_tables(void) {
         TZ_EXPECT(t.n_cols == 4 && strcmp(t.col_names[3], "d") == 0, "columns in order of first appearance");
         TZ_EXPECT(strcmp(data_table_cell(&t, 0, 0), "3") == 0 && data_table_kind(&t, 0, 0) == DATA_CELL_NUMBER, "3");
         TZ_EXPECT(strcmp(data_table_cell(&t, 1, 0), "0.25") == 0, "0.25 reads '%s'", data_table_cell(&t, 1, 0));
-        TZ_EXPECT(data_table_kind(&t, 0, 1) == DATA_CELL_BOOL && strcmp(data_table_cell(&t, 0, 1), "true") == 0, "true");
+        TZ_EXPECT(data_table_kind(&t, 0, 1) == DATA_CELL_BOOL && strcmp(data_table_cell(&t, 0, 1), "true") == 0,
+                  "true");
         TZ_EXPECT(data_table_kind(&t, 0, 2) == DATA_CELL_LIST && strcmp(data_table_cell(&t, 0, 2), "[\"x\",1]") == 0,
                   "a list keeps its JSON");
-        TZ_EXPECT(data_table_cell(&t, 1, 1) == NULL && data_table_cell(&t, 0, 3) == NULL && data_table_cell(&t, 1, 2) == NULL,
+        TZ_EXPECT(data_table_cell(&t, 1, 1) == NULL && data_table_cell(&t, 0, 3) == NULL &&
+                      data_table_cell(&t, 1, 2) == NULL,
                   "null and left-out keys are absent");
         TZ_EXPECT(data_table_kind(&t, 1, 3) == DATA_CELL_OBJECT, "an object");
         data_table_free(&t);
     }
     expect_table_error("bad.jsonl", DATA_FORMAT_JSONL, "{\"a\": 1}\n{\"a\": }\n", "bad.jsonl:2:7: invalid JSON");
     expect_table_error("arr.jsonl", DATA_FORMAT_JSONL, "{\"a\": 1}\n[1]\n", "arr.jsonl:2: the line is an array");
-    expect_table_error("dup.jsonl", DATA_FORMAT_JSONL, "{\"a\": 1, \"a\": 2}\n", "dup.jsonl:1: key \"a\" appears twice");
-    expect_table_error("nul.jsonl", DATA_FORMAT_JSONL, "{\"a\": \"x\"}\n{\"a\": \"x\\u0000y\"}\n", "nul.jsonl:2: a string holds \\u0000");
+    expect_table_error("dup.jsonl", DATA_FORMAT_JSONL, "{\"a\": 1, \"a\": 2}\n",
+                       "dup.jsonl:1: key \"a\" appears twice");
+    expect_table_error("nul.jsonl", DATA_FORMAT_JSONL, "{\"a\": \"x\"}\n{\"a\": \"x\\u0000y\"}\n",
+                       "nul.jsonl:2: a string holds \\u0000");
     expect_table_error("utf8.jsonl", DATA_FORMAT_JSONL, "{\"a\": \"\xff\"}\n", "utf8.jsonl:1: invalid UTF-8");
-    expect_table_error("obj.json", DATA_FORMAT_JSON, "{\"a\": 1}", "obj.json: the file holds an object (expected an array");
+    expect_table_error("obj.json", DATA_FORMAT_JSON, "{\"a\": 1}",
+                       "obj.json: the file holds an object (expected an array");
     expect_table_error("rec.json", DATA_FORMAT_JSON, "[{\"a\": 1}, 2]", "rec.json: record 2 is a number");
     expect_table_error("empty.json", DATA_FORMAT_JSON, "[]", "empty.json: the array is empty");
     expect_table_error("norows.csv", DATA_FORMAT_CSV, "a,b\n", "norows.csv: no rows after the header");
@@ -81,7 +89,8 @@ static void test_tables(void) {
         char *buf = rt_xmalloc(sizeof piece);
         memcpy(buf, piece, sizeof piece);
         TZ_EXPECT_OK(data_table_parse_jsonl_piece("big.jsonl", buf, sizeof piece - 1, 100, &t));
-        TZ_EXPECT(t.n_rows == 2 && t.row_line[1] == 101, "a piece's second row is line 101: %zu", t.n_rows ? t.row_line[1] : 0);
+        TZ_EXPECT(t.n_rows == 2 && t.row_line[1] == 101, "a piece's second row is line 101: %zu",
+                  t.n_rows ? t.row_line[1] : 0);
         data_table_free(&t);
         const char bad[] = "{\"text\": \"a\"}\n{\"text\": }\n";
         buf = rt_xmalloc(sizeof bad);
@@ -139,14 +148,16 @@ static void test_tasks(void) {
     if (resolve("p.csv", DATA_FORMAT_CSV, "id,sentence2,sentence1,label\n1,b,a,pos\n2,d,c,neg\n3,f,e,Neutral\n", &none,
                 &t, &task)) {
         TZ_EXPECT(task.n_text == 2 && strcmp(task.text_col[0], "sentence1") == 0 &&
-                      strcmp(task.text_col[1], "sentence2") == 0, "sentence1,sentence2");
+                      strcmp(task.text_col[1], "sentence2") == 0,
+                  "sentence1,sentence2");
         static const char *const names[] = {"Neutral", "neg", "pos"};
         expect_classes(&task, "text labels", 3, names);
         TZ_EXPECT(task.positive == -1, "no positive class among three");
         data_examples ex;
         TZ_EXPECT_OK(data_user_examples(&task, &t, true, &ex));
         TZ_EXPECT(ex.n == 3 && strcmp(ex.text_a[1], "c") == 0 && strcmp(ex.text_b[1], "d") == 0 && ex.labels[0] == 2 &&
-                      ex.labels[2] == 0 && ex.line[2] == 4 && !ex.targets, "examples");
+                      ex.labels[2] == 0 && ex.line[2] == 4 && !ex.targets,
+                  "examples");
         data_examples_free(&ex);
         data_user_task_free(&task);
         data_table_free(&t);
@@ -167,10 +178,13 @@ static void test_tasks(void) {
         data_table_free(&t);
     }
     /* a fraction means regression; 'text' is taken alone */
-    if (resolve("r.jsonl", DATA_FORMAT_JSONL, "{\"text\": \"a\", \"other\": \"z\", \"label\": 1}\n{\"text\": \"b\", \"other\": \"y\", \"label\": 2.5}\n",
-                &none, &t, &task)) {
+    if (resolve(
+            "r.jsonl", DATA_FORMAT_JSONL,
+            "{\"text\": \"a\", \"other\": \"z\", \"label\": 1}\n{\"text\": \"b\", \"other\": \"y\", \"label\": 2.5}\n",
+            &none, &t, &task)) {
         TZ_EXPECT(task.type == DATA_TASK_REGRESSION && task.n_labels == 1 && task.n_text == 1 &&
-                      strcmp(task.text_col[0], "text") == 0, "regression on text");
+                      strcmp(task.text_col[0], "text") == 0,
+                  "regression on text");
         data_examples ex;
         TZ_EXPECT_OK(data_user_examples(&task, &t, true, &ex));
         TZ_EXPECT(ex.targets && ex.targets[0] == 1.0f && ex.targets[1] == 2.5f && ex.labels[0] == DATA_LABEL_NONE,
@@ -189,23 +203,23 @@ static void test_tasks(void) {
         data_table_free(&t);
     }
     /* JSON booleans; JSON strings of digits sort as text */
-    if (resolve("b.jsonl", DATA_FORMAT_JSONL, "{\"text\": \"a\", \"label\": true}\n{\"text\": \"b\", \"label\": false}\n",
-                &none, &t, &task)) {
+    if (resolve("b.jsonl", DATA_FORMAT_JSONL,
+                "{\"text\": \"a\", \"label\": true}\n{\"text\": \"b\", \"label\": false}\n", &none, &t, &task)) {
         static const char *const names[] = {"false", "true"};
         expect_classes(&task, "booleans", 2, names);
         data_user_task_free(&task);
         data_table_free(&t);
     }
-    if (resolve("s.jsonl", DATA_FORMAT_JSONL, "{\"text\": \"a\", \"label\": \"9\"}\n{\"text\": \"b\", \"label\": \"10\"}\n",
-                &none, &t, &task)) {
+    if (resolve("s.jsonl", DATA_FORMAT_JSONL,
+                "{\"text\": \"a\", \"label\": \"9\"}\n{\"text\": \"b\", \"label\": \"10\"}\n", &none, &t, &task)) {
         static const char *const names[] = {"10", "9"};
         expect_classes(&task, "digit strings", 2, names);
         data_user_task_free(&task);
         data_table_free(&t);
     }
     /* --label-names fixes the order; --text-columns and --label-column name the columns */
-    data_user_opts named = {.text_columns = "review", .label_column = "stars", .label_names = "pos,neg",
-                            .positive_label = "pos"};
+    data_user_opts named = {
+        .text_columns = "review", .label_column = "stars", .label_names = "pos,neg", .positive_label = "pos"};
     if (resolve("o.csv", DATA_FORMAT_CSV, "review,stars\nfine,pos\nawful,neg\n", &named, &t, &task)) {
         static const char *const names[] = {"pos", "neg"};
         expect_classes(&task, "--label-names", 2, names);
@@ -214,15 +228,17 @@ static void test_tasks(void) {
         data_table v;
         data_examples ex;
         if (parse("dev.csv", DATA_FORMAT_CSV, "review,stars\nok,pos\nmeh,mixed\n", &v)) {
-            expect_error(RT_ERR_FORMAT, data_user_examples(&task, &v, true, &ex), "dev label",
-                         "dev.csv:3: column 'stars': the label 'mixed' is not one of the train file's classes 'pos', 'neg'");
+            expect_error(
+                RT_ERR_FORMAT, data_user_examples(&task, &v, true, &ex), "dev label",
+                "dev.csv:3: column 'stars': the label 'mixed' is not one of the train file's classes 'pos', 'neg'");
             TZ_EXPECT_OK(data_user_examples(&task, &v, false, &ex)); /* a test file: labels not read */
             data_examples_free(&ex);
             data_table_free(&v);
         }
         if (parse("test.csv", DATA_FORMAT_CSV, "text,stars\nok,pos\n", &v)) {
-            expect_error(RT_ERR_USAGE, data_user_examples(&task, &v, false, &ex), "test columns",
-                         "test.csv: no column 'review' (its columns: text, stars); name the column with --text-columns");
+            expect_error(
+                RT_ERR_USAGE, data_user_examples(&task, &v, false, &ex), "test columns",
+                "test.csv: no column 'review' (its columns: text, stars); name the column with --text-columns");
             data_table_free(&v);
         }
         if (parse("empty.jsonl", DATA_FORMAT_JSONL, "{\"review\": \"\", \"stars\": \"pos\"}\n", &v)) {
@@ -256,8 +272,9 @@ static void test_tasks(void) {
                          "notext.csv: no column holds text (its columns: id, label)");
     expect_resolve_error("emptylabel.csv", DATA_FORMAT_CSV, "text,label\na,x\nb,\n", &none, RT_ERR_FORMAT,
                          "emptylabel.csv:3: column 'label': the label is empty");
-    expect_resolve_error("mixed.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":1}\n{\"text\":\"b\",\"label\":\"x\"}\n",
-                         &none, RT_ERR_FORMAT, "mixed.jsonl:2: column 'label': the label is text, but the first row's is a number");
+    expect_resolve_error("mixed.jsonl", DATA_FORMAT_JSONL,
+                         "{\"text\":\"a\",\"label\":1}\n{\"text\":\"b\",\"label\":\"x\"}\n", &none, RT_ERR_FORMAT,
+                         "mixed.jsonl:2: column 'label': the label is text, but the first row's is a number");
     expect_resolve_error("one.csv", DATA_FORMAT_CSV, "text,label\na,x\nb,x\n", &none, RT_ERR_FORMAT,
                          "one.csv: column 'label': every train row has the label 'x'");
     data_user_opts outside = {.label_names = "a,b"};
@@ -331,9 +348,10 @@ static void test_multi_label(void) {
         data_table v;
         if (parse("s-val.csv", DATA_FORMAT_CSV, "text,label\nz,a|d\n", &v)) { /* a class the train file lacks */
             data_examples ex;
-            expect_error(RT_ERR_FORMAT, data_user_examples(&task, &v, true, &ex), "validation",
-                         "s-val.csv:2: column 'label': the class 'd' is not one of the train file's multi-label classes "
-                         "'a', 'b', 'c'");
+            expect_error(
+                RT_ERR_FORMAT, data_user_examples(&task, &v, true, &ex), "validation",
+                "s-val.csv:2: column 'label': the class 'd' is not one of the train file's multi-label classes "
+                "'a', 'b', 'c'");
             data_table_free(&v);
         }
         data_user_task_free(&task);
@@ -360,15 +378,17 @@ static void test_multi_label(void) {
                          "one.jsonl: column 'label': the train rows name one class only");
     expect_resolve_error("gap.csv", DATA_FORMAT_CSV, "text,label\na,x||y\n", &bar, RT_ERR_FORMAT,
                          "gap.csv:2: column 'label': the label 'x||y' has an empty class name between separators '|'");
-    expect_resolve_error("frac.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",0.5]}\n", &none,
-                         RT_ERR_FORMAT, "frac.jsonl:1: column 'label': a list label holds a number; a class is a name or a whole number");
+    expect_resolve_error(
+        "frac.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",0.5]}\n", &none, RT_ERR_FORMAT,
+        "frac.jsonl:1: column 'label': a list label holds a number; a class is a name or a whole number");
     expect_resolve_error("nest.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[[\"x\"]]}\n", &none,
                          RT_ERR_FORMAT, "nest.jsonl:1: column 'label': a list label holds an array");
     expect_resolve_error("mix.jsonl", DATA_FORMAT_JSONL,
                          "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n{\"text\":\"b\",\"label\":\"x\"}\n", &none,
                          RT_ERR_FORMAT, "mix.jsonl:2: column 'label': the label is text, but the task is multi-label");
-    expect_resolve_error("miss.jsonl", DATA_FORMAT_JSONL, "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n{\"text\":\"b\"}\n",
-                         &none, RT_ERR_FORMAT, "miss.jsonl:2: column 'label': the label is missing");
+    expect_resolve_error("miss.jsonl", DATA_FORMAT_JSONL,
+                         "{\"text\":\"a\",\"label\":[\"x\",\"y\"]}\n{\"text\":\"b\"}\n", &none, RT_ERR_FORMAT,
+                         "miss.jsonl:2: column 'label': the label is missing");
     data_user_opts pos = {.label_separator = "|", .positive_label = "a"};
     expect_resolve_error("pos.csv", DATA_FORMAT_CSV, "text,label\na,a|b\n", &pos, RT_ERR_USAGE,
                          "--positive-label is for two classes; 'label' in pos.csv is multi-label");

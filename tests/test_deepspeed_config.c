@@ -36,20 +36,24 @@ static void test_deepspeed(void) {
         {"loss-scale-hysteresis", RT_OPT_INT, &ls_hyst, "2", NULL, "", NULL, 1, 1e6},
         {"min-loss-scale", RT_OPT_FLOAT, &ls_min, "1", NULL, "", NULL, 1e-30, 1e30},
     };
-    static const rt_args_spec ds_spec = {.prog = "t", .opts = ds_opts, .n_opts = 19,
+    static const rt_args_spec ds_spec = {.prog = "t",
+                                         .opts = ds_opts,
+                                         .n_opts = 19,
                                          .preset_option = "deepspeed-config",
                                          .apply_preset = train_app_deepspeed_apply};
     const char *dir = tz_tmpdir();
     char ds[256];
     snprintf(ds, sizeof ds, "%s/ds.json", dir);
     FILE *f = fopen(ds, "w");
-    fputs("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 8, \"gradient_clipping\": 0.5,"
-          " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}, \"overlap_comm\": true},"
-          " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5, \"betas\": [0.8, 0.95], \"eps\": 1e-6,"
-          " \"weight_decay\": 0.1}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 50}},"
-          " \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12, \"loss_scale_window\": 500,"
-          " \"hysteresis\": 1, \"min_loss_scale\": 0.5}, \"steps_per_print\": 10}",
-          f);
+    fputs(
+        "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 8, \"gradient_clipping\": 0.5,"
+        " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}, \"overlap_comm\": true},"
+        " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5, \"betas\": [0.8, 0.95], \"eps\": 1e-6,"
+        " \"weight_decay\": 0.1}}, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": "
+        "50}},"
+        " \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 12, \"loss_scale_window\": 500,"
+        " \"hysteresis\": 1, \"min_loss_scale\": 0.5}, \"steps_per_print\": 10}",
+        f);
     fclose(f);
     const char *pos[1];
     int n = 0;
@@ -78,9 +82,10 @@ static void test_deepspeed(void) {
     TZ_EXPECT_OK(rt_args_parse(&ds_spec, 3, argv2, pos, &n));
     TZ_EXPECT(strcmp(precision, "bf16") == 0, "bf16.enabled gives --precision bf16 (%s)", precision);
     /* the T5-11B seed's ZeRO-3, in today's spelling and in the older one */
-    const char *zero3[] = {"{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"},"
-                           " \"offload_optimizer\": {\"device\": \"cpu\"}}}",
-                           "{\"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, \"cpu_offload_params\": true}}"};
+    const char *zero3[] = {
+        "{\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"cpu\"},"
+        " \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+        "{\"zero_optimization\": {\"stage\": 3, \"cpu_offload\": true, \"cpu_offload_params\": true}}"};
     for (int k = 0; k < 2; k++) {
         zero = 0;
         offload = offload_params = false;

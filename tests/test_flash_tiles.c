@@ -66,7 +66,8 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
     float *dx_cpu = filled(ngrad, SENTINEL), *dx_fl = filled(ngrad, SENTINEL);
     float *dq_c = dx_cpu, *dk_c = tc->fused_qkv ? dx_cpu + C : dx_cpu + nq,
           *dv_c = tc->fused_qkv ? dx_cpu + 2 * C : dx_cpu + nq + nk;
-    float *dq_f = dx_fl, *dk_f = tc->fused_qkv ? dx_fl + C : dx_fl + nq, *dv_f = tc->fused_qkv ? dx_fl + 2 * C : dx_fl + nq + nk;
+    float *dq_f = dx_fl, *dk_f = tc->fused_qkv ? dx_fl + C : dx_fl + nq,
+          *dv_f = tc->fused_qkv ? dx_fl + 2 * C : dx_fl + nq + nk;
     float *out_c = filled(no, SENTINEL), *out_f = filled(no, SENTINEL);
 
     float *mask = NULL;
@@ -102,7 +103,8 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
     fl_smem *sm = aligned_alloc(32, sizeof(fl_smem));
     memset(sm, 0xff, sizeof *sm);
     float *stats = rt_xmalloc(pbytes), *dsum = filled((size_t)B * NH * Tq, NAN);
-    const long long nqb = (long long)B * NH * ((Tq + FL_BQ - 1) / FL_BQ), nkb = (long long)B * NH * ((Tk + FL_BQ - 1) / FL_BQ);
+    const long long nqb = (long long)B * NH * ((Tq + FL_BQ - 1) / FL_BQ),
+                    nkb = (long long)B * NH * ((Tk + FL_BQ - 1) / FL_BQ);
     for (long long blk = 0; blk < nqb; blk++) fl_fwd_block(&a, sm, blk, out_f, stats, q, k, v);
     for (long long blk = 0; blk < nqb; blk++) fl_bwd_query_block(&a, sm, blk, dq_f, dsum, dout, stats, q, k, v);
     for (long long blk = 0; blk < nkb; blk++) fl_bwd_key_block(&a, sm, blk, dk_f, dv_f, dout, stats, dsum, q, k, v);

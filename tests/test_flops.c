@@ -16,9 +16,11 @@ static void expect_eq(const char *what, double got, double want) {
 int main(void) {
     const double L = 12, C = 768, F = 3072, T = 1024, B = 8;
     const double N = L * (4 * C * C + 2 * C * F);
-    expect_eq("GPT-2 124M, 8 x 1024", L * mdl_layer_train_flops(B, T, C, C, F, 0, T, 0), B * (6 * N * T + 12 * L * T * T * C));
+    expect_eq("GPT-2 124M, 8 x 1024", L * mdl_layer_train_flops(B, T, C, C, F, 0, T, 0),
+              B * (6 * N * T + 12 * L * T * T * C));
     /* gated: 3 C F per token instead of 2 C F */
-    expect_eq("gated layer", mdl_layer_train_flops(1, T, C, C, F, 1, T, 0) - mdl_layer_train_flops(1, T, C, C, F, 0, T, 0),
+    expect_eq("gated layer",
+              mdl_layer_train_flops(1, T, C, C, F, 1, T, 0) - mdl_layer_train_flops(1, T, C, C, F, 0, T, 0),
               3 * 2 * C * F * T);
     /* cross-attention over S source tokens: q, out on T; k, v on S; QK and AV of T x S */
     const double S = 512;
@@ -39,8 +41,9 @@ int main(void) {
     if (m) {
         const double d = c.d_model, I = (double)c.num_heads * c.d_kv, ff = c.d_ff;
         double enc = 3 * 2 * (2 * (4 * d * I + 2 * d * ff) * 16 + 4 * 16.0 * 16 * I);
-        double dec = 3 * 2 * (2 * (4 * d * I + 2 * d * ff) * 8 + 4 * 8.0 * 8 * I + 4 * d * I * 8 + 4 * d * I * 16 +
-                              4 * 8.0 * 16 * I);
+        double dec =
+            3 * 2 *
+            (2 * (4 * d * I + 2 * d * ff) * 8 + 4 * 8.0 * 8 * I + 4 * d * I * 8 + 4 * d * I * 16 + 4 * 8.0 * 16 * I);
         double head = 6.0 * 2 * 8 * d * c.vocab_size;
         expect_eq("T5 2+2 layers, 2 x (16, 8)", t5_train_flops(m, 2, 16, 8), 2 * enc + 2 * dec + head);
     }

@@ -33,8 +33,8 @@ static int json_int(const cJSON *obj, const char *key) {
 
 static bool rows_equal(const data_glm_rows *a, const data_glm_rows *b) {
     if (a->kind != b->kind || a->n_rows != b->n_rows || a->n_examples != b->n_examples ||
-        a->rows_per_example != b->rows_per_example || a->n_classes != b->n_classes || a->n_truncated != b->n_truncated ||
-        memcmp(a->verbalizer, b->verbalizer, sizeof a->verbalizer) != 0)
+        a->rows_per_example != b->rows_per_example || a->n_classes != b->n_classes ||
+        a->n_truncated != b->n_truncated || memcmp(a->verbalizer, b->verbalizer, sizeof a->verbalizer) != 0)
         return false;
     for (int e = 0; e < a->n_examples; e++)
         if (a->first_row[e] != b->first_row[e] || a->label[e] != b->label[e]) return false;
@@ -65,7 +65,8 @@ static void check_cache_sets(const data_glm_rows *R, const char *what) {
     ex[0] = R->first_row[0];
     if (R->kind == DATA_GLM_CLOZE) {
         ex[1] = R->n_classes;
-        TZ_EXPECT(data_glm_rows_from_sets(sets, &back) == RT_ERR_FORMAT, "%s: a label past the verbalizer loaded", what);
+        TZ_EXPECT(data_glm_rows_from_sets(sets, &back) == RT_ERR_FORMAT, "%s: a label past the verbalizer loaded",
+                  what);
     }
     for (int k = 0; k < DATA_GLM_ROWS_SETS; k++) data_tokenized_free(&sets[k]);
 }
@@ -103,14 +104,22 @@ static void check_case(const cJSON *c, const tok_tokenizer *tok, int max_len, in
         const data_glm_row *g = &R.rows[r];
         TZ_EXPECT(g->sep == json_int(row, "sep"), "%s line %d row %d: sep %d, FlagAI %d", task_name, line, r, g->sep,
                   json_int(row, "sep"));
-        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "ids"), g->ids, g->len), "%s line %d row %d: ids "
-                  "(%d of them)", task_name, line, r, g->len);
-        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "pos"), g->pos, g->len), "%s line %d row %d: "
-                  "position ids", task_name, line, r);
-        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "block_pos"), g->block_pos, g->len), "%s line %d "
-                  "row %d: block position ids", task_name, line, r);
-        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "labels"), g->labels, g->len), "%s line %d row %d: "
-                  "labels", task_name, line, r);
+        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "ids"), g->ids, g->len),
+                  "%s line %d row %d: ids "
+                  "(%d of them)",
+                  task_name, line, r, g->len);
+        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "pos"), g->pos, g->len),
+                  "%s line %d row %d: "
+                  "position ids",
+                  task_name, line, r);
+        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "block_pos"), g->block_pos, g->len),
+                  "%s line %d "
+                  "row %d: block position ids",
+                  task_name, line, r);
+        TZ_EXPECT(ints_equal(cJSON_GetObjectItemCaseSensitive(row, "labels"), g->labels, g->len),
+                  "%s line %d row %d: "
+                  "labels",
+                  task_name, line, r);
         r++;
         (*n_rows)++;
     }
@@ -126,11 +135,16 @@ static void check_collate(void) {
     const int len[4] = {3, 5, 2, 4};
     data_glm_row rows[4];
     for (int r = 0; r < 4; r++)
-        rows[r] = (data_glm_row){.ids = v[r], .pos = v[r], .block_pos = v[r], .labels = lab[r], .len = len[r],
-                                 .sep = r + 1};
+        rows[r] =
+            (data_glm_row){.ids = v[r], .pos = v[r], .block_pos = v[r], .labels = lab[r], .len = len[r], .sep = r + 1};
     int first[2] = {0, 2}, label[2] = {1, 0};
-    data_glm_rows R = {.kind = DATA_GLM_CHOICES, .rows = rows, .n_rows = 4, .first_row = first, .label = label,
-                       .n_examples = 2, .rows_per_example = 2};
+    data_glm_rows R = {.kind = DATA_GLM_CHOICES,
+                       .rows = rows,
+                       .n_rows = 4,
+                       .first_row = first,
+                       .label = label,
+                       .n_examples = 2,
+                       .rows_per_example = 2};
     const int32_t ex[2] = {1, 0};
     data_glm_batch b = {0};
     data_glm_collate(&R, ex, 2, 99, &(data_pad){.multiple = 1}, &b);
@@ -169,9 +183,12 @@ static void check_user_cloze(const tok_tokenizer *tok) {
     data_pvp_template_free(&t);
     static const struct {
         const char *pattern, *needle;
-    } bad[] = {{"{a} is good", "no [MASK]"},          {"{a} [MASK] [MASK]", "two [MASK]s"},
-               {"{a [MASK]", "never closed"},          {"{} [MASK]", "{} names no column"},
-               {"{a} {b} {c} [MASK]", "a third column"}, {"It was [MASK].", "no {COLUMN}"},
+    } bad[] = {{"{a} is good", "no [MASK]"},
+               {"{a} [MASK] [MASK]", "two [MASK]s"},
+               {"{a [MASK]", "never closed"},
+               {"{} [MASK]", "{} names no column"},
+               {"{a} {b} {c} [MASK]", "a third column"},
+               {"It was [MASK].", "no {COLUMN}"},
                {"{a} } [MASK]", "a '}' with no '{'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rt_status st = data_pvp_template_parse(bad[i].pattern, &t);
@@ -206,11 +223,12 @@ static void check_user_cloze(const tok_tokenizer *tok) {
         want[n++] = sp.sop;
         const data_glm_row *row = &R.rows[0];
         TZ_EXPECT(R.kind == DATA_GLM_CLOZE && R.n_examples == 1 && R.label[0] == 1 && R.n_classes == 2 &&
-                      R.verbalizer[1] == w.ids[0], "cloze rows: kind, label, verbalizer");
+                      R.verbalizer[1] == w.ids[0],
+                  "cloze rows: kind, label, verbalizer");
         TZ_EXPECT(row->len == n && row->sep == sep && row->mask_pos == mask_pos &&
                       memcmp(row->ids, want, (size_t)n * sizeof *want) == 0 && row->pos[sep] == mask_pos &&
-                      row->block_pos[sep] == 1, "the user cloze row: %d tokens, sep %d, mask %d", row->len, row->sep,
-                  row->mask_pos);
+                      row->block_pos[sep] == 1,
+                  "the user cloze row: %d tokens, sep %d, mask %d", row->len, row->sep, row->mask_pos);
         data_glm_rows_free(&R);
     }
     const char *two_tokens[2] = {"bad", "wonderfully awful"};

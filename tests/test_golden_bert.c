@@ -70,7 +70,8 @@ static void load_batch(const ckpt_st_file *g, bool roberta, int num_labels, gold
     TZ_EXPECT_OK(ckpt_safetensors_find(g, "labels", &t));
     /* float labels: a regression score a row, or a multi-label row's 0/1 a class */
     const int width = t.dtype == RT_F32 ? (int)(t.numel / B) : 0;
-    TZ_EXPECT(width == 0 || width == num_labels, "labels: %zu floats for %d rows of %d classes", t.numel, B, num_labels);
+    TZ_EXPECT(width == 0 || width == num_labels, "labels: %zu floats for %d rows of %d classes", t.numel, B,
+              num_labels);
     if (width) {
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "labels", gb->targets, (size_t)B * (size_t)width));
         for (int b = 0; b < B; b++) gb->labels[b] = -100;
@@ -81,10 +82,18 @@ static void load_batch(const ckpt_st_file *g, bool roberta, int num_labels, gold
         gb->index[b] = b;
         for (int t = 0; t < T; t++) gb->lengths[b] += gb->mask[b * T + t];
     }
-    gb->batch = (rt_batch){.B = B, .T = T, .input_ids = gb->ids, .attention_mask = gb->mask, .lengths = gb->lengths,
-                           .labels = gb->labels, .targets = width ? gb->targets : NULL, .target_width = width,
+    gb->batch = (rt_batch){.B = B,
+                           .T = T,
+                           .input_ids = gb->ids,
+                           .attention_mask = gb->mask,
+                           .lengths = gb->lengths,
+                           .labels = gb->labels,
+                           .targets = width ? gb->targets : NULL,
+                           .target_width = width,
                            /* RoBERTa's generator passes no token types: all 0, as NULL means */
-                           .token_type_ids = roberta ? NULL : gb->types, .example_index = gb->index, .n_targets = B};
+                           .token_type_ids = roberta ? NULL : gb->types,
+                           .example_index = gb->index,
+                           .n_targets = B};
 }
 
 /* The HF names of our parameter i (three for the fused QKV), prefixed with `prefix` and the
@@ -173,7 +182,8 @@ static void test_golden(rt_backend *be, const char *name) {
     load_batch(g, cfg->roberta, NL, &gb);
 
     /* the encoder output without dropout, to localise a mismatch */
-    float *hidden = rt_xmalloc((size_t)B * T * 64 * sizeof(float)), *ref_hidden = rt_xmalloc((size_t)B * T * 64 * sizeof(float));
+    float *hidden = rt_xmalloc((size_t)B * T * 64 * sizeof(float)),
+          *ref_hidden = rt_xmalloc((size_t)B * T * 64 * sizeof(float));
     TZ_EXPECT_OK(bert_hidden(m, gb.ids, gb.mask, gb.batch.token_type_ids, B, T, hidden));
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "hidden", ref_hidden, (size_t)B * T * 64));
     snprintf(path, sizeof path, "%s hidden", name);
@@ -325,7 +335,8 @@ static void test_export_and_legacy_names(rt_backend *be, const char *name) {
     bert_config c2;
     TZ_EXPECT_OK(bert_config_load(cfg_path, &c2));
     TZ_EXPECT(c2.roberta == bert_model_config(m)->roberta && c2.num_labels == bert_model_config(m)->num_labels &&
-                  c2.vocab_size == bert_model_config(m)->vocab_size, "exported config differs");
+                  c2.vocab_size == bert_model_config(m)->vocab_size,
+              "exported config differs");
     snprintf(exported, sizeof exported, "%s/export/model.safetensors", out);
     char line[256] = "";
     TZ_EXPECT_OK(bert_load_hf(m, exported, line, sizeof line));
@@ -356,9 +367,9 @@ static void test_export_and_legacy_names(rt_backend *be, const char *name) {
     if (a) {
         size_t n = ckpt_safetensors_count(a);
         ckpt_st_write_entry *e = rt_xcalloc(n + 1, sizeof *e);
-        char (*names)[256] = rt_xcalloc(n + 1, sizeof *names);
+        char(*names)[256] = rt_xcalloc(n + 1, sizeof *names);
         float **bufs = rt_xcalloc(n + 1, sizeof *bufs);
-        size_t (*shapes)[CKPT_MAX_DIMS] = rt_xcalloc(n + 1, sizeof *shapes);
+        size_t(*shapes)[CKPT_MAX_DIMS] = rt_xcalloc(n + 1, sizeof *shapes);
         copy_entries(a, e, names, bufs);
         for (size_t i = 0; i < n; i++) {
             ckpt_st_tensor t;
@@ -387,8 +398,7 @@ static void test_export_and_legacy_names(rt_backend *be, const char *name) {
         if (m2) {
             rt_params *p1 = bert_model_params(m), *p2 = bert_model_params(m2);
             TZ_EXPECT(p1->numel == p2->numel, "slab sizes");
-            if (p1->numel == p2->numel)
-                tz_check_close("legacy-name load", p2->param, p1->param, p1->numel, 0.0f, 0.0f);
+            if (p1->numel == p2->numel) tz_check_close("legacy-name load", p2->param, p1->param, p1->numel, 0.0f, 0.0f);
         }
         bert_model_free(m2);
     }
@@ -574,8 +584,8 @@ static void test_config_errors(void) {
     f = fopen(path, "w");
     fputs("{\"model_type\": \"bert\", \"hidden_size\": 65, \"num_attention_heads\": 4}", f);
     fclose(f);
-    TZ_EXPECT(bert_config_load(path, &c) == RT_ERR_CONFIG && strstr(rt_error_message(), "hidden_size"),
-              "bad heads: %s", rt_error_message());
+    TZ_EXPECT(bert_config_load(path, &c) == RT_ERR_CONFIG && strstr(rt_error_message(), "hidden_size"), "bad heads: %s",
+              rt_error_message());
     f = fopen(path, "w");
     fputs("{\"model_type\": \"roberta\", \"position_embedding_type\": \"relative_key\"}", f);
     fclose(f);

@@ -374,7 +374,8 @@ typedef struct {
 static void record_step(void *user, const gen_step *st) {
     step_record *rec = user;
     for (int r = 0; r < st->n_rows; r++)
-        memcpy(rec->logits + ((size_t)st->step * B + st->src_row[r]) * V, st->logits + (size_t)r * V, V * sizeof(float));
+        memcpy(rec->logits + ((size_t)st->step * B + st->src_row[r]) * V, st->logits + (size_t)r * V,
+               V * sizeof(float));
 }
 
 /* Generation with the key/value cache: greedy gives, step by step, the logits a full recompute
@@ -563,7 +564,8 @@ static void test_bad_input(rt_backend *be, const glm_batch *b) {
     snprintf(path2, sizeof path2, "%s/config.json", dir);
     FILE *cf = fopen(path2, "w");
     fputs("{\"vocab_size\": 128, \"hidden_size\": 64, \"num_layers\": 3, \"num_attention_heads\": 4, "
-          "\"max_sequence_length\": 32}", cf);
+          "\"max_sequence_length\": 32}",
+          cf);
     fclose(cf);
     snprintf(path2, sizeof path2, "%s/model.safetensors", dir);
     TZ_EXPECT_OK(copy_file(tz_source_path("tests/golden/glm-tiny/model.safetensors"), path2));
@@ -574,10 +576,10 @@ static void test_bad_input(rt_backend *be, const glm_batch *b) {
     glm_model_free(m3);
     /* FlagAI's model-parallel files load to exactly what its single file loads */
     glm_model *single = NULL, *mp2 = NULL;
-    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai"), be, rt_comm_self(), 1, 8, &single,
-                                    NULL, 0));
-    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai-mp2"), be, rt_comm_self(), 1, 8, &mp2,
-                                    NULL, 0));
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai"), be, rt_comm_self(), 1, 8,
+                                    &single, NULL, 0));
+    TZ_EXPECT_OK(glm_model_from_dir(tz_source_path("tests/golden/convert/glm-flagai-mp2"), be, rt_comm_self(), 1, 8,
+                                    &mp2, NULL, 0));
     if (single && mp2) {
         rt_params *ps = glm_model_params(single), *pm = glm_model_params(mp2);
         TZ_EXPECT(ps->numel == pm->numel && memcmp(ps->param, pm->param, ps->numel * sizeof(float)) == 0,
@@ -590,7 +592,8 @@ static void test_bad_input(rt_backend *be, const glm_batch *b) {
     snprintf(path, sizeof path, "%s/config.json", tz_tmpdir());
     FILE *f = fopen(path, "w");
     fputs("{\"vocab_size\": 128, \"hidden_size\": 64, \"num_layers\": 2, \"num_attention_heads\": 4, "
-          "\"max_sequence_length\": 32, \"relative_encoding\": true}", f);
+          "\"max_sequence_length\": 32, \"relative_encoding\": true}",
+          f);
     fclose(f);
     glm_config c;
     TZ_EXPECT(glm_config_load(path, &c) != RT_OK && strstr(rt_error_message(), "relative_encoding"),

@@ -46,7 +46,8 @@
 static rt_status read_ids(const ckpt_st_file *f, const char *name, int32_t *dst, size_t n) {
     ckpt_st_tensor t;
     rt_status st = ckpt_safetensors_find(f, name, &t);
-    if (st == RT_OK && (t.dtype != RT_I32 || t.numel != n)) st = rt_errorf(RT_ERR_FORMAT, "%s: not %zu int32s", name, n);
+    if (st == RT_OK && (t.dtype != RT_I32 || t.numel != n))
+        st = rt_errorf(RT_ERR_FORMAT, "%s: not %zu int32s", name, n);
     if (st == RT_OK) memcpy(dst, t.data, n * sizeof(int32_t));
     return st;
 }
@@ -67,7 +68,8 @@ static float *hf_layout(const rt_param_spec *s, const float *slab, size_t n) {
     memcpy(got, slab + s->offset, n * sizeof(float));
     long nums[CKPT_MAP_MAX_NUMS];
     int n_nums;
-    if (ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout == CKPT_LAYOUT_TRANSPOSE) { /* ours [out, in] -> HF [in, out] */
+    if (ckpt_map_find_ours(&ckpt_map_gpt2, s->name, nums, &n_nums)->layout ==
+        CKPT_LAYOUT_TRANSPOSE) { /* ours [out, in] -> HF [in, out] */
         size_t rows = (size_t)s->shape[0], cols = (size_t)s->shape[1];
         float *tr = rt_xmalloc(s->numel * sizeof(float));
         for (size_t r = 0; r < rows; r++)
@@ -118,7 +120,8 @@ static gpt2_model *load_tiny_cls(rt_backend *be, const char *dir) {
     TZ_EXPECT(cfg.n_layer == 2 && cfg.n_embd == 64 && cfg.pad_token_id == 999, "config fields");
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), 3, 16, 7, &m));
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
+    TZ_EXPECT_OK(
+        ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
     TZ_EXPECT(rep.missing == 0 && rep.unused == 0, "loaded %d, missing %d (%s), unused %d", rep.loaded, rep.missing,
               rep.first_missing, rep.unused);
     return m;
@@ -140,8 +143,15 @@ static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
         cb->index[b] = b;
         for (int t = 0; t < T; t++) cb->lengths[b] += cb->mask[b * T + t];
     }
-    cb->batch = (rt_batch){.B = B, .T = T, .input_ids = cb->ids, .attention_mask = cb->mask, .lengths = cb->lengths,
-                           .labels = cb->labels, .example_index = cb->index, .n_targets = B, .n_tokens = 0};
+    cb->batch = (rt_batch){.B = B,
+                           .T = T,
+                           .input_ids = cb->ids,
+                           .attention_mask = cb->mask,
+                           .lengths = cb->lengths,
+                           .labels = cb->labels,
+                           .example_index = cb->index,
+                           .n_targets = B,
+                           .n_tokens = 0};
 }
 
 static void test_tiny_cls(rt_backend *be) {
@@ -270,8 +280,9 @@ static void test_tiny_lm(rt_backend *be) {
     cfg.num_labels = 0; /* the language model: no score head, the head's rows */
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), B, T, 7, &m));
     snprintf(path, sizeof path, "%s", tz_source_path("tests/golden/gpt2-tiny-lm/model.safetensors"));
-    if (m) TZ_EXPECT_OK(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL,
-                                     &rep));
+    if (m)
+        TZ_EXPECT_OK(
+            ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, 0, 1, NULL, &rep));
     TZ_EXPECT(rep.missing == 0 && rep.unused == 0, "missing %d (%s), unused %d", rep.missing, rep.first_missing,
               rep.unused);
     TZ_EXPECT_OK(ckpt_safetensors_open(tz_source_path("tests/golden/gpt2-tiny-lm/golden.safetensors"), &g));
@@ -315,8 +326,8 @@ static void test_tiny_lm(rt_backend *be) {
     int n_got = 0, n_again = 0;
     read_i32(g, "gen_prompt", prompt, 5);
     read_i32(g, "gen_greedy", want_gen, 8);
-    gpt2_sample_opts so = {.max_new_tokens = 8, .temperature = 0, .top_k = 0, .top_p = 1, .seed = 3,
-                           .eos_token_id = cfg.eos_token_id};
+    gpt2_sample_opts so = {
+        .max_new_tokens = 8, .temperature = 0, .top_k = 0, .top_p = 1, .seed = 3, .eos_token_id = cfg.eos_token_id};
     float *steps = rt_xmalloc(8 * V * sizeof(float)), *ref_steps = rt_xmalloc(8 * V * sizeof(float));
     TZ_EXPECT_OK(gpt2_generate(m, prompt, 5, &so, got, &n_got, steps));
     TZ_EXPECT(n_got == 8 && memcmp(got, want_gen, sizeof want_gen) == 0, "greedy: %d tokens, first %d (HF %d)", n_got,

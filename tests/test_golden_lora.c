@@ -71,7 +71,8 @@ static rt_status load_lora_tp(rt_backend *be, rt_comm *tp, const ckpt_peft_confi
     if (rep.missing != 0 || rep.adapters != 2 * N_ADAPTED || rep.unused != 0)
         RT_FAIL(RT_ERR_FORMAT, "base: missing %d (%s), %d adapters, unused %d", rep.missing, rep.first_missing,
                 rep.adapters, rep.unused);
-    if (adapter) RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size, NULL));
+    if (adapter)
+        RT_TRY(ckpt_peft_load_weights(adapter, &ckpt_map_gpt2, gpt2_model_params(*out), tp->rank, tp->size, NULL));
     return RT_OK;
 fail:
     gpt2_model_free(*out);
@@ -115,8 +116,14 @@ static void load_batch(const ckpt_st_file *g, cls_batch *cb) {
         cb->index[b] = b;
         for (int t = 0; t < T; t++) cb->lengths[b] += cb->mask[b * T + t];
     }
-    cb->batch = (rt_batch){.B = B, .T = T, .input_ids = cb->ids, .attention_mask = cb->mask, .lengths = cb->lengths,
-                           .labels = cb->labels, .example_index = cb->index, .n_targets = B};
+    cb->batch = (rt_batch){.B = B,
+                           .T = T,
+                           .input_ids = cb->ids,
+                           .attention_mask = cb->mask,
+                           .lengths = cb->lengths,
+                           .labels = cb->labels,
+                           .example_index = cb->index,
+                           .n_targets = B};
 }
 
 /* A step's logits and mean loss against the golden file's. */
@@ -222,8 +229,10 @@ static void test_bert_family(rt_backend *be, bool roberta) {
     const ckpt_map *map = roberta ? &ckpt_map_roberta : &ckpt_map_bert;
     const int expected = roberta ? 2 * 2 * 2 + 4 : 2 * 6 * 2 + 2; /* adapters of 2 layers, and the head */
     char base[4096], lora[4096], path[4200];
-    snprintf(base, sizeof base, "%s", tz_source_path(roberta ? "tests/golden/roberta-tiny-cls" : "tests/golden/bert-tiny-cls"));
-    snprintf(lora, sizeof lora, "%s", tz_source_path(roberta ? "tests/golden/roberta-tiny-lora" : "tests/golden/bert-tiny-lora"));
+    snprintf(base, sizeof base, "%s",
+             tz_source_path(roberta ? "tests/golden/roberta-tiny-cls" : "tests/golden/bert-tiny-cls"));
+    snprintf(lora, sizeof lora, "%s",
+             tz_source_path(roberta ? "tests/golden/roberta-tiny-lora" : "tests/golden/bert-tiny-lora"));
     bert_config cfg;
     ckpt_peft_config peft;
     ckpt_st_file *g = NULL;
@@ -350,8 +359,8 @@ static void test_decode(rt_backend *be, const ckpt_peft_config *peft) {
                 for (size_t j = 0; j < p->specs[i].numel; j++)
                     p->param[p->specs[i].offset + j] = 0.05f * sinf(0.37f * (float)(j + 7 * (size_t)i));
         steps[with] = rt_xmalloc((size_t)NEW * V * sizeof(float));
-        const gpt2_sample_opts so = {.max_new_tokens = NEW, .temperature = 0, .top_k = 0, .top_p = 1,
-                                     .eos_token_id = -1};
+        const gpt2_sample_opts so = {
+            .max_new_tokens = NEW, .temperature = 0, .top_k = 0, .top_p = 1, .eos_token_id = -1};
         int n_out = 0;
         TZ_EXPECT_OK(gpt2_generate(m, prompt, P, &so, out[with], &n_out, steps[with]));
         TZ_EXPECT(n_out == NEW, "%d tokens generated", n_out);
@@ -421,8 +430,8 @@ static void test_tp_dropout(const ckpt_peft_config *peft) {
         TZ_EXPECT_OK(tz_run_ranks(tp, 120, lora_rank, args, sizeof args[0]));
         if (tp == 1) { /* the first step's loss is the golden one's, but for the dropout */
             memcpy(ref, args[0].losses, sizeof ref);
-            TZ_EXPECT(fabsf(ref[0] - loss_without) > 1e-3f, "LoRA dropout changed nothing: loss %g, %g without",
-                      ref[0], loss_without);
+            TZ_EXPECT(fabsf(ref[0] - loss_without) > 1e-3f, "LoRA dropout changed nothing: loss %g, %g without", ref[0],
+                      loss_without);
             continue;
         }
         char what[64];

@@ -99,9 +99,16 @@ fail:
 }
 
 int main(void) {
-    tzlf_family f = {.name = "glm", .map = &ckpt_map_glm, .n_logits = (size_t)B * T * V,
-                     .n_adapters = 2 * 4 * LAYERS, .n_heads = 4, .vocab = V, .load = glm_load, .free = glm_free,
-                     .params = glm_params, .step = glm_golden_step};
+    tzlf_family f = {.name = "glm",
+                     .map = &ckpt_map_glm,
+                     .n_logits = (size_t)B * T * V,
+                     .n_adapters = 2 * 4 * LAYERS,
+                     .n_heads = 4,
+                     .vocab = V,
+                     .load = glm_load,
+                     .free = glm_free,
+                     .params = glm_params,
+                     .step = glm_golden_step};
     snprintf(base_path, sizeof base_path, "%s", tz_source_path("tests/golden/glm-tiny"));
     snprintf(f.dir, sizeof f.dir, "%s", tz_source_path("tests/golden/glm-tiny-lora"));
     char adapter[4200];

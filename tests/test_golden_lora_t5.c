@@ -129,7 +129,12 @@ static void test_generate(const tzlf_family *f, rt_backend *be, const ckpt_peft_
             dec_in[b * NEW + t] = t == 0 ? t5_model_config(m)->decoder_start_token_id : out[b * NEW + t - 1];
             labels[b * NEW + t] = 2; /* any id: the logits do not depend on them */
         }
-    const t5_batch full_batch = {.B = B, .S = S, .T = NEW, .src_ids = gb.ids, .src_mask = gb.mask, .labels = labels,
+    const t5_batch full_batch = {.B = B,
+                                 .S = S,
+                                 .T = NEW,
+                                 .src_ids = gb.ids,
+                                 .src_mask = gb.mask,
+                                 .labels = labels,
                                  .decoder_input_ids = dec_in};
     const size_t n = (size_t)B * NEW * V;
     float *full = rt_xmalloc(n * sizeof(float)), *stepwise = rt_xmalloc(n * sizeof(float));
@@ -149,9 +154,16 @@ static void test_generate(const tzlf_family *f, rt_backend *be, const ckpt_peft_
 int main(void) {
     /* adapters: an encoder block's q, k, v, o, wi_0, wi_1, wo; a decoder block's with its
      * cross-attention's q, k, v, o too; two tensors each */
-    tzlf_family f = {.name = "t5", .map = &ckpt_map_t5, .n_logits = (size_t)B * T * V,
-                     .n_adapters = 2 * (LAYERS * 7 + LAYERS * 11), .n_heads = 4, .vocab = V, .load = t5_load,
-                     .free = t5_free, .params = t5_params, .step = t5_golden_step};
+    tzlf_family f = {.name = "t5",
+                     .map = &ckpt_map_t5,
+                     .n_logits = (size_t)B * T * V,
+                     .n_adapters = 2 * (LAYERS * 7 + LAYERS * 11),
+                     .n_heads = 4,
+                     .vocab = V,
+                     .load = t5_load,
+                     .free = t5_free,
+                     .params = t5_params,
+                     .step = t5_golden_step};
     snprintf(base_path, sizeof base_path, "%s", tz_source_path("tests/golden/t5-tiny-v1_1"));
     snprintf(f.dir, sizeof f.dir, "%s", tz_source_path("tests/golden/t5-tiny-lora"));
     char adapter[4200];

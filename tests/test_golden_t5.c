@@ -190,19 +190,22 @@ static void test_golden(rt_backend *be, const char *name, bool v1_1) {
               "%s: config fields", name);
     TZ_EXPECT(cfg->gated == v1_1 && cfg->act == (v1_1 ? RT_ACT_GELU_TANH : RT_ACT_RELU), "%s: FFN kind", name);
     TZ_EXPECT(cfg->tie_word_embeddings == !v1_1 && cfg->scale_decoder_outputs == !v1_1,
-              "%s: tie %d scale %d (HF's config says tie_word_embeddings true for both)", name, cfg->tie_word_embeddings,
-              cfg->scale_decoder_outputs);
+              "%s: tie %d scale %d (HF's config says tie_word_embeddings true for both)", name,
+              cfg->tie_word_embeddings, cfg->scale_decoder_outputs);
     rt_params *p = t5_model_params(m);
     check_param_names(g, p);
     if (!v1_1) test_buckets(g);
     golden_batch gb;
     load_batch(g, &gb);
     for (int i = 0; i < B * T; i++) /* the shift the model does equals HF's */
-        TZ_EXPECT(gb.dec_ids[i] == (i % T == 0 ? 0 : gb.labels[i - 1] == -100 ? 0 : gb.labels[i - 1]),
+        TZ_EXPECT(gb.dec_ids[i] == (i % T == 0                 ? 0
+                                    : gb.labels[i - 1] == -100 ? 0
+                                                               : gb.labels[i - 1]),
                   "decoder_input_ids[%d]", i);
 
     /* the encoder output alone, to localise a mismatch */
-    float *enc = rt_xmalloc((size_t)B * S * D * sizeof(float)), *ref_enc = rt_xmalloc((size_t)B * S * D * sizeof(float));
+    float *enc = rt_xmalloc((size_t)B * S * D * sizeof(float)),
+          *ref_enc = rt_xmalloc((size_t)B * S * D * sizeof(float));
     TZ_EXPECT_OK(t5_encode(m, gb.ids, gb.mask, B, S, enc));
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "encoder_hidden", ref_enc, (size_t)B * S * D));
     snprintf(what, sizeof what, "%s encoder_hidden", name);
@@ -211,7 +214,8 @@ static void test_golden(rt_backend *be, const char *name, bool v1_1) {
     free(ref_enc);
 
     /* forward, loss, every gradient */
-    float *logits = rt_xmalloc((size_t)B * T * V * sizeof(float)), *ref_logits = rt_xmalloc((size_t)B * T * V * sizeof(float));
+    float *logits = rt_xmalloc((size_t)B * T * V * sizeof(float)),
+          *ref_logits = rt_xmalloc((size_t)B * T * V * sizeof(float));
     mdl_pass pass = {.seed = 1, .step = 0, .micro = 0, .training = true};
     double loss_sum = 0;
     int n = 0;
@@ -355,7 +359,8 @@ static void test_export(rt_backend *be, const char *name) {
                 continue;
             }
             TZ_EXPECT_OK(ckpt_safetensors_find(b, ta.name, &tb));
-            TZ_EXPECT(ta.nbytes == tb.nbytes && memcmp(ta.data, tb.data, ta.nbytes) == 0, "export '%s' differs", ta.name);
+            TZ_EXPECT(ta.nbytes == tb.nbytes && memcmp(ta.data, tb.data, ta.nbytes) == 0, "export '%s' differs",
+                      ta.name);
         }
     }
     ckpt_safetensors_close(a);
@@ -388,7 +393,7 @@ static void test_legacy_layouts(rt_backend *be) {
     size_t n = ckpt_safetensors_count(a);
     ckpt_st_write_entry *e = rt_xcalloc(n + 4, sizeof *e);
     float **bufs = rt_xcalloc(n + 4, sizeof *bufs);
-    size_t (*shapes)[CKPT_MAX_DIMS] = rt_xcalloc(n + 4, sizeof *shapes);
+    size_t(*shapes)[CKPT_MAX_DIMS] = rt_xcalloc(n + 4, sizeof *shapes);
     size_t ne = 0;
     const float *shared = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -406,14 +411,17 @@ static void test_legacy_layouts(rt_backend *be) {
         ne++;
     }
     shapes[ne][0] = V, shapes[ne][1] = D;
-    e[ne] = (ckpt_st_write_entry){.name = "decoder.embed_tokens.weight", .ndim = 2, .shape = shapes[ne], .data = shared};
+    e[ne] =
+        (ckpt_st_write_entry){.name = "decoder.embed_tokens.weight", .ndim = 2, .shape = shapes[ne], .data = shared};
     ne++;
     e[ne] = (ckpt_st_write_entry){.name = "lm_head.weight", .ndim = 2, .shape = shapes[ne - 1], .data = shared};
     ne++;
     static float cross_bias[8 * 4];
     shapes[ne][0] = 8, shapes[ne][1] = 4;
     e[ne] = (ckpt_st_write_entry){.name = "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",
-                                  .ndim = 2, .shape = shapes[ne], .data = cross_bias};
+                                  .ndim = 2,
+                                  .shape = shapes[ne],
+                                  .data = cross_bias};
     ne++;
     snprintf(legacy_dir, sizeof legacy_dir, "%s", tz_tmpdir());
     snprintf(path, sizeof path, "%s/model.safetensors", legacy_dir);
@@ -487,8 +495,7 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
         rt_params_zero_grad(p);
         pass.step = s;
         /* the logits are a collective with tp > 1: every rank asks for them */
-        RT_TRY(t5_step(m, &a->gb->batch, &pass, 1.0f / (float)a->gb->n_targets, &loss_sum, &n,
-                       s == 0 ? logits : NULL));
+        RT_TRY(t5_step(m, &a->gb->batch, &pass, 1.0f / (float)a->gb->n_targets, &loss_sum, &n, s == 0 ? logits : NULL));
         if (s == 0 && res) memcpy(res->logits, logits, sizeof res->logits);
         if (s == 0)
             for (int i = 0; i < p->n; i++) { /* step 0's gradients, gathered to full tensors */
@@ -595,11 +602,13 @@ static void test_config(void) {
                   c.tie_word_embeddings && c.scale_decoder_outputs && c.decoder_start_token_id == 0,
               "t5-small defaults");
     /* flan-t5's config.json */
-    tz_write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-gelu\", \"tie_word_embeddings\": false, "
-                     "\"num_layers\": 8, \"num_decoder_layers\": null, \"d_ff\": 1024}");
+    tz_write_text(path,
+                  "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gated-gelu\", \"tie_word_embeddings\": false, "
+                  "\"num_layers\": 8, \"num_decoder_layers\": null, \"d_ff\": 1024}");
     TZ_EXPECT_OK(t5_config_load(path, &c));
     TZ_EXPECT(c.gated && c.act == RT_ACT_GELU_TANH && !c.tie_word_embeddings && !c.scale_decoder_outputs &&
-                  c.num_decoder_layers == 8, "flan-t5 config");
+                  c.num_decoder_layers == 8,
+              "flan-t5 config");
     tz_write_text(path, "{\"model_type\": \"t5\", \"feed_forward_proj\": \"gelu\"}");
     TZ_EXPECT_OK(t5_config_load(path, &c));
     TZ_EXPECT(!c.gated && c.act == RT_ACT_GELU_ERF, "plain gelu is the erf one");

@@ -33,11 +33,11 @@ typedef struct {
     int num_beams, eos, max_new;
     gen_early_stopping early;
     double length_penalty;
-    int32_t hf_ids[B][MAXT];   /* HF's tokens without the start token */
-    int hf_len[B];             /* up to and including the first eos */
-    int hf_steps;              /* greedy: the steps HF ran (scores recorded) */
+    int32_t hf_ids[B][MAXT];     /* HF's tokens without the start token */
+    int hf_len[B];               /* up to and including the first eos */
+    int hf_steps;                /* greedy: the steps HF ran (scores recorded) */
     float hf_scores[MAXT][B][V]; /* greedy: output_scores */
-    float hf_seq_scores[B];    /* beam: sequences_scores */
+    float hf_seq_scores[B];      /* beam: sequences_scores */
 } golden_case;
 
 typedef struct {
@@ -57,20 +57,20 @@ typedef struct {
 
 static void record_step(void *user, const gen_step *s) {
     recording *rec = user;
-    TZ_EXPECT(s->step == rec->n_steps && s->step < MAXT && s->n_rows <= MAXR, "step %d (expected %d), %d rows",
-              s->step, rec->n_steps, s->n_rows);
+    TZ_EXPECT(s->step == rec->n_steps && s->step < MAXT && s->n_rows <= MAXR, "step %d (expected %d), %d rows", s->step,
+              rec->n_steps, s->n_rows);
     if (s->step != rec->n_steps || s->step >= MAXT || s->n_rows > MAXR) return;
     rec->n_rows[s->step] = s->n_rows;
     for (int r = 0; r < s->n_rows; r++) {
         rec->src[s->step][r] = s->src_row[r];
-        memcpy(rec->prefix[s->step][r], s->prefix + (size_t)r * s->prefix_stride, (size_t)(s->step + 1) * sizeof(int32_t));
+        memcpy(rec->prefix[s->step][r], s->prefix + (size_t)r * s->prefix_stride,
+               (size_t)(s->step + 1) * sizeof(int32_t));
         memcpy(rec->logits[s->step][r], s->logits + (size_t)r * V, V * sizeof(float));
     }
     rec->n_steps++;
 }
 
-static bool read_i32(const ckpt_st_file *f, const char *name, int32_t *dst, size_t n, size_t *shape0,
-                     size_t *shape1) {
+static bool read_i32(const ckpt_st_file *f, const char *name, int32_t *dst, size_t n, size_t *shape0, size_t *shape1) {
     ckpt_st_tensor t;
     TZ_EXPECT_OK(ckpt_safetensors_find(f, name, &t));
     bool ok = t.dtype == RT_I32 && t.numel <= n;
@@ -137,28 +137,29 @@ static bool load_golden(const char *dir, golden_file *gf) {
 
 static void case_name(char *buf, size_t size, const char *model, int c, const golden_case *gc, const char *what) {
     static const char *early[] = {"False", "True", "never"};
-    snprintf(buf, size, "%s case%d (beams %d eos %d max_new %d lp %.1f early %s) %s", model, c, gc->num_beams,
-             gc->eos, gc->max_new, gc->length_penalty, early[gc->early], what);
+    snprintf(buf, size, "%s case%d (beams %d eos %d max_new %d lp %.1f early %s) %s", model, c, gc->num_beams, gc->eos,
+             gc->max_new, gc->length_penalty, early[gc->early], what);
 }
 
 static gen_options case_options(const golden_case *gc) {
-    return (gen_options){.max_new_tokens = gc->max_new, .num_beams = gc->num_beams,
-                            .length_penalty = gc->length_penalty, .early_stopping = gc->early,
-                            .eos_token_id = gc->eos};
+    return (gen_options){.max_new_tokens = gc->max_new,
+                         .num_beams = gc->num_beams,
+                         .length_penalty = gc->length_penalty,
+                         .early_stopping = gc->early,
+                         .eos_token_id = gc->eos};
 }
 
 /* Our rows first..first+n against HF's. */
-static void check_ids(const char *what, const golden_case *gc, int first, int n, const int32_t *ids,
-                      const int *len) {
+static void check_ids(const char *what, const golden_case *gc, int first, int n, const int32_t *ids, const int *len) {
     for (int i = 0; i < n; i++) {
         const int b = first + i;
-        bool same = len[i] == gc->hf_len[b] && memcmp(ids + (size_t)i * gc->max_new, gc->hf_ids[b],
-                                                      (size_t)gc->hf_len[b] * sizeof(int32_t)) == 0;
+        bool same = len[i] == gc->hf_len[b] &&
+                    memcmp(ids + (size_t)i * gc->max_new, gc->hf_ids[b], (size_t)gc->hf_len[b] * sizeof(int32_t)) == 0;
         for (int t = len[i]; t < gc->max_new; t++) same &= ids[(size_t)i * gc->max_new + t] == 0; /* pad */
         TZ_EXPECT(same, "%s: row %d: %d tokens [%d %d %d %d ...], HF %d [%d %d %d %d ...]", what, b, len[i],
                   ids[(size_t)i * gc->max_new], ids[(size_t)i * gc->max_new + 1], ids[(size_t)i * gc->max_new + 2],
-                  ids[(size_t)i * gc->max_new + 3], gc->hf_len[b], gc->hf_ids[b][0], gc->hf_ids[b][1],
-                  gc->hf_ids[b][2], gc->hf_ids[b][3]);
+                  ids[(size_t)i * gc->max_new + 3], gc->hf_len[b], gc->hf_ids[b][0], gc->hf_ids[b][1], gc->hf_ids[b][2],
+                  gc->hf_ids[b][3]);
     }
 }
 
@@ -181,8 +182,8 @@ static void check_greedy(const char *what, const golden_case *gc, const recordin
     for (int t = 0; t < rec->n_steps; t++) {
         int running = 0;
         for (int b = 0; b < B; b++) running += gc->hf_len[b] > t;
-        TZ_EXPECT(rec->n_rows[t] == running, "%s: step %d ran %d rows, %d still unfinished", what, t,
-                  rec->n_rows[t], running);
+        TZ_EXPECT(rec->n_rows[t] == running, "%s: step %d ran %d rows, %d still unfinished", what, t, rec->n_rows[t],
+                  running);
         for (int r = 0; r < rec->n_rows[t]; r++) {
             const int b = rec->src[t][r];
             for (int v = 0; v < V; v++) {
@@ -218,8 +219,8 @@ static void check_recompute(const char *what, t5_model *m, const golden_file *gf
             memcpy(dec + (size_t)r * T, rec->prefix[t][r], (size_t)T * sizeof(int32_t));
         }
         memset(labels, 0, sizeof labels); /* pad: no targets, forward only */
-        t5_batch batch = {.B = n, .S = S, .T = T, .src_ids = src, .src_mask = mask, .labels = labels,
-                          .decoder_input_ids = dec};
+        t5_batch batch = {
+            .B = n, .S = S, .T = T, .src_ids = src, .src_mask = mask, .labels = labels, .decoder_input_ids = dec};
         mdl_pass pass = {0};
         double loss = 0;
         int n_targets = 0;
@@ -272,8 +273,8 @@ static void test_model(rt_backend *be, const char *name) {
             tz_check_close(buf, scores, gc->hf_seq_scores, B, FWD_ATOL, FWD_RTOL);
             TZ_EXPECT(rec.n_rows[0] == B, "%s: step 0 ran %d rows (one per source)", what, rec.n_rows[0]);
             for (int t = 1; t < rec.n_steps; t++)
-                TZ_EXPECT(rec.n_rows[t] % NB == 0 && rec.n_rows[t] <= rec.n_rows[t - 1] * NB,
-                          "%s: step %d ran %d rows", what, t, rec.n_rows[t]);
+                TZ_EXPECT(rec.n_rows[t] % NB == 0 && rec.n_rows[t] <= rec.n_rows[t - 1] * NB, "%s: step %d ran %d rows",
+                          what, t, rec.n_rows[t]);
         }
         check_recompute(what, m, &gf, &rec);
 
@@ -368,19 +369,21 @@ static void test_errors(rt_backend *be) {
     for (int i = 0; i < B * S; i++) ids[i] = 2 + i;
     gen_options o;
     t5_gen_options_default(t5_model_config(m), &o);
-    TZ_EXPECT(o.num_beams == 1 && o.eos_token_id == 1 && o.max_new_tokens == 20 && o.length_penalty == 1.0,
-              "defaults");
+    TZ_EXPECT(o.num_beams == 1 && o.eos_token_id == 1 && o.max_new_tokens == 20 && o.length_penalty == 1.0, "defaults");
     o.max_new_tokens = 5;
     TZ_EXPECT(t5_generate(g, ids, NULL, B, S, &o, NULL, NULL, out, len, NULL) == RT_ERR_CONFIG &&
-                  strstr(rt_error_message(), "max_new_tokens"), "max_new_tokens: %s", rt_error_message());
+                  strstr(rt_error_message(), "max_new_tokens"),
+              "max_new_tokens: %s", rt_error_message());
     o.max_new_tokens = 4;
     o.num_beams = NB + 1;
     TZ_EXPECT(t5_generate(g, ids, NULL, B, S, &o, NULL, NULL, out, len, NULL) == RT_ERR_CONFIG &&
-                  strstr(rt_error_message(), "num_beams"), "num_beams: %s", rt_error_message());
+                  strstr(rt_error_message(), "num_beams"),
+              "num_beams: %s", rt_error_message());
     o.num_beams = 1;
     o.eos_token_id = V;
     TZ_EXPECT(t5_generate(g, ids, NULL, B, S, &o, NULL, NULL, out, len, NULL) == RT_ERR_CONFIG &&
-                  strstr(rt_error_message(), "eos_token_id"), "eos: %s", rt_error_message());
+                  strstr(rt_error_message(), "eos_token_id"),
+              "eos: %s", rt_error_message());
     o.eos_token_id = 1;
     ids[5] = V;
     TZ_EXPECT(t5_generate(g, ids, NULL, B, S, &o, NULL, NULL, out, len, NULL) == RT_ERR_FORMAT, "source id %d", V);

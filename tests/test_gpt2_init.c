@@ -34,7 +34,8 @@ int main(void) {
     if (!a || !b || !d) return tz_test_result("test_gpt2_init");
     rt_params *p = gpt2_model_params(a);
     TZ_EXPECT(memcmp(p->param, gpt2_model_params(b)->param, p->numel * sizeof(float)) == 0, "same seed, same weights");
-    TZ_EXPECT(memcmp(p->param, gpt2_model_params(d)->param, p->numel * sizeof(float)) != 0, "seeds differ, weights too");
+    TZ_EXPECT(memcmp(p->param, gpt2_model_params(d)->param, p->numel * sizeof(float)) != 0,
+              "seeds differ, weights too");
     const double proj_std = 0.02 / sqrt(2.0 * c.n_layer);
     for (int i = 0; i < p->n; i++) {
         rt_param_spec real = p->specs[i];
@@ -44,7 +45,8 @@ int main(void) {
             size_t n_real = (size_t)c.vocab_size * (size_t)c.n_embd;
             int zero = 1;
             for (size_t j = n_real; j < s->numel; j++) zero &= x[j] == 0.0f;
-            TZ_EXPECT(s->numel == (size_t)2048 * c.n_embd && zero, "wte padding: %zu elements, zero %d", s->numel, zero);
+            TZ_EXPECT(s->numel == (size_t)2048 * c.n_embd && zero, "wte padding: %zu elements, zero %d", s->numel,
+                      zero);
             real.numel = n_real;
         }
         double mean, std;
@@ -60,7 +62,8 @@ int main(void) {
         } else {
             double want = strstr(n, "c_proj.weight") ? proj_std : 0.02;
             /* the sample std of n normals has a relative spread of about 1/sqrt(2n): allow 4 of those */
-            TZ_EXPECT(fabs(std - want) < 4.0 / sqrt(2.0 * (double)s->numel) * want, "%s: std %g, want %g", n, std, want);
+            TZ_EXPECT(fabs(std - want) < 4.0 / sqrt(2.0 * (double)s->numel) * want, "%s: std %g, want %g", n, std,
+                      want);
             TZ_EXPECT(fabs(mean) < 4 * want / sqrt((double)s->numel), "%s: mean %g", n, mean);
         }
     }

@@ -48,9 +48,10 @@ static void check_marks(const char *model, marks *mk, int min_marks) {
                   "%s: mark %d at %zu after %zu (slab %zu)", model, i, mk->first[i], i ? mk->first[i - 1] : 0,
                   mk->p->numel);
         size_t n = mk->p->numel - mk->first[i], diff = 0;
-        for (size_t k = 0; k < n; k++) diff += memcmp(&mk->snap[i][k], &mk->p->grad[mk->first[i] + k], sizeof(float)) != 0;
-        TZ_EXPECT(diff == 0, "%s: %zu gradients above mark %d (offset %zu) changed after it was reported", model, diff, i,
-                  mk->first[i]);
+        for (size_t k = 0; k < n; k++)
+            diff += memcmp(&mk->snap[i][k], &mk->p->grad[mk->first[i] + k], sizeof(float)) != 0;
+        TZ_EXPECT(diff == 0, "%s: %zu gradients above mark %d (offset %zu) changed after it was reported", model, diff,
+                  i, mk->first[i]);
         free(mk->snap[i]);
     }
     mk->n = 0;
@@ -74,8 +75,8 @@ static void test_gpt2(rt_backend *be, int checkpoint) {
         mask[i] = i % T < lengths[i / T];
         ids[i] = mask[i] ? 1 + (i * 17) % 96 : 0;
     }
-    rt_batch batch = {.B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels,
-                      .n_targets = B};
+    rt_batch batch = {
+        .B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels, .n_targets = B};
     marks mk = {.p = gpt2_model_params(m)};
     rt_grads_hook hook = {.ready = record, .user = &mk};
     mdl_pass pass = {.seed = 1, .training = true, .grads = &hook};
@@ -104,8 +105,8 @@ static void test_bert(rt_backend *be) {
         mask[i] = i % T < lengths[i / T];
         ids[i] = mask[i] ? 1 + (i * 11) % 96 : 0;
     }
-    rt_batch batch = {.B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels,
-                      .n_targets = B};
+    rt_batch batch = {
+        .B = B, .T = T, .input_ids = ids, .attention_mask = mask, .lengths = lengths, .labels = labels, .n_targets = B};
     marks mk = {.p = bert_model_params(m)};
     rt_grads_hook hook = {.ready = record, .user = &mk};
     mdl_pass pass = {.seed = 2, .training = true, .grads = &hook};
@@ -229,12 +230,30 @@ static rt_status rank_run(rt_comm *comm, void *arg) {
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = comm->rank, .world = comm->size};
     RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     fb_ctx f = {.m = m};
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = 3, .batch_size = BATCH, .grad_accum = 2, .lr = 1e-3,
-                       .weight_decay = 0.01, .warmup = 1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8,
-                       .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 0, .save_interval = -1,
-                       .keep = 1, .save_dir = tz_tmpdir(), .options_json = "{}", .dp = comm, .dp_bucket = a->bucket};
-    rt_train_model tm = {.ctx = &f, .params = gpt2_model_params(m), .forward_backward = fwd_bwd,
-                         .set_grads_hook = set_hook};
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = 3,
+                       .batch_size = BATCH,
+                       .grad_accum = 2,
+                       .lr = 1e-3,
+                       .weight_decay = 0.01,
+                       .warmup = 1,
+                       .clip = 1.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "linear",
+                       .seed = 3,
+                       .eval_interval = -1,
+                       .log_interval = 0,
+                       .save_interval = -1,
+                       .keep = 1,
+                       .save_dir = tz_tmpdir(),
+                       .options_json = "{}",
+                       .dp = comm,
+                       .dp_bucket = a->bucket};
+    rt_train_model tm = {
+        .ctx = &f, .params = gpt2_model_params(m), .forward_backward = fwd_bwd, .set_grads_hook = set_hook};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
     RT_TRY(rt_train(&o, &tm, &td, NULL, ckpt_train_io(), &res));

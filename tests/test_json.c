@@ -6,14 +6,16 @@
 #include "runtime/base/rt_json.h"
 #include "tests/testutil.h"
 
-#define EXPECT_MSG(sub) TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
+#define EXPECT_MSG(sub) \
+    TZ_EXPECT(strstr(rt_error_message(), (sub)) != NULL, "message '%s' lacks '%s'", rt_error_message(), (sub))
 
 int main(void) {
     const char *dir = tz_tmpdir();
     char path[512], bad[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    tz_write_text(path, "{\n  \"n_embd\": 64,\n  \"n_layer\": 2.0,\n  \"eps\": 1e-5,\n  \"act\": \"gelu_new\",\n"
-                     "  \"tie\": true,\n  \"n_inner\": null,\n  \"half\": 2.5,\n  \"big\": 1e12,\n  \"name\": 7\n}\n");
+    tz_write_text(path,
+                  "{\n  \"n_embd\": 64,\n  \"n_layer\": 2.0,\n  \"eps\": 1e-5,\n  \"act\": \"gelu_new\",\n"
+                  "  \"tie\": true,\n  \"n_inner\": null,\n  \"half\": 2.5,\n  \"big\": 1e12,\n  \"name\": 7\n}\n");
     cJSON *cfg = NULL;
     TZ_EXPECT_OK(rt_json_load(path, &cfg));
     TZ_EXPECT(cfg != NULL, "parsed");
@@ -29,8 +31,8 @@ int main(void) {
     TZ_EXPECT(i == 12, "missing gives the default, got %d", i);
 
     TZ_EXPECT(rt_json_get_int(cfg, "config.json", "n_head", &i, true, 0) == RT_ERR_CONFIG, "missing required");
-    TZ_EXPECT(strcmp(rt_error_message(), "config.json: field 'n_head' is missing (expected an integer)") == 0, "got '%s'",
-              rt_error_message());
+    TZ_EXPECT(strcmp(rt_error_message(), "config.json: field 'n_head' is missing (expected an integer)") == 0,
+              "got '%s'", rt_error_message());
     TZ_EXPECT(rt_json_get_int(cfg, "config.json", "n_inner", &i, true, 0) == RT_ERR_CONFIG, "null required");
     EXPECT_MSG("field 'n_inner' is null");
     TZ_EXPECT(rt_json_get_int(cfg, "config.json", "half", &i, true, 0) == RT_ERR_CONFIG, "2.5 is not an int");

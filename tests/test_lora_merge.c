@@ -21,8 +21,10 @@ static const struct {
     const char *base, *lora;
     int changed;
 } families[] = {
-    {"gpt2-tiny-cls", "gpt2-tiny-lora", 8},     {"bert-tiny-cls", "bert-tiny-lora", 12},
-    {"roberta-tiny-cls", "roberta-tiny-lora", 4}, {"t5-tiny-v1_1", "t5-tiny-lora", 36},
+    {"gpt2-tiny-cls", "gpt2-tiny-lora", 8},
+    {"bert-tiny-cls", "bert-tiny-lora", 12},
+    {"roberta-tiny-cls", "roberta-tiny-lora", 4},
+    {"t5-tiny-v1_1", "t5-tiny-lora", 36},
     {"glm-tiny", "glm-tiny-lora", 8},
 };
 

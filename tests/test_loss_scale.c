@@ -32,8 +32,8 @@ static void test_sequence(void) {
     const int hyst[9] = {2, 2, 2, 1, 1, 1, 1, 1, 2};
     for (int i = 0; i < 9; i++) {
         TZ_EXPECT_OK(rt_loss_scaler_update(&s, overflow[i]));
-        TZ_EXPECT(s.scale == scale[i] && s.cur_hysteresis == hyst[i], "after iter %d: scale %g hysteresis %d, want %g %d",
-                  i, s.scale, s.cur_hysteresis, scale[i], hyst[i]);
+        TZ_EXPECT(s.scale == scale[i] && s.cur_hysteresis == hyst[i],
+                  "after iter %d: scale %g hysteresis %d, want %g %d", i, s.scale, s.cur_hysteresis, scale[i], hyst[i]);
     }
     TZ_EXPECT(s.skipped == 3 && s.iter == 9, "skipped %lld of %lld", (long long)s.skipped, (long long)s.iter);
 
@@ -63,7 +63,7 @@ typedef struct {
     rt_params *p;
     int64_t inject[MAX_INJECT]; /* steps whose gradient gets an inf */
     int n_inject;
-    const int64_t *step_map;    /* the gradient of step k is g(step_map[k]) (NULL: g(k)) */
+    const int64_t *step_map; /* the gradient of step k is g(step_map[k]) (NULL: g(k)) */
 } fake_model;
 
 /* grad += scale * g(k), g independent of the weights; loss = g . w (finite). */
@@ -125,14 +125,35 @@ static void run(rt_backend *be, const char *dir, int64_t max_steps, bool resume,
     fake_data fd = {0};
     rt_loss_scale_opts ls;
     rt_loss_scale_defaults(&ls);
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = max_steps, .batch_size = 1, .grad_accum = 1,
-                       .lr = 1e-2, .weight_decay = 0.01, .warmup = 1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 0,
-                       .save_interval = 0, .keep = 5, .save_dir = dir, .resume = resume, .options_json = "{}",
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = max_steps,
+                       .batch_size = 1,
+                       .grad_accum = 1,
+                       .lr = 1e-2,
+                       .weight_decay = 0.01,
+                       .warmup = 1,
+                       .clip = 1.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "linear",
+                       .seed = 3,
+                       .eval_interval = -1,
+                       .log_interval = 0,
+                       .save_interval = 0,
+                       .keep = 5,
+                       .save_dir = dir,
+                       .resume = resume,
+                       .options_json = "{}",
                        .loss_scale = scaling ? &ls : NULL};
     rt_train_model tm = {.ctx = &fm, .params = &p, .forward_backward = fake_fwd_bwd};
-    rt_train_data td = {.ctx = &fd, .batches_per_epoch = 1000, .next = fake_next, .get_state = fake_get_state,
-                        .set_state = fake_set_state, .batch_free = fake_batch_free};
+    rt_train_data td = {.ctx = &fd,
+                        .batches_per_epoch = 1000,
+                        .next = fake_next,
+                        .get_state = fake_get_state,
+                        .set_state = fake_set_state,
+                        .batch_free = fake_batch_free};
     memset(out, 0, sizeof *out);
     TZ_EXPECT_OK(rt_train(&o, &tm, &td, NULL, ckpt_train_io(), &out->res));
     memcpy(out->w, p.param, sizeof out->w);
@@ -187,13 +208,29 @@ static void test_trainer(rt_backend *be) {
     TZ_EXPECT_OK(rt_params_alloc(&p));
     fake_model fm = {.p = &p, .inject = {0}, .n_inject = 1};
     fake_data fd = {0};
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = 2, .batch_size = 1, .grad_accum = 1, .lr = 1e-2,
-                       .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999, .adam_eps = 1e-8, .schedule = "constant",
-                       .eval_interval = -1, .save_interval = -1, .keep = 1, .save_dir = tz_tmpdir(),
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = 2,
+                       .batch_size = 1,
+                       .grad_accum = 1,
+                       .lr = 1e-2,
+                       .clip = 1.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "constant",
+                       .eval_interval = -1,
+                       .save_interval = -1,
+                       .keep = 1,
+                       .save_dir = tz_tmpdir(),
                        .options_json = "{}"};
     rt_train_model tm = {.ctx = &fm, .params = &p, .forward_backward = fake_fwd_bwd};
-    rt_train_data td = {.ctx = &fd, .batches_per_epoch = 1000, .next = fake_next, .get_state = fake_get_state,
-                        .set_state = fake_set_state, .batch_free = fake_batch_free};
+    rt_train_data td = {.ctx = &fd,
+                        .batches_per_epoch = 1000,
+                        .next = fake_next,
+                        .get_state = fake_get_state,
+                        .set_state = fake_set_state,
+                        .batch_free = fake_batch_free};
     rt_train_result res;
     TZ_EXPECT(rt_train(&o, &tm, &td, NULL, ckpt_train_io(), &res) == RT_ERR_RUNTIME &&
                   strstr(rt_error_message(), "gradient norm is inf at step 1") != NULL,

@@ -95,8 +95,8 @@ static void check_gemm(rt_backend *be, bool ta, bool tb, int batch) {
     const lt_layout_dims la = lt_dims_a(&x), lb = lt_dims_b(&x), lc = lt_dims_c(&x);
     TZ_EXPECT(la.rows == b_cols && la.cols == b_rows && la.ld == ldb && lb.rows == a_cols && lb.cols == a_rows &&
                   lb.ld == lda && lc.rows == N && lc.cols == M && lc.ld == ldc,
-              "%s: layouts A %dx%d/%lld, B %dx%d/%lld, C %dx%d/%lld", what, la.rows, la.cols, (long long)la.ld,
-              lb.rows, lb.cols, (long long)lb.ld, lc.rows, lc.cols, (long long)lc.ld);
+              "%s: layouts A %dx%d/%lld, B %dx%d/%lld, C %dx%d/%lld", what, la.rows, la.cols, (long long)la.ld, lb.rows,
+              lb.cols, (long long)lb.ld, lc.rows, lc.cols, (long long)lc.ld);
     free(A);
     free(B);
     free(C);
@@ -118,8 +118,10 @@ static void check_linear(rt_backend *be, bool bias, bool act) {
     snprintf(what, sizeof what, "linear_fwd bias %d act %d", bias, act);
     TZ_EXPECT(fused == (!act || bias), "%s: fused %d", what, fused);
     if (fused) {
-        TZ_EXPECT(x.epilogue == (act ? LT_EPI_GELU_AUX_BIAS : bias ? LT_EPI_BIAS : LT_EPI_DEFAULT), "%s: epilogue %d",
-                  what, (int)x.epilogue);
+        TZ_EXPECT(x.epilogue == (act    ? LT_EPI_GELU_AUX_BIAS
+                                 : bias ? LT_EPI_BIAS
+                                        : LT_EPI_DEFAULT),
+                  "%s: epilogue %d", what, (int)x.epilogue);
         lt_emulate(&x);
         tz_check_close(what, act ? out : pre, act ? want_out : want_pre, NR * OUT, TOL, TOL);
         if (act) tz_check_close("linear_fwd's kept pre-activation (aux)", pre, want_pre, NR * OUT, TOL, TOL);
@@ -210,12 +212,12 @@ static void check_batch_pack(void) {
         int rows, cols, ld, batch, stride;
         bool side_by_side;
     } cases[] = {
-        {8, 5, 96, 4, 8, true},    /* q's 4 heads of 8 in a fused qkv buffer (rows of 3 x 32) */
-        {8, 5, 32, 4, 8, true},    /* heads filling the leading dimension exactly */
-        {6, 4, 7, 3, 28, false},   /* matrices one after another (stride = cols x ld) */
-        {6, 4, 6, 2, 30, false},   /* with a gap between them */
-        {5, 3, 9, 1, 0, true},     /* a batch of one */
-        {4, 3, 20, 3, 0, true},    /* a broadcast operand (stride 0) */
+        {8, 5, 96, 4, 8, true},  /* q's 4 heads of 8 in a fused qkv buffer (rows of 3 x 32) */
+        {8, 5, 32, 4, 8, true},  /* heads filling the leading dimension exactly */
+        {6, 4, 7, 3, 28, false}, /* matrices one after another (stride = cols x ld) */
+        {6, 4, 6, 2, 30, false}, /* with a gap between them */
+        {5, 3, 9, 1, 0, true},   /* a batch of one */
+        {4, 3, 20, 3, 0, true},  /* a broadcast operand (stride 0) */
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         const lt_layout_dims d = {cases[t].rows, cases[t].cols, cases[t].ld};
@@ -223,7 +225,8 @@ static void check_batch_pack(void) {
         const lt_batch_pack p = lt_batch_pack_of(d, batch, stride);
         TZ_EXPECT((p.width > 1 || d.cols == 1) == cases[t].side_by_side, "case %zu: packed as %s", t,
                   p.width > 1 ? "side by side" : "a span");
-        const size_t src_n = (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
+        const size_t src_n =
+            (size_t)(batch - 1) * (size_t)stride + (size_t)(d.cols - 1) * (size_t)d.ld + (size_t)d.rows;
         float *src = rt_xmalloc(src_n * sizeof(float)),
               *packed = rt_xmalloc((size_t)(p.height * p.width) * sizeof(float));
         for (size_t i = 0; i < src_n; i++) src[i] = (float)i;

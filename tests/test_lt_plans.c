@@ -54,11 +54,11 @@ static void test_keys(void) {
     lt_plan_key v[VARIANTS];
     int nv = 0;
     lt_call y;
-#define VARY(stmt)                                                                             \
-    do {                                                                                       \
-        y = x;                                                                                 \
-        stmt;                                                                                  \
-        v[nv++] = lt_plan_key_of(&y, 14, ALIGN);                                               \
+#define VARY(stmt)                               \
+    do {                                         \
+        y = x;                                   \
+        stmt;                                    \
+        v[nv++] = lt_plan_key_of(&y, 14, ALIGN); \
     } while (0)
     VARY(y.m = 49);
     VARY(y.n = 33);
@@ -89,7 +89,8 @@ static void test_keys(void) {
     TZ_EXPECT(nv == VARIANTS, "%d variants", nv);
     for (int i = 0; i < nv; i++) {
         TZ_EXPECT(memcmp(&v[i], &k0, sizeof k0) != 0, "variant %d has the base call's key", i);
-        for (int j = 0; j < i; j++) TZ_EXPECT(memcmp(&v[i], &v[j], sizeof k0) != 0, "variants %d and %d share a key", i, j);
+        for (int j = 0; j < i; j++)
+            TZ_EXPECT(memcmp(&v[i], &v[j], sizeof k0) != 0, "variants %d and %d share a key", i, j);
     }
     /* the D alignment (the fourth) is C's in every call; a change of it alone must still count */
     uint32_t a4[4] = {256, 256, 16, 8};

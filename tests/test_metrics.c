@@ -58,13 +58,20 @@ static void check_multilabel(const golden_case *c, const char *metric, double wa
     }
     const metric_multilabel_scores s = metric_multilabel(p, t, n, C);
     int k;
-    if (strcmp(metric, "f1_micro") == 0) check_value(c, metric, s.f1_micro, want);
-    else if (strcmp(metric, "f1_macro") == 0) check_value(c, metric, s.f1_macro, want);
-    else if (strcmp(metric, "exact_match") == 0) check_value(c, metric, s.exact_match, want);
-    else if (sscanf(metric, "precision_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).precision, want);
-    else if (sscanf(metric, "recall_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).recall, want);
-    else if (sscanf(metric, "f1_%d", &k) == 1) check_value(c, metric, metric_multilabel_class(p, t, n, C, k).f1, want);
-    else TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
+    if (strcmp(metric, "f1_micro") == 0)
+        check_value(c, metric, s.f1_micro, want);
+    else if (strcmp(metric, "f1_macro") == 0)
+        check_value(c, metric, s.f1_macro, want);
+    else if (strcmp(metric, "exact_match") == 0)
+        check_value(c, metric, s.exact_match, want);
+    else if (sscanf(metric, "precision_%d", &k) == 1)
+        check_value(c, metric, metric_multilabel_class(p, t, n, C, k).precision, want);
+    else if (sscanf(metric, "recall_%d", &k) == 1)
+        check_value(c, metric, metric_multilabel_class(p, t, n, C, k).recall, want);
+    else if (sscanf(metric, "f1_%d", &k) == 1)
+        check_value(c, metric, metric_multilabel_class(p, t, n, C, k).f1, want);
+    else
+        TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
     free(p);
     free(t);
 }
@@ -102,14 +109,22 @@ static void check_metric(golden_case *c, const char *metric, double want) {
         p[i] = (int32_t)c->pred[i];
         l[i] = (int32_t)c->ref[i];
     }
-    if (strcmp(metric, "accuracy") == 0) check_value(c, metric, metric_accuracy(p, l, n), want);
-    else if (strcmp(metric, "f1") == 0) check_value(c, metric, metric_f1_binary(p, l, n), want);
-    else if (strcmp(metric, "mcc") == 0) check_value(c, metric, metric_mcc_binary(p, l, n), want);
-    else if (strcmp(metric, "f1_macro") == 0) check_value(c, metric, metric_f1_macro(p, l, n, class_count(p, l, n)), want);
-    else if (sscanf(metric, "precision_%d", &k) == 1) check_value(c, metric, metric_class_score(p, l, n, k).precision, want);
-    else if (sscanf(metric, "recall_%d", &k) == 1) check_value(c, metric, metric_class_score(p, l, n, k).recall, want);
-    else if (sscanf(metric, "f1_%d", &k) == 1) check_value(c, metric, metric_f1_class(p, l, n, k), want);
-    else TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
+    if (strcmp(metric, "accuracy") == 0)
+        check_value(c, metric, metric_accuracy(p, l, n), want);
+    else if (strcmp(metric, "f1") == 0)
+        check_value(c, metric, metric_f1_binary(p, l, n), want);
+    else if (strcmp(metric, "mcc") == 0)
+        check_value(c, metric, metric_mcc_binary(p, l, n), want);
+    else if (strcmp(metric, "f1_macro") == 0)
+        check_value(c, metric, metric_f1_macro(p, l, n, class_count(p, l, n)), want);
+    else if (sscanf(metric, "precision_%d", &k) == 1)
+        check_value(c, metric, metric_class_score(p, l, n, k).precision, want);
+    else if (sscanf(metric, "recall_%d", &k) == 1)
+        check_value(c, metric, metric_class_score(p, l, n, k).recall, want);
+    else if (sscanf(metric, "f1_%d", &k) == 1)
+        check_value(c, metric, metric_f1_class(p, l, n, k), want);
+    else
+        TZ_EXPECT(0, "%s: unknown metric %s", c->name, metric);
     free(p);
     free(l);
 }

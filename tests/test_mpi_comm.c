@@ -39,8 +39,8 @@ static void expect_same_on_all_ranks(rt_comm *w, const char *what, const float *
     float *all = rt_xmalloc((size_t)w->size * n * sizeof(float));
     TZ_EXPECT_OK(w->ops->all_gather(w->ctx, all, x, n));
     for (int r = 1; r < w->size; r++)
-        TZ_EXPECT(memcmp(all, all + (size_t)r * n, n * sizeof(float)) == 0, "%s: rank %d's bits differ from rank 0's", what,
-                  r);
+        TZ_EXPECT(memcmp(all, all + (size_t)r * n, n * sizeof(float)) == 0, "%s: rank %d's bits differ from rank 0's",
+                  what, r);
     free(all);
 }
 
@@ -90,7 +90,8 @@ static void test_ops(rt_comm *w, bool chunked) {
     TZ_EXPECT_OK(w->ops->all_reduce(w->ctx, &one, 1, RT_REDUCE_SUM));
     TZ_EXPECT(one == (float)n, "a blocking all-reduce among started ones: %g", one);
     for (int k = 0; k < 3; k++) TZ_EXPECT_OK(rt_comm_wait(w, req[k]));
-    TZ_EXPECT(memcmp(ag1, ag, (size_t)n * chunk * sizeof(float)) == 0, "started all_gather differs from the blocking one");
+    TZ_EXPECT(memcmp(ag1, ag, (size_t)n * chunk * sizeof(float)) == 0,
+              "started all_gather differs from the blocking one");
     TZ_EXPECT(memcmp(ag2, ag, (size_t)n * chunk * sizeof(float)) == 0, "started all_gather in place differs");
     TZ_EXPECT(memcmp(ar, sum, sizeof ar) == 0, "started all_reduce differs from the blocking one");
 
@@ -114,8 +115,8 @@ static void test_grid(rt_comm *w, int tp) {
     TZ_EXPECT_OK(g.dp->ops->all_reduce(g.dp->ctx, &d, 1, RT_REDUCE_SUM));
     for (int k = 0; k < tp; k++) t_ref += (float)(g.dp_rank * tp + k);
     for (int k = 0; k < w->size / tp; k++) d_ref += (float)(g.tp_rank + k * tp);
-    TZ_EXPECT(t == t_ref && d == d_ref, "rank %d: tp sum %g (expected %g), dp sum %g (expected %g)", w->rank, t, t_ref, d,
-              d_ref);
+    TZ_EXPECT(t == t_ref && d == d_ref, "rank %d: tp sum %g (expected %g), dp sum %g (expected %g)", w->rank, t, t_ref,
+              d, d_ref);
     rt_grid_free(&g);
     rt_grid bad;
     if (w->size % 3 != 0) TZ_EXPECT(rt_grid_init(w, 3, 1, &bad) == RT_ERR_CONFIG, "tp 3 accepted at world %d", w->size);
@@ -180,8 +181,8 @@ static void test_p2p(rt_comm *w, int *argc, char ***argv) {
             if (c->rank == 1) {
                 TZ_EXPECT(st == RT_ERR_RUNTIME, "p2p of %zu bytes received as %zu: got %s", sent, want,
                           rt_status_name(st));
-                TZ_EXPECT(strstr(rt_error_message(), k ? "which sent fewer" : "which sent more") != NULL,
-                          "message: %s", rt_error_message());
+                TZ_EXPECT(strstr(rt_error_message(), k ? "which sent fewer" : "which sent more") != NULL, "message: %s",
+                          rt_error_message());
             }
         }
         TZ_EXPECT_OK(w->ops->barrier(w->ctx));

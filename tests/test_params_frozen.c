@@ -64,8 +64,7 @@ static void check_zero_step(rt_backend *be, const rt_zero_opts *opts, const rt_a
     if (!z) goto done;
     /* one block (no numbered names): a and c (35 + a 13-float gap + 11), b and d (27 + 5 + 4) */
     TZ_EXPECT(opts->stage != 3 || (!q.param && z->shard == 59 && z->frozen_shard == 36),
-              "%s: the slab freed, shards of %zu and %zu floats (expected 59 and 36)", what, z->shard,
-              z->frozen_shard);
+              "%s: the slab freed, shards of %zu and %zu floats (expected 59 and 36)", what, z->shard, z->frozen_shard);
     TZ_EXPECT_OK(rt_zero_begin_step(z));
     set_grad(&q, "a");
     set_grad(&q, "c");
@@ -187,8 +186,11 @@ int main(void) {
               back.train_numel);
     rt_zero_free(z);
     /* every stage, offloaded or not, steps as the plain slab does */
-    const rt_zero_opts zs[] = {{.stage = 1, .offload_optimizer = true}, {.stage = 2, .offload_optimizer = true},
-                               {.stage = 3}, {.stage = 3, .offload_optimizer = true}, {.stage = 3, .offload_params = true}};
+    const rt_zero_opts zs[] = {{.stage = 1, .offload_optimizer = true},
+                               {.stage = 2, .offload_optimizer = true},
+                               {.stage = 3},
+                               {.stage = 3, .offload_optimizer = true},
+                               {.stage = 3, .offload_params = true}};
     for (size_t k = 0; k < sizeof zs / sizeof *zs; k++) check_zero_step(be, &zs[k], &hp);
     rt_params_free(&back);
     rt_params_free(&p);

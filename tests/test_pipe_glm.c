@@ -50,8 +50,12 @@ static void make_tasks(glm_head_kind kind) {
             h->label[r] = (r + k) % 4 == 3 ? -100 : (r + k) % (kind == GLM_HEAD_CHOICE ? 2 : K);
         }
         g_t[k] = (glm_task){.in = {.B = B, .T = T, .ids = h->ids, .pos = h->pos, .block_pos = h->bpos, .sep = h->sep},
-                            .kind = kind, .labels = h->labels, .at = h->at, .cand = h->cand,
-                            .K = kind == GLM_HEAD_CHOICE ? 2 : K, .label = h->label};
+                            .kind = kind,
+                            .labels = h->labels,
+                            .at = h->at,
+                            .cand = h->cand,
+                            .K = kind == GLM_HEAD_CHOICE ? 2 : K,
+                            .label = h->label};
     }
 }
 
@@ -140,8 +144,7 @@ static void check(glm_head_kind kind, int P, int M) {
     TZ_EXPECT_OK(tz_run_ranks(P, 20.0, run_stage, runs, sizeof *runs));
     int compared = 0;
     for (int s = 0; s < P; s++) {
-        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
-                  runs[s].msg);
+        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s, runs[s].msg);
         compared += runs[s].compared;
         for (int k = 0; k < 2; k++)
             TZ_EXPECT(runs[s].eval_loss[k] == g_eval_loss[k] &&

@@ -42,8 +42,14 @@ static void make_batches(void) {
             }
             h->lengths[r] = len, h->labels[r] = (r + k) % 2, h->index[r] = r;
         }
-        g_b[k] = (rt_batch){.B = B, .T = T, .input_ids = h->ids, .attention_mask = h->mask, .lengths = h->lengths,
-                            .labels = h->labels, .example_index = h->index, .n_targets = B};
+        g_b[k] = (rt_batch){.B = B,
+                            .T = T,
+                            .input_ids = h->ids,
+                            .attention_mask = h->mask,
+                            .lengths = h->lengths,
+                            .labels = h->labels,
+                            .example_index = h->index,
+                            .n_targets = B};
     }
 }
 
@@ -204,7 +210,8 @@ static void check_stage_layouts(void) {
               "pp 3 of 4 layers: %s", rt_error_message());
     TZ_EXPECT(m == NULL, "a refused model was returned");
     c.num_labels = 0;
-    for (int s = 0; s < 2; s++) TZ_EXPECT_OK(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), two[s], 4, 2, 8, 1, &ends[s]));
+    for (int s = 0; s < 2; s++)
+        TZ_EXPECT_OK(gpt2_model_init_stage(&c, g_ref_be, rt_comm_self(), two[s], 4, 2, 8, 1, &ends[s]));
     if (ends[0] && ends[1]) {
         rt_params *p0 = gpt2_model_params(ends[0]), *p1 = gpt2_model_params(ends[1]);
         const int i0 = rt_params_find(p0, "wte.weight"), i1 = rt_params_find(p1, "wte.weight");

@@ -126,8 +126,7 @@ static void check(int P, int M) {
     TZ_EXPECT_OK(tz_run_ranks(P, 20.0, run_stage, runs, sizeof *runs));
     int compared = 0;
     for (int s = 0; s < P; s++) {
-        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s,
-                  runs[s].msg);
+        TZ_EXPECT(runs[s].mismatched == 0, "%s pp %d M %d stage %d: %s", name, P, M, s, runs[s].msg);
         compared += runs[s].compared;
         TZ_EXPECT(runs[s].eval_loss == g_eval_loss, "%s pp %d stage %d: evaluation %.17g, whole model %.17g", name, P,
                   s, runs[s].eval_loss, g_eval_loss);
@@ -138,8 +137,8 @@ static void check(int P, int M) {
     const size_t n_shared = q->specs[rt_params_find(q, "shared.weight")].numel;
     for (int s = 1; s < P; s++)
         if (runs[s].shared_grad)
-            TZ_EXPECT(runs[0].shared_grad && memcmp(runs[0].shared_grad, runs[s].shared_grad,
-                                                     n_shared * sizeof(float)) == 0,
+            TZ_EXPECT(runs[0].shared_grad &&
+                          memcmp(runs[0].shared_grad, runs[s].shared_grad, n_shared * sizeof(float)) == 0,
                       "%s pp %d: stage %d's copy of shared has another gradient than stage 0's", name, P, s);
     TZ_EXPECT(runs[P - 1].loss == want && want > 0, "%s pp %d M %d: loss %.17g, whole model %.17g", name, P, M,
               runs[P - 1].loss, want);

@@ -103,8 +103,18 @@ static int case_bias_add(rt_backend *be, const op_inputs *in, op_out *o) {
 }
 
 /* q, k, v are views into one fused (N, 3C) buffer, as the models call it. */
-static const rt_attn_desc attn = {.B = B, .NH = NH, .Tq = T, .Tk = T, .HS = HS, .ldq = 3 * C, .ldk = 3 * C,
-                                  .ldv = 3 * C, .ldo = C, .scale = 0.5f, .causal = true, .key_mask = NULL};
+static const rt_attn_desc attn = {.B = B,
+                                  .NH = NH,
+                                  .Tq = T,
+                                  .Tk = T,
+                                  .HS = HS,
+                                  .ldq = 3 * C,
+                                  .ldk = 3 * C,
+                                  .ldv = 3 * C,
+                                  .ldo = C,
+                                  .scale = 0.5f,
+                                  .causal = true,
+                                  .key_mask = NULL};
 
 static int case_attention(rt_backend *be, const op_inputs *in, op_out *o) {
     rt_attn_desc d = attn;
@@ -127,16 +137,17 @@ static int case_rows(rt_backend *be, const op_inputs *in, op_out *o) {
     rt_gather_rows(be, gath, in->x, in->rows, B, C);
     rt_relbias_fwd(be, bias, in->w, in->buckets, NH, T, T, 8);
     o[0] = (op_out){"embedding out", emb, N * C, true, 0}, o[1] = (op_out){"embedding dtable", dtab, V * C, false, 0};
-    o[2] = (op_out){"gather_rows out", gath, B * C, true, 0}, o[3] = (op_out){"relbias bias", bias, NH * T * T, true, 0};
+    o[2] = (op_out){"gather_rows out", gath, B * C, true, 0},
+    o[3] = (op_out){"relbias bias", bias, NH * T * T, true, 0};
     return 4;
 }
 
 static int case_xent(rt_backend *be, const op_inputs *in, op_out *o) {
-    float *loss = fresh(N), *dl = copy_of(in->g, N * V), *stats = fresh(3 * N), *loss2 = fresh(N),
-          *dl2 = fresh(N * V);
+    float *loss = fresh(N), *dl = copy_of(in->g, N * V), *stats = fresh(3 * N), *loss2 = fresh(N), *dl2 = fresh(N * V);
     rt_softmax_xent(be, loss, dl, NULL, dl, in->targets, N, V, 1000.0f);
     for (int ph = 0; ph < 3; ph++) rt_xent_vocab(be, ph, stats, loss2, dl2, in->g, in->targets, N, V, 0, 1000.0f);
-    o[0] = (op_out){"softmax_xent loss", loss, N, false, 0}, o[1] = (op_out){"softmax_xent dlogits", dl, N * V, true, 0};
+    o[0] = (op_out){"softmax_xent loss", loss, N, false, 0},
+    o[1] = (op_out){"softmax_xent dlogits", dl, N * V, true, 0};
     o[2] = (op_out){"xent_vocab loss", loss2, N, false, 0}, o[3] = (op_out){"xent_vocab dlogits", dl2, N * V, true, 0};
     free(stats);
     return 4;
@@ -165,9 +176,15 @@ static int case_gemm(rt_backend *be, const op_inputs *in, op_out *o) {
 static const struct {
     const char *name;
     op_case run;
-} cases[] = {{"layernorm", case_layernorm}, {"rmsnorm", case_rmsnorm},   {"act", case_act},
-             {"gated_act", case_gated},     {"bias/add", case_bias_add}, {"attention", case_attention},
-             {"rows", case_rows},           {"xent", case_xent},         {"dropout/clamp", case_dropout_clamp},
+} cases[] = {{"layernorm", case_layernorm},
+             {"rmsnorm", case_rmsnorm},
+             {"act", case_act},
+             {"gated_act", case_gated},
+             {"bias/add", case_bias_add},
+             {"attention", case_attention},
+             {"rows", case_rows},
+             {"xent", case_xent},
+             {"dropout/clamp", case_dropout_clamp},
              {"gemm", case_gemm}};
 
 static void make_inputs(op_inputs *in) {
@@ -223,15 +240,28 @@ static void check_probs16(rt_backend *be) {
     int32_t *dprefix = NULL;
     TZ_EXPECT_OK(rt_backend_alloc(be, sizeof prefix, "prefix", (void **)&dprefix));
     memcpy(dprefix, prefix, sizeof prefix);
-    const rt_attn_desc base = {.B = PB, .NH = PNH, .Tq = PT, .Tk = PT, .HS = PHS, .ldq = 3 * PC, .ldk = 3 * PC,
-                               .ldv = 3 * PC, .ldo = PC, .scale = 0.25f, .dropout_p = 0.2f, .seed = 5, .stream = 9};
+    const rt_attn_desc base = {.B = PB,
+                               .NH = PNH,
+                               .Tq = PT,
+                               .Tk = PT,
+                               .HS = PHS,
+                               .ldq = 3 * PC,
+                               .ldk = 3 * PC,
+                               .ldv = 3 * PC,
+                               .ldo = PC,
+                               .scale = 0.25f,
+                               .dropout_p = 0.2f,
+                               .seed = 5,
+                               .stream = 9};
     for (int variant = 0; variant < 2; variant++)
         for (int k = 0; k < 2; k++) {
             const rt_dtype dtype = k ? RT_F16 : RT_BF16;
             TZ_EXPECT_OK(rt_set_precision(be, dtype));
             rt_attn_desc d = base;
-            if (variant) d.causal = true, d.prefix = dprefix;
-            else d.bias = bias;
+            if (variant)
+                d.causal = true, d.prefix = dprefix;
+            else
+                d.bias = bias;
             float *out[2], *dqkv[2], *dbias[2];
             void *probs[2];
             for (int w = 0; w < 2; w++) {

@@ -21,8 +21,8 @@ static const rt_opt opts[] = {
     {"device", RT_OPT_CHOICE, &o_dev, "cpu", NULL, "device", "cpu|cuda:N", 0, 0},
     {"resume", RT_OPT_FLAG, &o_flag, "false", NULL, "resume", NULL, 0, 0},
 };
-static const rt_args_spec spec = {.prog = "t", .summary = "test", .opts = opts, .n_opts = 5, .max_positional = 1,
-                                  .positional = "[FILE]"};
+static const rt_args_spec spec = {
+    .prog = "t", .summary = "test", .opts = opts, .n_opts = 5, .max_positional = 1, .positional = "[FILE]"};
 
 static rt_status parse(int argc, char **argv) {
     const char *pos[1];
@@ -122,7 +122,8 @@ static void test_sched(void) {
     rt_sched s;
     TZ_EXPECT_OK(rt_sched_init(&s, "linear", 1.0, 2, 10));
     double lin[] = {0.0, 0.5, 1.0, 7.0 / 8, 6.0 / 8, 5.0 / 8, 4.0 / 8, 3.0 / 8, 2.0 / 8, 1.0 / 8, 0.0, 0.0};
-    for (int i = 0; i < 12; i++) TZ_EXPECT(fabs(rt_sched_lr(&s, i) - lin[i]) < 1e-12, "linear %d: %g", i, rt_sched_lr(&s, i));
+    for (int i = 0; i < 12; i++)
+        TZ_EXPECT(fabs(rt_sched_lr(&s, i) - lin[i]) < 1e-12, "linear %d: %g", i, rt_sched_lr(&s, i));
     TZ_EXPECT_OK(rt_sched_init(&s, "cosine", 2.0, 0.1, 20)); /* fraction: ceil(0.1 * 20) = 2 steps */
     TZ_EXPECT(s.warmup_steps == 2, "warmup fraction -> %lld steps", (long long)s.warmup_steps);
     TZ_EXPECT(fabs(rt_sched_lr(&s, 1) - 1.0) < 1e-12, "cosine warmup");

@@ -38,8 +38,8 @@ static double json_num(const cJSON *obj, const char *key) { return json_item(obj
 
 /* |got - want| <= atol + rtol * |want| */
 static void expect_close(const char *what, const char *name, double got, double want, double atol, double rtol) {
-    TZ_EXPECT(fabs(got - want) <= atol + rtol * fabs(want), "%s %s: got %.17g, want %.17g (diff %.3g)", name, what,
-              got, want, got - want);
+    TZ_EXPECT(fabs(got - want) <= atol + rtol * fabs(want), "%s %s: got %.17g, want %.17g (diff %.3g)", name, what, got,
+              want, got - want);
 }
 
 /* A JSON array of strings (or nulls) as a C array (pointers into the JSON). */
@@ -329,8 +329,9 @@ static void test_rouge_real(const cJSON *real) {
             int64_t want[5] = {(int64_t)w[0], (int64_t)w[1], (int64_t)w[2], (int64_t)w[3], (int64_t)w[4]};
             int64_t have[5] = {c.target_len, c.prediction_len, c.overlap1, c.overlap2, c.lcs};
             if (memcmp(want, have, sizeof want) != 0 && bad_counts++ < 5)
-                fprintf(stderr, "pair %zu (%s): counts %lld %lld %lld %lld %lld, rouge_score %lld %lld %lld %lld %lld\n",
-                        i, key, (long long)have[0], (long long)have[1], (long long)have[2], (long long)have[3],
+                fprintf(stderr,
+                        "pair %zu (%s): counts %lld %lld %lld %lld %lld, rouge_score %lld %lld %lld %lld %lld\n", i,
+                        key, (long long)have[0], (long long)have[1], (long long)have[2], (long long)have[3],
                         (long long)have[4], (long long)want[0], (long long)want[1], (long long)want[2],
                         (long long)want[3], (long long)want[4]);
             /* rouge_score's formulas on its own counts (the generator checked that they give
@@ -435,9 +436,11 @@ static void expect_status(rt_status st, rt_status want, const char *needle, cons
 }
 
 static void test_invalid_input(void) {
-    static const char *const bad[] = {"\x80",         "abc\xC0\x80",     "x\xED\xA0\x80y", "\xF4\x90\x80\x80",
-                                      "\xF5\x80\x80\x80", "tail \xE6\x97", "\xFF ok",        "ok \xC3"};
-    static const char *const good[] = {"\xF0\x9F\x98\x80", "\xEF\xBF\xBF", "\xF4\x8F\xBF\xBF", "\xC2\x80", "\xED\x9F\xBF"};
+    static const char *const bad[] = {
+        "\x80",          "abc\xC0\x80", "x\xED\xA0\x80y", "\xF4\x90\x80\x80", "\xF5\x80\x80\x80",
+        "tail \xE6\x97", "\xFF ok",     "ok \xC3"};
+    static const char *const good[] = {"\xF0\x9F\x98\x80", "\xEF\xBF\xBF", "\xF4\x8F\xBF\xBF", "\xC2\x80",
+                                       "\xED\x9F\xBF"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *out = (char *)1;
         TZ_EXPECT(!rt_utf8_valid(bad[i], strlen(bad[i]), NULL), "bad UTF-8 case %zu accepted", i);
@@ -476,10 +479,33 @@ static void test_invalid_input(void) {
  * characters, Unicode spaces and invalid bytes: the result is OK exactly for valid UTF-8, and
  * then well formed. */
 static void test_random_strings(void) {
-    static const char *const pieces[] = {"a", "Z", "7", "0", ".", ",", "-", "-\n", "&amp;", "&quot;", "<skipped>",
-                                         " ", "\t", "\n", "\xC2\xA0", "\xE3\x80\x80", "\xC3\xA9", "\xE6\x9D\xB1",
-                                         "\xF0\x9F\x98\x80", "\xC4\xB0", "\xE2\x84\xAA", "'", "\"", "(", "$",
-                                         "running", "studies"};
+    static const char *const pieces[] = {"a",
+                                         "Z",
+                                         "7",
+                                         "0",
+                                         ".",
+                                         ",",
+                                         "-",
+                                         "-\n",
+                                         "&amp;",
+                                         "&quot;",
+                                         "<skipped>",
+                                         " ",
+                                         "\t",
+                                         "\n",
+                                         "\xC2\xA0",
+                                         "\xE3\x80\x80",
+                                         "\xC3\xA9",
+                                         "\xE6\x9D\xB1",
+                                         "\xF0\x9F\x98\x80",
+                                         "\xC4\xB0",
+                                         "\xE2\x84\xAA",
+                                         "'",
+                                         "\"",
+                                         "(",
+                                         "$",
+                                         "running",
+                                         "studies"};
     static const char *const invalid[] = {"\x80", "\xC3", "\xED\xA0\x80", "\xF8", "\xE2\x84"};
     const size_t n_pieces = sizeof pieces / sizeof *pieces, n_invalid = sizeof invalid / sizeof *invalid;
     uint64_t x = 0x9E3779B97F4A7C15ull;
@@ -505,8 +531,7 @@ static void test_random_strings(void) {
         if (st == RT_OK) {
             size_t tl = strlen(tok);
             TZ_EXPECT(rt_utf8_valid(tok, tl, NULL), "13a output not UTF-8");
-            TZ_EXPECT(tl == 0 || (tok[0] != ' ' && tok[tl - 1] != ' ' && !strstr(tok, "  ")), "13a spacing '%s'",
-                      tok);
+            TZ_EXPECT(tl == 0 || (tok[0] != ' ' && tok[tl - 1] != ' ' && !strstr(tok, "  ")), "13a spacing '%s'", tok);
             ok++;
         } else {
             rejected++;
@@ -515,8 +540,7 @@ static void test_random_strings(void) {
         st = metric_rouge_tokenize(buf, true, &rtok);
         TZ_EXPECT((st == RT_OK) == valid, "rouge status %s", rt_status_name(st));
         if (st == RT_OK) {
-            TZ_EXPECT(strspn(rtok, "abcdefghijklmnopqrstuvwxyz0123456789 ") == strlen(rtok), "rouge tokens '%s'",
-                      rtok);
+            TZ_EXPECT(strspn(rtok, "abcdefghijklmnopqrstuvwxyz0123456789 ") == strlen(rtok), "rouge tokens '%s'", rtok);
             metric_rouge_scores self;
             TZ_EXPECT_OK(metric_rouge_pair(buf, buf, true, &self));
             double want = rtok[0] ? 1.0 : 0.0;

@@ -34,8 +34,8 @@ static void vec_one(const char *text, size_t len, const tok_ids *want, void *vct
  * ids are SentencePiece's, whitespace-only inputs included (both give nothing). */
 static void test_vectors(const tok_tokenizer *t) {
     vec_ctx c = {t, 0};
-    size_t n = tzt_for_each_vector(VEC_INP, "tokenizer-test-vectors/glm-cog-pretrain.sentencepiece-0.1.97.out",
-                                   vec_one, &c);
+    size_t n =
+        tzt_for_each_vector(VEC_INP, "tokenizer-test-vectors/glm-cog-pretrain.sentencepiece-0.1.97.out", vec_one, &c);
     TZ_EXPECT(n == 46 && c.good == n, "glm vectors: %zu of %zu match", c.good, n);
 }
 
@@ -44,8 +44,9 @@ static void test_basics(const tok_tokenizer *t) {
     TZ_EXPECT(tok_vocab_size(t) == 50010, "vocab size %d", tok_vocab_size(t));
     TZ_EXPECT(tok_eos_id(t) == 50000 && tok_pad_id(t) == 50000 && tok_bos_id(t) == -1, "eos %d pad %d bos %d",
               tok_eos_id(t), tok_pad_id(t), tok_bos_id(t));
-    static const char *const names[] = {"<|endoftext|>", "[SEP]",          "[CLS]",   "[MASK]",  "[UNK]",
-                                        "[UNUSED50005]", "<|startofpiece|>", "<|endofpiece|>", "[sMASK]", "[gMASK]"};
+    static const char *const names[] = {
+        "<|endoftext|>",    "[SEP]",          "[CLS]",   "[MASK]", "[UNK]", "[UNUSED50005]",
+        "<|startofpiece|>", "<|endofpiece|>", "[sMASK]", "[gMASK]"};
     for (int i = 0; i < 10; i++) {
         const char *p = tok_id_to_piece(t, 50000 + i);
         TZ_EXPECT(p && strcmp(p, names[i]) == 0, "id %d is %s", 50000 + i, p ? p : "(null)");
@@ -104,8 +105,8 @@ static void test_basics(const tok_tokenizer *t) {
 static void test_extra(const tok_tokenizer *t) {
     size_t n = 0, dec = 0;
     size_t good = tzt_check_extra_file(t, "tests/golden/tok/glm_extra.tsv", "glm extra", tok_encode, &n, &dec);
-    TZ_EXPECT(n == 300 && good == n && dec == n, "glm extra: %zu ids and %zu decodes of %zu match FlagAI", good,
-              dec, n);
+    TZ_EXPECT(n == 300 && good == n && dec == n, "glm extra: %zu ids and %zu decodes of %zu match FlagAI", good, dec,
+              n);
 }
 
 /* glm_decode.tsv: random id runs (pieces, <unk>, <s>, </s>, <n>, command tokens) and DecodeIds. */
@@ -144,8 +145,7 @@ static void test_alt_layouts(void) {
         snprintf(cfg, sizeof cfg,
                  "{\"tokenizer_class\": \"GLMLargeChTokenizer\", \"add_block_symbols\": %s, \"add_task_mask\": %s, "
                  "\"add_decoder_mask\": %s, \"fix_command_token\": %s}",
-                 block ? "true" : "false", task ? "true" : "false", decoder ? "true" : "false",
-                 fix ? "true" : "false");
+                 block ? "true" : "false", task ? "true" : "false", decoder ? "true" : "false", fix ? "true" : "false");
         size_t len = tzt_unhex(t1 + 1, (size_t)(t2 - t1 - 1), text);
         tzt_parse_ids(t2 + 1, &want);
         tok_tokenizer *t = tzt_load_ok(glm_dir(cfg));

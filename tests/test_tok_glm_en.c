@@ -20,12 +20,12 @@
 static void test_basics(const tok_tokenizer *t) {
     TZ_EXPECT(strcmp(tok_kind_name(t), "glm-en-wordpiece") == 0, "kind %s", tok_kind_name(t));
     TZ_EXPECT(tok_vocab_size(t) == 30526, "vocab size %d (FlagAI's len(tokenizer): 30526)", tok_vocab_size(t));
-    TZ_EXPECT(tok_eos_id(t) == 0 && tok_pad_id(t) == 0 && tok_bos_id(t) == -1, "eos %d pad %d bos %d",
-              tok_eos_id(t), tok_pad_id(t), tok_bos_id(t));
+    TZ_EXPECT(tok_eos_id(t) == 0 && tok_pad_id(t) == 0 && tok_bos_id(t) == -1, "eos %d pad %d bos %d", tok_eos_id(t),
+              tok_pad_id(t), tok_bos_id(t));
     /* FlagAI's command tokens: {'pad': 0, 'cls': 101, 'mask': 103, 'unk': 100, 'sep': 102, 'eos': 0,
      * 'sop': 30522, 'eop': 30523, 'gMASK': 30524, 'sMASK': 30525} */
-    static const char *const names[] = {"[PAD]",           "[UNK]",          "[CLS]",   "[SEP]",  "[MASK]",
-                                        "<|startofpiece|>", "<|endofpiece|>", "[gMASK]", "[sMASK]"};
+    static const char *const names[] = {"[PAD]",          "[UNK]",   "[CLS]",  "[SEP]", "[MASK]", "<|startofpiece|>",
+                                        "<|endofpiece|>", "[gMASK]", "[sMASK]"};
     static const int32_t ids[] = {0, 100, 101, 102, 103, 30522, 30523, 30524, 30525};
     for (int i = 0; i < 9; i++) {
         const char *p = tok_id_to_piece(t, ids[i]);
@@ -86,10 +86,9 @@ static void test_basics(const tok_tokenizer *t) {
 /* glm_en_extra.tsv: hex input, FlagAI's EncodeAsIds, hex of its DecodeIds of those ids. */
 static void test_extra(const tok_tokenizer *t) {
     size_t n = 0, dec = 0;
-    size_t good =
-        tzt_check_extra_file(t, "tests/golden/tok/glm_en_extra.tsv", "glm-en extra", tok_encode, &n, &dec);
-    TZ_EXPECT(n == 264 && good == n && dec == n, "glm-en extra: %zu ids and %zu decodes of %zu match FlagAI", good,
-              dec, n);
+    size_t good = tzt_check_extra_file(t, "tests/golden/tok/glm_en_extra.tsv", "glm-en extra", tok_encode, &n, &dec);
+    TZ_EXPECT(n == 264 && good == n && dec == n, "glm-en extra: %zu ids and %zu decodes of %zu match FlagAI", good, dec,
+              n);
 }
 
 /* glm_en_decode.tsv: random id runs (pieces, "##" pieces, command tokens) and DecodeIds. */

@@ -15,7 +15,7 @@
 #include "tokenizers/tok.h"
 #include "tokenizers/tok_spm.h"
 
-#define T5_MODEL "t5-spiece/spiece.model" /* under assets/ */
+#define T5_MODEL "t5-spiece/spiece.model"                          /* under assets/ */
 #define VEC_INP "tokenizer-test-vectors/ggml-vocab-gpt-2.gguf.inp" /* the three .inp files are one */
 
 /* ---- the wrapper on its own ---- */
@@ -51,8 +51,7 @@ static void test_wrapper(void) {
     if (!m) return;
     TZ_EXPECT(tok_spm_piece_count(m) == 32000, "t5 pieces %d", tok_spm_piece_count(m));
     TZ_EXPECT(tok_spm_unk_id(m) == 2 && tok_spm_bos_id(m) == -1 && tok_spm_eos_id(m) == 1 && tok_spm_pad_id(m) == 0,
-              "t5 special ids %d %d %d %d", tok_spm_unk_id(m), tok_spm_bos_id(m), tok_spm_eos_id(m),
-              tok_spm_pad_id(m));
+              "t5 special ids %d %d %d %d", tok_spm_unk_id(m), tok_spm_bos_id(m), tok_spm_eos_id(m), tok_spm_pad_id(m));
     TZ_EXPECT(tok_spm_piece_type(m, 0) == TOK_SPM_CONTROL && tok_spm_piece_type(m, 1) == TOK_SPM_CONTROL &&
                   tok_spm_piece_type(m, 2) == TOK_SPM_UNKNOWN && tok_spm_piece_type(m, 3) == TOK_SPM_NORMAL,
               "t5 piece types");
@@ -351,8 +350,7 @@ static void test_loaders(void) {
     /* special_tokens_map.json lists 100 sentinels (which must agree with extra_ids) and one more
      * token, which takes the first id after added_tokens.json's */
     char list[4096] = "{\"eos_token\": \"</s>\", \"additional_special_tokens\": [";
-    for (int i = 0; i < 100; i++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "\"<extra_id_%d>\", ", i);
+    for (int i = 0; i < 100; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "\"<extra_id_%d>\", ", i);
     strcat(list, "{\"content\": \"<hl>\"}]}");
     tz_write_file(map, list, strlen(list));
     tok_tokenizer *bad = NULL;

@@ -218,8 +218,8 @@ static void test_pairs(const tok_tokenizer *t) {
     TZ_EXPECT_OK(tok_encode_pair(t, "Hello", NULL, &ids));
     TZ_EXPECT(ids.n == 3 && ids.ids[0] == 101 && ids.ids[1] == 7592 && ids.ids[2] == 102, "single ids");
     tok_ids_free(&ids);
-    TZ_EXPECT(tok_bos_id(t) == 101 && tok_eos_id(t) == 102 && tok_pad_id(t) == 0, "special ids %d %d %d",
-              tok_bos_id(t), tok_eos_id(t), tok_pad_id(t));
+    TZ_EXPECT(tok_bos_id(t) == 101 && tok_eos_id(t) == 102 && tok_pad_id(t) == 0, "special ids %d %d %d", tok_bos_id(t),
+              tok_eos_id(t), tok_pad_id(t));
     TZ_EXPECT(strcmp(tok_kind_name(t), "bert-wordpiece") == 0, "kind %s", tok_kind_name(t));
     TZ_EXPECT(tok_vocab_size(t) == 30522 && tok_piece_to_id(t, "[MASK]") == 103 &&
                   strcmp(tok_id_to_piece(t, 2088), "world") == 0,
@@ -227,8 +227,8 @@ static void test_pairs(const tok_tokenizer *t) {
 
     data_pair_template tp;
     TZ_EXPECT_OK(data_pair_template_detect(t, &tp));
-    TZ_EXPECT(tp.n_prefix == 1 && tp.prefix[0] == 101 && tp.n_middle == 1 && tp.middle[0] == 102 &&
-                  tp.n_suffix == 1 && tp.suffix[0] == 102 && tp.n_single_suffix == 1,
+    TZ_EXPECT(tp.n_prefix == 1 && tp.prefix[0] == 101 && tp.n_middle == 1 && tp.middle[0] == 102 && tp.n_suffix == 1 &&
+                  tp.suffix[0] == 102 && tp.n_single_suffix == 1,
               "BERT template detected");
 
     enum { N = 200 };

@@ -42,9 +42,9 @@ typedef struct {
 /* What rank 0 reports back (other ranks only their status). */
 typedef struct {
     float logits[B * 2], loss;
-    int n;                       /* parameters */
+    int n; /* parameters */
     char names[MAX_PARAMS][RT_PARAM_NAME_MAX];
-    float *grads[MAX_PARAMS];    /* full tensors, our [out, in] layout */
+    float *grads[MAX_PARAMS]; /* full tensors, our [out, in] layout */
     size_t numel[MAX_PARAMS];
     int conv[MAX_PARAMS];
     int64_t rows[MAX_PARAMS], cols[MAX_PARAMS];
@@ -56,9 +56,9 @@ typedef struct {
     rt_comm *comm;
     const tp_batch *batch;
     const char *dir;
-    int dropout;    /* 0: golden run; 1: dropout run */
+    int dropout;           /* 0: golden run; 1: dropout run */
     const char *state_dir; /* golden run: tp = 1 saves its state after each step here, tp > 1 loads it */
-    tp_result *res; /* rank 0 only */
+    tp_result *res;        /* rank 0 only */
     rt_status st;
     char msg[512];
 } tp_rank_arg;
@@ -108,9 +108,15 @@ static rt_status rank_run(tp_rank_arg *a) {
     rt_comm *tp = a->comm;
     tp_result *res = tp->rank == 0 ? a->res : NULL;
     const tp_batch *tb = a->batch;
-    rt_batch batch = {.B = B, .T = T, .input_ids = (int32_t *)tb->ids, .attention_mask = (int32_t *)tb->mask,
-                      .lengths = (int32_t *)tb->lengths, .labels = (int32_t *)tb->labels,
-                      .example_index = (int32_t *)tb->index, .n_targets = B, .n_tokens = 0};
+    rt_batch batch = {.B = B,
+                      .T = T,
+                      .input_ids = (int32_t *)tb->ids,
+                      .attention_mask = (int32_t *)tb->mask,
+                      .lengths = (int32_t *)tb->lengths,
+                      .labels = (int32_t *)tb->labels,
+                      .example_index = (int32_t *)tb->index,
+                      .n_targets = B,
+                      .n_tokens = 0};
     rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
     double loss_sum = 0, norm = 0;
 
@@ -120,8 +126,8 @@ static rt_status rank_run(tp_rank_arg *a) {
     if (a->dropout) cfg.embd_pdrop = cfg.resid_pdrop = cfg.attn_pdrop = 0.1f;
     RT_TRY(gpt2_model_init(&cfg, be, tp, B, T, 7, &m));
     snprintf(path, sizeof path, "%s/model.safetensors", a->dir);
-    RT_TRY(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, tp->rank, tp->size, NULL,
-                        &rep));
+    RT_TRY(ckpt_load_hf(path, &ckpt_map_gpt2, gpt2_model_params(m), cfg.vocab_size, cfg.n_head, tp->rank, tp->size,
+                        NULL, &rep));
     if (rep.missing || rep.unused)
         RT_FAIL(RT_ERR_FORMAT, "rank %d: %d missing (%s), %d unused", tp->rank, rep.missing, rep.first_missing,
                 rep.unused);
@@ -192,8 +198,8 @@ static int run_tp(int tp, const tp_batch *batch, const char *dir, int dropout, c
     TZ_EXPECT_OK(rt_comm_threads_create(tp, 30.0, comms));
     if (!comms[0]) return 0;
     for (int r = 0; r < tp; r++) {
-        args[r] = (tp_rank_arg){.comm = comms[r], .batch = batch, .dir = dir, .dropout = dropout,
-                                .state_dir = state_dir, .res = res};
+        args[r] = (tp_rank_arg){
+            .comm = comms[r], .batch = batch, .dir = dir, .dropout = dropout, .state_dir = state_dir, .res = res};
         TZ_EXPECT(pthread_create(&th[r], NULL, rank_main, &args[r]) == 0, "pthread_create rank %d", r);
     }
     int ok = 1;
@@ -311,8 +317,8 @@ int main(void) {
             tz_check_close("dropout tp=2 vs tp=1 losses", r2.drop_losses, r1.drop_losses, DROP_STEPS, 1e-5f, 0);
             float nodrop = 0;
             TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "loss", &nodrop, 1));
-            TZ_EXPECT(fabsf(r1.drop_losses[0] - nodrop) > 1e-4f, "dropout had no effect (%g vs %g)",
-                      r1.drop_losses[0], nodrop);
+            TZ_EXPECT(fabsf(r1.drop_losses[0] - nodrop) > 1e-4f, "dropout had no effect (%g vs %g)", r1.drop_losses[0],
+                      nodrop);
         }
     }
     ckpt_safetensors_close(g);

@@ -68,8 +68,8 @@ static rt_status fwd_bwd(void *ctx, const rt_batch *b, uint64_t seed, int64_t st
     if (step == a->fail_at) return rt_errorf(RT_ERR_RUNTIME, "simulated crash at step %lld", (long long)step);
     if (step == HALF + 1 && micro == 0) { /* the weights after step HALF + 1, the first after a resume */
         run_result *r = a->comm->rank == 0 ? a->res : NULL;
-        rt_status st = gather_weights(gpt2_model_params(a->m), a->comm, r ? &r->weights5 : NULL,
-                                      r ? &r->n_weights5 : NULL);
+        rt_status st =
+            gather_weights(gpt2_model_params(a->m), a->comm, r ? &r->weights5 : NULL, r ? &r->n_weights5 : NULL);
         if (st != RT_OK) return st;
     }
     mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true};
@@ -128,11 +128,28 @@ static rt_status rank_run(rank_arg *a) {
                 rep.unused);
     data_sampler_opts so = {.seed = 5, .shuffle = true, .world = 1};
     RT_TRY(data_loader_init(a->ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = STEPS, .batch_size = BATCH, .grad_accum = 1,
-                       .lr = 1e-3, .weight_decay = 0.01, .warmup = 2, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = -1, .log_interval = 0,
-                       .save_interval = a->save_interval, .keep = 0, .save_dir = a->save_dir, .resume = a->resume,
-                       .options_json = "{}", .tp = tp};
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = STEPS,
+                       .batch_size = BATCH,
+                       .grad_accum = 1,
+                       .lr = 1e-3,
+                       .weight_decay = 0.01,
+                       .warmup = 2,
+                       .clip = 1.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "linear",
+                       .seed = 3,
+                       .eval_interval = -1,
+                       .log_interval = 0,
+                       .save_interval = a->save_interval,
+                       .keep = 0,
+                       .save_dir = a->save_dir,
+                       .resume = a->resume,
+                       .options_json = "{}",
+                       .tp = tp};
     rt_train_model tm = {.ctx = a, .params = p, .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
@@ -164,8 +181,14 @@ static void run(int tp, const data_tokenized *ds, const char *init_path, const c
     TZ_EXPECT_OK(rt_comm_threads_create(tp, 30.0, comms));
     if (!comms[0]) return;
     for (int r = 0; r < tp; r++) {
-        args[r] = (rank_arg){.comm = comms[r], .ds = ds, .init_path = init_path, .save_dir = save_dir,
-                             .resume = resume, .save_interval = save_interval, .fail_at = fail_at, .res = res};
+        args[r] = (rank_arg){.comm = comms[r],
+                             .ds = ds,
+                             .init_path = init_path,
+                             .save_dir = save_dir,
+                             .resume = resume,
+                             .save_interval = save_interval,
+                             .fail_at = fail_at,
+                             .res = res};
         TZ_EXPECT(pthread_create(&th[r], NULL, rank_main, &args[r]) == 0, "pthread_create rank %d", r);
     }
     for (int r = 0; r < tp; r++) {
@@ -197,8 +220,8 @@ static void compare(const char *what, const run_result *got, const run_result *r
     char buf[160];
     for (int s = HALF; s < STEPS; s++) TZ_EXPECT(got->ran[s], "%s: step %d did not run", what, s);
     TZ_EXPECT(got->n_weights == ref->n_weights && got->n_weights5 == ref->n_weights5 && ref->n_weights5 > 0,
-              "%s: %zu and %zu weights, reference %zu and %zu", what, got->n_weights5, got->n_weights,
-              ref->n_weights5, ref->n_weights);
+              "%s: %zu and %zu weights, reference %zu and %zu", what, got->n_weights5, got->n_weights, ref->n_weights5,
+              ref->n_weights);
     if (got->n_weights != ref->n_weights || got->n_weights5 != ref->n_weights5) return;
     if (same_layout) {
         TZ_EXPECT(memcmp(got->losses + HALF, ref->losses + HALF, (STEPS - HALF) * sizeof(float)) == 0,

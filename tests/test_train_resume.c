@@ -50,10 +50,27 @@ static gpt2_model *train(rt_backend *be, const data_tokenized *ds, const char *s
     TZ_EXPECT_OK(data_loader_init(ds, &so, (int)batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     if (!m || !loader) return m;
     run_ctx rc = {.m = m, .stop_at_step = stop_at};
-    rt_train_opts o = {.prog = "test", .epochs = 1, .max_steps = max_steps, .batch_size = batch, .grad_accum = accum,
-                       .lr = 1e-3, .weight_decay = 0.01, .warmup = 2, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = "linear", .seed = 3, .eval_interval = 0, .log_interval = 0,
-                       .save_interval = -1, .keep = 2, .save_dir = save_dir, .resume = resume, .options_json = "{}"};
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 1,
+                       .max_steps = max_steps,
+                       .batch_size = batch,
+                       .grad_accum = accum,
+                       .lr = 1e-3,
+                       .weight_decay = 0.01,
+                       .warmup = 2,
+                       .clip = 1.0,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "linear",
+                       .seed = 3,
+                       .eval_interval = 0,
+                       .log_interval = 0,
+                       .save_interval = -1,
+                       .keep = 2,
+                       .save_dir = save_dir,
+                       .resume = resume,
+                       .options_json = "{}"};
     rt_train_model tm = {.ctx = &rc, .params = gpt2_model_params(m), .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
@@ -94,7 +111,8 @@ int main(void) {
     const char *dir = tz_tmpdir();
     gpt2_model *first = train(be, &ds, dir, 3, 2, 8, false, 3, 0.1f, RT_OK);
     gpt2_model *resumed = train(be, &ds, dir, 3, 2, 8, true, -1, 0.1f, RT_OK);
-    if (straight && resumed) same_bits(gpt2_model_params(straight), gpt2_model_params(resumed), "8 steps vs 4+resume+4");
+    if (straight && resumed)
+        same_bits(gpt2_model_params(straight), gpt2_model_params(resumed), "8 steps vs 4+resume+4");
     /* and the stop really happened half way: the interrupted run differs from the full one */
     if (straight && first)
         TZ_EXPECT(memcmp(gpt2_model_params(straight)->param, gpt2_model_params(first)->param,
@@ -131,8 +149,7 @@ int main(void) {
         gpt2_model *donor = train(be, &ds, forged_dir, 3, 1, 1, false, -1, 0.0f, RT_OK);
         char path[600], meta[256];
         snprintf(path, sizeof path, "%s/step-000002.tzck", forged_dir);
-        snprintf(meta, sizeof meta, "{\"format\":\"tunezoo-train\",\"data_epoch\":0,\"seed\":3,%s}",
-                 bad_meta[k][0]);
+        snprintf(meta, sizeof meta, "{\"format\":\"tunezoo-train\",\"data_epoch\":0,\"seed\":3,%s}", bad_meta[k][0]);
         if (donor) TZ_EXPECT_OK(ckpt_train_save(path, gpt2_model_params(donor), rt_comm_self(), rt_comm_self(), meta));
         gpt2_model_free(donor);
         gpt2_model *again = train(be, &ds, forged_dir, 3, 1, 4, true, -1, 0.0f, RT_ERR_FORMAT);

@@ -87,20 +87,38 @@ static rt_status rank_run(rank_arg *a) {
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = a->comm->rank, .world = a->comm->size};
     const int batch = c->batch ? c->batch : BATCH;
     RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test", .epochs = 2, .max_steps = c->steps, .batch_size = batch,
+    rt_train_opts o = {.prog = "test",
+                       .epochs = 2,
+                       .max_steps = c->steps,
+                       .batch_size = batch,
                        .grad_accum = c->accum ? c->accum : 1,
-                       .lr = 1e-3, .weight_decay = 0.5, .warmup = 2, .clip = 0.5, .beta1 = 0.9, .beta2 = 0.999,
-                       .adam_eps = 1e-8, .schedule = "constant", .seed = 3,
-                       .eval_interval = -1, .log_interval = 1, .save_interval = c->save_interval,
+                       .lr = 1e-3,
+                       .weight_decay = 0.5,
+                       .warmup = 2,
+                       .clip = 0.5,
+                       .beta1 = 0.9,
+                       .beta2 = 0.999,
+                       .adam_eps = 1e-8,
+                       .schedule = "constant",
+                       .seed = 3,
+                       .eval_interval = -1,
+                       .log_interval = 1,
+                       .save_interval = c->save_interval,
                        .keep = c->keep_all ? 0 : 2,
-                       .save_dir = c->dir, .resume = c->resume, .options_json = "{}", .dp = a->comm,
-                       .zero = c->zero, .offload_optimizer = c->offload, .offload_params = c->offload_params};
+                       .save_dir = c->dir,
+                       .resume = c->resume,
+                       .options_json = "{}",
+                       .dp = a->comm,
+                       .zero = c->zero,
+                       .offload_optimizer = c->offload,
+                       .offload_params = c->offload_params};
     rt_train_model tm = {.ctx = a->m, .params = gpt2_model_params(a->m), .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;
     RT_TRY(rt_train(&o, &tm, &td, NULL, ckpt_train_io(), &res));
     if (c->staged)
-        TZ_EXPECT(tm.params->be == a->be && !tm.params->device, "after ZeRO-3 the parameters are on the compute backend");
+        TZ_EXPECT(tm.params->be == a->be && !tm.params->device,
+                  "after ZeRO-3 the parameters are on the compute backend");
 fail:
     data_loader_free(loader);
     return st;
@@ -241,8 +259,8 @@ static void compare_step(const char *what, run_cfg got, int k, const run_out *re
     TZ_EXPECT(o.n_losses > 0 && ref->n_losses > k, "%s step %d: %d losses, reference %d", what, k + 1, o.n_losses,
               ref->n_losses);
     if (o.n_losses > 0 && ref->n_losses > k)
-        TZ_EXPECT(fabs(o.losses[o.n_losses - 1] - ref->losses[k]) <= 1e-5, "%s: step %d loss %.9g vs %.9g", what,
-                  k + 1, o.losses[o.n_losses - 1], ref->losses[k]);
+        TZ_EXPECT(fabs(o.losses[o.n_losses - 1] - ref->losses[k]) <= 1e-5, "%s: step %d loss %.9g vs %.9g", what, k + 1,
+                  o.losses[o.n_losses - 1], ref->losses[k]);
     free_out(&o);
     TZ_EXPECT_OK(ckpt_train_io()->step_path(ref_dir, k + 1, path, sizeof path));
     gpt2_model *ga = load_latest(be, got.dir), *gb = load_path(be, path);
@@ -368,12 +386,12 @@ int main(void) {
             run_out o5;
             run(&c5, &o5);
             if (o5.ok && ref->ok)
-                TZ_EXPECT(memcmp(params_of(&o5)->param, params_of(ref)->param,
-                                 params_of(ref)->numel * sizeof(float)) == 0,
-                          "%s differs from the same stage without",
-                          (const char *[]){"ZeRO-3 with --offload-optimizer", "ZeRO-3 with --offload-params",
-                                           "ZeRO-3 with a staged build", "ZeRO-3 with a staged build and --offload-params",
-                                           "ZeRO-1 with --offload-optimizer"}[k]);
+                TZ_EXPECT(
+                    memcmp(params_of(&o5)->param, params_of(ref)->param, params_of(ref)->numel * sizeof(float)) == 0,
+                    "%s differs from the same stage without",
+                    (const char *[]){"ZeRO-3 with --offload-optimizer", "ZeRO-3 with --offload-params",
+                                     "ZeRO-3 with a staged build", "ZeRO-3 with a staged build and --offload-params",
+                                     "ZeRO-1 with --offload-optimizer"}[k]);
             free_out(&o5);
             free(d5);
         }
@@ -387,8 +405,14 @@ int main(void) {
      * last batch of 4, so one rank has nothing in that step and runs the stand-in */
     {
         char *d0 = fresh_dir();
-        run_cfg c0 = {.dp = 5, .zero = 0, .accum = 2, .batch = 8, .steps = STEPS, .save_interval = 1,
-                      .keep_all = true, .dir = d0};
+        run_cfg c0 = {.dp = 5,
+                      .zero = 0,
+                      .accum = 2,
+                      .batch = 8,
+                      .steps = STEPS,
+                      .save_interval = 1,
+                      .keep_all = true,
+                      .dir = d0};
         run_cfg c3 = c0;
         c3.zero = 3;
         run_out o0;
@@ -464,7 +488,8 @@ int main(void) {
         run(&half, &oh);
         run(&rest, &orest);
         if (os.ok && orest.ok)
-            TZ_EXPECT(memcmp(params_of(&orest)->param, params_of(&os)->param, params_of(&os)->numel * sizeof(float)) == 0,
+            TZ_EXPECT(memcmp(params_of(&orest)->param, params_of(&os)->param, params_of(&os)->numel * sizeof(float)) ==
+                          0,
                       "ZeRO-3: 3 steps + resume + 3 differs from 6 steps");
         free_out(&os);
         free_out(&oh);

@@ -34,7 +34,8 @@ int tz_check_close(const char *what, const float *got, const float *ref, size_t 
         }
     }
     if (bad) {
-        fprintf(stderr, "FAILED %s: %zu of %zu elements out of tolerance (atol %g rtol %g); worst [%zu] got %.8g ref %.8g\n",
+        fprintf(stderr,
+                "FAILED %s: %zu of %zu elements out of tolerance (atol %g rtol %g); worst [%zu] got %.8g ref %.8g\n",
                 what, bad, n, atol, rtol, worst, got[worst], ref[worst]);
         tz_test_failures++;
         return 0;
@@ -150,7 +151,8 @@ static void tmp_cleanup(void) {
         free(tmp_made[i]);
     }
     if (tz_test_failures > 0 && n_tmp_made > 0)
-        fprintf(stderr, "kept the test's %d temporary folder(s) for inspection, e.g. %s\n", n_tmp_made, "/tmp/tz_test_*");
+        fprintf(stderr, "kept the test's %d temporary folder(s) for inspection, e.g. %s\n", n_tmp_made,
+                "/tmp/tz_test_*");
     free(tmp_made);
     n_tmp_made = 0;
 }
@@ -179,7 +181,8 @@ int tz_check_after_adamw(const char *what, float *got, const float *ref, const f
                          float rtol) {
     for (size_t j = 0; j < n; j++) {
         if (fabsf(ref_grad[j]) >= 1e-7f) continue;
-        TZ_EXPECT(fabsf(got[j] - ref[j]) <= 1.01e-3f, "%s[%zu]: %g vs %g beyond one AdamW step", what, j, got[j], ref[j]);
+        TZ_EXPECT(fabsf(got[j] - ref[j]) <= 1.01e-3f, "%s[%zu]: %g vs %g beyond one AdamW step", what, j, got[j],
+                  ref[j]);
         got[j] = ref[j];
     }
     return tz_check_close(what, got, ref, n, atol, rtol);
@@ -313,8 +316,10 @@ int tz_gemm_misses(const char *what, bool ta, bool tb, int M, int N, int K, floa
             ref = alpha * ref + beta * (double)C0[c];
             const double bound = (K + 2) * 1.2e-7 * (fabs(alpha) * mag + fabs(beta * (double)C0[c])) + 1e-30;
             if (!(fabs(C[c] - ref) <= bound) && misses++ < 3 && !quiet)
-                fprintf(stderr, "FAILED: %s %dx%dx%d ta=%d tb=%d alpha=%g beta=%g: C[%d,%d] = %.9g, want %.9g (bound "
-                        "%.3g)\n", what, M, N, K, ta, tb, alpha, beta, i, j, C[c], ref, bound);
+                fprintf(stderr,
+                        "FAILED: %s %dx%dx%d ta=%d tb=%d alpha=%g beta=%g: C[%d,%d] = %.9g, want %.9g (bound "
+                        "%.3g)\n",
+                        what, M, N, K, ta, tb, alpha, beta, i, j, C[c], ref, bound);
         }
     return misses;
 }

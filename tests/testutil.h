@@ -80,21 +80,21 @@ int tz_check_bf16_golden(const ckpt_st_file *fp32_golden, const ckpt_st_file *au
 /* How many tensors of f are named prefix... (e.g. "grad."), to check that a loop saw them all. */
 int tz_count_prefixed(const ckpt_st_file *f, const char *prefix);
 /* Prints and counts a failure unless cond. */
-#define TZ_EXPECT(cond, ...)                                                                   \
-    do {                                                                                       \
-        tz_test_checks++;                                                                      \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);                 \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-            tz_test_failures++;                                                                \
-        }                                                                                      \
+#define TZ_EXPECT(cond, ...)                                                   \
+    do {                                                                       \
+        tz_test_checks++;                                                      \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            tz_test_failures++;                                                \
+        }                                                                      \
     } while (0)
 /* Fails the test (and prints the message) unless st == RT_OK. */
-#define TZ_EXPECT_OK(expr)                                                                     \
-    do {                                                                                       \
-        rt_status tz_st_ = (expr);                                                             \
-        TZ_EXPECT(tz_st_ == RT_OK, "%s: %s", rt_status_name(tz_st_), rt_error_message());      \
+#define TZ_EXPECT_OK(expr)                                                                \
+    do {                                                                                  \
+        rt_status tz_st_ = (expr);                                                        \
+        TZ_EXPECT(tz_st_ == RT_OK, "%s: %s", rt_status_name(tz_st_), rt_error_message()); \
     } while (0)
 
 /* Paths of files the tests read, all inside the repository: $TZ_SOURCE_DIR/rel, its
@@ -124,8 +124,7 @@ data_tokenized tz_synthetic_pairs(int n, int vocab, int id_offset);
  * in-process threads communicator (timeout_s), and waits for all; the comms are freed after.
  * Returns RT_OK, or the first failing rank's status (its message printed). Checks belong on
  * the calling thread, after it returns. */
-rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, void *arg), void *args,
-                       size_t arg_size);
+rt_status tz_run_ranks(int n, double timeout_s, rt_status (*fn)(rt_comm *comm, void *arg), void *args, size_t arg_size);
 
 /* Pipeline stages against the whole model (tests/test_pipe_*.c). A parameter's values or
  * gradient on the host (malloc'd). */

@@ -69,8 +69,7 @@ int tzt_check_ids(const char *what, const char *text, size_t len, const tok_ids 
 }
 
 /* Encodes text and compares with the expected ids; returns 1 on a match. */
-int tzt_check_encode(const tok_tokenizer *t, const char *what, const char *text, size_t len,
-                        const tok_ids *want) {
+int tzt_check_encode(const tok_tokenizer *t, const char *what, const char *text, size_t len, const tok_ids *want) {
     tok_ids got = {0};
     rt_status st = tok_encode(t, text, len, &got);
     if (st != RT_OK) fprintf(stderr, "%s: encode failed: %s\n", what, rt_error_message());
@@ -84,8 +83,8 @@ int tzt_check_decode(const tok_tokenizer *t, const char *what, const tok_ids *id
     rt_status st = tok_decode(t, ids->ids, ids->n, &got);
     int ok = st == RT_OK && strlen(got) == wl && memcmp(got, want, wl) == 0;
     if (!ok && tzt_n_reported++ < 8) {
-        fprintf(stderr, "%s: decode mismatch (%s)\n  want \"%.*s\"\n  got  \"%s\"\n", what, rt_status_name(st),
-                (int)wl, want, got ? got : "");
+        fprintf(stderr, "%s: decode mismatch (%s)\n  want \"%.*s\"\n  got  \"%s\"\n", what, rt_status_name(st), (int)wl,
+                want, got ? got : "");
         tzt_print_ids("ids", ids);
     }
     free(got);

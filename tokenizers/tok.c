@@ -9,9 +9,7 @@
 
 /* ---- id buffer ---- */
 
-void tok_ids_reserve(tok_ids *v, size_t more) {
-    RT_GROW(v->ids, v->cap, v->n + more);
-}
+void tok_ids_reserve(tok_ids *v, size_t more) { RT_GROW(v->ids, v->cap, v->n + more); }
 
 void tok_ids_push(tok_ids *v, int32_t id) {
     if (v->n == v->cap) tok_ids_reserve(v, 1);

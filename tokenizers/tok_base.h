@@ -74,7 +74,7 @@ struct tok_tokenizer {
                        "glm-chinese-spm", "glm-en-wordpiece" */
     const tok_ops *ops;
     void *impl;
-    tok_vocab vocab;  /* model vocab plus added tokens */
+    tok_vocab vocab;            /* model vocab plus added tokens */
     int32_t bos, eos, pad, unk; /* -1 when absent */
 };
 

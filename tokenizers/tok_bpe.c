@@ -44,14 +44,14 @@ typedef struct {
 } tok_added;
 
 typedef struct {
-    int32_t byte_id[256];   /* initial symbol of each byte; -1 when the vocab lacks it */
-    uint64_t *merges;       /* power-of-two table of packed slots, at most half full */
+    int32_t byte_id[256]; /* initial symbol of each byte; -1 when the vocab lacks it */
+    uint64_t *merges;     /* power-of-two table of packed slots, at most half full */
     size_t merge_mask;
-    int merge_shift;        /* 64 - log2(slots): the top bits of the product index the table */
-    size_t n_merges;        /* distinct pairs in the table */
-    int32_t *merge_id;      /* (ranks) the token each merge makes */
+    int merge_shift;   /* 64 - log2(slots): the top bits of the product index the table */
+    size_t n_merges;   /* distinct pairs in the table */
+    int32_t *merge_id; /* (ranks) the token each merge makes */
     size_t n_ranks;
-    int32_t *byte_rank;     /* (256*256) rank of the merge of two bytes' symbols, or TOK_NO_RANK;
+    int32_t *byte_rank; /* (256*256) rank of the merge of two bytes' symbols, or TOK_NO_RANK;
                                NULL when some byte lacks a symbol. Most lookups are of this kind. */
     tok_added *added;
     size_t n_added;
@@ -59,7 +59,7 @@ typedef struct {
     uint8_t *dec;             /* decoded bytes of every id, back to back */
     size_t *dec_off;          /* (n_ids + 1) offsets into dec */
     bool add_prefix_space;
-    bool roberta;          /* pair format <s> a </s></s> b </s> */
+    bool roberta;           /* pair format <s> a </s></s> b </s> */
     int32_t cls_id, sep_id; /* RoBERTa's <s> and </s> */
 } tok_bpe;
 
@@ -119,8 +119,8 @@ static void tok_merge_insert(tok_bpe *b, int32_t l, int32_t r, int32_t rank, int
 }
 
 /* Adds merge "a b" (rank = its index). `where` names the file and line for errors. */
-static rt_status tok_bpe_add_merge(tok_tokenizer *t, const char *a, size_t al, const char *bs, size_t bl,
-                                   int32_t rank, const char *where) {
+static rt_status tok_bpe_add_merge(tok_tokenizer *t, const char *a, size_t al, const char *bs, size_t bl, int32_t rank,
+                                   const char *where) {
     tok_bpe *b = t->impl;
     int32_t l = tok_vocab_find(&t->vocab, a, al), r = tok_vocab_find(&t->vocab, bs, bl);
     if (l < 0) return rt_errorf(RT_ERR_FORMAT, "%s: merge token \"%.*s\" is not in the vocab", where, (int)al, a);
@@ -132,8 +132,8 @@ static rt_status tok_bpe_add_merge(tok_tokenizer *t, const char *a, size_t al, c
     int32_t id = tok_vocab_find(&t->vocab, cat, al + bl);
     if (cat != stackbuf) free(cat);
     if (id < 0)
-        return rt_errorf(RT_ERR_FORMAT, "%s: merged token \"%.*s%.*s\" is not in the vocab", where, (int)al, a,
-                         (int)bl, bs);
+        return rt_errorf(RT_ERR_FORMAT, "%s: merged token \"%.*s%.*s\" is not in the vocab", where, (int)al, a, (int)bl,
+                         bs);
     if ((size_t)rank >= TOK_MAX_MERGES)
         return rt_errorf(RT_ERR_UNSUPPORTED, "%s: more than %zu merges are not supported", where, TOK_MAX_MERGES);
     tok_merge_insert(b, l, r, rank, id);
@@ -285,8 +285,10 @@ static void tok_bpe_pretokenize(const tok_bpe *b, const uint8_t *s, size_t n, to
         if (c == '\'' && i + 1 < n) { /* 's 't 're 've 'm 'll 'd (case-sensitive) */
             uint8_t d = s[i + 1], e = i + 2 < n ? s[i + 2] : 0;
             size_t m = 0;
-            if (d == 's' || d == 't' || d == 'm' || d == 'd') m = 2;
-            else if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l')) m = 3;
+            if (d == 's' || d == 't' || d == 'm' || d == 'd')
+                m = 2;
+            else if ((d == 'r' && e == 'e') || (d == 'v' && e == 'e') || (d == 'l' && e == 'l'))
+                m = 3;
             if (m) {
                 tok_bpe_word(b, s + i, m, out);
                 i += m;
@@ -622,7 +624,8 @@ static void tok_bpe_finish(tok_tokenizer *t) {
     for (int i = 0; i < 256; i++) all_bytes &= b->byte_id[i] >= 0;
     if (all_bytes) {
         b->byte_rank = rt_xmalloc(256 * 256 * sizeof *b->byte_rank);
-        for (size_t i = 0; i < 256 * 256; i++) b->byte_rank[i] = tok_merge_rank(b, b->byte_id[i >> 8], b->byte_id[i & 255]);
+        for (size_t i = 0; i < 256 * 256; i++)
+            b->byte_rank[i] = tok_merge_rank(b, b->byte_id[i >> 8], b->byte_id[i & 255]);
     }
     size_t n = t->vocab.n_ids, total = 0;
     for (size_t i = 0; i < n; i++) total += t->vocab.lens[i];
@@ -726,8 +729,7 @@ static rt_status tok_bpe_json_merge(tok_tokenizer *t, const cJSON *m, int32_t ra
             return rt_errorf(RT_ERR_FORMAT, "%s: expected two space-separated tokens, found \"%s\"", where, s);
         return tok_bpe_add_merge(t, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), rank, where);
     }
-    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
-        cJSON_IsString(m->child->next)) {
+    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
         const char *a = m->child->valuestring, *b = m->child->next->valuestring;
         return tok_bpe_add_merge(t, a, strlen(a), b, strlen(b), rank, where);
     }

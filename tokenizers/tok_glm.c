@@ -50,8 +50,8 @@ typedef struct {
 
 typedef struct {
     tok_spm *spm;
-    int32_t n_spm;                       /* SentencePiece pieces: ids at or above are GLM's */
-    tok_glm_cmd cmds[TOK_GLM_MAX_CMDS];  /* in GLM's order; a later one wins an id both have */
+    int32_t n_spm;                      /* SentencePiece pieces: ids at or above are GLM's */
+    tok_glm_cmd cmds[TOK_GLM_MAX_CMDS]; /* in GLM's order; a later one wins an id both have */
     size_t n_cmds;
 } tok_glm;
 
@@ -109,7 +109,7 @@ static const tok_glm_cmd *tok_glm_match(const tok_glm *p, const char *s, size_t 
 static rt_status tok_glm_encode(const tok_tokenizer *t, const char *text, size_t len, tok_ids *out) {
     const tok_glm *p = t->impl;
     if (rt_utf8_rstrip_len(text, len) == 0) return RT_OK; /* split_on_tokens: `if not text.strip()` */
-    size_t seg = 0; /* start of the text segment not yet encoded */
+    size_t seg = 0;                                       /* start of the text segment not yet encoded */
     for (size_t i = 0; i <= len;) {
         const tok_glm_cmd *c = i < len ? tok_glm_match(p, text + i, len - i) : NULL;
         if (!c && i < len) {
@@ -274,8 +274,8 @@ rt_status tok_glm_load(const char *model_path, const char *dir, tok_tokenizer **
             tok_vocab_set(&t->vocab, name, strlen(name), (int32_t)id);
         }
     t->bos = -1;
-    t->eos = t->pad = p->n_spm;  /* <|endoftext|> */
-    t->unk = p->n_spm + 4;       /* [UNK]; SentencePiece's own <unk> (0) is what encode produces */
+    t->eos = t->pad = p->n_spm; /* <|endoftext|> */
+    t->unk = p->n_spm + 4;      /* [UNK]; SentencePiece's own <unk> (0) is what encode produces */
     *out = t;
     t = NULL;
 fail:

@@ -59,8 +59,7 @@ static rt_status tok_glm_en_read_flags(const char *dir, tok_glm_en_flags *f) {
         RT_TRY(tok_glm_read_flag(cfg, path, "add_decoder_mask", &f->add_decoder_mask));
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, "add_sentinel_token");
         if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble <= 1))
-            RT_FAIL(RT_ERR_UNSUPPORTED, "%s: add_sentinel_token: only 0 or 1 (no sentinel tokens) is supported",
-                    path);
+            RT_FAIL(RT_ERR_UNSUPPORTED, "%s: add_sentinel_token: only 0 or 1 (no sentinel tokens) is supported", path);
     }
 fail:
     cJSON_Delete(cfg);

@@ -131,8 +131,8 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
                 if (!merges) merges = tok_sibling_swap(path, "encoder.json", "vocab.bpe");
                 if (!merges) merges = tok_find_in_dir(dir, merges_names);
                 if (!merges)
-                    RT_FAIL(RT_ERR_IO, "%s: no merges file beside it (expected merges.txt or vocab.bpe in %s)",
-                            path, dir);
+                    RT_FAIL(RT_ERR_IO, "%s: no merges file beside it (expected merges.txt or vocab.bpe in %s)", path,
+                            dir);
             }
         } else if (tok_ends_with(base, ".txt") && !tok_ends_with(base, "merges.txt") &&
                    tok_txt_is_wordpiece_vocab(path)) {
@@ -149,15 +149,21 @@ rt_status tok_load(const char *path, tok_tokenizer **out) {
     }
     config = tok_find_in_dir(dir, config_names);
     if (spm) {
-        if (tok_glm_wanted(spm, dir)) RT_TRY(tok_glm_load(spm, dir, out));
-        else RT_TRY(tok_t5_load(spm, dir, out));
+        if (tok_glm_wanted(spm, dir))
+            RT_TRY(tok_glm_load(spm, dir, out));
+        else
+            RT_TRY(tok_t5_load(spm, dir, out));
     } else if (json) {
         /* SentencePiece (Unigram) tokenizer.json files will dispatch on model.type here too */
-        if (tok_json_is_wordpiece(json)) RT_TRY(tok_wordpiece_load_json(json, config, out));
-        else RT_TRY(tok_bpe_load_json(json, config, out));
+        if (tok_json_is_wordpiece(json))
+            RT_TRY(tok_wordpiece_load_json(json, config, out));
+        else
+            RT_TRY(tok_bpe_load_json(json, config, out));
     } else if (wp_vocab) {
-        if (tok_glm_en_wanted(dir)) RT_TRY(tok_glm_en_load(wp_vocab, dir, out));
-        else RT_TRY(tok_wordpiece_load_vocab(wp_vocab, config, out));
+        if (tok_glm_en_wanted(dir))
+            RT_TRY(tok_glm_en_load(wp_vocab, dir, out));
+        else
+            RT_TRY(tok_wordpiece_load_vocab(wp_vocab, config, out));
     } else {
         RT_TRY(tok_bpe_load_files(vocab, merges, config, out));
     }

@@ -90,8 +90,7 @@ extern "C" rt_status tok_spm_encode(const tok_spm *m, const char *text, size_t l
     return RT_OK;
 }
 
-extern "C" rt_status tok_spm_encode_pieces(const tok_spm *m, const char *text, size_t len, char ***pieces,
-                                           size_t *n) {
+extern "C" rt_status tok_spm_encode_pieces(const tok_spm *m, const char *text, size_t len, char ***pieces, size_t *n) {
     *pieces = nullptr;
     *n = 0;
     try {

@@ -272,11 +272,11 @@ static const tok_ops tok_t5_ops = {tok_t5_encode, tok_t5_encode_pair, tok_t5_dec
 /* ---- settings ---- */
 
 typedef struct {
-    const char *eos, *unk, *pad;   /* names, pointing into the configs */
-    long extra_ids;                /* -1: not given */
-    long n_sentinels;              /* <extra_id_N> in additional_special_tokens, -1: no such list */
-    const char *sentinels_from;    /* the file that listed them */
-    const cJSON *additional;       /* additional_special_tokens (the last file's) */
+    const char *eos, *unk, *pad; /* names, pointing into the configs */
+    long extra_ids;              /* -1: not given */
+    long n_sentinels;            /* <extra_id_N> in additional_special_tokens, -1: no such list */
+    const char *sentinels_from;  /* the file that listed them */
+    const cJSON *additional;     /* additional_special_tokens (the last file's) */
 } tok_t5_names;
 
 /* A special-token field: "text" or {"content": "text"}; NULL otherwise. */
@@ -424,8 +424,7 @@ rt_status tok_t5_load(const char *model_path, const char *dir, tok_tokenizer **o
     if (tok_file_exists(added_path)) RT_TRY(tok_t5_read_added_json(t, added_path));
     tok_t5_add_additional(t, nm.additional);
     for (size_t id = 0; id < t->vocab.n_ids; id++)
-        if (!t->vocab.pieces[id])
-            RT_FAIL(RT_ERR_FORMAT, "%s: the added tokens leave id %zu without a token", dir, id);
+        if (!t->vocab.pieces[id]) RT_FAIL(RT_ERR_FORMAT, "%s: the added tokens leave id %zu without a token", dir, id);
     p->special_in_spm = rt_xcalloc((size_t)p->n_spm, 1);
     for (size_t i = 0; i < p->n_added; i++)
         if (p->added[i].id < p->n_spm) p->special_in_spm[p->added[i].id] = 1;

@@ -55,10 +55,10 @@ typedef struct {
     bool clean_text, handle_cjk, strip_accents, lowercase;
     char prefix[TOK_WP_MAX_PREFIX + 1]; /* "##" */
     size_t prefix_len;
-    size_t max_chars;    /* max_input_chars_per_word: longer words are [UNK] */
-    size_t max_piece;    /* longest vocab piece in bytes: no longer match is worth a lookup */
-    bool cleanup;        /* the decoder's " ." -> "." cleanup (HF's; FlagAI's DecodeIds has none) */
-    bool final_sigma;    /* Python's str.lower: a word-final capital sigma becomes U+03C2 */
+    size_t max_chars; /* max_input_chars_per_word: longer words are [UNK] */
+    size_t max_piece; /* longest vocab piece in bytes: no longer match is worth a lookup */
+    bool cleanup;     /* the decoder's " ." -> "." cleanup (HF's; FlagAI's DecodeIds has none) */
+    bool final_sigma; /* Python's str.lower: a word-final capital sigma becomes U+03C2 */
     int32_t cls, sep, mask;
     tok_wp_added *added; /* matched in the raw text before normalization */
     size_t n_added;
@@ -120,8 +120,7 @@ done:
 }
 
 /* One code point after normalization: split, isolate or append. */
-static inline void tok_wp_pretok(const tok_tokenizer *t, const tok_wp *p, tok_wp_word *wd, uint32_t cp,
-                                 tok_ids *out) {
+static inline void tok_wp_pretok(const tok_tokenizer *t, const tok_wp *p, tok_wp_word *wd, uint32_t cp, tok_ids *out) {
     unsigned fl = cp < 128 ? tok_bert_ascii[cp] : tok_bert_class(cp);
     if (fl & TOK_BC_SPLIT) {
         tok_wp_flush(t, p, wd, out);
@@ -178,13 +177,13 @@ static bool tok_wp_case_ignorable(uint32_t cp, unsigned fl) {
  * Georgian, Cherokee, Glagolitic, Coptic, full-width Latin, Deseret and the like, mathematical
  * letters). */
 static bool tok_wp_cased(uint32_t cp) {
-    static const uint32_t range[][2] = {
-        {0x41, 0x5A},       {0x61, 0x7A},       {0xAA, 0xAA},       {0xB5, 0xB5},       {0xBA, 0xBA},
-        {0xC0, 0x2AF},      {0x370, 0x52F},     {0x531, 0x58F},     {0x10A0, 0x10FF},   {0x13A0, 0x13FD},
-        {0x1C80, 0x1CBF},   {0x1D00, 0x1DBF},   {0x1E00, 0x1FFF},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},
-        {0xA720, 0xA7FF},   {0xAB30, 0xAB6F},   {0xFB00, 0xFB06},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},
-        {0x10400, 0x1044F}, {0x104B0, 0x104FF}, {0x10C80, 0x10CFF}, {0x118A0, 0x118DF}, {0x16E40, 0x16E7F},
-        {0x1D400, 0x1D7FF}, {0x1E900, 0x1E94B}};
+    static const uint32_t range[][2] = {{0x41, 0x5A},       {0x61, 0x7A},       {0xAA, 0xAA},       {0xB5, 0xB5},
+                                        {0xBA, 0xBA},       {0xC0, 0x2AF},      {0x370, 0x52F},     {0x531, 0x58F},
+                                        {0x10A0, 0x10FF},   {0x13A0, 0x13FD},   {0x1C80, 0x1CBF},   {0x1D00, 0x1DBF},
+                                        {0x1E00, 0x1FFF},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},   {0xA720, 0xA7FF},
+                                        {0xAB30, 0xAB6F},   {0xFB00, 0xFB06},   {0xFF21, 0xFF3A},   {0xFF41, 0xFF5A},
+                                        {0x10400, 0x1044F}, {0x104B0, 0x104FF}, {0x10C80, 0x10CFF}, {0x118A0, 0x118DF},
+                                        {0x16E40, 0x16E7F}, {0x1D400, 0x1D7FF}, {0x1E900, 0x1E94B}};
     if (tok_unicode_class(cp) != TOK_CC_LETTER) return false;
     for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
         if (cp >= range[i][0] && cp <= range[i][1]) return true;
@@ -194,7 +193,7 @@ static bool tok_wp_cased(uint32_t cp) {
 static int tok_wp_sigma_class(uint32_t cp) {
     unsigned fl = cp < 128 ? tok_bert_ascii[cp] : tok_bert_class(cp);
     if (fl & (TOK_BC_SPLIT | TOK_BC_CLEAN_SPACE | TOK_BC_CJK)) return TOK_SIGMA_STOP; /* the word ends */
-    if ((fl & TOK_BC_DROP) || tok_wp_case_ignorable(cp, fl)) return TOK_SIGMA_SKIP;  /* clean_text drops it */
+    if ((fl & TOK_BC_DROP) || tok_wp_case_ignorable(cp, fl)) return TOK_SIGMA_SKIP;   /* clean_text drops it */
     return tok_wp_cased(cp) ? TOK_SIGMA_CASED : TOK_SIGMA_OTHER;
 }
 

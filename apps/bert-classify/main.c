@@ -63,15 +63,16 @@ int main(int argc, char **argv) {
                    "own CSV, TSV or JSON Lines files (--train-file), and reports the dev metrics; STS-B, or labels\n"
                    "with fractions, train a regression head, and lists of classes a multi-label one. Checkpoints\n"
                    "and metrics.jsonl go to --save-dir; --resume continues bit-exactly.",
-        .epilog = "examples:\n  bert-classify --model path/to/hf/bert-base-uncased --dataset sst2 --data-dir glue/SST-2\n"
-                  "  bert-classify --model path/to/hf/roberta-base --dataset stsb --data-dir glue/STS-B\n"
-                  "  bert-classify --dataset mrpc          # a small BERT from scratch on the shipped MRPC\n"
-                  "  bert-classify --train-file assets/examples/reviews-train.csv \\\n"
-                  "      --validation-file assets/examples/reviews-validation.csv \\\n"
-                  "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
-                  "  bert-classify --train-file assets/examples/topics-train.jsonl --label-column topics \\\n"
-                  "      --validation-file assets/examples/topics-validation.jsonl   # multi-label\n"
-                  "  bert-classify --model path/to/hf/bert-base-uncased --lora-r 8 --lr 5e-4 --save-lora runs/lora",
+        .epilog =
+            "examples:\n  bert-classify --model path/to/hf/bert-base-uncased --dataset sst2 --data-dir glue/SST-2\n"
+            "  bert-classify --model path/to/hf/roberta-base --dataset stsb --data-dir glue/STS-B\n"
+            "  bert-classify --dataset mrpc          # a small BERT from scratch on the shipped MRPC\n"
+            "  bert-classify --train-file assets/examples/reviews-train.csv \\\n"
+            "      --validation-file assets/examples/reviews-validation.csv \\\n"
+            "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
+            "  bert-classify --train-file assets/examples/topics-train.jsonl --label-column topics \\\n"
+            "      --validation-file assets/examples/topics-validation.jsonl   # multi-label\n"
+            "  bert-classify --model path/to/hf/bert-base-uncased --lora-r 8 --lr 5e-4 --save-lora runs/lora",
         .family = "BERT/RoBERTa",
         .hf_class = "BertForSequenceClassification (RobertaForSequenceClassification for RoBERTa)",
         .hf_cache_repo = "bert-base-uncased",

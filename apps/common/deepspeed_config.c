@@ -42,8 +42,9 @@ static void rt_ds_ignored(rt_ds *d, const char *field, const char *why) {
 static rt_status rt_ds_zero(rt_ds *d, const cJSON *z) {
     rt_status st = RT_OK;
     if (!cJSON_IsObject(z)) /* "zero_optimization": 3 reads as a stage, but DeepSpeed takes an object */
-        return rt_errorf(RT_ERR_CONFIG, "%s: field 'zero_optimization' must be an object such as {\"stage\": 2}, not %s",
-                         d->path, cJSON_IsNumber(z) ? "a number" : "this value");
+        return rt_errorf(RT_ERR_CONFIG,
+                         "%s: field 'zero_optimization' must be an object such as {\"stage\": 2}, not %s", d->path,
+                         cJSON_IsNumber(z) ? "a number" : "this value");
     for (const cJSON *it = z ? z->child : NULL; it; it = it->next) {
         char field[128];
         snprintf(field, sizeof field, "zero_optimization.%s", it->string);
@@ -60,7 +61,8 @@ static rt_status rt_ds_zero(rt_ds *d, const cJSON *z) {
                 rt_ds_ignored(d, field, "only host memory (\"cpu\") is offered as an offload device");
             cJSON on = {0};
             on.type = cpu ? cJSON_True : cJSON_False;
-            RT_TRY(rt_ds_set(d, field, &on, strcmp(it->string, "offload_param") == 0 ? "offload-params" : "offload-optimizer"));
+            RT_TRY(rt_ds_set(d, field, &on,
+                             strcmp(it->string, "offload_param") == 0 ? "offload-params" : "offload-optimizer"));
         } else {
             rt_ds_ignored(d, field, "no counterpart here (buckets and overlap are chosen by tunezoo)");
         }
@@ -72,7 +74,8 @@ fail:
 static rt_status rt_ds_optimizer(rt_ds *d, const cJSON *o) {
     rt_status st = RT_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
-    if (cJSON_IsString(type) && strcasecmp(type->valuestring, "adam") != 0 && strcasecmp(type->valuestring, "adamw") != 0)
+    if (cJSON_IsString(type) && strcasecmp(type->valuestring, "adam") != 0 &&
+        strcasecmp(type->valuestring, "adamw") != 0)
         rt_ds_ignored(d, "optimizer.type", "tunezoo trains with AdamW");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "params");
     for (const cJSON *it = params ? params->child : NULL; it; it = it->next) {
@@ -99,8 +102,8 @@ static rt_status rt_ds_scheduler(rt_ds *d, const cJSON *s) {
     rt_status st = RT_OK;
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (cJSON_IsString(type)) {
-        static const char *const map[][2] = {{"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"},
-                                             {"WarmupCosineLR", "cosine"}};
+        static const char *const map[][2] = {
+            {"WarmupLR", "constant"}, {"WarmupDecayLR", "linear"}, {"WarmupCosineLR", "cosine"}};
         const char *ours = NULL;
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
             if (strcmp(type->valuestring, map[i][0]) == 0) ours = map[i][1];
@@ -110,7 +113,8 @@ static rt_status rt_ds_scheduler(rt_ds *d, const cJSON *s) {
             v.valuestring = (char *)ours;
             RT_TRY(rt_ds_set(d, "scheduler.type", &v, "schedule"));
         } else {
-            rt_ds_ignored(d, "scheduler.type", "only WarmupLR, WarmupDecayLR and WarmupCosineLR map to a schedule here");
+            rt_ds_ignored(d, "scheduler.type",
+                          "only WarmupLR, WarmupDecayLR and WarmupCosineLR map to a schedule here");
         }
     }
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(s, "params");
@@ -154,8 +158,9 @@ static rt_status rt_ds_precision(rt_ds *d, const char *block, const cJSON *b) {
             RT_TRY(rt_ds_set(d, field, it, option));
         } else if (fp16 && strcmp(it->string, "loss_scale") == 0) {
             if (!cJSON_IsNumber(it) || it->valuedouble != 0)
-                rt_ds_ignored(d, field, "tunezoo's fp16 loss scale is always dynamic (from 2^initial_scale_power); "
-                                        "a static scale is not offered");
+                rt_ds_ignored(d, field,
+                              "tunezoo's fp16 loss scale is always dynamic (from 2^initial_scale_power); "
+                              "a static scale is not offered");
         } else if (fp16 && strcmp(it->string, "consecutive_hysteresis") == 0) {
             if (!cJSON_IsFalse(it)) rt_ds_ignored(d, field, "the hysteresis is restored only by a scale change here");
         } else {

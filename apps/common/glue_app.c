@@ -33,7 +33,6 @@
 #include "runtime/train/rt_trainer.h"
 #include "tokenizers/tok.h"
 
-
 typedef struct {
     const char *dataset, *model, *arch, *tokenizer, *data_dir, *predict, *predict_out, *save_hf;
     const char *train_file, *validation_file, *test_file, *data_format, *text_columns, *label_column, *label_names,
@@ -44,8 +43,8 @@ typedef struct {
 
 static gc_opts O;
 
-
 /* This program's own options; main appends the shared training ones (train_app.h). */
+/* clang-format off */
 static const rt_opt gc_own_options[] = {
     {"dataset", RT_OPT_CHOICE, &O.dataset, "mrpc", NULL, "GLUE task (tasks other than mrpc need --data-dir)",
      "cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli", 0, 0},
@@ -88,6 +87,7 @@ static const rt_opt gc_own_options[] = {
     {"save-hf", RT_OPT_STRING, &O.save_hf, NULL, "DIR",
      NULL /* the family's class: glue_app_main */, NULL, 0, 0},
 };
+/* clang-format on */
 #define GC_N_OWN ((int)(sizeof gc_own_options / sizeof gc_own_options[0]))
 static rt_opt gc_options[GC_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
@@ -153,8 +153,10 @@ static rt_status gc_resolve_source(gc_source *s) {
                  F->hf_cache_repo ? "' in the local cache" : "");
         s->what = s->what_buf;
     }
-    return train_app_resolve_source(O.model ? O.model : cached[0] ? cached : NULL, O.arch, O.tokenizer,
-                                    F->default_tokenizer, F->family, &s->files);
+    return train_app_resolve_source(O.model     ? O.model
+                                    : cached[0] ? cached
+                                                : NULL,
+                                    O.arch, O.tokenizer, F->default_tokenizer, F->family, &s->files);
 }
 
 /* ---- evaluation ---- */
@@ -162,17 +164,17 @@ static rt_status gc_resolve_source(gc_source *s) {
 typedef struct {
     const mdl_classifier *model;
     const data_tokenized *ds;
-    const data_glue_task *task;     /* a GLUE task's scoring, or */
-    const data_user_task *user;     /* a user's classes or regression (--train-file) */
+    const data_glue_task *task; /* a GLUE task's scoring, or */
+    const data_user_task *user; /* a user's classes or regression (--train-file) */
     int batch_size;
     int32_t pad_id;
     const data_pad *pad;
     rt_batch batch;
-    int32_t *pred;  /* (n) */
-    float *probs;   /* (n, num_labels) */
-    float *logits;  /* (batch_size, num_labels) */
+    int32_t *pred; /* (n) */
+    float *probs;  /* (n, num_labels) */
+    float *logits; /* (batch_size, num_labels) */
     int32_t *idx;
-    float *reduce;  /* (n * (num_labels + 1) + 1) results assembled over dp */
+    float *reduce; /* (n * (num_labels + 1) + 1) results assembled over dp */
     rt_comm *dp;
     const char *prefix; /* the split's name in metric names, when the task has several */
     int n_splits;       /* in the first of an array of splits: how many there are */
@@ -311,8 +313,7 @@ static rt_status gc_evaluate(void *ctx, rt_metrics *out) {
 }
 
 static void gc_eval_init(gc_eval *e, const mdl_classifier *m, const data_tokenized *ds, const data_glue_task *task,
-                         int32_t pad,
-                         rt_comm *dp) {
+                         int32_t pad, rt_comm *dp) {
     int NL = m->num_labels;
     memset(e, 0, sizeof *e);
     e->model = m;
@@ -345,8 +346,8 @@ static rt_status gc_step(void *model, const rt_batch *b, const mdl_pass *pass, f
     return m->step(m->model, b, pass, grad_scale, loss_sum, NULL);
 }
 
-static rt_status gc_pipeline_step(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step,
-                                  float grad_scale, double *loss_sum) {
+static rt_status gc_pipeline_step(void *model, const rt_batch *b, int n, uint64_t seed, int64_t step, float grad_scale,
+                                  double *loss_sum) {
     const mdl_classifier *m = model;
     return m->pipeline_step(m->model, b, n, seed, step, grad_scale, loss_sum);
 }
@@ -365,14 +366,15 @@ static double gc_flops(void *model, const rt_batch *b) {
  * forward (the later stages also send as much back, as gradients). */
 static void gc_print_comm_formulas(const glue_model *m, const rt_grid *grid, int64_t steps, double padded_tokens) {
     if (grid->world->rank != 0 || steps <= 0) return;
-    double tp_formula =
-        grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
+    double tp_formula = grid->tp_size > 1 ? 4.0 * m->tp_floats_per_token * padded_tokens / (double)steps + 4.0 : 0.0;
     rt_log_info("  formula tp all_reduce: 4 B x %.0f floats per token (C x (4 L + 1) for GPT-2) x B*T %.1f per step "
-                "+ 4 B stop flag = %.4f MB", m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
+                "+ 4 B stop flag = %.4f MB",
+                m->tp_floats_per_token, padded_tokens / (double)steps, tp_formula / 1e6);
     if (grid->pp_size > 1)
-        rt_log_info("  formula pp p2p (the first stage): 4 B x C %d x B*T %.1f per step = %.4f MB (a middle stage sends "
-                    "twice that: activations on, gradients back)", m->hidden,
-                    padded_tokens / (double)steps, 4.0 * m->hidden * padded_tokens / (double)steps / 1e6);
+        rt_log_info(
+            "  formula pp p2p (the first stage): 4 B x C %d x B*T %.1f per step = %.4f MB (a middle stage sends "
+            "twice that: activations on, gradients back)",
+            m->hidden, padded_tokens / (double)steps, 4.0 * m->hidden * padded_tokens / (double)steps / 1e6);
 }
 
 /* ---- --predict ---- */
@@ -422,8 +424,7 @@ fail:
 }
 
 static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *tok, const data_glue_task *task,
-                                 int32_t pad,
-                                 const rt_grid *grid) {
+                                 int32_t pad, const rt_grid *grid) {
     rt_status st = RT_OK;
     data_examples ex = {0};
     data_tokenized ds = {0};
@@ -436,8 +437,7 @@ static rt_status gc_predict_file(const mdl_classifier *m, const tok_tokenizer *t
         snprintf(first, sizeof first, "%s", rt_error_message());
         data_examples_free(&ex);
         memset(&ex, 0, sizeof ex);
-        if (data_glue_load(task, O.predict, false, &ex) != RT_OK)
-            RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
+        if (data_glue_load(task, O.predict, false, &ex) != RT_OK) RT_FAIL(RT_ERR_FORMAT, "--predict: %s", first);
     }
     RT_TRY(data_tokenize_pairs(&ex, tok, (int)O.max_len, &ds));
     gc_eval_init(&e, m, &ds, task, pad, grid->dp_host);
@@ -488,9 +488,9 @@ typedef struct {
     const mdl_classifier *m;
     const char *tokenizer_path;
     const rt_grid *grid;
-    const char *const *names;     /* the classes' names for config.json; NULL: as the model wrote them */
+    const char *const *names; /* the classes' names for config.json; NULL: as the model wrote them */
     int n_names;
-    bool multi_label;             /* problem_type multi_label_classification */
+    bool multi_label; /* problem_type multi_label_classification */
 } gc_export;
 
 static rt_status gc_write_hf(void *ctx, const char *folder) {
@@ -534,8 +534,10 @@ static rt_status gc_files_options(glue_files_opts *o) {
     o->validation = O.validation_file;
     o->test = O.test_file;
     o->format = (data_format)data_format_parse(O.data_format);
-    o->user = (data_user_opts){.text_columns = O.text_columns, .label_column = O.label_column,
-                               .label_names = O.label_names, .positive_label = O.positive_label,
+    o->user = (data_user_opts){.text_columns = O.text_columns,
+                               .label_column = O.label_column,
+                               .label_names = O.label_names,
+                               .positive_label = O.positive_label,
                                .label_separator = O.label_separator};
     if (O.label_separator && !*O.label_separator) return rt_errorf(RT_ERR_USAGE, "--label-separator: it is empty");
     return RT_OK;
@@ -558,11 +560,13 @@ static const char *gc_model_order(const glue_files *files, char *const *model_na
     }
     if (!same) {
         rt_log_warn("the model's classes (id2label: %d, the first '%s') are not the train file's; the head learns the "
-                    "file's classes", n_model, model_names[0]);
+                    "file's classes",
+                    n_model, model_names[0]);
         return NULL;
     }
     size_t n = 0;
-    for (int i = 0; i < n_model && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "", model_names[i]);
+    for (int i = 0; i < n_model && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? "," : "", model_names[i]);
     if (n >= cap) return NULL;
     rt_log_info("classes in the model's id2label order: %s", buf);
     return buf;
@@ -618,8 +622,10 @@ static rt_status gc_lora_config(ckpt_peft_config *lora, bool *on) {
     *on = false;
     if (!F->lora) return RT_OK; /* the family has no --lora options */
     /* PEFT's SEQ_CLS keeps the heads it knows by these names trainable */
-    const train_app_lora_family fam = {.default_targets = F->lora_default_targets, .task_type = "SEQ_CLS",
-                                       .modules_to_save = "classifier,score", .base_model = O.model,
+    const train_app_lora_family fam = {.default_targets = F->lora_default_targets,
+                                       .task_type = "SEQ_CLS",
+                                       .modules_to_save = "classifier,score",
+                                       .base_model = O.model,
                                        .fan_in_fan_out = F->lora_fan_in_fan_out};
     return train_app_lora_config(&O.t, &gc_spec, &fam, lora, on);
 }
@@ -682,11 +688,18 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_device(&O.t, &grid_storage, device, sizeof device, &be));
     train_app_comm_count_begin(&O.t, &comm_count, &grid_storage);
     glue_model_args ma = {.config_path = source.files.config[0] ? source.files.config : NULL,
-                          .num_labels = num_labels, .tok = tok,
-                          .be = be, .tp = grid->tp, .pp = grid->pp, .max_micro = (int)O.t.grad_accum,
-                          .max_B = (int)O.t.batch_size, .max_T = max_T,
-                          .seed = (uint64_t)O.t.seed, .checkpoint_layers = train_app_checkpoint_layers(&O.t),
-                          .pp_recompute = O.t.pp_recompute, .lora = lora_on ? &lora : NULL};
+                          .num_labels = num_labels,
+                          .tok = tok,
+                          .be = be,
+                          .tp = grid->tp,
+                          .pp = grid->pp,
+                          .max_micro = (int)O.t.grad_accum,
+                          .max_B = (int)O.t.batch_size,
+                          .max_T = max_T,
+                          .seed = (uint64_t)O.t.seed,
+                          .checkpoint_layers = train_app_checkpoint_layers(&O.t),
+                          .pp_recompute = O.t.pp_recompute,
+                          .lora = lora_on ? &lora : NULL};
     RT_TRY(F->create(&ma, &gm));
     const int32_t pad = gm.pad_id;
     rt_params *params = gm.cls.params(gm.cls.model);
@@ -703,8 +716,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     size_t dev_rows = 0;
     if (user_files) {
-        RT_TRY(glue_files_tokenize(&files, tok, source.files.tokenizer, (int)O.max_len, train_app_cache_dir(&O.t), &train,
-                                   &dev[0]));
+        RT_TRY(glue_files_tokenize(&files, tok, source.files.tokenizer, (int)O.max_len, train_app_cache_dir(&O.t),
+                                   &train, &dev[0]));
         glue_files_drop_tables(&files);
         n_dev = O.validation_file ? 1 : 0;
         dev_rows = dev[0].n;
@@ -732,11 +745,17 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         if (st != RT_OK) goto fail;
         for (n_dev = 0; n_dev < task->n_dev; n_dev++) dev_rows += dev[n_dev].n;
         rt_log_info("data: %s train %zu rows (%zu truncated to %lld tokens), dev %zu rows%s, from %s", task->name,
-                    train.n, train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "", data_dir);
+                    train.n, train.n_truncated, (long long)O.max_len, dev_rows, n_dev > 1 ? " in 2 sets" : "",
+                    data_dir);
     }
     /* --batch-size is the global batch: each dp rank collates its slice of it */
-    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false, .rank = grid->dp_rank,
-                               .world = grid->dp_size, .lengths = train.lengths, .group_by = train_app_group_by(&O.t)};
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed,
+                               .shuffle = true,
+                               .drop_last = false,
+                               .rank = grid->dp_rank,
+                               .world = grid->dp_size,
+                               .lengths = train.lengths,
+                               .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, pad, &O.t.pad, &loader));
     for (int k = 0; k < n_dev; k++) {
         gc_eval_init(&ev[k], &gm.cls, &dev[k], task, pad, grid->dp_host);
@@ -748,7 +767,10 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     options_json = rt_args_to_json(&gc_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, F->prog, grid, options_json);
-    train_app_model train_ctx = {.m = {.model = &gm.cls, .params = params, .step = gc_step, .flops = gc_flops,
+    train_app_model train_ctx = {.m = {.model = &gm.cls,
+                                       .params = params,
+                                       .step = gc_step,
+                                       .flops = gc_flops,
                                        .pipeline_step = gm.cls.pipeline_step ? gc_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&train_ctx);
     rt_train_data td = data_loader_train_data(loader);
@@ -764,7 +786,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         int n = snprintf(line, sizeof line, "dev results (%s, %zu examples, step %lld):", data_name, dev_rows,
                          (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
-            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i],
+                          res.last_eval.values[i]);
         rt_log_info("%s", line);
         if (user_files && files.task.type != DATA_TASK_REGRESSION) gc_log_classes(&ev[0]);
     }
@@ -772,8 +795,8 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (O.test_file) RT_TRY(gc_predict_test_file(&files, &gm.cls, tok, pad, grid));
     if (O.save_hf) { /* the file's classes by name; a GLUE task keeps the names the model came with */
         const bool named = user_files ? files.task.type != DATA_TASK_REGRESSION : n_model_names == num_labels;
-        const char *const *names = user_files ? (const char *const *)files.task.label_names
-                                              : (const char *const *)model_names;
+        const char *const *names =
+            user_files ? (const char *const *)files.task.label_names : (const char *const *)model_names;
         RT_TRY(gc_save_hf(&gm.cls, source.files.tokenizer, grid, named || user_files ? names : NULL, num_labels,
                           user_files && files.task.type == DATA_TASK_MULTI_LABEL, lora_on ? &lora : NULL, gm.map,
                           params));

@@ -17,17 +17,17 @@
 #include "tokenizers/tok.h"
 
 typedef struct {
-    const char *config_path;   /* an HF config.json, or NULL for the family's small default */
-    int num_labels;            /* 1 = regression */
+    const char *config_path; /* an HF config.json, or NULL for the family's small default */
+    int num_labels;          /* 1 = regression */
     const tok_tokenizer *tok;
     rt_backend *be;
     rt_comm *tp;
-    rt_comm *pp;               /* the pipeline stages: this model is stage pp->rank of pp->size */
-    int max_micro;             /* micro-batches per step (a pipeline stage's schedule) */
-    int max_B, max_T;          /* the largest batch the model must hold */
+    rt_comm *pp;      /* the pipeline stages: this model is stage pp->rank of pp->size */
+    int max_micro;    /* micro-batches per step (a pipeline stage's schedule) */
+    int max_B, max_T; /* the largest batch the model must hold */
     uint64_t seed;
-    int checkpoint_layers;     /* activation checkpointing: 0 off, else blocks recomputed together */
-    bool pp_recompute;         /* a pipeline stage recomputes instead of keeping activations */
+    int checkpoint_layers;        /* activation checkpointing: 0 off, else blocks recomputed together */
+    bool pp_recompute;            /* a pipeline stage recomputes instead of keeping activations */
     const ckpt_peft_config *lora; /* LoRA adapters (models/layers/lora.h), or NULL: full fine-tuning */
 } glue_model_args;
 

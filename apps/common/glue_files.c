@@ -85,7 +85,8 @@ rt_status glue_files_tokenize(const glue_files *f, const tok_tokenizer *tok, con
     }
     files_build b = {f, tok, max_len};
     char what[8300]; /* names the files the log's row count covers */
-    snprintf(what, sizeof what, "%s%s%s", f->o.train, f->o.validation ? " + " : "", f->o.validation ? f->o.validation : "");
+    snprintf(what, sizeof what, "%s%s%s", f->o.train, f->o.validation ? " + " : "",
+             f->o.validation ? f->o.validation : "");
     st = data_cache_load_or_build(cache_dir, &key, what, n_sets, 1, files_build_sets, &b, sets);
     *train = sets[0];
     *validation = sets[1];
@@ -117,8 +118,8 @@ typedef struct {
     const data_user_task *task;
     const int32_t *pred;
     const float *scores;
-    bool json;        /* the file is JSON Lines: a multi-label prediction is a list */
-    char *joined;     /* a multi-label row's classes, written out */
+    bool json;    /* the file is JSON Lines: a multi-label prediction is a list */
+    char *joined; /* a multi-label row's classes, written out */
     size_t joined_cap;
 } files_predictions;
 
@@ -171,8 +172,8 @@ static const char *files_prediction_cell(void *ctx, size_t row, int k, char *scr
 }
 
 rt_status glue_files_write_predictions(const data_user_task *task, const data_table *test, const char *save_dir,
-                                       const char *path_out, const int32_t *pred, const float *scores,
-                                       char *written, size_t written_cap) {
+                                       const char *path_out, const int32_t *pred, const float *scores, char *written,
+                                       size_t written_cap) {
     const int n_added = task->type == DATA_TASK_REGRESSION ? 1 : 1 + task->n_labels;
     if (path_out)
         snprintf(written, written_cap, "%s", path_out);

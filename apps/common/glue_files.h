@@ -15,7 +15,7 @@
 
 typedef struct {
     const char *train, *validation, *test; /* validation and test may be NULL */
-    data_format format;                   /* DATA_FORMAT_AUTO: each file's extension */
+    data_format format;                    /* DATA_FORMAT_AUTO: each file's extension */
     data_user_opts user;
 } glue_files_opts;
 
@@ -48,8 +48,8 @@ rt_status glue_files_read_test(const glue_files *f, const tok_tokenizer *tok, in
  * joined by --label-separator; the score for regression) and `prob_NAME` for each class. pred:
  * (n) class ids; scores: (n, n_labels) probabilities, or (n) scores. */
 rt_status glue_files_write_predictions(const data_user_task *task, const data_table *test, const char *save_dir,
-                                       const char *path_out, const int32_t *pred, const float *scores,
-                                       char *written, size_t written_cap);
+                                       const char *path_out, const int32_t *pred, const float *scores, char *written,
+                                       size_t written_cap);
 /* Puts the classes into an HF config.json: id2label and label2id with names (NULL: LABEL_0 ...),
  * and problem_type as mdl_hf_set_labels writes it. */
 rt_status glue_files_label_config(const char *config_path, int n_labels, const char *const *names, bool multi_label);

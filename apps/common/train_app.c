@@ -24,6 +24,7 @@
 #include "runtime/train/rt_zero.h"
 
 void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_args_spec *spec, rt_opt *opts) {
+    /* clang-format off */
     const rt_opt shared[TRAIN_APP_N_OPTS] = {
         {"epochs", RT_OPT_INT, &o->epochs, d->epochs ? d->epochs : "1", NULL,
          "training epochs (0: evaluate and predict only)", NULL, 0, 1e6},
@@ -127,6 +128,7 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
         {"min-loss-scale", RT_OPT_FLOAT, &o->min_loss_scale, "1", NULL,
          "fp16: an overflow at this scale stops the run with an error (min_loss_scale)", NULL, 1e-30, 1e30},
     };
+    /* clang-format on */
     memcpy(opts + spec->n_opts, shared, sizeof shared);
     spec->n_opts += TRAIN_APP_N_OPTS;
     spec->preset_option = "deepspeed-config";
@@ -134,6 +136,7 @@ void train_app_add_options(train_app_opts *o, const train_app_defaults *d, rt_ar
 }
 
 void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
+    /* clang-format off */
     const rt_opt ckpt[TRAIN_APP_N_CHECKPOINT_OPTS] = {
         {"checkpoint-activations", RT_OPT_FLAG, &o->checkpoint_activations, "false", NULL,
          "keep only each block's input and recompute the block in backward: less activation memory, the same "
@@ -142,6 +145,7 @@ void train_app_add_checkpoint_options(train_app_opts *o, rt_opt *opts, int *n) {
          "with --checkpoint-activations: blocks recomputed together (activations of N blocks at once)", NULL, 1,
          1 << 20},
     };
+    /* clang-format on */
     memcpy(opts + *n, ckpt, sizeof ckpt);
     *n += TRAIN_APP_N_CHECKPOINT_OPTS;
 }
@@ -186,9 +190,10 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
         o->grad_accum = o->micro_batches;
     }
     if (o->pp > 1 && o->grad_accum < o->pp)
-        return rt_errorf(RT_ERR_USAGE, "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
-                         "--grad-accum, now %lld), or the stages mostly wait", (long long)o->pp,
-                         (long long)o->grad_accum);
+        return rt_errorf(RT_ERR_USAGE,
+                         "--pp %lld needs at least as many micro-batches per step (--micro-batches or "
+                         "--grad-accum, now %lld), or the stages mostly wait",
+                         (long long)o->pp, (long long)o->grad_accum);
     /* before the grid splits the world: its sub-communicators inherit the timeout */
     if (world->ops->set_timeout) world->ops->set_timeout(world->ctx, o->comm_timeout);
     rt_status st = rt_grid_init(world, (int)o->tp, (int)o->pp, grid);
@@ -235,7 +240,8 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
     }
     /* ZeRO-3 on a GPU: the model is built in host memory and only this rank's pieces go up, so
      * the whole model never has to fit on the device (DeepSpeed's zero.Init does the same job) */
-    if (st == RT_OK && o->zero == 3 && (*be)->device >= 0) st = rt_cpu_backend_init((int)o->threads, &(*be)->params_staging);
+    if (st == RT_OK && o->zero == 3 && (*be)->device >= 0)
+        st = rt_cpu_backend_init((int)o->threads, &(*be)->params_staging);
     /* several ranks on GPUs: NCCL for device buffers, the launch's MPI for host values */
     if (st == RT_OK) st = rt_grid_init_device(grid, (*be)->device, o->comm_timeout);
     if (st == RT_OK && (grid->tp != grid->tp_host || grid->dp != grid->dp_host || grid->pp != grid->pp_host))
@@ -252,7 +258,7 @@ static double train_app_flops(void *ctx, const rt_batch *b) {
 }
 
 static rt_status train_app_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step,
-                                          float grad_scale, double *loss_sum) {
+                                         float grad_scale, double *loss_sum) {
     train_app_model *a = ctx;
     for (int i = 0; i < n; i++) a->padded_tokens += (double)b[i].B * (double)b[i].T;
     return a->m.pipeline_step(a->m.model, b, n, seed, step, grad_scale, loss_sum);
@@ -269,8 +275,11 @@ static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64
 }
 
 rt_train_model train_app_loop_model(train_app_model *a) {
-    return (rt_train_model){.ctx = a, .params = a->m.params, .forward_backward = train_app_forward_backward,
-                            .set_grads_hook = train_app_set_grads_hook, .flops = train_app_flops,
+    return (rt_train_model){.ctx = a,
+                            .params = a->m.params,
+                            .forward_backward = train_app_forward_backward,
+                            .set_grads_hook = train_app_set_grads_hook,
+                            .flops = train_app_flops,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
 }
 
@@ -319,22 +328,24 @@ void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_co
         for (int op = 0; op < RT_COMM_OP_COUNT; op++)
             if (groups[g]->calls[op])
                 rt_log_info("  %s %-14s %8.1f calls  %12.4f MB", names[g], rt_comm_op_name((rt_comm_op)op),
-                            (double)groups[g]->calls[op] / (double)steps, (double)groups[g]->bytes[op] / (double)steps / 1e6);
+                            (double)groups[g]->calls[op] / (double)steps,
+                            (double)groups[g]->bytes[op] / (double)steps / 1e6);
     rt_log_info("  formula dp all_reduce: 4 B x %zu slab floats + 20 B of counts = %.4f MB (ring traffic per rank: "
-                "x 2(dp-1)/dp = %.4f MB)", p->numel, dp_formula / 1e6,
-                dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
+                "x 2(dp-1)/dp = %.4f MB)",
+                p->numel, dp_formula / 1e6, dp_formula * 2.0 * (grid->dp_size - 1) / grid->dp_size / 1e6);
     if (o->zero == 3 && grid->dp_size > 1) {
         /* ZeRO-3 reduce-scatters every block's gradient once per micro-batch and gathers every
          * block for the forward and again for the backward, less the blocks the backward finds
          * still in the window; a rank's pieces add up to about the slab over dp. The whole model
          * is gathered once more at the end of the run (for the export), spread over the steps. */
         const double M = (double)o->grad_accum, slice = (double)p->numel / grid->dp_size;
-        rt_log_info("  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
-                    "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
-                    "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
-                    "20 B of counts",
-                    p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
-                    (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
+        rt_log_info(
+            "  formula dp with --zero 3: reduce_scatter 4 B x %zu slab floats x %.0f micro-batches = %.4f MB, "
+            "all_gather at most 2 x 4 B x %.0f slice floats x %.0f micro-batches + 16 B norm + 4 B x the slice "
+            "once a run / %lld steps = %.4f MB (the window saves up to %d blocks' backward gathers), all_reduce "
+            "20 B of counts",
+            p->numel, M, 4.0 * (double)p->numel * M / 1e6, slice, M, (long long)steps,
+            (8.0 * slice * M + 16.0 + 4.0 * slice / (double)steps) / 1e6, RT_ZERO3_WINDOW - 1);
     } else if (o->zero > 0 && grid->dp_size > 1) {
         /* ZeRO replaces the gradient all-reduce by a reduce-scatter of the slab (padded to a
          * multiple of dp) and an all-gather of this rank's updated slice; the clipping norm adds
@@ -350,16 +361,39 @@ void train_app_comm_count_print(const train_app_opts *o, const train_app_comm_co
 rt_train_opts train_app_loop_opts(const train_app_opts *o, const char *prog, const rt_grid *grid,
                                   const char *options_json) {
     rt_train_opts to = {
-        .prog = prog, .epochs = o->epochs, .max_steps = o->max_steps, .batch_size = o->batch_size,
-        .grad_accum = o->grad_accum, .lr = o->lr, .weight_decay = o->weight_decay, .warmup = o->warmup,
-        .clip = o->clip, .beta1 = o->adam_beta1, .beta2 = o->adam_beta2, .adam_eps = o->adam_eps,
-        .schedule = o->schedule, .seed = (uint64_t)o->seed, .eval_interval = o->eval_interval,
-        .log_interval = o->log_interval, .save_interval = o->save_interval, .keep = o->keep,
-        .save_dir = o->save_dir, .resume = o->resume || o->resume_from, .resume_from = o->resume_from,
-        .start_over = o->overwrite, .options_json = options_json, .dp = grid->dp,
-        .tp = grid->tp, .dp_host = grid->dp_host, .tp_host = grid->tp_host, .pp = grid->pp, .pp_host = grid->pp_host,
+        .prog = prog,
+        .epochs = o->epochs,
+        .max_steps = o->max_steps,
+        .batch_size = o->batch_size,
+        .grad_accum = o->grad_accum,
+        .lr = o->lr,
+        .weight_decay = o->weight_decay,
+        .warmup = o->warmup,
+        .clip = o->clip,
+        .beta1 = o->adam_beta1,
+        .beta2 = o->adam_beta2,
+        .adam_eps = o->adam_eps,
+        .schedule = o->schedule,
+        .seed = (uint64_t)o->seed,
+        .eval_interval = o->eval_interval,
+        .log_interval = o->log_interval,
+        .save_interval = o->save_interval,
+        .keep = o->keep,
+        .save_dir = o->save_dir,
+        .resume = o->resume || o->resume_from,
+        .resume_from = o->resume_from,
+        .start_over = o->overwrite,
+        .options_json = options_json,
+        .dp = grid->dp,
+        .tp = grid->tp,
+        .dp_host = grid->dp_host,
+        .tp_host = grid->tp_host,
+        .pp = grid->pp,
+        .pp_host = grid->pp_host,
         .zero = (int)o->zero,
-        .offload_optimizer = o->offload_optimizer, .offload_params = o->offload_params, .peak_tflops = o->peak_tflops,
+        .offload_optimizer = o->offload_optimizer,
+        .offload_params = o->offload_params,
+        .peak_tflops = o->peak_tflops,
     };
     if (strcmp(o->precision, "fp16") == 0) { /* fp16's narrow range needs the loss scaled */
         static rt_loss_scale_opts ls;
@@ -424,16 +458,20 @@ rt_status train_app_resolve_source(const char *model_dir, const char *arch, cons
     if (model_dir) {
         struct stat sb;
         if (stat(model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return rt_errorf(RT_ERR_IO, "--model %s: not a directory (expected an HF %s folder with config.json and "
-                                        "model.safetensors, as huggingface-cli download writes)", model_dir, family);
+            return rt_errorf(RT_ERR_IO,
+                             "--model %s: not a directory (expected an HF %s folder with config.json and "
+                             "model.safetensors, as huggingface-cli download writes)",
+                             model_dir, family);
         snprintf(out->config, sizeof out->config, "%s/config.json", model_dir);
         rt_status st = ckpt_source_find_weights(model_dir, out->weights, sizeof out->weights);
         if (st != RT_OK) return st;
-        if (!tokenizer && has_tokenizer_files(model_dir)) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", model_dir);
+        if (!tokenizer && has_tokenizer_files(model_dir))
+            snprintf(out->tokenizer, sizeof out->tokenizer, "%s", model_dir);
     } else if (arch) {
         snprintf(out->config, sizeof out->config, "%s", arch);
     }
-    if (!out->tokenizer[0]) snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tokenizer ? tokenizer : default_tokenizer);
+    if (!out->tokenizer[0])
+        snprintf(out->tokenizer, sizeof out->tokenizer, "%s", tokenizer ? tokenizer : default_tokenizer);
     return RT_OK;
 }
 
@@ -474,11 +512,15 @@ rt_status train_app_write_lines(const char *path, char *const *texts, size_t n) 
 
 rt_status train_app_copy_tokenizer(const char *tokenizer_path, const char *dir) {
     /* HF's names; GPT-2's encoder.json / vocab.bpe are the same bytes as vocab.json / merges.txt */
-    static const char *const names[][2] = {
-        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
-        {"special_tokens_map.json", "special_tokens_map.json"}, {"vocab.json", "vocab.json"},
-        {"merges.txt", "merges.txt"}, {"vocab.txt", "vocab.txt"}, {"encoder.json", "vocab.json"},
-        {"vocab.bpe", "merges.txt"}, {"spiece.model", "spiece.model"}};
+    static const char *const names[][2] = {{"tokenizer.json", "tokenizer.json"},
+                                           {"tokenizer_config.json", "tokenizer_config.json"},
+                                           {"special_tokens_map.json", "special_tokens_map.json"},
+                                           {"vocab.json", "vocab.json"},
+                                           {"merges.txt", "merges.txt"},
+                                           {"vocab.txt", "vocab.txt"},
+                                           {"encoder.json", "vocab.json"},
+                                           {"vocab.bpe", "merges.txt"},
+                                           {"spiece.model", "spiece.model"}};
     char from[4300], to[4300];
     struct stat sb;
     if (stat(tokenizer_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* one file: under its kind's HF name */

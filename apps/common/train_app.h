@@ -20,15 +20,14 @@
 
 typedef struct {
     const char *save_dir, *device, *schedule, *deepspeed_config, *resume_from, *precision, *cache_dir, *length_buckets;
-    int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep,
-        threads, tp, pp, micro_batches, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
-    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout,
-        min_loss_scale;
+    int64_t epochs, max_steps, batch_size, grad_accum, seed, eval_interval, log_interval, save_interval, keep, threads,
+        tp, pp, micro_batches, zero, loss_scale_power, loss_scale_window, loss_scale_hysteresis;
+    double lr, weight_decay, warmup, clip, adam_beta1, adam_beta2, adam_eps, peak_tflops, comm_timeout, min_loss_scale;
     bool resume, overwrite, pad8, offload_optimizer, offload_params, group_by_length, no_cache;
     bool pp_recompute, comm_stats;
     bool checkpoint_activations; /* train_app_add_checkpoint_options */
     int64_t checkpoint_num_layers;
-    int64_t lora_r;              /* apps/common/train_lora.h */
+    int64_t lora_r; /* apps/common/train_lora.h */
     double lora_alpha, lora_dropout;
     const char *lora_targets, *lora_from, *save_lora;
     data_pad pad; /* from --pad-to-8 and --length-buckets, set by train_app_setup: how batches are padded */
@@ -64,8 +63,7 @@ int train_app_checkpoint_layers(const train_app_opts *o);
 /* After rt_args_parse: the default save dir (runs/PROG), option combinations that cannot
  * work, the pp x dp x tp grid over world (--micro-batches becomes --grad-accum), a DeepSpeed micro-batch turned into the global batch,
  * and a usable save dir. */
-rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world,
-                          rt_grid *grid);
+rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const char *prog, rt_comm *world, rt_grid *grid);
 /* The device ("cuda" = this rank's local GPU) and its backend at the compute precision
  * (--precision auto resolved here: bf16 on a GPU with bf16 tensor cores, else fp32); on GPUs
  * with several ranks, NCCL for the grid's device buffers (with --comm-timeout). device gets the
@@ -133,10 +131,13 @@ typedef struct {
  * NULL: for options that go only with another one. */
 const char *train_app_first_given(const rt_args_spec *spec, const char *const *names, size_t n);
 /* --data-format, as every program that reads a user's files (--train-file) declares it. */
-#define TRAIN_APP_DATA_FORMAT_OPT(dest)                                                                                \
-    {"data-format", RT_OPT_CHOICE, (dest), "auto", NULL,                                                               \
-     "--train-file's (and the other files') format; auto: from each file's extension (.csv, .tsv, .jsonl, .json)",   \
-     "auto|csv|tsv|jsonl|json", 0, 0}
+#define TRAIN_APP_DATA_FORMAT_OPT(dest)                                                                            \
+    {                                                                                                              \
+        "data-format", RT_OPT_CHOICE, (dest), "auto", NULL,                                                        \
+            "--train-file's (and the other files') format; auto: from each file's extension (.csv, .tsv, .jsonl, " \
+            ".json)",                                                                                              \
+            "auto|csv|tsv|jsonl|json", 0, 0                                                                        \
+    }
 /* --model DIR (an HF folder: its config.json, its weights in HF's order, and its tokenizer files
  * unless --tokenizer names one) or --arch FILE (a config; random weights), not both (RT_ERR_USAGE);
  * with neither, only the tokenizer. The tokenizer is --tokenizer, else the folder's, else

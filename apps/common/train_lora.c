@@ -11,6 +11,7 @@
 #include "runtime/base/rt_log.h"
 
 void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
+    /* clang-format off */
     const rt_opt lora[TRAIN_APP_N_LORA_OPTS] = {
         {"lora-r", RT_OPT_INT, &o->lora_r, "0", "R",
          "train LoRA adapters of rank R on --lora-targets and freeze every other weight but a classification head "
@@ -29,6 +30,7 @@ void train_app_add_lora_options(train_app_opts *o, rt_opt *opts, int *n) {
          "after training, write the adapters as a PEFT folder, which PeftModel.from_pretrained loads over the base",
          NULL, 0, 0},
     };
+    /* clang-format on */
     memcpy(opts + *n, lora, sizeof lora);
     *n += TRAIN_APP_N_LORA_OPTS;
 }
@@ -136,8 +138,8 @@ typedef struct {
 static rt_status lora_write(void *ctx, const char *folder) {
     const lora_export *x = ctx;
     /* the tensors gathered over tp by the first replica's group; the config by the first rank */
-    rt_status st = x->grid->dp_rank == 0 ? mdl_peft_save_weights(folder, x->map, x->p, x->grid->tp, x->grid->pp)
-                                         : RT_OK;
+    rt_status st =
+        x->grid->dp_rank == 0 ? mdl_peft_save_weights(folder, x->map, x->p, x->grid->tp, x->grid->pp) : RT_OK;
     if (st == RT_OK && x->grid->world->rank == 0) st = ckpt_peft_config_write(folder, x->cfg);
     return st;
 }
@@ -157,7 +159,7 @@ rt_status train_app_export_model(const char *dir, const rt_grid *grid, const ckp
     mdl_lora_merge(p, lora, map, &saved);
     rt_status st = train_app_export_hf(dir, grid, write, ctx);
     mdl_lora_unmerge(p, &saved); /* training state as it was: the run may go on, or checkpoint */
-    if (st == RT_OK) rt_log_info("LoRA: %s holds the merged model (W + %g B A in every adapted weight)", dir,
-                                 ckpt_peft_scale(lora));
+    if (st == RT_OK)
+        rt_log_info("LoRA: %s holds the merged model (W + %g B A in every adapted weight)", dir, ckpt_peft_scale(lora));
     return st;
 }

@@ -46,6 +46,7 @@ typedef struct {
 
 static glm_opts O;
 
+/* clang-format off */
 static const rt_opt glm_own_options[] = {
     {"task", RT_OPT_CHOICE, &O.task, "copa", NULL,
      "copa, rte, boolq, cb, wic, multirc, wsc (cloze, SuperGLUE JSONL in --data-dir) or seq2seq (SRC TGT files)",
@@ -103,6 +104,7 @@ static const rt_opt glm_own_options[] = {
      "where the trained model goes as FlagAI's layout (config.json, pytorch_model.bin holding {'module': ...}, the "
      "tokenizer; default SAVE_DIR/hf)", NULL, 0, 0},
 };
+/* clang-format on */
 #define GLM_N_OWN ((int)(sizeof glm_own_options / sizeof glm_own_options[0]))
 static rt_opt glm_options[GLM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
@@ -219,13 +221,13 @@ static double glm_flops(void *ctx, const rt_batch *b) {
 static glm_task glm_task_of(const data_glm_rows *R, data_glm_batch *buf, const int32_t *ex, int n, int32_t pad_id,
                             bool eval) {
     data_glm_collate(R, ex, n, pad_id, &O.t.pad, buf);
-    glm_task t = {.in = {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos,
-                         .sep = buf->sep},
-                  .labels = buf->labels, .label = buf->label};
+    glm_task t = {
+        .in =
+            {.B = buf->B, .T = buf->T, .ids = buf->ids, .pos = buf->pos, .block_pos = buf->block_pos, .sep = buf->sep},
+        .labels = buf->labels,
+        .label = buf->label};
     switch (R->kind) {
-    case DATA_GLM_CLOZE:
-        t.kind = GLM_HEAD_CLOZE, t.at = buf->cloze_at, t.cand = buf->cand, t.K = R->n_classes;
-        break;
+    case DATA_GLM_CLOZE: t.kind = GLM_HEAD_CLOZE, t.at = buf->cloze_at, t.cand = buf->cand, t.K = R->n_classes; break;
     case DATA_GLM_CHOICES: t.kind = GLM_HEAD_CHOICE, t.K = R->rows_per_example; break;
     case DATA_GLM_SPAN: t.kind = eval ? GLM_HEAD_SPAN_MATCH : GLM_HEAD_LM; break;
     case DATA_GLM_SEQ2SEQ: t.kind = GLM_HEAD_LM; break;
@@ -266,9 +268,9 @@ typedef struct {
     glm_model *model;
     const tok_tokenizer *tok;
     const data_glm_rows *val;
-    const data_sg_examples *sg;   /* SuperGLUE cloze tasks: the examples (MultiRC question ids) */
-    const data_user_task *user;   /* --train-file: a user's classes */
-    const data_lines *refs;       /* seq2seq: reference targets from ref_begin */
+    const data_sg_examples *sg; /* SuperGLUE cloze tasks: the examples (MultiRC question ids) */
+    const data_user_task *user; /* --train-file: a user's classes */
+    const data_lines *refs;     /* seq2seq: reference targets from ref_begin */
     size_t ref_begin;
     data_glm_specials sp;
     data_glm_batch buf;
@@ -276,7 +278,7 @@ typedef struct {
     int batch;
     const char *save_dir;
     rt_grid *grid;
-    glm_decoder *decoder;         /* seq2seq generation */
+    glm_decoder *decoder; /* seq2seq generation */
 } glm_eval;
 
 static int glm_argmax(const float *x, int n) {
@@ -309,8 +311,11 @@ static rt_status glm_eval_generate(glm_eval *e, const int32_t *ex, int n, char *
         mask_pos[i] = row->mask_pos;
     }
     glm_inputs ctx = {.B = n, .T = S, .ids = ids, .pos = pos, .block_pos = bpos, .sep = sep};
-    gen_options go = {.max_new_tokens = steps, .num_beams = (int)O.num_beams, .length_penalty = O.length_penalty,
-                      .early_stopping = GEN_EARLY_STOP_HEURISTIC, .eos_token_id = e->sp.eop};
+    gen_options go = {.max_new_tokens = steps,
+                      .num_beams = (int)O.num_beams,
+                      .length_penalty = O.length_penalty,
+                      .early_stopping = GEN_EARLY_STOP_HEURISTIC,
+                      .eos_token_id = e->sp.eop};
     RT_TRY(glm_generate(e->decoder, &ctx, mask_pos, e->sp.sop, &go, NULL, NULL, out, len, NULL));
     for (int i = 0; i < n; i++) {
         int k = len[i] > 0 && out[(size_t)i * steps + len[i] - 1] == e->sp.eop ? len[i] - 1 : len[i];
@@ -335,7 +340,8 @@ static rt_status glm_evaluate(void *ctx, rt_metrics *out) {
     const int K = R->kind == DATA_GLM_CLOZE ? R->n_classes : per;
     int32_t *ex = rt_xmalloc((size_t)e->batch * sizeof(int32_t));
     float *scores = rt_xmalloc((size_t)e->batch * per * (K > 0 ? K : 1) * sizeof(float));
-    int32_t *pred = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t)), *label = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t));
+    int32_t *pred = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t)),
+            *label = rt_xcalloc((size_t)n_ex + 1, sizeof(int32_t));
     int32_t *question = NULL;
     char **texts = NULL;
     double loss = 0;
@@ -461,19 +467,20 @@ static rt_status glm_build_model(rt_backend *be, const rt_grid *grid, const tok_
     }
     /* what the data and the tokenizer need, before any weights are read */
     if (cfg.vocab_size < tok_vocab_size(tok))
-        RT_FAIL(RT_ERR_CONFIG, "%s: the model's vocab_size %d is smaller than the tokenizer's %d tokens (pass the "
-                "model's own tokenizer with --tokenizer)", O.model ? O.model : O.arch, cfg.vocab_size,
-                tok_vocab_size(tok));
+        RT_FAIL(RT_ERR_CONFIG,
+                "%s: the model's vocab_size %d is smaller than the tokenizer's %d tokens (pass the "
+                "model's own tokenizer with --tokenizer)",
+                O.model ? O.model : O.arch, cfg.vocab_size, tok_vocab_size(tok));
     if (max_T > cfg.max_sequence_length + 1)
         RT_FAIL(RT_ERR_CONFIG,
-                "rows padded to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s%s)",
-                max_T, cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "",
+                "rows padded to %d tokens exceed the model's max_sequence_length %d (lower --max-len%s%s)", max_T,
+                cfg.max_sequence_length, strcmp(O.task, "seq2seq") == 0 ? " or --max-target-len" : "",
                 O.t.length_buckets ? ", or the last --length-buckets entry" : "");
     cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
     cfg.pp_recompute = O.t.pp_recompute;
     cfg.lora = lora;
-    RT_TRY(glm_model_init_stage(&cfg, be, grid->tp, grid->pp, (int)O.t.grad_accum, max_B, max_T, (uint64_t)O.t.seed,
-                                out));
+    RT_TRY(
+        glm_model_init_stage(&cfg, be, grid->tp, grid->pp, (int)O.t.grad_accum, max_B, max_T, (uint64_t)O.t.seed, out));
     if (O.model) {
         RT_TRY(glm_model_load_dir(*out, O.model, report, sizeof report));
         rt_log_info("weights: %s: %s", O.model, report);
@@ -513,9 +520,12 @@ static rt_status glm_write_hf(void *ctx, const char *dir) {
         bool is_dir = stat(x->tok_path, &sb) == 0 && S_ISDIR(sb.st_mode);
         for (size_t k = 0; k < sizeof tok_files / sizeof *tok_files; k++) {
             char from[4300];
-            if (is_dir) snprintf(from, sizeof from, "%s/%s", x->tok_path, tok_files[k]);
-            else if (k == 0) snprintf(from, sizeof from, "%s", x->tok_path);
-            else continue;
+            if (is_dir)
+                snprintf(from, sizeof from, "%s/%s", x->tok_path, tok_files[k]);
+            else if (k == 0)
+                snprintf(from, sizeof from, "%s", x->tok_path);
+            else
+                continue;
             if (!train_app_exists(from)) continue;
             snprintf(path, sizeof path, "%s/%s", dir, tok_files[k]);
             RT_TRY(train_app_copy_file(from, path));
@@ -543,14 +553,14 @@ static int glm_max_len(const data_glm_rows *r) {
 /* ---- --train-file: a user's classes through --cloze and --verbalizer ---- */
 
 typedef struct {
-    data_table tables[3];    /* train, validation (unused when held out), test (--test-file) */
+    data_table tables[3]; /* train, validation (unused when held out), test (--test-file) */
     data_user_task task;
     data_pvp_template cloze;
-    char **words;            /* (task.n_labels) the verbalizer, in class order */
+    char **words; /* (task.n_labels) the verbalizer, in class order */
     data_pvp_filled *filled[3];
     int32_t *labels[3];
     size_t n[3];
-    data_glm_rows test;      /* the test rows (labels -100), built before the model so that it holds them */
+    data_glm_rows test; /* the test rows (labels -100), built before the model so that it holds them */
 } glm_user_data;
 
 static void glm_user_free(glm_user_data *u) {
@@ -576,13 +586,15 @@ static rt_status glm_user_verbalizer(glm_user_data *u) {
         const char *end = strchr(p, ','), *eq = strchr(p, '=');
         const size_t len = end ? (size_t)(end - p) : strlen(p);
         if (!eq || eq >= p + len || eq == p)
-            return rt_errorf(RT_ERR_USAGE, "--verbalizer '%s': expected CLASS=WORD pairs, comma-separated", O.verbalizer);
+            return rt_errorf(RT_ERR_USAGE, "--verbalizer '%s': expected CLASS=WORD pairs, comma-separated",
+                             O.verbalizer);
         int c = -1;
         for (int k = 0; k < t->n_labels; k++)
             if (strlen(t->label_names[k]) == (size_t)(eq - p) && strncmp(t->label_names[k], p, (size_t)(eq - p)) == 0)
                 c = k;
         if (c < 0) return rt_errorf(RT_ERR_USAGE, "--verbalizer: '%.*s' is not a class", (int)(eq - p), p);
-        if (u->words[c]) return rt_errorf(RT_ERR_USAGE, "--verbalizer: the class '%s' is given twice", t->label_names[c]);
+        if (u->words[c])
+            return rt_errorf(RT_ERR_USAGE, "--verbalizer: the class '%s' is given twice", t->label_names[c]);
         const size_t wlen = len - (size_t)(eq + 1 - p);
         u->words[c] = rt_xmalloc(wlen + 1);
         memcpy(u->words[c], eq + 1, wlen);
@@ -616,16 +628,21 @@ static rt_status glm_user_read(glm_user_data *u) {
              u->cloze.n_columns > 1 ? u->cloze.columns[1] : "");
     RT_TRY(data_table_read(O.train_file, fmt, &u->tables[0]));
     if (O.validation_file) RT_TRY(data_table_read(O.validation_file, fmt, &u->tables[1]));
-    data_user_opts uo = {.text_columns = columns, .label_column = O.label_column, .label_names = O.label_names,
+    data_user_opts uo = {.text_columns = columns,
+                         .label_column = O.label_column,
+                         .label_names = O.label_names,
                          .positive_label = O.positive_label};
     RT_TRY(data_user_task_resolve(&u->tables[0], &uo, &u->task));
     if (u->task.type == DATA_TASK_REGRESSION)
-        RT_FAIL(RT_ERR_USAGE, "%s: the labels in '%s' are numbers with fractions (regression); glm-finetune scores "
+        RT_FAIL(RT_ERR_USAGE,
+                "%s: the labels in '%s' are numbers with fractions (regression); glm-finetune scores "
                 "classes at the [MASK] (name the classes with --label-names to treat them as classes)",
                 O.train_file, u->task.label_col);
     if (u->task.type == DATA_TASK_MULTI_LABEL) /* one [MASK] picks one verbalizer word */
-        RT_FAIL(RT_ERR_USAGE, "%s: the labels in '%s' are lists of classes (multi-label); glm-finetune's cloze picks "
-                "one class a row (gpt2-classify and bert-classify train multi-label)", O.train_file, u->task.label_col);
+        RT_FAIL(RT_ERR_USAGE,
+                "%s: the labels in '%s' are lists of classes (multi-label); glm-finetune's cloze picks "
+                "one class a row (gpt2-classify and bert-classify train multi-label)",
+                O.train_file, u->task.label_col);
     RT_TRY(glm_user_verbalizer(u));
     RT_TRY(data_user_examples(&u->task, &u->tables[0], true, &ex[0]));
     if (O.test_file) { /* labels not read */
@@ -738,8 +755,8 @@ static rt_status glm_cached_rows(const glm_build_ctx *bc, data_cache_key *key, c
     data_cache_key_int(key, O.max_len);
     data_cache_key_int(key, O.max_target_len);
     RT_TRY(data_cache_key_tokenizer(key, tok_path));
-    RT_TRY(data_cache_load_or_build(train_app_cache_dir(&O.t), key, what, 2 * DATA_GLM_ROWS_SETS, DATA_GLM_ROWS_SETS, glm_build_sets,
-                                    (void *)bc, sets));
+    RT_TRY(data_cache_load_or_build(train_app_cache_dir(&O.t), key, what, 2 * DATA_GLM_ROWS_SETS, DATA_GLM_ROWS_SETS,
+                                    glm_build_sets, (void *)bc, sets));
     RT_TRY(data_glm_rows_from_sets(sets, train));
     RT_TRY(data_glm_rows_from_sets(sets + DATA_GLM_ROWS_SETS, val));
 fail:
@@ -760,7 +777,8 @@ static int32_t *glm_example_lengths(const data_glm_rows *r) {
 
 /* --train-file and its options, against --task and the SuperGLUE and seq2seq ones. */
 static rt_status glm_check_user_options(int n_pos) {
-    const char *needs_train[] = {"validation-file", "test-file", "cloze", "verbalizer", "label-names", "positive-label"};
+    const char *needs_train[] = {"validation-file", "test-file",   "cloze",
+                                 "verbalizer",      "label-names", "positive-label"};
     if (!O.train_file) {
         const char *stray = train_app_first_given(&glm_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
         return stray ? rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own classes)", stray) : RT_OK;
@@ -773,7 +791,7 @@ static rt_status glm_check_user_options(int n_pos) {
     if (n_pos) return rt_errorf(RT_ERR_USAGE, "SRC TGT are for --task seq2seq, not --train-file");
     if (!O.cloze)
         return rt_errorf(RT_ERR_USAGE, "--train-file needs --cloze PATTERN, the question with {COLUMN} and one [MASK], "
-                         "e.g. --cloze \"{review} It was [MASK].\"");
+                                       "e.g. --cloze \"{review} It was [MASK].\"");
     return RT_OK;
 }
 
@@ -855,8 +873,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
             n_train = src.n - n_val;
             v_begin = n_train;
         }
-        glm_build_ctx bc = {.tok = tok, .src = &src, .tgt = &tgt, .n_train = n_train, .vs = vs, .vt = vt,
-                            .v_begin = v_begin};
+        glm_build_ctx bc = {
+            .tok = tok, .src = &src, .tgt = &tgt, .n_train = n_train, .vs = vs, .vt = vt, .v_begin = v_begin};
         data_cache_key key;
         data_cache_key_init(&key, "glm-seq2seq-rows");
         data_cache_key_int(&key, (int64_t)n_train);
@@ -872,8 +890,10 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     } else {
         const data_sg_task *task = data_sg_task_find(O.task);
         RT_CHECK(task != NULL, "task %s", O.task);
-        if (O.data_dir) snprintf(data_dir, sizeof data_dir, "%s", O.data_dir);
-        else if (task->id == DATA_SG_COPA) snprintf(data_dir, sizeof data_dir, "%s", TZ_SOURCE_DIR "/assets/superglue-copa");
+        if (O.data_dir)
+            snprintf(data_dir, sizeof data_dir, "%s", O.data_dir);
+        else if (task->id == DATA_SG_COPA)
+            snprintf(data_dir, sizeof data_dir, "%s", TZ_SOURCE_DIR "/assets/superglue-copa");
         else
             RT_FAIL(RT_ERR_USAGE, "--task %s needs --data-dir DIR with train.jsonl and val.jsonl (SuperGLUE's %s)",
                     O.task, task->zip);
@@ -924,11 +944,17 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", tok_path, tok_kind_name(tok), tok_vocab_size(tok), device);
 
     example_len = glm_example_lengths(&train);
-    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank, .world = grid.dp_size,
-                               .lengths = example_len, .group_by = train_app_group_by(&O.t)};
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed,
+                               .shuffle = true,
+                               .rank = grid.dp_rank,
+                               .world = grid.dp_size,
+                               .lengths = example_len,
+                               .group_by = train_app_group_by(&O.t)};
     RT_TRY(data_sampler_init((size_t)train.n_examples, &sopts, &sampler));
     glm_data gd = {.rows = &train, .sampler = sampler, .batch_size = (int)O.t.batch_size};
-    tr = (glm_trainer){.model = model, .train = &train, .pad_id = ev.sp.eos,
+    tr = (glm_trainer){.model = model,
+                       .train = &train,
+                       .pad_id = ev.sp.eos,
                        .bufs = rt_xcalloc((size_t)O.t.grad_accum, sizeof *tr.bufs),
                        .tasks = rt_xcalloc((size_t)O.t.grad_accum, sizeof *tr.tasks)};
     ev.model = model;
@@ -940,7 +966,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     ev.grid = &grid;
     if (seq2seq && O.eval_generate && grid.pp_size > 1)
         rt_log_info("evaluation: generation needs the whole model on one rank; with --pp %d it reports the loss only "
-                    "(generate from the exported model with --pp 1)", grid.pp_size);
+                    "(generate from the exported model with --pp 1)",
+                    grid.pp_size);
     else if (seq2seq && O.eval_generate) {
         int ctx_len = 1;
         for (int i = 0; i < val.n_rows; i++) ctx_len = val.rows[i].sep > ctx_len ? val.rows[i].sep : ctx_len;
@@ -949,12 +976,17 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
 
     options_json = rt_args_to_json(&glm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, GLM_PROG, &grid, options_json);
-    train_app_model adapter = {.m = {.model = &tr, .params = glm_model_params(model), .step = glm_train_step,
+    train_app_model adapter = {.m = {.model = &tr,
+                                     .params = glm_model_params(model),
+                                     .step = glm_train_step,
                                      .flops = glm_flops,
                                      .pipeline_step = grid.pp_size > 1 ? glm_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&adapter);
-    rt_train_data td = {.ctx = &gd, .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
-                        .next = glm_data_next, .get_state = glm_data_get_state, .set_state = glm_data_set_state,
+    rt_train_data td = {.ctx = &gd,
+                        .batches_per_epoch = (int64_t)data_sampler_batches_per_epoch(sampler, gd.batch_size),
+                        .next = glm_data_next,
+                        .get_state = glm_data_get_state,
+                        .set_state = glm_data_set_state,
                         .batch_free = glm_batch_free};
     rt_train_eval te = {.ctx = &ev, .evaluate = glm_evaluate};
     rt_train_result res;
@@ -968,7 +1000,8 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                          user ? (O.validation_file ? O.validation_file : O.train_file) : O.task, val.n_examples,
                          (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
-            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i],
+                          res.last_eval.values[i]);
         rt_log_info("%s", line);
     }
     if (O.test_file) RT_TRY(glm_user_predict(&ud, &ev));
@@ -978,8 +1011,10 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
         RT_TRY(train_app_save_lora(&O.t, &grid, &lora, &ckpt_map_glm, glm_model_params(model), lora_dir));
     }
     if (!lora_on || O.save_hf) {
-        if (O.save_hf) snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
-        else snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
+        if (O.save_hf)
+            snprintf(hf_dir, sizeof hf_dir, "%s", O.save_hf);
+        else
+            snprintf(hf_dir, sizeof hf_dir, "%s/hf", O.t.save_dir);
         RT_TRY(glm_export(model, tok_path, &grid, hf_dir, lora_on ? &lora : NULL));
     }
 fail:
@@ -1010,7 +1045,8 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    train_app_defaults defaults = {.lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01",
-                                   .warmup = "0.1", .lora = true};
-    return train_app_program_main(argc, argv, &glm_spec, glm_options, glm_own_options, GLM_N_OWN, &O.t, &defaults, glm_run_main);
+    train_app_defaults defaults = {
+        .lr = "1e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.01", .warmup = "0.1", .lora = true};
+    return train_app_program_main(argc, argv, &glm_spec, glm_options, glm_own_options, GLM_N_OWN, &O.t, &defaults,
+                                  glm_run_main);
 }

@@ -32,8 +32,9 @@ static rt_status gpt2_app_create(const glue_model_args *a, glue_model *out) {
     if (a->max_T > cfg.n_positions)
         RT_FAIL(RT_ERR_USAGE, "--max-len %d is longer than the model's n_positions %d", a->max_T, cfg.n_positions);
     /* GPT-2 has no pad token: pad with eos, as HF's examples do; the mask hides it */
-    int32_t pad = cfg.pad_token_id >= 0 ? cfg.pad_token_id : tok_pad_id(a->tok) >= 0 ? tok_pad_id(a->tok)
-                                                                                      : tok_eos_id(a->tok);
+    int32_t pad = cfg.pad_token_id >= 0     ? cfg.pad_token_id
+                  : tok_pad_id(a->tok) >= 0 ? tok_pad_id(a->tok)
+                                            : tok_eos_id(a->tok);
     if (pad < 0) pad = cfg.eos_token_id;
     cfg.pad_token_id = pad;
     RT_TRY(gpt2_model_init_stage(&cfg, a->be, a->tp, a->pp, a->max_micro, a->max_B, a->max_T, a->seed, &model));
@@ -53,9 +54,8 @@ static rt_status gpt2_app_load_hf(glue_model *m, const char *weights, char *repo
     gpt2_model *model = m->cls.model;
     rt_comm *tp = gpt2_model_tp(model);
     ckpt_load_report rep;
-    rt_status st = ckpt_load_hf(weights, &ckpt_map_gpt2, gpt2_model_params(model),
-                                gpt2_model_config(model)->vocab_size, gpt2_model_config(model)->n_head, tp->rank,
-                                tp->size, NULL, &rep);
+    rt_status st = ckpt_load_hf(weights, &ckpt_map_gpt2, gpt2_model_params(model), gpt2_model_config(model)->vocab_size,
+                                gpt2_model_config(model)->n_head, tp->rank, tp->size, NULL, &rep);
     if (st == RT_OK) ckpt_load_report_describe(&rep, report, size);
     return st;
 }
@@ -66,14 +66,15 @@ int main(int argc, char **argv) {
         .summary = "Fine-tunes GPT-2 (GPT2ForSequenceClassification) on a GLUE task, or on your own CSV, TSV or JSON\n"
                    "Lines files (--train-file), and reports the dev metrics. Checkpoints and metrics.jsonl go to\n"
                    "--save-dir; --resume continues bit-exactly.",
-        .epilog = "examples:\n  gpt2-classify --dataset mrpc\n  gpt2-classify --model ~/models/gpt2 --epochs 3 --lr 2e-5\n"
-                  "  gpt2-classify --train-file assets/examples/reviews-train.csv \\\n"
-                  "      --validation-file assets/examples/reviews-validation.csv \\\n"
-                  "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
-                  "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
-                  "  gpt2-classify --model ~/models/gpt2 --lora-r 8 --lora-alpha 16 --lr 2e-4 --save-lora runs/lora\n"
-                  "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2\n"
-                  "  mpirun -np 2 gpt2-classify --dataset mrpc --pp 2 --micro-batches 4",
+        .epilog =
+            "examples:\n  gpt2-classify --dataset mrpc\n  gpt2-classify --model ~/models/gpt2 --epochs 3 --lr 2e-5\n"
+            "  gpt2-classify --train-file assets/examples/reviews-train.csv \\\n"
+            "      --validation-file assets/examples/reviews-validation.csv \\\n"
+            "      --test-file assets/examples/reviews-test.csv --label-column sentiment --epochs 3\n"
+            "  gpt2-classify --resume --save-dir runs/gpt2-classify\n"
+            "  gpt2-classify --model ~/models/gpt2 --lora-r 8 --lora-alpha 16 --lr 2e-4 --save-lora runs/lora\n"
+            "  mpirun -np 4 gpt2-classify --dataset mrpc --tp 2\n"
+            "  mpirun -np 2 gpt2-classify --dataset mrpc --pp 2 --micro-batches 4",
         .family = "GPT-2",
         .hf_class = "GPT2ForSequenceClassification",
         .hf_cache_repo = "gpt2",

@@ -44,6 +44,7 @@ typedef struct {
 
 static lm_opts O;
 
+/* clang-format off */
 static const rt_opt lm_own_options[] = {
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
      "HF GPT-2 folder (config.json, model.safetensors or pytorch_model.bin, tokenizer files), e.g. gpt2 or a "
@@ -80,6 +81,7 @@ static const rt_opt lm_own_options[] = {
     {"top-p", RT_OPT_FLOAT, &O.top_p, "1.0", NULL,
      "--generate, sampling: keep the most likely tokens up to this probability mass (1 = all)", NULL, 1e-9, 1},
 };
+/* clang-format on */
 #define LM_N_OWN ((int)(sizeof lm_own_options / sizeof lm_own_options[0]))
 static rt_opt lm_options[LM_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
@@ -93,11 +95,12 @@ static rt_args_spec lm_spec = {
                "validation loss and perplexity. --train-file takes the texts from a column of CSV, TSV or\n"
                "JSON Lines records instead. Checkpoints and metrics.jsonl go to --save-dir, the trained\n"
                "model to SAVE_DIR/hf (with --lora-r, the adapters as a PEFT folder to SAVE_DIR/lora).",
-    .epilog = "examples:\n"
-              "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
-              "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16\n"
-              "  gpt2-finetune --train-file assets/examples/summaries-train.jsonl --text-column document --block-size 64\n"
-              "  gpt2-finetune a.txt --model runs/gpt2-finetune/hf --epochs 0 --generate \"Once upon\" --temperature 0.8",
+    .epilog =
+        "examples:\n"
+        "  gpt2-finetune corpus.txt --model path/to/hf/gpt2 --block-size 512\n"
+        "  gpt2-finetune a.txt b.txt --val val.txt --batch-size 8 --precision bf16\n"
+        "  gpt2-finetune --train-file assets/examples/summaries-train.jsonl --text-column document --block-size 64\n"
+        "  gpt2-finetune a.txt --model runs/gpt2-finetune/hf --epochs 0 --generate \"Once upon\" --temperature 0.8",
     .opts = lm_options,
 };
 
@@ -131,8 +134,8 @@ static rt_status lm_build_model(const train_app_source *src, const tok_tokenizer
     RT_TRY(gpt2_model_init_stage(&cfg, be, tp, pp, (int)O.t.grad_accum, max_B, *block, (uint64_t)O.t.seed, out));
     if (src->weights[0]) {
         ckpt_load_report rep;
-        RT_TRY(ckpt_load_hf(src->weights, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head,
-                            tp->rank, tp->size, NULL, &rep));
+        RT_TRY(ckpt_load_hf(src->weights, &ckpt_map_gpt2, gpt2_model_params(*out), cfg.vocab_size, cfg.n_head, tp->rank,
+                            tp->size, NULL, &rep));
         char said[512];
         ckpt_load_report_describe(&rep, said, sizeof said);
         rt_log_info("weights: %s: %s", src->weights, said);
@@ -237,8 +240,8 @@ fail:
 }
 
 /* lm_piece_fn of a text file: each line with its newline (HF's text loader keeps them). */
-static rt_status lm_text_piece(const char *path, const data_lines *lines, const tok_tokenizer *tok,
-                               lm_block_sink *sink, void *state) {
+static rt_status lm_text_piece(const char *path, const data_lines *lines, const tok_tokenizer *tok, lm_block_sink *sink,
+                               void *state) {
     (void)state;
     char **texts = rt_xcalloc(lines->n + 1, sizeof *texts);
     for (size_t i = 0; i < lines->n; i++) {
@@ -322,7 +325,8 @@ static rt_status lm_stream_jsonl(const char *path, const tok_tokenizer *tok, lm_
     size_t records = 0;
     rt_status st = lm_each_piece(path, tok, sink, lm_jsonl_piece, &records);
     if (st == RT_OK)
-        rt_log_info("%s: %zu records, the texts in column '%s'", path, records, O.text_column ? O.text_column : lm_column);
+        rt_log_info("%s: %zu records, the texts in column '%s'", path, records,
+                    O.text_column ? O.text_column : lm_column);
     return st;
 }
 
@@ -359,7 +363,8 @@ static rt_status lm_stream_blocks(const char *const *files, int n_files, bool ta
     size_t tokens = 0;
     for (int f = 0; f < n_files; f++) {
         if (f > 0) RT_TRY(lm_sink_push(&sink, &eos, 1));
-        RT_TRY(tables ? lm_stream_records(files[f], tok, &sink) : lm_each_piece(files[f], tok, &sink, lm_text_piece, NULL));
+        RT_TRY(tables ? lm_stream_records(files[f], tok, &sink)
+                      : lm_each_piece(files[f], tok, &sink, lm_text_piece, NULL));
     }
     tokens = sink.blocks * (size_t)block + sink.n_carry;
     if (sink.blocks == 0)
@@ -386,7 +391,8 @@ static rt_status lm_stream_sets(void *ctx, data_cache_writer *w, int n_sets) {
     RT_CHECK(n_sets == 2, "gpt2-finetune sets: %d", n_sets);
     rt_status st = lm_stream_blocks(b->files, b->n_files, b->tables, b->tok, b->eos, b->block, w);
     if (st == RT_OK)
-        st = b->val ? lm_stream_blocks(&b->val, 1, b->tables, b->tok, b->eos, b->block, w) : lm_end_blocks(w, 0, b->block);
+        st = b->val ? lm_stream_blocks(&b->val, 1, b->tables, b->tok, b->eos, b->block, w)
+                    : lm_end_blocks(w, 0, b->block);
     return st;
 }
 
@@ -408,8 +414,7 @@ static rt_status lm_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t 
     return gpt2_lm_pipe_step(((lm_trainer *)ctx)->model, b, n, seed, step, grad_scale, loss_sum);
 }
 
-static rt_status lm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale,
-                               double *loss_sum) {
+static rt_status lm_train_step(void *ctx, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum) {
     lm_trainer *t = ctx;
     int n = 0;
     return gpt2_lm_step(t->model, b->input_ids, b->attention_mask, lm_labels(t, b), b->B, b->T, pass, grad_scale,
@@ -441,7 +446,9 @@ static rt_status lm_set_state(void *ctx, int64_t epoch, int64_t position) {
     return d->inner.set_state(d->inner.ctx, epoch, position);
 }
 
-static double lm_flops(void *ctx, const rt_batch *b) { return gpt2_lm_train_flops(((lm_trainer *)ctx)->model, b->B, b->T); }
+static double lm_flops(void *ctx, const rt_batch *b) {
+    return gpt2_lm_train_flops(((lm_trainer *)ctx)->model, b->B, b->T);
+}
 
 typedef struct {
     lm_trainer *tr;
@@ -494,8 +501,11 @@ static rt_status lm_generate(gpt2_model *m, const tok_tokenizer *tok, int32_t eo
     char *text = NULL;
     RT_TRY(tok_encode(tok, O.generate, strlen(O.generate), &prompt));
     if (prompt.n == 0) RT_FAIL(RT_ERR_USAGE, "--generate: the prompt has no tokens");
-    gpt2_sample_opts so = {.max_new_tokens = (int)O.max_new_tokens, .temperature = (float)O.temperature,
-                           .top_k = (int)O.top_k, .top_p = (float)O.top_p, .seed = (uint64_t)O.t.seed,
+    gpt2_sample_opts so = {.max_new_tokens = (int)O.max_new_tokens,
+                           .temperature = (float)O.temperature,
+                           .top_k = (int)O.top_k,
+                           .top_p = (float)O.top_p,
+                           .seed = (uint64_t)O.t.seed,
                            .eos_token_id = eos};
     ids = rt_xmalloc((prompt.n + (size_t)O.max_new_tokens) * sizeof *ids);
     memcpy(ids, prompt.ids, prompt.n * sizeof *ids);
@@ -552,7 +562,8 @@ static rt_status lm_write_hf(void *ctx, const char *dir) {
 static rt_status lm_check_inputs(int n_pos) {
     if (O.train_file) {
         if (n_pos > 0) return rt_errorf(RT_ERR_USAGE, "give TEXT files or --train-file, not both");
-        if (O.val) return rt_errorf(RT_ERR_USAGE, "--val goes with TEXT files; with --train-file use --validation-file");
+        if (O.val)
+            return rt_errorf(RT_ERR_USAGE, "--val goes with TEXT files; with --train-file use --validation-file");
         return RT_OK;
     }
     const char *needs_train[] = {"validation-file", "text-column"};
@@ -587,8 +598,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));
-    const train_app_lora_family lora_family = {.default_targets = "c_attn", .task_type = "CAUSAL_LM",
-                                               .base_model = O.model, .fan_in_fan_out = true};
+    const train_app_lora_family lora_family = {
+        .default_targets = "c_attn", .task_type = "CAUSAL_LM", .base_model = O.model, .fan_in_fan_out = true};
     RT_TRY(train_app_lora_config(&O.t, &lm_spec, &lora_family, &lora, &lora_on));
     if (lora_on && O.generate && grid.pp_size > 1 && !O.save_hf)
         RT_FAIL(RT_ERR_USAGE, "--generate with --pp and LoRA generates from the merged model: give --save-hf DIR");
@@ -599,11 +610,12 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(train_app_device(&O.t, &grid, device, sizeof device, &be));
     train_app_comm_count_begin(&O.t, &comm_count, &grid);
     int block = (int)O.block_size;
-    RT_TRY(lm_build_model(&src, tok, lora_on ? &lora : NULL, be, grid.tp, grid.pp, (int)O.t.batch_size, &block,
-                          &model));
+    RT_TRY(
+        lm_build_model(&src, tok, lora_on ? &lora : NULL, be, grid.tp, grid.pp, (int)O.t.batch_size, &block, &model));
     if (lora_on)
         RT_TRY(train_app_lora_ready(&O.t, &lora, &ckpt_map_gpt2, "GPT-2",
-                                    "c_attn, c_proj (attention's and the MLP's), c_fc", gpt2_model_params(model), &grid));
+                                    "c_attn, c_proj (attention's and the MLP's), c_fc", gpt2_model_params(model),
+                                    &grid));
     rt_log_info("tokenizer %s (%s, %d tokens); device %s", src.tokenizer, tok_kind_name(tok), tok_vocab_size(tok),
                 device);
 
@@ -613,8 +625,13 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         pos[0] = O.train_file;
         n_pos = 1;
     }
-    lm_build_ctx bc = {.files = pos, .val = val_file, .tables = O.train_file != NULL, .n_files = n_pos, .block = block,
-                       .tok = tok, .eos = eos};
+    lm_build_ctx bc = {.files = pos,
+                       .val = val_file,
+                       .tables = O.train_file != NULL,
+                       .n_files = n_pos,
+                       .block = block,
+                       .tok = tok,
+                       .eos = eos};
     data_cache_key key;
     data_cache_key_init(&key, "gpt2-lm-blocks");
     data_cache_key_int(&key, DATA_CACHE_TOKENS_REVISION);
@@ -637,8 +654,10 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
         size_t n_val = (size_t)((double)sets[0].n * O.val_split + 0.5);
         if (n_val == 0) n_val = 1;
         if (n_val >= sets[0].n)
-            RT_FAIL(RT_ERR_USAGE, "%zu blocks of %d tokens: too few to hold out validation blocks (give %s, or "
-                                  "lower --block-size)", sets[0].n, block, O.train_file ? "--validation-file" : "--val");
+            RT_FAIL(RT_ERR_USAGE,
+                    "%zu blocks of %d tokens: too few to hold out validation blocks (give %s, or "
+                    "lower --block-size)",
+                    sets[0].n, block, O.train_file ? "--validation-file" : "--val");
         const size_t n_train = sets[0].n - n_val;
         RT_TRY(data_tokenized_slice(&sets[0], 0, n_train, &train));
         RT_TRY(data_tokenized_slice(&sets[0], n_train, n_val, &val));
@@ -646,8 +665,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     rt_log_info("data: %zu training blocks, %zu validation blocks of %d tokens%s", train.n, val.n, block,
                 val_file ? "" : " (held out from the end)");
 
-    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank,
-                               .world = grid.dp_size};
+    data_sampler_opts sopts = {
+        .seed = (uint64_t)O.t.seed, .shuffle = true, .rank = grid.dp_rank, .world = grid.dp_size};
     RT_TRY(data_loader_init(&train, &sopts, (int)O.t.batch_size, eos, &(data_pad){.multiple = 1}, &loader));
     tr.model = model;
     tr.labels = rt_xmalloc((size_t)O.t.batch_size * (size_t)block * sizeof(int32_t));
@@ -656,8 +675,11 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
 
     options_json = rt_args_to_json(&lm_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, LM_PROG, &grid, options_json);
-    train_app_model tm_model = {.m = {.model = &tr, .params = gpt2_model_params(model), .step = lm_train_step,
-                                      .flops = lm_flops, .pipeline_step = grid.pp_size > 1 ? lm_pipeline_step : NULL}};
+    train_app_model tm_model = {.m = {.model = &tr,
+                                      .params = gpt2_model_params(model),
+                                      .step = lm_train_step,
+                                      .flops = lm_flops,
+                                      .pipeline_step = grid.pp_size > 1 ? lm_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&tm_model);
     lm_data ld = {.inner = data_loader_train_data(loader)};
     rt_train_data td = ld.inner;
@@ -709,7 +731,7 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    train_app_defaults defaults = {.lr = "5e-5", .batch_size = "8", .epochs = "1", .weight_decay = "0.0",
-                                   .warmup = "0", .lora = true};
+    train_app_defaults defaults = {
+        .lr = "5e-5", .batch_size = "8", .epochs = "1", .weight_decay = "0.0", .warmup = "0", .lora = true};
     return train_app_program_main(argc, argv, &lm_spec, lm_options, lm_own_options, LM_N_OWN, &O.t, &defaults, lm_run);
 }

@@ -42,6 +42,7 @@ typedef struct {
 
 static t5_opts O;
 
+/* clang-format off */
 static const rt_opt t5_own_options[] = {
     {"model", RT_OPT_STRING, &O.model, NULL, "DIR",
      "HF T5 folder (config.json, model.safetensors, spiece.model), e.g. t5-small or a --save-hf export, or a "
@@ -100,6 +101,7 @@ static const rt_opt t5_own_options[] = {
      "where the trained model goes as an HF folder (default: SAVE_DIR/hf); --predict --model DIR reads it", NULL, 0,
      0},
 };
+/* clang-format on */
 #define T5_N_OWN ((int)(sizeof t5_own_options / sizeof t5_own_options[0]))
 static rt_opt t5_options[T5_N_OWN + TRAIN_APP_N_OPTS + TRAIN_APP_N_CHECKPOINT_OPTS + TRAIN_APP_N_LORA_OPTS];
 
@@ -119,7 +121,8 @@ static rt_args_spec t5_spec = {
               "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --source-prefix \"summarize: \"\n"
               "  t5-finetune assets/multi30k-en-de/val.en assets/multi30k-en-de/val.de   # small T5 from scratch\n"
               "  t5-finetune --train-file assets/examples/summaries-train.jsonl --source-column document \\\n"
-              "      --target-column summary --source-prefix \"summarize: \" --test-file assets/examples/summaries-test.jsonl\n"
+              "      --target-column summary --source-prefix \"summarize: \" --test-file "
+              "assets/examples/summaries-test.jsonl\n"
               "  t5-finetune --predict test.en --model runs/t5-finetune/hf --num-beams 4 > test.de\n"
               "  t5-finetune train.src train.tgt --model path/to/hf/t5-small --lora-r 8   # adapters on q and v",
     .opts = t5_options,
@@ -156,8 +159,10 @@ static rt_status t5_build_model(rt_backend *be, const rt_grid *grid, const tok_t
         char cfg_path[4200];
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", O.model);
         if (!train_app_exists(cfg_path))
-            return rt_errorf(RT_ERR_IO, "--model %s: no config.json (expected an HF T5 folder with config.json and "
-                                        "model.safetensors, or a --save-hf export)", O.model);
+            return rt_errorf(RT_ERR_IO,
+                             "--model %s: no config.json (expected an HF T5 folder with config.json and "
+                             "model.safetensors, or a --save-hf export)",
+                             O.model);
         char weights[4096];
         RT_TRY(t5_config_from_hf(O.model, &cfg, weights, sizeof weights));
         cfg.checkpoint_layers = train_app_checkpoint_layers(&O.t);
@@ -219,8 +224,8 @@ static rt_status t5_generator_for(t5_model *m, t5_generator **out) {
 /* Generates for every row of src in batches; texts[i] gets the decoded output (special
  * tokens skipped, as HF's batch_decode(skip_special_tokens=True)). Every rank of a tp group
  * joins; each dp replica generates all rows (the outputs are the same everywhere). */
-static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_tokenizer *tok,
-                                 const data_tokenized *src, char **texts, size_t *n_generated) {
+static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_tokenizer *tok, const data_tokenized *src,
+                                 char **texts, size_t *n_generated) {
     rt_status st = RT_OK;
     const int bs = t5_eval_rows(), max_new = t5_new_tokens();
     rt_batch batch = {0};
@@ -237,8 +242,8 @@ static rt_status t5_generate_all(t5_model *m, t5_generator *gen, const tok_token
         int count = (int)(src->n - start < (size_t)bs ? src->n - start : (size_t)bs);
         for (int i = 0; i < count; i++) idx[i] = (int32_t)(start + (size_t)i);
         RT_TRY(data_collate_classification(src, idx, count, tok_pad_id(tok), &(data_pad){.multiple = 1}, &batch));
-        RT_TRY(t5_generate(gen, batch.input_ids, batch.attention_mask, count, batch.T, &g, NULL, NULL, ids, lens,
-                           NULL));
+        RT_TRY(
+            t5_generate(gen, batch.input_ids, batch.attention_mask, count, batch.T, &g, NULL, NULL, ids, lens, NULL));
         for (int i = 0; i < count; i++) {
             RT_TRY(tok_decode_skip_special(tok, ids + (size_t)i * (size_t)max_new, (size_t)lens[i],
                                            &texts[start + (size_t)i]));
@@ -280,8 +285,12 @@ static rt_status t5_eval_loss(t5_eval *e, double *loss) {
         int count = (int)((hi - start) < (size_t)e->batch_size ? hi - start : (size_t)e->batch_size);
         for (int i = 0; i < count; i++) e->idx[i] = (int32_t)(start + (size_t)i);
         RT_TRY(data_collate_seq2seq(e->src, e->tgt, e->idx, count, tok_pad_id(e->tok), &O.t.pad, &e->batch));
-        t5_batch tb = {.B = count, .S = e->batch.T, .T = e->batch.T_dec, .src_ids = e->batch.input_ids,
-                       .src_mask = e->batch.attention_mask, .labels = e->batch.dec_labels};
+        t5_batch tb = {.B = count,
+                       .S = e->batch.T,
+                       .T = e->batch.T_dec,
+                       .src_ids = e->batch.input_ids,
+                       .src_mask = e->batch.attention_mask,
+                       .labels = e->batch.dec_labels};
         double l = 0;
         int nt = 0;
         RT_TRY(t5_step(e->model, &tb, &pass, 0.0f, &l, &nt, NULL));
@@ -349,7 +358,11 @@ static double t5_flops(void *model, const rt_batch *b) { return t5_train_flops(m
 
 static rt_status t5_train_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                double *loss_sum) {
-    t5_batch tb = {.B = b->B, .S = b->T, .T = b->T_dec, .src_ids = b->input_ids, .src_mask = b->attention_mask,
+    t5_batch tb = {.B = b->B,
+                   .S = b->T,
+                   .T = b->T_dec,
+                   .src_ids = b->input_ids,
+                   .src_mask = b->attention_mask,
                    .labels = b->dec_labels};
     int n_targets = 0;
     return t5_step(model, &tb, pass, grad_scale, loss_sum, &n_targets, NULL);
@@ -359,8 +372,12 @@ static rt_status t5_pipeline_step(void *model, const rt_batch *b, int n, uint64_
                                   double *loss_sum) {
     t5_batch *tb = rt_xcalloc((size_t)n, sizeof *tb);
     for (int k = 0; k < n; k++)
-        tb[k] = (t5_batch){.B = b[k].B, .S = b[k].T, .T = b[k].T_dec, .src_ids = b[k].input_ids,
-                           .src_mask = b[k].attention_mask, .labels = b[k].dec_labels};
+        tb[k] = (t5_batch){.B = b[k].B,
+                           .S = b[k].T,
+                           .T = b[k].T_dec,
+                           .src_ids = b[k].input_ids,
+                           .src_mask = b[k].attention_mask,
+                           .labels = b[k].dec_labels};
     rt_status st = t5_pipe_step(model, tb, n, seed, step, grad_scale, loss_sum);
     free(tb);
     return st;
@@ -401,8 +418,10 @@ static rt_status t5_generate_lines(t5_model *m, const tok_tokenizer *tok, const 
     t5_generator *gen = NULL;
     *texts = NULL;
     RT_TRY(t5_generator_for(m, &gen));
-    data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
-                            .max_source_len = (int)O.max_source_len, .max_target_len = 2};
+    data_seq2seq_opts so = {.source_prefix = O.source_prefix,
+                            .lowercase = O.lowercase,
+                            .max_source_len = (int)O.max_source_len,
+                            .max_target_len = 2};
     RT_TRY(data_seq2seq_tokenize(in, in, 0, in->n, tok, &so, &src, &unused));
     *texts = rt_xcalloc(src.n ? src.n : 1, sizeof **texts);
     size_t n_generated = 0;
@@ -462,19 +481,18 @@ static rt_status t5_columns(const data_table *train) {
     if (!*src || !*tgt) {
         char cols[512];
         data_table_columns(train, cols, sizeof cols);
-        return rt_errorf(RT_ERR_USAGE, "%s: one column (%s); name the source and target with --source-column and "
-                         "--target-column", train->path, cols);
+        return rt_errorf(RT_ERR_USAGE,
+                         "%s: one column (%s); name the source and target with --source-column and "
+                         "--target-column",
+                         train->path, cols);
     }
-    if (strcmp(src, tgt) == 0)
-        return rt_errorf(RT_ERR_USAGE, "--source-column and --target-column are both '%s'", src);
+    if (strcmp(src, tgt) == 0) return rt_errorf(RT_ERR_USAGE, "--source-column and --target-column are both '%s'", src);
     snprintf(t5_src_col, sizeof t5_src_col, "%s", src);
     snprintf(t5_tgt_col, sizeof t5_tgt_col, "%s", tgt);
     return RT_OK;
 }
 
-static data_format t5_data_format(void) {
-    return (data_format)data_format_parse(O.data_format);
-}
+static data_format t5_data_format(void) { return (data_format)data_format_parse(O.data_format); }
 
 /* A table file's source and target columns as lines (they point into *t); the train file
  * (train) decides which columns they are. */
@@ -525,19 +543,23 @@ fail:
 /* The options that go with SRC TGT and those that go with --train-file, not mixed. */
 static rt_status t5_check_inputs(int n_pos) {
     if (O.predict && (n_pos > 0 || O.train_file))
-        return rt_errorf(RT_ERR_USAGE, "--predict FILE takes no SRC TGT or --train-file (it generates; it does not train)");
+        return rt_errorf(RT_ERR_USAGE,
+                         "--predict FILE takes no SRC TGT or --train-file (it generates; it does not train)");
     if (O.train_file) {
         if (n_pos > 0) return rt_errorf(RT_ERR_USAGE, "give SRC TGT or --train-file, not both");
         if (O.val_src || O.val_tgt)
-            return rt_errorf(RT_ERR_USAGE, "--val-src and --val-tgt go with SRC TGT; with --train-file use --validation-file");
+            return rt_errorf(RT_ERR_USAGE,
+                             "--val-src and --val-tgt go with SRC TGT; with --train-file use --validation-file");
         return RT_OK;
     }
     const char *needs_train[] = {"validation-file", "test-file", "source-column", "target-column"};
     const char *given = train_app_first_given(&t5_spec, needs_train, sizeof needs_train / sizeof needs_train[0]);
     if (given) return rt_errorf(RT_ERR_USAGE, "--%s goes with --train-file (your own data file)", given);
     if (!O.predict && n_pos != 2)
-        return rt_errorf(RT_ERR_USAGE, "expected SRC TGT (two line-aligned files) or --train-file, got %d argument%s; see "
-                         "--help", n_pos, n_pos == 1 ? "" : "s");
+        return rt_errorf(RT_ERR_USAGE,
+                         "expected SRC TGT (two line-aligned files) or --train-file, got %d argument%s; see "
+                         "--help",
+                         n_pos, n_pos == 1 ? "" : "s");
     if (!O.val_src != !O.val_tgt) return rt_errorf(RT_ERR_USAGE, "give --val-src and --val-tgt together");
     return RT_OK;
 }
@@ -590,8 +612,8 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(t5_check_inputs(n_pos));
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
-    const train_app_lora_family lora_family = {.default_targets = "q,v", .task_type = "SEQ_2_SEQ_LM",
-                                               .base_model = O.model};
+    const train_app_lora_family lora_family = {
+        .default_targets = "q,v", .task_type = "SEQ_2_SEQ_LM", .base_model = O.model};
     RT_TRY(train_app_lora_config(&O.t, &t5_spec, &lora_family, &lora, &lora_on));
     RT_TRY(t5_resolve_tokenizer(tok_path, sizeof tok_path));
     RT_TRY(tok_load(tok_path, &tok));
@@ -620,13 +642,16 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     }
 
     /* data: SRC/TGT (or --train-file), and the validation set given or held out from their end */
-    const char *train_name = O.train_file ? O.train_file : pos[0], *val_name = O.train_file ? O.validation_file : O.val_src;
+    const char *train_name = O.train_file ? O.train_file : pos[0],
+               *val_name = O.train_file ? O.validation_file : O.val_src;
     if (O.train_file)
         RT_TRY(t5_read_pairs(O.train_file, true, &train_table, &src_lines, &tgt_lines));
     else
         RT_TRY(data_lines_read_pair(pos[0], pos[1], &src_lines, &tgt_lines));
-    data_seq2seq_opts so = {.source_prefix = O.source_prefix, .lowercase = O.lowercase,
-                            .max_source_len = (int)O.max_source_len, .max_target_len = (int)O.max_target_len};
+    data_seq2seq_opts so = {.source_prefix = O.source_prefix,
+                            .lowercase = O.lowercase,
+                            .max_source_len = (int)O.max_source_len,
+                            .max_target_len = (int)O.max_target_len};
     size_t n_train = src_lines.n;
     const data_lines *vs = &src_lines, *vt = &tgt_lines;
     size_t v_begin;
@@ -675,27 +700,44 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (st != RT_OK) goto fail;
     rt_log_info("data: train %zu pairs (%zu sources, %zu targets truncated), validation %zu pairs%s", train_src.n,
                 train_src.n_truncated, train_tgt.n_truncated, val_src.n,
-                val_name ? "" : O.train_file ? " held out from the end of --train-file" : " held out from the end of SRC/TGT");
+                val_name       ? ""
+                : O.train_file ? " held out from the end of --train-file"
+                               : " held out from the end of SRC/TGT");
 
     /* grouped by the source's length, as HF's Seq2SeqTrainer groups by input_ids */
-    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed, .shuffle = true, .drop_last = false,
-                               .rank = grid.dp_rank, .world = grid.dp_size, .lengths = train_src.lengths,
+    data_sampler_opts sopts = {.seed = (uint64_t)O.t.seed,
+                               .shuffle = true,
+                               .drop_last = false,
+                               .rank = grid.dp_rank,
+                               .world = grid.dp_size,
+                               .lengths = train_src.lengths,
                                .group_by = train_app_group_by(&O.t)};
-    RT_TRY(data_loader_init_seq2seq(&train_src, &train_tgt, &sopts, (int)O.t.batch_size, tok_pad_id(tok),
-                                    &O.t.pad, &loader));
-    ev = (t5_eval){.model = model, .tok = tok, .src = &val_src, .tgt = &val_tgt, .ref_lines = vt, .ref_begin = v_begin,
-                   .grid = &grid, .save_dir = O.t.save_dir, .batch_size = (int)O.t.batch_size};
+    RT_TRY(data_loader_init_seq2seq(&train_src, &train_tgt, &sopts, (int)O.t.batch_size, tok_pad_id(tok), &O.t.pad,
+                                    &loader));
+    ev = (t5_eval){.model = model,
+                   .tok = tok,
+                   .src = &val_src,
+                   .tgt = &val_tgt,
+                   .ref_lines = vt,
+                   .ref_begin = v_begin,
+                   .grid = &grid,
+                   .save_dir = O.t.save_dir,
+                   .batch_size = (int)O.t.batch_size};
     ev.idx = rt_xcalloc((size_t)O.t.batch_size, sizeof *ev.idx);
     if (O.eval_generate && grid.pp_size > 1)
         rt_log_info("evaluation: generation needs the whole model on one rank; with --pp %d it reports the loss only "
-                    "(generate from the exported model with --predict)", grid.pp_size);
+                    "(generate from the exported model with --predict)",
+                    grid.pp_size);
     else if (O.eval_generate)
         RT_TRY(t5_generator_for(model, &ev.gen));
 
     options_json = rt_args_to_json(&t5_spec);
     rt_train_opts to = train_app_loop_opts(&O.t, T5_PROG, &grid, options_json);
-    train_app_model tr = {.m = {.model = model, .params = t5_model_params(model), .step = t5_train_step,
-                                .flops = t5_flops, .pipeline_step = grid.pp_size > 1 ? t5_pipeline_step : NULL}};
+    train_app_model tr = {.m = {.model = model,
+                                .params = t5_model_params(model),
+                                .step = t5_train_step,
+                                .flops = t5_flops,
+                                .pipeline_step = grid.pp_size > 1 ? t5_pipeline_step : NULL}};
     rt_train_model tm = train_app_loop_model(&tr);
     rt_train_data td = data_loader_train_data(loader);
     rt_train_eval te = {.ctx = &ev, .evaluate = t5_evaluate};
@@ -706,10 +748,11 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     if (res.signal) goto fail;
     if (res.last_eval.n) {
         char line[512];
-        int n = snprintf(line, sizeof line, "validation results (%zu pairs, step %lld):", val_src.n,
-                         (long long)res.steps);
+        int n =
+            snprintf(line, sizeof line, "validation results (%zu pairs, step %lld):", val_src.n, (long long)res.steps);
         for (int i = 0; i < res.last_eval.n && n < (int)sizeof line; i++)
-            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i], res.last_eval.values[i]);
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", res.last_eval.names[i],
+                          res.last_eval.values[i]);
         rt_log_info("%s", line);
     }
     if (O.test_file) RT_TRY(t5_predict_test_file(model, tok, &grid));
@@ -751,7 +794,7 @@ fail:
 }
 
 int main(int argc, char **argv) {
-    train_app_defaults defaults = {.lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0",
-                                   .warmup = "0", .lora = true};
+    train_app_defaults defaults = {
+        .lr = "5e-4", .batch_size = "16", .epochs = "1", .weight_decay = "0.0", .warmup = "0", .lora = true};
     return train_app_program_main(argc, argv, &t5_spec, t5_options, t5_own_options, T5_N_OWN, &O.t, &defaults, t5_run);
 }

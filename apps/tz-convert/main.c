@@ -16,6 +16,7 @@ static rt_status run(int argc, char **argv) {
     rt_status st = RT_OK;
     int64_t tp = 0, vocab = 0;
     const char *dtype = NULL, *arch = NULL, *hf_config = NULL;
+    /* clang-format off */
     const rt_opt opts[] = {
         {"tp", RT_OPT_INT, &tp, NULL, "N",
          "tensor-parallel ranks of the output (import: default 1; reshard: required)", NULL, 1, 4096},
@@ -30,8 +31,12 @@ static rt_status run(int argc, char **argv) {
          "import: the real vocab size, dropping the embedding's padding rows of model-parallel files", NULL, 1,
          1 << 30},
     };
+    /* clang-format on */
     const rt_args_spec spec = {
-        prog, "COMMAND PATH [PATH] [OUT]", 2, 4,
+        prog,
+        "COMMAND PATH [PATH] [OUT]",
+        2,
+        4,
         "Converts checkpoints between Hugging Face, FlagAI, Megatron-LM and tunezoo's sharded folder.\n"
         "commands:\n"
         "  import SRC OUT    HF folder or file (model.safetensors, pytorch_model.bin, sharded *.index.json), FlagAI\n"
@@ -55,7 +60,10 @@ static rt_status run(int argc, char **argv) {
         "  tz-convert import megatron/ckpt /tmp/meg --tp 1 --vocab-size 50257\n"
         "  gpt2-classify --model /tmp/gpt2-tp2 ...   (the training programs read sharded folders at any tp)\n"
         "exit status: 0 ok, 1 bad input or I/O error, 2 usage error",
-        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
+        opts,
+        (int)(sizeof opts / sizeof opts[0]),
+        NULL,
+        NULL, /* no presets file */
     };
     const char *pos[4] = {0};
     int n_pos = 0;
@@ -73,9 +81,16 @@ static rt_status run(int argc, char **argv) {
     if (strcmp(cmd, "import") != 0 && (strcmp(dtype, "auto") != 0 || arch || hf_config || vocab))
         RT_FAIL(RT_ERR_USAGE, "--dtype, --arch, --hf-config and --vocab-size are import options");
     if (strcmp(cmd, "import") == 0) {
-        ckpt_import_opts o = {.src = pos[1], .out = pos[2], .tp = tp ? (int)tp : 1, .keep_dtype = !strcmp(dtype, "auto"),
-                              .dtype = !strcmp(dtype, "bf16") ? RT_BF16 : !strcmp(dtype, "fp16") ? RT_F16 : RT_F32,
-                              .arch = arch, .hf_config = hf_config, .vocab_size = (int)vocab,
+        ckpt_import_opts o = {.src = pos[1],
+                              .out = pos[2],
+                              .tp = tp ? (int)tp : 1,
+                              .keep_dtype = !strcmp(dtype, "auto"),
+                              .dtype = !strcmp(dtype, "bf16")   ? RT_BF16
+                                       : !strcmp(dtype, "fp16") ? RT_F16
+                                                                : RT_F32,
+                              .arch = arch,
+                              .hf_config = hf_config,
+                              .vocab_size = (int)vocab,
                               .check = mdl_check_tensors};
         RT_TRY(ckpt_convert_import(&o, &stats));
     } else if (strcmp(cmd, "reshard") == 0) {

@@ -64,7 +64,8 @@ static rt_status parse_ids(const char *line, size_t lineno, tok_ids *out) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < INT32_MIN || v > INT32_MAX || (*end && *end != ' ' && *end != '\t' && *end != '\r'))
+        if (end == p || errno || v < INT32_MIN || v > INT32_MAX ||
+            (*end && *end != ' ' && *end != '\t' && *end != '\r'))
             return rt_errorf(RT_ERR_FORMAT, "stdin:%zu: expected space-separated integer ids, found \"%.20s\"", lineno,
                              p);
         tok_ids_push(out, (int32_t)v);
@@ -80,6 +81,7 @@ static rt_status run(int argc, char **argv) {
     tok_ids ids = {0};
     char *line = NULL, *out = NULL, *text = NULL;
     size_t line_cap = 0, out_cap = 0, lineno = 0;
+    /* clang-format off */
     const rt_opt opts[] = {
         {"tokenizer", RT_OPT_STRING, &path, NULL, "PATH",
          "HF tokenizer directory (tokenizer.json, vocab.json + merges.txt, encoder.json + vocab.bpe, a BERT "
@@ -92,8 +94,12 @@ static rt_status run(int argc, char **argv) {
          "read tab-separated sentence pairs and add the model's special tokens (RoBERTa: <s> a </s></s> b </s>)",
          NULL, 0, 0},
     };
+    /* clang-format on */
     const rt_args_spec spec = {
-        prog, NULL, 0, 0,
+        prog,
+        NULL,
+        0,
+        0,
         "Tokenizes UTF-8 text from stdin, one line at a time, and writes one line of space-separated ids per "
         "input line (the newline itself is not encoded). A line that is not valid UTF-8 is an error "
         "(stdin:LINE: invalid UTF-8 at byte N of the line).",
@@ -102,7 +108,10 @@ static rt_status run(int argc, char **argv) {
         "  echo '15496 995' | tz-tokenize --tokenizer assets/gpt2-bpe --decode\n"
         "  printf 'a\\tb\\n' | tz-tokenize --tokenizer roberta-vocab.json --pair       # 0 102 2 2 428 2\n"
         "exit status: 0 ok, 1 tokenizer or input error, 2 usage error",
-        opts, (int)(sizeof opts / sizeof opts[0]), NULL, NULL, /* no presets file */
+        opts,
+        (int)(sizeof opts / sizeof opts[0]),
+        NULL,
+        NULL, /* no presets file */
     };
     const char *pos[1];
     int n_pos = 0;

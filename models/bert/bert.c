@@ -4,7 +4,6 @@
  * classification step around them. */
 #include "models/bert/bert.h"
 
-
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -31,31 +30,31 @@
 #define BERT_MASKED (-1e30f)
 
 struct bert_model {
-    bert_config cfg;    /* cfg.lora points at lora below */
+    bert_config cfg; /* cfg.lora points at lora below */
     ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    mdl_stage stage;    /* which layers this model holds (models/layers/stage.h) */
-    rt_comm *pp;        /* the stages' comm (stage = its rank); not owned */
-    struct mdl_stage_pipe *pipe; /* the pipelined step (models/layers/stage_pipe.h); NULL with one stage */
+    mdl_stage stage;                 /* which layers this model holds (models/layers/stage.h) */
+    rt_comm *pp;                     /* the stages' comm (stage = its rank); not owned */
+    struct mdl_stage_pipe *pipe;     /* the pipelined step (models/layers/stage_pipe.h); NULL with one stage */
     int wte, wpe, wtt, eln_w, eln_b; /* the first stage's; -1 elsewhere */
-    mdl_stack blocks;   /* the post-LN encoder layers, their activations and scratch */
+    mdl_stack blocks;                /* the post-LN encoder layers, their activations and scratch */
     int hd_w, hd_b, ho_w, ho_b; /* head: pooler/classifier.dense, classifier/classifier.out_proj (the last stage's) */
     int max_B, max_T;
     size_t max_BT;
     int C;
-    mdl_vocab vocab;    /* the word embedding's shard */
+    mdl_vocab vocab; /* the word embedding's shard */
 
-    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation, */
-    int act_slots;      /* laid out this many times (a pipeline stage's in-flight micro-batches) */
-    size_t act_bytes;   /* apart */
-    float *emb;         /* (BT, C) word + type + position, the embedding LayerNorm's input */
+    void *act_block;            /* every buffer below (and the blocks') lives in this one allocation, */
+    int act_slots;              /* laid out this many times (a pipeline stage's in-flight micro-batches) */
+    size_t act_bytes;           /* apart */
+    float *emb;                 /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
-    float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
-    float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
-    float *dh1, *dh2, *dh3; /* (B, C) head gradients */
-    float *key_mask;    /* (B, T) additive */
+    float *cls, *cls_drop, *hpre, *hact, *hdrop;   /* (B, C) head activations */
+    float *logits, *dlogits, *losses;              /* (B, NL), (B, NL), (B) */
+    float *dh1, *dh2, *dh3;                        /* (B, C) head gradients */
+    float *key_mask;                               /* (B, T) additive */
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
 
     int32_t *h_pos, *h_types, *h_cls; /* host staging */
@@ -64,7 +63,8 @@ struct bert_model {
 
 /* config.json's plain fields with HF's defaults (bert-base-uncased) and limits (models/layers/hf_config.h);
  * pad_token_id is checked against the vocab by validation */
-#define F(member, kind, def, min, max) {#member, offsetof(bert_config, member), kind, def, min, max, false}
+#define F(member, kind, def, min, max) \
+    { #member, offsetof(bert_config, member), kind, def, min, max, false }
 static const mdl_field bert_fields[] = {
     F(vocab_size, MDL_FIELD_INT, 30522, 1, MDL_MAX_VOCAB),
     F(hidden_size, MDL_FIELD_INT, 768, 1, MDL_MAX_WIDTH),
@@ -108,15 +108,16 @@ rt_status bert_config_load(const char *config_json, bert_config *c) {
     }
     RT_TRY(mdl_fields_read(root, path, bert_fields, BERT_N_FIELDS, c));
     /* null (HF's default) means "use hidden_dropout_prob" */
-    RT_TRY(rt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false,
-                               c->hidden_dropout_prob));
+    RT_TRY(rt_json_get_float(root, path, "classifier_dropout", &c->classifier_dropout, false, c->hidden_dropout_prob));
     RT_TRY(rt_json_get_string(root, path, "hidden_act", &act, false, "gelu"));
     if (!mdl_hf_act_from_name(act, &c->act))
         RT_FAIL(RT_ERR_CONFIG, "%s: field 'hidden_act' is '%s', expected gelu, gelu_new or relu", path, act);
     RT_TRY(rt_json_get_string(root, path, "position_embedding_type", &pe, false, "absolute"));
     if (strcmp(pe, "absolute") != 0)
-        RT_FAIL(RT_ERR_CONFIG, "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "
-                "are not supported)", path, pe);
+        RT_FAIL(RT_ERR_CONFIG,
+                "%s: field 'position_embedding_type' is '%s', expected 'absolute' (relative positions "
+                "are not supported)",
+                path, pe);
     RT_TRY(mdl_hf_read_labels(root, path, &c->num_labels));
     st = mdl_hf_config_result(bert_config_validate(c, 1), path, true);
 fail:
@@ -136,7 +137,9 @@ static cJSON *bert_config_json(const bert_config *c) {
     return o;
 }
 
-rt_status bert_config_save(const bert_config *c, const char *path) { return mdl_hf_write_json(bert_config_json(c), path); }
+rt_status bert_config_save(const bert_config *c, const char *path) {
+    return mdl_hf_write_json(bert_config_json(c), path);
+}
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t bert_param_count(const bert_config *c) {
@@ -144,7 +147,7 @@ static uint64_t bert_param_count(const bert_config *c) {
     /* a layer: qkv and the attention output 4 C^2 + 4 C, the FFN 2 C F + F + C, two LayerNorms 4 C */
     uint64_t layer = mdl_size_add(mdl_size_mul(C, mdl_size_add(4 * C, 2 * F)), F + 9 * C);
     uint64_t rows = (uint64_t)c->vocab_size + (uint64_t)c->max_position_embeddings + (uint64_t)c->type_vocab_size;
-    uint64_t n = mdl_size_add(mdl_size_mul(rows, C), 2 * C);              /* embeddings and their LayerNorm */
+    uint64_t n = mdl_size_add(mdl_size_mul(rows, C), 2 * C); /* embeddings and their LayerNorm */
     n = mdl_size_add(n, mdl_size_mul((uint64_t)c->num_hidden_layers, layer));
     return mdl_size_add(n, mdl_size_add(mdl_size_mul(C + 1, C), (C + 1) * NL)); /* the head */
 }
@@ -158,8 +161,10 @@ rt_status bert_config_validate(const bert_config *c, int tp) {
                          c->hidden_size, c->num_attention_heads);
     if (c->num_labels < 1 || c->num_labels > MDL_MAX_LABELS)
         return rt_errorf(RT_ERR_CONFIG, "%s: num_labels %d is not in [1, %d]", what, c->num_labels, MDL_MAX_LABELS);
-    st = mdl_check_params(what, "vocab_size, max_position_embeddings, type_vocab_size, hidden_size, "
-                          "num_hidden_layers and intermediate_size", bert_param_count(c));
+    st = mdl_check_params(what,
+                          "vocab_size, max_position_embeddings, type_vocab_size, hidden_size, "
+                          "num_hidden_layers and intermediate_size",
+                          bert_param_count(c));
     if (st != RT_OK) return st;
     /* RoBERTa needs a pad id (positions count from it); BERT may have none (-1) */
     if (c->pad_token_id >= c->vocab_size || c->pad_token_id < (c->roberta ? 0 : -1))
@@ -182,13 +187,20 @@ static int bert_add(bert_model *m, const char *name, int64_t d0, int64_t d1, boo
 }
 
 #define BERT_LAYER "encoder.layer.%d."
-static const mdl_stack_names bert_block_names = {
-    BERT_LAYER "attention.output.LayerNorm.weight", BERT_LAYER "attention.output.LayerNorm.bias",
-    BERT_LAYER "attention.self.qkv.weight", BERT_LAYER "attention.self.qkv.bias",
-    BERT_LAYER "attention.output.dense.weight", BERT_LAYER "attention.output.dense.bias",
-    BERT_LAYER "output.LayerNorm.weight", BERT_LAYER "output.LayerNorm.bias",
-    BERT_LAYER "intermediate.dense.weight", BERT_LAYER "intermediate.dense.bias",
-    BERT_LAYER "output.dense.weight", BERT_LAYER "output.dense.bias", NULL, NULL};
+static const mdl_stack_names bert_block_names = {BERT_LAYER "attention.output.LayerNorm.weight",
+                                                 BERT_LAYER "attention.output.LayerNorm.bias",
+                                                 BERT_LAYER "attention.self.qkv.weight",
+                                                 BERT_LAYER "attention.self.qkv.bias",
+                                                 BERT_LAYER "attention.output.dense.weight",
+                                                 BERT_LAYER "attention.output.dense.bias",
+                                                 BERT_LAYER "output.LayerNorm.weight",
+                                                 BERT_LAYER "output.LayerNorm.bias",
+                                                 BERT_LAYER "intermediate.dense.weight",
+                                                 BERT_LAYER "intermediate.dense.bias",
+                                                 BERT_LAYER "output.dense.weight",
+                                                 BERT_LAYER "output.dense.bias",
+                                                 NULL,
+                                                 NULL};
 
 /* HF's _init_weights: Linear and Embedding N(0, initializer_range), LayerNorm 1/0, biases 0.
  * no_decay marks biases and LayerNorm parameters (HF Trainer's rule). The stage's parameters:
@@ -209,12 +221,21 @@ static void bert_declare_params(bert_model *m, rt_backend *be, rt_comm *tp, int 
         m->eln_b = bert_add(m, "embeddings.LayerNorm.bias", C, 0, true, Z);
     }
     /* the embeddings' dropout is the stack's (site 0); the head's sites follow the blocks' */
-    mdl_stack_config bc = {.n_layer = n_blocks, .C = C, .n_head = c->num_attention_heads,
-                           .F = c->intermediate_size, .post_norm = true, .norm = MDL_NORM_LAYER,
-                           .norm_eps = c->layer_norm_eps, .act = c->act, .attn_pdrop = c->attention_probs_dropout_prob,
-                           .resid_pdrop = c->hidden_dropout_prob, .emb_pdrop = first ? c->hidden_dropout_prob : 0,
-                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
-                           .layers_total = c->num_hidden_layers, .lora = c->lora};
+    mdl_stack_config bc = {.n_layer = n_blocks,
+                           .C = C,
+                           .n_head = c->num_attention_heads,
+                           .F = c->intermediate_size,
+                           .post_norm = true,
+                           .norm = MDL_NORM_LAYER,
+                           .norm_eps = c->layer_norm_eps,
+                           .act = c->act,
+                           .attn_pdrop = c->attention_probs_dropout_prob,
+                           .resid_pdrop = c->hidden_dropout_prob,
+                           .emb_pdrop = first ? c->hidden_dropout_prob : 0,
+                           .checkpoint_layers = c->checkpoint_layers,
+                           .layer_offset = first_block,
+                           .layers_total = c->num_hidden_layers,
+                           .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, be, tp, &m->params);
     /* the map's prefix names the adapters as PEFT does (bert., roberta.); the rows are the same */
@@ -384,9 +405,8 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     rt_arena arena = {0};
     bert_layout(m, &arena);
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
-    m->act_slots = m->stage.count > 1 && !c->pp_recompute
-                       ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro)
-                       : 1;
+    m->act_slots =
+        m->stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro) : 1;
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
                             m->stage.count > 1 ? "BERT activations (lower --batch-size or --max-len, or add "
                                                  "--pp-recompute or --checkpoint-activations)"
@@ -449,8 +469,10 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
                 return rt_errorf(RT_ERR_FORMAT, "BERT: token id %d at row %d position %d is outside the vocab [0, %d)",
                                  id, b, t, c->vocab_size);
             if (type < 0 || type >= c->type_vocab_size)
-                return rt_errorf(RT_ERR_FORMAT, "BERT: token type %d at row %d position %d is not in [0, %d) "
-                                 "(type_vocab_size)", type, b, t, c->type_vocab_size);
+                return rt_errorf(RT_ERR_FORMAT,
+                                 "BERT: token type %d at row %d position %d is not in [0, %d) "
+                                 "(type_vocab_size)",
+                                 type, b, t, c->type_vocab_size);
             if (c->roberta)
                 m->h_pos[i] = id != c->pad_token_id ? c->pad_token_id + ++count : c->pad_token_id;
             else
@@ -529,7 +551,8 @@ static rt_status bert_forward_body(bert_model *m, int B, int T, const mdl_pass *
 /* The head: first token -> [drop] -> dense -> tanh -> drop -> out. RoBERTa drops out before
  * the dense too; BERT's pooler has no dropout before it. Its loss is queued (bert_cls_loss_read
  * gives the sum). */
-static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale, float *host_logits) {
+static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass, float grad_scale,
+                          float *host_logits) {
     const bert_config *c = &m->cfg;
     rt_backend *be = m->be;
     const int B = b->B, C = m->C, NL = c->num_labels;
@@ -538,14 +561,16 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     rt_gather_rows(be, m->cls, m->blocks.out, m->cls_idx, B, C);
     const float *x0 = m->cls;
     if (drop && c->roberta) {
-        rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
+        rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed,
+                       mdl_dropout_stream(pass, bert_head_site(m, 0)));
         x0 = m->cls_drop;
     }
     mdl_col_linear_fwd(be, rt_xf(m->hpre), rt_xf(x0), P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
     rt_act_fwd(be, RT_ACT_TANH, rt_xf(m->hact), rt_xf(m->hpre), (size_t)B * C);
     const float *x1 = m->hact;
     if (drop) {
-        rt_dropout_fwd(be, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
+        rt_dropout_fwd(be, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed,
+                       mdl_dropout_stream(pass, bert_head_site(m, 1)));
         x1 = m->hdrop;
     }
     mdl_col_linear_fwd(be, rt_xf(m->logits), rt_xf(x1), P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
@@ -566,19 +591,21 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const bool drop = pass->training && c->classifier_dropout > 0;
     const float pc = c->classifier_dropout;
     const float *x0 = drop && c->roberta ? m->cls_drop : m->cls, *x1 = drop ? m->hdrop : m->hact;
-    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->ho_w), G(m->ho_b), rt_xf(m->dlogits), rt_xf(x1), P(m->ho_w), (size_t)B,
-                       C, NL);
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->ho_w), G(m->ho_b), rt_xf(m->dlogits), rt_xf(x1), P(m->ho_w),
+                       (size_t)B, C, NL);
     const float *dact = m->dh1;
     if (drop) {
-        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 1)));
+        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed,
+                       mdl_dropout_stream(pass, bert_head_site(m, 1)));
         dact = m->dh2;
     }
     rt_act_bwd(be, RT_ACT_TANH, rt_xf(m->dh3), rt_xf(m->hpre), rt_xf(dact), (size_t)B * C);
-    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->hd_w), G(m->hd_b), rt_xf(m->dh3), rt_xf(x0), P(m->hd_w), (size_t)B, C,
-                       C);
+    mdl_row_linear_bwd(be, rt_xf(m->dh1), false, G(m->hd_w), G(m->hd_b), rt_xf(m->dh3), rt_xf(x0), P(m->hd_w),
+                       (size_t)B, C, C);
     const float *dcls = m->dh1;
     if (drop && c->roberta) {
-        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed, mdl_dropout_stream(pass, bert_head_site(m, 0)));
+        rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed,
+                       mdl_dropout_stream(pass, bert_head_site(m, 0)));
         dcls = m->dh2;
     }
     float *dout = mdl_stack_dout(&m->blocks);
@@ -630,11 +657,23 @@ static rt_status bert_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass
 }
 
 static rt_status bert_stage_pipe(bert_model *m, rt_comm *pp, int max_micro) {
-    const mdl_stage_model sm = {.model = m, .family = m->cfg.roberta ? "RoBERTa" : "BERT", .be = m->be, .pp = pp,
-                                .blocks = &m->blocks, .C = m->C, .max_B = m->max_B, .num_labels = m->cfg.num_labels,
-                                .max_BT = m->max_BT, .upload = bert_sp_upload, .embed = bert_sp_embed,
-                                .embed_bwd = bert_sp_embed_bwd, .mask = bert_mask, .head_fwd = bert_sp_head_fwd,
-                                .head_bwd = bert_sp_head_bwd, .slots = m->act_slots, .use_slot = bert_use_slot};
+    const mdl_stage_model sm = {.model = m,
+                                .family = m->cfg.roberta ? "RoBERTa" : "BERT",
+                                .be = m->be,
+                                .pp = pp,
+                                .blocks = &m->blocks,
+                                .C = m->C,
+                                .max_B = m->max_B,
+                                .num_labels = m->cfg.num_labels,
+                                .max_BT = m->max_BT,
+                                .upload = bert_sp_upload,
+                                .embed = bert_sp_embed,
+                                .embed_bwd = bert_sp_embed_bwd,
+                                .mask = bert_mask,
+                                .head_fwd = bert_sp_head_fwd,
+                                .head_bwd = bert_sp_head_bwd,
+                                .slots = m->act_slots,
+                                .use_slot = bert_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
 }
 
@@ -671,8 +710,8 @@ rt_status bert_load_hf(bert_model *m, const char *weights, char *report, size_t 
     return st;
 }
 
-static rt_status bert_vt_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
-                              double *loss_sum, float *host_logits) {
+static rt_status bert_vt_step(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                              float *host_logits) {
     return bert_cls_step(model, b, pass, grad_scale, loss_sum, host_logits);
 }
 static rt_params *bert_vt_params(void *model) { return bert_model_params(model); }

@@ -37,7 +37,7 @@ typedef struct {
     float hidden_dropout_prob, attention_probs_dropout_prob;
     float classifier_dropout; /* HF's classifier_dropout, or hidden_dropout_prob when null */
     rt_act_kind act;
-    int num_labels; /* 1 = regression (MSE) */
+    int num_labels;        /* 1 = regression (MSE) */
     bool pp_recompute;     /* a pipeline stage recomputes instead of keeping activations (models/layers/stage_pipe.h);
                             * a run option */
     int checkpoint_layers; /* activation checkpointing: 0 keeps every layer's activations; K keeps

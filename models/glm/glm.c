@@ -22,19 +22,26 @@
 
 #include "models/glm/glm_internal.h"
 
+static const mdl_stack_names glm_block_names = {"transformer.layers.%d.input_layernorm.weight",
+                                                "transformer.layers.%d.input_layernorm.bias",
+                                                "transformer.layers.%d.attention.query_key_value.weight",
+                                                "transformer.layers.%d.attention.query_key_value.bias",
+                                                "transformer.layers.%d.attention.dense.weight",
+                                                "transformer.layers.%d.attention.dense.bias",
+                                                "transformer.layers.%d.post_attention_layernorm.weight",
+                                                "transformer.layers.%d.post_attention_layernorm.bias",
+                                                "transformer.layers.%d.mlp.dense_h_to_4h.weight",
+                                                "transformer.layers.%d.mlp.dense_h_to_4h.bias",
+                                                "transformer.layers.%d.mlp.dense_4h_to_h.weight",
+                                                "transformer.layers.%d.mlp.dense_4h_to_h.bias",
+                                                "transformer.final_layernorm.weight",
+                                                "transformer.final_layernorm.bias"};
 
-static const mdl_stack_names glm_block_names = {
-    "transformer.layers.%d.input_layernorm.weight",    "transformer.layers.%d.input_layernorm.bias",
-    "transformer.layers.%d.attention.query_key_value.weight", "transformer.layers.%d.attention.query_key_value.bias",
-    "transformer.layers.%d.attention.dense.weight",    "transformer.layers.%d.attention.dense.bias",
-    "transformer.layers.%d.post_attention_layernorm.weight", "transformer.layers.%d.post_attention_layernorm.bias",
-    "transformer.layers.%d.mlp.dense_h_to_4h.weight",  "transformer.layers.%d.mlp.dense_h_to_4h.bias",
-    "transformer.layers.%d.mlp.dense_4h_to_h.weight",  "transformer.layers.%d.mlp.dense_4h_to_h.bias",
-    "transformer.final_layernorm.weight",              "transformer.final_layernorm.bias"};
-
-static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init, float std) {
+static int glm_add(glm_model *m, const char *name, int64_t d0, int64_t d1, bool no_decay, rt_init_kind init,
+                   float std) {
     int64_t shape[2] = {d0, d1};
-    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_glm, name), no_decay, init, std);
+    return rt_params_add(&m->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(&ckpt_map_glm, name), no_decay, init,
+                         std);
 }
 
 /* The stage's parameters (the whole model with one stage): the embeddings on the first, its
@@ -48,18 +55,28 @@ static void glm_declare_params(glm_model *m, int first_block, int n_blocks) {
     if (first) {
         m->wte = glm_add(m, "word_embeddings.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, std);
         m->params.specs[m->wte].vocab_rows = c->vocab_size; /* checkpoints store the unpadded table */
-        m->params.specs[m->wte].tied = m->stage.count > 1; /* with the output layer's copy on the last stage */
+        m->params.specs[m->wte].tied = m->stage.count > 1;  /* with the output layer's copy on the last stage */
         m->wpe = glm_add(m, "transformer.position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
         if (c->block_position_encoding)
-            m->wbpe = glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
+            m->wbpe =
+                glm_add(m, "transformer.block_position_embeddings.weight", m->P, m->C, false, RT_INIT_NORMAL, std);
     }
     /* FlagAI: output layers (attention dense, dense_4h_to_h) scaled by 1/sqrt(2 num_layers) */
-    mdl_stack_config bc = {.n_layer = n_blocks, .C = m->C, .n_head = c->num_attention_heads,
-                           .F = 4 * c->hidden_size, .norm = MDL_NORM_LAYER, .norm_eps = c->layernorm_epsilon,
-                           .final_norm = last, .act = RT_ACT_GELU_TANH, .attn_pdrop = c->attention_dropout_prob,
-                           .resid_pdrop = c->output_dropout_prob, .emb_pdrop = first ? c->embedding_dropout_prob : 0,
-                           .checkpoint_layers = c->checkpoint_layers, .layer_offset = first_block,
-                           .layers_total = c->num_layers, .lora = c->lora};
+    mdl_stack_config bc = {.n_layer = n_blocks,
+                           .C = m->C,
+                           .n_head = c->num_attention_heads,
+                           .F = 4 * c->hidden_size,
+                           .norm = MDL_NORM_LAYER,
+                           .norm_eps = c->layernorm_epsilon,
+                           .final_norm = last,
+                           .act = RT_ACT_GELU_TANH,
+                           .attn_pdrop = c->attention_dropout_prob,
+                           .resid_pdrop = c->output_dropout_prob,
+                           .emb_pdrop = first ? c->embedding_dropout_prob : 0,
+                           .checkpoint_layers = c->checkpoint_layers,
+                           .layer_offset = first_block,
+                           .layers_total = c->num_layers,
+                           .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &glm_block_names, &ckpt_map_glm, std, std / sqrtf(2.0f * (float)c->num_layers));
@@ -188,8 +205,7 @@ rt_status glm_model_init_stage(const glm_config *c, rt_backend *be, rt_comm *tp,
     RT_TRY(rt_params_alloc(&m->params));
     rt_params_init_weights(&m->params, seed);
     if (m->wte >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->wte), m->C);
-    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, mdl_stage_is_last(stage) ? m->max_BT : 0,
-                     "GLM");
+    mdl_lm_head_init(&m->head, be, tp, &m->vocab, m->C, c->vocab_size, mdl_stage_is_last(stage) ? m->max_BT : 0, "GLM");
     rt_arena arena = {0};
     glm_layout(m, &arena);
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
@@ -244,9 +260,12 @@ rt_status glm_upload(glm_model *m, const glm_inputs *in) {
             if (in->ids[i] < 0 || in->ids[i] >= m->cfg.vocab_size)
                 return rt_errorf(RT_ERR_FORMAT, "GLM: token id %d at row %d position %d is outside the vocab [0, %d)",
                                  in->ids[i], b, t, m->cfg.vocab_size);
-            if (in->pos[i] < 0 || in->pos[i] >= m->P || (m->wbpe >= 0 && (in->block_pos[i] < 0 || in->block_pos[i] >= m->P)))
-                return rt_errorf(RT_ERR_FORMAT, "GLM: row %d position %d: position %d or block position %d is outside "
-                                 "[0, %d)", b, t, in->pos[i], m->wbpe >= 0 ? in->block_pos[i] : 0, m->P);
+            if (in->pos[i] < 0 || in->pos[i] >= m->P ||
+                (m->wbpe >= 0 && (in->block_pos[i] < 0 || in->block_pos[i] >= m->P)))
+                return rt_errorf(RT_ERR_FORMAT,
+                                 "GLM: row %d position %d: position %d or block position %d is outside "
+                                 "[0, %d)",
+                                 b, t, in->pos[i], m->wbpe >= 0 ? in->block_pos[i] : 0, m->P);
         }
     }
     rt_backend *be = m->be;
@@ -315,8 +334,7 @@ static rt_status glm_task_check(const glm_model *m, const glm_task *t) {
     const int B = t->in.B, T = t->in.T, K = t->K, V = m->cfg.vocab_size;
     switch (t->kind) {
     case GLM_HEAD_LM:
-    case GLM_HEAD_SPAN_MATCH:
-        break; /* labels: mdl_lm_head_collect, below */
+    case GLM_HEAD_SPAN_MATCH: break; /* labels: mdl_lm_head_collect, below */
     case GLM_HEAD_CHOICE: {
         const int G_n = K > 0 ? B / K : 0;
         if (K < 1 || K > GLM_K_MAX || B % K)
@@ -372,8 +390,8 @@ static rt_status glm_head_stage(glm_model *m, const glm_task *t) {
 static rt_status glm_output_xent(glm_model *m, int n, float grad_scale, bool weighted) {
     rt_status st;
     if (grad_scale > 0) { /* (a gradient is only there to name in a backward: ZeRO-3) */
-        const mdl_lm_head_grad grad = {.dwte = G(m->wte), .grad_scale = grad_scale,
-                                       .row_weights = weighted ? m->head.row_weights : NULL};
+        const mdl_lm_head_grad grad = {
+            .dwte = G(m->wte), .grad_scale = grad_scale, .row_weights = weighted ? m->head.row_weights : NULL};
         st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, &grad);
     } else {
         st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), n, NULL);
@@ -512,8 +530,8 @@ static rt_status glm_head_bwd(glm_model *m, const glm_task *t) {
     /* scores = rows cand^T: d rows = dS cand, d cand = dS^T rows (into the owners' vocab rows) */
     rt_to_device(be, m->cand_scores, m->h_scores, (size_t)B * BK * sizeof(float));
     rt_clear(be, m->dcand, (size_t)BK * C * sizeof(float));
-    mdl_row_linear_bwd(be, rt_xf(m->head.drows), false, m->dcand, NULL, rt_xf(m->cand_scores), rt_xf(m->head.rows), m->cand,
-                       (size_t)B, C, BK);
+    mdl_row_linear_bwd(be, rt_xf(m->head.drows), false, m->dcand, NULL, rt_xf(m->cand_scores), rt_xf(m->head.rows),
+                       m->cand, (size_t)B, C, BK);
     rt_embedding_bwd(be, G(m->wte), m->dcand, m->cand_ids, (size_t)BK, C, m->vocab.start, m->vocab.local);
     rt_clear(be, dout, BT * C * sizeof(float));
     rt_scatter_rows_add(be, dout, rt_xf(m->head.drows), m->head.row_idx, (size_t)B, C);
@@ -565,13 +583,15 @@ rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labe
 }
 
 rt_status glm_choice_step(glm_model *m, const glm_inputs *in, const int32_t *labels, int n_choices,
-                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+                          const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                          float *scores) {
     const glm_task t = {.in = *in, .kind = GLM_HEAD_CHOICE, .labels = labels, .K = n_choices, .label = label};
     return glm_task_step(m, &t, pass, grad_scale, loss_sum, scores);
 }
 
 rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
-                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores) {
+                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
+                         float *scores) {
     const glm_task t = {.in = *in, .kind = GLM_HEAD_CLOZE, .at = at, .cand = cand, .K = K, .label = label};
     return glm_task_step(m, &t, pass, grad_scale, loss_sum, scores);
 }
@@ -611,10 +631,22 @@ static size_t glm_sp_result_floats(void *model, const rt_batch *b) {
 }
 
 static rt_status glm_stage_pipe(glm_model *m, int max_micro) {
-    const mdl_stage_model sm = {.model = m, .family = "GLM", .be = m->be, .pp = m->pp, .blocks = &m->blocks, .C = m->C,
-                                .max_B = m->max_B, .max_BT = m->max_BT, .upload = glm_sp_upload, .embed = glm_sp_embed,
-                                .embed_bwd = glm_sp_embed_bwd, .mask = glm_mask, .head_fwd = glm_sp_head_fwd,
-                                .head_bwd = glm_sp_head_bwd, .slots = m->act_slots, .use_slot = glm_use_slot,
+    const mdl_stage_model sm = {.model = m,
+                                .family = "GLM",
+                                .be = m->be,
+                                .pp = m->pp,
+                                .blocks = &m->blocks,
+                                .C = m->C,
+                                .max_B = m->max_B,
+                                .max_BT = m->max_BT,
+                                .upload = glm_sp_upload,
+                                .embed = glm_sp_embed,
+                                .embed_bwd = glm_sp_embed_bwd,
+                                .mask = glm_mask,
+                                .head_fwd = glm_sp_head_fwd,
+                                .head_bwd = glm_sp_head_bwd,
+                                .slots = m->act_slots,
+                                .use_slot = glm_use_slot,
                                 .result_floats = glm_sp_result_floats};
     m->pipe_views = rt_xcalloc((size_t)max_micro, sizeof *m->pipe_views);
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);

@@ -26,8 +26,8 @@ typedef struct {
     float embedding_dropout_prob, attention_dropout_prob, output_dropout_prob;
     float layernorm_epsilon, init_std;
     bool block_position_encoding; /* two position tables of max_sequence_length + 1 rows */
-    int checkpoint_layers; /* activation checkpointing (models/layers/stack.h); a run option, not saved */
-    bool pp_recompute;     /* a pipeline stage recomputes its forward instead of keeping every in-flight
+    int checkpoint_layers;        /* activation checkpointing (models/layers/stack.h); a run option, not saved */
+    bool pp_recompute;            /* a pipeline stage recomputes its forward instead of keeping every in-flight
                             * micro-batch's activations (models/layers/stage_pipe.h); a run option, not saved */
     const ckpt_peft_config *lora; /* LoRA (models/layers/lora.h): adapters on its target_modules (query_key_value,
                                    * dense, dense_h_to_4h, dense_4h_to_h), every other weight frozen; NULL:
@@ -90,10 +90,10 @@ typedef enum { GLM_HEAD_LM, GLM_HEAD_CLOZE, GLM_HEAD_CHOICE, GLM_HEAD_SPAN_MATCH
 typedef struct {
     glm_inputs in;
     glm_head_kind kind;
-    const int32_t *labels; /* LM, CHOICE, SPAN_MATCH: (B, T) */
+    const int32_t *labels;    /* LM, CHOICE, SPAN_MATCH: (B, T) */
     const int32_t *at, *cand; /* CLOZE */
-    int K;                 /* CLOZE: candidates per row; CHOICE: rows per group */
-    const int32_t *label;  /* CLOZE: per row; CHOICE: per group */
+    int K;                    /* CLOZE: candidates per row; CHOICE: rows per group */
+    const int32_t *label;     /* CLOZE: per row; CHOICE: per group */
 } glm_task;
 
 /* One batch of a task: its summed loss (*loss_sum) and, with grad_scale > 0, the gradients of
@@ -132,8 +132,7 @@ rt_status glm_span_match(glm_model *m, const glm_inputs *in, const int32_t *labe
  * (FlagAI's GLMForSingleTokenCloze: outputs[b, attention_mask[b]]). The same numbers as slicing
  * the full-vocab logits, without computing them. scores (B x K, host) may be NULL. */
 rt_status glm_cloze_step(glm_model *m, const glm_inputs *in, const int32_t *at, const int32_t *cand, int K,
-                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum,
-                         float *scores);
+                         const int32_t *label, const mdl_pass *pass, float grad_scale, double *loss_sum, float *scores);
 
 /* Multi-token cloze (GLM's COPA): rows come in groups of n_choices, one row per candidate
  * answer put in the blank (its tokens labelled in labels, B x T, host); a candidate's score is

@@ -8,7 +8,8 @@
 
 /* config.json's fields with FlagAI's defaults (GLM-large-chinese) and limits
  * (models/layers/hf_config.h); FlagAI always writes the sizes, so they are required */
-#define F(member, kind, def, min, max, req) {#member, offsetof(glm_config, member), kind, def, min, max, req}
+#define F(member, kind, def, min, max, req) \
+    { #member, offsetof(glm_config, member), kind, def, min, max, req }
 static const mdl_field glm_fields[] = {
     F(vocab_size, MDL_FIELD_INT, 50048, 1, MDL_MAX_VOCAB, true),
     F(hidden_size, MDL_FIELD_INT, 1024, 1, MDL_MAX_WIDTH, true),
@@ -70,7 +71,8 @@ rt_status glm_config_load(const char *path, glm_config *c) {
     RT_TRY(rt_json_get_bool(root, path, "relative_encoding", &relative, false, false));
     RT_TRY(rt_json_get_double(root, path, "attention_scale", &scale, false, 1.0));
     RT_TRY(rt_json_get_int(root, path, "max_memory_length", &memory, false, 0));
-    if (relative) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: relative_encoding true (Transformer-XL positions) is not supported", path);
+    if (relative)
+        RT_FAIL(RT_ERR_UNSUPPORTED, "%s: relative_encoding true (Transformer-XL positions) is not supported", path);
     if (scale != 1.0) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: attention_scale %g is not supported (only 1.0)", path, scale);
     if (memory != 0) RT_FAIL(RT_ERR_UNSUPPORTED, "%s: max_memory_length %d is not supported (only 0)", path, memory);
     const cJSON *spell = cJSON_GetObjectItemCaseSensitive(root, "spell_length");

@@ -18,12 +18,12 @@
 struct glm_decoder {
     glm_model *m;
     int max_B, max_beams, max_S, max_new, max_rows;
-    int S, cur;             /* this search's context length; which cache buffer is live */
-    void *block;            /* backend memory: caches, mask, slot and gather indices */
-    float **k[2], **v[2];   /* (L) each (max_rows, Tmax, C_local), two buffers */
-    float *key_mask;        /* (max_rows, Tmax) */
-    int32_t *at_idx;        /* (max_rows) */
-    int32_t *gather_idx;    /* (max_rows * Tmax) */
+    int S, cur;           /* this search's context length; which cache buffer is live */
+    void *block;          /* backend memory: caches, mask, slot and gather indices */
+    float **k[2], **v[2]; /* (L) each (max_rows, Tmax, C_local), two buffers */
+    float *key_mask;      /* (max_rows, Tmax) */
+    int32_t *at_idx;      /* (max_rows) */
+    int32_t *gather_idx;  /* (max_rows * Tmax) */
     float *h_mask;
     int32_t *h_ids, *h_pos, *h_bpos, *h_at, *h_idx;
     int32_t *h_sep, *h_mask_pos, *h_tmp; /* (max_rows) per row, following the search's reorders */
@@ -39,8 +39,10 @@ rt_status glm_decoder_init(glm_model *m, int max_B, int max_beams, int max_S, in
         return rt_errorf(RT_ERR_CONFIG, "GLM decoder: generation needs the whole model, not pipeline stage %d of %d",
                          m->stage.index + 1, m->stage.count);
     if (max_B < 1 || max_B > m->max_B || max_S < 1 || max_S > m->max_T || max_new < 1 || max_beams < 1)
-        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d context tokens, %d beams and %d new tokens (the "
-                         "model holds %d x %d)", max_B, max_S, max_beams, max_new, m->max_B, m->max_T);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "GLM decoder: %d rows of %d context tokens, %d beams and %d new tokens (the "
+                         "model holds %d x %d)",
+                         max_B, max_S, max_beams, max_new, m->max_B, m->max_T);
     /* the caches: 4 x layers of (rows, context + new, C_local), and the search's logits; this also
      * keeps rows (max_B x max_beams) and context + new within int */
     const uint64_t n_rows = (uint64_t)max_B * (uint64_t)max_beams, n_len = (uint64_t)max_S + (uint64_t)max_new;
@@ -165,11 +167,22 @@ static rt_status glm_dec_forward(void *ctx, int t, int n_src, int beams, const i
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), (size_t)R, C, 0, m->P, true);
     if (m->wbpe >= 0) rt_embedding_fwd(be, x, m->bpos, P(m->wbpe), (size_t)R, C, 0, m->P, true);
     const int HS = m->blocks.HS, Il = m->blocks.I_local;
-    const mdl_decode_caches caches = {
-        .k = d->k[d->cur], .v = d->v[d->cur], .at_idx = d->at_idx,
-        .self = {.B = R, .NH = m->blocks.NH_local, .Tq = 1, .Tk = Tmax, .HS = HS, .ldq = (size_t)Il, .ldk = (size_t)Il,
-                 .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)HS), .key_mask = d->key_mask,
-                 .head_offset = m->blocks.head_offset, .heads_total = m->cfg.num_attention_heads}};
+    const mdl_decode_caches caches = {.k = d->k[d->cur],
+                                      .v = d->v[d->cur],
+                                      .at_idx = d->at_idx,
+                                      .self = {.B = R,
+                                               .NH = m->blocks.NH_local,
+                                               .Tq = 1,
+                                               .Tk = Tmax,
+                                               .HS = HS,
+                                               .ldq = (size_t)Il,
+                                               .ldk = (size_t)Il,
+                                               .ldv = (size_t)Il,
+                                               .ldo = (size_t)Il,
+                                               .scale = 1.0f / sqrtf((float)HS),
+                                               .key_mask = d->key_mask,
+                                               .head_offset = m->blocks.head_offset,
+                                               .heads_total = m->cfg.num_attention_heads}};
     const mdl_decode_scratch scratch = mdl_stack_decode_scratch(&m->blocks, R, Tmax);
     RT_TRY(mdl_stack_decode(&m->blocks, R, x, &caches, &scratch));
     mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, (size_t)R);
@@ -219,9 +232,10 @@ rt_status glm_generate(glm_decoder *d, const glm_inputs *ctx, const int32_t *mas
     rt_status st = RT_OK;
     const int B = ctx->B;
     if (B > d->max_B || ctx->T > d->max_S || o->max_new_tokens > d->max_new || o->num_beams > d->max_beams)
-        return rt_errorf(RT_ERR_CONFIG, "GLM decoder: %d rows of %d tokens, %d beams, %d new tokens exceed the %d x %d, "
-                         "%d, %d it was sized for", B, ctx->T, o->num_beams, o->max_new_tokens, d->max_B, d->max_S,
-                         d->max_beams, d->max_new);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "GLM decoder: %d rows of %d tokens, %d beams, %d new tokens exceed the %d x %d, "
+                         "%d, %d it was sized for",
+                         B, ctx->T, o->num_beams, o->max_new_tokens, d->max_B, d->max_S, d->max_beams, d->max_new);
     d->S = ctx->T;
     for (int b = 0; b < B; b++) {
         d->h_sep[b] = ctx->sep[b];

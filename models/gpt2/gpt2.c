@@ -26,7 +26,8 @@
 #include "models/gpt2/gpt2_internal.h"
 
 /* config.json's plain fields with HF's defaults (gpt2 124M) and limits (models/layers/hf_config.h) */
-#define F(member, key, kind, def, min, max) {key, offsetof(gpt2_config, member), kind, def, min, max, false}
+#define F(member, key, kind, def, min, max) \
+    { key, offsetof(gpt2_config, member), kind, def, min, max, false }
 static const mdl_field gpt2_fields[] = {
     F(vocab_size, "vocab_size", MDL_FIELD_INT, 50257, 1, MDL_MAX_VOCAB),
     F(n_positions, "n_positions", MDL_FIELD_INT, 1024, 1, MDL_MAX_POSITIONS),
@@ -92,7 +93,9 @@ static cJSON *gpt2_config_json(const gpt2_config *c) {
     return o;
 }
 
-rt_status gpt2_config_save(const gpt2_config *c, const char *path) { return mdl_hf_write_json(gpt2_config_json(c), path); }
+rt_status gpt2_config_save(const gpt2_config *c, const char *path) {
+    return mdl_hf_write_json(gpt2_config_json(c), path);
+}
 
 /* Every parameter (unsharded, unpadded vocab) in saturating 64-bit arithmetic. */
 static uint64_t gpt2_param_count(const gpt2_config *c) {
@@ -129,10 +132,20 @@ static int gpt2_add(gpt2_model *m, const char *fmt, int l, int64_t d0, int64_t d
                          std);
 }
 
-static const mdl_stack_names gpt2_block_names = {
-    "h.%d.ln_1.weight", "h.%d.ln_1.bias", "h.%d.attn.c_attn.weight", "h.%d.attn.c_attn.bias", "h.%d.attn.c_proj.weight",
-    "h.%d.attn.c_proj.bias", "h.%d.ln_2.weight", "h.%d.ln_2.bias", "h.%d.mlp.c_fc.weight", "h.%d.mlp.c_fc.bias",
-    "h.%d.mlp.c_proj.weight", "h.%d.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"};
+static const mdl_stack_names gpt2_block_names = {"h.%d.ln_1.weight",
+                                                 "h.%d.ln_1.bias",
+                                                 "h.%d.attn.c_attn.weight",
+                                                 "h.%d.attn.c_attn.bias",
+                                                 "h.%d.attn.c_proj.weight",
+                                                 "h.%d.attn.c_proj.bias",
+                                                 "h.%d.ln_2.weight",
+                                                 "h.%d.ln_2.bias",
+                                                 "h.%d.mlp.c_fc.weight",
+                                                 "h.%d.mlp.c_fc.bias",
+                                                 "h.%d.mlp.c_proj.weight",
+                                                 "h.%d.mlp.c_proj.bias",
+                                                 "ln_f.weight",
+                                                 "ln_f.bias"};
 
 /* The stage's parameters: wte and wpe on the first, its blocks, ln_f and score on the last. */
 static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
@@ -149,11 +162,21 @@ static void gpt2_declare_params(gpt2_model *m, int first_block, int n_blocks) {
         m->wpe = gpt2_add(m, "wpe.weight", 0, c->n_positions, C, false, RT_INIT_NORMAL, std);
     }
     /* HF scales the residual projections by 1/sqrt(2 n_layer) (GPT-2 paper, section 2.3) */
-    mdl_stack_config bc = {.n_layer = n_blocks, .C = C, .n_head = c->n_head, .F = gpt2_inner(c),
-                           .norm = MDL_NORM_LAYER, .norm_eps = c->layer_norm_eps, .final_norm = last, .act = c->act,
-                           .attn_pdrop = c->attn_pdrop, .resid_pdrop = c->resid_pdrop,
-                           .emb_pdrop = first ? c->embd_pdrop : 0, .checkpoint_layers = c->checkpoint_layers,
-                           .layer_offset = first_block, .layers_total = c->n_layer, .lora = c->lora};
+    mdl_stack_config bc = {.n_layer = n_blocks,
+                           .C = C,
+                           .n_head = c->n_head,
+                           .F = gpt2_inner(c),
+                           .norm = MDL_NORM_LAYER,
+                           .norm_eps = c->layer_norm_eps,
+                           .final_norm = last,
+                           .act = c->act,
+                           .attn_pdrop = c->attn_pdrop,
+                           .resid_pdrop = c->resid_pdrop,
+                           .emb_pdrop = first ? c->embd_pdrop : 0,
+                           .checkpoint_layers = c->checkpoint_layers,
+                           .layer_offset = first_block,
+                           .layers_total = c->n_layer,
+                           .lora = c->lora};
     mdl_stack_compact_sites(&bc);
     mdl_stack_init(&m->blocks, &bc, m->be, m->tp, &m->params);
     mdl_stack_declare_named(&m->blocks, &gpt2_block_names, &ckpt_map_gpt2, std, std / sqrtf(2.0f * (float)c->n_layer));
@@ -213,7 +236,6 @@ static void gpt2_use_slot(void *model, int k) {
     rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
     gpt2_layout(m, &arena);
 }
-
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 3 C,
  * F and n_head x T attention probabilities, the LM logits' vocab, the head's labels. */
@@ -294,10 +316,11 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
     m->act_slots = stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(stage.index, stage.count, max_micro) : 1;
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
-                            stage.count > 1 ? "GPT-2 activations (lower --batch-size or --max-len, or add --pp-recompute "
-                                              "or --checkpoint-activations)"
-                                            : "GPT-2 activations (lower --batch-size or --max-len, or add "
-                                              "--checkpoint-activations)",
+                            stage.count > 1
+                                ? "GPT-2 activations (lower --batch-size or --max-len, or add --pp-recompute "
+                                  "or --checkpoint-activations)"
+                                : "GPT-2 activations (lower --batch-size or --max-len, or add "
+                                  "--checkpoint-activations)",
                             &m->act_block));
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's head mask; slot 0 last */
         gpt2_use_slot(m, k);
@@ -337,12 +360,9 @@ rt_comm *gpt2_model_tp(gpt2_model *m) { return m->tp; }
 int gpt2_model_padded_vocab(const gpt2_model *m) { return m->vocab.padded; }
 const gpt2_config *gpt2_model_config(const gpt2_model *m) { return &m->cfg; }
 
-
-
 /* Uploads ids and builds positions and the key mask; pool_rows gets b*T + the last non-pad
  * position of each row (HF: the last token that is not pad_token_id, 0 when none). */
-rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T,
-                             bool pool) {
+rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *host_mask, int B, int T, bool pool) {
     const gpt2_config *c = &m->cfg;
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return rt_errorf(RT_ERR_CONFIG, "GPT-2: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
@@ -434,8 +454,8 @@ static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
 static void gpt2_cls_head_bwd(gpt2_model *m, int B, int T) {
     rt_backend *be = m->be;
     const int C = m->C;
-    mdl_row_linear_bwd(be, rt_xf(m->dpooled), false, G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled), P(m->score),
-                       (size_t)B, C, m->cfg.num_labels);
+    mdl_row_linear_bwd(be, rt_xf(m->dpooled), false, G(m->score), NULL, rt_xf(m->dlogits), rt_xf(m->pooled),
+                       P(m->score), (size_t)B, C, m->cfg.num_labels);
     rt_clear(be, mdl_stack_dout(&m->blocks), (size_t)B * T * C * sizeof(float));
     rt_scatter_rows_add(be, mdl_stack_dout(&m->blocks), rt_xf(m->dpooled), m->last, B, C);
 }
@@ -525,12 +545,22 @@ static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_p
 
 static rt_status gpt2_stage_pipe(gpt2_model *m, rt_comm *pp, int max_micro) {
     const bool lm = m->cfg.num_labels == 0;
-    const mdl_stage_model sm = {.model = m, .family = "GPT-2", .be = m->be, .pp = pp, .blocks = &m->blocks, .C = m->C,
-                                .max_B = m->max_B, .num_labels = m->cfg.num_labels, .max_BT = m->max_BT,
-                                .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload, .embed = gpt2_sp_embed,
-                                .embed_bwd = gpt2_sp_embed_bwd, .mask = gpt2_mask,
+    const mdl_stage_model sm = {.model = m,
+                                .family = "GPT-2",
+                                .be = m->be,
+                                .pp = pp,
+                                .blocks = &m->blocks,
+                                .C = m->C,
+                                .max_B = m->max_B,
+                                .num_labels = m->cfg.num_labels,
+                                .max_BT = m->max_BT,
+                                .upload = lm ? gpt2_sp_upload_lm : gpt2_sp_upload,
+                                .embed = gpt2_sp_embed,
+                                .embed_bwd = gpt2_sp_embed_bwd,
+                                .mask = gpt2_mask,
                                 .head_fwd = lm ? gpt2_sp_head_fwd_lm : gpt2_sp_head_fwd,
-                                .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd, .slots = m->act_slots,
+                                .head_bwd = lm ? gpt2_sp_head_bwd_lm : gpt2_sp_head_bwd,
+                                .slots = m->act_slots,
                                 .use_slot = gpt2_use_slot};
     return mdl_stage_pipe_init(&sm, max_micro, &m->pipe);
 }

@@ -136,7 +136,6 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
  * (B, T, n_embd); for checking a GPT2LMHeadModel checkpoint. Either output may be NULL. The
  * padding columns are dropped; with tp > 1 the vocab shards are all-gathered (a collective:
  * every rank calls it, and every rank gets the full logits). */
-rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits,
-                         float *host_hidden);
+rt_status gpt2_lm_logits(gpt2_model *m, const int32_t *host_ids, int B, int T, float *host_logits, float *host_hidden);
 
 #endif

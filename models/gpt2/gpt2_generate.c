@@ -73,11 +73,13 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
         return rt_errorf(RT_ERR_USAGE, "GPT-2 generation: a prompt of %d tokens and %d new tokens (both must be >= 1)",
                          n, o->max_new_tokens);
     if (Tmax > m->max_T)
-        return rt_errorf(RT_ERR_USAGE, "GPT-2 generation: %d prompt tokens + %d new ones exceed the %d positions the "
-                         "model was sized for (the block size)", n, o->max_new_tokens, m->max_T);
+        return rt_errorf(RT_ERR_USAGE,
+                         "GPT-2 generation: %d prompt tokens + %d new ones exceed the %d positions the "
+                         "model was sized for (the block size)",
+                         n, o->max_new_tokens, m->max_T);
     const size_t cache = (size_t)Tmax * Il;
-    RT_TRY(rt_backend_alloc(be, (2 * (size_t)L * cache + Tmax) * sizeof(float) + 64, "GPT-2 generation caches",
-                            &block));
+    RT_TRY(
+        rt_backend_alloc(be, (2 * (size_t)L * cache + Tmax) * sizeof(float) + 64, "GPT-2 generation caches", &block));
     k = rt_xcalloc((size_t)L, sizeof *k);
     v = rt_xcalloc((size_t)L, sizeof *v);
     float *f = block;
@@ -92,7 +94,8 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
     mdl_pass pass = {0};
     RT_TRY(gpt2_upload(m, prompt, NULL, 1, n, false));
     RT_TRY(gpt2_forward_body(m, 1, n, &pass));
-    for (int l = 0; l < L; l++) mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, (size_t)n), (size_t)n, k[l], v[l]);
+    for (int l = 0; l < L; l++)
+        mdl_stack_kv(&m->blocks, l, mdl_stack_norm1(&m->blocks, l, (size_t)n), (size_t)n, k[l], v[l]);
     const float *last = m->blocks.out + (size_t)(n - 1) * C;
     for (int t = 0;; t++) {
         RT_TRY(mdl_lm_head_logits_rows(&m->head, 1));
@@ -112,11 +115,22 @@ rt_status gpt2_generate(gpt2_model *m, const int32_t *prompt, int n, const gpt2_
         float *x = m->head.rows;
         RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), 1, C, m->vocab.start, m->vocab.local));
         rt_embedding_fwd(be, x, m->pos, P(m->wpe), 1, C, 0, m->cfg.n_positions, true);
-        const mdl_decode_caches caches = {
-            .k = k, .v = v, .at_idx = at_idx,
-            .self = {.B = 1, .NH = m->blocks.NH_local, .Tq = 1, .Tk = Tmax, .HS = HS, .ldq = (size_t)Il,
-                     .ldk = (size_t)Il, .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f / sqrtf((float)HS),
-                     .key_mask = key_mask, .head_offset = m->blocks.head_offset, .heads_total = m->cfg.n_head}};
+        const mdl_decode_caches caches = {.k = k,
+                                          .v = v,
+                                          .at_idx = at_idx,
+                                          .self = {.B = 1,
+                                                   .NH = m->blocks.NH_local,
+                                                   .Tq = 1,
+                                                   .Tk = Tmax,
+                                                   .HS = HS,
+                                                   .ldq = (size_t)Il,
+                                                   .ldk = (size_t)Il,
+                                                   .ldv = (size_t)Il,
+                                                   .ldo = (size_t)Il,
+                                                   .scale = 1.0f / sqrtf((float)HS),
+                                                   .key_mask = key_mask,
+                                                   .head_offset = m->blocks.head_offset,
+                                                   .heads_total = m->cfg.n_head}};
         const mdl_decode_scratch scratch = mdl_stack_decode_scratch(&m->blocks, 1, Tmax);
         RT_TRY(mdl_stack_decode(&m->blocks, 1, x, &caches, &scratch));
         mdl_stack_final_norm(&m->blocks, m->blocks.out, m->blocks.out_mean, m->blocks.out_rstd, x, 1);

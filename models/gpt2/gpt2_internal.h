@@ -14,32 +14,32 @@
 #define GPT2_MASKED (-1e30f)
 
 struct gpt2_model {
-    gpt2_config cfg;    /* cfg.lora points at lora below */
+    gpt2_config cfg; /* cfg.lora points at lora below */
     ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
     rt_params params;
-    mdl_stage stage;    /* which blocks this model holds (models/layers/stage.h) */
-    rt_comm *pp;        /* the stages' comm (stage = its rank); not owned */
+    mdl_stage stage;             /* which blocks this model holds (models/layers/stage.h) */
+    rt_comm *pp;                 /* the stages' comm (stage = its rank); not owned */
     struct mdl_stage_pipe *pipe; /* the pipelined step (models/layers/stage_pipe.h); NULL with one stage */
-    int lm_n;           /* a language model's stage: the targets of the uploaded batch (the last stage) */
-    int wte, wpe, score; /* -1 on stages without them */
-    mdl_stack blocks;   /* the transformer blocks, their activations and scratch */
+    int lm_n;                    /* a language model's stage: the targets of the uploaded batch (the last stage) */
+    int wte, wpe, score;         /* -1 on stages without them */
+    mdl_stack blocks;            /* the transformer blocks, their activations and scratch */
     int max_B, max_T;
     int C;
-    mdl_vocab vocab;    /* wte's shard */
+    mdl_vocab vocab; /* wte's shard */
     size_t max_BT;
 
-    void *act_block;    /* every buffer below (and the blocks') lives in this one allocation, */
-    int act_slots;      /* laid out this many times (a pipeline stage's in-flight micro-batches) */
-    size_t act_bytes;   /* apart */
-    float *pooled;      /* (B, C) */
-    float *logits, *dlogits, *losses; /* (B, NL), (B, NL), (B) */
-    float *dpooled;     /* (B, C) */
-    float *key_mask;    /* (B, T) additive */
+    void *act_block;                    /* every buffer below (and the blocks') lives in this one allocation, */
+    int act_slots;                      /* laid out this many times (a pipeline stage's in-flight micro-batches) */
+    size_t act_bytes;                   /* apart */
+    float *pooled;                      /* (B, C) */
+    float *logits, *dlogits, *losses;   /* (B, NL), (B, NL), (B) */
+    float *dpooled;                     /* (B, C) */
+    float *key_mask;                    /* (B, T) additive */
     int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
 
-    mdl_lm_head head;   /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
+    mdl_lm_head head; /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
 
     int32_t *h_pos, *h_last, *h_shifted; /* host staging */
     float *h_mask, *h_losses;

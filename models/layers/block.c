@@ -26,9 +26,15 @@ void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const f
 
 rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, mdl_drop drop, size_t n) {
     const bool rms = s->norm == MDL_NORM_RMS;
-    return (rt_residual_desc){.N = n, .C = s->C, .weight = mdl_param(s->params, p.w),
-                              .bias = rms ? NULL : mdl_param(s->params, p.b), .rms = rms, .eps = s->norm_eps,
-                              .dropout_p = drop.p, .seed = drop.seed, .stream = drop.stream};
+    return (rt_residual_desc){.N = n,
+                              .C = s->C,
+                              .weight = mdl_param(s->params, p.w),
+                              .bias = rms ? NULL : mdl_param(s->params, p.b),
+                              .rms = rms,
+                              .eps = s->norm_eps,
+                              .dropout_p = drop.p,
+                              .seed = drop.seed,
+                              .stream = drop.stream};
 }
 
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
@@ -46,8 +52,8 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
         /* din NULL: the weight and bias gradients only, no collective */
         (void)mdl_col_linear_bwd(be, s->tp, NULL, mdl_grad(s->params, w[k]), mdl_grad(s->params, b[k]), dout[k], x,
                                  NULL, N, C, out_local);
-        rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0,
-                rt_xf(mdl_param(s->params, w[k])), C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, rt_xf(din), C, 0, 1);
+        rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0, rt_xf(mdl_param(s->params, w[k])),
+                C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, rt_xf(din), C, 0, 1);
         RT_TRY(mdl_lora_col_bwd(s, lora[k], lora_k[k], din, dout[k], out_local, x, N, C, out_local));
     }
     for (int p = 0; parts && p < 3; p++)
@@ -107,7 +113,8 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
     const int k0 = kv ? MDL_LORA_CROSS : 0;
-    rt_status st = row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + MDL_LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
+    rt_status st =
+        row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + MDL_LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
     if (st != RT_OK) return st;
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
@@ -151,8 +158,8 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
             rt_gated_act_fwd(be, s->act, hidden, up, up_lin, n);
         }
     } else { /* one fused linear: up = in W^T + b, hidden = act(up) */
-        rt_linear_fwd(be, hidden, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT,
-                      s->C, s->F_local, &s->act);
+        rt_linear_fwd(be, hidden, up, in, mdl_param(s->params, p->up_w), mdl_param(s->params, p->up_b), BT, s->C,
+                      s->F_local, &s->act);
     }
     /* drawn at the whole (BT, F) matrix's indices, so that every tp size drops the same; in
      * place, and the same call is its own backward */

@@ -49,11 +49,11 @@ static inline bool mdl_lora_on(mdl_lora l) { return l.a >= 0; }
 
 /* What the sublayers' adapters share in one block (models/layers/lora.h). */
 typedef struct {
-    int r;            /* 0: no adapters anywhere */
+    int r; /* 0: no adapters anywhere */
     float scale;
-    mdl_drop drop;    /* this block's LoRA dropout (p 0: none); linear k draws stream drop.stream + k */
-    float *t, *u;     /* backend scratch (rows, r) */
-    float *x;         /* (rows, the widest input) with dropout only: the dropped input, its gradient */
+    mdl_drop drop; /* this block's LoRA dropout (p 0: none); linear k draws stream drop.stream + k */
+    float *t, *u;  /* backend scratch (rows, r) */
+    float *x;      /* (rows, the widest input) with dropout only: the dropped input, its gradient */
 } mdl_lora_run;
 
 /* What the sublayers of one stack share: its backend, tp group, slab, widths and scratch. */
@@ -61,15 +61,15 @@ typedef struct {
     rt_backend *be;
     rt_comm *tp;
     rt_params *params;
-    int C, I_local;             /* width; this rank's attention width (its heads x head size) */
-    int F, F_local, F_offset;   /* FFN width: all ranks', this rank's, and its first column */
+    int C, I_local;           /* width; this rank's attention width (its heads x head size) */
+    int F, F_local, F_offset; /* FFN width: all ranks', this rank's, and its first column */
     mdl_norm_kind norm;
     float norm_eps;
     rt_act_kind act;
-    size_t rows;                /* rows the scratch below holds */
-    float *tmp;                 /* (rows, C): the branch output (forward), dropout's gradient (backward) */
-    rt_x dqkv, datty;           /* (rows, 3 I_local), (rows, I_local) */
-    rt_x dup, dup_lin, dhid;    /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
+    size_t rows;             /* rows the scratch below holds */
+    float *tmp;              /* (rows, C): the branch output (forward), dropout's gradient (backward) */
+    rt_x dqkv, datty;        /* (rows, 3 I_local), (rows, I_local) */
+    rt_x dup, dup_lin, dhid; /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
     mdl_lora_run lora;
 } mdl_sublayers;
 
@@ -78,8 +78,8 @@ typedef struct {
 } mdl_norm_params;
 
 typedef struct {
-    int q_w, k_w, v_w;  /* k_w -1: q_w is the fused [q; k; v] */
-    int q_b;            /* the fused projection's bias, or -1 */
+    int q_w, k_w, v_w; /* k_w -1: q_w is the fused [q; k; v] */
+    int q_b;           /* the fused projection's bias, or -1 */
     int proj_w, proj_b;
     mdl_lora qkv_l;                 /* the fused projection's adapter, when it is one module (GPT-2's c_attn) */
     mdl_lora q_l, k_l, v_l, proj_l; /* the others; q_l, k_l, v_l of a fused projection are its parts' (BERT's

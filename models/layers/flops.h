@@ -9,7 +9,7 @@
  * self-attention over keys_len keys, plus cross-attention over cross_len keys when > 0. */
 static inline double mdl_layer_train_flops(double rows, double len, double C, double I, double F, int gated,
                                            double keys_len, double cross_len) {
-    double per_token = 4 * C * I + (gated ? 3 : 2) * C * F;  /* weights touched per token */
+    double per_token = 4 * C * I + (gated ? 3 : 2) * C * F; /* weights touched per token */
     double fwd = 2 * per_token * len + 4 * len * keys_len * I;
     if (cross_len > 0) /* q and out per target token, k and v per source token, the two products */
         fwd += 2 * (2 * C * I) * len + 2 * (2 * C * I) * cross_len + 4 * len * cross_len * I;

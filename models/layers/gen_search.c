@@ -15,7 +15,7 @@ typedef struct {
 
 /* The beam search of one source row. */
 typedef struct {
-    gen_hyp *fin;    /* (num_beams) best first */
+    gen_hyp *fin; /* (num_beams) best first */
     int n_fin;
     bool improvable; /* HF's is_early_stop_heuristic_unsatisfied */
     bool done;
@@ -29,19 +29,19 @@ typedef struct {
 
 struct gen_search {
     int max_B, max_beams, max_new, max_rows, V;
-    float *h_logits;        /* (max_rows, V) */
-    float *h_logprobs;      /* (V) */
+    float *h_logits;   /* (max_rows, V) */
+    float *h_logprobs; /* (V) */
     int32_t *h_ids, *h_src;
     int32_t *h_parent, *h_tokens; /* (max_rows) after a step: each new row's old row and its token */
     float *h_new_scores;          /* (max_rows) and its running score (beam) */
     int32_t *h_keep;              /* (max_B) the source rows that go on */
     float *h_sums;                /* (max_B) greedy: sum of the chosen tokens' log-probs */
-    int32_t *h_seq[2];      /* (max_rows, max_new + 1) each row's inputs; swapped on reorder */
-    float *h_score[2];      /* (max_rows) running scores */
-    int32_t *h_active;      /* (max_B) original index of each source row still searching */
-    gen_beam_row *rows;     /* (max_B) */
-    int32_t *h_hyp_tokens;  /* (max_B, max_beams, max_new) */
-    gen_cand *cands;        /* (2 * max_beams) */
+    int32_t *h_seq[2];            /* (max_rows, max_new + 1) each row's inputs; swapped on reorder */
+    float *h_score[2];            /* (max_rows) running scores */
+    int32_t *h_active;            /* (max_B) original index of each source row still searching */
+    gen_beam_row *rows;           /* (max_B) */
+    int32_t *h_hyp_tokens;        /* (max_B, max_beams, max_new) */
+    gen_cand *cands;              /* (2 * max_beams) */
 };
 
 rt_status gen_search_init(int max_B, int max_beams, int max_new, int vocab, gen_search **out) {
@@ -50,8 +50,10 @@ rt_status gen_search_init(int max_B, int max_beams, int max_new, int vocab, gen_
         return rt_errorf(RT_ERR_CONFIG, "generation: %d rows, %d beams, %d new tokens, vocab %d (each must be >= 1)",
                          max_B, max_beams, max_new, vocab);
     if (max_beams > 1 && vocab < 2 * max_beams)
-        return rt_errorf(RT_ERR_CONFIG, "generation: beam search keeps 2 * num_beams = %d candidates, more than the %d "
-                         "tokens of the vocab", 2 * max_beams, vocab);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "generation: beam search keeps 2 * num_beams = %d candidates, more than the %d "
+                         "tokens of the vocab",
+                         2 * max_beams, vocab);
     gen_search *s = rt_xcalloc(1, sizeof *s);
     s->max_B = max_B;
     s->max_beams = max_beams;
@@ -77,7 +79,8 @@ rt_status gen_search_init(int max_B, int max_beams, int max_new, int vocab, gen_
     s->h_hyp_tokens = rt_xmalloc(R * T * sizeof(int32_t));
     for (int b = 0; b < max_B; b++) {
         s->rows[b].fin = rt_xcalloc((size_t)max_beams, sizeof(gen_hyp));
-        for (int k = 0; k < max_beams; k++) s->rows[b].fin[k].tokens = s->h_hyp_tokens + ((size_t)b * max_beams + k) * T;
+        for (int k = 0; k < max_beams; k++)
+            s->rows[b].fin[k].tokens = s->h_hyp_tokens + ((size_t)b * max_beams + k) * T;
     }
     s->cands = rt_xmalloc(2 * (size_t)max_beams * sizeof(gen_cand));
     *out = s;
@@ -138,8 +141,12 @@ static int gen_argmax(const float *x, int V) {
 static void gen_observe(gen_search *s, gen_observer obs, void *user, int t, int R, int beams) {
     if (!obs) return;
     for (int r = 0; r < R; r++) s->h_src[r] = s->h_active[r / beams];
-    gen_step info = {.step = t, .n_rows = R, .src_row = s->h_src, .prefix = s->h_seq[0],
-                     .prefix_stride = s->max_new + 1, .logits = s->h_logits};
+    gen_step info = {.step = t,
+                     .n_rows = R,
+                     .src_row = s->h_src,
+                     .prefix = s->h_seq[0],
+                     .prefix_stride = s->max_new + 1,
+                     .logits = s->h_logits};
     obs(user, &info);
 }
 
@@ -244,8 +251,8 @@ static void gen_offer(gen_beam_row *row, int num_beams, float score, const int32
     spare[len - 1] = last;
 }
 
-static rt_status gen_beam(gen_search *s, const gen_model *m, int B, const gen_options *o, gen_observer obs,
-                          void *user, int32_t *out_ids, int *out_len, float *out_scores) {
+static rt_status gen_beam(gen_search *s, const gen_model *m, int B, const gen_options *o, gen_observer obs, void *user,
+                          int32_t *out_ids, int *out_len, float *out_scores) {
     rt_status st = RT_OK;
     const int T = o->max_new_tokens, NB = o->num_beams, K = 2 * NB;
     const size_t stride = (size_t)s->max_new + 1;
@@ -331,8 +338,10 @@ rt_status gen_search_run(gen_search *s, const gen_model *m, int B, int32_t start
                          float *out_scores) {
     const int T = o->max_new_tokens;
     if (B < 1 || B > s->max_B || o->num_beams < 1 || o->num_beams > s->max_beams || T < 1 || T > s->max_new)
-        return rt_errorf(RT_ERR_CONFIG, "generation: %d rows, num_beams %d and max_new_tokens %d must be in [1, %d], "
-                         "[1, %d] and [1, %d]", B, o->num_beams, T, s->max_B, s->max_beams, s->max_new);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "generation: %d rows, num_beams %d and max_new_tokens %d must be in [1, %d], "
+                         "[1, %d] and [1, %d]",
+                         B, o->num_beams, T, s->max_B, s->max_beams, s->max_new);
     if (o->eos_token_id < 0 || o->eos_token_id >= s->V)
         return rt_errorf(RT_ERR_CONFIG, "generation: eos_token_id %d is outside the vocab [0, %d)", o->eos_token_id,
                          s->V);

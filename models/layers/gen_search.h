@@ -31,11 +31,11 @@
 typedef enum { GEN_EARLY_STOP_HEURISTIC = 0, GEN_EARLY_STOP_TRUE, GEN_EARLY_STOP_NEVER } gen_early_stopping;
 
 typedef struct {
-    int max_new_tokens;               /* generated tokens per row at most, eos included */
-    int num_beams;                    /* 1: greedy */
-    double length_penalty;            /* beam: exponent of the length the score is divided by */
+    int max_new_tokens;                /* generated tokens per row at most, eos included */
+    int num_beams;                     /* 1: greedy */
+    double length_penalty;             /* beam: exponent of the length the score is divided by */
     gen_early_stopping early_stopping; /* beam only */
-    int eos_token_id;                 /* a row stops after this token */
+    int eos_token_id;                  /* a row stops after this token */
 } gen_options;
 
 /* What the observer sees after each step's forward: the rows it ran, in order. */
@@ -46,7 +46,7 @@ typedef struct {
     const int32_t *prefix;  /* row r's inputs at prefix[r * prefix_stride + 0..step]: the start
                              * token, then the row's tokens */
     int prefix_stride;
-    const float *logits;    /* (n_rows, vocab) the logits at the newest position */
+    const float *logits; /* (n_rows, vocab) the logits at the newest position */
 } gen_step;
 typedef void (*gen_observer)(void *user, const gen_step *step);
 

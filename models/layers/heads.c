@@ -5,13 +5,15 @@ rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_lab
     if (num_labels == 1)
         return b->targets && b->target_width == 1
                    ? RT_OK
-                   : rt_errorf(RT_ERR_CONFIG, "%s: a regression head (num_labels 1) needs one float target a row (e.g. "
-                               "STS-B)", family);
+                   : rt_errorf(RT_ERR_CONFIG,
+                               "%s: a regression head (num_labels 1) needs one float target a row (e.g. "
+                               "STS-B)",
+                               family);
     if (b->targets) /* multi-label: a 0/1 target for each class */
         return b->target_width == num_labels
                    ? RT_OK
-                   : rt_errorf(RT_ERR_CONFIG, "%s: a multi-label batch has %d targets a row, the head %d classes", family,
-                               b->target_width, num_labels);
+                   : rt_errorf(RT_ERR_CONFIG, "%s: a multi-label batch has %d targets a row, the head %d classes",
+                               family, b->target_width, num_labels);
     for (int i = 0; i < b->B; i++)
         if (b->labels[i] != -100 && (b->labels[i] < 0 || b->labels[i] >= num_labels))
             return rt_errorf(RT_ERR_FORMAT, "%s: label %d of example %d is not in [0, %d)", family, b->labels[i],

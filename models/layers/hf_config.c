@@ -114,8 +114,8 @@ void mdl_fields_write(cJSON *config, const mdl_field *fields, size_t n, const vo
 rt_status mdl_check_params(const char *what, const char *fields, uint64_t params) {
     if (params <= MDL_MAX_PARAMS) return RT_OK;
     if (params == UINT64_MAX)
-        return rt_errorf(RT_ERR_CONFIG, "%s: %s give more than 2^64 parameters, more than the limit %llu", what,
-                         fields, (unsigned long long)MDL_MAX_PARAMS);
+        return rt_errorf(RT_ERR_CONFIG, "%s: %s give more than 2^64 parameters, more than the limit %llu", what, fields,
+                         (unsigned long long)MDL_MAX_PARAMS);
     return rt_errorf(RT_ERR_CONFIG, "%s: %s give %llu parameters, more than the limit %llu", what, fields,
                      (unsigned long long)params, (unsigned long long)MDL_MAX_PARAMS);
 }
@@ -130,16 +130,20 @@ rt_status mdl_check_activations(const char *what, uint64_t layers, uint64_t rows
         return rt_errorf(RT_ERR_CONFIG, "%s: %llu rows of %llu tokens is more than the limit of %d token rows (%s)",
                          what, (unsigned long long)rows, (unsigned long long)len, INT32_MAX, hint);
     }
-    return rt_errorf(RT_ERR_NOMEM, "%s: %llu rows of %llu tokens, %llu layer(s) with up to %llu floats per token, "
-                     "need more than the limit of 2^56 bytes (%s)", what, (unsigned long long)rows,
-                     (unsigned long long)len, (unsigned long long)layers, (unsigned long long)width, hint);
+    return rt_errorf(RT_ERR_NOMEM,
+                     "%s: %llu rows of %llu tokens, %llu layer(s) with up to %llu floats per token, "
+                     "need more than the limit of 2^56 bytes (%s)",
+                     what, (unsigned long long)rows, (unsigned long long)len, (unsigned long long)layers,
+                     (unsigned long long)width, hint);
 }
 
 rt_status mdl_check_tp(int tp, const char *heads_field, int heads, const char *ffn_field, int ffn) {
     if (tp < 1) return rt_errorf(RT_ERR_CONFIG, "--tp %d must be >= 1", tp);
     if (heads % tp)
-        return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %s %d (attention heads are split across "
-                         "tensor-parallel ranks)", tp, heads_field, heads);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "--tp %d does not divide the model's %s %d (attention heads are split across "
+                         "tensor-parallel ranks)",
+                         tp, heads_field, heads);
     if (ffn % tp) return rt_errorf(RT_ERR_CONFIG, "--tp %d does not divide the model's %s %d", tp, ffn_field, ffn);
     return RT_OK;
 }
@@ -217,7 +221,8 @@ void mdl_hf_set_labels(cJSON *config, int num_labels, const char *const *names, 
         cJSON_AddStringToObject(config, "problem_type", "multi_label_classification");
     else if (names)
         cJSON_AddStringToObject(config, "problem_type", "single_label_classification");
-    cJSON *id2label = cJSON_AddObjectToObject(config, "id2label"), *label2id = cJSON_AddObjectToObject(config, "label2id");
+    cJSON *id2label = cJSON_AddObjectToObject(config, "id2label"),
+          *label2id = cJSON_AddObjectToObject(config, "label2id");
     for (int i = 0; i < num_labels; i++) {
         char key[32], name[32];
         snprintf(key, sizeof key, "%d", i);

@@ -19,9 +19,9 @@
 /* Size limits for config fields, one set for every family. Each is many times the largest
  * released model's, and low enough that any product a model forms from them (3 * C,
  * num_heads * d_kv, padded vocab rows) fits an int and a shape product fits 64 bits. */
-#define MDL_MAX_WIDTH (1 << 16)     /* hidden width (n_embd, hidden_size, d_model) and T5's d_kv */
-#define MDL_MAX_FFN (1 << 20)       /* MLP width (n_inner, intermediate_size, d_ff), T5's num_heads * d_kv */
-#define MDL_MAX_LAYERS 1024         /* per stack; dropout streams number a layer's sites in 12 bits */
+#define MDL_MAX_WIDTH (1 << 16) /* hidden width (n_embd, hidden_size, d_model) and T5's d_kv */
+#define MDL_MAX_FFN (1 << 20)   /* MLP width (n_inner, intermediate_size, d_ff), T5's num_heads * d_kv */
+#define MDL_MAX_LAYERS 1024     /* per stack; dropout streams number a layer's sites in 12 bits */
 #define MDL_MAX_HEADS 1024
 #define MDL_MAX_VOCAB (1 << 24)     /* vocab_size, type_vocab_size */
 #define MDL_MAX_POSITIONS (1 << 20) /* learned positions; T5's relative buckets and distance */
@@ -42,11 +42,11 @@ typedef enum { MDL_FIELD_INT, MDL_FIELD_FLOAT, MDL_FIELD_BOOL } mdl_field_kind;
  * as null when 0 (HF's None: GPT-2's n_inner). */
 typedef struct {
     const char *key;
-    size_t offset;       /* of the field in the config struct */
+    size_t offset; /* of the field in the config struct */
     mdl_field_kind kind;
     double def;
-    int min, max;        /* ints; a float must be finite and >= 0, and > 0 where min is 1 (an epsilon) */
-    bool required;       /* absent or null is an error, not the default */
+    int min, max;  /* ints; a float must be finite and >= 0, and > 0 where min is 1 (an epsilon) */
+    bool required; /* absent or null is an error, not the default */
 } mdl_field;
 
 /* Every field of the table at its default. */

@@ -7,8 +7,8 @@
 
 void mdl_lm_head_init(mdl_lm_head *h, rt_backend *be, rt_comm *tp, const mdl_vocab *vocab, int C, int vocab_size,
                       size_t max_rows, const char *model) {
-    *h = (mdl_lm_head){.be = be, .tp = tp, .vocab = *vocab, .C = C, .vocab_size = vocab_size, .model = model,
-                       .max_rows = max_rows};
+    *h = (mdl_lm_head){
+        .be = be, .tp = tp, .vocab = *vocab, .C = C, .vocab_size = vocab_size, .model = model, .max_rows = max_rows};
     const size_t row_bytes = (size_t)vocab->local * sizeof(float);
     h->chunk_rows = MDL_LM_HEAD_CHUNK_BYTES / row_bytes > 0 ? MDL_LM_HEAD_CHUNK_BYTES / row_bytes : 1;
     h->h_idx = rt_xmalloc(max_rows * sizeof(int32_t));
@@ -57,13 +57,13 @@ rt_status mdl_lm_head_logits_rows(mdl_lm_head *h, size_t n) {
 rt_status mdl_lm_head_collect(mdl_lm_head *h, const int32_t *labels, size_t n_pos, int T, int *n_out) {
     size_t n = 0;
     if (n_pos > h->max_rows)
-        return rt_errorf(RT_ERR_CONFIG, "%s: %zu positions reach the language-model head, which has room for %zu", h->model,
-                         n_pos, h->max_rows);
+        return rt_errorf(RT_ERR_CONFIG, "%s: %zu positions reach the language-model head, which has room for %zu",
+                         h->model, n_pos, h->max_rows);
     for (size_t i = 0; i < n_pos; i++) {
         if (labels[i] == -100) continue;
         if (labels[i] < 0 || labels[i] >= h->vocab_size)
-            return rt_errorf(RT_ERR_FORMAT, "%s: label %d at row %zu position %zu is outside the vocab [0, %d)", h->model,
-                             labels[i], i / (size_t)T, i % (size_t)T, h->vocab_size);
+            return rt_errorf(RT_ERR_FORMAT, "%s: label %d at row %zu position %zu is outside the vocab [0, %d)",
+                             h->model, labels[i], i / (size_t)T, i % (size_t)T, h->vocab_size);
         h->h_idx[n] = (int32_t)i;
         h->h_targets[n++] = labels[i];
     }
@@ -98,8 +98,7 @@ rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte
     rt_gather_rows(be, h->rows, hidden, h->row_idx, n, h->C);
     RT_TRY(mdl_lm_head_logits_rows(h, chunk));
     for (size_t r = 0; r < N; r += chunk) RT_TRY(lm_head_chunk(h, wte, r, N - r < chunk ? N - r : chunk, grad));
-    if (grad && h->tp->size > 1)
-        RT_TRY(h->tp->ops->all_reduce(h->tp->ctx, h->drows, N * (size_t)h->C, RT_REDUCE_SUM));
+    if (grad && h->tp->size > 1) RT_TRY(h->tp->ops->all_reduce(h->tp->ctx, h->drows, N * (size_t)h->C, RT_REDUCE_SUM));
 fail:
     return st;
 }
@@ -135,7 +134,8 @@ rt_status mdl_lm_head_to_host(mdl_lm_head *h, size_t n, float *host_logits) {
     float *gathered = NULL, *host = NULL;
     const float *all = h->logits;
     if (tp->size > 1) {
-        RT_TRY(rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "logits (gathered)", (void **)&gathered));
+        RT_TRY(
+            rt_backend_alloc(be, n_local * (size_t)tp->size * sizeof(float), "logits (gathered)", (void **)&gathered));
         RT_TRY(tp->ops->all_gather(tp->ctx, gathered, h->logits, n_local));
         all = gathered;
     }

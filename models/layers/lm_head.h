@@ -33,12 +33,12 @@
 typedef struct {
     rt_backend *be;
     rt_comm *tp;
-    mdl_vocab vocab;            /* the embedding table's shard */
+    mdl_vocab vocab; /* the embedding table's shard */
     int C, vocab_size;
-    const char *model;          /* in messages: "GLM", "GPT-2" */
+    const char *model; /* in messages: "GLM", "GPT-2" */
     size_t max_rows;
-    float *rows, *drows;        /* (max_rows, C) the hidden rows at the head, and their gradient */
-    float *logits;              /* (logits_rows, V_local), grown on demand */
+    float *rows, *drows; /* (max_rows, C) the hidden rows at the head, and their gradient */
+    float *logits;       /* (logits_rows, V_local), grown on demand */
     size_t logits_rows;
     size_t chunk_rows;          /* rows per chunk of the loss (mdl_lm_head_init sets it; tests may lower it) */
     float *losses, *xent_stats; /* (max_rows), (3 max_rows): a chunk from row r keeps its (3, rows) at 3 r */

@@ -28,8 +28,8 @@ static const char *lora_prefix(const ckpt_map *map) { return map->prefix ? map->
 /* Declares an adapter on HF module `module` (which starts with the map's prefix): A (r, in) of a
  * layer whose input is in_total wide on all ranks, B (out, r), named MODULE.lora_A.weight and
  * MODULE.lora_B.weight without the prefix, as PEFT names them after it. */
-static mdl_lora lora_add(rt_params *p, const ckpt_map *map, const char *module, int64_t r, int64_t in,
-                         int64_t in_total, int64_t out, rt_tp_rule a_rule, rt_tp_rule b_rule) {
+static mdl_lora lora_add(rt_params *p, const ckpt_map *map, const char *module, int64_t r, int64_t in, int64_t in_total,
+                         int64_t out, rt_tp_rule a_rule, rt_tp_rule b_rule) {
     const char *ours = module + strlen(lora_prefix(map));
     char name[RT_PARAM_NAME_MAX];
     const int64_t a_shape[2] = {r, in}, b_shape[2] = {out, r};
@@ -77,8 +77,7 @@ void mdl_lora_declare_parts(rt_params *p, const ckpt_peft_config *cfg, const ckp
         char module[2 * RT_PARAM_NAME_MAX];
         /* a part is column-parallel: its rows split by heads as the fused weight's third is */
         if (lora_targets(cfg, map, &bs, k, module, sizeof module))
-            out[k] = lora_add(p, map, module, cfg->r, bs.shape[1], bs.shape[1], bs.shape[0] / 3, RT_TP_NONE,
-                              RT_TP_COL);
+            out[k] = lora_add(p, map, module, cfg->r, bs.shape[1], bs.shape[1], bs.shape[0] / 3, RT_TP_NONE, RT_TP_COL);
     }
 }
 
@@ -184,8 +183,10 @@ rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg
             found = ckpt_peft_is_target(&one, module);
         }
         if (!found)
-            return rt_errorf(RT_ERR_USAGE, "LoRA target '%s' matches no linear of this %s that takes an adapter (its "
-                             "modules: %s)", cfg->targets[t], family, hint);
+            return rt_errorf(RT_ERR_USAGE,
+                             "LoRA target '%s' matches no linear of this %s that takes an adapter (its "
+                             "modules: %s)",
+                             cfg->targets[t], family, hint);
     }
     return RT_OK;
 }

@@ -58,8 +58,8 @@ rt_status mdl_lora_check_targets(const rt_params *p, const ckpt_peft_config *cfg
 /* The base weights mdl_lora_merge changed, as they were. */
 typedef struct {
     int n;
-    int *param;      /* (n) slab indices */
-    float **values;  /* (n) host copies of their values before */
+    int *param;     /* (n) slab indices */
+    float **values; /* (n) host copies of their values before */
 } mdl_lora_merged;
 
 /* Folds every adapter of p into its base weight, W += scale (B A), as PEFT's merge_and_unload
@@ -77,14 +77,19 @@ bool mdl_lora_is_adapter(const char *name);
 
 /* A block's linears, which number their LoRA dropout streams (mdl_lora_run.drop.stream + k). */
 enum {
-    MDL_LORA_Q, MDL_LORA_K, MDL_LORA_V, MDL_LORA_PROJ, MDL_LORA_UP, MDL_LORA_UP_LIN, MDL_LORA_DOWN,
+    MDL_LORA_Q,
+    MDL_LORA_K,
+    MDL_LORA_V,
+    MDL_LORA_PROJ,
+    MDL_LORA_UP,
+    MDL_LORA_UP_LIN,
+    MDL_LORA_DOWN,
     MDL_LORA_CROSS /* + any of the attention's: its cross-attention */
 };
 
 /* Column-parallel: out (N, out_f, row stride ld: a part of a fused output) += scale drop(x) A^T
  * B^T; x (N, in), in on every rank. */
-void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, int ld, rt_x x, size_t N, int in,
-                      int out_f);
+void mdl_lora_col_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, int ld, rt_x x, size_t N, int in, int out_f);
 /* The same for a fused [q; k; v] projection computed a part at a time (decoding's key/value
  * caches): out[i] (N, part), NULL to skip, gets rows [i part, (i + 1) part) of B's output. */
 void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_x *out, rt_x x, size_t N, int in,

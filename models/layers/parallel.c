@@ -14,8 +14,8 @@ void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, cons
 }
 
 /* Shared by both layer kinds: the local weight, bias and input gradients of Y = X W^T + b. */
-static void mdl_linear_bwd_local(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout,
-                                 rt_x inp, const float *w, size_t N, int in, int out) {
+static void mdl_linear_bwd_local(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout, rt_x inp,
+                                 const float *w, size_t N, int in, int out) {
     /* dW (out, in) += dY^T (out, N) X (N, in), db += column sums of dY */
     rt_linear_wgrad(be, dw, db, dout, inp, N, in, out);
     /* dX (N, in) = dY (N, out) W (out, in), or += */
@@ -59,10 +59,8 @@ rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const
     return RT_OK;
 }
 
-
-rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats,
-                         const float *logits, const int32_t *targets, size_t N, int V_local, int vocab_start,
-                         float grad_scale) {
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats, const float *logits,
+                         const int32_t *targets, size_t N, int V_local, int vocab_start, float grad_scale) {
     rt_status st = RT_OK;
     rt_xent_vocab(be, 0, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
     if (tp->size > 1) {

@@ -71,9 +71,7 @@ rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const
  * vocab, from three all-reduces of N floats each (row max, target logit, sum of exps), never
  * the logits. stats is (3 * N) floats of backend scratch. dlogits may alias logits. Columns
  * that are vocab padding must be masked by the caller (e.g. logits set to -1e30). */
-rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats,
-                         const float *logits, const int32_t *targets, size_t N, int V_local, int vocab_start,
-                         float grad_scale);
-
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats, const float *logits,
+                         const int32_t *targets, size_t N, int V_local, int vocab_start, float grad_scale);
 
 #endif

@@ -16,7 +16,7 @@ typedef struct {
     uint64_t seed;
     int64_t step;
     int micro;
-    bool training; /* dropout on */
+    bool training;              /* dropout on */
     const rt_grads_hook *grads; /* backward reports finished gradients here (NULL: nobody asks) */
 } mdl_pass;
 
@@ -28,15 +28,16 @@ static inline void mdl_grads_ready(const mdl_pass *pass, const rt_params *p, int
 /* The dropout stream of call site `site` (0..4095; each model numbers its own sites). */
 static inline uint64_t mdl_dropout_stream(const mdl_pass *p, int site) {
     RT_CHECK(site >= 0 && site < 4096, "dropout site %d", site);
-    return RT_STREAM(RT_STREAM_DROPOUT, ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
+    return RT_STREAM(RT_STREAM_DROPOUT,
+                     ((uint64_t)p->step << 20) | ((uint64_t)(p->micro & 0xff) << 12) | (uint64_t)site);
 }
 
 /* The LoRA dropout streams of block site `site` (models/layers/lora.h): linear k of the block draws
  * this stream + k, k < 16. */
 static inline uint64_t mdl_lora_stream(const mdl_pass *p, int site) {
     RT_CHECK(site >= 0 && site < (1 << 16), "LoRA dropout site %d", site);
-    return RT_STREAM(RT_STREAM_LORA, ((uint64_t)p->step << 28) | ((uint64_t)(p->micro & 0xff) << 20) |
-                                         ((uint64_t)site << 4));
+    return RT_STREAM(RT_STREAM_LORA,
+                     ((uint64_t)p->step << 28) | ((uint64_t)(p->micro & 0xff) << 20) | ((uint64_t)site << 4));
 }
 
 #endif

@@ -27,8 +27,13 @@ void mdl_stack_init(mdl_stack *s, const mdl_stack_config *c, rt_backend *be, rt_
         const mdl_lora no = mdl_lora_none();
         const mdl_attn_params none = {-1, -1, -1, -1, -1, -1, no, no, no, no, no};
         const mdl_ffn_params no_ffn = {-1, -1, -1, -1, -1, no, no, no};
-        s->layer[l] = (mdl_block_params){.norm1 = {-1, -1}, .norm_cross = {-1, -1}, .norm2 = {-1, -1}, .attn = none,
-                                         .cross = none, .ffn = no_ffn, .first = -1};
+        s->layer[l] = (mdl_block_params){.norm1 = {-1, -1},
+                                         .norm_cross = {-1, -1},
+                                         .norm2 = {-1, -1},
+                                         .attn = none,
+                                         .cross = none,
+                                         .ffn = no_ffn,
+                                         .first = -1};
     }
     s->final = (mdl_norm_params){-1, -1};
 }
@@ -49,8 +54,8 @@ static int named_add(mdl_stack *s, const ckpt_map *map, const char *fmt, int l, 
     snprintf(name, sizeof name, fmt, l);
     int64_t shape[2] = {d0, d1};
     /* weight decay on the matrices only (biases and norms are exempt, HF Trainer's rule) */
-    return rt_params_add(s->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(map, name), init != RT_INIT_NORMAL,
-                         init, std);
+    return rt_params_add(s->params, name, d1 ? 2 : 1, shape, ckpt_map_tp_rule(map, name), init != RT_INIT_NORMAL, init,
+                         std);
 }
 
 static mdl_norm_params named_norm(mdl_stack *s, const ckpt_map *map, const char *w, const char *b, int l) {
@@ -130,8 +135,14 @@ static void stack_take(rt_x *x, rt_arena *a, int phase, rt_dtype t, size_t n, si
  * (only that there is one matters to the answer). */
 static size_t stack_kept_row(const mdl_stack *s, int Tk, bool bias) {
     static const float bias_marker = 0.0f;
-    const rt_attn_desc d = {.B = 1, .NH = 1, .Tq = 1, .Tk = Tk, .HS = s->HS, .scale = 1.0f,
-                            .bias = bias ? &bias_marker : NULL, .probs_dtype = s->probs_dtype};
+    const rt_attn_desc d = {.B = 1,
+                            .NH = 1,
+                            .Tq = 1,
+                            .Tk = Tk,
+                            .HS = s->HS,
+                            .scale = 1.0f,
+                            .bias = bias ? &bias_marker : NULL,
+                            .probs_dtype = s->probs_dtype};
     return rt_attn_kept_bytes(s->be, &d);
 }
 
@@ -220,13 +231,29 @@ float *mdl_stack_dout(const mdl_stack *s) { return s->cfg.final_norm ? s->sc->dl
 mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
     const mdl_stack_config *c = &s->cfg;
     const mdl_stack_scratch *sc = s->sc;
-    return (mdl_sublayers){.be = s->be, .tp = s->tp, .params = s->params, .C = c->C, .I_local = s->I_local,
-                           .F = c->F, .F_local = s->F_local, .F_offset = s->F_local * s->tp->rank, .norm = c->norm,
-                           .norm_eps = c->norm_eps, .act = c->act, .rows = sc->rows, .tmp = sc->tmp, .dqkv = sc->dqkv,
-                           .datty = sc->datty, .dup = sc->dup, .dup_lin = sc->dup_lin, .dhid = sc->dhid,
+    return (mdl_sublayers){.be = s->be,
+                           .tp = s->tp,
+                           .params = s->params,
+                           .C = c->C,
+                           .I_local = s->I_local,
+                           .F = c->F,
+                           .F_local = s->F_local,
+                           .F_offset = s->F_local * s->tp->rank,
+                           .norm = c->norm,
+                           .norm_eps = c->norm_eps,
+                           .act = c->act,
+                           .rows = sc->rows,
+                           .tmp = sc->tmp,
+                           .dqkv = sc->dqkv,
+                           .datty = sc->datty,
+                           .dup = sc->dup,
+                           .dup_lin = sc->dup_lin,
+                           .dhid = sc->dhid,
                            .lora = {.r = c->lora ? c->lora->r : 0,
-                                    .scale = c->lora ? (float)ckpt_peft_scale(c->lora) : 0.0f, .t = sc->lora_t,
-                                    .u = sc->lora_u, .x = sc->lora_x}};
+                                    .scale = c->lora ? (float)ckpt_peft_scale(c->lora) : 0.0f,
+                                    .t = sc->lora_t,
+                                    .u = sc->lora_u,
+                                    .x = sc->lora_x}};
 }
 
 /* Block l's activation slices: its input and output in res, the rest in its slot. */
@@ -249,17 +276,28 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
     const rt_x qkv = stack_slot(s->qkv, o, w, BT * 3 * Il), ckv = stack_slot(s->ckv, o, w, BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
-    return (stack_slices){
-        .in = mdl_stack_residual(s, l), .out = mdl_stack_residual(s, l + 1), .h1 = stack_slot(s->h1, o, w, BT * C),
-        .mid = s->mid + w * BT * C, .h2 = stack_slot(s->h2, o, w, BT * C), .n1_mean = AT(s->n1_mean, o * BT),
-        .n1_rstd = s->n1_rstd + o * BT, .n2_mean = AT(s->n2_mean, o * BT), .n2_rstd = s->n2_rstd + o * BT,
-        .probs = (char *)s->probs + o * heads * s->probs_row, .atty = stack_slot(s->atty, o, w, BT * Il),
-        .hc = stack_slot(s->hc, o, w, BT * C), .nc_mean = AT(s->nc_mean, o * BT), .nc_rstd = AT(s->nc_rstd, o * BT),
-        .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
-        .catty = stack_slot(s->catty, o, w, BT * Il), .mid2 = AT(s->mid2, w * BT * C),
-        .up = stack_slot(s->up, o, w, BT * Fl), .up_lin = stack_slot(s->up_lin, o, w, BT * Fl),
-        .hid = stack_slot(s->hid, o, w, BT * Fl), .qkv = {qkv, rt_x_at(qkv, kv_step), rt_x_at(qkv, 2 * kv_step)},
-        .cqkv = {stack_slot(s->cq, o, w, BT * Il), ckv, rt_x_at(ckv, BS * Il)}};
+    return (stack_slices){.in = mdl_stack_residual(s, l),
+                          .out = mdl_stack_residual(s, l + 1),
+                          .h1 = stack_slot(s->h1, o, w, BT * C),
+                          .mid = s->mid + w * BT * C,
+                          .h2 = stack_slot(s->h2, o, w, BT * C),
+                          .n1_mean = AT(s->n1_mean, o * BT),
+                          .n1_rstd = s->n1_rstd + o * BT,
+                          .n2_mean = AT(s->n2_mean, o * BT),
+                          .n2_rstd = s->n2_rstd + o * BT,
+                          .probs = (char *)s->probs + o * heads * s->probs_row,
+                          .atty = stack_slot(s->atty, o, w, BT * Il),
+                          .hc = stack_slot(s->hc, o, w, BT * C),
+                          .nc_mean = AT(s->nc_mean, o * BT),
+                          .nc_rstd = AT(s->nc_rstd, o * BT),
+                          .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
+                          .catty = stack_slot(s->catty, o, w, BT * Il),
+                          .mid2 = AT(s->mid2, w * BT * C),
+                          .up = stack_slot(s->up, o, w, BT * Fl),
+                          .up_lin = stack_slot(s->up_lin, o, w, BT * Fl),
+                          .hid = stack_slot(s->hid, o, w, BT * Fl),
+                          .qkv = {qkv, rt_x_at(qkv, kv_step), rt_x_at(qkv, 2 * kv_step)},
+                          .cqkv = {stack_slot(s->cq, o, w, BT * Il), ckv, rt_x_at(ckv, BS * Il)}};
 }
 
 /* The dropout of block l's site `kind` at rate p (none outside training). */
@@ -275,13 +313,26 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
     const mdl_stack_config *c = &s->cfg;
     const size_t ld = !cross && mdl_attn_fused(&s->layer[l].attn) ? 3 * (size_t)s->I_local : (size_t)s->I_local;
     mdl_drop d = stack_drop(s, pass, c->attn_pdrop, l, cross ? MDL_SITE_CROSS_PROBS : MDL_SITE_SELF_PROBS);
-    return (rt_attn_desc){.B = B, .NH = s->NH_local, .Tq = T, .Tk = cross ? mask->S : T, .HS = s->HS, .ldq = ld,
-                          .ldk = ld, .ldv = ld, .ldo = (size_t)s->I_local,
+    return (rt_attn_desc){.B = B,
+                          .NH = s->NH_local,
+                          .Tq = T,
+                          .Tk = cross ? mask->S : T,
+                          .HS = s->HS,
+                          .ldq = ld,
+                          .ldk = ld,
+                          .ldv = ld,
+                          .ldo = (size_t)s->I_local,
                           .scale = c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)s->HS),
-                          .causal = !cross && mask->causal, .prefix = cross ? NULL : mask->prefix,
-                          .key_mask = cross ? mask->cross_key_mask : mask->key_mask, .bias = cross ? NULL : mask->bias,
-                          .dropout_p = d.p, .seed = d.seed, .stream = d.stream, .head_offset = s->head_offset,
-                          .heads_total = c->n_head, .probs_dtype = s->probs_dtype};
+                          .causal = !cross && mask->causal,
+                          .prefix = cross ? NULL : mask->prefix,
+                          .key_mask = cross ? mask->cross_key_mask : mask->key_mask,
+                          .bias = cross ? NULL : mask->bias,
+                          .dropout_p = d.p,
+                          .seed = d.seed,
+                          .stream = d.stream,
+                          .head_offset = s->head_offset,
+                          .heads_total = c->n_head,
+                          .probs_dtype = s->probs_dtype};
 }
 
 /* What a pass's attention keeps fits the layout (every block's is the same size): e.g. a position
@@ -309,7 +360,9 @@ typedef struct {
 static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask,
                               const mdl_pass *pass) {
     const mdl_stack_config *c = &s->cfg;
-    block_run r = {.p = &s->layer[l], .sub = mdl_stack_sublayers(s), .a = stack_at(s, l),
+    block_run r = {.p = &s->layer[l],
+                   .sub = mdl_stack_sublayers(s),
+                   .a = stack_at(s, l),
                    .self = stack_attn(s, l, B, T, mask, pass, false),
                    .drop_self = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_SELF_OUT),
                    .drop_inner = stack_drop(s, pass, c->ffn_pdrop, l, MDL_SITE_FFN_INNER),
@@ -317,7 +370,8 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
                    .BT = (size_t)B * T};
     r.n = r.BT * (size_t)c->C;
     if (c->lora && pass->training && c->lora->dropout > 0)
-        r.sub.lora.drop = (mdl_drop){.p = (float)c->lora->dropout, .seed = pass->seed,
+        r.sub.lora.drop = (mdl_drop){.p = (float)c->lora->dropout,
+                                     .seed = pass->seed,
                                      .stream = mdl_lora_stream(pass, c->lora_site + l + c->layer_offset)};
     if (c->cross) {
         r.cross = stack_attn(s, l, B, T, mask, pass, true);
@@ -366,8 +420,8 @@ static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, m
     float *tmp = s->sc->tmp;
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
     if (!clamped) {
-        rt_residual_bwd(be, &d, dres, tmp, mdl_grad(s->params, p.w), d.rms ? NULL : mdl_grad(s->params, p.b), dout,
-                        sum, mean, rstd);
+        rt_residual_bwd(be, &d, dres, tmp, mdl_grad(s->params, p.w), d.rms ? NULL : mdl_grad(s->params, p.b), dout, sum,
+                        mean, rstd);
     } else {
         if (p.w >= 0) mdl_norm_bwd(&r->sub, p, dres, dout, sum, mean, rstd, r->BT);
         rt_clamp_abs_bwd(be, dres, sum, r->n, STACK_FP16_CLAMP);
@@ -393,11 +447,22 @@ static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, st
     const struct {
         rt_x x;
         size_t n;
-    } all[STACK_PIECES_MAX] = {
-        {rt_xf(a->mid), BT * C}, {a->h1, BT * C}, {a->h2, BT * C}, {a->qkv.q, BT * (fused ? 3 : 1) * Il},
-        {fused ? rt_xf(NULL) : a->qkv.k, BT * Il}, {fused ? rt_xf(NULL) : a->qkv.v, BT * Il}, {a->atty, BT * Il},
-        {rt_xf(a->mid2), BT * C}, {a->hc, BT * C}, {a->cqkv.q, BT * Il}, {a->cqkv.k, BS * Il}, {a->cqkv.v, BS * Il},
-        {a->catty, BT * Il}, {a->up, BT * Fl}, {a->up_lin, BT * Fl}, {a->hid, BT * Fl}};
+    } all[STACK_PIECES_MAX] = {{rt_xf(a->mid), BT * C},
+                               {a->h1, BT * C},
+                               {a->h2, BT * C},
+                               {a->qkv.q, BT * (fused ? 3 : 1) * Il},
+                               {fused ? rt_xf(NULL) : a->qkv.k, BT * Il},
+                               {fused ? rt_xf(NULL) : a->qkv.v, BT * Il},
+                               {a->atty, BT * Il},
+                               {rt_xf(a->mid2), BT * C},
+                               {a->hc, BT * C},
+                               {a->cqkv.q, BT * Il},
+                               {a->cqkv.k, BS * Il},
+                               {a->cqkv.v, BS * Il},
+                               {a->catty, BT * Il},
+                               {a->up, BT * Fl},
+                               {a->up_lin, BT * Fl},
+                               {a->hid, BT * Fl}};
     int k = 0;
     for (int i = 0; i < STACK_PIECES_MAX; i++) /* 16-bit ones are kept where they are */
         if (all[i].x.p && all[i].x.t == RT_F32) out[k++] = (stack_piece){all[i].x.p, all[i].n};
@@ -408,8 +473,8 @@ static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, st
 static void stack_keep(mdl_stack *s, int l, const block_run *r, int B, int S, bool narrow) {
     if (s->kept_dtype == RT_F32) return;
     /* the working set holds values rounded to kept_dtype only while the backend computes at it */
-    RT_CHECK(s->be->compute == s->kept_dtype, "activations kept as %s under %s compute",
-             rt_dtype_name(s->kept_dtype), rt_dtype_name(s->be->compute));
+    RT_CHECK(s->be->compute == s->kept_dtype, "activations kept as %s under %s compute", rt_dtype_name(s->kept_dtype),
+             rt_dtype_name(s->be->compute));
     stack_piece pieces[STACK_PIECES_MAX];
     const int n = stack_pieces(s, r, B, S, pieces);
     uint16_t *slot = (uint16_t *)s->narrowed + (size_t)(l % s->slots) * s->work_floats;
@@ -543,8 +608,8 @@ fail:
     return st;
 }
 
-rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
-                             float *dout, const float **demb) {
+rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass, float *dout,
+                             const float **demb) {
     rt_status st = RT_OK;
     const mdl_stack_config *c = &s->cfg;
     rt_backend *be = s->be;
@@ -581,8 +646,8 @@ fail:
 
 double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S) {
     const mdl_stack_config *c = &s->cfg;
-    return (c->layers_total ? c->layers_total : c->n_layer) * mdl_layer_train_flops(B, T, c->C, (double)c->n_head * s->HS, c->F, c->gated, T,
-                                              c->cross ? S : 0);
+    return (c->layers_total ? c->layers_total : c->n_layer) *
+           mdl_layer_train_flops(B, T, c->C, (double)c->n_head * s->HS, c->F, c->gated, T, c->cross ? S : 0);
 }
 
 void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
@@ -637,9 +702,18 @@ mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
     RT_CHECK((size_t)R <= s->max_BT &&
                  (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
              "decode: %d rows, %d keys", R, Tk);
-    return (mdl_decode_scratch){.ln = s->h1, .tmp = s->sc->tmp, .mean = s->n1_mean, .rstd = s->n1_rstd, .q = s->qkv,
-                                .k = rt_x_at(s->qkv, n * Il), .v = rt_x_at(s->qkv, 2 * n * Il), .atty = s->atty,
-                                .probs = s->probs, .probs_dtype = s->probs_dtype, .up = s->up, .up_lin = s->up_lin,
+    return (mdl_decode_scratch){.ln = s->h1,
+                                .tmp = s->sc->tmp,
+                                .mean = s->n1_mean,
+                                .rstd = s->n1_rstd,
+                                .q = s->qkv,
+                                .k = rt_x_at(s->qkv, n * Il),
+                                .v = rt_x_at(s->qkv, 2 * n * Il),
+                                .atty = s->atty,
+                                .probs = s->probs,
+                                .probs_dtype = s->probs_dtype,
+                                .up = s->up,
+                                .up_lin = s->up_lin,
                                 .hid = s->hid};
 }
 

@@ -49,33 +49,38 @@
 #include "runtime/base/rt_arena.h"
 
 typedef enum {
-    MDL_SITE_SELF_PROBS, MDL_SITE_SELF_OUT, MDL_SITE_CROSS_PROBS, MDL_SITE_CROSS_OUT, MDL_SITE_FFN_INNER,
-    MDL_SITE_FFN_OUT, MDL_SITE_KINDS
+    MDL_SITE_SELF_PROBS,
+    MDL_SITE_SELF_OUT,
+    MDL_SITE_CROSS_PROBS,
+    MDL_SITE_CROSS_OUT,
+    MDL_SITE_FFN_INNER,
+    MDL_SITE_FFN_OUT,
+    MDL_SITE_KINDS
 } mdl_site_kind;
 
 typedef struct {
-    int n_layer, C, n_head, head_size, F;  /* full (all ranks) sizes; head_size 0: C / n_head */
-    bool post_norm;            /* normalize after each residual add (BERT), else before each sublayer */
+    int n_layer, C, n_head, head_size, F; /* full (all ranks) sizes; head_size 0: C / n_head */
+    bool post_norm;                       /* normalize after each residual add (BERT), else before each sublayer */
     mdl_norm_kind norm;
     float norm_eps;
-    bool final_norm;           /* a norm over the last block's output (its parameters: `final`) */
-    bool cross;                /* cross-attention after self-attention (pre-norm only) */
-    bool position_bias;        /* self-attention adds a position bias (T5: mdl_stack_mask.bias) */
-    bool gated;                /* the FFN has up_lin (T5 v1.1) */
-    bool fp16_clamp;           /* in fp16, each residual add holding an inf is clamped to +-(65504 - 1000):
+    bool final_norm;    /* a norm over the last block's output (its parameters: `final`) */
+    bool cross;         /* cross-attention after self-attention (pre-norm only) */
+    bool position_bias; /* self-attention adds a position bias (T5: mdl_stack_mask.bias) */
+    bool gated;         /* the FFN has up_lin (T5 v1.1) */
+    bool fp16_clamp;    /* in fp16, each residual add holding an inf is clamped to +-(65504 - 1000):
                                 * HF T5's guard (transformers #4287, #9295); pre-norm only */
     rt_act_kind act;
-    float attn_scale;          /* 0: 1/sqrt(head_size) */
+    float attn_scale; /* 0: 1/sqrt(head_size) */
     float attn_pdrop, resid_pdrop, ffn_pdrop, emb_pdrop, final_pdrop;
     int site_emb, site_final, site[MDL_SITE_KINDS], site_stride; /* dropout sites, -1: none */
-    int checkpoint_layers;     /* 0: keep every block's activations; K: recompute K blocks at a time */
-    int layer_offset;          /* a pipeline stage's stack: the global index of its first block (n_layer is its
+    int checkpoint_layers;        /* 0: keep every block's activations; K: recompute K blocks at a time */
+    int layer_offset;             /* a pipeline stage's stack: the global index of its first block (n_layer is its
                                 * own count); parameter names and dropout sites use global indices */
-    int layers_total;          /* a pipeline stage's stack: the whole model's blocks, which its FLOPs count (as a
+    int layers_total;             /* a pipeline stage's stack: the whole model's blocks, which its FLOPs count (as a
                                 * tp rank counts the whole layer), so every stage reports the model's; 0: n_layer */
     const ckpt_peft_config *lora; /* LoRA adapters on the target linears (models/layers/lora.h); NULL: none. Not owned:
                                    * the model's copy */
-    int lora_site;             /* the first block's LoRA dropout site; a block's is lora_site + its index */
+    int lora_site;                /* the first block's LoRA dropout site; a block's is lora_site + its index */
 } mdl_stack_config;
 
 /* One block's parameters; -1 for what the configuration has not. */
@@ -83,24 +88,24 @@ typedef struct {
     mdl_norm_params norm1, norm_cross, norm2;
     mdl_attn_params attn, cross;
     mdl_ffn_params ffn;
-    int first;                 /* the block's first parameter: where its gradients start in the slab */
+    int first; /* the block's first parameter: where its gradients start in the slab */
 } mdl_block_params;
 
 /* printf formats with one %d, in the order of mdl_block_params; the final norm's plain names. */
 typedef struct {
-    const char *norm1_w, *norm1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *norm2_w, *norm2_b, *up_w, *up_b, *down_w,
-        *down_b, *final_w, *final_b;
+    const char *norm1_w, *norm1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *norm2_w, *norm2_b, *up_w, *up_b, *down_w, *down_b,
+        *final_w, *final_b;
 } mdl_stack_names;
 
 /* Which keys a query sees, and the other stack a cross-attention reads. Backend buffers, or NULL. */
 typedef struct {
     bool causal;
-    const int32_t *prefix;      /* (B) keys before it are seen by every query (causal only) */
-    const float *key_mask;      /* (B, T) additive */
-    const float *bias;          /* (NH_local, T, T) additive, shared by every block */
-    float *dbias;               /* its gradient, summed over the blocks; the caller marks block 0 ready */
-    const float *cross_in;      /* (B, S, C) what cross-attention reads */
-    float *dcross_in;           /* dL/d(cross_in) added here, not reduced over tp */
+    const int32_t *prefix;       /* (B) keys before it are seen by every query (causal only) */
+    const float *key_mask;       /* (B, T) additive */
+    const float *bias;           /* (NH_local, T, T) additive, shared by every block */
+    float *dbias;                /* its gradient, summed over the blocks; the caller marks block 0 ready */
+    const float *cross_in;       /* (B, S, C) what cross-attention reads */
+    float *dcross_in;            /* dL/d(cross_in) added here, not reduced over tp */
     const float *cross_key_mask; /* (B, S) additive */
     int S;
 } mdl_stack_mask;
@@ -109,10 +114,10 @@ typedef struct {
  * stacks that run one after the other may share one (T5's encoder and decoder). */
 typedef struct {
     size_t rows;
-    float *tmp, *dres, *dln, *dsum;    /* (rows, C); dsum post-norm only */
-    rt_x dqkv, datty;                  /* (rows, 3 I_local), (rows, I_local) at the activation type */
-    rt_x dup, dup_lin, dhid;           /* (rows, F_local) at the activation type; dup_lin gated only */
-    float *lora_t, *lora_u, *lora_x;   /* LoRA only: (rows, r) twice; (rows, widest input) with its dropout */
+    float *tmp, *dres, *dln, *dsum;  /* (rows, C); dsum post-norm only */
+    rt_x dqkv, datty;                /* (rows, 3 I_local), (rows, I_local) at the activation type */
+    rt_x dup, dup_lin, dhid;         /* (rows, F_local) at the activation type; dup_lin gated only */
+    float *lora_t, *lora_u, *lora_x; /* LoRA only: (rows, r) twice; (rows, widest input) with its dropout */
 } mdl_stack_scratch;
 
 typedef struct {
@@ -129,29 +134,29 @@ typedef struct {
      * rt_act_dtype: 16-bit ones have a slot per block. fp32 ones (the residual stream, and all of
      * them where the backend keeps fp32) are the working set [work, work + work_floats): a slot
      * per block, or narrowed: one working set, each slot keeping it as kept_dtype in `narrowed`. */
-    int slots;                    /* n_layer, or checkpoint_layers */
-    rt_dtype kept_dtype;          /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
-    float *work;                  /* the working set's first float */
-    size_t work_floats;           /* the working set's floats */
-    void *narrowed;               /* (slots, work_floats) kept_dtype values, at the working set's offsets */
-    float *res;                   /* (L+1, BT, C) the residual entering each block, and the output */
-    rt_x h1, h2;                  /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
+    int slots;           /* n_layer, or checkpoint_layers */
+    rt_dtype kept_dtype; /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
+    float *work;         /* the working set's first float */
+    size_t work_floats;  /* the working set's floats */
+    void *narrowed;      /* (slots, work_floats) kept_dtype values, at the working set's offsets */
+    float *res;          /* (L+1, BT, C) the residual entering each block, and the output */
+    rt_x h1, h2;         /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
                                    * inputs); post-norm, their inputs (the residual sums, fp32) */
-    float *mid;                   /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
+    float *mid;          /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
-    rt_x qkv, atty;               /* (slots, BT, 3 I_local), (slots, BT, I_local) */
+    rt_x qkv, atty;                               /* (slots, BT, 3 I_local), (slots, BT, I_local) */
     void *probs;                  /* (slots, B, NH_local, T) rows of probs_row bytes: T probs_dtype values,
                                    * or what a fused attention keeps instead (rt_attn_kept_bytes) */
     size_t probs_row, cprobs_row; /* bytes per query row of probs and cprobs */
     rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
     rt_x hc, cq, ckv, catty;      /* cross-attention's (BS rows for ckv) */
     float *nc_mean, *nc_rstd, *mid2;
-    void *cprobs;                 /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
-    rt_x up, up_lin, hid;         /* (slots, BT, F_local) */
+    void *cprobs;                     /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
+    rt_x up, up_lin, hid;             /* (slots, BT, F_local) */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
                                        * dropout), or res[L] */
-    mdl_stack_scratch own, *sc;   /* sc: own, or a shared one */
-    bool *clamped;                /* (L, 3) fp16_clamp: whether the forward clamped mid, mid2, out */
+    mdl_stack_scratch own, *sc;       /* sc: own, or a shared one */
+    bool *clamped;                    /* (L, 3) fp16_clamp: whether the forward clamped mid, mid2, out */
 } mdl_stack;
 
 /* Sets up s for c over backend be, tp group tp and slab p, with every parameter index -1. The
@@ -177,8 +182,8 @@ float *mdl_stack_dout(const mdl_stack *s);
 rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass);
 /* From dL/d(out) in dout (overwritten): accumulates the gradients and points *demb at
  * dL/d(embeddings) (one of the scratch buffers, valid until its next use). */
-rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
-                             float *dout, const float **demb);
+rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass, float *dout,
+                             const float **demb);
 /* The sublayers over this stack's parameters and scratch (models/layers/block.h). */
 mdl_sublayers mdl_stack_sublayers(const mdl_stack *s);
 /* Training FLOPs of the blocks on B rows of T tokens (cross-attention over S). */
@@ -187,13 +192,13 @@ double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S);
 /* Incremental decoding (pre-norm stacks): one new token per row, R rows, against key/value
  * caches the caller lays out and describes. */
 typedef struct {
-    float *const *k, *const *v;          /* block l's self-attention keys and values */
-    const int32_t *at_idx;               /* (R) backend: the new token's key and value are added at these
+    float *const *k, *const *v;   /* block l's self-attention keys and values */
+    const int32_t *at_idx;        /* (R) backend: the new token's key and value are added at these
                                           * cache rows (zeroed slots: GLM's row-major caches), or, NULL: */
-    size_t at;                           /* written as R contiguous rows from float `at` of k[l], v[l] (T5's
+    size_t at;                    /* written as R contiguous rows from float `at` of k[l], v[l] (T5's
                                           * time-major caches) */
-    rt_attn_desc self;                   /* the new queries over k[l], v[l]: strides, masks, bias */
-    float *const *ck, *const *cv;        /* cross-attention: block l's keys and values of the source */
+    rt_attn_desc self;            /* the new queries over k[l], v[l]: strides, masks, bias */
+    float *const *ck, *const *cv; /* cross-attention: block l's keys and values of the source */
     rt_attn_desc cross;
 } mdl_decode_caches;
 

@@ -10,17 +10,17 @@
 
 struct mdl_stage_pipe {
     mdl_stage_ops ops;
-    mdl_stage_model stack;   /* a one-stack family's description: ops.model points here */
+    mdl_stage_model stack; /* a one-stack family's description: ops.model points here */
     mdl_stage stage;
     int max_micro;
-    bool keep;               /* the family keeps micro-batch k's activations in its slot k % ops.slots */
-    int saved_slots;         /* recompute: saved inputs, micro-batch k in slot k % saved_slots (not on the first stage) */
-    size_t saved_stride;     /* bytes between saved inputs */
-    void *saved;             /* backend memory */
+    bool keep;           /* the family keeps micro-batch k's activations in its slot k % ops.slots */
+    int saved_slots;     /* recompute: saved inputs, micro-batch k in slot k % saved_slots (not on the first stage) */
+    size_t saved_stride; /* bytes between saved inputs */
+    void *saved;         /* backend memory */
     rt_pipe_buffers buf;
     unsigned char *h_result; /* host: the last stage's loss (a double) and logits (grown to the largest) */
     size_t result_bytes;
-    int held;                /* the micro-batch the activations hold, -1: none */
+    int held; /* the micro-batch the activations hold, -1: none */
     /* this step's */
     const char *b;
     uint64_t seed;
@@ -69,7 +69,7 @@ static rt_status pipe_backward(void *ctx, int k, const void *dout, void *din) {
     mdl_stage_pipe *p = ctx;
     const mdl_pass pass = pipe_pass(p, k);
     rt_status st = RT_OK;
-    pipe_use_slot(p, k); /* its forward's activations */
+    pipe_use_slot(p, k);            /* its forward's activations */
     if (!p->keep && p->held != k) { /* recompute: the forward again, from the kept input */
         double unused = 0;
         RT_CHECK(!mdl_stage_is_last(p->stage), "%s: the last stage's backward of %d follows another forward",
@@ -161,8 +161,10 @@ static rt_status stack_forward(void *ctx, const void *bv, const mdl_pass *pass, 
     const rt_batch *b = bv;
     rt_status st = m->upload(m->model, b);
     if (st != RT_OK) return st;
-    if (in) rt_copy(m->be, mdl_stack_residual(m->blocks, 0), in, stack_boundary_bytes(ctx, 0, b));
-    else st = m->embed(m->model, b); /* the first stage */
+    if (in)
+        rt_copy(m->be, mdl_stack_residual(m->blocks, 0), in, stack_boundary_bytes(ctx, 0, b));
+    else
+        st = m->embed(m->model, b); /* the first stage */
     const mdl_stack_mask mask = m->mask(m->model);
     if (st == RT_OK) st = mdl_stack_forward(m->blocks, b->B, b->T, &mask, pass);
     if (st != RT_OK) return st;
@@ -178,13 +180,17 @@ static rt_status stack_backward(void *ctx, const void *bv, const mdl_pass *pass,
     const rt_batch *b = bv;
     const size_t bytes = stack_boundary_bytes(ctx, 0, b);
     rt_status st = RT_OK;
-    if (dout) rt_copy(m->be, mdl_stack_dout(m->blocks), dout, bytes);
-    else RT_TRY(m->head_bwd(m->model, b, pass)); /* the last stage: its loss's gradient */
+    if (dout)
+        rt_copy(m->be, mdl_stack_dout(m->blocks), dout, bytes);
+    else
+        RT_TRY(m->head_bwd(m->model, b, pass)); /* the last stage: its loss's gradient */
     const float *demb = NULL;
     const mdl_stack_mask mask = m->mask(m->model);
     RT_TRY(mdl_stack_backward(m->blocks, b->B, b->T, &mask, pass, mdl_stack_dout(m->blocks), &demb));
-    if (din) rt_copy(m->be, din, demb, bytes);
-    else m->embed_bwd(m->model, b, demb);
+    if (din)
+        rt_copy(m->be, din, demb, bytes);
+    else
+        m->embed_bwd(m->model, b, demb);
 fail:
     return st;
 }
@@ -202,18 +208,26 @@ static size_t stack_result_floats(void *ctx, const void *bv) {
 
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out) {
     const size_t act = sm->max_BT * (size_t)sm->C * sizeof(float);
-    const mdl_stage_ops ops = {.family = sm->family, .be = sm->be, .pp = sm->pp, .batch_size = sizeof(rt_batch),
-                               .boundary_bytes = stack_boundary_bytes, .max_in_bytes = act, .max_out_bytes = act,
-                               .check = sm->num_labels > 0 ? stack_check : NULL, .forward = stack_forward,
-                               .backward = stack_backward, .slots = sm->slots,
-                               .use_slot = sm->use_slot ? stack_use_slot : NULL, .result_floats = stack_result_floats};
+    const mdl_stage_ops ops = {.family = sm->family,
+                               .be = sm->be,
+                               .pp = sm->pp,
+                               .batch_size = sizeof(rt_batch),
+                               .boundary_bytes = stack_boundary_bytes,
+                               .max_in_bytes = act,
+                               .max_out_bytes = act,
+                               .check = sm->num_labels > 0 ? stack_check : NULL,
+                               .forward = stack_forward,
+                               .backward = stack_backward,
+                               .slots = sm->slots,
+                               .use_slot = sm->use_slot ? stack_use_slot : NULL,
+                               .result_floats = stack_result_floats};
     return pipe_create(&ops, sm, max_micro, out);
 }
 
 /* ---- the runner ---- */
 
-rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t seed, int64_t step,
-                              float grad_scale, double *loss_sum) {
+rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t seed, int64_t step, float grad_scale,
+                              double *loss_sum) {
     rt_status st = RT_OK;
     *loss_sum = 0;
     if (M < 1 || M > p->max_micro)
@@ -226,8 +240,11 @@ rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t 
     p->step = step;
     p->grad_scale = grad_scale;
     p->loss_sum = 0;
-    const rt_pipe_stage stage = {.ctx = p, .out_bytes = pipe_out_bytes, .in_bytes = pipe_in_bytes,
-                                 .forward = pipe_forward, .backward = pipe_backward};
+    const rt_pipe_stage stage = {.ctx = p,
+                                 .out_bytes = pipe_out_bytes,
+                                 .in_bytes = pipe_in_bytes,
+                                 .forward = pipe_forward,
+                                 .backward = pipe_backward};
     RT_TRY(rt_pipe_run(p->ops.pp, M, &stage, &p->buf));
     *loss_sum = p->loss_sum;
 fail:
@@ -252,7 +269,8 @@ rt_status mdl_stage_pipe_forward(mdl_stage_pipe *p, const void *b, double *loss_
     p->held = -1; /* the activations are evaluation's now */
     pipe_use_slot(p, 0);
     if (s > 0) {
-        rt_p2p recv = {.send = false, .peer = s - 1, .buf = p->buf.in, .bytes = ops->boundary_bytes(ops->model, s - 1, b)};
+        rt_p2p recv = {
+            .send = false, .peer = s - 1, .buf = p->buf.in, .bytes = ops->boundary_bytes(ops->model, s - 1, b)};
         RT_TRY(rt_comm_p2p(ops->pp, &recv, 1));
     }
     RT_TRY(ops->forward(ops->model, b, &pass, s > 0 ? p->buf.in : NULL, last ? NULL : p->buf.out, 0.0f, &loss,

@@ -34,8 +34,8 @@ typedef struct {
     void *model;
     const char *family; /* for messages: "GPT-2" */
     rt_backend *be;
-    rt_comm *pp;        /* the stages' comm: this is stage pp->rank of pp->size */
-    size_t batch_size;  /* micro-batch k of a step lies at (const char *)b + k * batch_size */
+    rt_comm *pp;       /* the stages' comm: this is stage pp->rank of pp->size */
+    size_t batch_size; /* micro-batch k of a step lies at (const char *)b + k * batch_size */
     /* What stage `from` sends stage from + 1 for b (and its gradient back), in bytes, and the
      * most this stage receives and sends for any batch. */
     size_t (*boundary_bytes)(void *model, int from, const void *b);
@@ -48,8 +48,8 @@ typedef struct {
      * the forward again). The last stage runs its head instead: *loss is the summed loss,
      * gradients of grad_scale * loss are prepared when grad_scale > 0, and evaluation's logits
      * go to host_logits when it is non-NULL. */
-    rt_status (*forward)(void *model, const void *b, const mdl_pass *pass, const void *in, void *out,
-                         float grad_scale, double *loss, float *host_logits);
+    rt_status (*forward)(void *model, const void *b, const mdl_pass *pass, const void *in, void *out, float grad_scale,
+                         double *loss, float *host_logits);
     /* The backward from dout (the next stage's gradient of `out`; NULL on the last stage: the
      * loss's), writing the gradient of `in` to din (NULL on the first stage). */
     rt_status (*backward)(void *model, const void *b, const mdl_pass *pass, const void *dout, void *din);
@@ -66,8 +66,8 @@ typedef struct {
     void *model;
     const char *family; /* for messages: "GPT-2" */
     rt_backend *be;
-    rt_comm *pp;        /* the stages' comm: this is stage pp->rank of pp->size */
-    mdl_stack *blocks;  /* residual 0 is the stage's input, out its output */
+    rt_comm *pp;       /* the stages' comm: this is stage pp->rank of pp->size */
+    mdl_stack *blocks; /* residual 0 is the stage's input, out its output */
     int C, max_B, num_labels;
     size_t max_BT;
     /* Uploads b (ids, masks; the pooled rows on the last stage). */
@@ -95,7 +95,6 @@ typedef struct {
 
 typedef struct mdl_stage_pipe mdl_stage_pipe;
 
-
 /* For steps of up to max_micro micro-batches; ops (sm) is copied. */
 rt_status mdl_stage_pipe_init_ops(const mdl_stage_ops *ops, int max_micro, mdl_stage_pipe **out);
 rt_status mdl_stage_pipe_init(const mdl_stage_model *sm, int max_micro, mdl_stage_pipe **out);
@@ -106,8 +105,8 @@ void mdl_stage_pipe_free(mdl_stage_pipe *p);
  * caller: rt_pipe_sum_tied); *loss_sum is the summed loss on the last stage, 0 on the others.
  * Every micro-batch is checked first (ops.check; a classifier's labels, models/layers/heads.h),
  * on every stage alike. */
-rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t seed, int64_t step,
-                              float grad_scale, double *loss_sum);
+rt_status mdl_stage_pipe_step(mdl_stage_pipe *p, const void *b, int M, uint64_t seed, int64_t step, float grad_scale,
+                              double *loss_sum);
 /* Evaluation: b through the stages one after another (nothing to overlap without a
  * backward); every stage gets the last stage's summed loss and, when host_logits is non-NULL,
  * its logits (result_floats of them: a one-stack classifier's B x num_labels unless the family

@@ -31,7 +31,14 @@
 /* ---- a block's parameters as a table: one row per parameter (their tp rules and HF names
  * are in checkpoints/ckpt_map_tables.c) ---- */
 
-typedef enum { T5_SHAPE_C, T5_SHAPE_IN_PROJ, T5_SHAPE_OUT_PROJ, T5_SHAPE_FF_IN, T5_SHAPE_FF_OUT, T5_SHAPE_BUCKETS } t5_shape;
+typedef enum {
+    T5_SHAPE_C,
+    T5_SHAPE_IN_PROJ,
+    T5_SHAPE_OUT_PROJ,
+    T5_SHAPE_FF_IN,
+    T5_SHAPE_FF_OUT,
+    T5_SHAPE_BUCKETS
+} t5_shape;
 typedef enum { T5_STD_NORM, T5_STD_Q, T5_STD_KV, T5_STD_O, T5_STD_WI, T5_STD_WO, T5_STD_REL } t5_std;
 typedef enum { T5_SUB_SELF, T5_SUB_CROSS, T5_SUB_FF } t5_sub;
 enum { T5_ALL = 0, T5_DECODER = 1, T5_BLOCK0 = 2, T5_GATED = 4, T5_PLAIN = 8 };
@@ -120,13 +127,27 @@ static void t5_stack_set_dropout(t5_stack *s, float p) {
  * the decoder's cross-attention. */
 static void t5_stack_init(t5_model *m, t5_stack *s) {
     const t5_config *c = &m->cfg;
-    mdl_stack_config bc = {.n_layer = s->L, .C = c->d_model, .n_head = c->num_heads, .head_size = c->d_kv,
-                           .F = c->d_ff, .norm = MDL_NORM_RMS, .norm_eps = c->layer_norm_epsilon,
-                           .final_norm = s->has_final, .layer_offset = s->first, .layers_total = s->L_total,
-                           .cross = s->decoder, .position_bias = true, .gated = c->gated, .fp16_clamp = true, .act = c->act, .attn_scale = 1.0f,
+    mdl_stack_config bc = {.n_layer = s->L,
+                           .C = c->d_model,
+                           .n_head = c->num_heads,
+                           .head_size = c->d_kv,
+                           .F = c->d_ff,
+                           .norm = MDL_NORM_RMS,
+                           .norm_eps = c->layer_norm_epsilon,
+                           .final_norm = s->has_final,
+                           .layer_offset = s->first,
+                           .layers_total = s->L_total,
+                           .cross = s->decoder,
+                           .position_bias = true,
+                           .gated = c->gated,
+                           .fp16_clamp = true,
+                           .act = c->act,
+                           .attn_scale = 1.0f,
                            .site_emb = s->decoder ? T5_SITE_DEC_EMBED : T5_SITE_ENC_EMBED,
-                           .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL, .site_stride = 8,
-                           .checkpoint_layers = c->checkpoint_layers, .lora = c->lora,
+                           .site_final = s->decoder ? T5_SITE_DEC_FINAL : T5_SITE_ENC_FINAL,
+                           .site_stride = 8,
+                           .checkpoint_layers = c->checkpoint_layers,
+                           .lora = c->lora,
                            .lora_site = s->decoder ? c->num_layers : 0};
     const int first = T5_SITE_BLOCKS + 8 * (s->decoder ? c->num_layers : 0);
     for (int k = 0; k < MDL_SITE_KINDS; k++) bc.site[k] = first + k;
@@ -175,8 +196,8 @@ static void t5_declare_stack(t5_model *m, t5_stack *s, const char *prefix) {
             int idx = t5_add(m, name, d0, d1, norm, norm ? RT_INIT_ONES : RT_INIT_NORMAL, std);
             *(row->shape == T5_SHAPE_BUCKETS ? &s->rel_bias : (int *)((char *)bp + row->field)) = idx;
             if (row->lora != T5_NO_LORA) /* PEFT's adapter after its weight */
-                *(mdl_lora *)((char *)bp + row->lora) = mdl_lora_declare(&m->params, c->lora, &ckpt_map_t5, idx,
-                                                                         m->tp->size);
+                *(mdl_lora *)((char *)bp + row->lora) =
+                    mdl_lora_declare(&m->params, c->lora, &ckpt_map_t5, idx, m->tp->size);
             if (first < 0) first = idx;
         }
         bp->first = first;
@@ -203,8 +224,7 @@ static void t5_declare_params(t5_model *m) {
     t5_declare_stack(m, &m->enc, "encoder");
     t5_declare_stack(m, &m->dec, "decoder");
     if (last && !c->tie_word_embeddings) {
-        m->lm_head = t5_add(m, "lm_head.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL,
-                            c->initializer_factor);
+        m->lm_head = t5_add(m, "lm_head.weight", m->vocab.local, m->C, false, RT_INIT_NORMAL, c->initializer_factor);
         m->params.specs[m->lm_head].vocab_rows = c->vocab_size;
     }
     mdl_lora_freeze_base(&m->params, c->lora, &ckpt_map_t5);
@@ -321,8 +341,8 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     *out = NULL;
     RT_TRY(t5_config_validate(c, tp->size));
     if (max_B < 1 || max_src < 1 || max_tgt < 1)
-        RT_FAIL(RT_ERR_CONFIG, "T5: batch size %d, source length %d and target length %d must be >= 1", max_B,
-                max_src, max_tgt);
+        RT_FAIL(RT_ERR_CONFIG, "T5: batch size %d, source length %d and target length %d must be >= 1", max_B, max_src,
+                max_tgt);
     const int max_len = max_src > max_tgt ? max_src : max_tgt;
     RT_TRY(mdl_check_activations("T5 activations", (uint64_t)c->num_layers + (uint64_t)c->num_decoder_layers,
                                  (uint64_t)max_B, (uint64_t)max_len, t5_act_width(c, max_len),
@@ -345,8 +365,8 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     rt_arena arena = {0};
     t5_layout(m, &arena);
     m->act_bytes = (arena.used + 63) & ~(size_t)63;
-    m->act_slots = m->stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro)
-                                                           : 1;
+    m->act_slots =
+        m->stage.count > 1 && !c->pp_recompute ? rt_pipe_in_flight(m->stage.index, m->stage.count, max_micro) : 1;
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
                             "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)",
                             &m->act_block));
@@ -424,14 +444,18 @@ rt_status t5_load_hf(t5_model *m, const char *weights, char *report, size_t repo
     const bool tied = m->cfg.tie_word_embeddings; /* a stage without the head has neither */
     if (tied) RT_TRY(t5_weights_own_head(weights, &own_head));
     if (own_head)
-        RT_FAIL(RT_ERR_FORMAT, "%s: lm_head.weight differs from the shared embedding (an untied head, as T5 v1.1 and "
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: lm_head.weight differs from the shared embedding (an untied head, as T5 v1.1 and "
                 "flan-t5 have), but the model ties its head to 'shared' (set tie_word_embeddings false, or build "
-                "the model with t5_model_from_hf)", weights);
+                "the model with t5_model_from_hf)",
+                weights);
     RT_TRY(ckpt_load_hf(weights, &ckpt_map_t5, &m->params, m->cfg.vocab_size, m->cfg.num_heads, m->tp->rank,
                         m->tp->size, tied ? tied_copy : NULL, &rep));
     if (rep.missing)
-        RT_FAIL(RT_ERR_FORMAT, "%s: no tensor '%s'%s (is this a T5ForConditionalGeneration checkpoint with this "
-                "config?)", weights, rep.first_missing, rep.missing > 1 ? " and others" : "");
+        RT_FAIL(RT_ERR_FORMAT,
+                "%s: no tensor '%s'%s (is this a T5ForConditionalGeneration checkpoint with this "
+                "config?)",
+                weights, rep.first_missing, rep.missing > 1 ? " and others" : "");
     if (report) /* a pipeline stage leaves the other stages' tensors unused */
         snprintf(report, report_size, "%d tensors loaded, LM head %s%s", rep.loaded,
                  tied ? "tied to shared.weight" : "lm_head.weight",
@@ -480,9 +504,14 @@ rt_status t5_save_hf(t5_model *m, const char *dir) {
 /* What a stack's attention sees: the encoder its padding, the decoder causal self-attention
  * and, across, the encoder's output with its padding; both the relative position bias. */
 static mdl_stack_mask t5_mask(t5_model *m, t5_stack *s, int S) {
-    return (mdl_stack_mask){.causal = s->decoder, .key_mask = s->decoder ? NULL : m->key_mask, .bias = s->bias,
-                            .dbias = s->dbias, .cross_in = s->decoder ? t5_cross_src(m) : NULL,
-                            .dcross_in = m->denc, .cross_key_mask = m->key_mask, .S = S};
+    return (mdl_stack_mask){.causal = s->decoder,
+                            .key_mask = s->decoder ? NULL : m->key_mask,
+                            .bias = s->bias,
+                            .dbias = s->dbias,
+                            .cross_in = s->decoder ? t5_cross_src(m) : NULL,
+                            .dcross_in = m->denc,
+                            .cross_key_mask = m->key_mask,
+                            .S = S};
 }
 
 rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_pass *pass) {
@@ -546,13 +575,17 @@ static void t5_upload_buckets(t5_model *m, t5_stack *s, int T) {
 rt_status t5_check_src(t5_model *m, const int32_t *src_ids, const int32_t *src_mask, int B, int S) {
     const t5_config *c = &m->cfg;
     if (B < 1 || S < 1 || B > m->max_B || S > m->max_S)
-        return rt_errorf(RT_ERR_CONFIG, "T5: a batch of %d rows of %d source tokens exceeds the %d x %d the model was "
-                         "sized for", B, S, m->max_B, m->max_S);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "T5: a batch of %d rows of %d source tokens exceeds the %d x %d the model was "
+                         "sized for",
+                         B, S, m->max_B, m->max_S);
     const size_t BS = (size_t)B * S;
     for (size_t i = 0; i < BS; i++) {
         if (src_ids[i] < 0 || src_ids[i] >= c->vocab_size)
-            return rt_errorf(RT_ERR_FORMAT, "T5: source token id %d at row %zu position %zu is outside the vocab "
-                             "[0, %d)", (int)src_ids[i], i / (size_t)S, i % (size_t)S, c->vocab_size);
+            return rt_errorf(RT_ERR_FORMAT,
+                             "T5: source token id %d at row %zu position %zu is outside the vocab "
+                             "[0, %d)",
+                             (int)src_ids[i], i / (size_t)S, i % (size_t)S, c->vocab_size);
         m->h_mask[i] = (!src_mask || src_mask[i]) ? 0.0f : T5_MASKED;
     }
     return RT_OK;
@@ -582,16 +615,20 @@ rt_status t5_check_tgt(t5_model *m, const t5_batch *b, int *n_targets) {
             size_t i = (size_t)r * T + t;
             int32_t y = b->labels[i];
             if (y != -100 && (y < 0 || y >= c->vocab_size))
-                return rt_errorf(RT_ERR_FORMAT, "T5: label %d at row %d position %d is neither -100 nor in the vocab "
-                                 "[0, %d)", (int)y, r, t, c->vocab_size);
+                return rt_errorf(RT_ERR_FORMAT,
+                                 "T5: label %d at row %d position %d is neither -100 nor in the vocab "
+                                 "[0, %d)",
+                                 (int)y, r, t, c->vocab_size);
             bool ignored = y == -100 || y == c->pad_token_id;
             m->h_targets[i] = ignored ? -100 : y;
             n += !ignored;
             int32_t prev = t == 0 ? c->decoder_start_token_id : b->labels[i - 1];
             int32_t din = b->decoder_input_ids ? b->decoder_input_ids[i] : prev == -100 ? c->pad_token_id : prev;
             if (din < 0 || din >= c->vocab_size)
-                return rt_errorf(RT_ERR_FORMAT, "T5: decoder input id %d at row %d position %d is outside the vocab "
-                                 "[0, %d)", (int)din, r, t, c->vocab_size);
+                return rt_errorf(RT_ERR_FORMAT,
+                                 "T5: decoder input id %d at row %d position %d is outside the vocab "
+                                 "[0, %d)",
+                                 (int)din, r, t, c->vocab_size);
             m->h_dec_ids[i] = din;
         }
     *n_targets = n;
@@ -708,8 +745,7 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
         RT_TRY(t5_head_bwd(m, B, T));
         rt_clear(be, m->denc, (size_t)B * S * C * sizeof(float));
         RT_TRY(t5_stack_bwd(m, &m->dec, m->dtop, B, T, S, pass, NULL));
-        if (m->tp->size > 1)
-            RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
+        if (m->tp->size > 1) RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
         RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass, NULL));
     }
     *loss_sum = mdl_lm_head_losses(&m->head, m->head_n); /* with the backward queued */

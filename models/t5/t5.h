@@ -37,20 +37,20 @@
 
 typedef struct {
     int vocab_size, d_model, d_kv, d_ff, num_heads;
-    int num_layers, num_decoder_layers;     /* encoder and decoder blocks */
+    int num_layers, num_decoder_layers; /* encoder and decoder blocks */
     int relative_attention_num_buckets, relative_attention_max_distance;
     float dropout_rate, layer_norm_epsilon, initializer_factor;
-    bool gated;                             /* feed_forward_proj "gated-*" (wi_0, wi_1) */
-    rt_act_kind act;                        /* relu, gelu_new (tanh) or gelu (erf) */
-    bool tie_word_embeddings;               /* the LM head is `shared` (no lm_head.weight) */
-    bool scale_decoder_outputs;             /* decoder output * d_model^-0.5 before the head */
+    bool gated;                 /* feed_forward_proj "gated-*" (wi_0, wi_1) */
+    rt_act_kind act;            /* relu, gelu_new (tanh) or gelu (erf) */
+    bool tie_word_embeddings;   /* the LM head is `shared` (no lm_head.weight) */
+    bool scale_decoder_outputs; /* decoder output * d_model^-0.5 before the head */
     int pad_token_id, eos_token_id, decoder_start_token_id;
-    int checkpoint_layers;                  /* activation checkpointing: 0 keeps every block's activations;
+    int checkpoint_layers;        /* activation checkpointing: 0 keeps every block's activations;
                                              * K keeps each block's input and recomputes K blocks at a time
                                              * in backward. A run option, not in config.json */
-    bool pp_recompute;                      /* a pipeline stage keeps each in-flight micro-batch's input only and
+    bool pp_recompute;            /* a pipeline stage keeps each in-flight micro-batch's input only and
                                              * recomputes its forward in the backward; a run option */
-    const ckpt_peft_config *lora;           /* LoRA (models/layers/lora.h): adapters on its target_modules (q, k, v, o,
+    const ckpt_peft_config *lora; /* LoRA (models/layers/lora.h): adapters on its target_modules (q, k, v, o,
                                              * wi, wi_0, wi_1, wo; the cross-attention's too), every other weight
                                              * frozen; NULL: none. The model keeps its own copy */
 } t5_config;
@@ -119,10 +119,10 @@ rt_status t5_save_hf(t5_model *m, const char *dir);
 
 /* One padded seq2seq batch on the host. */
 typedef struct {
-    int B, S, T;              /* rows, source tokens, target tokens */
-    const int32_t *src_ids;   /* (B, S), padded with any id (pad_token_id by convention) */
-    const int32_t *src_mask;  /* (B, S) 1 real, 0 padding (either side); NULL = all real */
-    const int32_t *labels;    /* (B, T) targets; -100 and pad_token_id are ignored */
+    int B, S, T;                      /* rows, source tokens, target tokens */
+    const int32_t *src_ids;           /* (B, S), padded with any id (pad_token_id by convention) */
+    const int32_t *src_mask;          /* (B, S) 1 real, 0 padding (either side); NULL = all real */
+    const int32_t *labels;            /* (B, T) targets; -100 and pad_token_id are ignored */
     const int32_t *decoder_input_ids; /* (B, T), or NULL for labels shifted right (HF) */
 } t5_batch;
 

@@ -14,7 +14,8 @@
 
 /* config.json's plain fields with HF's defaults (t5-small) and limits (models/layers/hf_config.h);
  * the ids are checked against the vocab by validation */
-#define F(member, kind, def, min, max) {#member, offsetof(t5_config, member), kind, def, min, max, false}
+#define F(member, kind, def, min, max) \
+    { #member, offsetof(t5_config, member), kind, def, min, max, false }
 static const mdl_field t5_fields[] = {
     F(vocab_size, MDL_FIELD_INT, 32128, 1, MDL_MAX_VOCAB),
     F(d_model, MDL_FIELD_INT, 512, 1, MDL_MAX_WIDTH),
@@ -69,16 +70,17 @@ rt_status t5_config_load(const char *config_json, t5_config *c) {
         c->gated = dash != NULL;
         if ((dash && (strncmp(ffp, "gated-", 6) != 0 || strchr(dash + 1, '-'))) ||
             !t5_act_from_name(dash ? dash + 1 : ffp, c->gated, &c->act))
-            RT_FAIL(RT_ERR_CONFIG, "%s: field 'feed_forward_proj' is '%s', expected relu, gelu, gelu_new, or one of "
-                    "them after 'gated-' (e.g. gated-gelu)", path, ffp);
+            RT_FAIL(RT_ERR_CONFIG,
+                    "%s: field 'feed_forward_proj' is '%s', expected relu, gelu, gelu_new, or one of "
+                    "them after 'gated-' (e.g. gated-gelu)",
+                    path, ffp);
     }
     RT_TRY(rt_json_get_bool(root, path, "scale_decoder_outputs", &c->scale_decoder_outputs, false,
                             c->tie_word_embeddings));
     /* eos may be a list in some configs; only generation uses it */
     if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "eos_token_id")))
         RT_TRY(rt_json_get_int(root, path, "eos_token_id", &c->eos_token_id, false, c->eos_token_id));
-    RT_TRY(rt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false,
-                             c->pad_token_id));
+    RT_TRY(rt_json_get_int(root, path, "decoder_start_token_id", &c->decoder_start_token_id, false, c->pad_token_id));
     st = mdl_hf_config_result(t5_config_validate(c, 1), path, true);
 fail:
     st = mdl_hf_config_result(st, path, false);
@@ -108,7 +110,7 @@ rt_status t5_config_save(const t5_config *c, const char *path) { return mdl_hf_w
 static uint64_t t5_param_count(const t5_config *c) {
     const uint64_t C = (uint64_t)c->d_model, F = (uint64_t)c->d_ff;
     const uint64_t I = (uint64_t)c->num_heads * (uint64_t)c->d_kv; /* attention's inner width */
-    const uint64_t attn = mdl_size_add(mdl_size_mul(4 * I, C), C);   /* q, k, v, o and the LayerNorm */
+    const uint64_t attn = mdl_size_add(mdl_size_mul(4 * I, C), C); /* q, k, v, o and the LayerNorm */
     const uint64_t ff = mdl_size_add(mdl_size_mul((c->gated ? 3 : 2) * F, C), C);
     const uint64_t enc = mdl_size_add(attn, ff), dec = mdl_size_add(enc, attn); /* + cross-attention */
     uint64_t n = mdl_size_mul((uint64_t)c->vocab_size * (c->tie_word_embeddings ? 1 : 2), C);
@@ -130,21 +132,25 @@ rt_status t5_config_validate(const t5_config *c, int tp) {
     if (st != RT_OK) return st;
     /* the log-spaced buckets need max_exact >= 1 and max_distance beyond it (bidirectional and
      * causal alike), else HF's formula divides by log(1) = 0 */
-    if (c->relative_attention_num_buckets < 4 || c->relative_attention_max_distance <= c->relative_attention_num_buckets / 2)
-        return rt_errorf(RT_ERR_CONFIG, "T5 config: relative_attention_num_buckets %d must be >= 4 and "
-                         "relative_attention_max_distance %d > num_buckets / 2", c->relative_attention_num_buckets,
-                         c->relative_attention_max_distance);
+    if (c->relative_attention_num_buckets < 4 ||
+        c->relative_attention_max_distance <= c->relative_attention_num_buckets / 2)
+        return rt_errorf(RT_ERR_CONFIG,
+                         "T5 config: relative_attention_num_buckets %d must be >= 4 and "
+                         "relative_attention_max_distance %d > num_buckets / 2",
+                         c->relative_attention_num_buckets, c->relative_attention_max_distance);
     /* dropout streams number the sites of every block in 12 bits */
     if (c->num_layers + c->num_decoder_layers > 500)
-        return rt_errorf(RT_ERR_CONFIG, "T5 config: %d + %d blocks is more than the 500 supported",
-                         c->num_layers, c->num_decoder_layers);
+        return rt_errorf(RT_ERR_CONFIG, "T5 config: %d + %d blocks is more than the 500 supported", c->num_layers,
+                         c->num_decoder_layers);
     if (c->gated && c->act == RT_ACT_GELU_ERF)
         return rt_errorf(RT_ERR_CONFIG, "T5 config: a gated erf GELU has no feed_forward_proj name in HF "
-                         "('gated-gelu' means gelu_new)");
+                                        "('gated-gelu' means gelu_new)");
     if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size || c->decoder_start_token_id < 0 ||
         c->decoder_start_token_id >= c->vocab_size)
-        return rt_errorf(RT_ERR_CONFIG, "T5 config: pad_token_id %d and decoder_start_token_id %d must be in "
-                         "[0, vocab_size %d)", c->pad_token_id, c->decoder_start_token_id, c->vocab_size);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "T5 config: pad_token_id %d and decoder_start_token_id %d must be in "
+                         "[0, vocab_size %d)",
+                         c->pad_token_id, c->decoder_start_token_id, c->vocab_size);
     if (!(c->layer_norm_epsilon > 0)) return rt_errorf(RT_ERR_CONFIG, "T5 config: layer_norm_epsilon must be > 0");
     st = mdl_check_dropouts("T5 config", &c->dropout_rate, 1);
     return st != RT_OK ? st : mdl_check_tp(tp, "num_heads", c->num_heads, "d_ff", c->d_ff);

@@ -38,37 +38,40 @@ struct t5_generator {
     size_t kv_block;    /* floats of one (max_new, max_rows, I_local) cache block */
     size_t cross_block; /* floats of one (max_B, max_S, I_local) block */
 
-    void *dev;             /* everything below on the device, one allocation */
-    float *self_kv[2];     /* each 2L blocks: block 2l layer l's keys, 2l+1 its values */
-    float *cross_kv;       /* 2L blocks of (n_src, S, I_local) */
-    float *cross_mask;     /* (n_src, S) additive */
-    float *x, *ln, *tmp;       /* (max_rows, C) */
-    float *rstd;               /* (max_rows) */
-    float *q, *atty;           /* (max_rows, I_local) */
-    float *probs;              /* (max_rows * NH_local * max(max_new, max_S)) */
-    float *fa, *fb, *fh;       /* (max_rows, F_local); fb when gated */
-    float *bias;               /* (NH_local, max_new) query t's bias row */
-    float *bias_rows;          /* (max_rows, NH_local, max_new) it, for every row's heads */
-    float *logits;             /* (max_rows, V_local) */
-    float *logits_all;         /* (max_rows, V_local * tp) gathered, tp > 1 */
-    int32_t *ids;              /* (max_rows) this step's input tokens */
-    int32_t *zeros;            /* (max_rows) */
-    int32_t *buckets;          /* (max_new, max_new): [t * max_new + j] bucket of key j from query t */
-    int32_t *gather_idx;       /* (max_new * max_rows) */
-    int cur;                   /* which self_kv buffer holds the cache */
+    void *dev;           /* everything below on the device, one allocation */
+    float *self_kv[2];   /* each 2L blocks: block 2l layer l's keys, 2l+1 its values */
+    float *cross_kv;     /* 2L blocks of (n_src, S, I_local) */
+    float *cross_mask;   /* (n_src, S) additive */
+    float *x, *ln, *tmp; /* (max_rows, C) */
+    float *rstd;         /* (max_rows) */
+    float *q, *atty;     /* (max_rows, I_local) */
+    float *probs;        /* (max_rows * NH_local * max(max_new, max_S)) */
+    float *fa, *fb, *fh; /* (max_rows, F_local); fb when gated */
+    float *bias;         /* (NH_local, max_new) query t's bias row */
+    float *bias_rows;    /* (max_rows, NH_local, max_new) it, for every row's heads */
+    float *logits;       /* (max_rows, V_local) */
+    float *logits_all;   /* (max_rows, V_local * tp) gathered, tp > 1 */
+    int32_t *ids;        /* (max_rows) this step's input tokens */
+    int32_t *zeros;      /* (max_rows) */
+    int32_t *buckets;    /* (max_new, max_new): [t * max_new + j] bucket of key j from query t */
+    int32_t *gather_idx; /* (max_new * max_rows) */
+    int cur;             /* which self_kv buffer holds the cache */
     float **layer_k[2], **layer_v[2], **cross_k, **cross_v; /* (L) host: each layer's blocks of the above */
 
     /* host */
-    int S;                  /* this search's source length */
-    float *h_logits_local;  /* (max_rows, V_local * tp) staging for t5_logits_to_host */
-    int32_t *h_idx;         /* (max_new * max_rows) cache gather indices */
-    gen_search *search;     /* the hypotheses, scores and row moves (models/layers/gen_search.c) */
+    int S;                 /* this search's source length */
+    float *h_logits_local; /* (max_rows, V_local * tp) staging for t5_logits_to_host */
+    int32_t *h_idx;        /* (max_new * max_rows) cache gather indices */
+    gen_search *search;    /* the hypotheses, scores and row moves (models/layers/gen_search.c) */
 };
 
 void t5_gen_options_default(const t5_config *c, gen_options *o) {
     /* transformers 5's model-agnostic default max_length is 21 with the start token */
-    *o = (gen_options){.max_new_tokens = 20, .num_beams = 1, .length_penalty = 1.0f,
-                       .early_stopping = GEN_EARLY_STOP_HEURISTIC, .eos_token_id = c->eos_token_id};
+    *o = (gen_options){.max_new_tokens = 20,
+                       .num_beams = 1,
+                       .length_penalty = 1.0f,
+                       .early_stopping = GEN_EARLY_STOP_HEURISTIC,
+                       .eos_token_id = c->eos_token_id};
 }
 
 static void t5_gen_layout(t5_generator *g, rt_arena *a) {
@@ -110,8 +113,10 @@ rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, 
         RT_FAIL(RT_ERR_CONFIG, "T5 generation needs the whole model, not pipeline stage %d of %d", m->stage.index + 1,
                 m->stage.count);
     if (max_B < 1 || max_B > m->max_B || max_src < 1 || max_src > m->max_S)
-        RT_FAIL(RT_ERR_CONFIG, "T5 generation: %d source rows of %d tokens exceed the %d x %d the model was sized "
-                "for (or are < 1)", max_B, max_src, m->max_B, m->max_S);
+        RT_FAIL(RT_ERR_CONFIG,
+                "T5 generation: %d source rows of %d tokens exceed the %d x %d the model was sized "
+                "for (or are < 1)",
+                max_B, max_src, m->max_B, m->max_S);
     if (max_beams < 1 || max_new_tokens < 1)
         RT_FAIL(RT_ERR_CONFIG, "T5 generation: num_beams %d and max_new_tokens %d must be >= 1", max_beams,
                 max_new_tokens);
@@ -219,21 +224,41 @@ static rt_status t5_gen_forward(void *ctx, int t, int n_src, int beams, const in
     t5_stack *dec = &m->dec;
 
     rt_to_device(be, g->ids, ids, (size_t)R * sizeof(int32_t));
-    RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab.start,
-                                   m->vocab.local));
+    RT_TRY(
+        mdl_vocab_embedding_fwd(be, m->tp, g->x, g->ids, P(m->shared), (size_t)R, C, m->vocab.start, m->vocab.local));
     /* query t's bias row, shared by every block (block 0 owns the table) and by every row */
-    rt_relbias_fwd(be, g->bias, P(dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1,
-                   Tk, c->relative_attention_num_buckets);
+    rt_relbias_fwd(be, g->bias, P(dec->rel_bias), g->buckets + (size_t)t * g->max_new, NH, 1, Tk,
+                   c->relative_attention_num_buckets);
     rt_gather_rows(be, g->bias_rows, g->bias, g->zeros, R, NH * Tk);
     /* self-attention over positions 0..t of the time-major caches, query t's cache rows
      * written in place; cross-attention over each source row's keys */
-    const mdl_decode_caches caches = {
-        .k = g->layer_k[g->cur], .v = g->layer_v[g->cur], .at = (size_t)t * R * Il,
-        .self = {.B = 1, .NH = R * NH, .Tq = 1, .Tk = Tk, .HS = m->HS, .ldq = (size_t)R * Il, .ldk = (size_t)R * Il,
-                 .ldv = (size_t)R * Il, .ldo = (size_t)R * Il, .scale = 1.0f, .bias = g->bias_rows},
-        .ck = g->cross_k, .cv = g->cross_v,
-        .cross = {.B = n_src, .NH = NH, .Tq = beams, .Tk = S, .HS = m->HS, .ldq = (size_t)Il, .ldk = (size_t)Il,
-                  .ldv = (size_t)Il, .ldo = (size_t)Il, .scale = 1.0f, .key_mask = g->cross_mask}};
+    const mdl_decode_caches caches = {.k = g->layer_k[g->cur],
+                                      .v = g->layer_v[g->cur],
+                                      .at = (size_t)t * R * Il,
+                                      .self = {.B = 1,
+                                               .NH = R * NH,
+                                               .Tq = 1,
+                                               .Tk = Tk,
+                                               .HS = m->HS,
+                                               .ldq = (size_t)R * Il,
+                                               .ldk = (size_t)R * Il,
+                                               .ldv = (size_t)R * Il,
+                                               .ldo = (size_t)R * Il,
+                                               .scale = 1.0f,
+                                               .bias = g->bias_rows},
+                                      .ck = g->cross_k,
+                                      .cv = g->cross_v,
+                                      .cross = {.B = n_src,
+                                                .NH = NH,
+                                                .Tq = beams,
+                                                .Tk = S,
+                                                .HS = m->HS,
+                                                .ldq = (size_t)Il,
+                                                .ldk = (size_t)Il,
+                                                .ldv = (size_t)Il,
+                                                .ldo = (size_t)Il,
+                                                .scale = 1.0f,
+                                                .key_mask = g->cross_mask}};
     const mdl_decode_scratch scratch = {.ln = rt_xf(g->ln),
                                         .tmp = g->tmp,
                                         .rstd = g->rstd,
@@ -268,8 +293,8 @@ static void t5_gen_reorder_cache(void *ctx, int t, int R_old, int R_new, const i
     rt_to_device(be, g->gather_idx, g->h_idx, (size_t)n * sizeof(int32_t));
     const int other = 1 - g->cur;
     for (int b = 0; b < 2 * m->dec.L; b++)
-        rt_gather_rows(be, g->self_kv[other] + (size_t)b * g->kv_block,
-                       g->self_kv[g->cur] + (size_t)b * g->kv_block, g->gather_idx, n, m->I_local);
+        rt_gather_rows(be, g->self_kv[other] + (size_t)b * g->kv_block, g->self_kv[g->cur] + (size_t)b * g->kv_block,
+                       g->gather_idx, n, m->I_local);
     g->cur = other;
 }
 
@@ -288,8 +313,7 @@ static void t5_gen_squeeze_sources(void *ctx, const int32_t *keep, int n) {
             float *blk = g->cross_kv + (size_t)b * g->cross_block;
             rt_copy(be, blk + (size_t)i * row, blk + (size_t)keep[i] * row, row * sizeof(float));
         }
-        rt_copy(be, g->cross_mask + (size_t)i * S, g->cross_mask + (size_t)keep[i] * S,
-                (size_t)S * sizeof(float));
+        rt_copy(be, g->cross_mask + (size_t)i * S, g->cross_mask + (size_t)keep[i] * S, (size_t)S * sizeof(float));
     }
 }
 
@@ -299,13 +323,15 @@ rt_status t5_generate(t5_generator *g, const int32_t *src_ids, const int32_t *sr
     rt_status st = RT_OK;
     const t5_config *c = &g->m->cfg;
     if (B < 1 || B > g->max_B || S < 1 || S > g->max_S)
-        return rt_errorf(RT_ERR_CONFIG, "T5 generation: %d source rows of %d tokens exceed the %d x %d the generator "
-                         "was sized for (or are < 1)", B, S, g->max_B, g->max_S);
+        return rt_errorf(RT_ERR_CONFIG,
+                         "T5 generation: %d source rows of %d tokens exceed the %d x %d the generator "
+                         "was sized for (or are < 1)",
+                         B, S, g->max_B, g->max_S);
     g->cur = 0;
     g->S = S;
     RT_TRY(t5_gen_encode(g, src_ids, src_mask, B, S));
-    gen_model gm = {.ctx = g, .forward = t5_gen_forward, .reorder = t5_gen_reorder_cache,
-                    .squeeze = t5_gen_squeeze_sources};
+    gen_model gm = {
+        .ctx = g, .forward = t5_gen_forward, .reorder = t5_gen_reorder_cache, .squeeze = t5_gen_squeeze_sources};
     RT_TRY(gen_search_run(g->search, &gm, B, c->decoder_start_token_id, c->pad_token_id, opt, observer, user, out_ids,
                           out_len, out_scores));
 fail:

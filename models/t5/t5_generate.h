@@ -32,8 +32,7 @@ typedef struct t5_generator t5_generator;
 /* Sized for up to max_B source rows of max_src tokens (at most the model's max_B and max_src),
  * max_beams beams and max_new_tokens tokens: the caches and the step's activations are
  * allocated here, once. */
-rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, int max_new_tokens,
-                            t5_generator **out);
+rt_status t5_generator_init(t5_model *m, int max_B, int max_src, int max_beams, int max_new_tokens, t5_generator **out);
 void t5_generator_free(t5_generator *g);
 
 /* Generates for B source rows (src_mask as in t5_batch: 1 real, 0 padding; NULL = all real).

@@ -26,25 +26,25 @@
 typedef struct {
     mdl_stack blocks;
     bool decoder;
-    int L, max_T;          /* the blocks held (a pipeline stage's share; 0: none), the longest input */
-    int first, L_total;    /* the first held block's index in the whole stack, and the stack's blocks */
-    bool has_embed;        /* the stack's start: its embedding and block 0's relative bias table */
-    bool has_final;        /* its end: the final norm */
+    int L, max_T;       /* the blocks held (a pipeline stage's share; 0: none), the longest input */
+    int first, L_total; /* the first held block's index in the whole stack, and the stack's blocks */
+    bool has_embed;     /* the stack's start: its embedding and block 0's relative bias table */
+    bool has_final;     /* its end: the final norm */
     size_t MR;
-    int rel_bias;          /* (num_buckets, NH_local) in block 0 */
-    float *bias, *dbias;   /* (NH_local, T, T) the relative position bias, and its gradient */
-    int32_t *buckets;      /* (T*T) */
-    int32_t *ids;          /* (MR) */
-    int buckets_T;         /* the length buckets holds, 0 for none yet */
+    int rel_bias;        /* (num_buckets, NH_local) in block 0 */
+    float *bias, *dbias; /* (NH_local, T, T) the relative position bias, and its gradient */
+    int32_t *buckets;    /* (T*T) */
+    int32_t *ids;        /* (MR) */
+    int buckets_T;       /* the length buckets holds, 0 for none yet */
 } t5_stack;
 
 struct t5_model {
-    t5_config cfg;       /* cfg.lora points at lora below */
+    t5_config cfg; /* cfg.lora points at lora below */
     ckpt_peft_config lora;
     rt_backend *be;
     rt_comm *tp;
-    rt_comm *pp;         /* the stages' comm (stage = its rank); not owned */
-    mdl_stage stage;     /* {0, 1}: the whole model. Else the encoder's blocks fill the first
+    rt_comm *pp;     /* the stages' comm (stage = its rank); not owned */
+    mdl_stage stage; /* {0, 1}: the whole model. Else the encoder's blocks fill the first
                           * enc_stages stages and the decoder's the rest (t5_pipe.c) */
     int enc_stages;
     struct mdl_stage_pipe *pipe; /* the pipelined step (models/layers/stage_pipe.h); NULL with one stage */
@@ -53,20 +53,20 @@ struct t5_model {
                           * shared past the first is a copy, rt_param_spec.copy) */
     int max_B, max_S, max_T;
     int C, HS, NH_local, I_local, F_local;
-    int head_offset, ff_offset;      /* this rank's first head and first FFN column */
-    mdl_vocab vocab;                 /* shared's (and lm_head's) shard */
+    int head_offset, ff_offset; /* this rank's first head and first FFN column */
+    mdl_vocab vocab;            /* shared's (and lm_head's) shard */
     t5_stack enc, dec;
 
     void *act_block;
-    size_t act_bytes;   /* one slot's activations (a stage keeps one per micro-batch in flight) */
+    size_t act_bytes; /* one slot's activations (a stage keeps one per micro-batch in flight) */
     int act_slots;
-    float *cross_in;    /* a decoder stage's copy of the encoder's output (max_B*max_S, C) */
-    mdl_lm_head head;   /* the output layer and the loss over the labelled decoder rows (the last stage's) */
-    int head_n;         /* the uploaded batch's labelled rows */
-    float *key_mask;    /* (max_B, max_S) additive */
-    mdl_stack_scratch scratch;      /* the stacks' backward scratch, shared: they run one after the other */
-    float *dtop;        /* (max_B*max_T, C) dL/d(decoder output) */
-    float *denc;        /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
+    float *cross_in;           /* a decoder stage's copy of the encoder's output (max_B*max_S, C) */
+    mdl_lm_head head;          /* the output layer and the loss over the labelled decoder rows (the last stage's) */
+    int head_n;                /* the uploaded batch's labelled rows */
+    float *key_mask;           /* (max_B, max_S) additive */
+    mdl_stack_scratch scratch; /* the stacks' backward scratch, shared: they run one after the other */
+    float *dtop;               /* (max_B*max_T, C) dL/d(decoder output) */
+    float *denc;               /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
 
     int32_t *h_buckets, *h_dec_ids, *h_targets; /* host staging */
     float *h_mask;

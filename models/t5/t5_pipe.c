@@ -39,7 +39,8 @@ rt_status t5_stage_plan(t5_model *m) {
         /* the encoder's share of the stages is its share of the blocks */
         const int Pe = (int)((int64_t)P * E / (E + D));
         if ((int64_t)P * E % (E + D) != 0 || Pe < 1 || Pe >= P || E % Pe != 0 || D % (P - Pe) != 0)
-            return rt_errorf(RT_ERR_CONFIG, "T5: --pp %d cannot give its %d encoder and %d decoder blocks equal stages "
+            return rt_errorf(RT_ERR_CONFIG,
+                             "T5: --pp %d cannot give its %d encoder and %d decoder blocks equal stages "
                              "(the encoder takes --pp x %d / %d of the stages, and each stack's blocks must divide "
                              "evenly among its own; with as many decoder as encoder blocks, --pp is even)",
                              P, E, D, E, E + D);
@@ -65,9 +66,12 @@ static size_t t5_boundary_bytes(void *model, int from, const void *bv) {
     const t5_batch *b = bv;
     const size_t C = (size_t)m->C, NH = (size_t)m->NH_local, B = (size_t)b->B, S = (size_t)b->S, T = (size_t)b->T;
     size_t floats;
-    if (from < m->enc_stages - 1) floats = B * S * C + NH * S * S;
-    else if (from == m->enc_stages - 1) floats = B * S * C;
-    else floats = B * T * C + B * S * C + NH * T * T;
+    if (from < m->enc_stages - 1)
+        floats = B * S * C + NH * S * S;
+    else if (from == m->enc_stages - 1)
+        floats = B * S * C;
+    else
+        floats = B * T * C + B * S * C + NH * T * T;
     return floats * sizeof(float);
 }
 
@@ -102,8 +106,10 @@ static rt_status t5_stage_fwd(void *model, const void *bv, const mdl_pass *pass,
         t5_stack *s = &m->enc;
         if (!s->has_embed) t5_take(be, s->bias, t5_take(be, mdl_stack_residual(&s->blocks, 0), in, BS * C), NH * S * S);
         RT_TRY(t5_stack_fwd(m, s, B, S, S, pass));
-        if (out && !s->has_final) t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
-        else if (out) t5_put(be, out, s->blocks.out, BS * C);
+        if (out && !s->has_final)
+            t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
+        else if (out)
+            t5_put(be, out, s->blocks.out, BS * C);
         return RT_OK;
     }
     t5_stack *s = &m->dec;
@@ -179,12 +185,19 @@ static rt_status t5_stage_check(void *model, const void *bv) {
 rt_status t5_pipe_init(t5_model *m, int max_micro) {
     const int P = m->stage.count, s = m->stage.index;
     const t5_batch largest = {.B = m->max_B, .S = m->max_S, .T = m->max_T};
-    const mdl_stage_ops ops = {.model = m, .family = "T5", .be = m->be, .pp = m->pp, .batch_size = sizeof(t5_batch),
+    const mdl_stage_ops ops = {.model = m,
+                               .family = "T5",
+                               .be = m->be,
+                               .pp = m->pp,
+                               .batch_size = sizeof(t5_batch),
                                .boundary_bytes = t5_boundary_bytes,
                                .max_in_bytes = s > 0 ? t5_boundary_bytes(m, s - 1, &largest) : 0,
                                .max_out_bytes = s < P - 1 ? t5_boundary_bytes(m, s, &largest) : 0,
-                               .check = t5_stage_check, .forward = t5_stage_fwd, .backward = t5_stage_bwd,
-                               .slots = m->act_slots, .use_slot = t5_stage_use_slot};
+                               .check = t5_stage_check,
+                               .forward = t5_stage_fwd,
+                               .backward = t5_stage_bwd,
+                               .slots = m->act_slots,
+                               .use_slot = t5_stage_use_slot};
     return mdl_stage_pipe_init_ops(&ops, max_micro, &m->pipe);
 }
 

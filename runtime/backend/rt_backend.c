@@ -29,13 +29,14 @@ rt_status rt_backend_init(const char *device, int threads, rt_backend **out) {
     if (strncmp(device, "cuda:", 5) == 0) {
         int index = 0;
         if (!rt_parse_device_index(device + 5, &index))
-            RT_FAIL(RT_ERR_USAGE, "--device %s: expected \"cuda:N\" with N a GPU index >= 0",
-                    device);
+            RT_FAIL(RT_ERR_USAGE, "--device %s: expected \"cuda:N\" with N a GPU index >= 0", device);
 #ifdef TZ_USE_CUDA
         return rt_cuda_backend_init(index, out);
 #else
-        RT_FAIL(RT_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend (rebuild with "
-                "USE_CUDA=ON on a machine with the CUDA toolkit, or use --device cpu)", device);
+        RT_FAIL(RT_ERR_UNSUPPORTED,
+                "--device %s: this build has no CUDA backend (rebuild with "
+                "USE_CUDA=ON on a machine with the CUDA toolkit, or use --device cpu)",
+                device);
 #endif
     }
     RT_FAIL(RT_ERR_USAGE, "--device %s: expected \"cpu\" or \"cuda:N\"", device);
@@ -59,7 +60,8 @@ void rt_backend_free(rt_backend *be) {
 
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype) {
     if (dtype != RT_F32 && dtype != RT_BF16 && dtype != RT_F16)
-        return rt_errorf(RT_ERR_UNSUPPORTED, "%s is not a compute precision (fp32, bf16 or fp16)", rt_dtype_name(dtype));
+        return rt_errorf(RT_ERR_UNSUPPORTED, "%s is not a compute precision (fp32, bf16 or fp16)",
+                         rt_dtype_name(dtype));
     rt_status st = RT_OK;
     if (be->ops->set_matmul_precision)
         st = be->ops->set_matmul_precision(be->ctx, dtype);

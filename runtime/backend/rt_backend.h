@@ -53,9 +53,9 @@ static inline size_t rt_attn_probs_size(rt_dtype probs_dtype) { return probs_dty
 typedef struct {
     size_t N;
     int C;
-    const float *weight;   /* (C): the norm's; NULL: no norm, the plain residual add */
-    const float *bias;     /* (C): LayerNorm's, or NULL */
-    bool rms;              /* RMSNorm (T5: out = weight * (sum * rstd), no mean, no bias), else LayerNorm */
+    const float *weight; /* (C): the norm's; NULL: no norm, the plain residual add */
+    const float *bias;   /* (C): LayerNorm's, or NULL */
+    bool rms;            /* RMSNorm (T5: out = weight * (sum * rstd), no mean, no bias), else LayerNorm */
     float eps;
     float dropout_p;       /* the branch's dropout; 0: none */
     uint64_t seed, stream; /* its counter RNG: element (n, c) draws index n*C + c, as dropout_fwd over
@@ -115,21 +115,20 @@ typedef struct rt_backend_ops {
     bool (*linear_fwd)(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
                        int out_f, const rt_act_kind *act);
     bool (*linear_wgrad)(void *ctx, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f);
-    bool (*linear_dact)(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in,
-                        int out_f, rt_act_kind act);
+    bool (*linear_dact)(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in, int out_f,
+                        rt_act_kind act);
 
     /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
     void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
     /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
-    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, const float *mean,
-                          const float *rstd, size_t N, int C);
+    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, const float *mean, const float *rstd, size_t N, int C);
     /* RMSNorm (T5): out = inp * rstd * weight. Writes out, rstd; bwd accumulates dinp, dweight. */
     void (*rmsnorm_fwd)(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
                         float eps);
-    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout,
-                        const float *inp, const float *weight, const float *rstd, size_t N, int C);
+    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                        const float *weight, const float *rstd, size_t N, int C);
 
     /* The residual step d, fused into one pass over rows; the numbers are those of the ops it
      * replaces (dropout_fwd, add, layernorm_fwd or rmsnorm_fwd; the norm's bwd and dropout_bwd),
@@ -157,8 +156,7 @@ typedef struct rt_backend_ops {
      * dgate = dout * lin * act'(gate) and dlin = dout * act(gate) (act(gate) is recomputed, so
      * only the two inputs are kept for backward). */
     void (*gated_act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n);
-    void (*gated_act_bwd)(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
-                          size_t n);
+    void (*gated_act_bwd)(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout, size_t n);
 
     /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
     void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
@@ -194,23 +192,22 @@ typedef struct rt_backend_ops {
      * bwd accumulates dtable[bucket, h] += the dbias (NH, Tq, Tk) elements of that bucket. */
     void (*relbias_fwd)(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
                         int num_buckets);
-    void (*relbias_bwd)(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq,
-                        int Tk, int num_buckets);
+    void (*relbias_bwd)(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets);
 
     /* Embedding rows of a vocab shard [vocab_start, vocab_start + V): ids outside give zero
      * rows (vocab-parallel). fwd writes out (N, C) (accumulate=true adds into out, e.g. token +
      * position); bwd accumulates into dtable (V, C). */
-    void (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
-                          int C, int vocab_start, int V, bool accumulate);
-    void (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids,
-                          size_t N, int C, int vocab_start, int V);
+    void (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                          int vocab_start, int V, bool accumulate);
+    void (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                          int vocab_start, int V);
 
     /* Fused softmax cross-entropy over rows of logits (N, V). Writes losses (N) (0 where
      * target == -100) and dlogits = (softmax - onehot) * grad_scale (0 rows where ignored).
      * dlogits may alias logits. probs, when non-NULL, receives the softmax (N, V). */
-    void (*softmax_xent)(void *ctx, float *losses, float *dlogits, float *probs,
-                         const float *logits, const int32_t *targets, size_t N, int V,
-                         float grad_scale);
+    void (*softmax_xent)(void *ctx, float *losses, float *dlogits, float *probs, const float *logits,
+                         const int32_t *targets, size_t N, int V, float grad_scale);
     /* Squared error of one output per row (HF's MSELoss terms, a regression head): where
      * targets[i] is not NaN, d = z[i] - targets[i] in float, losses[i] = d * d and dlogits[i] =
      * 2 d grad_scale; elsewhere both 0. targets may alias dlogits (each element is read before it
@@ -234,23 +231,20 @@ typedef struct rt_backend_ops {
      *   phase 2 writes losses (N) = log(sum) + max - target logit (0 where -100) and
      *           dlogits = (exp(logit - max) / sum - onehot) * grad_scale (0 rows where -100).
      * dlogits may alias logits in phase 2. The full logits are never gathered. */
-    void (*xent_vocab)(void *ctx, int phase, float *stats, float *losses, float *dlogits,
-                       const float *logits, const int32_t *targets, size_t N, int V,
-                       int vocab_start, float grad_scale);
+    void (*xent_vocab)(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                       const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale);
 
     /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
      * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. */
-    void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream);
-    void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p,
-                        uint64_t seed, uint64_t stream);
+    void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
+    void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
     /* Dropout on a column block of a (rows, cols_total) matrix, stored as (rows, cols): element
      * (r, c) is kept when uniform(seed, stream, r*cols_total + col_offset + c) >= p, the bit
      * dropout_fwd draws for that element of the whole matrix, so a column-parallel shard drops
      * what one rank would. The mask is its own backward: call it again on the gradient with
      * the same arguments. out may alias inp. */
-    void (*dropout_cols)(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
-                         float p, uint64_t seed, uint64_t stream);
+    void (*dropout_cols)(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
+                         uint64_t seed, uint64_t stream);
 
     /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
     void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
@@ -258,9 +252,8 @@ typedef struct rt_backend_ops {
 
     /* AdamW on n elements, PyTorch semantics (decoupled decay: p -= lr*wd*p first; bias
      * correction with step t >= 1). grads may be scaled by grad_scale first (clipping). */
-    void (*adamw)(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay,
-                  float grad_scale, int64_t t);
+    void (*adamw)(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
     /* Sum of squares of x, in double. */
     double (*sumsq)(void *ctx, const float *x, size_t n);
 
@@ -273,7 +266,7 @@ typedef struct rt_backend_ops {
 typedef struct rt_backend {
     const rt_backend_ops *ops;
     void *ctx;
-    int device; /* -1 for CPU */
+    int device;             /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
     size_t bytes_freed;     /* given back through rt_free_sized: allocated - freed is what is held */
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
@@ -421,8 +414,7 @@ static inline void rt_linear_fwd(rt_backend *be, rt_x out, rt_x pre, rt_x X, con
     if (act) rt_store_xn(be, out, N * (size_t)out_f);
 }
 /* dW NULL: a frozen weight (rt_params_grad), whose product is skipped; db is still summed. */
-static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in,
-                                   int out_f) {
+static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f) {
     if (!dW) {
         if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
         return;
@@ -631,8 +623,7 @@ static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, 
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
     rt_store_n(be, out, (size_t)B * C);
 }
-static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, rt_x dout, const int32_t *idx, int B,
-                                       int C) {
+static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
     be->ops->scatter_rows_add(be->ctx, dinp, dout, idx, B, C);
 }
 static inline void rt_adamw(rt_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,

@@ -16,7 +16,7 @@
 #include "runtime/base/rt_status.h"
 
 typedef struct {
-    void *p;   /* NULL: no buffer (an optional operand) */
+    void *p;    /* NULL: no buffer (an optional operand) */
     rt_dtype t; /* RT_F32, or the compute precision's RT_BF16 or RT_F16 */
 } rt_x;
 

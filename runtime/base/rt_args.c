@@ -134,9 +134,8 @@ static rt_status rt_args_set(const rt_args_spec *spec, const rt_opt *o, const ch
     case RT_OPT_FLOAT: {
         double v = strtod(value, &end);
         if (errno || end == value || *end != '\0' || !isfinite(v))
-            return err_code == RT_ERR_USAGE
-                       ? rt_args_usage_error(spec, "%s: expected a number, got '%s'", where, value)
-                       : rt_errorf(err_code, "%s: expected a number, got '%s'", where, value);
+            return err_code == RT_ERR_USAGE ? rt_args_usage_error(spec, "%s: expected a number, got '%s'", where, value)
+                                            : rt_errorf(err_code, "%s: expected a number, got '%s'", where, value);
         if (o->min < o->max && (v < o->min || v > o->max)) {
             char msg[256];
             snprintf(msg, sizeof msg, "%s: %g is out of range [%g, %g]", where, v, o->min, o->max);
@@ -326,8 +325,7 @@ rt_status rt_args_parse(const rt_args_spec *spec, int argc, char **argv, const c
             continue;
         }
         if (only_positional || a[0] != '-' || a[1] == '\0') {
-            if (*n_pos >= spec->max_positional)
-                return rt_args_usage_error(spec, "unexpected argument '%s'%s", a, NULL);
+            if (*n_pos >= spec->max_positional) return rt_args_usage_error(spec, "unexpected argument '%s'%s", a, NULL);
             pos[(*n_pos)++] = a;
             continue;
         }
@@ -384,7 +382,8 @@ void rt_args_print_help(const rt_args_spec *spec) {
              spec->positional ? spec->positional : "");
     printf("%s\n\n%s\n\noptions:\n", usage, spec->summary ? spec->summary : "");
     printf("  %-26s %s\n", "--help", "show this help and exit");
-    printf("  %-26s %s\n", "--config FILE", "read options from a JSON object {\"lr\": 3e-5, ...}; the command line wins");
+    printf("  %-26s %s\n", "--config FILE",
+           "read options from a JSON object {\"lr\": 3e-5, ...}; the command line wins");
     for (int i = 0; i < spec->n_opts; i++) {
         const rt_opt *o = &spec->opts[i];
         char left[128];

@@ -22,7 +22,7 @@ typedef enum {
 } rt_opt_type;
 
 typedef struct {
-    const char *name;    /* without the leading "--" */
+    const char *name; /* without the leading "--" */
     rt_opt_type type;
     void *dest;
     const char *defval;  /* default as text; NULL = none (STRING: NULL pointer) */
@@ -36,8 +36,8 @@ typedef struct rt_args_spec {
     const char *prog;       /* program name for messages */
     const char *positional; /* e.g. "train.src train.tgt"; NULL = none accepted */
     int min_positional, max_positional;
-    const char *summary;    /* one paragraph printed by --help */
-    const char *epilog;     /* examples printed after the options; may be NULL */
+    const char *summary; /* one paragraph printed by --help */
+    const char *epilog;  /* examples printed after the options; may be NULL */
     const rt_opt *opts;
     int n_opts;
     /* An option whose value names a file of presets in another tool's format (a DeepSpeed JSON),

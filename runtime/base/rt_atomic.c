@@ -22,7 +22,7 @@ struct rt_atomic_file {
     FILE *fp;
     uint64_t offset;
     uint64_t flushed; /* bytes already handed to the kernel for writeback */
-    int failed; /* a write failed: only abort is meaningful now */
+    int failed;       /* a write failed: only abort is meaningful now */
 };
 
 static void atomic_free(rt_atomic_file *f) {
@@ -161,8 +161,10 @@ static int is_temp_name(const char *name) {
     int dots = 0;
     if (!isdigit((unsigned char)*p)) return 0;
     for (; *p; p++) {
-        if (*p == '.' && dots == 0 && isdigit((unsigned char)p[1])) dots++;
-        else if (!isdigit((unsigned char)*p)) return 0;
+        if (*p == '.' && dots == 0 && isdigit((unsigned char)p[1]))
+            dots++;
+        else if (!isdigit((unsigned char)*p))
+            return 0;
     }
     return 1;
 }

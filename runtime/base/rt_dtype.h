@@ -30,7 +30,7 @@ static inline float rt_bits_f32(uint32_t u) {
 static inline float rt_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     const uint32_t normal = ((e + 112u) << 23) | (m << 13);
-    const uint32_t special = 0x7f800000u | (m << 13);                 /* inf, nan */
+    const uint32_t special = 0x7f800000u | (m << 13);                        /* inf, nan */
     const uint32_t subnormal = rt_f32_bits((float)m * (1.0f / 16777216.0f)); /* m * 2^-24, exact */
     return rt_bits_f32(sign | (e == 0 ? subnormal : e == 31 ? special : normal));
 }
@@ -50,7 +50,7 @@ static inline float rt_bf16_to_f32(uint16_t b) { return rt_bits_f32((uint32_t)b 
 static inline uint16_t rt_f32_to_bf16(float f) {
     uint32_t u = rt_f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
-    u += 0x7fffu + ((u >> 16) & 1);                                             /* to nearest even */
+    u += 0x7fffu + ((u >> 16) & 1);                                           /* to nearest even */
     return (uint16_t)(u >> 16);
 }
 
@@ -62,8 +62,8 @@ static inline float rt_round_bf16(float x) { return rt_bf16_to_f32(rt_f32_to_bf1
 static inline float rt_round_f16(float x) {
     const uint32_t u = rt_f32_bits(x);
     const uint32_t a = u & 0x7fffffffu, sign = u & 0x80000000u;
-    if (a >= 0x7f800000u) return x;                   /* inf, nan */
-    if (a < 0x38800000u) {                             /* below fp16's smallest normal, 2^-14 */
+    if (a >= 0x7f800000u) return x; /* inf, nan */
+    if (a < 0x38800000u) {          /* below fp16's smallest normal, 2^-14 */
         /* the FPU rounds to a multiple of 2^-24 (ulp at 0.5) to nearest even for us */
         float r = ((x < 0 ? -x : x) + 0.5f) - 0.5f; /* (IEEE: not folded without -ffast-math) */
         return sign ? -r : r;

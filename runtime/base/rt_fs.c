@@ -26,8 +26,12 @@ rt_status rt_make_dirs(const char *dir, const char *what) {
 }
 
 static const char *rt_fs_kind(mode_t m) {
-    return S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-           : S_ISDIR(m) ? "a folder" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISDIR(m)  ? "a folder"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
 }
 
 rt_status rt_read_file(const char *path, size_t limit, char **data, size_t *n) {

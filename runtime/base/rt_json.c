@@ -36,7 +36,9 @@ static void json_line_col(const char *text, size_t pos, size_t *line, size_t *co
     *col = c;
 }
 
-static int json_cmp_keys(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static int json_cmp_keys(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
 /* A key that appears twice in one object of the tree (JSON allows it; which value counts would be
  * a guess), or NULL. Keys sorted per object: a tokenizer's 50k-entry vocab stays n log n. */
@@ -68,7 +70,8 @@ rt_status rt_json_parse(const char *text, size_t len, const char *name_for_error
         pos = (end && end >= text && (size_t)(end - text) <= len) ? (size_t)(end - text) : len;
         size_t line, col;
         json_line_col(text, pos, &line, &col);
-        if (pos >= len) RT_FAIL(RT_ERR_FORMAT, "%s:%zu:%zu: invalid JSON: unexpected end of input", name_for_errors, line, col);
+        if (pos >= len)
+            RT_FAIL(RT_ERR_FORMAT, "%s:%zu:%zu: invalid JSON: unexpected end of input", name_for_errors, line, col);
         char near[24];
         size_t n = 0;
         for (size_t i = pos; i < len && n < 16 && text[i] != '\n'; i++)
@@ -84,7 +87,9 @@ rt_status rt_json_parse(const char *text, size_t len, const char *name_for_error
         RT_FAIL(RT_ERR_FORMAT, "%s:%zu:%zu: invalid JSON: unexpected text after the value", name_for_errors, line, col);
     }
     const char *twice = json_duplicate_key(root);
-    if (twice) RT_FAIL(RT_ERR_FORMAT, "%s: key \"%s\" appears twice in one object (which one counts?)", name_for_errors, twice);
+    if (twice)
+        RT_FAIL(RT_ERR_FORMAT, "%s: key \"%s\" appears twice in one object (which one counts?)", name_for_errors,
+                twice);
     *out = root;
     return RT_OK;
 fail:
@@ -106,8 +111,8 @@ fail:
 
 /* Looks key up in obj; *item is NULL when the key is absent or null, so callers treat a JSON
  * null (HF writes "n_inner": null) like a missing key. */
-static rt_status json_lookup(const cJSON *obj, const char *path, const char *key, const char *expected,
-                             bool required, const cJSON **item) {
+static rt_status json_lookup(const cJSON *obj, const char *path, const char *key, const char *expected, bool required,
+                             const cJSON **item) {
     *item = NULL;
     if (!cJSON_IsObject(obj))
         return rt_errorf(RT_ERR_CONFIG, "%s: expected an object holding field '%s', found %s", path, key,
@@ -125,14 +130,13 @@ static rt_status json_lookup(const cJSON *obj, const char *path, const char *key
 
 static rt_status json_wrong_type(const char *path, const char *key, const cJSON *it, const char *expected) {
     if (cJSON_IsNumber(it))
-        return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is the number %.17g (expected %s)", path, key,
-                         it->valuedouble, expected);
-    return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected %s)", path, key, rt_json_type_name(it),
-                     expected);
+        return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is the number %.17g (expected %s)", path, key, it->valuedouble,
+                         expected);
+    return rt_errorf(RT_ERR_CONFIG, "%s: field '%s' is %s (expected %s)", path, key, rt_json_type_name(it), expected);
 }
 
-rt_status rt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
-                            bool required, int def) {
+rt_status rt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out, bool required,
+                          int def) {
     const char *expected = "an integer";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);
@@ -183,16 +187,16 @@ rt_status rt_json_get_double(const cJSON *obj, const char *path_for_errors, cons
     return RT_OK;
 }
 
-rt_status rt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out,
-                              bool required, double def) {
+rt_status rt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out, bool required,
+                            double def) {
     double d = def;
     rt_status st = rt_json_get_double(obj, path_for_errors, key, &d, required, def);
     if (st == RT_OK) *out = (float)d;
     return st;
 }
 
-rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key,
-                               const char **out, bool required, const char *def) {
+rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key, const char **out,
+                             bool required, const char *def) {
     const char *expected = "a string";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);
@@ -206,8 +210,8 @@ rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, cons
     return RT_OK;
 }
 
-rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out,
-                             bool required, bool def) {
+rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out, bool required,
+                           bool def) {
     const char *expected = "true or false";
     const cJSON *it;
     rt_status st = json_lookup(obj, path_for_errors, key, expected, required, &it);

@@ -28,8 +28,8 @@ rt_status rt_json_parse(const char *text, size_t len, const char *name_for_error
  * RT_ERR_CONFIG when required; a value of the wrong type is always RT_ERR_CONFIG. An integer
  * must be a whole number within int range (2.0 is accepted, 2.5 is not). A string result
  * points into obj and lives as long as it. */
-rt_status rt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out,
-                            bool required, int def);
+rt_status rt_json_get_int(const cJSON *obj, const char *path_for_errors, const char *key, int *out, bool required,
+                          int def);
 /* An integer in [min, max] (a size from a config). A value outside, even one past int range,
  * gets one line naming the file, the field and the bound it broke:
  *
@@ -41,12 +41,12 @@ rt_status rt_json_get_int_range(const cJSON *obj, const char *path_for_errors, c
 rt_status rt_json_get_double(const cJSON *obj, const char *path_for_errors, const char *key, double *out, bool required,
                              double def);
 /* A number stored as float (config hyperparameters: dropout rates, epsilons). */
-rt_status rt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out,
-                              bool required, double def);
-rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key,
-                               const char **out, bool required, const char *def);
-rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out,
-                             bool required, bool def);
+rt_status rt_json_get_float(const cJSON *obj, const char *path_for_errors, const char *key, float *out, bool required,
+                            double def);
+rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, const char *key, const char **out,
+                             bool required, const char *def);
+rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out, bool required,
+                           bool def);
 
 /* "an object", "a string", "null", ... for messages. */
 const char *rt_json_type_name(const cJSON *item);

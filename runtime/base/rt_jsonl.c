@@ -57,7 +57,8 @@ static rt_status cut_back(int fd, const char *path, int64_t keep) {
     }
     free(text);
     if (cut == size) return RT_OK;
-    if (ftruncate(fd, (off_t)cut) != 0) return rt_errorf(RT_ERR_IO, "%s: cannot cut it back: %s", path, strerror(errno));
+    if (ftruncate(fd, (off_t)cut) != 0)
+        return rt_errorf(RT_ERR_IO, "%s: cannot cut it back: %s", path, strerror(errno));
     rt_log_info("%s: dropped %zu record%s past step %lld; the resumed run logs those steps again", path, dropped,
                 dropped == 1 ? "" : "s", (long long)keep);
     return RT_OK;
@@ -113,7 +114,8 @@ rt_status rt_jsonl_close(rt_jsonl *log) {
     rt_status st = RT_OK;
     if (fsync(log->fd) != 0 && errno != EINVAL)
         st = rt_errorf(RT_ERR_IO, "%s: fsync failed: %s", log->path, strerror(errno));
-    if (close(log->fd) != 0 && st == RT_OK) st = rt_errorf(RT_ERR_IO, "%s: close failed: %s", log->path, strerror(errno));
+    if (close(log->fd) != 0 && st == RT_OK)
+        st = rt_errorf(RT_ERR_IO, "%s: close failed: %s", log->path, strerror(errno));
     free(log->path);
     free(log);
     return st;

@@ -35,8 +35,8 @@ void rt_progress_add(rt_progress *p, uint64_t n) {
     const uint64_t t = now_ns();
     uint64_t next = __atomic_load_n(&p->next_ns, __ATOMIC_RELAXED);
     /* one thread wins each tick */
-    if (t < next || !__atomic_compare_exchange_n(&p->next_ns, &next, t + TICK_NS, false, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED))
+    if (t < next ||
+        !__atomic_compare_exchange_n(&p->next_ns, &next, t + TICK_NS, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return;
     char line[160];
     rt_progress_format(line, sizeof line, p->what, done, p->total, 1e-9 * (double)(t - p->start_ns));

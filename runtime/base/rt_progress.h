@@ -11,10 +11,10 @@
 
 typedef struct {
     const char *what;
-    uint64_t total;      /* units of work (bytes) */
-    uint64_t done;       /* atomically added */
+    uint64_t total;             /* units of work (bytes) */
+    uint64_t done;              /* atomically added */
     uint64_t start_ns, next_ns; /* monotonic: the start and the next redraw */
-    bool on;             /* stdout is a terminal and this is the lead rank */
+    bool on;                    /* stdout is a terminal and this is the lead rank */
 } rt_progress;
 
 /* show: whether this process may draw (e.g. rank 0); drawing also needs stdout to be a terminal. */

@@ -87,6 +87,6 @@ RT_HD uint64_t rt_rng_below(uint64_t seed, uint64_t stream, uint64_t i, uint64_t
  * init: detail = parameter index; shuffle: detail = epoch;
  * dropout: detail = (step << 20) | (micro-batch << 12) | site. */
 enum { RT_STREAM_INIT = 1, RT_STREAM_SHUFFLE = 2, RT_STREAM_DROPOUT = 3, RT_STREAM_LORA = 4 };
-#define RT_STREAM(kind, detail) (((uint64_t)(kind) << 56) | ((uint64_t)(detail) & 0x00FFFFFFFFFFFFFFull))
+#define RT_STREAM(kind, detail) (((uint64_t)(kind) << 56) | ((uint64_t)(detail)&0x00FFFFFFFFFFFFFFull))
 
 #endif

@@ -34,7 +34,8 @@ rt_status rt_run_lock_acquire(const char *dir, rt_run_lock **out) {
     if (snprintf(path, sizeof path, "%s/.lock", dir) >= (int)sizeof path)
         return rt_errorf(RT_ERR_USAGE, "run folder %s: path is too long", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) return rt_errorf(RT_ERR_IO, "run folder %s: cannot open its lock file %s: %s", dir, path, strerror(errno));
+    if (fd < 0)
+        return rt_errorf(RT_ERR_IO, "run folder %s: cannot open its lock file %s: %s", dir, path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         char holder[256];

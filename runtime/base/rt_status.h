@@ -20,14 +20,14 @@
 
 typedef enum {
     RT_OK = 0,
-    RT_ERR_IO,       /* missing, unreadable or unwritable file */
-    RT_ERR_FORMAT,   /* a file's content is malformed or truncated */
-    RT_ERR_CONFIG,   /* a config or option value is wrong */
-    RT_ERR_USAGE,    /* a command-line mistake: programs exit 2 */
-    RT_ERR_NOMEM,    /* an allocation at set-up failed */
+    RT_ERR_IO,     /* missing, unreadable or unwritable file */
+    RT_ERR_FORMAT, /* a file's content is malformed or truncated */
+    RT_ERR_CONFIG, /* a config or option value is wrong */
+    RT_ERR_USAGE,  /* a command-line mistake: programs exit 2 */
+    RT_ERR_NOMEM,  /* an allocation at set-up failed */
     RT_ERR_UNSUPPORTED,
-    RT_ERR_RUNTIME,  /* e.g. a non-finite loss */
-    RT_HELP_SHOWN    /* not an error: --help printed, the program exits 0 */
+    RT_ERR_RUNTIME, /* e.g. a non-finite loss */
+    RT_HELP_SHOWN   /* not an error: --help printed, the program exits 0 */
 } rt_status;
 
 /* Sets the thread's error message (printf-style) and returns code. */
@@ -43,29 +43,29 @@ const char *rt_status_name(rt_status st);
 void rt_fputs_printable(const char *s, FILE *f);
 int rt_status_exit_code(const char *prog, rt_status st);
 
-#define RT_TRY(expr)                                                                           \
-    do {                                                                                       \
-        rt_status rt_try_st_ = (expr);                                                         \
-        if (rt_try_st_ != RT_OK) {                                                             \
-            st = rt_try_st_;                                                                   \
-            goto fail;                                                                         \
-        }                                                                                      \
+#define RT_TRY(expr)                   \
+    do {                               \
+        rt_status rt_try_st_ = (expr); \
+        if (rt_try_st_ != RT_OK) {     \
+            st = rt_try_st_;           \
+            goto fail;                 \
+        }                              \
     } while (0)
 
 /* Jump to fail with a formatted error. */
-#define RT_FAIL(code, ...)                                                                     \
-    do {                                                                                       \
-        st = rt_errorf((code), __VA_ARGS__);                                                   \
-        goto fail;                                                                             \
+#define RT_FAIL(code, ...)                   \
+    do {                                     \
+        st = rt_errorf((code), __VA_ARGS__); \
+        goto fail;                           \
     } while (0)
 
 void rt_abort_at(const char *file, int line, const char *cond, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 4, 5)));
 
 /* Invariants: always on, even in release builds. */
-#define RT_CHECK(cond, ...)                                                                    \
-    do {                                                                                       \
-        if (!(cond)) rt_abort_at(__FILE__, __LINE__, #cond, __VA_ARGS__);                      \
+#define RT_CHECK(cond, ...)                                               \
+    do {                                                                  \
+        if (!(cond)) rt_abort_at(__FILE__, __LINE__, #cond, __VA_ARGS__); \
     } while (0)
 
 /* Allocation that aborts on failure: for small bookkeeping, never for user-sized data. */

@@ -23,7 +23,7 @@ rt_status rt_utf8_check_line(const char *name, size_t lineno, const char *s, siz
 /* 3 when s (len bytes) starts with a UTF-8 byte-order mark, which text readers skip, else 0. */
 static inline size_t rt_utf8_bom_len(const char *s, size_t len) {
     return len >= 3 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF ? 3
-                                                                                                                : 0;
+                                                                                                                 : 0;
 }
 /* The code point at s (valid UTF-8, at least one byte); *len gets its byte length, 1..4. */
 uint32_t rt_utf8_decode(const char *s, size_t *len);

@@ -24,15 +24,15 @@
 #include <string.h>
 #include <time.h>
 
-#define MPI_CHECK(call)                                                                        \
-    do {                                                                                       \
-        int rt_mpi_rc_ = (call);                                                               \
-        if (rt_mpi_rc_ != MPI_SUCCESS) {                                                       \
-            char rt_mpi_msg_[MPI_MAX_ERROR_STRING];                                            \
-            int rt_mpi_len_ = 0;                                                               \
-            MPI_Error_string(rt_mpi_rc_, rt_mpi_msg_, &rt_mpi_len_);                           \
+#define MPI_CHECK(call)                                                                          \
+    do {                                                                                         \
+        int rt_mpi_rc_ = (call);                                                                 \
+        if (rt_mpi_rc_ != MPI_SUCCESS) {                                                         \
+            char rt_mpi_msg_[MPI_MAX_ERROR_STRING];                                              \
+            int rt_mpi_len_ = 0;                                                                 \
+            MPI_Error_string(rt_mpi_rc_, rt_mpi_msg_, &rt_mpi_len_);                             \
             rt_abort_at(__FILE__, __LINE__, #call, "MPI error %d: %s", rt_mpi_rc_, rt_mpi_msg_); \
-        }                                                                                      \
+        }                                                                                        \
     } while (0)
 
 /* Largest chunk per call: INT_MAX rounded down, so chunks stay aligned. */
@@ -104,8 +104,10 @@ static rt_status mpi_wait_all(mpi_ctx *c, int n, MPI_Request *req, MPI_Status *s
     snprintf(c->broken, sizeof c->broken, "%s of %zu elements did not complete within %g s", what, count, c->timeout_s);
     /* MPI cannot say which rank is missing from a collective; with two ranks it is the other */
     char who[64];
-    if (c->size == 2) snprintf(who, sizeof who, "rank %d", 1 - c->rank);
-    else snprintf(who, sizeof who, "one of the other %d ranks", c->size - 1);
+    if (c->size == 2)
+        snprintf(who, sizeof who, "rank %d", 1 - c->rank);
+    else
+        snprintf(who, sizeof who, "one of the other %d ranks", c->size - 1);
     return rt_errorf(RT_ERR_RUNTIME,
                      "mpi comm (size %d, rank %d): %s of %zu elements did not complete within %g s: %s died, hangs "
                      "or skipped it (--comm-timeout sets the wait)",
@@ -286,12 +288,12 @@ static rt_status mpi_p2p(void *vctx, rt_p2p *ops, int n) {
     for (int i = 0; st == RT_OK && i < n; i++) {
         if (ops[i].send) continue;
         int got = -1;
-        if (in_status == MPI_SUCCESS || sts[i].MPI_ERROR == MPI_SUCCESS) MPI_CHECK(MPI_Get_count(&sts[i], MPI_BYTE, &got));
+        if (in_status == MPI_SUCCESS || sts[i].MPI_ERROR == MPI_SUCCESS)
+            MPI_CHECK(MPI_Get_count(&sts[i], MPI_BYTE, &got));
         if (got != (int)ops[i].bytes) { /* shorter, or truncated: the ranks disagree on the schedule */
             snprintf(c->broken, sizeof c->broken, "a p2p size mismatch with rank %d", ops[i].peer);
             st = rt_errorf(RT_ERR_RUNTIME, "mpi comm (size %d): rank %d expected %zu bytes from rank %d, %s", c->size,
-                           c->rank, ops[i].bytes, ops[i].peer,
-                           got < 0 ? "which sent more" : "which sent fewer");
+                           c->rank, ops[i].bytes, ops[i].peer, got < 0 ? "which sent more" : "which sent fewer");
         }
     }
     free(req);
@@ -373,7 +375,8 @@ static const rt_comm_ops mpi_ops = {
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
     *world = NULL;
-    if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "mpi comm: timeout %g s, expected a positive number", timeout_s);
+    if (!(timeout_s > 0))
+        return rt_errorf(RT_ERR_CONFIG, "mpi comm: timeout %g s, expected a positive number", timeout_s);
     int inited = 0;
     MPI_CHECK(MPI_Initialized(&inited));
     if (!inited) {
@@ -410,8 +413,9 @@ void rt_comm_mpi_end(int exit_code) {
 
 rt_status rt_comm_mpi_init(int *argc, char ***argv, double timeout_s, rt_comm **world) {
     *world = NULL;
-    return rt_errorf(RT_ERR_UNSUPPORTED,
-                     "this build of tunezoo has no MPI: install OpenMPI (libopenmpi-dev) and rebuild with -DUSE_MPI=ON");
+    return rt_errorf(
+        RT_ERR_UNSUPPORTED,
+        "this build of tunezoo has no MPI: install OpenMPI (libopenmpi-dev) and rebuild with -DUSE_MPI=ON");
 }
 
 void rt_comm_mpi_finalize(void) {}

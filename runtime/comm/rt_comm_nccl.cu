@@ -30,20 +30,20 @@ extern "C" {
 
 #include <nccl.h>
 
-#define NCCL_CHECK(call)                                                                       \
-    do {                                                                                       \
-        ncclResult_t rt_nccl_rc_ = (call);                                                     \
-        if (rt_nccl_rc_ != ncclSuccess && rt_nccl_rc_ != ncclInProgress)                       \
-            rt_abort_at(__FILE__, __LINE__, #call, "NCCL error %d: %s", (int)rt_nccl_rc_,      \
-                        ncclGetErrorString(rt_nccl_rc_));                                      \
+#define NCCL_CHECK(call)                                                                  \
+    do {                                                                                  \
+        ncclResult_t rt_nccl_rc_ = (call);                                                \
+        if (rt_nccl_rc_ != ncclSuccess && rt_nccl_rc_ != ncclInProgress)                  \
+            rt_abort_at(__FILE__, __LINE__, #call, "NCCL error %d: %s", (int)rt_nccl_rc_, \
+                        ncclGetErrorString(rt_nccl_rc_));                                 \
     } while (0)
 
-#define NCCL_CUDA_CHECK(call)                                                                  \
-    do {                                                                                       \
-        cudaError_t rt_cuda_err_ = (call);                                                     \
-        if (rt_cuda_err_ != cudaSuccess)                                                       \
+#define NCCL_CUDA_CHECK(call)                                                                   \
+    do {                                                                                        \
+        cudaError_t rt_cuda_err_ = (call);                                                      \
+        if (rt_cuda_err_ != cudaSuccess)                                                        \
             rt_abort_at(__FILE__, __LINE__, #call, "%s (%s)", cudaGetErrorString(rt_cuda_err_), \
-                        cudaGetErrorName(rt_cuda_err_));                                       \
+                        cudaGetErrorName(rt_cuda_err_));                                        \
     } while (0)
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
@@ -99,8 +99,9 @@ static rt_status nccl_wait(nccl_ctx *c, const char *what, size_t count, int stre
             } else if (ares != ncclInProgress) {
                 nccl_abort(c);
                 snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", what, ncclGetErrorString(ares));
-                return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d, device %d): %s of %zu elements failed: %s",
-                                 c->size, c->rank, c->device, what, count, ncclGetErrorString(ares));
+                return rt_errorf(RT_ERR_RUNTIME,
+                                 "nccl comm (size %d, rank %d, device %d): %s of %zu elements failed: %s", c->size,
+                                 c->rank, c->device, what, count, ncclGetErrorString(ares));
             }
         }
         if (comm_done) {
@@ -137,8 +138,8 @@ static rt_status nccl_enqueued(nccl_ctx *c, ncclResult_t rc, const char *what, s
     if (rc != ncclSuccess && rc != ncclInProgress) {
         nccl_abort(c);
         snprintf(c->broken, sizeof c->broken, "%s failed: NCCL %s", what, ncclGetErrorString(rc));
-        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): %s of %zu elements failed: %s", c->size, c->rank,
-                         what, count, ncclGetErrorString(rc));
+        return rt_errorf(RT_ERR_RUNTIME, "nccl comm (size %d, rank %d): %s of %zu elements failed: %s", c->size,
+                         c->rank, what, count, ncclGetErrorString(rc));
     }
     return nccl_wait(c, what, count, 1);
 }
@@ -400,7 +401,8 @@ static rt_status nccl_init_from(nccl_ctx *c, rt_comm *bootstrap) {
     c->size = bootstrap->size;
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     st = bootstrap->ops->broadcast(bootstrap->ctx, &id, sizeof id, 0);
-    if (st != RT_OK) return rt_error_wrap(st, "nccl init: broadcasting the unique id over the %s comm", bootstrap->ops->name);
+    if (st != RT_OK)
+        return rt_error_wrap(st, "nccl init: broadcasting the unique id over the %s comm", bootstrap->ops->name);
     ncclConfig_t cfg = nccl_config();
     ncclResult_t rc = ncclCommInitRankConfig(&c->comm, c->size, id, c->rank, &cfg);
     if (rc != ncclSuccess && rc != ncclInProgress)
@@ -481,8 +483,16 @@ static void nccl_free(void *vctx) {
 }
 
 static const rt_comm_ops nccl_ops = {
-    "nccl", nccl_all_reduce, nccl_reduce_scatter, nccl_all_gather, nccl_broadcast, nccl_barrier, nccl_split, nccl_free,
-    nccl_all_reduce_start, nccl_wait_request,
+    "nccl",
+    nccl_all_reduce,
+    nccl_reduce_scatter,
+    nccl_all_gather,
+    nccl_broadcast,
+    nccl_barrier,
+    nccl_split,
+    nccl_free,
+    nccl_all_reduce_start,
+    nccl_wait_request,
     NULL, /* set_timeout: the wait is fixed when the communicator is made (rt_grid_init_device) */
     nccl_p2p,
     nccl_all_gather_start,
@@ -501,7 +511,8 @@ extern "C" rt_status rt_comm_nccl_probe(int device) {
 
 extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double timeout_s, rt_comm **out) {
     *out = NULL;
-    if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "nccl comm: timeout %g s, expected a positive number", timeout_s);
+    if (!(timeout_s > 0))
+        return rt_errorf(RT_ERR_CONFIG, "nccl comm: timeout %g s, expected a positive number", timeout_s);
     rt_status st = rt_comm_nccl_probe(device);
     if (st != RT_OK) return rt_error_wrap(st, "rank %d", bootstrap->rank);
     nccl_ctx *c = nccl_ctx_new(device, timeout_s);
@@ -518,7 +529,8 @@ extern "C" rt_status rt_comm_nccl_init(rt_comm *bootstrap, int device, double ti
 #else /* !TZ_USE_NCCL */
 
 static rt_status nccl_missing(void) {
-    return rt_errorf(RT_ERR_UNSUPPORTED, "this build of tunezoo has no NCCL: install NCCL and rebuild with -DUSE_NCCL=ON");
+    return rt_errorf(RT_ERR_UNSUPPORTED,
+                     "this build of tunezoo has no NCCL: install NCCL and rebuild with -DUSE_NCCL=ON");
 }
 
 extern "C" rt_status rt_comm_nccl_probe(int device) { return nccl_missing(); }

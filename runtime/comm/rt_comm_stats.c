@@ -99,6 +99,6 @@ rt_comm *rt_comm_stats_wrap(rt_comm *inner, rt_comm_stats *stats) {
 
 const char *rt_comm_op_name(rt_comm_op op) {
     static const char *const names[RT_COMM_OP_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                                                                "p2p"};
+                                                        "p2p"};
     return op >= 0 && op < RT_COMM_OP_COUNT ? names[op] : "?";
 }

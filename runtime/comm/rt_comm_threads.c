@@ -30,14 +30,14 @@
 typedef enum { THR_ALL_REDUCE = 0, THR_REDUCE_SCATTER, THR_ALL_GATHER, THR_BROADCAST, THR_BARRIER, THR_SPLIT } thr_op;
 
 static const char *const thr_op_names[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                           "broadcast", "barrier", "split"};
+                                           "broadcast",  "barrier",        "split"};
 
 typedef struct thr_group thr_group;
 
 typedef struct {
     thr_op op;
-    size_t n;   /* elements (or bytes for broadcast) each rank passes */
-    int arg;    /* reduce op, broadcast root */
+    size_t n; /* elements (or bytes for broadcast) each rank passes */
+    int arg;  /* reduce op, broadcast root */
     int color, key;
 } thr_call;
 
@@ -62,11 +62,11 @@ struct thr_group {
     pthread_cond_t cv;
     int size;
     double timeout_s;
-    int refs;            /* live contexts; the last free destroys the group */
-    unsigned long gen;   /* rounds completed */
-    int arrived;         /* ranks arrived in the current round */
-    unsigned char *here; /* (size) arrived in the current round */
-    thr_slot *slots[2];  /* (size) each, by the round's parity */
+    int refs;                         /* live contexts; the last free destroys the group */
+    unsigned long gen;                /* rounds completed */
+    int arrived;                      /* ranks arrived in the current round */
+    unsigned char *here;              /* (size) arrived in the current round */
+    thr_slot *slots[2];               /* (size) each, by the round's parity */
     thr_msg **mail_head, **mail_tail; /* (size * size) [sender * size + receiver], oldest first */
     int broken;
     char err[256]; /* why the group broke, reported by every later call */
@@ -219,7 +219,8 @@ static rt_status thr_round(thr_ctx *ctx, const thr_call *call, const void *data,
                 char missing[128] = "";
                 size_t len = 0;
                 for (int r = 0; r < g->size && len + 12 < sizeof missing; r++)
-                    if (!g->here[r]) len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
+                    if (!g->here[r])
+                        len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d", len ? ", " : "", r);
                 snprintf(g->err, sizeof g->err, "threads comm (size %d): rank(s) %s did not reach %s within %g s",
                          g->size, missing, thr_op_names[call->op], g->timeout_s);
                 g->broken = 1;
@@ -286,14 +287,16 @@ static rt_status thr_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     thr_ctx *ctx = vctx;
     thr_slot *slots;
     if (root < 0 || root >= ctx->g->size)
-        return rt_errorf(RT_ERR_RUNTIME, "threads comm (size %d): broadcast root %d is out of range", ctx->g->size, root);
+        return rt_errorf(RT_ERR_RUNTIME, "threads comm (size %d): broadcast root %d is out of range", ctx->g->size,
+                         root);
     thr_call call = {.op = THR_BROADCAST, .n = bytes, .arg = root};
     /* only the root contributes data; the sizes are compared below, not in the round,
      * so that a mismatch names the ranks */
     rt_status st = thr_round(ctx, &call, buf, ctx->rank == root ? bytes : 0, &slots);
     if (st != RT_OK) return st;
     if (slots[root].call.n != bytes)
-        return rt_errorf(RT_ERR_RUNTIME, "threads comm (size %d): broadcast of %zu bytes on rank %d, but root %d sent %zu",
+        return rt_errorf(RT_ERR_RUNTIME,
+                         "threads comm (size %d): broadcast of %zu bytes on rank %d, but root %d sent %zu",
                          ctx->g->size, bytes, ctx->rank, root, slots[root].call.n);
     if (ctx->rank != root && bytes) memcpy(buf, slots[root].data, bytes);
     return RT_OK;
@@ -310,7 +313,8 @@ static rt_status thr_split(void *vctx, int color, int key, rt_comm **out) {
     thr_slot *slots;
     *out = NULL;
     /* as MPI: a negative color (MPI_UNDEFINED) would leave this rank without a group */
-    if (color < 0) return rt_errorf(RT_ERR_CONFIG, "threads comm: split color %d, expected a non-negative color", color);
+    if (color < 0)
+        return rt_errorf(RT_ERR_CONFIG, "threads comm: split color %d, expected a non-negative color", color);
     thr_call call = {.op = THR_SPLIT, .color = color, .key = key};
     rt_status st = thr_round(ctx, &call, NULL, 0, &slots);
     if (st != RT_OK) return st;
@@ -348,8 +352,10 @@ static rt_status thr_p2p(void *vctx, rt_p2p *ops, int n) {
         m->bytes = ops[i].bytes;
         if (ops[i].bytes) memcpy(m->data, ops[i].buf, ops[i].bytes);
         const size_t box = (size_t)me * size + ops[i].peer;
-        if (g->mail_tail[box]) g->mail_tail[box]->next = m;
-        else g->mail_head[box] = m;
+        if (g->mail_tail[box])
+            g->mail_tail[box]->next = m;
+        else
+            g->mail_head[box] = m;
         g->mail_tail[box] = m;
     }
     pthread_cond_broadcast(&g->cv);
@@ -409,7 +415,8 @@ static const rt_comm_ops thr_ops = {
 
 rt_status rt_comm_threads_create(int n, double timeout_s, rt_comm **comms) {
     if (n < 1) return rt_errorf(RT_ERR_CONFIG, "threads comm: size %d, expected at least 1", n);
-    if (!(timeout_s > 0)) return rt_errorf(RT_ERR_CONFIG, "threads comm: timeout %g s, expected a positive number", timeout_s);
+    if (!(timeout_s > 0))
+        return rt_errorf(RT_ERR_CONFIG, "threads comm: timeout %g s, expected a positive number", timeout_s);
     thr_group *g = thr_group_new(n, timeout_s);
     g->refs = n;
     for (int i = 0; i < n; i++) comms[i] = thr_comm_new(g, i);

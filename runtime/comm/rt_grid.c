@@ -85,8 +85,10 @@ rt_status rt_grid_init_device(rt_grid *g, int cuda_device, double timeout_s) {
     char why[512] = "";
     if (cuda_device < 0 || g->world->size == 1) return RT_OK;
     char layout[64];
-    if (g->pp_size > 1) snprintf(layout, sizeof layout, "pp %d x dp %d x tp %d", g->pp_size, g->dp_size, g->tp_size);
-    else snprintf(layout, sizeof layout, "dp %d x tp %d", g->dp_size, g->tp_size);
+    if (g->pp_size > 1)
+        snprintf(layout, sizeof layout, "pp %d x dp %d x tp %d", g->pp_size, g->dp_size, g->tp_size);
+    else
+        snprintf(layout, sizeof layout, "dp %d x tp %d", g->dp_size, g->tp_size);
     RT_CHECK(g->tp == g->tp_host && g->dp == g->dp_host && g->pp == g->pp_host, "the grid already has device comms");
     /* agree first: a rank that cannot would leave the others waiting in the NCCL init */
     rt_status mine = grid_probe_nccl(cuda_device);
@@ -97,9 +99,10 @@ rt_status rt_grid_init_device(rt_grid *g, int cuda_device, double timeout_s) {
         RT_FAIL(mine, "--device cuda:%d on %d ranks (%s) needs an NCCL communicator on every rank's GPU: %s",
                 cuda_device, g->world->size, layout, why);
     if (worst != 0.0f)
-        RT_FAIL((rt_status)(int)worst, "--device cuda:%d on %d ranks: another rank cannot make an NCCL communicator "
-                "on its GPU (%s; its log says why); every rank stops", cuda_device, g->world->size,
-                rt_status_name((rt_status)(int)worst));
+        RT_FAIL((rt_status)(int)worst,
+                "--device cuda:%d on %d ranks: another rank cannot make an NCCL communicator "
+                "on its GPU (%s; its log says why); every rank stops",
+                cuda_device, g->world->size, rt_status_name((rt_status)(int)worst));
     if (g->tp_size > 1) RT_TRY(grid_nccl_init(g->tp_host, cuda_device, timeout_s, &tp));
     if (g->dp_size > 1) RT_TRY(grid_nccl_init(g->dp_host, cuda_device, timeout_s, &dp));
     if (g->pp_size > 1) RT_TRY(grid_nccl_init(g->pp_host, cuda_device, timeout_s, &pp));

@@ -24,8 +24,8 @@
 #include "runtime/base/rt_status.h"
 
 typedef struct {
-    rt_comm *world;                      /* not owned; a host comm */
-    rt_comm *tp, *dp, *pp;               /* device comms; owned; rt_comm_self() when that dimension is 1 */
+    rt_comm *world;                       /* not owned; a host comm */
+    rt_comm *tp, *dp, *pp;                /* device comms; owned; rt_comm_self() when that dimension is 1 */
     rt_comm *tp_host, *dp_host, *pp_host; /* host comms; owned; the same objects as tp, dp, pp until
                                           * rt_grid_init_device */
     int tp_size, dp_size, pp_size;

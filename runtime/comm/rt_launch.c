@@ -50,13 +50,17 @@ static rt_status read_triple(rt_launch_info *info, rt_launch_source src, const c
         RT_TRY(env_int(size_alt, &info->world_size, &have_size));
     }
     if (local_name) RT_TRY(env_int(local_name, &info->local_rank, &have_local));
-    if (!have_rank) RT_FAIL(RT_ERR_CONFIG, "environment: %s is set but %s is not (%s launch)", size_used, rank_name,
-                            rt_launch_source_name(src));
-    if (!have_size) RT_FAIL(RT_ERR_CONFIG, "environment: %s is set but %s is not (%s launch)", rank_name, size_name,
-                            rt_launch_source_name(src));
-    if (info->world_size < 1) RT_FAIL(RT_ERR_CONFIG, "environment variable %s=%d: expected at least 1", size_used, info->world_size);
+    if (!have_rank)
+        RT_FAIL(RT_ERR_CONFIG, "environment: %s is set but %s is not (%s launch)", size_used, rank_name,
+                rt_launch_source_name(src));
+    if (!have_size)
+        RT_FAIL(RT_ERR_CONFIG, "environment: %s is set but %s is not (%s launch)", rank_name, size_name,
+                rt_launch_source_name(src));
+    if (info->world_size < 1)
+        RT_FAIL(RT_ERR_CONFIG, "environment variable %s=%d: expected at least 1", size_used, info->world_size);
     if (info->rank >= info->world_size)
-        RT_FAIL(RT_ERR_CONFIG, "environment: %s=%d is not below %s=%d", rank_name, info->rank, size_used, info->world_size);
+        RT_FAIL(RT_ERR_CONFIG, "environment: %s=%d is not below %s=%d", rank_name, info->rank, size_used,
+                info->world_size);
     if (!have_local) info->local_rank = 0;
     if (info->local_rank >= info->world_size)
         RT_FAIL(RT_ERR_CONFIG, "environment: %s=%d is not below %s=%d", local_name, info->local_rank, size_used,
@@ -79,7 +83,8 @@ rt_status rt_launch_detect(rt_launch_info *out) {
     } else if (getenv("SLURM_PROCID") && (getenv("SLURM_STEP_NUM_TASKS") || getenv("SLURM_NTASKS"))) {
         /* the step's task count, not the job's: a batch script's own step has SLURM_NTASKS
          * of the allocation but is a single process */
-        RT_TRY(read_triple(&info, RT_LAUNCH_SLURM, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_LOCALID"));
+        RT_TRY(read_triple(&info, RT_LAUNCH_SLURM, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                           "SLURM_LOCALID"));
     } else if (getenv("RANK") || getenv("WORLD_SIZE")) {
         RT_TRY(read_triple(&info, RT_LAUNCH_TORCHRUN, "RANK", "WORLD_SIZE", NULL, "LOCAL_RANK"));
         const char *addr = getenv("MASTER_ADDR");
@@ -91,7 +96,8 @@ rt_status rt_launch_detect(rt_launch_info *out) {
         int have_port = 0;
         RT_TRY(env_int("MASTER_PORT", &info.master_port, &have_port));
         if (have_port && (info.master_port < 1 || info.master_port > 65535))
-            RT_FAIL(RT_ERR_CONFIG, "environment variable MASTER_PORT=%d: expected a port in 1..65535", info.master_port);
+            RT_FAIL(RT_ERR_CONFIG, "environment variable MASTER_PORT=%d: expected a port in 1..65535",
+                    info.master_port);
     }
     *out = info;
 fail:

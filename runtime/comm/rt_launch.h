@@ -20,11 +20,11 @@
 #include "runtime/base/rt_status.h"
 
 typedef enum {
-    RT_LAUNCH_NONE = 0,  /* no launcher variables: one process */
-    RT_LAUNCH_OPENMPI,   /* OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK */
-    RT_LAUNCH_PMI,       /* MPICH / Intel MPI (Hydra): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID */
-    RT_LAUNCH_SLURM,     /* srun: SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID */
-    RT_LAUNCH_TORCHRUN   /* RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
+    RT_LAUNCH_NONE = 0, /* no launcher variables: one process */
+    RT_LAUNCH_OPENMPI,  /* OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK */
+    RT_LAUNCH_PMI,      /* MPICH / Intel MPI (Hydra): PMI_RANK, PMI_SIZE, MPI_LOCALRANKID */
+    RT_LAUNCH_SLURM,    /* srun: SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID */
+    RT_LAUNCH_TORCHRUN  /* RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
 } rt_launch_source;
 
 typedef struct {

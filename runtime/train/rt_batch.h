@@ -21,15 +21,15 @@ typedef struct {
     int32_t *example_index;  /* (B) row of each example in its dataset */
     /* Seq2seq only (T5): the target side, padded to its own length. input_ids and
      * attention_mask above are the source; labels above are all -100 there. */
-    int T_dec;               /* target tokens per row (0: not a seq2seq batch) */
-    int32_t *dec_labels;     /* (B, T_dec) target ids, -100 on padding (HF DataCollatorForSeq2Seq) */
-    int capacity_dec;        /* allocated B * T_dec cells of dec_labels */
-    int n_targets;           /* labelled targets in this batch (for loss normalisation); seq2seq:
+    int T_dec;                  /* target tokens per row (0: not a seq2seq batch) */
+    int32_t *dec_labels;        /* (B, T_dec) target ids, -100 on padding (HF DataCollatorForSeq2Seq) */
+    int capacity_dec;           /* allocated B * T_dec cells of dec_labels */
+    int n_targets;              /* labelled targets in this batch (for loss normalisation); seq2seq:
                               * the target tokens that are not -100 */
-    size_t n_tokens;         /* real tokens in this batch */
+    size_t n_tokens;            /* real tokens in this batch */
     int capacity_B, capacity_T; /* allocated sizes; the collator reuses the buffers */
-    float *target_store;     /* the collator's buffer that targets points into when there are any */
-    size_t capacity_targets; /* floats allocated in target_store */
+    float *target_store;        /* the collator's buffer that targets points into when there are any */
+    size_t capacity_targets;    /* floats allocated in target_store */
 } rt_batch;
 
 #endif

@@ -7,9 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-double rt_grad_norm(const rt_params *p) {
-    return sqrt(rt_sumsq(p->be, p->grad, p->train_numel));
-}
+double rt_grad_norm(const rt_params *p) { return sqrt(rt_sumsq(p->be, p->grad, p->train_numel)); }
 
 /* The run of trainable parameters from i (trainable) on that share key(): [*begin, *end) of the
  * gradient slab; returns the index after it. */
@@ -126,8 +124,8 @@ rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scal
         const int j = rt_train_run(p, i, rt_kind_decay, &begin, &end);
         /* the alignment gaps between parameters hold zeros in every buffer, so they stay zero */
         float wd = p->specs[i].no_decay ? 0.0f : (float)h->weight_decay;
-        rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin,
-                 (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
+        rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin, (float)h->lr,
+                 (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
         i = j;
     }
 fail:

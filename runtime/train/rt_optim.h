@@ -10,7 +10,7 @@
 #include "runtime/train/rt_params.h"
 
 typedef struct {
-    double lr;           /* this step's learning rate (from the schedule) */
+    double lr; /* this step's learning rate (from the schedule) */
     double beta1, beta2, eps, weight_decay;
 } rt_adamw_hparams;
 

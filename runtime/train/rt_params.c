@@ -27,8 +27,8 @@ void rt_params_free(rt_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
-                  bool no_decay, rt_init_kind init, float init_std) {
+int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp, bool no_decay,
+                  rt_init_kind init, float init_std) {
     RT_CHECK(p->param == NULL, "rt_params_add(%s) after rt_params_alloc", name);
     RT_CHECK(ndim >= 1 && ndim <= RT_PARAM_MAX_DIMS, "%s: ndim %d", name, ndim);
     RT_CHECK(strlen(name) < RT_PARAM_NAME_MAX, "parameter name too long: %s", name);
@@ -87,9 +87,7 @@ fail:
 
 /* Bytes of a buffer in the trainable layout (gradients, m, v); at least one float, so that a
  * model with every parameter frozen still has a buffer to hand around. */
-static size_t params_train_bytes(const rt_params *p) {
-    return (p->train_numel ? p->train_numel : 16) * sizeof(float);
-}
+static size_t params_train_bytes(const rt_params *p) { return (p->train_numel ? p->train_numel : 16) * sizeof(float); }
 
 rt_status rt_params_alloc(rt_params *p) {
     rt_status st = RT_OK;

@@ -44,18 +44,18 @@ typedef struct {
      * shards are padded to a multiple of 128*tp rows). Set by the model after rt_params_add;
      * checkpoints use it to store the full, unpadded table that any tp can reshard. */
     int64_t vocab_rows;
-    bool no_decay;                    /* excluded from weight decay (biases, norm weights) */
+    bool no_decay; /* excluded from weight decay (biases, norm weights) */
     rt_init_kind init;
-    float init_std;                   /* RT_INIT_NORMAL's standard deviation, RT_INIT_UNIFORM's bound */
-    int init_stream;                  /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
+    float init_std;       /* RT_INIT_NORMAL's standard deviation, RT_INIT_UNIFORM's bound */
+    int init_stream;      /* its init's RNG stream: its index, or (a pipeline stage's parameter) its
                                        * index in the whole model, so every layout draws the same numbers */
-    bool copy;                        /* a tied weight's copy on a later pipeline stage (GPT-2's wte on the last):
+    bool copy;            /* a tied weight's copy on a later pipeline stage (GPT-2's wte on the last):
                                        * kept equal to the first stage's, so the clipping norm and the files
                                        * count only the first */
-    bool tied;                        /* a weight several pipeline stages hold (its first and its copies): the
+    bool tied;            /* a weight several pipeline stages hold (its first and its copies): the
                                        * training loop sums its gradient over them (rt_pipe_sum_tied) */
-    bool frozen;                      /* not trained: no gradient, no AdamW state (set before the layout) */
-    size_t offset, numel;             /* position in the slab, in floats */
+    bool frozen;          /* not trained: no gradient, no AdamW state (set before the layout) */
+    size_t offset, numel; /* position in the slab, in floats */
 } rt_param_spec;
 
 /* Where parameters and gradients live when the slab does not hold them: ZeRO-3 keeps only a
@@ -70,13 +70,13 @@ typedef struct {
 typedef struct {
     rt_param_spec *specs;
     int n;
-    size_t cap; /* specs allocated */
+    size_t cap;         /* specs allocated */
     size_t numel;       /* total floats */
     size_t train_numel; /* floats of the trainable parameters, which come first: numel when none is frozen */
     rt_backend *be;
-    float *param;       /* (numel) backend memory; NULL while a source holds the parameters */
-    float *grad;        /* (train_numel); NULL while a source holds the gradients, and in a staged build */
-    float *m, *v;       /* (train_numel) AdamW moments; allocated on first use by the optimizer */
+    float *param;                   /* (numel) backend memory; NULL while a source holds the parameters */
+    float *grad;                    /* (train_numel); NULL while a source holds the gradients, and in a staged build */
+    float *m, *v;                   /* (train_numel) AdamW moments; allocated on first use by the optimizer */
     const rt_params_source *source; /* NULL: param and grad above */
     /* Staged construction (rt_backend.params_staging): be is the host backend holding the slab
      * and device the backend the model computes on, until ZeRO-3 moves the pieces there
@@ -98,8 +98,8 @@ void rt_params_free(rt_params *p);
 /* Declares a parameter; returns its index. Shapes are set before rt_params_alloc. Every dim must
  * be >= 1 and their product fit size_t, else it aborts naming the parameter: a model checks its
  * config's sizes before it declares anything (models/layers/hf_config.h). */
-int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp,
-                  bool no_decay, rt_init_kind init, float init_std);
+int rt_params_add(rt_params *p, const char *name, int ndim, const int64_t *shape, rt_tp_rule tp, bool no_decay,
+                  rt_init_kind init, float init_std);
 /* Lays out the declared parameters without allocating anything: each one's offset (16-float
  * aligned, the trainable ones in declaration order, then the frozen ones), p->train_numel and
  * p->numel. RT_ERR_NOMEM naming the parameter when the slab's

@@ -40,16 +40,16 @@ typedef struct {
     const rt_train_opts *o;
     rt_comm *dp, *tp, *pp;                /* device comms: gradient buckets, checkpoint shards */
     rt_comm *dp_host, *tp_host, *pp_host; /* host comms: counts, loss, norm, stop flag (rt_grid.h) */
-    bool lead; /* the first rank of the grid: it alone prints progress and writes files */
-    rt_jsonl *metrics; /* metrics.jsonl, first rank only */
+    bool lead;                            /* the first rank of the grid: it alone prints progress and writes files */
+    rt_jsonl *metrics;                    /* metrics.jsonl, first rank only */
     bool tty;
     int64_t total_steps;
     rt_zero *zero; /* ZeRO sharding of the optimizer state over dp (NULL: off) */
-    bool scaling;           /* dynamic loss scaling is on */
+    bool scaling;  /* dynamic loss scaling is on */
     rt_loss_scaler scaler;
-    int tied;               /* pipeline stages: the weight this stage shares with others (rt_param_spec.tied), or -1 */
-    uint64_t tied_members;  /* the stages holding it */
-    float *tied_scratch;    /* the first of them: the others' gradients arrive here */
+    int tied;              /* pipeline stages: the weight this stage shares with others (rt_param_spec.tied), or -1 */
+    uint64_t tied_members; /* the stages holding it */
+    float *tied_scratch;   /* the first of them: the others' gradients arrive here */
 } rt_train_state;
 
 /* The tied weight's gradient summed over the stages holding it: the whole gradient before the
@@ -85,11 +85,11 @@ typedef struct {
     rt_comm *dp;
     float *grad;
     size_t bucket;
-    size_t next;     /* gradients at offsets >= next have their all-reduce started */
-    void **req;      /* (n_req) started requests, NULL where the comm finished at once */
+    size_t next;           /* gradients at offsets >= next have their all-reduce started */
+    void **req;            /* (n_req) started requests, NULL where the comm finished at once */
     size_t n_req, cap_req; /* a slab over 2^31 floats in small buckets (dp_bucket) is past an int */
-    int64_t early;   /* buckets started inside a backward */
-    rt_status st;    /* the first failure, reported once the backward is over */
+    int64_t early;         /* buckets started inside a backward */
+    rt_status st;          /* the first failure, reported once the backward is over */
 } rt_grad_reduce;
 
 static size_t rt_grad_bucket(const rt_train_opts *o, size_t numel) {
@@ -306,8 +306,9 @@ static rt_status rt_train_start_over(const rt_train_opts *o, const rt_train_io *
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", o->save_dir);
     if (unlink(metrics) != 0 && errno != ENOENT)
         RT_FAIL(RT_ERR_IO, "--overwrite: cannot remove %s: %s", metrics, strerror(errno));
-    if (n) rt_log_info("--overwrite: removed the earlier run's %zu checkpoint%s from %s", n, n == 1 ? "" : "s",
-                       o->save_dir);
+    if (n)
+        rt_log_info("--overwrite: removed the earlier run's %zu checkpoint%s from %s", n, n == 1 ? "" : "s",
+                    o->save_dir);
 fail:
     for (size_t j = 0; j < n; j++) free(paths[j]);
     free(paths);
@@ -346,8 +347,8 @@ fail:
  * a flipped byte, bad metadata) is skipped with a warning naming it and, once every rank has
  * moved on, set aside as NAME.corrupt; any other failure, or a damaged --resume-from file,
  * stops the resume. Every rank reads the same files, so every rank skips the same ones. */
-static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_train_model *model,
-                                 rt_train_data *data, int64_t *step) {
+static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_train_model *model, rt_train_data *data,
+                                 int64_t *step) {
     rt_status st = RT_OK;
     const char *source = s->o->resume_from ? s->o->resume_from : s->o->save_dir;
     char **paths = NULL, *meta = NULL;
@@ -370,7 +371,8 @@ static rt_status rt_train_resume(rt_train_state *s, const rt_train_io *io, rt_tr
         if (st == RT_OK) break;
         if (st != RT_ERR_FORMAT || s->o->resume_from) goto fail;
         if (s->lead) rt_log_warn("%s; trying the next older checkpoint", rt_error_message());
-        if (k + 1 == n) RT_FAIL(RT_ERR_FORMAT, "%s: every checkpoint there is damaged (the newest: %s)", source, paths[0]);
+        if (k + 1 == n)
+            RT_FAIL(RT_ERR_FORMAT, "%s: every checkpoint there is damaged (the newest: %s)", source, paths[0]);
     }
     if (k > 0) { /* every rank skipped the same files: rename them once all have moved on */
         RT_TRY(rt_train_barrier(s));
@@ -419,7 +421,10 @@ static double rt_train_peak_tflops(const rt_backend *be) {
     static const struct {
         const char *name;
         double fp32, half;
-    } table[] = {{"H100 PCIe", 51.2, 756.0}, {"H100", 66.9, 989.4}, {"H200", 66.9, 989.4}, {"A100", 19.5, 312.0},
+    } table[] = {{"H100 PCIe", 51.2, 756.0},
+                 {"H100", 66.9, 989.4},
+                 {"H200", 66.9, 989.4},
+                 {"A100", 19.5, 312.0},
                  {"L40S", 91.6, 362.1}};
     const char *model = be->ops->device_model ? be->ops->device_model(be->ctx) : NULL;
     for (size_t i = 0; model && i < sizeof table / sizeof *table; i++)
@@ -458,12 +463,14 @@ static void rt_train_log_memory(const rt_params *p, const rt_zero *zero) {
         char host_txt[96] = "";
         if (zero->offload) snprintf(host_txt, sizeof host_txt, ", offloaded to host memory %.1f", host);
         rt_log_info("memory on %s: %.1f MiB (ZeRO-%d: weights %.1f, gradients %.1f, AdamW state %.1f%s; activations "
-                    "and buffers %.1f)%s", be->ops->name, total, zero->stage, w, g, opt, host_txt,
-                    total - here > 0 ? total - here : 0.0, free_txt);
+                    "and buffers %.1f)%s",
+                    be->ops->name, total, zero->stage, w, g, opt, host_txt, total - here > 0 ? total - here : 0.0,
+                    free_txt);
         return;
     }
     rt_log_info("memory on %s: %.1f MiB (weights %.1f, gradients %.1f, AdamW state %.1f, activations and buffers "
-                "%.1f)%s", be->ops->name, total, slab, train, moments, rest > 0 ? rest : 0.0, free_txt);
+                "%.1f)%s",
+                be->ops->name, total, slab, train, moments, rest > 0 ? rest : 0.0, free_txt);
 }
 
 /* Every pipeline stage's memory, which differs by stage (its blocks, the embeddings or heads,
@@ -503,9 +510,10 @@ static const rt_batch *rt_train_standin(const rt_batch *win, int nb, const rt_ba
 
 /* The error for a ZeRO-3 rank that has no batch to stand in for an empty micro-batch. */
 static rt_status rt_train_no_standin(const rt_train_state *s, int64_t step) {
-    return rt_errorf(RT_ERR_CONFIG, "--zero 3: data-parallel rank %d has no examples in step %lld and none earlier to "
-                     "stand in for them (a smaller --batch-size or fewer ranks avoids it)", s->dp->rank,
-                     (long long)step + 1);
+    return rt_errorf(RT_ERR_CONFIG,
+                     "--zero 3: data-parallel rank %d has no examples in step %lld and none earlier to "
+                     "stand in for them (a smaller --batch-size or fewer ranks avoids it)",
+                     s->dp->rank, (long long)step + 1);
 }
 
 /* Makes a pipeline's stand-in add nothing: every label ignored (-100), every target missing
@@ -572,8 +580,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         s.scaling = true;
     }
     if (o->zero > 0 || o->offload_optimizer || o->offload_params) {
-        const rt_zero_opts zo = {.stage = o->zero, .offload_optimizer = o->offload_optimizer,
-                                 .offload_params = o->offload_params};
+        const rt_zero_opts zo = {
+            .stage = o->zero, .offload_optimizer = o->offload_optimizer, .offload_params = o->offload_params};
         RT_TRY(rt_zero_init(model->params, s.dp, s.tp, &zo, &s.zero));
         zero3_hook.user = s.zero;
         rt_zero_set_host_comms(s.zero, s.dp_host, s.tp_host);
@@ -585,7 +593,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     if (pipeline) RT_TRY(rt_pipe_tied_members(s.pp_host, s.tied >= 0, &s.tied_members));
     if (s.tied >= 0 && !(s.tied_members & (((uint64_t)1 << s.pp->rank) - 1))) /* the first holder */
         RT_TRY(rt_backend_alloc(model->params->be, model->params->specs[s.tied].numel * sizeof(float),
-                                "pipeline: the tied weight's gradients from the other stages", (void **)&s.tied_scratch));
+                                "pipeline: the tied weight's gradients from the other stages",
+                                (void **)&s.tied_scratch));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
@@ -600,12 +609,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         RT_TRY(rt_jsonl_open(mpath, o->resume ? step : -1, &s.metrics));
     }
     rt_log_info("training: %lld steps (%lld per epoch), batch %lld x %lld accumulation, lr %g %s, warmup %lld steps",
-                (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size, (long long)o->grad_accum,
-                o->lr, o->schedule, (long long)sched.warmup_steps);
+                (long long)s.total_steps, (long long)steps_per_epoch, (long long)o->batch_size,
+                (long long)o->grad_accum, o->lr, o->schedule, (long long)sched.warmup_steps);
     if (pipeline)
         rt_log_info("pipeline: stage %d of %d, 1F1B over %d micro-batches per step (bubble (P-1)/(M+P-1) = %.1f%% with "
-                    "equal stages)", s.pp->rank + 1, s.pp->size, accum,
-                    100.0 * (s.pp->size - 1) / (double)(accum + s.pp->size - 1));
+                    "equal stages)",
+                    s.pp->rank + 1, s.pp->size, accum, 100.0 * (s.pp->size - 1) / (double)(accum + s.pp->size - 1));
     rt_train_log_memory(model->params, s.zero);
     if (pipeline) RT_TRY(rt_train_log_stage_memory(&s, model->params));
     if (s.dp->size > 1 && !s.zero) {
@@ -783,9 +792,10 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 char norm[32] = "overflow"; /* a skipped step's norm is inf or nan */
                 if (isfinite(last_norm)) snprintf(norm, sizeof norm, "%.3f", last_norm);
                 rt_train_clear_bar(&s);
-                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %s | %.1f ms/step | %.0f tokens/s%s%s",
-                            (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, norm, avg_ms, tps,
-                            perf, scaling);
+                rt_log_info("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad_norm %s | %.1f ms/step | %.0f "
+                            "tokens/s%s%s",
+                            (long long)step, (long long)s.total_steps, epoch, avg_loss, hp.lr, norm, avg_ms, tps, perf,
+                            scaling);
                 cJSON *obj = cJSON_CreateObject();
                 cJSON_AddStringToObject(obj, "type", "train");
                 cJSON_AddNumberToObject(obj, "step", (double)step);
@@ -843,7 +853,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         if (last_eval_step != step && o->eval_interval >= 0)
             RT_TRY(rt_train_evaluate(&s, eval, step, (double)step / (double)steps_per_epoch, result));
         /* a run that trained nothing (--epochs 0) leaves no checkpoint behind */
-        if (o->save_interval >= 0 && step > 0 && last_save_step != step) RT_TRY(rt_train_save(&s, io, model, data, step));
+        if (o->save_interval >= 0 && step > 0 && last_save_step != step)
+            RT_TRY(rt_train_save(&s, io, model, data, step));
     }
     RT_TRY(rt_zero_gather_params(s.zero)); /* ZeRO-3: the caller gets the whole model back */
 fail:

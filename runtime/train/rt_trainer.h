@@ -76,13 +76,13 @@ typedef struct {
 
 typedef struct {
     const char *prog;
-    int64_t epochs, max_steps;  /* max_steps > 0 overrides epochs */
+    int64_t epochs, max_steps; /* max_steps > 0 overrides epochs */
     int64_t batch_size, grad_accum;
     double lr, weight_decay, warmup, clip;
     double beta1, beta2, adam_eps;
-    const char *schedule;       /* constant | linear | cosine */
+    const char *schedule; /* constant | linear | cosine */
     uint64_t seed;
-    int64_t eval_interval;      /* > 0: every N steps; and at each epoch's end and the end unless < 0 */
+    int64_t eval_interval; /* > 0: every N steps; and at each epoch's end and the end unless < 0 */
     int64_t log_interval, save_interval, keep;
     const char *save_dir;
     bool resume;
@@ -92,7 +92,7 @@ typedef struct {
     /* Without resume: save_dir's checkpoints (step-N.tzck) and metrics.jsonl are an earlier run's,
      * removed as training starts (--overwrite; the program refused the folder without it). */
     bool start_over;
-    const char *options_json;   /* resolved options, stored in checkpoints and metrics */
+    const char *options_json; /* resolved options, stored in checkpoints and metrics */
     /* Data-parallel and tensor-parallel groups (NULL = one rank). The data iterator gives each
      * dp rank its slice of the same global batch; gradients are summed over dp, the loss is
      * normalised by the global number of targets, and only the first rank writes files.
@@ -133,13 +133,13 @@ typedef struct {
 } rt_train_opts;
 
 typedef struct {
-    int64_t steps;              /* optimizer steps completed */
+    int64_t steps; /* optimizer steps completed */
     double last_train_loss;
-    rt_metrics last_eval;       /* n = 0 when none ran */
-    int signal;                 /* SIGINT/SIGTERM that stopped training (after a save), else 0 */
-    int64_t skipped_steps;      /* loss scaling: steps skipped for overflow */
-    double loss_scale;          /* loss scaling: the scale at the end, else 0 */
-    int64_t early_buckets;      /* gradient buckets whose all-reduce started inside a backward */
+    rt_metrics last_eval;  /* n = 0 when none ran */
+    int signal;            /* SIGINT/SIGTERM that stopped training (after a save), else 0 */
+    int64_t skipped_steps; /* loss scaling: steps skipped for overflow */
+    double loss_scale;     /* loss scaling: the scale at the end, else 0 */
+    int64_t early_buckets; /* gradient buckets whose all-reduce started inside a backward */
 } rt_train_result;
 
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,

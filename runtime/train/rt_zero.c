@@ -170,8 +170,10 @@ rt_status rt_zero_init(rt_params *p, rt_comm *dp, rt_comm *tp, const rt_zero_opt
             rt_log_info("ZeRO-3 over %d data-parallel ranks%s: weights, gradients and AdamW m and v in %d blocks, "
                         "%.1f MiB per rank instead of %.1f MiB, plus up to %d blocks gathered at once for the "
                         "weights and as many for the gradients (the largest block %.1f MiB)%s",
-                        z->dp->size, z->offload_params ? ", parameters and optimizer offloaded to host memory"
-                                     : z->offload    ? ", optimizer offloaded to host memory" : "",
+                        z->dp->size,
+                        z->offload_params ? ", parameters and optimizer offloaded to host memory"
+                        : z->offload      ? ", optimizer offloaded to host memory"
+                                          : "",
                         z->n_blocks, (4.0 * (double)z->shard + (double)z->frozen_shard) * mib,
                         (4.0 * (double)p->train_numel + frozen_numel) * mib, RT_ZERO3_WINDOW,
                         (double)z->max_gathered * mib, staging ? "; the model was built in host memory" : "");
@@ -267,7 +269,8 @@ static rt_status zero_gather_doubles(rt_comm *c, const double *mine, int k, doub
     RT_TRY(c->ops->all_gather(c->ctx, host + n, host, n));
     for (size_t r = 0; r < size; r++)
         for (int i = 0; i < k; i++)
-            all[r * (size_t)k + (size_t)i] = (double)host[n + r * n + 2 * (size_t)i] + (double)host[n + r * n + 2 * (size_t)i + 1];
+            all[r * (size_t)k + (size_t)i] =
+                (double)host[n + r * n + 2 * (size_t)i] + (double)host[n + r * n + 2 * (size_t)i + 1];
 fail:
     free(host);
     return st;
@@ -324,8 +327,8 @@ static void *offload_adamw(void *arg) {
         size_t b = c->r[i].off > c->lo ? c->r[i].off : c->lo, e = c->r[i].off + c->r[i].n;
         e = e < c->hi ? e : c->hi;
         if (b >= e) continue;
-        rt_adamw(hb, c->z->h_master + b, c->z->h_grad + b, c->z->m + b, c->z->v + b, e - b,
-                 (float)c->h->lr, (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps,
+        rt_adamw(hb, c->z->h_master + b, c->z->h_grad + b, c->z->m + b, c->z->v + b, e - b, (float)c->h->lr,
+                 (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps,
                  c->r[i].key ? 0.0f : (float)c->h->weight_decay, c->grad_scale, c->t);
     }
     return NULL;
@@ -378,8 +381,8 @@ rt_status rt_zero_step(rt_zero *z, const rt_adamw_hparams *h, float grad_scale, 
     } else {
         float *param = z->stage == 3 ? z->pshard : p->param + z->begin;
         for (int i = 0; i < nr; i++)
-            rt_adamw(p->be, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off,
-                     r[i].n, (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
+            rt_adamw(p->be, param + r[i].off, z->gshard + r[i].off, z->m + r[i].off, z->v + r[i].off, r[i].n,
+                     (float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps,
                      r[i].key ? 0.0f : (float)h->weight_decay, grad_scale, t);
     }
     if (z->stage == 3) { /* the window's gathered values are stale; the next use gathers anew */

@@ -69,7 +69,7 @@ typedef struct {
     rt_zero_span train, frozen;
 } rt_zero_block;
 
-enum { RT_ZERO3_WINDOW = 3 }; /* blocks gathered at once: in use, the one ahead, the one before */
+enum { RT_ZERO3_WINDOW = 3 };                   /* blocks gathered at once: in use, the one ahead, the one before */
 enum { RT_ZERO3_SPARES = 2 * RT_ZERO3_WINDOW }; /* emptied window buffers kept for reuse */
 
 /* An emptied window buffer kept for the next block of its size. */
@@ -89,21 +89,21 @@ typedef struct {
 
 typedef struct rt_zero {
     rt_params *p;
-    rt_comm *dp, *tp;   /* device comms (the slab's reduce-scatter and all-gather); not owned */
+    rt_comm *dp, *tp;           /* device comms (the slab's reduce-scatter and all-gather); not owned */
     rt_comm *dp_host, *tp_host; /* host comms for the norm's partial sums (dp, tp until set) */
-    int stage;          /* 1, 2 or 3 */
-    bool offload;       /* the optimizer (and at stage 3 with offload_params, the parameters) on the host */
+    int stage;                  /* 1, 2 or 3 */
+    bool offload;               /* the optimizer (and at stage 3 with offload_params, the parameters) on the host */
     bool offload_params;
-    size_t sharded;     /* stages 1-2: the floats cut into slices, the trainable ones (p->train_numel, all of the
+    size_t sharded; /* stages 1-2: the floats cut into slices, the trainable ones (p->train_numel, all of the
                          * slab unless LoRA froze some: frozen ones stay whole on every rank) */
-    size_t padded;      /* stages 1-2: sharded rounded up to a multiple of dp (p->grad holds this many; p->param too
+    size_t padded;  /* stages 1-2: sharded rounded up to a multiple of dp (p->grad holds this many; p->param too
                          * when nothing is frozen) */
-    float *pgather;     /* stages 1-2 with frozen parameters: (padded) the all-gather's buffer, which p->param's
+    float *pgather; /* stages 1-2 with frozen parameters: (padded) the all-gather's buffer, which p->param's
                          * frozen tail cannot be */
-    size_t shard;       /* floats in every rank's slice (stage 3: the sum of its trainable pieces) */
-    size_t begin;       /* stages 1-2: this rank's slice is [begin, begin + shard) of the slab */
-    float *gshard;      /* (shard) backend memory: the reduce-scatter's output, the summed gradient */
-    float *m, *v;       /* (shard) AdamW moments: backend memory, or host memory with offload */
+    size_t shard;   /* floats in every rank's slice (stage 3: the sum of its trainable pieces) */
+    size_t begin;   /* stages 1-2: this rank's slice is [begin, begin + shard) of the slab */
+    float *gshard;  /* (shard) backend memory: the reduce-scatter's output, the summed gradient */
+    float *m, *v;   /* (shard) AdamW moments: backend memory, or host memory with offload */
     /* offload: host copies of the slice, updated by host_be's AdamW */
     rt_backend *host_be; /* p->be when that is the CPU backend, else a CPU backend owned here */
     bool own_host_be;
@@ -112,28 +112,28 @@ typedef struct rt_zero {
     /* stage 3 (rt_zero3.c) */
     int n_blocks;
     rt_zero_block *blocks;
-    int *block_of;      /* (p->n) each parameter's block */
-    size_t max_piece;   /* the largest trainable piece (at least 1): the reduce-scatter's output */
+    int *block_of;       /* (p->n) each parameter's block */
+    size_t max_piece;    /* the largest trainable piece (at least 1): the reduce-scatter's output */
     size_t max_gathered; /* the most floats a gathered block holds (at least 1) */
-    float *pshard;      /* (shard) this rank's trainable pieces: backend memory, or h_master with offload_params */
+    float *pshard;       /* (shard) this rank's trainable pieces: backend memory, or h_master with offload_params */
     size_t frozen_shard; /* floats of this rank's frozen pieces (0 unless LoRA froze some) */
-    float *fshard;      /* (frozen_shard) this rank's frozen pieces: backend memory, host memory with offload_params */
-    float *rs_out;      /* (largest piece) a reduce-scatter's output, before it joins gshard */
+    float *fshard;       /* (frozen_shard) this rank's frozen pieces: backend memory, host memory with offload_params */
+    float *rs_out;       /* (largest piece) a reduce-scatter's output, before it joins gshard */
     rt_zero_slot pslots[RT_ZERO3_WINDOW], gslots[RT_ZERO3_WINDOW];
     rt_zero_spare spares[RT_ZERO3_SPARES];
     uint64_t clock;
-    int last_block;     /* the block asked for last: the pass's direction picks the one to prefetch */
+    int last_block; /* the block asked for last: the pass's direction picks the one to prefetch */
     rt_params_source source;
-    rt_status error;    /* the first failed gather or flush (they happen inside the model's calls) */
+    rt_status error;     /* the first failed gather or flush (they happen inside the model's calls) */
     char error_msg[512]; /* and its message */
-    size_t gathers;     /* blocks gathered so far */
-    bool discard;       /* the micro-batch under way is a stand-in: its gradients flush as zeros */
+    size_t gathers;      /* blocks gathered so far */
+    bool discard;        /* the micro-batch under way is a stand-in: its gradients flush as zeros */
 } rt_zero;
 
 typedef struct {
-    int stage;               /* 1, 2 or 3 (0 is refused: offload needs a stage, as in DeepSpeed) */
-    bool offload_optimizer;  /* the shard's master weights, gradient, m and v in host memory */
-    bool offload_params;     /* stage 3: the parameter shard in host memory (implies offload_optimizer) */
+    int stage;              /* 1, 2 or 3 (0 is refused: offload needs a stage, as in DeepSpeed) */
+    bool offload_optimizer; /* the shard's master weights, gradient, m and v in host memory */
+    bool offload_params;    /* stage 3: the parameter shard in host memory (implies offload_optimizer) */
 } rt_zero_opts;
 
 /* Sets up ZeRO for p over dp. Stages 1-2 shard the trainable parameters (with LoRA, the adapters:

@@ -58,7 +58,8 @@ void rt_zero3_cut(rt_zero *z) {
     for (int i = 0; i < p->n;) {
         int j = i + 1;
         /* a tied weight is a block of its own, so its pieces line up on every stage holding it */
-        while (j < p->n && !p->specs[i].tied && !p->specs[j].tied && zero3_same_block(p->specs[i].name, p->specs[j].name))
+        while (j < p->n && !p->specs[i].tied && !p->specs[j].tied &&
+               zero3_same_block(p->specs[i].name, p->specs[j].name))
             j++;
         rt_zero_block *b = &z->blocks[z->n_blocks];
         b->first = i;
@@ -375,8 +376,7 @@ rt_status rt_zero3_init(rt_zero *z, rt_backend *staging) {
     rt_params *p = z->p;
     for (int i = 0; i < RT_ZERO3_WINDOW; i++) z->pslots[i] = z->gslots[i] = (rt_zero_slot){.block = -1};
     z->last_block = -1;
-    RT_TRY(rt_backend_alloc(p->be, z->max_piece * sizeof(float), "ZeRO-3 reduce-scatter output",
-                            (void **)&z->rs_out));
+    RT_TRY(rt_backend_alloc(p->be, z->max_piece * sizeof(float), "ZeRO-3 reduce-scatter output", (void **)&z->rs_out));
     if (z->offload_params)
         z->pshard = z->h_master; /* the host's master weights are the parameters */
     else
@@ -388,8 +388,7 @@ rt_status rt_zero3_init(rt_zero *z, rt_backend *staging) {
     /* the slab is in host memory when the model was built there (staging) */
     rt_zero3_pieces(z, false, p->param, staging != NULL, z->pshard, z->offload_params, true);
     rt_zero3_pieces(z, true, p->param, staging != NULL, z->fshard, z->offload_params, true);
-    if (z->offload && !z->offload_params)
-        rt_zero3_pieces(z, false, p->param, staging != NULL, z->h_master, true, true);
+    if (z->offload && !z->offload_params) rt_zero3_pieces(z, false, p->param, staging != NULL, z->h_master, true, true);
     rt_backend *home = staging ? staging : p->be;
     rt_free_sized(home, p->param, p->numel * sizeof(float));
     if (p->grad) rt_free_sized(home, p->grad, p->train_numel * sizeof(float));

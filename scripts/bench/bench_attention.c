@@ -34,7 +34,6 @@ typedef struct {
     char kind; /* 'c' causal, 'm' key mask, 0 neither */
 } shape;
 
-
 static double median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return t[n / 2];
@@ -92,9 +91,19 @@ static int bench_shape(rt_backend *be, const shape *s, int reps) {
     for (size_t i = 0; i < n_out; i++) dout[i] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 32768.0f - 1.0f;
     for (int b = 0; b < s->B; b++) /* BERT's padding: the last quarter of each row's keys */
         for (int j = s->T - s->T / 4; j < s->T; j++) mask[(size_t)b * s->T + j] = -INFINITY;
-    rt_attn_desc d = {.B = s->B, .NH = s->NH, .Tq = s->T, .Tk = s->T, .HS = s->HS, .ldq = ld, .ldk = ld, .ldv = ld,
-                      .ldo = (size_t)C, .scale = 1.0f / sqrtf((float)s->HS), .causal = s->kind == 'c',
-                      .key_mask = s->kind == 'm' ? mask : NULL, .probs_dtype = RT_F32};
+    rt_attn_desc d = {.B = s->B,
+                      .NH = s->NH,
+                      .Tq = s->T,
+                      .Tk = s->T,
+                      .HS = s->HS,
+                      .ldq = ld,
+                      .ldk = ld,
+                      .ldv = ld,
+                      .ldo = (size_t)C,
+                      .scale = 1.0f / sqrtf((float)s->HS),
+                      .causal = s->kind == 'c',
+                      .key_mask = s->kind == 'm' ? mask : NULL,
+                      .probs_dtype = RT_F32};
     const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
     float *dq = dqkv, *dk = dqkv + C, *dv = dqkv + 2 * C;
     for (int r = -2; r < reps; r++) {
@@ -123,7 +132,9 @@ static int bench_shape(rt_backend *be, const shape *s, int reps) {
     const double gf = 6.0 * 2.0 * s->T * (double)s->T * s->HS * s->B * s->NH / 1e9;
     char name[64];
     snprintf(name, sizeof name, "%dx%dx%dx%d%s", s->B, s->NH, s->T, s->HS,
-             s->kind == 'c' ? ":c" : s->kind == 'm' ? ":m" : "");
+             s->kind == 'c'   ? ":c"
+             : s->kind == 'm' ? ":m"
+                              : "");
     printf("%-16s %9.3f %9.3f %9.3f | %9.3f %7.1f", name, ms_rt, ms_fwd, ms_bwd, ms_eng[0], gf / ms_eng[0] * 1e3);
     if (ms_eng[1] >= 0)
         printf(" %9.3f %7.1f %7.2f\n", ms_eng[1], gf / ms_eng[1] * 1e3, ms_eng[0] / ms_eng[1]);

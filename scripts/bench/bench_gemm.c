@@ -25,7 +25,6 @@ typedef struct {
     int ta, tb;
 } shape;
 
-
 /* One engine on one shape: the median seconds of reps calls. engine 0 OpenBLAS, 1 oneDNN fp32,
  * 2 oneDNN bf16. */
 static double time_engine(int engine, const shape *s, const float *A, const float *B, const uint16_t *A16,
@@ -38,8 +37,8 @@ static double time_engine(int engine, const shape *s, const float *A, const floa
             cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, s->M, s->N,
                         s->K, 1.0f, A, lda, B, ldb, 0.0f, C, s->N);
         else if (cpu_dnnl_gemm(engine == 2 ? CPU_DNNL_BF16 : CPU_DNNL_F32, s->ta, s->tb, s->M, s->N, s->K, 1.0f,
-                               engine == 2 ? (const void *)A16 : A, lda, engine == 2 ? (const void *)B16 : B, ldb,
-                               0.0f, C, s->N) != RT_OK) {
+                               engine == 2 ? (const void *)A16 : A, lda, engine == 2 ? (const void *)B16 : B, ldb, 0.0f,
+                               C, s->N) != RT_OK) {
             free(t);
             return -1;
         }
@@ -74,9 +73,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (n_shapes == 0) { /* GPT-2 124M at 512 tokens: qkv, proj, fc, fc_proj, forward and backward */
-        const shape def[] = {{512, 2304, 768, 0, 1},  {512, 768, 768, 0, 1},  {512, 3072, 768, 0, 1},
-                             {512, 768, 3072, 0, 1},  {512, 768, 3072, 0, 0}, {512, 3072, 768, 0, 0},
-                             {3072, 768, 512, 1, 0},  {768, 3072, 512, 1, 0}};
+        const shape def[] = {{512, 2304, 768, 0, 1}, {512, 768, 768, 0, 1},  {512, 3072, 768, 0, 1},
+                             {512, 768, 3072, 0, 1}, {512, 768, 3072, 0, 0}, {512, 3072, 768, 0, 0},
+                             {3072, 768, 512, 1, 0}, {768, 3072, 512, 1, 0}};
         n_shapes = (int)(sizeof def / sizeof *def);
         memcpy(shapes, def, sizeof def);
     }
@@ -88,14 +87,17 @@ int main(int argc, char **argv) {
         float *A = malloc(na * sizeof(float)), *B = malloc(nb * sizeof(float)), *C = malloc((size_t)s->M * s->N * 4);
         uint16_t *A16 = malloc(na * 2), *B16 = malloc(nb * 2);
         unsigned seed = 7;
-        for (size_t j = 0; j < na; j++) A16[j] = rt_f32_to_bf16(A[j] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f);
-        for (size_t j = 0; j < nb; j++) B16[j] = rt_f32_to_bf16(B[j] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f);
+        for (size_t j = 0; j < na; j++)
+            A16[j] = rt_f32_to_bf16(A[j] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f);
+        for (size_t j = 0; j < nb; j++)
+            B16[j] = rt_f32_to_bf16(B[j] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 65536.0f - 0.5f);
         const char *names[3] = {"openblas_f32", "onednn_f32", "onednn_bf16"};
         for (int e = 0; e < 3; e++) {
             double sec = time_engine(e, s, A, B, A16, B16, C, reps);
             if (e == 2) cpu_dnnl_kernel(CPU_DNNL_BF16, s->M, s->N, s->K, kernel, sizeof kernel);
             if (sec < 0) {
-                printf("{\"shape\": \"%dx%dx%d:%d%d\", \"engine\": \"%s\", \"error\": \"oneDNN has no such matmul here (no oneDNN in this build, or no bf16 kernel for this CPU)\"}\n",
+                printf("{\"shape\": \"%dx%dx%d:%d%d\", \"engine\": \"%s\", \"error\": \"oneDNN has no such matmul here "
+                       "(no oneDNN in this build, or no bf16 kernel for this CPU)\"}\n",
                        s->M, s->N, s->K, s->ta, s->tb, names[e]);
                 continue;
             }

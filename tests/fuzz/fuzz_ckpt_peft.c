@@ -40,8 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!rt_error_message()[0]) abort(); /* says why (a quoted input string is escaped when printed) */
         return 0;
     }
-    if (c.r < 1 || c.r > CKPT_PEFT_MAX_R || !(c.alpha > 0) || !isfinite(c.alpha) || !(c.dropout >= 0 && c.dropout < 1) ||
-        c.n_targets < 1)
+    if (c.r < 1 || c.r > CKPT_PEFT_MAX_R || !(c.alpha > 0) || !isfinite(c.alpha) ||
+        !(c.dropout >= 0 && c.dropout < 1) || c.n_targets < 1)
         abort();
     for (int i = 0; i < c.n_targets; i++)
         if (!c.targets[i][0]) abort();

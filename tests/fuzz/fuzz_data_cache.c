@@ -46,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int s = 0; s < n_sets; s++) {
         const data_tokenized *d = &sets[s];
         for (size_t i = 0; i < d->n; i++) {
-            if (d->offsets[i + 1] < d->offsets[i] || d->offsets[i + 1] - d->offsets[i] != (size_t)d->lengths[i]) abort();
+            if (d->offsets[i + 1] < d->offsets[i] || d->offsets[i + 1] - d->offsets[i] != (size_t)d->lengths[i])
+                abort();
             if (d->len_a[i] < 0 || d->len_a[i] > d->lengths[i] || d->lengths[i] > d->max_len) abort();
             for (size_t k = d->offsets[i]; k < d->offsets[i + 1]; k++) (void)d->ids[k]; /* inside: ASan checks */
         }

@@ -64,7 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     tok_tokenizer *t = NULL;
     if (tok_load(dir, &t) == RT_OK) {
-        static const char *const texts[] = {"", "ab", "a b  ab\n", "'s 're \xff\xfe 123 ", "<|endoftext|>ab",
+        static const char *const texts[] = {"",
+                                            "ab",
+                                            "a b  ab\n",
+                                            "'s 're \xff\xfe 123 ",
+                                            "<|endoftext|>ab",
                                             "Hello World [CLS] </s> \xe4\xb8\xad\xe6\x96\x87"};
         tok_ids ids = {0};
         for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {

@@ -50,8 +50,7 @@ static size_t rt_cpu_attn_rng_base(const rt_attn_desc *d, int b, int h) {
 /* Rows of the (b, h) probabilities with dropout applied: dst = P * keep / (1 - p), and, when
  * g is non-NULL, the same mask on the gradient rows g (backward). rbase is the RNG index of
  * the head's first element; u is Tk floats of scratch. */
-static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *P, float *g,
-                                size_t rbase, float *u) {
+static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *P, float *g, size_t rbase, float *u) {
     const float p = d->dropout_p, s = 1.0f / (1.0f - p);
     const int Tq = d->Tq, Tk = d->Tk;
     for (int i = 0; i < Tq; i++) {

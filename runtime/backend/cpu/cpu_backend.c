@@ -99,8 +99,8 @@ static void cpu_weight_copy_update(void *ctx, const float *part, size_t n) {
 
 /* AdamW, writing the weights' copy as it goes where the copy holds all of these weights (a part
  * is rounded after). */
-static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
     rt_cpu_ctx *c = ctx;
     size_t at = 0;
     const bool whole = rt_weight_copy_overlap(c->w, c->n, params, n, &at) == n;
@@ -114,8 +114,7 @@ static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, fl
  * (ld == cols: a whole weight matrix, the same matmul descriptor as a rounded scratch copy, so
  * oneDNN picks the same kernel and the bits cannot differ) and it holds the form asked for (bf16
  * bits or floats): the copy at X's offset. */
-static const void *cpu_weight_copy_find(const rt_cpu_ctx *c, bool bits16, const float *X, int rows, int cols,
-                                        int ld) {
+static const void *cpu_weight_copy_find(const rt_cpu_ctx *c, bool bits16, const float *X, int rows, int cols, int ld) {
     const size_t n = (size_t)rows * (size_t)cols;
     size_t at = 0;
     if (!c->copy || c->bits16 != bits16 || rows < 1 || (rows > 1 && ld != cols) ||
@@ -276,8 +275,7 @@ static void cpu_gemm_rounded(const rt_cpu_ctx *c, bool trans_a, bool trans_b, in
         rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
         return;
     }
-    rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C,
-                                 ldc);
+    rt_status st = cpu_dnnl_gemm(CPU_DNNL_BF16, trans_a, trans_b, M, N, K, alpha, A16, lda16, B16, ldb16, beta, C, ldc);
     RT_CHECK(st == RT_OK, "oneDNN bf16 gemm M=%d N=%d K=%d: %s", M, N, K, rt_error_message());
 }
 
@@ -287,8 +285,8 @@ static void cpu_gemm_one(const rt_cpu_ctx *c, bool trans_a, bool trans_b, int M,
     if (c->matmul != RT_F32 && K > 0)
         cpu_gemm_rounded(c, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     else
-        rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, rt_x_floats(A, "fp32 gemm"), lda,
-                        rt_x_floats(B, "fp32 gemm"), ldb, beta, C, ldc);
+        rt_cpu_gemm_f32(trans_a, trans_b, M, N, K, alpha, rt_x_floats(A, "fp32 gemm"), lda, rt_x_floats(B, "fp32 gemm"),
+                        ldb, beta, C, ldc);
 }
 
 static void cpu_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A, int lda,
@@ -394,8 +392,10 @@ static bool cpu_describe(rt_cpu_ctx *c) {
         return false;
     }
     if (!cpu_dnnl_has(CPU_DNNL_BF16)) {
-        snprintf(c->model, sizeof c->model, "%s; GEMM oneDNN %s, bf16 emulated (fp32 GEMM over bf16-rounded inputs: "
-                 "oneDNN has no bf16 matmul for this CPU)", name, f32);
+        snprintf(c->model, sizeof c->model,
+                 "%s; GEMM oneDNN %s, bf16 emulated (fp32 GEMM over bf16-rounded inputs: "
+                 "oneDNN has no bf16 matmul for this CPU)",
+                 name, f32);
         return false;
     }
     cpu_dnnl_kernel(CPU_DNNL_BF16, 512, 768, 768, bf16, sizeof bf16);

@@ -173,11 +173,10 @@ static gemm_entry *cache_find(gemm_cache *c, const gemm_entry *key, rt_status *s
     return e;
 }
 
-rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                        const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void *A,
+                        int lda, const void *B, int ldb, float beta, float *C, int ldc) {
     RT_CHECK(M >= 0 && N >= 0 && K >= 0, "M=%d N=%d K=%d", M, N, K);
-    RT_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, "lda=%d ldb=%d ldc=%d", lda, ldb,
-             ldc);
+    RT_CHECK(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N, "lda=%d ldb=%d ldc=%d", lda, ldb, ldc);
     if (M == 0 || N == 0) return RT_OK;
     if (K == 0) { /* C = beta C; oneDNN's kernels divide by K (SIGFPE) */
         for (int i = 0; i < M; i++)
@@ -187,8 +186,17 @@ rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, i
     rt_status st = RT_OK;
     gemm_cache *c = cache_get(&st);
     if (!c) return st;
-    const gemm_entry key = {.type = type, .trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K,
-                            .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta,
+    const gemm_entry key = {.type = type,
+                            .trans_a = trans_a,
+                            .trans_b = trans_b,
+                            .M = M,
+                            .N = N,
+                            .K = K,
+                            .lda = lda,
+                            .ldb = ldb,
+                            .ldc = ldc,
+                            .alpha = alpha,
+                            .beta = beta,
                             .nthr = omp_in_parallel() ? 1 : omp_get_max_threads()};
     gemm_entry *e = cache_find(c, &key, &st);
     if (!e) return st;
@@ -223,8 +231,8 @@ bool cpu_dnnl_has(cpu_dnnl_type type) {
     return false;
 }
 
-rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                        const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc) {
+rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void *A,
+                        int lda, const void *B, int ldb, float beta, float *C, int ldc) {
     return rt_errorf(RT_ERR_UNSUPPORTED, "this build has no oneDNN (install libdnnl-dev: scripts/setup.sh)");
 }
 

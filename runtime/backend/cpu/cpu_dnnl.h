@@ -24,8 +24,8 @@ typedef enum { CPU_DNNL_F32, CPU_DNNL_BF16 } cpu_dnnl_type;
  * and for bf16 on a CPU without AVX-512 (oneDNN 2.6 has no bf16 matmul for AVX2 alone), where
  * callers use fp32 GEMMs over bf16-rounded values. Probed once per type. */
 bool cpu_dnnl_has(cpu_dnnl_type type);
-rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                        const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc);
+rt_status cpu_dnnl_gemm(cpu_dnnl_type type, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void *A,
+                        int lda, const void *B, int ldb, float beta, float *C, int ldc);
 /* The implementation oneDNN picks for such a GEMM ("brg:avx512_core_bf16", "gemm:jit", ...) into
  * out (size bytes); RT_ERR_UNSUPPORTED without oneDNN. */
 rt_status cpu_dnnl_kernel(cpu_dnnl_type type, int M, int N, int K, char *out, size_t size);

@@ -36,9 +36,7 @@ static inline float rt_cpu_gelu_tanh_grad(float x) {
 
 /* The exact GELU with the vectorizable erf and exp of cpu_math.h, as PyTorch's CPU GELU
  * also uses an approximate vector erf; the loops below are `simd` so they vectorize. */
-static inline float rt_cpu_gelu_erf(float x) {
-    return 0.5f * x * (1.0f + rt_fast_erff(x * RT_SQRT1_2));
-}
+static inline float rt_cpu_gelu_erf(float x) { return 0.5f * x * (1.0f + rt_fast_erff(x * RT_SQRT1_2)); }
 
 static inline float rt_cpu_gelu_erf_grad(float x) {
     float cdf = 0.5f * (1.0f + rt_fast_erff(x * RT_SQRT1_2));
@@ -262,8 +260,7 @@ void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float 
 
 /* Shared by fwd and bwd, which apply the same mask (rt_cpu_dropout_run), in chunks of 1024
  * draws (a multiple of 4, so no Philox block is computed twice). */
-static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed,
-                                 uint64_t stream) {
+static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     if (p == 0.0f) {
         if (y != x)
@@ -278,18 +275,16 @@ static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, ui
     }
 }
 
-void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream) {
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream) {
     rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
 }
 
-void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
-                        uint64_t seed, uint64_t stream) {
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream) {
     rt_cpu_dropout_apply(dinp, dout, n, p, seed, stream);
 }
 
-void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
-                         float p, uint64_t seed, uint64_t stream) {
+void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
+                         uint64_t seed, uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
@@ -317,8 +312,8 @@ void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, i
  * lerp with weight < 0.5 is m + w*(g - m), which equals b1*m + (1-b1)*g (PyTorch 1.13's
  * mul_/add_) up to rounding. */
 void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
-                  float *copy_rounded, rt_dtype dtype) {
+                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16, float *copy_rounded,
+                  rt_dtype dtype) {
     RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
     const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
     const float decay = k.decay, w1 = k.w1, w2 = k.w2, b2 = k.beta2, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt,

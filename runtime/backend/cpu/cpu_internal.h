@@ -28,8 +28,7 @@
  * consecutive indices instead of one per index (same bits, ~4x cheaper), and the whole blocks
  * of the row run as lanes: the ten rounds loop over arrays of blocks, which vectorizes. */
 #define RT_CPU_PHILOX_LANES 64
-static inline void rt_cpu_uniform_row(uint64_t seed, uint64_t stream, uint64_t start, size_t n,
-                                      float *u) {
+static inline void rt_cpu_uniform_row(uint64_t seed, uint64_t stream, uint64_t start, size_t n, float *u) {
     const float scale = 1.0f / 16777216.0f; /* as rt_rng_uniform: the top 24 bits */
     uint64_t i = start;
     const uint64_t end = start + n;
@@ -97,15 +96,14 @@ static inline void rt_cpu_dropout_run(float *y, const float *x, size_t n, float 
 }
 
 /* cpu_norm.c */
-void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
-                          const float *weight, const float *bias, size_t N, int C, float eps);
-void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, const float *mean,
-                          const float *rstd, size_t N, int C);
-void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
-                        size_t N, int C, float eps);
-void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
-                        const float *inp, const float *weight, const float *rstd, size_t N, int C);
+void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                          const float *bias, size_t N, int C, float eps);
+void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, const float *mean, const float *rstd, size_t N, int C);
+void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                        float eps);
+void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                        const float *weight, const float *rstd, size_t N, int C);
 /* The norms' parameter gradients alone (the second half of their bwd, for the fused residual
  * step): dweight (and dbias, LayerNorm; either may be NULL) += their sums over rows, by column
  * blocks. */
@@ -117,8 +115,7 @@ void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *in
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
 void rt_cpu_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n);
 void rt_cpu_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n);
-void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
-                          size_t n);
+void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout, size_t n);
 /* One row's activation from its fp32 pre-activation, in place: the plain act_fwd's formulas. */
 void rt_cpu_act_span(rt_act_kind kind, float *out, const float *in, size_t n);
 void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
@@ -129,12 +126,10 @@ void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
 void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
 void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit);
 void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
-void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed,
-                        uint64_t stream);
-void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
-                        uint64_t seed, uint64_t stream);
-void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
-                         float p, uint64_t seed, uint64_t stream);
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
+                         uint64_t seed, uint64_t stream);
 /* out[0 .. n) = in rounded to dtype (RT_BF16 or RT_F16), as floats: one loop per type, so each
  * vectorizes (a per-element choice of type keeps the compiler from it). Serial: callers split. */
 static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in, size_t n) {
@@ -188,8 +183,8 @@ static inline void rt_cpu_x_commit(rt_x x, size_t at, size_t n, const float *v) 
  * low-precision copy of these n weights when one is given: copy_bf16 gets bf16 bits, or
  * copy_rounded the weight rounded to dtype. */
 void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16,
-                  float *copy_rounded, rt_dtype dtype);
+                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16, float *copy_rounded,
+                  rt_dtype dtype);
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
@@ -204,29 +199,26 @@ void rt_cpu_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt
                           const void *probs, rt_x q, rt_x k, rt_x v);
 
 /* cpu_relbias.c */
-void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq,
-                        int Tk, int num_buckets);
-void rt_cpu_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq,
-                        int Tk, int num_buckets);
+void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets);
+void rt_cpu_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets);
 
 /* cpu_rows.c */
-void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
-                          int C, int vocab_start, int V, bool accumulate);
-void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
-                          size_t N, int C, int vocab_start, int V);
-void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
-                       const float *logits, const int32_t *targets, size_t N, int V,
-                       int vocab_start, float grad_scale);
+void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                          int vocab_start, int V, bool accumulate);
+void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                          int vocab_start, int V);
+void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                       const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale);
 void rt_cpu_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                      float grad_scale);
 void rt_cpu_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                             int C, float grad_scale);
-void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
-                         const float *logits, const int32_t *targets, size_t N, int V,
-                         float grad_scale);
+void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs, const float *logits,
+                         const int32_t *targets, size_t N, int V, float grad_scale);
 void rt_cpu_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
-void rt_cpu_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B,
-                             int C);
+void rt_cpu_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C);
 
 /* cpu_backend.c: frees what rt_cpu_backend_init made (called by rt_backend_free). */
 void rt_cpu_backend_free(rt_backend *be);

@@ -28,8 +28,8 @@ static inline float rt_fast_expf(float x) {
     const float lo = -87.33654f, hi = 88.7228394f; /* log(FLT_MAX) */
     float xc = x < lo ? lo : (x > hi ? hi : x);
     float n = __builtin_roundf(xc * 1.44269504088896341f);
-    float r = xc - n * 0.693359375f;  /* ln2, high part (exact product for |n| < 2^9) */
-    r = r - n * -2.12194440e-4f;      /* ln2, low part */
+    float r = xc - n * 0.693359375f; /* ln2, high part (exact product for |n| < 2^9) */
+    r = r - n * -2.12194440e-4f;     /* ln2, low part */
     float p = 1.9875691500e-4f;
     p = RT_MADD(p, r, 1.3981999507e-3f);
     p = RT_MADD(p, r, 8.3334519073e-3f);

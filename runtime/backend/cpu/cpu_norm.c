@@ -48,9 +48,8 @@ void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout,
     }
 }
 
-void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout,
-                          const float *inp, const float *weight, const float *mean,
-                          const float *rstd, size_t N, int C) {
+void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                          const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++)
@@ -91,8 +90,8 @@ void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *in
     }
 }
 
-void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
-                        const float *inp, const float *weight, const float *rstd, size_t N, int C) {
+void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                        const float *weight, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++)

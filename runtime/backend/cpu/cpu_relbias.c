@@ -9,12 +9,12 @@
 #include "runtime/backend/cpu/cpu_internal.h"
 
 static void rt_cpu_relbias_check(int NH, int Tq, int Tk, int num_buckets) {
-    RT_CHECK(NH > 0 && Tq > 0 && Tk > 0 && num_buckets > 0, "relbias: NH=%d Tq=%d Tk=%d num_buckets=%d", NH, Tq,
-             Tk, num_buckets);
+    RT_CHECK(NH > 0 && Tq > 0 && Tk > 0 && num_buckets > 0, "relbias: NH=%d Tq=%d Tk=%d num_buckets=%d", NH, Tq, Tk,
+             num_buckets);
 }
 
-void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq,
-                        int Tk, int num_buckets) {
+void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets) {
     rt_cpu_relbias_check(NH, Tq, Tk, num_buckets);
     const size_t tt = (size_t)Tq * Tk;
     for (size_t t = 0; t < tt; t++)
@@ -27,8 +27,8 @@ void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_
     }
 }
 
-void rt_cpu_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq,
-                        int Tk, int num_buckets) {
+void rt_cpu_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
+                        int num_buckets) {
     rt_cpu_relbias_check(NH, Tq, Tk, num_buckets);
     const size_t tt = (size_t)Tq * Tk;
     for (size_t t = 0; t < tt; t++)

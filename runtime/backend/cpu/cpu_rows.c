@@ -8,8 +8,8 @@
 #include "runtime/backend/cpu/cpu_internal.h"
 #include "runtime/backend/rt_bce.h"
 
-void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N,
-                          int C, int vocab_start, int V, bool accumulate) {
+void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                          int vocab_start, int V, bool accumulate) {
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++) {
         float *y = out + n * (size_t)C;
@@ -27,8 +27,8 @@ void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float
     }
 }
 
-void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
-                          size_t N, int C, int vocab_start, int V) {
+void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                          int vocab_start, int V) {
     int nblk = (C + RT_CPU_COL_BLOCK - 1) / RT_CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
@@ -68,9 +68,8 @@ void rt_cpu_bce_logits_loss(void *ctx, float *losses, float *dlogits, const floa
 /* loss = logsumexp(x) - x[t]; dlogits = (softmax(x) - onehot(t)) * grad_scale. Each row reads
  * all its logits (max, then sum of exps, then x[t]) before writing any output element, and
  * writes element j only after reading it, which is what lets dlogits alias logits. */
-void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
-                         const float *logits, const int32_t *targets, size_t N, int V,
-                         float grad_scale) {
+void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs, const float *logits,
+                         const int32_t *targets, size_t N, int V, float grad_scale) {
     RT_CHECK(V > 0, "V=%d", V);
 #pragma omp parallel for schedule(static) if (N * (size_t)V >= RT_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++) {
@@ -78,8 +77,7 @@ void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
         float *dx = dlogits ? dlogits + n * (size_t)V : NULL;
         float *pr = probs ? probs + n * (size_t)V : NULL;
         int32_t t = targets[n];
-        RT_CHECK(t == -100 || (t >= 0 && t < V), "row %zu: target %d outside [0, %d) and not -100",
-                 n, (int)t, V);
+        RT_CHECK(t == -100 || (t >= 0 && t < V), "row %zu: target %d outside [0, %d) and not -100", n, (int)t, V);
         float mx = -INFINITY;
         for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
         double sum = 0.0;

@@ -6,9 +6,8 @@
 
 #include "runtime/backend/cpu/cpu_internal.h"
 
-void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
-                       const float *logits, const int32_t *targets, size_t N, int V,
-                       int vocab_start, float grad_scale) {
+void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                       const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale) {
     (void)ctx;
     RT_CHECK(V > 0 && phase >= 0 && phase <= 2, "V=%d phase=%d", V, phase);
     float *mx = stats, *tl = stats + N, *sum = stats + 2 * N;

@@ -69,8 +69,7 @@ static unsigned rt_cuda_attn_row_grid(size_t rows) {
 
 /* The RNG row of local row r = (b*NH + h)*Tq + i: the same row with the global head
  * (b*heads_total + head_offset + h); r itself when all heads are local. */
-__device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq, int head_offset,
-                                                       int heads_total) {
+__device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq, int head_offset, int heads_total) {
     size_t per_b = (size_t)NH * Tq;
     return (r / per_b) * (size_t)heads_total * Tq + (size_t)head_offset * Tq + r % per_b;
 }
@@ -80,11 +79,10 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
  * is non-NULL, the probabilities also go there as p16_kind (rt_cuda_kind16). At a 16-bit compute
  * precision (mm_kind) the probabilities are rounded to it, as stored, and so are the dropped
  * ones: what the products read (see the top of this file). */
-__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int p16_kind, int mm_kind, const float *key_mask,
-                                            const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
-                                            bool causal, float p, float keep_scale, uint64_t seed,
-                                            uint64_t stream, int head_offset, int heads_total,
-                                            size_t rows) {
+__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int p16_kind, int mm_kind,
+                                            const float *key_mask, const float *bias, const int32_t *prefix, int NH,
+                                            int Tq, int Tk, bool causal, float p, float keep_scale, uint64_t seed,
+                                            uint64_t stream, int head_offset, int heads_total, size_t rows) {
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return; /* whole warp together */
@@ -95,7 +93,7 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int 
     float *Pd = pd ? pd + r * (size_t)Tk : NULL;
     const float *km = key_mask ? key_mask + b * (size_t)Tk : NULL;
     const float *bi = bias ? bias + ((size_t)h * Tq + i) * (size_t)Tk : NULL;
-    int jend = causal ? i + 1 : Tk; /* keys j >= jend are excluded */
+    int jend = causal ? i + 1 : Tk;                                                   /* keys j >= jend are excluded */
     if (causal && prefix && prefix[b] > jend) jend = prefix[b] < Tk ? prefix[b] : Tk; /* GLM's context */
 
     float mx = -INFINITY;
@@ -147,18 +145,17 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int 
  * precision (mm_kind) as the forward's were, for the backward's dv product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
  * blocks across the threads, so no index is divided per element and each block is drawn once. */
 __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, int mm_kind, size_t rows, float p,
-                                            float keep_scale, uint64_t seed, uint64_t stream,
-                                            int NH, int Tq, int Tk, int head_offset,
-                                            int heads_total) {
+                                            float keep_scale, uint64_t seed, uint64_t stream, int NH, int Tq, int Tk,
+                                            int head_offset, int heads_total) {
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const size_t row = r * (size_t)Tk;
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                              (uint64_t)gridDim.x * blockDim.x, [&](size_t j, float u) {
-                                 pd[row + j] = u >= p ? rt_cuda_round16(rt_cuda_load16(P, probs_kind, row + j) *
-                                                                               keep_scale,
-                                                                           mm_kind)
-                                                      : 0.0f;
+                                 pd[row + j] =
+                                     u >= p
+                                         ? rt_cuda_round16(rt_cuda_load16(P, probs_kind, row + j) * keep_scale, mm_kind)
+                                         : 0.0f;
                              });
     }
 }
@@ -166,9 +163,8 @@ __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
  * dS = P * (dP - sum_j P dP). */
 __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, int probs_kind, int NH, int Tq, int Tk,
-                                                bool dropout, float p, float keep_scale,
-                                                uint64_t seed, uint64_t stream, int head_offset,
-                                                int heads_total, size_t rows) {
+                                                bool dropout, float p, float keep_scale, uint64_t seed, uint64_t stream,
+                                                int head_offset, int heads_total, size_t rows) {
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -192,8 +188,7 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, in
 
 /* dbias[h, i, j] += sum over b of dS[b, h, i, j], b in order (one thread per element). */
 __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, size_t per_batch) {
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < per_batch;
-         e += (size_t)gridDim.x * blockDim.x) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < per_batch; e += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int b = 0; b < B; b++) s += dS[(size_t)b * per_batch + e];
         dbias[e] += s;
@@ -217,8 +212,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *pro
     const float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     /* the fp32 scores and softmax: probs itself, or scratch beside 16-bit probs */
     const bool f32 = d->probs_dtype == RT_F32;
-    float *S = f32 ? (float *)probs
-                   : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
+    float *S = f32 ? (float *)probs : (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, rows * Tk * sizeof(float));
 
     /* S[b, h] (Tq x Tk) = scale * q[b, :, h] k[b, :, h]^T */
     const bool use16 = rt_cuda_attn_16(c, d, q.t != RT_F32 || k.t != RT_F32 || v.t != RT_F32 || out.t != RT_F32);
@@ -228,17 +222,19 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *pro
                           rt_xf(S + (size_t)b * NH * head), Tk, head, NH);
 
     float *pd = NULL;
-    if (p > 0.0f)
-        pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
+    if (p > 0.0f) pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
     const int mm_kind = rt_cuda_kind16(c->matmul);
-    rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        S, pd, f32 ? NULL : probs, rt_cuda_kind16(d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk, d->causal, p, keep_scale, d->seed, d->stream,
-        d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
+    rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
+                                  rt_cuda_stream(ctx)>>>(
+        S, pd, f32 ? NULL : probs, rt_cuda_kind16(d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk,
+        d->causal, p, keep_scale, d->seed, d->stream, d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS); stored 16-bit probabilities
      * (the softmax's values rounded, which S holds too) are read as they are */
-    const rt_x P = pd ? rt_xf(pd) : use16 && !f32 && d->probs_dtype == c->matmul ? rt_x_of(probs, d->probs_dtype) : rt_xf(S);
+    const rt_x P = pd                                             ? rt_xf(pd)
+                   : use16 && !f32 && d->probs_dtype == c->matmul ? rt_x_of(probs, d->probs_dtype)
+                                                                  : rt_xf(S);
     for (int b = 0; b < B; b++)
         rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, 1.0f, rt_x_at(P, (size_t)b * NH * head), Tk, head,
                           rt_x_at(v, (size_t)b * Tk * d->ldv), (int)d->ldv, (size_t)HS,
@@ -250,8 +246,8 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     if (rt_cuda_attn_fused(c, d)) { /* the forward took the same path: probs holds its row statistics */
         const char *w = "fused attention";
-        rt_cuda_flash_bwd(c, d, rt_x_floats(dq, w), rt_x_floats(dk, w), rt_x_floats(dv, w), dbias,
-                          rt_x_floats(dout, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
+        rt_cuda_flash_bwd(c, d, rt_x_floats(dq, w), rt_x_floats(dk, w), rt_x_floats(dv, w), dbias, rt_x_floats(dout, w),
+                          probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
@@ -273,8 +269,9 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
     if (p > 0.0f) {
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
-                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale, d->seed,
-                                                             d->stream, NH, Tq, Tk, d->head_offset, heads_total);
+                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale,
+                                                             d->seed, d->stream, NH, Tq, Tk, d->head_offset,
+                                                             heads_total);
         CUDA_LAUNCH_CHECK();
         P = rt_xf(pd);
     } else if (probs_kind != RT_CUDA_KIND_F32 && !(use16 && d->probs_dtype == c->matmul)) {
@@ -295,16 +292,15 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
                           rt_xf(dS + (size_t)b * NH * head), Tk, head, NH);
     }
 
-    rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows),
-                                      32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dS, probs, probs_kind, NH, Tq, Tk, p > 0.0f, p, keep_scale, d->seed, d->stream, d->head_offset,
-        heads_total, rows);
+    rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
+                                      rt_cuda_stream(ctx)>>>(dS, probs, probs_kind, NH, Tq, Tk, p > 0.0f, p, keep_scale,
+                                                             d->seed, d->stream, d->head_offset, heads_total, rows);
     CUDA_LAUNCH_CHECK();
 
     if (dbias) {
         size_t per_batch = (size_t)NH * head;
-        rt_cuda_attn_dbias_kernel<<<rt_cuda_grid(per_batch, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-            dbias, dS, B, per_batch);
+        rt_cuda_attn_dbias_kernel<<<rt_cuda_grid(per_batch, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                    rt_cuda_stream(ctx)>>>(dbias, dS, B, per_batch);
         CUDA_LAUNCH_CHECK();
     }
 

@@ -28,8 +28,8 @@ void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes) {
         want = bytes;             /* the headroom may be what did not fit */
         e = cudaMalloc(&p, want);
     }
-    RT_CHECK(e == cudaSuccess, "cuda scratch slot %d: cudaMalloc(%zu bytes) failed: %s", slot,
-             want, cudaGetErrorString(e));
+    RT_CHECK(e == cudaSuccess, "cuda scratch slot %d: cudaMalloc(%zu bytes) failed: %s", slot, want,
+             cudaGetErrorString(e));
     c->scratch[slot] = p;
     c->scratch_bytes[slot] = want;
     return p;
@@ -108,21 +108,18 @@ static void cuda_sync(void *ctx) { CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stre
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
  * with row stride ld is its own transpose in column-major with the same ld. So cuBLAS gets
  * B first, A second, M and N swapped, and each operand keeps its own trans flag. */
-void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  const float *A, int lda, size_t stride_a, const float *B, int ldb,
-                  size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch) {
+void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                  size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
+                  size_t stride_c, int batch) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     RT_CHECK(M >= 0 && N >= 0 && K >= 0 && batch >= 0, "M=%d N=%d K=%d batch=%d", M, N, K, batch);
     if (M == 0 || N == 0 || batch == 0) return;
-    RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K,
-             (int)trans_a);
-    RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N,
-             (int)trans_b);
+    RT_CHECK(lda >= (trans_a ? M : K) && lda >= 1, "lda=%d M=%d K=%d trans_a=%d", lda, M, K, (int)trans_a);
+    RT_CHECK(ldb >= (trans_b ? K : N) && ldb >= 1, "ldb=%d K=%d N=%d trans_b=%d", ldb, K, N, (int)trans_b);
     RT_CHECK(ldc >= N, "ldc=%d N=%d", ldc, N);
     CUBLAS_CHECK(cublasSgemmStridedBatched(
-        c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-        K, &alpha, B, ldb, (long long)stride_b, A, lda, (long long)stride_a, &beta, C, ldc,
-        (long long)stride_c, batch));
+        c->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+        (long long)stride_b, A, lda, (long long)stride_a, &beta, C, ldc, (long long)stride_c, batch));
 }
 
 /* Filled by assignment rather than designated initializers, which C++17 lacks. */
@@ -219,13 +216,12 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
         goto fail;
     }
     if (device < 0 || device >= count)
-        RT_FAIL(RT_ERR_CONFIG, "cuda:%d: expected a device index in [0, %d): %d CUDA device%s visible",
-                device, count, count, count == 1 ? " is" : "s are");
+        RT_FAIL(RT_ERR_CONFIG, "cuda:%d: expected a device index in [0, %d): %d CUDA device%s visible", device, count,
+                count, count == 1 ? " is" : "s are");
     e = cudaSetDevice(device);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d: cudaSetDevice failed: %s", device,
-                cudaGetErrorString(e));
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d: cudaSetDevice failed: %s", device, cudaGetErrorString(e));
     }
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
 
@@ -240,8 +236,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
              c->attn_fused ? "; attention: fused kernels at bf16/fp16 (TZ_CUDA_ATTENTION=fused)" : "");
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
-        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name,
-                cublasGetStatusString(bs));
+        RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name, cublasGetStatusString(bs));
     have_cublas = true;
     bs = cublasLtCreate(&c->cublaslt);
     if (bs != CUBLAS_STATUS_SUCCESS)

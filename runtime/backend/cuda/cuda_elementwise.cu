@@ -67,7 +67,8 @@ __global__ void rt_cuda_act_fwd_kernel(int kind, rt_x out, rt_x inp, size_t n) {
 }
 
 __global__ void rt_cuda_act_bwd_kernel(int kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(dinp, i, rt_cuda_act1_bwd(kind, rt_cuda_xload(inp, i), rt_cuda_xload(dout, i)));
+    RT_CUDA_FOR_EACH(i, n)
+    rt_cuda_xstore(dinp, i, rt_cuda_act1_bwd(kind, rt_cuda_xload(inp, i), rt_cuda_xload(dout, i)));
 }
 
 __global__ void rt_cuda_gated_act_fwd_kernel(int kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
@@ -117,9 +118,7 @@ __global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_
     RT_CUDA_FOR_EACH(i, n) y[i] += alpha * x[i];
 }
 
-__global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) x[i] *= s;
-}
+__global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) { RT_CUDA_FOR_EACH(i, n) x[i] *= s; }
 
 __global__ void rt_cuda_scale_rows_kernel(float *x, const float *w, size_t n, int C) {
     RT_CUDA_FOR_EACH(i, n) x[i] *= w[i / (size_t)C];
@@ -135,24 +134,22 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n
 
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
  * per block of four (launch over (n + 3) / 4). */
-__global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s,
-                                       uint64_t seed, uint64_t stream) {
+__global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s, uint64_t seed,
+                                       uint64_t stream) {
     rt_cuda_rng_row_walk(seed, stream, 0, n, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                          (uint64_t)gridDim.x * blockDim.x, [&](size_t i, float u) { y[i] = u >= p ? x[i] * s : 0.0f; });
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
  * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
-__global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols,
-                                            int cols_total, int col_offset, float p, float s,
-                                            uint64_t seed, uint64_t stream) {
+__global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols, int cols_total, int col_offset,
+                                            float p, float s, uint64_t seed, uint64_t stream) {
     /* a row per blockIdx.y, its Philox blocks across the threads */
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
         const size_t row = r * (size_t)cols;
         rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)cols, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                             (uint64_t)gridDim.x * blockDim.x,
-                             [&](size_t c, float u) {
+                             (uint64_t)gridDim.x * blockDim.x, [&](size_t c, float u) {
                                  rt_cuda_xstore(y, row + c, u >= p ? rt_cuda_xload(x, row + c) * s : 0.0f);
                              });
     }
@@ -160,10 +157,9 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
 
 /* copy_kind 1 or 2: each updated weight also goes to copy as bf16 or fp16 (the weights'
  * low-precision copy the matmuls read, rt_weight_copy_set). */
-__global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v,
-                                     size_t n, float decay, float w1, float beta2, float w2,
-                                     float step_size, float bc2_sqrt, float eps, float grad_scale,
-                                     bool lerp_low, void *copy, int copy_kind) {
+__global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, float decay,
+                                     float w1, float beta2, float w2, float step_size, float bc2_sqrt, float eps,
+                                     float grad_scale, bool lerp_low, void *copy, int copy_kind) {
     RT_CUDA_FOR_EACH(i, n) {
         float g = grads[i] * grad_scale;
         float p = params[i] * decay;
@@ -207,8 +203,8 @@ static void rt_cuda_act_check(rt_act_kind kind) {
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, out,
-                                                                                                        inp, n);
+    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind,
+                                                                                                          out, inp, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -250,7 +246,7 @@ void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, si
     rt_cuda_act_check(kind);
     if (n == 0) return;
     rt_cuda_dact_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dpre,
-                                                                                                     g, pre, n);
+                                                                                                       g, pre, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -258,8 +254,8 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
     RT_CHECK(C > 0, "C=%d", C);
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_add_bias_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, bias,
-                                                                                                            N, C);
+    rt_cuda_add_bias_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        out, bias, N, C);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -284,19 +280,22 @@ void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
 void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n, C);
+    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n,
+                                                                                                             C);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit) {
     if (n == 0) return;
-    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, n, limit);
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, n,
+                                                                                                            limit);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
     if (n == 0) return;
-    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dx, y, n, limit);
+    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        dx, y, n, limit);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -319,18 +318,16 @@ static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n,
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
-                         uint64_t seed, uint64_t stream) {
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream) {
     rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
 }
 
-void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
-                         uint64_t seed, uint64_t stream) {
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream) {
     rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream);
 }
 
-void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset,
-                          float p, uint64_t seed, uint64_t stream) {
+void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
+                          uint64_t seed, uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
@@ -358,9 +355,8 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
 
 /* torch.optim.AdamW (single-tensor path): the step scalars are computed once in double on
  * the host and cast to float, the per-element math is float, as in the CPU backend. */
-void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
-                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                   float grad_scale, int64_t t) {
+void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                   float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
     RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
     if (n == 0) return;
     /* the CPU backend's scalars, bit for bit, so both update weights with the same numbers */
@@ -370,8 +366,8 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
     size_t at = 0;
     const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
     rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale,
-        k.lerp_low, whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
+        params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale, k.lerp_low,
+        whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
     CUDA_LAUNCH_CHECK();
     if (!whole) rt_cuda_weight_copy_update(ctx, params, n);
 }
@@ -382,8 +378,7 @@ double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {
      * to finish the sum; the grid depends on n only, so the result is reproducible */
     unsigned blocks = rt_cuda_grid(n, RT_CUDA_THREADS);
     if (blocks > 1024) blocks = 1024;
-    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ,
-                                            (blocks + 1) * sizeof(double));
+    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ, (blocks + 1) * sizeof(double));
     rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf + 1, x, n);
     CUDA_LAUNCH_CHECK();
     rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf, buf + 1, (int)blocks);

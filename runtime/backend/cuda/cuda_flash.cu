@@ -6,29 +6,29 @@
 
 #include "runtime/backend/cuda/cuda_flash_tiles.h"
 
-__global__ void __launch_bounds__(32) rt_cuda_flash_fwd_kernel(fl_args a, float *out, float *stats, const float *q,
-                                                               const float *k, const float *v) {
+__global__ void __launch_bounds__(32)
+    rt_cuda_flash_fwd_kernel(fl_args a, float *out, float *stats, const float *q, const float *k, const float *v) {
     __shared__ fl_smem sm;
     fl_fwd_block(&a, &sm, (long long)blockIdx.x, out, stats, q, k, v);
 }
 
-__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_query_kernel(fl_args a, float *dq, float *dsum,
-                                                                     const float *dout, const float *stats,
-                                                                     const float *q, const float *k, const float *v) {
+__global__ void __launch_bounds__(32)
+    rt_cuda_flash_bwd_query_kernel(fl_args a, float *dq, float *dsum, const float *dout, const float *stats,
+                                   const float *q, const float *k, const float *v) {
     __shared__ fl_smem sm;
     fl_bwd_query_block(&a, &sm, (long long)blockIdx.x, dq, dsum, dout, stats, q, k, v);
 }
 
-__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_key_kernel(fl_args a, float *dk, float *dv, const float *dout,
-                                                                   const float *stats, const float *dsum,
-                                                                   const float *q, const float *k, const float *v) {
+__global__ void __launch_bounds__(32)
+    rt_cuda_flash_bwd_key_kernel(fl_args a, float *dk, float *dv, const float *dout, const float *stats,
+                                 const float *dsum, const float *q, const float *k, const float *v) {
     __shared__ fl_smem sm;
     fl_bwd_key_block(&a, &sm, (long long)blockIdx.x, dk, dv, dout, stats, dsum, q, k, v);
 }
 
-__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, const float *dout,
-                                                                    const float *stats, const float *dsum,
-                                                                    const float *q, const float *k, const float *v) {
+__global__ void __launch_bounds__(32)
+    rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, const float *dout, const float *stats, const float *dsum,
+                                  const float *q, const float *k, const float *v) {
     __shared__ fl_smem sm;
     fl_bwd_bias_block(&a, &sm, (long long)blockIdx.x, dbias, dout, stats, dsum, q, k, v);
 }
@@ -48,8 +48,8 @@ static unsigned rt_cuda_flash_blocks(const rt_attn_desc *d, int T) {
     return (unsigned)n;
 }
 
-void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
-                       const float *k, const float *v) {
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q, const float *k,
+                       const float *v) {
     const fl_args a = fl_args_of(d, c->matmul);
     rt_cuda_flash_fwd_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, out, (float *)probs, q, k, v);
     CUDA_LAUNCH_CHECK();
@@ -60,11 +60,11 @@ void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *
     const fl_args a = fl_args_of(d, c->matmul);
     const float *stats = (const float *)probs;
     float *dsum = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_D, (size_t)d->B * d->NH * d->Tq * sizeof(float));
-    rt_cuda_flash_bwd_query_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, dq, dsum, dout, stats, q,
-                                                                                         k, v);
+    rt_cuda_flash_bwd_query_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, dq, dsum, dout, stats, q, k,
+                                                                                         v);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_flash_bwd_key_kernel<<<rt_cuda_flash_blocks(d, d->Tk), 32, 0, c->stream>>>(a, dk, dv, dout, stats, dsum,
-                                                                                       q, k, v);
+    rt_cuda_flash_bwd_key_kernel<<<rt_cuda_flash_blocks(d, d->Tk), 32, 0, c->stream>>>(a, dk, dv, dout, stats, dsum, q,
+                                                                                       k, v);
     CUDA_LAUNCH_CHECK();
     if (dbias) { /* a block per 16 query rows of a head: the batch rows go in order inside it */
         const unsigned blocks = rt_cuda_flash_blocks(d, d->Tq) / (unsigned)d->B;

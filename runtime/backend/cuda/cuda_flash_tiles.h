@@ -74,7 +74,7 @@ typedef struct {
     int causal;
     const int32_t *prefix;
     const float *key_mask;
-    const float *bias; /* (NH, Tq, Tk) position bias, or NULL */
+    const float *bias;   /* (NH, Tq, Tk) position bias, or NULL */
     float p, keep_scale; /* dropout probability, and 1/(1-p) */
     uint64_t seed, stream;
     int head_offset, heads_total; /* heads_total > 0 */
@@ -98,9 +98,9 @@ typedef struct {
 #define FL_LANES 32
 #define FL_LANE() ((int)(threadIdx.x & 31))
 #define FL_SYNC() __syncwarp()
-#define FL_ROW_SLOTS 1                    /* query rows a lane holds */
+#define FL_ROW_SLOTS 1                     /* query rows a lane holds */
 #define FL_SLOT_ROW(lane, t) ((lane) >> 1) /* the row of a lane's slot t */
-#define FL_HALF0(lane) ((lane) & 1)       /* the first half of a key tile a lane takes */
+#define FL_HALF0(lane) ((lane)&1)          /* the first half of a key tile a lane takes */
 #define FL_HALF_STEP 2
 #define FL_PAIR_MAX(x) fmaxf((x), __shfl_xor_sync(0xffffffffu, (x), 1))
 #define FL_PAIR_SUM(x) ((x) + __shfl_xor_sync(0xffffffffu, (x), 1))
@@ -139,8 +139,8 @@ typedef struct {
 } fl_acc;
 
 template <typename T>
-__device__ __forceinline__ void fl_mma_nt_t(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B,
-                                            int ldb, int K) {
+__device__ __forceinline__ void fl_mma_nt_t(float *C, int ldc, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                            int K) {
     using namespace nvcuda;
 #pragma unroll
     for (int n0 = 0; n0 < FL_BK; n0 += 16) {
@@ -277,8 +277,8 @@ FL_HD const float *fl_bias_row(const fl_args *a, int h, int i) {
 
 /* The dropout stream index of element (i, 0) of head h of batch row b: the global head. */
 FL_HD uint64_t fl_rng_base(const fl_args *a, int b, int h, int i) {
-    return (((uint64_t)b * (uint64_t)a->heads_total + (uint64_t)(a->head_offset + h)) * (uint64_t)a->Tq +
-            (uint64_t)i) * (uint64_t)a->Tk;
+    return (((uint64_t)b * (uint64_t)a->heads_total + (uint64_t)(a->head_offset + h)) * (uint64_t)a->Tq + (uint64_t)i) *
+           (uint64_t)a->Tk;
 }
 
 /* Uniforms along a lane's consecutive elements, a Philox block drawn once per four. */
@@ -416,8 +416,8 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
                     const int c = hf * (FL_BK / 2) + u, j = k0 + c;
                     float pd = 0.0f, keep;
                     if (j < jend[t] && m[t] > -INFINITY)
-                        (void)fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng, g0 + (uint64_t)j,
-                                      &pd, &keep);
+                        (void)fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng,
+                                      g0 + (uint64_t)j, &pd, &keep);
                     sm->p[r * FL_LDP + c] = fl_to16(pd, a->dtype);
                 }
             }
@@ -441,9 +441,8 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
 
 /* The query side of the backward, block blk as in the forward: D_i = sum_j P_ij dP_ij into dsum
  * (a float per row), then dq = scale dS k for the block's rows (written). */
-FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, float *dq, float *dsum,
-                              const float *dout, const float *stats, const float *q, const float *k,
-                              const float *v) {
+FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, float *dq, float *dsum, const float *dout,
+                              const float *stats, const float *q, const float *k, const float *v) {
     const int nqt = (a->Tq + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
     const int bh = (int)(blk / nqt), i0 = (int)(blk % nqt) * FL_BQ, b = bh / a->NH, h = bh % a->NH;
     (void)lane; /* the host's one lane holds every row */
@@ -483,8 +482,8 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
                         float ds = 0.0f;
                         if (j < jend[t] && m[t] > -INFINITY) {
                             float pd, keep;
-                            const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng,
-                                                     g0 + (uint64_t)j, &pd, &keep);
+                            const float pr = fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t],
+                                                     inv[t], &rng, g0 + (uint64_t)j, &pd, &keep);
                             const float dpv = sm->dp[r * FL_LDF + c] * keep;
                             part += pr * dpv;
                             ds = pr * (dpv - D[t]); /* rounds as it is stored */

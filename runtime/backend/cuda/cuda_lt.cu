@@ -93,10 +93,9 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     const size_t in_bytes = type == CUDA_R_32F ? 4 : 2, c_bytes = ctype == CUDA_R_32F ? 4 : 2;
     /* a 16-bit aux wants a leading dimension of 8 values */
     if (x->aux && c_bytes == 2 && x->ldaux % 8) return false;
-    const uint32_t align[4] = {lt_alignment(x->A, x->sa, in_bytes, x->batch),
-                               lt_alignment(x->B, x->sb, in_bytes, x->batch),
-                               lt_alignment(x->C, x->sc, c_bytes, x->batch),
-                               lt_alignment(x->C, x->sc, c_bytes, x->batch)};
+    const uint32_t align[4] = {
+        lt_alignment(x->A, x->sa, in_bytes, x->batch), lt_alignment(x->B, x->sb, in_bytes, x->batch),
+        lt_alignment(x->C, x->sc, c_bytes, x->batch), lt_alignment(x->C, x->sc, c_bytes, x->batch)};
     if (!c->lt_plans) c->lt_plans = (lt_plan_cache *)rt_xcalloc(1, sizeof *c->lt_plans);
     const lt_plan_key key = lt_plan_key_of(x, (int)type, align);
     const lt_plan *plan = lt_plan_find(c->lt_plans, &key);
@@ -112,10 +111,10 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     if (x->bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
     if (x->aux) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux,
-                                                    sizeof x->aux));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &x->ldaux,
-                                                    sizeof x->ldaux));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux, sizeof x->aux));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &x->ldaux, sizeof x->ldaux));
     }
     cublasLtMatrixLayout_t la = lt_layout(type, lt_dims_a(x), x->batch, x->sa);
     cublasLtMatrixLayout_t lb = lt_layout(type, lt_dims_b(x), x->batch, x->sb);
@@ -131,8 +130,8 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     }
     if (ok) {
         void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
-        CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc,
-                                    &algo, ws, RT_CUDA_LT_WORKSPACE, c->stream));
+        CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc, &algo,
+                                    ws, RT_CUDA_LT_WORKSPACE, c->stream));
     }
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
@@ -284,7 +283,8 @@ bool rt_cuda_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const float *
         return true;
     }
     /* 16-bit dpre: DGELU reads pre (aux) in dpre's type; the bias gradient sums the stored dpre */
-    if (pre.t == dpre.t && lt_map_linear_dact(&x, dpre.p, NULL, dY.p, W, pre.p, N, in, out_f, act == RT_ACT_GELU_TANH)) {
+    if (pre.t == dpre.t &&
+        lt_map_linear_dact(&x, dpre.p, NULL, dY.p, W, pre.p, N, in, out_f, act == RT_ACT_GELU_TANH)) {
         x.ctype = (int)rt_cuda_x_type(dpre.t);
         if (lt_matmul(c, &x, lt_inputs(c, &x, RT_F32, dY.t))) {
             if (db) rt_cuda_bias_bwd(ctx, db, dpre, N, in);
@@ -293,7 +293,8 @@ bool rt_cuda_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const float *
     }
     if (N == 0) return true;
     float *g = lt_product(c, N, in);
-    rt_cuda_gemm_op(ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, rt_xf(g), in, 0, 1);
+    rt_cuda_gemm_op(ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, rt_xf(g), in, 0,
+                    1);
     rt_cuda_dact(ctx, act, dpre, g, pre, N * (size_t)in);
     if (db) rt_cuda_bias_bwd(ctx, db, rt_xf(g), N, in); /* from the fp32 product, as the CPU */
     return true;

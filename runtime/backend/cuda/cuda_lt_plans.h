@@ -37,8 +37,8 @@ typedef struct {
 typedef struct {
     lt_plan_key key;
     uint64_t algo[LT_PLAN_ALGO_WORDS];
-    bool found;   /* false: cuBLASLt offered no algorithm for this key */
-    bool used;    /* the slot holds a plan */
+    bool found;    /* false: cuBLASLt offered no algorithm for this key */
+    bool used;     /* the slot holds a plan */
     uint64_t tick; /* last use, for eviction */
 } lt_plan;
 

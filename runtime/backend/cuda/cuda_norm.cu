@@ -9,8 +9,7 @@
 #include "runtime/backend/cuda/cuda_norm_rows.h"
 #include "runtime/backend/cuda/rt_cuda.h"
 
-__global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd,
-                                             const float *inp, const float *weight,
+__global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
                                              const float *bias, size_t N, int C, float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -19,39 +18,36 @@ __global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd,
                           inp + row * (size_t)C, weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
-                                             const float *weight, const float *mean,
-                                             const float *rstd, size_t N, int C) {
+__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+                                             const float *mean, const float *rstd, size_t N, int C) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight,
-                              mean[row], rstd[row], C, lane, RT_CUDA_KIND_F32);
+    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, mean[row],
+                              rstd[row], C, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, const float *inp,
-                                           const float *weight, size_t N, int C, float eps) {
+__global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, const float *inp, const float *weight, size_t N,
+                                           int C, float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C, eps, lane,
-                        RT_CUDA_KIND_F32);
+    rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C,
+                        eps, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
-                                           const float *weight, const float *rstd, size_t N,
-                                           int C) {
+__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+                                           const float *rstd, size_t N, int C) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, rstd[row],
-                            C, lane, RT_CUDA_KIND_F32);
+    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, rstd[row], C,
+                            lane, RT_CUDA_KIND_F32);
 }
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
-__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt_x dout,
-                                              const float *inp, const float *mean,
-                                              const float *rstd, size_t N, int C,
+__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt_x dout, const float *inp,
+                                              const float *mean, const float *rstd, size_t N, int C,
                                               size_t rows_per_chunk) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -75,8 +71,8 @@ __global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt
 }
 
 /* Pass 2: one thread per column adds the chunks in order into the accumulated outputs. */
-__global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const float *pa,
-                                            const float *pb, int chunks, int C) {
+__global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const float *pa, const float *pb, int chunks,
+                                            int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     if (out_a) {
@@ -91,8 +87,8 @@ __global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const fl
     }
 }
 
-void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp, const float *mean,
-                           const float *rstd, size_t N, int C) {
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp,
+                    const float *mean, const float *rstd, size_t N, int C) {
     if (N == 0 || C <= 0 || (!out_a && !out_b)) return;
     /* 64 rows per chunk gives thousands of threads for typical N = B*T; wider chunks only
      * when N would need more than 65535 chunks (the grid's y limit) */
@@ -103,16 +99,16 @@ void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x
     float *pa = (float *)rt_cuda_scratch(ctx, RT_CUDA_SCRATCH_COLSUM, 2 * part * sizeof(float));
     float *pb = mode == RT_COLSUM_LN ? pa + part : NULL;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), (unsigned)chunks);
-    rt_cuda_colsum_partial_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(pa, pb, mode, dout, inp, mean, rstd,
-                                                             N, C, rows_per_chunk);
+    rt_cuda_colsum_partial_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(pa, pb, mode, dout, inp, mean,
+                                                                                     rstd, N, C, rows_per_chunk);
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum_final_kernel<<<(C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out_a, out_b, pa, pb, chunks, C);
+    rt_cuda_colsum_final_kernel<<<(C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS, RT_CUDA_THREADS, 0,
+                                  rt_cuda_stream(ctx)>>>(out_a, out_b, pa, pb, chunks, C);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, int C, float eps) {
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
@@ -120,9 +116,8 @@ void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const 
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, size_t N, int C) {
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
@@ -131,8 +126,8 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), inp, mean, rstd, N, C);
 }
 
-void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
-                         size_t N, int C, float eps) {
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                         float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
@@ -140,8 +135,8 @@ void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, con
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
-                         const float *inp, const float *weight, const float *rstd, size_t N, int C) {
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(

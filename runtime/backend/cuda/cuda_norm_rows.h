@@ -83,8 +83,8 @@ __device__ __forceinline__ void rt_cuda_rmsnorm_row(rt_x y, float *rstd, const f
 }
 
 /* dx (C) += RMSNorm's input gradient from dy, given the forward's r; stored. */
-__device__ __forceinline__ void rt_cuda_rmsnorm_bwd_row(float *dx, const float *dy, const float *x,
-                                                        const float *weight, float r, int C, int lane, int kind) {
+__device__ __forceinline__ void rt_cuda_rmsnorm_bwd_row(float *dx, const float *dy, const float *x, const float *weight,
+                                                        float r, int C, int lane, int kind) {
     double a = 0.0;
     for (int c = lane; c < C; c += 32) a += (double)(dy[c] * weight[c]) * x[c];
     a = rt_cuda_warp_sum_d(a);

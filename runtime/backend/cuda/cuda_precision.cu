@@ -31,7 +31,8 @@ template <typename T> __global__ void rt_cuda_round_rows_kernel(float *x, size_t
 template <typename T> __global__ void rt_cuda_to16_flat_kernel(T *out, const float *X, size_t n) {
     RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_from_f32<T>(X[i]);
 }
-template <typename T> __global__ void rt_cuda_to16_rows_kernel(T *out, const float *X, size_t rows, int cols, size_t ld) {
+template <typename T>
+__global__ void rt_cuda_to16_rows_kernel(T *out, const float *X, size_t rows, int cols, size_t ld) {
     RT_CUDA_FOR_EACH_ROW_COL(r, c, rows, cols) out[r * (size_t)cols + c] = rt_cuda_from_f32<T>(X[r * ld + c]);
 }
 
@@ -40,8 +41,8 @@ template <typename T> static void rt_cuda_round_as(cudaStream_t st, float *x, si
     if (rows == 1 || ld == (size_t)cols)
         rt_cuda_round_flat_kernel<T><<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, st>>>(x, n);
     else
-        rt_cuda_round_rows_kernel<T><<<rt_cuda_grid_rows(rows, cols, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, st>>>(x, rows,
-                                                                                                            cols, ld);
+        rt_cuda_round_rows_kernel<T>
+            <<<rt_cuda_grid_rows(rows, cols, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, st>>>(x, rows, cols, ld);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -89,7 +90,8 @@ void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size
 void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
     RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "widen from %s", rt_dtype_name(dtype));
     if (n == 0) return;
-    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dst, src, rt_cuda_kind16(dtype), n);
+    rt_cuda_widen_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        dst, src, rt_cuda_kind16(dtype), n);
     CUDA_LAUNCH_CHECK();
 }
 

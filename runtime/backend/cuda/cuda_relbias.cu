@@ -9,11 +9,10 @@
  * forward, gives 0 instead of aborting as the CPU backend does. */
 #include "runtime/backend/cuda/rt_cuda.h"
 
-__global__ void rt_cuda_relbias_fwd_kernel(float *bias, const float *table, const int32_t *buckets,
-                                           int NH, size_t tt, int num_buckets) {
+__global__ void rt_cuda_relbias_fwd_kernel(float *bias, const float *table, const int32_t *buckets, int NH, size_t tt,
+                                           int num_buckets) {
     size_t n = tt * (size_t)NH;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t h = i / tt, t = i % tt;
         int32_t b = buckets[t];
         bias[i] = (b >= 0 && b < num_buckets) ? table[(size_t)b * NH + h] : 0.0f;
@@ -21,8 +20,8 @@ __global__ void rt_cuda_relbias_fwd_kernel(float *bias, const float *table, cons
 }
 
 /* Block (bucket k, head h): dtable[k, h] += sum of dbias[h, t] over t with buckets[t] == k. */
-__global__ void rt_cuda_relbias_bwd_kernel(float *dtable, const float *dbias, const int32_t *buckets,
-                                           int NH, size_t tt) {
+__global__ void rt_cuda_relbias_bwd_kernel(float *dtable, const float *dbias, const int32_t *buckets, int NH,
+                                           size_t tt) {
     __shared__ float sh[32];
     int k = (int)(blockIdx.x / (unsigned)NH), h = (int)(blockIdx.x % (unsigned)NH);
     const float *g = dbias + (size_t)h * tt;
@@ -34,26 +33,25 @@ __global__ void rt_cuda_relbias_bwd_kernel(float *dtable, const float *dbias, co
 }
 
 static void rt_cuda_relbias_check(int NH, int Tq, int Tk, int num_buckets) {
-    RT_CHECK(NH > 0 && Tq > 0 && Tk > 0 && num_buckets > 0,
-             "relbias: NH=%d Tq=%d Tk=%d num_buckets=%d", NH, Tq, Tk, num_buckets);
-    RT_CHECK((size_t)num_buckets * (size_t)NH <= 0x7fffffffu, "relbias: %d buckets x %d heads",
-             num_buckets, NH);
+    RT_CHECK(NH > 0 && Tq > 0 && Tk > 0 && num_buckets > 0, "relbias: NH=%d Tq=%d Tk=%d num_buckets=%d", NH, Tq, Tk,
+             num_buckets);
+    RT_CHECK((size_t)num_buckets * (size_t)NH <= 0x7fffffffu, "relbias: %d buckets x %d heads", num_buckets, NH);
 }
 
-void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH,
-                         int Tq, int Tk, int num_buckets) {
+void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
+                         int num_buckets) {
     rt_cuda_relbias_check(NH, Tq, Tk, num_buckets);
     size_t tt = (size_t)Tq * Tk;
-    rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        bias, table, buckets, NH, tt, num_buckets);
+    rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                 rt_cuda_stream(ctx)>>>(bias, table, buckets, NH, tt, num_buckets);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH,
-                         int Tq, int Tk, int num_buckets) {
+void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
+                         int num_buckets) {
     rt_cuda_relbias_check(NH, Tq, Tk, num_buckets);
     size_t tt = (size_t)Tq * Tk;
-    rt_cuda_relbias_bwd_kernel<<<(unsigned)(num_buckets * NH), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtable, dbias,
-                                                                                  buckets, NH, tt);
+    rt_cuda_relbias_bwd_kernel<<<(unsigned)(num_buckets * NH), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        dtable, dbias, buckets, NH, tt);
     CUDA_LAUNCH_CHECK();
 }

@@ -17,12 +17,10 @@
 
 #define RT_CUDA_SCATTER_SPLIT 32 /* grid y of the scatter-adds: owners per column */
 
-__global__ void rt_cuda_embedding_fwd_kernel(float *out, const int32_t *ids, const float *table,
-                                             size_t N, int C, int vocab_start, int V,
-                                             bool accumulate) {
+__global__ void rt_cuda_embedding_fwd_kernel(float *out, const int32_t *ids, const float *table, size_t N, int C,
+                                             int vocab_start, int V, bool accumulate) {
     size_t n_all = N * (size_t)C;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / (size_t)C;
         int c = (int)(i % (size_t)C);
         /* 64-bit so that id - vocab_start cannot overflow for any int32 id */
@@ -33,8 +31,8 @@ __global__ void rt_cuda_embedding_fwd_kernel(float *out, const int32_t *ids, con
 }
 
 /* Thread (c, y): column c of the rows local with local % gridDim.y == y. */
-__global__ void rt_cuda_embedding_bwd_kernel(float *dtable, const float *dout, const int32_t *ids,
-                                             size_t N, int C, int vocab_start, int V) {
+__global__ void rt_cuda_embedding_bwd_kernel(float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                                             int vocab_start, int V) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int64_t owner = blockIdx.y, split = gridDim.y;
@@ -45,11 +43,9 @@ __global__ void rt_cuda_embedding_bwd_kernel(float *dtable, const float *dout, c
     }
 }
 
-__global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const int32_t *idx, int B,
-                                           int C) {
+__global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const int32_t *idx, int B, int C) {
     size_t n_all = (size_t)B * C;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         size_t b = i / (size_t)C;
         int c = (int)(i % (size_t)C);
         int32_t row = idx[b];
@@ -57,8 +53,7 @@ __global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const i
     }
 }
 
-__global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, rt_x dout, const int32_t *idx,
-                                                int B, int C) {
+__global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int32_t owner = (int32_t)blockIdx.y, split = (int32_t)gridDim.y;
@@ -72,9 +67,8 @@ __global__ void rt_cuda_scatter_rows_add_kernel(float *dinp, rt_x dout, const in
 /* One block per row: max, then the sum of exps, then the outputs. Every read of the row
  * (including x[t]) happens before the reductions' __syncthreads, and each thread writes
  * element j only after reading it itself, which is what lets dlogits alias logits. */
-__global__ void rt_cuda_softmax_xent_kernel(float *losses, float *dlogits, float *probs,
-                                            const float *logits, const int32_t *targets, int V,
-                                            float grad_scale) {
+__global__ void rt_cuda_softmax_xent_kernel(float *losses, float *dlogits, float *probs, const float *logits,
+                                            const int32_t *targets, int V, float grad_scale) {
     __shared__ float sh[32];
     size_t n = blockIdx.x;
     const float *x = logits + n * (size_t)V;
@@ -102,8 +96,8 @@ __global__ void rt_cuda_softmax_xent_kernel(float *losses, float *dlogits, float
     }
 }
 
-void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
-                           size_t N, int C, int vocab_start, int V, bool accumulate) {
+void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                           int vocab_start, int V, bool accumulate) {
     RT_CHECK(C > 0 && V >= 0, "C=%d V=%d", C, V);
     size_t n = N * (size_t)C;
     if (n == 0) return;
@@ -112,13 +106,14 @@ void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const floa
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
-                           size_t N, int C, int vocab_start, int V) {
+void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                           int vocab_start, int V) {
     RT_CHECK(C > 0 && V >= 0, "C=%d V=%d", C, V);
     if (N == 0 || V == 0) return;
     unsigned split = V < RT_CUDA_SCATTER_SPLIT ? (unsigned)V : RT_CUDA_SCATTER_SPLIT;
     dim3 grid((unsigned)((C + RT_CUDA_THREADS - 1) / RT_CUDA_THREADS), split);
-    rt_cuda_embedding_bwd_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtable, dout, ids, N, C, vocab_start, V);
+    rt_cuda_embedding_bwd_kernel<<<grid, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(dtable, dout, ids, N, C,
+                                                                                    vocab_start, V);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -160,14 +155,13 @@ void rt_cuda_bce_logits_loss(void *ctx, float *losses, float *dlogits, const flo
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
-                          const float *logits, const int32_t *targets, size_t N, int V,
-                          float grad_scale) {
+void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs, const float *logits,
+                          const int32_t *targets, size_t N, int V, float grad_scale) {
     RT_CHECK(V > 0, "V=%d", V);
     RT_CHECK(N <= 0x7fffffffu, "N=%zu rows is too many for one launch", N);
     if (N == 0) return;
-    rt_cuda_softmax_xent_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(losses, dlogits, probs, logits,
-                                                                 targets, V, grad_scale);
+    rt_cuda_softmax_xent_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        losses, dlogits, probs, logits, targets, V, grad_scale);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -175,8 +169,8 @@ void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t 
     RT_CHECK(B >= 0 && C > 0, "B=%d C=%d", B, C);
     size_t n = (size_t)B * C;
     if (n == 0) return;
-    rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, inp, idx,
-                                                                                    B, C);
+    rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        out, inp, idx, B, C);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -3,9 +3,8 @@
  * per row, like rt_cuda_softmax_xent_kernel. */
 #include "runtime/backend/cuda/rt_cuda.h"
 
-__global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses, float *dlogits,
-                                          const float *logits, const int32_t *targets, size_t N,
-                                          int V, int vocab_start, float grad_scale) {
+__global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                                          const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale) {
     __shared__ float sh[32];
     size_t n = blockIdx.x;
     const float *x = logits + n * (size_t)V;
@@ -39,14 +38,13 @@ __global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses
     }
 }
 
-void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
-                        const float *logits, const int32_t *targets, size_t N, int V,
-                        int vocab_start, float grad_scale) {
+void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                        const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale) {
     (void)ctx;
     RT_CHECK(V > 0 && phase >= 0 && phase <= 2, "V=%d phase=%d", V, phase);
     RT_CHECK(N <= 0x7fffffffu, "N=%zu rows is too many for one launch", N);
     if (N == 0) return;
-    rt_cuda_xent_vocab_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(phase, stats, losses, dlogits, logits,
-                                                               targets, N, V, vocab_start, grad_scale);
+    rt_cuda_xent_vocab_kernel<<<(unsigned)N, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        phase, stats, losses, dlogits, logits, targets, N, V, vocab_start, grad_scale);
     CUDA_LAUNCH_CHECK();
 }

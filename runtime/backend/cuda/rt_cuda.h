@@ -36,20 +36,20 @@ extern "C" {
 #include "runtime/base/rt_rng.h"
 
 /* Every CUDA and cuBLAS call is checked, in every build: a device fault aborts with file:line. */
-#define CUDA_CHECK(call)                                                                       \
-    do {                                                                                       \
-        cudaError_t rt_cuda_err_ = (call);                                                     \
-        if (rt_cuda_err_ != cudaSuccess)                                                       \
+#define CUDA_CHECK(call)                                                                        \
+    do {                                                                                        \
+        cudaError_t rt_cuda_err_ = (call);                                                      \
+        if (rt_cuda_err_ != cudaSuccess)                                                        \
             rt_abort_at(__FILE__, __LINE__, #call, "%s (%s)", cudaGetErrorString(rt_cuda_err_), \
-                        cudaGetErrorName(rt_cuda_err_));                                       \
+                        cudaGetErrorName(rt_cuda_err_));                                        \
     } while (0)
 
-#define CUBLAS_CHECK(call)                                                                     \
-    do {                                                                                       \
-        cublasStatus_t rt_cublas_st_ = (call);                                                 \
-        if (rt_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                            \
-            rt_abort_at(__FILE__, __LINE__, #call, "%s (cuBLAS status %d)",                    \
-                        cublasGetStatusString(rt_cublas_st_), (int)rt_cublas_st_);             \
+#define CUBLAS_CHECK(call)                                                                                        \
+    do {                                                                                                          \
+        cublasStatus_t rt_cublas_st_ = (call);                                                                    \
+        if (rt_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                               \
+            rt_abort_at(__FILE__, __LINE__, #call, "%s (cuBLAS status %d)", cublasGetStatusString(rt_cublas_st_), \
+                        (int)rt_cublas_st_);                                                                      \
     } while (0)
 
 /* After every kernel launch: catches a bad launch configuration at the call that made it
@@ -69,8 +69,8 @@ enum {
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
     RT_CUDA_SCRATCH_GEMM_B,
     RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
-    RT_CUDA_SCRATCH_BGRAD,      /* a bias gradient an epilogue writes, before it is added */
-    RT_CUDA_SCRATCH_LINEAR,     /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
+    RT_CUDA_SCRATCH_BGRAD,        /* a bias gradient an epilogue writes, before it is added */
+    RT_CUDA_SCRATCH_LINEAR,       /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -81,8 +81,8 @@ enum {
 
 typedef struct {
     int device;
-    char model[256]; /* cudaDeviceProp.name */
-    char described[384]; /* model and what runs on it, for the start-up log (rt_backend_ops.device_model) */
+    char model[256];        /* cudaDeviceProp.name */
+    char described[384];    /* model and what runs on it, for the start-up log (rt_backend_ops.device_model) */
     int sm_major, sm_minor; /* compute capability */
     rt_dtype matmul;        /* the matmuls' input precision (cuda_precision.cu) */
     cublasHandle_t cublas;
@@ -130,14 +130,13 @@ static inline unsigned rt_cuda_grid(size_t n, unsigned threads) {
 }
 
 /* A grid-stride loop over size_t indices: any n works with a capped grid. */
-#define RT_CUDA_FOR_EACH(i, n)                                                                 \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
-         i += (size_t)gridDim.x * blockDim.x)
+#define RT_CUDA_FOR_EACH(i, n) \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* A grid-stride walk over a rows x cols block: rows across blockIdx.y, columns across
  * blockIdx.x and the threads (launch with rt_cuda_grid_rows), so no index is divided. */
-#define RT_CUDA_FOR_EACH_ROW_COL(r, c, rows, cols)                                             \
-    for (size_t r = blockIdx.y; r < (rows); r += gridDim.y)                                     \
+#define RT_CUDA_FOR_EACH_ROW_COL(r, c, rows, cols)          \
+    for (size_t r = blockIdx.y; r < (rows); r += gridDim.y) \
         for (int c = (int)(blockIdx.x * blockDim.x + threadIdx.x); c < (cols); c += (int)(gridDim.x * blockDim.x))
 
 static inline dim3 rt_cuda_grid_rows(size_t rows, int cols, unsigned threads) {
@@ -263,9 +262,9 @@ __device__ __forceinline__ double rt_cuda_block_sum_d(double v, double *sh) {
 extern "C" void rt_cuda_backend_free(rt_backend *be);
 /* cuda_backend.cu: cuBLAS's fp32 gemm (float operands), where cuBLASLt has no algorithm and for
  * attention's small products at fp32. */
-void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                  const float *A, int lda, size_t stride_a, const float *B, int ldb,
-                  size_t stride_b, float beta, float *C, int ldc, size_t stride_c, int batch);
+void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                  size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
+                  size_t stride_c, int batch);
 
 /* cuda_precision.cu: the compute precision's rounding, and X (rows x cols, row stride ld)
  * converted to a packed bf16 or fp16 matrix (c->matmul) in scratch slot `slot`. */
@@ -292,21 +291,20 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
                      int batch);
 
 /* cuda_norm.cu: also the column sums behind bias_bwd and the fused residual step's backward. */
-void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, int C, float eps);
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, size_t N, int C);
-void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight,
-                         size_t N, int C, float eps);
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout,
-                         const float *inp, const float *weight, const float *rstd, size_t N, int C);
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+                           const float *bias, size_t N, int C, float eps);
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                           const float *weight, const float *mean, const float *rstd, size_t N, int C);
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
+                         float eps);
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, const float *rstd, size_t N, int C);
 void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 /* What a column sum adds up, per row n and column c (g = dout[n, c]). */
 enum {
-    RT_COLSUM_DOUT = 0,   /* g: bias gradients */
-    RT_COLSUM_LN = 1,     /* a: g * (x - mean) * rstd (LayerNorm dweight); b: g (dbias) */
-    RT_COLSUM_RMS = 2     /* a: g * x * rstd (RMSNorm dweight) */
+    RT_COLSUM_DOUT = 0, /* g: bias gradients */
+    RT_COLSUM_LN = 1,   /* a: g * (x - mean) * rstd (LayerNorm dweight); b: g (dbias) */
+    RT_COLSUM_RMS = 2   /* a: g * x * rstd (RMSNorm dweight) */
 };
 /* out_a[c] += sum over rows of the mode's term a, out_b[c] (LN only, may be NULL) of b: the norms'
  * parameter gradients and bias_bwd, deterministic (two passes, no atomics). */
@@ -338,15 +336,12 @@ void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
 void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
 void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit);
 void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
-void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p,
-                         uint64_t seed, uint64_t stream);
-void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p,
-                         uint64_t seed, uint64_t stream);
-void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols,
-                          int cols_total, int col_offset, float p, uint64_t seed, uint64_t stream);
-void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n,
-                   float lr, float beta1, float beta2, float eps, float weight_decay,
-                   float grad_scale, int64_t t);
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
+                          uint64_t seed, uint64_t stream);
+void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                   float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
 
 /* cuda_attention.cu */
@@ -354,8 +349,8 @@ double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
  * buffer holds (m, 1/l) per query row, not the probabilities. */
 bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d);
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d);
-void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q,
-                       const float *k, const float *v);
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q, const float *k,
+                       const float *v);
 void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
                        const float *dout, const void *probs, const float *q, const float *k, const float *v);
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
@@ -363,26 +358,24 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
                            const void *probs, rt_x q, rt_x k, rt_x v);
 
 /* cuda_relbias.cu */
-void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH,
-                         int Tq, int Tk, int num_buckets);
-void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH,
-                         int Tq, int Tk, int num_buckets);
+void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
+                         int num_buckets);
+void rt_cuda_relbias_bwd(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
+                         int num_buckets);
 
 /* cuda_rows.cu */
-void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table,
-                           size_t N, int C, int vocab_start, int V, bool accumulate);
-void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids,
-                           size_t N, int C, int vocab_start, int V);
-void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits,
-                        const float *logits, const int32_t *targets, size_t N, int V,
-                        int vocab_start, float grad_scale);
+void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
+                           int vocab_start, int V, bool accumulate);
+void rt_cuda_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
+                           int vocab_start, int V);
+void rt_cuda_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
+                        const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale);
 void rt_cuda_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                       float grad_scale);
 void rt_cuda_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                              int C, float grad_scale);
-void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
-                          const float *logits, const int32_t *targets, size_t N, int V,
-                          float grad_scale);
+void rt_cuda_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs, const float *logits,
+                          const int32_t *targets, size_t N, int V, float grad_scale);
 void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
 void rt_cuda_scatter_rows_add(void *ctx, float *dinp, rt_x dout, const int32_t *idx, int B, int C);
 
