@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libsentencepiece-dev
   clang libclang-rt-dev    # libFuzzer: tests/test_fuzz_smoke.sh runs the parsers' fuzz targets
+  clang-format             # the sources' layout (.clang-format), checked by tests/test_format.sh
 )
 
 missing=()
