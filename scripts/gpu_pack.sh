@@ -13,7 +13,8 @@
 # (cudart, cuBLAS, cuBLASLt, NCCL) are large and come with the GPU machine; gpu_check.sh finds
 # them there. On the GPU machine, in a checkout of the same commit:
 #
-#   scripts/gpu_check.sh --pack build-gpu-pack/gpu-pack.tar.xz [--quick] ...
+#   scripts/gpu_check.sh --pack build-gpu-pack/gpu-pack.tar.xz --quick --part first --out "$OUT"
+#   scripts/gpu_check.sh --pack build-gpu-pack/gpu-pack.tar.xz --part second --out "$OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ARCH=90 OUTFILE=build-gpu-pack/gpu-pack.tar.xz
