@@ -55,6 +55,7 @@ struct bert_model {
     float *logits, *dlogits, *losses;              /* (B, NL), (B, NL), (B) */
     float *dh1, *dh2, *dh3;                        /* (B, C) head gradients */
     float *key_mask;                               /* (B, T) additive */
+    bool padded;                                   /* the uploaded batch masks a key: else attention gets no mask */
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
 
     int32_t *h_pos, *h_types, *h_cls; /* host staging */
@@ -460,6 +461,7 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return rt_errorf(RT_ERR_CONFIG, "BERT: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
                          m->max_T);
+    bool padded = false;
     for (int b = 0; b < B; b++) {
         int count = 0;
         for (int t = 0; t < T; t++) {
@@ -479,6 +481,7 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
                 m->h_pos[i] = t;
             m->h_types[i] = type;
             m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : BERT_MASKED;
+            padded |= host_mask && !host_mask[i];
         }
         m->h_cls[b] = b * T;
     }
@@ -489,13 +492,15 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     rt_to_device(be, m->types, m->h_types, BT * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
     rt_to_device(be, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
+    m->padded = padded;
     return RT_OK;
 }
 
-/* BERT attends both ways, with padded keys masked. */
+/* BERT attends both ways, with padded keys masked. A batch without padding passes no mask (the
+ * same numbers: the mask would add 0 to every score), which fused attention kernels take. */
 static mdl_stack_mask bert_mask(const void *model) {
     const bert_model *m = model;
-    return (mdl_stack_mask){.key_mask = m->key_mask};
+    return (mdl_stack_mask){.key_mask = m->padded ? m->key_mask : NULL};
 }
 
 /* HF: (word + token type) + position, then LayerNorm into the blocks' first residual (the

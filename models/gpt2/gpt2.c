@@ -368,6 +368,7 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
         return rt_errorf(RT_ERR_CONFIG, "GPT-2: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
                          m->max_T);
     int pad = c->pad_token_id >= 0 ? c->pad_token_id : c->eos_token_id;
+    bool padded = false;
     for (int b = 0; b < B; b++) {
         int last = 0;
         for (int t = 0; t < T; t++) {
@@ -378,6 +379,7 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
                                  id, b, t, c->vocab_size);
             m->h_pos[i] = t;
             m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : GPT2_MASKED;
+            padded |= host_mask && !host_mask[i];
             if (id != pad) last = t;
         }
         m->h_last[b] = b * T + last;
@@ -388,13 +390,15 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
     rt_to_device(be, m->pos, m->h_pos, BT * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
     if (pool) rt_to_device(be, m->last, m->h_last, (size_t)B * sizeof(int32_t));
+    m->padded = padded;
     return RT_OK;
 }
 
-/* GPT-2 attends causally, with padded keys masked. */
+/* GPT-2 attends causally, with padded keys masked. A batch without padding passes no mask (the
+ * same numbers: the mask would add 0 to every score), which fused attention kernels take. */
 static mdl_stack_mask gpt2_mask(const void *model) {
     const gpt2_model *m = model;
-    return (mdl_stack_mask){.causal = true, .key_mask = m->key_mask};
+    return (mdl_stack_mask){.causal = true, .key_mask = m->padded ? m->key_mask : NULL};
 }
 
 static rt_status gpt2_embed(gpt2_model *m, size_t BT) {

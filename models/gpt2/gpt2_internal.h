@@ -37,6 +37,7 @@ struct gpt2_model {
     float *logits, *dlogits, *losses;   /* (B, NL), (B, NL), (B) */
     float *dpooled;                     /* (B, C) */
     float *key_mask;                    /* (B, T) additive */
+    bool padded;                        /* the uploaded batch masks a key: else attention gets no mask */
     int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
 
     mdl_lm_head head; /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
