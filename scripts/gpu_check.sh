@@ -22,7 +22,8 @@
 #     with the same seed: every step's loss within 0.1% of the CPU's;
 #  4. 200 steps of each on the GPU in fp32 and in bf16: every bf16 step within 1% of fp32's and
 #     the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
-#     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused);
+#     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused)
+#     and with cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn);
 #  5. where GPT-2 124M's bf16 step goes (scripts/bench/gpu_profile.sh: ms/step over sequence
 #     lengths at the same tokens, without dropout, in fp32, and ncu's top kernels), about a minute
 #     and a half (--no-profile: not);
@@ -113,7 +114,8 @@ timed_out() { [ "$1" = 124 ] || [ "$1" = 137 ]; }
 if [ -n "$PACK" ]; then
     tar xJf "$PACK" || { line "FAIL pack: cannot unpack $PACK"; exit 1; }
     cuda_dirs=$(find /usr/local /opt /usr/lib \( -name 'libcublasLt.so.13' -o -name 'libcudart.so.13' -o \
-        -name 'libnccl.so.2' \) -printf '%h\n' 2> /dev/null | sort -u | tr '\n' ':')
+        -name 'libnccl.so.2' -o -name 'libcudnn.so.9' -o -name 'libnvrtc.so.13' \) -printf '%h\n' 2> /dev/null |
+        sort -u | tr '\n' ':')
     export LD_LIBRARY_PATH="$SRC/$B/lib:$cuda_dirs${LD_LIBRARY_PATH:-}"
     packed_src=$(cat "$B/pack-source-dir")
     [ "$packed_src" = "$SRC" ] || sed -i "s#$packed_src#$SRC#g" "$B/CTestTestfile.cmake" "$B/tests/CTestTestfile.cmake"
@@ -251,10 +253,15 @@ precisions() {
                 "$W/$prog-cuda-bf16-$steps" "$steps" 0.01 0.005 1; }; then
             fp32_activations "$prog" "$steps"
         fi
-        limit=$(step_limit 90 20) || { no_time "$prog on cuda, bf16 with the fused attention"; continue; }
-        TZ_CUDA_ATTENTION=fused train "$prog-cuda-fused-$steps" "$limit" "$prog" cuda bf16 "$steps" &&
-            compare "$prog cuda bf16 fused attention vs fp32, $steps steps" "$W/$prog-cuda-fp32-$steps" \
-                "$W/$prog-cuda-fused-$steps" "$steps" 0.01 0.005 1
+        # the other attentions, in the same band: the fused kernels, and cuDNN's SDPA (which takes
+        # the calls without padding, gpt2-finetune's; the run log names what it left to the
+        # materialized path)
+        for attention in fused cudnn; do
+            limit=$(step_limit 90 20) || { no_time "$prog on cuda, bf16 with the $attention attention"; continue; }
+            TZ_CUDA_ATTENTION=$attention train "$prog-cuda-$attention-$steps" "$limit" "$prog" cuda bf16 "$steps" &&
+                compare "$prog cuda bf16 $attention attention vs fp32, $steps steps" "$W/$prog-cuda-fp32-$steps" \
+                    "$W/$prog-cuda-$attention-$steps" "$steps" 0.01 0.005 1
+        done
     done
 }
 

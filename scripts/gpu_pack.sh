@@ -10,7 +10,7 @@
 # FILE (default build-gpu-pack/gpu-pack.tar.xz, about 7 MB): the programs, those tests, their
 # ctest files, and every shared library they need that is neither glibc's nor CUDA's (OpenBLAS,
 # cJSON, sentencepiece, libgomp, gfortran), which the GPU machine lacks. CUDA's own libraries
-# (cudart, cuBLAS, cuBLASLt, NCCL) are large and come with the GPU machine; gpu_check.sh finds
+# (cudart, cuBLAS, cuBLASLt, NCCL, cuDNN, NVRTC) are large and come with the GPU machine; gpu_check.sh finds
 # them there. On the GPU machine, in a checkout of the same commit:
 #
 #   scripts/gpu_check.sh --pack build-gpu-pack/gpu-pack.tar.xz --quick --part first --out "$OUT"
@@ -45,7 +45,7 @@ files=()
 for p in $PROGRAMS; do files+=("$B/bin/$p"); done
 for t in $TESTS; do files+=("$B/tests/$t"); done
 ldd "${files[@]}" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
-    grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libz|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn[a-z_]*)\.so' |
+    grep -vE '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libz|libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn[a-z_]*|libnvrtc[a-z-]*)\.so' |
     while read -r lib; do cp -L "$lib" "$B/lib/"; done
 pwd > "$B/pack-source-dir" # the ctest files name this checkout's path; gpu_check.sh rewrites it there
 tar cJf "$OUTFILE" "${files[@]}" "$B/CTestTestfile.cmake" "$B/tests/CTestTestfile.cmake" "$B/lib" "$B/pack-source-dir"

@@ -15,12 +15,31 @@ packages=(
   clang-format             # the sources' layout (.clang-format), checked by tests/test_format.sh
 )
 
+# cuDNN's fused attention (runtime/backend/cuda/cuda_sdpa.cc) compiles against cudnn-frontend's
+# headers: PyPI's nvidia-cudnn-frontend (header-only C++), installed where nvcc is into a folder of
+# our own (CMake looks there). Without them the build leaves that attention out, and
+# TZ_CUDA_ATTENTION=cudnn says so; nothing else needs them.
+FRONTEND_VERSION=1.32.0
+FRONTEND_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/tunezoo/cudnn-frontend-$FRONTEND_VERSION"
+install_cudnn_frontend() {
+  command -v nvcc > /dev/null || return 0
+  [ -f "$FRONTEND_DIR/include/cudnn_frontend.h" ] && return 0
+  if python3 -m pip install -q --no-deps --no-compile --target "$FRONTEND_DIR" \
+      "nvidia-cudnn-frontend==$FRONTEND_VERSION" > /dev/null 2>&1 &&
+      [ -f "$FRONTEND_DIR/include/cudnn_frontend.h" ]; then
+    echo "setup: cudnn-frontend $FRONTEND_VERSION's headers in $FRONTEND_DIR"
+  else
+    echo "setup: pip could not install nvidia-cudnn-frontend==$FRONTEND_VERSION: the build leaves cuDNN's fused attention out" >&2
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all packages present"
+  install_cudnn_frontend
   exit 0
 fi
 
@@ -38,3 +57,4 @@ fi
 echo "setup: installing ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_cudnn_frontend

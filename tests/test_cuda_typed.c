@@ -350,6 +350,68 @@ static void check_attention(int variant) {
     flt_free(&dbias);
 }
 
+/* cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) on 16-bit q, k and v in one fused
+ * buffer, without a mask or dropout: out, dq, dk and dv against the CPU's attention within the
+ * band above, and proof that cuDNN ran: its kept buffer starts with a copy of out (what its
+ * backward reads, cuda_sdpa_plan.h), which the materialized path would have filled with
+ * probabilities. */
+static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS, bool causal) {
+    const int C = NH * HS;
+    unsigned seed = 70 + (unsigned)T;
+    const size_t nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    act qkv = act_new(nx, &seed, 1.0f), dout = act_new(no, &seed, 1.0f);
+    act out = act_new(no, &seed, 0.0f), dqkv = act_new(nx, &seed, 0.0f);
+    const rt_attn_desc d = {.B = B,
+                            .NH = NH,
+                            .Tq = T,
+                            .Tk = T,
+                            .HS = HS,
+                            .ldq = (size_t)3 * C,
+                            .ldk = (size_t)3 * C,
+                            .ldv = (size_t)3 * C,
+                            .ldo = (size_t)C,
+                            .scale = 1.0f / sqrtf((float)HS),
+                            .causal = causal,
+                            .probs_dtype = dt};
+    void *pc = alloc_on(cpu, rt_attn_kept_bytes(cpu, &d)), *pg = alloc_on(gpu, rt_attn_kept_bytes(sdpa, &d));
+    for (int side = 0; side < 2; side++) {
+        rt_backend *be = side ? sdpa : cpu;
+        rt_x (*X)(const act *) = side ? xg : xc;
+        void *probs = side ? pg : pc;
+        rt_attention_fwd(be, &d, X(&out), probs, X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+        rt_attention_bwd(be, &d, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C), NULL, X(&dout), probs,
+                         X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+    }
+    rt_sync(sdpa); /* its stream is not the one the checks below read on */
+    char what[96];
+    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s: out", B, NH, T, HS, causal ? " causal" : "");
+    check_act(what, &out, GEMM_ATOL, 2 * unit);
+    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s: dqkv", B, NH, T, HS, causal ? " causal" : "");
+    check_act(what, &dqkv, GEMM_ATOL, 2 * unit);
+    uint16_t *kept = rt_xmalloc(no * 2), *got = rt_xmalloc(no * 2);
+    rt_to_host(gpu, kept, pg, no * 2);
+    rt_to_host(gpu, got, out.g, no * 2);
+    TZ_EXPECT(memcmp(kept, got, no * 2) == 0,
+              "cuDNN SDPA %dx%dx%dx%d: its kept buffer holds no copy of out: it did not run", B, NH, T, HS);
+    free(kept), free(got);
+    rt_free_device(cpu, pc), rt_free_device(gpu, pg);
+    act_free(&qkv), act_free(&dout), act_free(&out), act_free(&dqkv);
+}
+
+/* A backend with cuDNN's SDPA on, or NULL (said) where this build or machine has none. */
+static rt_backend *cudnn_backend(void) {
+    setenv("TZ_CUDA_ATTENTION", "cudnn", 1);
+    rt_backend *be = NULL;
+    rt_status st = rt_backend_init("cuda:0", 0, &be);
+    unsetenv("TZ_CUDA_ATTENTION");
+    if (st == RT_ERR_UNSUPPORTED) {
+        printf("test_cuda_typed: cuDNN SDPA not checked: %s\n", rt_error_message());
+        return NULL;
+    }
+    TZ_EXPECT_OK(st);
+    return st == RT_OK ? be : NULL;
+}
+
 int main(void) {
     rt_status st = rt_backend_init("cuda:0", 0, &gpu);
     if (st == RT_ERR_UNSUPPORTED) {
@@ -361,6 +423,7 @@ int main(void) {
     if (st != RT_OK) return tz_test_result("test_cuda_typed");
     TZ_EXPECT_OK(rt_backend_init("cpu", 0, &cpu));
     TZ_EXPECT(gpu->typed_acts, "the CUDA backend takes 16-bit activation handles");
+    rt_backend *sdpa = cudnn_backend();
     const rt_dtype types[2] = {RT_BF16, RT_F16};
     for (int t = 0; t < 2; t++) {
         dt = types[t];
@@ -383,7 +446,14 @@ int main(void) {
         check_elementwise();
         check_norms();
         for (int v = 0; v < 3; v++) check_attention(v);
+        if (sdpa && rt_set_precision(sdpa, dt) == RT_OK) {
+            check_attention_cudnn(sdpa, 2, 3, 70, 64, true);   /* GPT-2's heads, two key tiles */
+            check_attention_cudnn(sdpa, 2, 4, 128, 32, false); /* an encoder without padding */
+            check_attention_cudnn(sdpa, 2, 2, 40, 128, false); /* T5-3B's head size */
+            check_attention_cudnn(sdpa, 1, 2, 1024, 64, true);
+        }
     }
+    rt_backend_free(sdpa);
     rt_backend_free(cpu);
     rt_backend_free(gpu);
     return tz_test_result("test_cuda_typed");

@@ -5,7 +5,8 @@
 #   scripts/bench/gpu_profile.sh BIN_DIR OUT_DIR [--no-ncu]
 #
 #  1. ms/step at 16384 tokens a step as 16 x 1024, 32 x 512, 64 x 256 and 128 x 128, with the
-#     materialized attention and with the fused one (TZ_CUDA_ATTENTION=fused), and at 16 x 1024
+#     materialized attention, the fused one (TZ_CUDA_ATTENTION=fused) and cuDNN's SDPA
+#     (TZ_CUDA_ATTENTION=cudnn), and at 16 x 1024
 #     without dropout and in fp32 (mean of steps 4-9): what grows with the length is attention's;
 #     what dropout costs;
 #  2. ncu's kernel times over 2 steps at 2 x 1024 (start-up included), summed per kernel name:
@@ -13,7 +14,7 @@
 #     materialized one's were measured on 2026-11-27: see docs/benchmarks.md).
 #
 # Prints "INFO profile ..." lines (scripts/gpu_check.sh appends them to its summary); logs in
-# OUT_DIR. About a minute and a half on an H200.
+# OUT_DIR. About two minutes on an H200.
 set -u
 [ $# -ge 2 ] || { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
 BIN=$1 W=$2 NCU=1
@@ -36,7 +37,7 @@ run() {
 ms() { grep '"type":"train"' "$1/metrics.jsonl" 2> /dev/null | tail -n +4 |
     sed 's/.*"ms_per_step":\([0-9.eE+-]*\).*/\1/' | awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n; else printf "failed" }'; }
 
-for attention in materialized fused; do
+for attention in materialized fused cudnn; do
     sweep=""
     for tb in 1024:16 512:32 256:64 128:128; do
         TZ_CUDA_ATTENTION=$attention run "$attention-t${tb%:*}" gpt2 "${tb%:*}" "${tb#*:}" 9

@@ -196,7 +196,8 @@ __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, 
 }
 
 /* The fused kernels (cuda_flash.cu) read fp32 handles only: the backend keeps activations in fp32
- * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). */
+ * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). cuDNN's SDPA
+ * (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) takes the calls it supports; the rest run here. */
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
@@ -205,6 +206,7 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *pro
         rt_cuda_flash_fwd(c, d, rt_x_floats(out, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
         return;
     }
+    if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_fwd(c, d, out, probs, q, k, v)) return;
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk; /* one (b, h) block of probs */
     const size_t rows = (size_t)B * NH * Tq;
@@ -248,6 +250,10 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
         const char *w = "fused attention";
         rt_cuda_flash_bwd(c, d, rt_x_floats(dq, w), rt_x_floats(dk, w), rt_x_floats(dv, w), dbias, rt_x_floats(dout, w),
                           probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
+        return;
+    }
+    if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_took(c, d)) { /* probs holds what its forward kept */
+        rt_cuda_sdpa_bwd(c, d, dq, dk, dv, dout, probs, q, k, v);
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;

@@ -6,6 +6,7 @@
  * Set-up failures (no device, bad index, cuBLAS init) return an rt_status; anything that
  * goes wrong once the backend runs is a fault and aborts through CUDA_CHECK/CUBLAS_CHECK. */
 #include "runtime/backend/cuda/rt_cuda.h"
+#include "runtime/backend/cuda/cuda_sdpa.h"
 #include "runtime/backend/cuda/cuda_devices.h"
 
 #include <stdio.h>
@@ -206,8 +207,9 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     /* TZ_CUDA_ACTIVATIONS=fp32: activations in fp32 buffers, as before the typed kernels, to
      * compare the two on a GPU (the typed ones are the default) */
     const char *acts = getenv("TZ_CUDA_ACTIVATIONS");
-    if (attention && *attention && strcmp(attention, "fused") != 0 && strcmp(attention, "materialized") != 0)
-        RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ATTENTION=%s: expected fused or materialized", attention);
+    if (attention && *attention && strcmp(attention, "fused") != 0 && strcmp(attention, "materialized") != 0 &&
+        strcmp(attention, "cudnn") != 0)
+        RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ATTENTION=%s: expected materialized, fused or cudnn", attention);
     if (acts && *acts && strcmp(acts, "fp32") != 0 && strcmp(acts, "typed") != 0)
         RT_FAIL(RT_ERR_CONFIG, "TZ_CUDA_ACTIVATIONS=%s: expected typed or fp32", acts);
 
@@ -232,8 +234,15 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     c->sm_minor = prop.minor;
     c->matmul = RT_F32;
     c->attn_fused = attention && strcmp(attention, "fused") == 0;
+    if (attention && strcmp(attention, "cudnn") == 0) {
+        char why[256];
+        if (!(c->sdpa = rt_sdpa_create(why, sizeof why)))
+            RT_FAIL(RT_ERR_UNSUPPORTED, "TZ_CUDA_ATTENTION=cudnn: %s", why);
+    }
     snprintf(c->described, sizeof c->described, "%s%s", prop.name,
-             c->attn_fused ? "; attention: fused kernels at bf16/fp16 (TZ_CUDA_ATTENTION=fused)" : "");
+             c->attn_fused ? "; attention: fused kernels at bf16/fp16 (TZ_CUDA_ATTENTION=fused)"
+             : c->sdpa     ? "; attention: cuDNN's SDPA at bf16/fp16 (TZ_CUDA_ATTENTION=cudnn)"
+                           : "");
     bs = cublasCreate(&c->cublas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         RT_FAIL(RT_ERR_RUNTIME, "cuda:%d (%s): cublasCreate failed: %s", device, prop.name, cublasGetStatusString(bs));
@@ -276,6 +285,7 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
      * at a 16-bit precision; the fused attention kernels read fp32 ones, so with them switched on
      * (or TZ_CUDA_ACTIVATIONS=fp32) activations stay in fp32 buffers. */
     be->typed_acts = !c->attn_fused && !(acts && strcmp(acts, "fp32") == 0);
+    c->typed_acts = be->typed_acts;
     *out = be;
     return RT_OK;
 fail:
@@ -286,6 +296,7 @@ fail:
         if (c->stage_done[k]) cudaEventDestroy(c->stage_done[k]);
     }
     if (c && c->stream) cudaStreamDestroy(c->stream);
+    if (c) rt_sdpa_destroy(c->sdpa);
     if (c) free(c->lt_plans);
     free(c);
     free(be);
@@ -298,6 +309,7 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
     if (c) {
         CUDA_CHECK(cudaSetDevice(c->device));
         CUDA_CHECK(cudaDeviceSynchronize());
+        rt_sdpa_destroy(c->sdpa);
         for (int i = 0; i < RT_CUDA_SCRATCH_COUNT; i++) CUDA_CHECK(cudaFree(c->scratch[i]));
         CUDA_CHECK(cudaFree(c->copy));
         CUBLAS_CHECK(cublasDestroy(c->cublas));

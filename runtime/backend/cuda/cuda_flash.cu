@@ -2,6 +2,7 @@
  * cuda_flash_tiles.h (where the algorithm and its rounding points are described) with its tiles in
  * shared memory. The materialized path (cuda_attention.cu) stays the reference and the fallback:
  * for fp32, and for head sizes past 64 (fl_unsupported). */
+#include "runtime/backend/cuda/cuda_sdpa_plan.h"
 #include "runtime/backend/cuda/rt_cuda.h"
 
 #include "runtime/backend/cuda/cuda_flash_tiles.h"
@@ -38,7 +39,13 @@ bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
 }
 
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
-    return rt_cuda_attn_fused((const rt_cuda_ctx *)ctx, d) ? 2 * sizeof(float) : 0; /* (m, 1/l) */
+    const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
+    if (rt_cuda_attn_fused(c, d)) return 2 * sizeof(float); /* (m, 1/l) */
+    if (c->sdpa) { /* room for cuDNN's output and statistics, or for the probabilities (cuda_sdpa_plan.h) */
+        const size_t kept = rt_sdpa_kept_row(d), probs = (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+        return kept > probs ? kept : probs;
+    }
+    return 0;
 }
 
 /* Blocks of 16 rows over every (batch row, head). */

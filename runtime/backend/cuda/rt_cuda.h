@@ -71,6 +71,7 @@ enum {
     RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
     RT_CUDA_SCRATCH_BGRAD,        /* a bias gradient an epilogue writes, before it is added */
     RT_CUDA_SCRATCH_LINEAR,       /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
+    RT_CUDA_SCRATCH_SDPA,         /* cuDNN SDPA's workspace (cuda_sdpa_path.cu) */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -107,6 +108,11 @@ typedef struct {
     struct lt_plan_cache *lt_plans;
     /* Attention through the fused kernels (cuda_flash.cu) where they apply: TZ_CUDA_ATTENTION=fused */
     bool attn_fused;
+    /* cuDNN's fused SDPA (cuda_sdpa.h) where it applies: TZ_CUDA_ATTENTION=cudnn; NULL: off */
+    struct rt_sdpa *sdpa;
+    const char *sdpa_logged[8]; /* the reasons it did not take a call, each logged once */
+    /* be->typed_acts: the models' activation handles hold c->matmul's type (else fp32) */
+    bool typed_acts;
 } rt_cuda_ctx;
 
 /* The stream of a backend context (the ops' void *ctx). */
@@ -343,6 +349,14 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
+
+/* cuda_sdpa_path.cu: cuDNN's SDPA, where rt_cuda_attn_cudnn says it runs (it logs, once per
+ * reason, why it does not); fwd and bwd take the handles of attention_fwd and attention_bwd. */
+bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d);
+bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kept, rt_x q, rt_x k, rt_x v);
+void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, rt_x dout, const void *kept,
+                      rt_x q, rt_x k, rt_x v);
+bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d);
 
 /* cuda_attention.cu */
 /* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs. Its probabilities

@@ -1,0 +1,70 @@
+/* The backend's side of cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn): which calls go to it
+ * (cuda_sdpa_plan.h), its workspace from the backend's scratch, and the calls (cuda_sdpa.h). A
+ * call it does not take runs on the materialized path (cuda_attention.cu), and the first call for
+ * each reason says so in one line. The probabilities buffer is sized for either path
+ * (rt_cuda_attention_kept_row), so the choice can be made per call. */
+#include "runtime/backend/cuda/cuda_sdpa.h"
+#include "runtime/backend/cuda/cuda_sdpa_plan.h"
+#include "runtime/backend/cuda/rt_cuda.h"
+
+extern "C" {
+#include "runtime/base/rt_log.h"
+}
+
+/* The type the models' activation handles hold: the compute type where the kernels read 16-bit
+ * handles, else fp32 (rt_act_dtype on the backend). */
+static rt_dtype rt_cuda_act_type(const rt_cuda_ctx *c) { return c->typed_acts ? c->matmul : RT_F32; }
+
+static void rt_cuda_sdpa_log_once(rt_cuda_ctx *c, const char *why) {
+    const int n = (int)(sizeof c->sdpa_logged / sizeof c->sdpa_logged[0]);
+    for (int i = 0; i < n; i++) {
+        if (c->sdpa_logged[i] == why) return;
+        if (!c->sdpa_logged[i]) {
+            c->sdpa_logged[i] = why;
+            rt_log_info("attention: cuDNN's SDPA does not take %s; the materialized path runs it", why);
+            return;
+        }
+    }
+}
+
+bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d) {
+    if (!c->sdpa) return false;
+    const char *why = rt_sdpa_unsupported(d, rt_cuda_act_type(c), c->sm_major);
+    if (why) rt_cuda_sdpa_log_once(c, why);
+    return why == NULL;
+}
+
+bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+    return rt_sdpa_took(c->sdpa, d, rt_cuda_act_type(c));
+}
+
+static void *rt_cuda_sdpa_workspace(void *ctx, size_t bytes) {
+    return rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SDPA, bytes);
+}
+
+static void rt_cuda_sdpa_check_types(const rt_cuda_ctx *c, const rt_x *x, int n) {
+    for (int i = 0; i < n; i++)
+        RT_CHECK(x[i].t == c->matmul, "cuDNN SDPA: an activation handle of %s under %s compute", rt_dtype_name(x[i].t),
+                 rt_dtype_name(c->matmul));
+}
+
+bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kept, rt_x q, rt_x k, rt_x v) {
+    const rt_x all[4] = {out, q, k, v};
+    rt_cuda_sdpa_check_types(c, all, 4);
+    rt_status st = rt_sdpa_fwd(c->sdpa, c->stream, d, c->matmul, out.p, kept, q.p, k.p, v.p, rt_cuda_sdpa_workspace, c);
+    if (st == RT_OK) return true;
+    /* refused: said the first time (the message names the shape; later ones are empty), and the
+     * materialized path runs it */
+    if (rt_error_message()[0]) rt_log_warn("%s", rt_error_message());
+    return false;
+}
+
+void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, rt_x dout, const void *kept,
+                      rt_x q, rt_x k, rt_x v) {
+    const rt_x all[7] = {dq, dk, dv, dout, q, k, v};
+    rt_cuda_sdpa_check_types(c, all, 7);
+    rt_status st = rt_sdpa_bwd(c->sdpa, c->stream, d, c->matmul, dq.p, dk.p, dv.p, dout.p, kept, q.p, k.p, v.p,
+                               rt_cuda_sdpa_workspace, c);
+    /* the forward ran on cuDNN, so only cuDNN's backward can read what it kept */
+    RT_CHECK(st == RT_OK, "%s", rt_error_message());
+}

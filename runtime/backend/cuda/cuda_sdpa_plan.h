@@ -1,0 +1,102 @@
+/* Which attention calls cuDNN's fused SDPA takes (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa.cc), and the
+ * key its execution plans are cached under: plain C with no CUDA in it, so tests/test_sdpa_plan.c
+ * checks it on any machine.
+ *
+ * Taken: 16-bit q, k, v and out (the compute type, bf16 or fp16) on sm_80 or newer; head size a
+ * multiple of 8 up to 128; every row stride a multiple of 8 values (16-byte rows); causal or not,
+ * with or without dropout. Not yet: a key mask (padding), a position bias (T5), GLM's prefix and
+ * fp32 activations; nor one query (decoding), where each new length would build a plan. Those
+ * stay on the materialized path (cuda_attention.cu). What the path keeps
+ * for the backward in the probabilities buffer, per query row: the softmax's log-sum-exp (fp32)
+ * and the row's output (HS values of the compute type), since cuDNN's backward reads O. */
+#ifndef CUDA_SDPA_PLAN_H
+#define CUDA_SDPA_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" { /* C++ (cuda_sdpa.cc, the .cu files) sees the C declarations as C */
+#endif
+#include "runtime/backend/rt_backend.h"
+#ifdef __cplusplus
+}
+#endif
+
+#define RT_SDPA_MAX_HEAD 128
+
+/* Why cuDNN's SDPA does not take attention d with activations of type io on a GPU of compute
+ * capability sm_major, or NULL when it does. */
+static inline const char *rt_sdpa_unsupported(const rt_attn_desc *d, rt_dtype io, int sm_major) {
+    if (sm_major < 8) return "the GPU is older than sm_80";
+    if (io != RT_BF16 && io != RT_F16) return "fp32 activations (cuDNN's SDPA reads bf16 or fp16)";
+    if (d->HS % 8 != 0 || d->HS > RT_SDPA_MAX_HEAD) return "a head size that is not a multiple of 8 up to 128";
+    if (d->ldq % 8 != 0 || d->ldk % 8 != 0 || d->ldv % 8 != 0 || d->ldo % 8 != 0)
+        return "a row stride that is not a multiple of 8 values";
+    if (d->key_mask) return "a key mask (padding)";
+    if (d->bias) return "a position bias (T5)";
+    if (d->prefix) return "a bidirectional prefix (GLM)";
+    if (d->causal && d->Tq != d->Tk) return "causal attention with Tq != Tk";
+    if (d->Tq == 1) return "one query (decoding: each length would build a plan)";
+    return NULL;
+}
+
+/* Bytes per query row the path keeps in the probabilities buffer: the row's output at the
+ * compute type, then its log-sum-exp. The buffer holds every row's output first
+ * (B, Tq, NH, HS, packed), then the statistics (B, NH, Tq). With the path on, the backend sizes
+ * the buffer for this or the probabilities, whichever is larger (rt_cuda_attention_kept_row), so
+ * that a call the path does not take (a key mask, known only at the call) still fits. */
+static inline size_t rt_sdpa_kept_row(const rt_attn_desc *d) { return (size_t)d->HS * 2 + sizeof(float); }
+static inline size_t rt_sdpa_stats_offset(const rt_attn_desc *d) { return (size_t)d->B * d->NH * d->Tq * d->HS * 2; }
+
+/* What an execution plan depends on: shapes, strides, the mask, the type, the direction, and the
+ * scale and dropout rate, which a graph is built with (their bits; a model's are fixed). The
+ * dropout's seed is passed at run time. */
+typedef struct {
+    int64_t B, NH, Tq, Tk, HS;
+    int64_t ldq, ldk, ldv, ldo;
+    int32_t io;       /* rt_dtype */
+    int32_t backward; /* 0 forward, 1 backward */
+    int32_t causal;
+    uint32_t scale_bits, dropout_bits; /* dropout_bits 0: no dropout */
+} rt_sdpa_key;
+
+static inline rt_sdpa_key rt_sdpa_key_of(const rt_attn_desc *d, rt_dtype io, bool backward) {
+    rt_sdpa_key k;
+    memset(&k, 0, sizeof k); /* the key is compared bytewise */
+    k.B = d->B;
+    k.NH = d->NH;
+    k.Tq = d->Tq;
+    k.Tk = d->Tk;
+    k.HS = d->HS;
+    k.ldq = (int64_t)d->ldq;
+    k.ldk = (int64_t)d->ldk;
+    k.ldv = (int64_t)d->ldv;
+    k.ldo = (int64_t)d->ldo;
+    k.io = (int32_t)io;
+    k.backward = backward;
+    k.causal = d->causal;
+    memcpy(&k.scale_bits, &d->scale, sizeof k.scale_bits);
+    if (d->dropout_p > 0.0f) memcpy(&k.dropout_bits, &d->dropout_p, sizeof k.dropout_bits);
+    return k;
+}
+
+static inline bool rt_sdpa_key_equal(const rt_sdpa_key *a, const rt_sdpa_key *b) {
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* The seed and offset of cuDNN's dropout (its own Philox masks, as DESIGN.md allows on the GPU)
+ * for a call's counter RNG (seed, stream) and its heads under tensor parallelism: each dropout
+ * site, and another rank's heads, get a seed of their own (splitmix64 of the three), offset 0.
+ * Forward and backward pass the same, so the backward sees the forward's mask. */
+static inline void rt_sdpa_dropout_seed(const rt_attn_desc *d, int64_t out[2]) {
+    uint64_t z = d->seed ^ (d->stream * 0xD1B54A32D192ED03ull) ^ ((uint64_t)d->head_offset * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    out[0] = (int64_t)(z ^ (z >> 31));
+    out[1] = 0;
+}
+
+#endif

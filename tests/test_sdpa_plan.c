@@ -1,0 +1,149 @@
+/* The host side of cuDNN's SDPA path (runtime/backend/cuda/cuda_sdpa_plan.h), checked on the CPU:
+ * which attention calls it takes and why it refuses the others (each reason on its own), what it
+ * keeps for the backward, the plan cache's key (equal for equal calls, apart for any change a plan
+ * depends on, the same across dropout seeds), and the dropout seed (the same for a forward and its
+ * backward, another for another site or another rank's heads). test_cuda_ops runs the calls on a
+ * GPU. */
+#include <string.h>
+
+#include "runtime/backend/cuda/cuda_sdpa_plan.h"
+#include "tests/testutil.h"
+
+/* GPT-2 124M's self-attention at 16 x 1024 in bf16: q, k and v inside one fused (BT, 3C) buffer. */
+static rt_attn_desc gpt2_lm(void) {
+    return (rt_attn_desc){.B = 16,
+                          .NH = 12,
+                          .Tq = 1024,
+                          .Tk = 1024,
+                          .HS = 64,
+                          .ldq = 3 * 768,
+                          .ldk = 3 * 768,
+                          .ldv = 3 * 768,
+                          .ldo = 768,
+                          .scale = 0.125f,
+                          .causal = true,
+                          .dropout_p = 0.1f,
+                          .seed = 42,
+                          .stream = 7,
+                          .probs_dtype = RT_BF16};
+}
+
+static void expect_refused(rt_attn_desc d, rt_dtype io, int sm, const char *want) {
+    const char *why = rt_sdpa_unsupported(&d, io, sm);
+    TZ_EXPECT(why && strcmp(why, want) == 0, "refused as '%s', want '%s'", why ? why : "(taken)", want);
+}
+
+static void test_support(void) {
+    rt_attn_desc d = gpt2_lm();
+    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "GPT-2's LM attention refused: %s",
+              rt_sdpa_unsupported(&d, RT_BF16, 9));
+    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_F16, 8) == NULL, "fp16 on sm_80 refused");
+    d.causal = false; /* BERT-like, no mask: taken */
+    d.HS = 128;       /* T5-3B's head */
+    d.ldq = d.ldk = d.ldv = d.ldo = 4096;
+    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "head size 128 refused");
+
+    expect_refused(gpt2_lm(), RT_BF16, 7, "the GPU is older than sm_80");
+    expect_refused(gpt2_lm(), RT_F32, 9, "fp32 activations (cuDNN's SDPA reads bf16 or fp16)");
+    d = gpt2_lm();
+    d.HS = 12;
+    expect_refused(d, RT_BF16, 9, "a head size that is not a multiple of 8 up to 128");
+    d.HS = 136;
+    expect_refused(d, RT_BF16, 9, "a head size that is not a multiple of 8 up to 128");
+    d = gpt2_lm();
+    d.ldo = 770;
+    expect_refused(d, RT_BF16, 9, "a row stride that is not a multiple of 8 values");
+    static const float mask[2] = {0};
+    static const int32_t prefix[1] = {0};
+    d = gpt2_lm();
+    d.key_mask = mask;
+    expect_refused(d, RT_BF16, 9, "a key mask (padding)");
+    d = gpt2_lm();
+    d.bias = mask;
+    expect_refused(d, RT_BF16, 9, "a position bias (T5)");
+    d = gpt2_lm();
+    d.prefix = prefix;
+    expect_refused(d, RT_BF16, 9, "a bidirectional prefix (GLM)");
+    d = gpt2_lm();
+    d.Tk = 512;
+    expect_refused(d, RT_BF16, 9, "causal attention with Tq != Tk");
+    d = gpt2_lm();
+    d.causal = false;
+    d.Tq = 1;
+    expect_refused(d, RT_BF16, 9, "one query (decoding: each length would build a plan)");
+}
+
+static void test_kept(void) {
+    const rt_attn_desc d = gpt2_lm();
+    TZ_EXPECT(rt_sdpa_kept_row(&d) == 64 * 2 + 4, "kept row %zu bytes, want 132", rt_sdpa_kept_row(&d));
+    const size_t rows = (size_t)16 * 12 * 1024;
+    TZ_EXPECT(rt_sdpa_stats_offset(&d) == rows * 64 * 2, "statistics at %zu, want after %zu rows of O",
+              rt_sdpa_stats_offset(&d), rows);
+    TZ_EXPECT(rt_sdpa_stats_offset(&d) % 16 == 0, "statistics not 16-byte aligned");
+    /* what the buffer holds fits the rows it is sized for */
+    TZ_EXPECT(rt_sdpa_stats_offset(&d) + rows * sizeof(float) == rows * rt_sdpa_kept_row(&d), "layout past its size");
+}
+
+static void test_keys(void) {
+    const rt_attn_desc base = gpt2_lm();
+    rt_sdpa_key a = rt_sdpa_key_of(&base, RT_BF16, false), b = rt_sdpa_key_of(&base, RT_BF16, false);
+    TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the same call has two keys");
+    rt_attn_desc d = base;
+    d.seed = 99;
+    d.stream = 3;
+    d.head_offset = 6;
+    b = rt_sdpa_key_of(&d, RT_BF16, false);
+    TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the dropout seed moved the plan's key");
+
+    /* each change a plan depends on gives another key */
+    for (int change = 0; change < 11; change++) {
+        rt_attn_desc e = base;
+        rt_dtype io = RT_BF16;
+        switch (change) {
+        case 0: e.B = 8; break;
+        case 1: e.NH = 6; break;
+        case 2: e.Tq = e.Tk = 512; break;
+        case 3: e.HS = 32; break;
+        case 4: e.ldq = e.ldk = e.ldv = 768; break;
+        case 5: e.ldo = 2304; break;
+        case 6: e.causal = false; break;
+        case 7: e.dropout_p = 0.0f; break;
+        case 8: e.dropout_p = 0.2f; break;
+        case 9: e.scale = 0.25f; break;
+        default: io = RT_F16; break;
+        }
+        b = rt_sdpa_key_of(&e, io, false);
+        TZ_EXPECT(!rt_sdpa_key_equal(&a, &b), "change %d kept the key", change);
+    }
+    b = rt_sdpa_key_of(&base, RT_BF16, true);
+    TZ_EXPECT(!rt_sdpa_key_equal(&a, &b), "forward and backward share a key");
+}
+
+static void test_dropout_seed(void) {
+    const rt_attn_desc d = gpt2_lm();
+    int64_t fwd[2], bwd[2], other[2];
+    rt_sdpa_dropout_seed(&d, fwd);
+    rt_sdpa_dropout_seed(&d, bwd);
+    TZ_EXPECT(fwd[0] == bwd[0] && fwd[1] == bwd[1], "a forward and its backward draw different masks");
+    rt_attn_desc e = d;
+    e.stream = 8;
+    rt_sdpa_dropout_seed(&e, other);
+    TZ_EXPECT(other[0] != fwd[0], "two dropout sites share a seed");
+    e = d;
+    e.head_offset = 6;
+    e.heads_total = 12;
+    rt_sdpa_dropout_seed(&e, other);
+    TZ_EXPECT(other[0] != fwd[0], "another rank's heads share the seed");
+    e = d;
+    e.seed = 43;
+    rt_sdpa_dropout_seed(&e, other);
+    TZ_EXPECT(other[0] != fwd[0], "another run seed gives the same masks");
+}
+
+int main(void) {
+    test_support();
+    test_kept();
+    test_keys();
+    test_dropout_seed();
+    return tz_test_result("test_sdpa_plan");
+}
