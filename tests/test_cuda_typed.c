@@ -351,11 +351,11 @@ static void check_attention(int variant) {
 }
 
 /* cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) on 16-bit q, k and v in one fused
- * buffer, without a mask or dropout: out, dq, dk and dv against the CPU's attention within the
- * band above, and proof that cuDNN ran: its kept buffer starts with a copy of out (what its
- * backward reads, cuda_sdpa_plan.h), which the materialized path would have filled with
- * probabilities. */
-static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS, bool causal) {
+ * buffer, without dropout, with or without right padding (the CPU reads the mask, cuDNN the
+ * lengths): out, dq, dk and dv against the CPU's attention within the band above, and proof that
+ * cuDNN ran: its kept buffer starts with a copy of out (what its backward reads,
+ * cuda_sdpa_plan.h), which the materialized path would have filled with probabilities. */
+static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS, bool causal, bool padded) {
     const int C = NH * HS;
     unsigned seed = 70 + (unsigned)T;
     const size_t nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
@@ -373,20 +373,37 @@ static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS
                             .scale = 1.0f / sqrtf((float)HS),
                             .causal = causal,
                             .probs_dtype = dt};
+    /* padded: the last batch row's last 7 keys are padding, as a mask and as lengths */
+    float *km_h = rt_xmalloc((size_t)B * T * sizeof(float));
+    int32_t *len_h = rt_xmalloc((size_t)B * sizeof(int32_t));
+    for (int b = 0; b < B; b++) {
+        len_h[b] = b == B - 1 ? T - 7 : T;
+        for (int j = 0; j < T; j++) km_h[(size_t)b * T + j] = j < len_h[b] ? 0.0f : -INFINITY;
+    }
+    flt km = flt_new((size_t)B * T, NULL, 0, 0);
+    rt_to_device(cpu, km.c, km_h, (size_t)B * T * sizeof(float));
+    rt_to_device(gpu, km.g, km_h, (size_t)B * T * sizeof(float));
+    int32_t *len_g = alloc_on(gpu, (size_t)B * sizeof(int32_t));
+    rt_to_device(gpu, len_g, len_h, (size_t)B * sizeof(int32_t));
+    free(km_h), free(len_h);
     void *pc = alloc_on(cpu, rt_attn_kept_bytes(cpu, &d)), *pg = alloc_on(gpu, rt_attn_kept_bytes(sdpa, &d));
     for (int side = 0; side < 2; side++) {
         rt_backend *be = side ? sdpa : cpu;
         rt_x (*X)(const act *) = side ? xg : xc;
         void *probs = side ? pg : pc;
-        rt_attention_fwd(be, &d, X(&out), probs, X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
-        rt_attention_bwd(be, &d, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C), NULL, X(&dout), probs,
+        rt_attn_desc ds = d;
+        if (padded) ds.key_mask = side ? km.g : km.c, ds.key_len = side ? len_g : NULL;
+        rt_attention_fwd(be, &ds, X(&out), probs, X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+        rt_attention_bwd(be, &ds, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C), NULL, X(&dout), probs,
                          X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
     }
     rt_sync(sdpa); /* its stream is not the one the checks below read on */
     char what[96];
-    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s: out", B, NH, T, HS, causal ? " causal" : "");
+    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s%s: out", B, NH, T, HS, causal ? " causal" : "",
+             padded ? " padded" : "");
     check_act(what, &out, GEMM_ATOL, 2 * unit);
-    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s: dqkv", B, NH, T, HS, causal ? " causal" : "");
+    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s%s: dqkv", B, NH, T, HS, causal ? " causal" : "",
+             padded ? " padded" : "");
     check_act(what, &dqkv, GEMM_ATOL, 2 * unit);
     uint16_t *kept = rt_xmalloc(no * 2), *got = rt_xmalloc(no * 2);
     rt_to_host(gpu, kept, pg, no * 2);
@@ -394,8 +411,8 @@ static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS
     TZ_EXPECT(memcmp(kept, got, no * 2) == 0,
               "cuDNN SDPA %dx%dx%dx%d: its kept buffer holds no copy of out: it did not run", B, NH, T, HS);
     free(kept), free(got);
-    rt_free_device(cpu, pc), rt_free_device(gpu, pg);
-    act_free(&qkv), act_free(&dout), act_free(&out), act_free(&dqkv);
+    rt_free_device(cpu, pc), rt_free_device(gpu, pg), rt_free_device(gpu, len_g);
+    act_free(&qkv), act_free(&dout), act_free(&out), act_free(&dqkv), flt_free(&km);
 }
 
 /* A backend with cuDNN's SDPA on, or NULL (said) where this build or machine has none. */
@@ -447,10 +464,12 @@ int main(void) {
         check_norms();
         for (int v = 0; v < 3; v++) check_attention(v);
         if (sdpa && rt_set_precision(sdpa, dt) == RT_OK) {
-            check_attention_cudnn(sdpa, 2, 3, 70, 64, true);   /* GPT-2's heads, two key tiles */
-            check_attention_cudnn(sdpa, 2, 4, 128, 32, false); /* an encoder without padding */
-            check_attention_cudnn(sdpa, 2, 2, 40, 128, false); /* T5-3B's head size */
-            check_attention_cudnn(sdpa, 1, 2, 1024, 64, true);
+            check_attention_cudnn(sdpa, 2, 3, 70, 64, true, false);   /* GPT-2's heads, two key tiles */
+            check_attention_cudnn(sdpa, 2, 4, 128, 32, false, false); /* an encoder without padding */
+            check_attention_cudnn(sdpa, 2, 2, 40, 128, false, false); /* T5-3B's head size */
+            check_attention_cudnn(sdpa, 1, 2, 1024, 64, true, false);
+            check_attention_cudnn(sdpa, 3, 4, 48, 64, false, true); /* BERT's padding as lengths */
+            check_attention_cudnn(sdpa, 2, 3, 70, 64, true, true);  /* GPT-2 classification's */
         }
     }
     rt_backend_free(sdpa);

@@ -1,11 +1,13 @@
 /* The host side of cuDNN's SDPA path (runtime/backend/cuda/cuda_sdpa_plan.h), checked on the CPU:
- * which attention calls it takes and why it refuses the others (each reason on its own), what it
- * keeps for the backward, the plan cache's key (equal for equal calls, apart for any change a plan
- * depends on, the same across dropout seeds), and the dropout seed (the same for a forward and its
- * backward, another for another site or another rank's heads). test_cuda_ops runs the calls on a
- * GPU. */
+ * which attention calls it takes (padding only as right-padding lengths) and why it refuses the
+ * others (each reason on its own), what it keeps for the backward, the plan cache's key (equal for
+ * equal calls, apart for any change a plan depends on, the same across dropout seeds), the
+ * dropout seed (the same for a forward and its backward, another for another site or another
+ * rank's heads), and the models' masks as lengths (mdl_mask_right_len). test_cuda_typed runs the
+ * calls on a GPU. */
 #include <string.h>
 
+#include "models/layers/stack.h"
 #include "runtime/backend/cuda/cuda_sdpa_plan.h"
 #include "tests/testutil.h"
 
@@ -57,7 +59,11 @@ static void test_support(void) {
     static const int32_t prefix[1] = {0};
     d = gpt2_lm();
     d.key_mask = mask;
-    expect_refused(d, RT_BF16, 9, "a key mask (padding)");
+    expect_refused(d, RT_BF16, 9, "a key mask that is not right padding given as lengths");
+    static const int32_t lens[16] = {1024, 1000, 7};
+    d.key_len = lens; /* the same mask as right-padding lengths: cuDNN's padding mask */
+    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "right padding as lengths refused: %s",
+              rt_sdpa_unsupported(&d, RT_BF16, 9));
     d = gpt2_lm();
     d.bias = mask;
     expect_refused(d, RT_BF16, 9, "a position bias (T5)");
@@ -89,14 +95,15 @@ static void test_keys(void) {
     rt_sdpa_key a = rt_sdpa_key_of(&base, RT_BF16, false), b = rt_sdpa_key_of(&base, RT_BF16, false);
     TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the same call has two keys");
     rt_attn_desc d = base;
-    d.seed = 99;
+    d.seed = 99; /* the seed, and which lengths (their values are read at run time) */
     d.stream = 3;
     d.head_offset = 6;
     b = rt_sdpa_key_of(&d, RT_BF16, false);
     TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the dropout seed moved the plan's key");
 
     /* each change a plan depends on gives another key */
-    for (int change = 0; change < 11; change++) {
+    static const int32_t lens[16] = {1024};
+    for (int change = 0; change < 12; change++) {
         rt_attn_desc e = base;
         rt_dtype io = RT_BF16;
         switch (change) {
@@ -110,6 +117,7 @@ static void test_keys(void) {
         case 7: e.dropout_p = 0.0f; break;
         case 8: e.dropout_p = 0.2f; break;
         case 9: e.scale = 0.25f; break;
+        case 10: e.key_len = lens; break;
         default: io = RT_F16; break;
         }
         b = rt_sdpa_key_of(&e, io, false);
@@ -140,10 +148,23 @@ static void test_dropout_seed(void) {
     TZ_EXPECT(other[0] != fwd[0], "another run seed gives the same masks");
 }
 
+static void test_mask_lengths(void) {
+    const int32_t right[6] = {1, 1, 1, 0, 0, 0}, full[6] = {1, 1, 1, 1, 1, 1}, none[6] = {0};
+    const int32_t left[6] = {0, 0, 1, 1, 1, 1}, hole[6] = {1, 1, 0, 1, 0, 0};
+    TZ_EXPECT(mdl_mask_right_len(right, 6) == 3, "right padding: %d, want 3", mdl_mask_right_len(right, 6));
+    TZ_EXPECT(mdl_mask_right_len(full, 6) == 6, "no padding: %d, want 6", mdl_mask_right_len(full, 6));
+    TZ_EXPECT(mdl_mask_right_len(NULL, 6) == 6, "no mask: %d, want 6", mdl_mask_right_len(NULL, 6));
+    /* no length describes these: 0, and the model passes no lengths for the batch */
+    TZ_EXPECT(mdl_mask_right_len(none, 6) == 0, "a row with no key: %d, want 0", mdl_mask_right_len(none, 6));
+    TZ_EXPECT(mdl_mask_right_len(left, 6) == 0, "left padding: %d, want 0", mdl_mask_right_len(left, 6));
+    TZ_EXPECT(mdl_mask_right_len(hole, 6) == 0, "a hole: %d, want 0", mdl_mask_right_len(hole, 6));
+}
+
 int main(void) {
     test_support();
     test_kept();
     test_keys();
     test_dropout_seed();
+    test_mask_lengths();
     return tz_test_result("test_sdpa_plan");
 }

@@ -51,15 +51,17 @@ struct bert_model {
     size_t act_bytes;           /* apart */
     float *emb;                 /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
-    float *cls, *cls_drop, *hpre, *hact, *hdrop;   /* (B, C) head activations */
-    float *logits, *dlogits, *losses;              /* (B, NL), (B, NL), (B) */
-    float *dh1, *dh2, *dh3;                        /* (B, C) head gradients */
-    float *key_mask;                               /* (B, T) additive */
-    bool padded;                                   /* the uploaded batch masks a key: else attention gets no mask */
+    float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
+    float *logits, *dlogits, *losses;            /* (B, NL), (B, NL), (B) */
+    float *dh1, *dh2, *dh3;                      /* (B, C) head gradients */
+    float *key_mask;                             /* (B, T) additive */
+    bool padded;                                 /* the uploaded batch masks a key: else attention gets no mask */
+    int32_t *key_len;                            /* (B) each row's unmasked keys, when right padding */
+    bool right_padded; /* every row's mask is ones then zeros, with a one: key_len holds them */
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
 
-    int32_t *h_pos, *h_types, *h_cls; /* host staging */
-    float *h_mask, *h_losses;         /* (BT), (B): the head's per-row losses */
+    int32_t *h_pos, *h_types, *h_cls, *h_len; /* host staging */
+    float *h_mask, *h_losses;                 /* (BT), (B): the head's per-row losses */
 };
 
 /* config.json's plain fields with HF's defaults (bert-base-uncased) and limits (models/layers/hf_config.h);
@@ -297,6 +299,7 @@ static void bert_layout(bert_model *m, rt_arena *a) {
     m->dh2 = rt_arena_take(a, B * C, f);
     m->dh3 = rt_arena_take(a, B * C, f);
     m->key_mask = rt_arena_take(a, BT, f);
+    m->key_len = rt_arena_take(a, B, i);
     m->ids = rt_arena_take(a, BT, i);
     m->pos = rt_arena_take(a, BT, i);
     m->types = rt_arena_take(a, BT, i);
@@ -418,6 +421,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
+    m->h_len = rt_xmalloc((size_t)max_B * sizeof(int32_t));
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
     if (m->stage.count > 1) RT_TRY(bert_stage_pipe(m, pp, max_micro));
@@ -438,6 +442,7 @@ void bert_model_free(bert_model *m) {
     free(m->h_pos);
     free(m->h_types);
     free(m->h_cls);
+    free(m->h_len);
     free(m->h_mask);
     free(m->h_losses);
     free(m);
@@ -461,9 +466,11 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return rt_errorf(RT_ERR_CONFIG, "BERT: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
                          m->max_T);
-    bool padded = false;
+    bool padded = false, right_padded = true;
     for (int b = 0; b < B; b++) {
         int count = 0;
+        m->h_len[b] = mdl_mask_right_len(host_mask ? host_mask + (size_t)b * T : NULL, T);
+        right_padded &= m->h_len[b] > 0;
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)b * T + t;
             int32_t id = host_ids[i], type = host_types ? host_types[i] : 0;
@@ -493,6 +500,8 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
     rt_to_device(be, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
     m->padded = padded;
+    m->right_padded = padded && right_padded;
+    if (m->right_padded) rt_to_device(be, m->key_len, m->h_len, (size_t)B * sizeof(int32_t));
     return RT_OK;
 }
 
@@ -500,7 +509,7 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
  * same numbers: the mask would add 0 to every score), which fused attention kernels take. */
 static mdl_stack_mask bert_mask(const void *model) {
     const bert_model *m = model;
-    return (mdl_stack_mask){.key_mask = m->padded ? m->key_mask : NULL};
+    return (mdl_stack_mask){.key_mask = m->padded ? m->key_mask : NULL, .key_len = m->right_padded ? m->key_len : NULL};
 }
 
 /* HF: (word + token type) + position, then LayerNorm into the blocks' first residual (the

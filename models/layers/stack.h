@@ -102,6 +102,7 @@ typedef struct {
     bool causal;
     const int32_t *prefix;       /* (B) keys before it are seen by every query (causal only) */
     const float *key_mask;       /* (B, T) additive */
+    const int32_t *key_len;      /* (B) key_mask as right-padding lengths, or NULL (rt_attn_desc.key_len) */
     const float *bias;           /* (NH_local, T, T) additive, shared by every block */
     float *dbias;                /* its gradient, summed over the blocks; the caller marks block 0 ready */
     const float *cross_in;       /* (B, S, C) what cross-attention reads */
@@ -109,6 +110,17 @@ typedef struct {
     const float *cross_key_mask; /* (B, S) additive */
     int S;
 } mdl_stack_mask;
+
+/* A row's attention mask (T values, 1 = a real token; NULL: none masked) as right padding: the
+ * count of its leading ones when every value after them is 0, else 0 (no length describes it). */
+static inline int32_t mdl_mask_right_len(const int32_t *mask, int T) {
+    if (!mask) return T;
+    int n = 0;
+    while (n < T && mask[n]) n++;
+    for (int t = n; t < T; t++)
+        if (mask[t]) return 0;
+    return n;
+}
 
 /* Backend scratch for one stack's backward (and its branch outputs), sized for `rows` rows;
  * stacks that run one after the other may share one (T5's encoder and decoder). */

@@ -30,6 +30,9 @@ typedef struct {
     const int32_t *prefix;     /* (B), causal only: keys j < prefix[b] are seen by every query
                                 * (GLM's bidirectional context before its causal span); NULL = none */
     const float *key_mask;     /* (B, Tk) additive, e.g. 0 or -inf/-1e9 for padding; may be NULL */
+    const int32_t *key_len;    /* (B) or NULL: key_mask is right padding, keys j < key_len[b] unmasked and the
+                                * rest masked, key_len[b] >= 1. The same call either way: a backend may
+                                * read the lengths instead (cuDNN's SDPA), the CPU reads key_mask. */
     const float *bias;         /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
     float dropout_p;           /* dropout on the probabilities; 0 = off */
     uint64_t seed, stream;     /* counter RNG for that dropout */

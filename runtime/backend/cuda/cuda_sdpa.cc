@@ -24,7 +24,21 @@ namespace fe = cudnn_frontend;
 namespace {
 
 /* The tensors' ids in a graph and in its variant pack. */
-enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV, UID_SEED, UID_OFFSET };
+enum : int64_t {
+    UID_Q = 1,
+    UID_K,
+    UID_V,
+    UID_O,
+    UID_STATS,
+    UID_DO,
+    UID_DQ,
+    UID_DK,
+    UID_DV,
+    UID_SEED,
+    UID_OFFSET,
+    UID_LEN_Q,
+    UID_LEN_KV
+};
 
 /* Plans kept at the most: MRPC's dynamic padding makes about 25 lengths a run, each a forward and
  * a backward plan; --length-buckets makes far fewer. The oldest goes first past it. */
@@ -72,13 +86,33 @@ std::shared_ptr<fe::graph::Tensor_attributes> scalar(fe::graph::Graph &g, const 
                         .set_data_type(fe::DataType_t::INT64));
 }
 
+/* Per batch row lengths (B, 1, 1, 1) for cuDNN's padding mask. */
+std::shared_ptr<fe::graph::Tensor_attributes> lengths(fe::graph::Graph &g, const char *name, int64_t uid,
+                                                      const rt_sdpa_key &k) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({k.B, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(fe::DataType_t::INT32));
+}
+
+/* The mask both directions share: causal, and padding as lengths (every query row kept: Tq). */
+template <typename Attributes> void set_masks(fe::graph::Graph &g, Attributes &opts, const rt_sdpa_key &k) {
+    if (k.causal) opts.set_causal_mask(true);
+    if (k.padding)
+        opts.set_padding_mask(true)
+            .set_seq_len_q(lengths(g, "len_q", UID_LEN_Q, k))
+            .set_seq_len_kv(lengths(g, "len_kv", UID_LEN_KV, k));
+}
+
 /* The forward graph: O into the caller's out, the statistics into the kept buffer. */
 void describe_fwd(fe::graph::Graph &g, const rt_sdpa_key &k, float scale, float dropout_p) {
     auto q = view(g, "q", UID_Q, k, k.Tq, k.ldq);
     auto kk = view(g, "k", UID_K, k, k.Tk, k.ldk);
     auto v = view(g, "v", UID_V, k, k.Tk, k.ldv);
     auto opts = fe::graph::SDPA_attributes().set_name("tz_sdpa").set_generate_stats(true).set_attn_scale(scale);
-    if (k.causal) opts.set_causal_mask(true);
+    set_masks(g, opts, k);
     if (k.dropout_bits) opts.set_dropout(dropout_p, scalar(g, "seed", UID_SEED), scalar(g, "offset", UID_OFFSET));
     auto [o, stats] = g.sdpa(q, kk, v, opts);
     o->set_output(true).set_uid(UID_O).set_dim({k.B, k.NH, k.Tq, k.HS}).set_stride({k.Tq * k.ldo, k.HS, k.ldo, 1});
@@ -100,7 +134,7 @@ void describe_bwd(fe::graph::Graph &g, const rt_sdpa_key &k, float scale, float 
                     .set_name("tz_sdpa_backward")
                     .set_attn_scale(scale)
                     .set_deterministic_algorithm(true); /* resume is bit-exact on the same device */
-    if (k.causal) opts.set_causal_mask(true);
+    set_masks(g, opts, k);
     if (k.dropout_bits) opts.set_dropout(dropout_p, scalar(g, "seed", UID_SEED), scalar(g, "offset", UID_OFFSET));
     auto [dq, dk, dv] = g.sdpa_backward(q, kk, v, o, dout, stats_tensor(g, k), opts);
     dq->set_output(true).set_uid(UID_DQ).set_dim({k.B, k.NH, k.Tq, k.HS}).set_stride({k.Tq * k.ldq, k.HS, k.ldq, 1});
@@ -110,11 +144,11 @@ void describe_bwd(fe::graph::Graph &g, const rt_sdpa_key &k, float scale, float 
 
 rt_status fe_error(const fe::error_object &e, const char *what, const rt_sdpa_key &k) {
     return rt_errorf(RT_ERR_UNSUPPORTED,
-                     "cuDNN SDPA (%s, B %lld NH %lld Tq %lld Tk %lld HS %lld%s%s): %s: %s; "
+                     "cuDNN SDPA (%s, B %lld NH %lld Tq %lld Tk %lld HS %lld%s%s%s): %s: %s; "
                      "TZ_CUDA_ATTENTION=materialized runs without it",
                      k.backward ? "backward" : "forward", (long long)k.B, (long long)k.NH, (long long)k.Tq,
-                     (long long)k.Tk, (long long)k.HS, k.causal ? ", causal" : "", k.dropout_bits ? ", dropout" : "",
-                     what, e.err_msg.c_str());
+                     (long long)k.Tk, (long long)k.HS, k.causal ? ", causal" : "", k.padding ? ", padding" : "",
+                     k.dropout_bits ? ", dropout" : "", what, e.err_msg.c_str());
 }
 
 } // namespace
@@ -198,6 +232,13 @@ extern "C" bool rt_sdpa_took(const rt_sdpa *s, const rt_attn_desc *d, rt_dtype i
     return !refused(s, key);
 }
 
+/* The padding mask's lengths: key_len for the keys, Tq for every query row (q_len, the caller's). */
+static void pack_lengths(std::unordered_map<int64_t, void *> &pack, const rt_attn_desc *d, const int32_t *q_len) {
+    if (!d->key_len) return;
+    pack[UID_LEN_Q] = (void *)q_len;
+    pack[UID_LEN_KV] = (void *)d->key_len;
+}
+
 extern "C" rt_sdpa *rt_sdpa_create(char *why, size_t why_size) {
     rt_sdpa *s = new (std::nothrow) rt_sdpa();
     if (!s) {
@@ -228,11 +269,12 @@ extern "C" void rt_sdpa_destroy(rt_sdpa *s) {
 }
 
 extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *out,
-                                 void *kept, const void *q, const void *k, const void *v,
+                                 void *kept, const void *q, const void *k, const void *v, const int32_t *q_len,
                                  rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     char *stats = (char *)kept + rt_sdpa_stats_offset(d);
     std::unordered_map<int64_t, void *> pack = {
         {UID_Q, (void *)q}, {UID_K, (void *)k}, {UID_V, (void *)v}, {UID_O, out}, {UID_STATS, stats}};
+    pack_lengths(pack, d, q_len);
     rt_status st = run(s, stream, d, io, false, pack, workspace, ws_ctx);
     if (st != RT_OK) return st;
     /* the backward reads O: a packed copy beside the statistics (B*Tq rows of NH*HS values) */
@@ -244,7 +286,7 @@ extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_
 
 extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *dq,
                                  void *dk, void *dv, const void *dout, const void *kept, const void *q, const void *k,
-                                 const void *v, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *v, const int32_t *q_len, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     const char *stats = (const char *)kept + rt_sdpa_stats_offset(d);
     std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)q},
                                                 {UID_K, (void *)k},
@@ -255,6 +297,7 @@ extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_
                                                 {UID_DQ, dq},
                                                 {UID_DK, dk},
                                                 {UID_DV, dv}};
+    pack_lengths(pack, d, q_len);
     return run(s, stream, d, io, true, pack, workspace, ws_ctx);
 }
 
@@ -270,14 +313,14 @@ extern "C" void rt_sdpa_destroy(rt_sdpa *s) { (void)s; }
 extern "C" bool rt_sdpa_took(const rt_sdpa *s, const rt_attn_desc *d, rt_dtype io) { return false; }
 
 extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *out,
-                                 void *kept, const void *q, const void *k, const void *v,
+                                 void *kept, const void *q, const void *k, const void *v, const int32_t *q_len,
                                  rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     return rt_errorf(RT_ERR_UNSUPPORTED, "this build has no cudnn-frontend");
 }
 
 extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *dq,
                                  void *dk, void *dv, const void *dout, const void *kept, const void *q, const void *k,
-                                 const void *v, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *v, const int32_t *q_len, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     return rt_errorf(RT_ERR_UNSUPPORTED, "this build has no cudnn-frontend");
 }
 

@@ -42,6 +42,21 @@ static void *rt_cuda_sdpa_workspace(void *ctx, size_t bytes) {
     return rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SDPA, bytes);
 }
 
+__global__ void rt_cuda_sdpa_fill_kernel(int32_t *p, int n, int32_t v) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+
+/* With padding given as lengths, cuDNN's padding mask also wants the query rows' lengths: all Tq
+ * (each query row attends, as on the CPU). NULL without. */
+static const int32_t *rt_cuda_sdpa_q_len(rt_cuda_ctx *c, const rt_attn_desc *d) {
+    if (!d->key_len) return NULL;
+    int32_t *p = (int32_t *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_SDPA_LEN, (size_t)d->B * sizeof(int32_t));
+    rt_cuda_sdpa_fill_kernel<<<(unsigned)((d->B + 255) / 256), 256, 0, c->stream>>>(p, d->B, d->Tq);
+    CUDA_LAUNCH_CHECK();
+    return p;
+}
+
 static void rt_cuda_sdpa_check_types(const rt_cuda_ctx *c, const rt_x *x, int n) {
     for (int i = 0; i < n; i++)
         RT_CHECK(x[i].t == c->matmul, "cuDNN SDPA: an activation handle of %s under %s compute", rt_dtype_name(x[i].t),
@@ -51,7 +66,8 @@ static void rt_cuda_sdpa_check_types(const rt_cuda_ctx *c, const rt_x *x, int n)
 bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kept, rt_x q, rt_x k, rt_x v) {
     const rt_x all[4] = {out, q, k, v};
     rt_cuda_sdpa_check_types(c, all, 4);
-    rt_status st = rt_sdpa_fwd(c->sdpa, c->stream, d, c->matmul, out.p, kept, q.p, k.p, v.p, rt_cuda_sdpa_workspace, c);
+    rt_status st = rt_sdpa_fwd(c->sdpa, c->stream, d, c->matmul, out.p, kept, q.p, k.p, v.p, rt_cuda_sdpa_q_len(c, d),
+                               rt_cuda_sdpa_workspace, c);
     if (st == RT_OK) return true;
     /* refused: said the first time (the message names the shape; later ones are empty), and the
      * materialized path runs it */
@@ -64,7 +80,7 @@ void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, r
     const rt_x all[7] = {dq, dk, dv, dout, q, k, v};
     rt_cuda_sdpa_check_types(c, all, 7);
     rt_status st = rt_sdpa_bwd(c->sdpa, c->stream, d, c->matmul, dq.p, dk.p, dv.p, dout.p, kept, q.p, k.p, v.p,
-                               rt_cuda_sdpa_workspace, c);
+                               rt_cuda_sdpa_q_len(c, d), rt_cuda_sdpa_workspace, c);
     /* the forward ran on cuDNN, so only cuDNN's backward can read what it kept */
     RT_CHECK(st == RT_OK, "%s", rt_error_message());
 }

@@ -4,7 +4,8 @@
  *
  * Taken: 16-bit q, k, v and out (the compute type, bf16 or fp16) on sm_80 or newer; head size a
  * multiple of 8 up to 128; every row stride a multiple of 8 values (16-byte rows); causal or not,
- * with or without dropout. Not yet: a key mask (padding), a position bias (T5), GLM's prefix and
+ * with or without dropout, and padding on the right given as lengths (rt_attn_desc.key_len: cuDNN's
+ * padding mask, every query row kept). Not yet: another key mask, a position bias (T5), GLM's prefix and
  * fp32 activations; nor one query (decoding), where each new length would build a plan. Those
  * stay on the materialized path (cuda_attention.cu). What the path keeps
  * for the backward in the probabilities buffer, per query row: the softmax's log-sum-exp (fp32)
@@ -35,7 +36,7 @@ static inline const char *rt_sdpa_unsupported(const rt_attn_desc *d, rt_dtype io
     if (d->HS % 8 != 0 || d->HS > RT_SDPA_MAX_HEAD) return "a head size that is not a multiple of 8 up to 128";
     if (d->ldq % 8 != 0 || d->ldk % 8 != 0 || d->ldv % 8 != 0 || d->ldo % 8 != 0)
         return "a row stride that is not a multiple of 8 values";
-    if (d->key_mask) return "a key mask (padding)";
+    if (d->key_mask && !d->key_len) return "a key mask that is not right padding given as lengths";
     if (d->bias) return "a position bias (T5)";
     if (d->prefix) return "a bidirectional prefix (GLM)";
     if (d->causal && d->Tq != d->Tk) return "causal attention with Tq != Tk";
@@ -59,7 +60,7 @@ typedef struct {
     int64_t ldq, ldk, ldv, ldo;
     int32_t io;       /* rt_dtype */
     int32_t backward; /* 0 forward, 1 backward */
-    int32_t causal;
+    int32_t causal, padding;
     uint32_t scale_bits, dropout_bits; /* dropout_bits 0: no dropout */
 } rt_sdpa_key;
 
@@ -78,6 +79,7 @@ static inline rt_sdpa_key rt_sdpa_key_of(const rt_attn_desc *d, rt_dtype io, boo
     k.io = (int32_t)io;
     k.backward = backward;
     k.causal = d->causal;
+    k.padding = d->key_len != NULL;
     memcpy(&k.scale_bits, &d->scale, sizeof k.scale_bits);
     if (d->dropout_p > 0.0f) memcpy(&k.dropout_bits, &d->dropout_p, sizeof k.dropout_bits);
     return k;

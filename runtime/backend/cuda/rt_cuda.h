@@ -72,6 +72,7 @@ enum {
     RT_CUDA_SCRATCH_BGRAD,        /* a bias gradient an epilogue writes, before it is added */
     RT_CUDA_SCRATCH_LINEAR,       /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
     RT_CUDA_SCRATCH_SDPA,         /* cuDNN SDPA's workspace (cuda_sdpa_path.cu) */
+    RT_CUDA_SCRATCH_SDPA_LEN,     /* its padding mask's query lengths (B) */
     RT_CUDA_SCRATCH_COUNT
 };
 
