@@ -16,6 +16,7 @@
 #include "models/layers/heads.h"
 #include "models/layers/hf_config.h"
 #include "models/layers/lora.h"
+#include "models/layers/padding.h"
 #include "models/layers/parallel.h"
 #include "models/layers/param.h"
 #include "models/layers/stack.h"
@@ -51,17 +52,15 @@ struct bert_model {
     size_t act_bytes;           /* apart */
     float *emb;                 /* (BT, C) word + type + position, the embedding LayerNorm's input */
     float *emb_mean, *emb_rstd; /* (BT) */
-    float *cls, *cls_drop, *hpre, *hact, *hdrop; /* (B, C) head activations */
-    float *logits, *dlogits, *losses;            /* (B, NL), (B, NL), (B) */
-    float *dh1, *dh2, *dh3;                      /* (B, C) head gradients */
-    float *key_mask;                             /* (B, T) additive */
-    bool padded;                                 /* the uploaded batch masks a key: else attention gets no mask */
-    int32_t *key_len;                            /* (B) each row's unmasked keys, when right padding */
-    bool right_padded; /* every row's mask is ones then zeros, with a one: key_len holds them */
+    float *cls, *cls_drop, *hpre, *hact, *hdrop;   /* (B, C) head activations */
+    float *logits, *dlogits, *losses;              /* (B, NL), (B, NL), (B) */
+    float *dh1, *dh2, *dh3;                        /* (B, C) head gradients */
+    float *key_mask;                               /* (B, T) additive */
+    mdl_padding padding;                           /* the batch's padding as attention reads it */
     int32_t *ids, *pos, *types, *cls_idx, *labels; /* (BT), (BT), (BT), (B), (B) */
 
-    int32_t *h_pos, *h_types, *h_cls, *h_len; /* host staging */
-    float *h_mask, *h_losses;                 /* (BT), (B): the head's per-row losses */
+    int32_t *h_pos, *h_types, *h_cls; /* host staging */
+    float *h_mask, *h_losses;         /* (BT), (B): the head's per-row losses */
 };
 
 /* config.json's plain fields with HF's defaults (bert-base-uncased) and limits (models/layers/hf_config.h);
@@ -299,7 +298,7 @@ static void bert_layout(bert_model *m, rt_arena *a) {
     m->dh2 = rt_arena_take(a, B * C, f);
     m->dh3 = rt_arena_take(a, B * C, f);
     m->key_mask = rt_arena_take(a, BT, f);
-    m->key_len = rt_arena_take(a, B, i);
+    m->padding.key_len = rt_arena_take(a, B, i);
     m->ids = rt_arena_take(a, BT, i);
     m->pos = rt_arena_take(a, BT, i);
     m->types = rt_arena_take(a, BT, i);
@@ -421,7 +420,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    m->h_len = rt_xmalloc((size_t)max_B * sizeof(int32_t));
+    mdl_padding_init(&m->padding, max_B);
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
     if (m->stage.count > 1) RT_TRY(bert_stage_pipe(m, pp, max_micro));
@@ -442,7 +441,7 @@ void bert_model_free(bert_model *m) {
     free(m->h_pos);
     free(m->h_types);
     free(m->h_cls);
-    free(m->h_len);
+    mdl_padding_free(&m->padding);
     free(m->h_mask);
     free(m->h_losses);
     free(m);
@@ -466,11 +465,8 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     if (B < 1 || T < 1 || B > m->max_B || T > m->max_T)
         return rt_errorf(RT_ERR_CONFIG, "BERT: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
                          m->max_T);
-    bool padded = false, right_padded = true;
     for (int b = 0; b < B; b++) {
         int count = 0;
-        m->h_len[b] = mdl_mask_right_len(host_mask ? host_mask + (size_t)b * T : NULL, T);
-        right_padded &= m->h_len[b] > 0;
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)b * T + t;
             int32_t id = host_ids[i], type = host_types ? host_types[i] : 0;
@@ -488,7 +484,6 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
                 m->h_pos[i] = t;
             m->h_types[i] = type;
             m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : BERT_MASKED;
-            padded |= host_mask && !host_mask[i];
         }
         m->h_cls[b] = b * T;
     }
@@ -499,17 +494,16 @@ static rt_status bert_upload(bert_model *m, const int32_t *host_ids, const int32
     rt_to_device(be, m->types, m->h_types, BT * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
     rt_to_device(be, m->cls_idx, m->h_cls, (size_t)B * sizeof(int32_t));
-    m->padded = padded;
-    m->right_padded = padded && right_padded;
-    if (m->right_padded) rt_to_device(be, m->key_len, m->h_len, (size_t)B * sizeof(int32_t));
+    mdl_padding_upload(&m->padding, be, host_mask, B, T);
     return RT_OK;
 }
 
-/* BERT attends both ways, with padded keys masked. A batch without padding passes no mask (the
- * same numbers: the mask would add 0 to every score), which fused attention kernels take. */
+/* BERT attends both ways, with padded keys masked (models/layers/padding.h). */
 static mdl_stack_mask bert_mask(const void *model) {
     const bert_model *m = model;
-    return (mdl_stack_mask){.key_mask = m->padded ? m->key_mask : NULL, .key_len = m->right_padded ? m->key_len : NULL};
+    mdl_stack_mask mask = {0};
+    mdl_padding_keys(&m->padding, m->key_mask, &mask);
+    return mask;
 }
 
 /* HF: (word + token type) + position, then LayerNorm into the blocks' first residual (the

@@ -223,7 +223,7 @@ static void gpt2_layout(gpt2_model *m, rt_arena *a) {
     m->losses = rt_arena_take(a, B, f);
     m->dpooled = rt_arena_take(a, B * C, f);
     m->key_mask = rt_arena_take(a, BT, f);
-    m->key_len = rt_arena_take(a, B, i);
+    m->padding.key_len = rt_arena_take(a, B, i);
     m->ids = rt_arena_take(a, BT, i);
     m->pos = rt_arena_take(a, BT, i);
     m->last = rt_arena_take(a, B, i);
@@ -330,7 +330,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    m->h_len = rt_xmalloc((size_t)max_B * sizeof(int32_t));
+    mdl_padding_init(&m->padding, max_B);
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float)); /* the head's per-row losses */
     if (stage.count > 1) RT_TRY(gpt2_stage_pipe(m, pp, max_micro));
@@ -352,7 +352,7 @@ void gpt2_model_free(gpt2_model *m) {
     free(m->h_pos);
     free(m->h_shifted);
     free(m->h_last);
-    free(m->h_len);
+    mdl_padding_free(&m->padding);
     free(m->h_mask);
     free(m->h_losses);
     free(m);
@@ -371,11 +371,8 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
         return rt_errorf(RT_ERR_CONFIG, "GPT-2: batch %dx%d exceeds the %dx%d the model was sized for", B, T, m->max_B,
                          m->max_T);
     int pad = c->pad_token_id >= 0 ? c->pad_token_id : c->eos_token_id;
-    bool padded = false, right_padded = true;
     for (int b = 0; b < B; b++) {
         int last = 0;
-        m->h_len[b] = mdl_mask_right_len(host_mask ? host_mask + (size_t)b * T : NULL, T);
-        right_padded &= m->h_len[b] > 0;
         for (int t = 0; t < T; t++) {
             size_t i = (size_t)b * T + t;
             int32_t id = host_ids[i];
@@ -384,7 +381,6 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
                                  id, b, t, c->vocab_size);
             m->h_pos[i] = t;
             m->h_mask[i] = (!host_mask || host_mask[i]) ? 0.0f : GPT2_MASKED;
-            padded |= host_mask && !host_mask[i];
             if (id != pad) last = t;
         }
         m->h_last[b] = b * T + last;
@@ -395,18 +391,16 @@ rt_status gpt2_upload(gpt2_model *m, const int32_t *host_ids, const int32_t *hos
     rt_to_device(be, m->pos, m->h_pos, BT * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BT * sizeof(float));
     if (pool) rt_to_device(be, m->last, m->h_last, (size_t)B * sizeof(int32_t));
-    m->padded = padded;
-    m->right_padded = padded && right_padded;
-    if (m->right_padded) rt_to_device(be, m->key_len, m->h_len, (size_t)B * sizeof(int32_t));
+    mdl_padding_upload(&m->padding, be, host_mask, B, T);
     return RT_OK;
 }
 
-/* GPT-2 attends causally, with padded keys masked. A batch without padding passes no mask (the
- * same numbers: the mask would add 0 to every score), which fused attention kernels take. */
+/* GPT-2 attends causally, with padded keys masked (models/layers/padding.h). */
 static mdl_stack_mask gpt2_mask(const void *model) {
     const gpt2_model *m = model;
-    return (mdl_stack_mask){
-        .causal = true, .key_mask = m->padded ? m->key_mask : NULL, .key_len = m->right_padded ? m->key_len : NULL};
+    mdl_stack_mask mask = {.causal = true};
+    mdl_padding_keys(&m->padding, m->key_mask, &mask);
+    return mask;
 }
 
 static rt_status gpt2_embed(gpt2_model *m, size_t BT) {

@@ -5,6 +5,7 @@
 
 #include "models/gpt2/gpt2.h"
 #include "models/layers/lm_head.h"
+#include "models/layers/padding.h"
 #include "models/layers/parallel.h"
 #include "models/layers/param.h"
 #include "models/layers/stack.h"
@@ -37,14 +38,12 @@ struct gpt2_model {
     float *logits, *dlogits, *losses;   /* (B, NL), (B, NL), (B) */
     float *dpooled;                     /* (B, C) */
     float *key_mask;                    /* (B, T) additive */
-    bool padded;                        /* the uploaded batch masks a key: else attention gets no mask */
-    int32_t *key_len;                   /* (B) each row's unmasked keys, when right padding */
-    bool right_padded;                  /* every row's mask is ones then zeros, with a one: key_len holds them */
+    mdl_padding padding;                /* the batch's padding as attention reads it */
     int32_t *ids, *pos, *last, *labels; /* (BT), (BT), (B), (B) */
 
     mdl_lm_head head; /* the tied language-model head (gpt2_lm_step, gpt2_lm_logits) */
 
-    int32_t *h_pos, *h_last, *h_shifted, *h_len; /* host staging */
+    int32_t *h_pos, *h_last, *h_shifted; /* host staging */
     float *h_mask, *h_losses;
 };
 

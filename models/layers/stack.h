@@ -111,17 +111,6 @@ typedef struct {
     int S;
 } mdl_stack_mask;
 
-/* A row's attention mask (T values, 1 = a real token; NULL: none masked) as right padding: the
- * count of its leading ones when every value after them is 0, else 0 (no length describes it). */
-static inline int32_t mdl_mask_right_len(const int32_t *mask, int T) {
-    if (!mask) return T;
-    int n = 0;
-    while (n < T && mask[n]) n++;
-    for (int t = n; t < T; t++)
-        if (mask[t]) return 0;
-    return n;
-}
-
 /* Backend scratch for one stack's backward (and its branch outputs), sized for `rows` rows;
  * stacks that run one after the other may share one (T5's encoder and decoder). */
 typedef struct {
