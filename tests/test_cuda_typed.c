@@ -15,7 +15,9 @@
  * act_fwd/bwd, gated_act_fwd/bwd, dropout_cols (the same masks), bias_bwd; the norms' and the
  * fused residual step's 16-bit outputs; scatter_rows_add; attention over 16-bit q, k, v (views
  * into one fused buffer), out, dout, dq, dk, dv with a key mask, causal with dropout, and a
- * position bias with its gradient. Exits 77 (skipped) without CUDA or a GPU. */
+ * position bias with its gradient; cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn) causal or not, with right
+ * padding as lengths, T5's position bias and its gradient, cross-attention, and GLM's prefix. Exits
+ * 77 (skipped) without CUDA or a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,69 +352,102 @@ static void check_attention(int variant) {
     flt_free(&dbias);
 }
 
-/* cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) on 16-bit q, k and v in one fused
- * buffer, without dropout, with or without right padding (the CPU reads the mask, cuDNN the
- * lengths): out, dq, dk and dv against the CPU's attention within the band above, and proof that
- * cuDNN ran: its kept buffer starts with a copy of out (what its backward reads,
+/* One call for cuDNN's SDPA: Tq queries over Tk keys; padded: the last batch row's last 7 keys are
+ * padding (the CPU reads the mask, cuDNN the lengths); bias: T5's position bias (NH, Tq, Tk) and its
+ * gradient; prefix: GLM's, per batch row (with causal); scale 0: 1/sqrt(HS). Self-attention reads
+ * q, k and v in one fused (B T, 3 C) buffer; cross-attention (Tq != Tk) q from (B Tq, C) and k, v
+ * from one (B Tk, 2 C) buffer. */
+typedef struct {
+    int B, NH, Tq, Tk, HS;
+    bool causal, padded, bias, prefix;
+    float scale;
+} sdpa_case;
+
+/* cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) on 16-bit activations without dropout:
+ * out, dq, dk and dv against the CPU's attention within the band above, dbias within it after one
+ * more rounding (cuDNN writes the bias gradient at the compute type before it is added in fp32), and
+ * proof that cuDNN ran: its kept buffer starts with a copy of out (what its backward reads,
  * cuda_sdpa_plan.h), which the materialized path would have filled with probabilities. */
-static void check_attention_cudnn(rt_backend *sdpa, int B, int NH, int T, int HS, bool causal, bool padded) {
-    const int C = NH * HS;
-    unsigned seed = 70 + (unsigned)T;
-    const size_t nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-    act qkv = act_new(nx, &seed, 1.0f), dout = act_new(no, &seed, 1.0f);
-    act out = act_new(no, &seed, 0.0f), dqkv = act_new(nx, &seed, 0.0f);
+static void check_attention_cudnn(rt_backend *sdpa, sdpa_case k) {
+    const int B = k.B, NH = k.NH, Tq = k.Tq, Tk = k.Tk, HS = k.HS, C = NH * HS;
+    const bool cross = Tq != Tk;
+    unsigned seed = 70 + (unsigned)(Tq * 3 + Tk);
+    const size_t nq = (size_t)B * Tq * (cross ? C : 3 * C), nkv = cross ? (size_t)B * Tk * 2 * C : 0;
+    const size_t no = (size_t)B * Tq * C;
+    act xq = act_new(nq, &seed, 1.0f), xkv = act_new(nkv, &seed, 1.0f), dout = act_new(no, &seed, 1.0f);
+    act out = act_new(no, &seed, 0.0f), dxq = act_new(nq, &seed, 0.0f), dxkv = act_new(nkv, &seed, 0.0f);
+    const size_t ld_q = cross ? (size_t)C : (size_t)3 * C, ld_kv = cross ? (size_t)2 * C : (size_t)3 * C;
     const rt_attn_desc d = {.B = B,
                             .NH = NH,
-                            .Tq = T,
-                            .Tk = T,
+                            .Tq = Tq,
+                            .Tk = Tk,
                             .HS = HS,
-                            .ldq = (size_t)3 * C,
-                            .ldk = (size_t)3 * C,
-                            .ldv = (size_t)3 * C,
+                            .ldq = ld_q,
+                            .ldk = ld_kv,
+                            .ldv = ld_kv,
                             .ldo = (size_t)C,
-                            .scale = 1.0f / sqrtf((float)HS),
-                            .causal = causal,
+                            .scale = k.scale > 0 ? k.scale : 1.0f / sqrtf((float)HS),
+                            .causal = k.causal,
                             .probs_dtype = dt};
-    /* padded: the last batch row's last 7 keys are padding, as a mask and as lengths */
-    float *km_h = rt_xmalloc((size_t)B * T * sizeof(float));
-    int32_t *len_h = rt_xmalloc((size_t)B * sizeof(int32_t));
+    float *km_h = rt_xmalloc((size_t)B * Tk * sizeof(float));
+    int32_t *len_h = rt_xmalloc((size_t)B * sizeof(int32_t)), *prefix_h = rt_xmalloc((size_t)B * sizeof(int32_t));
     for (int b = 0; b < B; b++) {
-        len_h[b] = b == B - 1 ? T - 7 : T;
-        for (int j = 0; j < T; j++) km_h[(size_t)b * T + j] = j < len_h[b] ? 0.0f : -INFINITY;
+        len_h[b] = b == B - 1 ? Tk - 7 : Tk;
+        prefix_h[b] = (int32_t)((size_t)b * 37 % (size_t)(Tk + 1)); /* 0, 37, ...: none, some, all */
+        for (int j = 0; j < Tk; j++) km_h[(size_t)b * Tk + j] = j < len_h[b] ? 0.0f : -INFINITY;
     }
-    flt km = flt_new((size_t)B * T, NULL, 0, 0);
-    rt_to_device(cpu, km.c, km_h, (size_t)B * T * sizeof(float));
-    rt_to_device(gpu, km.g, km_h, (size_t)B * T * sizeof(float));
+    flt km = flt_new((size_t)B * Tk, NULL, 0, 0), bias = flt_new((size_t)NH * Tq * Tk, &seed, 1.0f, 0.0f);
+    flt dbias = flt_new((size_t)NH * Tq * Tk, NULL, 0, 0);
+    rt_to_device(cpu, km.c, km_h, (size_t)B * Tk * sizeof(float));
+    rt_to_device(gpu, km.g, km_h, (size_t)B * Tk * sizeof(float));
     int32_t *len_g = alloc_on(gpu, (size_t)B * sizeof(int32_t));
+    int32_t *prefix_c = alloc_on(cpu, (size_t)B * sizeof(int32_t)),
+            *prefix_g = alloc_on(gpu, (size_t)B * sizeof(int32_t));
     rt_to_device(gpu, len_g, len_h, (size_t)B * sizeof(int32_t));
-    free(km_h), free(len_h);
+    rt_to_device(cpu, prefix_c, prefix_h, (size_t)B * sizeof(int32_t));
+    rt_to_device(gpu, prefix_g, prefix_h, (size_t)B * sizeof(int32_t));
+    free(km_h), free(len_h), free(prefix_h);
     void *pc = alloc_on(cpu, rt_attn_kept_bytes(cpu, &d)), *pg = alloc_on(gpu, rt_attn_kept_bytes(sdpa, &d));
     for (int side = 0; side < 2; side++) {
         rt_backend *be = side ? sdpa : cpu;
         rt_x (*X)(const act *) = side ? xg : xc;
         void *probs = side ? pg : pc;
         rt_attn_desc ds = d;
-        if (padded) ds.key_mask = side ? km.g : km.c, ds.key_len = side ? len_g : NULL;
-        rt_attention_fwd(be, &ds, X(&out), probs, X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
-        rt_attention_bwd(be, &ds, X(&dqkv), rt_x_at(X(&dqkv), C), rt_x_at(X(&dqkv), 2 * C), NULL, X(&dout), probs,
-                         X(&qkv), rt_x_at(X(&qkv), C), rt_x_at(X(&qkv), 2 * C));
+        if (k.padded) ds.key_mask = side ? km.g : km.c, ds.key_len = side ? len_g : NULL;
+        if (k.bias) ds.bias = side ? bias.g : bias.c;
+        if (k.prefix) ds.prefix = side ? prefix_g : prefix_c;
+        const rt_x q = X(&xq), kk = cross ? X(&xkv) : rt_x_at(X(&xq), C),
+                   v = rt_x_at(cross ? X(&xkv) : X(&xq), cross ? C : 2 * C);
+        const rt_x dq = X(&dxq), dk = cross ? X(&dxkv) : rt_x_at(X(&dxq), C),
+                   dv = rt_x_at(cross ? X(&dxkv) : X(&dxq), cross ? C : 2 * C);
+        rt_attention_fwd(be, &ds, X(&out), probs, q, kk, v);
+        rt_attention_bwd(be, &ds, dq, dk, dv, k.bias ? (side ? dbias.g : dbias.c) : NULL, X(&dout), probs, q, kk, v);
     }
     rt_sync(sdpa); /* its stream is not the one the checks below read on */
-    char what[96];
-    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s%s: out", B, NH, T, HS, causal ? " causal" : "",
-             padded ? " padded" : "");
+    char name[96], what[128];
+    snprintf(name, sizeof name, "cuDNN SDPA %dx%dx%dx%dx%d%s%s%s%s", B, NH, Tq, Tk, HS, k.causal ? " causal" : "",
+             k.padded ? " padded" : "", k.bias ? " bias" : "", k.prefix ? " prefix" : "");
+    snprintf(what, sizeof what, "%s: out", name);
     check_act(what, &out, GEMM_ATOL, 2 * unit);
-    snprintf(what, sizeof what, "cuDNN SDPA %dx%dx%dx%d%s%s: dqkv", B, NH, T, HS, causal ? " causal" : "",
-             padded ? " padded" : "");
-    check_act(what, &dqkv, GEMM_ATOL, 2 * unit);
+    snprintf(what, sizeof what, "%s: dq%s", name, cross ? "" : "kv");
+    check_act(what, &dxq, GEMM_ATOL, 2 * unit);
+    if (cross) {
+        snprintf(what, sizeof what, "%s: dkv", name);
+        check_act(what, &dxkv, GEMM_ATOL, 2 * unit);
+    }
+    if (k.bias) {
+        snprintf(what, sizeof what, "%s: dbias", name);
+        check_flt(what, &dbias, GEMM_ATOL, 2 * unit);
+    }
     uint16_t *kept = rt_xmalloc(no * 2), *got = rt_xmalloc(no * 2);
     rt_to_host(gpu, kept, pg, no * 2);
     rt_to_host(gpu, got, out.g, no * 2);
-    TZ_EXPECT(memcmp(kept, got, no * 2) == 0,
-              "cuDNN SDPA %dx%dx%dx%d: its kept buffer holds no copy of out: it did not run", B, NH, T, HS);
+    TZ_EXPECT(memcmp(kept, got, no * 2) == 0, "%s: its kept buffer holds no copy of out: it did not run", name);
     free(kept), free(got);
     rt_free_device(cpu, pc), rt_free_device(gpu, pg), rt_free_device(gpu, len_g);
-    act_free(&qkv), act_free(&dout), act_free(&out), act_free(&dqkv), flt_free(&km);
+    rt_free_device(cpu, prefix_c), rt_free_device(gpu, prefix_g);
+    act_free(&xq), act_free(&xkv), act_free(&dout), act_free(&out), act_free(&dxq), act_free(&dxkv);
+    flt_free(&km), flt_free(&bias), flt_free(&dbias);
 }
 
 /* A backend with cuDNN's SDPA on, or NULL (said) where this build or machine has none. */
@@ -464,12 +499,19 @@ int main(void) {
         check_norms();
         for (int v = 0; v < 3; v++) check_attention(v);
         if (sdpa && rt_set_precision(sdpa, dt) == RT_OK) {
-            check_attention_cudnn(sdpa, 2, 3, 70, 64, true, false);   /* GPT-2's heads, two key tiles */
-            check_attention_cudnn(sdpa, 2, 4, 128, 32, false, false); /* an encoder without padding */
-            check_attention_cudnn(sdpa, 2, 2, 40, 128, false, false); /* T5-3B's head size */
-            check_attention_cudnn(sdpa, 1, 2, 1024, 64, true, false);
-            check_attention_cudnn(sdpa, 3, 4, 48, 64, false, true); /* BERT's padding as lengths */
-            check_attention_cudnn(sdpa, 2, 3, 70, 64, true, true);  /* GPT-2 classification's */
+            const sdpa_case cases[] = {
+                {2, 3, 70, 70, 64, .causal = true},                              /* GPT-2's heads, two key tiles */
+                {2, 4, 128, 128, 32, .causal = false},                           /* an encoder without padding */
+                {2, 2, 40, 40, 128, .causal = false},                            /* T5-3B's head size */
+                {1, 2, 1024, 1024, 64, .causal = true},                          /* a long causal row */
+                {3, 4, 48, 48, 64, .padded = true},                              /* BERT's padding as lengths */
+                {2, 3, 70, 70, 64, .causal = true, .padded = true},              /* GPT-2 classification's */
+                {2, 4, 48, 48, 64, .padded = true, .bias = true, .scale = 1.0f}, /* T5's encoder */
+                {2, 4, 40, 40, 64, .causal = true, .bias = true, .scale = 1.0f}, /* T5's decoder */
+                {3, 4, 24, 48, 64, .padded = true, .scale = 1.0f},               /* T5's cross-attention */
+                {3, 2, 64, 64, 64, .causal = true, .prefix = true},              /* GLM's prefix */
+            };
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) check_attention_cudnn(sdpa, cases[c]);
         }
     }
     rt_backend_free(sdpa);

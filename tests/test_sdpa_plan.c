@@ -1,10 +1,11 @@
 /* The host side of cuDNN's SDPA path (runtime/backend/cuda/cuda_sdpa_plan.h), checked on the CPU:
- * which attention calls it takes (padding only as right-padding lengths) and why it refuses the
- * others (each reason on its own), what it keeps for the backward, the plan cache's key (equal for
- * equal calls, apart for any change a plan depends on, the same across dropout seeds), the
- * dropout seed (the same for a forward and its backward, another for another site or another
- * rank's heads), and the models' masks as lengths (models/layers/padding.h). test_cuda_typed runs the
- * calls on a GPU. */
+ * which attention calls it takes (padding only as right-padding lengths, T5's position bias, GLM's
+ * prefix) and why it refuses the others (each reason on its own), what it keeps for the backward,
+ * the plan cache's key (equal for equal calls, apart for any change a plan depends on, the same
+ * across dropout seeds), the dropout seed (the same for a forward and its backward, another for
+ * another site or another rank's heads), the prefix mask against the keys the CPU scores, and the
+ * models' masks as lengths (models/layers/padding.h). test_cuda_typed runs the calls on a GPU. */
+#include <math.h>
 #include <string.h>
 
 #include "models/layers/padding.h"
@@ -30,20 +31,85 @@ static rt_attn_desc gpt2_lm(void) {
                           .probs_dtype = RT_BF16};
 }
 
-static void expect_refused(rt_attn_desc d, rt_dtype io, int sm, const char *want) {
-    const char *why = rt_sdpa_unsupported(&d, io, sm);
+/* cuDNN 9.26, the pack's */
+#define CUDNN 92600L
+
+static void expect_refused_on(rt_attn_desc d, rt_dtype io, int sm, long cudnn, const char *want) {
+    const char *why = rt_sdpa_unsupported(&d, io, sm, cudnn);
     TZ_EXPECT(why && strcmp(why, want) == 0, "refused as '%s', want '%s'", why ? why : "(taken)", want);
+}
+
+static void expect_refused(rt_attn_desc d, rt_dtype io, int sm, const char *want) {
+    expect_refused_on(d, io, sm, CUDNN, want);
+}
+
+static void expect_taken(rt_attn_desc d, rt_dtype io, int sm, long cudnn, const char *what) {
+    const char *why = rt_sdpa_unsupported(&d, io, sm, cudnn);
+    TZ_EXPECT(why == NULL, "%s refused: %s", what, why);
+}
+
+/* T5-base's encoder self-attention at 8 x 512: heads of 64, no scaling, the position bias (NH, T, T)
+ * and the source's padding as lengths. */
+static rt_attn_desc t5_enc(void) {
+    static const float bias[1] = {0}, mask[1] = {0};
+    static const int32_t lens[8] = {512, 300, 17};
+    return (rt_attn_desc){.B = 8,
+                          .NH = 12,
+                          .Tq = 512,
+                          .Tk = 512,
+                          .HS = 64,
+                          .ldq = 3 * 768,
+                          .ldk = 3 * 768,
+                          .ldv = 3 * 768,
+                          .ldo = 768,
+                          .scale = 1.0f,
+                          .key_mask = mask,
+                          .key_len = lens,
+                          .bias = bias,
+                          .dropout_p = 0.1f,
+                          .probs_dtype = RT_BF16};
+}
+
+/* GLM's self-attention: causal after a bidirectional prefix, no key mask. */
+static rt_attn_desc glm(void) {
+    static const int32_t prefix[4] = {10, 3, 0, 200};
+    rt_attn_desc d = gpt2_lm();
+    d.B = 4;
+    d.Tq = d.Tk = 200;
+    d.prefix = prefix;
+    return d;
 }
 
 static void test_support(void) {
     rt_attn_desc d = gpt2_lm();
-    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "GPT-2's LM attention refused: %s",
-              rt_sdpa_unsupported(&d, RT_BF16, 9));
-    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_F16, 8) == NULL, "fp16 on sm_80 refused");
+    expect_taken(d, RT_BF16, 9, CUDNN, "GPT-2's LM attention");
+    expect_taken(d, RT_F16, 8, CUDNN, "fp16 on sm_80");
     d.causal = false; /* BERT-like, no mask: taken */
     d.HS = 128;       /* T5-3B's head */
     d.ldq = d.ldk = d.ldv = d.ldo = 4096;
-    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "head size 128 refused");
+    expect_taken(d, RT_BF16, 9, CUDNN, "head size 128");
+    expect_taken(t5_enc(), RT_BF16, 9, CUDNN, "T5's encoder (position bias, padding as lengths)");
+    d = t5_enc(); /* the decoder's self-attention: causal, the bias, no padding */
+    d.key_mask = NULL;
+    d.key_len = NULL;
+    d.causal = true;
+    d.Tq = d.Tk = 128;
+    expect_taken(d, RT_BF16, 9, CUDNN, "T5's decoder (causal, position bias)");
+    expect_taken(d, RT_F16, 9, 90100L, "T5's decoder on cuDNN 9.1 (lengths multiples of 64)");
+    d = t5_enc(); /* cross-attention: 128 queries over 512 source keys, padding as lengths */
+    d.bias = NULL;
+    d.Tq = 128;
+    d.ldq = d.ldo = 768;
+    d.ldk = d.ldv = 2 * 768;
+    expect_taken(d, RT_BF16, 9, CUDNN, "T5's cross-attention");
+    expect_taken(glm(), RT_BF16, 9, CUDNN, "GLM's prefix");
+    d = glm();
+    d.causal = false; /* the CPU reads a prefix only with causal: none here */
+    TZ_EXPECT(rt_sdpa_bias_of(&d) == RT_SDPA_BIAS_NONE, "a prefix without causal made a mask");
+    const rt_attn_desc g = glm(), t5 = t5_enc(), plain = {.B = 1};
+    TZ_EXPECT(rt_sdpa_bias_of(&g) == RT_SDPA_BIAS_PREFIX && rt_sdpa_bias_of(&t5) == RT_SDPA_BIAS_POSITION &&
+                  rt_sdpa_bias_of(&plain) == RT_SDPA_BIAS_NONE,
+              "the bias kinds");
 
     expect_refused(gpt2_lm(), RT_BF16, 7, "the GPU is older than sm_80");
     expect_refused(gpt2_lm(), RT_F32, 9, "fp32 activations (cuDNN's SDPA reads bf16 or fp16)");
@@ -62,14 +128,37 @@ static void test_support(void) {
     expect_refused(d, RT_BF16, 9, "a key mask that is not right padding given as lengths");
     static const int32_t lens[16] = {1024, 1000, 7};
     d.key_len = lens; /* the same mask as right-padding lengths: cuDNN's padding mask */
-    TZ_EXPECT(rt_sdpa_unsupported(&d, RT_BF16, 9) == NULL, "right padding as lengths refused: %s",
-              rt_sdpa_unsupported(&d, RT_BF16, 9));
+    expect_taken(d, RT_BF16, 9, CUDNN, "right padding as lengths");
+    d = t5_enc();
+    d.key_len = NULL; /* T5 with left padding or a row with no key */
+    expect_refused(d, RT_BF16, 9, "a key mask that is not right padding given as lengths");
     d = gpt2_lm();
     d.bias = mask;
-    expect_refused(d, RT_BF16, 9, "a position bias (T5)");
-    d = gpt2_lm();
     d.prefix = prefix;
-    expect_refused(d, RT_BF16, 9, "a bidirectional prefix (GLM)");
+    expect_refused(d, RT_BF16, 9, "a position bias with a bidirectional prefix");
+    d = glm();
+    d.key_mask = mask;
+    d.key_len = lens;
+    expect_refused(d, RT_BF16, 9, "a bidirectional prefix (GLM) with a key mask");
+    d = gpt2_lm();
+    expect_refused(d, RT_BF16, 10,
+                   "dropout or a position bias on sm_100 or newer (cuDNN has no deterministic "
+                   "backward for them)");
+    d = t5_enc();
+    d.dropout_p = 0.0f;
+    expect_refused(d, RT_BF16, 10,
+                   "dropout or a position bias on sm_100 or newer (cuDNN has no deterministic "
+                   "backward for them)");
+    d.bias = NULL; /* sm_100 without either: taken */
+    expect_taken(d, RT_BF16, 10, CUDNN, "sm_100 without dropout or bias");
+    const char *old_dbias = "a position bias's gradient with padding or lengths not multiples of 64 (cuDNN before 9.5)";
+    expect_refused_on(t5_enc(), RT_BF16, 9, 90400L, old_dbias); /* padding */
+    d = t5_enc();
+    d.key_mask = NULL;
+    d.key_len = NULL;
+    d.Tq = d.Tk = 100;
+    expect_refused_on(d, RT_BF16, 9, 90400L, old_dbias);
+    expect_taken(d, RT_BF16, 9, 90500L, "a position bias at 100 on cuDNN 9.5");
     d = gpt2_lm();
     d.Tk = 512;
     expect_refused(d, RT_BF16, 9, "causal attention with Tq != Tk");
@@ -92,18 +181,21 @@ static void test_kept(void) {
 
 static void test_keys(void) {
     const rt_attn_desc base = gpt2_lm();
-    rt_sdpa_key a = rt_sdpa_key_of(&base, RT_BF16, false), b = rt_sdpa_key_of(&base, RT_BF16, false);
+    rt_sdpa_key a = rt_sdpa_key_of(&base, RT_BF16, false, false), b = rt_sdpa_key_of(&base, RT_BF16, false, false);
     TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the same call has two keys");
     rt_attn_desc d = base;
     d.seed = 99; /* the seed, and which lengths (their values are read at run time) */
     d.stream = 3;
     d.head_offset = 6;
-    b = rt_sdpa_key_of(&d, RT_BF16, false);
+    b = rt_sdpa_key_of(&d, RT_BF16, false, false);
     TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "the dropout seed moved the plan's key");
+    b = rt_sdpa_key_of(&base, RT_BF16, false, true);
+    TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "a forward's key depends on a bias gradient");
 
     /* each change a plan depends on gives another key */
-    static const int32_t lens[16] = {1024};
-    for (int change = 0; change < 12; change++) {
+    static const int32_t lens[16] = {1024}, prefix[16] = {3};
+    static const float bias[1] = {0};
+    for (int change = 0; change < 14; change++) {
         rt_attn_desc e = base;
         rt_dtype io = RT_BF16;
         switch (change) {
@@ -118,13 +210,24 @@ static void test_keys(void) {
         case 8: e.dropout_p = 0.2f; break;
         case 9: e.scale = 0.25f; break;
         case 10: e.key_len = lens; break;
+        case 11: e.bias = bias; break;
+        case 12: e.prefix = prefix; break;
         default: io = RT_F16; break;
         }
-        b = rt_sdpa_key_of(&e, io, false);
+        b = rt_sdpa_key_of(&e, io, false, false);
         TZ_EXPECT(!rt_sdpa_key_equal(&a, &b), "change %d kept the key", change);
     }
-    b = rt_sdpa_key_of(&base, RT_BF16, true);
+    b = rt_sdpa_key_of(&base, RT_BF16, true, false);
     TZ_EXPECT(!rt_sdpa_key_equal(&a, &b), "forward and backward share a key");
+    /* a backward with the position bias's gradient is another plan; without a position bias the
+     * flag means nothing */
+    const rt_attn_desc t5 = t5_enc();
+    a = rt_sdpa_key_of(&t5, RT_BF16, true, false);
+    b = rt_sdpa_key_of(&t5, RT_BF16, true, true);
+    TZ_EXPECT(!rt_sdpa_key_equal(&a, &b), "a backward with and without dbias share a key");
+    a = rt_sdpa_key_of(&base, RT_BF16, true, false);
+    b = rt_sdpa_key_of(&base, RT_BF16, true, true);
+    TZ_EXPECT(rt_sdpa_key_equal(&a, &b), "dbias without a position bias moved the key");
 }
 
 static void test_dropout_seed(void) {
@@ -146,6 +249,29 @@ static void test_dropout_seed(void) {
     e.seed = 43;
     rt_sdpa_dropout_seed(&e, other);
     TZ_EXPECT(other[0] != fwd[0], "another run seed gives the same masks");
+}
+
+/* The prefix mask scores exactly the keys cpu_attention.c scores: [0, jend) with jend = i + 1, or
+ * the prefix (at most Tk) where that is longer; every query row keeps at least key 0. */
+static void test_prefix_mask(void) {
+    const int Tk = 9;
+    const int32_t prefixes[] = {0, 1, 4, 9, 12};
+    int bad = 0;
+    for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+        for (int i = 0; i < Tk; i++) {
+            int jend = i + 1;
+            if (prefixes[p] > jend) jend = prefixes[p] < Tk ? prefixes[p] : Tk;
+            for (int j = 0; j < Tk; j++) {
+                const float want = j < jend ? 0.0f : -5.0f;
+                bad += rt_sdpa_prefix_mask(i, j, prefixes[p], -5.0f) != want;
+            }
+            bad += rt_sdpa_prefix_mask(i, 0, prefixes[p], -5.0f) != 0.0f;
+        }
+    TZ_EXPECT(bad == 0, "%d prefix mask values differ from the keys the CPU scores", bad);
+    /* the masked value is finite at the type, and exp of it beside a real score is 0 in fp32 */
+    TZ_EXPECT(rt_sdpa_mask_neg(RT_F16) == -65504.0f, "fp16's mask value %g", rt_sdpa_mask_neg(RT_F16));
+    TZ_EXPECT(rt_sdpa_mask_neg(RT_BF16) == -1e30f, "bf16's mask value %g", rt_sdpa_mask_neg(RT_BF16));
+    TZ_EXPECT(expf(rt_sdpa_mask_neg(RT_F16) + 100.0f) == 0.0f, "fp16's mask leaves a weight");
 }
 
 static void test_mask_lengths(void) {
@@ -201,6 +327,7 @@ int main(void) {
     test_kept();
     test_keys();
     test_dropout_seed();
+    test_prefix_mask();
     test_mask_lengths();
     test_padding_upload();
     return tz_test_result("test_sdpa_plan");

@@ -326,7 +326,7 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
                           .causal = !cross && mask->causal,
                           .prefix = cross ? NULL : mask->prefix,
                           .key_mask = cross ? mask->cross_key_mask : mask->key_mask,
-                          .key_len = cross ? NULL : mask->key_len,
+                          .key_len = cross ? mask->cross_key_len : mask->key_len,
                           .bias = cross ? NULL : mask->bias,
                           .dropout_p = d.p,
                           .seed = d.seed,

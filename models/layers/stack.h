@@ -100,14 +100,15 @@ typedef struct {
 /* Which keys a query sees, and the other stack a cross-attention reads. Backend buffers, or NULL. */
 typedef struct {
     bool causal;
-    const int32_t *prefix;       /* (B) keys before it are seen by every query (causal only) */
-    const float *key_mask;       /* (B, T) additive */
-    const int32_t *key_len;      /* (B) key_mask as right-padding lengths, or NULL (rt_attn_desc.key_len) */
-    const float *bias;           /* (NH_local, T, T) additive, shared by every block */
-    float *dbias;                /* its gradient, summed over the blocks; the caller marks block 0 ready */
-    const float *cross_in;       /* (B, S, C) what cross-attention reads */
-    float *dcross_in;            /* dL/d(cross_in) added here, not reduced over tp */
-    const float *cross_key_mask; /* (B, S) additive */
+    const int32_t *prefix;        /* (B) keys before it are seen by every query (causal only) */
+    const float *key_mask;        /* (B, T) additive */
+    const int32_t *key_len;       /* (B) key_mask as right-padding lengths, or NULL (rt_attn_desc.key_len) */
+    const float *bias;            /* (NH_local, T, T) additive, shared by every block */
+    float *dbias;                 /* its gradient, summed over the blocks; the caller marks block 0 ready */
+    const float *cross_in;        /* (B, S, C) what cross-attention reads */
+    float *dcross_in;             /* dL/d(cross_in) added here, not reduced over tp */
+    const float *cross_key_mask;  /* (B, S) additive */
+    const int32_t *cross_key_len; /* (B) cross_key_mask as right-padding lengths, or NULL */
     int S;
 } mdl_stack_mask;
 

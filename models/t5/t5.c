@@ -251,6 +251,7 @@ static void t5_layout(t5_model *m, rt_arena *a) {
     mdl_stack_scratch_layout(enc ? &m->enc.blocks : &m->dec.blocks, &m->scratch, a, BS > BT ? BS : BT);
     mdl_lm_head_layout(&m->head, a);
     m->key_mask = rt_arena_take(a, BS, f);
+    m->src_pad.key_len = rt_arena_take(a, (size_t)m->max_B, sizeof(int32_t));
     m->dtop = rt_arena_take(a, HT * C, f);
     m->denc = rt_arena_take(a, dec ? BS * C : 0, f);
     m->cross_in = rt_arena_take(a, dec && !enc ? BS * C : 0, f);
@@ -259,6 +260,7 @@ static void t5_layout(t5_model *m, rt_arena *a) {
 void t5_use_slot(t5_model *m, int k) {
     rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
     t5_layout(m, &arena);
+    m->slot = k;
     m->enc.buckets_T = m->dec.buckets_T = 0; /* each slot has its own bucket tables */
 }
 
@@ -370,6 +372,8 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
                             "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)",
                             &m->act_block));
+    m->src_right = rt_xcalloc((size_t)m->act_slots, sizeof(bool));
+    mdl_padding_init(&m->src_pad, max_B);
     if (m->shared >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->shared), m->C);
     if (m->lm_head >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->lm_head), m->C);
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's logit mask; slot 0 last */
@@ -401,6 +405,8 @@ void t5_model_free(t5_model *m) {
     free(m->h_dec_ids);
     free(m->h_targets);
     free(m->h_mask);
+    free(m->src_right);
+    mdl_padding_free(&m->src_pad);
     mdl_lm_head_free(&m->head);
     ckpt_peft_config_free(&m->lora);
     free(m);
@@ -502,15 +508,20 @@ rt_status t5_save_hf(t5_model *m, const char *dir) {
 /* ---- the stacks ---- */
 
 /* What a stack's attention sees: the encoder its padding, the decoder causal self-attention
- * and, across, the encoder's output with its padding; both the relative position bias. */
+ * and, across, the encoder's output with its padding; both the relative position bias. The
+ * padding is also given as lengths where the slot's source is right-padded (cuDNN's SDPA reads
+ * them; the CPU reads the mask either way). */
 static mdl_stack_mask t5_mask(t5_model *m, t5_stack *s, int S) {
+    const int32_t *src_len = m->src_right[m->slot] ? m->src_pad.key_len : NULL;
     return (mdl_stack_mask){.causal = s->decoder,
                             .key_mask = s->decoder ? NULL : m->key_mask,
+                            .key_len = s->decoder ? NULL : src_len,
                             .bias = s->bias,
                             .dbias = s->dbias,
                             .cross_in = s->decoder ? t5_cross_src(m) : NULL,
                             .dcross_in = m->denc,
                             .cross_key_mask = m->key_mask,
+                            .cross_key_len = src_len,
                             .S = S};
 }
 
@@ -598,6 +609,8 @@ rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_
     const size_t BS = (size_t)B * S;
     if (m->enc.has_embed) rt_to_device(be, m->enc.ids, src_ids, BS * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BS * sizeof(float));
+    mdl_padding_upload(&m->src_pad, be, src_mask, B, S);
+    m->src_right[m->slot] = m->src_pad.right;
     t5_upload_buckets(m, &m->enc, S);
     return RT_OK;
 }

@@ -253,7 +253,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
         return;
     }
     if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_took(c, d)) { /* probs holds what its forward kept */
-        rt_cuda_sdpa_bwd(c, d, dq, dk, dv, dout, probs, q, k, v);
+        rt_cuda_sdpa_bwd(c, d, dq, dk, dv, dbias, dout, probs, q, k, v);
         return;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;

@@ -37,7 +37,9 @@ enum : int64_t {
     UID_SEED,
     UID_OFFSET,
     UID_LEN_Q,
-    UID_LEN_KV
+    UID_LEN_KV,
+    UID_BIAS,
+    UID_DBIAS
 };
 
 /* Plans kept at the most: MRPC's dynamic padding makes about 25 lengths a run, each a forward and
@@ -97,9 +99,25 @@ std::shared_ptr<fe::graph::Tensor_attributes> lengths(fe::graph::Graph &g, const
                         .set_data_type(fe::DataType_t::INT32));
 }
 
-/* The mask both directions share: causal, and padding as lengths (every query row kept: Tq). */
+/* The bias (rt_sdpa_bias_kind) at the io type: T5's position bias (1, NH, Tq, Tk), shared by the
+ * batch, or GLM's prefix mask (B, 1, Tq, Tk), shared by the heads; the same layout for its gradient. */
+std::shared_ptr<fe::graph::Tensor_attributes> bias_tensor(fe::graph::Graph &g, const char *name, int64_t uid,
+                                                          const rt_sdpa_key &k) {
+    const bool position = k.bias == RT_SDPA_BIAS_POSITION;
+    const int64_t tt = k.Tq * k.Tk;
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({position ? 1 : k.B, position ? k.NH : 1, k.Tq, k.Tk})
+                        .set_stride({position ? k.NH * tt : tt, tt, k.Tk, 1})
+                        .set_data_type(fe_type((rt_dtype)k.io)));
+}
+
+/* The mask and bias both directions share: causal (GLM's prefix mask replaces it), padding as
+ * lengths (every query row kept: Tq), and the bias. */
 template <typename Attributes> void set_masks(fe::graph::Graph &g, Attributes &opts, const rt_sdpa_key &k) {
-    if (k.causal) opts.set_causal_mask(true);
+    if (k.causal && k.bias != RT_SDPA_BIAS_PREFIX) opts.set_causal_mask(true);
+    if (k.bias != RT_SDPA_BIAS_NONE) opts.set_bias(bias_tensor(g, "bias", UID_BIAS, k));
     if (k.padding)
         opts.set_padding_mask(true)
             .set_seq_len_q(lengths(g, "len_q", UID_LEN_Q, k))
@@ -135,6 +153,7 @@ void describe_bwd(fe::graph::Graph &g, const rt_sdpa_key &k, float scale, float 
                     .set_attn_scale(scale)
                     .set_deterministic_algorithm(true); /* resume is bit-exact on the same device */
     set_masks(g, opts, k);
+    if (k.dbias) opts.set_dbias(bias_tensor(g, "dbias", UID_DBIAS, k));
     if (k.dropout_bits) opts.set_dropout(dropout_p, scalar(g, "seed", UID_SEED), scalar(g, "offset", UID_OFFSET));
     auto [dq, dk, dv] = g.sdpa_backward(q, kk, v, o, dout, stats_tensor(g, k), opts);
     dq->set_output(true).set_uid(UID_DQ).set_dim({k.B, k.NH, k.Tq, k.HS}).set_stride({k.Tq * k.ldq, k.HS, k.ldq, 1});
@@ -144,11 +163,15 @@ void describe_bwd(fe::graph::Graph &g, const rt_sdpa_key &k, float scale, float 
 
 rt_status fe_error(const fe::error_object &e, const char *what, const rt_sdpa_key &k) {
     return rt_errorf(RT_ERR_UNSUPPORTED,
-                     "cuDNN SDPA (%s, B %lld NH %lld Tq %lld Tk %lld HS %lld%s%s%s): %s: %s; "
+                     "cuDNN SDPA (%s, B %lld NH %lld Tq %lld Tk %lld HS %lld%s%s%s%s%s): %s: %s; "
                      "TZ_CUDA_ATTENTION=materialized runs without it",
                      k.backward ? "backward" : "forward", (long long)k.B, (long long)k.NH, (long long)k.Tq,
                      (long long)k.Tk, (long long)k.HS, k.causal ? ", causal" : "", k.padding ? ", padding" : "",
-                     k.dropout_bits ? ", dropout" : "", what, e.err_msg.c_str());
+                     k.dropout_bits ? ", dropout" : "",
+                     k.bias == RT_SDPA_BIAS_POSITION ? ", position bias"
+                     : k.bias == RT_SDPA_BIAS_PREFIX ? ", prefix"
+                                                     : "",
+                     k.dbias ? " and its gradient" : "", what, e.err_msg.c_str());
 }
 
 } // namespace
@@ -166,7 +189,13 @@ static bool refused(const rt_sdpa *s, const rt_sdpa_key &key) {
     return false;
 }
 
-/* The cached plan for key, built on a miss. */
+static bool cached(const rt_sdpa *s, const rt_sdpa_key &key) {
+    for (const Plan &p : s->plans)
+        if (rt_sdpa_key_equal(&p.key, &key)) return true;
+    return false;
+}
+
+/* The cached plan for key, built on a miss (which may move the plans already held). */
 static rt_status plan_for(rt_sdpa *s, const rt_sdpa_key &key, float scale, float dropout_p, const Plan **out) {
     for (const Plan &p : s->plans)
         if (rt_sdpa_key_equal(&p.key, &key)) {
@@ -196,15 +225,24 @@ static rt_status plan_for(rt_sdpa *s, const rt_sdpa_key &key, float scale, float
     return RT_OK;
 }
 
-static rt_status run(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, bool backward,
+static rt_status run(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, bool backward, bool dbias,
                      std::unordered_map<int64_t, void *> &pack, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     try {
-        const rt_sdpa_key key = rt_sdpa_key_of(d, io, backward);
+        const rt_sdpa_key key = rt_sdpa_key_of(d, io, backward, dbias);
         const Plan *plan = nullptr;
         cudnnStatus_t cs = cudnnSetStream(s->handle, stream);
         if (cs != CUDNN_STATUS_SUCCESS) return rt_errorf(RT_ERR_RUNTIME, "cudnnSetStream: %s", cudnnGetErrorString(cs));
         if (!backward && refused(s, key)) return rt_errorf(RT_ERR_UNSUPPORTED, "%s", ""); /* said the first time */
-        rt_status st = plan_for(s, key, d->scale, d->dropout_p, &plan);
+        rt_status st = RT_OK;
+        if (!backward && !cached(s, key)) {
+            /* only cuDNN's backward can read what this forward keeps: a forward whose backward it
+             * would not build (with the position bias's gradient, as training asks) goes to the
+             * materialized path with it, instead of failing at the backward. Built first, as
+             * plan_for may move the plans it holds. */
+            const Plan *bwd = nullptr;
+            st = plan_for(s, rt_sdpa_key_of(d, io, true, true), d->scale, d->dropout_p, &bwd);
+        }
+        if (st == RT_OK) st = plan_for(s, key, d->scale, d->dropout_p, &plan);
         if (st != RT_OK) {
             if (!backward) s->refused.push_back(key);
             return st;
@@ -228,15 +266,19 @@ static rt_status run(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_
 }
 
 extern "C" bool rt_sdpa_took(const rt_sdpa *s, const rt_attn_desc *d, rt_dtype io) {
-    const rt_sdpa_key key = rt_sdpa_key_of(d, io, false);
+    const rt_sdpa_key key = rt_sdpa_key_of(d, io, false, false);
     return !refused(s, key);
 }
 
-/* The padding mask's lengths: key_len for the keys, Tq for every query row (q_len, the caller's). */
-static void pack_lengths(std::unordered_map<int64_t, void *> &pack, const rt_attn_desc *d, const int32_t *q_len) {
-    if (!d->key_len) return;
-    pack[UID_LEN_Q] = (void *)q_len;
-    pack[UID_LEN_KV] = (void *)d->key_len;
+/* The padding mask's lengths (key_len for the keys, Tq for every query row: q_len, the caller's)
+ * and the bias at the io type, where the call has them. */
+static void pack_masks(std::unordered_map<int64_t, void *> &pack, const rt_attn_desc *d, const int32_t *q_len,
+                       const void *bias) {
+    if (d->key_len) {
+        pack[UID_LEN_Q] = (void *)q_len;
+        pack[UID_LEN_KV] = (void *)d->key_len;
+    }
+    if (rt_sdpa_bias_of(d) != RT_SDPA_BIAS_NONE) pack[UID_BIAS] = (void *)bias;
 }
 
 extern "C" rt_sdpa *rt_sdpa_create(char *why, size_t why_size) {
@@ -261,6 +303,8 @@ extern "C" rt_sdpa *rt_sdpa_create(char *why, size_t why_size) {
     return s;
 }
 
+extern "C" long rt_sdpa_version(const rt_sdpa *s) { return s ? (long)cudnnGetVersion() : 0; }
+
 extern "C" void rt_sdpa_destroy(rt_sdpa *s) {
     if (!s) return;
     cudaFree(s->seed);
@@ -270,12 +314,12 @@ extern "C" void rt_sdpa_destroy(rt_sdpa *s) {
 
 extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *out,
                                  void *kept, const void *q, const void *k, const void *v, const int32_t *q_len,
-                                 rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *bias, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     char *stats = (char *)kept + rt_sdpa_stats_offset(d);
     std::unordered_map<int64_t, void *> pack = {
         {UID_Q, (void *)q}, {UID_K, (void *)k}, {UID_V, (void *)v}, {UID_O, out}, {UID_STATS, stats}};
-    pack_lengths(pack, d, q_len);
-    rt_status st = run(s, stream, d, io, false, pack, workspace, ws_ctx);
+    pack_masks(pack, d, q_len, bias);
+    rt_status st = run(s, stream, d, io, false, false, pack, workspace, ws_ctx);
     if (st != RT_OK) return st;
     /* the backward reads O: a packed copy beside the statistics (B*Tq rows of NH*HS values) */
     const size_t row = (size_t)d->NH * d->HS * 2;
@@ -286,7 +330,8 @@ extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_
 
 extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *dq,
                                  void *dk, void *dv, const void *dout, const void *kept, const void *q, const void *k,
-                                 const void *v, const int32_t *q_len, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *v, const int32_t *q_len, const void *bias, void *dbias,
+                                 rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     const char *stats = (const char *)kept + rt_sdpa_stats_offset(d);
     std::unordered_map<int64_t, void *> pack = {{UID_Q, (void *)q},
                                                 {UID_K, (void *)k},
@@ -297,8 +342,10 @@ extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_
                                                 {UID_DQ, dq},
                                                 {UID_DK, dk},
                                                 {UID_DV, dv}};
-    pack_lengths(pack, d, q_len);
-    return run(s, stream, d, io, true, pack, workspace, ws_ctx);
+    pack_masks(pack, d, q_len, bias);
+    const bool want_dbias = dbias && rt_sdpa_bias_of(d) == RT_SDPA_BIAS_POSITION;
+    if (want_dbias) pack[UID_DBIAS] = dbias;
+    return run(s, stream, d, io, true, want_dbias, pack, workspace, ws_ctx);
 }
 
 #else /* built without cudnn-frontend's headers */
@@ -310,17 +357,20 @@ extern "C" rt_sdpa *rt_sdpa_create(char *why, size_t why_size) {
 
 extern "C" void rt_sdpa_destroy(rt_sdpa *s) { (void)s; }
 
+extern "C" long rt_sdpa_version(const rt_sdpa *s) { return 0; }
+
 extern "C" bool rt_sdpa_took(const rt_sdpa *s, const rt_attn_desc *d, rt_dtype io) { return false; }
 
 extern "C" rt_status rt_sdpa_fwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *out,
                                  void *kept, const void *q, const void *k, const void *v, const int32_t *q_len,
-                                 rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *bias, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     return rt_errorf(RT_ERR_UNSUPPORTED, "this build has no cudnn-frontend");
 }
 
 extern "C" rt_status rt_sdpa_bwd(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_dtype io, void *dq,
                                  void *dk, void *dv, const void *dout, const void *kept, const void *q, const void *k,
-                                 const void *v, const int32_t *q_len, rt_sdpa_workspace_fn workspace, void *ws_ctx) {
+                                 const void *v, const int32_t *q_len, const void *bias, void *dbias,
+                                 rt_sdpa_workspace_fn workspace, void *ws_ctx) {
     return rt_errorf(RT_ERR_UNSUPPORTED, "this build has no cudnn-frontend");
 }
 

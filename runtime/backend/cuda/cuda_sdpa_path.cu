@@ -1,5 +1,8 @@
 /* The backend's side of cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn): which calls go to it
- * (cuda_sdpa_plan.h), its workspace from the backend's scratch, and the calls (cuda_sdpa.h). A
+ * (cuda_sdpa_plan.h), its workspace from the backend's scratch, the bias it reads at the compute
+ * type (T5's position bias narrowed, GLM's prefix mask built, both per call: the bias changes with
+ * each step and the prefix with each batch), the position bias's gradient added into the fp32 one,
+ * and the calls (cuda_sdpa.h). A
  * call it does not take runs on the materialized path (cuda_attention.cu), and the first call for
  * each reason says so in one line. The probabilities buffer is sized for either path
  * (rt_cuda_attention_kept_row), so the choice can be made per call. */
@@ -29,7 +32,7 @@ static void rt_cuda_sdpa_log_once(rt_cuda_ctx *c, const char *why) {
 
 bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d) {
     if (!c->sdpa) return false;
-    const char *why = rt_sdpa_unsupported(d, rt_cuda_act_type(c), c->sm_major);
+    const char *why = rt_sdpa_unsupported(d, rt_cuda_act_type(c), c->sm_major, rt_sdpa_version(c->sdpa));
     if (why) rt_cuda_sdpa_log_once(c, why);
     return why == NULL;
 }
@@ -57,6 +60,42 @@ static const int32_t *rt_cuda_sdpa_q_len(rt_cuda_ctx *c, const rt_attn_desc *d) 
     return p;
 }
 
+__global__ void rt_cuda_sdpa_prefix_kernel(void *mask, int kind, const int32_t *prefix, int Tq, int Tk, size_t n,
+                                           float neg) {
+    const size_t tt = (size_t)Tq * Tk;
+    RT_CUDA_FOR_EACH(e, n) {
+        const size_t b = e / tt, ij = e % tt;
+        rt_cuda_store16(mask, kind, e, rt_sdpa_prefix_mask((int)(ij / Tk), (int)(ij % Tk), prefix[b], neg));
+    }
+}
+
+__global__ void rt_cuda_sdpa_dbias_add_kernel(float *dbias, const void *d16, int kind, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) dbias[i] += rt_cuda_load16(d16, kind, i);
+}
+
+/* The bias cuDNN reads for d at the compute type (rt_sdpa_bias_of), in scratch; NULL where none. */
+static const void *rt_cuda_sdpa_bias(rt_cuda_ctx *c, const rt_attn_desc *d) {
+    const size_t tt = (size_t)d->Tq * d->Tk;
+    switch (rt_sdpa_bias_of(d)) {
+    case RT_SDPA_BIAS_NONE: return NULL;
+    case RT_SDPA_BIAS_POSITION: {
+        const size_t n = (size_t)d->NH * tt;
+        void *p = rt_cuda_scratch(c, RT_CUDA_SCRATCH_SDPA_BIAS, n * 2);
+        rt_cuda_narrow(c, c->matmul, p, d->bias, n);
+        return p;
+    }
+    case RT_SDPA_BIAS_PREFIX: {
+        const size_t n = (size_t)d->B * tt;
+        void *p = rt_cuda_scratch(c, RT_CUDA_SCRATCH_SDPA_BIAS, n * 2);
+        rt_cuda_sdpa_prefix_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, c->stream>>>(
+            p, rt_cuda_kind16(c->matmul), d->prefix, d->Tq, d->Tk, n, rt_sdpa_mask_neg(c->matmul));
+        CUDA_LAUNCH_CHECK();
+        return p;
+    }
+    }
+    return NULL;
+}
+
 static void rt_cuda_sdpa_check_types(const rt_cuda_ctx *c, const rt_x *x, int n) {
     for (int i = 0; i < n; i++)
         RT_CHECK(x[i].t == c->matmul, "cuDNN SDPA: an activation handle of %s under %s compute", rt_dtype_name(x[i].t),
@@ -67,7 +106,7 @@ bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kep
     const rt_x all[4] = {out, q, k, v};
     rt_cuda_sdpa_check_types(c, all, 4);
     rt_status st = rt_sdpa_fwd(c->sdpa, c->stream, d, c->matmul, out.p, kept, q.p, k.p, v.p, rt_cuda_sdpa_q_len(c, d),
-                               rt_cuda_sdpa_workspace, c);
+                               rt_cuda_sdpa_bias(c, d), rt_cuda_sdpa_workspace, c);
     if (st == RT_OK) return true;
     /* refused: said the first time (the message names the shape; later ones are empty), and the
      * materialized path runs it */
@@ -75,12 +114,20 @@ bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kep
     return false;
 }
 
-void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, rt_x dout, const void *kept,
-                      rt_x q, rt_x k, rt_x v) {
+void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                      const void *kept, rt_x q, rt_x k, rt_x v) {
     const rt_x all[7] = {dq, dk, dv, dout, q, k, v};
     rt_cuda_sdpa_check_types(c, all, 7);
+    /* cuDNN writes the position bias's gradient at the compute type; the model sums it in fp32 */
+    const bool want = dbias && rt_sdpa_bias_of(d) == RT_SDPA_BIAS_POSITION;
+    const size_t n = (size_t)d->NH * d->Tq * d->Tk;
+    void *d16 = want ? rt_cuda_scratch(c, RT_CUDA_SCRATCH_SDPA_DBIAS, n * 2) : NULL;
     rt_status st = rt_sdpa_bwd(c->sdpa, c->stream, d, c->matmul, dq.p, dk.p, dv.p, dout.p, kept, q.p, k.p, v.p,
-                               rt_cuda_sdpa_q_len(c, d), rt_cuda_sdpa_workspace, c);
+                               rt_cuda_sdpa_q_len(c, d), rt_cuda_sdpa_bias(c, d), d16, rt_cuda_sdpa_workspace, c);
     /* the forward ran on cuDNN, so only cuDNN's backward can read what it kept */
     RT_CHECK(st == RT_OK, "%s", rt_error_message());
+    if (!want) return;
+    rt_cuda_sdpa_dbias_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, c->stream>>>(
+        dbias, d16, rt_cuda_kind16(c->matmul), n);
+    CUDA_LAUNCH_CHECK();
 }

@@ -73,6 +73,8 @@ enum {
     RT_CUDA_SCRATCH_LINEAR,       /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
     RT_CUDA_SCRATCH_SDPA,         /* cuDNN SDPA's workspace (cuda_sdpa_path.cu) */
     RT_CUDA_SCRATCH_SDPA_LEN,     /* its padding mask's query lengths (B) */
+    RT_CUDA_SCRATCH_SDPA_BIAS,    /* its bias at the compute type: T5's position bias, GLM's prefix mask */
+    RT_CUDA_SCRATCH_SDPA_DBIAS,   /* the position bias's gradient at the compute type, before it is added */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -355,8 +357,8 @@ double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
  * reason, why it does not); fwd and bwd take the handles of attention_fwd and attention_bwd. */
 bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d);
 bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kept, rt_x q, rt_x k, rt_x v);
-void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, rt_x dout, const void *kept,
-                      rt_x q, rt_x k, rt_x v);
+void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                      const void *kept, rt_x q, rt_x k, rt_x v);
 bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d);
 
 /* cuda_attention.cu */
