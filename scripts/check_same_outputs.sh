@@ -10,8 +10,8 @@
 #
 # The set: T5 (relu with dropout; gated with activation checkpointing, 1 and 2 blocks at a time;
 # tp 2 and pp 2 under mpirun when it is there; beam-3 predictions), BERT (with checkpointing),
-# RoBERTa (also at pp 2 with --pp-recompute under mpirun), GPT-2 (with checkpointing), GLM (COPA
-# with checkpointing, seq2seq generation). Data comes from assets/; a few minutes on 2 cores.
+# RoBERTa (also at pp 2 with --pp-recompute under mpirun), GPT-2 (with checkpointing; gpt2-finetune's
+# language-model head too), GLM (COPA with checkpointing, seq2seq generation). Data comes from assets/; a few minutes on 2 cores.
 # Exit 0 when every output matches, 1 otherwise.
 set -u
 [ $# -ge 2 ] || { echo "usage: $0 BEFORE_BIN_DIR AFTER_BIN_DIR [OPTION...]" >&2; exit 2; }
@@ -78,6 +78,11 @@ run_set() { # BIN OUT: the trainings, then their outputs summarized into OUT.txt
     "$BIN/gpt2-classify" "${EXTRA[@]}" "${GC[@]}" --save-dir ga --save-hf ga/hf > /dev/null 2>&1 || echo "ga failed"
     "$BIN/gpt2-classify" "${EXTRA[@]}" "${GC[@]}" --save-dir gb --save-hf gb/hf --checkpoint-activations > /dev/null 2>&1 ||
         echo "gb failed"
+    # the language-model head (GPT-2's vocab, padded: its mask) with and without checkpointing
+    local GF=(s.en --arch gpt2.json --block-size 48 --batch-size 4 --threads 2 --max-steps 4 --log-interval 1)
+    "$BIN/gpt2-finetune" "${EXTRA[@]}" "${GF[@]}" --save-dir gf --save-hf gf/hf > /dev/null 2>&1 || echo "gf failed"
+    "$BIN/gpt2-finetune" "${EXTRA[@]}" "${GF[@]}" --save-dir gg --checkpoint-activations > /dev/null 2>&1 ||
+        echo "gg failed"
     local LC=(--threads 2 --batch-size 8 --log-interval 1 --max-steps 4)
     "$BIN/glm-finetune" "${EXTRA[@]}" --task copa "${LC[@]}" --save-dir la > /dev/null 2>&1 || echo "la failed"
     "$BIN/glm-finetune" "${EXTRA[@]}" --task copa "${LC[@]}" --checkpoint-activations --save-dir lb > /dev/null 2>&1 || echo "lb failed"

@@ -197,7 +197,7 @@ static void test_elementwise(void) {
     for (size_t i = 0; i < n; i++) r[i] *= 3.0;
     check_d("scale", y, r, n, 1e-6f, 1e-6f);
     float w[7] = {0.5f, -2.0f, 0.0f, 1.0f, 3.25f, -0.125f, 7.0f};
-    ops->scale_rows(cx, y, w, N, C);
+    ops->scale_rows(cx, rt_xf(y), w, N, C);
     for (size_t i = 0; i < n; i++) r[i] *= w[i / C];
     check_d("scale_rows", y, r, n, 1e-6f, 1e-6f);
     ops->add_bias(cx, y, bias, N, C);

@@ -10,7 +10,10 @@
  *   - the norms' and the fused residual step's 16-bit outputs (LayerNorm and RMSNorm);
  *   - attention forward and backward over 16-bit q, k, v (views into one fused buffer), out,
  *     dout and dq, dk, dv, with a key mask, causal with dropout, and with a position bias and its
- *     gradient.
+ *     gradient;
+ *   - the LM head's chunk: xent_vocab's three phases over 16-bit logits (rows past one run, the
+ *     padding columns masked, a row ignored) writing 16-bit dL/dlogits over them, then scale_rows
+ *     (whose fp32 result a matmul reads rounded: compared rounded).
  * Inputs are values of the compute type (what an activation holds), the fp32 reference's copies
  * of them floats. */
 #include <math.h>
@@ -171,6 +174,26 @@ static void check_elementwise(void) {
     pair_free(&y2);
 }
 
+static void check_xent(void) {
+    enum { N = 5, V = 2500 }; /* past two runs of the kernels (1024), not a multiple of one */
+    unsigned seed = 9;
+    pair x = pair_new((size_t)N * V, &seed, 8.0f);
+    float mask[V] = {0}, stats[2][3 * N], loss[2][N], w[N] = {0.5f, 3.0f, -1.25f, 1.0f, 0.1f};
+    for (int j = V - 40; j < V; j++) mask[j] = -1e30f;
+    const int32_t targets[N] = {0, 1500, -100, 2459, 1023};
+    for (int side = 0; side < 2; side++) {
+        const rt_x logits = side ? xh(&x) : xf(&x); /* dL/dlogits written over them */
+        for (int ph = 0; ph < 3; ph++)
+            rt_xent_vocab(be, ph, stats[side], loss[side], logits, logits, mask, targets, N, V, 0, 0.25f);
+        rt_scale_rows(be, logits, w, N, V);
+    }
+    expect_floats("xent_vocab statistics", stats[0], stats[1], 3 * N);
+    expect_floats("xent_vocab losses", loss[0], loss[1], N);
+    for (size_t i = 0; i < x.n; i++) x.f[i] = rt_round_to(dt, x.f[i]);
+    expect_same("xent_vocab dlogits, scale_rows", &x);
+    pair_free(&x);
+}
+
 static void check_norms(void) {
     const int N = 37, C = 96;
     unsigned seed = 3;
@@ -281,6 +304,7 @@ int main(void) {
         check_linear(false, NULL);
         check_elementwise();
         check_norms();
+        check_xent();
         for (int v = 0; v < 3; v++) check_attention(v);
     }
     rt_backend_free(be);

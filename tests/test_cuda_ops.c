@@ -364,8 +364,8 @@ static void test_elementwise(void) {
     rt_scale(g_gpu, y.g, 1.7f, n);
     dbuf_check("scale", &y, ATOL, RTOL);
     dbuf rw = dbuf_rand(17, 2.0f, -1.0f); /* 1003 = 17 rows of 59 */
-    rt_scale_rows(g_cpu, y.c, rw.c, 17, 59);
-    rt_scale_rows(g_gpu, y.g, rw.g, 17, 59);
+    rt_scale_rows(g_cpu, rt_xf(y.c), rw.c, 17, 59);
+    rt_scale_rows(g_gpu, rt_xf(y.g), rw.g, 17, 59);
     dbuf_check("scale_rows", &y, ATOL, RTOL);
     dbuf_free(&rw);
 
@@ -783,6 +783,12 @@ static void test_xent_vocab(void) {
     int32_t t[7] = {0, 299, 300, -100, 612, 17, 450};
     ibuf tg = ibuf_from(t, N);
     dbuf logits[2], dlogits[2], stats[2], losses = dbuf_zero(N);
+    /* shard 1's last 13 columns are vocab padding, masked as the LM head masks them */
+    float mask_h[313] = {0};
+    for (int j = 300; j < 313; j++) mask_h[j] = -1e30f;
+    dbuf mask = dbuf_zero(313);
+    rt_to_device(g_cpu, mask.c, mask_h, sizeof mask_h);
+    rt_to_device(g_gpu, mask.g, mask_h, sizeof mask_h);
     for (int r = 0; r < 2; r++) {
         logits[r] = dbuf_rand(N * (size_t)halves[r], 3.0f, 0.0f);
         dlogits[r] = dbuf_zero(N * (size_t)halves[r]);
@@ -791,10 +797,10 @@ static void test_xent_vocab(void) {
     char what[96];
     for (int phase = 0; phase < 3; phase++) {
         for (int r = 0; r < 2; r++) {
-            rt_xent_vocab(g_cpu, phase, stats[r].c, losses.c, dlogits[r].c, logits[r].c, tg.c, N, halves[r], starts[r],
-                          0.5f);
-            rt_xent_vocab(g_gpu, phase, stats[r].g, losses.g, dlogits[r].g, logits[r].g, tg.g, N, halves[r], starts[r],
-                          0.5f);
+            rt_xent_vocab(g_cpu, phase, stats[r].c, losses.c, rt_xf(dlogits[r].c), rt_xf(logits[r].c),
+                          r ? mask.c : NULL, tg.c, N, halves[r], starts[r], 0.5f);
+            rt_xent_vocab(g_gpu, phase, stats[r].g, losses.g, rt_xf(dlogits[r].g), rt_xf(logits[r].g),
+                          r ? mask.g : NULL, tg.g, N, halves[r], starts[r], 0.5f);
         }
         if (phase == 2) break;
         for (int r = 0; r < 2; r++) {
@@ -820,6 +826,7 @@ static void test_xent_vocab(void) {
         free(h[1]);
     }
     dbuf_check("xent_vocab losses", &losses, ATOL, RTOL);
+    dbuf_free(&mask);
     for (int r = 0; r < 2; r++) {
         snprintf(what, sizeof what, "xent_vocab dlogits, shard %d", r);
         dbuf_check(what, &dlogits[r], ATOL, RTOL);

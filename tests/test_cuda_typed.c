@@ -15,7 +15,8 @@
  * act_fwd/bwd, gated_act_fwd/bwd, dropout_cols (the same masks), bias_bwd; the norms' and the
  * fused residual step's 16-bit outputs; scatter_rows_add; attention over 16-bit q, k, v (views
  * into one fused buffer), out, dout, dq, dk, dv with a key mask, causal with dropout, and a
- * position bias with its gradient; cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn) causal or not, with right
+ * position bias with its gradient; xent_vocab and scale_rows on 16-bit logits (the LM head's
+ * chunk); cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn) causal or not, with right
  * padding as lengths, T5's position bias and its gradient, cross-attention, and GLM's prefix. Exits
  * 77 (skipped) without CUDA or a GPU. */
 #include <math.h>
@@ -265,6 +266,38 @@ static void check_elementwise(void) {
     act_free(&x), act_free(&g), act_free(&dy), act_free(&y), act_free(&y2), flt_free(&db);
 }
 
+/* The LM head's chunk: xent_vocab's three phases over 16-bit logits with the padding columns
+ * masked, dL/dlogits written over them, then scale_rows; the statistics and losses (fp32, from
+ * the same 16-bit values) within the fp32 tolerances, dL/dlogits within the band. */
+static void check_xent(void) {
+    enum { N = 5, V = 2500 };
+    unsigned seed = 9;
+    act x = act_new((size_t)N * V, &seed, 8.0f);
+    float mask_h[V] = {0};
+    for (int j = V - 40; j < V; j++) mask_h[j] = -1e30f;
+    const int32_t t_h[N] = {0, 1500, -100, 2459, 1023};
+    const float w_h[N] = {0.5f, 3.0f, -1.25f, 1.0f, 0.1f};
+    flt mask = flt_new(V, NULL, 0, 0), stats = flt_new(3 * N, NULL, 0, 0), loss = flt_new(N, NULL, 0, 0);
+    flt w = flt_new(N, NULL, 0, 0);
+    int32_t *t_c = alloc_on(cpu, sizeof t_h), *t_g = alloc_on(gpu, sizeof t_h);
+    for (int side = 0; side < 2; side++) {
+        rt_backend *be = side ? gpu : cpu;
+        rt_to_device(be, side ? mask.g : mask.c, mask_h, sizeof mask_h);
+        rt_to_device(be, side ? w.g : w.c, w_h, sizeof w_h);
+        rt_to_device(be, side ? t_g : t_c, t_h, sizeof t_h);
+        const rt_x logits = side ? xg(&x) : xc(&x);
+        for (int ph = 0; ph < 3; ph++)
+            rt_xent_vocab(be, ph, side ? stats.g : stats.c, side ? loss.g : loss.c, logits, logits,
+                          side ? mask.g : mask.c, side ? t_g : t_c, N, V, 0, 0.25f);
+        rt_scale_rows(be, logits, side ? w.g : w.c, N, V);
+    }
+    check_flt("xent_vocab statistics", &stats, GEMM_ATOL, 1e-5f);
+    check_flt("xent_vocab losses", &loss, GEMM_ATOL, 1e-5f);
+    check_act("xent_vocab dlogits, scale_rows", &x, ATOL, unit);
+    rt_free_device(cpu, t_c), rt_free_device(gpu, t_g);
+    act_free(&x), flt_free(&mask), flt_free(&stats), flt_free(&loss), flt_free(&w);
+}
+
 static void check_norms(void) {
     const int N = 37, C = 96;
     unsigned seed = 3;
@@ -497,6 +530,7 @@ int main(void) {
         }
         check_elementwise();
         check_norms();
+        check_xent();
         for (int v = 0; v < 3; v++) check_attention(v);
         if (sdpa && rt_set_precision(sdpa, dt) == RT_OK) {
             const sdpa_case cases[] = {

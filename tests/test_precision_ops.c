@@ -145,7 +145,8 @@ static int case_rows(rt_backend *be, const op_inputs *in, op_out *o) {
 static int case_xent(rt_backend *be, const op_inputs *in, op_out *o) {
     float *loss = fresh(N), *dl = copy_of(in->g, N * V), *stats = fresh(3 * N), *loss2 = fresh(N), *dl2 = fresh(N * V);
     rt_softmax_xent(be, loss, dl, NULL, dl, in->targets, N, V, 1000.0f);
-    for (int ph = 0; ph < 3; ph++) rt_xent_vocab(be, ph, stats, loss2, dl2, in->g, in->targets, N, V, 0, 1000.0f);
+    for (int ph = 0; ph < 3; ph++)
+        rt_xent_vocab(be, ph, stats, loss2, rt_xf(dl2), rt_xf(in->g), NULL, in->targets, N, V, 0, 1000.0f);
     o[0] = (op_out){"softmax_xent loss", loss, N, false, 0},
     o[1] = (op_out){"softmax_xent dlogits", dl, N * V, true, 0};
     o[2] = (op_out){"xent_vocab loss", loss2, N, false, 0}, o[3] = (op_out){"xent_vocab dlogits", dl2, N * V, true, 0};

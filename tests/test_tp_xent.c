@@ -1,8 +1,9 @@
 /* The vocab-parallel cross-entropy (models/layers/parallel.c mdl_vocab_xent over the backend's
  * xent_vocab op): at tp = 1, 2 and 4, one thread per rank on the threads communicator, each
  * rank holding only its vocab columns, the losses and the gradient must equal the plain
- * softmax_xent over the full logits (ignored rows included); and the op's gradient must
- * match finite differences of its own loss. */
+ * softmax_xent over the full logits (ignored rows included); the padding columns' mask read by the
+ * op gives the bits of the mask added to the logits first (how the LM head masked them before); and
+ * the op's gradient must match finite differences of its own loss. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ static void *rank_main(void *p) {
     float *logits = rt_xmalloc((size_t)N * Vl * sizeof(float)), *stats = rt_xmalloc(3 * N * sizeof(float));
     for (int n = 0; n < N; n++) memcpy(logits + n * Vl, g_logits + n * V + start, (size_t)Vl * sizeof(float));
     /* dlogits aliasing logits, as the op allows */
-    a->st = mdl_vocab_xent(be, tp, a->losses, logits, stats, logits, g_targets, N, Vl, start, 0.5f);
+    a->st = mdl_vocab_xent(be, tp, a->losses, rt_xf(logits), stats, rt_xf(logits), NULL, g_targets, N, Vl, start, 0.5f);
     memcpy(a->dlogits, logits, (size_t)N * Vl * sizeof(float));
     free(logits);
     free(stats);
@@ -69,10 +70,29 @@ static void check_tp(int tp, const float *ref_losses, const float *ref_dlogits) 
     tz_check_close(what, got, ref_dlogits, N * V, 1e-7f, 1e-5f);
 }
 
+/* The last 17 columns as vocab padding: col_mask against the mask added to the logits beforehand. */
+static void check_mask(rt_backend *be) {
+    static float mask[V], added[N * V], l1[N], l2[N], d1[N * V], d2[N * V], stats[3 * N];
+    for (int j = V - 17; j < V; j++) mask[j] = -1e30f;
+    for (int i = 0; i < N * V; i++) added[i] = g_logits[i] + mask[i % V];
+    static int32_t targets[N];
+    for (int n = 0; n < N; n++) targets[n] = g_targets[n] >= V - 17 ? 7 : g_targets[n]; /* never a padding column */
+    TZ_EXPECT_OK(
+        mdl_vocab_xent(be, rt_comm_self(), l1, rt_xf(d1), stats, rt_xf(g_logits), mask, targets, N, V, 0, 0.5f));
+    TZ_EXPECT_OK(mdl_vocab_xent(be, rt_comm_self(), l2, rt_xf(d2), stats, rt_xf(added), NULL, targets, N, V, 0, 0.5f));
+    TZ_EXPECT(memcmp(l1, l2, sizeof l1) == 0 && memcmp(d1, d2, sizeof d1) == 0,
+              "the column mask differs from the mask added to the logits");
+    int zero = 0;
+    for (int n = 0; n < N; n++)
+        for (int j = V - 17; j < V; j++) zero += d1[n * V + j] == 0.0f;
+    TZ_EXPECT(zero == N * 17, "%d of %d padding columns have a gradient", N * 17 - zero, N * 17);
+}
+
 /* sum of the op's losses at tp = 1, in double */
 static double op_loss(rt_backend *be, const float *x) {
     float losses[N], stats[3 * N];
-    TZ_EXPECT_OK(mdl_vocab_xent(be, rt_comm_self(), losses, NULL, stats, x, g_targets, N, V, 0, 1.0f));
+    TZ_EXPECT_OK(
+        mdl_vocab_xent(be, rt_comm_self(), losses, rt_xf(NULL), stats, rt_xf(x), NULL, g_targets, N, V, 0, 1.0f));
     double s = 0;
     for (int n = 0; n < N; n++) s += losses[n];
     return s;
@@ -92,7 +112,7 @@ int main(void) {
     /* finite differences of the op's own loss (central, step 1e-2 in float: loss in double) */
     float x[N * V], d[N * V], stats[3 * N], losses[N];
     memcpy(x, g_logits, sizeof x);
-    TZ_EXPECT_OK(mdl_vocab_xent(be, rt_comm_self(), losses, d, stats, x, g_targets, N, V, 0, 1.0f));
+    TZ_EXPECT_OK(mdl_vocab_xent(be, rt_comm_self(), losses, rt_xf(d), stats, rt_xf(x), NULL, g_targets, N, V, 0, 1.0f));
     const int probe[] = {3, 7, V + 255, V + 10, 2 * V + 5, 3 * V + 128, 4 * V + 64, 5 * V + 199};
     for (size_t k = 0; k < sizeof probe / sizeof *probe; k++) {
         int i = probe[k];
@@ -106,6 +126,7 @@ int main(void) {
         TZ_EXPECT(fabsf(fd - d[i]) <= 1e-3f + 1e-2f * fabsf(d[i]), "d loss / d logit %d: op %g, finite difference %g",
                   i, d[i], fd);
     }
+    check_mask(be);
     rt_backend_free(be);
     return tz_test_result("test_tp_xent");
 }

@@ -28,14 +28,30 @@ void mdl_lm_head_layout(mdl_lm_head *h, rt_arena *a) {
     h->targets = rt_arena_take(a, R, i);
 }
 
+/* The loss's chunk at the activation type now (a precision set since is followed). */
+static rt_status lm_head_chunk_buffer(mdl_lm_head *h) {
+    const rt_dtype t = rt_act_dtype(h->be);
+    const size_t rows = h->max_rows < h->chunk_rows ? h->max_rows : h->chunk_rows;
+    if (rows == 0 || (h->xent_logits.p && h->xent_logits.t == t)) return RT_OK;
+    if (h->xent_logits.p) rt_free_device(h->be, h->xent_logits.p);
+    h->xent_logits = rt_xf(NULL);
+    char what[96];
+    snprintf(what, sizeof what, "%s output logits (lower the batch or the length)", h->model);
+    void *p = NULL;
+    rt_status st = rt_backend_alloc(h->be, rows * (size_t)h->vocab.local * rt_x_size(t), what, &p);
+    if (st == RT_OK) h->xent_logits = rt_x_of(p, t);
+    return st;
+}
+
 rt_status mdl_lm_head_ready(mdl_lm_head *h) {
     mdl_vocab_logit_mask(h->be, &h->vocab, h->vocab_mask, MDL_LM_MASKED);
-    /* a chunk's logits now, so that the start-up memory line counts them */
-    return mdl_lm_head_logits_rows(h, h->max_rows < h->chunk_rows ? h->max_rows : h->chunk_rows);
+    /* the loss's chunk now, so that the start-up memory line counts it */
+    return lm_head_chunk_buffer(h);
 }
 
 void mdl_lm_head_free(mdl_lm_head *h) {
     if (h->logits) rt_free_device(h->be, h->logits);
+    if (h->xent_logits.p) rt_free_device(h->be, h->xent_logits.p);
     free(h->h_idx);
     free(h->h_targets);
     free(h->h_losses);
@@ -76,16 +92,17 @@ static rt_status lm_head_chunk(mdl_lm_head *h, const float *wte, size_t r, size_
     rt_backend *be = h->be;
     const int C = h->C, Vl = h->vocab.local;
     const float *rows = h->rows + r * C;
-    mdl_col_linear_fwd(be, rt_xf(h->logits), rt_xf(rows), wte, NULL, k, C, Vl);
-    if (h->vocab.padded_here) rt_add_bias(be, h->logits, h->vocab_mask, k, Vl);
-    rt_status st = mdl_vocab_xent(be, h->tp, h->losses + r, grad ? h->logits : NULL, h->xent_stats + 3 * r, h->logits,
-                                  h->targets + r, k, Vl, h->vocab.start, grad ? grad->grad_scale : 0.0f);
+    const rt_x logits = h->xent_logits; /* then dL/dlogits over them */
+    mdl_col_linear_fwd(be, logits, rt_xf(rows), wte, NULL, k, C, Vl);
+    rt_status st = mdl_vocab_xent(be, h->tp, h->losses + r, grad ? logits : rt_xf(NULL), h->xent_stats + 3 * r, logits,
+                                  h->vocab.padded_here ? h->vocab_mask : NULL, h->targets + r, k, Vl, h->vocab.start,
+                                  grad ? grad->grad_scale : 0.0f);
     if (st != RT_OK || !grad) return st;
-    if (grad->row_weights) rt_scale_rows(be, h->logits, grad->row_weights + r, k, Vl);
+    if (grad->row_weights) rt_scale_rows(be, logits, grad->row_weights + r, k, Vl);
     /* the output layer's backward without its collective (the self comm): dL/d(rows) is
      * all-reduced once, after the last chunk */
-    return mdl_col_linear_bwd(be, rt_comm_self(), h->drows + r * C, grad->dwte, NULL, rt_xf(h->logits), rt_xf(rows),
-                              wte, k, C, Vl);
+    return mdl_col_linear_bwd(be, rt_comm_self(), h->drows + r * C, grad->dwte, NULL, logits, rt_xf(rows), wte, k, C,
+                              Vl);
 }
 
 rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte, int n, const mdl_lm_head_grad *grad) {
@@ -96,7 +113,7 @@ rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte
     rt_to_device(be, h->row_idx, h->h_idx, N * sizeof(int32_t));
     rt_to_device(be, h->targets, h->h_targets, N * sizeof(int32_t));
     rt_gather_rows(be, h->rows, hidden, h->row_idx, n, h->C);
-    RT_TRY(mdl_lm_head_logits_rows(h, chunk));
+    RT_TRY(lm_head_chunk_buffer(h));
     for (size_t r = 0; r < N; r += chunk) RT_TRY(lm_head_chunk(h, wte, r, N - r < chunk ? N - r : chunk, grad));
     if (grad && h->tp->size > 1) RT_TRY(h->tp->ops->all_reduce(h->tp->ctx, h->drows, N * (size_t)h->C, RT_REDUCE_SUM));
 fail:

@@ -8,7 +8,11 @@
  * MDL_LM_HEAD_CHUNK_BYTES), as fused linear cross-entropy kernels do: a chunk's logits, its
  * cross-entropy, and with a gradient at once its dL/dlogits through the output layer (the rows'
  * gradient and the table's), so the B x T x vocab logits are never held whole. A pass that
- * fits one chunk computes what one pass over all rows computes, bit for bit.
+ * fits one chunk computes what one pass over all rows computes, bit for bit. The chunk is held at
+ * the activation type (xent_logits: 2-byte values at bf16 and fp16): the matmul writes it, the
+ * cross-entropy reads it with the padding columns masked as it reads them and writes dL/dlogits
+ * over it, and the output layer's backward reads that; the same numbers as fp32 storage, at a
+ * quarter of the memory traffic (no rounding, masking or conversion passes).
  *
  * Device buffers for max_rows rows come from the model's arena (mdl_lm_head_layout); the logits
  * are allocated apart and grown to the rows asked for (a chunk, or every row for callers that
@@ -38,7 +42,8 @@ typedef struct {
     const char *model; /* in messages: "GLM", "GPT-2" */
     size_t max_rows;
     float *rows, *drows; /* (max_rows, C) the hidden rows at the head, and their gradient */
-    float *logits;       /* (logits_rows, V_local), grown on demand */
+    float *logits;       /* (logits_rows, V_local) fp32, for callers that want the logits; grown on demand */
+    rt_x xent_logits;    /* (min(max_rows, chunk_rows), V_local) at the activation type: the loss's chunk */
     size_t logits_rows;
     size_t chunk_rows;          /* rows per chunk of the loss (mdl_lm_head_init sets it; tests may lower it) */
     float *losses, *xent_stats; /* (max_rows), (3 max_rows): a chunk from row r keeps its (3, rows) at 3 r */
@@ -53,7 +58,7 @@ typedef struct {
 void mdl_lm_head_init(mdl_lm_head *h, rt_backend *be, rt_comm *tp, const mdl_vocab *vocab, int C, int vocab_size,
                       size_t max_rows, const char *model);
 /* Takes the device buffers from a (the model's arena pass); after the real pass,
- * mdl_lm_head_ready writes the padding mask and allocates one chunk's logits. */
+ * mdl_lm_head_ready writes the padding mask and allocates the loss's chunk (xent_logits). */
 void mdl_lm_head_layout(mdl_lm_head *h, rt_arena *a);
 rt_status mdl_lm_head_ready(mdl_lm_head *h);
 void mdl_lm_head_free(mdl_lm_head *h);

@@ -59,17 +59,19 @@ rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const
     return RT_OK;
 }
 
-rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats, const float *logits,
-                         const int32_t *targets, size_t N, int V_local, int vocab_start, float grad_scale) {
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, rt_x dlogits, float *stats, rt_x logits,
+                         const float *col_mask, const int32_t *targets, size_t N, int V_local, int vocab_start,
+                         float grad_scale) {
     rt_status st = RT_OK;
-    rt_xent_vocab(be, 0, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    const rt_x none = rt_xf(NULL);
+    rt_xent_vocab(be, 0, stats, NULL, none, logits, col_mask, targets, N, V_local, vocab_start, grad_scale);
     if (tp->size > 1) {
         RT_TRY(tp->ops->all_reduce(tp->ctx, stats, N, RT_REDUCE_MAX));
         RT_TRY(tp->ops->all_reduce(tp->ctx, stats + N, N, RT_REDUCE_SUM));
     }
-    rt_xent_vocab(be, 1, stats, NULL, NULL, logits, targets, N, V_local, vocab_start, grad_scale);
+    rt_xent_vocab(be, 1, stats, NULL, none, logits, col_mask, targets, N, V_local, vocab_start, grad_scale);
     if (tp->size > 1) RT_TRY(tp->ops->all_reduce(tp->ctx, stats + 2 * N, N, RT_REDUCE_SUM));
-    rt_xent_vocab(be, 2, stats, losses, dlogits, logits, targets, N, V_local, vocab_start, grad_scale);
+    rt_xent_vocab(be, 2, stats, losses, dlogits, logits, col_mask, targets, N, V_local, vocab_start, grad_scale);
 fail:
     return st;
 }

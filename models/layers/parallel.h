@@ -70,8 +70,9 @@ rt_status mdl_vocab_embedding_fwd(rt_backend *be, rt_comm *tp, float *out, const
  * dlogits (N, V_local) = (softmax - onehot) * grad_scale, like softmax_xent over the full
  * vocab, from three all-reduces of N floats each (row max, target logit, sum of exps), never
  * the logits. stats is (3 * N) floats of backend scratch. dlogits may alias logits. Columns
- * that are vocab padding must be masked by the caller (e.g. logits set to -1e30). */
-rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, float *dlogits, float *stats, const float *logits,
-                         const int32_t *targets, size_t N, int V_local, int vocab_start, float grad_scale);
+ * that are vocab padding are masked by col_mask (V_local: MDL_LM_MASKED there, else 0; NULL: none). */
+rt_status mdl_vocab_xent(rt_backend *be, rt_comm *tp, float *losses, rt_x dlogits, float *stats, rt_x logits,
+                         const float *col_mask, const int32_t *targets, size_t N, int V_local, int vocab_start,
+                         float grad_scale);
 
 #endif

@@ -168,8 +168,10 @@ typedef struct rt_backend_ops {
     void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
     void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
     void (*scale)(void *ctx, float *x, float s, size_t n);
-    /* x (N, C): row i *= w[i] (per-row loss weights, e.g. GLM's multi-token cloze). */
-    void (*scale_rows)(void *ctx, float *x, const float *w, size_t N, int C);
+    /* x (N, C): row i *= w[i] (per-row loss weights, e.g. GLM's multi-token cloze on the LM head's
+     * dL/dlogits); a 16-bit x is stored rounded, an fp32 one is left as computed (a matmul reads
+     * either rounded to the compute type: the same number). */
+    void (*scale_rows)(void *ctx, rt_x x, const float *w, size_t N, int C);
     /* x = min(max(x, -limit), limit), infs included; bwd zeroes dx where |y| > limit, y being
      * the clamped values (HF T5's fp16 guard: torch.clamp's gradient is 0 where it clamped). */
     void (*clamp_abs)(void *ctx, float *x, size_t n, float limit);
@@ -226,16 +228,19 @@ typedef struct rt_backend_ops {
                             int C, float grad_scale);
 
     /* Vocab-parallel cross-entropy (Megatron): logits (N, V) are this rank's vocab columns
-     * [vocab_start, vocab_start + V); targets are global ids (or -100). stats is (3, N):
+     * [vocab_start, vocab_start + V), read plus col_mask (V; NULL: none) where the row maximum and
+     * the sum read them (the vocab's padding columns, MDL_LM_MASKED: they never win); targets are
+     * global ids (or -100), never a masked column. stats is (3, N):
      *   phase 0 writes stats[0:N) = row max and stats[N:2N) = the target's logit (0 where the
      *           target is not in this shard); the caller all-reduces MAX over [0:N) and SUM
      *           over [N:2N);
      *   phase 1 writes stats[2N:3N) = sum_j exp(logit - max); the caller all-reduces SUM;
      *   phase 2 writes losses (N) = log(sum) + max - target logit (0 where -100) and
-     *           dlogits = (exp(logit - max) / sum - onehot) * grad_scale (0 rows where -100).
-     * dlogits may alias logits in phase 2. The full logits are never gathered. */
-    void (*xent_vocab)(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
-                       const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale);
+     *           dlogits = (exp(logit - max) / sum - onehot) * grad_scale (0 rows where -100), stored.
+     * dlogits may alias logits in phase 2 (NULL: not written). The full logits are never gathered. */
+    void (*xent_vocab)(void *ctx, int phase, float *stats, float *losses, rt_x dlogits, rt_x logits,
+                       const float *col_mask, const int32_t *targets, size_t N, int V, int vocab_start,
+                       float grad_scale);
 
     /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
      * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. */
@@ -492,7 +497,7 @@ static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x
     be->ops->axpy(be->ctx, y, alpha, x, n);
 }
 static inline void rt_scale(rt_backend *be, float *x, float s, size_t n) { be->ops->scale(be->ctx, x, s, n); }
-static inline void rt_scale_rows(rt_backend *be, float *x, const float *w, size_t N, int C) {
+static inline void rt_scale_rows(rt_backend *be, rt_x x, const float *w, size_t N, int C) {
     be->ops->scale_rows(be->ctx, x, w, N, C);
 }
 static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit) {
@@ -567,11 +572,12 @@ static inline void rt_bce_logits_loss(rt_backend *be, float *losses, float *dlog
     be->ops->bce_logits_loss(be->ctx, losses, dlogits, z, targets, N, C, grad_scale);
     rt_store_n(be, dlogits, N * (size_t)C);
 }
-static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, float *dlogits,
-                                 const float *logits, const int32_t *targets, size_t N, int V, int vocab_start,
+static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, rt_x dlogits, rt_x logits,
+                                 const float *col_mask, const int32_t *targets, size_t N, int V, int vocab_start,
                                  float grad_scale) {
-    be->ops->xent_vocab(be->ctx, phase, stats, losses, dlogits, logits, targets, N, V, vocab_start, grad_scale);
-    if (phase == 2) rt_store_n(be, dlogits, N * (size_t)V);
+    be->ops->xent_vocab(be->ctx, phase, stats, losses, dlogits, logits, col_mask, targets, N, V, vocab_start,
+                        grad_scale);
+    if (phase == 2 && dlogits.p) rt_store_xn(be, dlogits, N * (size_t)V);
 }
 static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {

@@ -241,10 +241,18 @@ void rt_cpu_scale(void *ctx, float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
+void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C) {
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    for (size_t i = 0; i < N; i++)
-        for (int j = 0; j < C; j++) x[i * (size_t)C + (size_t)j] *= w[i];
+    for (size_t i = 0; i < N; i++) {
+        float in_buf[RT_CPU_X_RUN], out_buf[RT_CPU_X_RUN];
+        for (int j0 = 0; j0 < C; j0 += RT_CPU_X_RUN) {
+            const size_t at = i * (size_t)C + (size_t)j0, len = C - j0 < RT_CPU_X_RUN ? (size_t)(C - j0) : RT_CPU_X_RUN;
+            const float *v = rt_cpu_x_read(x, at, len, in_buf);
+            float *y = rt_cpu_x_dst(x, at, out_buf);
+            for (size_t j = 0; j < len; j++) y[j] = v[j] * w[i];
+            rt_cpu_x_commit(x, at, len, y);
+        }
+    }
 }
 
 void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit) {

@@ -123,7 +123,7 @@ void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
-void rt_cpu_scale_rows(void *ctx, float *x, const float *w, size_t N, int C);
+void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
 void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit);
 void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
 void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
@@ -209,8 +209,9 @@ void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float
                           int vocab_start, int V, bool accumulate);
 void rt_cpu_embedding_bwd(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
                           int vocab_start, int V);
-void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, float *dlogits, const float *logits,
-                       const int32_t *targets, size_t N, int V, int vocab_start, float grad_scale);
+void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, rt_x dlogits, rt_x logits,
+                       const float *col_mask, const int32_t *targets, size_t N, int V, int vocab_start,
+                       float grad_scale);
 void rt_cpu_mse_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,
                      float grad_scale);
 void rt_cpu_bce_logits_loss(void *ctx, float *losses, float *dlogits, const float *z, const float *targets, size_t N,

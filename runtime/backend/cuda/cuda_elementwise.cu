@@ -120,8 +120,8 @@ __global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_
 
 __global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) { RT_CUDA_FOR_EACH(i, n) x[i] *= s; }
 
-__global__ void rt_cuda_scale_rows_kernel(float *x, const float *w, size_t n, int C) {
-    RT_CUDA_FOR_EACH(i, n) x[i] *= w[i / (size_t)C];
+__global__ void rt_cuda_scale_rows_kernel(rt_x x, const float *w, size_t n, int C) {
+    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(x, i, rt_cuda_xload(x, i) * w[i / (size_t)C]);
 }
 
 __global__ void rt_cuda_clamp_abs_kernel(float *x, size_t n, float limit) {
@@ -277,7 +277,7 @@ void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_scale_rows(void *ctx, float *x, const float *w, size_t N, int C) {
+void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C) {
     size_t n = N * (size_t)C;
     if (n == 0) return;
     rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n,
