@@ -9,7 +9,9 @@ one after the other; the order alternates between pairs, since on these machines
 two back-to-back runs is often a few percent slower. A run's figure is the mean ms/step of its
 train lines after the first 2 (warm-up). The script prints each run and the mean of each side
 over all pairs, and says nothing is faster unless every pair agrees. It needs nothing outside the
-repository: GPT-2 trains on the MRPC sample in assets/, T5 on the Multi30k sample.
+repository: GPT-2 trains on the MRPC sample in assets/ (gpt2-124m, classification) or as a language
+model on the Multi30k sample's English side (gpt2-124m-lm: the LM head's 50k-column chunks), T5 on
+the Multi30k sample.
 """
 import argparse
 import json
@@ -39,10 +41,18 @@ def command(model, bin_dir, work, run_dir, args):
             json.dump(GPT2_124M, f)
         return [os.path.join(bin_dir, "gpt2-classify"), "--dataset", "mrpc", "--arch", arch, "--batch-size", "8",
                 "--max-len", "128"] + common
+    data = os.path.join(ROOT, "assets", "multi30k-en-de")
+    if model == "gpt2-124m-lm":
+        arch, text = os.path.join(work, "gpt2.json"), os.path.join(work, "lm.en")
+        with open(arch, "w") as f:
+            json.dump(GPT2_124M, f)
+        with open(os.path.join(data, "val.en")) as f, open(text, "w") as o:
+            o.writelines(f.readlines()[:400])
+        return [os.path.join(bin_dir, "gpt2-finetune"), text, "--arch", arch, "--block-size", "128", "--batch-size",
+                "4"] + common
     arch = os.path.join(work, "t5.json")
     with open(arch, "w") as f:
         json.dump(T5_SMALL, f)
-    data = os.path.join(ROOT, "assets", "multi30k-en-de")
     src, tgt = os.path.join(work, "s.en"), os.path.join(work, "s.de")
     for name, out in (("val.en", src), ("val.de", tgt)):
         with open(os.path.join(data, name)) as f, open(out, "w") as o:
@@ -69,7 +79,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="bin folder of the first build")
     ap.add_argument("--after", required=True, help="bin folder of the second build")
-    ap.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "t5-small"])
+    ap.add_argument("--model", default="gpt2-124m", choices=["gpt2-124m", "gpt2-124m-lm", "t5-small"])
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
