@@ -104,7 +104,7 @@ void tzlf_against_peft(const tzlf_family *f, rt_backend *be, const ckpt_peft_con
             TZ_EXPECT_OK(f->step(m, true, s, NULL, &losses[s]));
             const double norm = rt_grad_norm(p);
             norms[s] = (float)norm;
-            TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+            TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
         }
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, 5));
         TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gradnorm5", ref_norms, 5));

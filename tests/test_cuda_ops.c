@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/backend/rt_backend.h"
+#include "runtime/train/rt_optim.h"
 #include "tests/fused_attn_cases.h"
 #include "tests/testutil.h"
 
@@ -856,6 +857,49 @@ static void test_adamw(void) {
     dbuf_free(&v);
 }
 
+/* The step on the device (rt_step_state): sumsq_into onto a running sum, step_finish, and
+ * adamw_step for both decay groups, against the CPU's; the norm within sumsq's tolerance, the
+ * factor and skip decision from it, the update as adamw's; then a gradient with an inf: skipped,
+ * weights and moments unchanged on the GPU. */
+static void test_step_state(void) {
+    const size_t n = 70001;
+    dbuf p = dbuf_rand(n, 1.0f, 0.0f), m = dbuf_zero(n), v = dbuf_zero(n), g = dbuf_rand(n, 0.1f, 0.0f);
+    rt_step_state *sc = be_alloc(g_cpu, sizeof *sc), *sg = be_alloc(g_gpu, sizeof *sg), h[2];
+    const rt_adamw_hparams hp = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01};
+    for (int inf = 0; inf < 2; inf++) {
+        if (inf) {
+            const float bad = INFINITY;
+            rt_to_device(g_cpu, g.c + 7, &bad, sizeof bad);
+            rt_to_device(g_gpu, g.g + 7, &bad, sizeof bad);
+        }
+        for (int k = 0; k < 2; k++) {
+            rt_backend *be = k ? g_gpu : g_cpu;
+            rt_step_state *s = k ? sg : sc;
+            rt_step_scalars(&h[k], &hp, 1 + inf);
+            h[k].sumsq = 0.5; /* what an earlier part of the slab added */
+            rt_to_device(be, s, &h[k], sizeof h[k]);
+            be->ops->sumsq_into(be->ctx, s, k ? g.g : g.c, n);
+            be->ops->step_finish(be->ctx, s, 1.0, 4.0);
+            be->ops->adamw_step(be->ctx, s, 0, k ? p.g : p.c, k ? g.g : g.c, k ? m.g : m.c, k ? v.g : v.c, n / 2);
+            be->ops->adamw_step(be->ctx, s, 1, (k ? p.g : p.c) + n / 2, (k ? g.g : g.c) + n / 2,
+                                (k ? m.g : m.c) + n / 2, (k ? v.g : v.c) + n / 2, n - n / 2);
+            rt_to_host(be, &h[k], s, sizeof h[k]);
+        }
+        TZ_EXPECT(h[1].skip == inf && h[0].skip == inf, "step %d: skip cpu %d cuda %d, want %d", inf + 1, h[0].skip,
+                  h[1].skip, inf);
+        if (!inf)
+            TZ_EXPECT(fabs(h[1].norm - h[0].norm) <= 1e-9 * h[0].norm &&
+                          fabsf(h[1].coef - h[0].coef) <= 1e-6f * h[0].coef,
+                      "step state: norm cuda %.17g cpu %.17g, coef cuda %.9g cpu %.9g", h[1].norm, h[0].norm,
+                      (double)h[1].coef, (double)h[0].coef);
+        dbuf_check(inf ? "adamw_step params after a skipped step" : "adamw_step params", &p, ATOL, RTOL);
+        dbuf_check(inf ? "adamw_step m after a skipped step" : "adamw_step m", &m, ATOL, RTOL);
+        dbuf_check(inf ? "adamw_step v after a skipped step" : "adamw_step v", &v, 1e-7f, RTOL);
+    }
+    rt_free_device(g_cpu, sc), rt_free_device(g_gpu, sg);
+    dbuf_free(&p), dbuf_free(&m), dbuf_free(&v), dbuf_free(&g);
+}
+
 static void test_sumsq(void) {
     const size_t sizes[] = {1, 1000, 1000003};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -1363,6 +1407,7 @@ int main(void) {
     test_bce_logits_loss();
     test_adamw();
     test_sumsq();
+    test_step_state();
     test_precision();
     test_linear();
     test_residual();

@@ -228,7 +228,7 @@ static void test_golden(rt_backend *be, const char *name) {
         losses[s] = (float)(loss_sum / B);
         double norm = rt_grad_norm(p);
         norms[s] = (float)norm;
-        TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
     }
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, 5));
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gradnorm5", ref_norms, 5));
@@ -464,7 +464,7 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
             }
         }
         RT_TRY(rt_grad_norm_tp(p, tp, &norm));
-        RT_TRY(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        RT_TRY(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
         if (res) {
             res->losses[s] = (float)(loss_sum / B);
             res->norms[s] = (float)norm;

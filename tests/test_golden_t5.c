@@ -263,7 +263,7 @@ static void test_golden(rt_backend *be, const char *name, bool v1_1) {
         losses[s] = (float)(loss_sum / n);
         double norm = rt_grad_norm(p);
         norms[s] = (float)norm;
-        TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        TZ_EXPECT_OK(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
     }
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "losses5", ref_losses, STEPS));
     TZ_EXPECT_OK(ckpt_safetensors_read_f32(g, "gradnorm5", ref_norms, STEPS));
@@ -506,7 +506,7 @@ static rt_status tp_rank_run(tp_rank_arg *a) {
                 RT_TRY(ckpt_tp_gather_param(be, tp, &d, p->grad + p->specs[i].offset, p->specs[i].numel, &scr, full));
             }
         RT_TRY(rt_grad_norm_tp(p, tp, &norm));
-        RT_TRY(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        RT_TRY(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
         if (res) {
             res->losses[s] = (float)(loss_sum / n);
             res->norms[s] = (float)norm;

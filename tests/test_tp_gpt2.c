@@ -172,7 +172,7 @@ static rt_status rank_run(tp_rank_arg *a) {
             RT_TRY(gpt2_cls_step(m, &batch, &pass, 1.0f / B, &loss_sum, NULL));
             RT_TRY(rt_grad_norm_tp(p, tp, &norm));
         }
-        RT_TRY(rt_adamw_step(p, &hp, rt_clip_coef(norm, 1.0), s + 1));
+        RT_TRY(rt_adamw_step(p, &hp, rt_clip_factor(norm, 1.0), s + 1));
         snprintf(path, sizeof path, "%s/state%d.tzck", a->state_dir, s + 1);
         if (tp->size == 1) RT_TRY(ckpt_train_save(path, p, tp, rt_comm_self(), "{}"));
     }

@@ -14,6 +14,7 @@
 
 #include "runtime/base/rt_dtype.h"
 #include "runtime/base/rt_status.h"
+#include "runtime/backend/rt_step_state.h"
 #include "runtime/backend/rt_x.h"
 
 /* RT_ACT_TANH is plain tanh (BERT's pooler, RoBERTa's classification head). */
@@ -264,6 +265,14 @@ typedef struct rt_backend_ops {
                   float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
     /* Sum of squares of x, in double. */
     double (*sumsq)(void *ctx, const float *x, size_t n);
+    /* The step on the backend, with no host round trip (s: an rt_step_state in backend memory):
+     * sumsq_into adds sumsq's sum of x to s->sumsq; step_finish runs rt_step_finish on s;
+     * adamw_step is adamw with the scalars of s->adam[group] and the gradients times s->coef, and
+     * leaves everything as it was when s->skip. NULL ops: the trainer reads the norm back instead. */
+    void (*sumsq_into)(void *ctx, rt_step_state *s, const float *x, size_t n);
+    void (*step_finish)(void *ctx, rt_step_state *s, double max_norm, double loss_scale);
+    void (*adamw_step)(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
+                       float *v, size_t n);
 
     /* The low-precision copy of the weights (rt_weight_copy_set). NULL ops: none; the matmuls
      * round a weight at each use instead, which gives the same numbers. */

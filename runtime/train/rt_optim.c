@@ -104,11 +104,30 @@ rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double
     return st;
 }
 
-float rt_clip_coef(double grad_norm, double max_norm) {
-    if (max_norm <= 0) return 1.0f;
-    /* PyTorch computes this in float32 from the float32 norm */
-    float coef = (float)max_norm / ((float)grad_norm + 1e-6f);
-    return coef < 1.0f ? coef : 1.0f;
+rt_status rt_adamw_step_on(rt_params *p, const rt_step_state *s) {
+    rt_status st = rt_params_alloc_moments(p);
+    if (st != RT_OK) return st;
+    for (int i = 0; i < p->n;) {
+        if (p->specs[i].frozen) {
+            i++;
+            continue;
+        }
+        size_t begin, end;
+        const int j = rt_train_run(p, i, rt_kind_decay, &begin, &end);
+        p->be->ops->adamw_step(p->be->ctx, s, p->specs[i].no_decay, p->param + begin, p->grad + begin, p->m + begin,
+                               p->v + begin, end - begin);
+        i = j;
+    }
+    return RT_OK;
+}
+
+void rt_step_scalars(rt_step_state *s, const rt_adamw_hparams *h, int64_t t) {
+    const rt_step_state zero = {0};
+    *s = zero;
+    /* the floats rt_adamw passes the backend, so the scalars are the host path's */
+    s->adam[0] =
+        rt_adamw_scalars_of((float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, (float)h->weight_decay, t);
+    s->adam[1] = rt_adamw_scalars_of((float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, 0.0f, t);
 }
 
 rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scale, int64_t t) {

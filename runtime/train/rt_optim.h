@@ -28,10 +28,17 @@ rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double
 /* *norm becomes the norm of the concatenation of every rank's part of c (its square summed in
  * rank order, the same bits on every rank): how a stage's ZeRO norm joins the other stages'. */
 rt_status rt_norm_over(rt_comm *c, double *norm);
-/* The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)),
- * or 1 when max_norm <= 0 (clipping off). */
-float rt_clip_coef(double grad_norm, double max_norm);
-/* One AdamW step t (t >= 1) with gradients multiplied by grad_scale first. */
+/* One AdamW step t (t >= 1) with gradients multiplied by grad_scale first (the clip factor,
+ * rt_clip_factor in runtime/backend/rt_step_state.h). */
 rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scale, int64_t t);
+
+/* The same step on the backend without a host round trip (the backend has the step ops):
+ * rt_step_scalars fills a host record with step t's AdamW scalars for both decay groups (the
+ * numbers rt_adamw_step's calls compute), sumsq 0, for the caller to upload; after the backend's
+ * sumsq_into and step_finish, rt_adamw_step_on updates every trainable run from the state s
+ * (backend memory), the same weights and moments as rt_adamw_step with s's coef, and none when
+ * s->skip. */
+void rt_step_scalars(rt_step_state *s, const rt_adamw_hparams *h, int64_t t);
+rt_status rt_adamw_step_on(rt_params *p, const rt_step_state *s);
 
 #endif

@@ -50,6 +50,10 @@ typedef struct {
     int tied;              /* pipeline stages: the weight this stage shares with others (rt_param_spec.tied), or -1 */
     uint64_t tied_members; /* the stages holding it */
     float *tied_scratch;   /* the first of them: the others' gradients arrive here */
+    /* The step's norm, clipping and update on the backend, with no host round trip between the
+     * backward and AdamW (rt_train_update), where one rank's gradients are the whole norm; NULL:
+     * the norm comes back to the host first. */
+    rt_step_state *step_dev;
 } rt_train_state;
 
 /* The tied weight's gradient summed over the stages holding it: the whole gradient before the
@@ -65,6 +69,48 @@ static rt_status rt_train_sum_tied(rt_train_state *s, rt_params *p) {
         n = p->specs[s->tied].numel;
     }
     return rt_pipe_sum_tied(s->pp, s->tied_members, p->be, grad, n, s->tied_scratch);
+}
+
+/* The step's gradient norm (over the loss scale S, a power of two: exact), clipping and AdamW
+ * update, applied-th of the run; overflow when the norm or the loss is not finite, and then no
+ * update. With s->step_dev the backend computes the norm, the clip factor and the skip decision
+ * and AdamW reads them there, and the host reads the record back after the update is queued;
+ * else the norm comes back to the host first (ZeRO's, or one summed over ranks). The same numbers
+ * either way (runtime/backend/rt_step_state.h); the unscaling rides on the clip factor. */
+static rt_status rt_train_update(rt_train_state *s, rt_params *p, rt_adamw_hparams *hp, const rt_sched *sched,
+                                 int64_t applied, double loss, double S, double *norm, bool *overflow) {
+    rt_status st = RT_OK;
+    const double lr = rt_sched_lr(sched, applied);
+    if (s->step_dev) {
+        rt_step_state h;
+        rt_adamw_hparams next = *hp;
+        next.lr = lr;
+        rt_step_scalars(&h, &next, applied + 1);
+        rt_to_device(p->be, s->step_dev, &h, sizeof h);
+        p->be->ops->sumsq_into(p->be->ctx, s->step_dev, p->grad, p->train_numel);
+        p->be->ops->step_finish(p->be->ctx, s->step_dev, s->o->clip, S);
+        if (isfinite(loss)) RT_TRY(rt_adamw_step_on(p, s->step_dev));
+        rt_to_host(p->be, &h, s->step_dev, sizeof h);
+        *norm = h.norm;
+        *overflow = h.skip || !isfinite(loss);
+    } else {
+        if (s->zero) { /* a stage's ZeRO norm, then every stage's */
+            RT_TRY(rt_zero_grad_norm(s->zero, norm));
+            if (s->pp->size > 1) RT_TRY(rt_norm_over(s->pp_host, norm));
+        } else {
+            RT_TRY(rt_grad_norm_grid(p, s->tp_host, s->pp_host, norm));
+        }
+        *norm /= S;
+        *overflow = !isfinite(*norm) || !isfinite(loss);
+        if (!*overflow) {
+            const float coef = (float)(rt_clip_factor(*norm, s->o->clip) / S);
+            hp->lr = lr;
+            RT_TRY(s->zero ? rt_zero_step(s->zero, hp, coef, applied + 1) : rt_adamw_step(p, hp, coef, applied + 1));
+        }
+    }
+    if (!*overflow) hp->lr = lr; /* the step line's rate: the last update's */
+fail:
+    return st;
 }
 
 /* Sums n host floats over the data-parallel group in place. */
@@ -596,6 +642,11 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                                 "pipeline: the tied weight's gradients from the other stages",
                                 (void **)&s.tied_scratch));
 
+    const rt_backend_ops *ops = model->params->be->ops;
+    if (!s.zero && s.tp_host->size == 1 && !pipeline && ops->sumsq_into && ops->step_finish && ops->adamw_step)
+        RT_TRY(rt_backend_alloc(model->params->be, sizeof(rt_step_state), "the optimizer step's scalars",
+                                (void **)&s.step_dev));
+
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
 
@@ -726,26 +777,13 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             if (!isfinite(loss) && !s.scaling)
                 RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
                         loss, (long long)step + 1);
+            const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
             double norm;
-            if (s.zero) { /* a stage's ZeRO norm, then every stage's */
-                RT_TRY(rt_zero_grad_norm(s.zero, &norm));
-                if (pipeline) RT_TRY(rt_norm_over(s.pp_host, &norm));
-            } else {
-                RT_TRY(rt_grad_norm_grid(model->params, s.tp_host, s.pp_host, &norm));
-            }
-            norm /= S; /* exact: scales are powers of two */
-            const bool overflow = !isfinite(norm) || !isfinite(loss);
+            bool overflow;
+            RT_TRY(rt_train_update(&s, model->params, &hp, &sched, applied, loss, S, &norm, &overflow));
             if (overflow && !s.scaling)
                 RT_FAIL(RT_ERR_RUNTIME, "the gradient norm is %g at step %lld; stopping (the last checkpoint is kept)",
                         norm, (long long)step + 1);
-            const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
-            if (!overflow) {
-                /* the unscaling rides on the clipping coefficient: AdamW sees grad * coef */
-                float coef = (float)(rt_clip_coef(norm, o->clip) / S);
-                hp.lr = rt_sched_lr(&sched, applied);
-                RT_TRY(s.zero ? rt_zero_step(s.zero, &hp, coef, applied + 1)
-                              : rt_adamw_step(model->params, &hp, coef, applied + 1));
-            }
             if (s.scaling) RT_TRY(rt_loss_scaler_update(&s.scaler, overflow));
             step++;
             /* a GPU may still be running the step's kernels: wait, or ms/step only counts their launch */
@@ -872,6 +910,7 @@ fail:
     if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);
     if (s.tied_scratch) rt_free_device(model->params->be, s.tied_scratch);
+    if (s.step_dev) rt_free_device(model->params->be, s.step_dev);
     free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;
 }

@@ -97,17 +97,37 @@ static void cpu_weight_copy_update(void *ctx, const float *part, size_t n) {
     if (len) cpu_weight_copy_round(c, at, c->w + at, len);
 }
 
-/* AdamW, writing the weights' copy as it goes where the copy holds all of these weights (a part
- * is rounded after). */
-static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
-                      float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
-    rt_cpu_ctx *c = ctx;
+/* AdamW with scalars k, writing the weights' copy as it goes where the copy holds all of these
+ * weights (a part is rounded after). */
+static void cpu_adamw_with(rt_cpu_ctx *c, float *params, const float *grads, float *m, float *v, size_t n,
+                           const rt_adamw_scalars *k, float grad_scale) {
     size_t at = 0;
     const bool whole = rt_weight_copy_overlap(c->w, c->n, params, n, &at) == n;
-    rt_cpu_adamw(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t,
-                 whole && c->bits16 ? (uint16_t *)c->copy + at : NULL,
+    rt_cpu_adamw(params, grads, m, v, n, k, grad_scale, whole && c->bits16 ? (uint16_t *)c->copy + at : NULL,
                  whole && !c->bits16 ? (float *)c->copy + at : NULL, c->matmul);
-    if (!whole) cpu_weight_copy_update(ctx, params, n);
+    if (!whole) cpu_weight_copy_update(c, params, n);
+}
+
+static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
+                      float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+    RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
+    const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
+    cpu_adamw_with(ctx, params, grads, m, v, n, &k, grad_scale);
+}
+
+/* The step's ops (rt_step_state): on the CPU its record is host memory, read at once. */
+static void cpu_sumsq_into(void *ctx, rt_step_state *s, const float *x, size_t n) {
+    s->sumsq += rt_cpu_sumsq(ctx, x, n);
+}
+
+static void cpu_step_finish(void *ctx, rt_step_state *s, double max_norm, double loss_scale) {
+    rt_step_finish(s, max_norm, loss_scale);
+}
+
+static void cpu_adamw_step(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
+                           float *v, size_t n) {
+    RT_CHECK(group == 0 || group == 1, "AdamW group %d", group);
+    if (!s->skip) cpu_adamw_with(ctx, params, grads, m, v, n, &s->adam[group], s->coef);
 }
 
 /* X's rows x cols (row stride ld) read from the weights' copy, when they all lie in it, are packed
@@ -475,6 +495,9 @@ static const rt_backend_ops rt_cpu_ops = {
     .weight_copy_set = cpu_weight_copy_set,
     .weight_copy_update = cpu_weight_copy_update,
     .sumsq = rt_cpu_sumsq,
+    .sumsq_into = cpu_sumsq_into,
+    .step_finish = cpu_step_finish,
+    .adamw_step = cpu_adamw_step,
 };
 
 rt_status rt_cpu_backend_init(int threads, rt_backend **out) {

@@ -319,11 +319,9 @@ void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, i
  *   p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
  * lerp with weight < 0.5 is m + w*(g - m), which equals b1*m + (1-b1)*g (PyTorch 1.13's
  * mul_/add_) up to rounding. */
-void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16, float *copy_rounded,
-                  rt_dtype dtype) {
-    RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
-    const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
+void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, const rt_adamw_scalars *kp,
+                  float grad_scale, uint16_t *copy_bf16, float *copy_rounded, rt_dtype dtype) {
+    const rt_adamw_scalars k = *kp;
     const float decay = k.decay, w1 = k.w1, w2 = k.w2, b2 = k.beta2, step_size = k.step_size, bc2_sqrt = k.bc2_sqrt,
                 feps = k.eps;
     const bool lerp_low = k.lerp_low;

@@ -182,9 +182,8 @@ static inline void rt_cpu_x_commit(rt_x x, size_t at, size_t n, const float *v) 
 /* AdamW (the ops table's, through cpu_backend.c's), also writing each updated weight into a
  * low-precision copy of these n weights when one is given: copy_bf16 gets bf16 bits, or
  * copy_rounded the weight rounded to dtype. */
-void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                  float eps, float weight_decay, float grad_scale, int64_t t, uint16_t *copy_bf16, float *copy_rounded,
-                  rt_dtype dtype);
+void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t n, const rt_adamw_scalars *k,
+                  float grad_scale, uint16_t *copy_bf16, float *copy_rounded, rt_dtype dtype);
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */

@@ -182,6 +182,9 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->scatter_rows_add = rt_cuda_scatter_rows_add;
     o->adamw = rt_cuda_adamw;
     o->sumsq = rt_cuda_sumsq;
+    o->sumsq_into = rt_cuda_sumsq_into;
+    o->step_finish = rt_cuda_step_finish;
+    o->adamw_step = rt_cuda_adamw_step;
     o->weight_copy_set = rt_cuda_weight_copy_set;
     o->weight_copy_update = rt_cuda_weight_copy_update;
     return ops;

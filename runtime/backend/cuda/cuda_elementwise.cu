@@ -157,24 +157,41 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
 
 /* copy_kind 1 or 2: each updated weight also goes to copy as bf16 or fp16 (the weights'
  * low-precision copy the matmuls read, rt_weight_copy_set). */
-__global__ void rt_cuda_adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, float decay,
-                                     float w1, float beta2, float w2, float step_size, float bc2_sqrt, float eps,
-                                     float grad_scale, bool lerp_low, void *copy, int copy_kind) {
+/* AdamW over n weights with scalars k (by value: the host's, or read from an rt_step_state). */
+__device__ __forceinline__ void rt_cuda_adamw_loop(const rt_adamw_scalars k, float grad_scale, float *params,
+                                                   const float *grads, float *m, float *v, size_t n, void *copy,
+                                                   int copy_kind) {
     RT_CUDA_FOR_EACH(i, n) {
         float g = grads[i] * grad_scale;
-        float p = params[i] * decay;
+        float p = params[i] * k.decay;
         float mi = m[i];
         /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
-        mi = lerp_low ? mi + w1 * (g - mi) : g - (g - mi) * (1.0f - w1);
-        float vi = v[i] * beta2 + w2 * g * g;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p = p + (-step_size) * mi / denom;
+        mi = k.lerp_low ? mi + k.w1 * (g - mi) : g - (g - mi) * (1.0f - k.w1);
+        float vi = v[i] * k.beta2 + k.w2 * g * g;
+        float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
+        p = p + (-k.step_size) * mi / denom;
         m[i] = mi;
         v[i] = vi;
         params[i] = p;
         if (copy_kind == 1) ((__nv_bfloat16 *)copy)[i] = __float2bfloat16_rn(p);
         if (copy_kind == 2) ((__half *)copy)[i] = __float2half_rn(p);
     }
+}
+
+__global__ void rt_cuda_adamw_kernel(const rt_adamw_scalars k, float grad_scale, float *params, const float *grads,
+                                     float *m, float *v, size_t n, void *copy, int copy_kind) {
+    rt_cuda_adamw_loop(k, grad_scale, params, grads, m, v, n, copy, copy_kind);
+}
+
+/* The step's AdamW: scalars, gradient factor and skip from the state the device computed. */
+__global__ void rt_cuda_adamw_step_kernel(const rt_step_state *s, int group, float *params, const float *grads,
+                                          float *m, float *v, size_t n, void *copy, int copy_kind) {
+    if (s->skip) return;
+    rt_cuda_adamw_loop(s->adam[group], s->coef, params, grads, m, v, n, copy, copy_kind);
+}
+
+__global__ void rt_cuda_step_finish_kernel(rt_step_state *s, double max_norm, double loss_scale) {
+    rt_step_finish(s, max_norm, loss_scale);
 }
 
 /* Pass 1 of sumsq: a fixed grid (it depends on n only) writes one double per block. */
@@ -186,13 +203,14 @@ __global__ void rt_cuda_sumsq_partial_kernel(double *partial, const float *x, si
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-/* Pass 2: one block adds the partials (strided by thread, then a fixed tree) into out[0]. */
-__global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, int nblocks) {
+/* Pass 2: one block adds the partials (strided by thread, then a fixed tree) into out[0], or
+ * onto it (add: the step state's running sum). */
+__global__ void rt_cuda_sumsq_final_kernel(double *out, const double *partial, int nblocks, bool add) {
     __shared__ double sh[32];
     double s = 0.0;
     for (int i = threadIdx.x; i < nblocks; i += blockDim.x) s += partial[i];
     s = rt_cuda_block_sum_d(s, sh);
-    if (threadIdx.x == 0) out[0] = s;
+    if (threadIdx.x == 0) out[0] = add ? out[0] + s : s;
 }
 
 static void rt_cuda_act_check(rt_act_kind kind) {
@@ -355,34 +373,68 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
 
 /* torch.optim.AdamW (single-tensor path): the step scalars are computed once in double on
  * the host and cast to float, the per-element math is float, as in the CPU backend. */
+/* Where AdamW over params[0, n) writes the weights' copy: all of these weights in it (*copy, its
+ * kind 1 bf16 or 2 fp16), or none (kind 0: the caller converts the part after). */
+static int rt_cuda_adamw_copy(rt_cuda_ctx *c, const float *params, size_t n, void **copy) {
+    size_t at = 0;
+    const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
+    *copy = whole ? (char *)c->copy + at * 2 : NULL;
+    return whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0;
+}
+
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
     RT_CHECK(t >= 1, "AdamW step t=%lld must be >= 1", (long long)t);
     if (n == 0) return;
     /* the CPU backend's scalars, bit for bit, so both update weights with the same numbers */
     const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
-    /* AdamW writes the weights' copy where it holds all of these weights; a part is converted after */
-    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    size_t at = 0;
-    const bool whole = rt_weight_copy_overlap(c->copy_w, c->copy_n, params, n, &at) == n;
+    void *copy = NULL;
+    const int kind = rt_cuda_adamw_copy((rt_cuda_ctx *)ctx, params, n, &copy);
     rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        params, grads, m, v, n, k.decay, k.w1, k.beta2, k.w2, k.step_size, k.bc2_sqrt, k.eps, grad_scale, k.lerp_low,
-        whole ? (char *)c->copy + at * 2 : NULL, whole ? (c->matmul == RT_BF16 ? 1 : 2) : 0);
+        k, grad_scale, params, grads, m, v, n, copy, kind);
     CUDA_LAUNCH_CHECK();
-    if (!whole) rt_cuda_weight_copy_update(ctx, params, n);
+    if (!kind) rt_cuda_weight_copy_update(ctx, params, n);
+}
+
+void rt_cuda_adamw_step(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
+                        float *v, size_t n) {
+    RT_CHECK(group == 0 || group == 1, "AdamW group %d", group);
+    if (n == 0) return;
+    void *copy = NULL;
+    const int kind = rt_cuda_adamw_copy((rt_cuda_ctx *)ctx, params, n, &copy);
+    rt_cuda_adamw_step_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        s, group, params, grads, m, v, n, copy, kind);
+    CUDA_LAUNCH_CHECK();
+    /* a skipped step left the weights as they were: converting them again changes nothing */
+    if (!kind) rt_cuda_weight_copy_update(ctx, params, n);
+}
+
+void rt_cuda_step_finish(void *ctx, rt_step_state *s, double max_norm, double loss_scale) {
+    rt_cuda_step_finish_kernel<<<1, 1, 0, rt_cuda_stream(ctx)>>>(s, max_norm, loss_scale);
+    CUDA_LAUNCH_CHECK();
+}
+
+/* sumsq of x into out[0] (add: onto it), on the stream: at most 1024 blocks of partials, plenty to
+ * fill the device and few enough for one block to finish the sum; the grid depends on n only, so
+ * the result is reproducible. */
+static void rt_cuda_sumsq_launch(void *ctx, double *out, bool add, const float *x, size_t n) {
+    unsigned blocks = rt_cuda_grid(n, RT_CUDA_THREADS);
+    if (blocks > 1024) blocks = 1024;
+    double *partial = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ, blocks * sizeof(double));
+    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(partial, x, n);
+    CUDA_LAUNCH_CHECK();
+    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, partial, (int)blocks, add);
+    CUDA_LAUNCH_CHECK();
+}
+
+void rt_cuda_sumsq_into(void *ctx, rt_step_state *s, const float *x, size_t n) {
+    if (n) rt_cuda_sumsq_launch(ctx, &s->sumsq, true, x, n);
 }
 
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n) {
     if (n == 0) return 0.0;
-    /* at most 1024 blocks of partials: plenty to fill the device, few enough for one block
-     * to finish the sum; the grid depends on n only, so the result is reproducible */
-    unsigned blocks = rt_cuda_grid(n, RT_CUDA_THREADS);
-    if (blocks > 1024) blocks = 1024;
-    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ, (blocks + 1) * sizeof(double));
-    rt_cuda_sumsq_partial_kernel<<<blocks, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf + 1, x, n);
-    CUDA_LAUNCH_CHECK();
-    rt_cuda_sumsq_final_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(buf, buf + 1, (int)blocks);
-    CUDA_LAUNCH_CHECK();
+    double *buf = (double *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ_OUT, sizeof(double));
+    rt_cuda_sumsq_launch(ctx, buf, false, x, n);
     double s = 0.0;
     CUDA_CHECK(cudaMemcpyAsync(&s, buf, sizeof s, cudaMemcpyDeviceToHost, rt_cuda_stream(ctx)));
     CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(ctx)));

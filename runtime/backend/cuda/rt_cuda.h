@@ -65,7 +65,8 @@ enum {
     RT_CUDA_SCRATCH_ATTN_S,     /* attention with 16-bit probabilities: their fp32 values (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_D,     /* fused attention backward: D = rowsum(P dP) (B, NH, Tq) */
     RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
-    RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq, then the total */
+    RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq */
+    RT_CUDA_SCRATCH_SUMSQ_OUT,  /* sumsq's total, read by the host */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
     RT_CUDA_SCRATCH_GEMM_B,
     RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
@@ -352,6 +353,10 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
+void rt_cuda_sumsq_into(void *ctx, rt_step_state *s, const float *x, size_t n);
+void rt_cuda_step_finish(void *ctx, rt_step_state *s, double max_norm, double loss_scale);
+void rt_cuda_adamw_step(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
+                        float *v, size_t n);
 
 /* cuda_sdpa_path.cu: cuDNN's SDPA, where rt_cuda_attn_cudnn says it runs (it logs, once per
  * reason, why it does not); fwd and bwd take the handles of attention_fwd and attention_bwd. */
