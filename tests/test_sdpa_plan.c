@@ -168,6 +168,28 @@ static void test_support(void) {
     expect_refused(d, RT_BF16, 9, "one query (decoding: each length would build a plan)");
 }
 
+/* What a stack lays out follows the shape alone: a shape cuDNN takes is taken whatever its masks
+ * hold (the materialized path recomputes what it could not keep), one it refuses is not. */
+static void test_shape(void) {
+    static const float mask[2] = {0};
+    rt_attn_desc d = gpt2_lm();
+    d.key_mask = mask; /* left padding: no lengths */
+    TZ_EXPECT(rt_sdpa_shape_unsupported(&d, RT_BF16, 9, CUDNN) == NULL && rt_sdpa_unsupported(&d, RT_BF16, 9, CUDNN),
+              "left padding: the shape is cuDNN's, the call is not");
+    d = t5_enc();
+    d.key_len = NULL;
+    TZ_EXPECT(rt_sdpa_shape_unsupported(&d, RT_BF16, 9, CUDNN) == NULL && rt_sdpa_unsupported(&d, RT_BF16, 9, CUDNN),
+              "T5 with a row of no key: the shape is cuDNN's, the call is not");
+    d = gpt2_lm();
+    d.causal = false;
+    d.Tq = 1;
+    TZ_EXPECT(rt_sdpa_shape_unsupported(&d, RT_BF16, 9, CUDNN) != NULL, "decoding's shape taken");
+    d = gpt2_lm();
+    d.HS = 12;
+    TZ_EXPECT(rt_sdpa_shape_unsupported(&d, RT_BF16, 9, CUDNN) != NULL, "head size 12's shape taken");
+    TZ_EXPECT(rt_sdpa_shape_unsupported(&d, RT_F32, 9, CUDNN) != NULL, "fp32's shape taken");
+}
+
 static void test_kept(void) {
     const rt_attn_desc d = gpt2_lm();
     TZ_EXPECT(rt_sdpa_kept_row(&d) == 64 * 2 + 4, "kept row %zu bytes, want 132", rt_sdpa_kept_row(&d));
@@ -324,6 +346,7 @@ static void test_padding_upload(void) {
 
 int main(void) {
     test_support();
+    test_shape();
     test_kept();
     test_keys();
     test_dropout_seed();

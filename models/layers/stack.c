@@ -130,9 +130,24 @@ static void stack_take(rt_x *x, rt_arena *a, int phase, rt_dtype t, size_t n, si
     *x = rt_x_of(rt_arena_take(a, (t == RT_F32 ? W : L) * n, rt_x_size(t)), t);
 }
 
-/* Bytes per query row an attention over Tk keys keeps for the backward (rt_attn_kept_bytes): Tk
- * probabilities, or less where the backend fuses attention; bias: whether a position bias comes
- * (only that there is one matters to the answer). */
+static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask,
+                               const mdl_pass *pass, bool cross);
+
+/* Bytes per query row a training pass's attention (self, or cross over S source keys) keeps for
+ * the backward, at the most: its description at the longest lengths, with the strides and dropout
+ * of the calls and a position bias where the stack has one (what the masks hold does not matter
+ * to the answer: a backend decides by the shape, rt_attn_kept_bytes). Tk probabilities, or less
+ * where the backend fuses attention. */
+static size_t stack_layout_row(const mdl_stack *s, bool cross) {
+    static const float bias_marker = 0.0f;
+    const mdl_stack_mask probe = {.bias = !cross && s->cfg.position_bias ? &bias_marker : NULL, .S = s->max_S};
+    const mdl_pass training = {.training = true};
+    rt_attn_desc d = stack_attn(s, 0, 1, s->max_T, &probe, &training, cross);
+    d.NH = 1;
+    return rt_attn_kept_bytes(s->be, &d);
+}
+
+/* The same for one decoding query over Tk keys. */
 static size_t stack_kept_row(const mdl_stack *s, int Tk, bool bias) {
     static const float bias_marker = 0.0f;
     const rt_attn_desc d = {.B = 1,
@@ -205,12 +220,12 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n2_rstd = rt_arena_take(a, L * BT, f);
     s->probs_dtype = compute;
-    s->probs_row = stack_kept_row(s, max_T, c->position_bias);
+    s->probs_row = stack_layout_row(s, false);
     s->probs = rt_arena_take(a, L * B * NH * T, s->probs_row);
     if (c->cross) {
         s->nc_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
         s->nc_rstd = rt_arena_take(a, L * BT, f);
-        s->cprobs_row = stack_kept_row(s, s->max_S, false);
+        s->cprobs_row = stack_layout_row(s, true);
         s->cprobs = rt_arena_take(a, L * B * NH * T, s->cprobs_row);
     }
     if (c->final_norm) {

@@ -57,6 +57,7 @@ struct nccl_ctx {
     cudaStream_t stream;
     cudaStream_t async_stream; /* non-blocking, for all_reduce_start; made on first use */
     cudaEvent_t compute_done;  /* recorded on the backend's stream before each collective */
+    float *barrier_buf;        /* the barrier's one float, made on its first use and kept */
     int device, rank, size;
     double timeout_s;
     rt_comm *bootstrap; /* the host twin (same ranks); not owned unless own_bootstrap */
@@ -322,19 +323,19 @@ static rt_status nccl_broadcast(void *vctx, void *buf, size_t bytes, int root) {
     return nccl_enqueued(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, c->comm, c->stream), "broadcast", bytes);
 }
 
-/* NCCL has no barrier: an all-reduce of one float does the same job. */
+/* NCCL has no barrier: an all-reduce of one float does the same job, over a float kept for it
+ * (its value does not matter), so a barrier allocates nothing after the first. */
 static rt_status nccl_barrier(void *vctx) {
     nccl_ctx *c = (nccl_ctx *)vctx;
     rt_status st = nccl_usable(c, "barrier");
     if (st != RT_OK) return st;
     nccl_prepare(c);
-    float *d = NULL;
-    NCCL_CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float)));
-    NCCL_CUDA_CHECK(cudaMemset(d, 0, sizeof(float)));
-    st = nccl_enqueued(c, ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, c->comm, c->stream), "barrier", 1);
-    /* after an abort the buffer may still be referenced by a dead kernel: leak it then */
-    if (st == RT_OK) NCCL_CUDA_CHECK(cudaFree(d));
-    return st;
+    if (!c->barrier_buf) {
+        NCCL_CUDA_CHECK(cudaMalloc((void **)&c->barrier_buf, sizeof(float)));
+        NCCL_CUDA_CHECK(cudaMemset(c->barrier_buf, 0, sizeof(float)));
+    }
+    return nccl_enqueued(c, ncclAllReduce(c->barrier_buf, c->barrier_buf, 1, ncclFloat32, ncclSum, c->comm, c->stream),
+                         "barrier", 1);
 }
 
 /* Pipeline transfers: one NCCL group of sends and receives on the comm's stream, waited for
@@ -477,6 +478,8 @@ static void nccl_free(void *vctx) {
     }
     if (c->stream) cudaStreamDestroy(c->stream);
     if (c->compute_done) cudaEventDestroy(c->compute_done);
+    /* after an abort a dead kernel may still reference it: leak it then */
+    if (c->barrier_buf && !c->aborted) cudaFree(c->barrier_buf);
     if (c->async_stream) cudaStreamDestroy(c->async_stream);
     if (c->own_bootstrap) rt_comm_free(c->bootstrap);
     free(c);

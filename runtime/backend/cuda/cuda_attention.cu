@@ -195,18 +195,10 @@ __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, 
     }
 }
 
-/* The fused kernels (cuda_flash.cu) read fp32 handles only: the backend keeps activations in fp32
- * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). cuDNN's SDPA
- * (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) takes the calls it supports; the rest run here. */
-void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
-    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
-    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
-    if (rt_cuda_attn_fused(c, d)) {
-        const char *w = "fused attention";
-        rt_cuda_flash_fwd(c, d, rt_x_floats(out, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
-        return;
-    }
-    if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_fwd(c, d, out, probs, q, k, v)) return;
+/* The materialized forward: out, and the probabilities into probs. */
+static void rt_cuda_attn_materialized_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k,
+                                          rt_x v) {
+    void *ctx = c;
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk; /* one (b, h) block of probs */
     const size_t rows = (size_t)B * NH * Tq;
@@ -243,6 +235,36 @@ void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *pro
                           rt_x_at(out, (size_t)b * Tq * d->ldo), (int)d->ldo, (size_t)HS, NH);
 }
 
+/* Where the stack laid out less than the probabilities for d (cuDNN's SDPA takes d's shape,
+ * rt_cuda_sdpa_kept_row) but cuDNN does not take d itself (its masks), the materialized path keeps
+ * nothing: its forward writes the probabilities to scratch, and its backward runs the forward again
+ * (the same kernels, the same dropout masks: the same numbers) into scratch before its own. */
+static bool rt_cuda_attn_recomputes(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+    const size_t kept = rt_cuda_sdpa_kept_row(c, d);
+    return kept && kept < (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+}
+
+static void *rt_cuda_attn_recomputed_probs(rt_cuda_ctx *c, const rt_attn_desc *d) {
+    const size_t bytes = (size_t)d->B * d->NH * d->Tq * d->Tk * rt_attn_probs_size(d->probs_dtype);
+    return rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_RECOMPUTE, bytes);
+}
+
+/* The fused kernels (cuda_flash.cu) read fp32 handles only: the backend keeps activations in fp32
+ * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). cuDNN's SDPA
+ * (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) takes the calls it supports; the rest run here. */
+void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
+    rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
+    RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
+    if (rt_cuda_attn_fused(c, d)) {
+        const char *w = "fused attention";
+        rt_cuda_flash_fwd(c, d, rt_x_floats(out, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
+        return;
+    }
+    if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_fwd(c, d, out, probs, q, k, v)) return;
+    rt_cuda_attn_materialized_fwd(c, d, out,
+                                  rt_cuda_attn_recomputes(c, d) ? rt_cuda_attn_recomputed_probs(c, d) : probs, q, k, v);
+}
+
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
                            const void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
@@ -255,6 +277,13 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
     if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_took(c, d)) { /* probs holds what its forward kept */
         rt_cuda_sdpa_bwd(c, d, dq, dk, dv, dbias, dout, probs, q, k, v);
         return;
+    }
+    if (rt_cuda_attn_recomputes(c, d)) { /* the forward kept nothing: run it again, out into scratch */
+        void *p = rt_cuda_attn_recomputed_probs(c, d);
+        const size_t out_n = (size_t)d->B * d->Tq * d->ldo;
+        void *o = rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_RECOMPUTE_OUT, out_n * rt_x_size(dout.t));
+        rt_cuda_attn_materialized_fwd(c, d, rt_x_of(o, dout.t), p, q, k, v);
+        probs = p;
     }
     const int B = d->B, NH = d->NH, Tq = d->Tq, Tk = d->Tk, HS = d->HS;
     const size_t head = (size_t)Tq * Tk;

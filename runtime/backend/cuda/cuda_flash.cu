@@ -41,11 +41,8 @@ bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d) {
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
     const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
     if (rt_cuda_attn_fused(c, d)) return 2 * sizeof(float); /* (m, 1/l) */
-    if (c->sdpa) { /* room for cuDNN's output and statistics, or for the probabilities (cuda_sdpa_plan.h) */
-        const size_t kept = rt_sdpa_kept_row(d), probs = (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
-        return kept > probs ? kept : probs;
-    }
-    return 0;
+    /* cuDNN's output and statistics where it takes the shape, else the probabilities */
+    return rt_cuda_sdpa_kept_row(c, d);
 }
 
 /* Blocks of 16 rows over every (batch row, head). */

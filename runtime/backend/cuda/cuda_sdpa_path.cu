@@ -1,11 +1,11 @@
 /* The backend's side of cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn): which calls go to it
- * (cuda_sdpa_plan.h), its workspace from the backend's scratch, the bias it reads at the compute
- * type (T5's position bias narrowed, GLM's prefix mask built, both per call: the bias changes with
- * each step and the prefix with each batch), the position bias's gradient added into the fp32 one,
- * and the calls (cuda_sdpa.h). A
- * call it does not take runs on the materialized path (cuda_attention.cu), and the first call for
- * each reason says so in one line. The probabilities buffer is sized for either path
- * (rt_cuda_attention_kept_row), so the choice can be made per call. */
+ * (cuda_sdpa_plan.h), what the stack keeps for attentions of a shape it takes (its output and
+ * statistics, not the probabilities), its workspace from the backend's scratch, the bias it reads
+ * at the compute type (T5's position bias narrowed, GLM's prefix mask built, both per call: the
+ * bias changes with each step and the prefix with each batch), the position bias's gradient added
+ * into the fp32 one, and the calls (cuda_sdpa.h). A call it does not take runs on the
+ * materialized path (cuda_attention.cu), which recomputes its probabilities in the backward where
+ * the stack kept no room for them; the first call for each reason says so in one line. */
 #include "runtime/backend/cuda/cuda_sdpa.h"
 #include "runtime/backend/cuda/cuda_sdpa_plan.h"
 #include "runtime/backend/cuda/rt_cuda.h"
@@ -39,6 +39,13 @@ bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d) {
 
 bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d) {
     return rt_sdpa_took(c->sdpa, d, rt_cuda_act_type(c));
+}
+
+size_t rt_cuda_sdpa_kept_row(const rt_cuda_ctx *c, const rt_attn_desc *d) {
+    if (!c->sdpa) return 0;
+    return rt_sdpa_shape_unsupported(d, rt_cuda_act_type(c), c->sm_major, rt_sdpa_version(c->sdpa))
+               ? 0
+               : rt_sdpa_kept_row(d);
 }
 
 static void *rt_cuda_sdpa_workspace(void *ctx, size_t bytes) {

@@ -67,26 +67,37 @@ static inline RT_SDPA_HD float rt_sdpa_prefix_mask(int i, int j, int32_t prefix,
  * (fp16's lowest value; bf16 holds the models' own -1e30). */
 static inline float rt_sdpa_mask_neg(rt_dtype io) { return io == RT_F16 ? -65504.0f : -1e30f; }
 
-/* Why cuDNN's SDPA (version cudnn_version, cudnnGetVersion's number) does not take attention d
- * with activations of type io on a GPU of compute capability sm_major, or NULL when it does. A
- * forward is taken only where its backward will be too, since the backward must read what the
- * forward kept: a position bias's gradient counts, as training asks for it. */
-static inline const char *rt_sdpa_unsupported(const rt_attn_desc *d, rt_dtype io, int sm_major, long cudnn_version) {
-    const rt_sdpa_bias_kind bias = rt_sdpa_bias_of(d);
+/* Why cuDNN's SDPA (version cudnn_version, cudnnGetVersion's number) does not take attentions of
+ * d's shape (sizes, strides, causal, dropout, whether there is a position bias) with activations of
+ * type io on a GPU of compute capability sm_major, whatever their masks; NULL when it takes some.
+ * What a stack lays out for its attention follows this (rt_cuda_attention_kept_row): a shape
+ * cuDNN takes keeps rt_sdpa_kept_row bytes a query row, and a call of that shape the masks make
+ * it refuse runs on the materialized path, which then recomputes the probabilities in its
+ * backward instead of keeping them. */
+static inline const char *rt_sdpa_shape_unsupported(const rt_attn_desc *d, rt_dtype io, int sm_major,
+                                                    long cudnn_version) {
     if (sm_major < 8) return "the GPU is older than sm_80";
     if (io != RT_BF16 && io != RT_F16) return "fp32 activations (cuDNN's SDPA reads bf16 or fp16)";
     if (d->HS % 8 != 0 || d->HS > RT_SDPA_MAX_HEAD) return "a head size that is not a multiple of 8 up to 128";
     if (d->ldq % 8 != 0 || d->ldk % 8 != 0 || d->ldv % 8 != 0 || d->ldo % 8 != 0)
         return "a row stride that is not a multiple of 8 values";
-    if (d->key_mask && !d->key_len) return "a key mask that is not right padding given as lengths";
-    if (d->bias && d->causal && d->prefix) return "a position bias with a bidirectional prefix";
-    if (bias == RT_SDPA_BIAS_PREFIX && d->key_mask) return "a bidirectional prefix (GLM) with a key mask";
     if (d->causal && d->Tq != d->Tk) return "causal attention with Tq != Tk";
     if (d->Tq == 1) return "one query (decoding: each length would build a plan)";
-    if (sm_major >= 10 && (d->dropout_p > 0.0f || bias == RT_SDPA_BIAS_POSITION))
+    if (sm_major >= 10 && (d->dropout_p > 0.0f || d->bias))
         return "dropout or a position bias on sm_100 or newer (cuDNN has no deterministic backward for them)";
-    if (bias == RT_SDPA_BIAS_POSITION && cudnn_version < RT_SDPA_DBIAS_ANY_CUDNN &&
-        (d->key_len || d->Tq % 64 != 0 || d->Tk % 64 != 0))
+    return NULL;
+}
+
+/* Why cuDNN's SDPA does not take attention d itself, masks included, or NULL when it does. A
+ * forward is taken only where its backward will be too, since the backward must read what the
+ * forward kept: a position bias's gradient counts, as training asks for it. */
+static inline const char *rt_sdpa_unsupported(const rt_attn_desc *d, rt_dtype io, int sm_major, long cudnn_version) {
+    const char *shape = rt_sdpa_shape_unsupported(d, io, sm_major, cudnn_version);
+    if (shape) return shape;
+    if (d->key_mask && !d->key_len) return "a key mask that is not right padding given as lengths";
+    if (d->bias && d->causal && d->prefix) return "a position bias with a bidirectional prefix";
+    if (rt_sdpa_bias_of(d) == RT_SDPA_BIAS_PREFIX && d->key_mask) return "a bidirectional prefix (GLM) with a key mask";
+    if (d->bias && cudnn_version < RT_SDPA_DBIAS_ANY_CUDNN && (d->key_len || d->Tq % 64 != 0 || d->Tk % 64 != 0))
         return "a position bias's gradient with padding or lengths not multiples of 64 (cuDNN before 9.5)";
     return NULL;
 }
@@ -94,8 +105,8 @@ static inline const char *rt_sdpa_unsupported(const rt_attn_desc *d, rt_dtype io
 /* Bytes per query row the path keeps in the probabilities buffer: the row's output at the
  * compute type, then its log-sum-exp. The buffer holds every row's output first
  * (B, Tq, NH, HS, packed), then the statistics (B, NH, Tq). With the path on, the backend sizes
- * the buffer for this or the probabilities, whichever is larger (rt_cuda_attention_kept_row), so
- * that a call the path does not take (a key mask, known only at the call) still fits. */
+ * the buffer for this where the shape is one cuDNN takes (rt_sdpa_shape_unsupported), else for
+ * the probabilities (rt_cuda_attention_kept_row). */
 static inline size_t rt_sdpa_kept_row(const rt_attn_desc *d) { return (size_t)d->HS * 2 + sizeof(float); }
 static inline size_t rt_sdpa_stats_offset(const rt_attn_desc *d) { return (size_t)d->B * d->NH * d->Tq * d->HS * 2; }
 

@@ -69,13 +69,15 @@ enum {
     RT_CUDA_SCRATCH_SUMSQ_OUT,  /* sumsq's total, read by the host */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
     RT_CUDA_SCRATCH_GEMM_B,
-    RT_CUDA_SCRATCH_LT_WORKSPACE, /* cuBLASLt's workspace */
-    RT_CUDA_SCRATCH_BGRAD,        /* a bias gradient an epilogue writes, before it is added */
-    RT_CUDA_SCRATCH_LINEAR,       /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
-    RT_CUDA_SCRATCH_SDPA,         /* cuDNN SDPA's workspace (cuda_sdpa_path.cu) */
-    RT_CUDA_SCRATCH_SDPA_LEN,     /* its padding mask's query lengths (B) */
-    RT_CUDA_SCRATCH_SDPA_BIAS,    /* its bias at the compute type: T5's position bias, GLM's prefix mask */
-    RT_CUDA_SCRATCH_SDPA_DBIAS,   /* the position bias's gradient at the compute type, before it is added */
+    RT_CUDA_SCRATCH_LT_WORKSPACE,       /* cuBLASLt's workspace */
+    RT_CUDA_SCRATCH_BGRAD,              /* a bias gradient an epilogue writes, before it is added */
+    RT_CUDA_SCRATCH_LINEAR,             /* a composed 16-bit linear op's fp32 product (cuda_lt.cu) */
+    RT_CUDA_SCRATCH_SDPA,               /* cuDNN SDPA's workspace (cuda_sdpa_path.cu) */
+    RT_CUDA_SCRATCH_SDPA_LEN,           /* its padding mask's query lengths (B) */
+    RT_CUDA_SCRATCH_SDPA_BIAS,          /* its bias at the compute type: T5's position bias, GLM's prefix mask */
+    RT_CUDA_SCRATCH_SDPA_DBIAS,         /* the position bias's gradient at the compute type, before it is added */
+    RT_CUDA_SCRATCH_ATTN_RECOMPUTE,     /* a materialized attention's probabilities the stack has no room for */
+    RT_CUDA_SCRATCH_ATTN_RECOMPUTE_OUT, /* its recomputed output in the backward (discarded) */
     RT_CUDA_SCRATCH_COUNT
 };
 
@@ -365,6 +367,9 @@ bool rt_cuda_sdpa_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *kep
 void rt_cuda_sdpa_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
                       const void *kept, rt_x q, rt_x k, rt_x v);
 bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d);
+/* What the stack keeps a query row for attentions of d's shape with the path on: rt_sdpa_kept_row
+ * where cuDNN takes the shape (rt_sdpa_shape_unsupported), else 0 (the probabilities). */
+size_t rt_cuda_sdpa_kept_row(const rt_cuda_ctx *c, const rt_attn_desc *d);
 
 /* cuda_attention.cu */
 /* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs. Its probabilities
