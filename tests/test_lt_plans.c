@@ -2,8 +2,9 @@
  * checked on the CPU: the same call at other addresses of the same alignment finds its plan;
  * each thing the heuristic is told (a shape, a transpose, a leading dimension, a batch stride,
  * the type, the epilogue, a vector's presence, an alignment) makes another key; "no algorithm"
- * is remembered; a full set drops its least recently used plan and keeps the one just found;
- * thousands of keys through the cache leave every lookup right. */
+ * is remembered; a plan keeps the caller's descriptors; a full set drops its least recently used
+ * plan, handing it back with its descriptors, and keeps the one just found; thousands of keys
+ * through the cache leave every lookup right. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ static bool holds(lt_plan_cache *c, const lt_plan_key *k, uint64_t seed) {
 }
 
 static void test_keys(void) {
+    lt_plan gone; /* what a store evicted */
     const lt_call x = base_call();
     const lt_plan_key k0 = lt_plan_key_of(&x, 14, ALIGN);
     lt_call moved = x; /* other pointers, same shapes and alignments: the same plan */
@@ -101,10 +103,10 @@ static void test_keys(void) {
     lt_plan_cache *c = rt_xcalloc(1, sizeof *c);
     uint64_t a[LT_PLAN_ALGO_WORDS];
     fill_algo(a, 1000);
-    lt_plan_store(c, &k0, true, a);
+    lt_plan_store(c, &k0, true, a, NULL, &gone);
     for (int i = 0; i < nv; i++) {
         fill_algo(a, (uint64_t)i);
-        lt_plan_store(c, &v[i], true, a);
+        lt_plan_store(c, &v[i], true, a, NULL, &gone);
     }
     int lost = 0, wrong = 0;
     for (int i = 0; i < nv; i++) {
@@ -124,11 +126,12 @@ static void test_keys(void) {
 }
 
 static void test_no_algorithm(void) {
+    lt_plan gone; /* what a store evicted */
     lt_plan_cache *c = rt_xcalloc(1, sizeof *c);
     const lt_call x = base_call();
     const lt_plan_key k = lt_plan_key_of(&x, 14, ALIGN);
     TZ_EXPECT(lt_plan_find(c, &k) == NULL, "an empty cache finds a plan");
-    lt_plan_store(c, &k, false, NULL);
+    lt_plan_store(c, &k, false, NULL, NULL, &gone);
     const lt_plan *p = lt_plan_find(c, &k);
     TZ_EXPECT(p && !p->found, "\"no algorithm\" is not remembered as such");
     TZ_EXPECT(c->hits == 1 && c->misses == 1, "hits %llu misses %llu", (unsigned long long)c->hits,
@@ -151,20 +154,30 @@ static int same_set_keys(lt_plan_key *out, int want) {
 }
 
 static void test_eviction(void) {
+    lt_plan gone; /* what a store evicted */
     enum { N = LT_PLAN_WAYS + 1 };
     lt_plan_key k[N];
     TZ_EXPECT(same_set_keys(k, N) == N, "found too few keys of one set");
     lt_plan_cache *c = rt_xcalloc(1, sizeof *c);
     uint64_t a[LT_PLAN_ALGO_WORDS];
+    /* each plan with descriptors of its own (any distinct pointers: the cache only keeps them) */
+    static char descs[N][4];
     for (int i = 0; i < LT_PLAN_WAYS; i++) {
         fill_algo(a, (uint64_t)i);
-        lt_plan_store(c, &k[i], true, a);
+        void *d[4] = {&descs[i][0], &descs[i][1], &descs[i][2], &descs[i][3]};
+        lt_plan_store(c, &k[i], true, a, d, &gone);
+        TZ_EXPECT(!gone.used, "storing key %d into a set with room evicted a plan", i);
     }
+    TZ_EXPECT(lt_plan_find(c, &k[2])->desc[1] == &descs[2][1], "a plan lost its descriptors");
     for (int i = 0; i < LT_PLAN_WAYS; i++) TZ_EXPECT(holds(c, &k[i], (uint64_t)i), "a full set lost key %d", i);
     /* key 0 is now the least recently used but is used again: key 1 must go instead */
     TZ_EXPECT(holds(c, &k[0], 0), "key 0 missing");
     fill_algo(a, 99);
-    lt_plan_store(c, &k[LT_PLAN_WAYS], true, a);
+    lt_plan_store(c, &k[LT_PLAN_WAYS], true, a, NULL, &gone);
+    /* the caller gets the evicted plan back, descriptors and all, to destroy them */
+    TZ_EXPECT(gone.used && memcmp(&gone.key, &k[1], sizeof k[1]) == 0 && gone.desc[0] == &descs[1][0] &&
+                  gone.desc[3] == &descs[1][3],
+              "the evicted plan (key 1) and its descriptors did not come back");
     TZ_EXPECT(holds(c, &k[LT_PLAN_WAYS], 99), "the newest key is not there");
     TZ_EXPECT(holds(c, &k[0], 0), "the key used last before the newest was evicted");
     TZ_EXPECT(lt_plan_find(c, &k[1]) == NULL, "the least recently used key stayed");
@@ -175,6 +188,7 @@ static void test_eviction(void) {
 /* Many shapes through the cache, each looked up again at once and a while later: every plan
  * found is its own key's. */
 static void test_churn(void) {
+    lt_plan gone; /* what a store evicted */
     lt_plan_cache *c = rt_xcalloc(1, sizeof *c);
     lt_call x = base_call();
     uint64_t a[LT_PLAN_ALGO_WORDS];
@@ -188,7 +202,7 @@ static void test_churn(void) {
             wrong += memcmp(p->algo, a, sizeof a) != 0;
             continue;
         }
-        lt_plan_store(c, &k, true, a);
+        lt_plan_store(c, &k, true, a, NULL, &gone);
         missing_now += !holds(c, &k, (uint64_t)(x.m * 10000 + x.n));
     }
     TZ_EXPECT(wrong == 0, "%d lookups found another shape's algorithm", wrong);

@@ -300,7 +300,7 @@ fail:
     }
     if (c && c->stream) cudaStreamDestroy(c->stream);
     if (c) rt_sdpa_destroy(c->sdpa);
-    if (c) free(c->lt_plans);
+    if (c) rt_cuda_lt_plans_free(c);
     free(c);
     free(be);
     return st;
@@ -323,7 +323,7 @@ extern "C" void rt_cuda_backend_free(rt_backend *be) {
         }
         if (rt_cuda_thread_stream_ == c->stream) rt_cuda_thread_stream_ = NULL;
         CUDA_CHECK(cudaStreamDestroy(c->stream));
-        free(c->lt_plans);
+        rt_cuda_lt_plans_free(c);
         free(c);
     }
     free(be);

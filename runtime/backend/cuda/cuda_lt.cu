@@ -83,8 +83,44 @@ static bool lt_heuristic(rt_cuda_ctx *c, cublasLtMatmulDesc_t op, cublasLtMatrix
     return true;
 }
 
-/* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. The heuristic runs once per
- * shape: its answers, "none" included, are kept in c->lt_plans (cuda_lt_plans.h). */
+/* A plan's descriptors (lt_plan.desc): the matmul, then A's, B's and C's layouts. */
+static void lt_desc_destroy(void *const *desc) {
+    if (desc[0]) CUBLAS_CHECK(cublasLtMatmulDescDestroy((cublasLtMatmulDesc_t)desc[0]));
+    for (int i = 1; i < 4; i++)
+        if (desc[i]) CUBLAS_CHECK(cublasLtMatrixLayoutDestroy((cublasLtMatrixLayout_t)desc[i]));
+}
+
+/* The descriptors for x's key: the matmul with its transposes, epilogue and aux leading dimension
+ * (the bias and aux pointers are set per call), and the three layouts. */
+static void lt_desc_create(const lt_call *x, cudaDataType_t type, void *desc[4]) {
+    cublasLtMatmulDesc_t op = NULL;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const cublasLtEpilogue_t epilogue = lt_epilogue_of(x->epilogue);
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    if (x->aux)
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &x->ldaux, sizeof x->ldaux));
+    desc[0] = op;
+    desc[1] = lt_layout(type, lt_dims_a(x), x->batch, x->sa);
+    desc[2] = lt_layout(type, lt_dims_b(x), x->batch, x->sb);
+    desc[3] = lt_layout((cudaDataType_t)x->ctype, lt_dims_c(x), x->batch, x->sc);
+}
+
+void rt_cuda_lt_plans_free(rt_cuda_ctx *c) {
+    if (!c->lt_plans) return;
+    for (int s = 0; s < LT_PLAN_SETS; s++)
+        for (int w = 0; w < LT_PLAN_WAYS; w++)
+            if (c->lt_plans->plans[s][w].used) lt_desc_destroy(c->lt_plans->plans[s][w].desc);
+    free(c->lt_plans);
+    c->lt_plans = NULL;
+}
+
+/* Runs x; false (nothing run) when cuBLASLt has no algorithm for it. The heuristic runs and the
+ * descriptors are made once per shape: they, and the answer "none", are kept in c->lt_plans
+ * (cuda_lt_plans.h). */
 static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
     /* epilogue vectors want 16-byte alignment (a 4-byte-aligned bias has been seen to fault):
      * otherwise the caller composes the plain ops */
@@ -98,46 +134,35 @@ static bool lt_matmul(rt_cuda_ctx *c, const lt_call *x, cudaDataType_t type) {
         lt_alignment(x->C, x->sc, c_bytes, x->batch), lt_alignment(x->C, x->sc, c_bytes, x->batch)};
     if (!c->lt_plans) c->lt_plans = (lt_plan_cache *)rt_xcalloc(1, sizeof *c->lt_plans);
     const lt_plan_key key = lt_plan_key_of(x, (int)type, align);
-    const lt_plan *plan = lt_plan_find(c->lt_plans, &key);
+    lt_plan *plan = lt_plan_find(c->lt_plans, &key);
     if (plan && !plan->found) return false;
-
-    cublasLtMatmulDesc_t op = NULL;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = x->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = x->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    const cublasLtEpilogue_t epilogue = lt_epilogue_of(x->epilogue);
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (x->bias)
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
-    if (x->aux) {
-        CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux, sizeof x->aux));
-        CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &x->ldaux, sizeof x->ldaux));
-    }
-    cublasLtMatrixLayout_t la = lt_layout(type, lt_dims_a(x), x->batch, x->sa);
-    cublasLtMatrixLayout_t lb = lt_layout(type, lt_dims_b(x), x->batch, x->sb);
-    cublasLtMatrixLayout_t lc = lt_layout(ctype, lt_dims_c(x), x->batch, x->sc);
     cublasLtMatmulAlgo_t algo;
     static_assert(sizeof algo == LT_PLAN_ALGO_WORDS * sizeof(uint64_t), "cublasLtMatmulAlgo_t's size");
-    bool ok = true;
-    if (plan) {
-        memcpy(&algo, plan->algo, sizeof algo);
-    } else {
-        ok = lt_heuristic(c, op, la, lb, lc, align, &algo);
-        lt_plan_store(c->lt_plans, &key, ok, ok ? (const uint64_t *)&algo : NULL);
+    if (!plan) {
+        void *desc[4];
+        lt_desc_create(x, type, desc);
+        const bool ok = lt_heuristic(c, (cublasLtMatmulDesc_t)desc[0], (cublasLtMatrixLayout_t)desc[1],
+                                     (cublasLtMatrixLayout_t)desc[2], (cublasLtMatrixLayout_t)desc[3], align, &algo);
+        if (!ok) lt_desc_destroy(desc); /* "none" keeps no descriptors */
+        lt_plan evicted;
+        plan = lt_plan_store(c->lt_plans, &key, ok, ok ? (const uint64_t *)&algo : NULL, ok ? desc : NULL, &evicted);
+        if (evicted.used) lt_desc_destroy(evicted.desc);
+        if (!ok) return false;
     }
-    if (ok) {
-        void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
-        CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc, &algo,
-                                    ws, RT_CUDA_LT_WORKSPACE, c->stream));
-    }
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
-    return ok;
+    memcpy(&algo, plan->algo, sizeof algo);
+    cublasLtMatmulDesc_t op = (cublasLtMatmulDesc_t)plan->desc[0];
+    const cublasLtMatrixLayout_t la = (cublasLtMatrixLayout_t)plan->desc[1], lb = (cublasLtMatrixLayout_t)plan->desc[2],
+                                 lc = (cublasLtMatrixLayout_t)plan->desc[3];
+    /* the vectors' addresses are the call's (their presence is the key's) */
+    if (x->bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &x->bias, sizeof x->bias));
+    if (x->aux)
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x->aux, sizeof x->aux));
+    void *ws = rt_cuda_scratch(c, RT_CUDA_SCRATCH_LT_WORKSPACE, RT_CUDA_LT_WORKSPACE);
+    CUBLAS_CHECK(cublasLtMatmul(c->cublaslt, op, &x->alpha, x->A, la, x->B, lb, &x->beta, x->C, lc, x->C, lc, &algo, ws,
+                                RT_CUDA_LT_WORKSPACE, c->stream));
+    return true;
 }
 
 /* x's operands at the matmul precision, A's values of type ta and B's of tb (a 16-bit one holds the

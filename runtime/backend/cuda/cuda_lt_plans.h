@@ -9,8 +9,13 @@
  * matrix (the same shape at another alignment may need another kernel). Never a pointer: a
  * plan serves every call of its shape. "cuBLASLt has no algorithm" is remembered too.
  *
+ * A plan also holds the backend's cuBLASLt descriptors for its key (the matmul and the three
+ * layouts, made once per shape: creating and destroying them took a dozen library calls a
+ * matmul); only the bias and aux pointers are set per call.
+ *
  * The cache: LT_PLAN_SETS sets of LT_PLAN_WAYS plans, a key's set chosen by its hash; a full
- * set drops its least recently used plan. */
+ * set drops its least recently used plan, handing it back so the caller destroys its
+ * descriptors. */
 #ifndef RT_CUDA_LT_PLANS_H
 #define RT_CUDA_LT_PLANS_H
 
@@ -40,6 +45,7 @@ typedef struct {
     bool found;    /* false: cuBLASLt offered no algorithm for this key */
     bool used;     /* the slot holds a plan */
     uint64_t tick; /* last use, for eviction */
+    void *desc[4]; /* the caller's descriptors for the key (cuda_lt.cu: the matmul, A, B and C), or NULL */
 } lt_plan;
 
 typedef struct lt_plan_cache {
@@ -70,7 +76,7 @@ static inline unsigned lt_plan_set_of(const lt_plan_key *k) {
 }
 
 /* The plan for k, or NULL; a hit counts as a use. */
-static inline const lt_plan *lt_plan_find(lt_plan_cache *c, const lt_plan_key *k) {
+static inline lt_plan *lt_plan_find(lt_plan_cache *c, const lt_plan_key *k) {
     lt_plan *set = c->plans[lt_plan_set_of(k)];
     for (int w = 0; w < LT_PLAN_WAYS; w++)
         if (set[w].used && memcmp(&set[w].key, k, sizeof *k) == 0) {
@@ -82,9 +88,12 @@ static inline const lt_plan *lt_plan_find(lt_plan_cache *c, const lt_plan_key *k
     return NULL;
 }
 
-/* Remembers k's plan (algo: LT_PLAN_ALGO_WORDS words, or NULL with found false), in a free way
- * of its set or in place of the set's least recently used. */
-static inline void lt_plan_store(lt_plan_cache *c, const lt_plan_key *k, bool found, const uint64_t *algo) {
+/* Remembers k's plan (algo: LT_PLAN_ALGO_WORDS words, or NULL with found false) with the caller's
+ * descriptors (desc: 4 pointers, or NULL for none), in a free way of its set or in place of the
+ * set's least recently used, which is copied to *evicted (used false when none was). Returns the
+ * stored plan. */
+static inline lt_plan *lt_plan_store(lt_plan_cache *c, const lt_plan_key *k, bool found, const uint64_t *algo,
+                                     void *const *desc, lt_plan *evicted) {
     lt_plan *set = c->plans[lt_plan_set_of(k)], *slot = &set[0];
     for (int w = 0; w < LT_PLAN_WAYS; w++) {
         if (!set[w].used) {
@@ -93,12 +102,15 @@ static inline void lt_plan_store(lt_plan_cache *c, const lt_plan_key *k, bool fo
         }
         if (set[w].tick < slot->tick) slot = &set[w];
     }
+    *evicted = *slot; /* a free way: used false */
     memset(slot, 0, sizeof *slot);
     slot->key = *k;
     slot->found = found;
     if (found) memcpy(slot->algo, algo, sizeof slot->algo);
+    if (desc) memcpy(slot->desc, desc, sizeof slot->desc);
     slot->used = true;
     slot->tick = ++c->tick;
+    return slot;
 }
 
 #endif

@@ -292,7 +292,9 @@ const void *rt_cuda_matmul_input(rt_cuda_ctx *c, int slot, const float *X, int r
 rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n);
 void rt_cuda_weight_copy_update(void *ctx, const float *part, size_t n);
 
-/* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included. */
+/* cuda_lt.cu: the ops table's matmuls through cuBLASLt, fused linear ops included.
+ * rt_cuda_lt_plans_free destroys the kept plans' descriptors and the cache (at the backend's end). */
+void rt_cuda_lt_plans_free(rt_cuda_ctx *c);
 bool rt_cuda_linear_fwd(void *ctx, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N, int in,
                         int out_f, const rt_act_kind *act);
 bool rt_cuda_linear_wgrad(void *ctx, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f);
