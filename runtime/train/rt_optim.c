@@ -104,9 +104,10 @@ rt_status rt_grad_norm_grid(const rt_params *p, rt_comm *tp, rt_comm *pp, double
     return st;
 }
 
-rt_status rt_adamw_step_on(rt_params *p, const rt_step_state *s) {
-    rt_status st = rt_params_alloc_moments(p);
-    if (st != RT_OK) return st;
+/* f on each run of trainable parameters that share a weight-decay setting: [begin, end) of the
+ * slab (the alignment gaps between parameters hold zeros in every buffer, so they stay zero). */
+static void rt_decay_runs(rt_params *p, void (*f)(rt_params *p, size_t begin, size_t end, bool no_decay, const void *u),
+                          const void *u) {
     for (int i = 0; i < p->n;) {
         if (p->specs[i].frozen) {
             i++;
@@ -114,11 +115,20 @@ rt_status rt_adamw_step_on(rt_params *p, const rt_step_state *s) {
         }
         size_t begin, end;
         const int j = rt_train_run(p, i, rt_kind_decay, &begin, &end);
-        p->be->ops->adamw_step(p->be->ctx, s, p->specs[i].no_decay, p->param + begin, p->grad + begin, p->m + begin,
-                               p->v + begin, end - begin);
+        f(p, begin, end, p->specs[i].no_decay, u);
         i = j;
     }
-    return RT_OK;
+}
+
+static void rt_adamw_run_on(rt_params *p, size_t begin, size_t end, bool no_decay, const void *s) {
+    p->be->ops->adamw_step(p->be->ctx, (const rt_step_state *)s, no_decay, p->param + begin, p->grad + begin,
+                           p->m + begin, p->v + begin, end - begin);
+}
+
+rt_status rt_adamw_step_on(rt_params *p, const rt_step_state *s) {
+    rt_status st = rt_params_alloc_moments(p);
+    if (st == RT_OK) rt_decay_runs(p, rt_adamw_run_on, s);
+    return st;
 }
 
 void rt_step_scalars(rt_step_state *s, const rt_adamw_hparams *h, int64_t t) {
@@ -130,23 +140,23 @@ void rt_step_scalars(rt_step_state *s, const rt_adamw_hparams *h, int64_t t) {
     s->adam[1] = rt_adamw_scalars_of((float)h->lr, (float)h->beta1, (float)h->beta2, (float)h->eps, 0.0f, t);
 }
 
+typedef struct {
+    const rt_adamw_hparams *h;
+    float grad_scale;
+    int64_t t;
+} rt_adamw_call;
+
+static void rt_adamw_run(rt_params *p, size_t begin, size_t end, bool no_decay, const void *u) {
+    const rt_adamw_call *c = u;
+    rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin, (float)c->h->lr,
+             (float)c->h->beta1, (float)c->h->beta2, (float)c->h->eps, no_decay ? 0.0f : (float)c->h->weight_decay,
+             c->grad_scale, c->t);
+}
+
 rt_status rt_adamw_step(rt_params *p, const rt_adamw_hparams *h, float grad_scale, int64_t t) {
-    rt_status st = RT_OK;
     RT_CHECK(t >= 1, "AdamW step %lld", (long long)t);
-    RT_TRY(rt_params_alloc_moments(p));
-    for (int i = 0; i < p->n;) {
-        if (p->specs[i].frozen) {
-            i++;
-            continue;
-        }
-        size_t begin, end;
-        const int j = rt_train_run(p, i, rt_kind_decay, &begin, &end);
-        /* the alignment gaps between parameters hold zeros in every buffer, so they stay zero */
-        float wd = p->specs[i].no_decay ? 0.0f : (float)h->weight_decay;
-        rt_adamw(p->be, p->param + begin, p->grad + begin, p->m + begin, p->v + begin, end - begin, (float)h->lr,
-                 (float)h->beta1, (float)h->beta2, (float)h->eps, wd, grad_scale, t);
-        i = j;
-    }
-fail:
+    rt_status st = rt_params_alloc_moments(p);
+    const rt_adamw_call c = {h, grad_scale, t};
+    if (st == RT_OK) rt_decay_runs(p, rt_adamw_run, &c);
     return st;
 }
