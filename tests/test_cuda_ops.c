@@ -896,6 +896,17 @@ static void test_step_state(void) {
         dbuf_check(inf ? "adamw_step m after a skipped step" : "adamw_step m", &m, ATOL, RTOL);
         dbuf_check(inf ? "adamw_step v after a skipped step" : "adamw_step v", &v, 1e-7f, RTOL);
     }
+    /* the heads' losses onto the step's loss (one block's fixed tree on the GPU, in order on the CPU) */
+    for (int k = 0; k < 2; k++) {
+        rt_backend *be = k ? g_gpu : g_cpu;
+        rt_step_state *s = k ? sg : sc;
+        h[k].loss = 2.0;
+        rt_to_device(be, s, &h[k], sizeof h[k]);
+        be->ops->loss_into(be->ctx, &s->loss, k ? p.g : p.c, 3001);
+        rt_to_host(be, &h[k], s, sizeof h[k]);
+    }
+    TZ_EXPECT(fabs(h[1].loss - h[0].loss) <= 1e-12 * fabs(h[0].loss), "loss_into: cuda %.17g cpu %.17g", h[1].loss,
+              h[0].loss);
     rt_free_device(g_cpu, sc), rt_free_device(g_gpu, sg);
     dbuf_free(&p), dbuf_free(&m), dbuf_free(&v), dbuf_free(&g);
 }

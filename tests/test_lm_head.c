@@ -92,7 +92,7 @@ static rt_status rank_run(rt_comm *tp, void *arg) {
         rt_clear(be, dtable, Vl * C * sizeof(float));
         const mdl_lm_head_grad grad = {.dwte = dtable, .grad_scale = GRAD_SCALE, .row_weights = h.row_weights};
         RT_TRY(mdl_lm_head_xent(&h, hidden, table, o->n, &grad));
-        (void)mdl_lm_head_losses(&h, o->n);
+        (void)mdl_lm_head_losses(&h, o->n, NULL);
         memcpy(o->loss[k], h.h_losses, (size_t)o->n * sizeof(float));
         mdl_lm_head_target_stats(&h, o->n, o->row_max[k], o->target[k]);
         mdl_lm_head_backward(&h, dhidden, BT, o->n);

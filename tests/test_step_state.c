@@ -4,7 +4,8 @@
  * - rt_step_finish's norm and factor against the trainer's host arithmetic (sqrt of the sum of
  *   squares over the loss scale, rt_clip_factor over the loss scale), clipping on and off, with
  *   and without loss scaling, and its skip for a norm that is not finite;
- * - sumsq_into adds onto the running sum, the host's sumsq's bits;
+ * - sumsq_into adds onto the running sum, the host's sumsq's bits; loss_into adds a micro-batch's
+ *   losses, summed in order from 0, onto the step's loss: the sum the trainer made on the host;
  * - rt_adamw_step_on over a parameter slab with decay and no-decay runs and a frozen parameter,
  *   against rt_adamw_step with the host's factor: the same weights and moments over three steps;
  * - a step whose gradients hold an inf leaves weights and moments as they were.
@@ -108,13 +109,37 @@ static void test_sumsq_into(rt_backend *be) {
     TZ_EXPECT(s.sumsq == once + rt_sumsq(be, x, 1000), "sumsq_into does not add onto the running sum");
 }
 
+static void test_loss_into(rt_backend *be) {
+    enum { N = 777 };
+    static float l[N];
+    unsigned seed = 4;
+    for (int i = 0; i < N; i++) l[i] = 5.0f * tz_uniform(&seed) + 5.0f;
+    /* the host path: each micro-batch's losses summed from 0 in order, then added to the step's */
+    double host = 0, part = 0;
+    for (int i = 0; i < 300; i++) part += l[i];
+    host += part;
+    part = 0;
+    for (int i = 300; i < N; i++) part += l[i];
+    host += part;
+    double *acc = NULL;
+    TZ_EXPECT_OK(rt_backend_alloc(be, sizeof *acc, "loss", (void **)&acc));
+    be->ops->loss_into(be->ctx, acc, l, 300);
+    be->ops->loss_into(be->ctx, acc, l + 300, N - 300);
+    double got = 0;
+    rt_to_host(be, &got, acc, sizeof got);
+    TZ_EXPECT(memcmp(&got, &host, sizeof got) == 0, "loss_into %.17g, the host's sum %.17g", got, host);
+    rt_free_device(be, acc);
+}
+
 int main(void) {
     test_finish();
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 2, &be));
     if (!be) return tz_test_result("test_step_state");
-    TZ_EXPECT(be->ops->sumsq_into && be->ops->step_finish && be->ops->adamw_step, "the CPU backend has the step ops");
+    TZ_EXPECT(be->ops->sumsq_into && be->ops->loss_into && be->ops->step_finish && be->ops->adamw_step,
+              "the CPU backend has the step ops");
     test_sumsq_into(be);
+    test_loss_into(be);
     test_adamw(be, false);
     test_adamw(be, true);
     rt_backend_free(be);

@@ -251,6 +251,7 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
 }
 
 static void train_app_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((train_app_model *)ctx)->grads = hook; }
+static void train_app_set_loss_sink(void *ctx, double *sink) { ((train_app_model *)ctx)->loss_sink = sink; }
 
 static double train_app_flops(void *ctx, const rt_batch *b) {
     const mdl_trainable *m = &((train_app_model *)ctx)->m;
@@ -270,7 +271,8 @@ static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64
     *loss_sum = 0;
     if (b->B == 0) return RT_OK;
     a->padded_tokens += (double)b->B * (double)b->T;
-    mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .grads = a->grads};
+    mdl_pass pass = {
+        .seed = seed, .step = step, .micro = micro, .training = true, .grads = a->grads, .loss_sink = a->loss_sink};
     return a->m.step(a->m.model, b, &pass, grad_scale, loss_sum);
 }
 
@@ -279,6 +281,7 @@ rt_train_model train_app_loop_model(train_app_model *a) {
                             .params = a->m.params,
                             .forward_backward = train_app_forward_backward,
                             .set_grads_hook = train_app_set_grads_hook,
+                            .set_loss_sink = train_app_set_loss_sink,
                             .flops = train_app_flops,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
 }

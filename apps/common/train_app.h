@@ -70,11 +70,13 @@ rt_status train_app_setup(train_app_opts *o, const rt_args_spec *spec, const cha
  * resolved name. */
 rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_t device_size, rt_backend **be);
 /* The loop's view of a model (models/layers/trainable.h): forward_backward builds the pass with the
- * loop's grads hook, and gives an empty micro-batch (this rank's share of a short last batch)
- * a zero loss without calling the model. padded_tokens sums B x T over the batches trained. */
+ * loop's grads hook and loss sink, and gives an empty micro-batch (this rank's share of a short
+ * last batch) a zero loss without calling the model. padded_tokens sums B x T over the batches
+ * trained. */
 typedef struct {
     mdl_trainable m;
     const rt_grads_hook *grads;
+    double *loss_sink;
     double padded_tokens;
 } train_app_model;
 rt_train_model train_app_loop_model(train_app_model *a);

@@ -586,8 +586,8 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     /* the shared head losses (HF: CrossEntropyLoss, or MSELoss(logits.squeeze(), labels)) */
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
-static void bert_cls_loss_read(bert_model *m, int B, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, loss_sum);
+static void bert_cls_loss_read(bert_model *m, int B, const mdl_pass *pass, double *loss_sum) {
+    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, pass, loss_sum);
 }
 
 /* The head's backward into the stack's dout; the head is replicated, so each rank has all of
@@ -639,7 +639,7 @@ rt_status bert_cls_step(bert_model *m, const rt_batch *b, const mdl_pass *pass, 
         RT_TRY(bert_stack_bwd(m, B, T, pass, &demb));
         bert_embed_bwd(m, demb, (size_t)B * T);
     }
-    bert_cls_loss_read(m, B, loss_sum); /* with the backward queued */
+    bert_cls_loss_read(m, B, pass, loss_sum); /* with the backward queued */
 fail:
     return st;
 }
@@ -656,7 +656,7 @@ static void bert_sp_embed_bwd(void *model, const rt_batch *b, const float *demb)
 static rt_status bert_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
     bert_head_fwd(model, b, pass, grad_scale, host_logits);
-    bert_cls_loss_read(model, b->B, loss_sum);
+    bert_cls_loss_read(model, b->B, pass, loss_sum);
     return RT_OK;
 }
 static rt_status bert_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {

@@ -406,7 +406,7 @@ static rt_status glm_head_span_match(glm_model *m, const glm_task *t, double *lo
     float *stats = NULL;
     rt_status st = n > 0 ? glm_output_xent(m, n, 0.0f, false) : RT_OK;
     if (st == RT_OK && n > 0) {
-        (void)mdl_lm_head_losses(&m->head, n);
+        (void)mdl_lm_head_losses(&m->head, n, NULL);
         /* each target's row maximum in stats[0, n), its logit in [n, 2n) */
         stats = rt_xmalloc(2 * (size_t)n * sizeof(float));
         mdl_lm_head_target_stats(&m->head, n, stats, stats + n);
@@ -430,7 +430,7 @@ static rt_status glm_head_choice(glm_model *m, const glm_task *t, float grad_sca
     const int B = t->in.B, T = t->in.T, K = t->K, G_n = B / K, n = m->head_n;
     const bool backward = grad_scale > 0;
     RT_TRY(glm_output_xent(m, n, 0.0f, false));
-    (void)mdl_lm_head_losses(&m->head, n); /* the choices' scores weigh the backward: read now */
+    (void)mdl_lm_head_losses(&m->head, n, NULL); /* the choices' scores weigh the backward: read now */
     double sc[GLM_K_MAX * 64];
     RT_CHECK((size_t)B <= sizeof sc / sizeof *sc, "GLM choices: %d rows", B);
     for (int r = 0; r < B; r++) sc[r] = 0;
@@ -509,7 +509,7 @@ static rt_status glm_head_fwd(glm_model *m, const glm_task *t, float grad_scale,
 /* The LM head's summed loss (0 for the other heads, whose glm_head_fwd gave it). Reading waits for
  * the device: a step calls it once its backward is queued. */
 static double glm_lm_loss(glm_model *m, const glm_task *t) {
-    return t->kind == GLM_HEAD_LM ? mdl_lm_head_losses(&m->head, m->head_n) : 0.0;
+    return t->kind == GLM_HEAD_LM ? mdl_lm_head_losses(&m->head, m->head_n, NULL) : 0.0;
 }
 
 /* The head's backward into mdl_stack_dout (dL/d(final LayerNorm output)) and wte's gradient. */

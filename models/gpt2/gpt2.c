@@ -451,8 +451,8 @@ static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale
     if (host_logits) rt_to_host(be, host_logits, m->logits, (size_t)B * NL * sizeof(float));
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
-static void gpt2_cls_loss_read(gpt2_model *m, int B, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, loss_sum);
+static void gpt2_cls_loss_read(gpt2_model *m, int B, const mdl_pass *pass, double *loss_sum) {
+    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, pass, loss_sum);
 }
 
 /* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank
@@ -483,7 +483,7 @@ rt_status gpt2_cls_step(gpt2_model *m, const rt_batch *b, const mdl_pass *pass, 
         gpt2_cls_head_bwd(m, B, T);
         RT_TRY(gpt2_backward_body(m, B, T, pass));
     }
-    gpt2_cls_loss_read(m, B, loss_sum); /* with the backward queued */
+    gpt2_cls_loss_read(m, B, pass, loss_sum); /* with the backward queued */
 fail:
     return st;
 }
@@ -500,9 +500,8 @@ static void gpt2_sp_embed_bwd(void *model, const rt_batch *b, const float *demb)
 }
 static rt_status gpt2_sp_head_fwd(void *model, const rt_batch *b, const mdl_pass *pass, float grad_scale,
                                   double *loss_sum, float *host_logits) {
-    (void)pass; /* GPT-2's head has no dropout */
-    gpt2_cls_head_fwd(model, b, grad_scale, host_logits);
-    gpt2_cls_loss_read(model, b->B, loss_sum);
+    gpt2_cls_head_fwd(model, b, grad_scale, host_logits); /* GPT-2's head has no dropout */
+    gpt2_cls_loss_read(model, b->B, pass, loss_sum);
     return RT_OK;
 }
 static rt_status gpt2_sp_head_bwd(void *model, const rt_batch *b, const mdl_pass *pass) {
@@ -534,7 +533,7 @@ static rt_status gpt2_sp_head_fwd_lm(void *model, const rt_batch *b, const mdl_p
     if (m->lm_n == 0) return RT_OK;
     const mdl_lm_head_grad grad = {.dwte = grad_scale > 0 ? G(m->wte) : NULL, .grad_scale = grad_scale};
     rt_status st = mdl_lm_head_xent(&m->head, m->blocks.out, P(m->wte), m->lm_n, grad_scale > 0 ? &grad : NULL);
-    if (st == RT_OK) *loss_sum += mdl_lm_head_losses(&m->head, m->lm_n);
+    if (st == RT_OK) *loss_sum += mdl_lm_head_losses(&m->head, m->lm_n, pass);
     return st;
 }
 static rt_status gpt2_sp_head_bwd_lm(void *model, const rt_batch *b, const mdl_pass *pass) {
@@ -613,7 +612,7 @@ rt_status gpt2_lm_step(gpt2_model *m, const int32_t *host_ids, const int32_t *ho
         mdl_lm_head_backward(&m->head, mdl_stack_dout(&m->blocks), (size_t)B * T, n);
         RT_TRY(gpt2_backward_body(m, B, T, pass));
     }
-    *loss_sum = mdl_lm_head_losses(&m->head, n); /* with the backward queued */
+    *loss_sum = mdl_lm_head_losses(&m->head, n, pass); /* with the backward queued */
 fail:
     return st;
 }

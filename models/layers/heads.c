@@ -38,9 +38,18 @@ void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float
     rt_softmax_xent(be, dev_losses, dlogits, NULL, logits, dev_labels, (size_t)B, num_labels, grad_scale);
 }
 
-void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, double *loss_sum) {
-    rt_to_host(be, host_scratch, dev_losses, (size_t)B * sizeof(float));
+double mdl_loss_sum(rt_backend *be, const float *dev_losses, size_t n, float *host_scratch, const mdl_pass *pass) {
+    if (pass && pass->loss_sink) {
+        be->ops->loss_into(be->ctx, pass->loss_sink, dev_losses, n);
+        return 0.0;
+    }
+    rt_to_host(be, host_scratch, dev_losses, n * sizeof(float));
     double sum = 0;
-    for (int i = 0; i < B; i++) sum += host_scratch[i];
-    *loss_sum = sum;
+    for (size_t i = 0; i < n; i++) sum += host_scratch[i];
+    return sum;
+}
+
+void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, const mdl_pass *pass,
+                       double *loss_sum) {
+    *loss_sum = mdl_loss_sum(be, dev_losses, (size_t)B, host_scratch, pass);
 }

@@ -7,6 +7,7 @@
 #ifndef MDL_HEADS_H
 #define MDL_HEADS_H
 
+#include "models/layers/pass.h"
 #include "runtime/backend/rt_backend.h"
 #include "runtime/train/rt_batch.h"
 
@@ -22,9 +23,13 @@ rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_lab
  * mdl_cls_loss_read; logits and dlogits (B, num_labels) are backend buffers. */
 void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float *logits, float *dlogits,
                   float *dev_losses, int32_t *dev_labels, float grad_scale);
-/* mdl_cls_loss's B per-row losses summed in order into *loss_sum (host_scratch: B floats).
- * Reading waits for the device: a training step calls it once its backward is queued, so a GPU
- * never idles on the host in the middle of a step. */
-void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, double *loss_sum);
+/* n per-row losses on the device summed in order: read back into host_scratch (n floats) and
+ * summed, which waits for the device, or (pass->loss_sink) added on the device into the sink, and
+ * then 0 (the trainer reads the sink once the step's work is queued). A training step calls it
+ * once its backward is queued. */
+double mdl_loss_sum(rt_backend *be, const float *dev_losses, size_t n, float *host_scratch, const mdl_pass *pass);
+/* mdl_cls_loss's B per-row losses: mdl_loss_sum into *loss_sum. */
+void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, const mdl_pass *pass,
+                       double *loss_sum);
 
 #endif

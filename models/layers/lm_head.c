@@ -1,6 +1,8 @@
 /* The tied language-model head (see lm_head.h). */
 #include "models/layers/lm_head.h"
 
+#include "models/layers/heads.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,12 +122,8 @@ fail:
     return st;
 }
 
-double mdl_lm_head_losses(mdl_lm_head *h, int n) {
-    if (n <= 0) return 0.0;
-    rt_to_host(h->be, h->h_losses, h->losses, (size_t)n * sizeof(float));
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += h->h_losses[i];
-    return sum;
+double mdl_lm_head_losses(mdl_lm_head *h, int n, const mdl_pass *pass) {
+    return n > 0 ? mdl_loss_sum(h->be, h->losses, (size_t)n, h->h_losses, pass) : 0.0;
 }
 
 void mdl_lm_head_target_stats(mdl_lm_head *h, int n, float *row_max, float *target_logit) {

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "models/layers/pass.h"
 #include "models/layers/parallel.h"
 #include "runtime/base/rt_arena.h"
 #include "runtime/backend/rt_backend.h"
@@ -83,10 +84,10 @@ typedef struct {
  * vocab-parallel cross-entropy, chunk by chunk: per-row losses on the device (mdl_lm_head_losses
  * reads them), and with grad its gradients (then mdl_lm_head_backward hands them to the body). */
 rt_status mdl_lm_head_xent(mdl_lm_head *h, const float *hidden, const float *wte, int n, const mdl_lm_head_grad *grad);
-/* The last mdl_lm_head_xent's n per-row losses into h_losses, and their sum in row order. Reading
- * waits for the device: a training step calls it once its backward is queued, so a GPU never
- * idles on the host in the middle of a step. */
-double mdl_lm_head_losses(mdl_lm_head *h, int n);
+/* The last mdl_lm_head_xent's n per-row losses summed in row order (mdl_loss_sum: read back into
+ * h_losses, or with pass->loss_sink added on the device and 0; pass NULL: read back). A training
+ * step calls it once its backward is queued. */
+double mdl_lm_head_losses(mdl_lm_head *h, int n, const mdl_pass *pass);
 /* After the last pass over n rows: each row's largest logit and its target's logit, to the host. */
 void mdl_lm_head_target_stats(mdl_lm_head *h, int n, float *row_max, float *target_logit);
 /* dhidden (BT rows of the body's output) cleared, and the last pass's dL/d(rows) added at their

@@ -18,6 +18,9 @@ typedef struct {
     int micro;
     bool training;              /* dropout on */
     const rt_grads_hook *grads; /* backward reports finished gradients here (NULL: nobody asks) */
+    /* Backend memory (the trainer's step state): the heads add their summed loss there (the
+     * backend's loss_into) and report 0, instead of reading the losses back; NULL: they read. */
+    double *loss_sink;
 } mdl_pass;
 
 /* Backward: the gradients of parameter `param` and of every one declared after it are final. */

@@ -761,7 +761,7 @@ rt_status t5_step(t5_model *m, const t5_batch *b, const mdl_pass *pass, float gr
         if (m->tp->size > 1) RT_TRY(m->tp->ops->all_reduce(m->tp->ctx, m->denc, (size_t)B * S * C, RT_REDUCE_SUM));
         RT_TRY(t5_stack_bwd(m, &m->enc, m->denc, B, S, S, pass, NULL));
     }
-    *loss_sum = mdl_lm_head_losses(&m->head, m->head_n); /* with the backward queued */
+    *loss_sum = mdl_lm_head_losses(&m->head, m->head_n, pass); /* with the backward queued */
 fail:
     return st;
 }

@@ -128,7 +128,7 @@ static rt_status t5_stage_fwd(void *model, const void *bv, const mdl_pass *pass,
         return RT_OK;
     }
     RT_TRY(t5_head_fwd(m, B, T, grad_scale, NULL));
-    *loss_sum += mdl_lm_head_losses(&m->head, m->head_n);
+    *loss_sum += mdl_lm_head_losses(&m->head, m->head_n, pass);
 fail:
     return st;
 }

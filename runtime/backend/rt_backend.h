@@ -270,6 +270,9 @@ typedef struct rt_backend_ops {
      * adamw_step is adamw with the scalars of s->adam[group] and the gradients times s->coef, and
      * leaves everything as it was when s->skip. NULL ops: the trainer reads the norm back instead. */
     void (*sumsq_into)(void *ctx, rt_step_state *s, const float *x, size_t n);
+    /* *acc += the sum of losses[0, n), summed in double from 0 (in order on the CPU: the host's
+     * sum, bit for bit); acc in backend memory (a step state's loss). */
+    void (*loss_into)(void *ctx, double *acc, const float *losses, size_t n);
     void (*step_finish)(void *ctx, rt_step_state *s, double max_norm, double loss_scale);
     void (*adamw_step)(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
                        float *v, size_t n);

@@ -21,6 +21,7 @@
 
 /* In backend memory (rt_backend_alloc). */
 typedef struct {
+    double loss;              /* the step's summed loss: 0, then the heads add each micro-batch's (loss_into) */
     double sumsq;             /* the gradients' squared norm: 0, then sumsq_into adds */
     double norm;              /* sqrt(sumsq) / the loss scale */
     float coef;               /* what AdamW multiplies each gradient by: the clip factor / the loss scale */

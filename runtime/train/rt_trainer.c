@@ -54,6 +54,7 @@ typedef struct {
      * backward and AdamW (rt_train_update), where one rank's gradients are the whole norm; NULL:
      * the norm comes back to the host first. */
     rt_step_state *step_dev;
+    double *loss_sink; /* &step_dev->loss where the model's heads add their losses there, else NULL */
 } rt_train_state;
 
 /* The tied weight's gradient summed over the stages holding it: the whole gradient before the
@@ -78,21 +79,20 @@ static rt_status rt_train_sum_tied(rt_train_state *s, rt_params *p) {
  * else the norm comes back to the host first (ZeRO's, or one summed over ranks). The same numbers
  * either way (runtime/backend/rt_step_state.h); the unscaling rides on the clip factor. */
 static rt_status rt_train_update(rt_train_state *s, rt_params *p, rt_adamw_hparams *hp, const rt_sched *sched,
-                                 int64_t applied, double loss, double S, double *norm, bool *overflow) {
+                                 int64_t applied, double loss, double S, double *norm, bool *overflow,
+                                 double *sink_loss) {
     rt_status st = RT_OK;
     const double lr = rt_sched_lr(sched, applied);
-    if (s->step_dev) {
+    *sink_loss = 0;
+    if (s->step_dev) { /* its scalars went up as the step began (rt_train_step_begin) */
         rt_step_state h;
-        rt_adamw_hparams next = *hp;
-        next.lr = lr;
-        rt_step_scalars(&h, &next, applied + 1);
-        rt_to_device(p->be, s->step_dev, &h, sizeof h);
         p->be->ops->sumsq_into(p->be->ctx, s->step_dev, p->grad, p->train_numel);
         p->be->ops->step_finish(p->be->ctx, s->step_dev, s->o->clip, S);
         if (isfinite(loss)) RT_TRY(rt_adamw_step_on(p, s->step_dev));
         rt_to_host(p->be, &h, s->step_dev, sizeof h);
         *norm = h.norm;
         *overflow = h.skip || !isfinite(loss);
+        *sink_loss = h.loss;
     } else {
         if (s->zero) { /* a stage's ZeRO norm, then every stage's */
             RT_TRY(rt_zero_grad_norm(s->zero, norm));
@@ -113,10 +113,38 @@ fail:
     return st;
 }
 
+/* With the step on the backend: the record of the step making update applied + 1, uploaded before
+ * its micro-batches (its loss and squared norm 0, for the heads and the norm to add to). */
+static void rt_train_step_begin(rt_train_state *s, rt_params *p, const rt_adamw_hparams *hp, const rt_sched *sched,
+                                int64_t applied) {
+    rt_step_state h;
+    rt_adamw_hparams next = *hp;
+    next.lr = rt_sched_lr(sched, applied);
+    rt_step_scalars(&h, &next, applied + 1);
+    rt_to_device(p->be, s->step_dev, &h, sizeof h);
+}
+
 /* Sums n host floats over the data-parallel group in place. */
 static rt_status rt_train_dp_sum(rt_train_state *s, float *v, size_t n) {
     if (s->dp_host->size == 1) return RT_OK;
     return s->dp_host->ops->all_reduce(s->dp_host->ctx, v, n, RT_REDUCE_SUM);
+}
+
+/* The step's loss from this rank's sum: summed over dp (as floats, every rank the same bits),
+ * over the targets; not finite stops the run unless loss scaling skips the step. */
+static rt_status rt_train_loss(rt_train_state *s, double loss_sum, double targets, int64_t step, double *loss) {
+    rt_status st = RT_OK;
+    float lsum = (float)loss_sum;
+    if (s->dp_host->size > 1) {
+        RT_TRY(rt_train_dp_sum(s, &lsum, 1));
+        loss_sum = lsum;
+    }
+    *loss = targets > 0 ? loss_sum / targets : 0.0;
+    if (!isfinite(*loss) && !s->scaling)
+        RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)", *loss,
+                (long long)step + 1);
+fail:
+    return st;
 }
 
 /* Sums gradients over dp in buckets, so a reduction never needs a second slab-sized buffer
@@ -646,6 +674,11 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
     if (!s.zero && s.tp_host->size == 1 && !pipeline && ops->sumsq_into && ops->step_finish && ops->adamw_step)
         RT_TRY(rt_backend_alloc(model->params->be, sizeof(rt_step_state), "the optimizer step's scalars",
                                 (void **)&s.step_dev));
+    /* loss scaling decides on the loss before the update: it reads the loss back first */
+    if (s.step_dev && !s.scaling && ops->loss_into && model->set_loss_sink) {
+        s.loss_sink = &s.step_dev->loss; /* a device address: never dereferenced here */
+        model->set_loss_sink(model->ctx, s.loss_sink);
+    }
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
@@ -715,6 +748,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             else
                 rt_params_zero_grad(model->params);
             double loss_sum = 0;
+            const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
+            if (s.step_dev) rt_train_step_begin(&s, model->params, &hp, &sched, applied);
             /* overlap the dp all-reduce with the last micro-batch's backward */
             const bool overlap = !s.zero && !pipeline && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
             rt_grad_reduce_begin(&reduce, &s, model->params, overlap);
@@ -768,19 +803,13 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             else if (s.dp->size > 1)
                 RT_TRY(rt_grad_reduce_finish(&reduce));
             if (s.tied >= 0 && in_step) RT_TRY(rt_train_sum_tied(&s, model->params));
-            float lsum = (float)loss_sum;
-            if (s.dp_host->size > 1) {
-                RT_TRY(rt_train_dp_sum(&s, &lsum, 1));
-                loss_sum = lsum;
-            }
-            double loss = targets > 0 ? loss_sum / targets : 0.0;
-            if (!isfinite(loss) && !s.scaling)
-                RT_FAIL(RT_ERR_RUNTIME, "the training loss is %g at step %lld; stopping (the last checkpoint is kept)",
-                        loss, (long long)step + 1);
-            const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
-            double norm;
+            /* the loss: what the micro-batches reported, and with a sink what their heads added on
+             * the device, which comes back with the step's record after the update */
+            double loss = 0, norm, sink_loss;
             bool overflow;
-            RT_TRY(rt_train_update(&s, model->params, &hp, &sched, applied, loss, S, &norm, &overflow));
+            if (!s.loss_sink) RT_TRY(rt_train_loss(&s, loss_sum, targets, step, &loss));
+            RT_TRY(rt_train_update(&s, model->params, &hp, &sched, applied, loss, S, &norm, &overflow, &sink_loss));
+            if (s.loss_sink) RT_TRY(rt_train_loss(&s, loss_sum + sink_loss, targets, step, &loss));
             if (overflow && !s.scaling)
                 RT_FAIL(RT_ERR_RUNTIME, "the gradient norm is %g at step %lld; stopping (the last checkpoint is kept)",
                         norm, (long long)step + 1);
@@ -910,6 +939,7 @@ fail:
     if (st == RT_OK) st = closed;
     rt_zero_free(s.zero);
     if (s.tied_scratch) rt_free_device(model->params->be, s.tied_scratch);
+    if (s.loss_sink) model->set_loss_sink(model->ctx, NULL);
     if (s.step_dev) rt_free_device(model->params->be, s.step_dev);
     free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;

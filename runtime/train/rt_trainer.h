@@ -25,6 +25,11 @@ typedef struct {
      * or NULL for none. With it, the data-parallel all-reduce of the finished gradient buckets
      * starts while the backward goes on (on NCCL and MPI; see rt_train_opts.dp_bucket). */
     void (*set_grads_hook)(void *ctx, const rt_grads_hook *hook);
+    /* Optional: where the next forward_backward calls' heads add their summed loss on the device
+     * (backend memory; they then report 0), or NULL: they report it. The loop sets it where the
+     * optimizer step runs on the backend (rt_step_state), so the losses are read back once a
+     * step, with the step's record, not once a micro-batch. */
+    void (*set_loss_sink)(void *ctx, double *sink);
     /* Optional: model FLOPs of training on one micro-batch (models/layers/flops.h), for the step
      * line's TFLOP/s and MFU: the whole model's, on every tp rank and pipeline stage alike. */
     double (*flops)(void *ctx, const rt_batch *b);

@@ -116,6 +116,12 @@ static void cpu_adamw(void *ctx, float *params, const float *grads, float *m, fl
 }
 
 /* The step's ops (rt_step_state): on the CPU its record is host memory, read at once. */
+static void cpu_loss_into(void *ctx, double *acc, const float *losses, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += losses[i];
+    *acc += sum;
+}
+
 static void cpu_sumsq_into(void *ctx, rt_step_state *s, const float *x, size_t n) {
     s->sumsq += rt_cpu_sumsq(ctx, x, n);
 }
@@ -496,6 +502,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .weight_copy_update = cpu_weight_copy_update,
     .sumsq = rt_cpu_sumsq,
     .sumsq_into = cpu_sumsq_into,
+    .loss_into = cpu_loss_into,
     .step_finish = cpu_step_finish,
     .adamw_step = cpu_adamw_step,
 };

@@ -183,6 +183,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->adamw = rt_cuda_adamw;
     o->sumsq = rt_cuda_sumsq;
     o->sumsq_into = rt_cuda_sumsq_into;
+    o->loss_into = rt_cuda_loss_into;
     o->step_finish = rt_cuda_step_finish;
     o->adamw_step = rt_cuda_adamw_step;
     o->weight_copy_set = rt_cuda_weight_copy_set;

@@ -190,6 +190,15 @@ __global__ void rt_cuda_adamw_step_kernel(const rt_step_state *s, int group, flo
     rt_cuda_adamw_loop(s->adam[group], s->coef, params, grads, m, v, n, copy, copy_kind);
 }
 
+/* One block: the losses summed in double (strided by thread, then a fixed tree), added onto acc. */
+__global__ void rt_cuda_loss_into_kernel(double *acc, const float *losses, size_t n) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)losses[i];
+    s = rt_cuda_block_sum_d(s, sh);
+    if (threadIdx.x == 0) *acc += s;
+}
+
 __global__ void rt_cuda_step_finish_kernel(rt_step_state *s, double max_norm, double loss_scale) {
     rt_step_finish(s, max_norm, loss_scale);
 }
@@ -407,6 +416,12 @@ void rt_cuda_adamw_step(void *ctx, const rt_step_state *s, int group, float *par
     CUDA_LAUNCH_CHECK();
     /* a skipped step left the weights as they were: converting them again changes nothing */
     if (!kind) rt_cuda_weight_copy_update(ctx, params, n);
+}
+
+void rt_cuda_loss_into(void *ctx, double *acc, const float *losses, size_t n) {
+    if (n == 0) return;
+    rt_cuda_loss_into_kernel<<<1, RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(acc, losses, n);
+    CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_step_finish(void *ctx, rt_step_state *s, double max_norm, double loss_scale) {

@@ -358,6 +358,7 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
                    float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
 void rt_cuda_sumsq_into(void *ctx, rt_step_state *s, const float *x, size_t n);
+void rt_cuda_loss_into(void *ctx, double *acc, const float *losses, size_t n);
 void rt_cuda_step_finish(void *ctx, rt_step_state *s, double max_norm, double loss_scale);
 void rt_cuda_adamw_step(void *ctx, const rt_step_state *s, int group, float *params, const float *grads, float *m,
                         float *v, size_t n);
