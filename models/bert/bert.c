@@ -587,7 +587,7 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
 static void bert_cls_loss_read(bert_model *m, int B, const mdl_pass *pass, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, pass, loss_sum);
+    *loss_sum = mdl_loss_sum(m->be, m->losses, (size_t)B, m->h_losses, pass);
 }
 
 /* The head's backward into the stack's dout; the head is replicated, so each rank has all of

@@ -452,7 +452,7 @@ static void gpt2_cls_head_fwd(gpt2_model *m, const rt_batch *b, float grad_scale
     mdl_cls_loss(be, b, NL, m->logits, m->dlogits, m->losses, m->labels, grad_scale);
 }
 static void gpt2_cls_loss_read(gpt2_model *m, int B, const mdl_pass *pass, double *loss_sum) {
-    mdl_cls_loss_read(m->be, B, m->losses, m->h_losses, pass, loss_sum);
+    *loss_sum = mdl_loss_sum(m->be, m->losses, (size_t)B, m->h_losses, pass);
 }
 
 /* logits = pooled score^T; pooled = rows of ln_f's output. score is replicated: each rank

@@ -48,8 +48,3 @@ double mdl_loss_sum(rt_backend *be, const float *dev_losses, size_t n, float *ho
     for (size_t i = 0; i < n; i++) sum += host_scratch[i];
     return sum;
 }
-
-void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, const mdl_pass *pass,
-                       double *loss_sum) {
-    *loss_sum = mdl_loss_sum(be, dev_losses, (size_t)B, host_scratch, pass);
-}

@@ -20,7 +20,7 @@ rt_status mdl_cls_check_batch(const char *family, const rt_batch *b, int num_lab
  * go to dev_labels); with one label HF's MSELoss(logits.squeeze(), labels) terms on b's targets;
  * with multi-label targets BCEWithLogitsLoss, a row's mean over its classes (rows whose first
  * target is NaN unlabelled). The per-row losses stay in dev_losses (B) until
- * mdl_cls_loss_read; logits and dlogits (B, num_labels) are backend buffers. */
+ * mdl_loss_sum; logits and dlogits (B, num_labels) are backend buffers. */
 void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float *logits, float *dlogits,
                   float *dev_losses, int32_t *dev_labels, float grad_scale);
 /* n per-row losses on the device summed in order: read back into host_scratch (n floats) and
@@ -28,8 +28,5 @@ void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float
  * then 0 (the trainer reads the sink once the step's work is queued). A training step calls it
  * once its backward is queued. */
 double mdl_loss_sum(rt_backend *be, const float *dev_losses, size_t n, float *host_scratch, const mdl_pass *pass);
-/* mdl_cls_loss's B per-row losses: mdl_loss_sum into *loss_sum. */
-void mdl_cls_loss_read(rt_backend *be, int B, const float *dev_losses, float *host_scratch, const mdl_pass *pass,
-                       double *loss_sum);
 
 #endif

@@ -73,16 +73,15 @@ static rt_status rt_train_sum_tied(rt_train_state *s, rt_params *p) {
 }
 
 /* The step's gradient norm (over the loss scale S, a power of two: exact), clipping and AdamW
- * update, applied-th of the run; overflow when the norm or the loss is not finite, and then no
- * update. With s->step_dev the backend computes the norm, the clip factor and the skip decision
- * and AdamW reads them there, and the host reads the record back after the update is queued;
- * else the norm comes back to the host first (ZeRO's, or one summed over ranks). The same numbers
- * either way (runtime/backend/rt_step_state.h); the unscaling rides on the clip factor. */
-static rt_status rt_train_update(rt_train_state *s, rt_params *p, rt_adamw_hparams *hp, const rt_sched *sched,
-                                 int64_t applied, double loss, double S, double *norm, bool *overflow,
-                                 double *sink_loss) {
+ * update (the applied-th of the run, at rate lr); overflow when the norm or the loss is not
+ * finite, and then no update. With s->step_dev the backend computes the norm, the clip factor
+ * and the skip decision and AdamW reads them there, and the host reads the record back after the
+ * update is queued; else the norm comes back to the host first (ZeRO's, or one summed over
+ * ranks). The same numbers either way (runtime/backend/rt_step_state.h); the unscaling rides on
+ * the clip factor. */
+static rt_status rt_train_update(rt_train_state *s, rt_params *p, rt_adamw_hparams *hp, double lr, int64_t applied,
+                                 double loss, double S, double *norm, bool *overflow, double *sink_loss) {
     rt_status st = RT_OK;
-    const double lr = rt_sched_lr(sched, applied);
     *sink_loss = 0;
     if (s->step_dev) { /* its scalars went up as the step began (rt_train_step_begin) */
         rt_step_state h;
@@ -113,13 +112,14 @@ fail:
     return st;
 }
 
-/* With the step on the backend: the record of the step making update applied + 1, uploaded before
- * its micro-batches (its loss and squared norm 0, for the heads and the norm to add to). */
-static void rt_train_step_begin(rt_train_state *s, rt_params *p, const rt_adamw_hparams *hp, const rt_sched *sched,
+/* With the step on the backend: the record of the step making update applied + 1 at rate lr,
+ * uploaded before its micro-batches (its loss and squared norm 0, for the heads and the norm to
+ * add to). */
+static void rt_train_step_begin(rt_train_state *s, rt_params *p, const rt_adamw_hparams *hp, double lr,
                                 int64_t applied) {
     rt_step_state h;
     rt_adamw_hparams next = *hp;
-    next.lr = rt_sched_lr(sched, applied);
+    next.lr = lr;
     rt_step_scalars(&h, &next, applied + 1);
     rt_to_device(p->be, s->step_dev, &h, sizeof h);
 }
@@ -749,7 +749,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 rt_params_zero_grad(model->params);
             double loss_sum = 0;
             const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
-            if (s.step_dev) rt_train_step_begin(&s, model->params, &hp, &sched, applied);
+            const double lr = rt_sched_lr(&sched, applied);
+            if (s.step_dev) rt_train_step_begin(&s, model->params, &hp, lr, applied);
             /* overlap the dp all-reduce with the last micro-batch's backward */
             const bool overlap = !s.zero && !pipeline && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
             rt_grad_reduce_begin(&reduce, &s, model->params, overlap);
@@ -808,7 +809,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             double loss = 0, norm, sink_loss;
             bool overflow;
             if (!s.loss_sink) RT_TRY(rt_train_loss(&s, loss_sum, targets, step, &loss));
-            RT_TRY(rt_train_update(&s, model->params, &hp, &sched, applied, loss, S, &norm, &overflow, &sink_loss));
+            RT_TRY(rt_train_update(&s, model->params, &hp, lr, applied, loss, S, &norm, &overflow, &sink_loss));
             if (s.loss_sink) RT_TRY(rt_train_loss(&s, loss_sum + sink_loss, targets, step, &loss));
             if (overflow && !s.scaling)
                 RT_FAIL(RT_ERR_RUNTIME, "the gradient norm is %g at step %lld; stopping (the last checkpoint is kept)",

@@ -40,10 +40,13 @@ void rt_cpu_xent_vocab(void *ctx, int phase, float *stats, float *losses, rt_x d
                 for (int j = 0; j < len; j++) s += expf((cm ? x[j] + cm[j] : x[j]) - mx[n]);
             } else {
                 float *dx = rt_cpu_x_dst(dlogits, row + (size_t)j0, out_buf);
-                for (int j = 0; j < len; j++) { /* x[j] is read before dx[j] may overwrite it */
-                    const float pj = expf((cm ? x[j] + cm[j] : x[j]) - mx[n]) * inv;
-                    dx[j] = t == -100 ? 0.0f : (pj - (j0 + j == local ? 1.0f : 0.0f)) * grad_scale;
-                }
+                if (t == -100) /* an ignored row: no gradient */
+                    memset(dx, 0, (size_t)len * sizeof(float));
+                else
+                    for (int j = 0; j < len; j++) { /* x[j] is read before dx[j] may overwrite it */
+                        const float pj = expf((cm ? x[j] + cm[j] : x[j]) - mx[n]) * inv;
+                        dx[j] = (pj - (j0 + j == local ? 1.0f : 0.0f)) * grad_scale;
+                    }
                 rt_cpu_x_commit(dlogits, row + (size_t)j0, (size_t)len, dx);
             }
         }
