@@ -308,38 +308,53 @@ static void test_mask_lengths(void) {
     TZ_EXPECT(mdl_mask_right_len(hole, 6) == 0, "a hole: %d, want 0", mdl_mask_right_len(hole, 6));
 }
 
-/* What a model uploads for a batch: no mask without padding, lengths for right padding only. */
+/* What a model uploads for a batch: no mask without padding, lengths for right padding only; each
+ * activation slot keeps its own upload's (a pipeline stage's micro-batches in flight). */
 static void test_padding_upload(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 0, &be));
     if (!be) return;
     mdl_padding p = {0};
     /* as the models do: the arena sets key_len before the host staging is made */
-    TZ_EXPECT_OK(rt_backend_alloc(be, 3 * sizeof(int32_t), "key_len", (void **)&p.key_len));
-    int32_t *key_len = p.key_len;
-    mdl_padding_init(&p, 3);
-    TZ_EXPECT(p.key_len == key_len, "mdl_padding_init dropped the device lengths");
+    int32_t *slot_len[2] = {NULL, NULL};
+    TZ_EXPECT_OK(rt_backend_alloc(be, 3 * sizeof(int32_t), "key_len", (void **)&slot_len[0]));
+    TZ_EXPECT_OK(rt_backend_alloc(be, 3 * sizeof(int32_t), "key_len", (void **)&slot_len[1]));
+    p.key_len = slot_len[0];
+    mdl_padding_init(&p, 3, 2);
+    TZ_EXPECT(p.key_len == slot_len[0], "mdl_padding_init dropped the device lengths");
     const int32_t right[12] = {1, 1, 1, 1, 1, 1, 0, 0, 1, 0, 0, 0}, left[8] = {1, 1, 1, 1, 0, 1, 1, 1};
     const int32_t full[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     mdl_padding_upload(&p, be, right, 3, 4);
     int32_t got[3] = {0};
     rt_to_host(be, got, p.key_len, sizeof got);
-    TZ_EXPECT(p.masked && p.right && got[0] == 4 && got[1] == 2 && got[2] == 1,
-              "right padding: masked %d right %d lengths %d %d %d, want 1 1 4 2 1", p.masked, p.right, got[0], got[1],
-              got[2]);
+    TZ_EXPECT(p.masked[0] && p.right[0] && got[0] == 4 && got[1] == 2 && got[2] == 1,
+              "right padding: masked %d right %d lengths %d %d %d, want 1 1 4 2 1", p.masked[0], p.right[0], got[0],
+              got[1], got[2]);
     mdl_stack_mask m = {0};
     const float *key_mask = (const float *)right; /* any pointer: it is passed along, not read */
     mdl_padding_keys(&p, key_mask, &m);
     TZ_EXPECT(m.key_mask == key_mask && m.key_len == p.key_len, "right padding: the stack gets mask and lengths");
-    mdl_padding_upload(&p, be, left, 2, 4);
-    mdl_padding_keys(&p, key_mask, &m);
-    TZ_EXPECT(p.masked && !p.right && m.key_mask == key_mask && !m.key_len, "left padding: the mask only");
+    /* slot 1 (as the model's use_slot points there) takes a batch without padding; slot 0 keeps
+     * its own: the backward of slot 0's micro-batch still gets its mask and lengths */
+    mdl_padding_use_slot(&p, 1);
+    p.key_len = slot_len[1];
     mdl_padding_upload(&p, be, full, 2, 4);
     mdl_padding_keys(&p, key_mask, &m);
-    TZ_EXPECT(!p.masked && !m.key_mask && !m.key_len, "no padding: no mask");
+    TZ_EXPECT(!m.key_mask && !m.key_len, "slot 1 without padding: no mask");
+    mdl_padding_use_slot(&p, 0);
+    p.key_len = slot_len[0];
+    mdl_padding_keys(&p, key_mask, &m);
+    TZ_EXPECT(m.key_mask == key_mask && m.key_len == slot_len[0], "slot 0 lost its padding to slot 1's upload");
+    mdl_padding_upload(&p, be, left, 2, 4);
+    mdl_padding_keys(&p, key_mask, &m);
+    TZ_EXPECT(p.masked[0] && !p.right[0] && m.key_mask == key_mask && !m.key_len, "left padding: the mask only");
+    mdl_padding_upload(&p, be, full, 2, 4);
+    mdl_padding_keys(&p, key_mask, &m);
+    TZ_EXPECT(!p.masked[0] && !m.key_mask && !m.key_len, "no padding: no mask");
     mdl_padding_upload(&p, be, NULL, 2, 4);
-    TZ_EXPECT(!p.masked && !p.right, "no attention mask: no mask");
-    rt_free_device(be, p.key_len);
+    TZ_EXPECT(!p.masked[0] && !p.right[0], "no attention mask: no mask");
+    rt_free_device(be, slot_len[0]);
+    rt_free_device(be, slot_len[1]);
     mdl_padding_free(&p);
     rt_backend_free(be);
 }

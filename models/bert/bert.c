@@ -311,6 +311,7 @@ static void bert_use_slot(void *model, int k) {
     bert_model *m = model;
     rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
     bert_layout(m, &arena);
+    mdl_padding_use_slot(&m->padding, k);
 }
 
 /* Zeroes one row of a table (rows of C floats) if it lies in [row0, row0 + rows). */
@@ -420,7 +421,7 @@ rt_status bert_model_init_stage(const bert_config *c, rt_backend *be, rt_comm *t
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_types = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_cls = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    mdl_padding_init(&m->padding, max_B);
+    mdl_padding_init(&m->padding, max_B, m->act_slots);
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float));
     if (m->stage.count > 1) RT_TRY(bert_stage_pipe(m, pp, max_micro));

@@ -236,6 +236,7 @@ static void gpt2_use_slot(void *model, int k) {
     gpt2_model *m = model;
     rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
     gpt2_layout(m, &arena);
+    mdl_padding_use_slot(&m->padding, k);
 }
 
 /* The widest per-token row of any activation buffer (mdl_check_activations): the blocks' 3 C,
@@ -330,7 +331,7 @@ rt_status gpt2_model_init_stage(const gpt2_config *c, rt_backend *be, rt_comm *t
     m->h_pos = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_shifted = rt_xmalloc(m->max_BT * sizeof(int32_t));
     m->h_last = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    mdl_padding_init(&m->padding, max_B);
+    mdl_padding_init(&m->padding, max_B, m->act_slots);
     m->h_mask = rt_xmalloc(m->max_BT * sizeof(float));
     m->h_losses = rt_xmalloc((size_t)max_B * sizeof(float)); /* the head's per-row losses */
     if (stage.count > 1) RT_TRY(gpt2_stage_pipe(m, pp, max_micro));

@@ -5,14 +5,20 @@
 #include "runtime/base/rt_status.h"
 
 /* key_len stays: the model's arena may have set it already */
-void mdl_padding_init(mdl_padding *p, int max_B) {
+void mdl_padding_init(mdl_padding *p, int max_B, int slots) {
     p->h_len = rt_xmalloc((size_t)max_B * sizeof(int32_t));
-    p->masked = p->right = false;
+    p->slots = slots;
+    p->slot = 0;
+    p->masked = rt_xcalloc((size_t)slots, sizeof(bool));
+    p->right = rt_xcalloc((size_t)slots, sizeof(bool));
 }
 
 void mdl_padding_free(mdl_padding *p) {
     free(p->h_len);
+    free(p->masked);
+    free(p->right);
     p->h_len = NULL;
+    p->masked = p->right = NULL;
 }
 
 void mdl_padding_upload(mdl_padding *p, rt_backend *be, const int32_t *mask, int B, int T) {
@@ -23,7 +29,7 @@ void mdl_padding_upload(mdl_padding *p, rt_backend *be, const int32_t *mask, int
         right &= p->h_len[b] > 0;
         for (int t = 0; row && t < T; t++) masked |= !row[t];
     }
-    p->masked = masked;
-    p->right = masked && right;
-    if (p->right) rt_to_device(be, p->key_len, p->h_len, (size_t)B * sizeof(int32_t));
+    p->masked[p->slot] = masked;
+    p->right[p->slot] = masked && right;
+    if (p->right[p->slot]) rt_to_device(be, p->key_len, p->h_len, (size_t)B * sizeof(int32_t));
 }

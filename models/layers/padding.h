@@ -12,11 +12,14 @@
 #include "models/layers/stack.h"
 #include "runtime/backend/rt_backend.h"
 
+/* Per activation slot (a pipeline stage keeps a micro-batch in each; one slot otherwise): a
+ * micro-batch's backward reads the flags of its own upload, not of the last one. */
 typedef struct {
-    int32_t *key_len; /* (max_B) device: the model's arena sets it */
+    int32_t *key_len; /* (max_B) device, the slot's: the model's arena sets it as it points at a slot */
     int32_t *h_len;   /* (max_B) host staging */
-    bool masked;      /* the uploaded batch masks a key */
-    bool right;       /* ... and every row is right padding with a real token: key_len holds the lengths */
+    int slots, slot;  /* the model's activation slots, and the one in use (mdl_padding_use_slot) */
+    bool *masked;     /* (slots) the slot's uploaded batch masks a key */
+    bool *right;      /* (slots) ... and every row is right padding with a real token: key_len holds the lengths */
 } mdl_padding;
 
 /* A row's attention mask (T values, 1 = a real token; NULL: none masked) as right padding: the
@@ -30,16 +33,20 @@ static inline int32_t mdl_mask_right_len(const int32_t *mask, int T) {
     return n;
 }
 
-/* The host staging; key_len is the caller's (set before or after). */
-void mdl_padding_init(mdl_padding *p, int max_B);
+/* The host staging and the slots' flags, slot 0 in use; key_len is the caller's (set before or
+ * after). */
+void mdl_padding_init(mdl_padding *p, int max_B, int slots);
 void mdl_padding_free(mdl_padding *p);
-/* Reads the batch's mask (B x T, 1 = a real token; NULL: none masked) and uploads the lengths
- * where they describe it. */
+/* The model points its activations at slot k (its use_slot). */
+static inline void mdl_padding_use_slot(mdl_padding *p, int k) { p->slot = k; }
+/* Reads the batch's mask (B x T, 1 = a real token; NULL: none masked) into the slot's flags and
+ * uploads the lengths where they describe it. */
 void mdl_padding_upload(mdl_padding *p, rt_backend *be, const int32_t *mask, int B, int T);
-/* The stack's key mask and lengths for the last upload; key_mask is the model's additive mask. */
+/* The slot's key mask and lengths, from its last upload; key_mask is the model's additive mask. */
+static inline const int32_t *mdl_padding_lengths(const mdl_padding *p) { return p->right[p->slot] ? p->key_len : NULL; }
 static inline void mdl_padding_keys(const mdl_padding *p, const float *key_mask, mdl_stack_mask *out) {
-    out->key_mask = p->masked ? key_mask : NULL;
-    out->key_len = p->right ? p->key_len : NULL;
+    out->key_mask = p->masked[p->slot] ? key_mask : NULL;
+    out->key_len = mdl_padding_lengths(p);
 }
 
 #endif

@@ -260,7 +260,7 @@ static void t5_layout(t5_model *m, rt_arena *a) {
 void t5_use_slot(t5_model *m, int k) {
     rt_arena arena = {.base = (char *)m->act_block + (size_t)k * m->act_bytes};
     t5_layout(m, &arena);
-    m->slot = k;
+    mdl_padding_use_slot(&m->src_pad, k);
     m->enc.buckets_T = m->dec.buckets_T = 0; /* each slot has its own bucket tables */
 }
 
@@ -372,8 +372,7 @@ rt_status t5_model_init_stage(const t5_config *c, rt_backend *be, rt_comm *tp, r
     RT_TRY(rt_backend_alloc(be, m->act_bytes * (size_t)m->act_slots,
                             "T5 activations (lower --batch-size or the lengths, or add --checkpoint-activations)",
                             &m->act_block));
-    m->src_right = rt_xcalloc((size_t)m->act_slots, sizeof(bool));
-    mdl_padding_init(&m->src_pad, max_B);
+    mdl_padding_init(&m->src_pad, max_B, m->act_slots);
     if (m->shared >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->shared), m->C);
     if (m->lm_head >= 0) mdl_vocab_clear_padding(be, &m->vocab, P(m->lm_head), m->C);
     for (int k = m->act_slots - 1; k >= 0; k--) { /* every slot's logit mask; slot 0 last */
@@ -405,7 +404,6 @@ void t5_model_free(t5_model *m) {
     free(m->h_dec_ids);
     free(m->h_targets);
     free(m->h_mask);
-    free(m->src_right);
     mdl_padding_free(&m->src_pad);
     mdl_lm_head_free(&m->head);
     ckpt_peft_config_free(&m->lora);
@@ -512,7 +510,7 @@ rt_status t5_save_hf(t5_model *m, const char *dir) {
  * padding is also given as lengths where the slot's source is right-padded (cuDNN's SDPA reads
  * them; the CPU reads the mask either way). */
 static mdl_stack_mask t5_mask(t5_model *m, t5_stack *s, int S) {
-    const int32_t *src_len = m->src_right[m->slot] ? m->src_pad.key_len : NULL;
+    const int32_t *src_len = mdl_padding_lengths(&m->src_pad);
     return (mdl_stack_mask){.causal = s->decoder,
                             .key_mask = s->decoder ? NULL : m->key_mask,
                             .key_len = s->decoder ? NULL : src_len,
@@ -610,7 +608,6 @@ rt_status t5_upload_src(t5_model *m, const int32_t *src_ids, const int32_t *src_
     if (m->enc.has_embed) rt_to_device(be, m->enc.ids, src_ids, BS * sizeof(int32_t));
     rt_to_device(be, m->key_mask, m->h_mask, BS * sizeof(float));
     mdl_padding_upload(&m->src_pad, be, src_mask, B, S);
-    m->src_right[m->slot] = m->src_pad.right;
     t5_upload_buckets(m, &m->enc, S);
     return RT_OK;
 }

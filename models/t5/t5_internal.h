@@ -61,13 +61,11 @@ struct t5_model {
     void *act_block;
     size_t act_bytes; /* one slot's activations (a stage keeps one per micro-batch in flight) */
     int act_slots;
-    int slot;                  /* the slot in use (t5_use_slot) */
     float *cross_in;           /* a decoder stage's copy of the encoder's output (max_B*max_S, C) */
     mdl_lm_head head;          /* the output layer and the loss over the labelled decoder rows (the last stage's) */
     int head_n;                /* the uploaded batch's labelled rows */
     float *key_mask;           /* (max_B, max_S) additive */
-    mdl_padding src_pad;       /* the source's padding; key_len is in the slot's arena */
-    bool *src_right;           /* (act_slots) each slot's src_pad.right, from its own upload */
+    mdl_padding src_pad;       /* the source's padding, per slot; key_len is in the slot's arena */
     mdl_stack_scratch scratch; /* the stacks' backward scratch, shared: they run one after the other */
     float *dtop;               /* (max_B*max_T, C) dL/d(decoder output) */
     float *denc;               /* (max_B*max_S, C) dL/d(encoder output), summed over the decoder's blocks */
