@@ -164,8 +164,9 @@ char *ckpt_peft_config_json(const ckpt_peft_config *c) {
     cJSON_AddBoolToObject(o, "fan_in_fan_out", c->fan_in_fan_out);
     cJSON_AddBoolToObject(o, "inference_mode", true);
     cJSON_AddBoolToObject(o, "init_lora_weights", true);
-    cJSON_AddNumberToObject(o, "lora_alpha", c->alpha);
-    cJSON_AddNumberToObject(o, "lora_dropout", c->dropout);
+    /* exactly: a value within a rounding unit of a limit must not come back as the limit */
+    rt_json_add_number(o, "lora_alpha", c->alpha);
+    rt_json_add_number(o, "lora_dropout", c->dropout);
     if (c->n_save)
         cJSON_AddItemToObject(o, "modules_to_save", peft_name_list(c->modules_to_save, c->n_save));
     else

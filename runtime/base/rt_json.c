@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,4 +224,14 @@ rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const 
     if (!cJSON_IsBool(it)) return json_wrong_type(path_for_errors, key, it, expected);
     *out = cJSON_IsTrue(it) != 0;
     return RT_OK;
+}
+
+cJSON *rt_json_add_number(cJSON *obj, const char *key, double v) {
+    if (!isfinite(v)) return cJSON_AddNullToObject(obj, key);
+    char text[32];
+    for (int digits = 1; digits <= 17; digits++) { /* 17 significant digits always come back exactly */
+        snprintf(text, sizeof text, "%.*g", digits, v);
+        if (strtod(text, NULL) == v) break;
+    }
+    return cJSON_AddRawToObject(obj, key, text);
 }

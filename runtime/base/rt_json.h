@@ -48,6 +48,11 @@ rt_status rt_json_get_string(const cJSON *obj, const char *path_for_errors, cons
 rt_status rt_json_get_bool(const cJSON *obj, const char *path_for_errors, const char *key, bool *out, bool required,
                            bool def);
 
+/* Adds key: v to obj written as the shortest decimal that parses back to v exactly (cJSON's own
+ * writer takes any double within a rounding unit for equal, so 0.9999999999999999 came back as 1);
+ * null for a value that is not finite, as cJSON writes it. The item, or NULL out of memory. */
+cJSON *rt_json_add_number(cJSON *obj, const char *key, double v);
+
 /* "an object", "a string", "null", ... for messages. */
 const char *rt_json_type_name(const cJSON *item);
 
