@@ -95,5 +95,29 @@ expect_fail "block past n_positions" "block-size 128 is longer than the model's 
 expect_fail "--model and --arch" "give --model or --arch, not both" "$TMP/train.txt" --model "$TMP/run/hf" \
     --arch "$TMP/arch.json" --save-dir "$TMP/e5"
 
+# TZ_STEP_GRAPHS=plan: the step-graph policy beside real training (runtime/train/rt_step_graphs.h).
+# Without dropout a fixed-shape run's micro-batch steps read nothing back mid-step (the loss goes
+# to the device's step record): all but the warm-up and the capture would replay. The plan changes
+# no number: the run ends at the loss of the same run without it.
+sed 's/}$/, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0}/' "$TMP/arch.json" > "$TMP/arch0.json"
+PLAN=("$TMP/train.txt" --arch "$TMP/arch0.json" --block-size 32 --batch-size 2 --grad-accum 2 --threads 2
+      --max-steps 4 --log-interval 4 --save-interval -1 --eval-interval -1 --cache-dir "$TMP/cache")
+TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p1" > "$TMP/out" 2> "$TMP/err" && ok || bad "a planned run"
+TZ_STEP_GRAPHS=off "$BIN" "${PLAN[@]}" --save-dir "$TMP/p2" > "$TMP/out2" 2> "$TMP/err" && ok || bad "the run unplanned"
+replays=$(sed -n 's/^step graphs (a plan.*of 8 micro-batch steps, \([0-9]*\) would replay.*/\1/p' "$TMP/out")
+[ -n "$replays" ] && [ "$replays" -ge 5 ] && ! grep -q "steps eager because\|mismatches" "$TMP/out" && ok ||
+    bad "without dropout, $replays of 8 steps would replay (want at least 5, nothing refused): $(grep 'step graphs' "$TMP/out")"
+! grep -q "^step graphs" "$TMP/out2" && ok || bad "TZ_STEP_GRAPHS=off still plans"
+[ "$(results "$TMP/out")" = "$(results "$TMP/out2")" ] && ok ||
+    bad "the plan changed the run: $(results "$TMP/out") against $(results "$TMP/out2")"
+# with GPT-2's dropout, every step draws its masks from the step number: none would replay
+PLAN[2]="$TMP/arch.json"
+TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p3" > "$TMP/out" 2> "$TMP/err" &&
+    grep -q "^step graphs (a plan.*0 would replay" "$TMP/out" &&
+    grep -q "^step graphs: [0-9]* steps eager because the step draws dropout masks" "$TMP/out" && ok ||
+    bad "with dropout: $(grep 'step graphs' "$TMP/out")"
+TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" "TZ_STEP_GRAPHS=capture: expected plan or off" \
+    "${PLAN[@]}" --save-dir "$TMP/p4"
+
 echo "test_cli_gpt2_finetune: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

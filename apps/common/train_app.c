@@ -14,6 +14,7 @@
 #include "apps/common/run_dir.h"
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
+#include "models/layers/padding.h"
 #include "runtime/base/rt_atomic.h"
 #include "runtime/base/rt_buf.h"
 #include "runtime/base/rt_fs.h"
@@ -258,6 +259,13 @@ static double train_app_flops(void *ctx, const rt_batch *b) {
     return m->flops && b->B > 0 ? m->flops(m->model, b) : 0;
 }
 
+/* Every family's host code reads the mask through mdl_padding (GLM's heads read the device, which
+ * keeps its steps out of graphs anyway) */
+static int train_app_padding_kind(void *ctx, const rt_batch *b) {
+    (void)ctx;
+    return mdl_padding_kind(b->attention_mask, b->B, b->T, NULL);
+}
+
 static rt_status train_app_pipeline_step(void *ctx, const rt_batch *b, int n, uint64_t seed, int64_t step,
                                          float grad_scale, double *loss_sum) {
     train_app_model *a = ctx;
@@ -283,6 +291,7 @@ rt_train_model train_app_loop_model(train_app_model *a) {
                             .set_grads_hook = train_app_set_grads_hook,
                             .set_loss_sink = train_app_set_loss_sink,
                             .flops = train_app_flops,
+                            .padding_kind = train_app_padding_kind,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};
 }
 

@@ -21,15 +21,21 @@ void mdl_padding_free(mdl_padding *p) {
     p->masked = p->right = NULL;
 }
 
-void mdl_padding_upload(mdl_padding *p, rt_backend *be, const int32_t *mask, int B, int T) {
+int mdl_padding_kind(const int32_t *mask, int B, int T, int32_t *lens) {
     bool masked = false, right = true;
     for (int b = 0; b < B; b++) {
         const int32_t *row = mask ? mask + (size_t)b * T : NULL;
-        p->h_len[b] = mdl_mask_right_len(row, T);
-        right &= p->h_len[b] > 0;
+        const int32_t len = mdl_mask_right_len(row, T);
+        if (lens) lens[b] = len;
+        right &= len > 0;
         for (int t = 0; row && t < T; t++) masked |= !row[t];
     }
-    p->masked[p->slot] = masked;
-    p->right[p->slot] = masked && right;
+    return !masked ? 0 : right ? 1 : 2;
+}
+
+void mdl_padding_upload(mdl_padding *p, rt_backend *be, const int32_t *mask, int B, int T) {
+    const int kind = mdl_padding_kind(mask, B, T, p->h_len);
+    p->masked[p->slot] = kind > 0;
+    p->right[p->slot] = kind == 1;
     if (p->right[p->slot]) rt_to_device(be, p->key_len, p->h_len, (size_t)B * sizeof(int32_t));
 }

@@ -33,6 +33,12 @@ static inline int32_t mdl_mask_right_len(const int32_t *mask, int T) {
     return n;
 }
 
+/* What a batch's mask (B x T, 1 = a real token; NULL: none masked) decides on the host: 0 no key
+ * is masked, 1 every row is right padding with a real token (lengths describe it), 2 it is
+ * masked otherwise. lens (B), if not NULL: each row's mdl_mask_right_len. Two batches of one
+ * shape and one kind make the same calls (the step-graph key, rt_train_model.padding_kind). */
+int mdl_padding_kind(const int32_t *mask, int B, int T, int32_t *lens);
+
 /* The host staging and the slots' flags, slot 0 in use; key_len is the caller's (set before or
  * after). */
 void mdl_padding_init(mdl_padding *p, int max_B, int slots);

@@ -74,6 +74,7 @@ rt_status rt_set_precision(rt_backend *be, rt_dtype dtype) {
 
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out) {
     rt_status st = RT_OK;
+    be->traffic.allocs++;
     *out = be->ops->alloc(be->ctx, bytes);
     if (!*out)
         RT_FAIL(RT_ERR_NOMEM, "%s: out of %s memory allocating %zu bytes (%.1f MiB; %.1f MiB allocated before it)",

@@ -281,10 +281,27 @@ typedef struct rt_backend_ops {
      * round a weight at each use instead, which gives the same numbers. */
     rt_status (*weight_copy_set)(void *ctx, const float *w, size_t n);
     void (*weight_copy_update)(void *ctx, const float *part, size_t n);
+    /* Optional: a count that moves whenever the backend (re)allocates memory of its own
+     * (rt_memory_epoch). */
+    uint64_t (*memory_epoch)(void *ctx);
 } rt_backend_ops;
+
+/* What a backend's callers asked of it that crosses the host boundary or draws host-made
+ * randomness, counted by the wrappers below. A training step is fit for a CUDA graph only when,
+ * between its upload and its record's read, it reads nothing back, waits for nothing, allocates
+ * nothing and draws no dropout mask from a host-made stream (runtime/train/rt_step_graphs.h). */
+typedef struct {
+    uint64_t uploads;      /* rt_to_device calls */
+    uint64_t upload_bytes; /* and their bytes */
+    uint64_t reads;        /* rt_to_host calls: the host waits for the device and reads */
+    uint64_t syncs;        /* rt_sync calls */
+    uint64_t allocs;       /* rt_backend_alloc calls */
+    uint64_t draws;        /* calls that draw dropout masks from a (seed, stream) the host made */
+} rt_backend_traffic;
 
 typedef struct rt_backend {
     const rt_backend_ops *ops;
+    rt_backend_traffic traffic;
     void *ctx;
     int device;             /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
@@ -403,16 +420,27 @@ static inline void rt_free_sized(rt_backend *be, void *p, size_t bytes) {
 static inline size_t rt_bytes_held(const rt_backend *be) { return be->bytes_allocated - be->bytes_freed; }
 static inline size_t rt_free_memory(const rt_backend *be) { return be->ops->free_memory(be->ctx); }
 static inline void rt_to_device(rt_backend *be, void *dst, const void *host_src, size_t bytes) {
+    be->traffic.uploads++;
+    be->traffic.upload_bytes += bytes;
     be->ops->to_device(be->ctx, dst, host_src, bytes);
 }
 static inline void rt_to_host(rt_backend *be, void *host_dst, const void *src, size_t bytes) {
+    be->traffic.reads++;
     be->ops->to_host(be->ctx, host_dst, src, bytes);
 }
 static inline void rt_copy(rt_backend *be, void *dst, const void *src, size_t bytes) {
     be->ops->copy(be->ctx, dst, src, bytes);
 }
 static inline void rt_clear(rt_backend *be, void *p, size_t bytes) { be->ops->zero(be->ctx, p, bytes); }
-static inline void rt_sync(rt_backend *be) { be->ops->sync(be->ctx); }
+static inline void rt_sync(rt_backend *be) {
+    be->traffic.syncs++;
+    be->ops->sync(be->ctx);
+}
+/* How many times the backend has (re)allocated memory of its own (scratch that grew, the weights'
+ * copy): a captured graph holds the addresses it had then. 0 where the backend does not say. */
+static inline uint64_t rt_memory_epoch(rt_backend *be) {
+    return be->ops->memory_epoch ? be->ops->memory_epoch(be->ctx) : 0;
+}
 /* C is an activation (or its gradient): stored. */
 static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
                            int lda, size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc,
@@ -536,6 +564,7 @@ void rt_attn_check(const rt_attn_desc *d);
 static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k,
                                     rt_x v) {
     rt_attn_check(d);
+    be->traffic.draws += d->dropout_p > 0;
     RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
              "attention probabilities stored as %s under %s compute", rt_dtype_name(d->probs_dtype),
              rt_dtype_name(be->compute));
@@ -546,6 +575,7 @@ static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x 
 static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias,
                                     rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v) {
     rt_attn_check(d);
+    be->traffic.draws += d->dropout_p > 0;
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
     rt_store_x(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
     rt_store_x(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);
@@ -593,16 +623,19 @@ static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float 
 }
 static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
+    be->traffic.draws += p > 0;
     be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream);
     rt_store_n(be, out, n);
 }
 static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
+    be->traffic.draws += p > 0;
     be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
     rt_store_n(be, dinp, n);
 }
 static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t rows, int cols, int cols_total,
                                    int col_offset, float p, uint64_t seed, uint64_t stream) {
+    be->traffic.draws += p > 0;
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
     rt_store_x(be, out, rows, cols, (size_t)cols);
 }
@@ -612,6 +645,7 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, fl
                                    float *rstd, const float *res, const float *branch) {
     RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
+        be->traffic.draws += d->dropout_p > 0;
         be->ops->residual_fwd(be->ctx, d, sum, out, mean, rstd, res, branch);
         return;
     }
@@ -631,6 +665,7 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
                                    float *dweight, float *dbias, const float *dout, const float *sum, const float *mean,
                                    const float *rstd) {
     if (be->ops->residual_bwd) {
+        be->traffic.draws += d->dropout_p > 0;
         be->ops->residual_bwd(be->ctx, d, dres, dbranch, dweight, dbias, dout, sum, mean, rstd);
         return;
     }

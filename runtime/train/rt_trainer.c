@@ -18,6 +18,7 @@
 #include "runtime/base/rt_log.h"
 #include "runtime/train/rt_optim.h"
 #include "runtime/train/rt_sched.h"
+#include "runtime/train/rt_step_graphs.h"
 #include "runtime/train/rt_pipe.h"
 #include "runtime/base/rt_signal.h"
 #include "runtime/train/rt_zero.h"
@@ -55,7 +56,19 @@ typedef struct {
      * the norm comes back to the host first. */
     rt_step_state *step_dev;
     double *loss_sink; /* &step_dev->loss where the model's heads add their losses there, else NULL */
+    bool plan_graphs;  /* TZ_STEP_GRAPHS=plan: the step-graph policy runs beside the eager steps */
+    rt_step_graphs graphs;
 } rt_train_state;
+
+/* Graphs kept at once: a fixed-shape run needs one, --length-buckets a few */
+#define RT_TRAIN_GRAPHS 8
+
+/* One micro-batch step as the step-graph plan sees it */
+typedef struct {
+    rt_graph_action action;
+    rt_graph_entry *entry;
+    rt_backend_traffic before;
+} rt_train_graph_step;
 
 /* The tied weight's gradient summed over the stages holding it: the whole gradient before the
  * data-parallel reduction (linear, so the order does not matter), or under ZeRO-3, whose blocks
@@ -613,6 +626,36 @@ static void rt_train_keep_standin(rt_batch *win, int nb, rt_batch *kept) {
         }
 }
 
+/* TZ_STEP_GRAPHS=plan: the step-graph policy (rt_step_graphs.h) runs beside the eager steps and
+ * reports at the end; the run's own reasons to stay eager are known before its first step. */
+static rt_status rt_train_plan_graphs(rt_train_state *s) {
+    const char *mode = getenv("TZ_STEP_GRAPHS");
+    if (!mode || !*mode || strcmp(mode, "off") == 0) return RT_OK;
+    if (strcmp(mode, "plan") != 0)
+        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=%s: expected plan or off (capture is not built yet)", mode);
+    s->plan_graphs = true;
+    rt_step_graphs_init(&s->graphs, RT_TRAIN_GRAPHS, 1, 8 * RT_TRAIN_GRAPHS);
+    if (!s->step_dev)
+        rt_step_graphs_refuse_run(&s->graphs, "the optimizer step reads the gradient norm on the host (ZeRO, tp > 1 "
+                                              "or a pipeline)");
+    if (s->scaling) rt_step_graphs_refuse_run(&s->graphs, "loss scaling reads each step's loss before its update");
+    if (s->dp->size > 1) rt_step_graphs_refuse_run(&s->graphs, "the data-parallel all-reduce is not in a graph yet");
+    return RT_OK;
+}
+
+static void rt_train_graph_begin(rt_train_state *s, const rt_train_model *model, const rt_batch *b, float scale,
+                                 rt_train_graph_step *g) {
+    rt_backend *be = model->params->be;
+    const int padding = model->padding_kind ? model->padding_kind(model->ctx, b) : -1;
+    g->action = rt_step_graphs_plan(&s->graphs, rt_step_graphs_key(b, scale, padding), rt_memory_epoch(be), &g->entry);
+    g->before = be->traffic;
+}
+
+static void rt_train_graph_end(rt_train_state *s, rt_backend *be, const rt_train_graph_step *g) {
+    const rt_backend_traffic delta = rt_backend_traffic_since(&be->traffic, &g->before);
+    rt_step_graphs_observed(&s->graphs, g->entry, g->action, &delta, rt_memory_epoch(be), NULL);
+}
+
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
                    const rt_train_io *io, rt_train_result *result) {
     rt_status st = RT_OK;
@@ -679,6 +722,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         s.loss_sink = &s.step_dev->loss; /* a device address: never dereferenced here */
         model->set_loss_sink(model->ctx, s.loss_sink);
     }
+
+    RT_TRY(rt_train_plan_graphs(&s));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
@@ -791,9 +836,12 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 }
                 const rt_grads_hook *hook = in_step ? &zero3_hook : overlap && i == nb - 1 ? &reduce_hook : NULL;
                 if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, hook);
+                rt_train_graph_step graph = {0};
+                if (s.plan_graphs) rt_train_graph_begin(&s, model, b, scale, &graph);
                 rt_status fb = model->forward_backward(model->ctx, b, o->seed, step, i, scale, &l);
                 if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, NULL);
                 RT_TRY(fb);
+                if (s.plan_graphs) rt_train_graph_end(&s, model->params->be, &graph);
                 RT_TRY(rt_zero_micro_done(s.zero));
                 if (b == &win[i]) loss_sum += l;
             }
@@ -925,7 +973,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             RT_TRY(rt_train_save(&s, io, model, data, step));
     }
     RT_TRY(rt_zero_gather_params(s.zero)); /* ZeRO-3: the caller gets the whole model back */
+    if (s.plan_graphs && s.lead) rt_step_graphs_report(&s.graphs);
 fail:
+    if (s.plan_graphs) rt_step_graphs_free(&s.graphs);
     if (weight_copy) rt_weight_copy_set(model->params->be, NULL, 0);
     if (handlers) rt_signal_release(&signals);
     rt_train_clear_bar(&s);

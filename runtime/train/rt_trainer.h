@@ -33,6 +33,10 @@ typedef struct {
     /* Optional: model FLOPs of training on one micro-batch (models/layers/flops.h), for the step
      * line's TFLOP/s and MFU: the whole model's, on every tp rank and pipeline stage alike. */
     double (*flops)(void *ctx, const rt_batch *b);
+    /* Optional: what the model's host code decides from a batch's attention mask, as a small
+     * number equal for two batches of one shape exactly when it decides the same (the
+     * step-graph key, rt_step_graphs.h). NULL: the key takes the mask's every bit. */
+    int (*padding_kind)(void *ctx, const rt_batch *b);
     /* Pipeline parallelism (rt_train_opts.pp): the forward and backward of a step's non-empty
      * micro-batches b[0..n) through this rank's stage in one call, in place of forward_backward;
      * the summed loss on the last stage, 0 elsewhere (the loop sums it over the stages). */

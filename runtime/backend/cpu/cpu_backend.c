@@ -226,6 +226,8 @@ typedef struct {
 
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+/* Scratch that grew, on any thread (rt_memory_epoch): the step-graph plan counts it as a GPU's */
+static _Atomic uint64_t scratch_epoch;
 
 static void scratch_set_free(void *v) {
     cpu_scratch_set *s = v;
@@ -236,6 +238,11 @@ static void scratch_set_free(void *v) {
 static void scratch_key_init(void) { RT_CHECK(pthread_key_create(&scratch_key, scratch_set_free) == 0, "pthread key"); }
 
 /* This thread's buffer `which` of at least `bytes`. */
+static uint64_t cpu_memory_epoch(void *ctx) {
+    (void)ctx;
+    return scratch_epoch;
+}
+
 static void *cpu_scratch(int which, size_t bytes) {
     pthread_once(&scratch_once, scratch_key_init);
     cpu_scratch_set *s = pthread_getspecific(scratch_key);
@@ -247,6 +254,7 @@ static void *cpu_scratch(int which, size_t bytes) {
         free(s->p[which]);
         s->p[which] = rt_xmalloc(bytes);
         s->cap[which] = bytes;
+        scratch_epoch++;
     }
     return s->p[which];
 }
@@ -456,6 +464,7 @@ static const rt_backend_ops rt_cpu_ops = {
     .copy = cpu_memcpy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .memory_epoch = cpu_memory_epoch,
     .device_model = cpu_device_model,
     .set_matmul_precision = cpu_set_matmul_precision,
     .round_to = cpu_round_to,

@@ -20,6 +20,7 @@ void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes) {
     size_t want = c->scratch_bytes[slot] + c->scratch_bytes[slot] / 2;
     if (want < bytes) want = bytes;
     CUDA_CHECK(cudaFree(c->scratch[slot]));
+    c->memory_epoch++;
     c->scratch[slot] = NULL;
     c->scratch_bytes[slot] = 0;
     void *p = NULL;
@@ -106,6 +107,8 @@ static void cuda_zero(void *ctx, void *p, size_t bytes) {
 
 static void cuda_sync(void *ctx) { CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(ctx))); }
 
+static uint64_t cuda_memory_epoch(void *ctx) { return ((rt_cuda_ctx *)ctx)->memory_epoch; }
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a row-major matrix
  * with row stride ld is its own transpose in column-major with the same ld. So cuBLAS gets
  * B first, A second, M and N swapped, and each operand keeps its own trans flag. */
@@ -188,6 +191,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->adamw_step = rt_cuda_adamw_step;
     o->weight_copy_set = rt_cuda_weight_copy_set;
     o->weight_copy_update = rt_cuda_weight_copy_update;
+    o->memory_epoch = cuda_memory_epoch;
     return ops;
 }
 

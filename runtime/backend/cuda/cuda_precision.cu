@@ -110,6 +110,7 @@ rt_status rt_cuda_set_matmul_precision(void *ctx, rt_dtype dtype) {
 rt_status rt_cuda_weight_copy_set(void *ctx, const float *w, size_t n) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     CUDA_CHECK(cudaFree(c->copy));
+    c->memory_epoch++;
     c->copy = NULL;
     c->copy_w = NULL;
     c->copy_n = 0;

@@ -110,6 +110,9 @@ typedef struct {
     void *stage[RT_CUDA_STAGE_SLOTS];
     cudaEvent_t stage_done[RT_CUDA_STAGE_SLOTS];
     int stage_next;
+    /* Bumped whenever scratch grows or the weights' copy is (re)made (rt_memory_epoch): a captured
+     * graph holds the old addresses */
+    uint64_t memory_epoch;
     /* cuBLASLt's algorithm per matmul shape (cuda_lt_plans.h), allocated at the first matmul */
     struct lt_plan_cache *lt_plans;
     /* Attention through the fused kernels (cuda_flash.cu) where they apply: TZ_CUDA_ATTENTION=fused */
