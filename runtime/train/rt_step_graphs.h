@@ -18,7 +18,16 @@
  *
  * TZ_STEP_GRAPHS=plan runs the policy beside an eager run: every step still runs eagerly, the
  * one that would capture or replay is checked to be clean, and the run ends with a report of
- * how many steps would replay and what kept the others eager. Capture itself is not built. */
+ * how many steps would replay and what kept the others eager. Capture itself is not built.
+ *
+ * Why replay, not capture-and-update: capturing every step and updating the graph's arguments
+ * (cudaGraphExecUpdate) costs the host about what launching the kernels does, so it gains
+ * nothing; a replay costs one launch. What a replay still needs, in order:
+ * 1. a rehearsal: the step's host code run with the backend's ops muted, so its uploads (ids,
+ *    masks, lengths, gathered rows) land in the graph's pinned staging and nothing else runs;
+ * 2. the dropout step and the loss scale read from the step's record on the device, so steps
+ *    with dropout, and batches whose target counts differ, share a graph;
+ * 3. the backend's capture, launch and free (cudaStreamBeginCapture on its one stream). */
 #ifndef RT_STEP_GRAPHS_H
 #define RT_STEP_GRAPHS_H
 
