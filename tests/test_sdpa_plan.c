@@ -4,11 +4,15 @@
  * the plan cache's key (equal for equal calls, apart for any change a plan depends on, the same
  * across dropout seeds), the dropout seed (the same for a forward and its backward, another for
  * another site or another rank's heads), the prefix mask against the keys the CPU scores, and the
- * models' masks as lengths (models/layers/padding.h). test_cuda_typed runs the calls on a GPU. */
+ * models' masks as lengths (models/layers/padding.h), and the stack's room for what attention keeps:
+ * Tk probabilities per query row on the CPU, at the compute type, for self- and cross-attention
+ * (a probe that measured a whole head's rows as one row laid out T times too much).
+ * test_cuda_typed runs the calls on a GPU. */
 #include <math.h>
 #include <string.h>
 
 #include "models/layers/padding.h"
+#include "models/layers/stack.h"
 #include "runtime/backend/cuda/cuda_sdpa_plan.h"
 #include "tests/testutil.h"
 
@@ -359,8 +363,54 @@ static void test_padding_upload(void) {
     rt_backend_free(be);
 }
 
+/* A stack of L blocks at (B, T), cross-attending over S source positions when S > 0: the bytes its
+ * layout gives the kept attention rows, against L x B x NH x T rows of Tk probabilities. */
+static void check_stack_room(rt_dtype dtype, int S) {
+    enum { L = 2, C = 32, NH = 4, B = 3, T = 16 };
+    rt_backend *be = NULL;
+    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    if (!be) return;
+    TZ_EXPECT_OK(rt_set_precision(be, dtype));
+    rt_params params;
+    rt_params_init(&params, be);
+    const mdl_stack_config c = {.n_layer = L,
+                                .C = C,
+                                .n_head = NH,
+                                .F = 4 * C,
+                                .norm = S ? MDL_NORM_RMS : MDL_NORM_LAYER,
+                                .norm_eps = 1e-5f,
+                                .cross = S > 0,
+                                .position_bias = S > 0,
+                                .act = RT_ACT_GELU_TANH};
+    mdl_stack s;
+    mdl_stack_init(&s, &c, be, rt_comm_self(), &params);
+    rt_arena measure = {0};
+    mdl_stack_layout(&s, &measure, B, T, S, NULL);
+    const size_t p = rt_dtype_size(dtype);
+    TZ_EXPECT(s.probs_row == (size_t)T * p, "%s: a self-attention row keeps %zu bytes, want T x %zu = %zu",
+              rt_dtype_name(dtype), s.probs_row, p, (size_t)T * p);
+    if (S)
+        TZ_EXPECT(s.cprobs_row == (size_t)S * p, "%s: a cross-attention row keeps %zu bytes, want S x %zu = %zu",
+                  rt_dtype_name(dtype), s.cprobs_row, p, (size_t)S * p);
+    /* the whole layout is bounded by its buffers: the probabilities are a part, not T times more */
+    const size_t probs = (size_t)L * B * NH * T * (T + (size_t)S) * p;
+    TZ_EXPECT(measure.used > probs && measure.used < probs + (size_t)64 * L * B * T * C * sizeof(float),
+              "%s S=%d: the layout takes %zu bytes, %zu of them probabilities", rt_dtype_name(dtype), S, measure.used,
+              probs);
+    mdl_stack_free(&s);
+    rt_params_free(&params);
+    rt_backend_free(be);
+}
+
+static void test_stack_room(void) {
+    check_stack_room(RT_F32, 0);
+    check_stack_room(RT_BF16, 0);
+    check_stack_room(RT_BF16, 24);
+}
+
 int main(void) {
     test_support();
+    test_stack_room();
     test_shape();
     test_kept();
     test_keys();

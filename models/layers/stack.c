@@ -142,9 +142,8 @@ static size_t stack_layout_row(const mdl_stack *s, bool cross) {
     static const float bias_marker = 0.0f;
     const mdl_stack_mask probe = {.bias = !cross && s->cfg.position_bias ? &bias_marker : NULL, .S = s->max_S};
     const mdl_pass training = {.training = true};
-    rt_attn_desc d = stack_attn(s, 0, 1, s->max_T, &probe, &training, cross);
-    d.NH = 1;
-    return rt_attn_kept_bytes(s->be, &d);
+    const rt_attn_desc d = stack_attn(s, 0, 1, s->max_T, &probe, &training, cross);
+    return rt_attn_kept_row_bytes(s->be, &d);
 }
 
 /* The same for one decoding query over Tk keys. */
@@ -158,7 +157,7 @@ static size_t stack_kept_row(const mdl_stack *s, int Tk, bool bias) {
                             .scale = 1.0f,
                             .bias = bias ? &bias_marker : NULL,
                             .probs_dtype = s->probs_dtype};
-    return rt_attn_kept_bytes(s->be, &d);
+    return rt_attn_kept_row_bytes(s->be, &d);
 }
 
 /* Bytes of one slot of probs (cross: cprobs). */

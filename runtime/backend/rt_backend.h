@@ -547,12 +547,15 @@ static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit)
 static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
     be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
 }
-/* Bytes the probabilities buffer of attention d needs: B x NH x Tq rows of Tk probabilities, or of
- * what a fused attention keeps instead (rt_backend_ops.attention_kept_row). */
+/* Bytes one query row of attention d keeps for its backward: Tk probabilities, or what a fused
+ * attention keeps instead (rt_backend_ops.attention_kept_row). */
+static inline size_t rt_attn_kept_row_bytes(rt_backend *be, const rt_attn_desc *d) {
+    const size_t row = be->ops->attention_kept_row ? be->ops->attention_kept_row(be->ctx, d) : 0;
+    return row ? row : (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
+}
+/* Bytes the probabilities buffer of attention d needs: its B x NH x Tq rows. */
 static inline size_t rt_attn_kept_bytes(rt_backend *be, const rt_attn_desc *d) {
-    size_t row = be->ops->attention_kept_row ? be->ops->attention_kept_row(be->ctx, d) : 0;
-    if (row == 0) row = (size_t)d->Tk * rt_attn_probs_size(d->probs_dtype);
-    return (size_t)d->B * d->NH * d->Tq * row;
+    return (size_t)d->B * d->NH * d->Tq * rt_attn_kept_row_bytes(be, d);
 }
 /* Aborts, naming the fields, on a descriptor no backend takes: a size not positive, a row
  * stride under NH x HS or past a GEMM's int, causal with Tq != Tk, dropout outside [0, 1),
