@@ -10,11 +10,15 @@
  * - the key: one for batches of one shape, padding kind, target count, inputs and loss scale
  *   whatever their tokens; another when any of those differs; with padding -1, the mask's bits;
  * - the backend's wrappers count uploads (and bytes), reads, waits, allocations and draws;
- *   mdl_padding_kind reads a mask as mdl_padding_upload does.
+ *   mdl_padding_kind reads a mask as mdl_padding_upload does;
+ * - a rehearsal (rt_backend.muted) of a GPT-2 step makes the eager step's uploads, to the same
+ *   addresses with the same sizes and bytes, and nothing else: no gradient, no loss, no draw.
  * test_cli_gpt2_finetune runs the plan beside real training (TZ_STEP_GRAPHS=plan). */
 #include <string.h>
 
+#include "models/gpt2/gpt2.h"
 #include "models/layers/padding.h"
+#include "runtime/comm/rt_comm.h"
 #include "runtime/train/rt_step_graphs.h"
 #include "tests/testutil.h"
 
@@ -203,11 +207,122 @@ static void test_traffic(void) {
     rt_backend_free(be);
 }
 
+/* The uploads a step makes, as the backend sees them: where, how many bytes, and a hash of them */
+typedef struct {
+    int n;
+    void *dst[64];
+    size_t bytes[64];
+    uint64_t hash[64];
+} upload_log;
+static upload_log *logging;
+static const rt_backend_ops *cpu_ops;
+static rt_backend *rehearsed;
+
+static void logged_to_device(void *ctx, void *dst, const void *src, size_t bytes) {
+    if (logging && logging->n < 64) {
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < bytes; i++) h = (h ^ ((const unsigned char *)src)[i]) * 0x100000001b3ull;
+        logging->dst[logging->n] = dst;
+        logging->bytes[logging->n] = bytes;
+        logging->hash[logging->n] = h;
+    }
+    if (logging) logging->n++;
+    if (!rehearsed->muted) cpu_ops->to_device(ctx, dst, src, bytes); /* a GPU's would fill the graph's staging */
+}
+
+static bool same_uploads(const upload_log *a, const upload_log *b, bool bytes_too) {
+    if (a->n != b->n || a->n > 64) return false;
+    for (int i = 0; i < a->n; i++)
+        if (a->dst[i] != b->dst[i] || a->bytes[i] != b->bytes[i] || (bytes_too && a->hash[i] != b->hash[i]))
+            return false;
+    return true;
+}
+
+static void test_rehearsal(void) {
+    enum { B = 3, T = 10 };
+    rt_backend *be = NULL;
+    TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
+    if (!be) return;
+    static rt_backend_ops ops;
+    cpu_ops = be->ops;
+    ops = *be->ops;
+    ops.to_device = logged_to_device;
+    be->ops = &ops;
+    rehearsed = be;
+    gpt2_config c;
+    gpt2_config_default(&c);
+    c.vocab_size = 97, c.n_positions = 16, c.n_embd = 32, c.n_layer = 2, c.n_head = 4, c.pad_token_id = 0;
+    c.embd_pdrop = c.resid_pdrop = c.attn_pdrop = 0.0f;
+    gpt2_model *m = NULL;
+    double *sink = NULL;
+    TZ_EXPECT_OK(gpt2_model_init(&c, be, rt_comm_self(), B, T, 7, &m));
+    TZ_EXPECT_OK(rt_backend_alloc(be, sizeof *sink, "loss sink", (void **)&sink));
+    if (!m || !sink) goto done;
+    rt_params *p = gpt2_model_params(m);
+    int32_t ids[2][B * T], mask[B * T], lengths[B] = {T, 7, 4}, labels[2][B] = {{1, 0, 1}, {0, 0, 1}};
+    for (int r = 0; r < B; r++)
+        for (int t = 0; t < T; t++) {
+            mask[r * T + t] = t < lengths[r];
+            ids[0][r * T + t] = t < lengths[r] ? 1 + (r * 31 + t * 17) % 96 : 0;
+            ids[1][r * T + t] = t < lengths[r] ? 1 + (r * 13 + t * 5) % 96 : 0;
+        }
+    const mdl_pass pass = {.seed = 11, .training = true, .loss_sink = sink};
+    upload_log eager[2] = {0}, rehearsal = {0};
+    for (int k = 0; k < 2; k++) {
+        rt_batch b = {.B = B,
+                      .T = T,
+                      .input_ids = ids[k],
+                      .attention_mask = mask,
+                      .lengths = lengths,
+                      .labels = labels[k],
+                      .n_targets = B};
+        double loss = 0;
+        rt_params_zero_grad(p);
+        logging = &eager[k];
+        TZ_EXPECT_OK(gpt2_cls_step(m, &b, &pass, 1.0f, &loss, NULL));
+        logging = NULL;
+    }
+    TZ_EXPECT(eager[0].n > 0 && same_uploads(&eager[0], &eager[1], false) && !same_uploads(&eager[0], &eager[1], true),
+              "two batches of one shape upload to the same places, different bytes (%d and %d uploads)", eager[0].n,
+              eager[1].n);
+    /* the rehearsal of the second batch after the first's eager step */
+    rt_params_zero_grad(p);
+    *sink = 0;
+    rt_batch b = {.B = B,
+                  .T = T,
+                  .input_ids = ids[1],
+                  .attention_mask = mask,
+                  .lengths = lengths,
+                  .labels = labels[1],
+                  .n_targets = B};
+    const rt_backend_traffic before = be->traffic;
+    double loss = -1;
+    be->muted = true;
+    logging = &rehearsal;
+    TZ_EXPECT_OK(gpt2_cls_step(m, &b, &pass, 1.0f, &loss, NULL));
+    logging = NULL;
+    be->muted = false;
+    const rt_backend_traffic d = rt_backend_traffic_since(&be->traffic, &before);
+    TZ_EXPECT(same_uploads(&rehearsal, &eager[1], true), "the rehearsal's %d uploads are not the eager step's %d",
+              rehearsal.n, eager[1].n);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < p->numel; i++) nonzero += p->grad[i] != 0.0f;
+    TZ_EXPECT(nonzero == 0 && *sink == 0 && loss == 0, "the rehearsal computed: %zu gradients, sink %g, loss %g",
+              nonzero, *sink, loss);
+    TZ_EXPECT(d.reads == 0 && d.syncs == 0 && d.draws == 0 && d.allocs == 0, "the rehearsal's traffic");
+done:
+    if (sink) rt_free_device(be, sink);
+    gpt2_model_free(m);
+    be->ops = cpu_ops;
+    rt_backend_free(be);
+}
+
 int main(void) {
     test_warmup_capture_replay();
     test_refusals();
     test_epoch_and_room();
     test_key();
     test_traffic();
+    test_rehearsal();
     return tz_test_result("test_step_graphs");
 }

@@ -40,7 +40,7 @@ void mdl_cls_loss(rt_backend *be, const rt_batch *b, int num_labels, const float
 
 double mdl_loss_sum(rt_backend *be, const float *dev_losses, size_t n, float *host_scratch, const mdl_pass *pass) {
     if (pass && pass->loss_sink) {
-        be->ops->loss_into(be->ctx, pass->loss_sink, dev_losses, n);
+        rt_loss_into(be, pass->loss_sink, dev_losses, n);
         return 0.0;
     }
     rt_to_host(be, host_scratch, dev_losses, n * sizeof(float));

@@ -224,9 +224,7 @@ static void lora_through_b(const mdl_sublayers *s, mdl_lora l, rt_x dout, int ld
     const mdl_lora_run *L = &s->lora;
     rt_scale(s->be, L->t, L->scale, N * (size_t)L->r);
     float *dB = mdl_grad(s->params, l.b);
-    if (dB)
-        s->be->ops->gemm(s->be->ctx, true, false, out_f, L->r, (int)N, 1.0f, dout, ld, 0, rt_xf(L->t), L->r, 0, 1.0f,
-                         rt_xf(dB), L->r, 0, 1);
+    if (dB) rt_gemm_grad(s->be, true, false, out_f, L->r, (int)N, 1.0f, dout, ld, rt_xf(L->t), L->r, 1.0f, dB, L->r);
     rt_gemm(s->be, false, false, (int)N, L->r, out_f, L->scale, dout, ld, 0, rt_xf(mdl_param(s->params, l.b)), L->r, 0,
             0.0f, rt_xf(L->u), L->r, 0, 1);
 }

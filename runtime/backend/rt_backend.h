@@ -302,6 +302,9 @@ typedef struct {
 typedef struct rt_backend {
     const rt_backend_ops *ops;
     rt_backend_traffic traffic;
+    /* A rehearsal (runtime/train/rt_step_graphs.h): every op wrapper below returns at once, except
+     * rt_to_device, which the backend then keeps for the graph that will replay the step. */
+    bool muted;
     void *ctx;
     int device;             /* -1 for CPU */
     size_t bytes_allocated; /* through rt_backend_alloc so far (frees are not subtracted) */
@@ -376,6 +379,7 @@ static inline void rt_weight_copy_update(rt_backend *be, const float *part, size
 /* Stores rows x cols of x (row stride ld) at the compute precision: rounds in place unless fp32.
  * For model code that writes an activation without a backend op (rt_scale on one, a copy). */
 static inline void rt_store(rt_backend *be, float *x, size_t rows, int cols, size_t ld) {
+    if (be->muted) return;
     if (be->compute != RT_F32 && x && rows && cols) be->ops->round_to(be->ctx, be->compute, x, rows, cols, ld);
 }
 static inline void rt_store_n(rt_backend *be, float *x, size_t n) { rt_store(be, x, n, 1, 1); }
@@ -387,6 +391,7 @@ static inline rt_dtype rt_act_dtype(const rt_backend *be) {
 /* rt_store for a handle: an fp32 one is rounded in place; a 16-bit one was stored by its op, at
  * the compute precision (checked: a handle of another type is a bug). */
 static inline void rt_store_x(rt_backend *be, rt_x x, size_t rows, int cols, size_t ld) {
+    if (be->muted) return;
     if (x.t == RT_F32) {
         rt_store(be, (float *)x.p, rows, cols, ld);
         return;
@@ -395,9 +400,11 @@ static inline void rt_store_x(rt_backend *be, rt_x x, size_t rows, int cols, siz
 }
 static inline void rt_store_xn(rt_backend *be, rt_x x, size_t n) { rt_store_x(be, x, n, 1, 1); }
 static inline void rt_narrow(rt_backend *be, rt_dtype dtype, void *dst, const float *src, size_t n) {
+    if (be->muted) return;
     if (n) be->ops->narrow(be->ctx, dtype, dst, src, n);
 }
 static inline void rt_widen(rt_backend *be, rt_dtype dtype, float *dst, const void *src, size_t n) {
+    if (be->muted) return;
     if (n) be->ops->widen(be->ctx, dtype, dst, src, n);
 }
 
@@ -429,9 +436,12 @@ static inline void rt_to_host(rt_backend *be, void *host_dst, const void *src, s
     be->ops->to_host(be->ctx, host_dst, src, bytes);
 }
 static inline void rt_copy(rt_backend *be, void *dst, const void *src, size_t bytes) {
+    if (be->muted) return;
     be->ops->copy(be->ctx, dst, src, bytes);
 }
-static inline void rt_clear(rt_backend *be, void *p, size_t bytes) { be->ops->zero(be->ctx, p, bytes); }
+static inline void rt_clear(rt_backend *be, void *p, size_t bytes) {
+    if (!be->muted) be->ops->zero(be->ctx, p, bytes);
+}
 static inline void rt_sync(rt_backend *be) {
     be->traffic.syncs++;
     be->ops->sync(be->ctx);
@@ -445,13 +455,21 @@ static inline uint64_t rt_memory_epoch(rt_backend *be) {
 static inline void rt_gemm(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
                            int lda, size_t stride_a, rt_x B, int ldb, size_t stride_b, float beta, rt_x C, int ldc,
                            size_t stride_c, int batch) {
+    if (be->muted) return;
     be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
                   batch);
     for (int b = 0; b < batch; b++) rt_store_x(be, rt_x_at(C, (size_t)b * stride_c), (size_t)M, N, (size_t)ldc);
 }
+/* rt_gemm into a parameter's fp32 gradient: C is not stored at the compute precision. */
+static inline void rt_gemm_grad(rt_backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, rt_x A,
+                                int lda, rt_x B, int ldb, float beta, float *C, int ldc) {
+    if (be->muted) return;
+    be->ops->gemm(be->ctx, trans_a, trans_b, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, rt_xf(C), ldc, 0, 1);
+}
 /* The fused linear layer (see the ops): the backend's fusion, or the plain ops in its order. */
 static inline void rt_linear_fwd(rt_backend *be, rt_x out, rt_x pre, rt_x X, const float *W, const float *b, size_t N,
                                  int in, int out_f, const rt_act_kind *act) {
+    if (be->muted) return;
     if (!be->ops->linear_fwd || !be->ops->linear_fwd(be->ctx, out, pre, X, W, b, N, in, out_f, act)) {
         float *pre32 = rt_x_floats(pre, "linear_fwd composed"); /* bias and act read the fp32 sum */
         be->ops->gemm(be->ctx, false, true, (int)N, out_f, in, 1.0f, X, in, 0, rt_xf(W), in, 0, 0.0f, pre, out_f, 0, 1);
@@ -463,6 +481,7 @@ static inline void rt_linear_fwd(rt_backend *be, rt_x out, rt_x pre, rt_x X, con
 }
 /* dW NULL: a frozen weight (rt_params_grad), whose product is skipped; db is still summed. */
 static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY, rt_x X, size_t N, int in, int out_f) {
+    if (be->muted) return;
     if (!dW) {
         if (db) be->ops->bias_bwd(be->ctx, db, dY, N, out_f);
         return;
@@ -473,6 +492,7 @@ static inline void rt_linear_wgrad(rt_backend *be, float *dW, float *db, rt_x dY
 }
 static inline void rt_linear_dact(rt_backend *be, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N,
                                   int in, int out_f, rt_act_kind act) {
+    if (be->muted) return;
     if (!be->ops->linear_dact || !be->ops->linear_dact(be->ctx, dpre, db, dY, W, pre, N, in, out_f, act)) {
         (void)rt_x_floats(dpre, "linear_dact composed"); /* act' and the bias sums read the fp32 product */
         be->ops->gemm(be->ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, dpre, in, 0,
@@ -484,67 +504,84 @@ static inline void rt_linear_dact(rt_backend *be, rt_x dpre, float *db, rt_x dY,
 }
 static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float *rstd, const float *inp,
                                     const float *weight, const float *bias, size_t N, int C, float eps) {
+    if (be->muted) return;
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
     rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                     const float *inp, const float *weight, const float *mean, const float *rstd,
                                     size_t N, int C) {
+    if (be->muted) return;
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, const float *inp, const float *weight,
                                   size_t N, int C, float eps) {
+    if (be->muted) return;
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
     rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
                                   const float *weight, const float *rstd, size_t N, int C) {
+    if (be->muted) return;
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
     rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
+    if (be->muted) return;
     be->ops->act_fwd(be->ctx, kind, out, inp, n);
     rt_store_xn(be, out, n);
 }
 static inline void rt_act_bwd(rt_backend *be, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
+    if (be->muted) return;
     be->ops->act_bwd(be->ctx, kind, dinp, inp, dout, n);
     rt_store_xn(be, dinp, n);
 }
 static inline void rt_gated_act_fwd(rt_backend *be, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
+    if (be->muted) return;
     be->ops->gated_act_fwd(be->ctx, kind, out, gate, lin, n);
     rt_store_xn(be, out, n);
 }
 static inline void rt_gated_act_bwd(rt_backend *be, rt_act_kind kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin,
                                     rt_x dout, size_t n) {
+    if (be->muted) return;
     be->ops->gated_act_bwd(be->ctx, kind, dgate, dlin, gate, lin, dout, n);
     rt_store_xn(be, dgate, n);
     rt_store_xn(be, dlin, n);
 }
 static inline void rt_add_bias(rt_backend *be, float *out, const float *bias, size_t N, int C) {
+    if (be->muted) return;
     be->ops->add_bias(be->ctx, out, bias, N, C);
     rt_store_n(be, out, N * (size_t)C);
 }
 /* The parameter-gradient wrappers below do nothing for a NULL gradient: a frozen parameter's. */
 static inline void rt_bias_bwd(rt_backend *be, float *dbias, rt_x dout, size_t N, int C) {
+    if (be->muted) return;
     if (dbias) be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
 static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
+    if (be->muted) return;
     be->ops->add(be->ctx, out, a, b, n);
     rt_store_n(be, out, n);
 }
 static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x, size_t n) {
+    if (be->muted) return;
     be->ops->axpy(be->ctx, y, alpha, x, n);
 }
-static inline void rt_scale(rt_backend *be, float *x, float s, size_t n) { be->ops->scale(be->ctx, x, s, n); }
+static inline void rt_scale(rt_backend *be, float *x, float s, size_t n) {
+    if (!be->muted) be->ops->scale(be->ctx, x, s, n);
+}
 static inline void rt_scale_rows(rt_backend *be, rt_x x, const float *w, size_t N, int C) {
+    if (be->muted) return;
     be->ops->scale_rows(be->ctx, x, w, N, C);
 }
 static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit) {
+    if (be->muted) return;
     be->ops->clamp_abs(be->ctx, x, n, limit);
     rt_store_n(be, x, n);
 }
 static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
+    if (be->muted) return;
     be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
 }
 /* Bytes one query row of attention d keeps for its backward: Tk probabilities, or what a fused
@@ -566,6 +603,7 @@ void rt_attn_check(const rt_attn_desc *d);
  * rounded after it, as any activation. */
 static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k,
                                     rt_x v) {
+    if (be->muted) return;
     rt_attn_check(d);
     be->traffic.draws += d->dropout_p > 0;
     RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
@@ -577,6 +615,7 @@ static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x 
 }
 static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias,
                                     rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v) {
+    if (be->muted) return;
     rt_attn_check(d);
     be->traffic.draws += d->dropout_p > 0;
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
@@ -586,58 +625,69 @@ static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x 
 }
 static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *table, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
+    if (be->muted) return;
     be->ops->relbias_fwd(be->ctx, bias, table, buckets, NH, Tq, Tk, num_buckets);
     rt_store_n(be, bias, (size_t)NH * Tq * Tk);
 }
 static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *dbias, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
+    if (be->muted) return;
     if (dtable) be->ops->relbias_bwd(be->ctx, dtable, dbias, buckets, NH, Tq, Tk, num_buckets);
 }
 static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *ids, const float *table, size_t N, int C,
                                     int vocab_start, int V, bool accumulate) {
+    if (be->muted) return;
     be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V, accumulate);
     rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *dout, const int32_t *ids, size_t N,
                                     int C, int vocab_start, int V) {
+    if (be->muted) return;
     if (dtable) be->ops->embedding_bwd(be->ctx, dtable, dout, ids, N, C, vocab_start, V);
 }
 static inline void rt_softmax_xent(rt_backend *be, float *losses, float *dlogits, float *probs, const float *logits,
                                    const int32_t *targets, size_t N, int V, float grad_scale) {
+    if (be->muted) return;
     be->ops->softmax_xent(be->ctx, losses, dlogits, probs, logits, targets, N, V, grad_scale);
     rt_store_n(be, dlogits, N * (size_t)V);
 }
 static inline void rt_mse_loss(rt_backend *be, float *losses, float *dlogits, const float *z, const float *targets,
                                size_t N, float grad_scale) {
+    if (be->muted) return;
     be->ops->mse_loss(be->ctx, losses, dlogits, z, targets, N, grad_scale);
     rt_store_n(be, dlogits, N);
 }
 static inline void rt_bce_logits_loss(rt_backend *be, float *losses, float *dlogits, const float *z,
                                       const float *targets, size_t N, int C, float grad_scale) {
+    if (be->muted) return;
     be->ops->bce_logits_loss(be->ctx, losses, dlogits, z, targets, N, C, grad_scale);
     rt_store_n(be, dlogits, N * (size_t)C);
 }
 static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float *losses, rt_x dlogits, rt_x logits,
                                  const float *col_mask, const int32_t *targets, size_t N, int V, int vocab_start,
                                  float grad_scale) {
+    if (be->muted) return;
     be->ops->xent_vocab(be->ctx, phase, stats, losses, dlogits, logits, col_mask, targets, N, V, vocab_start,
                         grad_scale);
     if (phase == 2 && dlogits.p) rt_store_xn(be, dlogits, N * (size_t)V);
 }
 static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
+    if (be->muted) return;
     be->traffic.draws += p > 0;
     be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream);
     rt_store_n(be, out, n);
 }
 static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
                                   uint64_t stream) {
+    if (be->muted) return;
     be->traffic.draws += p > 0;
     be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
     rt_store_n(be, dinp, n);
 }
 static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t rows, int cols, int cols_total,
                                    int col_offset, float p, uint64_t seed, uint64_t stream) {
+    if (be->muted) return;
     be->traffic.draws += p > 0;
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
     rt_store_x(be, out, rows, cols, (size_t)cols);
@@ -646,6 +696,7 @@ static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t ro
  * the same order: the dropped branch into sum, the add, the norm. */
 static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, float *sum, rt_x out, float *mean,
                                    float *rstd, const float *res, const float *branch) {
+    if (be->muted) return;
     RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
         be->traffic.draws += d->dropout_p > 0;
@@ -667,6 +718,7 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, fl
 static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, float *dbranch,
                                    float *dweight, float *dbias, const float *dout, const float *sum, const float *mean,
                                    const float *rstd) {
+    if (be->muted) return;
     if (be->ops->residual_bwd) {
         be->traffic.draws += d->dropout_p > 0;
         be->ops->residual_bwd(be->ctx, d, dres, dbranch, dweight, dbias, dout, sum, mean, rstd);
@@ -679,16 +731,24 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
     if (d->dropout_p > 0) rt_dropout_bwd(be, dbranch, dres, d->N * (size_t)d->C, d->dropout_p, d->seed, d->stream);
 }
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
+    if (be->muted) return;
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
     rt_store_n(be, out, (size_t)B * C);
 }
 static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
+    if (be->muted) return;
     be->ops->scatter_rows_add(be->ctx, dinp, dout, idx, B, C);
 }
 static inline void rt_adamw(rt_backend *be, float *params, const float *grads, float *m, float *v, size_t n, float lr,
                             float beta1, float beta2, float eps, float weight_decay, float grad_scale, int64_t t) {
+    if (be->muted) return;
     be->ops->adamw(be->ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 static inline double rt_sumsq(rt_backend *be, const float *x, size_t n) { return be->ops->sumsq(be->ctx, x, n); }
+/* The heads' losses added onto the step's record (a loss sink, mdl_pass.loss_sink). */
+static inline void rt_loss_into(rt_backend *be, double *sink, const float *losses, size_t n) {
+    if (be->muted) return;
+    be->ops->loss_into(be->ctx, sink, losses, n);
+}
 
 #endif
