@@ -116,8 +116,10 @@ TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p3" > "$TMP/out" 2> "$T
     grep -q "^step graphs (a plan.*0 would replay" "$TMP/out" &&
     grep -q "^step graphs: [0-9]* steps eager because the step draws dropout masks" "$TMP/out" && ok ||
     bad "with dropout: $(grep 'step graphs' "$TMP/out")"
-TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" "TZ_STEP_GRAPHS=capture: expected plan or off" \
+TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" "TZ_STEP_GRAPHS=capture: expected on, plan or off" \
     "${PLAN[@]}" --save-dir "$TMP/p4"
+TZ_STEP_GRAPHS=on expect_fail "graphs on the CPU" "TZ_STEP_GRAPHS=on: the cpu backend has no graphs" \
+    "${PLAN[@]}" --save-dir "$TMP/p5"
 
 echo "test_cli_gpt2_finetune: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

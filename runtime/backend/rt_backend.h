@@ -284,6 +284,22 @@ typedef struct rt_backend_ops {
     /* Optional: a count that moves whenever the backend (re)allocates memory of its own
      * (rt_memory_epoch). */
     uint64_t (*memory_epoch)(void *ctx);
+    /* Optional, together: graphs of a micro-batch's step (runtime/train/rt_step_graphs.h).
+     * - graph_capture_begin: the ops that follow are recorded, not run; each upload is copied into
+     *   the graph's own pinned staging, which holds `uploads` uploads of `upload_bytes` in all
+     *   (what the step's eager run made). false: no capture (the reason logged once).
+     * - graph_capture_end: the graph ready to launch, or NULL where the capture failed (logged
+     *   once). Either way nothing captured has run.
+     * - graph_rehearse_begin / _end: while the backend is muted (rt_backend.muted), uploads write
+     *   the graph's staging in the capture's order; _end says whether they matched it (the same
+     *   destinations and sizes, as many). Nothing runs.
+     * - graph_launch runs it on the backend's stream; graph_free waits for it, then frees it. */
+    bool (*graph_capture_begin)(void *ctx, uint64_t uploads, uint64_t upload_bytes);
+    void *(*graph_capture_end)(void *ctx);
+    void (*graph_rehearse_begin)(void *ctx, void *graph);
+    bool (*graph_rehearse_end)(void *ctx);
+    void (*graph_launch)(void *ctx, void *graph);
+    void (*graph_free)(void *ctx, void *graph);
 } rt_backend_ops;
 
 /* What a backend's callers asked of it that crosses the host boundary or draws host-made
@@ -745,6 +761,18 @@ static inline void rt_adamw(rt_backend *be, float *params, const float *grads, f
     be->ops->adamw(be->ctx, params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, t);
 }
 static inline double rt_sumsq(rt_backend *be, const float *x, size_t n) { return be->ops->sumsq(be->ctx, x, n); }
+/* Step graphs (rt_backend_ops.graph_*): a backend without them has none. */
+static inline bool rt_has_graphs(const rt_backend *be) { return be->ops->graph_capture_begin != NULL; }
+/* A rehearsal mutes the backend's ops and sends its uploads to the graph's staging. */
+static inline void rt_graph_rehearse_begin(rt_backend *be, void *graph) {
+    be->ops->graph_rehearse_begin(be->ctx, graph);
+    be->muted = true;
+}
+static inline bool rt_graph_rehearse_end(rt_backend *be) {
+    be->muted = false;
+    return be->ops->graph_rehearse_end(be->ctx);
+}
+
 /* The heads' losses added onto the step's record (a loss sink, mdl_pass.loss_sink). */
 static inline void rt_loss_into(rt_backend *be, double *sink, const float *losses, size_t n) {
     if (be->muted) return;

@@ -16,6 +16,7 @@ static const char *const reason_draws =
     "the step draws dropout masks from streams the host makes from the step number (a replay would repeat them)";
 static const char *const reason_allocs = "the step allocates memory at every run";
 static const char *const reason_mismatch = "a step that would replay was not clean: its key missed a host decision";
+static const char *const reason_capture = "its capture failed (the backend said why)";
 
 void rt_step_graphs_init(rt_step_graphs *g, int capacity, int warmup, int slots) {
     RT_CHECK(capacity >= 1 && warmup >= 0 && slots >= capacity, "step graphs: capacity %d warmup %d slots %d", capacity,
@@ -162,6 +163,12 @@ rt_graph_action rt_step_graphs_plan(rt_step_graphs *g, uint64_t key, uint64_t ep
     return RT_GRAPH_CAPTURE;
 }
 
+void rt_step_graphs_failed(rt_step_graphs *g, rt_graph_entry *e, rt_graph_action action) {
+    drop_graph(g, e);
+    e->refused = action == RT_GRAPH_REPLAY ? reason_mismatch : reason_capture;
+    if (action == RT_GRAPH_REPLAY) g->counts.mismatches++;
+}
+
 rt_backend_traffic rt_backend_traffic_since(const rt_backend_traffic *now, const rt_backend_traffic *before) {
     return (rt_backend_traffic){.uploads = now->uploads - before->uploads,
                                 .upload_bytes = now->upload_bytes - before->upload_bytes,
@@ -187,7 +194,11 @@ void rt_step_graphs_observed(rt_step_graphs *g, rt_graph_entry *e, rt_graph_acti
     if (action == RT_GRAPH_EAGER) {
         e->eager_runs++;
         if (why && !e->refused) e->refused = why;
-        if (!why && !allocated) e->clean_runs++;
+        if (!why && !allocated) {
+            e->clean_runs++;
+            e->uploads = delta->uploads;
+            e->upload_bytes = delta->upload_bytes;
+        }
         if (!e->refused && e->clean_runs == 0 && e->eager_runs >= RT_STEP_GRAPHS_ALLOC_RUNS) e->refused = reason_allocs;
         return;
     }
@@ -209,10 +220,16 @@ void rt_step_graphs_observed(rt_step_graphs *g, rt_graph_entry *e, rt_graph_acti
 
 void rt_step_graphs_report(const rt_step_graphs *g) {
     const double n = g->counts.steps > 0 ? (double)g->counts.steps : 1.0;
-    rt_log_info("step graphs (a plan: every step ran eagerly): of %lld micro-batch steps, %lld would replay a graph "
-                "(%.1f%%), %lld capture one, %lld run eagerly (%lld of them warming a shape up)",
-                (long long)g->counts.steps, (long long)g->counts.replays, 100.0 * (double)g->counts.replays / n,
-                (long long)g->counts.captures, (long long)g->counts.eager, (long long)g->counts.warmup);
+    if (g->planning)
+        rt_log_info("step graphs (a plan: every step ran eagerly): of %lld micro-batch steps, %lld would replay a "
+                    "graph (%.1f%%), %lld capture one, %lld run eagerly (%lld of them warming a shape up)",
+                    (long long)g->counts.steps, (long long)g->counts.replays, 100.0 * (double)g->counts.replays / n,
+                    (long long)g->counts.captures, (long long)g->counts.eager, (long long)g->counts.warmup);
+    else
+        rt_log_info("step graphs: of %lld micro-batch steps, %lld replayed a graph (%.1f%%), %lld captured one, %lld "
+                    "ran eagerly (%lld of them warming a shape up)",
+                    (long long)g->counts.steps, (long long)g->counts.replays, 100.0 * (double)g->counts.replays / n,
+                    (long long)g->counts.captures, (long long)g->counts.eager, (long long)g->counts.warmup);
     for (int i = 0; i < RT_STEP_GRAPHS_REASONS && g->reason[i]; i++)
         rt_log_info("step graphs: %lld steps eager because %s", (long long)g->reason_steps[i], g->reason[i]);
     if (g->counts.evictions || g->counts.invalidations || g->counts.mismatches)

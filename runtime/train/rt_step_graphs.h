@@ -16,18 +16,18 @@
  *   moves (scratch that grew for another shape).
  * Graphs are bounded (capacity), dropped least recently used first; so are the keys remembered.
  *
- * TZ_STEP_GRAPHS=plan runs the policy beside an eager run: every step still runs eagerly, the
- * one that would capture or replay is checked to be clean, and the run ends with a report of
- * how many steps would replay and what kept the others eager. Capture itself is not built.
+ * TZ_STEP_GRAPHS=on (a backend with graphs: CUDA) captures and replays. A replay first rehearses
+ * the step: its host code runs with the backend's ops muted (rt_backend.muted), so the new batch's
+ * uploads land in the graph's pinned staging and nothing else runs; a rehearsal whose uploads
+ * differ from the capture's runs the step eagerly instead, and the key is refused. A replay
+ * costs the host the rehearsal and one launch; capturing each step and updating the graph's
+ * arguments (cudaGraphExecUpdate) would cost about what launching the kernels does.
+ * TZ_STEP_GRAPHS=plan runs the policy beside an eager run on any backend: every step still runs
+ * eagerly, the one that would capture or replay is checked to be clean, and the run ends with a
+ * report of how many steps would replay and what kept the others eager.
  *
- * Why replay, not capture-and-update: capturing every step and updating the graph's arguments
- * (cudaGraphExecUpdate) costs the host about what launching the kernels does, so it gains
- * nothing; a replay costs one launch. What a replay still needs, in order:
- * 1. a rehearsal: the step's host code run with the backend's ops muted, so its uploads (ids,
- *    masks, lengths, gathered rows) land in the graph's pinned staging and nothing else runs;
- * 2. the dropout step and the loss scale read from the step's record on the device, so steps
- *    with dropout, and batches whose target counts differ, share a graph;
- * 3. the backend's capture, launch and free (cudaStreamBeginCapture on its one stream). */
+ * Not done: the dropout step and the loss scale read from the step's record on the device, so
+ * that steps with dropout, and batches whose target counts differ, share a graph. */
 #ifndef RT_STEP_GRAPHS_H
 #define RT_STEP_GRAPHS_H
 
@@ -49,7 +49,8 @@ typedef struct {
     int64_t last_used;      /* the policy's clock at the key's last step */
     int eager_runs;         /* eager runs so far */
     int clean_runs;         /* eager runs that allocated nothing: the warm-up */
-    const char *refused;    /* this key runs eagerly for good: why (a static string); NULL: it may capture */
+    uint64_t uploads, upload_bytes; /* what its last clean eager run uploaded: a capture's staging */
+    const char *refused;            /* this key runs eagerly for good: why (a static string); NULL: it may capture */
 } rt_graph_entry;
 
 #define RT_STEP_GRAPHS_REASONS 8
@@ -60,6 +61,7 @@ typedef struct {
     int slots;    /* keys remembered at once (entries) */
     rt_graph_entry *entries;
     int64_t clock;
+    bool planning;           /* TZ_STEP_GRAPHS=plan: every step runs eagerly (the report says so) */
     const char *run_refused; /* the whole run stays eager: why (a static string); NULL: none */
     /* Where a dropped graph goes (a backend's destroy); NULL: nobody holds graphs (planning). */
     void (*free_graph)(void *user, void *graph);
@@ -96,6 +98,10 @@ rt_graph_action rt_step_graphs_plan(rt_step_graphs *g, uint64_t key, uint64_t ep
  * counted as a mismatch). graph: the captured handle (CAPTURE only; NULL when planning). */
 void rt_step_graphs_observed(rt_step_graphs *g, rt_graph_entry *entry, rt_graph_action action,
                              const rt_backend_traffic *delta, uint64_t epoch, void *graph);
+
+/* A capture or a rehearsal that failed (the backend's reason logged): the key's graph is dropped
+ * and the key runs eagerly for good. */
+void rt_step_graphs_failed(rt_step_graphs *g, rt_graph_entry *entry, rt_graph_action action);
 
 /* The traffic between two snapshots. */
 rt_backend_traffic rt_backend_traffic_since(const rt_backend_traffic *now, const rt_backend_traffic *before);

@@ -56,19 +56,12 @@ typedef struct {
      * the norm comes back to the host first. */
     rt_step_state *step_dev;
     double *loss_sink; /* &step_dev->loss where the model's heads add their losses there, else NULL */
-    bool plan_graphs;  /* TZ_STEP_GRAPHS=plan: the step-graph policy runs beside the eager steps */
+    bool graph_mode;   /* TZ_STEP_GRAPHS=plan or on: the step-graph policy (rt_train_init_graphs) */
     rt_step_graphs graphs;
 } rt_train_state;
 
 /* Graphs kept at once: a fixed-shape run needs one, --length-buckets a few */
 #define RT_TRAIN_GRAPHS 8
-
-/* One micro-batch step as the step-graph plan sees it */
-typedef struct {
-    rt_graph_action action;
-    rt_graph_entry *entry;
-    rt_backend_traffic before;
-} rt_train_graph_step;
 
 /* The tied weight's gradient summed over the stages holding it: the whole gradient before the
  * data-parallel reduction (linear, so the order does not matter), or under ZeRO-3, whose blocks
@@ -626,15 +619,30 @@ static void rt_train_keep_standin(rt_batch *win, int nb, rt_batch *kept) {
         }
 }
 
-/* TZ_STEP_GRAPHS=plan: the step-graph policy (rt_step_graphs.h) runs beside the eager steps and
- * reports at the end; the run's own reasons to stay eager are known before its first step. */
-static rt_status rt_train_plan_graphs(rt_train_state *s) {
+/* TZ_STEP_GRAPHS: off; plan (the step-graph policy, rt_step_graphs.h, runs beside the eager steps
+ * and reports at the end); on (a backend with graphs captures and replays the steps it picks).
+ * The run's own reasons to stay eager are known before its first step. */
+static void rt_train_free_graph(void *user, void *graph) {
+    rt_backend *be = user;
+    be->ops->graph_free(be->ctx, graph);
+}
+
+static rt_status rt_train_init_graphs(rt_train_state *s, rt_backend *be) {
     const char *mode = getenv("TZ_STEP_GRAPHS");
     if (!mode || !*mode || strcmp(mode, "off") == 0) return RT_OK;
-    if (strcmp(mode, "plan") != 0)
-        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=%s: expected plan or off (capture is not built yet)", mode);
-    s->plan_graphs = true;
+    const bool plan = strcmp(mode, "plan") == 0;
+    if (!plan && strcmp(mode, "on") != 0)
+        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=%s: expected on, plan or off", mode);
+    if (!plan && !rt_has_graphs(be))
+        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=on: the %s backend has no graphs (plan works on any)",
+                         be->ops->name);
+    s->graph_mode = true;
     rt_step_graphs_init(&s->graphs, RT_TRAIN_GRAPHS, 1, 8 * RT_TRAIN_GRAPHS);
+    s->graphs.planning = plan;
+    if (!plan) {
+        s->graphs.free_graph = rt_train_free_graph;
+        s->graphs.user = be;
+    }
     if (!s->step_dev)
         rt_step_graphs_refuse_run(&s->graphs, "the optimizer step reads the gradient norm on the host (ZeRO, tp > 1 "
                                               "or a pipeline)");
@@ -643,17 +651,49 @@ static rt_status rt_train_plan_graphs(rt_train_state *s) {
     return RT_OK;
 }
 
-static void rt_train_graph_begin(rt_train_state *s, const rt_train_model *model, const rt_batch *b, float scale,
-                                 rt_train_graph_step *g) {
+/* One micro-batch's forward and backward: eagerly, or through its key's graph, captured now or
+ * rehearsed and replayed. A capture or rehearsal that fails has run nothing on the device, and the
+ * step then runs eagerly. */
+static rt_status rt_train_micro_step(rt_train_state *s, rt_train_model *model, const rt_batch *b, int64_t step,
+                                     int micro, float scale, double *loss) {
     rt_backend *be = model->params->be;
+    const uint64_t seed = s->o->seed;
+    if (!s->graph_mode) return model->forward_backward(model->ctx, b, seed, step, micro, scale, loss);
     const int padding = model->padding_kind ? model->padding_kind(model->ctx, b) : -1;
-    g->action = rt_step_graphs_plan(&s->graphs, rt_step_graphs_key(b, scale, padding), rt_memory_epoch(be), &g->entry);
-    g->before = be->traffic;
-}
-
-static void rt_train_graph_end(rt_train_state *s, rt_backend *be, const rt_train_graph_step *g) {
-    const rt_backend_traffic delta = rt_backend_traffic_since(&be->traffic, &g->before);
-    rt_step_graphs_observed(&s->graphs, g->entry, g->action, &delta, rt_memory_epoch(be), NULL);
+    rt_graph_entry *e = NULL;
+    const rt_graph_action action =
+        rt_step_graphs_plan(&s->graphs, rt_step_graphs_key(b, scale, padding), rt_memory_epoch(be), &e);
+    const rt_backend_traffic before = be->traffic;
+    void *graph = NULL;
+    rt_status st = RT_OK;
+    bool ran = false;
+    if (!s->graphs.planning && action == RT_GRAPH_CAPTURE) {
+        if (be->ops->graph_capture_begin(be->ctx, e->uploads, e->upload_bytes)) {
+            st = model->forward_backward(model->ctx, b, seed, step, micro, scale, loss);
+            graph = be->ops->graph_capture_end(be->ctx);
+            if (graph && st == RT_OK) be->ops->graph_launch(be->ctx, graph);
+            ran = graph != NULL;
+        }
+    } else if (!s->graphs.planning && action == RT_GRAPH_REPLAY) {
+        rt_graph_rehearse_begin(be, e->graph);
+        st = model->forward_backward(model->ctx, b, seed, step, micro, scale, loss);
+        ran = rt_graph_rehearse_end(be);
+        if (ran && st == RT_OK) be->ops->graph_launch(be->ctx, e->graph);
+    } else {
+        ran = true; /* eager, or planning */
+        st = model->forward_backward(model->ctx, b, seed, step, micro, scale, loss);
+    }
+    if (st != RT_OK) { /* a bad batch: its error, whatever ran */
+        if (graph) be->ops->graph_free(be->ctx, graph);
+        return st;
+    }
+    if (!ran) { /* nothing ran on the device: the step eagerly, and its key stays eager */
+        rt_step_graphs_failed(&s->graphs, e, action);
+        return model->forward_backward(model->ctx, b, seed, step, micro, scale, loss);
+    }
+    const rt_backend_traffic delta = rt_backend_traffic_since(&be->traffic, &before);
+    rt_step_graphs_observed(&s->graphs, e, action, &delta, rt_memory_epoch(be), graph);
+    return RT_OK;
 }
 
 rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data *data, rt_train_eval *eval,
@@ -723,7 +763,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         model->set_loss_sink(model->ctx, s.loss_sink);
     }
 
-    RT_TRY(rt_train_plan_graphs(&s));
+    RT_TRY(rt_train_init_graphs(&s, model->params->be));
 
     RT_TRY(rt_train_prepare_dir(o->save_dir));
     s.tty = isatty(STDOUT_FILENO) == 1;
@@ -836,12 +876,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
                 }
                 const rt_grads_hook *hook = in_step ? &zero3_hook : overlap && i == nb - 1 ? &reduce_hook : NULL;
                 if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, hook);
-                rt_train_graph_step graph = {0};
-                if (s.plan_graphs) rt_train_graph_begin(&s, model, b, scale, &graph);
-                rt_status fb = model->forward_backward(model->ctx, b, o->seed, step, i, scale, &l);
+                rt_status fb = rt_train_micro_step(&s, model, b, step, i, scale, &l);
                 if (hook && model->set_grads_hook) model->set_grads_hook(model->ctx, NULL);
                 RT_TRY(fb);
-                if (s.plan_graphs) rt_train_graph_end(&s, model->params->be, &graph);
                 RT_TRY(rt_zero_micro_done(s.zero));
                 if (b == &win[i]) loss_sum += l;
             }
@@ -973,9 +1010,9 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             RT_TRY(rt_train_save(&s, io, model, data, step));
     }
     RT_TRY(rt_zero_gather_params(s.zero)); /* ZeRO-3: the caller gets the whole model back */
-    if (s.plan_graphs && s.lead) rt_step_graphs_report(&s.graphs);
+    if (s.graph_mode && s.lead) rt_step_graphs_report(&s.graphs);
 fail:
-    if (s.plan_graphs) rt_step_graphs_free(&s.graphs);
+    if (s.graph_mode) rt_step_graphs_free(&s.graphs);
     if (weight_copy) rt_weight_copy_set(model->params->be, NULL, 0);
     if (handlers) rt_signal_release(&signals);
     rt_train_clear_bar(&s);

@@ -65,6 +65,10 @@ static void cuda_free(void *ctx, void *p) {
 static void cuda_to_device(void *ctx, void *dst, const void *host_src, size_t bytes) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     if (!bytes) return;
+    if (c->capturing || c->rehearsing) {
+        rt_cuda_graph_upload(c, dst, host_src, bytes);
+        return;
+    }
     if (bytes > RT_CUDA_STAGE_BYTES) {
         CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, c->stream));
         return;
@@ -192,6 +196,12 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->weight_copy_set = rt_cuda_weight_copy_set;
     o->weight_copy_update = rt_cuda_weight_copy_update;
     o->memory_epoch = cuda_memory_epoch;
+    o->graph_capture_begin = rt_cuda_graph_capture_begin;
+    o->graph_capture_end = rt_cuda_graph_capture_end;
+    o->graph_rehearse_begin = rt_cuda_graph_rehearse_begin;
+    o->graph_rehearse_end = rt_cuda_graph_rehearse_end;
+    o->graph_launch = rt_cuda_graph_launch;
+    o->graph_free = rt_cuda_graph_free;
     return ops;
 }
 

@@ -122,6 +122,9 @@ typedef struct {
     const char *sdpa_logged[8]; /* the reasons it did not take a call, each logged once */
     /* be->typed_acts: the models' activation handles hold c->matmul's type (else fp32) */
     bool typed_acts;
+    /* A step graph being captured or rehearsed (cuda_graphs.cu): uploads go to its staging */
+    struct rt_cuda_graph *capturing, *rehearsing;
+    const char *graph_logged[4]; /* the reasons a capture failed, each logged once */
 } rt_cuda_ctx;
 
 /* The stream of a backend context (the ops' void *ctx). */
@@ -133,6 +136,17 @@ extern "C" cudaStream_t rt_cuda_thread_stream(void);
 /* At least bytes of the given scratch slot (contents undefined); aborts when the device is
  * out of memory, since this runs inside the step loop where there is no way to recover. */
 void *rt_cuda_scratch(rt_cuda_ctx *c, int slot, size_t bytes);
+
+/* An upload while a step graph is captured or rehearsed (c->capturing or c->rehearsing): into the
+ * graph's pinned staging, which the graph copies up when it runs (cuda_graphs.cu). */
+void rt_cuda_graph_upload(rt_cuda_ctx *c, void *dst, const void *host_src, size_t bytes);
+/* The step-graph ops of the table (rt_backend_ops.graph_*) */
+bool rt_cuda_graph_capture_begin(void *ctx, uint64_t uploads, uint64_t upload_bytes);
+void *rt_cuda_graph_capture_end(void *ctx);
+void rt_cuda_graph_rehearse_begin(void *ctx, void *graph);
+bool rt_cuda_graph_rehearse_end(void *ctx);
+void rt_cuda_graph_launch(void *ctx, void *graph);
+void rt_cuda_graph_free(void *ctx, void *graph);
 
 /* Threads per block for the simple kernels, and the block count for n work items (capped;
  * the kernels loop with a grid stride, so a capped grid still covers every item). */
