@@ -24,8 +24,8 @@
 #     the mean of the last 20 within 0.5%, the band test_precision_curves holds on the CPU
 #     (--quick: 50 steps); and the same in bf16 with the fused attention (TZ_CUDA_ATTENTION=fused)
 #     and with cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn);
-#  4b. step graphs: gpt2-finetune without dropout with TZ_STEP_GRAPHS=on against off, the same
-#     losses bit for bit;
+#  4b. step graphs: gpt2-finetune without and with dropout, TZ_STEP_GRAPHS=on against off, the
+#     same losses bit for bit;
 #  5. where GPT-2 124M's bf16 step goes (scripts/bench/gpu_profile.sh: ms/step over sequence
 #     lengths at the same tokens, without dropout, in fp32, and ncu's top kernels), about a minute
 #     and a half (--no-profile: not);
@@ -267,22 +267,28 @@ precisions() {
     done
 }
 
-# ---- 4b. step graphs (TZ_STEP_GRAPHS=on): gpt2-finetune without dropout, so its steps replay; the
-# same kernels with the same arguments, so the same losses bit for bit as the eager run ----
+# ---- 4b. step graphs (TZ_STEP_GRAPHS=on): gpt2-finetune without dropout and with GPT-2's (whose
+# masks take the step from the step's record), each on and off: the same kernels with the same
+# arguments, so the same losses bit for bit ----
 graphs() {
-    local limit mode ok=1 steps=30
+    local limit mode arch ok steps=30
     sed 's/}$/, "resid_pdrop": 0, "embd_pdrop": 0, "attn_pdrop": 0}/' "$W/gpt2.json" > "$W/gpt2-nodrop.json"
-    for mode in off on; do
-        limit=$(step_limit 60 15) || { no_time "step graphs $mode"; return; }
-        rm -rf "${W:?}/graphs-$mode"
-        TZ_STEP_GRAPHS=$mode timeout "$limit" "$BIN/gpt2-finetune" "$W/s.en" --arch "$W/gpt2-nodrop.json" \
-            --block-size 64 --batch-size 8 --grad-accum 2 --device cuda --precision bf16 --max-steps "$steps" \
-            --log-interval 1 --eval-interval -1 --save-interval -1 --no-cache --save-dir "$W/graphs-$mode" \
-            > "$LOGS/graphs-$mode.log" 2>&1 || { line "FAIL step graphs $mode: $(tail -1 "$LOGS/graphs-$mode.log")"; ok=0; }
+    for arch in gpt2-nodrop gpt2; do
+        ok=1
+        for mode in off on; do
+            limit=$(step_limit 60 15) || { no_time "step graphs $arch $mode"; return; }
+            rm -rf "${W:?}/graphs-$arch-$mode"
+            TZ_STEP_GRAPHS=$mode timeout "$limit" "$BIN/gpt2-finetune" "$W/s.en" --arch "$W/$arch.json" \
+                --block-size 64 --batch-size 8 --grad-accum 2 --device cuda --precision bf16 --max-steps "$steps" \
+                --log-interval 1 --eval-interval -1 --save-interval -1 --no-cache --save-dir "$W/graphs-$arch-$mode" \
+                > "$LOGS/graphs-$arch-$mode.log" 2>&1 ||
+                { line "FAIL step graphs $arch $mode: $(tail -1 "$LOGS/graphs-$arch-$mode.log")"; ok=0; }
+        done
+        [ "$ok" = 1 ] || continue
+        grep '^step graphs\|^CUDA graphs' "$LOGS/graphs-$arch-on.log" | while read -r l; do line "INFO $arch: $l"; done
+        compare "step graphs ($arch): TZ_STEP_GRAPHS=on vs off, bf16, $steps steps" "$W/graphs-$arch-off" \
+            "$W/graphs-$arch-on" "$steps" 0 0 0
     done
-    [ "$ok" = 1 ] || return
-    grep '^step graphs\|^CUDA graphs' "$LOGS/graphs-on.log" | while read -r l; do line "INFO $l"; done
-    compare "step graphs: TZ_STEP_GRAPHS=on vs off, bf16, $steps steps" "$W/graphs-off" "$W/graphs-on" "$steps" 0 0 0
 }
 
 # ---- 5. where the step's time goes ----

@@ -110,12 +110,12 @@ replays=$(sed -n 's/^step graphs (a plan.*of 8 micro-batch steps, \([0-9]*\) wou
 ! grep -q "^step graphs" "$TMP/out2" && ok || bad "TZ_STEP_GRAPHS=off still plans"
 [ "$(results "$TMP/out")" = "$(results "$TMP/out2")" ] && ok ||
     bad "the plan changed the run: $(results "$TMP/out") against $(results "$TMP/out2")"
-# with GPT-2's dropout, every step draws its masks from the step number: none would replay
+# with GPT-2's dropout too: the masks' step comes from the step's record on the device
 PLAN[2]="$TMP/arch.json"
-TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p3" > "$TMP/out" 2> "$TMP/err" &&
-    grep -q "^step graphs (a plan.*0 would replay" "$TMP/out" &&
-    grep -q "^step graphs: [0-9]* steps eager because the step draws dropout masks" "$TMP/out" && ok ||
-    bad "with dropout: $(grep 'step graphs' "$TMP/out")"
+TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p3" > "$TMP/out" 2> "$TMP/err" && ok || bad "planned, dropout"
+replays=$(sed -n 's/^step graphs (a plan.*of 8 micro-batch steps, \([0-9]*\) would replay.*/\1/p' "$TMP/out")
+[ -n "$replays" ] && [ "$replays" -ge 5 ] && ! grep -q "steps eager because" "$TMP/out" && ok ||
+    bad "with dropout, $replays of 8 steps would replay: $(grep 'step graphs' "$TMP/out")"
 TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" "TZ_STEP_GRAPHS=capture: expected on, plan or off" \
     "${PLAN[@]}" --save-dir "$TMP/p4"
 TZ_STEP_GRAPHS=on expect_fail "graphs on the CPU" "TZ_STEP_GRAPHS=on: the cpu backend has no graphs" \

@@ -446,7 +446,7 @@ typedef struct {
 
 static double drop_loss(void *p) {
     drop_st *s = p;
-    ops->dropout_fwd(cx, s->out, s->x, s->n, 0.4f, 9, 2);
+    ops->dropout_fwd(cx, s->out, s->x, s->n, 0.4f, 9, 2, NULL);
     return dot_d(s->out, s->R, s->n);
 }
 
@@ -454,7 +454,7 @@ static void grad_dropout(void) {
     drop_st s = {.n = 64};
     s.x = fill(s.n, 90, -1, 1), s.out = zeros(s.n), s.R = fill(s.n, 91, -1, 1);
     float *dx = zeros(s.n);
-    ops->dropout_bwd(cx, dx, s.R, s.n, 0.4f, 9, 2);
+    ops->dropout_bwd(cx, dx, s.R, s.n, 0.4f, 9, 2, NULL);
     fd_check("dropout_bwd", s.x, s.n, dx, drop_loss, &s);
     free(s.x), free(s.out), free(s.R), free(dx);
 }
@@ -469,14 +469,14 @@ typedef struct {
 
 static double dcols_loss(void *p) {
     dcols_st *s = p;
-    ops->dropout_cols(cx, rt_xf(s->out), rt_xf(s->x), s->rows, s->cols, s->total, s->offset, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(s->out), rt_xf(s->x), s->rows, s->cols, s->total, s->offset, 0.4f, 9, 5, NULL);
     return dot_d(s->out, s->R, s->rows * (size_t)s->cols);
 }
 
 static void grad_dropout_cols(void) {
     enum { ROWS = 5, TOTAL = 12, COLS = 5, OFFSET = 4 };
     float *full = fill(ROWS * TOTAL, 92, -1, 1), *full_out = zeros(ROWS * TOTAL);
-    ops->dropout_fwd(cx, full_out, full, ROWS * TOTAL, 0.4f, 9, 5);
+    ops->dropout_fwd(cx, full_out, full, ROWS * TOTAL, 0.4f, 9, 5, NULL);
     dcols_st s = {.rows = ROWS, .cols = COLS, .total = TOTAL, .offset = OFFSET};
     s.x = zeros(ROWS * COLS), s.out = zeros(ROWS * COLS), s.R = fill(ROWS * COLS, 93, -1, 1);
     float *ref = zeros(ROWS * COLS);
@@ -488,10 +488,10 @@ static void grad_dropout_cols(void) {
     dcols_loss(&s);
     tz_check_close("dropout_cols = dropout_fwd's columns", s.out, ref, ROWS * COLS, 0.0f, 0.0f);
     float *inplace = dup(s.x, ROWS * COLS);
-    ops->dropout_cols(cx, rt_xf(inplace), rt_xf(inplace), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(inplace), rt_xf(inplace), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5, NULL);
     tz_check_close("dropout_cols in place", inplace, ref, ROWS * COLS, 0.0f, 0.0f);
     float *dx = zeros(ROWS * COLS);
-    ops->dropout_cols(cx, rt_xf(dx), rt_xf(s.R), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5);
+    ops->dropout_cols(cx, rt_xf(dx), rt_xf(s.R), ROWS, COLS, TOTAL, OFFSET, 0.4f, 9, 5, NULL);
     fd_check("dropout_cols (its own backward)", s.x, ROWS * COLS, dx, dcols_loss, &s);
     free(full), free(full_out), free(s.x), free(s.out), free(s.R), free(ref), free(inplace), free(dx);
 }

@@ -566,8 +566,8 @@ static void test_dropout(void) {
     const size_t n = 100000;
     const float p = 0.25f;
     float *x = fill(n, 100, 0.5f, 1.5f), *y = zeros(n), *dx = zeros(n), *dy = fill(n, 101, 0.5f, 1.5f);
-    ops->dropout_fwd(cx, y, x, n, p, 42, 5);
-    ops->dropout_bwd(cx, dx, dy, n, p, 42, 5);
+    ops->dropout_fwd(cx, y, x, n, p, 42, 5, NULL);
+    ops->dropout_bwd(cx, dx, dy, n, p, 42, 5, NULL);
     size_t kept = 0, bad_mask = 0, bad_val = 0, bad_bwd = 0;
     for (size_t i = 0; i < n; i++) {
         int keep = rt_rng_uniform(42, 5, i) >= p;
@@ -584,12 +584,27 @@ static void test_dropout(void) {
     /* in place gives the same result; another stream gives another mask; p = 0 copies */
     float *z = rt_xmalloc(n * sizeof(float));
     memcpy(z, x, n * sizeof(float));
-    ops->dropout_fwd(cx, z, z, n, p, 42, 5);
+    ops->dropout_fwd(cx, z, z, n, p, 42, 5, NULL);
     TZ_EXPECT(memcmp(z, y, n * sizeof(float)) == 0, "in-place dropout matches out-of-place");
-    ops->dropout_fwd(cx, z, x, n, p, 42, 6);
+    ops->dropout_fwd(cx, z, x, n, p, 42, 6, NULL);
     TZ_EXPECT(memcmp(z, y, n * sizeof(float)) != 0, "stream 6 drops other elements than stream 5");
-    ops->dropout_fwd(cx, z, x, n, 0.0f, 42, 5);
+    ops->dropout_fwd(cx, z, x, n, 0.0f, 42, 5, NULL);
     TZ_EXPECT(memcmp(z, x, n * sizeof(float)) == 0, "p=0 is the identity");
+    /* the step's part of the stream from (backend) memory: the mask of the whole stream */
+    const uint64_t whole = RT_STREAM(RT_STREAM_DROPOUT, RT_STREAM_STEP_DROPOUT(7) | 3),
+                   at0 = RT_STREAM(RT_STREAM_DROPOUT, 3);
+    const uint64_t step = RT_STREAM_STEP_DROPOUT(7);
+    ops->dropout_fwd(cx, y, x, n, p, 42, whole, NULL);
+    ops->dropout_fwd(cx, z, x, n, p, 42, at0, &step);
+    TZ_EXPECT(memcmp(z, y, n * sizeof(float)) == 0,
+              "dropout with the step from memory differs from the whole stream's");
+    ops->dropout_bwd(cx, z, x, n, p, 42, at0, &step);
+    TZ_EXPECT(memcmp(z, y, n * sizeof(float)) == 0, "its backward differs");
+    float *c0 = zeros(n), *c1 = zeros(n);
+    ops->dropout_cols(cx, rt_xf(c0), rt_xf(x), n / 100, 40, 100, 20, p, 42, whole, NULL);
+    ops->dropout_cols(cx, rt_xf(c1), rt_xf(x), n / 100, 40, 100, 20, p, 42, at0, &step);
+    TZ_EXPECT(memcmp(c0, c1, (n / 100) * 40 * sizeof(float)) == 0, "dropout_cols with the step from memory differs");
+    free(c0), free(c1);
     free(x), free(y), free(dx), free(dy), free(z);
 }
 
@@ -617,7 +632,7 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     ops->softmax_xent(cx, o + nl, o, NULL, logits, tg, N, V, 0.5f), o += nl + N;
     ops->embedding_bwd(cx, o, dy, ids, N, C, 5, 40), o += nx; /* table rows 0..39 < N */
     ops->act_fwd(cx, RT_ACT_GELU_TANH, rt_xf(o), rt_xf(x), nx), o += nx;
-    ops->dropout_fwd(cx, o, x, nx, 0.2f, 11, 12), o += nx;
+    ops->dropout_fwd(cx, o, x, nx, 0.2f, 11, 12, NULL), o += nx;
     float *m = zeros(nx), *v = zeros(nx), *p = dup_f(x, nx);
     ops->adamw(cx, p, dy, m, v, nx, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, 1);
     memcpy(o, p, nx * sizeof(float)), o += nx;

@@ -77,7 +77,7 @@ static void run_before(const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
     const size_t n = in->N * (size_t)in->C;
     float *tmp = dup(in->branch, n);
-    if (d->dropout_p > 0) rt_dropout_fwd(g_be, tmp, tmp, n, d->dropout_p, d->seed, d->stream);
+    if (d->dropout_p > 0) rt_dropout_fwd(g_be, tmp, tmp, n, d->dropout_p, d->seed, d->stream, NULL);
     rt_add(g_be, r->sum, in->res, tmp, n);
     if (d->weight && d->rms)
         rt_rmsnorm_fwd(g_be, rt_xf(r->out), r->rstd, r->sum, d->weight, in->N, in->C, d->eps);
@@ -88,7 +88,7 @@ static void run_before(const inputs *in, results *r) {
     else if (d->weight)
         rt_layernorm_bwd(g_be, r->dres, r->dw, d->bias ? r->db : NULL, in->dout, r->sum, d->weight, r->mean, r->rstd,
                          in->N, in->C);
-    if (d->dropout_p > 0) rt_dropout_bwd(g_be, r->dbranch, r->dres, n, d->dropout_p, d->seed, d->stream);
+    if (d->dropout_p > 0) rt_dropout_bwd(g_be, r->dbranch, r->dres, n, d->dropout_p, d->seed, d->stream, NULL);
     free(tmp);
 }
 

@@ -160,8 +160,8 @@ static void check_elementwise(void) {
     }
     /* a (rows, 40) column shard of a (rows, 120) matrix at column 40, in place */
     const size_t rows = n / 40;
-    rt_dropout_cols(be, xf(&x), xf(&x), rows, 40, 120, 40, 0.3f, 11, 2);
-    rt_dropout_cols(be, xh(&x), xh(&x), rows, 40, 120, 40, 0.3f, 11, 2);
+    rt_dropout_cols(be, xf(&x), xf(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
+    rt_dropout_cols(be, xh(&x), xh(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
     expect_same("dropout_cols", &x);
     float db[2][40] = {{0}};
     rt_bias_bwd(be, db[0], xf(&dy), rows, 40);

@@ -395,8 +395,8 @@ static void test_dropout(void) {
     const uint64_t seed = 1234, stream = ((uint64_t)3 << 56) | 42u;
     dbuf x = dbuf_rand(n, 1.0f, 2.0f); /* in [1, 3): never 0, so 0 means dropped */
     dbuf y = dbuf_zero(n);
-    rt_dropout_fwd(g_cpu, y.c, x.c, n, p, seed, stream);
-    rt_dropout_fwd(g_gpu, y.g, x.g, n, p, seed, stream);
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, p, seed, stream, NULL);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, p, seed, stream, NULL);
     float *hc, *hg;
     dbuf_fetch(&y, &hc, &hg);
     size_t differ = 0, dropped = 0;
@@ -411,8 +411,8 @@ static void test_dropout(void) {
     free(hg);
 
     /* backward in place (dinp aliasing dout) regenerates the same mask */
-    rt_dropout_bwd(g_cpu, x.c, x.c, n, p, seed, stream);
-    rt_dropout_bwd(g_gpu, x.g, x.g, n, p, seed, stream);
+    rt_dropout_bwd(g_cpu, x.c, x.c, n, p, seed, stream, NULL);
+    rt_dropout_bwd(g_gpu, x.g, x.g, n, p, seed, stream, NULL);
     dbuf_check("dropout_bwd", &x, ATOL, RTOL);
     float *hx = gpu_fetch(x.g, n), *hy = gpu_fetch(y.g, n);
     size_t mismatch = 0;
@@ -422,18 +422,33 @@ static void test_dropout(void) {
     free(hy);
 
     /* p = 0 is a copy */
-    rt_dropout_fwd(g_cpu, y.c, x.c, n, 0.0f, seed, stream);
-    rt_dropout_fwd(g_gpu, y.g, x.g, n, 0.0f, seed, stream);
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, 0.0f, seed, stream, NULL);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, 0.0f, seed, stream, NULL);
     dbuf_check("dropout_fwd p=0", &y, 0.0f, 0.0f);
     /* p = 1 drops everything: zeros, not 0 * inf = nan from a 1/(1-p) scale */
-    rt_dropout_fwd(g_cpu, y.c, x.c, n, 1.0f, seed, stream);
-    rt_dropout_fwd(g_gpu, y.g, x.g, n, 1.0f, seed, stream);
+    rt_dropout_fwd(g_cpu, y.c, x.c, n, 1.0f, seed, stream, NULL);
+    rt_dropout_fwd(g_gpu, y.g, x.g, n, 1.0f, seed, stream, NULL);
     dbuf_check("dropout_fwd p=1", &y, 0.0f, 0.0f);
     float *h1 = gpu_fetch(y.g, n);
     size_t nonzero = 0;
     for (size_t i = 0; i < n; i++) nonzero += h1[i] != 0.0f; /* a nan counts too */
     TZ_EXPECT(nonzero == 0, "dropout p=1 left %zu of %zu elements nonzero", nonzero, n);
     free(h1);
+    /* the step's part of the stream from device memory (a step graph's replay): the whole
+     * stream's mask, fwd and cols alike */
+    const uint64_t at0 = ((uint64_t)3 << 56) | 42u, step = (uint64_t)9 << 20;
+    uint64_t *step_g = NULL;
+    TZ_EXPECT_OK(rt_backend_alloc(g_gpu, sizeof step, "the step", (void **)&step_g));
+    if (step_g) {
+        rt_to_device(g_gpu, step_g, &step, sizeof step);
+        rt_dropout_fwd(g_cpu, y.c, x.c, n, p, seed, at0 + step, NULL);
+        rt_dropout_fwd(g_gpu, y.g, x.g, n, p, seed, at0, step_g);
+        dbuf_check("dropout_fwd, the step from device memory", &y, ATOL, RTOL);
+        rt_dropout_cols(g_cpu, rt_xf(y.c), rt_xf(x.c), 10, 500, 1000, 250, p, seed, at0 + step, NULL);
+        rt_dropout_cols(g_gpu, rt_xf(y.g), rt_xf(x.g), 10, 500, 1000, 250, p, seed, at0, step_g);
+        dbuf_check("dropout_cols, the step from device memory", &y, ATOL, RTOL);
+        rt_free_device(g_gpu, step_g);
+    }
     dbuf_free(&x);
     dbuf_free(&y);
 }
@@ -447,10 +462,10 @@ static void test_dropout_cols(void) {
     const uint64_t seed = 77, stream = ((uint64_t)3 << 56) | 7u;
     dbuf full = dbuf_rand(rows * total, 1.0f, 2.0f), full_y = dbuf_zero(rows * total);
     dbuf x = dbuf_rand(rows * cols, 1.0f, 2.0f), y = dbuf_zero(rows * cols);
-    rt_dropout_cols(g_cpu, rt_xf(y.c), rt_xf(x.c), rows, cols, total, offset, p, seed, stream);
-    rt_dropout_cols(g_gpu, rt_xf(y.g), rt_xf(x.g), rows, cols, total, offset, p, seed, stream);
+    rt_dropout_cols(g_cpu, rt_xf(y.c), rt_xf(x.c), rows, cols, total, offset, p, seed, stream, NULL);
+    rt_dropout_cols(g_gpu, rt_xf(y.g), rt_xf(x.g), rows, cols, total, offset, p, seed, stream, NULL);
     dbuf_check("dropout_cols", &y, 0.0f, 0.0f);
-    rt_dropout_fwd(g_gpu, full_y.g, full.g, rows * total, p, seed, stream);
+    rt_dropout_fwd(g_gpu, full_y.g, full.g, rows * total, p, seed, stream, NULL);
     float *hf = gpu_fetch(full_y.g, rows * total), *hy = gpu_fetch(y.g, rows * cols);
     size_t differ = 0;
     for (size_t r = 0; r < rows; r++)

@@ -256,8 +256,8 @@ static void check_elementwise(void) {
     /* a (rows, 40) column shard of a (rows, 120) matrix at column 40, in place: the same masks,
      * and a kept value times 1/(1-p) rounds the same on both */
     const size_t rows = n / 40;
-    rt_dropout_cols(cpu, xc(&x), xc(&x), rows, 40, 120, 40, 0.3f, 11, 2);
-    rt_dropout_cols(gpu, xg(&x), xg(&x), rows, 40, 120, 40, 0.3f, 11, 2);
+    rt_dropout_cols(cpu, xc(&x), xc(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
+    rt_dropout_cols(gpu, xg(&x), xg(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
     check_act_bits("dropout_cols", &x);
     flt db = flt_new(40, NULL, 0, 0);
     rt_bias_bwd(cpu, db.c, xc(&dy), rows, 40);

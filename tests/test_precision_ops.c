@@ -156,9 +156,9 @@ static int case_xent(rt_backend *be, const op_inputs *in, op_out *o) {
 
 static int case_dropout_clamp(rt_backend *be, const op_inputs *in, op_out *o) {
     float *f = fresh(N * F), *b = fresh(N * F), *cols = fresh(N * 4), *cl = copy_of(in->big, N * C);
-    rt_dropout_fwd(be, f, in->g, N * F, 0.25f, 7, 3);
-    rt_dropout_bwd(be, b, in->u, N * F, 0.25f, 7, 3);
-    rt_dropout_cols(be, rt_xf(cols), rt_xf(in->g), N, 4, F, 4, 0.25f, 7, 5);
+    rt_dropout_fwd(be, f, in->g, N * F, 0.25f, 7, 3, NULL);
+    rt_dropout_bwd(be, b, in->u, N * F, 0.25f, 7, 3, NULL);
+    rt_dropout_cols(be, rt_xf(cols), rt_xf(in->g), N, 4, F, 4, 0.25f, 7, 5, NULL);
     rt_clamp_abs(be, cl, N * C, 64504.0f);
     o[0] = (op_out){"dropout out", f, N * F, true, 0}, o[1] = (op_out){"dropout dinp", b, N * F, true, 0};
     o[2] = (op_out){"dropout_cols out", cols, N * 4, true, 0}, o[3] = (op_out){"clamp_abs out", cl, N * C, true, 0};

@@ -9,7 +9,9 @@
  * - a run refused stays eager, every step counted under the run's reason;
  * - the key: one for batches of one shape, padding kind, target count, inputs and loss scale
  *   whatever their tokens; another when any of those differs; with padding -1, the mask's bits;
- * - the backend's wrappers count uploads (and bytes), reads, waits, allocations and draws;
+ * - the backend's wrappers count uploads (and bytes), reads, waits, allocations and draws (a
+ *   draw whose step comes from memory is not the host's);
+ * - the streams made at step 0 plus the step's part from memory are the host's streams;
  *   mdl_padding_kind reads a mask as mdl_padding_upload does;
  * - a rehearsal (rt_backend.muted) of a GPT-2 step makes the eager step's uploads, to the same
  *   addresses with the same sizes and bytes, and nothing else: no gradient, no loss, no draw.
@@ -183,6 +185,20 @@ static void test_key(void) {
     TZ_EXPECT(rt_step_graphs_key(&c, 0.5f, -1) != rt_step_graphs_key(&b, 0.5f, -1), "two keys by the mask's bits");
 }
 
+/* The streams made at step 0, plus the step's part from memory, are the host's streams */
+static void test_stream_step(void) {
+    const uint64_t step[2] = {RT_STREAM_STEP_DROPOUT(123457), RT_STREAM_STEP_LORA(123457)};
+    const mdl_pass host = {.step = 123457, .micro = 3}, dev = {.step = 123457, .micro = 3, .stream_step = step};
+    int bad = 0;
+    for (int site = 0; site < 4096; site += 97) {
+        bad += rt_stream_at_step(mdl_dropout_stream(&dev, site), mdl_dropout_step(&dev)) !=
+               mdl_dropout_stream(&host, site);
+        bad += rt_stream_at_step(mdl_lora_stream(&dev, site), mdl_lora_step(&dev)) != mdl_lora_stream(&host, site);
+    }
+    TZ_EXPECT(bad == 0, "%d streams differ from the host's", bad);
+    TZ_EXPECT(!mdl_dropout_step(&host) && !mdl_lora_step(&host), "the host's streams need no step from memory");
+}
+
 static void test_traffic(void) {
     rt_backend *be = NULL;
     TZ_EXPECT_OK(rt_backend_init("cpu", 1, &be));
@@ -194,9 +210,11 @@ static void test_traffic(void) {
     rt_to_device(be, buf, host, 8);
     rt_to_host(be, host, buf, sizeof host);
     rt_sync(be);
-    rt_dropout_fwd(be, buf, buf, 16, 0.0f, 1, 2); /* no dropout: not a draw */
-    rt_dropout_fwd(be, buf, buf, 16, 0.5f, 1, 2);
-    rt_dropout_bwd(be, buf, buf, 16, 0.5f, 1, 2);
+    rt_dropout_fwd(be, buf, buf, 16, 0.0f, 1, 2, NULL); /* no dropout: not a draw */
+    rt_dropout_fwd(be, buf, buf, 16, 0.5f, 1, 2, NULL);
+    rt_dropout_bwd(be, buf, buf, 16, 0.5f, 1, 2, NULL);
+    const uint64_t step = 5;
+    rt_dropout_fwd(be, buf, buf, 16, 0.5f, 1, 2, &step); /* its step from memory: not the host's draw */
     const rt_backend_traffic d = rt_backend_traffic_since(&be->traffic, &before);
     TZ_EXPECT(d.uploads == 2 && d.upload_bytes == sizeof host + 8 && d.reads == 1 && d.syncs == 1 && d.allocs == 1 &&
                   d.draws == 2,
@@ -323,6 +341,7 @@ int main(void) {
     test_epoch_and_room();
     test_key();
     test_traffic();
+    test_stream_step();
     test_rehearsal();
     return tz_test_result("test_step_graphs");
 }

@@ -3,7 +3,8 @@
  * check the uploads, and its launch runs the step that was captured or rehearsed. What it checks
  * is the loop's part, which a GPU's graphs need as much:
  * - a run with graphs ends with the same weights and AdamW moments, bit for bit, as without:
- *   every micro-batch's step runs once, captured or replayed, and none is lost or doubled;
+ *   every micro-batch's step runs once, captured or replayed, and none is lost or doubled; with
+ *   dropout too, whose masks take the step from the step's record (mdl_pass.stream_step);
  * - a key warms up, then captures with its eager run's uploads as the staging's size, then
  *   replays; every graph made is freed by the end;
  * - a rehearsal whose uploads differ and a capture that fails run that step eagerly (the same
@@ -26,6 +27,7 @@ enum { B = 2, T = 8, VOCAB = 97, BATCHES = 10 };
 typedef struct {
     gpt2_model *m;
     double *sink;
+    const uint64_t *stream_step;
     /* the last step's arguments */
     const rt_batch *b;
     uint64_t seed;
@@ -38,10 +40,20 @@ static rt_status model_step(void *ctx, const rt_batch *b, uint64_t seed, int64_t
                             double *loss) {
     run_model *r = ctx;
     r->b = b, r->seed = seed, r->step = step, r->micro = micro, r->scale = scale;
-    const mdl_pass pass = {.seed = seed, .step = step, .micro = micro, .training = true, .loss_sink = r->sink};
+    const mdl_pass pass = {.seed = seed,
+                           .step = step,
+                           .micro = micro,
+                           .training = true,
+                           .loss_sink = r->sink,
+                           .stream_step = r->stream_step};
     return gpt2_cls_step(r->m, b, &pass, scale, loss, NULL);
 }
 static void model_sink(void *ctx, double *sink) { ((run_model *)ctx)->sink = sink; }
+/* false: the model keeps the step in its streams (the host's), the reference for the record's */
+static bool take_stream_step = true;
+static void model_stream_step(void *ctx, const uint64_t *stream_step) {
+    if (take_stream_step) ((run_model *)ctx)->stream_step = stream_step;
+}
 
 /* ---- the stand-in for a GPU's graph ops ---- */
 
@@ -130,7 +142,12 @@ static void fake_launch(void *ctx, void *graph) {
     (void)ctx, (void)graph;
     run_model *r = fake.model;
     double loss = 0;
-    const mdl_pass pass = {.seed = r->seed, .step = r->step, .micro = r->micro, .training = true, .loss_sink = r->sink};
+    const mdl_pass pass = {.seed = r->seed,
+                           .step = r->step,
+                           .micro = r->micro,
+                           .training = true,
+                           .loss_sink = r->sink,
+                           .stream_step = r->stream_step};
     TZ_EXPECT_OK(gpt2_cls_step(r->m, r->b, &pass, r->scale, &loss, NULL));
     fake.launches++;
 }
@@ -188,7 +205,7 @@ static void data_init(fixed_data *d) {
 }
 
 /* Trains 5 steps of 2 micro-batches; the model comes back for its weights (caller frees). */
-static gpt2_model *train(rt_backend *be, const char *graphs, rt_status want) {
+static gpt2_model *train(rt_backend *be, const char *graphs, float dropout, rt_status want) {
     if (graphs)
         setenv("TZ_STEP_GRAPHS", graphs, 1);
     else
@@ -197,7 +214,7 @@ static gpt2_model *train(rt_backend *be, const char *graphs, rt_status want) {
     gpt2_config_default(&cfg);
     cfg.vocab_size = VOCAB, cfg.n_positions = 16, cfg.n_embd = 32, cfg.n_layer = 2, cfg.n_head = 4;
     cfg.pad_token_id = 0;
-    cfg.embd_pdrop = cfg.resid_pdrop = cfg.attn_pdrop = 0.0f;
+    cfg.embd_pdrop = cfg.resid_pdrop = cfg.attn_pdrop = dropout;
     gpt2_model *m = NULL;
     TZ_EXPECT_OK(gpt2_model_init(&cfg, be, rt_comm_self(), B, T, 11, &m));
     if (!m) return NULL;
@@ -225,8 +242,11 @@ static gpt2_model *train(rt_backend *be, const char *graphs, rt_status want) {
                        .keep = 1,
                        .save_dir = tz_tmpdir(),
                        .options_json = "{}"};
-    rt_train_model tm = {
-        .ctx = &rm, .params = gpt2_model_params(m), .forward_backward = model_step, .set_loss_sink = model_sink};
+    rt_train_model tm = {.ctx = &rm,
+                         .params = gpt2_model_params(m),
+                         .forward_backward = model_step,
+                         .set_loss_sink = model_sink,
+                         .set_stream_step = model_stream_step};
     rt_train_data td = {
         .ctx = &data, .batches_per_epoch = BATCHES, .next = data_next, .get_state = data_state, .set_state = data_set};
     rt_train_result res;
@@ -266,9 +286,9 @@ int main(void) {
     ops.graph_free = fake_free;
     be->ops = &ops;
 
-    gpt2_model *eager = train(cpu, NULL, RT_OK);
+    gpt2_model *eager = train(cpu, NULL, 0.0f, RT_OK);
     /* 10 micro-batches, one key: the first warms up, the second captures, 8 replay */
-    gpt2_model *graphs = train(be, "on", RT_OK);
+    gpt2_model *graphs = train(be, "on", 0.0f, RT_OK);
     expect_same(eager, graphs, "with graphs");
     TZ_EXPECT(fake.captures == 1 && fake.rehearsals >= 7 && fake.launches == fake.captures + fake.rehearsals,
               "captures %d (want 1), rehearsals %d (want 7 or 8), launches %d (want one each)", fake.captures,
@@ -279,7 +299,7 @@ int main(void) {
 
     /* the third rehearsal's uploads differ: that step runs eagerly, the key stays eager after it */
     fake_reset(0, 3);
-    graphs = train(be, "on", RT_OK);
+    graphs = train(be, "on", 0.0f, RT_OK);
     expect_same(eager, graphs, "a rehearsal that diverged");
     TZ_EXPECT(fake.captures == 1 && fake.rehearsals == 3 && fake.launches == 3 && fake.frees == fake.made,
               "after a divergence: captures %d rehearsals %d launches %d (want 1, 3, 1 + 2), %d of %d freed",
@@ -288,20 +308,40 @@ int main(void) {
 
     /* the capture fails: its step runs eagerly, and so does every later one */
     fake_reset(1, 0);
-    graphs = train(be, "on", RT_OK);
+    graphs = train(be, "on", 0.0f, RT_OK);
     expect_same(eager, graphs, "a capture that failed");
     TZ_EXPECT(fake.captures == 1 && fake.rehearsals == 0 && fake.launches == 0 && fake.made == 0,
               "after a failed capture: captures %d rehearsals %d launches %d (want 1, 0, 0)", fake.captures,
               fake.rehearsals, fake.launches);
     gpt2_model_free(graphs);
 
+    /* with dropout: the masks' step comes from the step's record, so the steps replay, each with
+     * its own masks: the eager run's weights still */
+    gpt2_model *eager_drop = train(cpu, NULL, 0.1f, RT_OK);
+    take_stream_step = false;
+    gpt2_model *host_streams = train(cpu, NULL, 0.1f, RT_OK);
+    take_stream_step = true;
+    expect_same(host_streams, eager_drop, "dropout's step from the record, against the host's streams");
+    gpt2_model_free(host_streams);
+    fake_reset(0, 0);
+    graphs = train(be, "on", 0.1f, RT_OK);
+    expect_same(eager_drop, graphs, "with graphs and dropout");
+    TZ_EXPECT(fake.captures == 1 && fake.rehearsals >= 7 && fake.launches == fake.captures + fake.rehearsals,
+              "with dropout: captures %d rehearsals %d launches %d", fake.captures, fake.rehearsals, fake.launches);
+    if (eager && eager_drop)
+        TZ_EXPECT(memcmp(gpt2_model_params(eager)->param, gpt2_model_params(eager_drop)->param,
+                         gpt2_model_params(eager)->numel * sizeof(float)) != 0,
+                  "dropout 0.1 changed nothing: its masks were not drawn");
+    gpt2_model_free(graphs);
+    gpt2_model_free(eager_drop);
+
     /* planning runs on any backend and changes nothing; on needs a backend with graphs */
-    gpt2_model *planned = train(cpu, "plan", RT_OK);
+    gpt2_model *planned = train(cpu, "plan", 0.0f, RT_OK);
     expect_same(eager, planned, "planned");
     gpt2_model_free(planned);
-    gpt2_model_free(train(cpu, "on", RT_ERR_CONFIG));
+    gpt2_model_free(train(cpu, "on", 0.0f, RT_ERR_CONFIG));
     TZ_EXPECT(strstr(rt_error_message(), "the cpu backend has no graphs") != NULL, "the error: %s", rt_error_message());
-    gpt2_model_free(train(cpu, "sometimes", RT_ERR_CONFIG));
+    gpt2_model_free(train(cpu, "sometimes", 0.0f, RT_ERR_CONFIG));
     TZ_EXPECT(strstr(rt_error_message(), "TZ_STEP_GRAPHS=sometimes: expected on, plan or off") != NULL, "the error: %s",
               rt_error_message());
 

@@ -253,6 +253,9 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
 
 static void train_app_set_grads_hook(void *ctx, const rt_grads_hook *hook) { ((train_app_model *)ctx)->grads = hook; }
 static void train_app_set_loss_sink(void *ctx, double *sink) { ((train_app_model *)ctx)->loss_sink = sink; }
+static void train_app_set_stream_step(void *ctx, const uint64_t *stream_step) {
+    ((train_app_model *)ctx)->stream_step = stream_step;
+}
 
 static double train_app_flops(void *ctx, const rt_batch *b) {
     const mdl_trainable *m = &((train_app_model *)ctx)->m;
@@ -279,8 +282,13 @@ static rt_status train_app_forward_backward(void *ctx, const rt_batch *b, uint64
     *loss_sum = 0;
     if (b->B == 0) return RT_OK;
     a->padded_tokens += (double)b->B * (double)b->T;
-    mdl_pass pass = {
-        .seed = seed, .step = step, .micro = micro, .training = true, .grads = a->grads, .loss_sink = a->loss_sink};
+    mdl_pass pass = {.seed = seed,
+                     .step = step,
+                     .micro = micro,
+                     .training = true,
+                     .grads = a->grads,
+                     .loss_sink = a->loss_sink,
+                     .stream_step = a->stream_step};
     return a->m.step(a->m.model, b, &pass, grad_scale, loss_sum);
 }
 
@@ -290,6 +298,7 @@ rt_train_model train_app_loop_model(train_app_model *a) {
                             .forward_backward = train_app_forward_backward,
                             .set_grads_hook = train_app_set_grads_hook,
                             .set_loss_sink = train_app_set_loss_sink,
+                            .set_stream_step = train_app_set_stream_step,
                             .flops = train_app_flops,
                             .padding_kind = train_app_padding_kind,
                             .pipeline_step = a->m.pipeline_step ? train_app_pipeline_step : NULL};

@@ -77,6 +77,7 @@ typedef struct {
     mdl_trainable m;
     const rt_grads_hook *grads;
     double *loss_sink;
+    const uint64_t *stream_step; /* the loop's (rt_train_model.set_stream_step): mdl_pass.stream_step */
     double padded_tokens;
 } train_app_model;
 rt_train_model train_app_loop_model(train_app_model *a);

@@ -571,7 +571,7 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const float *x0 = m->cls;
     if (drop && c->roberta) {
         rt_dropout_fwd(be, m->cls_drop, m->cls, (size_t)B * C, pc, pass->seed,
-                       mdl_dropout_stream(pass, bert_head_site(m, 0)));
+                       mdl_dropout_stream(pass, bert_head_site(m, 0)), mdl_dropout_step(pass));
         x0 = m->cls_drop;
     }
     mdl_col_linear_fwd(be, rt_xf(m->hpre), rt_xf(x0), P(m->hd_w), P(m->hd_b), (size_t)B, C, C);
@@ -579,7 +579,7 @@ static void bert_head_fwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const float *x1 = m->hact;
     if (drop) {
         rt_dropout_fwd(be, m->hdrop, m->hact, (size_t)B * C, pc, pass->seed,
-                       mdl_dropout_stream(pass, bert_head_site(m, 1)));
+                       mdl_dropout_stream(pass, bert_head_site(m, 1)), mdl_dropout_step(pass));
         x1 = m->hdrop;
     }
     mdl_col_linear_fwd(be, rt_xf(m->logits), rt_xf(x1), P(m->ho_w), P(m->ho_b), (size_t)B, C, NL);
@@ -605,7 +605,7 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const float *dact = m->dh1;
     if (drop) {
         rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed,
-                       mdl_dropout_stream(pass, bert_head_site(m, 1)));
+                       mdl_dropout_stream(pass, bert_head_site(m, 1)), mdl_dropout_step(pass));
         dact = m->dh2;
     }
     rt_act_bwd(be, RT_ACT_TANH, rt_xf(m->dh3), rt_xf(m->hpre), rt_xf(dact), (size_t)B * C);
@@ -614,7 +614,7 @@ static void bert_head_bwd(bert_model *m, const rt_batch *b, const mdl_pass *pass
     const float *dcls = m->dh1;
     if (drop && c->roberta) {
         rt_dropout_bwd(be, m->dh2, m->dh1, (size_t)B * C, pc, pass->seed,
-                       mdl_dropout_stream(pass, bert_head_site(m, 0)));
+                       mdl_dropout_stream(pass, bert_head_site(m, 0)), mdl_dropout_step(pass));
         dcls = m->dh2;
     }
     float *dout = mdl_stack_dout(&m->blocks);

@@ -34,7 +34,8 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
                               .eps = s->norm_eps,
                               .dropout_p = drop.p,
                               .seed = drop.seed,
-                              .stream = drop.stream};
+                              .stream = drop.stream,
+                              .stream_step = drop.step};
 }
 
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
@@ -164,7 +165,8 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
     /* drawn at the whole (BT, F) matrix's indices, so that every tp size drops the same; in
      * place, and the same call is its own backward */
     if (inner.p > 0)
-        rt_dropout_cols(be, hidden, hidden, BT, s->F_local, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
+        rt_dropout_cols(be, hidden, hidden, BT, s->F_local, s->F, s->F_offset, inner.p, inner.seed, inner.stream,
+                        inner.step);
 }
 
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT) {
@@ -194,7 +196,7 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
         return cols_bwd(s, din, false, true, 1, w, b, lora, lk, NULL, dout, in, BT, Fl);
     }
     if (inner.p > 0)
-        rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream);
+        rt_dropout_cols(be, s->dhid, s->dhid, BT, Fl, s->F, s->F_offset, inner.p, inner.seed, inner.stream, inner.step);
     if (p->up_lin_w >= 0) {
         rt_gated_act_bwd(be, s->act, s->dup, s->dup_lin, up, up_lin, s->dhid, n);
         const int w[2] = {p->up_w, p->up_lin_w}, b[2] = {p->up_b, -1};

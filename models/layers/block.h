@@ -34,6 +34,7 @@ typedef enum { MDL_NORM_LAYER, MDL_NORM_RMS } mdl_norm_kind;
 typedef struct {
     float p;
     uint64_t seed, stream;
+    const uint64_t *step; /* NULL, or where the step's part of stream is (mdl_pass.stream_step) */
 } mdl_drop;
 
 /* A linear's LoRA adapter (models/layers/lora.h): slab indices of A and B; a -1: none. */

@@ -199,7 +199,7 @@ static rt_x lora_input(const mdl_sublayers *s, int k, rt_x x, size_t N, int in, 
     const mdl_lora_run *L = &s->lora;
     if (!(L->drop.p > 0)) return x;
     rt_dropout_cols(s->be, rt_xf(L->x), x, N, in, in_total, in_offset, L->drop.p, L->drop.seed,
-                    L->drop.stream + (uint64_t)k);
+                    L->drop.stream + (uint64_t)k, L->drop.step);
     return rt_xf(L->x);
 }
 
@@ -260,7 +260,7 @@ rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din
         rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 0.0f, rt_xf(L->x),
                 in, 0, 1);
         rt_dropout_cols(s->be, rt_xf(L->x), rt_xf(L->x), N, in, in, 0, L->drop.p, L->drop.seed,
-                        L->drop.stream + (uint64_t)k);
+                        L->drop.stream + (uint64_t)k, L->drop.step);
         rt_add(s->be, din, din, L->x, N * (size_t)in);
     } else {
         rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 1.0f, rt_xf(din),
@@ -314,6 +314,6 @@ rt_status mdl_lora_row_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x dinp,
     rt_gemm(s->be, false, false, (int)N, in_local, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in_local, 0, 0.0f,
             rt_xf(L->x), in_local, 0, 1);
     rt_dropout_cols(s->be, dinp, rt_xf(L->x), N, in_local, in_local * s->tp->size, in_local * s->tp->rank, L->drop.p,
-                    L->drop.seed, L->drop.stream + (uint64_t)k);
+                    L->drop.seed, L->drop.stream + (uint64_t)k, L->drop.step);
     return RT_OK;
 }

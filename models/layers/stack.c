@@ -318,7 +318,8 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
 static mdl_drop stack_drop(const mdl_stack *s, const mdl_pass *pass, float p, int l, mdl_site_kind kind) {
     if (!pass->training || !(p > 0)) return (mdl_drop){0};
     int site = s->cfg.site[kind] + (l + s->cfg.layer_offset) * s->cfg.site_stride;
-    return (mdl_drop){.p = p, .seed = pass->seed, .stream = mdl_dropout_stream(pass, site)};
+    return (mdl_drop){
+        .p = p, .seed = pass->seed, .stream = mdl_dropout_stream(pass, site), .step = mdl_dropout_step(pass)};
 }
 
 /* Block l's self-attention (cross: its cross-attention) over B rows of T queries. */
@@ -345,6 +346,7 @@ static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const md
                           .dropout_p = d.p,
                           .seed = d.seed,
                           .stream = d.stream,
+                          .stream_step = d.step,
                           .head_offset = s->head_offset,
                           .heads_total = c->n_head,
                           .probs_dtype = s->probs_dtype};
@@ -387,7 +389,8 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
     if (c->lora && pass->training && c->lora->dropout > 0)
         r.sub.lora.drop = (mdl_drop){.p = (float)c->lora->dropout,
                                      .seed = pass->seed,
-                                     .stream = mdl_lora_stream(pass, c->lora_site + l + c->layer_offset)};
+                                     .stream = mdl_lora_stream(pass, c->lora_site + l + c->layer_offset),
+                                     .step = mdl_lora_step(pass)};
     if (c->cross) {
         r.cross = stack_attn(s, l, B, T, mask, pass, true);
         r.drop_cross = stack_drop(s, pass, c->resid_pdrop, l, MDL_SITE_CROSS_OUT);
@@ -609,7 +612,8 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
     stack_check_probs(s, B, T, mask, pass); /* the backward and recomputes reuse this pass's sizes */
     if (pass->training && c->emb_pdrop > 0) {
         float *x = mdl_stack_residual(s, 0);
-        rt_dropout_fwd(s->be, x, x, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb));
+        rt_dropout_fwd(s->be, x, x, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb),
+                       mdl_dropout_step(pass));
     }
     for (int l = 0; l < c->n_layer; l++) RT_TRY(block_fwd(s, l, B, T, mask, pass, true));
     if (c->final_norm) {
@@ -617,7 +621,7 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
         mdl_norm_fwd(&sub, s->final, rt_xf(s->out), s->out_mean, s->out_rstd, mdl_stack_residual(s, c->n_layer), BT);
         if (pass->training && c->final_pdrop > 0)
             rt_dropout_fwd(s->be, s->out, s->out, n, c->final_pdrop, pass->seed,
-                           mdl_dropout_stream(pass, c->site_final));
+                           mdl_dropout_stream(pass, c->site_final), mdl_dropout_step(pass));
     }
 fail:
     return st;
@@ -633,7 +637,8 @@ rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *m
     if (c->final_norm) {
         const mdl_sublayers sub = mdl_stack_sublayers(s);
         if (pass->training && c->final_pdrop > 0)
-            rt_dropout_bwd(be, dout, dout, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final));
+            rt_dropout_bwd(be, dout, dout, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final),
+                           mdl_dropout_step(pass));
         rt_clear(be, sc->dres, n * sizeof(float));
         mdl_norm_bwd(&sub, s->final, sc->dres, dout, mdl_stack_residual(s, c->n_layer), s->out_mean, s->out_rstd, BT);
         mdl_grads_ready(pass, s->params, s->final.w); /* the final norm and the model's head above it */
@@ -652,7 +657,8 @@ rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *m
     }
     *demb = sc->dres;
     if (pass->training && c->emb_pdrop > 0) {
-        rt_dropout_bwd(be, sc->tmp, sc->dres, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb));
+        rt_dropout_bwd(be, sc->tmp, sc->dres, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb),
+                       mdl_dropout_step(pass));
         *demb = sc->tmp;
     }
 fail:

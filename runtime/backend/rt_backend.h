@@ -25,18 +25,19 @@ typedef enum { RT_ACT_GELU_TANH = 0, RT_ACT_GELU_ERF, RT_ACT_RELU, RT_ACT_TANH }
  * for k, v (B, Tk, NH, HS) and out (B, Tq, NH, HS). */
 typedef struct {
     int B, NH, Tq, Tk, HS;
-    size_t ldq, ldk, ldv, ldo; /* values between tokens */
-    float scale;               /* usually 1/sqrt(HS) */
-    bool causal;               /* key j > query i masked (Tq == Tk) */
-    const int32_t *prefix;     /* (B), causal only: keys j < prefix[b] are seen by every query
+    size_t ldq, ldk, ldv, ldo;   /* values between tokens */
+    float scale;                 /* usually 1/sqrt(HS) */
+    bool causal;                 /* key j > query i masked (Tq == Tk) */
+    const int32_t *prefix;       /* (B), causal only: keys j < prefix[b] are seen by every query
                                 * (GLM's bidirectional context before its causal span); NULL = none */
-    const float *key_mask;     /* (B, Tk) additive, e.g. 0 or -inf/-1e9 for padding; may be NULL */
-    const int32_t *key_len;    /* (B) or NULL: key_mask is right padding, keys j < key_len[b] unmasked and the
+    const float *key_mask;       /* (B, Tk) additive, e.g. 0 or -inf/-1e9 for padding; may be NULL */
+    const int32_t *key_len;      /* (B) or NULL: key_mask is right padding, keys j < key_len[b] unmasked and the
                                 * rest masked, key_len[b] >= 1. The same call either way: a backend may
                                 * read the lengths instead (cuDNN's SDPA), the CPU reads key_mask. */
-    const float *bias;         /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
-    float dropout_p;           /* dropout on the probabilities; 0 = off */
-    uint64_t seed, stream;     /* counter RNG for that dropout */
+    const float *bias;           /* (NH, Tq, Tk) additive position bias (T5); may be NULL */
+    float dropout_p;             /* dropout on the probabilities; 0 = off */
+    uint64_t seed, stream;       /* counter RNG for that dropout */
+    const uint64_t *stream_step; /* NULL, or where the step's part of stream is (rt_stream_at_step) */
     /* Tensor parallelism: these NH heads are heads [head_offset, head_offset + NH) of
      * heads_total, and the dropout mask is drawn at the global index
      * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j, so every tp size drops the same
@@ -61,9 +62,10 @@ typedef struct {
     const float *bias;   /* (C): LayerNorm's, or NULL */
     bool rms;            /* RMSNorm (T5: out = weight * (sum * rstd), no mean, no bias), else LayerNorm */
     float eps;
-    float dropout_p;       /* the branch's dropout; 0: none */
-    uint64_t seed, stream; /* its counter RNG: element (n, c) draws index n*C + c, as dropout_fwd over
+    float dropout_p;             /* the branch's dropout; 0: none */
+    uint64_t seed, stream;       /* its counter RNG: element (n, c) draws index n*C + c, as dropout_fwd over
                             * the whole (N, C) buffer */
+    const uint64_t *stream_step; /* NULL, or where the step's part of stream is (rt_stream_at_step) */
 } rt_residual_desc;
 
 typedef struct rt_backend_ops {
@@ -244,16 +246,19 @@ typedef struct rt_backend_ops {
                        float grad_scale);
 
     /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
-     * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. */
-    void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
-    void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
+     * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. step: NULL, or where
+     * (in backend memory) the step's part of stream is, which the op adds (rt_stream_at_step). */
+    void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step);
+    void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step);
     /* Dropout on a column block of a (rows, cols_total) matrix, stored as (rows, cols): element
      * (r, c) is kept when uniform(seed, stream, r*cols_total + col_offset + c) >= p, the bit
      * dropout_fwd draws for that element of the whole matrix, so a column-parallel shard drops
      * what one rank would. The mask is its own backward: call it again on the gradient with
      * the same arguments. out may alias inp. */
     void (*dropout_cols)(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
-                         uint64_t seed, uint64_t stream);
+                         uint64_t seed, uint64_t stream, const uint64_t *step);
 
     /* Rows: out (B, C) = inp rows idx[b] (rows of a (rows, C) matrix); bwd accumulates. */
     void (*gather_rows)(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C);
@@ -621,7 +626,7 @@ static inline void rt_attention_fwd(rt_backend *be, const rt_attn_desc *d, rt_x 
                                     rt_x v) {
     if (be->muted) return;
     rt_attn_check(d);
-    be->traffic.draws += d->dropout_p > 0;
+    be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
     RT_CHECK(d->probs_dtype == RT_F32 || d->probs_dtype == be->compute,
              "attention probabilities stored as %s under %s compute", rt_dtype_name(d->probs_dtype),
              rt_dtype_name(be->compute));
@@ -633,7 +638,7 @@ static inline void rt_attention_bwd(rt_backend *be, const rt_attn_desc *d, rt_x 
                                     rt_x dout, const void *probs, rt_x q, rt_x k, rt_x v) {
     if (be->muted) return;
     rt_attn_check(d);
-    be->traffic.draws += d->dropout_p > 0;
+    be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
     be->ops->attention_bwd(be->ctx, d, dq, dk, dv, dbias, dout, probs, q, k, v);
     rt_store_x(be, dq, (size_t)d->B * d->Tq, d->NH * d->HS, d->ldq);
     rt_store_x(be, dk, (size_t)d->B * d->Tk, d->NH * d->HS, d->ldk);
@@ -688,24 +693,24 @@ static inline void rt_xent_vocab(rt_backend *be, int phase, float *stats, float 
     if (phase == 2 && dlogits.p) rt_store_xn(be, dlogits, N * (size_t)V);
 }
 static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, size_t n, float p, uint64_t seed,
-                                  uint64_t stream) {
+                                  uint64_t stream, const uint64_t *step) {
     if (be->muted) return;
-    be->traffic.draws += p > 0;
-    be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream);
+    be->traffic.draws += p > 0 && !step;
+    be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream, step);
     rt_store_n(be, out, n);
 }
 static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
-                                  uint64_t stream) {
+                                  uint64_t stream, const uint64_t *step) {
     if (be->muted) return;
-    be->traffic.draws += p > 0;
-    be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream);
+    be->traffic.draws += p > 0 && !step;
+    be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream, step);
     rt_store_n(be, dinp, n);
 }
 static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t rows, int cols, int cols_total,
-                                   int col_offset, float p, uint64_t seed, uint64_t stream) {
+                                   int col_offset, float p, uint64_t seed, uint64_t stream, const uint64_t *step) {
     if (be->muted) return;
-    be->traffic.draws += p > 0;
-    be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream);
+    be->traffic.draws += p > 0 && !step;
+    be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream, step);
     rt_store_x(be, out, rows, cols, (size_t)cols);
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
@@ -715,13 +720,13 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, fl
     if (be->muted) return;
     RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
-        be->traffic.draws += d->dropout_p > 0;
+        be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
         be->ops->residual_fwd(be->ctx, d, sum, out, mean, rstd, res, branch);
         return;
     }
     const size_t n = d->N * (size_t)d->C;
     if (d->dropout_p > 0) {
-        rt_dropout_fwd(be, sum, branch, n, d->dropout_p, d->seed, d->stream);
+        rt_dropout_fwd(be, sum, branch, n, d->dropout_p, d->seed, d->stream, d->stream_step);
         branch = sum;
     }
     rt_add(be, sum, res, branch, n);
@@ -736,7 +741,7 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
                                    const float *rstd) {
     if (be->muted) return;
     if (be->ops->residual_bwd) {
-        be->traffic.draws += d->dropout_p > 0;
+        be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
         be->ops->residual_bwd(be->ctx, d, dres, dbranch, dweight, dbias, dout, sum, mean, rstd);
         return;
     }
@@ -744,7 +749,8 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
         rt_rmsnorm_bwd(be, dres, dweight, dout, sum, d->weight, rstd, d->N, d->C);
     else if (d->weight)
         rt_layernorm_bwd(be, dres, dweight, dbias, dout, sum, d->weight, mean, rstd, d->N, d->C);
-    if (d->dropout_p > 0) rt_dropout_bwd(be, dbranch, dres, d->N * (size_t)d->C, d->dropout_p, d->seed, d->stream);
+    if (d->dropout_p > 0)
+        rt_dropout_bwd(be, dbranch, dres, d->N * (size_t)d->C, d->dropout_p, d->seed, d->stream, d->stream_step);
 }
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
     if (be->muted) return;

@@ -27,6 +27,9 @@ typedef struct {
     float coef;               /* what AdamW multiplies each gradient by: the clip factor / the loss scale */
     int32_t skip;             /* the norm is not finite: AdamW leaves weights and moments as they were */
     rt_adamw_scalars adam[2]; /* this step's AdamW scalars: [0] with weight decay, [1] without */
+    /* the step's part of its dropout streams: RT_STREAM_STEP_DROPOUT and RT_STREAM_STEP_LORA of the
+     * loop's step (mdl_pass.stream_step) */
+    uint64_t stream_step[2];
 } rt_step_state;
 
 /* torch.nn.utils.clip_grad_norm_'s factor, min(1, max_norm / (norm + 1e-6)), computed in float

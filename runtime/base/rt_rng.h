@@ -88,5 +88,12 @@ RT_HD uint64_t rt_rng_below(uint64_t seed, uint64_t stream, uint64_t i, uint64_t
  * dropout: detail = (step << 20) | (micro-batch << 12) | site. */
 enum { RT_STREAM_INIT = 1, RT_STREAM_SHUFFLE = 2, RT_STREAM_DROPOUT = 3, RT_STREAM_LORA = 4 };
 #define RT_STREAM(kind, detail) (((uint64_t)(kind) << 56) | ((uint64_t)(detail)&0x00FFFFFFFFFFFFFFull))
+/* A training step's part of its dropout streams (models/layers/pass.h): a stream made at step 0
+ * plus this is the step's own. The step's record keeps it on the device, so a step graph's replay
+ * draws the step's masks (runtime/train/rt_step_graphs.h). */
+#define RT_STREAM_STEP_DROPOUT(step) (((uint64_t)(step) << 20) & 0x00FFFFFFFFFFFFFFull)
+#define RT_STREAM_STEP_LORA(step) (((uint64_t)(step) << 28) & 0x00FFFFFFFFFFFFFFull)
+/* stream with its step part added from the device (step: its address; NULL: stream is whole) */
+RT_HD uint64_t rt_stream_at_step(uint64_t stream, const uint64_t *step) { return step ? stream + *step : stream; }
 
 #endif

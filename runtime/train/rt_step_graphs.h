@@ -10,7 +10,9 @@
  *   graph's copies read them;
  * - nothing that needs the host between its upload and the step's end. The backend counts it
  *   (rt_backend_traffic): a read or a wait refuses the key for good, and so does a dropout mask
- *   drawn from a stream the host made from the step number (a replay would draw the same mask);
+ *   drawn from a stream the host made from the step number (a replay would draw the same mask).
+ *   Where the loop keeps a step record, the streams take the step from it on the device
+ *   (mdl_pass.stream_step), and a replay draws its own step's masks;
  * - memory at the addresses it was captured with. A key captures only after an eager run that
  *   allocated nothing (the warm-up), and every graph is dropped when the backend's memory epoch
  *   moves (scratch that grew for another shape).
@@ -26,8 +28,8 @@
  * eagerly, the one that would capture or replay is checked to be clean, and the run ends with a
  * report of how many steps would replay and what kept the others eager.
  *
- * Not done: the dropout step and the loss scale read from the step's record on the device, so
- * that steps with dropout, and batches whose target counts differ, share a graph. */
+ * Not done: the loss scale read from the step's record, so that batches whose target counts
+ * differ share a graph. */
 #ifndef RT_STEP_GRAPHS_H
 #define RT_STEP_GRAPHS_H
 

@@ -16,6 +16,7 @@
 #include "runtime/base/rt_fs.h"
 #include "runtime/base/rt_jsonl.h"
 #include "runtime/base/rt_log.h"
+#include "runtime/base/rt_rng.h"
 #include "runtime/train/rt_optim.h"
 #include "runtime/train/rt_sched.h"
 #include "runtime/train/rt_step_graphs.h"
@@ -121,12 +122,14 @@ fail:
 /* With the step on the backend: the record of the step making update applied + 1 at rate lr,
  * uploaded before its micro-batches (its loss and squared norm 0, for the heads and the norm to
  * add to). */
-static void rt_train_step_begin(rt_train_state *s, rt_params *p, const rt_adamw_hparams *hp, double lr,
-                                int64_t applied) {
+static void rt_train_step_begin(rt_train_state *s, rt_params *p, const rt_adamw_hparams *hp, double lr, int64_t applied,
+                                int64_t step) {
     rt_step_state h;
     rt_adamw_hparams next = *hp;
     next.lr = lr;
     rt_step_scalars(&h, &next, applied + 1);
+    h.stream_step[0] = RT_STREAM_STEP_DROPOUT(step);
+    h.stream_step[1] = RT_STREAM_STEP_LORA(step);
     rt_to_device(p->be, s->step_dev, &h, sizeof h);
 }
 
@@ -762,6 +765,8 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
         s.loss_sink = &s.step_dev->loss; /* a device address: never dereferenced here */
         model->set_loss_sink(model->ctx, s.loss_sink);
     }
+    /* the dropout streams' step from the record, so a replayed step graph draws its own masks */
+    if (s.step_dev && model->set_stream_step) model->set_stream_step(model->ctx, s.step_dev->stream_step);
 
     RT_TRY(rt_train_init_graphs(&s, model->params->be));
 
@@ -835,7 +840,7 @@ rt_status rt_train(const rt_train_opts *o, rt_train_model *model, rt_train_data 
             double loss_sum = 0;
             const int64_t applied = step - (s.scaling ? s.scaler.skipped : 0); /* updates made so far */
             const double lr = rt_sched_lr(&sched, applied);
-            if (s.step_dev) rt_train_step_begin(&s, model->params, &hp, lr, applied);
+            if (s.step_dev) rt_train_step_begin(&s, model->params, &hp, lr, applied, step);
             /* overlap the dp all-reduce with the last micro-batch's backward */
             const bool overlap = !s.zero && !pipeline && s.dp->size > 1 && o->dp_bucket >= 0 && model->set_grads_hook;
             rt_grad_reduce_begin(&reduce, &s, model->params, overlap);
@@ -1028,6 +1033,7 @@ fail:
     rt_zero_free(s.zero);
     if (s.tied_scratch) rt_free_device(model->params->be, s.tied_scratch);
     if (s.loss_sink) model->set_loss_sink(model->ctx, NULL);
+    if (s.step_dev && model->set_stream_step) model->set_stream_step(model->ctx, NULL);
     if (s.step_dev) rt_free_device(model->params->be, s.step_dev);
     free(reduce.req); /* after a failure requests may be left: the run is over */
     return st;

@@ -30,6 +30,10 @@ typedef struct {
      * optimizer step runs on the backend (rt_step_state), so the losses are read back once a
      * step, with the step's record, not once a micro-batch. */
     void (*set_loss_sink)(void *ctx, double *sink);
+    /* Optional: where the next forward_backward calls' dropout streams find the step's part
+     * (backend memory, mdl_pass.stream_step), or NULL: in the streams. The loop sets it with the
+     * step's record, so a replayed step graph (rt_step_graphs.h) draws that step's masks. */
+    void (*set_stream_step)(void *ctx, const uint64_t *stream_step);
     /* Optional: model FLOPs of training on one micro-batch (models/layers/flops.h), for the step
      * line's TFLOP/s and MFU: the whole model's, on every tp rank and pipeline stage alike. */
     double (*flops)(void *ctx, const rt_batch *b);

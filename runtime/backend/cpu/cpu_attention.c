@@ -55,7 +55,7 @@ static void rt_cpu_attn_dropout(const rt_attn_desc *d, float *dst, const float *
     const int Tq = d->Tq, Tk = d->Tk;
     for (int i = 0; i < Tq; i++) {
         size_t off = (size_t)i * Tk;
-        rt_cpu_uniform_row(d->seed, d->stream, rbase + off, (size_t)Tk, u);
+        rt_cpu_uniform_row(d->seed, rt_stream_at_step(d->stream, d->stream_step), rbase + off, (size_t)Tk, u);
         for (int j = 0; j < Tk; j++) {
             float m = u[j] >= p ? s : 0.0f;
             dst[off + j] = P[off + j] * m;

@@ -283,16 +283,19 @@ static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, ui
     }
 }
 
-void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream) {
-    rt_cpu_dropout_apply(out, inp, n, p, seed, stream);
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step) {
+    rt_cpu_dropout_apply(out, inp, n, p, seed, rt_stream_at_step(stream, step));
 }
 
-void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream) {
-    rt_cpu_dropout_apply(dinp, dout, n, p, seed, stream);
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step) {
+    rt_cpu_dropout_apply(dinp, dout, n, p, seed, rt_stream_at_step(stream, step));
 }
 
 void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
-                         uint64_t seed, uint64_t stream) {
+                         uint64_t seed, uint64_t stream_at0, const uint64_t *step) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);

@@ -126,10 +126,12 @@ void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
 void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
 void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit);
 void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
-void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
-void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step);
+void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
+                        const uint64_t *step);
 void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
-                         uint64_t seed, uint64_t stream);
+                         uint64_t seed, uint64_t stream, const uint64_t *step);
 /* out[0 .. n) = in rounded to dtype (RT_BF16 or RT_F16), as floats: one loop per type, so each
  * vectorizes (a per-element choice of type keeps the compiler from it). Serial: callers split. */
 static inline void rt_cpu_round_span(rt_dtype dtype, float *out, const float *in, size_t n) {

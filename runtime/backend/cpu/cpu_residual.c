@@ -31,6 +31,7 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x 
     const size_t N = d->N;
     const int C = d->C;
     const float p = d->dropout_p;
+    const uint64_t stream = rt_stream_at_step(d->stream, d->stream_step);
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
@@ -42,7 +43,7 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x 
             float *s = sum + at;
             const float *x = res + at, *b = branch + at;
             if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
-                rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, d->stream, at);
+                rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, stream, at);
                 cpu_store_run(dtype, s, (size_t)C);
                 b = s;
             }
@@ -71,6 +72,7 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, floa
     const size_t N = d->N;
     const int C = d->C;
     const float p = d->dropout_p;
+    const uint64_t stream = rt_stream_at_step(d->stream, d->stream_step);
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
     if (!d->weight && !(p > 0)) return;
     RT_CHECK(!(p > 0) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)p);
@@ -86,7 +88,7 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, floa
             cpu_store_run(dtype, g, (size_t)C);
         }
         if (p > 0) {
-            rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, d->stream, at);
+            rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, stream, at);
             cpu_store_run(dtype, dbranch + at, (size_t)C);
         }
     }

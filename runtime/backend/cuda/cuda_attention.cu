@@ -82,7 +82,9 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
 __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int p16_kind, int mm_kind,
                                             const float *key_mask, const float *bias, const int32_t *prefix, int NH,
                                             int Tq, int Tk, bool causal, float p, float keep_scale, uint64_t seed,
-                                            uint64_t stream, int head_offset, int heads_total, size_t rows) {
+                                            uint64_t stream_at0, const uint64_t *step, int head_offset, int heads_total,
+                                            size_t rows) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return; /* whole warp together */
@@ -145,8 +147,9 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int 
  * precision (mm_kind) as the forward's were, for the backward's dv product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
  * blocks across the threads, so no index is divided per element and each block is drawn once. */
 __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, int mm_kind, size_t rows, float p,
-                                            float keep_scale, uint64_t seed, uint64_t stream, int NH, int Tq, int Tk,
-                                            int head_offset, int heads_total) {
+                                            float keep_scale, uint64_t seed, uint64_t stream_at0, const uint64_t *step,
+                                            int NH, int Tq, int Tk, int head_offset, int heads_total) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const size_t row = r * (size_t)Tk;
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
@@ -163,8 +166,10 @@ __global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
  * dS = P * (dP - sum_j P dP). */
 __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, int probs_kind, int NH, int Tq, int Tk,
-                                                bool dropout, float p, float keep_scale, uint64_t seed, uint64_t stream,
-                                                int head_offset, int heads_total, size_t rows) {
+                                                bool dropout, float p, float keep_scale, uint64_t seed,
+                                                uint64_t stream_at0, const uint64_t *step, int head_offset,
+                                                int heads_total, size_t rows) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -221,7 +226,8 @@ static void rt_cuda_attn_materialized_fwd(rt_cuda_ctx *c, const rt_attn_desc *d,
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
                                   rt_cuda_stream(ctx)>>>(
         S, pd, f32 ? NULL : probs, rt_cuda_kind16(d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk,
-        d->causal, p, keep_scale, d->seed, d->stream, d->head_offset, d->heads_total > 0 ? d->heads_total : NH, rows);
+        d->causal, p, keep_scale, d->seed, d->stream, d->stream_step, d->head_offset,
+        d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS); stored 16-bit probabilities
@@ -305,8 +311,8 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
         float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                       rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale,
-                                                             d->seed, d->stream, NH, Tq, Tk, d->head_offset,
-                                                             heads_total);
+                                                             d->seed, d->stream, d->stream_step, NH, Tq, Tk,
+                                                             d->head_offset, heads_total);
         CUDA_LAUNCH_CHECK();
         P = rt_xf(pd);
     } else if (probs_kind != RT_CUDA_KIND_F32 && !(use16 && d->probs_dtype == c->matmul)) {
@@ -329,7 +335,8 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
 
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
                                       rt_cuda_stream(ctx)>>>(dS, probs, probs_kind, NH, Tq, Tk, p > 0.0f, p, keep_scale,
-                                                             d->seed, d->stream, d->head_offset, heads_total, rows);
+                                                             d->seed, d->stream, d->stream_step, d->head_offset,
+                                                             heads_total, rows);
     CUDA_LAUNCH_CHECK();
 
     if (dbias) {

@@ -133,9 +133,11 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n
 }
 
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
- * per block of four (launch over (n + 3) / 4). */
+ * per block of four (launch over (n + 3) / 4). step: NULL, or the step's part of stream, read here
+ * so that a replayed graph draws its step's mask (rt_stream_at_step). */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s, uint64_t seed,
-                                       uint64_t stream) {
+                                       uint64_t stream_at0, const uint64_t *step) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     rt_cuda_rng_row_walk(seed, stream, 0, n, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
                          (uint64_t)gridDim.x * blockDim.x, [&](size_t i, float u) { y[i] = u >= p ? x[i] * s : 0.0f; });
 }
@@ -143,7 +145,9 @@ __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
  * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
 __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols, int cols_total, int col_offset,
-                                            float p, float s, uint64_t seed, uint64_t stream) {
+                                            float p, float s, uint64_t seed, uint64_t stream_at0,
+                                            const uint64_t *step) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     /* a row per blockIdx.y, its Philox blocks across the threads */
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
@@ -328,7 +332,7 @@ void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float
 
 /* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply). */
 static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n, float p, uint64_t seed,
-                                  uint64_t stream) {
+                                  uint64_t stream, const uint64_t *step) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     if (n == 0) return;
     if (p == 0.0f) {
@@ -341,20 +345,22 @@ static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n,
     }
     float s = 1.0f / (1.0f - p);
     rt_cuda_dropout_kernel<<<rt_cuda_grid((n + 3) / 4, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        y, x, n, p, s, seed, stream);
+        y, x, n, p, s, seed, stream, step);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream) {
-    rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream);
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
+                         const uint64_t *step) {
+    rt_cuda_dropout_apply(ctx, out, inp, n, p, seed, stream, step);
 }
 
-void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream) {
-    rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream);
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
+                         const uint64_t *step) {
+    rt_cuda_dropout_apply(ctx, dinp, dout, n, p, seed, stream, step);
 }
 
 void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
-                          uint64_t seed, uint64_t stream) {
+                          uint64_t seed, uint64_t stream, const uint64_t *step) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
@@ -376,7 +382,7 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
     /* a row's blocks: cols / 4 + 2 at most (a partial one at either end) */
     rt_cuda_dropout_cols_kernel<<<rt_cuda_grid_rows(rows, cols / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                   rt_cuda_stream(ctx)>>>(out, inp, rows, cols, cols_total, col_offset, p, s, seed,
-                                                         stream);
+                                                         stream, step);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -77,6 +77,7 @@ typedef struct {
     const float *bias;   /* (NH, Tq, Tk) position bias, or NULL */
     float p, keep_scale; /* dropout probability, and 1/(1-p) */
     uint64_t seed, stream;
+    const uint64_t *stream_step;  /* NULL, or the step's part of stream in device memory (rt_stream_at_step) */
     int head_offset, heads_total; /* heads_total > 0 */
     rt_dtype dtype;               /* RT_BF16 or RT_F16 */
 } fl_args;
@@ -290,7 +291,7 @@ FL_HD void fl_rng_reset(fl_rng *r) { r->blk = ~(uint64_t)0; }
 FL_HD float fl_uniform(fl_rng *r, const fl_args *a, uint64_t g) {
     if ((g >> 2) != r->blk) {
         r->blk = g >> 2;
-        rt_rng_uniform4(a->seed, a->stream, r->blk, r->u);
+        rt_rng_uniform4(a->seed, rt_stream_at_step(a->stream, a->stream_step), r->blk, r->u);
     }
     return r->u[g & 3];
 }
@@ -631,7 +632,7 @@ static inline fl_args fl_args_of(const rt_attn_desc *d, rt_dtype compute) {
     a.bias = d->bias;
     a.p = d->dropout_p;
     a.keep_scale = d->dropout_p > 0.0f ? 1.0f / (1.0f - d->dropout_p) : 1.0f;
-    a.seed = d->seed, a.stream = d->stream;
+    a.seed = d->seed, a.stream = d->stream, a.stream_step = d->stream_step;
     a.head_offset = d->head_offset;
     a.heads_total = d->heads_total > 0 ? d->heads_total : d->NH;
     a.dtype = compute;

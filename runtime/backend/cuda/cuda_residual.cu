@@ -19,7 +19,8 @@
 __global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, float *rstd, const float *res,
                                             const float *branch, const float *weight, const float *bias, bool rms,
                                             size_t N, int C, float eps, float p, float s, uint64_t seed,
-                                            uint64_t stream, int kind) {
+                                            uint64_t stream_at0, const uint64_t *step, int kind) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
@@ -49,8 +50,9 @@ __global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, f
  * backward of dres, stored. */
 __global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const float *dout, const float *sum,
                                             const float *weight, const float *mean, const float *rstd, bool rms,
-                                            size_t N, int C, float p, float s, uint64_t seed, uint64_t stream,
-                                            int kind) {
+                                            size_t N, int C, float p, float s, uint64_t seed, uint64_t stream_at0,
+                                            const uint64_t *step, int kind) {
+    const uint64_t stream = rt_stream_at_step(stream_at0, step);
     const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -80,7 +82,7 @@ void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x
     const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
     rt_cuda_residual_fwd_kernel<<<rt_cuda_row_grid(d->N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         sum, out, mean, rstd, res, branch, d->weight, d->bias, d->rms, d->N, d->C, d->eps, d->dropout_p, s, d->seed,
-        d->stream, rt_cuda_kind16(c->matmul));
+        d->stream, d->stream_step, rt_cuda_kind16(c->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -92,7 +94,7 @@ void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, flo
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_residual_bwd_kernel<<<rt_cuda_row_grid(d->N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dres, dbranch, dout, sum, d->weight, mean, rstd, d->rms, d->N, d->C, d->dropout_p, s, d->seed, d->stream,
-        rt_cuda_kind16(c->matmul));
+        d->stream_step, rt_cuda_kind16(c->matmul));
     CUDA_LAUNCH_CHECK();
     if (!d->weight) return;
     if (d->rms)

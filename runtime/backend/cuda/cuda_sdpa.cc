@@ -254,7 +254,9 @@ static rt_status run(rt_sdpa *s, cudaStream_t stream, const rt_attn_desc *d, rt_
             cudaError_t ce = cudaMemcpyAsync(s->seed, seed, sizeof seed, cudaMemcpyHostToDevice, stream);
             if (ce != cudaSuccess) return rt_errorf(RT_ERR_RUNTIME, "cuDNN SDPA seed: %s", cudaGetErrorString(ce));
             pack[UID_SEED] = s->seed;
-            pack[UID_OFFSET] = s->seed + 1;
+            /* the step's part of the stream, on the device (a step graph's replay draws its step's
+             * mask), else 0 */
+            pack[UID_OFFSET] = d->stream_step ? (void *)d->stream_step : (void *)(s->seed + 1);
         }
         void *ws = plan->workspace > 0 ? workspace(ws_ctx, (size_t)plan->workspace) : nullptr;
         fe::error_object e = plan->graph->execute(s->handle, pack, ws);

@@ -33,6 +33,8 @@ static void rt_cuda_sdpa_log_once(rt_cuda_ctx *c, const char *why) {
 bool rt_cuda_attn_cudnn(rt_cuda_ctx *c, const rt_attn_desc *d) {
     if (!c->sdpa) return false;
     const char *why = rt_sdpa_unsupported(d, rt_cuda_act_type(c), c->sm_major, rt_sdpa_version(c->sdpa));
+    /* its dropout seed goes up from the host at each call, which a graph would not repeat */
+    if (!why && c->capturing && d->dropout_p > 0) why = "dropout inside a step graph's capture";
     if (why) rt_cuda_sdpa_log_once(c, why);
     return why == NULL;
 }

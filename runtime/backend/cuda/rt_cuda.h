@@ -367,10 +367,12 @@ void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
 void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
 void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit);
 void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
-void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream);
-void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream);
+void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
+                         const uint64_t *step);
+void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
+                         const uint64_t *step);
 void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
-                          uint64_t seed, uint64_t stream);
+                          uint64_t seed, uint64_t stream, const uint64_t *step);
 void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float *v, size_t n, float lr, float beta1,
                    float beta2, float eps, float weight_decay, float grad_scale, int64_t t);
 double rt_cuda_sumsq(void *ctx, const float *x, size_t n);
