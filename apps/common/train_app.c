@@ -15,6 +15,7 @@
 #include "checkpoints/ckpt_source.h"
 #include "data/data_cache.h"
 #include "models/layers/padding.h"
+#include "runtime/train/rt_step_graphs.h"
 #include "runtime/base/rt_atomic.h"
 #include "runtime/base/rt_buf.h"
 #include "runtime/base/rt_fs.h"
@@ -239,6 +240,9 @@ rt_status train_app_device(train_app_opts *o, rt_grid *grid, char *device, size_
                         o->precision, o->precision, dtype == RT_F16 ? "; dynamic loss scaling" : "");
         }
     }
+    /* TZ_STEP_GRAPHS's value and the device, checked before the data is read (rt_train reads it) */
+    rt_step_graphs_mode graphs;
+    if (st == RT_OK) st = rt_step_graphs_mode_of(*be, &graphs);
     /* ZeRO-3 on a GPU: the model is built in host memory and only this rank's pieces go up, so
      * the whole model never has to fit on the device (DeepSpeed's zero.Init does the same job) */
     if (st == RT_OK && o->zero == 3 && (*be)->device >= 0)

@@ -18,6 +18,22 @@ static const char *const reason_allocs = "the step allocates memory at every run
 static const char *const reason_mismatch = "a step that would replay was not clean: its key missed a host decision";
 static const char *const reason_capture = "its capture failed (the backend said why)";
 
+rt_status rt_step_graphs_mode_of(const rt_backend *be, rt_step_graphs_mode *mode) {
+    const char *v = getenv("TZ_STEP_GRAPHS");
+    *mode = RT_STEP_GRAPHS_OFF;
+    if (!v || !*v || strcmp(v, "off") == 0) return RT_OK;
+    if (strcmp(v, "plan") == 0) {
+        *mode = RT_STEP_GRAPHS_PLAN;
+        return RT_OK;
+    }
+    if (strcmp(v, "on") != 0) return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=%s: expected on, plan or off", v);
+    if (!rt_has_graphs(be))
+        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=on: the %s backend has no graphs (plan works on any)",
+                         be->ops->name);
+    *mode = RT_STEP_GRAPHS_ON;
+    return RT_OK;
+}
+
 void rt_step_graphs_init(rt_step_graphs *g, int capacity, int warmup, int slots) {
     RT_CHECK(capacity >= 1 && warmup >= 0 && slots >= capacity, "step graphs: capacity %d warmup %d slots %d", capacity,
              warmup, slots);

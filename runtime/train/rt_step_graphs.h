@@ -80,6 +80,11 @@ typedef struct {
     int64_t reason_steps[RT_STEP_GRAPHS_REASONS];
 } rt_step_graphs;
 
+/* TZ_STEP_GRAPHS on backend be: RT_STEP_GRAPHS_OFF (unset, empty or off), _PLAN or _ON. Another
+ * value, or on where be has no graphs, is an RT_ERR_CONFIG naming the variable. */
+typedef enum { RT_STEP_GRAPHS_OFF, RT_STEP_GRAPHS_PLAN, RT_STEP_GRAPHS_ON } rt_step_graphs_mode;
+rt_status rt_step_graphs_mode_of(const rt_backend *be, rt_step_graphs_mode *mode);
+
 /* capacity >= 1 graphs, warmup >= 0 clean eager runs, slots >= capacity keys. */
 void rt_step_graphs_init(rt_step_graphs *g, int capacity, int warmup, int slots);
 /* Drops every graph (free_graph) and the keys. */

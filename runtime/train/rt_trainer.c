@@ -631,14 +631,10 @@ static void rt_train_free_graph(void *user, void *graph) {
 }
 
 static rt_status rt_train_init_graphs(rt_train_state *s, rt_backend *be) {
-    const char *mode = getenv("TZ_STEP_GRAPHS");
-    if (!mode || !*mode || strcmp(mode, "off") == 0) return RT_OK;
-    const bool plan = strcmp(mode, "plan") == 0;
-    if (!plan && strcmp(mode, "on") != 0)
-        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=%s: expected on, plan or off", mode);
-    if (!plan && !rt_has_graphs(be))
-        return rt_errorf(RT_ERR_CONFIG, "TZ_STEP_GRAPHS=on: the %s backend has no graphs (plan works on any)",
-                         be->ops->name);
+    rt_step_graphs_mode mode;
+    const rt_status st = rt_step_graphs_mode_of(be, &mode);
+    if (st != RT_OK || mode == RT_STEP_GRAPHS_OFF) return st;
+    const bool plan = mode == RT_STEP_GRAPHS_PLAN;
     s->graph_mode = true;
     rt_step_graphs_init(&s->graphs, RT_TRAIN_GRAPHS, 1, 8 * RT_TRAIN_GRAPHS);
     s->graphs.planning = plan;
