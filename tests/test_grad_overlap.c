@@ -230,28 +230,9 @@ static rt_status rank_run(rt_comm *comm, void *arg) {
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = comm->rank, .world = comm->size};
     RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     fb_ctx f = {.m = m};
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = 3,
-                       .batch_size = BATCH,
-                       .grad_accum = 2,
-                       .lr = 1e-3,
-                       .weight_decay = 0.01,
-                       .warmup = 1,
-                       .clip = 1.0,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 0,
-                       .save_interval = -1,
-                       .keep = 1,
-                       .save_dir = tz_tmpdir(),
-                       .options_json = "{}",
-                       .dp = comm,
-                       .dp_bucket = a->bucket};
+    rt_train_opts o = tz_train_opts(3, BATCH, 2);
+    o.dp = comm;
+    o.dp_bucket = a->bucket;
     rt_train_model tm = {
         .ctx = &f, .params = gpt2_model_params(m), .forward_backward = fwd_bwd, .set_grads_hook = set_hook};
     rt_train_data td = data_loader_train_data(loader);

@@ -125,28 +125,13 @@ static void run(rt_backend *be, const char *dir, int64_t max_steps, bool resume,
     fake_data fd = {0};
     rt_loss_scale_opts ls;
     rt_loss_scale_defaults(&ls);
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = max_steps,
-                       .batch_size = 1,
-                       .grad_accum = 1,
-                       .lr = 1e-2,
-                       .weight_decay = 0.01,
-                       .warmup = 1,
-                       .clip = 1.0,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 0,
-                       .save_interval = 0,
-                       .keep = 5,
-                       .save_dir = dir,
-                       .resume = resume,
-                       .options_json = "{}",
-                       .loss_scale = scaling ? &ls : NULL};
+    rt_train_opts o = tz_train_opts(max_steps, 1, 1);
+    o.lr = 1e-2;
+    o.save_interval = 0;
+    o.keep = 5;
+    o.save_dir = dir;
+    o.resume = resume;
+    o.loss_scale = scaling ? &ls : NULL;
     rt_train_model tm = {.ctx = &fm, .params = &p, .forward_backward = fake_fwd_bwd};
     rt_train_data td = {.ctx = &fd,
                         .batches_per_epoch = 1000,

@@ -222,26 +222,7 @@ static gpt2_model *train(rt_backend *be, const char *graphs, float dropout, rt_s
     data_init(&data);
     run_model rm = {.m = m};
     fake.model = &rm;
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = 5,
-                       .batch_size = B,
-                       .grad_accum = 2,
-                       .lr = 1e-3,
-                       .weight_decay = 0.01,
-                       .warmup = 1,
-                       .clip = 1.0,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 0,
-                       .save_interval = -1,
-                       .keep = 1,
-                       .save_dir = tz_tmpdir(),
-                       .options_json = "{}"};
+    const rt_train_opts o = tz_train_opts(5, B, 2);
     rt_train_model tm = {.ctx = &rm,
                          .params = gpt2_model_params(m),
                          .forward_backward = model_step,

@@ -50,27 +50,12 @@ static gpt2_model *train(rt_backend *be, const data_tokenized *ds, const char *s
     TZ_EXPECT_OK(data_loader_init(ds, &so, (int)batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     if (!m || !loader) return m;
     run_ctx rc = {.m = m, .stop_at_step = stop_at};
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = max_steps,
-                       .batch_size = batch,
-                       .grad_accum = accum,
-                       .lr = 1e-3,
-                       .weight_decay = 0.01,
-                       .warmup = 2,
-                       .clip = 1.0,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = 0,
-                       .log_interval = 0,
-                       .save_interval = -1,
-                       .keep = 2,
-                       .save_dir = save_dir,
-                       .resume = resume,
-                       .options_json = "{}"};
+    rt_train_opts o = tz_train_opts(max_steps, batch, accum);
+    o.warmup = 2;
+    o.eval_interval = 0;
+    o.keep = 2;
+    o.save_dir = save_dir;
+    o.resume = resume;
     rt_train_model tm = {.ctx = &rc, .params = gpt2_model_params(m), .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;

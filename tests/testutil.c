@@ -157,6 +157,29 @@ static void tmp_cleanup(void) {
     n_tmp_made = 0;
 }
 
+rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_accum) {
+    return (rt_train_opts){.prog = "test",
+                           .epochs = 1,
+                           .max_steps = max_steps,
+                           .batch_size = batch_size,
+                           .grad_accum = grad_accum,
+                           .lr = 1e-3,
+                           .weight_decay = 0.01,
+                           .warmup = 1,
+                           .clip = 1.0,
+                           .beta1 = 0.9,
+                           .beta2 = 0.999,
+                           .adam_eps = 1e-8,
+                           .schedule = "linear",
+                           .seed = 3,
+                           .eval_interval = -1,
+                           .log_interval = 0,
+                           .save_interval = -1,
+                           .keep = 1,
+                           .save_dir = tz_tmpdir(),
+                           .options_json = "{}"};
+}
+
 const char *tz_tmpdir(void) {
     static char buf[8][64];
     static int slot = 0;
