@@ -52,13 +52,14 @@ static double time_engine(int engine, const shape *s, const float *A, const floa
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 20, n_shapes = 0;
-    shape shapes[64];
+    shape *shapes = calloc((size_t)argc + 8, sizeof *shapes); /* every argument a shape, or the defaults */
+    if (!shapes) return 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             threads = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps = atoi(argv[++i]);
-        } else if (n_shapes < 64) {
+        } else {
             shape s = {0};
             if (sscanf(argv[i], "%dx%dx%d:%1d%1d", &s.M, &s.N, &s.K, &s.ta, &s.tb) < 3 || s.M < 1 || s.N < 1 ||
                 s.K < 1) {
@@ -112,5 +113,6 @@ int main(int argc, char **argv) {
         free(A16);
         free(B16);
     }
+    free(shapes);
     return 0;
 }

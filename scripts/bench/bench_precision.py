@@ -21,16 +21,19 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import run_child, tail, thread_env  # noqa: E402
+from bench_gpt2_train import CONFIGS as GPT2_CONFIGS, WARMUP as GPT2_WARMUP  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ("gpt2", "minilm", "t5")
 PRECISIONS = ("fp32", "bf16")
 GPT2_GOALS = (3.0, 4.0)  # issue 32: tunezoo bf16 at least this many times as fast as PyTorch autocast, PyTorch fp32
+STRETCH = 1.5  # issue 32: tunezoo bf16 within this many times the step's matmul-bound time
 QUALITY_POINTS = 0.5  # MiniLM: tunezoo bf16's dev accuracy and F1 within this many points of tunezoo fp32's
 
 
@@ -101,6 +104,58 @@ def get(res, *keys):
     return res
 
 
+def gpt2_gemms(cfg, B, T):
+    """The GEMMs of one GPT-2 classification training step at batch B x T: (count, "MxNxK:tAtB") as
+    tz-bench-gemm names them. Per layer the four linears (weights [out, in]) forward X W^T, backward
+    dX = dY W and dW = dY^T X; per layer, sequence and head attention's six products of head size
+    D. The classification head (C x 2) is left out: under 0.1% of the work."""
+    C, L, H = cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
+    N, D = B * T, cfg["n_embd"] // cfg["n_head"]
+    out = []
+    for o, i in ((3 * C, C), (C, C), (4 * C, C), (C, 4 * C)):
+        out += [(L, f"{N}x{o}x{i}:01"), (L, f"{N}x{i}x{o}:00"), (L, f"{o}x{i}x{N}:10")]
+    heads = L * B * H
+    # S = Q K^T, O = P V; dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q
+    out += [(heads, f"{T}x{T}x{D}:01"), (heads, f"{T}x{D}x{T}:00"), (heads, f"{T}x{T}x{D}:01"),
+            (heads, f"{T}x{D}x{T}:10"), (heads, f"{T}x{D}x{T}:00"), (heads, f"{T}x{D}x{T}:10")]
+    return out
+
+
+def gemm_ms(bench, shapes, threads):
+    """tz-bench-gemm's median ms of each shape: {shape: {"bf16": ms, "fp32": ms}}, fp32 being the
+    faster of OpenBLAS and oneDNN (the backend picks so, scripts/bench/bench_gemm.py)."""
+    res = subprocess.run([bench, "--threads", str(threads), "--reps", "5"] + sorted(shapes), env=thread_env(threads),
+                         capture_output=True, text=True, check=True)
+    ms = {}
+    for line in res.stdout.splitlines():
+        r = json.loads(line)
+        if "ms" not in r:
+            continue
+        kind = "bf16" if r["engine"] == "onednn_bf16" else "fp32"
+        cur = ms.setdefault(r["shape"], {})
+        cur[kind] = min(cur.get(kind, float("inf")), r["ms"])
+    return ms
+
+
+def gpt2_matmul_floor(args, shapes):
+    """The mean over the timed steps of each step's matmul-bound time, {"bf16": ms, "fp32": ms}:
+    its GEMMs (gpt2_gemms, at the step's own B x T) each at tz-bench-gemm's rate on this machine.
+    None without tz-bench-gemm (a build without oneDNN) or with a failed run."""
+    bench = os.path.join(args.bin_dir, "tz-bench-gemm")
+    timed = [tuple(s) for s in shapes[GPT2_WARMUP:]]
+    if not os.path.exists(bench) or not timed:
+        return None
+    cfg = GPT2_CONFIGS[args.gpt2_config]
+    per_step = {bt: gpt2_gemms(cfg, *bt) for bt in set(timed)}
+    try:
+        ms = gemm_ms(bench, {s for g in per_step.values() for _, s in g}, args.threads)
+        return {k: sum(sum(n * ms[s][k] for n, s in per_step[bt]) for bt in timed) / len(timed)
+                for k in ("bf16", "fp32")}
+    except (OSError, ValueError, KeyError, subprocess.CalledProcessError) as e:
+        print(f"matmul-bound step: tz-bench-gemm failed ({e})")
+        return None
+
+
 def report_gpt2(res, args):
     tz = {p: get(res[p], "configs", args.gpt2_config, "tunezoo") for p in PRECISIONS}
     pt = {p: get(res[p], "configs", args.gpt2_config, "pytorch") for p in PRECISIONS}
@@ -120,6 +175,28 @@ def report_gpt2(res, args):
     ratio_line("tunezoo bf16 vs tunezoo fp32", get(tz["fp32"], "ms"), b)
     if len(shapes) == 2 and shapes[0] != shapes[1]:
         print("note: the fp32 and bf16 runs saw different batch shapes")
+    floor = gpt2_matmul_floor(args, get(tz["bf16"], "shapes") or []) if b else None
+    if floor:
+        report_floor(floor, b, get(tz["fp32"], "ms"), get(pt["bf16"], "ms"), get(pt["fp32"], "ms"))
+
+
+def report_floor(floor, tz_bf16, tz_fp32, pt_bf16, pt_fp32):
+    """The step's matmul-bound times, tunezoo against them, and whether the goals can be met here at
+    all: a goal time below the bf16 floor is out of reach on this CPU whatever the rest costs."""
+    print(f"matmul-bound step (its GEMMs at tz-bench-gemm's rates here): bf16 {floor['bf16']:.1f} ms, "
+          f"fp32 {floor['fp32']:.1f} ms")
+    r = tz_bf16 / floor["bf16"]
+    print(f"{'tunezoo bf16 / bf16 matmul-bound':44} x{r:.2f}   (stretch goal <= {STRETCH}: "
+          f"{'met' if r <= STRETCH else 'NOT met'}; {tz_bf16 - floor['bf16']:.1f} ms over it)")
+    if tz_fp32:
+        print(f"{'tunezoo fp32 / fp32 matmul-bound':44} x{tz_fp32 / floor['fp32']:.2f}")
+    for label, other, goal in (("PyTorch bf16 autocast", pt_bf16, GPT2_GOALS[0]), ("PyTorch fp32", pt_fp32,
+                                                                                  GPT2_GOALS[1])):
+        if other is None:
+            continue
+        need = other / goal
+        where = "reachable" if need >= floor["bf16"] else "below the bf16 matmul-bound time: out of reach on this CPU"
+        print(f"{goal:.0f}x {label} needs <= {need:.1f} ms/step: {where}")
 
 
 def report_minilm(res, args):
