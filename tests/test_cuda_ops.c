@@ -864,6 +864,11 @@ static void test_adamw(void) {
         rt_adamw(g_gpu, p.g, g.g, m.g, v.g, n, 1e-3f, beta1, 0.999f, 1e-8f, 0.01f, 0.8f, step);
         dbuf_free(&g);
     }
+    /* a slice one float in (as a ZeRO shard may start), off the 16-byte packs, with a tail */
+    dbuf g = dbuf_rand(n, 0.1f, 0.0f);
+    rt_adamw(g_cpu, p.c + 1, g.c + 1, m.c + 1, v.c + 1, n - 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.8f, 4);
+    rt_adamw(g_gpu, p.g + 1, g.g + 1, m.g + 1, v.g + 1, n - 4, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.8f, 4);
+    dbuf_free(&g);
     dbuf_check("adamw params", &p, ATOL, RTOL);
     dbuf_check("adamw m", &m, ATOL, RTOL);
     dbuf_check("adamw v", &v, 1e-7f, RTOL);

@@ -253,6 +253,13 @@ static void check_elementwise(void) {
         snprintf(what, sizeof what, "gated_act_bwd kind %d: dlin", k);
         check_act(what, &y2, ATOL, unit);
     }
+    /* views one value in, so no 16-byte packs (the kernels walk one value at a time), then from
+     * 8 values in with a tail of 5: the packed walk's two other paths */
+    for (size_t at = 1; at <= 8; at += 7) {
+        rt_act_fwd(cpu, RT_ACT_GELU_TANH, rt_x_at(xc(&y), at), rt_x_at(xc(&x), at), n - 3 - at);
+        rt_act_fwd(gpu, RT_ACT_GELU_TANH, rt_x_at(xg(&y), at), rt_x_at(xg(&x), at), n - 3 - at);
+        check_act(at == 1 ? "act_fwd, unaligned view" : "act_fwd, view with a tail", &y, ATOL, unit);
+    }
     /* a (rows, 40) column shard of a (rows, 120) matrix at column 40, in place: the same masks,
      * and a kept value times 1/(1-p) rounds the same on both */
     const size_t rows = n / 40;

@@ -7,11 +7,13 @@
  * a Philox block (four elements) per thread: one Philox per element made dropout the larger
  * part of its cost on an H200.
  * Every kernel is a grid-stride loop (over size_t indices, rows, or Philox blocks): any n works
- * with a capped grid. */
+ * with a capped grid. The activations, the linear epilogues and AdamW move their values eight at a
+ * time in 16-byte words (cuda_pack.h) where every buffer they touch is 16-byte aligned. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "runtime/backend/rt_adamw_scalars.h"
+#include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/backend/cuda/rt_cuda.h"
 
 /* sqrt(2/pi) and the cubic coefficient of the tanh approximation (HF gelu_new). */
@@ -60,50 +62,89 @@ __device__ __forceinline__ float rt_cuda_act1_bwd(int kind, float x, float dout)
     return dout * rt_cuda_act1_grad(kind, x);
 }
 
-/* The activation kernels read and write typed handles (rt_cuda_xload/xstore): each value is
- * computed in fp32 from the widened inputs and stored once. */
+/* The activation kernels read and write typed handles in packs (cuda_pack.h): each value is
+ * computed in fp32 from the widened inputs and stored once. An output may alias an input: a pack
+ * is read whole before it is written. */
 __global__ void rt_cuda_act_fwd_kernel(int kind, rt_x out, rt_x inp, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(inp, i)));
+    rt_cuda_pack_walk(n, rt_pack_aligned(out) && rt_pack_aligned(inp), [&](size_t i, int w) {
+        const rt_pack x = rt_pack_load_n(inp, i, w);
+        rt_pack y = {};
+        for (int j = 0; j < w; j++) y.v[j] = rt_cuda_act1(kind, x.v[j]);
+        rt_pack_store_n(out, i, w, &y);
+    });
 }
 
 __global__ void rt_cuda_act_bwd_kernel(int kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
-    RT_CUDA_FOR_EACH(i, n)
-    rt_cuda_xstore(dinp, i, rt_cuda_act1_bwd(kind, rt_cuda_xload(inp, i), rt_cuda_xload(dout, i)));
+    const bool aligned = rt_pack_aligned(dinp) && rt_pack_aligned(inp) && rt_pack_aligned(dout);
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack x = rt_pack_load_n(inp, i, w), dy = rt_pack_load_n(dout, i, w);
+        rt_pack dx = {};
+        for (int j = 0; j < w; j++) dx.v[j] = rt_cuda_act1_bwd(kind, x.v[j], dy.v[j]);
+        rt_pack_store_n(dinp, i, w, &dx);
+    });
 }
 
 __global__ void rt_cuda_gated_act_fwd_kernel(int kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(out, i, rt_cuda_act1(kind, rt_cuda_xload(gate, i)) * rt_cuda_xload(lin, i));
+    const bool aligned = rt_pack_aligned(out) && rt_pack_aligned(gate) && rt_pack_aligned(lin);
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack g = rt_pack_load_n(gate, i, w), l = rt_pack_load_n(lin, i, w);
+        rt_pack y = {};
+        for (int j = 0; j < w; j++) y.v[j] = rt_cuda_act1(kind, g.v[j]) * l.v[j];
+        rt_pack_store_n(out, i, w, &y);
+    });
 }
 
 /* dlin = dout * act(gate); dgate = (dout * lin) * act'(gate), as the CPU backend. dgate or dlin may
- * alias an input: each element is read before it is written. */
+ * alias an input: each pack is read before it is written. */
 __global__ void rt_cuda_gated_act_bwd_kernel(int kind, rt_x dgate, rt_x dlin, rt_x gate, rt_x lin, rt_x dout,
                                              size_t n) {
-    RT_CUDA_FOR_EACH(i, n) {
-        const float g = rt_cuda_xload(gate, i), l = rt_cuda_xload(lin, i), dy = rt_cuda_xload(dout, i);
-        rt_cuda_xstore(dlin, i, dy * rt_cuda_act1(kind, g));
-        rt_cuda_xstore(dgate, i, rt_cuda_act1_bwd(kind, g, dy * l));
-    }
+    const bool aligned = rt_pack_aligned(dgate) && rt_pack_aligned(dlin) && rt_pack_aligned(gate) &&
+                         rt_pack_aligned(lin) && rt_pack_aligned(dout);
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack g = rt_pack_load_n(gate, i, w), l = rt_pack_load_n(lin, i, w), dy = rt_pack_load_n(dout, i, w);
+        rt_pack dl = {}, dg = {};
+        for (int j = 0; j < w; j++) {
+            dl.v[j] = dy.v[j] * rt_cuda_act1(kind, g.v[j]);
+            dg.v[j] = rt_cuda_act1_bwd(kind, g.v[j], dy.v[j] * l.v[j]);
+        }
+        rt_pack_store_n(dlin, i, w, &dl);
+        rt_pack_store_n(dgate, i, w, &dg);
+    });
 }
 
-/* linear_fwd's epilogue: v = sum + bias[c] in fp32; pre = v, and with act out = act(v), stored. */
+/* linear_fwd's epilogue: v = sum + bias[c] in fp32; pre = v, and with act out = act(v), stored. A
+ * row's columns go in packs where C is a whole number of them (so every row starts one) and every
+ * buffer is aligned. */
 __global__ void rt_cuda_bias_act_kernel(rt_x out, rt_x pre, const float *sum, const float *bias, size_t N, int C,
                                         int kind) {
-    RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) {
-        const size_t i = r * (size_t)C + c;
-        const float v = bias ? sum[i] + bias[c] : sum[i];
-        rt_cuda_xstore(pre, i, v);
-        if (kind >= 0) rt_cuda_xstore(out, i, rt_cuda_act1(kind, v));
+    const bool packed = C % RT_PACK == 0 && rt_pack_aligned(out) && rt_pack_aligned(pre) &&
+                        rt_pack_aligned(rt_pack_xf(sum)) && rt_pack_aligned(rt_pack_xf(bias));
+    const int w = packed ? RT_PACK : 1;
+    RT_CUDA_FOR_EACH_ROW_COL(r, q, N, C / w) {
+        const int c = q * w;
+        const size_t i = r * (size_t)C + (size_t)c;
+        rt_pack v = rt_pack_load_n(rt_pack_xf(sum), i, w);
+        if (bias) {
+            const rt_pack b = rt_pack_load_n(rt_pack_xf(bias), (size_t)c, w);
+            for (int j = 0; j < w; j++) v.v[j] += b.v[j];
+        }
+        rt_pack_store_n(pre, i, w, &v);
+        if (kind < 0) continue;
+        for (int j = 0; j < w; j++) v.v[j] = rt_cuda_act1(kind, v.v[j]);
+        rt_pack_store_n(out, i, w, &v);
     }
 }
 
 /* linear_dact's epilogue: g = act'(pre) * g in fp32 (what the bias gradient sums), dpre = g stored. */
 __global__ void rt_cuda_dact_kernel(int kind, rt_x dpre, float *g, rt_x pre, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) {
-        const float v = rt_cuda_act1_bwd(kind, rt_cuda_xload(pre, i), g[i]);
-        g[i] = v;
-        rt_cuda_xstore(dpre, i, v);
-    }
+    const bool aligned = rt_pack_aligned(dpre) && rt_pack_aligned(rt_pack_xf(g)) && rt_pack_aligned(pre);
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack x = rt_pack_load_n(pre, i, w);
+        rt_pack d = rt_pack_load_n(rt_pack_xf(g), i, w);
+        for (int j = 0; j < w; j++) d.v[j] = rt_cuda_act1_bwd(kind, x.v[j], d.v[j]);
+        rt_pack_store_n(rt_pack_xf(g), i, w, &d);
+        rt_pack_store_n(dpre, i, w, &d);
+    });
 }
 
 __global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N, int C) {
@@ -165,21 +206,30 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
 __device__ __forceinline__ void rt_cuda_adamw_loop(const rt_adamw_scalars k, float grad_scale, float *params,
                                                    const float *grads, float *m, float *v, size_t n, void *copy,
                                                    int copy_kind) {
-    RT_CUDA_FOR_EACH(i, n) {
-        float g = grads[i] * grad_scale;
-        float p = params[i] * k.decay;
-        float mi = m[i];
-        /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
-        mi = k.lerp_low ? mi + k.w1 * (g - mi) : g - (g - mi) * (1.0f - k.w1);
-        float vi = v[i] * k.beta2 + k.w2 * g * g;
-        float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
-        p = p + (-k.step_size) * mi / denom;
-        m[i] = mi;
-        v[i] = vi;
-        params[i] = p;
-        if (copy_kind == 1) ((__nv_bfloat16 *)copy)[i] = __float2bfloat16_rn(p);
-        if (copy_kind == 2) ((__half *)copy)[i] = __float2half_rn(p);
-    }
+    const rt_x P = rt_pack_xf(params), G = rt_pack_xf(grads), M = rt_pack_xf(m), V = rt_pack_xf(v);
+    const rt_x copy_x = rt_pack_x(copy, copy_kind == 1 ? RT_BF16 : RT_F16);
+    const bool aligned = rt_pack_aligned(P) && rt_pack_aligned(G) && rt_pack_aligned(M) && rt_pack_aligned(V) &&
+                         (!copy_kind || rt_pack_aligned(copy_x));
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack gs = rt_pack_load_n(G, i, w);
+        rt_pack ps = rt_pack_load_n(P, i, w), ms = rt_pack_load_n(M, i, w), vs = rt_pack_load_n(V, i, w);
+        for (int j = 0; j < w; j++) {
+            float g = gs.v[j] * grad_scale;
+            float p = ps.v[j] * k.decay;
+            float mi = ms.v[j];
+            /* torch lerp: start + w*(end-start) for w < 0.5, else end - (end-start)*(1-w) */
+            mi = k.lerp_low ? mi + k.w1 * (g - mi) : g - (g - mi) * (1.0f - k.w1);
+            float vi = vs.v[j] * k.beta2 + k.w2 * g * g;
+            float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
+            ps.v[j] = p + (-k.step_size) * mi / denom;
+            ms.v[j] = mi;
+            vs.v[j] = vi;
+        }
+        rt_pack_store_n(M, i, w, &ms);
+        rt_pack_store_n(V, i, w, &vs);
+        rt_pack_store_n(P, i, w, &ps);
+        if (copy_kind) rt_pack_store_n(copy_x, i, w, &ps);
+    });
 }
 
 __global__ void rt_cuda_adamw_kernel(const rt_adamw_scalars k, float grad_scale, float *params, const float *grads,
@@ -234,24 +284,24 @@ static void rt_cuda_act_check(rt_act_kind kind) {
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind,
-                                                                                                          out, inp, n);
+    rt_cuda_act_fwd_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                             rt_cuda_stream(ctx)>>>((int)kind, out, inp, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_act_bwd(void *ctx, rt_act_kind kind, rt_x dinp, rt_x inp, rt_x dout, size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        (int)kind, dinp, inp, dout, n);
+    rt_cuda_act_bwd_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                             rt_cuda_stream(ctx)>>>((int)kind, dinp, inp, dout, n);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_gated_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x gate, rt_x lin, size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        (int)kind, out, gate, lin, n);
+    rt_cuda_gated_act_fwd_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                   rt_cuda_stream(ctx)>>>((int)kind, out, gate, lin, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -259,8 +309,8 @@ void rt_cuda_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, r
                            size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        (int)kind, dgate, dlin, gate, lin, dout, n);
+    rt_cuda_gated_act_bwd_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                   rt_cuda_stream(ctx)>>>((int)kind, dgate, dlin, gate, lin, dout, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -268,16 +318,16 @@ void rt_cuda_bias_act(void *ctx, rt_x out, rt_x pre, const float *sum, const flo
                       const rt_act_kind *act) {
     if (act) rt_cuda_act_check(*act);
     if (N == 0 || C <= 0) return;
-    rt_cuda_bias_act_kernel<<<rt_cuda_grid_rows(N, C, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, pre, sum, bias, N, C, act ? (int)*act : -1);
+    rt_cuda_bias_act_kernel<<<rt_cuda_grid_rows(N, (int)rt_pack_threads((size_t)C), RT_CUDA_THREADS), RT_CUDA_THREADS,
+                              0, rt_cuda_stream(ctx)>>>(out, pre, sum, bias, N, C, act ? (int)*act : -1);
     CUDA_LAUNCH_CHECK();
 }
 
 void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, size_t n) {
     rt_cuda_act_check(kind);
     if (n == 0) return;
-    rt_cuda_dact_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>((int)kind, dpre,
-                                                                                                       g, pre, n);
+    rt_cuda_dact_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        (int)kind, dpre, g, pre, n);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -405,8 +455,8 @@ void rt_cuda_adamw(void *ctx, float *params, const float *grads, float *m, float
     const rt_adamw_scalars k = rt_adamw_scalars_of(lr, beta1, beta2, eps, weight_decay, t);
     void *copy = NULL;
     const int kind = rt_cuda_adamw_copy((rt_cuda_ctx *)ctx, params, n, &copy);
-    rt_cuda_adamw_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        k, grad_scale, params, grads, m, v, n, copy, kind);
+    rt_cuda_adamw_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                           rt_cuda_stream(ctx)>>>(k, grad_scale, params, grads, m, v, n, copy, kind);
     CUDA_LAUNCH_CHECK();
     if (!kind) rt_cuda_weight_copy_update(ctx, params, n);
 }
@@ -417,8 +467,8 @@ void rt_cuda_adamw_step(void *ctx, const rt_step_state *s, int group, float *par
     if (n == 0) return;
     void *copy = NULL;
     const int kind = rt_cuda_adamw_copy((rt_cuda_ctx *)ctx, params, n, &copy);
-    rt_cuda_adamw_step_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        s, group, params, grads, m, v, n, copy, kind);
+    rt_cuda_adamw_step_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                rt_cuda_stream(ctx)>>>(s, group, params, grads, m, v, n, copy, kind);
     CUDA_LAUNCH_CHECK();
     /* a skipped step left the weights as they were: converting them again changes nothing */
     if (!kind) rt_cuda_weight_copy_update(ctx, params, n);

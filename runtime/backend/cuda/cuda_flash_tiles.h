@@ -40,6 +40,7 @@ extern "C" {
 #ifdef __cplusplus
 }
 #endif
+#include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/base/rt_rng.h"
 
 #ifdef __CUDACC__
@@ -117,21 +118,7 @@ typedef struct {
 #define FL_PAIR_SUM(x) (x)
 #endif
 
-FL_HD float fl_from16(uint16_t u, rt_dtype dt) {
-#ifdef __CUDA_ARCH__
-    return dt == RT_BF16 ? __bfloat162float(__ushort_as_bfloat16(u)) : __half2float(__ushort_as_half(u));
-#else
-    return dt == RT_BF16 ? rt_bf16_to_f32(u) : rt_f16_to_f32(u);
-#endif
-}
-FL_HD uint16_t fl_to16(float x, rt_dtype dt) {
-#ifdef __CUDA_ARCH__
-    return dt == RT_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
-#else
-    return dt == RT_BF16 ? rt_f32_to_bf16(x) : rt_f32_to_f16(x);
-#endif
-}
-FL_HD float fl_round16(float x, rt_dtype dt) { return fl_from16(fl_to16(x, dt), dt); }
+FL_HD float fl_round16(float x, rt_dtype dt) { return rt_pack_widen16(dt, rt_pack_narrow16(dt, x)); }
 
 /* An accumulator of 16 x HS fp32 sums that lives across tiles: registers on the GPU. */
 #ifdef __CUDA_ARCH__
@@ -192,7 +179,7 @@ FL_HD void fl_mma_nt(float *C, int ldc, const uint16_t *A, int lda, const uint16
     for (int r = 0; r < 16; r++)
         for (int n = 0; n < FL_BK; n++) {
             float s = 0.0f;
-            for (int k = 0; k < K; k++) s += fl_from16(A[r * lda + k], dt) * fl_from16(B[n * ldb + k], dt);
+            for (int k = 0; k < K; k++) s += rt_pack_widen16(dt, A[r * lda + k]) * rt_pack_widen16(dt, B[n * ldb + k]);
             C[r * ldc + n] = s;
         }
 #endif
@@ -218,7 +205,8 @@ FL_HD void fl_acc_mma(fl_acc *acc, const uint16_t *A, int lda, const uint16_t *B
     for (int r = 0; r < 16; r++)
         for (int n = 0; n < HS; n++) {
             float s = acc->v[r * FL_HS_MAX + n];
-            for (int k = 0; k < FL_BK; k++) s += fl_from16(A[r * lda + k], dt) * fl_from16(B[k * ldb + n], dt);
+            for (int k = 0; k < FL_BK; k++)
+                s += rt_pack_widen16(dt, A[r * lda + k]) * rt_pack_widen16(dt, B[k * ldb + n]);
             acc->v[r * FL_HS_MAX + n] = s;
         }
 #endif
@@ -304,7 +292,7 @@ FL_HD void fl_load(uint16_t *dst, const float *x, size_t ld, int b, int T, int h
     for (int e = FL_LANE(); e < nrows * HS; e += FL_LANES) {
         const int r = e / HS, c = e % HS, t = r0 + r;
         const float v = t < T ? x[((size_t)b * T + t) * ld + (size_t)h * HS + c] : 0.0f;
-        dst[r * FL_LD16 + c] = fl_to16(v, dt);
+        dst[r * FL_LD16 + c] = rt_pack_narrow16(dt, v);
     }
 }
 
@@ -419,7 +407,7 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
                     if (j < jend[t] && m[t] > -INFINITY)
                         (void)fl_prob(a, fl_score(a, sm->s[r * FL_LDF + c], km, brow[t], j), m[t], inv[t], &rng,
                                       g0 + (uint64_t)j, &pd, &keep);
-                    sm->p[r * FL_LDP + c] = fl_to16(pd, a->dtype);
+                    sm->p[r * FL_LDP + c] = rt_pack_narrow16(a->dtype, pd);
                 }
             }
         }
@@ -489,7 +477,7 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
                             part += pr * dpv;
                             ds = pr * (dpv - D[t]); /* rounds as it is stored */
                         }
-                        if (pass == 1) sm->ds[r * FL_LDP + c] = fl_to16(ds, a->dtype);
+                        if (pass == 1) sm->ds[r * FL_LDP + c] = rt_pack_narrow16(a->dtype, ds);
                     }
                 }
                 part = FL_PAIR_SUM(part);
@@ -553,8 +541,8 @@ FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float 
                                              g0 + (uint64_t)j, &pd, &keep);
                     ds = pr * (sm->dp[r * FL_LDF + c] * keep - D); /* rounds as it is stored */
                 }
-                sm->p[r * FL_LDP + c] = fl_to16(pd, a->dtype);
-                sm->ds[r * FL_LDP + c] = fl_to16(ds, a->dtype);
+                sm->p[r * FL_LDP + c] = rt_pack_narrow16(a->dtype, pd);
+                sm->ds[r * FL_LDP + c] = rt_pack_narrow16(a->dtype, ds);
             }
         }
         FL_SYNC();
