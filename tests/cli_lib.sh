@@ -6,8 +6,9 @@ fail=0
 ok() { pass=$((pass + 1)); }
 # bad WHAT: a failure, with the last lines of the program's stderr
 bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && tail -5 "$TMP/err" | sed 's/^/    /' >&2; }
-# expect_fail NAME RC PATTERN PROGRAM ARGS...: exit code RC and a stderr matching PATTERN, one
-# line when RC is 1 (an error in the input, not a usage message)
+# expect_fail NAME RC PATTERN PROGRAM ARGS...: exit code RC and a stderr matching PATTERN, in one
+# line (an error in the input, RC 1, or a usage error, RC 2, with its usage hint on the same line),
+# with no newline of a message shown escaped (\x0a) in it
 expect_fail() {
     local name=$1 want_rc=$2 pattern=$3 prog=$4
     shift 4
@@ -15,7 +16,8 @@ expect_fail() {
     local rc=$?
     if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
     if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
-    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
+    if [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
+    if grep -qF '\x0a' "$TMP/err"; then bad "$name: error shows an escaped newline"; return; fi
     ok
 }
 # finish NAME: the count, and the exit status

@@ -248,6 +248,12 @@ sum_before=$(sha256sum "$ckpt" | cut -d' ' -f1)
 expect_fail "unknown option" 2 "did you mean --batch-size" --batch-sise 4
 expect_fail "batch size 0" 2 "batch-size" --batch-size 0
 expect_fail "bad number" 2 "expected a number" --lr fast
+# a usage error and its hint are one line, not a newline printed escaped (\x0a)
+if [ "$(cat "$TMP/err")" = "gpt2-classify: error: --lr: expected a number, got 'fast'; usage: gpt2-classify [options] (see --help)" ]; then
+    ok
+else
+    bad "usage error: one line with its hint"
+fi
 expect_fail "unknown dataset" 2 "not one of" --dataset squad
 expect_fail "ZeRO stage 4" 2 "zero" --zero 4
 expect_fail "length buckets out of order" 2 "--length-buckets 32,16: lengths must ascend" "${COMMON[@]}" \

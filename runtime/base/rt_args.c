@@ -89,7 +89,8 @@ static rt_status rt_args_usage_error(const rt_args_spec *spec, const char *fmt, 
     char usage[512], what[512];
     rt_args_usage_line(spec, usage, sizeof usage);
     snprintf(what, sizeof what, fmt, a, b ? b : "");
-    return rt_errorf(RT_ERR_USAGE, "%s\n%s", what, usage);
+    /* one line, as every error: rt_status_exit_code prints a newline in a message as \x0a */
+    return rt_errorf(RT_ERR_USAGE, "%s; %s", what, usage);
 }
 
 static int rt_args_choice_ok(const char *choices, const char *v) {
