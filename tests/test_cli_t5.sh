@@ -85,7 +85,9 @@ expect_fail "invalid UTF-8" "bad.en:3: invalid UTF-8 at byte 5" "$TMP/bad.en" "$
     --save-dir "$TMP/x"
 expect_fail "one positional" "expected SRC TGT" "$TMP/s.en" "${COMMON[@]}" --save-dir "$TMP/x"
 expect_fail "predict without model" "--predict needs --model" --predict "$TMP/s.en" --save-dir "$TMP/x"
-expect_fail "missing file" "nope.en: cannot open" "$TMP/nope.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
+expect_fail "missing file" "SRC $TMP/nope.en: cannot open" "$TMP/nope.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
+[ -s "$TMP/out" ] && bad "missing file: reported after the model was built" || ok
+expect_fail "a folder" "TGT $TMP: a folder, not a file to read" "$TMP/s.en" "$TMP" "${COMMON[@]}" --save-dir "$TMP/x"
 # activation checkpointing (3+2 blocks, 2 at a time): the same losses and validation numbers,
 # less activation memory
 sed 's/"num_layers": 1/"num_layers": 3/; s/"num_decoder_layers": 1/"num_decoder_layers": 2/' "$TMP/tiny.json" \

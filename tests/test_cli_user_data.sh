@@ -187,6 +187,17 @@ expect_fail "multi-label in glm-finetune" 2 "labels in 'topics' are lists of cla
     glm-finetune --train-file "$EX/topics-train.jsonl" --label-column topics --cloze "{headline} Topic: [MASK]" \
     --verbalizer business=money --save-dir "$TMP/e15"
 
+# a data file that is not there, or a folder, is one line before anything loads (nothing on stdout)
+for p in gpt2-classify bert-classify t5-finetune gpt2-finetune glm-finetune; do
+    extra=()
+    [ "$p" = glm-finetune ] && extra=(--cloze "{review} It was [MASK]." --label-column sentiment)
+    expect_fail "$p: missing --train-file" 1 "^$p: error: --train-file $TMP/nope.csv: cannot open: No such file" \
+        "$p" --train-file "$TMP/nope.csv" "${extra[@]}" --save-dir "$TMP/e0"
+    [ -s "$TMP/out" ] && bad "$p: missing --train-file: reported after the model loaded"
+    expect_fail "$p: --validation-file a folder" 1 "^$p: error: --validation-file $TMP: a folder, not a file to read" \
+        "$p" --train-file "$EX/reviews-train.csv" --validation-file "$TMP" "${extra[@]}" --save-dir "$TMP/e0"
+done
+
 # options that do not go together, and names that are not there (usage: exit 2)
 expect_fail "--dataset with --train-file" 2 "\-\-dataset is for GLUE tasks; with --train-file leave it out" \
     gpt2-classify "${GPT2[@]}" --dataset sst2 --save-dir "$TMP/e1"

@@ -658,6 +658,9 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     train_app_comm_count comm_count = {0};
     RT_TRY(rt_args_parse(&gc_spec, argc, argv, pos, &n_pos));
     RT_TRY(gc_files_options(&files_opts));
+    const train_app_input inputs[] = {
+        {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.test_file, "--test-file"}};
+    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     RT_TRY(gc_lora_config(&lora, &lora_on));
     const bool user_files = O.train_file != NULL;

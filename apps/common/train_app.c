@@ -465,6 +465,13 @@ bool train_app_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
+rt_status train_app_inputs_readable(const train_app_input *in, size_t n) {
+    rt_status st = RT_OK;
+    for (size_t i = 0; i < n && st == RT_OK; i++)
+        if (in[i].path) st = rt_check_readable(in[i].path, in[i].what);
+    return st;
+}
+
 /* Whether an HF folder holds a tokenizer of its own. */
 static bool has_tokenizer_files(const char *dir) {
     static const char *const names[] = {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"};

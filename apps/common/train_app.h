@@ -124,6 +124,14 @@ const char *train_app_params_scope(const rt_comm *tp, const rt_comm *pp);
 /* Whether path names something that exists (a file or a folder). */
 bool train_app_exists(const char *path);
 
+/* A data file a run reads, and what names it ("--train-file", "SRC"); path NULL: not given. */
+typedef struct {
+    const char *path, *what;
+} train_app_input;
+/* Every given input is there to read (rt_check_readable): a program checks its data files right
+ * after its options, so that a misspelled name is one line, not an error after the weights load. */
+rt_status train_app_inputs_readable(const train_app_input *in, size_t n);
+
 /* Where a program's model and tokenizer come from. */
 typedef struct {
     char config[4200];    /* the config.json to build from; "" = the program's own small default */

@@ -826,6 +826,14 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
     if (!seq2seq && !user && n_pos)
         RT_FAIL(RT_ERR_USAGE, "--task %s reads --data-dir; SRC TGT are for --task seq2seq", O.task);
     if (!O.val_src != !O.val_tgt) RT_FAIL(RT_ERR_USAGE, "give --val-src and --val-tgt together");
+    const train_app_input inputs[] = {{pos[0], "SRC"},
+                                      {pos[1], "TGT"},
+                                      {O.val_src, "--val-src"},
+                                      {O.val_tgt, "--val-tgt"},
+                                      {O.train_file, "--train-file"},
+                                      {O.validation_file, "--validation-file"},
+                                      {O.test_file, "--test-file"}};
+    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
     /* PEFT's default for GLM (its chatglm entry); FlagAI's GLMModel is a plain module: no task type */
     const train_app_lora_family lora_family = {.default_targets = "query_key_value", .base_model = O.model};

@@ -27,6 +27,7 @@
 #include "data/data_table.h"
 #include "models/gpt2/gpt2.h"
 #include "runtime/base/rt_args.h"
+#include "runtime/base/rt_fs.h"
 #include "runtime/base/rt_log.h"
 #include "runtime/base/rt_progress.h"
 #include "tokenizers/tok.h"
@@ -595,6 +596,10 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(rt_args_parse(&lm_spec, argc, argv, pos, &n_pos));
     lm_lead = world->rank == 0;
     RT_TRY(lm_check_inputs(n_pos));
+    for (int i = 0; i < n_pos; i++) RT_TRY(rt_check_readable(pos[i], "TEXT"));
+    const train_app_input inputs[] = {
+        {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.val, "--val"}};
+    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));

@@ -610,6 +610,15 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                 O.predict ? "predict" : "test-file");
     if (O.predict && !O.predict_out) rt_log_info_to_stderr(true); /* stdout carries the outputs */
     RT_TRY(t5_check_inputs(n_pos));
+    const train_app_input inputs[] = {{pos[0], "SRC"},
+                                      {pos[1], "TGT"},
+                                      {O.val_src, "--val-src"},
+                                      {O.val_tgt, "--val-tgt"},
+                                      {O.train_file, "--train-file"},
+                                      {O.validation_file, "--validation-file"},
+                                      {O.test_file, "--test-file"},
+                                      {O.predict, "--predict"}};
+    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
     const train_app_lora_family lora_family = {

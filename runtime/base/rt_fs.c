@@ -67,3 +67,11 @@ fail:
     close(fd);
     return st;
 }
+
+rt_status rt_check_readable(const char *path, const char *what) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return rt_errorf(RT_ERR_IO, "%s %s: cannot open: %s", what, path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return rt_errorf(RT_ERR_IO, "%s %s: a folder, not a file to read", what, path);
+    if (access(path, R_OK) != 0) return rt_errorf(RT_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
+    return RT_OK;
+}

@@ -1,6 +1,6 @@
 /* Files and folders a user names: making a folder with its parents (mkdir -p), for every place
- * that writes into one (--save-dir, --cache-dir), and reading a whole small file (a config, a
- * tokenizer's vocabulary, an index). */
+ * that writes into one (--save-dir, --cache-dir), reading a whole small file (a config, a
+ * tokenizer's vocabulary, an index), and checking early that a data file is there to read. */
 #ifndef RT_FS_H
 #define RT_FS_H
 
@@ -15,5 +15,11 @@ rt_status rt_make_dirs(const char *dir, const char *what);
  * RT_ERR_IO naming path and what it is, and a file past limit bytes (0: no limit) RT_ERR_FORMAT
  * naming both sizes, before anything is allocated. */
 rt_status rt_read_file(const char *path, size_t limit, char **data, size_t *n);
+
+/* Whether path (named by `what`: an option such as "--train-file", or "SRC") is there to read: a
+ * file this process may read, or a pipe (process substitution's /dev/fd/N), not a folder. Checked
+ * without opening it (a FIFO's writer would see its reader leave), so that a misspelled data
+ * file is one line before the minutes of loading a model's weights. RT_ERR_IO naming both. */
+rt_status rt_check_readable(const char *path, const char *what);
 
 #endif
