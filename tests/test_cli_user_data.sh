@@ -196,6 +196,9 @@ for p in gpt2-classify bert-classify t5-finetune gpt2-finetune glm-finetune; do
     [ -s "$TMP/out" ] && bad "$p: missing --train-file: reported after the model loaded"
     expect_fail "$p: --validation-file a folder" 1 "^$p: error: --validation-file $TMP: a folder, not a file to read" \
         "$p" --train-file "$EX/reviews-train.csv" --validation-file "$TMP" "${extra[@]}" --save-dir "$TMP/e0"
+    # an output written after training that could not be made there: refused before it
+    expect_fail "$p: --save-hf under a file" 1 "^$p: error: --save-hf $TMP/gpt2.json/hf: $TMP/gpt2.json is a file, not a folder" \
+        "$p" --train-file "$EX/reviews-train.csv" --save-hf "$TMP/gpt2.json/hf" "${extra[@]}" --save-dir "$TMP/e0"
 done
 
 # options that do not go together, and names that are not there (usage: exit 2)

@@ -1,11 +1,13 @@
 /* The small runtime pieces every program leans on: option parsing (both spellings, --config
  * with the command line winning, errors that name the closest option), the LR schedules
- * against HF's formulas, and the Philox generator against its published known answers. */
+ * against HF's formulas, the Philox generator against its published known answers, and the
+ * early checks of the files a run reads and writes. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/base/rt_args.h"
+#include "runtime/base/rt_fs.h"
 #include "runtime/base/rt_rng.h"
 #include "runtime/train/rt_sched.h"
 #include "tests/testutil.h"
@@ -152,8 +154,37 @@ static void test_philox(void) {
     TZ_EXPECT(fabs(sum / 1e5) < 0.02 && fabs(sq / 1e5 - 1) < 0.02, "normal mean %g var %g", sum / 1e5, sq / 1e5);
 }
 
+/* rt_check_readable and rt_check_creatable: each failure is one line naming the option, the path
+ * and (creatable) the folder that is in the way. */
+static void test_fs_checks(void) {
+    const char *tmp = tz_tmpdir();
+    char file[512], missing[512], under_file[512], deep[512], dir_slash[512];
+    snprintf(file, sizeof file, "%s/data.txt", tmp);
+    snprintf(missing, sizeof missing, "%s/nope.txt", tmp);
+    snprintf(under_file, sizeof under_file, "%s/data.txt/hf", tmp);
+    snprintf(deep, sizeof deep, "%s/a//b/c/hf", tmp);
+    snprintf(dir_slash, sizeof dir_slash, "%s/", tmp);
+    tz_write_text(file, "x\n");
+    TZ_EXPECT_OK(rt_check_readable(file, "--train-file"));
+    TZ_EXPECT(rt_check_readable(missing, "--train-file") == RT_ERR_IO && strstr(rt_error_message(), "--train-file") &&
+                  strstr(rt_error_message(), "nope.txt: cannot open"),
+              "a missing file: %s", rt_error_message());
+    TZ_EXPECT(rt_check_readable(tmp, "SRC") == RT_ERR_IO && strstr(rt_error_message(), "a folder, not a file"),
+              "a folder: %s", rt_error_message());
+    TZ_EXPECT_OK(rt_check_readable("/dev/null", "TEXT")); /* not a regular file, but readable: pipes pass */
+    TZ_EXPECT_OK(rt_check_creatable(deep, "--save-hf"));  /* its missing parents would be made in tmp */
+    TZ_EXPECT_OK(rt_check_creatable(dir_slash, "--save-hf"));
+    TZ_EXPECT_OK(rt_check_creatable("relative-out", "--save-hf")); /* the current folder */
+    TZ_EXPECT(rt_check_creatable(under_file, "--save-hf") == RT_ERR_IO &&
+                  strstr(rt_error_message(), "data.txt is a file, not a folder"),
+              "a file in the way: %s", rt_error_message());
+    rt_status st = rt_check_creatable("/proc/self/status/x", "--predict-out");
+    TZ_EXPECT(st == RT_ERR_IO && strstr(rt_error_message(), "/proc/self/status is a file"), "%s", rt_error_message());
+}
+
 int main(void) {
     test_args();
+    test_fs_checks();
     test_preset_hook();
     test_sched();
     test_philox();

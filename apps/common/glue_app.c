@@ -661,6 +661,9 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const train_app_input inputs[] = {
         {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.test_file, "--test-file"}};
     RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    const train_app_input outputs[] = {
+        {O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}, {O.predict_out, "--predict-out"}};
+    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     RT_TRY(gc_lora_config(&lora, &lora_on));
     const bool user_files = O.train_file != NULL;

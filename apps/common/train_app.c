@@ -472,6 +472,13 @@ rt_status train_app_inputs_readable(const train_app_input *in, size_t n) {
     return st;
 }
 
+rt_status train_app_outputs_creatable(const train_app_input *out, size_t n) {
+    rt_status st = RT_OK;
+    for (size_t i = 0; i < n && st == RT_OK; i++)
+        if (out[i].path) st = rt_check_creatable(out[i].path, out[i].what);
+    return st;
+}
+
 /* Whether an HF folder holds a tokenizer of its own. */
 static bool has_tokenizer_files(const char *dir) {
     static const char *const names[] = {"tokenizer.json", "vocab.json", "encoder.json", "vocab.txt"};

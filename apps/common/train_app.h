@@ -131,6 +131,9 @@ typedef struct {
 /* Every given input is there to read (rt_check_readable): a program checks its data files right
  * after its options, so that a misspelled name is one line, not an error after the weights load. */
 rt_status train_app_inputs_readable(const train_app_input *in, size_t n);
+/* Every given output written after training (--save-hf, --predict-out) can be made there
+ * (rt_check_creatable), checked as the inputs are. */
+rt_status train_app_outputs_creatable(const train_app_input *out, size_t n);
 
 /* Where a program's model and tokenizer come from. */
 typedef struct {

@@ -600,6 +600,8 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     const train_app_input inputs[] = {
         {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.val, "--val"}};
     RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    const train_app_input outputs[] = {{O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}};
+    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));

@@ -75,3 +75,29 @@ rt_status rt_check_readable(const char *path, const char *what) {
     if (access(path, R_OK) != 0) return rt_errorf(RT_ERR_IO, "%s %s: cannot read: %s", what, path, strerror(errno));
     return RT_OK;
 }
+
+rt_status rt_check_creatable(const char *path, const char *what) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return rt_errorf(RT_ERR_USAGE, "%s: path is too long", what);
+    struct stat sb;
+    for (;;) { /* up to the nearest parent that exists: "" is the current folder */
+        char *slash = strrchr(dir, '/');
+        if (!slash) {
+            snprintf(dir, sizeof dir, ".");
+        } else {
+            while (slash > dir && slash[-1] == '/') slash--; /* "a//b" */
+            slash[slash == dir ? 1 : 0] = '\0';              /* "/x": the root */
+        }
+        if (stat(dir, &sb) == 0) break;
+        if (errno != ENOENT)
+            return rt_errorf(RT_ERR_IO, "%s %s: cannot reach %s: %s", what, path, dir, strerror(errno));
+        if (!slash) return rt_errorf(RT_ERR_IO, "%s %s: the current folder is gone", what, path);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return rt_errorf(RT_ERR_IO, "%s %s: %s is %s, not a folder", what, path, dir,
+                         S_ISREG(sb.st_mode) ? "a file" : rt_fs_kind(sb.st_mode));
+    if (access(dir, W_OK | X_OK) != 0)
+        return rt_errorf(RT_ERR_IO, "%s %s: cannot write in %s: %s", what, path, dir, strerror(errno));
+    return RT_OK;
+}

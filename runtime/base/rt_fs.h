@@ -22,4 +22,10 @@ rt_status rt_read_file(const char *path, size_t limit, char **data, size_t *n);
  * file is one line before the minutes of loading a model's weights. RT_ERR_IO naming both. */
 rt_status rt_check_readable(const char *path, const char *what);
 
+/* Whether path (named by `what`: "--save-hf") can be made: the nearest of its parent folders that
+ * exists is a folder this process may write in (the missing ones are made then, as rt_make_dirs
+ * does). An output written after training is checked before it, so that hours of training do not
+ * end in "cannot create". RT_ERR_IO naming both and the folder. */
+rt_status rt_check_creatable(const char *path, const char *what);
+
 #endif
