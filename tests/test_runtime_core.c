@@ -154,8 +154,8 @@ static void test_philox(void) {
     TZ_EXPECT(fabs(sum / 1e5) < 0.02 && fabs(sq / 1e5 - 1) < 0.02, "normal mean %g var %g", sum / 1e5, sq / 1e5);
 }
 
-/* rt_check_readable and rt_check_creatable: each failure is one line naming the option, the path
- * and (creatable) the folder that is in the way. */
+/* rt_check_readable, rt_check_creatable and rt_make_dirs: each failure is one line naming the
+ * option, the path and the folder or file in the way. */
 static void test_fs_checks(void) {
     const char *tmp = tz_tmpdir();
     char file[512], missing[512], under_file[512], deep[512], dir_slash[512];
@@ -178,6 +178,14 @@ static void test_fs_checks(void) {
     TZ_EXPECT(rt_check_creatable(under_file, "--save-hf") == RT_ERR_IO &&
                   strstr(rt_error_message(), "data.txt is a file, not a folder"),
               "a file in the way: %s", rt_error_message());
+    TZ_EXPECT(rt_make_dirs(file, "--save-dir") == RT_ERR_IO &&
+                  strstr(rt_error_message(), "data.txt is a file, not a folder"),
+              "--save-dir a file: %s", rt_error_message());
+    TZ_EXPECT(rt_make_dirs(under_file, "--save-dir") == RT_ERR_IO &&
+                  strstr(rt_error_message(), "data.txt is a file, not a folder"),
+              "--save-dir under a file: %s", rt_error_message());
+    TZ_EXPECT_OK(rt_make_dirs(deep, "--save-dir"));
+    TZ_EXPECT_OK(rt_make_dirs(deep, "--save-dir")); /* there already */
     rt_status st = rt_check_creatable("/proc/self/status/x", "--predict-out");
     TZ_EXPECT(st == RT_ERR_IO && strstr(rt_error_message(), "/proc/self/status is a file"), "%s", rt_error_message());
 }

@@ -9,20 +9,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static const char *rt_fs_kind(mode_t m);
+
+/* mkdir of one level of dir: made, or a folder already there (a file of that name is not). */
+static rt_status rt_make_dir(const char *path, const char *dir, const char *what) {
+    if (mkdir(path, 0777) == 0) return RT_OK;
+    const int err = errno;
+    struct stat sb;
+    if (err == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return RT_OK;
+    if (err == EEXIST && stat(path, &sb) == 0)
+        return rt_errorf(RT_ERR_IO, "%s %s: %s is %s, not a folder", what, dir, path,
+                         S_ISREG(sb.st_mode) ? "a file" : rt_fs_kind(sb.st_mode));
+    return rt_errorf(RT_ERR_IO, "%s %s: cannot create %s: %s", what, dir, path, strerror(err));
+}
+
 rt_status rt_make_dirs(const char *dir, const char *what) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
         return rt_errorf(RT_ERR_USAGE, "%s: path is too long", what);
     for (char *p = path + 1; *p; p++) {
-        if (*p != '/') continue;
+        if (*p != '/' || p[-1] == '/') continue;
         *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return rt_errorf(RT_ERR_IO, "%s %s: cannot create %s: %s", what, dir, path, strerror(errno));
+        rt_status st = rt_make_dir(path, dir, what);
         *p = '/';
+        if (st != RT_OK) return st;
     }
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-        return rt_errorf(RT_ERR_IO, "%s %s: cannot create it: %s", what, dir, strerror(errno));
-    return RT_OK;
+    return rt_make_dir(path, dir, what);
 }
 
 static const char *rt_fs_kind(mode_t m) {
