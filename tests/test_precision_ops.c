@@ -7,7 +7,9 @@
  *     (tolerance: 0 after that one rounding, whose relative size is at most u = 2^-8 for bf16
  *     and 2^-11 for fp16 in the normal range, more for fp16 subnormals; the table prints it as
  *     "max rel"). A backward reads what its forward stored, so its inputs are given as stored
- *     values (attention's probabilities are bf16 values, which fp16 holds exactly);
+ *     values (attention's probabilities, q, k, v and dout are bf16 values, which fp16 holds
+ *     exactly: a precision's products then read what fp32's read, and four-term sums of such
+ *     exact products come out the same in any kernel's order but in rare corner cases);
  *   - its fp32 outputs (norm statistics, parameter gradients, losses, xent statistics) must
  *     equal fp32's bit for bit;
  *   - the matmul rounds its inputs too: |C - C32| <= (2u + u^2) sum_k |a_k b_k| + u |C32| with
@@ -41,7 +43,8 @@ typedef struct {
     float x[N * 3 * C], y[N * 3 * C], w[3 * C * C], g[N * F], u[N * F], big[N * C];
     int32_t ids[N], targets[N], rows[B], buckets[T * T];
     float key_mask[B * T];
-    float probs[B * NH * T * T]; /* attention's, as stored in bf16 (make_inputs) */
+    float probs[B * NH * T * T];        /* attention's, as stored in bf16 (make_inputs) */
+    float xa[N * 3 * C], ya[N * 3 * C]; /* x and y as stored activations (bf16 values, fp16 ones too) */
 } op_inputs;
 
 /* One op: runs it on be (whose precision is set) and lists its outputs (malloc'd by the case). */
@@ -120,9 +123,10 @@ static int case_attention(rt_backend *be, const op_inputs *in, op_out *o) {
     rt_attn_desc d = attn;
     d.key_mask = in->key_mask;
     float *out = fresh(N * C), *probs = fresh(B * NH * T * T), *dqkv = fresh(N * 3 * C), *dbias = fresh(NH * T * T);
-    rt_attention_fwd(be, &d, rt_xf(out), probs, rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
-    rt_attention_bwd(be, &d, rt_xf(dqkv), rt_xf(dqkv + C), rt_xf(dqkv + 2 * C), dbias, rt_xf(in->y), in->probs,
-                     rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
+    /* q, k, v and dout are stored activations: the products read them as they are at every precision */
+    rt_attention_fwd(be, &d, rt_xf(out), probs, rt_xf(in->xa), rt_xf(in->xa + C), rt_xf(in->xa + 2 * C));
+    rt_attention_bwd(be, &d, rt_xf(dqkv), rt_xf(dqkv + C), rt_xf(dqkv + 2 * C), dbias, rt_xf(in->ya), in->probs,
+                     rt_xf(in->xa), rt_xf(in->xa + C), rt_xf(in->xa + 2 * C));
     o[0] = (op_out){"out", out, N * C, true, 4}, o[1] = (op_out){"probs", probs, B * NH * T * T, true, 0};
     /* dbias is the fp32 dS, unrounded, but dS comes from dO V^T, a product: at 16 bits the heads are packed
      * for the GEMM (cpu_attention.c), whose sums then run in another order than fp32's strided ones */
@@ -208,7 +212,8 @@ static void make_probs(rt_backend *be, op_inputs *in) {
     d.key_mask = in->key_mask;
     float out[N * C];
     TZ_EXPECT_OK(rt_set_precision(be, RT_F32));
-    rt_attention_fwd(be, &d, rt_xf(out), in->probs, rt_xf(in->x), rt_xf(in->x + C), rt_xf(in->x + 2 * C));
+    for (size_t i = 0; i < N * 3 * C; i++) in->xa[i] = rt_round_bf16(in->x[i]), in->ya[i] = rt_round_bf16(in->y[i]);
+    rt_attention_fwd(be, &d, rt_xf(out), in->probs, rt_xf(in->xa), rt_xf(in->xa + C), rt_xf(in->xa + 2 * C));
     for (size_t i = 0; i < sizeof in->probs / 4; i++) in->probs[i] = rt_round_bf16(in->probs[i]);
 }
 
