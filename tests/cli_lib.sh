@@ -1,6 +1,7 @@
 # Sourced by the shell tests of the programs: a pass/fail count and expect_fail. The caller sets
 # BIN_DIR and TMP (a temporary folder it removes); the programs' stdout and stderr go to
-# $TMP/out and $TMP/err. (The older test_cli_*.sh scripts still carry their own copies.)
+# $TMP/out and $TMP/err. (test_cli_bert, _convert, _gpt2_finetune and _t5 still carry their own
+# copies of expect_fail, with other arguments.)
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }

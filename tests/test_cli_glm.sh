@@ -9,24 +9,16 @@ SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 . "$SRC/tests/fixtures.sh"
 need_fixture "$ASSETS/glm-en-wordpiece/vocab.txt" "$FIXTURES/superglue-rte/train.jsonl" \
     "$FIXTURES/superglue-rte/val.jsonl" "$FIXTURES/superglue-wsc/train.jsonl" "$FIXTURES/superglue-wsc/val.jsonl"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_glm: $BIN not built"; exit 1; }
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
-# expect_fail NAME RC PATTERN ARGS...: exit code RC and, for RC 1, one stderr line matching PATTERN
-expect_fail() {
-    local name=$1 want_rc=$2 pattern=$3
+BIN_DIR=$(dirname "$BIN")
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
+# glm_fail NAME RC PATTERN ARGS...: cli_lib's expect_fail for glm-finetune (one stderr line, exit RC)
+glm_fail() {
+    local name=$1 rc=$2 pattern=$3
     shift 3
-    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
-    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
-    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
-    ok
+    expect_fail "$name" "$rc" "$pattern" glm-finetune "$@"
 }
 COMMON=(--threads 2 --batch-size 8 --log-interval 2)
 
@@ -102,18 +94,18 @@ mkdir -p "$TMP/badjson"
 head -n 8 "$SRC/assets/superglue-copa/train.jsonl" > "$TMP/badjson/train.jsonl"
 echo '[1, 2, 3]' >> "$TMP/badjson/train.jsonl"
 cp "$SRC/assets/superglue-copa/val.jsonl" "$TMP/badjson/"
-expect_fail "a JSONL line that is not an object" 1 "train.jsonl:9" --task copa --data-dir "$TMP/badjson" --save-dir "$TMP/x1"
+glm_fail "a JSONL line that is not an object" 1 "train.jsonl:9" --task copa --data-dir "$TMP/badjson" --save-dir "$TMP/x1"
 mkdir -p "$TMP/badlabel"
 sed '3s/"label": [01]/"label": 7/' "$SRC/assets/superglue-copa/train.jsonl" > "$TMP/badlabel/train.jsonl"
 cp "$SRC/assets/superglue-copa/val.jsonl" "$TMP/badlabel/"
-expect_fail "a label not in the task's set" 1 "train.jsonl:3" --task copa --data-dir "$TMP/badlabel" --save-dir "$TMP/x2"
-expect_fail "a GLM smaller than the tokenizer" 1 "vocab_size 128 is smaller" --task copa \
+glm_fail "a label not in the task's set" 1 "train.jsonl:3" --task copa --data-dir "$TMP/badlabel" --save-dir "$TMP/x2"
+glm_fail "a GLM smaller than the tokenizer" 1 "vocab_size 128 is smaller" --task copa \
     --model "$SRC/tests/golden/glm-tiny" --save-dir "$TMP/x4"
-expect_fail "an unknown task" 2 "task" --task mnli
-expect_fail "a checkpoint group without checkpointing" 2 "needs --checkpoint-activations" --task copa \
+glm_fail "an unknown task" 2 "task" --task mnli
+glm_fail "a checkpoint group without checkpointing" 2 "needs --checkpoint-activations" --task copa \
     --checkpoint-num-layers 2
-expect_fail "rte without --data-dir" 2 "needs --data-dir" --task rte
-expect_fail "seq2seq without files" 2 "SRC TGT" --task seq2seq
+glm_fail "rte without --data-dir" 2 "needs --data-dir" --task rte
+glm_fail "seq2seq without files" 2 "SRC TGT" --task seq2seq
 "$BIN" --help | grep -q "blank infilling" && ok || bad "--help describes the program"
 
 echo "test_cli_glm: $pass passed, $fail failed"

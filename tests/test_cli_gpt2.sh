@@ -6,24 +6,16 @@
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_gpt2: $BIN not built"; exit 1; }
-
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
-# expect_fail NAME RC PATTERN ARGS...: exit code RC and a single stderr line matching PATTERN
-expect_fail() {
-    local name=$1 want_rc=$2 pattern=$3
+BIN_DIR=$(dirname "$BIN")
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
+# gpt2_fail NAME RC PATTERN ARGS...: cli_lib's expect_fail for gpt2-classify (one stderr line, exit RC)
+gpt2_fail() {
+    local name=$1 rc=$2 pattern=$3
     shift 3
-    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
-    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
-    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
-    ok
+    expect_fail "$name" "$rc" "$pattern" gpt2-classify "$@"
 }
 
 # a tiny model and a small data slice
@@ -115,7 +107,7 @@ mkdir -p "$TMP/fp16-to-32" && cp "$TMP/fp16"/step-*3.tzck "$TMP/fp16-to-32/"
 "$BIN" "${COMMON[@]}" --max-steps 100000 --save-interval 0 --save-dir "$TMP/busy" > /dev/null 2>&1 &
 holder=$!
 for _ in $(seq 100); do grep -q "^pid $holder " "$TMP/busy/.lock" 2> /dev/null && break; sleep 0.1; done
-expect_fail "a second run on a locked --save-dir" 1 "run folder $TMP/busy is in use by another run (pid $holder host " \
+gpt2_fail "a second run on a locked --save-dir" 1 "run folder $TMP/busy is in use by another run (pid $holder host " \
     "${COMMON[@]}" --max-steps 1 --save-dir "$TMP/busy"
 kill -9 "$holder" 2> /dev/null
 wait "$holder" 2> /dev/null
@@ -170,7 +162,7 @@ rc=$?
 "$BIN" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall2" --resume-from "$(ls "$TMP/fall"/step-*2.tzck)" > "$TMP/out" 2> "$TMP/err" &&
     grep -q "resumed from .*step-0*2.tzck" "$TMP/out" && [ "$(grep "dev results" "$TMP/out")" = "$want" ] && ok ||
     bad "--resume-from an intact file"
-expect_fail "--resume-from a damaged file" 1 "$newest.corrupt" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall3" \
+gpt2_fail "--resume-from a damaged file" 1 "$newest.corrupt" "${COMMON[@]}" "${R[@]}" --save-dir "$TMP/fall3" \
     --resume-from "$newest.corrupt"
 
 # a checkpoint that cannot be written in full: one line naming it, the previous checkpoint
@@ -245,20 +237,20 @@ HF_HOME="$TMP/hfhome" "$BIN" --data-dir "$TMP/data" --max-len 48 --max-steps 1 -
 # bad inputs; the last good checkpoint must survive each of them untouched
 ckpt=$(ls "$TMP/run"/step-*.tzck | tail -n 1)
 sum_before=$(sha256sum "$ckpt" | cut -d' ' -f1)
-expect_fail "unknown option" 2 "did you mean --batch-size" --batch-sise 4
-expect_fail "batch size 0" 2 "batch-size" --batch-size 0
-expect_fail "bad number" 2 "expected a number" --lr fast
+gpt2_fail "unknown option" 2 "did you mean --batch-size" --batch-sise 4
+gpt2_fail "batch size 0" 2 "batch-size" --batch-size 0
+gpt2_fail "bad number" 2 "expected a number" --lr fast
 # a usage error and its hint are one line, not a newline printed escaped (\x0a)
 if [ "$(cat "$TMP/err")" = "gpt2-classify: error: --lr: expected a number, got 'fast'; usage: gpt2-classify [options] (see --help)" ]; then
     ok
 else
     bad "usage error: one line with its hint"
 fi
-expect_fail "unknown dataset" 2 "not one of" --dataset squad
-expect_fail "ZeRO stage 4" 2 "zero" --zero 4
-expect_fail "length buckets out of order" 2 "--length-buckets 32,16: lengths must ascend" "${COMMON[@]}" \
+gpt2_fail "unknown dataset" 2 "not one of" --dataset squad
+gpt2_fail "ZeRO stage 4" 2 "zero" --zero 4
+gpt2_fail "length buckets out of order" 2 "--length-buckets 32,16: lengths must ascend" "${COMMON[@]}" \
     --length-buckets 32,16
-expect_fail "length buckets short of --max-len" 2 "the largest bucket, 32, is shorter than --max-len (48 tokens)" \
+gpt2_fail "length buckets short of --max-len" 2 "the largest bucket, 32, is shorter than --max-len (48 tokens)" \
     "${COMMON[@]}" --length-buckets 16,32
 # --length-buckets: every training batch's length is one of the buckets (without them one batch is
 # 63 long), and with dropout off the numbers are the run's without buckets (the padding is masked),
@@ -279,19 +271,19 @@ if [ "$(lengths "$TMP/buckets")" = "64 " ] && [ "$(lengths "$TMP/nobuckets")" = 
 else
     bad "--length-buckets 40,64: batch lengths '$(lengths "$TMP/buckets")' (without: '$(lengths "$TMP/nobuckets")'), or the numbers differ"
 fi
-expect_fail "--offload-params without ZeRO-3" 2 "--offload-params needs --zero 3" --zero 2 --offload-params
-expect_fail "task without data" 2 "needs --data-dir" --dataset mnli
+gpt2_fail "--offload-params without ZeRO-3" 2 "--offload-params needs --zero 3" --zero 2 --offload-params
+gpt2_fail "task without data" 2 "needs --data-dir" --dataset mnli
 mkdir -p "$TMP/m_missing" && cp "$SRC/tests/golden/gpt2-tiny-cls/config.json" "$TMP/m_missing/"
-expect_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run" --overwrite
+gpt2_fail "missing safetensors" 1 "model.safetensors" --model "$TMP/m_missing" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_trunc" && cp "$TMP/arch.json" "$TMP/m_trunc/config.json"
 head -c 5000 "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" > "$TMP/m_trunc/model.safetensors"
-expect_fail "truncated safetensors" 1 "model.safetensors" --model "$TMP/m_trunc" --max-len 48 --save-dir "$TMP/run" --overwrite
+gpt2_fail "truncated safetensors" 1 "model.safetensors" --model "$TMP/m_trunc" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_corrupt" && cp "$TMP/arch.json" "$TMP/m_corrupt/config.json"
 { printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": nonsense!}'; head -c 100 /dev/zero; } > "$TMP/m_corrupt/model.safetensors"
-expect_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt" --max-len 48 --save-dir "$TMP/run" --overwrite
+gpt2_fail "corrupt safetensors" 1 "model.safetensors" --model "$TMP/m_corrupt" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/m_bert" && sed 's/"gpt2"/"bert"/' "$SRC/tests/golden/gpt2-tiny-cls/config.json" > "$TMP/m_bert/config.json"
 cp "$SRC/tests/golden/gpt2-tiny-cls/model.safetensors" "$TMP/m_bert/"
-expect_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run" --overwrite
+gpt2_fail "wrong model_type" 1 "model_type" --model "$TMP/m_bert" --save-dir "$TMP/run" --overwrite
 # weights of which no tensor is the model's (an empty state dict, another model's names): an
 # error, not a random model trained under the name of a pretrained one
 mkdir -p "$TMP/m_empty" "$TMP/m_other" && cp "$TMP/arch.json" "$TMP/m_empty/config.json" &&
@@ -300,68 +292,68 @@ mkdir -p "$TMP/m_empty" "$TMP/m_other" && cp "$TMP/arch.json" "$TMP/m_empty/conf
 hdr='{"foo":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
 { printf "$(printf '\\x%02x' ${#hdr})"'\x00\x00\x00\x00\x00\x00\x00'; printf '%s' "$hdr"; head -c 8 /dev/zero; } \
     > "$TMP/m_other/model.safetensors"
-expect_fail "weights with no tensor" 1 "m_empty/model.safetensors: no tensor in it is a parameter of this model (it holds 0" \
+gpt2_fail "weights with no tensor" 1 "m_empty/model.safetensors: no tensor in it is a parameter of this model (it holds 0" \
     --model "$TMP/m_empty" --data-dir "$TMP/data" --max-len 48 --save-dir "$TMP/run" --overwrite
-expect_fail "another model's weights" 1 "it holds 1 tensor, the first 'foo'; the model's first is 'wte.weight'" \
+gpt2_fail "another model's weights" 1 "it holds 1 tensor, the first 'foo'; the model's first is 'wte.weight'" \
     --model "$TMP/m_other" --data-dir "$TMP/data" --max-len 48 --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/d_col" && cp "$TMP/data/dev.tsv" "$TMP/d_col/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_col/train.tsv"
 printf '1\t2\t3\tonly four columns\n' >> "$TMP/d_col/train.tsv"
-expect_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run" --overwrite
+gpt2_fail "TSV missing column" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_col" --save-dir "$TMP/run" --overwrite
 mkdir -p "$TMP/d_lab" && cp "$TMP/data/dev.tsv" "$TMP/d_lab/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_lab/train.tsv"
 printf 'yes\t1\t2\ta\tb\n' >> "$TMP/d_lab/train.tsv"
-expect_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run" --overwrite
+gpt2_fail "non-numeric label" 1 "train.tsv:6" "${COMMON[@]}" --data-dir "$TMP/d_lab" --save-dir "$TMP/run" --overwrite
 # a control byte in the input is quoted escaped, never sent to the terminal as it is
 mkdir -p "$TMP/d_esc" && cp "$TMP/data/dev.tsv" "$TMP/d_esc/" && head -n 5 "$TMP/data/train.tsv" > "$TMP/d_esc/train.tsv"
 printf 'x\x1b[31mRED\t1\t2\ta\tb\n' >> "$TMP/d_esc/train.tsv"
-expect_fail "an ESC in a label" 1 "found 'x\\\\x1b\\[31mRED'" "${COMMON[@]}" --data-dir "$TMP/d_esc" --save-dir "$TMP/run" \
+gpt2_fail "an ESC in a label" 1 "found 'x\\\\x1b\\[31mRED'" "${COMMON[@]}" --data-dir "$TMP/d_esc" --save-dir "$TMP/run" \
     --overwrite
 ! grep -q $'\x1b' "$TMP/err" && ok || bad "an ESC reached stderr as it is"
 mkdir -p "$TMP/tok" && cp "$SRC/assets/gpt2-bpe/encoder.json" "$TMP/tok/vocab.json"
 { head -n 3 "$SRC/assets/gpt2-bpe/vocab.bpe"; echo "onlyonetoken"; } > "$TMP/tok/merges.txt"
-expect_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run" --overwrite
+gpt2_fail "broken merges line" 1 "merges.txt:4" "${COMMON[@]}" --tokenizer "$TMP/tok" --save-dir "$TMP/run" --overwrite
 # a config that is no file (issue 34): /dev/zero and /dev/urandom never end, a FIFO waits for a
 # writer; each is one line naming the option and what the path is
 mkfifo "$TMP/fifo"
-expect_fail "--config /dev/zero" 1 "--config: /dev/zero: a character device, not a file to read" \
+gpt2_fail "--config /dev/zero" 1 "--config: /dev/zero: a character device, not a file to read" \
     --config /dev/zero "${COMMON[@]}"
-expect_fail "--deepspeed-config /dev/urandom" 1 "--deepspeed-config: /dev/urandom: a character device" \
+gpt2_fail "--deepspeed-config /dev/urandom" 1 "--deepspeed-config: /dev/urandom: a character device" \
     --deepspeed-config /dev/urandom "${COMMON[@]}"
-expect_fail "--config FIFO" 1 "--config: $TMP/fifo: a FIFO, not a file to read" --config "$TMP/fifo" "${COMMON[@]}"
+gpt2_fail "--config FIFO" 1 "--config: $TMP/fifo: a FIFO, not a file to read" --config "$TMP/fifo" "${COMMON[@]}"
 # configs that say two things, or something no run can use (issue 34's minor items)
 printf '{"lr": 0.1} trailing' > "$TMP/c_trail.json"
-expect_fail "--config with text after the object" 1 "c_trail.json:1: not a valid JSON object, or text follows it" \
+gpt2_fail "--config with text after the object" 1 "c_trail.json:1: not a valid JSON object, or text follows it" \
     --config "$TMP/c_trail.json" "${COMMON[@]}"
 printf '{"lr": 0.1, "lr": 0.2}' > "$TMP/c_dup.json"
-expect_fail "--config with a key twice" 1 'c_dup.json: "lr" is given twice' --config "$TMP/c_dup.json" "${COMMON[@]}"
+gpt2_fail "--config with a key twice" 1 'c_dup.json: "lr" is given twice' --config "$TMP/c_dup.json" "${COMMON[@]}"
 echo '{"fp16": {"enabled": true}, "bf16": {"enabled": true}}' > "$TMP/ds_both.json"
-expect_fail "DeepSpeed fp16 and bf16 both on" 1 "ds_both.json: fp16.enabled and bf16.enabled are both true" \
+gpt2_fail "DeepSpeed fp16 and bf16 both on" 1 "ds_both.json: fp16.enabled and bf16.enabled are both true" \
     --deepspeed-config "$TMP/ds_both.json" "${COMMON[@]}"
 echo '{"zero_optimization": 3}' > "$TMP/ds_zero.json"
-expect_fail "DeepSpeed zero_optimization as a number" 1 "field 'zero_optimization' must be an object" \
+gpt2_fail "DeepSpeed zero_optimization as a number" 1 "field 'zero_optimization' must be an object" \
     --deepspeed-config "$TMP/ds_zero.json" "${COMMON[@]}"
 sed 's/}$/, "layer_norm_epsilon": -1}/' "$TMP/arch.json" > "$TMP/eps.json"
-expect_fail "layer_norm_epsilon -1" 1 "field 'layer_norm_epsilon' is -1, expected a positive number" \
+gpt2_fail "layer_norm_epsilon -1" 1 "field 'layer_norm_epsilon' is -1, expected a positive number" \
     --arch "$TMP/eps.json" --data-dir "$TMP/data" --max-len 48 --max-steps 1 --save-dir "$TMP/eps"
 touch "$TMP/a_file"
-expect_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
+gpt2_fail "unwritable save dir" 1 "save-dir" "${COMMON[@]}" --save-dir "$TMP/a_file/sub"
 [ "$(sha256sum "$ckpt" | cut -d' ' -f1)" = "$sum_before" ] && ok || bad "the last good checkpoint changed"
 # one run a folder (issue 34): a new run where another left checkpoints is refused with the ways
 # out, its checkpoints and metrics untouched; --overwrite replaces that run, once training starts
 mkdir -p "$TMP/used" && "$BIN" "${COMMON[@]}" --max-steps 3 --save-interval 1 --keep 5 --eval-interval -1 \
     --save-dir "$TMP/used" > /dev/null 2>&1 || bad "the earlier run in used/"
 sums=$(cd "$TMP/used" && sha256sum step-*.tzck metrics.jsonl)
-expect_fail "a new run in a used --save-dir" 2 \
+gpt2_fail "a new run in a used --save-dir" 2 \
     "save-dir $TMP/used holds an earlier run (step-000003.tzck and older checkpoints, metrics.jsonl): pass --resume" \
     "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/used"
 [ "$(cd "$TMP/used" && sha256sum step-*.tzck metrics.jsonl)" = "$sums" ] && ok || bad "a refused run changed used/"
-expect_fail "--overwrite with --resume" 2 "--overwrite starts a new run in --save-dir, --resume continues one" \
+gpt2_fail "--overwrite with --resume" 2 "--overwrite starts a new run in --save-dir, --resume continues one" \
     "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/used" --resume --overwrite
 # --resume-from an older checkpoint of the folder: its newer ones are another timeline's
-expect_fail "--resume-from under newer checkpoints" 2 \
+gpt2_fail "--resume-from under newer checkpoints" 2 \
     "--save-dir $TMP/used holds 1 newer checkpoint (the newest: $TMP/used/step-000003.tzck)" \
     "${COMMON[@]}" --max-steps 4 --save-dir "$TMP/used" --resume-from "$TMP/used/step-000002.tzck"
 mkdir -p "$TMP/nockpt"
-expect_fail "--resume-from a folder without checkpoints" 1 "--resume-from $TMP/nockpt: no checkpoint there" \
+gpt2_fail "--resume-from a folder without checkpoints" 1 "--resume-from $TMP/nockpt: no checkpoint there" \
     "${COMMON[@]}" --max-steps 2 --save-dir "$TMP/fresh" --resume-from "$TMP/nockpt"
 "$BIN" "${COMMON[@]}" --max-steps 2 --eval-interval -1 --save-dir "$TMP/used" --overwrite > "$TMP/out" 2> "$TMP/err" &&
     grep -q "removed the earlier run's 3 checkpoints from $TMP/used" "$TMP/out" &&
@@ -372,18 +364,18 @@ expect_fail "--resume-from a folder without checkpoints" 1 "--resume-from $TMP/n
 # --resume over another model's checkpoints: they are whole, so they are named as another
 # model's and left as they are, not called damaged and set aside
 sed 's/"n_embd": 16/"n_embd": 32/' "$TMP/arch.json" > "$TMP/arch32.json"
-expect_fail "--resume over another model's checkpoints" 1 "this model needs" --arch "$TMP/arch32.json" \
+gpt2_fail "--resume over another model's checkpoints" 1 "this model needs" --arch "$TMP/arch32.json" \
     --data-dir "$TMP/data" --max-len 48 --batch-size 8 --max-steps 5 --save-dir "$TMP/used" --resume
 [ -z "$(ls "$TMP/used" | grep corrupt)" ] && ok || bad "another model's checkpoint was set aside as damaged"
 
 # metrics.jsonl that is a FIFO would swallow the records: refused
 mkdir -p "$TMP/fifo-run" && mkfifo "$TMP/fifo-run/metrics.jsonl"
-expect_fail "metrics.jsonl as a FIFO" 1 "fifo-run/metrics.jsonl: not a regular file" "${COMMON[@]}" --max-steps 1 \
+gpt2_fail "metrics.jsonl as a FIFO" 1 "fifo-run/metrics.jsonl: not a regular file" "${COMMON[@]}" --max-steps 1 \
     --save-dir "$TMP/fifo-run" --resume
 
 # a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
 printf '{"model_type": "gpt2", "n_embd": 1000000000}\n' > "$TMP/huge.json"
-expect_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \
+gpt2_fail "n_embd 1e9" 1 "huge.json: field 'n_embd' is 1000000000, more than the limit 65536" \
     --arch "$TMP/huge.json" --data-dir "$TMP/data" --max-steps 1 --save-dir "$TMP/huge"
 
 echo "test_cli_gpt2: $pass passed, $fail failed"

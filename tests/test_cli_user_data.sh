@@ -14,25 +14,11 @@
 set -u
 BIN_DIR="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 for p in gpt2-classify bert-classify t5-finetune gpt2-finetune glm-finetune; do [ -x "$BIN_DIR/$p" ] || { echo "test_cli_user_data: $p not built"; exit 1; }; done
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" >&2; }
-# expect_fail NAME RC PATTERN PROGRAM ARGS...: exit code RC and a one-line stderr matching PATTERN
-expect_fail() {
-    local name=$1 want_rc=$2 pattern=$3 prog=$4
-    shift 4
-    "$BIN_DIR/$prog" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne "$want_rc" ]; then bad "$name: exit $rc, want $want_rc"; return; fi
-    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
-    if [ "$want_rc" -eq 1 ] && [ "$(wc -l < "$TMP/err")" -ne 1 ]; then bad "$name: error is not one line"; return; fi
-    ok
-}
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
 
 cat > "$TMP/gpt2.json" <<JSON
 {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 64, "n_embd": 16, "n_layer": 1, "n_head": 2}
