@@ -194,31 +194,11 @@ static rt_status rank_run(rank_arg *a) {
     RT_TRY(gpt2_model_init(&cfg, be, view.tp, BATCH, MAX_T, 11, &m));
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = g.dp_rank, .world = g.dp_size};
     RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = STEPS,
-                       .batch_size = BATCH,
-                       .grad_accum = ACCUM,
-                       .lr = 1e-3,
-                       .weight_decay = 0.01,
-                       .warmup = 1,
-                       .clip = 0.5,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 1,
-                       .save_interval = -1,
-                       .keep = 1,
-                       .save_dir = a->dir,
-                       .options_json = "{}",
-                       .dp = view.dp,
-                       .tp = view.tp,
-                       .dp_host = view.dp_host,
-                       .tp_host = view.tp_host,
-                       .zero = a->zero};
+    rt_train_opts o = tz_train_opts(STEPS, BATCH, ACCUM, a->dir);
+    o.clip = 0.5;
+    o.log_interval = 1;
+    o.dp = view.dp, o.tp = view.tp, o.dp_host = view.dp_host, o.tp_host = view.tp_host;
+    o.zero = a->zero;
     fb_ctx fb = {.a = a, .m = m};
     rt_params *p = gpt2_model_params(m);
     rt_train_model tm = {.ctx = &fb, .params = p, .forward_backward = fwd_bwd};

@@ -230,7 +230,7 @@ static rt_status rank_run(rt_comm *comm, void *arg) {
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = comm->rank, .world = comm->size};
     RT_TRY(data_loader_init(&g_ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     fb_ctx f = {.m = m};
-    rt_train_opts o = tz_train_opts(3, BATCH, 2);
+    rt_train_opts o = tz_train_opts(3, BATCH, 2, tz_tmpdir());
     o.dp = comm;
     o.dp_bucket = a->bucket;
     rt_train_model tm = {

@@ -125,7 +125,7 @@ static void run(rt_backend *be, const char *dir, int64_t max_steps, bool resume,
     fake_data fd = {0};
     rt_loss_scale_opts ls;
     rt_loss_scale_defaults(&ls);
-    rt_train_opts o = tz_train_opts(max_steps, 1, 1);
+    rt_train_opts o = tz_train_opts(max_steps, 1, 1, tz_tmpdir());
     o.lr = 1e-2;
     o.save_interval = 0;
     o.keep = 5;

@@ -222,7 +222,7 @@ static gpt2_model *train(rt_backend *be, const char *graphs, float dropout, rt_s
     data_init(&data);
     run_model rm = {.m = m};
     fake.model = &rm;
-    const rt_train_opts o = tz_train_opts(5, B, 2);
+    const rt_train_opts o = tz_train_opts(5, B, 2, tz_tmpdir());
     rt_train_model tm = {.ctx = &rm,
                          .params = gpt2_model_params(m),
                          .forward_backward = model_step,

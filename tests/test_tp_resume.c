@@ -128,28 +128,12 @@ static rt_status rank_run(rank_arg *a) {
                 rep.unused);
     data_sampler_opts so = {.seed = 5, .shuffle = true, .world = 1};
     RT_TRY(data_loader_init(a->ds, &so, BATCH, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 1,
-                       .max_steps = STEPS,
-                       .batch_size = BATCH,
-                       .grad_accum = 1,
-                       .lr = 1e-3,
-                       .weight_decay = 0.01,
-                       .warmup = 2,
-                       .clip = 1.0,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "linear",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 0,
-                       .save_interval = a->save_interval,
-                       .keep = 0,
-                       .save_dir = a->save_dir,
-                       .resume = a->resume,
-                       .options_json = "{}",
-                       .tp = tp};
+    rt_train_opts o = tz_train_opts(STEPS, BATCH, 1, a->save_dir);
+    o.warmup = 2;
+    o.save_interval = a->save_interval;
+    o.keep = 0;
+    o.resume = a->resume;
+    o.tp = tp;
     rt_train_model tm = {.ctx = a, .params = p, .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;

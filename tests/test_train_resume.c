@@ -50,7 +50,7 @@ static gpt2_model *train(rt_backend *be, const data_tokenized *ds, const char *s
     TZ_EXPECT_OK(data_loader_init(ds, &so, (int)batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
     if (!m || !loader) return m;
     run_ctx rc = {.m = m, .stop_at_step = stop_at};
-    rt_train_opts o = tz_train_opts(max_steps, batch, accum);
+    rt_train_opts o = tz_train_opts(max_steps, batch, accum, tz_tmpdir());
     o.warmup = 2;
     o.eval_interval = 0;
     o.keep = 2;

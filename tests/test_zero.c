@@ -87,31 +87,14 @@ static rt_status rank_run(rank_arg *a) {
     data_sampler_opts so = {.seed = 5, .shuffle = true, .rank = a->comm->rank, .world = a->comm->size};
     const int batch = c->batch ? c->batch : BATCH;
     RT_TRY(data_loader_init(&g_ds, &so, batch, VOCAB - 1, &(data_pad){.multiple = 1}, &loader));
-    rt_train_opts o = {.prog = "test",
-                       .epochs = 2,
-                       .max_steps = c->steps,
-                       .batch_size = batch,
-                       .grad_accum = c->accum ? c->accum : 1,
-                       .lr = 1e-3,
-                       .weight_decay = 0.5,
-                       .warmup = 2,
-                       .clip = 0.5,
-                       .beta1 = 0.9,
-                       .beta2 = 0.999,
-                       .adam_eps = 1e-8,
-                       .schedule = "constant",
-                       .seed = 3,
-                       .eval_interval = -1,
-                       .log_interval = 1,
-                       .save_interval = c->save_interval,
-                       .keep = c->keep_all ? 0 : 2,
-                       .save_dir = c->dir,
-                       .resume = c->resume,
-                       .options_json = "{}",
-                       .dp = a->comm,
-                       .zero = c->zero,
-                       .offload_optimizer = c->offload,
-                       .offload_params = c->offload_params};
+    rt_train_opts o = tz_train_opts(c->steps, batch, c->accum ? c->accum : 1, c->dir);
+    o.epochs = 2;
+    o.weight_decay = 0.5, o.warmup = 2, o.clip = 0.5, o.schedule = "constant";
+    o.log_interval = 1;
+    o.save_interval = c->save_interval;
+    o.keep = c->keep_all ? 0 : 2;
+    o.resume = c->resume;
+    o.dp = a->comm, o.zero = c->zero, o.offload_optimizer = c->offload, o.offload_params = c->offload_params;
     rt_train_model tm = {.ctx = a->m, .params = gpt2_model_params(a->m), .forward_backward = fwd_bwd};
     rt_train_data td = data_loader_train_data(loader);
     rt_train_result res;

@@ -157,7 +157,7 @@ static void tmp_cleanup(void) {
     n_tmp_made = 0;
 }
 
-rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_accum) {
+rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_accum, const char *save_dir) {
     return (rt_train_opts){.prog = "test",
                            .epochs = 1,
                            .max_steps = max_steps,
@@ -176,7 +176,7 @@ rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_
                            .log_interval = 0,
                            .save_interval = -1,
                            .keep = 1,
-                           .save_dir = tz_tmpdir(),
+                           .save_dir = save_dir,
                            .options_json = "{}"};
 }
 

@@ -118,9 +118,10 @@ void tz_write_text(const char *path, const char *text);
 const char *tz_tmpdir(void);
 /* The loop's options the loop tests share: one epoch of at most max_steps steps of batch_size x
  * grad_accum, AdamW at lr 1e-3 with weight decay 0.01 and PyTorch's betas and eps, a linear
- * schedule with one warm-up step, clipping at 1, seed 3, no evaluation, logging or checkpoints, in a
- * fresh tz_tmpdir; a test sets what it is about on top (comms, buckets, intervals). */
-rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_accum);
+ * schedule with one warm-up step, clipping at 1, seed 3, no evaluation, logging or checkpoints, with
+ * its run folder in save_dir (tz_tmpdir() for a fresh one; rank threads pass theirs, made before
+ * they start); a test sets what it is about on top (comms, buckets, intervals, resume). */
+rt_train_opts tz_train_opts(int64_t max_steps, int64_t batch_size, int64_t grad_accum, const char *save_dir);
 
 /* n synthetic labelled sentence pairs of 5..18 tokens with ids in [0, vocab - 1) shifted by
  * id_offset (the loop and parallel tests train on them; vocab - 1 is left for padding). */
