@@ -660,10 +660,10 @@ static rt_status gc_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     RT_TRY(gc_files_options(&files_opts));
     const train_app_input inputs[] = {
         {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.test_file, "--test-file"}};
-    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    RT_TRY(train_app_check_paths(inputs, sizeof inputs / sizeof inputs[0], rt_check_readable));
     const train_app_input outputs[] = {
         {O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}, {O.predict_out, "--predict-out"}};
-    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
+    RT_TRY(train_app_check_paths(outputs, sizeof outputs / sizeof outputs[0], rt_check_creatable));
     RT_TRY(train_app_setup(&O.t, &gc_spec, F->prog, world, &grid_storage));
     RT_TRY(gc_lora_config(&lora, &lora_on));
     const bool user_files = O.train_file != NULL;

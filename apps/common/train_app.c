@@ -465,17 +465,11 @@ bool train_app_exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
-rt_status train_app_inputs_readable(const train_app_input *in, size_t n) {
+rt_status train_app_check_paths(const train_app_input *paths, size_t n,
+                                rt_status (*check)(const char *, const char *)) {
     rt_status st = RT_OK;
     for (size_t i = 0; i < n && st == RT_OK; i++)
-        if (in[i].path) st = rt_check_readable(in[i].path, in[i].what);
-    return st;
-}
-
-rt_status train_app_outputs_creatable(const train_app_input *out, size_t n) {
-    rt_status st = RT_OK;
-    for (size_t i = 0; i < n && st == RT_OK; i++)
-        if (out[i].path) st = rt_check_creatable(out[i].path, out[i].what);
+        if (paths[i].path) st = check(paths[i].path, paths[i].what);
     return st;
 }
 

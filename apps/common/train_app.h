@@ -12,6 +12,7 @@
 
 #include "data/data_pad.h"
 #include "runtime/base/rt_args.h"
+#include "runtime/base/rt_fs.h" /* the checks train_app_check_paths takes */
 #include "runtime/backend/rt_backend.h"
 #include "runtime/comm/rt_comm_stats.h"
 #include "runtime/comm/rt_grid.h"
@@ -128,12 +129,11 @@ bool train_app_exists(const char *path);
 typedef struct {
     const char *path, *what;
 } train_app_input;
-/* Every given input is there to read (rt_check_readable): a program checks its data files right
- * after its options, so that a misspelled name is one line, not an error after the weights load. */
-rt_status train_app_inputs_readable(const train_app_input *in, size_t n);
-/* Every given output written after training (--save-hf, --predict-out) can be made there
- * (rt_check_creatable), checked as the inputs are. */
-rt_status train_app_outputs_creatable(const train_app_input *out, size_t n);
+/* check (rt_check_readable for the inputs, rt_check_creatable for what is written after training:
+ * --save-hf, --predict-out) on every given path, stopping at the first failure: a program checks
+ * its files right after its options, so that a misspelled name is one line, not an error after
+ * the weights load or the training ends. */
+rt_status train_app_check_paths(const train_app_input *paths, size_t n, rt_status (*check)(const char *, const char *));
 
 /* Where a program's model and tokenizer come from. */
 typedef struct {

@@ -833,9 +833,9 @@ static rt_status glm_run_main(int argc, char **argv, rt_comm *world, int *signal
                                       {O.train_file, "--train-file"},
                                       {O.validation_file, "--validation-file"},
                                       {O.test_file, "--test-file"}};
-    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    RT_TRY(train_app_check_paths(inputs, sizeof inputs / sizeof inputs[0], rt_check_readable));
     const train_app_input outputs[] = {{O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}};
-    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
+    RT_TRY(train_app_check_paths(outputs, sizeof outputs / sizeof outputs[0], rt_check_creatable));
     RT_TRY(train_app_setup(&O.t, &glm_spec, GLM_PROG, world, &grid));
     /* PEFT's default for GLM (its chatglm entry); FlagAI's GLMModel is a plain module: no task type */
     const train_app_lora_family lora_family = {.default_targets = "query_key_value", .base_model = O.model};

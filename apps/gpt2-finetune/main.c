@@ -599,9 +599,9 @@ static rt_status lm_run(int argc, char **argv, rt_comm *world, int *signal_out) 
     for (int i = 0; i < n_pos; i++) RT_TRY(rt_check_readable(pos[i], "TEXT"));
     const train_app_input inputs[] = {
         {O.train_file, "--train-file"}, {O.validation_file, "--validation-file"}, {O.val, "--val"}};
-    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    RT_TRY(train_app_check_paths(inputs, sizeof inputs / sizeof inputs[0], rt_check_readable));
     const train_app_input outputs[] = {{O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}};
-    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
+    RT_TRY(train_app_check_paths(outputs, sizeof outputs / sizeof outputs[0], rt_check_creatable));
     if (O.t.length_buckets) /* before the data loads */
         RT_FAIL(RT_ERR_USAGE, "--length-buckets: %s's rows are --block-size blocks, one shape already", LM_PROG);
     RT_TRY(train_app_setup(&O.t, &lm_spec, LM_PROG, world, &grid));

@@ -618,10 +618,10 @@ static rt_status t5_run(int argc, char **argv, rt_comm *world, int *signal_out) 
                                       {O.validation_file, "--validation-file"},
                                       {O.test_file, "--test-file"},
                                       {O.predict, "--predict"}};
-    RT_TRY(train_app_inputs_readable(inputs, sizeof inputs / sizeof inputs[0]));
+    RT_TRY(train_app_check_paths(inputs, sizeof inputs / sizeof inputs[0], rt_check_readable));
     const train_app_input outputs[] = {
         {O.save_hf, "--save-hf"}, {O.t.save_lora, "--save-lora"}, {O.predict_out, "--predict-out"}};
-    RT_TRY(train_app_outputs_creatable(outputs, sizeof outputs / sizeof outputs[0]));
+    RT_TRY(train_app_check_paths(outputs, sizeof outputs / sizeof outputs[0], rt_check_creatable));
     if (O.predict && !O.model) RT_FAIL(RT_ERR_USAGE, "--predict needs --model DIR (a trained model, e.g. SAVE_DIR/hf)");
     RT_TRY(train_app_setup(&O.t, &t5_spec, T5_PROG, world, &grid));
     const train_app_lora_family lora_family = {

@@ -9,7 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *rt_fs_kind(mode_t m);
+static const char *rt_fs_kind(mode_t m) {
+    return S_ISFIFO(m)   ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISDIR(m)  ? "a folder"
+           : S_ISSOCK(m) ? "a socket"
+                         : "not a regular file";
+}
 
 /* mkdir of one level of dir: made, or a folder already there (a file of that name is not). */
 static rt_status rt_make_dir(const char *path, const char *dir, const char *what) {
@@ -35,15 +42,6 @@ rt_status rt_make_dirs(const char *dir, const char *what) {
         if (st != RT_OK) return st;
     }
     return rt_make_dir(path, dir, what);
-}
-
-static const char *rt_fs_kind(mode_t m) {
-    return S_ISFIFO(m)   ? "a FIFO"
-           : S_ISCHR(m)  ? "a character device"
-           : S_ISBLK(m)  ? "a block device"
-           : S_ISDIR(m)  ? "a folder"
-           : S_ISSOCK(m) ? "a socket"
-                         : "not a regular file";
 }
 
 rt_status rt_read_file(const char *path, size_t limit, char **data, size_t *n) {

@@ -36,21 +36,17 @@
 extern "C" {
 #endif
 #include "runtime/backend/rt_backend.h"
-#include "runtime/base/rt_dtype.h"
 #ifdef __cplusplus
 }
 #endif
+/* the 16-bit conversions and PK_HD (host and device), with cuda_bf16.h and cuda_fp16.h under nvcc */
 #include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/base/rt_rng.h"
 
 #ifdef __CUDACC__
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <mma.h>
-#define FL_HD __host__ __device__ __forceinline__
-#else
-#define FL_HD static inline
 #endif
+#define FL_HD PK_HD
 
 #ifdef __cplusplus
 #define FL_ALIGN alignas(32)
