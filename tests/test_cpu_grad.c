@@ -68,7 +68,7 @@ typedef struct {
 
 static double ln_loss(void *p) {
     ln_st *s = p;
-    ops->layernorm_fwd(cx, rt_xf(s->out), s->mean, s->rstd, s->x, s->w, s->b, s->N, s->C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(s->out), s->mean, s->rstd, rt_xf(s->x), s->w, s->b, s->N, s->C, 1e-5f);
     return dot_d(s->out, s->R, s->N * s->C);
 }
 
@@ -79,9 +79,9 @@ static void grad_layernorm(void) {
     s.out = zeros(n), s.mean = zeros(s.N), s.rstd = zeros(s.N), s.R = fill(n, 4, -1, 1);
     float *dx = zeros(n), *dw = zeros(s.C), *db = zeros(s.C);
     ln_loss(&s);
-    ops->layernorm_bwd(cx, dx, dw, db, s.R, s.x, s.w, s.mean, s.rstd, s.N, s.C);
+    ops->layernorm_bwd(cx, dx, dw, db, s.R, rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
     float *dx1 = dup(dx, n), *dw1 = dup(dw, s.C), *db1 = dup(db, s.C);
-    ops->layernorm_bwd(cx, dx, dw, db, s.R, s.x, s.w, s.mean, s.rstd, s.N, s.C);
+    ops->layernorm_bwd(cx, dx, dw, db, s.R, rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
     check_accumulates("layernorm_bwd accumulates dinp", dx, dx1, n);
     check_accumulates("layernorm_bwd accumulates dweight", dw, dw1, s.C);
     check_accumulates("layernorm_bwd accumulates dbias", db, db1, s.C);
@@ -95,7 +95,7 @@ static void grad_layernorm(void) {
 /* ---- RMSNorm ---- */
 static double rms_loss(void *p) {
     ln_st *s = p;
-    ops->rmsnorm_fwd(cx, rt_xf(s->out), s->rstd, s->x, s->w, s->N, s->C, 1e-6f);
+    ops->rmsnorm_fwd(cx, rt_xf(s->out), s->rstd, rt_xf(s->x), s->w, s->N, s->C, 1e-6f);
     return dot_d(s->out, s->R, s->N * s->C);
 }
 
@@ -106,9 +106,9 @@ static void grad_rmsnorm(void) {
     s.out = zeros(n), s.rstd = zeros(s.N), s.R = fill(n, 14, -1, 1);
     float *dx = zeros(n), *dw = zeros(s.C);
     rms_loss(&s);
-    ops->rmsnorm_bwd(cx, dx, dw, s.R, s.x, s.w, s.rstd, s.N, s.C);
+    ops->rmsnorm_bwd(cx, dx, dw, s.R, rt_xf(s.x), s.w, s.rstd, s.N, s.C);
     float *dx1 = dup(dx, n), *dw1 = dup(dw, s.C);
-    ops->rmsnorm_bwd(cx, dx, dw, s.R, s.x, s.w, s.rstd, s.N, s.C);
+    ops->rmsnorm_bwd(cx, dx, dw, s.R, rt_xf(s.x), s.w, s.rstd, s.N, s.C);
     check_accumulates("rmsnorm_bwd accumulates dinp", dx, dx1, n);
     check_accumulates("rmsnorm_bwd accumulates dweight", dw, dw1, s.C);
     fd_check("rmsnorm dinp", s.x, n, dx1, rms_loss, &s);

@@ -95,7 +95,7 @@ static void test_layernorm(void) {
     float *x = fill(N * C, 20, 2.0f, 4.0f); /* |mean| >> std exercises the two-pass variance */
     float *w = fill(C, 21, 0.5f, 1.5f), *bias = fill(C, 22, -0.5f, 0.5f);
     float *out = zeros(N * C), *mean = zeros(N), *rstd = zeros(N);
-    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, x, w, bias, N, C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, rt_xf(x), w, bias, N, C, 1e-5f);
     double *ro = rt_xcalloc(N * C, sizeof(double)), *rm = rt_xcalloc(N, sizeof(double)),
            *rr = rt_xcalloc(N, sizeof(double));
     for (size_t n = 0; n < N; n++) {
@@ -111,7 +111,7 @@ static void test_layernorm(void) {
     check_d("layernorm mean", mean, rm, N, 1e-6f, 1e-6f);
     check_d("layernorm rstd", rstd, rr, N, 1e-6f, 1e-5f);
     /* bias NULL is allowed */
-    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, x, w, NULL, N, C, 1e-5f);
+    ops->layernorm_fwd(cx, rt_xf(out), mean, rstd, rt_xf(x), w, NULL, N, C, 1e-5f);
     for (size_t n = 0; n < N; n++)
         for (int c = 0; c < C; c++) ro[n * C + c] -= bias[c];
     check_d("layernorm out no bias", out, ro, N * C, 1e-5f, 1e-5f);
@@ -123,7 +123,7 @@ static void test_rmsnorm(void) {
     const int C = 33;
     float *x = fill(N * C, 30, -2.0f, 2.0f), *w = fill(C, 31, 0.5f, 1.5f);
     float *out = zeros(N * C), *rstd = zeros(N);
-    ops->rmsnorm_fwd(cx, rt_xf(out), rstd, x, w, N, C, 1e-6f);
+    ops->rmsnorm_fwd(cx, rt_xf(out), rstd, rt_xf(x), w, N, C, 1e-6f);
     double *ro = rt_xcalloc(N * C, sizeof(double)), *rr = rt_xcalloc(N, sizeof(double));
     for (size_t n = 0; n < N; n++) {
         double s = 0;
@@ -619,10 +619,10 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     float *res = zeros(total), *o = res;
     float *x = fill(nx, 200, -2, 2), *w = fill(C, 201, 0.5f, 1.5f), *b = fill(C, 202, -1, 1);
     float *dy = fill(nx, 203, -1, 1), *mean = zeros(N), *rstd = zeros(N);
-    ops->layernorm_fwd(cx, rt_xf(o), mean, rstd, x, w, b, N, C, 1e-5f), o += nx;
-    ops->layernorm_bwd(cx, o, o + nx, o + nx + C, dy, x, w, mean, rstd, N, C), o += nx + 2 * C;
-    ops->rmsnorm_fwd(cx, rt_xf(o), rstd, x, w, N, C, 1e-6f), o += nx;
-    ops->rmsnorm_bwd(cx, o, o + nx, dy, x, w, rstd, N, C), o += nx + C;
+    ops->layernorm_fwd(cx, rt_xf(o), mean, rstd, rt_xf(x), w, b, N, C, 1e-5f), o += nx;
+    ops->layernorm_bwd(cx, o, o + nx, o + nx + C, dy, rt_xf(x), w, mean, rstd, N, C), o += nx + 2 * C;
+    ops->rmsnorm_fwd(cx, rt_xf(o), rstd, rt_xf(x), w, N, C, 1e-6f), o += nx;
+    ops->rmsnorm_bwd(cx, o, o + nx, dy, rt_xf(x), w, rstd, N, C), o += nx + C;
     memcpy(o, mean, N * sizeof(float)), o += N;
     memcpy(o, rstd, N * sizeof(float)), o += N;
     float *logits = fill(nl, 204, -3, 3);

@@ -4,8 +4,10 @@
  * dropout_bwd of it), and the wrappers' composition for a backend without the op. Every compute
  * precision (fp32, bf16, fp16), LayerNorm with and without bias, RMSNorm and no norm, dropout 0
  * and 0.1, C of 37 and 768 and N of 1, 5 and 130 (from one row to a parallel region); outputs,
- * statistics, the residual and branch gradients and the accumulated parameter gradients. Then
- * finite differences of the backward (as tests/test_cpu_grad.c checks every backward op). */
+ * statistics, the residual and branch gradients and the accumulated parameter gradients. At bf16
+ * and fp16 also with the residual and the sum as 16-bit handles (a typed stack's residual sums),
+ * and the norms reading a 16-bit input: the same bits. Then finite differences of the backward
+ * (as tests/test_cpu_grad.c checks every backward op). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,14 +82,15 @@ static void run_before(const inputs *in, results *r) {
     if (d->dropout_p > 0) rt_dropout_fwd(g_be, tmp, tmp, n, d->dropout_p, d->seed, d->stream, NULL);
     rt_add(g_be, r->sum, in->res, tmp, n);
     if (d->weight && d->rms)
-        rt_rmsnorm_fwd(g_be, rt_xf(r->out), r->rstd, r->sum, d->weight, in->N, in->C, d->eps);
+        rt_rmsnorm_fwd(g_be, rt_xf(r->out), r->rstd, rt_xf(r->sum), d->weight, in->N, in->C, d->eps);
     else if (d->weight)
-        rt_layernorm_fwd(g_be, rt_xf(r->out), r->mean, r->rstd, r->sum, d->weight, d->bias, in->N, in->C, d->eps);
+        rt_layernorm_fwd(g_be, rt_xf(r->out), r->mean, r->rstd, rt_xf(r->sum), d->weight, d->bias, in->N, in->C,
+                         d->eps);
     if (d->weight && d->rms)
-        rt_rmsnorm_bwd(g_be, r->dres, r->dw, in->dout, r->sum, d->weight, r->rstd, in->N, in->C);
+        rt_rmsnorm_bwd(g_be, r->dres, r->dw, in->dout, rt_xf(r->sum), d->weight, r->rstd, in->N, in->C);
     else if (d->weight)
-        rt_layernorm_bwd(g_be, r->dres, r->dw, d->bias ? r->db : NULL, in->dout, r->sum, d->weight, r->mean, r->rstd,
-                         in->N, in->C);
+        rt_layernorm_bwd(g_be, r->dres, r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), d->weight, r->mean,
+                         r->rstd, in->N, in->C);
     if (d->dropout_p > 0) rt_dropout_bwd(g_be, r->dbranch, r->dres, n, d->dropout_p, d->seed, d->stream, NULL);
     free(tmp);
 }
@@ -95,8 +98,57 @@ static void run_before(const inputs *in, results *r) {
 /* Through the wrappers on backend be (fused, or composed by the wrappers). */
 static void run_op(rt_backend *be, const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
-    rt_residual_fwd(be, d, r->sum, rt_xf(r->out), r->mean, r->rstd, in->res, in->branch);
-    rt_residual_bwd(be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, r->sum, r->mean, r->rstd);
+    rt_residual_fwd(be, d, rt_xf(r->sum), rt_xf(r->out), r->mean, r->rstd, rt_xf(in->res), in->branch);
+    rt_residual_bwd(be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), r->mean,
+                    r->rstd);
+}
+
+/* n values of x (held at dtype already) as 2-byte dtype values, and back. */
+static uint16_t *narrow(rt_dtype dtype, const float *x, size_t n) {
+    uint16_t *y = rt_xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) y[i] = dtype == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
+    return y;
+}
+static void widen(rt_dtype dtype, float *y, const uint16_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = dtype == RT_BF16 ? rt_bf16_to_f32(x[i]) : rt_f16_to_f32(x[i]);
+}
+
+/* The fused op with res and sum as 16-bit handles of the compute precision, the sum widened into r
+ * for the comparison. */
+static void run_typed(const inputs *in, results *r) {
+    const rt_residual_desc *d = &in->d;
+    const rt_dtype t = g_be->compute;
+    const size_t n = in->N * (size_t)in->C;
+    uint16_t *res = narrow(t, in->res, n), *sum = rt_xcalloc(n, sizeof(uint16_t));
+    rt_residual_fwd(g_be, d, rt_x_of(sum, t), rt_xf(r->out), r->mean, r->rstd, rt_x_of(res, t), in->branch);
+    rt_residual_bwd(g_be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, rt_x_of(sum, t), r->mean,
+                    r->rstd);
+    widen(t, r->sum, sum, n);
+    free(res), free(sum);
+}
+
+/* The norms alone over the sum of ref as a 16-bit input, against ref (run_before's). */
+static void check_norms_typed(const char *where, const inputs *in, const results *ref) {
+    const rt_residual_desc *d = &in->d;
+    const rt_dtype t = g_be->compute;
+    const size_t n = in->N * (size_t)in->C;
+    uint16_t *x = narrow(t, ref->sum, n);
+    results r = results_new(in);
+    if (d->rms) {
+        rt_rmsnorm_fwd(g_be, rt_xf(r.out), r.rstd, rt_x_of(x, t), d->weight, in->N, in->C, d->eps);
+        rt_rmsnorm_bwd(g_be, r.dres, r.dw, in->dout, rt_x_of(x, t), d->weight, r.rstd, in->N, in->C);
+    } else {
+        rt_layernorm_fwd(g_be, rt_xf(r.out), r.mean, r.rstd, rt_x_of(x, t), d->weight, d->bias, in->N, in->C, d->eps);
+        rt_layernorm_bwd(g_be, r.dres, r.dw, d->bias ? r.db : NULL, in->dout, rt_x_of(x, t), d->weight, r.mean, r.rstd,
+                         in->N, in->C);
+    }
+    expect_bits("out", where, r.out, ref->out, n);
+    expect_bits("rstd", where, r.rstd, ref->rstd, in->N);
+    expect_bits("dweight", where, r.dw, ref->dw, (size_t)in->C);
+    if (d->bias) expect_bits("dbias", where, r.db, ref->db, (size_t)in->C);
+    expect_bits("dres", where, r.dres, ref->dres, n);
+    results_free(&r);
+    free(x);
 }
 
 static void compare(const char *where, const inputs *in, const results *got, const results *ref) {
@@ -147,10 +199,19 @@ static void check_case(rt_dtype dtype, int norm, float p, size_t N, int C) {
     char where2[200];
     snprintf(where2, sizeof where2, "%s (wrappers' composition)", where);
     compare(where2, &in, &composed, &before);
+    if (dtype != RT_F32) {
+        results typed = results_new(&in);
+        run_typed(&in, &typed);
+        snprintf(where2, sizeof where2, "%s (16-bit res and sum)", where);
+        compare(where2, &in, &typed, &before);
+        results_free(&typed);
+        snprintf(where2, sizeof where2, "%s (norm of a 16-bit input)", where);
+        if (norm != NORM_NONE) check_norms_typed(where2, &in, &before);
+    }
     if (norm != NORM_NONE) { /* a recompute writes the output over the branch (tmp) */
         float *branch = dup(in.branch, n);
         results again = results_new(&in);
-        rt_residual_fwd(g_be, &in.d, again.sum, rt_xf(branch), again.mean, again.rstd, in.res, branch);
+        rt_residual_fwd(g_be, &in.d, rt_xf(again.sum), rt_xf(branch), again.mean, again.rstd, rt_xf(in.res), branch);
         snprintf(where2, sizeof where2, "%s (out over branch)", where);
         expect_bits("sum", where2, again.sum, before.sum, n);
         expect_bits("out", where2, branch, before.out, n);
@@ -175,7 +236,8 @@ typedef struct {
 static double fd_loss(void *arg) {
     fd_st *s = arg;
     const size_t n = s->in.N * (size_t)s->in.C;
-    rt_residual_fwd(g_be, &s->in.d, s->r.sum, rt_xf(s->r.out), s->r.mean, s->r.rstd, s->in.res, s->in.branch);
+    rt_residual_fwd(g_be, &s->in.d, rt_xf(s->r.sum), rt_xf(s->r.out), s->r.mean, s->r.rstd, rt_xf(s->in.res),
+                    s->in.branch);
     double L = 0;
     for (size_t i = 0; i < n; i++) L += (double)s->R_sum[i] * s->r.sum[i];
     if (s->in.d.weight)

@@ -202,12 +202,12 @@ static void check_norms(void) {
     float *sum = malloc(sizeof(float) * N * C), st[4][37];
     for (int c = 0; c < C; c++) w[c] = 1 + 0.1f * tz_uniform(&seed), b[c] = 0.1f * tz_uniform(&seed);
     for (int i = 0; i < N * C; i++) res[i] = rt_round_to(dt, tz_uniform(&seed));
-    rt_layernorm_fwd(be, xf(&y), st[0], st[1], x.f, w, b, N, C, 1e-5f);
-    rt_layernorm_fwd(be, xh(&y), st[2], st[3], x.f, w, b, N, C, 1e-5f);
+    rt_layernorm_fwd(be, xf(&y), st[0], st[1], rt_xf(x.f), w, b, N, C, 1e-5f);
+    rt_layernorm_fwd(be, xh(&y), st[2], st[3], rt_xf(x.f), w, b, N, C, 1e-5f);
     expect_same("layernorm_fwd", &y);
     expect_floats("layernorm_fwd's statistics", st[0], st[2], 2 * 37);
-    rt_rmsnorm_fwd(be, xf(&y), st[0], x.f, w, N, C, 1e-6f);
-    rt_rmsnorm_fwd(be, xh(&y), st[2], x.f, w, N, C, 1e-6f);
+    rt_rmsnorm_fwd(be, xf(&y), st[0], rt_xf(x.f), w, N, C, 1e-6f);
+    rt_rmsnorm_fwd(be, xh(&y), st[2], rt_xf(x.f), w, N, C, 1e-6f);
     expect_same("rmsnorm_fwd", &y);
     for (int rms = 0; rms < 2; rms++) {
         const rt_residual_desc d = {.N = N,
@@ -219,8 +219,8 @@ static void check_norms(void) {
                                     .dropout_p = 0.1f,
                                     .seed = 4,
                                     .stream = 6};
-        rt_residual_fwd(be, &d, sum, xf(&y), st[0], st[1], res, x.f);
-        rt_residual_fwd(be, &d, sum, xh(&y), st[2], st[3], res, x.f);
+        rt_residual_fwd(be, &d, rt_xf(sum), xf(&y), st[0], st[1], rt_xf(res), x.f);
+        rt_residual_fwd(be, &d, rt_xf(sum), xh(&y), st[2], st[3], rt_xf(res), x.f);
         expect_same(rms ? "residual_fwd (RMSNorm)" : "residual_fwd (LayerNorm)", &y);
     }
     float *rows = calloc((size_t)5 * C, sizeof(float)), *rows16 = calloc((size_t)5 * C, sizeof(float));

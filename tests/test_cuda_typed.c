@@ -311,24 +311,47 @@ static void check_norms(void) {
     act y = act_new((size_t)N * C, &seed, 0.0f);
     flt x = flt_new((size_t)N * C, &seed, 2.0f, 0.0f), w = flt_new(C, &seed, 0.1f, 1.0f),
         b = flt_new(C, &seed, 0.1f, 0);
-    flt res = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), sum = flt_new((size_t)N * C, NULL, 0, 0);
+    /* a typed stack's residual sums: 16-bit on the GPU (the CPU's side holds their values) */
+    act res = act_new((size_t)N * C, &seed, 1.0f), sum = act_new((size_t)N * C, &seed, 0.0f);
     flt mean = flt_new(N, NULL, 0, 0), rstd = flt_new(N, NULL, 0, 0);
-    rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, x.c, w.c, b.c, N, C, 1e-5f);
-    rt_layernorm_fwd(gpu, xg(&y), mean.g, rstd.g, x.g, w.g, b.g, N, C, 1e-5f);
+    rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, rt_xf(x.c), w.c, b.c, N, C, 1e-5f);
+    rt_layernorm_fwd(gpu, xg(&y), mean.g, rstd.g, rt_xf(x.g), w.g, b.g, N, C, 1e-5f);
     check_act("layernorm_fwd", &y, ATOL, unit);
     check_flt("layernorm_fwd's rstd", &rstd, ATOL, 1e-4f);
-    rt_rmsnorm_fwd(cpu, xc(&y), rstd.c, x.c, w.c, N, C, 1e-6f);
-    rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, x.g, w.g, N, C, 1e-6f);
+    rt_rmsnorm_fwd(cpu, xc(&y), rstd.c, rt_xf(x.c), w.c, N, C, 1e-6f);
+    rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, rt_xf(x.g), w.g, N, C, 1e-6f);
     check_act("rmsnorm_fwd", &y, ATOL, unit);
+    /* a 16-bit input (a residual sum) */
+    rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, xc(&res), w.c, b.c, N, C, 1e-5f);
+    rt_layernorm_fwd(gpu, xg(&y), mean.g, rstd.g, xg(&res), w.g, b.g, N, C, 1e-5f);
+    check_act("layernorm_fwd of a 16-bit input", &y, ATOL, unit);
+    check_flt("layernorm_fwd of a 16-bit input: rstd", &rstd, ATOL, 1e-4f);
+    rt_rmsnorm_fwd(cpu, xc(&y), rstd.c, xc(&res), w.c, N, C, 1e-6f);
+    rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, xg(&res), w.g, N, C, 1e-6f);
+    check_act("rmsnorm_fwd of a 16-bit input", &y, ATOL, unit);
     for (int rms = 0; rms < 2; rms++) {
         rt_residual_desc d = {
             .N = N, .C = C, .bias = NULL, .rms = rms, .eps = 1e-5f, .dropout_p = 0.1f, .seed = 4, .stream = 6};
         d.weight = w.c, d.bias = rms ? NULL : b.c;
-        rt_residual_fwd(cpu, &d, sum.c, xc(&y), mean.c, rstd.c, res.c, x.c);
+        rt_residual_fwd(cpu, &d, xc(&sum), xc(&y), mean.c, rstd.c, xc(&res), x.c);
         d.weight = w.g, d.bias = rms ? NULL : b.g;
-        rt_residual_fwd(gpu, &d, sum.g, xg(&y), mean.g, rstd.g, res.g, x.g);
-        check_flt(rms ? "residual_fwd (RMSNorm): sum" : "residual_fwd (LayerNorm): sum", &sum, 0, 0);
+        rt_residual_fwd(gpu, &d, xg(&sum), xg(&y), mean.g, rstd.g, xg(&res), x.g);
+        check_act_bits(rms ? "residual_fwd (RMSNorm): 16-bit sum" : "residual_fwd (LayerNorm): 16-bit sum", &sum);
         check_act(rms ? "residual_fwd (RMSNorm): out" : "residual_fwd (LayerNorm): out", &y, ATOL, unit);
+        /* its backward reads the 16-bit sum */
+        flt dout = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), dres = flt_new((size_t)N * C, &seed, 0.5f, 0.0f);
+        flt dbranch = flt_new((size_t)N * C, NULL, 0, 0), dw = flt_new(C, NULL, 0, 0), db = flt_new(C, NULL, 0, 0);
+        rt_to_device(gpu, mean.g, mean.c, N * sizeof(float)); /* the CPU's statistics on both */
+        rt_to_device(gpu, rstd.g, rstd.c, N * sizeof(float));
+        d.weight = w.c, d.bias = rms ? NULL : b.c;
+        rt_residual_bwd(cpu, &d, dres.c, dbranch.c, dw.c, rms ? NULL : db.c, dout.c, xc(&sum), mean.c, rstd.c);
+        d.weight = w.g, d.bias = rms ? NULL : b.g;
+        rt_residual_bwd(gpu, &d, dres.g, dbranch.g, dw.g, rms ? NULL : db.g, dout.g, xg(&sum), mean.g, rstd.g);
+        check_flt(rms ? "residual_bwd (RMSNorm) of a 16-bit sum: dres"
+                      : "residual_bwd (LayerNorm) of a 16-bit sum: dres",
+                  &dres, ATOL, unit);
+        check_flt(rms ? "residual_bwd (RMSNorm): dweight" : "residual_bwd (LayerNorm): dweight", &dw, 1e-4f, 1e-4f);
+        flt_free(&dout), flt_free(&dres), flt_free(&dbranch), flt_free(&dw), flt_free(&db);
     }
     flt rows = flt_new((size_t)5 * C, NULL, 0, 0);
     const int32_t idx_h[4] = {3, 0, 3, 1};
@@ -340,7 +363,7 @@ static void check_norms(void) {
     rt_scatter_rows_add(gpu, rows.g, xg(&y), idx_g, 4, C);
     check_flt("scatter_rows_add", &rows, 0, 0); /* the same adds in the same order */
     rt_free_device(cpu, idx_c), rt_free_device(gpu, idx_g);
-    act_free(&y), flt_free(&x), flt_free(&w), flt_free(&b), flt_free(&res), flt_free(&sum), flt_free(&mean);
+    act_free(&y), flt_free(&x), flt_free(&w), flt_free(&b), act_free(&res), act_free(&sum), flt_free(&mean);
     flt_free(&rstd), flt_free(&rows);
 }
 

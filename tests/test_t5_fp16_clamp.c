@@ -57,10 +57,13 @@ int main(void) {
     TZ_EXPECT(isfinite(l16) && isfinite(g16) && g16 > 0, "fp16 with the clamp: loss %g, grad sumsq %g", l16, g16);
     TZ_EXPECT(enc->clamped[2] && !enc->clamped[0], "block 0: mid clamped %d, out clamped %d", enc->clamped[0],
               enc->clamped[2]);
-    const float *out0 = mdl_stack_residual(enc, 1);
+    const rt_x out0 = mdl_stack_residual(enc, 1); /* between blocks: fp16 values */
     const size_t n = (size_t)B * S * enc->cfg.C;
     int at_limit = 0, past = 0;
-    for (size_t i = 0; i < n; i++) at_limit += fabsf(out0[i]) == 64512.0f, past += !(fabsf(out0[i]) <= 64512.0f);
+    for (size_t i = 0; i < n; i++) {
+        const float v = out0.t == RT_F16 ? rt_f16_to_f32(((const uint16_t *)out0.p)[i]) : ((const float *)out0.p)[i];
+        at_limit += fabsf(v) == 64512.0f, past += !(fabsf(v) <= 64512.0f);
+    }
     TZ_EXPECT(at_limit > 0 && past == 0, "block 0's output: %d values at +-64512, %d past it", at_limit, past);
     printf("fp32 loss %.6f, fp16 clamped loss %.6f, %d of %zu values clamped\n", l32, l16, at_limit, n);
 
@@ -71,9 +74,18 @@ int main(void) {
 
     /* the op's backward: the gradient is zero where |y| > limit, untouched elsewhere */
     float y[4] = {64512.0f, -64512.0f, 100.0f, -64480.0f}, dx[4] = {1, 2, 3, 4};
-    rt_clamp_abs_bwd(be, dx, y, 4, 65504.0f - 1000.0f);
+    rt_clamp_abs_bwd(be, dx, rt_xf(y), 4, 65504.0f - 1000.0f);
     TZ_EXPECT(dx[0] == 0 && dx[1] == 0 && dx[2] == 3 && dx[3] == 4, "clamp_abs_bwd: %g %g %g %g", dx[0], dx[1], dx[2],
               dx[3]);
+    /* the forward on a 16-bit sum (a typed stack's mid): clamped only where it holds an inf */
+    uint16_t h[4] = {rt_f32_to_f16(INFINITY), rt_f32_to_f16(-70000.0f), rt_f32_to_f16(100.0f),
+                     rt_f32_to_f16(-64480.0f)};
+    TZ_EXPECT(rt_clamp_inf(be, rt_x_of(h, RT_F16), 4, 65504.0f - 1000.0f), "clamp_inf on fp16 values with an inf");
+    TZ_EXPECT(rt_f16_to_f32(h[0]) == 64512.0f && rt_f16_to_f32(h[1]) == -64512.0f && rt_f16_to_f32(h[2]) == 100.0f &&
+                  rt_f16_to_f32(h[3]) == -64480.0f,
+              "clamp_inf on fp16 values: %g %g %g %g", rt_f16_to_f32(h[0]), rt_f16_to_f32(h[1]), rt_f16_to_f32(h[2]),
+              rt_f16_to_f32(h[3]));
+    TZ_EXPECT(!rt_clamp_inf(be, rt_x_of(h, RT_F16), 4, 65504.0f - 1000.0f), "clamp_inf on finite fp16 values");
     t5_model_free(m);
     rt_backend_free(be);
     return tz_test_result("test_t5_fp16_clamp");

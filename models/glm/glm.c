@@ -286,7 +286,7 @@ static mdl_stack_mask glm_mask(const void *model) {
 static rt_status glm_embed(glm_model *m, size_t BT) {
     rt_backend *be = m->be;
     const int C = m->C;
-    float *x = mdl_stack_residual(&m->blocks, 0);
+    float *x = mdl_stack_input(&m->blocks);
     rt_status st = mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, C, m->vocab.start, m->vocab.local);
     if (st != RT_OK) return st;
     rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, C, 0, m->P, true);

@@ -406,7 +406,7 @@ static mdl_stack_mask gpt2_mask(const void *model) {
 
 static rt_status gpt2_embed(gpt2_model *m, size_t BT) {
     rt_backend *be = m->be;
-    float *x = mdl_stack_residual(&m->blocks, 0);
+    float *x = mdl_stack_input(&m->blocks);
     rt_status st = mdl_vocab_embedding_fwd(be, m->tp, x, m->ids, P(m->wte), BT, m->C, m->vocab.start, m->vocab.local);
     if (st == RT_OK) rt_embedding_fwd(be, x, m->pos, P(m->wpe), BT, m->C, 0, m->cfg.n_positions, true);
     return st;

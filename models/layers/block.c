@@ -6,8 +6,7 @@
 
 #include "models/layers/param.h"
 
-void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, const float *in,
-                  size_t n) {
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, rt_x in, size_t n) {
     if (s->norm == MDL_NORM_RMS)
         rt_rmsnorm_fwd(s->be, out, rstd, in, mdl_param(s->params, p.w), n, s->C, s->norm_eps);
     else
@@ -15,8 +14,8 @@ void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *me
                          s->norm_eps);
 }
 
-void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
-                  const float *mean, const float *rstd, size_t n) {
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, rt_x in, const float *mean,
+                  const float *rstd, size_t n) {
     if (s->norm == MDL_NORM_RMS)
         rt_rmsnorm_bwd(s->be, din, mdl_grad(s->params, p.w), dout, in, mdl_param(s->params, p.w), rstd, n, s->C);
     else

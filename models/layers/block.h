@@ -14,9 +14,10 @@
  * into `din` (the caller's residual and norm gradients stay with the caller, whose accumulation
  * order the goldens pin down). Parameters are indices into the model's slab, -1 for one a
  * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices: the
- * sublayers' own (their inputs, q, k, v, the attention output, the FFN's inner ones) typed handles
- * (rt_x) that a typed backend keeps in 16 bits; the residual stream and what crosses ranks or
- * stacks (the branch output, gradients that are all-reduced, another stack's output) fp32. */
+ * sublayers' own (their inputs, q, k, v, the attention output, the FFN's inner ones) and the
+ * residual stream (a block's input, its sums, its output) typed handles (rt_x) that a typed
+ * backend keeps in 16 bits; what crosses ranks or stacks (the branch output, gradients that are
+ * all-reduced, another stack's output) fp32. */
 #ifndef MDL_BLOCK_H
 #define MDL_BLOCK_H
 
@@ -101,11 +102,10 @@ typedef struct {
 static inline bool mdl_attn_fused(const mdl_attn_params *p) { return p->k_w < 0; }
 
 /* out = norm(in) over n rows; mean (LayerNorm) and rstd keep its statistics. */
-void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, const float *in,
-                  size_t n);
+void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, rt_x in, size_t n);
 /* din += dL/d(in) from dout; accumulates the norm's parameter gradients. */
-void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, const float *in,
-                  const float *mean, const float *rstd, size_t n);
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, rt_x in, const float *mean,
+                  const float *rstd, size_t n);
 
 /* The residual step of n rows: the branch's dropout drop, the add, then the norm p (p.w -1: none). */
 rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, mdl_drop drop, size_t n);

@@ -178,29 +178,32 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     const size_t C = (size_t)c->C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local, NH = (size_t)s->NH_local;
     const size_t f = sizeof(float);
     const bool layer_norm = c->norm == MDL_NORM_LAYER;
-    s->res = rt_arena_take(a, ((size_t)c->n_layer + 1) * BT * C, f);
-    /* narrowed, the fp32 buffers are one working set and each slot keeps them at 2 bytes: less
-     * memory from 3 slots on (2 slots x 2 bytes + 4 bytes of working set ties with 2 x 4) */
+    /* the sublayers' inputs, their own activations, the residual sums inside a block and the
+     * residual between blocks at the activation type (post-norm, h1 and h2 are the sums, mid
+     * norm1's output); the stack's input and output stay fp32, as the families and pipeline
+     * stages hand them over */
+    const rt_dtype act = rt_act_dtype(s->be);
+    s->res_ends = rt_arena_take(a, 2 * BT * C, f);
+    const size_t inner = c->n_layer > 1 ? (size_t)c->n_layer - 1 : 0;
+    s->res_inner = rt_x_of(rt_arena_take(a, inner * BT * C, rt_x_size(act)), act);
+    /* a backend whose ops take fp32 handles only, at a 16-bit precision: narrowed, the fp32
+     * buffers are one working set and each slot keeps them at 2 bytes: less memory from 3 slots on
+     * (2 slots x 2 bytes + 4 bytes of working set ties with 2 x 4); typed, nothing is left to narrow */
     const rt_dtype compute = s->be->compute;
-    s->kept_dtype = compute != RT_F32 && L > 2 && !s->be->keep_fp32 ? compute : RT_F32;
+    s->kept_dtype = compute != RT_F32 && act == RT_F32 && L > 2 && !s->be->keep_fp32 ? compute : RT_F32;
     const size_t W = s->kept_dtype == RT_F32 ? L : 1; /* fp32 slots */
-    /* the sublayers' inputs and their own activations at the activation type; post-norm, the
-     * norms' inputs are residual sums, fp32 as the residual stream */
-    const rt_dtype act = rt_act_dtype(s->be), norm_t = c->post_norm ? RT_F32 : act;
     a->used = (a->used + 63) & ~(size_t)63;
     const size_t work_at = a->used;
     s->work = a->base ? (float *)(a->base + work_at) : NULL;
     for (int phase = 0; phase < 2; phase++) { /* the fp32 working set, then the 16-bit buffers */
-        if (phase == 0) {
-            s->mid = rt_arena_take(a, W * BT * C, f);
-            s->mid2 = c->cross ? rt_arena_take(a, W * BT * C, f) : NULL;
-        }
-        stack_take(&s->h1, a, phase, norm_t, BT * C, W, L);
-        stack_take(&s->h2, a, phase, norm_t, BT * C, W, L);
+        stack_take(&s->mid, a, phase, act, BT * C, W, L);
+        if (c->cross) stack_take(&s->mid2, a, phase, act, BT * C, W, L);
+        stack_take(&s->h1, a, phase, act, BT * C, W, L);
+        stack_take(&s->h2, a, phase, act, BT * C, W, L);
         stack_take(&s->qkv, a, phase, act, BT * 3 * Il, W, L);
         stack_take(&s->atty, a, phase, act, BT * Il, W, L);
         if (c->cross) {
-            stack_take(&s->hc, a, phase, norm_t, BT * C, W, L);
+            stack_take(&s->hc, a, phase, act, BT * C, W, L);
             stack_take(&s->cq, a, phase, act, BT * Il, W, L);
             stack_take(&s->ckv, a, phase, act, BS * 2 * Il, W, L);
             stack_take(&s->catty, a, phase, act, BT * Il, W, L);
@@ -232,13 +235,19 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
         s->out_mean = layer_norm ? rt_arena_take(a, BT, f) : NULL;
         s->out_rstd = rt_arena_take(a, BT, f);
     } else {
-        s->out = mdl_stack_residual(s, c->n_layer);
+        s->out = s->res_ends + BT * C;
     }
     if (!shared) mdl_stack_scratch_layout(s, &s->own, a, BT > BS ? BT : BS);
     s->sc = shared ? shared : &s->own;
 }
 
-float *mdl_stack_residual(const mdl_stack *s, int l) { return s->res + (size_t)l * s->max_BT * (size_t)s->cfg.C; }
+rt_x mdl_stack_residual(const mdl_stack *s, int l) {
+    const size_t n = s->max_BT * (size_t)s->cfg.C;
+    if (l == 0 || l == s->cfg.n_layer) return rt_xf(s->res_ends + (l ? n : 0));
+    return rt_x_at(s->res_inner, (size_t)(l - 1) * n);
+}
+
+float *mdl_stack_input(const mdl_stack *s) { return s->res_ends; }
 
 float *mdl_stack_dout(const mdl_stack *s) { return s->cfg.final_norm ? s->sc->dln : s->sc->dres; }
 
@@ -272,9 +281,9 @@ mdl_sublayers mdl_stack_sublayers(const mdl_stack *s) {
 
 /* Block l's activation slices: its input and output in res, the rest in its slot. */
 typedef struct {
-    float *in, *out, *mid, *n1_mean, *n1_rstd, *n2_mean, *n2_rstd;
-    float *nc_mean, *nc_rstd, *mid2;
-    rt_x h1, h2, atty, hc, catty, up, up_lin, hid;
+    float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd;
+    float *nc_mean, *nc_rstd;
+    rt_x in, out, mid, mid2, h1, h2, atty, hc, catty, up, up_lin, hid;
     void *probs, *cprobs;
     mdl_qkv qkv, cqkv;
 } stack_slices;
@@ -293,7 +302,7 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
     return (stack_slices){.in = mdl_stack_residual(s, l),
                           .out = mdl_stack_residual(s, l + 1),
                           .h1 = stack_slot(s->h1, o, w, BT * C),
-                          .mid = s->mid + w * BT * C,
+                          .mid = stack_slot(s->mid, o, w, BT * C),
                           .h2 = stack_slot(s->h2, o, w, BT * C),
                           .n1_mean = AT(s->n1_mean, o * BT),
                           .n1_rstd = s->n1_rstd + o * BT,
@@ -306,7 +315,7 @@ static stack_slices stack_at(const mdl_stack *s, int l) {
                           .nc_rstd = AT(s->nc_rstd, o * BT),
                           .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
                           .catty = stack_slot(s->catty, o, w, BT * Il),
-                          .mid2 = AT(s->mid2, w * BT * C),
+                          .mid2 = stack_slot(s->mid2, o, w, BT * C),
                           .up = stack_slot(s->up, o, w, BT * Fl),
                           .up_lin = stack_slot(s->up_lin, o, w, BT * Fl),
                           .hid = stack_slot(s->hid, o, w, BT * Fl),
@@ -403,19 +412,16 @@ static block_run block_run_of(const mdl_stack *s, int l, int B, int T, const mdl
  * torch.clamp's limit is HF's float, so the clamped values read 64512, its fp16 rounding. */
 #define STACK_FP16_CLAMP (65504.0f - 1000.0f)
 static bool stack_clamps(const mdl_stack *s) { return s->cfg.fp16_clamp && s->be->compute == RT_F16; }
-static bool stack_clamp(const mdl_stack *s, float *x, size_t n) {
-    if (!stack_clamps(s)) return false;
-    if (!isinf(rt_sumsq(s->be, x, n))) return false; /* finite fp16 values are within 65504 already */
-    rt_clamp_abs(s->be, x, n, STACK_FP16_CLAMP);
-    return true;
+static bool stack_clamp(const mdl_stack *s, rt_x x, size_t n) {
+    return stack_clamps(s) && rt_clamp_inf(s->be, x, n, STACK_FP16_CLAMP);
 }
 
 /* Block r's residual step after a branch in tmp: sum = res + drop(tmp) and, with a norm (p.w >=
  * 0), out = norm(sum), one fused op. Under T5's fp16 guard the sum is clamped before the norm
  * reads it, which the fused op cannot do: the add (with the dropout), the clamp, then the norm.
  * Returns whether it clamped. */
-static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, float *sum,
-                               rt_x out, float *mean, float *rstd, const float *res) {
+static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, rt_x sum,
+                               rt_x out, float *mean, float *rstd, rt_x res) {
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
     if (!stack_clamps(s)) {
         rt_residual_fwd(s->be, &d, sum, out, mean, rstd, res, s->sc->tmp);
@@ -432,8 +438,8 @@ static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_
  * the branch, which it returns: dropout's backward of dres in tmp, or dres itself. A sum the
  * forward clamped passes no gradient where it clamped, between the two: the ops apart then. */
 static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop,
-                                       bool clamped, float *dres, const float *dout, const float *sum,
-                                       const float *mean, const float *rstd) {
+                                       bool clamped, float *dres, const float *dout, rt_x sum, const float *mean,
+                                       const float *rstd) {
     rt_backend *be = s->be;
     float *tmp = s->sc->tmp;
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
@@ -444,7 +450,7 @@ static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, m
         if (p.w >= 0) mdl_norm_bwd(&r->sub, p, dres, dout, sum, mean, rstd, r->BT);
         rt_clamp_abs_bwd(be, dres, sum, r->n, STACK_FP16_CLAMP);
         const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
-        rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, NULL, NULL, NULL, NULL);
+        rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, NULL, rt_xf(NULL), NULL, NULL);
     }
     return drop.p > 0 ? tmp : dres;
 }
@@ -465,14 +471,14 @@ static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, st
     const struct {
         rt_x x;
         size_t n;
-    } all[STACK_PIECES_MAX] = {{rt_xf(a->mid), BT * C},
+    } all[STACK_PIECES_MAX] = {{a->mid, BT * C},
                                {a->h1, BT * C},
                                {a->h2, BT * C},
                                {a->qkv.q, BT * (fused ? 3 : 1) * Il},
                                {fused ? rt_xf(NULL) : a->qkv.k, BT * Il},
                                {fused ? rt_xf(NULL) : a->qkv.v, BT * Il},
                                {a->atty, BT * Il},
-                               {rt_xf(a->mid2), BT * C},
+                               {a->mid2, BT * C},
                                {a->hc, BT * C},
                                {a->cqkv.q, BT * Il},
                                {a->cqkv.k, BS * Il},
@@ -512,21 +518,20 @@ static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl
     rt_status st = RT_OK;
     const stack_slices *a = &r.a;
     if (s->cfg.post_norm) { /* mid = norm1(in + attn(in)); out = norm2(mid + ffn(mid)) */
-        /* h1 and h2, the residual sums, are fp32 here */
-        float *h1 = rt_x_floats(a->h1, "post-norm h1"), *h2 = rt_x_floats(a->h2, "post-norm h2");
-        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, rt_xf(a->in), NULL, 0, a->qkv, a->probs, a->atty, r.BT));
-        stack_residual_fwd(s, &r, r.p->norm1, r.drop_self, h1, rt_xf(a->mid), a->n1_mean, a->n1_rstd, a->in);
-        mdl_ffn_up(&r.sub, &r.p->ffn, rt_xf(a->mid), a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
+        /* h1 and h2 are the residual sums */
+        RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->in, NULL, 0, a->qkv, a->probs, a->atty, r.BT));
+        stack_residual_fwd(s, &r, r.p->norm1, r.drop_self, a->h1, a->mid, a->n1_mean, a->n1_rstd, a->in);
+        mdl_ffn_up(&r.sub, &r.p->ffn, a->mid, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
         RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
         /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
-        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, h2, rt_xf(write_out ? a->out : s->sc->tmp), a->n2_mean,
+        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, a->h2, write_out ? a->out : rt_xf(s->sc->tmp), a->n2_mean,
                            a->n2_rstd, a->mid);
         return RT_OK;
     }
     mdl_norm_fwd(&r.sub, r.p->norm1, a->h1, a->n1_mean, a->n1_rstd, a->in, r.BT);
     RT_TRY(mdl_attn_fwd(&r.sub, &r.p->attn, &r.self, a->h1, NULL, 0, a->qkv, a->probs, a->atty, r.BT));
     bool *clamped = &s->clamped[3 * l];
-    float *x = a->mid; /* the residual entering the FFN */
+    rt_x x = a->mid; /* the residual entering the FFN */
     if (s->cfg.cross) {
         clamped[0] =
             stack_residual_fwd(s, &r, r.p->norm_cross, r.drop_self, a->mid, a->hc, a->nc_mean, a->nc_rstd, a->in);
@@ -565,15 +570,13 @@ static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mas
     if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, rt_x_floats(a->h2, "post-norm h2"),
-                               a->n2_mean, a->n2_rstd);
-        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, rt_xf(a->mid), a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, a->h2, a->n2_mean, a->n2_rstd);
+        RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
         rt_add(be, dres, dsum, dln, r.n); /* dL/dmid */
         /* dsum = dL/dh1, which reaches in directly and through attention */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, rt_x_floats(a->h1, "post-norm h1"),
-                               a->n1_mean, a->n1_rstd);
-        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, rt_xf(a->in), NULL, 0, NULL, a->qkv, a->probs, a->atty,
+        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, a->h1, a->n1_mean, a->n1_rstd);
+        RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
                             mask->dbias, dln, r.BT));
         rt_add(be, dres, dsum, dln, r.n); /* dL/din */
         return RT_OK;
@@ -611,7 +614,7 @@ rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *ma
     const size_t BT = (size_t)B * T, n = BT * (size_t)c->C;
     stack_check_probs(s, B, T, mask, pass); /* the backward and recomputes reuse this pass's sizes */
     if (pass->training && c->emb_pdrop > 0) {
-        float *x = mdl_stack_residual(s, 0);
+        float *x = mdl_stack_input(s);
         rt_dropout_fwd(s->be, x, x, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb),
                        mdl_dropout_step(pass));
     }
@@ -673,7 +676,7 @@ double mdl_stack_train_flops(const mdl_stack *s, int B, int T, int S) {
 
 void mdl_stack_final_norm(mdl_stack *s, float *y, float *mean, float *rstd, const float *x, size_t n) {
     const mdl_sublayers sub = mdl_stack_sublayers(s);
-    mdl_norm_fwd(&sub, s->final, rt_xf(y), mean, rstd, x, n);
+    mdl_norm_fwd(&sub, s->final, rt_xf(y), mean, rstd, rt_xf(x), n);
 }
 
 /* An attention's projections (p: a block's self- or cross-attention, k0 its first LoRA dropout
@@ -756,7 +759,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
     for (int l = 0; l < s->cfg.n_layer; l++) {
         const mdl_block_params *p = &s->layer[l];
         /* self-attention: the new keys and values join the caches, then x += attn(norm1(x)) */
-        mdl_norm_fwd(&sub, p->norm1, w->ln, w->mean, w->rstd, x, n);
+        mdl_norm_fwd(&sub, p->norm1, w->ln, w->mean, w->rstd, rt_xf(x), n);
         const rt_x k = c->at_idx ? w->k : rt_xf(c->k[l] + c->at), v = c->at_idx ? w->v : rt_xf(c->v[l] + c->at);
         stack_qkv(s, &p->attn, 0, w->ln, n, w->q, k, v);
         if (c->at_idx) {
@@ -768,9 +771,9 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         RT_TRY(mdl_lora_row_fwd(&sub, p->attn.proj_l, MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
-        stack_clamp(s, x, n * C);
+        stack_clamp(s, rt_xf(x), n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
-            mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, x, n);
+            mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, rt_xf(x), n);
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
             mdl_lora_col_fwd(&sub, p->cross.q_l, MDL_LORA_CROSS + MDL_LORA_Q, w->q, Il, w->ln, n, C, Il);
             rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, rt_xf(c->ck[l]), rt_xf(c->cv[l]));
@@ -778,13 +781,13 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             RT_TRY(mdl_lora_row_fwd(&sub, p->cross.proj_l, MDL_LORA_CROSS + MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
-            stack_clamp(s, x, n * C);
+            stack_clamp(s, rt_xf(x), n * C);
         }
-        mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, x, n);
+        mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, rt_xf(x), n);
         mdl_ffn_up(&sub, &p->ffn, w->ln, w->up, w->up_lin, w->hid, n, none);
         RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n));
         rt_add(be, x, x, w->tmp, n * C);
-        stack_clamp(s, x, n * C);
+        stack_clamp(s, rt_xf(x), n * C);
     }
 fail:
     return st;

@@ -16,12 +16,13 @@
  *     step allocates nothing;
  *   - at a 16-bit compute precision, the activations a block keeps for its backward held at that
  *     precision: the sublayers' own (their inputs, q, k, v, attention's output, the FFN's inner
- *     ones) in 16-bit buffers where the backend's ops read and write them (rt_act_dtype); the
- *     fp32 ones (the residual sums mid and mid2, or all of them on a backend without 16-bit ops)
- *     in one working set, which each block's forward narrows into the block's 2-byte slot and its
- *     backward widens back (the values are stored rounded already, so no number changes); the
- *     residual entering each block, norm statistics and attention probabilities (16-bit by the
- *     op) are kept per block;
+ *     ones) and the residual sums inside the block (mid, mid2; post-norm h1, h2) in 16-bit
+ *     buffers where the backend's ops read and write them (rt_act_dtype); on a backend without
+ *     16-bit ops all of them are fp32 buffers in one working set, which each block's forward
+ *     narrows into the block's 2-byte slot and its backward widens back (the values are stored
+ *     rounded already, so no number changes); the residual entering each block (at the
+ *     activation type but for the stack's input, fp32 as the model writes it), norm statistics
+ *     and attention probabilities (16-bit by the op) are kept per block;
  *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
  *     is kept for every block, the other activations have K slots (block l in slot l % K), and
  *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
@@ -132,19 +133,20 @@ typedef struct {
     int HS, NH_local, I_local, F_local, head_offset;
     int max_B, max_T, max_S;
     size_t max_BT, max_BS;
-    /* activations: res for every block, the rest per slot. The sublayers' own (rt_x) are kept at
-     * rt_act_dtype: 16-bit ones have a slot per block. fp32 ones (the residual stream, and all of
-     * them where the backend keeps fp32) are the working set [work, work + work_floats): a slot
-     * per block, or narrowed: one working set, each slot keeping it as kept_dtype in `narrowed`. */
+    /* activations: res for every block, the rest per slot, kept at rt_act_dtype: 16-bit ones have
+     * a slot per block. fp32 ones (all of them where the backend keeps fp32) are the working set
+     * [work, work + work_floats): a slot per block, or narrowed: one working set, each slot
+     * keeping it as kept_dtype in `narrowed`. */
     int slots;           /* n_layer, or checkpoint_layers */
     rt_dtype kept_dtype; /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
     float *work;         /* the working set's first float */
     size_t work_floats;  /* the working set's floats */
     void *narrowed;      /* (slots, work_floats) kept_dtype values, at the working set's offsets */
-    float *res;          /* (L+1, BT, C) the residual entering each block, and the output */
+    float *res_ends;     /* (2, BT, C) the residual entering block 0 and leaving the last, fp32 */
+    rt_x res_inner;      /* (L-1, BT, C) the residual between blocks, at rt_act_dtype (mdl_stack_residual) */
     rt_x h1, h2;         /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
-                                   * inputs); post-norm, their inputs (the residual sums, fp32) */
-    float *mid;          /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
+                                   * inputs); post-norm, their inputs (the residual sums) */
+    rt_x mid;            /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
     rt_x qkv, atty;                               /* (slots, BT, 3 I_local), (slots, BT, I_local) */
     void *probs;                  /* (slots, B, NH_local, T) rows of probs_row bytes: T probs_dtype values,
@@ -152,7 +154,8 @@ typedef struct {
     size_t probs_row, cprobs_row; /* bytes per query row of probs and cprobs */
     rt_dtype probs_dtype;         /* the compute precision when laid out (rt_attn_desc.probs_dtype) */
     rt_x hc, cq, ckv, catty;      /* cross-attention's (BS rows for ckv) */
-    float *nc_mean, *nc_rstd, *mid2;
+    float *nc_mean, *nc_rstd;
+    rt_x mid2;                        /* (slots, BT, C) the residual after cross-attention */
     void *cprobs;                     /* (slots, B, NH_local, T) rows of cprobs_row bytes (S values, or less) */
     rt_x up, up_lin, hid;             /* (slots, BT, F_local) */
     float *out, *out_mean, *out_rstd; /* (BT, C) the stack's result: the final norm's output (after its
@@ -178,7 +181,9 @@ void mdl_stack_free(mdl_stack *s);
 void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S, mdl_stack_scratch *shared);
 void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_arena *a, size_t rows);
 /* The residual slice entering block l (l = n_layer: the last block's output). */
-float *mdl_stack_residual(const mdl_stack *s, int l);
+rt_x mdl_stack_residual(const mdl_stack *s, int l);
+/* The stack's input, residual 0 (fp32): where the model writes its embeddings. */
+float *mdl_stack_input(const mdl_stack *s);
 /* Where backward wants dL/d(out): the caller may write it there (or pass its own buffer). */
 float *mdl_stack_dout(const mdl_stack *s);
 rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass);

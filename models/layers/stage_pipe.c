@@ -162,7 +162,7 @@ static rt_status stack_forward(void *ctx, const void *bv, const mdl_pass *pass, 
     rt_status st = m->upload(m->model, b);
     if (st != RT_OK) return st;
     if (in)
-        rt_copy(m->be, mdl_stack_residual(m->blocks, 0), in, stack_boundary_bytes(ctx, 0, b));
+        rt_copy(m->be, mdl_stack_input(m->blocks), in, stack_boundary_bytes(ctx, 0, b));
     else
         st = m->embed(m->model, b); /* the first stage */
     const mdl_stack_mask mask = m->mask(m->model);

@@ -529,8 +529,8 @@ rt_status t5_stack_fwd(t5_model *m, t5_stack *s, int B, int T, int S, const mdl_
     rt_backend *be = m->be;
     const mdl_stack_mask mask = t5_mask(m, s, S);
     if (s->has_embed) { /* else a pipeline stage received its input and the bias */
-        RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_residual(&s->blocks, 0), s->ids, P(m->shared),
-                                       (size_t)B * T, m->C, m->vocab.start, m->vocab.local));
+        RT_TRY(mdl_vocab_embedding_fwd(be, m->tp, mdl_stack_input(&s->blocks), s->ids, P(m->shared), (size_t)B * T,
+                                       m->C, m->vocab.start, m->vocab.local));
         rt_relbias_fwd(be, s->bias, P(s->rel_bias), s->buckets, m->NH_local, T, T, c->relative_attention_num_buckets);
     }
     RT_TRY(mdl_stack_forward(&s->blocks, B, T, &mask, pass));

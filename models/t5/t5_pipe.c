@@ -104,7 +104,7 @@ static rt_status t5_stage_fwd(void *model, const void *bv, const mdl_pass *pass,
     RT_TRY(t5_upload_tgt(m, b, &n));
     if (t5_is_enc_stage(m)) {
         t5_stack *s = &m->enc;
-        if (!s->has_embed) t5_take(be, s->bias, t5_take(be, mdl_stack_residual(&s->blocks, 0), in, BS * C), NH * S * S);
+        if (!s->has_embed) t5_take(be, s->bias, t5_take(be, mdl_stack_input(&s->blocks), in, BS * C), NH * S * S);
         RT_TRY(t5_stack_fwd(m, s, B, S, S, pass));
         if (out && !s->has_final)
             t5_put(be, t5_put(be, out, s->blocks.out, BS * C), s->bias, NH * S * S);
@@ -116,7 +116,7 @@ static rt_status t5_stage_fwd(void *model, const void *bv, const mdl_pass *pass,
     if (s->has_embed) {
         t5_take(be, m->cross_in, in, BS * C);
     } else {
-        const float *at = t5_take(be, mdl_stack_residual(&s->blocks, 0), in, BT * C);
+        const float *at = t5_take(be, mdl_stack_input(&s->blocks), in, BT * C);
         t5_take(be, s->bias, t5_take(be, m->cross_in, at, BS * C), NH * T * T);
     }
     RT_TRY(t5_stack_fwd(m, s, B, T, S, pass));

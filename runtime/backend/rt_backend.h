@@ -124,25 +124,26 @@ typedef struct rt_backend_ops {
     bool (*linear_dact)(void *ctx, rt_x dpre, float *db, rt_x dY, const float *W, rt_x pre, size_t N, int in, int out_f,
                         rt_act_kind act);
 
-    /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). */
-    void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+    /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). inp is an activation of
+     * either type (a residual sum: 16-bit at a typed stack's compute precision). */
+    void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
     /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
-    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C);
     /* RMSNorm (T5): out = inp * rstd * weight. Writes out, rstd; bwd accumulates dinp, dweight. */
-    void (*rmsnorm_fwd)(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
-                        float eps);
-    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                        const float *weight, const float *rstd, size_t N, int C);
+    void (*rmsnorm_fwd)(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
+    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+                        const float *rstd, size_t N, int C);
 
     /* The residual step d, fused into one pass over rows; the numbers are those of the ops it
      * replaces (dropout_fwd, add, layernorm_fwd or rmsnorm_fwd; the norm's bwd and dropout_bwd),
      * each stored value rounded to the compute precision by the op itself where their wrappers
      * round it:
      *   fwd: sum (N, C) = res + drop(branch), the dropped branch stored before the add and the
-     *        sum stored; with d->weight, out (N, C) = norm(sum), stored, and mean (N, LayerNorm;
-     *        may be NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only
+     *        sum stored (res and sum are handles of either type: a typed stack keeps the
+     *        residual sums inside a block at the compute precision); with d->weight, out (N, C)
+     *        = norm(sum), stored, and mean (N, LayerNorm; may be NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only
      *        the sum and statistics); sum aliases neither input.
      *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout, given the forward's
      *        sum, mean and rstd, then stored; dweight (and dbias, LayerNorm; either may be NULL)
@@ -150,10 +151,10 @@ typedef struct rt_backend_ops {
      *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored; else
      *        dbranch is not written (may be NULL): the branch's gradient is dres itself.
      * NULL ops: the wrappers compose the ops above. */
-    void (*residual_fwd)(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                         const float *res, const float *branch);
+    void (*residual_fwd)(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
+                         const float *branch);
     void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
+                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
 
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
     void (*act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -175,10 +176,12 @@ typedef struct rt_backend_ops {
      * dL/dlogits); a 16-bit x is stored rounded, an fp32 one is left as computed (a matmul reads
      * either rounded to the compute type: the same number). */
     void (*scale_rows)(void *ctx, rt_x x, const float *w, size_t N, int C);
-    /* x = min(max(x, -limit), limit), infs included; bwd zeroes dx where |y| > limit, y being
-     * the clamped values (HF T5's fp16 guard: torch.clamp's gradient is 0 where it clamped). */
-    void (*clamp_abs)(void *ctx, float *x, size_t n, float limit);
-    void (*clamp_abs_bwd)(void *ctx, float *dx, const float *y, size_t n, float limit);
+    /* HF T5's fp16 guard on an activation x of n values: where x holds an inf, every value is
+     * set to min(max(x, -limit), limit) (infs included), stored, and it returns true; else x is
+     * left as it is and it returns false (HF's torch.isinf(x).any()). bwd zeroes dx where
+     * |y| > limit, y being the clamped values (torch.clamp's gradient is 0 where it clamped). */
+    bool (*clamp_inf)(void *ctx, rt_x x, size_t n, float limit);
+    void (*clamp_abs_bwd)(void *ctx, float *dx, rt_x y, size_t n, float limit);
 
     /* Attention. fwd writes out and probs (B, NH, Tq, Tk, stored as d->probs_dtype): the softmax
      * before dropout, kept for backward; out is computed from the softmax after dropout, which
@@ -367,11 +370,14 @@ void rt_cuda_backend_free(rt_backend *be);
  * 2-byte values of dtype; given an fp32 one, it works on floats and the wrapper rounds what it
  * wrote. The same values either way, so the storage changes no number. A model stores the
  * sublayers' activations at rt_act_dtype (dtype on a backend whose ops take 16-bit handles, the
- * CPU and CUDA). The residual stream stays in fp32 buffers, as
- * PyTorch's autocast keeps it, holding values rounded to dtype as every stored activation;
- * attention's probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype); what is
- * left in fp32 buffers of a block is narrowed by the stack after its forward and widened before
- * its backward (models/layers/stack.h).
+ * CPU and CUDA), and so is the residual stream inside a stack: the sums inside a block (after
+ * attention, after cross-attention; post-norm, the norms' inputs and norm1's output) and the
+ * residual between blocks (llm.c's floatX residual). The stack's two ends (its input, where the
+ * embeddings land, and its output, which the final norm or a head reads; a pipeline stage's
+ * boundaries) stay in fp32 buffers holding values rounded to dtype as every stored activation; attention's
+ * probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype). On a backend whose
+ * ops take fp32 handles only, what a block keeps in fp32 buffers is narrowed by the stack after
+ * its forward and widened before its backward (models/layers/stack.h).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 
@@ -523,26 +529,26 @@ static inline void rt_linear_dact(rt_backend *be, rt_x dpre, float *db, rt_x dY,
     }
     rt_store_xn(be, dpre, N * (size_t)in);
 }
-static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float *rstd, const float *inp,
-                                    const float *weight, const float *bias, size_t N, int C, float eps) {
+static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
+                                    const float *bias, size_t N, int C, float eps) {
     if (be->muted) return;
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
     rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
-                                    const float *inp, const float *weight, const float *mean, const float *rstd,
-                                    size_t N, int C) {
+                                    rt_x inp, const float *weight, const float *mean, const float *rstd, size_t N,
+                                    int C) {
     if (be->muted) return;
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     rt_store_n(be, dinp, N * (size_t)C);
 }
-static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, const float *inp, const float *weight,
-                                  size_t N, int C, float eps) {
+static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C,
+                                  float eps) {
     if (be->muted) return;
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
     rt_store_xn(be, out, N * (size_t)C);
 }
-static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, const float *inp,
+static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, rt_x inp,
                                   const float *weight, const float *rstd, size_t N, int C) {
     if (be->muted) return;
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
@@ -596,12 +602,13 @@ static inline void rt_scale_rows(rt_backend *be, rt_x x, const float *w, size_t 
     if (be->muted) return;
     be->ops->scale_rows(be->ctx, x, w, N, C);
 }
-static inline void rt_clamp_abs(rt_backend *be, float *x, size_t n, float limit) {
-    if (be->muted) return;
-    be->ops->clamp_abs(be->ctx, x, n, limit);
-    rt_store_n(be, x, n);
+static inline bool rt_clamp_inf(rt_backend *be, rt_x x, size_t n, float limit) {
+    if (be->muted) return false;
+    if (!be->ops->clamp_inf(be->ctx, x, n, limit)) return false;
+    rt_store_xn(be, x, n);
+    return true;
 }
-static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, const float *y, size_t n, float limit) {
+static inline void rt_clamp_abs_bwd(rt_backend *be, float *dx, rt_x y, size_t n, float limit) {
     if (be->muted) return;
     be->ops->clamp_abs_bwd(be->ctx, dx, y, n, limit);
 }
@@ -714,22 +721,24 @@ static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t ro
     rt_store_x(be, out, rows, cols, (size_t)cols);
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
- * the same order: the dropped branch into sum, the add, the norm. */
-static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, float *sum, rt_x out, float *mean,
-                                   float *rstd, const float *res, const float *branch) {
+ * the same order: the dropped branch into sum, the add, the norm (with fp32 sum and res: a
+ * backend with typed activations has the op). */
+static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean,
+                                   float *rstd, rt_x res, const float *branch) {
     if (be->muted) return;
-    RT_CHECK(sum != res && sum != branch, "residual_fwd: sum aliases an input");
+    RT_CHECK(sum.p != res.p && sum.p != (const void *)branch, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
         be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
         be->ops->residual_fwd(be->ctx, d, sum, out, mean, rstd, res, branch);
         return;
     }
     const size_t n = d->N * (size_t)d->C;
+    float *s = rt_x_floats(sum, "composed residual_fwd's sum");
     if (d->dropout_p > 0) {
-        rt_dropout_fwd(be, sum, branch, n, d->dropout_p, d->seed, d->stream, d->stream_step);
-        branch = sum;
+        rt_dropout_fwd(be, s, branch, n, d->dropout_p, d->seed, d->stream, d->stream_step);
+        branch = s;
     }
-    rt_add(be, sum, res, branch, n);
+    rt_add(be, s, rt_x_floats(res, "composed residual_fwd's res"), branch, n);
     if (!d->weight) return;
     if (d->rms)
         rt_rmsnorm_fwd(be, out, rstd, sum, d->weight, d->N, d->C, d->eps);
@@ -737,7 +746,7 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, fl
         rt_layernorm_fwd(be, out, mean, rstd, sum, d->weight, d->bias, d->N, d->C, d->eps);
 }
 static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, float *dbranch,
-                                   float *dweight, float *dbias, const float *dout, const float *sum, const float *mean,
+                                   float *dweight, float *dbias, const float *dout, rt_x sum, const float *mean,
                                    const float *rstd) {
     if (be->muted) return;
     if (be->ops->residual_bwd) {

@@ -255,15 +255,34 @@ void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C) {
     }
 }
 
-void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit) {
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) x[i] = x[i] > limit ? limit : x[i] < -limit ? -limit : x[i];
+/* Serial, in runs: only T5's fp16 residual sums come here, and the scan stops at the first inf. */
+bool rt_cpu_clamp_inf(void *ctx, rt_x x, size_t n, float limit) {
+    float buf[RT_CPU_X_RUN];
+    bool inf = false;
+    for (size_t at = 0; at < n && !inf; at += RT_CPU_X_RUN) {
+        const size_t k = n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN;
+        const float *v = rt_cpu_x_read(x, at, k, buf);
+        for (size_t i = 0; i < k; i++) inf |= isinf(v[i]) != 0;
+    }
+    if (!inf) return false;
+    for (size_t at = 0; at < n; at += RT_CPU_X_RUN) {
+        const size_t k = n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN;
+        float *v = rt_cpu_x_dst(x, at, buf);
+        if (x.t != RT_F32) rt_cpu_widen_span(x.t, v, (const uint16_t *)x.p + at, k);
+        for (size_t i = 0; i < k; i++) v[i] = v[i] > limit ? limit : v[i] < -limit ? -limit : v[i];
+        rt_cpu_x_commit(x, at, k, v);
+    }
+    return true;
 }
 
-void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
-#pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
+void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) {
+    float buf[RT_CPU_X_RUN];
+    for (size_t at = 0; at < n; at += RT_CPU_X_RUN) {
+        const size_t k = n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN;
+        const float *v = rt_cpu_x_read(y, at, k, buf);
+        for (size_t i = 0; i < k; i++)
+            if (v[i] > limit || v[i] < -limit) dx[at + i] = 0.0f;
+    }
 }
 
 /* Shared by fwd and bwd, which apply the same mask (rt_cpu_dropout_run), in chunks of 1024

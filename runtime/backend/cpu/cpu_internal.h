@@ -96,20 +96,19 @@ static inline void rt_cpu_dropout_run(float *y, const float *x, size_t n, float 
 }
 
 /* cpu_norm.c */
-void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
-void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C);
-void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
-                        float eps);
-void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                        const float *weight, const float *rstd, size_t N, int C);
+void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
+void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+                        const float *rstd, size_t N, int C);
 /* The norms' parameter gradients alone (the second half of their bwd, for the fused residual
  * step): dweight (and dbias, LayerNorm; either may be NULL) += their sums over rows, by column
  * blocks. */
-void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout, const float *inp, const float *mean,
+void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout, rt_x inp, const float *mean,
                                 const float *rstd, size_t N, int C);
-void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, const float *inp, const float *rstd, size_t N, int C);
+void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, rt_x inp, const float *rstd, size_t N, int C);
 
 /* cpu_elementwise.c */
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -124,8 +123,8 @@ void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n)
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
 void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
-void rt_cpu_clamp_abs(void *ctx, float *x, size_t n, float limit);
-void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
+bool rt_cpu_clamp_inf(void *ctx, rt_x x, size_t n, float limit);
+void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit);
 void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
                         const uint64_t *step);
 void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
@@ -189,10 +188,10 @@ void rt_cpu_adamw(float *params, const float *grads, float *m, float *v, size_t 
 double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
-void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                         const float *res, const float *branch);
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
+                         const float *branch);
 void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
+                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cpu_attention.c */
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);

@@ -25,8 +25,8 @@ static void cpu_residual_check(const rt_residual_desc *d) {
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p <= 1.0f, "residual: dropout p=%g", (double)d->dropout_p);
 }
 
-void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                         const float *res, const float *branch) {
+void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
+                         const float *branch) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
@@ -35,13 +35,16 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x 
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
-        /* a 16-bit out: each row normalized into scratch, then stored */
-        float *buf = d->weight && out.t != RT_F32 ? rt_xmalloc(sizeof(float) * (size_t)C) : NULL;
+        /* rows of 16-bit handles: the residual widened, the sum and the normalized row computed
+         * in floats before they are stored */
+        const size_t row = sizeof(float) * (size_t)C;
+        float *xbuf = res.t != RT_F32 ? rt_xmalloc(row) : NULL, *sbuf = sum.t != RT_F32 ? rt_xmalloc(row) : NULL;
+        float *buf = d->weight && out.t != RT_F32 ? rt_xmalloc(row) : NULL;
 #pragma omp for schedule(static)
         for (size_t n = 0; n < N; n++) {
             const size_t at = n * (size_t)C;
-            float *s = sum + at;
-            const float *x = res + at, *b = branch + at;
+            float *s = rt_cpu_x_dst(sum, at, sbuf);
+            const float *x = rt_cpu_x_read(res, at, (size_t)C, xbuf), *b = branch + at;
             if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
                 rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, stream, at);
                 cpu_store_run(dtype, s, (size_t)C);
@@ -49,6 +52,7 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x 
             }
             for (int c = 0; c < C; c++) s[c] = x[c] + b[c];
             cpu_store_run(dtype, s, (size_t)C);
+            rt_cpu_x_commit(sum, at, (size_t)C, s); /* a 16-bit sum: the rounded values, exactly */
             if (!d->weight) continue;
             /* every read of this row of branch is done: out may alias it */
             float *y = rt_cpu_x_dst(out, at, buf);
@@ -62,12 +66,14 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x 
             else
                 rt_cpu_x_commit(out, at, (size_t)C, y);
         }
+        free(xbuf);
+        free(sbuf);
         free(buf);
     }
 }
 
 void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd) {
+                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
@@ -76,21 +82,28 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, floa
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
     if (!d->weight && !(p > 0)) return;
     RT_CHECK(!(p > 0) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)p);
-#pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    for (size_t n = 0; n < N; n++) {
-        const size_t at = n * (size_t)C;
-        float *g = dres + at;
-        if (d->weight) {
-            if (d->rms)
-                rt_cpu_rmsnorm_bwd_row(g, dout + at, sum + at, d->weight, rstd[n], C);
-            else
-                rt_cpu_layernorm_bwd_row(g, dout + at, sum + at, d->weight, mean[n], rstd[n], C);
-            cpu_store_run(dtype, g, (size_t)C);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        float *xbuf =
+            d->weight && sum.t != RT_F32 ? rt_xmalloc(sizeof(float) * (size_t)C) : NULL; /* a 16-bit sum row */
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            const size_t at = n * (size_t)C;
+            float *g = dres + at;
+            if (d->weight) {
+                const float *x = rt_cpu_x_read(sum, at, (size_t)C, xbuf);
+                if (d->rms)
+                    rt_cpu_rmsnorm_bwd_row(g, dout + at, x, d->weight, rstd[n], C);
+                else
+                    rt_cpu_layernorm_bwd_row(g, dout + at, x, d->weight, mean[n], rstd[n], C);
+                cpu_store_run(dtype, g, (size_t)C);
+            }
+            if (p > 0) {
+                rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, stream, at);
+                cpu_store_run(dtype, dbranch + at, (size_t)C);
+            }
         }
-        if (p > 0) {
-            rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, stream, at);
-            cpu_store_run(dtype, dbranch + at, (size_t)C);
-        }
+        free(xbuf);
     }
     if (!d->weight) return;
     if (d->rms)

@@ -169,7 +169,7 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->axpy = rt_cuda_axpy;
     o->scale = rt_cuda_scale;
     o->scale_rows = rt_cuda_scale_rows;
-    o->clamp_abs = rt_cuda_clamp_abs;
+    o->clamp_inf = rt_cuda_clamp_inf;
     o->clamp_abs_bwd = rt_cuda_clamp_abs_bwd;
     o->attention_fwd = rt_cuda_attention_fwd;
     o->attention_bwd = rt_cuda_attention_bwd;

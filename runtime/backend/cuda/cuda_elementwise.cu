@@ -165,12 +165,23 @@ __global__ void rt_cuda_scale_rows_kernel(rt_x x, const float *w, size_t n, int 
     RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(x, i, rt_cuda_xload(x, i) * w[i / (size_t)C]);
 }
 
-__global__ void rt_cuda_clamp_abs_kernel(float *x, size_t n, float limit) {
-    RT_CUDA_FOR_EACH(i, n) x[i] = x[i] > limit ? limit : x[i] < -limit ? -limit : x[i]; /* NaN stays, as on the CPU */
+/* *flag = 1 where x holds an inf (every writer writes the same value). */
+__global__ void rt_cuda_any_inf_kernel(int *flag, rt_x x, size_t n) {
+    RT_CUDA_FOR_EACH(i, n) if (isinf(rt_cuda_xload(x, i))) *flag = 1;
 }
 
-__global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, const float *y, size_t n, float limit) {
-    RT_CUDA_FOR_EACH(i, n) if (y[i] > limit || y[i] < -limit) dx[i] = 0.0f;
+__global__ void rt_cuda_clamp_abs_kernel(rt_x x, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) {
+        const float v = rt_cuda_xload(x, i);
+        rt_cuda_xstore(x, i, v > limit ? limit : v < -limit ? -limit : v); /* NaN stays, as on the CPU */
+    }
+}
+
+__global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, rt_x y, size_t n, float limit) {
+    RT_CUDA_FOR_EACH(i, n) {
+        const float v = rt_cuda_xload(y, i);
+        if (v > limit || v < -limit) dx[i] = 0.0f;
+    }
 }
 
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
@@ -366,14 +377,25 @@ void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C) {
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit) {
-    if (n == 0) return;
-    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, n,
-                                                                                                            limit);
+/* The host reads whether x holds an inf (a synchronization, as the sumsq it replaces), then
+ * clamps. */
+bool rt_cuda_clamp_inf(void *ctx, rt_x x, size_t n, float limit) {
+    if (n == 0) return false;
+    cudaStream_t stream = rt_cuda_stream(ctx);
+    int *flag = (int *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ_OUT, sizeof(double));
+    CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+    rt_cuda_any_inf_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(flag, x, n);
     CUDA_LAUNCH_CHECK();
+    int inf = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&inf, flag, sizeof inf, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!inf) return false;
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(x, n, limit);
+    CUDA_LAUNCH_CHECK();
+    return true;
 }
 
-void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit) {
+void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) {
     if (n == 0) return;
     rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         dx, y, n, limit);

@@ -9,46 +9,45 @@
 #include "runtime/backend/cuda/cuda_norm_rows.h"
 #include "runtime/backend/cuda/rt_cuda.h"
 
-__global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+__global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                                              const float *bias, size_t N, int C, float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
     rt_cuda_layernorm_row(rt_cuda_x_at(out, row * (size_t)C), mean ? mean + row : NULL, rstd ? rstd + row : NULL,
-                          inp + row * (size_t)C, weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
+                          rt_cuda_x_at(inp, row * (size_t)C), weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
                                              const float *mean, const float *rstd, size_t N, int C) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, mean[row],
-                              rstd[row], C, lane, RT_CUDA_KIND_F32);
+    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C),
+                              weight, mean[row], rstd[row], C, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, const float *inp, const float *weight, size_t N,
-                                           int C, float eps) {
+__global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C,
+                                           float eps) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL, inp + row * (size_t)C, weight, C,
-                        eps, lane, RT_CUDA_KIND_F32);
+    rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL,
+                        rt_cuda_x_at(inp, row * (size_t)C), weight, C, eps, lane, RT_CUDA_KIND_F32);
 }
 
-__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, const float *inp, const float *weight,
+__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
                                            const float *rstd, size_t N, int C) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, inp + row * (size_t)C, weight, rstd[row], C,
-                            lane, RT_CUDA_KIND_F32);
+    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C), weight,
+                            rstd[row], C, lane, RT_CUDA_KIND_F32);
 }
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
-__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt_x dout, const float *inp,
-                                              const float *mean, const float *rstd, size_t N, int C,
-                                              size_t rows_per_chunk) {
+__global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt_x dout, rt_x inp, const float *mean,
+                                              const float *rstd, size_t N, int C, size_t rows_per_chunk) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     size_t r0 = (size_t)blockIdx.y * rows_per_chunk;
@@ -60,10 +59,10 @@ __global__ void rt_cuda_colsum_partial_kernel(float *pa, float *pb, int mode, rt
         if (mode == RT_COLSUM_DOUT) {
             sa += g;
         } else if (mode == RT_COLSUM_LN) {
-            sa += g * ((inp[i] - mean[n]) * rstd[n]);
+            sa += g * ((rt_cuda_xload(inp, i) - mean[n]) * rstd[n]);
             sb += g;
         } else {
-            sa += g * (inp[i] * rstd[n]);
+            sa += g * (rt_cuda_xload(inp, i) * rstd[n]);
         }
     }
     pa[(size_t)blockIdx.y * C + c] = sa;
@@ -87,8 +86,8 @@ __global__ void rt_cuda_colsum_final_kernel(float *out_a, float *out_b, const fl
     }
 }
 
-void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp,
-                    const float *mean, const float *rstd, size_t N, int C) {
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, rt_x inp, const float *mean,
+                    const float *rstd, size_t N, int C) {
     if (N == 0 || C <= 0 || (!out_a && !out_b)) return;
     /* 64 rows per chunk gives thousands of threads for typical N = B*T; wider chunks only
      * when N would need more than 65535 chunks (the grid's y limit) */
@@ -107,7 +106,7 @@ void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                            const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
@@ -116,7 +115,7 @@ void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const 
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                            const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
@@ -126,8 +125,7 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), inp, mean, rstd, N, C);
 }
 
-void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
-                         float eps) {
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
@@ -135,8 +133,8 @@ void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, con
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                         const float *weight, const float *rstd, size_t N, int C) {
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+                         const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
@@ -146,5 +144,5 @@ void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *do
 }
 
 void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
-    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_DOUT, dbias, NULL, dout, NULL, NULL, NULL, N, C);
+    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_DOUT, dbias, NULL, dout, rt_xf(NULL), NULL, NULL, N, C);
 }

@@ -16,25 +16,25 @@
 
 /* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
  * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
-__global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, float *rstd, const float *res,
-                                            const float *branch, const float *weight, const float *bias, bool rms,
-                                            size_t N, int C, float eps, float p, float s, uint64_t seed,
-                                            uint64_t stream_at0, const uint64_t *step, int kind) {
+__global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, float *rstd, rt_x res, const float *branch,
+                                            const float *weight, const float *bias, bool rms, size_t N, int C,
+                                            float eps, float p, float s, uint64_t seed, uint64_t stream_at0,
+                                            const uint64_t *step, int kind) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
     const size_t at = row * (size_t)C;
-    float *y = sum + at;
-    const float *x = res + at, *b = branch + at;
+    const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at);
+    const float *b = branch + at;
     if (p > 0.0f)
         rt_cuda_rng_row_walk(seed, stream, at, (uint64_t)C, (uint64_t)lane, 32, [&](size_t c, float u) {
             /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
             const float dropped = rt_cuda_round16(u >= p ? __fmul_rn(b[c], s) : 0.0f, kind);
-            y[c] = rt_cuda_round16(__fadd_rn(x[c], dropped), kind);
+            rt_cuda_xstore(y, c, rt_cuda_round16(__fadd_rn(rt_cuda_xload(x, c), dropped), kind));
         });
     else
-        for (int c = lane; c < C; c += 32) y[c] = rt_cuda_round16(x[c] + b[c], kind);
+        for (int c = lane; c < C; c += 32) rt_cuda_xstore(y, c, rt_cuda_round16(rt_cuda_xload(x, c) + b[c], kind));
     if (!weight) return;
     /* the whole row's sum is written, and the branch read (out may alias it) */
     __syncwarp();
@@ -48,7 +48,7 @@ __global__ void rt_cuda_residual_fwd_kernel(float *sum, rt_x out, float *mean, f
 
 /* With weight, dres += the norm's input gradient, stored; then with p > 0, dbranch = dropout's
  * backward of dres, stored. */
-__global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const float *dout, const float *sum,
+__global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const float *dout, rt_x sum,
                                             const float *weight, const float *mean, const float *rstd, bool rms,
                                             size_t N, int C, float p, float s, uint64_t seed, uint64_t stream_at0,
                                             const uint64_t *step, int kind) {
@@ -59,9 +59,9 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const f
     const size_t at = row * (size_t)C;
     float *g = dres + at;
     if (weight && rms)
-        rt_cuda_rmsnorm_bwd_row(g, dout + at, sum + at, weight, rstd[row], C, lane, kind);
+        rt_cuda_rmsnorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, rstd[row], C, lane, kind);
     else if (weight)
-        rt_cuda_layernorm_bwd_row(g, dout + at, sum + at, weight, mean[row], rstd[row], C, lane, kind);
+        rt_cuda_layernorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, mean[row], rstd[row], C, lane, kind);
     if (!(p > 0.0f)) return;
     __syncwarp(); /* the row's residual gradient is written */
     float *gb = dbranch + at;
@@ -75,8 +75,8 @@ static float rt_cuda_residual_scale(const rt_residual_desc *d) {
     return d->dropout_p < 1.0f ? 1.0f / (1.0f - d->dropout_p) : 0.0f;
 }
 
-void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                          const float *res, const float *branch) {
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
+                          const float *branch) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0) return;
     const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
@@ -87,7 +87,7 @@ void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x
 }
 
 void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd) {
+                          float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0 || (!d->weight && !(d->dropout_p > 0.0f))) return;
     RT_CHECK(!(d->dropout_p > 0.0f) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)d->dropout_p);

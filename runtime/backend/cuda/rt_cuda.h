@@ -66,7 +66,7 @@ enum {
     RT_CUDA_SCRATCH_ATTN_D,     /* fused attention backward: D = rowsum(P dP) (B, NH, Tq) */
     RT_CUDA_SCRATCH_COLSUM,     /* per-chunk column partial sums (norm/bias gradients) */
     RT_CUDA_SCRATCH_SUMSQ,      /* per-block double partials of sumsq */
-    RT_CUDA_SCRATCH_SUMSQ_OUT,  /* sumsq's total, read by the host */
+    RT_CUDA_SCRATCH_SUMSQ_OUT,  /* sumsq's total, or clamp_inf's flag, read by the host */
     RT_CUDA_SCRATCH_GEMM_A,     /* a bf16/fp16 matmul's inputs, converted (cuda_precision.cu) */
     RT_CUDA_SCRATCH_GEMM_B,
     RT_CUDA_SCRATCH_LT_WORKSPACE,       /* cuBLASLt's workspace */
@@ -322,14 +322,13 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
                      int batch);
 
 /* cuda_norm.cu: also the column sums behind bias_bwd and the fused residual step's backward. */
-void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, const float *inp, const float *weight,
+void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                            const float *bias, size_t N, int C, float eps);
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                            const float *weight, const float *mean, const float *rstd, size_t N, int C);
-void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, const float *inp, const float *weight, size_t N, int C,
-                         float eps);
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
-                         const float *weight, const float *rstd, size_t N, int C);
+void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+                         const float *rstd, size_t N, int C);
 void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 /* What a column sum adds up, per row n and column c (g = dout[n, c]). */
 enum {
@@ -339,14 +338,14 @@ enum {
 };
 /* out_a[c] += sum over rows of the mode's term a, out_b[c] (LN only, may be NULL) of b: the norms'
  * parameter gradients and bias_bwd, deterministic (two passes, no atomics). */
-void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, const float *inp,
-                    const float *mean, const float *rstd, size_t N, int C);
+void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x dout, rt_x inp, const float *mean,
+                    const float *rstd, size_t N, int C);
 
 /* cuda_residual.cu: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
-void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, float *sum, rt_x out, float *mean, float *rstd,
-                          const float *res, const float *branch);
+void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
+                          const float *branch);
 void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                          float *dbias, const float *dout, const float *sum, const float *mean, const float *rstd);
+                          float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cuda_elementwise.cu */
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -365,8 +364,8 @@ void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
 void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
-void rt_cuda_clamp_abs(void *ctx, float *x, size_t n, float limit);
-void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, const float *y, size_t n, float limit);
+bool rt_cuda_clamp_inf(void *ctx, rt_x x, size_t n, float limit);
+void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit);
 void rt_cuda_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
                          const uint64_t *step);
 void rt_cuda_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
