@@ -13,10 +13,12 @@
  * (the bias read from the weights' 16-bit copy) and through the backend's own composition (no
  * copy; an erf GELU; an out_f that is not a multiple of 8); linear_dact and linear_wgrad;
  * act_fwd/bwd, gated_act_fwd/bwd, dropout_cols (the same masks), bias_bwd; the norms' and the
- * fused residual step's 16-bit outputs; scatter_rows_add; attention over 16-bit q, k, v (views
- * into one fused buffer), out, dout, dq, dk, dv with a key mask, causal with dropout, and a
- * position bias with its gradient; xent_vocab and scale_rows on 16-bit logits (the LM head's
- * chunk); cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn) causal or not, with right
+ * fused residual step's 16-bit outputs, and their reading a 16-bit input (the residual sums and
+ * the residual stream: the sum, res, the norms' input, the residual backward's sum);
+ * scatter_rows_add; attention over 16-bit q, k, v (views into one fused buffer), out, dout, dq,
+ * dk, dv with a key mask, causal with dropout, and a position bias with its gradient, on the
+ * materialized path and on the fused kernels (TZ_CUDA_ATTENTION=fused); xent_vocab and
+ * scale_rows on 16-bit logits (the LM head's chunk); cuDNN's SDPA (TZ_CUDA_ATTENTION=cudnn) causal or not, with right
  * padding as lengths, T5's position bias and its gradient, cross-attention, and GLM's prefix. Exits
  * 77 (skipped) without CUDA or a GPU. */
 #include <math.h>
@@ -523,18 +525,31 @@ static void check_attention_cudnn(rt_backend *sdpa, sdpa_case k) {
     flt_free(&km), flt_free(&bias), flt_free(&dbias);
 }
 
-/* A backend with cuDNN's SDPA on, or NULL (said) where this build or machine has none. */
-static rt_backend *cudnn_backend(void) {
-    setenv("TZ_CUDA_ATTENTION", "cudnn", 1);
+/* A backend with TZ_CUDA_ATTENTION=attention (cudnn: cuDNN's SDPA; fused: cuda_flash.cu), or NULL
+ * (said) where this build or machine has none. */
+static rt_backend *attention_backend(const char *attention) {
+    setenv("TZ_CUDA_ATTENTION", attention, 1);
     rt_backend *be = NULL;
     rt_status st = rt_backend_init("cuda:0", 0, &be);
     unsetenv("TZ_CUDA_ATTENTION");
     if (st == RT_ERR_UNSUPPORTED) {
-        printf("test_cuda_typed: cuDNN SDPA not checked: %s\n", rt_error_message());
+        printf("test_cuda_typed: TZ_CUDA_ATTENTION=%s not checked: %s\n", attention, rt_error_message());
         return NULL;
     }
     TZ_EXPECT_OK(st);
     return st == RT_OK ? be : NULL;
+}
+
+/* The attention cases on the fused kernels (TZ_CUDA_ATTENTION=fused), whose tiles read and write
+ * the 16-bit handles: proof that they run is the two floats a query row keeps. */
+static void check_attention_fused(rt_backend *fused) {
+    const rt_attn_desc probe = {.B = 2, .NH = 3, .Tq = 21, .Tk = 21, .HS = 16, .scale = 0.25f, .probs_dtype = dt};
+    TZ_EXPECT(fused->typed_acts && rt_attn_kept_row_bytes(fused, &probe) == 2 * sizeof(float),
+              "%s: the fused kernels take the attention cases on 16-bit handles", rt_dtype_name(dt));
+    rt_backend *plain = gpu;
+    gpu = fused; /* check_attention's GPU side */
+    for (int v = 0; v < 3; v++) check_attention(v);
+    gpu = plain;
 }
 
 int main(void) {
@@ -548,7 +563,7 @@ int main(void) {
     if (st != RT_OK) return tz_test_result("test_cuda_typed");
     TZ_EXPECT_OK(rt_backend_init("cpu", 0, &cpu));
     TZ_EXPECT(gpu->typed_acts, "the CUDA backend takes 16-bit activation handles");
-    rt_backend *sdpa = cudnn_backend();
+    rt_backend *sdpa = attention_backend("cudnn"), *fused = attention_backend("fused");
     const rt_dtype types[2] = {RT_BF16, RT_F16};
     for (int t = 0; t < 2; t++) {
         dt = types[t];
@@ -572,6 +587,7 @@ int main(void) {
         check_norms();
         check_xent();
         for (int v = 0; v < 3; v++) check_attention(v);
+        if (fused && rt_set_precision(fused, dt) == RT_OK) check_attention_fused(fused);
         if (sdpa && rt_set_precision(sdpa, dt) == RT_OK) {
             const sdpa_case cases[] = {
                 {2, 3, 70, 70, 64, .causal = true},                               /* GPT-2's heads, two key tiles */
@@ -590,6 +606,7 @@ int main(void) {
         }
     }
     rt_backend_free(sdpa);
+    rt_backend_free(fused);
     rt_backend_free(cpu);
     rt_backend_free(gpu);
     return tz_test_result("test_cuda_typed");

@@ -34,6 +34,24 @@ static float *filled(size_t n, float v) {
     return x;
 }
 
+/* n values of x (of type dt already, or the sentinel) as 2-byte dt values. */
+static uint16_t *narrow(rt_dtype dt, const float *x, size_t n) {
+    uint16_t *y = rt_xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) y[i] = dt == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
+    return y;
+}
+
+/* got (16-bit) against ref (fp32, as the blocks left it) rounded to dt: the same bits. */
+static void expect_rounded(const char *what, rt_dtype dt, const uint16_t *got, const float *ref, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t want = dt == RT_BF16 ? rt_f32_to_bf16(ref[i]) : rt_f32_to_f16(ref[i]);
+        if (got[i] != want && bad++ == 0) first = i;
+    }
+    TZ_EXPECT(bad == 0, "%s: %zu of %zu values differ from the fp32 handles' rounded; first [%zu]", what, bad, n,
+              first);
+}
+
 static float max_abs(const float *x, size_t n) {
     float m = 0.0f;
     for (size_t i = 0; i < n; i++)
@@ -105,11 +123,13 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
     float *stats = rt_xmalloc(pbytes), *dsum = filled((size_t)B * NH * Tq, NAN);
     const long long nqb = (long long)B * NH * ((Tq + FL_BQ - 1) / FL_BQ),
                     nkb = (long long)B * NH * ((Tk + FL_BQ - 1) / FL_BQ);
-    for (long long blk = 0; blk < nqb; blk++) fl_fwd_block(&a, sm, blk, out_f, stats, q, k, v);
-    for (long long blk = 0; blk < nqb; blk++) fl_bwd_query_block(&a, sm, blk, dq_f, dsum, dout, stats, q, k, v);
-    for (long long blk = 0; blk < nkb; blk++) fl_bwd_key_block(&a, sm, blk, dk_f, dv_f, dout, stats, dsum, q, k, v);
+    const rt_x Q = rt_xf(q), K = rt_xf(k), V = rt_xf(v), DO = rt_xf(dout);
+    for (long long blk = 0; blk < nqb; blk++) fl_fwd_block(&a, sm, blk, rt_xf(out_f), stats, Q, K, V);
+    for (long long blk = 0; blk < nqb; blk++) fl_bwd_query_block(&a, sm, blk, rt_xf(dq_f), dsum, DO, stats, Q, K, V);
+    for (long long blk = 0; blk < nkb; blk++)
+        fl_bwd_key_block(&a, sm, blk, rt_xf(dk_f), rt_xf(dv_f), DO, stats, dsum, Q, K, V);
     for (long long blk = 0; tc->bias && blk < nqb / B; blk++)
-        fl_bwd_bias_block(&a, sm, blk, dbias_f, dout, stats, dsum, q, k, v);
+        fl_bwd_bias_block(&a, sm, blk, dbias_f, DO, stats, dsum, Q, K, V);
 
     char what[160];
     snprintf(what, sizeof what, "%s (%s): out", tc->name, rt_dtype_name(dt));
@@ -122,6 +142,26 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
          * dS rounded instead moves it 1.4e-4 and more */
         tz_check_close(what, dbias_f, dbias_c, nb, 1e-5f * max_abs(dbias_c, nb), 1e-4f);
     }
+
+    /* the same blocks on 16-bit handles (a typed stack's): the fp32 run's outputs rounded, bit for
+     * bit, and the padding columns untouched */
+    uint16_t *x16 = narrow(dt, x, nq + (tc->fused_qkv ? 0 : nk + nv)), *dout16 = narrow(dt, dout, no);
+    uint16_t *out16 = narrow(dt, out_c, no), *dx16 = narrow(dt, dx_cpu, ngrad); /* sentinels where untouched */
+    const size_t ok = tc->fused_qkv ? (size_t)C : nq, ov = tc->fused_qkv ? 2 * (size_t)C : nq + nk;
+    const rt_x Q16 = rt_x_of(x16, dt), K16 = rt_x_of(x16 + ok, dt), V16 = rt_x_of(x16 + ov, dt);
+    const rt_x DO16 = rt_x_of(dout16, dt), DQ16 = rt_x_of(dx16, dt), DK16 = rt_x_of(dx16 + ok, dt),
+               DV16 = rt_x_of(dx16 + ov, dt);
+    float *stats16 = rt_xmalloc(pbytes), *dsum16 = filled((size_t)B * NH * Tq, NAN);
+    for (long long blk = 0; blk < nqb; blk++) fl_fwd_block(&a, sm, blk, rt_x_of(out16, dt), stats16, Q16, K16, V16);
+    for (long long blk = 0; blk < nqb; blk++)
+        fl_bwd_query_block(&a, sm, blk, DQ16, dsum16, DO16, stats16, Q16, K16, V16);
+    for (long long blk = 0; blk < nkb; blk++)
+        fl_bwd_key_block(&a, sm, blk, DK16, DV16, DO16, stats16, dsum16, Q16, K16, V16);
+    snprintf(what, sizeof what, "%s (%s): 16-bit handles", tc->name, rt_dtype_name(dt));
+    expect_rounded(what, dt, out16, out_f, no);
+    expect_rounded(what, dt, dx16, dx_fl, ngrad);
+    TZ_EXPECT(memcmp(stats16, stats, (size_t)B * NH * Tq * 2 * sizeof(float)) == 0, "%s: statistics", what);
+    free(x16), free(dout16), free(out16), free(dx16), free(stats16), free(dsum16);
 
     free(x), free(dout), free(dx_cpu), free(dx_fl), free(out_c), free(out_f), free(mask), free(probs);
     free(sm), free(stats), free(dsum), free(bias), free(dbias_c), free(dbias_f);

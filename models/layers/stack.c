@@ -124,10 +124,9 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->lora_x = lora && lora->dropout > 0 ? rt_arena_take(a, rows * widest, f) : NULL;
 }
 
-/* x's buffer in layout phase 0 (fp32: the working set, W slots of n values) or 1 (16-bit: L slots). */
-static void stack_take(rt_x *x, rt_arena *a, int phase, rt_dtype t, size_t n, size_t W, size_t L) {
-    if ((t == RT_F32) != (phase == 0)) return;
-    *x = rt_x_of(rt_arena_take(a, (t == RT_F32 ? W : L) * n, rt_x_size(t)), t);
+/* x's buffer: L slots of n values of type t. */
+static void stack_take(rt_x *x, rt_arena *a, rt_dtype t, size_t n, size_t L) {
+    *x = rt_x_of(rt_arena_take(a, L * n, rt_x_size(t)), t);
 }
 
 static rt_attn_desc stack_attn(const mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask,
@@ -186,42 +185,26 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
     s->res_ends = rt_arena_take(a, 2 * BT * C, f);
     const size_t inner = c->n_layer > 1 ? (size_t)c->n_layer - 1 : 0;
     s->res_inner = rt_x_of(rt_arena_take(a, inner * BT * C, rt_x_size(act)), act);
-    /* a backend whose ops take fp32 handles only, at a 16-bit precision: narrowed, the fp32
-     * buffers are one working set and each slot keeps them at 2 bytes: less memory from 3 slots on
-     * (2 slots x 2 bytes + 4 bytes of working set ties with 2 x 4); typed, nothing is left to narrow */
-    const rt_dtype compute = s->be->compute;
-    s->kept_dtype = compute != RT_F32 && act == RT_F32 && L > 2 && !s->be->keep_fp32 ? compute : RT_F32;
-    const size_t W = s->kept_dtype == RT_F32 ? L : 1; /* fp32 slots */
-    a->used = (a->used + 63) & ~(size_t)63;
-    const size_t work_at = a->used;
-    s->work = a->base ? (float *)(a->base + work_at) : NULL;
-    for (int phase = 0; phase < 2; phase++) { /* the fp32 working set, then the 16-bit buffers */
-        stack_take(&s->mid, a, phase, act, BT * C, W, L);
-        if (c->cross) stack_take(&s->mid2, a, phase, act, BT * C, W, L);
-        stack_take(&s->h1, a, phase, act, BT * C, W, L);
-        stack_take(&s->h2, a, phase, act, BT * C, W, L);
-        stack_take(&s->qkv, a, phase, act, BT * 3 * Il, W, L);
-        stack_take(&s->atty, a, phase, act, BT * Il, W, L);
-        if (c->cross) {
-            stack_take(&s->hc, a, phase, act, BT * C, W, L);
-            stack_take(&s->cq, a, phase, act, BT * Il, W, L);
-            stack_take(&s->ckv, a, phase, act, BS * 2 * Il, W, L);
-            stack_take(&s->catty, a, phase, act, BT * Il, W, L);
-        }
-        stack_take(&s->up, a, phase, act, BT * Fl, W, L);
-        if (c->gated) stack_take(&s->up_lin, a, phase, act, BT * Fl, W, L);
-        stack_take(&s->hid, a, phase, act, BT * Fl, W, L);
-        if (phase == 0) {
-            s->work_floats = (a->used - work_at) / f;
-            s->narrowed =
-                s->kept_dtype != RT_F32 ? rt_arena_take(a, L * s->work_floats, rt_dtype_size(s->kept_dtype)) : NULL;
-        }
+    stack_take(&s->mid, a, act, BT * C, L);
+    if (c->cross) stack_take(&s->mid2, a, act, BT * C, L);
+    stack_take(&s->h1, a, act, BT * C, L);
+    stack_take(&s->h2, a, act, BT * C, L);
+    stack_take(&s->qkv, a, act, BT * 3 * Il, L);
+    stack_take(&s->atty, a, act, BT * Il, L);
+    if (c->cross) {
+        stack_take(&s->hc, a, act, BT * C, L);
+        stack_take(&s->cq, a, act, BT * Il, L);
+        stack_take(&s->ckv, a, act, BS * 2 * Il, L);
+        stack_take(&s->catty, a, act, BT * Il, L);
     }
+    stack_take(&s->up, a, act, BT * Fl, L);
+    if (c->gated) stack_take(&s->up_lin, a, act, BT * Fl, L);
+    stack_take(&s->hid, a, act, BT * Fl, L);
     s->n1_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n1_rstd = rt_arena_take(a, L * BT, f);
     s->n2_mean = layer_norm ? rt_arena_take(a, L * BT, f) : NULL;
     s->n2_rstd = rt_arena_take(a, L * BT, f);
-    s->probs_dtype = compute;
+    s->probs_dtype = s->be->compute;
     s->probs_row = stack_layout_row(s, false);
     s->probs = rt_arena_take(a, L * B * NH * T, s->probs_row);
     if (c->cross) {
@@ -288,39 +271,38 @@ typedef struct {
     mdl_qkv qkv, cqkv;
 } stack_slices;
 
-/* Slot o of x (n values a slot): fp32 buffers sit in the working set's slot w. */
-static rt_x stack_slot(rt_x x, size_t o, size_t w, size_t n) { return rt_x_at(x, (x.t == RT_F32 ? w : o) * n); }
+/* Slot o of x (n values a slot). */
+static rt_x stack_slot(rt_x x, size_t o, size_t n) { return rt_x_at(x, o * n); }
 
 static stack_slices stack_at(const mdl_stack *s, int l) {
     const size_t BT = s->max_BT, BS = s->max_BS, C = (size_t)s->cfg.C, Il = (size_t)s->I_local;
     const size_t Fl = (size_t)s->F_local, heads = (size_t)s->max_B * s->NH_local * s->max_T;
     const size_t o = (size_t)(l % s->slots);
-    const size_t w = s->kept_dtype == RT_F32 ? o : 0; /* the fp32 buffers' slot: narrowed, the one working set */
-    const rt_x qkv = stack_slot(s->qkv, o, w, BT * 3 * Il), ckv = stack_slot(s->ckv, o, w, BS * 2 * Il);
+    const rt_x qkv = stack_slot(s->qkv, o, BT * 3 * Il), ckv = stack_slot(s->ckv, o, BS * 2 * Il);
     /* fused: [q; k; v] per token; apart: three (BT, I_local) blocks */
     const size_t kv_step = mdl_attn_fused(&s->layer[l].attn) ? Il : BT * Il;
     return (stack_slices){.in = mdl_stack_residual(s, l),
                           .out = mdl_stack_residual(s, l + 1),
-                          .h1 = stack_slot(s->h1, o, w, BT * C),
-                          .mid = stack_slot(s->mid, o, w, BT * C),
-                          .h2 = stack_slot(s->h2, o, w, BT * C),
+                          .h1 = stack_slot(s->h1, o, BT * C),
+                          .mid = stack_slot(s->mid, o, BT * C),
+                          .h2 = stack_slot(s->h2, o, BT * C),
                           .n1_mean = AT(s->n1_mean, o * BT),
                           .n1_rstd = s->n1_rstd + o * BT,
                           .n2_mean = AT(s->n2_mean, o * BT),
                           .n2_rstd = s->n2_rstd + o * BT,
                           .probs = (char *)s->probs + o * heads * s->probs_row,
-                          .atty = stack_slot(s->atty, o, w, BT * Il),
-                          .hc = stack_slot(s->hc, o, w, BT * C),
+                          .atty = stack_slot(s->atty, o, BT * Il),
+                          .hc = stack_slot(s->hc, o, BT * C),
                           .nc_mean = AT(s->nc_mean, o * BT),
                           .nc_rstd = AT(s->nc_rstd, o * BT),
                           .cprobs = s->cprobs ? (char *)s->cprobs + o * heads * s->cprobs_row : NULL,
-                          .catty = stack_slot(s->catty, o, w, BT * Il),
-                          .mid2 = stack_slot(s->mid2, o, w, BT * C),
-                          .up = stack_slot(s->up, o, w, BT * Fl),
-                          .up_lin = stack_slot(s->up_lin, o, w, BT * Fl),
-                          .hid = stack_slot(s->hid, o, w, BT * Fl),
+                          .catty = stack_slot(s->catty, o, BT * Il),
+                          .mid2 = stack_slot(s->mid2, o, BT * C),
+                          .up = stack_slot(s->up, o, BT * Fl),
+                          .up_lin = stack_slot(s->up_lin, o, BT * Fl),
+                          .hid = stack_slot(s->hid, o, BT * Fl),
                           .qkv = {qkv, rt_x_at(qkv, kv_step), rt_x_at(qkv, 2 * kv_step)},
-                          .cqkv = {stack_slot(s->cq, o, w, BT * Il), ckv, rt_x_at(ckv, BS * Il)}};
+                          .cqkv = {stack_slot(s->cq, o, BT * Il), ckv, rt_x_at(ckv, BS * Il)}};
 }
 
 /* The dropout of block l's site `kind` at rate p (none outside training). */
@@ -455,62 +437,6 @@ static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, m
     return drop.p > 0 ? tmp : dres;
 }
 
-/* The parts of the working set block l's forward wrote for B rows of T tokens (S source
- * tokens): what a narrowed slot keeps. */
-typedef struct {
-    float *at;
-    size_t n;
-} stack_piece;
-enum { STACK_PIECES_MAX = 16 };
-
-static int stack_pieces(const mdl_stack *s, const block_run *r, int B, int S, stack_piece *out) {
-    const stack_slices *a = &r->a;
-    const size_t BT = r->BT, C = (size_t)s->cfg.C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local;
-    const size_t BS = (size_t)B * (size_t)S;
-    const bool fused = mdl_attn_fused(&r->p->attn);
-    const struct {
-        rt_x x;
-        size_t n;
-    } all[STACK_PIECES_MAX] = {{a->mid, BT * C},
-                               {a->h1, BT * C},
-                               {a->h2, BT * C},
-                               {a->qkv.q, BT * (fused ? 3 : 1) * Il},
-                               {fused ? rt_xf(NULL) : a->qkv.k, BT * Il},
-                               {fused ? rt_xf(NULL) : a->qkv.v, BT * Il},
-                               {a->atty, BT * Il},
-                               {a->mid2, BT * C},
-                               {a->hc, BT * C},
-                               {a->cqkv.q, BT * Il},
-                               {a->cqkv.k, BS * Il},
-                               {a->cqkv.v, BS * Il},
-                               {a->catty, BT * Il},
-                               {a->up, BT * Fl},
-                               {a->up_lin, BT * Fl},
-                               {a->hid, BT * Fl}};
-    int k = 0;
-    for (int i = 0; i < STACK_PIECES_MAX; i++) /* 16-bit ones are kept where they are */
-        if (all[i].x.p && all[i].x.t == RT_F32) out[k++] = (stack_piece){all[i].x.p, all[i].n};
-    return k;
-}
-
-/* Narrowed stacks: block l's working set into its 2-byte slot (narrow) or back (widen). */
-static void stack_keep(mdl_stack *s, int l, const block_run *r, int B, int S, bool narrow) {
-    if (s->kept_dtype == RT_F32) return;
-    /* the working set holds values rounded to kept_dtype only while the backend computes at it */
-    RT_CHECK(s->be->compute == s->kept_dtype, "activations kept as %s under %s compute", rt_dtype_name(s->kept_dtype),
-             rt_dtype_name(s->be->compute));
-    stack_piece pieces[STACK_PIECES_MAX];
-    const int n = stack_pieces(s, r, B, S, pieces);
-    uint16_t *slot = (uint16_t *)s->narrowed + (size_t)(l % s->slots) * s->work_floats;
-    for (int k = 0; k < n; k++) {
-        uint16_t *kept = slot + (pieces[k].at - s->work);
-        if (narrow)
-            rt_narrow(s->be, s->kept_dtype, kept, pieces[k].at, pieces[k].n);
-        else
-            rt_widen(s->be, s->kept_dtype, pieces[k].at, kept, pieces[k].n);
-    }
-}
-
 /* Block l forward from its residual input into its slot; the residual output too when
  * write_out (a recompute leaves the kept one alone). */
 static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl_stack_mask *mask, int l,
@@ -553,10 +479,7 @@ fail:
 
 static rt_status block_fwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass,
                            bool write_out) {
-    const block_run r = block_run_of(s, l, B, T, mask, pass);
-    rt_status st = block_compute(s, r, B, mask, l, write_out);
-    if (st == RT_OK) stack_keep(s, l, &r, B, mask->S, true);
-    return st;
+    return block_compute(s, block_run_of(s, l, B, T, mask, pass), B, mask, l, write_out);
 }
 
 /* Block l backward from dL/d(its output) in dres, which becomes dL/d(its input). */
@@ -603,9 +526,7 @@ fail:
 }
 
 static rt_status block_bwd(mdl_stack *s, int l, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
-    const block_run r = block_run_of(s, l, B, T, mask, pass);
-    stack_keep(s, l, &r, B, mask->S, false);
-    return block_grad(s, r, mask, l);
+    return block_grad(s, block_run_of(s, l, B, T, mask, pass), mask, l);
 }
 
 rt_status mdl_stack_forward(mdl_stack *s, int B, int T, const mdl_stack_mask *mask, const mdl_pass *pass) {
@@ -711,7 +632,7 @@ void mdl_stack_cross_kv(mdl_stack *s, int l, const float *src, size_t n, float *
 
 rt_x mdl_stack_norm1(mdl_stack *s, int l, size_t n) {
     const stack_slices a = stack_at(s, l);
-    if (s->slots < s->cfg.n_layer || (a.h1.t == RT_F32 && s->kept_dtype != RT_F32)) { /* it may hold a later block's */
+    if (s->slots < s->cfg.n_layer) { /* it may hold a later block's */
         const mdl_sublayers sub = mdl_stack_sublayers(s);
         mdl_norm_fwd(&sub, s->layer[l].norm1, a.h1, a.n1_mean, a.n1_rstd, a.in, n);
     }

@@ -15,14 +15,11 @@
  *   - the activation layout for max_B x max_T, taken once from an arena (llm.c's pattern), so a
  *     step allocates nothing;
  *   - at a 16-bit compute precision, the activations a block keeps for its backward held at that
- *     precision: the sublayers' own (their inputs, q, k, v, attention's output, the FFN's inner
- *     ones) and the residual sums inside the block (mid, mid2; post-norm h1, h2) in 16-bit
- *     buffers where the backend's ops read and write them (rt_act_dtype); on a backend without
- *     16-bit ops all of them are fp32 buffers in one working set, which each block's forward
- *     narrows into the block's 2-byte slot and its backward widens back (the values are stored
- *     rounded already, so no number changes); the residual entering each block (at the
- *     activation type but for the stack's input, fp32 as the model writes it), norm statistics
- *     and attention probabilities (16-bit by the op) are kept per block;
+ *     precision (rt_act_dtype, where the backend's ops read and write 16-bit handles): the
+ *     sublayers' own (their inputs, q, k, v, attention's output, the FFN's inner ones), the
+ *     residual sums inside the block (mid, mid2; post-norm h1, h2) and the residual entering it
+ *     (but for the stack's input, fp32 as the model writes it); norm statistics stay fp32 and
+ *     attention probabilities are 16-bit by the op;
  *   - activation checkpointing (checkpoint_layers K > 0): only the residual entering each block
  *     is kept for every block, the other activations have K slots (block l in slot l % K), and
  *     backward recomputes each segment of K blocks from its inputs, with the same dropout bits,
@@ -133,20 +130,14 @@ typedef struct {
     int HS, NH_local, I_local, F_local, head_offset;
     int max_B, max_T, max_S;
     size_t max_BT, max_BS;
-    /* activations: res for every block, the rest per slot, kept at rt_act_dtype: 16-bit ones have
-     * a slot per block. fp32 ones (all of them where the backend keeps fp32) are the working set
-     * [work, work + work_floats): a slot per block, or narrowed: one working set, each slot
-     * keeping it as kept_dtype in `narrowed`. */
-    int slots;           /* n_layer, or checkpoint_layers */
-    rt_dtype kept_dtype; /* RT_F32: every slot holds its own fp32 buffers; RT_BF16/RT_F16: narrowed */
-    float *work;         /* the working set's first float */
-    size_t work_floats;  /* the working set's floats */
-    void *narrowed;      /* (slots, work_floats) kept_dtype values, at the working set's offsets */
-    float *res_ends;     /* (2, BT, C) the residual entering block 0 and leaving the last, fp32 */
-    rt_x res_inner;      /* (L-1, BT, C) the residual between blocks, at rt_act_dtype (mdl_stack_residual) */
-    rt_x h1, h2;         /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
+    /* activations: the residual for every block, the rest a slot per block (or per
+     * checkpointed block), at rt_act_dtype */
+    int slots;       /* n_layer, or checkpoint_layers */
+    float *res_ends; /* (2, BT, C) the residual entering block 0 and leaving the last, fp32 */
+    rt_x res_inner;  /* (L-1, BT, C) the residual between blocks, at rt_act_dtype (mdl_stack_residual) */
+    rt_x h1, h2;     /* (slots, BT, C) around norm1 and norm2: pre-norm, their outputs (the sublayer
                                    * inputs); post-norm, their inputs (the residual sums) */
-    rt_x mid;            /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
+    rt_x mid;        /* (slots, BT, C) the residual after attention (post-norm: norm1's output) */
     float *n1_mean, *n1_rstd, *n2_mean, *n2_rstd; /* (slots, BT); means LayerNorm only */
     rt_x qkv, atty;                               /* (slots, BT, 3 I_local), (slots, BT, I_local) */
     void *probs;                  /* (slots, B, NH_local, T) rows of probs_row bytes: T probs_dtype values,

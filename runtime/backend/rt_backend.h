@@ -91,12 +91,6 @@ typedef struct rt_backend_ops {
     /* Rounds rows x cols of x (row stride ld floats) in place to the nearest dtype value (RT_BF16
      * or RT_F16; fp16 overflows to inf): how an activation is stored at the compute precision. */
     void (*round_to)(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
-    /* 2-byte storage of activations (RT_BF16 or RT_F16): narrow writes the n floats of src as
-     * dtype values at dst, to nearest even (fp16 overflows to inf); widen writes the n dtype
-     * values of src back as floats. A value already stored at dtype (round_to) goes through
-     * both unchanged, so keeping an activation narrowed changes no number. */
-    void (*narrow)(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n);
-    void (*widen)(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n);
     /* C[b] = alpha * op(A[b]) op(B[b]) + beta * C[b]; op(A) is M x K, op(B) is K x N, C is
      * M x N; lda/ldb/ldc are row strides of A, B, C as stored; batch strides in values. A and
      * B are read at the matmul precision (a weight: rt_xf over the slab); a 16-bit C is written
@@ -335,10 +329,10 @@ typedef struct rt_backend {
     size_t bytes_freed;     /* given back through rt_free_sized: allocated - freed is what is held */
     bool native_bf16;       /* bf16 matmuls run on the hardware's own kernels, not an emulation */
     rt_dtype compute;       /* the compute precision (rt_set_precision): RT_F32, RT_BF16 or RT_F16 */
-    bool keep_fp32;         /* keep activations for the backward in fp32 buffers at a 16-bit compute
-                             * precision (models/layers/stack.h): the tests' reference for the 2-byte ones */
+    bool keep_fp32;         /* keep activations in fp32 buffers at a 16-bit compute precision
+                             * (rt_act_dtype): the tests' reference for the 2-byte ones */
     bool typed_acts;        /* the ops read and write 16-bit activation handles (rt_x): the CPU, and CUDA
-                             * unless its fused attention kernels (fp32 only) are switched on */
+                             * unless TZ_CUDA_ACTIVATIONS=fp32 */
     /* ZeRO-3 on a GPU: a host backend on which a model under construction lays out its whole
      * parameter slab (rt_params_init), so the whole model never sits on the device; rt_zero_init
      * then keeps this rank's pieces here and frees the slab. NULL: the slab is laid out here.
@@ -375,9 +369,7 @@ void rt_cuda_backend_free(rt_backend *be);
  * residual between blocks (llm.c's floatX residual). The stack's two ends (its input, where the
  * embeddings land, and its output, which the final norm or a head reads; a pipeline stage's
  * boundaries) stay in fp32 buffers holding values rounded to dtype as every stored activation; attention's
- * probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype). On a backend whose
- * ops take fp32 handles only, what a block keeps in fp32 buffers is narrowed by the stack after
- * its forward and widened before its backward (models/layers/stack.h).
+ * probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
 
@@ -426,14 +418,6 @@ static inline void rt_store_x(rt_backend *be, rt_x x, size_t rows, int cols, siz
     RT_CHECK(x.t == be->compute, "a %s activation under %s compute", rt_dtype_name(x.t), rt_dtype_name(be->compute));
 }
 static inline void rt_store_xn(rt_backend *be, rt_x x, size_t n) { rt_store_x(be, x, n, 1, 1); }
-static inline void rt_narrow(rt_backend *be, rt_dtype dtype, void *dst, const float *src, size_t n) {
-    if (be->muted) return;
-    if (n) be->ops->narrow(be->ctx, dtype, dst, src, n);
-}
-static inline void rt_widen(rt_backend *be, rt_dtype dtype, float *dst, const void *src, size_t n) {
-    if (be->muted) return;
-    if (n) be->ops->widen(be->ctx, dtype, dst, src, n);
-}
 
 /* Convenience: allocate or fail with a message naming what. */
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);

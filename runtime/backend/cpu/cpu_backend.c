@@ -176,28 +176,16 @@ static void cpu_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int c
         for (int c = 0; c < cols; c++) x[r * ld + c] = rt_round_to(dtype, x[r * ld + c]);
 }
 
-/* narrow (fp32 src to 2-byte dst) or widen (back), in chunks so that each thread converts a
- * contiguous run. */
+/* fp32 src as 2-byte dtype values at dst, in chunks so that each thread converts a contiguous run. */
 #define CPU_CONVERT_CHUNK ((size_t)1 << 14)
-static void cpu_convert16(rt_dtype dtype, bool narrow, void *dst, const void *src, size_t n) {
-    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "%s %s", narrow ? "narrow to" : "widen from", rt_dtype_name(dtype));
+static void cpu_narrow16(rt_dtype dtype, void *dst, const float *src, size_t n) {
+    RT_CHECK(dtype == RT_BF16 || dtype == RT_F16, "narrow to %s", rt_dtype_name(dtype));
     const size_t chunks = (n + CPU_CONVERT_CHUNK - 1) / CPU_CONVERT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
     for (size_t k = 0; k < chunks; k++) {
         const size_t at = k * CPU_CONVERT_CHUNK, len = n - at < CPU_CONVERT_CHUNK ? n - at : CPU_CONVERT_CHUNK;
-        if (narrow)
-            rt_cpu_narrow_span(dtype, (uint16_t *)dst + at, (const float *)src + at, len);
-        else
-            rt_cpu_widen_span(dtype, (float *)dst + at, (const uint16_t *)src + at, len);
+        rt_cpu_narrow_span(dtype, (uint16_t *)dst + at, src + at, len);
     }
-}
-static void cpu_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n) {
-    (void)ctx;
-    cpu_convert16(dtype, true, dst, src, n);
-}
-static void cpu_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n) {
-    (void)ctx;
-    cpu_convert16(dtype, false, dst, src, n);
 }
 
 /* One fp32 GEMM: oneDNN's, else OpenBLAS's (cpu_internal.h). */
@@ -396,7 +384,7 @@ static bool cpu_linear_dact(void *ctx, rt_x dpre, float *db, rt_x dY, const floa
     cpu_gemm(ctx, false, false, (int)N, in, out_f, 1.0f, dY, out_f, 0, rt_xf(W), in, 0, 0.0f, rt_xf(acc), in, 0, 1);
     rt_cpu_act_bwd(ctx, act, rt_xf(acc), pre, rt_xf(acc), n);
     if (db) rt_cpu_bias_bwd(ctx, db, rt_xf(acc), N, in);
-    cpu_convert16(dpre.t, true, dpre.p, acc, n);
+    cpu_narrow16(dpre.t, dpre.p, acc, n);
     return true;
 }
 
@@ -468,8 +456,6 @@ static const rt_backend_ops rt_cpu_ops = {
     .device_model = cpu_device_model,
     .set_matmul_precision = cpu_set_matmul_precision,
     .round_to = cpu_round_to,
-    .narrow = cpu_narrow,
-    .widen = cpu_widen,
     .gemm = cpu_gemm,
     .linear_fwd = cpu_linear_fwd,
     .linear_dact = cpu_linear_dact,

@@ -255,15 +255,13 @@ static void *rt_cuda_attn_recomputed_probs(rt_cuda_ctx *c, const rt_attn_desc *d
     return rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_RECOMPUTE, bytes);
 }
 
-/* The fused kernels (cuda_flash.cu) read fp32 handles only: the backend keeps activations in fp32
- * when they are switched on (TZ_CUDA_ATTENTION=fused, rt_cuda_backend_init). cuDNN's SDPA
- * (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) takes the calls it supports; the rest run here. */
+/* The fused kernels (cuda_flash.cu, TZ_CUDA_ATTENTION=fused) and cuDNN's SDPA
+ * (TZ_CUDA_ATTENTION=cudnn, cuda_sdpa_path.cu) take the calls they support; the rest run here. */
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     RT_CHECK(probs != NULL, "attention_fwd needs the probs buffer (B*NH*Tq*Tk values)");
     if (rt_cuda_attn_fused(c, d)) {
-        const char *w = "fused attention";
-        rt_cuda_flash_fwd(c, d, rt_x_floats(out, w), probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
+        rt_cuda_flash_fwd(c, d, out, probs, q, k, v);
         return;
     }
     if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_fwd(c, d, out, probs, q, k, v)) return;
@@ -275,9 +273,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
                            const void *probs, rt_x q, rt_x k, rt_x v) {
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     if (rt_cuda_attn_fused(c, d)) { /* the forward took the same path: probs holds its row statistics */
-        const char *w = "fused attention";
-        rt_cuda_flash_bwd(c, d, rt_x_floats(dq, w), rt_x_floats(dk, w), rt_x_floats(dv, w), dbias, rt_x_floats(dout, w),
-                          probs, rt_x_floats(q, w), rt_x_floats(k, w), rt_x_floats(v, w));
+        rt_cuda_flash_bwd(c, d, dq, dk, dv, dbias, dout, probs, q, k, v);
         return;
     }
     if (rt_cuda_attn_cudnn(c, d) && rt_cuda_sdpa_took(c, d)) { /* probs holds what its forward kept */

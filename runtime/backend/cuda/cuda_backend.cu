@@ -147,8 +147,6 @@ static rt_backend_ops rt_cuda_make_ops(void) {
     o->sync = cuda_sync;
     o->set_matmul_precision = rt_cuda_set_matmul_precision;
     o->round_to = rt_cuda_round_to;
-    o->narrow = rt_cuda_narrow;
-    o->widen = rt_cuda_widen;
     o->gemm = rt_cuda_gemm_op;
     o->linear_fwd = rt_cuda_linear_fwd;
     o->linear_wgrad = rt_cuda_linear_wgrad;
@@ -300,9 +298,8 @@ extern "C" rt_status rt_cuda_backend_init(int device, rt_backend **out) {
     be->device = device;
     be->native_bf16 = prop.major >= 8; /* Ampere and newer: bf16 tensor cores */
     /* The kernels read and write 16-bit activation handles, so models keep activations in 2 bytes
-     * at a 16-bit precision; the fused attention kernels read fp32 ones, so with them switched on
-     * (or TZ_CUDA_ACTIVATIONS=fp32) activations stay in fp32 buffers. */
-    be->typed_acts = !c->attn_fused && !(acts && strcmp(acts, "fp32") == 0);
+     * at a 16-bit precision; TZ_CUDA_ACTIVATIONS=fp32 keeps them in fp32 buffers, for comparing. */
+    be->typed_acts = !(acts && strcmp(acts, "fp32") == 0);
     c->typed_acts = be->typed_acts;
     *out = be;
     return RT_OK;

@@ -8,28 +8,27 @@
 #include "runtime/backend/cuda/cuda_flash_tiles.h"
 
 __global__ void __launch_bounds__(32)
-    rt_cuda_flash_fwd_kernel(fl_args a, float *out, float *stats, const float *q, const float *k, const float *v) {
+    rt_cuda_flash_fwd_kernel(fl_args a, rt_x out, float *stats, rt_x q, rt_x k, rt_x v) {
     __shared__ fl_smem sm;
     fl_fwd_block(&a, &sm, (long long)blockIdx.x, out, stats, q, k, v);
 }
 
-__global__ void __launch_bounds__(32)
-    rt_cuda_flash_bwd_query_kernel(fl_args a, float *dq, float *dsum, const float *dout, const float *stats,
-                                   const float *q, const float *k, const float *v) {
+__global__ void __launch_bounds__(32) rt_cuda_flash_bwd_query_kernel(fl_args a, rt_x dq, float *dsum, rt_x dout,
+                                                                     const float *stats, rt_x q, rt_x k, rt_x v) {
     __shared__ fl_smem sm;
     fl_bwd_query_block(&a, &sm, (long long)blockIdx.x, dq, dsum, dout, stats, q, k, v);
 }
 
 __global__ void __launch_bounds__(32)
-    rt_cuda_flash_bwd_key_kernel(fl_args a, float *dk, float *dv, const float *dout, const float *stats,
-                                 const float *dsum, const float *q, const float *k, const float *v) {
+    rt_cuda_flash_bwd_key_kernel(fl_args a, rt_x dk, rt_x dv, rt_x dout, const float *stats, const float *dsum, rt_x q,
+                                 rt_x k, rt_x v) {
     __shared__ fl_smem sm;
     fl_bwd_key_block(&a, &sm, (long long)blockIdx.x, dk, dv, dout, stats, dsum, q, k, v);
 }
 
 __global__ void __launch_bounds__(32)
-    rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, const float *dout, const float *stats, const float *dsum,
-                                  const float *q, const float *k, const float *v) {
+    rt_cuda_flash_bwd_bias_kernel(fl_args a, float *dbias, rt_x dout, const float *stats, const float *dsum, rt_x q,
+                                  rt_x k, rt_x v) {
     __shared__ fl_smem sm;
     fl_bwd_bias_block(&a, &sm, (long long)blockIdx.x, dbias, dout, stats, dsum, q, k, v);
 }
@@ -45,6 +44,13 @@ size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d) {
     return rt_cuda_sdpa_kept_row(c, d);
 }
 
+/* The handles' types: fp32, or the compute type the tiles convert at (fl_load copies 16-bit bits). */
+static void rt_cuda_flash_types(const rt_cuda_ctx *c, const rt_x *x, int n) {
+    for (int i = 0; i < n; i++)
+        RT_CHECK(x[i].t == RT_F32 || x[i].t == c->matmul, "fused attention: a %s activation under %s compute",
+                 rt_dtype_name(x[i].t), rt_dtype_name(c->matmul));
+}
+
 /* Blocks of 16 rows over every (batch row, head). */
 static unsigned rt_cuda_flash_blocks(const rt_attn_desc *d, int T) {
     const size_t n = (size_t)d->B * d->NH * (size_t)((T + FL_BQ - 1) / FL_BQ);
@@ -52,15 +58,18 @@ static unsigned rt_cuda_flash_blocks(const rt_attn_desc *d, int T) {
     return (unsigned)n;
 }
 
-void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q, const float *k,
-                       const float *v) {
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v) {
+    const rt_x handles[4] = {out, q, k, v};
+    rt_cuda_flash_types(c, handles, 4);
     const fl_args a = fl_args_of(d, c->matmul);
     rt_cuda_flash_fwd_kernel<<<rt_cuda_flash_blocks(d, d->Tq), 32, 0, c->stream>>>(a, out, (float *)probs, q, k, v);
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
-                       const float *dout, const void *probs, const float *q, const float *k, const float *v) {
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                       const void *probs, rt_x q, rt_x k, rt_x v) {
+    const rt_x handles[7] = {dq, dk, dv, dout, q, k, v};
+    rt_cuda_flash_types(c, handles, 7);
     const fl_args a = fl_args_of(d, c->matmul);
     const float *stats = (const float *)probs;
     float *dsum = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_D, (size_t)d->B * d->NH * d->Tq * sizeof(float));

@@ -23,7 +23,11 @@
  * Layout of the work: a block is one warp. In the forward and the query side, lanes 2r and 2r+1
  * hold query row r of the block's 16, each half of a 64-key tile (so a row's reductions are one
  * shuffle, and a lane's keys are consecutive, which lets it draw one Philox block per four keys);
- * on the key side a lane holds query columns and walks the 16 keys. */
+ * on the key side a lane holds query columns and walks the 16 keys.
+ *
+ * q, k, v, dout and the outputs are activation handles (rt_x): 16-bit ones of the compute type,
+ * read and written as they are, or fp32 ones holding values of it (a 16-bit output is stored
+ * rounded; an fp32 one is rounded by the op's wrapper). */
 #ifndef RT_CUDA_FLASH_TILES_H
 #define RT_CUDA_FLASH_TILES_H
 
@@ -282,13 +286,15 @@ FL_HD float fl_uniform(fl_rng *r, const fl_args *a, uint64_t g) {
 
 /* Rows r0 .. r0 + nrows - 1 of head h of batch row b of x (T rows a batch row, row stride ld) as
  * 16-bit values into dst (row stride FL_LD16); rows past T are zero. The values are stored
- * activations, already of the type, so the conversion is exact. */
-FL_HD void fl_load(uint16_t *dst, const float *x, size_t ld, int b, int T, int h, int HS, int r0, int nrows,
-                   rt_dtype dt) {
+ * activations, already of the type: a 16-bit handle's bits are copied, an fp32 one's floats
+ * narrowed exactly. */
+FL_HD void fl_load(uint16_t *dst, rt_x x, size_t ld, int b, int T, int h, int HS, int r0, int nrows, rt_dtype dt) {
     for (int e = FL_LANE(); e < nrows * HS; e += FL_LANES) {
         const int r = e / HS, c = e % HS, t = r0 + r;
-        const float v = t < T ? x[((size_t)b * T + t) * ld + (size_t)h * HS + c] : 0.0f;
-        dst[r * FL_LD16 + c] = rt_pack_narrow16(dt, v);
+        const size_t i = ((size_t)b * T + t) * ld + (size_t)h * HS + c;
+        uint16_t v = 0; /* +0 in both types */
+        if (t < T) v = x.t == RT_F32 ? rt_pack_narrow16(dt, ((const float *)x.p)[i]) : ((const uint16_t *)x.p)[i];
+        dst[r * FL_LD16 + c] = v;
     }
 }
 
@@ -307,17 +313,24 @@ FL_HD float fl_prob(const fl_args *a, float s, float m, float inv, fl_rng *rng, 
 }
 
 /* Writes rows i0 .. of the block's 16 x HS fp32 result in sm->s, times mul, to y (T rows a
- * batch row, row stride ld). */
-FL_HD void fl_write_rows(float *y, size_t ld, const fl_smem *sm, int b, int T, int h, int HS, int i0, float mul) {
+ * batch row, row stride ld): a 16-bit handle gets each value rounded to its type, an fp32 one the
+ * float (its wrapper rounds it). */
+FL_HD void fl_write_rows(rt_x y, size_t ld, const fl_smem *sm, int b, int T, int h, int HS, int i0, float mul) {
     for (int e = FL_LANE(); e < FL_BQ * HS; e += FL_LANES) {
         const int r = e / HS, c = e % HS, i = i0 + r;
-        if (i < T) y[((size_t)b * T + i) * ld + (size_t)h * HS + c] = mul * sm->s[r * FL_LDF + c];
+        if (i >= T) continue;
+        const size_t at = ((size_t)b * T + i) * ld + (size_t)h * HS + c;
+        const float v = mul * sm->s[r * FL_LDF + c];
+        if (y.t == RT_F32)
+            ((float *)y.p)[at] = v;
+        else
+            ((uint16_t *)y.p)[at] = rt_pack_narrow16(y.t, v);
     }
 }
 
 /* Key tile k0 .. k0 + 63 of head h of batch row b against the block's strips: S = strip_a k^T
  * into sm->s and dP' = strip_b v^T into sm->dp (the query side's, and the bias gradient's). */
-FL_HD void fl_score_tiles(const fl_args *a, fl_smem *sm, int b, int h, int k0, const float *k, const float *v) {
+FL_HD void fl_score_tiles(const fl_args *a, fl_smem *sm, int b, int h, int k0, rt_x k, rt_x v) {
     FL_SYNC(); /* the last tile's readers are done */
     fl_load(sm->tile_a, k, a->ldk, b, a->Tk, h, a->HS, k0, FL_BK, a->dtype);
     fl_load(sm->tile_b, v, a->ldv, b, a->Tk, h, a->HS, k0, FL_BK, a->dtype);
@@ -329,8 +342,7 @@ FL_HD void fl_score_tiles(const fl_args *a, fl_smem *sm, int b, int h, int k0, c
 
 /* The forward of block blk: head (b, h) = blk / ceil(Tq/16), query rows i0 .. i0 + 15. Writes
  * those rows of out and their (m, 1/l) into stats (two floats per row (b*NH + h)*Tq + i). */
-FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out, float *stats, const float *q,
-                        const float *k, const float *v) {
+FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, rt_x out, float *stats, rt_x q, rt_x k, rt_x v) {
     const int nqt = (a->Tq + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
     const int bh = (int)(blk / nqt), i0 = (int)(blk % nqt) * FL_BQ, b = bh / a->NH, h = bh % a->NH;
     (void)lane; /* the host's one lane holds every row */
@@ -426,8 +438,8 @@ FL_HD void fl_fwd_block(const fl_args *a, fl_smem *sm, long long blk, float *out
 
 /* The query side of the backward, block blk as in the forward: D_i = sum_j P_ij dP_ij into dsum
  * (a float per row), then dq = scale dS k for the block's rows (written). */
-FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, float *dq, float *dsum, const float *dout,
-                              const float *stats, const float *q, const float *k, const float *v) {
+FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, rt_x dq, float *dsum, rt_x dout,
+                              const float *stats, rt_x q, rt_x k, rt_x v) {
     const int nqt = (a->Tq + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
     const int bh = (int)(blk / nqt), i0 = (int)(blk % nqt) * FL_BQ, b = bh / a->NH, h = bh % a->NH;
     (void)lane; /* the host's one lane holds every row */
@@ -497,8 +509,8 @@ FL_HD void fl_bwd_query_block(const fl_args *a, fl_smem *sm, long long blk, floa
 /* The key side of the backward, block blk: head (b, h) = blk / ceil(Tk/16), keys j0 .. j0 + 15.
  * Recomputes P and dS against every query (with dsum from the query side) and writes those rows
  * of dv = P'^T dout and dk = scale dS^T q. */
-FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float *dk, float *dv, const float *dout,
-                            const float *stats, const float *dsum, const float *q, const float *k, const float *v) {
+FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, rt_x dk, rt_x dv, rt_x dout,
+                            const float *stats, const float *dsum, rt_x q, rt_x k, rt_x v) {
     const int nkt = (a->Tk + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
     const int bh = (int)(blk / nkt), j0 = (int)(blk % nkt) * FL_BQ, b = bh / a->NH, h = bh % a->NH;
     const float *km = a->key_mask ? a->key_mask + (size_t)b * a->Tk : NULL;
@@ -559,8 +571,8 @@ FL_HD void fl_bwd_key_block(const fl_args *a, fl_smem *sm, long long blk, float 
  * over every batch row in order: dbias[h, i, j] += dS[b, h, i, j] in fp32 (before dS is rounded
  * for its products), each element by one lane, b = 0, 1, ... in turn, as the CPU sums them.
  * Reads dsum from the query side. */
-FL_HD void fl_bwd_bias_block(const fl_args *a, fl_smem *sm, long long blk, float *dbias, const float *dout,
-                             const float *stats, const float *dsum, const float *q, const float *k, const float *v) {
+FL_HD void fl_bwd_bias_block(const fl_args *a, fl_smem *sm, long long blk, float *dbias, rt_x dout, const float *stats,
+                             const float *dsum, rt_x q, rt_x k, rt_x v) {
     const int nqt = (a->Tq + FL_BQ - 1) / FL_BQ, lane = FL_LANE(), HS = a->HS;
     const int h = (int)(blk / nqt), i0 = (int)(blk % nqt) * FL_BQ;
     (void)lane;

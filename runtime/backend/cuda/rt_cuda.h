@@ -295,8 +295,9 @@ void rt_cuda_gemm(void *ctx, bool trans_a, bool trans_b, int M, int N, int K, fl
                   size_t stride_a, const float *B, int ldb, size_t stride_b, float beta, float *C, int ldc,
                   size_t stride_c, int batch);
 
-/* cuda_precision.cu: the compute precision's rounding, and X (rows x cols, row stride ld)
- * converted to a packed bf16 or fp16 matrix (c->matmul) in scratch slot `slot`. */
+/* cuda_precision.cu: the compute precision's rounding; n floats as 2-byte dtype values (narrow,
+ * to nearest even) and back (widen); and X (rows x cols, row stride ld) converted to a packed bf16
+ * or fp16 matrix (c->matmul) in scratch slot `slot`. */
 void rt_cuda_round_to(void *ctx, rt_dtype dtype, float *x, size_t rows, int cols, size_t ld);
 void rt_cuda_narrow(void *ctx, rt_dtype dtype, void *dst, const float *src, size_t n);
 void rt_cuda_widen(void *ctx, rt_dtype dtype, float *dst, const void *src, size_t n);
@@ -393,14 +394,14 @@ bool rt_cuda_sdpa_took(const rt_cuda_ctx *c, const rt_attn_desc *d);
 size_t rt_cuda_sdpa_kept_row(const rt_cuda_ctx *c, const rt_attn_desc *d);
 
 /* cuda_attention.cu */
-/* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs. Its probabilities
- * buffer holds (m, 1/l) per query row, not the probabilities. */
+/* cuda_flash.cu: the fused attention, where rt_cuda_attn_fused says it runs, on activation
+ * handles of either type (16-bit ones of the compute type). Its probabilities buffer holds
+ * (m, 1/l) per query row, not the probabilities. */
 bool rt_cuda_attn_fused(const rt_cuda_ctx *c, const rt_attn_desc *d);
 size_t rt_cuda_attention_kept_row(void *ctx, const rt_attn_desc *d);
-void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *out, void *probs, const float *q, const float *k,
-                       const float *v);
-void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, float *dq, float *dk, float *dv, float *dbias,
-                       const float *dout, const void *probs, const float *q, const float *k, const float *v);
+void rt_cuda_flash_fwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
+void rt_cuda_flash_bwd(rt_cuda_ctx *c, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
+                       const void *probs, rt_x q, rt_x k, rt_x v);
 void rt_cuda_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);
 void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, rt_x dv, float *dbias, rt_x dout,
                            const void *probs, rt_x q, rt_x k, rt_x v);
