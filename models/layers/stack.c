@@ -218,7 +218,7 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
         s->out_mean = layer_norm ? rt_arena_take(a, BT, f) : NULL;
         s->out_rstd = rt_arena_take(a, BT, f);
     } else {
-        s->out = s->res_ends + BT * C;
+        s->out = (float *)mdl_stack_residual(s, c->n_layer).p; /* fp32: the stack's output */
     }
     if (!shared) mdl_stack_scratch_layout(s, &s->own, a, BT > BS ? BT : BS);
     s->sc = shared ? shared : &s->own;
@@ -226,7 +226,8 @@ void mdl_stack_layout(mdl_stack *s, rt_arena *a, int max_B, int max_T, int max_S
 
 rt_x mdl_stack_residual(const mdl_stack *s, int l) {
     const size_t n = s->max_BT * (size_t)s->cfg.C;
-    if (l == 0 || l == s->cfg.n_layer) return rt_xf(s->res_ends + (l ? n : 0));
+    if (l == 0) return rt_xf(s->res_ends); /* also the output of a stack without blocks */
+    if (l == s->cfg.n_layer) return rt_xf(s->res_ends + n);
     return rt_x_at(s->res_inner, (size_t)(l - 1) * n);
 }
 
