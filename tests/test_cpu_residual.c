@@ -103,27 +103,17 @@ static void run_op(rt_backend *be, const inputs *in, results *r) {
                     r->rstd);
 }
 
-/* n values of x (held at dtype already) as 2-byte dtype values, and back. */
-static uint16_t *narrow(rt_dtype dtype, const float *x, size_t n) {
-    uint16_t *y = rt_xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) y[i] = dtype == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
-    return y;
-}
-static void widen(rt_dtype dtype, float *y, const uint16_t *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = dtype == RT_BF16 ? rt_bf16_to_f32(x[i]) : rt_f16_to_f32(x[i]);
-}
-
 /* The fused op with res and sum as 16-bit handles of the compute precision, the sum widened into r
  * for the comparison. */
 static void run_typed(const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
     const rt_dtype t = g_be->compute;
     const size_t n = in->N * (size_t)in->C;
-    uint16_t *res = narrow(t, in->res, n), *sum = rt_xcalloc(n, sizeof(uint16_t));
+    uint16_t *res = tz_narrow16(t, in->res, n), *sum = rt_xcalloc(n, sizeof(uint16_t));
     rt_residual_fwd(g_be, d, rt_x_of(sum, t), rt_xf(r->out), r->mean, r->rstd, rt_x_of(res, t), in->branch);
     rt_residual_bwd(g_be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, rt_x_of(sum, t), r->mean,
                     r->rstd);
-    widen(t, r->sum, sum, n);
+    rt_convert_to_f32(r->sum, sum, t, n);
     free(res), free(sum);
 }
 
@@ -132,7 +122,7 @@ static void check_norms_typed(const char *where, const inputs *in, const results
     const rt_residual_desc *d = &in->d;
     const rt_dtype t = g_be->compute;
     const size_t n = in->N * (size_t)in->C;
-    uint16_t *x = narrow(t, ref->sum, n);
+    uint16_t *x = tz_narrow16(t, ref->sum, n);
     results r = results_new(in);
     if (d->rms) {
         rt_rmsnorm_fwd(g_be, rt_xf(r.out), r.rstd, rt_x_of(x, t), d->weight, in->N, in->C, d->eps);

@@ -34,13 +34,6 @@ static float *filled(size_t n, float v) {
     return x;
 }
 
-/* n values of x (of type dt already, or the sentinel) as 2-byte dt values. */
-static uint16_t *narrow(rt_dtype dt, const float *x, size_t n) {
-    uint16_t *y = rt_xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) y[i] = dt == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
-    return y;
-}
-
 /* got (16-bit) against ref (fp32, as the blocks left it) rounded to dt: the same bits. */
 static void expect_rounded(const char *what, rt_dtype dt, const uint16_t *got, const float *ref, size_t n) {
     size_t bad = 0, first = 0;
@@ -145,8 +138,9 @@ static void run_case(rt_backend *cpu, const fused_attn_case *tc) {
 
     /* the same blocks on 16-bit handles (a typed stack's): the fp32 run's outputs rounded, bit for
      * bit, and the padding columns untouched */
-    uint16_t *x16 = narrow(dt, x, nq + (tc->fused_qkv ? 0 : nk + nv)), *dout16 = narrow(dt, dout, no);
-    uint16_t *out16 = narrow(dt, out_c, no), *dx16 = narrow(dt, dx_cpu, ngrad); /* sentinels where untouched */
+    uint16_t *x16 = tz_narrow16(dt, x, nq + (tc->fused_qkv ? 0 : nk + nv)), *dout16 = tz_narrow16(dt, dout, no);
+    uint16_t *out16 = tz_narrow16(dt, out_c, no),
+             *dx16 = tz_narrow16(dt, dx_cpu, ngrad); /* sentinels where untouched */
     const size_t ok = tc->fused_qkv ? (size_t)C : nq, ov = tc->fused_qkv ? 2 * (size_t)C : nq + nk;
     const rt_x Q16 = rt_x_of(x16, dt), K16 = rt_x_of(x16 + ok, dt), V16 = rt_x_of(x16 + ov, dt);
     const rt_x DO16 = rt_x_of(dout16, dt), DQ16 = rt_x_of(dx16, dt), DK16 = rt_x_of(dx16 + ok, dt),

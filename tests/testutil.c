@@ -308,6 +308,12 @@ int tz_fd_check(const char *what, float *x, size_t nx, const float *analytic, tz
     return ok;
 }
 
+uint16_t *tz_narrow16(rt_dtype t, const float *x, size_t n) {
+    uint16_t *y = rt_xmalloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) y[i] = t == RT_BF16 ? rt_f32_to_bf16(x[i]) : rt_f32_to_f16(x[i]);
+    return y;
+}
+
 float tz_uniform(unsigned *state) {
     *state = *state * 1103515245u + 12345u;
     return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;

@@ -29,6 +29,9 @@ int tz_check_close(const char *what, const float *got, const float *ref, size_t 
 typedef double (*tz_loss_fn)(void *st);
 int tz_fd_check(const char *what, float *x, size_t nx, const float *analytic, tz_loss_fn loss, void *st, float h,
                 float atol, float rtol);
+/* n floats as 2-byte values of t (RT_BF16 or RT_F16), to nearest even: a 16-bit activation
+ * buffer of them (rt_convert_to_f32 widens it back). Caller frees. */
+uint16_t *tz_narrow16(rt_dtype t, const float *x, size_t n);
 /* A uniform float in [-1, 1) from a 32-bit LCG state (deterministic test data). */
 float tz_uniform(unsigned *state);
 /* An attention key mask (B, Tk), additive, as the attention tests use it: every key of batch row
