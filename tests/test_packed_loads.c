@@ -4,8 +4,9 @@
  * backend's rounding) at the places it does, for fp32, bf16 and fp16 handles: value j of a pack
  * in its j-th slot, a store rounding each value once (fp16 overflowing to inf), nothing written
  * past the pack, and a walk's whole packs and tail covering n values once each, with no packs
- * where a handle is not 16-byte aligned. The GPU's own loads and conversions are not checked
- * here: test_cuda_ops runs the kernels against the CPU backend on a GPU. */
+ * where a handle is not 16-byte aligned; a pack's dropout uniforms are the CPU's draws for its
+ * values. The GPU's own loads and conversions are not checked here: test_cuda_ops and
+ * test_cuda_typed run the kernels against the CPU backend on a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,30 @@ static void test_walk(void *buf) {
     TZ_EXPECT(rt_pack_aligned(rt_pack_x((char *)buf + 16, RT_BF16)), "16 bytes in is aligned");
 }
 
+/* A pack's dropout uniforms are the CPU's draws for its values: two Philox blocks for a whole
+ * pack on a block boundary, a value's own draw in the tail (the rest left 0). */
+static void test_uniforms(void) {
+    const uint64_t seed = 1234, stream = 77;
+    const uint64_t whole[] = {0, 4, 8, 36, 1000, ((uint64_t)1 << 33) + 12};
+    for (size_t k = 0; k < sizeof whole / sizeof whole[0]; k++) {
+        const rt_pack u = rt_pack_uniforms(seed, stream, whole[k], RT_PACK);
+        for (int j = 0; j < RT_PACK; j++) {
+            const float want = rt_rng_uniform(seed, stream, whole[k] + (uint64_t)j);
+            TZ_EXPECT(same_float(u.v[j], want), "uniforms of a pack at %llu, slot %d: %g, the CPU's %g",
+                      (unsigned long long)whole[k], j, u.v[j], want);
+        }
+    }
+    const uint64_t tail[] = {3, 37, 1001};
+    for (size_t k = 0; k < sizeof tail / sizeof tail[0]; k++) {
+        const rt_pack u = rt_pack_uniforms(seed, stream, tail[k], 1);
+        TZ_EXPECT(same_float(u.v[0], rt_rng_uniform(seed, stream, tail[k])), "the uniform of a tail value at %llu",
+                  (unsigned long long)tail[k]);
+        bool rest = true;
+        for (int j = 1; j < RT_PACK; j++) rest = rest && u.v[j] == 0.0f;
+        TZ_EXPECT(rest, "a tail value's uniforms leave slots 1.. at 0");
+    }
+}
+
 int main(void) {
     const size_t bytes = (N_VALUES + 2 * RT_PACK) * sizeof(float);
     void *buf = aligned_alloc(64, bytes), *want = aligned_alloc(64, bytes);
@@ -139,6 +164,7 @@ int main(void) {
         test_store(TYPES[t], buf, want);
     }
     test_walk(buf);
+    test_uniforms();
     free(buf);
     free(want);
     return tz_test_result("test_packed_loads");

@@ -24,6 +24,7 @@ extern "C" {
 #ifdef __cplusplus
 }
 #endif
+#include "runtime/base/rt_rng.h"
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
@@ -162,6 +163,21 @@ PK_HD void rt_pack_store_n(rt_x x, size_t i, int w, const rt_pack *p) {
     }
 }
 
+/* Dropout's uniforms for the w values from stream index g (rt_rng.h; w as in rt_pack_load_n): a
+ * whole pack's are two Philox blocks, so g must be a multiple of 4 there; a tail value's is its
+ * own draw. Either way value j gets rt_rng_uniform(seed, stream, g + j), the CPU's mask. */
+PK_HD rt_pack rt_pack_uniforms(uint64_t seed, uint64_t stream, uint64_t g, int w) {
+    rt_pack u;
+    for (int j = 0; j < RT_PACK; j++) u.v[j] = 0.0f;
+    if (w == RT_PACK) {
+        rt_rng_uniform4(seed, stream, g >> 2, u.v);
+        rt_rng_uniform4(seed, stream, (g >> 2) + 1, u.v + 4);
+    } else {
+        u.v[0] = rt_rng_uniform(seed, stream, g);
+    }
+    return u;
+}
+
 #ifdef __CUDACC__
 /* A grid-stride walk over n values: f(i, RT_PACK) at each whole pack's first value, then f(i, 1)
  * at each value of the tail. Launch over rt_pack_threads(n) threads. f is inlined at both calls,
@@ -171,6 +187,15 @@ template <typename F> __device__ __forceinline__ void rt_cuda_pack_walk(size_t n
     const size_t packs = rt_pack_count(n, aligned);
     for (size_t k = first; k < packs; k += step) f(k * RT_PACK, RT_PACK);
     for (size_t i = packs * RT_PACK + first; i < n; i += step) f(i, 1);
+}
+
+/* The same walk over one row of n values by the 32 lanes of a warp (the row kernels: norms, the
+ * residual step): lane `lane` takes every 32nd whole pack from its own, then every 32nd value of
+ * the tail. aligned: every handle the body moves starts the row on a 16-byte boundary. */
+template <typename F> __device__ __forceinline__ void rt_cuda_pack_row_walk(int n, bool aligned, int lane, F f) {
+    const int packs = (int)rt_pack_count((size_t)n, aligned);
+    for (int k = lane; k < packs; k += 32) f((size_t)k * RT_PACK, RT_PACK);
+    for (int i = packs * RT_PACK + lane; i < n; i += 32) f((size_t)i, 1);
 }
 #endif
 

@@ -5,14 +5,34 @@
  *
  * One warp per row, as the norm kernels (cuda_norm_rows.h, whose row formulas it calls). The
  * dropout draws are the dropout kernels' (element (n, c) at index n*C + c, a Philox block of four
- * per draw, rt_cuda_rng_row_walk), so the masks are the same bits as the CPU's and as
- * dropout_fwd's. Each stored value is rounded to the compute precision (the context's matmul
+ * per draw), so the masks are the same bits as the CPU's and as dropout_fwd's. The lanes move
+ * packs of eight values (cuda_pack.h) where a row's handles start aligned. Each stored value is rounded to the compute precision (the context's matmul
  * dtype) where the composed ops' wrappers round it: the dropped branch, the sum, the norm's
  * output; the residual gradient, the branch's gradient. The lanes that write a row's sum (by
- * Philox blocks) are not those that read it (by column stride): __syncwarp orders the two. The
+ * Philox blocks or packs) need not be those that read it in the norm: __syncwarp orders the two. The
  * parameter gradients are cuda_norm.cu's column sums, deterministic and in its order. */
 #include "runtime/backend/cuda/cuda_norm_rows.h"
+#include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/backend/cuda/rt_cuda.h"
+
+/* Dropout's walk over row values at stream indices g0 .. g0 + C - 1 by a warp's lanes: f(c, w, u)
+ * for the w values from c with their uniforms u (rt_pack_uniforms). In packs where every handle
+ * starts the row aligned and g0 is on a Philox block (a pack is then two whole blocks); else by
+ * Philox blocks, a value at a time (rt_cuda_rng_row_walk). */
+template <typename F>
+__device__ __forceinline__ void rt_cuda_drop_row_walk(uint64_t seed, uint64_t stream, size_t g0, int C, bool aligned,
+                                                      int lane, F f) {
+    if (aligned && g0 % 4 == 0) {
+        rt_cuda_pack_row_walk(C, true, lane,
+                              [&](size_t c, int w) { f(c, w, rt_pack_uniforms(seed, stream, g0 + c, w)); });
+        return;
+    }
+    rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)C, (uint64_t)lane, 32, [&](size_t c, float u) {
+        rt_pack one = {};
+        one.v[0] = u;
+        f(c, 1, one);
+    });
+}
 
 /* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
  * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
@@ -25,16 +45,26 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
     const int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
     const size_t at = row * (size_t)C;
-    const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at);
-    const float *b = branch + at;
+    const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at), b = rt_pack_xf(branch + at);
+    const bool aligned = rt_pack_aligned(y) && rt_pack_aligned(x) && rt_pack_aligned(b);
     if (p > 0.0f)
-        rt_cuda_rng_row_walk(seed, stream, at, (uint64_t)C, (uint64_t)lane, 32, [&](size_t c, float u) {
-            /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
-            const float dropped = rt_cuda_round16(u >= p ? __fmul_rn(b[c], s) : 0.0f, kind);
-            rt_cuda_xstore(y, c, rt_cuda_round16(__fadd_rn(rt_cuda_xload(x, c), dropped), kind));
+        rt_cuda_drop_row_walk(seed, stream, at, C, aligned, lane, [&](size_t c, int w, const rt_pack &u) {
+            const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
+            rt_pack o = {};
+            for (int j = 0; j < w; j++) {
+                /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
+                const float dropped = rt_cuda_round16(u.v[j] >= p ? __fmul_rn(bv.v[j], s) : 0.0f, kind);
+                o.v[j] = rt_cuda_round16(__fadd_rn(xv.v[j], dropped), kind);
+            }
+            rt_pack_store_n(y, c, w, &o);
         });
     else
-        for (int c = lane; c < C; c += 32) rt_cuda_xstore(y, c, rt_cuda_round16(rt_cuda_xload(x, c) + b[c], kind));
+        rt_cuda_pack_row_walk(C, aligned, lane, [&](size_t c, int w) {
+            const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
+            rt_pack o = {};
+            for (int j = 0; j < w; j++) o.v[j] = rt_cuda_round16(xv.v[j] + bv.v[j], kind);
+            rt_pack_store_n(y, c, w, &o);
+        });
     if (!weight) return;
     /* the whole row's sum is written, and the branch read (out may alias it) */
     __syncwarp();
@@ -64,9 +94,15 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const f
         rt_cuda_layernorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, mean[row], rstd[row], C, lane, kind);
     if (!(p > 0.0f)) return;
     __syncwarp(); /* the row's residual gradient is written */
-    float *gb = dbranch + at;
-    rt_cuda_rng_row_walk(seed, stream, at, (uint64_t)C, (uint64_t)lane, 32,
-                         [&](size_t c, float u) { gb[c] = rt_cuda_round16(u >= p ? g[c] * s : 0.0f, kind); });
+    const rt_x gx = rt_pack_xf(g), gb = rt_pack_xf(dbranch + at);
+    rt_cuda_drop_row_walk(seed, stream, at, C, rt_pack_aligned(gx) && rt_pack_aligned(gb), lane,
+                          [&](size_t c, int w, const rt_pack &u) {
+                              const rt_pack gv = rt_pack_load_n(gx, c, w);
+                              rt_pack o = {};
+                              for (int j = 0; j < w; j++)
+                                  o.v[j] = rt_cuda_round16(u.v[j] >= p ? gv.v[j] * s : 0.0f, kind);
+                              rt_pack_store_n(gb, c, w, &o);
+                          });
 }
 
 static float rt_cuda_residual_scale(const rt_residual_desc *d) {
