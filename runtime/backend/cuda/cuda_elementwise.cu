@@ -184,14 +184,24 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, rt_x y, size_t n, float 
     }
 }
 
+/* The w values of y from i: keep ? x * s : 0, keep being u >= p (the values' uniforms). */
+__device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, const rt_pack &u, float p, float s) {
+    const rt_pack xv = rt_pack_load_n(x, i, w);
+    rt_pack o = {};
+    for (int j = 0; j < w; j++) o.v[j] = u.v[j] >= p ? xv.v[j] * s : 0.0f;
+    rt_pack_store_n(y, i, w, &o);
+}
+
 /* y = keep(i) ? x * s : 0 with keep(i) = uniform(seed, stream, i) >= p; y may alias x. A thread
  * per block of four (launch over (n + 3) / 4). step: NULL, or the step's part of stream, read here
  * so that a replayed graph draws its step's mask (rt_stream_at_step). */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s, uint64_t seed,
                                        uint64_t stream_at0, const uint64_t *step) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
-    rt_cuda_rng_row_walk(seed, stream, 0, n, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                         (uint64_t)gridDim.x * blockDim.x, [&](size_t i, float u) { y[i] = u >= p ? x[i] * s : 0.0f; });
+    const rt_x Y = rt_pack_xf(y), X = rt_pack_xf(x);
+    rt_cuda_drop_walk(seed, stream, 0, n, rt_pack_aligned(Y) && rt_pack_aligned(X),
+                      (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+                      [&](size_t i, int w, const rt_pack &u) { drop_values(Y, X, i, w, u, p, s); });
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
@@ -200,14 +210,13 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
                                             float p, float s, uint64_t seed, uint64_t stream_at0,
                                             const uint64_t *step) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
-    /* a row per blockIdx.y, its Philox blocks across the threads */
+    /* a row per blockIdx.y, its packs (or Philox blocks) across the threads */
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
         const uint64_t g0 = (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset;
-        const size_t row = r * (size_t)cols;
-        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)cols, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                             (uint64_t)gridDim.x * blockDim.x, [&](size_t c, float u) {
-                                 rt_cuda_xstore(y, row + c, u >= p ? rt_cuda_xload(x, row + c) * s : 0.0f);
-                             });
+        const rt_x yr = rt_cuda_x_at(y, r * (size_t)cols), xr = rt_cuda_x_at(x, r * (size_t)cols);
+        rt_cuda_drop_walk(seed, stream, g0, (size_t)cols, rt_pack_aligned(yr) && rt_pack_aligned(xr),
+                          (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+                          [&](size_t c, int w, const rt_pack &u) { drop_values(yr, xr, c, w, u, p, s); });
     }
 }
 

@@ -179,23 +179,27 @@ PK_HD rt_pack rt_pack_uniforms(uint64_t seed, uint64_t stream, uint64_t g, int w
 }
 
 #ifdef __CUDACC__
-/* A grid-stride walk over n values: f(i, RT_PACK) at each whole pack's first value, then f(i, 1)
- * at each value of the tail. Launch over rt_pack_threads(n) threads. f is inlined at both calls,
- * so its loops over w values unroll. */
-template <typename F> __device__ __forceinline__ void rt_cuda_pack_walk(size_t n, bool aligned, F f) {
-    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, step = (size_t)gridDim.x * blockDim.x;
+/* A strided walk over n values: f(i, RT_PACK) at every step-th whole pack from pack `first`, then
+ * f(i, 1) at every step-th value of the tail from value packs * RT_PACK + first. Every caller that
+ * shares the walk (first = 0 .. step - 1) visits each value once. f is inlined at both calls, so
+ * its loops over w values unroll. */
+template <typename F>
+__device__ __forceinline__ void rt_cuda_pack_walk_from(size_t n, bool aligned, size_t first, size_t step, F f) {
     const size_t packs = rt_pack_count(n, aligned);
     for (size_t k = first; k < packs; k += step) f(k * RT_PACK, RT_PACK);
     for (size_t i = packs * RT_PACK + first; i < n; i += step) f(i, 1);
 }
 
-/* The same walk over one row of n values by the 32 lanes of a warp (the row kernels: norms, the
- * residual step): lane `lane` takes every 32nd whole pack from its own, then every 32nd value of
- * the tail. aligned: every handle the body moves starts the row on a 16-byte boundary. */
+/* The walk over n values by a whole grid: launch over rt_pack_threads(n) threads. */
+template <typename F> __device__ __forceinline__ void rt_cuda_pack_walk(size_t n, bool aligned, F f) {
+    rt_cuda_pack_walk_from(n, aligned, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+                           f);
+}
+
+/* The walk over one row of n values by the 32 lanes of a warp (the row kernels: norms, the
+ * residual step). aligned: every handle the body moves starts the row on a 16-byte boundary. */
 template <typename F> __device__ __forceinline__ void rt_cuda_pack_row_walk(int n, bool aligned, int lane, F f) {
-    const int packs = (int)rt_pack_count((size_t)n, aligned);
-    for (int k = lane; k < packs; k += 32) f((size_t)k * RT_PACK, RT_PACK);
-    for (int i = packs * RT_PACK + lane; i < n; i += 32) f((size_t)i, 1);
+    rt_cuda_pack_walk_from((size_t)n, aligned, (size_t)lane, 32, f);
 }
 #endif
 

@@ -15,25 +15,6 @@
 #include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/backend/cuda/rt_cuda.h"
 
-/* Dropout's walk over row values at stream indices g0 .. g0 + C - 1 by a warp's lanes: f(c, w, u)
- * for the w values from c with their uniforms u (rt_pack_uniforms). In packs where every handle
- * starts the row aligned and g0 is on a Philox block (a pack is then two whole blocks); else by
- * Philox blocks, a value at a time (rt_cuda_rng_row_walk). */
-template <typename F>
-__device__ __forceinline__ void rt_cuda_drop_row_walk(uint64_t seed, uint64_t stream, size_t g0, int C, bool aligned,
-                                                      int lane, F f) {
-    if (aligned && g0 % 4 == 0) {
-        rt_cuda_pack_row_walk(C, true, lane,
-                              [&](size_t c, int w) { f(c, w, rt_pack_uniforms(seed, stream, g0 + c, w)); });
-        return;
-    }
-    rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)C, (uint64_t)lane, 32, [&](size_t c, float u) {
-        rt_pack one = {};
-        one.v[0] = u;
-        f(c, 1, one);
-    });
-}
-
 /* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
  * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
 __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, float *rstd, rt_x res, const float *branch,
@@ -48,16 +29,17 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
     const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at), b = rt_pack_xf(branch + at);
     const bool aligned = rt_pack_aligned(y) && rt_pack_aligned(x) && rt_pack_aligned(b);
     if (p > 0.0f)
-        rt_cuda_drop_row_walk(seed, stream, at, C, aligned, lane, [&](size_t c, int w, const rt_pack &u) {
-            const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
-            rt_pack o = {};
-            for (int j = 0; j < w; j++) {
-                /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
-                const float dropped = rt_cuda_round16(u.v[j] >= p ? __fmul_rn(bv.v[j], s) : 0.0f, kind);
-                o.v[j] = rt_cuda_round16(__fadd_rn(xv.v[j], dropped), kind);
-            }
-            rt_pack_store_n(y, c, w, &o);
-        });
+        rt_cuda_drop_walk(
+            seed, stream, at, (size_t)C, aligned, (size_t)lane, 32, [&](size_t c, int w, const rt_pack &u) {
+                const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
+                rt_pack o = {};
+                for (int j = 0; j < w; j++) {
+                    /* _rn: no multiply-add contracted across the two, which the composed ops store apart */
+                    const float dropped = rt_cuda_round16(u.v[j] >= p ? __fmul_rn(bv.v[j], s) : 0.0f, kind);
+                    o.v[j] = rt_cuda_round16(__fadd_rn(xv.v[j], dropped), kind);
+                }
+                rt_pack_store_n(y, c, w, &o);
+            });
     else
         rt_cuda_pack_row_walk(C, aligned, lane, [&](size_t c, int w) {
             const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
@@ -95,14 +77,13 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const f
     if (!(p > 0.0f)) return;
     __syncwarp(); /* the row's residual gradient is written */
     const rt_x gx = rt_pack_xf(g), gb = rt_pack_xf(dbranch + at);
-    rt_cuda_drop_row_walk(seed, stream, at, C, rt_pack_aligned(gx) && rt_pack_aligned(gb), lane,
-                          [&](size_t c, int w, const rt_pack &u) {
-                              const rt_pack gv = rt_pack_load_n(gx, c, w);
-                              rt_pack o = {};
-                              for (int j = 0; j < w; j++)
-                                  o.v[j] = rt_cuda_round16(u.v[j] >= p ? gv.v[j] * s : 0.0f, kind);
-                              rt_pack_store_n(gb, c, w, &o);
-                          });
+    rt_cuda_drop_walk(seed, stream, at, (size_t)C, rt_pack_aligned(gx) && rt_pack_aligned(gb), (size_t)lane, 32,
+                      [&](size_t c, int w, const rt_pack &u) {
+                          const rt_pack gv = rt_pack_load_n(gx, c, w);
+                          rt_pack o = {};
+                          for (int j = 0; j < w; j++) o.v[j] = rt_cuda_round16(u.v[j] >= p ? gv.v[j] * s : 0.0f, kind);
+                          rt_pack_store_n(gb, c, w, &o);
+                      });
 }
 
 static float rt_cuda_residual_scale(const rt_residual_desc *d) {

@@ -33,6 +33,7 @@ extern "C" {
 #include "runtime/base/rt_status.h"
 }
 /* Inline __host__ __device__ helpers only (no linkage to match), so C++ linkage is fine. */
+#include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/base/rt_rng.h"
 
 /* Every CUDA and cuBLAS call is checked, in every build: a device fault aborts with file:line. */
@@ -241,6 +242,26 @@ __device__ __forceinline__ void rt_cuda_rng_row_walk(uint64_t seed, uint64_t str
         for (int w = 0; w < 4; w++)
             if (j0 + w >= 0 && j0 + w < (int64_t)n) f((size_t)(j0 + w), u[w]);
     }
+}
+
+/* Dropout's walk over the n values of a row whose value j has stream index g0 + j, shared by the
+ * callers first = 0 .. step - 1 (a warp's lanes, a grid's threads): f(j, w, u) for the w values
+ * from j with their uniforms u (rt_pack_uniforms). In packs of eight (two Philox blocks) where
+ * every handle the body moves starts the row aligned and g0 is on a block; else a value at a time
+ * by Philox blocks (rt_cuda_rng_row_walk, u in slot 0). Either way the uniforms are the CPU's. */
+template <typename F>
+__device__ __forceinline__ void rt_cuda_drop_walk(uint64_t seed, uint64_t stream, uint64_t g0, size_t n, bool aligned,
+                                                  size_t first, size_t step, F f) {
+    if (aligned && g0 % 4 == 0) {
+        rt_cuda_pack_walk_from(n, true, first, step,
+                               [&](size_t j, int w) { f(j, w, rt_pack_uniforms(seed, stream, g0 + j, w)); });
+        return;
+    }
+    rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)n, (uint64_t)first, (uint64_t)step, [&](size_t j, float u) {
+        rt_pack one = {};
+        one.v[0] = u;
+        f(j, 1, one);
+    });
 }
 
 /* Warp and block reductions. block_* need blockDim.x a multiple of 32 (<= 1024), every
