@@ -1,13 +1,9 @@
 /* The vocab-parallel cross-entropy's per-shard phases on CUDA (see xent_vocab in
  * rt_backend.h and runtime/backend/cpu/cpu_xent_vocab.c, whose semantics these follow): one block
  * per row, like rt_cuda_softmax_xent_kernel, reading the logits at their handle's type (16-bit
- * logits are half the traffic of fp32 ones) plus the padding columns' mask. */
+ * logits are half the traffic of fp32 ones) plus the padding columns' mask, in packs of eight
+ * (cuda_pack.h) where a row starts aligned. */
 #include "runtime/backend/cuda/rt_cuda.h"
-
-__device__ __forceinline__ float rt_cuda_masked_logit(rt_x x, size_t row, int j, const float *col_mask) {
-    const float v = rt_cuda_xload(x, row + (size_t)j);
-    return col_mask ? v + col_mask[j] : v;
-}
 
 __global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses, rt_x dlogits, rt_x logits,
                                           const float *col_mask, const int32_t *targets, size_t N, int V,
@@ -17,17 +13,35 @@ __global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses
     float *mx = stats, *tl = stats + N, *sum = stats + 2 * N;
     int32_t t = targets[n];
     int local = t - vocab_start;
+    /* the row's logits plus the padding mask, by packs where the row's handles start aligned */
+    const rt_x x = rt_cuda_x_at(logits, row), mask = rt_pack_xf(col_mask);
+    const rt_x dx = dlogits.p ? rt_cuda_x_at(dlogits, row) : dlogits;
+    const bool aligned = rt_pack_aligned(x) && rt_pack_aligned(mask) && rt_pack_aligned(dx);
+    auto masked = [&](size_t j, int w) {
+        rt_pack v = rt_pack_load_n(x, j, w);
+        if (col_mask) {
+            const rt_pack m = rt_pack_load_n(mask, j, w);
+            for (int k = 0; k < w; k++) v.v[k] += m.v[k];
+        }
+        return v;
+    };
     if (phase == 0) {
         float m = -INFINITY;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, rt_cuda_masked_logit(logits, row, j, col_mask));
+        rt_cuda_pack_walk_from((size_t)V, aligned, threadIdx.x, blockDim.x, [&](size_t j, int w) {
+            const rt_pack v = masked(j, w);
+            for (int k = 0; k < w; k++) m = fmaxf(m, v.v[k]);
+        });
         m = rt_cuda_block_max(m, sh);
         if (threadIdx.x == 0) {
             mx[n] = m;
-            tl[n] = (t != -100 && local >= 0 && local < V) ? rt_cuda_xload(logits, row + (size_t)local) : 0.0f;
+            tl[n] = (t != -100 && local >= 0 && local < V) ? rt_cuda_xload(x, (size_t)local) : 0.0f;
         }
     } else if (phase == 1) {
         float m = mx[n], s = 0.0f;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(rt_cuda_masked_logit(logits, row, j, col_mask) - m);
+        rt_cuda_pack_walk_from((size_t)V, aligned, threadIdx.x, blockDim.x, [&](size_t j, int w) {
+            const rt_pack v = masked(j, w);
+            for (int k = 0; k < w; k++) s += expf(v.v[k] - m);
+        });
         s = rt_cuda_block_sum(s, sh);
         if (threadIdx.x == 0) sum[n] = s;
     } else {
@@ -36,11 +50,16 @@ __global__ void rt_cuda_xent_vocab_kernel(int phase, float *stats, float *losses
             losses[n] = t == -100 ? 0.0f : (float)((double)m + log((double)s) - (double)tl[n]);
         if (!dlogits.p) return;
         float inv = 1.0f / s;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) {
-            /* read logit j before dlogit j may overwrite it */
-            float pj = expf(rt_cuda_masked_logit(logits, row, j, col_mask) - m) * inv;
-            rt_cuda_xstore(dlogits, row + (size_t)j, t == -100 ? 0.0f : (pj - (j == local ? 1.0f : 0.0f)) * grad_scale);
-        }
+        /* a thread reads its logits before it writes their dlogits, which may alias them */
+        rt_cuda_pack_walk_from((size_t)V, aligned, threadIdx.x, blockDim.x, [&](size_t j, int w) {
+            const rt_pack v = masked(j, w);
+            rt_pack g = {};
+            for (int k = 0; k < w; k++) {
+                const float pj = expf(v.v[k] - m) * inv;
+                g.v[k] = t == -100 ? 0.0f : (pj - ((int)j + k == local ? 1.0f : 0.0f)) * grad_scale;
+            }
+            rt_pack_store_n(dx, j, w, &g);
+        });
     }
 }
 
