@@ -5,8 +5,9 @@
  * precision (fp32, bf16, fp16), LayerNorm with and without bias, RMSNorm and no norm, dropout 0
  * and 0.1, C of 37 and 768 and N of 1, 5 and 130 (from one row to a parallel region); outputs,
  * statistics, the residual and branch gradients and the accumulated parameter gradients. At bf16
- * and fp16 also with the residual and the sum as 16-bit handles (a typed stack's residual sums),
- * and the norms reading a 16-bit input: the same bits. Then finite differences of the backward
+ * and fp16 also with the residual, the branch, the sum and the branch's gradient as 16-bit
+ * handles (a typed stack's residual sums and, at tp = 1, its branches), and the norms reading a
+ * 16-bit input: the same bits. Then finite differences of the backward
  * (as tests/test_cpu_grad.c checks every backward op). */
 #include <math.h>
 #include <stdint.h>
@@ -98,23 +99,25 @@ static void run_before(const inputs *in, results *r) {
 /* Through the wrappers on backend be (fused, or composed by the wrappers). */
 static void run_op(rt_backend *be, const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
-    rt_residual_fwd(be, d, rt_xf(r->sum), rt_xf(r->out), r->mean, r->rstd, rt_xf(in->res), in->branch);
-    rt_residual_bwd(be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), r->mean,
+    rt_residual_fwd(be, d, rt_xf(r->sum), rt_xf(r->out), r->mean, r->rstd, rt_xf(in->res), rt_xf(in->branch));
+    rt_residual_bwd(be, d, r->dres, rt_xf(r->dbranch), r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), r->mean,
                     r->rstd);
 }
 
-/* The fused op with res and sum as 16-bit handles of the compute precision, the sum widened into r
- * for the comparison. */
+/* The fused op with res, branch, sum and dbranch as 16-bit handles of the compute precision, the
+ * sum and dbranch widened into r for the comparison. */
 static void run_typed(const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
     const rt_dtype t = g_be->compute;
     const size_t n = in->N * (size_t)in->C;
-    uint16_t *res = tz_narrow16(t, in->res, n), *sum = rt_xcalloc(n, sizeof(uint16_t));
-    rt_residual_fwd(g_be, d, rt_x_of(sum, t), rt_xf(r->out), r->mean, r->rstd, rt_x_of(res, t), in->branch);
-    rt_residual_bwd(g_be, d, r->dres, r->dbranch, r->dw, d->bias ? r->db : NULL, in->dout, rt_x_of(sum, t), r->mean,
-                    r->rstd);
+    uint16_t *res = tz_narrow16(t, in->res, n), *branch = tz_narrow16(t, in->branch, n);
+    uint16_t *sum = rt_xcalloc(n, sizeof(uint16_t)), *dbranch = rt_xcalloc(n, sizeof(uint16_t));
+    rt_residual_fwd(g_be, d, rt_x_of(sum, t), rt_xf(r->out), r->mean, r->rstd, rt_x_of(res, t), rt_x_of(branch, t));
+    rt_residual_bwd(g_be, d, r->dres, rt_x_of(dbranch, t), r->dw, d->bias ? r->db : NULL, in->dout, rt_x_of(sum, t),
+                    r->mean, r->rstd);
     rt_convert_to_f32(r->sum, sum, t, n);
-    free(res), free(sum);
+    rt_convert_to_f32(r->dbranch, dbranch, t, n);
+    free(res), free(branch), free(sum), free(dbranch);
 }
 
 /* The norms alone over the sum of ref as a 16-bit input, against ref (run_before's). */
@@ -192,21 +195,26 @@ static void check_case(rt_dtype dtype, int norm, float p, size_t N, int C) {
     if (dtype != RT_F32) {
         results typed = results_new(&in);
         run_typed(&in, &typed);
-        snprintf(where2, sizeof where2, "%s (16-bit res and sum)", where);
+        snprintf(where2, sizeof where2, "%s (16-bit res, branch, sum and dbranch)", where);
         compare(where2, &in, &typed, &before);
         results_free(&typed);
         snprintf(where2, sizeof where2, "%s (norm of a 16-bit input)", where);
         if (norm != NORM_NONE) check_norms_typed(where2, &in, &before);
     }
-    if (norm != NORM_NONE) { /* a recompute writes the output over the branch (tmp) */
+    /* a recompute writes the output over the branch (tmp), of either type */
+    for (int typed = 0; typed < 2 && norm != NORM_NONE; typed++) {
+        if (typed && dtype == RT_F32) break;
         float *branch = dup(in.branch, n);
+        uint16_t *branch16 = typed ? tz_narrow16(dtype, in.branch, n) : NULL;
+        const rt_x b = typed ? rt_x_of(branch16, dtype) : rt_xf(branch);
         results again = results_new(&in);
-        rt_residual_fwd(g_be, &in.d, rt_xf(again.sum), rt_xf(branch), again.mean, again.rstd, rt_xf(in.res), branch);
-        snprintf(where2, sizeof where2, "%s (out over branch)", where);
+        rt_residual_fwd(g_be, &in.d, rt_xf(again.sum), b, again.mean, again.rstd, rt_xf(in.res), b);
+        if (typed) rt_convert_to_f32(branch, branch16, dtype, n);
+        snprintf(where2, sizeof where2, "%s (out over a%s branch)", where, typed ? " 16-bit" : "n fp32");
         expect_bits("sum", where2, again.sum, before.sum, n);
         expect_bits("out", where2, branch, before.out, n);
         results_free(&again);
-        free(branch);
+        free(branch), free(branch16);
     }
     results_free(&before), results_free(&fused), results_free(&composed);
     free(w), free(b), free(in.res), free(in.branch), free(in.dout), free(in.dres0), free(in.dw0), free(in.db0);
@@ -227,7 +235,7 @@ static double fd_loss(void *arg) {
     fd_st *s = arg;
     const size_t n = s->in.N * (size_t)s->in.C;
     rt_residual_fwd(g_be, &s->in.d, rt_xf(s->r.sum), rt_xf(s->r.out), s->r.mean, s->r.rstd, rt_xf(s->in.res),
-                    s->in.branch);
+                    rt_xf(s->in.branch));
     double L = 0;
     for (size_t i = 0; i < n; i++) L += (double)s->R_sum[i] * s->r.sum[i];
     if (s->in.d.weight)

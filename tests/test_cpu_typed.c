@@ -219,8 +219,8 @@ static void check_norms(void) {
                                     .dropout_p = 0.1f,
                                     .seed = 4,
                                     .stream = 6};
-        rt_residual_fwd(be, &d, rt_xf(sum), xf(&y), st[0], st[1], rt_xf(res), x.f);
-        rt_residual_fwd(be, &d, rt_xf(sum), xh(&y), st[2], st[3], rt_xf(res), x.f);
+        rt_residual_fwd(be, &d, rt_xf(sum), xf(&y), st[0], st[1], rt_xf(res), rt_xf(x.f));
+        rt_residual_fwd(be, &d, rt_xf(sum), xh(&y), st[2], st[3], rt_xf(res), rt_xf(x.f));
         expect_same(rms ? "residual_fwd (RMSNorm)" : "residual_fwd (LayerNorm)", &y);
     }
     float *rows = calloc((size_t)5 * C, sizeof(float)), *rows16 = calloc((size_t)5 * C, sizeof(float));

@@ -1096,8 +1096,8 @@ static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int 
     rt_residual_desc dg = dc;
     dg.weight = norm == 3 ? NULL : w.g;
     dg.bias = norm == 0 ? bias.g : NULL;
-    rt_residual_fwd(g_cpu, &dc, rt_xf(sum.c), rt_xf(out.c), mean.c, rstd.c, rt_xf(res.c), branch.c);
-    rt_residual_fwd(g_gpu, &dg, rt_xf(sum.g), rt_xf(out.g), mean.g, rstd.g, rt_xf(res.g), branch.g);
+    rt_residual_fwd(g_cpu, &dc, rt_xf(sum.c), rt_xf(out.c), mean.c, rstd.c, rt_xf(res.c), rt_xf(branch.c));
+    rt_residual_fwd(g_gpu, &dg, rt_xf(sum.g), rt_xf(out.g), mean.g, rstd.g, rt_xf(res.g), rt_xf(branch.g));
     snprintf(what, sizeof what, "%s: sum", where);
     dbuf_check_bits(what, &sum);
     if (norm != 3) {
@@ -1115,8 +1115,10 @@ static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int 
     dbuf_sync_from_cpu(&rstd);
     dbuf dout = dbuf_rand_stored(dtype, n, 1.0f, 0.0f), dres = dbuf_rand_stored(dtype, n, 0.5f, 0.0f);
     dbuf dbranch = dbuf_zero(n), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
-    rt_residual_bwd(g_cpu, &dc, dres.c, dbranch.c, dw.c, norm == 0 ? db.c : NULL, dout.c, rt_xf(sum.c), mean.c, rstd.c);
-    rt_residual_bwd(g_gpu, &dg, dres.g, dbranch.g, dw.g, norm == 0 ? db.g : NULL, dout.g, rt_xf(sum.g), mean.g, rstd.g);
+    rt_residual_bwd(g_cpu, &dc, dres.c, rt_xf(dbranch.c), dw.c, norm == 0 ? db.c : NULL, dout.c, rt_xf(sum.c), mean.c,
+                    rstd.c);
+    rt_residual_bwd(g_gpu, &dg, dres.g, rt_xf(dbranch.g), dw.g, norm == 0 ? db.g : NULL, dout.g, rt_xf(sum.g), mean.g,
+                    rstd.g);
     snprintf(what, sizeof what, "%s: dres", where);
     dbuf_check(what, &dres, ATOL, tol);
     if (p > 0) {

@@ -14,7 +14,8 @@
  * copy; an erf GELU; an out_f that is not a multiple of 8); linear_dact and linear_wgrad;
  * act_fwd/bwd, gated_act_fwd/bwd, dropout_cols (the same masks), bias_bwd; the norms' and the
  * fused residual step's 16-bit outputs, and their reading a 16-bit input (the residual sums and
- * the residual stream: the sum, res, the norms' input, the residual backward's sum);
+ * the residual stream: the sum, res, the norms' input, the residual backward's sum; the branch
+ * and its gradient, at C of 96, 37 and 776);
  * scatter_rows_add; attention over 16-bit q, k, v (views into one fused buffer), out, dout, dq,
  * dk, dv with a key mask, causal with dropout, and a position bias with its gradient, on the
  * materialized path and on the fused kernels (TZ_CUDA_ATTENTION=fused); xent_vocab and
@@ -334,31 +335,36 @@ static void check_norms(int C) {
     rt_rmsnorm_fwd(cpu, xc(&y), rstd.c, xc(&res), w.c, N, C, 1e-6f);
     rt_rmsnorm_fwd(gpu, xg(&y), rstd.g, xg(&res), w.g, N, C, 1e-6f);
     check_act("rmsnorm_fwd of a 16-bit input", &y, ATOL, unit);
+    /* a branch (a row-parallel linear's output at tp = 1) and its gradient: 16-bit on the GPU */
+    act branch = act_new((size_t)N * C, &seed, 2.0f);
     for (int rms = 0; rms < 2; rms++) {
         rt_residual_desc d = {
             .N = N, .C = C, .bias = NULL, .rms = rms, .eps = 1e-5f, .dropout_p = 0.1f, .seed = 4, .stream = 6};
         d.weight = w.c, d.bias = rms ? NULL : b.c;
-        rt_residual_fwd(cpu, &d, xc(&sum), xc(&y), mean.c, rstd.c, xc(&res), x.c);
+        rt_residual_fwd(cpu, &d, xc(&sum), xc(&y), mean.c, rstd.c, xc(&res), xc(&branch));
         d.weight = w.g, d.bias = rms ? NULL : b.g;
-        rt_residual_fwd(gpu, &d, xg(&sum), xg(&y), mean.g, rstd.g, xg(&res), x.g);
+        rt_residual_fwd(gpu, &d, xg(&sum), xg(&y), mean.g, rstd.g, xg(&res), xg(&branch));
         check_act_bits(rms ? "residual_fwd (RMSNorm): 16-bit sum" : "residual_fwd (LayerNorm): 16-bit sum", &sum);
         check_act(rms ? "residual_fwd (RMSNorm): out" : "residual_fwd (LayerNorm): out", &y, ATOL, unit);
         /* its backward reads the 16-bit sum */
         flt dout = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), dres = flt_new((size_t)N * C, &seed, 0.5f, 0.0f);
-        flt dbranch = flt_new((size_t)N * C, NULL, 0, 0), dw = flt_new(C, NULL, 0, 0), db = flt_new(C, NULL, 0, 0);
+        act dbranch = act_new((size_t)N * C, &seed, 0.0f);
+        flt dw = flt_new(C, NULL, 0, 0), db = flt_new(C, NULL, 0, 0);
         rt_to_device(gpu, mean.g, mean.c, N * sizeof(float)); /* the CPU's statistics on both */
         rt_to_device(gpu, rstd.g, rstd.c, N * sizeof(float));
         d.weight = w.c, d.bias = rms ? NULL : b.c;
-        rt_residual_bwd(cpu, &d, dres.c, dbranch.c, dw.c, rms ? NULL : db.c, dout.c, xc(&sum), mean.c, rstd.c);
+        rt_residual_bwd(cpu, &d, dres.c, xc(&dbranch), dw.c, rms ? NULL : db.c, dout.c, xc(&sum), mean.c, rstd.c);
         d.weight = w.g, d.bias = rms ? NULL : b.g;
-        rt_residual_bwd(gpu, &d, dres.g, dbranch.g, dw.g, rms ? NULL : db.g, dout.g, xg(&sum), mean.g, rstd.g);
+        rt_residual_bwd(gpu, &d, dres.g, xg(&dbranch), dw.g, rms ? NULL : db.g, dout.g, xg(&sum), mean.g, rstd.g);
         check_flt(rms ? "residual_bwd (RMSNorm) of a 16-bit sum: dres"
                       : "residual_bwd (LayerNorm) of a 16-bit sum: dres",
                   &dres, ATOL, unit);
-        check_flt(rms ? "residual_bwd (RMSNorm): dbranch" : "residual_bwd (LayerNorm): dbranch", &dbranch, ATOL, unit);
+        check_act(rms ? "residual_bwd (RMSNorm): 16-bit dbranch" : "residual_bwd (LayerNorm): 16-bit dbranch", &dbranch,
+                  ATOL, unit);
         check_flt(rms ? "residual_bwd (RMSNorm): dweight" : "residual_bwd (LayerNorm): dweight", &dw, 1e-4f, 1e-4f);
-        flt_free(&dout), flt_free(&dres), flt_free(&dbranch), flt_free(&dw), flt_free(&db);
+        flt_free(&dout), flt_free(&dres), act_free(&dbranch), flt_free(&dw), flt_free(&db);
     }
+    act_free(&branch);
     flt rows = flt_new((size_t)5 * C, NULL, 0, 0);
     const int32_t idx_h[4] = {3, 0, 3, 1};
     int32_t *idx_c = alloc_on(cpu, sizeof idx_h), *idx_g = alloc_on(gpu, sizeof idx_h);

@@ -106,15 +106,14 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     return mdl_lora_row_fwd(s, p->proj_l, k0 + MDL_LORA_PROJ, s->tmp, atty, BT, Il, C);
 }
 
-rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       rt_x in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
+rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x dbranch, rt_x in,
+                       const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
                        float *dbias, float *din, size_t BT) {
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
     const int k0 = kv ? MDL_LORA_CROSS : 0;
-    rt_status st =
-        row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + MDL_LORA_PROJ, rt_xf(dbranch), atty, BT, Il);
+    rt_status st = row_bwd(s, s->datty, p->proj_w, p->proj_b, p->proj_l, k0 + MDL_LORA_PROJ, dbranch, atty, BT, Il);
     if (st != RT_OK) return st;
     /* fused: views into one (BT, 3 I_local) buffer; apart: three (rows, I_local) buffers */
     const size_t step = fused ? (size_t)Il : s->rows * (size_t)Il;
@@ -175,8 +174,8 @@ rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hid
     return mdl_lora_row_fwd(s, p->down_l, MDL_LORA_DOWN, s->tmp, hidden, BT, s->F_local, s->C);
 }
 
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
-                      rt_x up_lin, rt_x hidden, float *din, size_t BT, mdl_drop inner) {
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x dbranch, rt_x in, rt_x up, rt_x up_lin,
+                      rt_x hidden, float *din, size_t BT, mdl_drop inner) {
     rt_backend *be = s->be;
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;
@@ -185,11 +184,11 @@ rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const flo
     const int lk[2] = {MDL_LORA_UP, MDL_LORA_UP_LIN};
     const mdl_lora lora[2] = {p->up_l, p->up_lin_l};
     rt_status st = row_bwd(s, fuse_dact ? rt_xf(NULL) : s->dhid, p->down_w, p->down_b, p->down_l, MDL_LORA_DOWN,
-                           rt_xf(dbranch), hidden, BT, Fl);
+                           dbranch, hidden, BT, Fl);
     if (st != RT_OK) return st;
     if (fuse_dact) { /* dup = act'(up) * (dbranch W_down), and the up bias's gradient with it */
-        rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), rt_xf(dbranch), mdl_param(s->params, p->down_w), up,
-                       BT, Fl, s->C, s->act);
+        rt_linear_dact(be, s->dup, mdl_grad(s->params, p->up_b), dbranch, mdl_param(s->params, p->down_w), up, BT, Fl,
+                       s->C, s->act);
         const int w[1] = {p->up_w}, b[1] = {-1};
         const rt_x dout[1] = {s->dup};
         return cols_bwd(s, din, false, true, 1, w, b, lora, lk, NULL, dout, in, BT, Fl);

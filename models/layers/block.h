@@ -16,8 +16,9 @@
  * family has not (biases: T5; up_lin: ungated FFNs); activations are the caller's slices: the
  * sublayers' own (their inputs, q, k, v, the attention output, the FFN's inner ones) and the
  * residual stream (a block's input, its sums, its output) typed handles (rt_x) that a typed
- * backend keeps in 16 bits; what crosses ranks or stacks (the branch output, gradients that are
- * all-reduced, another stack's output) fp32. */
+ * backend keeps in 16 bits, and so are the branch and its gradient in `tmp` at tp = 1; what
+ * crosses ranks or stacks (the branch under tp, gradients that are all-reduced, another stack's
+ * output) fp32. */
 #ifndef MDL_BLOCK_H
 #define MDL_BLOCK_H
 
@@ -69,7 +70,7 @@ typedef struct {
     float norm_eps;
     rt_act_kind act;
     size_t rows;             /* rows the scratch below holds */
-    float *tmp;              /* (rows, C): the branch output (forward), dropout's gradient (backward) */
+    rt_x tmp;                /* (rows, C): the branch (forward), its dropout's gradient (backward) */
     rt_x dqkv, datty;        /* (rows, 3 I_local), (rows, I_local) */
     rt_x dup, dup_lin, dhid; /* (rows, F_local): d(up output), d(up_lin output), d(FFN hidden) */
     mdl_lora_run lora;
@@ -118,8 +119,8 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
  * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
  * not yet reduced over tp. */
-rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, const float *dbranch,
-                       rt_x in, const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
+rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x dbranch, rt_x in,
+                       const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
                        float *dbias, float *din, size_t BT);
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
@@ -129,7 +130,7 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
 /* Its second half: tmp = down(hidden). */
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
-rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, const float *dbranch, rt_x in, rt_x up,
-                      rt_x up_lin, rt_x hidden, float *din, size_t BT, mdl_drop inner);
+rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x dbranch, rt_x in, rt_x up, rt_x up_lin,
+                      rt_x hidden, float *din, size_t BT, mdl_drop inner);
 
 #endif

@@ -283,13 +283,13 @@ static rt_status lora_row_t(const mdl_sublayers *s, mdl_lora l, int k, rt_x x, s
     return RT_OK;
 }
 
-rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
+rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in_local,
                            int out_f) {
     if (!mdl_lora_on(l)) return RT_OK;
     rt_x xd;
     rt_status st = lora_row_t(s, l, k, x, N, in_local, &xd);
     if (st != RT_OK) return st;
-    lora_up_rows(s, l, rt_xf(out), out_f, N, 0, out_f);
+    lora_up_rows(s, l, out, out_f, N, 0, out_f);
     return RT_OK;
 }
 

@@ -99,7 +99,7 @@ void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_
 rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, int ld, rt_x x, size_t N,
                            int in, int out_f);
 /* Row-parallel: out (N, out_f) += scale drop(x_r) A_r^T (all-reduced) B^T; x_r (N, in_local). */
-rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, float *out, rt_x x, size_t N, int in_local,
+rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in_local,
                            int out_f);
 /* Its backward: accumulates dA_r and dB and writes dinp = dL/dx_r (N, in_local), or adds to it
  * (accumulate: after the base's product, which keeps the large GEMM free of a beta; without

@@ -31,19 +31,18 @@ rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw
     return RT_OK;
 }
 
-rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, const float *w, const float *b,
-                             size_t N, int in_local, int out_features) {
+rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, rt_x out, rt_x inp, const float *w, const float *b, size_t N,
+                             int in_local, int out_features) {
     if (tp->size == 1) { /* the bias can ride on the matmul; with tp it follows the all-reduce */
-        rt_linear_fwd(be, rt_xf(NULL), rt_xf(out), inp, w, b, N, in_local, out_features, NULL);
+        rt_linear_fwd(be, rt_xf(NULL), out, inp, w, b, N, in_local, out_features, NULL);
         return RT_OK;
     }
-    rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, rt_xf(w), in_local, 0, 0.0f,
-            rt_xf(out), out_features, 0, 1);
-    if (tp->size > 1) {
-        rt_status st = tp->ops->all_reduce(tp->ctx, out, N * (size_t)out_features, RT_REDUCE_SUM);
-        if (st != RT_OK) return st;
-    }
-    if (b) rt_add_bias(be, out, b, N, out_features);
+    float *sum = rt_x_floats(out, "a row-parallel linear's output under tp");
+    rt_gemm(be, false, true, (int)N, out_features, in_local, 1.0f, inp, in_local, 0, rt_xf(w), in_local, 0, 0.0f, out,
+            out_features, 0, 1);
+    rt_status st = tp->ops->all_reduce(tp->ctx, sum, N * (size_t)out_features, RT_REDUCE_SUM);
+    if (st != RT_OK) return st;
+    if (b) rt_add_bias(be, sum, b, N, out_features);
     return RT_OK;
 }
 

@@ -35,9 +35,10 @@ void mdl_col_linear_fwd(rt_backend *be, rt_x out, rt_x inp, const float *w, cons
 rt_status mdl_col_linear_bwd(rt_backend *be, rt_comm *tp, float *dinp, float *dw, float *db, rt_x dout, rt_x inp,
                              const float *w, size_t N, int in, int out_local);
 /* out (N, out) = all_reduce(inp (N, in_local) w (out, in_local)^T) + b; the bias is added once,
- * after the reduce. */
-rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, float *out, rt_x inp, const float *w, const float *b,
-                             size_t N, int in_local, int out_features);
+ * after the reduce. out is an fp32 handle under tp (the all-reduce sums floats); at tp = 1 it may
+ * be a 16-bit one, which the matmul writes at the compute precision. */
+rt_status mdl_row_linear_fwd(rt_backend *be, rt_comm *tp, rt_x out, rt_x inp, const float *w, const float *b, size_t N,
+                             int in_local, int out_features);
 /* Accumulates dw, db; writes dinp (N, in_local), or adds to it (accumulate), unless its buffer
  * is NULL. */
 void mdl_row_linear_bwd(rt_backend *be, rt_x dinp, bool accumulate, float *dw, float *db, rt_x dout, rt_x inp,

@@ -106,11 +106,13 @@ void mdl_stack_free(mdl_stack *s) {
 void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_arena *a, size_t rows) {
     const size_t C = (size_t)s->cfg.C, Il = (size_t)s->I_local, Fl = (size_t)s->F_local, f = sizeof(float);
     sc->rows = rows;
-    sc->tmp = rt_arena_take(a, rows * C, f);
+    const rt_dtype act = rt_act_dtype(s->be);
+    /* the branches and their gradients: typed where no all-reduce sums them (a row-parallel
+     * output's under tp is floats); 4 bytes a value either way, as decoding reads it as floats */
+    sc->tmp = rt_x_of(rt_arena_take(a, rows * C, f), s->tp->size > 1 ? RT_F32 : act);
     sc->dres = rt_arena_take(a, rows * C, f);
     sc->dln = rt_arena_take(a, rows * C, f);
     sc->dsum = s->cfg.post_norm ? rt_arena_take(a, rows * C, f) : NULL;
-    const rt_dtype act = rt_act_dtype(s->be);
     sc->dqkv = rt_x_of(rt_arena_take(a, rows * 3 * Il, rt_x_size(act)), act);
     sc->datty = rt_x_of(rt_arena_take(a, rows * Il, rt_x_size(act)), act);
     sc->dup = rt_x_of(rt_arena_take(a, rows * Fl, rt_x_size(act)), act);
@@ -420,11 +422,10 @@ static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_
 /* Its backward: dres += the norm's input gradient from dout (with a norm), then the gradient of
  * the branch, which it returns: dropout's backward of dres in tmp, or dres itself. A sum the
  * forward clamped passes no gradient where it clamped, between the two: the ops apart then. */
-static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop,
-                                       bool clamped, float *dres, const float *dout, rt_x sum, const float *mean,
-                                       const float *rstd) {
+static rt_x stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, bool clamped,
+                               float *dres, const float *dout, rt_x sum, const float *mean, const float *rstd) {
     rt_backend *be = s->be;
-    float *tmp = s->sc->tmp;
+    const rt_x tmp = s->sc->tmp;
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
     if (!clamped) {
         rt_residual_bwd(be, &d, dres, tmp, mdl_grad(s->params, p.w), d.rms ? NULL : mdl_grad(s->params, p.b), dout, sum,
@@ -435,7 +436,7 @@ static const float *stack_residual_bwd(const mdl_stack *s, const block_run *r, m
         const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
         rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, NULL, rt_xf(NULL), NULL, NULL);
     }
-    return drop.p > 0 ? tmp : dres;
+    return drop.p > 0 ? tmp : rt_xf(dres);
 }
 
 /* Block l forward from its residual input into its slot; the residual output too when
@@ -451,7 +452,7 @@ static rt_status block_compute(mdl_stack *s, const block_run r, int B, const mdl
         mdl_ffn_up(&r.sub, &r.p->ffn, a->mid, a->up, a->up_lin, a->hid, r.BT, r.drop_inner);
         RT_TRY(mdl_ffn_down(&r.sub, &r.p->ffn, a->hid, r.BT));
         /* the backward needs only h2 and the statistics; a recompute's output lands in tmp */
-        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, a->h2, write_out ? a->out : rt_xf(s->sc->tmp), a->n2_mean,
+        stack_residual_fwd(s, &r, r.p->norm2, r.drop_ffn, a->h2, write_out ? a->out : s->sc->tmp, a->n2_mean,
                            a->n2_rstd, a->mid);
         return RT_OK;
     }
@@ -490,7 +491,7 @@ static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mas
     const stack_slices *a = &r.a;
     rt_backend *be = s->be;
     float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
-    const float *g; /* dL/d(the branch a sublayer's backward takes) */
+    rt_x g; /* dL/d(the branch a sublayer's backward takes) */
     if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
         rt_clear(be, dsum, r.n * sizeof(float));
@@ -580,12 +581,10 @@ rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *m
         /* this block and all above it; a shared bias (in block 0) is the caller's to finish */
         if (l > 0 || !mask->dbias) mdl_grads_ready(pass, s->params, s->layer[l].first);
     }
-    *demb = sc->dres;
-    if (pass->training && c->emb_pdrop > 0) {
-        rt_dropout_bwd(be, sc->tmp, sc->dres, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb),
+    *demb = sc->dres; /* with the embeddings' dropout, its backward in place */
+    if (pass->training && c->emb_pdrop > 0)
+        rt_dropout_bwd(be, sc->dres, sc->dres, n, c->emb_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_emb),
                        mdl_dropout_step(pass));
-        *demb = sc->tmp;
-    }
 fail:
     return st;
 }
@@ -649,7 +648,7 @@ mdl_decode_scratch mdl_stack_decode_scratch(const mdl_stack *s, int R, int Tk) {
                  (size_t)R * s->NH_local * stack_kept_row(s, Tk, s->cfg.position_bias) <= stack_probs_room(s, false),
              "decode: %d rows, %d keys", R, Tk);
     return (mdl_decode_scratch){.ln = s->h1,
-                                .tmp = s->sc->tmp,
+                                .tmp = (float *)s->sc->tmp.p,
                                 .mean = s->n1_mean,
                                 .rstd = s->n1_rstd,
                                 .q = s->qkv,
@@ -669,7 +668,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
     const int C = s->cfg.C, Il = s->I_local;
     const size_t n = (size_t)R;
     mdl_sublayers sub = mdl_stack_sublayers(s);
-    sub.tmp = w->tmp;
+    sub.tmp = rt_xf(w->tmp);
     const mdl_drop none = {0};
     RT_CHECK(!s->cfg.post_norm, "decode: a pre-norm stack");
     rt_attn_desc self = c->self, cross = c->cross; /* over w's probabilities */
@@ -689,9 +688,9 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             rt_scatter_rows_add(be, c->v[l], v, c->at_idx, R, Il);
         }
         rt_attention_fwd(be, &self, w->atty, w->probs, w->q, rt_xf(c->k[l]), rt_xf(c->v[l]));
-        RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
+        RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
-        RT_TRY(mdl_lora_row_fwd(&sub, p->attn.proj_l, MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
+        RT_TRY(mdl_lora_row_fwd(&sub, p->attn.proj_l, MDL_LORA_PROJ, sub.tmp, w->atty, n, Il, C));
         rt_add(be, x, x, w->tmp, n * C);
         stack_clamp(s, rt_xf(x), n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
@@ -699,9 +698,9 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             mdl_col_linear_fwd(be, w->q, w->ln, mdl_param(s->params, p->cross.q_w), NULL, n, C, Il);
             mdl_lora_col_fwd(&sub, p->cross.q_l, MDL_LORA_CROSS + MDL_LORA_Q, w->q, Il, w->ln, n, C, Il);
             rt_attention_fwd(be, &cross, w->atty, w->probs, w->q, rt_xf(c->ck[l]), rt_xf(c->cv[l]));
-            RT_TRY(mdl_row_linear_fwd(be, s->tp, w->tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
+            RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
-            RT_TRY(mdl_lora_row_fwd(&sub, p->cross.proj_l, MDL_LORA_CROSS + MDL_LORA_PROJ, w->tmp, w->atty, n, Il, C));
+            RT_TRY(mdl_lora_row_fwd(&sub, p->cross.proj_l, MDL_LORA_CROSS + MDL_LORA_PROJ, sub.tmp, w->atty, n, Il, C));
             rt_add(be, x, x, w->tmp, n * C);
             stack_clamp(s, rt_xf(x), n * C);
         }

@@ -114,7 +114,8 @@ typedef struct {
  * stacks that run one after the other may share one (T5's encoder and decoder). */
 typedef struct {
     size_t rows;
-    float *tmp, *dres, *dln, *dsum;  /* (rows, C); dsum post-norm only */
+    rt_x tmp;                        /* (rows, C): the branches, at the activation type at tp = 1 */
+    float *dres, *dln, *dsum;        /* (rows, C); dsum post-norm only */
     rt_x dqkv, datty;                /* (rows, 3 I_local), (rows, I_local) at the activation type */
     rt_x dup, dup_lin, dhid;         /* (rows, F_local) at the activation type; dup_lin gated only */
     float *lora_t, *lora_u, *lora_x; /* LoRA only: (rows, r) twice; (rows, widest input) with its dropout */

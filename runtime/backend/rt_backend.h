@@ -135,20 +135,21 @@ typedef struct rt_backend_ops {
      * each stored value rounded to the compute precision by the op itself where their wrappers
      * round it:
      *   fwd: sum (N, C) = res + drop(branch), the dropped branch stored before the add and the
-     *        sum stored (res and sum are handles of either type: a typed stack keeps the
-     *        residual sums inside a block at the compute precision); with d->weight, out (N, C)
+     *        sum stored (res, branch and sum are handles of either type: a typed stack keeps the
+     *        residual sums inside a block, and at tp = 1 the branch, at the compute precision); with d->weight, out (N, C)
      *        = norm(sum), stored, and mean (N, LayerNorm; may be NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only
      *        the sum and statistics); sum aliases neither input.
      *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout, given the forward's
      *        sum, mean and rstd, then stored; dweight (and dbias, LayerNorm; either may be NULL)
      *        += the norm's parameter gradients in fp32, summed as the norm's bwd sums them. Then,
-     *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored; else
-     *        dbranch is not written (may be NULL): the branch's gradient is dres itself.
+     *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored (a handle
+     *        of either type, as the branch); else dbranch is not written (may be NULL): the
+     *        branch's gradient is dres itself.
      * NULL ops: the wrappers compose the ops above. */
     void (*residual_fwd)(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
-                         const float *branch);
-    void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
+                         rt_x branch);
+    void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
+                         const float *dout, rt_x sum, const float *mean, const float *rstd);
 
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
     void (*act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -366,9 +367,12 @@ void rt_cuda_backend_free(rt_backend *be);
  * sublayers' activations at rt_act_dtype (dtype on a backend whose ops take 16-bit handles, the
  * CPU and CUDA), and so is the residual stream inside a stack: the sums inside a block (after
  * attention, after cross-attention; post-norm, the norms' inputs and norm1's output) and the
- * residual between blocks (llm.c's floatX residual). The stack's two ends (its input, where the
- * embeddings land, and its output, which the final norm or a head reads; a pipeline stage's
- * boundaries) stay in fp32 buffers holding values rounded to dtype as every stored activation; attention's
+ * residual between blocks (llm.c's floatX residual), and at tp = 1 the branches it adds (a
+ * row-parallel linear's output) and their gradients after dropout. What crosses ranks stays in
+ * fp32 buffers holding values rounded to dtype as every stored activation: the stack's two ends
+ * (its input, where the embeddings land, and its output, which the final norm or a head reads; a
+ * pipeline stage's boundaries), the branches under tp (an all-reduce sums them), the sublayers'
+ * input gradients (all-reduced under tp) and the residual gradient they add into. Attention's
  * probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
@@ -705,12 +709,12 @@ static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t ro
     rt_store_x(be, out, rows, cols, (size_t)cols);
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
- * the same order: the dropped branch into sum, the add, the norm (with fp32 sum and res: a
- * backend with typed activations has the op). */
+ * the same order: the dropped branch into sum, the add, the norm (with fp32 handles: a backend
+ * with typed activations has the op). */
 static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean,
-                                   float *rstd, rt_x res, const float *branch) {
+                                   float *rstd, rt_x res, rt_x branch) {
     if (be->muted) return;
-    RT_CHECK(sum.p != res.p && sum.p != (const void *)branch, "residual_fwd: sum aliases an input");
+    RT_CHECK(sum.p != res.p && sum.p != branch.p, "residual_fwd: sum aliases an input");
     if (be->ops->residual_fwd) {
         be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
         be->ops->residual_fwd(be->ctx, d, sum, out, mean, rstd, res, branch);
@@ -718,20 +722,20 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, rt
     }
     const size_t n = d->N * (size_t)d->C;
     float *s = rt_x_floats(sum, "composed residual_fwd's sum");
+    const float *b = rt_x_floats(branch, "composed residual_fwd's branch");
     if (d->dropout_p > 0) {
-        rt_dropout_fwd(be, s, branch, n, d->dropout_p, d->seed, d->stream, d->stream_step);
-        branch = s;
+        rt_dropout_fwd(be, s, b, n, d->dropout_p, d->seed, d->stream, d->stream_step);
+        b = s;
     }
-    rt_add(be, s, rt_x_floats(res, "composed residual_fwd's res"), branch, n);
+    rt_add(be, s, rt_x_floats(res, "composed residual_fwd's res"), b, n);
     if (!d->weight) return;
     if (d->rms)
         rt_rmsnorm_fwd(be, out, rstd, sum, d->weight, d->N, d->C, d->eps);
     else
         rt_layernorm_fwd(be, out, mean, rstd, sum, d->weight, d->bias, d->N, d->C, d->eps);
 }
-static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, float *dbranch,
-                                   float *dweight, float *dbias, const float *dout, rt_x sum, const float *mean,
-                                   const float *rstd) {
+static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight,
+                                   float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
     if (be->muted) return;
     if (be->ops->residual_bwd) {
         be->traffic.draws += d->dropout_p > 0 && !d->stream_step;
@@ -743,7 +747,8 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
     else if (d->weight)
         rt_layernorm_bwd(be, dres, dweight, dbias, dout, sum, d->weight, mean, rstd, d->N, d->C);
     if (d->dropout_p > 0)
-        rt_dropout_bwd(be, dbranch, dres, d->N * (size_t)d->C, d->dropout_p, d->seed, d->stream, d->stream_step);
+        rt_dropout_bwd(be, rt_x_floats(dbranch, "composed residual_bwd's dbranch"), dres, d->N * (size_t)d->C,
+                       d->dropout_p, d->seed, d->stream, d->stream_step);
 }
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
     if (be->muted) return;

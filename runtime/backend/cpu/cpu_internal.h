@@ -189,9 +189,9 @@ double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 
 /* cpu_residual.c: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
 void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
-                         const float *branch);
-void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
+                         rt_x branch);
+void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
+                         const float *dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cpu_attention.c */
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);

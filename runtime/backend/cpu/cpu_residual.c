@@ -26,7 +26,7 @@ static void cpu_residual_check(const rt_residual_desc *d) {
 }
 
 void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
-                         const float *branch) {
+                         rt_x branch) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
@@ -35,16 +35,17 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x ou
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
-        /* rows of 16-bit handles: the residual widened, the sum and the normalized row computed
-         * in floats before they are stored */
+        /* rows of 16-bit handles: the residual and the branch widened, the sum and the normalized
+         * row computed in floats before they are stored */
         const size_t row = sizeof(float) * (size_t)C;
         float *xbuf = res.t != RT_F32 ? rt_xmalloc(row) : NULL, *sbuf = sum.t != RT_F32 ? rt_xmalloc(row) : NULL;
+        float *bbuf = branch.t != RT_F32 ? rt_xmalloc(row) : NULL;
         float *buf = d->weight && out.t != RT_F32 ? rt_xmalloc(row) : NULL;
 #pragma omp for schedule(static)
         for (size_t n = 0; n < N; n++) {
             const size_t at = n * (size_t)C;
             float *s = rt_cpu_x_dst(sum, at, sbuf);
-            const float *x = rt_cpu_x_read(res, at, (size_t)C, xbuf), *b = branch + at;
+            const float *x = rt_cpu_x_read(res, at, (size_t)C, xbuf), *b = rt_cpu_x_read(branch, at, (size_t)C, bbuf);
             if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
                 rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, stream, at);
                 cpu_store_run(dtype, s, (size_t)C);
@@ -68,12 +69,13 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x ou
         }
         free(xbuf);
         free(sbuf);
+        free(bbuf);
         free(buf);
     }
 }
 
-void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                         float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
+void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
+                         const float *dout, rt_x sum, const float *mean, const float *rstd) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
@@ -81,11 +83,13 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, floa
     const uint64_t stream = rt_stream_at_step(d->stream, d->stream_step);
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
     if (!d->weight && !(p > 0)) return;
-    RT_CHECK(!(p > 0) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)p);
+    RT_CHECK(!(p > 0) || dbranch.p, "residual_bwd: dropout p=%g and no dbranch", (double)p);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
-        float *xbuf =
-            d->weight && sum.t != RT_F32 ? rt_xmalloc(sizeof(float) * (size_t)C) : NULL; /* a 16-bit sum row */
+        /* rows of 16-bit handles: the sum widened, the branch's gradient computed in floats */
+        const size_t row = sizeof(float) * (size_t)C;
+        float *xbuf = d->weight && sum.t != RT_F32 ? rt_xmalloc(row) : NULL;
+        float *gbuf = p > 0 && dbranch.t != RT_F32 ? rt_xmalloc(row) : NULL;
 #pragma omp for schedule(static)
         for (size_t n = 0; n < N; n++) {
             const size_t at = n * (size_t)C;
@@ -99,11 +103,16 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, floa
                 cpu_store_run(dtype, g, (size_t)C);
             }
             if (p > 0) {
-                rt_cpu_dropout_run(dbranch + at, g, (size_t)C, p, d->seed, stream, at);
-                cpu_store_run(dtype, dbranch + at, (size_t)C);
+                float *gb = rt_cpu_x_dst(dbranch, at, gbuf);
+                rt_cpu_dropout_run(gb, g, (size_t)C, p, d->seed, stream, at);
+                if (dbranch.t == RT_F32)
+                    cpu_store_run(dtype, gb, (size_t)C);
+                else
+                    rt_cpu_x_commit(dbranch, at, (size_t)C, gb); /* rounds each value once */
             }
         }
         free(xbuf);
+        free(gbuf);
     }
     if (!d->weight) return;
     if (d->rms)

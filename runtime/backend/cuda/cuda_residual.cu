@@ -17,7 +17,7 @@
 
 /* sum = res + drop(branch), each stored; then with weight, out = norm(sum), stored. s is
  * 1/(1-p), or 0 where p >= 1 (u < 1 <= p: every element dropped). */
-__global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, float *rstd, rt_x res, const float *branch,
+__global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, float *rstd, rt_x res, rt_x branch,
                                             const float *weight, const float *bias, bool rms, size_t N, int C,
                                             float eps, float p, float s, uint64_t seed, uint64_t stream_at0,
                                             const uint64_t *step, int kind) {
@@ -26,7 +26,7 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
     const int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
     const size_t at = row * (size_t)C;
-    const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at), b = rt_pack_xf(branch + at);
+    const rt_x y = rt_cuda_x_at(sum, at), x = rt_cuda_x_at(res, at), b = rt_cuda_x_at(branch, at);
     const bool aligned = rt_pack_aligned(y) && rt_pack_aligned(x) && rt_pack_aligned(b);
     if (p > 0.0f)
         rt_cuda_drop_walk(
@@ -60,10 +60,10 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
 
 /* With weight, dres += the norm's input gradient, stored; then with p > 0, dbranch = dropout's
  * backward of dres, stored. */
-__global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const float *dout, rt_x sum,
-                                            const float *weight, const float *mean, const float *rstd, bool rms,
-                                            size_t N, int C, float p, float s, uint64_t seed, uint64_t stream_at0,
-                                            const uint64_t *step, int kind) {
+__global__ void rt_cuda_residual_bwd_kernel(float *dres, rt_x dbranch, const float *dout, rt_x sum, const float *weight,
+                                            const float *mean, const float *rstd, bool rms, size_t N, int C, float p,
+                                            float s, uint64_t seed, uint64_t stream_at0, const uint64_t *step,
+                                            int kind) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     const size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -76,7 +76,7 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, float *dbranch, const f
         rt_cuda_layernorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, mean[row], rstd[row], C, lane, kind);
     if (!(p > 0.0f)) return;
     __syncwarp(); /* the row's residual gradient is written */
-    const rt_x gx = rt_pack_xf(g), gb = rt_pack_xf(dbranch + at);
+    const rt_x gx = rt_pack_xf(g), gb = rt_cuda_x_at(dbranch, at);
     rt_cuda_drop_walk(seed, stream, at, (size_t)C, rt_pack_aligned(gx) && rt_pack_aligned(gb), (size_t)lane, 32,
                       [&](size_t c, int w, const rt_pack &u) {
                           const rt_pack gv = rt_pack_load_n(gx, c, w);
@@ -93,7 +93,7 @@ static float rt_cuda_residual_scale(const rt_residual_desc *d) {
 }
 
 void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
-                          const float *branch) {
+                          rt_x branch) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0) return;
     const rt_cuda_ctx *c = (const rt_cuda_ctx *)ctx;
@@ -103,11 +103,11 @@ void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x o
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                          float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
+void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
+                          const float *dout, rt_x sum, const float *mean, const float *rstd) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0 || (!d->weight && !(d->dropout_p > 0.0f))) return;
-    RT_CHECK(!(d->dropout_p > 0.0f) || dbranch, "residual_bwd: dropout p=%g and no dbranch", (double)d->dropout_p);
+    RT_CHECK(!(d->dropout_p > 0.0f) || dbranch.p, "residual_bwd: dropout p=%g and no dbranch", (double)d->dropout_p);
     rt_cuda_ctx *c = (rt_cuda_ctx *)ctx;
     rt_cuda_residual_bwd_kernel<<<rt_cuda_row_grid(d->N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dres, dbranch, dout, sum, d->weight, mean, rstd, d->rms, d->N, d->C, d->dropout_p, s, d->seed, d->stream,

@@ -365,9 +365,9 @@ void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x
 
 /* cuda_residual.cu: the fused residual step (rt_backend_ops.residual_fwd/bwd). */
 void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
-                          const float *branch);
-void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, float *dbranch, float *dweight,
-                          float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd);
+                          rt_x branch);
+void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
+                          const float *dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cuda_elementwise.cu */
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
