@@ -11,7 +11,8 @@
  * gives zero probabilities and a zero output, and dropout keeps element
  * ((b*heads_total + head_offset + h)*Tq + i)*Tk + j (the global head under tensor
  * parallelism) when rt_rng_uniform(seed, stream, that index) >= p, each Philox block (four
- * keys) drawn once by one lane (rt_cuda_rng_row_walk).
+ * keys) drawn once (rt_cuda_drop_walk). The kernels walk a row by packs of eight values
+ * (cuda_pack.h) where its buffers start 16-byte aligned.
  *
  * 16-bit probabilities (d->probs_dtype): the scores and the fp32 softmax live in scratch; the
  * softmax kernel also stores them rounded, and backward reads the stored ones as they are (a
@@ -27,11 +28,14 @@
  *
  * Typed activations (rt_x): q, k, v, out, dout, dq, dk and dv may be 16-bit handles of the compute
  * type. Then every product runs on cuBLASLt's 16-bit matmul, reading them as they are and writing
- * out, dq, dk and dv in 16 bits; the fp32 operands (the scores' softmax, the dropped probabilities,
- * dS) go through its conversion, and stored 16-bit probabilities are read as they are.
+ * out, dq, dk and dv in 16 bits. The kernels write what those products read at the compute type:
+ * the dropped probabilities, and dS unless a position bias's gradient takes it in fp32 first, so
+ * no conversion pass runs over them (the same values: each was rounded to that type already).
+ * Stored 16-bit probabilities are read as they are; fp32 ones, and dS with a position bias, go
+ * through the matmul's conversion.
  *
  * With TZ_CUDA_ATTENTION=fused, a 16-bit compute precision goes to the fused kernels instead
- * (cuda_flash.cu) wherever they apply; this path is their reference. They read fp32 handles only. */
+ * (cuda_flash.cu) wherever they apply; this path is their reference. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -75,15 +79,17 @@ __device__ __forceinline__ size_t rt_cuda_attn_rng_row(size_t r, int NH, int Tq,
 }
 
 /* In place on one row r = (b*NH + h)*Tq + i of S (which holds scale * q.k): adds the masks,
- * softmaxes, and when pd is non-NULL also writes the dropped, rescaled probabilities; when p16
- * is non-NULL, the probabilities also go there as p16_kind (rt_cuda_kind16). At a 16-bit compute
- * precision (mm_kind) the probabilities are rounded to it, as stored, and so are the dropped
- * ones: what the products read (see the top of this file). */
-__global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int p16_kind, int mm_kind,
-                                            const float *key_mask, const float *bias, const int32_t *prefix, int NH,
-                                            int Tq, int Tk, bool causal, float p, float keep_scale, uint64_t seed,
-                                            uint64_t stream_at0, const uint64_t *step, int head_offset, int heads_total,
-                                            size_t rows) {
+ * softmaxes, and when pd is given also writes the dropped, rescaled probabilities (an fp32 handle,
+ * or a 16-bit one of the compute type that a 16-bit product reads as it is); when p16 is given,
+ * the probabilities also go there (16-bit stored probabilities). At a 16-bit compute precision
+ * (mm_kind) the probabilities are rounded to it, as stored, and so are the dropped ones: what the
+ * products read (see the top of this file). The lanes walk the row by packs of eight where its
+ * handles start aligned (rt_cuda_pack_row_walk); a walk over the first jend keys and one over all
+ * Tk split the row differently, so the warp syncs between them. */
+__global__ void rt_cuda_attn_softmax_kernel(float *S, rt_x pd, rt_x p16, int mm_kind, const float *key_mask,
+                                            const float *bias, const int32_t *prefix, int NH, int Tq, int Tk,
+                                            bool causal, float p, float keep_scale, uint64_t seed, uint64_t stream_at0,
+                                            const uint64_t *step, int head_offset, int heads_total, size_t rows) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -91,104 +97,138 @@ __global__ void rt_cuda_attn_softmax_kernel(float *S, float *pd, void *p16, int 
     int i = (int)(r % (size_t)Tq);
     int h = (int)((r / (size_t)Tq) % (size_t)NH);
     size_t b = r / ((size_t)Tq * NH);
-    float *P = S + r * (size_t)Tk;
-    float *Pd = pd ? pd + r * (size_t)Tk : NULL;
-    const float *km = key_mask ? key_mask + b * (size_t)Tk : NULL;
-    const float *bi = bias ? bias + ((size_t)h * Tq + i) * (size_t)Tk : NULL;
+    const size_t at = r * (size_t)Tk;
+    const rt_x P = rt_pack_xf(S + at), Pd = pd.p ? rt_cuda_x_at(pd, at) : pd, P16 = p16.p ? rt_cuda_x_at(p16, at) : p16;
+    const rt_x km = rt_pack_xf(key_mask ? key_mask + b * (size_t)Tk : NULL);
+    const rt_x bi = rt_pack_xf(bias ? bias + ((size_t)h * Tq + i) * (size_t)Tk : NULL);
+    const bool aligned =
+        rt_pack_aligned(P) && rt_pack_aligned(Pd) && rt_pack_aligned(P16) && rt_pack_aligned(km) && rt_pack_aligned(bi);
     int jend = causal ? i + 1 : Tk;                                                   /* keys j >= jend are excluded */
     if (causal && prefix && prefix[b] > jend) jend = prefix[b] < Tk ? prefix[b] : Tk; /* GLM's context */
 
     float mx = -INFINITY;
-    for (int j = lane; j < jend; j += 32) {
-        float s = P[j];
-        if (km) s += km[j];
-        if (bi) s += bi[j];
-        P[j] = s;
-        mx = fmaxf(mx, s);
-    }
+    rt_cuda_pack_row_walk(jend, aligned, lane, [&](size_t j, int w) {
+        rt_pack s = rt_pack_load_n(P, j, w);
+        if (key_mask) {
+            const rt_pack m = rt_pack_load_n(km, j, w);
+            for (int k = 0; k < w; k++) s.v[k] += m.v[k];
+        }
+        if (bias) {
+            const rt_pack m = rt_pack_load_n(bi, j, w);
+            for (int k = 0; k < w; k++) s.v[k] += m.v[k];
+        }
+        rt_pack_store_n(P, j, w, &s);
+        for (int k = 0; k < w; k++) mx = fmaxf(mx, s.v[k]);
+    });
     mx = rt_cuda_warp_max(mx);
     if (mx == -INFINITY) { /* every key masked: zero row (and zero output after the GEMM) */
-        for (int j = lane; j < Tk; j += 32) {
-            P[j] = 0.0f;
-            if (Pd) Pd[j] = 0.0f;
-            if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, 0.0f);
-        }
+        __syncwarp();
+        const rt_pack zero = {};
+        rt_cuda_pack_row_walk(Tk, aligned, lane, [&](size_t j, int w) {
+            rt_pack_store_n(P, j, w, &zero);
+            if (Pd.p) rt_pack_store_n(Pd, j, w, &zero);
+            if (P16.p) rt_pack_store_n(P16, j, w, &zero);
+        });
         return;
     }
     float sum = 0.0f;
-    for (int j = lane; j < jend; j += 32) {
-        float e = expf(P[j] - mx);
-        P[j] = e;
-        sum += e;
-    }
+    rt_cuda_pack_row_walk(jend, aligned, lane, [&](size_t j, int w) {
+        rt_pack e = rt_pack_load_n(P, j, w);
+        for (int k = 0; k < w; k++) {
+            e.v[k] = expf(e.v[k] - mx);
+            sum += e.v[k];
+        }
+        rt_pack_store_n(P, j, w, &e);
+    });
     sum = rt_cuda_warp_sum(sum);
     float inv = 1.0f / sum;
-    if (!Pd) {
-        for (int j = lane; j < Tk; j += 32) {
-            const float pj = j < jend ? rt_cuda_round16(P[j] * inv, mm_kind) : 0.0f;
-            P[j] = pj;
-            if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, pj);
-        }
+    __syncwarp(); /* the walks below split the row otherwise: lanes read keys other lanes wrote */
+    /* the probabilities of the w keys from j, rounded as stored; keys from jend on get 0 */
+    auto probs = [&](size_t j, int w) {
+        rt_pack pv = rt_pack_load_n(P, j, w);
+        for (int k = 0; k < w; k++) pv.v[k] = (int)j + k < jend ? rt_cuda_round16(pv.v[k] * inv, mm_kind) : 0.0f;
+        rt_pack_store_n(P, j, w, &pv);
+        if (P16.p) rt_pack_store_n(P16, j, w, &pv);
+        return pv;
+    };
+    if (!Pd.p) {
+        rt_cuda_pack_row_walk(Tk, aligned, lane, [&](size_t j, int w) { probs(j, w); });
         return;
     }
-    /* with dropout, a Philox block (four keys) per lane at a time: lanes now read keys other
-     * lanes wrote above, so the warp syncs first (a shuffle orders no memory) */
-    __syncwarp();
     const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-    rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
-        const float pj = (int)j < jend ? rt_cuda_round16(P[j] * inv, mm_kind) : 0.0f;
-        P[j] = pj;
-        if (p16) rt_cuda_store16(p16, p16_kind, r * (size_t)Tk + j, pj);
-        Pd[j] = u >= p ? rt_cuda_round16(pj * keep_scale, mm_kind) : 0.0f;
+    rt_cuda_drop_walk(seed, stream, g0, (size_t)Tk, aligned, (size_t)lane, 32, [&](size_t j, int w, const rt_pack u) {
+        const rt_pack pv = probs(j, w);
+        rt_pack o = {};
+        for (int k = 0; k < w; k++) o.v[k] = u.v[k] >= p ? rt_cuda_round16(pv.v[k] * keep_scale, mm_kind) : 0.0f;
+        rt_pack_store_n(Pd, j, w, &o);
     });
 }
 
-/* Pd = dropout(P) over the rows x Tk probabilities (stored as probs_kind), rounded to the compute
- * precision (mm_kind) as the forward's were, for the backward's dv product; a row per blockIdx.y (launch with rt_cuda_grid_rows over Tk / 4 + 2), its Philox
- * blocks across the threads, so no index is divided per element and each block is drawn once. */
-__global__ void rt_cuda_attn_dropout_kernel(float *pd, const void *P, int probs_kind, int mm_kind, size_t rows, float p,
-                                            float keep_scale, uint64_t seed, uint64_t stream_at0, const uint64_t *step,
-                                            int NH, int Tq, int Tk, int head_offset, int heads_total) {
+/* Pd = dropout(P) over the rows x Tk probabilities P (the stored ones), rounded to the compute
+ * precision (mm_kind) as the forward's were, for the backward's dv product; pd is fp32 or 16-bit
+ * of the compute type, as the forward's. A row per blockIdx.y (launch with rt_cuda_grid_rows over
+ * Tk / 4 + 2), its packs (or Philox blocks) across the threads, so no index is divided per element
+ * and each block is drawn once. */
+__global__ void rt_cuda_attn_dropout_kernel(rt_x pd, rt_x P, int mm_kind, size_t rows, float p, float keep_scale,
+                                            uint64_t seed, uint64_t stream_at0, const uint64_t *step, int NH, int Tq,
+                                            int Tk, int head_offset, int heads_total) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
-        const size_t row = r * (size_t)Tk;
+        const rt_x src = rt_cuda_x_at(P, r * (size_t)Tk), dst = rt_cuda_x_at(pd, r * (size_t)Tk);
         const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                             (uint64_t)gridDim.x * blockDim.x, [&](size_t j, float u) {
-                                 pd[row + j] =
-                                     u >= p
-                                         ? rt_cuda_round16(rt_cuda_load16(P, probs_kind, row + j) * keep_scale, mm_kind)
-                                         : 0.0f;
-                             });
+        rt_cuda_drop_walk(seed, stream, g0, (size_t)Tk, rt_pack_aligned(src) && rt_pack_aligned(dst),
+                          (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
+                          [&](size_t j, int w, const rt_pack u) {
+                              const rt_pack v = rt_pack_load_n(src, j, w);
+                              rt_pack o = {};
+                              for (int k = 0; k < w; k++)
+                                  o.v[k] = u.v[k] >= p ? rt_cuda_round16(v.v[k] * keep_scale, mm_kind) : 0.0f;
+                              rt_pack_store_n(dst, j, w, &o);
+                          });
     }
 }
 
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
- * dS = P * (dP - sum_j P dP). */
-__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, const void *probs, int probs_kind, int NH, int Tq, int Tk,
-                                                bool dropout, float p, float keep_scale, uint64_t seed,
-                                                uint64_t stream_at0, const uint64_t *step, int head_offset,
-                                                int heads_total, size_t rows) {
+ * dS = P * (dP - sum_j P dP), into dS, or into ds16 when given (a 16-bit handle of the compute
+ * type, rounded as the 16-bit products would round dS). By packs where the row's handles start
+ * aligned. */
+__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, rt_x ds16, rt_x probs, int NH, int Tq, int Tk, bool dropout,
+                                                float p, float keep_scale, uint64_t seed, uint64_t stream_at0,
+                                                const uint64_t *step, int head_offset, int heads_total, size_t rows) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
-    float *g = dS + r * (size_t)Tk;
-    const size_t row = r * (size_t)Tk; /* row r of probs */
+    const size_t at = r * (size_t)Tk;
+    const rt_x g = rt_pack_xf(dS + at), P = rt_cuda_x_at(probs, at), D = ds16.p ? rt_cuda_x_at(ds16, at) : g;
+    const bool aligned = rt_pack_aligned(g) && rt_pack_aligned(P) && rt_pack_aligned(D);
     float dot = 0.0f;
     if (!dropout) {
-        for (int j = lane; j < Tk; j += 32) dot += rt_cuda_load16(probs, probs_kind, row + j) * g[j];
-    } else { /* a Philox block (four keys) per lane at a time */
-        const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
-        rt_cuda_rng_row_walk(seed, stream, g0, (uint64_t)Tk, (uint64_t)lane, 32, [&](size_t j, float u) {
-            const float dp = u >= p ? g[j] * keep_scale : 0.0f;
-            g[j] = dp;
-            dot += rt_cuda_load16(probs, probs_kind, row + j) * dp;
+        rt_cuda_pack_row_walk(Tk, aligned, lane, [&](size_t j, int w) {
+            const rt_pack pv = rt_pack_load_n(P, j, w), gv = rt_pack_load_n(g, j, w);
+            for (int k = 0; k < w; k++) dot += pv.v[k] * gv.v[k];
         });
+    } else {
+        const uint64_t g0 = (uint64_t)rt_cuda_attn_rng_row(r, NH, Tq, head_offset, heads_total) * (uint64_t)Tk;
+        rt_cuda_drop_walk(seed, stream, g0, (size_t)Tk, aligned, (size_t)lane, 32,
+                          [&](size_t j, int w, const rt_pack u) {
+                              const rt_pack pv = rt_pack_load_n(P, j, w);
+                              rt_pack dp = rt_pack_load_n(g, j, w);
+                              for (int k = 0; k < w; k++) {
+                                  dp.v[k] = u.v[k] >= p ? dp.v[k] * keep_scale : 0.0f;
+                                  dot += pv.v[k] * dp.v[k];
+                              }
+                              rt_pack_store_n(g, j, w, &dp);
+                          });
     }
     dot = rt_cuda_warp_sum(dot);
     __syncwarp(); /* the dropout walk above wrote keys another lane reads below */
-    for (int j = lane; j < Tk; j += 32) g[j] = rt_cuda_load16(probs, probs_kind, row + j) * (g[j] - dot);
+    rt_cuda_pack_row_walk(Tk, aligned, lane, [&](size_t j, int w) {
+        const rt_pack pv = rt_pack_load_n(P, j, w);
+        rt_pack gv = rt_pack_load_n(g, j, w);
+        for (int k = 0; k < w; k++) gv.v[k] = pv.v[k] * (gv.v[k] - dot);
+        rt_pack_store_n(D, j, w, &gv);
+    });
 }
 
 /* dbias[h, i, j] += sum over b of dS[b, h, i, j], b in order (one thread per element). */
@@ -198,6 +238,14 @@ __global__ void rt_cuda_attn_dbias_kernel(float *dbias, const float *dS, int B, 
         for (int b = 0; b < B; b++) s += dS[(size_t)b * per_batch + e];
         dbias[e] += s;
     }
+}
+
+/* Scratch for n dropped probabilities (or, in the backward once dv is made, dS), at the compute
+ * type where the products are 16-bit matmuls (use16), which then read it as it is instead of
+ * converting fp32 values that are rounded to that type already; else fp32. */
+static rt_x rt_cuda_attn_dropped(rt_cuda_ctx *c, bool use16, size_t n) {
+    const rt_dtype t = use16 ? c->matmul : RT_F32;
+    return rt_x_of(rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, n * rt_x_size(t)), t);
 }
 
 /* The materialized forward: out, and the probabilities into probs. */
@@ -220,21 +268,20 @@ static void rt_cuda_attn_materialized_fwd(rt_cuda_ctx *c, const rt_attn_desc *d,
                           (int)d->ldq, (size_t)HS, rt_x_at(k, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS,
                           rt_xf(S + (size_t)b * NH * head), Tk, head, NH);
 
-    float *pd = NULL;
-    if (p > 0.0f) pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, rows * Tk * sizeof(float));
+    /* the dropped probabilities at the type their product reads (rounded values either way) */
+    rt_x pd = rt_xf(NULL);
+    if (p > 0.0f) pd = rt_cuda_attn_dropped(c, use16, rows * Tk);
     const int mm_kind = rt_cuda_kind16(c->matmul);
     rt_cuda_attn_softmax_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
                                   rt_cuda_stream(ctx)>>>(
-        S, pd, f32 ? NULL : probs, rt_cuda_kind16(d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk,
+        S, pd, f32 ? rt_xf(NULL) : rt_x_of(probs, d->probs_dtype), mm_kind, d->key_mask, d->bias, d->prefix, NH, Tq, Tk,
         d->causal, p, keep_scale, d->seed, d->stream, d->stream_step, d->head_offset,
         d->heads_total > 0 ? d->heads_total : NH, rows);
     CUDA_LAUNCH_CHECK();
 
     /* out[b, :, h] (Tq x HS) = Pd[b, h] (Tq x Tk) v[b, :, h] (Tk x HS); stored 16-bit probabilities
      * (the softmax's values rounded, which S holds too) are read as they are */
-    const rt_x P = pd                                             ? rt_xf(pd)
-                   : use16 && !f32 && d->probs_dtype == c->matmul ? rt_x_of(probs, d->probs_dtype)
-                                                                  : rt_xf(S);
+    const rt_x P = pd.p ? pd : use16 && !f32 && d->probs_dtype == c->matmul ? rt_x_of(probs, d->probs_dtype) : rt_xf(S);
     for (int b = 0; b < B; b++)
         rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, 1.0f, rt_x_at(P, (size_t)b * NH * head), Tk, head,
                           rt_x_at(v, (size_t)b * Tk * d->ldv), (int)d->ldv, (size_t)HS,
@@ -302,15 +349,16 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
      * regenerated from the stored ones, else the stored ones (16-bit ones read as they are by a
      * 16-bit product, widened for an fp32 one) */
     const int probs_kind = rt_cuda_kind16(d->probs_dtype), mm_kind = rt_cuda_kind16(c->matmul);
-    rt_x P = rt_x_of((void *)probs, d->probs_dtype);
+    const rt_x stored = rt_x_of((void *)probs, d->probs_dtype);
+    rt_x P = stored;
     if (p > 0.0f) {
-        float *pd = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_P, total * sizeof(float));
+        const rt_x pd = rt_cuda_attn_dropped(c, use16, total);
         rt_cuda_attn_dropout_kernel<<<rt_cuda_grid_rows(rows, Tk / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
-                                      rt_cuda_stream(ctx)>>>(pd, probs, probs_kind, mm_kind, rows, p, keep_scale,
-                                                             d->seed, d->stream, d->stream_step, NH, Tq, Tk,
-                                                             d->head_offset, heads_total);
+                                      rt_cuda_stream(ctx)>>>(pd, stored, mm_kind, rows, p, keep_scale, d->seed,
+                                                             d->stream, d->stream_step, NH, Tq, Tk, d->head_offset,
+                                                             heads_total);
         CUDA_LAUNCH_CHECK();
-        P = rt_xf(pd);
+        P = pd;
     } else if (probs_kind != RT_CUDA_KIND_F32 && !(use16 && d->probs_dtype == c->matmul)) {
         float *w = (float *)rt_cuda_scratch(c, RT_CUDA_SCRATCH_ATTN_S, total * sizeof(float));
         rt_cuda_widen(ctx, d->probs_dtype, w, probs, total);
@@ -329,11 +377,15 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
                           rt_xf(dS + (size_t)b * NH * head), Tk, head, NH);
     }
 
+    /* dS at the compute type for its 16-bit products, unless dbias takes it in fp32 first: in the
+     * dropped probabilities' slot, which the dv products above were the last to read */
+    const rt_x ds16 = use16 && !dbias ? rt_cuda_attn_dropped(c, true, total) : rt_xf(NULL);
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
-                                      rt_cuda_stream(ctx)>>>(dS, probs, probs_kind, NH, Tq, Tk, p > 0.0f, p, keep_scale,
+                                      rt_cuda_stream(ctx)>>>(dS, ds16, stored, NH, Tq, Tk, p > 0.0f, p, keep_scale,
                                                              d->seed, d->stream, d->stream_step, d->head_offset,
                                                              heads_total, rows);
     CUDA_LAUNCH_CHECK();
+    const rt_x dSx = ds16.p ? ds16 : rt_xf(dS);
 
     if (dbias) {
         size_t per_batch = (size_t)NH * head;
@@ -347,11 +399,11 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
     if (mm_kind != RT_CUDA_KIND_F32 && !use16) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
     for (int b = 0; b < B; b++) {
         /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
-        rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, d->scale, rt_xf(dS + (size_t)b * NH * head), Tk, head,
+        rt_cuda_attn_gemm(ctx, use16, false, false, Tq, HS, Tk, d->scale, rt_x_at(dSx, (size_t)b * NH * head), Tk, head,
                           rt_x_at(k, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS,
                           rt_x_at(dq, (size_t)b * Tq * d->ldq), (int)d->ldq, (size_t)HS, NH);
         /* dk[b, :, h] (Tk x HS) = scale * dS[b, h]^T (Tk x Tq) q[b, :, h] (Tq x HS) */
-        rt_cuda_attn_gemm(ctx, use16, true, false, Tk, HS, Tq, d->scale, rt_xf(dS + (size_t)b * NH * head), Tk, head,
+        rt_cuda_attn_gemm(ctx, use16, true, false, Tk, HS, Tq, d->scale, rt_x_at(dSx, (size_t)b * NH * head), Tk, head,
                           rt_x_at(q, (size_t)b * Tq * d->ldq), (int)d->ldq, (size_t)HS,
                           rt_x_at(dk, (size_t)b * Tk * d->ldk), (int)d->ldk, (size_t)HS, NH);
     }

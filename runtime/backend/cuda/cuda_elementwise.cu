@@ -185,7 +185,7 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, rt_x y, size_t n, float 
 }
 
 /* The w values of y from i: keep ? x * s : 0, keep being u >= p (the values' uniforms). */
-__device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, const rt_pack &u, float p, float s) {
+__device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, const rt_pack u, float p, float s) {
     const rt_pack xv = rt_pack_load_n(x, i, w);
     rt_pack o = {};
     for (int j = 0; j < w; j++) o.v[j] = u.v[j] >= p ? xv.v[j] * s : 0.0f;
@@ -201,7 +201,7 @@ __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float
     const rt_x Y = rt_pack_xf(y), X = rt_pack_xf(x);
     rt_cuda_drop_walk(seed, stream, 0, n, rt_pack_aligned(Y) && rt_pack_aligned(X),
                       (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
-                      [&](size_t i, int w, const rt_pack &u) { drop_values(Y, X, i, w, u, p, s); });
+                      [&](size_t i, int w, const rt_pack u) { drop_values(Y, X, i, w, u, p, s); });
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
@@ -216,7 +216,7 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
         const rt_x yr = rt_cuda_x_at(y, r * (size_t)cols), xr = rt_cuda_x_at(x, r * (size_t)cols);
         rt_cuda_drop_walk(seed, stream, g0, (size_t)cols, rt_pack_aligned(yr) && rt_pack_aligned(xr),
                           (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
-                          [&](size_t c, int w, const rt_pack &u) { drop_values(yr, xr, c, w, u, p, s); });
+                          [&](size_t c, int w, const rt_pack u) { drop_values(yr, xr, c, w, u, p, s); });
     }
 }
 

@@ -30,7 +30,7 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
     const bool aligned = rt_pack_aligned(y) && rt_pack_aligned(x) && rt_pack_aligned(b);
     if (p > 0.0f)
         rt_cuda_drop_walk(
-            seed, stream, at, (size_t)C, aligned, (size_t)lane, 32, [&](size_t c, int w, const rt_pack &u) {
+            seed, stream, at, (size_t)C, aligned, (size_t)lane, 32, [&](size_t c, int w, const rt_pack u) {
                 const rt_pack xv = rt_pack_load_n(x, c, w), bv = rt_pack_load_n(b, c, w);
                 rt_pack o = {};
                 for (int j = 0; j < w; j++) {
@@ -78,7 +78,7 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, rt_x dbranch, const flo
     __syncwarp(); /* the row's residual gradient is written */
     const rt_x gx = rt_pack_xf(g), gb = rt_cuda_x_at(dbranch, at);
     rt_cuda_drop_walk(seed, stream, at, (size_t)C, rt_pack_aligned(gx) && rt_pack_aligned(gb), (size_t)lane, 32,
-                      [&](size_t c, int w, const rt_pack &u) {
+                      [&](size_t c, int w, const rt_pack u) {
                           const rt_pack gv = rt_pack_load_n(gx, c, w);
                           rt_pack o = {};
                           for (int j = 0; j < w; j++) o.v[j] = rt_cuda_round16(u.v[j] >= p ? gv.v[j] * s : 0.0f, kind);

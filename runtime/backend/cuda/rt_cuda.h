@@ -61,7 +61,7 @@ extern "C" {
  * allocated on first use and only grows, so the training loop allocates nothing once its
  * first step has run. */
 enum {
-    RT_CUDA_SCRATCH_ATTN_P = 0, /* attention: dropped probabilities (B, NH, Tq, Tk) */
+    RT_CUDA_SCRATCH_ATTN_P = 0, /* attention: dropped probabilities (B, NH, Tq, Tk); later dS at 16 bits */
     RT_CUDA_SCRATCH_ATTN_DS,    /* attention backward: dP then dS (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_S,     /* attention with 16-bit probabilities: their fp32 values (B, NH, Tq, Tk) */
     RT_CUDA_SCRATCH_ATTN_D,     /* fused attention backward: D = rowsum(P dP) (B, NH, Tq) */
