@@ -161,27 +161,42 @@ __global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_
 
 __global__ void rt_cuda_scale_kernel(float *x, float s, size_t n) { RT_CUDA_FOR_EACH(i, n) x[i] *= s; }
 
+/* Value i of x times w[i / C] (a row's weight; a pack may span two rows). */
 __global__ void rt_cuda_scale_rows_kernel(rt_x x, const float *w, size_t n, int C) {
-    RT_CUDA_FOR_EACH(i, n) rt_cuda_xstore(x, i, rt_cuda_xload(x, i) * w[i / (size_t)C]);
+    rt_cuda_pack_walk(n, rt_pack_aligned(x), [&](size_t i, int wd) {
+        rt_pack v = rt_pack_load_n(x, i, wd);
+        for (int k = 0; k < wd; k++) v.v[k] *= w[(i + (size_t)k) / (size_t)C];
+        rt_pack_store_n(x, i, wd, &v);
+    });
 }
 
 /* *flag = 1 where x holds an inf (every writer writes the same value). */
 __global__ void rt_cuda_any_inf_kernel(int *flag, rt_x x, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) if (isinf(rt_cuda_xload(x, i))) *flag = 1;
+    rt_cuda_pack_walk(n, rt_pack_aligned(x), [&](size_t i, int w) {
+        const rt_pack v = rt_pack_load_n(x, i, w);
+        for (int k = 0; k < w; k++)
+            if (isinf(v.v[k])) *flag = 1;
+    });
 }
 
 __global__ void rt_cuda_clamp_abs_kernel(rt_x x, size_t n, float limit) {
-    RT_CUDA_FOR_EACH(i, n) {
-        const float v = rt_cuda_xload(x, i);
-        rt_cuda_xstore(x, i, v > limit ? limit : v < -limit ? -limit : v); /* NaN stays, as on the CPU */
-    }
+    rt_cuda_pack_walk(n, rt_pack_aligned(x), [&](size_t i, int w) {
+        rt_pack v = rt_pack_load_n(x, i, w);
+        for (int k = 0; k < w; k++) /* NaN stays, as on the CPU */
+            v.v[k] = v.v[k] > limit ? limit : v.v[k] < -limit ? -limit : v.v[k];
+        rt_pack_store_n(x, i, w, &v);
+    });
 }
 
 __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, rt_x y, size_t n, float limit) {
-    RT_CUDA_FOR_EACH(i, n) {
-        const float v = rt_cuda_xload(y, i);
-        if (v > limit || v < -limit) dx[i] = 0.0f;
-    }
+    const rt_x d = rt_pack_xf(dx);
+    rt_cuda_pack_walk(n, rt_pack_aligned(d) && rt_pack_aligned(y), [&](size_t i, int w) {
+        const rt_pack v = rt_pack_load_n(y, i, w);
+        rt_pack g = rt_pack_load_n(d, i, w);
+        for (int k = 0; k < w; k++)
+            if (v.v[k] > limit || v.v[k] < -limit) g.v[k] = 0.0f;
+        rt_pack_store_n(d, i, w, &g);
+    });
 }
 
 /* The w values of y from i: keep ? x * s : 0, keep being u >= p (the values' uniforms). */
@@ -381,8 +396,8 @@ void rt_cuda_scale(void *ctx, float *x, float s, size_t n) {
 void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C) {
     size_t n = N * (size_t)C;
     if (n == 0) return;
-    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(x, w, n,
-                                                                                                             C);
+    rt_cuda_scale_rows_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                rt_cuda_stream(ctx)>>>(x, w, n, C);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -393,21 +408,23 @@ bool rt_cuda_clamp_inf(void *ctx, rt_x x, size_t n, float limit) {
     cudaStream_t stream = rt_cuda_stream(ctx);
     int *flag = (int *)rt_cuda_scratch((rt_cuda_ctx *)ctx, RT_CUDA_SCRATCH_SUMSQ_OUT, sizeof(double));
     CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
-    rt_cuda_any_inf_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(flag, x, n);
+    rt_cuda_any_inf_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(flag, x,
+                                                                                                              n);
     CUDA_LAUNCH_CHECK();
     int inf = 0;
     CUDA_CHECK(cudaMemcpyAsync(&inf, flag, sizeof inf, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     if (!inf) return false;
-    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(x, n, limit);
+    rt_cuda_clamp_abs_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0, stream>>>(x, n,
+                                                                                                                limit);
     CUDA_LAUNCH_CHECK();
     return true;
 }
 
 void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) {
     if (n == 0) return;
-    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        dx, y, n, limit);
+    rt_cuda_clamp_abs_bwd_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
+                                   rt_cuda_stream(ctx)>>>(dx, y, n, limit);
     CUDA_LAUNCH_CHECK();
 }
 
