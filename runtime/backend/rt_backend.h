@@ -119,7 +119,8 @@ typedef struct rt_backend_ops {
                         rt_act_kind act);
 
     /* LayerNorm over rows of C: writes out (N, C), mean (N), rstd (N). inp is an activation of
-     * either type (a residual sum: 16-bit at a typed stack's compute precision). */
+     * either type (a residual sum: 16-bit at a typed stack's compute precision). The norms store
+     * out and dinp at the compute precision themselves (an fp32 handle rounded), a row at a time. */
     void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
     /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
@@ -163,7 +164,8 @@ typedef struct rt_backend_ops {
     /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
     void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
     void (*bias_bwd)(void *ctx, float *dbias, rt_x dout, size_t N, int C);
-    /* out = a + b (out may alias a or b); accumulate: y += alpha * x; scale: x *= s. */
+    /* out = a + b (out may alias a or b), an activation the op stores at the compute precision;
+     * accumulate: y += alpha * x; scale: x *= s (no rounding: gradients, weights). */
     void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
     void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
     void (*scale)(void *ctx, float *x, float s, size_t n);
@@ -521,26 +523,22 @@ static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float
                                     const float *bias, size_t N, int C, float eps) {
     if (be->muted) return;
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
-    rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
                                     rt_x inp, const float *weight, const float *mean, const float *rstd, size_t N,
                                     int C) {
     if (be->muted) return;
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-    rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C,
                                   float eps) {
     if (be->muted) return;
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
-    rt_store_xn(be, out, N * (size_t)C);
 }
 static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, rt_x inp,
                                   const float *weight, const float *rstd, size_t N, int C) {
     if (be->muted) return;
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
-    rt_store_n(be, dinp, N * (size_t)C);
 }
 static inline void rt_act_fwd(rt_backend *be, rt_act_kind kind, rt_x out, rt_x inp, size_t n) {
     if (be->muted) return;
@@ -575,9 +573,7 @@ static inline void rt_bias_bwd(rt_backend *be, float *dbias, rt_x dout, size_t N
     if (dbias) be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
 static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
-    if (be->muted) return;
-    be->ops->add(be->ctx, out, a, b, n);
-    rt_store_n(be, out, n);
+    if (!be->muted) be->ops->add(be->ctx, out, a, b, n);
 }
 static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x, size_t n) {
     if (be->muted) return;

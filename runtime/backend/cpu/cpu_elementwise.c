@@ -226,9 +226,16 @@ void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
     }
 }
 
+/* Stored at the compute precision a run of RT_CPU_PAR_MIN at a time, while it is in cache. */
 void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
+    const size_t runs = (n + RT_CPU_PAR_MIN - 1) / RT_CPU_PAR_MIN;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t k = 0; k < runs; k++) {
+        const size_t lo = k * RT_CPU_PAR_MIN, hi = lo + RT_CPU_PAR_MIN < n ? lo + RT_CPU_PAR_MIN : n;
+        for (size_t i = lo; i < hi; i++) out[i] = a[i] + b[i];
+        rt_cpu_store_run(dtype, out + lo, hi - lo);
+    }
 }
 
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n) {

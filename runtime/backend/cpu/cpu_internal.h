@@ -179,6 +179,20 @@ static inline float *rt_cpu_x_dst(rt_x x, size_t at, float *buf) { return x.t ==
 static inline void rt_cpu_x_commit(rt_x x, size_t at, size_t n, const float *v) {
     if (x.t != RT_F32) rt_cpu_narrow_span(x.t, (uint16_t *)x.p + at, v, n);
 }
+/* A run of n floats an op computed, stored at the compute precision dtype: rounded in place
+ * unless fp32 (what the wrappers' rt_store does in a pass of its own, done while the run is in
+ * cache). */
+static inline void rt_cpu_store_run(rt_dtype dtype, float *x, size_t n) {
+    if (dtype != RT_F32) rt_cpu_round_span(dtype, x, x, n);
+}
+/* A row an op computed in y for handle x at value at: a 16-bit handle takes it narrowed (rounding
+ * once), an fp32 one (y is its row) has it rounded in place. */
+static inline void rt_cpu_x_store_row(rt_dtype dtype, rt_x x, size_t at, size_t n, float *y) {
+    if (x.t == RT_F32)
+        rt_cpu_store_run(dtype, y, n);
+    else
+        rt_cpu_x_commit(x, at, n, y);
+}
 
 /* AdamW (the ops table's, through cpu_backend.c's), also writing each updated weight into a
  * low-precision copy of these n weights when one is given: copy_bf16 gets bf16 bits, or

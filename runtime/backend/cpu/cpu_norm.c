@@ -1,5 +1,6 @@
 /* LayerNorm (GPT-2, BERT) and RMSNorm (T5) on the CPU, one row per OpenMP iteration, with the
- * row formulas of cpu_norm_rows.h. The weight and bias gradients are sums over rows; they are
+ * row formulas of cpu_norm_rows.h. Each output row (out, dinp) is stored at the compute precision
+ * as it is made, while it is in cache, instead of in a rounding pass after the op. The weight and bias gradients are sums over rows; they are
  * split by column blocks so no two threads write the same element and the sum order never
  * depends on the thread count. */
 #include <stdlib.h>
@@ -14,6 +15,7 @@ static float *norm_row_buf(rt_x x, int C) { return x.t == RT_F32 ? NULL : rt_xma
 void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
         float *buf = norm_row_buf(out, C), *xbuf = norm_row_buf(inp, C);
@@ -23,7 +25,7 @@ void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x in
             const float *x = rt_cpu_x_read(inp, at, (size_t)C, xbuf);
             float *y = rt_cpu_x_dst(out, at, buf);
             rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, x, weight, bias, C, eps);
-            rt_cpu_x_commit(out, at, (size_t)C, y);
+            rt_cpu_x_store_row(dtype, out, at, (size_t)C, y);
         }
         free(buf);
         free(xbuf);
@@ -59,6 +61,7 @@ void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout,
 void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
         float *xbuf = norm_row_buf(inp, C);
@@ -67,6 +70,7 @@ void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, 
             const size_t at = n * (size_t)C;
             rt_cpu_layernorm_bwd_row(dinp + at, dout + at, rt_cpu_x_read(inp, at, (size_t)C, xbuf), weight, mean[n],
                                      rstd[n], C);
+            rt_cpu_store_run(dtype, dinp + at, (size_t)C);
         }
         free(xbuf);
     }
@@ -75,6 +79,7 @@ void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, 
 
 void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
         float *buf = norm_row_buf(out, C), *xbuf = norm_row_buf(inp, C);
@@ -84,7 +89,7 @@ void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float 
             const float *x = rt_cpu_x_read(inp, at, (size_t)C, xbuf);
             float *y = rt_cpu_x_dst(out, at, buf);
             rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, x, weight, C, eps);
-            rt_cpu_x_commit(out, at, (size_t)C, y);
+            rt_cpu_x_store_row(dtype, out, at, (size_t)C, y);
         }
         free(buf);
         free(xbuf);
@@ -111,6 +116,7 @@ void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, rt_x inp, const
 void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
                         const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
         float *xbuf = norm_row_buf(inp, C);
@@ -118,6 +124,7 @@ void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dou
         for (size_t n = 0; n < N; n++) {
             const size_t at = n * (size_t)C;
             rt_cpu_rmsnorm_bwd_row(dinp + at, dout + at, rt_cpu_x_read(inp, at, (size_t)C, xbuf), weight, rstd[n], C);
+            rt_cpu_store_run(dtype, dinp + at, (size_t)C);
         }
         free(xbuf);
     }

@@ -15,11 +15,6 @@
 #include "runtime/backend/cpu/cpu_internal.h"
 #include "runtime/backend/cpu/cpu_norm_rows.h"
 
-/* x (n) stored at the compute precision dtype: rounded in place unless fp32. */
-static inline void cpu_store_run(rt_dtype dtype, float *x, size_t n) {
-    if (dtype != RT_F32) rt_cpu_round_span(dtype, x, x, n);
-}
-
 static void cpu_residual_check(const rt_residual_desc *d) {
     RT_CHECK(d->C > 0, "residual: C=%d", d->C);
     RT_CHECK(d->dropout_p >= 0.0f && d->dropout_p <= 1.0f, "residual: dropout p=%g", (double)d->dropout_p);
@@ -48,11 +43,11 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x ou
             const float *x = rt_cpu_x_read(res, at, (size_t)C, xbuf), *b = rt_cpu_x_read(branch, at, (size_t)C, bbuf);
             if (p > 0) { /* the dropped branch, stored as dropout_fwd's output is */
                 rt_cpu_dropout_run(s, b, (size_t)C, p, d->seed, stream, at);
-                cpu_store_run(dtype, s, (size_t)C);
+                rt_cpu_store_run(dtype, s, (size_t)C);
                 b = s;
             }
             for (int c = 0; c < C; c++) s[c] = x[c] + b[c];
-            cpu_store_run(dtype, s, (size_t)C);
+            rt_cpu_store_run(dtype, s, (size_t)C);
             rt_cpu_x_commit(sum, at, (size_t)C, s); /* a 16-bit sum: the rounded values, exactly */
             if (!d->weight) continue;
             /* every read of this row of branch is done: out may alias it */
@@ -62,10 +57,7 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x ou
             else
                 rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, s, d->weight, d->bias, C,
                                      d->eps);
-            if (out.t == RT_F32)
-                cpu_store_run(dtype, y, (size_t)C);
-            else
-                rt_cpu_x_commit(out, at, (size_t)C, y);
+            rt_cpu_x_store_row(dtype, out, at, (size_t)C, y);
         }
         free(xbuf);
         free(sbuf);
@@ -100,15 +92,12 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x
                     rt_cpu_rmsnorm_bwd_row(g, dout + at, x, d->weight, rstd[n], C);
                 else
                     rt_cpu_layernorm_bwd_row(g, dout + at, x, d->weight, mean[n], rstd[n], C);
-                cpu_store_run(dtype, g, (size_t)C);
+                rt_cpu_store_run(dtype, g, (size_t)C);
             }
             if (p > 0) {
                 float *gb = rt_cpu_x_dst(dbranch, at, gbuf);
                 rt_cpu_dropout_run(gb, g, (size_t)C, p, d->seed, stream, at);
-                if (dbranch.t == RT_F32)
-                    cpu_store_run(dtype, gb, (size_t)C);
-                else
-                    rt_cpu_x_commit(dbranch, at, (size_t)C, gb); /* rounds each value once */
+                rt_cpu_x_store_row(dtype, dbranch, at, (size_t)C, gb);
             }
         }
         free(xbuf);

@@ -151,8 +151,9 @@ __global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N,
     RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) out[r * (size_t)C + c] += bias[c];
 }
 
-__global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n) {
-    RT_CUDA_FOR_EACH(i, n) out[i] = a[i] + b[i];
+/* out = a + b, stored at the compute precision (kind). */
+__global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n, int kind) {
+    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_round16(a[i] + b[i], kind);
 }
 
 __global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_t n) {
@@ -377,7 +378,8 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
 
 void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
     if (n == 0) return;
-    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(out, a, b, n);
+    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+        out, a, b, n, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 /* LayerNorm (GPT-2, BERT) and RMSNorm (T5) on CUDA, a warp per row with the row formulas of
- * cuda_norm_rows.h (the CPU backend's).
+ * cuda_norm_rows.h (the CPU backend's), each output (out, dinp) stored at the compute precision
+ * by the kernel that makes it.
  *
  * dweight and dbias sum over rows. Float atomics would make them depend on scheduling, so
  * they go in two passes instead: each thread sums one column over a fixed chunk of rows
@@ -10,39 +11,39 @@
 #include "runtime/backend/cuda/rt_cuda.h"
 
 __global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
-                                             const float *bias, size_t N, int C, float eps) {
+                                             const float *bias, size_t N, int C, float eps, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return; /* the whole warp leaves together, so the shuffles stay full */
     rt_cuda_layernorm_row(rt_cuda_x_at(out, row * (size_t)C), mean ? mean + row : NULL, rstd ? rstd + row : NULL,
-                          rt_cuda_x_at(inp, row * (size_t)C), weight, bias, C, eps, lane, RT_CUDA_KIND_F32);
+                          rt_cuda_x_at(inp, row * (size_t)C), weight, bias, C, eps, lane, kind);
 }
 
 __global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
-                                             const float *mean, const float *rstd, size_t N, int C) {
+                                             const float *mean, const float *rstd, size_t N, int C, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C),
-                              weight, mean[row], rstd[row], C, lane, RT_CUDA_KIND_F32);
+                              weight, mean[row], rstd[row], C, lane, kind);
 }
 
 __global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C,
-                                           float eps) {
+                                           float eps, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     rt_cuda_rmsnorm_row(rt_cuda_x_at(out, row * (size_t)C), rstd ? rstd + row : NULL,
-                        rt_cuda_x_at(inp, row * (size_t)C), weight, C, eps, lane, RT_CUDA_KIND_F32);
+                        rt_cuda_x_at(inp, row * (size_t)C), weight, C, eps, lane, kind);
 }
 
 __global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
-                                           const float *rstd, size_t N, int C) {
+                                           const float *rstd, size_t N, int C, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C), weight,
-                            rstd[row], C, lane, RT_CUDA_KIND_F32);
+                            rstd[row], C, lane, kind);
 }
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
@@ -111,7 +112,7 @@ void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x i
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        out, mean, rstd, inp, weight, bias, N, C, eps);
+        out, mean, rstd, inp, weight, bias, N, C, eps, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -120,7 +121,7 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
+        dinp, dout, inp, weight, mean, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), inp, mean, rstd, N, C);
 }
@@ -129,7 +130,7 @@ void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        out, rstd, inp, weight, N, C, eps);
+        out, rstd, inp, weight, N, C, eps, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -138,7 +139,7 @@ void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *do
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dinp, dout, inp, weight, rstd, N, C);
+        dinp, dout, inp, weight, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), inp, NULL, rstd, N, C);
 }
