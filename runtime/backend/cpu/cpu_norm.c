@@ -1,8 +1,8 @@
 /* LayerNorm (GPT-2, BERT) and RMSNorm (T5) on the CPU, one row per OpenMP iteration, with the
  * row formulas of cpu_norm_rows.h. Each output row (out, dinp) is stored at the compute precision
- * as it is made, while it is in cache, instead of in a rounding pass after the op. The weight and bias gradients are sums over rows; they are
- * split by column blocks so no two threads write the same element and the sum order never
- * depends on the thread count. */
+ * as it is made, while it is in cache, instead of in a rounding pass after the op. The weight and
+ * bias gradients are sums over rows; they are split by column blocks so no two threads write the
+ * same element and the sum order never depends on the thread count. */
 #include <stdlib.h>
 
 #include "runtime/backend/cpu/cpu_internal.h"
