@@ -29,10 +29,9 @@
  * Typed activations (rt_x): q, k, v, out, dout, dq, dk and dv may be 16-bit handles of the compute
  * type. Then every product runs on cuBLASLt's 16-bit matmul, reading them as they are and writing
  * out, dq, dk and dv in 16 bits. The kernels write what those products read at the compute type:
- * the dropped probabilities, and dS unless a position bias's gradient takes it in fp32 first, so
+ * the dropped probabilities and dS (also in fp32 where a position bias's gradient takes it), so
  * no conversion pass runs over them (the same values: each was rounded to that type already).
- * Stored 16-bit probabilities are read as they are; fp32 ones, and dS with a position bias, go
- * through the matmul's conversion.
+ * Stored 16-bit probabilities are read as they are; fp32 ones go through the matmul's conversion.
  *
  * With TZ_CUDA_ATTENTION=fused, a 16-bit compute precision goes to the fused kernels instead
  * (cuda_flash.cu) wherever they apply; this path is their reference. */
@@ -190,11 +189,12 @@ __global__ void rt_cuda_attn_dropout_kernel(rt_x pd, rt_x P, int mm_kind, size_t
 
 /* In place on row r of dS, which holds dP' = dout v^T: dP = dP' * mask * keep_scale, then
  * dS = P * (dP - sum_j P dP), into dS, or into ds16 when given (a 16-bit handle of the compute
- * type, rounded as the 16-bit products would round dS). By packs where the row's handles start
- * aligned. */
-__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, rt_x ds16, rt_x probs, int NH, int Tq, int Tk, bool dropout,
-                                                float p, float keep_scale, uint64_t seed, uint64_t stream_at0,
-                                                const uint64_t *step, int head_offset, int heads_total, size_t rows) {
+ * type, rounded as the 16-bit products would round dS) and, with keep_f32 (a position bias's
+ * gradient reads it), into dS too. By packs where the row's handles start aligned. */
+__global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, rt_x ds16, bool keep_f32, rt_x probs, int NH, int Tq, int Tk,
+                                                bool dropout, float p, float keep_scale, uint64_t seed,
+                                                uint64_t stream_at0, const uint64_t *step, int head_offset,
+                                                int heads_total, size_t rows) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     size_t r = (size_t)blockIdx.x * RT_CUDA_ATTN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -228,6 +228,7 @@ __global__ void rt_cuda_attn_softmax_bwd_kernel(float *dS, rt_x ds16, rt_x probs
         rt_pack gv = rt_pack_load_n(g, j, w);
         for (int k = 0; k < w; k++) gv.v[k] = pv.v[k] * (gv.v[k] - dot);
         rt_pack_store_n(D, j, w, &gv);
+        if (keep_f32 && ds16.p) rt_pack_store_n(g, j, w, &gv);
     });
 }
 
@@ -377,13 +378,13 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
                           rt_xf(dS + (size_t)b * NH * head), Tk, head, NH);
     }
 
-    /* dS at the compute type for its 16-bit products, unless dbias takes it in fp32 first: in the
-     * dropped probabilities' slot, which the dv products above were the last to read */
-    const rt_x ds16 = use16 && !dbias ? rt_cuda_attn_dropped(c, true, total) : rt_xf(NULL);
+    /* dS at the compute type for its 16-bit products, in the dropped probabilities' slot, which
+     * the dv products above were the last to read; in fp32 as well where dbias takes it */
+    const rt_x ds16 = use16 ? rt_cuda_attn_dropped(c, true, total) : rt_xf(NULL);
     rt_cuda_attn_softmax_bwd_kernel<<<rt_cuda_attn_row_grid(rows), 32 * RT_CUDA_ATTN_ROWS_PER_BLOCK, 0,
-                                      rt_cuda_stream(ctx)>>>(dS, ds16, stored, NH, Tq, Tk, p > 0.0f, p, keep_scale,
-                                                             d->seed, d->stream, d->stream_step, d->head_offset,
-                                                             heads_total, rows);
+                                      rt_cuda_stream(ctx)>>>(dS, ds16, dbias != NULL, stored, NH, Tq, Tk, p > 0.0f, p,
+                                                             keep_scale, d->seed, d->stream, d->stream_step,
+                                                             d->head_offset, heads_total, rows);
     CUDA_LAUNCH_CHECK();
     const rt_x dSx = ds16.p ? ds16 : rt_xf(dS);
 
@@ -394,8 +395,7 @@ void rt_cuda_attention_bwd(void *ctx, const rt_attn_desc *d, rt_x dq, rt_x dk, r
         CUDA_LAUNCH_CHECK();
     }
 
-    /* dS at the compute precision for its products (dbias took it in fp32): the 16-bit matmul
-     * rounds it as it converts; the fp32 one is given it rounded */
+    /* dS at the compute precision for the fp32 products (dbias took it in fp32): given rounded */
     if (mm_kind != RT_CUDA_KIND_F32 && !use16) rt_cuda_round_to(ctx, c->matmul, dS, rows, Tk, (size_t)Tk);
     for (int b = 0; b < B; b++) {
         /* dq[b, :, h] (Tq x HS) = scale * dS[b, h] (Tq x Tk) k[b, :, h] (Tk x HS) */
