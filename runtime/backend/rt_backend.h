@@ -137,9 +137,10 @@ typedef struct rt_backend_ops {
      * round it:
      *   fwd: sum (N, C) = res + drop(branch), the dropped branch stored before the add and the
      *        sum stored (res, branch and sum are handles of either type: a typed stack keeps the
-     *        residual sums inside a block, and at tp = 1 the branch, at the compute precision); with d->weight, out (N, C)
-     *        = norm(sum), stored, and mean (N, LayerNorm; may be NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only
-     *        the sum and statistics); sum aliases neither input.
+     *        residual sums inside a block, and at tp = 1 the branch, at the compute precision);
+     *        with d->weight, out (N, C) = norm(sum), stored, and mean (N, LayerNorm; may be
+     *        NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only the
+     *        sum and statistics); sum aliases neither input.
      *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout, given the forward's
      *        sum, mean and rstd, then stored; dweight (and dbias, LayerNorm; either may be NULL)
      *        += the norm's parameter gradients in fp32, summed as the norm's bwd sums them. Then,

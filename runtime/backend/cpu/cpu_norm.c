@@ -12,7 +12,9 @@
  * or a 16-bit input is widened (fp32: none, rows are read and computed in place). */
 static float *norm_row_buf(rt_x x, int C) { return x.t == RT_F32 ? NULL : rt_xmalloc(sizeof(float) * (size_t)C); }
 
-void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
+/* A norm's output rows, out = norm(inp) (LayerNorm with mean, weight and bias; RMSNorm: rms set,
+ * mean and bias unused), each stored at the compute precision as it is made. */
+static void norm_fwd_rows(void *ctx, bool rms, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps) {
     RT_CHECK(C > 0, "C=%d", C);
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
@@ -24,12 +26,43 @@ void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x in
             const size_t at = n * (size_t)C;
             const float *x = rt_cpu_x_read(inp, at, (size_t)C, xbuf);
             float *y = rt_cpu_x_dst(out, at, buf);
-            rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, x, weight, bias, C, eps);
+            if (rms)
+                rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, x, weight, C, eps);
+            else
+                rt_cpu_layernorm_row(y, mean ? mean + n : NULL, rstd ? rstd + n : NULL, x, weight, bias, C, eps);
             rt_cpu_x_store_row(dtype, out, at, (size_t)C, y);
         }
         free(buf);
         free(xbuf);
     }
+}
+
+/* Its input gradient rows, dinp += the norm's backward of dout, each stored at the compute
+ * precision as it is made. */
+static void norm_bwd_rows(void *ctx, bool rms, float *dinp, const float *dout, rt_x inp, const float *weight,
+                          const float *mean, const float *rstd, size_t N, int C) {
+    RT_CHECK(C > 0, "C=%d", C);
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
+#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
+    {
+        float *xbuf = norm_row_buf(inp, C);
+#pragma omp for schedule(static)
+        for (size_t n = 0; n < N; n++) {
+            const size_t at = n * (size_t)C;
+            const float *x = rt_cpu_x_read(inp, at, (size_t)C, xbuf);
+            if (rms)
+                rt_cpu_rmsnorm_bwd_row(dinp + at, dout + at, x, weight, rstd[n], C);
+            else
+                rt_cpu_layernorm_bwd_row(dinp + at, dout + at, x, weight, mean[n], rstd[n], C);
+            rt_cpu_store_run(dtype, dinp + at, (size_t)C);
+        }
+        free(xbuf);
+    }
+}
+
+void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
+                          const float *bias, size_t N, int C, float eps) {
+    norm_fwd_rows(ctx, false, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 
 /* Columns [c0, c1) of row n of inp as floats, from column c0: its own, or widened into buf. */
@@ -60,40 +93,12 @@ void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout,
 
 void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C) {
-    RT_CHECK(C > 0, "C=%d", C);
-    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
-#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    {
-        float *xbuf = norm_row_buf(inp, C);
-#pragma omp for schedule(static)
-        for (size_t n = 0; n < N; n++) {
-            const size_t at = n * (size_t)C;
-            rt_cpu_layernorm_bwd_row(dinp + at, dout + at, rt_cpu_x_read(inp, at, (size_t)C, xbuf), weight, mean[n],
-                                     rstd[n], C);
-            rt_cpu_store_run(dtype, dinp + at, (size_t)C);
-        }
-        free(xbuf);
-    }
+    norm_bwd_rows(ctx, false, dinp, dout, inp, weight, mean, rstd, N, C);
     rt_cpu_layernorm_param_bwd(dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps) {
-    RT_CHECK(C > 0, "C=%d", C);
-    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
-#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    {
-        float *buf = norm_row_buf(out, C), *xbuf = norm_row_buf(inp, C);
-#pragma omp for schedule(static)
-        for (size_t n = 0; n < N; n++) {
-            const size_t at = n * (size_t)C;
-            const float *x = rt_cpu_x_read(inp, at, (size_t)C, xbuf);
-            float *y = rt_cpu_x_dst(out, at, buf);
-            rt_cpu_rmsnorm_row(y, rstd ? rstd + n : NULL, x, weight, C, eps);
-            rt_cpu_x_store_row(dtype, out, at, (size_t)C, y);
-        }
-        free(buf);
-        free(xbuf);
-    }
+    norm_fwd_rows(ctx, true, out, NULL, rstd, inp, weight, NULL, N, C, eps);
 }
 
 void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, rt_x inp, const float *rstd, size_t N, int C) {
@@ -115,18 +120,6 @@ void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, rt_x inp, const
 
 void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
                         const float *rstd, size_t N, int C) {
-    RT_CHECK(C > 0, "C=%d", C);
-    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
-#pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
-    {
-        float *xbuf = norm_row_buf(inp, C);
-#pragma omp for schedule(static)
-        for (size_t n = 0; n < N; n++) {
-            const size_t at = n * (size_t)C;
-            rt_cpu_rmsnorm_bwd_row(dinp + at, dout + at, rt_cpu_x_read(inp, at, (size_t)C, xbuf), weight, rstd[n], C);
-            rt_cpu_store_run(dtype, dinp + at, (size_t)C);
-        }
-        free(xbuf);
-    }
+    norm_bwd_rows(ctx, true, dinp, dout, inp, weight, NULL, rstd, N, C);
     rt_cpu_rmsnorm_param_bwd(dweight, dout, inp, rstd, N, C);
 }

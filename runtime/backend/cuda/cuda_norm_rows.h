@@ -6,13 +6,14 @@
  *   LayerNorm: dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout*w
  *   RMSNorm:   dinp += rstd * (dout*w - x * rstd^2 * mean(dout*w*x))
  * One warp per row: C is at most a few thousand, so 32 lanes striding the row are enough and the
- * reductions are shuffles only. The lanes stride it by packs of eight values (cuda_pack.h: a 16-byte
- * load of a 16-bit handle) where every handle starts the row aligned, else a value at a time
- * (rt_cuda_pack_row_walk). Every lane of the warp calls (the shuffles need them all). An output is stored rounded to `kind` (rt_cuda_round16:
- * RT_CUDA_KIND_F32 leaves it), so a kernel stores at the compute precision itself instead of
- * leaving a rounding pass to the op's wrapper; the forward's y is a typed handle (a 16-bit one holds the
- * rounded value), and x, the input, is one too (a residual sum: 16-bit at a typed stack's compute
- * precision). Each lane reads x's values before writing y's at the same places, so y may alias x. */
+ * reductions are shuffles only. The lanes stride it by packs of eight values (cuda_pack.h: a
+ * 16-byte load of a 16-bit handle) where every handle starts the row aligned, else a value at a
+ * time (rt_cuda_pack_row_walk). Every lane of the warp calls (the shuffles need them all). An
+ * output is stored rounded to `kind` (rt_cuda_round16: RT_CUDA_KIND_F32 leaves it), so a kernel
+ * stores at the compute precision itself instead of leaving a rounding pass to the op's wrapper;
+ * the forward's y is a typed handle (a 16-bit one holds the rounded value), and x, the input, is
+ * one too (a residual sum: 16-bit at a typed stack's compute precision). Each lane reads x's
+ * values before writing y's at the same places, so y may alias x. */
 #ifndef RT_CUDA_NORM_ROWS_H
 #define RT_CUDA_NORM_ROWS_H
 

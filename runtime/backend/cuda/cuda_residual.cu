@@ -6,11 +6,12 @@
  * One warp per row, as the norm kernels (cuda_norm_rows.h, whose row formulas it calls). The
  * dropout draws are the dropout kernels' (element (n, c) at index n*C + c, a Philox block of four
  * per draw), so the masks are the same bits as the CPU's and as dropout_fwd's. The lanes move
- * packs of eight values (cuda_pack.h) where a row's handles start aligned. Each stored value is rounded to the compute precision (the context's matmul
- * dtype) where the composed ops' wrappers round it: the dropped branch, the sum, the norm's
- * output; the residual gradient, the branch's gradient. The lanes that write a row's sum (by
- * Philox blocks or packs) need not be those that read it in the norm: __syncwarp orders the two. The
- * parameter gradients are cuda_norm.cu's column sums, deterministic and in its order. */
+ * packs of eight values (cuda_pack.h) where a row's handles start aligned. Each stored value is
+ * rounded to the compute precision (the context's matmul dtype) where the composed ops' wrappers
+ * round it: the dropped branch, the sum, the norm's output; the residual gradient, the branch's
+ * gradient. The lanes that write a row's sum (by Philox blocks or packs) need not be those that
+ * read it in the norm: __syncwarp orders the two. The parameter gradients are cuda_norm.cu's
+ * column sums, deterministic and in its order. */
 #include "runtime/backend/cuda/cuda_norm_rows.h"
 #include "runtime/backend/cuda/cuda_pack.h"
 #include "runtime/backend/cuda/rt_cuda.h"
