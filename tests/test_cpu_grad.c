@@ -79,9 +79,9 @@ static void grad_layernorm(void) {
     s.out = zeros(n), s.mean = zeros(s.N), s.rstd = zeros(s.N), s.R = fill(n, 4, -1, 1);
     float *dx = zeros(n), *dw = zeros(s.C), *db = zeros(s.C);
     ln_loss(&s);
-    ops->layernorm_bwd(cx, dx, dw, db, s.R, rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
+    ops->layernorm_bwd(cx, dx, dw, db, rt_xf(s.R), rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
     float *dx1 = dup(dx, n), *dw1 = dup(dw, s.C), *db1 = dup(db, s.C);
-    ops->layernorm_bwd(cx, dx, dw, db, s.R, rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
+    ops->layernorm_bwd(cx, dx, dw, db, rt_xf(s.R), rt_xf(s.x), s.w, s.mean, s.rstd, s.N, s.C);
     check_accumulates("layernorm_bwd accumulates dinp", dx, dx1, n);
     check_accumulates("layernorm_bwd accumulates dweight", dw, dw1, s.C);
     check_accumulates("layernorm_bwd accumulates dbias", db, db1, s.C);
@@ -106,9 +106,9 @@ static void grad_rmsnorm(void) {
     s.out = zeros(n), s.rstd = zeros(s.N), s.R = fill(n, 14, -1, 1);
     float *dx = zeros(n), *dw = zeros(s.C);
     rms_loss(&s);
-    ops->rmsnorm_bwd(cx, dx, dw, s.R, rt_xf(s.x), s.w, s.rstd, s.N, s.C);
+    ops->rmsnorm_bwd(cx, dx, dw, rt_xf(s.R), rt_xf(s.x), s.w, s.rstd, s.N, s.C);
     float *dx1 = dup(dx, n), *dw1 = dup(dw, s.C);
-    ops->rmsnorm_bwd(cx, dx, dw, s.R, rt_xf(s.x), s.w, s.rstd, s.N, s.C);
+    ops->rmsnorm_bwd(cx, dx, dw, rt_xf(s.R), rt_xf(s.x), s.w, s.rstd, s.N, s.C);
     check_accumulates("rmsnorm_bwd accumulates dinp", dx, dx1, n);
     check_accumulates("rmsnorm_bwd accumulates dweight", dw, dw1, s.C);
     fd_check("rmsnorm dinp", s.x, n, dx1, rms_loss, &s);

@@ -187,7 +187,7 @@ static void test_elementwise(void) {
     float *a = fill(n, 50, -1, 1), *b = fill(n, 51, -1, 1), *bias = fill(C, 52, -1, 1);
     float *y = zeros(n), *db = fill(C, 53, -1, 1);
     double *r = rt_xcalloc(n, sizeof(double)), *rb = rt_xcalloc(C, sizeof(double));
-    ops->add(cx, y, a, b, n);
+    ops->add(cx, rt_xf(y), rt_xf(a), rt_xf(b), n);
     for (size_t i = 0; i < n; i++) r[i] = (double)a[i] + b[i];
     check_d("add", y, r, n, 1e-6f, 1e-6f);
     ops->axpy(cx, y, -0.5f, a, n); /* y = a + b - 0.5 a */
@@ -620,9 +620,9 @@ static float *run_parallel_kernels(int threads, size_t *count) {
     float *x = fill(nx, 200, -2, 2), *w = fill(C, 201, 0.5f, 1.5f), *b = fill(C, 202, -1, 1);
     float *dy = fill(nx, 203, -1, 1), *mean = zeros(N), *rstd = zeros(N);
     ops->layernorm_fwd(cx, rt_xf(o), mean, rstd, rt_xf(x), w, b, N, C, 1e-5f), o += nx;
-    ops->layernorm_bwd(cx, o, o + nx, o + nx + C, dy, rt_xf(x), w, mean, rstd, N, C), o += nx + 2 * C;
+    ops->layernorm_bwd(cx, o, o + nx, o + nx + C, rt_xf(dy), rt_xf(x), w, mean, rstd, N, C), o += nx + 2 * C;
     ops->rmsnorm_fwd(cx, rt_xf(o), rstd, rt_xf(x), w, N, C, 1e-6f), o += nx;
-    ops->rmsnorm_bwd(cx, o, o + nx, dy, rt_xf(x), w, rstd, N, C), o += nx + C;
+    ops->rmsnorm_bwd(cx, o, o + nx, rt_xf(dy), rt_xf(x), w, rstd, N, C), o += nx + C;
     memcpy(o, mean, N * sizeof(float)), o += N;
     memcpy(o, rstd, N * sizeof(float)), o += N;
     float *logits = fill(nl, 204, -3, 3);

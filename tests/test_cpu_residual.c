@@ -5,9 +5,10 @@
  * precision (fp32, bf16, fp16), LayerNorm with and without bias, RMSNorm and no norm, dropout 0
  * and 0.1, C of 37 and 768 and N of 1, 5 and 130 (from one row to a parallel region); outputs,
  * statistics, the residual and branch gradients and the accumulated parameter gradients. At bf16
- * and fp16 also with the residual, the branch, the sum and the branch's gradient as 16-bit
- * handles (a typed stack's residual sums and, at tp = 1, its branches), and the norms reading a
- * 16-bit input: the same bits. Then finite differences of the backward
+ * and fp16 also with the residual, the branch, the sum, the norm's output gradient and the branch's
+ * gradient as 16-bit handles (a typed stack's residual sums and, at tp = 1, its branches and
+ * sublayer input gradients), the norms reading a 16-bit input and output gradient, and the add
+ * of a 16-bit and an fp32 handle into a 16-bit one: the same bits. Then finite differences of the backward
  * (as tests/test_cpu_grad.c checks every backward op). */
 #include <math.h>
 #include <stdint.h>
@@ -81,17 +82,17 @@ static void run_before(const inputs *in, results *r) {
     const size_t n = in->N * (size_t)in->C;
     float *tmp = dup(in->branch, n);
     if (d->dropout_p > 0) rt_dropout_fwd(g_be, tmp, tmp, n, d->dropout_p, d->seed, d->stream, NULL);
-    rt_add(g_be, r->sum, in->res, tmp, n);
+    rt_add(g_be, rt_xf(r->sum), rt_xf(in->res), rt_xf(tmp), n);
     if (d->weight && d->rms)
         rt_rmsnorm_fwd(g_be, rt_xf(r->out), r->rstd, rt_xf(r->sum), d->weight, in->N, in->C, d->eps);
     else if (d->weight)
         rt_layernorm_fwd(g_be, rt_xf(r->out), r->mean, r->rstd, rt_xf(r->sum), d->weight, d->bias, in->N, in->C,
                          d->eps);
     if (d->weight && d->rms)
-        rt_rmsnorm_bwd(g_be, r->dres, r->dw, in->dout, rt_xf(r->sum), d->weight, r->rstd, in->N, in->C);
+        rt_rmsnorm_bwd(g_be, r->dres, r->dw, rt_xf(in->dout), rt_xf(r->sum), d->weight, r->rstd, in->N, in->C);
     else if (d->weight)
-        rt_layernorm_bwd(g_be, r->dres, r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), d->weight, r->mean,
-                         r->rstd, in->N, in->C);
+        rt_layernorm_bwd(g_be, r->dres, r->dw, d->bias ? r->db : NULL, rt_xf(in->dout), rt_xf(r->sum), d->weight,
+                         r->mean, r->rstd, in->N, in->C);
     if (d->dropout_p > 0) rt_dropout_bwd(g_be, r->dbranch, r->dres, n, d->dropout_p, d->seed, d->stream, NULL);
     free(tmp);
 }
@@ -100,40 +101,42 @@ static void run_before(const inputs *in, results *r) {
 static void run_op(rt_backend *be, const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
     rt_residual_fwd(be, d, rt_xf(r->sum), rt_xf(r->out), r->mean, r->rstd, rt_xf(in->res), rt_xf(in->branch));
-    rt_residual_bwd(be, d, r->dres, rt_xf(r->dbranch), r->dw, d->bias ? r->db : NULL, in->dout, rt_xf(r->sum), r->mean,
-                    r->rstd);
+    rt_residual_bwd(be, d, r->dres, rt_xf(r->dbranch), r->dw, d->bias ? r->db : NULL, rt_xf(in->dout), rt_xf(r->sum),
+                    r->mean, r->rstd);
 }
 
-/* The fused op with res, branch, sum and dbranch as 16-bit handles of the compute precision, the
- * sum and dbranch widened into r for the comparison. */
+/* The fused op with res, branch, sum, dout and dbranch as 16-bit handles of the compute precision,
+ * the sum and dbranch widened into r for the comparison. */
 static void run_typed(const inputs *in, results *r) {
     const rt_residual_desc *d = &in->d;
     const rt_dtype t = g_be->compute;
     const size_t n = in->N * (size_t)in->C;
     uint16_t *res = tz_narrow16(t, in->res, n), *branch = tz_narrow16(t, in->branch, n);
+    uint16_t *dout = tz_narrow16(t, in->dout, n);
     uint16_t *sum = rt_xcalloc(n, sizeof(uint16_t)), *dbranch = rt_xcalloc(n, sizeof(uint16_t));
     rt_residual_fwd(g_be, d, rt_x_of(sum, t), rt_xf(r->out), r->mean, r->rstd, rt_x_of(res, t), rt_x_of(branch, t));
-    rt_residual_bwd(g_be, d, r->dres, rt_x_of(dbranch, t), r->dw, d->bias ? r->db : NULL, in->dout, rt_x_of(sum, t),
-                    r->mean, r->rstd);
+    rt_residual_bwd(g_be, d, r->dres, rt_x_of(dbranch, t), r->dw, d->bias ? r->db : NULL, rt_x_of(dout, t),
+                    rt_x_of(sum, t), r->mean, r->rstd);
     rt_convert_to_f32(r->sum, sum, t, n);
     rt_convert_to_f32(r->dbranch, dbranch, t, n);
-    free(res), free(branch), free(sum), free(dbranch);
+    free(res), free(branch), free(dout), free(sum), free(dbranch);
 }
 
-/* The norms alone over the sum of ref as a 16-bit input, against ref (run_before's). */
+/* The norms alone over the sum of ref as a 16-bit input, from a 16-bit output gradient, against
+ * ref (run_before's). */
 static void check_norms_typed(const char *where, const inputs *in, const results *ref) {
     const rt_residual_desc *d = &in->d;
     const rt_dtype t = g_be->compute;
     const size_t n = in->N * (size_t)in->C;
-    uint16_t *x = tz_narrow16(t, ref->sum, n);
+    uint16_t *x = tz_narrow16(t, ref->sum, n), *dout = tz_narrow16(t, in->dout, n);
     results r = results_new(in);
     if (d->rms) {
         rt_rmsnorm_fwd(g_be, rt_xf(r.out), r.rstd, rt_x_of(x, t), d->weight, in->N, in->C, d->eps);
-        rt_rmsnorm_bwd(g_be, r.dres, r.dw, in->dout, rt_x_of(x, t), d->weight, r.rstd, in->N, in->C);
+        rt_rmsnorm_bwd(g_be, r.dres, r.dw, rt_x_of(dout, t), rt_x_of(x, t), d->weight, r.rstd, in->N, in->C);
     } else {
         rt_layernorm_fwd(g_be, rt_xf(r.out), r.mean, r.rstd, rt_x_of(x, t), d->weight, d->bias, in->N, in->C, d->eps);
-        rt_layernorm_bwd(g_be, r.dres, r.dw, d->bias ? r.db : NULL, in->dout, rt_x_of(x, t), d->weight, r.mean, r.rstd,
-                         in->N, in->C);
+        rt_layernorm_bwd(g_be, r.dres, r.dw, d->bias ? r.db : NULL, rt_x_of(dout, t), rt_x_of(x, t), d->weight, r.mean,
+                         r.rstd, in->N, in->C);
     }
     expect_bits("out", where, r.out, ref->out, n);
     expect_bits("rstd", where, r.rstd, ref->rstd, in->N);
@@ -141,7 +144,7 @@ static void check_norms_typed(const char *where, const inputs *in, const results
     if (d->bias) expect_bits("dbias", where, r.db, ref->db, (size_t)in->C);
     expect_bits("dres", where, r.dres, ref->dres, n);
     results_free(&r);
-    free(x);
+    free(x), free(dout);
 }
 
 static void compare(const char *where, const inputs *in, const results *got, const results *ref) {

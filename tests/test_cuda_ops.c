@@ -276,8 +276,8 @@ static void test_norms(void) {
     dbuf_sync_from_cpu(&rstd);
     dbuf dout = dbuf_rand(n, 1.0f, 0.0f);
     dbuf dx = dbuf_rand(n, 1.0f, 0.0f), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
-    rt_layernorm_bwd(g_cpu, dx.c, dw.c, db.c, dout.c, rt_xf(x.c), w.c, mean.c, rstd.c, N, C);
-    rt_layernorm_bwd(g_gpu, dx.g, dw.g, db.g, dout.g, rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
+    rt_layernorm_bwd(g_cpu, dx.c, dw.c, db.c, rt_xf(dout.c), rt_xf(x.c), w.c, mean.c, rstd.c, N, C);
+    rt_layernorm_bwd(g_gpu, dx.g, dw.g, db.g, rt_xf(dout.g), rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
     dbuf_check("layernorm_bwd dinp", &dx, ATOL, RTOL);
     dbuf_check("layernorm_bwd dweight", &dw, 1e-4f, RTOL);
     dbuf_check("layernorm_bwd dbias", &db, 1e-4f, RTOL);
@@ -285,8 +285,8 @@ static void test_norms(void) {
     /* the same backward twice from zero gives the same bits */
     {
         dbuf dw1 = dbuf_zero(C), dw2 = dbuf_zero(C), dx1 = dbuf_zero(n);
-        rt_layernorm_bwd(g_gpu, dx1.g, dw1.g, NULL, dout.g, rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
-        rt_layernorm_bwd(g_gpu, dx1.g, dw2.g, NULL, dout.g, rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
+        rt_layernorm_bwd(g_gpu, dx1.g, dw1.g, NULL, rt_xf(dout.g), rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
+        rt_layernorm_bwd(g_gpu, dx1.g, dw2.g, NULL, rt_xf(dout.g), rt_xf(x.g), w.g, mean.g, rstd.g, N, C);
         float *a = gpu_fetch(dw1.g, C), *b = gpu_fetch(dw2.g, C);
         TZ_EXPECT(memcmp(a, b, C * sizeof(float)) == 0, "layernorm_bwd dweight differs between runs");
         free(a);
@@ -301,8 +301,8 @@ static void test_norms(void) {
     dbuf_check("rmsnorm_fwd out", &out, ATOL, RTOL);
     dbuf_check("rmsnorm_fwd rstd", &rstd, ATOL, RTOL);
     dbuf_sync_from_cpu(&rstd);
-    rt_rmsnorm_bwd(g_cpu, dx.c, dw.c, dout.c, rt_xf(x.c), w.c, rstd.c, N, C);
-    rt_rmsnorm_bwd(g_gpu, dx.g, dw.g, dout.g, rt_xf(x.g), w.g, rstd.g, N, C);
+    rt_rmsnorm_bwd(g_cpu, dx.c, dw.c, rt_xf(dout.c), rt_xf(x.c), w.c, rstd.c, N, C);
+    rt_rmsnorm_bwd(g_gpu, dx.g, dw.g, rt_xf(dout.g), rt_xf(x.g), w.g, rstd.g, N, C);
     dbuf_check("rmsnorm_bwd dinp", &dx, ATOL, RTOL);
     dbuf_check("rmsnorm_bwd dweight", &dw, 1e-4f, RTOL);
 
@@ -355,8 +355,8 @@ static void test_elementwise(void) {
     }
 
     /* add with out aliasing a, then axpy and scale */
-    rt_add(g_cpu, y.c, y.c, x.c, n);
-    rt_add(g_gpu, y.g, y.g, x.g, n);
+    rt_add(g_cpu, rt_xf(y.c), rt_xf(y.c), rt_xf(x.c), n);
+    rt_add(g_gpu, rt_xf(y.g), rt_xf(y.g), rt_xf(x.g), n);
     dbuf_check("add", &y, ATOL, RTOL);
     rt_axpy(g_cpu, y.c, -0.3f, dout.c, n);
     rt_axpy(g_gpu, y.g, -0.3f, dout.g, n);
@@ -1115,10 +1115,10 @@ static void test_residual_case(rt_dtype dtype, int norm, float p, size_t N, int 
     dbuf_sync_from_cpu(&rstd);
     dbuf dout = dbuf_rand_stored(dtype, n, 1.0f, 0.0f), dres = dbuf_rand_stored(dtype, n, 0.5f, 0.0f);
     dbuf dbranch = dbuf_zero(n), dw = dbuf_rand(C, 1.0f, 0.0f), db = dbuf_rand(C, 1.0f, 0.0f);
-    rt_residual_bwd(g_cpu, &dc, dres.c, rt_xf(dbranch.c), dw.c, norm == 0 ? db.c : NULL, dout.c, rt_xf(sum.c), mean.c,
-                    rstd.c);
-    rt_residual_bwd(g_gpu, &dg, dres.g, rt_xf(dbranch.g), dw.g, norm == 0 ? db.g : NULL, dout.g, rt_xf(sum.g), mean.g,
-                    rstd.g);
+    rt_residual_bwd(g_cpu, &dc, dres.c, rt_xf(dbranch.c), dw.c, norm == 0 ? db.c : NULL, rt_xf(dout.c), rt_xf(sum.c),
+                    mean.c, rstd.c);
+    rt_residual_bwd(g_gpu, &dg, dres.g, rt_xf(dbranch.g), dw.g, norm == 0 ? db.g : NULL, rt_xf(dout.g), rt_xf(sum.g),
+                    mean.g, rstd.g);
     snprintf(what, sizeof what, "%s: dres", where);
     dbuf_check(what, &dres, ATOL, tol);
     if (p > 0) {

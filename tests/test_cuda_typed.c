@@ -346,25 +346,53 @@ static void check_norms(int C) {
         rt_residual_fwd(gpu, &d, xg(&sum), xg(&y), mean.g, rstd.g, xg(&res), xg(&branch));
         check_act_bits(rms ? "residual_fwd (RMSNorm): 16-bit sum" : "residual_fwd (LayerNorm): 16-bit sum", &sum);
         check_act(rms ? "residual_fwd (RMSNorm): out" : "residual_fwd (LayerNorm): out", &y, ATOL, unit);
-        /* its backward reads the 16-bit sum */
-        flt dout = flt_new((size_t)N * C, &seed, 1.0f, 0.0f), dres = flt_new((size_t)N * C, &seed, 0.5f, 0.0f);
+        /* its backward reads the 16-bit sum and a 16-bit dout (a sublayer's input gradient at tp = 1) */
+        act dout = act_new((size_t)N * C, &seed, 1.0f);
+        flt dres = flt_new((size_t)N * C, &seed, 0.5f, 0.0f);
         act dbranch = act_new((size_t)N * C, &seed, 0.0f);
         flt dw = flt_new(C, NULL, 0, 0), db = flt_new(C, NULL, 0, 0);
         rt_to_device(gpu, mean.g, mean.c, N * sizeof(float)); /* the CPU's statistics on both */
         rt_to_device(gpu, rstd.g, rstd.c, N * sizeof(float));
         d.weight = w.c, d.bias = rms ? NULL : b.c;
-        rt_residual_bwd(cpu, &d, dres.c, xc(&dbranch), dw.c, rms ? NULL : db.c, dout.c, xc(&sum), mean.c, rstd.c);
+        rt_residual_bwd(cpu, &d, dres.c, xc(&dbranch), dw.c, rms ? NULL : db.c, xc(&dout), xc(&sum), mean.c, rstd.c);
         d.weight = w.g, d.bias = rms ? NULL : b.g;
-        rt_residual_bwd(gpu, &d, dres.g, xg(&dbranch), dw.g, rms ? NULL : db.g, dout.g, xg(&sum), mean.g, rstd.g);
+        rt_residual_bwd(gpu, &d, dres.g, xg(&dbranch), dw.g, rms ? NULL : db.g, xg(&dout), xg(&sum), mean.g, rstd.g);
         check_flt(rms ? "residual_bwd (RMSNorm) of a 16-bit sum: dres"
                       : "residual_bwd (LayerNorm) of a 16-bit sum: dres",
                   &dres, ATOL, unit);
         check_act(rms ? "residual_bwd (RMSNorm): 16-bit dbranch" : "residual_bwd (LayerNorm): 16-bit dbranch", &dbranch,
                   ATOL, unit);
         check_flt(rms ? "residual_bwd (RMSNorm): dweight" : "residual_bwd (LayerNorm): dweight", &dw, 1e-4f, 1e-4f);
-        flt_free(&dout), flt_free(&dres), act_free(&dbranch), flt_free(&dw), flt_free(&db);
+        act_free(&dout), flt_free(&dres), act_free(&dbranch), flt_free(&dw), flt_free(&db);
     }
     act_free(&branch);
+    /* the norms' backward alone from a 16-bit dout of a 16-bit input (the CPU's statistics on both),
+     * then the add of that gradient and an fp32 one into a 16-bit out over it (a post-norm block's
+     * dL/d(input); LoRA's dropped part) */
+    for (int rms = 0; rms < 2; rms++) {
+        act g = act_new((size_t)N * C, &seed, 1.0f);
+        flt dx = flt_new((size_t)N * C, &seed, 0.5f, 0.0f), dw = flt_new(C, NULL, 0, 0), db = flt_new(C, NULL, 0, 0);
+        flt other = flt_new((size_t)N * C, &seed, 1.0f, 0.0f);
+        rt_layernorm_fwd(cpu, xc(&y), mean.c, rstd.c, xc(&res), w.c, b.c, N, C, 1e-5f);
+        rt_to_device(gpu, mean.g, mean.c, N * sizeof(float));
+        rt_to_device(gpu, rstd.g, rstd.c, N * sizeof(float));
+        if (rms) {
+            rt_rmsnorm_bwd(cpu, dx.c, dw.c, xc(&g), xc(&res), w.c, rstd.c, N, C);
+            rt_rmsnorm_bwd(gpu, dx.g, dw.g, xg(&g), xg(&res), w.g, rstd.g, N, C);
+        } else {
+            rt_layernorm_bwd(cpu, dx.c, dw.c, db.c, xc(&g), xc(&res), w.c, mean.c, rstd.c, N, C);
+            rt_layernorm_bwd(gpu, dx.g, dw.g, db.g, xg(&g), xg(&res), w.g, mean.g, rstd.g, N, C);
+            check_flt("layernorm_bwd from a 16-bit dout: dbias", &db, 1e-4f, 1e-4f);
+        }
+        check_flt(rms ? "rmsnorm_bwd from a 16-bit dout: dinp" : "layernorm_bwd from a 16-bit dout: dinp", &dx, ATOL,
+                  unit);
+        check_flt(rms ? "rmsnorm_bwd from a 16-bit dout: dweight" : "layernorm_bwd from a 16-bit dout: dweight", &dw,
+                  1e-4f, 1e-4f);
+        rt_add(cpu, xc(&g), xc(&g), rt_xf(other.c), (size_t)N * C);
+        rt_add(gpu, xg(&g), xg(&g), rt_xf(other.g), (size_t)N * C);
+        check_act("add of a 16-bit and an fp32 handle into the 16-bit one", &g, ATOL, unit);
+        act_free(&g), flt_free(&dx), flt_free(&dw), flt_free(&db), flt_free(&other);
+    }
     flt rows = flt_new((size_t)5 * C, NULL, 0, 0);
     const int32_t idx_h[4] = {3, 0, 3, 1};
     int32_t *idx_c = alloc_on(cpu, sizeof idx_h), *idx_g = alloc_on(gpu, sizeof idx_h);

@@ -60,7 +60,7 @@ static float *copy_of(const float *x, size_t n) {
 static int case_layernorm(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(N * C), *mean = fresh(N), *rstd = fresh(N), *dx = fresh(N * C), *dw = fresh(C), *db = fresh(C);
     rt_layernorm_fwd(be, rt_xf(out), mean, rstd, rt_xf(in->x), in->w, in->w + C, N, C, 1e-5f);
-    rt_layernorm_bwd(be, dx, dw, db, in->y, rt_xf(in->x), in->w, mean, rstd, N, C);
+    rt_layernorm_bwd(be, dx, dw, db, rt_xf(in->y), rt_xf(in->x), in->w, mean, rstd, N, C);
     o[0] = (op_out){"out", out, N * C, true, 0}, o[1] = (op_out){"mean", mean, N, false, 0};
     o[2] = (op_out){"dinp", dx, N * C, true, 0}, o[3] = (op_out){"dweight", dw, C, false, 0};
     free(rstd), free(db);
@@ -70,7 +70,7 @@ static int case_layernorm(rt_backend *be, const op_inputs *in, op_out *o) {
 static int case_rmsnorm(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = fresh(N * C), *rstd = fresh(N), *dx = fresh(N * C), *dw = fresh(C);
     rt_rmsnorm_fwd(be, rt_xf(out), rstd, rt_xf(in->x), in->w, N, C, 1e-6f);
-    rt_rmsnorm_bwd(be, dx, dw, in->y, rt_xf(in->x), in->w, rstd, N, C);
+    rt_rmsnorm_bwd(be, dx, dw, rt_xf(in->y), rt_xf(in->x), in->w, rstd, N, C);
     o[0] = (op_out){"out", out, N * C, true, 0}, o[1] = (op_out){"rstd", rstd, N, false, 0};
     o[2] = (op_out){"dinp", dx, N * C, true, 0}, o[3] = (op_out){"dweight", dw, C, false, 0};
     return 4;
@@ -99,7 +99,7 @@ static int case_bias_add(rt_backend *be, const op_inputs *in, op_out *o) {
     float *out = copy_of(in->x, N * C), *db = fresh(C), *sum = fresh(N * C);
     rt_add_bias(be, out, in->w, N, C);
     rt_bias_bwd(be, db, rt_xf(in->y), N, C);
-    rt_add(be, sum, in->x, in->y, N * C);
+    rt_add(be, rt_xf(sum), rt_xf(in->x), rt_xf(in->y), N * C);
     o[0] = (op_out){"add_bias out", out, N * C, true, 0}, o[1] = (op_out){"bias_bwd dbias", db, C, false, 0};
     o[2] = (op_out){"add out", sum, N * C, true, 0};
     return 3;

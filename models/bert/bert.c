@@ -531,8 +531,8 @@ static void bert_embed_bwd(bert_model *m, const float *demb, size_t BT) {
     float *dsum = m->blocks.sc->dln; /* the stack's dln is free scratch now */
     if (!G(m->eln_w) && !G(m->eln_b) && !G(m->wte) && !G(m->wtt) && !G(m->wpe)) return; /* all frozen (LoRA) */
     rt_clear(be, dsum, BT * C * sizeof(float));
-    rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), demb, rt_xf(m->emb), P(m->eln_w), m->emb_mean, m->emb_rstd, BT,
-                     C);
+    rt_layernorm_bwd(be, dsum, G(m->eln_w), G(m->eln_b), rt_xf(demb), rt_xf(m->emb), P(m->eln_w), m->emb_mean,
+                     m->emb_rstd, BT, C);
     rt_embedding_bwd(be, G(m->wte), dsum, m->ids, BT, C, m->vocab.start, m->vocab.local);
     rt_embedding_bwd(be, G(m->wtt), dsum, m->types, BT, C, 0, c->type_vocab_size);
     rt_embedding_bwd(be, G(m->wpe), dsum, m->pos, BT, C, 0, c->max_position_embeddings);

@@ -14,7 +14,7 @@ void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *me
                          s->norm_eps);
 }
 
-void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, rt_x in, const float *mean,
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, rt_x dout, rt_x in, const float *mean,
                   const float *rstd, size_t n) {
     if (s->norm == MDL_NORM_RMS)
         rt_rmsnorm_bwd(s->be, din, mdl_grad(s->params, p.w), dout, in, mdl_param(s->params, p.w), rstd, n, s->C);
@@ -40,9 +40,9 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
 /* Backward of n column-parallel linears that read the same input x (N, C): accumulates each
  * weight's (and bias's) gradient and its adapter's (lora[k], dropout stream lora_k[k]), and
  * din = sum_k dout_k W_k (+ its adapter's), written or (accumulate) added, then all-reduced over
- * tp once when reduce is set. parts (or NULL): a fused [q; k; v] projection's part adapters,
- * each over its third of dout[0]. */
-static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, bool reduce, int n, const int *w,
+ * tp once when reduce is set (an fp32 din then). parts (or NULL): a fused [q; k; v] projection's
+ * part adapters, each over its third of dout[0]. */
+static rt_status cols_bwd(const mdl_sublayers *s, rt_x din, bool accumulate, bool reduce, int n, const int *w,
                           const int *b, const mdl_lora *lora, const int *lora_k, const mdl_lora *parts,
                           const rt_x *dout, rt_x x, size_t N, int out_local) {
     rt_backend *be = s->be;
@@ -53,13 +53,15 @@ static rt_status cols_bwd(const mdl_sublayers *s, float *din, bool accumulate, b
         (void)mdl_col_linear_bwd(be, s->tp, NULL, mdl_grad(s->params, w[k]), mdl_grad(s->params, b[k]), dout[k], x,
                                  NULL, N, C, out_local);
         rt_gemm(be, false, false, (int)N, C, out_local, 1.0f, dout[k], out_local, 0, rt_xf(mdl_param(s->params, w[k])),
-                C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, rt_xf(din), C, 0, 1);
+                C, 0, (k == 0 && !accumulate) ? 0.0f : 1.0f, din, C, 0, 1);
         RT_TRY(mdl_lora_col_bwd(s, lora[k], lora_k[k], din, dout[k], out_local, x, N, C, out_local));
     }
     for (int p = 0; parts && p < 3; p++)
         RT_TRY(mdl_lora_col_bwd(s, parts[p], MDL_LORA_Q + p, din, rt_x_at(dout[0], (size_t)p * (out_local / 3)),
                                 out_local, x, N, C, out_local / 3));
-    if (reduce && s->tp->size > 1) return s->tp->ops->all_reduce(s->tp->ctx, din, N * (size_t)C, RT_REDUCE_SUM);
+    if (reduce && s->tp->size > 1)
+        return s->tp->ops->all_reduce(s->tp->ctx, rt_x_floats(din, "a column-parallel input gradient under tp"),
+                                      N * (size_t)C, RT_REDUCE_SUM);
 fail:
     return st;
 }
@@ -108,7 +110,7 @@ rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
 
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x dbranch, rt_x in,
                        const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
-                       float *dbias, float *din, size_t BT) {
+                       float *dbias, rt_x din, size_t BT) {
     rt_backend *be = s->be;
     const int Il = s->I_local;
     const bool fused = mdl_attn_fused(p);
@@ -136,7 +138,7 @@ rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const r
     const int wq[1] = {p->q_w}, wkv[2] = {p->k_w, p->v_w};
     const rt_x dout_q[1] = {dq}, dout_kv[2] = {dk, dv};
     RT_TRY(cols_bwd(s, din, false, true, 1, wq, none, lora, lk, NULL, dout_q, in, BT, Il));
-    RT_TRY(cols_bwd(s, dkv, true, false, 2, wkv, none, lora + 1, lk + 1, NULL, dout_kv, rt_xf(kv), kv_rows, Il));
+    RT_TRY(cols_bwd(s, rt_xf(dkv), true, false, 2, wkv, none, lora + 1, lk + 1, NULL, dout_kv, rt_xf(kv), kv_rows, Il));
 fail:
     return st;
 }
@@ -175,7 +177,7 @@ rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hid
 }
 
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x dbranch, rt_x in, rt_x up, rt_x up_lin,
-                      rt_x hidden, float *din, size_t BT, mdl_drop inner) {
+                      rt_x hidden, rt_x din, size_t BT, mdl_drop inner) {
     rt_backend *be = s->be;
     const int Fl = s->F_local;
     const size_t n = BT * (size_t)Fl;

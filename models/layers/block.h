@@ -105,7 +105,7 @@ static inline bool mdl_attn_fused(const mdl_attn_params *p) { return p->k_w < 0;
 /* out = norm(in) over n rows; mean (LayerNorm) and rstd keep its statistics. */
 void mdl_norm_fwd(const mdl_sublayers *s, mdl_norm_params p, rt_x out, float *mean, float *rstd, rt_x in, size_t n);
 /* din += dL/d(in) from dout; accumulates the norm's parameter gradients. */
-void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, const float *dout, rt_x in, const float *mean,
+void mdl_norm_bwd(const mdl_sublayers *s, mdl_norm_params p, float *din, rt_x dout, rt_x in, const float *mean,
                   const float *rstd, size_t n);
 
 /* The residual step of n rows: the branch's dropout drop, the add, then the norm p (p.w -1: none). */
@@ -117,11 +117,12 @@ rt_residual_desc mdl_residual_desc(const mdl_sublayers *s, mdl_norm_params p, md
 rt_status mdl_attn_fwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x in,
                        const float *kv, size_t kv_rows, mdl_qkv a, void *probs, rt_x atty, size_t BT);
 /* din = dL/d(in) from dbranch = dL/d(tmp), given the forward's activations; accumulates the
- * parameter gradients and dbias (when d has a bias). Cross-attention adds dL/d(kv) into dkv,
- * not yet reduced over tp. */
+ * parameter gradients and dbias (when d has a bias). din is an activation's gradient of either
+ * type (fp32 under tp, which all-reduces it). Cross-attention adds dL/d(kv) into dkv, not yet
+ * reduced over tp. */
 rt_status mdl_attn_bwd(const mdl_sublayers *s, const mdl_attn_params *p, const rt_attn_desc *d, rt_x dbranch, rt_x in,
                        const float *kv, size_t kv_rows, float *dkv, mdl_qkv a, const void *probs, rt_x atty,
-                       float *dbias, float *din, size_t BT);
+                       float *dbias, rt_x din, size_t BT);
 
 /* The FFN's first half: hidden = drop_inner(act(up(in)) [* up_lin(in)]); up and up_lin (gated)
  * kept for the backward. */
@@ -129,8 +130,9 @@ void mdl_ffn_up(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x in, rt_x u
                 mdl_drop inner);
 /* Its second half: tmp = down(hidden). */
 rt_status mdl_ffn_down(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x hidden, size_t BT);
-/* din = dL/d(in) from dbranch = dL/d(tmp); accumulates the parameter gradients. */
+/* din = dL/d(in) from dbranch = dL/d(tmp) (din as mdl_attn_bwd's); accumulates the parameter
+ * gradients. */
 rt_status mdl_ffn_bwd(const mdl_sublayers *s, const mdl_ffn_params *p, rt_x dbranch, rt_x in, rt_x up, rt_x up_lin,
-                      rt_x hidden, float *din, size_t BT, mdl_drop inner);
+                      rt_x hidden, rt_x din, size_t BT, mdl_drop inner);
 
 #endif

@@ -244,7 +244,7 @@ void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_
         if (out[i].p) lora_up_rows(s, l, out[i], part, N, i * part, part);
 }
 
-rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, int ld, rt_x x, size_t N,
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x din, rt_x dout, int ld, rt_x x, size_t N,
                            int in, int out_f) {
     if (!mdl_lora_on(l)) return RT_OK;
     const mdl_lora_run *L = &s->lora;
@@ -261,10 +261,10 @@ rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din
                 in, 0, 1);
         rt_dropout_cols(s->be, rt_xf(L->x), rt_xf(L->x), N, in, in, 0, L->drop.p, L->drop.seed,
                         L->drop.stream + (uint64_t)k, L->drop.step);
-        rt_add(s->be, din, din, L->x, N * (size_t)in);
+        rt_add(s->be, din, din, rt_xf(L->x), N * (size_t)in);
     } else {
-        rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 1.0f, rt_xf(din),
-                in, 0, 1);
+        rt_gemm(s->be, false, false, (int)N, in, L->r, 1.0f, rt_xf(L->u), L->r, 0, rt_xf(A), in, 0, 1.0f, din, in, 0,
+                1);
     }
     if (one_rank) return RT_OK;
     /* u summed over the ranks, so that dA = u^T drop(x) is the same on every rank */

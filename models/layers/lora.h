@@ -96,7 +96,7 @@ void mdl_lora_col_fwd_parts(const mdl_sublayers *s, mdl_lora l, int k, const rt_
                             int part);
 /* Its backward from dout (N, out_f, row stride ld): accumulates dA and dB and adds dL/dx into din
  * (N, in), this rank's partial sum (the caller all-reduces din as the base's). */
-rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, float *din, rt_x dout, int ld, rt_x x, size_t N,
+rt_status mdl_lora_col_bwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x din, rt_x dout, int ld, rt_x x, size_t N,
                            int in, int out_f);
 /* Row-parallel: out (N, out_f) += scale drop(x_r) A_r^T (all-reduced) B^T; x_r (N, in_local). */
 rt_status mdl_lora_row_fwd(const mdl_sublayers *s, mdl_lora l, int k, rt_x out, rt_x x, size_t N, int in_local,

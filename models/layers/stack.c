@@ -112,6 +112,9 @@ void mdl_stack_scratch_layout(const mdl_stack *s, mdl_stack_scratch *sc, rt_aren
     sc->tmp = rt_x_of(rt_arena_take(a, rows * C, f), s->tp->size > 1 ? RT_F32 : act);
     sc->dres = rt_arena_take(a, rows * C, f);
     sc->dln = rt_arena_take(a, rows * C, f);
+    /* the heads' gradient (floats) is read before the blocks start, and a sublayer's input gradient
+     * is typed where tp does not all-reduce it: one buffer serves both */
+    sc->dsub = rt_x_of(sc->dln, s->tp->size > 1 ? RT_F32 : act);
     sc->dsum = s->cfg.post_norm ? rt_arena_take(a, rows * C, f) : NULL;
     sc->dqkv = rt_x_of(rt_arena_take(a, rows * 3 * Il, rt_x_size(act)), act);
     sc->datty = rt_x_of(rt_arena_take(a, rows * Il, rt_x_size(act)), act);
@@ -423,7 +426,7 @@ static bool stack_residual_fwd(const mdl_stack *s, const block_run *r, mdl_norm_
  * the branch, which it returns: dropout's backward of dres in tmp, or dres itself. A sum the
  * forward clamped passes no gradient where it clamped, between the two: the ops apart then. */
 static rt_x stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_params p, mdl_drop drop, bool clamped,
-                               float *dres, const float *dout, rt_x sum, const float *mean, const float *rstd) {
+                               float *dres, rt_x dout, rt_x sum, const float *mean, const float *rstd) {
     rt_backend *be = s->be;
     const rt_x tmp = s->sc->tmp;
     const rt_residual_desc d = mdl_residual_desc(&r->sub, p, drop, r->BT);
@@ -434,7 +437,7 @@ static rt_x stack_residual_bwd(const mdl_stack *s, const block_run *r, mdl_norm_
         if (p.w >= 0) mdl_norm_bwd(&r->sub, p, dres, dout, sum, mean, rstd, r->BT);
         rt_clamp_abs_bwd(be, dres, sum, r->n, STACK_FP16_CLAMP);
         const rt_residual_desc add = mdl_residual_desc(&r->sub, (mdl_norm_params){-1, -1}, drop, r->BT);
-        rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, NULL, rt_xf(NULL), NULL, NULL);
+        rt_residual_bwd(be, &add, dres, tmp, NULL, NULL, rt_xf(NULL), rt_xf(NULL), NULL, NULL);
     }
     return drop.p > 0 ? tmp : rt_xf(dres);
 }
@@ -490,26 +493,28 @@ static rt_status block_grad(mdl_stack *s, const block_run r, const mdl_stack_mas
     const int B = r.self.B;
     const stack_slices *a = &r.a;
     rt_backend *be = s->be;
-    float *dres = s->sc->dres, *dln = s->sc->dln, *dsum = s->sc->dsum;
+    float *dres = s->sc->dres, *dsum = s->sc->dsum;
+    const rt_x dln = s->sc->dsub;
     rt_x g; /* dL/d(the branch a sublayer's backward takes) */
     if (s->cfg.post_norm) {
         /* dsum = dL/dh2, which reaches mid directly and through the FFN */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, dres, a->h2, a->n2_mean, a->n2_rstd);
+        g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_ffn, false, dsum, rt_xf(dres), a->h2, a->n2_mean, a->n2_rstd);
         RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->mid, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
-        rt_add(be, dres, dsum, dln, r.n); /* dL/dmid */
+        rt_add(be, rt_xf(dres), rt_xf(dsum), dln, r.n); /* dL/dmid */
         /* dsum = dL/dh1, which reaches in directly and through attention */
         rt_clear(be, dsum, r.n * sizeof(float));
-        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, dres, a->h1, a->n1_mean, a->n1_rstd);
+        g = stack_residual_bwd(s, &r, r.p->norm1, r.drop_self, false, dsum, rt_xf(dres), a->h1, a->n1_mean, a->n1_rstd);
         RT_TRY(mdl_attn_bwd(&r.sub, &r.p->attn, &r.self, g, a->in, NULL, 0, NULL, a->qkv, a->probs, a->atty,
                             mask->dbias, dln, r.BT));
-        rt_add(be, dres, dsum, dln, r.n); /* dL/din */
+        rt_add(be, rt_xf(dres), rt_xf(dsum), dln, r.n); /* dL/din */
         return RT_OK;
     }
     /* each sublayer gives dL/d(its input) in dln; the norm's backward in the residual step that
      * made that input adds it to dres; a clamped residual sum passes no gradient where it clamped */
     const bool *clamped = &s->clamped[3 * l];
-    g = stack_residual_bwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, clamped[2], dres, NULL, a->out, NULL, NULL);
+    g = stack_residual_bwd(s, &r, (mdl_norm_params){-1, -1}, r.drop_ffn, clamped[2], dres, rt_xf(NULL), a->out, NULL,
+                           NULL);
     RT_TRY(mdl_ffn_bwd(&r.sub, &r.p->ffn, g, a->h2, a->up, a->up_lin, a->hid, dln, r.BT, r.drop_inner));
     if (s->cfg.cross) {
         g = stack_residual_bwd(s, &r, r.p->norm2, r.drop_cross, clamped[1], dres, dln, a->mid2, a->n2_mean, a->n2_rstd);
@@ -566,7 +571,8 @@ rt_status mdl_stack_backward(mdl_stack *s, int B, int T, const mdl_stack_mask *m
             rt_dropout_bwd(be, dout, dout, n, c->final_pdrop, pass->seed, mdl_dropout_stream(pass, c->site_final),
                            mdl_dropout_step(pass));
         rt_clear(be, sc->dres, n * sizeof(float));
-        mdl_norm_bwd(&sub, s->final, sc->dres, dout, mdl_stack_residual(s, c->n_layer), s->out_mean, s->out_rstd, BT);
+        mdl_norm_bwd(&sub, s->final, sc->dres, rt_xf(dout), mdl_stack_residual(s, c->n_layer), s->out_mean, s->out_rstd,
+                     BT);
         mdl_grads_ready(pass, s->params, s->final.w); /* the final norm and the model's head above it */
     } else if (dout != sc->dres) {
         rt_copy(be, sc->dres, dout, n * sizeof(float));
@@ -691,7 +697,7 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
         RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, w->atty, mdl_param(s->params, p->attn.proj_w),
                                   mdl_param(s->params, p->attn.proj_b), n, Il, C));
         RT_TRY(mdl_lora_row_fwd(&sub, p->attn.proj_l, MDL_LORA_PROJ, sub.tmp, w->atty, n, Il, C));
-        rt_add(be, x, x, w->tmp, n * C);
+        rt_add(be, rt_xf(x), rt_xf(x), sub.tmp, n * C);
         stack_clamp(s, rt_xf(x), n * C);
         if (s->cfg.cross) { /* x += cross(norm_c(x), the source's cached keys and values) */
             mdl_norm_fwd(&sub, p->norm_cross, w->ln, w->mean, w->rstd, rt_xf(x), n);
@@ -701,13 +707,13 @@ rt_status mdl_stack_decode(mdl_stack *s, int R, float *x, const mdl_decode_cache
             RT_TRY(mdl_row_linear_fwd(be, s->tp, sub.tmp, w->atty, mdl_param(s->params, p->cross.proj_w),
                                       mdl_param(s->params, p->cross.proj_b), n, Il, C));
             RT_TRY(mdl_lora_row_fwd(&sub, p->cross.proj_l, MDL_LORA_CROSS + MDL_LORA_PROJ, sub.tmp, w->atty, n, Il, C));
-            rt_add(be, x, x, w->tmp, n * C);
+            rt_add(be, rt_xf(x), rt_xf(x), sub.tmp, n * C);
             stack_clamp(s, rt_xf(x), n * C);
         }
         mdl_norm_fwd(&sub, p->norm2, w->ln, w->mean, w->rstd, rt_xf(x), n);
         mdl_ffn_up(&sub, &p->ffn, w->ln, w->up, w->up_lin, w->hid, n, none);
         RT_TRY(mdl_ffn_down(&sub, &p->ffn, w->hid, n));
-        rt_add(be, x, x, w->tmp, n * C);
+        rt_add(be, rt_xf(x), rt_xf(x), sub.tmp, n * C);
         stack_clamp(s, rt_xf(x), n * C);
     }
 fail:

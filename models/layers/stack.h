@@ -116,6 +116,7 @@ typedef struct {
     size_t rows;
     rt_x tmp;                        /* (rows, C): the branches, at the activation type at tp = 1 */
     float *dres, *dln, *dsum;        /* (rows, C); dsum post-norm only */
+    rt_x dsub;                       /* dln's memory in the blocks: a sublayer's input gradient, typed at tp = 1 */
     rt_x dqkv, datty;                /* (rows, 3 I_local), (rows, I_local) at the activation type */
     rt_x dup, dup_lin, dhid;         /* (rows, F_local) at the activation type; dup_lin gated only */
     float *lora_t, *lora_u, *lora_x; /* LoRA only: (rows, r) twice; (rows, widest input) with its dropout */

@@ -123,12 +123,13 @@ typedef struct rt_backend_ops {
      * out and dinp at the compute precision themselves (an fp32 handle rounded), a row at a time. */
     void (*layernorm_fwd)(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
-    /* Accumulates dinp, dweight, dbias (dbias may be NULL). */
-    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
+    /* Accumulates dinp, dweight, dbias (dbias may be NULL). dout is an activation's gradient of
+     * either type (16-bit: a typed stack's sublayer input gradient at tp = 1). */
+    void (*layernorm_bwd)(void *ctx, float *dinp, float *dweight, float *dbias, rt_x dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C);
     /* RMSNorm (T5): out = inp * rstd * weight. Writes out, rstd; bwd accumulates dinp, dweight. */
     void (*rmsnorm_fwd)(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
-    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+    void (*rmsnorm_bwd)(void *ctx, float *dinp, float *dweight, rt_x dout, rt_x inp, const float *weight,
                         const float *rstd, size_t N, int C);
 
     /* The residual step d, fused into one pass over rows; the numbers are those of the ops it
@@ -141,7 +142,8 @@ typedef struct rt_backend_ops {
      *        with d->weight, out (N, C) = norm(sum), stored, and mean (N, LayerNorm; may be
      *        NULL) and rstd (N) in fp32. out may alias branch (a recompute that needs only the
      *        sum and statistics); sum aliases neither input.
-     *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout, given the forward's
+     *   bwd: with d->weight, dres (N, C) += norm's input gradient from dout (a handle of either
+     *        type, as the norms' bwd takes it), given the forward's
      *        sum, mean and rstd, then stored; dweight (and dbias, LayerNorm; either may be NULL)
      *        += the norm's parameter gradients in fp32, summed as the norm's bwd sums them. Then,
      *        when d->dropout_p > 0, dbranch (N, C) = dropout's backward of dres, stored (a handle
@@ -151,7 +153,7 @@ typedef struct rt_backend_ops {
     void (*residual_fwd)(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
                          rt_x branch);
     void (*residual_bwd)(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
-                         const float *dout, rt_x sum, const float *mean, const float *rstd);
+                         rt_x dout, rt_x sum, const float *mean, const float *rstd);
 
     /* out = act(inp); bwd writes dinp = dout * act'(inp). */
     void (*act_fwd)(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -165,9 +167,10 @@ typedef struct rt_backend_ops {
     /* out (N, C) += bias (C) on every row; bias_bwd accumulates dbias (C) += sum of rows. */
     void (*add_bias)(void *ctx, float *out, const float *bias, size_t N, int C);
     void (*bias_bwd)(void *ctx, float *dbias, rt_x dout, size_t N, int C);
-    /* out = a + b (out may alias a or b), an activation the op stores at the compute precision;
-     * accumulate: y += alpha * x; scale: x *= s (no rounding: gradients, weights). */
-    void (*add)(void *ctx, float *out, const float *a, const float *b, size_t n);
+    /* out = a + b (out may alias a or b; each a handle of either type), an activation the op stores
+     * at the compute precision; accumulate: y += alpha * x; scale: x *= s (no rounding: gradients,
+     * weights). */
+    void (*add)(void *ctx, rt_x out, rt_x a, rt_x b, size_t n);
     void (*axpy)(void *ctx, float *y, float alpha, const float *x, size_t n);
     void (*scale)(void *ctx, float *x, float s, size_t n);
     /* x (N, C): row i *= w[i] (per-row loss weights, e.g. GLM's multi-token cloze on the LM head's
@@ -371,11 +374,12 @@ void rt_cuda_backend_free(rt_backend *be);
  * CPU and CUDA), and so is the residual stream inside a stack: the sums inside a block (after
  * attention, after cross-attention; post-norm, the norms' inputs and norm1's output) and the
  * residual between blocks (llm.c's floatX residual), and at tp = 1 the branches it adds (a
- * row-parallel linear's output) and their gradients after dropout. What crosses ranks stays in
+ * row-parallel linear's output), their gradients after dropout and the sublayers' input gradients
+ * (the column-parallel linears' dX, which the norms' backward reads). What crosses ranks stays in
  * fp32 buffers holding values rounded to dtype as every stored activation: the stack's two ends
  * (its input, where the embeddings land, and its output, which the final norm or a head reads; a
- * pipeline stage's boundaries), the branches under tp (an all-reduce sums them), the sublayers'
- * input gradients (all-reduced under tp) and the residual gradient they add into. Attention's
+ * pipeline stage's boundaries), the branches and the sublayers' input gradients under tp (an
+ * all-reduce sums them), and the residual gradient the norms' backward adds into. Attention's
  * probabilities are stored at dtype by the op (rt_attn_desc.probs_dtype).
  * RT_F32 switches it off. RT_ERR_UNSUPPORTED, naming the backend, where it has no such matmul. */
 rt_status rt_set_precision(rt_backend *be, rt_dtype dtype);
@@ -525,9 +529,8 @@ static inline void rt_layernorm_fwd(rt_backend *be, rt_x out, float *mean, float
     if (be->muted) return;
     be->ops->layernorm_fwd(be->ctx, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
-static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, const float *dout,
-                                    rt_x inp, const float *weight, const float *mean, const float *rstd, size_t N,
-                                    int C) {
+static inline void rt_layernorm_bwd(rt_backend *be, float *dinp, float *dweight, float *dbias, rt_x dout, rt_x inp,
+                                    const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     if (be->muted) return;
     be->ops->layernorm_bwd(be->ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
@@ -536,8 +539,8 @@ static inline void rt_rmsnorm_fwd(rt_backend *be, rt_x out, float *rstd, rt_x in
     if (be->muted) return;
     be->ops->rmsnorm_fwd(be->ctx, out, rstd, inp, weight, N, C, eps);
 }
-static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, const float *dout, rt_x inp,
-                                  const float *weight, const float *rstd, size_t N, int C) {
+static inline void rt_rmsnorm_bwd(rt_backend *be, float *dinp, float *dweight, rt_x dout, rt_x inp, const float *weight,
+                                  const float *rstd, size_t N, int C) {
     if (be->muted) return;
     be->ops->rmsnorm_bwd(be->ctx, dinp, dweight, dout, inp, weight, rstd, N, C);
 }
@@ -573,7 +576,7 @@ static inline void rt_bias_bwd(rt_backend *be, float *dbias, rt_x dout, size_t N
     if (be->muted) return;
     if (dbias) be->ops->bias_bwd(be->ctx, dbias, dout, N, C);
 }
-static inline void rt_add(rt_backend *be, float *out, const float *a, const float *b, size_t n) {
+static inline void rt_add(rt_backend *be, rt_x out, rt_x a, rt_x b, size_t n) {
     if (!be->muted) be->ops->add(be->ctx, out, a, b, n);
 }
 static inline void rt_axpy(rt_backend *be, float *y, float alpha, const float *x, size_t n) {
@@ -724,7 +727,7 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, rt
         rt_dropout_fwd(be, s, b, n, d->dropout_p, d->seed, d->stream, d->stream_step);
         b = s;
     }
-    rt_add(be, s, rt_x_floats(res, "composed residual_fwd's res"), b, n);
+    rt_add(be, sum, res, rt_xf(b), n);
     if (!d->weight) return;
     if (d->rms)
         rt_rmsnorm_fwd(be, out, rstd, sum, d->weight, d->N, d->C, d->eps);
@@ -732,7 +735,7 @@ static inline void rt_residual_fwd(rt_backend *be, const rt_residual_desc *d, rt
         rt_layernorm_fwd(be, out, mean, rstd, sum, d->weight, d->bias, d->N, d->C, d->eps);
 }
 static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight,
-                                   float *dbias, const float *dout, rt_x sum, const float *mean, const float *rstd) {
+                                   float *dbias, rt_x dout, rt_x sum, const float *mean, const float *rstd) {
     if (be->muted) return;
     if (be->ops->residual_bwd) {
         be->traffic.draws += d->dropout_p > 0 && !d->stream_step;

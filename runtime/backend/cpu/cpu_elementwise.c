@@ -226,15 +226,18 @@ void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {
     }
 }
 
-/* Stored at the compute precision a run of RT_CPU_PAR_MIN at a time, while it is in cache. */
-void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+/* Stored at the compute precision a run of RT_CPU_X_RUN at a time, while it is in cache. */
+void rt_cpu_add(void *ctx, rt_x out, rt_x a, rt_x b, size_t n) {
     const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
-    const size_t runs = (n + RT_CPU_PAR_MIN - 1) / RT_CPU_PAR_MIN;
+    const size_t runs = (n + RT_CPU_X_RUN - 1) / RT_CPU_X_RUN;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
-    for (size_t k = 0; k < runs; k++) {
-        const size_t lo = k * RT_CPU_PAR_MIN, hi = lo + RT_CPU_PAR_MIN < n ? lo + RT_CPU_PAR_MIN : n;
-        for (size_t i = lo; i < hi; i++) out[i] = a[i] + b[i];
-        rt_cpu_store_run(dtype, out + lo, hi - lo);
+    for (size_t r = 0; r < runs; r++) {
+        const size_t at = r * RT_CPU_X_RUN, m = n - at < RT_CPU_X_RUN ? n - at : RT_CPU_X_RUN;
+        float a_buf[RT_CPU_X_RUN], b_buf[RT_CPU_X_RUN], out_buf[RT_CPU_X_RUN];
+        const float *x = rt_cpu_x_read(a, at, m, a_buf), *z = rt_cpu_x_read(b, at, m, b_buf);
+        float *y = rt_cpu_x_dst(out, at, out_buf); /* an fp32 out may be x or z: elementwise */
+        for (size_t i = 0; i < m; i++) y[i] = x[i] + z[i];
+        rt_cpu_x_store_row(dtype, out, at, m, y);
     }
 }
 

@@ -98,17 +98,17 @@ static inline void rt_cpu_dropout_run(float *y, const float *x, size_t n, float 
 /* cpu_norm.c */
 void rt_cpu_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                           const float *bias, size_t N, int C, float eps);
-void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
+void rt_cpu_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, rt_x dout, rt_x inp,
                           const float *weight, const float *mean, const float *rstd, size_t N, int C);
 void rt_cpu_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
-void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+void rt_cpu_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, rt_x dout, rt_x inp, const float *weight,
                         const float *rstd, size_t N, int C);
 /* The norms' parameter gradients alone (the second half of their bwd, for the fused residual
  * step): dweight (and dbias, LayerNorm; either may be NULL) += their sums over rows, by column
  * blocks. */
-void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, const float *dout, rt_x inp, const float *mean,
-                                const float *rstd, size_t N, int C);
-void rt_cpu_rmsnorm_param_bwd(float *dweight, const float *dout, rt_x inp, const float *rstd, size_t N, int C);
+void rt_cpu_layernorm_param_bwd(float *dweight, float *dbias, rt_x dout, rt_x inp, const float *mean, const float *rstd,
+                                size_t N, int C);
+void rt_cpu_rmsnorm_param_bwd(float *dweight, rt_x dout, rt_x inp, const float *rstd, size_t N, int C);
 
 /* cpu_elementwise.c */
 void rt_cpu_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -119,7 +119,7 @@ void rt_cpu_gated_act_bwd(void *ctx, rt_act_kind kind, rt_x dgate, rt_x dlin, rt
 void rt_cpu_act_span(rt_act_kind kind, float *out, const float *in, size_t n);
 void rt_cpu_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
 void rt_cpu_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
-void rt_cpu_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void rt_cpu_add(void *ctx, rt_x out, rt_x a, rt_x b, size_t n);
 void rt_cpu_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cpu_scale(void *ctx, float *x, float s, size_t n);
 void rt_cpu_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
@@ -205,7 +205,7 @@ double rt_cpu_sumsq(void *ctx, const float *x, size_t n);
 void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
                          rt_x branch);
 void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
-                         const float *dout, rt_x sum, const float *mean, const float *rstd);
+                         rt_x dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cpu_attention.c */
 void rt_cpu_attention_fwd(void *ctx, const rt_attn_desc *d, rt_x out, void *probs, rt_x q, rt_x k, rt_x v);

@@ -67,7 +67,7 @@ void rt_cpu_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x ou
 }
 
 void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
-                         const float *dout, rt_x sum, const float *mean, const float *rstd) {
+                         rt_x dout, rt_x sum, const float *mean, const float *rstd) {
     cpu_residual_check(d);
     const size_t N = d->N;
     const int C = d->C;
@@ -78,9 +78,11 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x
     RT_CHECK(!(p > 0) || dbranch.p, "residual_bwd: dropout p=%g and no dbranch", (double)p);
 #pragma omp parallel if (N * (size_t)C >= RT_CPU_PAR_MIN)
     {
-        /* rows of 16-bit handles: the sum widened, the branch's gradient computed in floats */
+        /* rows of 16-bit handles: the sum and dout widened, the branch's gradient computed in
+         * floats */
         const size_t row = sizeof(float) * (size_t)C;
         float *xbuf = d->weight && sum.t != RT_F32 ? rt_xmalloc(row) : NULL;
+        float *dybuf = d->weight && dout.t != RT_F32 ? rt_xmalloc(row) : NULL;
         float *gbuf = p > 0 && dbranch.t != RT_F32 ? rt_xmalloc(row) : NULL;
 #pragma omp for schedule(static)
         for (size_t n = 0; n < N; n++) {
@@ -88,10 +90,11 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x
             float *g = dres + at;
             if (d->weight) {
                 const float *x = rt_cpu_x_read(sum, at, (size_t)C, xbuf);
+                const float *dy = rt_cpu_x_read(dout, at, (size_t)C, dybuf);
                 if (d->rms)
-                    rt_cpu_rmsnorm_bwd_row(g, dout + at, x, d->weight, rstd[n], C);
+                    rt_cpu_rmsnorm_bwd_row(g, dy, x, d->weight, rstd[n], C);
                 else
-                    rt_cpu_layernorm_bwd_row(g, dout + at, x, d->weight, mean[n], rstd[n], C);
+                    rt_cpu_layernorm_bwd_row(g, dy, x, d->weight, mean[n], rstd[n], C);
                 rt_cpu_store_run(dtype, g, (size_t)C);
             }
             if (p > 0) {
@@ -101,6 +104,7 @@ void rt_cpu_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x
             }
         }
         free(xbuf);
+        free(dybuf);
         free(gbuf);
     }
     if (!d->weight) return;

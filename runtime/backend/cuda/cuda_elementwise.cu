@@ -152,8 +152,15 @@ __global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N,
 }
 
 /* out = a + b, stored at the compute precision (kind). */
-__global__ void rt_cuda_add_kernel(float *out, const float *a, const float *b, size_t n, int kind) {
-    RT_CUDA_FOR_EACH(i, n) out[i] = rt_cuda_round16(a[i] + b[i], kind);
+/* out may alias a or b: each pack is read before it is written. */
+__global__ void rt_cuda_add_kernel(rt_x out, rt_x a, rt_x b, size_t n, int kind) {
+    const bool aligned = rt_pack_aligned(out) && rt_pack_aligned(a) && rt_pack_aligned(b);
+    rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
+        const rt_pack av = rt_pack_load_n(a, i, w), bv = rt_pack_load_n(b, i, w);
+        rt_pack o = {};
+        for (int k = 0; k < w; k++) o.v[k] = rt_cuda_round16(av.v[k] + bv.v[k], kind);
+        rt_pack_store_n(out, i, w, &o);
+    });
 }
 
 __global__ void rt_cuda_axpy_kernel(float *y, float alpha, const float *x, size_t n) {
@@ -376,9 +383,9 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n) {
+void rt_cuda_add(void *ctx, rt_x out, rt_x a, rt_x b, size_t n) {
     if (n == 0) return;
-    rt_cuda_add_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
+    rt_cuda_add_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
         out, a, b, n, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }

@@ -19,13 +19,13 @@ __global__ void rt_cuda_layernorm_fwd_kernel(rt_x out, float *mean, float *rstd,
                           rt_cuda_x_at(inp, row * (size_t)C), weight, bias, C, eps, lane, kind);
 }
 
-__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
-                                             const float *mean, const float *rstd, size_t N, int C, int kind) {
+__global__ void rt_cuda_layernorm_bwd_kernel(float *dinp, rt_x dout, rt_x inp, const float *weight, const float *mean,
+                                             const float *rstd, size_t N, int C, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C),
-                              weight, mean[row], rstd[row], C, lane, kind);
+    rt_cuda_layernorm_bwd_row(dinp + row * (size_t)C, rt_cuda_x_at(dout, row * (size_t)C),
+                              rt_cuda_x_at(inp, row * (size_t)C), weight, mean[row], rstd[row], C, lane, kind);
 }
 
 __global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C,
@@ -37,13 +37,13 @@ __global__ void rt_cuda_rmsnorm_fwd_kernel(rt_x out, float *rstd, rt_x inp, cons
                         rt_cuda_x_at(inp, row * (size_t)C), weight, C, eps, lane, kind);
 }
 
-__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, const float *dout, rt_x inp, const float *weight,
-                                           const float *rstd, size_t N, int C, int kind) {
+__global__ void rt_cuda_rmsnorm_bwd_kernel(float *dinp, rt_x dout, rt_x inp, const float *weight, const float *rstd,
+                                           size_t N, int C, int kind) {
     size_t row = (size_t)blockIdx.x * RT_CUDA_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, dout + row * (size_t)C, rt_cuda_x_at(inp, row * (size_t)C), weight,
-                            rstd[row], C, lane, kind);
+    rt_cuda_rmsnorm_bwd_row(dinp + row * (size_t)C, rt_cuda_x_at(dout, row * (size_t)C),
+                            rt_cuda_x_at(inp, row * (size_t)C), weight, rstd[row], C, lane, kind);
 }
 
 /* Pass 1: grid (column blocks, row chunks); partial sums of chunk y land in row y of pa/pb. */
@@ -116,14 +116,14 @@ void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x i
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, rt_x dout, rt_x inp,
                            const float *weight, const float *mean, const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, mean, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), inp, mean, rstd, N, C);
+    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
 
 void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps) {
@@ -134,14 +134,14 @@ void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float
     CUDA_LAUNCH_CHECK();
 }
 
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, rt_x dout, rt_x inp, const float *weight,
                          const float *rstd, size_t N, int C) {
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
         dinp, dout, inp, weight, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
-    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), inp, NULL, rstd, N, C);
+    rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C) {

@@ -68,10 +68,11 @@ __device__ __forceinline__ void rt_cuda_layernorm_row(rt_x y, float *mean, float
     }
 }
 
-/* dx (C) += LayerNorm's input gradient from dy, given the forward's m and r; stored. */
-__device__ __forceinline__ void rt_cuda_layernorm_bwd_row(float *dx, const float *dy, rt_x x, const float *weight,
-                                                          float m, float r, int C, int lane, int kind) {
-    const rt_x dxx = rt_pack_xf(dx), dyx = rt_pack_xf(dy), wx = rt_pack_xf(weight);
+/* dx (C) += LayerNorm's input gradient from dyx (a handle of either type), given the forward's m
+ * and r; stored. */
+__device__ __forceinline__ void rt_cuda_layernorm_bwd_row(float *dx, rt_x dyx, rt_x x, const float *weight, float m,
+                                                          float r, int C, int lane, int kind) {
+    const rt_x dxx = rt_pack_xf(dx), wx = rt_pack_xf(weight);
     const bool aligned = rt_pack_aligned(dxx) && rt_pack_aligned(dyx) && rt_pack_aligned(x) && rt_pack_aligned(wx);
     double a = 0.0, b = 0.0;
     rt_cuda_pack_row_walk(C, aligned, lane, [&](size_t c, int w) {
@@ -117,10 +118,11 @@ __device__ __forceinline__ void rt_cuda_rmsnorm_row(rt_x y, float *rstd, rt_x x,
     if (lane == 0 && rstd) *rstd = r;
 }
 
-/* dx (C) += RMSNorm's input gradient from dy, given the forward's r; stored. */
-__device__ __forceinline__ void rt_cuda_rmsnorm_bwd_row(float *dx, const float *dy, rt_x x, const float *weight,
-                                                        float r, int C, int lane, int kind) {
-    const rt_x dxx = rt_pack_xf(dx), dyx = rt_pack_xf(dy), wx = rt_pack_xf(weight);
+/* dx (C) += RMSNorm's input gradient from dyx (a handle of either type), given the forward's r;
+ * stored. */
+__device__ __forceinline__ void rt_cuda_rmsnorm_bwd_row(float *dx, rt_x dyx, rt_x x, const float *weight, float r,
+                                                        int C, int lane, int kind) {
+    const rt_x dxx = rt_pack_xf(dx), wx = rt_pack_xf(weight);
     const bool aligned = rt_pack_aligned(dxx) && rt_pack_aligned(dyx) && rt_pack_aligned(x) && rt_pack_aligned(wx);
     double a = 0.0;
     rt_cuda_pack_row_walk(C, aligned, lane, [&](size_t c, int w) {

@@ -61,7 +61,7 @@ __global__ void rt_cuda_residual_fwd_kernel(rt_x sum, rt_x out, float *mean, flo
 
 /* With weight, dres += the norm's input gradient, stored; then with p > 0, dbranch = dropout's
  * backward of dres, stored. */
-__global__ void rt_cuda_residual_bwd_kernel(float *dres, rt_x dbranch, const float *dout, rt_x sum, const float *weight,
+__global__ void rt_cuda_residual_bwd_kernel(float *dres, rt_x dbranch, rt_x dout, rt_x sum, const float *weight,
                                             const float *mean, const float *rstd, bool rms, size_t N, int C, float p,
                                             float s, uint64_t seed, uint64_t stream_at0, const uint64_t *step,
                                             int kind) {
@@ -72,9 +72,10 @@ __global__ void rt_cuda_residual_bwd_kernel(float *dres, rt_x dbranch, const flo
     const size_t at = row * (size_t)C;
     float *g = dres + at;
     if (weight && rms)
-        rt_cuda_rmsnorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, rstd[row], C, lane, kind);
+        rt_cuda_rmsnorm_bwd_row(g, rt_cuda_x_at(dout, at), rt_cuda_x_at(sum, at), weight, rstd[row], C, lane, kind);
     else if (weight)
-        rt_cuda_layernorm_bwd_row(g, dout + at, rt_cuda_x_at(sum, at), weight, mean[row], rstd[row], C, lane, kind);
+        rt_cuda_layernorm_bwd_row(g, rt_cuda_x_at(dout, at), rt_cuda_x_at(sum, at), weight, mean[row], rstd[row], C,
+                                  lane, kind);
     if (!(p > 0.0f)) return;
     __syncwarp(); /* the row's residual gradient is written */
     const rt_x gx = rt_pack_xf(g), gb = rt_cuda_x_at(dbranch, at);
@@ -105,7 +106,7 @@ void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x o
 }
 
 void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
-                          const float *dout, rt_x sum, const float *mean, const float *rstd) {
+                          rt_x dout, rt_x sum, const float *mean, const float *rstd) {
     const float s = rt_cuda_residual_scale(d);
     if (d->N == 0 || (!d->weight && !(d->dropout_p > 0.0f))) return;
     RT_CHECK(!(d->dropout_p > 0.0f) || dbranch.p, "residual_bwd: dropout p=%g and no dbranch", (double)d->dropout_p);
@@ -116,7 +117,7 @@ void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_
     CUDA_LAUNCH_CHECK();
     if (!d->weight) return;
     if (d->rms)
-        rt_cuda_colsum(c, RT_COLSUM_RMS, dweight, NULL, rt_xf(dout), sum, NULL, rstd, d->N, d->C);
+        rt_cuda_colsum(c, RT_COLSUM_RMS, dweight, NULL, dout, sum, NULL, rstd, d->N, d->C);
     else
-        rt_cuda_colsum(c, RT_COLSUM_LN, dweight, dbias, rt_xf(dout), sum, mean, rstd, d->N, d->C);
+        rt_cuda_colsum(c, RT_COLSUM_LN, dweight, dbias, dout, sum, mean, rstd, d->N, d->C);
 }

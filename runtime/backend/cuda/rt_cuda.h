@@ -346,10 +346,10 @@ void rt_cuda_gemm_op(void *ctx, bool trans_a, bool trans_b, int M, int N, int K,
 /* cuda_norm.cu: also the column sums behind bias_bwd and the fused residual step's backward. */
 void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x inp, const float *weight,
                            const float *bias, size_t N, int C, float eps);
-void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, const float *dout, rt_x inp,
+void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias, rt_x dout, rt_x inp,
                            const float *weight, const float *mean, const float *rstd, size_t N, int C);
 void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float *weight, size_t N, int C, float eps);
-void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, const float *dout, rt_x inp, const float *weight,
+void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, rt_x dout, rt_x inp, const float *weight,
                          const float *rstd, size_t N, int C);
 void rt_cuda_bias_bwd(void *ctx, float *dbias, rt_x dout, size_t N, int C);
 /* What a column sum adds up, per row n and column c (g = dout[n, c]). */
@@ -367,7 +367,7 @@ void rt_cuda_colsum(rt_cuda_ctx *ctx, int mode, float *out_a, float *out_b, rt_x
 void rt_cuda_residual_fwd(void *ctx, const rt_residual_desc *d, rt_x sum, rt_x out, float *mean, float *rstd, rt_x res,
                           rt_x branch);
 void rt_cuda_residual_bwd(void *ctx, const rt_residual_desc *d, float *dres, rt_x dbranch, float *dweight, float *dbias,
-                          const float *dout, rt_x sum, const float *mean, const float *rstd);
+                          rt_x dout, rt_x sum, const float *mean, const float *rstd);
 
 /* cuda_elementwise.cu */
 void rt_cuda_act_fwd(void *ctx, rt_act_kind kind, rt_x out, rt_x inp, size_t n);
@@ -382,7 +382,7 @@ void rt_cuda_bias_act(void *ctx, rt_x out, rt_x pre, const float *sum, const flo
 /* g (n, fp32, in place) = act'(pre) * g, and dpre = that, stored: linear_dact's epilogue. */
 void rt_cuda_dact(void *ctx, rt_act_kind kind, rt_x dpre, float *g, rt_x pre, size_t n);
 void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C);
-void rt_cuda_add(void *ctx, float *out, const float *a, const float *b, size_t n);
+void rt_cuda_add(void *ctx, rt_x out, rt_x a, rt_x b, size_t n);
 void rt_cuda_axpy(void *ctx, float *y, float alpha, const float *x, size_t n);
 void rt_cuda_scale(void *ctx, float *x, float s, size_t n);
 void rt_cuda_scale_rows(void *ctx, rt_x x, const float *w, size_t N, int C);
