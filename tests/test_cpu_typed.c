@@ -6,8 +6,9 @@
  *   - linear_fwd (with and without bias, each activation, and without one), linear_dact with its
  *     bias gradient, linear_wgrad's weight and bias gradients;
  *   - act_fwd/act_bwd (each kind), gated_act_fwd/bwd, dropout_cols (a column shard, in place),
- *     bias_bwd, scatter_rows_add;
- *   - the norms' and the fused residual step's 16-bit outputs (LayerNorm and RMSNorm);
+ *     add (16-bit and fp32 handles mixed, out over a), bias_bwd, scatter_rows_add;
+ *   - the norms' and the fused residual step's 16-bit outputs (LayerNorm and RMSNorm), and the
+ *     norms' backward from a 16-bit output gradient;
  *   - attention forward and backward over 16-bit q, k, v (views into one fused buffer), out,
  *     dout and dq, dk, dv, with a key mask, causal with dropout, and with a position bias and its
  *     gradient;
@@ -163,6 +164,14 @@ static void check_elementwise(void) {
     rt_dropout_cols(be, xf(&x), xf(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
     rt_dropout_cols(be, xh(&x), xh(&x), rows, 40, 120, 40, 0.3f, 11, 2, NULL);
     expect_same("dropout_cols", &x);
+    /* add: out over a 16-bit a with an fp32 b (a sublayer's dX and LoRA's dropped part), and into
+     * a 16-bit out from an fp32 a and a 16-bit b */
+    rt_add(be, xf(&y), xf(&y), rt_xf(dy.f), n);
+    rt_add(be, xh(&y), xh(&y), rt_xf(dy.f), n);
+    expect_same("add over a", &y);
+    rt_add(be, xf(&y2), rt_xf(dy.f), xf(&g), n);
+    rt_add(be, xh(&y2), rt_xf(dy.f), xh(&g), n);
+    expect_same("add of an fp32 and a 16-bit handle", &y2);
     float db[2][40] = {{0}};
     rt_bias_bwd(be, db[0], xf(&dy), rows, 40);
     rt_bias_bwd(be, db[1], xh(&dy), rows, 40);
@@ -222,6 +231,24 @@ static void check_norms(void) {
         rt_residual_fwd(be, &d, rt_xf(sum), xf(&y), st[0], st[1], rt_xf(res), rt_xf(x.f));
         rt_residual_fwd(be, &d, rt_xf(sum), xh(&y), st[2], st[3], rt_xf(res), rt_xf(x.f));
         expect_same(rms ? "residual_fwd (RMSNorm)" : "residual_fwd (LayerNorm)", &y);
+    }
+    /* the norms' backward from a 16-bit dout (a sublayer's input gradient at tp = 1) */
+    for (int rms = 0; rms < 2; rms++) {
+        float *dx[2], dw[2][96] = {{0}}, dbias[2][96] = {{0}};
+        for (int side = 0; side < 2; side++) {
+            const rt_x dout = side ? xh(&y) : xf(&y);
+            dx[side] = calloc((size_t)N * C, sizeof(float));
+            if (rms)
+                rt_rmsnorm_bwd(be, dx[side], dw[side], dout, rt_xf(x.f), w, st[1], N, C);
+            else
+                rt_layernorm_bwd(be, dx[side], dw[side], dbias[side], dout, rt_xf(x.f), w, st[0], st[1], N, C);
+        }
+        expect_floats(rms ? "rmsnorm_bwd from a 16-bit dout: dinp" : "layernorm_bwd from a 16-bit dout: dinp", dx[0],
+                      dx[1], (size_t)N * C);
+        expect_floats(rms ? "rmsnorm_bwd: dweight" : "layernorm_bwd: dweight", dw[0], dw[1], (size_t)C);
+        expect_floats("layernorm_bwd: dbias", dbias[0], dbias[1], (size_t)C);
+        free(dx[0]);
+        free(dx[1]);
     }
     float *rows = calloc((size_t)5 * C, sizeof(float)), *rows16 = calloc((size_t)5 * C, sizeof(float));
     const int32_t idx[4] = {3, 0, 3, 1};

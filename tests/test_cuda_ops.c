@@ -1003,7 +1003,32 @@ static void test_precision(void) {
         rt_layernorm_fwd(g_gpu, rt_xf(G.g), mean.g, rstd.g, rt_xf(A.g), W.g, bias.g, M, K, 1e-5f);
         snprintf(what, sizeof what, "%s layernorm", rt_dtype_name(dtype));
         dbuf_check(what, &G, ATOL, unit);
-        dbuf *all[] = {&X, &dX, &A, &B, &C, &G, &mean, &rstd, &W, &bias};
+        /* the ops that store what they copy, drop or add, rounding it themselves: the same bits */
+        dbuf D = dbuf_zero(A.n), E = dbuf_rand(A.n, 1.0f, 0.0f), emb = dbuf_rand((size_t)M * K, 1.0f, 0.0f);
+        const char *names[7] = {"dropout_fwd", "dropout_bwd p 0", "dropout_cols", "add", "embedding_fwd accumulate",
+                                "gather_rows", "relbias_fwd"};
+        int32_t ids_h[64];
+        for (int i = 0; i < M; i++) ids_h[i] = (i * 7) % 50; /* rows of A's first 50, some twice */
+        ibuf ids = ibuf_from(ids_h, (size_t)M);
+        for (int k = 0; k < 7; k++) {
+            for (int side = 0; side < 2; side++) {
+                rt_backend *be = side ? g_gpu : g_cpu;
+                float *a = side ? A.g : A.c, *e = side ? E.g : E.c, *d = side ? D.g : D.c;
+                float *out = k == 4 ? (side ? emb.g : emb.c) : d;
+                const int32_t *id = side ? ids.g : ids.c;
+                if (k == 0) rt_dropout_fwd(be, d, a, A.n, 0.1f, 5, 9, NULL);
+                if (k == 1) rt_dropout_bwd(be, d, a, A.n, 0.0f, 5, 9, NULL);
+                if (k == 2) rt_dropout_cols(be, rt_xf(d), rt_xf(a), (size_t)M, 100, K, 50, 0.2f, 5, 9, NULL);
+                if (k == 3) rt_add(be, rt_xf(d), rt_xf(a), rt_xf(e), A.n);
+                if (k == 4) rt_embedding_fwd(be, out, id, a, (size_t)M, K, 0, 50, true);
+                if (k == 5) rt_gather_rows(be, d, a, id, M, K);
+                if (k == 6) rt_relbias_fwd(be, d, e, id, 4, 8, 8, 50); /* (50, 4) table, buckets from ids */
+            }
+            snprintf(what, sizeof what, "%s %s", rt_dtype_name(dtype), names[k]);
+            dbuf_check_bits(what, k == 4 ? &emb : &D);
+        }
+        ibuf_free(&ids);
+        dbuf *all[] = {&X, &dX, &A, &B, &C, &G, &mean, &rstd, &W, &bias, &D, &E, &emb};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dbuf_free(all[i]);
     }
     TZ_EXPECT_OK(rt_set_precision(g_cpu, RT_F32));

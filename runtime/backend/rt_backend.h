@@ -200,8 +200,9 @@ typedef struct rt_backend_ops {
     /* T5's relative position bias from its bucket table. table is (num_buckets, NH): a row per
      * bucket, a column per head (HF's nn.Embedding(num_buckets, n_heads); under tensor
      * parallelism the rank's column block of heads). buckets (Tq*Tk) holds the bucket of key j
-     * seen from query i at [i*Tk + j], in [0, num_buckets). fwd writes bias (NH, Tq, Tk) = table[buckets[i*Tk+j], h];
-     * bwd accumulates dtable[bucket, h] += the dbias (NH, Tq, Tk) elements of that bucket. */
+     * seen from query i at [i*Tk + j], in [0, num_buckets). fwd writes bias (NH, Tq, Tk) = table[buckets[i*Tk+j], h],
+     * stored at the compute precision by the op; bwd accumulates dtable[bucket, h] += the dbias
+     * (NH, Tq, Tk) elements of that bucket. */
     void (*relbias_fwd)(void *ctx, float *bias, const float *table, const int32_t *buckets, int NH, int Tq, int Tk,
                         int num_buckets);
     void (*relbias_bwd)(void *ctx, float *dtable, const float *dbias, const int32_t *buckets, int NH, int Tq, int Tk,
@@ -209,7 +210,8 @@ typedef struct rt_backend_ops {
 
     /* Embedding rows of a vocab shard [vocab_start, vocab_start + V): ids outside give zero
      * rows (vocab-parallel). fwd writes out (N, C) (accumulate=true adds into out, e.g. token +
-     * position); bwd accumulates into dtable (V, C). */
+     * position), every row stored at the compute precision by the op; bwd accumulates into
+     * dtable (V, C). */
     void (*embedding_fwd)(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
                           int vocab_start, int V, bool accumulate);
     void (*embedding_bwd)(void *ctx, float *dtable, const float *dout, const int32_t *ids, size_t N, int C,
@@ -250,8 +252,10 @@ typedef struct rt_backend_ops {
                        float grad_scale);
 
     /* Dropout with the counter RNG: element i kept when uniform(seed, stream, i) >= p, then
-     * scaled by 1/(1-p). bwd regenerates the same mask. out may alias inp. step: NULL, or where
-     * (in backend memory) the step's part of stream is, which the op adds (rt_stream_at_step). */
+     * scaled by 1/(1-p), stored at the compute precision by the op (as the ops below that write
+     * activations: dropout_cols, gather_rows). bwd regenerates the same mask. out may alias inp.
+     * step: NULL, or where (in backend memory) the step's part of stream is, which the op adds
+     * (rt_stream_at_step). */
     void (*dropout_fwd)(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
                         const uint64_t *step);
     void (*dropout_bwd)(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
@@ -643,7 +647,6 @@ static inline void rt_relbias_fwd(rt_backend *be, float *bias, const float *tabl
                                   int Tq, int Tk, int num_buckets) {
     if (be->muted) return;
     be->ops->relbias_fwd(be->ctx, bias, table, buckets, NH, Tq, Tk, num_buckets);
-    rt_store_n(be, bias, (size_t)NH * Tq * Tk);
 }
 static inline void rt_relbias_bwd(rt_backend *be, float *dtable, const float *dbias, const int32_t *buckets, int NH,
                                   int Tq, int Tk, int num_buckets) {
@@ -654,7 +657,6 @@ static inline void rt_embedding_fwd(rt_backend *be, float *out, const int32_t *i
                                     int vocab_start, int V, bool accumulate) {
     if (be->muted) return;
     be->ops->embedding_fwd(be->ctx, out, ids, table, N, C, vocab_start, V, accumulate);
-    rt_store_n(be, out, N * (size_t)C);
 }
 static inline void rt_embedding_bwd(rt_backend *be, float *dtable, const float *dout, const int32_t *ids, size_t N,
                                     int C, int vocab_start, int V) {
@@ -692,21 +694,18 @@ static inline void rt_dropout_fwd(rt_backend *be, float *out, const float *inp, 
     if (be->muted) return;
     be->traffic.draws += p > 0 && !step;
     be->ops->dropout_fwd(be->ctx, out, inp, n, p, seed, stream, step);
-    rt_store_n(be, out, n);
 }
 static inline void rt_dropout_bwd(rt_backend *be, float *dinp, const float *dout, size_t n, float p, uint64_t seed,
                                   uint64_t stream, const uint64_t *step) {
     if (be->muted) return;
     be->traffic.draws += p > 0 && !step;
     be->ops->dropout_bwd(be->ctx, dinp, dout, n, p, seed, stream, step);
-    rt_store_n(be, dinp, n);
 }
 static inline void rt_dropout_cols(rt_backend *be, rt_x out, rt_x inp, size_t rows, int cols, int cols_total,
                                    int col_offset, float p, uint64_t seed, uint64_t stream, const uint64_t *step) {
     if (be->muted) return;
     be->traffic.draws += p > 0 && !step;
     be->ops->dropout_cols(be->ctx, out, inp, rows, cols, cols_total, col_offset, p, seed, stream, step);
-    rt_store_x(be, out, rows, cols, (size_t)cols);
 }
 /* The fused residual step (see the ops), or where the backend has no such op, the ops it fuses in
  * the same order: the dropped branch into sum, the add, the norm (with fp32 handles: a backend
@@ -753,7 +752,6 @@ static inline void rt_residual_bwd(rt_backend *be, const rt_residual_desc *d, fl
 static inline void rt_gather_rows(rt_backend *be, float *out, const float *inp, const int32_t *idx, int B, int C) {
     if (be->muted) return;
     be->ops->gather_rows(be->ctx, out, inp, idx, B, C);
-    rt_store_n(be, out, (size_t)B * C);
 }
 static inline void rt_scatter_rows_add(rt_backend *be, float *dinp, rt_x dout, const int32_t *idx, int B, int C) {
     if (be->muted) return;

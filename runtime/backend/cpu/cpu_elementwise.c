@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/backend/cpu/cpu_internal.h"
 #include "runtime/backend/cpu/cpu_math.h"
@@ -297,29 +298,31 @@ void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) {
 
 /* Shared by fwd and bwd, which apply the same mask (rt_cpu_dropout_run), in chunks of 1024
  * draws (a multiple of 4, so no Philox block is computed twice). */
-static void rt_cpu_dropout_apply(float *y, const float *x, size_t n, float p, uint64_t seed, uint64_t stream) {
+/* Each run stored at the compute precision dtype as it is made. */
+static void rt_cpu_dropout_apply(rt_dtype dtype, float *y, const float *x, size_t n, float p, uint64_t seed,
+                                 uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
-    if (p == 0.0f) {
-        if (y != x)
-            for (size_t i = 0; i < n; i++) y[i] = x[i];
-        return;
-    }
     size_t nchunk = (n + 1023) / 1024;
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
     for (size_t ch = 0; ch < nchunk; ch++) {
         size_t i0 = ch * 1024, m = i0 + 1024 < n ? 1024 : n - i0;
-        rt_cpu_dropout_run(y + i0, x + i0, m, p, seed, stream, i0);
+        if (p == 0.0f) {
+            if (y != x) memcpy(y + i0, x + i0, m * sizeof(float));
+        } else {
+            rt_cpu_dropout_run(y + i0, x + i0, m, p, seed, stream, i0);
+        }
+        rt_cpu_store_run(dtype, y + i0, m);
     }
 }
 
 void rt_cpu_dropout_fwd(void *ctx, float *out, const float *inp, size_t n, float p, uint64_t seed, uint64_t stream,
                         const uint64_t *step) {
-    rt_cpu_dropout_apply(out, inp, n, p, seed, rt_stream_at_step(stream, step));
+    rt_cpu_dropout_apply(rt_cpu_matmul_dtype(ctx), out, inp, n, p, seed, rt_stream_at_step(stream, step));
 }
 
 void rt_cpu_dropout_bwd(void *ctx, float *dinp, const float *dout, size_t n, float p, uint64_t seed, uint64_t stream,
                         const uint64_t *step) {
-    rt_cpu_dropout_apply(dinp, dout, n, p, seed, rt_stream_at_step(stream, step));
+    rt_cpu_dropout_apply(rt_cpu_matmul_dtype(ctx), dinp, dout, n, p, seed, rt_stream_at_step(stream, step));
 }
 
 void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, int cols_total, int col_offset, float p,
@@ -329,6 +332,7 @@ void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, i
     RT_CHECK(cols >= 0 && col_offset >= 0 && (int64_t)col_offset + cols <= cols_total,
              "dropout_cols: cols=%d col_offset=%d cols_total=%d", cols, col_offset, cols_total);
     const size_t n = rows * (size_t)cols;
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel for schedule(static) if (n >= RT_CPU_PAR_MIN)
     for (size_t r = 0; r < rows; r++) {
         for (size_t k = 0; k < (size_t)cols; k += RT_CPU_X_RUN) {
@@ -339,7 +343,7 @@ void rt_cpu_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, i
             float *y = rt_cpu_x_dst(out, at, out_buf);
             /* p 0 keeps every element (x * 1), p 1 none: the whole-matrix rules */
             rt_cpu_dropout_run(y, x, m, p, seed, stream, (uint64_t)r * (uint64_t)cols_total + (uint64_t)col_offset + k);
-            rt_cpu_x_commit(out, at, m, y);
+            rt_cpu_x_store_row(dtype, out, at, m, y);
         }
     }
 }

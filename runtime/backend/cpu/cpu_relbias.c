@@ -17,6 +17,7 @@ void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_
                         int num_buckets) {
     rt_cpu_relbias_check(NH, Tq, Tk, num_buckets);
     const size_t tt = (size_t)Tq * Tk;
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
     for (size_t t = 0; t < tt; t++)
         RT_CHECK(buckets[t] >= 0 && buckets[t] < num_buckets, "relbias: bucket %d at [%zu] not in [0, %d)",
                  (int)buckets[t], t, num_buckets);
@@ -24,6 +25,7 @@ void rt_cpu_relbias_fwd(void *ctx, float *bias, const float *table, const int32_
     for (int h = 0; h < NH; h++) {
         float *out = bias + (size_t)h * tt;
         for (size_t t = 0; t < tt; t++) out[t] = table[(size_t)buckets[t] * NH + h];
+        rt_cpu_store_run(dtype, out, tt); /* stored at the compute precision */
     }
 }
 

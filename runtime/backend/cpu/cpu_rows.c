@@ -8,8 +8,11 @@
 #include "runtime/backend/cpu/cpu_internal.h"
 #include "runtime/backend/rt_bce.h"
 
+/* Each row stored at the compute precision as it is written (every row, as a rounding pass over
+ * out would: one this shard leaves alone is rounded too). */
 void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float *table, size_t N, int C,
                           int vocab_start, int V, bool accumulate) {
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
 #pragma omp parallel for schedule(static) if (N * (size_t)C >= RT_CPU_PAR_MIN)
     for (size_t n = 0; n < N; n++) {
         float *y = out + n * (size_t)C;
@@ -17,13 +20,13 @@ void rt_cpu_embedding_fwd(void *ctx, float *out, const int32_t *ids, const float
         int64_t local = (int64_t)ids[n] - vocab_start;
         if (local < 0 || local >= V) { /* another shard's row (or padding): contributes 0 */
             if (!accumulate) memset(y, 0, (size_t)C * sizeof(float));
-            continue;
-        }
-        const float *row = table + (size_t)local * C;
-        if (accumulate)
+        } else if (accumulate) {
+            const float *row = table + (size_t)local * C;
             for (int c = 0; c < C; c++) y[c] += row[c];
-        else
-            memcpy(y, row, (size_t)C * sizeof(float));
+        } else {
+            memcpy(y, table + (size_t)local * C, (size_t)C * sizeof(float));
+        }
+        rt_cpu_store_run(dtype, y, (size_t)C);
     }
 }
 
@@ -101,9 +104,11 @@ void rt_cpu_softmax_xent(void *ctx, float *losses, float *dlogits, float *probs,
 }
 
 void rt_cpu_gather_rows(void *ctx, float *out, const float *inp, const int32_t *idx, int B, int C) {
+    const rt_dtype dtype = rt_cpu_matmul_dtype(ctx);
     for (int b = 0; b < B; b++) {
         RT_CHECK(idx[b] >= 0, "gather_rows: idx[%d]=%d", b, (int)idx[b]);
         memcpy(out + (size_t)b * C, inp + (size_t)idx[b] * C, (size_t)C * sizeof(float));
+        rt_cpu_store_run(dtype, out + (size_t)b * C, (size_t)C);
     }
 }
 

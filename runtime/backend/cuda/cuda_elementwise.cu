@@ -207,11 +207,13 @@ __global__ void rt_cuda_clamp_abs_bwd_kernel(float *dx, rt_x y, size_t n, float 
     });
 }
 
-/* The w values of y from i: keep ? x * s : 0, keep being u >= p (the values' uniforms). */
-__device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, const rt_pack u, float p, float s) {
+/* The w values of y from i: keep ? x * s : 0, keep being u >= p (the values' uniforms), stored
+ * rounded to kind. */
+__device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, const rt_pack u, float p, float s,
+                                            int kind) {
     const rt_pack xv = rt_pack_load_n(x, i, w);
     rt_pack o = {};
-    for (int j = 0; j < w; j++) o.v[j] = u.v[j] >= p ? xv.v[j] * s : 0.0f;
+    for (int j = 0; j < w; j++) o.v[j] = rt_cuda_round16(u.v[j] >= p ? xv.v[j] * s : 0.0f, kind);
     rt_pack_store_n(y, i, w, &o);
 }
 
@@ -219,19 +221,19 @@ __device__ __forceinline__ void drop_values(rt_x y, rt_x x, size_t i, int w, con
  * per block of four (launch over (n + 3) / 4). step: NULL, or the step's part of stream, read here
  * so that a replayed graph draws its step's mask (rt_stream_at_step). */
 __global__ void rt_cuda_dropout_kernel(float *y, const float *x, size_t n, float p, float s, uint64_t seed,
-                                       uint64_t stream_at0, const uint64_t *step) {
+                                       uint64_t stream_at0, const uint64_t *step, int kind) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     const rt_x Y = rt_pack_xf(y), X = rt_pack_xf(x);
     rt_cuda_drop_walk(seed, stream, 0, n, rt_pack_aligned(Y) && rt_pack_aligned(X),
                       (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
-                      [&](size_t i, int w, const rt_pack u) { drop_values(Y, X, i, w, u, p, s); });
+                      [&](size_t i, int w, const rt_pack u) { drop_values(Y, X, i, w, u, p, s, kind); });
 }
 
 /* Element (r, c) of a (rows, cols) column block at col_offset of a (rows, cols_total) matrix
  * draws the uniform of its whole-matrix index, as rt_cuda_dropout_kernel would there. */
 __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int cols, int cols_total, int col_offset,
-                                            float p, float s, uint64_t seed, uint64_t stream_at0,
-                                            const uint64_t *step) {
+                                            float p, float s, uint64_t seed, uint64_t stream_at0, const uint64_t *step,
+                                            int kind) {
     const uint64_t stream = rt_stream_at_step(stream_at0, step);
     /* a row per blockIdx.y, its packs (or Philox blocks) across the threads */
     for (size_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -239,7 +241,7 @@ __global__ void rt_cuda_dropout_cols_kernel(rt_x y, rt_x x, size_t rows, int col
         const rt_x yr = rt_cuda_x_at(y, r * (size_t)cols), xr = rt_cuda_x_at(x, r * (size_t)cols);
         rt_cuda_drop_walk(seed, stream, g0, (size_t)cols, rt_pack_aligned(yr) && rt_pack_aligned(xr),
                           (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x,
-                          [&](size_t c, int w, const rt_pack u) { drop_values(yr, xr, c, w, u, p, s); });
+                          [&](size_t c, int w, const rt_pack u) { drop_values(yr, xr, c, w, u, p, s, kind); });
     }
 }
 
@@ -437,13 +439,21 @@ void rt_cuda_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) 
     CUDA_LAUNCH_CHECK();
 }
 
-/* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply). */
+/* n floats an op copied without a kernel of its own, stored at the compute precision. */
+static void rt_cuda_store_copied(void *ctx, float *y, size_t n) {
+    const rt_dtype t = ((const rt_cuda_ctx *)ctx)->matmul;
+    if (t != RT_F32) rt_cuda_round_to(ctx, t, y, n, 1, 1);
+}
+
+/* Shared by fwd and bwd, which apply the same mask (the CPU's rt_cpu_dropout_apply); y stored at
+ * the compute precision. */
 static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n, float p, uint64_t seed,
                                   uint64_t stream, const uint64_t *step) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);
     if (n == 0) return;
     if (p == 0.0f) {
         if (y != x) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
+        rt_cuda_store_copied(ctx, y, n);
         return;
     }
     if (p >= 1.0f) { /* everything dropped; 1/(1-p) would be inf and 0*inf NaN */
@@ -452,7 +462,7 @@ static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n,
     }
     float s = 1.0f / (1.0f - p);
     rt_cuda_dropout_kernel<<<rt_cuda_grid((n + 3) / 4, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        y, x, n, p, s, seed, stream, step);
+        y, x, n, p, s, seed, stream, step, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -479,6 +489,7 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
     if (p == 0.0f && out.t == inp.t) { /* no draws: the whole-matrix rules give the same result */
         if (out.p != inp.p)
             CUDA_CHECK(cudaMemcpyAsync(out.p, inp.p, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(ctx)));
+        if (out.t == RT_F32) rt_cuda_store_copied(ctx, (float *)out.p, n); /* a 16-bit one holds stored values */
         return;
     }
     if (p >= 1.0f) { /* everything dropped */
@@ -489,7 +500,8 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
     /* a row's blocks: cols / 4 + 2 at most (a partial one at either end) */
     rt_cuda_dropout_cols_kernel<<<rt_cuda_grid_rows(rows, cols / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                   rt_cuda_stream(ctx)>>>(out, inp, rows, cols, cols_total, col_offset, p, s, seed,
-                                                         stream, step);
+                                                         stream, step,
+                                                         rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -10,12 +10,12 @@
 #include "runtime/backend/cuda/rt_cuda.h"
 
 __global__ void rt_cuda_relbias_fwd_kernel(float *bias, const float *table, const int32_t *buckets, int NH, size_t tt,
-                                           int num_buckets) {
+                                           int num_buckets, int kind) {
     size_t n = tt * (size_t)NH;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t h = i / tt, t = i % tt;
         int32_t b = buckets[t];
-        bias[i] = (b >= 0 && b < num_buckets) ? table[(size_t)b * NH + h] : 0.0f;
+        bias[i] = rt_cuda_round16((b >= 0 && b < num_buckets) ? table[(size_t)b * NH + h] : 0.0f, kind);
     }
 }
 
@@ -43,7 +43,8 @@ void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32
     rt_cuda_relbias_check(NH, Tq, Tk, num_buckets);
     size_t tt = (size_t)Tq * Tk;
     rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
-                                 rt_cuda_stream(ctx)>>>(bias, table, buckets, NH, tt, num_buckets);
+                                 rt_cuda_stream(ctx)>>>(bias, table, buckets, NH, tt, num_buckets,
+                                                        rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 

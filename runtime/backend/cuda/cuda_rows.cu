@@ -18,7 +18,7 @@
 #define RT_CUDA_SCATTER_SPLIT 32 /* grid y of the scatter-adds: owners per column */
 
 __global__ void rt_cuda_embedding_fwd_kernel(float *out, const int32_t *ids, const float *table, size_t N, int C,
-                                             int vocab_start, int V, bool accumulate) {
+                                             int vocab_start, int V, bool accumulate, int kind) {
     size_t n_all = N * (size_t)C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / (size_t)C;
@@ -26,7 +26,7 @@ __global__ void rt_cuda_embedding_fwd_kernel(float *out, const int32_t *ids, con
         /* 64-bit so that id - vocab_start cannot overflow for any int32 id */
         int64_t local = (int64_t)ids[n] - vocab_start;
         float x = (local >= 0 && local < V) ? table[(size_t)local * C + c] : 0.0f;
-        out[i] = accumulate ? out[i] + x : x;
+        out[i] = rt_cuda_round16(accumulate ? out[i] + x : x, kind);
     }
 }
 
@@ -43,13 +43,13 @@ __global__ void rt_cuda_embedding_bwd_kernel(float *dtable, const float *dout, c
     }
 }
 
-__global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const int32_t *idx, int B, int C) {
+__global__ void rt_cuda_gather_rows_kernel(float *out, const float *inp, const int32_t *idx, int B, int C, int kind) {
     size_t n_all = (size_t)B * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (size_t)gridDim.x * blockDim.x) {
         size_t b = i / (size_t)C;
         int c = (int)(i % (size_t)C);
         int32_t row = idx[b];
-        out[i] = row >= 0 ? inp[(size_t)row * C + c] : 0.0f;
+        out[i] = rt_cuda_round16(row >= 0 ? inp[(size_t)row * C + c] : 0.0f, kind);
     }
 }
 
@@ -102,7 +102,7 @@ void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const floa
     size_t n = N * (size_t)C;
     if (n == 0) return;
     rt_cuda_embedding_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, ids, table, N, C, vocab_start, V, accumulate);
+        out, ids, table, N, C, vocab_start, V, accumulate, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -170,7 +170,7 @@ void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t 
     size_t n = (size_t)B * C;
     if (n == 0) return;
     rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, inp, idx, B, C);
+        out, inp, idx, B, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
     CUDA_LAUNCH_CHECK();
 }
 
