@@ -1,7 +1,6 @@
 # Sourced by the shell tests of the programs: a pass/fail count and expect_fail. The caller sets
 # BIN_DIR and TMP (a temporary folder it removes); the programs' stdout and stderr go to
-# $TMP/out and $TMP/err. (test_cli_bert, _convert, _gpt2_finetune and _t5 still carry their own
-# copies of expect_fail, with other arguments.)
+# $TMP/out and $TMP/err.
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }

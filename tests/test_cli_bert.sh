@@ -8,23 +8,11 @@ BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/bert-classify"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 . "$SRC/tests/fixtures.sh"
 need_fixture "$FIXTURES/glue-stsb/train.tsv" "$FIXTURES/glue-stsb/dev.tsv" "$FIXTURES/roberta-bpe/roberta-vocab.json"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_bert: $BIN not built"; exit 1; }
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
-expect_fail() { # name pattern args...: exit 1 and a one-line error matching pattern
-    local name=$1 pattern=$2
-    shift 2
-    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit $rc, want 1"; return; fi
-    grep -q -- "$pattern" "$TMP/err" || { bad "$name: stderr lacks '$pattern'"; return; }
-    [ "$(wc -l < "$TMP/err")" -eq 1 ] || { bad "$name: error is not one line"; return; }
-    ok
-}
+BIN_DIR=$(dirname "$BIN")
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
 
 cat > "$TMP/bert.json" <<JSON
 {"model_type": "bert", "vocab_size": 30522, "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
@@ -76,22 +64,21 @@ done
 
 # bad inputs
 grep -v '^\[CLS\]$' "$VOCAB" > "$TMP/nocls-vocab.txt"
-expect_fail "vocab without [CLS]" "[CLS]" --arch "$TMP/bert.json" --tokenizer "$TMP/nocls-vocab.txt" \
+expect_fail "vocab without [CLS]" 1 "[CLS]" bert-classify --arch "$TMP/bert.json" --tokenizer "$TMP/nocls-vocab.txt" \
     --data-dir "$TMP/mrpc" "${COMMON[@]}" --save-dir "$TMP/x"
 mkdir -p "$TMP/cols" && cp "$TMP/mrpc/dev.tsv" "$TMP/cols/" && head -n 5 "$TMP/mrpc/train.tsv" > "$TMP/cols/train.tsv"
 printf '1\t2\tonly three\n' >> "$TMP/cols/train.tsv"
-expect_fail "wrong column count" "train.tsv:6" --arch "$TMP/bert.json" --tokenizer "$VOCAB" --data-dir "$TMP/cols" \
+expect_fail "wrong column count" 1 "train.tsv:6" bert-classify --arch "$TMP/bert.json" --tokenizer "$VOCAB" --data-dir "$TMP/cols" \
     "${COMMON[@]}" --save-dir "$TMP/x"
 mkdir -p "$TMP/lab" && cp "$TMP/mrpc/dev.tsv" "$TMP/lab/" && head -n 5 "$TMP/mrpc/train.tsv" > "$TMP/lab/train.tsv"
 printf '2\t1\t2\tsome text\tmore text\n' >> "$TMP/lab/train.tsv"
-expect_fail "label outside num_labels" "train.tsv:6" --arch "$TMP/bert.json" --tokenizer "$VOCAB" --data-dir "$TMP/lab" \
+expect_fail "label outside num_labels" 1 "train.tsv:6" bert-classify --arch "$TMP/bert.json" --tokenizer "$VOCAB" --data-dir "$TMP/lab" \
     "${COMMON[@]}" --save-dir "$TMP/x"
-expect_fail "missing task files" "dev_matched.tsv" --arch "$TMP/bert.json" --tokenizer "$VOCAB" --dataset mnli \
+expect_fail "missing task files" 1 "dev_matched.tsv" bert-classify --arch "$TMP/bert.json" --tokenizer "$VOCAB" --dataset mnli \
     --data-dir "$TMP/mrpc" "${COMMON[@]}" --save-dir "$TMP/x"
 # a size past its limit in --arch (issue 14): one line naming the file, the field and the limit
 sed 's/"hidden_size": 16/"hidden_size": 1000000000/' "$TMP/bert.json" > "$TMP/huge.json"
-expect_fail "hidden_size 1e9" "huge.json: field 'hidden_size' is 1000000000, more than the limit 65536" \
+expect_fail "hidden_size 1e9" 1 "huge.json: field 'hidden_size' is 1000000000, more than the limit 65536" bert-classify \
     --arch "$TMP/huge.json" --tokenizer "$VOCAB" --data-dir "$TMP/mrpc" "${COMMON[@]}" --save-dir "$TMP/huge"
 
-echo "test_cli_bert: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_cli_bert

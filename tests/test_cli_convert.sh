@@ -18,25 +18,12 @@ SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 need_fixture "$FIXTURES/tiny-gpt2/model.safetensors"
 G="$SRC/tests/golden"
 C="$G/convert"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_convert: $BIN not built"; exit 1; }
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | head -5 >&2; }
 run() { "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"; }
-# expect_fail NAME PATTERN ARGS...: exit 1 and one stderr line matching PATTERN
-expect_fail() {
-    local name=$1 pattern=$2
-    shift 2
-    run "$@"
-    local rc=$?
-    if [ "$rc" -ne 1 ]; then bad "$name: exit $rc, want 1"; return; fi
-    if ! grep -q -- "$pattern" "$TMP/err"; then bad "$name: stderr lacks '$pattern'"; return; fi
-    [ "$(wc -l < "$TMP/err")" -eq 1 ] && ok || bad "$name: error is not one line"
-}
 # the tensor lines of inspect (name dtype shape crc), sorted, without the header and total lines
 tensors() { "$BIN" inspect "$1" | awk 'NF == 4 && $4 ~ /^[0-9a-f]+$/ {print $1, $2, $3, $4}' | sort; }
 
@@ -88,7 +75,7 @@ run import "$C/megatron-gpt2-tp1-noargs" "$TMP/meg1" --hf-config "$G/gpt2-tiny-c
     run export "$TMP/meg1" "$TMP/meg1-hf" || bad "megatron tp1 without args: import/export failed"
 [ "$(tensors "$TMP/meg1-hf/model.safetensors")" = "$(cat "$TMP/gpt2-tensors")" ] && ok ||
     bad "megatron tp1: the export is not the GPT-2 it was made from"
-expect_fail "megatron without args or --hf-config" "pass --hf-config" import "$C/megatron-gpt2-tp1-noargs" "$TMP/x"
+expect_fail "megatron without args or --hf-config" 1 "pass --hf-config" tz-convert import "$C/megatron-gpt2-tp1-noargs" "$TMP/x"
 run import "$C/glm-flagai" "$TMP/glm" --arch glm && run import "$C/glm-flagai-mp2" "$TMP/glm-mp" --arch glm ||
     bad "glm: import failed"
 cmp -s "$TMP/glm/rank-00-of-01.tzck" "$TMP/glm-mp/rank-00-of-01.tzck" && ok || bad "glm: mp=2 files import differently"
@@ -108,7 +95,7 @@ cmp -s "$TMP/glm/rank-00-of-01.tzck" "$TMP/glm-again/rank-00-of-01.tzck" && ok |
 mkdir -p "$TMP/data"
 head -n 65 "$SRC/assets/glue-mrpc/train.tsv" > "$TMP/data/train.tsv"
 head -n 33 "$SRC/assets/glue-mrpc/dev.tsv" > "$TMP/data/dev.tsv"
-expect_fail "tp that does not divide the heads (import)" "does not divide" import "$FIXTURES/tiny-gpt2" "$TMP/y" --tp 4
+expect_fail "tp that does not divide the heads (import)" 1 "does not divide" tz-convert import "$FIXTURES/tiny-gpt2" "$TMP/y" --tp 4
 run import "$FIXTURES/tiny-gpt2" "$TMP/tg2" --tp 2 || bad "tiny-gpt2 import"
 for m in "$FIXTURES/tiny-gpt2" "$TMP/tg2"; do
     "$BIN_DIR/gpt2-classify" --model "$m" --data-dir "$TMP/data" --max-len 48 --batch-size 8 --threads 2 --max-steps 3 \
@@ -116,7 +103,7 @@ for m in "$FIXTURES/tiny-gpt2" "$TMP/tg2"; do
 done
 [ -s "$TMP/dev-tg2" ] && cmp -s "$TMP/dev-tiny-gpt2" "$TMP/dev-tg2" && ok ||
     bad "gpt2-classify on the sharded folder: $(cat "$TMP/dev-tg2") vs $(cat "$TMP/dev-tiny-gpt2")"
-expect_fail "a BERT folder given to gpt2-classify" "holds a bert model" import "$TMP/bert-tiny-cls-4" "$TMP/x" --arch gpt2
+expect_fail "a BERT folder given to gpt2-classify" 1 "holds a bert model" tz-convert import "$TMP/bert-tiny-cls-4" "$TMP/x" --arch gpt2
 
 # output folders get the umask's mode, not mkdtemp's private 0700 (import, reshard and export)
 "$BIN" reshard "$TMP/tg2" "$TMP/mode-reshard" --tp 1 > /dev/null 2>&1
@@ -126,37 +113,37 @@ want_mode=$(printf '%o' $((0777 & ~0$(umask))))
     bad "output folder modes: $(stat -c '%a %n' "$TMP/tg2" "$TMP/mode-reshard" "$TMP/mode-export" 2>&1 | tr '\n' ' ')"
 
 # --- hostile and broken inputs ---
-expect_fail "pickle calling posix.system" "refusing pickle GLOBAL 'posix.system'" import "$G/torch-ckpt/hostile_posix_system.pt" "$TMP/x" --arch gpt2
-expect_fail "pickle calling os.system (inspect)" "refusing pickle GLOBAL 'os.system'" inspect "$G/torch-ckpt/hostile_os_system.pt"
-expect_fail "legacy torch format" "legacy" inspect "$G/torch-ckpt/small_legacy.pt"
+expect_fail "pickle calling posix.system" 1 "refusing pickle GLOBAL 'posix.system'" tz-convert import "$G/torch-ckpt/hostile_posix_system.pt" "$TMP/x" --arch gpt2
+expect_fail "pickle calling os.system (inspect)" 1 "refusing pickle GLOBAL 'os.system'" tz-convert inspect "$G/torch-ckpt/hostile_os_system.pt"
+expect_fail "legacy torch format" 1 "legacy" tz-convert inspect "$G/torch-ckpt/small_legacy.pt"
 ST="$G/gpt2-tiny-cls/model.safetensors"
 head -c 5000 "$ST" > "$TMP/truncated.safetensors"
-expect_fail "truncated safetensors" "truncated.safetensors" inspect "$TMP/truncated.safetensors"
+expect_fail "truncated safetensors" 1 "truncated.safetensors" tz-convert inspect "$TMP/truncated.safetensors"
 printf '\xff\xff\xff\xff\xff\xff\x00\x00{}' > "$TMP/huge.safetensors"
-expect_fail "huge header length" "huge.safetensors" inspect "$TMP/huge.safetensors"
+expect_fail "huge header length" 1 "huge.safetensors" tz-convert inspect "$TMP/huge.safetensors"
 hdr='{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}'
 { printf "$(printf '\\x%02x' ${#hdr})\0\0\0\0\0\0\0"; printf '%s' "$hdr"; head -c 12 /dev/zero; } > "$TMP/overlap.safetensors"
-expect_fail "overlapping offsets" "overlap" inspect "$TMP/overlap.safetensors"
+expect_fail "overlapping offsets" 1 "overlap" tz-convert inspect "$TMP/overlap.safetensors"
 hdr='{"a":{"dtype":"Q8","shape":[2],"data_offsets":[0,2]}}'
 { printf "$(printf '\\x%02x' ${#hdr})\0\0\0\0\0\0\0"; printf '%s' "$hdr"; head -c 2 /dev/zero; } > "$TMP/dtype.safetensors"
-expect_fail "unknown dtype string" "Q8" inspect "$TMP/dtype.safetensors"
+expect_fail "unknown dtype string" 1 "Q8" tz-convert inspect "$TMP/dtype.safetensors"
 hdr='{"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}}'
 { printf "$(printf '\\x%02x' ${#hdr})\0\0\0\0\0\0\0"; printf '%s' "$hdr"; head -c 8 /dev/zero; } > "$TMP/overflow.safetensors"
-expect_fail "shape product overflows" "overflow.safetensors" inspect "$TMP/overflow.safetensors"
+expect_fail "shape product overflows" 1 "overflow.safetensors" tz-convert inspect "$TMP/overflow.safetensors"
 # a sharded folder whose data or manifest was changed
 cp -r "$TMP/gpt2-tiny-cls-2" "$TMP/flip"
 printf '\x01' | dd of="$TMP/flip/rank-01-of-02.tzck" bs=1 seek=300 conv=notrunc 2> /dev/null
-expect_fail "a flipped byte in a rank file" "CRC mismatch" verify "$TMP/flip"
+expect_fail "a flipped byte in a rank file" 1 "CRC mismatch" tz-convert verify "$TMP/flip"
 cp -r "$TMP/gpt2-tiny-cls-2" "$TMP/man"
 sed -i '0,/"crc32":\t\["[0-9a-f]*"/s//"crc32":\t["00000000"/' "$TMP/man/tz-manifest.json"
-expect_fail "a changed manifest checksum" "the manifest says 00000000" verify "$TMP/man"
+expect_fail "a changed manifest checksum" 1 "the manifest says 00000000" tz-convert verify "$TMP/man"
 cp -r "$TMP/gpt2-tiny-cls-2" "$TMP/cfg"
 echo ' ' >> "$TMP/cfg/config.json"
-expect_fail "a changed config.json" "config.json: checksum" verify "$TMP/cfg"
-expect_fail "output exists" "already exists" import "$G/gpt2-tiny-cls" "$TMP/gpt2-tiny-cls-1"
-expect_fail "missing source" "cannot" import "$TMP/nope" "$TMP/y" --arch gpt2
-expect_fail "unknown arch" "not supported" import "$G/gpt2-tiny-cls" "$TMP/y" --arch llama
-expect_fail "tp that does not divide the heads" "does not divide" reshard "$TMP/gpt2-tiny-cls-1" "$TMP/y" --tp 3
+expect_fail "a changed config.json" 1 "config.json: checksum" tz-convert verify "$TMP/cfg"
+expect_fail "output exists" 1 "already exists" tz-convert import "$G/gpt2-tiny-cls" "$TMP/gpt2-tiny-cls-1"
+expect_fail "missing source" 1 "cannot" tz-convert import "$TMP/nope" "$TMP/y" --arch gpt2
+expect_fail "unknown arch" 1 "not supported" tz-convert import "$G/gpt2-tiny-cls" "$TMP/y" --arch llama
+expect_fail "tp that does not divide the heads" 1 "does not divide" tz-convert reshard "$TMP/gpt2-tiny-cls-1" "$TMP/y" --tp 3
 [ -z "$(ls -d "$TMP"/y* "$TMP"/x* 2> /dev/null)" ] && ok || bad "a failed conversion left files behind: $(ls -d "$TMP"/y* "$TMP"/x*)"
 # a file-size limit (a full disk's stand-in) during each command: one line naming the file, exit 1,
 # no partial folder left (issue 34: SIGXFSZ killed it without a word)
@@ -171,5 +158,4 @@ done
 "$BIN" frobnicate a b > /dev/null 2>&1; [ $? -eq 2 ] && ok || bad "an unknown command is a usage error (exit 2)"
 "$BIN" --help | grep -q "reshard IN OUT" && ok || bad "--help lists the commands"
 
-echo "test_cli_convert: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_cli_convert

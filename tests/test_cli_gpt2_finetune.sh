@@ -11,23 +11,11 @@ BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/gpt2-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
 . "$SRC/tests/fixtures.sh"
 need_fixture "$ASSETS/multi30k-en-de/val.en" "$ASSETS/multi30k-en-de/val.de"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_gpt2_finetune: $BIN not built"; exit 1; }
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
-expect_fail() { # name pattern args...: exit 1 or 2 and a one-line error matching pattern
-    local name=$1 pattern=$2
-    shift 2
-    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then bad "$name: exit $rc, want 1 or 2"; return; fi
-    grep -q -- "$pattern" "$TMP/err" || { bad "$name: stderr lacks '$pattern'"; return; }
-    [ "$(wc -l < "$TMP/err")" -eq 1 ] || { bad "$name: error is not one line"; return; }
-    ok
-}
+BIN_DIR=$(dirname "$BIN")
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
 
 head -n 300 "$ASSETS/multi30k-en-de/val.en" > "$TMP/train.txt"
 sed -n 301,360p "$ASSETS/multi30k-en-de/val.en" > "$TMP/val.txt"
@@ -81,18 +69,18 @@ for k in 1 2; do
         > "$TMP/sample$k" 2> "$TMP/err" || bad "--generate sampled, run $k"
 done
 [ "$(tail -1 "$TMP/sample1")" = "$(tail -1 "$TMP/sample2")" ] && ok || bad "sampling with one seed differs between runs"
-expect_fail "generation past the block" "exceed the 32 positions" "${GEN[@]}" --save-dir "$TMP/g3" --generate "A man" \
+expect_fail "generation past the block" 2 "exceed the 32 positions" gpt2-finetune "${GEN[@]}" --save-dir "$TMP/g3" --generate "A man" \
     --max-new-tokens 40
 
 "$BIN" --help > "$TMP/out" 2>&1 && grep -q "TEXT" "$TMP/out" && grep -q -- "--block-size" "$TMP/out" && ok || bad "--help"
-expect_fail "missing file" "nope.txt" "$TMP/nope.txt" "${COMMON[@]}" --save-dir "$TMP/e1"
+expect_fail "missing file" 1 "nope.txt" gpt2-finetune "$TMP/nope.txt" "${COMMON[@]}" --save-dir "$TMP/e1"
 : > "$TMP/empty.txt"
-expect_fail "empty file" "empty.txt" "$TMP/empty.txt" "${COMMON[@]}" --save-dir "$TMP/e2"
+expect_fail "empty file" 1 "empty.txt" gpt2-finetune "$TMP/empty.txt" "${COMMON[@]}" --save-dir "$TMP/e2"
 echo "A man." > "$TMP/short.txt"
-expect_fail "too little text" "fewer than one block of 32" "$TMP/short.txt" "${COMMON[@]}" --save-dir "$TMP/e3"
-expect_fail "block past n_positions" "block-size 128 is longer than the model's n_positions 64" "$TMP/train.txt" \
+expect_fail "too little text" 1 "fewer than one block of 32" gpt2-finetune "$TMP/short.txt" "${COMMON[@]}" --save-dir "$TMP/e3"
+expect_fail "block past n_positions" 2 "block-size 128 is longer than the model's n_positions 64" gpt2-finetune "$TMP/train.txt" \
     --arch "$TMP/arch.json" --block-size 128 --save-dir "$TMP/e4"
-expect_fail "--model and --arch" "give --model or --arch, not both" "$TMP/train.txt" --model "$TMP/run/hf" \
+expect_fail "--model and --arch" 2 "give --model or --arch, not both" gpt2-finetune "$TMP/train.txt" --model "$TMP/run/hf" \
     --arch "$TMP/arch.json" --save-dir "$TMP/e5"
 
 # TZ_STEP_GRAPHS=plan: the step-graph policy beside real training (runtime/train/rt_step_graphs.h).
@@ -116,10 +104,9 @@ TZ_STEP_GRAPHS=plan "$BIN" "${PLAN[@]}" --save-dir "$TMP/p3" > "$TMP/out" 2> "$T
 replays=$(sed -n 's/^step graphs (a plan.*of 8 micro-batch steps, \([0-9]*\) would replay.*/\1/p' "$TMP/out")
 [ -n "$replays" ] && [ "$replays" -ge 5 ] && ! grep -q "steps eager because" "$TMP/out" && ok ||
     bad "with dropout, $replays of 8 steps would replay: $(grep 'step graphs' "$TMP/out")"
-TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" "TZ_STEP_GRAPHS=capture: expected on, plan or off" \
+TZ_STEP_GRAPHS=capture expect_fail "a bad TZ_STEP_GRAPHS" 1 "TZ_STEP_GRAPHS=capture: expected on, plan or off" gpt2-finetune \
     "${PLAN[@]}" --save-dir "$TMP/p4"
-TZ_STEP_GRAPHS=on expect_fail "graphs on the CPU" "TZ_STEP_GRAPHS=on: the cpu backend has no graphs" \
+TZ_STEP_GRAPHS=on expect_fail "graphs on the CPU" 1 "TZ_STEP_GRAPHS=on: the cpu backend has no graphs" gpt2-finetune \
     "${PLAN[@]}" --save-dir "$TMP/p5"
 
-echo "test_cli_gpt2_finetune: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_cli_gpt2_finetune

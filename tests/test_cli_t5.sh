@@ -6,23 +6,11 @@
 set -u
 BIN="${TZ_BIN_DIR:-$(dirname "$0")/../build/bin}/t5-finetune"
 SRC="${TZ_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}"
-pass=0
-fail=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$BIN" ] || { echo "test_cli_t5: $BIN not built"; exit 1; }
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); printf 'FAILED: %s\n' "$1" >&2; [ -f "$TMP/err" ] && sed 's/^/    /' "$TMP/err" | tail -5 >&2; }
-expect_fail() { # name pattern args...: exit 1 (or the given code) and a one-line error matching pattern
-    local name=$1 pattern=$2
-    shift 2
-    "$BIN" "$@" > "$TMP/out" 2> "$TMP/err"
-    local rc=$?
-    if [ "$rc" -ne 1 ] && [ "$rc" -ne 2 ]; then bad "$name: exit $rc, want 1 or 2"; return; fi
-    grep -q -- "$pattern" "$TMP/err" || { bad "$name: stderr lacks '$pattern'"; return; }
-    [ "$(wc -l < "$TMP/err")" -eq 1 ] || { bad "$name: error is not one line"; return; }
-    ok
-}
+BIN_DIR=$(dirname "$BIN")
+. "$SRC/tests/cli_lib.sh" # pass and fail, ok, bad, expect_fail NAME RC PATTERN PROGRAM ARGS...
 
 D="$SRC/assets/multi30k-en-de"
 head -n 40 "$D/val.en" > "$TMP/s.en"
@@ -75,19 +63,19 @@ l2=$(grep '"train"' "$TMP/r2/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.e
 
 # bad input
 head -n 39 "$TMP/s.de" > "$TMP/short.de"
-expect_fail "line counts differ" "s.en has 40 lines but .*short.de has 39" "$TMP/s.en" "$TMP/short.de" "${COMMON[@]}" \
+expect_fail "line counts differ" 1 "s.en has 40 lines but .*short.de has 39" t5-finetune "$TMP/s.en" "$TMP/short.de" "${COMMON[@]}" \
     --save-dir "$TMP/x"
 : > "$TMP/empty.en"
-expect_fail "empty file" "empty.en: the file is empty" "$TMP/empty.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
+expect_fail "empty file" 1 "empty.en: the file is empty" t5-finetune "$TMP/empty.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
 { head -n 2 "$TMP/s.en"; printf 'bad \xff byte\n'; } > "$TMP/bad.en"
 head -n 3 "$TMP/s.de" > "$TMP/three.de"
-expect_fail "invalid UTF-8" "bad.en:3: invalid UTF-8 at byte 5" "$TMP/bad.en" "$TMP/three.de" "${COMMON[@]}" \
+expect_fail "invalid UTF-8" 1 "bad.en:3: invalid UTF-8 at byte 5" t5-finetune "$TMP/bad.en" "$TMP/three.de" "${COMMON[@]}" \
     --save-dir "$TMP/x"
-expect_fail "one positional" "expected SRC TGT" "$TMP/s.en" "${COMMON[@]}" --save-dir "$TMP/x"
-expect_fail "predict without model" "--predict needs --model" --predict "$TMP/s.en" --save-dir "$TMP/x"
-expect_fail "missing file" "SRC $TMP/nope.en: cannot open" "$TMP/nope.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
+expect_fail "one positional" 2 "expected SRC TGT" t5-finetune "$TMP/s.en" "${COMMON[@]}" --save-dir "$TMP/x"
+expect_fail "predict without model" 2 "--predict needs --model" t5-finetune --predict "$TMP/s.en" --save-dir "$TMP/x"
+expect_fail "missing file" 1 "SRC $TMP/nope.en: cannot open" t5-finetune "$TMP/nope.en" "$TMP/s.de" "${COMMON[@]}" --save-dir "$TMP/x"
 [ -s "$TMP/out" ] && bad "missing file: reported after the model was built" || ok
-expect_fail "a folder" "TGT $TMP: a folder, not a file to read" "$TMP/s.en" "$TMP" "${COMMON[@]}" --save-dir "$TMP/x"
+expect_fail "a folder" 1 "TGT $TMP: a folder, not a file to read" t5-finetune "$TMP/s.en" "$TMP" "${COMMON[@]}" --save-dir "$TMP/x"
 # activation checkpointing (3+2 blocks, 2 at a time): the same losses and validation numbers,
 # less activation memory
 sed 's/"num_layers": 1/"num_layers": 3/; s/"num_decoder_layers": 1/"num_decoder_layers": 2/' "$TMP/tiny.json" \
@@ -108,5 +96,4 @@ awk -v a="$(cat "$TMP/ckpt.act")" -v b="$(cat "$TMP/plain.act")" 'BEGIN { exit !
 "$BIN" --help > "$TMP/out" 2>&1 && grep -q -- "--source-prefix" "$TMP/out" && grep -q -- "--num-beams" "$TMP/out" \
     && grep -q -- "--lr" "$TMP/out" && ok || bad "--help"
 
-echo "test_cli_t5: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish test_cli_t5
