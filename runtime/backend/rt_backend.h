@@ -438,7 +438,9 @@ static inline void rt_store_xn(rt_backend *be, rt_x x, size_t n) { rt_store_x(be
 rt_status rt_backend_alloc(rt_backend *be, size_t bytes, const char *what, void **out);
 
 /* Every op through one inline call: rt_gemm(be, ...) is be->ops->gemm(be->ctx, ...), then the
- * outputs that are activations are stored at the compute precision (rt_store; a no-op in fp32).
+ * outputs that are activations are stored at the compute precision: by the op itself where the
+ * ops' comments say so (the norms, the residual step, add, dropout, embedding, gather_rows,
+ * relbias), else by the wrapper (rt_store; a no-op in fp32).
  * Parameter gradients, statistics, losses and rt_axpy/rt_scale/rt_scale_rows/rt_scatter_rows_add
  * (arithmetic on any buffer, parameters included) are left in fp32. alloc is reached through
  * rt_backend_alloc (which counts the bytes), device_model is optional. */

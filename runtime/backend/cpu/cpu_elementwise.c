@@ -297,8 +297,8 @@ void rt_cpu_clamp_abs_bwd(void *ctx, float *dx, rt_x y, size_t n, float limit) {
 }
 
 /* Shared by fwd and bwd, which apply the same mask (rt_cpu_dropout_run), in chunks of 1024
- * draws (a multiple of 4, so no Philox block is computed twice). */
-/* Each run stored at the compute precision dtype as it is made. */
+ * draws (a multiple of 4, so no Philox block is computed twice), each chunk stored at the compute
+ * precision dtype as it is made. */
 static void rt_cpu_dropout_apply(rt_dtype dtype, float *y, const float *x, size_t n, float p, uint64_t seed,
                                  uint64_t stream) {
     RT_CHECK(p >= 0.0f && p <= 1.0f, "dropout p=%g", (double)p);

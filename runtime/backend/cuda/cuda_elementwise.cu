@@ -151,8 +151,8 @@ __global__ void rt_cuda_add_bias_kernel(float *out, const float *bias, size_t N,
     RT_CUDA_FOR_EACH_ROW_COL(r, c, N, C) out[r * (size_t)C + c] += bias[c];
 }
 
-/* out = a + b, stored at the compute precision (kind). */
-/* out may alias a or b: each pack is read before it is written. */
+/* out = a + b, stored at the compute precision (kind); out may alias a or b, as each pack is read
+ * before it is written. */
 __global__ void rt_cuda_add_kernel(rt_x out, rt_x a, rt_x b, size_t n, int kind) {
     const bool aligned = rt_pack_aligned(out) && rt_pack_aligned(a) && rt_pack_aligned(b);
     rt_cuda_pack_walk(n, aligned, [&](size_t i, int w) {
@@ -388,7 +388,7 @@ void rt_cuda_add_bias(void *ctx, float *out, const float *bias, size_t N, int C)
 void rt_cuda_add(void *ctx, rt_x out, rt_x a, rt_x b, size_t n) {
     if (n == 0) return;
     rt_cuda_add_kernel<<<rt_cuda_grid(rt_pack_threads(n), RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, a, b, n, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        out, a, b, n, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -462,7 +462,7 @@ static void rt_cuda_dropout_apply(void *ctx, float *y, const float *x, size_t n,
     }
     float s = 1.0f / (1.0f - p);
     rt_cuda_dropout_kernel<<<rt_cuda_grid((n + 3) / 4, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        y, x, n, p, s, seed, stream, step, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        y, x, n, p, s, seed, stream, step, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -500,8 +500,7 @@ void rt_cuda_dropout_cols(void *ctx, rt_x out, rt_x inp, size_t rows, int cols, 
     /* a row's blocks: cols / 4 + 2 at most (a partial one at either end) */
     rt_cuda_dropout_cols_kernel<<<rt_cuda_grid_rows(rows, cols / 4 + 2, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                   rt_cuda_stream(ctx)>>>(out, inp, rows, cols, cols_total, col_offset, p, s, seed,
-                                                         stream, step,
-                                                         rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+                                                         stream, step, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -112,7 +112,7 @@ void rt_cuda_layernorm_fwd(void *ctx, rt_x out, float *mean, float *rstd, rt_x i
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        out, mean, rstd, inp, weight, bias, N, C, eps, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        out, mean, rstd, inp, weight, bias, N, C, eps, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -121,7 +121,7 @@ void rt_cuda_layernorm_bwd(void *ctx, float *dinp, float *dweight, float *dbias,
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_layernorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        dinp, dout, inp, weight, mean, rstd, N, C, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_LN, dweight, dbias, dout, inp, mean, rstd, N, C);
 }
@@ -130,7 +130,7 @@ void rt_cuda_rmsnorm_fwd(void *ctx, rt_x out, float *rstd, rt_x inp, const float
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_fwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        out, rstd, inp, weight, N, C, eps, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        out, rstd, inp, weight, N, C, eps, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -139,7 +139,7 @@ void rt_cuda_rmsnorm_bwd(void *ctx, float *dinp, float *dweight, rt_x dout, rt_x
     RT_CHECK(C > 0, "C=%d", C);
     if (N == 0) return;
     rt_cuda_rmsnorm_bwd_kernel<<<rt_cuda_row_grid(N), 32 * RT_CUDA_ROWS_PER_BLOCK, 0, rt_cuda_stream(ctx)>>>(
-        dinp, dout, inp, weight, rstd, N, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        dinp, dout, inp, weight, rstd, N, C, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
     rt_cuda_colsum((rt_cuda_ctx *)ctx, RT_COLSUM_RMS, dweight, NULL, dout, inp, NULL, rstd, N, C);
 }

@@ -44,7 +44,7 @@ void rt_cuda_relbias_fwd(void *ctx, float *bias, const float *table, const int32
     size_t tt = (size_t)Tq * Tk;
     rt_cuda_relbias_fwd_kernel<<<rt_cuda_grid(tt * (size_t)NH, RT_CUDA_THREADS), RT_CUDA_THREADS, 0,
                                  rt_cuda_stream(ctx)>>>(bias, table, buckets, NH, tt, num_buckets,
-                                                        rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+                                                        rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -102,7 +102,7 @@ void rt_cuda_embedding_fwd(void *ctx, float *out, const int32_t *ids, const floa
     size_t n = N * (size_t)C;
     if (n == 0) return;
     rt_cuda_embedding_fwd_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, ids, table, N, C, vocab_start, V, accumulate, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        out, ids, table, N, C, vocab_start, V, accumulate, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 
@@ -170,7 +170,7 @@ void rt_cuda_gather_rows(void *ctx, float *out, const float *inp, const int32_t 
     size_t n = (size_t)B * C;
     if (n == 0) return;
     rt_cuda_gather_rows_kernel<<<rt_cuda_grid(n, RT_CUDA_THREADS), RT_CUDA_THREADS, 0, rt_cuda_stream(ctx)>>>(
-        out, inp, idx, B, C, rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul));
+        out, inp, idx, B, C, rt_cuda_store_kind(ctx));
     CUDA_LAUNCH_CHECK();
 }
 

@@ -181,6 +181,8 @@ enum { RT_CUDA_KIND_F32 = 0, RT_CUDA_KIND_BF16, RT_CUDA_KIND_F16 };
 static inline int rt_cuda_kind16(rt_dtype t) {
     return t == RT_BF16 ? RT_CUDA_KIND_BF16 : t == RT_F16 ? RT_CUDA_KIND_F16 : RT_CUDA_KIND_F32;
 }
+/* The kind a kernel rounds what it stores to: ctx's compute precision. */
+static inline int rt_cuda_store_kind(const void *ctx) { return rt_cuda_kind16(((const rt_cuda_ctx *)ctx)->matmul); }
 __device__ __forceinline__ float rt_cuda_load16(const void *p, int kind, size_t i) {
     if (kind == RT_CUDA_KIND_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     if (kind == RT_CUDA_KIND_F16) return __half2float(((const __half *)p)[i]);
